@@ -1,0 +1,109 @@
+# mailvault -- one GNU Makefile.
+#
+#   make run     build everything and run the demonstration under ./var
+#   make test    the whole test suite, under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make bench   micro-benchmarks (release build)
+#   make lint    clang-format --dry-run, cppcheck, banned functions
+#
+# Both `run` and `test` first install missing Debian packages (scripts/install-deps.sh).
+
+CC      ?= cc
+BUILD   := build
+PKGS    := sqlite3 libcrypto
+
+WARN    := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes \
+           -Wmissing-prototypes -Wformat=2 -Wvla -Wconversion
+CSTD    := -std=c17 -D_GNU_SOURCE
+INC     := -Iinclude -Isrc
+RELEASE := -O2 -g -D_FORTIFY_SOURCE=2 -fstack-protector-strong -fvisibility=hidden -fPIC
+SANITIZE := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+LIBS    := -lsqlite3 -lcrypto -lpthread
+
+LIB_SRC  := $(sort $(wildcard src/util/*.c src/crypto/*.c src/vfs/*.c src/store/*.c src/ops/*.c))
+LIB_SRC  := $(filter-out src/vfs/extension.c,$(LIB_SRC))
+EXT_SRC  := $(sort $(wildcard src/util/*.c src/crypto/*.c src/vfs/*.c))
+CLI_SRC  := $(sort $(wildcard cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
+BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
+
+REL_OBJ  := $(LIB_SRC:%.c=$(BUILD)/rel/%.o)
+ASAN_OBJ := $(LIB_SRC:%.c=$(BUILD)/asan/%.o)
+EXT_OBJ  := $(EXT_SRC:%.c=$(BUILD)/ext/%.o)
+
+TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/asan/tests/%)
+FUZZ_BIN  := $(FUZZ_SRC:fuzz/%.c=$(BUILD)/asan/fuzz/%)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/rel/bench/%)
+
+.PHONY: all deps run test bench lint clean
+all: $(BUILD)/mailvault $(BUILD)/libmailvault.a $(BUILD)/mailvault_ext.so
+
+deps:
+	@scripts/install-deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all $(TEST_BIN) $(FUZZ_BIN) $(BUILD)/asan/mailvault
+	@tests/run.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCH_BIN)
+	@bench/run.sh
+
+lint:
+	@scripts/lint.sh
+
+clean:
+	rm -rf $(BUILD)
+
+# ---- release library, CLI, loadable extension ----
+$(BUILD)/rel/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(RELEASE) $(INC) -MMD -MP -c $< -o $@
+
+$(BUILD)/libmailvault.a: $(REL_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/mailvault: $(CLI_SRC:%.c=$(BUILD)/rel/%.o) $(BUILD)/libmailvault.a
+	$(CC) $(RELEASE) -o $@ $^ $(LIBS)
+
+# The extension reaches SQLite through the sqlite3_api table (sqlite3ext.h), so it works in
+# any host that loads it, whichever libsqlite3 that host was linked with.
+$(BUILD)/ext/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(RELEASE) -DMV_BUILD_EXTENSION $(INC) -MMD -MP -c $< -o $@
+
+$(BUILD)/mailvault_ext.so: $(EXT_OBJ)
+	$(CC) -shared -o $@ $^ -lcrypto -lpthread
+
+$(BUILD)/rel/bench/%: bench/%.c $(BUILD)/libmailvault.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(RELEASE) $(INC) -o $@ $^ $(LIBS)
+
+# ---- sanitizer build for tests and fuzz replay ----
+$(BUILD)/asan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CSTD) $(WARN) $(SANITIZE) $(INC) -MMD -MP -c $< -o $@
+
+$(BUILD)/asan/libmailvault.a: $(ASAN_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/asan/mailvault: $(CLI_SRC:%.c=$(BUILD)/asan/%.o) $(BUILD)/asan/libmailvault.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LIBS)
+
+$(BUILD)/asan/tests/%: $(BUILD)/asan/tests/%.o $(BUILD)/asan/tests/harness.o $(BUILD)/asan/tests/testutil.o $(BUILD)/asan/libmailvault.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LIBS)
+
+$(BUILD)/asan/fuzz/%: $(BUILD)/asan/fuzz/%.o $(BUILD)/asan/fuzz/replay_main.o $(BUILD)/asan/libmailvault.a
+	$(CC) $(SANITIZE) -o $@ $^ $(LIBS)
+
+# libFuzzer builds (not part of `make test`): make fuzz-<target>
+fuzz-%: fuzz/fuzz_%.c
+	@mkdir -p $(BUILD)/fuzz
+	clang $(CSTD) $(INC) -g -O1 -fsanitize=fuzzer,address,undefined -o $(BUILD)/fuzz/$* $< $(LIB_SRC) $(LIBS)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

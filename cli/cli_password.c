@@ -1,0 +1,163 @@
+/*
+ * cli_password.c -- where the tool gets the database password from.
+ *
+ * USAGE
+ *   struct cli_password pw = {0};
+ *   if (cli_password_read(opts.password_file, create, &pw) != CLI_EXIT_OK) ... ;
+ *   rc = mv_db_open(path, pw.bytes, pw.size_bytes, ...);
+ *   cli_password_wipe(&pw);
+ *
+ * IMPLEMENTATION NOTES
+ *   Sources, first match wins: --password-file FILE ("-" is stdin), $MAILVAULT_PASSWORD, a
+ *   prompt on the terminal when stdin is one. Never argv: other users can read it in /proc.
+ *   Files are read with read(2), not stdio, so no FILE buffer keeps a copy of the password;
+ *   the one buffer is malloc'd, wiped with OPENSSL_cleanse and freed by cli_password_wipe().
+ *
+ * LIMITATIONS
+ *   The value of MAILVAULT_PASSWORD stays in the process environment; whoever can read this
+ *   process's /proc/PID/environ (its owner and root) can read it. Prefer a file.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The buffer: the limit, plus "\r\n", plus one byte that proves the input was longer. */
+#define CLI_PASSWORD_CAPACITY_BYTES (CLI_PASSWORD_BYTES_MAX + 3)
+
+void cli_password_wipe(struct cli_password *pw)
+{
+    if (pw->bytes != NULL) {
+        OPENSSL_cleanse(pw->bytes, CLI_PASSWORD_CAPACITY_BYTES);
+        free(pw->bytes);
+    }
+    pw->bytes = NULL;
+    pw->size_bytes = 0;
+}
+
+/* Reads fd to its end or until the buffer is full. Returns 0 or -1 (errno set). */
+static int cli_password_read_fd(int fd, struct cli_password *pw)
+{
+    while (pw->size_bytes < CLI_PASSWORD_CAPACITY_BYTES) {
+        ssize_t n = read(fd, pw->bytes + pw->size_bytes,
+                         CLI_PASSWORD_CAPACITY_BYTES - pw->size_bytes);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            return -1;
+        }
+        if (n == 0) {
+            break;
+        }
+        pw->size_bytes += (size_t)n;
+    }
+    return 0;
+}
+
+static int cli_password_from_file(const char *path, struct cli_password *pw)
+{
+    int is_stdin = strcmp(path, "-") == 0;
+    int fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        cli_error("%s: %s", path, strerror(errno));
+        return CLI_EXIT_ERROR;
+    }
+    int rc = cli_password_read_fd(fd, pw);
+    int saved_errno = errno;
+    if (!is_stdin) {
+        close(fd);
+    }
+    if (rc != 0) {
+        cli_error("%s: %s", is_stdin ? "standard input" : path, strerror(saved_errno));
+        return CLI_EXIT_ERROR;
+    }
+    /* Strip exactly one line ending: "\n" or "\r\n". */
+    if (pw->size_bytes > 0 && pw->bytes[pw->size_bytes - 1] == '\n') {
+        pw->size_bytes--;
+        if (pw->size_bytes > 0 && pw->bytes[pw->size_bytes - 1] == '\r') {
+            pw->size_bytes--;
+        }
+    }
+    return CLI_EXIT_OK;
+}
+
+static int cli_password_from_env(const char *value, struct cli_password *pw)
+{
+    size_t length = strlen(value);
+    if (length > CLI_PASSWORD_BYTES_MAX) {
+        length = CLI_PASSWORD_BYTES_MAX + 1; /* enough to be refused as too long */
+    }
+    memcpy(pw->bytes, value, length);
+    pw->size_bytes = length;
+    return CLI_EXIT_OK;
+}
+
+/* Prompts once, or twice with confirm, and requires the two answers to match. */
+static int cli_password_from_tty(int confirm, struct cli_password *pw)
+{
+    int rc = cli_tty_read_password("Password: ", pw->bytes, CLI_PASSWORD_BYTES_MAX,
+                                   &pw->size_bytes);
+    if (rc != CLI_EXIT_OK || !confirm || pw->size_bytes == 0) {
+        return rc;
+    }
+    char *again = malloc(CLI_PASSWORD_BYTES_MAX);
+    if (again == NULL) {
+        cli_error("out of memory");
+        return CLI_EXIT_ERROR;
+    }
+    size_t again_size = 0;
+    rc = cli_tty_read_password("Repeat password: ", again, CLI_PASSWORD_BYTES_MAX, &again_size);
+    if (rc == CLI_EXIT_OK &&
+        (again_size != pw->size_bytes || CRYPTO_memcmp(again, pw->bytes, again_size) != 0)) {
+        cli_error("the passwords do not match");
+        rc = CLI_EXIT_ERROR;
+    }
+    OPENSSL_cleanse(again, CLI_PASSWORD_BYTES_MAX);
+    free(again);
+    return rc;
+}
+
+/* Picks the source and fills pw (already allocated). */
+static int cli_password_from_source(const char *password_file, int confirm,
+                                    struct cli_password *pw)
+{
+    if (password_file != NULL) {
+        return cli_password_from_file(password_file, pw);
+    }
+    const char *env = getenv("MAILVAULT_PASSWORD");
+    if (env != NULL) {
+        return cli_password_from_env(env, pw);
+    }
+    if (isatty(STDIN_FILENO)) {
+        return cli_password_from_tty(confirm, pw);
+    }
+    cli_error("no password: use --password-file, MAILVAULT_PASSWORD or a terminal");
+    return CLI_EXIT_ERROR;
+}
+
+int cli_password_read(const char *password_file, int confirm, struct cli_password *pw)
+{
+    pw->size_bytes = 0;
+    pw->bytes = malloc(CLI_PASSWORD_CAPACITY_BYTES);
+    if (pw->bytes == NULL) {
+        cli_error("out of memory");
+        return CLI_EXIT_ERROR;
+    }
+    int rc = cli_password_from_source(password_file, confirm, pw);
+    if (rc == CLI_EXIT_OK && pw->size_bytes == 0) {
+        cli_error("empty password refused");
+        rc = CLI_EXIT_ERROR;
+    } else if (rc == CLI_EXIT_OK && pw->size_bytes > CLI_PASSWORD_BYTES_MAX) {
+        cli_error("password longer than %d bytes refused", CLI_PASSWORD_BYTES_MAX);
+        rc = CLI_EXIT_ERROR;
+    }
+    if (rc != CLI_EXIT_OK) {
+        cli_password_wipe(pw);
+    }
+    return rc;
+}

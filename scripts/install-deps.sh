@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages mailvault needs to build, test and run.
+# Idempotent: asks apt only for what is missing, so `make run` / `make test` stay quick.
+set -euo pipefail
+
+packages=(build-essential pkg-config libsqlite3-dev sqlite3 libssl-dev openssl python3)
+if [ "${1:-}" = "--dev" ]; then
+    packages+=(clang clang-format clang-tidy cppcheck valgrind)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages: ${missing[*]} (run as root or with sudo)" >&2
+    exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${missing[@]}"

@@ -1,0 +1,138 @@
+/*
+ * crypt_internal.h -- what the files of src/crypto share and nothing above them sees.
+ *
+ * IMPLEMENTATION NOTES
+ *   - Every cipher is a descriptor (struct crypt_cipher_desc): its reserve, its default KDF
+ *     iteration count and four functions. crypt_ctx.c validates arguments and dispatches;
+ *     crypt_chacha20.c, crypt_aes256cbc.c and crypt_sqlcipher.c only do their cipher.
+ *   - struct crypt_ctx holds everything any cipher needs; a cipher uses the fields it
+ *     needs and leaves the others zero / NULL. crypt_ctx_free() frees what is not NULL.
+ *   - Nonces and IVs come from RAND_bytes() through a per-context pool (crypt_ctx_nonce):
+ *     one RAND_bytes() call costs about as much as encrypting a 4 KiB page, whatever its
+ *     length, so the pool asks for CRYPT_NONCE_POOL_BYTES at a time. A fork() empties
+ *     every pool (crypt_fork_generation), so parent and child never share a nonce.
+ */
+#ifndef MV_CRYPT_INTERNAL_H
+#define MV_CRYPT_INTERNAL_H
+
+#include "crypto/crypt.h"
+
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+
+#define CRYPT_NONCE_BYTES      16   /* chacha20 nonce and sqlcipher IV alike */
+#define CRYPT_NONCE_POOL_BYTES 1024 /* 64 nonces per RAND_bytes() call */
+#define CRYPT_AES_BLOCK_BYTES  16
+#define CRYPT_SQLITE_MAGIC     "SQLite format 3" /* 15 chars + NUL = 16 bytes */
+
+_Static_assert(sizeof(CRYPT_SQLITE_MAGIC) == CRYPT_SALT_BYTES, "magic fills bytes 0..15");
+_Static_assert(CRYPT_NONCE_POOL_BYTES % CRYPT_NONCE_BYTES == 0, "pool holds whole nonces");
+_Static_assert(CRYPT_CHACHA20_NONCE_BYTES == CRYPT_NONCE_BYTES, "one nonce size");
+_Static_assert(CRYPT_SQLCIPHER_IV_BYTES == CRYPT_NONCE_BYTES, "one nonce size");
+
+/* The algorithms, fetched once per process by crypt_init(). */
+struct crypt_algs {
+    EVP_CIPHER *chacha20;
+    EVP_CIPHER *aes256cbc;
+    EVP_CIPHER *aes256cbc_cts;
+    EVP_MAC *poly1305;
+    EVP_MAC *hmac;
+    EVP_MD *sha256;
+    EVP_MD *sha512;
+    EVP_MD *md5;
+    EVP_KDF *pbkdf2;
+};
+
+/* The fetched algorithms; only valid after crypt_init() returned CRYPT_OK. */
+const struct crypt_algs *crypt_algs(void);
+
+/* Incremented in the child of every fork(); a nonce pool filled under another value is
+ * stale. */
+uint32_t crypt_fork_generation(void);
+
+/* A secret after parsing (FORMAT.md §1.3). pass points into the caller's secret. */
+struct crypt_secret {
+    const uint8_t *pass; /* passphrase (NULL for a raw key) */
+    size_t pass_len;
+    int is_raw;
+    int has_raw_salt;
+    uint8_t raw_key[CRYPT_KEY_BYTES];
+    uint8_t raw_salt[CRYPT_SALT_BYTES];
+};
+
+/* Sorts a secret into passphrase or raw key (+ salt). CRYPT_OK or CRYPT_EINVAL (empty,
+ * longer than CRYPT_PASSPHRASE_MAX). Raw material lands in *out: crypt_secret_wipe() it. */
+int crypt_secret_parse(const uint8_t *secret, size_t secret_len, struct crypt_secret *out);
+void crypt_secret_wipe(struct crypt_secret *secret);
+
+struct crypt_ctx {
+    const struct crypt_cipher_desc *desc;
+    uint32_t kdf_iter;
+    int legacy;
+    uint8_t salt[CRYPT_SALT_BYTES];
+    uint8_t key[CRYPT_KEY_BYTES];
+    uint8_t hmac_key[CRYPT_KEY_BYTES]; /* sqlcipher only */
+    EVP_CIPHER_CTX *enc;               /* chacha20 stream / CBC encrypt */
+    EVP_CIPHER_CTX *dec;               /* CBC decrypt */
+    EVP_CIPHER_CTX *cts_enc;           /* sqlcipher page 1: CBC-CTS (CS3) */
+    EVP_CIPHER_CTX *cts_dec;
+    EVP_MAC_CTX *mac; /* Poly1305 (re-keyed per page) / HMAC-SHA512 (keyed once) */
+    EVP_MD_CTX *md;   /* aes256cbc page key and IV */
+    uint32_t nonce_pool_generation;
+    uint32_t nonce_pool_used_bytes; /* == CRYPT_NONCE_POOL_BYTES: empty */
+    uint8_t nonce_pool[CRYPT_NONCE_POOL_BYTES];
+};
+
+struct crypt_cipher_desc {
+    int cipher;
+    uint32_t reserve_bytes;
+    uint32_t kdf_iter_default;
+    /* Sets ctx->key (and hmac_key) from the secret and ctx->salt, ctx->kdf_iter. */
+    int (*derive)(crypt_ctx *ctx, const struct crypt_secret *secret);
+    /* Allocates and keys the OpenSSL state from ctx->key (after derive, or in a clone). */
+    int (*open)(crypt_ctx *ctx);
+    /* Arguments already checked by crypt_ctx.c: page size, pgno, flags, reserve. */
+    int (*encrypt)(crypt_ctx *ctx,
+                   uint32_t pgno,
+                   const uint8_t *plain,
+                   uint8_t *out,
+                   uint32_t page_size,
+                   unsigned flags);
+    int (*decrypt)(crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags);
+};
+
+extern const struct crypt_cipher_desc crypt_chacha20_desc;
+extern const struct crypt_cipher_desc crypt_aes256cbc_desc;
+extern const struct crypt_cipher_desc crypt_sqlcipher_desc;
+
+/* Next 16 random bytes for a nonce / IV from the context's pool. CRYPT_OK or CRYPT_EFAIL. */
+int crypt_ctx_nonce(crypt_ctx *ctx, uint8_t nonce[CRYPT_NONCE_BYTES]);
+
+/* ChaCha20 with the sqleet counter rule on a context already bound to ChaCha20. key NULL
+ * keeps the context's key. Splits at the 2^32 block boundary. */
+int crypt_chacha20_stream(EVP_CIPHER_CTX *c,
+                          const uint8_t *key,
+                          uint32_t counter,
+                          const uint8_t nonce[12],
+                          const uint8_t *in,
+                          uint8_t *out,
+                          size_t len);
+
+/* One EVP_CipherUpdate() call that must turn len bytes into exactly len bytes. */
+int crypt_cipher_update(EVP_CIPHER_CTX *c, const uint8_t *in, uint8_t *out, size_t len);
+
+static inline void crypt_put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline uint32_t crypt_get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+#endif /* MV_CRYPT_INTERNAL_H */

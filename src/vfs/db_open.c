@@ -1,0 +1,136 @@
+/*
+ * db_open.c -- mv_db_open(): one call that opens an encrypted database with a cipher and a
+ * key, and the small accessors around it (mv_db_vfs_errmsg, mv_db_info).
+ *
+ * For a new file the order matters and is fixed here: key, page size, reserve bytes, and
+ * only then anything that writes page 1 (the caller's journal_mode, auto_vacuum, CREATE).
+ */
+#include "vfs/vfs.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int mv_fail(sqlite3 **db, char **errmsg_out, int code, const char *fmt, const char *detail)
+{
+    if (errmsg_out != NULL) {
+        *errmsg_out = sqlite3_mprintf(fmt, detail != NULL ? detail : "");
+    }
+    sqlite3_close(*db);
+    *db = NULL;
+    return code;
+}
+
+static int mv_db_set_page_size(sqlite3 *db, int page_size)
+{
+    char sql[64];
+    if (page_size < CRYPT_PAGE_SIZE_MIN || page_size > CRYPT_PAGE_SIZE_MAX ||
+        (page_size & (page_size - 1)) != 0) {
+        return SQLITE_MISUSE;
+    }
+    sqlite3_snprintf((int)sizeof sql, sql, "PRAGMA page_size=%d", page_size);
+    return sqlite3_exec(db, sql, NULL, NULL, NULL);
+}
+
+/* Reads the schema: the first access that decrypts pages. */
+static int mv_db_prove(sqlite3 *db, char **errmsg_out)
+{
+    int rc = sqlite3_exec(db, "SELECT count(*) FROM sqlite_schema", NULL, NULL, NULL);
+    if (rc == SQLITE_OK) {
+        return MV_OK;
+    }
+    int code = mv_error_from_sqlite(sqlite3_extended_errcode(db));
+    const char *vfs_msg = mv_db_vfs_errmsg(db);
+    if (errmsg_out != NULL) {
+        if (code == MV_EAUTH) {
+            *errmsg_out = sqlite3_mprintf("wrong password, or not a mailvault/SQLite3MC database");
+        } else {
+            *errmsg_out = sqlite3_mprintf("%s", vfs_msg != NULL ? vfs_msg : sqlite3_errmsg(db));
+        }
+    }
+    return code;
+}
+
+int mv_db_open(const char *path, const void *secret, size_t secret_len,
+               const struct mv_db_options *opts, sqlite3 **db_out, char **errmsg_out)
+{
+    static const struct mv_db_options defaults = MV_DB_OPTIONS_INIT;
+    const struct mv_db_options *o = opts != NULL ? opts : &defaults;
+    sqlite3 *db = NULL;
+    *db_out = NULL;
+    if (errmsg_out != NULL) {
+        *errmsg_out = NULL;
+    }
+    if (path == NULL || secret == NULL || secret_len == 0 || o->cipher > MV_CIPHER_NONE ||
+        (o->flags & ~(unsigned)(MV_DB_CREATE | MV_DB_READONLY)) != 0) {
+        return mv_fail(&db, errmsg_out, MV_EINVAL, "invalid arguments to mv_db_open%s", NULL);
+    }
+    int rc = mv_vfs_register(NULL, 0);
+    if (rc != MV_OK) {
+        return mv_fail(&db, errmsg_out, rc, "cannot register the mailvault VFS%s", NULL);
+    }
+    struct stat st;
+    int exists = stat(path, &st) == 0;
+    if (!exists && (errno != ENOENT || !(o->flags & MV_DB_CREATE) ||
+                    (o->flags & MV_DB_READONLY))) {
+        return mv_fail(&db, errmsg_out, MV_ENOTFOUND, "%s: no such database", path);
+    }
+    int flags = (o->flags & MV_DB_READONLY) ? SQLITE_OPEN_READONLY
+                                            : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    rc = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOFOLLOW, MV_VFS_NAME);
+    if (rc != SQLITE_OK) {
+        return mv_fail(&db, errmsg_out, mv_error_from_sqlite(rc), "%s", sqlite3_errmsg(db));
+    }
+    sqlite3_extended_result_codes(db, 1);
+    if (o->cipher == MV_CIPHER_NONE) {
+        return mv_fail(&db, errmsg_out, MV_EINVAL,
+                       "cipher none: open unencrypted files with sqlite3_open_v2()%s", NULL);
+    }
+    struct mv_fcntl_key key = {secret, secret_len, (int)o->cipher, o->kdf_iter, o->legacy, ""};
+    rc = sqlite3_file_control(db, "main", MV_FCNTL_KEY, &key);
+    if (rc != SQLITE_OK) {
+        int code = rc == SQLITE_NOTADB ? MV_EAUTH
+                   : rc == SQLITE_CORRUPT ? MV_ECORRUPT
+                   : rc == SQLITE_NOMEM   ? MV_ENOMEM
+                   : strstr(key.errmsg, "not encrypted") != NULL ? MV_EUNSUPPORTED
+                                                                 : MV_EINVAL;
+        return mv_fail(&db, errmsg_out, code, "%s", key.errmsg);
+    }
+    sqlite3_int64 size = exists ? (sqlite3_int64)st.st_size : 0;
+    if (size == 0) {
+        /* New file: page size and reserve bytes before anything writes page 1. */
+        if (o->page_size != 0 && mv_db_set_page_size(db, o->page_size) != SQLITE_OK) {
+            return mv_fail(&db, errmsg_out, MV_EINVAL, "invalid page size%s", NULL);
+        }
+        int reserve = (int)crypt_reserve_bytes(o->cipher != MV_CIPHER_AUTO ? (int)o->cipher
+                                                                           : CRYPT_CIPHER_CHACHA20);
+        (void)sqlite3_file_control(db, "main", SQLITE_FCNTL_RESERVE_BYTES, &reserve);
+        *db_out = db;
+        return MV_OK;
+    }
+    rc = mv_db_prove(db, errmsg_out);
+    if (rc != MV_OK) {
+        sqlite3_close(db);
+        return rc;
+    }
+    *db_out = db;
+    return MV_OK;
+}
+
+const char *mv_db_vfs_errmsg(sqlite3 *db)
+{
+    const char *msg = NULL;
+    if (db == NULL || sqlite3_file_control(db, "main", MV_FCNTL_ERRMSG, &msg) != SQLITE_OK) {
+        return NULL;
+    }
+    return msg;
+}
+
+int mv_db_info(sqlite3 *db, struct mv_db_info *info_out)
+{
+    if (db == NULL || info_out == NULL ||
+        sqlite3_file_control(db, "main", MV_FCNTL_INFO, info_out) != SQLITE_OK) {
+        return MV_EINVAL;
+    }
+    return MV_OK;
+}

@@ -1,0 +1,154 @@
+/*
+ * vfs.h -- internals of the encrypting VFS shim, shared by the files of src/vfs.
+ *
+ * One sqlite3_file subclass, struct mv_file, serves every kind of file SQLite opens; its
+ * `kind` picks the methods' behaviour:
+ *
+ *   MAIN     main database: pages encrypted with the connection's codec (vfs_main.c)
+ *   JOURNAL  rollback journal of an encrypted main db: page images encrypted with the page's
+ *            own number, headers and checksums plain, as SQLite3MC does (vfs_journal.c)
+ *   WAL      write-ahead log: frames encrypted, checksums over ciphertext (vfs_wal.c)
+ *   TEMP     temp db, temp journal, sub-journal, transient db: a block layer under a random
+ *            per-file key (vfs_temp.c)
+ *   PLAIN    everything else (super-journal, shm): passed through
+ *
+ * A main file owns a struct mv_codec (keys, page size, errors). Its journal and WAL find the
+ * codec through the registry of open main files (vfs_registry.c), matching the file name
+ * pointer SQLite passes, and hold a reference to it.
+ */
+#ifndef MV_VFS_H
+#define MV_VFS_H
+
+#include "crypto/crypt.h"
+#include "mailvault.h"
+#include "vfs/vfs_sqlite.h"
+
+#include <stdint.h>
+
+/* Custom file-control opcodes (SQLite reserves nothing above 100 for us; pick values no
+ * other VFS in the process is likely to use). */
+#define MV_FCNTL_KEY    0x6d760001 /* pArg: struct mv_fcntl_key* */
+#define MV_FCNTL_ERRMSG 0x6d760002 /* pArg: const char** (codec-owned, may be NULL) */
+#define MV_FCNTL_INFO   0x6d760003 /* pArg: struct mv_db_info* */
+#define MV_FCNTL_ATTACH 0x6d760004 /* pArg: sqlite3* of the connection (auto-extension) */
+
+struct mv_fcntl_key {
+    const uint8_t *secret;
+    size_t secret_len;
+    int cipher; /* mv_cipher */
+    uint32_t kdf_iter;
+    int legacy;
+    char errmsg[256]; /* out: the reason when the call fails */
+};
+
+enum mv_file_kind { MV_FILE_PLAIN, MV_FILE_MAIN, MV_FILE_JOURNAL, MV_FILE_WAL, MV_FILE_TEMP };
+
+/* Key state of a main file. */
+enum mv_key_state {
+    MV_KEY_NONE,     /* no key given: a plaintext file is passed through */
+    MV_KEY_OK,       /* keyed and proven by page 1, or a new file */
+    MV_KEY_REJECTED, /* keyed, but page 1 does not authenticate: no write may happen */
+};
+
+struct mv_codec {
+    int refs;
+    crypt_ctx *crypt;      /* NULL until keyed */
+    int key_state;         /* enum mv_key_state */
+    int encrypted_on_disk; /* page 1 on disk is not a plaintext SQLite header */
+    int cipher;            /* requested (before key) or in use (after); 0 = auto */
+    uint32_t kdf_iter;
+    int legacy;
+    uint32_t page_size;   /* 0 until known from the header or the first page-1 write */
+    uint8_t *scratch;     /* WAL frame header + one page */
+    uint32_t scratch_size;
+    sqlite3 *db;          /* the connection, once the auto-extension told us */
+    char errmsg[256];     /* last error, for mv_db_vfs_errmsg() */
+};
+
+struct mv_file {
+    sqlite3_file base;
+    int kind;                /* enum mv_file_kind */
+    sqlite3_file *lower;     /* the lower VFS's file, allocated right after this struct */
+    const char *name;        /* as SQLite passed it (identity for journal/WAL lookup) */
+    struct mv_codec *codec;  /* MAIN: owned reference; JOURNAL/WAL: shared reference */
+    struct mv_file *next;    /* registry chain (MAIN only) */
+    int lock_level;
+    /* JOURNAL: the page number field most recently read or written, and where. */
+    int64_t record_pgno_offset;
+    uint32_t record_pgno;
+    int64_t record_page_end;
+    /* WAL: a frame header held back until its page arrives. */
+    int pending_header;
+    int64_t pending_offset;
+    uint8_t pending[24];
+    uint32_t wal_page_size;
+    /* TEMP: logical size, key and one block of scratch. */
+    int64_t temp_size;
+    crypt_ctx *temp_crypt;
+    uint8_t *temp_block;
+};
+
+/* The VFS object and its lower VFS (vfs_register.c). */
+sqlite3_vfs *mv_vfs_lower(void);
+extern const sqlite3_io_methods mv_io_methods;
+
+/* Registry of open main files (vfs_registry.c). */
+void mv_registry_add(struct mv_file *f);
+void mv_registry_remove(struct mv_file *f);
+/* The codec of the main db that file name zName (a journal or WAL name SQLite passed)
+ * belongs to, with a new reference; NULL if none. */
+struct mv_codec *mv_registry_codec_for(const char *zName);
+
+/* Codec (vfs_codec.c). */
+struct mv_codec *mv_codec_new(void);
+void mv_codec_release(struct mv_codec *c);
+int mv_codec_scratch(struct mv_codec *c, uint32_t size);
+void mv_codec_set_error(struct mv_codec *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Whether writes must be refused: encrypted on disk but no proven key. */
+int mv_codec_write_blocked(const struct mv_codec *c);
+/* Encrypt/decrypt helpers that map crypto results to SQLite codes. */
+int mv_codec_encrypt(struct mv_codec *c, uint32_t pgno, const uint8_t *in, uint8_t *out,
+                     uint32_t page_size);
+int mv_codec_decrypt(struct mv_codec *c, uint32_t pgno, uint8_t *page, uint32_t page_size);
+
+/* Keying (vfs_keying.c). */
+int mv_keying_apply(struct mv_file *f, const struct mv_fcntl_key *k);
+int mv_keying_pragma(struct mv_file *f, char **azArg);
+int mv_keying_from_uri(struct mv_file *f, const char *zName);
+void mv_keying_attach(struct mv_file *f, sqlite3 *db);
+
+/* Per-kind I/O (vfs_main.c, vfs_journal.c, vfs_wal.c, vfs_temp.c). */
+int mv_main_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
+int mv_main_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
+int mv_journal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
+int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
+int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
+int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
+int mv_wal_flush(struct mv_file *f);
+int mv_temp_open(struct mv_file *f);
+void mv_temp_close(struct mv_file *f);
+int mv_temp_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
+int mv_temp_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
+int mv_temp_truncate(struct mv_file *f, sqlite3_int64 size);
+
+/* Helpers. */
+static inline uint32_t mv_get_be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline void mv_put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+/* Page size from header bytes 16..17 (1 means 65536); 0 if not a valid page size. */
+uint32_t mv_header_page_size(const uint8_t hdr[24]);
+/* Whether bytes 16..23 look like a plain SQLite header (non-legacy encrypted or plain). */
+int mv_header_plain_valid(const uint8_t hdr[24]);
+
+#define MV_SQLITE_MAGIC "SQLite format 3"
+
+#endif /* MV_VFS_H */

@@ -1,0 +1,431 @@
+/*
+ * vfs_keying.c -- giving a main database its key: PRAGMA cipher/key/hexkey/kdf_iter/legacy
+ * (through SQLITE_FCNTL_PRAGMA, as SQLite3 Multiple Ciphers takes them), URI parameters,
+ * and the MV_FCNTL_KEY file control behind mv_db_open().
+ *
+ * IMPLEMENTATION NOTES
+ *   - The cipher of an existing file is recognised from its plain header bytes: reserve 32
+ *     is chacha20, 80 sqlcipher, 0 aes256cbc. Only real SQLCipher 4 files (legacy=4), whose
+ *     header is encrypted, need PRAGMA cipher and legacy first. So one KDF runs per open.
+ *   - The key is proven at once by authenticating page 1. A rejected key blocks every write
+ *     and hides hot journals (vfs_register.c), so a wrong password never changes a byte.
+ *   - SQLITE_FCNTL_PRAGMA runs while the statement is prepared, before SQLite reads a page,
+ *     which is what lets the key arrive in time.
+ *
+ * LIMITATIONS
+ *   - No rekey through PRAGMA: SQLite 3.40's public API gives no pager access. Rekeying is
+ *     a copy into a new file plus an atomic rename (the operations layer).
+ */
+#include "vfs/vfs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MV_KDF_ITER_MAX 100000000u /* beyond this an open would take minutes */
+#define MV_KEY_VERIFY_TRIES 4      /* page 1 re-read if a concurrent checkpoint tore it */
+
+static int mv_read_header(struct mv_file *f, uint8_t hdr[24], sqlite3_int64 *size)
+{
+    int rc = f->lower->pMethods->xFileSize(f->lower, size);
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    memset(hdr, 0, 24);
+    if (*size < 24) {
+        return SQLITE_OK;
+    }
+    return f->lower->pMethods->xRead(f->lower, hdr, 24, 0);
+}
+
+/* Sets the reserve bytes of a new, keyed file through its connection. */
+static void mv_apply_reserve(struct mv_file *f)
+{
+    struct mv_codec *c = f->codec;
+    if (c->db == NULL || c->crypt == NULL) {
+        return;
+    }
+    int n = (int)crypt_reserve_bytes(crypt_ctx_cipher(c->crypt));
+    const char *schema;
+    for (int i = 0; (schema = sqlite3_db_name(c->db, i)) != NULL; i++) {
+        sqlite3_file *fp = NULL;
+        if (sqlite3_file_control(c->db, schema, SQLITE_FCNTL_FILE_POINTER, &fp) == SQLITE_OK &&
+            fp == &f->base) {
+            (void)sqlite3_file_control(c->db, schema, SQLITE_FCNTL_RESERVE_BYTES, &n);
+            return;
+        }
+    }
+}
+
+void mv_keying_attach(struct mv_file *f, sqlite3 *db)
+{
+    f->codec->db = db;
+    sqlite3_int64 size = 0;
+    if (f->codec->crypt != NULL && f->lower->pMethods->xFileSize(f->lower, &size) == SQLITE_OK &&
+        size == 0) {
+        mv_apply_reserve(f);
+    }
+}
+
+static int mv_cipher_for_reserve(int reserve)
+{
+    switch (reserve) {
+    case CRYPT_CHACHA20_RESERVE:
+        return CRYPT_CIPHER_CHACHA20;
+    case CRYPT_SQLCIPHER_RESERVE:
+        return CRYPT_CIPHER_SQLCIPHER;
+    case CRYPT_AES256CBC_RESERVE:
+        return CRYPT_CIPHER_AES256CBC;
+    default:
+        return 0;
+    }
+}
+
+/* Picks the cipher and page size of an existing encrypted file from its header. */
+static int mv_choose_existing(struct mv_codec *c, const uint8_t hdr[24], int *cipher,
+                              uint32_t *page_size, char *err, size_t errlen)
+{
+    if (!mv_header_plain_valid(hdr)) {
+        if (c->cipher == CRYPT_CIPHER_SQLCIPHER && c->legacy == 4) {
+            *cipher = CRYPT_CIPHER_SQLCIPHER;
+            *page_size = 4096;
+            return SQLITE_OK;
+        }
+        snprintf(err, errlen, "wrong password, or not a mailvault/SQLite3MC database "
+                              "(unrecognised header; a real SQLCipher 4 file needs "
+                              "PRAGMA cipher='sqlcipher' and PRAGMA legacy=4 first)");
+        return SQLITE_NOTADB;
+    }
+    int detected = mv_cipher_for_reserve(hdr[20]);
+    *page_size = mv_header_page_size(hdr);
+    *cipher = c->cipher != 0 ? c->cipher : detected;
+    if (*cipher == 0) {
+        snprintf(err, errlen, "unrecognised encryption: the header reserves %u bytes per page; "
+                              "say which cipher with PRAGMA cipher",
+                 hdr[20]);
+        return SQLITE_NOTADB;
+    }
+    if (hdr[20] < crypt_reserve_bytes(*cipher) || (c->legacy != 0 && detected != 0)) {
+        snprintf(err, errlen, "cipher %s cannot read this file (it reserves %u bytes per page)",
+                 mv_cipher_name((mv_cipher)*cipher), hdr[20]);
+        return SQLITE_NOTADB;
+    }
+    return SQLITE_OK;
+}
+
+/* Authenticates page 1 with the new key; retried in case a concurrent writer tore it. */
+static int mv_verify_page1(struct mv_file *f, uint32_t page_size)
+{
+    struct mv_codec *c = f->codec;
+    int rc = mv_codec_scratch(c, page_size);
+    for (int i = 0; rc == SQLITE_OK && i < MV_KEY_VERIFY_TRIES; i++) {
+        rc = f->lower->pMethods->xRead(f->lower, c->scratch, (int)page_size, 0);
+        if (rc != SQLITE_OK) {
+            return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_CORRUPT : rc;
+        }
+        if (crypt_page_decrypt(c->crypt, 1, c->scratch, page_size, CRYPT_PAGE_DB_HEADER) ==
+            CRYPT_OK) {
+            return SQLITE_OK;
+        }
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    return rc == SQLITE_OK ? SQLITE_NOTADB : rc;
+}
+
+static int mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char *err,
+                      size_t errlen)
+{
+    struct mv_codec *c = f->codec;
+    if (c->crypt != NULL && c->key_state == MV_KEY_OK) {
+        snprintf(err, errlen, "the key is already set (to change a password, rekey the "
+                              "database into a new file)");
+        return SQLITE_ERROR;
+    }
+    crypt_ctx_free(c->crypt);
+    c->crypt = NULL;
+    c->key_state = MV_KEY_NONE;
+
+    uint8_t hdr[24];
+    sqlite3_int64 size;
+    int rc = mv_read_header(f, hdr, &size);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "cannot read the database header");
+        return rc;
+    }
+    int existing = size > 0;
+    if (existing && memcmp(hdr, MV_SQLITE_MAGIC, 16) == 0) {
+        snprintf(err, errlen, "this database is not encrypted: open it without a key");
+        return SQLITE_ERROR;
+    }
+    struct crypt_params params = {c->cipher != 0 ? c->cipher : CRYPT_CIPHER_CHACHA20,
+                                  c->kdf_iter, c->legacy};
+    uint32_t page_size = 0;
+    if (existing) {
+        c->encrypted_on_disk = 1;
+        if (size < 24) {
+            c->key_state = MV_KEY_REJECTED;
+            snprintf(err, errlen, "the file is truncated (%lld bytes): not a database",
+                     (long long)size);
+            return SQLITE_CORRUPT;
+        }
+        rc = mv_choose_existing(c, hdr, &params.cipher, &page_size, err, errlen);
+        if (rc != SQLITE_OK) {
+            c->key_state = MV_KEY_REJECTED;
+            return rc;
+        }
+    }
+    if (params.legacy != 0 && params.cipher != CRYPT_CIPHER_SQLCIPHER) {
+        snprintf(err, errlen, "legacy=%d is only supported for cipher sqlcipher", params.legacy);
+        return SQLITE_ERROR;
+    }
+    crypt_ctx *ctx = NULL;
+    int crc = crypt_ctx_create(&params, secret, len, existing ? hdr : NULL, &ctx);
+    if (crc != CRYPT_OK) {
+        snprintf(err, errlen, crc == CRYPT_EINVAL ? "invalid key for cipher %s"
+                                                  : "cannot derive the key for cipher %s",
+                 mv_cipher_name((mv_cipher)params.cipher));
+        return crc == CRYPT_ENOMEM ? SQLITE_NOMEM : SQLITE_ERROR;
+    }
+    c->crypt = ctx;
+    c->cipher = params.cipher;
+    if (!existing) {
+        c->key_state = MV_KEY_OK;
+        c->encrypted_on_disk = 1;
+        mv_apply_reserve(f);
+        return SQLITE_OK;
+    }
+    rc = mv_verify_page1(f, page_size);
+    if (rc != SQLITE_OK) {
+        crypt_ctx_free(c->crypt);
+        c->crypt = NULL;
+        c->key_state = MV_KEY_REJECTED;
+        snprintf(err, errlen, rc == SQLITE_NOTADB
+                                  ? "wrong password, or not a mailvault/SQLite3MC database"
+                                  : "the file is truncated or unreadable: page 1 is incomplete");
+        return rc;
+    }
+    c->page_size = page_size;
+    c->key_state = MV_KEY_OK;
+    return SQLITE_OK;
+}
+
+int mv_keying_apply(struct mv_file *f, const struct mv_fcntl_key *k)
+{
+    struct mv_fcntl_key *out = (struct mv_fcntl_key *)k;
+    struct mv_codec *c = f->codec;
+    if (k->cipher == MV_CIPHER_NONE || k->cipher < 0 || k->cipher > MV_CIPHER_SQLCIPHER) {
+        snprintf(out->errmsg, sizeof out->errmsg, "no such cipher");
+        return SQLITE_ERROR;
+    }
+    c->cipher = k->cipher;
+    c->kdf_iter = k->kdf_iter;
+    c->legacy = k->legacy;
+    int rc = mv_set_key(f, k->secret, k->secret_len, out->errmsg, sizeof out->errmsg);
+    if (rc != SQLITE_OK) {
+        mv_codec_set_error(c, "%s", out->errmsg);
+    }
+    return rc;
+}
+
+/* Parses a decimal in [lo, hi]; 0 on success. */
+static int mv_parse_uint(const char *s, unsigned long lo, unsigned long hi, uint32_t *out)
+{
+    if (s == NULL || *s == '\0') {
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < lo || v > hi || s[0] == '-') {
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int mv_hex_value(char ch)
+{
+    if (ch >= '0' && ch <= '9') {
+        return ch - '0';
+    }
+    if (ch >= 'a' && ch <= 'f') {
+        return ch - 'a' + 10;
+    }
+    if (ch >= 'A' && ch <= 'F') {
+        return ch - 'A' + 10;
+    }
+    return -1;
+}
+
+/* PRAGMA hexkey: the hex digits decode to the passphrase bytes. */
+static int mv_set_hexkey(struct mv_file *f, const char *hex, char *err, size_t errlen)
+{
+    size_t n = strlen(hex);
+    if (n == 0 || n % 2 != 0 || n / 2 > CRYPT_PASSPHRASE_MAX) {
+        snprintf(err, errlen, "hexkey needs an even number of hex digits");
+        return SQLITE_ERROR;
+    }
+    uint8_t *bytes = malloc(n / 2);
+    if (bytes == NULL) {
+        return SQLITE_NOMEM;
+    }
+    int rc = SQLITE_OK;
+    for (size_t i = 0; i < n / 2; i++) {
+        int hi = mv_hex_value(hex[2 * i]), lo = mv_hex_value(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            snprintf(err, errlen, "hexkey has a character that is not a hex digit");
+            rc = SQLITE_ERROR;
+            break;
+        }
+        bytes[i] = (uint8_t)(hi << 4 | lo);
+    }
+    if (rc == SQLITE_OK) {
+        rc = mv_set_key(f, bytes, n / 2, err, errlen);
+    }
+    crypt_wipe(bytes, n / 2);
+    free(bytes);
+    return rc;
+}
+
+/* The SQLite3MC pragmas mailvault knows but does not support: an error, never silence. */
+static int mv_unsupported_pragma(const char *name)
+{
+    static const char *const names[] = {
+        "rekey", "hexrekey", "textrekey", "hmac_check", "mc_legacy_wal", "plaintext_header_size",
+        "cipher_salt", "legacy_page_size", "fast_kdf_iter", "hmac_use", "hmac_pgno",
+        "hmac_salt_mask", "kdf_algorithm", "hmac_algorithm", "textkey"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (sqlite3_stricmp(name, names[i]) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int mv_pragma_result(char **azArg, int rc, const char *text)
+{
+    azArg[0] = text != NULL ? sqlite3_mprintf("%s", text) : NULL;
+    return rc;
+}
+
+static int mv_pragma_setting(struct mv_file *f, const char *name, const char *value,
+                             char **azArg)
+{
+    struct mv_codec *c = f->codec;
+    char buf[32];
+    if (value != NULL && c->crypt != NULL) {
+        return mv_pragma_result(azArg, SQLITE_ERROR, "set cipher options before the key");
+    }
+    if (sqlite3_stricmp(name, "cipher") == 0) {
+        if (value == NULL) {
+            return mv_pragma_result(azArg, SQLITE_OK,
+                                    mv_cipher_name((mv_cipher)(c->cipher ? c->cipher : 1)));
+        }
+        mv_cipher cipher;
+        if (mv_cipher_from_name(value, &cipher) != MV_OK || cipher == MV_CIPHER_AUTO ||
+            cipher == MV_CIPHER_NONE) {
+            return mv_pragma_result(azArg, SQLITE_ERROR,
+                                    "unknown cipher: use chacha20, aes256cbc or sqlcipher");
+        }
+        c->cipher = (int)cipher;
+        return mv_pragma_result(azArg, SQLITE_OK, NULL);
+    }
+    if (sqlite3_stricmp(name, "kdf_iter") == 0) {
+        if (value == NULL) {
+            snprintf(buf, sizeof buf, "%u", c->crypt ? crypt_ctx_kdf_iter(c->crypt) : c->kdf_iter);
+            return mv_pragma_result(azArg, SQLITE_OK, buf);
+        }
+        if (mv_parse_uint(value, 1, MV_KDF_ITER_MAX, &c->kdf_iter) != 0) {
+            return mv_pragma_result(azArg, SQLITE_ERROR, "kdf_iter must be 1..100000000");
+        }
+        return mv_pragma_result(azArg, SQLITE_OK, NULL);
+    }
+    /* legacy */
+    if (value == NULL) {
+        snprintf(buf, sizeof buf, "%d", c->legacy);
+        return mv_pragma_result(azArg, SQLITE_OK, buf);
+    }
+    uint32_t legacy;
+    if (mv_parse_uint(value, 0, 4, &legacy) != 0 || (legacy != 0 && legacy != 4)) {
+        return mv_pragma_result(azArg, SQLITE_ERROR,
+                                "legacy must be 0, or 4 (real SQLCipher 4) with cipher sqlcipher");
+    }
+    c->legacy = (int)legacy;
+    return mv_pragma_result(azArg, SQLITE_OK, NULL);
+}
+
+int mv_keying_pragma(struct mv_file *f, char **azArg)
+{
+    const char *name = azArg[1], *value = azArg[2];
+    char err[256] = "";
+    if (sqlite3_stricmp(name, "key") == 0 || sqlite3_stricmp(name, "hexkey") == 0) {
+        if (value == NULL) {
+            return mv_pragma_result(azArg, SQLITE_ERROR, "PRAGMA key needs a value");
+        }
+        int rc = sqlite3_stricmp(name, "key") == 0
+                     ? mv_set_key(f, (const uint8_t *)value, strlen(value), err, sizeof err)
+                     : mv_set_hexkey(f, value, err, sizeof err);
+        if (rc != SQLITE_OK) {
+            mv_codec_set_error(f->codec, "%s", err);
+            return mv_pragma_result(azArg, rc == SQLITE_NOMEM ? rc : SQLITE_ERROR, err);
+        }
+        return mv_pragma_result(azArg, SQLITE_OK, "ok");
+    }
+    if (sqlite3_stricmp(name, "cipher") == 0 || sqlite3_stricmp(name, "kdf_iter") == 0 ||
+        sqlite3_stricmp(name, "legacy") == 0) {
+        return mv_pragma_setting(f, name, value, azArg);
+    }
+    if (mv_unsupported_pragma(name)) {
+        snprintf(err, sizeof err,
+                 "PRAGMA %s is not supported by mailvault (rekey: copy into a new file with "
+                 "`mailvault passwd`)",
+                 name);
+        return mv_pragma_result(azArg, SQLITE_ERROR, err);
+    }
+    return SQLITE_NOTFOUND;
+}
+
+int mv_keying_from_uri(struct mv_file *f, const char *zName)
+{
+    struct mv_codec *c = f->codec;
+    const char *cipher = sqlite3_uri_parameter(zName, "cipher");
+    const char *kdf_iter = sqlite3_uri_parameter(zName, "kdf_iter");
+    const char *legacy = sqlite3_uri_parameter(zName, "legacy");
+    const char *key = sqlite3_uri_parameter(zName, "key");
+    const char *hexkey = sqlite3_uri_parameter(zName, "hexkey");
+    char *ignored[3] = {NULL, NULL, NULL};
+    char err[256];
+    int rc = SQLITE_OK;
+    if (cipher != NULL) {
+        ignored[1] = (char *)"cipher";
+        ignored[2] = (char *)cipher;
+        rc = mv_pragma_setting(f, "cipher", cipher, ignored);
+    }
+    if (rc == SQLITE_OK && kdf_iter != NULL) {
+        sqlite3_free(ignored[0]);
+        rc = mv_pragma_setting(f, "kdf_iter", kdf_iter, ignored);
+    }
+    if (rc == SQLITE_OK && legacy != NULL) {
+        sqlite3_free(ignored[0]);
+        rc = mv_pragma_setting(f, "legacy", legacy, ignored);
+    }
+    if (rc != SQLITE_OK) {
+        mv_codec_set_error(c, "%s", ignored[0] != NULL ? ignored[0] : "bad URI parameter");
+        sqlite3_free(ignored[0]);
+        return SQLITE_CANTOPEN;
+    }
+    sqlite3_free(ignored[0]);
+    /* A wrong key leaves the file rejected: the first statement then reports NOTADB. */
+    if (key != NULL) {
+        rc = mv_set_key(f, (const uint8_t *)key, strlen(key), err, sizeof err);
+    } else if (hexkey != NULL) {
+        rc = mv_set_hexkey(f, hexkey, err, sizeof err);
+    }
+    if (rc != SQLITE_OK) {
+        mv_codec_set_error(c, "%s", err);
+    }
+    return rc == SQLITE_NOMEM ? rc : SQLITE_OK;
+}

@@ -1,0 +1,246 @@
+/*
+ * vfs_wal.c -- the write-ahead log of an encrypted database, in SQLite3 Multiple Ciphers'
+ * current (non-legacy) WAL format: frame pages encrypted, frame checksums over ciphertext.
+ *
+ * Stock SQLite computes a frame's checksum over the plaintext page it hands us. SQLite3MC
+ * patches SQLite to encrypt first, so its checksums cover ciphertext, and WAL recovery on
+ * either side drops frames whose checksum does not match. To stay byte-compatible this shim
+ * recomputes the checksum chain over ciphertext (FORMAT.md §5.3):
+ *
+ *   writes  The 24-byte frame header is held back. When the frame's page follows at
+ *           offset + 24, the page is encrypted, the chain is continued from the previous
+ *           frame's checksum as stored on disk (or the WAL header's for frame 1) over header
+ *           bytes 0..7 and the ciphertext, and header + ciphertext go down in one write.
+ *           Any other operation first writes a held-back header as it is: that is SQLite
+ *           rewriting checksums (walRewriteChecksums) from frames it read raw, i.e. over
+ *           ciphertext already. A page written alone into an existing frame (an in-place
+ *           overwrite within one transaction) is encrypted with the page number stored in
+ *           that frame's header; SQLite rewrites the checksums before the commit.
+ *   reads   A page-sized read at a frame's page offset is decrypted with the page number
+ *           from the frame header on disk; everything else (header, whole frames read by
+ *           recovery, checksum fields) is returned raw, so SQLite verifies ciphertext.
+ *
+ * LIMITATIONS
+ *   SQLite's own running checksum in the WAL index mixes the two domains. Nothing here
+ *   trusts it, but a concurrent SQLite3MC process would: never run both at once on one WAL
+ *   database. Handing a WAL over while closed is safe in both directions.
+ */
+#include "vfs/vfs.h"
+
+#include <string.h>
+
+#define MV_WAL_HEADER_BYTES 32
+#define MV_WAL_FRAME_HEADER_BYTES 24
+
+static int mv_wal_active(const struct mv_file *f)
+{
+    return f->codec->crypt != NULL && f->codec->key_state == MV_KEY_OK;
+}
+
+static uint32_t mv_wal_page_size(struct mv_file *f)
+{
+    if (f->wal_page_size == 0) {
+        uint8_t hdr[MV_WAL_HEADER_BYTES];
+        if (f->lower->pMethods->xRead(f->lower, hdr, MV_WAL_HEADER_BYTES, 0) == SQLITE_OK) {
+            f->wal_page_size = mv_get_be32(hdr + 8);
+        }
+        if (f->wal_page_size == 0) {
+            f->wal_page_size = f->codec->page_size;
+        }
+    }
+    return f->wal_page_size;
+}
+
+/* Whether off is where a frame's page starts (page_offset 1) or its header starts (0). */
+static int mv_wal_frame_at(sqlite3_int64 off, uint32_t page_size, int page_offset)
+{
+    sqlite3_int64 frame = (sqlite3_int64)page_size + MV_WAL_FRAME_HEADER_BYTES;
+    sqlite3_int64 base = MV_WAL_HEADER_BYTES + (page_offset ? MV_WAL_FRAME_HEADER_BYTES : 0);
+    return page_size != 0 && off >= base && (off - base) % frame == 0;
+}
+
+static sqlite3_int64 mv_wal_frame_number(sqlite3_int64 header_off, uint32_t page_size)
+{
+    return (header_off - MV_WAL_HEADER_BYTES) / ((sqlite3_int64)page_size + 24) + 1;
+}
+
+int mv_wal_flush(struct mv_file *f)
+{
+    if (!f->pending_header) {
+        return SQLITE_OK;
+    }
+    f->pending_header = 0;
+    return f->lower->pMethods->xWrite(f->lower, f->pending, MV_WAL_FRAME_HEADER_BYTES,
+                                      f->pending_offset);
+}
+
+static uint32_t mv_get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* SQLite's WAL checksum: pairs of 32-bit words, s0 += x0 + s1, s1 += x1 + s0. */
+static void mv_wal_checksum(int big_endian, const uint8_t *p, size_t n, uint32_t s[2])
+{
+    uint32_t s0 = s[0], s1 = s[1];
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint32_t x0 = big_endian ? mv_get_be32(p + i) : mv_get_le32(p + i);
+        uint32_t x1 = big_endian ? mv_get_be32(p + i + 4) : mv_get_le32(p + i + 4);
+        s0 += x0 + s1;
+        s1 += x1 + s0;
+    }
+    s[0] = s0;
+    s[1] = s1;
+}
+
+/* The checksum the frame at header_off continues from, and the WAL's word order. */
+static int mv_wal_chain_seed(struct mv_file *f, sqlite3_int64 header_off, uint32_t page_size,
+                             uint32_t seed[2], int *big_endian)
+{
+    uint8_t hdr[MV_WAL_HEADER_BYTES];
+    int rc = f->lower->pMethods->xRead(f->lower, hdr, MV_WAL_HEADER_BYTES, 0);
+    if (rc != SQLITE_OK) {
+        return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_WRITE : rc;
+    }
+    *big_endian = (int)(mv_get_be32(hdr) & 1);
+    if (header_off == MV_WAL_HEADER_BYTES) {
+        seed[0] = mv_get_be32(hdr + 24);
+        seed[1] = mv_get_be32(hdr + 28);
+        return SQLITE_OK;
+    }
+    uint8_t prev[8];
+    sqlite3_int64 prev_off = header_off - (sqlite3_int64)page_size - MV_WAL_FRAME_HEADER_BYTES;
+    rc = f->lower->pMethods->xRead(f->lower, prev, 8, prev_off + 16);
+    if (rc != SQLITE_OK) {
+        return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_WRITE : rc;
+    }
+    seed[0] = mv_get_be32(prev);
+    seed[1] = mv_get_be32(prev + 4);
+    return SQLITE_OK;
+}
+
+/* A new frame: the held-back header plus this page, encrypted and re-checksummed. */
+static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t page_size)
+{
+    struct mv_codec *c = f->codec;
+    uint32_t frame_bytes = page_size + MV_WAL_FRAME_HEADER_BYTES;
+    int rc = mv_codec_scratch(c, frame_bytes);
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    uint8_t *frame = c->scratch;
+    memcpy(frame, f->pending, MV_WAL_FRAME_HEADER_BYTES);
+    f->pending_header = 0;
+    uint32_t pgno = mv_get_be32(frame);
+    rc = mv_codec_encrypt(c, pgno, page, frame + MV_WAL_FRAME_HEADER_BYTES, page_size);
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    uint32_t sum[2];
+    int big_endian;
+    rc = mv_wal_chain_seed(f, f->pending_offset, page_size, sum, &big_endian);
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    mv_wal_checksum(big_endian, frame, 8, sum);
+    mv_wal_checksum(big_endian, frame + MV_WAL_FRAME_HEADER_BYTES, page_size, sum);
+    mv_put_be32(frame + 16, sum[0]);
+    mv_put_be32(frame + 20, sum[1]);
+    return f->lower->pMethods->xWrite(f->lower, frame, (int)frame_bytes, f->pending_offset);
+}
+
+/* A page written alone into an existing frame; its checksum is rewritten by SQLite. */
+static int mv_wal_overwrite_page(struct mv_file *f, const uint8_t *page, uint32_t page_size,
+                                 sqlite3_int64 off)
+{
+    struct mv_codec *c = f->codec;
+    uint8_t hdr[4];
+    int rc = f->lower->pMethods->xRead(f->lower, hdr, 4, off - MV_WAL_FRAME_HEADER_BYTES);
+    if (rc != SQLITE_OK) {
+        return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_WRITE : rc;
+    }
+    rc = mv_codec_scratch(c, page_size);
+    if (rc == SQLITE_OK) {
+        rc = mv_codec_encrypt(c, mv_get_be32(hdr), page, c->scratch, page_size);
+    }
+    if (rc == SQLITE_OK) {
+        rc = f->lower->pMethods->xWrite(f->lower, c->scratch, (int)page_size, off);
+    }
+    return rc;
+}
+
+int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
+{
+    if (mv_codec_write_blocked(f->codec)) {
+        return SQLITE_READONLY;
+    }
+    if (!mv_wal_active(f)) {
+        return f->lower->pMethods->xWrite(f->lower, buf, amt, off);
+    }
+    if (amt == MV_WAL_HEADER_BYTES && off == 0) {
+        int rc = mv_wal_flush(f);
+        if (rc != SQLITE_OK) {
+            return rc;
+        }
+        f->wal_page_size = mv_get_be32((const uint8_t *)buf + 8);
+        return f->lower->pMethods->xWrite(f->lower, buf, amt, off);
+    }
+    uint32_t page_size = mv_wal_page_size(f);
+    if (amt == MV_WAL_FRAME_HEADER_BYTES && mv_wal_frame_at(off, page_size, 0)) {
+        int rc = mv_wal_flush(f);
+        if (rc != SQLITE_OK) {
+            return rc;
+        }
+        memcpy(f->pending, buf, MV_WAL_FRAME_HEADER_BYTES);
+        f->pending_offset = off;
+        f->pending_header = 1;
+        return SQLITE_OK;
+    }
+    if ((uint32_t)amt == page_size && mv_wal_frame_at(off, page_size, 1)) {
+        if (f->pending_header && f->pending_offset + MV_WAL_FRAME_HEADER_BYTES == off) {
+            return mv_wal_write_frame(f, buf, page_size);
+        }
+        int rc = mv_wal_flush(f);
+        return rc != SQLITE_OK ? rc : mv_wal_overwrite_page(f, buf, page_size, off);
+    }
+    int rc = mv_wal_flush(f);
+    return rc != SQLITE_OK ? rc : f->lower->pMethods->xWrite(f->lower, buf, amt, off);
+}
+
+int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
+{
+    int rc = mv_wal_flush(f);
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    if (!mv_wal_active(f)) {
+        return f->lower->pMethods->xRead(f->lower, buf, amt, off);
+    }
+    uint32_t page_size = mv_wal_page_size(f);
+    if ((uint32_t)amt != page_size || !mv_wal_frame_at(off, page_size, 1)) {
+        rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
+        if (rc == SQLITE_OK && amt >= MV_WAL_HEADER_BYTES && off == 0) {
+            f->wal_page_size = mv_get_be32((const uint8_t *)buf + 8);
+        }
+        return rc;
+    }
+    uint8_t hdr[4];
+    rc = f->lower->pMethods->xRead(f->lower, hdr, 4, off - MV_WAL_FRAME_HEADER_BYTES);
+    if (rc == SQLITE_OK) {
+        rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
+    }
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    uint32_t pgno = mv_get_be32(hdr);
+    rc = mv_codec_decrypt(f->codec, pgno, buf, page_size);
+    if (rc == SQLITE_IOERR_DATA) {
+        mv_codec_set_error(f->codec,
+                           "WAL frame %lld (page %u) failed authentication: the WAL is damaged "
+                           "or was tampered with",
+                           (long long)mv_wal_frame_number(off - MV_WAL_FRAME_HEADER_BYTES,
+                                                          page_size),
+                           pgno);
+    }
+    return rc;
+}

@@ -1,0 +1,903 @@
+/*
+ * test_crypto.c -- the crypto layer (src/crypto): known answers for every primitive, the
+ * derived keys of the SQLite3MC test vectors, round trips of every cipher, tamper and
+ * wrong-key detection, secret parsing, clones, and decryption of the reference files in
+ * ../shared/testvectors/sqlite3mc when that directory exists.
+ *
+ * Vectors: RFC 8439 §2.3.2, §2.4.2, §2.5.2; RFC 7914 §11 (PBKDF2-HMAC-SHA256); the
+ * PBKDF2-HMAC-SHA512 "password"/"salt"/1 vector; ../shared/testvectors/sqlite3mc/README.md.
+ * Round trips use kdf_iter 2 to stay fast; the vector tests use the real defaults.
+ */
+#include "crypto/crypt.h"
+#include "harness.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TEST_PASSWORD "fe-testvector-password"
+#define TEST_PAGE_MAX 65536
+
+static const uint32_t test_page_sizes[] = {512, 4096, 8192, 65536};
+
+static void test_hex(const char *hex, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v = 0;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+            abort();
+        }
+        out[i] = (uint8_t)v;
+    }
+}
+
+static int test_eq_hex(const uint8_t *got, const char *hex)
+{
+    uint8_t want[128];
+    size_t n = strlen(hex) / 2;
+    if (n > sizeof want) {
+        abort();
+    }
+    test_hex(hex, want, n);
+    return memcmp(got, want, n) == 0;
+}
+
+/* A plausible page: pattern bytes; page 1 gets the magic and a header at 16..23. */
+static void test_fill_page(uint8_t *page, uint32_t page_size, uint32_t pgno, int cipher)
+{
+    for (uint32_t i = 0; i < page_size; i++) {
+        page[i] = (uint8_t)(i * 31u + pgno * 7u + (i >> 8));
+    }
+    if (pgno == 1) {
+        memcpy(page, "SQLite format 3", 16);
+        page[16] = page_size == 65536 ? 0 : (uint8_t)(page_size >> 8);
+        page[17] = page_size == 65536 ? 1 : (uint8_t)page_size;
+        page[18] = 1;
+        page[19] = 1;
+        page[20] = (uint8_t)crypt_reserve_bytes(cipher);
+        page[21] = 0x40;
+        page[22] = 0x20;
+        page[23] = 0x20;
+    }
+}
+
+/* ---- primitives ------------------------------------------------------------------------ */
+
+static void test_chacha20_rfc8439_block(void)
+{
+    uint8_t key[32], nonce[12], zero[64] = {0}, out[64];
+    for (int i = 0; i < 32; i++) {
+        key[i] = (uint8_t)i;
+    }
+    test_hex("000000090000004a00000000", nonce, 12);
+    CHECK_EQ_INT(crypt_chacha20_xor(key, 1, nonce, zero, out, 64), CRYPT_OK);
+    CHECK(test_eq_hex(out, "10f1e7e4d13b5915500fdd1fa32071c4c7d1f4c733c068030422aa9ac3d46c4e"));
+    CHECK(test_eq_hex(out + 32, "d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e"));
+}
+
+static void test_chacha20_rfc8439_encrypt(void)
+{
+    static const char text[] = "Ladies and Gentlemen of the class of '99: If I could offer you "
+                               "only one tip for the future, sunscreen would be it.";
+    static const char *const want =
+        "6e2e359a2568f98041ba0728dd0d6981e97e7aec1d4360c20a27afccfd9fae0b"
+        "f91b65c5524733ab8f593dabcd62b3571639d624e65152ab8f530c359f0861d8"
+        "07ca0dbf500d6a6156a38e088a22b65e52bc514d16ccf806818ce91ab7793736"
+        "5af90bbf74a35be6b40b8eedf2785e42874d";
+    uint8_t key[32], nonce[12], out[sizeof text - 1], back[sizeof text - 1], ref[sizeof out];
+    for (int i = 0; i < 32; i++) {
+        key[i] = (uint8_t)i;
+    }
+    test_hex("000000000000004a00000000", nonce, 12);
+    test_hex(want, ref, sizeof ref);
+    CHECK_EQ_INT(crypt_chacha20_xor(key, 1, nonce, (const uint8_t *)text, out, sizeof out),
+                 CRYPT_OK);
+    CHECK(memcmp(out, ref, sizeof out) == 0);
+    memcpy(back, out, sizeof back); /* in place, back to the plaintext */
+    CHECK_EQ_INT(crypt_chacha20_xor(key, 1, nonce, back, back, sizeof back), CRYPT_OK);
+    CHECK(memcmp(back, text, sizeof back) == 0);
+}
+
+static void test_poly1305_rfc8439(void)
+{
+    static const char msg[] = "Cryptographic Forum Research Group";
+    uint8_t key[32], tag[16];
+    test_hex("85d6be7857556d337f4452fe42d506a80103808afb0db2fd4abff6af4149f51b", key, 32);
+    CHECK_EQ_INT(crypt_poly1305(key, (const uint8_t *)msg, sizeof msg - 1, tag), CRYPT_OK);
+    CHECK(test_eq_hex(tag, "a8061dc1305136c6c22b8baf0c0127a9"));
+}
+
+/* OpenSSL's own ChaCha20 at a counter/nonce, to show what it does at the wrap. */
+static int test_openssl_chacha20(const uint8_t key[32],
+                                 uint32_t counter,
+                                 const uint8_t nonce[12],
+                                 uint8_t *out,
+                                 int len)
+{
+    uint8_t iv[16], zero[256] = {0};
+    int out_len = 0;
+    iv[0] = (uint8_t)counter;
+    iv[1] = (uint8_t)(counter >> 8);
+    iv[2] = (uint8_t)(counter >> 16);
+    iv[3] = (uint8_t)(counter >> 24);
+    memcpy(iv + 4, nonce, 12);
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    int ok = c != NULL && EVP_EncryptInit_ex(c, EVP_chacha20(), NULL, key, iv) == 1 &&
+             EVP_EncryptUpdate(c, out, &out_len, zero, len) == 1 && out_len == len;
+    EVP_CIPHER_CTX_free(c);
+    return ok;
+}
+
+static void test_chacha20_counter_wrap(void)
+{
+    uint8_t key[32], nonce[12], zero[200] = {0}, wrapped[200], block[64], carried[128];
+    for (int i = 0; i < 32; i++) {
+        key[i] = (uint8_t)(0xa0 + i);
+    }
+    test_hex("0102030405060708090a0b0c", nonce, 12);
+    CHECK_EQ_INT(crypt_chacha20_xor(key, 0xffffffffu, nonce, zero, wrapped, 128), CRYPT_OK);
+    CHECK_EQ_INT(crypt_chacha20_xor(key, 0, nonce, zero, block, 64), CRYPT_OK);
+    CHECK(memcmp(wrapped + 64, block, 64) == 0); /* sqleet: counter 0, same nonce */
+    CHECK_EQ_INT(crypt_chacha20_xor(key, 0xffffffffu, nonce, zero, block, 64), CRYPT_OK);
+    CHECK(memcmp(wrapped, block, 64) == 0);
+    CHECK(test_openssl_chacha20(key, 0xffffffffu, nonce, carried, 128));
+    CHECK(memcmp(carried, wrapped, 64) == 0);      /* before the wrap they agree */
+    CHECK(memcmp(carried + 64, wrapped + 64, 64) != 0); /* OpenSSL carries into the nonce */
+    /* A wrap inside a block-unaligned call: 0xfffffffe, 200 bytes = blocks fe, ff, 0, 1. */
+    CHECK_EQ_INT(crypt_chacha20_xor(key, 0xfffffffeu, nonce, zero, wrapped, 200), CRYPT_OK);
+    CHECK_EQ_INT(crypt_chacha20_xor(key, 0, nonce, zero, block, 64), CRYPT_OK);
+    CHECK(memcmp(wrapped + 128, block, 64) == 0);
+    CHECK_EQ_INT(crypt_chacha20_xor(key, 1, nonce, zero, block, 8), CRYPT_OK);
+    CHECK(memcmp(wrapped + 192, block, 8) == 0);
+}
+
+static void test_pbkdf2_sha256_rfc7914(void)
+{
+    uint8_t out[64];
+    CHECK_EQ_INT(crypt_pbkdf2_sha256((const uint8_t *)"passwd", 6, (const uint8_t *)"salt", 4, 1,
+                                     out, 64),
+                 CRYPT_OK);
+    CHECK(test_eq_hex(out, "55ac046e56e3089fec1691c22544b605f94185216dde0465e68b9d57c20dacbc"));
+    CHECK(test_eq_hex(out + 32, "49ca9cccf179b645991664b39d77ef317c71b845b1e30bd509112041d3a19783"));
+    CHECK_EQ_INT(crypt_pbkdf2_sha256((const uint8_t *)"Password", 8, (const uint8_t *)"NaCl", 4,
+                                     80000, out, 64),
+                 CRYPT_OK);
+    CHECK(test_eq_hex(out, "4ddcd8f60b98be21830cee5ef22701f9641a4418d04c0414aeff08876b34ab56"));
+    CHECK(test_eq_hex(out + 32, "a1d425a1225833549adb841b51c9b3176a272bdebba1d078478f62b397f33c8d"));
+}
+
+static void test_pbkdf2_sha512(void)
+{
+    uint8_t out[64];
+    CHECK_EQ_INT(crypt_pbkdf2_sha512((const uint8_t *)"password", 8, (const uint8_t *)"salt", 4,
+                                     1, out, 64),
+                 CRYPT_OK);
+    CHECK(test_eq_hex(out, "867f70cf1ade02cff3752599a3a53dc4af34c7a669815ae5d513554e1c8cf252"));
+    CHECK(test_eq_hex(out + 32, "c02d470a285a0501bad999bfe943c08f050235d7d68b1da55e63f73b60a57fce"));
+    CHECK_EQ_INT(crypt_pbkdf2_sha512((const uint8_t *)"password", 8, NULL, 0, 0, out, 64),
+                 CRYPT_EINVAL);
+}
+
+static void test_selftest(void)
+{
+    CHECK_EQ_INT(crypt_selftest(), CRYPT_OK);
+}
+
+static void test_helpers(void)
+{
+    uint8_t a[32], b[32];
+    CHECK_EQ_INT(crypt_random(a, sizeof a), CRYPT_OK);
+    CHECK_EQ_INT(crypt_random(b, sizeof b), CRYPT_OK);
+    CHECK(crypt_memcmp_ct(a, b, sizeof a) != 0);
+    memcpy(b, a, sizeof a);
+    CHECK(crypt_memcmp_ct(a, b, sizeof a) == 0);
+    crypt_wipe(a, sizeof a);
+    for (size_t i = 0; i < sizeof a; i++) {
+        CHECK(a[i] == 0);
+    }
+    CHECK_EQ_INT(crypt_reserve_bytes(CRYPT_CIPHER_CHACHA20), 32);
+    CHECK_EQ_INT(crypt_reserve_bytes(CRYPT_CIPHER_AES256CBC), 0);
+    CHECK_EQ_INT(crypt_reserve_bytes(CRYPT_CIPHER_SQLCIPHER), 80);
+    CHECK_EQ_INT(crypt_reserve_bytes(0), 0);
+}
+
+/* ---- derived keys of the reference files (README "Derived key material") ---------------- */
+
+static void test_kdf_chacha20_vector(void)
+{
+    uint8_t salt[16], key[32];
+    test_hex("24e30a74922e041b9e82c4e87864c8f4", salt, 16);
+    CHECK_EQ_INT(crypt_pbkdf2_sha256((const uint8_t *)TEST_PASSWORD, strlen(TEST_PASSWORD), salt,
+                                     16, CRYPT_CHACHA20_KDF_ITER_DEFAULT, key, 32),
+                 CRYPT_OK);
+    CHECK(test_eq_hex(key, "ed59bf12cb76e24ad372647f8d91e6e77424c9ae4bea63f6bebe3359819f8c82"));
+}
+
+static void test_kdf_aes256cbc_vector(void)
+{
+    uint8_t key[32], page_key[32], iv[16], key32[32];
+    CHECK_EQ_INT(crypt_aes256cbc_kdf((const uint8_t *)TEST_PASSWORD, strlen(TEST_PASSWORD), key),
+                 CRYPT_OK);
+    CHECK(test_eq_hex(key, "481772164e6c6b5f940af7087f5998f4e5dc8912d71fabebb72760cec5a7dd79"));
+    CHECK_EQ_INT(crypt_aes256cbc_page_key(key, 1, page_key), CRYPT_OK);
+    CHECK(test_eq_hex(page_key, "1151944aece828afb16177205fc2bcc6e2467b51152a2f38473f39d11991ee64"));
+    CHECK_EQ_INT(crypt_aes256cbc_iv(1, iv), CRYPT_OK);
+    CHECK(test_eq_hex(iv, "20d7420f9c37a35dca6fe92a1c6999a9"));
+    CHECK_EQ_INT(crypt_aes256cbc_iv(2, iv), CRYPT_OK);
+    CHECK(test_eq_hex(iv, "b2547aac5270eef583e1d267a725d988"));
+    /* Passwords longer than 32 bytes are truncated. */
+    static const char long_pw[] = "0123456789abcdef0123456789abcdef-and-more";
+    CHECK_EQ_INT(crypt_aes256cbc_kdf((const uint8_t *)long_pw, sizeof long_pw - 1, key), CRYPT_OK);
+    CHECK_EQ_INT(crypt_aes256cbc_kdf((const uint8_t *)long_pw, 32, key32), CRYPT_OK);
+    CHECK(memcmp(key, key32, 32) == 0);
+    CHECK_EQ_INT(crypt_aes256cbc_kdf((const uint8_t *)long_pw, 31, key32), CRYPT_OK);
+    CHECK(memcmp(key, key32, 32) != 0);
+}
+
+/* key = PBKDF2-SHA512(pw, salt, 256000); hmac key = PBKDF2-SHA512(key, salt ^ 0x3a, 2). */
+static void test_kdf_sqlcipher_one(const char *salt_hex, const char *key_hex, const char *hmac_hex)
+{
+    uint8_t salt[16], key[32], hmac_salt[16], hmac_key[32];
+    test_hex(salt_hex, salt, 16);
+    CHECK_EQ_INT(crypt_pbkdf2_sha512((const uint8_t *)TEST_PASSWORD, strlen(TEST_PASSWORD), salt,
+                                     16, CRYPT_SQLCIPHER_KDF_ITER_DEFAULT, key, 32),
+                 CRYPT_OK);
+    CHECK(test_eq_hex(key, key_hex));
+    for (int i = 0; i < 16; i++) {
+        hmac_salt[i] = (uint8_t)(salt[i] ^ 0x3a);
+    }
+    CHECK_EQ_INT(crypt_pbkdf2_sha512(key, 32, hmac_salt, 16, 2, hmac_key, 32), CRYPT_OK);
+    CHECK(test_eq_hex(hmac_key, hmac_hex));
+}
+
+static void test_kdf_sqlcipher_vectors(void)
+{
+    test_kdf_sqlcipher_one("db94366b620c3f980e41f65ddedbaca8",
+                           "84ac1a99251cd2558f6b6026cc990338f9ecb518428a0e1a1df27bb6aa85b05a",
+                           "88cfe3da01cc5bcc0c21586a0d62367d88f90d7eab3f1ed09d82bb77339e60bc");
+    if (th_current_failed) {
+        return;
+    }
+    test_kdf_sqlcipher_one("1d74d584749ac1843b466d47b566f975",
+                           "51a0963b11b0045ee53bbee30a2e90a68865ad3a228cb35da13deed1af9797da",
+                           "3203d4cf0252f7a4df982dd89e6a2113f2bad9f007d9e9b04d075c4c5321b046");
+}
+
+/* ---- contexts and pages ------------------------------------------------------------------ */
+
+static crypt_ctx *test_ctx(int cipher, int legacy, const char *secret, const uint8_t *salt)
+{
+    const struct crypt_params params = {cipher, 2, legacy};
+    crypt_ctx *ctx = NULL;
+    if (crypt_ctx_create(&params, (const uint8_t *)secret, strlen(secret), salt, &ctx) !=
+        CRYPT_OK) {
+        return NULL;
+    }
+    return ctx;
+}
+
+/* Encrypts pgno (page 1 with the header flag), checks the layout, decrypts, compares. */
+static int test_round_trip_one(crypt_ctx *ctx, uint32_t page_size, uint32_t pgno)
+{
+    static uint8_t plain[TEST_PAGE_MAX], enc[TEST_PAGE_MAX], again[TEST_PAGE_MAX];
+    int cipher = crypt_ctx_cipher(ctx);
+    unsigned flags = pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0;
+    uint32_t data = page_size - crypt_reserve_bytes(cipher);
+    test_fill_page(plain, page_size, pgno, cipher);
+    if (crypt_page_encrypt(ctx, pgno, plain, enc, page_size, flags) != CRYPT_OK ||
+        crypt_page_encrypt(ctx, pgno, plain, again, page_size, flags) != CRYPT_OK) {
+        return 0;
+    }
+    /* (1) ciphertext differs from the plaintext, (2) random nonces make two encryptions
+     * differ except for the deterministic aes256cbc. */
+    if (memcmp(enc + 32, plain + 32, data - 32) == 0 ||
+        (memcmp(enc, again, page_size) == 0) != (cipher == CRYPT_CIPHER_AES256CBC)) {
+        return 0;
+    }
+    if (pgno == 1 && memcmp(enc + 16, plain + 16, 8) != 0 && crypt_ctx_legacy(ctx) == 0) {
+        return 0; /* bytes 16..23 stay plain */
+    }
+    if (pgno == 1 && cipher != CRYPT_CIPHER_AES256CBC && memcmp(enc, crypt_ctx_salt(ctx), 16)) {
+        return 0; /* salt in 0..15 */
+    }
+    if (crypt_page_decrypt(ctx, pgno, enc, page_size, flags) != CRYPT_OK) {
+        return 0;
+    }
+    return memcmp(enc, plain, data) == 0;
+}
+
+static void test_round_trip_cipher(int cipher, int legacy)
+{
+    crypt_ctx *ctx = test_ctx(cipher, legacy, "round-trip password", NULL);
+    CHECK(ctx != NULL);
+    for (size_t i = 0; i < sizeof test_page_sizes / sizeof test_page_sizes[0]; i++) {
+        CHECK(test_round_trip_one(ctx, test_page_sizes[i], 1));
+        CHECK(test_round_trip_one(ctx, test_page_sizes[i], 7));
+    }
+    CHECK(test_round_trip_one(ctx, 4096, 0xfffffffeu)); /* largest SQLite page number */
+    crypt_ctx_free(ctx);
+}
+
+static void test_round_trip_chacha20(void)
+{
+    test_round_trip_cipher(CRYPT_CIPHER_CHACHA20, 0);
+}
+
+static void test_round_trip_aes256cbc(void)
+{
+    test_round_trip_cipher(CRYPT_CIPHER_AES256CBC, 0);
+}
+
+static void test_round_trip_sqlcipher(void)
+{
+    test_round_trip_cipher(CRYPT_CIPHER_SQLCIPHER, 0);
+}
+
+static void test_round_trip_sqlcipher_legacy4(void)
+{
+    test_round_trip_cipher(CRYPT_CIPHER_SQLCIPHER, 4);
+}
+
+/* ---- tamper and wrong-key detection ------------------------------------------------------- */
+
+/* Flips one bit of every byte in [from, to) of an encrypted page in turn: each flip must
+ * give CRYPT_EAUTH and leave the buffer as it was. */
+static int test_flip_each(crypt_ctx *ctx, uint32_t pgno, const uint8_t *enc, uint32_t from,
+                          uint32_t to, uint32_t page_size)
+{
+    static uint8_t work[TEST_PAGE_MAX], before[TEST_PAGE_MAX];
+    unsigned flags = pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0;
+    for (uint32_t pos = from; pos < to; pos++) {
+        memcpy(work, enc, page_size);
+        work[pos] ^= (uint8_t)(1u << (pos % 8));
+        memcpy(before, work, page_size);
+        if (crypt_page_decrypt(ctx, pgno, work, page_size, flags) != CRYPT_EAUTH ||
+            memcmp(work, before, page_size) != 0) {
+            fprintf(stderr, "  flip at byte %u of page %u not detected\n", pos, pgno);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void test_tamper_cipher(int cipher, int legacy)
+{
+    static uint8_t plain[4096], enc[4096];
+    crypt_ctx *ctx = test_ctx(cipher, legacy, "tamper password", NULL);
+    CHECK(ctx != NULL);
+    for (uint32_t pgno = 1; pgno <= 7; pgno += 6) {
+        unsigned flags = pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0;
+        test_fill_page(plain, sizeof plain, pgno, cipher);
+        CHECK_EQ_INT(crypt_page_encrypt(ctx, pgno, plain, enc, sizeof enc, flags), CRYPT_OK);
+        uint32_t from = 0;
+        if (cipher == CRYPT_CIPHER_SQLCIPHER && pgno == 1) {
+            from = legacy == 4 ? 16 : 24; /* by format the HMAC starts there */
+        }
+        CHECK(test_flip_each(ctx, pgno, enc, from, sizeof enc, sizeof enc));
+    }
+    crypt_ctx_free(ctx);
+}
+
+static void test_tamper_chacha20(void)
+{
+    test_tamper_cipher(CRYPT_CIPHER_CHACHA20, 0);
+}
+
+static void test_tamper_sqlcipher(void)
+{
+    test_tamper_cipher(CRYPT_CIPHER_SQLCIPHER, 0);
+    if (!th_current_failed) {
+        test_tamper_cipher(CRYPT_CIPHER_SQLCIPHER, 4);
+    }
+}
+
+/* aes256cbc has no MAC; only page 1's check block (bytes 8..16, 24..32) and the plain
+ * header (16..24) catch a change. */
+static void test_tamper_aes256cbc(void)
+{
+    static uint8_t plain[4096], enc[4096];
+    crypt_ctx *ctx = test_ctx(CRYPT_CIPHER_AES256CBC, 0, "tamper password", NULL);
+    CHECK(ctx != NULL);
+    test_fill_page(plain, sizeof plain, 1, CRYPT_CIPHER_AES256CBC);
+    CHECK_EQ_INT(crypt_page_encrypt(ctx, 1, plain, enc, sizeof enc, CRYPT_PAGE_DB_HEADER),
+                 CRYPT_OK);
+    CHECK(test_flip_each(ctx, 1, enc, 8, 32, sizeof enc));
+    crypt_ctx_free(ctx);
+}
+
+static void test_wrong_key(void)
+{
+    static const int ciphers[] = {CRYPT_CIPHER_CHACHA20, CRYPT_CIPHER_AES256CBC,
+                                  CRYPT_CIPHER_SQLCIPHER};
+    static uint8_t plain[4096], enc[4096], before[4096];
+    for (size_t i = 0; i < 3; i++) {
+        int cipher = ciphers[i];
+        crypt_ctx *right = test_ctx(cipher, 0, "right password", NULL);
+        CHECK(right != NULL);
+        crypt_ctx *wrong = test_ctx(cipher, 0, "wrong password", crypt_ctx_salt(right));
+        CHECK(wrong != NULL);
+        for (uint32_t pgno = 1; pgno <= 7; pgno += 6) {
+            unsigned flags = pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0;
+            test_fill_page(plain, sizeof plain, pgno, cipher);
+            CHECK_EQ_INT(crypt_page_encrypt(right, pgno, plain, enc, 4096, flags), CRYPT_OK);
+            memcpy(before, enc, sizeof enc);
+            int rc = crypt_page_decrypt(wrong, pgno, enc, 4096, flags);
+            if (cipher == CRYPT_CIPHER_AES256CBC && pgno != 1) {
+                CHECK_EQ_INT(rc, CRYPT_OK); /* no MAC: garbage comes out */
+                CHECK(memcmp(enc, plain, sizeof plain) != 0);
+            } else {
+                CHECK_EQ_INT(rc, CRYPT_EAUTH);
+                CHECK(memcmp(enc, before, sizeof enc) == 0);
+            }
+        }
+        crypt_ctx_free(right);
+        crypt_ctx_free(wrong);
+    }
+}
+
+/* ---- the chacha20 page format, rebuilt from the primitives (FORMAT.md §2) ----------------- */
+
+static int test_chacha20_ref_crypt(const uint8_t key[32], uint32_t pgno, uint8_t *page,
+                                   uint32_t page_size, int page1, int encrypt)
+{
+    static const uint8_t zero[64];
+    uint32_t n = page_size - 32, off = page1 ? 24 : 0;
+    const uint8_t *nonce = page + n;
+    uint8_t otk[64], tag[16];
+    uint32_t ctr = ((uint32_t)nonce[12] | (uint32_t)nonce[13] << 8 | (uint32_t)nonce[14] << 16 |
+                    (uint32_t)nonce[15] << 24) ^ pgno;
+    if (crypt_chacha20_xor(key, ctr, nonce, zero, otk, 64) != CRYPT_OK) {
+        return 0;
+    }
+    if (!encrypt && (crypt_poly1305(otk, page, n + 16, tag) != CRYPT_OK ||
+                     memcmp(tag, page + n + 16, 16) != 0)) {
+        return 0;
+    }
+    if (crypt_chacha20_xor(otk + 32, ctr + 1, nonce, page + off, page + off, n - off) != CRYPT_OK) {
+        return 0;
+    }
+    return !encrypt || crypt_poly1305(otk, page, n + 16, page + n + 16) == CRYPT_OK;
+}
+
+/* Whether ctx encrypts pages under exactly this key (checked by the reference). */
+static int test_ctx_key_is(crypt_ctx *ctx, const uint8_t key[32])
+{
+    static uint8_t plain[4096], enc[4096];
+    test_fill_page(plain, sizeof plain, 7, CRYPT_CIPHER_CHACHA20);
+    if (crypt_page_encrypt(ctx, 7, plain, enc, sizeof enc, 0) != CRYPT_OK) {
+        return 0;
+    }
+    return test_chacha20_ref_crypt(key, 7, enc, sizeof enc, 0, 0) &&
+           memcmp(enc, plain, sizeof plain - 32) == 0;
+}
+
+static void test_chacha20_page_reference(void)
+{
+    static uint8_t plain[4096], page[4096];
+    uint8_t key[32];
+    test_hex("000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f", key, 32);
+    crypt_ctx *ctx = test_ctx(CRYPT_CIPHER_CHACHA20, 0,
+                              "x'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'",
+                              NULL);
+    CHECK(ctx != NULL);
+    CHECK(test_ctx_key_is(ctx, key)); /* raw key: no KDF, format as specified */
+    /* A page whose data keystream wraps: ctr = 0xfffffff0, so the data starts at counter
+     * 0xfffffff1 and wraps to 0 after 15 of its 64 blocks. */
+    test_fill_page(plain, sizeof plain, 1, CRYPT_CIPHER_CHACHA20);
+    memcpy(page, plain, sizeof page);
+    memcpy(page, crypt_ctx_salt(ctx), 16);
+    for (int i = 0; i < 12; i++) {
+        page[4064 + i] = (uint8_t)(0x50 + i);
+    }
+    uint32_t ctr = 0xfffffff0u ^ 1u;
+    for (int i = 0; i < 4; i++) {
+        page[4064 + 12 + i] = (uint8_t)(ctr >> (8 * i));
+    }
+    CHECK(test_chacha20_ref_crypt(key, 1, page, sizeof page, 1, 1));
+    CHECK_EQ_INT(crypt_page_decrypt(ctx, 1, page, sizeof page, CRYPT_PAGE_DB_HEADER), CRYPT_OK);
+    CHECK(memcmp(page, plain, sizeof page - 32) == 0);
+    crypt_ctx_free(ctx);
+}
+
+/* ---- secret parsing (FORMAT.md §1.3) ------------------------------------------------------ */
+
+#define TEST_KEY_HEX  "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+#define TEST_SALT_HEX "f0e1d2c3b4a5968778695a4b3c2d1e0f"
+
+static crypt_ctx *test_ctx_bytes(int cipher, const uint8_t *secret, size_t len, const uint8_t *salt)
+{
+    const struct crypt_params params = {cipher, 2, 0};
+    crypt_ctx *ctx = NULL;
+    return crypt_ctx_create(&params, secret, len, salt, &ctx) == CRYPT_OK ? ctx : NULL;
+}
+
+/* secret must be taken as a raw key equal to TEST_KEY_HEX, salt as given. */
+static int test_secret_raw(const uint8_t *secret, size_t len, const uint8_t *file_salt,
+                           const uint8_t *want_salt)
+{
+    uint8_t key[32];
+    test_hex(TEST_KEY_HEX, key, 32);
+    crypt_ctx *ctx = test_ctx_bytes(CRYPT_CIPHER_CHACHA20, secret, len, file_salt);
+    int ok = ctx != NULL && test_ctx_key_is(ctx, key) &&
+             (want_salt == NULL || memcmp(crypt_ctx_salt(ctx), want_salt, 16) == 0);
+    crypt_ctx_free(ctx);
+    return ok;
+}
+
+/* secret must be taken as a passphrase: key = PBKDF2-SHA256(secret, salt, 2). */
+static int test_secret_pass(const char *secret)
+{
+    uint8_t salt[16], key[32];
+    test_hex(TEST_SALT_HEX, salt, 16);
+    size_t len = strlen(secret);
+    crypt_ctx *ctx = test_ctx_bytes(CRYPT_CIPHER_CHACHA20, (const uint8_t *)secret, len, salt);
+    int ok = ctx != NULL &&
+             crypt_pbkdf2_sha256((const uint8_t *)secret, len, salt, 16, 2, key, 32) == CRYPT_OK &&
+             test_ctx_key_is(ctx, key);
+    crypt_ctx_free(ctx);
+    return ok;
+}
+
+static void test_secret_raw_forms(void)
+{
+    uint8_t salt[16], file_salt[16], bin[4 + 48];
+    test_hex(TEST_SALT_HEX, salt, 16);
+    memset(file_salt, 0x77, sizeof file_salt);
+    const char *x64 = "x'" TEST_KEY_HEX "'";
+    const char *x96 = "x'" TEST_KEY_HEX TEST_SALT_HEX "'";
+    CHECK_EQ_INT(strlen(x64), 67);
+    CHECK(test_secret_raw((const uint8_t *)x64, 67, file_salt, file_salt));
+    CHECK(test_secret_raw((const uint8_t *)x64, 67, NULL, NULL)); /* random salt */
+    CHECK(test_secret_raw((const uint8_t *)x96, 99, NULL, salt)); /* the key's salt */
+    CHECK(test_secret_raw((const uint8_t *)x96, 99, file_salt, file_salt)); /* file wins */
+    const char *upper = "x'000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F'";
+    CHECK(test_secret_raw((const uint8_t *)upper, 67, file_salt, file_salt));
+    CHECK(test_secret_raw((const uint8_t *)"raw:" TEST_KEY_HEX, 68, file_salt, file_salt));
+    CHECK(test_secret_raw((const uint8_t *)"raw:" TEST_KEY_HEX TEST_SALT_HEX, 100, NULL, salt));
+    memcpy(bin, "raw:", 4);
+    test_hex(TEST_KEY_HEX TEST_SALT_HEX, bin + 4, 48);
+    CHECK(test_secret_raw(bin, 36, file_salt, file_salt));
+    CHECK(test_secret_raw(bin, 52, NULL, salt));
+}
+
+static void test_secret_passphrase_forms(void)
+{
+    /* Near misses are passphrases, run through the KDF byte for byte. */
+    CHECK(test_secret_pass("x'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1g'"));
+    CHECK(test_secret_pass("x'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e'"));
+    CHECK(test_secret_pass("x'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"));
+    CHECK(test_secret_pass("X'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'"));
+    CHECK(test_secret_pass("x'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f0'"));
+    CHECK(test_secret_pass("raw:0123456789abcdef0123456789abcde")); /* 31 bytes */
+    CHECK(test_secret_pass("raw:0123456789abcdef0123456789abcdef0")); /* 33 bytes */
+    CHECK(test_secret_pass("raw:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1z"));
+    CHECK(test_secret_pass("raw:"));
+    CHECK(test_secret_pass("x''"));
+    CHECK(test_secret_pass("p"));
+}
+
+static void test_secret_limits(void)
+{
+    static uint8_t big[CRYPT_PASSPHRASE_MAX + 1];
+    memset(big, 'a', sizeof big);
+    crypt_ctx *ctx = test_ctx_bytes(CRYPT_CIPHER_CHACHA20, big, CRYPT_PASSPHRASE_MAX, NULL);
+    CHECK(ctx != NULL);
+    crypt_ctx_free(ctx);
+    const struct crypt_params params = {CRYPT_CIPHER_CHACHA20, 2, 0};
+    static int sentinel;
+    ctx = (crypt_ctx *)(void *)&sentinel; /* must be reset to NULL on failure */
+    CHECK_EQ_INT(crypt_ctx_create(&params, big, sizeof big, NULL, &ctx), CRYPT_EINVAL);
+    CHECK(ctx == NULL);
+    CHECK_EQ_INT(crypt_ctx_create(&params, big, 0, NULL, &ctx), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_ctx_create(&params, NULL, 5, NULL, &ctx), CRYPT_EINVAL);
+    /* aes256cbc has no raw keys. */
+    const struct crypt_params aes = {CRYPT_CIPHER_AES256CBC, 0, 0};
+    const char *x64 = "x'" TEST_KEY_HEX "'";
+    CHECK_EQ_INT(crypt_ctx_create(&aes, (const uint8_t *)x64, 67, NULL, &ctx), CRYPT_EINVAL);
+    uint8_t bin[36] = {'r', 'a', 'w', ':'};
+    CHECK_EQ_INT(crypt_ctx_create(&aes, bin, sizeof bin, NULL, &ctx), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_ctx_create(&aes, (const uint8_t *)"pw", 2, NULL, &ctx), CRYPT_OK);
+    CHECK_EQ_INT(crypt_ctx_kdf_iter(ctx), CRYPT_AES256CBC_KDF_ROUNDS);
+    const uint8_t zero[16] = {0};
+    CHECK(memcmp(crypt_ctx_salt(ctx), zero, 16) == 0);
+    crypt_ctx_free(ctx);
+}
+
+/* ---- contexts ------------------------------------------------------------------------------ */
+
+static void test_params(void)
+{
+    crypt_ctx *ctx = NULL;
+    const uint8_t pw[] = "pw";
+    const struct crypt_params bad[] = {
+        {0, 2, 0},
+        {4, 2, 0},
+        {CRYPT_CIPHER_CHACHA20, 2, 1},
+        {CRYPT_CIPHER_AES256CBC, 2, 1},
+        {CRYPT_CIPHER_SQLCIPHER, 2, 3},
+        {CRYPT_CIPHER_SQLCIPHER, CRYPT_KDF_ITER_MAX + 1, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(crypt_ctx_create(&bad[i], pw, 2, NULL, &ctx), CRYPT_EINVAL);
+    }
+    CHECK_EQ_INT(crypt_ctx_create(NULL, pw, 2, NULL, &ctx), CRYPT_EINVAL);
+    const struct crypt_params deflt = {CRYPT_CIPHER_CHACHA20, 0, 0};
+    CHECK_EQ_INT(crypt_ctx_create(&deflt, pw, 2, NULL, NULL), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_ctx_create(&deflt, pw, 2, NULL, &ctx), CRYPT_OK);
+    CHECK_EQ_INT(crypt_ctx_cipher(ctx), CRYPT_CIPHER_CHACHA20);
+    CHECK_EQ_INT(crypt_ctx_kdf_iter(ctx), CRYPT_CHACHA20_KDF_ITER_DEFAULT);
+    CHECK_EQ_INT(crypt_ctx_legacy(ctx), 0);
+    crypt_ctx_free(ctx);
+    crypt_ctx_free(NULL);
+    const struct crypt_params l4 = {CRYPT_CIPHER_SQLCIPHER, 2, 4};
+    CHECK_EQ_INT(crypt_ctx_create(&l4, pw, 2, NULL, &ctx), CRYPT_OK);
+    CHECK_EQ_INT(crypt_ctx_legacy(ctx), 4);
+    CHECK_EQ_INT(crypt_ctx_kdf_iter(ctx), 2);
+    crypt_ctx_free(ctx);
+}
+
+static void test_page_args(void)
+{
+    static uint8_t plain[TEST_PAGE_MAX * 2], out[TEST_PAGE_MAX * 2];
+    crypt_ctx *ctx = test_ctx(CRYPT_CIPHER_CHACHA20, 0, "args", NULL);
+    CHECK(ctx != NULL);
+    static const uint32_t bad_sizes[] = {0, 256, 1000, 4095, 4097, 131072};
+    for (size_t i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; i++) {
+        CHECK_EQ_INT(crypt_page_encrypt(ctx, 2, plain, out, bad_sizes[i], 0), CRYPT_EINVAL);
+        CHECK_EQ_INT(crypt_page_decrypt(ctx, 2, out, bad_sizes[i], 0), CRYPT_EINVAL);
+    }
+    CHECK_EQ_INT(crypt_page_encrypt(ctx, 0, plain, out, 4096, 0), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_page_decrypt(ctx, 0, out, 4096, 0), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_page_encrypt(ctx, 2, plain, out, 4096, CRYPT_PAGE_DB_HEADER), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_page_encrypt(ctx, 1, plain, out, 4096, 0x80u), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_page_encrypt(ctx, 1, NULL, out, 4096, 0), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_page_encrypt(ctx, 1, plain, NULL, 4096, 0), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_page_encrypt(NULL, 1, plain, out, 4096, 0), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_page_decrypt(ctx, 1, NULL, 4096, 0), CRYPT_EINVAL);
+    /* Page 1 without the header flag (a temp file's first page) is a whole-page page. */
+    test_fill_page(plain, 4096, 1, CRYPT_CIPHER_CHACHA20);
+    CHECK_EQ_INT(crypt_page_encrypt(ctx, 1, plain, out, 4096, 0), CRYPT_OK);
+    CHECK(memcmp(out + 16, plain + 16, 8) != 0);
+    CHECK_EQ_INT(crypt_page_decrypt(ctx, 1, out, 4096, 0), CRYPT_OK);
+    CHECK(memcmp(out, plain, 4096 - 32) == 0);
+    crypt_ctx_free(ctx);
+}
+
+static void test_clone_cipher(int cipher, int legacy)
+{
+    static uint8_t plain[8192], enc[8192], a[8192], b[8192];
+    crypt_ctx *ctx = test_ctx(cipher, legacy, "clone password", NULL);
+    crypt_ctx *clone = NULL;
+    CHECK(ctx != NULL);
+    CHECK_EQ_INT(crypt_ctx_clone(ctx, &clone), CRYPT_OK);
+    CHECK_EQ_INT(crypt_ctx_cipher(clone), cipher);
+    CHECK_EQ_INT(crypt_ctx_kdf_iter(clone), crypt_ctx_kdf_iter(ctx));
+    CHECK_EQ_INT(crypt_ctx_legacy(clone), legacy);
+    CHECK(memcmp(crypt_ctx_salt(clone), crypt_ctx_salt(ctx), 16) == 0);
+    for (uint32_t pgno = 1; pgno <= 3; pgno++) {
+        unsigned flags = pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0;
+        test_fill_page(plain, sizeof plain, pgno, cipher);
+        CHECK_EQ_INT(crypt_page_encrypt(ctx, pgno, plain, enc, sizeof enc, flags), CRYPT_OK);
+        memcpy(a, enc, sizeof a);
+        memcpy(b, enc, sizeof b);
+        CHECK_EQ_INT(crypt_page_decrypt(ctx, pgno, a, sizeof a, flags), CRYPT_OK);
+        CHECK_EQ_INT(crypt_page_decrypt(clone, pgno, b, sizeof b, flags), CRYPT_OK);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+    }
+    crypt_ctx_free(ctx); /* the clone lives on alone */
+    CHECK_EQ_INT(crypt_page_encrypt(clone, 9, plain, enc, sizeof enc, 0), CRYPT_OK);
+    CHECK_EQ_INT(crypt_page_decrypt(clone, 9, enc, sizeof enc, 0), CRYPT_OK);
+    CHECK(memcmp(enc, plain, sizeof enc - crypt_reserve_bytes(cipher)) == 0);
+    crypt_ctx_free(clone);
+}
+
+static void test_clone(void)
+{
+    test_clone_cipher(CRYPT_CIPHER_CHACHA20, 0);
+    if (!th_current_failed) {
+        test_clone_cipher(CRYPT_CIPHER_AES256CBC, 0);
+    }
+    if (!th_current_failed) {
+        test_clone_cipher(CRYPT_CIPHER_SQLCIPHER, 0);
+    }
+    if (!th_current_failed) {
+        test_clone_cipher(CRYPT_CIPHER_SQLCIPHER, 4);
+    }
+}
+
+static void test_create_random(void)
+{
+    static uint8_t plain[4096], enc[4096];
+    crypt_ctx *a = NULL, *b = NULL;
+    CHECK_EQ_INT(crypt_ctx_create_random(&a), CRYPT_OK);
+    CHECK_EQ_INT(crypt_ctx_create_random(&b), CRYPT_OK);
+    CHECK_EQ_INT(crypt_ctx_cipher(a), CRYPT_CIPHER_CHACHA20);
+    CHECK(memcmp(crypt_ctx_salt(a), crypt_ctx_salt(b), 16) != 0);
+    test_fill_page(plain, sizeof plain, 3, CRYPT_CIPHER_CHACHA20);
+    CHECK_EQ_INT(crypt_page_encrypt(a, 3, plain, enc, sizeof enc, 0), CRYPT_OK);
+    CHECK_EQ_INT(crypt_page_decrypt(b, 3, enc, sizeof enc, 0), CRYPT_EAUTH);
+    CHECK_EQ_INT(crypt_page_decrypt(a, 3, enc, sizeof enc, 0), CRYPT_OK);
+    crypt_ctx_free(a);
+    crypt_ctx_free(b);
+}
+
+/* Many pages through one context: the nonce pool refills and never repeats a nonce. */
+static void test_nonce_pool(void)
+{
+    static uint8_t plain[512], enc[512];
+    static uint8_t nonces[300][16];
+    crypt_ctx *ctx = test_ctx(CRYPT_CIPHER_SQLCIPHER, 0, "pool", NULL);
+    CHECK(ctx != NULL);
+    test_fill_page(plain, sizeof plain, 2, CRYPT_CIPHER_SQLCIPHER);
+    for (int i = 0; i < 300; i++) {
+        CHECK_EQ_INT(crypt_page_encrypt(ctx, 2, plain, enc, sizeof enc, 0), CRYPT_OK);
+        memcpy(nonces[i], enc + sizeof enc - 80, 16);
+        for (int j = 0; j < i; j++) {
+            CHECK(memcmp(nonces[i], nonces[j], 16) != 0);
+        }
+    }
+    crypt_ctx_free(ctx);
+}
+
+/* ---- the reference files (../shared/testvectors/sqlite3mc) -------------------------------- */
+
+/* The vector directory, or NULL (with the skip note printed) when ../shared is absent. */
+static const char *test_vector_dir(void)
+{
+    static char dir[1024];
+    const char *root = getenv("MV_TEST_ROOT");
+    snprintf(dir, sizeof dir, "%s/../shared/testvectors/sqlite3mc", root != NULL ? root : ".");
+    char readme[1100];
+    snprintf(readme, sizeof readme, "%s/README.md", dir);
+    FILE *f = fopen(readme, "rb");
+    if (f == NULL) {
+        printf("  skipped: ../shared not present\n");
+        return NULL;
+    }
+    fclose(f);
+    return dir;
+}
+
+/* Reads the first two 4096-byte pages of a vector file. */
+static int test_read_vector(const char *dir, const char *name, uint8_t *buf)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        return 0;
+    }
+    size_t got = fread(buf, 1, 8192, f);
+    fclose(f);
+    return got == 8192;
+}
+
+/* Decrypts pages 1 and 2 of a vector and checks what SQLite would: the magic on page 1 and
+ * a leaf table b-tree page (0x0d) on page 2. Then re-encrypts: aes256cbc, being
+ * deterministic, must give back the file's exact bytes. */
+static void test_vector_file(const char *name, int cipher, int legacy, const char *secret)
+{
+    static uint8_t file[8192], buf[8192], again[8192];
+    const char *dir = test_vector_dir();
+    if (dir == NULL) {
+        return;
+    }
+    CHECK(test_read_vector(dir, name, file));
+    memcpy(buf, file, sizeof buf);
+    const struct crypt_params params = {cipher, 0, legacy};
+    crypt_ctx *ctx = NULL;
+    const uint8_t *salt = cipher == CRYPT_CIPHER_AES256CBC ? NULL : file;
+    CHECK_EQ_INT(crypt_ctx_create(&params, (const uint8_t *)secret, strlen(secret), salt, &ctx),
+                 CRYPT_OK);
+    CHECK_EQ_INT(crypt_page_decrypt(ctx, 1, buf, 4096, CRYPT_PAGE_DB_HEADER), CRYPT_OK);
+    CHECK(memcmp(buf, "SQLite format 3\0", 16) == 0);
+    CHECK_EQ_INT(buf[20], crypt_reserve_bytes(cipher));
+    CHECK_EQ_INT(crypt_page_decrypt(ctx, 2, buf + 4096, 4096, 0), CRYPT_OK);
+    CHECK_EQ_INT(buf[4096], 0x0d);
+    CHECK_EQ_INT(crypt_page_encrypt(ctx, 1, buf, again, 4096, CRYPT_PAGE_DB_HEADER), CRYPT_OK);
+    CHECK_EQ_INT(crypt_page_encrypt(ctx, 2, buf + 4096, again + 4096, 4096, 0), CRYPT_OK);
+    if (cipher == CRYPT_CIPHER_AES256CBC) {
+        CHECK(memcmp(again, file, sizeof file) == 0);
+    } else {
+        CHECK(memcmp(again, file, 16) == 0); /* the same salt */
+        CHECK_EQ_INT(crypt_page_decrypt(ctx, 1, again, 4096, CRYPT_PAGE_DB_HEADER), CRYPT_OK);
+        CHECK_EQ_INT(crypt_page_decrypt(ctx, 2, again + 4096, 4096, 0), CRYPT_OK);
+        uint32_t data = 4096 - crypt_reserve_bytes(cipher);
+        CHECK(memcmp(again, buf, data) == 0 && memcmp(again + 4096, buf + 4096, data) == 0);
+    }
+    crypt_ctx_free(ctx);
+}
+
+static void test_vector_chacha20(void)
+{
+    test_vector_file("chacha20-delete.db", CRYPT_CIPHER_CHACHA20, 0, TEST_PASSWORD);
+}
+
+static void test_vector_chacha20_rawkey(void)
+{
+    test_vector_file("chacha20-rawkey-delete.db", CRYPT_CIPHER_CHACHA20, 0,
+                     "x'" TEST_KEY_HEX "'");
+}
+
+static void test_vector_aes256cbc(void)
+{
+    test_vector_file("aes256cbc-delete.db", CRYPT_CIPHER_AES256CBC, 0, TEST_PASSWORD);
+}
+
+static void test_vector_sqlcipher(void)
+{
+    test_vector_file("sqlcipher-delete.db", CRYPT_CIPHER_SQLCIPHER, 0, TEST_PASSWORD);
+}
+
+static void test_vector_sqlcipher_legacy4(void)
+{
+    test_vector_file("sqlcipher-legacy4-delete.db", CRYPT_CIPHER_SQLCIPHER, 4, TEST_PASSWORD);
+}
+
+/* A wrong password fails page 1 and leaves it as it was (SQLite then says NOTADB). */
+static void test_vector_wrong_password(void)
+{
+    static const struct {
+        const char *name;
+        int cipher;
+    } files[] = {{"chacha20-delete.db", CRYPT_CIPHER_CHACHA20},
+                 {"aes256cbc-delete.db", CRYPT_CIPHER_AES256CBC}};
+    static uint8_t file[8192], buf[8192];
+    const char *dir = test_vector_dir();
+    if (dir == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < 2; i++) {
+        CHECK(test_read_vector(dir, files[i].name, file));
+        memcpy(buf, file, sizeof buf);
+        const struct crypt_params params = {files[i].cipher, 0, 0};
+        crypt_ctx *ctx = NULL;
+        const uint8_t *salt = files[i].cipher == CRYPT_CIPHER_AES256CBC ? NULL : file;
+        CHECK_EQ_INT(crypt_ctx_create(&params, (const uint8_t *)"fe-testvector-passwore", 22,
+                                      salt, &ctx),
+                     CRYPT_OK);
+        CHECK_EQ_INT(crypt_page_decrypt(ctx, 1, buf, 4096, CRYPT_PAGE_DB_HEADER), CRYPT_EAUTH);
+        CHECK(memcmp(buf, file, sizeof buf) == 0);
+        crypt_ctx_free(ctx);
+    }
+}
+
+int main(void)
+{
+    TEST(test_chacha20_rfc8439_block);
+    TEST(test_chacha20_rfc8439_encrypt);
+    TEST(test_poly1305_rfc8439);
+    TEST(test_chacha20_counter_wrap);
+    TEST(test_pbkdf2_sha256_rfc7914);
+    TEST(test_pbkdf2_sha512);
+    TEST(test_selftest);
+    TEST(test_helpers);
+    TEST(test_kdf_chacha20_vector);
+    TEST(test_kdf_aes256cbc_vector);
+    TEST(test_kdf_sqlcipher_vectors);
+    TEST(test_round_trip_chacha20);
+    TEST(test_round_trip_aes256cbc);
+    TEST(test_round_trip_sqlcipher);
+    TEST(test_round_trip_sqlcipher_legacy4);
+    TEST(test_tamper_chacha20);
+    TEST(test_tamper_sqlcipher);
+    TEST(test_tamper_aes256cbc);
+    TEST(test_wrong_key);
+    TEST(test_chacha20_page_reference);
+    TEST(test_secret_raw_forms);
+    TEST(test_secret_passphrase_forms);
+    TEST(test_secret_limits);
+    TEST(test_params);
+    TEST(test_page_args);
+    TEST(test_clone);
+    TEST(test_create_random);
+    TEST(test_nonce_pool);
+    TEST(test_vector_chacha20);
+    TEST(test_vector_chacha20_rawkey);
+    TEST(test_vector_aes256cbc);
+    TEST(test_vector_sqlcipher);
+    TEST(test_vector_sqlcipher_legacy4);
+    TEST(test_vector_wrong_password);
+    return th_summary();
+}

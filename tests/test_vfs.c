@@ -1,0 +1,295 @@
+/*
+ * test_vfs.c -- the encrypting VFS: round trips in every cipher, journal mode and page size;
+ * keying through PRAGMA and URI; wrong keys, flipped bits and truncated files, each giving
+ * the clear error and leaving every byte on disk as it was.
+ */
+#include "harness.h"
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *const PW = "correct horse ✓ battery";
+
+struct rt_case {
+    mv_cipher cipher;
+    const char *journal_mode;
+    int page_size;
+};
+
+static int rt_one(const struct rt_case *c)
+{
+    char name[128];
+    snprintf(name, sizeof name, "rt-%s-%s-%d.db", mv_cipher_name(c->cipher), c->journal_mode,
+             c->page_size);
+    char *path = tu_path(name);
+    int ok = 0;
+    sqlite3 *db = NULL;
+    struct mv_db_options o = MV_DB_OPTIONS_INIT;
+    o.cipher = c->cipher;
+    o.kdf_iter = TU_KDF_ITER;
+    o.page_size = c->page_size;
+    o.flags = MV_DB_CREATE;
+    char sql[128], want[65], got[65];
+    long long rows = 0;
+    if (mv_db_open(path, PW, strlen(PW), &o, &db, NULL) != MV_OK) {
+        goto done;
+    }
+    snprintf(sql, sizeof sql, "PRAGMA journal_mode=%s", c->journal_mode);
+    tu_exec(db, sql);
+    tu_exec(db, "BEGIN");
+    tu_fill_table(db, 1, 60);
+    tu_exec(db, "COMMIT");
+    tu_exec(db, "UPDATE t SET name = name || ' (edited)' WHERE id % 7 = 0");
+    tu_exec(db, "UPDATE t SET name = substr(name, 1, length(name) - 9) WHERE id % 7 = 0");
+    sqlite3_close(db);
+    db = NULL;
+    o.cipher = MV_CIPHER_AUTO; /* recognised from the header */
+    o.flags = 0;
+    o.page_size = 0;
+    if (mv_db_open(path, PW, strlen(PW), &o, &db, NULL) != MV_OK) {
+        goto done;
+    }
+    struct mv_db_info info;
+    tu_expected_digest(60, want);
+    ok = tu_table_digest(db, got, &rows) == SQLITE_OK && rows == 60 && strcmp(want, got) == 0 &&
+         tu_int(db, "PRAGMA page_size") == c->page_size &&
+         mv_db_info(db, &info) == MV_OK && info.cipher == c->cipher &&
+         info.kdf_iter == (c->cipher == MV_CIPHER_AES256CBC ? 4001 : TU_KDF_ITER) &&
+         tu_int(db, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check='ok'") == 1;
+    /* Plaintext header bytes: magic absent, page size and reserve present. */
+    size_t n;
+    uint8_t *bytes = tu_read_file(path, &n);
+    ok = ok && bytes != NULL && memcmp(bytes, "SQLite format 3", 15) != 0 &&
+         bytes[20] == (c->cipher == MV_CIPHER_CHACHA20   ? 32
+                       : c->cipher == MV_CIPHER_SQLCIPHER ? 80
+                                                         : 0);
+    free(bytes);
+done:
+    if (!ok) {
+        fprintf(stderr, "  round trip failed: %s (rows %lld)\n", name, rows);
+    }
+    sqlite3_close(db);
+    tu_remove_db(path);
+    return ok;
+}
+
+static void test_round_trip_every_cipher_mode_page_size(void)
+{
+    static const mv_cipher ciphers[] = {MV_CIPHER_CHACHA20, MV_CIPHER_SQLCIPHER,
+                                        MV_CIPHER_AES256CBC};
+    static const char *const modes[] = {"delete", "wal", "truncate", "persist"};
+    static const int sizes[] = {4096, 8192, 1024, 65536};
+    int failures = 0;
+    for (size_t i = 0; i < 3; i++) {
+        for (size_t j = 0; j < 4; j++) {
+            for (size_t k = 0; k < 4; k++) {
+                struct rt_case c = {ciphers[i], modes[j], sizes[k]};
+                failures += !rt_one(&c);
+            }
+        }
+    }
+    CHECK_EQ_INT(failures, 0);
+}
+
+static void make_db(const char *path, const char *journal_mode, int rows)
+{
+    sqlite3 *db = NULL;
+    tu_remove_db(path);
+    if (tu_open(path, PW, MV_CIPHER_CHACHA20, MV_DB_CREATE, &db) != MV_OK) {
+        return;
+    }
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA journal_mode=%s", journal_mode);
+    tu_exec(db, sql);
+    tu_exec(db, "BEGIN");
+    tu_fill_table(db, 1, rows);
+    tu_exec(db, "COMMIT");
+    sqlite3_close(db);
+}
+
+static void test_wrong_password_clear_error_and_no_change(void)
+{
+    char *path = tu_path("wrongpw.db");
+    make_db(path, "delete", 20);
+    char before[65], after[65];
+    tu_file_sha256(path, before);
+    sqlite3 *db = NULL;
+    char *err = NULL;
+    int rc = mv_db_open(path, "not the password", 16, NULL, &db, &err);
+    tu_file_sha256(path, after);
+    int msg_ok = err != NULL && strstr(err, "wrong password") != NULL;
+    sqlite3_free(err);
+    CHECK_EQ_INT(rc, MV_EAUTH);
+    CHECK(db == NULL);
+    CHECK(msg_ok);
+    CHECK(strcmp(before, after) == 0);
+    CHECK(!tu_file_exists("wrongpw.db-journal"));
+    tu_remove_db(path);
+}
+
+static void test_missing_file_is_not_created(void)
+{
+    char *path = tu_path("missing.db");
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(tu_open(path, PW, MV_CIPHER_AUTO, 0, &db), MV_ENOTFOUND);
+    CHECK(!tu_file_exists(path));
+}
+
+static void test_plaintext_file_with_key_refused(void)
+{
+    char *path = tu_path("plain.db");
+    sqlite3 *plain = NULL;
+    CHECK(sqlite3_open(path, &plain) == SQLITE_OK);
+    tu_exec(plain, "CREATE TABLE x(a); INSERT INTO x VALUES(1)");
+    sqlite3_close(plain);
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(tu_open(path, PW, MV_CIPHER_AUTO, 0, &db), MV_EUNSUPPORTED);
+    tu_remove_db(path);
+}
+
+/* Flips one bit in page pgno (inside the ciphertext) and expects the named error. */
+static void test_flipped_bit_in_data_page_names_the_page(void)
+{
+    char *path = tu_path("flip.db");
+    make_db(path, "delete", 40);
+    long long pages = tu_file_size(path) / 4096;
+    CHECK(pages > 5);
+    CHECK(tu_flip_bit(path, 4 * 4096 + 100, 3) == 0); /* page 5 */
+    char before[65], after[65];
+    tu_file_sha256(path, before);
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(tu_open(path, PW, MV_CIPHER_AUTO, 0, &db), MV_OK);
+    int rc = sqlite3_exec(db, "SELECT sum(length(hex(data))) FROM t", NULL, NULL, NULL);
+    int code = mv_error_from_sqlite(sqlite3_extended_errcode(db));
+    long long ok_rows = tu_int(db, "SELECT count(*) FROM pragma_integrity_check "
+                                   "WHERE integrity_check = 'ok'");
+    const char *msg = mv_db_vfs_errmsg(db);
+    int named = msg != NULL && strstr(msg, "page 5 failed authentication") != NULL;
+    sqlite3_close(db);
+    tu_file_sha256(path, after);
+    CHECK(rc != SQLITE_OK);
+    CHECK(ok_rows != 1);
+    CHECK_EQ_INT(code, MV_ECORRUPT);
+    CHECK(named);
+    CHECK(strcmp(before, after) == 0);
+    tu_remove_db(path);
+}
+
+static void test_flipped_bit_in_page1_is_refused(void)
+{
+    char *path = tu_path("flip1.db");
+    make_db(path, "delete", 5);
+    CHECK(tu_flip_bit(path, 2000, 0) == 0);
+    char before[65], after[65];
+    tu_file_sha256(path, before);
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(tu_open(path, PW, MV_CIPHER_AUTO, 0, &db), MV_EAUTH);
+    tu_file_sha256(path, after);
+    CHECK(strcmp(before, after) == 0);
+    tu_remove_db(path);
+}
+
+static void test_truncated_file(void)
+{
+    char *path = tu_path("trunc.db");
+    make_db(path, "delete", 40);
+    long long size = tu_file_size(path);
+    CHECK(truncate(path, size - 1000) == 0);
+    sqlite3 *db = NULL;
+    int rc = tu_open(path, PW, MV_CIPHER_AUTO, 0, &db);
+    int qrc = rc == MV_OK ? sqlite3_exec(db, "SELECT sum(length(hex(data))) FROM t", NULL, NULL,
+                                         NULL)
+                          : SQLITE_OK;
+    const char *msg = rc == MV_OK ? mv_db_vfs_errmsg(db) : NULL;
+    int named = msg != NULL && strstr(msg, "truncated") != NULL;
+    sqlite3_close(db);
+    CHECK(rc != MV_OK || qrc != SQLITE_OK);
+    CHECK(rc != MV_OK || named);
+    /* Cut inside page 1: nothing usable, a clear refusal. */
+    CHECK(truncate(path, 1000) == 0);
+    db = NULL;
+    rc = tu_open(path, PW, MV_CIPHER_AUTO, 0, &db);
+    CHECK(rc == MV_ECORRUPT || rc == MV_EAUTH);
+    CHECK(truncate(path, 10) == 0);
+    rc = tu_open(path, PW, MV_CIPHER_AUTO, 0, &db);
+    CHECK(rc == MV_ECORRUPT || rc == MV_EAUTH);
+    tu_remove_db(path);
+}
+
+/* The stock way: sqlite3_open_v2 on the VFS, then PRAGMA cipher and key. */
+static void test_pragma_keying(void)
+{
+    char *path = tu_path("pragma.db");
+    sqlite3 *db = NULL;
+    CHECK(mv_vfs_register(NULL, 0) == MV_OK);
+    CHECK(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, MV_VFS_NAME) ==
+          SQLITE_OK);
+    CHECK(tu_exec(db, "PRAGMA cipher='sqlcipher'; PRAGMA kdf_iter=2000; PRAGMA key='pragma pw';"
+                      "CREATE TABLE a(x); INSERT INTO a VALUES('hello');") == SQLITE_OK);
+    CHECK(tu_exec(db, "PRAGMA rekey='other'") != SQLITE_OK);
+    sqlite3_close(db);
+    CHECK(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, MV_VFS_NAME) == SQLITE_OK);
+    CHECK(tu_exec(db, "PRAGMA kdf_iter=2000; PRAGMA key='pragma pw'") == SQLITE_OK);
+    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM a WHERE x='hello'"), 1);
+    sqlite3_close(db);
+    /* A wrong key: PRAGMA key itself fails with the clear message; a retry works. */
+    CHECK(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, MV_VFS_NAME) == SQLITE_OK);
+    char *err = NULL;
+    int rc = sqlite3_exec(db, "PRAGMA kdf_iter=2000; PRAGMA key='wrong'", NULL, NULL, &err);
+    int msg_ok = err != NULL && strstr(err, "wrong password") != NULL;
+    sqlite3_free(err);
+    CHECK(rc != SQLITE_OK && msg_ok);
+    CHECK(sqlite3_exec(db, "SELECT * FROM a", NULL, NULL, NULL) == SQLITE_NOTADB);
+    sqlite3_close(db);
+    /* URI parameters. */
+    char uri[1200];
+    snprintf(uri, sizeof uri, "file:%s?cipher=sqlcipher&kdf_iter=2000&key=pragma%%20pw", path);
+    CHECK(sqlite3_open_v2(uri, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_URI, MV_VFS_NAME) ==
+          SQLITE_OK);
+    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM a"), 1);
+    sqlite3_close(db);
+    tu_remove_db(path);
+}
+
+/* Raw keys: x'<64 hex>' and x'<96 hex>' (key + salt). */
+static void test_raw_keys(void)
+{
+    char *path = tu_path("raw.db");
+    const char *k64 = "x'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'";
+    const char *k96 = "x'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+                      "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf'";
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(tu_open(path, k96, MV_CIPHER_CHACHA20, MV_DB_CREATE, &db), MV_OK);
+    CHECK(tu_exec(db, "CREATE TABLE a(x); INSERT INTO a VALUES(42)") == SQLITE_OK);
+    sqlite3_close(db);
+    size_t n;
+    uint8_t *bytes = tu_read_file(path, &n);
+    CHECK(bytes != NULL && n >= 16);
+    static const uint8_t salt[16] = {0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7,
+                                     0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf};
+    int salt_ok = memcmp(bytes, salt, 16) == 0;
+    free(bytes);
+    CHECK(salt_ok);
+    CHECK_EQ_INT(tu_open(path, k64, MV_CIPHER_AUTO, 0, &db), MV_OK);
+    CHECK_EQ_INT(tu_int(db, "SELECT x FROM a"), 42);
+    sqlite3_close(db);
+    CHECK_EQ_INT(tu_open(path, "x'00'", MV_CIPHER_AUTO, 0, &db), MV_EAUTH);
+    tu_remove_db(path);
+}
+
+int main(void)
+{
+    TEST(test_round_trip_every_cipher_mode_page_size);
+    TEST(test_wrong_password_clear_error_and_no_change);
+    TEST(test_missing_file_is_not_created);
+    TEST(test_plaintext_file_with_key_refused);
+    TEST(test_flipped_bit_in_data_page_names_the_page);
+    TEST(test_flipped_bit_in_page1_is_refused);
+    TEST(test_truncated_file);
+    TEST(test_pragma_keying);
+    TEST(test_raw_keys);
+    return th_summary();
+}

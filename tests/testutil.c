@@ -1,0 +1,288 @@
+/* testutil.c -- see testutil.h. */
+#include "testutil.h"
+
+#include "harness.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+char *tu_path(const char *name)
+{
+    static char ring[16][1024];
+    static unsigned next;
+    char *p = ring[next++ % 16];
+    snprintf(p, sizeof ring[0], "%s/%s", th_tmpdir(), name);
+    return p;
+}
+
+int tu_open(const char *path, const char *password, mv_cipher cipher, unsigned flags,
+            sqlite3 **db)
+{
+    struct mv_db_options o = MV_DB_OPTIONS_INIT;
+    o.cipher = cipher;
+    o.kdf_iter = TU_KDF_ITER;
+    o.flags = flags;
+    char *err = NULL;
+    int rc = mv_db_open(path, password, strlen(password), &o, db, &err);
+    if (rc != MV_OK && getenv("TU_VERBOSE") != NULL) {
+        fprintf(stderr, "  mv_db_open(%s): %s: %s\n", path, mv_strerror(rc), err ? err : "");
+    }
+    sqlite3_free(err);
+    return rc;
+}
+
+int tu_exec(sqlite3 *db, const char *sql)
+{
+    char *err = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
+    if (rc != SQLITE_OK) {
+        const char *vfs = mv_db_vfs_errmsg(db);
+        fprintf(stderr, "  sql failed (%d): %s [%s] in: %.80s\n", rc, err ? err : "",
+                vfs ? vfs : "", sql);
+    }
+    sqlite3_free(err);
+    return rc;
+}
+
+long long tu_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    long long v = -1;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+        v = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    return v;
+}
+
+uint8_t *tu_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    size_t n = (size_t)st.st_size;
+    uint8_t *buf = malloc(n + 1);
+    if (buf != NULL && fread(buf, 1, n, f) != n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (len != NULL) {
+        *len = n;
+    }
+    return buf;
+}
+
+int tu_write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) {
+        return -1;
+    }
+    int ok = fwrite(data, 1, len, f) == len;
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+int tu_file_exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+long long tu_file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+static int tu_copy_file(const char *src, const char *dst)
+{
+    size_t n;
+    uint8_t *data = tu_read_file(src, &n);
+    if (data == NULL) {
+        return -1;
+    }
+    int rc = tu_write_file(dst, data, n);
+    free(data);
+    return rc;
+}
+
+int tu_copy_db(const char *src, const char *dst)
+{
+    static const char *const suffixes[] = {"", "-wal", "-journal"};
+    for (size_t i = 0; i < 3; i++) {
+        char s[1024], d[1024];
+        snprintf(s, sizeof s, "%s%s", src, suffixes[i]);
+        snprintf(d, sizeof d, "%s%s", dst, suffixes[i]);
+        unlink(d);
+        if (tu_file_exists(s) && tu_copy_file(s, d) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void tu_remove_db(const char *path)
+{
+    static const char *const suffixes[] = {"", "-wal", "-journal", "-shm"};
+    for (size_t i = 0; i < 4; i++) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s%s", path, suffixes[i]);
+        unlink(p);
+    }
+}
+
+int tu_flip_bit(const char *path, long long offset, int bit)
+{
+    FILE *f = fopen(path, "r+b");
+    if (f == NULL) {
+        return -1;
+    }
+    int rc = -1;
+    if (fseek(f, offset, SEEK_SET) == 0) {
+        int c = fgetc(f);
+        if (c != EOF && fseek(f, offset, SEEK_SET) == 0 && fputc(c ^ (1 << bit), f) != EOF) {
+            rc = 0;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+void tu_sha256_hex(const void *data, size_t len, char out[65])
+{
+    unsigned char md[32];
+    unsigned int md_len = 0;
+    EVP_Digest(data, len, md, &md_len, EVP_sha256(), NULL);
+    for (int i = 0; i < 32; i++) {
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    }
+}
+
+void tu_file_sha256(const char *path, char out[65])
+{
+    size_t n;
+    uint8_t *data = tu_read_file(path, &n);
+    if (data == NULL) {
+        snprintf(out, 65, "missing");
+        return;
+    }
+    tu_sha256_hex(data, n, out);
+    free(data);
+}
+
+/* Row content: name with non-ASCII text, data of a length that makes overflow pages. */
+static void tu_row(int id, char *name, size_t name_size, uint8_t **data, size_t *len)
+{
+    snprintf(name, name_size, "row %d — grüße ✓ %d", id, id * 7);
+    *len = (id % 9 == 0) ? 0 : (id % 5 == 0) ? (size_t)(9000 + id * 37) : (size_t)(id * 13 % 700);
+    *data = NULL;
+    if (*len == 0) {
+        return;
+    }
+    *data = malloc(*len);
+    uint32_t x = (uint32_t)id * 2654435761u;
+    for (size_t i = 0; i < *len; i++) {
+        x = x * 1664525u + 1013904223u;
+        (*data)[i] = (uint8_t)(x >> 24);
+    }
+}
+
+void tu_fill_table(sqlite3 *db, int first_id, int count)
+{
+    sqlite3_stmt *st = NULL;
+    tu_exec(db, "CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                "data BLOB); CREATE INDEX IF NOT EXISTS t_name ON t(name)");
+    if (sqlite3_prepare_v2(db, "INSERT INTO t VALUES(?,?,?)", -1, &st, NULL) != SQLITE_OK) {
+        return;
+    }
+    for (int id = first_id; id < first_id + count; id++) {
+        char name[128];
+        uint8_t *data;
+        size_t len;
+        tu_row(id, name, sizeof name, &data, &len);
+        sqlite3_bind_int(st, 1, id);
+        sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
+        if (data != NULL) {
+            sqlite3_bind_blob(st, 3, data, (int)len, SQLITE_TRANSIENT);
+        } else {
+            sqlite3_bind_null(st, 3);
+        }
+        if (sqlite3_step(st) != SQLITE_DONE) {
+            fprintf(stderr, "  insert %d: %s\n", id, sqlite3_errmsg(db));
+        }
+        sqlite3_reset(st);
+        free(data);
+    }
+    sqlite3_finalize(st);
+}
+
+/* Appends one canonical line "id|name|HEX\n" to a growing buffer. */
+static void tu_append_line(char **buf, size_t *len, size_t *cap, long long id, const char *name,
+                           const uint8_t *data, size_t n)
+{
+    size_t need = *len + 64 + strlen(name) + 2 * n;
+    if (need > *cap) {
+        *cap = need * 2;
+        *buf = realloc(*buf, *cap);
+    }
+    *len += (size_t)snprintf(*buf + *len, *cap - *len, "%lld|%s|", id, name);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(*buf + *len, 3, "%02X", data[i]);
+        *len += 2;
+    }
+    (*buf)[(*len)++] = '\n';
+}
+
+int tu_table_digest(sqlite3 *db, char out[65], long long *rows)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, "SELECT id, name, data FROM t ORDER BY id", -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    *rows = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 1);
+        const uint8_t *data = sqlite3_column_blob(st, 2);
+        size_t n = (size_t)sqlite3_column_bytes(st, 2);
+        tu_append_line(&buf, &len, &cap, sqlite3_column_int64(st, 0), name ? name : "", data, n);
+        (*rows)++;
+    }
+    sqlite3_finalize(st);
+    tu_sha256_hex(buf != NULL ? buf : "", len, out);
+    free(buf);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+void tu_expected_digest(int count, char out[65])
+{
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (int id = 1; id <= count; id++) {
+        char name[128];
+        uint8_t *data;
+        size_t n;
+        tu_row(id, name, sizeof name, &data, &n);
+        tu_append_line(&buf, &len, &cap, id, name, data, n);
+        free(data);
+    }
+    tu_sha256_hex(buf != NULL ? buf : "", len, out);
+    free(buf);
+}
+
+int tu_contains(const uint8_t *hay, size_t hay_len, const void *needle, size_t needle_len)
+{
+    return needle_len <= hay_len && memmem(hay, hay_len, needle, needle_len) != NULL;
+}
