@@ -54,8 +54,7 @@ void cli_password_wipe(struct cli_password *pw);
  * settings are restored afterwards, also when a signal ends the program mid-prompt.
  * Returns CLI_EXIT_OK with *length_out set, or CLI_EXIT_ERROR after printing the reason
  * (including a line longer than capacity_bytes). */
-int cli_tty_read_password(const char *prompt, char *buf, size_t capacity_bytes,
-                          size_t *length_out);
+int cli_tty_read_password(const char *prompt, char *buf, size_t capacity_bytes, size_t *length_out);
 
 /* ---- cli_output.c ---- */
 

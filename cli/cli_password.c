@@ -43,8 +43,8 @@ void cli_password_wipe(struct cli_password *pw)
 static int cli_password_read_fd(int fd, struct cli_password *pw)
 {
     while (pw->size_bytes < CLI_PASSWORD_CAPACITY_BYTES) {
-        ssize_t n = read(fd, pw->bytes + pw->size_bytes,
-                         CLI_PASSWORD_CAPACITY_BYTES - pw->size_bytes);
+        ssize_t n =
+            read(fd, pw->bytes + pw->size_bytes, CLI_PASSWORD_CAPACITY_BYTES - pw->size_bytes);
         if (n < 0 && errno == EINTR) {
             continue;
         }
@@ -100,8 +100,8 @@ static int cli_password_from_env(const char *value, struct cli_password *pw)
 /* Prompts once, or twice with confirm, and requires the two answers to match. */
 static int cli_password_from_tty(int confirm, struct cli_password *pw)
 {
-    int rc = cli_tty_read_password("Password: ", pw->bytes, CLI_PASSWORD_BYTES_MAX,
-                                   &pw->size_bytes);
+    int rc =
+        cli_tty_read_password("Password: ", pw->bytes, CLI_PASSWORD_BYTES_MAX, &pw->size_bytes);
     if (rc != CLI_EXIT_OK || !confirm || pw->size_bytes == 0) {
         return rc;
     }
@@ -123,8 +123,7 @@ static int cli_password_from_tty(int confirm, struct cli_password *pw)
 }
 
 /* Picks the source and fills pw (already allocated). */
-static int cli_password_from_source(const char *password_file, int confirm,
-                                    struct cli_password *pw)
+static int cli_password_from_source(const char *password_file, int confirm, struct cli_password *pw)
 {
     if (password_file != NULL) {
         return cli_password_from_file(password_file, pw);

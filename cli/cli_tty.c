@@ -67,6 +67,10 @@ static int cli_tty_echo_off(int fd)
     cli_tty_fd = fd;
     for (size_t i = 0; i < CLI_TTY_SIGNAL_COUNT; i++) {
         (void)sigaction(cli_tty_signals[i], &action, &cli_tty_old_actions[i]);
+        if (cli_tty_old_actions[i].sa_handler == SIG_IGN) {
+            /* Ignored by whoever started us (nohup): keep it ignored. */
+            (void)sigaction(cli_tty_signals[i], &cli_tty_old_actions[i], NULL);
+        }
     }
     if (tcsetattr(fd, TCSAFLUSH, &quiet) != 0) {
         int saved_errno = errno;
@@ -104,8 +108,7 @@ static int cli_tty_read_line(int fd, char *buf, size_t capacity_bytes, size_t *l
     return overflow;
 }
 
-int cli_tty_read_password(const char *prompt, char *buf, size_t capacity_bytes,
-                          size_t *length_out)
+int cli_tty_read_password(const char *prompt, char *buf, size_t capacity_bytes, size_t *length_out)
 {
     int fd = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY);
     int out_fd = fd;

@@ -19,12 +19,12 @@
 
 void cli_error(const char *fmt, ...)
 {
+    fputs("mailvault: ", stderr);
     va_list ap;
     va_start(ap, fmt);
-    fputs("mailvault: ", stderr);
     vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
     va_end(ap);
+    fputc('\n', stderr);
 }
 
 static void cli_usage(FILE *out)

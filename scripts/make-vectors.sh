@@ -6,3 +6,4 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 scripts/install-reference.sh
 node tests/interop/gen_vectors.js tests/vectors/mc
+python3 tests/interop/manifest_tsv.py tests/vectors/mc/manifest.json
