@@ -120,14 +120,16 @@ struct mv_db_options {
     int legacy;        /* sqlcipher only: 0 (SQLite3MC default) or 4 (real SQLCipher 4) */
     int page_size;     /* new files only; 0: 4096 */
     unsigned flags;    /* MV_DB_* */
+    int auto_vacuum;   /* new files only: 0 NONE, 1 FULL, 2 INCREMENTAL (fixed at creation) */
 };
-#define MV_DB_OPTIONS_INIT {MV_CIPHER_AUTO, 0, 0, 0, 0}
+#define MV_DB_OPTIONS_INIT {MV_CIPHER_AUTO, 0, 0, 0, 0, 0}
 
 /* Opens the SQLite database at path through the encrypting VFS (registering it if needed),
  * keyed with secret (see KEYS above; secret_len bytes, need not be NUL-terminated).
  *
- * For a new file it sets the page size and the cipher's reserve bytes before anything writes
- * page 1, and writes page 1 so that the file is recognisable at once. For an existing file
+ * For a new file it sets the page size, the cipher's reserve bytes and auto_vacuum before
+ * anything writes page 1, then writes page 1, so the file is keyed and recognisable at once
+ * (an empty file would open with any password). For an existing file
  * the cipher is recognised from the plain header bytes (reserve 32: chacha20, 80: sqlcipher,
  * 0: aes256cbc), so only one KDF runs; it then proves the key by reading the schema.
  * opts may be NULL for defaults.

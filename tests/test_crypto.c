@@ -73,7 +73,8 @@ static void test_chacha20_rfc8439_block(void)
     test_hex("000000090000004a00000000", nonce, 12);
     CHECK_EQ_INT(crypt_chacha20_xor(key, 1, nonce, zero, out, 64), CRYPT_OK);
     CHECK(test_eq_hex(out, "10f1e7e4d13b5915500fdd1fa32071c4c7d1f4c733c068030422aa9ac3d46c4e"));
-    CHECK(test_eq_hex(out + 32, "d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e"));
+    CHECK(
+        test_eq_hex(out + 32, "d2826446079faa0914c2d705d98b02a2b5129cd1de164eb9cbd083e8a2503c4e"));
 }
 
 static void test_chacha20_rfc8439_encrypt(void)
@@ -109,11 +110,8 @@ static void test_poly1305_rfc8439(void)
 }
 
 /* OpenSSL's own ChaCha20 at a counter/nonce, to show what it does at the wrap. */
-static int test_openssl_chacha20(const uint8_t key[32],
-                                 uint32_t counter,
-                                 const uint8_t nonce[12],
-                                 uint8_t *out,
-                                 int len)
+static int test_openssl_chacha20(
+    const uint8_t key[32], uint32_t counter, const uint8_t nonce[12], uint8_t *out, int len)
 {
     uint8_t iv[16], zero[256] = {0};
     int out_len = 0;
@@ -142,7 +140,7 @@ static void test_chacha20_counter_wrap(void)
     CHECK_EQ_INT(crypt_chacha20_xor(key, 0xffffffffu, nonce, zero, block, 64), CRYPT_OK);
     CHECK(memcmp(wrapped, block, 64) == 0);
     CHECK(test_openssl_chacha20(key, 0xffffffffu, nonce, carried, 128));
-    CHECK(memcmp(carried, wrapped, 64) == 0);      /* before the wrap they agree */
+    CHECK(memcmp(carried, wrapped, 64) == 0);           /* before the wrap they agree */
     CHECK(memcmp(carried + 64, wrapped + 64, 64) != 0); /* OpenSSL carries into the nonce */
     /* A wrap inside a block-unaligned call: 0xfffffffe, 200 bytes = blocks fe, ff, 0, 1. */
     CHECK_EQ_INT(crypt_chacha20_xor(key, 0xfffffffeu, nonce, zero, wrapped, 200), CRYPT_OK);
@@ -155,26 +153,29 @@ static void test_chacha20_counter_wrap(void)
 static void test_pbkdf2_sha256_rfc7914(void)
 {
     uint8_t out[64];
-    CHECK_EQ_INT(crypt_pbkdf2_sha256((const uint8_t *)"passwd", 6, (const uint8_t *)"salt", 4, 1,
-                                     out, 64),
-                 CRYPT_OK);
+    CHECK_EQ_INT(
+        crypt_pbkdf2_sha256((const uint8_t *)"passwd", 6, (const uint8_t *)"salt", 4, 1, out, 64),
+        CRYPT_OK);
     CHECK(test_eq_hex(out, "55ac046e56e3089fec1691c22544b605f94185216dde0465e68b9d57c20dacbc"));
-    CHECK(test_eq_hex(out + 32, "49ca9cccf179b645991664b39d77ef317c71b845b1e30bd509112041d3a19783"));
+    CHECK(
+        test_eq_hex(out + 32, "49ca9cccf179b645991664b39d77ef317c71b845b1e30bd509112041d3a19783"));
     CHECK_EQ_INT(crypt_pbkdf2_sha256((const uint8_t *)"Password", 8, (const uint8_t *)"NaCl", 4,
                                      80000, out, 64),
                  CRYPT_OK);
     CHECK(test_eq_hex(out, "4ddcd8f60b98be21830cee5ef22701f9641a4418d04c0414aeff08876b34ab56"));
-    CHECK(test_eq_hex(out + 32, "a1d425a1225833549adb841b51c9b3176a272bdebba1d078478f62b397f33c8d"));
+    CHECK(
+        test_eq_hex(out + 32, "a1d425a1225833549adb841b51c9b3176a272bdebba1d078478f62b397f33c8d"));
 }
 
 static void test_pbkdf2_sha512(void)
 {
     uint8_t out[64];
-    CHECK_EQ_INT(crypt_pbkdf2_sha512((const uint8_t *)"password", 8, (const uint8_t *)"salt", 4,
-                                     1, out, 64),
-                 CRYPT_OK);
+    CHECK_EQ_INT(
+        crypt_pbkdf2_sha512((const uint8_t *)"password", 8, (const uint8_t *)"salt", 4, 1, out, 64),
+        CRYPT_OK);
     CHECK(test_eq_hex(out, "867f70cf1ade02cff3752599a3a53dc4af34c7a669815ae5d513554e1c8cf252"));
-    CHECK(test_eq_hex(out + 32, "c02d470a285a0501bad999bfe943c08f050235d7d68b1da55e63f73b60a57fce"));
+    CHECK(
+        test_eq_hex(out + 32, "c02d470a285a0501bad999bfe943c08f050235d7d68b1da55e63f73b60a57fce"));
     CHECK_EQ_INT(crypt_pbkdf2_sha512((const uint8_t *)"password", 8, NULL, 0, 0, out, 64),
                  CRYPT_EINVAL);
 }
@@ -221,7 +222,8 @@ static void test_kdf_aes256cbc_vector(void)
                  CRYPT_OK);
     CHECK(test_eq_hex(key, "481772164e6c6b5f940af7087f5998f4e5dc8912d71fabebb72760cec5a7dd79"));
     CHECK_EQ_INT(crypt_aes256cbc_page_key(key, 1, page_key), CRYPT_OK);
-    CHECK(test_eq_hex(page_key, "1151944aece828afb16177205fc2bcc6e2467b51152a2f38473f39d11991ee64"));
+    CHECK(
+        test_eq_hex(page_key, "1151944aece828afb16177205fc2bcc6e2467b51152a2f38473f39d11991ee64"));
     CHECK_EQ_INT(crypt_aes256cbc_iv(1, iv), CRYPT_OK);
     CHECK(test_eq_hex(iv, "20d7420f9c37a35dca6fe92a1c6999a9"));
     CHECK_EQ_INT(crypt_aes256cbc_iv(2, iv), CRYPT_OK);
@@ -343,8 +345,12 @@ static void test_round_trip_sqlcipher_legacy4(void)
 
 /* Flips one bit of every byte in [from, to) of an encrypted page in turn: each flip must
  * give CRYPT_EAUTH and leave the buffer as it was. */
-static int test_flip_each(crypt_ctx *ctx, uint32_t pgno, const uint8_t *enc, uint32_t from,
-                          uint32_t to, uint32_t page_size)
+static int test_flip_each(crypt_ctx *ctx,
+                          uint32_t pgno,
+                          const uint8_t *enc,
+                          uint32_t from,
+                          uint32_t to,
+                          uint32_t page_size)
 {
     static uint8_t work[TEST_PAGE_MAX], before[TEST_PAGE_MAX];
     unsigned flags = pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0;
@@ -438,15 +444,16 @@ static void test_wrong_key(void)
 
 /* ---- the chacha20 page format, rebuilt from the primitives (FORMAT.md §2) ----------------- */
 
-static int test_chacha20_ref_crypt(const uint8_t key[32], uint32_t pgno, uint8_t *page,
-                                   uint32_t page_size, int page1, int encrypt)
+static int test_chacha20_ref_crypt(
+    const uint8_t key[32], uint32_t pgno, uint8_t *page, uint32_t page_size, int page1, int encrypt)
 {
     static const uint8_t zero[64];
     uint32_t n = page_size - 32, off = page1 ? 24 : 0;
     const uint8_t *nonce = page + n;
     uint8_t otk[64], tag[16];
     uint32_t ctr = ((uint32_t)nonce[12] | (uint32_t)nonce[13] << 8 | (uint32_t)nonce[14] << 16 |
-                    (uint32_t)nonce[15] << 24) ^ pgno;
+                    (uint32_t)nonce[15] << 24) ^
+                   pgno;
     if (crypt_chacha20_xor(key, ctr, nonce, zero, otk, 64) != CRYPT_OK) {
         return 0;
     }
@@ -477,9 +484,9 @@ static void test_chacha20_page_reference(void)
     static uint8_t plain[4096], page[4096];
     uint8_t key[32];
     test_hex("000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f", key, 32);
-    crypt_ctx *ctx = test_ctx(CRYPT_CIPHER_CHACHA20, 0,
-                              "x'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'",
-                              NULL);
+    crypt_ctx *ctx =
+        test_ctx(CRYPT_CIPHER_CHACHA20, 0,
+                 "x'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'", NULL);
     CHECK(ctx != NULL);
     CHECK(test_ctx_key_is(ctx, key)); /* raw key: no KDF, format as specified */
     /* A page whose data keystream wraps: ctr = 0xfffffff0, so the data starts at counter
@@ -513,7 +520,9 @@ static crypt_ctx *test_ctx_bytes(int cipher, const uint8_t *secret, size_t len, 
 }
 
 /* secret must be taken as a raw key equal to TEST_KEY_HEX, salt as given. */
-static int test_secret_raw(const uint8_t *secret, size_t len, const uint8_t *file_salt,
+static int test_secret_raw(const uint8_t *secret,
+                           size_t len,
+                           const uint8_t *file_salt,
                            const uint8_t *want_salt)
 {
     uint8_t key[32];
@@ -548,8 +557,8 @@ static void test_secret_raw_forms(void)
     const char *x96 = "x'" TEST_KEY_HEX TEST_SALT_HEX "'";
     CHECK_EQ_INT(strlen(x64), 67);
     CHECK(test_secret_raw((const uint8_t *)x64, 67, file_salt, file_salt));
-    CHECK(test_secret_raw((const uint8_t *)x64, 67, NULL, NULL)); /* random salt */
-    CHECK(test_secret_raw((const uint8_t *)x96, 99, NULL, salt)); /* the key's salt */
+    CHECK(test_secret_raw((const uint8_t *)x64, 67, NULL, NULL));           /* random salt */
+    CHECK(test_secret_raw((const uint8_t *)x96, 99, NULL, salt));           /* the key's salt */
     CHECK(test_secret_raw((const uint8_t *)x96, 99, file_salt, file_salt)); /* file wins */
     const char *upper = "x'000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F'";
     CHECK(test_secret_raw((const uint8_t *)upper, 67, file_salt, file_salt));
@@ -569,7 +578,7 @@ static void test_secret_passphrase_forms(void)
     CHECK(test_secret_pass("x'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"));
     CHECK(test_secret_pass("X'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'"));
     CHECK(test_secret_pass("x'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f0'"));
-    CHECK(test_secret_pass("raw:0123456789abcdef0123456789abcde")); /* 31 bytes */
+    CHECK(test_secret_pass("raw:0123456789abcdef0123456789abcde"));   /* 31 bytes */
     CHECK(test_secret_pass("raw:0123456789abcdef0123456789abcdef0")); /* 33 bytes */
     CHECK(test_secret_pass("raw:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1z"));
     CHECK(test_secret_pass("raw:"));
@@ -816,8 +825,7 @@ static void test_vector_chacha20(void)
 
 static void test_vector_chacha20_rawkey(void)
 {
-    test_vector_file("chacha20-rawkey-delete.db", CRYPT_CIPHER_CHACHA20, 0,
-                     "x'" TEST_KEY_HEX "'");
+    test_vector_file("chacha20-rawkey-delete.db", CRYPT_CIPHER_CHACHA20, 0, "x'" TEST_KEY_HEX "'");
 }
 
 static void test_vector_aes256cbc(void)
@@ -854,9 +862,9 @@ static void test_vector_wrong_password(void)
         const struct crypt_params params = {files[i].cipher, 0, 0};
         crypt_ctx *ctx = NULL;
         const uint8_t *salt = files[i].cipher == CRYPT_CIPHER_AES256CBC ? NULL : file;
-        CHECK_EQ_INT(crypt_ctx_create(&params, (const uint8_t *)"fe-testvector-passwore", 22,
-                                      salt, &ctx),
-                     CRYPT_OK);
+        CHECK_EQ_INT(
+            crypt_ctx_create(&params, (const uint8_t *)"fe-testvector-passwore", 22, salt, &ctx),
+            CRYPT_OK);
         CHECK_EQ_INT(crypt_page_decrypt(ctx, 1, buf, 4096, CRYPT_PAGE_DB_HEADER), CRYPT_EAUTH);
         CHECK(memcmp(buf, file, sizeof buf) == 0);
         crypt_ctx_free(ctx);

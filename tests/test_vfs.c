@@ -280,6 +280,127 @@ static void test_raw_keys(void)
     tu_remove_db(path);
 }
 
+/* A copy taken while a connection is still open: committed WAL frames never checkpointed,
+ * or (hot_journal) a rollback journal with uncommitted pages spilled into the database. */
+static void make_snapshot(const char *snap, int hot_journal)
+{
+    char *path = tu_path("snap-src.db");
+    sqlite3 *db = NULL;
+    tu_remove_db(path);
+    tu_remove_db(snap);
+    if (tu_open(path, PW, MV_CIPHER_CHACHA20, MV_DB_CREATE, &db) != MV_OK) {
+        return;
+    }
+    tu_exec(db, hot_journal ? "PRAGMA journal_mode=DELETE"
+                            : "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0");
+    for (int i = 0; i < 5; i++) {
+        tu_exec(db, "BEGIN");
+        tu_fill_table(db, 1 + 10 * i, 10);
+        tu_exec(db, "COMMIT");
+    }
+    if (hot_journal) {
+        tu_exec(db, "PRAGMA cache_size=2; BEGIN; UPDATE t SET name='uncommitted' WHERE id<9");
+        tu_fill_table(db, 500, 10);
+    }
+    tu_copy_db(path, snap);
+    sqlite3_close(db);
+    tu_remove_db(path);
+}
+
+static void test_flipped_bit_in_wal_frame(void)
+{
+    char *snap = tu_path("walflip.db"), wal[1100];
+    make_snapshot(snap, 0);
+    snprintf(wal, sizeof wal, "%s-wal", snap);
+    long long frames = (tu_file_size(wal) - 32) / (4096 + 24);
+    CHECK(frames >= 6);
+    CHECK(tu_flip_bit(wal, 32 + 2 * (4096 + 24) + 24 + 1000, 5) == 0); /* frame 3's page */
+    char db_before[65], db_after[65], wal_before[65], wal_after[65];
+    tu_file_sha256(snap, db_before);
+    tu_file_sha256(wal, wal_before);
+    sqlite3 *db = NULL;
+    char *err = NULL;
+    struct mv_db_options o = MV_DB_OPTIONS_INIT;
+    o.kdf_iter = TU_KDF_ITER;
+    int rc = mv_db_open(snap, PW, strlen(PW), &o, &db, &err);
+    int named = err != NULL && strstr(err, "WAL frame 3") != NULL;
+    sqlite3_free(err);
+    sqlite3_close(db);
+    tu_file_sha256(snap, db_after);
+    tu_file_sha256(wal, wal_after);
+    CHECK_EQ_INT(rc, MV_ECORRUPT);
+    CHECK(named);
+    CHECK(strcmp(db_before, db_after) == 0);
+    CHECK(strcmp(wal_before, wal_after) == 0);
+    tu_remove_db(snap);
+}
+
+static void test_flipped_bit_in_journal_record(void)
+{
+    char *snap = tu_path("jflip.db"), journal[1100];
+    make_snapshot(snap, 1);
+    snprintf(journal, sizeof journal, "%s-journal", snap);
+    size_t n = 0;
+    uint8_t *bytes = tu_read_file(journal, &n);
+    CHECK(bytes != NULL && n > 4096);
+    long long sector = ((long long)bytes[20] << 24) | (bytes[21] << 16) | (bytes[22] << 8) | bytes[23];
+    free(bytes);
+    CHECK(tu_flip_bit(journal, sector + 4 + 4096 + 8 + 300, 1) == 0); /* record 2's page */
+    char db_before[65], db_after[65], j_before[65], j_after[65];
+    tu_file_sha256(snap, db_before);
+    tu_file_sha256(journal, j_before);
+    sqlite3 *db = NULL;
+    char *err = NULL;
+    struct mv_db_options o = MV_DB_OPTIONS_INIT;
+    o.kdf_iter = TU_KDF_ITER;
+    int rc = mv_db_open(snap, PW, strlen(PW), &o, &db, &err);
+    int named = err != NULL && strstr(err, "rollback journal") != NULL;
+    if (!named) {
+        fprintf(stderr, "  message: %s\n", err ? err : "(none)");
+    }
+    sqlite3_free(err);
+    sqlite3_close(db);
+    tu_file_sha256(snap, db_after);
+    tu_file_sha256(journal, j_after);
+    CHECK_EQ_INT(rc, MV_ECORRUPT);
+    CHECK(named);
+    CHECK(strcmp(db_before, db_after) == 0);
+    CHECK(strcmp(j_before, j_after) == 0);
+    tu_remove_db(snap);
+}
+
+/* The intact snapshots recover: every committed row, nothing uncommitted. */
+static void test_snapshots_recover(void)
+{
+    for (int hot = 0; hot <= 1; hot++) {
+        char *snap = tu_path("recover.db"), want[65], got[65];
+        make_snapshot(snap, hot);
+        sqlite3 *db = NULL;
+        long long rows = 0;
+        CHECK_EQ_INT(tu_open(snap, PW, MV_CIPHER_AUTO, 0, &db), MV_OK);
+        tu_expected_digest(50, want);
+        int rc = tu_table_digest(db, got, &rows);
+        sqlite3_close(db);
+        CHECK(rc == SQLITE_OK);
+        CHECK_EQ_INT(rows, 50);
+        CHECK(strcmp(want, got) == 0);
+        tu_remove_db(snap);
+    }
+}
+
+/* A new file is keyed from the start: page 1 exists, so another password is refused. */
+static void test_new_file_is_keyed_at_once(void)
+{
+    char *path = tu_path("fresh.db");
+    sqlite3 *db = NULL;
+    tu_remove_db(path);
+    CHECK_EQ_INT(tu_open(path, PW, MV_CIPHER_AUTO, MV_DB_CREATE, &db), MV_OK);
+    sqlite3_close(db);
+    CHECK(tu_file_size(path) > 0);
+    CHECK_EQ_INT(tu_open(path, "another password", MV_CIPHER_AUTO, 0, &db), MV_EAUTH);
+    tu_remove_db(path);
+}
+
 int main(void)
 {
     TEST(test_round_trip_every_cipher_mode_page_size);
@@ -291,5 +412,9 @@ int main(void)
     TEST(test_truncated_file);
     TEST(test_pragma_keying);
     TEST(test_raw_keys);
+    TEST(test_flipped_bit_in_wal_frame);
+    TEST(test_flipped_bit_in_journal_record);
+    TEST(test_snapshots_recover);
+    TEST(test_new_file_is_keyed_at_once);
     return th_summary();
 }

@@ -38,7 +38,8 @@
 #define CRYPT_PAGE_SIZE_MIN  512
 #define CRYPT_PAGE_SIZE_MAX  65536
 #define CRYPT_PASSPHRASE_MAX 4096 /* bytes; longer secrets are refused */
-#define CRYPT_KDF_ITER_MAX   16777216u /* larger kdf_iter refused: ~1 min of PBKDF2-SHA512 */
+/* A larger kdf_iter is refused (CRYPT_EINVAL): about a minute of PBKDF2-HMAC-SHA512. */
+#define CRYPT_KDF_ITER_MAX 16777216u
 
 #define CRYPT_CHACHA20_NONCE_BYTES 16
 #define CRYPT_CHACHA20_TAG_BYTES   16

@@ -147,8 +147,8 @@ static int crypt_aes256cbc_page_key_md(EVP_MD_CTX *md,
     memcpy(in, key, CRYPT_KEY_BYTES);
     crypt_put_le32(in + CRYPT_KEY_BYTES, pgno);
     memcpy(in + CRYPT_KEY_BYTES + 4, "sAlT", 4);
-    int rc = crypt_aes256cbc_hash(md, crypt_algs()->sha256, in, sizeof in, page_key,
-                                  CRYPT_KEY_BYTES);
+    int rc =
+        crypt_aes256cbc_hash(md, crypt_algs()->sha256, in, sizeof in, page_key, CRYPT_KEY_BYTES);
     crypt_wipe(in, sizeof in);
     return rc;
 }
@@ -293,11 +293,8 @@ static int crypt_aes256cbc_header_plain(const uint8_t *hdr)
            hdr[7] == 0x20;
 }
 
-static int crypt_aes256cbc_decrypt_page1(crypt_ctx *ctx,
-                                         const uint8_t *key,
-                                         const uint8_t *iv,
-                                         uint8_t *page,
-                                         size_t page_size)
+static int crypt_aes256cbc_decrypt_page1(
+    crypt_ctx *ctx, const uint8_t *key, const uint8_t *iv, uint8_t *page, size_t page_size)
 {
     uint8_t b0[CRYPT_AES_BLOCK_BYTES];
     uint8_t d0[CRYPT_AES_BLOCK_BYTES];
@@ -330,11 +327,8 @@ cleanup:
     return rc;
 }
 
-static int crypt_aes256cbc_decrypt(crypt_ctx *ctx,
-                                   uint32_t pgno,
-                                   uint8_t *page,
-                                   uint32_t page_size,
-                                   unsigned flags)
+static int crypt_aes256cbc_decrypt(
+    crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags)
 {
     uint8_t key[CRYPT_KEY_BYTES];
     uint8_t iv[CRYPT_AES_BLOCK_BYTES];

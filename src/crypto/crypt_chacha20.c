@@ -71,11 +71,8 @@ int crypt_chacha20_stream(EVP_CIPHER_CTX *c,
     return CRYPT_OK;
 }
 
-static int crypt_chacha20_poly1305(EVP_MAC_CTX *mac,
-                                   const uint8_t key[32],
-                                   const uint8_t *msg,
-                                   size_t len,
-                                   uint8_t tag[16])
+static int crypt_chacha20_poly1305(
+    EVP_MAC_CTX *mac, const uint8_t key[32], const uint8_t *msg, size_t len, uint8_t tag[16])
 {
     size_t tag_len = 0;
     if (EVP_MAC_init(mac, key, 32, NULL) != 1 || EVP_MAC_update(mac, msg, len) != 1 ||
@@ -210,11 +207,8 @@ cleanup:
     return rc;
 }
 
-static int crypt_chacha20_decrypt(crypt_ctx *ctx,
-                                  uint32_t pgno,
-                                  uint8_t *page,
-                                  uint32_t page_size,
-                                  unsigned flags)
+static int crypt_chacha20_decrypt(
+    crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags)
 {
     const size_t n = (size_t)page_size - CRYPT_CHACHA20_RESERVE;
     const size_t off = (flags & CRYPT_PAGE_DB_HEADER) ? CRYPT_PAGE1_OFFSET : 0;

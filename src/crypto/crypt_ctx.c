@@ -61,9 +61,8 @@ static crypt_ctx *crypt_ctx_alloc(const struct crypt_cipher_desc *desc)
     return ctx;
 }
 
-static int crypt_ctx_pick_salt(crypt_ctx *ctx,
-                               const struct crypt_secret *secret,
-                               const uint8_t *file_salt)
+static int
+crypt_ctx_pick_salt(crypt_ctx *ctx, const struct crypt_secret *secret, const uint8_t *file_salt)
 {
     if (ctx->desc->cipher == CRYPT_CIPHER_AES256CBC) {
         return CRYPT_OK; /* no salt: stays all zero */
@@ -226,11 +225,8 @@ int crypt_ctx_nonce(crypt_ctx *ctx, uint8_t nonce[CRYPT_NONCE_BYTES])
 }
 
 /* Shared checks of crypt_page_encrypt() and crypt_page_decrypt(). */
-static int crypt_ctx_page_valid(const crypt_ctx *ctx,
-                                uint32_t pgno,
-                                const uint8_t *page,
-                                uint32_t page_size,
-                                unsigned flags)
+static int crypt_ctx_page_valid(
+    const crypt_ctx *ctx, uint32_t pgno, const uint8_t *page, uint32_t page_size, unsigned flags)
 {
     /* (1) a context and a buffer, (2) pgno >= 1, (3) page size a power of two in range,
      * (4) only known flags, and the header flag on page 1 only. */
@@ -270,11 +266,8 @@ int crypt_page_encrypt(crypt_ctx *ctx,
     return ctx->desc->encrypt(ctx, pgno, plain, out, page_size, flags);
 }
 
-int crypt_page_decrypt(crypt_ctx *ctx,
-                       uint32_t pgno,
-                       uint8_t *page,
-                       uint32_t page_size,
-                       unsigned flags)
+int crypt_page_decrypt(
+    crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags)
 {
     if (!crypt_ctx_page_valid(ctx, pgno, page, page_size, flags)) {
         return CRYPT_EINVAL;

@@ -98,7 +98,8 @@ struct crypt_cipher_desc {
                    uint8_t *out,
                    uint32_t page_size,
                    unsigned flags);
-    int (*decrypt)(crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags);
+    int (*decrypt)(
+        crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags);
 };
 
 extern const struct crypt_cipher_desc crypt_chacha20_desc;
@@ -131,8 +132,7 @@ static inline void crypt_put_le32(uint8_t *p, uint32_t v)
 
 static inline uint32_t crypt_get_le32(const uint8_t *p)
 {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
 #endif /* MV_CRYPT_INTERNAL_H */

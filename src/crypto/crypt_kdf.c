@@ -39,12 +39,10 @@ static int crypt_kdf_pbkdf2(const char *digest,
     uint64_t iter64 = iter;
     OSSL_PARAM params[] = {
         OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)(uintptr_t)digest, 0),
-        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_PASSWORD,
-                                          (void *)(uintptr_t)(pass != NULL ? pass : empty),
-                                          pass_len),
-        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT,
-                                          (void *)(uintptr_t)(salt != NULL ? salt : empty),
-                                          salt_len),
+        OSSL_PARAM_construct_octet_string(
+            OSSL_KDF_PARAM_PASSWORD, (void *)(uintptr_t)(pass != NULL ? pass : empty), pass_len),
+        OSSL_PARAM_construct_octet_string(
+            OSSL_KDF_PARAM_SALT, (void *)(uintptr_t)(salt != NULL ? salt : empty), salt_len),
         OSSL_PARAM_construct_uint64(OSSL_KDF_PARAM_ITER, &iter64),
         OSSL_PARAM_construct_int(OSSL_KDF_PARAM_PKCS5, &pkcs5),
         OSSL_PARAM_construct_end(),

@@ -101,8 +101,7 @@ int crypt_secret_parse(const uint8_t *secret, size_t secret_len, struct crypt_se
     }
     /* Byte by byte: the lint bans memcmp() on secrets. */
     if (secret_len > 4 && secret[0] == 'r' && secret[1] == 'a' && secret[2] == 'w' &&
-        secret[3] == ':' &&
-        crypt_secret_take_raw_prefix(secret + 4, secret_len - 4, out) == 0) {
+        secret[3] == ':' && crypt_secret_take_raw_prefix(secret + 4, secret_len - 4, out) == 0) {
         return CRYPT_OK;
     }
     out->pass = secret;

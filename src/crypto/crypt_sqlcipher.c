@@ -28,8 +28,8 @@
 #include <openssl/params.h>
 #include <string.h>
 
-#define CRYPT_SQLCIPHER_HMAC_SALT_MASK 0x3a
-#define CRYPT_SQLCIPHER_FAST_KDF_ITER  2
+#define CRYPT_SQLCIPHER_HMAC_SALT_MASK      0x3a
+#define CRYPT_SQLCIPHER_FAST_KDF_ITER       2
 #define CRYPT_SQLCIPHER_PAGE1_OFFSET_LEGACY 16
 
 _Static_assert(CRYPT_SQLCIPHER_RESERVE == CRYPT_SQLCIPHER_IV_BYTES + CRYPT_SQLCIPHER_HMAC_BYTES,
@@ -173,11 +173,8 @@ static int crypt_sqlcipher_encrypt(crypt_ctx *ctx,
                                 out + n + CRYPT_SQLCIPHER_IV_BYTES);
 }
 
-static int crypt_sqlcipher_decrypt(crypt_ctx *ctx,
-                                   uint32_t pgno,
-                                   uint8_t *page,
-                                   uint32_t page_size,
-                                   unsigned flags)
+static int crypt_sqlcipher_decrypt(
+    crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags)
 {
     const size_t n = (size_t)page_size - CRYPT_SQLCIPHER_RESERVE;
     const size_t off = crypt_sqlcipher_offset(ctx, flags);

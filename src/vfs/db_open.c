@@ -2,8 +2,8 @@
  * db_open.c -- mv_db_open(): one call that opens an encrypted database with a cipher and a
  * key, and the small accessors around it (mv_db_vfs_errmsg, mv_db_info).
  *
- * For a new file the order matters and is fixed here: key, page size, reserve bytes, and
- * only then anything that writes page 1 (the caller's journal_mode, auto_vacuum, CREATE).
+ * For a new file the order matters and is fixed here: key, page size, reserve bytes,
+ * auto_vacuum, and only then the first write of page 1 (an empty user_version update).
  */
 #include "vfs/vfs.h"
 
@@ -105,6 +105,17 @@ int mv_db_open(const char *path, const void *secret, size_t secret_len,
         int reserve = (int)crypt_reserve_bytes(o->cipher != MV_CIPHER_AUTO ? (int)o->cipher
                                                                            : CRYPT_CIPHER_CHACHA20);
         (void)sqlite3_file_control(db, "main", SQLITE_FCNTL_RESERVE_BYTES, &reserve);
+        char sql[96];
+        sqlite3_snprintf((int)sizeof sql, sql, "PRAGMA auto_vacuum=%d; PRAGMA user_version=0",
+                         o->auto_vacuum);
+        if (o->auto_vacuum < 0 || o->auto_vacuum > 2 ||
+            sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+            const char *detail = mv_db_vfs_errmsg(db);
+            return mv_fail(&db, errmsg_out, o->auto_vacuum < 0 || o->auto_vacuum > 2 ? MV_EINVAL
+                                                                                    : MV_EIO,
+                           "cannot create the database: %s",
+                           detail != NULL ? detail : sqlite3_errmsg(db));
+        }
         *db_out = db;
         return MV_OK;
     }

@@ -77,6 +77,8 @@ struct mv_file {
     int64_t record_pgno_offset;
     uint32_t record_pgno;
     int64_t record_page_end;
+    int journal_written;   /* this connection wrote it: no need to authenticate it first */
+    int journal_validated; /* a journal written elsewhere was authenticated before rollback */
     /* WAL: a frame header held back until its page arrives. */
     int pending_header;
     int64_t pending_offset;

@@ -17,6 +17,8 @@
  */
 #include "vfs/vfs.h"
 
+#include <string.h>
+
 static int mv_journal_active(const struct mv_file *f)
 {
     return f->codec != NULL && f->codec->crypt != NULL && f->codec->key_state == MV_KEY_OK &&
@@ -43,8 +45,79 @@ static int mv_journal_is_page(const struct mv_file *f, int amt, sqlite3_int64 of
            f->record_pgno_offset >= 0 && off == f->record_pgno_offset + 4 && f->record_pgno != 0;
 }
 
+static const uint8_t mv_journal_magic[8] = {0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7};
+
+/* Authenticates the record at rec (page number, page image) into the codec's scratch. */
+static int mv_journal_record_ok(struct mv_file *f, sqlite3_int64 rec, uint32_t page_size,
+                                uint32_t *pgno)
+{
+    struct mv_codec *c = f->codec;
+    uint8_t field[4];
+    if (f->lower->pMethods->xRead(f->lower, field, 4, rec) != SQLITE_OK ||
+        f->lower->pMethods->xRead(f->lower, c->scratch, (int)page_size, rec + 4) != SQLITE_OK) {
+        return 1; /* short: SQLite ends the playback here by itself */
+    }
+    *pgno = mv_get_be32(field);
+    return *pgno == 0 || crypt_page_decrypt(c->crypt, *pgno, c->scratch, page_size,
+                                            *pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0) == CRYPT_OK;
+}
+
+/* Before SQLite rolls back a journal it did not write, every record is authenticated.
+ * SQLite truncates the database to its original size before it reads the first record,
+ * so a damaged journal found record by record would already have changed the database;
+ * found here, the rollback never starts and no byte changes. Records a journal header
+ * counts were synced before the database was touched, so any failure among them is
+ * damage; only in no-sync journals (count 0xffffffff) may the last record be torn. */
+static int mv_journal_validate(struct mv_file *f)
+{
+    struct mv_codec *c = f->codec;
+    uint32_t page_size = c->page_size;
+    sqlite3_int64 size, hdr_off = 0;
+    if (f->lower->pMethods->xFileSize(f->lower, &size) != SQLITE_OK ||
+        mv_codec_scratch(c, page_size) != SQLITE_OK) {
+        return SQLITE_OK;
+    }
+    for (;;) {
+        uint8_t hdr[28];
+        if (hdr_off + 28 > size ||
+            f->lower->pMethods->xRead(f->lower, hdr, 28, hdr_off) != SQLITE_OK ||
+            memcmp(hdr, mv_journal_magic, 8) != 0) {
+            return SQLITE_OK;
+        }
+        uint32_t count = mv_get_be32(hdr + 8), sector = mv_get_be32(hdr + 20);
+        if (sector < 32 || sector > 65536 || mv_get_be32(hdr + 24) != page_size) {
+            return SQLITE_OK; /* SQLite rejects such a header itself */
+        }
+        sqlite3_int64 rec = hdr_off + sector, rec_size = (sqlite3_int64)page_size + 8;
+        int no_sync = count == 0xffffffffu;
+        if (no_sync) {
+            count = (uint32_t)((size - rec) / rec_size);
+        }
+        for (uint32_t i = 0; i < count && rec + rec_size <= size; i++, rec += rec_size) {
+            uint32_t pgno = 0;
+            if (!mv_journal_record_ok(f, rec, page_size, &pgno) && !(no_sync && i + 1 == count)) {
+                mv_codec_set_error(c,
+                                   "the rollback journal's copy of page %u (record %u) failed "
+                                   "authentication: the journal is damaged or was tampered "
+                                   "with; the database and the journal were left untouched",
+                                   pgno, i + 1);
+                return SQLITE_IOERR_DATA;
+            }
+        }
+        hdr_off = ((rec - 1) / sector + 1) * sector;
+    }
+}
+
 int mv_journal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
 {
+    if (off == 0 && amt == 8 && !f->journal_written && !f->journal_validated &&
+        mv_journal_active(f)) {
+        f->journal_validated = 1;
+        int rc = mv_journal_validate(f);
+        if (rc != SQLITE_OK) {
+            return rc;
+        }
+    }
     int is_page = mv_journal_is_page(f, amt, off);
     int rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
     if (rc != SQLITE_OK) {
@@ -73,6 +146,7 @@ int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 
     if (mv_codec_write_blocked(c)) {
         return SQLITE_READONLY;
     }
+    f->journal_written = 1;
     if (!mv_journal_is_page(f, amt, off)) {
         mv_journal_note_small(f, buf, amt, off);
         return f->lower->pMethods->xWrite(f->lower, buf, amt, off);

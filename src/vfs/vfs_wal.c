@@ -19,6 +19,8 @@
  *   reads   A page-sized read at a frame's page offset is decrypted with the page number
  *           from the frame header on disk; everything else (header, whole frames read by
  *           recovery, checksum fields) is returned raw, so SQLite verifies ciphertext.
+ *           Whole frames are also authenticated, so that damage in the middle of a WAL is
+ *           an error instead of a silent loss of the transactions after it.
  *
  * LIMITATIONS
  *   SQLite's own running checksum in the WAL index mixes the two domains. Nothing here
@@ -207,6 +209,65 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
     return rc != SQLITE_OK ? rc : f->lower->pMethods->xWrite(f->lower, buf, amt, off);
 }
 
+/* Whether frame (24 + page_size bytes, header at off) continues the checksum chain from
+ * seed, under the WAL header's salts. */
+static int mv_wal_frame_chains(const uint8_t *frame, uint32_t page_size, const uint8_t whdr[32],
+                               const uint32_t seed[2])
+{
+    if (memcmp(frame + 8, whdr + 16, 8) != 0) {
+        return 0;
+    }
+    int big_endian = (int)(mv_get_be32(whdr) & 1);
+    uint32_t sum[2] = {seed[0], seed[1]};
+    mv_wal_checksum(big_endian, frame, 8, sum);
+    mv_wal_checksum(big_endian, frame + MV_WAL_FRAME_HEADER_BYTES, page_size, sum);
+    return sum[0] == mv_get_be32(frame + 16) && sum[1] == mv_get_be32(frame + 20);
+}
+
+/* Recovery reads whole frames and stops, silently, at the first frame whose checksum does
+ * not chain: right for a torn tail after a crash, wrong for a damaged frame in the middle,
+ * which would drop every committed transaction after it. So a whole-frame read is checked
+ * here: a frame that chains but does not authenticate, or a broken frame followed by one
+ * that chains from it, is damage, reported as SQLITE_IOERR_DATA naming the frame. */
+static int mv_wal_check_frame(struct mv_file *f, const uint8_t *frame, sqlite3_int64 off,
+                              uint32_t page_size)
+{
+    struct mv_codec *c = f->codec;
+    uint8_t whdr[MV_WAL_HEADER_BYTES];
+    uint32_t seed[2];
+    int big_endian;
+    uint32_t frame_bytes = page_size + MV_WAL_FRAME_HEADER_BYTES;
+    if (f->lower->pMethods->xRead(f->lower, whdr, MV_WAL_HEADER_BYTES, 0) != SQLITE_OK ||
+        mv_wal_chain_seed(f, off, page_size, seed, &big_endian) != SQLITE_OK ||
+        mv_codec_scratch(c, frame_bytes) != SQLITE_OK) {
+        return SQLITE_OK; /* nothing to add to what SQLite itself will find */
+    }
+    int chains = mv_wal_frame_chains(frame, page_size, whdr, seed);
+    uint32_t pgno = mv_get_be32(frame);
+    memcpy(c->scratch, frame + MV_WAL_FRAME_HEADER_BYTES, page_size);
+    int authentic = pgno != 0 && crypt_page_decrypt(c->crypt, pgno, c->scratch, page_size,
+                                                    pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0) ==
+                                     CRYPT_OK;
+    if (chains && authentic) {
+        return SQLITE_OK;
+    }
+    int damaged = chains; /* chains but forged or damaged inside */
+    if (!chains &&
+        f->lower->pMethods->xRead(f->lower, c->scratch, (int)frame_bytes, off + frame_bytes) ==
+            SQLITE_OK) {
+        uint32_t stored[2] = {mv_get_be32(frame + 16), mv_get_be32(frame + 20)};
+        damaged = mv_wal_frame_chains(c->scratch, page_size, whdr, stored);
+    }
+    if (!damaged) {
+        return SQLITE_OK; /* a torn tail: SQLite drops it, as it should */
+    }
+    mv_codec_set_error(c,
+                       "WAL frame %lld (page %u) failed authentication and committed frames "
+                       "follow it: the WAL is damaged or was tampered with; it was left untouched",
+                       (long long)mv_wal_frame_number(off, page_size), pgno);
+    return SQLITE_IOERR_DATA;
+}
+
 int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
 {
     int rc = mv_wal_flush(f);
@@ -217,6 +278,10 @@ int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
         return f->lower->pMethods->xRead(f->lower, buf, amt, off);
     }
     uint32_t page_size = mv_wal_page_size(f);
+    if ((uint32_t)amt == page_size + MV_WAL_FRAME_HEADER_BYTES && mv_wal_frame_at(off, page_size, 0)) {
+        rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
+        return rc == SQLITE_OK ? mv_wal_check_frame(f, buf, off, page_size) : rc;
+    }
     if ((uint32_t)amt != page_size || !mv_wal_frame_at(off, page_size, 1)) {
         rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
         if (rc == SQLITE_OK && amt >= MV_WAL_HEADER_BYTES && off == 0) {
