@@ -69,7 +69,7 @@ int crypt_aes256cbc_kdf(const uint8_t *pass, size_t pass_len, uint8_t key[32])
         goto cleanup;
     }
     size_t take = pass_len < sizeof pad ? pass_len : sizeof pad;
-    if (take > 0) {
+    if (pass != NULL) { /* NULL only when pass_len is 0 */
         memcpy(pad, pass, take);
     }
     memcpy(pad + take, crypt_aes256cbc_padding, sizeof pad - take); /* from its start */
@@ -99,7 +99,7 @@ cleanup:
 static void crypt_aes256cbc_lcg(uint32_t pgno, uint8_t seq[16])
 {
     int32_t z = (int32_t)(pgno + 1u);
-    for (int i = 0; i < 4; i++) {
+    for (size_t i = 0; i < 4; i++) {
         int32_t q = z / 52774;
         z = 40692 * (z - 52774 * q) - 3791 * q;
         if (z < 0) {
@@ -146,7 +146,7 @@ static int crypt_aes256cbc_page_key_md(EVP_MD_CTX *md,
     uint8_t in[CRYPT_KEY_BYTES + 8];
     memcpy(in, key, CRYPT_KEY_BYTES);
     crypt_put_le32(in + CRYPT_KEY_BYTES, pgno);
-    memcpy(in + CRYPT_KEY_BYTES + 4, "sAlT", 4);
+    memcpy(in + CRYPT_KEY_BYTES + 4, "sAlT", 4); /* 4 bytes, no NUL */
     int rc =
         crypt_aes256cbc_hash(md, crypt_algs()->sha256, in, sizeof in, page_key, CRYPT_KEY_BYTES);
     crypt_wipe(in, sizeof in);

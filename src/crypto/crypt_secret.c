@@ -18,8 +18,8 @@
 
 #include <string.h>
 
-#define CRYPT_SECRET_HEX_KEY      (2 * CRYPT_KEY_BYTES)
-#define CRYPT_SECRET_HEX_KEY_SALT (2 * (CRYPT_KEY_BYTES + CRYPT_SALT_BYTES))
+#define CRYPT_SECRET_HEX_KEY      ((size_t)2 * CRYPT_KEY_BYTES)
+#define CRYPT_SECRET_HEX_KEY_SALT ((size_t)2 * (CRYPT_KEY_BYTES + CRYPT_SALT_BYTES))
 
 static int crypt_secret_hex_digit(uint8_t c)
 {

@@ -84,6 +84,7 @@ struct mv_file {
     int64_t pending_offset;
     uint8_t pending[24];
     uint32_t wal_page_size;
+    int wal_rewriting; /* SQLite is rewriting checksums: whole-frame reads are not judged */
     /* TEMP: logical size, key and one block of scratch. */
     int64_t temp_size;
     crypt_ctx *temp_crypt;

@@ -19,8 +19,10 @@
  *   reads   A page-sized read at a frame's page offset is decrypted with the page number
  *           from the frame header on disk; everything else (header, whole frames read by
  *           recovery, checksum fields) is returned raw, so SQLite verifies ciphertext.
- *           Whole frames are also authenticated, so that damage in the middle of a WAL is
- *           an error instead of a silent loss of the transactions after it.
+ *           Whole frames read by recovery are also authenticated, so that damage in the
+ *           middle of a WAL is an error instead of a silent loss of the transactions after
+ *           it. (Whole frames read while SQLite rewrites checksums hold stale checksums by
+ *           design and are not judged.)
  *
  * LIMITATIONS
  *   SQLite's own running checksum in the WAL index mixes the two domains. Nothing here
@@ -133,6 +135,7 @@ static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t p
     uint8_t *frame = c->scratch;
     memcpy(frame, f->pending, MV_WAL_FRAME_HEADER_BYTES);
     f->pending_header = 0;
+    f->wal_rewriting = 0;
     uint32_t pgno = mv_get_be32(frame);
     rc = mv_codec_encrypt(c, pgno, page, frame + MV_WAL_FRAME_HEADER_BYTES, page_size);
     if (rc != SQLITE_OK) {
@@ -280,7 +283,17 @@ int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
     uint32_t page_size = mv_wal_page_size(f);
     if ((uint32_t)amt == page_size + MV_WAL_FRAME_HEADER_BYTES && mv_wal_frame_at(off, page_size, 0)) {
         rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
-        return rc == SQLITE_OK ? mv_wal_check_frame(f, buf, off, page_size) : rc;
+        if (rc != SQLITE_OK || f->wal_rewriting) {
+            return rc;
+        }
+        return mv_wal_check_frame(f, buf, off, page_size);
+    }
+    if (amt == 8) {
+        /* SQLite starts rewriting checksums (walRewriteChecksums) by reading the previous
+         * frame's checksum; the frames it then reads hold stale checksums by design. */
+        f->wal_rewriting = 1;
+    } else if (amt == MV_WAL_HEADER_BYTES && off == 0) {
+        f->wal_rewriting = 0; /* recovery starts by reading the WAL header */
     }
     if ((uint32_t)amt != page_size || !mv_wal_frame_at(off, page_size, 1)) {
         rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
