@@ -11,7 +11,8 @@
  *     --dir DIR    parent of the scratch directory (default $TMPDIR, else ./var/bench)
  *     --only NAME  run one configuration (for profiling); prints its rates, no ratios
  *
- * CONFIGURATIONS (run in this order in every round: A B C D E A B C D E ...)
+ * CONFIGURATIONS (interleaved: every round runs each once, round r starting at the r-th,
+ * A B C D E  B C D E A  C D E A B ..., so no configuration always runs first or after another)
  *   chacha20, aes256cbc, sqlcipher   mv_db_open(), passphrase, the cipher's default KDF
  *   plain    sqlite3_open_v2() on VFS "mailvault", no key: plaintext through the shim
  *   unix     sqlite3_open_v2() on SQLite's "unix" VFS: the shim's own cost is plain - unix
@@ -87,6 +88,7 @@ struct bench_opts {
 /* Results: rates per phase, configuration and round; open times per round. */
 static double bench_rates[BENCH_PHASE_COUNT][BENCH_CONFIG_COUNT][BENCH_ROUNDS_MAX];
 static double bench_open_ms[BENCH_ROUNDS_MAX];
+static int bench_selected[BENCH_CONFIG_COUNT];
 
 static char bench_dir[BENCH_PATH_BYTES_MAX]; /* scratch directory; "" until made */
 static uint8_t bench_seed_raw[BENCH_SEED_RAW_BYTES];
@@ -401,17 +403,39 @@ static void bench_report(const struct bench_opts *opts)
 {
     for (int phase = 0; phase < BENCH_PHASE_COUNT; phase++) {
         for (size_t c = 0; c < BENCH_CONFIG_COUNT; c++) {
+            if (!bench_selected[c]) {
+                continue;
+            }
             struct bench_stat s = bench_stat_of(bench_rates[phase][c], opts->rounds);
             printf("vfs.%s.%s.rate_per_s %.0f (min %.0f max %.0f)\n", bench_phase_names[phase],
                    bench_configs[c].name, s.median, s.min, s.max);
+        }
+        if (opts->only != NULL) {
+            continue;
         }
         for (size_t c = 0; c < BENCH_PLAIN; c++) {
             bench_print_ratio(phase, c, BENCH_PLAIN, "plain", opts->rounds);
         }
         bench_print_ratio(phase, BENCH_PLAIN, BENCH_UNIX, "unix", opts->rounds);
     }
-    struct bench_stat s = bench_stat_of(bench_open_ms, opts->rounds);
-    printf("vfs.open.chacha20_ms %.1f (min %.1f max %.1f)\n", s.median, s.min, s.max);
+    if (bench_selected[0]) {
+        struct bench_stat s = bench_stat_of(bench_open_ms, opts->rounds);
+        printf("vfs.open.chacha20_ms %.1f (min %.1f max %.1f)\n", s.median, s.min, s.max);
+    }
+}
+
+/* Marks the configurations to run: all, or the one --only names. */
+static void bench_select(const struct bench_opts *opts)
+{
+    int found = 0;
+    for (size_t c = 0; c < BENCH_CONFIG_COUNT; c++) {
+        bench_selected[c] = opts->only == NULL || strcmp(opts->only, bench_configs[c].name) == 0;
+        found |= bench_selected[c];
+    }
+    if (!found) {
+        fprintf(stderr, "bench_vfs: --only: no configuration named %s\n", opts->only);
+        exit(2);
+    }
 }
 
 static int bench_parse_long(const char *text, long min, long max, long *out)
@@ -489,8 +513,9 @@ static void bench_make_dir(const struct bench_opts *opts)
 
 int main(int argc, char **argv)
 {
-    struct bench_opts opts = {0, 0, NULL};
+    struct bench_opts opts = {0, 0, NULL, NULL};
     bench_parse_args(argc, argv, &opts);
+    bench_select(&opts);
     if (mv_vfs_register(NULL, 0) != MV_OK || sqlite3_vfs_find("unix") == NULL) {
         bench_die("mv_vfs_register / finding the unix VFS", NULL);
     }
@@ -508,8 +533,11 @@ int main(int argc, char **argv)
     fflush(stdout);
     for (int round = 0; round < opts.rounds; round++) {
         fprintf(stderr, "bench_vfs: round %d/%d\n", round + 1, opts.rounds);
-        for (size_t c = 0; c < BENCH_CONFIG_COUNT; c++) {
-            bench_run(c, round, opts.n);
+        for (size_t i = 0; i < BENCH_CONFIG_COUNT; i++) {
+            size_t c = (i + (size_t)round) % BENCH_CONFIG_COUNT;
+            if (bench_selected[c]) {
+                bench_run(c, round, opts.n);
+            }
         }
     }
     bench_report(&opts);

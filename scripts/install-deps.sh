@@ -3,7 +3,8 @@
 # Idempotent: asks apt only for what is missing, so `make run` / `make test` stay quick.
 set -euo pipefail
 
-packages=(build-essential pkg-config libsqlite3-dev sqlite3 libssl-dev openssl python3)
+packages=(build-essential pkg-config libsqlite3-dev sqlite3 libssl-dev openssl python3
+          libgmime-3.0-dev libsodium-dev libzstd-dev)
 if [ "${1:-}" = "--dev" ]; then
     packages+=(clang clang-format clang-tidy cppcheck valgrind)
 fi

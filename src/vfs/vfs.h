@@ -88,6 +88,7 @@ struct mv_file {
     /* TEMP: logical size, key and one block of scratch. */
     int64_t temp_size;
     crypt_ctx *temp_crypt;
+    char *temp_name; /* sqlite3_malloc'd name in the store's tmp/ (see vfs_tempdir.h) */
     uint8_t *temp_block;
 };
 

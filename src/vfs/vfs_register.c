@@ -16,6 +16,7 @@
  *     VFS sees no connection, but setting the reserve bytes of a new file needs one.
  */
 #include "vfs/vfs.h"
+#include "vfs/vfs_tempdir.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -52,6 +53,8 @@ static int mv_io_close(sqlite3_file *p)
     int rc2 = f->lower->pMethods != NULL ? f->lower->pMethods->xClose(f->lower) : SQLITE_OK;
     mv_codec_release(f->codec);
     f->codec = NULL;
+    sqlite3_free(f->temp_name);
+    f->temp_name = NULL;
     return rc != SQLITE_OK ? rc : rc2;
 }
 
@@ -322,10 +325,28 @@ static int mv_vfs_open(sqlite3_vfs *vfs, sqlite3_filename zName, sqlite3_file *p
             f->kind = MV_FILE_PLAIN; /* a journal of a file not opened through us */
         }
     }
-    int rc = mv_lower->xOpen(mv_lower, zName, f->lower, flags, out_flags);
+    const char *open_name = zName;
+    if (f->kind == MV_FILE_TEMP && zName == NULL && mv_vfs_temp_dir_get() != NULL) {
+        /* Name it in the store's tmp/ directory; the lower VFS unlinks it on open. */
+        uint8_t rnd[8];
+        if (crypt_random(rnd, sizeof rnd) != CRYPT_OK) {
+            return SQLITE_IOERR;
+        }
+        f->temp_name = sqlite3_mprintf("%s/mvtmp-%02x%02x%02x%02x%02x%02x%02x%02x",
+                                       mv_vfs_temp_dir_get(), rnd[0], rnd[1], rnd[2], rnd[3],
+                                       rnd[4], rnd[5], rnd[6], rnd[7]);
+        if (f->temp_name == NULL) {
+            return SQLITE_NOMEM;
+        }
+        open_name = f->temp_name;
+        flags |= SQLITE_OPEN_DELETEONCLOSE | SQLITE_OPEN_EXCLUSIVE | SQLITE_OPEN_CREATE;
+    }
+    int rc = mv_lower->xOpen(mv_lower, open_name, f->lower, flags, out_flags);
     if (rc != SQLITE_OK) {
         mv_codec_release(f->codec);
         f->codec = NULL;
+        sqlite3_free(f->temp_name);
+        f->temp_name = NULL;
         f->lower->pMethods = NULL;
         p->pMethods = NULL;
         return rc;

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# lint.sh -- the checks `make lint` runs; exits non-zero if any failing check finds something.
+#
+#   1. clang-format --dry-run --Werror on every .c/.h under include src cli bench tests fuzz
+#      (the rules are in .clang-format).                                          fails lint
+#   2. cppcheck --enable=warning,portability on src cli.                          fails lint
+#   3. Banned functions (STYLE.md) in src cli bench: strcpy strcat sprintf vsprintf gets
+#      atoi atol atoll rand srand.                                                fails lint
+#      The same grep over tests fuzz is reported only.
+#   4. clang-tidy with a small check set on the .c files under src cli bench tests fuzz:
+#      readability-braces-around-statements                                       fails lint
+#      bugprone-* (minus the two noisy ones below)                          reported only
+#
+# A tool that is not installed is skipped with a note (scripts/install-deps.sh --dev
+# installs them). Files are checked in parallel, one job per CPU, to stay well under a
+# minute.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=$(nproc 2>/dev/null || echo 2)
+failed=()
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mvlint.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+have() {
+    if command -v "$1" >/dev/null 2>&1; then
+        return 0
+    fi
+    echo "   skipped: $1 is not installed (scripts/install-deps.sh --dev)"
+    return 1
+}
+
+# ---- 1. clang-format ------------------------------------------------------------------------
+echo "== clang-format"
+if have clang-format; then
+    find include src cli bench tests fuzz -name '*.[ch]' -print0 2>/dev/null | sort -z |
+        xargs -0 -r -n 8 -P "$jobs" clang-format --dry-run --Werror >"$tmp/format" 2>&1
+    if [ -s "$tmp/format" ]; then
+        grep -E '^[^ ].*: error:' "$tmp/format" | cut -d: -f1 | sort | uniq -c |
+            awk '{ printf "   %s: %d place(s) not formatted\n", $2, $1 }'
+        echo "   (see them: clang-format --dry-run FILE; fix: clang-format -i FILE)"
+        failed+=(clang-format)
+    else
+        echo "   ok"
+    fi
+fi
+
+# ---- 2. cppcheck ----------------------------------------------------------------------------
+echo "== cppcheck"
+if have cppcheck; then
+    if cppcheck --enable=warning,portability --error-exitcode=1 --inline-suppr -q \
+        -j "$jobs" -D_GNU_SOURCE -Iinclude -Isrc src cli >"$tmp/cppcheck" 2>&1; then
+        echo "   ok"
+    else
+        sed 's/^/   /' "$tmp/cppcheck"
+        failed+=(cppcheck)
+    fi
+fi
+
+# ---- 3. banned functions --------------------------------------------------------------------
+echo "== banned functions"
+banned='\b(strcpy|strcat|sprintf|vsprintf|gets|atoi|atol|atoll|rand|srand)[[:space:]]*\('
+# Drops matches inside // and /* ... */ comments on the same line and in string literals.
+strip_noise() {
+    sed -E 's@//.*$@@; s@/\*([^*]|\*+[^*/])*\*+/@@g; s@"([^"\\]|\\.)*"@""@g'
+}
+scan_banned() { # DIRS...: prints FILE:LINE: TEXT for each use
+    local f
+    while IFS= read -r -d '' f; do
+        strip_noise <"$f" | grep -nE "$banned" | sed "s@^@$f:@"
+    done < <(find "$@" -name '*.[ch]' -print0 2>/dev/null | sort -z)
+}
+scan_banned src cli bench >"$tmp/banned"
+scan_banned tests fuzz >"$tmp/banned_tests"
+if [ -s "$tmp/banned" ]; then
+    sed 's/^/   /' "$tmp/banned"
+    failed+=(banned-functions)
+else
+    echo "   ok (src cli bench)"
+fi
+if [ -s "$tmp/banned_tests" ]; then
+    echo "   reported only (tests fuzz):"
+    sed 's/^/     /' "$tmp/banned_tests"
+fi
+
+# ---- 4. clang-tidy --------------------------------------------------------------------------
+echo "== clang-tidy"
+if have clang-tidy; then
+    checks='-*,readability-braces-around-statements,bugprone-*'
+    checks+=',-bugprone-easily-swappable-parameters,-bugprone-reserved-identifier'
+    export MV_TIDY_CHECKS="$checks" MV_TIDY_OUT="$tmp"
+    find src cli bench tests fuzz -name '*.c' -print0 2>/dev/null | sort -z |
+        xargs -0 -r -n 1 -P "$jobs" bash -c 'clang-tidy --quiet -checks="$MV_TIDY_CHECKS" "$1" \
+            -- -std=c17 -D_GNU_SOURCE -Iinclude -Isrc >"$MV_TIDY_OUT/tidy.${1//\//_}" 2>&1' _
+    cat "$tmp"/tidy.* 2>/dev/null | grep -E '^[^ ]+:[0-9]+:[0-9]+: (warning|error):' |
+        sort -u >"$tmp/tidy"
+    braces=$(grep -c 'readability-braces-around-statements' "$tmp/tidy" || true)
+    others=$(grep -vc 'readability-braces-around-statements' "$tmp/tidy" || true)
+    if [ "$braces" -gt 0 ]; then
+        grep 'readability-braces-around-statements' "$tmp/tidy" | sed 's/^/   /'
+        failed+=(clang-tidy-braces)
+    fi
+    if [ "$others" -gt 0 ]; then
+        echo "   reported only ($others):"
+        grep -v 'readability-braces-around-statements' "$tmp/tidy" | sed 's/^/     /'
+    fi
+    if [ "$braces" -eq 0 ] && [ "$others" -eq 0 ]; then
+        echo "   ok"
+    fi
+fi
+
+echo
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "lint: FAILED: ${failed[*]}"
+    exit 1
+fi
+echo "lint: ok"

@@ -1,0 +1,138 @@
+/*
+ * store.h -- internals of the per-user mail store, shared by the files of src/store.
+ *
+ * One file per job:
+ *   store_path.c     address validation, the store's paths, directory creation
+ *   store_open.c     mv_store_init/open/close: production profile, read-back, migration
+ *   store_schema.c   the schema (versioned with user_version) and its migrations
+ *   store_util.c     errors, cached statements, transactions, string storage for results
+ *   store_mailbox.c  mailboxes
+ *   store_parse.c    GMime: header fields, body text, large leaf parts (store_parse.h)
+ *   store_blob.c     bodies and attachments: content-addressed, deduplicated, zstd
+ *   store_message.c  append, fetch, get, copy, move, expunge, flags (+ change log, FTS)
+ *   store_uidset.c   IMAP UID sets
+ *   store_search.c   search
+ *   store_queue.c    sealed deliveries without the password, and their drain on open
+ *   store_import.c   mbox / Maildir / .eml import; store_export.c mbox export
+ *   store_stats.c    accounting
+ *
+ * Includes point down: store may use vfs (through the public API) and crypto; nothing
+ * below includes this file.
+ */
+#ifndef MV_STORE_H
+#define MV_STORE_H
+
+#include "mailvault.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_SCHEMA_VERSION 1
+#define STORE_STMT_CACHE     48   /* prepared statements kept per store */
+#define STORE_SPLIT_MIN      8192 /* leaf parts at least this large are stored apart */
+
+struct store_stmt_slot {
+    const char *sql; /* the literal's address is the key: callers pass string literals */
+    sqlite3_stmt *stmt;
+};
+
+/* Strings handed out in result structs live here until the next call that reuses them:
+ * each one its own allocation, so adding never moves what was handed out. */
+struct store_strings {
+    char **items;
+    size_t count;
+    size_t cap;
+};
+
+struct mv_store {
+    sqlite3 *db;
+    char address[MV_ADDRESS_MAX + 1];
+    char localpart[MV_ADDRESS_MAX + 1];
+    char domain_dir[MV_PATH_MAX];
+    char db_path[MV_PATH_MAX];
+    char tmp_dir[MV_PATH_MAX];
+    char pub_path[MV_PATH_MAX];
+    char queue_dir[MV_PATH_MAX];
+    struct mv_limits limits;
+    int readonly;
+    char errmsg[512];
+    struct store_stmt_slot stmts[STORE_STMT_CACHE];
+    struct store_strings strings;
+};
+
+/* ---- store_path.c ---- */
+struct store_paths {
+    char address[MV_ADDRESS_MAX + 1];
+    char domain_dir[MV_PATH_MAX];
+    char db_path[MV_PATH_MAX];
+    char tmp_dir[MV_PATH_MAX];
+    char pub_path[MV_PATH_MAX];
+    char queue_dir[MV_PATH_MAX];
+};
+/* Resolves root (opts->root, $MAILVAULT_ROOT, ./var/mail) and the paths of address. */
+int store_paths_resolve(const char *address, const struct mv_store_options *opts,
+                        struct store_paths *out, char *errmsg, size_t errmsg_size);
+/* Creates dir (and missing parents) with mode 0700; an existing one must be a directory. */
+int store_mkdirs(const char *dir, char *errmsg, size_t errmsg_size);
+/* fsyncs a directory, so a rename or create inside it is durable. */
+int store_fsync_dir(const char *dir);
+
+/* ---- store_schema.c ---- */
+/* Creates or migrates the schema in one transaction. MV_OK or an MV_E* code. */
+int store_schema_migrate(mv_store *s);
+
+/* ---- store_util.c ---- */
+/* Sets the handle's message and returns code. */
+int store_fail(mv_store *s, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Maps an SQLite failure to an MV_* code, with what was being done and SQLite's (and the
+ * VFS's) message. */
+int store_fail_sqlite(mv_store *s, const char *what);
+/* A cached prepared statement for the SQL literal sql, reset and unbound; NULL on error
+ * (message set). Never finalize it. */
+sqlite3_stmt *store_stmt(mv_store *s, const char *sql);
+void store_stmts_finalize(mv_store *s);
+/* BEGIN IMMEDIATE / COMMIT / ROLLBACK. */
+int store_begin(mv_store *s);
+int store_commit(mv_store *s);
+void store_rollback(mv_store *s);
+/* String storage for results: clear, then add copies; returned pointers stay valid until
+ * the next store_strings_clear(). Never returns NULL (returns "" if out of memory and sets
+ * *oom). */
+void store_strings_clear(struct store_strings *st);
+void store_strings_free(struct store_strings *st);
+const char *store_strings_add(struct store_strings *st, const char *text, int *oom);
+/* Runs one statement with no result rows; MV_OK or store_fail_sqlite(). */
+int store_exec(mv_store *s, const char *sql);
+
+/* ---- store_mailbox.c ---- */
+/* The id of mailbox name, or MV_ENOTFOUND (message set). INBOX matches case-insensitively. */
+int store_mailbox_id(mv_store *s, const char *name, int64_t *id_out);
+/* Validates a mailbox name against the limits; MV_OK or MV_EINVAL / MV_ELIMIT. */
+int store_mailbox_name_check(mv_store *s, const char *name);
+/* Sets the VFS's temp directory for this thread to the store's tmp/ (store_stmt and
+ * store_exec do it, so every statement that spills writes its encrypted temp files there). */
+void store_enter(mv_store *s);
+/* Reserves the next UID and a new modseq of mailbox_id (inside a transaction). */
+int store_mailbox_next_uid(mv_store *s, int64_t mailbox_id, uint32_t *uid, uint64_t *modseq);
+int store_mailbox_next_modseq(mv_store *s, int64_t mailbox_id, uint64_t *modseq);
+
+/* ---- store_message.c (used by the queue drain and import) ---- */
+/* Appends within the caller's transaction (no BEGIN/COMMIT). */
+int store_message_append_in_txn(mv_store *s, int64_t mailbox_id, const void *raw, size_t len,
+                                unsigned flags, const char *keywords, int64_t internal_date,
+                                uint32_t *uid_out);
+/* Whether mailbox_id already holds a message whose bytes hash to sha256 (import resume). */
+int store_message_exists(mv_store *s, int64_t mailbox_id, const uint8_t sha256[32], int *exists);
+
+/* ---- store_blob.c ---- */
+/* Drops one reference to a body (and, at zero, its bytes, attachments and FTS row). */
+int store_body_unref(mv_store *s, int64_t body_id);
+
+/* ---- store_queue.c ---- */
+/* Creates the key pair at init: public key to pub_path, secret key into the meta table. */
+int store_queue_init_keys(mv_store *s);
+/* Moves every queued delivery into INBOX, one commit each, deleting a queue file only after
+ * its commit. */
+int store_queue_drain(mv_store *s);
+
+#endif /* MV_STORE_H */

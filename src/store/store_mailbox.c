@@ -1,0 +1,222 @@
+/*
+ * store_mailbox.c -- mailboxes: create, rename, delete, subscribe, describe, list, and the
+ * UID and modseq counters every mutation draws from.
+ *
+ * IMPLEMENTATION NOTES
+ *   - Names use '/' as the hierarchy separator; creating "a/b/c" creates "a" and "a/b" too
+ *     (RFC 3501 6.3.3). INBOX is matched case-insensitively and stored as "INBOX".
+ *   - UIDVALIDITY is the creation time in seconds, made strictly larger than any value the
+ *     store ever handed out, so a re-created mailbox never repeats one.
+ *   - uidnext and highestmodseq are advanced with UPDATE ... RETURNING inside the caller's
+ *     transaction: no read-modify-write race between processes.
+ */
+#include "store/store.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define STORE_UID_MAX 0xfffffffeu
+
+static const char *store_mailbox_canonical(const char *name)
+{
+    return strcasecmp(name, "INBOX") == 0 ? "INBOX" : name;
+}
+
+static int store_utf8_valid(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+        if (len == 0 || i + len > n) {
+            return 0;
+        }
+        for (size_t k = 1; k < len; k++) {
+            if ((p[i + k] & 0xc0) != 0x80) {
+                return 0;
+            }
+        }
+        i += len;
+    }
+    return 1;
+}
+
+int store_mailbox_name_check(mv_store *s, const char *name)
+{
+    if (name == NULL || name[0] == '\0') {
+        return store_fail(s, MV_EINVAL, "a mailbox name cannot be empty");
+    }
+    size_t n = strlen(name);
+    if (n > s->limits.mailbox_name_max) {
+        return store_fail(s, MV_ELIMIT, "mailbox name is %zu bytes; mailbox_name_max is %u", n,
+                          s->limits.mailbox_name_max);
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c < 0x20 || c == 0x7f || c == '*' || c == '%') {
+            return store_fail(s, MV_EINVAL,
+                              "mailbox name has a control character or a wildcard (* %%)");
+        }
+    }
+    if (name[0] == '/' || name[n - 1] == '/' || strstr(name, "//") != NULL) {
+        return store_fail(s, MV_EINVAL, "mailbox name has an empty level (\"%s\")", name);
+    }
+    if (!store_utf8_valid((const unsigned char *)name, n)) {
+        return store_fail(s, MV_EINVAL, "mailbox name is not valid UTF-8");
+    }
+    return MV_OK;
+}
+
+int store_mailbox_id(mv_store *s, const char *name, int64_t *id_out)
+{
+    if (name == NULL) {
+        return store_fail(s, MV_EINVAL, "no mailbox name");
+    }
+    sqlite3_stmt *st = store_stmt(s, "SELECT id FROM mailboxes WHERE name = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "looking up a mailbox");
+    }
+    sqlite3_bind_text(st, 1, store_mailbox_canonical(name), -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *id_out = sqlite3_column_int64(st, 0);
+        sqlite3_reset(st);
+        return MV_OK;
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        return store_fail_sqlite(s, "looking up a mailbox");
+    }
+    return store_fail(s, MV_ENOTFOUND, "no mailbox \"%s\"", name);
+}
+
+int store_mailbox_next_uid(mv_store *s, int64_t mailbox_id, uint32_t *uid, uint64_t *modseq)
+{
+    sqlite3_stmt *st = store_stmt(s, "UPDATE mailboxes SET uidnext = uidnext + 1, "
+                                     "highestmodseq = highestmodseq + 1 WHERE id = ? "
+                                     "RETURNING uidnext - 1, highestmodseq");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "allocating a UID");
+    }
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_reset(st);
+        return store_fail_sqlite(s, "allocating a UID");
+    }
+    sqlite3_int64 next = sqlite3_column_int64(st, 0);
+    *modseq = (uint64_t)sqlite3_column_int64(st, 1);
+    sqlite3_reset(st);
+    if (next < 1 || next > (sqlite3_int64)STORE_UID_MAX) {
+        return store_fail(s, MV_ELIMIT, "the mailbox has used every UID (2^32 - 1)");
+    }
+    *uid = (uint32_t)next;
+    return MV_OK;
+}
+
+int store_mailbox_next_modseq(mv_store *s, int64_t mailbox_id, uint64_t *modseq)
+{
+    sqlite3_stmt *st = store_stmt(s, "UPDATE mailboxes SET highestmodseq = highestmodseq + 1 "
+                                     "WHERE id = ? RETURNING highestmodseq");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "allocating a modseq");
+    }
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *modseq = (uint64_t)sqlite3_column_int64(st, 0);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "allocating a modseq");
+}
+
+/* Inserts one mailbox row if it does not exist yet (used for every hierarchy level). */
+static int store_mailbox_insert(mv_store *s, const char *name, const char *special_use,
+                                int must_be_new)
+{
+    int64_t id;
+    int rc = store_mailbox_id(s, name, &id);
+    if (rc == MV_OK) {
+        return must_be_new ? store_fail(s, MV_EEXISTS, "mailbox \"%s\" exists", name) : MV_OK;
+    }
+    if (rc != MV_ENOTFOUND) {
+        return rc;
+    }
+    sqlite3_stmt *st = store_stmt(s, "SELECT count(*), coalesce(max(uidvalidity), 0) FROM "
+                                     "mailboxes");
+    if (st == NULL || sqlite3_step(st) != SQLITE_ROW) {
+        return store_fail_sqlite(s, "counting mailboxes");
+    }
+    sqlite3_int64 count = sqlite3_column_int64(st, 0), max_validity = sqlite3_column_int64(st, 1);
+    sqlite3_reset(st);
+    if (count >= s->limits.mailboxes_max) {
+        return store_fail(s, MV_ELIMIT, "the store has %lld mailboxes; mailboxes_max is %u",
+                          (long long)count, s->limits.mailboxes_max);
+    }
+    sqlite3_int64 validity = (sqlite3_int64)time(NULL);
+    if (validity <= max_validity) {
+        validity = max_validity + 1;
+    }
+    st = store_stmt(s, "INSERT INTO mailboxes(name, uidvalidity, special_use) VALUES(?, ?, ?)");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "creating a mailbox");
+    }
+    sqlite3_bind_text(st, 1, store_mailbox_canonical(name), -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, validity & 0xffffffff);
+    if (special_use != NULL && special_use[0] != '\0') {
+        sqlite3_bind_text(st, 3, special_use, -1, SQLITE_STATIC);
+    }
+    rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "creating a mailbox");
+}
+
+static int store_special_use_check(mv_store *s, const char *special_use)
+{
+    static const char *const allowed[] = {"\\All",  "\\Archive", "\\Drafts", "\\Flagged",
+                                          "\\Junk", "\\Sent",    "\\Trash"};
+    if (special_use == NULL || special_use[0] == '\0') {
+        return MV_OK;
+    }
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
+        if (strcmp(special_use, allowed[i]) == 0) {
+            return MV_OK;
+        }
+    }
+    return store_fail(s, MV_EINVAL, "unknown special-use attribute \"%s\" (RFC 6154)",
+                      special_use);
+}
+
+int mv_mailbox_create(mv_store *s, const char *name, const char *special_use)
+{
+    int rc = store_mailbox_name_check(s, name);
+    if (rc == MV_OK) {
+        rc = store_special_use_check(s, special_use);
+    }
+    if (rc == MV_OK) {
+        rc = store_begin(s);
+    }
+    if (rc != MV_OK) {
+        return rc;
+    }
+    char *parent = strdup(name);
+    if (parent == NULL) {
+        store_rollback(s);
+        return store_fail(s, MV_ENOMEM, "out of memory");
+    }
+    for (char *slash = strchr(parent, '/'); rc == MV_OK && slash != NULL;
+         slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        rc = store_mailbox_insert(s, parent, NULL, 0);
+        *slash = '/';
+    }
+    free(parent);
+    if (rc == MV_OK) {
+        rc = store_mailbox_insert(s, name, special_use, 1);
+    }
+    if (rc != MV_OK) {
+        store_rollback(s);
+        return rc;
+    }
+    return store_commit(s);
+}

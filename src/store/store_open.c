@@ -1,0 +1,343 @@
+/*
+ * store_open.c -- creating, opening and closing a store.
+ *
+ * Opening applies the production profile in an order that takes effect: page size, reserve
+ * bytes and auto_vacuum=FULL are fixed by mv_db_open() before page 1 exists; then
+ * busy_timeout (so the rest waits for locks instead of failing), journal_mode=WAL,
+ * secure_delete, synchronous=NORMAL, foreign_keys, encoding, temp_store=FILE,
+ * wal_autocheckpoint, analysis_limit, the cache size, and optimize=0x10002. Every setting is
+ * then read back, and the open fails naming the first one that did not take: the reference
+ * runs for years without auto_vacuum because nothing checks.
+ */
+#include "store/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STORE_PASSWORD_MAX 4096
+#define STORE_CACHE_KIB_MIN 2048
+#define STORE_CACHE_KIB_MAX 65536
+
+struct store_pragma {
+    const char *set;  /* NULL: fixed at creation, only checked */
+    const char *get;
+    const char *want; /* as sqlite3_column_text prints it */
+};
+
+static const struct store_pragma store_profile[] = {
+    {"PRAGMA busy_timeout=30000", "PRAGMA busy_timeout", "30000"},
+    {"PRAGMA journal_mode=WAL", "PRAGMA journal_mode", "wal"},
+    {"PRAGMA secure_delete=ON", "PRAGMA secure_delete", "1"},
+    {"PRAGMA synchronous=NORMAL", "PRAGMA synchronous", "1"},
+    {"PRAGMA foreign_keys=ON", "PRAGMA foreign_keys", "1"},
+    {"PRAGMA encoding='UTF-8'", "PRAGMA encoding", "UTF-8"},
+    {"PRAGMA temp_store=FILE", "PRAGMA temp_store", "1"},
+    {"PRAGMA wal_autocheckpoint=1000", "PRAGMA wal_autocheckpoint", "1000"},
+    {"PRAGMA analysis_limit=400", "PRAGMA analysis_limit", "400"},
+    {NULL, "PRAGMA auto_vacuum", "1"},
+};
+
+static int store_error(char *errmsg, size_t size, int code, const char *text)
+{
+    if (errmsg != NULL && size > 0) {
+        snprintf(errmsg, size, "%s", text);
+    }
+    return code;
+}
+
+/* A page cache of MemAvailable / 512, between 2 and 64 MiB (the reference's 64 MB for one
+ * store; a server keeps many open). */
+static int64_t store_cache_kib(const struct mv_store_options *o)
+{
+    if (o->cache_size_kib > 0) {
+        return o->cache_size_kib;
+    }
+    int64_t avail_kib = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        long long v;
+        if (sscanf(line, "MemAvailable: %lld kB", &v) == 1) {
+            avail_kib = v;
+            break;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    int64_t kib = avail_kib / 512;
+    return kib < STORE_CACHE_KIB_MIN ? STORE_CACHE_KIB_MIN
+           : kib > STORE_CACHE_KIB_MAX ? STORE_CACHE_KIB_MAX
+                                       : kib;
+}
+
+static int store_pragma_text(mv_store *s, const char *sql, char *out, size_t size)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+        const unsigned char *t = sqlite3_column_text(st, 0);
+        snprintf(out, size, "%s", t != NULL ? (const char *)t : "");
+        rc = SQLITE_OK;
+    } else {
+        rc = SQLITE_ERROR;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_OK ? MV_OK : store_fail_sqlite(s, sql);
+}
+
+static int store_apply_profile(mv_store *s, const struct mv_store_options *o)
+{
+    char sql[64], want[32], got[64];
+    for (size_t i = 0; i < sizeof store_profile / sizeof store_profile[0]; i++) {
+        const struct store_pragma *p = &store_profile[i];
+        int skip = p->set == NULL || (s->readonly && strstr(p->set, "journal_mode") != NULL);
+        if (!skip && store_exec(s, p->set) != MV_OK) {
+            return store_fail(s, MV_ERROR, "%s failed: %s", p->set, s->errmsg);
+        }
+    }
+    snprintf(sql, sizeof sql, "PRAGMA cache_size=-%lld", (long long)store_cache_kib(o));
+    snprintf(want, sizeof want, "-%lld", (long long)store_cache_kib(o));
+    if (store_exec(s, sql) != MV_OK) {
+        return MV_ERROR;
+    }
+    /* Read everything back: a setting that silently did not take is an error. */
+    for (size_t i = 0; i < sizeof store_profile / sizeof store_profile[0]; i++) {
+        const struct store_pragma *p = &store_profile[i];
+        int rc = store_pragma_text(s, p->get, got, sizeof got);
+        if (rc != MV_OK) {
+            return rc;
+        }
+        if (strcmp(got, p->want) != 0) {
+            return store_fail(s, MV_ERROR, "%s is %s, not %s: the store cannot run with it%s",
+                              p->get, got, p->want,
+                              strstr(p->get, "auto_vacuum") != NULL
+                                  ? " (created without auto_vacuum; VACUUM it into a new store)"
+                                  : "");
+        }
+    }
+    int rc = store_pragma_text(s, "PRAGMA cache_size", got, sizeof got);
+    if (rc == MV_OK && strcmp(got, want) != 0) {
+        return store_fail(s, MV_ERROR, "PRAGMA cache_size is %s, not %s", got, want);
+    }
+    return rc == MV_OK && !s->readonly ? store_exec(s, "PRAGMA optimize=0x10002") : rc;
+}
+
+static mv_store *store_alloc(const struct store_paths *p, const struct mv_store_options *o)
+{
+    mv_store *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        return NULL;
+    }
+    snprintf(s->address, sizeof s->address, "%s", p->address);
+    snprintf(s->domain_dir, sizeof s->domain_dir, "%s", p->domain_dir);
+    snprintf(s->db_path, sizeof s->db_path, "%s", p->db_path);
+    snprintf(s->tmp_dir, sizeof s->tmp_dir, "%s", p->tmp_dir);
+    snprintf(s->pub_path, sizeof s->pub_path, "%s", p->pub_path);
+    snprintf(s->queue_dir, sizeof s->queue_dir, "%s", p->queue_dir);
+    size_t local_len = (size_t)(strrchr(p->address, '@') - p->address);
+    snprintf(s->localpart, sizeof s->localpart, "%.*s", (int)local_len, p->address);
+    s->limits = o->limits;
+    s->readonly = (o->flags & MV_STORE_READONLY) != 0;
+    return s;
+}
+
+/* Opens the database of s and applies the profile and the schema. */
+static int store_connect(mv_store *s, const void *pw, size_t pw_len,
+                         const struct mv_store_options *o, int create)
+{
+    struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
+    dbo.kdf_iter = o->kdf_iter;
+    dbo.page_size = 4096;
+    dbo.auto_vacuum = 1;
+    dbo.flags = s->readonly ? MV_DB_READONLY : (create ? MV_DB_CREATE : 0);
+    char *err = NULL;
+    store_enter(s);
+    int rc = mv_db_open(s->db_path, pw, pw_len, &dbo, &s->db, &err);
+    if (rc != MV_OK) {
+        store_fail(s, rc, "%s: %s", s->address, err != NULL ? err : mv_strerror(rc));
+        sqlite3_free(err);
+        return rc;
+    }
+    rc = store_apply_profile(s, o);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (s->readonly) {
+        char version[16];
+        rc = store_pragma_text(s, "PRAGMA user_version", version, sizeof version);
+        if (rc == MV_OK && atoi(version) != STORE_SCHEMA_VERSION) {
+            rc = store_fail(s, MV_EUNSUPPORTED, "schema version %s needs a writable open to "
+                                                "migrate", version);
+        }
+        return rc;
+    }
+    return store_schema_migrate(s);
+}
+
+static void store_free(mv_store *s)
+{
+    store_stmts_finalize(s);
+    sqlite3_close(s->db);
+    store_strings_free(&s->strings);
+    free(s);
+}
+
+void mv_store_close(mv_store **store)
+{
+    if (store == NULL || *store == NULL) {
+        return;
+    }
+    mv_store *s = *store;
+    if (s->db != NULL && !s->readonly) {
+        (void)sqlite3_exec(s->db, "PRAGMA optimize", NULL, NULL, NULL);
+    }
+    store_free(s);
+    *store = NULL;
+}
+
+const char *mv_store_errmsg(const mv_store *store)
+{
+    return store != NULL ? store->errmsg : "";
+}
+
+sqlite3 *mv_store_db(mv_store *store)
+{
+    return store != NULL ? store->db : NULL;
+}
+
+static int store_create_files(mv_store *s, const void *pw, size_t pw_len,
+                              const struct mv_store_options *o)
+{
+    static const char *const defaults[][2] = {{"INBOX", NULL},       {"Sent", "\\Sent"},
+                                              {"Drafts", "\\Drafts"}, {"Trash", "\\Trash"},
+                                              {"Junk", "\\Junk"},     {"Archive", "\\Archive"}};
+    /* Create the file 0600 ourselves: SQLite gives -wal and -shm the same mode. */
+    int fd = open(s->db_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        return store_fail(s, errno == EEXIST ? MV_EEXISTS : MV_EIO, "cannot create %s: %s",
+                          s->db_path, strerror(errno));
+    }
+    close(fd);
+    int rc = store_connect(s, pw, pw_len, o, 1);
+    for (size_t i = 0; rc == MV_OK && i < sizeof defaults / sizeof defaults[0]; i++) {
+        rc = mv_mailbox_create(s, defaults[i][0], defaults[i][1]);
+    }
+    if (rc == MV_OK) {
+        rc = store_queue_init_keys(s);
+    }
+    if (rc == MV_OK) {
+        rc = store_fsync_dir(s->domain_dir);
+    }
+    return rc;
+}
+
+static void store_remove_files(const mv_store *s)
+{
+    char path[MV_PATH_MAX + 8];
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        snprintf(path, sizeof path, "%s%s", s->db_path, suffixes[i]);
+        unlink(path);
+    }
+    unlink(s->pub_path);
+}
+
+int mv_store_init(const char *address, const void *password, size_t password_len,
+                  const struct mv_store_options *opts, char *errmsg, size_t errmsg_size)
+{
+    static const struct mv_store_options defaults = MV_STORE_OPTIONS_INIT;
+    const struct mv_store_options *o = opts != NULL ? opts : &defaults;
+    struct store_paths paths;
+    int rc = store_paths_resolve(address, o, &paths, errmsg, errmsg_size);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (password == NULL || password_len == 0 || password_len > STORE_PASSWORD_MAX) {
+        return store_error(errmsg, errmsg_size, MV_EINVAL,
+                           "the password must be 1 to 4096 bytes");
+    }
+    if (access(paths.db_path, F_OK) == 0) {
+        return store_error(errmsg, errmsg_size, MV_EEXISTS, "the store already exists");
+    }
+    rc = store_mkdirs(paths.domain_dir, errmsg, errmsg_size);
+    if (rc == MV_OK) {
+        rc = store_mkdirs(paths.tmp_dir, errmsg, errmsg_size);
+    }
+    if (rc != MV_OK) {
+        return rc;
+    }
+    struct mv_store_options writable = *o;
+    writable.flags &= ~(unsigned)MV_STORE_READONLY;
+    mv_store *s = store_alloc(&paths, &writable);
+    if (s == NULL) {
+        return store_error(errmsg, errmsg_size, MV_ENOMEM, "out of memory");
+    }
+    rc = store_create_files(s, password, password_len, &writable);
+    if (rc != MV_OK) {
+        store_error(errmsg, errmsg_size, rc, s->errmsg);
+        sqlite3 *db = s->db;
+        store_stmts_finalize(s);
+        sqlite3_close(db);
+        s->db = NULL;
+        if (rc != MV_EEXISTS) {
+            store_remove_files(s); /* nothing half-made is left behind */
+        }
+    }
+    store_free(s);
+    return rc;
+}
+
+int mv_store_open(const char *address, const void *password, size_t password_len,
+                  const struct mv_store_options *opts, mv_store **out, char *errmsg,
+                  size_t errmsg_size)
+{
+    static const struct mv_store_options defaults = MV_STORE_OPTIONS_INIT;
+    const struct mv_store_options *o = opts != NULL ? opts : &defaults;
+    struct store_paths paths;
+    *out = NULL;
+    int rc = store_paths_resolve(address, o, &paths, errmsg, errmsg_size);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (password == NULL || password_len == 0 || password_len > STORE_PASSWORD_MAX) {
+        return store_error(errmsg, errmsg_size, MV_EINVAL,
+                           "the password must be 1 to 4096 bytes");
+    }
+    if (access(paths.db_path, F_OK) != 0) {
+        if (!(o->flags & MV_STORE_CREATE) || (o->flags & MV_STORE_READONLY)) {
+            char msg[MV_ADDRESS_MAX + 80];
+            snprintf(msg, sizeof msg, "no store for %s (create it with `mailvault init`)",
+                     paths.address);
+            return store_error(errmsg, errmsg_size, MV_ENOTFOUND, msg);
+        }
+        rc = mv_store_init(address, password, password_len, o, errmsg, errmsg_size);
+        if (rc != MV_OK && rc != MV_EEXISTS) {
+            return rc;
+        }
+    }
+    if (!(o->flags & MV_STORE_READONLY) &&
+        (rc = store_mkdirs(paths.tmp_dir, errmsg, errmsg_size)) != MV_OK) {
+        return rc;
+    }
+    mv_store *s = store_alloc(&paths, o);
+    if (s == NULL) {
+        return store_error(errmsg, errmsg_size, MV_ENOMEM, "out of memory");
+    }
+    rc = store_connect(s, password, password_len, o, 0);
+    if (rc == MV_OK && !s->readonly) {
+        rc = store_queue_drain(s);
+    }
+    if (rc != MV_OK) {
+        store_error(errmsg, errmsg_size, rc, s->errmsg);
+        store_free(s);
+        return rc;
+    }
+    *out = s;
+    return MV_OK;
+}

@@ -1,0 +1,164 @@
+/*
+ * store_schema.c -- the mail schema, versioned with PRAGMA user_version; every migration
+ * runs in one transaction. The reasons for each table and index are in docs/SCHEMA.md.
+ *
+ * In short:
+ *   - messages holds only small columns (no BLOB), so scans and index lookups never walk
+ *     overflow pages; the bytes live in two-column BLOB tables (bodies_data,
+ *     attachments_data), as SQLite's author advises.
+ *   - bodies are content-addressed by the SHA-256 of the whole message and reference
+ *     counted: COPY adds a reference, never bytes. A body's skeleton is the message with
+ *     its large leaf parts cut out; body_parts says where each attachment goes back in.
+ *   - attachments are content-addressed by the SHA-256 of their bytes as they appear in the
+ *     message, reference counted, zstd-compressed when that helps.
+ *   - the full-text index is keyed by body id: copies share one entry.
+ *   - changes is the change log (modseq, mailbox, uid, what) for CONDSTORE/QRESYNC and
+ *     IDLE, inside the encrypted file.
+ */
+#include "store/store.h"
+
+/* Version 1. Kept as one literal per statement so a failure names the statement. */
+static const char *const store_schema_v1[] = {
+    "CREATE TABLE meta("
+    " key TEXT PRIMARY KEY,"
+    " value BLOB NOT NULL"
+    ") WITHOUT ROWID",
+
+    "CREATE TABLE mailboxes("
+    " id INTEGER PRIMARY KEY,"
+    " name TEXT NOT NULL UNIQUE,"
+    " uidvalidity INTEGER NOT NULL,"
+    " uidnext INTEGER NOT NULL DEFAULT 1 CHECK (uidnext >= 1),"
+    " highestmodseq INTEGER NOT NULL DEFAULT 1,"
+    " subscribed INTEGER NOT NULL DEFAULT 1,"
+    " special_use TEXT"
+    ")",
+
+    "CREATE TABLE bodies("
+    " id INTEGER PRIMARY KEY,"
+    " sha256 BLOB NOT NULL UNIQUE,"      /* of the whole message as delivered */
+    " refcount INTEGER NOT NULL CHECK (refcount >= 0),"
+    " size INTEGER NOT NULL,"            /* bytes of the whole message */
+    " stored_size INTEGER NOT NULL,"     /* bytes of the skeleton as stored */
+    " compression INTEGER NOT NULL"      /* 0 none, 1 zstd */
+    ")",
+
+    "CREATE TABLE bodies_data("
+    " id INTEGER PRIMARY KEY REFERENCES bodies(id) ON DELETE CASCADE,"
+    " data BLOB NOT NULL"
+    ")",
+
+    "CREATE TABLE attachments("
+    " id INTEGER PRIMARY KEY,"
+    " sha256 BLOB NOT NULL UNIQUE,"
+    " refcount INTEGER NOT NULL CHECK (refcount >= 0),"
+    " size INTEGER NOT NULL,"
+    " stored_size INTEGER NOT NULL,"
+    " compression INTEGER NOT NULL"
+    ")",
+
+    "CREATE TABLE attachments_data("
+    " id INTEGER PRIMARY KEY REFERENCES attachments(id) ON DELETE CASCADE,"
+    " data BLOB NOT NULL"
+    ")",
+
+    /* Where attachment seq of a body goes back in: at byte offset `position` of the
+     * reassembled message (ascending with seq). */
+    "CREATE TABLE body_parts("
+    " body_id INTEGER NOT NULL REFERENCES bodies(id) ON DELETE CASCADE,"
+    " seq INTEGER NOT NULL,"
+    " position INTEGER NOT NULL,"
+    " attachment_id INTEGER NOT NULL REFERENCES attachments(id),"
+    " PRIMARY KEY (body_id, seq)"
+    ") WITHOUT ROWID",
+
+    "CREATE INDEX body_parts_attachment ON body_parts(attachment_id)",
+
+    "CREATE TABLE messages("
+    " id INTEGER PRIMARY KEY,"
+    " mailbox_id INTEGER NOT NULL REFERENCES mailboxes(id),"
+    " uid INTEGER NOT NULL,"
+    " modseq INTEGER NOT NULL,"
+    " internal_date INTEGER NOT NULL,"
+    " sent_date INTEGER NOT NULL DEFAULT 0,"
+    " size INTEGER NOT NULL,"
+    " flags INTEGER NOT NULL DEFAULT 0,"
+    " keywords TEXT NOT NULL DEFAULT '',"
+    " subject TEXT NOT NULL DEFAULT '',"
+    " from_addr TEXT NOT NULL DEFAULT '',"
+    " to_addr TEXT NOT NULL DEFAULT '',"
+    " cc_addr TEXT NOT NULL DEFAULT '',"
+    " message_id TEXT NOT NULL DEFAULT '',"
+    " in_reply_to TEXT NOT NULL DEFAULT '',"
+    " thread_id INTEGER NOT NULL DEFAULT 0,"
+    " body_id INTEGER NOT NULL REFERENCES bodies(id),"
+    " UNIQUE (mailbox_id, uid)" /* UID ranges, FETCH, STORE, EXPUNGE by uid */
+    ")",
+
+    /* Date order within a mailbox (SORT, newest-first listings, SINCE/BEFORE). */
+    "CREATE INDEX messages_date ON messages(mailbox_id, internal_date)",
+    /* CONDSTORE: CHANGEDSINCE and HIGHESTMODSEQ. */
+    "CREATE INDEX messages_modseq ON messages(mailbox_id, modseq)",
+    /* UNSEEN counts and SEARCH UNSEEN without touching seen messages. */
+    "CREATE INDEX messages_unseen ON messages(mailbox_id, uid) WHERE (flags & 1) = 0",
+    /* Threading: find the parent by Message-ID. */
+    "CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id != ''",
+    "CREATE INDEX messages_thread ON messages(thread_id)",
+    /* Reference counting: which messages use a body. */
+    "CREATE INDEX messages_body ON messages(body_id)",
+
+    "CREATE TABLE changes("
+    " id INTEGER PRIMARY KEY,"
+    " mailbox_id INTEGER NOT NULL,"     /* no foreign key: the log outlives mailboxes */
+    " modseq INTEGER NOT NULL,"
+    " uid INTEGER NOT NULL,"
+    " kind TEXT NOT NULL CHECK (kind IN ('append','flags','expunge')),"
+    " at INTEGER NOT NULL"
+    ")",
+    "CREATE INDEX changes_modseq ON changes(mailbox_id, modseq)",
+
+    /* Full-text search, keyed by body id (rowid). */
+    "CREATE VIRTUAL TABLE fts USING fts5(subject, addresses, body, tokenize='unicode61 "
+    "remove_diacritics 2')",
+};
+
+static int store_schema_create_v1(mv_store *s)
+{
+    for (size_t i = 0; i < sizeof store_schema_v1 / sizeof store_schema_v1[0]; i++) {
+        int rc = store_exec(s, store_schema_v1[i]);
+        if (rc != MV_OK) {
+            return rc;
+        }
+    }
+    return store_exec(s, "PRAGMA user_version = 1");
+}
+
+int store_schema_migrate(mv_store *s)
+{
+    int rc = store_begin(s);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    sqlite3_stmt *st = store_stmt(s, "PRAGMA user_version");
+    if (st == NULL || sqlite3_step(st) != SQLITE_ROW) {
+        store_rollback(s);
+        return store_fail_sqlite(s, "reading the schema version");
+    }
+    int version = sqlite3_column_int(st, 0);
+    sqlite3_reset(st);
+    if (version > STORE_SCHEMA_VERSION) {
+        store_rollback(s);
+        return store_fail(s, MV_EUNSUPPORTED,
+                          "the store has schema version %d; this mailvault knows up to %d",
+                          version, STORE_SCHEMA_VERSION);
+    }
+    if (version == 0) {
+        rc = store_schema_create_v1(s);
+    }
+    /* Later versions: if (version < 2) rc = store_schema_v2(s); ... in this transaction. */
+    if (rc != MV_OK) {
+        store_rollback(s);
+        return rc;
+    }
+    return store_commit(s);
+}

@@ -1,0 +1,153 @@
+/*
+ * store_util.c -- the store's plumbing: error messages, a cache of prepared statements,
+ * transactions, and the string storage behind the structs the API returns.
+ */
+#include "store/store.h"
+#include "vfs/vfs_tempdir.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int store_fail(mv_store *s, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int store_fail_sqlite(mv_store *s, const char *what)
+{
+    int rc = sqlite3_extended_errcode(s->db);
+    const char *vfs = mv_db_vfs_errmsg(s->db);
+    int code = mv_error_from_sqlite(rc);
+    if (code == MV_OK) {
+        code = MV_ERROR;
+    }
+    if (vfs != NULL && (code == MV_ECORRUPT || code == MV_EIO)) {
+        return store_fail(s, code, "%s: %s (%s)", what, sqlite3_errmsg(s->db), vfs);
+    }
+    return store_fail(s, code, "%s: %s", what, sqlite3_errmsg(s->db));
+}
+
+void store_enter(mv_store *s)
+{
+    mv_vfs_temp_dir_set(s->tmp_dir);
+}
+
+sqlite3_stmt *store_stmt(mv_store *s, const char *sql)
+{
+    struct store_stmt_slot *free_slot = NULL;
+    store_enter(s);
+    for (size_t i = 0; i < STORE_STMT_CACHE; i++) {
+        struct store_stmt_slot *slot = &s->stmts[i];
+        if (slot->sql == sql) {
+            sqlite3_reset(slot->stmt);
+            sqlite3_clear_bindings(slot->stmt);
+            return slot->stmt;
+        }
+        if (slot->sql == NULL && free_slot == NULL) {
+            free_slot = slot;
+        }
+    }
+    sqlite3_stmt *stmt = NULL;
+    unsigned prep = free_slot != NULL ? SQLITE_PREPARE_PERSISTENT : 0;
+    if (sqlite3_prepare_v3(s->db, sql, -1, prep, &stmt, NULL) != SQLITE_OK) {
+        store_fail_sqlite(s, "preparing a statement");
+        return NULL;
+    }
+    if (free_slot == NULL) {
+        /* Cache full: a programming error caught in tests; keep working, slowly. */
+        store_fail(s, MV_ERROR, "statement cache full");
+        sqlite3_finalize(stmt);
+        return NULL;
+    }
+    free_slot->sql = sql;
+    free_slot->stmt = stmt;
+    return stmt;
+}
+
+void store_stmts_finalize(mv_store *s)
+{
+    for (size_t i = 0; i < STORE_STMT_CACHE; i++) {
+        sqlite3_finalize(s->stmts[i].stmt);
+        s->stmts[i].stmt = NULL;
+        s->stmts[i].sql = NULL;
+    }
+}
+
+int store_exec(mv_store *s, const char *sql)
+{
+    store_enter(s);
+    if (sqlite3_exec(s->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+        return store_fail_sqlite(s, sql);
+    }
+    return MV_OK;
+}
+
+int store_begin(mv_store *s)
+{
+    if (s->readonly) {
+        return store_fail(s, MV_EINVAL, "the store is open read-only");
+    }
+    return store_exec(s, "BEGIN IMMEDIATE");
+}
+
+int store_commit(mv_store *s)
+{
+    int rc = store_exec(s, "COMMIT");
+    if (rc != MV_OK) {
+        store_rollback(s);
+    }
+    return rc;
+}
+
+void store_rollback(mv_store *s)
+{
+    if (!sqlite3_get_autocommit(s->db)) {
+        (void)sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    }
+}
+
+void store_strings_clear(struct store_strings *st)
+{
+    for (size_t i = 0; i < st->count; i++) {
+        free(st->items[i]);
+    }
+    st->count = 0;
+}
+
+void store_strings_free(struct store_strings *st)
+{
+    store_strings_clear(st);
+    free(st->items);
+    st->items = NULL;
+    st->cap = 0;
+}
+
+const char *store_strings_add(struct store_strings *st, const char *text, int *oom)
+{
+    if (text == NULL) {
+        return "";
+    }
+    if (st->count == st->cap) {
+        size_t cap = st->cap != 0 ? st->cap * 2 : 32;
+        char **items = realloc(st->items, cap * sizeof *items);
+        if (items == NULL) {
+            *oom = 1;
+            return "";
+        }
+        st->items = items;
+        st->cap = cap;
+    }
+    char *copy = strdup(text);
+    if (copy == NULL) {
+        *oom = 1;
+        return "";
+    }
+    st->items[st->count++] = copy;
+    return copy;
+}
