@@ -401,6 +401,30 @@ static void test_new_file_is_keyed_at_once(void)
     tu_remove_db(path);
 }
 
+/* An encrypted file opened with no key at all: its hot journal is neither rolled back
+ * with the wrong bytes nor deleted, and nothing is written. */
+static void test_no_key_leaves_hot_journal_alone(void)
+{
+    char *snap = tu_path("nokey.db"), journal[1100];
+    make_snapshot(snap, 1);
+    snprintf(journal, sizeof journal, "%s-journal", snap);
+    char db_before[65], db_after[65], j_before[65], j_after[65];
+    tu_file_sha256(snap, db_before);
+    tu_file_sha256(journal, j_before);
+    sqlite3 *db = NULL;
+    CHECK(sqlite3_open_v2(snap, &db, SQLITE_OPEN_READWRITE, MV_VFS_NAME) == SQLITE_OK);
+    int rc = sqlite3_exec(db, "SELECT count(*) FROM t", NULL, NULL, NULL);
+    int wrc = sqlite3_exec(db, "CREATE TABLE x(a)", NULL, NULL, NULL);
+    sqlite3_close(db);
+    tu_file_sha256(snap, db_after);
+    tu_file_sha256(journal, j_after);
+    CHECK_EQ_INT(rc, SQLITE_NOTADB);
+    CHECK(wrc != SQLITE_OK);
+    CHECK(strcmp(db_before, db_after) == 0);
+    CHECK(strcmp(j_before, j_after) == 0);
+    tu_remove_db(snap);
+}
+
 int main(void)
 {
     TEST(test_round_trip_every_cipher_mode_page_size);
@@ -416,5 +440,6 @@ int main(void)
     TEST(test_flipped_bit_in_journal_record);
     TEST(test_snapshots_recover);
     TEST(test_new_file_is_keyed_at_once);
+    TEST(test_no_key_leaves_hot_journal_alone);
     return th_summary();
 }

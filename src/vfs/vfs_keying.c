@@ -388,9 +388,22 @@ int mv_keying_pragma(struct mv_file *f, char **azArg)
     return SQLITE_NOTFOUND;
 }
 
+/* An existing file without the SQLite magic is encrypted (or not a database): until a key
+ * proves itself, nothing may write to it, roll back its journal or checkpoint its WAL. */
+static void mv_note_encrypted_on_disk(struct mv_file *f)
+{
+    uint8_t hdr[24];
+    sqlite3_int64 size = 0;
+    if (mv_read_header(f, hdr, &size) == SQLITE_OK && size > 0 &&
+        (size < 16 || memcmp(hdr, MV_SQLITE_MAGIC, 16) != 0)) {
+        f->codec->encrypted_on_disk = 1;
+    }
+}
+
 int mv_keying_from_uri(struct mv_file *f, const char *zName)
 {
     struct mv_codec *c = f->codec;
+    mv_note_encrypted_on_disk(f);
     const char *cipher = sqlite3_uri_parameter(zName, "cipher");
     const char *kdf_iter = sqlite3_uri_parameter(zName, "kdf_iter");
     const char *legacy = sqlite3_uri_parameter(zName, "legacy");
