@@ -390,7 +390,7 @@ static struct bench_stat bench_stat_of(const double *values, int count)
 /* cost(config) / cost(base) = rate(base) / rate(config), per round; printed as a stat. */
 static void bench_print_ratio(int phase, size_t config, size_t base, const char *label, int rounds)
 {
-    double ratios[BENCH_ROUNDS_MAX];
+    double ratios[BENCH_ROUNDS_MAX] = {0};
     for (int r = 0; r < rounds; r++) {
         ratios[r] = bench_rates[phase][base][r] / bench_rates[phase][config][r];
     }

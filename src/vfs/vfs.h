@@ -84,6 +84,8 @@ struct mv_file {
     int64_t pending_offset;
     uint8_t pending[24];
     uint32_t wal_page_size;
+    uint8_t wal_header[32]; /* the WAL header last seen, valid for frames with its salts */
+    int wal_header_valid;
     int wal_rewriting; /* SQLite is rewriting checksums: whole-frame reads are not judged */
     /* TEMP: logical size, key and one block of scratch. */
     int64_t temp_size;

@@ -87,24 +87,54 @@ static uint32_t mv_get_le32(const uint8_t *p)
 static void mv_wal_checksum(int big_endian, const uint8_t *p, size_t n, uint32_t s[2])
 {
     uint32_t s0 = s[0], s1 = s[1];
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        uint32_t x0 = big_endian ? mv_get_be32(p + i) : mv_get_le32(p + i);
-        uint32_t x1 = big_endian ? mv_get_be32(p + i + 4) : mv_get_le32(p + i + 4);
-        s0 += x0 + s1;
-        s1 += x1 + s0;
+    if (big_endian) {
+        for (size_t i = 0; i + 8 <= n; i += 8) {
+            s0 += mv_get_be32(p + i) + s1;
+            s1 += mv_get_be32(p + i + 4) + s0;
+        }
+    } else {
+        for (size_t i = 0; i + 8 <= n; i += 8) {
+            s0 += mv_get_le32(p + i) + s1;
+            s1 += mv_get_le32(p + i + 4) + s0;
+        }
     }
     s[0] = s0;
     s[1] = s1;
 }
 
-/* The checksum the frame at header_off continues from, and the WAL's word order. */
-static int mv_wal_chain_seed(struct mv_file *f, sqlite3_int64 header_off, uint32_t page_size,
-                             uint32_t seed[2], int *big_endian)
+/* The WAL header of the generation whose salts a frame carries. A restart always changes
+ * the salts, so a cached header with the same salts is the one on disk: no read per frame. */
+static int mv_wal_header(struct mv_file *f, const uint8_t salts[8], const uint8_t **hdr)
 {
-    uint8_t hdr[MV_WAL_HEADER_BYTES];
-    int rc = f->lower->pMethods->xRead(f->lower, hdr, MV_WAL_HEADER_BYTES, 0);
+    if (!f->wal_header_valid || memcmp(f->wal_header + 16, salts, 8) != 0) {
+        int rc = f->lower->pMethods->xRead(f->lower, f->wal_header, MV_WAL_HEADER_BYTES, 0);
+        if (rc != SQLITE_OK) {
+            f->wal_header_valid = 0;
+            return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_WRITE : rc;
+        }
+        f->wal_header_valid = 1;
+    }
+    *hdr = f->wal_header;
+    return SQLITE_OK;
+}
+
+static void mv_wal_header_seen(struct mv_file *f, const uint8_t *hdr)
+{
+    memcpy(f->wal_header, hdr, MV_WAL_HEADER_BYTES);
+    f->wal_header_valid = 1;
+    f->wal_page_size = mv_get_be32(hdr + 8);
+}
+
+/* The checksum the frame at header_off (whose header carries salts) continues from, and
+ * the WAL's word order. The previous frame's checksum is always read from disk: another
+ * connection may have written that frame since this one last looked. */
+static int mv_wal_chain_seed(struct mv_file *f, sqlite3_int64 header_off, uint32_t page_size,
+                             const uint8_t salts[8], uint32_t seed[2], int *big_endian)
+{
+    const uint8_t *hdr;
+    int rc = mv_wal_header(f, salts, &hdr);
     if (rc != SQLITE_OK) {
-        return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_WRITE : rc;
+        return rc;
     }
     *big_endian = (int)(mv_get_be32(hdr) & 1);
     if (header_off == MV_WAL_HEADER_BYTES) {
@@ -143,7 +173,7 @@ static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t p
     }
     uint32_t sum[2];
     int big_endian;
-    rc = mv_wal_chain_seed(f, f->pending_offset, page_size, sum, &big_endian);
+    rc = mv_wal_chain_seed(f, f->pending_offset, page_size, frame + 8, sum, &big_endian);
     if (rc != SQLITE_OK) {
         return rc;
     }
@@ -187,7 +217,7 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
         if (rc != SQLITE_OK) {
             return rc;
         }
-        f->wal_page_size = mv_get_be32((const uint8_t *)buf + 8);
+        mv_wal_header_seen(f, buf);
         return f->lower->pMethods->xWrite(f->lower, buf, amt, off);
     }
     uint32_t page_size = mv_wal_page_size(f);
@@ -241,7 +271,7 @@ static int mv_wal_check_frame(struct mv_file *f, const uint8_t *frame, sqlite3_i
     int big_endian;
     uint32_t frame_bytes = page_size + MV_WAL_FRAME_HEADER_BYTES;
     if (f->lower->pMethods->xRead(f->lower, whdr, MV_WAL_HEADER_BYTES, 0) != SQLITE_OK ||
-        mv_wal_chain_seed(f, off, page_size, seed, &big_endian) != SQLITE_OK ||
+        mv_wal_chain_seed(f, off, page_size, frame + 8, seed, &big_endian) != SQLITE_OK ||
         mv_codec_scratch(c, frame_bytes) != SQLITE_OK) {
         return SQLITE_OK; /* nothing to add to what SQLite itself will find */
     }
@@ -297,8 +327,8 @@ int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
     }
     if ((uint32_t)amt != page_size || !mv_wal_frame_at(off, page_size, 1)) {
         rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
-        if (rc == SQLITE_OK && amt >= MV_WAL_HEADER_BYTES && off == 0) {
-            f->wal_page_size = mv_get_be32((const uint8_t *)buf + 8);
+        if (rc == SQLITE_OK && amt == MV_WAL_HEADER_BYTES && off == 0) {
+            mv_wal_header_seen(f, buf);
         }
         return rc;
     }
