@@ -44,8 +44,8 @@ extern "C" {
 #endif
 
 #if defined(__GNUC__)
-#define MV_API         __attribute__((visibility("default")))
-#define MV_MUST_CHECK  __attribute__((warn_unused_result))
+#define MV_API        __attribute__((visibility("default")))
+#define MV_MUST_CHECK __attribute__((warn_unused_result))
 #else
 #define MV_API
 #define MV_MUST_CHECK
@@ -60,18 +60,18 @@ MV_API const char *mv_version(void);
 
 /* ---- Error codes ----------------------------------------------------------------------- */
 
-#define MV_OK          0
-#define MV_ERROR       (-1)  /* an error that fits no class below (detail in the message) */
-#define MV_ENOMEM      (-2)  /* out of memory */
-#define MV_EINVAL      (-3)  /* invalid argument: bad cipher name, malformed key, bad path */
-#define MV_EAUTH       (-4)  /* wrong password, or not a mailvault/SQLite3MC database */
-#define MV_ECORRUPT    (-5)  /* a page failed authentication, or the file is damaged */
-#define MV_EIO         (-6)  /* the operating system refused a read, write or sync */
-#define MV_EBUSY       (-7)  /* locked by another connection beyond the busy timeout */
-#define MV_ENOTFOUND   (-8)  /* no such file, store, mailbox or message */
-#define MV_EEXISTS     (-9)  /* already exists */
-#define MV_ELIMIT      (-10) /* a configured limit was hit; the message names the limit */
-#define MV_ENOSPC      (-11) /* not enough disk space */
+#define MV_OK           0
+#define MV_ERROR        (-1)  /* an error that fits no class below (detail in the message) */
+#define MV_ENOMEM       (-2)  /* out of memory */
+#define MV_EINVAL       (-3)  /* invalid argument: bad cipher name, malformed key, bad path */
+#define MV_EAUTH        (-4)  /* wrong password, or not a mailvault/SQLite3MC database */
+#define MV_ECORRUPT     (-5)  /* a page failed authentication, or the file is damaged */
+#define MV_EIO          (-6)  /* the operating system refused a read, write or sync */
+#define MV_EBUSY        (-7)  /* locked by another connection beyond the busy timeout */
+#define MV_ENOTFOUND    (-8)  /* no such file, store, mailbox or message */
+#define MV_EEXISTS      (-9)  /* already exists */
+#define MV_ELIMIT       (-10) /* a configured limit was hit; the message names the limit */
+#define MV_ENOSPC       (-11) /* not enough disk space */
 #define MV_EUNSUPPORTED (-12) /* a format or operation this build does not support */
 
 /* Static text for an MV_* code; never NULL ("unknown error" for codes not listed above). */
@@ -122,7 +122,10 @@ struct mv_db_options {
     unsigned flags;    /* MV_DB_* */
     int auto_vacuum;   /* new files only: 0 NONE, 1 FULL, 2 INCREMENTAL (fixed at creation) */
 };
-#define MV_DB_OPTIONS_INIT {MV_CIPHER_AUTO, 0, 0, 0, 0, 0}
+#define MV_DB_OPTIONS_INIT                                                                         \
+    {                                                                                              \
+        MV_CIPHER_AUTO, 0, 0, 0, 0, 0                                                              \
+    }
 
 /* Opens the SQLite database at path through the encrypting VFS (registering it if needed),
  * keyed with secret (see KEYS above; secret_len bytes, need not be NUL-terminated).
@@ -168,7 +171,6 @@ struct mv_db_info {
 };
 MV_API MV_MUST_CHECK int mv_db_info(sqlite3 *db, struct mv_db_info *info_out);
 
-
 /* ======================================================================================== */
 /* The per-user mail store                                                                   */
 /* ======================================================================================== */
@@ -189,28 +191,34 @@ typedef struct mv_store mv_store;
 
 /* Limits: every one is enforced with MV_ELIMIT and a message that names it. */
 struct mv_limits {
-    uint64_t message_size_max;    /* bytes of one message; default 64 MiB */
-    uint32_t header_count_max;    /* header fields in one message; default 1000 */
-    uint32_t header_size_max;     /* bytes of one header field, folded; default 64 KiB */
-    uint32_t keywords_max;        /* keywords on one message; default 64 */
-    uint32_t keyword_size_max;    /* bytes of one keyword; default 128 */
-    uint32_t mailbox_name_max;    /* bytes of a mailbox name; default 512 */
-    uint32_t mailboxes_max;       /* mailboxes in a store; default 10000 */
-    uint32_t search_results_max;  /* rows one search returns; default 100000 */
+    uint64_t message_size_max;   /* bytes of one message; default 64 MiB */
+    uint32_t header_count_max;   /* header fields in one message; default 1000 */
+    uint32_t header_size_max;    /* bytes of one header field, folded; default 64 KiB */
+    uint32_t keywords_max;       /* keywords on one message; default 64 */
+    uint32_t keyword_size_max;   /* bytes of one keyword; default 128 */
+    uint32_t mailbox_name_max;   /* bytes of a mailbox name; default 512 */
+    uint32_t mailboxes_max;      /* mailboxes in a store; default 10000 */
+    uint32_t search_results_max; /* rows one search returns; default 100000 */
 };
-#define MV_LIMITS_DEFAULT {64u << 20, 1000, 64u << 10, 64, 128, 512, 10000, 100000}
+#define MV_LIMITS_DEFAULT                                                                          \
+    {                                                                                              \
+        64u << 20, 1000, 64u << 10, 64, 128, 512, 10000, 100000                                    \
+    }
 
 #define MV_STORE_CREATE   0x01 /* mv_store_open: create if missing (mv_store_init does more) */
 #define MV_STORE_READONLY 0x02 /* open read-only: no writes, no queue drain */
 
 struct mv_store_options {
-    const char *root;        /* NULL: $MAILVAULT_ROOT, else "./var/mail" */
-    unsigned flags;          /* MV_STORE_* */
-    uint32_t kdf_iter;       /* 0: the cipher's default (tests use fewer) */
-    int64_t cache_size_kib;  /* page cache; 0: derived from available memory */
+    const char *root;       /* NULL: $MAILVAULT_ROOT, else "./var/mail" */
+    unsigned flags;         /* MV_STORE_* */
+    uint32_t kdf_iter;      /* 0: the cipher's default (tests use fewer) */
+    int64_t cache_size_kib; /* page cache; 0: derived from available memory */
     struct mv_limits limits;
 };
-#define MV_STORE_OPTIONS_INIT {NULL, 0, 0, 0, MV_LIMITS_DEFAULT}
+#define MV_STORE_OPTIONS_INIT                                                                      \
+    {                                                                                              \
+        NULL, 0, 0, 0, MV_LIMITS_DEFAULT                                                           \
+    }
 
 /* Longest normalised address, and longest path a store can have. */
 #define MV_ADDRESS_MAX 320
@@ -220,8 +228,8 @@ struct mv_store_options {
  * 1..64 bytes, domain 1..253 bytes (lowercased), no '/', no "..", no NUL or control
  * characters, no leading '.' or '-'. Writes the normal form to out (out_size >= 2 bytes).
  * Returns MV_OK or MV_EINVAL (message in errmsg if not NULL, errmsg_size bytes). */
-MV_API MV_MUST_CHECK int mv_address_normalize(const char *address, char *out, size_t out_size,
-                                              char *errmsg, size_t errmsg_size);
+MV_API MV_MUST_CHECK int mv_address_normalize(
+    const char *address, char *out, size_t out_size, char *errmsg, size_t errmsg_size);
 
 /* Creates the store of address: directories, the encrypted database with the schema and
  * the mailboxes INBOX, Sent, Drafts, Trash, Junk, Archive, and an X25519 key pair for
@@ -273,22 +281,22 @@ struct mv_mailbox_info {
     const char *special_use; /* "\\Sent" etc., or NULL */
     uint32_t messages;
     uint32_t unseen;
-    uint64_t size_bytes;     /* logical: sum of message sizes */
+    uint64_t size_bytes; /* logical: sum of message sizes */
 };
 
 /* Mailbox names are UTF-8, 1..limits.mailbox_name_max bytes, '/' as hierarchy separator, no
  * control characters, no empty levels. INBOX is case-insensitive and cannot be deleted or
  * renamed away. Each returns MV_OK, MV_EINVAL, MV_EEXISTS, MV_ENOTFOUND, MV_ELIMIT,
  * MV_EBUSY or MV_EIO. */
-MV_API MV_MUST_CHECK int mv_mailbox_create(mv_store *store, const char *name,
-                                           const char *special_use);
+MV_API MV_MUST_CHECK int
+mv_mailbox_create(mv_store *store, const char *name, const char *special_use);
 MV_API MV_MUST_CHECK int mv_mailbox_rename(mv_store *store, const char *from, const char *to);
 /* Deletes the mailbox and its messages (reference counts dropped, change log kept). */
 MV_API MV_MUST_CHECK int mv_mailbox_delete(mv_store *store, const char *name);
 MV_API MV_MUST_CHECK int mv_mailbox_subscribe(mv_store *store, const char *name, int on);
 /* Fills *info for one mailbox (strings owned by the store). */
-MV_API MV_MUST_CHECK int mv_mailbox_get(mv_store *store, const char *name,
-                                        struct mv_mailbox_info *info);
+MV_API MV_MUST_CHECK int
+mv_mailbox_get(mv_store *store, const char *name, struct mv_mailbox_info *info);
 
 /* Iterates the mailboxes in name order: next returns 1 with *info filled (strings valid
  * until the next call), 0 at the end, or a negative MV_E* code. */
@@ -319,7 +327,7 @@ struct mv_message_info {
     const char *from;      /* decoded address list; "" if none */
     const char *to;
     const char *cc;
-    const char *message_id;  /* without angle brackets; "" if none */
+    const char *message_id; /* without angle brackets; "" if none */
     const char *in_reply_to;
     int64_t thread_id;
 };
@@ -329,19 +337,23 @@ struct mv_message_info {
  * new UID. Malformed mail is stored as it is; what cannot be parsed is left empty.
  * Returns MV_OK, MV_ENOTFOUND (mailbox), MV_ELIMIT (size, headers, keywords), MV_EINVAL,
  * MV_EBUSY, MV_ENOSPC, MV_EIO, MV_ENOMEM. */
-MV_API MV_MUST_CHECK int mv_message_append(mv_store *store, const char *mailbox,
-                                           const void *raw, size_t len, unsigned flags,
-                                           const char *keywords, int64_t internal_date,
+MV_API MV_MUST_CHECK int mv_message_append(mv_store *store,
+                                           const char *mailbox,
+                                           const void *raw,
+                                           size_t len,
+                                           unsigned flags,
+                                           const char *keywords,
+                                           int64_t internal_date,
                                            uint32_t *uid_out);
 
 /* Returns in *raw_out (malloc'd; free with mv_free) the exact bytes that were appended, and
  * their length in *len_out. MV_OK, MV_ENOTFOUND, MV_ECORRUPT, MV_EIO, MV_ENOMEM. */
-MV_API MV_MUST_CHECK int mv_message_fetch(mv_store *store, const char *mailbox, uint32_t uid,
-                                          void **raw_out, size_t *len_out);
+MV_API MV_MUST_CHECK int mv_message_fetch(
+    mv_store *store, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out);
 
 /* Fills *info for one message (strings owned by the store). */
-MV_API MV_MUST_CHECK int mv_message_get(mv_store *store, const char *mailbox, uint32_t uid,
-                                        struct mv_message_info *info);
+MV_API MV_MUST_CHECK int
+mv_message_get(mv_store *store, const char *mailbox, uint32_t uid, struct mv_message_info *info);
 
 /* A UID set in IMAP syntax: "1", "3:7", "1,4:6,9:*". At most 10000 ranges. */
 #define MV_FLAGS_REPLACE 0
@@ -350,21 +362,25 @@ MV_API MV_MUST_CHECK int mv_message_get(mv_store *store, const char *mailbox, ui
 /* Changes flags and keywords of the messages in uid_set: each changed message gets a new
  * modseq and a change-log row. *changed_out (if not NULL) counts changed messages.
  * Returns MV_OK, MV_EINVAL (bad set or keyword), MV_ENOTFOUND (mailbox), MV_ELIMIT, ... */
-MV_API MV_MUST_CHECK int mv_flags_set(mv_store *store, const char *mailbox, const char *uid_set,
-                                      int mode, unsigned flags, const char *keywords,
+MV_API MV_MUST_CHECK int mv_flags_set(mv_store *store,
+                                      const char *mailbox,
+                                      const char *uid_set,
+                                      int mode,
+                                      unsigned flags,
+                                      const char *keywords,
                                       uint32_t *changed_out);
 
 /* Copies (or moves) the messages in uid_set to another mailbox, without copying bytes
  * (bodies are shared by reference count). *count_out gets the number copied. */
-MV_API MV_MUST_CHECK int mv_message_copy(mv_store *store, const char *from, const char *uid_set,
-                                         const char *to, uint32_t *count_out);
-MV_API MV_MUST_CHECK int mv_message_move(mv_store *store, const char *from, const char *uid_set,
-                                         const char *to, uint32_t *count_out);
+MV_API MV_MUST_CHECK int mv_message_copy(
+    mv_store *store, const char *from, const char *uid_set, const char *to, uint32_t *count_out);
+MV_API MV_MUST_CHECK int mv_message_move(
+    mv_store *store, const char *from, const char *uid_set, const char *to, uint32_t *count_out);
 
 /* Removes the messages flagged \Deleted (and in uid_set, if not NULL) from mailbox.
  * *count_out gets the number expunged. */
-MV_API MV_MUST_CHECK int mv_mailbox_expunge(mv_store *store, const char *mailbox,
-                                            const char *uid_set, uint32_t *count_out);
+MV_API MV_MUST_CHECK int
+mv_mailbox_expunge(mv_store *store, const char *mailbox, const char *uid_set, uint32_t *count_out);
 
 /* Frees memory the library returned (mv_message_fetch). NULL is fine. */
 MV_API void mv_free(void *p);
@@ -372,32 +388,35 @@ MV_API void mv_free(void *p);
 /* ---- Search ---------------------------------------------------------------------------- */
 
 struct mv_search_query {
-    const char *mailbox;    /* NULL: every mailbox */
-    const char *from;       /* substring, case-insensitive, of the decoded header */
+    const char *mailbox; /* NULL: every mailbox */
+    const char *from;    /* substring, case-insensitive, of the decoded header */
     const char *to;
     const char *cc;
     const char *subject;
     const char *message_id;
-    const char *text;       /* full-text query over subject, addresses and body (FTS5) */
-    int64_t since;          /* internal date >= since (Unix seconds); 0: no bound */
-    int64_t before;         /* internal date < before; 0: no bound */
-    int64_t sent_since;     /* Date header >= ...; 0: no bound */
+    const char *text;   /* full-text query over subject, addresses and body (FTS5) */
+    int64_t since;      /* internal date >= since (Unix seconds); 0: no bound */
+    int64_t before;     /* internal date < before; 0: no bound */
+    int64_t sent_since; /* Date header >= ...; 0: no bound */
     int64_t sent_before;
-    uint64_t larger;        /* size > larger; 0: no bound */
-    uint64_t smaller;       /* size < smaller; 0: no bound */
-    unsigned flags_set;     /* all of these flags set */
-    unsigned flags_unset;   /* none of these flags set */
-    const char *keyword;    /* has this keyword */
-    uint32_t limit;         /* 0: limits.search_results_max; more gives MV_ELIMIT */
+    uint64_t larger;      /* size > larger; 0: no bound */
+    uint64_t smaller;     /* size < smaller; 0: no bound */
+    unsigned flags_set;   /* all of these flags set */
+    unsigned flags_unset; /* none of these flags set */
+    const char *keyword;  /* has this keyword */
+    uint32_t limit;       /* 0: limits.search_results_max; more gives MV_ELIMIT */
 };
-#define MV_SEARCH_QUERY_INIT {0}
+#define MV_SEARCH_QUERY_INIT                                                                       \
+    {                                                                                              \
+        0                                                                                          \
+    }
 
 /* Runs a search; results come newest first by internal date. next returns 1 with *info
  * (strings valid until the next call), 0 at the end, or a negative MV_E* code (MV_ELIMIT
  * when more rows match than the limit allows). */
 typedef struct mv_search mv_search;
-MV_API MV_MUST_CHECK int mv_search_begin(mv_store *store, const struct mv_search_query *query,
-                                         mv_search **out);
+MV_API MV_MUST_CHECK int
+mv_search_begin(mv_store *store, const struct mv_search_query *query, mv_search **out);
 MV_API int mv_search_next(mv_search *search, struct mv_message_info *info);
 MV_API void mv_search_end(mv_search **search);
 
@@ -408,49 +427,56 @@ MV_API void mv_search_end(mv_search **search);
  * with the password moves it into the store. Only the user can read it. Returns MV_OK,
  * MV_ENOTFOUND (no such store), MV_ELIMIT (size), MV_EINVAL, MV_EIO, MV_ENOSPC. The message
  * is on disk (fsync'd) when this returns MV_OK. */
-MV_API MV_MUST_CHECK int mv_deliver_sealed(const char *address, const void *raw, size_t len,
-                                           const struct mv_store_options *opts, char *errmsg,
+MV_API MV_MUST_CHECK int mv_deliver_sealed(const char *address,
+                                           const void *raw,
+                                           size_t len,
+                                           const struct mv_store_options *opts,
+                                           char *errmsg,
                                            size_t errmsg_size);
 
 /* Deliveries waiting in the queue of address (readable without the password). */
-MV_API MV_MUST_CHECK int mv_queue_count(const char *address, const struct mv_store_options *opts,
-                                        uint32_t *count_out);
+MV_API MV_MUST_CHECK int
+mv_queue_count(const char *address, const struct mv_store_options *opts, uint32_t *count_out);
 
 struct mv_import_stats {
     uint64_t messages_seen;
     uint64_t messages_imported;
-    uint64_t messages_skipped;  /* already in the mailbox (a re-run after an interruption) */
-    uint64_t messages_failed;   /* refused (limits); the import goes on */
+    uint64_t messages_skipped; /* already in the mailbox (a re-run after an interruption) */
+    uint64_t messages_failed;  /* refused (limits); the import goes on */
     uint64_t bytes;
 };
 /* Called after each message; return non-zero to stop. */
-typedef int (*mv_import_progress_fn)(void *arg, const struct mv_import_stats *stats,
+typedef int (*mv_import_progress_fn)(void *arg,
+                                     const struct mv_import_stats *stats,
                                      uint64_t bytes_total);
 
 /* Imports an mbox file, a Maildir folder or a directory of .eml files (recognised from
  * path) into mailbox, streaming (memory bounded by the largest message, never by the input),
  * one transaction per message batch. A message already in the mailbox (same SHA-256 of its
  * bytes) is skipped, so a re-run after an interruption neither loses nor duplicates mail. */
-MV_API MV_MUST_CHECK int mv_import(mv_store *store, const char *path, const char *mailbox,
-                                   mv_import_progress_fn progress, void *progress_arg,
+MV_API MV_MUST_CHECK int mv_import(mv_store *store,
+                                   const char *path,
+                                   const char *mailbox,
+                                   mv_import_progress_fn progress,
+                                   void *progress_arg,
                                    struct mv_import_stats *stats_out);
 
 /* Writes every message of mailbox to fd as an mbox (mboxrd quoting, "From " lines with the
  * internal date). *count_out gets the number written. */
-MV_API MV_MUST_CHECK int mv_export_mbox(mv_store *store, const char *mailbox, int fd,
-                                        uint32_t *count_out);
+MV_API MV_MUST_CHECK int
+mv_export_mbox(mv_store *store, const char *mailbox, int fd, uint32_t *count_out);
 
 /* ---- Accounting ---------------------------------------------------------------------------- */
 
 struct mv_store_stats {
     uint64_t messages;
     uint32_t mailboxes;
-    uint64_t logical_bytes;     /* sum of message sizes */
-    uint64_t stored_bytes;      /* bytes of bodies + attachments as stored (deduplicated,
-                                   compressed) */
-    uint64_t attachments;       /* distinct attachments */
-    uint64_t physical_bytes;    /* database file + WAL on disk */
-    uint32_t pending;           /* deliveries waiting in the queue */
+    uint64_t logical_bytes;  /* sum of message sizes */
+    uint64_t stored_bytes;   /* bytes of bodies + attachments as stored (deduplicated,
+                                compressed) */
+    uint64_t attachments;    /* distinct attachments */
+    uint64_t physical_bytes; /* database file + WAL on disk */
+    uint32_t pending;        /* deliveries waiting in the queue */
     int schema_version;
 };
 MV_API MV_MUST_CHECK int mv_store_stats(mv_store *store, struct mv_store_stats *out);

@@ -24,24 +24,23 @@ const char *th_tmpdir(void);
 
 #define TEST(fn) th_run(#fn, fn)
 
-#define CHECK(cond)                                                                        \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            th_fail(__FILE__, __LINE__, #cond);                                            \
-            return;                                                                        \
-        }                                                                                  \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            th_fail(__FILE__, __LINE__, #cond);                                                    \
+            return;                                                                                \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_EQ_INT(a, b)                                                                 \
-    do {                                                                                   \
-        long long th_a_ = (long long)(a), th_b_ = (long long)(b);                          \
-        if (th_a_ != th_b_) {                                                              \
-            char th_msg_[256];                                                             \
-            snprintf(th_msg_, sizeof th_msg_, "%s == %s (%lld != %lld)", #a, #b, th_a_,    \
-                     th_b_);                                                               \
-            th_fail(__FILE__, __LINE__, th_msg_);                                          \
-            return;                                                                        \
-        }                                                                                  \
+#define CHECK_EQ_INT(a, b)                                                                         \
+    do {                                                                                           \
+        long long th_a_ = (long long)(a), th_b_ = (long long)(b);                                  \
+        if (th_a_ != th_b_) {                                                                      \
+            char th_msg_[256];                                                                     \
+            snprintf(th_msg_, sizeof th_msg_, "%s == %s (%lld != %lld)", #a, #b, th_a_, th_b_);    \
+            th_fail(__FILE__, __LINE__, th_msg_);                                                  \
+            return;                                                                                \
+        }                                                                                          \
     } while (0)
 
 #endif

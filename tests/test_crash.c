@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TXN_ROWS 7
+#define TXN_ROWS       7
 #define KILLS_PER_MODE 25
 
 static const char *const PW = "crash-test-password";
@@ -63,8 +63,8 @@ static void writer(const char *path, const char *mode, int fd)
             sqlite3_step(ins);
             sqlite3_reset(ins);
         }
-        sqlite3_exec(db, "UPDATE t SET body = randomblob(200) WHERE id % 13 = 0 AND id < 200",
-                     NULL, NULL, NULL);
+        sqlite3_exec(db, "UPDATE t SET body = randomblob(200) WHERE id % 13 = 0 AND id < 200", NULL,
+                     NULL, NULL);
         if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
             _exit(5);
         }
@@ -123,8 +123,9 @@ static int verify(const char *path, long long acked, long long *rows_out)
     *rows_out = rows;
     int good = ok == 1 && rows == max_id && max_id >= acked && partial == 0;
     if (!good) {
-        fprintf(stderr, "  after kill: integrity %lld, rows %lld, max id %lld, acked %lld, "
-                        "partial txns %lld\n",
+        fprintf(stderr,
+                "  after kill: integrity %lld, rows %lld, max id %lld, acked %lld, "
+                "partial txns %lld\n",
                 ok, rows, max_id, acked, partial);
     }
     return good;

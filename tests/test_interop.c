@@ -112,8 +112,8 @@ static int check_wrong_key(const struct vector *v)
     sqlite3_close(db);
     tu_file_sha256(dst, db_after);
     tu_file_sha256(side, side_after);
-    int ok = rc == MV_EAUTH && strcmp(db_before, db_after) == 0 &&
-             strcmp(side_before, side_after) == 0;
+    int ok =
+        rc == MV_EAUTH && strcmp(db_before, db_after) == 0 && strcmp(side_before, side_after) == 0;
     if (!ok) {
         fprintf(stderr, "  %s wrong key: rc %d, db %s, side file %s\n", v->file, rc,
                 strcmp(db_before, db_after) ? "CHANGED" : "same",
@@ -152,12 +152,15 @@ static void test_reference_vectors(void)
 /* ../shared/testvectors/sqlite3mc: an independent second check, when present. */
 static void test_shared_vectors(void)
 {
-    static const char *const names[] = {
-        "chacha20-delete",  "chacha20-wal",  "chacha20-walsnap",  "chacha20-hotjournal",
-        "aes256cbc-delete", "aes256cbc-wal", "aes256cbc-walsnap", "aes256cbc-hotjournal",
-        "sqlcipher-delete", "sqlcipher-wal", "sqlcipher-walsnap", "sqlcipher-hotjournal",
-        "sqlcipher-legacy4-delete", "sqlcipher-legacy4-wal", "sqlcipher-legacy4-walsnap",
-        "sqlcipher-legacy4-hotjournal", "chacha20-rawkey-delete"};
+    static const char *const names[] = {"chacha20-delete",           "chacha20-wal",
+                                        "chacha20-walsnap",          "chacha20-hotjournal",
+                                        "aes256cbc-delete",          "aes256cbc-wal",
+                                        "aes256cbc-walsnap",         "aes256cbc-hotjournal",
+                                        "sqlcipher-delete",          "sqlcipher-wal",
+                                        "sqlcipher-walsnap",         "sqlcipher-hotjournal",
+                                        "sqlcipher-legacy4-delete",  "sqlcipher-legacy4-wal",
+                                        "sqlcipher-legacy4-walsnap", "sqlcipher-legacy4-hotjournal",
+                                        "chacha20-rawkey-delete"};
     const char *dir = "../shared/testvectors/sqlite3mc";
     if (access(dir, R_OK) != 0) {
         printf("  skipped: %s not present (it is in CI)\n", dir);
@@ -203,8 +206,8 @@ static int reference_available(void)
 }
 
 /* Runs mc_dump.js on path; 1 if it reports rows and the expected digest. */
-static int reference_reads(const char *path, const char *cipher, int legacy, const char *key,
-                           int rows)
+static int
+reference_reads(const char *path, const char *cipher, int legacy, const char *key, int rows)
 {
     char *key_file = tu_path("ref.key");
     if (tu_write_file(key_file, key, strlen(key)) != 0) {
@@ -335,8 +338,8 @@ static void test_live_reference_reads_mailvault_files(void)
         int rows = live_write(c, key, snap);
         int ok = rows > 0 && reference_reads(snap, c->cipher, c->legacy, key, rows);
         if (!ok) {
-            fprintf(stderr, "  live %s legacy=%d %d %s: reference could not read it\n",
-                    c->cipher, c->legacy, c->page_size, c->kind);
+            fprintf(stderr, "  live %s legacy=%d %d %s: reference could not read it\n", c->cipher,
+                    c->legacy, c->page_size, c->kind);
         }
         failures += !ok;
         tu_remove_db(snap);

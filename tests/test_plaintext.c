@@ -25,9 +25,9 @@ struct rec_file {
 
 static sqlite3_vfs rec_vfs;
 static sqlite3_vfs *rec_lower;
-static int rec_hits;         /* writes that contained the marker */
-static int rec_writes[8];    /* writes per kind, see rec_kind() */
-static char rec_carry[64];   /* marker split across two adjacent writes is found too */
+static int rec_hits;       /* writes that contained the marker */
+static int rec_writes[8];  /* writes per kind, see rec_kind() */
+static char rec_carry[64]; /* marker split across two adjacent writes is found too */
 
 enum { K_MAIN, K_JOURNAL, K_WAL, K_TEMP, K_OTHER };
 
@@ -146,9 +146,10 @@ static int rec_shm_unmap(sqlite3_file *p, int d)
 }
 
 static const sqlite3_io_methods rec_methods = {
-    2,         rec_close, rec_read,  rec_write,  rec_truncate,    rec_sync,
-    rec_size,  rec_lock,  rec_unlock, rec_check, rec_fcntl,       rec_sector,
-    rec_dev,   rec_shm_map, rec_shm_lock, rec_shm_barrier, rec_shm_unmap, NULL, NULL};
+    2,        rec_close,   rec_read,     rec_write,       rec_truncate,  rec_sync,
+    rec_size, rec_lock,    rec_unlock,   rec_check,       rec_fcntl,     rec_sector,
+    rec_dev,  rec_shm_map, rec_shm_lock, rec_shm_barrier, rec_shm_unmap, NULL,
+    NULL};
 
 static int rec_open(sqlite3_vfs *v, sqlite3_filename name, sqlite3_file *p, int flags, int *out)
 {

@@ -55,17 +55,17 @@ static int rt_one(const struct rt_case *c)
     struct mv_db_info info;
     tu_expected_digest(60, want);
     ok = tu_table_digest(db, got, &rows) == SQLITE_OK && rows == 60 && strcmp(want, got) == 0 &&
-         tu_int(db, "PRAGMA page_size") == c->page_size &&
-         mv_db_info(db, &info) == MV_OK && info.cipher == c->cipher &&
+         tu_int(db, "PRAGMA page_size") == c->page_size && mv_db_info(db, &info) == MV_OK &&
+         info.cipher == c->cipher &&
          info.kdf_iter == (c->cipher == MV_CIPHER_AES256CBC ? 4001 : TU_KDF_ITER) &&
          tu_int(db, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check='ok'") == 1;
     /* Plaintext header bytes: magic absent, page size and reserve present. */
     size_t n;
     uint8_t *bytes = tu_read_file(path, &n);
     ok = ok && bytes != NULL && memcmp(bytes, "SQLite format 3", 15) != 0 &&
-         bytes[20] == (c->cipher == MV_CIPHER_CHACHA20   ? 32
+         bytes[20] == (c->cipher == MV_CIPHER_CHACHA20    ? 32
                        : c->cipher == MV_CIPHER_SQLCIPHER ? 80
-                                                         : 0);
+                                                          : 0);
     free(bytes);
 done:
     if (!ok) {
@@ -200,9 +200,9 @@ static void test_truncated_file(void)
     CHECK(truncate(path, size - 1000) == 0);
     sqlite3 *db = NULL;
     int rc = tu_open(path, PW, MV_CIPHER_AUTO, 0, &db);
-    int qrc = rc == MV_OK ? sqlite3_exec(db, "SELECT sum(length(hex(data))) FROM t", NULL, NULL,
-                                         NULL)
-                          : SQLITE_OK;
+    int qrc = rc == MV_OK
+                  ? sqlite3_exec(db, "SELECT sum(length(hex(data))) FROM t", NULL, NULL, NULL)
+                  : SQLITE_OK;
     const char *msg = rc == MV_OK ? mv_db_vfs_errmsg(db) : NULL;
     int named = msg != NULL && strstr(msg, "truncated") != NULL;
     sqlite3_close(db);
@@ -343,7 +343,8 @@ static void test_flipped_bit_in_journal_record(void)
     size_t n = 0;
     uint8_t *bytes = tu_read_file(journal, &n);
     CHECK(bytes != NULL && n > 4096);
-    long long sector = ((long long)bytes[20] << 24) | (bytes[21] << 16) | (bytes[22] << 8) | bytes[23];
+    long long sector =
+        ((long long)bytes[20] << 24) | (bytes[21] << 16) | (bytes[22] << 8) | bytes[23];
     free(bytes);
     CHECK(tu_flip_bit(journal, sector + 4 + 4096 + 8 + 300, 1) == 0); /* record 2's page */
     char db_before[65], db_after[65], j_before[65], j_after[65];

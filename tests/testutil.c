@@ -19,8 +19,7 @@ char *tu_path(const char *name)
     return p;
 }
 
-int tu_open(const char *path, const char *password, mv_cipher cipher, unsigned flags,
-            sqlite3 **db)
+int tu_open(const char *path, const char *password, mv_cipher cipher, unsigned flags, sqlite3 **db)
 {
     struct mv_db_options o = MV_DB_OPTIONS_INIT;
     o.cipher = cipher;
@@ -227,8 +226,13 @@ void tu_fill_table(sqlite3 *db, int first_id, int count)
 }
 
 /* Appends one canonical line "id|name|HEX\n" to a growing buffer. */
-static void tu_append_line(char **buf, size_t *len, size_t *cap, long long id, const char *name,
-                           const uint8_t *data, size_t n)
+static void tu_append_line(char **buf,
+                           size_t *len,
+                           size_t *cap,
+                           long long id,
+                           const char *name,
+                           const uint8_t *data,
+                           size_t n)
 {
     size_t need = *len + 64 + strlen(name) + 2 * n;
     if (need > *cap) {

@@ -15,8 +15,7 @@
 char *tu_path(const char *name);
 
 /* mv_db_open with TU_KDF_ITER for new files; prints the message on failure. */
-int tu_open(const char *path, const char *password, mv_cipher cipher, unsigned flags,
-            sqlite3 **db);
+int tu_open(const char *path, const char *password, mv_cipher cipher, unsigned flags, sqlite3 **db);
 /* Runs SQL; on failure prints the errors and returns the SQLite code. */
 int tu_exec(sqlite3 *db, const char *sql);
 /* The first column of the first row as an integer (-1 on error or no row). */

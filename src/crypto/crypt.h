@@ -137,11 +137,8 @@ int crypt_page_encrypt(crypt_ctx *ctx,
  * CRYPT_PAGE_DB_HEADER on success bytes 0..15 become "SQLite format 3\0".
  * Returns CRYPT_OK; CRYPT_EAUTH if the tag/HMAC does not match (the buffer is then left
  * unchanged, so for page 1 bytes 0..15 are not the SQLite magic); CRYPT_EINVAL; CRYPT_EFAIL. */
-int crypt_page_decrypt(crypt_ctx *ctx,
-                       uint32_t pgno,
-                       uint8_t *page,
-                       uint32_t page_size,
-                       unsigned flags);
+int crypt_page_decrypt(
+    crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags);
 
 /* ---- Primitives, exposed for known-answer tests ------------------------------------------ */
 

@@ -70,8 +70,11 @@ struct store_paths {
     char queue_dir[MV_PATH_MAX];
 };
 /* Resolves root (opts->root, $MAILVAULT_ROOT, ./var/mail) and the paths of address. */
-int store_paths_resolve(const char *address, const struct mv_store_options *opts,
-                        struct store_paths *out, char *errmsg, size_t errmsg_size);
+int store_paths_resolve(const char *address,
+                        const struct mv_store_options *opts,
+                        struct store_paths *out,
+                        char *errmsg,
+                        size_t errmsg_size);
 /* Creates dir (and missing parents) with mode 0700; an existing one must be a directory. */
 int store_mkdirs(const char *dir, char *errmsg, size_t errmsg_size);
 /* fsyncs a directory, so a rename or create inside it is durable. */
@@ -118,8 +121,13 @@ int store_mailbox_next_modseq(mv_store *s, int64_t mailbox_id, uint64_t *modseq)
 
 /* ---- store_message.c (used by the queue drain and import) ---- */
 /* Appends within the caller's transaction (no BEGIN/COMMIT). */
-int store_message_append_in_txn(mv_store *s, int64_t mailbox_id, const void *raw, size_t len,
-                                unsigned flags, const char *keywords, int64_t internal_date,
+int store_message_append_in_txn(mv_store *s,
+                                int64_t mailbox_id,
+                                const void *raw,
+                                size_t len,
+                                unsigned flags,
+                                const char *keywords,
+                                int64_t internal_date,
                                 uint32_t *uid_out);
 /* Whether mailbox_id already holds a message whose bytes hash to sha256 (import resume). */
 int store_message_exists(mv_store *s, int64_t mailbox_id, const uint8_t sha256[32], int *exists);

@@ -28,7 +28,11 @@ static int store_utf8_valid(const unsigned char *p, size_t n)
 {
     for (size_t i = 0; i < n;) {
         unsigned char c = p[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+        size_t len = c < 0x80           ? 1
+                     : (c >> 5) == 0x6  ? 2
+                     : (c >> 4) == 0xe  ? 3
+                     : (c >> 3) == 0x1e ? 4
+                                        : 0;
         if (len == 0 || i + len > n) {
             return 0;
         }
@@ -131,8 +135,8 @@ int store_mailbox_next_modseq(mv_store *s, int64_t mailbox_id, uint64_t *modseq)
 }
 
 /* Inserts one mailbox row if it does not exist yet (used for every hierarchy level). */
-static int store_mailbox_insert(mv_store *s, const char *name, const char *special_use,
-                                int must_be_new)
+static int
+store_mailbox_insert(mv_store *s, const char *name, const char *special_use, int must_be_new)
 {
     int64_t id;
     int rc = store_mailbox_id(s, name, &id);
@@ -183,8 +187,7 @@ static int store_special_use_check(mv_store *s, const char *special_use)
             return MV_OK;
         }
     }
-    return store_fail(s, MV_EINVAL, "unknown special-use attribute \"%s\" (RFC 6154)",
-                      special_use);
+    return store_fail(s, MV_EINVAL, "unknown special-use attribute \"%s\" (RFC 6154)", special_use);
 }
 
 int mv_mailbox_create(mv_store *s, const char *name, const char *special_use)

@@ -7,10 +7,10 @@
 
 #include <stdlib.h>
 
-#define STORE_MAILBOX_COLUMNS                                                                  \
-    "SELECT m.id, m.name, m.uidvalidity, m.uidnext, m.highestmodseq, m.subscribed, "           \
-    "m.special_use, (SELECT count(*) FROM messages WHERE mailbox_id = m.id), "                 \
-    "(SELECT count(*) FROM messages WHERE mailbox_id = m.id AND (flags & 1) = 0), "            \
+#define STORE_MAILBOX_COLUMNS                                                                      \
+    "SELECT m.id, m.name, m.uidvalidity, m.uidnext, m.highestmodseq, m.subscribed, "               \
+    "m.special_use, (SELECT count(*) FROM messages WHERE mailbox_id = m.id), "                     \
+    "(SELECT count(*) FROM messages WHERE mailbox_id = m.id AND (flags & 1) = 0), "                \
     "(SELECT coalesce(sum(size), 0) FROM messages WHERE mailbox_id = m.id) FROM mailboxes m "
 
 struct mv_mailbox_iter {
@@ -19,8 +19,8 @@ struct mv_mailbox_iter {
     struct store_strings strings;
 };
 
-static int store_mailbox_row(sqlite3_stmt *st, struct store_strings *strings,
-                             struct mv_mailbox_info *info)
+static int
+store_mailbox_row(sqlite3_stmt *st, struct store_strings *strings, struct mv_mailbox_info *info)
 {
     int oom = 0;
     store_strings_clear(strings);
@@ -30,10 +30,10 @@ static int store_mailbox_row(sqlite3_stmt *st, struct store_strings *strings,
     info->uidnext = (uint32_t)sqlite3_column_int64(st, 3);
     info->highestmodseq = (uint64_t)sqlite3_column_int64(st, 4);
     info->subscribed = sqlite3_column_int(st, 5);
-    info->special_use = sqlite3_column_type(st, 6) == SQLITE_NULL
-                            ? NULL
-                            : store_strings_add(strings, (const char *)sqlite3_column_text(st, 6),
-                                                &oom);
+    info->special_use =
+        sqlite3_column_type(st, 6) == SQLITE_NULL
+            ? NULL
+            : store_strings_add(strings, (const char *)sqlite3_column_text(st, 6), &oom);
     info->messages = (uint32_t)sqlite3_column_int64(st, 7);
     info->unseen = (uint32_t)sqlite3_column_int64(st, 8);
     info->size_bytes = (uint64_t)sqlite3_column_int64(st, 9);

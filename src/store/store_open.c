@@ -19,12 +19,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define STORE_PASSWORD_MAX 4096
+#define STORE_PASSWORD_MAX  4096
 #define STORE_CACHE_KIB_MIN 2048
 #define STORE_CACHE_KIB_MAX 65536
 
 struct store_pragma {
-    const char *set;  /* NULL: fixed at creation, only checked */
+    const char *set; /* NULL: fixed at creation, only checked */
     const char *get;
     const char *want; /* as sqlite3_column_text prints it */
 };
@@ -71,7 +71,7 @@ static int64_t store_cache_kib(const struct mv_store_options *o)
         fclose(f);
     }
     int64_t kib = avail_kib / 512;
-    return kib < STORE_CACHE_KIB_MIN ? STORE_CACHE_KIB_MIN
+    return kib < STORE_CACHE_KIB_MIN   ? STORE_CACHE_KIB_MIN
            : kib > STORE_CACHE_KIB_MAX ? STORE_CACHE_KIB_MAX
                                        : kib;
 }
@@ -148,8 +148,8 @@ static mv_store *store_alloc(const struct store_paths *p, const struct mv_store_
 }
 
 /* Opens the database of s and applies the profile and the schema. */
-static int store_connect(mv_store *s, const void *pw, size_t pw_len,
-                         const struct mv_store_options *o, int create)
+static int store_connect(
+    mv_store *s, const void *pw, size_t pw_len, const struct mv_store_options *o, int create)
 {
     struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
     dbo.kdf_iter = o->kdf_iter;
@@ -171,9 +171,11 @@ static int store_connect(mv_store *s, const void *pw, size_t pw_len,
     if (s->readonly) {
         char version[16];
         rc = store_pragma_text(s, "PRAGMA user_version", version, sizeof version);
-        if (rc == MV_OK && atoi(version) != STORE_SCHEMA_VERSION) {
-            rc = store_fail(s, MV_EUNSUPPORTED, "schema version %s needs a writable open to "
-                                                "migrate", version);
+        if (rc == MV_OK && strtol(version, NULL, 10) != STORE_SCHEMA_VERSION) {
+            rc = store_fail(s, MV_EUNSUPPORTED,
+                            "schema version %s needs a writable open to "
+                            "migrate",
+                            version);
         }
         return rc;
     }
@@ -211,10 +213,10 @@ sqlite3 *mv_store_db(mv_store *store)
     return store != NULL ? store->db : NULL;
 }
 
-static int store_create_files(mv_store *s, const void *pw, size_t pw_len,
-                              const struct mv_store_options *o)
+static int
+store_create_files(mv_store *s, const void *pw, size_t pw_len, const struct mv_store_options *o)
 {
-    static const char *const defaults[][2] = {{"INBOX", NULL},       {"Sent", "\\Sent"},
+    static const char *const defaults[][2] = {{"INBOX", NULL},        {"Sent", "\\Sent"},
                                               {"Drafts", "\\Drafts"}, {"Trash", "\\Trash"},
                                               {"Junk", "\\Junk"},     {"Archive", "\\Archive"}};
     /* Create the file 0600 ourselves: SQLite gives -wal and -shm the same mode. */
@@ -248,8 +250,12 @@ static void store_remove_files(const mv_store *s)
     unlink(s->pub_path);
 }
 
-int mv_store_init(const char *address, const void *password, size_t password_len,
-                  const struct mv_store_options *opts, char *errmsg, size_t errmsg_size)
+int mv_store_init(const char *address,
+                  const void *password,
+                  size_t password_len,
+                  const struct mv_store_options *opts,
+                  char *errmsg,
+                  size_t errmsg_size)
 {
     static const struct mv_store_options defaults = MV_STORE_OPTIONS_INIT;
     const struct mv_store_options *o = opts != NULL ? opts : &defaults;
@@ -259,8 +265,7 @@ int mv_store_init(const char *address, const void *password, size_t password_len
         return rc;
     }
     if (password == NULL || password_len == 0 || password_len > STORE_PASSWORD_MAX) {
-        return store_error(errmsg, errmsg_size, MV_EINVAL,
-                           "the password must be 1 to 4096 bytes");
+        return store_error(errmsg, errmsg_size, MV_EINVAL, "the password must be 1 to 4096 bytes");
     }
     if (access(paths.db_path, F_OK) == 0) {
         return store_error(errmsg, errmsg_size, MV_EEXISTS, "the store already exists");
@@ -293,8 +298,12 @@ int mv_store_init(const char *address, const void *password, size_t password_len
     return rc;
 }
 
-int mv_store_open(const char *address, const void *password, size_t password_len,
-                  const struct mv_store_options *opts, mv_store **out, char *errmsg,
+int mv_store_open(const char *address,
+                  const void *password,
+                  size_t password_len,
+                  const struct mv_store_options *opts,
+                  mv_store **out,
+                  char *errmsg,
                   size_t errmsg_size)
 {
     static const struct mv_store_options defaults = MV_STORE_OPTIONS_INIT;
@@ -306,8 +315,7 @@ int mv_store_open(const char *address, const void *password, size_t password_len
         return rc;
     }
     if (password == NULL || password_len == 0 || password_len > STORE_PASSWORD_MAX) {
-        return store_error(errmsg, errmsg_size, MV_EINVAL,
-                           "the password must be 1 to 4096 bytes");
+        return store_error(errmsg, errmsg_size, MV_EINVAL, "the password must be 1 to 4096 bytes");
     }
     if (access(paths.db_path, F_OK) != 0) {
         if (!(o->flags & MV_STORE_CREATE) || (o->flags & MV_STORE_READONLY)) {

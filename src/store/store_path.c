@@ -20,8 +20,8 @@
 #define STORE_LOCALPART_MAX 64
 #define STORE_DOMAIN_MAX    253
 
-__attribute__((format(printf, 3, 4))) static int store_path_error(char *errmsg, size_t size,
-                                                                  const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int
+store_path_error(char *errmsg, size_t size, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -56,8 +56,8 @@ static int store_address_part_ok(const char *p, size_t n, const char **why)
     return 1;
 }
 
-int mv_address_normalize(const char *address, char *out, size_t out_size, char *errmsg,
-                         size_t errmsg_size)
+int mv_address_normalize(
+    const char *address, char *out, size_t out_size, char *errmsg, size_t errmsg_size)
 {
     if (address == NULL || out == NULL || out_size < 2) {
         return store_path_error(errmsg, errmsg_size, "invalid address");
@@ -96,11 +96,13 @@ int mv_address_normalize(const char *address, char *out, size_t out_size, char *
     return MV_OK;
 }
 
-int store_paths_resolve(const char *address, const struct mv_store_options *opts,
-                        struct store_paths *out, char *errmsg, size_t errmsg_size)
+int store_paths_resolve(const char *address,
+                        const struct mv_store_options *opts,
+                        struct store_paths *out,
+                        char *errmsg,
+                        size_t errmsg_size)
 {
-    int rc = mv_address_normalize(address, out->address, sizeof out->address, errmsg,
-                                  errmsg_size);
+    int rc = mv_address_normalize(address, out->address, sizeof out->address, errmsg, errmsg_size);
     if (rc != MV_OK) {
         return rc;
     }
@@ -114,16 +116,15 @@ int store_paths_resolve(const char *address, const struct mv_store_options *opts
     const char *at = strrchr(out->address, '@');
     int local_len = (int)(at - out->address);
     int n1 = snprintf(out->domain_dir, sizeof out->domain_dir, "%s/%s", root, at + 1);
-    int n2 = snprintf(out->db_path, sizeof out->db_path, "%s/%.*s.db", out->domain_dir,
-                      local_len, out->address);
+    int n2 = snprintf(out->db_path, sizeof out->db_path, "%s/%.*s.db", out->domain_dir, local_len,
+                      out->address);
     int n3 = snprintf(out->tmp_dir, sizeof out->tmp_dir, "%s/tmp", out->domain_dir);
     int n4 = snprintf(out->pub_path, sizeof out->pub_path, "%s/%.*s.pub", out->domain_dir,
                       local_len, out->address);
     int n5 = snprintf(out->queue_dir, sizeof out->queue_dir, "%s/%.*s.queue", out->domain_dir,
                       local_len, out->address);
-    if (n1 < 0 || n2 < 0 || n3 < 0 || n4 < 0 || n5 < 0 ||
-        (size_t)n2 >= sizeof out->db_path || (size_t)n5 >= sizeof out->queue_dir ||
-        (size_t)n4 >= sizeof out->pub_path) {
+    if (n1 < 0 || n2 < 0 || n3 < 0 || n4 < 0 || n5 < 0 || (size_t)n2 >= sizeof out->db_path ||
+        (size_t)n5 >= sizeof out->queue_dir || (size_t)n4 >= sizeof out->pub_path) {
         return store_path_error(errmsg, errmsg_size, "the store path is too long (root %.200s)",
                                 root);
     }

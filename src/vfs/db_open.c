@@ -51,8 +51,12 @@ static int mv_db_prove(sqlite3 *db, char **errmsg_out)
     return code;
 }
 
-int mv_db_open(const char *path, const void *secret, size_t secret_len,
-               const struct mv_db_options *opts, sqlite3 **db_out, char **errmsg_out)
+int mv_db_open(const char *path,
+               const void *secret,
+               size_t secret_len,
+               const struct mv_db_options *opts,
+               sqlite3 **db_out,
+               char **errmsg_out)
 {
     static const struct mv_db_options defaults = MV_DB_OPTIONS_INIT;
     const struct mv_db_options *o = opts != NULL ? opts : &defaults;
@@ -71,8 +75,7 @@ int mv_db_open(const char *path, const void *secret, size_t secret_len,
     }
     struct stat st;
     int exists = stat(path, &st) == 0;
-    if (!exists && (errno != ENOENT || !(o->flags & MV_DB_CREATE) ||
-                    (o->flags & MV_DB_READONLY))) {
+    if (!exists && (errno != ENOENT || !(o->flags & MV_DB_CREATE) || (o->flags & MV_DB_READONLY))) {
         return mv_fail(&db, errmsg_out, MV_ENOTFOUND, "%s: no such database", path);
     }
     int flags = (o->flags & MV_DB_READONLY) ? SQLITE_OPEN_READONLY
@@ -89,9 +92,9 @@ int mv_db_open(const char *path, const void *secret, size_t secret_len,
     struct mv_fcntl_key key = {secret, secret_len, (int)o->cipher, o->kdf_iter, o->legacy, ""};
     rc = sqlite3_file_control(db, "main", MV_FCNTL_KEY, &key);
     if (rc != SQLITE_OK) {
-        int code = rc == SQLITE_NOTADB ? MV_EAUTH
-                   : rc == SQLITE_CORRUPT ? MV_ECORRUPT
-                   : rc == SQLITE_NOMEM   ? MV_ENOMEM
+        int code = rc == SQLITE_NOTADB                           ? MV_EAUTH
+                   : rc == SQLITE_CORRUPT                        ? MV_ECORRUPT
+                   : rc == SQLITE_NOMEM                          ? MV_ENOMEM
                    : strstr(key.errmsg, "not encrypted") != NULL ? MV_EUNSUPPORTED
                                                                  : MV_EINVAL;
         return mv_fail(&db, errmsg_out, code, "%s", key.errmsg);
@@ -111,10 +114,9 @@ int mv_db_open(const char *path, const void *secret, size_t secret_len,
         if (o->auto_vacuum < 0 || o->auto_vacuum > 2 ||
             sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) {
             const char *detail = mv_db_vfs_errmsg(db);
-            return mv_fail(&db, errmsg_out, o->auto_vacuum < 0 || o->auto_vacuum > 2 ? MV_EINVAL
-                                                                                    : MV_EIO,
-                           "cannot create the database: %s",
-                           detail != NULL ? detail : sqlite3_errmsg(db));
+            return mv_fail(
+                &db, errmsg_out, o->auto_vacuum < 0 || o->auto_vacuum > 2 ? MV_EINVAL : MV_EIO,
+                "cannot create the database: %s", detail != NULL ? detail : sqlite3_errmsg(db));
         }
         *db_out = db;
         return MV_OK;

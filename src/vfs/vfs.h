@@ -58,20 +58,20 @@ struct mv_codec {
     int cipher;            /* requested (before key) or in use (after); 0 = auto */
     uint32_t kdf_iter;
     int legacy;
-    uint32_t page_size;   /* 0 until known from the header or the first page-1 write */
-    uint8_t *scratch;     /* WAL frame header + one page */
+    uint32_t page_size; /* 0 until known from the header or the first page-1 write */
+    uint8_t *scratch;   /* WAL frame header + one page */
     uint32_t scratch_size;
-    sqlite3 *db;          /* the connection, once the auto-extension told us */
-    char errmsg[256];     /* last error, for mv_db_vfs_errmsg() */
+    sqlite3 *db;      /* the connection, once the auto-extension told us */
+    char errmsg[256]; /* last error, for mv_db_vfs_errmsg() */
 };
 
 struct mv_file {
     sqlite3_file base;
-    int kind;                /* enum mv_file_kind */
-    sqlite3_file *lower;     /* the lower VFS's file, allocated right after this struct */
-    const char *name;        /* as SQLite passed it (identity for journal/WAL lookup) */
-    struct mv_codec *codec;  /* MAIN: owned reference; JOURNAL/WAL: shared reference */
-    struct mv_file *next;    /* registry chain (MAIN only) */
+    int kind;               /* enum mv_file_kind */
+    sqlite3_file *lower;    /* the lower VFS's file, allocated right after this struct */
+    const char *name;       /* as SQLite passed it (identity for journal/WAL lookup) */
+    struct mv_codec *codec; /* MAIN: owned reference; JOURNAL/WAL: shared reference */
+    struct mv_file *next;   /* registry chain (MAIN only) */
     int lock_level;
     /* JOURNAL: the page number field most recently read or written, and where. */
     int64_t record_pgno_offset;
@@ -114,8 +114,8 @@ void mv_codec_set_error(struct mv_codec *c, const char *fmt, ...)
 /* Whether writes must be refused: encrypted on disk but no proven key. */
 int mv_codec_write_blocked(const struct mv_codec *c);
 /* Encrypt/decrypt helpers that map crypto results to SQLite codes. */
-int mv_codec_encrypt(struct mv_codec *c, uint32_t pgno, const uint8_t *in, uint8_t *out,
-                     uint32_t page_size);
+int mv_codec_encrypt(
+    struct mv_codec *c, uint32_t pgno, const uint8_t *in, uint8_t *out, uint32_t page_size);
 int mv_codec_decrypt(struct mv_codec *c, uint32_t pgno, uint8_t *page, uint32_t page_size);
 
 /* Keying (vfs_keying.c). */

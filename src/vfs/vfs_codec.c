@@ -69,8 +69,8 @@ int mv_codec_write_blocked(const struct mv_codec *c)
     return c->key_state == MV_KEY_REJECTED || (c->encrypted_on_disk && c->crypt == NULL);
 }
 
-int mv_codec_encrypt(struct mv_codec *c, uint32_t pgno, const uint8_t *in, uint8_t *out,
-                     uint32_t page_size)
+int mv_codec_encrypt(
+    struct mv_codec *c, uint32_t pgno, const uint8_t *in, uint8_t *out, uint32_t page_size)
 {
     unsigned flags = pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0;
     int rc = crypt_page_encrypt(c->crypt, pgno, in, out, page_size, flags);

@@ -48,8 +48,8 @@ static int mv_journal_is_page(const struct mv_file *f, int amt, sqlite3_int64 of
 static const uint8_t mv_journal_magic[8] = {0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7};
 
 /* Authenticates the record at rec (page number, page image) into the codec's scratch. */
-static int mv_journal_record_ok(struct mv_file *f, sqlite3_int64 rec, uint32_t page_size,
-                                uint32_t *pgno)
+static int
+mv_journal_record_ok(struct mv_file *f, sqlite3_int64 rec, uint32_t page_size, uint32_t *pgno)
 {
     struct mv_codec *c = f->codec;
     uint8_t field[4];

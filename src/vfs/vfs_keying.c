@@ -24,8 +24,8 @@
 #include <string.h>
 #include <time.h>
 
-#define MV_KDF_ITER_MAX 100000000u /* beyond this an open would take minutes */
-#define MV_KEY_VERIFY_TRIES 4      /* page 1 re-read if a concurrent checkpoint tore it */
+#define MV_KDF_ITER_MAX     100000000u /* beyond this an open would take minutes */
+#define MV_KEY_VERIFY_TRIES 4          /* page 1 re-read if a concurrent checkpoint tore it */
 
 static int mv_read_header(struct mv_file *f, uint8_t hdr[24], sqlite3_int64 *size)
 {
@@ -84,8 +84,12 @@ static int mv_cipher_for_reserve(int reserve)
 }
 
 /* Picks the cipher and page size of an existing encrypted file from its header. */
-static int mv_choose_existing(struct mv_codec *c, const uint8_t hdr[24], int *cipher,
-                              uint32_t *page_size, char *err, size_t errlen)
+static int mv_choose_existing(struct mv_codec *c,
+                              const uint8_t hdr[24],
+                              int *cipher,
+                              uint32_t *page_size,
+                              char *err,
+                              size_t errlen)
 {
     if (!mv_header_plain_valid(hdr)) {
         if (c->cipher == CRYPT_CIPHER_SQLCIPHER && c->legacy == 4) {
@@ -93,17 +97,19 @@ static int mv_choose_existing(struct mv_codec *c, const uint8_t hdr[24], int *ci
             *page_size = 4096;
             return SQLITE_OK;
         }
-        snprintf(err, errlen, "wrong password, or not a mailvault/SQLite3MC database "
-                              "(unrecognised header; a real SQLCipher 4 file needs "
-                              "PRAGMA cipher='sqlcipher' and PRAGMA legacy=4 first)");
+        snprintf(err, errlen,
+                 "wrong password, or not a mailvault/SQLite3MC database "
+                 "(unrecognised header; a real SQLCipher 4 file needs "
+                 "PRAGMA cipher='sqlcipher' and PRAGMA legacy=4 first)");
         return SQLITE_NOTADB;
     }
     int detected = mv_cipher_for_reserve(hdr[20]);
     *page_size = mv_header_page_size(hdr);
     *cipher = c->cipher != 0 ? c->cipher : detected;
     if (*cipher == 0) {
-        snprintf(err, errlen, "unrecognised encryption: the header reserves %u bytes per page; "
-                              "say which cipher with PRAGMA cipher",
+        snprintf(err, errlen,
+                 "unrecognised encryption: the header reserves %u bytes per page; "
+                 "say which cipher with PRAGMA cipher",
                  hdr[20]);
         return SQLITE_NOTADB;
     }
@@ -135,13 +141,14 @@ static int mv_verify_page1(struct mv_file *f, uint32_t page_size)
     return rc == SQLITE_OK ? SQLITE_NOTADB : rc;
 }
 
-static int mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char *err,
-                      size_t errlen)
+static int
+mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char *err, size_t errlen)
 {
     struct mv_codec *c = f->codec;
     if (c->crypt != NULL && c->key_state == MV_KEY_OK) {
-        snprintf(err, errlen, "the key is already set (to change a password, rekey the "
-                              "database into a new file)");
+        snprintf(err, errlen,
+                 "the key is already set (to change a password, rekey the "
+                 "database into a new file)");
         return SQLITE_ERROR;
     }
     crypt_ctx_free(c->crypt);
@@ -160,8 +167,8 @@ static int mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char
         snprintf(err, errlen, "this database is not encrypted: open it without a key");
         return SQLITE_ERROR;
     }
-    struct crypt_params params = {c->cipher != 0 ? c->cipher : CRYPT_CIPHER_CHACHA20,
-                                  c->kdf_iter, c->legacy};
+    struct crypt_params params = {c->cipher != 0 ? c->cipher : CRYPT_CIPHER_CHACHA20, c->kdf_iter,
+                                  c->legacy};
     uint32_t page_size = 0;
     if (existing) {
         c->encrypted_on_disk = 1;
@@ -184,8 +191,9 @@ static int mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char
     crypt_ctx *ctx = NULL;
     int crc = crypt_ctx_create(&params, secret, len, existing ? hdr : NULL, &ctx);
     if (crc != CRYPT_OK) {
-        snprintf(err, errlen, crc == CRYPT_EINVAL ? "invalid key for cipher %s"
-                                                  : "cannot derive the key for cipher %s",
+        snprintf(err, errlen,
+                 crc == CRYPT_EINVAL ? "invalid key for cipher %s"
+                                     : "cannot derive the key for cipher %s",
                  mv_cipher_name((mv_cipher)params.cipher));
         return crc == CRYPT_ENOMEM ? SQLITE_NOMEM : SQLITE_ERROR;
     }
@@ -202,9 +210,9 @@ static int mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char
         crypt_ctx_free(c->crypt);
         c->crypt = NULL;
         c->key_state = MV_KEY_REJECTED;
-        snprintf(err, errlen, rc == SQLITE_NOTADB
-                                  ? "wrong password, or not a mailvault/SQLite3MC database"
-                                  : "the file is truncated or unreadable: page 1 is incomplete");
+        snprintf(err, errlen,
+                 rc == SQLITE_NOTADB ? "wrong password, or not a mailvault/SQLite3MC database"
+                                     : "the file is truncated or unreadable: page 1 is incomplete");
         return rc;
     }
     c->page_size = page_size;
@@ -294,9 +302,11 @@ static int mv_set_hexkey(struct mv_file *f, const char *hex, char *err, size_t e
 static int mv_unsupported_pragma(const char *name)
 {
     static const char *const names[] = {
-        "rekey", "hexrekey", "textrekey", "hmac_check", "mc_legacy_wal", "plaintext_header_size",
-        "cipher_salt", "legacy_page_size", "fast_kdf_iter", "hmac_use", "hmac_pgno",
-        "hmac_salt_mask", "kdf_algorithm", "hmac_algorithm", "textkey"};
+        "rekey",         "hexrekey",         "textrekey",
+        "hmac_check",    "mc_legacy_wal",    "plaintext_header_size",
+        "cipher_salt",   "legacy_page_size", "fast_kdf_iter",
+        "hmac_use",      "hmac_pgno",        "hmac_salt_mask",
+        "kdf_algorithm", "hmac_algorithm",   "textkey"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (sqlite3_stricmp(name, names[i]) == 0) {
             return 1;
@@ -311,8 +321,7 @@ static int mv_pragma_result(char **azArg, int rc, const char *text)
     return rc;
 }
 
-static int mv_pragma_setting(struct mv_file *f, const char *name, const char *value,
-                             char **azArg)
+static int mv_pragma_setting(struct mv_file *f, const char *name, const char *value, char **azArg)
 {
     struct mv_codec *c = f->codec;
     char buf[32];

@@ -63,15 +63,16 @@ static int mv_main_read_page(struct mv_file *f, uint8_t *buf, uint32_t page_size
                                   "mailvault/SQLite3MC database");
             return SQLITE_OK;
         }
-        mv_codec_set_error(c, "page %u failed authentication: the file is damaged or was "
-                              "tampered with",
+        mv_codec_set_error(c,
+                           "page %u failed authentication: the file is damaged or was "
+                           "tampered with",
                            pgno);
     }
     return rc;
 }
 
-static int mv_main_read_partial(struct mv_file *f, uint8_t *buf, int amt, sqlite3_int64 off,
-                                uint32_t page_size)
+static int mv_main_read_partial(
+    struct mv_file *f, uint8_t *buf, int amt, sqlite3_int64 off, uint32_t page_size)
 {
     struct mv_codec *c = f->codec;
     int rc = mv_codec_scratch(c, page_size);

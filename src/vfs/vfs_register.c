@@ -189,8 +189,8 @@ static int mv_io_file_control(sqlite3_file *p, int op, void *arg)
             struct mv_db_info *info = arg;
             const struct mv_codec *c = f->codec;
             memset(info, 0, sizeof *info);
-            info->cipher = c->crypt != NULL ? (mv_cipher)crypt_ctx_cipher(c->crypt)
-                                            : MV_CIPHER_NONE;
+            info->cipher =
+                c->crypt != NULL ? (mv_cipher)crypt_ctx_cipher(c->crypt) : MV_CIPHER_NONE;
             info->kdf_iter = c->crypt != NULL ? crypt_ctx_kdf_iter(c->crypt) : 0;
             info->legacy = c->crypt != NULL ? crypt_ctx_legacy(c->crypt) : 0;
             info->reserve_bytes =
@@ -302,8 +302,8 @@ static int mv_kind_for(const char *zName, int flags)
     return MV_FILE_PLAIN;
 }
 
-static int mv_vfs_open(sqlite3_vfs *vfs, sqlite3_filename zName, sqlite3_file *p, int flags,
-                       int *out_flags)
+static int
+mv_vfs_open(sqlite3_vfs *vfs, sqlite3_filename zName, sqlite3_file *p, int flags, int *out_flags)
 {
     (void)vfs;
     struct mv_file *f = mv_file_of(p);
@@ -332,9 +332,9 @@ static int mv_vfs_open(sqlite3_vfs *vfs, sqlite3_filename zName, sqlite3_file *p
         if (crypt_random(rnd, sizeof rnd) != CRYPT_OK) {
             return SQLITE_IOERR;
         }
-        f->temp_name = sqlite3_mprintf("%s/mvtmp-%02x%02x%02x%02x%02x%02x%02x%02x",
-                                       mv_vfs_temp_dir_get(), rnd[0], rnd[1], rnd[2], rnd[3],
-                                       rnd[4], rnd[5], rnd[6], rnd[7]);
+        f->temp_name =
+            sqlite3_mprintf("%s/mvtmp-%02x%02x%02x%02x%02x%02x%02x%02x", mv_vfs_temp_dir_get(),
+                            rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
         if (f->temp_name == NULL) {
             return SQLITE_NOMEM;
         }
@@ -458,8 +458,8 @@ static int mv_vfs_current_time_int64(sqlite3_vfs *vfs, sqlite3_int64 *out)
 }
 
 /* Every new connection: tell its main file which connection it belongs to. */
-static int mv_connection_hook(sqlite3 *db, const char **pzErrMsg,
-                              const struct sqlite3_api_routines *api)
+static int
+mv_connection_hook(sqlite3 *db, const char **pzErrMsg, const struct sqlite3_api_routines *api)
 {
     (void)pzErrMsg;
     (void)api;

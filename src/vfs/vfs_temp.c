@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MV_TEMP_BLOCK 4096u
-#define MV_TEMP_PHYS  (MV_TEMP_BLOCK + CRYPT_CHACHA20_RESERVE)
+#define MV_TEMP_BLOCK      4096u
+#define MV_TEMP_PHYS       (MV_TEMP_BLOCK + CRYPT_CHACHA20_RESERVE)
 #define MV_TEMP_BLOCKS_MAX 0xfffffffeull
 
 _Static_assert(MV_TEMP_PHYS == 4128, "temp block layout");
@@ -71,8 +71,8 @@ static int mv_temp_load(struct mv_file *f, uint64_t b)
         memset(plain, 0, MV_TEMP_PHYS);
         return SQLITE_OK;
     }
-    int rc = f->lower->pMethods->xRead(f->lower, plain, MV_TEMP_PHYS,
-                                       (sqlite3_int64)(b * MV_TEMP_PHYS));
+    int rc =
+        f->lower->pMethods->xRead(f->lower, plain, MV_TEMP_PHYS, (sqlite3_int64)(b * MV_TEMP_PHYS));
     if (rc == SQLITE_IOERR_SHORT_READ || (rc == SQLITE_OK && mv_all_zero_block(plain))) {
         memset(plain, 0, MV_TEMP_PHYS); /* a hole: never written */
         return SQLITE_OK;
@@ -81,8 +81,7 @@ static int mv_temp_load(struct mv_file *f, uint64_t b)
         return rc;
     }
     if (crypt_page_decrypt(f->temp_crypt, (uint32_t)(b + 1), plain, MV_TEMP_PHYS,
-                           CRYPT_PAGE_ANY_SIZE) !=
-        CRYPT_OK) {
+                           CRYPT_PAGE_ANY_SIZE) != CRYPT_OK) {
         return SQLITE_IOERR_DATA;
     }
     return SQLITE_OK;
@@ -91,8 +90,8 @@ static int mv_temp_load(struct mv_file *f, uint64_t b)
 static int mv_temp_store(struct mv_file *f, uint64_t b)
 {
     uint8_t *cipher = f->temp_block + MV_TEMP_PHYS;
-    if (crypt_page_encrypt(f->temp_crypt, (uint32_t)(b + 1), f->temp_block, cipher,
-                           MV_TEMP_PHYS, CRYPT_PAGE_ANY_SIZE) != CRYPT_OK) {
+    if (crypt_page_encrypt(f->temp_crypt, (uint32_t)(b + 1), f->temp_block, cipher, MV_TEMP_PHYS,
+                           CRYPT_PAGE_ANY_SIZE) != CRYPT_OK) {
         return SQLITE_IOERR_WRITE;
     }
     return f->lower->pMethods->xWrite(f->lower, cipher, MV_TEMP_PHYS,

@@ -33,7 +33,7 @@
 
 #include <string.h>
 
-#define MV_WAL_HEADER_BYTES 32
+#define MV_WAL_HEADER_BYTES       32
 #define MV_WAL_FRAME_HEADER_BYTES 24
 
 static int mv_wal_active(const struct mv_file *f)
@@ -128,8 +128,12 @@ static void mv_wal_header_seen(struct mv_file *f, const uint8_t *hdr)
 /* The checksum the frame at header_off (whose header carries salts) continues from, and
  * the WAL's word order. The previous frame's checksum is always read from disk: another
  * connection may have written that frame since this one last looked. */
-static int mv_wal_chain_seed(struct mv_file *f, sqlite3_int64 header_off, uint32_t page_size,
-                             const uint8_t salts[8], uint32_t seed[2], int *big_endian)
+static int mv_wal_chain_seed(struct mv_file *f,
+                             sqlite3_int64 header_off,
+                             uint32_t page_size,
+                             const uint8_t salts[8],
+                             uint32_t seed[2],
+                             int *big_endian)
 {
     const uint8_t *hdr;
     int rc = mv_wal_header(f, salts, &hdr);
@@ -185,8 +189,8 @@ static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t p
 }
 
 /* A page written alone into an existing frame; its checksum is rewritten by SQLite. */
-static int mv_wal_overwrite_page(struct mv_file *f, const uint8_t *page, uint32_t page_size,
-                                 sqlite3_int64 off)
+static int
+mv_wal_overwrite_page(struct mv_file *f, const uint8_t *page, uint32_t page_size, sqlite3_int64 off)
 {
     struct mv_codec *c = f->codec;
     uint8_t hdr[4];
@@ -244,7 +248,9 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
 
 /* Whether frame (24 + page_size bytes, header at off) continues the checksum chain from
  * seed, under the WAL header's salts. */
-static int mv_wal_frame_chains(const uint8_t *frame, uint32_t page_size, const uint8_t whdr[32],
+static int mv_wal_frame_chains(const uint8_t *frame,
+                               uint32_t page_size,
+                               const uint8_t whdr[32],
                                const uint32_t seed[2])
 {
     if (memcmp(frame + 8, whdr + 16, 8) != 0) {
@@ -262,8 +268,8 @@ static int mv_wal_frame_chains(const uint8_t *frame, uint32_t page_size, const u
  * which would drop every committed transaction after it. So a whole-frame read is checked
  * here: a frame that chains but does not authenticate, or a broken frame followed by one
  * that chains from it, is damage, reported as SQLITE_IOERR_DATA naming the frame. */
-static int mv_wal_check_frame(struct mv_file *f, const uint8_t *frame, sqlite3_int64 off,
-                              uint32_t page_size)
+static int
+mv_wal_check_frame(struct mv_file *f, const uint8_t *frame, sqlite3_int64 off, uint32_t page_size)
 {
     struct mv_codec *c = f->codec;
     uint8_t whdr[MV_WAL_HEADER_BYTES];
@@ -278,16 +284,15 @@ static int mv_wal_check_frame(struct mv_file *f, const uint8_t *frame, sqlite3_i
     int chains = mv_wal_frame_chains(frame, page_size, whdr, seed);
     uint32_t pgno = mv_get_be32(frame);
     memcpy(c->scratch, frame + MV_WAL_FRAME_HEADER_BYTES, page_size);
-    int authentic = pgno != 0 && crypt_page_decrypt(c->crypt, pgno, c->scratch, page_size,
-                                                    pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0) ==
-                                     CRYPT_OK;
+    int authentic =
+        pgno != 0 && crypt_page_decrypt(c->crypt, pgno, c->scratch, page_size,
+                                        pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0) == CRYPT_OK;
     if (chains && authentic) {
         return SQLITE_OK;
     }
     int damaged = chains; /* chains but forged or damaged inside */
-    if (!chains &&
-        f->lower->pMethods->xRead(f->lower, c->scratch, (int)frame_bytes, off + frame_bytes) ==
-            SQLITE_OK) {
+    if (!chains && f->lower->pMethods->xRead(f->lower, c->scratch, (int)frame_bytes,
+                                             off + frame_bytes) == SQLITE_OK) {
         uint32_t stored[2] = {mv_get_be32(frame + 16), mv_get_be32(frame + 20)};
         damaged = mv_wal_frame_chains(c->scratch, page_size, whdr, stored);
     }
@@ -311,7 +316,8 @@ int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
         return f->lower->pMethods->xRead(f->lower, buf, amt, off);
     }
     uint32_t page_size = mv_wal_page_size(f);
-    if ((uint32_t)amt == page_size + MV_WAL_FRAME_HEADER_BYTES && mv_wal_frame_at(off, page_size, 0)) {
+    if ((uint32_t)amt == page_size + MV_WAL_FRAME_HEADER_BYTES &&
+        mv_wal_frame_at(off, page_size, 0)) {
         rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
         if (rc != SQLITE_OK || f->wal_rewriting) {
             return rc;
@@ -343,12 +349,11 @@ int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
     uint32_t pgno = mv_get_be32(hdr);
     rc = mv_codec_decrypt(f->codec, pgno, buf, page_size);
     if (rc == SQLITE_IOERR_DATA) {
-        mv_codec_set_error(f->codec,
-                           "WAL frame %lld (page %u) failed authentication: the WAL is damaged "
-                           "or was tampered with",
-                           (long long)mv_wal_frame_number(off - MV_WAL_FRAME_HEADER_BYTES,
-                                                          page_size),
-                           pgno);
+        mv_codec_set_error(
+            f->codec,
+            "WAL frame %lld (page %u) failed authentication: the WAL is damaged "
+            "or was tampered with",
+            (long long)mv_wal_frame_number(off - MV_WAL_FRAME_HEADER_BYTES, page_size), pgno);
     }
     return rc;
 }
