@@ -13,6 +13,7 @@
 #include "mailvault.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #define CLI_EXIT_OK    0
@@ -84,5 +85,256 @@ void cli_sql_options_usage(FILE *out);
 
 /* `mailvault sql ...`: argv[0] is "sql". Returns a CLI_EXIT_* code. */
 int cli_sql_main(int argc, char **argv);
+
+/* ---- cli_args.c: the command line of the store commands ---- */
+
+/* Every option any store command knows; each command accepts a subset (a CLI_OPT() mask). */
+enum cli_opt {
+    CLI_OPT_ROOT,
+    CLI_OPT_PASSWORD_FILE,
+    CLI_OPT_MAILBOX,
+    CLI_OPT_JSON,
+    CLI_OPT_LIMIT,
+    CLI_OPT_OUTPUT,
+    CLI_OPT_FLAGS,
+    CLI_OPT_SEALED,
+    CLI_OPT_MAX_MESSAGE_SIZE,
+    CLI_OPT_MBOX,
+    CLI_OPT_SPECIAL_USE,
+    CLI_OPT_ADD,
+    CLI_OPT_REMOVE,
+    CLI_OPT_SET,
+    CLI_OPT_FROM,
+    CLI_OPT_TO,
+    CLI_OPT_CC,
+    CLI_OPT_SUBJECT,
+    CLI_OPT_MESSAGE_ID,
+    CLI_OPT_TEXT,
+    CLI_OPT_SINCE,
+    CLI_OPT_BEFORE,
+    CLI_OPT_SEEN,
+    CLI_OPT_UNSEEN,
+    CLI_OPT_FLAGGED,
+    CLI_OPT_KEYWORD,
+    CLI_OPT_LARGER,
+    CLI_OPT_SMALLER,
+    CLI_OPT_COUNT
+};
+#define CLI_OPT(id) (UINT64_C(1) << (id))
+/* What every command that opens a store accepts. */
+#define CLI_OPTS_STORE (CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_PASSWORD_FILE))
+/* Returned by cli_args_parse() after printing the usage for --help. */
+#define CLI_ARGS_HELP (-1)
+
+struct cli_command_spec {
+    const char *name;     /* as typed: "list", "mailbox create" */
+    const char *synopsis; /* what follows "usage: mailvault " */
+    uint64_t options;     /* CLI_OPT() bits accepted (--help always is) */
+    int positional_min;
+    int positional_max; /* -1: no upper bound */
+};
+
+struct cli_args {
+    const struct cli_command_spec *spec;
+    const char *value[CLI_OPT_COUNT]; /* NULL: not given; "" for options without a value */
+    char **positional;                /* in order, inside argv (which parsing reorders) */
+    int positional_count;
+};
+
+/* Parses argv[1..argc-1] against spec: options may come anywhere, "--" ends them, a lone
+ * "-" is a positional argument, values follow as the next argument or after '='. An option
+ * given twice is a usage error. Returns CLI_EXIT_OK, CLI_EXIT_USAGE (problem printed), or
+ * CLI_ARGS_HELP (usage printed on stdout). argv is reordered in place. */
+int cli_args_parse(int argc,
+                   char **argv,
+                   const struct cli_command_spec *spec,
+                   struct cli_args *out);
+/* Maps cli_args_parse()'s result to an exit code: CLI_ARGS_HELP is success. */
+int cli_args_exit(int rc);
+/* "mailvault: NAME: <problem> (try ...)" on stderr. Returns CLI_EXIT_USAGE. */
+int cli_args_usage_error(const struct cli_args *args, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The option's name as typed ("--limit"). */
+const char *cli_args_name(enum cli_opt id);
+/* Whether the option was given. */
+int cli_args_has(const struct cli_args *args, enum cli_opt id);
+/* Parses a decimal number in [min, max]; *out untouched when the option is absent.
+ * Returns CLI_EXIT_OK or CLI_EXIT_USAGE (printed). */
+int cli_args_u64(
+    const struct cli_args *args, enum cli_opt id, uint64_t min, uint64_t max, uint64_t *out);
+/* Parses a YYYY-MM-DD option as the Unix time of that day's midnight UTC (1970..9999). */
+int cli_args_date(const struct cli_args *args, enum cli_opt id, int64_t *out);
+/* Parses a UID, a decimal number from 1 to 4294967295. Returns 0 or -1. */
+int cli_args_uid(const char *text, uint32_t *uid_out);
+/* Parses a decimal number in [0, max]. Returns 0 or -1. */
+int cli_args_parse_u64(const char *text, uint64_t max, uint64_t *value_out);
+
+/* ---- cli_flags.c: IMAP flag words <-> MV_FLAG_* bits and keywords ---- */
+
+struct cli_flags {
+    unsigned bits;  /* MV_FLAG_* */
+    char *keywords; /* space-separated, malloc'd (NULL: none) */
+    size_t keywords_size_bytes;
+};
+
+/* Adds the words of list (separated by spaces or commas): \Seen \Answered \Flagged
+ * \Deleted \Draft (any case) set bits, any other word without a backslash is a keyword.
+ * Returns CLI_EXIT_OK, CLI_EXIT_USAGE (unknown system flag, printed) or CLI_EXIT_ERROR. */
+int cli_flags_add(struct cli_flags *flags, const char *list);
+void cli_flags_free(struct cli_flags *flags);
+/* The IMAP word of the n-th flag bit (n from 0), or NULL past the last. */
+const char *cli_flags_word(unsigned n, unsigned *bit_out);
+
+/* ---- cli_json.c: a small streaming JSON writer ---- */
+
+#define CLI_JSON_DEPTH_MAX 16
+
+struct cli_json {
+    FILE *out;
+    int depth;
+    unsigned char count[CLI_JSON_DEPTH_MAX]; /* values written at each level (0, 1, many) */
+    unsigned char is_array[CLI_JSON_DEPTH_MAX];
+    int after_key;
+    int error; /* nesting misuse */
+};
+
+void cli_json_init(struct cli_json *json, FILE *out);
+void cli_json_object_begin(struct cli_json *json);
+void cli_json_object_end(struct cli_json *json);
+void cli_json_array_begin(struct cli_json *json);
+void cli_json_array_end(struct cli_json *json);
+void cli_json_key(struct cli_json *json, const char *key);
+/* A string value: NULL writes null; bytes that are not UTF-8 become \ufffd. */
+void cli_json_string(struct cli_json *json, const char *text);
+void cli_json_string_n(struct cli_json *json, const char *text, size_t size_bytes);
+void cli_json_uint(struct cli_json *json, uint64_t value);
+void cli_json_int(struct cli_json *json, int64_t value);
+void cli_json_bool(struct cli_json *json, int value);
+void cli_json_null(struct cli_json *json);
+/* Ends the document with a newline. Returns 0, or -1 after misuse or a write error. */
+int cli_json_finish(struct cli_json *json);
+
+/* ---- cli_text.c: text for people ---- */
+
+/* Decodes one UTF-8 sequence of s (size_bytes > 0 available). Returns its length and sets
+ * *code_point, or 0 if the bytes are not well-formed UTF-8 (overlong, surrogate, > U+10FFFF,
+ * truncated). */
+size_t cli_text_utf8_next(const unsigned char *s, size_t size_bytes, uint32_t *code_point);
+/* Prints text for a terminal: control characters (C0, DEL, C1) and bad UTF-8 become '?',
+ * at most width_max characters (0: no limit; longer text ends in "~"), padded with spaces
+ * to pad_width characters. Returns the characters printed. */
+size_t cli_text_print(FILE *out, const char *text, size_t width_max, size_t pad_width);
+/* "2024-03-01T12:00:00Z" for a Unix time. buf must hold 32 bytes. */
+void cli_text_time_iso(int64_t unix_seconds, char *buf, size_t buf_size);
+/* "1.5 MB" style (powers of 1000, one decimal). buf must hold 16 bytes. */
+void cli_text_size(uint64_t size_bytes, char *buf, size_t buf_size);
+
+/* ---- cli_store.c: opening a store from the command line ---- */
+
+/* Where a store command works and how it opens the store. */
+struct cli_store_target {
+    char address[MV_ADDRESS_MAX + 1]; /* normalised */
+    char root[MV_PATH_MAX];
+    char db_path[MV_PATH_MAX];
+    struct mv_store_options opts;
+};
+
+/* Validates USER (args->positional[0]) and fills target: root from --root, else
+ * $MAILVAULT_ROOT, else ./var/mail; kdf_iter from $MAILVAULT_KDF_ITER (tests);
+ * message_size_max from --max-message-size. Creates nothing. Returns a CLI_EXIT_* code
+ * (printed). */
+int cli_store_target(const struct cli_args *args, struct cli_store_target *target);
+/* Whether the store file exists. If it does not and must_exist is non-zero (or it does and
+ * must_exist is zero), prints why and returns CLI_EXIT_ERROR; else CLI_EXIT_OK. */
+int cli_store_check(const struct cli_store_target *target, int must_exist);
+/* Reads the password (--password-file, $MAILVAULT_PASSWORD, the terminal), opens the store
+ * and wipes the password. Returns a CLI_EXIT_* code (printed); *out is NULL on failure. */
+int cli_store_open(const struct cli_args *args,
+                   struct cli_store_target *target,
+                   unsigned flags,
+                   mv_store **out);
+/* Parses USER, checks the store exists, opens it: the three above in one. */
+int cli_store_open_user(const struct cli_args *args, unsigned flags, mv_store **out);
+/* Prints the store's error for code (its detail, or mv_strerror()). Returns CLI_EXIT_ERROR. */
+int cli_store_fail(mv_store *store, int code);
+/* Prints an errmsg buffer, or mv_strerror(code) if it is empty. Returns CLI_EXIT_ERROR. */
+int cli_store_fail_msg(const char *errmsg, int code);
+/* The mailbox option, or "INBOX". */
+const char *cli_store_mailbox(const struct cli_args *args);
+/* Flushes stdout; on a write error prints it and returns CLI_EXIT_ERROR. */
+int cli_store_flush_stdout(void);
+
+/* ---- cli_outfile.c: writing a file whole or not at all ---- */
+
+struct cli_outfile {
+    int fd;                      /* where to write: the temporary file, or stdout */
+    const char *path;            /* the final name; NULL for stdout */
+    char temp_path[MV_PATH_MAX]; /* PATH.XXXXXX beside it, renamed over PATH at commit */
+};
+
+/* Opens path ("-" or NULL: stdout) for writing through a temporary file of mode 0600.
+ * Returns CLI_EXIT_OK or CLI_EXIT_ERROR (printed). */
+int cli_outfile_open(struct cli_outfile *file, const char *path);
+/* Writes all size_bytes, retrying short writes. Returns CLI_EXIT_OK or CLI_EXIT_ERROR. */
+int cli_outfile_write(struct cli_outfile *file, const void *bytes, size_t size_bytes);
+/* fsyncs, closes and renames the temporary file into place. Returns a CLI_EXIT_* code. */
+int cli_outfile_commit(struct cli_outfile *file);
+/* Removes the temporary file. Safe after commit. */
+void cli_outfile_abort(struct cli_outfile *file);
+
+/* ---- cli_progress.c: a progress line on a terminal ---- */
+
+struct cli_progress {
+    int enabled;      /* stderr is a terminal */
+    int64_t start_ms; /* monotonic */
+    int64_t last_draw_ms;
+    size_t last_width;
+};
+
+void cli_progress_init(struct cli_progress *progress);
+/* Redraws at most ten times a second (always when force is non-zero). */
+void cli_progress_update(struct cli_progress *progress,
+                         uint64_t messages,
+                         uint64_t bytes,
+                         uint64_t bytes_total,
+                         int force);
+/* Clears the line. */
+void cli_progress_finish(struct cli_progress *progress);
+
+/* ---- cli_message_print.c: message rows for list and search ---- */
+
+struct cli_message_printer {
+    int json;
+    int with_mailbox; /* human output: a MAILBOX column (search over every mailbox) */
+    uint64_t rows;
+    struct cli_json writer;
+};
+
+void cli_message_print_begin(struct cli_message_printer *printer, int json, int with_mailbox);
+void cli_message_print_row(struct cli_message_printer *printer, const struct mv_message_info *info);
+/* Ends the output and flushes stdout. Returns a CLI_EXIT_* code. */
+int cli_message_print_end(struct cli_message_printer *printer);
+/* Runs a search and prints up to limit rows (0: all). Returns a CLI_EXIT_* code. */
+int cli_message_print_search(mv_store *store,
+                             const struct mv_search_query *query,
+                             uint64_t limit,
+                             int json,
+                             int with_mailbox);
+
+/* ---- the store commands: argv[0] is the command name. Each returns a CLI_EXIT_* code. ---- */
+
+int cli_init_main(int argc, char **argv);            /* cli_init.c */
+int cli_info_main(int argc, char **argv);            /* cli_info.c */
+int cli_deliver_main(int argc, char **argv);         /* cli_deliver.c */
+int cli_import_main(int argc, char **argv);          /* cli_import.c */
+int cli_export_main(int argc, char **argv);          /* cli_export.c */
+int cli_mailbox_list_main(int argc, char **argv);    /* cli_mailbox.c: mailboxes */
+int cli_mailbox_main(int argc, char **argv);         /* cli_mailbox.c: mailbox create|... */
+int cli_message_list_main(int argc, char **argv);    /* cli_message.c: list */
+int cli_message_fetch_main(int argc, char **argv);   /* cli_message.c: fetch */
+int cli_message_flags_main(int argc, char **argv);   /* cli_message_edit.c: flags */
+int cli_message_copy_main(int argc, char **argv);    /* cli_message_edit.c: copy, move */
+int cli_message_expunge_main(int argc, char **argv); /* cli_message_edit.c: expunge */
+int cli_search_main(int argc, char **argv);          /* cli_search.c */
 
 #endif /* MV_CLI_H */

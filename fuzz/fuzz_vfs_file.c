@@ -11,6 +11,9 @@
  *                         instead of naming it; legacy=4 always names it
  *               bit 5     open with MV_DB_READONLY
  *               bit 6     after reading, write a small transaction and checkpoint the WAL
+ *               bit 7     rewrite the db-wal's checksums (header and frame chain) over the
+ *                         bytes as given, as a forger would: else a mutated frame fails
+ *                         SQLite's checksum and the VFS never judges it
  *   bytes 1..2  L, little-endian: size of the main file, clamped to the bytes that follow
  *   bytes 3..   L bytes of main file, then the side file (FUZZ_SIDE_BYTES_MAX at most)
  *
@@ -20,7 +23,10 @@
  *
  * IMPLEMENTATION NOTES
  *   - The key is raw (x'<64 hex>'), so no KDF runs, except for aes256cbc, which refuses raw
- *     keys: its passphrase goes through the format's fixed 4001 SHA-256 rounds.
+ *     keys: its passphrase goes through the format's fixed 4001 SHA-256 rounds. The
+ *     passphrase also reaches the chacha20 and sqlcipher KDFs (auto cipher on a header that
+ *     says so, or a new file), so kdf_iter is FUZZ_KDF_ITER: the defaults (64007, 256000)
+ *     would cost up to a second per input.
  *   - The files live in one private directory made on the first call (under $TMPDIR) and
  *     removed at exit; each input rewrites db and removes db-wal, db-journal and db-shm.
  *   - Work per input is bounded: file sizes, SQLite limits, rows stepped per statement,
@@ -39,18 +45,23 @@
 #include <unistd.h>
 
 #define FUZZ_HEADER_BYTES       3
-#define FUZZ_SIDE_BYTES_MAX     (256 * 1024)
+#define FUZZ_SIDE_BYTES_MAX     ((size_t)256 * 1024)
 #define FUZZ_TABLES_MAX         32
 #define FUZZ_ROW_STEPS_MAX      10000
 #define FUZZ_PROGRESS_OPS       1000
 #define FUZZ_PROGRESS_TICKS_MAX 5000 /* 5 million instructions per statement */
 #define FUZZ_PATH_BYTES_MAX     512
+#define FUZZ_KDF_ITER           2
 
-#define FUZZ_SIDE_WAL     0x1
-#define FUZZ_SIDE_JOURNAL 0x2
-#define FUZZ_FLAG_AUTO    0x10
-#define FUZZ_FLAG_RDONLY  0x20
-#define FUZZ_FLAG_WRITE   0x40
+#define FUZZ_SIDE_WAL      0x1
+#define FUZZ_SIDE_JOURNAL  0x2
+#define FUZZ_FLAG_AUTO     0x10
+#define FUZZ_FLAG_RDONLY   0x20
+#define FUZZ_FLAG_WRITE    0x40
+#define FUZZ_FLAG_CHECKSUM 0x80
+
+#define FUZZ_WAL_HEADER_BYTES       32
+#define FUZZ_WAL_FRAME_HEADER_BYTES 24
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -64,6 +75,7 @@ static char fuzz_wal_path[FUZZ_PATH_BYTES_MAX];
 static char fuzz_journal_path[FUZZ_PATH_BYTES_MAX];
 static char fuzz_shm_path[FUZZ_PATH_BYTES_MAX];
 static unsigned fuzz_ticks;
+static uint8_t fuzz_wal[FUZZ_SIDE_BYTES_MAX];
 
 static void fuzz_remove_side_files(void)
 {
@@ -121,6 +133,60 @@ static void fuzz_write_file(const char *path, const uint8_t *bytes, size_t size)
     }
     if (close(fd) != 0) {
         abort();
+    }
+}
+
+static uint32_t fuzz_get_be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static void fuzz_put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* SQLite's WAL checksum over n bytes (a multiple of 8), continuing from s. */
+static void fuzz_wal_checksum(int big_endian, const uint8_t *p, size_t n, uint32_t s[2])
+{
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint32_t x0 = fuzz_get_be32(p + i), x1 = fuzz_get_be32(p + i + 4);
+        if (!big_endian) {
+            x0 = __builtin_bswap32(x0);
+            x1 = __builtin_bswap32(x1);
+        }
+        s[0] += x0 + s[1];
+        s[1] += x1 + s[0];
+    }
+}
+
+/* Rewrites the WAL header's checksum and every whole frame's, chained, under the page size
+ * the header claims (left alone if it is not a valid page size). Salts and page numbers
+ * stay as given. */
+static void fuzz_wal_rechecksum(uint8_t *wal, size_t size)
+{
+    if (size < FUZZ_WAL_HEADER_BYTES) {
+        return;
+    }
+    uint32_t page_size = fuzz_get_be32(wal + 8);
+    if (page_size < 512 || page_size > 65536 || (page_size & (page_size - 1)) != 0) {
+        return;
+    }
+    int big_endian = (int)(fuzz_get_be32(wal) & 1);
+    uint32_t sum[2] = {0, 0};
+    fuzz_wal_checksum(big_endian, wal, 24, sum);
+    fuzz_put_be32(wal + 24, sum[0]);
+    fuzz_put_be32(wal + 28, sum[1]);
+    size_t frame_bytes = FUZZ_WAL_FRAME_HEADER_BYTES + page_size;
+    for (size_t off = FUZZ_WAL_HEADER_BYTES; off + frame_bytes <= size; off += frame_bytes) {
+        uint8_t *frame = wal + off;
+        fuzz_wal_checksum(big_endian, frame, 8, sum);
+        fuzz_wal_checksum(big_endian, frame + FUZZ_WAL_FRAME_HEADER_BYTES, page_size, sum);
+        fuzz_put_be32(frame + 16, sum[0]);
+        fuzz_put_be32(frame + 20, sum[1]);
     }
 }
 
@@ -237,7 +303,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_remove_side_files();
     fuzz_write_file(fuzz_db_path, body, main_bytes);
     if (side & FUZZ_SIDE_WAL) {
-        fuzz_write_file(fuzz_wal_path, body + main_bytes, side_bytes);
+        memcpy(fuzz_wal, body + main_bytes, side_bytes);
+        if (mode & FUZZ_FLAG_CHECKSUM) {
+            fuzz_wal_rechecksum(fuzz_wal, side_bytes);
+        }
+        fuzz_write_file(fuzz_wal_path, fuzz_wal, side_bytes);
     }
     if (side & FUZZ_SIDE_JOURNAL) {
         fuzz_write_file(fuzz_journal_path, body + main_bytes, side_bytes);
@@ -248,6 +318,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct mv_db_options opts = MV_DB_OPTIONS_INIT;
     opts.cipher = ciphers[cipher_index];
     opts.legacy = cipher_index == 3 ? 4 : 0;
+    opts.kdf_iter = FUZZ_KDF_ITER;
     if ((mode & FUZZ_FLAG_AUTO) && cipher_index != 3) {
         opts.cipher = MV_CIPHER_AUTO;
     }

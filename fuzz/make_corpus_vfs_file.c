@@ -10,8 +10,11 @@
  *   <cipher>-journal  a database a transaction has spilled into (cache_size=2) and its hot
  *                     rollback journal, copied while the transaction is open
  * plus a few degenerate inputs (empty, one byte, zeros, page 1 cut short, an unencrypted
- * SQLite file, an empty main file next to a WAL). The mode byte of each seed also varies the
- * target's other switches (auto cipher, read-only, write after reading).
+ * SQLite file, an empty main file next to a WAL) and three forged ones (authentic WAL frames
+ * of another page size; a WAL switched to big-endian checksums; a hot journal that is only a
+ * header). The mode byte of each seed
+ * also varies the target's other switches (auto cipher, read-only, write after reading,
+ * WAL checksum rewrite).
  *
  * Not deterministic: new files get random salts and every page a random nonce or IV, so a
  * rerun writes different bytes of the same shapes.
@@ -35,12 +38,13 @@
 #define CORPUS_PATH_BYTES_MAX 512
 
 /* Mode byte of the input layout (fuzz/fuzz_vfs_file.c). */
-#define SIDE_NONE    0x0
-#define SIDE_WAL     0x4
-#define SIDE_JOURNAL 0x8
-#define FLAG_AUTO    0x10
-#define FLAG_RDONLY  0x20
-#define FLAG_WRITE   0x40
+#define SIDE_NONE     0x0
+#define SIDE_WAL      0x4
+#define SIDE_JOURNAL  0x8
+#define FLAG_AUTO     0x10
+#define FLAG_RDONLY   0x20
+#define FLAG_WRITE    0x40
+#define FLAG_CHECKSUM 0x80
 
 int main(int argc, char **argv);
 
@@ -58,9 +62,9 @@ struct corpus_cipher {
 };
 
 static const struct corpus_cipher corpus_ciphers[] = {
-    {"chacha20", 0, MV_CIPHER_CHACHA20, 0, 512, FLAG_AUTO, FLAG_WRITE, 0},
-    {"sqlcipher", 1, MV_CIPHER_SQLCIPHER, 0, 1024, 0, FLAG_AUTO, FLAG_WRITE},
-    {"aes256cbc", 2, MV_CIPHER_AES256CBC, 0, 512, FLAG_RDONLY, 0, FLAG_AUTO},
+    {"chacha20", 0, MV_CIPHER_CHACHA20, 0, 512, FLAG_AUTO, FLAG_WRITE | FLAG_CHECKSUM, 0},
+    {"sqlcipher", 1, MV_CIPHER_SQLCIPHER, 0, 1024, 0, FLAG_AUTO | FLAG_CHECKSUM, FLAG_WRITE},
+    {"aes256cbc", 2, MV_CIPHER_AES256CBC, 0, 512, FLAG_RDONLY, FLAG_CHECKSUM, FLAG_AUTO},
     {"legacy4", 3, MV_CIPHER_SQLCIPHER, 4, 4096, 0, FLAG_RDONLY, FLAG_WRITE},
 };
 
@@ -120,8 +124,12 @@ static uint8_t *read_file(const char *path, size_t *size)
 }
 
 /* Writes one seed: mode byte, 2-byte main length, main bytes, side bytes. */
-static void write_seed(const char *name, unsigned mode, const uint8_t *main_bytes,
-                       size_t main_size, const uint8_t *side_bytes, size_t side_size)
+static void write_seed(const char *name,
+                       unsigned mode,
+                       const uint8_t *main_bytes,
+                       size_t main_size,
+                       const uint8_t *side_bytes,
+                       size_t side_size)
 {
     if (main_size > CORPUS_MAIN_BYTES_MAX) {
         die("main file too large for the input layout", name);
@@ -197,29 +205,97 @@ static void seed_delete(const struct corpus_cipher *c)
     free(main_bytes);
 }
 
-static void seed_wal(const struct corpus_cipher *c)
+/* A WAL with committed, un-checkpointed frames, and the database beside it, copied while the
+ * connection is open. Both buffers malloc'd. */
+static void capture_wal(const struct corpus_cipher *c,
+                        uint8_t **main_bytes,
+                        size_t *main_size,
+                        uint8_t **wal_bytes,
+                        size_t *wal_size)
 {
-    char name[64];
-    size_t main_size, wal_size;
     create_db(c);
     sqlite3 *db = open_db(c, 0);
     exec_or_die(db, "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0");
     exec_or_die(db, "INSERT INTO t VALUES(200, 'in the wal', zeroblob(100))");
     exec_or_die(db, "UPDATE t SET name = name || ' updated' WHERE id % 3 = 0");
     exec_or_die(db, "DELETE FROM t WHERE id = 5");
-    uint8_t *main_bytes = read_file(db_path, &main_size);
-    uint8_t *wal_bytes = read_file(wal_path, &wal_size);
-    if (wal_bytes == NULL || wal_size == 0) {
+    *main_bytes = read_file(db_path, main_size);
+    *wal_bytes = read_file(wal_path, wal_size);
+    if (*wal_bytes == NULL || *wal_size == 0) {
         die("no WAL to copy", wal_path);
     }
+    if (sqlite3_close(db) != SQLITE_OK) {
+        die("close failed", NULL);
+    }
+}
+
+static void seed_wal(const struct corpus_cipher *c)
+{
+    char name[64];
+    size_t main_size, wal_size;
+    uint8_t *main_bytes, *wal_bytes;
+    capture_wal(c, &main_bytes, &main_size, &wal_bytes, &wal_size);
     snprintf(name, sizeof name, "%s-wal", c->name);
     write_seed(name, c->index | SIDE_WAL | c->wal_flags, main_bytes, main_size, wal_bytes,
                wal_size);
     free(main_bytes);
     free(wal_bytes);
-    if (sqlite3_close(db) != SQLITE_OK) {
-        die("close failed", NULL);
+}
+
+/* Authentic frames of the wrong page size: the WAL of a 512-byte-page chacha20 database
+ * behind a 1024-byte-page one under the same raw key. */
+static void seed_wal_page_size_mismatch(void)
+{
+    struct corpus_cipher big = corpus_ciphers[0];
+    size_t main_size, wal_size, unused_size;
+    uint8_t *main_bytes, *wal_bytes, *unused;
+    capture_wal(&corpus_ciphers[0], &unused, &unused_size, &wal_bytes, &wal_size);
+    free(unused);
+    big.page_size = 1024;
+    create_db(&big);
+    main_bytes = read_file(db_path, &main_size);
+    write_seed("chacha20-wal-page-size-mismatch", SIDE_WAL | FLAG_CHECKSUM, main_bytes, main_size,
+               wal_bytes, wal_size);
+    free(main_bytes);
+    free(wal_bytes);
+}
+
+/* The same WAL with magic 0x377f0683 (big-endian checksums); the target's checksum rewrite
+ * (FLAG_CHECKSUM) makes the chain valid again. */
+static void seed_wal_big_endian(void)
+{
+    size_t main_size, wal_size;
+    uint8_t *main_bytes, *wal_bytes;
+    capture_wal(&corpus_ciphers[0], &main_bytes, &main_size, &wal_bytes, &wal_size);
+    wal_bytes[3] |= 1;
+    write_seed("chacha20-wal-big-endian", SIDE_WAL | FLAG_WRITE | FLAG_CHECKSUM, main_bytes,
+               main_size, wal_bytes, wal_size);
+    free(main_bytes);
+    free(wal_bytes);
+}
+
+/* A hot journal that is only a header: no record to authenticate, but it names an original
+ * size of one page, so rolling it back truncates the database. */
+static void seed_forged_journal(void)
+{
+    static const uint8_t magic[8] = {0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7};
+    static const uint32_t fields[5] = {0 /* records */, 0x5eed /* nonce */, 1 /* pages */,
+                                       512 /* sector */, 512 /* page size */};
+    uint8_t journal[512] = {0};
+    size_t main_size;
+    memcpy(journal, magic, sizeof magic);
+    for (size_t i = 0; i < 5; i++) {
+        uint8_t *p = journal + sizeof magic + 4 * i;
+        p[0] = (uint8_t)(fields[i] >> 24);
+        p[1] = (uint8_t)(fields[i] >> 16);
+        p[2] = (uint8_t)(fields[i] >> 8);
+        p[3] = (uint8_t)fields[i];
     }
+    create_db(&corpus_ciphers[0]);
+    uint8_t *main_bytes = read_file(db_path, &main_size);
+    write_seed("chacha20-forged-journal-header", SIDE_JOURNAL, main_bytes, main_size, journal,
+               sizeof journal);
+    free(main_bytes);
 }
 
 static void seed_journal(const struct corpus_cipher *c)
@@ -287,21 +363,19 @@ static void seed_degenerate(void)
     write_seed("zeros-100", 0, zeros, sizeof zeros, NULL, 0);
     write_seed("zeros-100-journal", SIDE_JOURNAL, zeros, sizeof zeros, zeros, sizeof zeros);
 
-    /* Page 1 cut short: the 100-byte header of a valid chacha20 file, then the whole file's
-     * WAL behind an empty main file (a new database next to a stale WAL). */
+    /* Page 1 cut short: the 100-byte header of a valid chacha20 file. */
     create_db(&corpus_ciphers[0]);
     uint8_t *main_bytes = read_file(db_path, &size);
     write_seed("chacha20-header-only", 0, main_bytes, 100, NULL, 0);
     free(main_bytes);
     seed_plain();
-    create_db(&corpus_ciphers[0]);
-    sqlite3 *db = open_db(&corpus_ciphers[0], 0);
-    exec_or_die(db, "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;"
-                    "INSERT INTO t VALUES(300, 'stale', NULL)");
-    uint8_t *wal_bytes = read_file(wal_path, &wal_size);
-    write_seed("empty-main-stale-wal", SIDE_WAL | FLAG_WRITE, NULL, 0, wal_bytes, wal_size);
+    /* A new database next to a stale WAL. */
+    uint8_t *wal_bytes;
+    capture_wal(&corpus_ciphers[0], &main_bytes, &size, &wal_bytes, &wal_size);
+    write_seed("empty-main-stale-wal", SIDE_WAL | FLAG_WRITE | FLAG_CHECKSUM, NULL, 0, wal_bytes,
+               wal_size);
+    free(main_bytes);
     free(wal_bytes);
-    sqlite3_close(db);
 }
 
 int main(int argc, char **argv)
@@ -328,6 +402,9 @@ int main(int argc, char **argv)
         seed_journal(&corpus_ciphers[i]);
     }
     seed_degenerate();
+    seed_wal_page_size_mismatch();
+    seed_wal_big_endian();
+    seed_forged_journal();
     remove_db();
     (void)rmdir(work_dir);
     printf("total %zu bytes\n", corpus_total_bytes);

@@ -235,7 +235,8 @@ MV_API MV_MUST_CHECK int mv_address_normalize(
  * the mailboxes INBOX, Sent, Drafts, Trash, Junk, Archive, and an X25519 key pair for
  * deliveries without the password (public key beside the store, private key only inside
  * it). Returns MV_OK, MV_EEXISTS, MV_EINVAL (bad address, empty password), MV_EIO,
- * MV_ENOMEM. On failure nothing is left behind. errmsg as for mv_address_normalize(). */
+ * MV_ENOMEM. On failure no store file is left behind (the domain's directories, shared with
+ * other stores, may remain). errmsg as for mv_address_normalize(). */
 MV_API MV_MUST_CHECK int mv_store_init(const char *address,
                                        const void *password,
                                        size_t password_len,
@@ -262,7 +263,9 @@ MV_API MV_MUST_CHECK int mv_store_open(const char *address,
 /* Closes the store (running PRAGMA optimize first) and sets *store to NULL. NULL is fine. */
 MV_API void mv_store_close(mv_store **store);
 
-/* The detail of the last error on this handle ("" if none). Owned by the store. */
+/* The detail of the last error on this handle ("" if none); after a successful open it may
+ * hold a warning from the queue drain (a rejected or oversized queue file, a rewritten
+ * public key). Owned by the store. */
 MV_API const char *mv_store_errmsg(const mv_store *store);
 
 /* The store's SQLite connection, for read-only inspection (stats, explain). Owned by the
@@ -334,7 +337,8 @@ struct mv_message_info {
 
 /* Appends raw (len bytes, stored byte for byte) to mailbox with flags and keywords
  * (space-separated, may be NULL) and internal_date (0: now). *uid_out (if not NULL) gets the
- * new UID. Malformed mail is stored as it is; what cannot be parsed is left empty.
+ * new UID. Malformed mail is stored as it is; what cannot be parsed is left empty. An empty
+ * message is refused (MV_EINVAL).
  * Returns MV_OK, MV_ENOTFOUND (mailbox), MV_ELIMIT (size, headers, keywords), MV_EINVAL,
  * MV_EBUSY, MV_ENOSPC, MV_EIO, MV_ENOMEM. */
 MV_API MV_MUST_CHECK int mv_message_append(mv_store *store,
@@ -411,7 +415,10 @@ struct mv_search_query {
         0                                                                                          \
     }
 
-/* Runs a search; results come newest first by internal date. next returns 1 with *info
+/* Runs a search; results come newest first by internal date (the order of equal dates is
+ * not specified: it follows the index the query planner picks).
+ * The text query is a list of words, each matched as a quoted FTS5 phrase (no query syntax:
+ * "foo AND" looks for both words); a malformed one matches nothing. next returns 1 with *info
  * (strings valid until the next call), 0 at the end, or a negative MV_E* code (MV_ELIMIT
  * when more rows match than the limit allows). */
 typedef struct mv_search mv_search;
@@ -425,8 +432,9 @@ MV_API void mv_search_end(mv_search **search);
 /* Delivers raw into the INBOX of address without the password: the message is sealed to
  * the store's public key (crypto_box_seal) into the pending queue; the next mv_store_open()
  * with the password moves it into the store. Only the user can read it. Returns MV_OK,
- * MV_ENOTFOUND (no such store), MV_ELIMIT (size), MV_EINVAL, MV_EIO, MV_ENOSPC. The message
- * is on disk (fsync'd) when this returns MV_OK. */
+ * MV_ENOTFOUND (no such store), MV_ELIMIT (size), MV_EINVAL, MV_EIO, MV_ENOSPC,
+ * MV_ECORRUPT (the public key file is missing or not 32 bytes), MV_ENOMEM, MV_ERROR
+ * (libsodium failed to start). The message is on disk (fsync'd) when this returns MV_OK. */
 MV_API MV_MUST_CHECK int mv_deliver_sealed(const char *address,
                                            const void *raw,
                                            size_t len,
@@ -434,7 +442,8 @@ MV_API MV_MUST_CHECK int mv_deliver_sealed(const char *address,
                                            char *errmsg,
                                            size_t errmsg_size);
 
-/* Deliveries waiting in the queue of address (readable without the password). */
+/* Deliveries waiting in the queue of address (readable without the password).
+ * Returns MV_OK, MV_EINVAL (bad address), MV_ENOTFOUND (no store) or MV_EIO. */
 MV_API MV_MUST_CHECK int
 mv_queue_count(const char *address, const struct mv_store_options *opts, uint32_t *count_out);
 
@@ -453,7 +462,11 @@ typedef int (*mv_import_progress_fn)(void *arg,
 /* Imports an mbox file, a Maildir folder or a directory of .eml files (recognised from
  * path) into mailbox, streaming (memory bounded by the largest message, never by the input),
  * one transaction per message batch. A message already in the mailbox (same SHA-256 of its
- * bytes) is skipped, so a re-run after an interruption neither loses nor duplicates mail. */
+ * bytes) is skipped, so a re-run after an interruption neither loses nor duplicates mail
+ * (and identical messages within one input are imported once). A stop requested by the
+ * progress callback returns MV_OK with what was committed. stats->bytes counts input bytes
+ * consumed; bytes_total is 0 for directories. Returns MV_OK, MV_ENOTFOUND (path or
+ * mailbox), MV_EUNSUPPORTED (input not recognised), MV_EIO, MV_ENOMEM, or a store error. */
 MV_API MV_MUST_CHECK int mv_import(mv_store *store,
                                    const char *path,
                                    const char *mailbox,
@@ -462,7 +475,9 @@ MV_API MV_MUST_CHECK int mv_import(mv_store *store,
                                    struct mv_import_stats *stats_out);
 
 /* Writes every message of mailbox to fd as an mbox (mboxrd quoting, "From " lines with the
- * internal date). *count_out gets the number written. */
+ * internal date). *count_out gets the number written. A message that does not end in a
+ * newline gets one (mbox cannot represent its absence). Returns MV_OK, MV_ENOTFOUND
+ * (mailbox), MV_EIO (a write failed), MV_ECORRUPT, MV_ENOMEM. */
 MV_API MV_MUST_CHECK int
 mv_export_mbox(mv_store *store, const char *mailbox, int fd, uint32_t *count_out);
 

@@ -426,6 +426,43 @@ static void test_no_key_leaves_hot_journal_alone(void)
     tu_remove_db(snap);
 }
 
+/* Header fields of a hot journal are plain; forging them must not truncate the database. */
+static int forged_journal_refused(int field_offset, uint32_t value)
+{
+    char *snap = tu_path("forged.db"), journal[1100];
+    make_snapshot(snap, 1);
+    snprintf(journal, sizeof journal, "%s-journal", snap);
+    size_t n = 0;
+    uint8_t *bytes = tu_read_file(journal, &n);
+    if (bytes == NULL || n < 28) {
+        free(bytes);
+        return 0;
+    }
+    bytes[field_offset] = (uint8_t)(value >> 24);
+    bytes[field_offset + 1] = (uint8_t)(value >> 16);
+    bytes[field_offset + 2] = (uint8_t)(value >> 8);
+    bytes[field_offset + 3] = (uint8_t)value;
+    tu_write_file(journal, bytes, n);
+    free(bytes);
+    char db_before[65], db_after[65], j_before[65], j_after[65];
+    tu_file_sha256(snap, db_before);
+    tu_file_sha256(journal, j_before);
+    sqlite3 *db = NULL;
+    int rc = tu_open(snap, PW, MV_CIPHER_AUTO, 0, &db);
+    sqlite3_close(db);
+    tu_file_sha256(snap, db_after);
+    tu_file_sha256(journal, j_after);
+    tu_remove_db(snap);
+    return rc == MV_ECORRUPT && strcmp(db_before, db_after) == 0 && strcmp(j_before, j_after) == 0;
+}
+
+static void test_forged_journal_header(void)
+{
+    CHECK(forged_journal_refused(8, 0));    /* no records: would truncate to the old size */
+    CHECK(forged_journal_refused(16, 1));   /* original size shrunk to one page */
+    CHECK(forged_journal_refused(24, 512)); /* another page size */
+}
+
 int main(void)
 {
     TEST(test_round_trip_every_cipher_mode_page_size);
@@ -442,5 +479,6 @@ int main(void)
     TEST(test_snapshots_recover);
     TEST(test_new_file_is_keyed_at_once);
     TEST(test_no_key_leaves_hot_journal_alone);
+    TEST(test_forged_journal_header);
     return th_summary();
 }

@@ -13,6 +13,7 @@
  *   store_uidset.c   IMAP UID sets
  *   store_search.c   search
  *   store_queue.c    sealed deliveries without the password, and their drain on open
+ *   store_scan.c     directory walks in name order with bounded memory (queue, Maildir)
  *   store_import.c   mbox / Maildir / .eml import; store_export.c mbox export
  *   store_stats.c    accounting
  *
@@ -28,7 +29,7 @@
 #include <stdint.h>
 
 #define STORE_SCHEMA_VERSION 1
-#define STORE_STMT_CACHE     48   /* prepared statements kept per store */
+#define STORE_STMT_CACHE     128  /* prepared statements kept per store (about 60 in use) */
 #define STORE_SPLIT_MIN      8192 /* leaf parts at least this large are stored apart */
 
 struct store_stmt_slot {
@@ -139,8 +140,9 @@ int store_body_unref(mv_store *s, int64_t body_id);
 /* ---- store_queue.c ---- */
 /* Creates the key pair at init: public key to pub_path, secret key into the meta table. */
 int store_queue_init_keys(mv_store *s);
-/* Moves every queued delivery into INBOX, one commit each, deleting a queue file only after
- * its commit. */
+/* Moves the deliveries queued before it started into INBOX, one commit each, deleting a
+ * queue file only after its commit; files over message_size_max stay queued (reported in
+ * errmsg). */
 int store_queue_drain(mv_store *s);
 
 #endif /* MV_STORE_H */

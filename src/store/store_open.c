@@ -101,8 +101,9 @@ static int store_apply_profile(mv_store *s, const struct mv_store_options *o)
             return store_fail(s, MV_ERROR, "%s failed: %s", p->set, s->errmsg);
         }
     }
-    snprintf(sql, sizeof sql, "PRAGMA cache_size=-%lld", (long long)store_cache_kib(o));
-    snprintf(want, sizeof want, "-%lld", (long long)store_cache_kib(o));
+    long long cache_kib = (long long)store_cache_kib(o); /* once: MemAvailable moves */
+    snprintf(sql, sizeof sql, "PRAGMA cache_size=-%lld", cache_kib);
+    snprintf(want, sizeof want, "-%lld", cache_kib);
     if (store_exec(s, sql) != MV_OK) {
         return MV_ERROR;
     }

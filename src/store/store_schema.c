@@ -24,8 +24,10 @@ static const char *const store_schema_v1[] = {
     " value BLOB NOT NULL"
     ") WITHOUT ROWID",
 
+    /* AUTOINCREMENT: a re-created mailbox must never inherit a deleted one's id, or the
+     * change log (keyed by mailbox id) would mix the two. */
     "CREATE TABLE mailboxes("
-    " id INTEGER PRIMARY KEY,"
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
     " name TEXT NOT NULL UNIQUE,"
     " uidvalidity INTEGER NOT NULL,"
     " uidnext INTEGER NOT NULL DEFAULT 1 CHECK (uidnext >= 1),"
@@ -36,11 +38,11 @@ static const char *const store_schema_v1[] = {
 
     "CREATE TABLE bodies("
     " id INTEGER PRIMARY KEY,"
-    " sha256 BLOB NOT NULL UNIQUE,"      /* of the whole message as delivered */
+    " sha256 BLOB NOT NULL UNIQUE," /* of the whole message as delivered */
     " refcount INTEGER NOT NULL CHECK (refcount >= 0),"
-    " size INTEGER NOT NULL,"            /* bytes of the whole message */
-    " stored_size INTEGER NOT NULL,"     /* bytes of the skeleton as stored */
-    " compression INTEGER NOT NULL"      /* 0 none, 1 zstd */
+    " size INTEGER NOT NULL,"        /* bytes of the whole message */
+    " stored_size INTEGER NOT NULL," /* bytes of the skeleton as stored */
+    " compression INTEGER NOT NULL"  /* 0 none, 1 zstd */
     ")",
 
     "CREATE TABLE bodies_data("
@@ -106,10 +108,16 @@ static const char *const store_schema_v1[] = {
     "CREATE INDEX messages_thread ON messages(thread_id)",
     /* Reference counting: which messages use a body. */
     "CREATE INDEX messages_body ON messages(body_id)",
+    /* Threading: a reply that arrived before its parent is found by the parent's Message-ID
+     * (without it: SCAN messages on every append). */
+    "CREATE INDEX messages_in_reply_to ON messages(in_reply_to) WHERE in_reply_to != ''",
+    /* EXPUNGE / CLOSE read only the \Deleted messages, not the whole mailbox; the index
+     * holds only those rows, so it costs nothing for the others. */
+    "CREATE INDEX messages_deleted ON messages(mailbox_id, uid) WHERE (flags & 8) != 0",
 
     "CREATE TABLE changes("
     " id INTEGER PRIMARY KEY,"
-    " mailbox_id INTEGER NOT NULL,"     /* no foreign key: the log outlives mailboxes */
+    " mailbox_id INTEGER NOT NULL," /* no foreign key: the log outlives mailboxes */
     " modseq INTEGER NOT NULL,"
     " uid INTEGER NOT NULL,"
     " kind TEXT NOT NULL CHECK (kind IN ('append','flags','expunge')),"
@@ -149,8 +157,8 @@ int store_schema_migrate(mv_store *s)
     if (version > STORE_SCHEMA_VERSION) {
         store_rollback(s);
         return store_fail(s, MV_EUNSUPPORTED,
-                          "the store has schema version %d; this mailvault knows up to %d",
-                          version, STORE_SCHEMA_VERSION);
+                          "the store has schema version %d; this mailvault knows up to %d", version,
+                          STORE_SCHEMA_VERSION);
     }
     if (version == 0) {
         rc = store_schema_create_v1(s);

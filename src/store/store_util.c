@@ -60,8 +60,8 @@ sqlite3_stmt *store_stmt(mv_store *s, const char *sql)
         return NULL;
     }
     if (free_slot == NULL) {
-        /* Cache full: a programming error caught in tests; keep working, slowly. */
-        store_fail(s, MV_ERROR, "statement cache full");
+        /* Cache full: a programming error (STORE_STMT_CACHE too small), made loud. */
+        store_fail(s, MV_ERROR, "internal error: statement cache full (STORE_STMT_CACHE)");
         sqlite3_finalize(stmt);
         return NULL;
     }

@@ -61,8 +61,9 @@ struct mv_codec {
     uint32_t page_size; /* 0 until known from the header or the first page-1 write */
     uint8_t *scratch;   /* WAL frame header + one page */
     uint32_t scratch_size;
-    sqlite3 *db;      /* the connection, once the auto-extension told us */
-    char errmsg[256]; /* last error, for mv_db_vfs_errmsg() */
+    sqlite3 *db;               /* the connection, once the auto-extension told us */
+    struct mv_file *main_file; /* the database file owning this codec (NULL once closed) */
+    char errmsg[256];          /* last error, for mv_db_vfs_errmsg() */
 };
 
 struct mv_file {

@@ -62,16 +62,77 @@ mv_journal_record_ok(struct mv_file *f, sqlite3_int64 rec, uint32_t page_size, u
                                             *pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0) == CRYPT_OK;
 }
 
-/* Before SQLite rolls back a journal it did not write, every record is authenticated.
- * SQLite truncates the database to its original size before it reads the first record,
- * so a damaged journal found record by record would already have changed the database;
- * found here, the rollback never starts and no byte changes. Records a journal header
- * counts were synced before the database was touched, so any failure among them is
- * damage; only in no-sync journals (count 0xffffffff) may the last record be torn. */
+/* The database size in pages that page 1 (plaintext) records, or 0 if that field is not
+ * valid (its version-valid-for number differs from the change counter). */
+static uint32_t mv_journal_header_pages(const uint8_t *page1)
+{
+    return memcmp(page1 + 24, page1 + 92, 4) == 0 ? mv_get_be32(page1 + 28) : 0;
+}
+
+/* The current database's page 1, authenticated, into the codec's scratch; its size too. */
+static int mv_journal_db_page1(struct mv_file *f, sqlite3_int64 *db_size)
+{
+    struct mv_codec *c = f->codec;
+    sqlite3_file *db = c->main_file != NULL ? c->main_file->lower : NULL;
+    if (db == NULL || db->pMethods->xFileSize(db, db_size) != SQLITE_OK ||
+        db->pMethods->xRead(db, c->scratch, (int)c->page_size, 0) != SQLITE_OK) {
+        return 0;
+    }
+    return crypt_page_decrypt(c->crypt, 1, c->scratch, c->page_size, CRYPT_PAGE_DB_HEADER) ==
+           CRYPT_OK;
+}
+
+/* The header's page size and original database size are plain, so they are checked against
+ * authenticated bytes: a forged header must not truncate the database.
+ *   (1) the page size must be the database's;
+ *   (2) a journal with no record cannot have changed the database, so it may not shrink it;
+ *   (3) with records, the original size must be what page 1 said before the transaction:
+ *       the journal's copy of page 1 if it saved one, else page 1 as it is (unchanged, or
+ *       it would have been journaled). */
+static int mv_journal_check_header(struct mv_file *f,
+                                   const uint8_t first_hdr[28],
+                                   uint32_t records,
+                                   int saw_page1,
+                                   uint32_t page1_pages)
+{
+    struct mv_codec *c = f->codec;
+    uint32_t original = mv_get_be32(first_hdr + 16);
+    sqlite3_int64 db_size = 0;
+    int have_db_page1 = !saw_page1 && mv_journal_db_page1(f, &db_size);
+    uint32_t expected = saw_page1       ? page1_pages
+                        : have_db_page1 ? mv_journal_header_pages(c->scratch)
+                                        : 0;
+    const char *why = NULL;
+    if (records == 0 && c->main_file != NULL &&
+        c->main_file->lower->pMethods->xFileSize(c->main_file->lower, &db_size) == SQLITE_OK &&
+        (sqlite3_int64)original * c->page_size < db_size) {
+        why = "it saved no page yet would shrink the database";
+    } else if (records > 0 && (original == 0 || (expected != 0 && original != expected))) {
+        why = "its original database size does not match the database's page 1";
+    }
+    if (why == NULL) {
+        return SQLITE_OK;
+    }
+    mv_codec_set_error(c,
+                       "the rollback journal's header was altered (%s): the database and the "
+                       "journal were left untouched",
+                       why);
+    return SQLITE_IOERR_DATA;
+}
+
+/* Before SQLite rolls back a journal it did not write, every record is authenticated and
+ * the header is checked against them. SQLite truncates the database to its original size
+ * before it reads the first record, so a damaged journal found record by record would
+ * already have changed the database; found here, the rollback never starts and no byte
+ * changes. Records a journal header counts were synced before the database was touched,
+ * so any failure among them is damage; only in no-sync journals (count 0xffffffff) may the
+ * last record be torn. */
 static int mv_journal_validate(struct mv_file *f)
 {
     struct mv_codec *c = f->codec;
-    uint32_t page_size = c->page_size;
+    uint32_t page_size = c->page_size, records = 0, page1_pages = 0;
+    int saw_page1 = 0;
+    uint8_t first_hdr[28];
     sqlite3_int64 size, hdr_off = 0;
     if (f->lower->pMethods->xFileSize(f->lower, &size) != SQLITE_OK ||
         mv_codec_scratch(c, page_size) != SQLITE_OK) {
@@ -82,11 +143,19 @@ static int mv_journal_validate(struct mv_file *f)
         if (hdr_off + 28 > size ||
             f->lower->pMethods->xRead(f->lower, hdr, 28, hdr_off) != SQLITE_OK ||
             memcmp(hdr, mv_journal_magic, 8) != 0) {
-            return SQLITE_OK;
+            break;
         }
         uint32_t count = mv_get_be32(hdr + 8), sector = mv_get_be32(hdr + 20);
+        if (hdr_off == 0) {
+            memcpy(first_hdr, hdr, sizeof first_hdr);
+        }
         if (sector < 32 || sector > 65536 || mv_get_be32(hdr + 24) != page_size) {
-            return SQLITE_OK; /* SQLite rejects such a header itself */
+            mv_codec_set_error(c,
+                               "the rollback journal's header was altered (page size %u, "
+                               "sector size %u): the database and the journal were left "
+                               "untouched",
+                               mv_get_be32(hdr + 24), sector);
+            return SQLITE_IOERR_DATA;
         }
         sqlite3_int64 rec = hdr_off + sector, rec_size = (sqlite3_int64)page_size + 8;
         int no_sync = count == 0xffffffffu;
@@ -95,7 +164,10 @@ static int mv_journal_validate(struct mv_file *f)
         }
         for (uint32_t i = 0; i < count && rec + rec_size <= size; i++, rec += rec_size) {
             uint32_t pgno = 0;
-            if (!mv_journal_record_ok(f, rec, page_size, &pgno) && !(no_sync && i + 1 == count)) {
+            if (!mv_journal_record_ok(f, rec, page_size, &pgno)) {
+                if (no_sync && i + 1 == count) {
+                    break;
+                }
                 mv_codec_set_error(c,
                                    "the rollback journal's copy of page %u (record %u) failed "
                                    "authentication: the journal is damaged or was tampered "
@@ -103,9 +175,16 @@ static int mv_journal_validate(struct mv_file *f)
                                    pgno, i + 1);
                 return SQLITE_IOERR_DATA;
             }
+            records += pgno != 0;
+            if (pgno == 1 && !saw_page1) {
+                saw_page1 = 1;
+                page1_pages = mv_journal_header_pages(c->scratch);
+            }
         }
         hdr_off = ((rec - 1) / sector + 1) * sector;
     }
+    return hdr_off == 0 ? SQLITE_OK
+                        : mv_journal_check_header(f, first_hdr, records, saw_page1, page1_pages);
 }
 
 int mv_journal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)

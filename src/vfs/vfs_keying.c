@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MV_KDF_ITER_MAX     100000000u /* beyond this an open would take minutes */
 #define MV_KEY_VERIFY_TRIES 4          /* page 1 re-read if a concurrent checkpoint tore it */
@@ -121,24 +120,36 @@ static int mv_choose_existing(struct mv_codec *c,
     return SQLITE_OK;
 }
 
-/* Authenticates page 1 with the new key; retried in case a concurrent writer tore it. */
+/* Authenticates page 1 with the new key. A failure is retried only while page 1 keeps
+ * changing under us (a concurrent writer may have torn the read); a stable failure is a
+ * wrong key, answered at once. */
 static int mv_verify_page1(struct mv_file *f, uint32_t page_size)
 {
     struct mv_codec *c = f->codec;
     int rc = mv_codec_scratch(c, page_size);
+    uint8_t *previous = rc == SQLITE_OK ? malloc(page_size) : NULL;
+    if (rc == SQLITE_OK && previous == NULL) {
+        rc = SQLITE_NOMEM;
+    }
     for (int i = 0; rc == SQLITE_OK && i < MV_KEY_VERIFY_TRIES; i++) {
         rc = f->lower->pMethods->xRead(f->lower, c->scratch, (int)page_size, 0);
         if (rc != SQLITE_OK) {
-            return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_CORRUPT : rc;
+            rc = rc == SQLITE_IOERR_SHORT_READ ? SQLITE_CORRUPT : rc;
+            break;
         }
+        if (i > 0 && memcmp(previous, c->scratch, page_size) == 0) {
+            rc = SQLITE_NOTADB; /* the same bytes twice: not a torn read */
+            break;
+        }
+        memcpy(previous, c->scratch, page_size);
         if (crypt_page_decrypt(c->crypt, 1, c->scratch, page_size, CRYPT_PAGE_DB_HEADER) ==
             CRYPT_OK) {
-            return SQLITE_OK;
+            break;
         }
-        struct timespec ts = {0, 2000000};
-        nanosleep(&ts, NULL);
+        rc = i + 1 < MV_KEY_VERIFY_TRIES ? SQLITE_OK : SQLITE_NOTADB;
     }
-    return rc == SQLITE_OK ? SQLITE_NOTADB : rc;
+    free(previous);
+    return rc;
 }
 
 static int

@@ -46,6 +46,7 @@ static int mv_io_close(sqlite3_file *p)
     }
     if (f->kind == MV_FILE_MAIN) {
         mv_registry_remove(f);
+        f->codec->main_file = NULL;
     }
     if (f->kind == MV_FILE_TEMP) {
         mv_temp_close(f);
@@ -319,6 +320,7 @@ mv_vfs_open(sqlite3_vfs *vfs, sqlite3_filename zName, sqlite3_file *p, int flags
         if (f->codec == NULL) {
             return SQLITE_NOMEM;
         }
+        f->codec->main_file = f;
     } else if (f->kind == MV_FILE_JOURNAL || f->kind == MV_FILE_WAL) {
         f->codec = mv_registry_codec_for(zName);
         if (f->codec == NULL) {

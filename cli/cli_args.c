@@ -1,0 +1,273 @@
+/*
+ * cli_args.c -- the command line of the store commands (everything but `sql`).
+ *
+ * USAGE
+ *   static const struct cli_command_spec spec = {"list", "list USER [--mailbox NAME] ...",
+ *       CLI_OPTS_STORE | CLI_OPT(CLI_OPT_MAILBOX), 1, 1};
+ *   struct cli_args args;
+ *   int rc = cli_args_parse(argc, argv, &spec, &args);
+ *   if (rc != CLI_EXIT_OK) return cli_args_exit(rc);
+ *
+ * IMPLEMENTATION NOTES
+ *   One table names every option; a command accepts the subset in its spec's mask, so an
+ *   option that means nothing to a command is a usage error rather than silently ignored.
+ *   Options may come before, between or after positional arguments (`list USER --json`),
+ *   "--" ends them (for a keyword or file name starting with '-'). Positional arguments are
+ *   gathered at the front of argv in place: no allocation, no limit on their number.
+ *   There is no option that takes a password: argv is readable by every user through /proc.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct cli_option_def {
+    const char *name;
+    int takes_value;
+};
+
+/* Indexed by enum cli_opt. */
+static const struct cli_option_def cli_option_defs[CLI_OPT_COUNT] = {
+    [CLI_OPT_ROOT] = {"--root", 1},
+    [CLI_OPT_PASSWORD_FILE] = {"--password-file", 1},
+    [CLI_OPT_MAILBOX] = {"--mailbox", 1},
+    [CLI_OPT_JSON] = {"--json", 0},
+    [CLI_OPT_LIMIT] = {"--limit", 1},
+    [CLI_OPT_OUTPUT] = {"--output", 1},
+    [CLI_OPT_FLAGS] = {"--flags", 1},
+    [CLI_OPT_SEALED] = {"--sealed", 0},
+    [CLI_OPT_MAX_MESSAGE_SIZE] = {"--max-message-size", 1},
+    [CLI_OPT_MBOX] = {"--mbox", 0},
+    [CLI_OPT_SPECIAL_USE] = {"--special-use", 1},
+    [CLI_OPT_ADD] = {"--add", 0},
+    [CLI_OPT_REMOVE] = {"--remove", 0},
+    [CLI_OPT_SET] = {"--set", 0},
+    [CLI_OPT_FROM] = {"--from", 1},
+    [CLI_OPT_TO] = {"--to", 1},
+    [CLI_OPT_CC] = {"--cc", 1},
+    [CLI_OPT_SUBJECT] = {"--subject", 1},
+    [CLI_OPT_MESSAGE_ID] = {"--message-id", 1},
+    [CLI_OPT_TEXT] = {"--text", 1},
+    [CLI_OPT_SINCE] = {"--since", 1},
+    [CLI_OPT_BEFORE] = {"--before", 1},
+    [CLI_OPT_SEEN] = {"--seen", 0},
+    [CLI_OPT_UNSEEN] = {"--unseen", 0},
+    [CLI_OPT_FLAGGED] = {"--flagged", 0},
+    [CLI_OPT_KEYWORD] = {"--keyword", 1},
+    [CLI_OPT_LARGER] = {"--larger", 1},
+    [CLI_OPT_SMALLER] = {"--smaller", 1},
+};
+
+const char *cli_args_name(enum cli_opt id)
+{
+    return cli_option_defs[id].name;
+}
+
+int cli_args_has(const struct cli_args *args, enum cli_opt id)
+{
+    return args->value[id] != NULL;
+}
+
+int cli_args_exit(int rc)
+{
+    return rc == CLI_ARGS_HELP ? CLI_EXIT_OK : rc;
+}
+
+int cli_args_usage_error(const struct cli_args *args, const char *fmt, ...)
+{
+    fprintf(stderr, "mailvault: %s: ", args->spec->name);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (try 'mailvault %s --help')\n", args->spec->name);
+    return CLI_EXIT_USAGE;
+}
+
+static void cli_args_help(const struct cli_command_spec *spec)
+{
+    printf("usage: mailvault %s\n", spec->synopsis);
+    if (spec->options & CLI_OPT(CLI_OPT_ROOT)) {
+        fputs("\nUSER is an e-mail address. The store lives under --root DIR, else\n"
+              "$MAILVAULT_ROOT, else ./var/mail.\n",
+              stdout);
+    }
+    if (spec->options & CLI_OPT(CLI_OPT_PASSWORD_FILE)) {
+        fputs("Password: --password-file FILE ('-': stdin), else $MAILVAULT_PASSWORD, else a\n"
+              "prompt on the terminal. Exit status: 0 success, 1 error, 2 usage error.\n"
+              "The whole contract is in docs/CLI.md.\n",
+              stdout);
+    }
+}
+
+/* Finds the option named by arg (up to '=' if any); -1 if unknown. */
+static int cli_args_lookup(const char *arg, size_t name_length)
+{
+    for (int id = 0; id < CLI_OPT_COUNT; id++) {
+        const char *name = cli_option_defs[id].name;
+        if (strlen(name) == name_length && strncmp(name, arg, name_length) == 0) {
+            return id;
+        }
+    }
+    return -1;
+}
+
+/* Handles argv[*index], an option; advances *index past its value if it takes one. */
+static int cli_args_option(int argc, char **argv, int *index, struct cli_args *out)
+{
+    const char *arg = argv[*index];
+    const char *equals = strchr(arg, '=');
+    size_t name_length = equals != NULL ? (size_t)(equals - arg) : strlen(arg);
+    int id = cli_args_lookup(arg, name_length);
+    if (id < 0 || !(out->spec->options & CLI_OPT(id))) {
+        return cli_args_usage_error(out, "unknown option '%s'", arg);
+    }
+    const struct cli_option_def *def = &cli_option_defs[id];
+    if (out->value[id] != NULL) {
+        return cli_args_usage_error(out, "option %s given twice", def->name);
+    }
+    if (!def->takes_value) {
+        if (equals != NULL) {
+            return cli_args_usage_error(out, "option %s takes no value", def->name);
+        }
+        out->value[id] = "";
+        return CLI_EXIT_OK;
+    }
+    if (equals != NULL) {
+        out->value[id] = equals + 1;
+        return CLI_EXIT_OK;
+    }
+    if (*index + 1 >= argc) {
+        return cli_args_usage_error(out, "option %s needs a value", def->name);
+    }
+    *index += 1;
+    out->value[id] = argv[*index];
+    return CLI_EXIT_OK;
+}
+
+static int cli_args_count_check(const struct cli_args *out)
+{
+    const struct cli_command_spec *spec = out->spec;
+    if (out->positional_count < spec->positional_min) {
+        return cli_args_usage_error(out, "missing arguments");
+    }
+    if (spec->positional_max >= 0 && out->positional_count > spec->positional_max) {
+        return cli_args_usage_error(out, "unexpected argument '%s'",
+                                    out->positional[spec->positional_max]);
+    }
+    return CLI_EXIT_OK;
+}
+
+int cli_args_parse(int argc, char **argv, const struct cli_command_spec *spec, struct cli_args *out)
+{
+    memset(out, 0, sizeof *out);
+    out->spec = spec;
+    out->positional = argv + 1;
+    int options_done = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        int is_option = !options_done && arg[0] == '-' && arg[1] != '\0';
+        if (is_option && strcmp(arg, "--") == 0) {
+            options_done = 1;
+        } else if (is_option && (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)) {
+            cli_args_help(spec);
+            return CLI_ARGS_HELP;
+        } else if (is_option) {
+            int rc = cli_args_option(argc, argv, &i, out);
+            if (rc != CLI_EXIT_OK) {
+                return rc;
+            }
+        } else {
+            /* The write index never passes the read index: options only shrink the list. */
+            out->positional[out->positional_count++] = argv[i];
+        }
+    }
+    return cli_args_count_check(out);
+}
+
+int cli_args_parse_u64(const char *text, uint64_t max, uint64_t *value_out)
+{
+    if (text[0] < '0' || text[0] > '9') {
+        return -1; /* strtoull would accept " 1", "+1" and "-1" */
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long value = strtoull(text, &end, 10);
+    if (errno != 0 || *end != '\0' || value > max) {
+        return -1;
+    }
+    *value_out = (uint64_t)value;
+    return 0;
+}
+
+int cli_args_u64(
+    const struct cli_args *args, enum cli_opt id, uint64_t min, uint64_t max, uint64_t *out)
+{
+    const char *text = args->value[id];
+    if (text == NULL) {
+        return CLI_EXIT_OK;
+    }
+    uint64_t value = 0;
+    if (cli_args_parse_u64(text, max, &value) != 0 || value < min) {
+        return cli_args_usage_error(args, "%s: '%s' is not a number from %llu to %llu",
+                                    cli_args_name(id), text, (unsigned long long)min,
+                                    (unsigned long long)max);
+    }
+    *out = value;
+    return CLI_EXIT_OK;
+}
+
+int cli_args_uid(const char *text, uint32_t *uid_out)
+{
+    uint64_t value = 0;
+    if (cli_args_parse_u64(text, UINT32_MAX, &value) != 0 || value == 0) {
+        return -1;
+    }
+    *uid_out = (uint32_t)value;
+    return 0;
+}
+
+/* Parses exactly "YYYY-MM-DD"; the day must exist (timegm would roll 02-30 into March). */
+static int cli_args_parse_date(const char *text, int64_t *out)
+{
+    static const char shape[] = "dddd-dd-dd";
+    if (strlen(text) != sizeof shape - 1) {
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof shape - 1; i++) {
+        int is_digit = text[i] >= '0' && text[i] <= '9';
+        if ((shape[i] == 'd') != is_digit || (shape[i] == '-' && text[i] != '-')) {
+            return -1;
+        }
+    }
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    tm.tm_year = (text[0] - '0') * 1000 + (text[1] - '0') * 100 + (text[2] - '0') * 10 +
+                 (text[3] - '0') - 1900;
+    tm.tm_mon = (text[5] - '0') * 10 + (text[6] - '0') - 1;
+    tm.tm_mday = (text[8] - '0') * 10 + (text[9] - '0');
+    int year = tm.tm_year, month = tm.tm_mon, day = tm.tm_mday;
+    time_t t = timegm(&tm);
+    if (year < 70 || t == (time_t)-1 || tm.tm_year != year || tm.tm_mon != month ||
+        tm.tm_mday != day) {
+        return -1;
+    }
+    *out = (int64_t)t;
+    return 0;
+}
+
+int cli_args_date(const struct cli_args *args, enum cli_opt id, int64_t *out)
+{
+    const char *text = args->value[id];
+    if (text == NULL) {
+        return CLI_EXIT_OK;
+    }
+    if (cli_args_parse_date(text, out) != 0) {
+        return cli_args_usage_error(args, "%s: '%s' is not a date YYYY-MM-DD from 1970 on",
+                                    cli_args_name(id), text);
+    }
+    return CLI_EXIT_OK;
+}

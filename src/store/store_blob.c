@@ -1,0 +1,685 @@
+/*
+ * store_blob.c -- message bytes: bodies and attachments, content-addressed and reference
+ * counted, compressed with zstd when that pays.
+ *
+ * A body is a whole message as delivered, named by the SHA-256 of its bytes. Storing a
+ * message whose digest is already there adds a reference and writes no bytes: that is how
+ * COPY, MOVE and duplicate deliveries cost nothing. A new body is split: the large leaf
+ * parts the parser found (store_parsed.parts, their encoded bytes exactly as in the message)
+ * are cut out and stored as attachments, each named by the SHA-256 of its bytes and shared
+ * by every body that contains the same bytes; what remains is the skeleton (headers, MIME
+ * boundaries, small parts), stored in bodies_data. body_parts(body_id, seq, position,
+ * attachment_id) says where each cut part goes back: position is its byte offset in the
+ * reassembled message.
+ *
+ * Each stored BLOB is zstd level 3 (compression = 1) when that saves at least 10 %, else the
+ * bytes as they are (compression = 0); already-compressed attachments are not worth the
+ * CPU on every read.
+ *
+ * IMPLEMENTATION NOTES
+ *   Reassembly uses one buffer of the message's size and no other: the skeleton is first
+ *   unpacked into the buffer's tail, then, part by part in seq order, the skeleton bytes
+ *   before the part are moved down to their place and the part is unpacked after them.
+ *   Placed bytes never overtake unmoved skeleton bytes, because out_pos + skeleton bytes
+ *   left + parts left == size at every step; each step checks the bound it relies on, so a
+ *   damaged row gives MV_ECORRUPT instead of a write out of bounds. The result must then
+ *   have the recorded size and SHA-256.
+ *   Unref drops body_parts with DELETE ... RETURNING, whose rows SQLite computes in full on
+ *   the first step, so the attachments can be updated and deleted while stepping through
+ *   them. bodies_data and attachments_data go by ON DELETE CASCADE (the store's profile
+ *   turns foreign keys on and checks that it took).
+ *   Memory: the message, its skeleton and one compressed copy at most; never more than one
+ *   message.
+ *
+ * LIMITATIONS
+ *   One message is at most STORE_BLOB_SIZE_MAX bytes (SQLite's default maximum BLOB).
+ */
+#include "store/store_blob.h"
+
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+#include <zstd_errors.h>
+
+#define STORE_BLOB_ZSTD_LEVEL 3
+#define STORE_BLOB_PACK_MIN   64 /* smaller BLOBs are never worth a zstd frame */
+#define STORE_BLOB_NONE       0
+#define STORE_BLOB_ZSTD       1
+
+/* A BLOB ready to store: either the caller's bytes or a compressed copy in owned. */
+struct store_blob_packed {
+    const uint8_t *data;
+    size_t size;
+    int compression;
+    uint8_t *owned;
+};
+
+int store_blob_sha256(mv_store *s, const void *data, size_t len, uint8_t out[32])
+{
+    unsigned int out_len = 0;
+    static const uint8_t empty = 0;
+    if (EVP_Digest(len != 0 ? data : &empty, len, out, &out_len, EVP_sha256(), NULL) != 1 ||
+        out_len != 32) {
+        return store_fail(s, MV_ERROR, "SHA-256 failed (OpenSSL)");
+    }
+    return MV_OK;
+}
+
+/* Compresses src when that saves at least 10 %: the output buffer is 90 % of the input, so
+ * zstd itself reports "destination too small" when it does not. */
+static int store_blob_pack(mv_store *s, const uint8_t *src, size_t n, struct store_blob_packed *out)
+{
+    out->data = src;
+    out->size = n;
+    out->compression = STORE_BLOB_NONE;
+    out->owned = NULL;
+    if (n < STORE_BLOB_PACK_MIN) {
+        return MV_OK;
+    }
+    size_t cap = n - n / 10;
+    uint8_t *buf = malloc(cap);
+    if (buf == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory compressing %zu bytes", n);
+    }
+    size_t got = ZSTD_compress(buf, cap, src, n, STORE_BLOB_ZSTD_LEVEL);
+    if (ZSTD_isError(got)) {
+        free(buf);
+        if (ZSTD_getErrorCode(got) == ZSTD_error_dstSize_tooSmall) {
+            return MV_OK; /* saves less than 10 %: store as is */
+        }
+        return store_fail(s, MV_ERROR, "zstd compression failed: %s", ZSTD_getErrorName(got));
+    }
+    out->data = buf;
+    out->size = got;
+    out->compression = STORE_BLOB_ZSTD;
+    out->owned = buf;
+    return MV_OK;
+}
+
+/* Unpacks a stored BLOB into exactly dst_len bytes at dst. what/id name it in messages. */
+static int store_blob_unpack(mv_store *s,
+                             const char *what,
+                             int64_t id,
+                             int compression,
+                             const void *src,
+                             size_t src_len,
+                             uint8_t *dst,
+                             size_t dst_len)
+{
+    if (compression == STORE_BLOB_NONE) {
+        if (src_len != dst_len) {
+            return store_fail(s, MV_ECORRUPT, "%s %lld: %zu bytes stored, %zu expected", what,
+                              (long long)id, src_len, dst_len);
+        }
+        if (dst_len != 0) {
+            memcpy(dst, src, dst_len);
+        }
+        return MV_OK;
+    }
+    if (compression != STORE_BLOB_ZSTD || src_len == 0) {
+        return store_fail(s, MV_ECORRUPT, "%s %lld: unknown compression %d or empty frame", what,
+                          (long long)id, compression);
+    }
+    unsigned long long frame = ZSTD_getFrameContentSize(src, src_len);
+    if (frame == ZSTD_CONTENTSIZE_ERROR || frame == ZSTD_CONTENTSIZE_UNKNOWN ||
+        frame != (unsigned long long)dst_len) {
+        return store_fail(s, MV_ECORRUPT, "%s %lld: bad zstd frame header (%zu bytes expected)",
+                          what, (long long)id, dst_len);
+    }
+    size_t got = ZSTD_decompress(dst, dst_len, src, src_len);
+    if (ZSTD_isError(got) || got != dst_len) {
+        return store_fail(s, MV_ECORRUPT, "%s %lld: zstd frame does not decompress: %s", what,
+                          (long long)id, ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
+    }
+    return MV_OK;
+}
+
+/* The size a stored BLOB unpacks to. */
+static int store_blob_unpacked_size(mv_store *s,
+                                    const char *what,
+                                    int64_t id,
+                                    int compression,
+                                    const void *src,
+                                    size_t src_len,
+                                    size_t *size_out)
+{
+    if (compression == STORE_BLOB_NONE) {
+        *size_out = src_len;
+        return MV_OK;
+    }
+    unsigned long long frame = compression == STORE_BLOB_ZSTD && src_len != 0
+                                   ? ZSTD_getFrameContentSize(src, src_len)
+                                   : ZSTD_CONTENTSIZE_ERROR;
+    if (frame == ZSTD_CONTENTSIZE_ERROR || frame == ZSTD_CONTENTSIZE_UNKNOWN ||
+        frame > STORE_BLOB_SIZE_MAX) {
+        return store_fail(s, MV_ECORRUPT, "%s %lld: bad compression %d or zstd frame header", what,
+                          (long long)id, compression);
+    }
+    *size_out = (size_t)frame;
+    return MV_OK;
+}
+
+/* Steps a statement that returns no rows, resets it; MV_OK or the SQLite failure. */
+static int store_blob_step_done(mv_store *s, sqlite3_stmt *st, const char *what)
+{
+    int step = sqlite3_step(st);
+    int rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, what);
+    sqlite3_reset(st);
+    return rc;
+}
+
+/* Runs sql (a literal with one integer parameter, no rows) for id. */
+static int store_blob_exec_id(mv_store *s, const char *sql, int64_t id, const char *what)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (st == NULL) {
+        return store_fail_sqlite(s, what);
+    }
+    sqlite3_bind_int64(st, 1, id);
+    return store_blob_step_done(s, st, what);
+}
+
+/* Looks up the id of a digest with sql ("SELECT id FROM x WHERE sha256 = ?"): MV_OK and
+ * *id_out, MV_ENOTFOUND (no message set), or an SQLite error. */
+static int store_blob_find(mv_store *s, const char *sql, const uint8_t digest[32], int64_t *id_out)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (st == NULL) {
+        return store_fail_sqlite(s, "looking up a digest");
+    }
+    sqlite3_bind_blob(st, 1, digest, 32, SQLITE_STATIC);
+    int step = sqlite3_step(st);
+    int rc = MV_ENOTFOUND;
+    if (step == SQLITE_ROW) {
+        *id_out = sqlite3_column_int64(st, 0);
+        rc = MV_OK;
+    } else if (step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "looking up a digest");
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+/* Inserts the BLOB row (id, data) with sql ("INSERT INTO x_data(id, data) VALUES (?, ?)"). */
+static int store_blob_insert_data(mv_store *s,
+                                  const char *sql,
+                                  int64_t id,
+                                  const struct store_blob_packed *blob)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (st == NULL) {
+        return store_fail_sqlite(s, "storing message bytes");
+    }
+    sqlite3_bind_int64(st, 1, id);
+    if (blob->size == 0) {
+        sqlite3_bind_zeroblob(st, 2, 0); /* a NULL pointer would bind NULL */
+    } else {
+        sqlite3_bind_blob64(st, 2, blob->data, blob->size, SQLITE_STATIC);
+    }
+    return store_blob_step_done(s, st, "storing message bytes");
+}
+
+/* Stores one attachment (bytes of a cut part) or adds a reference to the same bytes. */
+static int store_attachment_put(mv_store *s, const uint8_t *bytes, size_t n, int64_t *id_out)
+{
+    uint8_t digest[32];
+    int rc = store_blob_sha256(s, bytes, n, digest);
+    if (rc == MV_OK) {
+        rc = store_blob_find(s, "SELECT id FROM attachments WHERE sha256 = ?", digest, id_out);
+    }
+    if (rc == MV_OK) {
+        return store_blob_exec_id(s, "UPDATE attachments SET refcount = refcount + 1 WHERE id = ?",
+                                  *id_out, "referencing an attachment");
+    }
+    if (rc != MV_ENOTFOUND) {
+        return rc;
+    }
+    struct store_blob_packed blob;
+    rc = store_blob_pack(s, bytes, n, &blob);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    sqlite3_stmt *st = store_stmt(s, "INSERT INTO attachments(sha256, refcount, size, "
+                                     "stored_size, compression) VALUES (?, 1, ?, ?, ?)");
+    if (st == NULL) {
+        rc = store_fail_sqlite(s, "storing an attachment");
+        goto cleanup;
+    }
+    sqlite3_bind_blob(st, 1, digest, 32, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)n);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)blob.size);
+    sqlite3_bind_int(st, 4, blob.compression);
+    rc = store_blob_step_done(s, st, "storing an attachment");
+    if (rc == MV_OK) {
+        *id_out = sqlite3_last_insert_rowid(s->db);
+        rc = store_blob_insert_data(s, "INSERT INTO attachments_data(id, data) VALUES (?, ?)",
+                                    *id_out, &blob);
+    }
+cleanup:
+    free(blob.owned);
+    return rc;
+}
+
+/* Checks the parser's ranges: inside the message, non-empty, ascending, disjoint. Returns
+ * the number of bytes they cover. */
+static int
+store_body_parts_check(mv_store *s, size_t len, const struct store_parsed *p, size_t *cut_out)
+{
+    uint64_t prev_end = 0, cut = 0;
+    for (size_t i = 0; i < p->part_count; i++) {
+        const struct store_part_range *r = &p->parts[i];
+        /* (1) non-empty, (2) after the previous part, (3) inside the message */
+        if (r->start >= r->end || r->start < prev_end || r->end > len) {
+            return store_fail(s, MV_ERROR,
+                              "the parser returned a bad part range %zu "
+                              "[%llu, %llu) for a message of %zu bytes",
+                              i, (unsigned long long)r->start, (unsigned long long)r->end, len);
+        }
+        cut += r->end - r->start;
+        prev_end = r->end;
+    }
+    *cut_out = (size_t)cut;
+    return MV_OK;
+}
+
+/* The message with its parts cut out, into a new buffer of len - cut bytes (at least 1). */
+static int store_body_skeleton(mv_store *s,
+                               const uint8_t *raw,
+                               size_t len,
+                               const struct store_parsed *p,
+                               size_t cut,
+                               uint8_t **out)
+{
+    size_t skeleton_len = len - cut;
+    uint8_t *buf = malloc(skeleton_len != 0 ? skeleton_len : 1);
+    if (buf == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory splitting a message of %zu bytes", len);
+    }
+    size_t at = 0, from = 0;
+    for (size_t i = 0; i < p->part_count; i++) {
+        size_t start = (size_t)p->parts[i].start;
+        memcpy(buf + at, raw + from, start - from);
+        at += start - from;
+        from = (size_t)p->parts[i].end;
+    }
+    memcpy(buf + at, raw + from, len - from);
+    *out = buf;
+    return MV_OK;
+}
+
+/* Inserts the bodies row and its skeleton; *id_out is the new body id. */
+static int store_body_insert(mv_store *s,
+                             const uint8_t *skeleton,
+                             size_t skeleton_len,
+                             size_t len,
+                             const uint8_t digest[32],
+                             int64_t *id_out)
+{
+    struct store_blob_packed blob;
+    int rc = store_blob_pack(s, skeleton, skeleton_len, &blob);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    sqlite3_stmt *st = store_stmt(s, "INSERT INTO bodies(sha256, refcount, size, stored_size, "
+                                     "compression) VALUES (?, 1, ?, ?, ?)");
+    if (st == NULL) {
+        rc = store_fail_sqlite(s, "storing a message body");
+        goto cleanup;
+    }
+    sqlite3_bind_blob(st, 1, digest, 32, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)len);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)blob.size);
+    sqlite3_bind_int(st, 4, blob.compression);
+    rc = store_blob_step_done(s, st, "storing a message body");
+    if (rc == MV_OK) {
+        *id_out = sqlite3_last_insert_rowid(s->db);
+        rc = store_blob_insert_data(s, "INSERT INTO bodies_data(id, data) VALUES (?, ?)", *id_out,
+                                    &blob);
+    }
+cleanup:
+    free(blob.owned);
+    return rc;
+}
+
+/* Stores each cut part as an attachment and records where it goes back in. */
+static int store_body_insert_parts(mv_store *s,
+                                   int64_t body_id,
+                                   const uint8_t *raw,
+                                   const struct store_parsed *p)
+{
+    for (size_t i = 0; i < p->part_count; i++) {
+        const struct store_part_range *r = &p->parts[i];
+        int64_t attachment_id = 0;
+        int rc =
+            store_attachment_put(s, raw + r->start, (size_t)(r->end - r->start), &attachment_id);
+        if (rc != MV_OK) {
+            return rc;
+        }
+        sqlite3_stmt *st = store_stmt(s, "INSERT INTO body_parts(body_id, seq, position, "
+                                         "attachment_id) VALUES (?, ?, ?, ?)");
+        if (st == NULL) {
+            return store_fail_sqlite(s, "storing a body part");
+        }
+        sqlite3_bind_int64(st, 1, body_id);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)i);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)r->start);
+        sqlite3_bind_int64(st, 4, attachment_id);
+        rc = store_blob_step_done(s, st, "storing a body part");
+        if (rc != MV_OK) {
+            return rc;
+        }
+    }
+    return MV_OK;
+}
+
+/* The body's full-text row: rowid = body id, so copies share it. */
+static int store_body_index(mv_store *s, int64_t body_id, const struct store_parsed *p)
+{
+    sqlite3_stmt *st = store_stmt(s, "INSERT INTO fts(rowid, subject, addresses, body) "
+                                     "VALUES (?1, ?2, ?3 || ' ' || ?4 || ' ' || ?5, ?6)");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "indexing a message");
+    }
+    sqlite3_bind_int64(st, 1, body_id);
+    sqlite3_bind_text(st, 2, p->subject != NULL ? p->subject : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, p->from != NULL ? p->from : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, p->to != NULL ? p->to : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, p->cc != NULL ? p->cc : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, p->text != NULL ? p->text : "", -1, SQLITE_STATIC);
+    return store_blob_step_done(s, st, "indexing a message");
+}
+
+int store_body_put(mv_store *s,
+                   const uint8_t *raw,
+                   size_t len,
+                   const struct store_parsed *parsed,
+                   int64_t *body_id_out)
+{
+    static const uint8_t empty = 0;
+    uint8_t digest[32];
+    uint8_t *skeleton = NULL;
+    size_t cut = 0;
+    if (len > STORE_BLOB_SIZE_MAX) {
+        return store_fail(s, MV_ELIMIT,
+                          "a message of %zu bytes is over the store's maximum "
+                          "of %u bytes",
+                          len, STORE_BLOB_SIZE_MAX);
+    }
+    raw = len != 0 ? raw : &empty;
+    int rc = store_blob_sha256(s, raw, len, digest);
+    if (rc == MV_OK) {
+        rc = store_blob_find(s, "SELECT id FROM bodies WHERE sha256 = ?", digest, body_id_out);
+    }
+    if (rc == MV_OK) {
+        return store_body_ref(s, *body_id_out); /* the same bytes: one more reference */
+    }
+    if (rc != MV_ENOTFOUND) {
+        return rc;
+    }
+    rc = store_body_parts_check(s, len, parsed, &cut);
+    if (rc == MV_OK) {
+        rc = store_body_skeleton(s, raw, len, parsed, cut, &skeleton);
+    }
+    if (rc == MV_OK) {
+        rc = store_body_insert(s, skeleton, len - cut, len, digest, body_id_out);
+    }
+    free(skeleton); /* before the parts: at most one copy of the message besides raw */
+    if (rc == MV_OK) {
+        rc = store_body_insert_parts(s, *body_id_out, raw, parsed);
+    }
+    if (rc == MV_OK) {
+        rc = store_body_index(s, *body_id_out, parsed);
+    }
+    return rc;
+}
+
+int store_body_ref(mv_store *s, int64_t body_id)
+{
+    int rc = store_blob_exec_id(s, "UPDATE bodies SET refcount = refcount + 1 WHERE id = ?",
+                                body_id, "referencing a message body");
+    if (rc == MV_OK && sqlite3_changes(s->db) != 1) {
+        rc = store_fail(s, MV_ECORRUPT, "body %lld is missing", (long long)body_id);
+    }
+    return rc;
+}
+
+/* Decrements a refcount with sql ("UPDATE x ... RETURNING refcount"); *left gets the count. */
+static int
+store_blob_decrement(mv_store *s, const char *sql, int64_t id, const char *what, int64_t *left)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (st == NULL) {
+        return store_fail_sqlite(s, what);
+    }
+    sqlite3_bind_int64(st, 1, id);
+    int step = sqlite3_step(st);
+    int rc = MV_OK;
+    if (step == SQLITE_ROW) {
+        *left = sqlite3_column_int64(st, 0);
+        step = sqlite3_step(st);
+    } else if (step == SQLITE_DONE) {
+        rc = store_fail(s, MV_ECORRUPT, "%s: %lld does not exist", what, (long long)id);
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, what);
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+static int store_attachment_unref(mv_store *s, int64_t attachment_id)
+{
+    int64_t left = 0;
+    int rc = store_blob_decrement(s,
+                                  "UPDATE attachments SET refcount = refcount - 1 "
+                                  "WHERE id = ? RETURNING refcount",
+                                  attachment_id, "dropping an attachment", &left);
+    if (rc == MV_OK && left == 0) {
+        rc = store_blob_exec_id(s, "DELETE FROM attachments WHERE id = ?", attachment_id,
+                                "deleting an attachment"); /* cascades to attachments_data */
+    }
+    return rc;
+}
+
+/* Deletes body_id's body_parts rows and drops one reference to each attachment. */
+static int store_body_drop_parts(mv_store *s, int64_t body_id)
+{
+    sqlite3_stmt *st = store_stmt(s, "DELETE FROM body_parts WHERE body_id = ? "
+                                     "RETURNING attachment_id");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "deleting body parts");
+    }
+    sqlite3_bind_int64(st, 1, body_id);
+    int rc = MV_OK, step = SQLITE_DONE;
+    /* The DELETE is complete after the first step; the rows come from memory. */
+    while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        rc = store_attachment_unref(s, sqlite3_column_int64(st, 0));
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "deleting body parts");
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_body_unref(mv_store *s, int64_t body_id)
+{
+    int64_t left = 0;
+    int rc = store_blob_decrement(s,
+                                  "UPDATE bodies SET refcount = refcount - 1 "
+                                  "WHERE id = ? RETURNING refcount",
+                                  body_id, "dropping a message body", &left);
+    if (rc != MV_OK || left > 0) {
+        return rc;
+    }
+    rc = store_body_drop_parts(s, body_id);
+    if (rc == MV_OK) {
+        rc = store_blob_exec_id(s, "DELETE FROM fts WHERE rowid = ?", body_id,
+                                "deleting a message's full-text row");
+    }
+    if (rc == MV_OK) {
+        rc = store_blob_exec_id(s, "DELETE FROM bodies WHERE id = ?", body_id,
+                                "deleting a message body"); /* cascades to bodies_data */
+    }
+    return rc;
+}
+
+/* Reassembly state: out has size bytes; out[0, pos) is final; the skeleton_left skeleton
+ * bytes not yet placed sit at the tail, out[size - skeleton_left, size). */
+struct store_body_build {
+    int64_t body_id;
+    uint8_t *out;
+    size_t size;
+    size_t pos;
+    size_t skeleton_left;
+};
+
+/* Moves the next n skeleton bytes from the tail down to pos. */
+static void store_body_move_skeleton(struct store_body_build *b, size_t n)
+{
+    memmove(b->out + b->pos, b->out + (b->size - b->skeleton_left), n);
+    b->pos += n;
+    b->skeleton_left -= n;
+}
+
+/* Places one attachment row (position, size, compression, data) at its position. */
+static int store_body_place_part(mv_store *s, struct store_body_build *b, sqlite3_stmt *st)
+{
+    sqlite3_int64 position = sqlite3_column_int64(st, 0);
+    sqlite3_int64 part_size = sqlite3_column_int64(st, 1);
+    int compression = sqlite3_column_int(st, 2);
+    int64_t attachment_id = sqlite3_column_int64(st, 4);
+    /* (1) the part starts at or after what is placed, (2) the skeleton holds the bytes in
+     * between, (3) the part ends before the skeleton bytes not yet moved. */
+    if (sqlite3_column_type(st, 1) == SQLITE_NULL || sqlite3_column_type(st, 3) == SQLITE_NULL ||
+        position < (sqlite3_int64)b->pos || (uint64_t)position - b->pos > b->skeleton_left ||
+        part_size < 0) {
+        return store_fail(s, MV_ECORRUPT, "body %lld: attachment %lld is missing or misplaced",
+                          (long long)b->body_id, (long long)attachment_id);
+    }
+    store_body_move_skeleton(b, (size_t)position - b->pos);
+    if ((uint64_t)part_size > b->size - b->skeleton_left - b->pos) {
+        return store_fail(s, MV_ECORRUPT,
+                          "body %lld: attachment %lld (%lld bytes) overruns the "
+                          "message size %zu",
+                          (long long)b->body_id, (long long)attachment_id, (long long)part_size,
+                          b->size);
+    }
+    const void *data = sqlite3_column_blob(st, 3);
+    size_t data_len = (size_t)sqlite3_column_bytes(st, 3);
+    int rc = store_blob_unpack(s, "attachment", attachment_id, compression, data, data_len,
+                               b->out + b->pos, (size_t)part_size);
+    if (rc == MV_OK) {
+        b->pos += (size_t)part_size;
+    }
+    return rc;
+}
+
+/* Puts every attachment of the body back in, in seq order, then the skeleton's tail. */
+static int store_body_place_parts(mv_store *s, struct store_body_build *b)
+{
+    sqlite3_stmt *st = store_stmt(s, "SELECT bp.position, a.size, a.compression, d.data, "
+                                     "bp.attachment_id FROM body_parts bp "
+                                     "LEFT JOIN attachments a ON a.id = bp.attachment_id "
+                                     "LEFT JOIN attachments_data d ON d.id = bp.attachment_id "
+                                     "WHERE bp.body_id = ? ORDER BY bp.seq");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading body parts");
+    }
+    sqlite3_bind_int64(st, 1, b->body_id);
+    int rc = MV_OK, step = SQLITE_DONE;
+    while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        rc = store_body_place_part(s, b, st);
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "reading body parts");
+    }
+    sqlite3_reset(st);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    store_body_move_skeleton(b, b->skeleton_left);
+    if (b->pos != b->size) {
+        return store_fail(s, MV_ECORRUPT, "body %lld: reassembled %zu bytes, %zu expected",
+                          (long long)b->body_id, b->pos, b->size);
+    }
+    return MV_OK;
+}
+
+/* Reads the bodies row, allocates the output and unpacks the skeleton into its tail.
+ * digest gets the recorded SHA-256. */
+static int store_body_stage(mv_store *s, struct store_body_build *b, uint8_t digest[32])
+{
+    sqlite3_stmt *st = store_stmt(s, "SELECT b.size, b.compression, b.sha256, d.data "
+                                     "FROM bodies b LEFT JOIN bodies_data d ON d.id = b.id "
+                                     "WHERE b.id = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading a message body");
+    }
+    sqlite3_bind_int64(st, 1, b->body_id);
+    int rc = MV_OK, step = sqlite3_step(st);
+    if (step != SQLITE_ROW) {
+        rc = step == SQLITE_DONE
+                 ? store_fail(s, MV_ECORRUPT, "body %lld is missing", (long long)b->body_id)
+                 : store_fail_sqlite(s, "reading a message body");
+        goto cleanup;
+    }
+    sqlite3_int64 size = sqlite3_column_int64(st, 0);
+    int compression = sqlite3_column_int(st, 1);
+    const void *data = sqlite3_column_blob(st, 3);
+    size_t data_len = (size_t)sqlite3_column_bytes(st, 3), skeleton_len = 0;
+    if (size < 0 || size > (sqlite3_int64)STORE_BLOB_SIZE_MAX ||
+        sqlite3_column_bytes(st, 2) != 32 || sqlite3_column_type(st, 3) == SQLITE_NULL) {
+        rc = store_fail(s, MV_ECORRUPT, "body %lld: bad size, digest or missing data",
+                        (long long)b->body_id);
+        goto cleanup;
+    }
+    memcpy(digest, sqlite3_column_blob(st, 2), 32);
+    b->size = (size_t)size;
+    rc =
+        store_blob_unpacked_size(s, "body", b->body_id, compression, data, data_len, &skeleton_len);
+    if (rc == MV_OK && skeleton_len > b->size) {
+        rc = store_fail(s, MV_ECORRUPT, "body %lld: skeleton of %zu bytes in a message of %zu",
+                        (long long)b->body_id, skeleton_len, b->size);
+    }
+    if (rc == MV_OK && (b->out = malloc(b->size != 0 ? b->size : 1)) == NULL) {
+        rc = store_fail(s, MV_ENOMEM, "out of memory reading a message of %zu bytes", b->size);
+    }
+    if (rc == MV_OK) {
+        b->skeleton_left = skeleton_len;
+        rc = store_blob_unpack(s, "body", b->body_id, compression, data, data_len,
+                               b->out + (b->size - skeleton_len), skeleton_len);
+    }
+cleanup:
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_body_get(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_out)
+{
+    struct store_body_build b = {.body_id = body_id};
+    uint8_t want[32], got[32];
+    *raw_out = NULL;
+    *len_out = 0;
+    int rc = store_body_stage(s, &b, want);
+    if (rc == MV_OK) {
+        rc = store_body_place_parts(s, &b);
+    }
+    if (rc == MV_OK) {
+        rc = store_blob_sha256(s, b.out, b.size, got);
+    }
+    if (rc == MV_OK && memcmp(want, got, 32) != 0) {
+        rc = store_fail(s, MV_ECORRUPT,
+                        "body %lld: the reassembled message does not match "
+                        "its SHA-256",
+                        (long long)body_id);
+    }
+    if (rc != MV_OK) {
+        free(b.out);
+        return rc;
+    }
+    *raw_out = b.out;
+    *len_out = b.size;
+    return MV_OK;
+}

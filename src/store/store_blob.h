@@ -1,0 +1,46 @@
+/*
+ * store_blob.h -- bodies and attachments: content-addressed, reference counted, zstd.
+ *
+ * USAGE (inside the caller's transaction)
+ *   store_body_put(s, raw, len, &parsed, &body_id);   new body, or one more reference
+ *   store_body_ref(s, body_id);                        COPY: one more reference
+ *   store_body_unref(s, body_id);                      (store.h) one less; bytes go at zero
+ *   store_body_get(s, body_id, &raw, &len);            the exact bytes; free(raw)
+ *
+ * The reassembly algorithm and the layout are in store_blob.c and docs/SCHEMA.md.
+ */
+#ifndef MV_STORE_BLOB_H
+#define MV_STORE_BLOB_H
+
+#include "store/store.h"
+#include "store/store_parse.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One stored BLOB, and so one message, is at most SQLite's default SQLITE_MAX_LENGTH. */
+#define STORE_BLOB_SIZE_MAX 1000000000u
+
+/* Stores raw (len bytes; parsed->parts say which large leaf parts to keep apart) and sets
+ * *body_id_out, or adds a reference to the body with the same SHA-256. Also writes the body's
+ * full-text row. Returns MV_OK, MV_ELIMIT (len > STORE_BLOB_SIZE_MAX), MV_ENOMEM, or the
+ * mapped SQLite error; message set. */
+int store_body_put(mv_store *s,
+                   const uint8_t *raw,
+                   size_t len,
+                   const struct store_parsed *parsed,
+                   int64_t *body_id_out);
+
+/* Adds one reference to body_id. MV_OK, MV_ECORRUPT (no such body) or an SQLite error. */
+int store_body_ref(mv_store *s, int64_t body_id);
+
+/* Reassembles body_id byte for byte into *raw_out (malloc'd, the caller frees; never NULL on
+ * MV_OK, even for 0 bytes) and *len_out. Checks the size and SHA-256 recorded at put time.
+ * Returns MV_OK, MV_ECORRUPT (missing rows, bad zstd frame, wrong size or digest), MV_ENOMEM
+ * or an SQLite error. Call inside a read transaction for a consistent snapshot. */
+int store_body_get(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_out);
+
+/* SHA-256 of data into out. MV_OK or MV_ERROR (OpenSSL failed; message set). */
+int store_blob_sha256(mv_store *s, const void *data, size_t len, uint8_t out[32]);
+
+#endif /* MV_STORE_BLOB_H */

@@ -1,0 +1,55 @@
+/*
+ * store_message.h -- message internals shared by store_message.c and store_search.c, and by
+ * callers that parse outside their transaction (import).
+ */
+#ifndef MV_STORE_MESSAGE_H
+#define MV_STORE_MESSAGE_H
+
+#include "store/store.h"
+#include "store/store_parse.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The columns of struct mv_message_info in the order store_message_info_read() reads them,
+ * for "SELECT " STORE_MESSAGE_INFO_COLUMNS " FROM messages m JOIN mailboxes mb ON ...". */
+#define STORE_MESSAGE_INFO_COLUMNS                                                                 \
+    "mb.name, m.uid, m.modseq, m.internal_date, m.sent_date, m.size, m.flags, m.keywords, "        \
+    "m.subject, m.from_addr, m.to_addr, m.cc_addr, m.message_id, m.in_reply_to, m.thread_id"
+
+/* Fills *info from the current row of st (columns as above, from column 0); strings are
+ * copied into strings. MV_OK or MV_ENOMEM (no message set: the caller has no store). */
+int store_message_info_read(sqlite3_stmt *st,
+                            struct store_strings *strings,
+                            struct mv_message_info *info);
+
+/* Checks and normalises a space-separated keyword list (NULL: none): each keyword an IMAP
+ * atom without '\\' of at most keyword_size_max bytes, duplicates (case-insensitive) removed,
+ * sorted case-insensitively, at most keywords_max, joined by single spaces. *out is
+ * malloc'd ("" if none). MV_OK, MV_EINVAL, MV_ELIMIT (names the limit), MV_ENOMEM. */
+int store_message_keywords_normalize(mv_store *s, const char *keywords, char **out);
+
+/* Checks an append's size, flags and keywords against the limits: MV_OK, MV_ELIMIT (names
+ * message_size_max, keywords_max or keyword_size_max), MV_EINVAL, MV_ENOMEM. *keywords_out
+ * gets the normalised keywords (malloc'd). */
+int store_message_check(mv_store *s,
+                        const void *raw,
+                        size_t len,
+                        unsigned flags,
+                        const char *keywords,
+                        char **keywords_out);
+
+/* Appends an already parsed and checked message within the caller's transaction: body
+ * (deduplicated), UID and modseq, thread, messages row, change-log row. keywords must be
+ * normalised (store_message_keywords_normalize). internal_date 0 means now. */
+int store_message_insert(mv_store *s,
+                         int64_t mailbox_id,
+                         const uint8_t *raw,
+                         size_t len,
+                         const struct store_parsed *parsed,
+                         unsigned flags,
+                         const char *keywords,
+                         int64_t internal_date,
+                         uint32_t *uid_out);
+
+#endif /* MV_STORE_MESSAGE_H */

@@ -1,0 +1,916 @@
+/*
+ * store_queue.c -- delivery without the password: a message is sealed to the store's public
+ * key (crypto_box_seal) into a queue directory beside the store, and the next writable open
+ * moves it into INBOX. The reference keys its queue with one server-wide secret; here only
+ * the user's password opens the store that holds the secret key, so only the user can read
+ * queued mail.
+ *
+ * USAGE
+ *   mv_store_init()  -> store_queue_init_keys(): key pair; secret key in `meta`, public key
+ *                       in ROOT/<domain>/<local>.pub
+ *   mv_deliver_sealed(address, raw, len, &opts, err, sizeof err)   no password needed
+ *   mv_queue_count(address, &opts, &count)
+ *   mv_store_open()  -> store_queue_drain(): queue -> INBOX, one commit per delivery
+ *
+ * QUEUE FORMAT (docs/DELIVERY.md)
+ *   ROOT/<domain>/<local>.queue/<20-digit Unix ns>-<32 hex>.sealed, mode 0600, holding
+ *   crypto_box_seal(pk, "MVQ1" | internal date (int64 LE, Unix s) | delivery id (16 random
+ *   bytes) | the message). Names sort by arrival. Files that do not open with the store's
+ *   key go to <local>.queue/rejected/; nothing is ever deleted unread.
+ *
+ * IMPLEMENTATION NOTES
+ *   - Exactly once. The drain appends a delivery and inserts the meta row
+ *     'delivered:<hex id>' (value: the queue file's name) in one transaction, commits it
+ *     with synchronous=FULL (durable before the file goes), then unlinks the file. A retry
+ *     after a crash between commit and unlink finds the row and only unlinks. The id, not
+ *     the SHA-256 of the bytes, decides: two deliveries of identical bytes are two messages.
+ *     A row is deleted once its file is gone for good (after the directory fsync), so meta
+ *     holds only deliveries in flight. A drain that read a file another drain has since
+ *     finished checks, inside its write transaction, that the file still exists: a missing
+ *     file means its delivery committed (files disappear only after their commit).
+ *   - The .pub file is checked against the public key in meta at every drain and rewritten
+ *     from meta when missing or different (a note is left in mv_store_errmsg()).
+ *   - Memory: one delivery at a time, about twice its size (sealed + opened buffers).
+ *
+ * LIMITATIONS
+ *   - A file larger than message_size_max (of the opener's options) plus the 76 bytes of
+ *     framing is left in the queue and reported; a later open with a larger limit takes it.
+ *   - Anyone who can write the queue directory can queue mail (the public key is public)
+ *     or replay a copied file after its delivery finished; the directory is 0700.
+ */
+#include "store/store.h"
+#include "store/store_scan.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STORE_QUEUE_MAGIC      "MVQ1"
+#define STORE_QUEUE_MAGIC_SIZE 4
+#define STORE_QUEUE_DATE_SIZE  8
+#define STORE_QUEUE_ID_SIZE    16
+#define STORE_QUEUE_HEADER_SIZE                                                                    \
+    (STORE_QUEUE_MAGIC_SIZE + STORE_QUEUE_DATE_SIZE + STORE_QUEUE_ID_SIZE)
+#define STORE_QUEUE_STAMP_DIGITS 20
+#define STORE_QUEUE_SUFFIX       ".sealed"
+#define STORE_QUEUE_SUFFIX_LEN   7
+#define STORE_QUEUE_NAME_LEN                                                                       \
+    (STORE_QUEUE_STAMP_DIGITS + 1 + 2 * STORE_QUEUE_ID_SIZE + STORE_QUEUE_SUFFIX_LEN)
+#define STORE_QUEUE_TMP_PREFIX "tmp-"
+/* A "tmp-" file older than this is a delivery that died before its rename. */
+#define STORE_QUEUE_TMP_AGE_MAX_S (24L * 3600)
+#define STORE_QUEUE_DELIVERED     "delivered:"
+#define STORE_QUEUE_KEY_SIZE      crypto_box_PUBLICKEYBYTES
+
+_Static_assert(crypto_box_PUBLICKEYBYTES == 32 && crypto_box_SECRETKEYBYTES == 32,
+               "X25519 keys are 32 bytes");
+_Static_assert(crypto_box_SEALBYTES == 48, "a sealed box adds 48 bytes");
+_Static_assert(sizeof STORE_QUEUE_SUFFIX - 1 == STORE_QUEUE_SUFFIX_LEN, "suffix length");
+
+struct store_queue_drain {
+    mv_store *s;
+    uint8_t pk[crypto_box_PUBLICKEYBYTES];
+    uint8_t sk[crypto_box_SECRETKEYBYTES];
+    int64_t inbox_id;
+    char now[STORE_QUEUE_STAMP_DIGITS + 1]; /* files stamped later wait for the next open */
+    uint64_t file_size_max;
+    uint32_t rejected; /* moved to rejected/ */
+    uint32_t left;     /* too large or unreadable: left in the queue */
+    int dirty;         /* a file was unlinked or moved: fsync the directory */
+    int unreadable;    /* the directory could not be read (completely) */
+};
+
+__attribute__((format(printf, 4, 5))) static int
+store_queue_error(char *errmsg, size_t size, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (errmsg != NULL && size > 0) {
+        vsnprintf(errmsg, size, fmt, ap);
+    }
+    va_end(ap);
+    return code;
+}
+
+static int store_queue_errno_code(int e)
+{
+    return (e == ENOSPC || e == EDQUOT) ? MV_ENOSPC : MV_EIO;
+}
+
+static int store_queue_sodium(void)
+{
+    return sodium_init() < 0 ? MV_ERROR : MV_OK; /* thread-safe, idempotent */
+}
+
+static int store_queue_write_all(int fd, const uint8_t *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int store_queue_read_all(int fd, uint8_t *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Writes dir/final_name durably: dir/tmp_name (O_EXCL, 0600), write, fsync, rename, fsync
+ * of dir. On failure nothing is left under either name. */
+static int store_queue_write_durable(const char *dir,
+                                     const char *tmp_name,
+                                     const char *final_name,
+                                     const uint8_t *data,
+                                     size_t len,
+                                     char *errmsg,
+                                     size_t errmsg_size)
+{
+    char tmp[MV_PATH_MAX], dst[MV_PATH_MAX];
+    int n1 = snprintf(tmp, sizeof tmp, "%s/%s", dir, tmp_name);
+    int n2 = snprintf(dst, sizeof dst, "%s/%s", dir, final_name);
+    if (n1 < 0 || n2 < 0 || (size_t)n1 >= sizeof tmp || (size_t)n2 >= sizeof dst) {
+        return store_queue_error(errmsg, errmsg_size, MV_EINVAL, "path too long in %.200s", dir);
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        int e = errno;
+        return store_queue_error(errmsg, errmsg_size, store_queue_errno_code(e),
+                                 "cannot create %s: %s", tmp, strerror(e));
+    }
+    int rc = MV_OK, e = 0;
+    const char *what = "write";
+    if (store_queue_write_all(fd, data, len) != 0) {
+        e = errno != 0 ? errno : EIO;
+    } else if (fsync(fd) != 0) {
+        e = errno;
+        what = "fsync";
+    }
+    if (close(fd) != 0 && e == 0) {
+        e = errno;
+        what = "close";
+    }
+    if (e == 0 && rename(tmp, dst) != 0) {
+        e = errno;
+        what = "rename";
+    }
+    if (e != 0) {
+        unlink(tmp);
+        return store_queue_error(errmsg, errmsg_size, store_queue_errno_code(e), "cannot %s %s: %s",
+                                 what, tmp, strerror(e));
+    }
+    rc = store_fsync_dir(dir);
+    if (rc != MV_OK) {
+        return store_queue_error(errmsg, errmsg_size, rc, "cannot fsync directory %s", dir);
+    }
+    return MV_OK;
+}
+
+/* Reads the 32-byte public key file. MV_OK or MV_ECORRUPT (message says why). */
+static int store_queue_pub_read(const char *path,
+                                uint8_t pk[STORE_QUEUE_KEY_SIZE],
+                                char *errmsg,
+                                size_t errmsg_size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        return store_queue_error(errmsg, errmsg_size, MV_ECORRUPT,
+                                 "cannot read the delivery key %s: %s (opening the store with "
+                                 "the password writes it again)",
+                                 path, strerror(errno));
+    }
+    struct stat st;
+    int rc = MV_OK;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != STORE_QUEUE_KEY_SIZE ||
+        store_queue_read_all(fd, pk, STORE_QUEUE_KEY_SIZE) != 0) {
+        rc = store_queue_error(errmsg, errmsg_size, MV_ECORRUPT,
+                               "the delivery key %s is not a 32-byte file (opening the store "
+                               "with the password writes it again)",
+                               path);
+    }
+    close(fd);
+    return rc;
+}
+
+/* ---- keys in meta -------------------------------------------------------------------- */
+
+/* Reads meta[key] into out (exactly size bytes). MV_OK, MV_ENOTFOUND, MV_ECORRUPT or an
+ * SQLite error; message set. */
+static int store_queue_meta_get(mv_store *s, const char *key, uint8_t *out, size_t size)
+{
+    sqlite3_stmt *st = store_stmt(s, "SELECT value FROM meta WHERE key = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading meta");
+    }
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    int step = sqlite3_step(st);
+    int rc = MV_OK;
+    if (step == SQLITE_ROW) {
+        const void *v = sqlite3_column_blob(st, 0);
+        size_t n = (size_t)sqlite3_column_bytes(st, 0);
+        if (v == NULL || n != size) {
+            rc = store_fail(s, MV_ECORRUPT, "meta '%s' is %zu bytes, not %zu", key, n, size);
+        } else {
+            memcpy(out, v, size);
+        }
+    } else if (step == SQLITE_DONE) {
+        rc = MV_ENOTFOUND;
+    } else {
+        rc = store_fail_sqlite(s, "reading meta");
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+static int
+store_queue_meta_put(mv_store *s, const char *key, const void *value, size_t size, int as_text)
+{
+    sqlite3_stmt *st = store_stmt(s, "INSERT INTO meta(key, value) VALUES(?, ?)");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "writing meta");
+    }
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    if (as_text) {
+        sqlite3_bind_text(st, 2, value, (int)size, SQLITE_STATIC);
+    } else {
+        sqlite3_bind_blob(st, 2, value, (int)size, SQLITE_STATIC);
+    }
+    int step = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st); /* the secret key was bound SQLITE_STATIC */
+    return step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "writing meta");
+}
+
+/* Both keys from meta: MV_OK, MV_ENOTFOUND (neither), MV_ECORRUPT (one, or a mismatch). */
+static int store_queue_keys_load(mv_store *s, uint8_t *pk, uint8_t *sk)
+{
+    int rc_pk = store_queue_meta_get(s, "queue_public_key", pk, crypto_box_PUBLICKEYBYTES);
+    int rc_sk = store_queue_meta_get(s, "queue_secret_key", sk, crypto_box_SECRETKEYBYTES);
+    if (rc_pk == MV_ENOTFOUND && rc_sk == MV_ENOTFOUND) {
+        return MV_ENOTFOUND;
+    }
+    if (rc_pk != MV_OK || rc_sk != MV_OK) {
+        int rc = rc_pk != MV_OK && rc_pk != MV_ENOTFOUND ? rc_pk : rc_sk;
+        return rc != MV_ENOTFOUND ? rc
+                                  : store_fail(s, MV_ECORRUPT,
+                                               "meta holds only one of the "
+                                               "queue keys");
+    }
+    /* The pair must belong together: pk is X25519(sk, base point). */
+    uint8_t derived[crypto_box_PUBLICKEYBYTES];
+    int ok =
+        crypto_scalarmult_base(derived, sk) == 0 && sodium_memcmp(derived, pk, sizeof derived) == 0;
+    return ok ? MV_OK : store_fail(s, MV_ECORRUPT, "the queue keys in meta do not form a key pair");
+}
+
+/* Loads the key pair from meta, creating it (in one transaction, committed durably) if the
+ * store has none. */
+static int store_queue_keys_ensure(mv_store *s, uint8_t *pk, uint8_t *sk)
+{
+    int rc = store_queue_keys_load(s, pk, sk);
+    if (rc != MV_ENOTFOUND) {
+        return rc;
+    }
+    rc = store_begin(s);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    rc = store_queue_keys_load(s, pk, sk); /* another opener may have just made them */
+    if (rc == MV_ENOTFOUND) {
+        rc = crypto_box_keypair(pk, sk) == 0 ? MV_OK
+                                             : store_fail(s, MV_ERROR, "crypto_box_keypair failed");
+        if (rc == MV_OK) {
+            rc = store_queue_meta_put(s, "queue_secret_key", sk, crypto_box_SECRETKEYBYTES, 0);
+        }
+        if (rc == MV_OK) {
+            rc = store_queue_meta_put(s, "queue_public_key", pk, crypto_box_PUBLICKEYBYTES, 0);
+        }
+    }
+    if (rc != MV_OK) {
+        store_rollback(s);
+        return rc;
+    }
+    return store_commit(s);
+}
+
+/* Makes the .pub file hold pk: rewritten (atomically) when missing or different. */
+static int store_queue_pub_sync(mv_store *s, const uint8_t *pk, int *rewritten)
+{
+    *rewritten = 0;
+    uint8_t on_disk[STORE_QUEUE_KEY_SIZE];
+    char err[MV_PATH_MAX + 128];
+    int rc = store_queue_pub_read(s->pub_path, on_disk, err, sizeof err);
+    if (rc == MV_OK && sodium_memcmp(on_disk, pk, sizeof on_disk) == 0) {
+        return MV_OK;
+    }
+    uint8_t random[8];
+    char tmp_name[MV_ADDRESS_MAX + 64], random_hex[2 * sizeof random + 1];
+    randombytes_buf(random, sizeof random);
+    sodium_bin2hex(random_hex, sizeof random_hex, random, sizeof random);
+    const char *base = strrchr(s->pub_path, '/') + 1;
+    snprintf(tmp_name, sizeof tmp_name, "%s.tmp-%s", base, random_hex);
+    rc = store_queue_write_durable(s->domain_dir, tmp_name, base, pk, STORE_QUEUE_KEY_SIZE, err,
+                                   sizeof err);
+    if (rc != MV_OK) {
+        return store_fail(s, rc, "%s", err);
+    }
+    *rewritten = 1;
+    return MV_OK;
+}
+
+/* PRAGMA synchronous=FULL makes each WAL commit durable before it returns; the drain needs
+ * that before it may delete a queue file (NORMAL may lose the last commits on power loss). */
+static int store_queue_synchronous(mv_store *s, int full)
+{
+    return store_exec(s, full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
+}
+
+int store_queue_init_keys(mv_store *s)
+{
+    uint8_t pk[crypto_box_PUBLICKEYBYTES], sk[crypto_box_SECRETKEYBYTES];
+    int rc = store_queue_sodium();
+    if (rc != MV_OK) {
+        return store_fail(s, rc, "libsodium failed to initialise");
+    }
+    rc = store_queue_synchronous(s, 1);
+    if (rc == MV_OK) {
+        rc = store_queue_keys_ensure(s, pk, sk);
+        int rc2 = store_queue_synchronous(s, 0);
+        rc = rc != MV_OK ? rc : rc2;
+    }
+    int rewritten = 0;
+    if (rc == MV_OK) {
+        rc = store_queue_pub_sync(s, pk, &rewritten);
+    }
+    sodium_memzero(sk, sizeof sk);
+    return rc;
+}
+
+/* ---- delivery ------------------------------------------------------------------------ */
+
+static void store_queue_put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+
+static uint64_t store_queue_get_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        v |= (uint64_t)p[i] << (8 * i);
+    }
+    return v;
+}
+
+/* Seals header + raw to pk into *out (malloc'd, len + header + 48 bytes). */
+static int
+store_queue_seal(const uint8_t *pk, const void *raw, size_t len, uint8_t **out, size_t *out_len)
+{
+    size_t plain_len = STORE_QUEUE_HEADER_SIZE + len;
+    uint8_t *plain = malloc(plain_len);
+    uint8_t *sealed = malloc(plain_len + crypto_box_SEALBYTES);
+    int rc = MV_ENOMEM;
+    if (plain == NULL || sealed == NULL) {
+        goto cleanup;
+    }
+    memcpy(plain, STORE_QUEUE_MAGIC, STORE_QUEUE_MAGIC_SIZE);
+    store_queue_put_le64(plain + STORE_QUEUE_MAGIC_SIZE, (uint64_t)(int64_t)time(NULL));
+    randombytes_buf(plain + STORE_QUEUE_MAGIC_SIZE + STORE_QUEUE_DATE_SIZE, STORE_QUEUE_ID_SIZE);
+    memcpy(plain + STORE_QUEUE_HEADER_SIZE, raw, len);
+    rc = crypto_box_seal(sealed, plain, plain_len, pk) == 0 ? MV_OK : MV_ERROR;
+    sodium_memzero(plain, plain_len);
+cleanup:
+    free(plain);
+    if (rc != MV_OK) {
+        free(sealed);
+        sealed = NULL;
+    }
+    *out = sealed;
+    *out_len = plain_len + crypto_box_SEALBYTES;
+    return rc;
+}
+
+/* "<20-digit ns>-<32 hex>.sealed" and "tmp-<32 hex>". */
+static void store_queue_names(char *final_name, size_t final_size, char *tmp_name, size_t tmp_size)
+{
+    struct timespec ts;
+    uint8_t random[STORE_QUEUE_ID_SIZE];
+    char hex[2 * STORE_QUEUE_ID_SIZE + 1];
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    randombytes_buf(random, sizeof random);
+    sodium_bin2hex(hex, sizeof hex, random, sizeof random);
+    snprintf(final_name, final_size, "%020llu-%s%s", (unsigned long long)ns, hex,
+             STORE_QUEUE_SUFFIX);
+    randombytes_buf(random, sizeof random);
+    sodium_bin2hex(hex, sizeof hex, random, sizeof random);
+    snprintf(tmp_name, tmp_size, "%s%s", STORE_QUEUE_TMP_PREFIX, hex);
+}
+
+/* Checks what can be checked without the store: size, store present, key file. */
+static int store_queue_deliver_check(const struct store_paths *p,
+                                     const void *raw,
+                                     size_t len,
+                                     const struct mv_store_options *o,
+                                     uint8_t *pk,
+                                     char *errmsg,
+                                     size_t errmsg_size)
+{
+    if (raw == NULL || len == 0) {
+        return store_queue_error(errmsg, errmsg_size, MV_EINVAL, "an empty message");
+    }
+    if ((uint64_t)len > o->limits.message_size_max ||
+        len > SIZE_MAX - STORE_QUEUE_HEADER_SIZE - crypto_box_SEALBYTES) {
+        return store_queue_error(errmsg, errmsg_size, MV_ELIMIT,
+                                 "message is %zu bytes; message_size_max is %llu", len,
+                                 (unsigned long long)o->limits.message_size_max);
+    }
+    struct stat st;
+    if (stat(p->db_path, &st) != 0) {
+        int e = errno;
+        return store_queue_error(errmsg, errmsg_size, e == ENOENT ? MV_ENOTFOUND : MV_EIO,
+                                 "no store for %s (%s)", p->address, strerror(e));
+    }
+    if (store_queue_sodium() != MV_OK) {
+        return store_queue_error(errmsg, errmsg_size, MV_ERROR, "libsodium failed to initialise");
+    }
+    return store_queue_pub_read(p->pub_path, pk, errmsg, errmsg_size);
+}
+
+/* Creates the queue directory if needed, durably (its entry in the domain directory too). */
+static int store_queue_dir_make(const struct store_paths *p, char *errmsg, size_t errmsg_size)
+{
+    struct stat st;
+    if (stat(p->queue_dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+        return MV_OK;
+    }
+    int rc = store_mkdirs(p->queue_dir, errmsg, errmsg_size);
+    if (rc == MV_OK && store_fsync_dir(p->domain_dir) != MV_OK) {
+        rc = store_queue_error(errmsg, errmsg_size, MV_EIO, "cannot fsync %s", p->domain_dir);
+    }
+    return rc;
+}
+
+int mv_deliver_sealed(const char *address,
+                      const void *raw,
+                      size_t len,
+                      const struct mv_store_options *opts,
+                      char *errmsg,
+                      size_t errmsg_size)
+{
+    static const struct mv_store_options defaults = MV_STORE_OPTIONS_INIT;
+    const struct mv_store_options *o = opts != NULL ? opts : &defaults;
+    struct store_paths paths;
+    uint8_t pk[STORE_QUEUE_KEY_SIZE];
+    uint8_t *sealed = NULL;
+    size_t sealed_len = 0;
+    int rc = store_paths_resolve(address, o, &paths, errmsg, errmsg_size);
+    if (rc == MV_OK) {
+        rc = store_queue_deliver_check(&paths, raw, len, o, pk, errmsg, errmsg_size);
+    }
+    if (rc == MV_OK) {
+        rc = store_queue_dir_make(&paths, errmsg, errmsg_size);
+    }
+    if (rc == MV_OK) {
+        rc = store_queue_seal(pk, raw, len, &sealed, &sealed_len);
+        if (rc != MV_OK) {
+            store_queue_error(errmsg, errmsg_size, rc, "cannot seal the message: %s",
+                              mv_strerror(rc));
+        }
+    }
+    if (rc == MV_OK) {
+        char final_name[STORE_QUEUE_NAME_LEN + 1], tmp_name[64];
+        store_queue_names(final_name, sizeof final_name, tmp_name, sizeof tmp_name);
+        rc = store_queue_write_durable(paths.queue_dir, tmp_name, final_name, sealed, sealed_len,
+                                       errmsg, errmsg_size);
+    }
+    free(sealed);
+    return rc;
+}
+
+/* ---- the queue's files ------------------------------------------------------------------ */
+
+/* Whether name is exactly "<20 digits>-<32 lowercase hex>.sealed". */
+static int store_queue_name_ok(const char *name)
+{
+    if (strlen(name) != STORE_QUEUE_NAME_LEN || name[STORE_QUEUE_STAMP_DIGITS] != '-' ||
+        strcmp(name + STORE_QUEUE_NAME_LEN - STORE_QUEUE_SUFFIX_LEN, STORE_QUEUE_SUFFIX) != 0) {
+        return 0;
+    }
+    for (size_t i = 0; i < STORE_QUEUE_NAME_LEN - STORE_QUEUE_SUFFIX_LEN; i++) {
+        char c = name[i];
+        int digit = c >= '0' && c <= '9', hex = digit || (c >= 'a' && c <= 'f');
+        /* (1) the stamp is digits  (2) the dash  (3) the random part is hex */
+        if (!((i < STORE_QUEUE_STAMP_DIGITS && digit) || i == STORE_QUEUE_STAMP_DIGITS ||
+              (i > STORE_QUEUE_STAMP_DIGITS && hex))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int mv_queue_count(const char *address, const struct mv_store_options *opts, uint32_t *count_out)
+{
+    struct store_paths paths;
+    *count_out = 0;
+    int rc = store_paths_resolve(address, opts, &paths, NULL, 0);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (access(paths.db_path, F_OK) != 0) {
+        return errno == ENOENT ? MV_ENOTFOUND : MV_EIO;
+    }
+    DIR *d = opendir(paths.queue_dir);
+    if (d == NULL) {
+        return errno == ENOENT ? MV_OK : MV_EIO;
+    }
+    struct dirent *e;
+    uint32_t count = 0;
+    for (errno = 0; (e = readdir(d)) != NULL; errno = 0) {
+        if (store_queue_name_ok(e->d_name) && count < UINT32_MAX) {
+            count++;
+        }
+    }
+    rc = errno != 0 ? MV_EIO : MV_OK;
+    closedir(d);
+    *count_out = count;
+    return rc;
+}
+
+/* ---- the drain ------------------------------------------------------------------------ */
+
+static int store_queue_accept_due(void *arg, const char *name)
+{
+    const struct store_queue_drain *q = arg;
+    return store_queue_name_ok(name) && strncmp(name, q->now, STORE_QUEUE_STAMP_DIGITS) <= 0;
+}
+
+static void
+store_queue_path(const struct store_queue_drain *q, const char *name, char *out, size_t size)
+{
+    snprintf(out, size, "%s/%s", q->s->queue_dir, name);
+}
+
+/* Reads one queue file whole. MV_OK; MV_ENOTFOUND (gone: another drain took it); MV_ELIMIT
+ * or MV_EIO (left in the queue and counted); MV_ENOMEM. */
+static int
+store_queue_file_read(struct store_queue_drain *q, const char *name, uint8_t **out, size_t *len)
+{
+    char path[MV_PATH_MAX + 80];
+    store_queue_path(q, name, path, sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            return MV_ENOTFOUND;
+        }
+        q->left++;
+        return MV_EIO;
+    }
+    struct stat st;
+    int rc = MV_OK;
+    uint8_t *buf = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = MV_EIO;
+    } else if ((uint64_t)st.st_size > q->file_size_max) {
+        rc = MV_ELIMIT;
+    } else if ((buf = malloc((size_t)st.st_size + 1)) == NULL) {
+        rc = MV_ENOMEM;
+    } else {
+        rc = store_queue_read_all(fd, buf, (size_t)st.st_size) == 0 ? MV_OK : MV_EIO;
+    }
+    close(fd);
+    if (rc != MV_OK) {
+        free(buf);
+        q->left += rc != MV_ENOMEM;
+        return rc;
+    }
+    *out = buf;
+    *len = (size_t)st.st_size;
+    return MV_OK;
+}
+
+/* Moves a file that cannot be delivered to rejected/ (or, failing that, leaves it). */
+static void store_queue_reject(struct store_queue_drain *q, const char *name)
+{
+    char dir[MV_PATH_MAX + 16], from[MV_PATH_MAX + 80], to[MV_PATH_MAX + 96];
+    snprintf(dir, sizeof dir, "%s/rejected", q->s->queue_dir);
+    store_queue_path(q, name, from, sizeof from);
+    snprintf(to, sizeof to, "%s/%s", dir, name);
+    if ((mkdir(dir, 0700) == 0 || errno == EEXIST) && rename(from, to) == 0) {
+        q->rejected++;
+        q->dirty = 1;
+        (void)store_fsync_dir(dir); /* at worst the file reappears in the queue */
+    } else {
+        q->left++;
+    }
+}
+
+static int store_queue_delivered(mv_store *s, const char *key, int *done)
+{
+    sqlite3_stmt *st = store_stmt(s, "SELECT 1 FROM meta WHERE key = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading meta");
+    }
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    int step = sqlite3_step(st);
+    sqlite3_reset(st);
+    *done = step == SQLITE_ROW;
+    return step == SQLITE_ROW || step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "reading meta");
+}
+
+/* Appends one opened delivery to INBOX exactly once (see the file comment), then unlinks
+ * its file. Fails only on store errors; a message the store refuses goes to rejected/. */
+static int store_queue_store(struct store_queue_drain *q,
+                             const char *name,
+                             const uint8_t *plain,
+                             size_t plain_len)
+{
+    mv_store *s = q->s;
+    char key[sizeof STORE_QUEUE_DELIVERED + 2 * (size_t)STORE_QUEUE_ID_SIZE],
+        path[MV_PATH_MAX + 80];
+    memcpy(key, STORE_QUEUE_DELIVERED, sizeof STORE_QUEUE_DELIVERED - 1);
+    sodium_bin2hex(key + sizeof STORE_QUEUE_DELIVERED - 1, 2 * STORE_QUEUE_ID_SIZE + 1,
+                   plain + STORE_QUEUE_MAGIC_SIZE + STORE_QUEUE_DATE_SIZE, STORE_QUEUE_ID_SIZE);
+    store_queue_path(q, name, path, sizeof path);
+    int64_t date = (int64_t)store_queue_get_le64(plain + STORE_QUEUE_MAGIC_SIZE);
+    int done = 0;
+    int rc = store_begin(s);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    rc = store_queue_delivered(s, key, &done);
+    if (rc == MV_OK && !done) {
+        /* Under the write lock: a file that is gone was committed by another drain, whose
+         * meta row has since been forgotten. */
+        done = access(path, F_OK) != 0 && errno == ENOENT;
+    }
+    if (rc == MV_OK && !done) {
+        uint32_t uid = 0;
+        rc = store_message_append_in_txn(s, q->inbox_id, plain + STORE_QUEUE_HEADER_SIZE,
+                                         plain_len - STORE_QUEUE_HEADER_SIZE, 0, NULL, date, &uid);
+        if (rc == MV_OK) {
+            rc = store_queue_meta_put(s, key, name, strlen(name), 1);
+        }
+    }
+    if (rc == MV_OK) {
+        rc = store_commit(s); /* durable: synchronous=FULL for the whole drain */
+    } else {
+        store_rollback(s);
+    }
+    if (rc == MV_ELIMIT || rc == MV_EINVAL) {
+        store_queue_reject(q, name); /* this message, not the store: never lost, set aside */
+        return MV_OK;
+    }
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        q->left++; /* stays; its meta row keeps it from being appended twice */
+    }
+    q->dirty = 1;
+    return MV_OK;
+}
+
+/* Reads, opens and stores one queue file. Fails only on store errors. */
+static int store_queue_take(struct store_queue_drain *q, const char *name)
+{
+    uint8_t *sealed = NULL, *plain = NULL;
+    size_t sealed_len = 0, plain_len = 0;
+    int rc = store_queue_file_read(q, name, &sealed, &sealed_len);
+    if (rc != MV_OK) {
+        return rc == MV_ENOMEM ? store_fail(q->s, rc, "out of memory reading %s", name) : MV_OK;
+    }
+    if (sealed_len >= crypto_box_SEALBYTES + STORE_QUEUE_HEADER_SIZE) {
+        plain_len = sealed_len - crypto_box_SEALBYTES;
+        plain = malloc(plain_len);
+        if (plain == NULL) {
+            rc = store_fail(q->s, MV_ENOMEM, "out of memory opening %s", name);
+            goto cleanup;
+        }
+    }
+    /* (1) long enough  (2) authentic and for this key  (3) our format */
+    if (plain == NULL || crypto_box_seal_open(plain, sealed, sealed_len, q->pk, q->sk) != 0 ||
+        memcmp(plain, STORE_QUEUE_MAGIC, STORE_QUEUE_MAGIC_SIZE) != 0) {
+        store_queue_reject(q, name);
+        goto cleanup;
+    }
+    rc = store_queue_store(q, name, plain, plain_len);
+cleanup:
+    if (plain != NULL) {
+        sodium_memzero(plain, plain_len);
+    }
+    free(plain);
+    free(sealed);
+    return rc;
+}
+
+/* Every due queue file, in name (arrival) order. */
+static int store_queue_run(struct store_queue_drain *q)
+{
+    struct store_scan *scan = NULL;
+    int rc = store_scan_open(q->s->queue_dir, store_queue_accept_due, q, &scan);
+    if (rc == MV_ENOTFOUND) {
+        return MV_OK;
+    }
+    if (rc != MV_OK) {
+        q->unreadable = 1;
+        return rc == MV_ENOMEM ? store_fail(q->s, rc, "out of memory") : MV_OK;
+    }
+    const char *name = NULL;
+    int more;
+    while ((more = store_scan_next(scan, &name)) == 1) {
+        rc = store_queue_take(q, name);
+        if (rc != MV_OK) {
+            break;
+        }
+    }
+    if (more < 0) {
+        q->unreadable = 1;
+    }
+    store_scan_close(&scan);
+    return rc;
+}
+
+/* Deletes the 'delivered:' rows whose queue files are gone: once a file is unlinked (and
+ * the unlink is durable) it cannot come back, so its row has no more work to do. */
+static int store_queue_forget(struct store_queue_drain *q)
+{
+    mv_store *s = q->s;
+    char cursor[64] = STORE_QUEUE_DELIVERED, name[STORE_QUEUE_NAME_LEN + 1], path[MV_PATH_MAX + 80];
+    int in_txn = 0, rc = MV_OK;
+    while (rc == MV_OK) {
+        sqlite3_stmt *st = store_stmt(s, "SELECT key, value FROM meta WHERE key > ? AND "
+                                         "key < 'delivered;' ORDER BY key LIMIT 1");
+        if (st == NULL) {
+            rc = store_fail_sqlite(s, "reading meta");
+            break;
+        }
+        sqlite3_bind_text(st, 1, cursor, -1, SQLITE_STATIC);
+        int step = sqlite3_step(st);
+        if (step == SQLITE_ROW) {
+            snprintf(cursor, sizeof cursor, "%s", (const char *)sqlite3_column_text(st, 0));
+            snprintf(name, sizeof name, "%s", (const char *)sqlite3_column_text(st, 1));
+        }
+        sqlite3_reset(st);
+        if (step != SQLITE_ROW) {
+            rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "reading meta");
+            break;
+        }
+        store_queue_path(q, name, path, sizeof path);
+        if (!store_queue_name_ok(name) || access(path, F_OK) == 0 || errno != ENOENT) {
+            continue; /* still there (or unknown): keep the row */
+        }
+        if (!in_txn && (rc = store_begin(s)) == MV_OK) {
+            in_txn = 1;
+        }
+        st = rc == MV_OK ? store_stmt(s, "DELETE FROM meta WHERE key = ?") : NULL;
+        if (st != NULL) {
+            sqlite3_bind_text(st, 1, cursor, -1, SQLITE_STATIC);
+            rc = sqlite3_step(st) == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "writing meta");
+            sqlite3_reset(st);
+        } else if (rc == MV_OK) {
+            rc = store_fail_sqlite(s, "writing meta");
+        }
+    }
+    if (in_txn) {
+        if (rc == MV_OK) {
+            rc = store_commit(s);
+        } else {
+            store_rollback(s);
+        }
+    }
+    return rc;
+}
+
+/* Removes "tmp-" files older than a day: deliveries that died before their rename were never
+ * acknowledged, so the sender still has them. */
+static void store_queue_sweep(const char *queue_dir)
+{
+    DIR *d = opendir(queue_dir);
+    if (d == NULL) {
+        return;
+    }
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        if (strncmp(e->d_name, STORE_QUEUE_TMP_PREFIX, sizeof STORE_QUEUE_TMP_PREFIX - 1) == 0 &&
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            st.st_mtime < now - STORE_QUEUE_TMP_AGE_MAX_S) {
+            (void)unlinkat(dirfd(d), e->d_name, 0);
+        }
+    }
+    closedir(d);
+}
+
+/* Leaves a note in the store's message when something needs the user's attention. */
+static void store_queue_note(const struct store_queue_drain *q, int pub_rewritten)
+{
+    char note[sizeof q->s->errmsg] = "";
+    size_t n = 0;
+    if (q->rejected > 0) {
+        n += (size_t)snprintf(note + n, sizeof note - n,
+                              "queue: %u deliveries moved to %.200s/rejected (not sealed to this "
+                              "store's key, or refused by a limit). ",
+                              q->rejected, q->s->queue_dir);
+    }
+    if ((q->left > 0 || q->unreadable) && n < sizeof note) {
+        n += (size_t)snprintf(note + n, sizeof note - n,
+                              "queue: %u deliveries left in %.200s (over message_size_max, or "
+                              "unreadable)%s. ",
+                              q->left, q->s->queue_dir,
+                              q->unreadable ? "; the directory could not be read" : "");
+    }
+    if (pub_rewritten && n < sizeof note) {
+        snprintf(note + n, sizeof note - n,
+                 "the delivery key %.200s was missing or wrong and was "
+                 "written again.",
+                 q->s->pub_path);
+    }
+    if (note[0] != '\0') {
+        store_fail(q->s, MV_OK, "%s", note);
+    }
+}
+
+/* Keys, .pub check, INBOX, the time bound: everything a drain needs before the first file. */
+static int store_queue_drain_prepare(struct store_queue_drain *q, int *pub_rewritten)
+{
+    mv_store *s = q->s;
+    int rc = store_queue_keys_ensure(s, q->pk, q->sk);
+    if (rc == MV_OK) {
+        rc = store_queue_pub_sync(s, q->pk, pub_rewritten);
+    }
+    if (rc == MV_OK) {
+        rc = store_mailbox_id(s, "INBOX", &q->inbox_id);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    snprintf(q->now, sizeof q->now, "%020llu", (unsigned long long)ns);
+    uint64_t framing = STORE_QUEUE_HEADER_SIZE + crypto_box_SEALBYTES;
+    q->file_size_max = s->limits.message_size_max > UINT64_MAX - framing
+                           ? UINT64_MAX
+                           : s->limits.message_size_max + framing;
+    return rc;
+}
+
+int store_queue_drain(mv_store *s)
+{
+    struct store_queue_drain q;
+    memset(&q, 0, sizeof q);
+    q.s = s;
+    int pub_rewritten = 0;
+    int rc = store_queue_sodium();
+    if (rc != MV_OK) {
+        return store_fail(s, rc, "libsodium failed to initialise");
+    }
+    rc = store_queue_synchronous(s, 1);
+    if (rc == MV_OK) {
+        rc = store_queue_drain_prepare(&q, &pub_rewritten);
+    }
+    if (rc == MV_OK) {
+        rc = store_queue_run(&q);
+    }
+    /* The unlinks must be durable before their meta rows go (see store_queue_forget). */
+    if (rc == MV_OK && q.dirty && store_fsync_dir(s->queue_dir) != MV_OK) {
+        rc = store_fail(s, MV_EIO, "cannot fsync %s: %s", s->queue_dir, strerror(errno));
+    }
+    if (rc == MV_OK) {
+        rc = store_queue_forget(&q);
+    }
+    if (rc == MV_OK) {
+        store_queue_sweep(s->queue_dir);
+        store_queue_note(&q, pub_rewritten);
+    }
+    int rc2 = store_queue_synchronous(s, 0);
+    sodium_memzero(q.sk, sizeof q.sk);
+    return rc != MV_OK ? rc : rc2;
+}

@@ -1,0 +1,320 @@
+/*
+ * store_search.c -- mv_search_begin/next/end: one SQL statement per search.
+ *
+ * USAGE
+ *   struct mv_search_query q = MV_SEARCH_QUERY_INIT; q.mailbox = "INBOX"; q.text = "invoice";
+ *   mv_search *it; rc = mv_search_begin(store, &q, &it);
+ *   while ((rc = mv_search_next(it, &info)) == 1) { ... }    0 at the end, < 0 on error
+ *   mv_search_end(&it);
+ *
+ * IMPLEMENTATION NOTES
+ *   - The WHERE clause is built only from the fixed fragments below, each with its own
+ *     numbered parameter (?1 .. ?17), so user input is always a bound value and never part
+ *     of the SQL; criteria that are absent leave their fragment (and parameter) out.
+ *   - Full text: the user's words are each turned into an FTS5 string ("word", embedded
+ *     quotes doubled), so no FTS5 operator, column filter or prefix syntax comes from the
+ *     user; the strings are ANDed. The index is keyed by body id: "m.body_id IN (SELECT rowid
+ *     FROM fts WHERE fts MATCH ?)".
+ *   - Header criteria are case-insensitive substring matches, instr(lower(col), lower(?)):
+ *     no LIKE, so '%' and '_' need no escaping.
+ *   - With a mailbox the plan starts from messages_date (mailbox_id, internal_date), which
+ *     also gives the newest-first order without sorting; tests check the plan.
+ *   - LIMIT is the limit + 1: the extra row, if it comes, turns into MV_ELIMIT.
+ *
+ * LIMITATIONS
+ *   lower() folds ASCII only: "Ä" does not match "ä" in header criteria (the full-text
+ *   index folds Unicode and removes diacritics). A message without a Date header has
+ *   sent_date 0 and matches no sent_since/sent_before criterion.
+ */
+#include "store/store_message.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STORE_SEARCH_SQL_MAX 2048
+
+struct mv_search {
+    mv_store *store;
+    sqlite3_stmt *stmt;
+    struct store_strings strings;
+    uint32_t limit;
+    uint32_t returned;
+    int done; /* 1 after the end or an error: next keeps returning that */
+    int rc_after_done;
+};
+
+/* Parameter numbers: each fragment below uses its own. */
+enum store_search_param {
+    P_MAILBOX = 1,
+    P_FROM,
+    P_TO,
+    P_CC,
+    P_SUBJECT,
+    P_MESSAGE_ID,
+    P_TEXT,
+    P_SINCE,
+    P_BEFORE,
+    P_SENT_SINCE,
+    P_SENT_BEFORE,
+    P_LARGER,
+    P_SMALLER,
+    P_FLAGS_SET,
+    P_FLAGS_UNSET,
+    P_KEYWORD,
+    P_LIMIT
+};
+
+static const char *const store_search_head =
+    "SELECT " STORE_MESSAGE_INFO_COLUMNS " FROM messages m "
+    "JOIN mailboxes mb ON mb.id = m.mailbox_id WHERE 1";
+
+/* Indexed by enum store_search_param. */
+static const char *const store_search_fragment[] = {
+    [P_MAILBOX] = " AND m.mailbox_id = ?1",
+    [P_FROM] = " AND instr(lower(m.from_addr), lower(?2)) > 0",
+    [P_TO] = " AND instr(lower(m.to_addr), lower(?3)) > 0",
+    [P_CC] = " AND instr(lower(m.cc_addr), lower(?4)) > 0",
+    [P_SUBJECT] = " AND instr(lower(m.subject), lower(?5)) > 0",
+    [P_MESSAGE_ID] = " AND instr(lower(m.message_id), lower(?6)) > 0",
+    [P_TEXT] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH ?7)",
+    [P_SINCE] = " AND m.internal_date >= ?8",
+    [P_BEFORE] = " AND m.internal_date < ?9",
+    [P_SENT_SINCE] = " AND m.sent_date != 0 AND m.sent_date >= ?10",
+    [P_SENT_BEFORE] = " AND m.sent_date != 0 AND m.sent_date < ?11",
+    [P_LARGER] = " AND m.size > ?12",
+    [P_SMALLER] = " AND m.size < ?13",
+    [P_FLAGS_SET] = " AND (m.flags & ?14) = ?14",
+    [P_FLAGS_UNSET] = " AND (m.flags & ?15) = 0",
+    [P_KEYWORD] = " AND instr(' ' || lower(m.keywords) || ' ', ' ' || lower(?16) || ' ') > 0",
+    [P_LIMIT] = " ORDER BY m.internal_date DESC LIMIT ?17",
+};
+
+/* The user's text as FTS5 strings: each whitespace-separated word quoted, '"' doubled.
+ * *out is malloc'd; "" when text has no words. */
+static int store_search_fts_quote(mv_store *s, const char *text, char **out)
+{
+    size_t n = strlen(text);
+    char *buf = malloc(n * 5 + 2); /* each byte doubled, plus quotes and a space per word */
+    if (buf == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory preparing a search");
+    }
+    size_t at = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        p += strspn(p, " \t\r\n");
+        size_t word = strcspn(p, " \t\r\n");
+        if (word == 0) {
+            break;
+        }
+        if (at != 0) {
+            buf[at++] = ' ';
+        }
+        buf[at++] = '"';
+        for (size_t i = 0; i < word; i++) {
+            if (p[i] == '"') {
+                buf[at++] = '"';
+            }
+            buf[at++] = p[i];
+        }
+        buf[at++] = '"';
+        p += word;
+    }
+    buf[at] = '\0';
+    *out = buf;
+    return MV_OK;
+}
+
+/* Which criteria are present, indexed by enum store_search_param. */
+static void
+store_search_present(const struct mv_search_query *q, int has_text, int present[P_LIMIT + 1])
+{
+    present[P_MAILBOX] = q->mailbox != NULL;
+    present[P_FROM] = q->from != NULL && q->from[0] != '\0';
+    present[P_TO] = q->to != NULL && q->to[0] != '\0';
+    present[P_CC] = q->cc != NULL && q->cc[0] != '\0';
+    present[P_SUBJECT] = q->subject != NULL && q->subject[0] != '\0';
+    present[P_MESSAGE_ID] = q->message_id != NULL && q->message_id[0] != '\0';
+    present[P_TEXT] = has_text;
+    present[P_SINCE] = q->since != 0;
+    present[P_BEFORE] = q->before != 0;
+    present[P_SENT_SINCE] = q->sent_since != 0;
+    present[P_SENT_BEFORE] = q->sent_before != 0;
+    present[P_LARGER] = q->larger != 0;
+    present[P_SMALLER] = q->smaller != 0;
+    present[P_FLAGS_SET] = q->flags_set != 0;
+    present[P_FLAGS_UNSET] = q->flags_unset != 0;
+    present[P_KEYWORD] = q->keyword != NULL && q->keyword[0] != '\0';
+    present[P_LIMIT] = 1;
+}
+
+/* Joins the head and the present fragments into sql. */
+static int
+store_search_sql(mv_store *s, const int present[P_LIMIT + 1], char sql[STORE_SEARCH_SQL_MAX])
+{
+    size_t at = strlen(store_search_head);
+    memcpy(sql, store_search_head, at + 1);
+    for (int i = P_MAILBOX; i <= P_LIMIT; i++) {
+        if (!present[i]) {
+            continue;
+        }
+        size_t n = strlen(store_search_fragment[i]);
+        if (at + n >= STORE_SEARCH_SQL_MAX) {
+            return store_fail(s, MV_ERROR, "search statement longer than %d bytes",
+                              STORE_SEARCH_SQL_MAX);
+        }
+        memcpy(sql + at, store_search_fragment[i], n + 1);
+        at += n;
+    }
+    return MV_OK;
+}
+
+/* Binds the present criteria's values (text: the quoted FTS5 query). */
+static void store_search_bind(sqlite3_stmt *st,
+                              const struct mv_search_query *q,
+                              const int present[P_LIMIT + 1],
+                              int64_t mailbox_id,
+                              const char *text,
+                              uint32_t limit)
+{
+    const char *strings[P_LIMIT + 1] = {
+        [P_FROM] = q->from,
+        [P_TO] = q->to,
+        [P_CC] = q->cc,
+        [P_SUBJECT] = q->subject,
+        [P_MESSAGE_ID] = q->message_id,
+        [P_TEXT] = text,
+        [P_KEYWORD] = q->keyword,
+    };
+    const int64_t numbers[P_LIMIT + 1] = {
+        [P_MAILBOX] = mailbox_id,
+        [P_SINCE] = q->since,
+        [P_BEFORE] = q->before,
+        [P_SENT_SINCE] = q->sent_since,
+        [P_SENT_BEFORE] = q->sent_before,
+        [P_LARGER] = q->larger > INT64_MAX ? INT64_MAX : (int64_t)q->larger,
+        [P_SMALLER] = q->smaller > INT64_MAX ? INT64_MAX : (int64_t)q->smaller,
+        [P_FLAGS_SET] = q->flags_set,
+        [P_FLAGS_UNSET] = q->flags_unset,
+        [P_LIMIT] = (int64_t)limit + 1, /* one more: its arrival means MV_ELIMIT */
+    };
+    for (int i = P_MAILBOX; i <= P_LIMIT; i++) {
+        if (!present[i]) {
+            continue;
+        }
+        if (strings[i] != NULL) {
+            sqlite3_bind_text(st, i, strings[i], -1, SQLITE_TRANSIENT);
+        } else {
+            sqlite3_bind_int64(st, i, numbers[i]);
+        }
+    }
+}
+
+/* Checks the query, resolves the mailbox and quotes the text (*text NULL if none). */
+static int store_search_prepare_query(mv_store *s,
+                                      const struct mv_search_query *q,
+                                      int64_t *mailbox_id,
+                                      char **text)
+{
+    *text = NULL;
+    if (((q->flags_set | q->flags_unset) & ~MV_FLAG_ALL) != 0) {
+        return store_fail(s, MV_EINVAL, "unknown flag bits in a search");
+    }
+    if (q->mailbox != NULL) {
+        int rc = store_mailbox_id(s, q->mailbox, mailbox_id);
+        if (rc != MV_OK) {
+            return rc;
+        }
+    }
+    if (q->text == NULL) {
+        return MV_OK;
+    }
+    int rc = store_search_fts_quote(s, q->text, text);
+    if (rc == MV_OK && (*text)[0] == '\0') {
+        free(*text); /* only blanks: no full-text criterion */
+        *text = NULL;
+    }
+    return rc;
+}
+
+int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **out)
+{
+    char sql[STORE_SEARCH_SQL_MAX];
+    int present[P_LIMIT + 1] = {0};
+    int64_t mailbox_id = 0;
+    char *text = NULL;
+    mv_search *it = NULL;
+    if (out == NULL || q == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_search_begin: no query or output pointer");
+    }
+    *out = NULL;
+    int rc = store_search_prepare_query(s, q, &mailbox_id, &text);
+    if (rc == MV_OK) {
+        store_search_present(q, text != NULL, present);
+        rc = store_search_sql(s, present, sql);
+    }
+    if (rc == MV_OK && (it = calloc(1, sizeof *it)) == NULL) {
+        rc = store_fail(s, MV_ENOMEM, "out of memory starting a search");
+    }
+    if (rc == MV_OK && sqlite3_prepare_v2(s->db, sql, -1, &it->stmt, NULL) != SQLITE_OK) {
+        rc = store_fail_sqlite(s, "preparing a search");
+    }
+    if (rc == MV_OK) {
+        uint32_t max = s->limits.search_results_max;
+        it->store = s;
+        it->limit = q->limit != 0 && q->limit < max ? q->limit : max;
+        store_search_bind(it->stmt, q, present, mailbox_id, text, it->limit);
+        *out = it;
+        it = NULL;
+    }
+    if (it != NULL) {
+        sqlite3_finalize(it->stmt);
+        free(it);
+    }
+    free(text);
+    return rc;
+}
+
+int mv_search_next(mv_search *it, struct mv_message_info *info)
+{
+    if (it == NULL || info == NULL) {
+        return MV_EINVAL;
+    }
+    if (it->done) {
+        return it->rc_after_done;
+    }
+    int step = sqlite3_step(it->stmt), rc = MV_OK;
+    if (step == SQLITE_DONE) {
+        rc = 0;
+    } else if (step != SQLITE_ROW) {
+        rc = store_fail_sqlite(it->store, "searching");
+    } else if (it->returned == it->limit) {
+        rc = store_fail(it->store, MV_ELIMIT,
+                        "more than %u messages match (the search's limit; "
+                        "search_results_max is %u)",
+                        it->limit, it->store->limits.search_results_max);
+    } else {
+        store_strings_clear(&it->strings);
+        rc = store_message_info_read(it->stmt, &it->strings, info);
+        if (rc != MV_OK) {
+            rc = store_fail(it->store, rc, "out of memory reading a search result");
+        } else {
+            it->returned++;
+            return 1;
+        }
+    }
+    it->done = 1;
+    it->rc_after_done = rc;
+    sqlite3_reset(it->stmt); /* ends the read transaction */
+    return rc;
+}
+
+void mv_search_end(mv_search **search)
+{
+    if (search == NULL || *search == NULL) {
+        return;
+    }
+    sqlite3_finalize((*search)->stmt);
+    store_strings_free(&(*search)->strings);
+    free(*search);
+    *search = NULL;
+}

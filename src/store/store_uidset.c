@@ -1,0 +1,174 @@
+/*
+ * store_uidset.c -- IMAP UID sets (RFC 3501 sequence-set, UID form).
+ *
+ *   sequence-set = (seq-number / seq-range) *("," (seq-number / seq-range))
+ *   seq-range    = seq-number ":" seq-number
+ *   seq-number   = nz-number / "*"        nz-number: 1..4294967295, no leading zero
+ *
+ * IMPLEMENTATION NOTES
+ *   The text is read once, left to right; each range goes into a growing array (at most
+ *   STORE_UIDSET_RANGES_MAX), which is then sorted and merged so callers walk ascending,
+ *   disjoint ranges: "1:5,3:7" touches 3..5 once, which matters for COPY (no duplicates)
+ *   and for COPYUID order. Ranges are clamped to 1..max_uid.
+ *
+ * LIMITATIONS
+ *   No spaces anywhere (IMAP has none); sequence numbers (non-UID form) are the server's
+ *   business, not the store's.
+ */
+#include "store/store_uidset.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads one seq-number at text[*pos]; 1 on success. */
+static int store_uidset_number(const char *text, size_t *pos, uint32_t max_uid, uint32_t *out)
+{
+    size_t i = *pos;
+    if (text[i] == '*') {
+        *out = max_uid;
+        *pos = i + 1;
+        return 1;
+    }
+    if (text[i] < '1' || text[i] > '9') {
+        return 0; /* (1) empty, (2) leading zero or "0", (3) not a digit */
+    }
+    uint64_t value = 0;
+    while (text[i] >= '0' && text[i] <= '9') {
+        value = value * 10 + (uint64_t)(text[i] - '0');
+        if (value > UINT32_MAX) {
+            return 0;
+        }
+        i++;
+    }
+    *out = (uint32_t)value;
+    *pos = i;
+    return 1;
+}
+
+static int store_uidset_range_compare(const void *a, const void *b)
+{
+    const struct store_uid_range *x = a, *y = b;
+    if (x->first != y->first) {
+        return x->first < y->first ? -1 : 1;
+    }
+    return x->last < y->last ? -1 : x->last > y->last ? 1 : 0;
+}
+
+/* Sorts, merges overlapping or adjacent ranges, clamps to 1..max_uid, drops empty ones. */
+static void store_uidset_normalize(struct store_uidset *set, uint32_t max_uid)
+{
+    qsort(set->ranges, set->count, sizeof set->ranges[0], store_uidset_range_compare);
+    size_t kept = 0;
+    for (size_t i = 0; i < set->count; i++) {
+        struct store_uid_range r = set->ranges[i];
+        if (r.first == 0) {
+            r.first = 1; /* only '*' in an empty mailbox gives 0 */
+        }
+        if (r.last > max_uid) {
+            r.last = max_uid;
+        }
+        if (r.first > r.last) {
+            continue; /* wholly above max_uid: no message can be there */
+        }
+        struct store_uid_range *prev = kept > 0 ? &set->ranges[kept - 1] : NULL;
+        if (prev != NULL && (uint64_t)r.first <= (uint64_t)prev->last + 1) {
+            if (r.last > prev->last) {
+                prev->last = r.last;
+            }
+            continue;
+        }
+        set->ranges[kept++] = r;
+    }
+    set->count = kept;
+}
+
+static int
+store_uidset_push(mv_store *s, struct store_uidset *set, size_t *cap, uint32_t a, uint32_t b)
+{
+    if (set->count == STORE_UIDSET_RANGES_MAX) {
+        return store_fail(s, MV_ELIMIT, "the UID set has more than %d ranges",
+                          STORE_UIDSET_RANGES_MAX);
+    }
+    if (set->count == *cap) {
+        size_t grown_cap = *cap != 0 ? *cap * 2 : 16;
+        if (grown_cap > STORE_UIDSET_RANGES_MAX) {
+            grown_cap = STORE_UIDSET_RANGES_MAX;
+        }
+        struct store_uid_range *grown = realloc(set->ranges, grown_cap * sizeof *grown);
+        if (grown == NULL) {
+            return store_fail(s, MV_ENOMEM, "out of memory parsing a UID set");
+        }
+        set->ranges = grown;
+        *cap = grown_cap;
+    }
+    set->ranges[set->count].first = a < b ? a : b;
+    set->ranges[set->count].last = a < b ? b : a;
+    set->count++;
+    return MV_OK;
+}
+
+static int
+store_uidset_scan(mv_store *s, const char *text, uint32_t max_uid, struct store_uidset *out)
+{
+    size_t pos = 0, cap = 0;
+    for (;;) {
+        uint32_t a, b;
+        if (!store_uidset_number(text, &pos, max_uid, &a)) {
+            return store_fail(s, MV_EINVAL,
+                              "bad UID set \"%.64s\": expected a UID or '*' at "
+                              "offset %zu",
+                              text, pos);
+        }
+        b = a;
+        if (text[pos] == ':') {
+            pos++;
+            if (!store_uidset_number(text, &pos, max_uid, &b)) {
+                return store_fail(s, MV_EINVAL,
+                                  "bad UID set \"%.64s\": expected a UID or '*' "
+                                  "after ':' at offset %zu",
+                                  text, pos);
+            }
+        }
+        int rc = store_uidset_push(s, out, &cap, a, b);
+        if (rc != MV_OK) {
+            return rc;
+        }
+        if (text[pos] == '\0') {
+            return MV_OK;
+        }
+        if (text[pos] != ',') {
+            return store_fail(s, MV_EINVAL,
+                              "bad UID set \"%.64s\": unexpected character at "
+                              "offset %zu",
+                              text, pos);
+        }
+        pos++;
+    }
+}
+
+int store_uidset_parse(mv_store *s, const char *text, uint32_t max_uid, struct store_uidset *out)
+{
+    out->ranges = NULL;
+    out->count = 0;
+    if (text == NULL || text[0] == '\0') {
+        return store_fail(s, MV_EINVAL, "empty UID set");
+    }
+    if (strnlen(text, STORE_UIDSET_TEXT_MAX + 1) > STORE_UIDSET_TEXT_MAX) {
+        return store_fail(s, MV_ELIMIT, "the UID set is longer than %zu bytes",
+                          STORE_UIDSET_TEXT_MAX);
+    }
+    int rc = store_uidset_scan(s, text, max_uid, out);
+    if (rc != MV_OK) {
+        store_uidset_free(out);
+        return rc;
+    }
+    store_uidset_normalize(out, max_uid);
+    return MV_OK;
+}
+
+void store_uidset_free(struct store_uidset *set)
+{
+    free(set->ranges);
+    set->ranges = NULL;
+    set->count = 0;
+}

@@ -1,0 +1,522 @@
+/*
+ * test_queue.c -- delivery without the password (mv_deliver_sealed) and the drain on open.
+ *
+ *   - Five sealed deliveries: no plaintext in the queue, mv_queue_count, then an open with
+ *     the password moves them into INBOX byte for byte and empties the queue.
+ *   - Tampered, garbage and foreign-key files go to rejected/; the rest is delivered.
+ *   - Identical bytes delivered twice are two messages (exactly-once is by delivery id).
+ *   - A drain SIGKILLed at random points, many times: after every kill each delivery is in
+ *     INBOX at most once and in INBOX or the queue; after a clean open, exactly once.
+ *   - Missing store, over-size message, bad addresses: the right code, nothing created.
+ *   - A wrong .pub is rewritten from the store; a file over the opener's size limit waits.
+ */
+#include "harness.h"
+#include "testutil.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PW          "queue-password"
+#define CRASH_FIRST 160 /* deliveries queued before the kills */
+#define CRASH_LATER 40  /* queued after a few kills */
+#define CRASH_MAX   (CRASH_FIRST + CRASH_LATER)
+#define CRASH_KILLS 40 /* most kills; the loop ends when the queue is empty */
+
+static uint32_t qt_rng = 0x2545f491u;
+
+static uint32_t qt_next(void)
+{
+    qt_rng ^= qt_rng << 13;
+    qt_rng ^= qt_rng >> 17;
+    qt_rng ^= qt_rng << 5;
+    return qt_rng;
+}
+
+static struct mv_store_options qt_options(const char *root)
+{
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.root = tu_path(root);
+    o.kdf_iter = TU_KDF_ITER;
+    o.cache_size_kib = 4096;
+    return o;
+}
+
+static int qt_init(const char *address, const struct mv_store_options *o)
+{
+    char err[256] = "";
+    int rc = mv_store_init(address, PW, strlen(PW), o, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  init %s: %s\n", address, err);
+    }
+    return rc;
+}
+
+static int qt_open(const char *address, const struct mv_store_options *o, mv_store **s)
+{
+    char err[512] = "";
+    int rc = mv_store_open(address, PW, strlen(PW), o, s, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  open %s: %s\n", address, err);
+    }
+    return rc;
+}
+
+/* A message whose subject and body carry "MARKER-<tag>-<i>". */
+static size_t qt_message(char *buf, size_t size, const char *tag, int i)
+{
+    int n = snprintf(buf, size,
+                     "From: sender%d@example.net\r\nTo: someone@example.org\r\n"
+                     "Subject: MARKER-%s-%04d\r\nMessage-ID: <%s-%d@example.net>\r\n\r\n"
+                     "secret body of MARKER-%s-%04d: the quick brown fox\r\n",
+                     i, tag, i, tag, i, tag, i);
+    return (size_t)n;
+}
+
+static int qt_deliver(const char *address, const struct mv_store_options *o, const char *tag, int i)
+{
+    char msg[512], err[256] = "";
+    size_t len = qt_message(msg, sizeof msg, tag, i);
+    int rc = mv_deliver_sealed(address, msg, len, o, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  deliver: %s\n", err);
+    }
+    return rc;
+}
+
+static uint32_t qt_count(const char *address, const struct mv_store_options *o)
+{
+    uint32_t n = 0;
+    return mv_queue_count(address, o, &n) == MV_OK ? n : 0xffffffffu;
+}
+
+/* Number of files (not directories) in dir; -1 if it does not exist. */
+static int qt_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        return -1;
+    }
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        n += e->d_name[0] != '.' && strcmp(e->d_name, "rejected") != 0;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Whether any file in dir contains needle. */
+static int qt_dir_contains(const char *dir, const char *needle)
+{
+    DIR *d = opendir(dir);
+    int found = 0;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t n = 0;
+        uint8_t *data = e->d_name[0] != '.' ? tu_read_file(path, &n) : NULL;
+        found |= data != NULL && tu_contains(data, n, needle, strlen(needle));
+        free(data);
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return found;
+}
+
+static void test_deliver_then_open(void)
+{
+    struct mv_store_options o = qt_options("root1");
+    const char *who = "alice@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    char pub[1024], queue[1024];
+    snprintf(pub, sizeof pub, "%s/example.org/alice.pub", o.root);
+    snprintf(queue, sizeof queue, "%s/example.org/alice.queue", o.root);
+    struct stat st;
+    CHECK(stat(pub, &st) == 0 && st.st_size == 32 && (st.st_mode & 0777) == 0600);
+    for (int i = 0; i < 5; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "plain", i), MV_OK);
+    }
+    CHECK(stat(queue, &st) == 0 && (st.st_mode & 0777) == 0700);
+    CHECK_EQ_INT(qt_files(queue), 5);
+    CHECK(!qt_dir_contains(queue, "MARKER-"));
+    CHECK(!qt_dir_contains(queue, "secret body"));
+    CHECK_EQ_INT(qt_count(who, &o), 5);
+
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 5);
+    for (uint32_t uid = 1; uid <= 5; uid++) {
+        char want[512];
+        size_t want_len = qt_message(want, sizeof want, "plain", (int)uid - 1);
+        void *raw = NULL;
+        size_t len = 0;
+        CHECK_EQ_INT(mv_message_fetch(s, "INBOX", uid, &raw, &len), MV_OK);
+        int same = len == want_len && memcmp(raw, want, len) == 0;
+        mv_free(raw);
+        CHECK(same);
+        struct mv_message_info mi;
+        CHECK_EQ_INT(mv_message_get(s, "INBOX", uid, &mi), MV_OK);
+        CHECK(mi.internal_date > time(NULL) - 600 && mi.internal_date <= time(NULL));
+        CHECK(mi.flags == 0);
+    }
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM meta WHERE key LIKE 'deliver%'"), 0);
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+    CHECK_EQ_INT(qt_files(queue), 0);
+}
+
+/* Seals msg to a fresh key pair that is not the store's. */
+static void qt_foreign_file(const char *queue)
+{
+    uint8_t pk[crypto_box_PUBLICKEYBYTES], sk[crypto_box_SECRETKEYBYTES];
+    const char msg[] = "MVQ1xxxxxxxxyyyyyyyyyyyyyyyySubject: foreign\r\n\r\nx\r\n";
+    uint8_t sealed[sizeof msg + crypto_box_SEALBYTES];
+    crypto_box_keypair(pk, sk);
+    crypto_box_seal(sealed, (const uint8_t *)msg, sizeof msg, pk);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/00000000000000000001-%032x.sealed", queue, 1u);
+    tu_write_file(path, sealed, sizeof sealed);
+    snprintf(path, sizeof path, "%s/00000000000000000002-%032x.sealed", queue, 2u);
+    tu_write_file(path, "garbage", 7); /* shorter than any sealed box */
+}
+
+static void test_tampered_files_rejected(void)
+{
+    struct mv_store_options o = qt_options("root2");
+    const char *who = "bob@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    CHECK(sodium_init() >= 0);
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "tamper", i), MV_OK);
+    }
+    char queue[1024], rejected[1100], victim[1400] = "";
+    snprintf(queue, sizeof queue, "%s/example.org/bob.queue", o.root);
+    snprintf(rejected, sizeof rejected, "%s/rejected", queue);
+    DIR *d = opendir(queue);
+    CHECK(d != NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] != '.' && victim[0] == '\0') {
+            snprintf(victim, sizeof victim, "%s/%s", queue, e->d_name);
+        }
+    }
+    closedir(d);
+    CHECK(tu_flip_bit(victim, 100, 3) == 0);
+    qt_foreign_file(queue);
+    CHECK_EQ_INT(qt_count(who, &o), 6);
+
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+    CHECK(strstr(mv_store_errmsg(s), "rejected") != NULL);
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 3);
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+    CHECK_EQ_INT(qt_files(rejected), 3); /* kept, never deleted */
+    CHECK(!tu_file_exists(victim));
+}
+
+static void test_identical_bytes_twice(void)
+{
+    struct mv_store_options o = qt_options("root3");
+    const char *who = "carol@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    CHECK_EQ_INT(qt_deliver(who, &o, "same", 7), MV_OK);
+    CHECK_EQ_INT(qt_deliver(who, &o, "same", 7), MV_OK);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 2);
+    mv_store_close(&s);
+}
+
+/* ---- the crash test ------------------------------------------------------------------- */
+
+struct qt_state {
+    int inbox[CRASH_MAX];
+    int queue[CRASH_MAX];
+    int unknown;
+    int delivered_rows;
+};
+
+static int qt_marker(const uint8_t *p, size_t n)
+{
+    static const char tag[] = "MARKER-crash-";
+    const uint8_t *m = memmem(p, n, tag, sizeof tag - 1);
+    if (m == NULL || (size_t)(m - p) + sizeof tag - 1 + 4 > n) {
+        return -1;
+    }
+    int v = 0;
+    for (size_t i = 0; i < 4; i++) {
+        uint8_t c = m[sizeof tag - 1 + i];
+        if (c < '0' || c > '9') {
+            return -1;
+        }
+        v = v * 10 + (c - '0');
+    }
+    return v < CRASH_MAX ? v : -1;
+}
+
+/* Counts each marker in INBOX (by subject, through a plain connection: no drain) and in the
+ * queue (opened with the secret key from meta). */
+static int qt_state_read(const char *db_path, const char *queue, struct qt_state *st)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL;
+    uint8_t pk[32], sk[32];
+    memset(st, 0, sizeof *st);
+    if (tu_open(db_path, PW, MV_CIPHER_AUTO, 0, &db) != MV_OK ||
+        sqlite3_prepare_v2(db, "SELECT key, value FROM meta WHERE key LIKE 'queue_%_key'", -1, &q,
+                           NULL) != SQLITE_OK) {
+        sqlite3_close(db);
+        return -1;
+    }
+    while (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_bytes(q, 1) == 32) {
+        const char *key = (const char *)sqlite3_column_text(q, 0);
+        memcpy(strstr(key, "public") != NULL ? pk : sk, sqlite3_column_blob(q, 1), 32);
+    }
+    sqlite3_finalize(q);
+    sqlite3_prepare_v2(db,
+                       "SELECT subject FROM messages WHERE mailbox_id = (SELECT id FROM "
+                       "mailboxes WHERE name = 'INBOX')",
+                       -1, &q, NULL);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        int i = qt_marker(sqlite3_column_text(q, 0), (size_t)sqlite3_column_bytes(q, 0));
+        if (i < 0) {
+            st->unknown++;
+        } else {
+            st->inbox[i]++;
+        }
+    }
+    sqlite3_finalize(q);
+    st->delivered_rows = (int)tu_int(db, "SELECT count(*) FROM meta WHERE key LIKE 'deliver%'");
+    sqlite3_close(db);
+    DIR *d = opendir(queue);
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char path[1200];
+        size_t n = 0;
+        snprintf(path, sizeof path, "%s/%s", queue, e->d_name);
+        uint8_t *sealed = strstr(e->d_name, ".sealed") ? tu_read_file(path, &n) : NULL;
+        uint8_t *plain = sealed != NULL && n > 48 ? malloc(n - 48) : NULL;
+        int i = plain != NULL && crypto_box_seal_open(plain, sealed, n, pk, sk) == 0
+                    ? qt_marker(plain, n - 48)
+                    : -1;
+        if (i >= 0) {
+            st->queue[i]++;
+        } else if (sealed != NULL) {
+            st->unknown++;
+        }
+        free(plain);
+        free(sealed);
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return 0;
+}
+
+/* Opens the store in a child (which drains) and kills it after delay_us. Returns 1 if the
+ * child finished on its own. */
+static int qt_kill_drain(const char *who, const struct mv_store_options *o, unsigned delay_us)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        mv_store *s = NULL;
+        char err[256];
+        int rc = mv_store_open(who, PW, strlen(PW), o, &s, err, sizeof err);
+        mv_store_close(&s);
+        _exit(rc == MV_OK ? 0 : 1);
+    }
+    usleep(delay_us);
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+static void test_sigkill_during_drain(void)
+{
+    struct mv_store_options o = qt_options("root4");
+    const char *who = "crash@example.org";
+    char db_path[1024], queue[1024];
+    snprintf(db_path, sizeof db_path, "%s/example.org/crash.db", o.root);
+    snprintf(queue, sizeof queue, "%s/example.org/crash.queue", o.root);
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    for (int i = 0; i < CRASH_FIRST; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "crash", i), MV_OK);
+    }
+    /* Delays start near the open's own cost and grow, so kills land all along the drain. */
+    static struct qt_state st;
+    int kills = 0, mid = 0, both = 0, finished = 0, queued = CRASH_FIRST;
+    for (int k = 0; k < CRASH_KILLS && !finished; k++) {
+        if (k == 4) {
+            for (int i = CRASH_FIRST; i < CRASH_MAX; i++) {
+                CHECK_EQ_INT(qt_deliver(who, &o, "crash", i), MV_OK);
+            }
+            queued = CRASH_MAX;
+        }
+        unsigned delay_us = 20000 + qt_next() % (30000u + 10000u * (unsigned)k);
+        finished = qt_kill_drain(who, &o, delay_us);
+        kills += !finished;
+        CHECK_EQ_INT(qt_state_read(db_path, queue, &st), 0);
+        CHECK_EQ_INT(st.unknown, 0);
+        int in_queue = 0;
+        for (int i = 0; i < queued; i++) {
+            CHECK(st.inbox[i] <= 1);               /* never twice */
+            CHECK(st.inbox[i] + st.queue[i] >= 1); /* never lost */
+            both += st.inbox[i] == 1 && st.queue[i] > 0;
+            in_queue += st.queue[i] > 0;
+        }
+        mid += in_queue > 0 && in_queue < queued;
+    }
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_state_read(db_path, queue, &st), 0);
+    for (int i = 0; i < CRASH_MAX; i++) {
+        CHECK_EQ_INT(st.inbox[i], 1);
+        CHECK_EQ_INT(st.queue[i], 0);
+    }
+    CHECK_EQ_INT(st.delivered_rows, 0);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+    printf("  %d kills (%d mid-drain, %d times a delivery was both stored and still queued)\n",
+           kills, mid, both);
+    CHECK(mid >= 3);
+}
+
+/* ---- refusals ------------------------------------------------------------------------- */
+
+static void test_missing_store(void)
+{
+    struct mv_store_options o = qt_options("root5");
+    char err[256] = "", dir[1024];
+    CHECK_EQ_INT(mv_deliver_sealed("nobody@example.org", "x\r\n", 3, &o, err, sizeof err),
+                 MV_ENOTFOUND);
+    CHECK(err[0] != '\0');
+    snprintf(dir, sizeof dir, "%s/example.org", o.root);
+    CHECK(!tu_file_exists(dir));
+    CHECK(!tu_file_exists(o.root));
+    uint32_t n = 7;
+    CHECK_EQ_INT(mv_queue_count("nobody@example.org", &o, &n), MV_ENOTFOUND);
+}
+
+static void test_oversize(void)
+{
+    struct mv_store_options o = qt_options("root6");
+    const char *who = "dave@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    o.limits.message_size_max = 1000;
+    char *big = malloc(1001), err[256] = "";
+    CHECK(big != NULL);
+    memset(big, 'a', 1001);
+    int rc = mv_deliver_sealed(who, big, 1001, &o, err, sizeof err);
+    int rc_exact = mv_deliver_sealed(who, big, 1000, &o, err, sizeof err);
+    free(big);
+    CHECK_EQ_INT(rc, MV_ELIMIT);
+    CHECK_EQ_INT(rc_exact, MV_OK);
+    CHECK_EQ_INT(qt_count(who, &o), 1);
+    CHECK_EQ_INT(mv_deliver_sealed(who, "", 0, &o, err, sizeof err), MV_EINVAL);
+}
+
+static void test_bad_addresses(void)
+{
+    struct mv_store_options o = qt_options("root7");
+    static const char *const bad[] = {"../x@y", "a/b@c",     "x@..",  "x@y/../z", "",
+                                      "@y",     "x@",        "x@.y",  ".x@y",     "x@y\n",
+                                      "x\\y@z", "x@y@z/../", "x y@z", "x@-y"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "";
+        CHECK_EQ_INT(mv_deliver_sealed(bad[i], "x\r\n", 3, &o, err, sizeof err), MV_EINVAL);
+        uint32_t n = 0;
+        CHECK_EQ_INT(mv_queue_count(bad[i], &o, &n), MV_EINVAL);
+    }
+    CHECK(!tu_file_exists(o.root));
+}
+
+/* A .pub replaced by another key: deliveries sealed to it are rejected at the next open,
+ * which also writes the right key back; a .pub of the wrong size refuses deliveries. */
+static void test_pub_rewritten(void)
+{
+    struct mv_store_options o = qt_options("root8");
+    const char *who = "erin@example.org";
+    char pub[1024];
+    snprintf(pub, sizeof pub, "%s/example.org/erin.pub", o.root);
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    char good[65], bad[65];
+    tu_file_sha256(pub, good);
+    uint8_t other[32];
+    randombytes_buf(other, sizeof other);
+    CHECK(tu_write_file(pub, other, sizeof other) == 0);
+    CHECK_EQ_INT(qt_deliver(who, &o, "pub", 1), MV_OK); /* sealed to the wrong key */
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+    CHECK(strstr(mv_store_errmsg(s), "written again") != NULL);
+    mv_store_close(&s);
+    tu_file_sha256(pub, bad);
+    CHECK(strcmp(good, bad) == 0);
+    CHECK(tu_write_file(pub, other, 31) == 0);
+    char err[256] = "";
+    CHECK_EQ_INT(mv_deliver_sealed(who, "x\r\n", 3, &o, err, sizeof err), MV_ECORRUPT);
+    CHECK(unlink(pub) == 0);
+    CHECK_EQ_INT(mv_deliver_sealed(who, "x\r\n", 3, &o, err, sizeof err), MV_ECORRUPT);
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_deliver(who, &o, "pub", 2), MV_OK);
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 1);
+    mv_store_close(&s);
+}
+
+/* A delivery larger than the opener's message_size_max stays queued until an open allows
+ * it. */
+static void test_large_file_waits(void)
+{
+    struct mv_store_options o = qt_options("root9");
+    const char *who = "frank@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    CHECK_EQ_INT(qt_deliver(who, &o, "large", 1), MV_OK);
+    struct mv_store_options small = o;
+    small.limits.message_size_max = 50;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &small, &s), MV_OK);
+    CHECK(strstr(mv_store_errmsg(s), "left in") != NULL);
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_count(who, &o), 1);
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+}
+
+int main(void)
+{
+    if (sodium_init() < 0) {
+        return 2;
+    }
+    TEST(test_deliver_then_open);
+    TEST(test_tampered_files_rejected);
+    TEST(test_identical_bytes_twice);
+    TEST(test_sigkill_during_drain);
+    TEST(test_missing_store);
+    TEST(test_oversize);
+    TEST(test_bad_addresses);
+    TEST(test_pub_rewritten);
+    TEST(test_large_file_waits);
+    return th_summary();
+}

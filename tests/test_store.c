@@ -1,0 +1,1393 @@
+/*
+ * test_store.c -- the mail store: messages, bodies and attachments, UID sets, flags and the
+ * change log, copy/move/expunge with reference counts, search, limits, query plans,
+ * tampering, stats.
+ *
+ * Every test opens its own store (its own address) under the binary's temp dir. Messages
+ * are synthetic unless a test says otherwise; the .eml files of tests/corpus, when present, are
+ * round-tripped as well (and the deduplication test prefers its dup-attachment pair).
+ * Measurements (deduplication, COPY, query plans) are printed with a leading "  # ".
+ */
+#include "harness.h"
+#include "testutil.h"
+
+#include "store/store.h"
+#include "store/store_uidset.h"
+
+#include <dirent.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TS_PASSWORD "store test password"
+
+/* ---- helpers --------------------------------------------------------------------------- */
+
+static struct mv_store_options ts_options(void)
+{
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.root = tu_path("root");
+    o.kdf_iter = TU_KDF_ITER;
+    return o;
+}
+
+/* Creates and opens the store of name@example.org with opts (NULL: defaults). */
+static int ts_open_with(const char *name, const struct mv_store_options *opts, mv_store **s)
+{
+    char address[128], err[256] = "";
+    struct mv_store_options o = opts != NULL ? *opts : ts_options();
+    snprintf(address, sizeof address, "%s@example.org", name);
+    *s = NULL;
+    int rc = mv_store_init(address, TS_PASSWORD, strlen(TS_PASSWORD), &o, err, sizeof err);
+    if (rc != MV_OK && rc != MV_EEXISTS) {
+        fprintf(stderr, "  init %s: %s\n", address, err);
+        return rc;
+    }
+    rc = mv_store_open(address, TS_PASSWORD, strlen(TS_PASSWORD), &o, s, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  open %s: %s\n", address, err);
+    }
+    return rc;
+}
+
+static int ts_open(const char *name, mv_store **s)
+{
+    return ts_open_with(name, NULL, s);
+}
+
+static long long ts_int(mv_store *s, const char *sql)
+{
+    return tu_int(mv_store_db(s), sql);
+}
+
+/* Deterministic bytes (splitmix64): the same seed gives the same bytes. */
+static void ts_random(uint64_t seed, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (i % 8 == 0) {
+            seed += 0x9e3779b97f4a7c15ull;
+            uint64_t z = seed;
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+            seed ^= z ^ (z >> 31);
+        }
+        out[i] = (uint8_t)(seed >> (8 * (i % 8)));
+    }
+}
+
+/* Appends text to a growing buffer (aborts on OOM: tests only). */
+struct ts_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+};
+
+static void ts_add(struct ts_buf *b, const void *p, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        b->cap = (b->len + n + 1) * 2;
+        b->data = realloc(b->data, b->cap);
+        if (b->data == NULL) {
+            abort();
+        }
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+static void ts_adds(struct ts_buf *b, const char *text)
+{
+    ts_add(b, text, strlen(text));
+}
+
+/* A message: headers (each "Name: value\r\n" in extra), a text body, and, if attach_size is
+ * not 0, a base64 attachment of attach_size deterministic bytes from attach_seed. */
+static char *ts_message(const char *subject,
+                        const char *extra,
+                        const char *text,
+                        size_t attach_size,
+                        uint64_t attach_seed,
+                        size_t *len)
+{
+    struct ts_buf b = {0};
+    ts_adds(&b, "From: Alice Example <alice@example.org>\r\nTo: bob@example.com\r\nSubject: ");
+    ts_adds(&b, subject);
+    ts_adds(&b, "\r\nDate: Mon, 3 Mar 2025 10:00:00 +0000\r\nMIME-Version: 1.0\r\n");
+    ts_adds(&b, extra != NULL ? extra : "");
+    if (attach_size == 0) {
+        ts_adds(&b, "Content-Type: text/plain; charset=utf-8\r\n\r\n");
+        ts_adds(&b, text);
+        ts_adds(&b, "\r\n");
+        *len = b.len;
+        return b.data;
+    }
+    ts_adds(&b, "Content-Type: multipart/mixed; boundary=\"=b=\"\r\n\r\n--=b=\r\n"
+                "Content-Type: text/plain; charset=utf-8\r\n\r\n");
+    ts_adds(&b, text);
+    ts_adds(&b, "\r\n--=b=\r\nContent-Type: application/octet-stream; name=\"data.bin\"\r\n"
+                "Content-Transfer-Encoding: base64\r\n\r\n");
+    uint8_t *bytes = malloc(attach_size);
+    ts_random(attach_seed, bytes, attach_size);
+    for (size_t at = 0; at < attach_size; at += 57) {
+        unsigned char line[80];
+        size_t n = attach_size - at < 57 ? attach_size - at : 57;
+        int k = EVP_EncodeBlock(line, bytes + at, (int)n);
+        ts_add(&b, line, (size_t)k);
+        ts_adds(&b, "\r\n");
+    }
+    free(bytes);
+    ts_adds(&b, "--=b=--\r\n");
+    *len = b.len;
+    return b.data;
+}
+
+static int ts_append(mv_store *s,
+                     const char *mailbox,
+                     const char *raw,
+                     size_t len,
+                     unsigned flags,
+                     const char *keywords,
+                     int64_t date,
+                     uint32_t *uid)
+{
+    int rc = mv_message_append(s, mailbox, raw, len, flags, keywords, date, uid);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  append: %s\n", mv_store_errmsg(s));
+    }
+    return rc;
+}
+
+/* Whether message uid of mailbox reads back as exactly raw. */
+static int
+ts_fetch_equals(mv_store *s, const char *mailbox, uint32_t uid, const void *raw, size_t len)
+{
+    void *got = NULL;
+    size_t got_len = 0;
+    int rc = mv_message_fetch(s, mailbox, uid, &got, &got_len);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  fetch %s/%u: %s\n", mailbox, uid, mv_store_errmsg(s));
+        return 0;
+    }
+    int same = got_len == len && (len == 0 || memcmp(got, raw, len) == 0);
+    mv_free(got);
+    return same;
+}
+
+/* Database size in bytes after a checkpoint: page_count * page_size. */
+static long long ts_db_bytes(mv_store *s)
+{
+    sqlite3 *db = mv_store_db(s);
+    if (tu_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)") != SQLITE_OK) {
+        return -1;
+    }
+    return tu_int(db, "PRAGMA page_count") * tu_int(db, "PRAGMA page_size");
+}
+
+/* The reference counts agree with what references them, nothing is orphaned, every
+ * body has its data and its full-text row. Prints the first failing check. */
+static int ts_refcounts_ok(mv_store *s)
+{
+    static const char *const zero[] = {
+        "SELECT count(*) FROM bodies b WHERE refcount != "
+        "(SELECT count(*) FROM messages m WHERE m.body_id = b.id)",
+        "SELECT count(*) FROM attachments a WHERE refcount != "
+        "(SELECT count(*) FROM body_parts p WHERE p.attachment_id = a.id)",
+        "SELECT count(*) FROM bodies WHERE refcount = 0",
+        "SELECT count(*) FROM attachments WHERE refcount = 0",
+        "SELECT count(*) FROM bodies WHERE id NOT IN (SELECT id FROM bodies_data)",
+        "SELECT count(*) FROM bodies_data WHERE id NOT IN (SELECT id FROM bodies)",
+        "SELECT count(*) FROM attachments WHERE id NOT IN (SELECT id FROM attachments_data)",
+        "SELECT count(*) FROM attachments_data WHERE id NOT IN (SELECT id FROM attachments)",
+        "SELECT count(*) FROM fts WHERE rowid NOT IN (SELECT id FROM bodies)",
+        "SELECT count(*) FROM bodies WHERE id NOT IN (SELECT rowid FROM fts)",
+        "SELECT count(*) FROM body_parts WHERE body_id NOT IN (SELECT id FROM bodies)",
+        "SELECT count(*) FROM pragma_foreign_key_check",
+    };
+    for (size_t i = 0; i < sizeof zero / sizeof zero[0]; i++) {
+        long long n = ts_int(s, zero[i]);
+        if (n != 0) {
+            fprintf(stderr, "  refcount check gave %lld: %s\n", n, zero[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Whether errmsg mentions what. */
+static int ts_errmsg_has(mv_store *s, const char *what)
+{
+    if (strstr(mv_store_errmsg(s), what) == NULL) {
+        fprintf(stderr, "  message \"%s\" lacks \"%s\"\n", mv_store_errmsg(s), what);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- round trips ----------------------------------------------------------------------- */
+
+/* Appends every the .eml files of tests/corpus and fetches it back; counts in *files. */
+static int ts_corpus_round_trip(mv_store *s, int *files)
+{
+    char dir[1024];
+    const char *root = getenv("MV_TEST_ROOT");
+    snprintf(dir, sizeof dir, "%s/tests/corpus", root != NULL ? root : ".");
+    *files = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        printf("  # no %s: corpus round trip skipped (synthetic messages still run)\n", dir);
+        return 1;
+    }
+    int ok = 1;
+    struct dirent *e;
+    while (ok && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name), len = 0;
+        if (n < 5 || strcmp(e->d_name + n - 4, ".eml") != 0) {
+            continue;
+        }
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        uint8_t *raw = tu_read_file(path, &len);
+        uint32_t uid = 0;
+        ok = raw != NULL &&
+             ts_append(s, "INBOX", (const char *)raw, len, 0, NULL, 0, &uid) == MV_OK &&
+             ts_fetch_equals(s, "INBOX", uid, raw, len);
+        if (!ok) {
+            fprintf(stderr, "  corpus file %s does not round-trip\n", e->d_name);
+        }
+        free(raw);
+        (*files)++;
+    }
+    closedir(d);
+    return ok;
+}
+
+static void test_round_trip(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("roundtrip", &s), MV_OK);
+    size_t len = 0;
+    /* (1) plain, (2) with a 40 KiB attachment, (3) the same attachment twice in one message,
+     * (4) an empty message, (5) binary junk */
+    char *plain = ts_message("plain", NULL, "hello", 0, 0, &len);
+    uint32_t uid = 0;
+    CHECK_EQ_INT(ts_append(s, "INBOX", plain, len, 0, NULL, 0, &uid), MV_OK);
+    CHECK(ts_fetch_equals(s, "INBOX", uid, plain, len));
+    free(plain);
+
+    char *att = ts_message("attachment", NULL, "see attached", 40 << 10, 7, &len);
+    CHECK_EQ_INT(ts_append(s, "INBOX", att, len, 0, NULL, 0, &uid), MV_OK);
+    CHECK(ts_fetch_equals(s, "INBOX", uid, att, len));
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM attachments"), 1);
+
+    /* the attachment's base64 twice: one attachment row, referenced twice */
+    const char *cut = strstr(att, "--=b=\r\nContent-Type: application");
+    CHECK(cut != NULL);
+    struct ts_buf twice = {0};
+    ts_add(&twice, att, len - strlen("--=b=--\r\n"));
+    ts_add(&twice, cut, len - (size_t)(cut - att));
+    CHECK_EQ_INT(ts_append(s, "INBOX", twice.data, twice.len, 0, NULL, 0, &uid), MV_OK);
+    CHECK(ts_fetch_equals(s, "INBOX", uid, twice.data, twice.len));
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM attachments"), 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT refcount FROM attachments"), 3);
+    free(twice.data);
+    free(att);
+
+    CHECK_EQ_INT(ts_append(s, "INBOX", NULL, 0, 0, NULL, 0, &uid), MV_EINVAL);
+    CHECK_EQ_INT(ts_append(s, "INBOX", "", 0, 0, NULL, 0, &uid), MV_EINVAL);
+    uint8_t junk[3000];
+    ts_random(99, junk, sizeof junk);
+    CHECK_EQ_INT(ts_append(s, "INBOX", (const char *)junk, sizeof junk, 0, NULL, 0, &uid), MV_OK);
+    CHECK(ts_fetch_equals(s, "INBOX", uid, junk, sizeof junk));
+
+    int files = 0;
+    CHECK(ts_corpus_round_trip(s, &files));
+    printf("  # %d corpus files round-tripped byte for byte\n", files);
+    CHECK(ts_refcounts_ok(s));
+    sqlite3_stmt *st = NULL;
+    CHECK_EQ_INT(sqlite3_prepare_v2(mv_store_db(s), "PRAGMA integrity_check", -1, &st, NULL),
+                 SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_step(st), SQLITE_ROW);
+    CHECK(strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0);
+    sqlite3_finalize(st);
+    mv_store_close(&s);
+    CHECK(s == NULL);
+}
+
+static void test_message_get(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("get", &s), MV_OK);
+    size_t len = 0;
+    char *m = ts_message("=?utf-8?q?Gr=C3=BC=C3=9Fe?=",
+                         "Cc: carol@example.net\r\n"
+                         "Message-ID: <get.1@example.org>\r\nIn-Reply-To: <parent@x>\r\n",
+                         "body", 0, 0, &len);
+    uint32_t uid = 0;
+    CHECK_EQ_INT(ts_append(s, "inbox", m, len, MV_FLAG_SEEN | MV_FLAG_FLAGGED,
+                           "  $Junk work  $junk Work ", 1700000000, &uid),
+                 MV_OK);
+    struct mv_message_info info;
+    CHECK_EQ_INT(mv_message_get(s, "INBOX", uid, &info), MV_OK);
+    CHECK(strcmp(info.mailbox, "INBOX") == 0);
+    CHECK_EQ_INT(info.uid, uid);
+    CHECK_EQ_INT(info.internal_date, 1700000000);
+    CHECK_EQ_INT(info.sent_date, 1740996000);
+    CHECK_EQ_INT(info.size, len);
+    CHECK_EQ_INT(info.flags, MV_FLAG_SEEN | MV_FLAG_FLAGGED);
+    CHECK(strcmp(info.keywords, "$Junk work") == 0); /* deduplicated, sorted, first spelling */
+    CHECK(strcmp(info.subject, "Grüße") == 0);
+    CHECK(strstr(info.from, "alice@example.org") != NULL);
+    CHECK(strstr(info.to, "bob@example.com") != NULL);
+    CHECK(strstr(info.cc, "carol@example.net") != NULL);
+    CHECK(strcmp(info.message_id, "get.1@example.org") == 0);
+    CHECK(strcmp(info.in_reply_to, "parent@x") == 0);
+    CHECK(info.thread_id != 0);
+    CHECK(info.modseq != 0);
+    CHECK_EQ_INT(mv_message_get(s, "INBOX", uid + 1, &info), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_message_get(s, "Nowhere", uid, &info), MV_ENOTFOUND);
+    void *raw = NULL;
+    size_t raw_len = 0;
+    CHECK_EQ_INT(mv_message_fetch(s, "INBOX", uid + 1, &raw, &raw_len), MV_ENOTFOUND);
+    CHECK(raw == NULL);
+    CHECK_EQ_INT(mv_message_append(s, "Nowhere", m, len, 0, NULL, 0, NULL), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0x20, NULL, 0, NULL), MV_EINVAL);
+    free(m);
+    mv_store_close(&s);
+}
+
+/* ---- deduplication, COPY, expunge ------------------------------------------------------ */
+
+/* Appends a then b into a fresh store; growth[0] and growth[1] get the database growth
+ * each caused. */
+static int ts_dedup_pair(
+    const char *name, const char *a, size_t a_len, const char *b, size_t b_len, long long growth[2])
+{
+    mv_store *s = NULL;
+    int ok = ts_open(name, &s) == MV_OK;
+    long long empty = ok ? ts_db_bytes(s) : -1;
+    ok = ok && ts_append(s, "INBOX", a, a_len, 0, NULL, 0, NULL) == MV_OK;
+    long long before = ok ? ts_db_bytes(s) : -1;
+    ok = ok && ts_append(s, "INBOX", b, b_len, 0, NULL, 0, NULL) == MV_OK;
+    long long after = ok ? ts_db_bytes(s) : -1;
+    growth[0] = before - empty;
+    growth[1] = after - before;
+    ok = ok && ts_int(s, "SELECT count(*) FROM attachments") == 1 &&
+         ts_int(s, "SELECT refcount FROM attachments") == 2 &&
+         ts_int(s, "SELECT count(*) FROM bodies") == 2 &&
+         ts_fetch_equals(s, "INBOX", 1, a, a_len) && ts_fetch_equals(s, "INBOX", 2, b, b_len) &&
+         ts_refcounts_ok(s);
+    mv_store_close(&s);
+    return ok;
+}
+
+static void test_dedup_attachments(void)
+{
+    size_t a_len = 0, b_len = 0;
+    long long growth[2] = {0, 0};
+    char *a = ts_message("report", NULL, "the report", 100 << 10, 42, &a_len);
+    char *b =
+        ts_message("Fwd: report", "X-Forwarded: yes\r\n", "forwarding it", 100 << 10, 42, &b_len);
+    CHECK(ts_dedup_pair("dedup", a, a_len, b, b_len, growth));
+    printf("  # dedup (synthetic, 100 KiB attachment): first message %zu bytes grew the "
+           "database %lld bytes; second %zu bytes, %lld bytes\n",
+           a_len, growth[0], b_len, growth[1]);
+    CHECK(growth[1] < (long long)b_len / 8);
+    free(a);
+    free(b);
+
+    const char *root = getenv("MV_TEST_ROOT");
+    char path_a[1024], path_b[1024];
+    snprintf(path_a, sizeof path_a, "%s/tests/corpus/dup-attachment-a.eml", root ? root : ".");
+    snprintf(path_b, sizeof path_b, "%s/tests/corpus/dup-attachment-b.eml", root ? root : ".");
+    uint8_t *ca = tu_read_file(path_a, &a_len), *cb = tu_read_file(path_b, &b_len);
+    if (ca != NULL && cb != NULL) {
+        CHECK(ts_dedup_pair("dedup-corpus", (const char *)ca, a_len, (const char *)cb, b_len,
+                            growth));
+        printf("  # dedup (corpus dup-attachment-a/b): first message %zu bytes grew the "
+               "database %lld bytes; second %zu bytes, %lld bytes\n",
+               a_len, growth[0], b_len, growth[1]);
+        CHECK(growth[1] < (long long)b_len / 4);
+    }
+    free(ca);
+    free(cb);
+}
+
+static void test_copy_and_expunge(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("copy", &s), MV_OK);
+    long long empty = ts_db_bytes(s);
+    size_t len = 0;
+    char *m =
+        ts_message("big", "Message-ID: <big@example.org>\r\n", "a large one", 768 << 10, 5, &len);
+    CHECK(len >= (1 << 20));
+    uint32_t uid = 0, count = 0;
+    CHECK_EQ_INT(ts_append(s, "INBOX", m, len, 0, NULL, 0, &uid), MV_OK);
+    long long before = ts_db_bytes(s);
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "1", "Archive", &count), MV_OK);
+    CHECK_EQ_INT(count, 1);
+    long long after = ts_db_bytes(s);
+    printf("  # COPY of a %zu-byte message: database grew %lld bytes (%lld -> %lld)\n", len,
+           after - before, before, after);
+    CHECK(after - before < 64LL * 1024);
+    CHECK_EQ_INT(ts_int(s, "SELECT refcount FROM bodies"), 2);
+    CHECK(ts_fetch_equals(s, "Archive", 1, m, len));
+    CHECK(ts_refcounts_ok(s));
+
+    /* expunge needs \Deleted: without it nothing goes */
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK);
+    CHECK_EQ_INT(count, 0);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK);
+    CHECK_EQ_INT(count, 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT refcount FROM bodies"), 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM fts"), 1);
+    CHECK_EQ_INT(mv_flags_set(s, "Archive", "1:*", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL),
+                 MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "Archive", "1", &count), MV_OK);
+    CHECK_EQ_INT(count, 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM messages"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies_data"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM attachments"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM attachments_data"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM body_parts"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM fts"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM changes WHERE kind = 'expunge'"), 2);
+    long long gone = ts_db_bytes(s);
+    printf("  # after expunging both copies: %lld bytes (empty store %lld)\n", gone, empty);
+    CHECK(gone < empty + 128LL * 1024); /* auto_vacuum FULL gave the pages back */
+    void *raw = NULL;
+    size_t raw_len = 0;
+    CHECK_EQ_INT(mv_message_fetch(s, "Archive", 1, &raw, &raw_len), MV_ENOTFOUND);
+    free(m);
+    mv_store_close(&s);
+}
+
+/* ---- flags, modseq, change log, move, UID sets ----------------------------------------- */
+
+static unsigned ts_flags(mv_store *s, const char *mailbox, uint32_t uid, char *kw, size_t kw_size)
+{
+    struct mv_message_info info;
+    if (mv_message_get(s, mailbox, uid, &info) != MV_OK) {
+        return 0xffu;
+    }
+    snprintf(kw, kw_size, "%s", info.keywords);
+    return info.flags;
+}
+
+static uint64_t ts_modseq(mv_store *s, const char *mailbox, uint32_t uid)
+{
+    struct mv_message_info info;
+    return mv_message_get(s, mailbox, uid, &info) == MV_OK ? info.modseq : 0;
+}
+
+/* Appends count small messages numbered from first into mailbox. */
+static int ts_fill(mv_store *s, const char *mailbox, int first, int count)
+{
+    for (int i = first; i < first + count; i++) {
+        char subject[64], text[64];
+        size_t len = 0;
+        snprintf(subject, sizeof subject, "message %d", i);
+        snprintf(text, sizeof text, "number %d of the filler", i);
+        char *m = ts_message(subject, NULL, text, 0, 0, &len);
+        int rc = ts_append(s, mailbox, m, len, 0, NULL, 1700000000 + i, NULL);
+        free(m);
+        if (rc != MV_OK) {
+            return rc;
+        }
+    }
+    return MV_OK;
+}
+
+static void test_flags(void)
+{
+    mv_store *s = NULL;
+    char kw[256];
+    uint32_t changed = 0;
+    CHECK_EQ_INT(ts_open("flags", &s), MV_OK);
+    CHECK_EQ_INT(ts_fill(s, "INBOX", 1, 3), MV_OK);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_SEEN, "Work", &changed),
+                 MV_OK);
+    CHECK_EQ_INT(changed, 1);
+    uint64_t m1 = ts_modseq(s, "INBOX", 1), m2 = ts_modseq(s, "INBOX", 2);
+    /* 1:3 add \Seen: 2 and 3 change (one new modseq, shared), 1 does not */
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:3", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, &changed),
+                 MV_OK);
+    CHECK_EQ_INT(changed, 2);
+    CHECK_EQ_INT(ts_modseq(s, "INBOX", 1), m1);
+    uint64_t shared = ts_modseq(s, "INBOX", 2);
+    CHECK(shared > m1 && shared > m2);
+    CHECK_EQ_INT(ts_modseq(s, "INBOX", 3), shared);
+    struct mv_mailbox_info mb;
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &mb), MV_OK);
+    CHECK_EQ_INT(mb.highestmodseq, shared);
+    CHECK_EQ_INT(mb.unseen, 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM changes WHERE kind = 'flags'"), 3);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(DISTINCT modseq) FROM changes WHERE kind = 'flags'"), 2);
+
+    CHECK_EQ_INT(
+        mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_FLAGGED, "$Urgent work", &changed),
+        MV_OK);
+    CHECK_EQ_INT(ts_flags(s, "INBOX", 1, kw, sizeof kw), MV_FLAG_SEEN | MV_FLAG_FLAGGED);
+    CHECK(strcmp(kw, "$Urgent Work") == 0);
+    CHECK_EQ_INT(
+        mv_flags_set(s, "INBOX", "1", MV_FLAGS_REMOVE, MV_FLAG_SEEN, "WORK nothere", &changed),
+        MV_OK);
+    CHECK_EQ_INT(ts_flags(s, "INBOX", 1, kw, sizeof kw), MV_FLAG_FLAGGED);
+    CHECK(strcmp(kw, "$Urgent") == 0);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_REPLACE, MV_FLAG_ANSWERED, "b a", &changed),
+                 MV_OK);
+    CHECK_EQ_INT(ts_flags(s, "INBOX", 1, kw, sizeof kw), MV_FLAG_ANSWERED);
+    CHECK(strcmp(kw, "a b") == 0);
+    uint64_t before = ts_modseq(s, "INBOX", 1);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_REPLACE, MV_FLAG_ANSWERED, "a b", &changed),
+                 MV_OK);
+    CHECK_EQ_INT(changed, 0); /* the same state: untouched */
+    CHECK_EQ_INT(ts_modseq(s, "INBOX", 1), before);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_REPLACE, 0, NULL, &changed), MV_OK);
+    CHECK_EQ_INT(ts_flags(s, "INBOX", 1, kw, sizeof kw), 0);
+    CHECK(strcmp(kw, "") == 0);
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &mb), MV_OK);
+    CHECK_EQ_INT(mb.unseen, 1);
+
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", 3, 0, NULL, NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, 0x40, NULL, NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, 0, "bad\\kw", NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, 0, "a(b", NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_flags_set(s, "Nowhere", "1", MV_FLAGS_ADD, 0, NULL, NULL), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:x", MV_FLAGS_ADD, 0, NULL, NULL), MV_EINVAL);
+    mv_store_close(&s);
+}
+
+static void test_move(void)
+{
+    mv_store *s = NULL;
+    uint32_t count = 0;
+    CHECK_EQ_INT(ts_open("move", &s), MV_OK);
+    CHECK_EQ_INT(ts_fill(s, "INBOX", 1, 3), MV_OK);
+    size_t len = 0;
+    char *m = ts_message("message 2", NULL, "number 2 of the filler", 0, 0, &len);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "2", MV_FLAGS_ADD, MV_FLAG_SEEN, "kept", NULL), MV_OK);
+    long long refs = ts_int(s, "SELECT sum(refcount) FROM bodies");
+    CHECK_EQ_INT(mv_message_move(s, "INBOX", "2:3", "Trash", &count), MV_OK);
+    CHECK_EQ_INT(count, 2);
+    CHECK_EQ_INT(ts_int(s, "SELECT sum(refcount) FROM bodies"), refs);
+    struct mv_mailbox_info in, trash;
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &in), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_get(s, "Trash", &trash), MV_OK);
+    CHECK_EQ_INT(in.messages, 1);
+    CHECK_EQ_INT(trash.messages, 2);
+    CHECK(ts_fetch_equals(s, "Trash", 1, m, len));
+    char kw[64];
+    CHECK_EQ_INT(ts_flags(s, "Trash", 1, kw, sizeof kw), MV_FLAG_SEEN);
+    CHECK(strcmp(kw, "kept") == 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM changes c JOIN mailboxes b ON b.id = "
+                           "c.mailbox_id WHERE b.name = 'INBOX' AND kind = 'expunge'"),
+                 2);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(DISTINCT modseq) FROM changes c JOIN mailboxes b ON "
+                           "b.id = c.mailbox_id WHERE b.name = 'INBOX' AND kind = 'expunge'"),
+                 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM changes c JOIN mailboxes b ON b.id = "
+                           "c.mailbox_id WHERE b.name = 'Trash' AND kind = 'append'"),
+                 2);
+    /* copy to the same mailbox, over a set that names the new UIDs' range: no runaway */
+    CHECK_EQ_INT(mv_message_copy(s, "Trash", "1:4294967295", "Trash", &count), MV_OK);
+    CHECK_EQ_INT(count, 2);
+    CHECK_EQ_INT(mv_message_copy(s, "Trash", "1,1,1:2,2", "Archive", &count), MV_OK);
+    CHECK_EQ_INT(count, 2); /* each message once */
+    CHECK_EQ_INT(mv_message_move(s, "INBOX", "5", "Trash", &count), MV_OK);
+    CHECK_EQ_INT(count, 0);
+    CHECK_EQ_INT(mv_message_move(s, "INBOX", "1", "Nowhere", &count), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &in), MV_OK);
+    CHECK_EQ_INT(in.messages, 1); /* rolled back */
+    CHECK(ts_refcounts_ok(s));
+    free(m);
+    mv_store_close(&s);
+}
+
+/* Parses text and compares the ranges with want ("a-b a-b ..."). */
+static int ts_uidset_is(mv_store *s, const char *text, uint32_t max_uid, const char *want)
+{
+    struct store_uidset set;
+    char got[512] = "";
+    size_t at = 0;
+    if (store_uidset_parse(s, text, max_uid, &set) != MV_OK) {
+        fprintf(stderr, "  uid set \"%s\": %s\n", text, mv_store_errmsg(s));
+        return 0;
+    }
+    for (size_t i = 0; i < set.count && at < sizeof got; i++) {
+        at += (size_t)snprintf(got + at, sizeof got - at, "%s%u-%u", i ? " " : "",
+                               set.ranges[i].first, set.ranges[i].last);
+    }
+    store_uidset_free(&set);
+    if (strcmp(got, want) != 0) {
+        fprintf(stderr, "  uid set \"%s\" (max %u): got \"%s\", want \"%s\"\n", text, max_uid, got,
+                want);
+        return 0;
+    }
+    return 1;
+}
+
+static void test_uidset(void)
+{
+    mv_store *s = NULL;
+    struct store_uidset set;
+    CHECK_EQ_INT(ts_open("uidset", &s), MV_OK);
+    CHECK(ts_uidset_is(s, "1", 10, "1-1"));
+    CHECK(ts_uidset_is(s, "3:7", 10, "3-7"));
+    CHECK(ts_uidset_is(s, "7:3", 10, "3-7"));
+    CHECK(ts_uidset_is(s, "1,4:6,9:*", 20, "1-1 4-6 9-20"));
+    CHECK(ts_uidset_is(s, "9:*,1,5:4,2", 20, "1-2 4-5 9-20"));
+    CHECK(ts_uidset_is(s, "1:5,3:8,9", 20, "1-9"));
+    CHECK(ts_uidset_is(s, "*", 7, "7-7"));
+    CHECK(ts_uidset_is(s, "30:*", 7, "7-7")); /* RFC 3501: "*" is the largest, so 7:30 */
+    CHECK(ts_uidset_is(s, "30:40", 7, ""));
+    CHECK(ts_uidset_is(s, "1:*", 0, ""));
+    CHECK(ts_uidset_is(s, "4294967295", 4294967295u, "4294967295-4294967295"));
+    static const char *const bad[] = {"",           "0",   "01", "1:",  ":1",    "1,,2",
+                                      "1,",         ",1",  "a",  "1 2", "1:2:3", "-1",
+                                      "4294967296", "1:0", "**", "1;2", " 1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = store_uidset_parse(s, bad[i], 100, &set);
+        if (rc != MV_EINVAL) {
+            fprintf(stderr, "  \"%s\" gave %d\n", bad[i], rc);
+        }
+        CHECK_EQ_INT(rc, MV_EINVAL);
+        CHECK(set.ranges == NULL && set.count == 0);
+    }
+    CHECK_EQ_INT(store_uidset_parse(s, NULL, 100, &set), MV_EINVAL);
+    /* 10000 ranges are fine, 10001 are not */
+    struct ts_buf b = {0};
+    for (int i = 0; i < 10001; i++) {
+        char item[16];
+        snprintf(item, sizeof item, "%s%d", i ? "," : "", 2 * i + 1);
+        ts_adds(&b, item);
+        if (i == 9999) {
+            CHECK_EQ_INT(store_uidset_parse(s, b.data, 100000, &set), MV_OK);
+            CHECK_EQ_INT(set.count, 10000);
+            store_uidset_free(&set);
+        }
+    }
+    CHECK_EQ_INT(store_uidset_parse(s, b.data, 100000, &set), MV_ELIMIT);
+    CHECK(ts_errmsg_has(s, "10000"));
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", b.data, MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL),
+                 MV_ELIMIT);
+    free(b.data);
+    mv_store_close(&s);
+}
+
+/* ---- search ---------------------------------------------------------------------------- */
+
+static char *ts_simple(const char *from, const char *subject, const char *text, size_t *len)
+{
+    struct ts_buf b = {0};
+    ts_adds(&b, "From: ");
+    ts_adds(&b, from);
+    ts_adds(&b, "\r\nTo: team@example.org\r\nSubject: ");
+    ts_adds(&b, subject);
+    ts_adds(&b, "\r\nDate: Mon, 3 Mar 2025 10:00:00 +0000\r\n\r\n");
+    ts_adds(&b, text);
+    ts_adds(&b, "\r\n");
+    *len = b.len;
+    return b.data;
+}
+
+/* Runs q; out gets the subjects' first words ("Quarterly Lunch"), the result is the number
+ * of rows or the negative code that ended the iteration. */
+static int ts_search(mv_store *s, const struct mv_search_query *q, char *out, size_t out_size)
+{
+    mv_search *it = NULL;
+    struct mv_message_info info;
+    size_t at = 0;
+    out[0] = '\0';
+    int rc = mv_search_begin(s, q, &it), rows = 0;
+    if (rc != MV_OK) {
+        return rc;
+    }
+    while ((rc = mv_search_next(it, &info)) == 1) {
+        at += (size_t)snprintf(out + at, out_size - at, "%s%.*s", rows ? " " : "",
+                               (int)strcspn(info.subject, " "), info.subject);
+        rows++;
+    }
+    if (rc == 0 && mv_search_next(it, &info) != 0) {
+        rc = MV_ERROR; /* the end must stay the end */
+    }
+    mv_search_end(&it);
+    return rc < 0 ? rc : rows;
+}
+
+#define TS_SEARCH_IS(s, q, want_rows, want)                                                        \
+    do {                                                                                           \
+        char got_[512];                                                                            \
+        int rows_ = ts_search(s, q, got_, sizeof got_);                                            \
+        if (rows_ != (want_rows) || strcmp(got_, want) != 0) {                                     \
+            fprintf(stderr, "  search gave %d \"%s\", want %d \"%s\" (%s)\n", rows_, got_,         \
+                    (int)(want_rows), want, mv_store_errmsg(s));                                   \
+        }                                                                                          \
+        CHECK_EQ_INT(rows_, want_rows);                                                            \
+        CHECK(strcmp(got_, want) == 0);                                                            \
+    } while (0)
+
+static int ts_search_fill(mv_store *s)
+{
+    struct {
+        const char *mailbox, *from, *subject, *text;
+        int64_t date;
+        unsigned flags;
+        const char *keywords;
+    } m[] = {
+        {"INBOX", "Alice <alice@example.org>", "Quarterly numbers", "revenue grew by ten percent",
+         1000, MV_FLAG_SEEN, "work"},
+        {"INBOX", "Bob <bob@example.com>", "Lunch plans", "pizza on friday", 2000, 0, NULL},
+        {"Archive", "Bob <bob@example.com>", "Quarterly review", "revenue slides, see appendix",
+         3000, MV_FLAG_FLAGGED, "Work urgent"},
+        {"INBOX", "Carol <carol@example.net>", "100%_sure thing", "nothing to see", 4000, 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        size_t len = 0;
+        struct ts_buf text = {0};
+        ts_adds(&text, m[i].text);
+        for (int k = 0; i == 2 && k < 2500; k++) {
+            ts_adds(&text, " appendix"); /* make it large */
+        }
+        char *raw = ts_simple(m[i].from, m[i].subject, text.data, &len);
+        free(text.data);
+        int rc = ts_append(s, m[i].mailbox, raw, len, m[i].flags, m[i].keywords, m[i].date, NULL);
+        free(raw);
+        if (rc != MV_OK) {
+            return rc;
+        }
+    }
+    return MV_OK;
+}
+
+static void test_search(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("search", &s), MV_OK);
+    CHECK_EQ_INT(ts_search_fill(s), MV_OK);
+    struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+    TS_SEARCH_IS(s, &q, 4, "100%_sure Quarterly Lunch Quarterly");
+    q.from = "BOB";
+    TS_SEARCH_IS(s, &q, 2, "Quarterly Lunch");
+    q.mailbox = "inbox";
+    TS_SEARCH_IS(s, &q, 1, "Lunch");
+    q = (struct mv_search_query)MV_SEARCH_QUERY_INIT;
+    q.subject = "quarterly";
+    TS_SEARCH_IS(s, &q, 2, "Quarterly Quarterly");
+    q.subject = "%";
+    TS_SEARCH_IS(s, &q, 1, "100%_sure");
+    q.subject = "_";
+    TS_SEARCH_IS(s, &q, 1, "100%_sure");
+    q = (struct mv_search_query)MV_SEARCH_QUERY_INIT;
+    q.text = "revenue";
+    TS_SEARCH_IS(s, &q, 2, "Quarterly Quarterly");
+    q.mailbox = "INBOX";
+    TS_SEARCH_IS(s, &q, 1, "Quarterly");
+    q.mailbox = NULL;
+    q.text = "  Revenue   GREW ";
+    TS_SEARCH_IS(s, &q, 1, "Quarterly");
+    q.text = "bob"; /* the addresses column */
+    TS_SEARCH_IS(s, &q, 2, "Quarterly Lunch");
+    /* FTS5 syntax in the user's text is taken literally, never as syntax */
+    static const struct {
+        const char *text;
+        int rows;
+    } hostile[] = {{"revenue\" OR \"pizza", 0},
+                   {"NEAR(revenue pizza)", 0},
+                   {"*", 0},
+                   {"subject:revenue", 0},
+                   {"\"", 0},
+                   {"re* OR pi*", 0},
+                   {"(", 0},
+                   {"-pizza", 1},
+                   {"AND", 0},
+                   {"\"\"\"\"", 0},
+                   {"revenue \")", 2}};
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        q.text = hostile[i].text;
+        char got[512];
+        int rows = ts_search(s, &q, got, sizeof got);
+        if (rows != hostile[i].rows) {
+            fprintf(stderr, "  text \"%s\" gave %d (%s)\n", hostile[i].text, rows,
+                    mv_store_errmsg(s));
+        }
+        CHECK_EQ_INT(rows, hostile[i].rows);
+    }
+    q = (struct mv_search_query)MV_SEARCH_QUERY_INIT;
+    q.since = 2000;
+    q.before = 4000;
+    TS_SEARCH_IS(s, &q, 2, "Quarterly Lunch");
+    q = (struct mv_search_query)MV_SEARCH_QUERY_INIT;
+    q.sent_since = 1740996000;
+    TS_SEARCH_IS(s, &q, 4, "100%_sure Quarterly Lunch Quarterly");
+    q.sent_since = 1740996001;
+    TS_SEARCH_IS(s, &q, 0, "");
+    q = (struct mv_search_query)MV_SEARCH_QUERY_INIT;
+    q.larger = 10000;
+    TS_SEARCH_IS(s, &q, 1, "Quarterly");
+    q.larger = 0;
+    q.smaller = 10000;
+    TS_SEARCH_IS(s, &q, 3, "100%_sure Lunch Quarterly");
+    mv_store_close(&s);
+}
+
+static void test_search_flags_limits(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("search", &s), MV_OK); /* filled by test_search */
+    struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+    q.flags_set = MV_FLAG_SEEN;
+    TS_SEARCH_IS(s, &q, 1, "Quarterly");
+    q.flags_set = 0;
+    q.flags_unset = MV_FLAG_SEEN;
+    q.mailbox = "INBOX";
+    TS_SEARCH_IS(s, &q, 2, "100%_sure Lunch");
+    q = (struct mv_search_query)MV_SEARCH_QUERY_INIT;
+    q.keyword = "WORK";
+    TS_SEARCH_IS(s, &q, 2, "Quarterly Quarterly");
+    q.keyword = "urgent";
+    TS_SEARCH_IS(s, &q, 1, "Quarterly");
+    q.keyword = "wor";
+    TS_SEARCH_IS(s, &q, 0, "");
+    q = (struct mv_search_query)MV_SEARCH_QUERY_INIT;
+    q.from = "bob";
+    q.limit = 2;
+    TS_SEARCH_IS(s, &q, 2, "Quarterly Lunch");
+    q.limit = 1;
+    TS_SEARCH_IS(s, &q, MV_ELIMIT, "Quarterly");
+    CHECK(ts_errmsg_has(s, "limit"));
+    q.mailbox = "Nowhere";
+    mv_search *it = NULL;
+    CHECK_EQ_INT(mv_search_begin(s, &q, &it), MV_ENOTFOUND);
+    CHECK(it == NULL);
+    q.mailbox = NULL;
+    q.flags_set = 0x100;
+    CHECK_EQ_INT(mv_search_begin(s, &q, &it), MV_EINVAL);
+    mv_store_close(&s);
+
+    /* the store's own maximum */
+    struct mv_store_options o = ts_options();
+    o.limits.search_results_max = 3;
+    CHECK_EQ_INT(ts_open_with("search", &o, &s), MV_OK);
+    q = (struct mv_search_query)MV_SEARCH_QUERY_INIT;
+    TS_SEARCH_IS(s, &q, MV_ELIMIT, "100%_sure Quarterly Lunch");
+    CHECK(ts_errmsg_has(s, "search_results_max"));
+    q.limit = 100; /* cannot raise the store's maximum */
+    TS_SEARCH_IS(s, &q, MV_ELIMIT, "100%_sure Quarterly Lunch");
+    q.mailbox = "INBOX";
+    TS_SEARCH_IS(s, &q, 3, "100%_sure Lunch Quarterly");
+    mv_store_close(&s);
+}
+
+/* ---- limits ---------------------------------------------------------------------------- */
+
+static void test_limits(void)
+{
+    struct mv_store_options o = ts_options();
+    o.limits.message_size_max = 1000;
+    o.limits.keywords_max = 3;
+    o.limits.keyword_size_max = 8;
+    o.limits.header_count_max = 20;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open_with("limits", &o, &s), MV_OK);
+    char raw[1001];
+    memset(raw, 'x', sizeof raw);
+    memcpy(raw, "Subject: big\r\n\r\n", 16);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", raw, 1001, 0, NULL, 0, NULL), MV_ELIMIT);
+    CHECK(ts_errmsg_has(s, "message_size_max"));
+    uint32_t uid = 0;
+    CHECK_EQ_INT(ts_append(s, "INBOX", raw, 1000, 0, NULL, 0, &uid), MV_OK);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", raw, 10, 0, "a b c d", 0, NULL), MV_ELIMIT);
+    CHECK(ts_errmsg_has(s, "keywords_max"));
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", raw, 10, 0, "abcdefghi", 0, NULL), MV_ELIMIT);
+    CHECK(ts_errmsg_has(s, "keyword_size_max"));
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", raw, 10, 0, "a]", 0, NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", raw, 10, 0, "\\Seen", 0, NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", raw, 10, 0, "caf\xc3\xa9", 0, NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", raw, 10, 0, "a\tb", 0, NULL), MV_EINVAL);
+    /* duplicates do not count: a A a b c is three keywords */
+    CHECK_EQ_INT(ts_append(s, "INBOX", raw, 10, 0, "a A a b c", 0, &uid), MV_OK);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "*", MV_FLAGS_ADD, 0, "d", NULL), MV_ELIMIT);
+    CHECK(ts_errmsg_has(s, "keywords_max"));
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "*", MV_FLAGS_REPLACE, 0, "d e f g", NULL), MV_ELIMIT);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "*", MV_FLAGS_ADD, 0, "B", NULL), MV_OK);
+    char kw[64];
+    CHECK_EQ_INT(ts_flags(s, "INBOX", uid, kw, sizeof kw), 0);
+    CHECK(strcmp(kw, "a b c") == 0);
+    /* the parser's limits come back the same way */
+    struct ts_buf many = {0};
+    for (int i = 0; i < 21; i++) {
+        ts_adds(&many, "X-Header: value\r\n");
+    }
+    ts_adds(&many, "\r\nbody\r\n");
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", many.data, many.len, 0, NULL, 0, NULL), MV_ELIMIT);
+    CHECK(ts_errmsg_has(s, "header_count_max"));
+    free(many.data);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM messages"), 2); /* nothing half-done */
+    CHECK(ts_refcounts_ok(s));
+    mv_store_close(&s);
+}
+
+/* ---- query plans ----------------------------------------------------------------------- */
+
+/* Prints the plan of sql and checks it: no full scan of messages (a line "SCAN messages" or
+ * "SCAN m", bare or "USING ..." -- a scan of an index of messages is still a scan of every
+ * message), and index (if not NULL) is used. */
+static int ts_plan_ok(mv_store *s, const char *name, const char *sql, const char *index)
+{
+    char eqp[2048];
+    sqlite3_stmt *st = NULL;
+    snprintf(eqp, sizeof eqp, "EXPLAIN QUERY PLAN %s", sql);
+    if (sqlite3_prepare_v2(mv_store_db(s), eqp, -1, &st, NULL) != SQLITE_OK) {
+        fprintf(stderr, "  %s: %s\n", name, sqlite3_errmsg(mv_store_db(s)));
+        return 0;
+    }
+    int ok = 1, used = index == NULL;
+    printf("  # plan of %s:\n", name);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *detail = (const char *)sqlite3_column_text(st, 3);
+        printf("  #   %s\n", detail);
+        if (strcmp(detail, "SCAN messages") == 0 || strncmp(detail, "SCAN messages ", 14) == 0 ||
+            strcmp(detail, "SCAN m") == 0 || strncmp(detail, "SCAN m ", 7) == 0) {
+            fprintf(stderr, "  %s scans messages: %s\n", name, detail);
+            ok = 0;
+        }
+        if (index != NULL && strncmp(detail, "SEARCH ", 7) == 0 && strstr(detail, index)) {
+            used = 1;
+        }
+    }
+    sqlite3_finalize(st);
+    if (!used) {
+        fprintf(stderr, "  %s does not search with %s\n", name, index);
+    }
+    return ok && used;
+}
+
+/* The SQL of the search statement it holds open (found among the connection's statements). */
+static int
+ts_search_plan_ok(mv_store *s, const struct mv_search_query *q, const char *name, const char *index)
+{
+    mv_search *it = NULL;
+    if (mv_search_begin(s, q, &it) != MV_OK) {
+        return 0;
+    }
+    const char *sql = NULL;
+    for (sqlite3_stmt *st = sqlite3_next_stmt(mv_store_db(s), NULL); st != NULL;
+         st = sqlite3_next_stmt(mv_store_db(s), st)) {
+        if (strstr(sqlite3_sql(st), "ORDER BY m.internal_date DESC") != NULL) {
+            sql = sqlite3_sql(st);
+        }
+    }
+    int ok = sql != NULL && ts_plan_ok(s, name, sql, index);
+    mv_search_end(&it);
+    return ok;
+}
+
+static void test_query_plans(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("search", &s), MV_OK); /* has messages, so ANALYZE-free plans */
+    CHECK(ts_plan_ok(s, "fetch by uid",
+                     "SELECT body_id FROM messages WHERE mailbox_id = ? AND uid = ?",
+                     "sqlite_autoindex_messages_1"));
+    CHECK(ts_plan_ok(s, "uid range (STORE/COPY/MOVE walk)",
+                     "SELECT id, uid, flags, body_id, keywords FROM messages WHERE mailbox_id = "
+                     "?1 AND uid > ?2 AND uid <= ?3 ORDER BY uid LIMIT ?4",
+                     "sqlite_autoindex_messages_1"));
+    CHECK(ts_plan_ok(s, "expunge walk",
+                     "SELECT id, uid, flags, body_id, keywords FROM messages INDEXED BY "
+                     "messages_deleted WHERE mailbox_id = ?1 AND uid > ?2 AND uid <= ?3 AND "
+                     "(flags & 8) != 0 ORDER BY uid LIMIT ?4",
+                     "messages_deleted"));
+    CHECK(ts_plan_ok(s, "unseen count",
+                     "SELECT count(*) FROM messages WHERE mailbox_id = ? AND (flags & 1) = 0",
+                     "messages_unseen"));
+    CHECK(ts_plan_ok(s, "date order listing",
+                     "SELECT uid FROM messages WHERE mailbox_id = ? ORDER BY internal_date DESC "
+                     "LIMIT 50",
+                     "messages_date"));
+    CHECK(ts_plan_ok(s, "modseq since (CHANGEDSINCE)",
+                     "SELECT uid, modseq FROM messages WHERE mailbox_id = ? AND modseq > ?",
+                     "messages_modseq"));
+    CHECK(ts_plan_ok(s, "change log since (QRESYNC)",
+                     "SELECT uid, kind FROM changes WHERE mailbox_id = ? AND modseq > ? "
+                     "ORDER BY modseq",
+                     "changes_modseq"));
+    CHECK(ts_plan_ok(s, "thread parent",
+                     "SELECT thread_id FROM messages WHERE message_id = ?1 AND message_id != '' "
+                     "ORDER BY id LIMIT 1",
+                     "messages_message_id"));
+    CHECK(ts_plan_ok(s, "thread child",
+                     "SELECT thread_id FROM messages WHERE in_reply_to = ?1 AND in_reply_to != ''"
+                     " ORDER BY id LIMIT 1",
+                     "messages_in_reply_to"));
+    CHECK(ts_plan_ok(s, "import resume (store_message_exists)",
+                     "SELECT 1 FROM bodies b JOIN messages m ON m.body_id = b.id "
+                     "WHERE b.sha256 = ? AND m.mailbox_id = ? LIMIT 1",
+                     "messages_body"));
+    struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+    q.mailbox = "INBOX";
+    q.text = "revenue";
+    q.from = "alice";
+    CHECK(ts_search_plan_ok(s, &q, "search in a mailbox (text + from)", "messages_date"));
+    q.text = NULL;
+    q.flags_unset = MV_FLAG_SEEN;
+    q.since = 1;
+    CHECK(ts_search_plan_ok(s, &q, "search in a mailbox (unseen since)", "messages_date"));
+    mv_store_close(&s);
+}
+
+/* ---- reference counts under a random workload ------------------------------------------ */
+
+static uint32_t ts_next(uint64_t *state)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*state >> 33);
+}
+
+/* A random set "a:b" within 1..uidnext of mailbox (may name no message). */
+static void ts_random_set(mv_store *s, const char *mailbox, uint64_t *rng, char *out, size_t size)
+{
+    struct mv_mailbox_info info;
+    uint32_t top = mv_mailbox_get(s, mailbox, &info) == MV_OK ? info.uidnext : 1;
+    uint32_t a = 1 + ts_next(rng) % top, b = 1 + ts_next(rng) % top;
+    if (ts_next(rng) % 4 == 0) {
+        snprintf(out, size, "%u:*", a);
+    } else {
+        snprintf(out, size, "%u:%u", a, b);
+    }
+}
+
+/* One random operation; MV_OK or the failing code. */
+static int ts_random_op(
+    mv_store *s, uint64_t *rng, char *const pool[], const size_t pool_len[], size_t pool_count)
+{
+    static const char *const boxes[] = {"INBOX", "Archive", "Trash", "Tmp"};
+    const char *from = boxes[ts_next(rng) % 4], *to = boxes[ts_next(rng) % 4];
+    char set[64];
+    uint32_t n = 0;
+    ts_random_set(s, from, rng, set, sizeof set);
+    switch (ts_next(rng) % 6) {
+    case 0:
+    case 1: {
+        size_t i = ts_next(rng) % pool_count;
+        return ts_append(s, from, pool[i], pool_len[i], 0, NULL, 0, NULL);
+    }
+    case 2:
+        return mv_message_copy(s, from, set, to, &n);
+    case 3:
+        return mv_message_move(s, from, set, to, &n);
+    case 4: {
+        int rc = mv_flags_set(s, from, set, MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n);
+        return rc != MV_OK ? rc : mv_mailbox_expunge(s, from, ts_next(rng) % 2 ? NULL : set, &n);
+    }
+    default:
+        if (ts_next(rng) % 5 != 0) {
+            return MV_OK;
+        }
+        if (mv_mailbox_delete(s, "Tmp") != MV_OK) {
+            return MV_ERROR;
+        }
+        return mv_mailbox_create(s, "Tmp", NULL);
+    }
+}
+
+/* Every message of the store reads back (store_body_get checks size and SHA-256). */
+static int ts_fetch_all(mv_store *s, long long *count)
+{
+    sqlite3_stmt *st = NULL;
+    *count = 0;
+    if (sqlite3_prepare_v2(mv_store_db(s),
+                           "SELECT b.name, m.uid FROM messages m JOIN mailboxes "
+                           "b ON b.id = m.mailbox_id",
+                           -1, &st, NULL) != SQLITE_OK) {
+        return 0;
+    }
+    int ok = 1;
+    while (ok && sqlite3_step(st) == SQLITE_ROW) {
+        void *raw = NULL;
+        size_t len = 0;
+        char name[64];
+        snprintf(name, sizeof name, "%s", (const char *)sqlite3_column_text(st, 0));
+        ok = mv_message_fetch(s, name, (uint32_t)sqlite3_column_int64(st, 1), &raw, &len) == MV_OK;
+        mv_free(raw);
+        (*count)++;
+    }
+    sqlite3_finalize(st);
+    return ok;
+}
+
+static void test_refcounts_random(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("random", &s), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_create(s, "Tmp", NULL), MV_OK);
+    char *pool[6];
+    size_t pool_len[6];
+    pool[0] = ts_message("a", NULL, "first", 20000, 1, &pool_len[0]);
+    pool[1] = ts_message("b", NULL, "second", 20000, 1, &pool_len[1]); /* same attachment */
+    pool[2] = ts_message("c", NULL, "third", 30000, 2, &pool_len[2]);
+    pool[3] = ts_message("d", NULL, "fourth", 0, 0, &pool_len[3]);
+    pool[4] = ts_message("a", NULL, "first", 20000, 1, &pool_len[4]); /* same bytes as 0 */
+    pool[5] = ts_message("e", NULL, "both", 30000, 2, &pool_len[5]);
+    uint64_t rng = 20250303;
+    int ok = 1;
+    for (int step = 0; ok && step < 400; step++) {
+        int rc = ts_random_op(s, &rng, pool, pool_len, 6);
+        if (rc != MV_OK) {
+            fprintf(stderr, "  step %d: %s (%s)\n", step, mv_strerror(rc), mv_store_errmsg(s));
+            ok = 0;
+        }
+        if (ok && step % 50 == 49) {
+            ok = ts_refcounts_ok(s);
+        }
+    }
+    CHECK(ok);
+    long long fetched = 0;
+    CHECK(ts_fetch_all(s, &fetched));
+    printf("  # random workload: %lld messages, %lld bodies, %lld attachments at the end\n",
+           fetched, ts_int(s, "SELECT count(*) FROM bodies"),
+           ts_int(s, "SELECT count(*) FROM attachments"));
+    CHECK(ts_refcounts_ok(s));
+    /* every UID appended once; not for Tmp: a re-created mailbox reuses the deleted one's
+     * id (mailboxes.id has no AUTOINCREMENT), so its log rows mix with the old ones */
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM (SELECT mailbox_id, uid FROM changes WHERE "
+                           "kind = 'append' AND mailbox_id IN (SELECT id FROM mailboxes WHERE "
+                           "name != 'Tmp') GROUP BY mailbox_id, uid HAVING count(*) > 1)"),
+                 0);
+    printf("  # change-log rows of deleted mailboxes under a reused mailbox id: %lld\n",
+           ts_int(s, "SELECT count(*) FROM (SELECT mailbox_id, uid FROM changes WHERE "
+                     "kind = 'append' GROUP BY mailbox_id, uid HAVING count(*) > 1)"));
+    int slots = 0;
+    for (int i = 0; i < STORE_STMT_CACHE; i++) {
+        slots += s->stmts[i].sql != NULL;
+    }
+    printf("  # statement cache: %d of %d slots in use after the workload\n", slots,
+           STORE_STMT_CACHE);
+    for (int i = 0; i < 6; i++) {
+        free(pool[i]);
+    }
+    mv_store_close(&s);
+}
+
+/* ---- passwords, tampering -------------------------------------------------------------- */
+
+static void test_wrong_password(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("password", &s), MV_OK);
+    mv_store_close(&s);
+    struct mv_store_options o = ts_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_open("password@example.org", "wrong", 5, &o, &s, err, sizeof err),
+                 MV_EAUTH);
+    CHECK(s == NULL);
+}
+
+/* Runs sql (one parameter: the body id of INBOX's message uid) through the store's own
+ * connection, as an attacker with the key would. */
+static int ts_tamper(mv_store *s, uint32_t uid, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    char full[512];
+    snprintf(full, sizeof full, "%s", sql);
+    if (sqlite3_prepare_v2(mv_store_db(s), full, -1, &st, NULL) != SQLITE_OK) {
+        fprintf(stderr, "  tamper: %s\n", sqlite3_errmsg(mv_store_db(s)));
+        return 0;
+    }
+    sqlite3_bind_int64(st, 1, uid);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE && sqlite3_changes(mv_store_db(s)) >= 1;
+}
+
+/* Appends m, applies sql to its rows, and expects MV_ECORRUPT naming what. */
+static int ts_tamper_case(mv_store *s, const char *m, size_t len, const char *sql, const char *what)
+{
+    uint32_t uid = 0;
+    void *raw = NULL;
+    size_t raw_len = 0;
+    if (ts_append(s, "INBOX", m, len, 0, NULL, 0, &uid) != MV_OK ||
+        !ts_fetch_equals(s, "INBOX", uid, m, len) || !ts_tamper(s, uid, sql)) {
+        return 0;
+    }
+    int rc = mv_message_fetch(s, "INBOX", uid, &raw, &raw_len);
+    if (rc != MV_ECORRUPT || raw != NULL) {
+        fprintf(stderr, "  after \"%s\": fetch gave %d\n", sql, rc);
+        mv_free(raw);
+        return 0;
+    }
+    return ts_errmsg_has(s, what);
+}
+
+#define TS_BODY                                                                                    \
+    "(SELECT body_id FROM messages WHERE uid = ?1 AND mailbox_id = "                               \
+    "(SELECT id FROM mailboxes WHERE name = 'INBOX'))"
+
+static void test_tamper(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("tamper", &s), MV_OK);
+    const char tiny[] = "Subject: t\r\n\r\nshort\r\n"; /* under 64 bytes: stored as is */
+    CHECK(ts_tamper_case(s, tiny, sizeof tiny - 1,
+                         "UPDATE bodies_data SET data = CAST(replace(CAST(data AS TEXT), "
+                         "'short', 'shorT') AS BLOB) WHERE id = " TS_BODY,
+                         "SHA-256"));
+    CHECK_EQ_INT(ts_int(s, "SELECT compression FROM bodies ORDER BY id DESC LIMIT 1"), 0);
+    size_t len = 0;
+    struct ts_buf text = {0};
+    for (int i = 0; i < 200; i++) { /* under STORE_SPLIT_MIN: stays in the skeleton */
+        ts_adds(&text, "the same line again and again ");
+    }
+    char *m = ts_message("compressible", NULL, text.data, 0, 0, &len);
+    CHECK(ts_tamper_case(s, m, len,
+                         "UPDATE bodies_data SET data = substr(data, 1, 40) || x'00' || "
+                         "substr(data, 42) WHERE id = " TS_BODY,
+                         "body"));
+    CHECK_EQ_INT(ts_int(s, "SELECT compression FROM bodies ORDER BY id DESC LIMIT 1"), 1);
+    free(m);
+    free(text.data);
+    m = ts_message("truncated", NULL, "x", 0, 0, &len);
+    CHECK(ts_tamper_case(s, m, len,
+                         "UPDATE bodies_data SET data = substr(data, 1, 10) WHERE id = " TS_BODY,
+                         "body"));
+    free(m);
+    m = ts_message("attachment", NULL, "x", 20000, 11, &len);
+    CHECK(ts_tamper_case(s, m, len,
+                         "UPDATE attachments_data SET data = substr(data, 1, 100) || x'41' || "
+                         "substr(data, 102) WHERE id IN (SELECT attachment_id FROM body_parts "
+                         "WHERE body_id = " TS_BODY ")",
+                         "")); /* zstd or digest */
+    free(m);
+    m = ts_message("attachment", NULL, "y", 20000, 12, &len);
+    CHECK(ts_tamper_case(s, m, len,
+                         "UPDATE body_parts SET position = position + 1 WHERE body_id = " TS_BODY,
+                         "SHA-256"));
+    free(m);
+    m = ts_message("attachment", NULL, "z", 20000, 13, &len);
+    CHECK(ts_tamper_case(s, m, len,
+                         "UPDATE body_parts SET position = 1000000 WHERE body_id = " TS_BODY,
+                         "misplaced"));
+    free(m);
+    m = ts_message("attachment", NULL, "w", 20000, 14, &len);
+    CHECK(
+        ts_tamper_case(s, m, len, "UPDATE bodies SET size = size + 1 WHERE id = " TS_BODY, "body"));
+    free(m);
+    mv_store_close(&s);
+}
+
+/* ---- threads, stats -------------------------------------------------------------------- */
+
+static int64_t ts_thread(mv_store *s, const char *mailbox, uint32_t uid)
+{
+    struct mv_message_info info;
+    return mv_message_get(s, mailbox, uid, &info) == MV_OK ? info.thread_id : -1;
+}
+
+static uint32_t ts_append_headers(mv_store *s, const char *subject, const char *headers)
+{
+    size_t len = 0;
+    uint32_t uid = 0;
+    char *m = ts_message(subject, headers, "text", 0, 0, &len);
+    int rc = ts_append(s, "INBOX", m, len, 0, NULL, 0, &uid);
+    free(m);
+    return rc == MV_OK ? uid : 0;
+}
+
+static void test_threads(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("threads", &s), MV_OK);
+    uint32_t root = ts_append_headers(s, "root", "Message-ID: <t1@x>\r\n");
+    uint32_t reply = ts_append_headers(s, "reply", "Message-ID: <t2@x>\r\nIn-Reply-To: <t1@x>\r\n");
+    uint32_t deep = ts_append_headers(s, "deep",
+                                      "Message-ID: <t3@x>\r\nIn-Reply-To: <t2@x>\r\n"
+                                      "References: <t1@x> <t2@x>\r\n");
+    uint32_t refs = ts_append_headers(s, "refs only",
+                                      "Message-ID: <t4@x>\r\n"
+                                      "References: <unknown@x> <t1@x>\r\n");
+    uint32_t other = ts_append_headers(s, "other", "Message-ID: <o1@x>\r\n");
+    CHECK(root != 0 && reply != 0 && deep != 0 && refs != 0 && other != 0);
+    int64_t t = ts_thread(s, "INBOX", root);
+    CHECK(t > 0);
+    CHECK_EQ_INT(ts_thread(s, "INBOX", reply), t);
+    CHECK_EQ_INT(ts_thread(s, "INBOX", deep), t);
+    CHECK_EQ_INT(ts_thread(s, "INBOX", refs), t);
+    CHECK(ts_thread(s, "INBOX", other) != t);
+    /* a reply before its parent: the parent joins the reply's thread */
+    uint32_t early = ts_append_headers(s, "early reply",
+                                       "Message-ID: <c2@x>\r\n"
+                                       "In-Reply-To: <c1@x>\r\n");
+    uint32_t late = ts_append_headers(s, "late parent", "Message-ID: <c1@x>\r\n");
+    CHECK(early != 0 && late != 0);
+    CHECK_EQ_INT(ts_thread(s, "INBOX", late), ts_thread(s, "INBOX", early));
+    CHECK(ts_thread(s, "INBOX", late) != t);
+    /* copies keep their thread; a second delivery of the same Message-ID joins it */
+    uint32_t count = 0;
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "1", "Archive", &count), MV_OK);
+    CHECK_EQ_INT(ts_thread(s, "Archive", 1), t);
+    uint32_t again = ts_append_headers(s, "root, again", "Message-ID: <t1@x>\r\n");
+    CHECK_EQ_INT(ts_thread(s, "INBOX", again), t);
+    mv_store_close(&s);
+}
+
+static void test_stats(void)
+{
+    mv_store *s = NULL;
+    struct mv_store_stats st;
+    CHECK_EQ_INT(ts_open("stats", &s), MV_OK);
+    CHECK_EQ_INT(mv_store_stats(s, &st), MV_OK);
+    CHECK_EQ_INT(st.messages, 0);
+    CHECK_EQ_INT(st.mailboxes, 6);
+    CHECK_EQ_INT(st.schema_version, STORE_SCHEMA_VERSION);
+    CHECK_EQ_INT(st.pending, 0);
+    size_t a_len = 0, b_len = 0;
+    char *a = ts_message("with attachment", NULL, "a", 50000, 8, &a_len);
+    char *b = ts_message("plain", NULL, "b", 0, 0, &b_len);
+    CHECK_EQ_INT(ts_append(s, "INBOX", a, a_len, 0, NULL, 0, NULL), MV_OK);
+    CHECK_EQ_INT(ts_append(s, "INBOX", b, b_len, 0, NULL, 0, NULL), MV_OK);
+    uint32_t count = 0;
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "1", "Archive", &count), MV_OK);
+    CHECK_EQ_INT(mv_store_stats(s, &st), MV_OK);
+    CHECK_EQ_INT(st.messages, 3);
+    CHECK_EQ_INT(st.logical_bytes, 2 * a_len + b_len);
+    CHECK_EQ_INT(st.attachments, 1);
+    CHECK(st.stored_bytes > 0 && st.stored_bytes < a_len + b_len); /* once, compressed */
+    CHECK(st.physical_bytes >= (uint64_t)ts_int(s, "PRAGMA page_size"));
+    printf("  # stats: logical %llu, stored %llu, physical %llu bytes\n",
+           (unsigned long long)st.logical_bytes, (unsigned long long)st.stored_bytes,
+           (unsigned long long)st.physical_bytes);
+    struct mv_store_options o = ts_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_deliver_sealed("stats@example.org", b, b_len, &o, err, sizeof err), MV_OK);
+    CHECK_EQ_INT(mv_store_stats(s, &st), MV_OK);
+    CHECK_EQ_INT(st.pending, 1);
+    free(a);
+    free(b);
+    mv_store_close(&s);
+}
+
+int main(void)
+{
+    TEST(test_round_trip);
+    TEST(test_message_get);
+    TEST(test_dedup_attachments);
+    TEST(test_copy_and_expunge);
+    TEST(test_flags);
+    TEST(test_move);
+    TEST(test_uidset);
+    TEST(test_search);
+    TEST(test_search_flags_limits);
+    TEST(test_limits);
+    TEST(test_query_plans);
+    TEST(test_refcounts_random);
+    TEST(test_wrong_password);
+    TEST(test_tamper);
+    TEST(test_threads);
+    TEST(test_stats);
+    return th_summary();
+}
