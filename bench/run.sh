@@ -11,7 +11,12 @@
 #      column (else 16384) and say so.
 #   2. build/rel/bench/bench_crypto: page-cipher throughput (crypto.* lines).
 #   3. build/rel/bench/bench_vfs: autocommit INSERT/UPDATE rates per cipher (vfs.* lines).
-#   4. The summary: each target with its measured ratio, MET or NOT MET.
+#   3b. build/rel/bench/bench_store: the mail store on a generated corpus (store.* lines):
+#      delivery, sealed delivery + drain, fetch, flags, search, open/KDF, import peak memory.
+#      It writes build/bench-results/store.json itself. Default run: ~10 minutes on 2 cores
+#      and 3 GB of scratch disk (a 1 GB mbox); --quick: under 2 minutes (docs/BENCHMARKS.md).
+#   4. The summary: each target with its measured ratio, MET or NOT MET; the store figures
+#      for information, and the store's one target: import peak RSS bounded.
 #   5. build/bench-results/vfs-micro.json: every figure, the targets, the machine.
 #
 # The page-crypto target compares like with like: crypto.chacha20.encrypt_mbps (encryption
@@ -28,16 +33,19 @@ for arg in "$@"; do
     *) echo "usage: bench/run.sh [--quick]" >&2; exit 2 ;;
     esac
 done
-speed_seconds=2 crypto_seconds=1.5 vfs_args=()
+speed_seconds=2 crypto_seconds=1.5 vfs_args=() store_args=()
 if [ "$quick" -eq 1 ]; then
-    speed_seconds=1 crypto_seconds=0.3 vfs_args=(--quick)
+    speed_seconds=1 crypto_seconds=0.3 vfs_args=(--quick) store_args=(--quick)
 fi
 
 out_dir=build/bench-results
 mkdir -p "$out_dir"
 raw="$out_dir/vfs-micro.txt"
 json="$out_dir/vfs-micro.json"
+store_raw="$out_dir/store.txt"
+store_json="$out_dir/store.json"
 : >"$raw"
+: >"$store_raw"
 
 # ---- 1. openssl speed -------------------------------------------------------------------
 # Prints "MBPS SIZE NOTE": MB/s (10^6 bytes) for the column used.
@@ -75,6 +83,8 @@ echo "== bench_crypto"
 build/rel/bench/bench_crypto "$crypto_seconds" | tee -a "$raw"
 echo "== bench_vfs ${vfs_args[*]:-}"
 build/rel/bench/bench_vfs "${vfs_args[@]}" | tee -a "$raw"
+echo "== bench_store ${store_args[*]:-}"
+build/rel/bench/bench_store "${store_args[@]}" --json "$store_json" | tee -a "$store_raw"
 
 # ---- 4. summary -------------------------------------------------------------------------
 value() { # the first number after name NAME in the raw results
@@ -91,12 +101,35 @@ page_ratio=$(awk -v a="$crypto_enc" -v b="$openssl_mbps" 'BEGIN { printf "%.2f",
 insert_ratio=$(value vfs.insert.chacha20.cost_ratio_vs_plain)
 update_ratio=$(value vfs.update.chacha20.cost_ratio_vs_plain)
 
+# The store figures. svalue NAME: the value ("n/a" if absent); slat NAME: "p50 X ms, p99 Y ms".
+svalue() {
+    awk -v k="$1" '$1 == k { print $2; found = 1; exit } END { if (!found) print "n/a" }' \
+        "$store_raw"
+}
+slat() {
+    awk -v k="$1" '$1 == k && match($0, /\(p50 [^)]*\)/) {
+        s = substr($0, RSTART + 1, RLENGTH - 2); sub(/ ms p99/, " ms, p99", s); print s; exit }' \
+        "$store_raw"
+}
+# The store's one target: the import's peak RSS does not grow with the input (large - small
+# within 16 MiB; bench_store prints store.import.bounded 1 or 0).
+growth=$(svalue store.import.peak_growth_mib)
+if [ "$growth" = "n/a" ]; then
+    bounded="not measured"
+elif [ "$(svalue store.import.bounded)" = "1" ]; then
+    bounded="MET"
+else
+    bounded="NOT MET"
+fi
+
 echo
 echo "== summary"
 printf '%-46s %9s  %-7s %s\n' "item" "measured" "target" "status"
 verdict "chacha20 page encrypt / openssl speed" "$page_ratio" ">=" 0.5
 verdict "chacha20 insert cost / unencrypted (same VFS)" "$insert_ratio" "<=" 1.3
 verdict "chacha20 update cost / unencrypted (same VFS)" "$update_ratio" "<=" 1.3
+printf '%-46s %5s MiB  <= 16 MiB  peak RSS bounded: %s\n' \
+    "import peak RSS, large - small mbox" "$growth" "$bounded"
 echo "for information:"
 pair() { # "insert Ax, update Bx" for the cost ratio NAME (of config) against BASE
     echo "insert $(value "vfs.insert.$1.cost_ratio_vs_$2")x, update $(value "vfs.update.$1.cost_ratio_vs_$2")x"
@@ -107,6 +140,24 @@ printf '  %-44s %s\n' \
     "sqlcipher cost vs unencrypted" "$(pair sqlcipher plain)" \
     "chacha20 page enc+dec / in-process AEAD" "$(value crypto.chacha20.ratio_vs_aead)x" \
     "mv_db_open of an existing chacha20 file" "$(value vfs.open.chacha20_ms) ms"
+echo "store, for information (no targets; corpus and counts in $store_json):"
+printf '  %-44s %s\n' \
+    "deliver, mv_message_append" \
+    "$(svalue store.deliver.msgs_per_s) msgs/s, $(svalue store.deliver.mb_per_s) MB/s ($(slat store.deliver.msgs_per_s))" \
+    "sealed delivery / drain at the next open" \
+    "$(svalue store.sealed.msgs_per_s) / $(svalue store.drain.msgs_per_s) msgs/s" \
+    "fetch, random UIDs" \
+    "$(svalue store.fetch.msgs_per_s) msgs/s, $(svalue store.fetch.mb_per_s) MB/s ($(slat store.fetch.msgs_per_s))" \
+    "flags, single UID / 100-UID range" \
+    "$(svalue store.flags.single.ops_per_s) / $(svalue store.flags.range.ops_per_s) ops/s" \
+    "search from (header substring)" "$(slat store.search.from.p50_ms)" \
+    "search text, one word" "$(slat store.search.text_one_word.p50_ms)" \
+    "search text, two words" "$(slat store.search.text_two_words.p50_ms)" \
+    "search date range + unseen" "$(slat store.search.date_unseen.p50_ms)" \
+    "store open" \
+    "open $(svalue store.open.ms) ms, of which KDF $(svalue store.open.kdf_part_ms) ms" \
+    "import peak RSS, small / large mbox" \
+    "$(svalue store.import.small.peak_rss_mib) / $(svalue store.import.large.peak_rss_mib) MiB (design bound $(svalue store.import.design_bound_mib) MiB + start)"
 
 # ---- 5. JSON ----------------------------------------------------------------------------
 python3 - "$raw" "$json" "$quick" "$openssl_size" "${openssl_note:-}" <<'EOF'
@@ -155,4 +206,4 @@ with open(out, "w") as f:
     f.write("\n")
 EOF
 echo
-echo "results: $json"
+echo "results: $json $store_json"

@@ -34,13 +34,14 @@ static const struct cli_command_spec cli_mailbox_specs[] = {
 static void cli_mailbox_print_human(const struct mv_mailbox_info *info, int first)
 {
     if (first) {
-        printf("%8s %8s %12s %11s %8s %13s %3s %-9s %s\n", "MESSAGES", "UNSEEN", "SIZE",
-               "UIDVALIDITY", "UIDNEXT", "HIGHESTMODSEQ", "SUB", "SPECIAL", "NAME");
+        printf("%8s %8s %12s %12s %11s %8s %13s %3s %-9s %s\n", "MESSAGES", "UNSEEN", "SIZE",
+               "STORED", "UIDVALIDITY", "UIDNEXT", "HIGHESTMODSEQ", "SUB", "SPECIAL", "NAME");
     }
-    printf("%8lu %8lu %12llu %11lu %8lu %13llu %3s ", (unsigned long)info->messages,
+    printf("%8lu %8lu %12llu %12llu %11lu %8lu %13llu %3s ", (unsigned long)info->messages,
            (unsigned long)info->unseen, (unsigned long long)info->size_bytes,
-           (unsigned long)info->uidvalidity, (unsigned long)info->uidnext,
-           (unsigned long long)info->highestmodseq, info->subscribed ? "yes" : "no");
+           (unsigned long long)info->stored_bytes, (unsigned long)info->uidvalidity,
+           (unsigned long)info->uidnext, (unsigned long long)info->highestmodseq,
+           info->subscribed ? "yes" : "no");
     cli_text_print(stdout, info->special_use != NULL ? info->special_use : "-", 9, 9);
     fputc(' ', stdout);
     cli_text_print(stdout, info->name, 0, 0);
@@ -58,6 +59,8 @@ static void cli_mailbox_print_json(struct cli_json *json, const struct mv_mailbo
     cli_json_uint(json, info->unseen);
     cli_json_key(json, "size");
     cli_json_uint(json, info->size_bytes);
+    cli_json_key(json, "stored_bytes");
+    cli_json_uint(json, info->stored_bytes);
     cli_json_key(json, "uidvalidity");
     cli_json_uint(json, info->uidvalidity);
     cli_json_key(json, "uidnext");

@@ -14,8 +14,9 @@
  *   the one buffer is malloc'd, wiped with OPENSSL_cleanse and freed by cli_password_wipe().
  *
  * LIMITATIONS
- *   The value of MAILVAULT_PASSWORD stays in the process environment; whoever can read this
- *   process's /proc/PID/environ (its owner and root) can read it. Prefer a file.
+ *   MAILVAULT_PASSWORD is wiped from this process's environment once read, but it was there
+ *   from exec until then, and stays in the environment of the shell that set it. Prefer a
+ *   file.
  */
 #include "cli.h"
 
@@ -86,14 +87,19 @@ static int cli_password_from_file(const char *path, struct cli_password *pw)
     return CLI_EXIT_OK;
 }
 
-static int cli_password_from_env(const char *value, struct cli_password *pw)
+/* Copies the variable's value, then wipes it where it lives (the process's initial
+ * environment, which /proc/PID/environ shows for as long as the process runs) and removes
+ * the variable, so the buffer is the one copy left. (C leaves writing through getenv()'s
+ * pointer undefined; on the POSIX systems this tool supports it is the environment's own
+ * writable memory.) */
+static int cli_password_from_env(char *value, struct cli_password *pw)
 {
     size_t length = strlen(value);
-    if (length > CLI_PASSWORD_BYTES_MAX) {
-        length = CLI_PASSWORD_BYTES_MAX + 1; /* enough to be refused as too long */
-    }
-    memcpy(pw->bytes, value, length);
-    pw->size_bytes = length;
+    size_t copied = length > CLI_PASSWORD_BYTES_MAX ? CLI_PASSWORD_BYTES_MAX + 1 : length;
+    memcpy(pw->bytes, value, copied); /* one byte over the limit is enough to refuse it */
+    pw->size_bytes = copied;
+    OPENSSL_cleanse(value, length);
+    (void)unsetenv("MAILVAULT_PASSWORD");
     return CLI_EXIT_OK;
 }
 
@@ -128,7 +134,7 @@ static int cli_password_from_source(const char *password_file, int confirm, stru
     if (password_file != NULL) {
         return cli_password_from_file(password_file, pw);
     }
-    const char *env = getenv("MAILVAULT_PASSWORD");
+    char *env = getenv("MAILVAULT_PASSWORD");
     if (env != NULL) {
         return cli_password_from_env(env, pw);
     }

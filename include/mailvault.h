@@ -236,7 +236,10 @@ MV_API MV_MUST_CHECK int mv_address_normalize(
  * deliveries without the password (public key beside the store, private key only inside
  * it). Returns MV_OK, MV_EEXISTS, MV_EINVAL (bad address, empty password), MV_EIO,
  * MV_ENOMEM. On failure no store file is left behind (the domain's directories, shared with
- * other stores, may remain). errmsg as for mv_address_normalize(). */
+ * other stores, may remain). The schema and the mailboxes are one transaction: an init killed
+ * after it leaves a store that opens (mv_store_open() makes a missing key pair); one killed
+ * before leaves a file that mv_store_open() refuses with MV_ECORRUPT and a message saying so
+ * (remove it and init again). errmsg as for mv_address_normalize(). */
 MV_API MV_MUST_CHECK int mv_store_init(const char *address,
                                        const void *password,
                                        size_t password_len,
@@ -284,13 +287,18 @@ struct mv_mailbox_info {
     const char *special_use; /* "\\Sent" etc., or NULL */
     uint32_t messages;
     uint32_t unseen;
-    uint64_t size_bytes; /* logical: sum of message sizes */
+    uint64_t size_bytes;   /* logical: sum of message sizes */
+    uint64_t stored_bytes; /* physical: the distinct bodies and attachments its messages use,
+                              as stored (compressed), each counted once in this mailbox; a
+                              copy in another mailbox counts there too (mv_store_stats()
+                              counts it once for the store) */
 };
 
 /* Mailbox names are UTF-8, 1..limits.mailbox_name_max bytes, '/' as hierarchy separator, no
  * control characters, no empty levels. INBOX is case-insensitive and cannot be deleted or
- * renamed away. Each returns MV_OK, MV_EINVAL, MV_EEXISTS, MV_ENOTFOUND, MV_ELIMIT,
- * MV_EBUSY or MV_EIO. */
+ * renamed away. A rename carries the children along, all or nothing: MV_ELIMIT if a child's
+ * new name would exceed mailbox_name_max, MV_EEXISTS if one is taken. Each returns MV_OK,
+ * MV_EINVAL, MV_EEXISTS, MV_ENOTFOUND, MV_ELIMIT, MV_EBUSY or MV_EIO. */
 MV_API MV_MUST_CHECK int
 mv_mailbox_create(mv_store *store, const char *name, const char *special_use);
 MV_API MV_MUST_CHECK int mv_mailbox_rename(mv_store *store, const char *from, const char *to);

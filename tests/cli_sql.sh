@@ -87,6 +87,7 @@ run "$mv" sql --create --password-file "$pw" "$db" \
     "INSERT INTO t VALUES (3, 'Grüße ✓ 密码', x'', -2);;"
 check create_insert [ "$rc" -eq 0 ]
 check create_prints_nothing [ ! -s "$out" ]
+check create_mode_0600 [ "$(stat -c %a "$db")" = 600 ]
 run "$mv" sql --password-file "$pw" "$db" "SELECT * FROM t ORDER BY id" \
     "SELECT count(*), sum(id) FROM t; SELECT 'two statements'"
 printf '1\tplain\t00ff7f\t1.5\n2\t\t\t\n3\tGrüße ✓ 密码\t\t-2.0\n3\t6\ntwo statements\n' \
@@ -99,6 +100,17 @@ check not_plaintext_on_disk bash -c "! LC_ALL=C grep -a -q -F plain '$db'"
 # ---- password sources ----
 run env MAILVAULT_PASSWORD='correct horse' "$mv" sql "$db" "SELECT count(*) FROM t"
 check password_from_env bash -c "[ $rc -eq 0 ] && [ \"\$(cat '$out')\" = 3 ]"
+# once read, the password is gone from the process's environment (/proc/PID/environ)
+MAILVAULT_PASSWORD='correct horse' "$mv" sql "$db" \
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 4000000)
+     SELECT count(*) FROM c" </dev/null >"$out" 2>"$err" &
+sql_pid=$!
+sleep 0.5
+tr '\0' '\n' <"/proc/$sql_pid/environ" >"$tmp/environ" 2>/dev/null
+wait "$sql_pid"
+rc=$?
+check password_env_wiped bash -c "[ $rc -eq 0 ] && grep -q '^MAILVAULT_KDF\|^PATH=' '$tmp/environ' &&
+                                   ! grep -q 'correct horse' '$tmp/environ'"
 printf 'correct horse\r\n' >"$tmp/pw_crlf"
 run "$mv" sql --password-file "$tmp/pw_crlf" "$db" "SELECT 1"
 check password_file_crlf_stripped [ "$rc" -eq 0 ]

@@ -240,10 +240,22 @@ check mailboxes_json_valid json_ok
 check mailboxes_counts [ "$(json_eval "sorted((m['name'], m['messages']) for m in d if m['name'] in ('INBOX','Archive','Trash'))")" = \
     "[('Archive', 0), ('INBOX', 2), ('Trash', 1)]" ]
 check mailboxes_fields [ "$(json_eval "sorted(d[0].keys())")" = \
-    "['highestmodseq', 'messages', 'name', 'size', 'special_use', 'subscribed', 'uidnext', 'uidvalidity', 'unseen']" ]
+    "['highestmodseq', 'messages', 'name', 'size', 'special_use', 'stored_bytes', 'subscribed', 'uidnext', 'uidvalidity', 'unseen']" ]
+check mailboxes_stored_bytes [ "$(json_eval "[(m['stored_bytes'] > 0) == (m['messages'] > 0) for m in d] == [True] * len(d)")" = True ]
 check mailboxes_special_use [ "$(json_eval "[m['special_use'] for m in d if m['name'] == 'Sent'][0]")" = '\Sent' ]
 run "$mv" mailboxes "$user" "${P[@]}"
-check mailboxes_human bash -c "[ $rc -eq 0 ] && head -n 1 '$out' | grep -q 'MESSAGES.*NAME$' && grep -q ' INBOX$' '$out'"
+check mailboxes_human bash -c "[ $rc -eq 0 ] && head -n 1 '$out' | grep -q 'MESSAGES.*SIZE.*STORED.*NAME$' && grep -q ' INBOX$' '$out'"
+# a copy shows the same stored bytes in its mailbox; the store's total does not grow
+run "$mv" info "$user" "${P[@]}" --json
+stored_before=$(json_eval "d['stored_bytes']")
+run "$mv" mailbox create "$user" 'Copy "q" \ ü' "${P[@]}"
+run "$mv" copy "$user" 1:* 'Copy "q" \ ü' "${P[@]}"
+run "$mv" mailboxes "$user" "${P[@]}" --json
+check mailboxes_odd_name_json json_ok
+check mailboxes_copy_stored [ "$(json_eval "[m['stored_bytes'] for m in d if m['name'] == 'INBOX'] == [m['stored_bytes'] for m in d if m['name'] == 'Copy \"q\" \\\\ ü']")" = True ]
+run "$mv" info "$user" "${P[@]}" --json
+check copy_store_total_same [ "$(json_eval "d['stored_bytes']")" = "$stored_before" ]
+run "$mv" mailbox delete "$user" 'Copy "q" \ ü' "${P[@]}"
 
 # ---- mailbox create, rename, delete ----
 run "$mv" mailbox create "$user" Projects "${P[@]}" --special-use '\Flagged'
@@ -305,6 +317,47 @@ check missing_store_nothing_created bash -c "[ ! -e '$root/example.org/nobody.db
 run "$mv" list "$user" "${P[@]}" --root "$tmp/elsewhere"
 check missing_root fails_with 1 'no store for'
 check missing_root_not_created [ ! -e "$tmp/elsewhere" ]
+
+# ---- the password prompt: on the terminal, echo off, never echoed back ----
+cat >"$tmp/prompt.py" <<'PY'
+import os, pty, sys, termios, time
+mv, user = sys.argv[1], sys.argv[2]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(mv, [mv, "mailboxes", user, "--json"])
+seen, echo_off, deadline = b"", None, time.time() + 30
+while b"Password: " not in seen and time.time() < deadline:
+    seen += os.read(fd, 1024)
+time.sleep(0.2)  # the prompt is written before echo goes off
+echo_off = not (termios.tcgetattr(fd)[3] & termios.ECHO)
+os.write(fd, b"correct horse\n")
+rest = b""
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    rest += chunk
+_, status = os.waitpid(pid, 0)
+ok = echo_off and b"correct horse" not in seen + rest and b'"INBOX"' in rest
+print("echo_off=%s status=%d echoed=%s" % (echo_off, status, b"correct horse" in rest))
+sys.exit(0 if ok and os.WEXITSTATUS(status) == 0 else 1)
+PY
+run python3 "$tmp/prompt.py" "$mv" "$user"
+check prompt_echo_off_not_echoed [ "$rc" -eq 0 ]
+
+# ---- JSON of empty results ----
+run "$mv" search "$user" "${P[@]}" --json --subject 'no such subject at all'
+check search_json_empty bash -c "[ $rc -eq 0 ] && [ \"\$(cat '$out')\" = '[]' ] && python3 -m json.tool '$out' >/dev/null"
+run "$mv" list "$user" "${P[@]}" --json --mailbox Junk
+check list_json_empty bash -c "[ $rc -eq 0 ] && python3 -m json.tool '$out' >/dev/null && [ \"\$(cat '$out')\" = '[]' ]"
+run "$mv" search "$user" "${P[@]}" --json --mailbox Nope
+check search_json_unknown_mailbox bash -c "[ $rc -eq 1 ] && [ ! -s '$out' ] && grep -q 'no mailbox' '$err'"
+
+# ---- modes of everything the store made ----
+check store_modes bash -c "! find '$root' \( -type d ! -perm 700 \) -o \( -type f ! -perm 600 \) | grep -q ."
 
 # ---- import: mbox, re-import, .eml folder, limits ----
 {
@@ -395,6 +448,14 @@ run "$mv" search "$user" "${P[@]}" --mailbox Emls --from eve --json
 check json_hostile_valid json_ok
 check json_hostile_no_raw_controls no_raw_controls
 check json_hostile_one_result [ "$(json_eval 'len(d)')" = 1 ]
+
+# ---- a queue file that is not ours goes to rejected/; modes stay 0700/0600 throughout ----
+head -c 300 /dev/urandom >"$root/example.org/alice.queue/00000000000000000001-0123456789abcdef0123456789abcdef.sealed"
+chmod 600 "$root/example.org/alice.queue/"*.sealed
+run "$mv" info "$user" "${P[@]}"
+check queue_garbage_rejected bash -c "[ $rc -eq 0 ] && grep -q 'rejected' '$err' &&
+                                       [ \$(stat -c %a '$root/example.org/alice.queue/rejected') = 700 ]"
+check store_modes_at_end bash -c "! find '$root' \( -type d ! -perm 700 \) -o \( -type f ! -perm 600 \) | grep -q ."
 
 echo "# $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -448,6 +448,32 @@ static void test_export_roundtrip(void)
     mv_store_close(&s);
 }
 
+/* An error inside a batch rolls the whole batch back: the stats must not count what was
+ * rolled back as imported (a re-run imports it), and nothing of it stays in the store. */
+static void test_failed_batch_not_counted(void)
+{
+    const char *mbox = tu_path("five.mbox");
+    CHECK_EQ_INT(it_mbox_write(mbox, 5, 0), 0);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(it_open(&s), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_create(s, "Full", NULL), MV_OK);
+    long long bodies = tu_int(mv_store_db(s), "SELECT count(*) FROM bodies");
+    /* two UIDs left: the third message of the batch fails */
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "UPDATE mailboxes SET uidnext = 4294967293 "
+                                         "WHERE name = 'Full'"),
+                 SQLITE_OK);
+    struct mv_import_stats st;
+    CHECK_EQ_INT(mv_import(s, mbox, "Full", NULL, NULL, &st), MV_ELIMIT);
+    CHECK(strstr(mv_store_errmsg(s), "UID") != NULL);
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_get(s, "Full", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 0);
+    CHECK_EQ_INT(st.messages_imported, 0);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM bodies"), bodies);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), bodies);
+    mv_store_close(&s);
+}
+
 static int it_accept_odd(void *arg, const char *name)
 {
     (void)arg;
@@ -623,6 +649,7 @@ int main(int argc, char **argv)
     TEST(test_maildir);
     TEST(test_eml_directory_and_file);
     TEST(test_export_roundtrip);
+    TEST(test_failed_batch_not_counted);
     TEST(test_scan_many_names);
     TEST(test_memory_bound);
     return th_summary();

@@ -463,6 +463,34 @@ static void test_forged_journal_header(void)
     CHECK(forged_journal_refused(24, 512)); /* another page size */
 }
 
+/* A crash inside the very first transaction of a new file leaves a hot journal that saved
+ * no page and empties the file on rollback: genuine, so it must be accepted. */
+static void test_first_transaction_hot_journal_rolls_back(void)
+{
+    char *path = tu_path("first.db"), *snap = tu_path("first-snap.db");
+    tu_remove_db(path);
+    tu_remove_db(snap);
+    sqlite3 *db = NULL;
+    CHECK(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, MV_VFS_NAME) ==
+          SQLITE_OK);
+    CHECK(tu_exec(db,
+                  "PRAGMA kdf_iter=1000; PRAGMA key='first pw'; PRAGMA cache_size=2;"
+                  "BEGIN; CREATE TABLE a(x); INSERT INTO a VALUES(zeroblob(60000))") == SQLITE_OK);
+    CHECK(tu_copy_db(path, snap) == 0);
+    sqlite3_close(db);
+    char journal[1100];
+    snprintf(journal, sizeof journal, "%s-journal", snap);
+    CHECK(tu_file_size(journal) > 0 && tu_file_size(snap) > 4096);
+    CHECK(sqlite3_open_v2(snap, &db, SQLITE_OPEN_READWRITE, MV_VFS_NAME) == SQLITE_OK);
+    int rc = tu_exec(db, "PRAGMA kdf_iter=1000; PRAGMA key='first pw'");
+    long long tables = tu_int(db, "SELECT count(*) FROM sqlite_schema");
+    sqlite3_close(db);
+    CHECK(rc == SQLITE_OK);
+    CHECK_EQ_INT(tables, 0);
+    tu_remove_db(path);
+    tu_remove_db(snap);
+}
+
 int main(void)
 {
     TEST(test_round_trip_every_cipher_mode_page_size);
@@ -480,5 +508,6 @@ int main(void)
     TEST(test_new_file_is_keyed_at_once);
     TEST(test_no_key_leaves_hot_journal_alone);
     TEST(test_forged_journal_header);
+    TEST(test_first_transaction_hot_journal_rolls_back);
     return th_summary();
 }

@@ -111,6 +111,11 @@ int store_exec(mv_store *s, const char *sql);
 /* ---- store_mailbox.c ---- */
 /* The id of mailbox name, or MV_ENOTFOUND (message set). INBOX matches case-insensitively. */
 int store_mailbox_id(mv_store *s, const char *name, int64_t *id_out);
+/* Creates the missing superior names of name ("a" and "a/b" for "a/b/c") inside the
+ * caller's transaction; MV_OK, MV_ELIMIT (mailboxes_max) or an SQLite error. */
+int store_mailbox_create_parents(mv_store *s, const char *name);
+/* Creates INBOX, Sent, Drafts, Trash, Junk and Archive (inside the caller's transaction). */
+int store_mailbox_create_defaults(mv_store *s);
 /* Validates a mailbox name against the limits; MV_OK or MV_EINVAL / MV_ELIMIT. */
 int store_mailbox_name_check(mv_store *s, const char *name);
 /* Sets the VFS's temp directory for this thread to the store's tmp/ (store_stmt and

@@ -78,6 +78,7 @@ struct import_ctx {
     uint64_t bytes_total;
     int in_txn;
     uint32_t batch_messages;
+    uint32_t batch_imported; /* inserted in the open batch: not imported if it rolls back */
     uint64_t batch_bytes;
     int stop;     /* the progress callback asked to stop */
     uint8_t *msg; /* the message being assembled (mbox) or read (files) */
@@ -101,13 +102,17 @@ static int import_batch_end(struct import_ctx *c, int ok)
     int rc = MV_OK;
     if (c->in_txn) {
         if (ok) {
-            rc = store_commit(c->s);
+            rc = store_commit(c->s); /* rolls back itself if it fails */
         } else {
             store_rollback(c->s);
+        }
+        if (!ok || rc != MV_OK) {
+            c->stats.messages_imported -= c->batch_imported; /* a re-run imports them */
         }
     }
     c->in_txn = 0;
     c->batch_messages = 0;
+    c->batch_imported = 0;
     c->batch_bytes = 0;
     return rc;
 }
@@ -137,6 +142,7 @@ import_insert(struct import_ctx *c, const uint8_t *raw, size_t len, unsigned fla
         rc = store_message_insert(c->s, c->mailbox_id, raw, len, &parsed, flags, keywords, date,
                                   &uid);
         c->stats.messages_imported += rc == MV_OK;
+        c->batch_imported += rc == MV_OK;
         c->batch_bytes += len;
     }
     store_parsed_free(&parsed);

@@ -175,6 +175,35 @@ store_mailbox_insert(mv_store *s, const char *name, const char *special_use, int
     return rc == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "creating a mailbox");
 }
 
+int store_mailbox_create_parents(mv_store *s, const char *name)
+{
+    char *parent = strdup(name);
+    if (parent == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory");
+    }
+    int rc = MV_OK;
+    for (char *slash = strchr(parent, '/'); rc == MV_OK && slash != NULL;
+         slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        rc = store_mailbox_insert(s, parent, NULL, 0);
+        *slash = '/';
+    }
+    free(parent);
+    return rc;
+}
+
+int store_mailbox_create_defaults(mv_store *s)
+{
+    static const char *const defaults[][2] = {{"INBOX", NULL},        {"Sent", "\\Sent"},
+                                              {"Drafts", "\\Drafts"}, {"Trash", "\\Trash"},
+                                              {"Junk", "\\Junk"},     {"Archive", "\\Archive"}};
+    int rc = MV_OK;
+    for (size_t i = 0; rc == MV_OK && i < sizeof defaults / sizeof defaults[0]; i++) {
+        rc = store_mailbox_insert(s, defaults[i][0], defaults[i][1], 1);
+    }
+    return rc;
+}
+
 static int store_special_use_check(mv_store *s, const char *special_use)
 {
     static const char *const allowed[] = {"\\All",  "\\Archive", "\\Drafts", "\\Flagged",
@@ -202,18 +231,7 @@ int mv_mailbox_create(mv_store *s, const char *name, const char *special_use)
     if (rc != MV_OK) {
         return rc;
     }
-    char *parent = strdup(name);
-    if (parent == NULL) {
-        store_rollback(s);
-        return store_fail(s, MV_ENOMEM, "out of memory");
-    }
-    for (char *slash = strchr(parent, '/'); rc == MV_OK && slash != NULL;
-         slash = strchr(slash + 1, '/')) {
-        *slash = '\0';
-        rc = store_mailbox_insert(s, parent, NULL, 0);
-        *slash = '/';
-    }
-    free(parent);
+    rc = store_mailbox_create_parents(s, name);
     if (rc == MV_OK) {
         rc = store_mailbox_insert(s, name, special_use, 1);
     }

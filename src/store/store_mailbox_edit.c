@@ -2,7 +2,8 @@
  * store_mailbox_edit.c -- renaming and deleting mailboxes, and subscriptions.
  *
  * A rename carries the mailbox's children along ("a" -> "b" also renames "a/x" to "b/x")
- * and keeps UIDs and UIDVALIDITY: the messages do not change. INBOX cannot be renamed or
+ * and keeps UIDs and UIDVALIDITY: the messages do not change. Superior names the new name
+ * lacks are created, as for a create (RFC 3501 6.3.5). INBOX cannot be renamed or
  * deleted. Deleting a mailbox expunges its messages (dropping body references and writing
  * 'expunge' rows to the change log) in the same transaction; its children stay.
  */
@@ -11,6 +12,32 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* The children move with the mailbox: each new name must fit mailbox_name_max too. */
+static int store_mailbox_rename_check_children(mv_store *s, const char *from, const char *to)
+{
+    sqlite3_stmt *st = store_stmt(s, "SELECT coalesce(max(length(CAST(name AS BLOB))), 0) "
+                                     "FROM mailboxes WHERE substr(name, 1, length(?1) + 1) = "
+                                     "?1 || '/'");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "renaming a mailbox");
+    }
+    sqlite3_bind_text(st, 1, from, -1, SQLITE_STATIC);
+    int step = sqlite3_step(st);
+    long long longest = step == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    if (step != SQLITE_ROW) {
+        return store_fail_sqlite(s, "renaming a mailbox");
+    }
+    long long renamed = longest - (long long)strlen(from) + (long long)strlen(to);
+    if (longest != 0 && renamed > (long long)s->limits.mailbox_name_max) {
+        return store_fail(s, MV_ELIMIT,
+                          "renaming \"%s\" to \"%s\" gives a child mailbox a name of %lld "
+                          "bytes; mailbox_name_max is %u",
+                          from, to, renamed, s->limits.mailbox_name_max);
+    }
+    return MV_OK;
+}
 
 int mv_mailbox_rename(mv_store *s, const char *from, const char *to)
 {
@@ -30,6 +57,9 @@ int mv_mailbox_rename(mv_store *s, const char *from, const char *to)
         rc = store_fail(s, MV_EEXISTS, "mailbox \"%s\" exists", to);
     }
     if (rc == MV_OK) {
+        rc = store_mailbox_rename_check_children(s, from, to);
+    }
+    if (rc == MV_OK) {
         /* The mailbox and its children: the prefix "from/" becomes "to/". */
         sqlite3_stmt *st = store_stmt(s, "UPDATE mailboxes SET name = ?2 || substr(name, "
                                          "length(?1) + 1) WHERE name = ?1 OR "
@@ -43,6 +73,9 @@ int mv_mailbox_rename(mv_store *s, const char *from, const char *to)
             sqlite3_reset(st);
             rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "renaming a mailbox");
         }
+    }
+    if (rc == MV_OK) {
+        rc = store_mailbox_create_parents(s, to); /* after: "a" -> "a/b" needs a new "a" */
     }
     if (rc != MV_OK) {
         store_rollback(s);

@@ -2,6 +2,11 @@
  * store_mailbox_list.c -- describing mailboxes: one by name, or all in name order through
  * an iterator. Counts come from the indexes (messages_unseen for unseen), never a scan of
  * the messages table.
+ *
+ * stored_bytes: the distinct bodies the mailbox's messages use (IN makes the set distinct,
+ * so copies and identical deliveries count once), then the distinct attachments of those
+ * bodies; each set is probed by primary key (bodies.id, body_parts (body_id, seq),
+ * attachments.id). test_mailbox.c checks the plan.
  */
 #include "store/store.h"
 
@@ -11,7 +16,12 @@
     "SELECT m.id, m.name, m.uidvalidity, m.uidnext, m.highestmodseq, m.subscribed, "               \
     "m.special_use, (SELECT count(*) FROM messages WHERE mailbox_id = m.id), "                     \
     "(SELECT count(*) FROM messages WHERE mailbox_id = m.id AND (flags & 1) = 0), "                \
-    "(SELECT coalesce(sum(size), 0) FROM messages WHERE mailbox_id = m.id) FROM mailboxes m "
+    "(SELECT coalesce(sum(size), 0) FROM messages WHERE mailbox_id = m.id), "                      \
+    "(SELECT coalesce(sum(stored_size), 0) FROM bodies WHERE id IN "                               \
+    "(SELECT body_id FROM messages WHERE mailbox_id = m.id)) + "                                   \
+    "(SELECT coalesce(sum(stored_size), 0) FROM attachments WHERE id IN "                          \
+    "(SELECT attachment_id FROM body_parts WHERE body_id IN "                                      \
+    "(SELECT body_id FROM messages WHERE mailbox_id = m.id))) FROM mailboxes m "
 
 struct mv_mailbox_iter {
     mv_store *store;
@@ -37,6 +47,7 @@ store_mailbox_row(sqlite3_stmt *st, struct store_strings *strings, struct mv_mai
     info->messages = (uint32_t)sqlite3_column_int64(st, 7);
     info->unseen = (uint32_t)sqlite3_column_int64(st, 8);
     info->size_bytes = (uint64_t)sqlite3_column_int64(st, 9);
+    info->stored_bytes = (uint64_t)sqlite3_column_int64(st, 10);
     return oom ? MV_ENOMEM : MV_OK;
 }
 
@@ -80,6 +91,7 @@ int mv_mailbox_list_begin(mv_store *s, mv_mailbox_iter **iter)
 
 int mv_mailbox_list_next(mv_mailbox_iter *iter, struct mv_mailbox_info *info)
 {
+    store_enter(iter->store);
     int step = sqlite3_step(iter->stmt);
     if (step == SQLITE_DONE) {
         return 0;

@@ -22,6 +22,7 @@
 #define STORE_PASSWORD_MAX  4096
 #define STORE_CACHE_KIB_MIN 2048
 #define STORE_CACHE_KIB_MAX 65536
+#define STORE_PAGE_SIZE     4096
 
 struct store_pragma {
     const char *set; /* NULL: fixed at creation, only checked */
@@ -154,7 +155,7 @@ static int store_connect(
 {
     struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
     dbo.kdf_iter = o->kdf_iter;
-    dbo.page_size = 4096;
+    dbo.page_size = STORE_PAGE_SIZE;
     dbo.auto_vacuum = 1;
     dbo.flags = s->readonly ? MV_DB_READONLY : (create ? MV_DB_CREATE : 0);
     char *err = NULL;
@@ -197,6 +198,7 @@ void mv_store_close(mv_store **store)
         return;
     }
     mv_store *s = *store;
+    store_enter(s); /* PRAGMA optimize may run ANALYZE */
     if (s->db != NULL && !s->readonly) {
         (void)sqlite3_exec(s->db, "PRAGMA optimize", NULL, NULL, NULL);
     }
@@ -217,9 +219,6 @@ sqlite3 *mv_store_db(mv_store *store)
 static int
 store_create_files(mv_store *s, const void *pw, size_t pw_len, const struct mv_store_options *o)
 {
-    static const char *const defaults[][2] = {{"INBOX", NULL},        {"Sent", "\\Sent"},
-                                              {"Drafts", "\\Drafts"}, {"Trash", "\\Trash"},
-                                              {"Junk", "\\Junk"},     {"Archive", "\\Archive"}};
     /* Create the file 0600 ourselves: SQLite gives -wal and -shm the same mode. */
     int fd = open(s->db_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
@@ -227,10 +226,7 @@ store_create_files(mv_store *s, const void *pw, size_t pw_len, const struct mv_s
                           s->db_path, strerror(errno));
     }
     close(fd);
-    int rc = store_connect(s, pw, pw_len, o, 1);
-    for (size_t i = 0; rc == MV_OK && i < sizeof defaults / sizeof defaults[0]; i++) {
-        rc = mv_mailbox_create(s, defaults[i][0], defaults[i][1]);
-    }
+    int rc = store_connect(s, pw, pw_len, o, 1); /* the schema with the default mailboxes */
     if (rc == MV_OK) {
         rc = store_queue_init_keys(s);
     }
@@ -299,6 +295,50 @@ int mv_store_init(const char *address,
     return rc;
 }
 
+/* Whether db_path is what an init killed in its first transaction leaves: (1) an empty
+ * file (killed before the first page: keying it now would hand the store to whatever
+ * password comes first), or (2) at most that first page with a journal beside it (the VFS
+ * refuses to roll back a journal that would empty the database, since that could as well be
+ * an attack). */
+static int store_open_interrupted_init(const char *db_path, const struct stat *st)
+{
+    char journal[MV_PATH_MAX + 16];
+    snprintf(journal, sizeof journal, "%s-journal", db_path);
+    return S_ISREG(st->st_mode) &&
+           (st->st_size == 0 || (st->st_size <= STORE_PAGE_SIZE && access(journal, F_OK) == 0));
+}
+
+/* Finds the store file of an open: creates the store if it is missing and o asks for it;
+ * refuses what an interrupted init left. */
+static int store_open_find(const struct store_paths *paths,
+                           const void *password,
+                           size_t password_len,
+                           const struct mv_store_options *o,
+                           char *errmsg,
+                           size_t errmsg_size)
+{
+    char msg[MV_PATH_MAX + 160];
+    struct stat st;
+    if (stat(paths->db_path, &st) != 0) {
+        if (!(o->flags & MV_STORE_CREATE) || (o->flags & MV_STORE_READONLY)) {
+            snprintf(msg, sizeof msg, "no store for %s (create it with `mailvault init`)",
+                     paths->address);
+            return store_error(errmsg, errmsg_size, MV_ENOTFOUND, msg);
+        }
+        int rc = mv_store_init(paths->address, password, password_len, o, errmsg, errmsg_size);
+        if (rc != MV_OK && rc != MV_EEXISTS) {
+            return rc;
+        }
+    } else if (store_open_interrupted_init(paths->db_path, &st)) {
+        snprintf(msg, sizeof msg,
+                 "the store file %s was left by an interrupted init (%s): remove it and run "
+                 "init again",
+                 paths->db_path, st.st_size == 0 ? "it is empty" : "one page and a journal");
+        return store_error(errmsg, errmsg_size, MV_ECORRUPT, msg);
+    }
+    return MV_OK;
+}
+
 int mv_store_open(const char *address,
                   const void *password,
                   size_t password_len,
@@ -318,17 +358,9 @@ int mv_store_open(const char *address,
     if (password == NULL || password_len == 0 || password_len > STORE_PASSWORD_MAX) {
         return store_error(errmsg, errmsg_size, MV_EINVAL, "the password must be 1 to 4096 bytes");
     }
-    if (access(paths.db_path, F_OK) != 0) {
-        if (!(o->flags & MV_STORE_CREATE) || (o->flags & MV_STORE_READONLY)) {
-            char msg[MV_ADDRESS_MAX + 80];
-            snprintf(msg, sizeof msg, "no store for %s (create it with `mailvault init`)",
-                     paths.address);
-            return store_error(errmsg, errmsg_size, MV_ENOTFOUND, msg);
-        }
-        rc = mv_store_init(address, password, password_len, o, errmsg, errmsg_size);
-        if (rc != MV_OK && rc != MV_EEXISTS) {
-            return rc;
-        }
+    rc = store_open_find(&paths, password, password_len, o, errmsg, errmsg_size);
+    if (rc != MV_OK) {
+        return rc;
     }
     if (!(o->flags & MV_STORE_READONLY) &&
         (rc = store_mkdirs(paths.tmp_dir, errmsg, errmsg_size)) != MV_OK) {

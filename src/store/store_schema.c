@@ -149,8 +149,9 @@ int store_schema_migrate(mv_store *s)
     }
     sqlite3_stmt *st = store_stmt(s, "PRAGMA user_version");
     if (st == NULL || sqlite3_step(st) != SQLITE_ROW) {
-        store_rollback(s);
-        return store_fail_sqlite(s, "reading the schema version");
+        rc = st == NULL ? MV_ERROR : store_fail_sqlite(s, "reading the schema version");
+        store_rollback(s); /* after the message: ROLLBACK resets SQLite's error */
+        return rc;
     }
     int version = sqlite3_column_int(st, 0);
     sqlite3_reset(st);
@@ -161,7 +162,12 @@ int store_schema_migrate(mv_store *s)
                           STORE_SCHEMA_VERSION);
     }
     if (version == 0) {
+        /* A new store: its mailboxes come in the same transaction, so a store that has a
+         * schema always has its INBOX (an init killed half-way leaves no unusable store). */
         rc = store_schema_create_v1(s);
+        if (rc == MV_OK) {
+            rc = store_mailbox_create_defaults(s);
+        }
     }
     /* Later versions: if (version < 2) rc = store_schema_v2(s); ... in this transaction. */
     if (rc != MV_OK) {

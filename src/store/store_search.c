@@ -247,6 +247,7 @@ int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **ou
         return store_fail(s, MV_EINVAL, "mv_search_begin: no query or output pointer");
     }
     *out = NULL;
+    store_enter(s);
     int rc = store_search_prepare_query(s, q, &mailbox_id, &text);
     if (rc == MV_OK) {
         store_search_present(q, text != NULL, present);
@@ -282,6 +283,7 @@ int mv_search_next(mv_search *it, struct mv_message_info *info)
     if (it->done) {
         return it->rc_after_done;
     }
+    store_enter(it->store); /* the first step sorts: a spill goes to the store's tmp/ */
     int step = sqlite3_step(it->stmt), rc = MV_OK;
     if (step == SQLITE_DONE) {
         rc = 0;

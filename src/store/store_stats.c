@@ -123,6 +123,7 @@ int mv_store_stats(mv_store *s, struct mv_store_stats *out)
         return store_fail(s, MV_EINVAL, "mv_store_stats: no output struct");
     }
     memset(out, 0, sizeof *out);
+    store_enter(s);
     int began = sqlite3_get_autocommit(s->db);
     int rc = began ? store_exec(s, "BEGIN") : MV_OK;
     if (rc == MV_OK) {

@@ -27,6 +27,14 @@ int store_fail_sqlite(mv_store *s, const char *what)
     if (code == MV_OK) {
         code = MV_ERROR;
     }
+    if ((rc & 0xff) == SQLITE_CANTOPEN) {
+        /* The store file is open: what failed is a file SQLite creates on the way (a
+         * temporary file, which goes to tmp/, or the WAL index), not a missing store. */
+        return store_fail(s, MV_EIO,
+                          "%s: %s: cannot create a file (temporary files go to %s, which must "
+                          "be a writable directory)",
+                          what, sqlite3_errmsg(s->db), s->tmp_dir);
+    }
     if (vfs != NULL && (code == MV_ECORRUPT || code == MV_EIO)) {
         return store_fail(s, code, "%s: %s (%s)", what, sqlite3_errmsg(s->db), vfs);
     }

@@ -8,8 +8,10 @@
 #include "vfs/vfs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int mv_fail(sqlite3 **db, char **errmsg_out, int code, const char *fmt, const char *detail)
 {
@@ -77,6 +79,17 @@ int mv_db_open(const char *path,
     int exists = stat(path, &st) == 0;
     if (!exists && (errno != ENOENT || !(o->flags & MV_DB_CREATE) || (o->flags & MV_DB_READONLY))) {
         return mv_fail(&db, errmsg_out, MV_ENOTFOUND, "%s: no such database", path);
+    }
+    if (!exists) {
+        /* Mode 0600 whatever the umask (SQLite would use 0644), and its -wal, -shm and
+         * -journal inherit it. */
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+            int code = errno == ENOENT ? MV_ENOTFOUND : errno == ENOSPC ? MV_ENOSPC : MV_EIO;
+            return mv_fail(&db, errmsg_out, code, "cannot create the database: %s",
+                           strerror(errno));
+        }
+        close(fd);
     }
     int flags = (o->flags & MV_DB_READONLY) ? SQLITE_OPEN_READONLY
                                             : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;

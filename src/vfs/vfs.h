@@ -87,7 +87,8 @@ struct mv_file {
     uint32_t wal_page_size;
     uint8_t wal_header[32]; /* the WAL header last seen, valid for frames with its salts */
     int wal_header_valid;
-    int wal_rewriting; /* SQLite is rewriting checksums: whole-frame reads are not judged */
+    int wal_rewriting;       /* SQLite is rewriting checksums: whole-frame reads are not judged */
+    int64_t wal_rewrite_off; /* header offset of the frame the rewrite just read (0: none) */
     /* TEMP: logical size, key and one block of scratch. */
     int64_t temp_size;
     crypt_ctx *temp_crypt;

@@ -85,7 +85,9 @@ static int mv_journal_db_page1(struct mv_file *f, sqlite3_int64 *db_size)
 /* The header's page size and original database size are plain, so they are checked against
  * authenticated bytes: a forged header must not truncate the database.
  *   (1) the page size must be the database's;
- *   (2) a journal with no record cannot have changed the database, so it may not shrink it;
+ *   (2) a journal with no record cannot have changed pages that existed, so it may shrink
+ *       the database only if the database was empty before: the first transaction of a new
+ *       file, whose page 1 (authenticated) shows at most one commit (change counter <= 1);
  *   (3) with records, the original size must be what page 1 said before the transaction:
  *       the journal's copy of page 1 if it saved one, else page 1 as it is (unchanged, or
  *       it would have been journaled). */
@@ -103,11 +105,12 @@ static int mv_journal_check_header(struct mv_file *f,
                         : have_db_page1 ? mv_journal_header_pages(c->scratch)
                                         : 0;
     const char *why = NULL;
-    if (records == 0 && c->main_file != NULL &&
+    int first_txn = original == 0 && have_db_page1 && mv_get_be32(c->scratch + 24) <= 1;
+    if (records == 0 && !first_txn && c->main_file != NULL &&
         c->main_file->lower->pMethods->xFileSize(c->main_file->lower, &db_size) == SQLITE_OK &&
         (sqlite3_int64)original * c->page_size < db_size) {
         why = "it saved no page yet would shrink the database";
-    } else if (records > 0 && (original == 0 || (expected != 0 && original != expected))) {
+    } else if (records > 0 && expected != 0 && original != expected) {
         why = "its original database size does not match the database's page 1";
     }
     if (why == NULL) {

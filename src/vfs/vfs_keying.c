@@ -173,7 +173,10 @@ mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char *err, size
         snprintf(err, errlen, "cannot read the database header");
         return rc;
     }
-    int existing = size > 0;
+    /* Page 1 never written (all zero) but later pages spilled: the first transaction of a
+     * new file was interrupted, and its hot journal will empty the file. A new file. */
+    static const uint8_t zero_header[24];
+    int existing = size > 0 && !(size >= 24 && memcmp(hdr, zero_header, 24) == 0);
     if (existing && memcmp(hdr, MV_SQLITE_MAGIC, 16) == 0) {
         snprintf(err, errlen, "this database is not encrypted: open it without a key");
         return SQLITE_ERROR;

@@ -163,6 +163,12 @@ int mv_main_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off
         }
     }
     uint32_t page_size = mv_main_page_size(f);
+    if (page_size == 0 && amt >= CRYPT_PAGE_SIZE_MIN && amt <= CRYPT_PAGE_SIZE_MAX &&
+        (amt & (amt - 1)) == 0 && off % amt == 0) {
+        /* A new file whose first transaction spills a page before page 1 exists: SQLite
+         * writes only whole pages here, so this is the page size (page 1 confirms it). */
+        page_size = c->page_size = (uint32_t)amt;
+    }
     if (page_size == 0 || (uint32_t)amt != page_size || off % page_size != 0) {
         mv_codec_set_error(c, "refused a partial-page write of %d bytes at offset %lld", amt,
                            (long long)off);

@@ -11,7 +11,8 @@
 #ifndef MV_VFS_TEMPDIR_H
 #define MV_VFS_TEMPDIR_H
 
-/* dir must stay valid until the next call on this thread (NULL: SQLite's default). */
+/* Sets this thread's directory to a copy of dir (NULL or "": SQLite's default; so is a dir of
+ * MV_PATH_MAX bytes or more). The get returns this thread's copy, or NULL. */
 void mv_vfs_temp_dir_set(const char *dir);
 const char *mv_vfs_temp_dir_get(void);
 

@@ -11,11 +11,15 @@
  *           offset + 24, the page is encrypted, the chain is continued from the previous
  *           frame's checksum as stored on disk (or the WAL header's for frame 1) over header
  *           bytes 0..7 and the ciphertext, and header + ciphertext go down in one write.
- *           Any other operation first writes a held-back header as it is: that is SQLite
- *           rewriting checksums (walRewriteChecksums) from frames it read raw, i.e. over
- *           ciphertext already. A page written alone into an existing frame (an in-place
- *           overwrite within one transaction) is encrypted with the page number stored in
- *           that frame's header; SQLite rewrites the checksums before the commit.
+ *           Any other operation first writes a held-back header as it is. A header SQLite
+ *           writes right after reading its whole frame while rewriting checksums
+ *           (walRewriteChecksums: over the raw frame, i.e. over ciphertext already) goes
+ *           down at once: the commit returns after the last one with no further call that
+ *           would flush it, and a process killed then would lose the committed transaction
+ *           (its commit frame no longer chaining). A page written alone into an existing
+ *           frame (an in-place overwrite within one transaction) is encrypted with the page
+ *           number stored in that frame's header; SQLite rewrites the checksums before the
+ *           commit.
  *   reads   A page-sized read at a frame's page offset is decrypted with the page number
  *           from the frame header on disk; everything else (header, whole frames read by
  *           recovery, checksum fields) is returned raw, so SQLite verifies ciphertext.
@@ -170,6 +174,7 @@ static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t p
     memcpy(frame, f->pending, MV_WAL_FRAME_HEADER_BYTES);
     f->pending_header = 0;
     f->wal_rewriting = 0;
+    f->wal_rewrite_off = 0;
     uint32_t pgno = mv_get_be32(frame);
     rc = mv_codec_encrypt(c, pgno, page, frame + MV_WAL_FRAME_HEADER_BYTES, page_size);
     if (rc != SQLITE_OK) {
@@ -230,6 +235,10 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
         if (rc != SQLITE_OK) {
             return rc;
         }
+        if (f->wal_rewriting && off == f->wal_rewrite_off) {
+            f->wal_rewrite_off = 0; /* a rewritten checksum: no page follows */
+            return f->lower->pMethods->xWrite(f->lower, buf, amt, off);
+        }
         memcpy(f->pending, buf, MV_WAL_FRAME_HEADER_BYTES);
         f->pending_offset = off;
         f->pending_header = 1;
@@ -266,8 +275,9 @@ static int mv_wal_frame_chains(const uint8_t *frame,
 /* Recovery reads whole frames and stops, silently, at the first frame whose checksum does
  * not chain: right for a torn tail after a crash, wrong for a damaged frame in the middle,
  * which would drop every committed transaction after it. So a whole-frame read is checked
- * here: a frame that chains but does not authenticate, or a broken frame followed by one
- * that chains from it, is damage, reported as SQLITE_IOERR_DATA naming the frame. */
+ * here: a frame that chains but does not authenticate, or a broken frame (neither chaining
+ * nor authentic) followed by one that chains from it, is damage, reported as
+ * SQLITE_IOERR_DATA naming the frame. */
 static int
 mv_wal_check_frame(struct mv_file *f, const uint8_t *frame, sqlite3_int64 off, uint32_t page_size)
 {
@@ -290,9 +300,15 @@ mv_wal_check_frame(struct mv_file *f, const uint8_t *frame, sqlite3_int64 off, u
     if (chains && authentic) {
         return SQLITE_OK;
     }
-    int damaged = chains; /* chains but forged or damaged inside */
-    if (!chains && f->lower->pMethods->xRead(f->lower, c->scratch, (int)frame_bytes,
-                                             off + frame_bytes) == SQLITE_OK) {
+    /* (1) chains but forged or damaged inside; (2) neither chains nor authenticates, and
+     * the next frame chains from it. A frame that does not chain but authenticates is a
+     * page SQLite overwrote in place in the last, unfinished transaction (its checksum
+     * not yet rewritten): the tail SQLite drops from there was never committed. (Authentic
+     * old bytes put there on purpose drop no more than truncating the WAL would.) */
+    int damaged = chains;
+    if (!chains && !authentic &&
+        f->lower->pMethods->xRead(f->lower, c->scratch, (int)frame_bytes, off + frame_bytes) ==
+            SQLITE_OK) {
         uint32_t stored[2] = {mv_get_be32(frame + 16), mv_get_be32(frame + 20)};
         damaged = mv_wal_frame_chains(c->scratch, page_size, whdr, stored);
     }
@@ -320,6 +336,7 @@ int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
         mv_wal_frame_at(off, page_size, 0)) {
         rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
         if (rc != SQLITE_OK || f->wal_rewriting) {
+            f->wal_rewrite_off = rc == SQLITE_OK && f->wal_rewriting ? off : 0;
             return rc;
         }
         return mv_wal_check_frame(f, buf, off, page_size);

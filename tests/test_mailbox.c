@@ -1,0 +1,432 @@
+/*
+ * test_mailbox.c -- mailboxes and the store file around them: names and hierarchy, the
+ * limits on them (mailbox_name_max, mailboxes_max, also through a rename that carries
+ * children), per-mailbox accounting (logical and stored bytes), read-only opening, and a
+ * store file left behind by an interrupted init.
+ *
+ * Every test uses its own address under the binary's temp dir.
+ */
+#include "harness.h"
+#include "testutil.h"
+
+#include <openssl/evp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MB_PASSWORD "mailbox test password"
+
+static struct mv_store_options mb_options(void)
+{
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.root = tu_path("root");
+    o.kdf_iter = TU_KDF_ITER;
+    o.cache_size_kib = 4096;
+    return o;
+}
+
+/* Creates (if needed) and opens name@example.org with o (NULL: mb_options()). */
+static int mb_open_with(const char *name, const struct mv_store_options *opts, mv_store **s)
+{
+    char address[128], err[512] = "";
+    struct mv_store_options o = opts != NULL ? *opts : mb_options();
+    snprintf(address, sizeof address, "%s@example.org", name);
+    *s = NULL;
+    int rc = mv_store_init(address, MB_PASSWORD, strlen(MB_PASSWORD), &o, err, sizeof err);
+    if (rc != MV_OK && rc != MV_EEXISTS) {
+        fprintf(stderr, "  init %s: %s\n", address, err);
+        return rc;
+    }
+    rc = mv_store_open(address, MB_PASSWORD, strlen(MB_PASSWORD), &o, s, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  open %s: %s\n", address, err);
+    }
+    return rc;
+}
+
+static int mb_open(const char *name, mv_store **s)
+{
+    return mb_open_with(name, NULL, s);
+}
+
+static long long mb_int(mv_store *s, const char *sql)
+{
+    return tu_int(mv_store_db(s), sql);
+}
+
+/* Whether the store's message mentions what. */
+static int mb_errmsg_has(mv_store *s, const char *what)
+{
+    if (strstr(mv_store_errmsg(s), what) == NULL) {
+        fprintf(stderr, "  message \"%s\" lacks \"%s\"\n", mv_store_errmsg(s), what);
+        return 0;
+    }
+    return 1;
+}
+
+/* The mailbox names, in name order, joined by spaces, into out. */
+static void mb_names(mv_store *s, char *out, size_t size)
+{
+    mv_mailbox_iter *it = NULL;
+    struct mv_mailbox_info info;
+    size_t at = 0;
+    out[0] = '\0';
+    if (mv_mailbox_list_begin(s, &it) != MV_OK) {
+        return;
+    }
+    while (mv_mailbox_list_next(it, &info) == 1 && at < size) {
+        at += (size_t)snprintf(out + at, size - at, "%s%s", at != 0 ? " " : "", info.name);
+    }
+    mv_mailbox_list_end(&it);
+}
+
+#define MB_NAMES_ARE(s, want)                                                                      \
+    do {                                                                                           \
+        char names_[1024];                                                                         \
+        mb_names(s, names_, sizeof names_);                                                        \
+        if (strcmp(names_, want) != 0) {                                                           \
+            fprintf(stderr, "  mailboxes \"%s\", want \"%s\"\n", names_, want);                    \
+        }                                                                                          \
+        CHECK(strcmp(names_, want) == 0);                                                          \
+    } while (0)
+
+/* A message with a text part and, if attach_size != 0, a base64 attachment of attach_size
+ * deterministic bytes from seed (large enough to be stored apart). malloc'd. */
+static char *mb_message(const char *subject, size_t attach_size, unsigned seed, size_t *len)
+{
+    size_t cap = 1024 + attach_size * 2;
+    char *m = malloc(cap);
+    if (m == NULL) {
+        abort();
+    }
+    int n = snprintf(m, cap,
+                     "From: a@example.org\r\nSubject: %s\r\nMIME-Version: 1.0\r\n"
+                     "Content-Type: multipart/mixed; boundary=\"b\"\r\n\r\n--b\r\n"
+                     "Content-Type: text/plain\r\n\r\nhello %s\r\n--b\r\n"
+                     "Content-Type: application/octet-stream\r\n"
+                     "Content-Transfer-Encoding: base64\r\n\r\n",
+                     subject, subject);
+    size_t at = (size_t)n;
+    uint8_t chunk[57];
+    for (size_t done = 0; done < attach_size; done += sizeof chunk) {
+        for (size_t i = 0; i < sizeof chunk; i++) {
+            seed = seed * 1103515245u + 12345u;
+            chunk[i] = (uint8_t)(seed >> 16);
+        }
+        at += (size_t)EVP_EncodeBlock((unsigned char *)m + at, chunk, sizeof chunk);
+        memcpy(m + at, "\r\n", 2);
+        at += 2;
+    }
+    at += (size_t)snprintf(m + at, cap - at, "--b--\r\n");
+    *len = at;
+    return m;
+}
+
+/* ---- names, hierarchy, limits ------------------------------------------------------------ */
+
+static void test_create_and_limits(void)
+{
+    struct mv_store_options o = mb_options();
+    o.limits.mailbox_name_max = 12;
+    o.limits.mailboxes_max = 9; /* the six defaults and three more */
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open_with("names", &o, &s), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_create(s, "a/b/c", NULL), MV_OK); /* and its parents */
+    MB_NAMES_ARE(s, "Archive Drafts INBOX Junk Sent Trash a a/b a/b/c");
+    CHECK_EQ_INT(mv_mailbox_create(s, "a/b", NULL), MV_EEXISTS);
+    CHECK_EQ_INT(mv_mailbox_create(s, "inbox", NULL), MV_EEXISTS);
+    CHECK_EQ_INT(mv_mailbox_create(s, "x", NULL), MV_ELIMIT);
+    CHECK(mb_errmsg_has(s, "mailboxes_max"));
+    CHECK_EQ_INT(mv_mailbox_delete(s, "a/b/c"), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_create(s, "1234567890123", NULL), MV_ELIMIT);
+    CHECK(mb_errmsg_has(s, "mailbox_name_max"));
+    CHECK_EQ_INT(mv_mailbox_create(s, "123456789012", NULL), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_create(s, "", NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_create(s, "a//b", NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_create(s, "tab\there", NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_create(s, "bad\xff", NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_create(s, "q", "\\Bogus"), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_delete(s, "Inbox"), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_rename(s, "INBOX", "Other"), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_rename(s, "a", "inbox"), MV_EINVAL);
+    MB_NAMES_ARE(s, "123456789012 Archive Drafts INBOX Junk Sent Trash a a/b");
+    mv_store_close(&s);
+}
+
+/* A rename carries the children along; each new name must fit mailbox_name_max, and a
+ * child whose new name is taken fails the whole rename. */
+static void test_rename_children(void)
+{
+    struct mv_store_options o = mb_options();
+    o.limits.mailbox_name_max = 10;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open_with("rename", &o, &s), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_create(s, "p/child", NULL), MV_OK);
+    size_t len = 0;
+    char *m = mb_message("in the child", 0, 1, &len);
+    CHECK_EQ_INT(mv_message_append(s, "p/child", m, len, 0, NULL, 0, NULL), MV_OK);
+    free(m);
+    /* "longer" fits, but "longer/child" (12 bytes) does not */
+    CHECK_EQ_INT(mv_mailbox_rename(s, "p", "longer"), MV_ELIMIT);
+    CHECK(mb_errmsg_has(s, "mailbox_name_max"));
+    MB_NAMES_ARE(s, "Archive Drafts INBOX Junk Sent Trash p p/child");
+    CHECK_EQ_INT(mv_mailbox_rename(s, "p", "q"), MV_OK);
+    MB_NAMES_ARE(s, "Archive Drafts INBOX Junk Sent Trash q q/child");
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_get(s, "q/child", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 1);
+    /* a child's new name is taken: nothing is renamed */
+    CHECK_EQ_INT(mv_mailbox_create(s, "r/child", NULL), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_delete(s, "r"), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_rename(s, "q", "r"), MV_EEXISTS);
+    MB_NAMES_ARE(s, "Archive Drafts INBOX Junk Sent Trash q q/child r/child");
+    /* into its own subtree: the missing superior names are created (RFC 3501 6.3.5) */
+    CHECK_EQ_INT(mv_mailbox_rename(s, "q", "q/s"), MV_OK);
+    MB_NAMES_ARE(s, "Archive Drafts INBOX Junk Sent Trash q q/s q/s/child r/child");
+    CHECK_EQ_INT(mv_mailbox_rename(s, "q/s", "x/y"), MV_OK);
+    MB_NAMES_ARE(s, "Archive Drafts INBOX Junk Sent Trash q r/child x x/y x/y/child");
+    CHECK_EQ_INT(mv_mailbox_get(s, "x/y/child", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 1);
+    mv_store_close(&s);
+}
+
+/* ---- accounting ------------------------------------------------------------------------ */
+
+static uint64_t mb_stored(mv_store *s, const char *mailbox)
+{
+    struct mv_mailbox_info info;
+    return mv_mailbox_get(s, mailbox, &info) == MV_OK ? info.stored_bytes : UINT64_MAX;
+}
+
+/* Prints the plan of the statement behind mv_mailbox_get (found among the store's cached
+ * statements) and checks that no table is scanned. */
+static int mb_info_plan_ok(mv_store *s)
+{
+    const char *sql = NULL;
+    for (sqlite3_stmt *st = sqlite3_next_stmt(mv_store_db(s), NULL); st != NULL;
+         st = sqlite3_next_stmt(mv_store_db(s), st)) {
+        if (strstr(sqlite3_sql(st), "stored_size") != NULL &&
+            strstr(sqlite3_sql(st), "FROM mailboxes m") != NULL) {
+            sql = sqlite3_sql(st);
+        }
+    }
+    if (sql == NULL) {
+        fprintf(stderr, "  no mailbox statement reads stored_size\n");
+        return 0;
+    }
+    char eqp[4096];
+    snprintf(eqp, sizeof eqp, "EXPLAIN QUERY PLAN %s", sql);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(mv_store_db(s), eqp, -1, &st, NULL) != SQLITE_OK) {
+        return 0;
+    }
+    int ok = 1;
+    printf("  # plan of the mailbox description:\n");
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *detail = (const char *)sqlite3_column_text(st, 3);
+        printf("  #   %s\n", detail);
+        if (strncmp(detail, "SCAN ", 5) == 0 && strstr(detail, "SUBQUERY") == NULL &&
+            strstr(detail, "LIST SUBQUERY") == NULL) {
+            fprintf(stderr, "  scans a table: %s\n", detail);
+            ok = 0;
+        }
+    }
+    sqlite3_finalize(st);
+    return ok;
+}
+
+static void test_stored_bytes(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open("quota", &s), MV_OK);
+    CHECK_EQ_INT(mb_stored(s, "INBOX"), 0);
+    size_t a_len = 0, b_len = 0;
+    char *a = mb_message("first", 40000, 7, &a_len);
+    char *b = mb_message("second", 40000, 7, &b_len); /* the same attachment */
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", a, a_len, 0, NULL, 0, NULL), MV_OK);
+    CHECK_EQ_INT(mb_int(s, "SELECT count(*) FROM attachments"), 1);
+    struct mv_store_stats st;
+    CHECK_EQ_INT(mv_store_stats(s, &st), MV_OK);
+    uint64_t one = mb_stored(s, "INBOX");
+    CHECK(one > 0);
+    CHECK_EQ_INT(one, st.stored_bytes); /* the only message: the store's total */
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", b, b_len, 0, NULL, 0, NULL), MV_OK);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", a, a_len, 0, NULL, 0, NULL), MV_OK); /* dup */
+    uint64_t inbox = mb_stored(s, "INBOX");
+    /* the attachment once, each body once */
+    CHECK_EQ_INT(inbox, mb_int(s, "SELECT (SELECT sum(stored_size) FROM bodies) + "
+                                  "(SELECT sum(stored_size) FROM attachments)"));
+    CHECK(inbox < 2 * one);
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.size_bytes, 2 * a_len + b_len); /* logical counts every copy */
+    CHECK_EQ_INT(mv_store_stats(s, &st), MV_OK);
+    uint64_t total = st.stored_bytes;
+    CHECK_EQ_INT(total, inbox);
+
+    uint32_t count = 0;
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "1:*", "Archive", &count), MV_OK);
+    CHECK_EQ_INT(count, 3);
+    CHECK_EQ_INT(mb_stored(s, "Archive"), inbox); /* the same bytes, counted there too */
+    CHECK_EQ_INT(mv_store_stats(s, &st), MV_OK);
+    CHECK_EQ_INT(st.stored_bytes, total); /* ... but not stored again */
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "2", "Trash", &count), MV_OK);
+    CHECK(mb_stored(s, "Trash") < inbox && mb_stored(s, "Trash") > 0);
+    CHECK(mb_info_plan_ok(s));
+
+    /* the listing carries the same numbers */
+    mv_mailbox_iter *it = NULL;
+    CHECK_EQ_INT(mv_mailbox_list_begin(s, &it), MV_OK);
+    int seen = 0;
+    while (mv_mailbox_list_next(it, &info) == 1) {
+        if (strcmp(info.name, "Archive") == 0) {
+            seen += info.stored_bytes == inbox;
+        } else if (strcmp(info.name, "Junk") == 0) {
+            seen += info.stored_bytes == 0;
+        }
+    }
+    mv_mailbox_list_end(&it);
+    CHECK_EQ_INT(seen, 2);
+    free(a);
+    free(b);
+    mv_store_close(&s);
+}
+
+/* ---- opening ------------------------------------------------------------------------------ */
+
+static void test_readonly_open(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open("readonly", &s), MV_OK);
+    size_t len = 0;
+    char *m = mb_message("read me", 0, 3, &len);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
+    mv_store_close(&s);
+    char sha_before[65], sha_after[65];
+    tu_file_sha256(tu_path("root/example.org/readonly.db"), sha_before);
+    struct mv_store_options o = mb_options();
+    o.flags = MV_STORE_READONLY;
+    char err[512] = "";
+    CHECK_EQ_INT(mv_store_open("readonly@example.org", MB_PASSWORD, strlen(MB_PASSWORD), &o, &s,
+                               err, sizeof err),
+                 MV_OK);
+    void *raw = NULL;
+    size_t raw_len = 0;
+    CHECK_EQ_INT(mv_message_fetch(s, "INBOX", 1, &raw, &raw_len), MV_OK);
+    CHECK(raw_len == len && memcmp(raw, m, len) == 0);
+    mv_free(raw);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_EINVAL);
+    CHECK(mb_errmsg_has(s, "read-only"));
+    CHECK_EQ_INT(mv_mailbox_create(s, "New", NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "INBOX", 0), MV_EINVAL);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL), MV_EINVAL);
+    mv_store_close(&s);
+    tu_file_sha256(tu_path("root/example.org/readonly.db"), sha_after);
+    CHECK(strcmp(sha_before, sha_after) == 0);
+    free(m);
+}
+
+/* An init killed between creating the file and writing its first page leaves an empty file.
+ * Opening it must not turn it into a store keyed with whatever password comes first. */
+static void test_empty_store_file_refused(void)
+{
+    struct mv_store_options o = mb_options();
+    mv_store *s = NULL;
+    char err[512] = "";
+    CHECK_EQ_INT(
+        mv_store_init("empty@example.org", MB_PASSWORD, strlen(MB_PASSWORD), &o, err, sizeof err),
+        MV_OK);
+    const char *db = tu_path("root/example.org/empty.db");
+    const char *pub = tu_path("root/example.org/empty.pub");
+    CHECK_EQ_INT(truncate(db, 0), 0);
+    CHECK_EQ_INT(unlink(pub), 0);
+    int rc = mv_store_open("empty@example.org", "anyone", 6, &o, &s, err, sizeof err);
+    CHECK(rc != MV_OK && s == NULL);
+    CHECK(strstr(err, "interrupted init") != NULL);
+    printf("  # %s\n", err);
+    CHECK_EQ_INT(tu_file_size(db), 0);
+    CHECK(!tu_file_exists(pub));
+    CHECK(!tu_file_exists(tu_path("root/example.org/empty.db-wal")));
+}
+
+/* The state an init leaves when it is killed at any point: no file, what its first
+ * transaction left (refused with a message that says so), or a store that opens with the
+ * password and has its INBOX. */
+static int mb_after_killed_init(const char *address, int *opened)
+{
+    struct mv_store_options o = mb_options();
+    mv_store *s = NULL;
+    char err[512] = "";
+    *opened = 0;
+    int rc = mv_store_open(address, MB_PASSWORD, strlen(MB_PASSWORD), &o, &s, err, sizeof err);
+    if (rc == MV_ENOTFOUND && strstr(err, "no store") != NULL) {
+        return 1;
+    }
+    if (rc != MV_OK) {
+        int refused = strstr(err, "interrupted init") != NULL;
+        if (!refused) {
+            fprintf(stderr, "  after a killed init: %s (%s)\n", mv_strerror(rc), err);
+        }
+        return refused;
+    }
+    struct mv_mailbox_info info;
+    int ok =
+        mv_mailbox_get(s, "INBOX", &info) == MV_OK &&
+        mv_message_append(s, "INBOX", "Subject: x\r\n\r\nx\r\n", 16, 0, NULL, 0, NULL) == MV_OK;
+    if (!ok) {
+        fprintf(stderr, "  after a killed init: %s\n", mv_store_errmsg(s));
+    }
+    mv_store_close(&s);
+    *opened = ok;
+    return ok;
+}
+
+static void test_init_killed(void)
+{
+    struct mv_store_options o = mb_options();
+    /* how long an init takes here, to spread the kills over it */
+    struct timespec t0, t1;
+    char err[512] = "";
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_EQ_INT(
+        mv_store_init("timing@example.org", MB_PASSWORD, strlen(MB_PASSWORD), &o, err, sizeof err),
+        MV_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long init_us = (t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000;
+    int opened = 0, total_opened = 0;
+    for (int i = 0; i < 40; i++) {
+        char address[64];
+        snprintf(address, sizeof address, "killed%d@example.org", i);
+        pid_t pid = fork();
+        if (pid == 0) {
+            char child_err[512];
+            _exit(mv_store_init(address, MB_PASSWORD, strlen(MB_PASSWORD), &o, child_err,
+                                sizeof child_err) == MV_OK
+                      ? 0
+                      : 1);
+        }
+        usleep((useconds_t)(init_us * i / 40));
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        CHECK(mb_after_killed_init(address, &opened));
+        total_opened += opened;
+    }
+    printf("  # init (%ld us) killed 40 times: %d stores usable afterwards\n", init_us,
+           total_opened);
+}
+
+int main(void)
+{
+    TEST(test_create_and_limits);
+    TEST(test_rename_children);
+    TEST(test_stored_bytes);
+    TEST(test_readonly_open);
+    TEST(test_empty_store_file_refused);
+    TEST(test_init_killed);
+    return th_summary();
+}
