@@ -2,7 +2,7 @@
 #
 #   make run     build everything and run the demonstration under ./var
 #   make test    the whole test suite, under AddressSanitizer + UndefinedBehaviorSanitizer
-#   make bench   micro-benchmarks (release build)
+#   make bench   micro-benchmarks, then the reference suite (release build; QUICK=1: short)
 #   make lint    clang-format --dry-run, cppcheck, banned functions
 #
 # Both `run` and `test` first install missing Debian packages (scripts/install-deps.sh).
@@ -47,13 +47,17 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/demo.sh
 
+# The reference suite's smoke test (tests/cli_bench_smoke.sh) runs the release bench_reference.
 test: deps
-	@$(MAKE) --no-print-directory all $(TEST_BIN) $(FUZZ_BIN) $(BUILD)/asan/mailvault
+	@$(MAKE) --no-print-directory all $(TEST_BIN) $(FUZZ_BIN) $(BUILD)/asan/mailvault \
+		$(BUILD)/rel/bench/bench_reference
 	@tests/run.sh
 
+# make bench QUICK=1: both scripts get --quick (the reference suite then stays under 2 min).
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)
-	@bench/run.sh
+	@bench/run.sh $(if $(QUICK),--quick)
+	@bench/suite/run.sh $(if $(QUICK),--quick)
 
 lint:
 	@scripts/lint.sh
