@@ -86,7 +86,7 @@ $(BUILD)/ext/%.o: %.c
 $(BUILD)/mailvault_ext.so: $(EXT_OBJ)
 	$(CC) -shared -o $@ $^ -lcrypto -lpthread
 
-$(BUILD)/rel/bench/%: bench/%.c $(BUILD)/libmailvault.a
+$(BUILD)/rel/bench/%: bench/%.c $(BUILD)/rel/bench/scratch.o $(BUILD)/libmailvault.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) $(WARN) $(RELEASE) $(INC) -o $@ $^ $(LIBS)
 

@@ -59,6 +59,7 @@
  *   encrypts temp files wherever they go).
  */
 #include "mailvault.h"
+#include "scratch.h"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -264,22 +265,6 @@ static void bench_db_path(const char *name, char *out, size_t out_size)
         fprintf(stderr, "bench_reference: scratch path too long\n");
         exit(1);
     }
-}
-
-/* atexit: removes whatever a run left, then the directory. */
-static void bench_cleanup(void)
-{
-    static const char *const names[] = {"warmup", "timed"};
-    char path[BENCH_PATH_BYTES_MAX];
-    if (bench_dir[0] == '\0') {
-        return;
-    }
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        bench_db_path(names[i], path, sizeof path);
-        bench_remove_files(path);
-    }
-    (void)rmdir(bench_dir);
-    bench_dir[0] = '\0';
 }
 
 /* Writes "enable" / "disable" to perf's control FIFO around the profiled phase. */
@@ -784,24 +769,7 @@ static void bench_parse_args(int argc, char **argv, struct bench_opts *opts)
 /* Makes the scratch directory under opts->parent_dir, $TMPDIR or ./var/bench. */
 static void bench_make_dir(const struct bench_opts *opts)
 {
-    const char *parent = opts->parent_dir;
-    const char *tmpdir = getenv("TMPDIR");
-    if (parent == NULL && tmpdir != NULL && tmpdir[0] != '\0') {
-        parent = tmpdir;
-    }
-    if (parent == NULL) {
-        (void)mkdir("var", 0700);
-        (void)mkdir("var/bench", 0700);
-        parent = "var/bench";
-    }
-    int len = snprintf(bench_dir, sizeof bench_dir, "%s/mailvault-bref-XXXXXX", parent);
-    if (len < 0 || (size_t)len >= sizeof bench_dir - 64 || mkdtemp(bench_dir) == NULL) {
-        fprintf(stderr, "bench_reference: cannot make a scratch directory under %s\n", parent);
-        bench_dir[0] = '\0';
-        exit(1);
-    }
-    if (atexit(bench_cleanup) != 0) {
-        bench_cleanup();
+    if (bench_scratch_make(opts->parent_dir, "mailvault-bref", bench_dir, sizeof bench_dir) != 0) {
         exit(1);
     }
 }

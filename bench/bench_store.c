@@ -74,10 +74,10 @@
  *   and on the machine. One run per import size: the memory figure is a peak, not a rate.
  */
 #include "mailvault.h"
+#include "scratch.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -948,50 +948,11 @@ static void bench_message(const struct bench_corpus *c,
 
 /* ---- scratch directory and stores ------------------------------------------------------------ */
 
-static int bench_remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    (void)(type == FTW_DP ? rmdir(path) : unlink(path)); /* best effort: go on regardless */
-    return 0;
-}
-
-/* Removes path and everything under it (best effort). */
-static void bench_remove_tree(const char *path)
-{
-    (void)nftw(path, bench_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* atexit: the scratch directory and everything in it. */
-static void bench_cleanup(void)
-{
-    if (bench_dir[0] != '\0') {
-        bench_remove_tree(bench_dir);
-        bench_dir[0] = '\0';
-    }
-}
-
 /* Makes the scratch directory under --dir, $TMPDIR or ./var/bench, and the store root. */
 static void bench_make_dir(const char *parent_dir)
 {
-    const char *parent = parent_dir;
-    const char *tmpdir = getenv("TMPDIR");
-    if (parent == NULL && tmpdir != NULL && tmpdir[0] != '\0') {
-        parent = tmpdir;
-    }
-    if (parent == NULL) {
-        (void)mkdir("var", 0700);
-        (void)mkdir("var/bench", 0700);
-        parent = "var/bench";
-    }
-    int len = snprintf(bench_dir, sizeof bench_dir, "%s/mailvault-bench-store-XXXXXX", parent);
-    if (len < 0 || (size_t)len >= sizeof bench_dir - 256 || mkdtemp(bench_dir) == NULL) {
-        bench_dir[0] = '\0';
-        bench_die("cannot make a scratch directory under %s", parent);
-    }
-    if (atexit(bench_cleanup) != 0) {
-        bench_cleanup();
-        bench_die("atexit");
+    if (bench_scratch_make(parent_dir, "mailvault-bench-store", bench_dir, sizeof bench_dir) != 0) {
+        bench_die("cannot make a scratch directory");
     }
     bench_path(bench_root, sizeof bench_root, "mail");
 }
@@ -1855,7 +1816,7 @@ bench_import_one(const struct bench_corpus *c, const char *label, long mb, struc
     double gen_s = bench_now_s() - start;
     struct bench_import_result res = bench_import_run(address, mbox);
     (void)unlink(mbox);
-    bench_remove_tree(bench_root);
+    bench_scratch_remove_tree(bench_root);
     if (res.imported != m.messages || res.failed != 0) {
         bench_die("import %s: %llu imported, %llu failed, of %u", label,
                   (unsigned long long)res.imported, (unsigned long long)res.failed, m.messages);
@@ -1889,7 +1850,8 @@ static double bench_free_mb(void)
 
 static void bench_phase_import(long large_mb, int quick)
 {
-    bench_remove_tree(bench_root); /* the other stores are done: their disk space is needed */
+    bench_scratch_remove_tree(
+        bench_root); /* the other stores are done: their disk space is needed */
     double free_mb = bench_free_mb();
     if (free_mb < 3.0 * (double)large_mb) {
         long scaled = (long)(free_mb / 3.0);

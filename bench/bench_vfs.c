@@ -40,6 +40,7 @@
  *   and on the machine; compare the ratios.
  */
 #include "mailvault.h"
+#include "scratch.h"
 
 #include <sqlite3.h>
 #include <stdint.h>
@@ -128,21 +129,6 @@ static void bench_db_path(const struct bench_config *config, char *out, size_t o
         fprintf(stderr, "bench_vfs: scratch path too long\n");
         exit(1);
     }
-}
-
-/* atexit: removes every file a configuration may have left, then the directory. */
-static void bench_cleanup(void)
-{
-    char path[BENCH_PATH_BYTES_MAX];
-    if (bench_dir[0] == '\0') {
-        return;
-    }
-    for (size_t i = 0; i < BENCH_CONFIG_COUNT; i++) {
-        bench_db_path(&bench_configs[i], path, sizeof path);
-        bench_remove_files(path);
-    }
-    (void)rmdir(bench_dir);
-    bench_dir[0] = '\0';
 }
 
 static void bench_die(const char *what, sqlite3 *db)
@@ -489,24 +475,7 @@ static void bench_parse_args(int argc, char **argv, struct bench_opts *opts)
 /* Makes the scratch directory under opts->parent_dir, $TMPDIR or ./var/bench. */
 static void bench_make_dir(const struct bench_opts *opts)
 {
-    const char *parent = opts->parent_dir;
-    const char *tmpdir = getenv("TMPDIR");
-    if (parent == NULL && tmpdir != NULL && tmpdir[0] != '\0') {
-        parent = tmpdir;
-    }
-    if (parent == NULL) {
-        (void)mkdir("var", 0700);
-        (void)mkdir("var/bench", 0700);
-        parent = "var/bench";
-    }
-    int len = snprintf(bench_dir, sizeof bench_dir, "%s/mailvault-bench-XXXXXX", parent);
-    if (len < 0 || (size_t)len >= sizeof bench_dir - 64 || mkdtemp(bench_dir) == NULL) {
-        fprintf(stderr, "bench_vfs: cannot make a scratch directory under %s\n", parent);
-        bench_dir[0] = '\0';
-        exit(1);
-    }
-    if (atexit(bench_cleanup) != 0) {
-        bench_cleanup();
+    if (bench_scratch_make(opts->parent_dir, "mailvault-bench", bench_dir, sizeof bench_dir) != 0) {
         exit(1);
     }
 }
