@@ -28,6 +28,7 @@ CLI_SRC  := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
 BENCH_SRC := $(sort $(wildcard bench/bench_*.c))
+IMAPD_SRC := $(sort $(wildcard imapd/*.c))
 
 REL_OBJ  := $(LIB_SRC:%.c=$(BUILD)/rel/%.o)
 ASAN_OBJ := $(LIB_SRC:%.c=$(BUILD)/asan/%.o)
@@ -38,7 +39,7 @@ FUZZ_BIN  := $(FUZZ_SRC:fuzz/%.c=$(BUILD)/asan/fuzz/%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/rel/bench/%)
 
 .PHONY: all deps run test bench lint clean
-all: $(BUILD)/mailvault $(BUILD)/libmailvault.a $(BUILD)/mailvault_ext.so
+all: $(BUILD)/mailvault $(BUILD)/libmailvault.a $(BUILD)/mailvault_ext.so $(BUILD)/mailvaultd
 
 deps:
 	@scripts/install-deps.sh
@@ -47,10 +48,11 @@ run: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/demo.sh
 
-# The reference suite's smoke test (tests/cli_bench_smoke.sh) runs the release bench_reference.
+# The benchmarks' smoke tests (tests/cli_bench_smoke.sh, tests/cli_bench_scale_smoke.sh) run
+# the release bench_reference and bench_scale.
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BIN) $(FUZZ_BIN) $(BUILD)/asan/mailvault \
-		$(BUILD)/rel/bench/bench_reference
+		$(BUILD)/rel/bench/bench_reference $(BUILD)/rel/bench/bench_scale $(BUILD)/asan/mailvaultd
 	@tests/run.sh
 
 # make bench QUICK=1: both scripts get --quick (the reference suite then stays under 2 min).
@@ -77,6 +79,10 @@ $(BUILD)/libmailvault.a: $(REL_OBJ)
 $(BUILD)/mailvault: $(CLI_SRC:%.c=$(BUILD)/rel/%.o) $(BUILD)/libmailvault.a
 	$(CC) $(RELEASE) -o $@ $^ $(LIBS)
 
+# The server (imapd/, docs/IMAPD.md): the only program that links libssl.
+$(BUILD)/mailvaultd: $(IMAPD_SRC:%.c=$(BUILD)/rel/%.o) $(BUILD)/libmailvault.a
+	$(CC) $(RELEASE) -o $@ $^ -lssl $(LIBS)
+
 # The extension reaches SQLite through the sqlite3_api table (sqlite3ext.h), so it works in
 # any host that loads it, whichever libsqlite3 that host was linked with.
 $(BUILD)/ext/%.o: %.c
@@ -101,6 +107,14 @@ $(BUILD)/asan/libmailvault.a: $(ASAN_OBJ)
 $(BUILD)/asan/mailvault: $(CLI_SRC:%.c=$(BUILD)/asan/%.o) $(BUILD)/asan/libmailvault.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LIBS)
 
+$(BUILD)/asan/mailvaultd: $(IMAPD_SRC:%.c=$(BUILD)/asan/%.o) $(BUILD)/asan/libmailvault.a
+	$(CC) $(SANITIZE) -o $@ $^ -lssl $(LIBS)
+
+# The server's unit tests and fuzz target link the server files they test.
+$(BUILD)/asan/tests/test_imap_parse $(BUILD)/asan/fuzz/fuzz_imap_parse: $(BUILD)/asan/imapd/imap_parse.o
+$(BUILD)/asan/tests/test_imap_utf7: $(BUILD)/asan/imapd/imap_utf7.o
+$(BUILD)/asan/fuzz/fuzz_imap_mime: $(BUILD)/asan/imapd/imap_mime.o $(BUILD)/asan/imapd/buf.o
+
 $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/%.o $(BUILD)/asan/tests/harness.o $(BUILD)/asan/tests/testutil.o $(BUILD)/asan/libmailvault.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LIBS)
 
@@ -110,6 +124,8 @@ $(BUILD)/asan/fuzz/%: $(BUILD)/asan/fuzz/%.o $(BUILD)/asan/fuzz/replay_main.o $(
 # libFuzzer builds (not part of `make test`): make fuzz-<target>
 fuzz-%: fuzz/fuzz_%.c
 	@mkdir -p $(BUILD)/fuzz
-	clang $(CSTD) $(INC) -g -O1 -fsanitize=fuzzer,address,undefined -o $(BUILD)/fuzz/$* $< $(LIB_SRC) $(LIBS)
+	clang $(CSTD) $(INC) -g -O1 -fsanitize=fuzzer,address,undefined -o $(BUILD)/fuzz/$* $< $(LIB_SRC) \
+		$(if $(filter imap_parse,$*),imapd/imap_parse.c) \
+		$(if $(filter imap_mime,$*),imapd/imap_mime.c imapd/buf.c) $(LIBS)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -16,9 +16,9 @@
  *                          stores outgrow the page cache and the comparison is fair
  *     --rounds R           rounds of the repeated phases (default 5)
  *     --dir DIR            parent of the scratch directory (default $TMPDIR, else ./var/bench)
- *     --only PHASE         deliver, open, sealed, fetch, flags, search or import (for
- *                          profiling); open, sealed, fetch and flags first build the
- *                          delivered store (and print its figures)
+ *     --only PHASE         deliver, open, sealed, fetch, flags, expunge, search or import
+ *                          (for profiling); open, sealed, fetch, flags and expunge first
+ *                          build the delivered store (and print its figures)
  *     --json PATH          where the figures go (default build/bench-results/store.json)
  *
  * THE CORPUS (generated, fixed seed, one message at a time: nothing holds the corpus)
@@ -45,6 +45,10 @@
  *   fetch, flags   interleaved rounds: random UIDs through mv_message_fetch (the first
  *            fetches checked byte for byte); mv_flags_set on single UIDs (every call
  *            changes one message) and on 100-UID ranges.
+ *   expunge  on the delivered store, after fetch and flags (it removes messages): single
+ *            UIDs (+\Deleted on one UID, then mv_mailbox_expunge of it: an IMAP client
+ *            deleting one message) and 100-UID ranges, each call timed as flag change +
+ *            expunge; p50/p99 per call; the file size before and after.
  *   search   a store of --search-messages small messages, built through mv_import of an
  *            mbox (one transaction per batch: the quick way in), the oldest 70% marked
  *            \Seen; then rounds of four query types in rotated order, all scoped to INBOX:
@@ -125,12 +129,13 @@ enum bench_phase {
     PHASE_SEALED,
     PHASE_FETCH,
     PHASE_FLAGS,
+    PHASE_EXPUNGE,
     PHASE_SEARCH,
     PHASE_IMPORT,
     PHASE_COUNT
 };
-static const char *const bench_phase_names[PHASE_COUNT] = {"deliver", "open",   "sealed", "fetch",
-                                                           "flags",   "search", "import"};
+static const char *const bench_phase_names[PHASE_COUNT] = {
+    "deliver", "open", "sealed", "fetch", "flags", "expunge", "search", "import"};
 
 struct bench_opts {
     int quick;
@@ -1423,6 +1428,75 @@ static void bench_phase_access(
     bench_buf_free(&a.expected);
 }
 
+/* ---- phase: expunge ------------------------------------------------------------------------- */
+
+/* count calls, each +\Deleted on a UID set then mv_mailbox_expunge of that set, timed
+ * together; set k is lo(k)..lo(k)+span-1. Returns the total seconds; lat gets each call's. */
+static double bench_expunge_calls(
+    mv_store *store, uint32_t count, uint32_t span, uint32_t first, uint32_t step, double *lat)
+{
+    double total_s = 0;
+    for (uint32_t k = 0; k < count; k++) {
+        uint32_t lo = first + k * step, changed = 0, expunged = 0;
+        char set[32];
+        if (span == 1) {
+            snprintf(set, sizeof set, "%u", lo);
+        } else {
+            snprintf(set, sizeof set, "%u:%u", lo, lo + span - 1);
+        }
+        double start = bench_now_s();
+        int rc = mv_flags_set(store, "INBOX", set, MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &changed);
+        bench_check(rc, "mv_flags_set (\\Deleted)", store);
+        bench_check(mv_mailbox_expunge(store, "INBOX", set, &expunged), "mv_mailbox_expunge",
+                    store);
+        lat[k] = bench_now_s() - start;
+        total_s += lat[k];
+        if (changed != span || expunged != span) {
+            bench_die("expunge %s: %u flagged, %u expunged, not %u", set, changed, expunged, span);
+        }
+    }
+    return total_s;
+}
+
+/* Single UIDs spread over the lower part of the delivered UIDs, then 100-UID ranges from
+ * the top part; the store's file size before and after. */
+static void bench_phase_expunge(uint32_t messages, int quick)
+{
+    uint32_t singles = quick ? 50 : 200, batches = quick ? 3 : 10, span = BENCH_RANGE_UIDS;
+    if (messages < 2 * singles + 2 * batches * span) {
+        singles = messages / 4;
+        batches = messages / 4 / span;
+    }
+    mv_store *store = bench_store_open(bench_user, NULL);
+    struct mv_store_stats before, after;
+    bench_check(mv_store_stats(store, &before), "mv_store_stats", store);
+    double *lat = bench_alloc_doubles(singles + batches);
+    uint32_t low = messages - batches * span; /* UIDs 1..low hold the singles */
+    double single_s = bench_expunge_calls(store, singles, 1, 1, low / (singles + 1), lat);
+    double batch_s = bench_expunge_calls(store, batches, span, low + 1, span, lat + singles);
+    bench_check(mv_store_stats(store, &after), "mv_store_stats", store);
+    mv_store_close(&store);
+    char note[BENCH_NOTE_BYTES];
+    struct bench_latency l = bench_latency_of(lat, singles);
+    snprintf(note, sizeof note, "%u calls: +\\Deleted on one UID, then mv_mailbox_expunge of it",
+             singles);
+    bench_report("store.expunge.single.msgs_per_s", singles / single_s, "messages/s", NULL, &l,
+                 note);
+    if (batches > 0) {
+        l = bench_latency_of(lat + singles, batches);
+        snprintf(note, sizeof note, "%u calls of %u UIDs; p50/p99 per call", batches, span);
+        bench_report("store.expunge.range.msgs_per_s", batches * span / batch_s, "messages/s", NULL,
+                     &l, note);
+    }
+    snprintf(note, sizeof note, "database + WAL before %.1f MB, after %.1f MB; %llu messages left",
+             (double)before.physical_bytes / 1e6, (double)after.physical_bytes / 1e6,
+             (unsigned long long)after.messages);
+    bench_report("store.expunge.logical_freed_mb",
+                 (double)(before.logical_bytes - after.logical_bytes) / 1e6, "MB", NULL, NULL,
+                 note);
+    free(lat);
+}
+
 /* ---- import progress: how the rate moves as the store grows ---------------------------------- */
 
 /* When an import passed each tenth of its input: (time, bytes) at the callback that crossed
@@ -2025,7 +2099,7 @@ static void bench_usage(void)
     fprintf(stderr,
             "usage: bench_store [--quick] [--messages N] [--search-messages N] "
             "[--import-mb N] [--rounds R (1..%d)] [--dir DIR]\n"
-            "                   [--only deliver|open|sealed|fetch|flags|search|import] "
+            "                   [--only deliver|open|sealed|fetch|flags|expunge|search|import] "
             "[--json PATH]\n",
             BENCH_ROUNDS_MAX);
     exit(2);
@@ -2113,7 +2187,7 @@ int main(int argc, char **argv)
     double start = bench_now_s(), load_start = bench_loadavg();
     struct bench_corpus c = bench_corpus_make(0x64656c69u, 0, o->messages + sealed);
     if (bench_wants(PHASE_DELIVER) || bench_wants(PHASE_OPEN) || bench_wants(PHASE_SEALED) ||
-        bench_wants(PHASE_FETCH) || bench_wants(PHASE_FLAGS)) {
+        bench_wants(PHASE_FETCH) || bench_wants(PHASE_FLAGS) || bench_wants(PHASE_EXPUNGE)) {
         (void)bench_phase_deliver(&c, o->messages);
     }
     double open_ms = 0;
@@ -2129,6 +2203,12 @@ int main(int argc, char **argv)
                                      bench_wants(PHASE_FLAGS)};
         bench_phase_access(&c, o->messages, o->rounds, o->quick, enabled);
     }
+    if (bench_wants(PHASE_EXPUNGE)) {
+        bench_phase_expunge(o->messages, o->quick);
+    }
+    /* The peak so far: the delivered store's phases (the import's peaks are its children's). */
+    bench_report("store.peak_rss_mib", (double)bench_status_kib("VmHWM") / 1024.0, "MiB", NULL,
+                 NULL, "VmHWM of bench_store through deliver..expunge (generator included)");
     if (bench_wants(PHASE_SEARCH)) {
         bench_phase_search(o->search_messages, o->rounds, o->quick);
     }

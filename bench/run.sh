@@ -15,9 +15,22 @@
 #      delivery, sealed delivery + drain, fetch, flags, search, open/KDF, import peak memory.
 #      It writes build/bench-results/store.json itself. Default run: ~10 minutes on 2 cores
 #      and 3 GB of scratch disk (a 1 GB mbox); --quick: under 2 minutes (docs/BENCHMARKS.md).
+#   3c. build/rel/bench/bench_scale: 1,000 user stores opened and closed (KDF share, file
+#      handles and memory per open store), one writer + 1/4/16 readers on one store
+#      (~3 min; --quick ~15 s). It writes scale.json itself: bench/results/scale.json, or
+#      with --quick build/bench-results/reference-suite-quick/scale.json (beside the quick
+#      suite's report, so a quick run never overwrites a committed full run).
+#   3d. build/rel/bench/bench_ops: the operator's commands on a 1 GB store (backup with and
+#      without the key, verify, restore, VACUUM, password change: MB/s and peak memory) and
+#      the keyless `stats --all` scan of 1,000 stores (~3 min and ~4 GB of scratch disk;
+#      --quick: a 64 MB store and 200 stores, ~10 s). It writes ops.json beside scale.json.
 #   4. The summary: each target with its measured ratio, MET or NOT MET; the store figures
 #      for information, and the store's one target: import peak RSS bounded.
 #   5. build/bench-results/vfs-micro.json: every figure, the targets, the machine.
+#   6. The "Mail-level and scale workloads" report section (bench/suite/scale_report.py):
+#      sections/scale.md, scale.csv and charts/scale_*.svg beside scale.json, put into that
+#      directory's REPORT.md if it exists (bench/suite/aggregate.py keeps it there when the
+#      suite rewrites REPORT.md); scale.json is checked against SCHEMA.md first.
 #
 # The page-crypto target compares like with like: crypto.chacha20.encrypt_mbps (encryption
 # alone, as openssl speed measures) against openssl speed. The write-cost targets compare
@@ -33,9 +46,11 @@ for arg in "$@"; do
     *) echo "usage: bench/run.sh [--quick]" >&2; exit 2 ;;
     esac
 done
-speed_seconds=2 crypto_seconds=1.5 vfs_args=() store_args=()
+speed_seconds=2 crypto_seconds=1.5 vfs_args=() store_args=() scale_args=() ops_args=()
+scale_out=bench/results
 if [ "$quick" -eq 1 ]; then
     speed_seconds=1 crypto_seconds=0.3 vfs_args=(--quick) store_args=(--quick)
+    scale_args=(--quick) scale_out=build/bench-results/reference-suite-quick ops_args=(--quick)
 fi
 
 out_dir=build/bench-results
@@ -85,6 +100,12 @@ echo "== bench_vfs ${vfs_args[*]:-}"
 build/rel/bench/bench_vfs "${vfs_args[@]}" | tee -a "$raw"
 echo "== bench_store ${store_args[*]:-}"
 build/rel/bench/bench_store "${store_args[@]}" --json "$store_json" | tee -a "$store_raw"
+echo "== bench_scale ${scale_args[*]:-}"
+mkdir -p "$scale_out"
+build/rel/bench/bench_scale "${scale_args[@]}" --json "$scale_out/scale.json" |
+    tee "$out_dir/scale.txt"
+echo "== bench_ops ${ops_args[*]:-}"
+build/rel/bench/bench_ops "${ops_args[@]}" --json "$scale_out/ops.json" | tee "$out_dir/ops.txt"
 
 # ---- 4. summary -------------------------------------------------------------------------
 value() { # the first number after name NAME in the raw results
@@ -140,12 +161,24 @@ printf '  %-44s %s\n' \
     "sqlcipher cost vs unencrypted" "$(pair sqlcipher plain)" \
     "chacha20 page enc+dec / in-process AEAD" "$(value crypto.chacha20.ratio_vs_aead)x" \
     "mv_db_open of an existing chacha20 file" "$(value vfs.open.chacha20_ms) ms"
+ovalue() { awk -v k="ops.$1" '$1 == k { print $2; exit }' "$out_dir/ops.txt"; }
+echo "operations, for information ($(ovalue build.file_mb) MB store; $scale_out/ops.json):"
+printf '  %-44s %s\n' \
+    "backup (VACUUM INTO, verify) / keyless copy" \
+    "$(ovalue backup.mb_per_s) / $(ovalue backup_keyless.mb_per_s) MB/s" \
+    "restore (verify, copy, verify, swap)" "$(ovalue restore.mb_per_s) MB/s" \
+    "VACUUM" "$(ovalue vacuum.seconds) s, peak $(ovalue vacuum.peak_mib) MiB" \
+    "password change" "$(ovalue passwd.seconds) s, peak $(ovalue passwd.peak_mib) MiB" \
+    "stats --all (keyless) over $(ovalue stats_all.stores) stores" "$(ovalue stats_all.ms) ms"
 echo "store, for information (no targets; corpus and counts in $store_json):"
 printf '  %-44s %s\n' \
     "deliver, mv_message_append" \
     "$(svalue store.deliver.msgs_per_s) msgs/s, $(svalue store.deliver.mb_per_s) MB/s ($(slat store.deliver.msgs_per_s))" \
     "sealed delivery / drain at the next open" \
     "$(svalue store.sealed.msgs_per_s) / $(svalue store.drain.msgs_per_s) msgs/s" \
+    "expunge, one UID / 100-UID range" \
+    "$(svalue store.expunge.single.msgs_per_s) / $(svalue store.expunge.range.msgs_per_s) msgs/s ($(slat store.expunge.single.msgs_per_s) one UID)" \
+    "peak RSS, deliver..expunge" "$(svalue store.peak_rss_mib) MiB" \
     "fetch, random UIDs" \
     "$(svalue store.fetch.msgs_per_s) msgs/s, $(svalue store.fetch.mb_per_s) MB/s ($(slat store.fetch.msgs_per_s))" \
     "flags, single UID / 100-UID range" \
@@ -205,5 +238,12 @@ with open(out, "w") as f:
     json.dump(doc, f, indent=2, sort_keys=False)
     f.write("\n")
 EOF
+# ---- 6. the scale section of the report ----------------------------------------------------
 echo
-echo "results: $json $store_json"
+python3 bench/suite/validate_scale.py "$scale_out/scale.json" # MV_EBUSY counts are reported
+report_args=()
+[ ! -f "$scale_out/REPORT.md" ] || report_args=(--report "$scale_out/REPORT.md")
+python3 bench/suite/scale_report.py --scale "$scale_out/scale.json" --store "$store_json" \
+    --out "$scale_out" "${report_args[@]}" --charts --print
+echo
+echo "results: $json $store_json $scale_out/scale.json $scale_out/sections/scale.md"

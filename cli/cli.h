@@ -45,6 +45,11 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * the reason; on failure pw holds nothing (no buffer, nothing to wipe). */
 int cli_password_read(const char *password_file, int confirm, struct cli_password *pw);
 
+/* The new password of `passwd`: new_password_file if not NULL ("-": stdin), else
+ * $MAILVAULT_NEW_PASSWORD (wiped from the environment once read), else the terminal, asked
+ * twice. Same limits and ownership as cli_password_read(). */
+int cli_password_read_new(const char *new_password_file, struct cli_password *pw);
+
 /* Wipes (OPENSSL_cleanse) and frees the buffer; safe to call twice or on an empty pw. */
 void cli_password_wipe(struct cli_password *pw);
 
@@ -118,6 +123,18 @@ enum cli_opt {
     CLI_OPT_KEYWORD,
     CLI_OPT_LARGER,
     CLI_OPT_SMALLER,
+    CLI_OPT_ALL,                  /* stats, maintain: every store under the root */
+    CLI_OPT_PROMETHEUS,           /* stats */
+    CLI_OPT_WITH_USER_LABELS,     /* stats --prometheus */
+    CLI_OPT_VACUUM_FREE_PERCENT,  /* maintain */
+    CLI_OPT_VACUUM_SLACK_PERCENT, /* maintain */
+    CLI_OPT_QUICK_CHECK_DAYS,     /* maintain */
+    CLI_OPT_QUICK_CHECK,          /* maintain: run quick_check now */
+    CLI_OPT_NO_VACUUM,            /* maintain */
+    CLI_OPT_WAL_LIMIT,            /* doctor, maintain --all */
+    CLI_OPT_KEEP,                 /* backup: snapshots kept */
+    CLI_OPT_CIPHER,               /* passwd: the new cipher */
+    CLI_OPT_NEW_PASSWORD_FILE,    /* passwd */
     CLI_OPT_COUNT
 };
 #define CLI_OPT(id) (UINT64_C(1) << (id))
@@ -336,5 +353,33 @@ int cli_message_flags_main(int argc, char **argv);   /* cli_message_edit.c: flag
 int cli_message_copy_main(int argc, char **argv);    /* cli_message_edit.c: copy, move */
 int cli_message_expunge_main(int argc, char **argv); /* cli_message_edit.c: expunge */
 int cli_search_main(int argc, char **argv);          /* cli_search.c */
+int cli_stats_main(int argc, char **argv);           /* cli_stats.c */
+int cli_maintain_main(int argc, char **argv);        /* cli_maintain.c */
+int cli_check_main(int argc, char **argv);           /* cli_check.c */
+int cli_doctor_main(int argc, char **argv);          /* cli_doctor.c */
+int cli_explain_main(int argc, char **argv);         /* cli_explain.c */
+int cli_backup_main(int argc, char **argv);          /* cli_backup.c */
+int cli_restore_main(int argc, char **argv);         /* cli_backup.c */
+int cli_passwd_main(int argc, char **argv);          /* cli_passwd.c */
+
+/* ---- cli_backup.c: progress of backup, restore and passwd ---- */
+
+struct cli_ops_progress {
+    struct cli_progress line; /* cli_progress_init()'d: enabled only on a terminal */
+    const char *command;      /* "backup", "restore", "passwd" */
+};
+/* An mv_progress_fn (arg: struct cli_ops_progress) drawing "backup: copy 12.3/45.6 MB  27%"
+ * on stderr when it is a terminal, at most ten times a second; nothing otherwise. Clear the
+ * line with cli_progress_finish(&p->line). */
+void cli_ops_progress(void *arg, const char *stage, uint64_t done, uint64_t total);
+
+/* ---- cli_stats.c: what the operations commands share ---- */
+
+/* The root of --root, $MAILVAULT_ROOT or ./var/mail into root (MV_PATH_MAX bytes), and
+ * kdf_iter from $MAILVAULT_KDF_ITER, for commands that take USER or --all. Returns a
+ * CLI_EXIT_* code (printed). */
+int cli_ops_root(const struct cli_args *args, char *root, struct mv_store_options *opts);
+/* USER or --all, exactly one. Returns CLI_EXIT_OK or CLI_EXIT_USAGE (printed). */
+int cli_ops_user_or_all(const struct cli_args *args);
 
 #endif /* MV_CLI_H */

@@ -59,6 +59,18 @@ static const struct cli_option_def cli_option_defs[CLI_OPT_COUNT] = {
     [CLI_OPT_KEYWORD] = {"--keyword", 1},
     [CLI_OPT_LARGER] = {"--larger", 1},
     [CLI_OPT_SMALLER] = {"--smaller", 1},
+    [CLI_OPT_ALL] = {"--all", 0},
+    [CLI_OPT_PROMETHEUS] = {"--prometheus", 0},
+    [CLI_OPT_WITH_USER_LABELS] = {"--with-user-labels", 0},
+    [CLI_OPT_VACUUM_FREE_PERCENT] = {"--vacuum-free-percent", 1},
+    [CLI_OPT_VACUUM_SLACK_PERCENT] = {"--vacuum-slack-percent", 1},
+    [CLI_OPT_QUICK_CHECK_DAYS] = {"--quick-check-days", 1},
+    [CLI_OPT_QUICK_CHECK] = {"--quick-check", 0},
+    [CLI_OPT_NO_VACUUM] = {"--no-vacuum", 0},
+    [CLI_OPT_WAL_LIMIT] = {"--wal-limit", 1},
+    [CLI_OPT_KEEP] = {"--keep", 1},
+    [CLI_OPT_CIPHER] = {"--cipher", 1},
+    [CLI_OPT_NEW_PASSWORD_FILE] = {"--new-password-file", 1},
 };
 
 const char *cli_args_name(enum cli_opt id)

@@ -92,22 +92,24 @@ static int cli_password_from_file(const char *path, struct cli_password *pw)
  * the variable, so the buffer is the one copy left. (C leaves writing through getenv()'s
  * pointer undefined; on the POSIX systems this tool supports it is the environment's own
  * writable memory.) */
-static int cli_password_from_env(char *value, struct cli_password *pw)
+static int cli_password_from_env(const char *name, char *value, struct cli_password *pw)
 {
     size_t length = strlen(value);
     size_t copied = length > CLI_PASSWORD_BYTES_MAX ? CLI_PASSWORD_BYTES_MAX + 1 : length;
     memcpy(pw->bytes, value, copied); /* one byte over the limit is enough to refuse it */
     pw->size_bytes = copied;
     OPENSSL_cleanse(value, length);
-    (void)unsetenv("MAILVAULT_PASSWORD");
+    (void)unsetenv(name);
     return CLI_EXIT_OK;
 }
 
 /* Prompts once, or twice with confirm, and requires the two answers to match. */
-static int cli_password_from_tty(int confirm, struct cli_password *pw)
+static int cli_password_from_tty(int confirm,
+                                 const char *prompt,
+                                 const char *prompt_again,
+                                 struct cli_password *pw)
 {
-    int rc =
-        cli_tty_read_password("Password: ", pw->bytes, CLI_PASSWORD_BYTES_MAX, &pw->size_bytes);
+    int rc = cli_tty_read_password(prompt, pw->bytes, CLI_PASSWORD_BYTES_MAX, &pw->size_bytes);
     if (rc != CLI_EXIT_OK || !confirm || pw->size_bytes == 0) {
         return rc;
     }
@@ -117,7 +119,7 @@ static int cli_password_from_tty(int confirm, struct cli_password *pw)
         return CLI_EXIT_ERROR;
     }
     size_t again_size = 0;
-    rc = cli_tty_read_password("Repeat password: ", again, CLI_PASSWORD_BYTES_MAX, &again_size);
+    rc = cli_tty_read_password(prompt_again, again, CLI_PASSWORD_BYTES_MAX, &again_size);
     if (rc == CLI_EXIT_OK &&
         (again_size != pw->size_bytes || CRYPTO_memcmp(again, pw->bytes, again_size) != 0)) {
         cli_error("the passwords do not match");
@@ -136,24 +138,18 @@ static int cli_password_from_source(const char *password_file, int confirm, stru
     }
     char *env = getenv("MAILVAULT_PASSWORD");
     if (env != NULL) {
-        return cli_password_from_env(env, pw);
+        return cli_password_from_env("MAILVAULT_PASSWORD", env, pw);
     }
     if (isatty(STDIN_FILENO)) {
-        return cli_password_from_tty(confirm, pw);
+        return cli_password_from_tty(confirm, "Password: ", "Repeat password: ", pw);
     }
     cli_error("no password: use --password-file, MAILVAULT_PASSWORD or a terminal");
     return CLI_EXIT_ERROR;
 }
 
-int cli_password_read(const char *password_file, int confirm, struct cli_password *pw)
+/* The checks every source shares; wipes pw on failure. */
+static int cli_password_finish(int rc, struct cli_password *pw)
 {
-    pw->size_bytes = 0;
-    pw->bytes = malloc(CLI_PASSWORD_CAPACITY_BYTES);
-    if (pw->bytes == NULL) {
-        cli_error("out of memory");
-        return CLI_EXIT_ERROR;
-    }
-    int rc = cli_password_from_source(password_file, confirm, pw);
     if (rc == CLI_EXIT_OK && pw->size_bytes == 0) {
         cli_error("empty password refused");
         rc = CLI_EXIT_ERROR;
@@ -165,4 +161,47 @@ int cli_password_read(const char *password_file, int confirm, struct cli_passwor
         cli_password_wipe(pw);
     }
     return rc;
+}
+
+static int cli_password_alloc(struct cli_password *pw)
+{
+    pw->size_bytes = 0;
+    pw->bytes = malloc(CLI_PASSWORD_CAPACITY_BYTES);
+    if (pw->bytes == NULL) {
+        cli_error("out of memory");
+        return CLI_EXIT_ERROR;
+    }
+    return CLI_EXIT_OK;
+}
+
+int cli_password_read(const char *password_file, int confirm, struct cli_password *pw)
+{
+    if (cli_password_alloc(pw) != CLI_EXIT_OK) {
+        return CLI_EXIT_ERROR;
+    }
+    return cli_password_finish(cli_password_from_source(password_file, confirm, pw), pw);
+}
+
+int cli_password_read_new(const char *new_password_file, struct cli_password *pw)
+{
+    if (cli_password_alloc(pw) != CLI_EXIT_OK) {
+        return CLI_EXIT_ERROR;
+    }
+    int rc = CLI_EXIT_ERROR;
+    char *env = getenv("MAILVAULT_NEW_PASSWORD");
+    if (new_password_file != NULL) {
+        rc = cli_password_from_file(new_password_file, pw);
+    } else if (env != NULL) {
+        rc = cli_password_from_env("MAILVAULT_NEW_PASSWORD", env, pw);
+    } else if (isatty(STDIN_FILENO)) {
+        rc = cli_password_from_tty(1, "New password: ", "Repeat new password: ", pw);
+    } else {
+        cli_error("no new password: use --new-password-file, MAILVAULT_NEW_PASSWORD or a "
+                  "terminal");
+    }
+    if (rc == CLI_EXIT_OK && pw->size_bytes == 0) {
+        cli_error("empty new password refused");
+        rc = CLI_EXIT_ERROR;
+    }
+    return cli_password_finish(rc, pw);
 }

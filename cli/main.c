@@ -49,6 +49,14 @@ static const struct {
     {"expunge", cli_message_expunge_main, "remove the messages flagged \\Deleted"},
     {"search", cli_search_main, "find messages by header, text, date, flags, size"},
     {"info", cli_info_main, "store statistics"},
+    {"stats", cli_stats_main, "statistics of USER or --all stores (--json, --prometheus)"},
+    {"maintain", cli_maintain_main, "optimize, checkpoint, VACUUM if worth it, quick_check"},
+    {"check", cli_check_main, "integrity, every page's authentication, store invariants"},
+    {"doctor", cli_doctor_main, "the deployment checklist: OK / WARN / FAIL"},
+    {"explain", cli_explain_main, "query plans of every statement the store runs"},
+    {"backup", cli_backup_main, "a verified encrypted snapshot of USER into DIR (--keep N)"},
+    {"restore", cli_restore_main, "verify a snapshot and swap it in for USER's store"},
+    {"passwd", cli_passwd_main, "change USER's password (rekeyed copy, atomic swap)"},
     {"sql", cli_sql_main, "run SQL on an encrypted database and print the rows as TSV"},
 };
 #define CLI_COMMAND_COUNT (sizeof cli_commands / sizeof cli_commands[0])

@@ -2,7 +2,7 @@
  * mailvault.h -- the public interface of libmailvault, written as its manual.
  *
  * libmailvault keeps each user's mail in one encrypted SQLite file. This header is the only
- * one the command-line tool, the benchmarks and (later) the server include.
+ * one the command-line tool, the benchmarks and the server (mailvaultd) include.
  *
  * LAYERS VISIBLE HERE
  *   1. Errors and versions: MV_OK / MV_E* codes and mv_strerror().
@@ -247,7 +247,9 @@ MV_API MV_MUST_CHECK int mv_store_init(const char *address,
                                        char *errmsg,
                                        size_t errmsg_size);
 
-/* Opens the store of address with password. Applies the production profile (WAL,
+/* Opens the store of address with password. Holds the store's lock file shared for the
+ * handle's lifetime (waiting up to 5 s while a restore or password change holds it, then
+ * MV_EBUSY). Applies the production profile (WAL,
  * secure_delete, auto_vacuum FULL, busy_timeout 30000, synchronous NORMAL, foreign keys,
  * temp files on disk in the store's tmp/ directory, ...), reads every setting back and
  * refuses to continue if one did not take, migrates the schema in one transaction, and
@@ -308,6 +310,11 @@ MV_API MV_MUST_CHECK int mv_mailbox_subscribe(mv_store *store, const char *name,
 /* Fills *info for one mailbox (strings owned by the store). */
 MV_API MV_MUST_CHECK int
 mv_mailbox_get(mv_store *store, const char *name, struct mv_mailbox_info *info);
+/* As mv_mailbox_get() but without stored_bytes (left 0), in constant time: every other field
+ * is a column of the mailbox's row (counts and size are kept by the store as messages come
+ * and go), while stored_bytes walks the mailbox's messages. For IMAP SELECT, STATUS, NOOP. */
+MV_API MV_MUST_CHECK int
+mv_mailbox_status(mv_store *store, const char *name, struct mv_mailbox_info *info);
 
 /* Iterates the mailboxes in name order: next returns 1 with *info filled (strings valid
  * until the next call), 0 at the end, or a negative MV_E* code. */
@@ -396,6 +403,57 @@ mv_mailbox_expunge(mv_store *store, const char *mailbox, const char *uid_set, ui
 
 /* Frees memory the library returned (mv_message_fetch). NULL is fine. */
 MV_API void mv_free(void *p);
+
+/* ---- Messages: listings for the server (store_listing.c) ------------------------------- */
+/*
+ * What an IMAP session needs to build its sequence-number <-> UID map and to find what
+ * changed: a mailbox's messages in ascending UID order with their flags, keywords and
+ * modseq, read from the (mailbox_id, uid) index without touching bodies.
+ */
+
+struct mv_message_entry {
+    uint32_t uid;
+    unsigned flags;        /* MV_FLAG_* */
+    uint64_t modseq;       /* the modseq of the message's last change */
+    uint64_t size;         /* bytes, as delivered */
+    int64_t internal_date; /* Unix seconds */
+    const char *keywords;  /* space-separated, "" if none; valid until the next call */
+};
+
+/* Iterates the messages of mailbox with uid > uid_after and modseq > changed_since (0 and 0:
+ * every message), in ascending UID order. The iterator holds its own statement and a read
+ * transaction from the first next to the end: changes by other connections made meanwhile
+ * are not seen; changes through the same handle may or may not be (SQLite connections see
+ * their own writes), so finish a listing before changing the mailbox. End it before long
+ * work: an open read keeps the WAL from being checkpointed past it.
+ * begin returns MV_OK with *iter set, MV_ENOTFOUND (mailbox), MV_EINVAL (NULL argument),
+ * MV_ENOMEM, or an SQLite-derived code; *iter is NULL on failure. next returns 1 with
+ * *entry filled, 0 at the end, or a negative MV_E* code (detail in mv_store_errmsg()).
+ * end frees the iterator and sets *iter to NULL (NULL is fine). The iterator must be ended
+ * before the store is closed. */
+typedef struct mv_message_iter mv_message_iter;
+MV_API MV_MUST_CHECK int mv_message_list_begin(mv_store *store,
+                                               const char *mailbox,
+                                               uint32_t uid_after,
+                                               uint64_t changed_since,
+                                               mv_message_iter **iter);
+MV_API int mv_message_list_next(mv_message_iter *iter, struct mv_message_entry *entry);
+MV_API void mv_message_list_end(mv_message_iter **iter);
+
+/* Copies (move 0, as mv_message_copy) or moves (move non-zero, as mv_message_move) the
+ * messages in uid_set from mailbox from to mailbox to, in one transaction, and says which
+ * UID each got (UIDPLUS COPYUID, RFC 4315): on MV_OK, *count_out messages were copied and
+ * *pairs_out holds 2 * *count_out UIDs, {source, new} per message in ascending source
+ * order, malloc'd (free with mv_free; NULL when *count_out is 0). On failure nothing
+ * changed and *pairs_out is NULL. Returns what mv_message_copy returns, MV_EINVAL if either
+ * output pointer is NULL, and MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_message_copy_uids(mv_store *store,
+                                              const char *from,
+                                              const char *uid_set,
+                                              const char *to,
+                                              int move,
+                                              uint32_t **pairs_out,
+                                              uint32_t *count_out);
 
 /* ---- Search ---------------------------------------------------------------------------- */
 
@@ -503,6 +561,463 @@ struct mv_store_stats {
     int schema_version;
 };
 MV_API MV_MUST_CHECK int mv_store_stats(mv_store *store, struct mv_store_stats *out);
+
+/* ======================================================================================== */
+/* Operations: statistics, maintenance, checks                                              */
+/* ======================================================================================== */
+/*
+ * What an operator runs against the stores (docs/OPERATIONS.md): statistics for people and
+ * for Prometheus, maintenance (optimize, checkpoints, VACUUM, a scheduled quick_check), a
+ * full check of one store, a deployment doctor, and the query plans of the store's SQL.
+ *
+ * Passwords are never stored, so work on every store at once is keyless: it reads what a
+ * store shows without its key (file and WAL sizes, the plain header bytes 16..23 with the
+ * page size and the reserve byte that names the cipher, the delivery queue, permissions).
+ * Everything that reads pages needs the store open with its password.
+ */
+
+/* ---- Without the password: one store file, every store under a root -------------------- */
+
+struct mv_store_file {
+    char address[MV_ADDRESS_MAX + 1]; /* local@domain, from the file's place under the root */
+    char db_path[MV_PATH_MAX];
+    uint64_t file_bytes;    /* the database file */
+    uint64_t wal_bytes;     /* its -wal file (0 if none) */
+    uint32_t page_size;     /* from the plain header; 0 if the header is unreadable */
+    uint64_t page_count;    /* file_bytes / page_size: pages still in the WAL not counted */
+    int reserve_bytes;      /* header byte 20 */
+    mv_cipher cipher;       /* from the reserve byte; MV_CIPHER_NONE for a plaintext SQLite
+                               file; MV_CIPHER_AUTO if not recognised */
+    int header_ok;          /* 1: a plausible encrypted header; 0: empty, short or foreign */
+    uint32_t pending;       /* deliveries waiting in the sealed queue (mv_queue_count) */
+    int modes_ok;           /* 1: directories 0700-or-stricter, files 0600-or-stricter */
+    char mode_problem[256]; /* the first permission problem found, "" if none */
+};
+
+/* Describes the store of address without opening it (no password, no SQLite): stat(2) of
+ * its files, a read of header bytes 16..23, a count of the queue. Returns MV_OK, MV_EINVAL
+ * (bad address), MV_ENOTFOUND (no store file) or MV_EIO. Fast: a few system calls. */
+MV_API MV_MUST_CHECK int mv_store_file_inspect(const char *address,
+                                               const struct mv_store_options *opts,
+                                               struct mv_store_file *out);
+
+/* Iterates every store under the root of opts (ROOT/<domain>/<local>.db), domains and then
+ * stores in byte order of their names, each described as by mv_store_file_inspect().
+ * begin returns MV_OK, MV_ENOTFOUND (no root directory), MV_EIO or MV_ENOMEM; next returns
+ * 1 with *out filled, 0 at the end, or MV_EIO / MV_ELIMIT (more than 1,000,000 entries in
+ * one directory); end frees and sets *scan to NULL (NULL is fine). Entries whose names are
+ * not valid addresses are skipped. Memory: the names of one domain directory. */
+typedef struct mv_root_scan mv_root_scan;
+MV_API MV_MUST_CHECK int mv_root_scan_begin(const struct mv_store_options *opts,
+                                            mv_root_scan **scan);
+MV_API int mv_root_scan_next(mv_root_scan *scan, struct mv_store_file *out);
+MV_API void mv_root_scan_end(mv_root_scan **scan);
+
+/* ---- With the password: statistics of an open store ----------------------------------- */
+
+struct mv_store_inspection {
+    uint32_t page_size;
+    uint64_t page_count;     /* PRAGMA page_count (includes pages still in the WAL) */
+    uint64_t freelist_count; /* PRAGMA freelist_count */
+    double fragmentation;    /* freelist_count / page_count, 0..1 (the reference's measure;
+                                with auto_vacuum=FULL it stays 0 between transactions) */
+    uint64_t file_bytes;
+    uint64_t wal_bytes;
+    struct mv_store_stats stats; /* messages, logical size, ... (mv_store_stats) */
+    mv_cipher cipher;
+    uint32_t kdf_iter;
+    /* PRAGMA wal_checkpoint(PASSIVE) run by this call (it never waits for a lock):
+     * busy = 1 if a reader or writer stopped it short; -1 everywhere on a read-only handle. */
+    int checkpoint_busy;
+    int64_t checkpoint_log_frames;
+    int64_t checkpoint_done_frames;
+    int64_t last_maintain_at;    /* Unix seconds of the last mv_store_maintain(); 0: never */
+    int64_t last_quick_check_at; /* Unix seconds of the last recorded quick_check; 0: never */
+    int last_quick_check_ok;     /* 1 ok, 0 found problems, -1 never ran */
+};
+
+/* Fills *out for an open store: the PRAGMA figures in one read snapshot, sizes from
+ * stat(2), cipher and KDF from the VFS, the maintenance history from the meta table, and a
+ * PASSIVE checkpoint's result. Returns MV_OK, MV_EINVAL (out NULL), MV_EIO, MV_EBUSY,
+ * MV_ECORRUPT, MV_ENOMEM; detail in mv_store_errmsg(). */
+MV_API MV_MUST_CHECK int mv_store_inspect(mv_store *store, struct mv_store_inspection *out);
+
+/* ---- Prometheus text exposition ------------------------------------------------------- */
+
+/* Label series with the user's address (and mailbox names). Without it, addresses never
+ * appear: several stores are aggregated (counts, sums, maxima) and one store's series carry
+ * no label at all. Addresses and mailbox names are personal data; a hash of an address is
+ * still linkable and guessable, so it is not offered. */
+#define MV_PROMETHEUS_USER_LABELS 0x01u
+
+/* Collects stores, then writes the text format 0.0.4 (HELP and TYPE lines, mailvault_
+ * prefix, units in names) for a node exporter's textfile collector. add takes a keyless
+ * description and, if the store was opened, its inspection (NULL otherwise); add_mailbox
+ * adds a mailbox's counts (written only with MV_PROMETHEUS_USER_LABELS). write writes the
+ * whole text to fd. begin/add/add_mailbox return MV_OK, MV_EINVAL or MV_ENOMEM; write
+ * returns MV_OK or MV_EIO. end frees and sets *p to NULL (NULL is fine). */
+typedef struct mv_prometheus mv_prometheus;
+MV_API MV_MUST_CHECK int mv_prometheus_begin(unsigned flags, mv_prometheus **p);
+MV_API MV_MUST_CHECK int mv_prometheus_add(mv_prometheus *p,
+                                           const struct mv_store_file *file,
+                                           const struct mv_store_inspection *inspection);
+MV_API MV_MUST_CHECK int
+mv_prometheus_add_mailbox(mv_prometheus *p, const char *address, const struct mv_mailbox_info *m);
+MV_API MV_MUST_CHECK int mv_prometheus_write(mv_prometheus *p, int fd);
+MV_API void mv_prometheus_end(mv_prometheus **p);
+
+/* ---- Maintenance ---------------------------------------------------------------------- */
+
+/* Called during long steps (VACUUM, quick_check): stage names the step, done counts work
+ * units, total is 0 when unknown. Returns nothing; it cannot cancel. */
+typedef void (*mv_progress_fn)(void *arg, const char *stage, uint64_t done, uint64_t total);
+
+#define MV_MAINTAIN_NO_VACUUM    0x01u /* decide and report, never VACUUM */
+#define MV_MAINTAIN_FORCE_VACUUM 0x02u /* VACUUM whatever the thresholds (disk check stays) */
+#define MV_MAINTAIN_QUICK_CHECK  0x04u /* run quick_check now, whenever the last one ran */
+
+struct mv_maintain_options {
+    uint32_t vacuum_free_percent;  /* VACUUM when free pages exceed this % of the file: 25 */
+    uint32_t vacuum_slack_percent; /* ... or slack pages exceed this % of the pages: 15 */
+    uint32_t quick_check_days;     /* run quick_check if the last is older; 0: every time */
+    unsigned flags;                /* MV_MAINTAIN_* */
+    mv_progress_fn progress;       /* may be NULL */
+    void *progress_arg;
+};
+#define MV_MAINTAIN_OPTIONS_INIT                                                                   \
+    {                                                                                              \
+        25, 15, 7, 0, NULL, NULL                                                                   \
+    }
+
+#define MV_VACUUM_NOT_NEEDED   0 /* below both thresholds */
+#define MV_VACUUM_DONE         1
+#define MV_VACUUM_REFUSED_DISK 2 /* needed, but free disk < 2 x the store */
+#define MV_VACUUM_SKIPPED      3 /* needed, but MV_MAINTAIN_NO_VACUUM */
+
+#define MV_QUICK_CHECK_NOT_DUE 0
+#define MV_QUICK_CHECK_OK      1
+#define MV_QUICK_CHECK_FAILED  2
+
+struct mv_maintain_report {
+    int checkpoint_busy; /* PASSIVE checkpoint: 1 if readers or a writer blocked it */
+    int64_t checkpoint_log_frames;
+    int64_t checkpoint_done_frames;
+    int wal_truncated; /* the store was idle: a TRUNCATE checkpoint emptied the WAL */
+    uint64_t page_count;
+    uint64_t freelist_count;
+    double free_ratio;     /* freelist_count / page_count */
+    double slack_ratio;    /* slack: the pages the unused bytes inside each b-tree add up to
+                              (what VACUUM gives back), over page_count; read with dbstat
+                              (-1 without it). With auto_vacuum=FULL the freelist is empty
+                              after every commit, so deleted mail leaves slack, not free pages:
+                              this is the fragmentation such a store has */
+    int vacuum;            /* MV_VACUUM_* */
+    uint64_t bytes_before; /* file + WAL before and after */
+    uint64_t bytes_after;
+    uint64_t disk_free_bytes;    /* free space of the store's directory (statvfs) */
+    int quick_check;             /* MV_QUICK_CHECK_* */
+    int64_t quick_check_last_at; /* before this run; 0: never */
+};
+
+/* Maintains an open store, safe while other connections deliver and read: PRAGMA optimize
+ * (analysis_limit=400); a PASSIVE checkpoint whose result says whether readers block it;
+ * a TRUNCATE checkpoint if that one found the store idle (it waits at most 100 ms, never
+ * the 30 s busy timeout); VACUUM when the thresholds of opts say so and the free disk is at
+ * least twice the store (VACUUM holds the write lock while it runs: deliveries wait); a
+ * quick_check when the last one recorded in the meta table is older than quick_check_days.
+ * opts may be NULL for defaults. No search or list iterator of the handle may be open (VACUUM
+ * resets the handle's statements). $MAILVAULT_TEST_FREE_BYTES, if set, replaces the free
+ * disk the statvfs probe reports (a test hook). *out is filled as far as the work got.
+ * Returns MV_OK; MV_ENOSPC (VACUUM needed but refused: the rest was done); MV_ECORRUPT
+ * (quick_check found problems); MV_EINVAL (read-only handle, NULL out, bad thresholds);
+ * MV_EBUSY, MV_EIO, MV_ENOMEM. Detail in mv_store_errmsg(). */
+MV_API MV_MUST_CHECK int mv_store_maintain(mv_store *store,
+                                           const struct mv_maintain_options *opts,
+                                           struct mv_maintain_report *out);
+
+/* ---- Checks --------------------------------------------------------------------------- */
+
+/* Receives one problem: what names the check ("integrity", "page", "refcount", ...),
+ * detail says what is wrong. Both strings are valid during the call only. */
+typedef void (*mv_problem_fn)(void *arg, const char *what, const char *detail);
+
+struct mv_check_report {
+    uint64_t pages_read;      /* pages of the database file authenticated */
+    uint64_t wal_frames_read; /* WAL frames of the current generation authenticated */
+    uint32_t problems;        /* problems found (at most the first 1000 are reported) */
+};
+
+/* Checks an open store: PRAGMA integrity_check; authentication of every page of the file
+ * and every frame of the WAL's current generation through the VFS (free pages included);
+ * PRAGMA foreign_key_check; the store's invariants (reference counts of bodies and
+ * attachments equal their uses, uidnext above every uid, each mailbox's counters (messages,
+ * unseen, bytes) equal what its messages say, highestmodseq at least every modseq, one
+ * full-text row per body and none else, every body and attachment has its bytes); and FTS5's own
+ * integrity-check (writable handles only: it takes the write lock). Each problem goes to problem
+ * (may be NULL). Returns MV_OK (no problem), MV_ECORRUPT (problems found; see out->problems),
+ * MV_EINVAL, MV_EBUSY, MV_EIO, MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_store_check(mv_store *store,
+                                        mv_problem_fn problem,
+                                        void *problem_arg,
+                                        struct mv_check_report *out);
+
+/* ---- Doctor: the deployment checklist -------------------------------------------------- */
+
+#define MV_DOCTOR_OK   0
+#define MV_DOCTOR_WARN 1
+#define MV_DOCTOR_FAIL 2
+
+struct mv_doctor_options {
+    const char *root;         /* NULL: $MAILVAULT_ROOT, else "./var/mail" */
+    uint64_t wal_bytes_max;   /* a WAL larger than this FAILs; default 64 MiB */
+    uint32_t files_per_store; /* descriptors an open store needs (db, WAL, shm, temp): 4 */
+};
+#define MV_DOCTOR_OPTIONS_INIT                                                                     \
+    {                                                                                              \
+        NULL, (uint64_t)64 << 20, 4                                                                \
+    }
+
+/* One result: status MV_DOCTOR_*, check a short name, detail the finding. Valid during the
+ * call only. */
+typedef void (*mv_doctor_fn)(void *arg, int status, const char *check, const char *detail);
+
+struct mv_doctor_summary {
+    uint32_t ok;
+    uint32_t warn;
+    uint32_t fail;
+    uint32_t stores;
+};
+
+/* Runs the deployment checklist (docs/OPERATIONS.md, "Doctor"), keyless: the cipher
+ * known-answer self-test; SQLite and OpenSSL versions and SQLite compile options (FTS5,
+ * threads, dbstat); the root; every domain's tmp/ (exists, writable, same filesystem as
+ * its stores); free disk at least twice the largest store ($MAILVAULT_TEST_FREE_BYTES
+ * replaces it, a test hook); every store's header; WAL sizes against wal_bytes_max;
+ * permissions (0700 directories, 0600 files); RLIMIT_NOFILE against files_per_store per
+ * store. Each result goes to fn. Returns MV_OK when the checks ran (failures are in *out),
+ * MV_EINVAL or MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_doctor_run(const struct mv_doctor_options *opts,
+                                       mv_doctor_fn fn,
+                                       void *fn_arg,
+                                       struct mv_doctor_summary *out);
+
+/* ---- Query plans ---------------------------------------------------------------------- */
+
+struct mv_explain_row {
+    const char *sql;       /* a statement the store prepared, as it prepared it */
+    const char *operation; /* the operation that first prepared it ("append", ...) */
+    const char *plan;      /* EXPLAIN QUERY PLAN, one line per step, indented by depth */
+    int scans_messages;    /* 1 if a step is "SCAN messages" or "SCAN <alias of messages>"
+                              (a full scan, also when it walks an index in full) */
+    int scan_expected;     /* 1 if that scan is the documented cost of the operation: a
+                              search over every mailbox by criteria no index can answer
+                              (substrings, flags, sizes) reads every message */
+};
+
+/* Collects the SQL of every statement the store runs, from a scratch store (created in
+ * $TMPDIR, else /tmp, under a random password, removed again) on which every operation is
+ * exercised: mailbox create/rename/subscribe/list/get/delete, append, fetch, get, flags,
+ * the message listing, copy, move, expunge, search with each criterion, stats, export,
+ * import and the sealed queue. The statements are read off the connection (sqlite3_next_stmt), so
+ * there is no second copy of the SQL to drift. Each is then planned on store (its statistics decide
+ * the plans) or, if store is NULL, on the scratch store. next returns 1 with *row (strings
+ * valid until the next call), 0 at the end; end frees and sets *e to NULL. begin returns
+ * MV_OK, MV_EIO, MV_ENOMEM or a store error, with the reason in errmsg. */
+typedef struct mv_explain mv_explain;
+MV_API MV_MUST_CHECK int
+mv_explain_begin(mv_store *store, mv_explain **e, char *errmsg, size_t errmsg_size);
+MV_API int mv_explain_next(mv_explain *e, struct mv_explain_row *row);
+MV_API void mv_explain_end(mv_explain **e);
+
+/* ======================================================================================== */
+/* Operations: backup, restore, password change                                             */
+/* ======================================================================================== */
+/*
+ * A backup is a still-encrypted, compacted copy of one store taken online (VACUUM INTO from
+ * one read transaction: deliveries go on), with a manifest beside it, both in a directory:
+ *   DIR/<address>-<YYYYMMDDTHHMMSS.mmm>Z.mvbackup        the snapshot (an encrypted SQLite
+ *                                                         file, same password, new salt)
+ *   DIR/<address>-<YYYYMMDDTHHMMSS.mmm>Z.mvbackup.json   the manifest (plaintext JSON)
+ * The manifest holds the address, the file name, its size and SHA-256, the cipher, page size
+ * and count, schema version, counts (messages, mailboxes), the highest modseq, the sum of
+ * the mailboxes' uidnext, and the creation time. It holds no mailbox name, subject or
+ * address other than the store's own: it sits unencrypted beside the snapshot.
+ * mv_backup_write_keyless() makes the passwordless kind (`backup --all`): the database file
+ * and its WAL copied as ciphertext while the store is frozen, DIR/<...>.mvbackup-wal beside
+ * it, a manifest with "keyless": 1 and no counts. Verify and restore take both kinds.
+ *
+ * A restore or a password change writes a complete new file beside the store, verifies it
+ * and renames it over the store's file. Both need every handle on the store closed: they
+ * hold the store's lock file (ROOT/<domain>/<localpart>.lock) exclusively, which every
+ * mv_store_open() holds shared for its handle's lifetime. Either leaves the old password or
+ * the new one able to open a complete store whenever it is interrupted (SIGKILL, power
+ * loss); files left by an interrupted run are removed by the next one.
+ *
+ * Passwords are copied nowhere but into memory that is wiped after use. The new key reaches
+ * SQLite once as a hex-encoded URI parameter of the VACUUM INTO target; the library wipes
+ * its own copies, SQLite frees its copies (without wiping) when the statement ends.
+ */
+
+#define MV_BACKUP_KEEP_DEFAULT      7 /* snapshots of one store kept in a directory */
+#define MV_BACKUP_KEEP_MAX          1000
+#define MV_OPS_LOCK_WAIT_DEFAULT_MS 10000 /* how long restore/passwd wait for handles */
+
+struct mv_ops_options {
+    uint32_t keep;           /* mv_backup_write: snapshots of this store kept in the directory,
+                                the new one included (older ones are removed only after the
+                                new one verified); 0: MV_BACKUP_KEEP_DEFAULT */
+    uint32_t lock_wait_ms;   /* restore, passwd: how long to wait for open handles to close;
+                                0: MV_OPS_LOCK_WAIT_DEFAULT_MS */
+    mv_cipher cipher;        /* mv_store_passwd: the new file's cipher; AUTO keeps the current
+                                one (chacha20 upgrades an aes256cbc store) */
+    mv_progress_fn progress; /* stages "copy" (bytes written / estimated total) and "verify";
+                                NULL: none */
+    void *progress_arg;
+};
+#define MV_OPS_OPTIONS_INIT                                                                        \
+    {                                                                                              \
+        0, 0, MV_CIPHER_AUTO, NULL, NULL                                                           \
+    }
+
+/* What a manifest says (and what a verification found in the snapshot itself). */
+struct mv_backup_info {
+    char address[MV_ADDRESS_MAX + 1];
+    char path[MV_PATH_MAX];          /* the snapshot file */
+    char manifest_path[MV_PATH_MAX]; /* path + ".json" */
+    uint64_t size_bytes;
+    char sha256[65]; /* lowercase hex of the snapshot's bytes */
+    mv_cipher cipher;
+    uint32_t page_size;
+    uint64_t page_count;
+    int schema_version;
+    uint64_t messages;
+    uint32_t mailboxes;
+    uint64_t highestmodseq;  /* the largest of the mailboxes' */
+    uint64_t uidnext_sum;    /* the sum of the mailboxes' uidnext: grows with every append */
+    int64_t created;         /* Unix seconds */
+    uint32_t pruned;         /* mv_backup_write: older snapshots it removed */
+    int keyless;             /* 1: written by mv_backup_write_keyless(): the counts above are
+                                0 (unknown without the key), the WAL is kept beside it */
+    uint64_t wal_size_bytes; /* keyless: the copied WAL (path + "-wal"); 0: none */
+    char wal_sha256[65];
+    uint64_t wal_frames;  /* keyless: valid frames in the copied WAL */
+    uint64_t wal_commits; /* keyless: of which commit frames */
+};
+
+/* Writes a snapshot of the store of address into dest_dir (created 0700 if missing), as laid
+ * out above: opens the store (which moves queued deliveries in first), runs VACUUM INTO a
+ * temporary name in dest_dir (the snapshot point is the start of that read transaction:
+ * commits after it are not in the snapshot), fsyncs it, opens the copy with the password
+ * and runs PRAGMA quick_check, computes its SHA-256, writes the manifest the same way
+ * (temporary name, fsync, rename), renames the snapshot into place, fsyncs the directory,
+ * and then removes the oldest snapshots of this address beyond opts->keep (with their
+ * manifests), and temporary files left by interrupted backups. store_opts gives the root
+ * and kdf_iter; opts may be NULL. *info_out (may be NULL) describes the new snapshot.
+ * Returns MV_OK; MV_ENOTFOUND (no store); MV_EAUTH (wrong password); MV_EINVAL (bad
+ * address, keep over MV_BACKUP_KEEP_MAX, dest_dir not a directory); MV_ECORRUPT (the copy
+ * failed its check: nothing kept); MV_EBUSY (a restore or password change holds the store);
+ * MV_ENOSPC; MV_EIO; MV_ENOMEM; MV_EUNSUPPORTED (an SQLite built without URI support).
+ * errmsg (errmsg_size bytes, may be NULL) says why. On failure no new file is left in
+ * dest_dir and no old snapshot is removed. */
+MV_API MV_MUST_CHECK int mv_backup_write(const char *address,
+                                         const void *password,
+                                         size_t password_len,
+                                         const struct mv_store_options *store_opts,
+                                         const char *dest_dir,
+                                         const struct mv_ops_options *opts,
+                                         struct mv_backup_info *info_out,
+                                         char *errmsg,
+                                         size_t errmsg_size);
+
+/* Writes a snapshot of the store of address without its password, for backups of every
+ * store at once: the ciphertext as it is on disk, the database file and its WAL
+ * (DIR/<address>-<stamp>.mvbackup and ...mvbackup-wal), made consistent by freezing the
+ * store while they are copied: a read lock on the database file's SHARED range (no
+ * connection can take the EXCLUSIVE lock under which a last close checkpoints without WAL
+ * locks) and write locks on the WAL_WRITE and WAL_CKPT locks of its -shm file (no writer can
+ * commit, no checkpoint can move frames into the file), taken as SQLite's unix VFS takes
+ * them, as open-file-description locks (so they also hold against connections in this
+ * process). Readers go on; writers wait (their busy timeout) for the copy to finish. The
+ * store's lock file is held shared meanwhile, so no restore or password change runs. The
+ * copies are fsync'd, re-read and checked structurally: header bytes 16..23 of a mailvault
+ * file (page size, reserve bytes of a known cipher), a whole number of pages, the WAL's
+ * header and frame checksum chain (which the VFS computes over ciphertext), their SHA-256
+ * against what was read while frozen. Nothing can check the pages themselves without the
+ * key: mv_backup_verify() and mv_backup_restore() do, with the password (restore replays the
+ * WAL into the restored file). Manifest, generations and temporary names as for
+ * mv_backup_write(); the manifest says "keyless" and has no counts. opts->lock_wait_ms
+ * bounds the wait for the freeze (0: MV_OPS_LOCK_WAIT_DEFAULT_MS). Returns MV_OK;
+ * MV_ENOTFOUND (no store); MV_EBUSY (the store stayed locked: a long transaction, an
+ * exclusive-mode connection, a restore); MV_ECORRUPT (the file is not a mailvault store, or
+ * the copy differs from what was read); MV_EINVAL; MV_ENOSPC; MV_EIO; MV_ENOMEM. Must not be
+ * called while this thread is inside a transaction on the same store. */
+MV_API MV_MUST_CHECK int mv_backup_write_keyless(const char *address,
+                                                 const struct mv_store_options *store_opts,
+                                                 const char *dest_dir,
+                                                 const struct mv_ops_options *opts,
+                                                 struct mv_backup_info *info_out,
+                                                 char *errmsg,
+                                                 size_t errmsg_size);
+
+/* Verifies the snapshot at backup_path against its manifest (backup_path + ".json"): the
+ * size and SHA-256 match (of its -wal too, for a keyless one), the password opens it (a
+ * keyless snapshot's WAL is read, not changed; a -shm this creates is removed), PRAGMA quick_check
+ * passes, and its page count, schema version and counts match the manifest. Changes nothing.
+ * *info_out (may be NULL) gets the manifest's values. Returns MV_OK; MV_ENOTFOUND (snapshot or
+ * manifest missing); MV_ECORRUPT (a mismatch, a damaged file or manifest); MV_EAUTH (wrong
+ * password); MV_EIO; MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_backup_verify(const char *backup_path,
+                                          const void *password,
+                                          size_t password_len,
+                                          const struct mv_store_options *store_opts,
+                                          struct mv_backup_info *info_out,
+                                          char *errmsg,
+                                          size_t errmsg_size);
+
+/* Replaces the store of address with the snapshot at backup_path: verifies it as
+ * mv_backup_verify() does (and that its manifest names address), copies it beside the store
+ * (fsync), verifies the copy again (SHA-256, password, quick_check), takes the store's lock
+ * exclusively (every handle must be closed), checkpoints and closes the current store so no
+ * WAL of it can be replayed onto the new file, renames the copy over the store's file and
+ * fsyncs the directory. The store need not exist (a lost store is restored); when it does,
+ * its file stays untouched until the rename. The password is the snapshot's (the one the
+ * store had when it was taken); the current store's password is not needed. Afterwards the
+ * store is opened once, which rewrites the public delivery key from the restored store and
+ * moves queued deliveries in. Returns MV_OK; MV_EINVAL (bad address, a backup of another
+ * address); MV_ENOTFOUND; MV_ECORRUPT; MV_EAUTH; MV_EBUSY (the store stayed in use for
+ * opts->lock_wait_ms); MV_ENOSPC; MV_EIO; MV_ENOMEM. On any failure the store's files are
+ * byte for byte as before. */
+MV_API MV_MUST_CHECK int mv_backup_restore(const char *address,
+                                           const void *password,
+                                           size_t password_len,
+                                           const struct mv_store_options *store_opts,
+                                           const char *backup_path,
+                                           const struct mv_ops_options *opts,
+                                           char *errmsg,
+                                           size_t errmsg_size);
+
+/* Changes the password of the store of address (new key, new salt; opts->cipher may change
+ * the cipher): takes the store's lock exclusively, opens the store with old_password,
+ * checkpoints its WAL into the file, writes a rekeyed copy beside it (VACUUM INTO), fsyncs
+ * it, verifies it with new_password (quick_check, same counts as the store), switches the
+ * copy to WAL mode, closes the store (its WAL checkpointed and removed), renames the copy
+ * over the store's file and fsyncs the directory. Killed at any instant, exactly one of the
+ * two passwords opens a complete store (the comment in src/ops/ops_passwd.c walks through
+ * every step). store_opts gives the root and kdf_iter (the same iterations are used for
+ * the new key); opts may be NULL. Returns MV_OK; MV_EINVAL (bad address, empty or overlong
+ * new password, cipher none/sqlcipher-legacy); MV_ENOTFOUND; MV_EAUTH (wrong old password);
+ * MV_EBUSY (the store stayed in use); MV_ECORRUPT (the copy failed verification: the store
+ * is unchanged); MV_ENOSPC; MV_EIO; MV_ENOMEM; MV_EUNSUPPORTED (SQLite without URI
+ * support). */
+MV_API MV_MUST_CHECK int mv_store_passwd(const char *address,
+                                         const void *old_password,
+                                         size_t old_password_len,
+                                         const void *new_password,
+                                         size_t new_password_len,
+                                         const struct mv_store_options *store_opts,
+                                         const struct mv_ops_options *opts,
+                                         char *errmsg,
+                                         size_t errmsg_size);
 
 #ifdef __cplusplus
 }

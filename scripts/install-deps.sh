@@ -4,7 +4,9 @@
 set -euo pipefail
 
 packages=(build-essential pkg-config libsqlite3-dev sqlite3 libssl-dev openssl python3
-          libgmime-3.0-dev libsodium-dev libzstd-dev)
+          libgmime-3.0-dev libsodium-dev libzstd-dev
+          python3-prometheus-client   # tests/cli_ops.sh parses `stats --prometheus` with it
+          curl isync)                 # tests/cli_imapd.sh: curl and mbsync against mailvaultd
 if [ "${1:-}" = "--dev" ]; then
     packages+=(clang clang-format clang-tidy cppcheck valgrind)
 fi

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # lint.sh -- the checks `make lint` runs; exits non-zero if any failing check finds something.
 #
-#   1. clang-format --dry-run --Werror on every .c/.h under include src cli bench tests fuzz
-#      (the rules are in .clang-format).                                          fails lint
+#   1. clang-format --dry-run --Werror on every .c/.h under include src cli bench imapd tests
+#      fuzz (the rules are in .clang-format).                                     fails lint
 #   2. cppcheck --enable=warning,portability on src cli.                          fails lint
-#   3. Banned functions (STYLE.md) in src cli bench: strcpy strcat sprintf vsprintf gets
+#   3. Banned functions (STYLE.md) in src cli bench imapd: strcpy strcat sprintf vsprintf gets
 #      atoi atol atoll rand srand.                                                fails lint
 #      The same grep over tests fuzz is reported only.
-#   4. clang-tidy with a small check set on the .c files under src cli bench tests fuzz:
+#   4. clang-tidy with a small check set on the .c files under src cli bench imapd tests fuzz:
 #      readability-braces-around-statements                                       fails lint
 #      bugprone-* (minus the two noisy ones below)                          reported only
 #
@@ -33,7 +33,7 @@ have() {
 # ---- 1. clang-format ------------------------------------------------------------------------
 echo "== clang-format"
 if have clang-format; then
-    find include src cli bench tests fuzz -name '*.[ch]' -print0 2>/dev/null | sort -z |
+    find include src cli bench imapd tests fuzz -name '*.[ch]' -print0 2>/dev/null | sort -z |
         xargs -0 -r -n 8 -P "$jobs" clang-format --dry-run --Werror >"$tmp/format" 2>&1
     if [ -s "$tmp/format" ]; then
         grep -E '^[^ ].*: error:' "$tmp/format" | cut -d: -f1 | sort | uniq -c |
@@ -73,13 +73,13 @@ scan_banned() { # DIRS...: prints FILE:LINE: TEXT for each use
         strip_noise <"$f" | grep -nE "$banned" | sed "s@^@$f:@"
     done < <(find "$@" -name '*.[ch]' -print0 2>/dev/null | sort -z)
 }
-scan_banned src cli bench >"$tmp/banned"
+scan_banned src cli bench imapd >"$tmp/banned"
 scan_banned tests fuzz >"$tmp/banned_tests"
 if [ -s "$tmp/banned" ]; then
     sed 's/^/   /' "$tmp/banned"
     failed+=(banned-functions)
 else
-    echo "   ok (src cli bench)"
+    echo "   ok (src cli bench imapd)"
 fi
 if [ -s "$tmp/banned_tests" ]; then
     echo "   reported only (tests fuzz):"
@@ -92,7 +92,7 @@ if have clang-tidy; then
     checks='-*,readability-braces-around-statements,bugprone-*'
     checks+=',-bugprone-easily-swappable-parameters,-bugprone-reserved-identifier'
     export MV_TIDY_CHECKS="$checks" MV_TIDY_OUT="$tmp"
-    find src cli bench tests fuzz -name '*.c' -print0 2>/dev/null | sort -z |
+    find src cli bench imapd tests fuzz -name '*.c' -print0 2>/dev/null | sort -z |
         xargs -0 -r -n 1 -P "$jobs" bash -c 'extra=()
             # The loadable extension is only ever compiled as one (see the Makefile).
             [ "$1" = src/vfs/extension.c ] && extra=(-DMV_BUILD_EXTENSION)

@@ -297,6 +297,104 @@ static void test_stored_bytes(void)
     mv_store_close(&s);
 }
 
+/* ---- counters kept by triggers (schema version 2) ---------------------------------------- */
+
+/* Whether every mailbox's counters (mv_mailbox_status and mv_mailbox_get) equal what its
+ * messages say. */
+static int mb_counters_ok(mv_store *s)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(mv_store_db(s), "SELECT name FROM mailboxes", -1, &st, NULL) !=
+        SQLITE_OK) {
+        return 0;
+    }
+    int ok = 1;
+    while (ok && sqlite3_step(st) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        char sql[512];
+        struct mv_mailbox_info status, full;
+        if (mv_mailbox_status(s, name, &status) != MV_OK) {
+            return sqlite3_finalize(st), 0;
+        }
+        uint32_t messages = status.messages, unseen = status.unseen;
+        uint64_t size = status.size_bytes;
+        if (mv_mailbox_get(s, name, &full) != MV_OK) {
+            return sqlite3_finalize(st), 0;
+        }
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) * 1000000000000 + sum((flags & 1) = 0) * 1000000 + "
+                 "coalesce(sum(size), 0) FROM messages WHERE mailbox_id = "
+                 "(SELECT id FROM mailboxes WHERE name = '%s')",
+                 name);
+        long long want = mb_int(s, sql);
+        long long got =
+            (long long)messages * 1000000000000LL + (long long)unseen * 1000000LL + (long long)size;
+        if (got != want || full.messages != messages || full.unseen != unseen ||
+            full.size_bytes != size || status.stored_bytes != 0) {
+            fprintf(stderr, "  %s: counters %lld, messages say %lld\n", name, got, want);
+            ok = 0;
+        }
+    }
+    sqlite3_finalize(st);
+    return ok;
+}
+
+static void test_counters(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open("counters", &s), MV_OK);
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 2);
+    CHECK(mb_counters_ok(s));
+    size_t len = 0;
+    char *m = mb_message("count me", 0, 1, &len);
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, i % 2 ? MV_FLAG_SEEN : 0, NULL, 0, NULL),
+                     MV_OK);
+    }
+    CHECK(mb_counters_ok(s));
+    uint32_t n = 0;
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:3", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, &n), MV_OK);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "4", MV_FLAGS_REMOVE, MV_FLAG_SEEN, NULL, &n), MV_OK);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "5", MV_FLAGS_ADD, MV_FLAG_FLAGGED, NULL, &n), MV_OK);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "1:4", "Archive", &n), MV_OK);
+    CHECK_EQ_INT(mv_message_move(s, "INBOX", "5", "Trash", &n), MV_OK);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_flags_set(s, "Archive", "1:2", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "Archive", NULL, &n), MV_OK);
+    CHECK_EQ_INT(n, 2);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_mailbox_create(s, "Projects/2026", NULL), MV_OK);
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "1:*", "Projects/2026", &n), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_rename(s, "Projects", "Old"), MV_OK);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_mailbox_delete(s, "Old/2026"), MV_OK);
+    CHECK(mb_counters_ok(s));
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_status(s, "inbox", &info), MV_OK); /* INBOX in any case */
+    CHECK_EQ_INT(info.messages, 5);
+    CHECK_EQ_INT(mv_mailbox_status(s, "Nope", &info), MV_ENOTFOUND);
+
+    /* A version 1 store (no counters, no triggers) is migrated on open, counters filled. */
+    sqlite3 *db = mv_store_db(s);
+    static const char downgrade[] = "DROP TRIGGER messages_count_insert; "
+                                    "DROP TRIGGER messages_count_delete; "
+                                    "DROP TRIGGER messages_count_update; "
+                                    "ALTER TABLE mailboxes DROP COLUMN message_count; "
+                                    "ALTER TABLE mailboxes DROP COLUMN unseen_count; "
+                                    "ALTER TABLE mailboxes DROP COLUMN size_sum; "
+                                    "PRAGMA user_version = 1";
+    CHECK_EQ_INT(tu_exec(db, downgrade), SQLITE_OK);
+    mv_store_close(&s);
+    CHECK_EQ_INT(mb_open("counters", &s), MV_OK);
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 2);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
+    CHECK(mb_counters_ok(s));
+    free(m);
+    mv_store_close(&s);
+}
+
 /* ---- opening ------------------------------------------------------------------------------ */
 
 static void test_readonly_open(void)
@@ -425,6 +523,7 @@ int main(void)
     TEST(test_create_and_limits);
     TEST(test_rename_children);
     TEST(test_stored_bytes);
+    TEST(test_counters);
     TEST(test_readonly_open);
     TEST(test_empty_store_file_refused);
     TEST(test_init_killed);

@@ -10,6 +10,8 @@ USAGE (bench/suite/run.sh calls it; by hand only to re-aggregate)
               file system, notes (a missing reference version, no gnuplot, ...)
   --perf-dir  perf summaries made by run.sh for missed targets (PHASE.txt + PHASE.json)
   --charts    draw charts/*.svg with gnuplot (skipped, with a note, if it is missing)
+  REPORT.md ends with every OUT/sections/*.md other benchmarks left there (bench/run.sh:
+  sections/scale.md, the mail-level and scale workloads).
   --print     print the summary table and the targets on stdout
 
 STATISTICS
@@ -548,6 +550,18 @@ def build_report(doc, summary, configs, labels, impls, perf, charts):
     return "\n".join(lines) + "\n"
 
 
+def extra_sections(out_dir):
+    """The report sections other benchmarks left in OUT/sections/*.md (bench/run.sh writes
+    sections/scale.md), in name order, so that rewriting REPORT.md keeps them."""
+    texts = []
+    for name in sorted(os.listdir(os.path.join(out_dir, "sections"))
+                       if os.path.isdir(os.path.join(out_dir, "sections")) else []):
+        if name.endswith(".md"):
+            with open(os.path.join(out_dir, "sections", name)) as f:
+                texts.append("\n" + f.read())
+    return "".join(texts)
+
+
 def implementations(runs):
     out = {}
     for rec in runs:
@@ -654,6 +668,7 @@ def main(argv):
     write_csv(os.path.join(args.out, "results.csv"), summary, impls)
     with open(os.path.join(args.out, "REPORT.md"), "w") as f:
         f.write(build_report(doc, summary, configs, labels, impls, perf, charts))
+        f.write(extra_sections(args.out))
     if args.print:
         print_summary(doc, summary, configs, labels)
     return 0

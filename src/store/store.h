@@ -9,7 +9,10 @@
  *   store_mailbox.c  mailboxes
  *   store_parse.c    GMime: header fields, body text, large leaf parts (store_parse.h)
  *   store_blob.c     bodies and attachments: content-addressed, deduplicated, zstd
- *   store_message.c  append, fetch, get, copy, move, expunge, flags (+ change log, FTS)
+ *   store_message.c  append, fetch, get, copy, move, expunge, flags (+ change log, FTS),
+ *                    and mv_message_copy_uids (COPY/MOVE with the UID map, for UIDPLUS)
+ *   store_listing.c  a mailbox's messages in UID order with flags and modseq (the server's
+ *                    sequence map and change detection)
  *   store_uidset.c   IMAP UID sets
  *   store_search.c   search
  *   store_queue.c    sealed deliveries without the password, and their drain on open
@@ -28,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 #define STORE_STMT_CACHE     128  /* prepared statements kept per store (about 60 in use) */
 #define STORE_SPLIT_MIN      8192 /* leaf parts at least this large are stored apart */
 
@@ -56,6 +59,7 @@ struct mv_store {
     char queue_dir[MV_PATH_MAX];
     struct mv_limits limits;
     int readonly;
+    int lock_fd; /* store_lock.c: shared flock held for the handle's lifetime; -1: none */
     char errmsg[512];
     struct store_stmt_slot stmts[STORE_STMT_CACHE];
     struct store_strings strings;
@@ -80,6 +84,26 @@ int store_paths_resolve(const char *address,
 int store_mkdirs(const char *dir, char *errmsg, size_t errmsg_size);
 /* fsyncs a directory, so a rename or create inside it is durable. */
 int store_fsync_dir(const char *dir);
+
+/* ---- store_lock.c ---- */
+#define STORE_LOCK_SHARED       0
+#define STORE_LOCK_EXCLUSIVE    1
+#define STORE_LOCK_OPEN_WAIT_MS 5000 /* how long mv_store_open() waits for a swap to end */
+/* ROOT/<domain>/<localpart>.lock from the store's db_path. MV_OK or MV_EINVAL. */
+int store_lock_path(const char *db_path, char *out, size_t out_size);
+/* Takes the store's lock file shared or exclusive (flock), retrying for up to wait_ms.
+ * *fd_out is -1 or the descriptor holding the lock (read-only opens proceed without one
+ * when the lock file is missing and cannot be created). MV_OK, MV_EBUSY (message says
+ * whether the store is in use or being swapped), MV_EIO, MV_EINVAL. */
+int store_lock_take(const char *db_path,
+                    int exclusive,
+                    uint32_t wait_ms,
+                    int readonly,
+                    int *fd_out,
+                    char *errmsg,
+                    size_t errmsg_size);
+/* Closes the descriptor (dropping the lock) and sets *fd to -1; -1 is fine. */
+void store_lock_release(int *fd);
 
 /* ---- store_schema.c ---- */
 /* Creates or migrates the schema in one transaction. MV_OK or an MV_E* code. */

@@ -6,7 +6,9 @@
  *   - Names use '/' as the hierarchy separator; creating "a/b/c" creates "a" and "a/b" too
  *     (RFC 3501 6.3.3). INBOX is matched case-insensitively and stored as "INBOX".
  *   - UIDVALIDITY is the creation time in seconds, made strictly larger than any value the
- *     store ever handed out, so a re-created mailbox never repeats one.
+ *     store ever handed out, so a re-created mailbox never repeats one: the largest value
+ *     handed out is kept in meta ('uidvalidity_last'), since the mailbox that had it may
+ *     have been deleted (a delete and create within one second would otherwise repeat it).
  *   - uidnext and highestmodseq are advanced with UPDATE ... RETURNING inside the caller's
  *     transaction: no read-modify-write race between processes.
  */
@@ -146,8 +148,9 @@ store_mailbox_insert(mv_store *s, const char *name, const char *special_use, int
     if (rc != MV_ENOTFOUND) {
         return rc;
     }
-    sqlite3_stmt *st = store_stmt(s, "SELECT count(*), coalesce(max(uidvalidity), 0) FROM "
-                                     "mailboxes");
+    sqlite3_stmt *st = store_stmt(s, "SELECT count(*), max(coalesce(max(uidvalidity), 0), "
+                                     "coalesce((SELECT CAST(value AS INTEGER) FROM meta "
+                                     "WHERE key = 'uidvalidity_last'), 0)) FROM mailboxes");
     if (st == NULL || sqlite3_step(st) != SQLITE_ROW) {
         return store_fail_sqlite(s, "counting mailboxes");
     }
@@ -170,6 +173,16 @@ store_mailbox_insert(mv_store *s, const char *name, const char *special_use, int
     if (special_use != NULL && special_use[0] != '\0') {
         sqlite3_bind_text(st, 3, special_use, -1, SQLITE_STATIC);
     }
+    rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        return store_fail_sqlite(s, "creating a mailbox");
+    }
+    st = store_stmt(s, "INSERT OR REPLACE INTO meta(key, value) VALUES('uidvalidity_last', ?)");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "creating a mailbox");
+    }
+    sqlite3_bind_int64(st, 1, validity & 0xffffffff);
     rc = sqlite3_step(st);
     sqlite3_reset(st);
     return rc == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "creating a mailbox");

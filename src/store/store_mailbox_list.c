@@ -1,27 +1,30 @@
 /*
  * store_mailbox_list.c -- describing mailboxes: one by name, or all in name order through
- * an iterator. Counts come from the indexes (messages_unseen for unseen), never a scan of
- * the messages table.
+ * an iterator. Message count, unseen count and size sum are columns of the mailbox row,
+ * kept by triggers (schema version 2), so describing a mailbox never reads its messages.
  *
- * stored_bytes: the distinct bodies the mailbox's messages use (IN makes the set distinct,
- * so copies and identical deliveries count once), then the distinct attachments of those
- * bodies; each set is probed by primary key (bodies.id, body_parts (body_id, seq),
- * attachments.id). test_mailbox.c checks the plan.
+ * stored_bytes (mv_mailbox_get and the list only; mv_mailbox_status leaves it 0): the
+ * distinct bodies the mailbox's messages use (IN makes the set distinct, so copies and
+ * identical deliveries count once), then the distinct attachments of those bodies; each set
+ * is probed by primary key (bodies.id, body_parts (body_id, seq), attachments.id). That
+ * walks the mailbox's messages_body entries: it grows with the mailbox, which is why an
+ * IMAP session asks mv_mailbox_status instead. test_mailbox.c checks the plan.
  */
 #include "store/store.h"
 
 #include <stdlib.h>
 
-#define STORE_MAILBOX_COLUMNS                                                                      \
+#define STORE_MAILBOX_HEAD                                                                         \
     "SELECT m.id, m.name, m.uidvalidity, m.uidnext, m.highestmodseq, m.subscribed, "               \
-    "m.special_use, (SELECT count(*) FROM messages WHERE mailbox_id = m.id), "                     \
-    "(SELECT count(*) FROM messages WHERE mailbox_id = m.id AND (flags & 1) = 0), "                \
-    "(SELECT coalesce(sum(size), 0) FROM messages WHERE mailbox_id = m.id), "                      \
+    "m.special_use, m.message_count, m.unseen_count, m.size_sum, "
+#define STORE_MAILBOX_COLUMNS                                                                      \
+    STORE_MAILBOX_HEAD                                                                             \
     "(SELECT coalesce(sum(stored_size), 0) FROM bodies WHERE id IN "                               \
     "(SELECT body_id FROM messages WHERE mailbox_id = m.id)) + "                                   \
     "(SELECT coalesce(sum(stored_size), 0) FROM attachments WHERE id IN "                          \
     "(SELECT attachment_id FROM body_parts WHERE body_id IN "                                      \
     "(SELECT body_id FROM messages WHERE mailbox_id = m.id))) FROM mailboxes m "
+#define STORE_MAILBOX_STATUS_COLUMNS STORE_MAILBOX_HEAD "0 FROM mailboxes m "
 
 struct mv_mailbox_iter {
     mv_store *store;
@@ -51,14 +54,16 @@ store_mailbox_row(sqlite3_stmt *st, struct store_strings *strings, struct mv_mai
     return oom ? MV_ENOMEM : MV_OK;
 }
 
-int mv_mailbox_get(mv_store *s, const char *name, struct mv_mailbox_info *info)
+/* Describes one mailbox with sql (a literal: the statement cache's key). */
+static int
+store_mailbox_describe(mv_store *s, const char *name, const char *sql, struct mv_mailbox_info *info)
 {
     int64_t id;
     int rc = store_mailbox_id(s, name, &id);
     if (rc != MV_OK) {
         return rc;
     }
-    sqlite3_stmt *st = store_stmt(s, STORE_MAILBOX_COLUMNS "WHERE m.id = ?");
+    sqlite3_stmt *st = store_stmt(s, sql);
     if (st == NULL) {
         return store_fail_sqlite(s, "describing a mailbox");
     }
@@ -70,6 +75,16 @@ int mv_mailbox_get(mv_store *s, const char *name, struct mv_mailbox_info *info)
     rc = store_mailbox_row(st, &s->strings, info);
     sqlite3_reset(st);
     return rc == MV_OK ? MV_OK : store_fail(s, rc, "out of memory");
+}
+
+int mv_mailbox_get(mv_store *s, const char *name, struct mv_mailbox_info *info)
+{
+    return store_mailbox_describe(s, name, STORE_MAILBOX_COLUMNS "WHERE m.id = ?", info);
+}
+
+int mv_mailbox_status(mv_store *s, const char *name, struct mv_mailbox_info *info)
+{
+    return store_mailbox_describe(s, name, STORE_MAILBOX_STATUS_COLUMNS "WHERE m.id = ?", info);
 }
 
 int mv_mailbox_list_begin(mv_store *s, mv_mailbox_iter **iter)

@@ -914,7 +914,33 @@ struct store_message_transfer {
     int move;
     uint64_t expunge_modseq; /* MOVE: one for the command in the source */
     uint32_t count;
+    int want_pairs;      /* mv_message_copy_uids: record (source UID, new UID) pairs */
+    uint32_t *pairs;     /* 2 * count entries */
+    uint32_t pairs_room; /* messages the array has room for */
 };
+
+/* Appends (from, to) to the transfer's UID pairs. */
+static int store_message_transfer_pair(mv_store *s,
+                                       struct store_message_transfer *t,
+                                       uint32_t from,
+                                       uint32_t to)
+{
+    if (t->count == t->pairs_room) {
+        size_t room = t->pairs_room != 0 ? (size_t)t->pairs_room * 2 : 64;
+        uint32_t *pairs = NULL;
+        if (room <= UINT32_MAX) {
+            pairs = realloc(t->pairs, room * 2 * sizeof *pairs);
+        }
+        if (pairs == NULL) {
+            return store_fail(s, MV_ENOMEM, "out of memory recording copied UIDs");
+        }
+        t->pairs = pairs;
+        t->pairs_room = (uint32_t)room;
+    }
+    t->pairs[2 * (size_t)t->count] = from;
+    t->pairs[2 * (size_t)t->count + 1] = to;
+    return MV_OK;
+}
 
 static int store_message_transfer_visit(mv_store *s, const struct store_message_row *row, void *arg)
 {
@@ -952,6 +978,9 @@ static int store_message_transfer_visit(mv_store *s, const struct store_message_
         rc = t->move ? store_message_remove(s, t->from_id, row, 0, &t->expunge_modseq)
                      : store_body_ref(s, row->body_id);
     }
+    if (rc == MV_OK && t->want_pairs) {
+        rc = store_message_transfer_pair(s, t, row->uid, uid);
+    }
     t->count += rc == MV_OK;
     return rc;
 }
@@ -961,12 +990,16 @@ static int store_message_transfer(mv_store *s,
                                   const char *uid_set,
                                   const char *to,
                                   int move,
-                                  uint32_t *count_out)
+                                  uint32_t *count_out,
+                                  uint32_t **pairs_out)
 {
-    struct store_message_transfer t = {.move = move};
+    struct store_message_transfer t = {.move = move, .want_pairs = pairs_out != NULL};
     struct store_uidset set = {0};
     if (count_out != NULL) {
         *count_out = 0;
+    }
+    if (pairs_out != NULL) {
+        *pairs_out = NULL;
     }
     int rc = store_begin(s), began = rc == MV_OK;
     if (rc == MV_OK) {
@@ -987,6 +1020,11 @@ static int store_message_transfer(mv_store *s,
     if (rc == MV_OK && count_out != NULL) {
         *count_out = t.count;
     }
+    if (rc == MV_OK && pairs_out != NULL && t.count > 0) {
+        *pairs_out = t.pairs;
+        t.pairs = NULL;
+    }
+    free(t.pairs);
     store_uidset_free(&set);
     return rc;
 }
@@ -994,13 +1032,27 @@ static int store_message_transfer(mv_store *s,
 int mv_message_copy(
     mv_store *s, const char *from, const char *uid_set, const char *to, uint32_t *count_out)
 {
-    return store_message_transfer(s, from, uid_set, to, 0, count_out);
+    return store_message_transfer(s, from, uid_set, to, 0, count_out, NULL);
 }
 
 int mv_message_move(
     mv_store *s, const char *from, const char *uid_set, const char *to, uint32_t *count_out)
 {
-    return store_message_transfer(s, from, uid_set, to, 1, count_out);
+    return store_message_transfer(s, from, uid_set, to, 1, count_out, NULL);
+}
+
+int mv_message_copy_uids(mv_store *s,
+                         const char *from,
+                         const char *uid_set,
+                         const char *to,
+                         int move,
+                         uint32_t **pairs_out,
+                         uint32_t *count_out)
+{
+    if (pairs_out == NULL || count_out == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_message_copy_uids: no output pointers");
+    }
+    return store_message_transfer(s, from, uid_set, to, move != 0, count_out, pairs_out);
 }
 
 struct store_message_expunge {

@@ -146,6 +146,7 @@ static mv_store *store_alloc(const struct store_paths *p, const struct mv_store_
     snprintf(s->localpart, sizeof s->localpart, "%.*s", (int)local_len, p->address);
     s->limits = o->limits;
     s->readonly = (o->flags & MV_STORE_READONLY) != 0;
+    s->lock_fd = -1;
     return s;
 }
 
@@ -189,6 +190,7 @@ static void store_free(mv_store *s)
     store_stmts_finalize(s);
     sqlite3_close(s->db);
     store_strings_free(&s->strings);
+    store_lock_release(&s->lock_fd); /* after the close: no connection outlives the lock */
     free(s);
 }
 
@@ -370,7 +372,13 @@ int mv_store_open(const char *address,
     if (s == NULL) {
         return store_error(errmsg, errmsg_size, MV_ENOMEM, "out of memory");
     }
-    rc = store_connect(s, password, password_len, o, 0);
+    /* Shared for the handle's lifetime: a password change or restore (exclusive) cannot
+     * rename a new file over the one this handle has open. */
+    rc = store_lock_take(s->db_path, STORE_LOCK_SHARED, STORE_LOCK_OPEN_WAIT_MS, s->readonly,
+                         &s->lock_fd, s->errmsg, sizeof s->errmsg);
+    if (rc == MV_OK) {
+        rc = store_connect(s, password, password_len, o, 0);
+    }
     if (rc == MV_OK && !s->readonly) {
         rc = store_queue_drain(s);
     }

@@ -14,8 +14,14 @@
  *   - the full-text index is keyed by body id: copies share one entry.
  *   - changes is the change log (modseq, mailbox, uid, what) for CONDSTORE/QRESYNC and
  *     IDLE, inside the encrypted file.
+ *   - version 2: each mailbox row carries its message count, unseen count and size sum,
+ *     kept by triggers on messages, so SELECT, STATUS and every NOOP of an IMAP session
+ *     read one row instead of summing over the mailbox (8 ms on 3,000 messages, growing
+ *     with the mailbox, was measured before).
  */
 #include "store/store.h"
+
+#include <stdio.h>
 
 /* Version 1. Kept as one literal per statement so a failure names the statement. */
 static const char *const store_schema_v1[] = {
@@ -130,6 +136,56 @@ static const char *const store_schema_v1[] = {
     "remove_diacritics 2')",
 };
 
+/* Version 2: the counters and the triggers that keep them. A trigger fires inside the
+ * statement that changes messages, so every path (append, copy, move, expunge, flags,
+ * mailbox delete, queue drain, import) keeps them right without knowing about them; the
+ * WHEN clause spares the common flag change that leaves \Seen alone. */
+static const char *const store_schema_v2[] = {
+    "ALTER TABLE mailboxes ADD COLUMN message_count INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE mailboxes ADD COLUMN unseen_count INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE mailboxes ADD COLUMN size_sum INTEGER NOT NULL DEFAULT 0",
+    /* A store migrated from version 1 starts from the true figures. */
+    "UPDATE mailboxes SET"
+    " message_count = (SELECT count(*) FROM messages WHERE mailbox_id = mailboxes.id),"
+    " unseen_count = (SELECT count(*) FROM messages WHERE mailbox_id = mailboxes.id"
+    " AND (flags & 1) = 0),"
+    " size_sum = (SELECT coalesce(sum(size), 0) FROM messages WHERE mailbox_id = mailboxes.id)",
+
+    "CREATE TRIGGER messages_count_insert AFTER INSERT ON messages BEGIN"
+    " UPDATE mailboxes SET message_count = message_count + 1,"
+    " unseen_count = unseen_count + ((NEW.flags & 1) = 0), size_sum = size_sum + NEW.size"
+    " WHERE id = NEW.mailbox_id;"
+    " END",
+    "CREATE TRIGGER messages_count_delete AFTER DELETE ON messages BEGIN"
+    " UPDATE mailboxes SET message_count = message_count - 1,"
+    " unseen_count = unseen_count - ((OLD.flags & 1) = 0), size_sum = size_sum - OLD.size"
+    " WHERE id = OLD.mailbox_id;"
+    " END",
+    "CREATE TRIGGER messages_count_update AFTER UPDATE OF flags, mailbox_id, size ON messages"
+    " WHEN (OLD.flags & 1) != (NEW.flags & 1) OR OLD.mailbox_id != NEW.mailbox_id"
+    " OR OLD.size != NEW.size BEGIN"
+    " UPDATE mailboxes SET message_count = message_count - 1,"
+    " unseen_count = unseen_count - ((OLD.flags & 1) = 0), size_sum = size_sum - OLD.size"
+    " WHERE id = OLD.mailbox_id;"
+    " UPDATE mailboxes SET message_count = message_count + 1,"
+    " unseen_count = unseen_count + ((NEW.flags & 1) = 0), size_sum = size_sum + NEW.size"
+    " WHERE id = NEW.mailbox_id;"
+    " END",
+};
+
+static int store_schema_run(mv_store *s, const char *const *statements, size_t count, int version)
+{
+    for (size_t i = 0; i < count; i++) {
+        int rc = store_exec(s, statements[i]);
+        if (rc != MV_OK) {
+            return rc;
+        }
+    }
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", version);
+    return store_exec(s, sql);
+}
+
 static int store_schema_create_v1(mv_store *s)
 {
     for (size_t i = 0; i < sizeof store_schema_v1 / sizeof store_schema_v1[0]; i++) {
@@ -169,7 +225,11 @@ int store_schema_migrate(mv_store *s)
             rc = store_mailbox_create_defaults(s);
         }
     }
-    /* Later versions: if (version < 2) rc = store_schema_v2(s); ... in this transaction. */
+    /* Later versions, in this transaction: a new store goes through every step too. */
+    if (rc == MV_OK && version < 2) {
+        rc = store_schema_run(s, store_schema_v2,
+                              sizeof store_schema_v2 / sizeof store_schema_v2[0], 2);
+    }
     if (rc != MV_OK) {
         store_rollback(s);
         return rc;

@@ -1,0 +1,89 @@
+/*
+ * fuzz_imap_mime.c -- feeds arbitrary bytes to the server's MIME description of a message
+ * (imapd/imap_mime.c: GMime parse, ENVELOPE, BODYSTRUCTURE, BODY, part sections), as FETCH
+ * would for a stored message.
+ *
+ * CHECKS (abort() on failure)
+ *   - imap_mime_open() succeeds (every byte string is a message: unparsable ones are one
+ *     text part);
+ *   - ENVELOPE and BODYSTRUCTURE are non-empty, start with '(' and have balanced parentheses
+ *     outside quoted strings and literals;
+ *   - a part section is either refused (-1) or no larger than the message.
+ *
+ * Corpus: fuzz/corpus/imap_mime (multipart, nested message/rfc822, broken MIME, groups).
+ */
+#include "../imapd/imap_mime.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Parentheses balance outside "quoted" strings and {n} literals. */
+static int fuzz_balanced(const struct buf *b)
+{
+    long depth = 0;
+    for (size_t i = 0; i < b->len; i++) {
+        char c = b->data[i];
+        if (c == '"') {
+            for (i++; i < b->len && b->data[i] != '"'; i++) {
+                i += b->data[i] == '\\';
+            }
+        } else if (c == '{') {
+            char *end = NULL;
+            unsigned long long n = strtoull(b->data + i + 1, &end, 10);
+            if (end == NULL || end[0] != '}' || end + 3 + n > b->data + b->len) {
+                return 0;
+            }
+            i = (size_t)(end - b->data) + 2 + (size_t)n;
+        } else if (c == '(') {
+            depth++;
+        } else if (c == ')' && --depth < 0) {
+            return 0;
+        }
+    }
+    return depth == 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static int initialised;
+    if (!initialised) {
+        imap_mime_init();
+        initialised = 1;
+    }
+    struct imap_mime *m = NULL;
+    if (imap_mime_open((const char *)data, size, &m) != MV_OK || m == NULL) {
+        abort();
+    }
+    struct buf out = {0};
+    imap_mime_envelope(m, &out);
+    if (out.oom || out.len == 0 || out.data[0] != '(' || !fuzz_balanced(&out)) {
+        abort();
+    }
+    for (int ext = 0; ext <= 1; ext++) {
+        buf_free(&out);
+        imap_mime_bodystructure(m, &out, ext);
+        if (out.oom || out.len == 0 || out.data[0] != '(' || !fuzz_balanced(&out)) {
+            abort();
+        }
+    }
+    static const uint32_t paths[][3] = {{1, 0, 0}, {2, 0, 0}, {1, 1, 0}, {2, 1, 0}, {1, 2, 1}};
+    static const size_t counts[] = {1, 1, 2, 2, 3};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        for (int mime = 0; mime <= 1; mime++) {
+            buf_free(&out);
+            int rc = imap_mime_section(m, paths[i], counts[i], mime, &out);
+            if (rc != 0 && rc != -1) {
+                abort();
+            }
+            if (rc == 0 && !mime && out.len > size) {
+                abort();
+            }
+        }
+    }
+    buf_free(&out);
+    imap_mime_close(&m);
+    return 0;
+}

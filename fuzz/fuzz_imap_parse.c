@@ -1,0 +1,100 @@
+/*
+ * fuzz_imap_parse.c -- feeds arbitrary bytes to the IMAP command parser as one framed
+ * command, then every typed reader a command of that name would use, and checks what
+ * imap_parse.h promises.
+ *
+ * CHECKS (abort() on failure)
+ *   - the result is IMAP_PARSE_OK or IMAP_PARSE_BAD (NOMEM never happens at these sizes);
+ *     on BAD a message is set and the command holds no memory;
+ *   - on OK: the tag is non-empty, the name is upper-case letters, every node's data lies
+ *     inside the input or the command's text buffer, list links stay inside the node array;
+ *   - the readers (sequence set, flags, dates, FETCH, SEARCH) return 0 or -1 and never read
+ *     outside the nodes; a search's keys link only to keys that exist.
+ *
+ * Corpus: fuzz/corpus/imap_parse (commands of every kind, and malformed ones).
+ */
+#include "../imapd/imap_parse.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void fuzz_check_nodes(const struct imap_command *cmd, const uint8_t *data, size_t size)
+{
+    for (size_t i = 0; i < cmd->node_count; i++) {
+        const struct imap_node *n = &cmd->nodes[i];
+        const char *lo = (const char *)data, *hi = lo + size;
+        int in_input = n->data >= lo && n->data + n->len <= hi;
+        int in_text = n->data >= cmd->text && n->data + n->len <= cmd->text + size;
+        if (n->type != IMAP_NODE_LIST && !in_input && !in_text && n->len != 0) {
+            abort();
+        }
+        if ((n->child != IMAP_NODE_NONE && n->child >= cmd->node_count) ||
+            (n->next != IMAP_NODE_NONE && n->next >= cmd->node_count)) {
+            abort();
+        }
+    }
+    if (cmd->tag[0] == '\0') {
+        abort();
+    }
+    for (const char *p = cmd->name; *p != '\0'; p++) {
+        if (*p < 'A' || *p > 'Z') {
+            abort();
+        }
+    }
+}
+
+static void fuzz_readers(const struct imap_command *cmd)
+{
+    static struct imap_fetch fetch;
+    static struct imap_search search;
+    static struct imap_seqset set;
+    char err[256], kw[512];
+    unsigned flags;
+    int64_t when;
+    for (size_t i = 0; i < imap_arg_count(cmd); i++) {
+        const struct imap_node *n = imap_arg(cmd, i);
+        if (n->type == IMAP_NODE_ATOM) {
+            (void)imap_parse_seqset(n->data, n->len, &set);
+        }
+        (void)imap_parse_flags(cmd, n, &flags, kw, sizeof kw, err, sizeof err);
+        (void)imap_parse_date(n, &when);
+        (void)imap_parse_date_time(n, &when);
+        (void)imap_parse_fetch(cmd, n, &fetch, err, sizeof err);
+    }
+    if (imap_parse_search(cmd, imap_arg(cmd, 0), &search, err, sizeof err) == 0) {
+        if (search.count == 0 || search.count > IMAP_SEARCH_KEYS_MAX) {
+            abort();
+        }
+        for (size_t i = 0; i < search.count; i++) {
+            const struct imap_search_key *k = &search.keys[i];
+            if ((k->child != IMAP_NODE_NONE && k->child >= search.count) ||
+                (k->next != IMAP_NODE_NONE && k->next >= search.count)) {
+                abort();
+            }
+        }
+        imap_search_free(&search);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct imap_command cmd;
+    char err[256];
+    int rc = imap_parse_command(data, size, &cmd, err, sizeof err);
+    if (rc == IMAP_PARSE_BAD) {
+        if (err[0] == '\0' || cmd.nodes != NULL || cmd.text != NULL) {
+            abort();
+        }
+        return 0;
+    }
+    if (rc != IMAP_PARSE_OK) {
+        abort();
+    }
+    fuzz_check_nodes(&cmd, data, size);
+    fuzz_readers(&cmd);
+    imap_command_free(&cmd);
+    return 0;
+}

@@ -1,0 +1,134 @@
+/*
+ * buf.c -- growable byte buffers for input, output and responses. An allocation failure
+ * sets oom and makes every later append a no-op: the caller checks once, at the end.
+ */
+#include "imapd.h"
+
+#include <openssl/crypto.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void buf_free(struct buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+void buf_wipe(struct buf *b)
+{
+    if (b->data != NULL) {
+        OPENSSL_cleanse(b->data, b->cap);
+    }
+    buf_free(b);
+}
+
+int buf_reserve(struct buf *b, size_t extra)
+{
+    if (b->oom) {
+        return -1;
+    }
+    if (b->cap - b->len > extra) {
+        return 0;
+    }
+    size_t cap = b->cap != 0 ? b->cap : 256;
+    while (cap - b->len <= extra) {
+        if (cap > SIZE_MAX / 2) {
+            b->oom = 1;
+            return -1;
+        }
+        cap *= 2;
+    }
+    char *data = realloc(b->data, cap);
+    if (data == NULL) {
+        b->oom = 1;
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+void buf_add(struct buf *b, const void *data, size_t len)
+{
+    if (len == 0 || buf_reserve(b, len) != 0) {
+        return;
+    }
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+}
+
+void buf_str(struct buf *b, const char *s)
+{
+    buf_add(b, s, strlen(s));
+}
+
+void buf_printf(struct buf *b, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->oom = 1;
+        return;
+    }
+    if ((size_t)n < sizeof small) {
+        buf_add(b, small, (size_t)n);
+        return;
+    }
+    if (buf_reserve(b, (size_t)n + 1) != 0) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void buf_consume(struct buf *b, size_t n)
+{
+    if (n >= b->len) {
+        b->len = 0;
+    } else {
+        memmove(b->data, b->data + n, b->len - n);
+        b->len -= n;
+    }
+    if (b->data != NULL) {
+        b->data[b->len] = '\0';
+    }
+}
+
+void buf_imap_string(struct buf *b, const char *s, size_t len)
+{
+    int plain = len <= 1024;
+    for (size_t i = 0; plain && i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        plain = c >= 0x20 && c < 0x7f;
+    }
+    if (!plain) {
+        buf_printf(b, "{%zu}\r\n", len);
+        buf_add(b, s, len);
+        return;
+    }
+    buf_add(b, "\"", 1);
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '"' || s[i] == '\\') {
+            buf_add(b, "\\", 1);
+        }
+        buf_add(b, s + i, 1);
+    }
+    buf_add(b, "\"", 1);
+}
+
+void buf_imap_nstring(struct buf *b, const char *s)
+{
+    if (s == NULL) {
+        buf_str(b, "NIL");
+    } else {
+        buf_imap_string(b, s, strlen(s));
+    }
+}

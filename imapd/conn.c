@@ -1,0 +1,553 @@
+/*
+ * conn.c -- connections: accept with the connection limits, non-blocking reads and writes
+ * (plain or TLS), idle timeouts, held output, and IMAP's framing of a command out of lines
+ * and literals with the line and literal limits.
+ *
+ * IMPLEMENTATION NOTES
+ *   - Sockets are edge-triggered: every event drains the socket into the input buffer (up to
+ *     a cap while a job is in flight or CONFIG_OUTPUT_MAX bytes wait to be written) and
+ *     writes as much output as the socket takes. After a job finishes, conn_resume() reads
+ *     and processes again, since no new edge may come.
+ *   - References: each job in flight holds one (worker_post), and every path that may close
+ *     the connection while using it takes one, so a close never frees memory in use.
+ *   - A connection whose socket is gone is "dead": it leaves the list at once but is freed
+ *     only when no job refers to it (jobs never touch the connection; their done() on the
+ *     loop checks dead).
+ *   - STARTTLS throws away any input that arrived before the handshake (RFC 3207's command
+ *     injection lesson applies to IMAP as well).
+ *   - The idle timeout is checked on the loop's tick (every 100 ms, a walk of the list);
+ *     a session in IDLE gets four times idle_timeout_s.
+ */
+#include "conn_frame.h"
+#include "imapd.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define CONN_READ_CHUNK 65536
+
+static struct conn *conn_list;
+static int conn_total;
+
+int conn_count(void)
+{
+    return conn_total;
+}
+
+static void conn_event(void *arg, uint32_t events);
+
+static void conn_free(struct conn *c)
+{
+    buf_free(&c->in);
+    buf_free(&c->out);
+    buf_free(&c->held);
+    free(c);
+}
+
+void conn_release(struct conn *c)
+{
+    if (--c->refs == 0 && c->dead) {
+        conn_free(c);
+    }
+}
+
+static void conn_close_now(struct conn *c, const char *why)
+{
+    if (c->dead) {
+        return;
+    }
+    log_event("disconnect %s (%s): %llu bytes in, %llu out", c->peer, why,
+              (unsigned long long)c->bytes_in, (unsigned long long)c->bytes_out);
+    c->dead = 1;
+    loop_del(c->fd);
+    if (c->ssl != NULL) {
+        SSL_free(c->ssl);
+        c->ssl = NULL;
+    }
+    close(c->fd);
+    c->fd = -1;
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        conn_list = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    conn_total--;
+    c->refs++;
+    if (c->proto == PROTO_IMAP) {
+        imap_session_end(c);
+    } else {
+        lmtp_session_end(c);
+    }
+    conn_release(c);
+}
+
+/* One read; >0 bytes, 0 would block, -1 closed or failed. */
+static long conn_read_some(struct conn *c, char *into, size_t len)
+{
+    if (c->ssl != NULL) {
+        ERR_clear_error();
+        int n = SSL_read(c->ssl, into, len > INT32_MAX ? INT32_MAX : (int)len);
+        if (n > 0) {
+            return n;
+        }
+        int e = SSL_get_error(c->ssl, n);
+        return e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? 0 : -1;
+    }
+    ssize_t n = read(c->fd, into, len);
+    if (n > 0) {
+        return (long)n;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        return 0;
+    }
+    return -1;
+}
+
+/* Drains the socket into c->in (up to a cap while busy). -1 if the peer is gone. */
+static int conn_read(struct conn *c)
+{
+    for (;;) {
+        size_t cap = g_config.line_max + CONN_READ_CHUNK;
+        if ((c->busy || c->closing || c->out.len >= CONFIG_OUTPUT_MAX) && c->in.len >= cap) {
+            return 0; /* resumed by conn_resume() */
+        }
+        if (buf_reserve(&c->in, CONN_READ_CHUNK) != 0) {
+            return -1;
+        }
+        long n = conn_read_some(c, c->in.data + c->in.len, CONN_READ_CHUNK);
+        if (n == 0) {
+            return 0;
+        }
+        if (n < 0) {
+            return -1;
+        }
+        c->in.len += (size_t)n;
+        c->in.data[c->in.len] = '\0';
+        c->bytes_in += (uint64_t)n;
+        c->last_active_ms = loop_now_ms();
+    }
+}
+
+void conn_flush(struct conn *c)
+{
+    while (!c->dead && c->out.len > 0) {
+        long n;
+        size_t len = c->out.len > INT32_MAX ? INT32_MAX : c->out.len;
+        if (c->ssl != NULL) {
+            ERR_clear_error();
+            int w = SSL_write(c->ssl, c->out.data, (int)len);
+            if (w <= 0) {
+                int e = SSL_get_error(c->ssl, w);
+                if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+                    return;
+                }
+                conn_close_now(c, "TLS write failed");
+                return;
+            }
+            n = w;
+        } else {
+            ssize_t w = send(c->fd, c->out.data, len, MSG_NOSIGNAL);
+            if (w < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+                    return;
+                }
+                conn_close_now(c, "write failed");
+                return;
+            }
+            n = (long)w;
+        }
+        buf_consume(&c->out, (size_t)n);
+        c->bytes_out += (uint64_t)n;
+    }
+    if (!c->dead && c->closing && c->out.len == 0 && !c->busy) {
+        conn_close_now(c, "closed");
+    }
+}
+
+void conn_write(struct conn *c, const void *data, size_t len)
+{
+    if (c->dead) {
+        return;
+    }
+    buf_add(&c->out, data, len);
+    if (c->out.oom) {
+        conn_close_now(c, "out of memory");
+    }
+}
+
+void conn_write_str(struct conn *c, const char *s)
+{
+    conn_write(c, s, strlen(s));
+}
+
+void conn_close_after_output(struct conn *c)
+{
+    c->closing = 1;
+}
+
+int conn_start_tls(struct conn *c)
+{
+    if (c->ssl != NULL || !tls_available()) {
+        return -1;
+    }
+    conn_flush(c);
+    if (c->dead || c->out.len != 0) {
+        return -1; /* the OK must be on the wire before the handshake */
+    }
+    c->ssl = tls_new(c->fd);
+    if (c->ssl == NULL) {
+        return -1;
+    }
+    c->tls = 1;
+    buf_consume(&c->in, c->in.len); /* nothing sent in plaintext survives */
+    c->frame_at = 0;
+    c->literal_left = 0;
+    return 0;
+}
+
+/* Writes, then handles input, as long as that makes progress. The protocols stop taking
+ * commands while CONFIG_OUTPUT_MAX bytes wait to be written (a client that pipelines
+ * commands without reading the answers gets back-pressure, not our memory). */
+static void conn_process(struct conn *c)
+{
+    while (!c->dead) {
+        conn_flush(c);
+        if (c->dead || c->busy) {
+            return;
+        }
+        size_t in_before = c->in.len, out_before = c->out.len;
+        if (c->proto == PROTO_IMAP) {
+            imap_session_input(c);
+        } else {
+            lmtp_session_input(c);
+        }
+        if (!c->dead && c->in.len == in_before && c->out.len == out_before) {
+            conn_flush(c);
+            return;
+        }
+    }
+}
+
+static void conn_event(void *arg, uint32_t events)
+{
+    struct conn *c = arg;
+    if (c->dead) {
+        return;
+    }
+    c->refs++;    /* a close inside must not free c under us */
+    (void)events; /* edge-triggered: always drain (reading may have paused on a cap) */
+    if (conn_read(c) != 0) {
+        /* Process what came before the end (a pipelined LOGOUT), then close. */
+        conn_process(c);
+        conn_close_now(c, "peer closed");
+    } else {
+        conn_process(c);
+    }
+    conn_release(c);
+}
+
+void conn_shutdown_all(void)
+{
+    while (conn_list != NULL) {
+        struct conn *c = conn_list;
+        c->refs++;
+        conn_write_str(c, c->proto == PROTO_IMAP ? "* BYE server shutting down\r\n"
+                                                 : "421 4.3.2 server shutting down\r\n");
+        conn_flush(c);
+        conn_close_now(c, "server shutdown");
+        conn_release(c);
+    }
+}
+
+void conn_resume(struct conn *c)
+{
+    if (c->dead) {
+        return;
+    }
+    c->busy = 0;
+    if (c->hold_until_ms != 0) {
+        c->busy = 1; /* output held: resumes in conn_tick */
+        return;
+    }
+    if (conn_read(c) != 0) {
+        conn_process(c);
+        conn_close_now(c, "peer closed");
+        return;
+    }
+    conn_process(c);
+}
+
+void conn_hold(struct conn *c, int delay_ms)
+{
+    /* What is queued now goes out after the delay; the session stays busy until then. */
+    buf_add(&c->held, c->out.data, c->out.len);
+    buf_consume(&c->out, c->out.len);
+    c->hold_until_ms = loop_now_ms() + delay_ms;
+    c->busy = 1;
+}
+
+void conn_tick(int64_t now_ms)
+{
+    int64_t idle_ms = (int64_t)g_config.idle_timeout_s * 1000;
+    for (struct conn *c = conn_list, *next; c != NULL; c = next) {
+        next = c->next;
+        if (c->hold_until_ms != 0 && now_ms >= c->hold_until_ms) {
+            c->hold_until_ms = 0;
+            conn_write(c, c->held.data, c->held.len);
+            buf_free(&c->held);
+            c->refs++;
+            conn_resume(c);
+            conn_release(c);
+            continue;
+        }
+        if (c->proto == PROTO_IMAP && !c->busy) {
+            c->refs++;
+            imap_session_tick(c, now_ms);
+            conn_release(c);
+            if (c->dead) {
+                continue;
+            }
+        }
+        if (!c->busy && now_ms - c->last_active_ms > (c->in_idle ? 4 * idle_ms : idle_ms)) {
+            c->refs++;
+            conn_write_str(c, c->proto == PROTO_IMAP ? "* BYE idle timeout\r\n"
+                                                     : "421 4.4.2 idle timeout\r\n");
+            c->closing = 1;
+            conn_flush(c);
+            conn_close_now(c, "idle timeout");
+            conn_release(c);
+        }
+    }
+}
+
+/* "a.b.c.d:port" or "[v6]:port", the address alone, and whether it is loopback. */
+static void conn_describe(struct conn *c, const struct sockaddr_storage *sa)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (sa->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        port = ntohs(in->sin_port);
+        c->loopback = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+        snprintf(c->peer, sizeof c->peer, "%s:%u", host, port);
+    } else if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        port = ntohs(in6->sin6_port);
+        c->loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+        snprintf(c->peer, sizeof c->peer, "[%s]:%u", host, port);
+    } else {
+        snprintf(c->peer, sizeof c->peer, "unknown");
+    }
+    snprintf(c->peer_addr, sizeof c->peer_addr, "%s", host);
+}
+
+static int conn_count_from(const char *addr)
+{
+    int n = 0;
+    for (struct conn *c = conn_list; c != NULL; c = c->next) {
+        n += strcmp(c->peer_addr, addr) == 0;
+    }
+    return n;
+}
+
+void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
+{
+    for (;;) {
+        struct sockaddr_storage sa;
+        socklen_t sa_len = sizeof sa;
+        int fd = accept4(listen_fd, (struct sockaddr *)&sa, &sa_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                log_event("accept failed: errno %d", errno);
+            }
+            return;
+        }
+        struct conn *c = calloc(1, sizeof *c);
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        c->proto = proto;
+        c->last_active_ms = loop_now_ms();
+        conn_describe(c, &sa);
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        const char *refuse = NULL;
+        if (conn_total >= g_config.connections_max) {
+            refuse = "too many connections";
+        } else if (conn_count_from(c->peer_addr) >= g_config.connections_per_address_max) {
+            refuse = "too many connections from your address";
+        }
+        if (refuse != NULL) {
+            char line[128];
+            int n = snprintf(line, sizeof line,
+                             proto == PROTO_IMAP ? "* BYE %s\r\n" : "421 4.7.0 %s\r\n", refuse);
+            if (!implicit_tls) {
+                (void)send(fd, line, (size_t)n, MSG_NOSIGNAL);
+            }
+            log_event("refused %s: %s", c->peer, refuse);
+            close(fd);
+            free(c);
+            continue;
+        }
+        if (implicit_tls) {
+            c->ssl = tls_new(fd);
+            c->tls = 1;
+            if (c->ssl == NULL) {
+                close(fd);
+                free(c);
+                continue;
+            }
+        }
+        c->handler.fn = conn_event;
+        c->handler.arg = c;
+        if (loop_add(fd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, &c->handler) != 0) {
+            SSL_free(c->ssl);
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = conn_list;
+        if (conn_list != NULL) {
+            conn_list->prev = c;
+        }
+        conn_list = c;
+        conn_total++;
+        log_event("connect %s %s%s", c->peer, proto == PROTO_IMAP ? "imap" : "lmtp",
+                  implicit_tls ? " tls" : "");
+        if (proto == PROTO_IMAP) {
+            imap_session_start(c);
+        } else {
+            lmtp_session_start(c);
+        }
+        conn_flush(c);
+    }
+}
+
+/* ---- IMAP framing ---------------------------------------------------------------------- */
+
+/* The literal count at the end of a line ("... {12}" or "{12+}", before CRLF), or -1. */
+static int conn_literal_at_end(const char *line, size_t len, uint64_t *count, int *plus)
+{
+    if (len > 0 && line[len - 1] == '\r') {
+        len--;
+    }
+    if (len < 3 || line[len - 1] != '}') {
+        return -1;
+    }
+    size_t end = len - 1;
+    *plus = line[end - 1] == '+';
+    if (*plus) {
+        end--;
+    }
+    size_t start = end;
+    while (start > 0 && line[start - 1] >= '0' && line[start - 1] <= '9') {
+        start--;
+    }
+    if (start == end || start == 0 || line[start - 1] != '{' || end - start > 19) {
+        return -1;
+    }
+    uint64_t n = 0;
+    for (size_t i = start; i < end; i++) {
+        n = n * 10 + (uint64_t)(line[i] - '0');
+    }
+    *count = n;
+    return 0;
+}
+
+/* Whether the command whose first line starts at p is an APPEND (its literal may be big). */
+static int conn_is_append(const char *p, size_t len)
+{
+    const char *sp = memchr(p, ' ', len);
+    if (sp == NULL) {
+        return 0;
+    }
+    size_t rest = len - (size_t)(sp + 1 - p);
+    return rest >= 7 && strncasecmp(sp + 1, "APPEND ", 7) == 0;
+}
+
+enum conn_frame conn_frame_imap(struct conn *c, size_t *len_out, uint64_t *literal_out)
+{
+    for (;;) {
+        if (c->literal_left > 0) {
+            uint64_t have = c->in.len - c->frame_at;
+            if (have < c->literal_left) {
+                return FRAME_MORE;
+            }
+            c->frame_at += (size_t)c->literal_left;
+            c->literal_left = 0;
+        }
+        char *start = c->in.data + c->frame_at;
+        size_t avail = c->in.len - c->frame_at;
+        char *nl = avail > 0 ? memchr(start, '\n', avail) : NULL;
+        if (c->discard_line) {
+            if (nl == NULL) {
+                buf_consume(&c->in, c->in.len);
+                c->frame_at = 0;
+                return FRAME_MORE;
+            }
+            buf_consume(&c->in, (size_t)(nl + 1 - c->in.data));
+            c->frame_at = 0;
+            c->discard_line = 0;
+            continue;
+        }
+        if (nl == NULL) {
+            if (avail > g_config.line_max) {
+                c->discard_line = 1;
+                return FRAME_LINE_TOO_LONG;
+            }
+            return FRAME_MORE;
+        }
+        size_t line_len = (size_t)(nl - start);
+        if (line_len > g_config.line_max) {
+            buf_consume(&c->in, (size_t)(nl + 1 - c->in.data));
+            c->frame_at = 0;
+            return FRAME_LINE_TOO_LONG;
+        }
+        uint64_t count;
+        int plus;
+        if (c->raw_line || conn_literal_at_end(start, line_len, &count, &plus) != 0) {
+            *len_out = (size_t)(nl + 1 - c->in.data);
+            c->frame_at = 0;
+            return FRAME_COMMAND;
+        }
+        uint64_t max =
+            conn_is_append(c->in.data, c->in.len) ? g_config.literal_max : CONFIG_SMALL_LITERAL_MAX;
+        *literal_out = count;
+        if (count > max || c->frame_at + count > max + g_config.line_max * 4) {
+            if (plus) {
+                return FRAME_LITERAL_PLUS_TOO_BIG;
+            }
+            *len_out = (size_t)(nl + 1 - c->in.data);
+            c->frame_at = 0;
+            return FRAME_LITERAL_TOO_BIG;
+        }
+        c->frame_at = (size_t)(nl + 1 - c->in.data);
+        c->literal_left = count;
+        if (!plus && count > 0 && c->in.len - c->frame_at < count) {
+            return FRAME_CONTINUE;
+        }
+    }
+}
+
+void conn_frame_reset(struct conn *c)
+{
+    c->frame_at = 0;
+    c->literal_left = 0;
+}

@@ -1,0 +1,388 @@
+/*
+ * imap_cmd_message.c -- commands on the selected mailbox's messages: STORE (with CONDSTORE's
+ * UNCHANGEDSINCE), COPY and MOVE (with UIDPLUS's COPYUID), EXPUNGE and UID EXPUNGE, CLOSE,
+ * UNSELECT, IDLE, and their UID forms. Sequence numbers are turned into UIDs through the
+ * session's view; the store works on UID sets.
+ */
+#include "imap_session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Reads the set argument and resolves it. 0, or -1 with a response written. */
+static int
+imap_set_arg(struct imap_ctx *x, const struct imap_node *n, uint32_t **idx, size_t *count)
+{
+    struct imap_seqset *set = malloc(sizeof *set);
+    if (set == NULL) {
+        imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        return -1;
+    }
+    if (n == NULL || n->type != IMAP_NODE_ATOM || imap_parse_seqset(n->data, n->len, set) != 0) {
+        free(set);
+        imap_tagged(x, "BAD", "bad sequence set");
+        return -1;
+    }
+    int rc = imap_view_resolve(&x->s->view, set, x->cmd->uid, idx, count);
+    free(set);
+    if (rc == -1) {
+        imap_tagged(x, "BAD", "no such message sequence number");
+        return -1;
+    }
+    if (rc != 0) {
+        imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* Drops messages the view knows are expunged. */
+static void imap_drop_expunged(const struct imap_view *v, uint32_t *idx, size_t *count)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < *count; i++) {
+        if (!v->msgs[idx[i]].expunged) {
+            idx[k++] = idx[i];
+        }
+    }
+    *count = k;
+}
+
+static int imap_store_mode(const struct imap_node *item, int *mode, int *silent)
+{
+    if (item == NULL || item->type != IMAP_NODE_ATOM) {
+        return -1;
+    }
+    const char *p = item->data;
+    size_t len = item->len;
+    *mode = MV_FLAGS_REPLACE;
+    if (len > 0 && (p[0] == '+' || p[0] == '-')) {
+        *mode = p[0] == '+' ? MV_FLAGS_ADD : MV_FLAGS_REMOVE;
+        p++;
+        len--;
+    }
+    *silent = len == 12 && strncasecmp(p, "FLAGS.SILENT", 12) == 0;
+    return *silent || (len == 5 && strncasecmp(p, "FLAGS", 5) == 0) ? 0 : -1;
+}
+
+/* UNCHANGEDSINCE: drops from idx the messages changed after since (read from the store, not
+ * the view) and lists them, as sequence numbers or UIDs, in modified. All of a user's
+ * changes in this server run on this thread, so nothing of ours comes between this read and
+ * the flag change; another process could (the store has no conditional flag change yet). */
+static int imap_store_unchanged(
+    struct imap_ctx *x, uint64_t since, uint32_t *idx, size_t *count, struct buf *modified)
+{
+    struct imap_view *v = &x->s->view;
+    mv_message_iter *it = NULL;
+    struct mv_message_entry e;
+    unsigned char *changed = calloc(v->count + 1, 1);
+    if (changed == NULL) {
+        return MV_ENOMEM;
+    }
+    size_t at = 0; /* idx and the listing both ascend by UID: one merge pass */
+    int rc = mv_message_list_begin(x->s->store->store, v->mailbox, 0, since, &it);
+    while (rc == MV_OK && (rc = mv_message_list_next(it, &e)) == 1) {
+        rc = MV_OK;
+        while (at < *count && v->msgs[idx[at]].uid < e.uid) {
+            at++;
+        }
+        if (at < *count && v->msgs[idx[at]].uid == e.uid) {
+            changed[idx[at]] = 1;
+        }
+    }
+    mv_message_list_end(&it);
+    if (rc < 0) {
+        free(changed);
+        return rc;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < *count; i++) {
+        if (changed[idx[i]]) {
+            buf_printf(modified, "%s%u", modified->len != 0 ? "," : "",
+                       x->cmd->uid ? v->msgs[idx[i]].uid : idx[i] + 1);
+        } else {
+            idx[kept++] = idx[i];
+        }
+    }
+    *count = kept;
+    free(changed);
+    return modified->oom ? MV_ENOMEM : MV_OK;
+}
+
+void imap_cmd_store(struct imap_ctx *x)
+{
+    struct imap_view *v = &x->s->view;
+    char keywords[4096], err[160];
+    unsigned flags = 0;
+    int mode, silent;
+    size_t argc = imap_arg_count(x->cmd), base = 1;
+    uint64_t unchanged_since = UINT64_MAX; /* CONDSTORE: (UNCHANGEDSINCE n) */
+    const struct imap_node *mod = imap_arg(x->cmd, 1);
+    if (mod != NULL && mod->type == IMAP_NODE_LIST) {
+        const struct imap_node *name = imap_node(x->cmd, mod->child);
+        const struct imap_node *value = name != NULL ? imap_node(x->cmd, name->next) : NULL;
+        if (!imap_atom_is(name, "UNCHANGEDSINCE") || value == NULL ||
+            value->next != IMAP_NODE_NONE || imap_number(value, INT64_MAX, &unchanged_since) != 0) {
+            imap_tagged(x, "BAD", "the only STORE modifier is (UNCHANGEDSINCE mod-sequence)");
+            return;
+        }
+        x->s->condstore = 1;
+        base = 2;
+    }
+    if (argc < base + 2 || imap_store_mode(imap_arg(x->cmd, base), &mode, &silent) != 0) {
+        imap_tagged(x, "BAD", "STORE takes a set, FLAGS, +FLAGS or -FLAGS (.SILENT) and flags");
+        return;
+    }
+    keywords[0] = '\0';
+    for (size_t i = base + 1; i < argc; i++) {
+        unsigned f = 0;
+        char kw[1024];
+        const struct imap_node *n = imap_arg(x->cmd, i);
+        int several = argc > base + 2;
+        if ((several && n->type == IMAP_NODE_LIST) ||
+            imap_parse_flags(x->cmd, n, &f, kw, sizeof kw, err, sizeof err) != 0) {
+            imap_tagged(x, "BAD", "%s", several && n->type == IMAP_NODE_LIST ? "bad flags" : err);
+            return;
+        }
+        flags |= f;
+        if (kw[0] != '\0' && strlen(keywords) + strlen(kw) + 2 < sizeof keywords) {
+            snprintf(keywords + strlen(keywords), sizeof keywords - strlen(keywords), "%s%s",
+                     keywords[0] != '\0' ? " " : "", kw);
+        }
+    }
+    if (v->readonly) {
+        imap_tagged(x, "NO", "[READ-ONLY] the mailbox is open read-only");
+        return;
+    }
+    uint32_t *idx = NULL;
+    size_t count = 0;
+    if (imap_set_arg(x, imap_arg(x->cmd, 0), &idx, &count) != 0) {
+        return;
+    }
+    imap_drop_expunged(v, idx, &count);
+    struct buf modified = {0};
+    int rc = unchanged_since != UINT64_MAX
+                 ? imap_store_unchanged(x, unchanged_since, idx, &count, &modified)
+                 : MV_OK;
+    char *set = rc == MV_OK && count > 0 ? imap_view_uid_set(v, idx, count) : NULL;
+    if (rc == MV_OK && count > 0 && set == NULL) {
+        rc = MV_ENOMEM;
+    } else if (rc == MV_OK && count > 0) {
+        rc = mv_flags_set(x->s->store->store, v->mailbox, set, mode, flags, keywords, NULL);
+    }
+    free(set);
+    if (rc != MV_OK) {
+        free(idx);
+        buf_free(&modified);
+        imap_tagged_store_error(x, rc, "STORE");
+        return;
+    }
+    /* Our own changes come back through the sync; .SILENT keeps them quiet. */
+    for (size_t i = 0; i < v->count; i++) {
+        v->msgs[i].reported = 0;
+    }
+    uint32_t *uids = malloc((count + 1) * sizeof *uids);
+    for (size_t i = 0; uids != NULL && i < count; i++) {
+        uids[i] = v->msgs[idx[i]].uid;
+        if (silent) {
+            v->msgs[idx[i]].reported = 2;
+        }
+    }
+    (void)imap_view_sync(x->s, x->out, x->cmd->uid);
+    for (size_t i = 0, k = 0; !silent && uids != NULL && i < count; i++) {
+        while (k < v->count && v->msgs[k].uid < uids[i]) {
+            k++;
+        }
+        if (k < v->count && v->msgs[k].uid == uids[i] && v->msgs[k].reported == 0) {
+            imap_fetch_flags_line(x->out, k + 1, &v->msgs[k], x->s->condstore);
+        }
+    }
+    for (size_t i = 0; i < v->count; i++) {
+        v->msgs[i].reported = 0;
+    }
+    free(uids);
+    free(idx);
+    if (modified.len > 0) {
+        imap_tagged(x, "OK", "[MODIFIED %s] conditional STORE failed for some messages",
+                    modified.data);
+    } else {
+        imap_tagged(x, "OK", "STORE completed");
+    }
+    buf_free(&modified);
+}
+
+/* A UID set from every stride-th value of vals (ascending runs collapse to "a:b"). */
+static void imap_uid_list(struct buf *out, const uint32_t *vals, size_t stride, size_t count)
+{
+    for (size_t i = 0; i < count;) {
+        uint32_t first = vals[i * stride], last = first;
+        size_t k = i + 1;
+        while (k < count && vals[k * stride] == last + 1) {
+            last = vals[k++ * stride];
+        }
+        buf_printf(out, i == 0 ? "%u" : ",%u", first);
+        if (last != first) {
+            buf_printf(out, ":%u", last);
+        }
+        i = k;
+    }
+}
+
+/* COPY and MOVE (move set): the store copies by UID and reports the new UIDs (COPYUID). */
+static void imap_transfer(struct imap_ctx *x, int move)
+{
+    struct imap_view *v = &x->s->view;
+    char target[IMAP_MAILBOX_MAX + 1];
+    if (imap_arg_count(x->cmd) != 2) {
+        imap_tagged(x, "BAD", "%s takes a set and a mailbox", x->cmd->name);
+        return;
+    }
+    if (imap_mailbox_arg(x, imap_arg(x->cmd, 1), target, sizeof target) != 0) {
+        return;
+    }
+    if (move && v->readonly) {
+        imap_tagged(x, "NO", "[READ-ONLY] the mailbox is open read-only");
+        return;
+    }
+    struct mv_mailbox_info info;
+    int rc = mv_mailbox_status(x->s->store->store, target, &info);
+    if (rc != MV_OK) {
+        imap_tagged(x, "NO",
+                    rc == MV_ENOTFOUND ? "[TRYCREATE] no mailbox \"%s\""
+                                       : "[SERVERBUG] cannot read mailbox \"%s\"",
+                    target);
+        return;
+    }
+    uint32_t validity = info.uidvalidity;
+    uint32_t *idx = NULL, *pairs = NULL, count = 0;
+    size_t n = 0;
+    if (imap_set_arg(x, imap_arg(x->cmd, 0), &idx, &n) != 0) {
+        return;
+    }
+    imap_drop_expunged(v, idx, &n);
+    char *set = n > 0 ? imap_view_uid_set(v, idx, n) : NULL;
+    free(idx);
+    rc = n > 0 && set == NULL ? MV_ENOMEM : MV_OK;
+    if (rc == MV_OK && n > 0) {
+        rc =
+            mv_message_copy_uids(x->s->store->store, v->mailbox, set, target, move, &pairs, &count);
+    }
+    free(set);
+    if (rc != MV_OK) {
+        imap_tagged_store_error(x, rc, x->cmd->name);
+        return;
+    }
+    struct buf code = {0};
+    if (count > 0) {
+        buf_printf(&code, "[COPYUID %u ", validity);
+        imap_uid_list(&code, pairs, 2, count);
+        buf_str(&code, " ");
+        imap_uid_list(&code, pairs + 1, 2, count);
+        buf_str(&code, "] ");
+    }
+    mv_free(pairs);
+    if (move && code.len > 0) {
+        buf_printf(x->out, "* OK %s\r\n", code.data); /* RFC 6851: before the EXPUNGEs */
+    }
+    (void)imap_view_sync(x->s, x->out, 1);
+    imap_tagged(x, "OK", "%s%s completed", !move && code.data != NULL ? code.data : "",
+                x->cmd->name);
+    buf_free(&code);
+}
+
+void imap_cmd_copy(struct imap_ctx *x)
+{
+    imap_transfer(x, 0);
+}
+
+void imap_cmd_move(struct imap_ctx *x)
+{
+    imap_transfer(x, 1);
+}
+
+void imap_cmd_expunge(struct imap_ctx *x)
+{
+    struct imap_view *v = &x->s->view;
+    char *set = NULL;
+    if (imap_arg_count(x->cmd) != (x->cmd->uid ? 1u : 0u)) {
+        imap_tagged(x, "BAD",
+                    x->cmd->uid ? "UID EXPUNGE takes a UID set" : "EXPUNGE takes no arguments");
+        return;
+    }
+    if (v->readonly) {
+        imap_tagged(x, "NO", "[READ-ONLY] the mailbox is open read-only");
+        return;
+    }
+    if (x->cmd->uid) { /* UIDPLUS: only the \Deleted messages among these UIDs */
+        uint32_t *idx = NULL;
+        size_t n = 0;
+        if (imap_set_arg(x, imap_arg(x->cmd, 0), &idx, &n) != 0) {
+            return;
+        }
+        imap_drop_expunged(v, idx, &n);
+        set = n > 0 ? imap_view_uid_set(v, idx, n) : NULL;
+        free(idx);
+        if (n == 0 || set == NULL) {
+            free(set);
+            (void)imap_view_sync(x->s, x->out, 1);
+            imap_tagged(x, n == 0 ? "OK" : "NO", "%s",
+                        n == 0 ? "UID EXPUNGE completed" : "[SERVERBUG] out of memory");
+            return;
+        }
+    }
+    int rc = mv_mailbox_expunge(x->s->store->store, v->mailbox, set, NULL);
+    free(set);
+    if (rc != MV_OK) {
+        imap_tagged_store_error(x, rc, "EXPUNGE");
+        return;
+    }
+    (void)imap_view_sync(x->s, x->out, 1);
+    imap_tagged(x, "OK", "EXPUNGE completed");
+}
+
+void imap_cmd_close(struct imap_ctx *x)
+{
+    struct imap_view *v = &x->s->view;
+    if (imap_arg_count(x->cmd) != 0) {
+        imap_tagged(x, "BAD", "CLOSE takes no arguments");
+        return;
+    }
+    int rc = v->readonly ? MV_OK : mv_mailbox_expunge(x->s->store->store, v->mailbox, NULL, NULL);
+    imap_view_free(v);
+    x->s->state = IMAP_AUTH;
+    if (rc != MV_OK) {
+        imap_tagged_store_error(x, rc, "CLOSE");
+        return;
+    }
+    imap_tagged(x, "OK", "CLOSE completed");
+}
+
+/* IDLE (RFC 2177): report what is pending, then "+ idling"; the session stays in IDLE (the
+ * loop polls the mailbox, imap_session.c) until the client sends DONE. */
+void imap_cmd_idle(struct imap_ctx *x)
+{
+    if (imap_arg_count(x->cmd) != 0) {
+        imap_tagged(x, "BAD", "IDLE takes no arguments");
+        return;
+    }
+    if (x->s->state == IMAP_SELECTED) {
+        (void)imap_view_sync(x->s, x->out, 1);
+    }
+    snprintf(x->s->idle_tag, sizeof x->s->idle_tag, "%s", x->cmd->tag);
+    x->s->idling = 1;
+    buf_str(x->out, "+ idling\r\n");
+}
+
+/* UNSELECT (RFC 3691): CLOSE without the expunge. */
+void imap_cmd_unselect(struct imap_ctx *x)
+{
+    if (imap_arg_count(x->cmd) != 0) {
+        imap_tagged(x, "BAD", "UNSELECT takes no arguments");
+        return;
+    }
+    imap_view_free(&x->s->view);
+    x->s->state = IMAP_AUTH;
+    imap_tagged(x, "OK", "UNSELECT completed");
+}

@@ -1,0 +1,374 @@
+/*
+ * imap_fetch.c -- FETCH and UID FETCH: FLAGS, UID, INTERNALDATE, RFC822.SIZE, RFC822,
+ * RFC822.HEADER, RFC822.TEXT, BODY[], BODY[HEADER], BODY[TEXT], BODY[HEADER.FIELDS (..)],
+ * BODY[HEADER.FIELDS.NOT (..)], the .PEEK forms and partial ranges <start.length>,
+ * ENVELOPE, BODYSTRUCTURE, BODY, BODY[n], BODY[n.MIME], and CONDSTORE's MODSEQ item and
+ * (CHANGEDSINCE n) modifier.
+ *
+ * IMPLEMENTATION NOTES
+ *   - Flags, dates and sizes come from the view; a message's bytes are read (once per
+ *     message) only when a section needs them, and go out as literals, byte for byte as
+ *     stored.
+ *   - The header is everything up to and including the first empty line (CRLF CRLF, or a
+ *     bare LF LF in a message stored with LF endings); the text is the rest.
+ *   - A non-PEEK body fetch in a read-write mailbox sets \Seen first (one mv_flags_set for
+ *     the whole command), and the response then carries FLAGS for those messages.
+ *
+ *   - ENVELOPE, BODYSTRUCTURE, BODY and part sections (BODY[1.2], BODY[1.2.MIME]) come from
+ *     imap_mime.c (GMime), parsed once per message per command, only when asked for.
+ *
+ * LIMITATIONS
+ *   BODY[n.HEADER], BODY[n.TEXT], BODY[n.HEADER.FIELDS] (parts of message/rfc822 parts) are
+ *   refused with NO [CANNOT]; BODY[n] of a non-leaf part is NIL. A response is
+ *   built whole in the job's buffer before it is written, so one FETCH stops (NO [LIMIT])
+ *   once it has produced IMAP_FETCH_OUTPUT_MAX bytes; streaming large responses in chunks is
+ *   for a later milestone.
+ */
+#include "imap_mime.h"
+#include "imap_session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define IMAP_FETCH_OUTPUT_MAX ((size_t)256 << 20)
+
+/* Length of the header including its terminating empty line. */
+static size_t imap_header_len(const char *raw, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (raw[i] != '\n') {
+            continue;
+        }
+        if (i + 1 < len && raw[i + 1] == '\n') {
+            return i + 2;
+        }
+        if (i + 2 < len && raw[i + 1] == '\r' && raw[i + 2] == '\n') {
+            return i + 3;
+        }
+    }
+    return len;
+}
+
+static int imap_field_listed(const struct imap_fetch_section *sec, const char *name, size_t len)
+{
+    for (size_t i = 0; i < sec->field_count; i++) {
+        if (sec->field_len[i] == len && strncasecmp(sec->fields[i], name, len) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* HEADER.FIELDS (.NOT): the selected fields, each with its continuation lines, then CRLF. */
+static void imap_header_fields(struct buf *b,
+                               const struct imap_fetch_section *sec,
+                               const char *raw,
+                               size_t hlen)
+{
+    size_t at = 0;
+    while (at < hlen) {
+        size_t end = at;
+        do { /* a field: its line and every line that starts with SP or TAB */
+            const char *nl = memchr(raw + end, '\n', hlen - end);
+            end = nl != NULL ? (size_t)(nl - raw) + 1 : hlen;
+        } while (end < hlen && (raw[end] == ' ' || raw[end] == '\t'));
+        const char *colon = memchr(raw + at, ':', end - at);
+        if (colon != NULL && raw[at] != '\r' && raw[at] != '\n') {
+            size_t name_len = (size_t)(colon - (raw + at));
+            while (name_len > 0 &&
+                   (raw[at + name_len - 1] == ' ' || raw[at + name_len - 1] == '\t')) {
+                name_len--;
+            }
+            int listed = imap_field_listed(sec, raw + at, name_len);
+            if (listed == (sec->kind == IMAP_SECTION_HEADER_FIELDS)) {
+                buf_add(b, raw + at, end - at);
+            }
+        }
+        at = end;
+    }
+    buf_str(b, "\r\n");
+}
+
+static void
+imap_literal(struct buf *out, const char *data, size_t len, const struct imap_fetch_section *sec)
+{
+    if (sec != NULL && sec->partial) {
+        uint64_t start = sec->start < len ? sec->start : len;
+        uint64_t n = len - start < sec->length ? len - start : sec->length;
+        data += start;
+        len = (size_t)n;
+    }
+    buf_printf(out, "{%zu}\r\n", len);
+    buf_add(out, data, len);
+}
+
+static void imap_section_out(struct buf *out,
+                             const struct imap_fetch_section *sec,
+                             const char *raw,
+                             size_t len,
+                             const struct imap_mime *mime)
+{
+    size_t hlen = imap_header_len(raw, len);
+    buf_printf(out, "BODY[%.*s]", (int)sec->spec_len, sec->spec);
+    if (sec->partial) {
+        buf_printf(out, "<%llu>", (unsigned long long)sec->start);
+    }
+    buf_str(out, " ");
+    if (sec->part_count > 0) {
+        struct buf part = {0};
+        if (mime == NULL || imap_mime_section(mime, sec->part, sec->part_count,
+                                              sec->kind == IMAP_SECTION_MIME, &part) != 0) {
+            buf_str(out, "NIL"); /* no such part, or not a leaf */
+        } else {
+            imap_literal(out, part.data != NULL ? part.data : "", part.len, sec);
+        }
+        buf_free(&part);
+    } else if (sec->kind == IMAP_SECTION_ALL) {
+        imap_literal(out, raw, len, sec);
+    } else if (sec->kind == IMAP_SECTION_HEADER) {
+        imap_literal(out, raw, hlen, sec);
+    } else if (sec->kind == IMAP_SECTION_TEXT) {
+        imap_literal(out, raw + hlen, len - hlen, sec);
+    } else {
+        struct buf fields = {0};
+        imap_header_fields(&fields, sec, raw, hlen);
+        imap_literal(out, fields.data != NULL ? fields.data : "", fields.len, sec);
+        buf_free(&fields);
+    }
+}
+
+static void imap_date_out(struct buf *out, int64_t when)
+{
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    time_t t = (time_t)when;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    buf_printf(out, "\"%02d-%.3s-%04d %02d:%02d:%02d +0000\"", tm.tm_mday,
+               months + (size_t)3 * (size_t)tm.tm_mon, tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+               tm.tm_sec);
+}
+
+/* One message's FETCH response. -1 if its bytes are gone (expunged meanwhile). */
+static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t i, int with_flags)
+{
+    const struct imap_msg *m = &x->s->view.msgs[i];
+    unsigned items = f->items;
+    void *raw = NULL;
+    size_t len = 0;
+    struct imap_mime *mime = NULL;
+    int need_mime =
+        (items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
+    for (size_t k = 0; k < f->section_count; k++) {
+        need_mime |= f->sections[k].part_count > 0;
+    }
+    if (need_mime || f->section_count > 0 ||
+        (items & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0) {
+        int rc = mv_message_fetch(x->s->store->store, x->s->view.mailbox, m->uid, &raw, &len);
+        if (rc == MV_OK && need_mime) {
+            rc = imap_mime_open(raw, len, &mime);
+        }
+        if (rc != MV_OK) {
+            mv_free(raw);
+            return -1;
+        }
+    }
+    struct buf *out = x->out;
+    buf_printf(out, "* %zu FETCH (UID %u", i + 1, m->uid);
+    if ((items & IMAP_FETCH_FLAGS) != 0 || with_flags) {
+        buf_str(out, " FLAGS ");
+        imap_flags_out(out, m->flags, m->keywords);
+    }
+    if ((items & IMAP_FETCH_INTERNALDATE) != 0) {
+        buf_str(out, " INTERNALDATE ");
+        imap_date_out(out, m->internal_date);
+    }
+    if ((items & IMAP_FETCH_RFC822_SIZE) != 0) {
+        buf_printf(out, " RFC822.SIZE %llu", (unsigned long long)m->size);
+    }
+    if ((items & IMAP_FETCH_MODSEQ) != 0 || (with_flags && x->s->condstore)) {
+        buf_printf(out, " MODSEQ (%llu)", (unsigned long long)m->modseq);
+    }
+    if ((items & IMAP_FETCH_ENVELOPE) != 0) {
+        buf_str(out, " ENVELOPE ");
+        imap_mime_envelope(mime, out);
+    }
+    if ((items & IMAP_FETCH_BODYSTRUCTURE) != 0) {
+        buf_str(out, " BODYSTRUCTURE ");
+        imap_mime_bodystructure(mime, out, 1);
+    }
+    if ((items & IMAP_FETCH_BODY) != 0) {
+        buf_str(out, " BODY ");
+        imap_mime_bodystructure(mime, out, 0);
+    }
+    size_t hlen = raw != NULL ? imap_header_len(raw, len) : 0;
+    if ((items & IMAP_FETCH_RFC822_HEADER) != 0) {
+        buf_str(out, " RFC822.HEADER ");
+        imap_literal(out, raw, hlen, NULL);
+    }
+    if ((items & IMAP_FETCH_RFC822_TEXT) != 0) {
+        buf_str(out, " RFC822.TEXT ");
+        imap_literal(out, (const char *)raw + hlen, len - hlen, NULL);
+    }
+    if ((items & IMAP_FETCH_RFC822) != 0) {
+        buf_str(out, " RFC822 ");
+        imap_literal(out, raw, len, NULL);
+    }
+    for (size_t k = 0; k < f->section_count; k++) {
+        buf_str(out, " ");
+        imap_section_out(out, &f->sections[k], raw, len, mime);
+    }
+    buf_str(out, ")\r\n");
+    imap_mime_close(&mime);
+    mv_free(raw);
+    return 0;
+}
+
+static int imap_fetch_sets_seen(const struct imap_fetch *f)
+{
+    if ((f->items & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_TEXT)) != 0) {
+        return 1;
+    }
+    for (size_t k = 0; k < f->section_count; k++) {
+        if (!f->sections[k].peek) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Sets \Seen on the unseen messages among idx; marks them for FLAGS in the response. */
+static int
+imap_fetch_mark_seen(struct imap_ctx *x, const uint32_t *idx, size_t count, unsigned char *mark)
+{
+    struct imap_view *v = &x->s->view;
+    uint32_t *unseen = malloc((count + 1) * sizeof *unseen);
+    size_t n = 0;
+    if (unseen == NULL) {
+        return MV_ENOMEM;
+    }
+    for (size_t i = 0; i < count; i++) {
+        if ((v->msgs[idx[i]].flags & MV_FLAG_SEEN) == 0 && !v->msgs[idx[i]].expunged) {
+            unseen[n++] = idx[i];
+        }
+    }
+    int rc = MV_OK;
+    if (n > 0) {
+        char *set = imap_view_uid_set(v, unseen, n);
+        rc = set != NULL ? mv_flags_set(x->s->store->store, v->mailbox, set, MV_FLAGS_ADD,
+                                        MV_FLAG_SEEN, NULL, NULL)
+                         : MV_ENOMEM;
+        free(set);
+        for (size_t i = 0; rc == MV_OK && i < n; i++) {
+            mark[unseen[i]] = 1;
+            v->msgs[unseen[i]].reported = 2; /* the sync must not announce it separately */
+        }
+    }
+    free(unseen);
+    return rc;
+}
+
+static int imap_fetch_supported(struct imap_ctx *x, const struct imap_fetch *f)
+{
+    for (size_t k = 0; k < f->section_count; k++) {
+        const struct imap_fetch_section *s = &f->sections[k];
+        if (s->part_count > 0 && s->kind != IMAP_SECTION_ALL && s->kind != IMAP_SECTION_MIME) {
+            imap_tagged(x, "NO",
+                        "[CANNOT] BODY[n.HEADER], BODY[n.TEXT] and BODY[n.HEADER.FIELDS] "
+                        "are not supported yet");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void imap_cmd_fetch(struct imap_ctx *x)
+{
+    struct imap_view *v = &x->s->view;
+    char err[160];
+    uint64_t changed_since = 0; /* CONDSTORE: (CHANGEDSINCE n); 0: none */
+    const struct imap_node *mod = imap_arg(x->cmd, 2);
+    if (imap_arg_count(x->cmd) < 2 || imap_arg_count(x->cmd) > 3) {
+        imap_tagged(x, "BAD", "FETCH takes a set, attributes and optional modifiers");
+        return;
+    }
+    if (mod != NULL) {
+        const struct imap_node *name =
+            mod->type == IMAP_NODE_LIST ? imap_node(x->cmd, mod->child) : NULL;
+        const struct imap_node *value = name != NULL ? imap_node(x->cmd, name->next) : NULL;
+        if (!imap_atom_is(name, "CHANGEDSINCE") || value == NULL || value->next != IMAP_NODE_NONE ||
+            imap_number(value, INT64_MAX, &changed_since) != 0) {
+            imap_tagged(x, "BAD", "the only FETCH modifier is (CHANGEDSINCE mod-sequence)");
+            return;
+        }
+        x->s->condstore = 1;
+    }
+    struct imap_fetch *f = malloc(sizeof *f);
+    struct imap_seqset *set = malloc(sizeof *set);
+    uint32_t *idx = NULL;
+    unsigned char *mark = NULL;
+    size_t count = 0;
+    const struct imap_node *set_node = imap_arg(x->cmd, 0);
+    if (f == NULL || set == NULL) {
+        imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+    } else if (set_node->type != IMAP_NODE_ATOM ||
+               imap_parse_seqset(set_node->data, set_node->len, set) != 0) {
+        imap_tagged(x, "BAD", "bad sequence set");
+    } else if (imap_parse_fetch(x->cmd, imap_arg(x->cmd, 1), f, err, sizeof err) != 0) {
+        imap_tagged(x, "BAD", "%s", err);
+    } else if (imap_fetch_supported(x, f)) {
+        if (mod != NULL || (f->items & IMAP_FETCH_MODSEQ) != 0) {
+            f->items |= IMAP_FETCH_MODSEQ;
+            x->s->condstore = 1;
+        }
+        int rc = imap_view_resolve(v, set, x->cmd->uid, &idx, &count);
+        mark = calloc(v->count + 1, 1);
+        if (rc == -1) {
+            imap_tagged(x, "BAD", "no such message sequence number");
+        } else if (rc != 0 || mark == NULL) {
+            imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        } else {
+            for (size_t i = 0; i < v->count; i++) {
+                v->msgs[i].reported = 0;
+            }
+            rc = !v->readonly && imap_fetch_sets_seen(f) ? imap_fetch_mark_seen(x, idx, count, mark)
+                                                         : MV_OK;
+            if (rc == MV_OK) {
+                /* Picks up the \Seen just set (quietly) before the responses use the flags;
+                 * no EXPUNGE during FETCH (RFC 3501 7.4.1), so indexes stay valid. */
+                rc = imap_view_sync(x->s, x->out, 0);
+            }
+            for (size_t i = 0; rc == MV_OK && i < count; i++) {
+                if (x->out->len > IMAP_FETCH_OUTPUT_MAX) {
+                    rc = MV_ELIMIT; /* responses are built whole: see LIMITATIONS */
+                    break;
+                }
+                if (!v->msgs[idx[i]].expunged && v->msgs[idx[i]].modseq > changed_since) {
+                    (void)imap_fetch_one(x, f, idx[i], mark[idx[i]]);
+                }
+            }
+            for (size_t i = 0; i < v->count; i++) {
+                v->msgs[i].reported = 0;
+            }
+            if (rc == MV_ELIMIT) {
+                imap_tagged(x, "NO",
+                            "[LIMIT] the response would exceed %u MiB: fetch fewer "
+                            "messages at a time",
+                            (unsigned)(IMAP_FETCH_OUTPUT_MAX >> 20));
+            } else if (rc != MV_OK) {
+                imap_tagged_store_error(x, rc, "FETCH");
+            } else {
+                if (x->cmd->uid) {
+                    (void)imap_view_sync(x->s, x->out, 1);
+                }
+                imap_tagged(x, "OK", "FETCH completed");
+            }
+        }
+    }
+    free(mark);
+    free(idx);
+    free(set);
+    free(f);
+}

@@ -1,0 +1,1234 @@
+/*
+ * imap_parse.c -- the strict IMAP command parser (see imap_parse.h for the interface).
+ *
+ * IMPLEMENTATION NOTES
+ *   - One pass over the bytes builds a tree of nodes in one array (first child / next
+ *     sibling indexes, so nothing moves when the array grows). Atoms and literals point into
+ *     the input; quoted strings are unescaped into cmd->text, which is as large as the input
+ *     (an unquoted string is never longer than its quoted form).
+ *   - Separators are exactly one SP; a list holds no leading or trailing SP; the command ends
+ *     with CRLF (or LF) and nothing after it. A literal's count must match the bytes that
+ *     follow its CRLF; a literal with a NUL byte is still a string (APPEND data may hold
+ *     anything), and imap_astring() refuses it where a C string is needed.
+ *   - An atom may contain one bracketed part ("BODY[HEADER.FIELDS (A B)]<0.10>"), inside
+ *     which SP, parentheses and quoted strings are allowed: it stays one atom, which
+ *     imap_parse_fetch() takes apart.
+ *   - The typed readers (sequence sets, flags, dates, FETCH, SEARCH) work on the node tree
+ *     and never allocate except the sequence sets of a search.
+ */
+#include "imap_parse.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct imap_parser {
+    const uint8_t *p;
+    size_t len;
+    size_t at;
+    struct imap_command *cmd;
+    size_t node_cap;
+    size_t text_at;
+    char *err;
+    size_t err_size;
+};
+
+static int imap_parse_fail(struct imap_parser *ps, const char *what)
+{
+    snprintf(ps->err, ps->err_size, "%s at byte %zu", what, ps->at);
+    return IMAP_PARSE_BAD;
+}
+
+/* ATOM-CHAR minus nothing we need: any CHAR except ( ) { SP CTL " \ ; '%' '*' and ']' are
+ * allowed (list-mailbox, sequence sets, astring). */
+static int imap_is_atom_char(uint8_t c)
+{
+    return c > 0x20 && c < 0x7f && c != '(' && c != ')' && c != '{' && c != '"' && c != '\\';
+}
+
+static int imap_is_tag_char(uint8_t c)
+{
+    return imap_is_atom_char(c) && c != '+' && c != '%' && c != '*';
+}
+
+static int imap_node_add(struct imap_parser *ps, enum imap_node_type type, uint32_t *index)
+{
+    struct imap_command *cmd = ps->cmd;
+    if (cmd->node_count == IMAP_PARSE_NODES_MAX) {
+        return imap_parse_fail(ps, "too many arguments");
+    }
+    if (cmd->node_count == ps->node_cap) {
+        size_t cap = ps->node_cap != 0 ? ps->node_cap * 2 : 16;
+        struct imap_node *nodes = realloc(cmd->nodes, cap * sizeof *nodes);
+        if (nodes == NULL) {
+            return IMAP_PARSE_NOMEM;
+        }
+        cmd->nodes = nodes;
+        ps->node_cap = cap;
+    }
+    struct imap_node *n = &cmd->nodes[cmd->node_count];
+    memset(n, 0, sizeof *n);
+    n->type = type;
+    n->child = IMAP_NODE_NONE;
+    n->next = IMAP_NODE_NONE;
+    *index = (uint32_t)cmd->node_count++;
+    return IMAP_PARSE_OK;
+}
+
+/* An atom, with at most one bracketed part inside. */
+static int imap_parse_atom(struct imap_parser *ps, uint32_t *index)
+{
+    size_t start = ps->at;
+    int brackets = 0;
+    if (ps->at < ps->len && ps->p[ps->at] == '\\') {
+        ps->at++; /* a flag: \Seen */
+    }
+    while (ps->at < ps->len) {
+        uint8_t c = ps->p[ps->at];
+        if (c == '[' && !brackets) {
+            brackets = 1;
+            ps->at++;
+            while (ps->at < ps->len && ps->p[ps->at] != ']') {
+                uint8_t d = ps->p[ps->at];
+                if (d < 0x20 || d >= 0x7f || d == '[' || d == '{') {
+                    return imap_parse_fail(ps, "bad character in a section");
+                }
+                ps->at++;
+            }
+            if (ps->at == ps->len) {
+                return imap_parse_fail(ps, "unterminated section");
+            }
+            ps->at++;
+            continue;
+        }
+        if (!imap_is_atom_char(c)) {
+            break;
+        }
+        ps->at++;
+    }
+    if (ps->at == start || (ps->at == start + 1 && ps->p[start] == '\\')) {
+        return imap_parse_fail(ps, "expected an atom");
+    }
+    int rc = imap_node_add(ps, IMAP_NODE_ATOM, index);
+    if (rc == IMAP_PARSE_OK) {
+        ps->cmd->nodes[*index].data = (const char *)ps->p + start;
+        ps->cmd->nodes[*index].len = ps->at - start;
+    }
+    return rc;
+}
+
+static int imap_parse_quoted(struct imap_parser *ps, uint32_t *index)
+{
+    ps->at++; /* the opening quote */
+    char *out = ps->cmd->text + ps->text_at;
+    size_t n = 0;
+    for (;;) {
+        if (ps->at == ps->len) {
+            return imap_parse_fail(ps, "unterminated quoted string");
+        }
+        uint8_t c = ps->p[ps->at++];
+        if (c == '"') {
+            break;
+        }
+        if (c == '\\') {
+            if (ps->at == ps->len || (ps->p[ps->at] != '"' && ps->p[ps->at] != '\\')) {
+                return imap_parse_fail(ps, "bad escape in a quoted string");
+            }
+            c = ps->p[ps->at++];
+        } else if (c == '\r' || c == '\n' || c == 0) {
+            return imap_parse_fail(ps, "CR, LF or NUL in a quoted string");
+        }
+        out[n++] = (char)c;
+    }
+    int rc = imap_node_add(ps, IMAP_NODE_STRING, index);
+    if (rc == IMAP_PARSE_OK) {
+        ps->cmd->nodes[*index].data = out;
+        ps->cmd->nodes[*index].len = n;
+        ps->text_at += n;
+    }
+    return rc;
+}
+
+/* {n}CRLF or {n+}CRLF (LF alone accepted), then exactly n bytes. */
+static int imap_parse_literal(struct imap_parser *ps, uint32_t *index)
+{
+    ps->at++; /* '{' */
+    uint64_t n = 0;
+    size_t digits = 0;
+    while (ps->at < ps->len && ps->p[ps->at] >= '0' && ps->p[ps->at] <= '9') {
+        n = n * 10 + (uint64_t)(ps->p[ps->at] - '0');
+        if (n > (uint64_t)SIZE_MAX / 2 || ++digits > 19) {
+            return imap_parse_fail(ps, "literal too large");
+        }
+        ps->at++;
+    }
+    if (digits == 0) {
+        return imap_parse_fail(ps, "bad literal count");
+    }
+    if (ps->at < ps->len && ps->p[ps->at] == '+') {
+        ps->at++;
+    }
+    if (ps->at + 1 < ps->len && ps->p[ps->at] == '}' && ps->p[ps->at + 1] == '\n') {
+        ps->at += 2;
+    } else if (ps->at + 2 < ps->len && ps->p[ps->at] == '}' && ps->p[ps->at + 1] == '\r' &&
+               ps->p[ps->at + 2] == '\n') {
+        ps->at += 3;
+    } else {
+        return imap_parse_fail(ps, "a literal's count must end the line");
+    }
+    if (n > ps->len - ps->at) {
+        return imap_parse_fail(ps, "literal shorter than its count");
+    }
+    int rc = imap_node_add(ps, IMAP_NODE_STRING, index);
+    if (rc == IMAP_PARSE_OK) {
+        struct imap_node *node = &ps->cmd->nodes[*index];
+        node->literal = 1;
+        node->data = (const char *)ps->p + ps->at;
+        node->len = (size_t)n;
+        ps->at += (size_t)n;
+    }
+    return rc;
+}
+
+static int imap_at_end(const struct imap_parser *ps)
+{
+    return ps->at == ps->len || ps->p[ps->at] == '\r' || ps->p[ps->at] == '\n';
+}
+
+static int imap_parse_values(struct imap_parser *ps, uint32_t *first, int depth);
+
+static int imap_parse_value(struct imap_parser *ps, uint32_t *index, int depth)
+{
+    uint8_t c = ps->p[ps->at];
+    if (c == '"') {
+        return imap_parse_quoted(ps, index);
+    }
+    if (c == '{') {
+        return imap_parse_literal(ps, index);
+    }
+    if (c != '(') {
+        return imap_parse_atom(ps, index);
+    }
+    if (depth >= IMAP_PARSE_DEPTH_MAX) {
+        return imap_parse_fail(ps, "lists nested too deeply");
+    }
+    int rc = imap_node_add(ps, IMAP_NODE_LIST, index);
+    if (rc != IMAP_PARSE_OK) {
+        return rc;
+    }
+    ps->at++;
+    uint32_t child = IMAP_NODE_NONE;
+    if (ps->at < ps->len && ps->p[ps->at] != ')') {
+        rc = imap_parse_values(ps, &child, depth + 1);
+        if (rc != IMAP_PARSE_OK) {
+            return rc;
+        }
+    }
+    if (ps->at == ps->len || ps->p[ps->at] != ')') {
+        return imap_parse_fail(ps, "expected ')'");
+    }
+    ps->at++;
+    ps->cmd->nodes[*index].child = child;
+    return IMAP_PARSE_OK;
+}
+
+/* value *(SP value), stopping before ')' or the end of the line. */
+static int imap_parse_values(struct imap_parser *ps, uint32_t *first, int depth)
+{
+    uint32_t prev = IMAP_NODE_NONE;
+    *first = IMAP_NODE_NONE;
+    for (;;) {
+        if (imap_at_end(ps) || ps->p[ps->at] == ' ' || ps->p[ps->at] == ')') {
+            return imap_parse_fail(ps, "expected a value");
+        }
+        uint32_t index;
+        int rc = imap_parse_value(ps, &index, depth);
+        if (rc != IMAP_PARSE_OK) {
+            return rc;
+        }
+        if (prev == IMAP_NODE_NONE) {
+            *first = index;
+        } else {
+            ps->cmd->nodes[prev].next = index;
+        }
+        prev = index;
+        if (imap_at_end(ps) || ps->p[ps->at] == ')') {
+            return IMAP_PARSE_OK;
+        }
+        if (ps->p[ps->at] != ' ') {
+            return imap_parse_fail(ps, "expected SP");
+        }
+        ps->at++;
+    }
+}
+
+static int imap_parse_word(struct imap_parser *ps, char *out, size_t out_size, const char *what)
+{
+    size_t n = 0;
+    while (ps->at < ps->len && ((ps->p[ps->at] >= 'A' && ps->p[ps->at] <= 'Z') ||
+                                (ps->p[ps->at] >= 'a' && ps->p[ps->at] <= 'z'))) {
+        if (n + 1 == out_size) {
+            return imap_parse_fail(ps, what);
+        }
+        uint8_t c = ps->p[ps->at++];
+        out[n++] = (char)(c >= 'a' ? c - 'a' + 'A' : c);
+    }
+    out[n] = '\0';
+    return n == 0 ? imap_parse_fail(ps, what) : IMAP_PARSE_OK;
+}
+
+static int imap_parse_head(struct imap_parser *ps)
+{
+    struct imap_command *cmd = ps->cmd;
+    size_t n = 0;
+    while (ps->at < ps->len && imap_is_tag_char(ps->p[ps->at])) {
+        if (n == IMAP_TAG_MAX) {
+            cmd->tag[0] = '\0';
+            return imap_parse_fail(ps, "tag too long");
+        }
+        cmd->tag[n++] = (char)ps->p[ps->at++];
+    }
+    cmd->tag[n] = '\0';
+    if (n == 0) {
+        return imap_parse_fail(ps, "missing tag");
+    }
+    if (ps->at == ps->len || ps->p[ps->at] != ' ') {
+        cmd->tag[0] = '\0'; /* "a1\r\n" is a tag; "a1(" is not */
+        return imap_parse_fail(ps, "expected SP after the tag");
+    }
+    ps->at++;
+    int rc = imap_parse_word(ps, cmd->name, sizeof cmd->name, "bad command name");
+    if (rc == IMAP_PARSE_OK && strcmp(cmd->name, "UID") == 0) {
+        if (ps->at == ps->len || ps->p[ps->at] != ' ') {
+            return imap_parse_fail(ps, "expected a command after UID");
+        }
+        ps->at++;
+        cmd->uid = 1;
+        rc = imap_parse_word(ps, cmd->name, sizeof cmd->name, "bad command name after UID");
+    }
+    return rc;
+}
+
+int imap_parse_command(
+    const uint8_t *bytes, size_t len, struct imap_command *cmd, char *err, size_t err_size)
+{
+    struct imap_parser ps = {.p = bytes, .len = len, .cmd = cmd, .err = err, .err_size = err_size};
+    memset(cmd, 0, sizeof *cmd);
+    cmd->first = IMAP_NODE_NONE;
+    if (err_size > 0) {
+        err[0] = '\0';
+    }
+    cmd->text = malloc(len + 1);
+    if (cmd->text == NULL) {
+        return IMAP_PARSE_NOMEM;
+    }
+    cmd->text_size = len + 1;
+    int rc = imap_parse_head(&ps);
+    if (rc == IMAP_PARSE_OK && ps.at < len && bytes[ps.at] == ' ') {
+        ps.at++;
+        rc = imap_parse_values(&ps, &cmd->first, 0);
+    }
+    if (rc == IMAP_PARSE_OK) {
+        if (ps.at + 2 == len && bytes[ps.at] == '\r' && bytes[ps.at + 1] == '\n') {
+            ps.at += 2;
+        } else if (ps.at + 1 == len && bytes[ps.at] == '\n') {
+            ps.at += 1;
+        } else {
+            rc = imap_parse_fail(&ps, ps.at < len && bytes[ps.at] == ')' ? "unexpected ')'"
+                                                                         : "expected CRLF");
+        }
+    }
+    if (rc != IMAP_PARSE_OK) {
+        char tag[IMAP_TAG_MAX + 1];
+        memcpy(tag, cmd->tag, sizeof tag);
+        imap_command_free(cmd);
+        memcpy(cmd->tag, tag, sizeof tag);
+        if (rc == IMAP_PARSE_NOMEM) {
+            snprintf(err, err_size, "out of memory");
+        }
+    }
+    return rc;
+}
+
+void imap_command_free(struct imap_command *cmd)
+{
+    free(cmd->nodes);
+    if (cmd->text != NULL) {
+        explicit_bzero(cmd->text, cmd->text_size); /* a quoted LOGIN password */
+    }
+    free(cmd->text);
+    memset(cmd, 0, sizeof *cmd);
+    cmd->first = IMAP_NODE_NONE;
+}
+
+/* ---- node helpers ---------------------------------------------------------------------- */
+
+const struct imap_node *imap_node(const struct imap_command *cmd, uint32_t index)
+{
+    return index < cmd->node_count ? &cmd->nodes[index] : NULL;
+}
+
+const struct imap_node *imap_arg(const struct imap_command *cmd, size_t n)
+{
+    uint32_t i = cmd->first;
+    while (i != IMAP_NODE_NONE && n-- > 0) {
+        i = cmd->nodes[i].next;
+    }
+    return imap_node(cmd, i);
+}
+
+size_t imap_arg_count(const struct imap_command *cmd)
+{
+    size_t n = 0;
+    for (uint32_t i = cmd->first; i != IMAP_NODE_NONE; i = cmd->nodes[i].next) {
+        n++;
+    }
+    return n;
+}
+
+static int imap_text_is(const char *data, size_t len, const char *word)
+{
+    return strlen(word) == len && strncasecmp(data, word, len) == 0;
+}
+
+int imap_atom_is(const struct imap_node *node, const char *word)
+{
+    return node != NULL && node->type == IMAP_NODE_ATOM &&
+           imap_text_is(node->data, node->len, word);
+}
+
+int imap_astring(const struct imap_node *node, char *out, size_t out_size)
+{
+    if (node == NULL || node->type == IMAP_NODE_LIST || node->len >= out_size ||
+        memchr(node->data, 0, node->len) != NULL) {
+        return -1;
+    }
+    if (node->type == IMAP_NODE_ATOM && memchr(node->data, '[', node->len) != NULL) {
+        return -1;
+    }
+    memcpy(out, node->data, node->len);
+    out[node->len] = '\0';
+    return 0;
+}
+
+static int imap_digits(const char *p, size_t len, uint64_t max, uint64_t *out)
+{
+    uint64_t n = 0;
+    if (len == 0 || len > 20) {
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9') {
+            return -1;
+        }
+        uint64_t d = (uint64_t)(p[i] - '0');
+        if (n > (max - d) / 10) {
+            return -1;
+        }
+        n = n * 10 + d;
+    }
+    *out = n;
+    return 0;
+}
+
+int imap_number(const struct imap_node *node, uint64_t max, uint64_t *out)
+{
+    if (node == NULL || node->type != IMAP_NODE_ATOM) {
+        return -1;
+    }
+    return imap_digits(node->data, node->len, max, out);
+}
+
+/* ---- sequence sets --------------------------------------------------------------------- */
+
+static int imap_seq_number(const char *p, size_t len, uint32_t *out)
+{
+    uint64_t n;
+    if (len == 1 && p[0] == '*') {
+        *out = IMAP_SEQ_STAR;
+        return 0;
+    }
+    if (len == 0 || p[0] == '0' || imap_digits(p, len, UINT32_MAX, &n) != 0) {
+        return -1;
+    }
+    *out = (uint32_t)n;
+    return 0;
+}
+
+int imap_parse_seqset(const char *text, size_t len, struct imap_seqset *out)
+{
+    out->count = 0;
+    size_t at = 0;
+    while (at <= len) {
+        size_t end = at;
+        while (end < len && text[end] != ',') {
+            end++;
+        }
+        if (out->count == IMAP_SEQSET_RANGES_MAX) {
+            return -1;
+        }
+        const char *colon = memchr(text + at, ':', end - at);
+        struct imap_seq_range *r = &out->ranges[out->count];
+        if (colon == NULL) {
+            if (imap_seq_number(text + at, end - at, &r->first) != 0) {
+                return -1;
+            }
+            r->last = r->first;
+        } else {
+            size_t left = (size_t)(colon - (text + at));
+            if (imap_seq_number(text + at, left, &r->first) != 0 ||
+                imap_seq_number(colon + 1, end - at - left - 1, &r->last) != 0) {
+                return -1;
+            }
+        }
+        out->count++;
+        if (end == len) {
+            return 0;
+        }
+        at = end + 1;
+    }
+    return -1;
+}
+
+int imap_seqset_contains(const struct imap_seqset *set, uint32_t n, uint32_t star)
+{
+    for (size_t i = 0; i < set->count; i++) {
+        uint32_t a = set->ranges[i].first == IMAP_SEQ_STAR ? star : set->ranges[i].first;
+        uint32_t b = set->ranges[i].last == IMAP_SEQ_STAR ? star : set->ranges[i].last;
+        uint32_t lo = a < b ? a : b, hi = a < b ? b : a;
+        if (n >= lo && n <= hi) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- flags ----------------------------------------------------------------------------- */
+
+static int imap_flag_one(const struct imap_node *n,
+                         unsigned *flags,
+                         char *keywords,
+                         size_t keywords_size,
+                         size_t *kw_at,
+                         char *err,
+                         size_t err_size)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } system[] = {{"\\Seen", IMAP_FLAG_SEEN},
+                  {"\\Answered", IMAP_FLAG_ANSWERED},
+                  {"\\Flagged", IMAP_FLAG_FLAGGED},
+                  {"\\Deleted", IMAP_FLAG_DELETED},
+                  {"\\Draft", IMAP_FLAG_DRAFT}};
+    if (n->type != IMAP_NODE_ATOM || memchr(n->data, '[', n->len) != NULL ||
+        memchr(n->data, ']', n->len) != NULL || memchr(n->data, '%', n->len) != NULL ||
+        memchr(n->data, '*', n->len) != NULL) {
+        snprintf(err, err_size, "a flag must be an atom");
+        return -1;
+    }
+    if (n->data[0] == '\\') {
+        for (size_t i = 0; i < sizeof system / sizeof system[0]; i++) {
+            if (imap_text_is(n->data, n->len, system[i].name)) {
+                *flags |= system[i].bit;
+                return 0;
+            }
+        }
+        snprintf(err, err_size, "unknown or read-only system flag %.*s",
+                 (int)(n->len > 40 ? 40 : n->len), n->data);
+        return -1;
+    }
+    if (*kw_at + n->len + 2 > keywords_size) {
+        snprintf(err, err_size, "too many keywords");
+        return -1;
+    }
+    if (*kw_at != 0) {
+        keywords[(*kw_at)++] = ' ';
+    }
+    memcpy(keywords + *kw_at, n->data, n->len);
+    *kw_at += n->len;
+    keywords[*kw_at] = '\0';
+    return 0;
+}
+
+int imap_parse_flags(const struct imap_command *cmd,
+                     const struct imap_node *node,
+                     unsigned *flags,
+                     char *keywords,
+                     size_t keywords_size,
+                     char *err,
+                     size_t err_size)
+{
+    size_t kw_at = 0;
+    *flags = 0;
+    if (keywords_size == 0) {
+        return -1;
+    }
+    keywords[0] = '\0';
+    if (node == NULL) {
+        snprintf(err, err_size, "expected flags");
+        return -1;
+    }
+    if (node->type != IMAP_NODE_LIST) {
+        return imap_flag_one(node, flags, keywords, keywords_size, &kw_at, err, err_size);
+    }
+    for (uint32_t i = node->child; i != IMAP_NODE_NONE; i = cmd->nodes[i].next) {
+        if (imap_flag_one(&cmd->nodes[i], flags, keywords, keywords_size, &kw_at, err, err_size) !=
+            0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- dates ----------------------------------------------------------------------------- */
+
+static int imap_month(const char *p)
+{
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    for (int m = 0; m < 12; m++) {
+        if (strncasecmp(p, months + (size_t)3 * (size_t)m, 3) == 0) {
+            return m;
+        }
+    }
+    return -1;
+}
+
+/* Days since 1970-01-01 of a civil date (proleptic Gregorian). */
+static int64_t imap_days(int64_t y, int m, int d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t mp = (m + 9) % 12;
+    int64_t doy = (153 * mp + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static int imap_days_in_month(int64_t y, int m)
+{
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return days[m - 1] + (m == 2 && leap);
+}
+
+/* "d-Mon-yyyy" or "dd-Mon-yyyy" (or " d-" with a leading space for date-time) at p. */
+static int imap_date_text(const char *p, size_t len, size_t *used, int64_t *days)
+{
+    size_t i = 0;
+    int d = 0;
+    if (len > 0 && p[0] == ' ') {
+        i = 1;
+    }
+    size_t digits = 0;
+    while (i < len && p[i] >= '0' && p[i] <= '9' && digits < 2) {
+        d = d * 10 + (p[i++] - '0');
+        digits++;
+    }
+    if (digits == 0 || i + 9 > len || p[i] != '-' || p[i + 4] != '-') {
+        return -1;
+    }
+    int m = imap_month(p + i + 1);
+    int64_t y = 0;
+    for (size_t k = i + 5; k < i + 9; k++) {
+        if (p[k] < '0' || p[k] > '9') {
+            return -1;
+        }
+        y = y * 10 + (p[k] - '0');
+    }
+    if (m < 0 || d < 1 || d > imap_days_in_month(y, m + 1)) {
+        return -1;
+    }
+    *days = imap_days(y, m + 1, d);
+    *used = i + 9;
+    return 0;
+}
+
+int imap_parse_date(const struct imap_node *node, int64_t *out)
+{
+    size_t used;
+    int64_t days;
+    if (node == NULL || node->type == IMAP_NODE_LIST || node->len == 0 || node->data[0] == ' ' ||
+        imap_date_text(node->data, node->len, &used, &days) != 0 || used != node->len) {
+        return -1;
+    }
+    *out = days * 86400;
+    return 0;
+}
+
+static int imap_two(const char *p, int max, int *out)
+{
+    if (p[0] < '0' || p[0] > '9' || p[1] < '0' || p[1] > '9') {
+        return -1;
+    }
+    *out = (p[0] - '0') * 10 + (p[1] - '0');
+    return *out <= max ? 0 : -1;
+}
+
+int imap_parse_date_time(const struct imap_node *node, int64_t *out)
+{
+    size_t used;
+    int64_t days;
+    if (node == NULL || node->type != IMAP_NODE_STRING ||
+        imap_date_text(node->data, node->len, &used, &days) != 0) {
+        return -1;
+    }
+    const char *p = node->data + used;
+    int hh, mm, ss, zh, zm;
+    /* " hh:mm:ss +zzzz" */
+    if (node->len - used != 15 || p[0] != ' ' || p[3] != ':' || p[6] != ':' || p[9] != ' ' ||
+        (p[10] != '+' && p[10] != '-') || imap_two(p + 1, 23, &hh) != 0 ||
+        imap_two(p + 4, 59, &mm) != 0 || imap_two(p + 7, 60, &ss) != 0 ||
+        imap_two(p + 11, 99, &zh) != 0 || imap_two(p + 13, 59, &zm) != 0) {
+        return -1;
+    }
+    int64_t zone = ((int64_t)zh * 3600 + (int64_t)zm * 60) * (p[10] == '-' ? -1 : 1);
+    *out = days * 86400 + (int64_t)hh * 3600 + (int64_t)mm * 60 + ss - zone;
+    return 0;
+}
+
+/* ---- FETCH ----------------------------------------------------------------------------- */
+
+static int
+imap_fetch_fail(char *err, size_t err_size, const char *what, const char *data, size_t len)
+{
+    snprintf(err, err_size, "%s: %.*s", what, (int)(len > 60 ? 60 : len), data);
+    return -1;
+}
+
+/* HEADER.FIELDS (a b c) names, from the text after the keyword. */
+static int imap_fetch_fields(struct imap_fetch_section *s, const char *p, size_t len)
+{
+    if (len < 3 || p[0] != ' ' || p[1] != '(' || p[len - 1] != ')') {
+        return -1;
+    }
+    size_t at = 2, end = len - 1;
+    while (at < end) {
+        size_t start = at;
+        while (at < end && p[at] != ' ') {
+            uint8_t c = (uint8_t)p[at];
+            if (c <= 0x20 || c >= 0x7f || c == ':' || c == '"' || c == '(' || c == ')') {
+                return -1;
+            }
+            at++;
+        }
+        if (at == start || s->field_count == IMAP_FETCH_FIELDS_MAX) {
+            return -1;
+        }
+        s->fields[s->field_count] = p + start;
+        s->field_len[s->field_count++] = at - start;
+        if (at < end) {
+            at++;
+            if (at == end) {
+                return -1; /* trailing SP */
+            }
+        }
+    }
+    return s->field_count > 0 ? 0 : -1;
+}
+
+/* The text between the brackets: [part.part.]HEADER|TEXT|MIME|HEADER.FIELDS[.NOT] (..) */
+static int imap_fetch_spec(struct imap_fetch_section *s, const char *p, size_t len)
+{
+    size_t at = 0;
+    s->kind = IMAP_SECTION_ALL;
+    s->spec = p;
+    s->spec_len = len;
+    while (at < len && p[at] >= '0' && p[at] <= '9') {
+        size_t start = at;
+        uint64_t n;
+        while (at < len && p[at] >= '0' && p[at] <= '9') {
+            at++;
+        }
+        if (p[start] == '0' || imap_digits(p + start, at - start, UINT32_MAX, &n) != 0 ||
+            s->part_count == sizeof s->part / sizeof s->part[0]) {
+            return -1;
+        }
+        s->part[s->part_count++] = (uint32_t)n;
+        if (at == len) {
+            return 0;
+        }
+        if (p[at++] != '.') {
+            return -1;
+        }
+    }
+    const char *word = p + at;
+    size_t rest = len - at;
+    if (imap_text_is(word, rest, "HEADER")) {
+        s->kind = IMAP_SECTION_HEADER;
+    } else if (imap_text_is(word, rest, "TEXT")) {
+        s->kind = IMAP_SECTION_TEXT;
+    } else if (imap_text_is(word, rest, "MIME") && s->part_count > 0) {
+        s->kind = IMAP_SECTION_MIME;
+    } else if (rest > 17 && strncasecmp(word, "HEADER.FIELDS.NOT", 17) == 0) {
+        s->kind = IMAP_SECTION_HEADER_FIELDS_NOT;
+        return imap_fetch_fields(s, word + 17, rest - 17);
+    } else if (rest > 13 && strncasecmp(word, "HEADER.FIELDS", 13) == 0) {
+        s->kind = IMAP_SECTION_HEADER_FIELDS;
+        return imap_fetch_fields(s, word + 13, rest - 13);
+    } else if (rest != 0 || s->part_count > 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* "<start.length>" */
+static int imap_fetch_partial(struct imap_fetch_section *s, const char *p, size_t len)
+{
+    if (len < 5 || p[0] != '<' || p[len - 1] != '>') {
+        return -1;
+    }
+    const char *dot = memchr(p, '.', len);
+    if (dot == NULL) {
+        return -1;
+    }
+    size_t a = (size_t)(dot - p) - 1, b = len - 2 - a - 1;
+    if (imap_digits(p + 1, a, UINT32_MAX, &s->start) != 0 ||
+        imap_digits(dot + 1, b, UINT32_MAX, &s->length) != 0 || s->length == 0) {
+        return -1;
+    }
+    s->partial = 1;
+    return 0;
+}
+
+static int imap_fetch_body(
+    struct imap_fetch *f, const char *p, size_t len, int peek, char *err, size_t err_size)
+{
+    const char *open = memchr(p, '[', len), *close = memchr(p, ']', len);
+    if (f->section_count == IMAP_FETCH_SECTIONS_MAX) {
+        return imap_fetch_fail(err, err_size, "too many body sections", p, len);
+    }
+    struct imap_fetch_section *s = &f->sections[f->section_count];
+    memset(s, 0, sizeof *s);
+    s->peek = peek;
+    if (open == NULL || close == NULL || close < open ||
+        imap_fetch_spec(s, open + 1, (size_t)(close - open - 1)) != 0) {
+        return imap_fetch_fail(err, err_size, "bad body section", p, len);
+    }
+    size_t after = len - (size_t)(close + 1 - p);
+    if (after != 0 && imap_fetch_partial(s, close + 1, after) != 0) {
+        return imap_fetch_fail(err, err_size, "bad partial range", p, len);
+    }
+    f->section_count++;
+    return 0;
+}
+
+static int
+imap_fetch_att(struct imap_fetch *f, const struct imap_node *n, char *err, size_t err_size)
+{
+    static const struct {
+        const char *name;
+        unsigned item;
+    } simple[] = {{"UID", IMAP_FETCH_UID},
+                  {"FLAGS", IMAP_FETCH_FLAGS},
+                  {"INTERNALDATE", IMAP_FETCH_INTERNALDATE},
+                  {"RFC822.SIZE", IMAP_FETCH_RFC822_SIZE},
+                  {"ENVELOPE", IMAP_FETCH_ENVELOPE},
+                  {"BODYSTRUCTURE", IMAP_FETCH_BODYSTRUCTURE},
+                  {"BODY", IMAP_FETCH_BODY},
+                  {"RFC822", IMAP_FETCH_RFC822},
+                  {"RFC822.HEADER", IMAP_FETCH_RFC822_HEADER},
+                  {"RFC822.TEXT", IMAP_FETCH_RFC822_TEXT},
+                  {"MODSEQ", IMAP_FETCH_MODSEQ}};
+    if (n->type != IMAP_NODE_ATOM) {
+        return imap_fetch_fail(err, err_size, "bad fetch attribute", "", 0);
+    }
+    for (size_t i = 0; i < sizeof simple / sizeof simple[0]; i++) {
+        if (imap_text_is(n->data, n->len, simple[i].name)) {
+            f->items |= simple[i].item;
+            return 0;
+        }
+    }
+    if (n->len > 10 && strncasecmp(n->data, "BODY.PEEK[", 10) == 0) {
+        return imap_fetch_body(f, n->data + 9, n->len - 9, 1, err, err_size);
+    }
+    if (n->len > 5 && strncasecmp(n->data, "BODY[", 5) == 0) {
+        return imap_fetch_body(f, n->data + 4, n->len - 4, 0, err, err_size);
+    }
+    return imap_fetch_fail(err, err_size, "unknown fetch attribute", n->data, n->len);
+}
+
+int imap_parse_fetch(const struct imap_command *cmd,
+                     const struct imap_node *node,
+                     struct imap_fetch *out,
+                     char *err,
+                     size_t err_size)
+{
+    out->items = 0;
+    out->section_count = 0;
+    if (node == NULL) {
+        snprintf(err, err_size, "expected fetch attributes");
+        return -1;
+    }
+    if (imap_atom_is(node, "ALL")) {
+        out->items = IMAP_FETCH_FLAGS | IMAP_FETCH_INTERNALDATE | IMAP_FETCH_RFC822_SIZE |
+                     IMAP_FETCH_ENVELOPE;
+        return 0;
+    }
+    if (imap_atom_is(node, "FAST")) {
+        out->items = IMAP_FETCH_FLAGS | IMAP_FETCH_INTERNALDATE | IMAP_FETCH_RFC822_SIZE;
+        return 0;
+    }
+    if (imap_atom_is(node, "FULL")) {
+        out->items = IMAP_FETCH_FLAGS | IMAP_FETCH_INTERNALDATE | IMAP_FETCH_RFC822_SIZE |
+                     IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODY;
+        return 0;
+    }
+    if (node->type != IMAP_NODE_LIST) {
+        return imap_fetch_att(out, node, err, err_size);
+    }
+    if (node->child == IMAP_NODE_NONE) {
+        snprintf(err, err_size, "empty fetch attribute list");
+        return -1;
+    }
+    for (uint32_t i = node->child; i != IMAP_NODE_NONE; i = cmd->nodes[i].next) {
+        if (imap_fetch_att(out, &cmd->nodes[i], err, err_size) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- SEARCH ---------------------------------------------------------------------------- */
+
+struct imap_search_parser {
+    const struct imap_command *cmd;
+    struct imap_search *s;
+    char *err;
+    size_t err_size;
+};
+
+static int
+imap_search_fail(struct imap_search_parser *sp, const char *what, const struct imap_node *n)
+{
+    if (n != NULL && n->type == IMAP_NODE_ATOM) {
+        snprintf(sp->err, sp->err_size, "%s: %.*s", what, (int)(n->len > 40 ? 40 : n->len),
+                 n->data);
+    } else {
+        snprintf(sp->err, sp->err_size, "%s", what);
+    }
+    return -1;
+}
+
+static int imap_search_new(struct imap_search_parser *sp, enum imap_search_op op, uint32_t *index)
+{
+    if (sp->s->count == IMAP_SEARCH_KEYS_MAX) {
+        return imap_search_fail(sp, "too many search keys", NULL);
+    }
+    struct imap_search_key *k = &sp->s->keys[sp->s->count];
+    memset(k, 0, sizeof *k);
+    k->op = op;
+    k->child = IMAP_NODE_NONE;
+    k->next = IMAP_NODE_NONE;
+    *index = (uint32_t)sp->s->count++;
+    return 0;
+}
+
+static const struct imap_node *
+imap_search_arg(struct imap_search_parser *sp, const struct imap_node *n, uint32_t *cursor)
+{
+    *cursor = n->next;
+    return imap_node(sp->cmd, n->next);
+}
+
+static int
+imap_search_key(struct imap_search_parser *sp, uint32_t *cursor, uint32_t *index, int depth);
+
+/* Keys from *cursor to the end of the sibling chain, as children of parent. */
+static int
+imap_search_keys(struct imap_search_parser *sp, uint32_t cursor, uint32_t parent, int depth)
+{
+    uint32_t prev = IMAP_NODE_NONE;
+    if (cursor == IMAP_NODE_NONE) {
+        return imap_search_fail(sp, "expected a search key", NULL);
+    }
+    while (cursor != IMAP_NODE_NONE) {
+        uint32_t index;
+        if (imap_search_key(sp, &cursor, &index, depth) != 0) {
+            return -1;
+        }
+        if (prev == IMAP_NODE_NONE) {
+            sp->s->keys[parent].child = index;
+        } else {
+            sp->s->keys[prev].next = index;
+        }
+        prev = index;
+    }
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    enum imap_search_op op;
+    unsigned flags;
+} imap_search_simple[] = {
+    {"ALL", IMAP_SK_ALL, 0},
+    {"ANSWERED", IMAP_SK_FLAG_SET, IMAP_FLAG_ANSWERED},
+    {"DELETED", IMAP_SK_FLAG_SET, IMAP_FLAG_DELETED},
+    {"DRAFT", IMAP_SK_FLAG_SET, IMAP_FLAG_DRAFT},
+    {"FLAGGED", IMAP_SK_FLAG_SET, IMAP_FLAG_FLAGGED},
+    {"SEEN", IMAP_SK_FLAG_SET, IMAP_FLAG_SEEN},
+    {"UNANSWERED", IMAP_SK_FLAG_UNSET, IMAP_FLAG_ANSWERED},
+    {"UNDELETED", IMAP_SK_FLAG_UNSET, IMAP_FLAG_DELETED},
+    {"UNDRAFT", IMAP_SK_FLAG_UNSET, IMAP_FLAG_DRAFT},
+    {"UNFLAGGED", IMAP_SK_FLAG_UNSET, IMAP_FLAG_FLAGGED},
+    {"UNSEEN", IMAP_SK_FLAG_UNSET, IMAP_FLAG_SEEN},
+    {"NEW", IMAP_SK_NEW, 0},
+    {"OLD", IMAP_SK_OLD, 0},
+    {"RECENT", IMAP_SK_RECENT, 0},
+};
+
+static const struct {
+    const char *name;
+    enum imap_search_op op;
+} imap_search_string[] = {
+    {"FROM", IMAP_SK_FROM}, {"TO", IMAP_SK_TO},           {"CC", IMAP_SK_CC},
+    {"BCC", IMAP_SK_BCC},   {"SUBJECT", IMAP_SK_SUBJECT}, {"BODY", IMAP_SK_BODY},
+    {"TEXT", IMAP_SK_TEXT}, {"KEYWORD", IMAP_SK_KEYWORD}, {"UNKEYWORD", IMAP_SK_UNKEYWORD}};
+
+static const struct {
+    const char *name;
+    enum imap_search_op op;
+} imap_search_dates[] = {{"SINCE", IMAP_SK_SINCE},
+                         {"BEFORE", IMAP_SK_BEFORE},
+                         {"ON", IMAP_SK_ON},
+                         {"SENTSINCE", IMAP_SK_SENTSINCE},
+                         {"SENTBEFORE", IMAP_SK_SENTBEFORE},
+                         {"SENTON", IMAP_SK_SENTON}};
+
+static int imap_search_set(struct imap_search_parser *sp,
+                           const struct imap_node *n,
+                           enum imap_search_op op,
+                           uint32_t *index)
+{
+    struct imap_seqset *set = malloc(sizeof *set);
+    if (set == NULL) {
+        return imap_search_fail(sp, "out of memory", NULL);
+    }
+    if (n == NULL || n->type != IMAP_NODE_ATOM || imap_parse_seqset(n->data, n->len, set) != 0) {
+        free(set);
+        return imap_search_fail(sp, "bad sequence set", n);
+    }
+    if (imap_search_new(sp, op, index) != 0) {
+        free(set);
+        return -1;
+    }
+    sp->s->keys[*index].set = set;
+    return 0;
+}
+
+/* A key that takes one string (or atom) argument. */
+static int imap_search_with_string(struct imap_search_parser *sp,
+                                   const struct imap_node *n,
+                                   uint32_t *cursor,
+                                   enum imap_search_op op,
+                                   uint32_t *index)
+{
+    const struct imap_node *a = imap_search_arg(sp, n, cursor);
+    if (a == NULL || a->type == IMAP_NODE_LIST) {
+        return imap_search_fail(sp, "expected a string after", n);
+    }
+    if ((op == IMAP_SK_KEYWORD || op == IMAP_SK_UNKEYWORD) &&
+        (a->type != IMAP_NODE_ATOM || a->data[0] == '\\')) {
+        return imap_search_fail(sp, "expected a keyword after", n);
+    }
+    if (imap_search_new(sp, op, index) != 0) {
+        return -1;
+    }
+    sp->s->keys[*index].str = a->data;
+    sp->s->keys[*index].str_len = a->len;
+    *cursor = a->next;
+    return 0;
+}
+
+static int imap_search_with_arg(struct imap_search_parser *sp,
+                                const struct imap_node *n,
+                                uint32_t *cursor,
+                                uint32_t *index,
+                                int depth)
+{
+    for (size_t i = 0; i < sizeof imap_search_string / sizeof imap_search_string[0]; i++) {
+        if (imap_atom_is(n, imap_search_string[i].name)) {
+            return imap_search_with_string(sp, n, cursor, imap_search_string[i].op, index);
+        }
+    }
+    const struct imap_node *a = imap_search_arg(sp, n, cursor);
+    for (size_t i = 0; i < sizeof imap_search_dates / sizeof imap_search_dates[0]; i++) {
+        int64_t when;
+        if (imap_atom_is(n, imap_search_dates[i].name)) {
+            if (imap_parse_date(a, &when) != 0) {
+                return imap_search_fail(sp, "expected a date after", n);
+            }
+            if (imap_search_new(sp, imap_search_dates[i].op, index) != 0) {
+                return -1;
+            }
+            sp->s->keys[*index].number = when;
+            *cursor = a->next;
+            return 0;
+        }
+    }
+    if (imap_atom_is(n, "LARGER") || imap_atom_is(n, "SMALLER")) {
+        uint64_t size;
+        if (imap_number(a, UINT32_MAX, &size) != 0) {
+            return imap_search_fail(sp, "expected a number after", n);
+        }
+        if (imap_search_new(sp, imap_atom_is(n, "LARGER") ? IMAP_SK_LARGER : IMAP_SK_SMALLER,
+                            index) != 0) {
+            return -1;
+        }
+        sp->s->keys[*index].number = (int64_t)size;
+        *cursor = a->next;
+        return 0;
+    }
+    if (imap_atom_is(n, "MODSEQ")) {
+        uint64_t modseq;
+        if (a != NULL && a->type == IMAP_NODE_STRING) { /* entry-name entry-type-req */
+            const struct imap_node *type = imap_node(sp->cmd, a->next);
+            if (!imap_atom_is(type, "priv") && !imap_atom_is(type, "shared") &&
+                !imap_atom_is(type, "all")) {
+                return imap_search_fail(sp, "bad MODSEQ entry type", type);
+            }
+            a = imap_node(sp->cmd, type->next);
+        }
+        if (imap_number(a, INT64_MAX, &modseq) != 0) {
+            return imap_search_fail(sp, "expected a mod-sequence after", n);
+        }
+        if (imap_search_new(sp, IMAP_SK_MODSEQ, index) != 0) {
+            return -1;
+        }
+        sp->s->keys[*index].number = (int64_t)modseq;
+        *cursor = a->next;
+        return 0;
+    }
+    if (imap_atom_is(n, "UID")) {
+        if (imap_search_set(sp, a, IMAP_SK_UIDSET, index) != 0) {
+            return -1;
+        }
+        *cursor = a->next;
+        return 0;
+    }
+    if (imap_atom_is(n, "HEADER")) {
+        const struct imap_node *b = a != NULL ? imap_node(sp->cmd, a->next) : NULL;
+        if (a == NULL || b == NULL || a->type == IMAP_NODE_LIST || b->type == IMAP_NODE_LIST) {
+            return imap_search_fail(sp, "HEADER needs a field name and a string", NULL);
+        }
+        if (imap_search_new(sp, IMAP_SK_HEADER, index) != 0) {
+            return -1;
+        }
+        sp->s->keys[*index].str = a->data;
+        sp->s->keys[*index].str_len = a->len;
+        sp->s->keys[*index].str2 = b->data;
+        sp->s->keys[*index].str2_len = b->len;
+        *cursor = b->next;
+        return 0;
+    }
+    if (imap_atom_is(n, "NOT") || imap_atom_is(n, "OR")) {
+        int is_or = imap_atom_is(n, "OR");
+        if (imap_search_new(sp, is_or ? IMAP_SK_OR : IMAP_SK_NOT, index) != 0) {
+            return -1;
+        }
+        uint32_t first, second;
+        if (*cursor == IMAP_NODE_NONE || imap_search_key(sp, cursor, &first, depth + 1) != 0) {
+            return sp->err[0] != '\0' ? -1 : imap_search_fail(sp, "missing operand of", n);
+        }
+        sp->s->keys[*index].child = first;
+        if (is_or) {
+            if (*cursor == IMAP_NODE_NONE || imap_search_key(sp, cursor, &second, depth + 1) != 0) {
+                return sp->err[0] != '\0' ? -1 : imap_search_fail(sp, "OR needs two keys", NULL);
+            }
+            sp->s->keys[first].next = second;
+        }
+        return 0;
+    }
+    return imap_search_fail(sp, "unknown search key", n);
+}
+
+static int
+imap_search_key(struct imap_search_parser *sp, uint32_t *cursor, uint32_t *index, int depth)
+{
+    const struct imap_node *n = imap_node(sp->cmd, *cursor);
+    if (n == NULL) {
+        return imap_search_fail(sp, "expected a search key", NULL);
+    }
+    if (depth > IMAP_PARSE_DEPTH_MAX * 4) {
+        return imap_search_fail(sp, "search keys nested too deeply", NULL);
+    }
+    if (n->type == IMAP_NODE_LIST) {
+        if (imap_search_new(sp, IMAP_SK_AND, index) != 0 ||
+            imap_search_keys(sp, n->child, *index, depth + 1) != 0) {
+            return -1;
+        }
+        *cursor = n->next;
+        return 0;
+    }
+    if (n->type != IMAP_NODE_ATOM) {
+        return imap_search_fail(sp, "expected a search key, not a string", NULL);
+    }
+    for (size_t i = 0; i < sizeof imap_search_simple / sizeof imap_search_simple[0]; i++) {
+        if (imap_atom_is(n, imap_search_simple[i].name)) {
+            if (imap_search_new(sp, imap_search_simple[i].op, index) != 0) {
+                return -1;
+            }
+            sp->s->keys[*index].flags = imap_search_simple[i].flags;
+            *cursor = n->next;
+            return 0;
+        }
+    }
+    if ((n->data[0] >= '0' && n->data[0] <= '9') || n->data[0] == '*') {
+        if (imap_search_set(sp, n, IMAP_SK_SEQSET, index) != 0) {
+            return -1;
+        }
+        *cursor = n->next;
+        return 0;
+    }
+    return imap_search_with_arg(sp, n, cursor, index, depth);
+}
+
+int imap_parse_search(const struct imap_command *cmd,
+                      const struct imap_node *node,
+                      struct imap_search *out,
+                      char *err,
+                      size_t err_size)
+{
+    struct imap_search_parser sp = {.cmd = cmd, .s = out, .err = err, .err_size = err_size};
+    out->count = 0;
+    out->charset_utf8 = 0;
+    if (err_size > 0) {
+        err[0] = '\0';
+    }
+    uint32_t root;
+    if (imap_search_new(&sp, IMAP_SK_AND, &root) != 0) {
+        return -1;
+    }
+    uint32_t cursor = node != NULL ? (uint32_t)(node - cmd->nodes) : IMAP_NODE_NONE;
+    if (imap_atom_is(node, "CHARSET")) {
+        const struct imap_node *cs = imap_node(cmd, node->next);
+        char name[32];
+        if (imap_astring(cs, name, sizeof name) != 0) {
+            return imap_search_fail(&sp, "expected a charset name", NULL);
+        }
+        if (strcasecmp(name, "UTF-8") != 0 && strcasecmp(name, "US-ASCII") != 0) {
+            snprintf(err, err_size, "[BADCHARSET (US-ASCII UTF-8)] unknown charset");
+            return -1;
+        }
+        out->charset_utf8 = strcasecmp(name, "UTF-8") == 0;
+        cursor = cs->next;
+    }
+    if (imap_search_keys(&sp, cursor, root, 0) != 0) {
+        imap_search_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void imap_search_free(struct imap_search *search)
+{
+    for (size_t i = 0; i < search->count; i++) {
+        free(search->keys[i].set);
+        search->keys[i].set = NULL;
+    }
+    search->count = 0;
+}

@@ -1,0 +1,242 @@
+/*
+ * imap_parse.h -- a strict IMAP4rev1 command parser (RFC 3501 section 9, RFC 7888 literals):
+ * pure functions over bytes, no I/O, no globals, so it can be fuzzed and unit-tested alone.
+ *
+ * USAGE
+ *   struct imap_command cmd;
+ *   rc = imap_parse_command(bytes, len, &cmd, err, sizeof err);
+ *     bytes: one whole command as conn.c frames it: the line, every literal "{n}\r\n" or
+ *     "{n+}\r\n" followed by its n bytes and the rest of the line, ending in CRLF (a bare
+ *     LF is accepted). IMAP_PARSE_OK: cmd.tag, cmd.name ("FETCH"), cmd.uid (UID prefix),
+ *     and the arguments as a tree of nodes: atoms, strings (quoted or literal, already
+ *     unquoted) and parenthesised lists. IMAP_PARSE_BAD: err says why; cmd.tag is set if the
+ *     tag was readable ("" otherwise), so the caller can answer "tag BAD ...".
+ *   Then the typed readers for what a command expects at a node: imap_parse_seqset(),
+ *   imap_parse_fetch(), imap_parse_search(), imap_parse_flags(), imap_parse_date() ...
+ *   imap_command_free(&cmd) frees the nodes and unquoted strings.
+ *
+ * OWNERSHIP
+ *   Node data points either into the caller's bytes (atoms, literals) or into the command's
+ *   own text buffer (unquoted strings): keep the bytes alive while using the command.
+ *
+ * LIMITS
+ *   IMAP_PARSE_NODES_MAX nodes per command, IMAP_PARSE_DEPTH_MAX list nesting, tag at most
+ *   IMAP_TAG_MAX bytes, sequence sets IMAP_SEQSET_RANGES_MAX ranges, IMAP_SEARCH_KEYS_MAX
+ *   search keys, IMAP_FETCH_SECTIONS_MAX body sections per FETCH.
+ */
+#ifndef MV_IMAP_PARSE_H
+#define MV_IMAP_PARSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define IMAP_PARSE_OK    0
+#define IMAP_PARSE_BAD   (-1) /* syntax error: answer BAD */
+#define IMAP_PARSE_NOMEM (-2)
+
+#define IMAP_TAG_MAX            64
+#define IMAP_NAME_MAX           24
+#define IMAP_PARSE_NODES_MAX    8192
+#define IMAP_PARSE_DEPTH_MAX    16
+#define IMAP_NODE_NONE          UINT32_MAX
+#define IMAP_SEQSET_RANGES_MAX  10000
+#define IMAP_SEARCH_KEYS_MAX    256
+#define IMAP_FETCH_SECTIONS_MAX 32
+#define IMAP_FETCH_FIELDS_MAX   64
+
+enum imap_node_type {
+    IMAP_NODE_ATOM = 1,   /* includes NIL, numbers, flags (\Seen), "BODY[...]<a.b>", "1:*" */
+    IMAP_NODE_STRING = 2, /* quoted or literal, data unquoted */
+    IMAP_NODE_LIST = 3
+};
+
+struct imap_node {
+    enum imap_node_type type;
+    int literal;      /* STRING from a literal (1) or a quoted string (0) */
+    const char *data; /* ATOM, STRING: the bytes (not NUL-terminated) */
+    size_t len;
+    uint32_t child; /* LIST: first element or IMAP_NODE_NONE */
+    uint32_t next;  /* next sibling or IMAP_NODE_NONE */
+};
+
+struct imap_command {
+    char tag[IMAP_TAG_MAX + 1];
+    char name[IMAP_NAME_MAX + 1]; /* upper case; "" if unreadable */
+    int uid;                      /* "UID FETCH ...": name "FETCH", uid 1 */
+    struct imap_node *nodes;
+    size_t node_count;
+    uint32_t first; /* first argument or IMAP_NODE_NONE */
+    char *text;     /* unquoted strings (wiped by imap_command_free: passwords) */
+    size_t text_size;
+};
+
+/* Parses one framed command (see USAGE). Returns IMAP_PARSE_OK, IMAP_PARSE_BAD (message in
+ * err) or IMAP_PARSE_NOMEM. On failure the command holds no memory, but cmd->tag is set.
+ * imap_command_free() wipes the unquoted strings (explicit_bzero) before freeing them. */
+int imap_parse_command(
+    const uint8_t *bytes, size_t len, struct imap_command *cmd, char *err, size_t err_size);
+void imap_command_free(struct imap_command *cmd);
+
+/* ---- helpers over nodes ---- */
+const struct imap_node *imap_node(const struct imap_command *cmd, uint32_t index);
+/* The n-th argument (0-based) or NULL. */
+const struct imap_node *imap_arg(const struct imap_command *cmd, size_t n);
+size_t imap_arg_count(const struct imap_command *cmd);
+/* Whether node is an atom equal to word (ASCII case-insensitive). */
+int imap_atom_is(const struct imap_node *node, const char *word);
+/* An astring (atom or string) copied as a NUL-terminated string into out; 0 on success, -1 if
+ * it is not one, contains a NUL byte or does not fit. */
+int imap_astring(const struct imap_node *node, char *out, size_t out_size);
+/* A number (1*DIGIT, at most max); 0 or -1. */
+int imap_number(const struct imap_node *node, uint64_t max, uint64_t *out);
+
+/* ---- sequence sets ---- */
+#define IMAP_SEQ_STAR 0u /* '*' in a range: the largest number in use */
+struct imap_seq_range {
+    uint32_t first; /* as written: first may be larger than last; either may be STAR */
+    uint32_t last;
+};
+struct imap_seqset {
+    struct imap_seq_range ranges[IMAP_SEQSET_RANGES_MAX];
+    size_t count;
+};
+/* Parses sequence-set syntax ("1", "2:4", "1,3:*", "*"). 0 or -1. */
+int imap_parse_seqset(const char *text, size_t len, struct imap_seqset *out);
+/* Whether number n is in set, with star standing for the largest number in use. */
+int imap_seqset_contains(const struct imap_seqset *set, uint32_t n, uint32_t star);
+
+/* ---- flags (STORE, APPEND) ---- */
+#define IMAP_FLAG_SEEN     0x01u /* the same bits as MV_FLAG_* */
+#define IMAP_FLAG_ANSWERED 0x02u
+#define IMAP_FLAG_FLAGGED  0x04u
+#define IMAP_FLAG_DELETED  0x08u
+#define IMAP_FLAG_DRAFT    0x10u
+/* Reads a flag list "(\Seen $Work)" or a single flag atom (STORE allows both): system flags
+ * into *flags, keywords space-joined into keywords (NUL-terminated). \Recent and unknown
+ * \-flags are refused. 0, or -1 with a message in err. */
+int imap_parse_flags(const struct imap_command *cmd,
+                     const struct imap_node *node,
+                     unsigned *flags,
+                     char *keywords,
+                     size_t keywords_size,
+                     char *err,
+                     size_t err_size);
+
+/* ---- dates ---- */
+/* date "1-Feb-1994" or "01-Feb-1994" (atom or quoted): Unix seconds of 00:00 UTC. 0 or -1. */
+int imap_parse_date(const struct imap_node *node, int64_t *out);
+/* date-time "dd-Mon-yyyy hh:mm:ss +zzzz" (quoted): Unix seconds. 0 or -1. */
+int imap_parse_date_time(const struct imap_node *node, int64_t *out);
+
+/* ---- FETCH ---- */
+#define IMAP_FETCH_UID           0x001u
+#define IMAP_FETCH_FLAGS         0x002u
+#define IMAP_FETCH_INTERNALDATE  0x004u
+#define IMAP_FETCH_RFC822_SIZE   0x008u
+#define IMAP_FETCH_ENVELOPE      0x010u
+#define IMAP_FETCH_BODYSTRUCTURE 0x020u
+#define IMAP_FETCH_BODY          0x040u /* non-extensible BODYSTRUCTURE */
+#define IMAP_FETCH_RFC822        0x080u
+#define IMAP_FETCH_RFC822_HEADER 0x100u
+#define IMAP_FETCH_RFC822_TEXT   0x200u
+#define IMAP_FETCH_MODSEQ        0x400u
+
+enum imap_section_kind {
+    IMAP_SECTION_ALL = 0,       /* BODY[] */
+    IMAP_SECTION_HEADER,        /* BODY[HEADER] */
+    IMAP_SECTION_TEXT,          /* BODY[TEXT] */
+    IMAP_SECTION_HEADER_FIELDS, /* BODY[HEADER.FIELDS (a b)] */
+    IMAP_SECTION_HEADER_FIELDS_NOT,
+    IMAP_SECTION_MIME
+};
+
+struct imap_fetch_section {
+    enum imap_section_kind kind;
+    int peek;
+    uint32_t part[8]; /* part numbers "1.2" (part_count of them); 0 parts: the message */
+    size_t part_count;
+    int partial; /* <start.length> given */
+    uint64_t start;
+    uint64_t length;
+    const char *spec; /* the section text between the brackets, as written */
+    size_t spec_len;
+    const char *fields[IMAP_FETCH_FIELDS_MAX]; /* HEADER.FIELDS names (not NUL-terminated) */
+    size_t field_len[IMAP_FETCH_FIELDS_MAX];
+    size_t field_count;
+};
+
+struct imap_fetch {
+    unsigned items; /* IMAP_FETCH_* */
+    struct imap_fetch_section sections[IMAP_FETCH_SECTIONS_MAX];
+    size_t section_count;
+};
+/* Reads fetch attributes at node: a macro (ALL FAST FULL), one attribute or a list. */
+int imap_parse_fetch(const struct imap_command *cmd,
+                     const struct imap_node *node,
+                     struct imap_fetch *out,
+                     char *err,
+                     size_t err_size);
+
+/* ---- SEARCH ---- */
+enum imap_search_op {
+    IMAP_SK_ALL = 1,
+    IMAP_SK_AND,    /* children: a parenthesised list or the top level */
+    IMAP_SK_OR,     /* two children */
+    IMAP_SK_NOT,    /* one child */
+    IMAP_SK_SEQSET, /* message sequence numbers */
+    IMAP_SK_UIDSET,
+    IMAP_SK_FLAG_SET,   /* flag: bits that must be set */
+    IMAP_SK_FLAG_UNSET, /* flag: bits that must be clear */
+    IMAP_SK_KEYWORD,
+    IMAP_SK_UNKEYWORD,
+    IMAP_SK_NEW,    /* RECENT UNSEEN: no \Recent here, so UNSEEN */
+    IMAP_SK_OLD,    /* NOT RECENT: every message */
+    IMAP_SK_RECENT, /* no message is \Recent */
+    IMAP_SK_FROM,
+    IMAP_SK_TO,
+    IMAP_SK_CC,
+    IMAP_SK_BCC,
+    IMAP_SK_SUBJECT,
+    IMAP_SK_BODY,
+    IMAP_SK_TEXT,
+    IMAP_SK_HEADER, /* field name in str, value in str2 */
+    IMAP_SK_SINCE,  /* internal date, day granularity: number = day start (UTC) */
+    IMAP_SK_BEFORE,
+    IMAP_SK_ON,
+    IMAP_SK_SENTSINCE,
+    IMAP_SK_SENTBEFORE,
+    IMAP_SK_SENTON,
+    IMAP_SK_LARGER,
+    IMAP_SK_SMALLER,
+    IMAP_SK_MODSEQ /* CONDSTORE: modseq >= number (an entry name and type are skipped) */
+};
+
+struct imap_search_key {
+    enum imap_search_op op;
+    unsigned flags;
+    int64_t number;
+    const char *str; /* not NUL-terminated */
+    size_t str_len;
+    const char *str2;
+    size_t str2_len;
+    struct imap_seqset *set; /* SEQSET/UIDSET: owned by the search */
+    uint32_t child;          /* first child key or IMAP_NODE_NONE */
+    uint32_t next;           /* next sibling key */
+};
+
+struct imap_search {
+    struct imap_search_key keys[IMAP_SEARCH_KEYS_MAX];
+    size_t count;     /* keys[0] is the top-level AND */
+    int charset_utf8; /* CHARSET given (only US-ASCII and UTF-8 are accepted) */
+};
+/* Reads the search program starting at node (optionally "CHARSET x" first). 0, or -1 with a
+ * message in err (err starts with "[BADCHARSET]" for an unknown charset). Free with
+ * imap_search_free(). */
+int imap_parse_search(const struct imap_command *cmd,
+                      const struct imap_node *node,
+                      struct imap_search *out,
+                      char *err,
+                      size_t err_size);
+void imap_search_free(struct imap_search *search);
+
+#endif /* MV_IMAP_PARSE_H */

@@ -1,0 +1,304 @@
+/*
+ * imap_search.c -- SEARCH and UID SEARCH over the selected mailbox.
+ *
+ * IMPLEMENTATION NOTES
+ *   - The program (imap_parse_search) is evaluated per message of the view. Keys the view
+ *     answers (flags, keywords, sizes, internal dates, sequence and UID sets) cost nothing;
+ *     keys on headers and text are answered first, once each, as a set of messages:
+ *     FROM/TO/CC/SUBJECT/BODY/TEXT and the SENT* dates through mv_search (the store's
+ *     indexes and its full-text index), BCC and HEADER by reading each message's header.
+ *   - NOT and OR are then plain boolean logic, so any nesting costs one pass.
+ *   - CONDSTORE's MODSEQ key compares the view's modseqs; the response then ends with
+ *     "(MODSEQ n)", the highest modseq among the results.
+ *
+ * LIMITATIONS
+ *   BODY and TEXT match words through the full-text index (mv_search's text), not arbitrary
+ *   substrings; FROM/TO/CC/SUBJECT are substrings of the decoded header. Dates are UTC days.
+ *   No message has \Recent, so RECENT and NEW match nothing.
+ */
+#include "imap_session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define IMAP_SEARCH_STRING_MAX 1024
+
+struct imap_search_run {
+    struct imap_ctx *x;
+    const struct imap_search *prog;
+    unsigned char *hits[IMAP_SEARCH_KEYS_MAX]; /* per store-answered key: one byte a message */
+};
+
+static int imap_search_copy(const char *s, size_t len, char *out)
+{
+    if (len >= IMAP_SEARCH_STRING_MAX || memchr(s, 0, len) != NULL) {
+        return -1;
+    }
+    memcpy(out, s, len);
+    out[len] = '\0';
+    return 0;
+}
+
+static size_t imap_search_index(const struct imap_view *v, uint32_t uid)
+{
+    size_t lo = 0, hi = v->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v->msgs[mid].uid < uid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo < v->count && v->msgs[lo].uid == uid ? lo : SIZE_MAX;
+}
+
+/* One key answered by mv_search into hits. */
+static int
+imap_search_store(struct imap_search_run *r, const struct imap_search_key *k, unsigned char *hits)
+{
+    struct imap_view *v = &r->x->s->view;
+    struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+    char text[IMAP_SEARCH_STRING_MAX];
+    q.mailbox = v->mailbox;
+    if (k->str != NULL && imap_search_copy(k->str, k->str_len, text) != 0) {
+        return MV_EINVAL;
+    }
+    switch (k->op) {
+    case IMAP_SK_FROM:
+        q.from = text;
+        break;
+    case IMAP_SK_TO:
+        q.to = text;
+        break;
+    case IMAP_SK_CC:
+        q.cc = text;
+        break;
+    case IMAP_SK_SUBJECT:
+        q.subject = text;
+        break;
+    case IMAP_SK_BODY:
+    case IMAP_SK_TEXT:
+        q.text = text;
+        break;
+    case IMAP_SK_SENTSINCE:
+        q.sent_since = k->number;
+        break;
+    case IMAP_SK_SENTBEFORE:
+        q.sent_before = k->number;
+        break;
+    case IMAP_SK_SENTON:
+        q.sent_since = k->number;
+        q.sent_before = k->number + 86400;
+        break;
+    default:
+        return MV_EINVAL;
+    }
+    if (k->str != NULL && text[0] == '\0') {
+        memset(hits, 1, v->count); /* an empty string matches every message */
+        return MV_OK;
+    }
+    mv_search *it = NULL;
+    struct mv_message_info info;
+    int rc = mv_search_begin(r->x->s->store->store, &q, &it);
+    while (rc == MV_OK && (rc = mv_search_next(it, &info)) == 1) {
+        size_t i = imap_search_index(v, info.uid);
+        if (i != SIZE_MAX) {
+            hits[i] = 1;
+        }
+        rc = MV_OK;
+    }
+    mv_search_end(&it);
+    return rc < 0 ? rc : MV_OK;
+}
+
+/* HEADER field value (and BCC): case-insensitive substring of the field's raw value. */
+static int
+imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, unsigned char *hits)
+{
+    struct imap_view *v = &r->x->s->view;
+    char field[IMAP_SEARCH_STRING_MAX], value[IMAP_SEARCH_STRING_MAX];
+    if (k->op == IMAP_SK_BCC) {
+        snprintf(field, sizeof field, "Bcc");
+        if (imap_search_copy(k->str, k->str_len, value) != 0) {
+            return MV_EINVAL;
+        }
+    } else if (imap_search_copy(k->str, k->str_len, field) != 0 ||
+               imap_search_copy(k->str2, k->str2_len, value) != 0) {
+        return MV_EINVAL;
+    }
+    size_t field_len = strlen(field);
+    for (size_t i = 0; i < v->count; i++) {
+        void *raw = NULL;
+        size_t len = 0;
+        if (v->msgs[i].expunged || mv_message_fetch(r->x->s->store->store, v->mailbox,
+                                                    v->msgs[i].uid, &raw, &len) != MV_OK) {
+            continue;
+        }
+        char *text = raw;
+        for (size_t at = 0; at < len && text[at] != '\r' && text[at] != '\n';) {
+            const char *nl = memchr(text + at, '\n', len - at);
+            size_t end = nl != NULL ? (size_t)(nl - text) + 1 : len;
+            if (end - at > field_len && strncasecmp(text + at, field, field_len) == 0 &&
+                text[at + field_len] == ':') {
+                char saved = text[end - 1];
+                text[end - 1] = '\0';
+                if (strcasestr(text + at + field_len + 1, value) != NULL || value[0] == '\0') {
+                    hits[i] = 1;
+                }
+                text[end - 1] = saved;
+            }
+            at = end;
+        }
+        mv_free(raw);
+    }
+    return MV_OK;
+}
+
+static int imap_search_prepare(struct imap_search_run *r)
+{
+    size_t count = r->x->s->view.count;
+    for (size_t k = 0; k < r->prog->count; k++) {
+        const struct imap_search_key *key = &r->prog->keys[k];
+        int by_store = key->op == IMAP_SK_FROM || key->op == IMAP_SK_TO || key->op == IMAP_SK_CC ||
+                       key->op == IMAP_SK_SUBJECT || key->op == IMAP_SK_BODY ||
+                       key->op == IMAP_SK_TEXT || key->op == IMAP_SK_SENTSINCE ||
+                       key->op == IMAP_SK_SENTBEFORE || key->op == IMAP_SK_SENTON;
+        int by_header = key->op == IMAP_SK_HEADER || key->op == IMAP_SK_BCC;
+        if (!by_store && !by_header) {
+            continue;
+        }
+        r->hits[k] = calloc(count + 1, 1);
+        if (r->hits[k] == NULL) {
+            return MV_ENOMEM;
+        }
+        int rc = by_store ? imap_search_store(r, key, r->hits[k])
+                          : imap_search_header(r, key, r->hits[k]);
+        if (rc != MV_OK) {
+            return rc;
+        }
+    }
+    return MV_OK;
+}
+
+static int imap_keyword_has(const char *keywords, const char *word, size_t len)
+{
+    const char *p = keywords;
+    while (*p != '\0') {
+        size_t n = strcspn(p, " ");
+        if (n == len && strncasecmp(p, word, len) == 0) {
+            return 1;
+        }
+        p += n;
+        p += *p == ' ';
+    }
+    return 0;
+}
+
+static int imap_search_eval(const struct imap_search_run *r, uint32_t k, size_t i)
+{
+    const struct imap_search_key *key = &r->prog->keys[k];
+    const struct imap_view *v = &r->x->s->view;
+    const struct imap_msg *m = &v->msgs[i];
+    int64_t day = key->number;
+    switch (key->op) {
+    case IMAP_SK_ALL:
+    case IMAP_SK_OLD:
+        return 1;
+    case IMAP_SK_NEW:
+    case IMAP_SK_RECENT:
+        return 0;
+    case IMAP_SK_AND:
+        for (uint32_t c = key->child; c != IMAP_NODE_NONE; c = r->prog->keys[c].next) {
+            if (!imap_search_eval(r, c, i)) {
+                return 0;
+            }
+        }
+        return 1;
+    case IMAP_SK_OR:
+        return imap_search_eval(r, key->child, i) ||
+               imap_search_eval(r, r->prog->keys[key->child].next, i);
+    case IMAP_SK_NOT:
+        return !imap_search_eval(r, key->child, i);
+    case IMAP_SK_SEQSET:
+        return imap_seqset_contains(key->set, (uint32_t)i + 1, (uint32_t)v->count);
+    case IMAP_SK_UIDSET:
+        return imap_seqset_contains(key->set, m->uid, v->msgs[v->count - 1].uid);
+    case IMAP_SK_FLAG_SET:
+        return (m->flags & key->flags) == key->flags;
+    case IMAP_SK_FLAG_UNSET:
+        return (m->flags & key->flags) == 0;
+    case IMAP_SK_KEYWORD:
+        return imap_keyword_has(m->keywords, key->str, key->str_len);
+    case IMAP_SK_UNKEYWORD:
+        return !imap_keyword_has(m->keywords, key->str, key->str_len);
+    case IMAP_SK_SINCE:
+        return m->internal_date >= day;
+    case IMAP_SK_BEFORE:
+        return m->internal_date < day;
+    case IMAP_SK_ON:
+        return m->internal_date >= day && m->internal_date < day + 86400;
+    case IMAP_SK_LARGER:
+        return m->size > (uint64_t)key->number;
+    case IMAP_SK_SMALLER:
+        return m->size < (uint64_t)key->number;
+    case IMAP_SK_MODSEQ:
+        return m->modseq >= (uint64_t)key->number;
+    default:
+        return r->hits[k] != NULL && r->hits[k][i];
+    }
+}
+
+void imap_cmd_search(struct imap_ctx *x)
+{
+    struct imap_view *v = &x->s->view;
+    char err[256];
+    struct imap_search *prog = malloc(sizeof *prog);
+    if (prog == NULL) {
+        imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        return;
+    }
+    if (imap_parse_search(x->cmd, imap_arg(x->cmd, 0), prog, err, sizeof err) != 0) {
+        if (strncmp(err, "[BADCHARSET", 11) == 0) {
+            imap_tagged(x, "NO", "%s", err);
+        } else {
+            imap_tagged(x, "BAD", "%s", err);
+        }
+        free(prog);
+        return;
+    }
+    struct imap_search_run r = {.x = x, .prog = prog};
+    int rc = imap_search_prepare(&r);
+    if (rc == MV_OK) {
+        int with_modseq = 0; /* RFC 7162: a MODSEQ key adds the highest modseq found */
+        uint64_t highest = 0;
+        for (size_t k = 0; k < prog->count; k++) {
+            with_modseq |= prog->keys[k].op == IMAP_SK_MODSEQ;
+        }
+        buf_str(x->out, "* SEARCH");
+        for (size_t i = 0; i < v->count; i++) {
+            if (!v->msgs[i].expunged && imap_search_eval(&r, 0, i)) {
+                buf_printf(x->out, " %u", x->cmd->uid ? v->msgs[i].uid : (uint32_t)i + 1);
+                highest = v->msgs[i].modseq > highest ? v->msgs[i].modseq : highest;
+            }
+        }
+        if (with_modseq && highest > 0) {
+            buf_printf(x->out, " (MODSEQ %llu)", (unsigned long long)highest);
+            x->s->condstore = 1;
+        }
+        buf_str(x->out, "\r\n");
+    }
+    for (size_t k = 0; k < prog->count; k++) {
+        free(r.hits[k]);
+    }
+    imap_search_free(prog);
+    free(prog);
+    if (rc != MV_OK) {
+        imap_tagged_store_error(x, rc, "SEARCH");
+        return;
+    }
+    (void)imap_view_sync(x->s, x->out, x->cmd->uid);
+    imap_tagged(x, "OK", "SEARCH completed");
+}

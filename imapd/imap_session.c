@@ -1,0 +1,573 @@
+/*
+ * imap_session.c -- the IMAP state machine on the loop: the greeting, framing the input
+ * into commands (conn_frame_imap), parsing them, answering the ones that need no store
+ * (CAPABILITY, NOOP, LOGOUT, STARTTLS before login, every BAD) and handing the rest to the
+ * session's worker as a job; the job's response goes back out on the loop.
+ */
+#include "imap_session.h"
+#include "conn_frame.h"
+
+#include <openssl/crypto.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct imap_job {
+    struct job job;
+    struct imap_session *s;
+    uint8_t *bytes;
+    size_t len;
+    struct imap_command cmd;
+    int raw; /* an AUTHENTICATE response line, not a command */
+    int delay_ms;
+    int logout;
+};
+
+const char *imap_capabilities(const struct imap_session *s)
+{
+    if (s->state != IMAP_NOT_AUTH) {
+        return "IMAP4rev1 LITERAL+ SASL-IR UIDPLUS MOVE IDLE NAMESPACE ID UNSELECT ENABLE "
+               "SPECIAL-USE CONDSTORE";
+    }
+    if (!s->login_allowed) {
+        return tls_available() && !s->tls ? "IMAP4rev1 LITERAL+ SASL-IR STARTTLS LOGINDISABLED"
+                                          : "IMAP4rev1 LITERAL+ SASL-IR LOGINDISABLED";
+    }
+    return tls_available() && !s->tls ? "IMAP4rev1 LITERAL+ SASL-IR STARTTLS AUTH=PLAIN"
+                                      : "IMAP4rev1 LITERAL+ SASL-IR AUTH=PLAIN";
+}
+
+void imap_tagged(struct imap_ctx *x, const char *status, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    buf_printf(x->out, "%s %s %s\r\n", x->cmd->tag, status, text);
+}
+
+void imap_tagged_store_error(struct imap_ctx *x, int rc, const char *what)
+{
+    const char *code = rc == MV_ENOTFOUND ? "[NONEXISTENT] "
+                       : rc == MV_EEXISTS ? "[ALREADYEXISTS] "
+                       : rc == MV_ELIMIT  ? "[LIMIT] "
+                       : rc == MV_EINVAL  ? "[CANNOT] "
+                       : rc == MV_EBUSY   ? "[INUSE] "
+                       : rc == MV_ENOSPC  ? "[OVERQUOTA] "
+                                          : "[SERVERBUG] ";
+    const char *detail = x->s->store != NULL ? mv_store_errmsg(x->s->store->store) : "";
+    if (rc == MV_ECORRUPT || rc == MV_EIO || rc == MV_ERROR || rc == MV_ENOMEM) {
+        log_event("user %s: %s failed: %s", x->s->user, what, detail);
+        detail = mv_strerror(rc); /* the detail may name files: log only */
+    }
+    imap_tagged(x, "NO", "%s%s: %s", code, what, detail[0] != '\0' ? detail : mv_strerror(rc));
+}
+
+/* ---- commands on the worker ---- */
+
+static void imap_cmd_noop(struct imap_ctx *x)
+{
+    if (x->s->state == IMAP_SELECTED) {
+        (void)imap_view_sync(x->s, x->out, 1);
+    }
+    imap_tagged(x, "OK", "%s completed", x->cmd->name);
+}
+
+static void imap_cmd_logout(struct imap_ctx *x)
+{
+    buf_str(x->out, "* BYE logging out\r\n");
+    imap_tagged(x, "OK", "LOGOUT completed");
+    x->logout = 1;
+}
+
+static void imap_cmd_namespace(struct imap_ctx *x)
+{
+    buf_str(x->out, "* NAMESPACE ((\"\" \"/\")) NIL NIL\r\n");
+    imap_tagged(x, "OK", "NAMESPACE completed");
+}
+
+/* ID (RFC 2971): the client's parameters are read and ignored (not logged: they can hold
+ * anything); the server names itself. */
+static void imap_cmd_id(struct imap_ctx *x)
+{
+    const struct imap_node *n = imap_arg(x->cmd, 0);
+    if (imap_arg_count(x->cmd) != 1 || (n->type != IMAP_NODE_LIST && !imap_atom_is(n, "NIL"))) {
+        imap_tagged(x, "BAD", "ID takes a parameter list or NIL");
+        return;
+    }
+    buf_printf(x->out, "* ID (\"name\" \"mailvaultd\" \"version\" \"%s\")\r\n", mv_version());
+    imap_tagged(x, "OK", "ID completed");
+}
+
+/* ENABLE (RFC 5161): CONDSTORE is the one extension here that can be enabled. */
+static void imap_cmd_enable(struct imap_ctx *x)
+{
+    if (imap_arg_count(x->cmd) == 0) {
+        imap_tagged(x, "BAD", "ENABLE takes capability names");
+        return;
+    }
+    int condstore = 0;
+    for (size_t i = 0; i < imap_arg_count(x->cmd); i++) {
+        condstore |= imap_atom_is(imap_arg(x->cmd, i), "CONDSTORE");
+    }
+    buf_str(x->out, condstore && !x->s->condstore ? "* ENABLED CONDSTORE\r\n" : "* ENABLED\r\n");
+    x->s->condstore |= condstore;
+    imap_tagged(x, "OK", "ENABLE completed");
+}
+
+static void imap_cmd_capability(struct imap_ctx *x)
+{
+    buf_printf(x->out, "* CAPABILITY %s\r\n", imap_capabilities(x->s));
+    imap_tagged(x, "OK", "CAPABILITY completed");
+}
+
+struct imap_dispatch {
+    const char *name;
+    int min_state; /* IMAP_AUTH or IMAP_SELECTED */
+    int uid_ok;
+    void (*fn)(struct imap_ctx *x);
+};
+
+static void imap_cmd_lsub(struct imap_ctx *x)
+{
+    imap_cmd_list(x, 1);
+}
+static void imap_cmd_list_all(struct imap_ctx *x)
+{
+    imap_cmd_list(x, 0);
+}
+static void imap_cmd_subscribe_on(struct imap_ctx *x)
+{
+    imap_cmd_subscribe(x, 1);
+}
+static void imap_cmd_subscribe_off(struct imap_ctx *x)
+{
+    imap_cmd_subscribe(x, 0);
+}
+
+static const struct imap_dispatch imap_commands[] = {
+    {"CAPABILITY", IMAP_AUTH, 0, imap_cmd_capability},
+    {"NOOP", IMAP_AUTH, 0, imap_cmd_noop},
+    {"CHECK", IMAP_SELECTED, 0, imap_cmd_noop},
+    {"LOGOUT", IMAP_AUTH, 0, imap_cmd_logout},
+    {"SELECT", IMAP_AUTH, 0, imap_cmd_select},
+    {"EXAMINE", IMAP_AUTH, 0, imap_cmd_select},
+    {"CREATE", IMAP_AUTH, 0, imap_cmd_create},
+    {"DELETE", IMAP_AUTH, 0, imap_cmd_delete},
+    {"RENAME", IMAP_AUTH, 0, imap_cmd_rename},
+    {"SUBSCRIBE", IMAP_AUTH, 0, imap_cmd_subscribe_on},
+    {"UNSUBSCRIBE", IMAP_AUTH, 0, imap_cmd_subscribe_off},
+    {"LIST", IMAP_AUTH, 0, imap_cmd_list_all},
+    {"LSUB", IMAP_AUTH, 0, imap_cmd_lsub},
+    {"STATUS", IMAP_AUTH, 0, imap_cmd_status},
+    {"APPEND", IMAP_AUTH, 0, imap_cmd_append},
+    {"CLOSE", IMAP_SELECTED, 0, imap_cmd_close},
+    {"EXPUNGE", IMAP_SELECTED, 1, imap_cmd_expunge},
+    {"MOVE", IMAP_SELECTED, 1, imap_cmd_move},
+    {"IDLE", IMAP_AUTH, 0, imap_cmd_idle},
+    {"NAMESPACE", IMAP_AUTH, 0, imap_cmd_namespace},
+    {"ID", IMAP_AUTH, 0, imap_cmd_id},
+    {"ENABLE", IMAP_AUTH, 0, imap_cmd_enable},
+    {"UNSELECT", IMAP_SELECTED, 0, imap_cmd_unselect},
+    {"FETCH", IMAP_SELECTED, 1, imap_cmd_fetch},
+    {"STORE", IMAP_SELECTED, 1, imap_cmd_store},
+    {"COPY", IMAP_SELECTED, 1, imap_cmd_copy},
+    {"SEARCH", IMAP_SELECTED, 1, imap_cmd_search},
+};
+
+static void imap_job_run(struct job *job)
+{
+    struct imap_job *j = (struct imap_job *)job;
+    struct imap_ctx x = {.s = j->s, .cmd = &j->cmd, .out = &job->out};
+    if (j->raw) {
+        imap_cmd_authenticate(&x, (const char *)j->bytes, j->len);
+    } else if (j->s->state == IMAP_NOT_AUTH) {
+        if (strcmp(j->cmd.name, "LOGIN") == 0) {
+            imap_cmd_login(&x);
+        } else {
+            imap_cmd_authenticate(&x, NULL, 0);
+        }
+    } else {
+        const struct imap_dispatch *d = NULL;
+        for (size_t i = 0; i < sizeof imap_commands / sizeof imap_commands[0]; i++) {
+            if (strcmp(imap_commands[i].name, j->cmd.name) == 0) {
+                d = &imap_commands[i];
+            }
+        }
+        if (d == NULL || (j->cmd.uid && !d->uid_ok)) {
+            imap_tagged(&x, "BAD", "unknown command");
+        } else if ((int)j->s->state < d->min_state) {
+            imap_tagged(&x, "BAD", "no mailbox selected");
+        } else {
+            d->fn(&x);
+        }
+    }
+    if (job->out.oom) {
+        buf_free(&job->out);
+        buf_printf(&job->out, "* BYE out of memory\r\n");
+        x.logout = 1;
+    }
+    x.logout |= j->s->gone;
+    j->delay_ms = x.delay_ms;
+    j->logout = x.logout;
+}
+
+static void imap_job_free(struct imap_job *j)
+{
+    imap_command_free(&j->cmd); /* wipes the unquoted strings: a LOGIN password */
+    if (j->bytes != NULL) {
+        OPENSSL_cleanse(j->bytes, j->len); /* may hold a password */
+        free(j->bytes);
+    }
+    buf_free(&j->job.out);
+    free(j);
+}
+
+static void imap_job_done(struct job *job)
+{
+    struct imap_job *j = (struct imap_job *)job;
+    struct conn *c = job->conn;
+    if (!c->dead) {
+        conn_write(c, job->out.data, job->out.len);
+        if (j->s->idling && !c->in_idle) { /* IDLE began: wait for DONE */
+            c->raw_line = 1;
+            c->in_idle = 1;
+            j->s->next_poll_ms = loop_now_ms() + IMAP_IDLE_POLL_MS;
+        }
+        if (j->logout) {
+            conn_close_after_output(c);
+        }
+        if (j->delay_ms > 0) {
+            conn_hold(c, throttle_failure(c->peer_addr, j->delay_ms));
+        }
+    }
+    imap_job_free(j);
+    conn_resume(c);
+}
+
+/* Frees a command that goes no further, wiping what may hold a password. */
+static void imap_discard(struct imap_command *cmd, uint8_t *bytes, size_t len)
+{
+    imap_command_free(cmd); /* wipes the unquoted strings */
+    OPENSSL_cleanse(bytes, len);
+    free(bytes);
+}
+
+/* Hands a parsed command (or a raw SASL line) to the worker; takes bytes. */
+static void imap_post(struct conn *c, uint8_t *bytes, size_t len, struct imap_command *cmd, int raw)
+{
+    struct imap_session *s = c->session;
+    struct imap_job *j = calloc(1, sizeof *j);
+    if (j == NULL) {
+        imap_discard(cmd, bytes, len);
+        conn_write_str(c, "* BYE out of memory\r\n");
+        conn_close_after_output(c);
+        return;
+    }
+    j->s = s;
+    j->bytes = bytes;
+    j->len = len;
+    j->cmd = *cmd;
+    j->raw = raw;
+    j->job.conn = c;
+    j->job.run = imap_job_run;
+    j->job.done = imap_job_done;
+    s->tls = c->tls;
+    s->login_allowed = c->tls || c->loopback || g_config.allow_plaintext;
+    c->busy = 1;
+    worker_post(s->worker, &j->job);
+}
+
+/* The worker of the user a LOGIN or AUTHENTICATE names (the store is pinned to it); any
+ * worker if the name is unreadable (the job will refuse it). */
+static struct worker *
+imap_login_worker(const struct imap_command *cmd, const uint8_t *raw, size_t raw_len)
+{
+    char user[MV_ADDRESS_MAX + 1] = "", normal[MV_ADDRESS_MAX + 1];
+    if (raw != NULL) {
+        (void)imap_sasl_plain_user((const char *)raw, raw_len, user, sizeof user);
+    } else if (strcmp(cmd->name, "LOGIN") == 0) {
+        (void)imap_astring(imap_arg(cmd, 0), user, sizeof user);
+    } else {
+        const struct imap_node *ir = imap_arg(cmd, 1);
+        if (ir != NULL && ir->type == IMAP_NODE_ATOM) {
+            (void)imap_sasl_plain_user(ir->data, ir->len, user, sizeof user);
+        }
+    }
+    if (mv_address_normalize(user, normal, sizeof normal, NULL, 0) != MV_OK) {
+        normal[0] = '\0';
+    }
+    OPENSSL_cleanse(user, sizeof user);
+    return worker_for(normal);
+}
+
+/* ---- the loop side ---- */
+
+static void imap_reply(struct conn *c, const char *tag, const char *text)
+{
+    conn_write_str(c, tag[0] != '\0' ? tag : "*");
+    conn_write_str(c, " ");
+    conn_write_str(c, text);
+    conn_write_str(c, "\r\n");
+}
+
+static void imap_not_auth(struct conn *c, struct imap_command *cmd, uint8_t *bytes, size_t len)
+{
+    struct imap_session *s = c->session;
+    s->tls = c->tls;
+    s->login_allowed = c->tls || c->loopback || g_config.allow_plaintext;
+    char line[256];
+    if (strcmp(cmd->name, "CAPABILITY") == 0 && imap_arg_count(cmd) == 0) {
+        snprintf(line, sizeof line, "* CAPABILITY %s\r\n", imap_capabilities(s));
+        conn_write_str(c, line);
+        imap_reply(c, cmd->tag, "OK CAPABILITY completed");
+    } else if (strcmp(cmd->name, "NOOP") == 0 && imap_arg_count(cmd) == 0) {
+        imap_reply(c, cmd->tag, "OK NOOP completed");
+    } else if (strcmp(cmd->name, "ID") == 0 && imap_arg_count(cmd) == 1) {
+        snprintf(line, sizeof line, "* ID (\"name\" \"mailvaultd\" \"version\" \"%s\")\r\n",
+                 mv_version());
+        conn_write_str(c, line);
+        imap_reply(c, cmd->tag, "OK ID completed");
+    } else if (strcmp(cmd->name, "LOGOUT") == 0 && imap_arg_count(cmd) == 0) {
+        conn_write_str(c, "* BYE logging out\r\n");
+        imap_reply(c, cmd->tag, "OK LOGOUT completed");
+        conn_close_after_output(c);
+    } else if (strcmp(cmd->name, "STARTTLS") == 0 && imap_arg_count(cmd) == 0) {
+        if (c->tls || !tls_available()) {
+            imap_reply(c, cmd->tag, c->tls ? "BAD TLS is already on" : "BAD STARTTLS unavailable");
+        } else {
+            imap_reply(c, cmd->tag, "OK begin TLS negotiation now");
+            if (conn_start_tls(c) != 0) {
+                conn_close_after_output(c);
+            }
+        }
+    } else if ((strcmp(cmd->name, "LOGIN") == 0 || strcmp(cmd->name, "AUTHENTICATE") == 0) &&
+               !cmd->uid) {
+        if (!s->login_allowed) {
+            imap_reply(c, cmd->tag, "NO [PRIVACYREQUIRED] use STARTTLS first");
+        } else if (strcmp(cmd->name, "AUTHENTICATE") == 0 && imap_arg_count(cmd) == 1 &&
+                   imap_atom_is(imap_arg(cmd, 0), "PLAIN")) {
+            snprintf(s->auth_tag, sizeof s->auth_tag, "%s", cmd->tag);
+            conn_write_str(c, "+ \r\n");
+            c->raw_line = 1;
+        } else {
+            s->worker = imap_login_worker(cmd, NULL, 0);
+            imap_post(c, bytes, len, cmd, 0);
+            return; /* the job owns bytes and cmd */
+        }
+    } else if (strcmp(cmd->name, "CAPABILITY") == 0 || strcmp(cmd->name, "NOOP") == 0 ||
+               strcmp(cmd->name, "LOGOUT") == 0 || strcmp(cmd->name, "STARTTLS") == 0) {
+        imap_reply(c, cmd->tag, "BAD unexpected arguments");
+    } else {
+        imap_reply(c, cmd->tag, "BAD log in first (or unknown command)");
+    }
+    imap_discard(cmd, bytes, len);
+}
+
+/* The AUTHENTICATE PLAIN response line arrived. */
+static void imap_sasl_line(struct conn *c, uint8_t *bytes, size_t len)
+{
+    struct imap_session *s = c->session;
+    struct imap_command cmd;
+    memset(&cmd, 0, sizeof cmd);
+    cmd.first = IMAP_NODE_NONE;
+    snprintf(cmd.tag, sizeof cmd.tag, "%s", s->auth_tag);
+    snprintf(cmd.name, sizeof cmd.name, "AUTHENTICATE");
+    c->raw_line = 0;
+    s->auth_tag[0] = '\0';
+    s->worker = imap_login_worker(&cmd, bytes, len);
+    imap_post(c, bytes, len, &cmd, 1);
+}
+
+static void imap_command(struct conn *c, uint8_t *bytes, size_t len)
+{
+    struct imap_session *s = c->session;
+    struct imap_command cmd;
+    char err[256];
+    if (c->raw_line && s->idling) {
+        c->raw_line = 0;
+        c->in_idle = 0;
+        s->idling = 0;
+        int done = (len == 6 && strncasecmp((const char *)bytes, "DONE\r\n", 6) == 0) ||
+                   (len == 5 && strncasecmp((const char *)bytes, "DONE\n", 5) == 0);
+        imap_reply(c, s->idle_tag, done ? "OK IDLE terminated" : "BAD expected DONE");
+        free(bytes);
+        return;
+    }
+    if (c->raw_line) {
+        imap_sasl_line(c, bytes, len);
+        return;
+    }
+    int rc = imap_parse_command(bytes, len, &cmd, err, sizeof err);
+    if (rc != IMAP_PARSE_OK) {
+        char line[512];
+        snprintf(line, sizeof line, "BAD %s", rc == IMAP_PARSE_NOMEM ? "out of memory" : err);
+        imap_reply(c, cmd.tag, line);
+        OPENSSL_cleanse(bytes, len);
+        free(bytes);
+        return;
+    }
+    if (s->state == IMAP_NOT_AUTH) {
+        imap_not_auth(c, &cmd, bytes, len);
+        return;
+    }
+    if (strcmp(cmd.name, "STARTTLS") == 0 || strcmp(cmd.name, "LOGIN") == 0 ||
+        strcmp(cmd.name, "AUTHENTICATE") == 0) {
+        imap_reply(c, cmd.tag, "BAD already authenticated");
+        imap_discard(&cmd, bytes, len);
+        return;
+    }
+    imap_post(c, bytes, len, &cmd, 0);
+}
+
+void imap_session_input(struct conn *c)
+{
+    while (!c->dead && !c->busy && !c->closing && c->out.len < CONFIG_OUTPUT_MAX) {
+        size_t len = 0;
+        uint64_t literal = 0;
+        enum conn_frame f = conn_frame_imap(c, &len, &literal);
+        if (f == FRAME_MORE) {
+            return;
+        }
+        if (f == FRAME_CONTINUE) {
+            conn_write_str(c, "+ ready for literal data\r\n");
+            continue;
+        }
+        if (f == FRAME_LINE_TOO_LONG) {
+            conn_write_str(c, "* BAD line too long\r\n");
+            continue;
+        }
+        if (f == FRAME_LITERAL_PLUS_TOO_BIG) {
+            conn_write_str(c, "* BYE [TOOBIG] literal too large\r\n");
+            conn_close_after_output(c);
+            return;
+        }
+        if (f == FRAME_LITERAL_TOO_BIG) {
+            const char *sp = memchr(c->in.data, ' ', len);
+            size_t tag_len = sp != NULL ? (size_t)(sp - c->in.data) : 0;
+            char tag[IMAP_TAG_MAX + 1] = "*";
+            if (tag_len > 0 && tag_len <= IMAP_TAG_MAX) {
+                memcpy(tag, c->in.data, tag_len);
+                tag[tag_len] = '\0';
+            }
+            char line[160];
+            snprintf(line, sizeof line, "NO [TOOBIG] literal of %llu bytes is over the limit",
+                     (unsigned long long)literal);
+            imap_reply(c, tag, line);
+            buf_consume(&c->in, len);
+            continue;
+        }
+        uint8_t *bytes = malloc(len + 1);
+        if (bytes == NULL) {
+            conn_write_str(c, "* BYE out of memory\r\n");
+            conn_close_after_output(c);
+            return;
+        }
+        memcpy(bytes, c->in.data, len);
+        bytes[len] = '\0';
+        OPENSSL_cleanse(c->in.data, len);
+        buf_consume(&c->in, len);
+        imap_command(c, bytes, len);
+    }
+}
+
+/* ---- IDLE: the loop asks the worker for changes every IMAP_IDLE_POLL_MS ---- */
+
+static void imap_poll_run(struct job *job)
+{
+    struct imap_session *s = job->arg;
+    if (s->idling && s->state == IMAP_SELECTED) {
+        (void)imap_view_sync(s, &job->out, 1);
+    }
+}
+
+static void imap_poll_done(struct job *job)
+{
+    struct conn *c = job->conn;
+    if (!c->dead && job->out.len > 0) {
+        conn_write(c, job->out.data, job->out.len);
+    }
+    buf_free(&job->out);
+    free(job);
+    conn_resume(c);
+}
+
+void imap_session_tick(struct conn *c, int64_t now_ms)
+{
+    struct imap_session *s = c->session;
+    if (s == NULL || !s->idling || c->busy || now_ms < s->next_poll_ms) {
+        return;
+    }
+    s->next_poll_ms = now_ms + IMAP_IDLE_POLL_MS;
+    struct job *job = calloc(1, sizeof *job);
+    if (job == NULL) {
+        return;
+    }
+    job->arg = s;
+    job->conn = c;
+    job->run = imap_poll_run;
+    job->done = imap_poll_done;
+    c->busy = 1;
+    worker_post(s->worker, job);
+}
+
+void imap_session_start(struct conn *c)
+{
+    struct imap_session *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        conn_write_str(c, "* BYE out of memory\r\n");
+        conn_close_after_output(c);
+        return;
+    }
+    s->conn = c;
+    s->tls = c->tls;
+    s->login_allowed = c->tls || c->loopback || g_config.allow_plaintext;
+    c->session = s;
+    char line[256];
+    snprintf(line, sizeof line, "* OK [CAPABILITY %s] mailvaultd ready\r\n", imap_capabilities(s));
+    conn_write_str(c, line);
+}
+
+static void imap_end_run(struct job *job)
+{
+    struct imap_session *s = job->arg;
+    imap_view_free(&s->view);
+    if (s->store != NULL) {
+        worker_store_release(job->worker, s->store);
+        s->store = NULL;
+    }
+}
+
+static void imap_end_done(struct job *job)
+{
+    free(job->arg);
+    free(job);
+}
+
+void imap_session_end(struct conn *c)
+{
+    struct imap_session *s = c->session;
+    c->session = NULL;
+    if (s == NULL) {
+        return;
+    }
+    if (s->user[0] != '\0') {
+        log_event("logout %s from %s", s->user, c->peer);
+    }
+    if (s->worker == NULL) {
+        free(s);
+        return;
+    }
+    /* After any job of this session on the same worker (FIFO): releases the store there. */
+    struct job *job = calloc(1, sizeof *job);
+    if (job == NULL) {
+        return; /* leaks the session rather than racing its job */
+    }
+    job->arg = s;
+    job->run = imap_end_run;
+    job->done = imap_end_done;
+    worker_post(s->worker, job);
+}

@@ -1,0 +1,139 @@
+/*
+ * imap_session.h -- an IMAP session and what its command files share: the selected mailbox's
+ * view (sequence number <-> UID map with flags), the command job, and the handlers.
+ *
+ * THREADS
+ *   A command runs as a job on the session's worker; while it runs the loop does not touch
+ *   the session. Handlers write their whole response (untagged lines and the tagged one)
+ *   into `out`.
+ */
+#ifndef MV_IMAP_SESSION_H
+#define MV_IMAP_SESSION_H
+
+#include "imap_parse.h"
+#include "imapd.h"
+
+enum imap_state { IMAP_NOT_AUTH = 0, IMAP_AUTH, IMAP_SELECTED, IMAP_LOGOUT };
+
+struct imap_msg {
+    uint32_t uid;
+    unsigned flags;
+    uint64_t modseq;
+    uint64_t size;
+    int64_t internal_date;
+    char *keywords; /* malloc'd, "" if none */
+    int expunged;   /* gone from the store, not yet reported (RFC 3501 7.4.1) */
+    int reported;   /* scratch: a FETCH was sent for it during this command */
+};
+
+struct imap_view {
+    char *mailbox; /* the store's (UTF-8) name; NULL: nothing selected */
+    int readonly;
+    uint32_t uidvalidity;
+    uint32_t uidnext;
+    uint64_t highestmodseq;
+    struct imap_msg *msgs;
+    size_t count;
+    size_t cap;
+};
+
+struct imap_session {
+    struct conn *conn; /* the loop's: used only on the loop */
+    enum imap_state state;
+    char user[MV_ADDRESS_MAX + 1];
+    struct worker *worker; /* set when a login is first attempted */
+    struct open_store *store;
+    struct imap_view view;
+    char auth_tag[IMAP_TAG_MAX + 1]; /* AUTHENTICATE waiting for its response line */
+    int tls;                         /* a copy of conn->tls for handlers on the worker */
+    int login_allowed;
+    int login_failures; /* the connection closes after IMAP_LOGIN_FAILURES_MAX */
+    int condstore;      /* CONDSTORE enabled (RFC 7162): FETCH responses carry MODSEQ */
+    int gone;           /* the selected mailbox vanished: BYE sent, close after the command */
+    int idling;         /* in IDLE (RFC 2177): the next line must be DONE */
+    char idle_tag[IMAP_TAG_MAX + 1];
+    int64_t next_poll_ms; /* IDLE: when the loop next asks the worker for changes */
+};
+
+#define IMAP_LOGIN_FAILURES_MAX 3
+#define IMAP_IDLE_POLL_MS       2000 /* how often an IDLE session looks for changes */
+
+/* The context of one command on the worker. */
+struct imap_ctx {
+    struct imap_session *s;
+    const struct imap_command *cmd;
+    struct buf *out;
+    int delay_ms; /* a failed login */
+    int logout;   /* close after the response */
+};
+
+#define IMAP_MAILBOX_MAX 1024 /* bytes of a mailbox name, either form */
+
+/* ---- imap_session.c ---- */
+void imap_tagged(struct imap_ctx *x, const char *status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* "tag NO <text from an MV_* failure>", with a response code where one fits. */
+void imap_tagged_store_error(struct imap_ctx *x, int rc, const char *what);
+const char *imap_capabilities(const struct imap_session *s);
+
+/* ---- imap_cmd_auth.c ---- */
+void imap_cmd_login(struct imap_ctx *x);
+void imap_cmd_authenticate(struct imap_ctx *x, const char *response, size_t len);
+/* The authentication identity of a base64 SASL PLAIN response (to pick the worker on the
+ * loop). 0 or -1. */
+int imap_sasl_plain_user(const char *b64, size_t len, char *user, size_t user_size);
+
+/* ---- imap_cmd_mailbox.c ---- */
+void imap_cmd_select(struct imap_ctx *x);
+void imap_cmd_create(struct imap_ctx *x);
+void imap_cmd_delete(struct imap_ctx *x);
+void imap_cmd_rename(struct imap_ctx *x);
+void imap_cmd_subscribe(struct imap_ctx *x, int on);
+void imap_cmd_list(struct imap_ctx *x, int lsub);
+void imap_cmd_status(struct imap_ctx *x);
+void imap_cmd_append(struct imap_ctx *x);
+/* Reads a mailbox argument (mUTF-7 on the wire) into the store's UTF-8 form. 0 or -1 (BAD
+ * already written). */
+int imap_mailbox_arg(struct imap_ctx *x, const struct imap_node *n, char *out, size_t out_size);
+/* Writes a mailbox name in the wire form (mUTF-7, quoted as needed). */
+void imap_mailbox_out(struct buf *out, const char *name);
+
+/* ---- imap_cmd_message.c ---- */
+void imap_cmd_store(struct imap_ctx *x);
+void imap_cmd_copy(struct imap_ctx *x);
+void imap_cmd_move(struct imap_ctx *x);
+void imap_cmd_expunge(struct imap_ctx *x);
+void imap_cmd_close(struct imap_ctx *x);
+void imap_cmd_idle(struct imap_ctx *x);
+void imap_cmd_unselect(struct imap_ctx *x);
+/* ---- imap_fetch.c ---- */
+void imap_cmd_fetch(struct imap_ctx *x);
+/* ---- imap_search.c ---- */
+void imap_cmd_search(struct imap_ctx *x);
+
+/* ---- imap_view.c ---- */
+/* Loads the mailbox into the view (replacing what was there). MV_OK or an MV_* code. */
+int imap_view_load(struct imap_session *s, const char *mailbox, int readonly);
+void imap_view_free(struct imap_view *v);
+/* Brings the view up to date and reports the changes (EXPUNGE only if allow_expunge). */
+int imap_view_sync(struct imap_session *s, struct buf *out, int allow_expunge);
+/* The indexes (0-based) of the messages a set names: sequence numbers or UIDs (uid set).
+ * *idx is malloc'd. 0, or -1 if a sequence number is beyond the mailbox (BAD). */
+int imap_view_resolve(const struct imap_view *v,
+                      const struct imap_seqset *set,
+                      int uid,
+                      uint32_t **idx,
+                      size_t *count);
+/* "(\Seen \Flagged kw)" */
+void imap_flags_out(struct buf *out, unsigned flags, const char *keywords);
+/* "* seq FETCH (UID u FLAGS (...) [MODSEQ (n)])" */
+void imap_fetch_flags_line(struct buf *out, size_t seq, const struct imap_msg *m, int condstore);
+/* A UID set string ("1,3:5") for the store from view indexes; malloc'd. */
+char *imap_view_uid_set(const struct imap_view *v, const uint32_t *idx, size_t count);
+
+/* ---- imap_utf7.c ---- */
+/* Modified UTF-7 (RFC 3501 5.1.3) to UTF-8 and back. 0 or -1 (malformed / no room). */
+int imap_utf7_decode(const char *in, size_t in_len, char *out, size_t out_size);
+int imap_utf7_encode(const char *in, char *out, size_t out_size);
+
+#endif /* MV_IMAP_SESSION_H */

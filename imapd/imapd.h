@@ -1,0 +1,217 @@
+/*
+ * imapd.h -- what the files of mailvaultd share: configuration, byte buffers, the server and
+ * its connections, jobs and workers, the log. The design is in docs/IMAPD.md.
+ *
+ * THREADS
+ *   Everything here belongs to the loop thread except: a job's run function, which runs on
+ *   the worker the job was posted to and may touch only the job, its session's mailbox state
+ *   and the worker's open stores; and the worker structs themselves (their own locks).
+ */
+#ifndef MV_IMAPD_H
+#define MV_IMAPD_H
+
+#include "mailvault.h"
+
+#include <openssl/ssl.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- config.c ---- */
+struct config {
+    char listen[64];
+    int imap_port; /* -1: off; 0: any free port (see ports_file) */
+    int imaps_port;
+    int lmtp_port;
+    char root[MV_PATH_MAX];
+    char tls_cert[MV_PATH_MAX];
+    char tls_key[MV_PATH_MAX];
+    char ports_file[MV_PATH_MAX];
+    char log[16]; /* "stderr" or "syslog" */
+    int workers;
+    int stores_per_worker;
+    int store_idle_s;
+    size_t line_max;
+    uint64_t literal_max; /* APPEND literals; other literals: CONFIG_SMALL_LITERAL_MAX */
+    int connections_max;
+    int connections_per_address_max;
+    int idle_timeout_s;
+    int auth_fail_delay_ms;
+    int allow_plaintext;
+    uint32_t kdf_iter;
+    int lmtp_recipients_max;
+};
+#define CONFIG_SMALL_LITERAL_MAX 65536
+#define CONFIG_OUTPUT_MAX        (4u << 20) /* reading pauses while more is queued */
+
+void config_defaults(struct config *c);
+/* Applies one "key = value" setting; 0, or -1 with a message in err. */
+int config_set(struct config *c, const char *key, const char *value, char *err, size_t err_size);
+/* Reads a config file of "key = value" lines ('#' comments). 0 or -1 (message in err). */
+int config_load(struct config *c, const char *path, char *err, size_t err_size);
+void config_usage(void);
+/* The store options every open and delivery uses. */
+struct mv_store_options config_store_options(const struct config *c);
+
+/* ---- log.c ---- */
+void log_open(int use_syslog);
+void log_event(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- buf.c ---- */
+struct buf {
+    char *data;
+    size_t len;
+    size_t cap;
+    int oom; /* an append failed: the buffer is unusable */
+};
+void buf_free(struct buf *b);
+int buf_reserve(struct buf *b, size_t extra);
+void buf_add(struct buf *b, const void *data, size_t len);
+void buf_str(struct buf *b, const char *s);
+void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Drops the first n bytes. */
+void buf_consume(struct buf *b, size_t n);
+/* An IMAP string: quoted if short and plain, else a literal. */
+void buf_imap_string(struct buf *b, const char *s, size_t len);
+/* An nstring: NIL for NULL. */
+void buf_imap_nstring(struct buf *b, const char *s);
+/* Wipes and frees (buffers that held a password). */
+void buf_wipe(struct buf *b);
+
+/* ---- loop.c ---- */
+typedef void (*loop_fn)(void *arg, uint32_t events);
+struct loop_handler {
+    loop_fn fn;
+    void *arg;
+};
+int loop_init(void);
+int loop_add(int fd, uint32_t events, struct loop_handler *h);
+void loop_del(int fd);
+int64_t loop_now_ms(void);
+/* Runs until loop_stop(); calls tick at least every second with the current time. */
+void loop_run(void (*tick)(int64_t now_ms));
+void loop_stop(void);
+
+/* ---- conn.c ---- */
+enum conn_proto { PROTO_IMAP = 1, PROTO_LMTP = 2 };
+
+struct conn {
+    struct loop_handler handler;
+    int fd;
+    enum conn_proto proto;
+    char peer[64];
+    char peer_addr[48]; /* the address alone, for the per-address limit */
+    int loopback;
+    SSL *ssl;
+    int tls; /* 1 once TLS is on (implicit or after STARTTLS) */
+    struct buf in;
+    struct buf out;
+    size_t frame_at;       /* IMAP framing: bytes of the command in progress already scanned */
+    uint64_t literal_left; /* IMAP framing: literal bytes still to come */
+    int discard_line;      /* skipping the rest of an over-long line */
+    int raw_line;          /* the next line is a SASL response or IDLE's DONE */
+    int in_idle;           /* IMAP IDLE: the idle timeout is 4 x idle_timeout_s */
+    int busy;              /* a job is in flight, or output is held (auth delay) */
+    int closing;           /* close once the output is written */
+    int dead;              /* the socket is gone; freed when refs drops to 0 */
+    int refs;              /* jobs in flight that refer to this connection */
+    int64_t last_active_ms;
+    int64_t hold_until_ms; /* output held (failed login) until then */
+    struct buf held;
+    uint64_t bytes_in, bytes_out;
+    void *session; /* struct imap_session or struct lmtp_session */
+    struct conn *prev, *next;
+};
+
+/* Writes (queues) bytes to the peer. */
+void conn_write(struct conn *c, const void *data, size_t len);
+void conn_write_str(struct conn *c, const char *s);
+/* Sends what is queued; closes on error. */
+void conn_flush(struct conn *c);
+/* Marks the connection to close once its output is written. */
+void conn_close_after_output(struct conn *c);
+/* Starts TLS on the connection (STARTTLS, after the OK was flushed). 0 or -1. */
+int conn_start_tls(struct conn *c);
+/* Called by the protocol when a job finished: processes input that waited. */
+void conn_resume(struct conn *c);
+/* Holds the queued output until now + delay_ms (failed login). */
+void conn_hold(struct conn *c, int delay_ms);
+/* Connection bookkeeping for the listeners. */
+void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls);
+void conn_tick(int64_t now_ms);
+/* Says BYE to every connection and closes it (jobs in flight finish; see main.c). */
+void conn_shutdown_all(void);
+int conn_count(void);
+
+/* ---- tls.c ---- */
+int tls_init(const char *cert, const char *key, char *err, size_t err_size);
+int tls_available(void);
+SSL *tls_new(int fd);
+void tls_shutdown(void);
+
+/* ---- throttle.c ---- */
+/* Records a failed login from addr; returns the delay (ms) before its answer: base_delay_ms
+ * doubled for each earlier failure from addr in the last 15 minutes, at most 30 s. */
+int throttle_failure(const char *addr, int base_delay_ms);
+
+/* ---- worker.c ---- */
+struct worker;
+struct job;
+typedef void (*job_fn)(struct job *job);
+struct job {
+    struct job *next;
+    struct conn *conn; /* the loop's; run() must not touch it */
+    job_fn run;        /* on the worker */
+    job_fn done;       /* on the loop, after run */
+    struct worker *worker;
+    void *arg;
+    struct buf out; /* response bytes written by run() */
+    int delay_ms;   /* done() holds the output this long */
+    int result;
+};
+/* Starts count workers. 0 or -1. */
+int worker_start(const struct config *cfg, int count, int eventfd);
+void worker_stop_all(void);
+/* The worker pinned to address. */
+struct worker *worker_for(const char *address);
+/* Queues job on worker (job->worker set). */
+void worker_post(struct worker *w, struct job *job);
+/* The loop calls this when the eventfd fires: runs done() of every finished job. */
+void worker_collect(void);
+
+/* The open-store table of a worker (call only from a job running on that worker). */
+struct open_store {
+    char address[MV_ADDRESS_MAX + 1];
+    mv_store *store;
+    unsigned char verifier[32];
+    int refs;
+    int64_t last_used_ms;
+};
+/* Opens (or finds, checking the password) the store of address. Returns MV_OK with *out,
+ * MV_EAUTH / MV_ENOTFOUND, MV_ELIMIT (no room: every open store in use), or another code;
+ * errmsg gets the detail. */
+int worker_store_acquire(struct worker *w,
+                         const char *address,
+                         const char *password,
+                         size_t password_len,
+                         struct open_store **out,
+                         char *errmsg,
+                         size_t errmsg_size);
+void worker_store_release(struct worker *w, struct open_store *s);
+/* The open store of address without a password (LMTP delivery into an open store), or NULL. */
+struct open_store *worker_store_find(struct worker *w, const char *address);
+const struct config *worker_config(const struct worker *w);
+
+/* ---- imap_session.c / lmtp.c: protocol entry points used by conn.c ---- */
+void imap_session_start(struct conn *c);
+/* Processes framed input; returns when busy or out of complete commands. */
+void imap_session_input(struct conn *c);
+void imap_session_end(struct conn *c);                  /* the socket is gone */
+void imap_session_tick(struct conn *c, int64_t now_ms); /* IDLE polls */
+void lmtp_session_start(struct conn *c);
+void lmtp_session_input(struct conn *c);
+void lmtp_session_end(struct conn *c);
+
+/* The running configuration (main.c). */
+extern struct config g_config;
+
+#endif /* MV_IMAPD_H */

@@ -1,0 +1,373 @@
+/*
+ * lmtp.c -- LMTP (RFC 2033): LHLO, MAIL FROM, RCPT TO, DATA with one reply per recipient,
+ * RSET, NOOP, VRFY, QUIT. Extensions: PIPELINING, ENHANCEDSTATUSCODES, 8BITMIME, SIZE.
+ *
+ * IMPLEMENTATION NOTES
+ *   - RCPT checks that the store exists (mv_queue_count: no password needed): 550 if not.
+ *   - After DATA each recipient's delivery is a job on the recipient's worker: if that
+ *     worker has the store open (a user is logged in), the message is appended to its INBOX
+ *     there, so IMAP sessions see it at once; else it is sealed into the store's queue with
+ *     mv_deliver_sealed() (durable when it returns), and the next open drains it. The
+ *     replies go out in recipient order once every job is done.
+ *   - The message is stored as received, dot-unstuffed, with CRLF line ends as sent.
+ *   - A message over literal_max is read to its end and refused with 552 per recipient.
+ */
+#include "conn_frame.h"
+#include "imapd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+enum lmtp_state { LMTP_START = 0, LMTP_READY, LMTP_MAIL, LMTP_DATA, LMTP_DELIVERING };
+
+struct lmtp_message {
+    struct buf data;
+    int refs;
+};
+
+struct lmtp_session {
+    struct conn *conn;
+    enum lmtp_state state;
+    char (*rcpt)[MV_ADDRESS_MAX + 1];
+    int *result;
+    size_t rcpt_count;
+    size_t pending;
+    struct lmtp_message *msg;
+    int too_big;
+    int line_start; /* DATA: the next byte starts a line */
+    int dead;       /* the connection is gone; freed when the last job is done */
+};
+
+struct lmtp_job {
+    struct job job;
+    struct lmtp_session *s;
+    struct lmtp_message *msg;
+    size_t index;
+    char address[MV_ADDRESS_MAX + 1];
+    int rc;
+    int direct;
+};
+
+static void lmtp_reply(struct conn *c, const char *line)
+{
+    conn_write_str(c, line);
+    conn_write_str(c, "\r\n");
+}
+
+static void lmtp_message_drop(struct lmtp_message *m)
+{
+    if (m != NULL && --m->refs == 0) {
+        buf_free(&m->data);
+        free(m);
+    }
+}
+
+static void lmtp_reset(struct lmtp_session *s)
+{
+    s->rcpt_count = 0;
+    s->too_big = 0;
+    lmtp_message_drop(s->msg);
+    s->msg = NULL;
+    s->state = s->state == LMTP_START ? LMTP_START : LMTP_READY;
+}
+
+static void lmtp_free(struct lmtp_session *s)
+{
+    lmtp_message_drop(s->msg);
+    free(s->rcpt);
+    free(s->result);
+    free(s);
+}
+
+void lmtp_session_start(struct conn *c)
+{
+    struct lmtp_session *s = calloc(1, sizeof *s);
+    size_t max = (size_t)g_config.lmtp_recipients_max;
+    if (s != NULL) {
+        s->rcpt = calloc(max, sizeof *s->rcpt);
+        s->result = calloc(max, sizeof *s->result);
+    }
+    if (s == NULL || s->rcpt == NULL || s->result == NULL) {
+        if (s != NULL) {
+            lmtp_free(s);
+        }
+        lmtp_reply(c, "421 4.3.0 out of memory");
+        conn_close_after_output(c);
+        return;
+    }
+    s->conn = c;
+    c->session = s;
+    lmtp_reply(c, "220 mailvaultd LMTP ready");
+}
+
+void lmtp_session_end(struct conn *c)
+{
+    struct lmtp_session *s = c->session;
+    c->session = NULL;
+    if (s == NULL) {
+        return;
+    }
+    s->dead = 1;
+    if (s->pending == 0) {
+        lmtp_free(s);
+    }
+}
+
+/* "<addr>" after "MAIL FROM:" / "RCPT TO:" into out; the rest (parameters) in *params. */
+static int lmtp_path(const char *arg, char *out, size_t out_size, const char **params)
+{
+    while (*arg == ' ') {
+        arg++;
+    }
+    if (*arg != '<') {
+        return -1;
+    }
+    const char *end = strchr(arg, '>');
+    if (end == NULL || (size_t)(end - arg - 1) >= out_size) {
+        return -1;
+    }
+    memcpy(out, arg + 1, (size_t)(end - arg - 1));
+    out[end - arg - 1] = '\0';
+    *params = end + 1;
+    return 0;
+}
+
+static void lmtp_job_run(struct job *job)
+{
+    struct lmtp_job *j = (struct lmtp_job *)job;
+    char err[256] = "";
+    struct open_store *open = worker_store_find(job->worker, j->address);
+    const struct buf *data = &j->msg->data;
+    if (open != NULL) {
+        j->direct = 1;
+        j->rc = mv_message_append(open->store, "INBOX", data->data, data->len, 0, NULL, 0, NULL);
+        if (j->rc != MV_OK) {
+            snprintf(err, sizeof err, "%s", mv_store_errmsg(open->store));
+        }
+    } else {
+        struct mv_store_options opts = config_store_options(worker_config(job->worker));
+        j->rc = mv_deliver_sealed(j->address, data->data, data->len, &opts, err, sizeof err);
+    }
+    log_event("lmtp deliver %s: %zu bytes %s: %s%s%s", j->address, data->len,
+              j->direct ? "into the open store" : "sealed",
+              j->rc == MV_OK ? "ok" : mv_strerror(j->rc),
+              err[0] != '\0' && j->rc != MV_OK ? ": " : "", j->rc != MV_OK ? err : "");
+}
+
+static void lmtp_replies(struct lmtp_session *s)
+{
+    struct conn *c = s->conn;
+    for (size_t i = 0; i < s->rcpt_count; i++) {
+        char line[MV_ADDRESS_MAX + 64];
+        int rc = s->result[i];
+        snprintf(line, sizeof line, "%s <%s>",
+                 rc == MV_OK          ? "250 2.0.0 delivered to"
+                 : rc == MV_ELIMIT    ? "552 5.3.4 message too big for"
+                 : rc == MV_ENOTFOUND ? "550 5.1.1 no such user"
+                 : rc == MV_ENOSPC    ? "452 4.3.1 out of space for"
+                                      : "451 4.3.0 temporary failure delivering to",
+                 s->rcpt[i]);
+        lmtp_reply(c, line);
+    }
+    lmtp_reset(s);
+}
+
+static void lmtp_job_done(struct job *job)
+{
+    struct lmtp_job *j = (struct lmtp_job *)job;
+    struct lmtp_session *s = j->s;
+    s->result[j->index] = j->rc;
+    lmtp_message_drop(j->msg);
+    struct conn *c = job->conn;
+    free(j);
+    if (--s->pending > 0) {
+        return;
+    }
+    if (s->dead) {
+        lmtp_free(s);
+        return;
+    }
+    lmtp_replies(s);
+    conn_resume(c);
+}
+
+static void lmtp_deliver(struct conn *c, struct lmtp_session *s)
+{
+    if (s->too_big || s->msg->data.oom) {
+        for (size_t i = 0; i < s->rcpt_count; i++) {
+            s->result[i] = MV_ELIMIT;
+        }
+        lmtp_replies(s);
+        return;
+    }
+    s->state = LMTP_DELIVERING;
+    c->busy = 1;
+    for (size_t i = 0; i < s->rcpt_count; i++) {
+        struct lmtp_job *j = calloc(1, sizeof *j);
+        if (j == NULL) {
+            s->result[i] = MV_ENOMEM;
+            continue;
+        }
+        j->s = s;
+        j->msg = s->msg;
+        j->msg->refs++;
+        j->index = i;
+        snprintf(j->address, sizeof j->address, "%s", s->rcpt[i]);
+        j->job.conn = c;
+        j->job.run = lmtp_job_run;
+        j->job.done = lmtp_job_done;
+        s->pending++;
+        worker_post(worker_for(j->address), &j->job);
+    }
+    if (s->pending == 0) {
+        c->busy = 0;
+        lmtp_replies(s);
+    }
+}
+
+/* DATA: consumes input up to the end mark; returns 1 when the message is complete. */
+static int lmtp_data(struct conn *c, struct lmtp_session *s)
+{
+    while (c->in.len > 0) {
+        char *nl = memchr(c->in.data, '\n', c->in.len);
+        size_t n = nl != NULL ? (size_t)(nl - c->in.data) + 1 : c->in.len;
+        if (nl == NULL && c->in.len < 1024) {
+            return 0; /* wait for the rest of a short line (it may be the end mark) */
+        }
+        const char *line = c->in.data;
+        int at_start = s->line_start;
+        s->line_start = nl != NULL;
+        if (at_start && (strncmp(line, ".\r\n", n) == 0 || strncmp(line, ".\n", n) == 0) &&
+            (n == 3 || n == 2)) {
+            buf_consume(&c->in, n);
+            return 1;
+        }
+        size_t skip = at_start && line[0] == '.' ? 1 : 0; /* dot-stuffing */
+        if (!s->too_big) {
+            if ((uint64_t)s->msg->data.len + n - skip > g_config.literal_max) {
+                s->too_big = 1;
+                buf_free(&s->msg->data);
+            } else {
+                buf_add(&s->msg->data, line + skip, n - skip);
+            }
+        }
+        buf_consume(&c->in, n);
+    }
+    return 0;
+}
+
+static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
+{
+    char path[MV_ADDRESS_MAX + 1], normal[MV_ADDRESS_MAX + 1], text[MV_ADDRESS_MAX + 64];
+    const char *params = "";
+    if (strncasecmp(line, "LHLO ", 5) == 0) {
+        lmtp_reset(s);
+        s->state = LMTP_READY;
+        snprintf(text, sizeof text,
+                 "250-mailvaultd\r\n250-PIPELINING\r\n250-ENHANCEDSTATUSCODES\r\n250-8BITMIME\r\n"
+                 "250 SIZE %llu",
+                 (unsigned long long)g_config.literal_max);
+        lmtp_reply(c, text);
+    } else if (strncasecmp(line, "MAIL FROM:", 10) == 0) {
+        if (s->state != LMTP_READY) {
+            lmtp_reply(c,
+                       s->state == LMTP_START ? "503 5.5.1 LHLO first" : "503 5.5.1 nested MAIL");
+            return;
+        }
+        if (lmtp_path(line + 10, path, sizeof path, &params) != 0) {
+            lmtp_reply(c, "501 5.5.4 bad sender path");
+            return;
+        }
+        const char *size = strcasestr(params, "SIZE=");
+        if (size != NULL && strtoull(size + 5, NULL, 10) > g_config.literal_max) {
+            lmtp_reply(c, "552 5.3.4 message size exceeds the limit");
+            return;
+        }
+        s->msg = calloc(1, sizeof *s->msg);
+        if (s->msg == NULL) {
+            lmtp_reply(c, "452 4.3.0 out of memory");
+            return;
+        }
+        s->msg->refs = 1;
+        s->state = LMTP_MAIL;
+        lmtp_reply(c, "250 2.1.0 sender ok");
+    } else if (strncasecmp(line, "RCPT TO:", 8) == 0) {
+        uint32_t queued = 0;
+        struct mv_store_options opts = config_store_options(&g_config);
+        if (s->state != LMTP_MAIL) {
+            lmtp_reply(c, "503 5.5.1 MAIL first");
+        } else if (lmtp_path(line + 8, path, sizeof path, &params) != 0) {
+            lmtp_reply(c, "501 5.5.4 bad recipient path");
+        } else if (s->rcpt_count == (size_t)g_config.lmtp_recipients_max) {
+            lmtp_reply(c, "452 4.5.3 too many recipients");
+        } else if (mv_address_normalize(path, normal, sizeof normal, NULL, 0) != MV_OK ||
+                   mv_queue_count(normal, &opts, &queued) != MV_OK) {
+            lmtp_reply(c, "550 5.1.1 no such user");
+        } else {
+            snprintf(s->rcpt[s->rcpt_count++], sizeof s->rcpt[0], "%s", normal);
+            lmtp_reply(c, "250 2.1.5 recipient ok");
+        }
+    } else if (strcasecmp(line, "DATA") == 0) {
+        if (s->state != LMTP_MAIL || s->rcpt_count == 0) {
+            lmtp_reply(c, "503 5.5.1 no valid recipients");
+            return;
+        }
+        s->state = LMTP_DATA;
+        s->line_start = 1;
+        lmtp_reply(c, "354 send the message, end with <CRLF>.<CRLF>");
+    } else if (strcasecmp(line, "RSET") == 0) {
+        lmtp_reset(s);
+        lmtp_reply(c, "250 2.0.0 reset");
+    } else if (strcasecmp(line, "NOOP") == 0) {
+        lmtp_reply(c, "250 2.0.0 ok");
+    } else if (strncasecmp(line, "VRFY", 4) == 0) {
+        lmtp_reply(c, "252 2.5.2 cannot verify, send it");
+    } else if (strcasecmp(line, "QUIT") == 0) {
+        lmtp_reply(c, "221 2.0.0 bye");
+        conn_close_after_output(c);
+    } else if (strncasecmp(line, "HELO", 4) == 0 || strncasecmp(line, "EHLO", 4) == 0) {
+        lmtp_reply(c, "500 5.5.1 this is LMTP: use LHLO");
+    } else {
+        lmtp_reply(c, "500 5.5.2 unknown command");
+    }
+}
+
+void lmtp_session_input(struct conn *c)
+{
+    struct lmtp_session *s = c->session;
+    while (s != NULL && !c->dead && !c->busy && !c->closing && c->out.len < CONFIG_OUTPUT_MAX) {
+        if (s->state == LMTP_DATA) {
+            if (!lmtp_data(c, s)) {
+                return;
+            }
+            lmtp_deliver(c, s);
+            continue;
+        }
+        char *nl = c->in.len > 0 ? memchr(c->in.data, '\n', c->in.len) : NULL;
+        if (nl == NULL) {
+            if (c->in.len > g_config.line_max) {
+                lmtp_reply(c, "500 5.5.6 line too long");
+                conn_close_after_output(c);
+            }
+            return;
+        }
+        size_t n = (size_t)(nl - c->in.data) + 1;
+        char line[1024];
+        size_t len = n - 1;
+        if (len > 0 && c->in.data[len - 1] == '\r') {
+            len--;
+        }
+        if (len >= sizeof line) {
+            lmtp_reply(c, "500 5.5.6 line too long");
+        } else {
+            memcpy(line, c->in.data, len);
+            line[len] = '\0';
+            buf_consume(&c->in, n);
+            lmtp_command(c, s, line);
+            continue;
+        }
+        buf_consume(&c->in, n);
+    }
+}

@@ -1,0 +1,324 @@
+/*
+ * ops_check.c -- mv_store_check: everything that can be checked in one store.
+ *
+ * USAGE
+ *   rc = mv_store_check(store, on_problem, arg, &report);   MV_ECORRUPT: problems reported
+ *
+ * IMPLEMENTATION NOTES
+ *   1. Authentication of every page. The system SQLite has no sqlite_dbpage table, and
+ *      integrity_check reads only the pages of b-trees and the freelist trunks, so the file
+ *      is read page by page through the connection's own VFS file object
+ *      (SQLITE_FCNTL_FILE_POINTER): each read is authenticated by the cipher, exactly as
+ *      SQLite's reads are. The WAL is read the same way (SQLITE_FCNTL_JOURNAL_POINTER),
+ *      frame by frame, for the frames of its current generation up to its last commit
+ *      (frame headers and salts are plaintext, read with pread). A read transaction is
+ *      held meanwhile, so no checkpoint rewrites what is being read. A failed page is read
+ *      a second time before it is reported (a checkpoint of another process may have been
+ *      writing it).
+ *   2. PRAGMA integrity_check and PRAGMA foreign_key_check.
+ *   3. The store's invariants, each one SQL query whose rows are problems (below): they
+ *      run in one read transaction, so they see one state.
+ *   4. FTS5's integrity-check, which compares the index with its content. It is an INSERT
+ *      command, so it takes the write lock for its duration; read-only handles skip it.
+ */
+#include "ops/ops_inspect.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define OPS_PROBLEMS_REPORTED_MAX 1000u
+#define OPS_WAL_HEADER_BYTES      32
+#define OPS_WAL_FRAME_HEADER      24
+
+struct ops_check {
+    mv_store *s;
+    mv_problem_fn fn;
+    void *arg;
+    struct mv_check_report *out;
+};
+
+__attribute__((format(printf, 3, 4))) static void
+ops_problem(struct ops_check *c, const char *what, const char *fmt, ...)
+{
+    char detail[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    c->out->problems++;
+    if (c->fn != NULL && c->out->problems <= OPS_PROBLEMS_REPORTED_MAX) {
+        c->fn(c->arg, what, detail);
+    }
+}
+
+/* The VFS's message (it names the page) without a "page N failed" prefix the caller adds,
+ * else SQLite's. */
+static const char *ops_vfs_detail(mv_store *s)
+{
+    const char *vfs = mv_db_vfs_errmsg(s->db);
+    if (vfs == NULL) {
+        return sqlite3_errmsg(s->db);
+    }
+    const char *failed = strstr(vfs, " failed ");
+    return failed != NULL && (strncmp(vfs, "page ", 5) == 0 || strncmp(vfs, "WAL frame ", 10) == 0)
+               ? failed + 1
+               : vfs;
+}
+
+static uint32_t ops_be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* Reads through the VFS, once more on failure. */
+static int ops_read_twice(sqlite3_file *f, uint8_t *buf, uint32_t size, sqlite3_int64 off)
+{
+    int rc = f->pMethods->xRead(f, buf, (int)size, off);
+    if (rc != SQLITE_OK && rc != SQLITE_IOERR_SHORT_READ) {
+        usleep(10000);
+        rc = f->pMethods->xRead(f, buf, (int)size, off);
+    }
+    return rc;
+}
+
+static int ops_check_main_pages(struct ops_check *c, uint32_t page_size, uint8_t *buf)
+{
+    static const char magic[16] = "SQLite format 3";
+    sqlite3_file *f = NULL;
+    sqlite3_int64 size = 0;
+    if (sqlite3_file_control(c->s->db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK ||
+        f == NULL || f->pMethods == NULL || f->pMethods->xFileSize(f, &size) != SQLITE_OK) {
+        return store_fail(c->s, MV_EIO, "cannot reach the database file to read its pages");
+    }
+    uint64_t pages = (uint64_t)size / page_size;
+    for (uint64_t pgno = 1; pgno <= pages; pgno++) {
+        int rc =
+            ops_read_twice(f, buf, page_size, (sqlite3_int64)(pgno - 1) * (sqlite3_int64)page_size);
+        if (rc == SQLITE_IOERR_SHORT_READ) {
+            break; /* truncated by a checkpoint meanwhile */
+        }
+        c->out->pages_read++;
+        if (rc == SQLITE_OK && pgno == 1 && memcmp(buf, magic, sizeof magic) != 0) {
+            ops_problem(c, "page", "page 1 failed authentication");
+        } else if (rc != SQLITE_OK) {
+            ops_problem(c, "page", "page %llu: %s", (unsigned long long)pgno, ops_vfs_detail(c->s));
+        }
+    }
+    return MV_OK;
+}
+
+/* The number of committed frames of the WAL's current generation (0 if no WAL). */
+static uint64_t ops_wal_committed_frames(const char *wal_path, uint32_t page_size)
+{
+    int fd = open(wal_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        return 0;
+    }
+    uint8_t hdr[OPS_WAL_HEADER_BYTES], frame[OPS_WAL_FRAME_HEADER];
+    uint64_t committed = 0;
+    if (pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr && ops_be32(hdr + 8) == page_size) {
+        for (uint64_t i = 0;; i++) {
+            off_t off = (off_t)(OPS_WAL_HEADER_BYTES + i * (OPS_WAL_FRAME_HEADER + page_size));
+            if (pread(fd, frame, sizeof frame, off) != (ssize_t)sizeof frame ||
+                memcmp(frame + 8, hdr + 16, 8) != 0) {
+                break;
+            }
+            if (ops_be32(frame + 4) != 0) {
+                committed = i + 1;
+            }
+        }
+    }
+    close(fd);
+    return committed;
+}
+
+/* The page number in the header of the WAL frame whose page starts at page_off. */
+static uint32_t ops_wal_frame_page(const char *wal_path, sqlite3_int64 page_off)
+{
+    uint8_t hdr[4] = {0, 0, 0, 0};
+    int fd = open(wal_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+        if (pread(fd, hdr, sizeof hdr, (off_t)(page_off - OPS_WAL_FRAME_HEADER)) != 4) {
+            memset(hdr, 0, sizeof hdr);
+        }
+        close(fd);
+    }
+    return ops_be32(hdr);
+}
+
+static int ops_check_wal_frames(struct ops_check *c, uint32_t page_size, uint8_t *buf)
+{
+    char wal_path[MV_PATH_MAX + 8];
+    snprintf(wal_path, sizeof wal_path, "%s-wal", c->s->db_path);
+    uint64_t frames = ops_wal_committed_frames(wal_path, page_size);
+    sqlite3_file *f = NULL;
+    if (frames == 0 ||
+        sqlite3_file_control(c->s->db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &f) != SQLITE_OK ||
+        f == NULL || f->pMethods == NULL) {
+        return MV_OK;
+    }
+    for (uint64_t i = 0; i < frames; i++) {
+        sqlite3_int64 off =
+            (sqlite3_int64)(OPS_WAL_HEADER_BYTES + i * (OPS_WAL_FRAME_HEADER + page_size) +
+                            OPS_WAL_FRAME_HEADER);
+        int rc = ops_read_twice(f, buf, page_size, off);
+        c->out->wal_frames_read++;
+        if (rc != SQLITE_OK) {
+            ops_problem(c, "page", "WAL frame %llu (page %u): %s", (unsigned long long)i + 1,
+                        ops_wal_frame_page(wal_path, off), ops_vfs_detail(c->s));
+        }
+    }
+    return MV_OK;
+}
+
+/* Step 1, inside a read transaction. */
+static int ops_check_pages(struct ops_check *c)
+{
+    int64_t page_size = 0;
+    int rc = store_exec(c->s, "BEGIN");
+    if (rc == MV_OK) {
+        rc = ops_query_int(c->s, "PRAGMA page_size", &page_size); /* starts the snapshot */
+    }
+    int64_t schema = 0;
+    if (rc == MV_OK) {
+        rc = ops_query_int(c->s, "SELECT count(*) FROM sqlite_schema", &schema);
+    }
+    uint8_t *buf = rc == MV_OK ? malloc((size_t)page_size) : NULL;
+    if (rc == MV_OK && buf == NULL) {
+        rc = store_fail(c->s, MV_ENOMEM, "out of memory");
+    }
+    if (rc == MV_OK) {
+        rc = ops_check_main_pages(c, (uint32_t)page_size, buf);
+    }
+    if (rc == MV_OK) {
+        rc = ops_check_wal_frames(c, (uint32_t)page_size, buf);
+    }
+    free(buf);
+    store_rollback(c->s);
+    return rc;
+}
+
+/* Runs sql and reports each row's first column as a problem of kind what. A statement that
+ * cannot run is itself a problem (a damaged page stops integrity_check). */
+static void ops_check_rows(struct ops_check *c, const char *what, const char *sql, int skip_ok)
+{
+    sqlite3_stmt *st = NULL;
+    store_enter(c->s);
+    if (sqlite3_prepare_v2(c->s->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        ops_problem(c, what, "cannot run the check: %s", ops_vfs_detail(c->s));
+        return;
+    }
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *text = (const char *)sqlite3_column_text(st, 0);
+        if (text != NULL && !(skip_ok && strcmp(text, "ok") == 0)) {
+            ops_problem(c, what, "%s", text);
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        ops_problem(c, what, "the check stopped: %s", ops_vfs_detail(c->s));
+    }
+    sqlite3_finalize(st);
+}
+
+static const struct {
+    const char *what;
+    const char *sql;
+} ops_invariants[] = {
+    {"foreign key", "SELECT 'table ' || \"table\" || ' row ' || rowid || ' refers to a missing "
+                    "row of ' || parent FROM pragma_foreign_key_check"},
+    {"refcount", "SELECT 'body ' || b.id || ' has refcount ' || b.refcount || ' but ' || "
+                 "(SELECT count(*) FROM messages m WHERE m.body_id = b.id) || ' messages use it' "
+                 "FROM bodies b WHERE b.refcount != "
+                 "(SELECT count(*) FROM messages m WHERE m.body_id = b.id)"},
+    {"refcount", "SELECT 'attachment ' || a.id || ' has refcount ' || a.refcount || ' but ' || "
+                 "(SELECT count(*) FROM body_parts p WHERE p.attachment_id = a.id) || "
+                 "' body parts use it' FROM attachments a WHERE a.refcount != "
+                 "(SELECT count(*) FROM body_parts p WHERE p.attachment_id = a.id)"},
+    {"refcount", "SELECT 'body ' || id || ' has refcount 0 but was not removed' "
+                 "FROM bodies WHERE refcount = 0"},
+    {"refcount", "SELECT 'attachment ' || id || ' has refcount 0 but was not removed' "
+                 "FROM attachments WHERE refcount = 0"},
+    {"mailbox", "SELECT 'message ' || id || ' (uid ' || uid || ') is in mailbox id ' || "
+                "mailbox_id || ', which does not exist' FROM messages "
+                "WHERE mailbox_id NOT IN (SELECT id FROM mailboxes)"},
+    {"uidnext", "SELECT 'mailbox ' || quote(x.name) || ' has uidnext ' || x.uidnext || "
+                "' but holds uid ' || m.top FROM mailboxes x JOIN (SELECT mailbox_id, "
+                "max(uid) AS top FROM messages GROUP BY mailbox_id) m ON m.mailbox_id = x.id "
+                "WHERE x.uidnext <= m.top"},
+    {"modseq", "SELECT 'mailbox ' || quote(x.name) || ' has highestmodseq ' || "
+               "x.highestmodseq || ' but a message has modseq ' || m.top FROM mailboxes x JOIN "
+               "(SELECT mailbox_id, max(modseq) AS top FROM messages GROUP BY mailbox_id) m "
+               "ON m.mailbox_id = x.id WHERE x.highestmodseq < m.top"},
+    {"counters", "SELECT 'mailbox ' || quote(x.name) || ' counts ' || x.message_count || '/' || "
+                 "x.unseen_count || '/' || x.size_sum || ' (messages/unseen/bytes) but holds ' || "
+                 "coalesce(m.n, 0) || '/' || coalesce(m.u, 0) || '/' || coalesce(m.b, 0) "
+                 "FROM mailboxes x LEFT JOIN (SELECT mailbox_id, count(*) AS n, "
+                 "sum((flags & 1) = 0) AS u, sum(size) AS b FROM messages GROUP BY mailbox_id) m "
+                 "ON m.mailbox_id = x.id WHERE x.message_count != coalesce(m.n, 0) OR "
+                 "x.unseen_count != coalesce(m.u, 0) OR x.size_sum != coalesce(m.b, 0)"},
+    {"uid", "SELECT 'message ' || id || ' has uid ' || uid || ', modseq ' || modseq "
+            "FROM messages WHERE uid < 1 OR modseq < 1"},
+    {"fts", "SELECT 'body ' || id || ' has no full-text row' FROM bodies "
+            "WHERE id NOT IN (SELECT rowid FROM fts)"},
+    {"fts", "SELECT 'full-text row ' || rowid || ' belongs to no body' FROM fts "
+            "WHERE rowid NOT IN (SELECT id FROM bodies)"},
+    {"bytes", "SELECT 'body ' || id || ' has no bytes' FROM bodies "
+              "WHERE id NOT IN (SELECT id FROM bodies_data)"},
+    {"bytes", "SELECT 'attachment ' || id || ' has no bytes' FROM attachments "
+              "WHERE id NOT IN (SELECT id FROM attachments_data)"},
+};
+
+static void ops_check_invariants(struct ops_check *c)
+{
+    if (store_exec(c->s, "BEGIN") != MV_OK) {
+        ops_problem(c, "invariants", "cannot begin a read: %s", c->s->errmsg);
+        return;
+    }
+    for (size_t i = 0; i < sizeof ops_invariants / sizeof ops_invariants[0]; i++) {
+        ops_check_rows(c, ops_invariants[i].what, ops_invariants[i].sql, 0);
+    }
+    store_rollback(c->s);
+}
+
+static void ops_check_fts_index(struct ops_check *c)
+{
+    if (c->s->readonly) {
+        return;
+    }
+    store_enter(c->s);
+    if (sqlite3_exec(c->s->db, "INSERT INTO fts(fts) VALUES('integrity-check')", NULL, NULL,
+                     NULL) != SQLITE_OK) {
+        ops_problem(c, "fts", "the full-text index does not match its content: %s",
+                    sqlite3_errmsg(c->s->db));
+    }
+}
+
+int mv_store_check(mv_store *s,
+                   mv_problem_fn problem,
+                   void *problem_arg,
+                   struct mv_check_report *out)
+{
+    if (s == NULL || out == NULL) {
+        return s != NULL ? store_fail(s, MV_EINVAL, "mv_store_check: no report") : MV_EINVAL;
+    }
+    memset(out, 0, sizeof *out);
+    struct ops_check c = {s, problem, problem_arg, out};
+    int rc = ops_check_pages(&c);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    ops_check_rows(&c, "integrity", "PRAGMA integrity_check(1000)", 1);
+    ops_check_invariants(&c);
+    ops_check_fts_index(&c);
+    if (out->problems > 0) {
+        return store_fail(s, MV_ECORRUPT, "%u problem%s found", out->problems,
+                          out->problems == 1 ? "" : "s");
+    }
+    s->errmsg[0] = '\0';
+    return MV_OK;
+}

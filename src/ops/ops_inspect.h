@@ -1,0 +1,44 @@
+/*
+ * ops_inspect.h -- what the files of the statistics, maintenance, check, doctor and explain
+ * operations share (ops_stats.c, ops_prometheus.c, ops_maintain.c, ops_check.c,
+ * ops_doctor.c, ops_explain.c). Nothing outside src/ops includes it.
+ */
+#ifndef MV_OPS_INSPECT_H
+#define MV_OPS_INSPECT_H
+
+#include "mailvault.h"
+#include "store/store.h"
+
+#include <stdint.h>
+
+/* Meta-table keys where maintenance leaves its history (Unix seconds; 1/0). */
+#define OPS_META_MAINTAINED_AT   "ops:maintained_at"
+#define OPS_META_QUICK_CHECK_AT  "ops:quick_check_at"
+#define OPS_META_QUICK_CHECK_OK  "ops:quick_check_ok"
+#define OPS_FREE_BYTES_TEST_HOOK "MAILVAULT_TEST_FREE_BYTES"
+
+/* Free bytes for an unprivileged writer in dir's filesystem (statvfs f_bavail * f_frsize),
+ * or the value of $MAILVAULT_TEST_FREE_BYTES if that is set (a test hook: the only place
+ * that reads it). Returns MV_OK or MV_EIO (errno-style text in errmsg). */
+int ops_free_bytes(const char *dir, uint64_t *out, char *errmsg, size_t errmsg_size);
+
+/* Describes the store file ROOT/<domain>/<local>.db keylessly (see mv_store_file_inspect).
+ * address is already normalised. Returns MV_OK, MV_ENOTFOUND or MV_EIO. */
+int ops_file_describe(const char *address,
+                      const struct mv_store_options *opts,
+                      struct mv_store_file *out);
+
+/* Size of path from stat(2); 0 if it does not exist. */
+uint64_t ops_file_bytes(const char *path);
+
+/* An integer from the meta table (0 if absent), and one written there (own transaction). */
+int ops_meta_get_int(mv_store *s, const char *key, int64_t *out);
+int ops_meta_set_int(mv_store *s, const char *key, int64_t value);
+
+/* One row of one integer column from sql (prepared here, finalized here). */
+int ops_query_int(mv_store *s, const char *sql, int64_t *out);
+
+/* The cipher named by a reserve byte (32 chacha20, 80 sqlcipher, 0 aes256cbc). */
+mv_cipher ops_cipher_from_reserve(int reserve_bytes);
+
+#endif /* MV_OPS_INSPECT_H */

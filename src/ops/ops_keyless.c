@@ -1,0 +1,437 @@
+/*
+ * ops_keyless.c -- mv_backup_write_keyless(): a consistent copy of a store's ciphertext
+ * (database file + WAL) without its password, for `mailvault backup --all`.
+ *
+ * HOW THE COPY IS MADE CONSISTENT
+ *   In WAL mode the database file changes only in a checkpoint, and the WAL only when a
+ *   writer appends (or restarts it). SQLite's unix VFS serialises those with locks on bytes
+ *   of the -shm file: byte 120 + 0 is WAL_WRITE_LOCK (held by a writer for its transaction,
+ *   and by recovery), 120 + 1 is WAL_CKPT_LOCK (held by a checkpointer). Holding both as
+ *   write locks stops every writer, every checkpoint and every recovery, while readers go on
+ *   (they use the read-mark bytes 123..127). One path escapes them: a connection that closes
+ *   last takes an EXCLUSIVE lock on the database file and then checkpoints in "exclusive
+ *   mode", without shm locks. A read lock on the database file's SHARED range (the bytes
+ *   SQLite's readers lock, from 0x40000002, 510 of them) makes that EXCLUSIVE lock fail, so
+ *   the close leaves the WAL alone. With the three locks held, neither file changes; the
+ *   copy of both is the store as of its last commit, as a power loss would leave it.
+ *   The locks are open-file-description locks (F_OFD_SETLK): they conflict with SQLite's
+ *   POSIX locks of other processes and of this one, and closing our descriptors does not
+ *   drop any lock SQLite holds. Writers wait meanwhile (the store's busy timeout is 30 s);
+ *   the freeze waits at most lock_wait_ms for a running transaction to end.
+ *   If there is no -shm (no connection has had the store open since the last clean close)
+ *   it is created, empty, 0600: a connection that then opens the store runs recovery,
+ *   which needs the write lock, and so waits as a writer does.
+ *
+ * CHECKS WITHOUT THE KEY
+ *   Header bytes 16..23 (page size, file format 1 or 2, a reserve byte of a known cipher,
+ *   the fixed payload fractions 64/32/32), a whole number of pages, the WAL's magic,
+ *   version, page size and header checksum, and its frame checksum chain (computed by the
+ *   VFS over ciphertext), stopping as recovery would at the first frame that breaks it;
+ *   and the copies re-read against the SHA-256 of what was read while frozen.
+ *
+ * LIMITATIONS
+ *   The lock offsets are those of SQLite's unix VFS (documented in its WAL file format), on
+ *   which the mailvault VFS stacks and whose shm methods it passes through. A store opened
+ *   with locking_mode=EXCLUSIVE (mailvault never does) keeps its WAL index in private
+ *   memory; its EXCLUSIVE lock makes the freeze time out (MV_EBUSY) instead.
+ */
+#include "ops/ops_backup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define OPS_SHM_WRITE_LOCK_OFFSET 120 /* unix VFS: WAL_WRITE_LOCK, then WAL_CKPT_LOCK */
+#define OPS_SHM_LOCKS_FROZEN      2
+#define OPS_DB_SHARED_FIRST       (0x40000000 + 2)
+#define OPS_DB_SHARED_SIZE        510
+#define OPS_LOCK_POLL_MS          1 /* short: writers take and drop WAL_WRITE often */
+#define OPS_WAL_HEADER_BYTES      32
+#define OPS_WAL_FRAME_HEADER      24
+#define OPS_WAL_MAGIC             0x377f0682u
+#define OPS_WAL_VERSION           3007000u
+
+struct ops_freeze {
+    int db_fd;
+    int shm_fd;
+};
+
+static int ops_keyless_lock(int fd, short type, off_t start, off_t len, uint32_t wait_ms)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = start;
+    fl.l_len = len;
+    for (uint32_t waited_ms = 0;; waited_ms += OPS_LOCK_POLL_MS) {
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+            return MV_OK;
+        }
+        if (errno != EAGAIN && errno != EACCES && errno != EINTR) {
+            return MV_EIO;
+        }
+        if (waited_ms >= wait_ms) {
+            return MV_EBUSY;
+        }
+        struct timespec ts = {0, OPS_LOCK_POLL_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void ops_thaw(struct ops_freeze *fz)
+{
+    if (fz->shm_fd >= 0) {
+        close(fz->shm_fd); /* drops its OFD locks */
+    }
+    if (fz->db_fd >= 0) {
+        close(fz->db_fd);
+    }
+    fz->shm_fd = fz->db_fd = -1;
+}
+
+static int ops_freeze(
+    const char *db_path, uint32_t wait_ms, struct ops_freeze *fz, char *errmsg, size_t errmsg_size)
+{
+    fz->db_fd = open(db_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    fz->shm_fd = -1;
+    if (fz->db_fd < 0) {
+        return ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(errno), "%s: %s", db_path,
+                           strerror(errno));
+    }
+    int rc = ops_keyless_lock(fz->db_fd, F_RDLCK, OPS_DB_SHARED_FIRST, OPS_DB_SHARED_SIZE, wait_ms);
+    char shm[MV_PATH_MAX + 8];
+    snprintf(shm, sizeof shm, "%s-shm", db_path);
+    if (rc == MV_OK) {
+        fz->shm_fd = open(shm, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        rc = fz->shm_fd >= 0 ? MV_OK : MV_EIO;
+    }
+    if (rc == MV_OK) {
+        rc = ops_keyless_lock(fz->shm_fd, F_WRLCK, OPS_SHM_WRITE_LOCK_OFFSET, OPS_SHM_LOCKS_FROZEN,
+                              wait_ms);
+    }
+    if (rc != MV_OK) {
+        ops_thaw(fz);
+        return ops_io_fail(errmsg, errmsg_size, rc,
+                           rc == MV_EBUSY ? "%s: the store stayed busy (a long transaction or an "
+                                            "exclusive connection); try again"
+                                          : "%s: cannot lock it: %s",
+                           db_path, strerror(errno));
+    }
+    return MV_OK;
+}
+
+static uint32_t ops_be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static int ops_read_at(int fd, uint8_t *buf, size_t n, off_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, buf + got, n - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r <= 0) {
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* The header of a mailvault database file; *page_size, *cipher, *pages from it. */
+static int ops_keyless_check_db(const char *path,
+                                struct mv_backup_info *info,
+                                char *errmsg,
+                                size_t errmsg_size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    uint8_t hdr[24];
+    struct stat st;
+    int ok = fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= 512 &&
+             ops_read_at(fd, hdr, sizeof hdr, 0) == 0;
+    if (fd >= 0) {
+        close(fd);
+    }
+    uint32_t page_size = ok ? ((uint32_t)hdr[16] << 8 | hdr[17]) : 0;
+    page_size = page_size == 1 ? 65536 : page_size;
+    int reserve = ok ? hdr[20] : -1;
+    ok = ok && page_size >= 512 && (page_size & (page_size - 1)) == 0 &&
+         (hdr[18] == 1 || hdr[18] == 2) && (hdr[19] == 1 || hdr[19] == 2) && hdr[21] == 64 &&
+         hdr[22] == 32 && hdr[23] == 32 && (reserve == 0 || reserve == 32 || reserve == 80) &&
+         (uint64_t)st.st_size % page_size == 0 && memcmp(hdr, "SQLite format 3", 15) != 0;
+    if (!ok) {
+        return ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT,
+                           "%s does not look like a mailvault store (header bytes 16..23, "
+                           "size a multiple of the page size)",
+                           path);
+    }
+    info->page_size = page_size;
+    info->page_count = (uint64_t)st.st_size / page_size;
+    info->cipher = reserve == 32   ? MV_CIPHER_CHACHA20
+                   : reserve == 80 ? MV_CIPHER_SQLCIPHER
+                                   : MV_CIPHER_AES256CBC;
+    return MV_OK;
+}
+
+/* SQLite's WAL checksum over n bytes (n a multiple of 8), continuing s[0], s[1]. */
+static void ops_wal_checksum(const uint8_t *p, size_t n, int big_endian, uint32_t s[2])
+{
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint32_t x0 = ops_be32(p + i), x1 = ops_be32(p + i + 4);
+        if (!big_endian) {
+            x0 = __builtin_bswap32(x0);
+            x1 = __builtin_bswap32(x1);
+        }
+        s[0] += x0 + s[1];
+        s[1] += x1 + s[0];
+    }
+}
+
+/* Walks the WAL copy as recovery would: valid frames and commit frames of its header's
+ * generation. A WAL without a valid header has none (recovery ignores it). */
+static int ops_keyless_check_wal(const char *path,
+                                 struct mv_backup_info *info,
+                                 char *errmsg,
+                                 size_t errmsg_size)
+{
+    info->wal_frames = info->wal_commits = 0;
+    if (info->wal_size_bytes < OPS_WAL_HEADER_BYTES) {
+        return MV_OK;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    uint8_t hdr[OPS_WAL_HEADER_BYTES];
+    uint8_t *frame = malloc(OPS_WAL_FRAME_HEADER + (size_t)info->page_size);
+    if (fd < 0 || frame == NULL || ops_read_at(fd, hdr, sizeof hdr, 0) != 0) {
+        free(frame);
+        if (fd >= 0) {
+            close(fd);
+        }
+        return ops_io_fail(errmsg, errmsg_size, MV_EIO, "cannot read %s", path);
+    }
+    uint32_t magic = ops_be32(hdr);
+    int big_endian = (magic & 1u) != 0;
+    uint32_t s[2] = {0, 0};
+    ops_wal_checksum(hdr, 24, big_endian, s);
+    int header_ok = (magic & ~1u) == OPS_WAL_MAGIC && ops_be32(hdr + 4) == OPS_WAL_VERSION &&
+                    ops_be32(hdr + 8) == info->page_size && s[0] == ops_be32(hdr + 24) &&
+                    s[1] == ops_be32(hdr + 28);
+    size_t frame_size = OPS_WAL_FRAME_HEADER + (size_t)info->page_size;
+    uint64_t frames = 0;
+    for (off_t off = OPS_WAL_HEADER_BYTES;
+         header_ok && (uint64_t)off + frame_size <= info->wal_size_bytes;
+         off += (off_t)frame_size) {
+        if (ops_read_at(fd, frame, frame_size, off) != 0 || memcmp(frame + 8, hdr + 16, 8) != 0 ||
+            ops_be32(frame) == 0) {
+            break; /* another generation's salt, or no page: the end of the valid frames */
+        }
+        ops_wal_checksum(frame, 8, big_endian, s);
+        ops_wal_checksum(frame + OPS_WAL_FRAME_HEADER, info->page_size, big_endian, s);
+        if (s[0] != ops_be32(frame + 16) || s[1] != ops_be32(frame + 20)) {
+            break;
+        }
+        frames++;
+        if (ops_be32(frame + 4) != 0) {
+            info->wal_frames = frames; /* frames up to the last commit are what counts */
+            info->wal_commits++;
+        }
+    }
+    free(frame);
+    close(fd);
+    return MV_OK;
+}
+
+/* The copies re-read: their bytes are what was read while the store was frozen. */
+static int ops_keyless_reread(
+    const char *path, const char *sha, uint64_t size, char *errmsg, size_t errmsg_size)
+{
+    char again[65];
+    uint64_t again_size = 0;
+    int rc = ops_io_sha256(path, again, &again_size, errmsg, errmsg_size);
+    if (rc == MV_OK && (again_size != size || strcmp(again, sha) != 0)) {
+        rc =
+            ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT,
+                        "%s differs from what was copied into it (disk or filesystem error)", path);
+    }
+    return rc;
+}
+
+/* Frozen: copies the database file and its WAL to tmp and tmp_wal. */
+static int ops_keyless_copy(const struct store_paths *paths,
+                            const char *tmp,
+                            const char *tmp_wal,
+                            const struct mv_ops_options *p,
+                            struct mv_backup_info *info,
+                            char *errmsg,
+                            size_t errmsg_size)
+{
+    struct ops_freeze fz;
+    uint32_t wait_ms = p->lock_wait_ms != 0 ? p->lock_wait_ms : MV_OPS_LOCK_WAIT_DEFAULT_MS;
+    int rc = ops_freeze(paths->db_path, wait_ms, &fz, errmsg, errmsg_size);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    struct ops_progress progress = {p->progress, p->progress_arg, "copy", 0, -1, 0};
+    rc = ops_io_copy(paths->db_path, tmp, &progress, info->sha256, &info->size_bytes, errmsg,
+                     errmsg_size);
+    char wal[MV_PATH_MAX + 8];
+    snprintf(wal, sizeof wal, "%s-wal", paths->db_path);
+    info->wal_size_bytes = 0;
+    info->wal_sha256[0] = '\0';
+    if (rc == MV_OK && ops_io_size(wal) > 0) {
+        rc = ops_io_copy(wal, tmp_wal, &progress, info->wal_sha256, &info->wal_size_bytes, errmsg,
+                         errmsg_size);
+    }
+    ops_thaw(&fz);
+    return rc;
+}
+
+static int ops_keyless_check(const char *tmp,
+                             const char *tmp_wal,
+                             struct mv_backup_info *info,
+                             char *errmsg,
+                             size_t errmsg_size)
+{
+    int rc = ops_keyless_reread(tmp, info->sha256, info->size_bytes, errmsg, errmsg_size);
+    if (rc == MV_OK && info->wal_size_bytes > 0) {
+        rc = ops_keyless_reread(tmp_wal, info->wal_sha256, info->wal_size_bytes, errmsg,
+                                errmsg_size);
+    }
+    if (rc == MV_OK) {
+        rc = ops_keyless_check_db(tmp, info, errmsg, errmsg_size);
+    }
+    if (rc == MV_OK) {
+        rc = ops_keyless_check_wal(tmp_wal, info, errmsg, errmsg_size);
+    }
+    return rc;
+}
+
+/* Moves the checked copies to their final names: WAL, manifest, then the snapshot. */
+static int ops_keyless_publish(const char *dest_dir,
+                               const char *tmp,
+                               const char *tmp_wal,
+                               struct mv_backup_info *info,
+                               char *errmsg,
+                               size_t errmsg_size)
+{
+    char final_wal[MV_PATH_MAX + 8];
+    snprintf(final_wal, sizeof final_wal, "%s-wal", info->path);
+    snprintf(info->manifest_path, sizeof info->manifest_path, "%.*s%s",
+             (int)(sizeof info->manifest_path - 8), info->path, OPS_MANIFEST_SUFFIX);
+    int rc = MV_OK;
+    if (info->wal_size_bytes > 0 && rename(tmp_wal, final_wal) != 0) {
+        rc = ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(errno), "cannot rename %s: %s",
+                         tmp_wal, strerror(errno));
+    }
+    if (rc == MV_OK) {
+        rc = ops_manifest_write(info->manifest_path, info, errmsg, errmsg_size);
+    }
+    if (rc == MV_OK && rename(tmp, info->path) != 0) {
+        rc = ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(errno), "cannot rename %s: %s", tmp,
+                         strerror(errno));
+        unlink(info->manifest_path);
+    }
+    if (rc != MV_OK) {
+        unlink(final_wal);
+        return rc;
+    }
+    return store_fsync_dir(dest_dir) == MV_OK
+               ? MV_OK
+               : ops_io_fail(errmsg, errmsg_size, MV_EIO, "cannot fsync %s", dest_dir);
+}
+
+/* Everything after the arguments are checked; tmp and tmp_wal are MV_PATH_MAX buffers. */
+static int ops_keyless_run(const struct store_paths *paths,
+                           const char *dest_dir,
+                           const struct mv_ops_options *p,
+                           struct mv_backup_info *info,
+                           char *tmp,
+                           char *tmp_wal,
+                           char *errmsg,
+                           size_t errmsg_size)
+{
+    int lock_fd = -1;
+    int rc = ops_backup_names(dest_dir, paths->address, info->path, tmp, MV_PATH_MAX, errmsg,
+                              errmsg_size);
+    if (rc == MV_OK) {
+        snprintf(tmp_wal, MV_PATH_MAX, "%.*s-wal%s", (int)(strlen(tmp) - 4), tmp, OPS_TEMP_SUFFIX);
+        /* Shared, as a reader: no restore or password change swaps the file meanwhile. */
+        uint32_t wait_ms = p->lock_wait_ms != 0 ? p->lock_wait_ms : MV_OPS_LOCK_WAIT_DEFAULT_MS;
+        rc = store_lock_take(paths->db_path, STORE_LOCK_SHARED, wait_ms, 0, &lock_fd, errmsg,
+                             errmsg_size);
+    }
+    if (rc == MV_OK) {
+        rc = ops_keyless_copy(paths, tmp, tmp_wal, p, info, errmsg, errmsg_size);
+    }
+    store_lock_release(&lock_fd);
+    if (rc == MV_OK) {
+        rc = ops_keyless_check(tmp, tmp_wal, info, errmsg, errmsg_size);
+    }
+    if (rc == MV_OK) {
+        info->keyless = 1;
+        info->created = (int64_t)time(NULL);
+        rc = ops_keyless_publish(dest_dir, tmp, tmp_wal, info, errmsg, errmsg_size);
+    }
+    if (rc != MV_OK) {
+        unlink(tmp);
+        unlink(tmp_wal);
+    }
+    return rc;
+}
+
+int mv_backup_write_keyless(const char *address,
+                            const struct mv_store_options *store_opts,
+                            const char *dest_dir,
+                            const struct mv_ops_options *opts,
+                            struct mv_backup_info *info_out,
+                            char *errmsg,
+                            size_t errmsg_size)
+{
+    static const struct mv_store_options store_defaults = MV_STORE_OPTIONS_INIT;
+    static const struct mv_ops_options defaults = MV_OPS_OPTIONS_INIT;
+    const struct mv_store_options *o = store_opts != NULL ? store_opts : &store_defaults;
+    const struct mv_ops_options *p = opts != NULL ? opts : &defaults;
+    uint32_t keep = p->keep != 0 ? p->keep : MV_BACKUP_KEEP_DEFAULT;
+    struct store_paths paths;
+    int rc = store_paths_resolve(address, o, &paths, errmsg, errmsg_size);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (keep > MV_BACKUP_KEEP_MAX || dest_dir == NULL || dest_dir[0] == '\0' ||
+        strlen(dest_dir) >= MV_PATH_MAX - MV_ADDRESS_MAX - 64) {
+        return ops_io_fail(errmsg, errmsg_size, MV_EINVAL,
+                           "invalid backup arguments (keep 1..%d, a directory name)",
+                           MV_BACKUP_KEEP_MAX);
+    }
+    if (access(paths.db_path, F_OK) != 0) {
+        return ops_io_fail(errmsg, errmsg_size, MV_ENOTFOUND, "no store for %s", paths.address);
+    }
+    rc = store_mkdirs(dest_dir, errmsg, errmsg_size);
+    struct mv_backup_info *info = calloc(1, sizeof *info);
+    char *tmp = malloc(MV_PATH_MAX), *tmp_wal = malloc(MV_PATH_MAX);
+    if (rc == MV_OK && (info == NULL || tmp == NULL || tmp_wal == NULL)) {
+        rc = ops_io_fail(errmsg, errmsg_size, MV_ENOMEM, "out of memory");
+    }
+    if (rc == MV_OK) {
+        snprintf(info->address, sizeof info->address, "%s", paths.address);
+        rc = ops_keyless_run(&paths, dest_dir, p, info, tmp, tmp_wal, errmsg, errmsg_size);
+    }
+    if (rc == MV_OK) {
+        (void)ops_backup_prune(dest_dir, info->address, keep, &info->pruned);
+        if (info_out != NULL) {
+            *info_out = *info;
+        }
+    }
+    free(tmp_wal);
+    free(tmp);
+    free(info);
+    return rc;
+}

@@ -1,0 +1,717 @@
+#!/usr/bin/env python3
+"""imapd_client.py -- drives a running mailvaultd over IMAP (imaplib and raw sockets) and
+LMTP (smtplib.LMTP); run by tests/cli_imapd.sh, which starts the server.
+
+USAGE
+  imapd_client.py --imap PORT --lmtp PORT [--imaps PORT] --user ADDR --password PW
+                  --user2 ADDR --password2 PW [--auth-delay-ms N]
+
+Each check prints "ok NAME" or "not ok NAME: why"; the last line is "# N passed, N failed".
+Every socket has a timeout, so a server that stops answering fails the checks, never hangs.
+"""
+import argparse
+import base64
+import threading
+import imaplib
+import smtplib
+import socket
+import ssl
+import sys
+import time
+
+TIMEOUT = 15
+passed = 0
+failed = 0
+
+
+def check(name, cond, why=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        print("ok %s" % name)
+    else:
+        failed += 1
+        print("not ok %s: %s" % (name, why))
+
+
+def attempt(name, fn):
+    """Runs fn(); an exception fails the check named name."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 -- any failure is a failed check
+        check(name, False, "%s: %s" % (type(e).__name__, e))
+
+
+def connect(args):
+    m = imaplib.IMAP4("127.0.0.1", args.imap, timeout=TIMEOUT)
+    return m
+
+
+def login(args, user=None, password=None):
+    m = connect(args)
+    m.login(user or args.user, password or args.password)
+    return m
+
+
+class Raw:
+    """A raw IMAP connection: send lines, read until the tagged response."""
+
+    def __init__(self, port, tls_context=None, host="127.0.0.1"):
+        self.sock = socket.create_connection((host, port), timeout=TIMEOUT)
+        if tls_context is not None:
+            self.sock = tls_context.wrap_socket(self.sock, server_hostname="localhost")
+        self.buf = b""
+        self.greeting = self.line()
+
+    def line(self):
+        while b"\r\n" not in self.buf:
+            data = self.sock.recv(65536)
+            if not data:
+                raise EOFError("connection closed")
+            self.buf += data
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def command(self, tag, text):
+        """Sends 'tag text' (bytes or str) and returns (untagged lines, tagged line)."""
+        if isinstance(text, str):
+            text = text.encode()
+        self.send(tag.encode() + b" " + text + b"\r\n")
+        return self.until(tag)
+
+    def until(self, tag):
+        lines = []
+        while True:
+            line = self.line()
+            if line.startswith(tag.encode() + b" "):
+                return lines, line
+            lines.append(line)
+
+    def close(self):
+        self.sock.close()
+
+
+MESSAGE = (b"From: Bob Sender <bob@example.org>\r\n"
+           b"To: Alice <alice@example.org>\r\n"
+           b"Subject: quarterly report\r\n"
+           b"Date: Mon, 02 Mar 2026 10:00:00 +0000\r\n"
+           b"Message-ID: <report.1@example.org>\r\n"
+           b"\r\n"
+           b"The numbers are in. Caf\xc3\xa9 budget approved.\r\n")
+
+
+def big_message():
+    body = b"".join(b"line %06d of a long attachment-like body\r\n" % i for i in range(6000))
+    return (b"From: carol@example.org\r\nTo: alice@example.org\r\nSubject: big one\r\n"
+            b"MIME-Version: 1.0\r\nContent-Type: text/plain\r\n\r\n" + body)
+
+
+def test_login(args):
+    m = connect(args)
+    check("greeting has capabilities", "IMAP4REV1" in m.capabilities and "AUTH=PLAIN" in m.capabilities,
+          str(m.capabilities))
+    start = time.monotonic()
+    try:
+        m.login(args.user, "wrong password")
+        check("wrong password refused", False, "login succeeded")
+    except imaplib.IMAP4.error as e:
+        elapsed_ms = (time.monotonic() - start) * 1000
+        check("wrong password refused", b"AUTHENTICATIONFAILED" in str(e).encode(), str(e))
+        check("failed login delayed", elapsed_ms >= args.auth_delay_ms * 0.9, "%.0f ms" % elapsed_ms)
+    start = time.monotonic()
+    try:
+        m.login("nobody@example.org", "x")
+        check("unknown user refused", False, "login succeeded")
+    except imaplib.IMAP4.error as e:
+        elapsed_ms = (time.monotonic() - start) * 1000
+        check("unknown user refused the same way", b"AUTHENTICATIONFAILED" in str(e).encode(), str(e))
+        check("a second failure from the address waits twice as long",
+              elapsed_ms >= 2 * args.auth_delay_ms * 0.9, "%.0f ms" % elapsed_ms)
+    typ, data = m.login(args.user, args.password)
+    check("login", typ == "OK", str(data))
+    typ, data = m.noop()
+    check("session goes on after login", typ == "OK", str(data))
+    m.logout()
+
+
+def test_authenticate(args):
+    m = connect(args)
+    typ, _ = m.authenticate("PLAIN", lambda _: ("\0%s\0%s" % (args.user, args.password)).encode())
+    check("AUTHENTICATE PLAIN (continuation)", typ == "OK")
+    m.logout()
+    r = Raw(args.imap)
+    ir = base64.b64encode(("\0%s\0%s" % (args.user, args.password)).encode()).decode()
+    _, tagged = r.command("a1", "AUTHENTICATE PLAIN " + ir)
+    check("AUTHENTICATE PLAIN with SASL-IR", tagged.startswith(b"a1 OK"), tagged)
+    _, tagged = r.command("a2", "LOGIN x y")
+    check("LOGIN after authentication is BAD", tagged.startswith(b"a2 BAD"), tagged)
+    r.command("a3", "LOGOUT")
+    r.close()
+
+
+def test_mailboxes(args):
+    m = login(args)
+    typ, data = m.list()
+    names = b" ".join(data)
+    check("LIST shows the default mailboxes", typ == "OK" and b'"INBOX"' in names and b"\\Sent" in names,
+          str(data))
+    check("CREATE", m.create("Projects/2026")[0] == "OK")
+    typ, data = m.list('""', "Projects/*")
+    check("LIST with a pattern", typ == "OK" and len(data) == 1 and b"Projects/2026" in data[0], str(data))
+    typ, data = m.list('""', "Projects")
+    check("parent has children", typ == "OK" and b"\\HasChildren" in data[0], str(data))
+    check("CREATE an existing mailbox is NO", m.create("Projects/2026")[0] == "NO")
+    check("RENAME", m.rename("Projects/2026", "Projects/Done")[0] == "OK")
+    typ, data = m.list('""', "Projects/*")
+    check("RENAME is visible", b"Projects/Done" in b" ".join(data), str(data))
+    check("DELETE", m.delete("Projects/Done")[0] == "OK")
+    check("DELETE a missing mailbox is NO", m.delete("Projects/Done")[0] == "NO")
+    check("DELETE INBOX is NO", m.delete("INBOX")[0] == "NO")
+    check("SUBSCRIBE", m.subscribe("Projects")[0] == "OK")
+    typ, data = m.lsub('""', "*")
+    check("LSUB", typ == "OK" and b"Projects" in b" ".join(data), str(data))
+    check("non-ASCII name (modified UTF-7)", m.create("&AMk-t&AOk-")[0] == "OK")
+    typ, data = m.list('""', "&AMk-t&AOk-")
+    check("non-ASCII name round trip", typ == "OK" and len(data) == 1 and b"&AMk-t&AOk-" in data[0], str(data))
+    m.logout()
+
+
+def test_messages(args):
+    m = login(args)
+    typ, data = m.append("INBOX", "(\\Flagged $Work)", None, MESSAGE)
+    check("APPEND", typ == "OK", str(data))
+    big = big_message()
+    typ, data = m.append("INBOX", None, imaplib.Time2Internaldate(1700000000), big)
+    check("APPEND a 250 KB message", typ == "OK", str(data))
+    check("APPEND to a missing mailbox says TRYCREATE",
+          b"TRYCREATE" in str(m.append("NoSuchBox", None, None, MESSAGE)[1]).encode())
+    typ, data = m.select("INBOX")
+    check("SELECT", typ == "OK" and data[0] == b"2", str(data))
+    typ, data = m.fetch("1", "(BODY.PEEK[])")
+    check("FETCH BODY[] is byte-identical", typ == "OK" and data[0][1] == MESSAGE, str(data)[:200])
+    typ, data = m.fetch("2", "(RFC822.SIZE BODY.PEEK[])")
+    check("FETCH of the big message is byte-identical", typ == "OK" and data[0][1] == big,
+          str(data)[:200])
+    check("RFC822.SIZE", b"RFC822.SIZE %d" % len(big) in data[0][0], str(data[0][0]))
+    typ, data = m.fetch("1", "(FLAGS UID INTERNALDATE)")
+    check("FETCH FLAGS with keywords", typ == "OK" and b"\\Flagged" in data[0] and b"$Work" in data[0],
+          str(data))
+    typ, data = m.fetch("2", "(INTERNALDATE)")
+    check("APPEND date-time kept", b"14-Nov-2023 22:13:20 +0000" in data[0], str(data))
+    typ, data = m.fetch("1", "(BODY.PEEK[HEADER.FIELDS (Subject From)])")
+    check("BODY[HEADER.FIELDS]", data[0][1] == b"From: Bob Sender <bob@example.org>\r\n"
+          b"Subject: quarterly report\r\n\r\n", str(data))
+    typ, data = m.fetch("1", "(BODY.PEEK[TEXT] BODY.PEEK[HEADER]<0.6>)")
+    check("BODY[TEXT] and a partial BODY[HEADER]",
+          data[0][1] == MESSAGE.split(b"\r\n\r\n", 1)[1] and data[1][1] == b"From: ", str(data))
+    typ, data = m.fetch("1", "(FLAGS)")
+    check("PEEK leaves \\Seen alone", b"\\Seen" not in data[0], str(data))
+    typ, data = m.fetch("1", "(BODY[TEXT])")
+    check("BODY[] sets \\Seen", b"\\Seen" in b" ".join(x if isinstance(x, bytes) else x[0] for x in data),
+          str(data))
+    typ, data = m.fetch("1", "(RFC822.HEADER)")
+    check("RFC822.HEADER", data[0][1] == MESSAGE.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n", str(data))
+    typ, data = m.uid("FETCH", "1:*", "(FLAGS)")
+    check("UID FETCH", typ == "OK" and len([d for d in data if d]) == 2, str(data))
+
+    typ, data = m.store("2", "+FLAGS", "(\\Answered)")
+    check("STORE +FLAGS", typ == "OK" and b"\\Answered" in data[0], str(data))
+    typ, data = m.store("2", "-FLAGS.SILENT", "(\\Answered)")
+    check("STORE .SILENT", typ == "OK" and data == [None], str(data))
+    typ, data = m.uid("STORE", "2", "FLAGS", "(\\Draft)")
+    check("UID STORE FLAGS", typ == "OK" and b"\\Draft" in data[0], str(data))
+
+    searches = [
+        (("FROM", "bob"), b"1"),
+        (("SUBJECT", "big"), b"2"),
+        (("TEXT", "budget"), b"1"),
+        (("BODY", "attachment"), b"2"),
+        (("FLAGGED",), b"1"),
+        (("UNSEEN",), b"2"),
+        (("NOT", "SEEN"), b"2"),
+        (("OR", "FLAGGED", "DRAFT"), b"1 2"),
+        (("LARGER", "10000"), b"2"),
+        (("SMALLER", "10000"), b"1"),
+        (("BEFORE", "1-Jan-2024"), b"2"),
+        (("SINCE", "1-Jan-2024"), b"1"),
+        (("KEYWORD", "$Work"), b"1"),
+        (("HEADER", "Message-ID", "report.1"), b"1"),
+        (("2",), b"2"),
+        (("ALL",), b"1 2"),
+    ]
+    for criteria, want in searches:
+        typ, data = m.search(None, *criteria)
+        check("SEARCH %s" % " ".join(criteria), typ == "OK" and data[0] == want, str(data))
+    typ, data = m.uid("SEARCH", "UID", "2:*")
+    check("UID SEARCH", typ == "OK" and data[0] == b"2", str(data))
+
+    check("COPY", m.copy("1:2", "Archive")[0] == "OK")
+    typ, data = m.status("Archive", "(MESSAGES UNSEEN UIDNEXT)")
+    check("STATUS after COPY", typ == "OK" and b"MESSAGES 2" in data[0] and b"UIDNEXT 3" in data[0],
+          str(data))
+    check("COPY to a missing mailbox says TRYCREATE", b"TRYCREATE" in str(m.copy("1", "Nope")[1]).encode())
+    m.store("1", "+FLAGS", "(\\Deleted)")
+    typ, data = m.expunge()
+    check("EXPUNGE", typ == "OK" and data == [b"1"], str(data))
+    typ, data = m.fetch("1", "(BODY.PEEK[])")
+    check("message numbers move down after EXPUNGE", data[0][1] == big, str(data)[:100])
+    typ, data = m.select("Archive", readonly=True)
+    check("EXAMINE", typ == "OK" and data[0] == b"2", str(data))
+    typ, data = m.store("1", "+FLAGS", "(\\Seen)")
+    check("STORE in a read-only mailbox is NO", typ == "NO", str(data))
+    check("CLOSE", m.close()[0] == "OK")
+    m.logout()
+
+
+MULTIPART = (b'From: "Bob S." <bob@example.org>\r\n'
+             b'To: alice@example.org, "Ren\xc3\xa9e" <r@example.org>\r\n'
+             b"Subject: =?utf-8?q?caf=C3=A9?= plans\r\n"
+             b"Date: Mon, 02 Mar 2026 10:00:00 +0000\r\n"
+             b"Message-ID: <mime.1@example.org>\r\n"
+             b"MIME-Version: 1.0\r\n"
+             b'Content-Type: multipart/mixed; boundary="XX"\r\n\r\n'
+             b"preamble\r\n--XX\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nhello\r\nworld\r\n"
+             b'--XX\r\nContent-Type: application/pdf; name="a.pdf"\r\n'
+             b'Content-Disposition: attachment; filename="a.pdf"\r\n'
+             b"Content-Transfer-Encoding: base64\r\n\r\nQUJDRA==\r\n--XX--\r\n")
+
+
+def test_mime(args):
+    m = login(args)
+    m.create("Mime")
+    m.append("Mime", None, None, MULTIPART)
+    m.select("Mime")
+    typ, data = m.fetch("1", "(ENVELOPE)")
+    env = data[0]
+    check("ENVELOPE", typ == "OK" and b'"=?utf-8?q?caf=C3=A9?= plans"' in env
+          and b'(("Bob S." NIL "bob" "example.org"))' in env and b'"<mime.1@example.org>"' in env, env)
+    check("ENVELOPE sender and reply-to default to From",
+          env.count(b'(("Bob S." NIL "bob" "example.org"))') == 3, env)
+    check("ENVELOPE re-encodes an 8-bit display name", b'"=?UTF-8?b?UmVuw6ll?=" NIL "r" "example.org"' in env,
+          env)
+    typ, data = m.fetch("1", "(BODYSTRUCTURE)")
+    bs = data[0]
+    check("BODYSTRUCTURE", typ == "OK" and b'("TEXT" "PLAIN" ("CHARSET" "utf-8") NIL NIL "7BIT" 12 1' in bs
+          and b'("APPLICATION" "PDF" ("NAME" "a.pdf") NIL NIL "BASE64" 8 NIL ("ATTACHMENT" '
+          b'("FILENAME" "a.pdf"))' in bs and b'"MIXED" ("BOUNDARY" "XX")' in bs, bs)
+    typ, data = m.fetch("1", "(BODY)")
+    check("BODY (non-extensible)", typ == "OK" and b'"BASE64" 8) "MIXED")' in data[0], data)
+    typ, data = m.fetch("1", "(BODY.PEEK[2] BODY.PEEK[1.MIME] BODY.PEEK[1]<0.3>)")
+    check("BODY[2] is the part's encoded content", data[0][1] == b"QUJDRA==", data)
+    check("BODY[1.MIME]", data[1][1] == b"Content-Type: text/plain; charset=utf-8\r\n\r\n", data)
+    check("BODY[1]<0.3>", data[2][1] == b"hel", data)
+    typ, data = m.fetch("1", "(BODY.PEEK[9])")
+    check("a missing part is NIL", typ == "OK" and b"BODY[9] NIL" in data[0], data)
+    typ, data = m.fetch("1", "(BODY.PEEK[])")
+    check("the multipart message is byte-identical", data[0][1] == MULTIPART, str(data)[:200])
+    typ, data = m.fetch("1", "(BODY.PEEK[1.HEADER])")
+    check("BODY[n.HEADER] is refused for now", typ == "NO", data)
+    m.close()
+    m.logout()
+
+
+def test_uidplus_move(args):
+    m = login(args)
+    check("UIDPLUS and MOVE advertised after login", "UIDPLUS" in m.capabilities or
+          b"UIDPLUS" in m.capability()[1][0], str(m.capability()))
+    m.create("Moves")
+    typ, data = m.append("Moves", None, None, MESSAGE)
+    check("APPEND says APPENDUID", typ == "OK" and b"[APPENDUID " in data[0] and data[0].split()[2] == b"1]",
+          str(data))
+    for _ in range(3):
+        m.append("Moves", None, None, MESSAGE)
+    m.select("Moves")
+    typ, data = m.copy("2:3", "Trash")
+    check("COPY says COPYUID", typ == "OK" and b"[COPYUID " in data[0] and b" 2:3 " in data[0], str(data))
+    typ, data = m._simple_command("MOVE", "1", "Junk")
+    untagged = m.untagged_responses
+    check("MOVE", typ == "OK", str(data))
+    check("MOVE sends COPYUID then EXPUNGE",
+          any(b"COPYUID" in x for x in untagged.get("OK", []) if x) and untagged.get("EXPUNGE") == [b"1"],
+          str(untagged))
+    m.untagged_responses.clear()
+    typ, data = m.uid("MOVE", "4", "Junk")
+    check("UID MOVE", typ == "OK" and m.untagged_responses.get("EXPUNGE") == [b"3"], str(m.untagged_responses))
+    m.store("1:2", "+FLAGS", "(\\Deleted)")
+    m.untagged_responses.clear()
+    typ, data = m.uid("EXPUNGE", "3")
+    check("UID EXPUNGE removes only the UIDs given", typ == "OK" and m.untagged_responses.get("EXPUNGE") == [b"2"],
+          str(m.untagged_responses))
+    typ, data = m.uid("SEARCH", "ALL")
+    check("the other \\Deleted message stays", data[0] == b"2", str(data))
+    typ, data = m.status("Junk", "(MESSAGES)")
+    check("both moved messages arrived", b"MESSAGES 2" in data[0], str(data))
+    m.logout()
+
+
+def test_idle(args):
+    r = Raw(args.imap)
+    r.command("i1", 'LOGIN %s "%s"' % (args.user, args.password))
+    r.command("i2", "SELECT INBOX")
+    r.send(b"i3 IDLE\r\n")
+    line = r.line()
+    check("IDLE answers with a continuation", line.startswith(b"+"), line)
+    other = login(args)
+    other.append("INBOX", None, None, MESSAGE)
+    other.logout()
+    start = time.monotonic()
+    line = r.line()
+    check("an IDLE session is told about a new message", line.endswith(b"EXISTS"), line)
+    check("within the poll interval", time.monotonic() - start < 5, time.monotonic() - start)
+    r.send(b"DONE\r\n")
+    _, tagged = r.until("i3")
+    check("DONE ends IDLE", tagged == b"i3 OK IDLE terminated", tagged)
+    _, tagged = r.command("i4", "NOOP")
+    check("commands work after IDLE", tagged.startswith(b"i4 OK"), tagged)
+    r.send(b"i5 IDLE\r\n")
+    r.line()
+    r.send(b"NOPE\r\n")
+    _, tagged = r.until("i5")
+    check("anything but DONE is BAD", tagged.startswith(b"i5 BAD"), tagged)
+    r.command("i6", "LOGOUT")
+    r.close()
+
+
+def test_parallel(args):
+    """Eight clients at once, two users (two workers at most), appends, fetches, flag
+    changes and expunges interleaved: every session must finish and see consistent data."""
+    errors = []
+    users = [(args.user, args.password), (args.user2, args.password2)]
+
+    def client(n):
+        try:
+            user, password = users[n % 2]
+            m = login(args, user, password)
+            box = "Par%d" % (n % 4)
+            m.create(box)
+            for i in range(6):
+                body = MESSAGE + b"client %d message %d\r\n" % (n, i)
+                typ, _ = m.append(box, None, None, body)
+                if typ != "OK":
+                    errors.append("append %d/%d" % (n, i))
+                m.select(box)
+                typ, data = m.uid("SEARCH", "ALL")
+                uids = data[0].split()
+                if uids:
+                    typ, data = m.uid("FETCH", uids[-1], "(BODY.PEEK[])")
+                    # other sessions' flag changes may come first, as untagged FETCHes, and the
+                    # newest message may be that of the other client sharing the mailbox
+                    if typ != "OK" or not any(isinstance(d, tuple) and d[1].startswith(MESSAGE)
+                                              and b"message" in d[1][len(MESSAGE):] for d in data):
+                        errors.append("fetch %d/%d: %r" % (n, i, data))
+                    m.uid("STORE", uids[0], "+FLAGS", "(\\Deleted)")
+                    m.expunge()
+                m.noop()
+            m.logout()
+        except Exception as e:  # noqa: BLE001
+            errors.append("client %d: %s: %s" % (n, type(e).__name__, e))
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    check("eight parallel clients finish without errors",
+          not errors and not any(t.is_alive() for t in threads), str(errors[:5]))
+
+
+def test_small_extensions(args):
+    r = Raw(args.imap)
+    lines, tagged = r.command("e0", 'ID ("name" "test")')
+    check("ID before login", tagged.startswith(b"e0 OK") and lines and b'"mailvaultd"' in lines[0],
+          (lines, tagged))
+    r.command("e1", 'LOGIN %s "%s"' % (args.user, args.password))
+    lines, tagged = r.command("e2", "NAMESPACE")
+    check("NAMESPACE", tagged.startswith(b"e2 OK") and lines == [b'* NAMESPACE (("" "/")) NIL NIL'],
+          (lines, tagged))
+    lines, tagged = r.command("e3", "ENABLE X-UNKNOWN")
+    check("ENABLE of an unknown extension enables nothing",
+          tagged.startswith(b"e3 OK") and lines == [b"* ENABLED"], (lines, tagged))
+    r.command("e4", "SELECT INBOX")
+    r.command("e5", "STORE 1 +FLAGS (\\Deleted)")
+    lines, tagged = r.command("e6", "UNSELECT")
+    check("UNSELECT", tagged.startswith(b"e6 OK") and not any(b"EXPUNGE" in x for x in lines), lines)
+    _, tagged = r.command("e7", "FETCH 1 FLAGS")
+    check("UNSELECT leaves the selected state", tagged.startswith(b"e7 BAD"), tagged)
+    lines, tagged = r.command("e8", "EXAMINE INBOX")
+    r.command("e9", "SELECT INBOX")
+    r.command("e10", "STORE 1 -FLAGS (\\Deleted)")
+    lines, tagged = r.command("e11", 'LIST "" Sent')
+    check("SPECIAL-USE attributes in LIST", lines and b"\\Sent" in lines[0], lines)
+    r.command("e12", "LOGOUT")
+    r.close()
+
+
+def test_condstore(args):
+    r = Raw(args.imap)
+    r.command("c0", 'LOGIN %s "%s"' % (args.user, args.password))
+    r.command("c1", "CREATE Cond")
+    for i in range(3):
+        msg = MESSAGE + b"cond %d\r\n" % i
+        r.send(b"c2 APPEND Cond {%d+}\r\n" % len(msg) + msg + b"\r\n")
+        r.until("c2")
+    lines, tagged = r.command("c3", "ENABLE CONDSTORE")
+    check("ENABLE CONDSTORE", lines == [b"* ENABLED CONDSTORE"], lines)
+    lines, tagged = r.command("c4", "SELECT Cond (CONDSTORE)")
+    hms = [l for l in lines if b"HIGHESTMODSEQ" in l]
+    check("SELECT reports HIGHESTMODSEQ", tagged.startswith(b"c4 OK") and len(hms) == 1, lines)
+    high = int(hms[0].split(b"HIGHESTMODSEQ ")[1].split(b"]")[0]) if hms else 0
+    lines, tagged = r.command("c5", "FETCH 1:* (MODSEQ)")
+    check("FETCH MODSEQ", tagged.startswith(b"c5 OK") and len(lines) == 3 and
+          all(b"MODSEQ (" in l for l in lines), lines)
+    lines, tagged = r.command("c6", "STORE 2 +FLAGS.SILENT (\\Flagged)")
+    lines, tagged = r.command("c7", "FETCH 1:* (FLAGS) (CHANGEDSINCE %d)" % high)
+    check("FETCH CHANGEDSINCE returns only what changed", tagged.startswith(b"c7 OK") and
+          len(lines) == 1 and lines[0].startswith(b"* 2 FETCH") and b"MODSEQ" in lines[0], lines)
+    lines, tagged = r.command("c8", "STORE 1:3 (UNCHANGEDSINCE %d) +FLAGS (\\Seen)" % high)
+    check("STORE UNCHANGEDSINCE refuses the changed message",
+          tagged.startswith(b"c8 OK [MODIFIED 2]") and len(lines) == 2 and
+          all(b"\\Seen" in l and b"MODSEQ" in l for l in lines), (lines, tagged))
+    lines, tagged = r.command("c9", "SEARCH MODSEQ %d" % (high + 1))
+    check("SEARCH MODSEQ", tagged.startswith(b"c9 OK") and lines and lines[0].startswith(b"* SEARCH")
+          and b"(MODSEQ " in lines[0] and lines[0].split()[2:4] == [b"1", b"2"], lines)
+    lines, tagged = r.command("c10", "STATUS Cond (HIGHESTMODSEQ MESSAGES)")
+    check("STATUS HIGHESTMODSEQ", tagged.startswith(b"c10 OK") and b"HIGHESTMODSEQ" in lines[0], lines)
+    r.command("c11", "LOGOUT")
+    r.close()
+
+
+def test_selected_mailbox_deleted(args):
+    a = Raw(args.imap)
+    a.command("g1", 'LOGIN %s "%s"' % (args.user, args.password))
+    a.command("g2", "CREATE Doomed")
+    a.command("g3", "SELECT Doomed")
+    b = login(args)
+    b.delete("Doomed")
+    b.create("Doomed")  # same name, new UIDVALIDITY
+    b.logout()
+    lines, tagged = a.command("g4", "NOOP")
+    check("a session whose mailbox was deleted and made again gets BYE",
+          any(l.startswith(b"* BYE") for l in lines), (lines, tagged))
+    try:
+        closed = a.sock.recv(100) == b""
+    except OSError:
+        closed = True
+    check("and the connection closes", closed)
+    a.close()
+
+
+def test_concurrent(args):
+    a = login(args)
+    b = login(args)
+    a.select("INBOX")
+    b.select("INBOX")
+    typ, data = a.append("INBOX", None, None, MESSAGE)
+    typ, data = b.noop()
+    exists = b.untagged_responses.get("EXISTS", [])
+    check("another session sees EXISTS", typ == "OK" and len(exists) > 0, str(b.untagged_responses))
+    b.untagged_responses.clear()
+    a.store("1", "+FLAGS", "(\\Flagged)")
+    b.noop()
+    fetches = b.untagged_responses.get("FETCH", [])
+    check("another session sees the flag change", any(b"\\Flagged" in f for f in fetches if f),
+          str(b.untagged_responses))
+    b.untagged_responses.clear()
+    a.store("1", "+FLAGS", "(\\Deleted)")
+    a.expunge()
+    b.noop()
+    check("another session sees EXPUNGE", len(b.untagged_responses.get("EXPUNGE", [])) == 1,
+          str(b.untagged_responses))
+    a.logout()
+    b.logout()
+
+
+def test_malformed(args):
+    r = Raw(args.imap)
+    r.command("a1", 'LOGIN %s "%s"' % (args.user, args.password))
+    for tag, text in [("b1", "FETCH"), ("b2", "SELECT  INBOX"), ("b3", "FROB x"),
+                      ("b4", 'LOGIN "unterminated'), ("b5", "FETCH 1 (FLAGS"),
+                      ("b6", "SEARCH FROM"), ("b7", "STORE 1 +FLAGS (\\Recent)")]:
+        _, tagged = r.command(tag, text)
+        check("malformed '%s' is BAD" % text, tagged.startswith(tag.encode() + b" BAD"), tagged)
+    _, tagged = r.command("c1", "NOOP")
+    check("the session goes on after BAD", tagged.startswith(b"c1 OK"), tagged)
+    r.send(b"c2 NOOP " + b"x" * 70000 + b"\r\n")
+    untagged = r.line()
+    _, tagged = r.command("c3", "NOOP")
+    check("an over-long line is refused and the session goes on",
+          untagged.startswith(b"* BAD") and tagged.startswith(b"c3 OK"), (untagged, tagged))
+    r.send(b"c4 APPEND INBOX {999999999}\r\n")
+    _, tagged = r.until("c4")
+    check("an oversized literal is refused", b"TOOBIG" in tagged and tagged.startswith(b"c4 NO"), tagged)
+    _, tagged = r.command("c5", "NOOP")
+    check("the session goes on after the refused literal", tagged.startswith(b"c5 OK"), tagged)
+    r.send(b"c6 LOGIN {70000}\r\n")
+    _, tagged = r.until("c6")
+    check("an oversized literal outside APPEND is refused", b"TOOBIG" in tagged, tagged)
+    r.send(b"c7 APPEND INBOX {5+}\r\nhello\r\n")
+    _, tagged = r.until("c7")
+    check("LITERAL+ APPEND", tagged.startswith(b"c7 OK"), tagged)
+    r.send(b"c8 APPEND INBOX {999999999+}\r\n")
+    bye = r.line()
+    check("an oversized LITERAL+ closes the connection", bye.startswith(b"* BYE"), bye)
+    r.close()
+
+
+def test_pipelining(args):
+    r = Raw(args.imap)
+    login = 'p1 LOGIN %s "%s"\r\n' % (args.user, args.password)
+    r.send(login.encode() + b"p2 SELECT INBOX\r\np3 FETCH 1 (UID)\r\np4 NOOP\r\np5 LOGOUT\r\n")
+    tags = []
+    try:
+        while True:
+            line = r.line()
+            if line[:1] == b"p":
+                tags.append(line.split(b" ")[:2])
+    except EOFError:
+        pass
+    check("pipelined commands are answered in order",
+          tags == [[b"p1", b"OK"], [b"p2", b"OK"], [b"p3", b"OK"], [b"p4", b"OK"], [b"p5", b"OK"]],
+          str(tags))
+    r.close()
+
+
+def test_lmtp(args):
+    msg = (b"From: dave@example.net\r\nTo: alice@example.org\r\nSubject: via lmtp\r\n\r\n"
+           b".a line that starts with a dot\r\nbye\r\n")
+    watcher = login(args)
+    watcher.select("INBOX")
+    l = smtplib.LMTP("127.0.0.1", args.lmtp, timeout=TIMEOUT)
+    code, _ = l.ehlo("test.example")
+    check("LHLO", code == 250)
+    refused = l.sendmail("dave@example.net", [args.user, args.user2, "ghost@example.org"], msg)
+    check("LMTP refuses an unknown recipient with 550",
+          "ghost@example.org" in refused and refused["ghost@example.org"][0] == 550, str(refused))
+    check("LMTP delivers to both users", args.user not in refused and args.user2 not in refused,
+          str(refused))
+    try:
+        l.sendmail("dave@example.net", [args.user], b"Subject: big\r\n\r\n" + b"x" * (args.max_size + 10))
+        check("LMTP refuses an oversized message", False, "accepted")
+    except smtplib.SMTPDataError as e:
+        check("LMTP refuses an oversized message with 552", e.smtp_code == 552, str(e))
+    except smtplib.SMTPRecipientsRefused as e:
+        check("LMTP refuses an oversized message with 552", "552" in str(e), str(e))
+    l.quit()
+    typ, data = watcher.noop()
+    check("a logged-in user sees the LMTP delivery at once",
+          len(watcher.untagged_responses.get("EXISTS", [])) > 0, str(watcher.untagged_responses))
+    watcher.select("INBOX")
+    typ, data = watcher.search(None, "SUBJECT", '"via lmtp"')
+    num = data[0].split()[-1] if data[0] else b"0"
+    typ, data = watcher.fetch(num, "(BODY.PEEK[])")
+    check("the LMTP message is stored byte-identical (dot-stuffing undone)", data[0][1] == msg,
+          str(data)[:300])
+    watcher.logout()
+    m = login(args, args.user2, args.password2)
+    typ, data = m.select("INBOX")
+    check("a sealed delivery shows up at the next login", typ == "OK" and int(data[0]) == 1, str(data))
+    typ, data = m.fetch("1", "(BODY.PEEK[])")
+    check("the sealed delivery is byte-identical", data[0][1] == msg,
+          str(data)[:200])
+    m.logout()
+
+
+def test_tls(args):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    m = connect(args)
+    check("STARTTLS advertised", "STARTTLS" in m.capabilities, str(m.capabilities))
+    typ, _ = m.starttls(ssl_context=ctx)
+    check("STARTTLS", typ == "OK")
+    typ, _ = m.login(args.user, args.password)
+    check("LOGIN over STARTTLS", typ == "OK")
+    m.select("INBOX")
+    typ, data = m.fetch("1:*", "(UID)")
+    check("FETCH over STARTTLS", typ == "OK", str(data))
+    m.logout()
+    # A command sent in the same packet as STARTTLS must not survive the handshake.
+    r = Raw(args.imap)
+    r.send(b"s1 STARTTLS\r\ns2 LOGIN %s x\r\n" % args.user.encode())
+    _, tagged = r.until("s1")
+    check("STARTTLS OK", tagged.startswith(b"s1 OK"), tagged)
+    tls = ctx.wrap_socket(r.sock, server_hostname="localhost")
+    tls.sendall(b"s3 NOOP\r\n")
+    data = b""
+    while b"s3 " not in data:
+        chunk = tls.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    check("input pipelined after STARTTLS is discarded", b"s2" not in data and b"s3 OK" in data, data)
+    tls.close()
+    if args.imaps:
+        s = imaplib.IMAP4_SSL("127.0.0.1", args.imaps, ssl_context=ctx, timeout=TIMEOUT)
+        typ, _ = s.login(args.user, args.password)
+        check("LOGIN over implicit TLS", typ == "OK")
+        s.logout()
+
+
+def test_limits(args):
+    host = args.external_ip or "127.0.0.1"
+    a = Raw(args.imap, host=host)
+    b = Raw(args.imap, host=host)
+    c = Raw(args.imap, host=host)
+    check("two connections from one address are accepted",
+          a.greeting.startswith(b"* OK") and b.greeting.startswith(b"* OK"), (a.greeting, b.greeting))
+    check("the third is refused", c.greeting.startswith(b"* BYE"), c.greeting)
+    c.close()
+    b.close()
+    _, tagged = a.command("t1", "NOOP")
+    check("a session works before the idle timeout", tagged.startswith(b"t1 OK"), tagged)
+    start = time.monotonic()
+    line = a.line()
+    check("an idle session is closed with BYE", line.startswith(b"* BYE") and b"idle" in line, line)
+    check("the idle timeout is kept", time.monotonic() - start < 5, time.monotonic() - start)
+    a.close()
+    if args.external_ip:
+        # Not loopback and no TLS: no LOGIN, no AUTHENTICATE.
+        r = Raw(args.imap, host=args.external_ip)
+        check("LOGINDISABLED without TLS from another host", b"LOGINDISABLED" in r.greeting and
+              b"AUTH=PLAIN" not in r.greeting, r.greeting)
+        _, tagged = r.command("x1", "LOGIN alice@example.org secret")
+        check("LOGIN without TLS from another host is refused", b"PRIVACYREQUIRED" in tagged, tagged)
+        r.close()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--imap", type=int, required=True)
+    p.add_argument("--imaps", type=int, default=0)
+    p.add_argument("--lmtp", type=int, required=True)
+    p.add_argument("--user", required=True)
+    p.add_argument("--password", required=True)
+    p.add_argument("--user2", required=True)
+    p.add_argument("--password2", required=True)
+    p.add_argument("--auth-delay-ms", type=int, default=0)
+    p.add_argument("--max-size", type=int, default=1 << 20)
+    p.add_argument("--tls", action="store_true")
+    p.add_argument("--external-ip", default="",
+                   help="a non-loopback address of this host the limits server listens on")
+    p.add_argument("--limits", action="store_true",
+                   help="only the limit checks (a server with idle_timeout_s=1 and "
+                        "connections_per_address_max=2)")
+    args = p.parse_args()
+    if args.limits:
+        for t in (test_limits,):
+            attempt(t.__name__, lambda: t(args))
+        print("# %d passed, %d failed" % (passed, failed))
+        return 1 if failed else 0
+    tests = [test_login, test_authenticate, test_mailboxes, test_messages, test_concurrent,
+             test_mime, test_uidplus_move, test_idle, test_small_extensions, test_condstore,
+             test_selected_mailbox_deleted, test_parallel,
+             test_malformed,
+             test_pipelining, test_lmtp]
+    if args.tls:
+        tests.append(test_tls)
+    for t in tests:
+        attempt(t.__name__, lambda: t(args))
+    print("# %d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+/*
+ * test_imap_parse.c -- the IMAP command parser (imapd/imap_parse.c): tags, command names,
+ * atoms, quoted strings, literals ({n} and {n+}), lists, and the typed readers (sequence
+ * sets, flags, dates, FETCH attributes, SEARCH keys), with the malformed inputs each one
+ * must refuse.
+ */
+#include "../imapd/imap_parse.h"
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static char ip_err[256];
+
+static int ip_parse(const char *text, struct imap_command *cmd)
+{
+    return imap_parse_command((const uint8_t *)text, strlen(text), cmd, ip_err, sizeof ip_err);
+}
+
+static int ip_node_eq(const struct imap_node *n, enum imap_node_type type, const char *text)
+{
+    return n != NULL && n->type == type && n->len == strlen(text) &&
+           memcmp(n->data, text, n->len) == 0;
+}
+
+static void test_simple_commands(void)
+{
+    struct imap_command c;
+    CHECK_EQ_INT(ip_parse("a1 CAPABILITY\r\n", &c), IMAP_PARSE_OK);
+    CHECK(strcmp(c.tag, "a1") == 0);
+    CHECK(strcmp(c.name, "CAPABILITY") == 0);
+    CHECK_EQ_INT(imap_arg_count(&c), 0);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("x.y noop\n", &c), IMAP_PARSE_OK); /* bare LF, lower case */
+    CHECK(strcmp(c.name, "NOOP") == 0);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("A003 uid fetch 1:* (FLAGS)\r\n", &c), IMAP_PARSE_OK);
+    CHECK(c.uid == 1 && strcmp(c.name, "FETCH") == 0);
+    CHECK_EQ_INT(imap_arg_count(&c), 2);
+    CHECK(ip_node_eq(imap_arg(&c, 0), IMAP_NODE_ATOM, "1:*"));
+    const struct imap_node *list = imap_arg(&c, 1);
+    CHECK(list != NULL && list->type == IMAP_NODE_LIST);
+    CHECK(ip_node_eq(imap_node(&c, list->child), IMAP_NODE_ATOM, "FLAGS"));
+    imap_command_free(&c);
+}
+
+static void test_strings_and_literals(void)
+{
+    struct imap_command c;
+    CHECK_EQ_INT(ip_parse("t LOGIN \"us\\\"er\" {4}\r\np w\r\n", &c), IMAP_PARSE_OK);
+    CHECK(ip_node_eq(imap_arg(&c, 0), IMAP_NODE_STRING, "us\"er"));
+    CHECK(ip_node_eq(imap_arg(&c, 1), IMAP_NODE_STRING, "p w\r"));
+    CHECK(imap_arg(&c, 1)->literal == 1);
+    imap_command_free(&c);
+    /* LITERAL+ and a literal in the middle of the line, with CRLF and NUL inside */
+    static const char append[] = "t APPEND INBOX (\\Seen) {5+}\r\na\r\n\0b\r\n";
+    CHECK_EQ_INT(
+        imap_parse_command((const uint8_t *)append, sizeof append - 1, &c, ip_err, sizeof ip_err),
+        IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_arg(&c, 2)->len, 5);
+    CHECK(memcmp(imap_arg(&c, 2)->data, "a\r\n\0b", 5) == 0);
+    char out[16];
+    CHECK_EQ_INT(imap_astring(imap_arg(&c, 2), out, sizeof out), -1); /* NUL inside */
+    CHECK_EQ_INT(imap_astring(imap_arg(&c, 0), out, sizeof out), 0);
+    CHECK(strcmp(out, "INBOX") == 0);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("t LOGIN {0}\r\n {0}\r\n\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_arg(&c, 0)->len, 0);
+    imap_command_free(&c);
+}
+
+static void test_malformed(void)
+{
+    static const char *const bad[] = {
+        "\r\n",                       /* no tag */
+        "a1\r\n",                     /* no command */
+        "a+1 NOOP\r\n",               /* '+' in a tag */
+        "a1 NOOP \r\n",               /* trailing SP */
+        "a1 SELECT  INBOX\r\n",       /* two SP */
+        "a1 FETCH 1 (FLAGS\r\n",      /* unclosed list */
+        "a1 FETCH 1 (FLAGS))\r\n",    /* extra ')' */
+        "a1 FETCH 1 ( FLAGS)\r\n",    /* SP after '(' */
+        "a1 LOGIN \"abc\r\n",         /* unterminated quote */
+        "a1 LOGIN \"a\\b\" x\r\n",    /* bad escape */
+        "a1 LOGIN {5}\r\nabc\r\n",    /* literal shorter than its count */
+        "a1 LOGIN {x}\r\nabc\r\n",    /* bad count */
+        "a1 LOGIN {3} \r\nabc\r\n",   /* count not at the end of the line */
+        "a1 NOOP",                    /* no CRLF */
+        "a1 NOOP\r\nextra",           /* bytes after CRLF */
+        "a1 FETCH 1 BODY[HEADER\r\n", /* unterminated section */
+        "a1 LOGIN a\x01 b\r\n",       /* control character */
+        "a1 123\r\n",                 /* command name not a word */
+        "a1 UID\r\n",                 /* UID without a command */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct imap_command c;
+        int rc = ip_parse(bad[i], &c);
+        if (rc != IMAP_PARSE_BAD) {
+            fprintf(stderr, "  accepted: \"%s\"\n", bad[i]);
+        }
+        CHECK_EQ_INT(rc, IMAP_PARSE_BAD);
+        CHECK(ip_err[0] != '\0');
+        CHECK(c.nodes == NULL && c.text == NULL);
+    }
+    struct imap_command c;
+    CHECK_EQ_INT(ip_parse("tag7 FETCH (\r\n", &c), IMAP_PARSE_BAD);
+    CHECK(strcmp(c.tag, "tag7") == 0); /* the tag survives for "tag7 BAD" */
+    char deep[200] = "a X ";
+    memset(deep + 4, '(', 40);
+    memcpy(deep + 44, "\r\n", 3);
+    CHECK_EQ_INT(ip_parse(deep, &c), IMAP_PARSE_BAD);
+    CHECK(strstr(ip_err, "nested too deeply") != NULL);
+}
+
+static void test_seqset(void)
+{
+    struct imap_seqset *s = malloc(sizeof *s);
+    CHECK(s != NULL);
+    CHECK_EQ_INT(imap_parse_seqset("1,3:5,7:*", 9, s), 0);
+    CHECK_EQ_INT(s->count, 3);
+    CHECK(s->ranges[2].first == 7 && s->ranges[2].last == IMAP_SEQ_STAR);
+    CHECK(imap_seqset_contains(s, 4, 10) && imap_seqset_contains(s, 10, 10));
+    CHECK(!imap_seqset_contains(s, 2, 10) && !imap_seqset_contains(s, 6, 10));
+    CHECK_EQ_INT(imap_parse_seqset("5:2", 3, s), 0);
+    CHECK(imap_seqset_contains(s, 3, 9));
+    CHECK_EQ_INT(imap_parse_seqset("*", 1, s), 0);
+    CHECK(imap_seqset_contains(s, 9, 9) && !imap_seqset_contains(s, 8, 9));
+    static const char *const bad[] = {
+        "", "0", "1,", ",1", "1:", "a", "1:2:3", "4294967296", "1,,2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(imap_parse_seqset(bad[i], strlen(bad[i]), s), -1);
+    }
+    CHECK_EQ_INT(imap_parse_seqset("4294967295", 10, s), 0);
+    free(s);
+}
+
+static void test_flags(void)
+{
+    struct imap_command c;
+    unsigned flags;
+    char kw[64];
+    CHECK_EQ_INT(ip_parse("a STORE 1 +FLAGS (\\Seen \\deleted $Work)\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(
+        imap_parse_flags(&c, imap_arg(&c, 2), &flags, kw, sizeof kw, ip_err, sizeof ip_err), 0);
+    CHECK_EQ_INT(flags, IMAP_FLAG_SEEN | IMAP_FLAG_DELETED);
+    CHECK(strcmp(kw, "$Work") == 0);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("a STORE 1 FLAGS \\Flagged\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(
+        imap_parse_flags(&c, imap_arg(&c, 2), &flags, kw, sizeof kw, ip_err, sizeof ip_err), 0);
+    CHECK_EQ_INT(flags, IMAP_FLAG_FLAGGED);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("a STORE 1 FLAGS (\\Recent)\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(
+        imap_parse_flags(&c, imap_arg(&c, 2), &flags, kw, sizeof kw, ip_err, sizeof ip_err), -1);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("a STORE 1 FLAGS (\"x\")\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(
+        imap_parse_flags(&c, imap_arg(&c, 2), &flags, kw, sizeof kw, ip_err, sizeof ip_err), -1);
+    imap_command_free(&c);
+}
+
+static void test_dates(void)
+{
+    struct imap_command c;
+    int64_t t;
+    CHECK_EQ_INT(ip_parse("a SEARCH SINCE 1-Feb-1994 BEFORE \"29-Feb-2024\"\r\n", &c),
+                 IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_date(imap_arg(&c, 1), &t), 0);
+    CHECK_EQ_INT(t, 760060800);
+    CHECK_EQ_INT(imap_parse_date(imap_arg(&c, 3), &t), 0);
+    CHECK_EQ_INT(t, 1709164800);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("a X 30-Feb-2024 1-Foo-2000 1-Jan-99\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_date(imap_arg(&c, 0), &t), -1);
+    CHECK_EQ_INT(imap_parse_date(imap_arg(&c, 1), &t), -1);
+    CHECK_EQ_INT(imap_parse_date(imap_arg(&c, 2), &t), -1);
+    imap_command_free(&c);
+    CHECK_EQ_INT(
+        ip_parse("a APPEND X \"17-Jul-1996 02:44:25 -0700\" \" 7-Jul-1996 02:44:25 +0000\" "
+                 "\"17-Jul-1996 02:44 -0700\"\r\n",
+                 &c),
+        IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_date_time(imap_arg(&c, 1), &t), 0);
+    CHECK_EQ_INT(t, 837596665);
+    CHECK_EQ_INT(imap_parse_date_time(imap_arg(&c, 2), &t), 0);
+    CHECK_EQ_INT(t, 836707465);
+    CHECK_EQ_INT(imap_parse_date_time(imap_arg(&c, 3), &t), -1);
+    imap_command_free(&c);
+}
+
+static void test_fetch(void)
+{
+    struct imap_command c;
+    struct imap_fetch *f = malloc(sizeof *f);
+    CHECK(f != NULL);
+    CHECK_EQ_INT(ip_parse("a FETCH 1:3 (UID FLAGS BODY.PEEK[HEADER.FIELDS (From Subject)] "
+                          "BODY[]<0.100> BODY[TEXT] RFC822.SIZE BODY[1.2.MIME])\r\n",
+                          &c),
+                 IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_fetch(&c, imap_arg(&c, 1), f, ip_err, sizeof ip_err), 0);
+    CHECK_EQ_INT(f->items, IMAP_FETCH_UID | IMAP_FETCH_FLAGS | IMAP_FETCH_RFC822_SIZE);
+    CHECK_EQ_INT(f->section_count, 4);
+    CHECK(f->sections[0].peek && f->sections[0].kind == IMAP_SECTION_HEADER_FIELDS);
+    CHECK_EQ_INT(f->sections[0].field_count, 2);
+    CHECK(f->sections[0].field_len[1] == 7 && memcmp(f->sections[0].fields[1], "Subject", 7) == 0);
+    CHECK(!f->sections[1].peek && f->sections[1].kind == IMAP_SECTION_ALL);
+    CHECK(f->sections[1].partial && f->sections[1].start == 0 && f->sections[1].length == 100);
+    CHECK(f->sections[2].kind == IMAP_SECTION_TEXT);
+    CHECK(f->sections[3].kind == IMAP_SECTION_MIME && f->sections[3].part_count == 2);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("a FETCH 1 FAST\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_fetch(&c, imap_arg(&c, 1), f, ip_err, sizeof ip_err), 0);
+    CHECK_EQ_INT(f->items, IMAP_FETCH_FLAGS | IMAP_FETCH_INTERNALDATE | IMAP_FETCH_RFC822_SIZE);
+    imap_command_free(&c);
+    static const char *const bad[] = {
+        "a FETCH 1 (FOO)\r\n",     "a FETCH 1 BODY[HEADERS]\r\n",
+        "a FETCH 1 BODY[]<1>\r\n", "a FETCH 1 BODY[]<1.0>\r\n",
+        "a FETCH 1 ()\r\n",        "a FETCH 1 BODY[HEADER.FIELDS ()]\r\n",
+        "a FETCH 1 BODY[0]\r\n",   "a FETCH 1 BODY[MIME]\r\n",
+        "a FETCH 1 \"FLAGS\"\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(ip_parse(bad[i], &c), IMAP_PARSE_OK);
+        int rc = imap_parse_fetch(&c, imap_arg(&c, 1), f, ip_err, sizeof ip_err);
+        if (rc != -1) {
+            fprintf(stderr, "  accepted: %s", bad[i]);
+        }
+        imap_command_free(&c);
+        CHECK_EQ_INT(rc, -1);
+    }
+    free(f);
+}
+
+static void test_search(void)
+{
+    struct imap_command c;
+    struct imap_search *s = malloc(sizeof *s);
+    CHECK(s != NULL);
+    CHECK_EQ_INT(ip_parse("a SEARCH CHARSET UTF-8 FLAGGED NOT SEEN OR FROM \"bob\" (TO x LARGER "
+                          "100) 2:4 UID 7:* SINCE 1-Jan-2020\r\n",
+                          &c),
+                 IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_search(&c, imap_arg(&c, 0), s, ip_err, sizeof ip_err), 0);
+    CHECK(s->charset_utf8);
+    CHECK_EQ_INT(s->keys[0].op, IMAP_SK_AND);
+    const struct imap_search_key *k = &s->keys[s->keys[0].child];
+    CHECK_EQ_INT(k->op, IMAP_SK_FLAG_SET);
+    k = &s->keys[k->next];
+    CHECK_EQ_INT(k->op, IMAP_SK_NOT);
+    CHECK_EQ_INT(s->keys[k->child].op, IMAP_SK_FLAG_SET);
+    k = &s->keys[k->next];
+    CHECK_EQ_INT(k->op, IMAP_SK_OR);
+    const struct imap_search_key *a = &s->keys[k->child], *b = &s->keys[a->next];
+    CHECK(a->op == IMAP_SK_FROM && a->str_len == 3 && memcmp(a->str, "bob", 3) == 0);
+    CHECK_EQ_INT(b->op, IMAP_SK_AND);
+    CHECK_EQ_INT(s->keys[s->keys[b->child].next].op, IMAP_SK_LARGER);
+    k = &s->keys[k->next];
+    CHECK_EQ_INT(k->op, IMAP_SK_SEQSET);
+    k = &s->keys[k->next];
+    CHECK(k->op == IMAP_SK_UIDSET && k->set->ranges[0].first == 7);
+    k = &s->keys[k->next];
+    CHECK(k->op == IMAP_SK_SINCE && k->number == 1577836800 && k->next == IMAP_NODE_NONE);
+    imap_search_free(s);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("a SEARCH MODSEQ \"/flags/\\\\draft\" all 620162338 MODSEQ 7\r\n", &c),
+                 IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_search(&c, imap_arg(&c, 0), s, ip_err, sizeof ip_err), 0);
+    k = &s->keys[s->keys[0].child];
+    CHECK(k->op == IMAP_SK_MODSEQ && k->number == 620162338);
+    CHECK(s->keys[k->next].op == IMAP_SK_MODSEQ && s->keys[k->next].number == 7);
+    imap_search_free(s);
+    imap_command_free(&c);
+    static const char *const bad[] = {
+        "a SEARCH\r\n",
+        "a SEARCH FOO\r\n",
+        "a SEARCH OR SEEN\r\n",
+        "a SEARCH NOT\r\n",
+        "a SEARCH FROM\r\n",
+        "a SEARCH SINCE yesterday\r\n",
+        "a SEARCH LARGER x\r\n",
+        "a SEARCH UID 0\r\n",
+        "a SEARCH \"ALL\"\r\n",
+        "a SEARCH CHARSET KOI8-R ALL\r\n",
+        "a SEARCH (SEEN) 1:2:3\r\n",
+        "a SEARCH MODSEQ x\r\n",
+        "a SEARCH MODSEQ \"e\" mine 5\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(ip_parse(bad[i], &c), IMAP_PARSE_OK);
+        int rc = imap_parse_search(&c, imap_arg(&c, 0), s, ip_err, sizeof ip_err);
+        if (rc != -1) {
+            fprintf(stderr, "  accepted: %s", bad[i]);
+            imap_search_free(s);
+        }
+        imap_command_free(&c);
+        CHECK_EQ_INT(rc, -1);
+        CHECK(ip_err[0] != '\0');
+    }
+    free(s);
+}
+
+int main(void)
+{
+    TEST(test_simple_commands);
+    TEST(test_strings_and_literals);
+    TEST(test_malformed);
+    TEST(test_seqset);
+    TEST(test_flags);
+    TEST(test_dates);
+    TEST(test_fetch);
+    TEST(test_search);
+    return th_summary();
+}

@@ -1,0 +1,238 @@
+/*
+ * test_listing.c -- mv_message_list_begin/next/end: UID order, flags, keywords, modseq,
+ * size and date; uid_after and changed_since; a listing left open across an append;
+ * mv_message_copy_uids (the UID pairs of COPY and MOVE); errors (unknown
+ * mailbox, NULL arguments).
+ */
+#include "harness.h"
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LS_PASSWORD "listing test password"
+
+static int ls_open(const char *name, mv_store **s)
+{
+    char address[128], err[512] = "";
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.root = tu_path("root");
+    o.kdf_iter = TU_KDF_ITER;
+    o.cache_size_kib = 2048;
+    snprintf(address, sizeof address, "%s@example.org", name);
+    *s = NULL;
+    int rc = mv_store_init(address, LS_PASSWORD, strlen(LS_PASSWORD), &o, err, sizeof err);
+    if (rc == MV_OK) {
+        rc = mv_store_open(address, LS_PASSWORD, strlen(LS_PASSWORD), &o, s, err, sizeof err);
+    }
+    if (rc != MV_OK) {
+        fprintf(stderr, "  open %s: %s\n", address, err);
+    }
+    return rc;
+}
+
+static int ls_append(mv_store *s, const char *mailbox, int n, unsigned flags, uint32_t *uid)
+{
+    char msg[256];
+    int len = snprintf(msg, sizeof msg,
+                       "From: a@example.org\r\nSubject: message %d\r\n\r\nbody %d\r\n", n, n);
+    return mv_message_append(s, mailbox, msg, (size_t)len, flags, NULL, 1700000000 + n, uid);
+}
+
+/* Lists mailbox into uids[] (at most max); returns the count, or -1 on error. */
+static int
+ls_uids(mv_store *s, const char *mailbox, uint32_t after, uint64_t since, uint32_t *uids, int max)
+{
+    mv_message_iter *it = NULL;
+    struct mv_message_entry e;
+    if (mv_message_list_begin(s, mailbox, after, since, &it) != MV_OK) {
+        return -1;
+    }
+    int n = 0, rc;
+    while ((rc = mv_message_list_next(it, &e)) == 1) {
+        if (n < max) {
+            uids[n] = e.uid;
+        }
+        n++;
+    }
+    mv_message_list_end(&it);
+    return rc == 0 ? n : -1;
+}
+
+static void test_list_order_and_fields(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ls_open("order", &s), MV_OK);
+    uint32_t uid = 0;
+    for (int i = 1; i <= 5; i++) {
+        CHECK_EQ_INT(ls_append(s, "INBOX", i, i == 3 ? MV_FLAG_FLAGGED : 0, &uid), MV_OK);
+    }
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "2", MV_FLAGS_ADD, MV_FLAG_SEEN, "$Work", NULL), MV_OK);
+    mv_message_iter *it = NULL;
+    struct mv_message_entry e;
+    CHECK_EQ_INT(mv_message_list_begin(s, "inbox", 0, 0, &it), MV_OK);
+    uint32_t expect = 1;
+    uint64_t modseq_2 = 0, max_modseq = 0;
+    int rc;
+    while ((rc = mv_message_list_next(it, &e)) == 1) {
+        CHECK_EQ_INT(e.uid, expect);
+        CHECK(e.size > 40);
+        CHECK_EQ_INT(e.internal_date, 1700000000 + (int64_t)expect);
+        CHECK_EQ_INT(e.flags, expect == 2 ? MV_FLAG_SEEN : expect == 3 ? MV_FLAG_FLAGGED : 0);
+        CHECK(strcmp(e.keywords, expect == 2 ? "$Work" : "") == 0);
+        if (expect == 2) {
+            modseq_2 = e.modseq;
+        }
+        max_modseq = e.modseq > max_modseq ? e.modseq : max_modseq;
+        expect++;
+    }
+    CHECK_EQ_INT(rc, 0);
+    CHECK_EQ_INT(mv_message_list_next(it, &e), 0); /* stays at the end */
+    mv_message_list_end(&it);
+    CHECK(it == NULL);
+    CHECK_EQ_INT(expect, 6);
+    CHECK_EQ_INT(modseq_2, max_modseq); /* the flag change came last */
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.highestmodseq, max_modseq);
+    mv_store_close(&s);
+}
+
+static void test_list_after_and_since(void)
+{
+    mv_store *s = NULL;
+    uint32_t uids[16];
+    CHECK_EQ_INT(ls_open("since", &s), MV_OK);
+    for (int i = 1; i <= 6; i++) {
+        CHECK_EQ_INT(ls_append(s, "INBOX", i, 0, NULL), MV_OK);
+    }
+    CHECK_EQ_INT(ls_uids(s, "INBOX", 4, 0, uids, 16), 2);
+    CHECK_EQ_INT(uids[0], 5);
+    CHECK_EQ_INT(uids[1], 6);
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
+    uint64_t before = info.highestmodseq;
+    CHECK_EQ_INT(ls_uids(s, "INBOX", 0, before, uids, 16), 0);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "2,4", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL), MV_OK);
+    CHECK_EQ_INT(ls_uids(s, "INBOX", 0, before, uids, 16), 2);
+    CHECK_EQ_INT(uids[0], 2);
+    CHECK_EQ_INT(uids[1], 4);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, NULL), MV_OK);
+    CHECK_EQ_INT(ls_uids(s, "INBOX", 0, 0, uids, 16), 4);
+    CHECK_EQ_INT(uids[0], 1);
+    CHECK_EQ_INT(uids[1], 3);
+    CHECK_EQ_INT(uids[3], 6);
+    CHECK_EQ_INT(ls_uids(s, "Sent", 0, 0, uids, 16), 0);
+    mv_store_close(&s);
+}
+
+/* A listing left open while the same handle appends ends cleanly, seeing 3 or 4 messages
+ * (a connection may see its own writes), and a new listing sees all four. */
+static void test_list_snapshot(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ls_open("snapshot", &s), MV_OK);
+    for (int i = 1; i <= 3; i++) {
+        CHECK_EQ_INT(ls_append(s, "INBOX", i, MV_FLAG_DELETED, NULL), MV_OK);
+    }
+    mv_message_iter *it = NULL;
+    struct mv_message_entry e;
+    CHECK_EQ_INT(mv_message_list_begin(s, "INBOX", 0, 0, &it), MV_OK);
+    CHECK_EQ_INT(mv_message_list_next(it, &e), 1);
+    CHECK_EQ_INT(e.uid, 1);
+    CHECK_EQ_INT(ls_append(s, "INBOX", 4, 0, NULL), MV_OK);
+    int count = 1, rc;
+    while ((rc = mv_message_list_next(it, &e)) == 1) {
+        count++;
+    }
+    CHECK_EQ_INT(rc, 0);
+    CHECK(count == 3 || count == 4);
+    mv_message_list_end(&it);
+    uint32_t uids[8];
+    CHECK_EQ_INT(ls_uids(s, "INBOX", 0, 0, uids, 8), 4);
+    mv_store_close(&s);
+}
+
+/* mv_message_copy_uids: the pairs for COPY and MOVE, in source order. */
+static void test_copy_uids(void)
+{
+    mv_store *s = NULL;
+    uint32_t *pairs = NULL, count = 0, uids[8];
+    CHECK_EQ_INT(ls_open("copyuid", &s), MV_OK);
+    for (int i = 1; i <= 5; i++) {
+        CHECK_EQ_INT(ls_append(s, "INBOX", i, 0, NULL), MV_OK);
+    }
+    CHECK_EQ_INT(ls_append(s, "Archive", 9, 0, NULL), MV_OK); /* Archive's next UID is 2 */
+    CHECK_EQ_INT(mv_message_copy_uids(s, "INBOX", "4,2,5:9", "Archive", 0, &pairs, &count), MV_OK);
+    CHECK_EQ_INT(count, 3);
+    CHECK(pairs != NULL);
+    CHECK(pairs[0] == 2 && pairs[1] == 2 && pairs[2] == 4 && pairs[3] == 3);
+    CHECK(pairs[4] == 5 && pairs[5] == 4);
+    mv_free(pairs);
+    CHECK_EQ_INT(ls_uids(s, "INBOX", 0, 0, uids, 8), 5);
+    CHECK_EQ_INT(mv_message_copy_uids(s, "INBOX", "1:3", "Trash", 1, &pairs, &count), MV_OK);
+    CHECK_EQ_INT(count, 3);
+    CHECK(pairs[0] == 1 && pairs[1] == 1 && pairs[4] == 3 && pairs[5] == 3);
+    mv_free(pairs);
+    CHECK_EQ_INT(ls_uids(s, "INBOX", 0, 0, uids, 8), 2); /* moved away */
+    CHECK_EQ_INT(uids[0], 4);
+    CHECK_EQ_INT(ls_uids(s, "Trash", 0, 0, uids, 8), 3);
+    /* nothing matches: MV_OK, no pairs */
+    pairs = (uint32_t *)&count;
+    CHECK_EQ_INT(mv_message_copy_uids(s, "INBOX", "100:200", "Trash", 0, &pairs, &count), MV_OK);
+    CHECK(count == 0 && pairs == NULL);
+    CHECK_EQ_INT(mv_message_copy_uids(s, "INBOX", "1", "Nowhere", 0, &pairs, &count), MV_ENOTFOUND);
+    CHECK(pairs == NULL);
+    CHECK_EQ_INT(mv_message_copy_uids(s, "INBOX", "1", "Trash", 0, NULL, &count), MV_EINVAL);
+    CHECK_EQ_INT(ls_uids(s, "Trash", 0, 0, uids, 8), 3); /* the failures changed nothing */
+    mv_store_close(&s);
+}
+
+/* A mailbox deleted and made again at once never gets its old UIDVALIDITY back (RFC 3501
+ * 2.3.1.1), even when it had the largest one. */
+static void test_uidvalidity_never_repeats(void)
+{
+    mv_store *s = NULL;
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(ls_open("validity", &s), MV_OK);
+    uint32_t seen[8];
+    for (int i = 0; i < 8; i++) {
+        CHECK_EQ_INT(mv_mailbox_create(s, "Again", NULL), MV_OK);
+        CHECK_EQ_INT(mv_mailbox_get(s, "Again", &info), MV_OK);
+        seen[i] = info.uidvalidity;
+        for (int k = 0; k < i; k++) {
+            CHECK(seen[k] != seen[i]);
+        }
+        CHECK_EQ_INT(mv_mailbox_delete(s, "Again"), MV_OK);
+    }
+    mv_store_close(&s);
+}
+
+static void test_list_errors(void)
+{
+    mv_store *s = NULL;
+    mv_message_iter *it = (mv_message_iter *)&s; /* must come back NULL */
+    CHECK_EQ_INT(ls_open("errors", &s), MV_OK);
+    CHECK_EQ_INT(mv_message_list_begin(s, "No such box", 0, 0, &it), MV_ENOTFOUND);
+    CHECK(it == NULL);
+    CHECK(strstr(mv_store_errmsg(s), "No such box") != NULL);
+    CHECK_EQ_INT(mv_message_list_begin(s, NULL, 0, 0, &it), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_list_begin(s, "INBOX", 0, 0, NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_list_begin(s, "INBOX", 0, UINT64_MAX, &it), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_list_next(NULL, NULL), MV_EINVAL);
+    mv_message_list_end(NULL);
+    mv_message_list_end(&it);
+    mv_store_close(&s);
+}
+
+int main(void)
+{
+    TEST(test_list_order_and_fields);
+    TEST(test_list_after_and_since);
+    TEST(test_list_snapshot);
+    TEST(test_copy_uids);
+    TEST(test_uidvalidity_never_repeats);
+    TEST(test_list_errors);
+    return th_summary();
+}
