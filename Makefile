@@ -1,6 +1,8 @@
 # mailvault -- one GNU Makefile.
 #
-#   make run     build everything and run the demonstration under ./var
+#   make run     build everything, run the demonstration under ./var, then mailvaultd on
+#                127.0.0.1 (IMAP 1143, IMAPS 1993, LMTP 2424) until Ctrl-C
+#                (not on a terminal: a short scripted check, then it stops)
 #   make test    the whole test suite, under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench   micro-benchmarks, then the reference suite (release build; QUICK=1: short)
 #   make lint    clang-format --dry-run, cppcheck, banned functions
@@ -47,6 +49,7 @@ deps:
 run: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/demo.sh
+	@scripts/run-server.sh
 
 # The benchmarks' smoke tests (tests/cli_bench_smoke.sh, tests/cli_bench_scale_smoke.sh) run
 # the release bench_reference and bench_scale.
@@ -92,7 +95,9 @@ $(BUILD)/ext/%.o: %.c
 $(BUILD)/mailvault_ext.so: $(EXT_OBJ)
 	$(CC) -shared -o $@ $^ -lcrypto -lpthread
 
-$(BUILD)/rel/bench/%: bench/%.c $(BUILD)/rel/bench/scratch.o $(BUILD)/libmailvault.a
+# Every benchmark links the shared helpers: scratch directory, text buffer, util (bench/*.h).
+$(BUILD)/rel/bench/%: bench/%.c $(addprefix $(BUILD)/rel/bench/,scratch.o buf.o util.o) \
+		$(BUILD)/libmailvault.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) $(WARN) $(RELEASE) $(INC) -o $@ $^ $(LIBS)
 

@@ -19,12 +19,11 @@
  *   count each 4096-byte buffer once for an encrypt + decrypt pair. Fixed data, fixed keys.
  */
 #include "crypto/crypt.h"
+#include "util.h"
 
 #include <openssl/evp.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define BENCH_PAGE_SIZE 4096
 #define BENCH_BATCH     64
@@ -36,19 +35,6 @@ static const char bench_raw_key[] =
 static uint8_t bench_plain[BENCH_PAGE_SIZE];
 static uint8_t bench_enc[BENCH_PAGE_SIZE];
 
-static double bench_now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static void bench_die(const char *what)
-{
-    fprintf(stderr, "bench_crypto: %s failed\n", what);
-    exit(1);
-}
-
 /* MB/s of encrypt (+ decrypt when both) of 4096-byte pages for seconds. */
 static double bench_pages(crypt_ctx *ctx, int both, double seconds)
 {
@@ -59,10 +45,10 @@ static double bench_pages(crypt_ctx *ctx, int both, double seconds)
         for (int i = 0; i < BENCH_BATCH; i++) {
             if (crypt_page_encrypt(ctx, pgno, bench_plain, bench_enc, BENCH_PAGE_SIZE, 0) !=
                 CRYPT_OK) {
-                bench_die("crypt_page_encrypt");
+                bench_fail("crypt_page_encrypt", NULL);
             }
             if (both && crypt_page_decrypt(ctx, pgno, bench_enc, BENCH_PAGE_SIZE, 0) != CRYPT_OK) {
-                bench_die("crypt_page_decrypt");
+                bench_fail("crypt_page_decrypt", NULL);
             }
             pgno = pgno < 1000 ? pgno + 1 : 2;
         }
@@ -102,14 +88,14 @@ static double bench_aead(double seconds)
     if (aead == NULL || enc == NULL || dec == NULL ||
         EVP_EncryptInit_ex2(enc, aead, key, iv, NULL) != 1 ||
         EVP_DecryptInit_ex2(dec, aead, key, iv, NULL) != 1) {
-        bench_die("ChaCha20-Poly1305 setup");
+        bench_fail("ChaCha20-Poly1305 setup", NULL);
     }
     uint64_t buffers = 0;
     double start = bench_now_s(), elapsed = 0;
     while (elapsed < seconds) {
         for (int i = 0; i < BENCH_BATCH; i++) {
             if (bench_aead_once(enc, dec, key, iv) != 0) {
-                bench_die("ChaCha20-Poly1305");
+                bench_fail("ChaCha20-Poly1305", NULL);
             }
         }
         buffers += BENCH_BATCH;
@@ -128,7 +114,7 @@ static crypt_ctx *bench_ctx(int cipher, uint32_t kdf_iter, const char *secret)
     crypt_ctx *ctx = NULL;
     if (crypt_ctx_create(&params, (const uint8_t *)secret, strlen(secret), salt, &ctx) !=
         CRYPT_OK) {
-        bench_die("crypt_ctx_create");
+        bench_fail("crypt_ctx_create", NULL);
     }
     return ctx;
 }
@@ -152,7 +138,7 @@ int main(int argc, char **argv)
     double seconds = argc > 1 ? strtod(argv[1], NULL) : 1.5;
     seconds = seconds > 0.01 ? seconds : 1.5;
     if (crypt_init() != CRYPT_OK || crypt_selftest() != CRYPT_OK) {
-        bench_die("crypt_init / crypt_selftest");
+        bench_fail("crypt_init / crypt_selftest", NULL);
     }
     for (size_t i = 0; i < sizeof bench_plain; i++) {
         bench_plain[i] = (uint8_t)(i * 131u + 7u);

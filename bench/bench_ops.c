@@ -44,16 +44,15 @@
  */
 #include "mailvault.h"
 #include "scratch.h"
+#include "util.h"
 
 #include <fcntl.h>
 #include <malloc.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define OPS_MB_MAX           65536L
@@ -83,29 +82,10 @@ static int ops_figure_count;
 static char ops_dir[OPS_DIR_BYTES]; /* short enough that every path built from it fits */
 static char ops_root[OPS_DIR_BYTES + 8];
 
-static double ops_now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static void ops_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void ops_die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_ops: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
 static void ops_report(const char *name, double value, const char *unit)
 {
     if (ops_figure_count == OPS_FIGURES_MAX) {
-        ops_die("too many figures (OPS_FIGURES_MAX)");
+        bench_die("too many figures (OPS_FIGURES_MAX)");
     }
     struct ops_figure *f = &ops_figures[ops_figure_count++];
     snprintf(f->name, sizeof f->name, "%s", name);
@@ -117,24 +97,11 @@ static void ops_report(const char *name, double value, const char *unit)
 
 /* ---- memory: the high-water mark of one phase -------------------------------------------- */
 
-/* A field of /proc/self/status in KiB ("VmRSS:", "VmHWM:"); 0 if unreadable. */
+/* A field of /proc/self/status in KiB ("VmRSS", "VmHWM"); 0 if unreadable. */
 static double ops_status_kib(const char *field)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (f == NULL) {
-        return 0;
-    }
-    char line[256];
-    double kib = 0;
-    size_t n = strlen(field);
-    while (fgets(line, sizeof line, f) != NULL) {
-        if (strncmp(line, field, n) == 0) {
-            kib = strtod(line + n, NULL);
-            break;
-        }
-    }
-    fclose(f);
-    return kib;
+    long kib = bench_status_kib(field);
+    return kib > 0 ? (double)kib : 0;
 }
 
 /* Returns the heap's free memory to the system (so that a phase reusing what an earlier one
@@ -150,14 +117,14 @@ static double ops_memory_begin(void)
         }
         close(fd);
     }
-    return ops_status_kib("VmRSS:");
+    return ops_status_kib("VmRSS");
 }
 
 static void ops_memory_end(const char *name, double rss_before_kib)
 {
     char figure[64];
     snprintf(figure, sizeof figure, "%s.peak_mib", name);
-    ops_report(figure, (ops_status_kib("VmHWM:") - rss_before_kib) / 1024.0, "MiB");
+    ops_report(figure, (ops_status_kib("VmHWM") - rss_before_kib) / 1024.0, "MiB");
 }
 
 /* ---- the large store ----------------------------------------------------------------------- */
@@ -173,7 +140,7 @@ static struct mv_store_options ops_store_options(uint32_t kdf_iter)
 static void ops_check(int rc, const char *what, const char *detail)
 {
     if (rc != MV_OK) {
-        ops_die("%s: %s: %s", what, mv_strerror(rc), detail != NULL ? detail : "");
+        bench_die("%s: %s: %s", what, mv_strerror(rc), detail != NULL ? detail : "");
     }
 }
 
@@ -181,15 +148,6 @@ static uint64_t ops_file_bytes(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
-}
-
-/* xorshift64*: rand() is banned, and every message gets its own distinct bytes. */
-static uint64_t ops_rng_next(uint64_t *state)
-{
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    return *state * 0x2545f4914f6cdd1dull;
 }
 
 /* One ~1 MiB message into buf (capacity checked by the caller): headers, a text part and a
@@ -211,13 +169,14 @@ static size_t ops_message(char *buf, size_t capacity, uint32_t index)
                         "Content-Transfer-Encoding: base64\r\n\r\n",
                         index % 97, index % 97, index, index % 60, index, index, index);
     if (head < 0 || (size_t)head >= capacity) {
-        ops_die("message buffer too small");
+        bench_die("message buffer too small");
     }
     size_t len = (size_t)head;
-    uint64_t state = 0x9e3779b97f4a7c15ull ^ ((uint64_t)index * 0x100000001b3ull);
+    /* xorshift64*: rand() is banned, and every message gets its own distinct bytes. */
+    struct bench_rng rng = {0x9e3779b97f4a7c15ull ^ ((uint64_t)index * 0x100000001b3ull)};
     size_t column = 0;
     for (size_t i = 0; i < OPS_ATTACH_RAW_BYTES / 3; i++) {
-        uint64_t r = ops_rng_next(&state);
+        uint64_t r = bench_rng_next(&rng);
         for (int k = 0; k < 4; k++) {
             buf[len++] = b64[(r >> (6 * k)) & 63u];
         }
@@ -244,12 +203,12 @@ static void ops_build_store(const char *db_path, uint64_t target_bytes)
     o.flags = 0;
     ops_check(mv_store_open(ops_user, ops_password, strlen(ops_password), &o, &s, err, sizeof err),
               "open", err);
-    size_t capacity = OPS_ATTACH_RAW_BYTES * 2;
+    size_t capacity = (size_t)OPS_ATTACH_RAW_BYTES * 2;
     char *buf = malloc(capacity);
     if (buf == NULL) {
-        ops_die("out of memory");
+        bench_die("out of memory");
     }
-    double t0 = ops_now_s();
+    double t0 = bench_now_s();
     uint32_t count = 0;
     uint64_t logical = 0;
     char wal_path[OPS_PATH_BYTES + 8];
@@ -263,7 +222,7 @@ static void ops_build_store(const char *db_path, uint64_t target_bytes)
     }
     free(buf);
     mv_store_close(&s);
-    double seconds = ops_now_s() - t0;
+    double seconds = bench_now_s() - t0;
     ops_report("build.messages", count, "msgs");
     ops_report("build.logical_mb", (double)logical / 1e6, "MB");
     ops_report("build.file_mb", (double)ops_file_bytes(db_path) / 1e6, "MB");
@@ -291,37 +250,37 @@ static void ops_phase_backups(const char *db_path, char *backup_path, size_t bac
     uint64_t bytes = ops_file_bytes(db_path);
 
     double rss = ops_memory_begin();
-    double t0 = ops_now_s();
+    double t0 = bench_now_s();
     ops_check(mv_backup_write(ops_user, ops_password, strlen(ops_password), &o, dest, &oo, &info,
                               err, sizeof err),
               "backup", err);
-    ops_report_rate("backup", ops_now_s() - t0, bytes);
+    ops_report_rate("backup", bench_now_s() - t0, bytes);
     ops_memory_end("backup", rss);
     snprintf(backup_path, backup_size, "%s", info.path);
 
     snprintf(dest, sizeof dest, "%s/backups-keyless", ops_dir);
     rss = ops_memory_begin();
-    t0 = ops_now_s();
+    t0 = bench_now_s();
     ops_check(mv_backup_write_keyless(ops_user, &o, dest, &oo, &info, err, sizeof err),
               "keyless backup", err);
-    ops_report_rate("backup_keyless", ops_now_s() - t0, bytes);
+    ops_report_rate("backup_keyless", bench_now_s() - t0, bytes);
     ops_memory_end("backup_keyless", rss);
     bench_scratch_remove_tree(dest);
 
     rss = ops_memory_begin();
-    t0 = ops_now_s();
+    t0 = bench_now_s();
     ops_check(mv_backup_verify(backup_path, ops_password, strlen(ops_password), &o, &info, err,
                                sizeof err),
               "verify", err);
-    ops_report_rate("verify", ops_now_s() - t0, info.size_bytes);
+    ops_report_rate("verify", bench_now_s() - t0, info.size_bytes);
     ops_memory_end("verify", rss);
 
     rss = ops_memory_begin();
-    t0 = ops_now_s();
+    t0 = bench_now_s();
     ops_check(mv_backup_restore(ops_user, ops_password, strlen(ops_password), &o, backup_path, &oo,
                                 err, sizeof err),
               "restore", err);
-    ops_report_rate("restore", ops_now_s() - t0, info.size_bytes);
+    ops_report_rate("restore", bench_now_s() - t0, info.size_bytes);
     ops_memory_end("restore", rss);
     snprintf(dest, sizeof dest, "%s/backups", ops_dir);
     bench_scratch_remove_tree(dest);
@@ -339,12 +298,12 @@ static void ops_phase_vacuum(const char *db_path)
     mo.flags = MV_MAINTAIN_FORCE_VACUUM;
     uint64_t bytes = ops_file_bytes(db_path);
     double rss = ops_memory_begin();
-    double t0 = ops_now_s();
+    double t0 = bench_now_s();
     int rc = mv_store_maintain(s, &mo, &report);
-    double seconds = ops_now_s() - t0;
+    double seconds = bench_now_s() - t0;
     ops_check(rc, "maintain", mv_store_errmsg(s));
     if (report.vacuum != MV_VACUUM_DONE) {
-        ops_die("maintain did not VACUUM (vacuum=%d)", report.vacuum);
+        bench_die("maintain did not VACUUM (vacuum=%d)", report.vacuum);
     }
     ops_report_rate("vacuum", seconds, bytes);
     ops_memory_end("vacuum", rss);
@@ -358,11 +317,11 @@ static void ops_phase_passwd(const char *db_path)
     char err[512] = "";
     uint64_t bytes = ops_file_bytes(db_path);
     double rss = ops_memory_begin();
-    double t0 = ops_now_s();
+    double t0 = bench_now_s();
     ops_check(mv_store_passwd(ops_user, ops_password, strlen(ops_password), ops_new_password,
                               strlen(ops_new_password), &o, &oo, err, sizeof err),
               "passwd", err);
-    ops_report_rate("passwd", ops_now_s() - t0, bytes);
+    ops_report_rate("passwd", bench_now_s() - t0, bytes);
     ops_memory_end("passwd", rss);
     mv_store *s = NULL; /* the new password opens it */
     ops_check(mv_store_open(ops_user, ops_new_password, strlen(ops_new_password), &o, &s, err,
@@ -371,31 +330,25 @@ static void ops_phase_passwd(const char *db_path)
     mv_store_close(&s);
 }
 
-static int ops_compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static void ops_phase_stats_all(long stores)
 {
     struct mv_store_options o = ops_store_options(OPS_SMALL_KDF_ITER);
     char err[512] = "", address[64];
-    double t0 = ops_now_s();
+    double t0 = bench_now_s();
     for (long i = 0; i < stores; i++) {
         snprintf(address, sizeof address, "user%ld@d%ld.example", i, i % 10);
         ops_check(mv_store_init(address, ops_password, strlen(ops_password), &o, err, sizeof err),
                   "init small store", err);
     }
-    ops_report("stats_all.setup_seconds", ops_now_s() - t0, "s");
+    ops_report("stats_all.setup_seconds", bench_now_s() - t0, "s");
     int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (devnull < 0) {
-        ops_die("cannot open /dev/null");
+        bench_die("cannot open /dev/null");
     }
     double runs[OPS_STATS_RUNS];
     long seen = 0;
     for (int r = 0; r < OPS_STATS_RUNS; r++) {
-        double start = ops_now_s();
+        double start = bench_now_s();
         mv_root_scan *scan = NULL;
         mv_prometheus *p = NULL;
         ops_check(mv_root_scan_begin(&o, &scan), "root scan", NULL);
@@ -411,17 +364,17 @@ static void ops_phase_stats_all(long stores)
         ops_check(mv_prometheus_write(p, devnull), "prometheus write", NULL);
         mv_prometheus_end(&p);
         mv_root_scan_end(&scan);
-        runs[r] = ops_now_s() - start;
+        runs[r] = bench_now_s() - start;
     }
     close(devnull);
     if (seen != stores + 1) { /* the small stores and the large one */
-        ops_die("the scan saw %ld stores, expected %ld", seen, stores + 1);
+        bench_die("the scan saw %ld stores, expected %ld", seen, stores + 1);
     }
-    qsort(runs, OPS_STATS_RUNS, sizeof runs[0], ops_compare_double);
+    struct bench_stat st = bench_stat_of(runs, OPS_STATS_RUNS);
     ops_report("stats_all.stores", (double)seen, "stores");
-    ops_report("stats_all.ms", runs[OPS_STATS_RUNS / 2] * 1000.0, "ms");
-    ops_report("stats_all.min_ms", runs[0] * 1000.0, "ms");
-    ops_report("stats_all.max_ms", runs[OPS_STATS_RUNS - 1] * 1000.0, "ms");
+    ops_report("stats_all.ms", st.median * 1000.0, "ms");
+    ops_report("stats_all.min_ms", st.min * 1000.0, "ms");
+    ops_report("stats_all.max_ms", st.max * 1000.0, "ms");
 }
 
 /* ---- output ---------------------------------------------------------------------------------- */
@@ -437,7 +390,7 @@ static void ops_write_json(const char *path, long mb, long stores, int quick, do
     }
     FILE *f = fopen(path, "w");
     if (f == NULL) {
-        ops_die("cannot write %s", path);
+        bench_die("cannot write %s", path);
     }
     fprintf(f, "{\n  \"benchmark\": \"ops\",\n  \"quick\": %s,\n  \"store_mb\": %ld,\n",
             quick ? "true" : "false", mb);
@@ -448,7 +401,7 @@ static void ops_write_json(const char *path, long mb, long stores, int quick, do
     }
     fputs("  }\n}\n", f);
     if (fclose(f) != 0) {
-        ops_die("cannot write %s", path);
+        bench_die("cannot write %s", path);
     }
 }
 
@@ -457,7 +410,7 @@ static long ops_number(const char *text, long max, const char *option)
     char *end = NULL;
     long v = strtol(text, &end, 10);
     if (end == text || *end != '\0' || v < 1 || v > max) {
-        ops_die("%s takes a number from 1 to %ld", option, max);
+        bench_die("%s takes a number from 1 to %ld", option, max);
     }
     return v;
 }
@@ -494,13 +447,13 @@ int main(int argc, char **argv)
     snprintf(db_path, sizeof db_path, "%s/example.org/ops.db", ops_root);
     printf("ops.params mb=%ld stores=%ld quick=%d\n", mb, stores, quick);
 
-    double t0 = ops_now_s();
+    double t0 = bench_now_s();
     ops_build_store(db_path, (uint64_t)mb * 1000000u);
     ops_phase_backups(db_path, backup_path, sizeof backup_path);
     ops_phase_vacuum(db_path);
     ops_phase_passwd(db_path);
     ops_phase_stats_all(stores);
-    double seconds = ops_now_s() - t0;
+    double seconds = bench_now_s() - t0;
     printf("ops.total_seconds %.1f s\n", seconds);
     ops_write_json(json, mb, stores, quick, seconds);
     return 0;

@@ -60,6 +60,7 @@
  */
 #include "mailvault.h"
 #include "scratch.h"
+#include "util.h"
 
 #include <fcntl.h>
 #include <sqlite3.h>
@@ -68,7 +69,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define BENCH_SCHEMA_ID        "mailvault-bench-reference/1"
@@ -194,32 +194,11 @@ static uint8_t bench_seed_raw[BENCH_SEED_RAW_BYTES];
 static uint8_t bench_insert_raw[BENCH_INSERT_RAW_BYTES];
 static int bench_perf_fd = -1;
 
-static double bench_now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static void bench_die(const char *what, sqlite3 *db)
-{
-    fprintf(stderr, "bench_reference: %s failed%s%s\n", what, db != NULL ? ": " : "",
-            db != NULL ? sqlite3_errmsg(db) : "");
-    exit(1);
-}
-
-static void bench_exec(sqlite3 *db, const char *sql)
-{
-    if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) {
-        bench_die(sql, db);
-    }
-}
-
 static sqlite3_stmt *bench_prepare(sqlite3 *db, const char *sql)
 {
     sqlite3_stmt *stmt = NULL;
     if (sqlite3_prepare_v2(db, sql, -1, &stmt, NULL) != SQLITE_OK) {
-        bench_die(sql, db);
+        bench_fail(sql, db);
     }
     return stmt;
 }
@@ -229,7 +208,7 @@ static long long bench_query(sqlite3 *db, const char *sql, char *text_out, size_
 {
     sqlite3_stmt *stmt = bench_prepare(db, sql);
     if (sqlite3_step(stmt) != SQLITE_ROW) {
-        bench_die(sql, db);
+        bench_fail(sql, db);
     }
     long long value = sqlite3_column_int64(stmt, 0);
     if (text_out != NULL) {
@@ -246,16 +225,6 @@ static long long bench_file_bytes(const char *path, const char *suffix)
     struct stat st;
     snprintf(full, sizeof full, "%s%s", path, suffix);
     return stat(full, &st) == 0 ? (long long)st.st_size : 0;
-}
-
-static void bench_remove_files(const char *db_path)
-{
-    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
-    char path[BENCH_PATH_BYTES_MAX + 16];
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        snprintf(path, sizeof path, "%s%s", db_path, suffixes[i]);
-        (void)unlink(path);
-    }
 }
 
 static void bench_db_path(const char *name, char *out, size_t out_size)
@@ -275,7 +244,7 @@ static void bench_perf_mark(const struct bench_opts *opts, int phase, int enable
     }
     const char *cmd = enable ? "enable\n" : "disable\n";
     if (write(bench_perf_fd, cmd, strlen(cmd)) != (ssize_t)strlen(cmd)) {
-        bench_die("writing to the perf control FIFO", NULL);
+        bench_fail("writing to the perf control FIFO", NULL);
     }
 }
 
@@ -300,7 +269,7 @@ static sqlite3 *bench_open(const struct bench_opts *opts, const char *path, stru
         }
         struct mv_db_info info;
         if (mv_db_info(db, &info) != MV_OK || info.cipher != opts->cipher) {
-            bench_die("mv_db_info (cipher check)", db);
+            bench_fail("mv_db_info (cipher check)", db);
         }
         r->kdf_iter = (long)info.kdf_iter;
         r->reserve_bytes = info.reserve_bytes;
@@ -308,7 +277,7 @@ static sqlite3 *bench_open(const struct bench_opts *opts, const char *path, stru
     }
     const char *vfs = opts->plain_sqlite ? NULL : MV_VFS_NAME;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, vfs) != SQLITE_OK) {
-        bench_die("sqlite3_open_v2", db);
+        bench_fail("sqlite3_open_v2", db);
     }
     char sql[64];
     snprintf(sql, sizeof sql, "PRAGMA auto_vacuum=%d", opts->config->auto_vacuum);
@@ -379,7 +348,7 @@ static void bench_bind_row(sqlite3_stmt *stmt, long i, const uint8_t *raw, int r
     rc |= sqlite3_bind_text(stmt, 9, message_id, -1, SQLITE_TRANSIENT);
     rc |= sqlite3_bind_blob(stmt, 10, raw, raw_size, SQLITE_STATIC);
     if (rc != SQLITE_OK) {
-        bench_die("bind", NULL);
+        bench_fail("bind", NULL);
     }
 }
 
@@ -391,7 +360,7 @@ static void bench_insert_rows(sqlite3 *db, long first, long count, const uint8_t
     for (long i = first; i < first + count; i++) {
         bench_bind_row(stmt, i, raw, size);
         if (sqlite3_step(stmt) != SQLITE_DONE || sqlite3_reset(stmt) != SQLITE_OK) {
-            bench_die("INSERT", db);
+            bench_fail("INSERT", db);
         }
     }
     sqlite3_finalize(stmt);
@@ -407,7 +376,7 @@ static long long bench_select(sqlite3 *db, long count, long seed_rows)
         int rc = sqlite3_bind_int64(stmt, 1, 1 + q % BENCH_MAILBOXES);
         rc |= sqlite3_bind_int64(stmt, 2, BENCH_DATE_BASE + threshold * BENCH_DATE_STEP_S);
         if (rc != SQLITE_OK) {
-            bench_die("bind SELECT", db);
+            bench_fail("bind SELECT", db);
         }
         while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
             volatile long long sink = sqlite3_column_int64(stmt, 0);
@@ -418,7 +387,7 @@ static long long bench_select(sqlite3 *db, long count, long seed_rows)
             rows++;
         }
         if (rc != SQLITE_DONE || sqlite3_reset(stmt) != SQLITE_OK) {
-            bench_die("SELECT", db);
+            bench_fail("SELECT", db);
         }
     }
     sqlite3_finalize(stmt);
@@ -434,7 +403,7 @@ static void bench_update(sqlite3 *db, long count, long seed_rows)
         rc |= sqlite3_bind_int64(stmt, 2, 1 + (i * BENCH_STRIDE) % seed_rows);
         if (rc != SQLITE_OK || sqlite3_step(stmt) != SQLITE_DONE || sqlite3_changes(db) != 1 ||
             sqlite3_reset(stmt) != SQLITE_OK) {
-            bench_die("UPDATE", db);
+            bench_fail("UPDATE", db);
         }
     }
     sqlite3_finalize(stmt);
@@ -510,7 +479,7 @@ bench_workload(const struct bench_opts *opts, const char *path, long scale, stru
     r->db_bytes = bench_file_bytes(path, "");
     r->wal_bytes = bench_file_bytes(path, "-wal");
     if (sqlite3_close(db) != SQLITE_OK) {
-        bench_die("sqlite3_close", db);
+        bench_fail("sqlite3_close", db);
     }
     bench_remove_files(path);
 }
@@ -562,22 +531,6 @@ static void bench_print_record(const struct bench_opts *opts, const struct bench
     fflush(stdout);
 }
 
-static void bench_print_json_string(const char *s)
-{
-    putchar('"');
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            printf("\\%c", c);
-        } else if (c < 0x20) {
-            printf("\\u%04x", c);
-        } else {
-            putchar(c);
-        }
-    }
-    putchar('"');
-}
-
 static void bench_print_json_array(const char *const *items, size_t count)
 {
     putchar('[');
@@ -585,7 +538,7 @@ static void bench_print_json_array(const char *const *items, size_t count)
         if (i > 0) {
             putchar(',');
         }
-        bench_print_json_string(items[i]);
+        bench_json_string(stdout, items[i]);
     }
     putchar(']');
 }
@@ -602,9 +555,9 @@ static void bench_describe(void)
            BENCH_UPDATE_ROWS, BENCH_SEED_RAW_BYTES, BENCH_INSERT_RAW_BYTES, BENCH_MAILBOXES,
            BENCH_SELECT_LIMIT, BENCH_DELETE_MODULUS, BENCH_DATE_BASE, BENCH_DATE_STEP_S,
            BENCH_STRIDE);
-    bench_print_json_string(bench_phrase);
+    bench_json_string(stdout, bench_phrase);
     printf(",\"password\":");
-    bench_print_json_string(bench_password);
+    bench_json_string(stdout, bench_password);
     printf(",\"profile_sql\":");
     bench_print_json_array(bench_profile_sql, sizeof bench_profile_sql / sizeof(char *));
     printf(",\"schema_sql\":");
@@ -615,7 +568,7 @@ static void bench_describe(void)
     for (size_t i = 0; i < 4; i++) {
         static const char *const keys[] = {"", ",\"select\":", ",\"update\":", ",\"delete\":"};
         printf("%s", keys[i]);
-        bench_print_json_string(sql[i]);
+        bench_json_string(stdout, sql[i]);
     }
     printf("},\"update_flags\":");
     bench_print_json_array(bench_update_flags, 4);
@@ -642,11 +595,11 @@ static void bench_usage(void)
     exit(2);
 }
 
-static long bench_parse_long(const char *text, long min, long max)
+/* A number in [min, max], or the usage message. */
+static long bench_number(const char *text, long min, long max)
 {
-    char *end = NULL;
-    long value = strtol(text, &end, 10);
-    if (end == text || *end != '\0' || value < min || value > max) {
+    long value = 0;
+    if (bench_parse_long(text, min, max, &value) != 0) {
         bench_usage();
     }
     return value;
@@ -732,9 +685,9 @@ static int bench_parse_one(int argc, char **argv, int i, struct bench_opts *opts
         }
         opts->plain_sqlite = strcmp(value, "sqlite") == 0;
     } else if (strcmp(arg, "--scale") == 0) {
-        opts->scale = bench_parse_long(value, 1, BENCH_SCALE_MAX);
+        opts->scale = bench_number(value, 1, BENCH_SCALE_MAX);
     } else if (strcmp(arg, "--round") == 0) {
-        opts->round = bench_parse_long(value, 0, BENCH_ROUND_MAX);
+        opts->round = bench_number(value, 0, BENCH_ROUND_MAX);
     } else if (strcmp(arg, "--dir") == 0) {
         opts->parent_dir = value;
     } else if (strcmp(arg, "--phases") == 0) {
@@ -780,7 +733,7 @@ int main(int argc, char **argv)
                               NULL, -1};
     bench_parse_args(argc, argv, &opts);
     if (mv_vfs_register(NULL, 0) != MV_OK) {
-        bench_die("mv_vfs_register", NULL);
+        bench_fail("mv_vfs_register", NULL);
     }
     for (size_t i = 0; i < sizeof bench_seed_raw; i++) {
         bench_seed_raw[i] = (uint8_t)bench_phrase[i % (sizeof bench_phrase - 1)];
@@ -798,7 +751,7 @@ int main(int argc, char **argv)
     if (opts.perf_ctl != NULL) {
         bench_perf_fd = open(opts.perf_ctl, O_WRONLY | O_CLOEXEC);
         if (bench_perf_fd < 0) {
-            bench_die("opening the perf control FIFO", NULL);
+            bench_fail("opening the perf control FIFO", NULL);
         }
     }
     bench_db_path("timed", path, sizeof path);

@@ -73,13 +73,14 @@
  *   the work shares the CPU, not contention inside the library. The memory of a held store
  *   grows with use up to its page cache; the touch gives a lower bound, not the ceiling.
  */
+#include "buf.h"
 #include "mailvault.h"
 #include "scratch.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -87,7 +88,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,8 +101,6 @@
 #define SCALE_TOUCH_FETCHES     3
 #define SCALE_SEARCH_NEWEST     50
 #define SCALE_RSS_SAMPLE_NS     20000000L
-#define SCALE_NOTES_MAX         8
-#define SCALE_NOTE_BYTES        240
 #define SCALE_DATE_LAST         1767139200L /* 2025-12-31 00:00:00 UTC */
 #define SCALE_MESSAGE_BYTES_MAX (256u * 1024u)
 
@@ -127,79 +125,8 @@ struct scale_opts {
 static struct scale_opts scale_opts;
 static char scale_dir[SCALE_PATH_BYTES_MAX];
 static char scale_root[SCALE_PATH_BYTES_MAX];
-static char scale_notes[SCALE_NOTES_MAX][SCALE_NOTE_BYTES];
-static int scale_note_count;
 
 /* ---- small utilities --------------------------------------------------------------------- */
-
-static double scale_now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static void scale_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void scale_die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_scale: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static void scale_check(int rc, const char *what, const mv_store *store)
-{
-    if (rc != MV_OK) {
-        scale_die("%s: %s%s%s", what, mv_strerror(rc), store != NULL ? ": " : "",
-                  store != NULL ? mv_store_errmsg(store) : "");
-    }
-}
-
-static void scale_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void scale_note(const char *fmt, ...)
-{
-    char text[SCALE_NOTE_BYTES];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    printf("note: %s\n", text);
-    if (scale_note_count < SCALE_NOTES_MAX) {
-        snprintf(scale_notes[scale_note_count++], SCALE_NOTE_BYTES, "%s", text);
-    }
-}
-
-static void *scale_alloc(size_t size)
-{
-    void *p = calloc(1, size > 0 ? size : 1);
-    if (p == NULL) {
-        scale_die("out of memory (%zu bytes)", size);
-    }
-    return p;
-}
-
-/* A field of /proc/self/status in KiB ("VmRSS", "VmHWM"); -1 if absent. */
-static long scale_status_kib(const char *field)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    size_t len = strlen(field);
-    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
-        if (strncmp(line, field, len) == 0 && line[len] == ':') {
-            kib = strtol(line + len + 1, NULL, 10);
-            break;
-        }
-    }
-    if (f != NULL) {
-        fclose(f);
-    }
-    return kib;
-}
 
 /* Open file descriptors of this process (the directory stream's own one not counted). */
 static long scale_fd_count(void)
@@ -216,19 +143,6 @@ static long scale_fd_count(void)
     return count - 1;
 }
 
-static double scale_loadavg(void)
-{
-    double load = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f != NULL) {
-        if (fscanf(f, "%lf", &load) != 1) {
-            load = -1;
-        }
-        fclose(f);
-    }
-    return load;
-}
-
 /* The soft limit on open files raised to the hard limit: K stores hold several fds each. */
 static void scale_raise_fd_limit(void)
 {
@@ -241,47 +155,16 @@ static void scale_raise_fd_limit(void)
 
 /* ---- random numbers ---------------------------------------------------------------------- */
 
-struct scale_rng {
-    uint64_t state;
-};
-
-static uint64_t scale_mix(uint64_t x)
+static struct bench_rng scale_rng_for(uint64_t stream, uint64_t index)
 {
-    x += 0x9e3779b97f4a7c15u;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
-    return x ^ (x >> 31);
-}
-
-static struct scale_rng scale_rng_for(uint64_t stream, uint64_t index)
-{
-    struct scale_rng r = {scale_mix(SCALE_SEED ^ scale_mix(stream) ^ scale_mix(index))};
-    r.state = r.state != 0 ? r.state : 1;
-    return r;
-}
-
-static uint64_t scale_rng_next(struct scale_rng *r) /* xorshift64* */
-{
-    r->state ^= r->state >> 12;
-    r->state ^= r->state << 25;
-    r->state ^= r->state >> 27;
-    return r->state * 0x2545f4914f6cdd1du;
-}
-
-static uint32_t scale_rng_below(struct scale_rng *r, uint32_t n)
-{
-    return n == 0 ? 0 : (uint32_t)(scale_rng_next(r) % n);
-}
-
-static double scale_rng_unit(struct scale_rng *r)
-{
-    return (double)(scale_rng_next(r) >> 11) * 0x1p-53;
+    return bench_rng_seeded(
+        bench_rng_mix(SCALE_SEED ^ bench_rng_mix(stream) ^ bench_rng_mix(index)));
 }
 
 /* A rank in [0, n) skewed to the front: u^3 (the top tenth of ranks gets ~46% of draws). */
-static uint32_t scale_rng_skewed(struct scale_rng *r, uint32_t n)
+static uint32_t scale_rng_skewed(struct bench_rng *r, uint32_t n)
 {
-    double u = scale_rng_unit(r);
+    double u = bench_rng_unit(r);
     uint32_t rank = (uint32_t)(u * u * u * (double)n);
     return rank < n ? rank : n - 1;
 }
@@ -299,7 +182,7 @@ static void scale_samples_add(struct scale_samples *s, double v)
         size_t cap = s->cap > 0 ? s->cap * 2 : 1024;
         double *p = realloc(s->values, cap * sizeof *p);
         if (p == NULL) {
-            scale_die("out of memory");
+            bench_die("out of memory");
         }
         s->values = p;
         s->cap = cap;
@@ -320,24 +203,11 @@ static void scale_samples_free(struct scale_samples *s)
     memset(s, 0, sizeof *s);
 }
 
-static int scale_compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Summary of latencies: count, p50, p99 and max in ms, sum in seconds. */
 struct scale_lat {
     size_t count;
     double p50_ms, p99_ms, max_ms, sum_s;
 };
-
-static double scale_rank(const double *sorted, size_t count, double q)
-{
-    size_t rank = (size_t)(q * (double)count + 0.999999);
-    rank = rank < 1 ? 1 : rank > count ? count : rank;
-    return sorted[rank - 1];
-}
 
 /* Sorts s in place. */
 static struct scale_lat scale_lat_of(struct scale_samples *s)
@@ -346,54 +216,14 @@ static struct scale_lat scale_lat_of(struct scale_samples *s)
     if (s->count == 0) {
         return l;
     }
-    qsort(s->values, s->count, sizeof s->values[0], scale_compare_double);
+    bench_sort_doubles(s->values, s->count);
     for (size_t i = 0; i < s->count; i++) {
         l.sum_s += s->values[i];
     }
-    l.p50_ms = scale_rank(s->values, s->count, 0.50) * 1e3;
-    l.p99_ms = scale_rank(s->values, s->count, 0.99) * 1e3;
+    l.p50_ms = bench_rank(s->values, s->count, 0.50) * 1e3;
+    l.p99_ms = bench_rank(s->values, s->count, 0.99) * 1e3;
     l.max_ms = s->values[s->count - 1] * 1e3;
     return l;
-}
-
-/* ---- growable text buffer ------------------------------------------------------------------ */
-
-struct scale_buf {
-    char *data;
-    size_t len, cap;
-};
-
-static void scale_buf_put(struct scale_buf *b, const char *s, size_t n)
-{
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap > 0 ? b->cap : 8192;
-        while (cap < b->len + n) {
-            cap *= 2;
-        }
-        char *p = realloc(b->data, cap);
-        if (p == NULL) {
-            scale_die("out of memory");
-        }
-        b->data = p;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-}
-
-static void scale_buf_printf(struct scale_buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void scale_buf_printf(struct scale_buf *b, const char *fmt, ...)
-{
-    char text[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int len = vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    if (len < 0 || (size_t)len >= sizeof text) {
-        scale_die("scale_buf_printf: line too long");
-    }
-    scale_buf_put(b, text, (size_t)len);
 }
 
 /* ---- the message generator --------------------------------------------------------------- */
@@ -426,112 +256,102 @@ static const char *const scale_people[] = {
 #define SCALE_PEOPLE_COUNT ((uint32_t)(sizeof scale_people / sizeof scale_people[0]))
 
 /* A word: mostly the common list (skewed), a fifth a pseudo-word of two or three syllables. */
-static void scale_put_word(struct scale_buf *b, struct scale_rng *r)
+static void scale_put_word(struct bench_buf *b, struct bench_rng *r)
 {
-    if (scale_rng_below(r, 5) != 0) {
+    if (bench_rng_below(r, 5) != 0) {
         const char *w = scale_words[scale_rng_skewed(r, SCALE_WORD_COUNT)];
-        scale_buf_put(b, w, strlen(w));
+        bench_buf_put(b, w, strlen(w));
         return;
     }
-    uint32_t syllables = 2 + scale_rng_below(r, 2);
+    uint32_t syllables = 2 + bench_rng_below(r, 2);
     for (uint32_t s = 0; s < syllables; s++) {
-        scale_buf_put(b, scale_syllables[scale_rng_below(r, 16)], 2);
+        bench_buf_put(b, scale_syllables[bench_rng_below(r, 16)], 2);
     }
 }
 
 /* Lines of words, about target bytes, each line ending in "\n". */
-static void scale_put_text(struct scale_buf *b, struct scale_rng *r, size_t target)
+static void scale_put_text(struct bench_buf *b, struct bench_rng *r, size_t target)
 {
     size_t start = b->len, column = 0;
     while (b->len - start < target) {
         if (column > 66) {
-            scale_buf_put(b, "\n", 1);
+            bench_buf_put(b, "\n", 1);
             column = 0;
         } else if (column > 0) {
-            scale_buf_put(b, " ", 1);
+            bench_buf_put(b, " ", 1);
         }
         size_t before = b->len;
         scale_put_word(b, r);
         column += b->len - before + 1;
     }
-    scale_buf_put(b, "\n", 1);
-}
-
-static void scale_put_date(struct scale_buf *b, int64_t date)
-{
-    char text[64];
-    time_t t = (time_t)date;
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(text, sizeof text, "%a, %d %b %Y %H:%M:%S +0000", &tm);
-    scale_buf_put(b, text, strlen(text));
+    bench_buf_put(b, "\n", 1);
 }
 
 /* Base64-looking lines (76 columns) of random letters, about bytes long. */
-static void scale_put_base64(struct scale_buf *b, struct scale_rng *r, size_t bytes)
+static void scale_put_base64(struct bench_buf *b, struct bench_rng *r, size_t bytes)
 {
     static const char alphabet[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     char line[77];
     for (size_t done = 0; done < bytes; done += sizeof line) {
         for (size_t k = 0; k < 76; k += 8) {
-            uint64_t v = scale_rng_next(r);
+            uint64_t v = bench_rng_next(r);
             for (size_t j = 0; j < 8 && k + j < 76; j++) {
                 line[k + j] = alphabet[(v >> (6 * j)) & 63];
             }
         }
         line[76] = '\n';
-        scale_buf_put(b, line, sizeof line);
+        bench_buf_put(b, line, sizeof line);
     }
 }
 
 /* Message index of stream into out (replacing it); *date_out gets its date. Sizes: 70%
  * 2 .. 8 KB, 20% 8 .. 40 KB of text, 10% with an attachment of 40 .. 200 KB. */
-static void scale_message(uint64_t stream, uint32_t index, struct scale_buf *out, int64_t *date_out)
+static void scale_message(uint64_t stream, uint32_t index, struct bench_buf *out, int64_t *date_out)
 {
-    struct scale_rng r = scale_rng_for(stream, index);
-    uint32_t kind = scale_rng_below(&r, 10);
-    size_t text_bytes = kind < 7   ? 1000 + scale_rng_below(&r, 3000)
-                        : kind < 9 ? 4000 + scale_rng_below(&r, 16000)
-                                   : 600 + scale_rng_below(&r, 1500);
+    struct bench_rng r = scale_rng_for(stream, index);
+    uint32_t kind = bench_rng_below(&r, 10);
+    size_t text_bytes = kind < 7   ? 1000 + bench_rng_below(&r, 3000)
+                        : kind < 9 ? 4000 + bench_rng_below(&r, 16000)
+                                   : 600 + bench_rng_below(&r, 1500);
     int64_t date = SCALE_DATE_LAST - 86400L * 365 + (int64_t)index * 600;
     const char *from = scale_people[scale_rng_skewed(&r, SCALE_PEOPLE_COUNT)];
     char boundary[40];
-    snprintf(boundary, sizeof boundary, "=_b_%016llx", (unsigned long long)scale_rng_next(&r));
+    snprintf(boundary, sizeof boundary, "=_b_%016llx", (unsigned long long)bench_rng_next(&r));
     out->len = 0;
-    scale_buf_printf(out,
+    bench_buf_printf(out,
                      "Return-Path: <%.5s@example.com>\nReceived: from mx.example.com by "
                      "mx.scale.example with ESMTPS id %08x\nDate: ",
-                     from, (unsigned)scale_rng_next(&r));
-    scale_put_date(out, date);
-    scale_buf_printf(out, "\nFrom: \"%s\" <%.5s@example.com>\nTo: <user@scale.example>\n", from,
+                     from, (unsigned)bench_rng_next(&r));
+    bench_buf_put_date(out, date);
+    bench_buf_printf(out, "\nFrom: \"%s\" <%.5s@example.com>\nTo: <user@scale.example>\n", from,
                      from);
-    scale_buf_printf(out, "Message-ID: <%u.%016llx@example.com>\nSubject: ", index,
-                     (unsigned long long)scale_mix(stream ^ index));
+    bench_buf_printf(out, "Message-ID: <%u.%016llx@example.com>\nSubject: ", index,
+                     (unsigned long long)bench_rng_mix(stream ^ index));
     for (int w = 0; w < 5; w++) {
         scale_put_word(out, &r);
-        scale_buf_put(out, w < 4 ? " " : "\n", 1);
+        bench_buf_put(out, w < 4 ? " " : "\n", 1);
     }
-    scale_buf_printf(out, "MIME-Version: 1.0\nContent-Type: multipart/%s; boundary=\"%s\"\n\n",
+    bench_buf_printf(out, "MIME-Version: 1.0\nContent-Type: multipart/%s; boundary=\"%s\"\n\n",
                      kind == 9 ? "mixed" : "alternative", boundary);
-    scale_buf_printf(out, "--%s\nContent-Type: text/plain; charset=utf-8\n\n", boundary);
+    bench_buf_printf(out, "--%s\nContent-Type: text/plain; charset=utf-8\n\n", boundary);
     size_t text_at = out->len;
     scale_put_text(out, &r, text_bytes);
     size_t text_len = out->len - text_at;
-    scale_buf_printf(out, "--%s\nContent-Type: text/html; charset=utf-8\n\n<html><body><p>\n",
+    bench_buf_printf(out, "--%s\nContent-Type: text/html; charset=utf-8\n\n<html><body><p>\n",
                      boundary);
-    struct scale_rng again = scale_rng_for(stream ^ 0x68746d6cu, index);
+    struct bench_rng again = scale_rng_for(stream ^ 0x68746d6cu, index);
     scale_put_text(out, &again, text_len);
-    scale_buf_printf(out, "</p></body></html>\n");
+    bench_buf_printf(out, "</p></body></html>\n");
     if (kind == 9) {
-        scale_buf_printf(out,
+        bench_buf_printf(out,
                          "--%s\nContent-Type: application/pdf; name=\"doc%u.pdf\"\n"
                          "Content-Disposition: attachment; filename=\"doc%u.pdf\"\n"
                          "Content-Transfer-Encoding: base64\n\n",
                          boundary, index, index);
-        scale_put_base64(out, &r, 40000 + scale_rng_below(&r, 160000));
+        scale_put_base64(out, &r, 40000 + bench_rng_below(&r, 160000));
     }
-    scale_buf_printf(out, "--%s--\n", boundary);
+    bench_buf_printf(out, "--%s--\n", boundary);
     *date_out = date;
 }
 
@@ -558,7 +378,7 @@ static void scale_store_init(const char *address, uint32_t kdf_iter)
     int rc =
         mv_store_init(address, scale_password, strlen(scale_password), &o, errmsg, sizeof errmsg);
     if (rc != MV_OK) {
-        scale_die("mv_store_init(%s): %s: %s", address, mv_strerror(rc), errmsg);
+        bench_die("mv_store_init(%s): %s: %s", address, mv_strerror(rc), errmsg);
     }
 }
 
@@ -570,7 +390,7 @@ static mv_store *scale_store_open(const char *address, uint32_t kdf_iter, int64_
     int rc = mv_store_open(address, scale_password, strlen(scale_password), &o, &store, errmsg,
                            sizeof errmsg);
     if (rc != MV_OK) {
-        scale_die("mv_store_open(%s): %s: %s", address, mv_strerror(rc), errmsg);
+        bench_die("mv_store_open(%s): %s: %s", address, mv_strerror(rc), errmsg);
     }
     return store;
 }
@@ -578,14 +398,14 @@ static mv_store *scale_store_open(const char *address, uint32_t kdf_iter, int64_
 /* Appends count generated messages (stream, first .. first+count-1) to INBOX. */
 static void scale_fill(mv_store *store, uint64_t stream, uint32_t first, uint32_t count)
 {
-    struct scale_buf msg = {0};
+    struct bench_buf msg = {0};
     for (uint32_t i = first; i < first + count; i++) {
         int64_t date = 0;
         scale_message(stream, i, &msg, &date);
-        scale_check(mv_message_append(store, "INBOX", msg.data, msg.len, 0, NULL, date, NULL),
+        bench_check(mv_message_append(store, "INBOX", msg.data, msg.len, 0, NULL, date, NULL),
                     "mv_message_append", store);
     }
-    free(msg.data);
+    bench_buf_free(&msg);
 }
 
 /* The page cache the store runs with, in KiB (PRAGMA cache_size read back); -1 unknown. */
@@ -639,47 +459,83 @@ struct scale_stores_result {
     int64_t held_cache_kib[2];
 };
 
-/* Child: opens one store (warm-up), then stores 0..count-1, touches them; writes a
- * struct scale_held to fd. Never returns. */
-static void scale_hold_child(long count, long total, uint32_t kdf_iter, int64_t cache_kib, int fd)
+/* The hold child's use of a held store: the mailbox, its newest messages by search and a
+ * few fetches, as a client opening it would. */
+static void scale_touch(mv_store *store)
+{
+    struct mv_mailbox_info info;
+    bench_check(mv_mailbox_get(store, "INBOX", &info), "mv_mailbox_get", store);
+    int rc = scale_read_newest(store, SCALE_TOUCH_NEWEST);
+    bench_check(rc < 0 ? rc : MV_OK, "search", store);
+    for (uint32_t k = 0; k < SCALE_TOUCH_FETCHES && k < info.messages; k++) {
+        void *raw = NULL;
+        size_t len = 0;
+        bench_check(mv_message_fetch(store, "INBOX", info.uidnext - 1 - k, &raw, &len),
+                    "mv_message_fetch", store);
+        mv_free(raw);
+    }
+}
+
+/* The read child's use of a handle: mv_message_get and mv_message_fetch of every UID. */
+static void scale_read_all(mv_store *store)
+{
+    struct mv_mailbox_info box;
+    bench_check(mv_mailbox_get(store, "INBOX", &box), "mv_mailbox_get", store);
+    for (uint32_t uid = 1; uid < box.uidnext; uid++) {
+        struct mv_message_info info;
+        void *raw = NULL;
+        size_t len = 0;
+        bench_check(mv_message_get(store, "INBOX", uid, &info), "mv_message_get", store);
+        bench_check(mv_message_fetch(store, "INBOX", uid, &raw, &len), "mv_message_fetch", store);
+        mv_free(raw);
+    }
+}
+
+/* Child: opens one store (warm-up), then count handles and uses each; writes a struct
+ * scale_held to fd. address NULL (the hold child): user stores 0..count-1, each touched
+ * (scale_touch), the warm-up on another one; else (the read child): count handles on
+ * address, each reading every message (scale_read_all). Never returns. */
+static void scale_held_child(
+    const char *address, long count, long total, uint32_t kdf_iter, int64_t cache_kib, int fd)
+    __attribute__((noreturn));
+static void scale_held_child(
+    const char *address, long count, long total, uint32_t kdf_iter, int64_t cache_kib, int fd)
 {
     struct scale_held h;
-    char address[128];
+    char user[128];
     memset(&h, 0, sizeof h);
     h.stores = count;
-    scale_raise_fd_limit();
-    scale_address(address, sizeof address, "user", count < total ? count : 0);
-    mv_store *warm = scale_store_open(address, kdf_iter, cache_kib);
-    mv_store_close(&warm);
-    mv_store **held = scale_alloc((size_t)count * sizeof(mv_store *));
-    h.fds_before = scale_fd_count();
-    h.rss_before_kib = scale_status_kib("VmRSS");
-    double start = scale_now_s();
-    for (long i = 0; i < count; i++) {
-        scale_address(address, sizeof address, "user", i);
-        held[i] = scale_store_open(address, kdf_iter, cache_kib);
+    if (address == NULL) {
+        scale_raise_fd_limit();
+        scale_address(user, sizeof user, "user", count < total ? count : 0);
     }
-    h.open_s = scale_now_s() - start;
-    h.fds_held = scale_fd_count();
-    h.rss_open_kib = scale_status_kib("VmRSS");
-    h.cache_kib = scale_cache_kib(held[0]);
-    start = scale_now_s();
+    mv_store *warm = scale_store_open(address != NULL ? address : user, kdf_iter, cache_kib);
+    mv_store_close(&warm);
+    mv_store **held = bench_alloc((size_t)count * sizeof(mv_store *));
+    h.fds_before = scale_fd_count();
+    h.rss_before_kib = bench_status_kib("VmRSS");
+    double start = bench_now_s();
     for (long i = 0; i < count; i++) {
-        struct mv_mailbox_info info;
-        scale_check(mv_mailbox_get(held[i], "INBOX", &info), "mv_mailbox_get", held[i]);
-        int rc = scale_read_newest(held[i], SCALE_TOUCH_NEWEST);
-        scale_check(rc < 0 ? rc : MV_OK, "search", held[i]);
-        for (uint32_t k = 0; k < SCALE_TOUCH_FETCHES && k < info.messages; k++) {
-            void *raw = NULL;
-            size_t len = 0;
-            scale_check(mv_message_fetch(held[i], "INBOX", info.uidnext - 1 - k, &raw, &len),
-                        "mv_message_fetch", held[i]);
-            mv_free(raw);
+        if (address == NULL) {
+            scale_address(user, sizeof user, "user", i);
+        }
+        held[i] = scale_store_open(address != NULL ? address : user, kdf_iter, cache_kib);
+    }
+    h.open_s = bench_now_s() - start;
+    h.fds_held = scale_fd_count();
+    h.rss_open_kib = bench_status_kib("VmRSS");
+    h.cache_kib = scale_cache_kib(held[0]);
+    start = bench_now_s();
+    for (long i = 0; i < count; i++) {
+        if (address == NULL) {
+            scale_touch(held[i]);
+        } else {
+            scale_read_all(held[i]);
         }
     }
-    h.touch_s = scale_now_s() - start;
-    h.rss_touched_kib = scale_status_kib("VmRSS");
-    h.hwm_kib = scale_status_kib("VmHWM");
+    h.touch_s = bench_now_s() - start;
+    h.rss_touched_kib = bench_status_kib("VmRSS");
+    h.hwm_kib = bench_status_kib("VmHWM");
     for (long i = 0; i < count; i++) {
         mv_store_close(&held[i]);
     }
@@ -688,69 +544,17 @@ static void scale_hold_child(long count, long total, uint32_t kdf_iter, int64_t 
     _exit(n == (ssize_t)sizeof h ? 0 : 1);
 }
 
-/* Child: count handles on the one store address, then each reads every message of INBOX
- * (mv_message_get and mv_message_fetch of every UID); writes a struct scale_held to fd. */
-static void
-scale_read_child(const char *address, long count, uint32_t kdf_iter, int64_t cache_kib, int fd)
-{
-    struct scale_held h;
-    memset(&h, 0, sizeof h);
-    h.stores = count;
-    mv_store *warm = scale_store_open(address, kdf_iter, cache_kib);
-    mv_store_close(&warm);
-    mv_store **held = scale_alloc((size_t)count * sizeof(mv_store *));
-    h.fds_before = scale_fd_count();
-    h.rss_before_kib = scale_status_kib("VmRSS");
-    double start = scale_now_s();
-    for (long i = 0; i < count; i++) {
-        held[i] = scale_store_open(address, kdf_iter, cache_kib);
-    }
-    h.open_s = scale_now_s() - start;
-    h.fds_held = scale_fd_count();
-    h.rss_open_kib = scale_status_kib("VmRSS");
-    h.cache_kib = scale_cache_kib(held[0]);
-    start = scale_now_s();
-    for (long i = 0; i < count; i++) {
-        struct mv_mailbox_info box;
-        scale_check(mv_mailbox_get(held[i], "INBOX", &box), "mv_mailbox_get", held[i]);
-        for (uint32_t uid = 1; uid < box.uidnext; uid++) {
-            struct mv_message_info info;
-            void *raw = NULL;
-            size_t len = 0;
-            scale_check(mv_message_get(held[i], "INBOX", uid, &info), "mv_message_get", held[i]);
-            scale_check(mv_message_fetch(held[i], "INBOX", uid, &raw, &len), "mv_message_fetch",
-                        held[i]);
-            mv_free(raw);
-        }
-    }
-    h.touch_s = scale_now_s() - start;
-    h.rss_touched_kib = scale_status_kib("VmRSS");
-    h.hwm_kib = scale_status_kib("VmHWM");
-    for (long i = 0; i < count; i++) {
-        mv_store_close(&held[i]);
-    }
-    free(held);
-    ssize_t n = write(fd, &h, sizeof h);
-    _exit(n == (ssize_t)sizeof h ? 0 : 1);
-}
-
-/* Runs a child (fork + exec of this program: a fresh image) and returns its figures: the
- * first count user stores held open (address NULL), or count handles on address, each
- * reading every message. */
+/* Runs a child (bench_child_run: a fresh image) and returns its figures: the first count
+ * user stores held open (address NULL), or count handles on address, each reading every
+ * message. */
 static struct scale_held
 scale_hold_run(long count, long total, int64_t cache_kib, const char *address)
 {
-    int fds[2];
-    if (pipe(fds) != 0) {
-        scale_die("pipe: %s", strerror(errno));
-    }
-    fflush(stdout);
-    char a_count[24], a_total[24], a_kdf[24], a_cache[24], a_fd[16];
+    char a_count[24], a_total[24], a_kdf[24], a_cache[24];
     snprintf(a_count, sizeof a_count, "%ld", count);
     snprintf(a_total, sizeof a_total, "%ld", total);
     snprintf(a_kdf, sizeof a_kdf, "%u", scale_opts.kdf_iter);
     snprintf(a_cache, sizeof a_cache, "%lld", (long long)cache_kib);
-    snprintf(a_fd, sizeof a_fd, "%d", fds[1]);
     char *args[] = {(char *)(uintptr_t) "bench_scale",
                     (char *)(uintptr_t) "--hold-child",
                     scale_root,
@@ -758,33 +562,13 @@ scale_hold_run(long count, long total, int64_t cache_kib, const char *address)
                     a_total,
                     a_kdf,
                     a_cache,
-                    a_fd,
+                    (char *)(uintptr_t) "FD", /* the pipe's number, filled in */
                     (char *)(uintptr_t)(address != NULL ? address : "-"),
                     NULL};
-    pid_t pid = fork();
-    if (pid < 0) {
-        scale_die("fork: %s", strerror(errno));
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        execv("/proc/self/exe", args);
-        _exit(127);
-    }
-    close(fds[1]);
     struct scale_held h;
-    size_t got = 0;
-    while (got < sizeof h) {
-        ssize_t n = read(fds[0], (char *)&h + got, sizeof h - got);
-        if (n <= 0 && !(n < 0 && errno == EINTR)) {
-            break;
-        }
-        got += n > 0 ? (size_t)n : 0;
-    }
-    close(fds[0]);
     int status = 0;
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-        got != sizeof h) {
-        scale_die("the hold child failed (status 0x%x)", (unsigned)status);
+    if (bench_child_run(args, 7, &h, sizeof h, &status) != 0) {
+        bench_die("the hold child failed (status 0x%x)", (unsigned)status);
     }
     return h;
 }
@@ -794,19 +578,19 @@ static void scale_stores_init(struct scale_stores_result *res)
 {
     struct scale_samples lat = {0};
     char address[128];
-    double start = scale_now_s();
+    double start = bench_now_s();
     for (long i = 0; i < res->stores; i++) {
         scale_address(address, sizeof address, "user", i);
-        double t0 = scale_now_s();
+        double t0 = bench_now_s();
         scale_store_init(address, scale_opts.kdf_iter);
-        scale_samples_add(&lat, scale_now_s() - t0);
+        scale_samples_add(&lat, bench_now_s() - t0);
         if (i % (res->stores / res->fast_stores) == 0 &&
             i / (res->stores / res->fast_stores) < res->fast_stores) {
             scale_address(address, sizeof address, "fastkdf", i / (res->stores / res->fast_stores));
             scale_store_init(address, 1);
         }
     }
-    res->init_wall_s = scale_now_s() - start;
+    res->init_wall_s = bench_now_s() - start;
     res->init = scale_lat_of(&lat);
     scale_samples_free(&lat);
 }
@@ -817,7 +601,7 @@ static void scale_stores_pass(struct scale_stores_result *res)
     struct scale_samples open = {0}, close = {0}, fast = {0};
     char address[128];
     long step = res->stores / res->fast_stores;
-    double start = scale_now_s();
+    double start = bench_now_s();
     for (long i = 0; i < res->stores; i++) {
         int is_fast = i % step == step / 2 && i / step < res->fast_stores;
         for (int k = 0; k < 1 + is_fast; k++) {
@@ -826,16 +610,16 @@ static void scale_stores_pass(struct scale_stores_result *res)
             } else {
                 scale_address(address, sizeof address, "fastkdf", i / step);
             }
-            double t0 = scale_now_s();
+            double t0 = bench_now_s();
             mv_store *store = scale_store_open(address, k == 0 ? scale_opts.kdf_iter : 1, 0);
-            double t1 = scale_now_s();
+            double t1 = bench_now_s();
             mv_store_close(&store);
-            double t2 = scale_now_s();
+            double t2 = bench_now_s();
             scale_samples_add(k == 0 ? &open : &fast, t1 - t0);
             scale_samples_add(&close, t2 - t1);
         }
     }
-    res->pass_wall_s = scale_now_s() - start;
+    res->pass_wall_s = bench_now_s() - start;
     res->open = scale_lat_of(&open);
     res->close = scale_lat_of(&close);
     res->open_fast = scale_lat_of(&fast);
@@ -877,7 +661,7 @@ static void scale_section_stores(struct scale_stores_result *res)
            o->hold, o->store_messages);
     scale_stores_init(res);
     scale_print_lat("scale.stores.init", &res->init, res->init.sum_s);
-    double start = scale_now_s();
+    double start = bench_now_s();
     char address[128];
     for (long i = 0; i < o->hold && o->store_messages > 0; i++) {
         scale_address(address, sizeof address, "user", i);
@@ -885,7 +669,7 @@ static void scale_section_stores(struct scale_stores_result *res)
         scale_fill(store, 0x686f6c64u + (uint64_t)i, 0, (uint32_t)o->store_messages);
         mv_store_close(&store);
     }
-    res->fill_wall_s = scale_now_s() - start;
+    res->fill_wall_s = bench_now_s() - start;
     scale_stores_pass(res);
     scale_print_lat("scale.stores.open", &res->open, res->open.sum_s);
     scale_print_lat("scale.stores.close", &res->close, res->close.sum_s);
@@ -929,19 +713,19 @@ static void scale_thread_check(struct scale_thread *t, int rc, const char *what)
     if (rc == MV_EBUSY) {
         t->busy++;
     } else if (rc < 0) {
-        scale_die("%s (thread %d): %s: %s", what, t->index, mv_strerror(rc),
+        bench_die("%s (thread %d): %s: %s", what, t->index, mv_strerror(rc),
                   mv_store_errmsg(t->store));
     }
 }
 
-static void scale_reader_op(struct scale_thread *t, int op, uint32_t *uidnext, struct scale_rng *r)
+static void scale_reader_op(struct scale_thread *t, int op, uint32_t *uidnext, struct bench_rng *r)
 {
     struct mv_mailbox_info mbox;
     struct mv_message_info info;
-    uint32_t uid = 1 + scale_rng_below(r, *uidnext > 1 ? *uidnext - 1 : 1);
+    uint32_t uid = 1 + bench_rng_below(r, *uidnext > 1 ? *uidnext - 1 : 1);
     void *raw = NULL;
     size_t len = 0;
-    double start = scale_now_s();
+    double start = bench_now_s();
     int rc;
     switch (op) {
     case OP_MAILBOX_STATUS:
@@ -957,7 +741,7 @@ static void scale_reader_op(struct scale_thread *t, int op, uint32_t *uidnext, s
         rc = mv_message_get(t->store, "INBOX", uid, &info);
         break;
     }
-    scale_samples_add(&t->lat[op], scale_now_s() - start);
+    scale_samples_add(&t->lat[op], bench_now_s() - start);
     scale_thread_check(t, rc, scale_op_names[op]);
     if (op == OP_MAILBOX_STATUS && rc == MV_OK) {
         *uidnext = mbox.uidnext;
@@ -969,12 +753,12 @@ static void scale_reader_op(struct scale_thread *t, int op, uint32_t *uidnext, s
 static void *scale_reader_main(void *arg)
 {
     struct scale_thread *t = arg;
-    struct scale_rng r = scale_rng_for(0x72656164u, (uint64_t)t->index);
+    struct bench_rng r = scale_rng_for(0x72656164u, (uint64_t)t->index);
     uint32_t uidnext = 2;
     scale_reader_op(t, OP_MAILBOX_STATUS, &uidnext, &r);
     atomic_fetch_add(&scale_shared.started, 1);
     while (!atomic_load(&scale_shared.stop)) {
-        scale_reader_op(t, (int)scale_rng_below(&r, OP_COUNT), &uidnext, &r);
+        scale_reader_op(t, (int)bench_rng_below(&r, OP_COUNT), &uidnext, &r);
     }
     return NULL;
 }
@@ -982,18 +766,18 @@ static void *scale_reader_main(void *arg)
 static void *scale_writer_main(void *arg)
 {
     struct scale_thread *t = arg;
-    struct scale_buf msg = {0};
+    struct bench_buf msg = {0};
     atomic_fetch_add(&scale_shared.started, 1);
     while (!atomic_load(&scale_shared.stop)) {
         int64_t date = 0;
         scale_message(0x636f6e63u, t->next_index++, &msg, &date);
-        double start = scale_now_s();
+        double start = bench_now_s();
         int rc = mv_message_append(t->store, "INBOX", msg.data, msg.len, 0, NULL, date, NULL);
-        scale_samples_add(&t->lat[0], scale_now_s() - start);
+        scale_samples_add(&t->lat[0], bench_now_s() - start);
         scale_thread_check(t, rc, "mv_message_append");
         t->bytes += rc == MV_OK ? (double)msg.len : 0;
     }
-    free(msg.data);
+    bench_buf_free(&msg);
     return NULL;
 }
 
@@ -1018,12 +802,12 @@ struct scale_conc_result {
 /* Sleeps for seconds, sampling VmRSS every SCALE_RSS_SAMPLE_NS; returns the peak in KiB. */
 static long scale_sample_rss(double seconds)
 {
-    long peak = scale_status_kib("VmRSS");
-    double end = scale_now_s() + seconds;
-    while (scale_now_s() < end) {
+    long peak = bench_status_kib("VmRSS");
+    double end = bench_now_s() + seconds;
+    while (bench_now_s() < end) {
         struct timespec ts = {0, SCALE_RSS_SAMPLE_NS};
         nanosleep(&ts, NULL);
-        long rss = scale_status_kib("VmRSS");
+        long rss = bench_status_kib("VmRSS");
         peak = rss > peak ? rss : peak;
     }
     return peak;
@@ -1057,42 +841,42 @@ static void scale_conc_collect(struct scale_conc_result *res, struct scale_threa
 /* One run: the writer (threads[0]) and n readers for o->seconds. */
 static void scale_conc_run(int n, uint32_t *next_index, struct scale_conc_result *res)
 {
-    struct scale_thread *threads = scale_alloc((size_t)(n + 1) * sizeof *threads);
+    struct scale_thread *threads = bench_alloc((size_t)(n + 1) * sizeof *threads);
     struct scale_samples opens = {0};
     memset(res, 0, sizeof *res);
     res->readers = n;
-    res->rss_before_kib = scale_status_kib("VmRSS");
+    res->rss_before_kib = bench_status_kib("VmRSS");
     for (int i = 0; i <= n; i++) {
         threads[i].index = i;
-        double start = scale_now_s();
+        double start = bench_now_s();
         threads[i].store = scale_store_open(scale_conc_user, scale_opts.kdf_iter, 0);
         if (i > 0) {
-            scale_samples_add(&opens, scale_now_s() - start);
+            scale_samples_add(&opens, bench_now_s() - start);
         }
     }
     res->reader_open_ms = scale_lat_of(&opens).p50_ms;
     scale_samples_free(&opens);
-    res->rss_readers_open_kib = scale_status_kib("VmRSS");
+    res->rss_readers_open_kib = bench_status_kib("VmRSS");
     threads[0].next_index = *next_index;
     atomic_store(&scale_shared.started, 0);
     atomic_store(&scale_shared.stop, 0);
     for (int i = 0; i <= n; i++) {
         if (pthread_create(&threads[i].thread, NULL, i == 0 ? scale_writer_main : scale_reader_main,
                            &threads[i]) != 0) {
-            scale_die("pthread_create failed");
+            bench_die("pthread_create failed");
         }
     }
     while (atomic_load(&scale_shared.started) < n + 1) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    double start = scale_now_s();
+    double start = bench_now_s();
     res->rss_peak_kib = scale_sample_rss(scale_opts.seconds);
     atomic_store(&scale_shared.stop, 1);
     for (int i = 0; i <= n; i++) {
         pthread_join(threads[i].thread, NULL);
     }
-    res->wall_s = scale_now_s() - start;
+    res->wall_s = bench_now_s() - start;
     *next_index = threads[0].next_index;
     scale_conc_collect(res, threads, n);
     free(threads);
@@ -1134,9 +918,9 @@ static void scale_section_concurrency(struct scale_conc_result *runs,
            o->messages, o->seconds);
     scale_store_init(scale_conc_user, o->kdf_iter);
     mv_store *store = scale_store_open(scale_conc_user, o->kdf_iter, 0);
-    double start = scale_now_s();
+    double start = bench_now_s();
     scale_fill(store, 0x636f6e63u, 0, (uint32_t)o->messages);
-    *fill_s = scale_now_s() - start;
+    *fill_s = bench_now_s() - start;
     mv_store_close(&store);
     scale_full_read(fr);
     uint32_t next_index = (uint32_t)o->messages;
@@ -1156,25 +940,9 @@ static void scale_section_concurrency(struct scale_conc_result *runs,
 
 /* ---- JSON ---------------------------------------------------------------------------------- */
 
-static void scale_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s != '\0'; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') {
-            fprintf(f, "\\%c", ch);
-        } else if (ch < 0x20) {
-            fprintf(f, "\\u%04x", ch);
-        } else {
-            fputc(ch, f);
-        }
-    }
-    fputc('"', f);
-}
-
 static double scale_finite(double v)
 {
-    return v == v && v - v == 0 ? v : 0;
+    return bench_finite(v) ? v : 0;
 }
 
 static void scale_json_lat(FILE *f, const char *key, const struct scale_lat *l, double wall_s)
@@ -1262,24 +1030,6 @@ static void scale_json_conc(FILE *f,
     fputs("]},\n", f);
 }
 
-static void scale_cpu_name(char *out, size_t size)
-{
-    FILE *info = fopen("/proc/cpuinfo", "r");
-    char line[256];
-    out[0] = '\0';
-    while (info != NULL && fgets(line, sizeof line, info) != NULL) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && colon != NULL) {
-            snprintf(out, size, "%s", colon + 2);
-            out[strcspn(out, "\n")] = '\0';
-            break;
-        }
-    }
-    if (info != NULL) {
-        fclose(info);
-    }
-}
-
 static void scale_json_head(FILE *f, double duration_s, double load_start)
 {
     const struct scale_opts *o = &scale_opts;
@@ -1288,14 +1038,14 @@ static void scale_json_head(FILE *f, double duration_s, double load_start)
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    scale_cpu_name(cpu, sizeof cpu);
+    bench_cpu_name(cpu, sizeof cpu);
     fprintf(f,
             "{\n  \"schema\": \"mailvault-bench-scale/1\",\n  \"time_utc\": \"%s\",\n"
             "  \"duration_s\": %.6g,\n  \"quick\": %s,\n",
             when, duration_s, o->quick ? "true" : "false");
     fprintf(f, "  \"machine\": {\"cpus\": %ld, \"cpu\": ", sysconf(_SC_NPROCESSORS_ONLN));
-    scale_json_string(f, cpu);
-    fprintf(f, ", \"loadavg_start\": %.2f, \"loadavg_end\": %.2f},\n", load_start, scale_loadavg());
+    bench_json_string(f, cpu);
+    fprintf(f, ", \"loadavg_start\": %.2f, \"loadavg_end\": %.2f},\n", load_start, bench_loadavg());
     fprintf(f,
             "  \"params\": {\"stores\": %ld, \"hold\": %ld, \"store_messages\": %ld, "
             "\"messages\": %ld, \"seconds\": %.6g, \"readers\": [",
@@ -1310,24 +1060,8 @@ static void scale_json_head(FILE *f, double duration_s, double load_start)
             o->kdf_iter, o->kdf_iter == 0 ? "true" : "false", (long long)o->small_cache_kib,
             o->only != NULL ? o->only : "", (unsigned long long)SCALE_SEED, sqlite3_libversion(),
             mv_version());
-    for (int i = 0; i < scale_note_count; i++) {
-        fputs(i > 0 ? ", " : "", f);
-        scale_json_string(f, scale_notes[i]);
-    }
+    bench_json_notes(f);
     fputs("],\n", f);
-}
-
-static void scale_make_parents(const char *path)
-{
-    char dir[SCALE_PATH_BYTES_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *p = dir + 1; *p != '\0'; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            (void)mkdir(dir, 0755);
-            *p = '/';
-        }
-    }
 }
 
 struct scale_results {
@@ -1341,10 +1075,10 @@ struct scale_results {
 static void scale_write_json(const struct scale_results *r, double duration_s, double load_start)
 {
     const char *path = scale_opts.json_path;
-    scale_make_parents(path);
+    bench_make_parents(path);
     FILE *f = fopen(path, "w");
     if (f == NULL) {
-        scale_die("cannot write %s: %s", path, strerror(errno));
+        bench_die("cannot write %s: %s", path, strerror(errno));
     }
     scale_json_head(f, duration_s, load_start);
     if (r->has_stores) {
@@ -1359,7 +1093,7 @@ static void scale_write_json(const struct scale_results *r, double duration_s, d
     }
     fputs("  \"end\": true\n}\n", f);
     if (fclose(f) != 0) {
-        scale_die("writing %s failed", path);
+        bench_die("writing %s failed", path);
     }
 }
 
@@ -1420,12 +1154,11 @@ static void scale_usage(void)
     exit(2);
 }
 
+/* A number in [min, max], or the usage message. */
 static long scale_parse_long(const char *text, long min, long max)
 {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v < min || v > max) {
+    long v = 0;
+    if (bench_parse_long(text, min, max, &v) != 0) {
         scale_usage();
     }
     return v;
@@ -1518,33 +1251,28 @@ int main(int argc, char **argv)
     if (argc == 9 && strcmp(argv[1], "--hold-child") == 0) { /* scale_hold_run */
         snprintf(scale_root, sizeof scale_root, "%s", argv[2]);
         scale_raise_fd_limit();
-        if (strcmp(argv[8], "-") != 0) {
-            scale_read_child(argv[8], strtol(argv[3], NULL, 10),
-                             (uint32_t)strtoul(argv[5], NULL, 10), strtoll(argv[6], NULL, 10),
-                             (int)strtol(argv[7], NULL, 10));
-        }
-        scale_hold_child(strtol(argv[3], NULL, 10), strtol(argv[4], NULL, 10),
-                         (uint32_t)strtoul(argv[5], NULL, 10), strtoll(argv[6], NULL, 10),
-                         (int)strtol(argv[7], NULL, 10));
+        scale_held_child(strcmp(argv[8], "-") != 0 ? argv[8] : NULL, strtol(argv[3], NULL, 10),
+                         strtol(argv[4], NULL, 10), (uint32_t)strtoul(argv[5], NULL, 10),
+                         strtoll(argv[6], NULL, 10), (int)strtol(argv[7], NULL, 10));
     }
     struct scale_opts *o = &scale_opts;
     scale_parse_args(argc, argv, o);
     scale_raise_fd_limit();
     if (bench_scratch_make(o->parent_dir, "mailvault-bench-scale", scale_dir, sizeof scale_dir) !=
         0) {
-        scale_die("cannot make a scratch directory");
+        bench_die("cannot make a scratch directory");
     }
     int len = snprintf(scale_root, sizeof scale_root, "%.4000s/mail", scale_dir);
     if (len < 0 || (size_t)len >= sizeof scale_root) {
-        scale_die("scratch path too long");
+        bench_die("scratch path too long");
     }
-    double load_start = scale_loadavg(), start = scale_now_s();
+    double load_start = bench_loadavg(), start = bench_now_s();
     printf("scale.params stores=%ld hold=%ld store_messages=%ld messages=%ld seconds=%.1f "
            "kdf_iter=%u dir=%s sqlite=%s load=%.2f%s\n",
            o->stores, o->hold, o->store_messages, o->messages, o->seconds, o->kdf_iter, scale_dir,
            sqlite3_libversion(), load_start, o->quick ? " (quick)" : "");
     if (o->kdf_iter != 0) {
-        scale_note("kdf_iter %u, not the default: key derivation is cheaper than in production",
+        bench_note("kdf_iter %u, not the default: key derivation is cheaper than in production",
                    o->kdf_iter);
     }
     static struct scale_results r;
@@ -1557,7 +1285,7 @@ int main(int argc, char **argv)
         scale_section_concurrency(r.conc, &r.conc_fill_s, &r.full_read);
         r.has_conc = 1;
     }
-    double duration_s = scale_now_s() - start;
+    double duration_s = bench_now_s() - start;
     scale_print_table(&r);
     printf("bench_scale took %.1f s; results: %s\n", duration_s, o->json_path);
     scale_write_json(&r, duration_s, load_start);

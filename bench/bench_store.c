@@ -77,20 +77,19 @@
  *   Absolute figures depend on the disk (sealed delivery and the drain fsync per message)
  *   and on the machine. One run per import size: the memory figure is a peak, not a rate.
  */
+#include "buf.h"
 #include "mailvault.h"
 #include "scratch.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,8 +99,6 @@
 #define BENCH_IMPORT_MB_MAX     65536L
 #define BENCH_PATH_BYTES_MAX    4096
 #define BENCH_FIGURES_MAX       96
-#define BENCH_NOTES_MAX         8
-#define BENCH_NOTE_BYTES        240
 #define BENCH_SLICES            10 /* deliver: min/max over this many slices */
 #define BENCH_VOCAB_WORDS       20000
 #define BENCH_WORD_BYTES_MAX    16
@@ -160,40 +157,11 @@ struct bench_figure {
 
 static struct bench_figure bench_figures[BENCH_FIGURES_MAX];
 static int bench_figure_count;
-static char bench_notes[BENCH_NOTES_MAX][BENCH_NOTE_BYTES];
-static int bench_note_count;
 static char bench_dir[BENCH_PATH_BYTES_MAX];  /* scratch directory; "" until made */
 static char bench_root[BENCH_PATH_BYTES_MAX]; /* store root inside it */
 static struct bench_opts bench_opts;
 
 /* ---- small utilities --------------------------------------------------------------------- */
-
-static double bench_now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void bench_die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_store: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static void bench_check(int rc, const char *what, const mv_store *store)
-{
-    if (rc != MV_OK) {
-        bench_die("%s: %s%s%s", what, mv_strerror(rc), store != NULL ? ": " : "",
-                  store != NULL ? mv_store_errmsg(store) : "");
-    }
-}
 
 static void bench_path(char *out, size_t size, const char *name)
 {
@@ -203,74 +171,13 @@ static void bench_path(char *out, size_t size, const char *name)
     }
 }
 
-static void bench_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void bench_note(const char *fmt, ...)
-{
-    char text[BENCH_NOTE_BYTES];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    printf("note: %s\n", text);
-    if (bench_note_count < BENCH_NOTES_MAX) {
-        snprintf(bench_notes[bench_note_count++], BENCH_NOTE_BYTES, "%s", text);
-    }
-}
-
-/* The 1-minute load average (the machine may be shared: say how busy it was); -1 unknown. */
-static double bench_loadavg(void)
-{
-    double load = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f != NULL) {
-        if (fscanf(f, "%lf", &load) != 1) {
-            load = -1;
-        }
-        fclose(f);
-    }
-    return load;
-}
-
 /* ---- random numbers and the two functions libm would give -------------------------------- */
-
-struct bench_rng {
-    uint64_t state;
-};
-
-static uint64_t bench_mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15u;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
-    return x ^ (x >> 31);
-}
 
 /* The generator for item index of stream: the same numbers on every run. */
 static struct bench_rng bench_rng_for(uint64_t stream, uint64_t index)
 {
-    struct bench_rng r = {
-        bench_mix(BENCH_SEED ^ bench_mix(stream) ^ (index * 0x2545f4914f6cdd1du))};
-    r.state = r.state != 0 ? r.state : 1;
-    return r;
-}
-
-/* xorshift64* */
-static uint64_t bench_rng_next(struct bench_rng *r)
-{
-    r->state ^= r->state >> 12;
-    r->state ^= r->state << 25;
-    r->state ^= r->state >> 27;
-    return r->state * 0x2545f4914f6cdd1du;
-}
-
-static double bench_rng_unit(struct bench_rng *r) /* [0, 1) */
-{
-    return (double)(bench_rng_next(r) >> 11) * 0x1p-53;
-}
-
-static uint32_t bench_rng_below(struct bench_rng *r, uint32_t n)
-{
-    return n == 0 ? 0 : (uint32_t)(bench_rng_next(r) % n);
+    return bench_rng_seeded(
+        bench_rng_mix(BENCH_SEED ^ bench_rng_mix(stream) ^ (index * 0x2545f4914f6cdd1du)));
 }
 
 /* e^x for |x| < ~700: e^(x/1024) by its series, squared ten times (relative error ~1e-11). */
@@ -345,40 +252,6 @@ static uint32_t bench_rng_zipf(struct bench_rng *r, uint32_t n)
 
 /* ---- statistics ---------------------------------------------------------------------------- */
 
-static int bench_compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sorts values in place; returns the nearest-rank quantile q in [0, 1]. */
-static double bench_quantile(double *values, size_t count, double q)
-{
-    if (count == 0) {
-        return 0;
-    }
-    qsort(values, count, sizeof values[0], bench_compare_double);
-    size_t rank = (size_t)(q * (double)count + 0.999999);
-    rank = rank < 1 ? 1 : rank > count ? count : rank;
-    return values[rank - 1];
-}
-
-struct bench_stat {
-    double median, min, max;
-};
-
-static struct bench_stat bench_stat_of(const double *values, int count)
-{
-    double sorted[BENCH_ROUNDS_MAX > BENCH_SLICES ? BENCH_ROUNDS_MAX : BENCH_SLICES];
-    memcpy(sorted, values, (size_t)count * sizeof sorted[0]);
-    qsort(sorted, (size_t)count, sizeof sorted[0], bench_compare_double);
-    struct bench_stat s = {sorted[count / 2], sorted[0], sorted[count - 1]};
-    if (count % 2 == 0) {
-        s.median = (sorted[count / 2 - 1] + sorted[count / 2]) / 2;
-    }
-    return s;
-}
-
 /* Latencies in seconds: p50 and p99 in milliseconds (sorts the array). */
 struct bench_latency {
     double p50_ms, p99_ms;
@@ -394,11 +267,7 @@ static struct bench_latency bench_latency_of(double *seconds, size_t count)
 
 static double *bench_alloc_doubles(size_t count)
 {
-    double *p = calloc(count > 0 ? count : 1, sizeof *p);
-    if (p == NULL) {
-        bench_die("out of memory");
-    }
-    return p;
+    return bench_alloc(count * sizeof(double));
 }
 
 /* ---- reporting ----------------------------------------------------------------------------- */
@@ -453,63 +322,6 @@ static void bench_report(const char *name,
 static void bench_report_value(const char *name, double value, const char *unit)
 {
     bench_report(name, value, unit, NULL, NULL, NULL);
-}
-
-/* ---- growable buffer ----------------------------------------------------------------------- */
-
-struct bench_buf {
-    char *data;
-    size_t len, cap;
-};
-
-static void bench_buf_reserve(struct bench_buf *b, size_t extra)
-{
-    if (b->len + extra <= b->cap) {
-        return;
-    }
-    size_t cap = b->cap > 0 ? b->cap : 4096;
-    while (cap < b->len + extra) {
-        cap *= 2;
-    }
-    char *p = realloc(b->data, cap);
-    if (p == NULL) {
-        bench_die("out of memory (%zu bytes)", cap);
-    }
-    b->data = p;
-    b->cap = cap;
-}
-
-static void bench_buf_put(struct bench_buf *b, const char *s, size_t n)
-{
-    bench_buf_reserve(b, n);
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-}
-
-static void bench_buf_puts(struct bench_buf *b, const char *s)
-{
-    bench_buf_put(b, s, strlen(s));
-}
-
-static void bench_buf_printf(struct bench_buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void bench_buf_printf(struct bench_buf *b, const char *fmt, ...)
-{
-    char text[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int len = vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    if (len < 0 || (size_t)len >= sizeof text) {
-        bench_die("bench_buf_printf: line too long");
-    }
-    bench_buf_put(b, text, (size_t)len);
-}
-
-static void bench_buf_free(struct bench_buf *b)
-{
-    free(b->data);
-    memset(b, 0, sizeof *b);
 }
 
 /* ---- the corpus: words and people ---------------------------------------------------------- */
@@ -711,18 +523,8 @@ static void bench_put_message_id(struct bench_buf *b, const struct bench_corpus 
     struct bench_plan p;
     bench_plan_head(c, i, &p);
     struct bench_contact who = bench_contact_of(p.sender);
-    bench_buf_printf(b, "<%016llx.%u@mail.%s>", (unsigned long long)bench_mix(c->stream ^ i), i,
+    bench_buf_printf(b, "<%016llx.%u@mail.%s>", (unsigned long long)bench_rng_mix(c->stream ^ i), i,
                      who.domain);
-}
-
-static void bench_put_date(struct bench_buf *b, int64_t date)
-{
-    char text[64];
-    time_t t = (time_t)date;
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(text, sizeof text, "%a, %d %b %Y %H:%M:%S +0000", &tm);
-    bench_buf_puts(b, text);
 }
 
 #define BENCH_THREAD_DEPTH_MAX 64
@@ -797,10 +599,10 @@ static void bench_put_headers(struct bench_buf *b,
                      "Return-Path: <%s>\nReceived: from mail.%s (mail.%s [192.0.2.%u])\n"
                      "\tby mx.example.org with ESMTPS id %08x\n\tfor <%s>; ",
                      address, who.domain, who.domain, 1 + p->sender % 250,
-                     (unsigned)bench_mix(c->stream + i), bench_user);
-    bench_put_date(b, p->date + 2);
+                     (unsigned)bench_rng_mix(c->stream + i), bench_user);
+    bench_buf_put_date(b, p->date + 2);
     bench_buf_puts(b, "\nDate: ");
-    bench_put_date(b, p->date);
+    bench_buf_put_date(b, p->date);
     bench_buf_puts(b, "\nFrom: ");
     bench_put_contact(b, p->sender);
     bench_buf_printf(b, "\nTo: \"Bench User\" <%s>\n", bench_user);
@@ -918,7 +720,7 @@ static void bench_message(const struct bench_corpus *c,
     struct bench_plan p;
     char outer[48], inner[48];
     bench_plan_of(c, i, &p);
-    uint64_t tag = bench_mix(c->stream ^ ((uint64_t)i << 20));
+    uint64_t tag = bench_rng_mix(c->stream ^ ((uint64_t)i << 20));
     snprintf(outer, sizeof outer, "=_mixed_%016llx", (unsigned long long)tag);
     snprintf(inner, sizeof inner, "=_alt_%016llx", (unsigned long long)tag);
     int attach = p.attach_id != BENCH_NONE;
@@ -1768,25 +1570,6 @@ struct bench_import_result {
     char errmsg[200];
 };
 
-/* A "VmXXX:  N kB" field of /proc/self/status, in KiB; -1 if absent. */
-static long bench_status_kib(const char *field)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    size_t len = strlen(field);
-    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
-        if (strncmp(line, field, len) == 0 && line[len] == ':') {
-            kib = strtol(line + len + 1, NULL, 10);
-            break;
-        }
-    }
-    if (f != NULL) {
-        fclose(f);
-    }
-    return kib;
-}
-
 /* The child (bench_store --import-child ADDRESS MBOX ROOT FD): a new store under ROOT, the
  * import, VmHWM; the result goes to fd. Never returns. */
 static void bench_import_child(const char *address, const char *mbox, int fd)
@@ -1832,44 +1615,16 @@ static void bench_import_child(const char *address, const char *mbox, int fd)
 
 static struct bench_import_result bench_import_run(const char *address, const char *mbox)
 {
-    int fds[2];
-    if (pipe(fds) != 0) {
-        bench_die("pipe: %s", strerror(errno));
-    }
-    fflush(stdout);
-    fflush(stderr);
-    char fd_text[16];
-    snprintf(fd_text, sizeof fd_text, "%d", fds[1]);
     char *args[] = {(char *)(uintptr_t) "bench_store",
                     (char *)(uintptr_t) "--import-child",
                     (char *)(uintptr_t)address,
                     (char *)(uintptr_t)mbox,
                     bench_root,
-                    fd_text,
+                    (char *)(uintptr_t) "FD", /* the pipe's number, filled in */
                     NULL};
-    pid_t pid = fork();
-    if (pid < 0) {
-        bench_die("fork: %s", strerror(errno));
-    }
-    if (pid == 0) { /* a fresh image: its VmHWM does not start from this process's heap */
-        close(fds[0]);
-        execv("/proc/self/exe", args);
-        _exit(127);
-    }
-    close(fds[1]);
     struct bench_import_result res;
-    size_t got = 0;
-    while (got < sizeof res) {
-        ssize_t n = read(fds[0], (char *)&res + got, sizeof res - got);
-        if (n <= 0 && !(n < 0 && errno == EINTR)) {
-            break;
-        }
-        got += n > 0 ? (size_t)n : 0;
-    }
-    close(fds[0]);
     int status = 0;
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-        got != sizeof res) {
+    if (bench_child_run(args, 5, &res, sizeof res, &status) != 0) {
         bench_die("the import child failed (status 0x%x)", (unsigned)status);
     }
     if (res.rc != MV_OK) {
@@ -1964,62 +1719,20 @@ static void bench_phase_import(long large_mb, int quick)
 
 /* ---- JSON ------------------------------------------------------------------------------------ */
 
-static void bench_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s != '\0'; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') {
-            fprintf(f, "\\%c", ch);
-        } else if (ch < 0x20) {
-            fprintf(f, "\\u%04x", ch);
-        } else {
-            fputc(ch, f);
-        }
-    }
-    fputc('"', f);
-}
-
 static void bench_json_number(FILE *f, const char *key, double v)
 {
     fprintf(f, ", \"%s\": ", key);
-    if (v == v && v - v == 0) { /* finite: not NaN, not infinite */
+    if (bench_finite(v)) {
         fprintf(f, "%.6g", v);
     } else {
         fputs("null", f);
     }
 }
 
-/* mkdir -p of the directory part of path. */
-static void bench_make_parents(const char *path)
-{
-    char dir[BENCH_PATH_BYTES_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *p = dir + 1; *p != '\0'; p++) {
-        if (*p == '/') {
-            *p = '\0';
-            (void)mkdir(dir, 0755);
-            *p = '/';
-        }
-    }
-}
-
 static void bench_json_params(FILE *f, const struct bench_opts *o)
 {
-    char cpu[160] = "";
-    FILE *info = fopen("/proc/cpuinfo", "r");
-    char line[256];
-    while (info != NULL && fgets(line, sizeof line, info) != NULL) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) == 0 && colon != NULL) {
-            snprintf(cpu, sizeof cpu, "%s", colon + 2);
-            cpu[strcspn(cpu, "\n")] = '\0';
-            break;
-        }
-    }
-    if (info != NULL) {
-        fclose(info);
-    }
+    char cpu[160];
+    bench_cpu_name(cpu, sizeof cpu);
     fprintf(f,
             "  \"params\": {\"messages\": %u, \"sealed\": %u, \"search_messages\": %u, "
             "\"import_mb\": %ld, "
@@ -2048,10 +1761,7 @@ static void bench_write_json(const char *path, const struct bench_opts *o)
     fprintf(f, "{\n  \"time_utc\": \"%s\",\n  \"quick\": %s,\n", when, o->quick ? "true" : "false");
     bench_json_params(f, o);
     fputs("  \"notes\": [", f);
-    for (int i = 0; i < bench_note_count; i++) {
-        fputs(i > 0 ? ", " : "", f);
-        bench_json_string(f, bench_notes[i]);
-    }
+    bench_json_notes(f);
     fputs("],\n  \"figures\": {", f);
     for (int i = 0; i < bench_figure_count; i++) {
         const struct bench_figure *g = &bench_figures[i];
@@ -2081,18 +1791,6 @@ static void bench_write_json(const char *path, const struct bench_opts *o)
 }
 
 /* ---- arguments and main ---------------------------------------------------------------------- */
-
-static int bench_parse_long(const char *text, long min, long max, long *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long value = strtol(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || value < min || value > max) {
-        return -1;
-    }
-    *out = value;
-    return 0;
-}
 
 static void bench_usage(void)
 {

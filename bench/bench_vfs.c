@@ -41,15 +41,13 @@
  */
 #include "mailvault.h"
 #include "scratch.h"
+#include "util.h"
 
 #include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #define BENCH_CONFIG_COUNT   5
 #define BENCH_PHASE_COUNT    2 /* insert, update */
@@ -94,33 +92,7 @@ static int bench_selected[BENCH_CONFIG_COUNT];
 static char bench_dir[BENCH_PATH_BYTES_MAX]; /* scratch directory; "" until made */
 static uint8_t bench_seed_raw[BENCH_SEED_RAW_BYTES];
 static uint8_t bench_row_raw[BENCH_ROW_RAW_BYTES];
-static uint64_t bench_prng_state;
-
-static double bench_now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-/* xorshift64*: a fixed sequence for a fixed seed (rand() is banned and not portable). */
-static uint64_t bench_prng_next(void)
-{
-    bench_prng_state ^= bench_prng_state >> 12;
-    bench_prng_state ^= bench_prng_state << 25;
-    bench_prng_state ^= bench_prng_state >> 27;
-    return bench_prng_state * 0x2545f4914f6cdd1du;
-}
-
-static void bench_remove_files(const char *db_path)
-{
-    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
-    char path[BENCH_PATH_BYTES_MAX + 16];
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        snprintf(path, sizeof path, "%s%s", db_path, suffixes[i]);
-        (void)unlink(path);
-    }
-}
+static struct bench_rng bench_prng; /* the UPDATE ids; reset to BENCH_PRNG_SEED per run */
 
 static void bench_db_path(const struct bench_config *config, char *out, size_t out_size)
 {
@@ -131,27 +103,13 @@ static void bench_db_path(const struct bench_config *config, char *out, size_t o
     }
 }
 
-static void bench_die(const char *what, sqlite3 *db)
-{
-    fprintf(stderr, "bench_vfs: %s failed%s%s\n", what, db != NULL ? ": " : "",
-            db != NULL ? sqlite3_errmsg(db) : "");
-    exit(1);
-}
-
-static void bench_exec(sqlite3 *db, const char *sql)
-{
-    if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) {
-        bench_die(sql, db);
-    }
-}
-
 /* The first column of the first row of sql, as text, into out. */
 static void bench_query_text(sqlite3 *db, const char *sql, char *out, size_t out_size)
 {
     sqlite3_stmt *stmt = NULL;
     if (sqlite3_prepare_v2(db, sql, -1, &stmt, NULL) != SQLITE_OK ||
         sqlite3_step(stmt) != SQLITE_ROW) {
-        bench_die(sql, db);
+        bench_fail(sql, db);
     }
     const unsigned char *text = sqlite3_column_text(stmt, 0);
     snprintf(out, out_size, "%s", text != NULL ? (const char *)text : "");
@@ -175,7 +133,7 @@ static sqlite3 *bench_open_encrypted(const struct bench_config *config, const ch
     }
     struct mv_db_info info;
     if (mv_db_info(db, &info) != MV_OK || info.cipher != config->cipher) {
-        bench_die("mv_db_info (cipher check)", db);
+        bench_fail("mv_db_info (cipher check)", db);
     }
     return db;
 }
@@ -189,7 +147,7 @@ static sqlite3 *bench_create(const struct bench_config *config, const char *path
     } else {
         if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, config->vfs) !=
             SQLITE_OK) {
-            bench_die("sqlite3_open_v2", db);
+            bench_fail("sqlite3_open_v2", db);
         }
         bench_exec(db, "PRAGMA auto_vacuum=FULL");
     }
@@ -204,11 +162,11 @@ static sqlite3 *bench_create(const struct bench_config *config, const char *path
     char value[32];
     bench_query_text(db, "PRAGMA auto_vacuum", value, sizeof value);
     if (strcmp(value, "1") != 0) {
-        bench_die("auto_vacuum=FULL check", db);
+        bench_fail("auto_vacuum=FULL check", db);
     }
     bench_query_text(db, "PRAGMA journal_mode", value, sizeof value);
     if (strcmp(value, "wal") != 0) {
-        bench_die("journal_mode=WAL check", db);
+        bench_fail("journal_mode=WAL check", db);
     }
     return db;
 }
@@ -229,7 +187,7 @@ static void bench_bind_row(sqlite3_stmt *stmt, long i, const uint8_t *raw, int r
     rc |= sqlite3_bind_text(stmt, 8, message_id, -1, SQLITE_TRANSIENT);
     rc |= sqlite3_bind_blob(stmt, 9, raw, raw_size, SQLITE_STATIC);
     if (rc != SQLITE_OK) {
-        bench_die("bind", NULL);
+        bench_fail("bind", NULL);
     }
 }
 
@@ -243,13 +201,13 @@ bench_insert_rows(sqlite3 *db, long first, long count, const uint8_t *raw, int r
 {
     sqlite3_stmt *stmt = NULL;
     if (sqlite3_prepare_v2(db, bench_insert_sql, -1, &stmt, NULL) != SQLITE_OK) {
-        bench_die("prepare INSERT", db);
+        bench_fail("prepare INSERT", db);
     }
     double start = bench_now_s();
     for (long i = first; i < first + count; i++) {
         bench_bind_row(stmt, i, raw, raw_size);
         if (sqlite3_step(stmt) != SQLITE_DONE || sqlite3_reset(stmt) != SQLITE_OK) {
-            bench_die("INSERT", db);
+            bench_fail("INSERT", db);
         }
     }
     double elapsed = bench_now_s() - start;
@@ -273,16 +231,16 @@ static double bench_update_rows(sqlite3 *db, long count)
     sqlite3_stmt *stmt = NULL;
     if (sqlite3_prepare_v2(db, "UPDATE messages SET flags=? WHERE id=?", -1, &stmt, NULL) !=
         SQLITE_OK) {
-        bench_die("prepare UPDATE", db);
+        bench_fail("prepare UPDATE", db);
     }
     double start = bench_now_s();
     for (long i = 0; i < count; i++) {
-        uint64_t r = bench_prng_next();
+        uint64_t r = bench_rng_next(&bench_prng);
         int rc = sqlite3_bind_text(stmt, 1, flags[r & 3u], -1, SQLITE_STATIC);
         rc |= sqlite3_bind_int64(stmt, 2, (sqlite3_int64)(1 + (r >> 8) % BENCH_SEED_ROWS));
         if (rc != SQLITE_OK || sqlite3_step(stmt) != SQLITE_DONE || sqlite3_changes(db) != 1 ||
             sqlite3_reset(stmt) != SQLITE_OK) {
-            bench_die("UPDATE", db);
+            bench_fail("UPDATE", db);
         }
     }
     double elapsed = bench_now_s() - start;
@@ -297,7 +255,7 @@ static void bench_check_header(const struct bench_config *config, const char *pa
     char header[16] = {0};
     FILE *f = fopen(path, "rb");
     if (f == NULL || fread(header, 1, sizeof header, f) != sizeof header) {
-        bench_die("reading the file header", NULL);
+        bench_fail("reading the file header", NULL);
     }
     fclose(f);
     int plain = memcmp(header, magic, sizeof magic) == 0;
@@ -323,7 +281,7 @@ static double bench_time_open(const char *path)
         exit(1);
     }
     if (sqlite3_close(db) != SQLITE_OK) {
-        bench_die("sqlite3_close after reopen", db);
+        bench_fail("sqlite3_close after reopen", db);
     }
     return elapsed_ms;
 }
@@ -337,40 +295,18 @@ static void bench_run(size_t config_index, int round, long n)
     bench_remove_files(path);
     sqlite3 *db = bench_create(config, path);
     bench_seed(db);
-    bench_prng_state = BENCH_PRNG_SEED;
+    bench_prng = bench_rng_seeded(BENCH_PRNG_SEED);
     bench_rates[0][config_index][round] =
         bench_insert_rows(db, BENCH_SEED_ROWS, n, bench_row_raw, BENCH_ROW_RAW_BYTES);
     bench_rates[1][config_index][round] = bench_update_rows(db, n);
     if (sqlite3_close(db) != SQLITE_OK) {
-        bench_die("sqlite3_close", db);
+        bench_fail("sqlite3_close", db);
     }
     bench_check_header(config, path);
     if (config->cipher == MV_CIPHER_CHACHA20) {
         bench_open_ms[round] = bench_time_open(path);
     }
     bench_remove_files(path);
-}
-
-static int bench_compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-struct bench_stat {
-    double median, min, max;
-};
-
-static struct bench_stat bench_stat_of(const double *values, int count)
-{
-    double sorted[BENCH_ROUNDS_MAX];
-    memcpy(sorted, values, (size_t)count * sizeof sorted[0]);
-    qsort(sorted, (size_t)count, sizeof sorted[0], bench_compare_double);
-    struct bench_stat s = {sorted[count / 2], sorted[0], sorted[count - 1]};
-    if (count % 2 == 0) {
-        s.median = (sorted[count / 2 - 1] + sorted[count / 2]) / 2;
-    }
-    return s;
 }
 
 /* cost(config) / cost(base) = rate(base) / rate(config), per round; printed as a stat. */
@@ -424,17 +360,6 @@ static void bench_select(const struct bench_opts *opts)
     }
 }
 
-static int bench_parse_long(const char *text, long min, long max, long *out)
-{
-    char *end = NULL;
-    long value = strtol(text, &end, 10);
-    if (end == text || *end != '\0' || value < min || value > max) {
-        return -1;
-    }
-    *out = value;
-    return 0;
-}
-
 static void bench_usage(void)
 {
     fprintf(stderr,
@@ -486,11 +411,11 @@ int main(int argc, char **argv)
     bench_parse_args(argc, argv, &opts);
     bench_select(&opts);
     if (mv_vfs_register(NULL, 0) != MV_OK || sqlite3_vfs_find("unix") == NULL) {
-        bench_die("mv_vfs_register / finding the unix VFS", NULL);
+        bench_fail("mv_vfs_register / finding the unix VFS", NULL);
     }
-    bench_prng_state = BENCH_PRNG_SEED;
+    bench_prng = bench_rng_seeded(BENCH_PRNG_SEED);
     for (size_t i = 0; i < sizeof bench_row_raw; i++) {
-        bench_row_raw[i] = (uint8_t)bench_prng_next();
+        bench_row_raw[i] = (uint8_t)bench_rng_next(&bench_prng);
     }
     static const char phrase[] = "The quick brown fox jumps over the lazy dog. ";
     for (size_t i = 0; i < sizeof bench_seed_raw; i++) {

@@ -58,6 +58,8 @@ static const struct config_key config_keys[] = {
      "KDF iterations of the stores (default 0: the cipher's; tests only; also "
      "$MAILVAULT_KDF_ITER)"},
     CI(lmtp_recipients_max, 1, 100000, "recipients of one LMTP transaction (default 100)"),
+    {"quota_kib", CK_SIZE, offsetof(struct config, quota_kib), sizeof(uint64_t), 0, 1LL << 40,
+     "storage quota per user in KiB: APPEND and LMTP refuse above it (default 0: unlimited)"},
 };
 
 void config_defaults(struct config *c)

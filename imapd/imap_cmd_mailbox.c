@@ -50,35 +50,68 @@ static mv_store *imap_store(struct imap_ctx *x)
 
 /* ---- SELECT / EXAMINE ---- */
 
+/* The select parameter: (CONDSTORE) or, once QRESYNC is enabled, (QRESYNC (...)) into *q
+ * (malloc'd). 0, or -1 with BAD written. */
+static int
+imap_select_param(struct imap_ctx *x, const struct imap_node *params, struct imap_qresync **q)
+{
+    const struct imap_node *p =
+        params->type == IMAP_NODE_LIST ? imap_node(x->cmd, params->child) : NULL;
+    if (imap_atom_is(p, "CONDSTORE") && p->next == IMAP_NODE_NONE) {
+        return 0;
+    }
+    if (!imap_atom_is(p, "QRESYNC")) {
+        imap_tagged(x, "BAD", "the %s parameters are (CONDSTORE) and (QRESYNC (...))",
+                    x->cmd->name);
+        return -1;
+    }
+    if (!x->s->qresync) {
+        imap_tagged(x, "BAD", "QRESYNC must be enabled first (ENABLE QRESYNC)");
+        return -1;
+    }
+    *q = malloc(sizeof **q);
+    if (*q == NULL) {
+        imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        return -1;
+    }
+    if (imap_qresync_param(x->cmd, params, *q) != 0) {
+        free(*q);
+        *q = NULL;
+        imap_tagged(x, "BAD", "QRESYNC takes (uidvalidity modseq [known-uids [(seqs uids)]])");
+        return -1;
+    }
+    return 0;
+}
+
 void imap_cmd_select(struct imap_ctx *x)
 {
     struct imap_session *s = x->s;
     char name[IMAP_MAILBOX_MAX + 1];
     int readonly = strcmp(x->cmd->name, "EXAMINE") == 0;
     size_t argc = imap_arg_count(x->cmd);
-    const struct imap_node *params = imap_arg(x->cmd, 1);
-    if (argc == 2) { /* RFC 7162: SELECT box (CONDSTORE) */
-        const struct imap_node *p =
-            params->type == IMAP_NODE_LIST ? imap_node(x->cmd, params->child) : NULL;
-        if (!imap_atom_is(p, "CONDSTORE") || p->next != IMAP_NODE_NONE) {
-            imap_tagged(x, "BAD", "the only %s parameter is CONDSTORE", x->cmd->name);
-            return;
-        }
-    }
+    struct imap_qresync *q = NULL;
     if (argc < 1 || argc > 2) {
         imap_tagged(x, "BAD", "%s takes one mailbox name", x->cmd->name);
         return;
     }
+    if (argc == 2 && imap_select_param(x, imap_arg(x->cmd, 1), &q) != 0) {
+        return;
+    }
     if (imap_mailbox_arg(x, imap_arg(x->cmd, 0), name, sizeof name) != 0) {
+        free(q);
         return;
     }
     if (argc == 2) {
         s->condstore = 1;
     }
+    if (s->qresync && s->state == IMAP_SELECTED) {
+        buf_str(x->out, "* OK [CLOSED] the previous mailbox is closed\r\n"); /* RFC 7162 3.2.11 */
+    }
     imap_view_free(&s->view);
     s->state = IMAP_AUTH;
     int rc = imap_view_load(s, name, readonly);
     if (rc != MV_OK) {
+        free(q);
         imap_tagged_store_error(x, rc, x->cmd->name);
         return;
     }
@@ -101,6 +134,14 @@ void imap_cmd_select(struct imap_ctx *x)
     buf_printf(x->out, "* OK [HIGHESTMODSEQ %llu] highest mod-sequence\r\n",
                (unsigned long long)v->highestmodseq);
     s->state = IMAP_SELECTED;
+    if (q != NULL) {
+        rc = imap_qresync_select(s, x->out, q);
+        free(q);
+        if (rc != MV_OK) {
+            imap_tagged_store_error(x, rc, x->cmd->name);
+            return;
+        }
+    }
     imap_tagged(x, "OK", "[%s] %s completed", readonly ? "READ-ONLY" : "READ-WRITE", x->cmd->name);
 }
 
@@ -418,6 +459,13 @@ void imap_cmd_append(struct imap_ctx *x)
     }
     if (msg->len == 0) {
         imap_tagged(x, "NO", "[CANNOT] an empty message");
+        return;
+    }
+    struct mv_mailbox_info target;
+    if (quota_exceeded(x->s->store->store, worker_config(x->s->worker), msg->len) &&
+        mv_mailbox_status(x->s->store->store, name, &target) == MV_OK) {
+        /* (a missing mailbox falls through to TRYCREATE below) */
+        imap_tagged(x, "NO", "[OVERQUOTA] the message would exceed your storage quota");
         return;
     }
     uint32_t uid = 0;

@@ -262,6 +262,16 @@ static void imap_transfer(struct imap_ctx *x, int move)
         return;
     }
     imap_drop_expunged(v, idx, &n);
+    uint64_t copy_bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        copy_bytes += v->msgs[idx[i]].size;
+    }
+    if (!move && n > 0 &&
+        quota_exceeded(x->s->store->store, worker_config(x->s->worker), copy_bytes)) {
+        free(idx);
+        imap_tagged(x, "NO", "[OVERQUOTA] the copy would exceed your storage quota");
+        return;
+    }
     char *set = n > 0 ? imap_view_uid_set(v, idx, n) : NULL;
     free(idx);
     rc = n > 0 && set == NULL ? MV_ENOMEM : MV_OK;

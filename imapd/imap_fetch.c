@@ -284,6 +284,41 @@ static int imap_fetch_supported(struct imap_ctx *x, const struct imap_fetch *f)
     return 1;
 }
 
+/* The FETCH modifiers (RFC 7162): (CHANGEDSINCE n) and, for UID FETCH once QRESYNC is
+ * enabled, VANISHED with it, in either order. 0, or -1 with BAD written. */
+static int imap_fetch_modifiers(struct imap_ctx *x,
+                                const struct imap_node *mod,
+                                uint64_t *changed_since,
+                                int *vanished)
+{
+    const struct imap_node *n = mod->type == IMAP_NODE_LIST ? imap_node(x->cmd, mod->child) : NULL;
+    int have_since = 0;
+    for (; n != NULL; n = imap_node(x->cmd, n->next)) {
+        if (imap_atom_is(n, "VANISHED") && !*vanished) {
+            *vanished = 1;
+            continue;
+        }
+        const struct imap_node *value = imap_node(x->cmd, n->next);
+        if (!imap_atom_is(n, "CHANGEDSINCE") || have_since || value == NULL ||
+            imap_number(value, INT64_MAX, changed_since) != 0) {
+            imap_tagged(x, "BAD", "the FETCH modifiers are (CHANGEDSINCE mod-sequence [VANISHED])");
+            return -1;
+        }
+        have_since = 1;
+        n = value;
+    }
+    if (!have_since) {
+        imap_tagged(x, "BAD", "the FETCH modifiers are (CHANGEDSINCE mod-sequence [VANISHED])");
+        return -1;
+    }
+    if (*vanished && (!x->cmd->uid || !x->s->qresync)) {
+        imap_tagged(x, "BAD", "VANISHED needs UID FETCH and ENABLE QRESYNC");
+        return -1;
+    }
+    x->s->condstore = 1;
+    return 0;
+}
+
 void imap_cmd_fetch(struct imap_ctx *x)
 {
     struct imap_view *v = &x->s->view;
@@ -294,16 +329,9 @@ void imap_cmd_fetch(struct imap_ctx *x)
         imap_tagged(x, "BAD", "FETCH takes a set, attributes and optional modifiers");
         return;
     }
-    if (mod != NULL) {
-        const struct imap_node *name =
-            mod->type == IMAP_NODE_LIST ? imap_node(x->cmd, mod->child) : NULL;
-        const struct imap_node *value = name != NULL ? imap_node(x->cmd, name->next) : NULL;
-        if (!imap_atom_is(name, "CHANGEDSINCE") || value == NULL || value->next != IMAP_NODE_NONE ||
-            imap_number(value, INT64_MAX, &changed_since) != 0) {
-            imap_tagged(x, "BAD", "the only FETCH modifier is (CHANGEDSINCE mod-sequence)");
-            return;
-        }
-        x->s->condstore = 1;
+    int vanished = 0; /* QRESYNC: (CHANGEDSINCE n VANISHED) */
+    if (mod != NULL && imap_fetch_modifiers(x, mod, &changed_since, &vanished) != 0) {
+        return;
     }
     struct imap_fetch *f = malloc(sizeof *f);
     struct imap_seqset *set = malloc(sizeof *set);
@@ -339,6 +367,9 @@ void imap_cmd_fetch(struct imap_ctx *x)
                 /* Picks up the \Seen just set (quietly) before the responses use the flags;
                  * no EXPUNGE during FETCH (RFC 3501 7.4.1), so indexes stay valid. */
                 rc = imap_view_sync(x->s, x->out, 0);
+            }
+            if (rc == MV_OK && vanished) { /* RFC 7162 3.2.6: before the FETCHes */
+                rc = imap_qresync_vanished(x->s, x->out, changed_since, set);
             }
             for (size_t i = 0; rc == MV_OK && i < count; i++) {
                 if (x->out->len > IMAP_FETCH_OUTPUT_MAX) {

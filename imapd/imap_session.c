@@ -29,7 +29,7 @@ const char *imap_capabilities(const struct imap_session *s)
 {
     if (s->state != IMAP_NOT_AUTH) {
         return "IMAP4rev1 LITERAL+ SASL-IR UIDPLUS MOVE IDLE NAMESPACE ID UNSELECT ENABLE "
-               "SPECIAL-USE CONDSTORE";
+               "SPECIAL-USE CONDSTORE QRESYNC QUOTA QUOTA=RES-STORAGE";
     }
     if (!s->login_allowed) {
         return tls_available() && !s->tls ? "IMAP4rev1 LITERAL+ SASL-IR STARTTLS LOGINDISABLED"
@@ -102,19 +102,28 @@ static void imap_cmd_id(struct imap_ctx *x)
     imap_tagged(x, "OK", "ID completed");
 }
 
-/* ENABLE (RFC 5161): CONDSTORE is the one extension here that can be enabled. */
+/* ENABLE (RFC 5161): CONDSTORE and QRESYNC (which implies CONDSTORE, RFC 7162 3.2.3). */
 static void imap_cmd_enable(struct imap_ctx *x)
 {
     if (imap_arg_count(x->cmd) == 0) {
         imap_tagged(x, "BAD", "ENABLE takes capability names");
         return;
     }
-    int condstore = 0;
+    int condstore = 0, qresync = 0;
     for (size_t i = 0; i < imap_arg_count(x->cmd); i++) {
         condstore |= imap_atom_is(imap_arg(x->cmd, i), "CONDSTORE");
+        qresync |= imap_atom_is(imap_arg(x->cmd, i), "QRESYNC");
     }
-    buf_str(x->out, condstore && !x->s->condstore ? "* ENABLED CONDSTORE\r\n" : "* ENABLED\r\n");
-    x->s->condstore |= condstore;
+    buf_str(x->out, "* ENABLED");
+    if (condstore && !x->s->condstore) {
+        buf_str(x->out, " CONDSTORE");
+    }
+    if (qresync && !x->s->qresync) {
+        buf_str(x->out, " QRESYNC");
+    }
+    buf_str(x->out, "\r\n");
+    x->s->condstore |= condstore | qresync;
+    x->s->qresync |= qresync;
     imap_tagged(x, "OK", "ENABLE completed");
 }
 
@@ -176,6 +185,9 @@ static const struct imap_dispatch imap_commands[] = {
     {"STORE", IMAP_SELECTED, 1, imap_cmd_store},
     {"COPY", IMAP_SELECTED, 1, imap_cmd_copy},
     {"SEARCH", IMAP_SELECTED, 1, imap_cmd_search},
+    {"GETQUOTA", IMAP_AUTH, 0, imap_cmd_getquota},
+    {"GETQUOTAROOT", IMAP_AUTH, 0, imap_cmd_getquotaroot},
+    {"SETQUOTA", IMAP_AUTH, 0, imap_cmd_setquota},
 };
 
 static void imap_job_run(struct job *job)
@@ -226,6 +238,71 @@ static void imap_job_free(struct imap_job *j)
     free(j);
 }
 
+/* ---- IDLE push: the loop's list of sessions in IDLE ---- */
+
+static struct imap_session *imap_idle_head;
+static void imap_idle_post(struct conn *c, struct imap_session *s);
+
+static void imap_idle_list_add(struct imap_session *s)
+{
+    if (s->idle_listed) {
+        return;
+    }
+    s->idle_prev = NULL;
+    s->idle_next = imap_idle_head;
+    if (imap_idle_head != NULL) {
+        imap_idle_head->idle_prev = s;
+    }
+    imap_idle_head = s;
+    s->idle_listed = 1;
+}
+
+static void imap_idle_list_remove(struct imap_session *s)
+{
+    if (!s->idle_listed) {
+        return;
+    }
+    if (s->idle_prev != NULL) {
+        s->idle_prev->idle_next = s->idle_next;
+    } else {
+        imap_idle_head = s->idle_next;
+    }
+    if (s->idle_next != NULL) {
+        s->idle_next->idle_prev = s->idle_prev;
+    }
+    s->idle_prev = s->idle_next = NULL;
+    s->idle_listed = 0;
+    s->idle_notified = 0;
+}
+
+void imap_session_notify(const char *user, const void *except)
+{
+    for (struct imap_session *s = imap_idle_head; s != NULL; s = s->idle_next) {
+        if ((const void *)s == except || strcmp(s->user, user) != 0 || s->conn == NULL ||
+            s->conn->dead) {
+            continue;
+        }
+        if (s->conn->busy) {
+            s->idle_notified = 1; /* imap_poll_done looks again */
+        } else {
+            imap_idle_post(s->conn, s);
+        }
+    }
+}
+
+/* Whether a command may change a mailbox (and so wake the IDLE sessions of its user). */
+static int imap_command_changes(const char *name)
+{
+    static const char *const changing[] = {"APPEND", "STORE", "COPY",   "MOVE",  "EXPUNGE",
+                                           "CLOSE",  "FETCH", "DELETE", "RENAME"};
+    for (size_t i = 0; i < sizeof changing / sizeof changing[0]; i++) {
+        if (strcmp(name, changing[i]) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void imap_job_done(struct job *job)
 {
     struct imap_job *j = (struct imap_job *)job;
@@ -236,6 +313,7 @@ static void imap_job_done(struct job *job)
             c->raw_line = 1;
             c->in_idle = 1;
             j->s->next_poll_ms = loop_now_ms() + IMAP_IDLE_POLL_MS;
+            imap_idle_list_add(j->s);
         }
         if (j->logout) {
             conn_close_after_output(c);
@@ -243,6 +321,9 @@ static void imap_job_done(struct job *job)
         if (j->delay_ms > 0) {
             conn_hold(c, throttle_failure(c->peer_addr, j->delay_ms));
         }
+    }
+    if (!j->raw && j->s->state != IMAP_NOT_AUTH && imap_command_changes(j->cmd.name)) {
+        imap_session_notify(j->s->user, j->s);
     }
     imap_job_free(j);
     conn_resume(c);
@@ -391,6 +472,7 @@ static void imap_command(struct conn *c, uint8_t *bytes, size_t len)
         c->raw_line = 0;
         c->in_idle = 0;
         s->idling = 0;
+        imap_idle_list_remove(s);
         int done = (len == 6 && strncasecmp((const char *)bytes, "DONE\r\n", 6) == 0) ||
                    (len == 5 && strncasecmp((const char *)bytes, "DONE\n", 5) == 0);
         imap_reply(c, s->idle_tag, done ? "OK IDLE terminated" : "BAD expected DONE");
@@ -493,15 +575,28 @@ static void imap_poll_done(struct job *job)
     buf_free(&job->out);
     free(job);
     conn_resume(c);
+    struct imap_session *s = c->session;
+    if (!c->dead && s != NULL && s->idle_notified && !c->busy) {
+        imap_idle_post(c, s); /* a change was committed while this poll was in flight */
+    }
 }
 
 void imap_session_tick(struct conn *c, int64_t now_ms)
 {
     struct imap_session *s = c->session;
-    if (s == NULL || !s->idling || c->busy || now_ms < s->next_poll_ms) {
+    if (s == NULL || !s->idling || c->busy) {
         return;
     }
-    s->next_poll_ms = now_ms + IMAP_IDLE_POLL_MS;
+    if (now_ms >= s->next_poll_ms || s->idle_notified) {
+        imap_idle_post(c, s);
+    }
+}
+
+/* Asks the session's worker for changes now (IDLE). The session must not be busy. */
+static void imap_idle_post(struct conn *c, struct imap_session *s)
+{
+    s->next_poll_ms = loop_now_ms() + IMAP_IDLE_POLL_MS;
+    s->idle_notified = 0;
     struct job *job = calloc(1, sizeof *job);
     if (job == NULL) {
         return;
@@ -554,6 +649,8 @@ void imap_session_end(struct conn *c)
     if (s == NULL) {
         return;
     }
+    imap_idle_list_remove(s);
+    s->conn = NULL;
     if (s->user[0] != '\0') {
         log_event("logout %s from %s", s->user, c->peer);
     }

@@ -49,14 +49,22 @@ struct imap_session {
     int login_allowed;
     int login_failures; /* the connection closes after IMAP_LOGIN_FAILURES_MAX */
     int condstore;      /* CONDSTORE enabled (RFC 7162): FETCH responses carry MODSEQ */
+    int qresync;        /* QRESYNC enabled (RFC 7162): VANISHED instead of EXPUNGE */
     int gone;           /* the selected mailbox vanished: BYE sent, close after the command */
     int idling;         /* in IDLE (RFC 2177): the next line must be DONE */
     char idle_tag[IMAP_TAG_MAX + 1];
     int64_t next_poll_ms; /* IDLE: when the loop next asks the worker for changes */
+    /* The loop's list of sessions in IDLE (imap_session_notify); loop thread only. */
+    struct imap_session *idle_prev, *idle_next;
+    int idle_listed;
+    int idle_notified; /* a change came while a job was in flight: look again after it */
 };
 
 #define IMAP_LOGIN_FAILURES_MAX 3
-#define IMAP_IDLE_POLL_MS       2000 /* how often an IDLE session looks for changes */
+/* An IDLE session is told at once about changes made through this server (the loop wakes
+ * it when a job of the same user that may change a mailbox completes: imap_session_notify);
+ * it still looks every IMAP_IDLE_POLL_MS for changes made by other processes (the CLI). */
+#define IMAP_IDLE_POLL_MS 30000
 
 /* The context of one command on the worker. */
 struct imap_ctx {
@@ -98,6 +106,11 @@ int imap_mailbox_arg(struct imap_ctx *x, const struct imap_node *n, char *out, s
 /* Writes a mailbox name in the wire form (mUTF-7, quoted as needed). */
 void imap_mailbox_out(struct buf *out, const char *name);
 
+/* ---- imap_cmd_quota.c ---- */
+void imap_cmd_getquota(struct imap_ctx *x);
+void imap_cmd_getquotaroot(struct imap_ctx *x);
+void imap_cmd_setquota(struct imap_ctx *x);
+
 /* ---- imap_cmd_message.c ---- */
 void imap_cmd_store(struct imap_ctx *x);
 void imap_cmd_copy(struct imap_ctx *x);
@@ -130,6 +143,30 @@ void imap_flags_out(struct buf *out, unsigned flags, const char *keywords);
 void imap_fetch_flags_line(struct buf *out, size_t seq, const struct imap_msg *m, int condstore);
 /* A UID set string ("1,3:5") for the store from view indexes; malloc'd. */
 char *imap_view_uid_set(const struct imap_view *v, const uint32_t *idx, size_t count);
+
+/* ---- imap_qresync.c ---- */
+/* The QRESYNC select parameter (RFC 7162 3.2.5). */
+struct imap_qresync {
+    uint32_t uidvalidity;
+    uint64_t modseq;
+    int has_known;
+    struct imap_seqset known; /* known-uids (has_known) */
+};
+/* A compressed UID set ("1:3,7") of ascending uids. */
+void imap_uid_set_out(struct buf *out, const uint32_t *uids, size_t count);
+/* "* VANISHED (EARLIER) set" of the UIDs expunged from the selected mailbox after since
+ * (those in known only, if not NULL); nothing if none. MV_OK or an MV_* code. */
+int imap_qresync_vanished(struct imap_session *s,
+                          struct buf *out,
+                          uint64_t since,
+                          const struct imap_seqset *known);
+/* Parses "(QRESYNC (uidvalidity modseq [known-uids [(seqs uids)]]))"; 0 or -1. */
+int imap_qresync_param(const struct imap_command *cmd,
+                       const struct imap_node *list,
+                       struct imap_qresync *q);
+/* After SELECT/EXAMINE's untagged data: VANISHED (EARLIER) and FETCH of what changed since
+ * q->modseq, if q->uidvalidity is the mailbox's. MV_OK or an MV_* code. */
+int imap_qresync_select(struct imap_session *s, struct buf *out, const struct imap_qresync *q);
 
 /* ---- imap_utf7.c ---- */
 /* Modified UTF-7 (RFC 3501 5.1.3) to UTF-8 and back. 0 or -1 (malformed / no room). */

@@ -121,6 +121,28 @@ void imap_fetch_flags_line(struct buf *out, size_t seq, const struct imap_msg *m
     buf_str(out, ")\r\n");
 }
 
+/* "* VANISHED uid-set" of the view's messages the merge removed (expunged == 2). */
+static void imap_view_vanished_out(const struct imap_view *v, size_t count, struct buf *out)
+{
+    buf_str(out, "* VANISHED ");
+    int first = 1;
+    for (size_t i = 0; i < count;) {
+        if (v->msgs[i].expunged != 2) {
+            i++;
+            continue;
+        }
+        uint32_t lo = v->msgs[i].uid, hi = lo;
+        size_t k = i + 1;
+        while (k < count && v->msgs[k].expunged == 2 && v->msgs[k].uid == hi + 1) {
+            hi = v->msgs[k++].uid;
+        }
+        buf_printf(out, lo == hi ? "%s%u" : "%s%u:%u", first ? "" : ",", lo, hi);
+        first = 0;
+        i = k;
+    }
+    buf_str(out, "\r\n");
+}
+
 /* Merges fresh (the store now) into the session's view, reporting as it goes. */
 static int
 imap_view_merge(struct imap_session *s, struct imap_view *fresh, struct buf *out, int allow_expunge)
@@ -129,7 +151,7 @@ imap_view_merge(struct imap_session *s, struct imap_view *fresh, struct buf *out
     struct imap_view merged;
     memset(&merged, 0, sizeof merged);
     size_t i = 0, j = 0, old_count = v->count;
-    size_t removed = 0;
+    size_t removed = 0, vanished_count = 0;
     int rc = MV_OK;
     while (rc == MV_OK && i < v->count) {
         struct imap_msg *m = &v->msgs[i];
@@ -152,7 +174,11 @@ imap_view_merge(struct imap_session *s, struct imap_view *fresh, struct buf *out
             }
             rc = imap_view_push(&merged, m);
         } else if (allow_expunge) {
-            buf_printf(out, "* %zu EXPUNGE\r\n", merged.count + 1);
+            if (s->qresync) { /* RFC 7162 3.2.10: one VANISHED for them all, below */
+                vanished_count++;
+            } else {
+                buf_printf(out, "* %zu EXPUNGE\r\n", merged.count + 1);
+            }
             m->expunged = 2; /* its keywords are freed once the merge has succeeded */
             removed++;
         } else {
@@ -176,6 +202,9 @@ imap_view_merge(struct imap_session *s, struct imap_view *fresh, struct buf *out
             v->msgs[k].expunged = v->msgs[k].expunged == 2 ? 0 : v->msgs[k].expunged;
         }
         return rc;
+    }
+    if (vanished_count > 0) {
+        imap_view_vanished_out(v, old_count, out);
     }
     for (size_t k = 0; k < old_count; k++) {
         if (v->msgs[k].expunged == 2) {

@@ -39,6 +39,7 @@ struct config {
     int allow_plaintext;
     uint32_t kdf_iter;
     int lmtp_recipients_max;
+    uint64_t quota_kib; /* storage quota per user in KiB (RFC 9208 STORAGE); 0: unlimited */
 };
 #define CONFIG_SMALL_LITERAL_MAX 65536
 #define CONFIG_OUTPUT_MAX        (4u << 20) /* reading pauses while more is queued */
@@ -51,6 +52,12 @@ int config_load(struct config *c, const char *path, char *err, size_t err_size);
 void config_usage(void);
 /* The store options every open and delivery uses. */
 struct mv_store_options config_store_options(const struct config *c);
+
+/* ---- quota.c ---- */
+/* The user's logical size: the sum of size_bytes over the mailboxes. MV_OK or an MV_* code. */
+int quota_used(mv_store *store, uint64_t *used_bytes);
+/* 1 if storing add_bytes more would take the user over quota_kib (never when it is 0). */
+int quota_exceeded(mv_store *store, const struct config *cfg, uint64_t add_bytes);
 
 /* ---- log.c ---- */
 void log_open(int use_syslog);
@@ -207,6 +214,9 @@ void imap_session_start(struct conn *c);
 void imap_session_input(struct conn *c);
 void imap_session_end(struct conn *c);                  /* the socket is gone */
 void imap_session_tick(struct conn *c, int64_t now_ms); /* IDLE polls */
+/* On the loop, after a job that may have changed a mailbox of user completed: every
+ * session of user in IDLE (but except) looks for changes now (IDLE push). */
+void imap_session_notify(const char *user, const void *except);
 void lmtp_session_start(struct conn *c);
 void lmtp_session_input(struct conn *c);
 void lmtp_session_end(struct conn *c);

@@ -134,6 +134,9 @@ static int lmtp_path(const char *arg, char *out, size_t out_size, const char **p
     return 0;
 }
 
+/* A delivery refused by the storage quota (quota.c): 552 5.2.2 (RFC 3463: mailbox full). */
+#define LMTP_OVERQUOTA 1
+
 static void lmtp_job_run(struct job *job)
 {
     struct lmtp_job *j = (struct lmtp_job *)job;
@@ -142,8 +145,14 @@ static void lmtp_job_run(struct job *job)
     const struct buf *data = &j->msg->data;
     if (open != NULL) {
         j->direct = 1;
-        j->rc = mv_message_append(open->store, "INBOX", data->data, data->len, 0, NULL, 0, NULL);
-        if (j->rc != MV_OK) {
+        if (quota_exceeded(open->store, worker_config(job->worker), data->len)) {
+            j->rc = LMTP_OVERQUOTA;
+            snprintf(err, sizeof err, "over the storage quota");
+        } else {
+            j->rc =
+                mv_message_append(open->store, "INBOX", data->data, data->len, 0, NULL, 0, NULL);
+        }
+        if (j->rc != MV_OK && j->rc != LMTP_OVERQUOTA) {
             snprintf(err, sizeof err, "%s", mv_store_errmsg(open->store));
         }
     } else {
@@ -152,7 +161,9 @@ static void lmtp_job_run(struct job *job)
     }
     log_event("lmtp deliver %s: %zu bytes %s: %s%s%s", j->address, data->len,
               j->direct ? "into the open store" : "sealed",
-              j->rc == MV_OK ? "ok" : mv_strerror(j->rc),
+              j->rc == MV_OK            ? "ok"
+              : j->rc == LMTP_OVERQUOTA ? "refused"
+                                        : mv_strerror(j->rc),
               err[0] != '\0' && j->rc != MV_OK ? ": " : "", j->rc != MV_OK ? err : "");
 }
 
@@ -163,11 +174,12 @@ static void lmtp_replies(struct lmtp_session *s)
         char line[MV_ADDRESS_MAX + 64];
         int rc = s->result[i];
         snprintf(line, sizeof line, "%s <%s>",
-                 rc == MV_OK          ? "250 2.0.0 delivered to"
-                 : rc == MV_ELIMIT    ? "552 5.3.4 message too big for"
-                 : rc == MV_ENOTFOUND ? "550 5.1.1 no such user"
-                 : rc == MV_ENOSPC    ? "452 4.3.1 out of space for"
-                                      : "451 4.3.0 temporary failure delivering to",
+                 rc == MV_OK            ? "250 2.0.0 delivered to"
+                 : rc == MV_ELIMIT      ? "552 5.3.4 message too big for"
+                 : rc == LMTP_OVERQUOTA ? "552 5.2.2 mailbox full (over quota):"
+                 : rc == MV_ENOTFOUND   ? "550 5.1.1 no such user"
+                 : rc == MV_ENOSPC      ? "452 4.3.1 out of space for"
+                                        : "451 4.3.0 temporary failure delivering to",
                  s->rcpt[i]);
         lmtp_reply(c, line);
     }
@@ -179,6 +191,9 @@ static void lmtp_job_done(struct job *job)
     struct lmtp_job *j = (struct lmtp_job *)job;
     struct lmtp_session *s = j->s;
     s->result[j->index] = j->rc;
+    if (j->direct && j->rc == MV_OK) {
+        imap_session_notify(j->address, NULL); /* IDLE push: a new message in INBOX */
+    }
     lmtp_message_drop(j->msg);
     struct conn *c = job->conn;
     free(j);

@@ -455,6 +455,26 @@ MV_API MV_MUST_CHECK int mv_message_copy_uids(mv_store *store,
                                               uint32_t **pairs_out,
                                               uint32_t *count_out);
 
+/* ---- Messages: expunged UIDs from the change log (store_changes.c) -------------------- */
+/* ADDED for QRESYNC (mailvaultd milestone 2). */
+
+#define MV_EXPUNGED_MAX 1000000 /* UIDs one mv_message_expunged_since() call returns */
+
+/* The UIDs of the messages expunged (EXPUNGE, UID EXPUNGE, CLOSE, a move away) from
+ * mailbox at a modseq above since_modseq, distinct and ascending, read from the change log
+ * (which keeps expunges after the messages are gone: QRESYNC's VANISHED (EARLIER), RFC
+ * 7162). since_modseq 0: every expunge the mailbox has had. On MV_OK *uids_out holds
+ * *count_out UIDs, malloc'd (free with mv_free; NULL when *count_out is 0). On failure
+ * *uids_out is NULL and *count_out 0.
+ * Returns MV_OK, MV_ENOTFOUND (mailbox), MV_EINVAL (a NULL argument, since_modseq above
+ * INT64_MAX), MV_ELIMIT (more than MV_EXPUNGED_MAX UIDs), MV_ENOMEM, or an SQLite-derived
+ * code (detail in mv_store_errmsg()). */
+MV_API MV_MUST_CHECK int mv_message_expunged_since(mv_store *store,
+                                                   const char *mailbox,
+                                                   uint64_t since_modseq,
+                                                   uint32_t **uids_out,
+                                                   size_t *count_out);
+
 /* ---- Search ---------------------------------------------------------------------------- */
 
 struct mv_search_query {

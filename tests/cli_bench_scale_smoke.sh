@@ -14,25 +14,13 @@
 # Each check prints "PASS name" or "FAIL name"; the last line is "# N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
+. tests/lib.sh # pass, fail, PY, finish
 
 bin="$PWD/build/rel/bench/bench_scale"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli_bench_scale.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
+make_tmp cli_bench_scale
 json="$tmp/scale.json"
 
-passed=0
-failed=0
-pass() {
-    echo "PASS $1"
-    passed=$((passed + 1))
-}
-fail() {
-    echo "FAIL $1"
-    failed=$((failed + 1))
-}
-check() { # check NAME PYTHON-EXPRESSION over the document d
+check_doc() { # check_doc NAME PYTHON-EXPRESSION over the document d
     if [ "$("$PY" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(bool(eval(sys.argv[2])))' \
         "$json" "$2" 2>"$tmp/err")" = True ]; then
         pass "$1"
@@ -43,36 +31,34 @@ check() { # check NAME PYTHON-EXPRESSION over the document d
 
 if [ ! -x "$bin" ]; then
     fail "bench_scale is built (make build/rel/bench/bench_scale)"
-    echo "# $passed passed, $failed failed"
-    exit 1
+    finish
 fi
 if "$bin" --stores 6 --hold 3 --store-messages 2 --messages 30 --seconds 0.3 --readers 1,2 \
     --kdf-iter 1000 --dir "$tmp" --json "$json" >"$tmp/out" 2>"$tmp/err"; then
     pass "bench_scale runs ($(tail -n 1 "$tmp/out" | cut -c1-60))"
 else
     fail "bench_scale runs: $(tail -n 1 "$tmp/err")"
-    echo "# $passed passed, $failed failed"
-    exit 1
+    finish
 fi
 grep -q '^== bench_scale summary' "$tmp/out" && pass "prints a table" || fail "prints a table"
 
-check "stores: init, open, close timed for every store" \
+check_doc "stores: init, open, close timed for every store" \
     'all(d["stores"][k]["count"] >= 6 and d["stores"][k]["p50_ms"] > 0 for k in ("init", "open", "close"))'
-check "stores: KDF share measured" \
+check_doc "stores: KDF share measured" \
     'd["stores"]["open_kdf_iter1"]["count"] > 0 and d["stores"]["kdf_share"] == d["stores"]["kdf_share"]'
-check "stores: file handles and memory per held store, both caches" \
+check_doc "stores: file handles and memory per held store, both caches" \
     'len(d["stores"]["held"]) == 2 and all(h["fds_per_store"] > 0 and h["rss_touched_kib"] > 0 for h in d["stores"]["held"])'
-check "stores: the small cache took (512 KiB read back)" \
+check_doc "stores: the small cache took (512 KiB read back)" \
     'd["stores"]["held"][1]["cache_size_kib"] == 512'
-check "concurrency: memory per handle after a full read, both caches" \
+check_doc "concurrency: memory per handle after a full read, both caches" \
     'len(d["concurrency"]["full_read"]) == 2 and all(h["rss_touched_kib"] > h["rss_before_kib"] for h in d["concurrency"]["full_read"])'
-check "concurrency: a run per reader count, with writes and every kind of read" \
+check_doc "concurrency: a run per reader count, with writes and every kind of read" \
     '[r["readers"] for r in d["concurrency"]["runs"]] == [1, 2] and all(r["writer"]["count"] > 0 and min(o["count"] for o in r["reader_ops"].values()) > 0 for r in d["concurrency"]["runs"])'
-check "concurrency: zero MV_EBUSY" \
+check_doc "concurrency: zero MV_EBUSY" \
     'sum(r["busy_errors"] for r in d["concurrency"]["runs"]) == 0'
-check "concurrency: peak RSS measured" \
+check_doc "concurrency: peak RSS measured" \
     'all(r["peak_rss_kib"] > 0 for r in d["concurrency"]["runs"])'
-check "the JSON says the KDF was not the default" \
+check_doc "the JSON says the KDF was not the default" \
     'd["params"]["kdf_iter"] == 1000 and d["params"]["kdf_default"] is False'
 
 if "$PY" bench/suite/validate_scale.py --zero-busy "$json" >"$tmp/validate" 2>&1; then
@@ -90,5 +76,4 @@ else
     fail "report section: $(tail -n 1 "$tmp/report.log")"
 fi
 
-echo "# $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -14,23 +14,10 @@
 # Each check prints "PASS name" or "FAIL name"; the last line is "# N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
+. tests/lib.sh # pass, fail, PY, finish
 
 bin="$PWD/build/rel/bench/bench_reference"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli_bench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-
-passed=0
-failed=0
-pass() {
-    echo "PASS $1"
-    passed=$((passed + 1))
-}
-fail() {
-    echo "FAIL $1"
-    failed=$((failed + 1))
-}
+make_tmp cli_bench
 
 # field FILE EXPR: a Python expression over the record r (the file's one JSON line).
 field() {
@@ -40,8 +27,7 @@ field() {
 
 if [ ! -x "$bin" ] || ! "$bin" --describe >"$tmp/describe.json" 2>"$tmp/err"; then
     fail "bench_reference --describe (build it: make build/rel/bench/bench_reference)"
-    echo "# $passed passed, $failed failed"
-    exit 1
+    finish
 fi
 pass "bench_reference --describe"
 configs=$("$bin" --list | sed -n 's/^configs: //p')
@@ -103,5 +89,4 @@ else
     fail "schema (bench/suite/validate.py)"
 fi
 
-echo "# $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

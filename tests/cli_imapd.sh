@@ -35,6 +35,8 @@ stop_server() {
 trap 'stop_server; [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 unset MAILVAULT_PASSWORD
 export MAILVAULT_KDF_ITER=2
+# A TSan build (MAILVAULTD=...): GLib's own locking is invisible to it (tests/tsan.supp).
+export TSAN_OPTIONS="${TSAN_OPTIONS:-suppressions=$PWD/tests/tsan.supp}"
 export MAILVAULT_ROOT="$tmp/root"
 
 passed=0
@@ -54,6 +56,44 @@ finish() {
     echo "# $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
     exit $?
+}
+# start_server LOG ARGS...: starts the server on the ports it picks (--ports-file), sets pid,
+# and waits up to 10 s for the ports file; returns 0 if the server wrote it.
+start_server() {
+    local log=$1
+    shift
+    rm -f "$tmp/ports"
+    "$server" --ports-file="$tmp/ports" --root="$tmp/root" "$@" >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 100); do
+        [ -f "$tmp/ports" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    [ -f "$tmp/ports" ]
+}
+port() { sed -n "s/^$1=//p" "$tmp/ports"; }
+# run_client NAME SECONDS ARGS...: runs tests/imapd_client.py ARGS with a timeout, shows its
+# lines and adds its "# N passed, N failed" to the counts (a missing summary is a failure).
+run_client() {
+    local name=$1 seconds=$2
+    shift 2
+    local out="$tmp/client-$name.out"
+    timeout "$seconds" python3 tests/imapd_client.py "$@" >"$out" 2>&1
+    local rc=$?
+    grep -v '^# ' "$out"
+    local summary
+    summary=$(grep -E '^# [0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1)
+    if [ -n "$summary" ]; then
+        passed=$((passed + $(echo "$summary" | sed -E 's/^# ([0-9]+) passed.*/\1/')))
+        failed=$((failed + $(echo "$summary" | sed -E 's/.* ([0-9]+) failed$/\1/')))
+    else
+        echo "not ok the $name client printed no summary (exit $rc)"
+        failed=$((failed + 1))
+    fi
+}
+no_sanitizer_report() {
+    ! grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error' "$1"
 }
 
 for f in "$server" "$mv"; do
@@ -84,41 +124,22 @@ fi
 
 max_size=1048576
 delay_ms=300
-"$server" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 --ports-file="$tmp/ports" \
-    --root="$tmp/root" --auth-fail-delay-ms=$delay_ms --literal-max=$max_size --workers=2 \
-    "${tls_args[@]}" >"$tmp/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do
-    [ -f "$tmp/ports" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
+start_server "$tmp/server.log" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 \
+    --auth-fail-delay-ms=$delay_ms --literal-max=$max_size --workers=2 "${tls_args[@]}"
 check "server starts and writes its ports" test -f "$tmp/ports"
 if [ ! -f "$tmp/ports" ]; then
     sed 's/^/    server: /' "$tmp/server.log"
     finish
 fi
-imap=$(sed -n 's/^imap=//p' "$tmp/ports")
-imaps=$(sed -n 's/^imaps=//p' "$tmp/ports")
-lmtp=$(sed -n 's/^lmtp=//p' "$tmp/ports")
+imap=$(port imap)
+imaps=$(port imaps)
+lmtp=$(port lmtp)
 [ "$imaps" = "-1" ] && imaps=0
 
-timeout 300 python3 tests/imapd_client.py --imap "$imap" --imaps "$imaps" --lmtp "$lmtp" \
+run_client main 300 --imap "$imap" --imaps "$imaps" --lmtp "$lmtp" \
     --user alice@example.org --password 'alice password' \
     --user2 bob@example.org --password2 'bob password' \
-    --auth-delay-ms $delay_ms --max-size $max_size "${client_tls[@]}" >"$tmp/client.out" 2>&1
-client_rc=$?
-grep -v '^# ' "$tmp/client.out"
-summary=$(grep -E '^# [0-9]+ passed, [0-9]+ failed$' "$tmp/client.out" | tail -n 1)
-if [ -n "$summary" ]; then
-    p=$(echo "$summary" | sed -E 's/^# ([0-9]+) passed.*/\1/')
-    f=$(echo "$summary" | sed -E 's/.* ([0-9]+) failed$/\1/')
-    passed=$((passed + p))
-    failed=$((failed + f))
-else
-    echo "not ok the client printed no summary (exit $client_rc)"
-    failed=$((failed + 1))
-fi
+    --auth-delay-ms $delay_ms --max-size $max_size "${client_tls[@]}"
 
 check "the server is still running after the client" kill -0 "$pid"
 
@@ -230,50 +251,44 @@ pid=""
 check "the server stops cleanly on SIGTERM" [ "$rc" -eq 0 ]
 wait "$idler" 2>/dev/null
 check "a session in IDLE at the stop gets BYE" grep -q bye "$tmp/idle_at_stop.out"
-check "no sanitizer report in the server log" \
-    bash -c "! grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error' '$tmp/server.log'"
+check "no sanitizer report in the server log" no_sanitizer_report "$tmp/server.log"
 check "the log never holds a password" bash -c "! grep -qE 'alice password|bob password' '$tmp/server.log'"
 
 # A second server for the limits: two connections per address, a one-second idle timeout.
-rm -f "$tmp/ports"
 # It listens on this host's first non-loopback address if it has one (only there, for a few
 # seconds), to check that LOGIN is refused there without TLS; else on 127.0.0.1.
 external_ip=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -E '^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$' |
     grep -v '^127\.' | head -n 1)
 listen=127.0.0.1
 [ -n "$external_ip" ] && listen=$external_ip
-"$server" --listen=$listen --imap-port=0 --lmtp-port=-1 --ports-file="$tmp/ports" \
-    --root="$tmp/root" --idle-timeout-s=1 --connections-per-address-max=2 \
-    >"$tmp/server2.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do
-    [ -f "$tmp/ports" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-if [ -f "$tmp/ports" ]; then
-    imap=$(sed -n 's/^imap=//p' "$tmp/ports")
-    timeout 60 python3 tests/imapd_client.py --limits --imap "$imap" --lmtp 0 \
+if start_server "$tmp/server2.log" --listen=$listen --imap-port=0 --lmtp-port=-1 \
+    --idle-timeout-s=1 --connections-per-address-max=2; then
+    run_client limits 60 --limits --imap "$(port imap)" --lmtp 0 \
         --external-ip "$external_ip" \
-        --user alice@example.org --password x --user2 bob@example.org --password2 x \
-        >"$tmp/client2.out" 2>&1
-    grep -v '^# ' "$tmp/client2.out"
-    summary=$(grep -E '^# [0-9]+ passed, [0-9]+ failed$' "$tmp/client2.out" | tail -n 1)
-    if [ -n "$summary" ]; then
-        passed=$((passed + $(echo "$summary" | sed -E 's/^# ([0-9]+) passed.*/\1/')))
-        failed=$((failed + $(echo "$summary" | sed -E 's/.* ([0-9]+) failed$/\1/')))
-    else
-        echo "not ok the limits client printed no summary"
-        failed=$((failed + 1))
-    fi
+        --user alice@example.org --password x --user2 bob@example.org --password2 x
 else
     echo "not ok the second server did not start"
     failed=$((failed + 1))
 fi
 stop_server
 pid=""
-check "no sanitizer report in the second server's log" \
-    bash -c "! grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error' '$tmp/server2.log'"
+check "no sanitizer report in the second server's log" no_sanitizer_report "$tmp/server2.log"
+
+# A third server with a storage quota of 8 KiB, for a fresh user.
+printf 'carol password' >"$tmp/pw3"
+check "init carol" quiet "$mv" init carol@example.org --password-file "$tmp/pw3"
+if start_server "$tmp/server3.log" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 \
+    --quota-kib=8; then
+    run_client quota 60 --quota --imap "$(port imap)" --lmtp "$(port lmtp)" \
+        --user carol@example.org --password 'carol password' --user2 bob@example.org \
+        --password2 x
+else
+    echo "not ok the quota server did not start"
+    failed=$((failed + 1))
+fi
+stop_server
+pid=""
+check "no sanitizer report in the quota server's log" no_sanitizer_report "$tmp/server3.log"
 
 if [ "$failed" -ne 0 ]; then
     echo "    server log ($pid_was):"

@@ -14,44 +14,11 @@
 # "PASS name" or "FAIL name"; the last line is "# N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
+. tests/lib.sh # run, check, ok, fails_with, json_eval, finish
 
 mv="$PWD/build/asan/mailvault"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli_ops.XXXXXX")
-trap 'chmod -R u+rwX "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
-unset MAILVAULT_PASSWORD MAILVAULT_TEST_FREE_BYTES
-export MAILVAULT_KDF_ITER=2
-export MAILVAULT_ROOT="$tmp/root"
-root="$tmp/root"
-
-passed=0
-failed=0
-out="$tmp/stdout"
-err="$tmp/stderr"
-rc=0
-
-run() {
-    "$@" </dev/null >"$out" 2>"$err"
-    rc=$?
-}
-
-check() {
-    local name=$1
-    shift
-    if "$@"; then
-        echo "PASS $name"
-        passed=$((passed + 1))
-    else
-        echo "FAIL $name (exit $rc)"
-        sed 's/^/    stdout: /' "$out" | head -n 8
-        sed 's/^/    stderr: /' "$err" | head -n 5
-        failed=$((failed + 1))
-    fi
-}
-
-ok() { [ "$rc" -eq 0 ]; }
-fails_with() { [ "$rc" -eq "$1" ] && grep -q -- "$2" "$err"; }
-says() { grep -q -- "$1" "$out"; }
-json_eval() { python3 -c "import json,sys; d=json.load(open('$out')); print($1)" 2>/dev/null; }
+make_tmp cli_ops # the tests chmod inside $tmp; its cleanup makes it writable first
+store_root 2
 
 pw="$tmp/pw"
 printf 'ops password\n' >"$pw"
@@ -340,5 +307,4 @@ need = {'append', 'fetch', 'get', 'flags add', 'copy', 'move', 'expunge', 'mailb
         'message list'}
 sys.exit(0 if not bad and len(d) >= 40 and need <= ops else 1)\""
 
-echo "# $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

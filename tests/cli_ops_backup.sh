@@ -13,41 +13,12 @@
 # "# N passed, N failed" and the exit status is non-zero if anything failed.
 set -u
 cd "$(dirname "$0")/.."
+. tests/lib.sh # run, check, fails_with, finish
 
 mv="${MAILVAULT_BIN:-$PWD/build/asan/mailvault}"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli_ops_backup.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-unset MAILVAULT_PASSWORD MAILVAULT_NEW_PASSWORD
-export MAILVAULT_KDF_ITER=1000
-export MAILVAULT_ROOT="$tmp/root"
-root="$tmp/root"
+make_tmp cli_ops_backup
+store_root 1000
 
-passed=0
-failed=0
-out="$tmp/stdout"
-err="$tmp/stderr"
-rc=0
-
-run() {
-    "$@" </dev/null >"$out" 2>"$err"
-    rc=$?
-}
-
-check() {
-    local name=$1
-    shift
-    if "$@"; then
-        echo "PASS $name"
-        passed=$((passed + 1))
-    else
-        echo "FAIL $name (exit $rc)"
-        sed 's/^/    stdout: /' "$out" | head -n 5
-        sed 's/^/    stderr: /' "$err" | head -n 5
-        failed=$((failed + 1))
-    fi
-}
-
-fails_with() { [ "$rc" -eq "$1" ] && grep -q -- "$2" "$err"; }
 store_sha() { cat "$db" "$db-wal" "$root/example.org/alice.pub" 2>/dev/null | sha256sum; }
 count_inbox() { "$mv" list "$user" --password-file "$1" --json </dev/null 2>/dev/null |
     python3 -c 'import json,sys; print(len(json.load(sys.stdin)))' 2>/dev/null; }
@@ -207,5 +178,4 @@ check cipher_now_chacha20 bash -c "grep -q chacha20 '$out'"
 run "$mv" fetch legacy@example.org 1 --password-file "$tmp/pw2"
 check cipher_upgrade_fetch cmp -s "$out" "$tmp/m1.eml"
 
-echo "# $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

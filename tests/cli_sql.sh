@@ -11,38 +11,12 @@
 # "# N passed, N failed" and the exit status is non-zero if anything failed.
 set -u
 cd "$(dirname "$0")/.."
+. tests/lib.sh # run, check, finish
 
 mv="$PWD/build/asan/mailvault"
 ext="$PWD/build/mailvault_ext"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli_sql.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+make_tmp cli_sql
 unset MAILVAULT_PASSWORD
-
-passed=0
-failed=0
-out="$tmp/stdout"
-err="$tmp/stderr"
-
-# run CMD...: runs it with stdin from /dev/null; sets rc, leaves stdout/stderr in $out/$err.
-run() {
-    "$@" </dev/null >"$out" 2>"$err"
-    rc=$?
-}
-
-# check NAME CONDITION...: the condition is a command (usually [ ... ] or grep).
-check() {
-    local name=$1
-    shift
-    if "$@"; then
-        echo "PASS $name"
-        passed=$((passed + 1))
-    else
-        echo "FAIL $name (exit $rc)"
-        sed 's/^/    stdout: /' "$out" | head -n 5
-        sed 's/^/    stderr: /' "$err" | head -n 5
-        failed=$((failed + 1))
-    fi
-}
 
 # shell KEY DBFILE SQL: the sqlite3 shell through the extension; the key goes on stdin.
 shell() {
@@ -192,5 +166,4 @@ run env MAILVAULT_PASSWORD='shell key' "$mv" sql "$tmp/shell.db" "SELECT * FROM 
 check cli_reads_shell_file bash -c "[ $rc -eq 0 ] &&
                                [ \"\$(cat '$out')\" = \"\$(printf '1\tfrom the shell\nchacha20')\" ]"
 
-echo "# $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -13,55 +13,12 @@
 # "# N passed, N failed" and the exit status is non-zero if anything failed.
 set -u
 cd "$(dirname "$0")/.."
+. tests/lib.sh # run, run_in, check, fails_with, json_ok, json_eval, finish
 
 mv="$PWD/build/asan/mailvault"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli_store.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-unset MAILVAULT_PASSWORD
-export MAILVAULT_KDF_ITER=2
-export MAILVAULT_ROOT="$tmp/root"
-root="$tmp/root"
+make_tmp cli_store
+store_root 2
 
-passed=0
-failed=0
-out="$tmp/stdout"
-err="$tmp/stderr"
-rc=0
-
-# run CMD...: runs it with stdin from /dev/null; sets rc, leaves stdout/stderr in $out/$err.
-run() {
-    "$@" </dev/null >"$out" 2>"$err"
-    rc=$?
-}
-
-# run_in FILE CMD...: the same with stdin from FILE.
-run_in() {
-    local input=$1
-    shift
-    "$@" <"$input" >"$out" 2>"$err"
-    rc=$?
-}
-
-# check NAME CONDITION...: the condition is a command (usually [ ... ] or grep).
-check() {
-    local name=$1
-    shift
-    if "$@"; then
-        echo "PASS $name"
-        passed=$((passed + 1))
-    else
-        echo "FAIL $name (exit $rc)"
-        sed 's/^/    stdout: /' "$out" | head -n 5
-        sed 's/^/    stderr: /' "$err" | head -n 5
-        failed=$((failed + 1))
-    fi
-}
-
-ok() { [ "$rc" -eq 0 ]; }
-fails_with() { [ "$rc" -eq "$1" ] && grep -q -- "$2" "$err"; }
-json_ok() { python3 -m json.tool "$out" >/dev/null 2>&1; }
-# json_eval EXPR: evaluates a Python expression on the parsed stdout (as d) and prints it.
-json_eval() { python3 -c "import json,sys; d=json.load(open('$out')); print($1)" 2>/dev/null; }
 # no_raw_controls: stdout holds no control character but TAB and newline (and no ESC).
 no_raw_controls() { ! LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$out"; }
 tree_sha() { (cd "$1" && find . -type f | sort | xargs -r sha256sum); }
@@ -457,5 +414,4 @@ check queue_garbage_rejected bash -c "[ $rc -eq 0 ] && grep -q 'rejected' '$err'
                                        [ \$(stat -c %a '$root/example.org/alice.queue/rejected') = 700 ]"
 check store_modes_at_end bash -c "! find '$root' \( -type d ! -perm 700 \) -o \( -type f ! -perm 600 \) | grep -q ."
 
-echo "# $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -347,6 +347,15 @@ def test_uidplus_move(args):
     m.logout()
 
 
+def wait_line(r, pred):
+    """Reads untagged lines until pred(line) holds; returns that line (the socket timeout
+    bounds the wait)."""
+    while True:
+        line = r.line()
+        if pred(line):
+            return line
+
+
 def test_idle(args):
     r = Raw(args.imap)
     r.command("i1", 'LOGIN %s "%s"' % (args.user, args.password))
@@ -360,7 +369,26 @@ def test_idle(args):
     start = time.monotonic()
     line = r.line()
     check("an IDLE session is told about a new message", line.endswith(b"EXISTS"), line)
-    check("within the poll interval", time.monotonic() - start < 5, time.monotonic() - start)
+    check("at once (IDLE push, not the 30 s poll)", time.monotonic() - start < 1.5,
+          time.monotonic() - start)
+    other = login(args)
+    other.select("INBOX")
+    start = time.monotonic()
+    other.store("1", "+FLAGS", "(\\Flagged)")
+    line = wait_line(r, lambda l: b"FETCH" in l)
+    check("IDLE push: another session's flag change", b"\\Flagged" in line
+          and time.monotonic() - start < 1.5, (line, time.monotonic() - start))
+    other.store("1", "-FLAGS", "(\\Flagged)")
+    wait_line(r, lambda l: b"FETCH" in l)
+    other.logout()
+    if args.lmtp:
+        start = time.monotonic()
+        lmtp = smtplib.LMTP("127.0.0.1", args.lmtp, timeout=TIMEOUT)
+        lmtp.sendmail("pusher@example.org", [args.user], MESSAGE)
+        lmtp.quit()
+        line = wait_line(r, lambda l: l.endswith(b"EXISTS"))
+        check("IDLE push: an LMTP delivery into the open store",
+              time.monotonic() - start < 1.5, (line, time.monotonic() - start))
     r.send(b"DONE\r\n")
     _, tagged = r.until("i3")
     check("DONE ends IDLE", tagged == b"i3 OK IDLE terminated", tagged)
@@ -677,6 +705,127 @@ def test_limits(args):
         r.close()
 
 
+def test_qresync(args):
+    r = Raw(args.imap)
+    r.command("r0", 'LOGIN %s "%s"' % (args.user, args.password))
+    r.command("r1", "CREATE Qr")
+    for i in range(5):
+        msg = MESSAGE + b"qresync %d\r\n" % i
+        r.send(b"r2 APPEND Qr {%d+}\r\n" % len(msg) + msg + b"\r\n")
+        r.until("r2")
+    _, tagged = r.command("r3", "SELECT Qr (QRESYNC (1 1))")
+    check("SELECT (QRESYNC ...) before ENABLE QRESYNC is BAD", tagged.startswith(b"r3 BAD"), tagged)
+    lines, tagged = r.command("r4", "ENABLE QRESYNC")
+    check("ENABLE QRESYNC", lines == [b"* ENABLED QRESYNC"], lines)
+    lines, tagged = r.command("r5", "SELECT Qr")
+    validity = int([l for l in lines if b"UIDVALIDITY" in l][0].split(b"UIDVALIDITY ")[1].split(b"]")[0])
+    high = int([l for l in lines if b"HIGHESTMODSEQ" in l][0].split(b"HIGHESTMODSEQ ")[1].split(b"]")[0])
+    r.command("r6", "STORE 2,4 +FLAGS.SILENT (\\Deleted)")
+    lines, tagged = r.command("r7", "EXPUNGE")
+    check("EXPUNGE answers VANISHED once QRESYNC is on",
+          tagged.startswith(b"r7 OK") and b"* VANISHED 2,4" in lines and
+          not any(l.endswith(b"EXPUNGE") for l in lines), lines)
+    r.command("r8", "STORE 1 +FLAGS.SILENT (\\Flagged)")
+    lines, tagged = r.command("r9", "UID FETCH 1:* (FLAGS) (CHANGEDSINCE %d VANISHED)" % high)
+    check("UID FETCH (CHANGEDSINCE m VANISHED)", tagged.startswith(b"r9 OK") and
+          lines[:1] == [b"* VANISHED (EARLIER) 2,4"] and len(lines) == 2 and
+          lines[1].startswith(b"* 1 FETCH") and b"MODSEQ" in lines[1], lines)
+    _, tagged = r.command("r10", "FETCH 1:* (FLAGS) (CHANGEDSINCE %d VANISHED)" % high)
+    check("VANISHED without UID FETCH is BAD", tagged.startswith(b"r10 BAD"), tagged)
+    lines, tagged = r.command("r11", "EXAMINE INBOX")
+    check("a new SELECT says [CLOSED] first", lines[:1] == [b"* OK [CLOSED] the previous mailbox is closed"],
+          lines[:2])
+    r.command("r12", "LOGOUT")
+    r.close()
+
+    b = Raw(args.imap)
+    b.command("s0", 'LOGIN %s "%s"' % (args.user, args.password))
+    b.command("s1", "ENABLE QRESYNC")
+    lines, tagged = b.command("s2", "SELECT Qr (QRESYNC (%d %d))" % (validity, high))
+    check("SELECT (QRESYNC (uidvalidity modseq)) reports what vanished and what changed",
+          tagged.startswith(b"s2 OK") and b"* VANISHED (EARLIER) 2,4" in lines and
+          [l for l in lines if b"FETCH" in l] == [l for l in lines if l.startswith(b"* 1 FETCH (UID 1 ")]
+          and any(l.startswith(b"* 1 FETCH (UID 1 ") and b"\\Flagged" in l for l in lines), lines)
+    lines, tagged = b.command("s3", "EXAMINE Qr (QRESYNC (%d %d 3:5))" % (validity, high))
+    check("known UIDs narrow VANISHED (EARLIER)", tagged.startswith(b"s3 OK") and
+          b"* VANISHED (EARLIER) 4" in lines and not any(b"FETCH" in l for l in lines), lines)
+    lines, tagged = b.command("s4", "EXAMINE Qr (QRESYNC (%d %d 1:5 (1:3 1,3,5)))" % (validity, high))
+    check("sequence match data is accepted", tagged.startswith(b"s4 OK") and
+          b"* VANISHED (EARLIER) 2,4" in lines, lines)
+    lines, tagged = b.command("s5", "EXAMINE Qr (QRESYNC (%d %d))" % (validity + 1, high))
+    check("another UIDVALIDITY: no VANISHED", tagged.startswith(b"s5 OK") and
+          not any(b"VANISHED" in l for l in lines), lines)
+    _, tagged = b.command("s6", "EXAMINE Qr (QRESYNC (%d))" % validity)
+    check("a malformed QRESYNC parameter is BAD", tagged.startswith(b"s6 BAD"), tagged)
+    b.command("s7", "LOGOUT")
+    b.close()
+
+
+def test_quota_unlimited(args):
+    r = Raw(args.imap)
+    r.command("q0", 'LOGIN %s "%s"' % (args.user, args.password))
+    lines, tagged = r.command("q1", "CAPABILITY")
+    check("QUOTA in the capabilities", lines and b" QUOTA " in lines[0] and
+          b"QUOTA=RES-STORAGE" in lines[0], lines)
+    lines, tagged = r.command("q2", "GETQUOTAROOT INBOX")
+    check("no quota root without a quota", tagged.startswith(b"q2 OK") and
+          lines == [b'* QUOTAROOT "INBOX"'], (lines, tagged))
+    lines, tagged = r.command("q3", 'GETQUOTA ""')
+    check("GETQUOTA without a quota is NO", tagged.startswith(b"q3 NO [NONEXISTENT]"), tagged)
+    lines, tagged = r.command("q4", "GETQUOTAROOT Nonesuch")
+    check("GETQUOTAROOT of a missing mailbox is NO", tagged.startswith(b"q4 NO"), tagged)
+    r.command("q5", "LOGOUT")
+    r.close()
+
+
+def quota_message(size):
+    head = b"From: q@example.org\r\nTo: carol@example.org\r\nSubject: quota\r\n\r\n"
+    return head + b"x" * (size - len(head) - 2) + b"\r\n"
+
+
+def test_quota(args):
+    """A server with quota_kib=8 and a fresh user (args.user)."""
+    r = Raw(args.imap)
+    r.command("q0", 'LOGIN %s "%s"' % (args.user, args.password))
+    lines, tagged = r.command("q1", "GETQUOTAROOT INBOX")
+    check("GETQUOTAROOT names the root and its usage", tagged.startswith(b"q1 OK") and
+          lines == [b'* QUOTAROOT "INBOX" ""', b'* QUOTA "" (STORAGE 0 8)'], (lines, tagged))
+    msg = quota_message(5000)
+    r.send(b"q2 APPEND INBOX {%d+}\r\n" % len(msg) + msg + b"\r\n")
+    _, tagged = r.until("q2")
+    check("APPEND under the quota", tagged.startswith(b"q2 OK"), tagged)
+    lines, tagged = r.command("q3", 'GETQUOTA ""')
+    check("GETQUOTA counts it (KiB, rounded up)", tagged.startswith(b"q3 OK") and
+          lines == [b'* QUOTA "" (STORAGE 5 8)'], (lines, tagged))
+    r.send(b"q4 APPEND INBOX {%d+}\r\n" % len(msg) + msg + b"\r\n")
+    _, tagged = r.until("q4")
+    check("APPEND over the quota: NO [OVERQUOTA]", tagged.startswith(b"q4 NO [OVERQUOTA]"), tagged)
+    r.send(b"q4b APPEND Nonesuch {%d+}\r\n" % len(msg) + msg + b"\r\n")
+    _, tagged = r.until("q4b")
+    check("APPEND over the quota to a missing mailbox: TRYCREATE", tagged.startswith(b"q4b NO [TRYCREATE]"),
+          tagged)
+    r.command("q5", "SELECT INBOX")
+    _, tagged = r.command("q6", "COPY 1 INBOX")
+    check("COPY over the quota: NO [OVERQUOTA]", tagged.startswith(b"q6 NO [OVERQUOTA]"), tagged)
+    _, tagged = r.command("q7", 'SETQUOTA "" (STORAGE 100)')
+    check("SETQUOTA is refused", tagged.startswith(b"q7 NO"), tagged)
+    # The session keeps the store open: LMTP delivers into it directly and checks the quota.
+    lmtp = smtplib.LMTP("127.0.0.1", args.lmtp, timeout=TIMEOUT)
+    try:
+        lmtp.sendmail("q@example.org", [args.user], msg)
+        code, text = 250, b""
+    except smtplib.SMTPDataError as e:
+        code, text = e.smtp_code, e.smtp_error
+    check("LMTP over the quota: 552 5.2.2", code == 552 and text.startswith(b"5.2.2"), (code, text))
+    refused = lmtp.sendmail("q@example.org", [args.user], quota_message(1000))
+    check("LMTP under the quota is delivered", refused == {}, refused)
+    lmtp.quit()
+    lines, tagged = r.command("q8", "NOOP")
+    check("the delivery shows up", any(l.endswith(b"EXISTS") for l in lines), lines)
+    r.command("q9", "LOGOUT")
+    r.close()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--imap", type=int, required=True)
@@ -694,7 +843,13 @@ def main():
     p.add_argument("--limits", action="store_true",
                    help="only the limit checks (a server with idle_timeout_s=1 and "
                         "connections_per_address_max=2)")
+    p.add_argument("--quota", action="store_true",
+                   help="only the quota checks (a server with quota_kib=8, a fresh user)")
     args = p.parse_args()
+    if args.quota:
+        attempt("test_quota", lambda: test_quota(args))
+        print("# %d passed, %d failed" % (passed, failed))
+        return 1 if failed else 0
     if args.limits:
         for t in (test_limits,):
             attempt(t.__name__, lambda: t(args))
@@ -704,7 +859,7 @@ def main():
              test_mime, test_uidplus_move, test_idle, test_small_extensions, test_condstore,
              test_selected_mailbox_deleted, test_parallel,
              test_malformed,
-             test_pipelining, test_lmtp]
+             test_pipelining, test_lmtp, test_quota_unlimited, test_qresync]
     if args.tls:
         tests.append(test_tls)
     for t in tests:

@@ -15,21 +15,7 @@
 
 static int ls_open(const char *name, mv_store **s)
 {
-    char address[128], err[512] = "";
-    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
-    o.root = tu_path("root");
-    o.kdf_iter = TU_KDF_ITER;
-    o.cache_size_kib = 2048;
-    snprintf(address, sizeof address, "%s@example.org", name);
-    *s = NULL;
-    int rc = mv_store_init(address, LS_PASSWORD, strlen(LS_PASSWORD), &o, err, sizeof err);
-    if (rc == MV_OK) {
-        rc = mv_store_open(address, LS_PASSWORD, strlen(LS_PASSWORD), &o, s, err, sizeof err);
-    }
-    if (rc != MV_OK) {
-        fprintf(stderr, "  open %s: %s\n", address, err);
-    }
-    return rc;
+    return tu_store_create(name, LS_PASSWORD, 2048, s);
 }
 
 static int ls_append(mv_store *s, const char *mailbox, int n, unsigned flags, uint32_t *uid)

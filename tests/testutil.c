@@ -290,3 +290,22 @@ int tu_contains(const uint8_t *hay, size_t hay_len, const void *needle, size_t n
 {
     return needle_len <= hay_len && memmem(hay, hay_len, needle, needle_len) != NULL;
 }
+
+int tu_store_create(const char *name, const char *password, int64_t cache_kib, mv_store **s)
+{
+    char address[128], err[512] = "";
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.root = tu_path("root");
+    o.kdf_iter = TU_KDF_ITER;
+    o.cache_size_kib = cache_kib;
+    snprintf(address, sizeof address, "%s@example.org", name);
+    *s = NULL;
+    int rc = mv_store_init(address, password, strlen(password), &o, err, sizeof err);
+    if (rc == MV_OK) {
+        rc = mv_store_open(address, password, strlen(password), &o, s, err, sizeof err);
+    }
+    if (rc != MV_OK) {
+        fprintf(stderr, "  open %s: %s\n", address, err);
+    }
+    return rc;
+}

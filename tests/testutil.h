@@ -41,6 +41,10 @@ int tu_table_digest(sqlite3 *db, char out[65], long long *rows);
 /* The digest tu_fill_table(1..count) produces, computed without a database. */
 void tu_expected_digest(int count, char out[65]);
 
+/* Creates the store name@example.org under tu_path("root") with password (TU_KDF_ITER, a
+ * cache of cache_kib) and opens it into *s; prints the reason on failure. */
+int tu_store_create(const char *name, const char *password, int64_t cache_kib, mv_store **s);
+
 /* Whether needle occurs in haystack. */
 int tu_contains(const uint8_t *hay, size_t hay_len, const void *needle, size_t needle_len);
 

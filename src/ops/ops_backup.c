@@ -216,6 +216,48 @@ static int ops_backup_snapshot(const char *address,
     return rc;
 }
 
+int ops_backup_check_args(const char *dest_dir,
+                          const struct mv_ops_options *opts,
+                          uint32_t *keep,
+                          char *errmsg,
+                          size_t errmsg_size)
+{
+    *keep = opts->keep != 0 ? opts->keep : MV_BACKUP_KEEP_DEFAULT;
+    if (*keep > MV_BACKUP_KEEP_MAX || dest_dir == NULL || dest_dir[0] == '\0' ||
+        strlen(dest_dir) >= MV_PATH_MAX - MV_ADDRESS_MAX - 64) {
+        return ops_io_fail(errmsg, errmsg_size, MV_EINVAL,
+                           "invalid backup arguments (keep 1..%d, a directory name)",
+                           MV_BACKUP_KEEP_MAX);
+    }
+    return MV_OK;
+}
+
+int ops_backup_publish(const char *dest_dir,
+                       const char *tmp,
+                       uint32_t keep,
+                       struct mv_backup_info *info,
+                       char *errmsg,
+                       size_t errmsg_size)
+{
+    snprintf(info->manifest_path, sizeof info->manifest_path, "%.*s%s",
+             (int)(sizeof info->manifest_path - 8), info->path, OPS_MANIFEST_SUFFIX);
+    int rc = ops_manifest_write(info->manifest_path, info, errmsg, errmsg_size);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (rename(tmp, info->path) != 0) {
+        rc = ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(errno), "cannot rename %s: %s", tmp,
+                         strerror(errno));
+        unlink(info->manifest_path);
+        return rc;
+    }
+    if (store_fsync_dir(dest_dir) != MV_OK) {
+        return ops_io_fail(errmsg, errmsg_size, MV_EIO, "cannot fsync %s", dest_dir);
+    }
+    (void)ops_backup_prune(dest_dir, info->address, keep, &info->pruned);
+    return MV_OK;
+}
+
 int mv_backup_write(const char *address,
                     const void *password,
                     size_t password_len,
@@ -226,18 +268,13 @@ int mv_backup_write(const char *address,
                     char *errmsg,
                     size_t errmsg_size)
 {
-    static const struct mv_store_options store_defaults = MV_STORE_OPTIONS_INIT;
-    static const struct mv_ops_options defaults = MV_OPS_OPTIONS_INIT;
-    const struct mv_store_options *o = store_opts != NULL ? store_opts : &store_defaults;
-    const struct mv_ops_options *p = opts != NULL ? opts : &defaults;
-    uint32_t keep = p->keep != 0 ? p->keep : MV_BACKUP_KEEP_DEFAULT;
-    if (keep > MV_BACKUP_KEEP_MAX || dest_dir == NULL || dest_dir[0] == '\0' ||
-        strlen(dest_dir) >= MV_PATH_MAX - MV_ADDRESS_MAX - 64) {
-        return ops_io_fail(errmsg, errmsg_size, MV_EINVAL,
-                           "invalid backup arguments (keep 1..%d, a directory name)",
-                           MV_BACKUP_KEEP_MAX);
+    const struct mv_store_options *o = ops_io_store_options(store_opts);
+    const struct mv_ops_options *p = ops_io_options(opts);
+    uint32_t keep = 0;
+    int rc = ops_backup_check_args(dest_dir, p, &keep, errmsg, errmsg_size);
+    if (rc == MV_OK) {
+        rc = store_mkdirs(dest_dir, errmsg, errmsg_size);
     }
-    int rc = store_mkdirs(dest_dir, errmsg, errmsg_size);
     if (rc != MV_OK) {
         return rc;
     }
@@ -253,9 +290,7 @@ int mv_backup_write(const char *address,
                              errmsg_size);
     struct ops_state state = {0};
     if (rc == MV_OK) {
-        struct ops_progress verify = {p->progress, p->progress_arg, "verify", 0, -1, 0};
-        ops_io_progress(&verify, 0, 1);
-        rc = ops_snapshot_verify(tmp, password, password_len, o->kdf_iter, 0, &state, errmsg,
+        rc = ops_snapshot_verify(tmp, password, password_len, o->kdf_iter, 0, p, &state, errmsg,
                                  errmsg_size);
     }
     if (rc == MV_OK) {
@@ -264,23 +299,9 @@ int mv_backup_write(const char *address,
     if (rc == MV_OK) {
         ops_backup_info_fill(info, &state);
         info->created = (int64_t)time(NULL);
-        snprintf(info->manifest_path, sizeof info->manifest_path, "%.*s%s",
-                 (int)(sizeof info->manifest_path - 8), info->path, OPS_MANIFEST_SUFFIX);
-        rc = ops_manifest_write(info->manifest_path, info, errmsg, errmsg_size);
-    }
-    if (rc == MV_OK && rename(tmp, info->path) != 0) {
-        rc = ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(errno), "cannot rename %s: %s", tmp,
-                         strerror(errno));
-        unlink(info->manifest_path);
+        rc = ops_backup_publish(dest_dir, tmp, keep, info, errmsg, errmsg_size);
     }
     if (rc == MV_OK) {
-        rc = store_fsync_dir(dest_dir);
-        if (rc != MV_OK) {
-            ops_io_fail(errmsg, errmsg_size, rc, "cannot fsync %s", dest_dir);
-        }
-    }
-    if (rc == MV_OK) {
-        (void)ops_backup_prune(dest_dir, info->address, keep, &info->pruned);
         if (info_out != NULL) {
             *info_out = *info;
         }
@@ -322,8 +343,7 @@ int mv_backup_verify(const char *backup_path,
                      char *errmsg,
                      size_t errmsg_size)
 {
-    static const struct mv_store_options store_defaults = MV_STORE_OPTIONS_INIT;
-    const struct mv_store_options *o = store_opts != NULL ? store_opts : &store_defaults;
+    const struct mv_store_options *o = ops_io_store_options(store_opts);
     if (backup_path == NULL || strlen(backup_path) >= MV_PATH_MAX - 8 || password == NULL ||
         password_len == 0) {
         return ops_io_fail(errmsg, errmsg_size, MV_EINVAL, "invalid arguments");
@@ -338,30 +358,22 @@ int mv_backup_verify(const char *backup_path,
                  ? ops_manifest_read(m->manifest_path, m, errmsg, errmsg_size)
                  : ops_io_fail(errmsg, errmsg_size, MV_ENOTFOUND, "%s: %s", backup_path,
                                strerror(errno));
-    char sha[65];
-    uint64_t size = 0;
+    static const char damage[] = "is damaged: its SHA-256 or size differs from the manifest";
     if (rc == MV_OK) {
-        rc = ops_io_sha256(backup_path, sha, &size, errmsg, errmsg_size);
-    }
-    if (rc == MV_OK && (size != m->size_bytes || strcmp(sha, m->sha256) != 0)) {
-        rc = ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT,
-                         "%s is damaged: its SHA-256 or size differs from its manifest",
-                         backup_path);
+        rc =
+            ops_io_sha256_check(backup_path, m->sha256, m->size_bytes, damage, errmsg, errmsg_size);
     }
     char wal[MV_PATH_MAX + 8], shm[MV_PATH_MAX + 8];
     snprintf(wal, sizeof wal, "%s-wal", backup_path);
     snprintf(shm, sizeof shm, "%s-shm", backup_path);
     if (rc == MV_OK && m->keyless && m->wal_size_bytes > 0) {
-        rc = ops_io_sha256(wal, sha, &size, errmsg, errmsg_size);
-        if (rc == MV_OK && (size != m->wal_size_bytes || strcmp(sha, m->wal_sha256) != 0)) {
-            rc = ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT,
-                             "%s is damaged: its SHA-256 or size differs from the manifest", wal);
-        }
+        rc =
+            ops_io_sha256_check(wal, m->wal_sha256, m->wal_size_bytes, damage, errmsg, errmsg_size);
     }
     int had_shm = access(shm, F_OK) == 0;
     struct ops_state state = {0};
     if (rc == MV_OK) {
-        rc = ops_snapshot_verify(backup_path, password, password_len, o->kdf_iter, 0, &state,
+        rc = ops_snapshot_verify(backup_path, password, password_len, o->kdf_iter, 0, NULL, &state,
                                  errmsg, errmsg_size);
     }
     if (m->keyless && !had_shm) {

@@ -1,9 +1,10 @@
 /*
  * ops_backup.h -- what the files of backup, restore and password change share:
  *
- *   ops_io.c        errors, SHA-256 of a file, a copy with fsync, removal of a db's files,
- *                   progress throttling, the crash test hook
- *   ops_snapshot.c  a keyed copy of a database through VACUUM INTO; verifying a copy
+ *   ops_io.c        errors, option defaults, SHA-256 of a file, a copy with fsync, removal
+ *                   of a db's files, progress throttling, the crash test hook
+ *   ops_snapshot.c  opening a keyed database file; a keyed copy of a database through
+ *                   VACUUM INTO; verifying a copy
  *   ops_manifest.c  the backup manifest: writing and reading it
  *   ops_backup.c    mv_backup_write, mv_backup_verify, pruning
  *   ops_keyless.c   mv_backup_write_keyless: the store frozen through SQLite's WAL locks
@@ -29,6 +30,7 @@
 #define OPS_STAMP_LEN         20          /* "YYYYMMDDTHHMMSS.mmmZ" */
 #define OPS_TEST_KILL_ENV     "MAILVAULT_TEST_KILL_AT" /* "passwd:3": SIGKILL after step 3 */
 #define OPS_PROGRESS_EVERY_MS 100
+#define OPS_BUSY_TIMEOUT_MS   30000 /* the busy timeout of the connections opened here */
 
 /* What a snapshot holds, read in one read transaction. */
 struct ops_state {
@@ -58,9 +60,24 @@ int ops_io_fail(char *errmsg, size_t errmsg_size, int code, const char *fmt, ...
     __attribute__((format(printf, 4, 5)));
 /* MV_ENOSPC, MV_ENOTFOUND or MV_EIO for an errno value. */
 int ops_io_errno_code(int e);
+/* opts, or if it is NULL the defaults (MV_STORE_OPTIONS_INIT, MV_OPS_OPTIONS_INIT, static):
+ * never NULL. */
+const struct mv_store_options *ops_io_store_options(const struct mv_store_options *opts);
+const struct mv_ops_options *ops_io_options(const struct mv_ops_options *opts);
+/* How long to wait for the store's lock or for a freeze: opts->lock_wait_ms, with 0 meaning
+ * MV_OPS_LOCK_WAIT_DEFAULT_MS. */
+uint32_t ops_io_lock_wait_ms(const struct mv_ops_options *opts);
 /* SHA-256 (lowercase hex) and size of the file at path. */
 int ops_io_sha256(
     const char *path, char hex[65], uint64_t *size_out, char *errmsg, size_t errmsg_size);
+/* Hashes path again and compares with want_hex and want_size: MV_ECORRUPT, errmsg
+ * "<path> <damage>", if either differs. */
+int ops_io_sha256_check(const char *path,
+                        const char *want_hex,
+                        uint64_t want_size,
+                        const char *damage,
+                        char *errmsg,
+                        size_t errmsg_size);
 /* Copies src to dst (created 0600, must not exist), fsyncs it, and returns the SHA-256 and
  * size of the bytes written. dst is removed on failure. */
 int ops_io_copy(const char *src,
@@ -82,6 +99,18 @@ void ops_io_progress(struct ops_progress *progress, uint64_t done, int force);
 void ops_io_kill_point(const char *op, int step);
 
 /* ---- ops_snapshot.c ---- */
+/* Opens the mailvault database at path with password (flags: MV_DB_READONLY or 0) and sets
+ * its busy timeout to OPS_BUSY_TIMEOUT_MS. On failure errmsg is "<label>: <why>" (just
+ * "<why>" if label is NULL) and *db_out is NULL. */
+int ops_snapshot_open(const char *path,
+                      const void *password,
+                      size_t password_len,
+                      uint32_t kdf_iter,
+                      unsigned flags,
+                      const char *label,
+                      sqlite3 **db_out,
+                      char *errmsg,
+                      size_t errmsg_size);
 /* Writes a copy of src's main database into path (created here, 0600; must not exist), keyed
  * with password under cipher (MV_CIPHER_AUTO: src's) and kdf_iter (0: the cipher's default)
  * and a new salt, through VACUUM INTO from one read transaction, then fsyncs it. path is
@@ -97,14 +126,16 @@ int ops_snapshot_write(sqlite3 *src,
                        size_t errmsg_size);
 /* Reads db's state (counts, page figures, cipher) in one read transaction. */
 int ops_state_read(sqlite3 *db, struct ops_state *out, char *errmsg, size_t errmsg_size);
-/* Opens the copy at path with password, runs PRAGMA quick_check and reads its state; with
- * make_wal, switches it to WAL mode and closes it so that no -wal is left. MV_EAUTH for a
- * wrong password, MV_ECORRUPT for a failed check. */
+/* Reports the "verify" stage to opts's progress callback (opts NULL: none), opens the copy
+ * at path with password, runs PRAGMA quick_check and reads its state; with make_wal,
+ * switches it to WAL mode and closes it so that no -wal is left. MV_EAUTH for a wrong
+ * password, MV_ECORRUPT for a failed check. */
 int ops_snapshot_verify(const char *path,
                         const void *password,
                         size_t password_len,
                         uint32_t kdf_iter,
                         int make_wal,
+                        const struct mv_ops_options *opts,
                         struct ops_state *out,
                         char *errmsg,
                         size_t errmsg_size);
@@ -126,6 +157,13 @@ int ops_manifest_read(const char *path,
                       size_t errmsg_size);
 
 /* ---- ops_backup.c: shared with ops_keyless.c ---- */
+/* Checks dest_dir and opts->keep (1..MV_BACKUP_KEEP_MAX, 0: MV_BACKUP_KEEP_DEFAULT), which
+ * goes to *keep. MV_EINVAL. */
+int ops_backup_check_args(const char *dest_dir,
+                          const struct mv_ops_options *opts,
+                          uint32_t *keep,
+                          char *errmsg,
+                          size_t errmsg_size);
 /* Names a new snapshot of address in dir (final, and the temporary name it is written
  * under), each size bytes: a stamp that no file has yet. */
 int ops_backup_names(const char *dir,
@@ -138,18 +176,32 @@ int ops_backup_names(const char *dir,
 /* Removes the oldest snapshots of address in dir beyond keep (with their manifests and
  * WALs) and temporary files an hour old; *pruned counts the snapshots removed. */
 int ops_backup_prune(const char *dir, const char *address, uint32_t keep, uint32_t *pruned);
+/* The last steps of a backup whose checked snapshot is at tmp, in this order: info's
+ * manifest written to info->path + OPS_MANIFEST_SUFFIX (info->manifest_path set), tmp
+ * renamed to info->path (the manifest removed if that fails), dest_dir fsync'd, then the
+ * snapshots of info->address beyond keep pruned (info->pruned). */
+int ops_backup_publish(const char *dest_dir,
+                       const char *tmp,
+                       uint32_t keep,
+                       struct mv_backup_info *info,
+                       char *errmsg,
+                       size_t errmsg_size);
 
 /* ---- ops_passwd.c: the swap steps passwd and restore share (see the comment there) ---- */
 /* Step 1: names NEW (db_path + OPS_NEW_SUFFIX), takes the store's lock exclusively (waiting
- * up to opts->lock_wait_ms), removes what an interrupted run left at NEW. */
+ * up to opts->lock_wait_ms), removes what an interrupted run left at NEW, points the VFS's
+ * temporary files at the store's tmp/ and passes kill point 1 of op ("passwd", "restore").
+ * On success the caller ends with ops_swap_end(). */
 int ops_swap_begin(const struct store_paths *paths,
                    const struct mv_ops_options *opts,
+                   const char *op,
                    int *lock_fd,
                    char *new_path,
                    size_t new_path_size,
                    char *errmsg,
                    size_t errmsg_size);
-/* Opens the store's file with password and checkpoints its WAL with TRUNCATE. */
+/* Opens the store's file with password and checkpoints its WAL with TRUNCATE. MV_EBUSY (with
+ * *db_out open) if the checkpoint could not finish. */
 int ops_swap_open_old(const char *db_path,
                       const void *password,
                       size_t password_len,
@@ -166,5 +218,9 @@ int ops_swap_commit(sqlite3 **old_db,
                     const char *op,
                     char *errmsg,
                     size_t errmsg_size);
+/* After ops_swap_begin(), whatever happened since (rc): closes *old_db (NULL is fine); if rc
+ * is an error and NEW is still there (not renamed: the store is the old one), removes NEW
+ * and its side files; resets the VFS's temporary directory; releases the lock. */
+void ops_swap_end(int rc, sqlite3 **old_db, const char *new_path, int *lock_fd);
 
 #endif /* MV_OPS_BACKUP_H */

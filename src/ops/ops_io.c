@@ -1,7 +1,7 @@
 /*
  * ops_io.c -- file work for backup, restore and password change: SHA-256 of a file, a copy
  * that is on disk (fsync) before it is used, removal of a database's side files, progress
- * throttling, and the crash test hook.
+ * throttling, and the crash test hook; and the error and option plumbing they share.
  *
  * IMPLEMENTATION NOTES
  *   Files are read and written with read(2)/write(2) in 1 MiB chunks, retrying short
@@ -39,6 +39,23 @@ int ops_io_fail(char *errmsg, size_t errmsg_size, int code, const char *fmt, ...
 int ops_io_errno_code(int e)
 {
     return e == ENOSPC || e == EDQUOT ? MV_ENOSPC : e == ENOENT ? MV_ENOTFOUND : MV_EIO;
+}
+
+const struct mv_store_options *ops_io_store_options(const struct mv_store_options *opts)
+{
+    static const struct mv_store_options defaults = MV_STORE_OPTIONS_INIT;
+    return opts != NULL ? opts : &defaults;
+}
+
+const struct mv_ops_options *ops_io_options(const struct mv_ops_options *opts)
+{
+    static const struct mv_ops_options defaults = MV_OPS_OPTIONS_INIT;
+    return opts != NULL ? opts : &defaults;
+}
+
+uint32_t ops_io_lock_wait_ms(const struct mv_ops_options *opts)
+{
+    return opts->lock_wait_ms != 0 ? opts->lock_wait_ms : MV_OPS_LOCK_WAIT_DEFAULT_MS;
 }
 
 static void ops_io_hex(const uint8_t *bytes, size_t n, char *out)
@@ -168,6 +185,22 @@ int ops_io_sha256(
                            e != 0 ? strerror(e) : mv_strerror(rc));
     }
     return MV_OK;
+}
+
+int ops_io_sha256_check(const char *path,
+                        const char *want_hex,
+                        uint64_t want_size,
+                        const char *damage,
+                        char *errmsg,
+                        size_t errmsg_size)
+{
+    char hex[65];
+    uint64_t size = 0;
+    int rc = ops_io_sha256(path, hex, &size, errmsg, errmsg_size);
+    if (rc == MV_OK && (size != want_size || strcmp(hex, want_hex) != 0)) {
+        rc = ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT, "%s %s", path, damage);
+    }
+    return rc;
 }
 
 int ops_io_copy(const char *src,

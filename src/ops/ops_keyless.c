@@ -249,21 +249,6 @@ static int ops_keyless_check_wal(const char *path,
     return MV_OK;
 }
 
-/* The copies re-read: their bytes are what was read while the store was frozen. */
-static int ops_keyless_reread(
-    const char *path, const char *sha, uint64_t size, char *errmsg, size_t errmsg_size)
-{
-    char again[65];
-    uint64_t again_size = 0;
-    int rc = ops_io_sha256(path, again, &again_size, errmsg, errmsg_size);
-    if (rc == MV_OK && (again_size != size || strcmp(again, sha) != 0)) {
-        rc =
-            ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT,
-                        "%s differs from what was copied into it (disk or filesystem error)", path);
-    }
-    return rc;
-}
-
 /* Frozen: copies the database file and its WAL to tmp and tmp_wal. */
 static int ops_keyless_copy(const struct store_paths *paths,
                             const char *tmp,
@@ -274,8 +259,7 @@ static int ops_keyless_copy(const struct store_paths *paths,
                             size_t errmsg_size)
 {
     struct ops_freeze fz;
-    uint32_t wait_ms = p->lock_wait_ms != 0 ? p->lock_wait_ms : MV_OPS_LOCK_WAIT_DEFAULT_MS;
-    int rc = ops_freeze(paths->db_path, wait_ms, &fz, errmsg, errmsg_size);
+    int rc = ops_freeze(paths->db_path, ops_io_lock_wait_ms(p), &fz, errmsg, errmsg_size);
     if (rc != MV_OK) {
         return rc;
     }
@@ -300,10 +284,12 @@ static int ops_keyless_check(const char *tmp,
                              char *errmsg,
                              size_t errmsg_size)
 {
-    int rc = ops_keyless_reread(tmp, info->sha256, info->size_bytes, errmsg, errmsg_size);
+    /* The copies re-read: their bytes are what was read while the store was frozen. */
+    static const char damage[] = "differs from what was copied into it (disk or filesystem error)";
+    int rc = ops_io_sha256_check(tmp, info->sha256, info->size_bytes, damage, errmsg, errmsg_size);
     if (rc == MV_OK && info->wal_size_bytes > 0) {
-        rc = ops_keyless_reread(tmp_wal, info->wal_sha256, info->wal_size_bytes, errmsg,
-                                errmsg_size);
+        rc = ops_io_sha256_check(tmp_wal, info->wal_sha256, info->wal_size_bytes, damage, errmsg,
+                                 errmsg_size);
     }
     if (rc == MV_OK) {
         rc = ops_keyless_check_db(tmp, info, errmsg, errmsg_size);
@@ -314,44 +300,37 @@ static int ops_keyless_check(const char *tmp,
     return rc;
 }
 
-/* Moves the checked copies to their final names: WAL, manifest, then the snapshot. */
+/* Moves the checked copies to their final names: WAL, manifest, then the snapshot; then
+ * prunes (ops_backup_publish). */
 static int ops_keyless_publish(const char *dest_dir,
                                const char *tmp,
                                const char *tmp_wal,
+                               uint32_t keep,
                                struct mv_backup_info *info,
                                char *errmsg,
                                size_t errmsg_size)
 {
     char final_wal[MV_PATH_MAX + 8];
     snprintf(final_wal, sizeof final_wal, "%s-wal", info->path);
-    snprintf(info->manifest_path, sizeof info->manifest_path, "%.*s%s",
-             (int)(sizeof info->manifest_path - 8), info->path, OPS_MANIFEST_SUFFIX);
     int rc = MV_OK;
     if (info->wal_size_bytes > 0 && rename(tmp_wal, final_wal) != 0) {
         rc = ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(errno), "cannot rename %s: %s",
                          tmp_wal, strerror(errno));
     }
     if (rc == MV_OK) {
-        rc = ops_manifest_write(info->manifest_path, info, errmsg, errmsg_size);
+        rc = ops_backup_publish(dest_dir, tmp, keep, info, errmsg, errmsg_size);
     }
-    if (rc == MV_OK && rename(tmp, info->path) != 0) {
-        rc = ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(errno), "cannot rename %s: %s", tmp,
-                         strerror(errno));
-        unlink(info->manifest_path);
+    if (rc != MV_OK && access(tmp, F_OK) == 0) {
+        unlink(final_wal); /* the snapshot was not renamed (after that only the fsync failed) */
     }
-    if (rc != MV_OK) {
-        unlink(final_wal);
-        return rc;
-    }
-    return store_fsync_dir(dest_dir) == MV_OK
-               ? MV_OK
-               : ops_io_fail(errmsg, errmsg_size, MV_EIO, "cannot fsync %s", dest_dir);
+    return rc;
 }
 
 /* Everything after the arguments are checked; tmp and tmp_wal are MV_PATH_MAX buffers. */
 static int ops_keyless_run(const struct store_paths *paths,
                            const char *dest_dir,
                            const struct mv_ops_options *p,
+                           uint32_t keep,
                            struct mv_backup_info *info,
                            char *tmp,
                            char *tmp_wal,
@@ -364,9 +343,8 @@ static int ops_keyless_run(const struct store_paths *paths,
     if (rc == MV_OK) {
         snprintf(tmp_wal, MV_PATH_MAX, "%.*s-wal%s", (int)(strlen(tmp) - 4), tmp, OPS_TEMP_SUFFIX);
         /* Shared, as a reader: no restore or password change swaps the file meanwhile. */
-        uint32_t wait_ms = p->lock_wait_ms != 0 ? p->lock_wait_ms : MV_OPS_LOCK_WAIT_DEFAULT_MS;
-        rc = store_lock_take(paths->db_path, STORE_LOCK_SHARED, wait_ms, 0, &lock_fd, errmsg,
-                             errmsg_size);
+        rc = store_lock_take(paths->db_path, STORE_LOCK_SHARED, ops_io_lock_wait_ms(p), 0, &lock_fd,
+                             errmsg, errmsg_size);
     }
     if (rc == MV_OK) {
         rc = ops_keyless_copy(paths, tmp, tmp_wal, p, info, errmsg, errmsg_size);
@@ -378,7 +356,7 @@ static int ops_keyless_run(const struct store_paths *paths,
     if (rc == MV_OK) {
         info->keyless = 1;
         info->created = (int64_t)time(NULL);
-        rc = ops_keyless_publish(dest_dir, tmp, tmp_wal, info, errmsg, errmsg_size);
+        rc = ops_keyless_publish(dest_dir, tmp, tmp_wal, keep, info, errmsg, errmsg_size);
     }
     if (rc != MV_OK) {
         unlink(tmp);
@@ -395,21 +373,16 @@ int mv_backup_write_keyless(const char *address,
                             char *errmsg,
                             size_t errmsg_size)
 {
-    static const struct mv_store_options store_defaults = MV_STORE_OPTIONS_INIT;
-    static const struct mv_ops_options defaults = MV_OPS_OPTIONS_INIT;
-    const struct mv_store_options *o = store_opts != NULL ? store_opts : &store_defaults;
-    const struct mv_ops_options *p = opts != NULL ? opts : &defaults;
-    uint32_t keep = p->keep != 0 ? p->keep : MV_BACKUP_KEEP_DEFAULT;
+    const struct mv_store_options *o = ops_io_store_options(store_opts);
+    const struct mv_ops_options *p = ops_io_options(opts);
+    uint32_t keep = 0;
     struct store_paths paths;
     int rc = store_paths_resolve(address, o, &paths, errmsg, errmsg_size);
+    if (rc == MV_OK) {
+        rc = ops_backup_check_args(dest_dir, p, &keep, errmsg, errmsg_size);
+    }
     if (rc != MV_OK) {
         return rc;
-    }
-    if (keep > MV_BACKUP_KEEP_MAX || dest_dir == NULL || dest_dir[0] == '\0' ||
-        strlen(dest_dir) >= MV_PATH_MAX - MV_ADDRESS_MAX - 64) {
-        return ops_io_fail(errmsg, errmsg_size, MV_EINVAL,
-                           "invalid backup arguments (keep 1..%d, a directory name)",
-                           MV_BACKUP_KEEP_MAX);
     }
     if (access(paths.db_path, F_OK) != 0) {
         return ops_io_fail(errmsg, errmsg_size, MV_ENOTFOUND, "no store for %s", paths.address);
@@ -422,13 +395,10 @@ int mv_backup_write_keyless(const char *address,
     }
     if (rc == MV_OK) {
         snprintf(info->address, sizeof info->address, "%s", paths.address);
-        rc = ops_keyless_run(&paths, dest_dir, p, info, tmp, tmp_wal, errmsg, errmsg_size);
+        rc = ops_keyless_run(&paths, dest_dir, p, keep, info, tmp, tmp_wal, errmsg, errmsg_size);
     }
-    if (rc == MV_OK) {
-        (void)ops_backup_prune(dest_dir, info->address, keep, &info->pruned);
-        if (info_out != NULL) {
-            *info_out = *info;
-        }
+    if (rc == MV_OK && info_out != NULL) {
+        *info_out = *info;
     }
     free(tmp_wal);
     free(tmp);

@@ -64,24 +64,10 @@ static int ops_exec_long(mv_store *s, struct ops_progress *p, const char *stage,
     return rc;
 }
 
+/* A wal_checkpoint pragma's row: busy, log frames, checkpointed frames. */
 static int ops_checkpoint(mv_store *s, const char *sql, int64_t result[3])
 {
-    sqlite3_stmt *st = NULL;
-    store_enter(s);
-    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
-        return store_fail_sqlite(s, sql);
-    }
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        for (int i = 0; i < 3; i++) {
-            result[i] = sqlite3_column_int64(st, i);
-        }
-        rc = MV_OK;
-    } else {
-        rc = store_fail_sqlite(s, sql);
-    }
-    sqlite3_finalize(st);
-    return rc;
+    return ops_query_ints(s, sql, result, 3);
 }
 
 /* TRUNCATE checkpoint that waits at most OPS_IDLE_WAIT_MS; *done = 1 if it emptied the WAL. */

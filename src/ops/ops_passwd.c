@@ -42,6 +42,7 @@
 
 int ops_swap_begin(const struct store_paths *paths,
                    const struct mv_ops_options *opts,
+                   const char *op,
                    int *lock_fd,
                    char *new_path,
                    size_t new_path_size,
@@ -52,13 +53,15 @@ int ops_swap_begin(const struct store_paths *paths,
     if (n < 0 || (size_t)n + 16 >= new_path_size) {
         return ops_io_fail(errmsg, errmsg_size, MV_EINVAL, "the store path is too long");
     }
-    uint32_t wait_ms = opts->lock_wait_ms != 0 ? opts->lock_wait_ms : MV_OPS_LOCK_WAIT_DEFAULT_MS;
-    int rc = store_lock_take(paths->db_path, STORE_LOCK_EXCLUSIVE, wait_ms, 0, lock_fd, errmsg,
-                             errmsg_size);
-    if (rc == MV_OK) {
-        ops_io_remove_db(new_path); /* an interrupted run's copy: the rename never happened */
+    int rc = store_lock_take(paths->db_path, STORE_LOCK_EXCLUSIVE, ops_io_lock_wait_ms(opts), 0,
+                             lock_fd, errmsg, errmsg_size);
+    if (rc != MV_OK) {
+        return rc;
     }
-    return rc;
+    ops_io_remove_db(new_path); /* an interrupted run's copy: the rename never happened */
+    ops_io_kill_point(op, 1);
+    mv_vfs_temp_dir_set(paths->tmp_dir); /* VACUUM's encrypted temp files: the store's tmp/ */
+    return MV_OK;
 }
 
 int ops_swap_open_old(const char *db_path,
@@ -69,16 +72,11 @@ int ops_swap_open_old(const char *db_path,
                       char *errmsg,
                       size_t errmsg_size)
 {
-    struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
-    dbo.kdf_iter = kdf_iter;
-    char *err = NULL;
-    int rc = mv_db_open(db_path, password, password_len, &dbo, db_out, &err);
+    int rc = ops_snapshot_open(db_path, password, password_len, kdf_iter, 0, NULL, db_out, errmsg,
+                               errmsg_size);
     if (rc != MV_OK) {
-        ops_io_fail(errmsg, errmsg_size, rc, "%s", err != NULL ? err : mv_strerror(rc));
-        sqlite3_free(err);
         return rc;
     }
-    (void)sqlite3_busy_timeout(*db_out, 30000);
     sqlite3_stmt *st = NULL;
     int busy = -1;
     if (sqlite3_prepare_v2(*db_out, "PRAGMA wal_checkpoint(TRUNCATE)", -1, &st, NULL) ==
@@ -129,6 +127,17 @@ int ops_swap_commit(sqlite3 **old_db,
     return MV_OK;
 }
 
+void ops_swap_end(int rc, sqlite3 **old_db, const char *new_path, int *lock_fd)
+{
+    sqlite3_close(*old_db);
+    *old_db = NULL;
+    if (rc != MV_OK && access(new_path, F_OK) == 0) {
+        ops_io_remove_db(new_path); /* not renamed: the store is the old one */
+    }
+    mv_vfs_temp_dir_set(NULL);
+    store_lock_release(lock_fd);
+}
+
 /* Steps 2-4: open with old, copy under new, verify the copy. */
 static int ops_passwd_copy(const struct store_paths *paths,
                            const char *new_path,
@@ -155,9 +164,7 @@ static int ops_passwd_copy(const struct store_paths *paths,
     }
     ops_io_kill_point("passwd", 3);
     if (rc == MV_OK) {
-        struct ops_progress verify = {p->progress, p->progress_arg, "verify", 0, -1, 0};
-        ops_io_progress(&verify, 0, 1);
-        rc = ops_snapshot_verify(new_path, new_pw, new_len, o->kdf_iter, 1, &after, errmsg,
+        rc = ops_snapshot_verify(new_path, new_pw, new_len, o->kdf_iter, 1, p, &after, errmsg,
                                  errmsg_size);
     }
     if (rc == MV_OK && !ops_state_same_mail(&before, &after)) {
@@ -180,10 +187,8 @@ int mv_store_passwd(const char *address,
                     char *errmsg,
                     size_t errmsg_size)
 {
-    static const struct mv_store_options store_defaults = MV_STORE_OPTIONS_INIT;
-    static const struct mv_ops_options defaults = MV_OPS_OPTIONS_INIT;
-    const struct mv_store_options *o = store_opts != NULL ? store_opts : &store_defaults;
-    const struct mv_ops_options *p = opts != NULL ? opts : &defaults;
+    const struct mv_store_options *o = ops_io_store_options(store_opts);
+    const struct mv_ops_options *p = ops_io_options(opts);
     struct store_paths paths;
     int rc = store_paths_resolve(address, o, &paths, errmsg, errmsg_size);
     if (rc != MV_OK) {
@@ -205,12 +210,11 @@ int mv_store_passwd(const char *address,
     }
     int lock_fd = -1;
     char new_path[MV_PATH_MAX + 16];
-    rc = ops_swap_begin(&paths, p, &lock_fd, new_path, sizeof new_path, errmsg, errmsg_size);
+    rc = ops_swap_begin(&paths, p, "passwd", &lock_fd, new_path, sizeof new_path, errmsg,
+                        errmsg_size);
     if (rc != MV_OK) {
         return rc;
     }
-    ops_io_kill_point("passwd", 1);
-    mv_vfs_temp_dir_set(paths.tmp_dir); /* VACUUM's encrypted temp files: the store's tmp/ */
     sqlite3 *old_db = NULL;
     rc = ops_passwd_copy(&paths, new_path, old_password, old_password_len, new_password,
                          new_password_len, o, p, &old_db, errmsg, errmsg_size);
@@ -218,11 +222,6 @@ int mv_store_passwd(const char *address,
         rc = ops_swap_commit(&old_db, new_path, paths.db_path, paths.domain_dir, "passwd", errmsg,
                              errmsg_size);
     }
-    sqlite3_close(old_db);
-    if (rc != MV_OK && access(new_path, F_OK) == 0) {
-        ops_io_remove_db(new_path); /* not renamed: the store is the old one */
-    }
-    mv_vfs_temp_dir_set(NULL);
-    store_lock_release(&lock_fd);
+    ops_swap_end(rc, &old_db, new_path, &lock_fd);
     return rc;
 }

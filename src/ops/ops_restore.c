@@ -23,7 +23,6 @@
  *      rewritten from the restored store, queued deliveries are moved in.
  */
 #include "ops/ops_backup.h"
-#include "vfs/vfs_tempdir.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -31,6 +30,27 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Copies from to to; MV_ECORRUPT if the bytes copied are not the manifest's (want_hex,
+ * want_size). */
+static int ops_restore_copy_file(const char *from,
+                                 const char *to,
+                                 struct ops_progress *progress,
+                                 const char *want_hex,
+                                 uint64_t want_size,
+                                 char *errmsg,
+                                 size_t errmsg_size)
+{
+    char sha[65];
+    uint64_t size = 0;
+    int rc = ops_io_copy(from, to, progress, sha, &size, errmsg, errmsg_size);
+    if (rc == MV_OK && (size != want_size || strcmp(sha, want_hex) != 0)) {
+        rc =
+            ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT,
+                        "%s changed while it was copied (SHA-256 differs from the manifest)", from);
+    }
+    return rc;
+}
 
 /* Step 2-3: the copy beside the store, checked against the manifest. */
 static int ops_restore_copy(const char *backup_path,
@@ -44,32 +64,20 @@ static int ops_restore_copy(const char *backup_path,
                             size_t errmsg_size)
 {
     struct ops_progress copy = {p->progress, p->progress_arg, "copy", 0, -1, 0};
-    char sha[65];
-    uint64_t size = 0;
-    int rc = ops_io_copy(backup_path, new_path, &copy, sha, &size, errmsg, errmsg_size);
-    if (rc == MV_OK && (size != m->size_bytes || strcmp(sha, m->sha256) != 0)) {
-        rc = ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT,
-                         "%s changed while it was copied (SHA-256 differs from its manifest)",
-                         backup_path);
-    }
+    int rc = ops_restore_copy_file(backup_path, new_path, &copy, m->sha256, m->size_bytes, errmsg,
+                                   errmsg_size);
     if (rc == MV_OK && m->keyless && m->wal_size_bytes > 0) {
         char from[MV_PATH_MAX + 8], to[MV_PATH_MAX + 24];
         snprintf(from, sizeof from, "%s-wal", backup_path);
         snprintf(to, sizeof to, "%s-wal", new_path);
-        rc = ops_io_copy(from, to, &copy, sha, &size, errmsg, errmsg_size);
-        if (rc == MV_OK && (size != m->wal_size_bytes || strcmp(sha, m->wal_sha256) != 0)) {
-            rc = ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT,
-                             "%s changed while it was copied (SHA-256 differs from the manifest)",
-                             from);
-        }
+        rc = ops_restore_copy_file(from, to, &copy, m->wal_sha256, m->wal_size_bytes, errmsg,
+                                   errmsg_size);
     }
     ops_io_kill_point("restore", 2);
     struct ops_state state = {0};
     if (rc == MV_OK) {
-        struct ops_progress verify = {p->progress, p->progress_arg, "verify", 0, -1, 0};
-        ops_io_progress(&verify, 0, 1);
-        rc = ops_snapshot_verify(new_path, password, password_len, o->kdf_iter, 1, &state, errmsg,
-                                 errmsg_size);
+        rc = ops_snapshot_verify(new_path, password, password_len, o->kdf_iter, 1, p, &state,
+                                 errmsg, errmsg_size);
     }
     if (rc == MV_OK && !m->keyless &&
         (state.messages != m->messages || state.page_count != m->page_count ||
@@ -177,10 +185,8 @@ int mv_backup_restore(const char *address,
                       char *errmsg,
                       size_t errmsg_size)
 {
-    static const struct mv_store_options store_defaults = MV_STORE_OPTIONS_INIT;
-    static const struct mv_ops_options defaults = MV_OPS_OPTIONS_INIT;
-    const struct mv_store_options *o = store_opts != NULL ? store_opts : &store_defaults;
-    const struct mv_ops_options *p = opts != NULL ? opts : &defaults;
+    const struct mv_store_options *o = ops_io_store_options(store_opts);
+    const struct mv_ops_options *p = ops_io_options(opts);
     struct store_paths paths;
     int rc = store_paths_resolve(address, o, &paths, errmsg, errmsg_size);
     if (rc != MV_OK) {
@@ -198,14 +204,13 @@ int mv_backup_restore(const char *address,
     int lock_fd = -1;
     char new_path[MV_PATH_MAX + 16];
     if (rc == MV_OK) {
-        rc = ops_swap_begin(&paths, p, &lock_fd, new_path, sizeof new_path, errmsg, errmsg_size);
+        rc = ops_swap_begin(&paths, p, "restore", &lock_fd, new_path, sizeof new_path, errmsg,
+                            errmsg_size);
     }
     if (rc != MV_OK) {
         free(m);
         return rc;
     }
-    ops_io_kill_point("restore", 1);
-    mv_vfs_temp_dir_set(paths.tmp_dir);
     sqlite3 *old_db = NULL;
     rc = ops_restore_copy(backup_path, new_path, m, password, password_len, o, p, errmsg,
                           errmsg_size);
@@ -218,12 +223,7 @@ int mv_backup_restore(const char *address,
         rc = ops_swap_commit(&old_db, new_path, paths.db_path, paths.domain_dir, "restore", errmsg,
                              errmsg_size);
     }
-    sqlite3_close(old_db);
-    if (rc != MV_OK && access(new_path, F_OK) == 0) {
-        ops_io_remove_db(new_path);
-    }
-    mv_vfs_temp_dir_set(NULL);
-    store_lock_release(&lock_fd);
+    ops_swap_end(rc, &old_db, new_path, &lock_fd);
     free(m);
     if (rc == MV_OK) {
         rc = ops_restore_reopen(&paths, password, password_len, o, errmsg, errmsg_size);

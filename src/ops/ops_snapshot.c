@@ -1,5 +1,6 @@
 /*
- * ops_snapshot.c -- a keyed copy of a store's database, and the check of such a copy.
+ * ops_snapshot.c -- a keyed copy of a store's database, and the check of such a copy (and
+ * the keyed open that check and the swap of ops_passwd.c share).
  *
  * WHY VACUUM INTO (and not the sqlite3_backup API)
  *   - It copies from one read transaction: in WAL mode writers go on committing while it
@@ -337,27 +338,51 @@ static int ops_snapshot_make_wal(sqlite3 *db, char *errmsg, size_t errmsg_size)
     return MV_OK;
 }
 
+int ops_snapshot_open(const char *path,
+                      const void *password,
+                      size_t password_len,
+                      uint32_t kdf_iter,
+                      unsigned flags,
+                      const char *label,
+                      sqlite3 **db_out,
+                      char *errmsg,
+                      size_t errmsg_size)
+{
+    struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
+    dbo.kdf_iter = kdf_iter;
+    dbo.flags = flags;
+    char *err = NULL;
+    int rc = mv_db_open(path, password, password_len, &dbo, db_out, &err);
+    if (rc != MV_OK) {
+        ops_io_fail(errmsg, errmsg_size, rc, "%s%s%s", label != NULL ? label : "",
+                    label != NULL ? ": " : "", err != NULL ? err : mv_strerror(rc));
+        sqlite3_free(err);
+        return rc;
+    }
+    (void)sqlite3_busy_timeout(*db_out, OPS_BUSY_TIMEOUT_MS);
+    return MV_OK;
+}
+
 int ops_snapshot_verify(const char *path,
                         const void *password,
                         size_t password_len,
                         uint32_t kdf_iter,
                         int make_wal,
+                        const struct mv_ops_options *opts,
                         struct ops_state *out,
                         char *errmsg,
                         size_t errmsg_size)
 {
-    struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
-    dbo.kdf_iter = kdf_iter;
-    dbo.flags = make_wal ? 0 : MV_DB_READONLY;
+    if (opts != NULL) {
+        struct ops_progress verify = {opts->progress, opts->progress_arg, "verify", 0, -1, 0};
+        ops_io_progress(&verify, 0, 1);
+    }
     sqlite3 *db = NULL;
-    char *err = NULL;
-    int rc = mv_db_open(path, password, password_len, &dbo, &db, &err);
+    int rc = ops_snapshot_open(path, password, password_len, kdf_iter,
+                               make_wal ? 0 : MV_DB_READONLY, path, &db, errmsg, errmsg_size);
     if (rc != MV_OK) {
-        ops_io_fail(errmsg, errmsg_size, rc, "%s: %s", path, err != NULL ? err : mv_strerror(rc));
-        sqlite3_free(err);
         return rc;
     }
-    (void)sqlite3_busy_timeout(db, 30000);
     rc = ops_quick_check(db, errmsg, errmsg_size);
     if (rc == MV_OK) {
         rc = ops_state_read(db, out, errmsg, errmsg_size);

@@ -372,6 +372,11 @@ void mv_root_scan_end(mv_root_scan **scan)
 
 int ops_query_int(mv_store *s, const char *sql, int64_t *out)
 {
+    return ops_query_ints(s, sql, out, 1);
+}
+
+int ops_query_ints(mv_store *s, const char *sql, int64_t *out, int columns)
+{
     sqlite3_stmt *st = NULL;
     store_enter(s);
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
@@ -379,7 +384,9 @@ int ops_query_int(mv_store *s, const char *sql, int64_t *out)
     }
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
-        *out = sqlite3_column_int64(st, 0);
+        for (int i = 0; i < columns; i++) {
+            out[i] = sqlite3_column_int64(st, i);
+        }
         rc = MV_OK;
     } else {
         rc = rc == SQLITE_DONE ? store_fail(s, MV_ERROR, "%s returned no row", sql)
