@@ -51,11 +51,12 @@ run: deps
 	@scripts/demo.sh
 	@scripts/run-server.sh
 
-# The benchmarks' smoke tests (tests/cli_bench_smoke.sh, tests/cli_bench_scale_smoke.sh) run
-# the release bench_reference and bench_scale.
+# The benchmarks' smoke tests (tests/cli_bench_smoke.sh, tests/cli_bench_scale_smoke.sh,
+# tests/cli_bench_imap_smoke.sh) run the release bench_reference, bench_scale and bench_imap.
 test: deps
 	@$(MAKE) --no-print-directory all $(TEST_BIN) $(FUZZ_BIN) $(BUILD)/asan/mailvault \
-		$(BUILD)/rel/bench/bench_reference $(BUILD)/rel/bench/bench_scale $(BUILD)/asan/mailvaultd
+		$(BUILD)/rel/bench/bench_reference $(BUILD)/rel/bench/bench_scale \
+		$(BUILD)/rel/bench/bench_imap $(BUILD)/asan/mailvaultd
 	@tests/run.sh
 
 # make bench QUICK=1: both scripts get --quick (the reference suite then stays under 2 min).
@@ -118,7 +119,7 @@ $(BUILD)/asan/mailvaultd: $(IMAPD_SRC:%.c=$(BUILD)/asan/%.o) $(BUILD)/asan/libma
 # The server's unit tests and fuzz target link the server files they test.
 $(BUILD)/asan/tests/test_imap_parse $(BUILD)/asan/fuzz/fuzz_imap_parse: $(BUILD)/asan/imapd/imap_parse.o
 $(BUILD)/asan/tests/test_imap_utf7: $(BUILD)/asan/imapd/imap_utf7.o
-$(BUILD)/asan/fuzz/fuzz_imap_mime: $(BUILD)/asan/imapd/imap_mime.o $(BUILD)/asan/imapd/buf.o
+$(BUILD)/asan/tests/test_imap_mime $(BUILD)/asan/fuzz/fuzz_imap_mime: $(BUILD)/asan/imapd/imap_mime.o $(BUILD)/asan/imapd/buf.o
 
 $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/%.o $(BUILD)/asan/tests/harness.o $(BUILD)/asan/tests/testutil.o $(BUILD)/asan/libmailvault.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LIBS)

@@ -31,6 +31,11 @@
 #      sections/scale.md, scale.csv and charts/scale_*.svg beside scale.json, put into that
 #      directory's REPORT.md if it exists (bench/suite/aggregate.py keeps it there when the
 #      suite rewrites REPORT.md); scale.json is checked against SCHEMA.md first.
+#   7. bench/imap_compare.sh: mailvaultd against Debian's Dovecot (installed with apt-get if
+#      missing; mailvaultd alone, said so, if that is impossible), the same IMAP command mix
+#      from build/rel/bench/bench_imap, 10 and 100 clients, 2 rounds of 30 s (~7 min); it
+#      writes bench/results/imap.json and sections/imap.md. --quick: 10 clients, one 5 s
+#      round each, build/bench-results/imap.{json,md} (~20 s).
 #
 # The page-crypto target compares like with like: crypto.chacha20.encrypt_mbps (encryption
 # alone, as openssl speed measures) against openssl speed. The write-cost targets compare
@@ -245,5 +250,10 @@ report_args=()
 [ ! -f "$scale_out/REPORT.md" ] || report_args=(--report "$scale_out/REPORT.md")
 python3 bench/suite/scale_report.py --scale "$scale_out/scale.json" --store "$store_json" \
     --out "$scale_out" "${report_args[@]}" --charts --print
+
+# ---- 7. the IMAP server against Dovecot ------------------------------------------------------
+echo
+echo "== imap_compare ${scale_args[*]:-}"
+bench/imap_compare.sh "${scale_args[@]}"
 echo
 echo "results: $json $store_json $scale_out/scale.json $scale_out/sections/scale.md"

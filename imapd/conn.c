@@ -17,6 +17,12 @@
  *     injection lesson applies to IMAP as well).
  *   - The idle timeout is checked on the loop's tick (every 100 ms, a walk of the list);
  *     a session in IDLE gets four times idle_timeout_s.
+ *   - A response made in chunks (FETCH, see docs/IMAPD.md "Streaming FETCH") keeps the
+ *     connection busy with stream_wait set; once conn_flush() has written all but
+ *     CONN_STREAM_RESUME_BELOW bytes it calls imap_session_drained() for the next chunk.
+ *     Bytes taken by the socket count as activity then, so only a reader that stops
+ *     reading times out. An output buffer grown past CONN_OUTPUT_KEEP_MAX is freed once
+ *     empty.
  */
 #include "conn_frame.h"
 #include "imapd.h"
@@ -69,7 +75,7 @@ static void conn_close_now(struct conn *c, const char *why)
     log_event("disconnect %s (%s): %llu bytes in, %llu out", c->peer, why,
               (unsigned long long)c->bytes_in, (unsigned long long)c->bytes_out);
     c->dead = 1;
-    loop_del(c->fd);
+    loop_del(c->fd, &c->handler);
     if (c->ssl != NULL) {
         SSL_free(c->ssl);
         c->ssl = NULL;
@@ -171,6 +177,15 @@ void conn_flush(struct conn *c)
         }
         buf_consume(&c->out, (size_t)n);
         c->bytes_out += (uint64_t)n;
+        if (c->stream_wait) {
+            c->last_active_ms = loop_now_ms(); /* a slow reader is not idle */
+        }
+    }
+    if (!c->dead && c->out.len == 0 && c->out.cap > CONN_OUTPUT_KEEP_MAX) {
+        buf_free(&c->out);
+    }
+    if (!c->dead && c->stream_wait && c->out.len < CONN_STREAM_RESUME_BELOW) {
+        imap_session_drained(c); /* posts the next chunk: c stays busy */
     }
     if (!c->dead && c->closing && c->out.len == 0 && !c->busy) {
         conn_close_now(c, "closed");
@@ -321,7 +336,8 @@ void conn_tick(int64_t now_ms)
                 continue;
             }
         }
-        if (!c->busy && now_ms - c->last_active_ms > (c->in_idle ? 4 * idle_ms : idle_ms)) {
+        if ((!c->busy || c->stream_wait) &&
+            now_ms - c->last_active_ms > (c->in_idle ? 4 * idle_ms : idle_ms)) {
             c->refs++;
             conn_write_str(c, c->proto == PROTO_IMAP ? "* BYE idle timeout\r\n"
                                                      : "421 4.4.2 idle timeout\r\n");

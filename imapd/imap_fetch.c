@@ -14,15 +14,25 @@
  *   - A non-PEEK body fetch in a read-write mailbox sets \Seen first (one mv_flags_set for
  *     the whole command), and the response then carries FLAGS for those messages.
  *
- *   - ENVELOPE, BODYSTRUCTURE, BODY and part sections (BODY[1.2], BODY[1.2.MIME]) come from
- *     imap_mime.c (GMime), parsed once per message per command, only when asked for.
+ *   - ENVELOPE, BODYSTRUCTURE and BODY come from imap_mime.c (GMime), parsed once per
+ *     message per command, only when asked for. Sections of parts (BODY[1.2], [1.2.MIME],
+ *     [2.HEADER], [2.TEXT], [2.HEADER.FIELDS (..)], through any mix of multipart and
+ *     message/rfc822 nesting) are ranges of the raw message that imap_mime_section() finds
+ *     without GMime's objects, so they are the stored bytes exactly; HEADER.FIELDS filters
+ *     the range like the top-level header, and <partial> applies to all of them.
+ *   - Streaming: the response is made in chunks. The job stops after the message that takes
+ *     its output past IMAP_FETCH_CHUNK and leaves its state (parsed items, the message
+ *     indexes, where it stopped) in s->fetch_more; the loop writes the chunk and keeps the
+ *     connection busy until its output falls below CONN_STREAM_RESUME_BELOW, then posts
+ *     the same job again, which goes on from there (imap_fetch_continue). So one FETCH of
+ *     any size holds about one chunk plus one message on the worker and as much again in
+ *     the connection's output, and a client that reads slowly slows the worker's reads
+ *     down instead of growing the server. \Seen is set and the view synced once, before
+ *     the first chunk; nothing else of the session runs in between (it stays busy).
  *
  * LIMITATIONS
- *   BODY[n.HEADER], BODY[n.TEXT], BODY[n.HEADER.FIELDS] (parts of message/rfc822 parts) are
- *   refused with NO [CANNOT]; BODY[n] of a non-leaf part is NIL. A response is
- *   built whole in the job's buffer before it is written, so one FETCH stops (NO [LIMIT])
- *   once it has produced IMAP_FETCH_OUTPUT_MAX bytes; streaming large responses in chunks is
- *   for a later milestone.
+ *   A missing part, or HEADER / TEXT of a part that is not message/rfc822, is NIL. A single
+ *   message's response (several sections of one message) is still built whole.
  */
 #include "imap_mime.h"
 #include "imap_session.h"
@@ -32,8 +42,6 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-
-#define IMAP_FETCH_OUTPUT_MAX ((size_t)256 << 20)
 
 /* Length of the header including its terminating empty line. */
 static size_t imap_header_len(const char *raw, size_t len)
@@ -105,11 +113,36 @@ imap_literal(struct buf *out, const char *data, size_t len, const struct imap_fe
     buf_add(out, data, len);
 }
 
-static void imap_section_out(struct buf *out,
-                             const struct imap_fetch_section *sec,
-                             const char *raw,
-                             size_t len,
-                             const struct imap_mime *mime)
+/* BODY[1.2...]: a range of the raw message (imap_mime.c), or NIL when there is no such part. */
+static void imap_part_section_out(struct buf *out,
+                                  const struct imap_fetch_section *sec,
+                                  const char *raw,
+                                  size_t len)
+{
+    enum imap_mime_what what = IMAP_MIME_MESSAGE_HEADER; /* HEADER, HEADER.FIELDS (.NOT) */
+    if (sec->kind == IMAP_SECTION_ALL) {
+        what = IMAP_MIME_CONTENT;
+    } else if (sec->kind == IMAP_SECTION_MIME) {
+        what = IMAP_MIME_HEADER;
+    } else if (sec->kind == IMAP_SECTION_TEXT) {
+        what = IMAP_MIME_MESSAGE_TEXT;
+    }
+    struct imap_mime_span span;
+    if (raw == NULL || imap_mime_section(raw, len, sec->part, sec->part_count, what, &span) != 0) {
+        buf_str(out, "NIL");
+    } else if (sec->kind == IMAP_SECTION_HEADER_FIELDS ||
+               sec->kind == IMAP_SECTION_HEADER_FIELDS_NOT) {
+        struct buf fields = {0};
+        imap_header_fields(&fields, sec, raw + span.offset, span.length);
+        imap_literal(out, fields.data != NULL ? fields.data : "", fields.len, sec);
+        buf_free(&fields);
+    } else {
+        imap_literal(out, raw + span.offset, span.length, sec);
+    }
+}
+
+static void
+imap_section_out(struct buf *out, const struct imap_fetch_section *sec, const char *raw, size_t len)
 {
     size_t hlen = imap_header_len(raw, len);
     buf_printf(out, "BODY[%.*s]", (int)sec->spec_len, sec->spec);
@@ -118,14 +151,7 @@ static void imap_section_out(struct buf *out,
     }
     buf_str(out, " ");
     if (sec->part_count > 0) {
-        struct buf part = {0};
-        if (mime == NULL || imap_mime_section(mime, sec->part, sec->part_count,
-                                              sec->kind == IMAP_SECTION_MIME, &part) != 0) {
-            buf_str(out, "NIL"); /* no such part, or not a leaf */
-        } else {
-            imap_literal(out, part.data != NULL ? part.data : "", part.len, sec);
-        }
-        buf_free(&part);
+        imap_part_section_out(out, sec, raw, len);
     } else if (sec->kind == IMAP_SECTION_ALL) {
         imap_literal(out, raw, len, sec);
     } else if (sec->kind == IMAP_SECTION_HEADER) {
@@ -161,9 +187,6 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
     struct imap_mime *mime = NULL;
     int need_mime =
         (items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
-    for (size_t k = 0; k < f->section_count; k++) {
-        need_mime |= f->sections[k].part_count > 0;
-    }
     if (need_mime || f->section_count > 0 ||
         (items & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0) {
         int rc = mv_message_fetch(x->s->store->store, x->s->view.mailbox, m->uid, &raw, &len);
@@ -218,7 +241,7 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
     }
     for (size_t k = 0; k < f->section_count; k++) {
         buf_str(out, " ");
-        imap_section_out(out, &f->sections[k], raw, len, mime);
+        imap_section_out(out, &f->sections[k], raw, len);
     }
     buf_str(out, ")\r\n");
     imap_mime_close(&mime);
@@ -270,20 +293,6 @@ imap_fetch_mark_seen(struct imap_ctx *x, const uint32_t *idx, size_t count, unsi
     return rc;
 }
 
-static int imap_fetch_supported(struct imap_ctx *x, const struct imap_fetch *f)
-{
-    for (size_t k = 0; k < f->section_count; k++) {
-        const struct imap_fetch_section *s = &f->sections[k];
-        if (s->part_count > 0 && s->kind != IMAP_SECTION_ALL && s->kind != IMAP_SECTION_MIME) {
-            imap_tagged(x, "NO",
-                        "[CANNOT] BODY[n.HEADER], BODY[n.TEXT] and BODY[n.HEADER.FIELDS] "
-                        "are not supported yet");
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* The FETCH modifiers (RFC 7162): (CHANGEDSINCE n) and, for UID FETCH once QRESYNC is
  * enabled, VANISHED with it, in either order. 0, or -1 with BAD written. */
 static int imap_fetch_modifiers(struct imap_ctx *x,
@@ -319,6 +328,63 @@ static int imap_fetch_modifiers(struct imap_ctx *x,
     return 0;
 }
 
+/* A FETCH between two chunks of its response (see IMPLEMENTATION NOTES). */
+struct imap_fetch_state {
+    struct imap_fetch *f;
+    struct imap_seqset *set;
+    uint32_t *idx;       /* the messages, as view indexes */
+    unsigned char *mark; /* per view index: FLAGS go with it (\Seen just set) */
+    size_t count;
+    size_t next; /* idx[next] is the next message to answer */
+    uint64_t changed_since;
+};
+
+void imap_fetch_state_free(struct imap_fetch_state **st)
+{
+    if (st == NULL || *st == NULL) {
+        return;
+    }
+    free((*st)->mark);
+    free((*st)->idx);
+    free((*st)->set);
+    free((*st)->f);
+    free(*st);
+    *st = NULL;
+}
+
+/* Answers messages from st->next on until the job's output holds IMAP_FETCH_CHUNK bytes
+ * (then x->s->fetch_more = st: the loop posts the job again once the client has read most
+ * of it), or to the end (then the tagged response, and st is freed). */
+static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
+{
+    struct imap_view *v = &x->s->view;
+    for (; st->next < st->count; st->next++) {
+        if (x->out->len >= IMAP_FETCH_CHUNK || x->out->oom) {
+            x->s->fetch_more = st;
+            return;
+        }
+        uint32_t i = st->idx[st->next];
+        if (!v->msgs[i].expunged && v->msgs[i].modseq > st->changed_since) {
+            (void)imap_fetch_one(x, st->f, i, st->mark[i]);
+        }
+    }
+    for (size_t i = 0; i < v->count; i++) {
+        v->msgs[i].reported = 0;
+    }
+    if (x->cmd->uid) {
+        (void)imap_view_sync(x->s, x->out, 1);
+    }
+    imap_tagged(x, "OK", "FETCH completed");
+    imap_fetch_state_free(&st);
+}
+
+void imap_fetch_continue(struct imap_ctx *x)
+{
+    struct imap_fetch_state *st = x->s->fetch_more;
+    x->s->fetch_more = NULL;
+    imap_fetch_produce(x, st);
+}
+
 void imap_cmd_fetch(struct imap_ctx *x)
 {
     struct imap_view *v = &x->s->view;
@@ -333,36 +399,40 @@ void imap_cmd_fetch(struct imap_ctx *x)
     if (mod != NULL && imap_fetch_modifiers(x, mod, &changed_since, &vanished) != 0) {
         return;
     }
+    struct imap_fetch_state *st = calloc(1, sizeof *st);
     struct imap_fetch *f = malloc(sizeof *f);
     struct imap_seqset *set = malloc(sizeof *set);
-    uint32_t *idx = NULL;
-    unsigned char *mark = NULL;
-    size_t count = 0;
     const struct imap_node *set_node = imap_arg(x->cmd, 0);
-    if (f == NULL || set == NULL) {
+    if (st != NULL) {
+        st->f = f;
+        st->set = set;
+        st->changed_since = changed_since;
+    }
+    if (st == NULL || f == NULL || set == NULL) {
         imap_tagged(x, "NO", "[SERVERBUG] out of memory");
     } else if (set_node->type != IMAP_NODE_ATOM ||
                imap_parse_seqset(set_node->data, set_node->len, set) != 0) {
         imap_tagged(x, "BAD", "bad sequence set");
     } else if (imap_parse_fetch(x->cmd, imap_arg(x->cmd, 1), f, err, sizeof err) != 0) {
         imap_tagged(x, "BAD", "%s", err);
-    } else if (imap_fetch_supported(x, f)) {
+    } else {
         if (mod != NULL || (f->items & IMAP_FETCH_MODSEQ) != 0) {
             f->items |= IMAP_FETCH_MODSEQ;
             x->s->condstore = 1;
         }
-        int rc = imap_view_resolve(v, set, x->cmd->uid, &idx, &count);
-        mark = calloc(v->count + 1, 1);
+        int rc = imap_view_resolve(v, set, x->cmd->uid, &st->idx, &st->count);
+        st->mark = calloc(v->count + 1, 1);
         if (rc == -1) {
             imap_tagged(x, "BAD", "no such message sequence number");
-        } else if (rc != 0 || mark == NULL) {
+        } else if (rc != 0 || st->mark == NULL) {
             imap_tagged(x, "NO", "[SERVERBUG] out of memory");
         } else {
             for (size_t i = 0; i < v->count; i++) {
                 v->msgs[i].reported = 0;
             }
-            rc = !v->readonly && imap_fetch_sets_seen(f) ? imap_fetch_mark_seen(x, idx, count, mark)
-                                                         : MV_OK;
+            rc = !v->readonly && imap_fetch_sets_seen(f)
+                     ? imap_fetch_mark_seen(x, st->idx, st->count, st->mark)
+                     : MV_OK;
             if (rc == MV_OK) {
                 /* Picks up the \Seen just set (quietly) before the responses use the flags;
                  * no EXPUNGE during FETCH (RFC 3501 7.4.1), so indexes stay valid. */
@@ -371,35 +441,19 @@ void imap_cmd_fetch(struct imap_ctx *x)
             if (rc == MV_OK && vanished) { /* RFC 7162 3.2.6: before the FETCHes */
                 rc = imap_qresync_vanished(x->s, x->out, changed_since, set);
             }
-            for (size_t i = 0; rc == MV_OK && i < count; i++) {
-                if (x->out->len > IMAP_FETCH_OUTPUT_MAX) {
-                    rc = MV_ELIMIT; /* responses are built whole: see LIMITATIONS */
-                    break;
-                }
-                if (!v->msgs[idx[i]].expunged && v->msgs[idx[i]].modseq > changed_since) {
-                    (void)imap_fetch_one(x, f, idx[i], mark[idx[i]]);
-                }
+            if (rc == MV_OK) {
+                imap_fetch_produce(x, st); /* takes st */
+                return;
             }
             for (size_t i = 0; i < v->count; i++) {
                 v->msgs[i].reported = 0;
             }
-            if (rc == MV_ELIMIT) {
-                imap_tagged(x, "NO",
-                            "[LIMIT] the response would exceed %u MiB: fetch fewer "
-                            "messages at a time",
-                            (unsigned)(IMAP_FETCH_OUTPUT_MAX >> 20));
-            } else if (rc != MV_OK) {
-                imap_tagged_store_error(x, rc, "FETCH");
-            } else {
-                if (x->cmd->uid) {
-                    (void)imap_view_sync(x->s, x->out, 1);
-                }
-                imap_tagged(x, "OK", "FETCH completed");
-            }
+            imap_tagged_store_error(x, rc, "FETCH");
         }
     }
-    free(mark);
-    free(idx);
-    free(set);
-    free(f);
+    if (st == NULL) {
+        free(set);
+        free(f);
+    }
+    imap_fetch_state_free(&st);
 }

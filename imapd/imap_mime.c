@@ -5,13 +5,21 @@
  * USAGE
  *   struct imap_mime *m; imap_mime_open(raw, len, &m);   (MV_OK or MV_ENOMEM)
  *   imap_mime_envelope(m, out); imap_mime_bodystructure(m, out, 1);
- *   imap_mime_section(m, part, count, mime_headers, &bytes)  (0, or -1: no such part)
  *   imap_mime_close(&m);
+ *   imap_mime_section(raw, len, part, count, IMAP_MIME_CONTENT, &span)  (0, or -1: no such
+ *   part); the section is raw + span.offset, span.length bytes.
  *
  * IMPLEMENTATION NOTES
  *   - GMime parses a copy of the message with a persistent stream, so each leaf part's
- *     content is a substream of the original bytes: sizes, line counts and BODY[n] are the
- *     part's encoded octets exactly as stored.
+ *     content is a substream of the original bytes: sizes and line counts are the part's
+ *     encoded octets exactly as stored.
+ *   - Sections of parts are found without GMime's objects, by walking the raw bytes: a
+ *     part's header ends at its first empty line (CRLF or bare LF); a multipart's part k
+ *     runs from the end of the k-th delimiter line ("--boundary" plus padding) to the line
+ *     break before the next one (the break belongs to the delimiter, RFC 2046 5.1.1), or to
+ *     the end of the enclosing entity when the close delimiter is missing. Only GMime's
+ *     Content-Type parser is used, so the numbering agrees with BODYSTRUCTURE. BODY[n.MIME]
+ *     is the part's header bytes as stored (with the empty line), not a re-serialisation.
  *   - GMime allocates about 1.3 KB per part and 0.5 KB per header field it builds (measured
  *     for the store, see src/store/store_parse.c), so a message with more than
  *     IMAP_MIME_STRUCTURE_MAX lines that could open a part or a field is described as one
@@ -21,9 +29,12 @@
  *     re-encoded as an RFC 2047 word. Sender and Reply-To default to From.
  *
  * LIMITATIONS
- *   BODY[n] of a multipart or message/rfc822 part, and BODY[n.HEADER] / BODY[n.TEXT], are not
- *   served (the caller answers NO); the size of a message/rfc822 part is that of GMime's
- *   re-serialisation of it, which equals the original for well-formed mail.
+ *   The size and lines of a message/rfc822 part in BODYSTRUCTURE are those of its bytes as
+ *   stored (BODY[n]'s length), found by the same raw walk as sections; only where that walk
+ *   and GMime disagree on the structure (broken MIME) do they fall back to GMime's
+ *   re-serialisation of the part. A part
+ *   section costs a scan of the enclosing entities per level (fine for the 8 levels the
+ *   parser allows).
  */
 #include "imap_mime.h"
 
@@ -37,6 +48,8 @@
 
 struct imap_mime {
     GMimeMessage *message; /* NULL: not MIME-parsable, described as one text part */
+    GMimeStream *stream;   /* GMime's copy of the message (with message) */
+    const char *raw;       /* its bytes: the raw message, for exact part sizes */
     size_t size;
     size_t lines;
     size_t body_size; /* of the fallback single part */
@@ -97,7 +110,13 @@ int imap_mime_open(const char *raw, size_t len, struct imap_mime **out)
         g_mime_parser_set_persist_stream(parser, TRUE);
         m->message = g_mime_parser_construct_message(parser, NULL);
         g_object_unref(parser);
-        g_object_unref(stream); /* the message's substreams keep it alive */
+        if (m->message != NULL) { /* the copy is the raw message for BODYSTRUCTURE's sizes */
+            GByteArray *bytes = g_mime_stream_mem_get_byte_array(GMIME_STREAM_MEM(stream));
+            m->stream = stream;
+            m->raw = bytes != NULL && bytes->len == len ? (const char *)bytes->data : NULL;
+        } else {
+            g_object_unref(stream);
+        }
     }
     *out = m;
     return MV_OK;
@@ -110,6 +129,9 @@ void imap_mime_close(struct imap_mime **m)
     }
     if ((*m)->message != NULL) {
         g_object_unref((*m)->message);
+    }
+    if ((*m)->stream != NULL) {
+        g_object_unref((*m)->stream);
     }
     free(*m);
     *m = NULL;
@@ -270,6 +292,183 @@ void imap_mime_envelope(const struct imap_mime *m, struct buf *out)
     imap_mime_envelope_of(out, GMIME_OBJECT(m->message));
 }
 
+/* ---- The raw message: entities, delimiters, parts (for sections and sizes) ---- */
+
+enum imap_mime_kind {
+    IMAP_MIME_LEAF = 0,
+    IMAP_MIME_MULTIPART,
+    IMAP_MIME_DIGEST, /* multipart/digest: its parts default to message/rfc822 */
+    IMAP_MIME_MESSAGE
+};
+
+/* An entity: header [begin, body), content [body, end). message: a message (the top one or
+ * one inside a message/rfc822 part), whose part numbers count into its body. */
+struct imap_mime_entity {
+    size_t begin;
+    size_t body;
+    size_t end;
+    int message;
+    int digest_child;
+};
+
+static size_t imap_mime_line_end(const char *raw, size_t at, size_t end)
+{
+    const char *nl = memchr(raw + at, '\n', end - at);
+    return nl != NULL ? (size_t)(nl - raw) + 1 : end;
+}
+
+/* Where the content of the entity at begin starts: after its first empty line (CRLF or LF),
+ * or end when it is all header. */
+static size_t imap_mime_body_start(const char *raw, size_t begin, size_t end)
+{
+    for (size_t at = begin; at < end;) {
+        if (raw[at] == '\n' || (raw[at] == '\r' && at + 1 < end && raw[at + 1] == '\n')) {
+            return imap_mime_line_end(raw, at, end);
+        }
+        at = imap_mime_line_end(raw, at, end);
+    }
+    return end;
+}
+
+/* The Content-Type value of the header [begin, body) (malloc'd, NUL-terminated), or NULL. */
+static char *imap_mime_content_type_value(const char *raw, size_t begin, size_t body)
+{
+    static const char name[] = "Content-Type";
+    for (size_t at = begin; at < body;) {
+        size_t end = at;
+        do { /* a field: its line and the continuation lines */
+            end = imap_mime_line_end(raw, end, body);
+        } while (end < body && (raw[end] == ' ' || raw[end] == '\t'));
+        const char *colon = memchr(raw + at, ':', end - at);
+        size_t name_len = colon != NULL ? (size_t)(colon - (raw + at)) : 0;
+        while (name_len > 0 && (raw[at + name_len - 1] == ' ' || raw[at + name_len - 1] == '\t')) {
+            name_len--;
+        }
+        if (name_len == sizeof name - 1 && strncasecmp(raw + at, name, name_len) == 0) {
+            size_t from = (size_t)(colon - raw) + 1;
+            char *value = malloc(end - from + 1);
+            if (value == NULL) {
+                return NULL;
+            }
+            for (size_t i = from; i < end; i++) { /* unfolds: CR, LF and NUL become spaces */
+                value[i - from] = raw[i];
+                if (raw[i] == '\r' || raw[i] == '\n' || raw[i] == '\0') {
+                    value[i - from] = ' ';
+                }
+            }
+            value[end - from] = '\0';
+            return value;
+        }
+        at = end;
+    }
+    return NULL;
+}
+
+/* The kind of e from its Content-Type (as GMime reads it); *boundary (g_free) for multiparts. */
+static enum imap_mime_kind
+imap_mime_entity_kind(const char *raw, const struct imap_mime_entity *e, char **boundary)
+{
+    enum imap_mime_kind kind = e->digest_child ? IMAP_MIME_MESSAGE : IMAP_MIME_LEAF;
+    char *value = imap_mime_content_type_value(raw, e->begin, e->body);
+    *boundary = NULL;
+    if (value == NULL) {
+        return kind;
+    }
+    GMimeContentType *ct = g_mime_content_type_parse(NULL, value);
+    free(value);
+    const char *type = ct != NULL ? g_mime_content_type_get_media_type(ct) : NULL;
+    const char *sub = ct != NULL ? g_mime_content_type_get_media_subtype(ct) : NULL;
+    kind = IMAP_MIME_LEAF;
+    if (type != NULL && sub != NULL && strcasecmp(type, "multipart") == 0) {
+        const char *b = g_mime_content_type_get_parameter(ct, "boundary");
+        *boundary = b != NULL ? g_strdup(b) : NULL;
+        kind = strcasecmp(sub, "digest") == 0 ? IMAP_MIME_DIGEST : IMAP_MIME_MULTIPART;
+    } else if (type != NULL && sub != NULL && strcasecmp(type, "message") == 0 &&
+               (strcasecmp(sub, "rfc822") == 0 || strcasecmp(sub, "news") == 0 ||
+                strcasecmp(sub, "global") == 0)) {
+        kind = IMAP_MIME_MESSAGE;
+    }
+    if (ct != NULL) {
+        g_object_unref(ct);
+    }
+    return kind;
+}
+
+/* 1 if the line at [at, end) is a delimiter of boundary; *close set for "--boundary--". */
+static int
+imap_mime_delimiter(const char *raw, size_t at, size_t end, const char *boundary, int *close)
+{
+    size_t n = strlen(boundary);
+    if (end - at < n + 2 || raw[at] != '-' || raw[at + 1] != '-' ||
+        strncmp(raw + at + 2, boundary, n) != 0) {
+        return 0;
+    }
+    at += n + 2;
+    *close = end - at >= 2 && raw[at] == '-' && raw[at + 1] == '-';
+    for (at += *close ? 2 : 0; at < end; at++) { /* only transport padding may follow */
+        if (raw[at] != ' ' && raw[at] != '\t' && raw[at] != '\r' && raw[at] != '\n') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The next part of the multipart parent after *at (a line start in its content): skips to the
+ * next delimiter line (past the preamble the first time); the part runs to the line break
+ * before the following delimiter (the break belongs to the delimiter, RFC 2046 5.1.1) or,
+ * when the close delimiter is missing, to parent->end. 0, or -1 after the last part. */
+static int imap_mime_next_part(const char *raw,
+                               const struct imap_mime_entity *parent,
+                               const char *boundary,
+                               int digest,
+                               size_t *at,
+                               struct imap_mime_entity *part)
+{
+    size_t pos = *at, next = *at;
+    int close = 0, found = 0;
+    for (; pos < parent->end && !found; pos = found ? pos : next) {
+        next = imap_mime_line_end(raw, pos, parent->end);
+        found = imap_mime_delimiter(raw, pos, next, boundary, &close);
+    }
+    if (!found || close) {
+        return -1;
+    }
+    size_t start = next;
+    for (pos = start; pos < parent->end; pos = next) {
+        next = imap_mime_line_end(raw, pos, parent->end);
+        if (imap_mime_delimiter(raw, pos, next, boundary, &close)) {
+            break;
+        }
+    }
+    size_t stop = pos;
+    if (pos < parent->end) {
+        stop -= stop > start && raw[stop - 1] == '\n';
+        stop -= stop > start && raw[stop - 1] == '\r';
+    }
+    part->begin = start;
+    part->body = imap_mime_body_start(raw, start, stop);
+    part->end = stop;
+    part->message = 0;
+    part->digest_child = digest;
+    *at = pos;
+    return 0;
+}
+
+/* Part number (1-based) of the multipart e: e becomes that part. */
+static int imap_mime_child(
+    const char *raw, struct imap_mime_entity *e, const char *boundary, uint32_t number, int digest)
+{
+    struct imap_mime_entity part = {0, 0, 0, 0, 0};
+    size_t at = e->body;
+    for (uint32_t i = 0; i < number; i++) {
+        if (imap_mime_next_part(raw, e, boundary, digest, &at, &part) != 0) {
+            return -1;
+        }
+    }
+    *e = part;
+    return 0;
+}
+
 /* ---- BODYSTRUCTURE ---- */
 
 static void imap_mime_upper_string(struct buf *out, const char *s, const char *fallback)
@@ -347,16 +546,36 @@ static void imap_mime_content_size(GMimePart *part, size_t *size, size_t *lines)
     (void)g_mime_stream_reset(s);
 }
 
-static void imap_mime_body(struct buf *out, GMimeObject *obj, int ext, int depth);
+/* The BODYSTRUCTURE walk: raw is the message, span the bytes of the object described (NULL
+ * when the raw walk lost track of GMime's structure: then GMime's sizes are used). */
+static void imap_mime_body(struct buf *out,
+                           GMimeObject *obj,
+                           int ext,
+                           int depth,
+                           const char *raw,
+                           const struct imap_mime_entity *span);
 
-static void imap_mime_multipart(struct buf *out, GMimeObject *obj, int ext, int depth)
+static void imap_mime_multipart(struct buf *out,
+                                GMimeObject *obj,
+                                int ext,
+                                int depth,
+                                const char *raw,
+                                const struct imap_mime_entity *span)
 {
     GMimeMultipart *mp = GMIME_MULTIPART(obj);
     int n = g_mime_multipart_get_count(mp);
     GMimeContentType *ct = g_mime_object_get_content_type(obj);
+    const char *boundary = g_mime_multipart_get_boundary(mp);
+    const char *sub = ct != NULL ? g_mime_content_type_get_media_subtype(ct) : NULL;
+    int digest = sub != NULL && strcasecmp(sub, "digest") == 0;
+    int known = span != NULL && boundary != NULL && boundary[0] != '\0';
+    size_t at = known ? span->body : 0;
     buf_str(out, "(");
     for (int i = 0; i < n; i++) {
-        imap_mime_body(out, g_mime_multipart_get_part(mp, i), ext, depth + 1);
+        struct imap_mime_entity part = {0, 0, 0, 0, 0};
+        known = known && imap_mime_next_part(raw, span, boundary, digest, &at, &part) == 0;
+        imap_mime_body(out, g_mime_multipart_get_part(mp, i), ext, depth + 1, raw,
+                       known ? &part : NULL);
     }
     if (n == 0) { /* RFC 3501 needs at least one part: an empty text part */
         buf_str(out, "(\"TEXT\" \"PLAIN\" NIL NIL NIL \"7BIT\" 0 0)");
@@ -403,13 +622,28 @@ static void imap_mime_extension(struct buf *out, GMimeObject *obj)
     imap_mime_nstring_field(out, obj, "Content-Location");
 }
 
-static void imap_mime_message_part(struct buf *out, GMimeObject *obj, int ext, int depth)
+static void imap_mime_message_part(struct buf *out,
+                                   GMimeObject *obj,
+                                   int ext,
+                                   int depth,
+                                   const char *raw,
+                                   const struct imap_mime_entity *span)
 {
     GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(obj));
-    char *text = inner != NULL ? g_mime_object_to_string(GMIME_OBJECT(inner), NULL) : NULL;
-    size_t size = text != NULL ? strlen(text) : 0;
-    size_t lines = text != NULL ? imap_count_lines(text, size) : 0;
-    g_free(text);
+    size_t size = 0, lines = 0;
+    struct imap_mime_entity message = {0, 0, 0, 1, 0};
+    if (span != NULL) { /* the bytes as stored: BODY[n] has exactly this size */
+        size = span->end - span->body;
+        lines = imap_count_lines(raw + span->body, size);
+        message.begin = span->body;
+        message.body = imap_mime_body_start(raw, span->body, span->end);
+        message.end = span->end;
+    } else if (inner != NULL) {
+        char *text = g_mime_object_to_string(GMIME_OBJECT(inner), NULL);
+        size = text != NULL ? strlen(text) : 0;
+        lines = text != NULL ? imap_count_lines(text, size) : 0;
+        g_free(text);
+    }
     char *encoding = imap_mime_field(obj, "Content-Transfer-Encoding");
     buf_str(out, "(");
     imap_mime_basic(out, obj, encoding, size);
@@ -418,7 +652,8 @@ static void imap_mime_message_part(struct buf *out, GMimeObject *obj, int ext, i
     if (inner != NULL) {
         imap_mime_envelope_of(out, GMIME_OBJECT(inner));
         buf_str(out, " ");
-        imap_mime_body(out, g_mime_message_get_mime_part(inner), ext, depth + 1);
+        imap_mime_body(out, g_mime_message_get_mime_part(inner), ext, depth + 1, raw,
+                       span != NULL ? &message : NULL);
     } else {
         buf_str(out, "(NIL NIL NIL NIL NIL NIL NIL NIL NIL NIL) (\"TEXT\" \"PLAIN\" NIL NIL NIL "
                      "\"7BIT\" 0 0)");
@@ -430,18 +665,23 @@ static void imap_mime_message_part(struct buf *out, GMimeObject *obj, int ext, i
     buf_str(out, ")");
 }
 
-static void imap_mime_body(struct buf *out, GMimeObject *obj, int ext, int depth)
+static void imap_mime_body(struct buf *out,
+                           GMimeObject *obj,
+                           int ext,
+                           int depth,
+                           const char *raw,
+                           const struct imap_mime_entity *span)
 {
     if (obj == NULL || depth > IMAP_MIME_DEPTH_MAX) {
         buf_str(out, "(\"TEXT\" \"PLAIN\" NIL NIL NIL \"7BIT\" 0 0)");
         return;
     }
     if (GMIME_IS_MULTIPART(obj)) {
-        imap_mime_multipart(out, obj, ext, depth);
+        imap_mime_multipart(out, obj, ext, depth, raw, span);
         return;
     }
     if (GMIME_IS_MESSAGE_PART(obj)) {
-        imap_mime_message_part(out, obj, ext, depth);
+        imap_mime_message_part(out, obj, ext, depth, raw, span);
         return;
     }
     size_t size = 0, lines = 0;
@@ -472,70 +712,81 @@ void imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int ext
                    m->body_size, m->body_lines, extensible ? " NIL NIL NIL NIL" : "");
         return;
     }
-    imap_mime_body(out, g_mime_message_get_mime_part(m->message), extensible, 0);
+    /* The top part has the message's header and body. */
+    struct imap_mime_entity top = {0, 0, m->size, 1, 0};
+    if (m->raw != NULL) {
+        top.body = imap_mime_body_start(m->raw, 0, m->size);
+    }
+    imap_mime_body(out, g_mime_message_get_mime_part(m->message), extensible, 0, m->raw,
+                   m->raw != NULL ? &top : NULL);
 }
 
 /* ---- BODY[part] ---- */
 
-static GMimeObject *imap_mime_find(const struct imap_mime *m, const uint32_t *part, size_t count)
+/* One part number from e (RFC 3501 6.4.5): into a multipart's parts; a message/rfc822 part
+ * steps into its message first; a single part has only part 1, itself. */
+static int imap_mime_step(const char *raw, struct imap_mime_entity *e, uint32_t number, int flat)
 {
-    GMimeObject *obj = m->message != NULL ? g_mime_message_get_mime_part(m->message) : NULL;
-    for (size_t i = 0; obj != NULL && i < count; i++) {
-        if (GMIME_IS_MESSAGE_PART(obj)) {
-            GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(obj));
-            obj = inner != NULL ? g_mime_message_get_mime_part(inner) : NULL;
-            if (obj == NULL) {
-                return NULL;
-            }
-        }
-        if (GMIME_IS_MULTIPART(obj)) {
-            GMimeMultipart *mp = GMIME_MULTIPART(obj);
-            if (part[i] > (uint32_t)g_mime_multipart_get_count(mp)) {
-                return NULL;
-            }
-            obj = g_mime_multipart_get_part(mp, (int)part[i] - 1);
-        } else if (part[i] != 1) {
-            return NULL; /* a single part has only part 1 */
-        }
+    char *boundary = NULL;
+    if (number == 0) {
+        return -1;
     }
-    return obj;
+    enum imap_mime_kind kind = flat ? IMAP_MIME_LEAF : imap_mime_entity_kind(raw, e, &boundary);
+    if (!e->message && kind == IMAP_MIME_MESSAGE) {
+        e->begin = e->body;
+        e->body = imap_mime_body_start(raw, e->begin, e->end);
+        e->message = 1;
+        e->digest_child = 0;
+        kind = imap_mime_entity_kind(raw, e, &boundary);
+    }
+    int rc = 0;
+    if (kind == IMAP_MIME_MULTIPART || kind == IMAP_MIME_DIGEST) {
+        rc = boundary != NULL && boundary[0] != '\0'
+                 ? imap_mime_child(raw, e, boundary, number, kind == IMAP_MIME_DIGEST)
+                 : -1; /* GMime: no parts */
+    } else if (number == 1) {
+        e->message = 0; /* the same bytes, now as the part */
+    } else {
+        rc = -1;
+    }
+    g_free(boundary);
+    return rc;
 }
 
-int imap_mime_section(const struct imap_mime *m,
+int imap_mime_section(const char *raw,
+                      size_t len,
                       const uint32_t *part,
                       size_t count,
-                      int mime_headers,
-                      struct buf *bytes)
+                      enum imap_mime_what what,
+                      struct imap_mime_span *span)
 {
-    GMimeObject *obj = imap_mime_find(m, part, count);
-    if (obj == NULL) {
+    struct imap_mime_entity e = {0, imap_mime_body_start(raw, 0, len), len, 1, 0};
+    int flat = imap_mime_structure_lines(raw, len) > IMAP_MIME_STRUCTURE_MAX;
+    if (count == 0 || count > IMAP_MIME_DEPTH_MAX) {
         return -1;
     }
-    if (mime_headers) {
-        GMimeFormatOptions *opts = g_mime_format_options_new();
-        g_mime_format_options_set_newline_format(opts, GMIME_NEWLINE_FORMAT_DOS);
-        char *headers = g_mime_object_get_headers(obj, opts);
-        g_mime_format_options_free(opts);
-        if (headers != NULL) {
-            buf_str(bytes, headers);
+    for (size_t i = 0; i < count; i++) {
+        if (imap_mime_step(raw, &e, part[i], flat) != 0) {
+            return -1;
         }
-        buf_str(bytes, "\r\n");
-        g_free(headers);
-        return 0;
+        flat = 0; /* the fallback describes the top message only */
     }
-    if (!GMIME_IS_PART(obj)) {
-        return -1;
+    size_t from = e.body, to = e.end; /* IMAP_MIME_CONTENT */
+    if (what == IMAP_MIME_HEADER) {
+        from = e.begin;
+        to = e.body;
+    } else if (what == IMAP_MIME_MESSAGE_HEADER || what == IMAP_MIME_MESSAGE_TEXT) {
+        char *boundary = NULL;
+        enum imap_mime_kind kind = imap_mime_entity_kind(raw, &e, &boundary);
+        g_free(boundary);
+        if (kind != IMAP_MIME_MESSAGE) {
+            return -1; /* HEADER and TEXT name parts of a message/rfc822 part */
+        }
+        size_t inner = imap_mime_body_start(raw, e.body, e.end);
+        from = what == IMAP_MIME_MESSAGE_HEADER ? e.body : inner;
+        to = what == IMAP_MIME_MESSAGE_HEADER ? inner : e.end;
     }
-    GMimeDataWrapper *w = g_mime_part_get_content(GMIME_PART(obj));
-    GMimeStream *s = w != NULL ? g_mime_data_wrapper_get_stream(w) : NULL;
-    char chunk[8192];
-    ssize_t n;
-    if (s == NULL || g_mime_stream_reset(s) != 0) {
-        return 0; /* an empty part */
-    }
-    while ((n = g_mime_stream_read(s, chunk, sizeof chunk)) > 0) {
-        buf_add(bytes, chunk, (size_t)n);
-    }
-    (void)g_mime_stream_reset(s);
+    span->offset = from;
+    span->length = to - from;
     return 0;
 }

@@ -21,12 +21,30 @@ void imap_mime_close(struct imap_mime **m);
 void imap_mime_envelope(const struct imap_mime *m, struct buf *out);
 /* BODYSTRUCTURE (extensible 1) or BODY (0). */
 void imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int extensible);
-/* The content of part (part numbers as in BODY[1.2]), or its MIME header block if
- * mime_headers: appended to bytes. 0, or -1 if there is no such part or it is not a leaf. */
-int imap_mime_section(const struct imap_mime *m,
+/* What imap_mime_section() locates in a part. */
+enum imap_mime_what {
+    IMAP_MIME_CONTENT = 0,    /* BODY[1.2]: the part's content, without its MIME header */
+    IMAP_MIME_HEADER,         /* BODY[1.2.MIME]: the part's MIME header, with the empty line */
+    IMAP_MIME_MESSAGE_HEADER, /* BODY[1.2.HEADER]: header of a message/rfc822 part's message */
+    IMAP_MIME_MESSAGE_TEXT    /* BODY[1.2.TEXT]: body of a message/rfc822 part's message */
+};
+
+/* A byte range of the message: raw + offset, length bytes. */
+struct imap_mime_span {
+    size_t offset;
+    size_t length;
+};
+
+/* Locates a section of the message raw (len bytes) for part numbers part[0..count) as in
+ * BODY[1.2.3] (RFC 3501 6.4.5), straight from the raw bytes (no re-serialisation): *span is
+ * a range of raw. Pure apart from GMime's Content-Type parser (imap_mime_init() first);
+ * thread-safe. 0, or -1 if there is no such part (or HEADER / TEXT of a part that is not
+ * message/rfc822, or count is 0 or above 32). */
+int imap_mime_section(const char *raw,
+                      size_t len,
                       const uint32_t *part,
                       size_t count,
-                      int mime_headers,
-                      struct buf *bytes);
+                      enum imap_mime_what what,
+                      struct imap_mime_span *span);
 
 #endif /* MV_IMAP_MIME_H */

@@ -194,7 +194,9 @@ static void imap_job_run(struct job *job)
 {
     struct imap_job *j = (struct imap_job *)job;
     struct imap_ctx x = {.s = j->s, .cmd = &j->cmd, .out = &job->out};
-    if (j->raw) {
+    if (j->s->fetch_more != NULL) { /* the next chunk of a FETCH response */
+        imap_fetch_continue(&x);
+    } else if (j->raw) {
         imap_cmd_authenticate(&x, (const char *)j->bytes, j->len);
     } else if (j->s->state == IMAP_NOT_AUTH) {
         if (strcmp(j->cmd.name, "LOGIN") == 0) {
@@ -221,6 +223,7 @@ static void imap_job_run(struct job *job)
         buf_free(&job->out);
         buf_printf(&job->out, "* BYE out of memory\r\n");
         x.logout = 1;
+        imap_fetch_state_free(&j->s->fetch_more);
     }
     x.logout |= j->s->gone;
     j->delay_ms = x.delay_ms;
@@ -320,6 +323,17 @@ static void imap_job_done(struct job *job)
         }
         if (j->delay_ms > 0) {
             conn_hold(c, throttle_failure(c->peer_addr, j->delay_ms));
+        }
+    }
+    buf_free(&job->out);
+    if (j->s->fetch_more != NULL) { /* a FETCH response goes on: see imap_session_drained */
+        if (c->dead || j->logout) {
+            imap_fetch_state_free(&j->s->fetch_more);
+        } else {
+            j->s->stream_job = j; /* the connection stays busy */
+            c->stream_wait = 1;
+            conn_flush(c); /* may post the job again at once */
+            return;
         }
     }
     if (!j->raw && j->s->state != IMAP_NOT_AUTH && imap_command_changes(j->cmd.name)) {
@@ -642,12 +656,29 @@ static void imap_end_done(struct job *job)
     free(job);
 }
 
+void imap_session_drained(struct conn *c)
+{
+    struct imap_session *s = c->session;
+    struct imap_job *j = s != NULL ? s->stream_job : NULL;
+    c->stream_wait = 0;
+    if (j == NULL) {
+        return;
+    }
+    s->stream_job = NULL;
+    worker_post(s->worker, &j->job); /* the next chunk */
+}
+
 void imap_session_end(struct conn *c)
 {
     struct imap_session *s = c->session;
     c->session = NULL;
     if (s == NULL) {
         return;
+    }
+    if (s->stream_job != NULL) { /* a FETCH waiting for the client to read: dropped */
+        imap_fetch_state_free(&s->fetch_more);
+        imap_job_free(s->stream_job);
+        s->stream_job = NULL;
     }
     imap_idle_list_remove(s);
     s->conn = NULL;

@@ -58,6 +58,10 @@ struct imap_session {
     struct imap_session *idle_prev, *idle_next;
     int idle_listed;
     int idle_notified; /* a change came while a job was in flight: look again after it */
+    /* A FETCH whose response goes on (imap_fetch.c): set by the job, read by the loop after
+     * it, which posts the job again (stream_job) once the output has drained. */
+    struct imap_fetch_state *fetch_more;
+    void *stream_job; /* loop thread only: the job waiting for the drain */
 };
 
 #define IMAP_LOGIN_FAILURES_MAX 3
@@ -120,7 +124,16 @@ void imap_cmd_close(struct imap_ctx *x);
 void imap_cmd_idle(struct imap_ctx *x);
 void imap_cmd_unselect(struct imap_ctx *x);
 /* ---- imap_fetch.c ---- */
+/* A FETCH response is produced in chunks of about IMAP_FETCH_CHUNK bytes (plus one message's
+ * response); the next chunk is made once the connection's output is below
+ * CONN_STREAM_RESUME_BELOW bytes (imapd.h). */
+#define IMAP_FETCH_CHUNK ((size_t)1 << 20)
+struct imap_fetch_state;
 void imap_cmd_fetch(struct imap_ctx *x);
+/* The next chunk of the FETCH in x->s->fetch_more. */
+void imap_fetch_continue(struct imap_ctx *x);
+/* Frees a FETCH that will not go on (the connection is gone). */
+void imap_fetch_state_free(struct imap_fetch_state **st);
 /* ---- imap_search.c ---- */
 void imap_cmd_search(struct imap_ctx *x);
 

@@ -43,6 +43,10 @@ struct config {
 };
 #define CONFIG_SMALL_LITERAL_MAX 65536
 #define CONFIG_OUTPUT_MAX        (4u << 20) /* reading pauses while more is queued */
+/* A response made in chunks (FETCH) gets its next chunk once less than this is queued. */
+#define CONN_STREAM_RESUME_BELOW ((size_t)256 << 10)
+/* An output buffer this large is freed once empty (a big response left it grown). */
+#define CONN_OUTPUT_KEEP_MAX ((size_t)1 << 20)
 
 void config_defaults(struct config *c);
 /* Applies one "key = value" setting; 0, or -1 with a message in err. */
@@ -92,7 +96,9 @@ struct loop_handler {
 };
 int loop_init(void);
 int loop_add(int fd, uint32_t events, struct loop_handler *h);
-void loop_del(int fd);
+/* Removes fd from the loop; an event for h already returned in the batch being run is
+ * dropped, so h's owner may be freed once this returns. */
+void loop_del(int fd, const struct loop_handler *h);
 int64_t loop_now_ms(void);
 /* Runs until loop_stop(); calls tick at least every second with the current time. */
 void loop_run(void (*tick)(int64_t now_ms));
@@ -118,6 +124,7 @@ struct conn {
     int raw_line;          /* the next line is a SASL response or IDLE's DONE */
     int in_idle;           /* IMAP IDLE: the idle timeout is 4 x idle_timeout_s */
     int busy;              /* a job is in flight, or output is held (auth delay) */
+    int stream_wait;       /* busy with a response that goes on once out drains */
     int closing;           /* close once the output is written */
     int dead;              /* the socket is gone; freed when refs drops to 0 */
     int refs;              /* jobs in flight that refer to this connection */
@@ -212,7 +219,10 @@ const struct config *worker_config(const struct worker *w);
 void imap_session_start(struct conn *c);
 /* Processes framed input; returns when busy or out of complete commands. */
 void imap_session_input(struct conn *c);
-void imap_session_end(struct conn *c);                  /* the socket is gone */
+void imap_session_end(struct conn *c); /* the socket is gone */
+/* The output of a connection in stream_wait fell below CONN_STREAM_RESUME_BELOW: the
+ * response goes on (the next chunk of a FETCH). */
+void imap_session_drained(struct conn *c);
 void imap_session_tick(struct conn *c, int64_t now_ms); /* IDLE polls */
 /* On the loop, after a job that may have changed a mailbox of user completed: every
  * session of user in IDLE (but except) looks for changes now (IDLE push). */

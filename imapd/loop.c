@@ -14,6 +14,11 @@
 
 static int loop_fd = -1;
 static volatile int loop_running;
+/* The batch epoll_wait returned and the index of the next event to run: a handler that
+ * closes another fd (a worker's completion closing a connection whose peer is gone) must
+ * not leave that fd's pending event pointing at memory about to be freed. */
+static struct epoll_event *loop_batch;
+static int loop_batch_next, loop_batch_count;
 
 int loop_init(void)
 {
@@ -27,9 +32,14 @@ int loop_add(int fd, uint32_t events, struct loop_handler *h)
     return epoll_ctl(loop_fd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-void loop_del(int fd)
+void loop_del(int fd, const struct loop_handler *h)
 {
     (void)epoll_ctl(loop_fd, EPOLL_CTL_DEL, fd, NULL);
+    for (int i = loop_batch_next; i < loop_batch_count; i++) {
+        if (loop_batch[i].data.ptr == h) {
+            loop_batch[i].data.ptr = NULL; /* already returned by epoll_wait: skip it */
+        }
+    }
 }
 
 int64_t loop_now_ms(void)
@@ -57,10 +67,17 @@ void loop_run(void (*tick)(int64_t now_ms))
             log_event("epoll_wait failed: errno %d", errno);
             break;
         }
-        for (int i = 0; i < n; i++) {
+        loop_batch = events;
+        loop_batch_count = n > 0 ? n : 0;
+        for (int i = 0; i < loop_batch_count; i++) {
+            loop_batch_next = i + 1;
             struct loop_handler *h = events[i].data.ptr;
-            h->fn(h->arg, events[i].events);
+            if (h != NULL) {
+                h->fn(h->arg, events[i].events);
+            }
         }
+        loop_batch_count = 0;
+        loop_batch_next = 0;
         now = loop_now_ms();
         if (now >= next_tick || n == 0) {
             tick(now);

@@ -307,9 +307,255 @@ def test_mime(args):
     check("a missing part is NIL", typ == "OK" and b"BODY[9] NIL" in data[0], data)
     typ, data = m.fetch("1", "(BODY.PEEK[])")
     check("the multipart message is byte-identical", data[0][1] == MULTIPART, str(data)[:200])
-    typ, data = m.fetch("1", "(BODY.PEEK[1.HEADER])")
-    check("BODY[n.HEADER] is refused for now", typ == "NO", data)
     m.close()
+    m.logout()
+
+
+# ---- Body sections of nested parts (BODY[n.HEADER], [n.TEXT], [n.MIME], [1.2.3], ...) ----
+
+NESTED_INNER = (b"From: b@example.org\r\n"
+                b"Subject: middle\r\n"
+                b"Content-Type: multipart/alternative; boundary=MID\r\n\r\n"
+                b"--MID\r\nContent-Type: text/plain\r\n\r\ninner plain\r\n"
+                b"--MID\r\nContent-Type: message/rfc822\r\n\r\n"
+                b"Subject: deep\r\nX-Tag: 1\r\n\r\ndeep body\r\n"
+                b"--MID--")
+NESTED = (b"From: a@example.org\r\n"
+          b"Subject: outer\r\n"
+          b"MIME-Version: 1.0\r\n"
+          b'Content-Type: multipart/mixed;\r\n\tboundary="OUT"\r\n\r\n'
+          b"preamble\r\n--OUT\r\nContent-Type: text/plain\r\n\r\nhello\r\n"
+          b"--OUT\r\nContent-Type: message/rfc822\r\nContent-Description: fwd\r\n\r\n"
+          + NESTED_INNER +
+          b"\r\n--OUT\r\nContent-Type: application/octet-stream\r\n"
+          b"Content-Transfer-Encoding: base64\r\n\r\nAAEC\r\n")  # no close delimiter
+
+
+def fetch_sections(data):
+    """{"BODY[2.1]<0>": bytes, ...} from imaplib's FETCH data, and the text outside literals."""
+    import re
+    found, text = {}, b""
+    for item in data:
+        if isinstance(item, tuple):
+            text += item[0]
+            hit = re.search(rb"(BODY\[[^\]]*\](<\d+>)?) \{\d+\}$", item[0])
+            if hit:
+                found[hit.group(1).decode()] = item[1]
+        elif item is not None:
+            text += item
+    return found, text
+
+
+def test_nested_sections(args):
+    m = login(args)
+    m.create("Nested")
+    m.append("Nested", None, None, NESTED)
+    r = Raw(args.imap)  # imaplib's append turns LF into CRLF: the LF copy goes in raw
+    r.command("n1", 'LOGIN %s "%s"' % (args.user, args.password))
+    lf_message = NESTED.replace(b"\r\n", b"\n")
+    _, tagged = r.command("n2", b"APPEND Nested {%d+}\r\n" % len(lf_message) + lf_message)
+    check("APPEND of an LF-only message", tagged.startswith(b"n2 OK"), tagged)
+    r.command("n3", "LOGOUT")
+    r.close()
+    m.select("Nested")
+    typ, data = m.fetch("2", "(BODY.PEEK[])")
+    check("the LF-only message is stored as sent", typ == "OK" and data[0][1] == lf_message, data)
+    for seq, nl in ((b"1", b"\r\n"), (b"2", b"\n")):
+        def lf(b):
+            return b.replace(b"\r\n", nl)
+        how = " (%s)" % ("CRLF" if nl == b"\r\n" else "LF")
+        typ, data = m.fetch(seq, "(BODY.PEEK[2.HEADER] BODY.PEEK[2.TEXT] BODY.PEEK[2] BODY.PEEK[2.MIME] "
+                                 "BODY.PEEK[2.1] BODY.PEEK[2.2.HEADER] BODY.PEEK[2.2.TEXT] BODY.PEEK[2.2.1] "
+                                 "BODY.PEEK[3] BODY.PEEK[1.MIME])")
+        got, text = fetch_sections(data)
+        inner = lf(NESTED_INNER)
+        head = inner.split(nl + nl, 1)[0] + nl + nl
+        check("BODY[2.HEADER] of a message/rfc822 part" + how, got.get("BODY[2.HEADER]") == head, data)
+        check("BODY[2.TEXT]" + how, got.get("BODY[2.TEXT]") == inner[len(head):], data)
+        check("BODY[2] of a message/rfc822 part is its whole message" + how, got.get("BODY[2]") == inner, data)
+        check("BODY[2.MIME] is the part's header as stored" + how,
+              got.get("BODY[2.MIME]") == lf(b"Content-Type: message/rfc822\r\nContent-Description: fwd\r\n\r\n"),
+              data)
+        check("BODY[2.1] inside a multipart inside message/rfc822" + how,
+              got.get("BODY[2.1]") == b"inner plain", data)
+        check("BODY[2.2.HEADER] three levels down" + how,
+              got.get("BODY[2.2.HEADER]") == lf(b"Subject: deep\r\nX-Tag: 1\r\n\r\n"), data)
+        check("BODY[2.2.TEXT] and BODY[2.2.1]" + how,
+              got.get("BODY[2.2.TEXT]") == b"deep body" and got.get("BODY[2.2.1]") == b"deep body", data)
+        check("BODY[3] with no close delimiter" + how, got.get("BODY[3]") == lf(b"AAEC\r\n"), data)
+        check("BODY[1.MIME]" + how, got.get("BODY[1.MIME]") == lf(b"Content-Type: text/plain\r\n\r\n"), data)
+        typ, data = m.fetch(seq, "(BODY.PEEK[2.HEADER.FIELDS (Subject)] BODY.PEEK[2.HEADER.FIELDS.NOT (Subject)] "
+                                 "BODY.PEEK[2.2.HEADER.FIELDS (X-TAG)])")
+        got, text = fetch_sections(data)
+        check("BODY[2.HEADER.FIELDS (Subject)]" + how,
+              got.get("BODY[2.HEADER.FIELDS (Subject)]") == lf(b"Subject: middle\r\n") + b"\r\n", data)
+        check("BODY[2.HEADER.FIELDS.NOT (Subject)]" + how,
+              got.get("BODY[2.HEADER.FIELDS.NOT (Subject)]") ==
+              lf(b"From: b@example.org\r\nContent-Type: multipart/alternative; boundary=MID\r\n") + b"\r\n", data)
+        check("BODY[2.2.HEADER.FIELDS (X-TAG)]" + how,
+              got.get("BODY[2.2.HEADER.FIELDS (X-TAG)]") == lf(b"X-Tag: 1\r\n") + b"\r\n", data)
+        typ, data = m.fetch(seq, "(BODY.PEEK[2.TEXT]<2.3> BODY.PEEK[2.2.HEADER]<9.100> BODY.PEEK[2.1]<6.5> "
+                                 "BODY.PEEK[2]<100000.5>)")
+        got, text = fetch_sections(data)
+        check("partial BODY[2.TEXT]<2.3>" + how, got.get("BODY[2.TEXT]<2>") == b"MID", data)
+        check("partial BODY[2.2.HEADER]<9.100>" + how,
+              got.get("BODY[2.2.HEADER]<9>") == lf(b"Subject: deep\r\nX-Tag: 1\r\n\r\n")[9:], data)
+        check("partial BODY[2.1]<6.5>" + how, got.get("BODY[2.1]<6>") == b"plain", data)
+        check("partial past the end is empty" + how, got.get("BODY[2]<100000>") == b"", data)
+        typ, data = m.fetch(seq, "(BODY.PEEK[1.HEADER] BODY.PEEK[2.3] BODY.PEEK[2.1.TEXT] BODY.PEEK[4.1])")
+        got, text = fetch_sections(data)
+        check("HEADER of a non-message part, missing parts: NIL" + how,
+              typ == "OK" and all(x in text for x in (b"BODY[1.HEADER] NIL", b"BODY[2.3] NIL",
+                                                         b"BODY[2.1.TEXT] NIL", b"BODY[4.1] NIL")), data)
+        typ, data = m.fetch(seq, "(BODYSTRUCTURE BODY.PEEK[2.1] BODY.PEEK[2])")
+        got, text = fetch_sections(data)
+        check("BODYSTRUCTURE sizes match the sections" + how,
+              b'"PLAIN" NIL NIL NIL "7BIT" 11 ' in text and b" %d " % len(got.get("BODY[2]", b"")) in text, data)
+    typ, data = m.fetch("1:2", "(FLAGS)")
+    check("BODY.PEEK of parts leaves \\Seen alone", typ == "OK" and b"\\Seen" not in b" ".join(data), data)
+    typ, data = m.fetch("1", "(BODY[2.2.TEXT])")
+    got, text = fetch_sections(data)
+    check("BODY[2.2.TEXT] sets \\Seen", got.get("BODY[2.2.TEXT]") == b"deep body" and b"\\Seen" in text, data)
+    m.close()
+    m.logout()
+
+
+# ---- Streaming: one large FETCH held in bounded memory ----
+
+def server_peak_kib(pid):
+    """VmHWM (the peak resident set) of process pid, in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return -1
+
+
+def test_fetch_streaming(args):
+    """FETCH 1:* BODY.PEEK[] of a 48 MiB mailbox, read slowly, from a release server of its
+    own (an ASan build's quarantine would hide what the server frees): the bytes must be
+    identical and the server's peak RSS may grow by at most 16 MiB, a third of the response
+    (a design that builds the response whole holds it at least once, 48 MiB and more)."""
+    import os
+    import random
+    import shutil
+    import subprocess
+    import tempfile
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    server, cli = os.path.join(repo, "build", "mailvaultd"), os.path.join(repo, "build", "mailvault")
+    if not (os.access(server, os.X_OK) and os.access(cli, os.X_OK)):
+        check("streaming: release builds present", False, "make build/mailvaultd build/mailvault")
+        return
+    tmp = tempfile.mkdtemp(prefix="mv_stream.")
+    env = dict(os.environ, MAILVAULT_ROOT=os.path.join(tmp, "root"), MAILVAULT_KDF_ITER="2")
+    with open(os.path.join(tmp, "pw"), "w") as f:
+        f.write("stream password")
+    proc = None
+    try:
+        subprocess.run([cli, "init", "stream@example.org", "--password-file", os.path.join(tmp, "pw")],
+                       env=env, check=True, stdout=subprocess.DEVNULL, timeout=60)
+        ports = os.path.join(tmp, "ports")
+        log = open(os.path.join(tmp, "server.log"), "w")
+        proc = subprocess.Popen([server, "--ports-file=" + ports, "--root=" + env["MAILVAULT_ROOT"],
+                                 "--listen=127.0.0.1", "--imap-port=0", "--lmtp-port=-1", "--workers=1"],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        for _ in range(100):
+            if os.path.exists(ports) or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        port = int([l.split("=")[1] for l in open(ports).read().split() if l.startswith("imap=")][0])
+        rng = random.Random(7)
+        messages = []
+        for i in range(48):  # 48 x 1 MiB, incompressible base64
+            body = base64.encodebytes(rng.randbytes(786432 - 64))
+            messages.append(b"From: s@example.org\r\nSubject: big %d\r\n"
+                            b"Content-Type: application/octet-stream\r\n"
+                            b"Content-Transfer-Encoding: base64\r\n\r\n" % i + body.replace(b"\n", b"\r\n"))
+        m = imaplib.IMAP4("127.0.0.1", port, timeout=120)
+        m.login("stream@example.org", "stream password")
+        for msg in messages:
+            m.append("INBOX", None, None, msg)
+        m.logout()
+        r = Raw(port)
+        r.command("s1", 'LOGIN stream@example.org "stream password"')
+        r.command("s2", "SELECT INBOX")
+        before = server_peak_kib(proc.pid)
+        r.send(b"s3 FETCH 1:* (BODY.PEEK[])\r\n")
+        got, data, total = [], b"", sum(len(x) for x in messages)
+        while not data.endswith(b"s3 OK FETCH completed\r\n") and b"\r\ns3 " not in data:
+            chunk = r.sock.recv(262144)  # a slow reader: 256 KiB, then a pause
+            if not chunk:
+                break
+            data += chunk
+            time.sleep(0.002)
+        after = server_peak_kib(proc.pid)
+        at = 0
+        while True:
+            start = data.find(b"BODY[] {", at)
+            if start < 0:
+                break
+            end = data.index(b"}\r\n", start)
+            n = int(data[start + 8:end])
+            got.append(data[end + 3:end + 3 + n])
+            at = end + 3 + n
+        check("streaming: FETCH 1:* BODY[] of 48 MiB completes", data.endswith(b"s3 OK FETCH completed\r\n"),
+              data[-200:])
+        check("streaming: every message byte-identical", got == messages, "%d of %d" % (len(got), len(messages)))
+        check("streaming: server peak RSS grew by %d KiB for a %d KiB response (at most 16 MiB)"
+              % (after - before, total // 1024), 0 <= after - before <= 16384, (before, after))
+        r.command("s4", "LOGOUT")
+        r.close()
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_fetch_streaming_sessions(args):
+    """On the test server: a FETCH answered in several chunks, with a pipelined command
+    behind it, and a client that hangs up in the middle of one (the server must free the
+    waiting response and go on)."""
+    rng = __import__("random").Random(11)
+    messages = [b"Subject: chunk %d\r\n\r\n" % i + base64.encodebytes(rng.randbytes(600000)).replace(b"\n", b"\r\n")
+                for i in range(5)]
+    m = login(args)
+    m.create("Stream")
+    for msg in messages:
+        m.append("Stream", None, None, msg)
+    m.logout()
+    r = Raw(args.imap)
+    r.command("t1", 'LOGIN %s "%s"' % (args.user, args.password))
+    r.command("t2", "SELECT Stream")
+    r.send(b"t3 FETCH 1:* (BODY.PEEK[])\r\nt4 NOOP\r\n")
+    data = b""
+    while b"\r\nt4 " not in data:
+        chunk = r.sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        time.sleep(0.001)
+    got = []
+    at = 0
+    while data.find(b"BODY[] {", at) >= 0:
+        start = data.find(b"BODY[] {", at)
+        end = data.index(b"}\r\n", start)
+        n = int(data[start + 8:end])
+        got.append(data[end + 3:end + 3 + n])
+        at = end + 3 + n
+    check("streaming: a chunked FETCH is byte-identical", got == messages, "%d messages" % len(got))
+    check("streaming: a pipelined command waits for the whole FETCH",
+          data.find(b"t3 OK") >= 0 and data.find(b"t3 OK") < data.find(b"t4 OK"), data[-200:])
+    r.send(b"t5 FETCH 1:* (BODY.PEEK[])\r\n")
+    r.sock.recv(100000)
+    r.close()  # hangs up while the response waits for it
+    time.sleep(0.3)
+    m = login(args)
+    typ, data = m.select("Stream")
+    check("streaming: the server goes on after a client hung up mid-FETCH", typ == "OK" and data == [b"5"], data)
     m.logout()
 
 
@@ -856,7 +1102,8 @@ def main():
         print("# %d passed, %d failed" % (passed, failed))
         return 1 if failed else 0
     tests = [test_login, test_authenticate, test_mailboxes, test_messages, test_concurrent,
-             test_mime, test_uidplus_move, test_idle, test_small_extensions, test_condstore,
+             test_mime, test_nested_sections, test_fetch_streaming,
+             test_fetch_streaming_sessions, test_uidplus_move, test_idle, test_small_extensions, test_condstore,
              test_selected_mailbox_deleted, test_parallel,
              test_malformed,
              test_pipelining, test_lmtp, test_quota_unlimited, test_qresync]

@@ -1,0 +1,273 @@
+/*
+ * test_imap_mime.c -- where FETCH's body sections of parts lie in a raw message
+ * (imap_mime_section() in imapd/imap_mime.c): BODY[n], [n.MIME], [n.HEADER], [n.TEXT] through
+ * multipart and message/rfc822 nesting, over tricky messages (nested rfc822 inside a
+ * multipart inside rfc822, a missing close delimiter, headers only, empty parts, digests,
+ * no boundary, too much structure for GMime). Every case runs twice: on the message as
+ * written (LF line endings) and with every LF turned into CRLF, expecting the same bytes
+ * converted likewise.
+ */
+#include "../imapd/imap_mime.h"
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static char *tm_crlf(const char *lf)
+{
+    size_t n = strlen(lf), extra = 0;
+    for (size_t i = 0; i < n; i++) {
+        extra += lf[i] == '\n';
+    }
+    char *out = malloc(n + extra + 1), *o = out;
+    if (out == NULL) {
+        abort();
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (lf[i] == '\n') {
+            *o++ = '\r';
+        }
+        *o++ = lf[i];
+    }
+    *o = '\0';
+    return out;
+}
+
+/* 1 if section path ("2.1.3") of msg is expect (NULL: refused), in one line-ending form. */
+static int tm_one(const char *msg, const char *path, enum imap_mime_what what, const char *expect)
+{
+    uint32_t part[16];
+    size_t count = 0;
+    for (const char *p = path; *p != '\0' && count < 16; p += *p == '.') {
+        char *end = NULL;
+        part[count++] = (uint32_t)strtoul(p, &end, 10);
+        p = end;
+    }
+    struct imap_mime_span span = {0, 0};
+    int rc = imap_mime_section(msg, strlen(msg), part, count, what, &span);
+    if (expect == NULL) {
+        return rc == -1;
+    }
+    if (rc != 0 || span.offset > strlen(msg) || span.length != strlen(expect) ||
+        strncmp(msg + span.offset, expect, span.length) != 0) {
+        fprintf(stderr, "  section %s (%d): rc %d, got \"%.*s\"\n", path, (int)what, rc,
+                rc == 0 ? (int)span.length : 0, rc == 0 ? msg + span.offset : "");
+        return 0;
+    }
+    return 1;
+}
+
+static int
+tm_section(const char *msg, const char *path, enum imap_mime_what what, const char *expect)
+{
+    char *msg_crlf = tm_crlf(msg);
+    char *expect_crlf = expect != NULL ? tm_crlf(expect) : NULL;
+    int ok = tm_one(msg, path, what, expect) && tm_one(msg_crlf, path, what, expect_crlf);
+    free(msg_crlf);
+    free(expect_crlf);
+    return ok;
+}
+
+#define C  IMAP_MIME_CONTENT
+#define H  IMAP_MIME_HEADER
+#define MH IMAP_MIME_MESSAGE_HEADER
+#define MT IMAP_MIME_MESSAGE_TEXT
+
+/* A multipart holding a message/rfc822 holding a multipart holding a message/rfc822. */
+static const char tm_nested[] = "From: a@example.org\n"
+                                "Subject: outer\n"
+                                "MIME-Version: 1.0\n"
+                                "Content-Type: multipart/mixed;\n"
+                                "\tboundary=\"OUT\"\n"
+                                "\n"
+                                "preamble\n"
+                                "--OUT\n"
+                                "Content-Type: text/plain\n"
+                                "\n"
+                                "hello\n"
+                                "--OUT\n"
+                                "Content-Type: message/rfc822\n"
+                                "Content-Description: fwd\n"
+                                "\n"
+                                "From: b@example.org\n"
+                                "Subject: middle\n"
+                                "Content-Type: multipart/alternative; boundary=MID\n"
+                                "\n"
+                                "--MID\n"
+                                "Content-Type: text/plain\n"
+                                "\n"
+                                "inner plain\n"
+                                "--MID \n" /* transport padding */
+                                "Content-Type: message/rfc822\n"
+                                "\n"
+                                "Subject: deep\n"
+                                "X-Tag: 1\n"
+                                "\n"
+                                "deep body\n"
+                                "--MID--\n"
+                                "--OUT\n"
+                                "Content-Type: application/octet-stream\n"
+                                "Content-Transfer-Encoding: base64\n"
+                                "\n"
+                                "AAEC\n"
+                                "--OUT--\n"
+                                "epilogue\n";
+
+static const char tm_middle_header[] = "From: b@example.org\n"
+                                       "Subject: middle\n"
+                                       "Content-Type: multipart/alternative; boundary=MID\n"
+                                       "\n";
+static const char tm_middle_text[] = "--MID\n"
+                                     "Content-Type: text/plain\n"
+                                     "\n"
+                                     "inner plain\n"
+                                     "--MID \n"
+                                     "Content-Type: message/rfc822\n"
+                                     "\n"
+                                     "Subject: deep\n"
+                                     "X-Tag: 1\n"
+                                     "\n"
+                                     "deep body\n"
+                                     "--MID--";
+
+static void test_nested_parts(void)
+{
+    CHECK(tm_section(tm_nested, "1", C, "hello"));
+    CHECK(tm_section(tm_nested, "1", H, "Content-Type: text/plain\n\n"));
+    CHECK(tm_section(tm_nested, "3", C, "AAEC"));
+    CHECK(tm_section(tm_nested, "3", H,
+                     "Content-Type: application/octet-stream\n"
+                     "Content-Transfer-Encoding: base64\n\n"));
+    CHECK(tm_section(tm_nested, "2", H,
+                     "Content-Type: message/rfc822\nContent-Description: fwd\n\n"));
+    CHECK(tm_section(tm_nested, "2", MH, tm_middle_header));
+    CHECK(tm_section(tm_nested, "2", MT, tm_middle_text));
+    char whole[sizeof tm_middle_header + sizeof tm_middle_text];
+    snprintf(whole, sizeof whole, "%s%s", tm_middle_header, tm_middle_text);
+    CHECK(tm_section(tm_nested, "2", C, whole)); /* BODY[2]: the whole inner message */
+    CHECK(tm_section(tm_nested, "2.1", C, "inner plain"));
+    CHECK(tm_section(tm_nested, "2.1", H, "Content-Type: text/plain\n\n"));
+    CHECK(tm_section(tm_nested, "2.2", H, "Content-Type: message/rfc822\n\n"));
+    CHECK(tm_section(tm_nested, "2.2", C, "Subject: deep\nX-Tag: 1\n\ndeep body"));
+    CHECK(tm_section(tm_nested, "2.2", MH, "Subject: deep\nX-Tag: 1\n\n"));
+    CHECK(tm_section(tm_nested, "2.2", MT, "deep body"));
+    CHECK(tm_section(tm_nested, "2.2.1", C, "deep body")); /* a single-part message: 1 */
+}
+
+static void test_no_such_part(void)
+{
+    CHECK(tm_section(tm_nested, "4", C, NULL));
+    CHECK(tm_section(tm_nested, "0", C, NULL));
+    CHECK(tm_section(tm_nested, "2.3", C, NULL));
+    CHECK(tm_section(tm_nested, "1.2", C, NULL));
+    CHECK(tm_section(tm_nested, "2.2.2", C, NULL));
+    CHECK(tm_section(tm_nested, "1", MH, NULL)); /* HEADER of a text part */
+    CHECK(tm_section(tm_nested, "2.1", MT, NULL));
+    CHECK(tm_section(tm_nested, "", C, NULL));
+    static const char no_boundary[] = "Content-Type: multipart/mixed\n\n--x\n\nbody\n";
+    CHECK(tm_section(no_boundary, "1", C, NULL));
+    static const char closed[] = "Content-Type: multipart/mixed; boundary=B\n\n"
+                                 "--B\n\none\n--B--\n--B\n\nafter close\n";
+    CHECK(tm_section(closed, "1", C, "one"));
+    CHECK(tm_section(closed, "2", C, NULL));
+}
+
+static void test_missing_close_delimiter(void)
+{
+    static const char msg[] = "Content-Type: multipart/mixed; boundary=B\n"
+                              "\n"
+                              "--B\n"
+                              "\n"
+                              "first, no header\n"
+                              "--B\n"
+                              "Content-Type: multipart/related; boundary=\"C\"\n"
+                              "\n"
+                              "--C\n"
+                              "\n"
+                              "c1\n"
+                              "--Bogus\n"
+                              "--C\n"
+                              "Content-Type: text/html\n"
+                              "\n"
+                              "<p>last</p>\n";
+    CHECK(tm_section(msg, "1", C, "first, no header"));
+    CHECK(tm_section(msg, "1", H, "\n"));
+    CHECK(tm_section(msg, "2.1", C, "c1\n--Bogus")); /* not a delimiter of B or C */
+    CHECK(tm_section(msg, "2.2", C, "<p>last</p>\n"));
+    CHECK(tm_section(msg, "2.2", H, "Content-Type: text/html\n\n"));
+    CHECK(tm_section(msg, "2.3", C, NULL));
+    CHECK(tm_section(msg, "3", C, NULL));
+}
+
+static void test_headers_only_and_empty(void)
+{
+    static const char headers_only[] = "Subject: x\nFrom: y@example.org\n";
+    CHECK(tm_section(headers_only, "1", C, ""));
+    CHECK(tm_section(headers_only, "2", C, NULL));
+    static const char single[] = "Subject: x\n\nline 1\nline 2\n";
+    CHECK(tm_section(single, "1", C, "line 1\nline 2\n"));
+    static const char multipart_headers_only[] = "Content-Type: multipart/mixed; boundary=B\n";
+    CHECK(tm_section(multipart_headers_only, "1", C, NULL));
+    static const char empty_parts[] = "Content-Type: multipart/mixed; boundary=B\n\n"
+                                      "--B\n--B\nX: 1\n--B--\n";
+    CHECK(tm_section(empty_parts, "1", C, ""));
+    CHECK(tm_section(empty_parts, "1", H, ""));
+    CHECK(tm_section(empty_parts, "2", C, ""));
+    CHECK(tm_section(empty_parts, "2", H, "X: 1"));
+    static const char rfc822_headers_only[] = "Content-Type: message/rfc822\n\nSubject: in\n";
+    CHECK(tm_section(rfc822_headers_only, "1", C, "Subject: in\n"));
+    CHECK(tm_section(rfc822_headers_only, "1", MH, "Subject: in\n"));
+    CHECK(tm_section(rfc822_headers_only, "1", MT, ""));
+    CHECK(tm_section(rfc822_headers_only, "1.1", C, ""));
+}
+
+static void test_digest_and_case(void)
+{
+    static const char digest[] = "content-type: Multipart/Digest; Boundary=\"d d\"\n\n"
+                                 "--d d\n\nSubject: one\n\nbody one\n"
+                                 "--d d\nContent-Type: text/plain\n\nnot a message\n"
+                                 "--d d--\n";
+    CHECK(tm_section(digest, "1", MH, "Subject: one\n\n"));
+    CHECK(tm_section(digest, "1", MT, "body one"));
+    CHECK(tm_section(digest, "1.1", C, "body one"));
+    CHECK(tm_section(digest, "2", C, "not a message"));
+    CHECK(tm_section(digest, "2", MH, NULL));
+}
+
+static void test_too_much_structure(void)
+{
+    /* Over IMAP_MIME_STRUCTURE_MAX lines that could open a field: one text part, as in
+     * BODYSTRUCTURE. */
+    static const char head[] = "Content-Type: multipart/mixed; boundary=B\n\n--B\n\n";
+    size_t lines = 10001, n = strlen(head) + lines * 4 + 1;
+    char *msg = malloc(n);
+    CHECK(msg != NULL);
+    memcpy(msg, head, strlen(head));
+    for (size_t i = 0; i < lines; i++) {
+        memcpy(msg + strlen(head) + i * 4, "a:b\n", 4);
+    }
+    msg[n - 1] = '\0';
+    struct imap_mime_span span = {0, 0};
+    const uint32_t one = 1, two = 2;
+    int rc1 = imap_mime_section(msg, n - 1, &one, 1, C, &span);
+    struct imap_mime_span none = {0, 0};
+    int rc2 = imap_mime_section(msg, n - 1, &two, 1, C, &none);
+    free(msg);
+    CHECK_EQ_INT(rc1, 0);
+    CHECK_EQ_INT(span.offset, strlen(head) - strlen("--B\n\n")); /* all after the header */
+    CHECK_EQ_INT(span.length, n - 1 - span.offset);
+    CHECK_EQ_INT(rc2, -1);
+    CHECK(tm_section(head, "1", C, "")); /* within the limit: an empty first part */
+}
+
+int main(void)
+{
+    imap_mime_init();
+    TEST(test_nested_parts);
+    TEST(test_no_such_part);
+    TEST(test_missing_close_delimiter);
+    TEST(test_headers_only_and_empty);
+    TEST(test_digest_and_case);
+    TEST(test_too_much_structure);
+    return th_summary();
+}
