@@ -15,7 +15,8 @@
 # Each check prints "PASS name" or "FAIL name"; the last line is "# N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
-. tests/lib.sh # pass, fail, PY, finish, make_tmp, store_root
+. tests/lib.sh       # pass, fail, PY, finish, make_tmp, store_root
+. tests/imapd_lib.sh # start_server, port, stop_server_rc, sanitizer_report, the trap
 
 bin="$PWD/build/rel/bench/bench_imap"
 server="$PWD/build/asan/mailvaultd"
@@ -24,18 +25,7 @@ mv="$PWD/build/asan/mailvault"
 [ -x "$mv" ] || mv="$PWD/build/mailvault"
 make_tmp cli_bench_imap
 store_root 2
-pid=""
-stop_server() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null
-        for _ in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null
-    fi
-}
-trap 'stop_server; chmod -R u+rwX "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+imapd_trap
 
 for f in "$bin" "$server" "$mv"; do
     if [ ! -x "$f" ]; then
@@ -53,15 +43,8 @@ for u in 1 2; do
         finish
     fi
 done
-"$server" --listen=127.0.0.1 --imap-port=0 --lmtp-port=-1 --root="$root" \
-    --ports-file="$tmp/ports" >"$tmp/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do
-    [ -s "$tmp/ports" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-port=$(sed -n 's/^imap=//p' "$tmp/ports" 2>/dev/null)
+start_server "$tmp/server.log" --listen=127.0.0.1 --imap-port=0 --lmtp-port=-1 --root="$root"
+port=$(port imap)
 if [ -z "$port" ]; then
     fail "mailvaultd starts: $(tail -n 3 "$tmp/server.log")"
     finish
@@ -114,12 +97,9 @@ else
     fail "refuses to run without a password file or variable"
 fi
 
-kill -TERM "$pid" 2>/dev/null
-wait "$pid"
-server_rc=$?
-pid=""
+stop_server_rc 300
 [ "$server_rc" -eq 0 ] && pass "mailvaultd stops cleanly" || fail "mailvaultd exit $server_rc"
-if ! grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error' "$tmp/server.log"; then
+if ! sanitizer_report "$tmp/server.log"; then
     pass "no sanitizer report in the server log"
 else
     fail "sanitizer report: $(grep -m1 -E 'ERROR|runtime error' "$tmp/server.log")"

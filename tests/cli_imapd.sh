@@ -17,22 +17,12 @@
 # "# N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
+. tests/imapd_lib.sh # start_server, port, stop_server, stop_server_rc, add_summary, the trap
 
 server="${MAILVAULTD:-$PWD/build/asan/mailvaultd}" # MAILVAULTD=...: another build (TSan)
 mv="$PWD/build/asan/mailvault"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli_imapd.XXXXXX")
-pid=""
-stop_server() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null
-        for _ in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null
-    fi
-}
-trap 'stop_server; [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
+imapd_trap
 unset MAILVAULT_PASSWORD
 export MAILVAULT_KDF_ITER=2
 # A TSan build (MAILVAULTD=...): GLib's own locking is invisible to it (tests/tsan.supp).
@@ -57,22 +47,6 @@ finish() {
     [ "$failed" -eq 0 ]
     exit $?
 }
-# start_server LOG ARGS...: starts the server on the ports it picks (--ports-file), sets pid,
-# and waits up to 10 s for the ports file; returns 0 if the server wrote it.
-start_server() {
-    local log=$1
-    shift
-    rm -f "$tmp/ports"
-    "$server" --ports-file="$tmp/ports" --root="$tmp/root" "$@" >"$log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 100); do
-        [ -f "$tmp/ports" ] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    [ -f "$tmp/ports" ]
-}
-port() { sed -n "s/^$1=//p" "$tmp/ports"; }
 # run_client NAME SECONDS ARGS...: runs tests/imapd_client.py ARGS with a timeout, shows its
 # lines and adds its "# N passed, N failed" to the counts (a missing summary is a failure).
 run_client() {
@@ -82,18 +56,10 @@ run_client() {
     timeout "$seconds" python3 tests/imapd_client.py "$@" >"$out" 2>&1
     local rc=$?
     grep -v '^# ' "$out"
-    local summary
-    summary=$(grep -E '^# [0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1)
-    if [ -n "$summary" ]; then
-        passed=$((passed + $(echo "$summary" | sed -E 's/^# ([0-9]+) passed.*/\1/')))
-        failed=$((failed + $(echo "$summary" | sed -E 's/.* ([0-9]+) failed$/\1/')))
-    else
+    if ! add_summary "$out"; then
         echo "not ok the $name client printed no summary (exit $rc)"
         failed=$((failed + 1))
     fi
-}
-no_sanitizer_report() {
-    ! grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error' "$1"
 }
 
 for f in "$server" "$mv"; do
@@ -124,7 +90,7 @@ fi
 
 max_size=1048576
 delay_ms=300
-start_server "$tmp/server.log" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 \
+start_server "$tmp/server.log" --root="$tmp/root" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 \
     --auth-fail-delay-ms=$delay_ms --literal-max=$max_size --workers=2 "${tls_args[@]}"
 check "server starts and writes its ports" test -f "$tmp/ports"
 if [ ! -f "$tmp/ports" ]; then
@@ -235,20 +201,9 @@ for _ in $(seq 1 100); do
     grep -q idling "$tmp/idle_at_stop.out" 2>/dev/null && break
     sleep 0.1
 done
-kill -TERM "$pid" 2>/dev/null
-rc=1
-for _ in $(seq 1 100); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-        wait "$pid"
-        rc=$?
-        break
-    fi
-    sleep 0.1
-done
 pid_was=$pid
-stop_server
-pid=""
-check "the server stops cleanly on SIGTERM" [ "$rc" -eq 0 ]
+stop_server_rc 100
+check "the server stops cleanly on SIGTERM" [ "$server_rc" -eq 0 ]
 wait "$idler" 2>/dev/null
 check "a session in IDLE at the stop gets BYE" grep -q bye "$tmp/idle_at_stop.out"
 check "no sanitizer report in the server log" no_sanitizer_report "$tmp/server.log"
@@ -261,7 +216,7 @@ external_ip=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -E '^[0-9]+\.[0-9]+\.
     grep -v '^127\.' | head -n 1)
 listen=127.0.0.1
 [ -n "$external_ip" ] && listen=$external_ip
-if start_server "$tmp/server2.log" --listen=$listen --imap-port=0 --lmtp-port=-1 \
+if start_server "$tmp/server2.log" --root="$tmp/root" --listen=$listen --imap-port=0 --lmtp-port=-1 \
     --idle-timeout-s=1 --connections-per-address-max=2; then
     run_client limits 60 --limits --imap "$(port imap)" --lmtp 0 \
         --external-ip "$external_ip" \
@@ -277,7 +232,7 @@ check "no sanitizer report in the second server's log" no_sanitizer_report "$tmp
 # A third server with a storage quota of 8 KiB, for a fresh user.
 printf 'carol password' >"$tmp/pw3"
 check "init carol" quiet "$mv" init carol@example.org --password-file "$tmp/pw3"
-if start_server "$tmp/server3.log" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 \
+if start_server "$tmp/server3.log" --root="$tmp/root" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 \
     --quota-kib=8; then
     run_client quota 60 --quota --imap "$(port imap)" --lmtp "$(port lmtp)" \
         --user carol@example.org --password 'carol password' --user2 bob@example.org \

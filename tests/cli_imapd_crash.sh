@@ -17,9 +17,9 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
+. tests/imapd_lib.sh # the trap, add_summary, the sanitizer options
 
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+imapd_sanitizer_env
 server="${MAILVAULTD:-$PWD/build/asan/mailvaultd}"
 mv="$PWD/build/asan/mailvault"
 make_tmp cli_imapd_crash
@@ -30,9 +30,7 @@ kill_server() {
     [ -n "$p" ] && kill -KILL "$p" 2>/dev/null
     return 0
 }
-trap 'kill_server; [ -n "${client_pid:-}" ] && kill -KILL "$client_pid" 2>/dev/null;
-      if [ -n "${KEEP_TMP:-}" ]; then echo "# kept $tmp"; else
-      chmod -R u+rwX "$tmp" 2>/dev/null; rm -rf "$tmp"; fi' EXIT
+imapd_trap kill_server # the client starts the servers; it writes the pid to server.pid
 
 for f in "$server" "$mv"; do
     if [ ! -x "$f" ]; then
@@ -45,14 +43,7 @@ mkdir -p "$tmp/work"
 # A private copy: the rounds restart the server many times, and a rebuild of the tree in the
 # meantime must not swap the binary under them.
 cp "$server" "$tmp/mailvaultd" && server="$tmp/mailvaultd"
-users=(alice@example.org bob@example.org carol@example.org)
-user_args=()
-for u in "${users[@]}"; do
-    printf '%s' "$u secret" >"$tmp/pw.$u"
-    run "$mv" init "$u" --password-file "$tmp/pw.$u"
-    check "init $u" ok
-    user_args+=(--user "$u:$u secret")
-done
+init_users alice@example.org bob@example.org carol@example.org
 
 # The client kills and restarts the server itself; its own hard limit is its time budget
 # (45 s of rounds) plus the final check, well under the timeout here.
@@ -68,13 +59,7 @@ client_rc=$?
 client_pid=""
 kill_server
 grep -v '^# [0-9]* passed' "$tmp/client.out"
-summary=$(grep -E '^# [0-9]+ passed, [0-9]+ failed$' "$tmp/client.out" | tail -n 1)
-if [ -n "$summary" ]; then
-    passed=$((passed + $(echo "$summary" | sed -E 's/^# ([0-9]+) passed.*/\1/')))
-    failed=$((failed + $(echo "$summary" | sed -E 's/.* ([0-9]+) failed$/\1/')))
-else
-    fail "the crash client printed no summary (exit $client_rc)"
-fi
+add_summary "$tmp/client.out" || fail "the crash client printed no summary (exit $client_rc)"
 echo "# the kill rounds and the check took $(($(date +%s) - start)) s"
 
 for u in "${users[@]}"; do
@@ -82,14 +67,17 @@ for u in "${users[@]}"; do
     check "mailvault check $u after the kills" ok
 done
 
-reports=$(grep -lE 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error' \
-    "$tmp"/work/server.*.log 2>/dev/null)
+reports=""
+for f in "$tmp"/work/server.*.log; do
+    [ -f "$f" ] && sanitizer_report "$f" && reports="$reports $f"
+done
+reports=${reports# }
 if [ -z "$reports" ]; then
     pass "no sanitizer report in the $(find "$tmp/work" -name 'server.*.log' | wc -l) server logs"
 else
     fail "sanitizer report in $reports"
     for f in $reports; do
-        grep -A30 -E 'ERROR: |runtime error' "$f" | head -n 40 | sed 's/^/    /'
+        show_report "$f"
     done
 fi
 if [ "$failed" -ne 0 ]; then

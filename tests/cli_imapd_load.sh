@@ -20,27 +20,14 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
+. tests/imapd_lib.sh # start_server, port, stop_server_rc, the sanitizer check, the trap
 
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+imapd_sanitizer_env
 server="${MAILVAULTD:-$PWD/build/asan/mailvaultd}"
 mv="$PWD/build/asan/mailvault"
 make_tmp cli_imapd_load
 store_root 2
-pid=""
-stop_server() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null
-        for _ in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null
-    fi
-}
-trap 'stop_server; [ -n "${client_pid:-}" ] && kill -KILL "$client_pid" 2>/dev/null;
-      if [ -n "${KEEP_TMP:-}" ]; then echo "# kept $tmp"; else
-      chmod -R u+rwX "$tmp" 2>/dev/null; rm -rf "$tmp"; fi' EXIT
+imapd_trap
 
 for f in "$server" "$mv"; do
     if [ ! -x "$f" ]; then
@@ -50,29 +37,13 @@ for f in "$server" "$mv"; do
 done
 cp "$server" "$tmp/mailvaultd" && server="$tmp/mailvaultd" # a rebuild meanwhile cannot touch it
 
-users=(alice@example.org bob@example.org carol@example.org)
-user_args=()
-for u in "${users[@]}"; do
-    printf '%s' "$u secret" >"$tmp/pw.$u"
-    run "$mv" init "$u" --password-file "$tmp/pw.$u"
-    check "init $u" ok
-    user_args+=(--user "$u:$u secret")
-done
+init_users alice@example.org bob@example.org carol@example.org
 
 # start LOG: the server on free ports (--ports-file); sets pid; 0 once the ports are written.
 start() {
-    rm -f "$tmp/ports"
-    "$server" --ports-file="$tmp/ports" --root="$root" --listen=127.0.0.1 --imap-port=0 \
-        --lmtp-port=0 --workers=2 --connections-per-address-max=200 >"$1" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 100); do
-        [ -f "$tmp/ports" ] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    [ -f "$tmp/ports" ]
+    start_server "$1" --root="$root" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 \
+        --workers=2 --connections-per-address-max=200
 }
-port() { sed -n "s/^$1=//p" "$tmp/ports"; }
 # load OUT ARGS...: runs the client (bounded), its output to OUT; sets client_rc.
 load() {
     local o=$1
@@ -86,42 +57,18 @@ load() {
 }
 # add_counts OUT: adds the client's "# N passed, N failed" (a missing summary is a failure).
 add_counts() {
-    local summary
-    summary=$(grep -E '^# [0-9]+ passed, [0-9]+ failed$' "$1" | tail -n 1)
-    if [ -n "$summary" ]; then
-        passed=$((passed + $(echo "$summary" | sed -E 's/^# ([0-9]+) passed.*/\1/')))
-        failed=$((failed + $(echo "$summary" | sed -E 's/.* ([0-9]+) failed$/\1/')))
-    else
-        fail "the load client printed no summary (exit $client_rc)"
-    fi
+    add_summary "$1" || fail "the load client printed no summary (exit $client_rc)"
 }
 # stop_checked LOG WHAT: SIGTERM; the server must have been running and must exit 0.
 stop_checked() {
-    local rc=1
     if kill -0 "$pid" 2>/dev/null; then
         pass "$2: the server is still running"
     else
         fail "$2: the server is still running"
     fi
-    kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 1 200); do
-        if ! kill -0 "$pid" 2>/dev/null; then
-            wait "$pid"
-            rc=$?
-            break
-        fi
-        sleep 0.1
-    done
-    stop_server
-    pid=""
-    if [ "$rc" -eq 0 ]; then pass "$2: the server stops cleanly on SIGTERM"; else
-        fail "$2: the server stops cleanly on SIGTERM (exit $rc)"; fi
-}
-sanitizer_report() {
-    grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|WARNING: ThreadSanitizer|runtime error' "$1"
-}
-show_report() {
-    grep -A30 -E 'ERROR: |WARNING: |runtime error' "$1" | head -n 40 | sed 's/^/    /'
+    stop_server_rc 200
+    if [ "$server_rc" -eq 0 ]; then pass "$2: the server stops cleanly on SIGTERM"; else
+        fail "$2: the server stops cleanly on SIGTERM (exit $server_rc)"; fi
 }
 seed_args=()
 [ -n "${LOAD_SEED:-}" ] && seed_args=(--seed "$LOAD_SEED")

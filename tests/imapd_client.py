@@ -14,10 +14,11 @@ import base64
 import threading
 import imaplib
 import smtplib
-import socket
 import ssl
 import sys
 import time
+
+import imapd_common
 
 TIMEOUT = 15
 passed = 0
@@ -53,24 +54,14 @@ def login(args, user=None, password=None):
     return m
 
 
-class Raw:
+class Raw(imapd_common.LineConnection):
     """A raw IMAP connection: send lines, read until the tagged response."""
 
     def __init__(self, port, tls_context=None, host="127.0.0.1"):
-        self.sock = socket.create_connection((host, port), timeout=TIMEOUT)
+        super().__init__(port, TIMEOUT, host)
         if tls_context is not None:
             self.sock = tls_context.wrap_socket(self.sock, server_hostname="localhost")
-        self.buf = b""
         self.greeting = self.line()
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            data = self.sock.recv(65536)
-            if not data:
-                raise EOFError("connection closed")
-            self.buf += data
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
 
     def send(self, data):
         self.sock.sendall(data)
@@ -89,9 +80,6 @@ class Raw:
             if line.startswith(tag.encode() + b" "):
                 return lines, line
             lines.append(line)
-
-    def close(self):
-        self.sock.close()
 
 
 MESSAGE = (b"From: Bob Sender <bob@example.org>\r\n"

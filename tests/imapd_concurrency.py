@@ -45,32 +45,17 @@ import imaplib
 import random
 import re
 import select
-import socket
 import sys
 import threading
 import time
 
+import imapd_common
+
 TIMEOUT = 20
 DEBUG = os.environ.get("LOAD_DEBUG")
-passed = 0
-failed = 0
-out_lock = threading.Lock()
-
-
-def report(name, ok, why=""):
-    global passed, failed
-    with out_lock:
-        if ok:
-            passed += 1
-            print("PASS %s" % name, flush=True)
-        else:
-            failed += 1
-            print("FAIL %s%s" % (name, (": " + why) if why else ""), flush=True)
-
-
-def note(text):
-    with out_lock:
-        print("# %s" % text, flush=True)
+results = imapd_common.Results()
+report = results.report
+note = results.note
 
 
 class Violation(Exception):
@@ -79,70 +64,26 @@ class Violation(Exception):
 
 # ---- a raw IMAP connection ---------------------------------------------------------------
 
-class Imap:
+class Imap(imapd_common.Imap):
+    """imapd_common.Imap with LITERAL+ for every literal, a dialogue trace (LOAD_DEBUG) and
+    poll for IDLE."""
+
     def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
-        self.buf = b""
-        self.n = 0
         self.trace = collections.deque(maxlen=400)
-        self.read_response()  # greeting
-
-    def _fill(self):
-        data = self.sock.recv(262144)
-        if not data:
-            raise EOFError("connection closed")
-        self.buf += data
-
-    def _line(self):
-        while True:
-            i = self.buf.find(b"\r\n")
-            if i >= 0:
-                line, self.buf = self.buf[:i], self.buf[i + 2:]
-                return line
-            self._fill()
-
-    def _bytes(self, n):
-        while len(self.buf) < n:
-            self._fill()
-        b, self.buf = self.buf[:n], self.buf[n:]
-        return b
+        super().__init__(port, TIMEOUT, tag_prefix=b"t")
 
     def read_response(self):
-        """One response: (text with each literal replaced by {}, [literals])."""
-        text, lits = b"", []
-        while True:
-            line = self._line()
-            m = re.search(rb"\{(\d+)\}$", line)
-            if not m:
-                if DEBUG:
-                    self.trace.append(text + line)
-                return text + line, lits
-            text += line[:m.start()] + b"{}"
-            lits.append(self._bytes(int(m.group(1))))
-
-    def tag(self):
-        self.n += 1
-        return b"t%d" % self.n
+        r = super().read_response()
+        if DEBUG:
+            self.trace.append(r[0])
+        return r
 
     def command(self, text, literal=None):
-        tag = self.tag()
-        if DEBUG:
-            self.trace.append(b">> " + tag + b" " + (text if isinstance(text, bytes) else text.encode()))
         if isinstance(text, str):
             text = text.encode()
-        if literal is None:
-            self.sock.sendall(tag + b" " + text + b"\r\n")
-        else:
-            self.sock.sendall(tag + b" " + text + b" {%d+}\r\n" % len(literal) + literal + b"\r\n")
-        return self.until(tag)
-
-    def until(self, tag):
-        untagged = []
-        while True:
-            r = self.read_response()
-            if r[0].startswith(tag + b" "):
-                return untagged, r[0]
-            untagged.append(r)
+        if DEBUG:
+            self.trace.append(b">> " + self.tag_prefix + b"%d " % (self.n + 1) + text)
+        return super().command(text, literal, plus=True)
 
     def poll(self, seconds):
         """Untagged responses that arrive within seconds (no literals expected: IDLE)."""
@@ -156,13 +97,7 @@ class Imap:
                 return got
             r, _, _ = select.select([self.sock], [], [], left)
             if r:
-                self._fill()
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+                self.fill()
 
 
 # ---- what the test sent, acknowledged, expunged and copied --------------------------------
@@ -228,28 +163,6 @@ MID_RE = re.compile(rb"Message-ID: <([^>@]+)@conc\.test>", re.I)
 
 # ---- LMTP ------------------------------------------------------------------------------------
 
-class Lmtp:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
-        self.buf = b""
-        self.reply()
-
-    def reply(self):
-        while True:
-            while b"\r\n" not in self.buf:
-                data = self.sock.recv(65536)
-                if not data:
-                    raise EOFError("connection closed")
-                self.buf += data
-            line, self.buf = self.buf.split(b"\r\n", 1)
-            if len(line) < 4 or line[3:4] != b"-":
-                return int(line[:3]), line
-
-    def cmd(self, text):
-        self.sock.sendall(text.encode() + b"\r\n")
-        return self.reply()
-
-
 def lmtp_deliver(conn, world, rnd, rcpts):
     mid = world.new_id("lm")
     data = make_message(mid, rnd, ", ".join(rcpts))
@@ -284,7 +197,7 @@ def lmtp_sender(port, world, stop, seed, stats):
     rnd = random.Random(seed)
     users = list(world.users)
     try:
-        conn = Lmtp(port)
+        conn = imapd_common.Lmtp(port, TIMEOUT)
         if conn.cmd("LHLO load.test")[0] != 250:
             world.problem("lmtp", "LHLO refused")
             return
@@ -844,7 +757,7 @@ def main():
                             world.sent.add(mid)
                 except RuntimeError:
                     pass
-        conn = Lmtp(args.lmtp)
+        conn = imapd_common.Lmtp(args.lmtp, TIMEOUT)
         conn.cmd("LHLO load.test")
         seeded = sum(lmtp_deliver(conn, world, rnd, [u for u, _ in users]) for _ in range(30))
         conn.cmd("QUIT")
@@ -990,7 +903,7 @@ def main():
     except Exception as e:  # noqa: BLE001 -- any failure is a failed check
         report("the concurrency test ran to its end", False, "%s: %s" % (type(e).__name__, e))
     finally:
-        print("# %d passed, %d failed" % (passed, failed), flush=True)
+        results.summary()
 
 
 if __name__ == "__main__":

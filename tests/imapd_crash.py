@@ -38,32 +38,17 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+import imapd_common
+
 TIMEOUT = 10
-passed = 0
-failed = 0
-out_lock = threading.Lock()
-
-
-def report(name, ok, why=""):
-    global passed, failed
-    with out_lock:
-        if ok:
-            passed += 1
-            print("PASS %s" % name, flush=True)
-        else:
-            failed += 1
-            print("FAIL %s%s" % (name, (": " + why) if why else ""), flush=True)
-
-
-def note(text):
-    with out_lock:
-        print("# %s" % text, flush=True)
+results = imapd_common.Results()
+report = results.report
+note = results.note
 
 
 # ---- the server ----------------------------------------------------------------------------
@@ -124,83 +109,8 @@ class Server:
             return None
 
 
-# ---- a raw IMAP connection (literals in both directions) ---------------------------------
-
-class Imap:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
-        self.buf = b""
-        self.n = 0
-        self.read_response()  # greeting
-
-    def _line(self):
-        while True:
-            i = self.buf.find(b"\r\n")
-            if i >= 0:
-                line, self.buf = self.buf[:i], self.buf[i + 2:]
-                return line
-            data = self.sock.recv(262144)
-            if not data:
-                raise EOFError("connection closed")
-            self.buf += data
-
-    def _bytes(self, n):
-        while len(self.buf) < n:
-            data = self.sock.recv(262144)
-            if not data:
-                raise EOFError("connection closed")
-            self.buf += data
-        b, self.buf = self.buf[:n], self.buf[n:]
-        return b
-
-    def read_response(self):
-        """One response: (text with literals replaced by {}, [literals])."""
-        text, lits = b"", []
-        while True:
-            line = self._line()
-            m = re.search(rb"\{(\d+)\}$", line)
-            if not m:
-                return text + line, lits
-            text += line[:m.start()] + b"{}"
-            lits.append(self._bytes(int(m.group(1))))
-
-    def command(self, text, literal=None, plus=False):
-        """Sends a command (with one literal appended if given) and returns
-        (untagged responses, tagged line)."""
-        self.n += 1
-        tag = b"c%d" % self.n
-        if isinstance(text, str):
-            text = text.encode()
-        untagged = []
-        if literal is None:
-            self.sock.sendall(tag + b" " + text + b"\r\n")
-        elif plus:
-            self.sock.sendall(tag + b" " + text + b" {%d+}\r\n" % len(literal) + literal + b"\r\n")
-        else:
-            self.sock.sendall(tag + b" " + text + b" {%d}\r\n" % len(literal))
-            while True:
-                r = self.read_response()
-                if r[0].startswith(b"+"):
-                    break
-                if r[0].startswith(tag + b" "):
-                    return untagged, r[0]
-                untagged.append(r)
-            self.sock.sendall(literal + b"\r\n")
-        while True:
-            r = self.read_response()
-            if r[0].startswith(tag + b" "):
-                return untagged, r[0]
-            untagged.append(r)
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
 def imap_login(port, user, password):
-    c = Imap(port)
+    c = imapd_common.Imap(port, TIMEOUT)
     _, tagged = c.command('LOGIN "%s" "%s"' % (user, password))
     if b" OK" not in tagged[:8]:
         c.close()
@@ -296,39 +206,6 @@ def appender(server, user, password, ledger, stop, seed, stats):
         stop.wait(0.05)
 
 
-class Lmtp:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
-        self.buf = b""
-        self.reply()
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            data = self.sock.recv(65536)
-            if not data:
-                raise EOFError("connection closed")
-            self.buf += data
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def reply(self):
-        """One (possibly multi-line) reply: (code, last line)."""
-        while True:
-            line = self.line()
-            if len(line) < 4 or line[3:4] != b"-":
-                return int(line[:3]), line
-
-    def cmd(self, text):
-        self.sock.sendall(text.encode() + b"\r\n")
-        return self.reply()
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
 def dot_stuff(data):
     lines = data.split(b"\r\n")
     return b"\r\n".join(b"." + l if l.startswith(b".") else l for l in lines)
@@ -339,7 +216,7 @@ def lmtp_sender(server, users, ledger, stop, seed, stats):
     while not stop.is_set():
         c = None
         try:
-            c = Lmtp(server.lmtp)
+            c = imapd_common.Lmtp(server.lmtp, TIMEOUT)
             code, _ = c.cmd("LHLO crash.test")
             if code != 250:
                 raise RuntimeError("LHLO")
@@ -399,7 +276,7 @@ def reader(server, user, password, stop, seed, stats, mode):
     while not stop.is_set():
         c = None
         try:
-            c = Imap(server.imap)
+            c = imapd_common.Imap(server.imap, TIMEOUT)
             stats["logins"] += 1
             _, tagged = c.command('LOGIN "%s" "%s"' % (user, password))
             if b" OK" not in tagged[:8]:
@@ -665,7 +542,7 @@ def main():
         report("the crash test ran to its end", False, "%s: %s" % (type(e).__name__, e))
     finally:
         server.kill()
-        print("# %d passed, %d failed" % (passed, failed), flush=True)
+        results.summary()
 
 
 if __name__ == "__main__":
