@@ -19,47 +19,19 @@
  */
 #include "store/store_parse.h"
 
+#include <glib.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* Strict UTF-8 validity of a NUL-terminated string. */
-static int fuzz_utf8_valid(const char *s)
-{
-    static const uint32_t min_for_length[5] = {0, 0, 0x80, 0x800, 0x10000};
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p != '\0') {
-        size_t n = *p < 0x80             ? 1
-                   : (*p & 0xe0) == 0xc0 ? 2
-                   : (*p & 0xf0) == 0xe0 ? 3
-                   : (*p & 0xf8) == 0xf0 ? 4
-                                         : 0;
-        if (n == 0) {
-            return 0;
-        }
-        uint32_t cp = n == 1 ? *p : (uint32_t)(*p & (0x7f >> n));
-        for (size_t i = 1; i < n; i++) {
-            if ((p[i] & 0xc0) != 0x80) {
-                return 0;
-            }
-            cp = (cp << 6) | (p[i] & 0x3f);
-        }
-        if (cp < min_for_length[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-            return 0;
-        }
-        p += n;
-    }
-    return 1;
-}
-
 static void fuzz_check_strings(const struct store_parsed *p)
 {
     const char *strings[] = {p->subject,    p->from,        p->to,  p->cc,
                              p->message_id, p->in_reply_to, p->text};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
-        if (strings[i] == NULL || !fuzz_utf8_valid(strings[i])) {
+        if (strings[i] == NULL || !g_utf8_validate(strings[i], -1, NULL)) {
             abort();
         }
     }
@@ -72,7 +44,7 @@ static void fuzz_check_strings(const struct store_parsed *p)
     }
     for (size_t i = 0; i < p->reference_count; i++) {
         if (p->references[i] == NULL || p->references[i][0] == '\0' ||
-            !fuzz_utf8_valid(p->references[i])) {
+            !g_utf8_validate(p->references[i], -1, NULL)) {
             abort();
         }
     }

@@ -150,6 +150,9 @@ static void test_create_and_limits(void)
     CHECK_EQ_INT(mv_mailbox_create(s, "a//b", NULL), MV_EINVAL);
     CHECK_EQ_INT(mv_mailbox_create(s, "tab\there", NULL), MV_EINVAL);
     CHECK_EQ_INT(mv_mailbox_create(s, "bad\xff", NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_create(s, "overlong\xc1\xbf", NULL), MV_EINVAL); /* "/" */
+    CHECK_EQ_INT(mv_mailbox_create(s, "surrogate\xed\xa0\x80", NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_create(s, "past\xf4\x90\x80\x80", NULL), MV_EINVAL);
     CHECK_EQ_INT(mv_mailbox_create(s, "q", "\\Bogus"), MV_EINVAL);
     CHECK_EQ_INT(mv_mailbox_delete(s, "Inbox"), MV_EINVAL);
     CHECK_EQ_INT(mv_mailbox_rename(s, "INBOX", "Other"), MV_EINVAL);

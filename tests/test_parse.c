@@ -16,6 +16,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <glib.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
@@ -92,42 +93,13 @@ static int tp_table_load(const char *name, size_t min_fields, struct tp_table *t
     return 0;
 }
 
-/* Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
-static int tp_utf8_valid(const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p != '\0') {
-        size_t n = *p < 0x80             ? 1
-                   : (*p & 0xe0) == 0xc0 ? 2
-                   : (*p & 0xf0) == 0xe0 ? 3
-                   : (*p & 0xf8) == 0xf0 ? 4
-                                         : 0;
-        if (n == 0) {
-            return 0;
-        }
-        uint32_t cp = n == 1 ? *p : (uint32_t)(*p & (0x7f >> n));
-        for (size_t i = 1; i < n; i++) {
-            if ((p[i] & 0xc0) != 0x80) {
-                return 0;
-            }
-            cp = (cp << 6) | (p[i] & 0x3f);
-        }
-        static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-            return 0;
-        }
-        p += n;
-    }
-    return 1;
-}
-
 /* NULL if p keeps the contract for a message of len bytes, else what is wrong. */
 static const char *tp_problem(const struct store_parsed *p, size_t len)
 {
     const char *strings[] = {p->subject,    p->from,        p->to,  p->cc,
                              p->message_id, p->in_reply_to, p->text};
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
-        if (strings[i] == NULL || !tp_utf8_valid(strings[i])) {
+        if (strings[i] == NULL || !g_utf8_validate(strings[i], -1, NULL)) {
             return "a string is NULL or not valid UTF-8";
         }
     }
@@ -136,7 +108,7 @@ static const char *tp_problem(const struct store_parsed *p, size_t len)
     }
     for (size_t i = 0; i < p->reference_count; i++) {
         if (p->references[i] == NULL || p->references[i][0] == '\0' ||
-            !tp_utf8_valid(p->references[i])) {
+            !g_utf8_validate(p->references[i], -1, NULL)) {
             return "a reference is NULL, empty or not UTF-8";
         }
     }

@@ -14,6 +14,8 @@
  */
 #include "store/store.h"
 
+#include <glib.h>
+
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -24,28 +26,6 @@
 static const char *store_mailbox_canonical(const char *name)
 {
     return strcasecmp(name, "INBOX") == 0 ? "INBOX" : name;
-}
-
-static int store_utf8_valid(const unsigned char *p, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        unsigned char c = p[i];
-        size_t len = c < 0x80           ? 1
-                     : (c >> 5) == 0x6  ? 2
-                     : (c >> 4) == 0xe  ? 3
-                     : (c >> 3) == 0x1e ? 4
-                                        : 0;
-        if (len == 0 || i + len > n) {
-            return 0;
-        }
-        for (size_t k = 1; k < len; k++) {
-            if ((p[i + k] & 0xc0) != 0x80) {
-                return 0;
-            }
-        }
-        i += len;
-    }
-    return 1;
 }
 
 int store_mailbox_name_check(mv_store *s, const char *name)
@@ -68,7 +48,8 @@ int store_mailbox_name_check(mv_store *s, const char *name)
     if (name[0] == '/' || name[n - 1] == '/' || strstr(name, "//") != NULL) {
         return store_fail(s, MV_EINVAL, "mailbox name has an empty level (\"%s\")", name);
     }
-    if (!store_utf8_valid((const unsigned char *)name, n)) {
+    /* GLib's validator is strict: no overlong forms, no surrogates, nothing past U+10FFFF. */
+    if (!g_utf8_validate(name, (gssize)n, NULL)) {
         return store_fail(s, MV_EINVAL, "mailbox name is not valid UTF-8");
     }
     return MV_OK;
