@@ -43,6 +43,8 @@
 #
 # MAILVAULTD=path and MAILVAULT=path measure another build of the server and the CLI (e.g. one
 # made from a clean `git archive` of a commit while the working tree is being edited).
+# MAILVAULTD_ARGS="--workers=4 ..." passes further options to mailvaultd (e.g. to compare
+# worker counts).
 # KEEP_TMP=1 keeps the scratch directory (server logs, configuration, per-run JSON).
 # Exit status: 0 if every run finished with no errors; 1 otherwise (the figures that were
 # measured are still written).
@@ -133,8 +135,10 @@ for i in $(seq 1 "$users"); do
 done
 
 # ---- 3. mailvaultd ---------------------------------------------------------------------------
+[ "$(id -u)" -eq 0 ] && export MAILVAULTD_ALLOW_ROOT=yes # a benchmark box: serve as root
 "$server" --listen=127.0.0.1 --imap-port=0 --lmtp-port=-1 --root="$MAILVAULT_ROOT" \
     --ports-file="$tmp/mv.ports" --connections-max=2000 --connections-per-address-max=1000 \
+    ${MAILVAULTD_ARGS:-} \
     >"$tmp/mailvaultd.log" 2>&1 &
 mv_pid=$!
 for _ in $(seq 1 100); do

@@ -14,16 +14,19 @@
 #   3b. build/rel/bench/bench_store: the mail store on a generated corpus (store.* lines):
 #      delivery, sealed delivery + drain, fetch, flags, search, open/KDF, import peak memory.
 #      It writes build/bench-results/store.json itself. Default run: ~10 minutes on 2 cores
-#      and 3 GB of scratch disk (a 1 GB mbox); --quick: under 2 minutes (docs/BENCHMARKS.md).
+#      and 3 GB of scratch disk (a 1 GB mbox); --quick: 700 messages, 2000 searched, imports
+#      of 24 and 48 MB with an 8 MiB page cache, ~13 s (docs/BENCHMARKS.md).
 #   3c. build/rel/bench/bench_scale: 1,000 user stores opened and closed (KDF share, file
 #      handles and memory per open store), one writer + 1/4/16 readers on one store
-#      (~3 min; --quick ~15 s). It writes scale.json itself: bench/results/scale.json, or
+#      (~3 min; here --quick --stores 20 --seconds 1: 20 stores, 1 s runs, ~10 s). It
+#      writes scale.json itself: bench/results/scale.json, or
 #      with --quick build/bench-results/reference-suite-quick/scale.json (beside the quick
 #      suite's report, so a quick run never overwrites a committed full run).
 #   3d. build/rel/bench/bench_ops: the operator's commands on a 1 GB store (backup with and
 #      without the key, verify, restore, VACUUM, password change: MB/s and peak memory) and
 #      the keyless `stats --all` scan of 1,000 stores (~3 min and ~4 GB of scratch disk;
-#      --quick: a 64 MB store and 200 stores, ~10 s). It writes ops.json beside scale.json.
+#      here --quick --mb 32 --stores 100: a 32 MB store and 100 stores, ~5 s). It writes
+#      ops.json beside scale.json.
 #   4. The summary: each target with its measured ratio, MET or NOT MET; the store figures
 #      for information, and the store's one target: import peak RSS bounded.
 #   5. build/bench-results/vfs-micro.json: every figure, the targets, the machine.
@@ -34,8 +37,8 @@
 #   7. bench/imap_compare.sh: mailvaultd against Debian's Dovecot (installed with apt-get if
 #      missing; mailvaultd alone, said so, if that is impossible), the same IMAP command mix
 #      from build/rel/bench/bench_imap, 10 and 100 clients, 2 rounds of 30 s (~7 min); it
-#      writes bench/results/imap.json and sections/imap.md. --quick: 10 clients, one 5 s
-#      round each, build/bench-results/imap.{json,md} (~20 s).
+#      writes bench/results/imap.json and sections/imap.md. Here --quick --seconds 2: 10
+#      clients, one 2 s round each, build/bench-results/imap.{json,md} (~8 s).
 #
 # The page-crypto target compares like with like: crypto.chacha20.encrypt_mbps (encryption
 # alone, as openssl speed measures) against openssl speed. The write-cost targets compare
@@ -52,10 +55,17 @@ for arg in "$@"; do
     esac
 done
 speed_seconds=2 crypto_seconds=1.5 vfs_args=() store_args=() scale_args=() ops_args=()
-scale_out=bench/results
+imap_args=() scale_out=bench/results
 if [ "$quick" -eq 1 ]; then
+    # `make bench QUICK=1` runs this and then the quick reference suite (60-70 s) in under
+    # 2 minutes, so this script has about 45 s: the programs' own --quick sizes, and shorter
+    # timed runs and smaller inputs for the three that run for a fixed time or per store
+    # (measured at load 1-2: bench_scale 12.6 -> 9.9 s, bench_ops 10.6 -> 5.3 s,
+    # imap_compare 13.9 -> ~8 s). Every rate is still over hundreds of calls at least, and
+    # bench_ops' 32 MB store still takes each command 0.1-0.5 s.
     speed_seconds=1 crypto_seconds=0.3 vfs_args=(--quick) store_args=(--quick)
-    scale_args=(--quick) scale_out=build/bench-results/reference-suite-quick ops_args=(--quick)
+    scale_args=(--quick --stores 20 --seconds 1) ops_args=(--quick --mb 32 --stores 100)
+    imap_args=(--quick --seconds 2) scale_out=build/bench-results/reference-suite-quick
 fi
 
 out_dir=build/bench-results
@@ -253,7 +263,7 @@ python3 bench/suite/scale_report.py --scale "$scale_out/scale.json" --store "$st
 
 # ---- 7. the IMAP server against Dovecot ------------------------------------------------------
 echo
-echo "== imap_compare ${scale_args[*]:-}"
-bench/imap_compare.sh "${scale_args[@]}"
+echo "== imap_compare ${imap_args[*]:-}"
+bench/imap_compare.sh "${imap_args[@]}"
 echo
 echo "results: $json $store_json $scale_out/scale.json $scale_out/sections/scale.md"

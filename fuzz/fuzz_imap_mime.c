@@ -7,7 +7,7 @@
  *   - imap_mime_open() succeeds (every byte string is a message: unparsable ones are one
  *     text part);
  *   - ENVELOPE and BODYSTRUCTURE are non-empty, start with '(' and have balanced parentheses
- *     outside quoted strings and literals;
+ *     outside quoted strings and literals, with and without UTF8=ACCEPT (imap_mime_set_utf8);
  *   - a part section is either refused (-1) or a range inside the message.
  *
  * Corpus: fuzz/corpus/imap_mime (multipart, nested message/rfc822, broken MIME, groups).
@@ -58,15 +58,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
     struct buf out = {0};
-    imap_mime_envelope(m, &out);
-    if (out.oom || out.len == 0 || out.data[0] != '(' || !fuzz_balanced(&out)) {
-        abort();
-    }
-    for (int ext = 0; ext <= 1; ext++) {
+    for (int utf8 = 0; utf8 <= 1; utf8++) { /* a plain session, then one with UTF8=ACCEPT */
+        imap_mime_set_utf8(m, utf8);
         buf_free(&out);
-        imap_mime_bodystructure(m, &out, ext);
+        imap_mime_envelope(m, &out);
         if (out.oom || out.len == 0 || out.data[0] != '(' || !fuzz_balanced(&out)) {
             abort();
+        }
+        for (int ext = 0; ext <= 1; ext++) {
+            buf_free(&out);
+            imap_mime_bodystructure(m, &out, ext);
+            if (out.oom || out.len == 0 || out.data[0] != '(' || !fuzz_balanced(&out)) {
+                abort();
+            }
         }
     }
     static const uint32_t paths[][3] = {{1, 0, 0}, {2, 0, 0}, {1, 1, 0}, {2, 1, 0}, {1, 2, 1}};

@@ -8,8 +8,10 @@
  *     on BAD a message is set and the command holds no memory;
  *   - on OK: the tag is non-empty, the name is upper-case letters, every node's data lies
  *     inside the input or the command's text buffer, list links stay inside the node array;
- *   - the readers (sequence set, flags, dates, FETCH, SEARCH) return 0 or -1 and never read
- *     outside the nodes; a search's keys link only to keys that exist.
+ *   - a literal8 (~{n}) is a literal, in APPEND only, alone in a list after the atom UTF8;
+ *   - the readers (sequence set, flags, dates, FETCH, SEARCH, STATUS items, LIST, CREATE
+ *     parameters) return 0 or -1 and never read outside the nodes; a search's keys link only
+ *     to keys that exist; the nodes LIST and CREATE hand back are the command's.
  *
  * Corpus: fuzz/corpus/imap_parse (commands of every kind, and malformed ones).
  */
@@ -46,11 +48,56 @@ static void fuzz_check_nodes(const struct imap_command *cmd, const uint8_t *data
     }
 }
 
+/* A literal8 is a literal, only in APPEND, and the one element of a list that follows the
+ * atom UTF8 (RFC 6855's "UTF8 (~{n}...)"); imap_command_utf8_valid answers 0 or 1. */
+static void fuzz_check_literal8(const struct imap_command *cmd)
+{
+    for (size_t i = 0; i < cmd->node_count; i++) {
+        const struct imap_node *n = &cmd->nodes[i];
+        if (!n->literal8) {
+            continue;
+        }
+        if (!n->literal || n->type != IMAP_NODE_STRING || strcmp(cmd->name, "APPEND") != 0 ||
+            n->next != IMAP_NODE_NONE) {
+            abort();
+        }
+        int placed = 0;
+        for (size_t j = 0; j < cmd->node_count; j++) {
+            const struct imap_node *p = &cmd->nodes[j];
+            placed |= p->type == IMAP_NODE_LIST && p->child == i;
+            if (p->next < cmd->node_count && cmd->nodes[p->next].type == IMAP_NODE_LIST &&
+                cmd->nodes[p->next].child == i && !imap_atom_is(p, "UTF8")) {
+                abort();
+            }
+        }
+        if (!placed) {
+            abort();
+        }
+    }
+    int valid = imap_command_utf8_valid(cmd);
+    if (valid != 0 && valid != 1) {
+        abort();
+    }
+}
+
+/* The nodes a reader hands back are nodes of the command. */
+static void
+fuzz_check_in_nodes(const struct imap_command *cmd, const struct imap_node *const *nodes, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (nodes[i] < cmd->nodes || nodes[i] >= cmd->nodes + cmd->node_count) {
+            abort();
+        }
+    }
+}
+
 static void fuzz_readers(const struct imap_command *cmd)
 {
     static struct imap_fetch fetch;
     static struct imap_search search;
     static struct imap_seqset set;
+    struct imap_create_params create;
+    struct imap_list list;
     char err[256], kw[512];
     unsigned flags;
     int64_t when;
@@ -63,6 +110,18 @@ static void fuzz_readers(const struct imap_command *cmd)
         (void)imap_parse_date(n, &when);
         (void)imap_parse_date_time(n, &when);
         (void)imap_parse_fetch(cmd, n, &fetch, err, sizeof err);
+        (void)imap_parse_status_items(cmd, n, &flags, err, sizeof err);
+        if (imap_parse_create_params(cmd, n, &create, err, sizeof err) == 0) {
+            fuzz_check_in_nodes(cmd, create.uses, create.use_count);
+        }
+    }
+    if (imap_parse_list(cmd, &list, err, sizeof err) == 0) {
+        if (list.pattern_count == 0 || list.pattern_count > IMAP_LIST_PATTERNS_MAX ||
+            list.reference == NULL) {
+            abort();
+        }
+        fuzz_check_in_nodes(cmd, &list.reference, 1);
+        fuzz_check_in_nodes(cmd, list.patterns, list.pattern_count);
     }
     if (imap_parse_search(cmd, imap_arg(cmd, 0), &search, err, sizeof err) == 0) {
         if (search.count == 0 || search.count > IMAP_SEARCH_KEYS_MAX) {
@@ -94,6 +153,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
     fuzz_check_nodes(&cmd, data, size);
+    fuzz_check_literal8(&cmd);
     fuzz_readers(&cmd);
     imap_command_free(&cmd);
     return 0;

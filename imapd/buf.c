@@ -4,6 +4,7 @@
  */
 #include "imapd.h"
 
+#include <glib.h>
 #include <openssl/crypto.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -104,10 +105,21 @@ void buf_consume(struct buf *b, size_t n)
 
 void buf_imap_string(struct buf *b, const char *s, size_t len)
 {
-    int plain = len <= 1024;
+    buf_imap_string_utf8(b, s, len, 0);
+}
+
+void buf_imap_string_utf8(struct buf *b, const char *s, size_t len, int utf8)
+{
+    int plain = len <= 1024, eight_bit = 0;
     for (size_t i = 0; plain && i < len; i++) {
         unsigned char c = (unsigned char)s[i];
-        plain = c >= 0x20 && c < 0x7f;
+        eight_bit |= c >= 0x80;
+        plain = (c >= 0x20 && c < 0x7f) || (utf8 && c >= 0x80);
+    }
+    /* RFC 6855 3: UTF-8 in a quoted string only for a session that enabled it, and then only
+     * well-formed UTF-8 (other 8-bit bytes still go as a literal). */
+    if (plain && eight_bit && !g_utf8_validate(s, (gssize)len, NULL)) {
+        plain = 0;
     }
     if (!plain) {
         buf_printf(b, "{%zu}\r\n", len);

@@ -1,10 +1,21 @@
 /*
  * imap_cmd_mailbox.c -- commands on mailboxes: SELECT, EXAMINE, CREATE, DELETE, RENAME,
  * SUBSCRIBE, UNSUBSCRIBE, LIST, LSUB, STATUS, APPEND. Names travel in modified UTF-7 on the
- * wire and in UTF-8 in the store; '/' is the hierarchy separator.
+ * wire (in UTF-8 once the session enabled UTF8=ACCEPT, RFC 6855) and in UTF-8 in the store;
+ * '/' is the hierarchy separator. APPEND takes RFC 6855's UTF8 (~{n}...) data once enabled.
+ *
+ * LIST takes the LIST-EXTENDED form (RFC 5258: selection options, several patterns, RETURN
+ * options), LIST-STATUS (RFC 5819) and the SPECIAL-USE option (RFC 6154); CREATE takes
+ * (USE (...)) (CREATE-SPECIAL-USE). LIST reads every mailbox once (name order), adds the
+ * levels above mailboxes that have no mailbox of their own, and marks children, selection
+ * and CHILDINFO with binary searches over that sorted set: no per-pattern store query.
+ * Neither LIST nor STATUS asks the store for stored_bytes (a walk of every message): the
+ * mailbox rows answer everything but DELETED / DELETED-STORAGE (RFC 9051, RFC 9208), which
+ * are counted over the index of \Deleted messages only when asked for.
  */
 #include "imap_session.h"
 
+#include <glib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +37,15 @@ int imap_mailbox_arg(struct imap_ctx *x, const struct imap_node *n, char *out, s
         snprintf(out, out_size, "INBOX");
         return 0;
     }
+    if (x->s->utf8_accept) { /* RFC 6855 3: the name as it is, no modified UTF-7 */
+        size_t len = strlen(wire);
+        if (!imap_utf8_name_valid(wire, len) || len >= out_size) {
+            imap_tagged(x, "BAD", "mailbox name is not valid UTF-8 or holds a control character");
+            return -1;
+        }
+        memcpy(out, wire, len + 1);
+        return 0;
+    }
     if (imap_utf7_decode(wire, strlen(wire), out, out_size) != 0) {
         imap_tagged(x, "BAD", "mailbox name is not valid modified UTF-7");
         return -1;
@@ -33,14 +53,18 @@ int imap_mailbox_arg(struct imap_ctx *x, const struct imap_node *n, char *out, s
     return 0;
 }
 
-void imap_mailbox_out(struct buf *out, const char *name)
+void imap_mailbox_out(struct imap_ctx *x, const char *name)
 {
-    char wire[IMAP_MAILBOX_MAX * 3 + 8];
-    if (imap_utf7_encode(name, wire, sizeof wire) != 0) {
-        buf_str(out, "\"\"");
+    if (x->s->utf8_accept) {
+        buf_imap_string_utf8(x->out, name, strlen(name), 1);
         return;
     }
-    buf_imap_string(out, wire, strlen(wire));
+    char wire[IMAP_MAILBOX_MAX * 3 + 8];
+    if (imap_utf7_encode(name, wire, sizeof wire) != 0) {
+        buf_str(x->out, "\"\"");
+        return;
+    }
+    buf_imap_string(x->out, wire, strlen(wire));
 }
 
 static mv_store *imap_store(struct imap_ctx *x)
@@ -90,6 +114,7 @@ void imap_cmd_select(struct imap_ctx *x)
     int readonly = strcmp(x->cmd->name, "EXAMINE") == 0;
     size_t argc = imap_arg_count(x->cmd);
     struct imap_qresync *q = NULL;
+    s->selected_ever = 1; /* RFC 6855 3: ENABLE UTF8=ACCEPT comes before any SELECT */
     if (argc < 1 || argc > 2) {
         imap_tagged(x, "BAD", "%s takes one mailbox name", x->cmd->name);
         return;
@@ -145,29 +170,7 @@ void imap_cmd_select(struct imap_ctx *x)
     imap_tagged(x, "OK", "[%s] %s completed", readonly ? "READ-ONLY" : "READ-WRITE", x->cmd->name);
 }
 
-/* ---- CREATE / DELETE / RENAME / SUBSCRIBE ---- */
-
-void imap_cmd_create(struct imap_ctx *x)
-{
-    char name[IMAP_MAILBOX_MAX + 1];
-    if (imap_arg_count(x->cmd) != 1) {
-        imap_tagged(x, "BAD", "CREATE takes one mailbox name");
-        return;
-    }
-    if (imap_mailbox_arg(x, imap_arg(x->cmd, 0), name, sizeof name) != 0) {
-        return;
-    }
-    size_t n = strlen(name);
-    if (n > 1 && name[n - 1] == '/') {
-        name[n - 1] = '\0'; /* "foo/" declares that foo will have children */
-    }
-    int rc = mv_mailbox_create(imap_store(x), name, NULL);
-    if (rc != MV_OK) {
-        imap_tagged_store_error(x, rc, "CREATE");
-        return;
-    }
-    imap_tagged(x, "OK", "CREATE completed");
-}
+/* ---- DELETE / RENAME / SUBSCRIBE ---- */
 
 void imap_cmd_delete(struct imap_ctx *x)
 {
@@ -228,199 +231,529 @@ void imap_cmd_subscribe(struct imap_ctx *x, int on)
     imap_tagged(x, "OK", "%s completed", x->cmd->name);
 }
 
-/* ---- LIST / LSUB ---- */
+/* ---- LIST / LSUB (RFC 3501; LIST-EXTENDED RFC 5258, LIST-STATUS RFC 5819, RFC 6154) ---- */
 
-/* '*' matches anything, '%' anything but the separator. */
+/* '*' matches anything, '%' anything but the separator. One row of match states per name
+ * byte (row[j]: the first j pattern bytes match the name so far), so a pattern such as
+ * "*a*a*a*a*b" costs pattern x name steps rather than the exponential backtracking of a
+ * recursive matcher; a row with no state left ends the walk early. */
 static int imap_list_match(const char *pattern, const char *name)
 {
-    if (*pattern == '\0') {
-        return *name == '\0';
+    unsigned char rows[2][2 * IMAP_MAILBOX_MAX + 2];
+    size_t m = strlen(pattern);
+    if (m + 1 > sizeof rows[0]) {
+        return 0; /* longer than any pattern imap_list_patterns() makes */
     }
-    if (*pattern == '*' || *pattern == '%') {
-        for (const char *p = name;; p++) {
-            if (imap_list_match(pattern + 1, p)) {
-                return 1;
+    unsigned char *prev = rows[0], *cur = rows[1];
+    prev[0] = 1;
+    for (size_t j = 0; j < m; j++) {
+        prev[j + 1] = prev[j] && (pattern[j] == '*' || pattern[j] == '%');
+    }
+    for (const char *c = name; *c != '\0'; c++) {
+        int alive = 0;
+        cur[0] = 0;
+        for (size_t j = 0; j < m; j++) {
+            if (pattern[j] == '*') {
+                cur[j + 1] = cur[j] || prev[j + 1]; /* matches nothing more, or c too */
+            } else if (pattern[j] == '%') {
+                cur[j + 1] = cur[j] || (*c != '/' && prev[j + 1]);
+            } else {
+                cur[j + 1] = prev[j] && pattern[j] == *c;
             }
-            if (*p == '\0' || (*pattern == '%' && *p == '/')) {
-                return 0;
-            }
+            alive |= cur[j + 1];
         }
+        if (!alive) {
+            return 0;
+        }
+        unsigned char *t = prev;
+        prev = cur;
+        cur = t;
     }
-    return *name == *pattern && imap_list_match(pattern + 1, name + 1);
+    return prev[m];
 }
 
+/* One name LIST may report: a mailbox, or a level above mailboxes that has no mailbox of its
+ * own (its parent was deleted, or another process made "a/b" without "a"). */
 struct imap_list_item {
-    char *name;
-    char *special_use;
-    int subscribed;
+    struct mv_mailbox_info info; /* name and special_use are malloc'd copies */
+    int exists;
+    int has_children;
+    int selected;  /* exists and meets the selection options */
+    int childinfo; /* a descendant is selected (RECURSIVEMATCH's CHILDINFO) */
 };
 
-static int imap_list_compare(const void *a, const void *b)
+struct imap_list_set {
+    struct imap_list_item *items;
+    size_t count;
+    size_t cap;
+};
+
+static void imap_list_set_free(struct imap_list_set *set)
 {
-    return strcmp(((const struct imap_list_item *)a)->name,
-                  ((const struct imap_list_item *)b)->name);
+    for (size_t i = 0; i < set->count; i++) {
+        free((char *)set->items[i].info.name);
+        free((char *)set->items[i].info.special_use);
+    }
+    free(set->items);
+    memset(set, 0, sizeof *set);
 }
 
-static int
-imap_list_has_children(const struct imap_list_item *items, size_t count, const char *name)
+/* A new zeroed item owning name (taken even on failure); NULL when out of memory. */
+static struct imap_list_item *imap_list_set_add(struct imap_list_set *set, char *name)
 {
-    size_t n = strlen(name);
-    size_t lo = 0, hi = count;
-    while (lo < hi) { /* the first name > name + "/" prefix start */
+    if (name == NULL) {
+        return NULL;
+    }
+    if (set->count == set->cap) {
+        size_t cap = set->cap != 0 ? set->cap * 2 : 32;
+        struct imap_list_item *grown = realloc(set->items, cap * sizeof *grown);
+        if (grown == NULL) {
+            free(name);
+            return NULL;
+        }
+        set->items = grown;
+        set->cap = cap;
+    }
+    struct imap_list_item *item = &set->items[set->count++];
+    memset(item, 0, sizeof *item);
+    item->info.name = name;
+    return item;
+}
+
+/* By name; of two equal names the mailbox comes first (the level without one is dropped). */
+static int imap_list_compare(const void *a, const void *b)
+{
+    const struct imap_list_item *x = a, *y = b;
+    int cmp = strcmp(x->info.name, y->info.name);
+    return cmp != 0 ? cmp : y->exists - x->exists;
+}
+
+/* The index of the first len bytes of name in the sorted set, or SIZE_MAX. */
+static size_t imap_list_find(const struct imap_list_set *set, const char *name, size_t len)
+{
+    size_t lo = 0, hi = set->count;
+    while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        int cmp = strncmp(items[mid].name, name, n);
-        if (cmp < 0 || (cmp == 0 && (unsigned char)items[mid].name[n] < '/')) {
+        const char *other = set->items[mid].info.name;
+        int cmp = strncmp(other, name, len);
+        if (cmp == 0) {
+            cmp = other[len] != '\0'; /* other is longer: it sorts after */
+        }
+        if (cmp == 0) {
+            return mid;
+        }
+        if (cmp < 0) {
             lo = mid + 1;
         } else {
             hi = mid;
         }
     }
-    return lo < count && strncmp(items[lo].name, name, n) == 0 && items[lo].name[n] == '/';
+    return SIZE_MAX;
 }
 
-static int imap_list_read(mv_store *store, struct imap_list_item **items_out, size_t *count_out)
+/* The MV_MAILBOX_* fields STATUS items need beyond the mailbox's row: only DELETED and
+ * DELETED-STORAGE (a read of the \Deleted messages through their index). The rest (stored
+ * bytes, a walk of every message) no IMAP command reports. */
+static unsigned imap_status_fields(unsigned items)
+{
+    return (items & (IMAP_STATUS_DELETED | IMAP_STATUS_DELETED_STORAGE)) != 0 ? MV_MAILBOX_DELETED
+                                                                              : 0;
+}
+
+/* Every mailbox (with the MV_MAILBOX_* fields in fields), then every level above one that has
+ * no mailbox. */
+static int imap_list_read(mv_store *store, unsigned fields, struct imap_list_set *set)
 {
     mv_mailbox_iter *it = NULL;
     struct mv_mailbox_info info;
-    struct imap_list_item *items = NULL;
-    size_t count = 0, cap = 0;
-    int rc = mv_mailbox_list_begin(store, &it);
+    int rc = mv_mailbox_list_begin_fields(store, fields, &it);
     while (rc == MV_OK && (rc = mv_mailbox_list_next(it, &info)) == 1) {
         rc = MV_OK;
-        if (count == cap) {
-            cap = cap != 0 ? cap * 2 : 32;
-            struct imap_list_item *grown = realloc(items, cap * sizeof *items);
-            if (grown == NULL) {
-                rc = MV_ENOMEM;
-                break;
-            }
-            items = grown;
+        struct imap_list_item *item = imap_list_set_add(set, strdup(info.name));
+        if (item == NULL) {
+            rc = MV_ENOMEM;
+            break;
         }
-        struct imap_list_item *item = &items[count];
-        item->name = strdup(info.name);
-        item->special_use = info.special_use != NULL ? strdup(info.special_use) : NULL;
-        item->subscribed = info.subscribed;
-        count++;
-        if (item->name == NULL || (info.special_use != NULL && item->special_use == NULL)) {
+        const char *name = item->info.name;
+        item->info = info;
+        item->info.name = name;
+        item->info.special_use = info.special_use != NULL ? strdup(info.special_use) : NULL;
+        item->exists = 1;
+        if (info.special_use != NULL && item->info.special_use == NULL) {
             rc = MV_ENOMEM;
         }
     }
     mv_mailbox_list_end(&it);
-    if (rc == MV_OK || rc == 0) {
-        qsort(items, count, sizeof *items, imap_list_compare);
-        *items_out = items;
-        *count_out = count;
-        return MV_OK;
+    size_t mailboxes = set->count;
+    for (size_t i = 0; rc == 0 && i < mailboxes; i++) {
+        for (const char *slash = strchr(set->items[i].info.name, '/'); rc == 0 && slash != NULL;
+             slash = strchr(slash + 1, '/')) {
+            size_t len = (size_t)(slash - set->items[i].info.name);
+            if (imap_list_set_add(set, strndup(set->items[i].info.name, len)) == NULL) {
+                rc = MV_ENOMEM; /* (a level is added once per mailbox below it: deduped next) */
+            }
+        }
     }
+    if (rc != MV_OK && rc != 0) {
+        imap_list_set_free(set);
+        return rc;
+    }
+    qsort(set->items, set->count, sizeof *set->items, imap_list_compare);
+    size_t kept = 0;
+    for (size_t i = 0; i < set->count; i++) {
+        if (kept > 0 && strcmp(set->items[kept - 1].info.name, set->items[i].info.name) == 0) {
+            free((char *)set->items[i].info.name); /* a level seen before, or a mailbox's */
+            continue;
+        }
+        set->items[kept++] = set->items[i];
+    }
+    set->count = kept;
+    return MV_OK;
+}
+
+/* selected, has_children and childinfo of every item under the selection options. */
+static void imap_list_mark(struct imap_list_set *set, unsigned select)
+{
+    for (size_t i = 0; i < set->count; i++) {
+        struct imap_list_item *it = &set->items[i];
+        it->selected =
+            it->exists && ((select & IMAP_LIST_SELECT_SUBSCRIBED) == 0 || it->info.subscribed) &&
+            ((select & IMAP_LIST_SELECT_SPECIAL_USE) == 0 || it->info.special_use != NULL);
+    }
+    for (size_t i = 0; i < set->count; i++) {
+        const char *name = set->items[i].info.name;
+        const char *last = strrchr(name, '/');
+        if (last != NULL) { /* every level above a name is in the set */
+            size_t parent = imap_list_find(set, name, (size_t)(last - name));
+            if (parent != SIZE_MAX) {
+                set->items[parent].has_children = 1;
+            }
+        }
+        if (!set->items[i].selected) {
+            continue;
+        }
+        for (const char *slash = strchr(name, '/'); slash != NULL; slash = strchr(slash + 1, '/')) {
+            size_t above = imap_list_find(set, name, (size_t)(slash - name));
+            if (above != SIZE_MAX) {
+                set->items[above].childinfo = 1;
+            }
+        }
+    }
+}
+
+/* "* STATUS name (...)" with the items asked for; HIGHESTMODSEQ enables CONDSTORE (RFC 7162
+ * 3.1.11: STATUS HIGHESTMODSEQ is a CONDSTORE-enabling command). */
+static void imap_status_out(struct imap_ctx *x, const struct mv_mailbox_info *info, unsigned items)
+{
+    struct buf line = {0};
+    const char *sep = "";
+    if (items & IMAP_STATUS_MESSAGES) {
+        buf_printf(&line, "%sMESSAGES %u", sep, info->messages);
+        sep = " ";
+    }
+    if (items & IMAP_STATUS_RECENT) {
+        buf_printf(&line, "%sRECENT 0", sep);
+        sep = " ";
+    }
+    if (items & IMAP_STATUS_UIDNEXT) {
+        buf_printf(&line, "%sUIDNEXT %u", sep, info->uidnext);
+        sep = " ";
+    }
+    if (items & IMAP_STATUS_UIDVALIDITY) {
+        buf_printf(&line, "%sUIDVALIDITY %u", sep, info->uidvalidity);
+        sep = " ";
+    }
+    if (items & IMAP_STATUS_UNSEEN) {
+        buf_printf(&line, "%sUNSEEN %u", sep, info->unseen);
+        sep = " ";
+    }
+    if (items & IMAP_STATUS_HIGHESTMODSEQ) {
+        buf_printf(&line, "%sHIGHESTMODSEQ %llu", sep, (unsigned long long)info->highestmodseq);
+        sep = " ";
+        x->s->condstore = 1;
+    }
+    if (items & IMAP_STATUS_DELETED) {
+        buf_printf(&line, "%sDELETED %u", sep, info->deleted);
+        sep = " ";
+    }
+    if (items & IMAP_STATUS_DELETED_STORAGE) {
+        /* KiB rounded up, as STORAGE usage is (imap_cmd_quota.c): one \Deleted byte is
+         * still something an EXPUNGE gives back. */
+        buf_printf(&line, "%sDELETED-STORAGE %llu", sep,
+                   (unsigned long long)((info->deleted_bytes + 1023) / 1024));
+    }
+    buf_str(x->out, "* STATUS ");
+    imap_mailbox_out(x, info->name);
+    buf_printf(x->out, " (%s)\r\n", line.data != NULL ? line.data : "");
+    buf_free(&line);
+}
+
+/* Whether LIST reports the item for a pattern it matches. */
+static int imap_list_shows(const struct imap_list *l, const struct imap_list_item *it, int pct)
+{
+    if (it->selected) {
+        return 1;
+    }
+    if ((l->select & IMAP_LIST_SELECT_RECURSIVEMATCH) && it->childinfo) {
+        return 1; /* RFC 5258 3: returned with CHILDINFO for its descendants */
+    }
+    /* RFC 3501 6.3.8: a trailing '%' also returns matching levels that are not mailboxes. */
+    return !it->exists && pct &&
+           (l->select & (IMAP_LIST_SELECT_SUBSCRIBED | IMAP_LIST_SELECT_SPECIAL_USE)) == 0;
+}
+
+static void imap_list_line(struct imap_ctx *x,
+                           const struct imap_list *l,
+                           const struct imap_list_item *it,
+                           int lsub)
+{
+    const struct mv_mailbox_info *info = &it->info;
+    buf_printf(x->out, "* %s (", lsub ? "LSUB" : "LIST");
+    if (!it->exists) {
+        buf_str(x->out, l->extended ? "\\NonExistent " : "\\Noselect ");
+    }
+    buf_str(x->out, it->has_children ? "\\HasChildren" : "\\HasNoChildren");
+    if (!lsub && info->subscribed &&
+        ((l->select & IMAP_LIST_SELECT_SUBSCRIBED) || (l->ret & IMAP_LIST_RETURN_SUBSCRIBED))) {
+        buf_str(x->out, " \\Subscribed");
+    }
+    if (info->special_use != NULL) { /* RFC 6154 allows them unasked; clients rely on it */
+        buf_printf(x->out, " %s", info->special_use);
+    }
+    buf_str(x->out, ") \"/\" ");
+    imap_mailbox_out(x, info->name);
+    if ((l->select & IMAP_LIST_SELECT_RECURSIVEMATCH) && it->childinfo) {
+        buf_str(x->out, " (\"CHILDINFO\" (");
+        buf_str(x->out, (l->select & IMAP_LIST_SELECT_SUBSCRIBED) ? "\"SUBSCRIBED\"" : "");
+        buf_str(x->out, (l->select & IMAP_LIST_SELECT_SUBSCRIBED) &&
+                                (l->select & IMAP_LIST_SELECT_SPECIAL_USE)
+                            ? " "
+                            : "");
+        buf_str(x->out, (l->select & IMAP_LIST_SELECT_SPECIAL_USE) ? "\"SPECIAL-USE\"" : "");
+        buf_str(x->out, "))");
+    }
+    buf_str(x->out, "\r\n");
+    if ((l->ret & IMAP_LIST_RETURN_STATUS) && it->exists) { /* RFC 5819: after its LIST */
+        imap_status_out(x, info, l->status_items);
+    }
+}
+
+/* The reference joined to each pattern, decoded to the store's UTF-8 (taken as it is, if
+ * valid, once UTF8=ACCEPT is enabled): malloc'd strings in out[], one per pattern. 0, or -1
+ * with BAD written (and nothing left allocated). */
+static int imap_list_patterns(struct imap_ctx *x, const struct imap_list *l, char **out)
+{
+    char ref[IMAP_MAILBOX_MAX + 1], pat[IMAP_MAILBOX_MAX + 1];
+    char wire[2 * IMAP_MAILBOX_MAX + 2];
+    if (imap_astring(l->reference, ref, sizeof ref) != 0) {
+        imap_tagged(x, "BAD", "bad reference name");
+        return -1;
+    }
+    for (size_t i = 0; i < l->pattern_count; i++) {
+        int ok = imap_astring(l->patterns[i], pat, sizeof pat) == 0;
+        if (ok) {
+            snprintf(wire, sizeof wire, "%s%s", ref, pat);
+            out[i] = malloc(sizeof wire);
+            if (x->s->utf8_accept) {
+                ok = out[i] != NULL && g_utf8_validate(wire, -1, NULL);
+                if (ok) {
+                    memcpy(out[i], wire, strlen(wire) + 1);
+                }
+            } else {
+                ok = out[i] != NULL &&
+                     imap_utf7_decode(wire, strlen(wire), out[i], sizeof wire) == 0;
+            }
+        } else {
+            out[i] = NULL;
+        }
+        if (!ok) {
+            for (size_t j = 0; j <= i; j++) {
+                free(out[j]);
+            }
+            imap_tagged(x, "BAD", "a pattern is not valid %s",
+                        x->s->utf8_accept ? "UTF-8" : "modified UTF-7");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int imap_list_item_matches(const struct imap_list_item *it,
+                                  char *const *patterns,
+                                  size_t count,
+                                  int *pct)
+{
+    int match = 0;
+    *pct = 0;
     for (size_t i = 0; i < count; i++) {
-        free(items[i].name);
-        free(items[i].special_use);
+        int m = imap_list_match(patterns[i], it->info.name);
+        if (!m && strcmp(it->info.name, "INBOX") == 0) {
+            m = strcasecmp(patterns[i], "INBOX") == 0; /* INBOX is case-insensitive */
+        }
+        size_t n = strlen(patterns[i]);
+        *pct |= m && n > 0 && patterns[i][n - 1] == '%';
+        match |= m;
     }
-    free(items);
-    return rc;
+    return match;
 }
 
 void imap_cmd_list(struct imap_ctx *x, int lsub)
 {
-    char ref[IMAP_MAILBOX_MAX + 1], pat[IMAP_MAILBOX_MAX + 1];
-    char wire[2 * IMAP_MAILBOX_MAX + 2], pattern[2 * IMAP_MAILBOX_MAX + 2];
-    if (imap_arg_count(x->cmd) != 2 || imap_astring(imap_arg(x->cmd, 0), ref, sizeof ref) != 0 ||
-        imap_astring(imap_arg(x->cmd, 1), pat, sizeof pat) != 0) {
-        imap_tagged(x, "BAD", "%s takes a reference and a pattern", x->cmd->name);
+    struct imap_list l;
+    char err[160];
+    char *patterns[IMAP_LIST_PATTERNS_MAX];
+    if (imap_parse_list(x->cmd, &l, err, sizeof err) != 0 || (lsub && l.extended)) {
+        imap_tagged(x, "BAD", "%s: %s", x->cmd->name,
+                    lsub ? "takes a reference and a pattern" : err);
         return;
     }
-    if (pat[0] == '\0' && !lsub) {
-        buf_str(x->out, "* LIST (\\Noselect) \"/\" \"\"\r\n");
+    if (lsub) {
+        l.select = IMAP_LIST_SELECT_SUBSCRIBED;
+    }
+    if (!lsub && l.pattern_count == 1 && l.patterns[0]->len == 0 && l.select == 0) {
+        buf_str(x->out, "* LIST (\\Noselect) \"/\" \"\"\r\n"); /* the hierarchy separator */
         imap_tagged(x, "OK", "LIST completed");
         return;
     }
-    snprintf(wire, sizeof wire, "%s%s", ref, pat);
-    if (imap_utf7_decode(wire, strlen(wire), pattern, sizeof pattern) != 0) {
-        imap_tagged(x, "BAD", "pattern is not valid modified UTF-7");
+    if (imap_list_patterns(x, &l, patterns) != 0) {
         return;
     }
-    struct imap_list_item *items = NULL;
-    size_t count = 0;
-    int rc = imap_list_read(x->s->store->store, &items, &count);
+    struct imap_list_set set = {0};
+    unsigned fields = (l.ret & IMAP_LIST_RETURN_STATUS) ? imap_status_fields(l.status_items) : 0;
+    int rc = imap_list_read(x->s->store->store, fields, &set);
+    if (rc == MV_OK) {
+        imap_list_mark(&set, l.select);
+        for (size_t i = 0; i < set.count; i++) {
+            int pct;
+            if (imap_list_item_matches(&set.items[i], patterns, l.pattern_count, &pct) &&
+                imap_list_shows(&l, &set.items[i], pct)) {
+                imap_list_line(x, &l, &set.items[i], lsub);
+            }
+        }
+    }
+    imap_list_set_free(&set);
+    for (size_t i = 0; i < l.pattern_count; i++) {
+        free(patterns[i]);
+    }
     if (rc != MV_OK) {
         imap_tagged_store_error(x, rc, x->cmd->name);
         return;
     }
-    for (size_t i = 0; i < count; i++) {
-        const struct imap_list_item *item = &items[i];
-        int inbox = strcmp(item->name, "INBOX") == 0;
-        int match = imap_list_match(pattern, item->name);
-        if (!match && inbox) {
-            match = strcasecmp(pattern, "INBOX") == 0; /* INBOX is case-insensitive */
-        }
-        if (!match || (lsub && !item->subscribed)) {
-            continue;
-        }
-        buf_printf(x->out, "* %s (%s", lsub ? "LSUB" : "LIST",
-                   imap_list_has_children(items, count, item->name) ? "\\HasChildren"
-                                                                    : "\\HasNoChildren");
-        if (item->special_use != NULL) {
-            buf_printf(x->out, " %s", item->special_use);
-        }
-        buf_str(x->out, ") \"/\" ");
-        imap_mailbox_out(x->out, item->name);
-        buf_str(x->out, "\r\n");
-    }
-    for (size_t i = 0; i < count; i++) {
-        free(items[i].name);
-        free(items[i].special_use);
-    }
-    free(items);
     imap_tagged(x, "OK", "%s completed", x->cmd->name);
+}
+
+/* ---- CREATE (it reads the mailbox list for CREATE-SPECIAL-USE) ---- */
+
+/* The special uses CREATE (USE ...) gives (RFC 6154). \All and \Flagged are left out: they
+ * name virtual mailboxes (every message, the flagged ones) that the store does not make, so
+ * a client asking for them is told NO [USEATTR] rather than handed an ordinary mailbox. */
+static const char *const imap_create_uses[] = {"\\Archive", "\\Drafts", "\\Junk", "\\Sent",
+                                               "\\Trash"};
+
+/* The one special use CREATE's USE asks for (*use NULL for "USE ()"), in the store's
+ * spelling. A store keeps one use per mailbox, and a use belongs to one mailbox (two \Sent
+ * mailboxes would leave clients guessing). The check against the other mailboxes and the
+ * create run on the user's one worker, so no session of this server can slip in between.
+ * 0, or -1 with NO [USEATTR] (or a store error) written. */
+static int imap_create_use(struct imap_ctx *x, const struct imap_create_params *p, const char **use)
+{
+    *use = NULL;
+    if (p->use_count == 0) {
+        return 0;
+    }
+    char asked[64];
+    snprintf(asked, sizeof asked, "%.*s", (int)p->uses[0]->len, p->uses[0]->data);
+    if (p->use_count > 1) {
+        imap_tagged(x, "NO", "[USEATTR] a mailbox has one special use here");
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof imap_create_uses / sizeof imap_create_uses[0]; i++) {
+        if (strcasecmp(asked, imap_create_uses[i]) == 0) {
+            *use = imap_create_uses[i];
+        }
+    }
+    if (*use == NULL) {
+        imap_tagged(x, "NO", "[USEATTR] %s is not a special use this server gives", asked);
+        return -1;
+    }
+    struct imap_list_set set = {0};
+    int rc = imap_list_read(imap_store(x), 0, &set);
+    if (rc != MV_OK) {
+        imap_tagged_store_error(x, rc, "CREATE");
+        return -1;
+    }
+    for (size_t i = 0; i < set.count; i++) {
+        const struct mv_mailbox_info *info = &set.items[i].info;
+        if (info->special_use != NULL && strcasecmp(info->special_use, *use) == 0) {
+            imap_tagged(x, "NO", "[USEATTR] %s is already the special use of another mailbox",
+                        *use);
+            imap_list_set_free(&set);
+            return -1;
+        }
+    }
+    imap_list_set_free(&set);
+    return 0;
+}
+
+/* CREATE name [(USE (\Sent))] (RFC 3501, RFC 4466 parameters, CREATE-SPECIAL-USE RFC 6154). */
+void imap_cmd_create(struct imap_ctx *x)
+{
+    char name[IMAP_MAILBOX_MAX + 1], err[160];
+    size_t argc = imap_arg_count(x->cmd);
+    struct imap_create_params params = {0};
+    if (argc != 1 && argc != 2) {
+        imap_tagged(x, "BAD", "CREATE takes one mailbox name and optional parameters");
+        return;
+    }
+    if (argc == 2 &&
+        imap_parse_create_params(x->cmd, imap_arg(x->cmd, 1), &params, err, sizeof err) != 0) {
+        imap_tagged(x, "BAD", "CREATE: %s", err);
+        return;
+    }
+    if (imap_mailbox_arg(x, imap_arg(x->cmd, 0), name, sizeof name) != 0) {
+        return;
+    }
+    size_t n = strlen(name);
+    if (n > 1 && name[n - 1] == '/') {
+        name[n - 1] = '\0'; /* "foo/" declares that foo will have children */
+    }
+    const char *use = NULL;
+    if (imap_create_use(x, &params, &use) != 0) {
+        return;
+    }
+    int rc = mv_mailbox_create(imap_store(x), name, use);
+    if (rc != MV_OK) {
+        imap_tagged_store_error(x, rc, "CREATE");
+        return;
+    }
+    imap_tagged(x, "OK", "CREATE completed");
 }
 
 /* ---- STATUS ---- */
 
 void imap_cmd_status(struct imap_ctx *x)
 {
-    char name[IMAP_MAILBOX_MAX + 1];
-    const struct imap_node *items = imap_arg(x->cmd, 1);
-    if (imap_arg_count(x->cmd) != 2 || items->type != IMAP_NODE_LIST ||
-        items->child == IMAP_NODE_NONE) {
+    char name[IMAP_MAILBOX_MAX + 1], err[160];
+    unsigned items;
+    if (imap_arg_count(x->cmd) != 2) {
         imap_tagged(x, "BAD", "STATUS takes a mailbox and a list of items");
+        return;
+    }
+    if (imap_parse_status_items(x->cmd, imap_arg(x->cmd, 1), &items, err, sizeof err) != 0) {
+        imap_tagged(x, "BAD", "STATUS: %s", err);
         return;
     }
     if (imap_mailbox_arg(x, imap_arg(x->cmd, 0), name, sizeof name) != 0) {
         return;
     }
     struct mv_mailbox_info info;
-    int rc = mv_mailbox_status(x->s->store->store, name, &info);
+    int rc = mv_mailbox_get_fields(x->s->store->store, name, imap_status_fields(items), &info);
     if (rc != MV_OK) {
         imap_tagged_store_error(x, rc, "STATUS");
         return;
     }
-    struct buf line = {0};
-    for (uint32_t i = items->child; i != IMAP_NODE_NONE; i = x->cmd->nodes[i].next) {
-        const struct imap_node *n = &x->cmd->nodes[i];
-        const char *sep = line.len != 0 ? " " : "";
-        if (imap_atom_is(n, "MESSAGES")) {
-            buf_printf(&line, "%sMESSAGES %u", sep, info.messages);
-        } else if (imap_atom_is(n, "RECENT")) {
-            buf_printf(&line, "%sRECENT 0", sep);
-        } else if (imap_atom_is(n, "UIDNEXT")) {
-            buf_printf(&line, "%sUIDNEXT %u", sep, info.uidnext);
-        } else if (imap_atom_is(n, "UIDVALIDITY")) {
-            buf_printf(&line, "%sUIDVALIDITY %u", sep, info.uidvalidity);
-        } else if (imap_atom_is(n, "UNSEEN")) {
-            buf_printf(&line, "%sUNSEEN %u", sep, info.unseen);
-        } else if (imap_atom_is(n, "HIGHESTMODSEQ")) {
-            buf_printf(&line, "%sHIGHESTMODSEQ %llu", sep, (unsigned long long)info.highestmodseq);
-            x->s->condstore = 1;
-        } else {
-            buf_free(&line);
-            imap_tagged(x, "BAD", "unknown STATUS item");
-            return;
-        }
-    }
-    buf_str(x->out, "* STATUS ");
-    imap_mailbox_out(x->out, name);
-    buf_printf(x->out, " (%s)\r\n", line.data != NULL ? line.data : "");
-    buf_free(&line);
+    info.name = name; /* as the client wrote it: "inbox" is answered as INBOX either way */
+    imap_status_out(x, &info, items);
     if (x->s->state == IMAP_SELECTED) {
         (void)imap_view_sync(x->s, x->out, 1);
     }
@@ -429,22 +762,53 @@ void imap_cmd_status(struct imap_ctx *x)
 
 /* ---- APPEND ---- */
 
+/* APPEND's message: the last argument, a string, or (RFC 6855 4) "UTF8 (~{n}...)", the
+ * literal8 in a list after the atom UTF8, only once UTF8=ACCEPT is enabled. *taken: how many
+ * arguments it spans (1 or 2). The node, or NULL with BAD written. */
+static const struct imap_node *imap_append_data(struct imap_ctx *x, size_t argc, size_t *taken)
+{
+    const struct imap_node *msg = imap_arg(x->cmd, argc > 0 ? argc - 1 : 0);
+    *taken = 1;
+    if (msg != NULL && msg->type == IMAP_NODE_LIST && argc >= 3 &&
+        imap_atom_is(imap_arg(x->cmd, argc - 2), "UTF8")) {
+        if (!x->s->utf8_accept) {
+            imap_tagged(x, "BAD", "APPEND UTF8 (...) needs ENABLE UTF8=ACCEPT first");
+            return NULL;
+        }
+        const struct imap_node *lit = imap_node(x->cmd, msg->child);
+        if (lit == NULL || !lit->literal8 || lit->next != IMAP_NODE_NONE) {
+            imap_tagged(x, "BAD", "APPEND UTF8 takes one literal8: UTF8 (~{n}...)");
+            return NULL;
+        }
+        *taken = 2;
+        return lit;
+    }
+    if (argc < 2 || argc > 4 || msg->type != IMAP_NODE_STRING) {
+        imap_tagged(x, "BAD", "APPEND takes a mailbox, optional flags and date, and a message");
+        return NULL;
+    }
+    return msg;
+}
+
 void imap_cmd_append(struct imap_ctx *x)
 {
     char name[IMAP_MAILBOX_MAX + 1], keywords[4096], err[160];
-    size_t argc = imap_arg_count(x->cmd);
-    const struct imap_node *msg = imap_arg(x->cmd, argc > 0 ? argc - 1 : 0);
+    size_t argc = imap_arg_count(x->cmd), taken;
     unsigned flags = 0;
     int64_t date = 0;
     keywords[0] = '\0';
-    if (argc < 2 || argc > 4 || msg->type != IMAP_NODE_STRING) {
+    const struct imap_node *msg = imap_append_data(x, argc, &taken);
+    if (msg == NULL) {
+        return;
+    }
+    if (argc > 3 + taken) {
         imap_tagged(x, "BAD", "APPEND takes a mailbox, optional flags and date, and a message");
         return;
     }
     if (imap_mailbox_arg(x, imap_arg(x->cmd, 0), name, sizeof name) != 0) {
         return;
     }
-    for (size_t i = 1; i + 1 < argc; i++) {
+    for (size_t i = 1; i + taken < argc; i++) {
         const struct imap_node *n = imap_arg(x->cmd, i);
         if (n->type == IMAP_NODE_LIST && i == 1) {
             if (imap_parse_flags(x->cmd, n, &flags, keywords, sizeof keywords, err, sizeof err) !=
@@ -462,10 +826,12 @@ void imap_cmd_append(struct imap_ctx *x)
         return;
     }
     struct mv_mailbox_info target;
-    if (quota_exceeded(x->s->store->store, worker_config(x->s->worker), msg->len) &&
-        mv_mailbox_status(x->s->store->store, name, &target) == MV_OK) {
+    int over =
+        quota_exceeded(x->s->store->store, worker_config(x->s->worker), x->s->user, msg->len, 1);
+    if (over != 0 && mv_mailbox_status(x->s->store->store, name, &target) == MV_OK) {
         /* (a missing mailbox falls through to TRYCREATE below) */
-        imap_tagged(x, "NO", "[OVERQUOTA] the message would exceed your storage quota");
+        imap_tagged(x, "NO", "[OVERQUOTA] the message would exceed your %s quota",
+                    quota_over_text(over));
         return;
     }
     uint32_t uid = 0;

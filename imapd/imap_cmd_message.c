@@ -67,47 +67,31 @@ static int imap_store_mode(const struct imap_node *item, int *mode, int *silent)
     return *silent || (len == 5 && strncasecmp(p, "FLAGS", 5) == 0) ? 0 : -1;
 }
 
-/* UNCHANGEDSINCE: drops from idx the messages changed after since (read from the store, not
- * the view) and lists them, as sequence numbers or UIDs, in modified. All of a user's
- * changes in this server run on this thread, so nothing of ours comes between this read and
- * the flag change; another process could (the store has no conditional flag change yet). */
-static int imap_store_unchanged(
-    struct imap_ctx *x, uint64_t since, uint32_t *idx, size_t *count, struct buf *modified)
+/* UNCHANGEDSINCE: drops from idx the messages the store refused (failed, ascending UIDs,
+ * as mv_flags_set_unchanged_since returned them) and lists them in modified, as sequence
+ * numbers or UIDs (RFC 7162 3.1.3). idx ascends by UID too: one merge pass. */
+static int imap_store_modified(struct imap_ctx *x,
+                               const uint32_t *failed,
+                               size_t failed_count,
+                               uint32_t *idx,
+                               size_t *count,
+                               struct buf *modified)
 {
-    struct imap_view *v = &x->s->view;
-    mv_message_iter *it = NULL;
-    struct mv_message_entry e;
-    unsigned char *changed = calloc(v->count + 1, 1);
-    if (changed == NULL) {
-        return MV_ENOMEM;
-    }
-    size_t at = 0; /* idx and the listing both ascend by UID: one merge pass */
-    int rc = mv_message_list_begin(x->s->store->store, v->mailbox, 0, since, &it);
-    while (rc == MV_OK && (rc = mv_message_list_next(it, &e)) == 1) {
-        rc = MV_OK;
-        while (at < *count && v->msgs[idx[at]].uid < e.uid) {
-            at++;
-        }
-        if (at < *count && v->msgs[idx[at]].uid == e.uid) {
-            changed[idx[at]] = 1;
-        }
-    }
-    mv_message_list_end(&it);
-    if (rc < 0) {
-        free(changed);
-        return rc;
-    }
-    size_t kept = 0;
+    const struct imap_view *v = &x->s->view;
+    size_t kept = 0, f = 0;
     for (size_t i = 0; i < *count; i++) {
-        if (changed[idx[i]]) {
+        uint32_t uid = v->msgs[idx[i]].uid;
+        while (f < failed_count && failed[f] < uid) {
+            f++;
+        }
+        if (f < failed_count && failed[f] == uid) {
             buf_printf(modified, "%s%u", modified->len != 0 ? "," : "",
-                       x->cmd->uid ? v->msgs[idx[i]].uid : idx[i] + 1);
+                       x->cmd->uid ? uid : idx[i] + 1);
         } else {
             idx[kept++] = idx[i];
         }
     }
     *count = kept;
-    free(changed);
     return modified->oom ? MV_ENOMEM : MV_OK;
 }
 
@@ -163,15 +147,22 @@ void imap_cmd_store(struct imap_ctx *x)
     }
     imap_drop_expunged(v, idx, &count);
     struct buf modified = {0};
-    int rc = unchanged_since != UINT64_MAX
-                 ? imap_store_unchanged(x, unchanged_since, idx, &count, &modified)
-                 : MV_OK;
-    char *set = rc == MV_OK && count > 0 ? imap_view_uid_set(v, idx, count) : NULL;
-    if (rc == MV_OK && count > 0 && set == NULL) {
-        rc = MV_ENOMEM;
+    uint32_t *failed = NULL;
+    size_t failed_count = 0;
+    char *set = count > 0 ? imap_view_uid_set(v, idx, count) : NULL;
+    int rc = count > 0 && set == NULL ? MV_ENOMEM : MV_OK;
+    if (rc == MV_OK && count > 0 && unchanged_since != UINT64_MAX) {
+        /* The test and the change in one store transaction: no other session or process
+         * can change a message in between (RFC 7162 3.1.3). */
+        rc = mv_flags_set_unchanged_since(x->s->store->store, v->mailbox, set, mode, flags,
+                                          keywords, unchanged_since, NULL, &failed, &failed_count);
+        if (rc == MV_OK) {
+            rc = imap_store_modified(x, failed, failed_count, idx, &count, &modified);
+        }
     } else if (rc == MV_OK && count > 0) {
         rc = mv_flags_set(x->s->store->store, v->mailbox, set, mode, flags, keywords, NULL);
     }
+    mv_free(failed);
     free(set);
     if (rc != MV_OK) {
         free(idx);
@@ -266,10 +257,13 @@ static void imap_transfer(struct imap_ctx *x, int move)
     for (size_t i = 0; i < n; i++) {
         copy_bytes += v->msgs[idx[i]].size;
     }
-    if (!move && n > 0 &&
-        quota_exceeded(x->s->store->store, worker_config(x->s->worker), copy_bytes)) {
+    int over = move || n == 0 ? 0
+                              : quota_exceeded(x->s->store->store, worker_config(x->s->worker),
+                                               x->s->user, copy_bytes, n);
+    if (over != 0) { /* MOVE never grows the usage */
         free(idx);
-        imap_tagged(x, "NO", "[OVERQUOTA] the copy would exceed your storage quota");
+        imap_tagged(x, "NO", "[OVERQUOTA] the copy would exceed your %s quota",
+                    quota_over_text(over));
         return;
     }
     char *set = n > 0 ? imap_view_uid_set(v, idx, n) : NULL;

@@ -1,26 +1,40 @@
 /*
- * imap_cmd_quota.c -- QUOTA (RFC 9208, the RFC 2087 subset): GETQUOTA, GETQUOTAROOT and a
- * refused SETQUOTA. Each user has one quota root, "", holding every mailbox, with one
- * resource, STORAGE: the logical size of the user's messages in KiB (quota.c) against
- * quota_kib from the config. With quota_kib = 0 (unlimited) there is no quota root:
- * GETQUOTAROOT names none and GETQUOTA "" answers NO [NONEXISTENT].
+ * imap_cmd_quota.c -- QUOTA (RFC 9208): GETQUOTA, GETQUOTAROOT and a refused SETQUOTA. Each
+ * user has one quota root, "", holding every mailbox, with the resources STORAGE (the logical
+ * size of the user's messages in KiB, rounded up) and MESSAGE (messages over all mailboxes),
+ * against the user's limits (quota.c: the quota_file entry, else quota_kib and
+ * quota_messages). An unlimited resource is left out of the QUOTA response (RFC 9208 5.1);
+ * with both unlimited there is no quota root: GETQUOTAROOT names none and GETQUOTA ""
+ * answers NO [NONEXISTENT].
  */
 #include "imap_session.h"
 
 #include <string.h>
 
-/* "* QUOTA "" (STORAGE used limit)"; 0, or -1 with the tagged NO written. */
-static int imap_quota_line(struct imap_ctx *x)
+static struct quota_limits imap_quota_limits(struct imap_ctx *x)
 {
-    uint64_t used = 0;
+    return quota_limits_for(worker_config(x->s->worker), x->s->user);
+}
+
+/* "* QUOTA "" (STORAGE used limit MESSAGE used limit)"; 0, or -1 with the tagged NO written. */
+static int imap_quota_line(struct imap_ctx *x, const struct quota_limits *limits)
+{
+    struct quota_usage used;
     int rc = quota_used(x->s->store->store, &used);
     if (rc != MV_OK) {
         imap_tagged_store_error(x, rc, x->cmd->name);
         return -1;
     }
-    buf_printf(x->out, "* QUOTA \"\" (STORAGE %llu %llu)\r\n",
-               (unsigned long long)((used + 1023) / 1024),
-               (unsigned long long)worker_config(x->s->worker)->quota_kib);
+    buf_str(x->out, "* QUOTA \"\" (");
+    if (limits->storage_kib != 0) {
+        buf_printf(x->out, "STORAGE %llu %llu", (unsigned long long)((used.bytes + 1023) / 1024),
+                   (unsigned long long)limits->storage_kib);
+    }
+    if (limits->messages != 0) {
+        buf_printf(x->out, "%sMESSAGE %llu %llu", limits->storage_kib != 0 ? " " : "",
+                   (unsigned long long)used.messages, (unsigned long long)limits->messages);
+    }
+    buf_str(x->out, ")\r\n");
     return 0;
 }
 
@@ -31,11 +45,12 @@ void imap_cmd_getquota(struct imap_ctx *x)
         imap_tagged(x, "BAD", "GETQUOTA takes a quota root");
         return;
     }
-    if (root[0] != '\0' || worker_config(x->s->worker)->quota_kib == 0) {
+    struct quota_limits limits = imap_quota_limits(x);
+    if (root[0] != '\0' || (limits.storage_kib == 0 && limits.messages == 0)) {
         imap_tagged(x, "NO", "[NONEXISTENT] no such quota root");
         return;
     }
-    if (imap_quota_line(x) == 0) {
+    if (imap_quota_line(x, &limits) == 0) {
         imap_tagged(x, "OK", "GETQUOTA completed");
     }
 }
@@ -56,13 +71,14 @@ void imap_cmd_getquotaroot(struct imap_ctx *x)
         imap_tagged_store_error(x, rc, "GETQUOTAROOT");
         return;
     }
+    struct quota_limits limits = imap_quota_limits(x);
     buf_str(x->out, "* QUOTAROOT ");
-    imap_mailbox_out(x->out, name);
-    if (worker_config(x->s->worker)->quota_kib == 0) {
+    imap_mailbox_out(x, name);
+    if (limits.storage_kib == 0 && limits.messages == 0) {
         buf_str(x->out, "\r\n");
     } else {
         buf_str(x->out, " \"\"\r\n");
-        if (imap_quota_line(x) != 0) {
+        if (imap_quota_line(x, &limits) != 0) {
             return;
         }
     }
@@ -75,5 +91,7 @@ void imap_cmd_setquota(struct imap_ctx *x)
         imap_tagged(x, "BAD", "SETQUOTA takes a quota root and a resource list");
         return;
     }
-    imap_tagged(x, "NO", "[NOPERM] the quota is set in the server's configuration");
+    imap_tagged(x, "NO",
+                "[NOPERM] quotas are set by the server's administrator (quota_kib, "
+                "quota_messages, quota_file), not over IMAP");
 }

@@ -8,7 +8,8 @@
  * IMPLEMENTATION NOTES
  *   - Flags, dates and sizes come from the view; a message's bytes are read (once per
  *     message) only when a section needs them, and go out as literals, byte for byte as
- *     stored.
+ *     stored. When every item needs only the header (a client's message list: ENVELOPE,
+ *     HEADER.FIELDS), only the header is read (imap_fetch_header_only).
  *   - The header is everything up to and including the first empty line (CRLF CRLF, or a
  *     bare LF LF in a message stored with LF endings); the text is the rest.
  *   - A non-PEEK body fetch in a read-write mailbox sets \Seen first (one mv_flags_set for
@@ -177,6 +178,27 @@ static void imap_date_out(struct buf *out, int64_t when)
                tm.tm_sec);
 }
 
+/* 1 if every item of f can be answered from the message's header alone (ENVELOPE, RFC822.HEADER,
+ * BODY[HEADER], BODY[HEADER.FIELDS (..)] and .NOT, with or without partials): then only the
+ * header is read (mv_message_fetch_header), which for a client's message list is a small
+ * fraction of the bytes to read, decrypt and decompress. */
+static int imap_fetch_header_only(const struct imap_fetch *f)
+{
+    if ((f->items & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY | IMAP_FETCH_RFC822 |
+                     IMAP_FETCH_RFC822_TEXT)) != 0) {
+        return 0;
+    }
+    for (size_t k = 0; k < f->section_count; k++) {
+        const struct imap_fetch_section *sec = &f->sections[k];
+        if (sec->part_count > 0 ||
+            (sec->kind != IMAP_SECTION_HEADER && sec->kind != IMAP_SECTION_HEADER_FIELDS &&
+             sec->kind != IMAP_SECTION_HEADER_FIELDS_NOT)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* One message's FETCH response. -1 if its bytes are gone (expunged meanwhile). */
 static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t i, int with_flags)
 {
@@ -189,9 +211,15 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
         (items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
     if (need_mime || f->section_count > 0 ||
         (items & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0) {
-        int rc = mv_message_fetch(x->s->store->store, x->s->view.mailbox, m->uid, &raw, &len);
+        int rc = imap_fetch_header_only(f)
+                     ? mv_message_fetch_header(x->s->store->store, x->s->view.mailbox, m->uid, &raw,
+                                               &len)
+                     : mv_message_fetch(x->s->store->store, x->s->view.mailbox, m->uid, &raw, &len);
         if (rc == MV_OK && need_mime) {
             rc = imap_mime_open(raw, len, &mime);
+            if (rc == MV_OK) {
+                imap_mime_set_utf8(mime, x->s->utf8_accept);
+            }
         }
         if (rc != MV_OK) {
             mv_free(raw);
@@ -358,8 +386,16 @@ void imap_fetch_state_free(struct imap_fetch_state **st)
 static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
 {
     struct imap_view *v = &x->s->view;
+    mv_store *store = x->s->store->store;
+    /* One read transaction for the chunk instead of one per message (each costs WAL-index
+     * file locks); ended before the chunk goes out, so no reader is held while a slow client
+     * reads. Without it (MV_EINVAL cannot happen here) each read simply has its own. */
+    int snapshot = mv_store_read_begin(store) == MV_OK;
     for (; st->next < st->count; st->next++) {
         if (x->out->len >= IMAP_FETCH_CHUNK || x->out->oom) {
+            if (snapshot) {
+                mv_store_read_end(store);
+            }
             x->s->fetch_more = st;
             return;
         }
@@ -367,6 +403,9 @@ static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
         if (!v->msgs[i].expunged && v->msgs[i].modseq > st->changed_since) {
             (void)imap_fetch_one(x, st->f, i, st->mark[i]);
         }
+    }
+    if (snapshot) {
+        mv_store_read_end(store);
     }
     for (size_t i = 0; i < v->count; i++) {
         v->msgs[i].reported = 0;
@@ -433,13 +472,14 @@ void imap_cmd_fetch(struct imap_ctx *x)
             rc = !v->readonly && imap_fetch_sets_seen(f)
                      ? imap_fetch_mark_seen(x, st->idx, st->count, st->mark)
                      : MV_OK;
+            if (rc == MV_OK && vanished) {
+                /* RFC 7162 3.2.6: before any FETCH, also the sync's unsolicited ones. */
+                rc = imap_qresync_vanished(x->s, x->out, changed_since, set);
+            }
             if (rc == MV_OK) {
                 /* Picks up the \Seen just set (quietly) before the responses use the flags;
                  * no EXPUNGE during FETCH (RFC 3501 7.4.1), so indexes stay valid. */
                 rc = imap_view_sync(x->s, x->out, 0);
-            }
-            if (rc == MV_OK && vanished) { /* RFC 7162 3.2.6: before the FETCHes */
-                rc = imap_qresync_vanished(x->s, x->out, changed_since, set);
             }
             if (rc == MV_OK) {
                 imap_fetch_produce(x, st); /* takes st */

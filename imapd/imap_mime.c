@@ -27,6 +27,10 @@
  *   - ENVELOPE strings are the raw header values, unfolded (encoded-words left for the
  *     client, as RFC 3501 wants); a display name GMime had to decode from 8-bit is sent
  *     re-encoded as an RFC 2047 word. Sender and Reply-To default to From.
+ *   - 8-bit strings (raw UTF-8 header values, RFC 6532; parameter values GMime decoded) go
+ *     out as literals, never raw in a quoted string (RFC 6855 3), unless the session enabled
+ *     UTF8=ACCEPT (imap_mime_set_utf8): then valid UTF-8 is quoted as it is, display names
+ *     included (no RFC 2047 re-encoding), and only other 8-bit bytes stay literals.
  *
  * LIMITATIONS
  *   The size and lines of a message/rfc822 part in BODYSTRUCTURE are those of its bytes as
@@ -54,7 +58,13 @@ struct imap_mime {
     size_t lines;
     size_t body_size; /* of the fallback single part */
     size_t body_lines;
+    int utf8; /* imap_mime_set_utf8(): UTF-8 strings go out quoted, display names undecoded */
 };
+
+void imap_mime_set_utf8(struct imap_mime *m, int utf8)
+{
+    m->utf8 = utf8;
+}
 
 void imap_mime_init(void)
 {
@@ -161,13 +171,13 @@ static char *imap_mime_field(GMimeObject *obj, const char *name)
     return value;
 }
 
-static void imap_mime_nstring_field(struct buf *out, GMimeObject *obj, const char *name)
+static void imap_mime_nstring_field(struct buf *out, GMimeObject *obj, const char *name, int utf8)
 {
     char *value = imap_mime_field(obj, name);
     if (value == NULL || value[0] == '\0') {
         buf_str(out, "NIL");
     } else {
-        buf_imap_string(out, value, strlen(value));
+        buf_imap_string_utf8(out, value, strlen(value), utf8);
     }
     g_free(value);
 }
@@ -182,17 +192,17 @@ static int imap_mime_ascii(const char *s)
     return 1;
 }
 
-static void imap_mime_address(struct buf *out, InternetAddress *ia, int depth);
+static void imap_mime_address(struct buf *out, InternetAddress *ia, int depth, int utf8);
 
-static void imap_mime_address_list(struct buf *out, InternetAddressList *list, int depth)
+static void imap_mime_address_list(struct buf *out, InternetAddressList *list, int depth, int utf8)
 {
     int n = list != NULL ? internet_address_list_length(list) : 0;
     for (int i = 0; i < n; i++) {
-        imap_mime_address(out, internet_address_list_get_address(list, i), depth);
+        imap_mime_address(out, internet_address_list_get_address(list, i), depth, utf8);
     }
 }
 
-static void imap_mime_address(struct buf *out, InternetAddress *ia, int depth)
+static void imap_mime_address(struct buf *out, InternetAddress *ia, int depth, int utf8)
 {
     const char *name = internet_address_get_name(ia);
     if (INTERNET_ADDRESS_IS_GROUP(ia)) {
@@ -200,10 +210,10 @@ static void imap_mime_address(struct buf *out, InternetAddress *ia, int depth)
             return; /* groups do not nest in RFC 5322 */
         }
         buf_str(out, "(NIL NIL ");
-        buf_imap_nstring(out, name != NULL ? name : "");
+        buf_imap_string_utf8(out, name != NULL ? name : "", name != NULL ? strlen(name) : 0, utf8);
         buf_str(out, " NIL)");
         imap_mime_address_list(out, internet_address_group_get_members(INTERNET_ADDRESS_GROUP(ia)),
-                               depth + 1);
+                               depth + 1, utf8);
         buf_str(out, "(NIL NIL NIL NIL)");
         return;
     }
@@ -211,8 +221,9 @@ static void imap_mime_address(struct buf *out, InternetAddress *ia, int depth)
     buf_str(out, "(");
     if (name == NULL || name[0] == '\0') {
         buf_str(out, "NIL");
-    } else if (imap_mime_ascii(name)) {
-        buf_imap_string(out, name, strlen(name));
+    } else if (imap_mime_ascii(name) || (utf8 && g_utf8_validate(name, -1, NULL))) {
+        /* GMime decoded the name to UTF-8: a UTF8=ACCEPT session takes it as it is */
+        buf_imap_string_utf8(out, name, strlen(name), utf8);
     } else {
         char *encoded = g_mime_utils_header_encode_phrase(NULL, name, "utf-8");
         buf_imap_nstring(out, encoded);
@@ -223,20 +234,20 @@ static void imap_mime_address(struct buf *out, InternetAddress *ia, int depth)
     if (addr == NULL || addr[0] == '\0') {
         buf_str(out, "NIL NIL");
     } else if (at == NULL) {
-        buf_imap_string(out, addr, strlen(addr));
+        buf_imap_string_utf8(out, addr, strlen(addr), utf8);
         buf_str(out, " NIL");
-    } else {
-        buf_imap_string(out, addr, (size_t)(at - addr));
+    } else { /* an internationalised address (RFC 6532) is UTF-8 on both sides of '@' */
+        buf_imap_string_utf8(out, addr, (size_t)(at - addr), utf8);
         buf_str(out, " ");
-        buf_imap_string(out, at + 1, strlen(at + 1));
+        buf_imap_string_utf8(out, at + 1, strlen(at + 1), utf8);
     }
     buf_str(out, ")");
 }
 
 /* An address list field: (addr addr ...) or NIL; fallback names the field to use when this
  * one is absent (Sender, Reply-To -> From). */
-static void
-imap_mime_addresses(struct buf *out, GMimeObject *obj, const char *name, const char *fallback)
+static void imap_mime_addresses(
+    struct buf *out, GMimeObject *obj, const char *name, const char *fallback, int utf8)
 {
     char *value = imap_mime_field(obj, name);
     if ((value == NULL || value[0] == '\0') && fallback != NULL) {
@@ -250,7 +261,7 @@ imap_mime_addresses(struct buf *out, GMimeObject *obj, const char *name, const c
         buf_str(out, "NIL");
     } else {
         buf_str(out, "(");
-        imap_mime_address_list(out, list, 0);
+        imap_mime_address_list(out, list, 0, utf8);
         buf_str(out, ")");
     }
     if (list != NULL) {
@@ -258,28 +269,28 @@ imap_mime_addresses(struct buf *out, GMimeObject *obj, const char *name, const c
     }
 }
 
-static void imap_mime_envelope_of(struct buf *out, GMimeObject *obj)
+static void imap_mime_envelope_of(struct buf *out, GMimeObject *obj, int utf8)
 {
     buf_str(out, "(");
-    imap_mime_nstring_field(out, obj, "Date");
+    imap_mime_nstring_field(out, obj, "Date", utf8);
     buf_str(out, " ");
-    imap_mime_nstring_field(out, obj, "Subject");
+    imap_mime_nstring_field(out, obj, "Subject", utf8);
     buf_str(out, " ");
-    imap_mime_addresses(out, obj, "From", NULL);
+    imap_mime_addresses(out, obj, "From", NULL, utf8);
     buf_str(out, " ");
-    imap_mime_addresses(out, obj, "Sender", "From");
+    imap_mime_addresses(out, obj, "Sender", "From", utf8);
     buf_str(out, " ");
-    imap_mime_addresses(out, obj, "Reply-To", "From");
+    imap_mime_addresses(out, obj, "Reply-To", "From", utf8);
     buf_str(out, " ");
-    imap_mime_addresses(out, obj, "To", NULL);
+    imap_mime_addresses(out, obj, "To", NULL, utf8);
     buf_str(out, " ");
-    imap_mime_addresses(out, obj, "Cc", NULL);
+    imap_mime_addresses(out, obj, "Cc", NULL, utf8);
     buf_str(out, " ");
-    imap_mime_addresses(out, obj, "Bcc", NULL);
+    imap_mime_addresses(out, obj, "Bcc", NULL, utf8);
     buf_str(out, " ");
-    imap_mime_nstring_field(out, obj, "In-Reply-To");
+    imap_mime_nstring_field(out, obj, "In-Reply-To", utf8);
     buf_str(out, " ");
-    imap_mime_nstring_field(out, obj, "Message-ID");
+    imap_mime_nstring_field(out, obj, "Message-ID", utf8);
     buf_str(out, ")");
 }
 
@@ -289,7 +300,7 @@ void imap_mime_envelope(const struct imap_mime *m, struct buf *out)
         buf_str(out, "(NIL NIL NIL NIL NIL NIL NIL NIL NIL NIL)");
         return;
     }
-    imap_mime_envelope_of(out, GMIME_OBJECT(m->message));
+    imap_mime_envelope_of(out, GMIME_OBJECT(m->message), m->utf8);
 }
 
 /* ---- The raw message: entities, delimiters, parts (for sections and sizes) ---- */
@@ -491,7 +502,7 @@ static void imap_mime_upper_string(struct buf *out, const char *s, const char *f
     buf_imap_string(out, tmp, n);
 }
 
-static void imap_mime_params(struct buf *out, GMimeParamList *params)
+static void imap_mime_params(struct buf *out, GMimeParamList *params, int utf8)
 {
     int n = params != NULL ? g_mime_param_list_length(params) : 0;
     if (n == 0) {
@@ -507,12 +518,13 @@ static void imap_mime_params(struct buf *out, GMimeParamList *params)
         }
         imap_mime_upper_string(out, g_mime_param_get_name(p), "X");
         buf_str(out, " ");
-        buf_imap_nstring(out, value != NULL ? value : "");
+        buf_imap_string_utf8(out, value != NULL ? value : "", value != NULL ? strlen(value) : 0,
+                             utf8);
     }
     buf_str(out, ")");
 }
 
-static void imap_mime_disposition(struct buf *out, GMimeObject *obj)
+static void imap_mime_disposition(struct buf *out, GMimeObject *obj, int utf8)
 {
     GMimeContentDisposition *d = g_mime_object_get_content_disposition(obj);
     const char *kind = d != NULL ? g_mime_content_disposition_get_disposition(d) : NULL;
@@ -523,7 +535,7 @@ static void imap_mime_disposition(struct buf *out, GMimeObject *obj)
     buf_str(out, "(");
     imap_mime_upper_string(out, kind, "ATTACHMENT");
     buf_str(out, " ");
-    imap_mime_params(out, g_mime_content_disposition_get_parameters(d));
+    imap_mime_params(out, g_mime_content_disposition_get_parameters(d), utf8);
     buf_str(out, ")");
 }
 
@@ -553,14 +565,16 @@ static void imap_mime_body(struct buf *out,
                            int ext,
                            int depth,
                            const char *raw,
-                           const struct imap_mime_entity *span);
+                           const struct imap_mime_entity *span,
+                           int utf8);
 
 static void imap_mime_multipart(struct buf *out,
                                 GMimeObject *obj,
                                 int ext,
                                 int depth,
                                 const char *raw,
-                                const struct imap_mime_entity *span)
+                                const struct imap_mime_entity *span,
+                                int utf8)
 {
     GMimeMultipart *mp = GMIME_MULTIPART(obj);
     int n = g_mime_multipart_get_count(mp);
@@ -575,7 +589,7 @@ static void imap_mime_multipart(struct buf *out,
         struct imap_mime_entity part = {0, 0, 0, 0, 0};
         known = known && imap_mime_next_part(raw, span, boundary, digest, &at, &part) == 0;
         imap_mime_body(out, g_mime_multipart_get_part(mp, i), ext, depth + 1, raw,
-                       known ? &part : NULL);
+                       known ? &part : NULL, utf8);
     }
     if (n == 0) { /* RFC 3501 needs at least one part: an empty text part */
         buf_str(out, "(\"TEXT\" \"PLAIN\" NIL NIL NIL \"7BIT\" 0 0)");
@@ -585,16 +599,17 @@ static void imap_mime_multipart(struct buf *out,
                            "MIXED");
     if (ext) {
         buf_str(out, " ");
-        imap_mime_params(out, ct != NULL ? g_mime_content_type_get_parameters(ct) : NULL);
+        imap_mime_params(out, ct != NULL ? g_mime_content_type_get_parameters(ct) : NULL, utf8);
         buf_str(out, " ");
-        imap_mime_disposition(out, obj);
+        imap_mime_disposition(out, obj, utf8);
         buf_str(out, " NIL NIL");
     }
     buf_str(out, ")");
 }
 
 /* The fields every single part has: type subtype params id description encoding size. */
-static void imap_mime_basic(struct buf *out, GMimeObject *obj, const char *encoding, size_t size)
+static void
+imap_mime_basic(struct buf *out, GMimeObject *obj, const char *encoding, size_t size, int utf8)
 {
     GMimeContentType *ct = g_mime_object_get_content_type(obj);
     imap_mime_upper_string(out, ct != NULL ? g_mime_content_type_get_media_type(ct) : NULL, "TEXT");
@@ -602,24 +617,24 @@ static void imap_mime_basic(struct buf *out, GMimeObject *obj, const char *encod
     imap_mime_upper_string(out, ct != NULL ? g_mime_content_type_get_media_subtype(ct) : NULL,
                            "PLAIN");
     buf_str(out, " ");
-    imap_mime_params(out, ct != NULL ? g_mime_content_type_get_parameters(ct) : NULL);
+    imap_mime_params(out, ct != NULL ? g_mime_content_type_get_parameters(ct) : NULL, utf8);
     buf_str(out, " ");
-    imap_mime_nstring_field(out, obj, "Content-ID");
+    imap_mime_nstring_field(out, obj, "Content-ID", utf8);
     buf_str(out, " ");
-    imap_mime_nstring_field(out, obj, "Content-Description");
+    imap_mime_nstring_field(out, obj, "Content-Description", utf8);
     buf_str(out, " ");
     imap_mime_upper_string(out, encoding, "7BIT");
     buf_printf(out, " %zu", size);
 }
 
-static void imap_mime_extension(struct buf *out, GMimeObject *obj)
+static void imap_mime_extension(struct buf *out, GMimeObject *obj, int utf8)
 {
     buf_str(out, " ");
-    imap_mime_nstring_field(out, obj, "Content-MD5");
+    imap_mime_nstring_field(out, obj, "Content-MD5", utf8);
     buf_str(out, " ");
-    imap_mime_disposition(out, obj);
+    imap_mime_disposition(out, obj, utf8);
     buf_str(out, " NIL ");
-    imap_mime_nstring_field(out, obj, "Content-Location");
+    imap_mime_nstring_field(out, obj, "Content-Location", utf8);
 }
 
 static void imap_mime_message_part(struct buf *out,
@@ -627,7 +642,8 @@ static void imap_mime_message_part(struct buf *out,
                                    int ext,
                                    int depth,
                                    const char *raw,
-                                   const struct imap_mime_entity *span)
+                                   const struct imap_mime_entity *span,
+                                   int utf8)
 {
     GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(obj));
     size_t size = 0, lines = 0;
@@ -646,21 +662,21 @@ static void imap_mime_message_part(struct buf *out,
     }
     char *encoding = imap_mime_field(obj, "Content-Transfer-Encoding");
     buf_str(out, "(");
-    imap_mime_basic(out, obj, encoding, size);
+    imap_mime_basic(out, obj, encoding, size, utf8);
     g_free(encoding);
     buf_str(out, " ");
     if (inner != NULL) {
-        imap_mime_envelope_of(out, GMIME_OBJECT(inner));
+        imap_mime_envelope_of(out, GMIME_OBJECT(inner), utf8);
         buf_str(out, " ");
         imap_mime_body(out, g_mime_message_get_mime_part(inner), ext, depth + 1, raw,
-                       span != NULL ? &message : NULL);
+                       span != NULL ? &message : NULL, utf8);
     } else {
         buf_str(out, "(NIL NIL NIL NIL NIL NIL NIL NIL NIL NIL) (\"TEXT\" \"PLAIN\" NIL NIL NIL "
                      "\"7BIT\" 0 0)");
     }
     buf_printf(out, " %zu", lines);
     if (ext) {
-        imap_mime_extension(out, obj);
+        imap_mime_extension(out, obj, utf8);
     }
     buf_str(out, ")");
 }
@@ -670,18 +686,19 @@ static void imap_mime_body(struct buf *out,
                            int ext,
                            int depth,
                            const char *raw,
-                           const struct imap_mime_entity *span)
+                           const struct imap_mime_entity *span,
+                           int utf8)
 {
     if (obj == NULL || depth > IMAP_MIME_DEPTH_MAX) {
         buf_str(out, "(\"TEXT\" \"PLAIN\" NIL NIL NIL \"7BIT\" 0 0)");
         return;
     }
     if (GMIME_IS_MULTIPART(obj)) {
-        imap_mime_multipart(out, obj, ext, depth, raw, span);
+        imap_mime_multipart(out, obj, ext, depth, raw, span, utf8);
         return;
     }
     if (GMIME_IS_MESSAGE_PART(obj)) {
-        imap_mime_message_part(out, obj, ext, depth, raw, span);
+        imap_mime_message_part(out, obj, ext, depth, raw, span, utf8);
         return;
     }
     size_t size = 0, lines = 0;
@@ -694,12 +711,12 @@ static void imap_mime_body(struct buf *out,
     GMimeContentType *ct = g_mime_object_get_content_type(obj);
     const char *type = ct != NULL ? g_mime_content_type_get_media_type(ct) : NULL;
     buf_str(out, "(");
-    imap_mime_basic(out, obj, encoding, size);
+    imap_mime_basic(out, obj, encoding, size, utf8);
     if (type == NULL || strcasecmp(type, "text") == 0) {
         buf_printf(out, " %zu", lines);
     }
     if (ext) {
-        imap_mime_extension(out, obj);
+        imap_mime_extension(out, obj, utf8);
     }
     buf_str(out, ")");
 }
@@ -718,7 +735,7 @@ void imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int ext
         top.body = imap_mime_body_start(m->raw, 0, m->size);
     }
     imap_mime_body(out, g_mime_message_get_mime_part(m->message), extensible, 0, m->raw,
-                   m->raw != NULL ? &top : NULL);
+                   m->raw != NULL ? &top : NULL, m->utf8);
 }
 
 /* ---- BODY[part] ---- */

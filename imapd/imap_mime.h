@@ -17,6 +17,10 @@ void imap_mime_init(void);
 /* Parses raw (copied; raw may go after the call). MV_OK or MV_ENOMEM. */
 int imap_mime_open(const char *raw, size_t len, struct imap_mime **out);
 void imap_mime_close(struct imap_mime **m);
+/* For a session that enabled UTF8=ACCEPT (RFC 6855): ENVELOPE and BODYSTRUCTURE strings that
+ * are valid UTF-8 are sent quoted and as they are; otherwise (the default) 8-bit strings are
+ * literals and 8-bit display names RFC 2047 words. */
+void imap_mime_set_utf8(struct imap_mime *m, int utf8);
 /* "(date subject from sender reply-to to cc bcc in-reply-to message-id)" */
 void imap_mime_envelope(const struct imap_mime *m, struct buf *out);
 /* BODYSTRUCTURE (extensible 1) or BODY (0). */

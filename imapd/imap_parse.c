@@ -9,7 +9,9 @@
  *   - Separators are exactly one SP; a list holds no leading or trailing SP; the command ends
  *     with CRLF (or LF) and nothing after it. A literal's count must match the bytes that
  *     follow its CRLF; a literal with a NUL byte is still a string (APPEND data may hold
- *     anything), and imap_astring() refuses it where a C string is needed.
+ *     anything), and imap_astring() refuses it where a C string is needed. A literal8
+ *     ("~{n}", RFC 4466) parses like a literal and is then allowed only where RFC 6855 puts
+ *     one (imap_literal8_placed), so no other handler ever sees one.
  *   - An atom may contain one bracketed part ("BODY[HEADER.FIELDS (A B)]<0.10>"), inside
  *     which SP, parentheses and quoted strings are allowed: it stays one atom, which
  *     imap_parse_fetch() takes apart.
@@ -18,6 +20,7 @@
  */
 #include "imap_parse.h"
 
+#include <glib.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,10 +154,12 @@ static int imap_parse_quoted(struct imap_parser *ps, uint32_t *index)
     return rc;
 }
 
-/* {n}CRLF or {n+}CRLF (LF alone accepted), then exactly n bytes. */
+/* {n}CRLF or {n+}CRLF (LF alone accepted), then exactly n bytes; with a '~' first, a
+ * literal8 (RFC 4466), which imap_literal8_placed() then checks for where it stands. */
 static int imap_parse_literal(struct imap_parser *ps, uint32_t *index)
 {
-    ps->at++; /* '{' */
+    int literal8 = ps->p[ps->at] == '~';
+    ps->at += literal8 ? 2 : 1; /* '~{' or '{' */
     uint64_t n = 0;
     size_t digits = 0;
     while (ps->at < ps->len && ps->p[ps->at] >= '0' && ps->p[ps->at] <= '9') {
@@ -185,6 +190,7 @@ static int imap_parse_literal(struct imap_parser *ps, uint32_t *index)
     if (rc == IMAP_PARSE_OK) {
         struct imap_node *node = &ps->cmd->nodes[*index];
         node->literal = 1;
+        node->literal8 = literal8;
         node->data = (const char *)ps->p + ps->at;
         node->len = (size_t)n;
         ps->at += (size_t)n;
@@ -205,7 +211,7 @@ static int imap_parse_value(struct imap_parser *ps, uint32_t *index, int depth)
     if (c == '"') {
         return imap_parse_quoted(ps, index);
     }
-    if (c == '{') {
+    if (c == '{' || (c == '~' && ps->at + 1 < ps->len && ps->p[ps->at + 1] == '{')) {
         return imap_parse_literal(ps, index);
     }
     if (c != '(') {
@@ -311,6 +317,39 @@ static int imap_parse_head(struct imap_parser *ps)
     return rc;
 }
 
+/* Whether every literal8 in the sibling chain from first (and the lists in it) stands where
+ * RFC 6855 puts one: APPEND's "UTF8 (~{n}...)", the one element of the list that follows the
+ * atom UTF8 at the top level. Everything else (BINARY's bare literal8, RFC 3516, is not
+ * offered) would reach handlers that take it for an ordinary string. The depth is bounded by
+ * the parser's IMAP_PARSE_DEPTH_MAX. */
+static int
+imap_literal8_placed(const struct imap_command *cmd, uint32_t first, uint32_t parent, int depth)
+{
+    uint32_t prev = IMAP_NODE_NONE;
+    for (uint32_t i = first; i != IMAP_NODE_NONE; prev = i, i = cmd->nodes[i].next) {
+        const struct imap_node *n = &cmd->nodes[i];
+        if (n->literal8) {
+            /* (1) APPEND, (2) the only element (3) of a top-level list (4) after UTF8 */
+            const struct imap_node *list = imap_node(cmd, parent);
+            if (strcmp(cmd->name, "APPEND") != 0 || i != first || n->next != IMAP_NODE_NONE ||
+                depth != 1 || list == NULL || list->type != IMAP_NODE_LIST) {
+                return 0;
+            }
+            continue;
+        }
+        if (n->type == IMAP_NODE_LIST && n->child != IMAP_NODE_NONE) {
+            int after_utf8 = prev != IMAP_NODE_NONE && imap_atom_is(&cmd->nodes[prev], "UTF8");
+            if (cmd->nodes[n->child].literal8 && !after_utf8) {
+                return 0;
+            }
+            if (!imap_literal8_placed(cmd, n->child, i, depth + 1)) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
 int imap_parse_command(
     const uint8_t *bytes, size_t len, struct imap_command *cmd, char *err, size_t err_size)
 {
@@ -340,6 +379,10 @@ int imap_parse_command(
                                                                          : "expected CRLF");
         }
     }
+    if (rc == IMAP_PARSE_OK && !imap_literal8_placed(cmd, cmd->first, IMAP_NODE_NONE, 0)) {
+        snprintf(err, err_size, "a literal8 (~{n}) is allowed only in APPEND's UTF8 (...)");
+        rc = IMAP_PARSE_BAD;
+    }
     if (rc != IMAP_PARSE_OK) {
         char tag[IMAP_TAG_MAX + 1];
         memcpy(tag, cmd->tag, sizeof tag);
@@ -361,6 +404,20 @@ void imap_command_free(struct imap_command *cmd)
     free(cmd->text);
     memset(cmd, 0, sizeof *cmd);
     cmd->first = IMAP_NODE_NONE;
+}
+
+int imap_command_utf8_valid(const struct imap_command *cmd)
+{
+    for (size_t i = 0; i < cmd->node_count; i++) {
+        const struct imap_node *n = &cmd->nodes[i];
+        /* GLib's validator is strict: no overlong forms, surrogates or code points past
+         * U+10FFFF; quoted strings hold no NUL, so a length-bounded check sees them whole. */
+        if (n->type == IMAP_NODE_STRING && !n->literal && n->len > 0 &&
+            !g_utf8_validate(n->data, (gssize)n->len, NULL)) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* ---- node helpers ---------------------------------------------------------------------- */
@@ -1231,4 +1288,190 @@ void imap_search_free(struct imap_search *search)
         search->keys[i].set = NULL;
     }
     search->count = 0;
+}
+
+/* ---- STATUS items, LIST (RFC 5258, 5819, 6154), CREATE parameters (RFC 4466, 6154) ------ */
+
+static int imap_reader_fail(char *err, size_t err_size, const char *what)
+{
+    snprintf(err, err_size, "%s", what);
+    return -1;
+}
+
+int imap_parse_status_items(const struct imap_command *cmd,
+                            const struct imap_node *node,
+                            unsigned *items,
+                            char *err,
+                            size_t err_size)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } known[] = {
+        {"MESSAGES", IMAP_STATUS_MESSAGES}, {"RECENT", IMAP_STATUS_RECENT},
+        {"UIDNEXT", IMAP_STATUS_UIDNEXT},   {"UIDVALIDITY", IMAP_STATUS_UIDVALIDITY},
+        {"UNSEEN", IMAP_STATUS_UNSEEN},     {"HIGHESTMODSEQ", IMAP_STATUS_HIGHESTMODSEQ},
+        {"DELETED", IMAP_STATUS_DELETED},   {"DELETED-STORAGE", IMAP_STATUS_DELETED_STORAGE}};
+    *items = 0;
+    if (node == NULL || node->type != IMAP_NODE_LIST || node->child == IMAP_NODE_NONE) {
+        return imap_reader_fail(err, err_size, "expected a list of STATUS items");
+    }
+    for (const struct imap_node *n = imap_node(cmd, node->child); n != NULL;
+         n = imap_node(cmd, n->next)) {
+        unsigned bit = 0;
+        for (size_t i = 0; i < sizeof known / sizeof known[0] && bit == 0; i++) {
+            if (imap_atom_is(n, known[i].name)) {
+                bit = known[i].bit;
+            }
+        }
+        if (bit == 0) {
+            return imap_reader_fail(err, err_size, "unknown STATUS item");
+        }
+        *items |= bit;
+    }
+    return 0;
+}
+
+static int imap_list_selection(const struct imap_command *cmd,
+                               const struct imap_node *list,
+                               struct imap_list *out,
+                               char *err,
+                               size_t err_size)
+{
+    for (const struct imap_node *n = imap_node(cmd, list->child); n != NULL;
+         n = imap_node(cmd, n->next)) {
+        if (imap_atom_is(n, "SUBSCRIBED")) {
+            out->select |= IMAP_LIST_SELECT_SUBSCRIBED;
+        } else if (imap_atom_is(n, "REMOTE")) {
+            out->select |= IMAP_LIST_SELECT_REMOTE;
+        } else if (imap_atom_is(n, "RECURSIVEMATCH")) {
+            out->select |= IMAP_LIST_SELECT_RECURSIVEMATCH;
+        } else if (imap_atom_is(n, "SPECIAL-USE")) {
+            out->select |= IMAP_LIST_SELECT_SPECIAL_USE;
+        } else {
+            return imap_reader_fail(err, err_size, "unknown LIST selection option");
+        }
+    }
+    /* RFC 5258 3: RECURSIVEMATCH only qualifies an option that selects something. */
+    if ((out->select & IMAP_LIST_SELECT_RECURSIVEMATCH) != 0 &&
+        (out->select & (IMAP_LIST_SELECT_SUBSCRIBED | IMAP_LIST_SELECT_SPECIAL_USE)) == 0) {
+        return imap_reader_fail(err, err_size,
+                                "RECURSIVEMATCH needs SUBSCRIBED or SPECIAL-USE with it");
+    }
+    return 0;
+}
+
+static int imap_list_return(const struct imap_command *cmd,
+                            const struct imap_node *list,
+                            struct imap_list *out,
+                            char *err,
+                            size_t err_size)
+{
+    for (const struct imap_node *n = imap_node(cmd, list->child); n != NULL;
+         n = imap_node(cmd, n->next)) {
+        if (imap_atom_is(n, "SUBSCRIBED")) {
+            out->ret |= IMAP_LIST_RETURN_SUBSCRIBED;
+        } else if (imap_atom_is(n, "CHILDREN")) {
+            out->ret |= IMAP_LIST_RETURN_CHILDREN;
+        } else if (imap_atom_is(n, "SPECIAL-USE")) {
+            out->ret |= IMAP_LIST_RETURN_SPECIAL_USE;
+        } else if (imap_atom_is(n, "STATUS") && (out->ret & IMAP_LIST_RETURN_STATUS) == 0) {
+            const struct imap_node *items = imap_node(cmd, n->next);
+            if (imap_parse_status_items(cmd, items, &out->status_items, err, err_size) != 0) {
+                return -1;
+            }
+            out->ret |= IMAP_LIST_RETURN_STATUS;
+            n = items; /* the loop steps past the item list */
+        } else {
+            return imap_reader_fail(err, err_size, "unknown LIST return option, or STATUS twice");
+        }
+    }
+    return 0;
+}
+
+static int imap_list_pattern_ok(const struct imap_node *n)
+{
+    return n != NULL && (n->type == IMAP_NODE_ATOM || n->type == IMAP_NODE_STRING);
+}
+
+int imap_parse_list(const struct imap_command *cmd,
+                    struct imap_list *out,
+                    char *err,
+                    size_t err_size)
+{
+    memset(out, 0, sizeof *out);
+    const struct imap_node *n = imap_arg(cmd, 0);
+    if (n != NULL && n->type == IMAP_NODE_LIST) {
+        out->extended = 1;
+        if (imap_list_selection(cmd, n, out, err, err_size) != 0) {
+            return -1;
+        }
+        n = imap_node(cmd, n->next);
+    }
+    if (!imap_list_pattern_ok(n)) {
+        return imap_reader_fail(err, err_size, "expected a reference name");
+    }
+    out->reference = n;
+    n = imap_node(cmd, n->next);
+    if (n != NULL && n->type == IMAP_NODE_LIST) {
+        out->extended = 1;
+        for (const struct imap_node *p = imap_node(cmd, n->child); p != NULL;
+             p = imap_node(cmd, p->next)) {
+            if (!imap_list_pattern_ok(p) || out->pattern_count == IMAP_LIST_PATTERNS_MAX) {
+                return imap_reader_fail(err, err_size, "bad or too many mailbox patterns");
+            }
+            out->patterns[out->pattern_count++] = p;
+        }
+        if (out->pattern_count == 0) {
+            return imap_reader_fail(err, err_size, "an empty list of mailbox patterns");
+        }
+    } else if (imap_list_pattern_ok(n)) {
+        out->patterns[out->pattern_count++] = n;
+    } else {
+        return imap_reader_fail(err, err_size, "expected a mailbox pattern");
+    }
+    n = imap_node(cmd, n->next);
+    if (n != NULL) {
+        const struct imap_node *opts = imap_node(cmd, n->next);
+        if (!imap_atom_is(n, "RETURN") || opts == NULL || opts->type != IMAP_NODE_LIST ||
+            opts->next != IMAP_NODE_NONE) {
+            return imap_reader_fail(err, err_size, "expected RETURN (options) or the end");
+        }
+        out->extended = 1;
+        if (imap_list_return(cmd, opts, out, err, err_size) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int imap_parse_create_params(const struct imap_command *cmd,
+                             const struct imap_node *node,
+                             struct imap_create_params *out,
+                             char *err,
+                             size_t err_size)
+{
+    memset(out, 0, sizeof *out);
+    if (node == NULL || node->type != IMAP_NODE_LIST || node->child == IMAP_NODE_NONE) {
+        return imap_reader_fail(err, err_size, "expected a list of CREATE parameters");
+    }
+    for (const struct imap_node *n = imap_node(cmd, node->child); n != NULL;
+         n = imap_node(cmd, n->next)) {
+        const struct imap_node *uses = imap_node(cmd, n->next);
+        if (!imap_atom_is(n, "USE") || out->has_use || uses == NULL ||
+            uses->type != IMAP_NODE_LIST) {
+            return imap_reader_fail(err, err_size, "the CREATE parameter is (USE (attributes))");
+        }
+        out->has_use = 1;
+        for (const struct imap_node *u = imap_node(cmd, uses->child); u != NULL;
+             u = imap_node(cmd, u->next)) {
+            if (u->type != IMAP_NODE_ATOM || u->len < 2 || u->data[0] != '\\' ||
+                out->use_count == IMAP_CREATE_USES_MAX) {
+                return imap_reader_fail(err, err_size, "bad or too many special-use attributes");
+            }
+            out->uses[out->use_count++] = u;
+        }
+        n = uses; /* the loop steps past the attribute list */
+    }
+    return 0;
 }

@@ -12,7 +12,8 @@
  *     unquoted) and parenthesised lists. IMAP_PARSE_BAD: err says why; cmd.tag is set if the
  *     tag was readable ("" otherwise), so the caller can answer "tag BAD ...".
  *   Then the typed readers for what a command expects at a node: imap_parse_seqset(),
- *   imap_parse_fetch(), imap_parse_search(), imap_parse_flags(), imap_parse_date() ...
+ *   imap_parse_fetch(), imap_parse_search(), imap_parse_flags(), imap_parse_date(),
+ *   imap_parse_list(), imap_parse_status_items(), imap_parse_create_params() ...
  *   imap_command_free(&cmd) frees the nodes and unquoted strings.
  *
  * OWNERSHIP
@@ -53,6 +54,7 @@ enum imap_node_type {
 struct imap_node {
     enum imap_node_type type;
     int literal;      /* STRING from a literal (1) or a quoted string (0) */
+    int literal8;     /* STRING from a literal8 "~{n}" (RFC 4466): also literal 1 */
     const char *data; /* ATOM, STRING: the bytes (not NUL-terminated) */
     size_t len;
     uint32_t child; /* LIST: first element or IMAP_NODE_NONE */
@@ -72,10 +74,18 @@ struct imap_command {
 
 /* Parses one framed command (see USAGE). Returns IMAP_PARSE_OK, IMAP_PARSE_BAD (message in
  * err) or IMAP_PARSE_NOMEM. On failure the command holds no memory, but cmd->tag is set.
- * imap_command_free() wipes the unquoted strings (explicit_bzero) before freeing them. */
+ * imap_command_free() wipes the unquoted strings (explicit_bzero) before freeing them.
+ * A literal8 ("~{n}" or "~{n+}", RFC 4466) is accepted only where RFC 6855 puts one: APPEND's
+ * UTF8 data, "UTF8 (~{n}...)", as the one element of the list after the atom UTF8; anywhere
+ * else it is IMAP_PARSE_BAD. Quoted strings may hold any byte but CR, LF and NUL (8-bit ones
+ * included: whether they must be UTF-8 is the session's business, imap_command_utf8_valid). */
 int imap_parse_command(
     const uint8_t *bytes, size_t len, struct imap_command *cmd, char *err, size_t err_size);
 void imap_command_free(struct imap_command *cmd);
+/* Whether every quoted string of cmd is valid UTF-8 (RFC 6855 3: once UTF8=ACCEPT is enabled
+ * a quoted string may hold UTF-8, and one with 8-bit bytes that are not UTF-8 is BAD).
+ * Literals are not checked: they may carry any octets. 1 or 0. */
+int imap_command_utf8_valid(const struct imap_command *cmd);
 
 /* ---- helpers over nodes ---- */
 const struct imap_node *imap_node(const struct imap_command *cmd, uint32_t index);
@@ -238,5 +248,68 @@ int imap_parse_search(const struct imap_command *cmd,
                       char *err,
                       size_t err_size);
 void imap_search_free(struct imap_search *search);
+
+/* ---- STATUS items (STATUS, and LIST ... RETURN (STATUS (...)) of RFC 5819) ---- */
+#define IMAP_STATUS_MESSAGES      0x01u
+#define IMAP_STATUS_RECENT        0x02u
+#define IMAP_STATUS_UIDNEXT       0x04u
+#define IMAP_STATUS_UIDVALIDITY   0x08u
+#define IMAP_STATUS_UNSEEN        0x10u
+#define IMAP_STATUS_HIGHESTMODSEQ 0x20u
+/* RFC 9051 DELETED (messages flagged \Deleted) and RFC 9208 DELETED-STORAGE (their size in
+ * KiB): RFC 9208 requires them of a server advertising QUOTA=RES-MESSAGE / RES-STORAGE. */
+#define IMAP_STATUS_DELETED         0x40u
+#define IMAP_STATUS_DELETED_STORAGE 0x80u
+/* Reads a non-empty list of status items "(MESSAGES UNSEEN)" into *items (IMAP_STATUS_*).
+ * 0, or -1 with a message in err (an unknown item, an empty list, not a list). */
+int imap_parse_status_items(const struct imap_command *cmd,
+                            const struct imap_node *node,
+                            unsigned *items,
+                            char *err,
+                            size_t err_size);
+
+/* ---- LIST (RFC 3501, LIST-EXTENDED RFC 5258, LIST-STATUS RFC 5819, SPECIAL-USE RFC 6154) */
+#define IMAP_LIST_PATTERNS_MAX          64
+#define IMAP_LIST_SELECT_SUBSCRIBED     0x01u
+#define IMAP_LIST_SELECT_REMOTE         0x02u /* accepted; there are no remote mailboxes */
+#define IMAP_LIST_SELECT_RECURSIVEMATCH 0x04u
+#define IMAP_LIST_SELECT_SPECIAL_USE    0x08u
+#define IMAP_LIST_RETURN_SUBSCRIBED     0x01u
+#define IMAP_LIST_RETURN_CHILDREN       0x02u
+#define IMAP_LIST_RETURN_SPECIAL_USE    0x04u
+#define IMAP_LIST_RETURN_STATUS         0x08u
+struct imap_list {
+    int extended;          /* a selection list, a pattern list or RETURN was given */
+    unsigned select;       /* IMAP_LIST_SELECT_* */
+    unsigned ret;          /* IMAP_LIST_RETURN_* */
+    unsigned status_items; /* IMAP_STATUS_*, with IMAP_LIST_RETURN_STATUS */
+    const struct imap_node *reference;
+    const struct imap_node *patterns[IMAP_LIST_PATTERNS_MAX]; /* atoms or strings */
+    size_t pattern_count;
+};
+/* Reads LIST's arguments: [(selection options)] reference pattern-or-(patterns)
+ * [RETURN (return options)]. Unknown options, STATUS twice, RECURSIVEMATCH without SUBSCRIBED
+ * or SPECIAL-USE, an empty pattern list and more than IMAP_LIST_PATTERNS_MAX patterns are
+ * refused. The node pointers point into cmd. 0, or -1 with a message in err. */
+int imap_parse_list(const struct imap_command *cmd,
+                    struct imap_list *out,
+                    char *err,
+                    size_t err_size);
+
+/* ---- CREATE parameters (RFC 4466), USE (CREATE-SPECIAL-USE, RFC 6154) ---- */
+#define IMAP_CREATE_USES_MAX 8
+struct imap_create_params {
+    int has_use;
+    const struct imap_node *uses[IMAP_CREATE_USES_MAX]; /* \-atoms, as written */
+    size_t use_count;
+};
+/* Reads "(USE (\Sent ...))" at node. Another parameter, USE twice, a use that is not a
+ * \-atom or more than IMAP_CREATE_USES_MAX of them: -1 with a message in err; else 0.
+ * Whether the uses are known is the caller's business (NO [USEATTR], not BAD). */
+int imap_parse_create_params(const struct imap_command *cmd,
+                             const struct imap_node *node,
+                             struct imap_create_params *out,
+                             char *err,
+                             size_t err_size);
 
 #endif /* MV_IMAP_PARSE_H */

@@ -133,8 +133,9 @@ imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, u
     for (size_t i = 0; i < v->count; i++) {
         void *raw = NULL;
         size_t len = 0;
-        if (v->msgs[i].expunged || mv_message_fetch(r->x->s->store->store, v->mailbox,
-                                                    v->msgs[i].uid, &raw, &len) != MV_OK) {
+        /* The header alone: only its pages are read and decrypted. */
+        if (v->msgs[i].expunged || mv_message_fetch_header(r->x->s->store->store, v->mailbox,
+                                                           v->msgs[i].uid, &raw, &len) != MV_OK) {
             continue;
         }
         char *text = raw;
@@ -157,7 +158,7 @@ imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, u
     return MV_OK;
 }
 
-static int imap_search_prepare(struct imap_search_run *r)
+static int imap_search_prepare_keys(struct imap_search_run *r)
 {
     size_t count = r->x->s->view.count;
     for (size_t k = 0; k < r->prog->count; k++) {
@@ -181,6 +182,19 @@ static int imap_search_prepare(struct imap_search_run *r)
         }
     }
     return MV_OK;
+}
+
+/* The keys that need the store, inside one read snapshot: one transaction for every header
+ * read instead of one per message. */
+static int imap_search_prepare(struct imap_search_run *r)
+{
+    mv_store *store = r->x->s->store->store;
+    int snapshot = mv_store_read_begin(store) == MV_OK;
+    int rc = imap_search_prepare_keys(r);
+    if (snapshot) {
+        mv_store_read_end(store);
+    }
+    return rc;
 }
 
 static int imap_keyword_has(const char *keywords, const char *word, size_t len)
@@ -258,6 +272,13 @@ void imap_cmd_search(struct imap_ctx *x)
     struct imap_search *prog = malloc(sizeof *prog);
     if (prog == NULL) {
         imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        return;
+    }
+    if (x->s->utf8_accept && imap_atom_is(imap_arg(x->cmd, 0), "CHARSET")) {
+        /* RFC 6855 3: after ENABLE UTF8=ACCEPT a SEARCH names no charset (its strings are
+         * UTF-8), and the server SHOULD answer one that does with BAD, whatever it names. */
+        imap_tagged(x, "BAD", "no CHARSET after ENABLE UTF8=ACCEPT: search strings are UTF-8");
+        free(prog);
         return;
     }
     if (imap_parse_search(x->cmd, imap_arg(x->cmd, 0), prog, err, sizeof err) != 0) {

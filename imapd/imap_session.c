@@ -29,7 +29,9 @@ const char *imap_capabilities(const struct imap_session *s)
 {
     if (s->state != IMAP_NOT_AUTH) {
         return "IMAP4rev1 LITERAL+ SASL-IR UIDPLUS MOVE IDLE NAMESPACE ID UNSELECT ENABLE "
-               "SPECIAL-USE CONDSTORE QRESYNC QUOTA QUOTA=RES-STORAGE";
+               "LIST-EXTENDED LIST-STATUS CREATE-SPECIAL-USE "
+               "SPECIAL-USE CONDSTORE QRESYNC QUOTA QUOTA=RES-STORAGE QUOTA=RES-MESSAGE "
+               "UTF8=ACCEPT";
     }
     if (!s->login_allowed) {
         return tls_available() && !s->tls ? "IMAP4rev1 LITERAL+ SASL-IR STARTTLS LOGINDISABLED"
@@ -102,18 +104,24 @@ static void imap_cmd_id(struct imap_ctx *x)
     imap_tagged(x, "OK", "ID completed");
 }
 
-/* ENABLE (RFC 5161): CONDSTORE and QRESYNC (which implies CONDSTORE, RFC 7162 3.2.3). */
+/* ENABLE (RFC 5161): CONDSTORE, QRESYNC (which implies CONDSTORE, RFC 7162 3.2.3) and
+ * UTF8=ACCEPT (RFC 6855). UTF8=ACCEPT changes how every mailbox name is read and written, so
+ * it is enabled only before the session's first SELECT or EXAMINE (RFC 6855 3, RFC 5161 3.1):
+ * later it is left out of the ENABLED response, which tells the client it is not on. */
 static void imap_cmd_enable(struct imap_ctx *x)
 {
     if (imap_arg_count(x->cmd) == 0) {
         imap_tagged(x, "BAD", "ENABLE takes capability names");
         return;
     }
-    int condstore = 0, qresync = 0;
+    int condstore = 0, qresync = 0, utf8 = 0;
     for (size_t i = 0; i < imap_arg_count(x->cmd); i++) {
         condstore |= imap_atom_is(imap_arg(x->cmd, i), "CONDSTORE");
         qresync |= imap_atom_is(imap_arg(x->cmd, i), "QRESYNC");
+        utf8 |= imap_atom_is(imap_arg(x->cmd, i), "UTF8=ACCEPT");
     }
+    int utf8_late = utf8 && x->s->selected_ever;
+    utf8 = utf8 && !utf8_late;
     buf_str(x->out, "* ENABLED");
     if (condstore && !x->s->condstore) {
         buf_str(x->out, " CONDSTORE");
@@ -121,10 +129,16 @@ static void imap_cmd_enable(struct imap_ctx *x)
     if (qresync && !x->s->qresync) {
         buf_str(x->out, " QRESYNC");
     }
+    if (utf8 && !x->s->utf8_accept) {
+        buf_str(x->out, " UTF8=ACCEPT");
+    }
     buf_str(x->out, "\r\n");
     x->s->condstore |= condstore | qresync;
     x->s->qresync |= qresync;
-    imap_tagged(x, "OK", "ENABLE completed");
+    x->s->utf8_accept |= utf8;
+    imap_tagged(x, "OK", "%s",
+                utf8_late ? "ENABLE completed; UTF8=ACCEPT only before SELECT or EXAMINE"
+                          : "ENABLE completed");
 }
 
 static void imap_cmd_capability(struct imap_ctx *x)
@@ -258,6 +272,7 @@ static void imap_idle_list_add(struct imap_session *s)
     }
     imap_idle_head = s;
     s->idle_listed = 1;
+    idle_watch_add(s->user); /* changes by other processes (idle_watch.c) */
 }
 
 static void imap_idle_list_remove(struct imap_session *s)
@@ -276,6 +291,7 @@ static void imap_idle_list_remove(struct imap_session *s)
     s->idle_prev = s->idle_next = NULL;
     s->idle_listed = 0;
     s->idle_notified = 0;
+    idle_watch_remove(s->user);
 }
 
 void imap_session_notify(const char *user, const void *except)
@@ -513,6 +529,13 @@ static void imap_command(struct conn *c, uint8_t *bytes, size_t len)
     if (strcmp(cmd.name, "STARTTLS") == 0 || strcmp(cmd.name, "LOGIN") == 0 ||
         strcmp(cmd.name, "AUTHENTICATE") == 0) {
         imap_reply(c, cmd.tag, "BAD already authenticated");
+        imap_discard(&cmd, bytes, len);
+        return;
+    }
+    /* RFC 6855 3: once UTF8=ACCEPT is on, 8-bit bytes in a quoted string must be UTF-8.
+     * (No job is in flight here, so reading the flag the last job may have set is safe.) */
+    if (s->utf8_accept && !imap_command_utf8_valid(&cmd)) {
+        imap_reply(c, cmd.tag, "BAD a quoted string is not valid UTF-8");
         imap_discard(&cmd, bytes, len);
         return;
     }

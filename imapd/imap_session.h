@@ -35,6 +35,7 @@ struct imap_view {
     struct imap_msg *msgs;
     size_t count;
     size_t cap;
+    size_t expunged_count; /* messages marked expunged: a sync knows without walking msgs */
 };
 
 struct imap_session {
@@ -50,8 +51,12 @@ struct imap_session {
     int login_failures; /* the connection closes after IMAP_LOGIN_FAILURES_MAX */
     int condstore;      /* CONDSTORE enabled (RFC 7162): FETCH responses carry MODSEQ */
     int qresync;        /* QRESYNC enabled (RFC 7162): VANISHED instead of EXPUNGE */
-    int gone;           /* the selected mailbox vanished: BYE sent, close after the command */
-    int idling;         /* in IDLE (RFC 2177): the next line must be DONE */
+    /* UTF8=ACCEPT enabled (RFC 6855): mailbox names in UTF-8 rather than modified UTF-7,
+     * UTF-8 in quoted strings both ways, APPEND's UTF8 data, no SEARCH CHARSET. */
+    int utf8_accept;
+    int selected_ever; /* a SELECT or EXAMINE was issued: too late for ENABLE UTF8=ACCEPT */
+    int gone;          /* the selected mailbox vanished: BYE sent, close after the command */
+    int idling;        /* in IDLE (RFC 2177): the next line must be DONE */
     char idle_tag[IMAP_TAG_MAX + 1];
     int64_t next_poll_ms; /* IDLE: when the loop next asks the worker for changes */
     /* The loop's list of sessions in IDLE (imap_session_notify); loop thread only. */
@@ -67,7 +72,9 @@ struct imap_session {
 #define IMAP_LOGIN_FAILURES_MAX 3
 /* An IDLE session is told at once about changes made through this server (the loop wakes
  * it when a job of the same user that may change a mailbox completes: imap_session_notify);
- * it still looks every IMAP_IDLE_POLL_MS for changes made by other processes (the CLI). */
+ * changes made by other processes (the CLI, a second server) wake it through inotify on the
+ * store's directory (idle_watch.c). It still looks every IMAP_IDLE_POLL_MS, for when inotify
+ * is unavailable or out of watches. */
 #define IMAP_IDLE_POLL_MS 30000
 
 /* The context of one command on the worker. */
@@ -104,11 +111,13 @@ void imap_cmd_subscribe(struct imap_ctx *x, int on);
 void imap_cmd_list(struct imap_ctx *x, int lsub);
 void imap_cmd_status(struct imap_ctx *x);
 void imap_cmd_append(struct imap_ctx *x);
-/* Reads a mailbox argument (mUTF-7 on the wire) into the store's UTF-8 form. 0 or -1 (BAD
- * already written). */
+/* Reads a mailbox argument into the store's UTF-8 form: modified UTF-7 on the wire, or UTF-8
+ * once UTF8=ACCEPT is enabled (then a name that is not valid UTF-8 or breaks RFC 6855's
+ * rules, imap_utf8_name_valid(), is BAD). 0 or -1 (BAD already written). */
 int imap_mailbox_arg(struct imap_ctx *x, const struct imap_node *n, char *out, size_t out_size);
-/* Writes a mailbox name in the wire form (mUTF-7, quoted as needed). */
-void imap_mailbox_out(struct buf *out, const char *name);
+/* Writes a mailbox name (the store's UTF-8) to x->out in the session's wire form: modified
+ * UTF-7, or UTF-8 once UTF8=ACCEPT is enabled; quoted, or a literal where it must be. */
+void imap_mailbox_out(struct imap_ctx *x, const char *name);
 
 /* ---- imap_cmd_quota.c ---- */
 void imap_cmd_getquota(struct imap_ctx *x);
@@ -185,5 +194,9 @@ int imap_qresync_select(struct imap_session *s, struct buf *out, const struct im
 /* Modified UTF-7 (RFC 3501 5.1.3) to UTF-8 and back. 0 or -1 (malformed / no room). */
 int imap_utf7_decode(const char *in, size_t in_len, char *out, size_t out_size);
 int imap_utf7_encode(const char *in, char *out, size_t out_size);
+/* Whether in[0..len) is a mailbox name RFC 6855 3 allows in UTF-8: valid UTF-8 (strict:
+ * GLib's validator) holding no control character (U+0000-U+001F, U+007F-U+009F) and no line
+ * or paragraph separator (U+2028, U+2029). 1 or 0. */
+int imap_utf8_name_valid(const char *in, size_t len);
 
 #endif /* MV_IMAP_SESSION_H */

@@ -3,9 +3,12 @@
  * UTF-8 and back. Decoding is strict: "&-" is '&', a shifted run is modified base64 of
  * UTF-16 with no padding bits set, and it must not encode printable ASCII; a name that holds
  * 8-bit bytes is taken as UTF-8 as it is (clients that send UTF-8 names, RFC 6855 style).
+ * Once a session enables UTF8=ACCEPT no name goes through here: names travel as UTF-8, and
+ * imap_utf8_name_valid() says which ones RFC 6855 allows.
  */
 #include "imap_session.h"
 
+#include <glib.h>
 #include <string.h>
 
 static const char imap_utf7_alphabet[] =
@@ -213,4 +216,18 @@ int imap_utf7_encode(const char *in, char *out, size_t out_size)
     }
     out[at] = '\0';
     return 0;
+}
+
+int imap_utf8_name_valid(const char *in, size_t len)
+{
+    if (!g_utf8_validate(in, (gssize)len, NULL)) {
+        return 0; /* also refuses a NUL inside len */
+    }
+    for (const char *p = in; p < in + len; p = g_utf8_next_char(p)) {
+        gunichar cp = g_utf8_get_char(p);
+        if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029) {
+            return 0;
+        }
+    }
+    return 1;
 }

@@ -5,17 +5,32 @@
  *
  * IMPLEMENTATION NOTES
  *   - A sync is cheap when nothing changed: one mv_mailbox_status() and a comparison of the
- *     mailbox's highest modseq with the view's. Otherwise the mailbox is listed again
- *     (mv_message_list_*) and merged with the view by UID (both ascending).
- *   - Vanished UIDs: when EXPUNGE responses are allowed they are sent in ascending order,
- *     each with the sequence number the message has at that moment (the earlier ones are
- *     already gone). When they are not (FETCH, STORE, SEARCH: RFC 3501 7.4.1), the message
- *     stays in the view marked expunged, and goes at the next sync that may report it.
- *   - Messages whose modseq moved get "* n FETCH (UID u FLAGS (...))"; new ones "* n EXISTS"
- *     (and "* 0 RECENT": this server has no \Recent).
+ *     mailbox's highest modseq with the view's.
+ *   - When it moved, the sync is incremental: the messages changed or added since the view's
+ *     modseq (mv_message_list_* with changed_since, a range on the modseq index) and the
+ *     UIDs expunged since then (mv_message_expunged_since, a range on the change log). So a
+ *     sync costs rows in proportion to what changed, not to the mailbox. Every change to a
+ *     message row gives it a new modseq, every expunge leaves a change-log row, and the log
+ *     is never pruned, so the two answer completely. The whole mailbox is listed again only
+ *     when they cannot: the store's highest modseq went below the view's (a restored
+ *     backup), or more than MV_EXPUNGED_MAX expunges since (MV_ELIMIT). If the log is ever
+ *     pruned, this must fall back as well for a modseq older than the log's start.
+ *   - The reads are separate snapshots, all taken after the status: the view's new modseq is
+ *     the status's, and whatever the later reads saw beyond it is seen again by the next
+ *     sync, where it compares equal and is not reported twice (a UID already removed, a
+ *     flag state already shown).
+ *   - Reporting, in this order so every sequence number is right when the client reads it:
+ *     the vanished messages first, as "* n EXPUNGE" in ascending order, each with the number
+ *     the message has at that moment, or once QRESYNC is enabled as one "* VANISHED uids"
+ *     (RFC 7162 3.2.10); then "* n FETCH (UID u FLAGS (...))" for messages whose flags or
+ *     modseq moved, numbered after the removals; then "* n EXISTS" (and "* 0 RECENT": this
+ *     server has no \Recent) for new ones, which go at the end. When expunges may not be
+ *     reported (FETCH, STORE, SEARCH: RFC 3501 7.4.1) the message stays in the view marked
+ *     expunged and goes at the next sync that may report it.
  */
 #include "imap_session.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,19 +60,11 @@ static int imap_view_push(struct imap_view *v, const struct imap_msg *m)
     return MV_OK;
 }
 
-/* Reads the mailbox's current messages into a fresh view (name and readonly not set). */
-static int imap_view_read(mv_store *store, const char *mailbox, struct imap_view *v)
+/* Appends to v the messages of mailbox changed after since (0: all of them), UID order. */
+static int imap_view_list(mv_store *store, const char *mailbox, uint64_t since, struct imap_view *v)
 {
-    struct mv_mailbox_info info;
-    int rc = mv_mailbox_status(store, mailbox, &info);
-    if (rc != MV_OK) {
-        return rc;
-    }
-    v->uidvalidity = info.uidvalidity;
-    v->uidnext = info.uidnext;
-    v->highestmodseq = info.highestmodseq;
     mv_message_iter *it = NULL;
-    rc = mv_message_list_begin(store, mailbox, 0, 0, &it);
+    int rc = mv_message_list_begin(store, mailbox, 0, since, &it);
     struct mv_message_entry e;
     while (rc == MV_OK && (rc = mv_message_list_next(it, &e)) == 1) {
         struct imap_msg m = {.uid = e.uid,
@@ -73,6 +80,21 @@ static int imap_view_read(mv_store *store, const char *mailbox, struct imap_view
     }
     mv_message_list_end(&it);
     return rc < 0 ? rc : MV_OK;
+}
+
+/* Reads the mailbox's current messages into a fresh view (name and readonly not set). The
+ * status comes first: its modseq is then one the listing has seen everything up to. */
+static int imap_view_read(mv_store *store, const char *mailbox, struct imap_view *v)
+{
+    struct mv_mailbox_info info;
+    int rc = mv_mailbox_status(store, mailbox, &info);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    v->uidvalidity = info.uidvalidity;
+    v->uidnext = info.uidnext;
+    v->highestmodseq = info.highestmodseq;
+    return imap_view_list(store, mailbox, 0, v);
 }
 
 int imap_view_load(struct imap_session *s, const char *mailbox, int readonly)
@@ -121,109 +143,216 @@ void imap_fetch_flags_line(struct buf *out, size_t seq, const struct imap_msg *m
     buf_str(out, ")\r\n");
 }
 
-/* "* VANISHED uid-set" of the view's messages the merge removed (expunged == 2). */
-static void imap_view_vanished_out(const struct imap_view *v, size_t count, struct buf *out)
+static size_t imap_view_find_uid(const struct imap_view *v, uint32_t uid)
 {
-    buf_str(out, "* VANISHED ");
-    int first = 1;
-    for (size_t i = 0; i < count;) {
-        if (v->msgs[i].expunged != 2) {
-            i++;
-            continue;
+    size_t lo = 0, hi = v->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v->msgs[mid].uid < uid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
         }
-        uint32_t lo = v->msgs[i].uid, hi = lo;
-        size_t k = i + 1;
-        while (k < count && v->msgs[k].expunged == 2 && v->msgs[k].uid == hi + 1) {
-            hi = v->msgs[k++].uid;
-        }
-        buf_printf(out, lo == hi ? "%s%u" : "%s%u:%u", first ? "" : ",", lo, hi);
-        first = 0;
-        i = k;
     }
-    buf_str(out, "\r\n");
+    return lo; /* first index with uid >= the one sought */
 }
 
-/* Merges fresh (the store now) into the session's view, reporting as it goes. */
-static int
-imap_view_merge(struct imap_session *s, struct imap_view *fresh, struct buf *out, int allow_expunge)
+static int imap_uids_contain(const uint32_t *uids, size_t count, uint32_t uid)
+{
+    size_t lo = 0, hi = count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (uids[mid] < uid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo < count && uids[lo] == uid;
+}
+
+/* What a sync found: the messages changed or added (ascending UID, keywords owned here) and
+ * the UIDs no longer in the mailbox (ascending; may hold UIDs the view never had). */
+struct imap_view_delta {
+    struct imap_view changed; /* also carries the mailbox's uidnext and highestmodseq */
+    uint32_t *gone;
+    size_t gone_count;
+    int gone_from_store; /* gone is the store's (mv_free), else malloc'd here */
+};
+
+static void imap_view_delta_free(struct imap_view_delta *d)
+{
+    imap_view_free(&d->changed);
+    if (d->gone_from_store) {
+        mv_free(d->gone);
+    } else {
+        free(d->gone);
+    }
+    memset(d, 0, sizeof *d);
+}
+
+/* Removes the messages marked expunged == 2 and reports them (see the file comment). */
+static void imap_view_remove(struct imap_session *s, struct buf *out, size_t removed)
 {
     struct imap_view *v = &s->view;
-    struct imap_view merged;
-    memset(&merged, 0, sizeof merged);
-    size_t i = 0, j = 0, old_count = v->count;
-    size_t removed = 0, vanished_count = 0;
-    int rc = MV_OK;
-    while (rc == MV_OK && i < v->count) {
-        struct imap_msg *m = &v->msgs[i];
-        while (j < fresh->count && fresh->msgs[j].uid < m->uid) {
-            j++; /* a UID below the view's last one it never saw: cannot happen (UIDs grow) */
+    if (s->qresync) { /* RFC 7162 3.2.10: one VANISHED for them all */
+        buf_str(out, "* VANISHED ");
+        int first = 1;
+        for (size_t i = 0; i < v->count;) {
+            if (v->msgs[i].expunged != 2) {
+                i++;
+                continue;
+            }
+            uint32_t lo = v->msgs[i].uid, hi = lo;
+            size_t k = i + 1;
+            while (k < v->count && v->msgs[k].expunged == 2 && v->msgs[k].uid == hi + 1) {
+                hi = v->msgs[k++].uid;
+            }
+            buf_printf(out, lo == hi ? "%s%u" : "%s%u:%u", first ? "" : ",", lo, hi);
+            first = 0;
+            i = k;
         }
-        if (j < fresh->count && fresh->msgs[j].uid == m->uid) {
-            struct imap_msg *f = &fresh->msgs[j++];
-            if (f->modseq != m->modseq || f->flags != m->flags ||
-                strcmp(f->keywords, m->keywords) != 0) {
-                free(m->keywords);
-                m->keywords = f->keywords;
-                f->keywords = NULL;
-                m->flags = f->flags;
-                m->modseq = f->modseq;
-                if (m->reported != 2) { /* 2: a STORE .SILENT of this command */
-                    imap_fetch_flags_line(out, merged.count + 1, m, s->condstore);
-                }
-                m->reported = 1;
+        buf_str(out, "\r\n");
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < v->count; i++) {
+        if (v->msgs[i].expunged == 2) {
+            if (!s->qresync) {
+                buf_printf(out, "* %zu EXPUNGE\r\n", kept + 1); /* its number at this moment */
             }
-            rc = imap_view_push(&merged, m);
-        } else if (allow_expunge) {
-            if (s->qresync) { /* RFC 7162 3.2.10: one VANISHED for them all, below */
-                vanished_count++;
-            } else {
-                buf_printf(out, "* %zu EXPUNGE\r\n", merged.count + 1);
-            }
-            m->expunged = 2; /* its keywords are freed once the merge has succeeded */
-            removed++;
+            free(v->msgs[i].keywords);
         } else {
-            m->expunged = 1;
-            rc = imap_view_push(&merged, m);
+            v->msgs[kept++] = v->msgs[i];
         }
-        i++;
     }
-    uint32_t last_uid = old_count > 0 ? v->msgs[old_count - 1].uid : 0;
-    for (; rc == MV_OK && j < fresh->count; j++) {
-        if (fresh->msgs[j].uid > last_uid) {
-            rc = imap_view_push(&merged, &fresh->msgs[j]);
-            if (rc == MV_OK) {
-                fresh->msgs[j].keywords = NULL;
+    assert(kept + removed == v->count);
+    v->count = kept;
+}
+
+/* Applies d to the session's view and reports it. Fails (MV_ENOMEM) only before anything
+ * is changed or written. */
+static int imap_view_apply(struct imap_session *s,
+                           struct imap_view_delta *d,
+                           struct buf *out,
+                           int allow_expunge)
+{
+    struct imap_view *v = &s->view;
+    uint32_t last_uid = v->count > 0 ? v->msgs[v->count - 1].uid : 0;
+    size_t added = 0, removed = 0;
+    for (size_t j = 0; j < d->changed.count; j++) {
+        const struct imap_msg *f = &d->changed.msgs[j];
+        added += f->uid > last_uid && !imap_uids_contain(d->gone, d->gone_count, f->uid);
+    }
+    if (added > v->cap - v->count) { /* the one allocation, before any change */
+        size_t cap = v->count + added;
+        struct imap_msg *msgs = realloc(v->msgs, cap * sizeof *msgs);
+        if (msgs == NULL) {
+            return MV_ENOMEM;
+        }
+        v->msgs = msgs;
+        v->cap = cap;
+    }
+    for (size_t g = 0; g < d->gone_count; g++) {
+        size_t i = imap_view_find_uid(v, d->gone[g]);
+        if (i < v->count && v->msgs[i].uid == d->gone[g] && v->msgs[i].expunged == 0) {
+            v->msgs[i].expunged = 1;
+            v->expunged_count++;
+        }
+    }
+    for (size_t i = 0; allow_expunge && v->expunged_count > 0 && i < v->count; i++) {
+        if (v->msgs[i].expunged != 0) {
+            v->msgs[i].expunged = 2;
+            removed++;
+        }
+    }
+    assert(!allow_expunge || removed == v->expunged_count);
+    if (removed > 0) {
+        imap_view_remove(s, out, removed);
+        v->expunged_count = 0;
+    }
+    for (size_t j = 0; j < d->changed.count; j++) {
+        struct imap_msg *f = &d->changed.msgs[j];
+        size_t i = imap_view_find_uid(v, f->uid);
+        if (f->uid > last_uid || i == v->count || v->msgs[i].uid != f->uid ||
+            v->msgs[i].expunged != 0) {
+            continue; /* new (below), or gone since: nothing to update */
+        }
+        struct imap_msg *m = &v->msgs[i];
+        if (f->modseq != m->modseq || f->flags != m->flags ||
+            strcmp(f->keywords, m->keywords) != 0) {
+            char *keywords = m->keywords;
+            m->keywords = f->keywords;
+            f->keywords = keywords; /* freed with the delta */
+            m->flags = f->flags;
+            m->modseq = f->modseq;
+            if (m->reported != 2) { /* 2: a STORE .SILENT or FETCH \Seen of this command */
+                imap_fetch_flags_line(out, i + 1, m, s->condstore);
             }
+            m->reported = 1;
         }
     }
-    if (rc != MV_OK) {
-        free(merged.msgs); /* keywords are still owned by v or fresh */
-        for (size_t k = 0; k < old_count; k++) {
-            v->msgs[k].expunged = v->msgs[k].expunged == 2 ? 0 : v->msgs[k].expunged;
-        }
-        return rc;
-    }
-    if (vanished_count > 0) {
-        imap_view_vanished_out(v, old_count, out);
-    }
-    for (size_t k = 0; k < old_count; k++) {
-        if (v->msgs[k].expunged == 2) {
-            free(v->msgs[k].keywords);
+    for (size_t j = 0; j < d->changed.count; j++) {
+        struct imap_msg *f = &d->changed.msgs[j];
+        if (f->uid > last_uid && !imap_uids_contain(d->gone, d->gone_count, f->uid)) {
+            assert(v->count < v->cap);
+            v->msgs[v->count] = *f;
+            v->msgs[v->count++].reported = 0;
+            f->keywords = NULL; /* the view owns them now */
         }
     }
-    if (merged.count != old_count - removed || removed > 0) {
-        buf_printf(out, "* %zu EXISTS\r\n", merged.count);
-        if (merged.count > old_count - removed) {
+    if (added > 0 || removed > 0) {
+        buf_printf(out, "* %zu EXISTS\r\n", v->count);
+        if (added > 0) {
             buf_str(out, "* 0 RECENT\r\n");
         }
     }
-    free(v->msgs);
-    v->msgs = merged.msgs;
-    v->count = merged.count;
-    v->cap = merged.cap;
-    v->uidnext = fresh->uidnext;
-    v->highestmodseq = fresh->highestmodseq;
+    v->uidnext = d->changed.uidnext;
+    v->highestmodseq = d->changed.highestmodseq;
     return MV_OK;
+}
+
+/* The full re-list: d gets every message, and the view's UIDs that are missing as gone. */
+static int imap_view_delta_full(struct imap_session *s, struct imap_view_delta *d)
+{
+    struct imap_view *v = &s->view;
+    int rc = imap_view_read(s->store->store, v->mailbox, &d->changed);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (d->changed.uidvalidity != v->uidvalidity) {
+        return MV_ENOTFOUND; /* made again under the same name: the view means nothing */
+    }
+    d->gone = malloc((v->count + 1) * sizeof *d->gone);
+    if (d->gone == NULL) {
+        return MV_ENOMEM;
+    }
+    for (size_t i = 0, j = 0; i < v->count; i++) { /* both ascend by UID: one merge pass */
+        while (j < d->changed.count && d->changed.msgs[j].uid < v->msgs[i].uid) {
+            j++;
+        }
+        if (j == d->changed.count || d->changed.msgs[j].uid != v->msgs[i].uid) {
+            d->gone[d->gone_count++] = v->msgs[i].uid;
+        }
+    }
+    return MV_OK;
+}
+
+/* The incremental read (see the file comment); info is the status read just before. */
+static int imap_view_delta_since(struct imap_session *s,
+                                 const struct mv_mailbox_info *info,
+                                 struct imap_view_delta *d)
+{
+    struct imap_view *v = &s->view;
+    d->changed.uidvalidity = info->uidvalidity;
+    d->changed.uidnext = info->uidnext;
+    d->changed.highestmodseq = info->highestmodseq;
+    int rc = imap_view_list(s->store->store, v->mailbox, v->highestmodseq, &d->changed);
+    if (rc == MV_OK) {
+        rc = mv_message_expunged_since(s->store->store, v->mailbox, v->highestmodseq, &d->gone,
+                                       &d->gone_count);
+        d->gone_from_store = 1;
+    }
+    return rc;
 }
 
 /* The selected mailbox was deleted, renamed, or deleted and made again (a new UIDVALIDITY):
@@ -242,12 +371,9 @@ int imap_view_sync(struct imap_session *s, struct buf *out, int allow_expunge)
 {
     struct imap_view *v = &s->view;
     struct mv_mailbox_info info;
-    int pending_expunge = 0;
+    int pending_expunge = allow_expunge && v->expunged_count > 0;
     if (v->mailbox == NULL) {
         return MV_OK;
-    }
-    for (size_t i = 0; i < v->count && !pending_expunge; i++) {
-        pending_expunge = v->msgs[i].expunged;
     }
     int rc = mv_mailbox_status(s->store->store, v->mailbox, &info);
     if (rc == MV_ENOTFOUND || (rc == MV_OK && info.uidvalidity != v->uidvalidity)) {
@@ -256,35 +382,28 @@ int imap_view_sync(struct imap_session *s, struct buf *out, int allow_expunge)
     if (rc != MV_OK) {
         return rc;
     }
-    if (info.highestmodseq == v->highestmodseq && !(pending_expunge && allow_expunge)) {
+    if (info.highestmodseq == v->highestmodseq && !pending_expunge) {
         return MV_OK;
     }
-    struct imap_view fresh;
-    memset(&fresh, 0, sizeof fresh);
-    rc = imap_view_read(s->store->store, v->mailbox, &fresh);
-    if (rc == MV_ENOTFOUND || (rc == MV_OK && fresh.uidvalidity != v->uidvalidity)) {
-        imap_view_free(&fresh);
-        return imap_view_gone(s, out);
+    struct imap_view_delta d;
+    memset(&d, 0, sizeof d);
+    if (info.highestmodseq == v->highestmodseq) { /* only the expunges held back before */
+        d.changed.uidnext = v->uidnext;
+        d.changed.highestmodseq = v->highestmodseq;
+    } else if (info.highestmodseq > v->highestmodseq) {
+        rc = imap_view_delta_since(s, &info, &d);
+        if (rc == MV_ELIMIT) { /* too far behind for one read of the log */
+            imap_view_delta_free(&d);
+            rc = imap_view_delta_full(s, &d);
+        }
+    } else { /* the store went back in time (a restore): the log cannot say what changed */
+        rc = imap_view_delta_full(s, &d);
     }
     if (rc == MV_OK) {
-        rc = imap_view_merge(s, &fresh, out, allow_expunge);
+        rc = imap_view_apply(s, &d, out, allow_expunge);
     }
-    imap_view_free(&fresh);
-    return rc;
-}
-
-static size_t imap_view_find_uid(const struct imap_view *v, uint32_t uid)
-{
-    size_t lo = 0, hi = v->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (v->msgs[mid].uid < uid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo; /* first index with uid >= the one sought */
+    imap_view_delta_free(&d);
+    return rc == MV_ENOTFOUND ? imap_view_gone(s, out) : rc;
 }
 
 int imap_view_resolve(const struct imap_view *v,

@@ -39,7 +39,17 @@ struct config {
     int allow_plaintext;
     uint32_t kdf_iter;
     int lmtp_recipients_max;
-    uint64_t quota_kib; /* storage quota per user in KiB (RFC 9208 STORAGE); 0: unlimited */
+    uint64_t quota_kib;      /* default storage quota per user in KiB (RFC 9208 STORAGE); 0: none */
+    uint64_t quota_messages; /* default message quota per user (RFC 9208 MESSAGE); 0: none */
+    char quota_file[MV_PATH_MAX]; /* per-user limits (quota.c), read when set; "" none */
+
+    /* Running in production (docs/IMAPD.md). */
+    char user[64];           /* started as root: switch to this account (main.c) */
+    char group[64];          /* ... and group; "": the user's primary group */
+    int allow_root;          /* started as root without user: serve as root anyway */
+    int cache_size_kib;      /* each open store's page cache; 0: the library's default */
+    int maintain_interval_s; /* maintain an idle-closed store at most this often; 0: off */
+    int maintain_max_mib;    /* ... if it is at most this large (file + WAL) */
 };
 #define CONFIG_SMALL_LITERAL_MAX 65536
 #define CONFIG_OUTPUT_MAX        (4u << 20) /* reading pauses while more is queued */
@@ -58,10 +68,45 @@ void config_usage(void);
 struct mv_store_options config_store_options(const struct config *c);
 
 /* ---- quota.c ---- */
-/* The user's logical size: the sum of size_bytes over the mailboxes. MV_OK or an MV_* code. */
-int quota_used(mv_store *store, uint64_t *used_bytes);
-/* 1 if storing add_bytes more would take the user over quota_kib (never when it is 0). */
-int quota_exceeded(mv_store *store, const struct config *cfg, uint64_t add_bytes);
+#define QUOTA_STORAGE_KIB_MAX (1ULL << 40)  /* largest STORAGE limit (quota_kib, quota_file) */
+#define QUOTA_MESSAGES_MAX    4294967295ULL /* largest MESSAGE limit */
+#define QUOTA_OVER_STORAGE    1             /* quota_exceeded() bits */
+#define QUOTA_OVER_MESSAGE    2
+struct quota_limits {
+    uint64_t storage_kib; /* 0: unlimited */
+    uint64_t messages;    /* 0: unlimited */
+};
+struct quota_usage {
+    uint64_t bytes; /* logical: the sum of the messages' sizes */
+    uint64_t messages;
+};
+/* Reads the quota file at path ("" : none) and makes it the table; the server re-reads it
+ * when it changes. 0, or -1 with "path:line: reason" in err (the table is unchanged). */
+int quota_file_load(const char *path, char *err, size_t err_size);
+/* Re-reads the quota file now, changed or not (SIGHUP); the outcome is logged. 0 (also with
+ * no quota_file), or -1 when the file could not be read or parsed (the table is unchanged). */
+int quota_file_reload(void);
+/* The limits of address (normalised): its quota_file entry, else cfg's defaults. Thread-safe. */
+struct quota_limits quota_limits_for(const struct config *cfg, const char *address);
+/* The usage of an open store, summed over its mailbox rows. MV_OK or an MV_* code. */
+int quota_used(mv_store *store, struct quota_usage *out);
+/* 0, or QUOTA_OVER_* bits: storing add_bytes in add_messages more messages in the open store
+ * of address would go over its limits. */
+int quota_exceeded(mv_store *store,
+                   const struct config *cfg,
+                   const char *address,
+                   uint64_t add_bytes,
+                   uint64_t add_messages);
+/* As quota_exceeded() for one sealed delivery (the store is not open): from the usage last
+ * noted plus the queue, else the store's file sizes (see quota.c); -1 if the queue cannot be
+ * counted (unreadable, or over 1,000,000 entries). why: what was counted. */
+int quota_sealed_exceeded(
+    const struct config *cfg, const char *address, uint64_t add_bytes, char *why, size_t why_size);
+/* Records the usage of the open store of address for later sealed deliveries (the worker
+ * calls it after opening the store and before closing it). */
+void quota_note(const char *address, mv_store *store);
+/* "storage", "message" or "storage and message" for QUOTA_OVER_* bits. */
+const char *quota_over_text(int over);
 
 /* ---- log.c ---- */
 void log_open(int use_syslog);
@@ -85,6 +130,9 @@ void buf_consume(struct buf *b, size_t n);
 void buf_imap_string(struct buf *b, const char *s, size_t len);
 /* An nstring: NIL for NULL. */
 void buf_imap_nstring(struct buf *b, const char *s);
+/* As buf_imap_string(), but with utf8 set (the session enabled UTF8=ACCEPT, RFC 6855) a
+ * string that is valid UTF-8 goes out quoted too; without it, 8-bit strings stay literals. */
+void buf_imap_string_utf8(struct buf *b, const char *s, size_t len, int utf8);
 /* Wipes and frees (buffers that held a password). */
 void buf_wipe(struct buf *b);
 
@@ -156,11 +204,25 @@ void conn_tick(int64_t now_ms);
 void conn_shutdown_all(void);
 int conn_count(void);
 
-/* ---- tls.c ---- */
-int tls_init(const char *cert, const char *key, char *err, size_t err_size);
+/* ---- tls.c (loop thread) ---- */
+/* Loads cert and key ("": in cert); cert "" is no TLS. 0 with the certificate's SHA-256
+ * fingerprint and expiry in info, or -1 with the reason in err. */
+int tls_init(
+    const char *cert, const char *key, char *info, size_t info_size, char *err, size_t err_size);
+/* As tls_init, into a new context for connections made from now on (SIGHUP); on -1 the
+ * previous context stays. Existing connections keep the context they were made with. */
+int tls_reload(
+    const char *cert, const char *key, char *info, size_t info_size, char *err, size_t err_size);
 int tls_available(void);
 SSL *tls_new(int fd);
 void tls_shutdown(void);
+
+/* ---- notify.c (loop thread): systemd's NOTIFY_SOCKET protocol, without libsystemd ---- */
+/* Connects to $NOTIFY_SOCKET if set (before the switch of users); a failure is logged. */
+void notify_init(void);
+/* Sends "KEY=VALUE" lines (READY=1, STATUS=...) as one datagram; nothing without a socket. */
+void notify_send(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void notify_close(void);
 
 /* ---- throttle.c ---- */
 /* Records a failed login from addr; returns the delay (ms) before its answer: base_delay_ms
@@ -227,6 +289,12 @@ void imap_session_tick(struct conn *c, int64_t now_ms); /* IDLE polls */
 /* On the loop, after a job that may have changed a mailbox of user completed: every
  * session of user in IDLE (but except) looks for changes now (IDLE push). */
 void imap_session_notify(const char *user, const void *except);
+/* ---- idle_watch.c (loop thread): changes to a store by other processes, for IDLE ---- */
+/* A session of user entered IDLE: watch its store (inotify), and imap_session_notify(user)
+ * when another process changes it. Best effort: without inotify the IDLE poll is left. */
+void idle_watch_add(const char *user);
+/* A session of user left IDLE; the watch goes with the last one. */
+void idle_watch_remove(const char *user);
 void lmtp_session_start(struct conn *c);
 void lmtp_session_input(struct conn *c);
 void lmtp_session_end(struct conn *c);

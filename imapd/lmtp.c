@@ -3,7 +3,9 @@
  * RSET, NOOP, VRFY, QUIT. Extensions: PIPELINING, ENHANCEDSTATUSCODES, 8BITMIME, SIZE.
  *
  * IMPLEMENTATION NOTES
- *   - RCPT checks that the store exists (mv_queue_count: no password needed): 550 if not.
+ *   - RCPT checks that the store exists (mv_queue_count: no password needed; 550 if not) in
+ *     a job on the recipient's worker, so the loop never waits on the filesystem. The
+ *     connection is busy meanwhile: pipelined RCPTs are checked one by one, answered in order.
  *   - After DATA each recipient's delivery is a job on the recipient's worker: if that
  *     worker has the store open (a user is logged in), the message is appended to its INBOX
  *     there, so IMAP sessions see it at once; else it is sealed into the store's queue with
@@ -11,6 +13,9 @@
  *     replies go out in recipient order once every job is done.
  *   - The message is stored as received, dot-unstuffed, with CRLF line ends as sent.
  *   - A message over literal_max is read to its end and refused with 552 per recipient.
+ *   - The quota (quota.c) is checked per recipient in its job: against the open store, or
+ *     for a sealed delivery against an estimate; a recipient over it gets 552 5.2.2, the
+ *     others their own replies.
  */
 #include "conn_frame.h"
 #include "imapd.h"
@@ -134,7 +139,7 @@ static int lmtp_path(const char *arg, char *out, size_t out_size, const char **p
     return 0;
 }
 
-/* A delivery refused by the storage quota (quota.c): 552 5.2.2 (RFC 3463: mailbox full). */
+/* A delivery refused by the quota (quota.c): 552 5.2.2 (RFC 3463: mailbox full). */
 #define LMTP_OVERQUOTA 1
 
 static void lmtp_job_run(struct job *job)
@@ -143,11 +148,15 @@ static void lmtp_job_run(struct job *job)
     char err[256] = "";
     struct open_store *open = worker_store_find(job->worker, j->address);
     const struct buf *data = &j->msg->data;
+    const struct config *cfg = worker_config(job->worker);
+    char why[160] = "";
+    int over = 0;
     if (open != NULL) {
         j->direct = 1;
-        if (quota_exceeded(open->store, worker_config(job->worker), data->len)) {
+        over = quota_exceeded(open->store, cfg, j->address, data->len, 1);
+        if (over != 0) {
             j->rc = LMTP_OVERQUOTA;
-            snprintf(err, sizeof err, "over the storage quota");
+            snprintf(err, sizeof err, "over the %s quota", quota_over_text(over));
         } else {
             j->rc =
                 mv_message_append(open->store, "INBOX", data->data, data->len, 0, NULL, 0, NULL);
@@ -155,8 +164,17 @@ static void lmtp_job_run(struct job *job)
         if (j->rc != MV_OK && j->rc != LMTP_OVERQUOTA) {
             snprintf(err, sizeof err, "%s", mv_store_errmsg(open->store));
         }
+    } else if ((over = quota_sealed_exceeded(cfg, j->address, data->len, why, sizeof why)) != 0) {
+        /* no password: the usage is an estimate (quota.c), named in the log; a queue that
+         * cannot be counted is a temporary failure (451) */
+        j->rc = over < 0 ? MV_EIO : LMTP_OVERQUOTA;
+        if (over < 0) {
+            snprintf(err, sizeof err, "%s", why);
+        } else {
+            snprintf(err, sizeof err, "over the %s quota (%s)", quota_over_text(over), why);
+        }
     } else {
-        struct mv_store_options opts = config_store_options(worker_config(job->worker));
+        struct mv_store_options opts = config_store_options(cfg);
         j->rc = mv_deliver_sealed(j->address, data->data, data->len, &opts, err, sizeof err);
     }
     log_event("lmtp deliver %s: %zu bytes %s: %s%s%s", j->address, data->len,
@@ -242,6 +260,71 @@ static void lmtp_deliver(struct conn *c, struct lmtp_session *s)
     }
 }
 
+/* RCPT's store check, a job on the recipient's worker (see the notes at the top). */
+struct lmtp_rcpt_job {
+    struct job job;
+    struct lmtp_session *s;
+    char address[MV_ADDRESS_MAX + 1];
+    int rc;
+};
+
+static void lmtp_rcpt_run(struct job *job)
+{
+    struct lmtp_rcpt_job *j = (struct lmtp_rcpt_job *)job;
+    if (worker_store_find(job->worker, j->address) != NULL) {
+        j->rc = MV_OK; /* open on this worker, so it exists: no filesystem walk */
+        return;
+    }
+    uint32_t queued = 0;
+    struct mv_store_options opts = config_store_options(worker_config(job->worker));
+    j->rc = mv_queue_count(j->address, &opts, &queued);
+}
+
+static void lmtp_rcpt_done(struct job *job)
+{
+    struct lmtp_rcpt_job *j = (struct lmtp_rcpt_job *)job;
+    struct lmtp_session *s = j->s;
+    struct conn *c = job->conn;
+    s->pending--;
+    if (s->dead) {
+        if (s->pending == 0) {
+            lmtp_free(s);
+        }
+        free(j);
+        return;
+    }
+    /* No command ran while the check was out (the connection was busy): still in MAIL. */
+    if (j->rc == MV_OK && s->state == LMTP_MAIL &&
+        s->rcpt_count < (size_t)g_config.lmtp_recipients_max) {
+        snprintf(s->rcpt[s->rcpt_count++], sizeof s->rcpt[0], "%s", j->address);
+        lmtp_reply(c, "250 2.1.5 recipient ok");
+    } else if (j->rc == MV_OK || j->rc == MV_ENOTFOUND || j->rc == MV_EINVAL) {
+        lmtp_reply(c, "550 5.1.1 no such user");
+    } else {
+        /* a disk error is not a verdict on the address: the sender tries again later */
+        lmtp_reply(c, "451 4.3.0 cannot check the recipient now");
+    }
+    free(j);
+    conn_resume(c);
+}
+
+static void lmtp_rcpt_check(struct conn *c, struct lmtp_session *s, const char *address)
+{
+    struct lmtp_rcpt_job *j = calloc(1, sizeof *j);
+    if (j == NULL) {
+        lmtp_reply(c, "452 4.3.0 out of memory");
+        return;
+    }
+    j->s = s;
+    snprintf(j->address, sizeof j->address, "%s", address);
+    j->job.conn = c;
+    j->job.run = lmtp_rcpt_run;
+    j->job.done = lmtp_rcpt_done;
+    s->pending++;
+    c->busy = 1;
+    worker_post(worker_for(j->address), &j->job);
+}
+
 /* DATA: consumes input up to the end mark; returns 1 when the message is complete. */
 static int lmtp_data(struct conn *c, struct lmtp_session *s)
 {
@@ -309,20 +392,16 @@ static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
         s->state = LMTP_MAIL;
         lmtp_reply(c, "250 2.1.0 sender ok");
     } else if (strncasecmp(line, "RCPT TO:", 8) == 0) {
-        uint32_t queued = 0;
-        struct mv_store_options opts = config_store_options(&g_config);
         if (s->state != LMTP_MAIL) {
             lmtp_reply(c, "503 5.5.1 MAIL first");
         } else if (lmtp_path(line + 8, path, sizeof path, &params) != 0) {
             lmtp_reply(c, "501 5.5.4 bad recipient path");
         } else if (s->rcpt_count == (size_t)g_config.lmtp_recipients_max) {
             lmtp_reply(c, "452 4.5.3 too many recipients");
-        } else if (mv_address_normalize(path, normal, sizeof normal, NULL, 0) != MV_OK ||
-                   mv_queue_count(normal, &opts, &queued) != MV_OK) {
+        } else if (mv_address_normalize(path, normal, sizeof normal, NULL, 0) != MV_OK) {
             lmtp_reply(c, "550 5.1.1 no such user");
         } else {
-            snprintf(s->rcpt[s->rcpt_count++], sizeof s->rcpt[0], "%s", normal);
-            lmtp_reply(c, "250 2.1.5 recipient ok");
+            lmtp_rcpt_check(c, s, normal); /* the reply comes from lmtp_rcpt_done() */
         }
     } else if (strcasecmp(line, "DATA") == 0) {
         if (s->state != LMTP_MAIL || s->rcpt_count == 0) {

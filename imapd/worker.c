@@ -9,7 +9,16 @@
  *   unused one is closed (mv_store_close runs PRAGMA optimize) after store_idle_s, or when
  *   the table is full and a new store needs the slot (least recently used first). A cached
  *   store is handed out only to the right password: HMAC-SHA256 under a random per-process
- *   key of the password, compared in constant time.
+ *   key of the password, compared in constant time. The sweep for idle stores runs every
+ *   min(10 s, store_idle_s), between jobs.
+ *
+ * MAINTENANCE
+ *   A store closed by the sweep (no session uses it, nobody has for store_idle_s) first gets
+ *   mv_store_maintain() with the library's default thresholds, if its last run (the store's
+ *   own record, so restarts and `mailvault maintain` count) is maintain_interval_s old, it is
+ *   at most maintain_max_mib (VACUUM and quick_check read all of it, and the worker's other
+ *   users wait meanwhile) and no job is waiting on the worker. A store pushed out of a full
+ *   table is not maintained: a login is waiting for its slot. One log line says what was done.
  */
 #include "conn_frame.h"
 #include "imapd.h"
@@ -19,6 +28,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,10 +93,27 @@ static void worker_verifier(const char *address,
 static void worker_store_close(struct open_store *s)
 {
     log_event("store close %s", s->address);
+    quota_note(s->address, s->store); /* what sealed deliveries count from (quota.c) */
     mv_store_close(&s->store);
     OPENSSL_cleanse(s->verifier, sizeof s->verifier);
     s->address[0] = '\0';
     s->refs = 0;
+}
+
+/* The page cache the store's connection really has, read back so the log shows what
+ * cache_size_kib did: the library sets PRAGMA cache_size in KiB (a negative value); -1 if
+ * unreadable or set as a page count. */
+static long long worker_cache_kib(mv_store *store)
+{
+    sqlite3_stmt *st = NULL;
+    long long kib = -1;
+    if (sqlite3_prepare_v2(mv_store_db(store), "PRAGMA cache_size", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+        long long v = sqlite3_column_int64(st, 0);
+        kib = v < 0 ? -v : -1;
+    }
+    sqlite3_finalize(st);
+    return kib;
 }
 
 struct open_store *worker_store_find(struct worker *w, const char *address)
@@ -157,11 +184,13 @@ int worker_store_acquire(struct worker *w,
         return rc;
     }
     snprintf(s->address, sizeof s->address, "%s", address);
+    quota_note(address, s->store); /* the open drained the queue: a fresh count (quota.c) */
     memcpy(s->verifier, verifier, sizeof verifier);
     OPENSSL_cleanse(verifier, sizeof verifier);
     s->refs = 1;
     s->last_used_ms = worker_now_ms();
-    log_event("store open %s (worker %d)", address, w->index);
+    log_event("store open %s (worker %d, page cache %lld KiB)", address, w->index,
+              worker_cache_kib(s->store));
     *out = s;
     return MV_OK;
 }
@@ -175,15 +204,108 @@ void worker_store_release(struct worker *w, struct open_store *s)
     }
 }
 
+/* When mv_store_maintain() last ran on the store (Unix seconds; 0: never; -1: unreadable),
+ * from the record it keeps in the store's meta table (ops:maintained_at, docs/OPERATIONS.md),
+ * read through mv_store_db(), the connection the header offers for read-only inspection. */
+static int64_t worker_maintained_at(mv_store *store)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t at = -1;
+    if (sqlite3_prepare_v2(mv_store_db(store),
+                           "SELECT value FROM meta WHERE key = 'ops:maintained_at'", -1, &st,
+                           NULL) == SQLITE_OK) {
+        int rc = sqlite3_step(st);
+        at = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : rc == SQLITE_DONE ? 0 : -1;
+    }
+    sqlite3_finalize(st);
+    return at;
+}
+
+static int worker_job_waiting(struct worker *w)
+{
+    pthread_mutex_lock(&w->lock);
+    int waiting = w->head != NULL;
+    pthread_mutex_unlock(&w->lock);
+    return waiting;
+}
+
+static const char *worker_vacuum_text(int vacuum)
+{
+    switch (vacuum) {
+    case MV_VACUUM_DONE:
+        return "done";
+    case MV_VACUUM_REFUSED_DISK:
+        return "refused (free disk under twice the store)";
+    case MV_VACUUM_SKIPPED:
+        return "skipped";
+    default:
+        return "not needed";
+    }
+}
+
+/* Runs mv_store_maintain() on an idle store about to be closed, if it is due and small enough
+ * (see MAINTENANCE above), and logs one line: what was done, sizes and ratios, no contents. */
+static void worker_store_maintain(struct worker *w, struct open_store *s)
+{
+    const struct config *cfg = worker_cfg;
+    if (cfg->maintain_interval_s == 0 || worker_job_waiting(w)) {
+        return;
+    }
+    int64_t last = worker_maintained_at(s->store), now = (int64_t)time(NULL);
+    if (last < 0 || (last > 0 && now >= last && now - last < cfg->maintain_interval_s)) {
+        return;
+    }
+    struct mv_store_options opts = config_store_options(cfg);
+    struct mv_store_file file;
+    uint64_t max_bytes = (uint64_t)cfg->maintain_max_mib << 20;
+    /* Safe on a store this process has open: the library answers the header of an open
+     * store from its registry and never closes a descriptor of that file (which would drop
+     * the connection's SQLite locks and let another process delete the WAL under it). */
+    if (mv_store_file_inspect(s->address, &opts, &file) == MV_OK &&
+        file.file_bytes + file.wal_bytes > max_bytes) {
+        log_event("store maintain %s: not run, %llu MiB is over maintain_max_mib (%d)", s->address,
+                  (unsigned long long)((file.file_bytes + file.wal_bytes) >> 20),
+                  cfg->maintain_max_mib);
+        return;
+    }
+    struct mv_maintain_options o = MV_MAINTAIN_OPTIONS_INIT;
+    struct mv_maintain_report r;
+    int64_t start_ms = worker_now_ms();
+    int rc = mv_store_maintain(s->store, &o, &r);
+    log_event("store maintain %s: %s in %lld ms: checkpoint %s, vacuum %s (free %.1f%%, slack "
+              "%.1f%%), quick_check %s, %llu -> %llu bytes%s%s",
+              s->address, rc == MV_OK ? "ok" : mv_strerror(rc),
+              (long long)(worker_now_ms() - start_ms),
+              r.checkpoint_busy ? "busy"
+              : r.wal_truncated ? "done, WAL truncated"
+                                : "done",
+              worker_vacuum_text(r.vacuum), r.free_ratio * 100.0,
+              r.slack_ratio < 0 ? 0.0 : r.slack_ratio * 100.0,
+              r.quick_check == MV_QUICK_CHECK_OK       ? "ok"
+              : r.quick_check == MV_QUICK_CHECK_FAILED ? "FAILED (run mailvault check)"
+                                                       : "not due",
+              (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_after,
+              rc != MV_OK ? ": " : "", rc != MV_OK ? mv_store_errmsg(s->store) : "");
+}
+
 static void worker_sweep(struct worker *w)
 {
     int64_t now = worker_now_ms(), idle = (int64_t)worker_cfg->store_idle_s * 1000;
     for (int i = 0; i < w->stores_max; i++) {
         struct open_store *s = &w->stores[i];
         if (s->store != NULL && s->refs == 0 && now - s->last_used_ms >= idle) {
+            worker_store_maintain(w, s);
             worker_store_close(s);
         }
     }
+}
+
+/* How often the sweep runs: often enough that a store is closed within a few seconds of
+ * store_idle_s, never more than every 10 s. */
+static int64_t worker_sweep_period_ms(void)
+{
+    int64_t idle_ms = (int64_t)worker_cfg->store_idle_s * 1000;
+    return idle_ms < 10000 ? idle_ms : 10000;
 }
 
 static void worker_finish(struct job *job)
@@ -203,35 +325,47 @@ static void worker_finish(struct job *job)
     }
 }
 
+/* Waits on the worker's condition variable (lock held) until a job comes or wait_ms pass. */
+static void worker_wait(struct worker *w, int64_t wait_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    int64_t ns = (int64_t)until.tv_nsec + (wait_ms % 1000) * 1000000;
+    until.tv_sec += (time_t)(wait_ms / 1000 + ns / 1000000000);
+    until.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&w->wake, &w->lock, &until);
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
+    int64_t period_ms = worker_sweep_period_ms();
+    int64_t next_sweep_ms = worker_now_ms() + period_ms;
     pthread_mutex_lock(&w->lock);
     while (!w->stop || w->head != NULL) { /* at a stop, the queued jobs still run */
-        if (w->head == NULL) {
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_sec += 10;
-            pthread_cond_timedwait(&w->wake, &w->lock, &until);
-            if (w->head == NULL && !w->stop) {
-                pthread_mutex_unlock(&w->lock);
-                worker_sweep(w);
-                pthread_mutex_lock(&w->lock);
-                continue;
-            }
-            if (w->head == NULL) {
-                break;
-            }
+        if (w->head == NULL && !w->stop) {
+            int64_t wait_ms = next_sweep_ms - worker_now_ms();
+            worker_wait(w, wait_ms > 0 ? wait_ms : 1);
         }
         struct job *job = w->head;
-        w->head = job->next;
-        if (w->head == NULL) {
-            w->tail = NULL;
+        if (job != NULL) {
+            w->head = job->next;
+            if (w->head == NULL) {
+                w->tail = NULL;
+            }
+            pthread_mutex_unlock(&w->lock);
+            job->run(job);
+            worker_finish(job);
+            pthread_mutex_lock(&w->lock);
         }
-        pthread_mutex_unlock(&w->lock);
-        job->run(job);
-        worker_finish(job);
-        pthread_mutex_lock(&w->lock);
+        /* Also between jobs: on a busy worker idle stores still close (and the sweep leaves
+         * out maintenance while a job waits). */
+        if (!w->stop && worker_now_ms() >= next_sweep_ms) {
+            pthread_mutex_unlock(&w->lock);
+            worker_sweep(w);
+            pthread_mutex_lock(&w->lock);
+            next_sweep_ms = worker_now_ms() + period_ms;
+        }
     }
     pthread_mutex_unlock(&w->lock);
     for (int i = 0; i < w->stores_max; i++) {

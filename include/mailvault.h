@@ -25,7 +25,9 @@
  *
  * THREADS
  *   mv_vfs_register() may be called from any thread, any number of times. A database handle
- *   is used by one thread at a time; separate handles are independent.
+ *   (and a store handle) is used by one thread at a time; separate handles are independent.
+ *   Connections are opened without SQLite's per-connection mutex (SQLITE_OPEN_NOMUTEX),
+ *   so this rule is the caller's to keep.
  *
  * ERRORS
  *   Every fallible function returns MV_OK (0) or a negative MV_E* code. mv_strerror() turns a
@@ -273,6 +275,23 @@ MV_API void mv_store_close(mv_store **store);
  * public key). Owned by the store. */
 MV_API const char *mv_store_errmsg(const mv_store *store);
 
+/* Process-wide SQLite settings for a server (mailvaultd calls it first thing): turns off
+ * SQLite's memory statistics, whose global mutex every SQLite allocation takes (Debian's
+ * SQLite has no lookaside, so that is every row and statement step, on every thread).
+ * sqlite3_memory_used() then reports 0. Call before anything opens a database. Returns MV_OK,
+ * or MV_EBUSY if SQLite was already initialised (nothing changed; harmless). */
+MV_API int mv_server_tune(void);
+
+/* A read snapshot: every read call on the handle until mv_store_read_end() sees the same
+ * state of the store and shares one SQLite read transaction, instead of beginning and ending
+ * one per call (each costs file locks on the WAL index). For a batch of reads, such as the
+ * messages of one IMAP FETCH. A call that changes the store fails with MV_EINVAL while the
+ * snapshot is open; keep snapshots short, since a reader holds back WAL checkpoints.
+ * Returns MV_OK, MV_EINVAL (a transaction is already open), MV_EBUSY, MV_EIO. */
+MV_API MV_MUST_CHECK int mv_store_read_begin(mv_store *store);
+/* Ends the snapshot (nothing if none is open). */
+MV_API void mv_store_read_end(mv_store *store);
+
 /* The store's SQLite connection, for read-only inspection (stats, explain). Owned by the
  * store; do not close it, do not write through it. */
 MV_API sqlite3 *mv_store_db(mv_store *store);
@@ -289,12 +308,23 @@ struct mv_mailbox_info {
     const char *special_use; /* "\\Sent" etc., or NULL */
     uint32_t messages;
     uint32_t unseen;
-    uint64_t size_bytes;   /* logical: sum of message sizes */
-    uint64_t stored_bytes; /* physical: the distinct bodies and attachments its messages use,
-                              as stored (compressed), each counted once in this mailbox; a
-                              copy in another mailbox counts there too (mv_store_stats()
-                              counts it once for the store) */
+    uint64_t size_bytes;    /* logical: sum of message sizes */
+    uint64_t stored_bytes;  /* physical: the distinct bodies and attachments its messages use,
+                               as stored (compressed), each counted once in this mailbox; a
+                               copy in another mailbox counts there too (mv_store_stats()
+                               counts it once for the store) */
+    uint32_t deleted;       /* messages flagged \Deleted (what an expunge would remove) */
+    uint64_t deleted_bytes; /* logical: the sum of their sizes */
 };
+
+/* The fields of struct mv_mailbox_info that cost more than reading the mailbox's row, for
+ * mv_mailbox_get_fields() and mv_mailbox_list_begin_fields(); a field not asked for is 0.
+ * MV_MAILBOX_STORED_BYTES walks the mailbox's messages (time grows with the mailbox);
+ * MV_MAILBOX_DELETED reads only its \Deleted messages, through an index that holds nothing
+ * else (time grows with the number flagged \Deleted, not with the mailbox). */
+#define MV_MAILBOX_STORED_BYTES 0x01u /* stored_bytes */
+#define MV_MAILBOX_DELETED      0x02u /* deleted, deleted_bytes */
+#define MV_MAILBOX_FIELDS_ALL   0x03u
 
 /* Mailbox names are UTF-8, 1..limits.mailbox_name_max bytes, '/' as hierarchy separator, no
  * control characters, no empty levels. INBOX is case-insensitive and cannot be deleted or
@@ -307,19 +337,35 @@ MV_API MV_MUST_CHECK int mv_mailbox_rename(mv_store *store, const char *from, co
 /* Deletes the mailbox and its messages (reference counts dropped, change log kept). */
 MV_API MV_MUST_CHECK int mv_mailbox_delete(mv_store *store, const char *name);
 MV_API MV_MUST_CHECK int mv_mailbox_subscribe(mv_store *store, const char *name, int on);
-/* Fills *info for one mailbox (strings owned by the store). */
+/* Fills *info for one mailbox, every field (strings owned by the store, valid until the
+ * next call on it). Returns MV_OK, MV_ENOTFOUND, MV_ENOMEM, MV_EBUSY or MV_EIO. */
 MV_API MV_MUST_CHECK int
 mv_mailbox_get(mv_store *store, const char *name, struct mv_mailbox_info *info);
-/* As mv_mailbox_get() but without stored_bytes (left 0), in constant time: every other field
- * is a column of the mailbox's row (counts and size are kept by the store as messages come
- * and go), while stored_bytes walks the mailbox's messages. For IMAP SELECT, STATUS, NOOP. */
+/* As mv_mailbox_get() but with none of the MV_MAILBOX_* fields (left 0), in constant time:
+ * every other field is a column of the mailbox's row (counts and size are kept by the store
+ * as messages come and go). For IMAP SELECT, STATUS, NOOP. Same return codes. */
 MV_API MV_MUST_CHECK int
 mv_mailbox_status(mv_store *store, const char *name, struct mv_mailbox_info *info);
+/* As mv_mailbox_status() plus the MV_MAILBOX_* fields in fields (others left 0): 0 is
+ * mv_mailbox_status(), MV_MAILBOX_FIELDS_ALL mv_mailbox_get(). Same return codes, and
+ * MV_EINVAL for an unknown bit in fields. */
+MV_API MV_MUST_CHECK int mv_mailbox_get_fields(mv_store *store,
+                                               const char *name,
+                                               unsigned fields,
+                                               struct mv_mailbox_info *info);
 
 /* Iterates the mailboxes in name order: next returns 1 with *info filled (strings valid
- * until the next call), 0 at the end, or a negative MV_E* code. */
+ * until the next call), 0 at the end, or a negative MV_E* code. mv_mailbox_list_begin()
+ * fills every field, so a listing costs a walk of every mailbox's messages (for
+ * stored_bytes); mv_mailbox_list_begin_fields() fills the row's fields plus the MV_MAILBOX_*
+ * ones in fields, and with 0 reads the mailboxes table alone, however many messages there
+ * are (for IMAP LIST). The iterator holds its own statement: other calls on the store may
+ * come between next calls. begin returns MV_OK, MV_EINVAL (an unknown bit in fields),
+ * MV_ENOMEM, MV_EBUSY or MV_EIO; end takes NULL and sets *iter to NULL. */
 typedef struct mv_mailbox_iter mv_mailbox_iter;
 MV_API MV_MUST_CHECK int mv_mailbox_list_begin(mv_store *store, mv_mailbox_iter **iter);
+MV_API MV_MUST_CHECK int
+mv_mailbox_list_begin_fields(mv_store *store, unsigned fields, mv_mailbox_iter **iter);
 MV_API int mv_mailbox_list_next(mv_mailbox_iter *iter, struct mv_mailbox_info *info);
 MV_API void mv_mailbox_list_end(mv_mailbox_iter **iter);
 
@@ -353,7 +399,9 @@ struct mv_message_info {
 /* Appends raw (len bytes, stored byte for byte) to mailbox with flags and keywords
  * (space-separated, may be NULL) and internal_date (0: now). *uid_out (if not NULL) gets the
  * new UID. Malformed mail is stored as it is; what cannot be parsed is left empty. An empty
- * message is refused (MV_EINVAL).
+ * message is refused (MV_EINVAL). Durable when it returns MV_OK: its commit syncs the WAL
+ * (synchronous=FULL for this transaction; the profile's NORMAL, kept for other changes, may
+ * lose the last commits on power loss), so a server may acknowledge the mail at once.
  * Returns MV_OK, MV_ENOTFOUND (mailbox), MV_ELIMIT (size, headers, keywords), MV_EINVAL,
  * MV_EBUSY, MV_ENOSPC, MV_EIO, MV_ENOMEM. */
 MV_API MV_MUST_CHECK int mv_message_append(mv_store *store,
@@ -368,6 +416,18 @@ MV_API MV_MUST_CHECK int mv_message_append(mv_store *store,
 /* Returns in *raw_out (malloc'd; free with mv_free) the exact bytes that were appended, and
  * their length in *len_out. MV_OK, MV_ENOTFOUND, MV_ECORRUPT, MV_EIO, MV_ENOMEM. */
 MV_API MV_MUST_CHECK int mv_message_fetch(
+    mv_store *store, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out);
+
+/* Like mv_message_fetch(), but only the message's header: its bytes up to and including the
+ * first empty line (the first LF followed by LF or by CR LF), or the whole message if it has
+ * none, exactly as the first *len_out bytes mv_message_fetch() returns. For the header
+ * fields of many messages (an IMAP client's message list): a message stored by this version
+ * keeps its header apart (compressed alone), so only the pages that hold it are read and
+ * decrypted; older ones are read whole and cut. The whole message's SHA-256 is not checked
+ * here (it needs every byte); the cipher's page authentication covers the bytes read.
+ * *raw_out is malloc'd (free with mv_free). MV_OK, MV_ENOTFOUND, MV_ECORRUPT, MV_EIO,
+ * MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_message_fetch_header(
     mv_store *store, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out);
 
 /* Fills *info for one message (strings owned by the store). */
@@ -388,6 +448,31 @@ MV_API MV_MUST_CHECK int mv_flags_set(mv_store *store,
                                       unsigned flags,
                                       const char *keywords,
                                       uint32_t *changed_out);
+
+/* For CONDSTORE's STORE ... (UNCHANGEDSINCE m) (RFC 7162 3.1.3): mv_flags_set, conditional
+ * per message: in one transaction, the messages of uid_set whose
+ * modseq is at most unchanged_since get the change (as mv_flags_set: a new modseq only if
+ * their flags or keywords actually change); the others are left as they are and their UIDs
+ * are returned. Because the test and the change share the write transaction, no other
+ * handle or process can change a message between them. unchanged_since 0 fails every
+ * message (modseqs start at 1). UIDs of uid_set with no message are neither changed nor
+ * failed.
+ * On MV_OK, *changed_out (if not NULL) counts the changed messages and *failed_out holds
+ * *failed_count_out UIDs (those whose modseq was above unchanged_since), ascending,
+ * malloc'd (free with mv_free; NULL when *failed_count_out is 0). On failure nothing
+ * changed, *failed_out is NULL and *failed_count_out 0.
+ * Returns what mv_flags_set returns, MV_EINVAL also when failed_out or failed_count_out is
+ * NULL, and MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_flags_set_unchanged_since(mv_store *store,
+                                                      const char *mailbox,
+                                                      const char *uid_set,
+                                                      int mode,
+                                                      unsigned flags,
+                                                      const char *keywords,
+                                                      uint64_t unchanged_since,
+                                                      uint32_t *changed_out,
+                                                      uint32_t **failed_out,
+                                                      size_t *failed_count_out);
 
 /* Copies (or moves) the messages in uid_set to another mailbox, without copying bytes
  * (bodies are shared by reference count). *count_out gets the number copied. */
@@ -616,7 +701,10 @@ struct mv_store_file {
 
 /* Describes the store of address without opening it (no password, no SQLite): stat(2) of
  * its files, a read of header bytes 16..23, a count of the queue. Returns MV_OK, MV_EINVAL
- * (bad address), MV_ENOTFOUND (no store file) or MV_EIO. Fast: a few system calls. */
+ * (bad address), MV_ENOTFOUND (no store file) or MV_EIO. Fast: a few system calls.
+ * Thread-safe, and safe on a store this process has open (on any thread): the header of an
+ * open store comes from what its handle recorded, so no descriptor of the file is opened and
+ * closed (a close would drop the handle's SQLite locks), with the same result as the read. */
 MV_API MV_MUST_CHECK int mv_store_file_inspect(const char *address,
                                                const struct mv_store_options *opts,
                                                struct mv_store_file *out);
@@ -969,8 +1057,11 @@ MV_API MV_MUST_CHECK int mv_backup_write(const char *address,
  * bounds the wait for the freeze (0: MV_OPS_LOCK_WAIT_DEFAULT_MS). Returns MV_OK;
  * MV_ENOTFOUND (no store); MV_EBUSY (the store stayed locked: a long transaction, an
  * exclusive-mode connection, a restore); MV_ECORRUPT (the file is not a mailvault store, or
- * the copy differs from what was read); MV_EINVAL; MV_ENOSPC; MV_EIO; MV_ENOMEM. Must not be
- * called while this thread is inside a transaction on the same store. */
+ * the copy differs from what was read); MV_EINVAL; MV_ENOSPC; MV_EIO; MV_ENOMEM. Safe while
+ * this process has the store open: the copy's descriptors of the database and -shm are kept
+ * open (their own locks released) until the store's last close here, since closing them
+ * would drop that handle's SQLite locks. A store open of this process waits for the copy
+ * to end. */
 MV_API MV_MUST_CHECK int mv_backup_write_keyless(const char *address,
                                                  const struct mv_store_options *store_opts,
                                                  const char *dest_dir,

@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(build-essential pkg-config libsqlite3-dev sqlite3 libssl-dev openssl python3
           libgmime-3.0-dev libsodium-dev libzstd-dev
           python3-prometheus-client   # tests/cli_ops.sh parses `stats --prometheus` with it
-          curl isync)                 # tests/cli_imapd.sh: curl and mbsync against mailvaultd
+          curl isync                  # tests/cli_imapd.sh: curl and mbsync against mailvaultd
+          offlineimap3)               # tests/cli_imapd_offlineimap.sh: a second sync client
 if [ "${1:-}" = "--dev" ]; then
     packages+=(clang clang-format clang-tidy cppcheck valgrind)
 fi

@@ -46,6 +46,8 @@ if [ ! -t 0 ] || [ -n "${MAILVAULT_RUN_SECONDS:-}" ]; then
 fi
 
 rm -f var/mailvaultd.ports
+# A demo on a developer's machine: as root (a container), serve as root rather than refuse.
+[ "$(id -u)" -eq 0 ] && export MAILVAULTD_ALLOW_ROOT=yes
 "$server" --listen=127.0.0.1 --imap-port="$imap_port" --imaps-port="$imaps_port" \
     --lmtp-port="$lmtp_port" --root="$root" --tls-cert="$tls/cert.pem" \
     --tls-key="$tls/key.pem" --ports-file=var/mailvaultd.ports &

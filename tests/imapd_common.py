@@ -142,6 +142,15 @@ class Imap(LineConnection):
             untagged.append(r)
 
 
+def imap_login(port, user, password, timeout_s=20):
+    """A raw IMAP connection (Imap) logged in as user; RuntimeError if LOGIN is refused."""
+    c = Imap(port, timeout_s)
+    _, tagged = c.command('LOGIN "%s" "%s"' % (user, password))
+    if b" OK" not in tagged:
+        raise RuntimeError("login failed: %r" % tagged)
+    return c
+
+
 class Lmtp(LineConnection):
     """A raw LMTP connection; reads the greeting."""
 

@@ -41,6 +41,19 @@
 #                  with tests/lib.sh: `$mv init` for each user, password "ADDR secret" in
 #                  $tmp/pw.ADDR, one check "init ADDR" each; sets users=(ADDR...) and
 #                  user_args=(--user ADDR:PASSWORD ...) for the python clients.
+#   need_binaries FILE...
+#                  with tests/lib.sh: for a FILE that is not executable, a failed check
+#                  naming it and the end of the script (finish).
+#   start_server_checked LOG ARGS...
+#                  start_server, counted as the check "the server starts and writes its
+#                  ports"; if it does not, the tail of LOG is shown and the script ends.
+#   run_client SECONDS CMD...
+#                  runs a client (python) under timeout as $client_pid (the trap kills it),
+#                  output in $tmp/client.out, shown without its summary line, whose counts
+#                  are added; no summary is a failed check.
+#   stop_server_checked LOG [TRIES]
+#                  stop_server_rc TRIES (default 100), then two checks: the server exited 0,
+#                  and LOG holds no sanitizer report (shown if it does).
 #   imapd_trap [FUNCTION]
 #                  on exit: FUNCTION (if given), stop_server, SIGKILL to $client_pid if set, and remove $tmp
 #                  (made writable first) unless KEEP_TMP is set ("# kept DIR").
@@ -51,6 +64,9 @@
 pid=""
 client_pid=""
 server_rc=0
+# The tests run as root on the build machine; mailvaultd refuses root without user = ...
+# unless allowed (the servers the python clients start inherit this too).
+export MAILVAULTD_ALLOW_ROOT=yes
 
 imapd_sanitizer_env() {
     export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
@@ -135,4 +151,52 @@ imapd_trap() {
     trap '"$imapd_trap_first"; stop_server; [ -n "${client_pid:-}" ] && kill -KILL "$client_pid" 2>/dev/null;
           if [ -n "${KEEP_TMP:-}" ]; then echo "# kept $tmp"; else
           chmod -R u+rwX "$tmp" 2>/dev/null; rm -rf "$tmp"; fi' EXIT
+}
+
+need_binaries() {
+    local f
+    for f in "$@"; do
+        if [ ! -x "$f" ]; then
+            fail "$f is missing (make build/asan/mailvaultd build/asan/mailvault)"
+            finish
+        fi
+    done
+}
+
+start_server_checked() {
+    local log=$1
+    if ! start_server "$@"; then
+        fail "the server starts and writes its ports"
+        sed 's/^/    server: /' "$log" | tail -n 20
+        finish
+    fi
+    pass "the server starts and writes its ports"
+}
+
+run_client() {
+    local seconds=$1 rc
+    shift
+    timeout -k 5 "$seconds" "$@" >"$tmp/client.out" 2>&1 &
+    client_pid=$!
+    wait "$client_pid"
+    rc=$?
+    client_pid=""
+    grep -v '^# [0-9]* passed' "$tmp/client.out"
+    add_summary "$tmp/client.out" || fail "the client printed no summary (exit $rc)"
+}
+
+stop_server_checked() {
+    local log=$1
+    stop_server_rc "${2:-100}"
+    if [ "$server_rc" -eq 0 ]; then
+        pass "SIGTERM: the server exits 0"
+    else
+        fail "SIGTERM: the server exits 0 (exit $server_rc)"
+    fi
+    if no_sanitizer_report "$log"; then
+        pass "no sanitizer report in the server log"
+    else
+        fail "no sanitizer report in the server log"
+        show_report "$log"
+    fi
 }

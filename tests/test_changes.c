@@ -2,7 +2,11 @@
  * test_changes.c -- mv_message_expunged_since (store_changes.c): the UIDs expunged after a
  * modseq, from EXPUNGE, from a move away and from a UID EXPUNGE subset; nothing for a
  * modseq at or above the last expunge; per mailbox; errors (unknown mailbox, NULL
- * arguments, a modseq out of range).
+ * arguments, a modseq out of range). mv_flags_set_unchanged_since (store_message.c,
+ * CONDSTORE's STORE UNCHANGEDSINCE): only messages at or below the modseq change, the others
+ * come back as failed UIDs and keep their flags and modseq; a change made through another
+ * handle after the caller read its modseq fails the test; unchanged_since 0 fails all;
+ * errors change nothing.
  */
 #include "harness.h"
 #include "testutil.h"
@@ -100,9 +104,155 @@ static void test_expunged_since_errors(void)
     mv_store_close(&s);
 }
 
+static uint64_t ch_message_modseq(mv_store *s, uint32_t uid, unsigned *flags)
+{
+    struct mv_message_info info;
+    if (mv_message_get(s, "INBOX", uid, &info) != MV_OK) {
+        return 0;
+    }
+    *flags = info.flags;
+    return info.modseq;
+}
+
+static void test_flags_unchanged_since(void)
+{
+    mv_store *s = NULL;
+    uint32_t *failed = NULL, changed = 99;
+    size_t failed_count = 99;
+    unsigned flags = 0;
+    CHECK_EQ_INT(ch_open("unchanged", &s), MV_OK);
+    for (int i = 1; i <= 5; i++) {
+        CHECK_EQ_INT(ch_append(s, "INBOX", i, 0), MV_OK);
+    }
+    uint64_t known = ch_modseq(s, "INBOX"); /* what a client saw */
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "2,4", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL), MV_OK);
+    uint64_t m2 = ch_message_modseq(s, 2, &flags);
+    CHECK(m2 > known);
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(s, "INBOX", "1:5", MV_FLAGS_ADD, MV_FLAG_FLAGGED,
+                                              "$Todo", known, &changed, &failed, &failed_count),
+                 MV_OK);
+    CHECK_EQ_INT(changed, 3);
+    CHECK_EQ_INT(failed_count, 2);
+    CHECK(failed != NULL && failed[0] == 2 && failed[1] == 4);
+    mv_free(failed);
+    CHECK_EQ_INT(ch_message_modseq(s, 2, &flags), m2); /* left alone */
+    CHECK_EQ_INT(flags, MV_FLAG_SEEN);
+    uint64_t m1 = ch_message_modseq(s, 1, &flags);
+    CHECK_EQ_INT(flags, MV_FLAG_FLAGGED);
+    CHECK(m1 > m2);
+    CHECK_EQ_INT(ch_message_modseq(s, 5, &flags), m1); /* one modseq for the command */
+    struct mv_message_info info;
+    CHECK_EQ_INT(mv_message_get(s, "INBOX", 3, &info), MV_OK);
+    CHECK(strcmp(info.keywords, "$Todo") == 0);
+
+    /* Passing the test without changing anything keeps the modseq; unchanged_since 0 fails
+     * every message; a set with holes reports only messages that exist. */
+    uint64_t top = ch_modseq(s, "INBOX");
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(s, "INBOX", "1,3", MV_FLAGS_ADD, MV_FLAG_FLAGGED,
+                                              NULL, top, &changed, &failed, &failed_count),
+                 MV_OK);
+    CHECK(changed == 0 && failed_count == 0 && failed == NULL);
+    CHECK_EQ_INT(ch_modseq(s, "INBOX"), top);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "5", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, NULL), MV_OK);
+    top = ch_modseq(s, "INBOX");
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(s, "INBOX", "1:9", MV_FLAGS_REPLACE, 0, NULL, 0,
+                                              &changed, &failed, &failed_count),
+                 MV_OK);
+    CHECK_EQ_INT(changed, 0);
+    CHECK_EQ_INT(failed_count, 4);
+    CHECK(failed[0] == 1 && failed[3] == 4);
+    mv_free(failed);
+    CHECK_EQ_INT(ch_modseq(s, "INBOX"), top);
+    CHECK_EQ_INT(ch_message_modseq(s, 1, &flags), m1);
+    CHECK_EQ_INT(flags, MV_FLAG_FLAGGED);
+    /* Without a condition that can fail (the largest modseq): the plain flag change. */
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(s, "INBOX", "1:*", MV_FLAGS_REMOVE, MV_FLAG_FLAGGED,
+                                              NULL, UINT64_MAX, NULL, &failed, &failed_count),
+                 MV_OK);
+    CHECK_EQ_INT(failed_count, 0);
+    CHECK(ch_message_modseq(s, 3, &flags) > top);
+    CHECK_EQ_INT(flags, 0);
+    mv_store_close(&s);
+}
+
+/* The test reads the store at the moment of the change, not what this handle saw before: a
+ * change through another handle (another session, the CLI, a delivery) in between fails it. */
+static void test_flags_unchanged_since_two_handles(void)
+{
+    mv_store *a = NULL, *b = NULL;
+    uint32_t *failed = NULL, changed = 0;
+    size_t failed_count = 0;
+    unsigned flags = 0;
+    char err[256] = "";
+    CHECK_EQ_INT(ch_open("twohandles", &a), MV_OK);
+    for (int i = 1; i <= 3; i++) {
+        CHECK_EQ_INT(ch_append(a, "INBOX", i, 0), MV_OK);
+    }
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.root = tu_path("root");
+    o.kdf_iter = TU_KDF_ITER;
+    CHECK_EQ_INT(mv_store_open("twohandles@example.org", CH_PASSWORD, strlen(CH_PASSWORD), &o, &b,
+                               err, sizeof err),
+                 MV_OK);
+    uint64_t known = ch_modseq(a, "INBOX");
+    CHECK_EQ_INT(mv_flags_set(b, "INBOX", "3", MV_FLAGS_ADD, MV_FLAG_ANSWERED, NULL, NULL), MV_OK);
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(a, "INBOX", "1:3", MV_FLAGS_ADD, MV_FLAG_DELETED,
+                                              NULL, known, &changed, &failed, &failed_count),
+                 MV_OK);
+    CHECK_EQ_INT(changed, 2);
+    CHECK_EQ_INT(failed_count, 1);
+    CHECK_EQ_INT(failed[0], 3);
+    mv_free(failed);
+    CHECK_EQ_INT(ch_message_modseq(b, 3, &flags) > 0, 1);
+    CHECK_EQ_INT(flags, MV_FLAG_ANSWERED);
+    CHECK_EQ_INT(ch_message_modseq(b, 2, &flags) > 0, 1);
+    CHECK_EQ_INT(flags, MV_FLAG_DELETED);
+    mv_store_close(&b);
+    mv_store_close(&a);
+}
+
+static void test_flags_unchanged_since_errors(void)
+{
+    mv_store *s = NULL;
+    uint32_t *failed = (uint32_t *)&s; /* must come back NULL */
+    uint32_t changed = 5;
+    size_t failed_count = 7;
+    CHECK_EQ_INT(ch_open("unchanged_errors", &s), MV_OK);
+    CHECK_EQ_INT(ch_append(s, "INBOX", 1, 0), MV_OK);
+    uint64_t top = ch_modseq(s, "INBOX");
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(s, "No such box", "1", MV_FLAGS_ADD, MV_FLAG_SEEN,
+                                              NULL, 0, &changed, &failed, &failed_count),
+                 MV_ENOTFOUND);
+    CHECK(failed == NULL && failed_count == 0 && changed == 0);
+    CHECK_EQ_INT(
+        mv_flags_set_unchanged_since(s, "INBOX", "1", 7, 0, NULL, 0, NULL, &failed, &failed_count),
+        MV_EINVAL);
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(s, "INBOX", "1:x", MV_FLAGS_ADD, 0, NULL, 0, NULL,
+                                              &failed, &failed_count),
+                 MV_EINVAL);
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(s, "INBOX", "1", MV_FLAGS_ADD, 0, "a(b", top, NULL,
+                                              &failed, &failed_count),
+                 MV_EINVAL);
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(s, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL,
+                                              top, NULL, NULL, &failed_count),
+                 MV_EINVAL);
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(s, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL,
+                                              top, NULL, &failed, NULL),
+                 MV_EINVAL);
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(NULL, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL,
+                                              top, NULL, &failed, &failed_count),
+                 MV_EINVAL);
+    CHECK_EQ_INT(ch_modseq(s, "INBOX"), top); /* none of them changed anything */
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     TEST(test_expunged_since);
     TEST(test_expunged_since_errors);
+    TEST(test_flags_unchanged_since);
+    TEST(test_flags_unchanged_since_two_handles);
+    TEST(test_flags_unchanged_since_errors);
     return th_summary();
 }

@@ -5,7 +5,8 @@
  * multipart inside rfc822, a missing close delimiter, headers only, empty parts, digests,
  * no boundary, too much structure for GMime). Every case runs twice: on the message as
  * written (LF line endings) and with every LF turned into CRLF, expecting the same bytes
- * converted likewise.
+ * converted likewise. Also ENVELOPE / BODYSTRUCTURE strings with 8-bit bytes with and without
+ * UTF8=ACCEPT (imap_mime_set_utf8).
  */
 #include "../imapd/imap_mime.h"
 #include "harness.h"
@@ -260,6 +261,49 @@ static void test_too_much_structure(void)
     CHECK(tm_section(head, "1", C, "")); /* within the limit: an empty first part */
 }
 
+/* ENVELOPE and BODYSTRUCTURE strings with 8-bit bytes (RFC 6855 3): literals (and an RFC 2047
+ * display name) for a plain session; quoted UTF-8 once UTF8=ACCEPT is enabled, except bytes
+ * that are not UTF-8, which stay literals. */
+static void test_utf8_strings(void)
+{
+    static const char msg[] = "From: \"Ren\xc3\xa9"
+                              "e\" <r@example.org>\n"
+                              "To: \xce\xb4\xce\xbf@example.org\n"
+                              "Subject: Caf\xc3\xa9\n"
+                              "In-Reply-To: <x\xe9@example.org>\n"
+                              "Content-Type: text/plain; name*=utf-8''caf%C3%A9.txt\n\n"
+                              "body\n";
+    struct imap_mime *m = NULL;
+    CHECK_EQ_INT(imap_mime_open(msg, strlen(msg), &m), MV_OK);
+    if (m == NULL) {
+        return;
+    }
+    struct buf plain = {0}, utf8 = {0}, bs_plain = {0}, bs_utf8 = {0};
+    imap_mime_envelope(m, &plain);
+    imap_mime_bodystructure(m, &bs_plain, 1);
+    imap_mime_set_utf8(m, 1);
+    imap_mime_envelope(m, &utf8);
+    imap_mime_bodystructure(m, &bs_utf8, 1);
+    imap_mime_close(&m);
+    CHECK(!plain.oom && !utf8.oom && !bs_plain.oom && !bs_utf8.oom);
+    /* plain: every 8-bit string is a literal, the display name an RFC 2047 word */
+    CHECK(strstr(plain.data, "{5}\r\nCaf\xc3\xa9") != NULL);
+    CHECK(strstr(plain.data, "{4}\r\n\xce\xb4\xce\xbf") != NULL);
+    CHECK(strstr(plain.data, "\"=?UTF-8?b?UmVuw6ll?=\"") != NULL);
+    CHECK(strstr(bs_plain.data, "{9}\r\ncaf\xc3\xa9.txt") != NULL);
+    /* enabled: quoted UTF-8, the name as it is; Latin-1 in In-Reply-To still a literal */
+    CHECK(strstr(utf8.data, "\"Caf\xc3\xa9\"") != NULL);
+    CHECK(strstr(utf8.data, "((\"Ren\xc3\xa9"
+                            "e\" NIL \"r\" \"example.org\"))") != NULL);
+    CHECK(strstr(utf8.data, "\"\xce\xb4\xce\xbf\" \"example.org\"") != NULL);
+    CHECK(strstr(utf8.data, "{16}\r\n<x\xe9@example.org>") != NULL);
+    CHECK(strstr(bs_utf8.data, "\"caf\xc3\xa9.txt\"") != NULL);
+    buf_free(&plain);
+    buf_free(&utf8);
+    buf_free(&bs_plain);
+    buf_free(&bs_utf8);
+}
+
 int main(void)
 {
     imap_mime_init();
@@ -269,5 +313,6 @@ int main(void)
     TEST(test_headers_only_and_empty);
     TEST(test_digest_and_case);
     TEST(test_too_much_structure);
+    TEST(test_utf8_strings);
     return th_summary();
 }

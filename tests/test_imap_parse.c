@@ -1,8 +1,9 @@
 /*
  * test_imap_parse.c -- the IMAP command parser (imapd/imap_parse.c): tags, command names,
  * atoms, quoted strings, literals ({n} and {n+}), lists, and the typed readers (sequence
- * sets, flags, dates, FETCH attributes, SEARCH keys), with the malformed inputs each one
- * must refuse.
+ * sets, flags, dates, FETCH attributes, SEARCH keys, LIST-EXTENDED arguments, STATUS items,
+ * CREATE parameters), APPEND's UTF8 literal8 and UTF-8 in quoted strings (RFC 6855), with
+ * the malformed inputs each one must refuse.
  */
 #include "../imapd/imap_parse.h"
 #include "harness.h"
@@ -300,6 +301,244 @@ static void test_search(void)
     free(s);
 }
 
+static void test_list(void)
+{
+    struct imap_command c;
+    struct imap_list l;
+    CHECK_EQ_INT(ip_parse("a LIST \"\" %\r\n", &c), IMAP_PARSE_OK); /* the RFC 3501 form */
+    CHECK_EQ_INT(imap_parse_list(&c, &l, ip_err, sizeof ip_err), 0);
+    CHECK(!l.extended && l.select == 0 && l.ret == 0 && l.pattern_count == 1);
+    CHECK(ip_node_eq(l.reference, IMAP_NODE_STRING, "") &&
+          ip_node_eq(l.patterns[0], IMAP_NODE_ATOM, "%"));
+    imap_command_free(&c);
+    CHECK_EQ_INT(
+        ip_parse("a LIST (subscribed RECURSIVEMATCH remote) Work (\"%\" {3}\r\na/*) "
+                 "RETURN (CHILDREN STATUS (MESSAGES unseen HIGHESTMODSEQ) SPECIAL-USE)\r\n",
+                 &c),
+        IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_list(&c, &l, ip_err, sizeof ip_err), 0);
+    CHECK(l.extended);
+    CHECK_EQ_INT(l.select, IMAP_LIST_SELECT_SUBSCRIBED | IMAP_LIST_SELECT_RECURSIVEMATCH |
+                               IMAP_LIST_SELECT_REMOTE);
+    CHECK_EQ_INT(l.ret, IMAP_LIST_RETURN_CHILDREN | IMAP_LIST_RETURN_STATUS |
+                            IMAP_LIST_RETURN_SPECIAL_USE);
+    CHECK_EQ_INT(l.status_items,
+                 IMAP_STATUS_MESSAGES | IMAP_STATUS_UNSEEN | IMAP_STATUS_HIGHESTMODSEQ);
+    CHECK(ip_node_eq(l.reference, IMAP_NODE_ATOM, "Work"));
+    CHECK_EQ_INT(l.pattern_count, 2);
+    CHECK(ip_node_eq(l.patterns[0], IMAP_NODE_STRING, "%") &&
+          ip_node_eq(l.patterns[1], IMAP_NODE_STRING, "a/*"));
+    imap_command_free(&c);
+    /* LIST-STATUS shares STATUS's item reader: the RFC 9208 items come through it too */
+    CHECK_EQ_INT(
+        ip_parse("a LIST \"\" * RETURN (STATUS (DELETED-STORAGE UIDNEXT deleted))\r\n", &c),
+        IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_list(&c, &l, ip_err, sizeof ip_err), 0);
+    CHECK_EQ_INT(l.ret, IMAP_LIST_RETURN_STATUS);
+    CHECK_EQ_INT(l.status_items,
+                 IMAP_STATUS_DELETED_STORAGE | IMAP_STATUS_UIDNEXT | IMAP_STATUS_DELETED);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("a LIST () \"\" x RETURN ()\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_list(&c, &l, ip_err, sizeof ip_err), 0);
+    CHECK(l.extended && l.select == 0 && l.ret == 0);
+    imap_command_free(&c);
+    static const char *const bad[] = {
+        "a LIST\r\n",
+        "a LIST \"\"\r\n",
+        "a LIST (RECURSIVEMATCH) \"\" *\r\n",        /* alone: RFC 5258 3 */
+        "a LIST (REMOTE RECURSIVEMATCH) \"\" *\r\n", /* REMOTE selects nothing by itself */
+        "a LIST (BOGUS) \"\" *\r\n",
+        "a LIST (\"SUBSCRIBED\") \"\" *\r\n",
+        "a LIST \"\" ()\r\n",
+        "a LIST \"\" ((a))\r\n",
+        "a LIST () \"\"\r\n",
+        "a LIST (a) \"\" *\r\n",
+        "a LIST \"\" * RETURN\r\n",
+        "a LIST \"\" * RETURN (BOGUS)\r\n",
+        "a LIST \"\" * RETURN (STATUS)\r\n",
+        "a LIST \"\" * RETURN (STATUS ())\r\n",
+        "a LIST \"\" * RETURN (STATUS (MESSAGES SIZE))\r\n",
+        "a LIST \"\" * RETURN (STATUS (MESSAGES) STATUS (UNSEEN))\r\n",
+        "a LIST \"\" * RETURN (CHILDREN) x\r\n",
+        "a LIST \"\" * NORETURN (CHILDREN)\r\n",
+        "a LIST (\"\") \"\" *\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(ip_parse(bad[i], &c), IMAP_PARSE_OK);
+        ip_err[0] = '\0';
+        int rc = imap_parse_list(&c, &l, ip_err, sizeof ip_err);
+        imap_command_free(&c);
+        if (rc != -1) {
+            fprintf(stderr, "  accepted: %s", bad[i]);
+        }
+        CHECK_EQ_INT(rc, -1);
+        CHECK(ip_err[0] != '\0');
+    }
+    /* more patterns than IMAP_LIST_PATTERNS_MAX */
+    char line[1024] = "a LIST \"\" (";
+    for (int i = 0; i <= IMAP_LIST_PATTERNS_MAX; i++) {
+        strcat(line, i == 0 ? "p" : " p");
+    }
+    strcat(line, ")\r\n");
+    CHECK_EQ_INT(ip_parse(line, &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_list(&c, &l, ip_err, sizeof ip_err), -1);
+    imap_command_free(&c);
+}
+
+static void test_status_and_create_params(void)
+{
+    struct imap_command c;
+    unsigned items;
+    CHECK_EQ_INT(ip_parse("a STATUS INBOX (MESSAGES RECENT UIDNEXT UIDVALIDITY UNSEEN "
+                          "highestmodseq)\r\n",
+                          &c),
+                 IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_status_items(&c, imap_arg(&c, 1), &items, ip_err, sizeof ip_err), 0);
+    CHECK_EQ_INT(items, 0x3f);
+    CHECK_EQ_INT(imap_parse_status_items(&c, imap_arg(&c, 0), &items, ip_err, sizeof ip_err), -1);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("a STATUS INBOX ()\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_status_items(&c, imap_arg(&c, 1), &items, ip_err, sizeof ip_err), -1);
+    imap_command_free(&c);
+    /* RFC 9051 DELETED, RFC 9208 DELETED-STORAGE: each on its own bit, in any case, and
+     * neither taken for a prefix of the other or of a longer word */
+    CHECK_EQ_INT(ip_parse("a STATUS INBOX (deleted-storage)\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_status_items(&c, imap_arg(&c, 1), &items, ip_err, sizeof ip_err), 0);
+    CHECK_EQ_INT(items, IMAP_STATUS_DELETED_STORAGE);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("a STATUS INBOX (Deleted MESSAGES DELETED-STORAGE DELETED)\r\n", &c),
+                 IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_status_items(&c, imap_arg(&c, 1), &items, ip_err, sizeof ip_err), 0);
+    CHECK_EQ_INT(items, IMAP_STATUS_DELETED | IMAP_STATUS_MESSAGES | IMAP_STATUS_DELETED_STORAGE);
+    CHECK(items == 0x01u + 0x40u + 0x80u); /* distinct from the six older items' 0x3f */
+    imap_command_free(&c);
+    static const char *const not_items[] = {"DELETED-", "DELETED-STORAGES", "DELETE",
+                                            "DELETED-MESSAGES", "\"DELETED\""};
+    for (size_t i = 0; i < sizeof not_items / sizeof not_items[0]; i++) {
+        char line[128];
+        snprintf(line, sizeof line, "a STATUS INBOX (MESSAGES %s)\r\n", not_items[i]);
+        CHECK_EQ_INT(ip_parse(line, &c), IMAP_PARSE_OK);
+        CHECK_EQ_INT(imap_parse_status_items(&c, imap_arg(&c, 1), &items, ip_err, sizeof ip_err),
+                     -1);
+        CHECK(strstr(ip_err, "unknown STATUS item") != NULL);
+        imap_command_free(&c);
+    }
+
+    struct imap_create_params p;
+    CHECK_EQ_INT(ip_parse("a CREATE x (USE (\\Archive \\bogus))\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_create_params(&c, imap_arg(&c, 1), &p, ip_err, sizeof ip_err), 0);
+    CHECK(p.has_use && p.use_count == 2);
+    CHECK(ip_node_eq(p.uses[0], IMAP_NODE_ATOM, "\\Archive") &&
+          ip_node_eq(p.uses[1], IMAP_NODE_ATOM, "\\bogus"));
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("a CREATE x (use ())\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_create_params(&c, imap_arg(&c, 1), &p, ip_err, sizeof ip_err), 0);
+    CHECK(p.has_use && p.use_count == 0);
+    imap_command_free(&c);
+    static const char *const bad[] = {
+        "a CREATE x ()\r\n",
+        "a CREATE x USE\r\n",
+        "a CREATE x (USE)\r\n",
+        "a CREATE x (USE \\Sent)\r\n",
+        "a CREATE x (USE (Sent))\r\n",
+        "a CREATE x (USE (\"\\\\Sent\"))\r\n",
+        "a CREATE x (USE ((\\Sent)))\r\n",
+        "a CREATE x (USE (\\Sent) USE (\\Junk))\r\n",
+        "a CREATE x (OTHER (\\Sent))\r\n",
+        "a CREATE x (USE (\\a \\b \\c \\d \\e \\f \\g \\h \\i))\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(ip_parse(bad[i], &c), IMAP_PARSE_OK);
+        ip_err[0] = '\0';
+        int rc = imap_parse_create_params(&c, imap_arg(&c, 1), &p, ip_err, sizeof ip_err);
+        imap_command_free(&c);
+        if (rc != -1) {
+            fprintf(stderr, "  accepted: %s", bad[i]);
+        }
+        CHECK_EQ_INT(rc, -1);
+        CHECK(ip_err[0] != '\0');
+    }
+}
+
+/* RFC 6855: APPEND's UTF8 (~{n}...) data (a literal8, RFC 4466) and UTF-8 in quoted strings. */
+static void test_literal8_and_utf8(void)
+{
+    struct imap_command c;
+    /* ~{n} and ~{n+}, the message as is (8-bit and NUL included) */
+    static const char sync[] = "t APPEND INBOX UTF8 (~{6}\r\nS\xc3\xa9\0\r\n)\r\n";
+    CHECK_EQ_INT(
+        imap_parse_command((const uint8_t *)sync, sizeof sync - 1, &c, ip_err, sizeof ip_err),
+        IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_arg_count(&c), 3);
+    CHECK(imap_atom_is(imap_arg(&c, 1), "UTF8"));
+    const struct imap_node *list = imap_arg(&c, 2);
+    CHECK(list != NULL && list->type == IMAP_NODE_LIST);
+    const struct imap_node *lit = list != NULL ? imap_node(&c, list->child) : NULL;
+    CHECK(lit != NULL && lit->type == IMAP_NODE_STRING && lit->literal && lit->literal8);
+    CHECK(lit != NULL && lit->len == 6 && memcmp(lit->data, "S\xc3\xa9\0\r\n", 6) == 0);
+    CHECK(lit != NULL && lit->next == IMAP_NODE_NONE);
+    imap_command_free(&c);
+    CHECK_EQ_INT(ip_parse("t APPEND box (\\Seen) UTF8 (~{2+}\r\nab)\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_arg_count(&c), 4);
+    lit = imap_node(&c, imap_arg(&c, 3)->child);
+    CHECK(lit != NULL && lit->literal8 && lit->len == 2);
+    imap_command_free(&c);
+    /* an ordinary literal is not a literal8 */
+    CHECK_EQ_INT(ip_parse("t APPEND box {2}\r\nab\r\n", &c), IMAP_PARSE_OK);
+    CHECK(imap_arg(&c, 1)->literal && !imap_arg(&c, 1)->literal8);
+    imap_command_free(&c);
+    /* '~' alone is still an atom character */
+    CHECK_EQ_INT(ip_parse("t SELECT ~peter/mail\r\n", &c), IMAP_PARSE_OK);
+    CHECK(ip_node_eq(imap_arg(&c, 0), IMAP_NODE_ATOM, "~peter/mail"));
+    imap_command_free(&c);
+
+    static const char *const misplaced[] = {
+        "t APPEND box ~{2}\r\nab\r\n",          /* bare literal8 (BINARY, not offered) */
+        "t APPEND box X (~{2}\r\nab)\r\n",      /* a list not after UTF8 */
+        "t APPEND box UTF8 (~{2}\r\nab x)\r\n", /* more than the literal8 in the list */
+        "t APPEND box UTF8 (x ~{2}\r\nab)\r\n", /* not first */
+        "t APPEND box UTF8 ((~{2}\r\nab))\r\n", /* nested deeper */
+        "t LOGIN ~{1}\r\na ~{1}\r\nb\r\n",      /* another command */
+        "t SEARCH UTF8 (~{2}\r\nab)\r\n",       /* another command, UTF8-shaped */
+        "t APPEND box UTF8 (~{3}\r\nab)\r\n",   /* shorter than its count */
+        "t APPEND box UTF8 (~{x}\r\nab)\r\n",   /* bad count */
+    };
+    for (size_t i = 0; i < sizeof misplaced / sizeof misplaced[0]; i++) {
+        int rc = ip_parse(misplaced[i], &c);
+        if (rc != IMAP_PARSE_BAD) {
+            fprintf(stderr, "  accepted: \"%s\"\n", misplaced[i]);
+            imap_command_free(&c);
+        }
+        CHECK_EQ_INT(rc, IMAP_PARSE_BAD);
+        CHECK(ip_err[0] != '\0');
+    }
+
+    /* quoted UTF-8: parsed either way; imap_command_utf8_valid tells the session */
+    CHECK_EQ_INT(ip_parse("t CREATE \"Caf\xc3\xa9/\xe6\x97\xa5\xf0\x9f\x98\x80\"\r\n", &c),
+                 IMAP_PARSE_OK);
+    CHECK(
+        ip_node_eq(imap_arg(&c, 0), IMAP_NODE_STRING, "Caf\xc3\xa9/\xe6\x97\xa5\xf0\x9f\x98\x80"));
+    CHECK_EQ_INT(imap_command_utf8_valid(&c), 1);
+    imap_command_free(&c);
+    static const char *const not_utf8[] = {
+        "t CREATE \"Caf\xe9\"\r\n",          /* Latin-1 */
+        "t CREATE \"\xc0\xaf\"\r\n",         /* overlong '/' */
+        "t CREATE \"\xed\xa0\x80\"\r\n",     /* a surrogate */
+        "t CREATE \"\xf4\x90\x80\x80\"\r\n", /* past U+10FFFF */
+        "t CREATE \"\xe6\x97\"\r\n",         /* truncated */
+        "t LIST \"\" (\"ok\" \"\xff\")\r\n", /* in a list */
+    };
+    for (size_t i = 0; i < sizeof not_utf8 / sizeof not_utf8[0]; i++) {
+        CHECK_EQ_INT(ip_parse(not_utf8[i], &c), IMAP_PARSE_OK);
+        CHECK_EQ_INT(imap_command_utf8_valid(&c), 0);
+        imap_command_free(&c);
+    }
+    /* literals may carry any octets */
+    CHECK_EQ_INT(ip_parse("t CREATE {1}\r\n\xff\r\n", &c), IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_command_utf8_valid(&c), 1);
+    imap_command_free(&c);
+}
+
 int main(void)
 {
     TEST(test_simple_commands);
@@ -310,5 +549,8 @@ int main(void)
     TEST(test_dates);
     TEST(test_fetch);
     TEST(test_search);
+    TEST(test_list);
+    TEST(test_status_and_create_params);
+    TEST(test_literal8_and_utf8);
     return th_summary();
 }

@@ -1,6 +1,8 @@
 /*
  * test_listing.c -- mv_message_list_begin/next/end: UID order, flags, keywords, modseq,
- * size and date; uid_after and changed_since; a listing left open across an append;
+ * size and date; uid_after and changed_since; a listing of changes (changed_since > 0)
+ * returns appends, copies in and flag changes only and is planned on the modseq index, so
+ * it reads the changed rows, not the mailbox; a listing left open across an append;
  * mv_message_copy_uids (the UID pairs of COPY and MOVE); errors (unknown
  * mailbox, NULL arguments).
  */
@@ -212,10 +214,65 @@ static void test_list_errors(void)
     mv_store_close(&s);
 }
 
+/* changed_since > 0: what the server's incremental sync reads. Appends, copies into the
+ * mailbox and flag changes after the modseq; nothing else, whatever the mailbox holds. */
+static void test_list_changes_since(void)
+{
+    mv_store *s = NULL;
+    uint32_t uids[64];
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(ls_open("changes", &s), MV_OK);
+    for (int i = 1; i <= 40; i++) {
+        CHECK_EQ_INT(ls_append(s, "INBOX", i, 0, NULL), MV_OK);
+    }
+    CHECK_EQ_INT(ls_append(s, "Archive", 99, 0, NULL), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
+    uint64_t known = info.highestmodseq;
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "7,30", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL), MV_OK);
+    CHECK_EQ_INT(ls_append(s, "INBOX", 41, 0, NULL), MV_OK);
+    CHECK_EQ_INT(mv_message_copy(s, "Archive", "1", "INBOX", NULL), MV_OK);
+    CHECK_EQ_INT(ls_uids(s, "INBOX", 0, known, uids, 64), 4);
+    CHECK(uids[0] == 7 && uids[1] == 30 && uids[2] == 41 && uids[3] == 42);
+    CHECK_EQ_INT(ls_uids(s, "INBOX", 30, known, uids, 64), 2); /* with uid_after */
+    CHECK(uids[0] == 41 && uids[1] == 42);
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(ls_uids(s, "INBOX", 0, info.highestmodseq, uids, 64), 0);
+    CHECK_EQ_INT(ls_uids(s, "INBOX", 0, 0, uids, 64), 42);
+    mv_store_close(&s);
+}
+
+/* The plans: the full listing walks the UID index, the listing of changes ranges over the
+ * modseq index (so an idle session's sync on a large mailbox reads what changed only). */
+static void test_list_changes_plan(void)
+{
+    mv_explain *e = NULL;
+    char err[256] = "";
+    struct mv_explain_row row;
+    int full = 0, changed = 0;
+    CHECK_EQ_INT(mv_explain_begin(NULL, &e, err, sizeof err), MV_OK);
+    while (mv_explain_next(e, &row) == 1) {
+        if (strcmp(row.operation, "message list") != 0 ||
+            strstr(row.sql, "keywords FROM messages") == NULL) {
+            continue;
+        }
+        if (strstr(row.sql, "INDEXED BY messages_modseq") != NULL) {
+            changed +=
+                strstr(row.plan, "USING INDEX messages_modseq") != NULL && !row.scans_messages;
+        } else {
+            full += !row.scans_messages;
+        }
+    }
+    mv_explain_end(&e);
+    CHECK_EQ_INT(changed, 1);
+    CHECK_EQ_INT(full, 1);
+}
+
 int main(void)
 {
     TEST(test_list_order_and_fields);
     TEST(test_list_after_and_since);
+    TEST(test_list_changes_since);
+    TEST(test_list_changes_plan);
     TEST(test_list_snapshot);
     TEST(test_copy_uids);
     TEST(test_uidvalidity_never_repeats);

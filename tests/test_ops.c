@@ -384,6 +384,8 @@ static void test_check_finds_each_invariant(void)
                    "PRAGMA foreign_keys=OFF; DELETE FROM bodies_data WHERE id = 3; "
                    "PRAGMA foreign_keys=ON",
                    "bytes");
+    to_check_finds("header", "UPDATE bodies SET header_stored = stored_size + 1 WHERE id = 2",
+                   "header");
 }
 
 /* A flipped bit in the file and one in the WAL, made while the store is open: the pager's

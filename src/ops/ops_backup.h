@@ -87,6 +87,17 @@ int ops_io_copy(const char *src,
                 uint64_t *size_out,
                 char *errmsg,
                 size_t errmsg_size);
+/* The same from the descriptor in (read from its offset to the end; src names it in
+ * messages), which stays open: the caller decides how to close it (store_files_close for a
+ * store's file, whose close could drop this process's SQLite locks). */
+int ops_io_copy_fd(int in,
+                   const char *src,
+                   const char *dst,
+                   struct ops_progress *progress,
+                   char hex[65],
+                   uint64_t *size_out,
+                   char *errmsg,
+                   size_t errmsg_size);
 /* fsyncs the file at path. */
 int ops_io_fsync(const char *path, char *errmsg, size_t errmsg_size);
 /* Removes path and its -wal, -shm and -journal (missing ones are fine). */

@@ -111,7 +111,9 @@ static int ops_check_main_pages(struct ops_check *c, uint32_t page_size, uint8_t
     return MV_OK;
 }
 
-/* The number of committed frames of the WAL's current generation (0 if no WAL). */
+/* The number of committed frames of the WAL's current generation (0 if no WAL). Opening
+ * and closing the -wal of the open store is safe: SQLite's unix VFS takes no POSIX lock on
+ * it (WAL locks live in the -shm), so the close drops none (store_files.h). */
 static uint64_t ops_wal_committed_frames(const char *wal_path, uint32_t page_size)
 {
     int fd = open(wal_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -271,6 +273,9 @@ static const struct {
               "WHERE id NOT IN (SELECT id FROM bodies_data)"},
     {"bytes", "SELECT 'attachment ' || id || ' has no bytes' FROM attachments "
               "WHERE id NOT IN (SELECT id FROM attachments_data)"},
+    {"header", "SELECT 'body ' || id || ' records a header of ' || header_stored || "
+               "' stored bytes in ' || stored_size FROM bodies "
+               "WHERE header_stored < 0 OR header_stored > stored_size"},
 };
 
 static void ops_check_invariants(struct ops_check *c)

@@ -157,6 +157,37 @@ static char *ops_explain_attachment_message(size_t *len)
     return m;
 }
 
+/* mv_mailbox_get_fields() and mv_mailbox_list_begin_fields() with each combination of
+ * fields: one statement each (mailvaultd's LIST asks for none, STATUS DELETED for one). */
+static int ops_explain_mailbox_fields(mv_explain *e)
+{
+    static const char *const get[] = {"mailbox get, no extra fields", "mailbox get, stored bytes",
+                                      "mailbox get, deleted", "mailbox get, every field"};
+    static const char *const list[] = {"mailbox list, no extra fields",
+                                       "mailbox list, stored bytes", "mailbox list, deleted",
+                                       "mailbox list, every field"};
+    _Static_assert(sizeof get / sizeof get[0] == MV_MAILBOX_FIELDS_ALL + 1 &&
+                       sizeof list / sizeof list[0] == MV_MAILBOX_FIELDS_ALL + 1,
+                   "a name per combination of fields");
+    struct mv_mailbox_info info;
+    int rc = MV_OK;
+    for (unsigned fields = 0; fields <= MV_MAILBOX_FIELDS_ALL && rc == MV_OK; fields++) {
+        rc = ops_explain_step(e, mv_mailbox_get_fields(e->scratch, "INBOX", fields, &info),
+                              get[fields]);
+        mv_mailbox_iter *it = NULL;
+        if (rc == MV_OK && (rc = mv_mailbox_list_begin_fields(e->scratch, fields, &it)) != MV_OK) {
+            rc = ops_explain_step(e, rc, list[fields]);
+        }
+        if (rc == MV_OK) {
+            int more = mv_mailbox_list_next(it, &info);
+            rc = more < 0 ? ops_explain_step(e, more, list[fields])
+                          : ops_explain_collect(e, list[fields]);
+            mv_mailbox_list_end(&it);
+        }
+    }
+    return rc;
+}
+
 static int ops_explain_mailboxes(mv_explain *e)
 {
     mv_store *s = e->scratch;
@@ -183,7 +214,7 @@ static int ops_explain_mailboxes(mv_explain *e)
         mv_mailbox_list_end(&it);
         rc = rc == MV_OK && more < 0 ? ops_explain_step(e, more, "mailbox list") : rc;
     }
-    return rc;
+    return rc == MV_OK ? ops_explain_mailbox_fields(e) : rc;
 }
 
 static int ops_explain_messages(mv_explain *e)

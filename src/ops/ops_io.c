@@ -216,10 +216,23 @@ int ops_io_copy(const char *src,
         return ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(errno), "%s: %s", src,
                            strerror(errno));
     }
+    int rc = ops_io_copy_fd(in, src, dst, progress, hex, size_out, errmsg, errmsg_size);
+    close(in);
+    return rc;
+}
+
+int ops_io_copy_fd(int in,
+                   const char *src,
+                   const char *dst,
+                   struct ops_progress *progress,
+                   char hex[65],
+                   uint64_t *size_out,
+                   char *errmsg,
+                   size_t errmsg_size)
+{
     int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (out < 0) {
         int e = errno;
-        close(in);
         return ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(e), "cannot create %s: %s", dst,
                            strerror(e));
     }
@@ -237,7 +250,6 @@ int ops_io_copy(const char *src,
         e = errno;
         rc = ops_io_errno_code(e);
     }
-    close(in);
     if (rc != MV_OK) {
         unlink(dst);
         return ops_io_fail(errmsg, errmsg_size, rc, "cannot copy %s to %s: %s", src, dst,

@@ -15,8 +15,12 @@
  *   the close leaves the WAL alone. With the three locks held, neither file changes; the
  *   copy of both is the store as of its last commit, as a power loss would leave it.
  *   The locks are open-file-description locks (F_OFD_SETLK): they conflict with SQLite's
- *   POSIX locks of other processes and of this one, and closing our descriptors does not
- *   drop any lock SQLite holds. Writers wait meanwhile (the store's busy timeout is 30 s);
+ *   POSIX locks of other processes and of this one. Closing our descriptors would still
+ *   drop every POSIX lock of this process on the file (and on the -shm, where SQLite keeps
+ *   its WAL locks): so the database file is copied through the freeze's own descriptor, and
+ *   both are ended with store_files_close(), which parks them while this process has the
+ *   store open (store_files.h). The WAL file is opened and closed as any file: SQLite's
+ *   unix VFS takes no lock on it. Writers wait meanwhile (the store's busy timeout is 30 s);
  *   the freeze waits at most lock_wait_ms for a running transaction to end.
  *   If there is no -shm (no connection has had the store open since the last clean close)
  *   it is created, empty, 0600: a connection that then opens the store runs recovery,
@@ -36,6 +40,7 @@
  *   memory; its EXCLUSIVE lock makes the freeze time out (MV_EBUSY) instead.
  */
 #include "ops/ops_backup.h"
+#include "store/store_files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -59,6 +64,8 @@
 struct ops_freeze {
     int db_fd;
     int shm_fd;
+    dev_t db_dev; /* the database file's identity, for store_files_close() */
+    ino_t db_ino;
 };
 
 static int ops_keyless_lock(int fd, short type, off_t start, off_t len, uint32_t wait_ms)
@@ -84,14 +91,13 @@ static int ops_keyless_lock(int fd, short type, off_t start, off_t len, uint32_t
     }
 }
 
+/* Ends the freeze. Never a plain close(): with the store open in this process (a handle on
+ * any thread) it would drop the connection's POSIX locks on the file and on the -shm; the
+ * registry parks the descriptors instead, their OFD locks released (store_files.h). */
 static void ops_thaw(struct ops_freeze *fz)
 {
-    if (fz->shm_fd >= 0) {
-        close(fz->shm_fd); /* drops its OFD locks */
-    }
-    if (fz->db_fd >= 0) {
-        close(fz->db_fd);
-    }
+    store_files_close(fz->shm_fd, fz->db_dev, fz->db_ino);
+    store_files_close(fz->db_fd, fz->db_dev, fz->db_ino);
     fz->shm_fd = fz->db_fd = -1;
 }
 
@@ -100,10 +106,19 @@ static int ops_freeze(
 {
     fz->db_fd = open(db_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     fz->shm_fd = -1;
-    if (fz->db_fd < 0) {
-        return ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(errno), "%s: %s", db_path,
-                           strerror(errno));
+    fz->db_dev = 0;
+    fz->db_ino = 0;
+    struct stat st;
+    if (fz->db_fd < 0 || fstat(fz->db_fd, &st) != 0) {
+        int e = errno;
+        /* A descriptor whose file is unknown is left open rather than closed: the file may
+         * be a store this process has open (fstat of an open descriptor does not fail). */
+        fz->db_fd = -1;
+        return ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(e), "%s: %s", db_path,
+                           strerror(e));
     }
+    fz->db_dev = st.st_dev;
+    fz->db_ino = st.st_ino;
     int rc = ops_keyless_lock(fz->db_fd, F_RDLCK, OPS_DB_SHARED_FIRST, OPS_DB_SHARED_SIZE, wait_ms);
     char shm[MV_PATH_MAX + 8];
     snprintf(shm, sizeof shm, "%s-shm", db_path);
@@ -263,9 +278,10 @@ static int ops_keyless_copy(const struct store_paths *paths,
     if (rc != MV_OK) {
         return rc;
     }
+    /* From the freeze's descriptor: a descriptor of its own would have to be closed. */
     struct ops_progress progress = {p->progress, p->progress_arg, "copy", 0, -1, 0};
-    rc = ops_io_copy(paths->db_path, tmp, &progress, info->sha256, &info->size_bytes, errmsg,
-                     errmsg_size);
+    rc = ops_io_copy_fd(fz.db_fd, paths->db_path, tmp, &progress, info->sha256, &info->size_bytes,
+                        errmsg, errmsg_size);
     char wal[MV_PATH_MAX + 8];
     snprintf(wal, sizeof wal, "%s-wal", paths->db_path);
     info->wal_size_bytes = 0;

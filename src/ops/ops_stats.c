@@ -11,8 +11,12 @@
  *   The keyless path never opens SQLite: a stat(2) per file, one 24-byte pread of the
  *   header (bytes 16..23 are plaintext in every cipher: FORMAT.md), and a readdir of the
  *   queue. That keeps `stats --all` over a thousand stores to a few milliseconds each at
- *   worst. The page count of a keyless description is the file size over the page size:
- *   pages written since the last checkpoint live in the WAL and are not counted.
+ *   worst. A store this process has open is not read at all: its header comes from the
+ *   registry of store_files.c, since closing a descriptor of the file would drop the
+ *   connection's SQLite locks (store_files.h); the same registry makes the read of any
+ *   other store wait out a store open by another thread, and the reverse.
+ *   The page count of a keyless description is the file size over the page size: pages
+ *   written since the last checkpoint live in the WAL and are not counted.
  *   The free-space probe is here because every operation uses it; its test hook is the
  *   only reader of $MAILVAULT_TEST_FREE_BYTES.
  *
@@ -20,6 +24,7 @@
  *   A directory with more than OPS_SCAN_ENTRIES_MAX entries ends a root scan (MV_ELIMIT).
  */
 #include "ops/ops_inspect.h"
+#include "store/store_files.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -33,6 +38,7 @@
 
 #define OPS_SCAN_ENTRIES_MAX 1000000u
 #define OPS_HEADER_BYTES     24
+_Static_assert(OPS_HEADER_BYTES == STORE_FILES_HEADER_BYTES, "the registry keeps what we read");
 
 int ops_free_bytes(const char *dir, uint64_t *out, char *errmsg, size_t errmsg_size)
 {
@@ -111,19 +117,19 @@ static void ops_header_parse(struct mv_store_file *out, const uint8_t hdr[OPS_HE
     out->header_ok = out->cipher != MV_CIPHER_AUTO;
 }
 
-static int ops_header_read(struct mv_store_file *out)
+/* Header bytes 0..23 of the store file, whose stat(2) is *st. Never open()+close() here:
+ * closing any descriptor of a file drops every POSIX lock this process holds on it, SQLite's
+ * SHARED lock included, so a store this process has open is answered from the registry of
+ * store_files.c, and the read of any other one happens while no thread can be opening it. */
+static int ops_header_read(struct mv_store_file *out, const struct stat *st)
 {
     uint8_t hdr[OPS_HEADER_BYTES];
-    int fd = open(out->db_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-        return errno == ENOENT ? MV_ENOTFOUND : MV_EIO;
-    }
-    ssize_t n = pread(fd, hdr, sizeof hdr, 0);
-    close(fd);
-    if (n == (ssize_t)sizeof hdr) {
+    size_t got = 0;
+    int rc = store_files_header_read(out->db_path, st, hdr, sizeof hdr, &got);
+    if (rc == MV_OK && got == sizeof hdr) {
         ops_header_parse(out, hdr);
     }
-    return n < 0 ? MV_EIO : MV_OK;
+    return rc;
 }
 
 int ops_file_describe(const char *address,
@@ -145,7 +151,7 @@ int ops_file_describe(const char *address,
         return errno == ENOENT ? MV_ENOTFOUND : MV_EIO;
     }
     out->file_bytes = (uint64_t)st.st_size;
-    rc = S_ISREG(st.st_mode) ? ops_header_read(out) : MV_OK; /* else: header_ok stays 0 */
+    rc = S_ISREG(st.st_mode) ? ops_header_read(out, &st) : MV_OK; /* else: header_ok stays 0 */
     if (rc != MV_OK) {
         return rc;
     }

@@ -4,6 +4,8 @@
  * One file per job:
  *   store_path.c     address validation, the store's paths, directory creation
  *   store_open.c     mv_store_init/open/close: production profile, read-back, migration
+ *   store_files.c    the process's registry of open store files, so keyless readers never
+ *                    drop a connection's POSIX locks by closing a descriptor (store_files.h)
  *   store_schema.c   the schema (versioned with user_version) and its migrations
  *   store_util.c     errors, cached statements, transactions, string storage for results
  *   store_mailbox.c  mailboxes
@@ -31,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 #define STORE_STMT_CACHE     128  /* prepared statements kept per store (about 60 in use) */
 #define STORE_SPLIT_MIN      8192 /* leaf parts at least this large are stored apart */
 
@@ -63,6 +65,12 @@ struct mv_store {
     char errmsg[512];
     struct store_stmt_slot stmts[STORE_STMT_CACHE];
     struct store_strings strings;
+    /* zstd contexts, made on first use and kept for the handle's life: a fresh context per
+     * call (ZSTD_compress/ZSTD_decompress) allocated and cleared ~0.1-1 MB every time, a
+     * quarter of the server's CPU in the IMAP benchmark. store_blob.c owns them. */
+    struct ZSTD_CCtx_s *zstd_c;
+    struct ZSTD_DCtx_s *zstd_d;
+    int read_snapshot; /* inside mv_store_read_begin(): reads share its transaction */
 };
 
 /* ---- store_path.c ---- */
@@ -120,7 +128,10 @@ int store_fail_sqlite(mv_store *s, const char *what);
 sqlite3_stmt *store_stmt(mv_store *s, const char *sql);
 void store_stmts_finalize(mv_store *s);
 /* BEGIN IMMEDIATE / COMMIT / ROLLBACK. */
-int store_begin(mv_store *s);
+int store_begin(mv_store *s);      /* BEGIN IMMEDIATE: every change */
+int store_read_begin(mv_store *s); /* BEGIN (deferred): a consistent read of several rows */
+/* on: commits sync the WAL before they return (synchronous=FULL); off: the profile's NORMAL. */
+int store_durable(mv_store *s, int on);
 int store_commit(mv_store *s);
 void store_rollback(mv_store *s);
 /* String storage for results: clear, then add copies; returned pointers stay valid until

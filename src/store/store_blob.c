@@ -66,23 +66,85 @@ int store_blob_sha256(mv_store *s, const void *data, size_t len, uint8_t out[32]
     return MV_OK;
 }
 
-/* Compresses src when that saves at least 10 %: the output buffer is 90 % of the input, so
- * zstd itself reports "destination too small" when it does not. */
-static int store_blob_pack(mv_store *s, const uint8_t *src, size_t n, struct store_blob_packed *out)
+/* The handle's compression context, made on first use (store.h says why it is kept). */
+static ZSTD_CCtx *store_blob_cctx(mv_store *s)
+{
+    if (s->zstd_c == NULL) {
+        s->zstd_c = ZSTD_createCCtx();
+    }
+    return s->zstd_c;
+}
+
+static ZSTD_DCtx *store_blob_dctx(mv_store *s)
+{
+    if (s->zstd_d == NULL) {
+        s->zstd_d = ZSTD_createDCtx();
+    }
+    return s->zstd_d;
+}
+
+void store_blob_release(mv_store *s)
+{
+    ZSTD_freeCCtx(s->zstd_c);
+    ZSTD_freeDCtx(s->zstd_d);
+    s->zstd_c = NULL;
+    s->zstd_d = NULL;
+}
+
+size_t store_header_end(const uint8_t *raw, size_t len)
+{
+    for (const uint8_t *p = memchr(raw, '\n', len); p != NULL;
+         p = memchr(p + 1, '\n', len - (size_t)(p + 1 - raw))) {
+        size_t i = (size_t)(p - raw);
+        if (i + 1 < len && raw[i + 1] == '\n') {
+            return i + 2;
+        }
+        if (i + 2 < len && raw[i + 1] == '\r' && raw[i + 2] == '\n') {
+            return i + 3;
+        }
+    }
+    return len;
+}
+
+/* Compresses src[0, n) as one zstd frame, or as two when 0 < head < n: src[0, head) then
+ * src[head, n), so the first head bytes can later be read and unpacked alone (a header fetch
+ * touches only the pages of the first frame). Compressed only when that saves at least 10 %
+ * overall: the output buffer is 90 % of the input, so zstd itself reports "destination too
+ * small" when it does not. *head_stored_out (if not NULL) gets the stored length of the
+ * first unit: the first frame's, or head itself when stored as is. */
+static int store_blob_pack(mv_store *s,
+                           const uint8_t *src,
+                           size_t n,
+                           size_t head,
+                           struct store_blob_packed *out,
+                           size_t *head_stored_out)
 {
     out->data = src;
     out->size = n;
     out->compression = STORE_BLOB_NONE;
     out->owned = NULL;
+    if (head == 0 || head > n) {
+        head = n;
+    }
+    if (head_stored_out != NULL) {
+        *head_stored_out = head;
+    }
     if (n < STORE_BLOB_PACK_MIN) {
         return MV_OK;
     }
+    ZSTD_CCtx *cctx = store_blob_cctx(s);
     size_t cap = n - n / 10;
-    uint8_t *buf = malloc(cap);
+    uint8_t *buf = cctx != NULL ? malloc(cap) : NULL;
     if (buf == NULL) {
         return store_fail(s, MV_ENOMEM, "out of memory compressing %zu bytes", n);
     }
-    size_t got = ZSTD_compress(buf, cap, src, n, STORE_BLOB_ZSTD_LEVEL);
+    size_t first = ZSTD_compressCCtx(cctx, buf, cap, src, head, STORE_BLOB_ZSTD_LEVEL);
+    size_t got = first;
+    if (!ZSTD_isError(first) && head < n) {
+        size_t second = ZSTD_compressCCtx(cctx, buf + first, cap - first, src + head, n - head,
+                                          STORE_BLOB_ZSTD_LEVEL);
+        got = ZSTD_isError(second) ? second : first + second;
+    }
     if (ZSTD_isError(got)) {
         free(buf);
         if (ZSTD_getErrorCode(got) == ZSTD_error_dstSize_tooSmall) {
@@ -94,7 +156,32 @@ static int store_blob_pack(mv_store *s, const uint8_t *src, size_t n, struct sto
     out->size = got;
     out->compression = STORE_BLOB_ZSTD;
     out->owned = buf;
+    if (head_stored_out != NULL) {
+        *head_stored_out = first;
+    }
     return MV_OK;
+}
+
+/* The content size of the zstd frames in src, one after the other (a body's skeleton may be
+ * two: header, rest). ZSTD_CONTENTSIZE_ERROR if src is not a whole number of frames that
+ * record their size. zstd's own ZSTD_findDecompressedSize() does this but is outside its
+ * stable API (ZSTD_STATIC_LINKING_ONLY), so it is walked here with the stable calls. */
+static unsigned long long store_blob_frames_size(const void *src, size_t src_len)
+{
+    const uint8_t *p = src;
+    unsigned long long total = 0;
+    while (src_len > 0) {
+        unsigned long long content = ZSTD_getFrameContentSize(p, src_len);
+        size_t frame = ZSTD_findFrameCompressedSize(p, src_len);
+        if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
+            ZSTD_isError(frame) || frame > src_len || content > STORE_BLOB_SIZE_MAX - total) {
+            return ZSTD_CONTENTSIZE_ERROR;
+        }
+        total += content;
+        p += frame;
+        src_len -= frame;
+    }
+    return total;
 }
 
 /* Unpacks a stored BLOB into exactly dst_len bytes at dst. what/id name it in messages. */
@@ -121,13 +208,18 @@ static int store_blob_unpack(mv_store *s,
         return store_fail(s, MV_ECORRUPT, "%s %lld: unknown compression %d or empty frame", what,
                           (long long)id, compression);
     }
-    unsigned long long frame = ZSTD_getFrameContentSize(src, src_len);
-    if (frame == ZSTD_CONTENTSIZE_ERROR || frame == ZSTD_CONTENTSIZE_UNKNOWN ||
-        frame != (unsigned long long)dst_len) {
+    /* A body's skeleton may be two frames (header, rest): count them all. */
+    unsigned long long frames = store_blob_frames_size(src, src_len);
+    if (frames == ZSTD_CONTENTSIZE_ERROR || frames == ZSTD_CONTENTSIZE_UNKNOWN ||
+        frames != (unsigned long long)dst_len) {
         return store_fail(s, MV_ECORRUPT, "%s %lld: bad zstd frame header (%zu bytes expected)",
                           what, (long long)id, dst_len);
     }
-    size_t got = ZSTD_decompress(dst, dst_len, src, src_len);
+    ZSTD_DCtx *dctx = store_blob_dctx(s);
+    if (dctx == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory for a zstd context");
+    }
+    size_t got = ZSTD_decompressDCtx(dctx, dst, dst_len, src, src_len);
     if (ZSTD_isError(got) || got != dst_len) {
         return store_fail(s, MV_ECORRUPT, "%s %lld: zstd frame does not decompress: %s", what,
                           (long long)id, ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
@@ -149,7 +241,7 @@ static int store_blob_unpacked_size(mv_store *s,
         return MV_OK;
     }
     unsigned long long frame = compression == STORE_BLOB_ZSTD && src_len != 0
-                                   ? ZSTD_getFrameContentSize(src, src_len)
+                                   ? store_blob_frames_size(src, src_len)
                                    : ZSTD_CONTENTSIZE_ERROR;
     if (frame == ZSTD_CONTENTSIZE_ERROR || frame == ZSTD_CONTENTSIZE_UNKNOWN ||
         frame > STORE_BLOB_SIZE_MAX) {
@@ -236,7 +328,7 @@ static int store_attachment_put(mv_store *s, const uint8_t *bytes, size_t n, int
         return rc;
     }
     struct store_blob_packed blob;
-    rc = store_blob_pack(s, bytes, n, &blob);
+    rc = store_blob_pack(s, bytes, n, 0, &blob, NULL);
     if (rc != MV_OK) {
         return rc;
     }
@@ -308,21 +400,25 @@ static int store_body_skeleton(mv_store *s,
     return MV_OK;
 }
 
-/* Inserts the bodies row and its skeleton; *id_out is the new body id. */
+/* Inserts the bodies row and its skeleton; *id_out is the new body id. head: the header's
+ * length when the skeleton starts with the whole header (store_header_end), else 0; the
+ * header then goes into a unit of its own and header_stored records its stored length. */
 static int store_body_insert(mv_store *s,
                              const uint8_t *skeleton,
                              size_t skeleton_len,
+                             size_t head,
                              size_t len,
                              const uint8_t digest[32],
                              int64_t *id_out)
 {
     struct store_blob_packed blob;
-    int rc = store_blob_pack(s, skeleton, skeleton_len, &blob);
+    size_t head_stored = 0;
+    int rc = store_blob_pack(s, skeleton, skeleton_len, head, &blob, &head_stored);
     if (rc != MV_OK) {
         return rc;
     }
     sqlite3_stmt *st = store_stmt(s, "INSERT INTO bodies(sha256, refcount, size, stored_size, "
-                                     "compression) VALUES (?, 1, ?, ?, ?)");
+                                     "compression, header_stored) VALUES (?, 1, ?, ?, ?, ?)");
     if (st == NULL) {
         rc = store_fail_sqlite(s, "storing a message body");
         goto cleanup;
@@ -331,6 +427,7 @@ static int store_body_insert(mv_store *s,
     sqlite3_bind_int64(st, 2, (sqlite3_int64)len);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)blob.size);
     sqlite3_bind_int(st, 4, blob.compression);
+    sqlite3_bind_int64(st, 5, head != 0 ? (sqlite3_int64)head_stored : 0);
     rc = store_blob_step_done(s, st, "storing a message body");
     if (rc == MV_OK) {
         *id_out = sqlite3_last_insert_rowid(s->db);
@@ -421,8 +518,14 @@ int store_body_put(mv_store *s,
     if (rc == MV_OK) {
         rc = store_body_skeleton(s, raw, len, parsed, cut, &skeleton);
     }
+    /* The header is a unit of its own only when no cut part starts inside it (a parser
+     * quirk on malformed mail could put one there): then skeleton and message share it. */
+    size_t head = store_header_end(raw, len);
+    if (parsed->part_count > 0 && parsed->parts[0].start < head) {
+        head = 0;
+    }
     if (rc == MV_OK) {
-        rc = store_body_insert(s, skeleton, len - cut, len, digest, body_id_out);
+        rc = store_body_insert(s, skeleton, len - cut, head, len, digest, body_id_out);
     }
     free(skeleton); /* before the parts: at most one copy of the message besides raw */
     if (rc == MV_OK) {
@@ -681,5 +784,134 @@ int store_body_get(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_
     }
     *raw_out = b.out;
     *len_out = b.size;
+    return MV_OK;
+}
+
+/* The stored header unit of body_id (header_stored bytes at the start of its data) unpacked
+ * into *out. Read through SQLite's incremental BLOB I/O, which walks the overflow chain only
+ * as far as the bytes asked for: the rest of the message is neither read nor decrypted. */
+static int store_body_read_header_unit(mv_store *s,
+                                       int64_t body_id,
+                                       int compression,
+                                       size_t head_stored,
+                                       size_t size,
+                                       uint8_t **out,
+                                       size_t *len_out)
+{
+    sqlite3_blob *blob = NULL;
+    uint8_t *unit = NULL, *header = NULL;
+    int rc = MV_OK;
+    if (sqlite3_blob_open(s->db, "main", "bodies_data", "data", body_id, 0, &blob) != SQLITE_OK) {
+        rc = sqlite3_errcode(s->db) == SQLITE_ERROR
+                 ? store_fail(s, MV_ECORRUPT, "body %lld: its data row is missing",
+                              (long long)body_id)
+                 : store_fail_sqlite(s, "reading a message header");
+        goto cleanup;
+    }
+    if ((size_t)sqlite3_blob_bytes(blob) < head_stored) {
+        rc = store_fail(s, MV_ECORRUPT, "body %lld: header unit of %zu bytes in %d stored",
+                        (long long)body_id, head_stored, sqlite3_blob_bytes(blob));
+        goto cleanup;
+    }
+    if ((unit = malloc(head_stored)) == NULL) {
+        rc = store_fail(s, MV_ENOMEM, "out of memory reading a header of %zu bytes", head_stored);
+        goto cleanup;
+    }
+    if (sqlite3_blob_read(blob, unit, (int)head_stored, 0) != SQLITE_OK) {
+        rc = store_fail_sqlite(s, "reading a message header");
+        goto cleanup;
+    }
+    if (compression == STORE_BLOB_NONE) {
+        header = unit;
+        unit = NULL;
+        *len_out = head_stored;
+    } else {
+        unsigned long long content = compression == STORE_BLOB_ZSTD
+                                         ? ZSTD_getFrameContentSize(unit, head_stored)
+                                         : ZSTD_CONTENTSIZE_ERROR;
+        if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
+            content == 0 || content > size ||
+            ZSTD_findFrameCompressedSize(unit, head_stored) != head_stored) {
+            rc = store_fail(s, MV_ECORRUPT, "body %lld: bad header frame", (long long)body_id);
+            goto cleanup;
+        }
+        ZSTD_DCtx *dctx = store_blob_dctx(s);
+        if (dctx == NULL || (header = malloc((size_t)content)) == NULL) {
+            rc = store_fail(s, MV_ENOMEM, "out of memory reading a header");
+            goto cleanup;
+        }
+        size_t got = ZSTD_decompressDCtx(dctx, header, (size_t)content, unit, head_stored);
+        if (ZSTD_isError(got) || got != content) {
+            rc = store_fail(s, MV_ECORRUPT, "body %lld: header frame does not decompress",
+                            (long long)body_id);
+            goto cleanup;
+        }
+        *len_out = (size_t)content;
+    }
+    /* The unit must be exactly the header: what a whole read would cut there. Short of the
+     * whole message, that means it ends with its empty line (a unit cut short anywhere else
+     * would otherwise pass as a header without one). */
+    size_t n = *len_out;
+    int ends_blank =
+        (n >= 2 && header[n - 1] == '\n' && header[n - 2] == '\n') ||
+        (n >= 3 && header[n - 1] == '\n' && header[n - 2] == '\r' && header[n - 3] == '\n');
+    if (store_header_end(header, n) != n || (n < size && !ends_blank)) {
+        rc = store_fail(s, MV_ECORRUPT, "body %lld: the stored header does not end where recorded",
+                        (long long)body_id);
+        goto cleanup;
+    }
+    *out = header;
+    header = NULL;
+cleanup:
+    sqlite3_blob_close(blob);
+    free(unit);
+    free(header);
+    return rc;
+}
+
+int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_out)
+{
+    *raw_out = NULL;
+    *len_out = 0;
+    sqlite3_stmt *st = store_stmt(s, "SELECT size, compression, header_stored, stored_size "
+                                     "FROM bodies WHERE id = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading a message header");
+    }
+    sqlite3_bind_int64(st, 1, body_id);
+    int step = sqlite3_step(st);
+    sqlite3_int64 size = step == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    int compression = step == SQLITE_ROW ? sqlite3_column_int(st, 1) : 0;
+    sqlite3_int64 head_stored = step == SQLITE_ROW ? sqlite3_column_int64(st, 2) : 0;
+    sqlite3_int64 stored_size = step == SQLITE_ROW ? sqlite3_column_int64(st, 3) : 0;
+    sqlite3_reset(st);
+    if (step != SQLITE_ROW) {
+        return step == SQLITE_DONE
+                   ? store_fail(s, MV_ECORRUPT, "body %lld is missing", (long long)body_id)
+                   : store_fail_sqlite(s, "reading a message header");
+    }
+    if (size < 0 || size > (sqlite3_int64)STORE_BLOB_SIZE_MAX || head_stored < 0 ||
+        head_stored > stored_size) {
+        return store_fail(s, MV_ECORRUPT, "body %lld: bad size or header length",
+                          (long long)body_id);
+    }
+    if (head_stored > 0) {
+        return store_body_read_header_unit(s, body_id, compression, (size_t)head_stored,
+                                           (size_t)size, raw_out, len_out);
+    }
+    /* Stored before schema version 3, or with a part inside the header: whole, then cut. */
+    uint8_t *raw = NULL;
+    size_t len = 0;
+    int rc = store_body_get(s, body_id, &raw, &len);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    size_t head = store_header_end(raw, len);
+    uint8_t *shrunk = realloc(raw, head != 0 ? head : 1);
+    if (shrunk != NULL) {
+        raw = shrunk; /* a failed shrink leaves raw as it was, still good */
+    }
+    *raw_out = raw;
+    *len_out = head;
     return MV_OK;
 }

@@ -6,6 +6,8 @@
  *   store_body_ref(s, body_id);                        COPY: one more reference
  *   store_body_unref(s, body_id);                      (store.h) one less; bytes go at zero
  *   store_body_get(s, body_id, &raw, &len);            the exact bytes; free(raw)
+ *   store_body_get_header(s, body_id, &raw, &len);     only the header; free(raw)
+ *   store_blob_release(s);                             (store_open.c) at close
  *
  * The reassembly algorithm and the layout are in store_blob.c and docs/SCHEMA.md.
  */
@@ -39,6 +41,21 @@ int store_body_ref(mv_store *s, int64_t body_id);
  * Returns MV_OK, MV_ECORRUPT (missing rows, bad zstd frame, wrong size or digest), MV_ENOMEM
  * or an SQLite error. Call inside a read transaction for a consistent snapshot. */
 int store_body_get(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_out);
+
+/* The message's header exactly as store_body_get() would return its first bytes up to
+ * store_header_end(): from the body's own header unit when it has one (schema version 3),
+ * reading and decrypting only its pages, else by reading the whole body and cutting it. The
+ * header unit is not checked against the message's SHA-256 (that needs every byte); the
+ * cipher's per-page authentication still covers it, and its length and end are checked.
+ * Returns MV_OK, MV_ECORRUPT, MV_ENOMEM or an SQLite error; call inside a read transaction. */
+int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_out);
+
+/* Length of the header of raw: up to and including the first empty line (the first LF
+ * followed by LF or by CR LF); len if there is none. The same rule as mailvaultd's. */
+size_t store_header_end(const uint8_t *raw, size_t len);
+
+/* Frees the handle's zstd contexts (store.h). */
+void store_blob_release(mv_store *s);
 
 /* SHA-256 of data into out. MV_OK or MV_ERROR (OpenSSL failed; message set). */
 int store_blob_sha256(mv_store *s, const void *data, size_t len, uint8_t out[32]);

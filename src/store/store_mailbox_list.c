@@ -2,13 +2,25 @@
  * store_mailbox_list.c -- describing mailboxes: one by name, or all in name order through
  * an iterator. Message count, unseen count and size sum are columns of the mailbox row,
  * kept by triggers (schema version 2), so describing a mailbox never reads its messages.
+ * The fields that cost more are asked for with MV_MAILBOX_* bits (mv_mailbox_get and
+ * mv_mailbox_list_begin ask for all of them, mv_mailbox_status for none):
  *
- * stored_bytes (mv_mailbox_get and the list only; mv_mailbox_status leaves it 0): the
- * distinct bodies the mailbox's messages use (IN makes the set distinct, so copies and
- * identical deliveries count once), then the distinct attachments of those bodies; each set
- * is probed by primary key (bodies.id, body_parts (body_id, seq), attachments.id). That
- * walks the mailbox's messages_body entries: it grows with the mailbox, which is why an
- * IMAP session asks mv_mailbox_status instead. test_mailbox.c checks the plan.
+ * stored_bytes (MV_MAILBOX_STORED_BYTES): the distinct bodies the mailbox's messages use (IN
+ * makes the set distinct, so copies and identical deliveries count once), then the distinct
+ * attachments of those bodies; each set is probed by primary key (bodies.id, body_parts
+ * (body_id, seq), attachments.id). That walks the mailbox's messages_body entries: it grows
+ * with the mailbox, which is why an IMAP session never asks for it. test_mailbox.c checks
+ * the plan.
+ *
+ * deleted, deleted_bytes (MV_MAILBOX_DELETED): no counter is kept for them (that would be a
+ * schema change), so they are counted over the partial index messages_deleted, which holds
+ * only the \Deleted messages: the cost grows with those, not with the mailbox. INDEXED BY
+ * pins that index, as EXPUNGE's walk does (store_message.c): with sqlite_stat1 (PRAGMA
+ * optimize) the planner may prefer the UNIQUE (mailbox_id, uid) index, which reads every
+ * message of the mailbox; and if the index ever goes, prepare fails loudly. The sum reads
+ * each \Deleted message's row for its size (the index does not hold it).
+ *
+ * Statements are literals (the statement cache's key), one per combination of fields.
  */
 #include "store/store.h"
 
@@ -17,14 +29,46 @@
 #define STORE_MAILBOX_HEAD                                                                         \
     "SELECT m.id, m.name, m.uidvalidity, m.uidnext, m.highestmodseq, m.subscribed, "               \
     "m.special_use, m.message_count, m.unseen_count, m.size_sum, "
-#define STORE_MAILBOX_COLUMNS                                                                      \
-    STORE_MAILBOX_HEAD                                                                             \
+#define STORE_MAILBOX_STORED                                                                       \
     "(SELECT coalesce(sum(stored_size), 0) FROM bodies WHERE id IN "                               \
     "(SELECT body_id FROM messages WHERE mailbox_id = m.id)) + "                                   \
     "(SELECT coalesce(sum(stored_size), 0) FROM attachments WHERE id IN "                          \
     "(SELECT attachment_id FROM body_parts WHERE body_id IN "                                      \
-    "(SELECT body_id FROM messages WHERE mailbox_id = m.id))) FROM mailboxes m "
-#define STORE_MAILBOX_STATUS_COLUMNS STORE_MAILBOX_HEAD "0 FROM mailboxes m "
+    "(SELECT body_id FROM messages WHERE mailbox_id = m.id))), "
+#define STORE_MAILBOX_NO_STORED "0, "
+#define STORE_MAILBOX_DELETED                                                                      \
+    "(SELECT count(*) FROM messages INDEXED BY messages_deleted "                                  \
+    "WHERE mailbox_id = m.id AND (flags & 8) != 0), "                                              \
+    "(SELECT coalesce(sum(size), 0) FROM messages INDEXED BY messages_deleted "                    \
+    "WHERE mailbox_id = m.id AND (flags & 8) != 0) FROM mailboxes m "
+#define STORE_MAILBOX_NO_DELETED "0, 0 FROM mailboxes m "
+
+#define STORE_MAILBOX_BY_ID   "WHERE m.id = ?"
+#define STORE_MAILBOX_BY_NAME "ORDER BY m.name"
+
+_Static_assert(MV_MAILBOX_FIELDS_ALL == (MV_MAILBOX_STORED_BYTES | MV_MAILBOX_DELETED) &&
+                   MV_MAILBOX_STORED_BYTES == 1 && MV_MAILBOX_DELETED == 2,
+               "the statement tables below are indexed by the fields bits");
+
+/* [fields]: one mailbox by id. */
+static const char *const store_mailbox_sql_one[] = {
+    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_BY_ID,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_BY_ID,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_BY_ID,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_BY_ID,
+};
+/* [fields]: every mailbox in name order. */
+static const char *const store_mailbox_sql_all[] = {
+    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_BY_NAME,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_BY_NAME,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_BY_NAME,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_BY_NAME,
+};
+_Static_assert(sizeof store_mailbox_sql_one / sizeof store_mailbox_sql_one[0] ==
+                       MV_MAILBOX_FIELDS_ALL + 1 &&
+                   sizeof store_mailbox_sql_all / sizeof store_mailbox_sql_all[0] ==
+                       MV_MAILBOX_FIELDS_ALL + 1,
+               "one statement per combination of fields");
 
 struct mv_mailbox_iter {
     mv_store *store;
@@ -51,19 +95,24 @@ store_mailbox_row(sqlite3_stmt *st, struct store_strings *strings, struct mv_mai
     info->unseen = (uint32_t)sqlite3_column_int64(st, 8);
     info->size_bytes = (uint64_t)sqlite3_column_int64(st, 9);
     info->stored_bytes = (uint64_t)sqlite3_column_int64(st, 10);
+    info->deleted = (uint32_t)sqlite3_column_int64(st, 11);
+    info->deleted_bytes = (uint64_t)sqlite3_column_int64(st, 12);
     return oom ? MV_ENOMEM : MV_OK;
 }
 
-/* Describes one mailbox with sql (a literal: the statement cache's key). */
+/* Describes one mailbox with the fields asked for. */
 static int
-store_mailbox_describe(mv_store *s, const char *name, const char *sql, struct mv_mailbox_info *info)
+store_mailbox_describe(mv_store *s, const char *name, unsigned fields, struct mv_mailbox_info *info)
 {
+    if ((fields & ~MV_MAILBOX_FIELDS_ALL) != 0) {
+        return store_fail(s, MV_EINVAL, "unknown mailbox fields 0x%x", fields);
+    }
     int64_t id;
     int rc = store_mailbox_id(s, name, &id);
     if (rc != MV_OK) {
         return rc;
     }
-    sqlite3_stmt *st = store_stmt(s, sql);
+    sqlite3_stmt *st = store_stmt(s, store_mailbox_sql_one[fields]);
     if (st == NULL) {
         return store_fail_sqlite(s, "describing a mailbox");
     }
@@ -79,29 +128,46 @@ store_mailbox_describe(mv_store *s, const char *name, const char *sql, struct mv
 
 int mv_mailbox_get(mv_store *s, const char *name, struct mv_mailbox_info *info)
 {
-    return store_mailbox_describe(s, name, STORE_MAILBOX_COLUMNS "WHERE m.id = ?", info);
+    return store_mailbox_describe(s, name, MV_MAILBOX_FIELDS_ALL, info);
 }
 
 int mv_mailbox_status(mv_store *s, const char *name, struct mv_mailbox_info *info)
 {
-    return store_mailbox_describe(s, name, STORE_MAILBOX_STATUS_COLUMNS "WHERE m.id = ?", info);
+    return store_mailbox_describe(s, name, 0, info);
 }
 
-int mv_mailbox_list_begin(mv_store *s, mv_mailbox_iter **iter)
+int mv_mailbox_get_fields(mv_store *s,
+                          const char *name,
+                          unsigned fields,
+                          struct mv_mailbox_info *info)
 {
+    return store_mailbox_describe(s, name, fields, info);
+}
+
+int mv_mailbox_list_begin_fields(mv_store *s, unsigned fields, mv_mailbox_iter **iter)
+{
+    *iter = NULL;
+    if ((fields & ~MV_MAILBOX_FIELDS_ALL) != 0) {
+        return store_fail(s, MV_EINVAL, "unknown mailbox fields 0x%x", fields);
+    }
     *iter = calloc(1, sizeof **iter);
     if (*iter == NULL) {
         return store_fail(s, MV_ENOMEM, "out of memory");
     }
     store_enter(s);
-    if (sqlite3_prepare_v2(s->db, STORE_MAILBOX_COLUMNS "ORDER BY m.name", -1, &(*iter)->stmt,
-                           NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(s->db, store_mailbox_sql_all[fields], -1, &(*iter)->stmt, NULL) !=
+        SQLITE_OK) {
         free(*iter);
         *iter = NULL;
         return store_fail_sqlite(s, "listing mailboxes");
     }
     (*iter)->store = s;
     return MV_OK;
+}
+
+int mv_mailbox_list_begin(mv_store *s, mv_mailbox_iter **iter)
+{
+    return mv_mailbox_list_begin_fields(s, MV_MAILBOX_FIELDS_ALL, iter);
 }
 
 int mv_mailbox_list_next(mv_mailbox_iter *iter, struct mv_mailbox_info *info)

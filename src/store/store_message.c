@@ -21,9 +21,14 @@
  *     that are being updated or deleted, and memory stays bounded whatever the set.
  *   - A flag change allocates one modseq for the whole command, on its first changed message,
  *     and writes one 'flags' change row per changed message; unchanged messages keep their
- *     modseq. An expunge does the same with 'expunge'. COPY gives each new message its own
- *     UID and modseq ('append' rows), shares the body (refcount + 1), and MOVE is COPY plus
- *     expunge of the source in the same transaction (the refcount does not change).
+ *     modseq. mv_flags_set_unchanged_since is the same walk with a test per row (CONDSTORE's
+ *     UNCHANGEDSINCE): a row whose modseq is above the bound is collected, not changed, and
+ *     because the walk reads the rows inside the write transaction, no writer can change a
+ *     message between its test and its change.
+ *   - An expunge allocates one modseq the same way and writes 'expunge' rows. COPY gives
+ *     each new message its own UID and modseq ('append' rows), shares the body (refcount
+ *     + 1), and MOVE is COPY plus expunge of the source in the same transaction (the
+ *     refcount does not change).
  *   - Keywords are IMAP atoms, compared case-insensitively, stored sorted and space-joined.
  *
  * LIMITATIONS
@@ -34,6 +39,7 @@
 #include "store/store_blob.h"
 #include "store/store_uidset.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -464,6 +470,11 @@ int mv_message_append(mv_store *s,
     if (rc == MV_OK) {
         rc = store_message_parse(s, raw, len, &parsed); /* outside the write lock */
     }
+    int durable = 0; /* the caller acknowledges the mail once this returns: sync the WAL */
+    if (rc == MV_OK) {
+        rc = store_durable(s, 1);
+        durable = rc == MV_OK;
+    }
     if (rc == MV_OK) {
         rc = store_begin(s);
         began = rc == MV_OK;
@@ -480,6 +491,10 @@ int mv_message_append(mv_store *s,
     } else if (began) {
         store_rollback(s);
     }
+    if (durable) {
+        int rc2 = store_durable(s, 0);
+        rc = rc != MV_OK ? rc : rc2;
+    }
     store_parsed_free(&parsed);
     free(normal);
     return rc;
@@ -494,7 +509,7 @@ static int store_message_read_begin(mv_store *s, int *began)
     if (!sqlite3_get_autocommit(s->db)) {
         return MV_OK;
     }
-    int rc = store_exec(s, "BEGIN");
+    int rc = store_read_begin(s);
     *began = rc == MV_OK;
     return rc;
 }
@@ -529,15 +544,21 @@ static int store_message_body_id(
     return rc;
 }
 
-int mv_message_fetch(
-    mv_store *s, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out)
+/* mv_message_fetch and mv_message_fetch_header: the whole message or only its header. */
+static int store_message_fetch_bytes(mv_store *s,
+                                     const char *mailbox,
+                                     uint32_t uid,
+                                     int header_only,
+                                     void **raw_out,
+                                     size_t *len_out)
 {
     int64_t mailbox_id = 0, body_id = 0;
     uint8_t *raw = NULL;
     size_t len = 0;
     int began = 0;
     if (raw_out == NULL || len_out == NULL) {
-        return store_fail(s, MV_EINVAL, "mv_message_fetch: no output pointers");
+        return store_fail(s, MV_EINVAL, "%s: no output pointers",
+                          header_only ? "mv_message_fetch_header" : "mv_message_fetch");
     }
     *raw_out = NULL;
     *len_out = 0;
@@ -549,7 +570,8 @@ int mv_message_fetch(
         rc = store_message_body_id(s, mailbox_id, mailbox, uid, &body_id);
     }
     if (rc == MV_OK) {
-        rc = store_body_get(s, body_id, &raw, &len);
+        rc = header_only ? store_body_get_header(s, body_id, &raw, &len)
+                         : store_body_get(s, body_id, &raw, &len);
     }
     store_message_read_end(s, began);
     if (rc == MV_OK) {
@@ -557,6 +579,18 @@ int mv_message_fetch(
         *len_out = len;
     }
     return rc;
+}
+
+int mv_message_fetch(
+    mv_store *s, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out)
+{
+    return store_message_fetch_bytes(s, mailbox, uid, 0, raw_out, len_out);
+}
+
+int mv_message_fetch_header(
+    mv_store *s, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out)
+{
+    return store_message_fetch_bytes(s, mailbox, uid, 1, raw_out, len_out);
 }
 
 int store_message_info_read(sqlite3_stmt *st,
@@ -646,10 +680,10 @@ void mv_free(void *p)
  * sqlite_stat1 (PRAGMA optimize) the planner prefers the (mailbox_id, uid) index, which
  * reads every message in the range; and if the index ever goes, prepare fails loudly. */
 static const char *const store_message_walk_all =
-    "SELECT id, uid, flags, body_id, keywords FROM messages WHERE mailbox_id = ?1 AND uid > ?2 "
-    "AND uid <= ?3 ORDER BY uid LIMIT ?4";
+    "SELECT id, uid, flags, body_id, keywords, modseq FROM messages WHERE mailbox_id = ?1 "
+    "AND uid > ?2 AND uid <= ?3 ORDER BY uid LIMIT ?4";
 static const char *const store_message_walk_deleted =
-    "SELECT id, uid, flags, body_id, keywords FROM messages INDEXED BY messages_deleted "
+    "SELECT id, uid, flags, body_id, keywords, modseq FROM messages INDEXED BY messages_deleted "
     "WHERE mailbox_id = ?1 AND uid > ?2 AND uid <= ?3 AND (flags & 8) != 0 ORDER BY uid "
     "LIMIT ?4";
 
@@ -658,6 +692,7 @@ struct store_message_row {
     uint32_t uid;
     unsigned flags;
     int64_t body_id;
+    uint64_t modseq;
     char *keywords; /* NULL unless the walk asked for them */
 };
 
@@ -703,6 +738,7 @@ static int store_message_chunk_read(mv_store *s,
         row->uid = (uint32_t)sqlite3_column_int64(st, 1);
         row->flags = (unsigned)sqlite3_column_int64(st, 2);
         row->body_id = sqlite3_column_int64(st, 3);
+        row->modseq = (uint64_t)sqlite3_column_int64(st, 5);
         row->keywords = NULL;
         if (with_keywords) {
             const char *text = (const char *)sqlite3_column_text(st, 4);
@@ -821,11 +857,37 @@ struct store_message_flags {
     int64_t mailbox_id;
     uint64_t modseq; /* one for the command, allocated on the first change */
     uint32_t changed;
+    /* mv_flags_set_unchanged_since: messages whose modseq is above this one are left alone
+     * and their UIDs collected in failed (UINT64_MAX: no condition, nothing fails). */
+    uint64_t unchanged_since;
+    uint32_t *failed;
+    size_t failed_count;
+    size_t failed_cap;
 };
+
+/* Records a message that failed the UNCHANGEDSINCE test. */
+static int store_message_flags_failed(mv_store *s, struct store_message_flags *c, uint32_t uid)
+{
+    if (c->failed_count == c->failed_cap) {
+        size_t cap = c->failed_cap != 0 ? c->failed_cap * 2 : 64;
+        uint32_t *grown =
+            cap <= SIZE_MAX / sizeof *grown ? realloc(c->failed, cap * sizeof *grown) : NULL;
+        if (grown == NULL) {
+            return store_fail(s, MV_ENOMEM, "out of memory recording modified messages");
+        }
+        c->failed = grown;
+        c->failed_cap = cap;
+    }
+    c->failed[c->failed_count++] = uid;
+    return MV_OK;
+}
 
 static int store_message_flags_visit(mv_store *s, const struct store_message_row *row, void *arg)
 {
     struct store_message_flags *c = arg;
+    if (row->modseq > c->unchanged_since) {
+        return store_message_flags_failed(s, c, row->uid); /* changed since: left alone */
+    }
     unsigned flags = c->mode == MV_FLAGS_REPLACE ? c->flags
                      : c->mode == MV_FLAGS_ADD   ? row->flags | c->flags
                                                  : row->flags & ~c->flags;
@@ -861,6 +923,44 @@ static int store_message_flags_visit(mv_store *s, const struct store_message_row
     return rc;
 }
 
+/* The flag change of mv_flags_set and mv_flags_set_unchanged_since: the test and the change
+ * read and write in the same IMMEDIATE transaction, so no writer comes between them. */
+static int store_message_flags_run(mv_store *s,
+                                   const char *mailbox,
+                                   const char *uid_set,
+                                   const char *keywords,
+                                   struct store_message_flags *c)
+{
+    struct store_uidset set = {0};
+    int rc = MV_OK, began = 0;
+    if (c->mode < MV_FLAGS_REPLACE || c->mode > MV_FLAGS_REMOVE || (c->flags & ~MV_FLAG_ALL) != 0) {
+        return store_fail(s, MV_EINVAL, "bad flag mode %d or flag bits 0x%x", c->mode, c->flags);
+    }
+    rc = store_message_keywords_split(s, keywords, 1, &c->keywords);
+    if (rc == MV_OK && c->mode != MV_FLAGS_REMOVE) {
+        rc = store_message_keywords_count_check(s, c->keywords.count);
+    }
+    if (rc == MV_OK) {
+        rc = store_begin(s);
+        began = rc == MV_OK;
+    }
+    if (rc == MV_OK) {
+        rc = store_message_open_set(s, mailbox, uid_set, 0, &c->mailbox_id, &set);
+    }
+    if (rc == MV_OK) {
+        rc = store_message_walk(s, store_message_walk_all, c->mailbox_id, &set, 1,
+                                store_message_flags_visit, c);
+    }
+    if (rc == MV_OK) {
+        rc = store_commit(s);
+    } else if (began) {
+        store_rollback(s);
+    }
+    store_uidset_free(&set);
+    store_message_keywords_free(&c->keywords);
+    return rc;
+}
+
 int mv_flags_set(mv_store *s,
                  const char *mailbox,
                  const char *uid_set,
@@ -869,41 +969,57 @@ int mv_flags_set(mv_store *s,
                  const char *keywords,
                  uint32_t *changed_out)
 {
-    struct store_message_flags c = {.mode = mode, .flags = flags};
-    struct store_uidset set = {0};
-    int rc = MV_OK, began = 0;
+    struct store_message_flags c = {.mode = mode, .flags = flags, .unchanged_since = UINT64_MAX};
     if (changed_out != NULL) {
         *changed_out = 0;
     }
-    if (mode < MV_FLAGS_REPLACE || mode > MV_FLAGS_REMOVE || (flags & ~MV_FLAG_ALL) != 0) {
-        return store_fail(s, MV_EINVAL, "bad flag mode %d or flag bits 0x%x", mode, flags);
-    }
-    rc = store_message_keywords_split(s, keywords, 1, &c.keywords);
-    if (rc == MV_OK && mode != MV_FLAGS_REMOVE) {
-        rc = store_message_keywords_count_check(s, c.keywords.count);
-    }
-    if (rc == MV_OK) {
-        rc = store_begin(s);
-        began = rc == MV_OK;
-    }
-    if (rc == MV_OK) {
-        rc = store_message_open_set(s, mailbox, uid_set, 0, &c.mailbox_id, &set);
-    }
-    if (rc == MV_OK) {
-        rc = store_message_walk(s, store_message_walk_all, c.mailbox_id, &set, 1,
-                                store_message_flags_visit, &c);
-    }
-    if (rc == MV_OK) {
-        rc = store_commit(s);
-    } else if (began) {
-        store_rollback(s);
-    }
+    int rc = store_message_flags_run(s, mailbox, uid_set, keywords, &c);
+    assert(c.failed == NULL); /* no condition: nothing can fail it */
     if (rc == MV_OK && changed_out != NULL) {
         *changed_out = c.changed;
     }
-    store_uidset_free(&set);
-    store_message_keywords_free(&c.keywords);
     return rc;
+}
+
+int mv_flags_set_unchanged_since(mv_store *s,
+                                 const char *mailbox,
+                                 const char *uid_set,
+                                 int mode,
+                                 unsigned flags,
+                                 const char *keywords,
+                                 uint64_t unchanged_since,
+                                 uint32_t *changed_out,
+                                 uint32_t **failed_out,
+                                 size_t *failed_count_out)
+{
+    struct store_message_flags c = {
+        .mode = mode, .flags = flags, .unchanged_since = unchanged_since};
+    if (changed_out != NULL) {
+        *changed_out = 0;
+    }
+    if (failed_out != NULL) {
+        *failed_out = NULL;
+    }
+    if (failed_count_out != NULL) {
+        *failed_count_out = 0;
+    }
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (failed_out == NULL || failed_count_out == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_flags_set_unchanged_since: NULL output pointer");
+    }
+    int rc = store_message_flags_run(s, mailbox, uid_set, keywords, &c);
+    if (rc != MV_OK) {
+        free(c.failed);
+        return rc;
+    }
+    if (changed_out != NULL) {
+        *changed_out = c.changed;
+    }
+    *failed_out = c.failed;
+    *failed_count_out = c.failed_count;
+    return MV_OK;
 }
 
 /* ---- copy, move, expunge --------------------------------------------------------------- */

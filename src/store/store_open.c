@@ -10,6 +10,8 @@
  * runs for years without auto_vacuum because nothing checks.
  */
 #include "store/store.h"
+#include "store/store_blob.h"
+#include "store/store_files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -161,7 +163,14 @@ static int store_connect(
     dbo.flags = s->readonly ? MV_DB_READONLY : (create ? MV_DB_CREATE : 0);
     char *err = NULL;
     store_enter(s);
-    int rc = mv_db_open(s->db_path, pw, pw_len, &dbo, &s->db, &err);
+    /* Registered before SQLite opens the file: from here until store_free() no keyless
+     * code of this process closes a descriptor of it (store_files.h). */
+    int rc = store_files_register(s, s->db_path);
+    if (rc != MV_OK) {
+        return store_fail(s, rc, "%s: cannot register %s: %s", s->address, s->db_path,
+                          mv_strerror(rc));
+    }
+    rc = mv_db_open(s->db_path, pw, pw_len, &dbo, &s->db, &err);
     if (rc != MV_OK) {
         store_fail(s, rc, "%s: %s", s->address, err != NULL ? err : mv_strerror(rc));
         sqlite3_free(err);
@@ -171,6 +180,7 @@ static int store_connect(
     if (rc != MV_OK) {
         return rc;
     }
+    store_files_learn(s, s->db); /* a new store's header exists only now */
     if (s->readonly) {
         char version[16];
         rc = store_pragma_text(s, "PRAGMA user_version", version, sizeof version);
@@ -188,7 +198,12 @@ static int store_connect(
 static void store_free(mv_store *s)
 {
     store_stmts_finalize(s);
-    sqlite3_close(s->db);
+    store_blob_release(s);
+    /* Unregistered only once the connection is really gone: a connection that failed to
+     * close still holds the file's locks, and keyless readers must keep off it. */
+    if (sqlite3_close(s->db) == SQLITE_OK) {
+        store_files_unregister(s);
+    }
     store_strings_free(&s->strings);
     store_lock_release(&s->lock_fd); /* after the close: no connection outlives the lock */
     free(s);
@@ -287,8 +302,9 @@ int mv_store_init(const char *address,
         store_error(errmsg, errmsg_size, rc, s->errmsg);
         sqlite3 *db = s->db;
         store_stmts_finalize(s);
-        sqlite3_close(db);
-        s->db = NULL;
+        if (sqlite3_close(db) == SQLITE_OK) {
+            s->db = NULL; /* else store_free() tries again, and keeps the registration */
+        }
         if (rc != MV_EEXISTS) {
             store_remove_files(s); /* nothing half-made is left behind */
         }

@@ -344,11 +344,10 @@ static int store_queue_pub_sync(mv_store *s, const uint8_t *pk, int *rewritten)
     return MV_OK;
 }
 
-/* PRAGMA synchronous=FULL makes each WAL commit durable before it returns; the drain needs
- * that before it may delete a queue file (NORMAL may lose the last commits on power loss). */
+/* The drain must have its commit durable before it may delete a queue file (store_durable). */
 static int store_queue_synchronous(mv_store *s, int full)
 {
-    return store_exec(s, full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
+    return store_durable(s, full);
 }
 
 int store_queue_init_keys(mv_store *s)

@@ -18,6 +18,10 @@
  *     kept by triggers on messages, so SELECT, STATUS and every NOOP of an IMAP session
  *     read one row instead of summing over the mailbox (8 ms on 3,000 messages, growing
  *     with the mailbox, was measured before).
+ *   - version 3: bodies.header_stored, the length of the stored header unit at the start of
+ *     bodies_data.data (a zstd frame of its own, or the plain header bytes), so a fetch of
+ *     headers reads and decrypts only the pages that hold them; 0 on bodies stored before
+ *     (they are read whole and cut).
  */
 #include "store/store.h"
 
@@ -173,6 +177,12 @@ static const char *const store_schema_v2[] = {
     " END",
 };
 
+/* Version 3: where the header ends in the stored skeleton (store_blob.c writes it for new
+ * bodies; existing ones keep 0 and are read whole, which stays correct). */
+static const char *const store_schema_v3[] = {
+    "ALTER TABLE bodies ADD COLUMN header_stored INTEGER NOT NULL DEFAULT 0",
+};
+
 static int store_schema_run(mv_store *s, const char *const *statements, size_t count, int version)
 {
     for (size_t i = 0; i < count; i++) {
@@ -229,6 +239,10 @@ int store_schema_migrate(mv_store *s)
     if (rc == MV_OK && version < 2) {
         rc = store_schema_run(s, store_schema_v2,
                               sizeof store_schema_v2 / sizeof store_schema_v2[0], 2);
+    }
+    if (rc == MV_OK && version < 3) {
+        rc = store_schema_run(s, store_schema_v3,
+                              sizeof store_schema_v3 / sizeof store_schema_v3[0], 3);
     }
     if (rc != MV_OK) {
         store_rollback(s);

@@ -125,7 +125,7 @@ int mv_store_stats(mv_store *s, struct mv_store_stats *out)
     memset(out, 0, sizeof *out);
     store_enter(s);
     int began = sqlite3_get_autocommit(s->db);
-    int rc = began ? store_exec(s, "BEGIN") : MV_OK;
+    int rc = began ? store_read_begin(s) : MV_OK;
     if (rc == MV_OK) {
         rc = store_stats_counts(s, out);
     }

@@ -96,17 +96,66 @@ int store_exec(mv_store *s, const char *sql)
     return MV_OK;
 }
 
+/* BEGIN, COMMIT and ROLLBACK as cached statements: sqlite3_exec() parsed them again on every
+ * call, several times per IMAP command. The literals live here, once, so each is one slot of
+ * the statement cache. */
+static const char store_sql_begin[] = "BEGIN";
+static const char store_sql_begin_immediate[] = "BEGIN IMMEDIATE";
+static const char store_sql_commit[] = "COMMIT";
+static const char store_sql_rollback[] = "ROLLBACK";
+
+static int store_tx(mv_store *s, const char *sql)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (st == NULL) { /* store_stmt() said why */
+        int code = mv_error_from_sqlite(sqlite3_errcode(s->db));
+        return code != MV_OK ? code : MV_ERROR;
+    }
+    int step = sqlite3_step(st);
+    int rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, sql);
+    sqlite3_reset(st);
+    return rc;
+}
+
+/* The production profile's synchronous=NORMAL may lose the last commits on power loss (the
+ * WAL is synced at checkpoints). A commit that stands for mail someone was told is stored (an
+ * append, a drained delivery whose queue file is deleted next) runs with FULL instead,
+ * which syncs the WAL before COMMIT returns. Cached statements, like the transaction ones. */
+static const char store_sql_sync_full[] = "PRAGMA synchronous=FULL";
+static const char store_sql_sync_normal[] = "PRAGMA synchronous=NORMAL";
+
+static int store_no_snapshot(mv_store *s)
+{
+    if (s->read_snapshot) {
+        return store_fail(s, MV_EINVAL,
+                          "a change inside mv_store_read_begin(): end the read snapshot first");
+    }
+    return MV_OK;
+}
+
+int store_durable(mv_store *s, int on)
+{
+    int rc = on ? store_no_snapshot(s) : MV_OK; /* SQLite refuses it inside a transaction */
+    return rc != MV_OK ? rc : store_tx(s, on ? store_sql_sync_full : store_sql_sync_normal);
+}
+
 int store_begin(mv_store *s)
 {
     if (s->readonly) {
         return store_fail(s, MV_EINVAL, "the store is open read-only");
     }
-    return store_exec(s, "BEGIN IMMEDIATE");
+    int rc = store_no_snapshot(s);
+    return rc != MV_OK ? rc : store_tx(s, store_sql_begin_immediate);
+}
+
+int store_read_begin(mv_store *s)
+{
+    return store_tx(s, store_sql_begin);
 }
 
 int store_commit(mv_store *s)
 {
-    int rc = store_exec(s, "COMMIT");
+    int rc = store_tx(s, store_sql_commit);
     if (rc != MV_OK) {
         store_rollback(s);
     }
@@ -116,7 +165,33 @@ int store_commit(mv_store *s)
 void store_rollback(mv_store *s)
 {
     if (!sqlite3_get_autocommit(s->db)) {
-        (void)sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        (void)store_tx(s, store_sql_rollback);
+        if (!sqlite3_get_autocommit(s->db)) { /* the cached statement could not run */
+            (void)sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        }
+    }
+}
+
+int mv_store_read_begin(mv_store *s)
+{
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (s->read_snapshot || !sqlite3_get_autocommit(s->db)) {
+        return store_fail(s, MV_EINVAL, "mv_store_read_begin: a transaction is already open");
+    }
+    int rc = store_read_begin(s);
+    if (rc == MV_OK) {
+        s->read_snapshot = 1;
+    }
+    return rc;
+}
+
+void mv_store_read_end(mv_store *s)
+{
+    if (s != NULL && s->read_snapshot) {
+        s->read_snapshot = 0;
+        store_rollback(s); /* nothing was written: ends the snapshot */
     }
 }
 

@@ -1,0 +1,325 @@
+/*
+ * idle_watch.c -- IDLE for changes made by other processes: the loop watches, with inotify,
+ * the stores that sessions IDLE on, and wakes those sessions when another process (the
+ * mailvault CLI importing, a second server on the same root) commits to one.
+ *
+ * Changes made through this server already wake the IDLE sessions of their user
+ * (imap_session_notify after the job); before this file, other writers were seen only by
+ * the IMAP_IDLE_POLL_MS poll (30 s).
+ *
+ * USAGE (loop thread only)
+ *   idle_watch_add(user)      a session of user entered IDLE
+ *   idle_watch_remove(user)   it left IDLE (DONE, or the connection went)
+ *   When the store of a watched user changes, the loop calls imap_session_notify(user, NULL).
+ *
+ * IMPLEMENTATION NOTES
+ *   - One inotify instance, made at the first IDLE and kept, in the loop's epoll set. A store
+ *     is ROOT/<domain>/<local>.db with its -wal and -shm beside it, so the watch is on the
+ *     domain directory (one per directory, shared by that domain's watched users, removed
+ *     with the last one), and an event counts for a user when it names <local>.db-wal (every
+ *     commit in WAL mode writes it) or <local>.db (a checkpoint, a restore's rename). Not the
+ *     -wal file itself: SQLite deletes it when the last connection closes and makes a new
+ *     one at the next write, which a watch on the old file would never see. -shm events are
+ *     ignored: readers write it too (their read marks), and waking on reads would loop.
+ *   - Coalescing: the first change after a quiet spell notifies at once; changes within
+ *     IDLE_WATCH_COALESCE_MS of a notification are gathered into one more notification when
+ *     that interval ends (a timerfd). An import of thousands of messages costs each IDLE
+ *     session one sync per interval, not one per message. A session still busy with a sync
+ *     when it is notified looks again once it is done (imap_session_notify), never twice.
+ *   - Our own commits wake the watch too: the sessions of that user then look once more,
+ *     which costs one mv_mailbox_status each when nothing changed for them.
+ *   - The paths follow the layout mailvault.h documents (ROOT/<domain>/<local>.db) and are
+ *     made without touching the files: the loop thread never opens a store's file. (Opening
+ *     and closing it in a process that has the store open would drop every POSIX lock SQLite
+ *     holds on it there; an early version of this file did, through mv_store_file_inspect,
+ *     and corrupted a store in testing. The library has since made that call safe: see
+ *     src/store/store_files.h.)
+ *
+ * LIMITATIONS
+ *   At most IDLE_WATCH_STORES_MAX users are watched at once; beyond that, and whenever
+ *   inotify is unavailable or refuses a watch (fs.inotify.max_user_watches), a session
+ *   falls back to the IMAP_IDLE_POLL_MS poll, which runs in every case. Changes on a network
+ *   file system made by another machine are not reported by inotify: the poll again.
+ */
+#include "imap_session.h" /* IMAP_IDLE_POLL_MS */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/inotify.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define IDLE_WATCH_STORES_MAX  1024
+#define IDLE_WATCH_COALESCE_MS 200
+
+struct idle_watch_dir {
+    char *path;
+    int wd; /* -1 once the kernel dropped the watch (the directory went) */
+    int refs;
+};
+
+struct idle_watch_store {
+    char user[MV_ADDRESS_MAX + 1];
+    char *db_name; /* "<local>.db" in dir */
+    struct idle_watch_dir *dir;
+    int refs;    /* sessions of user in IDLE */
+    int pending; /* a change to notify at last_notify_ms + IDLE_WATCH_COALESCE_MS */
+    int64_t last_notify_ms;
+};
+
+static int idle_watch_fd = -1, idle_watch_timer_fd = -1;
+static int idle_watch_broken; /* inotify could not be set up: the poll alone */
+static struct loop_handler idle_watch_handler, idle_watch_timer_handler;
+static struct idle_watch_store *idle_watch_stores[IDLE_WATCH_STORES_MAX];
+static size_t idle_watch_store_count;
+static struct idle_watch_dir *idle_watch_dirs[IDLE_WATCH_STORES_MAX];
+static size_t idle_watch_dir_count;
+
+static void idle_watch_timer_arm(int64_t due_ms)
+{
+    int64_t wait_ms = due_ms - loop_now_ms();
+    if (wait_ms < 1) {
+        wait_ms = 1; /* 0 would disarm the timer */
+    }
+    struct itimerspec its = {0};
+    its.it_value.tv_sec = (time_t)(wait_ms / 1000);
+    its.it_value.tv_nsec = (long)(wait_ms % 1000) * 1000000L;
+    (void)timerfd_settime(idle_watch_timer_fd, 0, &its, NULL);
+}
+
+/* Notifies what is due and arms the timer for the earliest change still gathering. */
+static void idle_watch_flush(void)
+{
+    int64_t now = loop_now_ms(), next = 0;
+    for (size_t i = 0; i < idle_watch_store_count; i++) {
+        struct idle_watch_store *st = idle_watch_stores[i];
+        if (!st->pending) {
+            continue;
+        }
+        int64_t due = st->last_notify_ms + IDLE_WATCH_COALESCE_MS;
+        if (now >= due) {
+            st->pending = 0;
+            st->last_notify_ms = now;
+            imap_session_notify(st->user, NULL);
+        } else if (next == 0 || due < next) {
+            next = due;
+        }
+    }
+    if (next != 0) {
+        idle_watch_timer_arm(next);
+    }
+}
+
+static void idle_watch_changed(struct idle_watch_store *st)
+{
+    int64_t now = loop_now_ms();
+    if (!st->pending && now - st->last_notify_ms >= IDLE_WATCH_COALESCE_MS) {
+        st->last_notify_ms = now;
+        imap_session_notify(st->user, NULL);
+        return;
+    }
+    if (!st->pending) {
+        st->pending = 1;
+        idle_watch_timer_arm(st->last_notify_ms + IDLE_WATCH_COALESCE_MS);
+    }
+}
+
+/* One event: the stores of the directory that the named file belongs to. */
+static void idle_watch_event(const struct inotify_event *ev)
+{
+    for (size_t i = 0; i < idle_watch_store_count; i++) {
+        struct idle_watch_store *st = idle_watch_stores[i];
+        if (st->dir->wd != ev->wd) {
+            continue;
+        }
+        if ((ev->mask & IN_IGNORED) != 0) {
+            st->dir->wd = -1; /* the directory went: the poll is left */
+            continue;
+        }
+        size_t n = strlen(st->db_name);
+        if (ev->len > 0 && strncmp(ev->name, st->db_name, n) == 0 &&
+            (ev->name[n] == '\0' || strcmp(ev->name + n, "-wal") == 0)) {
+            idle_watch_changed(st);
+        }
+    }
+}
+
+static void idle_watch_readable(void *arg, uint32_t events)
+{
+    (void)arg;
+    (void)events;
+    /* Aligned for struct inotify_event; room for several events with names. */
+    _Alignas(struct inotify_event) char buf[8192];
+    for (;;) {
+        ssize_t n = read(idle_watch_fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) {
+            continue; /* edge-triggered: stopping before EAGAIN could strand events */
+        }
+        if (n <= 0) {
+            return; /* EAGAIN: drained */
+        }
+        for (char *p = buf; p < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)(void *)p;
+            if ((ev->mask & IN_Q_OVERFLOW) != 0) {
+                for (size_t i = 0; i < idle_watch_store_count; i++) {
+                    idle_watch_changed(idle_watch_stores[i]); /* events were lost */
+                }
+            } else {
+                idle_watch_event(ev);
+            }
+            p += sizeof *ev + ev->len;
+        }
+    }
+}
+
+static void idle_watch_timer(void *arg, uint32_t events)
+{
+    (void)arg;
+    (void)events;
+    uint64_t expirations;
+    if (read(idle_watch_timer_fd, &expirations, sizeof expirations) < 0) {
+        /* EAGAIN: nothing expired since the last read */
+    }
+    idle_watch_flush();
+}
+
+/* The inotify instance and the timer, once. 0, or -1 (then never again: the poll). */
+static int idle_watch_init(void)
+{
+    if (idle_watch_fd >= 0) {
+        return 0;
+    }
+    if (idle_watch_broken) {
+        return -1;
+    }
+    idle_watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    idle_watch_timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    idle_watch_handler.fn = idle_watch_readable;
+    idle_watch_timer_handler.fn = idle_watch_timer;
+    if (idle_watch_fd < 0 || idle_watch_timer_fd < 0 ||
+        loop_add(idle_watch_fd, EPOLLIN | EPOLLET, &idle_watch_handler) != 0 ||
+        loop_add(idle_watch_timer_fd, EPOLLIN | EPOLLET, &idle_watch_timer_handler) != 0) {
+        log_event("IDLE: no inotify (errno %d): changes by other processes are seen by the "
+                  "%d s poll",
+                  errno, IMAP_IDLE_POLL_MS / 1000);
+        if (idle_watch_fd >= 0) {
+            loop_del(idle_watch_fd, &idle_watch_handler);
+            close(idle_watch_fd);
+        }
+        if (idle_watch_timer_fd >= 0) {
+            loop_del(idle_watch_timer_fd, &idle_watch_timer_handler);
+            close(idle_watch_timer_fd);
+        }
+        idle_watch_fd = idle_watch_timer_fd = -1;
+        idle_watch_broken = 1;
+        return -1;
+    }
+    return 0;
+}
+
+static struct idle_watch_dir *idle_watch_dir_get(const char *path)
+{
+    for (size_t i = 0; i < idle_watch_dir_count; i++) {
+        if (strcmp(idle_watch_dirs[i]->path, path) == 0 && idle_watch_dirs[i]->wd >= 0) {
+            idle_watch_dirs[i]->refs++;
+            return idle_watch_dirs[i];
+        }
+    }
+    struct idle_watch_dir *d = calloc(1, sizeof *d);
+    if (d == NULL || (d->path = strdup(path)) == NULL) {
+        free(d);
+        return NULL;
+    }
+    d->wd = inotify_add_watch(idle_watch_fd, path, IN_MODIFY | IN_MOVED_TO | IN_ONLYDIR);
+    if (d->wd < 0) {
+        log_event("IDLE: cannot watch %s (errno %d): the poll is left", path, errno);
+        free(d->path);
+        free(d);
+        return NULL;
+    }
+    d->refs = 1;
+    idle_watch_dirs[idle_watch_dir_count++] = d; /* fewer dirs than stores: room is there */
+    return d;
+}
+
+static void idle_watch_dir_put(struct idle_watch_dir *d)
+{
+    if (--d->refs > 0) {
+        return;
+    }
+    if (d->wd >= 0) {
+        (void)inotify_rm_watch(idle_watch_fd, d->wd);
+    }
+    for (size_t i = 0; i < idle_watch_dir_count; i++) {
+        if (idle_watch_dirs[i] == d) {
+            idle_watch_dirs[i] = idle_watch_dirs[--idle_watch_dir_count];
+            break;
+        }
+    }
+    free(d->path);
+    free(d);
+}
+
+static struct idle_watch_store *idle_watch_find(const char *user)
+{
+    for (size_t i = 0; i < idle_watch_store_count; i++) {
+        if (strcmp(idle_watch_stores[i]->user, user) == 0) {
+            return idle_watch_stores[i];
+        }
+    }
+    return NULL;
+}
+
+void idle_watch_add(const char *user)
+{
+    struct idle_watch_store *st = idle_watch_find(user);
+    if (st != NULL) {
+        st->refs++;
+        return;
+    }
+    if (idle_watch_store_count == IDLE_WATCH_STORES_MAX || idle_watch_init() != 0) {
+        return; /* the poll */
+    }
+    /* The documented layout (mailvault.h): ROOT/<domain>/<local>.db; user is normalised. */
+    const char *at = strrchr(user, '@');
+    char dir[MV_PATH_MAX];
+    st = calloc(1, sizeof *st);
+    if (at == NULL || st == NULL ||
+        snprintf(dir, sizeof dir, "%s/%s", g_config.root, at + 1) >= (int)sizeof dir ||
+        (st->db_name = malloc((size_t)(at - user) + sizeof ".db")) == NULL) {
+        free(st);
+        return;
+    }
+    snprintf(st->db_name, (size_t)(at - user) + sizeof ".db", "%.*s.db", (int)(at - user), user);
+    st->dir = idle_watch_dir_get(dir);
+    if (st->dir == NULL) {
+        free(st->db_name);
+        free(st);
+        return;
+    }
+    snprintf(st->user, sizeof st->user, "%s", user);
+    st->refs = 1;
+    st->last_notify_ms = loop_now_ms() - IDLE_WATCH_COALESCE_MS;
+    idle_watch_stores[idle_watch_store_count++] = st;
+}
+
+void idle_watch_remove(const char *user)
+{
+    struct idle_watch_store *st = idle_watch_find(user);
+    if (st == NULL || --st->refs > 0) {
+        return; /* not watched (the poll), or other sessions still IDLE */
+    }
+    for (size_t i = 0; i < idle_watch_store_count; i++) {
+        if (idle_watch_stores[i] == st) {
+            idle_watch_stores[i] = idle_watch_stores[--idle_watch_store_count];
+            break;
+        }
+    }
+    idle_watch_dir_put(st->dir);
+    free(st->db_name);
+    free(st);
+}

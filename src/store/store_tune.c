@@ -1,0 +1,18 @@
+/*
+ * store_tune.c -- mv_server_tune(): process-wide SQLite settings for a program that serves
+ * many stores from several threads (mailvaultd, the benchmarks).
+ *
+ * Debian's SQLite is built with SQLITE_OMIT_LOOKASIDE, so every row, cursor and statement
+ * step allocates through the system malloc, and with memory statistics on (the default)
+ * each of those allocations and frees takes SQLite's global memory mutex: all the server's
+ * workers queue on one lock for what is thread-local work. Turning the statistics off
+ * removes that lock; the only loss is sqlite3_memory_used()/sqlite3_memory_highwater(),
+ * which then report 0 (mailvault reads neither). sqlite3_config() is only allowed before
+ * SQLite initialises, which is why this is a call of its own for the program's start.
+ */
+#include "store/store.h"
+
+int mv_server_tune(void)
+{
+    return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) == SQLITE_OK ? MV_OK : MV_EBUSY;
+}

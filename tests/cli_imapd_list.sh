@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# cli_imapd_list.sh -- mailvaultd's LIST-EXTENDED, LIST-STATUS, CREATE-SPECIAL-USE and IDLE
+# told of changes by another process: makes two users of one domain over a temporary root,
+# starts the ASan server (build/asan/mailvaultd) on free loopback ports, runs
+# tests/imapd_list.py against it (which also runs build/asan/mailvault deliver and import
+# into the store the server has open, while a session IDLEs), then stops the server with
+# SIGTERM and checks that it exited 0 with no sanitizer report in its log.
+#
+# USAGE
+#   make build/asan/mailvaultd build/asan/mailvault && bash tests/cli_imapd_list.sh
+#   MAILVAULTD=path tests another build; KEEP_TMP=1 keeps the temporary directory.
+#   (tests/run.sh runs it as part of `make test`.)
+#
+# The server is always stopped (trap), every wait has a timeout, and the last line is
+# "# N passed, N failed".
+set -u
+cd "$(dirname "$0")/.." || exit 1
+. tests/lib.sh
+. tests/imapd_lib.sh # start_server, port, stop_server_rc, add_summary, init_users, the trap
+
+imapd_sanitizer_env
+server="${MAILVAULTD:-$PWD/build/asan/mailvaultd}"
+mv="$PWD/build/asan/mailvault"
+make_tmp cli_imapd_list
+store_root 2
+imapd_trap
+
+need_binaries "$server" "$mv"
+
+init_users alice@example.org bob@example.org
+
+start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
+    --lmtp-port=-1 --workers=2
+
+run_client 240 "$PY" tests/imapd_list.py --imap "$(port imap)" --mv "$mv" \
+    --user "alice@example.org:alice@example.org secret" \
+    --password-file "$tmp/pw.alice@example.org" \
+    --user2 "bob@example.org:bob@example.org secret"
+
+stop_server_checked "$tmp/server.log"
+finish

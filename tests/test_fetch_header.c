@@ -1,0 +1,284 @@
+/*
+ * test_fetch_header.c -- mv_message_fetch_header (the header-only read path of schema
+ * version 3), the two-frame skeleton it relies on, read snapshots (mv_store_read_begin/end)
+ * and mv_server_tune.
+ *
+ * For messages of every shape (CRLF, bare LF, no empty line, an empty first line, tiny and
+ * so stored uncompressed, incompressible, with a large attachment cut out) the header equals
+ * the first bytes of mv_message_fetch up to the first empty line, and the whole message
+ * still comes back byte for byte. A body stored before version 3 (header_stored 0) is read
+ * whole and cut, with the same result. A damaged header_stored or header frame gives
+ * MV_ECORRUPT, never wrong bytes or a crash.
+ */
+#include "harness.h"
+#include "testutil.h"
+
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FH_PASSWORD "header fetch test password"
+
+static int fh_open(const char *name, mv_store **s)
+{
+    return tu_store_create(name, FH_PASSWORD, 2048, s);
+}
+
+/* The header as the rule in mailvault.h defines it: up to and including the first LF that
+ * is followed by LF or by CR LF; all of it if there is none. Written independently of the
+ * library's own scan, from the documented rule. */
+static size_t fh_expected_header(const char *raw, size_t len)
+{
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (raw[i] == '\n' && raw[i + 1] == '\n') {
+            return i + 2;
+        }
+        if (raw[i] == '\n' && i + 2 < len && raw[i + 1] == '\r' && raw[i + 2] == '\n') {
+            return i + 3;
+        }
+    }
+    return len;
+}
+
+/* Appends msg (its UID in *uid), then checks header and whole message against it. */
+static void fh_check_roundtrip(mv_store *s, const char *msg, size_t len, uint32_t *uid_out)
+{
+    uint32_t uid = 0;
+    *uid_out = 0;
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", msg, len, 0, NULL, 1700000000, &uid), MV_OK);
+    *uid_out = uid;
+    void *head = NULL, *whole = NULL;
+    size_t head_len = 0, whole_len = 0, want = fh_expected_header(msg, len);
+    CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", uid, &head, &head_len), MV_OK);
+    CHECK_EQ_INT(head_len, want);
+    CHECK(head != NULL && memcmp(head, msg, want) == 0);
+    CHECK_EQ_INT(mv_message_fetch(s, "INBOX", uid, &whole, &whole_len), MV_OK);
+    CHECK_EQ_INT(whole_len, len);
+    CHECK(whole != NULL && memcmp(whole, msg, len) == 0);
+    mv_free(head);
+    mv_free(whole);
+}
+
+static uint32_t fh_roundtrip(mv_store *s, const char *msg, size_t len)
+{
+    uint32_t uid = 0;
+    fh_check_roundtrip(s, msg, len, &uid);
+    return uid;
+}
+
+static long long fh_header_stored(mv_store *s, uint32_t uid)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT b.header_stored FROM bodies b JOIN messages m ON m.body_id = b.id "
+             "WHERE m.uid = %u AND m.mailbox_id = (SELECT id FROM mailboxes WHERE name = 'INBOX')",
+             uid);
+    return tu_int(mv_store_db(s), sql);
+}
+
+/* A text body of n lines, compressible. */
+static char *fh_text_message(const char *eol, int lines, size_t *len_out)
+{
+    size_t cap = (size_t)lines * 80 + 512, len = 0;
+    char *m = malloc(cap);
+    len += (size_t)snprintf(m + len, cap - len,
+                            "From: Alice <alice@example.org>%sTo: bob@example.org%s"
+                            "Subject: quarterly figures%sDate: Mon, 30 Nov 2026 10:00:00 +0000%s"
+                            "Message-ID: <q@example.org>%s%s",
+                            eol, eol, eol, eol, eol, eol);
+    for (int i = 0; i < lines; i++) {
+        len += (size_t)snprintf(m + len, cap - len, "line %d of the report, as before.%s", i, eol);
+    }
+    *len_out = len;
+    return m;
+}
+
+static void test_header_shapes(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(fh_open("shapes", &s), MV_OK);
+    size_t len = 0;
+    /* A body under STORE_SPLIT_MIN stays in the skeleton: zstd, two frames. */
+    char *m = fh_text_message("\r\n", 100, &len);
+    uint32_t uid = fh_roundtrip(s, m, len);
+    long long hs = fh_header_stored(s, uid);
+    CHECK(hs > 0 && hs < tu_int(mv_store_db(s), "SELECT stored_size FROM bodies WHERE id = 1"));
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT compression FROM bodies WHERE id = 1"), 1);
+    free(m);
+
+    m = fh_text_message("\n", 100, &len); /* bare LF */
+    CHECK(fh_header_stored(s, fh_roundtrip(s, m, len)) > 0);
+    free(m);
+
+    /* A larger text body is cut out like an attachment: the skeleton is the header. */
+    m = fh_text_message("\r\n", 400, &len);
+    CHECK_EQ_INT(fh_header_stored(s, fh_roundtrip(s, m, len)),
+                 (long long)fh_expected_header(m, len));
+    free(m);
+
+    static const char no_blank[] = "Subject: only a header\r\nFrom: a@example.org\r\n";
+    uid = fh_roundtrip(s, no_blank, sizeof no_blank - 1);
+    CHECK_EQ_INT(fh_header_stored(s, uid), (long long)(sizeof no_blank - 1)); /* tiny: plain */
+
+    static const char empty_first[] = "\r\n\r\nbody after an empty header\r\n";
+    fh_roundtrip(s, empty_first, sizeof empty_first - 1);
+    static const char tiny[] = "Subject: x\r\n\r\ny\r\n";
+    CHECK_EQ_INT(fh_header_stored(s, fh_roundtrip(s, tiny, sizeof tiny - 1)), 14);
+
+    /* Incompressible body: stored as is, the header unit is the header's bytes. */
+    char noise[6000];
+    int at = snprintf(noise, sizeof noise, "Subject: noise\r\nFrom: n@example.org\r\n\r\n");
+    CHECK(RAND_bytes((unsigned char *)noise + at, (int)sizeof noise - at) == 1);
+    uid = fh_roundtrip(s, noise, sizeof noise);
+    CHECK_EQ_INT(fh_header_stored(s, uid), (long long)at);
+
+    /* A large attachment is cut out of the skeleton; the header unit is still there. */
+    size_t big = 200000, mlen = 0;
+    char *mm = malloc(big + 1024);
+    mlen += (size_t)snprintf(mm + mlen, big + 1024 - mlen,
+                             "From: a@example.org\r\nSubject: with a file\r\nMIME-Version: 1.0\r\n"
+                             "Content-Type: multipart/mixed; boundary=\"b\"\r\n\r\n--b\r\n"
+                             "Content-Type: text/plain\r\n\r\nsee attached\r\n--b\r\n"
+                             "Content-Type: application/octet-stream\r\n"
+                             "Content-Transfer-Encoding: base64\r\n\r\n");
+    for (size_t i = 0; i < big / 78; i++) {
+        for (int k = 0; k < 76; k++) {
+            mm[mlen++] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+                [(i * 7 + (size_t)k * 13) % 64];
+        }
+        mm[mlen++] = '\r';
+        mm[mlen++] = '\n';
+    }
+    mlen += (size_t)snprintf(mm + mlen, big + 1024 - mlen, "--b--\r\n");
+    uid = fh_roundtrip(s, mm, mlen);
+    CHECK(fh_header_stored(s, uid) > 0);
+    CHECK(tu_int(mv_store_db(s), "SELECT count(*) FROM body_parts") >= 1);
+    free(mm);
+
+    void *raw = NULL;
+    size_t n = 0;
+    CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", 9999, &raw, &n), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_message_fetch_header(s, "Nope", 1, &raw, &n), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", 1, NULL, &n), MV_EINVAL);
+    mv_store_close(&s);
+}
+
+/* Bodies from before version 3 (header_stored 0, one frame) and damaged rows. */
+static void test_header_old_and_damaged(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(fh_open("damaged", &s), MV_OK);
+    size_t len = 0;
+    char *m = fh_text_message("\r\n", 100, &len); /* two frames */
+    uint32_t uid = fh_roundtrip(s, m, len);
+    long long hs = fh_header_stored(s, uid);
+    sqlite3 *db = mv_store_db(s);
+
+    /* Read whole and cut when the row does not say where the header ends. The skeleton is
+     * two frames here; a body written by version 2 has one, which the whole read also
+     * takes (every other test reads those). */
+    CHECK_EQ_INT(tu_exec(db, "UPDATE bodies SET header_stored = 0"), SQLITE_OK);
+    void *head = NULL;
+    size_t head_len = 0;
+    CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", uid, &head, &head_len), MV_OK);
+    CHECK_EQ_INT(head_len, fh_expected_header(m, len));
+    CHECK(memcmp(head, m, head_len) == 0);
+    mv_free(head);
+
+    /* A header_stored that does not end a frame, one past the data, one negative. */
+    static const char *const bad[] = {
+        "UPDATE bodies SET header_stored = 7",
+        "UPDATE bodies SET header_stored = stored_size + 1",
+        "UPDATE bodies SET header_stored = -1",
+        "UPDATE bodies SET header_stored = stored_size",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(tu_exec(db, bad[i]), SQLITE_OK);
+        head = NULL;
+        int rc = mv_message_fetch_header(s, "INBOX", uid, &head, &head_len);
+        CHECK_EQ_INT(rc, MV_ECORRUPT);
+        CHECK(head == NULL);
+        CHECK(strlen(mv_store_errmsg(s)) > 0);
+    }
+    /* Restored: right again; the whole message never depended on it. */
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE bodies SET header_stored = %lld", hs);
+    CHECK_EQ_INT(tu_exec(db, sql), SQLITE_OK);
+    CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", uid, &head, &head_len), MV_OK);
+    mv_free(head);
+    /* Trailing bytes after the frames: the whole read refuses them. */
+    CHECK_EQ_INT(tu_exec(db, "UPDATE bodies_data SET data = data || x'00'"), SQLITE_OK);
+    void *whole = NULL;
+    size_t whole_len = 0;
+    CHECK_EQ_INT(mv_message_fetch(s, "INBOX", uid, &whole, &whole_len), MV_ECORRUPT);
+    CHECK(whole == NULL);
+    free(m);
+    mv_store_close(&s);
+}
+
+static void test_read_snapshot(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(fh_open("snapshot", &s), MV_OK);
+    size_t len = 0;
+    char *m = fh_text_message("\r\n", 20, &len);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
+    }
+    CHECK_EQ_INT(mv_store_read_begin(s), MV_OK);
+    CHECK_EQ_INT(mv_store_read_begin(s), MV_EINVAL); /* one at a time */
+    for (uint32_t uid = 1; uid <= 3; uid++) {
+        void *h = NULL;
+        size_t n = 0;
+        CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", uid, &h, &n), MV_OK);
+        mv_free(h);
+    }
+    /* Changes wait for the snapshot's end, and say so. */
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_EINVAL);
+    CHECK(strstr(mv_store_errmsg(s), "mv_store_read_begin") != NULL);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL), MV_EINVAL);
+
+    /* A second handle's commit is not seen inside the snapshot, and is after it. */
+    mv_store *other = NULL;
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    char *root = tu_path("root"); /* static storage: not freed */
+    o.root = root;
+    o.kdf_iter = TU_KDF_ITER;
+    CHECK_EQ_INT(mv_store_open("snapshot@example.org", FH_PASSWORD, strlen(FH_PASSWORD), &o, &other,
+                               NULL, 0),
+                 MV_OK);
+    CHECK_EQ_INT(mv_message_append(other, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 3);
+    mv_store_read_end(s);
+    mv_store_read_end(s); /* nothing open: nothing to do */
+    CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 4);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
+    CHECK_EQ_INT(mv_store_read_begin(NULL), MV_EINVAL);
+    mv_store_read_end(NULL);
+    mv_store_close(&other);
+    free(m);
+    mv_store_close(&s);
+}
+
+static int fh_first_tune = MV_ERROR;
+
+/* The first call came before anything started SQLite; one now is too late and says so. */
+static void test_server_tune(void)
+{
+    CHECK_EQ_INT(fh_first_tune, MV_OK);
+    CHECK_EQ_INT(mv_server_tune(), MV_EBUSY);
+}
+
+int main(void)
+{
+    fh_first_tune = mv_server_tune();
+    TEST(test_header_shapes);
+    TEST(test_header_old_and_damaged);
+    TEST(test_read_snapshot);
+    TEST(test_server_tune);
+    return th_summary();
+}
