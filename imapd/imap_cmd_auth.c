@@ -2,8 +2,9 @@
  * imap_cmd_auth.c -- LOGIN and AUTHENTICATE PLAIN (RFC 4616, with SASL-IR, RFC 4959), on
  * the user's worker: the store is opened (or found open, the password checked against its
  * verifier) there. A failure says only AUTHENTICATIONFAILED, whether the user exists or not,
- * and its answer is held back auth_fail_delay_ms on the loop. Passwords are wiped after use
- * (the job's command bytes are wiped when the job is freed).
+ * and its answer is held back on the loop (throttle.c: per address and per user), which also
+ * logs it. Passwords are wiped after use (the job's command bytes are wiped when the job is
+ * freed).
  */
 #include "imap_session.h"
 
@@ -106,9 +107,15 @@ int imap_sasl_plain_user(const char *b64, size_t len, char *user, size_t user_si
     return rc;
 }
 
+/* The loop logs the failure and counts it per address and per user (imap_session.c). */
 static void imap_login_failed(struct imap_ctx *x, const char *user, const char *why)
 {
-    log_event("login failed %.100s: %s", user, why);
+    x->failed_why = why;
+    x->failed_user_normal =
+        mv_address_normalize(user, x->failed_user, sizeof x->failed_user, NULL, 0) == MV_OK;
+    if (!x->failed_user_normal) {
+        snprintf(x->failed_user, sizeof x->failed_user, "%.100s", user);
+    }
     x->delay_ms = g_config.auth_fail_delay_ms;
     imap_tagged(x, "NO", "[AUTHENTICATIONFAILED] authentication failed");
     if (++x->s->login_failures >= IMAP_LOGIN_FAILURES_MAX) {

@@ -23,6 +23,10 @@ struct imap_job {
     int raw; /* an AUTHENTICATE response line, not a command */
     int delay_ms;
     int logout;
+    int64_t posted_ms;      /* when the command reached the worker's queue */
+    const char *failed_why; /* a failed login: see struct imap_ctx */
+    char failed_user[MV_ADDRESS_MAX + 1];
+    int failed_user_normal;
 };
 
 const char *imap_capabilities(const struct imap_session *s)
@@ -242,6 +246,9 @@ static void imap_job_run(struct job *job)
     x.logout |= j->s->gone;
     j->delay_ms = x.delay_ms;
     j->logout = x.logout;
+    j->failed_why = x.failed_why;
+    memcpy(j->failed_user, x.failed_user, sizeof j->failed_user);
+    j->failed_user_normal = x.failed_user_normal;
 }
 
 static void imap_job_free(struct imap_job *j)
@@ -322,10 +329,28 @@ static int imap_command_changes(const char *name)
     return 0;
 }
 
+/* Counts a failed login against the client's address and the user it tried, and logs it
+ * (one line, no password); returns how much longer its answer waits. The delay runs from the
+ * command, not from the job's end, so the answer comes as late for a user with no store
+ * (found out at once) as for a wrong password (a KDF run first). Counted even when the
+ * client has gone: it made the guess. */
+static int64_t imap_login_failure(const struct conn *c, const struct imap_job *j)
+{
+    struct throttle_counts counts;
+    int hold_ms = throttle_failure(c->peer_addr, j->failed_user_normal ? j->failed_user : NULL,
+                                   j->delay_ms, &counts);
+    log_event("login failed %s from %s: %s (failures in 15 min: %u from the address, %u for "
+              "the user; answer after %d ms)",
+              j->failed_user, c->peer, j->failed_why, counts.address_failures, counts.user_failures,
+              hold_ms);
+    return j->posted_ms + hold_ms - loop_now_ms();
+}
+
 static void imap_job_done(struct job *job)
 {
     struct imap_job *j = (struct imap_job *)job;
     struct conn *c = job->conn;
+    int64_t hold_ms = j->failed_why != NULL ? imap_login_failure(c, j) : 0;
     if (!c->dead) {
         conn_write(c, job->out.data, job->out.len);
         if (j->s->idling && !c->in_idle) { /* IDLE began: wait for DONE */
@@ -337,8 +362,8 @@ static void imap_job_done(struct job *job)
         if (j->logout) {
             conn_close_after_output(c);
         }
-        if (j->delay_ms > 0) {
-            conn_hold(c, throttle_failure(c->peer_addr, j->delay_ms));
+        if (hold_ms > 0) {
+            conn_hold(c, (int)hold_ms);
         }
     }
     buf_free(&job->out);
@@ -386,6 +411,7 @@ static void imap_post(struct conn *c, uint8_t *bytes, size_t len, struct imap_co
     j->job.conn = c;
     j->job.run = imap_job_run;
     j->job.done = imap_job_done;
+    j->posted_ms = loop_now_ms();
     s->tls = c->tls;
     s->login_allowed = c->tls || c->loopback || g_config.allow_plaintext;
     c->busy = 1;

@@ -84,6 +84,12 @@ struct imap_ctx {
     struct buf *out;
     int delay_ms; /* a failed login */
     int logout;   /* close after the response */
+    /* A failed login, which the loop counts (throttle.c) and logs with the client's address:
+     * why (static text; NULL: none), and the name tried, normalised if it is an address
+     * (failed_user_normal set), else as given, cut for the log. */
+    const char *failed_why;
+    char failed_user[MV_ADDRESS_MAX + 1];
+    int failed_user_normal;
 };
 
 #define IMAP_MAILBOX_MAX 1024 /* bytes of a mailbox name, either form */

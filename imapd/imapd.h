@@ -224,10 +224,19 @@ void notify_init(void);
 void notify_send(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void notify_close(void);
 
-/* ---- throttle.c ---- */
-/* Records a failed login from addr; returns the delay (ms) before its answer: base_delay_ms
- * doubled for each earlier failure from addr in the last 15 minutes, at most 30 s. */
-int throttle_failure(const char *addr, int base_delay_ms);
+/* ---- throttle.c (loop thread) ---- */
+struct throttle_counts {
+    uint32_t address_failures; /* in the window, this one included */
+    uint32_t user_failures;    /* 0: no user counted */
+};
+/* Records a failed login from addr for user (the normalised address tried, whether it
+ * exists or not; NULL if the name is not an address); returns the delay (ms) before its
+ * answer: base_delay_ms doubled for each earlier failure in the last 15 minutes from addr or
+ * for user, whichever has more, at most 30 s. The counts go in counts (for the log). */
+int throttle_failure(const char *addr,
+                     const char *user,
+                     int base_delay_ms,
+                     struct throttle_counts *counts);
 
 /* ---- worker.c ---- */
 struct worker;

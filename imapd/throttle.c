@@ -1,76 +1,122 @@
 /*
- * throttle.c -- failed logins per client address, across connections: each failure in the
- * last THROTTLE_WINDOW_S seconds doubles the delay before the next failure's answer, from
- * auth_fail_delay_ms up to THROTTLE_DELAY_MAX_MS. A success does not reset it (a guesser
- * holding one valid account would otherwise reset it at will); the window does.
+ * throttle.c -- failed logins counted per client address and per attempted user, across
+ * connections: the answer to a failure waits auth_fail_delay_ms doubled once for each
+ * earlier failure in the last THROTTLE_WINDOW_S seconds, counted from the address or for the
+ * user, whichever has more, up to THROTTLE_DELAY_MAX_MS. So a guesser gains nothing by
+ * spreading the guesses for one account over many addresses (a botnet, an IPv6 prefix), nor
+ * by spreading one address's guesses over many accounts.
+ *
+ * USAGE
+ *   throttle_failure(peer_addr, normalised_user_or_NULL, base_delay_ms, &counts) once per
+ *   failed LOGIN / AUTHENTICATE, on the loop thread; the answer goes out that long after the
+ *   command came (imap_session.c), so the work done to fail does not show.
  *
  * IMPLEMENTATION NOTES
- *   A fixed table of THROTTLE_SLOTS entries, looked up by address hash with linear probing
- *   over THROTTLE_PROBE slots; when all are taken the oldest entry goes. Memory is bounded
- *   whatever the number of addresses; an attacker with more addresses than slots only
- *   evicts entries (each connection still has its own delay and its 3-failure limit).
+ *   Only failures are counted and only failures are delayed: the right password is answered
+ *   at once however many failures came before, so an attacker cannot lock the user out (he
+ *   can make the user's own typos slow to answer for the window). A success resets neither
+ *   count (a guesser holding one valid account would reset it at will); the window does: an
+ *   entry is forgotten THROTTLE_WINDOW_S seconds after its first failure.
+ *   The user is the normalised address the client tried, whether a store exists for it or
+ *   not, so the delay says nothing about existence. A name that is not an address cannot be
+ *   an account: it counts for the client address only.
+ *   Two fixed tables of THROTTLE_SLOTS entries, one for addresses, one for users. An entry
+ *   holds an HMAC-SHA256 of the name under a random per-process key, not the name: the
+ *   entries are all one size, and where a name lands is unknown to a client, so it cannot
+ *   pick names or addresses that evict one chosen entry. Linear probing over THROTTLE_PROBE
+ *   slots; when all are taken the one whose window began first goes. 2 x 4096 x 48 bytes.
  *   Loop thread only.
+ *
+ * LIMITATIONS
+ *   Memory is bounded whatever the number of names; the price is eviction. A client that
+ *   fails with many distinct user names (or from many addresses) pushes out older entries,
+ *   and an entry pushed out starts again at the base delay. To erase the count of one
+ *   account an attacker must make failed logins with new names on the order of the table's
+ *   size (thousands) within the window, each counted against its address and held back;
+ *   meanwhile the delay of that account falls back to the per-address one, never below
+ *   auth_fail_delay_ms. Eviction never lengthens a delay and never refuses a login. Password
+ *   spraying (few guesses per account, many accounts, many addresses) is slowed only by the
+ *   base delay and the per-connection limit.
+ *   A delay holds one connection: parallel connections guess in parallel, up to the
+ *   connection limits (per address and in total), and a right guess is never held.
  */
 #include "imapd.h"
 
-#include <stdio.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <string.h>
 
 #define THROTTLE_SLOTS        4096
 #define THROTTLE_PROBE        8
 #define THROTTLE_WINDOW_S     900
 #define THROTTLE_DELAY_MAX_MS 30000
+#define THROTTLE_KEY_BYTES    32 /* HMAC-SHA256 */
 
 struct throttle_entry {
-    char addr[48];
-    uint32_t failures;
-    int64_t first_ms;
+    unsigned char key[THROTTLE_KEY_BYTES];
+    uint32_t failures; /* 0: a free slot */
+    int64_t first_ms;  /* the window's start: the first failure */
 };
 
-static struct throttle_entry throttle_table[THROTTLE_SLOTS];
+static struct throttle_entry throttle_addresses[THROTTLE_SLOTS];
+static struct throttle_entry throttle_users[THROTTLE_SLOTS];
+static unsigned char throttle_hmac_key[32];
+static int throttle_keyed;
 
-static uint32_t throttle_hash(const char *addr)
+/* The table key of name. Should the random key or the HMAC ever fail, names map to a fixed
+ * or an all-zero key: placement becomes predictable, or every name shares one count (longer
+ * delays for failures only); logins still work either way. */
+static void throttle_key(const char *name, unsigned char key[THROTTLE_KEY_BYTES])
 {
-    uint32_t h = 2166136261u;
-    for (const unsigned char *p = (const unsigned char *)addr; *p != '\0'; p++) {
-        h = (h ^ *p) * 16777619u;
+    unsigned int len = THROTTLE_KEY_BYTES;
+    if (!throttle_keyed) {
+        throttle_keyed = RAND_bytes(throttle_hmac_key, sizeof throttle_hmac_key) == 1;
     }
-    return h;
+    if (HMAC(EVP_sha256(), throttle_hmac_key, sizeof throttle_hmac_key, (const unsigned char *)name,
+             strlen(name), key, &len) == NULL) {
+        memset(key, 0, THROTTLE_KEY_BYTES);
+    }
 }
 
-/* The entry of addr (created if create), or NULL. */
-static struct throttle_entry *throttle_find(const char *addr, int64_t now_ms, int create)
+/* Counts one failure for name in table; returns the failures in its window, this one too. */
+static uint32_t throttle_count(struct throttle_entry *table, const char *name, int64_t now_ms)
 {
-    uint32_t h = throttle_hash(addr);
-    struct throttle_entry *oldest = NULL;
+    unsigned char key[THROTTLE_KEY_BYTES];
+    throttle_key(name, key);
+    uint32_t start = (uint32_t)key[0] | (uint32_t)key[1] << 8 | (uint32_t)key[2] << 16;
+    struct throttle_entry *victim = NULL;
     for (uint32_t i = 0; i < THROTTLE_PROBE; i++) {
-        struct throttle_entry *e = &throttle_table[(h + i) % THROTTLE_SLOTS];
-        int expired = e->addr[0] != '\0' && now_ms - e->first_ms > THROTTLE_WINDOW_S * 1000LL;
-        if (e->addr[0] != '\0' && !expired && strcmp(e->addr, addr) == 0) {
-            return e;
+        struct throttle_entry *e = &table[(start + i) % THROTTLE_SLOTS];
+        if (e->failures != 0 && now_ms - e->first_ms > THROTTLE_WINDOW_S * 1000LL) {
+            e->failures = 0; /* its window is over */
         }
-        if (e->addr[0] == '\0' || expired) {
-            e->addr[0] = '\0';
-            if (oldest == NULL || oldest->addr[0] != '\0') {
-                oldest = e;
-            }
-        } else if (oldest == NULL || (oldest->addr[0] != '\0' && e->first_ms < oldest->first_ms)) {
-            oldest = e;
+        if (e->failures != 0 && memcmp(e->key, key, sizeof key) == 0) {
+            e->failures += e->failures < UINT32_MAX;
+            return e->failures;
+        }
+        /* The slot to take if name has none: (1) a free one, else (2) the oldest. */
+        if (victim == NULL ||
+            (victim->failures != 0 && (e->failures == 0 || e->first_ms < victim->first_ms))) {
+            victim = e;
         }
     }
-    if (!create || oldest == NULL) {
-        return NULL;
-    }
-    memset(oldest, 0, sizeof *oldest);
-    snprintf(oldest->addr, sizeof oldest->addr, "%s", addr);
-    oldest->first_ms = now_ms;
-    return oldest;
+    memcpy(victim->key, key, sizeof key);
+    victim->failures = 1;
+    victim->first_ms = now_ms;
+    return 1;
 }
 
-int throttle_failure(const char *addr, int base_delay_ms)
+int throttle_failure(const char *addr,
+                     const char *user,
+                     int base_delay_ms,
+                     struct throttle_counts *counts)
 {
-    struct throttle_entry *e = throttle_find(addr, loop_now_ms(), 1);
-    uint32_t failures = e != NULL ? ++e->failures : 1;
+    int64_t now_ms = loop_now_ms();
+    counts->address_failures = throttle_count(throttle_addresses, addr, now_ms);
+    counts->user_failures = user != NULL ? throttle_count(throttle_users, user, now_ms) : 0;
+    uint32_t failures = counts->address_failures > counts->user_failures ? counts->address_failures
+                                                                         : counts->user_failures;
     int64_t delay = base_delay_ms;
     for (uint32_t i = 1; i < failures && delay < THROTTLE_DELAY_MAX_MS; i++) {
         delay *= 2;

@@ -278,8 +278,10 @@ MV_API const char *mv_store_errmsg(const mv_store *store);
 /* Process-wide SQLite settings for a server (mailvaultd calls it first thing): turns off
  * SQLite's memory statistics, whose global mutex every SQLite allocation takes (Debian's
  * SQLite has no lookaside, so that is every row and statement step, on every thread).
- * sqlite3_memory_used() then reports 0. Call before anything opens a database. Returns MV_OK,
- * or MV_EBUSY if SQLite was already initialised (nothing changed; harmless). */
+ * sqlite3_memory_used() then reports 0. Also prepares the MIME parser (GMime's types) on the
+ * calling thread, before the threads that parse mail exist. Call before anything opens a
+ * database. Returns MV_OK, or MV_EBUSY if SQLite was already initialised (its setting
+ * unchanged; harmless). */
 MV_API int mv_server_tune(void);
 
 /* A read snapshot: every read call on the handle until mv_store_read_end() sees the same
