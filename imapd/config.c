@@ -151,7 +151,7 @@ int config_set(struct config *c, const char *key, const char *value, char *err, 
                 snprintf(err, err_size, "%s: value too long", key);
                 return -1;
             }
-            /* The quota file is read here, so a bad line stops the start-up (quota.c). */
+            /* The quota file is read here, so a bad line stops the start-up (quota_file.c). */
             if (strcmp(key, "quota_file") == 0 && quota_file_load(value, err, err_size) != 0) {
                 return -1;
             }

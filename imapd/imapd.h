@@ -41,7 +41,7 @@ struct config {
     int lmtp_recipients_max;
     uint64_t quota_kib;      /* default storage quota per user in KiB (RFC 9208 STORAGE); 0: none */
     uint64_t quota_messages; /* default message quota per user (RFC 9208 MESSAGE); 0: none */
-    char quota_file[MV_PATH_MAX]; /* per-user limits (quota.c), read when set; "" none */
+    char quota_file[MV_PATH_MAX]; /* per-user limits (quota_file.c), read when set; "" none */
 
     /* Running in production (docs/IMAPD.md). */
     char user[64];           /* started as root: switch to this account (main.c) */
@@ -67,7 +67,7 @@ void config_usage(void);
 /* The store options every open and delivery uses. */
 struct mv_store_options config_store_options(const struct config *c);
 
-/* ---- quota.c ---- */
+/* ---- quota_file.c, quota.c: the quota (RFC 9208) ---- */
 #define QUOTA_STORAGE_KIB_MAX (1ULL << 40)  /* largest STORAGE limit (quota_kib, quota_file) */
 #define QUOTA_MESSAGES_MAX    4294967295ULL /* largest MESSAGE limit */
 #define QUOTA_OVER_STORAGE    1             /* quota_exceeded() bits */
@@ -80,6 +80,8 @@ struct quota_usage {
     uint64_t bytes; /* logical: the sum of the messages' sizes */
     uint64_t messages;
 };
+
+/* ---- quota_file.c ---- */
 /* Reads the quota file at path ("" : none) and makes it the table; the server re-reads it
  * when it changes. 0, or -1 with "path:line: reason" in err (the table is unchanged). */
 int quota_file_load(const char *path, char *err, size_t err_size);
@@ -88,6 +90,8 @@ int quota_file_load(const char *path, char *err, size_t err_size);
 int quota_file_reload(void);
 /* The limits of address (normalised): its quota_file entry, else cfg's defaults. Thread-safe. */
 struct quota_limits quota_limits_for(const struct config *cfg, const char *address);
+
+/* ---- quota.c ---- */
 /* The usage of an open store, summed over its mailbox rows. MV_OK or an MV_* code. */
 int quota_used(mv_store *store, struct quota_usage *out);
 /* 0, or QUOTA_OVER_* bits: storing add_bytes in add_messages more messages in the open store

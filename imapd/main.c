@@ -110,7 +110,7 @@ static void main_reload(void)
     if (g_config.quota_file[0] == '\0') {
         log_event("reload: no quota_file configured");
     } else if (quota_file_reload() != 0) {
-        failures++; /* quota.c logged why */
+        failures++; /* quota_file.c logged why */
     }
     log_event("reload done%s", failures != 0 ? ", with failures (see above)" : "");
     notify_send("READY=1\nSTATUS=serving; %s",

@@ -17,8 +17,10 @@
  *   mv_store_maintain() with the library's default thresholds, if its last run (the store's
  *   own record, so restarts and `mailvault maintain` count) is maintain_interval_s old, it is
  *   at most maintain_max_mib (VACUUM and quick_check read all of it, and the worker's other
- *   users wait meanwhile) and no job is waiting on the worker. A store pushed out of a full
- *   table is not maintained: a login is waiting for its slot. One log line says what was done.
+ *   users wait meanwhile) and no job is waiting on the worker; the first two are the
+ *   library's min_interval_s and store_bytes_max, so the rule lives beside the record. A store
+ *   pushed out of a full table is not maintained: a login is waiting for its slot. One log
+ *   line says what was done.
  */
 #include "conn_frame.h"
 #include "imapd.h"
@@ -204,23 +206,6 @@ void worker_store_release(struct worker *w, struct open_store *s)
     }
 }
 
-/* When mv_store_maintain() last ran on the store (Unix seconds; 0: never; -1: unreadable),
- * from the record it keeps in the store's meta table (ops:maintained_at, docs/OPERATIONS.md),
- * read through mv_store_db(), the connection the header offers for read-only inspection. */
-static int64_t worker_maintained_at(mv_store *store)
-{
-    sqlite3_stmt *st = NULL;
-    int64_t at = -1;
-    if (sqlite3_prepare_v2(mv_store_db(store),
-                           "SELECT value FROM meta WHERE key = 'ops:maintained_at'", -1, &st,
-                           NULL) == SQLITE_OK) {
-        int rc = sqlite3_step(st);
-        at = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : rc == SQLITE_DONE ? 0 : -1;
-    }
-    sqlite3_finalize(st);
-    return at;
-}
-
 static int worker_job_waiting(struct worker *w)
 {
     pthread_mutex_lock(&w->lock);
@@ -251,27 +236,22 @@ static void worker_store_maintain(struct worker *w, struct open_store *s)
     if (cfg->maintain_interval_s == 0 || worker_job_waiting(w)) {
         return;
     }
-    int64_t last = worker_maintained_at(s->store), now = (int64_t)time(NULL);
-    if (last < 0 || (last > 0 && now >= last && now - last < cfg->maintain_interval_s)) {
-        return;
-    }
-    struct mv_store_options opts = config_store_options(cfg);
-    struct mv_store_file file;
-    uint64_t max_bytes = (uint64_t)cfg->maintain_max_mib << 20;
-    /* Safe on a store this process has open: the library answers the header of an open
-     * store from its registry and never closes a descriptor of that file (which would drop
-     * the connection's SQLite locks and let another process delete the WAL under it). */
-    if (mv_store_file_inspect(s->address, &opts, &file) == MV_OK &&
-        file.file_bytes + file.wal_bytes > max_bytes) {
-        log_event("store maintain %s: not run, %llu MiB is over maintain_max_mib (%d)", s->address,
-                  (unsigned long long)((file.file_bytes + file.wal_bytes) >> 20),
-                  cfg->maintain_max_mib);
-        return;
-    }
+    /* The library decides, from its own record and the store's size, whether this run is
+     * due (so restarts and `mailvault maintain` count); a skip costs a meta read and a stat. */
     struct mv_maintain_options o = MV_MAINTAIN_OPTIONS_INIT;
+    o.min_interval_s = (uint32_t)cfg->maintain_interval_s;
+    o.store_bytes_max = (uint64_t)cfg->maintain_max_mib << 20;
     struct mv_maintain_report r;
     int64_t start_ms = worker_now_ms();
     int rc = mv_store_maintain(s->store, &o, &r);
+    if (rc == MV_OK && r.skipped == MV_MAINTAIN_SKIPPED_RECENT) {
+        return;
+    }
+    if (rc == MV_OK && r.skipped == MV_MAINTAIN_SKIPPED_SIZE) {
+        log_event("store maintain %s: not run, %llu MiB is over maintain_max_mib (%d)", s->address,
+                  (unsigned long long)(r.bytes_before >> 20), cfg->maintain_max_mib);
+        return;
+    }
     log_event("store maintain %s: %s in %lld ms: checkpoint %s, vacuum %s (free %.1f%%, slack "
               "%.1f%%), quick_check %s, %llu -> %llu bytes%s%s",
               s->address, rc == MV_OK ? "ok" : mv_strerror(rc),

@@ -793,11 +793,26 @@ struct mv_maintain_options {
     unsigned flags;                /* MV_MAINTAIN_* */
     mv_progress_fn progress;       /* may be NULL */
     void *progress_arg;
+    /* For a server that maintains stores as it goes (mailvaultd): the decision whether a run
+     * is due is made here, next to the record it reads and writes, so every caller applies
+     * the same rule; a getter for the record would leave each caller to redo the clock
+     * arithmetic. Both are 0 (off) by default, as `mailvault maintain` wants. */
+    uint32_t min_interval_s;  /* do nothing and report MV_MAINTAIN_SKIPPED_RECENT if the last
+                                 completed maintenance recorded in the store is younger than
+                                 this (a record in the future, a clock set back, counts as due);
+                                 0: always run */
+    uint64_t store_bytes_max; /* do nothing and report MV_MAINTAIN_SKIPPED_SIZE if the store
+                                 (file + WAL) is larger (VACUUM and quick_check read all of it);
+                                 checked after min_interval_s; 0: no limit */
 };
 #define MV_MAINTAIN_OPTIONS_INIT                                                                   \
     {                                                                                              \
-        25, 15, 7, 0, NULL, NULL                                                                   \
+        25, 15, 7, 0, NULL, NULL, 0, 0                                                             \
     }
+
+#define MV_MAINTAIN_SKIPPED_NONE   0 /* the maintenance ran */
+#define MV_MAINTAIN_SKIPPED_RECENT 1 /* last run younger than min_interval_s: nothing done */
+#define MV_MAINTAIN_SKIPPED_SIZE   2 /* store over store_bytes_max: nothing done */
 
 #define MV_VACUUM_NOT_NEEDED   0 /* below both thresholds */
 #define MV_VACUUM_DONE         1
@@ -827,6 +842,10 @@ struct mv_maintain_report {
     uint64_t disk_free_bytes;    /* free space of the store's directory (statvfs) */
     int quick_check;             /* MV_QUICK_CHECK_* */
     int64_t quick_check_last_at; /* before this run; 0: never */
+    int skipped;                 /* MV_MAINTAIN_SKIPPED_*; when set, only bytes_before and
+                                    maintain_last_at are filled in */
+    int64_t maintain_last_at;    /* the last completed maintenance before this call (Unix
+                                    seconds, the store's record); 0: never */
 };
 
 /* Maintains an open store, safe while other connections deliver and read: PRAGMA optimize
@@ -835,9 +854,12 @@ struct mv_maintain_report {
  * the 30 s busy timeout); VACUUM when the thresholds of opts say so and the free disk is at
  * least twice the store (VACUUM holds the write lock while it runs: deliveries wait); a
  * quick_check when the last one recorded in the meta table is older than quick_check_days.
- * opts may be NULL for defaults. No search or list iterator of the handle may be open (VACUUM
- * resets the handle's statements). $MAILVAULT_TEST_FREE_BYTES, if set, replaces the free
- * disk the statvfs probe reports (a test hook). *out is filled as far as the work got.
+ * Each run that gets through its steps (MV_OK, MV_ENOSPC, MV_ECORRUPT) records its time in
+ * the store; with opts->min_interval_s or opts->store_bytes_max a call may instead do
+ * nothing, return MV_OK and say why in out->skipped. opts may be NULL for defaults. No search
+ * or list iterator of the handle may be open (VACUUM resets the handle's statements).
+ * $MAILVAULT_TEST_FREE_BYTES, if set, replaces the free disk the statvfs probe reports (a
+ * test hook). *out is filled as far as the work got.
  * Returns MV_OK; MV_ENOSPC (VACUUM needed but refused: the rest was done); MV_ECORRUPT
  * (quick_check found problems); MV_EINVAL (read-only handle, NULL out, bad thresholds);
  * MV_EBUSY, MV_EIO, MV_ENOMEM. Detail in mv_store_errmsg(). */

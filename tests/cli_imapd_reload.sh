@@ -2,7 +2,7 @@
 # shellcheck disable=SC1091,SC2016,SC2034,SC2154 # lib.sh sets out, err, root; eval strings expand late on purpose (and read variables set here)
 # cli_imapd_reload.sh -- mailvaultd under a service manager (docs/IMAPD.md, "Running it in
 # production"): the NOTIFY_SOCKET protocol (imapd/notify.c) and SIGHUP (imapd/main.c,
-# imapd/tls.c, imapd/quota.c).
+# imapd/tls.c, imapd/quota_file.c).
 #
 # A Python datagram listener stands in for systemd: it binds the socket named by
 # NOTIFY_SOCKET (a path, then an @abstract name), asks for the sender's credentials

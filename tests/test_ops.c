@@ -308,6 +308,91 @@ static void test_maintain_refuses_without_disk(void)
     mv_store_close(&s);
 }
 
+/* min_interval_s: a second call right after a run does nothing; a run recorded long ago, or
+ * in the future (a clock set back), lets it run; without the option every call runs. */
+static void test_maintain_min_interval(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(to_open("maint", "often@example.org", &s), MV_OK);
+    CHECK_EQ_INT(to_fill(s, 1, 10), MV_OK);
+    struct mv_maintain_options o = MV_MAINTAIN_OPTIONS_INIT;
+    o.min_interval_s = 3600;
+    struct mv_maintain_report r;
+    CHECK_EQ_INT(mv_store_maintain(s, &o, &r), MV_OK); /* never maintained: runs */
+    CHECK_EQ_INT(r.skipped, MV_MAINTAIN_SKIPPED_NONE);
+    CHECK_EQ_INT(r.maintain_last_at, 0);
+    CHECK_EQ_INT(r.quick_check, MV_QUICK_CHECK_OK);
+    struct mv_store_inspection in;
+    CHECK_EQ_INT(mv_store_inspect(s, &in), MV_OK);
+    int64_t first_at = in.last_maintain_at;
+    CHECK(first_at > 0);
+
+    o.flags = MV_MAINTAIN_QUICK_CHECK | MV_MAINTAIN_FORCE_VACUUM; /* would run both if run */
+    CHECK_EQ_INT(mv_store_maintain(s, &o, &r), MV_OK);
+    CHECK_EQ_INT(r.skipped, MV_MAINTAIN_SKIPPED_RECENT);
+    CHECK_EQ_INT(r.maintain_last_at, first_at);
+    CHECK_EQ_INT(r.vacuum, MV_VACUUM_NOT_NEEDED);
+    CHECK_EQ_INT(r.quick_check, MV_QUICK_CHECK_NOT_DUE);
+    CHECK_EQ_INT(mv_store_inspect(s, &in), MV_OK);
+    CHECK_EQ_INT(in.last_maintain_at, first_at); /* a skip records nothing */
+
+    /* A run two hours ago (the record written as mv_store_maintain writes it). */
+    int64_t old_at = (int64_t)time(NULL) - 7200;
+    char sql[128];
+    snprintf(sql, sizeof sql, "UPDATE meta SET value = %lld WHERE key = 'ops:maintained_at'",
+             (long long)old_at);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), sql), SQLITE_OK);
+    CHECK_EQ_INT(mv_store_maintain(s, &o, &r), MV_OK);
+    CHECK_EQ_INT(r.skipped, MV_MAINTAIN_SKIPPED_NONE);
+    CHECK_EQ_INT(r.maintain_last_at, old_at);
+    CHECK_EQ_INT(r.vacuum, MV_VACUUM_DONE);
+    CHECK_EQ_INT(r.quick_check, MV_QUICK_CHECK_OK);
+    CHECK_EQ_INT(mv_store_inspect(s, &in), MV_OK);
+    CHECK(in.last_maintain_at > old_at);
+
+    /* A record in the future counts as due. */
+    snprintf(sql, sizeof sql, "UPDATE meta SET value = %lld WHERE key = 'ops:maintained_at'",
+             (long long)time(NULL) + 7200);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), sql), SQLITE_OK);
+    CHECK_EQ_INT(mv_store_maintain(s, &o, &r), MV_OK);
+    CHECK_EQ_INT(r.skipped, MV_MAINTAIN_SKIPPED_NONE);
+
+    /* Without the option, a call right after a run still runs. */
+    o.min_interval_s = 0;
+    CHECK_EQ_INT(mv_store_maintain(s, &o, &r), MV_OK);
+    CHECK_EQ_INT(r.skipped, MV_MAINTAIN_SKIPPED_NONE);
+    CHECK(r.maintain_last_at > 0);
+    CHECK_EQ_INT(r.quick_check, MV_QUICK_CHECK_OK);
+    CHECK_EQ_INT(mv_store_maintain(s, NULL, &r), MV_OK);
+    CHECK_EQ_INT(r.skipped, MV_MAINTAIN_SKIPPED_NONE);
+    mv_store_close(&s);
+}
+
+/* store_bytes_max: a store over it is left alone, and a due one at or under it runs. */
+static void test_maintain_bytes_max(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(to_open("maint", "large@example.org", &s), MV_OK);
+    CHECK_EQ_INT(to_fill(s, 1, 10), MV_OK);
+    struct mv_maintain_options o = MV_MAINTAIN_OPTIONS_INIT;
+    o.min_interval_s = 3600;
+    o.store_bytes_max = 4096;
+    struct mv_maintain_report r;
+    CHECK_EQ_INT(mv_store_maintain(s, &o, &r), MV_OK);
+    CHECK_EQ_INT(r.skipped, MV_MAINTAIN_SKIPPED_SIZE);
+    CHECK(r.bytes_before > 4096);
+    struct mv_store_inspection in;
+    CHECK_EQ_INT(mv_store_inspect(s, &in), MV_OK);
+    CHECK_EQ_INT(in.last_maintain_at, 0);
+    o.store_bytes_max = r.bytes_before;
+    CHECK_EQ_INT(mv_store_maintain(s, &o, &r), MV_OK);
+    CHECK_EQ_INT(r.skipped, MV_MAINTAIN_SKIPPED_NONE);
+    o.store_bytes_max = 4096; /* recent wins over size: the quieter answer for a server */
+    CHECK_EQ_INT(mv_store_maintain(s, &o, &r), MV_OK);
+    CHECK_EQ_INT(r.skipped, MV_MAINTAIN_SKIPPED_RECENT);
+    mv_store_close(&s);
+}
+
 /* ---- checks ------------------------------------------------------------------------------- */
 
 struct to_problems {
@@ -563,6 +648,8 @@ int main(void)
     TEST(test_maintain_below_threshold);
     TEST(test_maintain_with_a_reader);
     TEST(test_maintain_refuses_without_disk);
+    TEST(test_maintain_min_interval);
+    TEST(test_maintain_bytes_max);
     TEST(test_check_clean);
     TEST(test_check_finds_each_invariant);
     TEST(test_check_finds_a_tampered_page);

@@ -25,6 +25,9 @@
  *      (busy_timeout 30 s) or go to the sealed queue.
  *   5. PRAGMA quick_check when the last one recorded in meta is older than
  *      quick_check_days; its time and result are recorded.
+ *   Before all of them, min_interval_s and store_bytes_max may end the call with nothing
+ *   done (ops_maintain_skip); the run's time is recorded in meta (ops:maintained_at) after
+ *   them, which is what min_interval_s reads.
  */
 #include "ops/ops_inspect.h"
 
@@ -263,6 +266,29 @@ static int ops_maintain_wal(mv_store *s, struct mv_maintain_report *out)
     return rc;
 }
 
+/* Sets out->skipped if o's min_interval_s or store_bytes_max says this call does nothing.
+ * Reads only the meta record and stat(2): cheap enough for a server to call on every idle
+ * store. */
+static int
+ops_maintain_skip(mv_store *s, const struct mv_maintain_options *o, struct mv_maintain_report *out)
+{
+    int rc = ops_meta_get_int(s, OPS_META_MAINTAINED_AT, &out->maintain_last_at);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    int64_t now = (int64_t)time(NULL), last = out->maintain_last_at;
+    /* Recent when (1) the interval is on, (2) a run is recorded, (3) it is not in the future
+     * (a clock set back must not hold maintenance off until it catches up) and (4) it is
+     * younger than the interval. */
+    if (o->min_interval_s > 0 && last > 0 && now >= last &&
+        now - last < (int64_t)o->min_interval_s) {
+        out->skipped = MV_MAINTAIN_SKIPPED_RECENT;
+    } else if (o->store_bytes_max > 0 && out->bytes_before > o->store_bytes_max) {
+        out->skipped = MV_MAINTAIN_SKIPPED_SIZE;
+    }
+    return MV_OK;
+}
+
 int mv_store_maintain(mv_store *s,
                       const struct mv_maintain_options *opts,
                       struct mv_maintain_report *out)
@@ -281,7 +307,11 @@ int mv_store_maintain(mv_store *s,
     }
     struct ops_progress progress = {o, "", 0};
     out->bytes_before = ops_store_bytes(s);
-    int rc = ops_meta_get_int(s, OPS_META_QUICK_CHECK_AT, &out->quick_check_last_at);
+    int rc = ops_maintain_skip(s, o, out);
+    if (rc != MV_OK || out->skipped != MV_MAINTAIN_SKIPPED_NONE) {
+        return rc;
+    }
+    rc = ops_meta_get_int(s, OPS_META_QUICK_CHECK_AT, &out->quick_check_last_at);
     if (rc == MV_OK) {
         rc = ops_maintain_wal(s, out);
     }
