@@ -44,21 +44,11 @@
 #include <strings.h>
 #include <time.h>
 
-/* Length of the header including its terminating empty line. */
+/* Length of the header including its terminating empty line: the store's rule, so a
+ * header-only read (mv_message_fetch_header) and a cut of the whole message agree. */
 static size_t imap_header_len(const char *raw, size_t len)
 {
-    for (size_t i = 0; i < len; i++) {
-        if (raw[i] != '\n') {
-            continue;
-        }
-        if (i + 1 < len && raw[i + 1] == '\n') {
-            return i + 2;
-        }
-        if (i + 2 < len && raw[i + 1] == '\r' && raw[i + 2] == '\n') {
-            return i + 3;
-        }
-    }
-    return len;
+    return mv_message_header_len(raw, len);
 }
 
 static int imap_field_listed(const struct imap_fetch_section *sec, const char *name, size_t len)
@@ -390,12 +380,12 @@ static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
     /* One read transaction for the chunk instead of one per message (each costs WAL-index
      * file locks); ended before the chunk goes out, so no reader is held while a slow client
      * reads. Without it (MV_EINVAL cannot happen here) each read simply has its own. */
-    int snapshot = mv_store_read_begin(store) == MV_OK;
+    if (mv_store_read_begin(store) != MV_OK) {
+        /* nothing lost: each read then has a transaction of its own */
+    }
     for (; st->next < st->count; st->next++) {
         if (x->out->len >= IMAP_FETCH_CHUNK || x->out->oom) {
-            if (snapshot) {
-                mv_store_read_end(store);
-            }
+            mv_store_read_end(store); /* nothing if none was begun */
             x->s->fetch_more = st;
             return;
         }
@@ -404,9 +394,7 @@ static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
             (void)imap_fetch_one(x, st->f, i, st->mark[i]);
         }
     }
-    if (snapshot) {
-        mv_store_read_end(store);
-    }
+    mv_store_read_end(store);
     for (size_t i = 0; i < v->count; i++) {
         v->msgs[i].reported = 0;
     }

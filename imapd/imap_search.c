@@ -189,11 +189,11 @@ static int imap_search_prepare_keys(struct imap_search_run *r)
 static int imap_search_prepare(struct imap_search_run *r)
 {
     mv_store *store = r->x->s->store->store;
-    int snapshot = mv_store_read_begin(store) == MV_OK;
-    int rc = imap_search_prepare_keys(r);
-    if (snapshot) {
-        mv_store_read_end(store);
+    if (mv_store_read_begin(store) != MV_OK) {
+        /* nothing lost: each read then has a transaction of its own */
     }
+    int rc = imap_search_prepare_keys(r);
+    mv_store_read_end(store); /* nothing if none was begun */
     return rc;
 }
 

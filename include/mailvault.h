@@ -432,6 +432,11 @@ MV_API MV_MUST_CHECK int mv_message_fetch(
 MV_API MV_MUST_CHECK int mv_message_fetch_header(
     mv_store *store, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out);
 
+/* The rule above as a function: the length of raw's header, up to and including the first
+ * empty line (the first LF followed by LF or by CR LF), or len if there is none. For a
+ * server that cuts HEADER / TEXT sections, so it and the store agree on where they meet. */
+MV_API size_t mv_message_header_len(const void *raw, size_t len);
+
 /* Fills *info for one message (strings owned by the store). */
 MV_API MV_MUST_CHECK int
 mv_message_get(mv_store *store, const char *mailbox, uint32_t uid, struct mv_message_info *info);

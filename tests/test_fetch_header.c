@@ -1,7 +1,7 @@
 /*
  * test_fetch_header.c -- mv_message_fetch_header (the header-only read path of schema
- * version 3), the two-frame skeleton it relies on, read snapshots (mv_store_read_begin/end)
- * and mv_server_tune.
+ * version 3) and mv_message_header_len (its rule), the two-frame skeleton it relies on, read
+ * snapshots (mv_store_read_begin/end) and mv_server_tune.
  *
  * For messages of every shape (CRLF, bare LF, no empty line, an empty first line, tiny and
  * so stored uncompressed, incompressible, with a large attachment cut out) the header equals
@@ -50,6 +50,7 @@ static void fh_check_roundtrip(mv_store *s, const char *msg, size_t len, uint32_
     *uid_out = uid;
     void *head = NULL, *whole = NULL;
     size_t head_len = 0, whole_len = 0, want = fh_expected_header(msg, len);
+    CHECK_EQ_INT(mv_message_header_len(msg, len), want); /* the rule as a function */
     CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", uid, &head, &head_len), MV_OK);
     CHECK_EQ_INT(head_len, want);
     CHECK(head != NULL && memcmp(head, msg, want) == 0);
@@ -161,6 +162,7 @@ static void test_header_shapes(void)
     CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", 9999, &raw, &n), MV_ENOTFOUND);
     CHECK_EQ_INT(mv_message_fetch_header(s, "Nope", 1, &raw, &n), MV_ENOTFOUND);
     CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", 1, NULL, &n), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_header_len(NULL, 5), 0);
     mv_store_close(&s);
 }
 

@@ -593,6 +593,11 @@ int mv_message_fetch_header(
     return store_message_fetch_bytes(s, mailbox, uid, 1, raw_out, len_out);
 }
 
+size_t mv_message_header_len(const void *raw, size_t len)
+{
+    return raw != NULL ? store_header_end(raw, len) : 0;
+}
+
 int store_message_info_read(sqlite3_stmt *st,
                             struct store_strings *strings,
                             struct mv_message_info *info)

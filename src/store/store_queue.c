@@ -344,12 +344,6 @@ static int store_queue_pub_sync(mv_store *s, const uint8_t *pk, int *rewritten)
     return MV_OK;
 }
 
-/* The drain must have its commit durable before it may delete a queue file (store_durable). */
-static int store_queue_synchronous(mv_store *s, int full)
-{
-    return store_durable(s, full);
-}
-
 int store_queue_init_keys(mv_store *s)
 {
     uint8_t pk[crypto_box_PUBLICKEYBYTES], sk[crypto_box_SECRETKEYBYTES];
@@ -357,10 +351,10 @@ int store_queue_init_keys(mv_store *s)
     if (rc != MV_OK) {
         return store_fail(s, rc, "libsodium failed to initialise");
     }
-    rc = store_queue_synchronous(s, 1);
+    rc = store_durable(s, 1);
     if (rc == MV_OK) {
         rc = store_queue_keys_ensure(s, pk, sk);
-        int rc2 = store_queue_synchronous(s, 0);
+        int rc2 = store_durable(s, 0);
         rc = rc != MV_OK ? rc : rc2;
     }
     int rewritten = 0;
@@ -891,7 +885,8 @@ int store_queue_drain(mv_store *s)
     if (rc != MV_OK) {
         return store_fail(s, rc, "libsodium failed to initialise");
     }
-    rc = store_queue_synchronous(s, 1);
+    /* Each drained entry's commit must be on disk before its queue file is deleted. */
+    rc = store_durable(s, 1);
     if (rc == MV_OK) {
         rc = store_queue_drain_prepare(&q, &pub_rewritten);
     }
@@ -909,7 +904,7 @@ int store_queue_drain(mv_store *s)
         store_queue_sweep(s->queue_dir);
         store_queue_note(&q, pub_rewritten);
     }
-    int rc2 = store_queue_synchronous(s, 0);
+    int rc2 = store_durable(s, 0);
     sodium_memzero(q.sk, sizeof q.sk);
     return rc != MV_OK ? rc : rc2;
 }
