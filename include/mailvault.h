@@ -107,6 +107,9 @@ MV_API MV_MUST_CHECK int mv_cipher_from_name(const char *name, mv_cipher *cipher
  * Also registers an auto-extension so that every connection opened afterwards can take
  * "PRAGMA key" on a new file (the VFS needs the connection to set the page reserve bytes).
  * Calling it again is harmless: the first registration's lower VFS stays in force.
+ * The VFS offers what the lower VFS offers: where a lower file has no shared memory (I/O
+ * methods version 1, or no xShmMap, as Ceph's libcephsqlite), WAL works only in exclusive
+ * locking mode (one connection per database at a time), which mv_db_open() sets.
  * Returns MV_OK, MV_ENOTFOUND if lower_vfs_name names no VFS, MV_ENOMEM, or MV_ERROR if the
  * crypto library fails its start-up self-test. */
 MV_API MV_MUST_CHECK int mv_vfs_register(const char *lower_vfs_name, int make_default);
@@ -137,7 +140,9 @@ struct mv_db_options {
  * (an empty file would open with any password). For an existing file
  * the cipher is recognised from the plain header bytes (reserve 32: chacha20, 80: sqlcipher,
  * 0: aes256cbc), so only one KDF runs; it then proves the key by reading the schema.
- * opts may be NULL for defaults.
+ * opts may be NULL for defaults. On a lower VFS without shared memory (mv_vfs_register) it
+ * sets PRAGMA locking_mode=EXCLUSIVE before anything reads the file and checks that it took;
+ * the connection then holds the file until it closes, and another open gets MV_EBUSY.
  *
  * On success *db_out is an open connection the caller closes with sqlite3_close(). On
  * failure *db_out is NULL and, if errmsg_out is not NULL, *errmsg_out is a message the caller

@@ -34,6 +34,29 @@ static int mv_db_set_page_size(sqlite3 *db, int page_size)
     return sqlite3_exec(db, sql, NULL, NULL, NULL);
 }
 
+/* A lower VFS without shared memory (vfs_register.c) supports WAL only in exclusive locking
+ * mode. It must be set before anything reads the file: the first read of a WAL database
+ * opens its WAL, and in normal mode SQLite would refuse that (SQLITE_CANTOPEN). Read back,
+ * so a connection never runs in a mode the VFS cannot serve. */
+static int mv_db_lock_mode_for_lower(sqlite3 *db)
+{
+    sqlite3_file *fp = NULL;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &fp) != SQLITE_OK ||
+        !mv_vfs_file_is_ours(fp)) {
+        return MV_EINVAL;
+    }
+    if (mv_vfs_file_has_shm(fp)) {
+        return MV_OK;
+    }
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, "PRAGMA main.locking_mode=EXCLUSIVE", -1, &st, NULL);
+    int ok = rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW &&
+             sqlite3_column_text(st, 0) != NULL &&
+             strcmp((const char *)sqlite3_column_text(st, 0), "exclusive") == 0;
+    sqlite3_finalize(st);
+    return ok ? MV_OK : MV_ERROR;
+}
+
 /* Reads the schema: the first access that decrypts pages. */
 static int mv_db_prove(sqlite3 *db, char **errmsg_out)
 {
@@ -101,6 +124,11 @@ int mv_db_open(const char *path,
         return mv_fail(&db, errmsg_out, mv_error_from_sqlite(rc), "%s", sqlite3_errmsg(db));
     }
     sqlite3_extended_result_codes(db, 1);
+    rc = mv_db_lock_mode_for_lower(db);
+    if (rc != MV_OK) {
+        return mv_fail(&db, errmsg_out, rc, "cannot set exclusive locking (no shared memory)%s",
+                       NULL);
+    }
     if (o->cipher == MV_CIPHER_NONE) {
         return mv_fail(&db, errmsg_out, MV_EINVAL,
                        "cipher none: open unencrypted files with sqlite3_open_v2()%s", NULL);

@@ -99,6 +99,10 @@ struct mv_file {
 /* The VFS object and its lower VFS (vfs_register.c). */
 sqlite3_vfs *mv_vfs_lower(void);
 extern const sqlite3_io_methods mv_io_methods;
+/* Whether p is a file of the mailvault VFS (either method table). */
+int mv_vfs_file_is_ours(const sqlite3_file *p);
+/* Whether p, a file of the mailvault VFS, offers shared memory (its lower file does). */
+int mv_vfs_file_has_shm(const sqlite3_file *p);
 
 /* Registry of open main files (vfs_registry.c). */
 void mv_registry_add(struct mv_file *f);

@@ -11,7 +11,10 @@
  *   - The file object is one allocation: struct mv_file, then the lower VFS's file
  *     (szOsFile = sizeof(struct mv_file) + lower->szOsFile), as SQLite's cksumvfs does.
  *   - The I/O methods are version 2: no xFetch, so SQLite never memory-maps ciphertext and
- *     every page goes through xRead.
+ *     every page goes through xRead. A file whose lower file offers no shared memory (I/O
+ *     methods version 1 or no xShmMap, as Ceph's libcephsqlite) gets a version 1 table:
+ *     the shim mirrors what the lower VFS offers, so SQLite sees that WAL needs exclusive
+ *     locking there instead of calling through a NULL method (mv_db_open then sets it).
  *   - An auto-extension hands each new connection to its main file (MV_FCNTL_ATTACH): a
  *     VFS sees no connection, but setting the reserve bytes of a new file needs one.
  */
@@ -282,6 +285,48 @@ const sqlite3_io_methods mv_io_methods = {
     NULL,
 };
 
+/* The same methods without shared memory, for files whose lower file has none: SQLite then
+ * allows WAL only with locking_mode=EXCLUSIVE, keeping the WAL index in heap memory. */
+static const sqlite3_io_methods mv_io_methods_noshm = {
+    1,
+    mv_io_close,
+    mv_io_read,
+    mv_io_write,
+    mv_io_truncate,
+    mv_io_sync,
+    mv_io_file_size,
+    mv_io_lock,
+    mv_io_unlock,
+    mv_io_check_reserved_lock,
+    mv_io_file_control,
+    mv_io_sector_size,
+    mv_io_device_characteristics,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+int mv_vfs_file_is_ours(const sqlite3_file *p)
+{
+    return p != NULL && (p->pMethods == &mv_io_methods || p->pMethods == &mv_io_methods_noshm);
+}
+
+int mv_vfs_file_has_shm(const sqlite3_file *p)
+{
+    return p != NULL && p->pMethods == &mv_io_methods;
+}
+
+/* Whether an open lower file offers the four shared-memory methods SQLite's WAL calls. */
+static int mv_lower_has_shm(const sqlite3_file *lower)
+{
+    const sqlite3_io_methods *m = lower->pMethods;
+    return m != NULL && m->iVersion >= 2 && m->xShmMap != NULL && m->xShmLock != NULL &&
+           m->xShmBarrier != NULL && m->xShmUnmap != NULL;
+}
+
 /* ---- VFS methods ------------------------------------------------------------------------ */
 
 static int mv_kind_for(const char *zName, int flags)
@@ -353,7 +398,7 @@ mv_vfs_open(sqlite3_vfs *vfs, sqlite3_filename zName, sqlite3_file *p, int flags
         p->pMethods = NULL;
         return rc;
     }
-    p->pMethods = &mv_io_methods;
+    p->pMethods = mv_lower_has_shm(f->lower) ? &mv_io_methods : &mv_io_methods_noshm;
     if (f->kind == MV_FILE_TEMP) {
         rc = mv_temp_open(f);
     } else if (f->kind == MV_FILE_MAIN) {
@@ -467,7 +512,7 @@ mv_connection_hook(sqlite3 *db, const char **pzErrMsg, const struct sqlite3_api_
     (void)api;
     sqlite3_file *fp = NULL;
     if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &fp) == SQLITE_OK &&
-        fp != NULL && fp->pMethods == &mv_io_methods) {
+        mv_vfs_file_is_ours(fp)) {
         (void)sqlite3_file_control(db, "main", MV_FCNTL_ATTACH, db);
     }
     return SQLITE_OK;
