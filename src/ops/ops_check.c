@@ -10,8 +10,10 @@
  *      is read page by page through the connection's own VFS file object
  *      (SQLITE_FCNTL_FILE_POINTER): each read is authenticated by the cipher, exactly as
  *      SQLite's reads are. The WAL is read the same way (SQLITE_FCNTL_JOURNAL_POINTER),
- *      frame by frame, for the frames of its current generation up to its last commit
- *      (frame headers and salts are plaintext, read with pread). A read transaction is
+ *      frame by frame, for the frames SQLite's recovery keeps: the salts and the checksum
+ *      chain decide, walked with pread by the one WAL walker (vfs/sqlite_format.h), so a
+ *      torn frame after the last commit (a write that failed on a full disk) is ignored
+ *      as SQLite ignores it. A read transaction is
  *      held meanwhile, so no checkpoint rewrites what is being read. A failed page is read
  *      a second time before it is reported (a checkpoint of another process may have been
  *      writing it).
@@ -22,6 +24,7 @@
  *      command, so it takes the write lock for its duration; read-only handles skip it.
  */
 #include "ops/ops_inspect.h"
+#include "vfs/sqlite_format.h"
 
 #include <fcntl.h>
 #include <stdarg.h>
@@ -31,8 +34,6 @@
 #include <unistd.h>
 
 #define OPS_PROBLEMS_REPORTED_MAX 1000u
-#define OPS_WAL_HEADER_BYTES      32
-#define OPS_WAL_FRAME_HEADER      24
 
 struct ops_check {
     mv_store *s;
@@ -69,11 +70,6 @@ static const char *ops_vfs_detail(mv_store *s)
                : vfs;
 }
 
-static uint32_t ops_be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
 /* Reads through the VFS, once more on failure. */
 static int ops_read_twice(sqlite3_file *f, uint8_t *buf, uint32_t size, sqlite3_int64 off)
 {
@@ -87,7 +83,6 @@ static int ops_read_twice(sqlite3_file *f, uint8_t *buf, uint32_t size, sqlite3_
 
 static int ops_check_main_pages(struct ops_check *c, uint32_t page_size, uint8_t *buf)
 {
-    static const char magic[16] = "SQLite format 3";
     sqlite3_file *f = NULL;
     sqlite3_int64 size = 0;
     if (sqlite3_file_control(c->s->db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK ||
@@ -102,7 +97,7 @@ static int ops_check_main_pages(struct ops_check *c, uint32_t page_size, uint8_t
             break; /* truncated by a checkpoint meanwhile */
         }
         c->out->pages_read++;
-        if (rc == SQLITE_OK && pgno == 1 && memcmp(buf, magic, sizeof magic) != 0) {
+        if (rc == SQLITE_OK && pgno == 1 && !mv_header_is_plaintext(buf)) {
             ops_problem(c, "page", "page 1 failed authentication");
         } else if (rc != SQLITE_OK) {
             ops_problem(c, "page", "page %llu: %s", (unsigned long long)pgno, ops_vfs_detail(c->s));
@@ -111,67 +106,72 @@ static int ops_check_main_pages(struct ops_check *c, uint32_t page_size, uint8_t
     return MV_OK;
 }
 
-/* The number of committed frames of the WAL's current generation (0 if no WAL). Opening
+/* The number of frames the WAL's recovery keeps (0 if no WAL), walked as recovery walks it
+ * (sqlite_format.h): a torn or stale tail after the last commit is not part of the log, so
+ * it is no problem. A frame that breaks the chain with valid frames chaining after it is
+ * either damage (the commits after it would be lost: counted, so its read below fails and
+ * is reported) or a page the last, unfinished transaction overwrote in place, which
+ * authenticates (the end of the log, as the VFS decides in recovery: vfs_wal.c). Opening
  * and closing the -wal of the open store is safe: SQLite's unix VFS takes no POSIX lock on
  * it (WAL locks live in the -shm), so the close drops none (store_files.h). */
-static uint64_t ops_wal_committed_frames(const char *wal_path, uint32_t page_size)
+static uint64_t
+ops_wal_committed_frames(const char *wal_path, sqlite3_file *f, uint32_t page_size, uint8_t *buf)
 {
     int fd = open(wal_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         return 0;
     }
-    uint8_t hdr[OPS_WAL_HEADER_BYTES], frame[OPS_WAL_FRAME_HEADER];
+    struct mv_wal_walk w;
     uint64_t committed = 0;
-    if (pread(fd, hdr, sizeof hdr, 0) == (ssize_t)sizeof hdr && ops_be32(hdr + 8) == page_size) {
-        for (uint64_t i = 0;; i++) {
-            off_t off = (off_t)(OPS_WAL_HEADER_BYTES + i * (OPS_WAL_FRAME_HEADER + page_size));
-            if (pread(fd, frame, sizeof frame, off) != (ssize_t)sizeof frame ||
-                memcmp(frame + 8, hdr + 16, 8) != 0) {
-                break;
-            }
-            if (ops_be32(frame + 4) != 0) {
-                committed = i + 1;
+    if (mv_wal_walk_begin(&w, fd, page_size) == 0) {
+        int step;
+        while ((step = mv_wal_walk_next(&w)) > 0) {
+            if (step == MV_WAL_STEP_BROKEN &&
+                ops_read_twice(f, buf, page_size,
+                               (sqlite3_int64)(mv_wal_frame_offset(w.frame_no, page_size) +
+                                               MV_WAL_FRAME_HEADER_BYTES)) == SQLITE_OK) {
+                break; /* authentic: overwritten in place, not committed */
             }
         }
+        committed = w.last_commit;
     }
+    mv_wal_walk_end(&w);
     close(fd);
     return committed;
 }
 
-/* The page number in the header of the WAL frame whose page starts at page_off. */
-static uint32_t ops_wal_frame_page(const char *wal_path, sqlite3_int64 page_off)
+/* The page number in the header of WAL frame n (1-based). */
+static uint32_t ops_wal_frame_page(const char *wal_path, uint64_t n, uint32_t page_size)
 {
     uint8_t hdr[4] = {0, 0, 0, 0};
     int fd = open(wal_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd >= 0) {
-        if (pread(fd, hdr, sizeof hdr, (off_t)(page_off - OPS_WAL_FRAME_HEADER)) != 4) {
+        if (pread(fd, hdr, sizeof hdr, (off_t)mv_wal_frame_offset(n, page_size)) != 4) {
             memset(hdr, 0, sizeof hdr);
         }
         close(fd);
     }
-    return ops_be32(hdr);
+    return mv_get_be32(hdr);
 }
 
 static int ops_check_wal_frames(struct ops_check *c, uint32_t page_size, uint8_t *buf)
 {
     char wal_path[MV_PATH_MAX + 8];
     snprintf(wal_path, sizeof wal_path, "%s-wal", c->s->db_path);
-    uint64_t frames = ops_wal_committed_frames(wal_path, page_size);
     sqlite3_file *f = NULL;
-    if (frames == 0 ||
-        sqlite3_file_control(c->s->db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &f) != SQLITE_OK ||
+    if (sqlite3_file_control(c->s->db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &f) != SQLITE_OK ||
         f == NULL || f->pMethods == NULL) {
         return MV_OK;
     }
-    for (uint64_t i = 0; i < frames; i++) {
+    uint64_t frames = ops_wal_committed_frames(wal_path, f, page_size, buf);
+    for (uint64_t n = 1; n <= frames; n++) {
         sqlite3_int64 off =
-            (sqlite3_int64)(OPS_WAL_HEADER_BYTES + i * (OPS_WAL_FRAME_HEADER + page_size) +
-                            OPS_WAL_FRAME_HEADER);
+            (sqlite3_int64)(mv_wal_frame_offset(n, page_size) + MV_WAL_FRAME_HEADER_BYTES);
         int rc = ops_read_twice(f, buf, page_size, off);
         c->out->wal_frames_read++;
         if (rc != SQLITE_OK) {
-            ops_problem(c, "page", "WAL frame %llu (page %u): %s", (unsigned long long)i + 1,
-                        ops_wal_frame_page(wal_path, off), ops_vfs_detail(c->s));
+            ops_problem(c, "page", "WAL frame %llu (page %u): %s", (unsigned long long)n,
+                        ops_wal_frame_page(wal_path, n, page_size), ops_vfs_detail(c->s));
         }
     }
     return MV_OK;

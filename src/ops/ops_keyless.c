@@ -41,6 +41,7 @@
  */
 #include "ops/ops_backup.h"
 #include "store/store_files.h"
+#include "vfs/sqlite_format.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,10 +57,6 @@
 #define OPS_DB_SHARED_FIRST       (0x40000000 + 2)
 #define OPS_DB_SHARED_SIZE        510
 #define OPS_LOCK_POLL_MS          1 /* short: writers take and drop WAL_WRITE often */
-#define OPS_WAL_HEADER_BYTES      32
-#define OPS_WAL_FRAME_HEADER      24
-#define OPS_WAL_MAGIC             0x377f0682u
-#define OPS_WAL_VERSION           3007000u
 
 struct ops_freeze {
     int db_fd;
@@ -141,11 +138,6 @@ static int ops_freeze(
     return MV_OK;
 }
 
-static uint32_t ops_be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
 static int ops_read_at(int fd, uint8_t *buf, size_t n, off_t off)
 {
     size_t got = 0;
@@ -197,70 +189,42 @@ static int ops_keyless_check_db(const char *path,
     return MV_OK;
 }
 
-/* SQLite's WAL checksum over n bytes (n a multiple of 8), continuing s[0], s[1]. */
-static void ops_wal_checksum(const uint8_t *p, size_t n, int big_endian, uint32_t s[2])
-{
-    for (size_t i = 0; i + 8 <= n; i += 8) {
-        uint32_t x0 = ops_be32(p + i), x1 = ops_be32(p + i + 4);
-        if (!big_endian) {
-            x0 = __builtin_bswap32(x0);
-            x1 = __builtin_bswap32(x1);
-        }
-        s[0] += x0 + s[1];
-        s[1] += x1 + s[0];
-    }
-}
-
-/* Walks the WAL copy as recovery would: valid frames and commit frames of its header's
- * generation. A WAL without a valid header has none (recovery ignores it). */
+/* Walks the WAL copy as recovery would (vfs/sqlite_format.h): valid frames and commit
+ * frames of its header's generation, up to the first frame that breaks the chain (without
+ * the key, damage cannot be told from a page overwritten in place; restoring the copy
+ * opens it through the VFS, which can). A WAL without a valid header has none. */
 static int ops_keyless_check_wal(const char *path,
                                  struct mv_backup_info *info,
                                  char *errmsg,
                                  size_t errmsg_size)
 {
     info->wal_frames = info->wal_commits = 0;
-    if (info->wal_size_bytes < OPS_WAL_HEADER_BYTES) {
+    if (info->wal_size_bytes < MV_WAL_HEADER_BYTES) {
         return MV_OK;
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    uint8_t hdr[OPS_WAL_HEADER_BYTES];
-    uint8_t *frame = malloc(OPS_WAL_FRAME_HEADER + (size_t)info->page_size);
-    if (fd < 0 || frame == NULL || ops_read_at(fd, hdr, sizeof hdr, 0) != 0) {
-        free(frame);
+    struct mv_wal_walk w;
+    if (fd < 0 || mv_wal_walk_begin(&w, fd, info->page_size) != 0) {
+        int e = errno;
         if (fd >= 0) {
+            mv_wal_walk_end(&w);
             close(fd);
         }
-        return ops_io_fail(errmsg, errmsg_size, MV_EIO, "cannot read %s", path);
+        return ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(e), "cannot read %s: %s", path,
+                           strerror(e));
     }
-    uint32_t magic = ops_be32(hdr);
-    int big_endian = (magic & 1u) != 0;
-    uint32_t s[2] = {0, 0};
-    ops_wal_checksum(hdr, 24, big_endian, s);
-    int header_ok = (magic & ~1u) == OPS_WAL_MAGIC && ops_be32(hdr + 4) == OPS_WAL_VERSION &&
-                    ops_be32(hdr + 8) == info->page_size && s[0] == ops_be32(hdr + 24) &&
-                    s[1] == ops_be32(hdr + 28);
-    size_t frame_size = OPS_WAL_FRAME_HEADER + (size_t)info->page_size;
-    uint64_t frames = 0;
-    for (off_t off = OPS_WAL_HEADER_BYTES;
-         header_ok && (uint64_t)off + frame_size <= info->wal_size_bytes;
-         off += (off_t)frame_size) {
-        if (ops_read_at(fd, frame, frame_size, off) != 0 || memcmp(frame + 8, hdr + 16, 8) != 0 ||
-            ops_be32(frame) == 0) {
-            break; /* another generation's salt, or no page: the end of the valid frames */
-        }
-        ops_wal_checksum(frame, 8, big_endian, s);
-        ops_wal_checksum(frame + OPS_WAL_FRAME_HEADER, info->page_size, big_endian, s);
-        if (s[0] != ops_be32(frame + 16) || s[1] != ops_be32(frame + 20)) {
-            break;
-        }
-        frames++;
-        if (ops_be32(frame + 4) != 0) {
-            info->wal_frames = frames; /* frames up to the last commit are what counts */
-            info->wal_commits++;
-        }
+    int step;
+    while ((step = mv_wal_walk_next(&w)) == MV_WAL_STEP_FRAME) {
     }
-    free(frame);
+    int e = errno;
+    info->wal_frames = w.last_commit; /* frames up to the last commit are what counts */
+    info->wal_commits = w.commits;
+    mv_wal_walk_end(&w);
     close(fd);
+    if (step == MV_WAL_STEP_ERROR) {
+        return ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(e), "cannot read %s: %s", path,
+                           strerror(e));
+    }
     return MV_OK;
 }
 

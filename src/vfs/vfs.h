@@ -21,6 +21,7 @@
 
 #include "crypto/crypt.h"
 #include "mailvault.h"
+#include "vfs/sqlite_format.h"
 #include "vfs/vfs_sqlite.h"
 
 #include <stdint.h>
@@ -143,24 +144,5 @@ void mv_temp_close(struct mv_file *f);
 int mv_temp_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 int mv_temp_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_temp_truncate(struct mv_file *f, sqlite3_int64 size);
-
-/* Helpers. */
-static inline uint32_t mv_get_be32(const uint8_t *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-static inline void mv_put_be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-/* Page size from header bytes 16..17 (1 means 65536); 0 if not a valid page size. */
-uint32_t mv_header_page_size(const uint8_t hdr[24]);
-/* Whether bytes 16..23 look like a plain SQLite header (non-legacy encrypted or plain). */
-int mv_header_plain_valid(const uint8_t hdr[24]);
-
-#define MV_SQLITE_MAGIC "SQLite format 3"
 
 #endif /* MV_VFS_H */

@@ -94,22 +94,3 @@ int mv_codec_decrypt(struct mv_codec *c, uint32_t pgno, uint8_t *page, uint32_t 
     mv_codec_set_error(c, "cannot decrypt page %u (page size %u)", pgno, page_size);
     return rc == CRYPT_ENOMEM ? SQLITE_NOMEM : SQLITE_IOERR_READ;
 }
-
-uint32_t mv_header_page_size(const uint8_t hdr[24])
-{
-    uint32_t v = ((uint32_t)hdr[16] << 8) | hdr[17];
-    if (v == 1) {
-        return 65536;
-    }
-    if (v < 512 || (v & (v - 1)) != 0) {
-        return 0;
-    }
-    return v;
-}
-
-int mv_header_plain_valid(const uint8_t hdr[24])
-{
-    /* (1) a valid page size, (2) file format versions 1 or 2, (3) payload fractions. */
-    return mv_header_page_size(hdr) != 0 && hdr[18] >= 1 && hdr[18] <= 2 && hdr[19] >= 1 &&
-           hdr[19] <= 2 && hdr[21] == 0x40 && hdr[22] == 0x20 && hdr[23] == 0x20;
-}

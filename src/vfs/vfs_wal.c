@@ -37,9 +37,6 @@
 
 #include <string.h>
 
-#define MV_WAL_HEADER_BYTES       32
-#define MV_WAL_FRAME_HEADER_BYTES 24
-
 static int mv_wal_active(const struct mv_file *f)
 {
     return f->codec->crypt != NULL && f->codec->key_state == MV_KEY_OK;
@@ -69,7 +66,9 @@ static int mv_wal_frame_at(sqlite3_int64 off, uint32_t page_size, int page_offse
 
 static sqlite3_int64 mv_wal_frame_number(sqlite3_int64 header_off, uint32_t page_size)
 {
-    return (header_off - MV_WAL_HEADER_BYTES) / ((sqlite3_int64)page_size + 24) + 1;
+    return (header_off - MV_WAL_HEADER_BYTES) /
+               ((sqlite3_int64)page_size + MV_WAL_FRAME_HEADER_BYTES) +
+           1;
 }
 
 int mv_wal_flush(struct mv_file *f)
@@ -80,30 +79,6 @@ int mv_wal_flush(struct mv_file *f)
     f->pending_header = 0;
     return f->lower->pMethods->xWrite(f->lower, f->pending, MV_WAL_FRAME_HEADER_BYTES,
                                       f->pending_offset);
-}
-
-static uint32_t mv_get_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-/* SQLite's WAL checksum: pairs of 32-bit words, s0 += x0 + s1, s1 += x1 + s0. */
-static void mv_wal_checksum(int big_endian, const uint8_t *p, size_t n, uint32_t s[2])
-{
-    uint32_t s0 = s[0], s1 = s[1];
-    if (big_endian) {
-        for (size_t i = 0; i + 8 <= n; i += 8) {
-            s0 += mv_get_be32(p + i) + s1;
-            s1 += mv_get_be32(p + i + 4) + s0;
-        }
-    } else {
-        for (size_t i = 0; i + 8 <= n; i += 8) {
-            s0 += mv_get_le32(p + i) + s1;
-            s1 += mv_get_le32(p + i + 4) + s0;
-        }
-    }
-    s[0] = s0;
-    s[1] = s1;
 }
 
 /* The WAL header of the generation whose salts a frame carries. A restart always changes
@@ -144,10 +119,12 @@ static int mv_wal_chain_seed(struct mv_file *f,
     if (rc != SQLITE_OK) {
         return rc;
     }
-    *big_endian = (int)(mv_get_be32(hdr) & 1);
+    struct mv_wal_header wal;
+    (void)mv_wal_header_parse(hdr, &wal); /* SQLite wrote it: its fields, valid or not */
+    *big_endian = wal.big_endian;
     if (header_off == MV_WAL_HEADER_BYTES) {
-        seed[0] = mv_get_be32(hdr + 24);
-        seed[1] = mv_get_be32(hdr + 28);
+        seed[0] = wal.checksum[0];
+        seed[1] = wal.checksum[1];
         return SQLITE_OK;
     }
     uint8_t prev[8];
@@ -255,23 +232,6 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
     return rc != SQLITE_OK ? rc : f->lower->pMethods->xWrite(f->lower, buf, amt, off);
 }
 
-/* Whether frame (24 + page_size bytes, header at off) continues the checksum chain from
- * seed, under the WAL header's salts. */
-static int mv_wal_frame_chains(const uint8_t *frame,
-                               uint32_t page_size,
-                               const uint8_t whdr[32],
-                               const uint32_t seed[2])
-{
-    if (memcmp(frame + 8, whdr + 16, 8) != 0) {
-        return 0;
-    }
-    int big_endian = (int)(mv_get_be32(whdr) & 1);
-    uint32_t sum[2] = {seed[0], seed[1]};
-    mv_wal_checksum(big_endian, frame, 8, sum);
-    mv_wal_checksum(big_endian, frame + MV_WAL_FRAME_HEADER_BYTES, page_size, sum);
-    return sum[0] == mv_get_be32(frame + 16) && sum[1] == mv_get_be32(frame + 20);
-}
-
 /* Recovery reads whole frames and stops, silently, at the first frame whose checksum does
  * not chain: right for a torn tail after a crash, wrong for a damaged frame in the middle,
  * which would drop every committed transaction after it. So a whole-frame read is checked
@@ -282,16 +242,18 @@ static int
 mv_wal_check_frame(struct mv_file *f, const uint8_t *frame, sqlite3_int64 off, uint32_t page_size)
 {
     struct mv_codec *c = f->codec;
-    uint8_t whdr[MV_WAL_HEADER_BYTES];
+    uint8_t whdr_bytes[MV_WAL_HEADER_BYTES];
+    struct mv_wal_header whdr;
     uint32_t seed[2];
     int big_endian;
     uint32_t frame_bytes = page_size + MV_WAL_FRAME_HEADER_BYTES;
-    if (f->lower->pMethods->xRead(f->lower, whdr, MV_WAL_HEADER_BYTES, 0) != SQLITE_OK ||
+    if (f->lower->pMethods->xRead(f->lower, whdr_bytes, MV_WAL_HEADER_BYTES, 0) != SQLITE_OK ||
         mv_wal_chain_seed(f, off, page_size, frame + 8, seed, &big_endian) != SQLITE_OK ||
         mv_codec_scratch(c, frame_bytes) != SQLITE_OK) {
         return SQLITE_OK; /* nothing to add to what SQLite itself will find */
     }
-    int chains = mv_wal_frame_chains(frame, page_size, whdr, seed);
+    (void)mv_wal_header_parse(whdr_bytes, &whdr);
+    int chains = mv_wal_frame_chains(frame, page_size, &whdr, seed);
     uint32_t pgno = mv_get_be32(frame);
     memcpy(c->scratch, frame + MV_WAL_FRAME_HEADER_BYTES, page_size);
     int authentic =
@@ -309,8 +271,9 @@ mv_wal_check_frame(struct mv_file *f, const uint8_t *frame, sqlite3_int64 off, u
     if (!chains && !authentic &&
         f->lower->pMethods->xRead(f->lower, c->scratch, (int)frame_bytes, off + frame_bytes) ==
             SQLITE_OK) {
-        uint32_t stored[2] = {mv_get_be32(frame + 16), mv_get_be32(frame + 20)};
-        damaged = mv_wal_frame_chains(c->scratch, page_size, whdr, stored);
+        uint32_t stored[2];
+        mv_wal_frame_stored_checksum(frame, stored);
+        damaged = mv_wal_frame_chains(c->scratch, page_size, &whdr, stored);
     }
     if (!damaged) {
         return SQLITE_OK; /* a torn tail: SQLite drops it, as it should */

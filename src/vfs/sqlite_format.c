@@ -1,0 +1,207 @@
+/*
+ * sqlite_format.c -- SQLite's database header, WAL header, WAL frames and checksum, and the
+ * walk over a WAL's frames (sqlite_format.h). Hand-written: SQLite exports no function for
+ * any of it, and an encrypted WAL must be judged over its ciphertext, below SQLite.
+ */
+#include "vfs/sqlite_format.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(sizeof(MV_SQLITE_MAGIC) == 16, "the magic fills bytes 0..15");
+
+uint32_t mv_header_page_size(const uint8_t hdr[MV_DB_HEADER_BYTES])
+{
+    uint32_t v = ((uint32_t)hdr[16] << 8) | hdr[17];
+    if (v == 1) {
+        return 65536;
+    }
+    if (v < 512 || (v & (v - 1)) != 0) {
+        return 0;
+    }
+    return v;
+}
+
+int mv_header_plain_valid(const uint8_t hdr[MV_DB_HEADER_BYTES])
+{
+    return mv_header_page_size(hdr) != 0 && hdr[18] >= 1 && hdr[18] <= 2 && hdr[19] >= 1 &&
+           hdr[19] <= 2 && hdr[21] == 64 && hdr[22] == 32 && hdr[23] == 32;
+}
+
+int mv_header_is_plaintext(const uint8_t hdr[MV_DB_HEADER_BYTES])
+{
+    return memcmp(hdr, MV_SQLITE_MAGIC, sizeof MV_SQLITE_MAGIC) == 0;
+}
+
+static uint32_t mv_get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+void mv_wal_checksum(int big_endian, const uint8_t *p, size_t n, uint32_t s[2])
+{
+    uint32_t s0 = s[0], s1 = s[1];
+    if (big_endian) {
+        for (size_t i = 0; i + 8 <= n; i += 8) {
+            s0 += mv_get_be32(p + i) + s1;
+            s1 += mv_get_be32(p + i + 4) + s0;
+        }
+    } else {
+        for (size_t i = 0; i + 8 <= n; i += 8) {
+            s0 += mv_get_le32(p + i) + s1;
+            s1 += mv_get_le32(p + i + 4) + s0;
+        }
+    }
+    s[0] = s0;
+    s[1] = s1;
+}
+
+int mv_wal_header_parse(const uint8_t hdr[MV_WAL_HEADER_BYTES], struct mv_wal_header *out)
+{
+    uint32_t magic = mv_get_be32(hdr);
+    out->big_endian = (int)(magic & 1u);
+    out->page_size = mv_get_be32(hdr + 8);
+    out->checkpoint_seq = mv_get_be32(hdr + 12);
+    memcpy(out->salts, hdr + 16, sizeof out->salts);
+    out->checksum[0] = mv_get_be32(hdr + 24);
+    out->checksum[1] = mv_get_be32(hdr + 28);
+    uint32_t sum[2] = {0, 0};
+    mv_wal_checksum(out->big_endian, hdr, 24, sum);
+    uint32_t ps = out->page_size;
+    return (magic & ~1u) == MV_WAL_MAGIC && mv_get_be32(hdr + 4) == MV_WAL_VERSION && ps >= 512 &&
+           ps <= 65536 && (ps & (ps - 1)) == 0 && sum[0] == out->checksum[0] &&
+           sum[1] == out->checksum[1];
+}
+
+void mv_wal_frame_stored_checksum(const uint8_t *frame, uint32_t out[2])
+{
+    out[0] = mv_get_be32(frame + 16);
+    out[1] = mv_get_be32(frame + 20);
+}
+
+int mv_wal_frame_chains(const uint8_t *frame,
+                        uint32_t page_size,
+                        const struct mv_wal_header *wal,
+                        const uint32_t seed[2])
+{
+    if (memcmp(frame + 8, wal->salts, sizeof wal->salts) != 0 || mv_get_be32(frame) == 0) {
+        return 0;
+    }
+    uint32_t sum[2] = {seed[0], seed[1]};
+    mv_wal_checksum(wal->big_endian, frame, 8, sum);
+    mv_wal_checksum(wal->big_endian, frame + MV_WAL_FRAME_HEADER_BYTES, page_size, sum);
+    return sum[0] == mv_get_be32(frame + 16) && sum[1] == mv_get_be32(frame + 20);
+}
+
+/* Reads n bytes at off: 1 if all were there, 0 if the file ends first, -1 on an error. */
+static int mv_wal_read_at(int fd, uint8_t *buf, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + got));
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r < 0) {
+            return -1;
+        }
+        if (r == 0) {
+            return 0;
+        }
+        got += (size_t)r;
+    }
+    return 1;
+}
+
+int mv_wal_walk_begin(struct mv_wal_walk *w, int fd, uint32_t expect_page_size)
+{
+    memset(w, 0, sizeof *w);
+    w->fd = fd;
+    struct stat st;
+    uint8_t hdr[MV_WAL_HEADER_BYTES];
+    if (fstat(fd, &st) != 0) {
+        return -1;
+    }
+    w->file_bytes = (uint64_t)st.st_size;
+    int r = mv_wal_read_at(fd, hdr, sizeof hdr, 0);
+    if (r < 0) {
+        return -1;
+    }
+    if (r == 0 || !mv_wal_header_parse(hdr, &w->hdr) ||
+        (expect_page_size != 0 && w->hdr.page_size != expect_page_size)) {
+        return 0; /* recovery ignores a WAL without a valid header */
+    }
+    size_t frame_bytes = (size_t)w->hdr.page_size + MV_WAL_FRAME_HEADER_BYTES;
+    w->frame = malloc(frame_bytes);
+    w->next_frame = malloc(frame_bytes);
+    if (w->frame == NULL || w->next_frame == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    w->header_valid = 1;
+    w->sum[0] = w->hdr.checksum[0];
+    w->sum[1] = w->hdr.checksum[1];
+    return 0;
+}
+
+/* Reads frame n into buf: 1, 0 if it is not all in the file, -1 on an error. */
+static int mv_wal_walk_read(struct mv_wal_walk *w, uint64_t n, uint8_t *buf)
+{
+    size_t frame_bytes = (size_t)w->hdr.page_size + MV_WAL_FRAME_HEADER_BYTES;
+    uint64_t off = mv_wal_frame_offset(n, w->hdr.page_size);
+    if (off + frame_bytes > w->file_bytes) {
+        return 0;
+    }
+    return mv_wal_read_at(w->fd, buf, frame_bytes, off);
+}
+
+int mv_wal_walk_next(struct mv_wal_walk *w)
+{
+    if (!w->header_valid) {
+        return MV_WAL_STEP_END;
+    }
+    uint64_t n = w->frame_no + 1;
+    int r = mv_wal_walk_read(w, n, w->frame);
+    if (r < 0) {
+        return MV_WAL_STEP_ERROR;
+    }
+    if (r == 0) {
+        w->header_valid = 0; /* no whole frame left */
+        return MV_WAL_STEP_END;
+    }
+    uint32_t page_size = w->hdr.page_size;
+    int step = MV_WAL_STEP_FRAME;
+    if (!mv_wal_frame_chains(w->frame, page_size, &w->hdr, w->sum)) {
+        uint32_t stored[2];
+        mv_wal_frame_stored_checksum(w->frame, stored);
+        r = mv_wal_walk_read(w, n + 1, w->next_frame);
+        if (r < 0) {
+            return MV_WAL_STEP_ERROR;
+        }
+        if (r == 0 || !mv_wal_frame_chains(w->next_frame, page_size, &w->hdr, stored)) {
+            w->header_valid = 0; /* the end of the log: nothing after it counts */
+            return MV_WAL_STEP_END;
+        }
+        step = MV_WAL_STEP_BROKEN;
+    }
+    w->frame_no = n;
+    w->pgno = mv_get_be32(w->frame);
+    w->commit = mv_get_be32(w->frame + 4) != 0;
+    mv_wal_frame_stored_checksum(w->frame, w->sum);
+    if (step == MV_WAL_STEP_FRAME && w->commit) {
+        w->last_commit = n;
+        w->commits++;
+    }
+    return step;
+}
+
+void mv_wal_walk_end(struct mv_wal_walk *w)
+{
+    free(w->frame);
+    free(w->next_frame);
+    w->frame = w->next_frame = NULL;
+    w->header_valid = 0;
+}
