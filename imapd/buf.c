@@ -61,6 +61,23 @@ void buf_add(struct buf *b, const void *data, size_t len)
     b->data[b->len] = '\0';
 }
 
+void buf_literal(struct buf *b, const void *data, size_t len)
+{
+    buf_printf(b, "{%zu}\r\n", len);
+    size_t at = b->len;
+    buf_add(b, data, len);
+    if (b->oom || len == 0) {
+        return;
+    }
+    /* RFC 3501 9: a literal is CHAR8, which excludes NUL. Dovecot's choice, which clients
+     * are used to: 0x80 in its place (the length stays; BINARY, RFC 3516, would be the way
+     * to get the bytes as they are). */
+    for (char *p = memchr(b->data + at, '\0', len); p != NULL;
+         p = memchr(p + 1, '\0', (size_t)(b->data + at + len - (p + 1)))) {
+        *p = (char)0x80;
+    }
+}
+
 void buf_str(struct buf *b, const char *s)
 {
     buf_add(b, s, strlen(s));
@@ -122,8 +139,7 @@ void buf_imap_string_utf8(struct buf *b, const char *s, size_t len, int utf8)
         plain = 0;
     }
     if (!plain) {
-        buf_printf(b, "{%zu}\r\n", len);
-        buf_add(b, s, len);
+        buf_literal(b, s, len);
         return;
     }
     buf_add(b, "\"", 1);

@@ -147,9 +147,7 @@ void imap_cmd_select(struct imap_ctx *x)
             first_unseen = i + 1;
         }
     }
-    buf_str(x->out, "* FLAGS (\\Answered \\Flagged \\Deleted \\Seen \\Draft)\r\n");
-    buf_printf(x->out, "* OK [PERMANENTFLAGS (%s)] flags that stay\r\n",
-               readonly ? "" : "\\Answered \\Flagged \\Deleted \\Seen \\Draft \\*");
+    imap_flags_announce(v, x->out); /* with the mailbox's keywords (RFC 3501 7.2.6) */
     buf_printf(x->out, "* %zu EXISTS\r\n* 0 RECENT\r\n", v->count);
     if (first_unseen != 0) {
         buf_printf(x->out, "* OK [UNSEEN %zu] first unseen message\r\n", first_unseen);
@@ -790,13 +788,17 @@ static const struct imap_node *imap_append_data(struct imap_ctx *x, size_t argc,
     return msg;
 }
 
+static void imap_append_message(struct imap_ctx *x,
+                                const char *name,
+                                const struct imap_node *msg,
+                                size_t taken,
+                                char *keywords,
+                                size_t keywords_size);
+
 void imap_cmd_append(struct imap_ctx *x)
 {
-    char name[IMAP_MAILBOX_MAX + 1], keywords[4096], err[160];
+    char name[IMAP_MAILBOX_MAX + 1];
     size_t argc = imap_arg_count(x->cmd), taken;
-    unsigned flags = 0;
-    int64_t date = 0;
-    keywords[0] = '\0';
     const struct imap_node *msg = imap_append_data(x, argc, &taken);
     if (msg == NULL) {
         return;
@@ -808,10 +810,32 @@ void imap_cmd_append(struct imap_ctx *x)
     if (imap_mailbox_arg(x, imap_arg(x->cmd, 0), name, sizeof name) != 0) {
         return;
     }
+    size_t keywords_size;
+    char *keywords = imap_keywords_buf(x->cmd, &keywords_size);
+    if (keywords == NULL) {
+        imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        return;
+    }
+    imap_append_message(x, name, msg, taken, keywords, keywords_size);
+    free(keywords);
+}
+
+/* APPEND after its mailbox and buffers: flags, date, quota, the store, the answer. */
+static void imap_append_message(struct imap_ctx *x,
+                                const char *name,
+                                const struct imap_node *msg,
+                                size_t taken,
+                                char *keywords,
+                                size_t keywords_size)
+{
+    char err[160];
+    size_t argc = imap_arg_count(x->cmd);
+    unsigned flags = 0;
+    int64_t date = 0;
     for (size_t i = 1; i + taken < argc; i++) {
         const struct imap_node *n = imap_arg(x->cmd, i);
         if (n->type == IMAP_NODE_LIST && i == 1) {
-            if (imap_parse_flags(x->cmd, n, &flags, keywords, sizeof keywords, err, sizeof err) !=
+            if (imap_parse_flags(x->cmd, n, &flags, keywords, keywords_size, err, sizeof err) !=
                 0) {
                 imap_tagged(x, "BAD", "%s", err);
                 return;
@@ -841,8 +865,11 @@ void imap_cmd_append(struct imap_ctx *x)
         imap_tagged(x, "NO", "[TRYCREATE] no mailbox \"%s\"", name);
         return;
     }
-    if (rc == MV_ELIMIT) {
-        imap_tagged(x, "NO", "[TOOBIG] %s", mv_store_errmsg(x->s->store->store));
+    if (rc == MV_ELIMIT && !mv_store_errmsg_internal(x->s->store->store)) {
+        imap_tagged(x, "NO", "[%s] %s",
+                    strstr(mv_store_errmsg(x->s->store->store), "keyword") != NULL ? "LIMIT"
+                                                                                   : "TOOBIG",
+                    mv_store_errmsg(x->s->store->store));
         return;
     }
     if (rc != MV_OK) {
@@ -851,6 +878,12 @@ void imap_cmd_append(struct imap_ctx *x)
     }
     if (x->s->state == IMAP_SELECTED) {
         (void)imap_view_sync(x->s, x->out, 1);
+        if (x->s->condstore && x->s->view.mailbox != NULL &&
+            strcmp(x->s->view.mailbox, name) == 0) {
+            /* As Dovecot: the client learns the modseq its append made (RFC 7162 3.1.2.1) */
+            buf_printf(x->out, "* OK [HIGHESTMODSEQ %llu] highest mod-sequence\r\n",
+                       (unsigned long long)x->s->view.highestmodseq);
+        }
     }
     struct mv_mailbox_info info;
     if (mv_mailbox_status(x->s->store->store, name, &info) == MV_OK) {

@@ -95,10 +95,73 @@ static int imap_store_modified(struct imap_ctx *x,
     return modified->oom ? MV_ENOMEM : MV_OK;
 }
 
+char *imap_keywords_buf(const struct imap_command *cmd, size_t *size)
+{
+    size_t n = 1;
+    for (size_t i = 0; i < cmd->node_count; i++) {
+        n += cmd->nodes[i].len + 1; /* every keyword and the space after it */
+    }
+    *size = n;
+    char *b = malloc(n);
+    if (b != NULL) {
+        b[0] = '\0';
+    }
+    return b;
+}
+
+/* The flags of STORE's arguments from base + 1 on (one list, or several flags) into *flags
+ * and keywords (keywords_size bytes, imap_keywords_buf: room for every keyword the command
+ * holds, so nothing is cut; the store applies its own limits and names them). 0, or -1 with
+ * BAD written. */
+static int imap_store_flags(
+    struct imap_ctx *x, size_t base, unsigned *flags, char *keywords, size_t keywords_size)
+{
+    char err[160];
+    size_t argc = imap_arg_count(x->cmd);
+    for (size_t i = base + 1; i < argc; i++) {
+        unsigned f = 0;
+        const struct imap_node *n = imap_arg(x->cmd, i);
+        int several = argc > base + 2;
+        size_t at = strlen(keywords), start = at > 0 ? at + 1 : 0; /* after a space */
+        if ((several && n->type == IMAP_NODE_LIST) ||
+            imap_parse_flags(x->cmd, n, &f, keywords + start, keywords_size - start, err,
+                             sizeof err) != 0) {
+            imap_tagged(x, "BAD", "%s", several && n->type == IMAP_NODE_LIST ? "bad flags" : err);
+            return -1;
+        }
+        *flags |= f;
+        if (at > 0 && keywords[start] != '\0') {
+            keywords[at] = ' ';
+        }
+    }
+    return 0;
+}
+
+/* After a STORE in a CONDSTORE session (RFC 7162 3.1.3): an untagged FETCH with MODSEQ for
+ * every message the STORE applied to, even with .SILENT (then without FLAGS), so the client
+ * learns the mod-sequence of its own change. */
+static void imap_store_report(struct imap_ctx *x, const uint32_t *uids, size_t count, int silent)
+{
+    struct imap_view *v = &x->s->view;
+    for (size_t i = 0, k = 0; i < count; i++) {
+        while (k < v->count && v->msgs[k].uid < uids[i]) {
+            k++;
+        }
+        if (k == v->count || v->msgs[k].uid != uids[i] || v->msgs[k].expunged != 0) {
+            continue;
+        }
+        if (!silent && v->msgs[k].reported == 0) {
+            imap_fetch_flags_line(x->out, k + 1, &v->msgs[k], x->s->condstore);
+        } else if (silent && x->s->condstore) {
+            buf_printf(x->out, "* %zu FETCH (UID %u MODSEQ (%llu))\r\n", k + 1, uids[i],
+                       (unsigned long long)v->msgs[k].modseq);
+        }
+    }
+}
+
 void imap_cmd_store(struct imap_ctx *x)
 {
     struct imap_view *v = &x->s->view;
-    char keywords[4096], err[160];
     unsigned flags = 0;
     int mode, silent;
     size_t argc = imap_arg_count(x->cmd), base = 1;
@@ -119,30 +182,25 @@ void imap_cmd_store(struct imap_ctx *x)
         imap_tagged(x, "BAD", "STORE takes a set, FLAGS, +FLAGS or -FLAGS (.SILENT) and flags");
         return;
     }
-    keywords[0] = '\0';
-    for (size_t i = base + 1; i < argc; i++) {
-        unsigned f = 0;
-        char kw[1024];
-        const struct imap_node *n = imap_arg(x->cmd, i);
-        int several = argc > base + 2;
-        if ((several && n->type == IMAP_NODE_LIST) ||
-            imap_parse_flags(x->cmd, n, &f, kw, sizeof kw, err, sizeof err) != 0) {
-            imap_tagged(x, "BAD", "%s", several && n->type == IMAP_NODE_LIST ? "bad flags" : err);
-            return;
-        }
-        flags |= f;
-        if (kw[0] != '\0' && strlen(keywords) + strlen(kw) + 2 < sizeof keywords) {
-            snprintf(keywords + strlen(keywords), sizeof keywords - strlen(keywords), "%s%s",
-                     keywords[0] != '\0' ? " " : "", kw);
-        }
+    size_t keywords_size;
+    char *keywords = imap_keywords_buf(x->cmd, &keywords_size);
+    if (keywords == NULL) {
+        imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        return;
+    }
+    if (imap_store_flags(x, base, &flags, keywords, keywords_size) != 0) {
+        free(keywords);
+        return;
     }
     if (v->readonly) {
+        free(keywords);
         imap_tagged(x, "NO", "[READ-ONLY] the mailbox is open read-only");
         return;
     }
     uint32_t *idx = NULL;
     size_t count = 0;
     if (imap_set_arg(x, imap_arg(x->cmd, 0), &idx, &count) != 0) {
+        free(keywords);
         return;
     }
     imap_drop_expunged(v, idx, &count);
@@ -164,13 +222,14 @@ void imap_cmd_store(struct imap_ctx *x)
     }
     mv_free(failed);
     free(set);
+    free(keywords);
     if (rc != MV_OK) {
         free(idx);
         buf_free(&modified);
         imap_tagged_store_error(x, rc, "STORE");
         return;
     }
-    /* Our own changes come back through the sync; .SILENT keeps them quiet. */
+    /* Our own changes come back through the sync; .SILENT keeps them quiet there. */
     for (size_t i = 0; i < v->count; i++) {
         v->msgs[i].reported = 0;
     }
@@ -182,13 +241,8 @@ void imap_cmd_store(struct imap_ctx *x)
         }
     }
     (void)imap_view_sync(x->s, x->out, x->cmd->uid);
-    for (size_t i = 0, k = 0; !silent && uids != NULL && i < count; i++) {
-        while (k < v->count && v->msgs[k].uid < uids[i]) {
-            k++;
-        }
-        if (k < v->count && v->msgs[k].uid == uids[i] && v->msgs[k].reported == 0) {
-            imap_fetch_flags_line(x->out, k + 1, &v->msgs[k], x->s->condstore);
-        }
+    if (uids != NULL) {
+        imap_store_report(x, uids, count, silent);
     }
     for (size_t i = 0; i < v->count; i++) {
         v->msgs[i].reported = 0;
@@ -287,8 +341,8 @@ static void imap_transfer(struct imap_ctx *x, int move)
         buf_str(&code, "] ");
     }
     mv_free(pairs);
-    if (move && code.len > 0) {
-        buf_printf(x->out, "* OK %s\r\n", code.data); /* RFC 6851: before the EXPUNGEs */
+    if (move && code.len > 0) { /* RFC 6851: before the EXPUNGEs; resp-text needs text */
+        buf_printf(x->out, "* OK %smoved\r\n", code.data);
     }
     (void)imap_view_sync(x->s, x->out, 1);
     imap_tagged(x, "OK", "%s%s completed", !move && code.data != NULL ? code.data : "",
@@ -304,6 +358,20 @@ void imap_cmd_copy(struct imap_ctx *x)
 void imap_cmd_move(struct imap_ctx *x)
 {
     imap_transfer(x, 1);
+}
+
+/* EXPUNGE's OK: with the mailbox's HIGHESTMODSEQ after the expunges in a CONDSTORE session
+ * (RFC 7162 3.1.11 / 3.2.10), as Dovecot sends it, so a sync client need not re-read its own
+ * change. */
+static void imap_tagged_expunge_ok(struct imap_ctx *x)
+{
+    const char *name = x->cmd->uid ? "UID EXPUNGE" : "EXPUNGE";
+    if (x->s->condstore && x->s->view.mailbox != NULL) {
+        imap_tagged(x, "OK", "[HIGHESTMODSEQ %llu] %s completed",
+                    (unsigned long long)x->s->view.highestmodseq, name);
+    } else {
+        imap_tagged(x, "OK", "%s completed", name);
+    }
 }
 
 void imap_cmd_expunge(struct imap_ctx *x)
@@ -331,8 +399,11 @@ void imap_cmd_expunge(struct imap_ctx *x)
         if (n == 0 || set == NULL) {
             free(set);
             (void)imap_view_sync(x->s, x->out, 1);
-            imap_tagged(x, n == 0 ? "OK" : "NO", "%s",
-                        n == 0 ? "UID EXPUNGE completed" : "[SERVERBUG] out of memory");
+            if (n == 0) {
+                imap_tagged_expunge_ok(x);
+            } else {
+                imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+            }
             return;
         }
     }
@@ -343,7 +414,7 @@ void imap_cmd_expunge(struct imap_ctx *x)
         return;
     }
     (void)imap_view_sync(x->s, x->out, 1);
-    imap_tagged(x, "OK", "EXPUNGE completed");
+    imap_tagged_expunge_ok(x);
 }
 
 void imap_cmd_close(struct imap_ctx *x)

@@ -100,8 +100,7 @@ imap_literal(struct buf *out, const char *data, size_t len, const struct imap_fe
         data += start;
         len = (size_t)n;
     }
-    buf_printf(out, "{%zu}\r\n", len);
-    buf_add(out, data, len);
+    buf_literal(out, data, len); /* NUL goes out as 0x80 (RFC 3501 9) */
 }
 
 /* BODY[1.2...]: a range of the raw message (imap_mime.c), or NIL when there is no such part. */

@@ -192,17 +192,100 @@ static int imap_mime_ascii(const char *s)
     return 1;
 }
 
-static void imap_mime_address(struct buf *out, InternetAddress *ia, int depth, int utf8);
+/* The source routes of an address field (RFC 5322 4.4 obs-route, "<@a,@b:user@host>"), which
+ * GMime parses away: the route ("@a,@b") with the addr-spec after it, in field order, so
+ * ENVELOPE's adl (RFC 3501 7.4.2) can carry it. */
+#define IMAP_MIME_ROUTES_MAX 16
+struct imap_mime_routes {
+    size_t count;
+    char *route[IMAP_MIME_ROUTES_MAX]; /* g_malloc'd */
+    char *addr[IMAP_MIME_ROUTES_MAX];
+};
 
-static void imap_mime_address_list(struct buf *out, InternetAddressList *list, int depth, int utf8)
+/* A copy of s[0..len) without white space (g_malloc). */
+static char *imap_mime_squeeze(const char *s, size_t len)
 {
-    int n = list != NULL ? internet_address_list_length(list) : 0;
-    for (int i = 0; i < n; i++) {
-        imap_mime_address(out, internet_address_list_get_address(list, i), depth, utf8);
+    char *out = g_malloc(len + 1);
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') {
+            out[n++] = s[i];
+        }
+    }
+    out[n] = '\0';
+    return out;
+}
+
+static void imap_mime_routes_read(const char *value, struct imap_mime_routes *r)
+{
+    memset(r, 0, sizeof *r);
+    int depth = 0; /* inside comments */
+    for (const char *p = value; *p != '\0' && r->count < IMAP_MIME_ROUTES_MAX; p++) {
+        if (*p == '\\' && p[1] != '\0') {
+            p++;
+        } else if (*p == '"' && depth == 0) { /* a quoted string: skip it */
+            for (p++; *p != '\0' && *p != '"'; p++) {
+                p += *p == '\\' && p[1] != '\0';
+            }
+            if (*p == '\0') {
+                break;
+            }
+        } else if (*p == '(') {
+            depth++;
+        } else if (*p == ')' && depth > 0) {
+            depth--;
+        } else if (*p == '<' && depth == 0) {
+            const char *q = p + 1 + strspn(p + 1, " \t\r\n");
+            const char *colon = *q == '@' ? strpbrk(q, ":>") : NULL;
+            const char *close = colon != NULL && *colon == ':' ? strchr(colon, '>') : NULL;
+            if (close != NULL) {
+                r->route[r->count] = imap_mime_squeeze(q, (size_t)(colon - q));
+                r->addr[r->count++] = imap_mime_squeeze(colon + 1, (size_t)(close - colon - 1));
+                p = close;
+            }
+        }
     }
 }
 
-static void imap_mime_address(struct buf *out, InternetAddress *ia, int depth, int utf8)
+static void imap_mime_routes_free(struct imap_mime_routes *r)
+{
+    for (size_t i = 0; i < r->count; i++) {
+        g_free(r->route[i]);
+        g_free(r->addr[i]);
+    }
+    r->count = 0;
+}
+
+/* The route written before addr in the field, taken (each route is used once), or NULL. */
+static const char *imap_mime_route_of(struct imap_mime_routes *r, const char *addr)
+{
+    for (size_t i = 0; r != NULL && addr != NULL && i < r->count; i++) {
+        if (r->addr[i] != NULL && strcmp(r->addr[i], addr) == 0) {
+            g_free(r->addr[i]);
+            r->addr[i] = NULL;
+            return r->route[i];
+        }
+    }
+    return NULL;
+}
+
+static void imap_mime_address(
+    struct buf *out, InternetAddress *ia, int depth, int utf8, struct imap_mime_routes *routes);
+
+static void imap_mime_address_list(struct buf *out,
+                                   InternetAddressList *list,
+                                   int depth,
+                                   int utf8,
+                                   struct imap_mime_routes *routes)
+{
+    int n = list != NULL ? internet_address_list_length(list) : 0;
+    for (int i = 0; i < n; i++) {
+        imap_mime_address(out, internet_address_list_get_address(list, i), depth, utf8, routes);
+    }
+}
+
+static void imap_mime_address(
+    struct buf *out, InternetAddress *ia, int depth, int utf8, struct imap_mime_routes *routes)
 {
     const char *name = internet_address_get_name(ia);
     if (INTERNET_ADDRESS_IS_GROUP(ia)) {
@@ -213,7 +296,7 @@ static void imap_mime_address(struct buf *out, InternetAddress *ia, int depth, i
         buf_imap_string_utf8(out, name != NULL ? name : "", name != NULL ? strlen(name) : 0, utf8);
         buf_str(out, " NIL)");
         imap_mime_address_list(out, internet_address_group_get_members(INTERNET_ADDRESS_GROUP(ia)),
-                               depth + 1, utf8);
+                               depth + 1, utf8, routes);
         buf_str(out, "(NIL NIL NIL NIL)");
         return;
     }
@@ -229,7 +312,10 @@ static void imap_mime_address(struct buf *out, InternetAddress *ia, int depth, i
         buf_imap_nstring(out, encoded);
         g_free(encoded);
     }
-    buf_str(out, " NIL ");
+    const char *route = imap_mime_route_of(routes, addr);
+    buf_str(out, " ");
+    buf_imap_nstring(out, route); /* the adl: "@a,@b" or NIL */
+    buf_str(out, " ");
     const char *at = addr != NULL ? strrchr(addr, '@') : NULL;
     if (addr == NULL || addr[0] == '\0') {
         buf_str(out, "NIL NIL");
@@ -256,14 +342,17 @@ static void imap_mime_addresses(
     }
     InternetAddressList *list =
         value != NULL && value[0] != '\0' ? internet_address_list_parse(NULL, value) : NULL;
+    struct imap_mime_routes routes;
+    imap_mime_routes_read(value != NULL ? value : "", &routes);
     g_free(value);
     if (list == NULL || internet_address_list_length(list) == 0) {
         buf_str(out, "NIL");
     } else {
         buf_str(out, "(");
-        imap_mime_address_list(out, list, 0, utf8);
+        imap_mime_address_list(out, list, 0, utf8, &routes);
         buf_str(out, ")");
     }
+    imap_mime_routes_free(&routes);
     if (list != NULL) {
         g_object_unref(list);
     }

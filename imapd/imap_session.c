@@ -8,11 +8,13 @@
 #include "conn_frame.h"
 
 #include <openssl/crypto.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 struct imap_job {
     struct job job;
@@ -29,30 +31,53 @@ struct imap_job {
     int failed_user_normal;
 };
 
-const char *imap_capabilities(const struct imap_session *s)
-{
-    if (s->state != IMAP_NOT_AUTH) {
-        return "IMAP4rev1 LITERAL+ SASL-IR UIDPLUS MOVE IDLE NAMESPACE ID UNSELECT ENABLE "
-               "LIST-EXTENDED LIST-STATUS CREATE-SPECIAL-USE "
-               "SPECIAL-USE CONDSTORE QRESYNC QUOTA QUOTA=RES-STORAGE QUOTA=RES-MESSAGE "
-               "UTF8=ACCEPT";
-    }
-    if (!s->login_allowed) {
-        return tls_available() && !s->tls ? "IMAP4rev1 LITERAL+ SASL-IR STARTTLS LOGINDISABLED"
-                                          : "IMAP4rev1 LITERAL+ SASL-IR LOGINDISABLED";
-    }
-    return tls_available() && !s->tls ? "IMAP4rev1 LITERAL+ SASL-IR STARTTLS AUTH=PLAIN"
-                                      : "IMAP4rev1 LITERAL+ SASL-IR AUTH=PLAIN";
-}
-
 void imap_tagged(struct imap_ctx *x, const char *status, const char *fmt, ...)
 {
-    char text[1024];
-    va_list ap;
+    /* Sized to the text: a long [MODIFIED set] must never be cut (the line would lose its
+     * closing bracket). */
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    buf_printf(x->out, "%s %s %s\r\n", x->cmd->tag, status, text);
+    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (text != NULL) {
+        vsnprintf(text, (size_t)n + 1, fmt, again);
+    }
+    va_end(again);
+    buf_printf(x->out, "%s %s %s\r\n", x->cmd->tag, status,
+               text != NULL ? text : "[SERVERBUG] out of memory");
+    free(text);
+}
+
+/* Whether a failure's detail may be shown to the user: written for people by the library
+ * (a missing mailbox, a limit and its value), not SQLite's or the file system's text. */
+static int imap_detail_for_user(int rc, const mv_store *store)
+{
+    if (store == NULL || mv_store_errmsg_internal(store) || mv_store_errmsg(store)[0] == '\0') {
+        return 0;
+    }
+    return rc == MV_ENOTFOUND || rc == MV_EEXISTS || rc == MV_ELIMIT || rc == MV_EINVAL ||
+           rc == MV_ENOSPC;
+}
+
+void imap_internal_error(struct imap_ctx *x, const char *code, const char *what, const char *detail)
+{
+    /* Dovecot's model: the client gets a generic text with a time stamp and an id, the log
+     * gets the detail under the same id, so an operator finds the line from a user's report. */
+    static _Atomic unsigned imap_error_seq;
+    unsigned id = ++imap_error_seq;
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+    log_event("user %s: %s failed (error %s-%u): %s", x->s->user[0] != '\0' ? x->s->user : "-",
+              what, stamp, id, detail);
+    imap_tagged(x, "NO",
+                "%s%s failed: internal error; the server log has the details under \"error %s-%u\" "
+                "[%s UTC]",
+                code, what, stamp, id, stamp);
 }
 
 void imap_tagged_store_error(struct imap_ctx *x, int rc, const char *what)
@@ -64,12 +89,21 @@ void imap_tagged_store_error(struct imap_ctx *x, int rc, const char *what)
                        : rc == MV_EBUSY   ? "[INUSE] "
                        : rc == MV_ENOSPC  ? "[OVERQUOTA] "
                                           : "[SERVERBUG] ";
-    const char *detail = x->s->store != NULL ? mv_store_errmsg(x->s->store->store) : "";
-    if (rc == MV_ECORRUPT || rc == MV_EIO || rc == MV_ERROR || rc == MV_ENOMEM) {
-        log_event("user %s: %s failed: %s", x->s->user, what, detail);
-        detail = mv_strerror(rc); /* the detail may name files: log only */
+    const mv_store *store = x->s->store != NULL ? x->s->store->store : NULL;
+    if (imap_detail_for_user(rc, store)) {
+        imap_tagged(x, "NO", "%s%s: %s", code, what, mv_store_errmsg(store));
+    } else if (rc == MV_EBUSY) { /* worth a retry; the detail ("database is locked") is logged */
+        log_event("user %s: %s: store busy: %s", x->s->user, what,
+                  store != NULL ? mv_store_errmsg(store) : "");
+        imap_tagged(x, "NO", "%s%s: the mailbox is busy, try again", code, what);
+    } else {
+        char detail[600];
+        snprintf(detail, sizeof detail, "%s (%s)",
+                 store != NULL && mv_store_errmsg(store)[0] != '\0' ? mv_store_errmsg(store)
+                                                                    : "no detail",
+                 mv_strerror(rc));
+        imap_internal_error(x, code, what, detail);
     }
-    imap_tagged(x, "NO", "%s%s: %s", code, what, detail[0] != '\0' ? detail : mv_strerror(rc));
 }
 
 /* ---- commands on the worker ---- */
@@ -151,11 +185,15 @@ static void imap_cmd_capability(struct imap_ctx *x)
     imap_tagged(x, "OK", "CAPABILITY completed");
 }
 
+/* A command: its name, the state it needs, whether a UID form exists, its handler, and the
+ * capabilities (space-separated; NULL: none) that it or its extended forms add. CAPABILITY
+ * is made from these (imap_capabilities): a command is advertised exactly when it is here. */
 struct imap_dispatch {
     const char *name;
     int min_state; /* IMAP_AUTH or IMAP_SELECTED */
     int uid_ok;
     void (*fn)(struct imap_ctx *x);
+    const char *capabilities;
 };
 
 static void imap_cmd_lsub(struct imap_ctx *x)
@@ -176,37 +214,95 @@ static void imap_cmd_subscribe_off(struct imap_ctx *x)
 }
 
 static const struct imap_dispatch imap_commands[] = {
-    {"CAPABILITY", IMAP_AUTH, 0, imap_cmd_capability},
-    {"NOOP", IMAP_AUTH, 0, imap_cmd_noop},
-    {"CHECK", IMAP_SELECTED, 0, imap_cmd_noop},
-    {"LOGOUT", IMAP_AUTH, 0, imap_cmd_logout},
-    {"SELECT", IMAP_AUTH, 0, imap_cmd_select},
-    {"EXAMINE", IMAP_AUTH, 0, imap_cmd_select},
-    {"CREATE", IMAP_AUTH, 0, imap_cmd_create},
-    {"DELETE", IMAP_AUTH, 0, imap_cmd_delete},
-    {"RENAME", IMAP_AUTH, 0, imap_cmd_rename},
-    {"SUBSCRIBE", IMAP_AUTH, 0, imap_cmd_subscribe_on},
-    {"UNSUBSCRIBE", IMAP_AUTH, 0, imap_cmd_subscribe_off},
-    {"LIST", IMAP_AUTH, 0, imap_cmd_list_all},
-    {"LSUB", IMAP_AUTH, 0, imap_cmd_lsub},
-    {"STATUS", IMAP_AUTH, 0, imap_cmd_status},
-    {"APPEND", IMAP_AUTH, 0, imap_cmd_append},
-    {"CLOSE", IMAP_SELECTED, 0, imap_cmd_close},
-    {"EXPUNGE", IMAP_SELECTED, 1, imap_cmd_expunge},
-    {"MOVE", IMAP_SELECTED, 1, imap_cmd_move},
-    {"IDLE", IMAP_AUTH, 0, imap_cmd_idle},
-    {"NAMESPACE", IMAP_AUTH, 0, imap_cmd_namespace},
-    {"ID", IMAP_AUTH, 0, imap_cmd_id},
-    {"ENABLE", IMAP_AUTH, 0, imap_cmd_enable},
-    {"UNSELECT", IMAP_SELECTED, 0, imap_cmd_unselect},
-    {"FETCH", IMAP_SELECTED, 1, imap_cmd_fetch},
-    {"STORE", IMAP_SELECTED, 1, imap_cmd_store},
-    {"COPY", IMAP_SELECTED, 1, imap_cmd_copy},
-    {"SEARCH", IMAP_SELECTED, 1, imap_cmd_search},
-    {"GETQUOTA", IMAP_AUTH, 0, imap_cmd_getquota},
-    {"GETQUOTAROOT", IMAP_AUTH, 0, imap_cmd_getquotaroot},
-    {"SETQUOTA", IMAP_AUTH, 0, imap_cmd_setquota},
+    {"CAPABILITY", IMAP_AUTH, 0, imap_cmd_capability, NULL},
+    {"NOOP", IMAP_AUTH, 0, imap_cmd_noop, NULL},
+    {"CHECK", IMAP_SELECTED, 0, imap_cmd_noop, NULL},
+    {"LOGOUT", IMAP_AUTH, 0, imap_cmd_logout, NULL},
+    {"SELECT", IMAP_AUTH, 0, imap_cmd_select, "CONDSTORE QRESYNC"}, /* (CONDSTORE), (QRESYNC) */
+    {"EXAMINE", IMAP_AUTH, 0, imap_cmd_select, NULL},
+    {"CREATE", IMAP_AUTH, 0, imap_cmd_create, "CREATE-SPECIAL-USE"},
+    {"DELETE", IMAP_AUTH, 0, imap_cmd_delete, NULL},
+    {"RENAME", IMAP_AUTH, 0, imap_cmd_rename, NULL},
+    {"SUBSCRIBE", IMAP_AUTH, 0, imap_cmd_subscribe_on, NULL},
+    {"UNSUBSCRIBE", IMAP_AUTH, 0, imap_cmd_subscribe_off, NULL},
+    {"LIST", IMAP_AUTH, 0, imap_cmd_list_all, "LIST-EXTENDED LIST-STATUS SPECIAL-USE"},
+    {"LSUB", IMAP_AUTH, 0, imap_cmd_lsub, NULL},
+    {"STATUS", IMAP_AUTH, 0, imap_cmd_status, NULL},
+    {"APPEND", IMAP_AUTH, 0, imap_cmd_append, NULL},
+    {"CLOSE", IMAP_SELECTED, 0, imap_cmd_close, NULL},
+    {"EXPUNGE", IMAP_SELECTED, 1, imap_cmd_expunge, "UIDPLUS"}, /* UID EXPUNGE, COPYUID */
+    {"MOVE", IMAP_SELECTED, 1, imap_cmd_move, "MOVE"},
+    {"IDLE", IMAP_AUTH, 0, imap_cmd_idle, "IDLE"},
+    {"NAMESPACE", IMAP_AUTH, 0, imap_cmd_namespace, "NAMESPACE"},
+    {"ID", IMAP_AUTH, 0, imap_cmd_id, "ID"},
+    {"ENABLE", IMAP_AUTH, 0, imap_cmd_enable, "ENABLE UTF8=ACCEPT"},
+    {"UNSELECT", IMAP_SELECTED, 0, imap_cmd_unselect, "UNSELECT"},
+    {"FETCH", IMAP_SELECTED, 1, imap_cmd_fetch, NULL},
+    {"STORE", IMAP_SELECTED, 1, imap_cmd_store, NULL},
+    {"COPY", IMAP_SELECTED, 1, imap_cmd_copy, NULL},
+    {"SEARCH", IMAP_SELECTED, 1, imap_cmd_search, NULL},
+    {"GETQUOTA", IMAP_AUTH, 0, imap_cmd_getquota, "QUOTA QUOTA=RES-STORAGE QUOTA=RES-MESSAGE"},
+    {"GETQUOTAROOT", IMAP_AUTH, 0, imap_cmd_getquotaroot, NULL},
+    {"SETQUOTA", IMAP_AUTH, 0, imap_cmd_setquota, NULL},
 };
+
+/* What the framing and the login offer (not commands of the table). */
+#define IMAP_CAPS_BASE "IMAP4rev1 LITERAL+ SASL-IR"
+
+static char imap_caps_authed[1024];
+static pthread_once_t imap_caps_once = PTHREAD_ONCE_INIT;
+
+/* Whether the space-separated list has word (n bytes) as a whole word. */
+static int imap_caps_have(const char *list, const char *word, size_t n)
+{
+    for (const char *p = list; *p != '\0';) {
+        size_t len = strcspn(p, " ");
+        if (len == n && strncmp(p, word, n) == 0) {
+            return 1;
+        }
+        p += len;
+        p += *p == ' ';
+    }
+    return 0;
+}
+
+/* IMAP_CAPS_BASE and each row's capabilities once, in table order. */
+static void imap_caps_build(void)
+{
+    snprintf(imap_caps_authed, sizeof imap_caps_authed, "%s", IMAP_CAPS_BASE);
+    size_t len = strlen(imap_caps_authed);
+    for (size_t i = 0; i < sizeof imap_commands / sizeof imap_commands[0]; i++) {
+        for (const char *c = imap_commands[i].capabilities; c != NULL && *c != '\0';) {
+            size_t n = strcspn(c, " ");
+            if (!imap_caps_have(imap_caps_authed, c, n)) {
+                /* A build-time table that does not fit is a programming error: loud. */
+                if (len + 1 + n + 1 > sizeof imap_caps_authed) {
+                    abort();
+                }
+                imap_caps_authed[len++] = ' ';
+                memcpy(imap_caps_authed + len, c, n);
+                len += n;
+                imap_caps_authed[len] = '\0';
+            }
+            c += n;
+            c += *c == ' ';
+        }
+    }
+}
+
+const char *imap_capabilities(const struct imap_session *s)
+{
+    if (s->state != IMAP_NOT_AUTH) {
+        pthread_once(&imap_caps_once, imap_caps_build);
+        return imap_caps_authed;
+    }
+    if (!s->login_allowed) {
+        return tls_available() && !s->tls ? IMAP_CAPS_BASE " STARTTLS LOGINDISABLED"
+                                          : IMAP_CAPS_BASE " LOGINDISABLED";
+    }
+    return tls_available() && !s->tls ? IMAP_CAPS_BASE " STARTTLS AUTH=PLAIN"
+                                      : IMAP_CAPS_BASE " AUTH=PLAIN";
+}
 
 static void imap_job_run(struct job *job)
 {

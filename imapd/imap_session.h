@@ -36,6 +36,10 @@ struct imap_view {
     size_t count;
     size_t cap;
     size_t expunged_count; /* messages marked expunged: a sync knows without walking msgs */
+    /* The keywords announced in FLAGS (imap_keywords.c): malloc'd strings. */
+    char **keyword_names;
+    size_t keyword_count;
+    size_t keyword_cap;
 };
 
 struct imap_session {
@@ -99,6 +103,12 @@ void imap_tagged(struct imap_ctx *x, const char *status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* "tag NO <text from an MV_* failure>", with a response code where one fits. */
 void imap_tagged_store_error(struct imap_ctx *x, int rc, const char *what);
+/* "tag NO <code><what> failed: internal error ..." with a time stamp and an id; the detail
+ * (SQL, paths, library text: never for the client) goes to the log under that id. */
+void imap_internal_error(struct imap_ctx *x,
+                         const char *code,
+                         const char *what,
+                         const char *detail);
 const char *imap_capabilities(const struct imap_session *s);
 
 /* ---- imap_cmd_auth.c ---- */
@@ -131,6 +141,10 @@ void imap_cmd_getquotaroot(struct imap_ctx *x);
 void imap_cmd_setquota(struct imap_ctx *x);
 
 /* ---- imap_cmd_message.c ---- */
+/* A buffer for the keywords of any flag list in cmd (its size in *size): every keyword the
+ * command holds fits, so none is ever cut; the store applies its own limits. malloc'd, "";
+ * NULL when out of memory. */
+char *imap_keywords_buf(const struct imap_command *cmd, size_t *size);
 void imap_cmd_store(struct imap_ctx *x);
 void imap_cmd_copy(struct imap_ctx *x);
 void imap_cmd_move(struct imap_ctx *x);
@@ -171,6 +185,13 @@ void imap_flags_out(struct buf *out, unsigned flags, const char *keywords);
 void imap_fetch_flags_line(struct buf *out, size_t seq, const struct imap_msg *m, int condstore);
 /* A UID set string ("1,3:5") for the store from view indexes; malloc'd. */
 char *imap_view_uid_set(const struct imap_view *v, const uint32_t *idx, size_t count);
+
+/* ---- imap_keywords.c ---- */
+/* Adds the space-separated keywords to the view's set: 1 if one was new, 0 if not, MV_ENOMEM. */
+int imap_view_keywords_add(struct imap_view *v, const char *keywords);
+void imap_view_keywords_free(struct imap_view *v);
+/* "* FLAGS (...)" and "* OK [PERMANENTFLAGS (...)]" with the view's keywords. */
+void imap_flags_announce(const struct imap_view *v, struct buf *out);
 
 /* ---- imap_qresync.c ---- */
 /* The QRESYNC select parameter (RFC 7162 3.2.5). */

@@ -42,6 +42,7 @@ void imap_view_free(struct imap_view *v)
     }
     free(v->msgs);
     free(v->mailbox);
+    imap_view_keywords_free(v);
     memset(v, 0, sizeof *v);
 }
 
@@ -105,6 +106,13 @@ int imap_view_load(struct imap_session *s, const char *mailbox, int readonly)
     int rc = imap_view_read(s->store->store, mailbox, &v);
     if (rc == MV_OK && (v.mailbox = strdup(mailbox)) == NULL) {
         rc = MV_ENOMEM;
+    }
+    if (rc != MV_OK) {
+        imap_view_free(&v);
+        return rc;
+    }
+    for (size_t i = 0; rc == MV_OK && i < v.count; i++) {
+        rc = imap_view_keywords_add(&v, v.msgs[i].keywords) < 0 ? MV_ENOMEM : MV_OK;
     }
     if (rc != MV_OK) {
         imap_view_free(&v);
@@ -251,6 +259,13 @@ static int imap_view_apply(struct imap_session *s,
         }
         v->msgs = msgs;
         v->cap = cap;
+    }
+    int new_keyword = 0; /* RFC 3501 7.2.6: FLAGS names a keyword before any FETCH shows it */
+    for (size_t j = 0; j < d->changed.count; j++) {
+        new_keyword |= imap_view_keywords_add(v, d->changed.msgs[j].keywords) > 0;
+    }
+    if (new_keyword) {
+        imap_flags_announce(v, out);
     }
     for (size_t g = 0; g < d->gone_count; g++) {
         size_t i = imap_view_find_uid(v, d->gone[g]);

@@ -128,6 +128,9 @@ int buf_reserve(struct buf *b, size_t extra);
 void buf_add(struct buf *b, const void *data, size_t len);
 void buf_str(struct buf *b, const char *s);
 void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An IMAP literal "{len}" CRLF and the bytes, every NUL sent as 0x80 (RFC 3501 9: CHAR8
+ * excludes NUL; what Dovecot sends). Every literal the server sends goes through here. */
+void buf_literal(struct buf *b, const void *data, size_t len);
 /* Drops the first n bytes. */
 void buf_consume(struct buf *b, size_t n);
 /* An IMAP string: quoted if short and plain, else a literal. */

@@ -280,6 +280,13 @@ MV_API void mv_store_close(mv_store **store);
  * public key). Owned by the store. */
 MV_API const char *mv_store_errmsg(const mv_store *store);
 
+/* 1 if the detail of the last error is internal text: SQLite's wording or a statement
+ * ("BEGIN IMMEDIATE: database is locked"), a file path, or the message of an I/O,
+ * corruption or internal failure. A server logs such a detail and shows its user a generic
+ * text; 0 if the detail was written for people (a missing mailbox, a limit and its value).
+ * 1 for NULL. */
+MV_API int mv_store_errmsg_internal(const mv_store *store);
+
 /* Process-wide SQLite settings for a server (mailvaultd calls it first thing): turns off
  * SQLite's memory statistics, whose global mutex every SQLite allocation takes (Debian's
  * SQLite has no lookaside, so that is every row and statement step, on every thread).

@@ -690,6 +690,35 @@ static void test_init_killed(void)
            total_opened);
 }
 
+/* A failure's detail is internal (for a log) when SQLite wrote it ("BEGIN IMMEDIATE: database
+ * is locked"), for people when the store wrote it: a server shows only the latter (issue 12,
+ * "internal text never reaches a client"). */
+static void test_errmsg_internal(void)
+{
+    mv_store *a = NULL, *b = NULL;
+    CHECK_EQ_INT(mb_open("busy", &a), MV_OK);
+    CHECK_EQ_INT(mb_open("busy", &b), MV_OK);
+    if (a == NULL || b == NULL) {
+        mv_store_close(&a);
+        mv_store_close(&b);
+        return;
+    }
+    CHECK_EQ_INT(sqlite3_exec(mv_store_db(b), "PRAGMA busy_timeout=0", NULL, NULL, NULL),
+                 SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_exec(mv_store_db(a), "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    CHECK_EQ_INT(mv_mailbox_create(b, "locked", NULL), MV_EBUSY);
+    CHECK(strstr(mv_store_errmsg(b), "locked") != NULL);
+    CHECK_EQ_INT(mv_store_errmsg_internal(b), 1);
+    CHECK_EQ_INT(sqlite3_exec(mv_store_db(a), "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    CHECK_EQ_INT(mv_mailbox_create(b, "INBOX", NULL), MV_EEXISTS);
+    CHECK_EQ_INT(mv_store_errmsg_internal(b), 0);
+    CHECK_EQ_INT(mv_mailbox_delete(b, "no such"), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_store_errmsg_internal(b), 0);
+    CHECK_EQ_INT(mv_store_errmsg_internal(NULL), 1);
+    mv_store_close(&a);
+    mv_store_close(&b);
+}
+
 int main(void)
 {
     TEST(test_create_and_limits);
@@ -700,5 +729,6 @@ int main(void)
     TEST(test_readonly_open);
     TEST(test_empty_store_file_refused);
     TEST(test_init_killed);
+    TEST(test_errmsg_internal);
     return th_summary();
 }

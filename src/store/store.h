@@ -63,6 +63,9 @@ struct mv_store {
     int readonly;
     int lock_fd; /* store_lock.c: shared flock held for the handle's lifetime; -1: none */
     char errmsg[512];
+    /* The detail in errmsg came from SQLite or the file system (SQL text, paths, library
+     * wording): mv_store_errmsg_internal() tells servers to log it, not to show it. */
+    int errmsg_internal;
     struct store_stmt_slot stmts[STORE_STMT_CACHE];
     struct store_strings strings;
     /* zstd contexts, made on first use and kept for the handle's life: a fresh context per

@@ -228,6 +228,11 @@ const char *mv_store_errmsg(const mv_store *store)
     return store != NULL ? store->errmsg : "";
 }
 
+int mv_store_errmsg_internal(const mv_store *store)
+{
+    return store == NULL || store->errmsg_internal;
+}
+
 sqlite3 *mv_store_db(mv_store *store)
 {
     return store != NULL ? store->db : NULL;

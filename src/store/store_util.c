@@ -16,6 +16,8 @@ int store_fail(mv_store *s, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
     va_end(ap);
+    /* Messages for a failed file or an internal fault name files or statements. */
+    s->errmsg_internal = code == MV_EIO || code == MV_ECORRUPT || code == MV_ERROR;
     return code;
 }
 
@@ -27,18 +29,21 @@ int store_fail_sqlite(mv_store *s, const char *what)
     if (code == MV_OK) {
         code = MV_ERROR;
     }
+    int out;
     if ((rc & 0xff) == SQLITE_CANTOPEN) {
         /* The store file is open: what failed is a file SQLite creates on the way (a
          * temporary file, which goes to tmp/, or the WAL index), not a missing store. */
-        return store_fail(s, MV_EIO,
-                          "%s: %s: cannot create a file (temporary files go to %s, which must "
-                          "be a writable directory)",
-                          what, sqlite3_errmsg(s->db), s->tmp_dir);
+        out = store_fail(s, MV_EIO,
+                         "%s: %s: cannot create a file (temporary files go to %s, which must "
+                         "be a writable directory)",
+                         what, sqlite3_errmsg(s->db), s->tmp_dir);
+    } else if (vfs != NULL && (code == MV_ECORRUPT || code == MV_EIO)) {
+        out = store_fail(s, code, "%s: %s (%s)", what, sqlite3_errmsg(s->db), vfs);
+    } else {
+        out = store_fail(s, code, "%s: %s", what, sqlite3_errmsg(s->db));
     }
-    if (vfs != NULL && (code == MV_ECORRUPT || code == MV_EIO)) {
-        return store_fail(s, code, "%s: %s (%s)", what, sqlite3_errmsg(s->db), vfs);
-    }
-    return store_fail(s, code, "%s: %s", what, sqlite3_errmsg(s->db));
+    s->errmsg_internal = 1; /* "BEGIN IMMEDIATE: database is locked" is for the log */
+    return out;
 }
 
 void store_enter(mv_store *s)
