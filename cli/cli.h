@@ -93,6 +93,17 @@ int cli_sql_main(int argc, char **argv);
 
 /* ---- cli_args.c: the command line of the store commands ---- */
 
+/* One command-line option: the name as typed ("--limit"), the placeholder of its value
+ * ("N"; NULL: it takes none) and one line of help for --help and the manual page. */
+struct cli_option_def {
+    const char *name;
+    const char *arg;
+    const char *help;
+};
+
+/* "  --name ARG   help" on one line, as every --help lists its options. */
+void cli_args_print_option(FILE *out, const struct cli_option_def *def);
+
 /* Every option any store command knows; each command accepts a subset (a CLI_OPT() mask). */
 enum cli_opt {
     CLI_OPT_ROOT,

@@ -24,53 +24,59 @@
 #include <string.h>
 #include <time.h>
 
-struct cli_option_def {
-    const char *name;
-    int takes_value;
-};
-
-/* Indexed by enum cli_opt. */
+/* Indexed by enum cli_opt: the name as typed, the value's placeholder (NULL: the option
+ * takes none) and one line of help. `mailvault COMMAND --help` lists a command's options
+ * from here and man/mailvault.1 is generated from that listing (scripts/gen-man.py), so
+ * the help, the manual and the parser cannot disagree. Keep each help under 52 columns. */
 static const struct cli_option_def cli_option_defs[CLI_OPT_COUNT] = {
-    [CLI_OPT_ROOT] = {"--root", 1},
-    [CLI_OPT_PASSWORD_FILE] = {"--password-file", 1},
-    [CLI_OPT_MAILBOX] = {"--mailbox", 1},
-    [CLI_OPT_JSON] = {"--json", 0},
-    [CLI_OPT_LIMIT] = {"--limit", 1},
-    [CLI_OPT_OUTPUT] = {"--output", 1},
-    [CLI_OPT_FLAGS] = {"--flags", 1},
-    [CLI_OPT_SEALED] = {"--sealed", 0},
-    [CLI_OPT_MAX_MESSAGE_SIZE] = {"--max-message-size", 1},
-    [CLI_OPT_MBOX] = {"--mbox", 0},
-    [CLI_OPT_SPECIAL_USE] = {"--special-use", 1},
-    [CLI_OPT_ADD] = {"--add", 0},
-    [CLI_OPT_REMOVE] = {"--remove", 0},
-    [CLI_OPT_SET] = {"--set", 0},
-    [CLI_OPT_FROM] = {"--from", 1},
-    [CLI_OPT_TO] = {"--to", 1},
-    [CLI_OPT_CC] = {"--cc", 1},
-    [CLI_OPT_SUBJECT] = {"--subject", 1},
-    [CLI_OPT_MESSAGE_ID] = {"--message-id", 1},
-    [CLI_OPT_TEXT] = {"--text", 1},
-    [CLI_OPT_SINCE] = {"--since", 1},
-    [CLI_OPT_BEFORE] = {"--before", 1},
-    [CLI_OPT_SEEN] = {"--seen", 0},
-    [CLI_OPT_UNSEEN] = {"--unseen", 0},
-    [CLI_OPT_FLAGGED] = {"--flagged", 0},
-    [CLI_OPT_KEYWORD] = {"--keyword", 1},
-    [CLI_OPT_LARGER] = {"--larger", 1},
-    [CLI_OPT_SMALLER] = {"--smaller", 1},
-    [CLI_OPT_ALL] = {"--all", 0},
-    [CLI_OPT_PROMETHEUS] = {"--prometheus", 0},
-    [CLI_OPT_WITH_USER_LABELS] = {"--with-user-labels", 0},
-    [CLI_OPT_VACUUM_FREE_PERCENT] = {"--vacuum-free-percent", 1},
-    [CLI_OPT_VACUUM_SLACK_PERCENT] = {"--vacuum-slack-percent", 1},
-    [CLI_OPT_QUICK_CHECK_DAYS] = {"--quick-check-days", 1},
-    [CLI_OPT_QUICK_CHECK] = {"--quick-check", 0},
-    [CLI_OPT_NO_VACUUM] = {"--no-vacuum", 0},
-    [CLI_OPT_WAL_LIMIT] = {"--wal-limit", 1},
-    [CLI_OPT_KEEP] = {"--keep", 1},
-    [CLI_OPT_CIPHER] = {"--cipher", 1},
-    [CLI_OPT_NEW_PASSWORD_FILE] = {"--new-password-file", 1},
+    [CLI_OPT_ROOT] = {"--root", "DIR", "the stores' root (default $MAILVAULT_ROOT, ./var/mail)"},
+    [CLI_OPT_PASSWORD_FILE] = {"--password-file", "FILE",
+                               "read the password from FILE ('-': stdin)"},
+    [CLI_OPT_MAILBOX] = {"--mailbox", "NAME", "the mailbox to work in (default INBOX)"},
+    [CLI_OPT_JSON] = {"--json", NULL, "print JSON instead of text"},
+    [CLI_OPT_LIMIT] = {"--limit", "N", "print at most N messages (default: all)"},
+    [CLI_OPT_OUTPUT] = {"--output", "FILE", "write to FILE instead of stdout ('-': stdout)"},
+    [CLI_OPT_FLAGS] = {"--flags", "LIST", "flags and keywords of the new message"},
+    [CLI_OPT_SEALED] = {"--sealed", NULL, "queue it without the password (public key)"},
+    [CLI_OPT_MAX_MESSAGE_SIZE] = {"--max-message-size", "BYTES",
+                                  "refuse larger messages (default 64 MiB)"},
+    [CLI_OPT_MBOX] = {"--mbox", NULL, "write the mbox format (required)"},
+    [CLI_OPT_SPECIAL_USE] = {"--special-use", "USE",
+                             "RFC 6154 use: \\Sent \\Drafts \\Trash \\Junk ..."},
+    [CLI_OPT_ADD] = {"--add", NULL, "add FLAGS to the messages"},
+    [CLI_OPT_REMOVE] = {"--remove", NULL, "remove FLAGS from the messages"},
+    [CLI_OPT_SET] = {"--set", NULL, "replace the messages' flags with FLAGS"},
+    [CLI_OPT_FROM] = {"--from", "TEXT", "From: contains TEXT (any case)"},
+    [CLI_OPT_TO] = {"--to", "TEXT", "To: contains TEXT (any case)"},
+    [CLI_OPT_CC] = {"--cc", "TEXT", "Cc: contains TEXT (any case)"},
+    [CLI_OPT_SUBJECT] = {"--subject", "TEXT", "Subject: contains TEXT (any case)"},
+    [CLI_OPT_MESSAGE_ID] = {"--message-id", "ID", "Message-ID is ID (without <>)"},
+    [CLI_OPT_TEXT] = {"--text", "QUERY", "full-text query over headers and body"},
+    [CLI_OPT_SINCE] = {"--since", "YYYY-MM-DD", "received on or after that day (UTC)"},
+    [CLI_OPT_BEFORE] = {"--before", "YYYY-MM-DD", "received before that day (UTC)"},
+    [CLI_OPT_SEEN] = {"--seen", NULL, "flagged \\Seen"},
+    [CLI_OPT_UNSEEN] = {"--unseen", NULL, "not flagged \\Seen"},
+    [CLI_OPT_FLAGGED] = {"--flagged", NULL, "flagged \\Flagged"},
+    [CLI_OPT_KEYWORD] = {"--keyword", "K", "has the keyword K"},
+    [CLI_OPT_LARGER] = {"--larger", "N", "larger than N bytes"},
+    [CLI_OPT_SMALLER] = {"--smaller", "N", "smaller than N bytes"},
+    [CLI_OPT_ALL] = {"--all", NULL, "every store under the root, without passwords"},
+    [CLI_OPT_PROMETHEUS] = {"--prometheus", NULL, "print the Prometheus text format"},
+    [CLI_OPT_WITH_USER_LABELS] = {"--with-user-labels", NULL,
+                                  "--prometheus --all: one series per store"},
+    [CLI_OPT_VACUUM_FREE_PERCENT] = {"--vacuum-free-percent", "N",
+                                     "VACUUM from N% free pages (0..100, default 25)"},
+    [CLI_OPT_VACUUM_SLACK_PERCENT] = {"--vacuum-slack-percent", "N",
+                                      "VACUUM from N% slack (0..100, default 15)"},
+    [CLI_OPT_QUICK_CHECK_DAYS] = {"--quick-check-days", "N",
+                                  "quick_check every N days (default 7; 0: always)"},
+    [CLI_OPT_QUICK_CHECK] = {"--quick-check", NULL, "run quick_check now"},
+    [CLI_OPT_NO_VACUUM] = {"--no-vacuum", NULL, "decide and report, never VACUUM"},
+    [CLI_OPT_WAL_LIMIT] = {"--wal-limit", "BYTES", "a larger WAL is a problem (default 64 MiB)"},
+    [CLI_OPT_KEEP] = {"--keep", "N", "keep the newest N snapshots (1..1000, default 7)"},
+    [CLI_OPT_CIPHER] = {"--cipher", "NAME", "rewrite under chacha20, aes256cbc or sqlcipher"},
+    [CLI_OPT_NEW_PASSWORD_FILE] = {"--new-password-file", "FILE",
+                                   "read the new password from FILE ('-': stdin)"},
 };
 
 const char *cli_args_name(enum cli_opt id)
@@ -99,9 +105,25 @@ int cli_args_usage_error(const struct cli_args *args, const char *fmt, ...)
     return CLI_EXIT_USAGE;
 }
 
+void cli_args_print_option(FILE *out, const struct cli_option_def *def)
+{
+    char left[64];
+    snprintf(left, sizeof left, "%s%s%s", def->name, def->arg != NULL ? " " : "",
+             def->arg != NULL ? def->arg : "");
+    fprintf(out, "  %-24s  %s\n", left, def->help);
+}
+
 static void cli_args_help(const struct cli_command_spec *spec)
 {
     printf("usage: mailvault %s\n", spec->synopsis);
+    fputs("\nOptions:\n", stdout);
+    for (int id = 0; id < CLI_OPT_COUNT; id++) {
+        if (spec->options & CLI_OPT(id)) {
+            cli_args_print_option(stdout, &cli_option_defs[id]);
+        }
+    }
+    static const struct cli_option_def help = {"-h, --help", NULL, "print this help"};
+    cli_args_print_option(stdout, &help);
     if (spec->options & CLI_OPT(CLI_OPT_ROOT)) {
         fputs("\nUSER is an e-mail address. The store lives under --root DIR, else\n"
               "$MAILVAULT_ROOT, else ./var/mail.\n",
@@ -141,7 +163,7 @@ static int cli_args_option(int argc, char **argv, int *index, struct cli_args *o
     if (out->value[id] != NULL) {
         return cli_args_usage_error(out, "option %s given twice", def->name);
     }
-    if (!def->takes_value) {
+    if (def->arg == NULL) {
         if (equals != NULL) {
             return cli_args_usage_error(out, "option %s takes no value", def->name);
         }

@@ -150,6 +150,7 @@ static void cli_mailbox_usage(FILE *out)
     for (size_t i = 0; i < CLI_MAILBOX_SPEC_COUNT; i++) {
         fprintf(out, "  mailvault %s\n", cli_mailbox_specs[i].synopsis);
     }
+    fputs("('mailvault mailbox SUBCOMMAND --help' lists its options)\n", out);
 }
 
 int cli_mailbox_main(int argc, char **argv)

@@ -18,23 +18,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Every option of `sql`, for the parser and the help alike. */
+static const struct cli_option_def cli_sql_option_defs[] = {
+    {"--cipher", "NAME", "chacha20 (new files' default), aes256cbc, sqlcipher"},
+    {"--kdf-iter", "N", "KDF iterations (default 0: the cipher's)"},
+    {"--legacy", "N", "sqlcipher only: 4 for files made by SQLCipher 4"},
+    {"--password-file", "FILE", "read the password from FILE ('-': stdin)"},
+    {"--create", NULL, "create DBFILE if it does not exist"},
+    {"--readonly", NULL, "open read-only"},
+    {"-h, --help", NULL, "print this help"},
+};
+#define CLI_SQL_OPTION_COUNT (sizeof cli_sql_option_defs / sizeof cli_sql_option_defs[0])
+
 void cli_sql_options_usage(FILE *out)
 {
     fputs("usage: mailvault sql [OPTIONS] [--] DBFILE SQL...\n"
           "\n"
           "Runs each SQL argument (one or more statements) on the encrypted database DBFILE\n"
           "and prints result rows as tab-separated values (NULL empty, BLOB as hex).\n"
+          "An existing file's cipher is recognised without --cipher.\n"
           "\n"
-          "Options:\n"
-          "  --cipher NAME         chacha20 (default for new files), aes256cbc, sqlcipher;\n"
-          "                        existing files are recognised without it\n"
-          "  --kdf-iter N          KDF iterations (default: the cipher's)\n"
-          "  --legacy N            sqlcipher only: 4 for files made by SQLCipher 4 itself\n"
-          "  --password-file FILE  read the password from FILE ('-': stdin); one trailing\n"
-          "                        newline is stripped\n"
-          "  --create              create DBFILE if it does not exist\n"
-          "  --readonly            open read-only\n"
-          "\n"
+          "Options:\n",
+          out);
+    for (size_t i = 0; i < CLI_SQL_OPTION_COUNT; i++) {
+        cli_args_print_option(out, &cli_sql_option_defs[i]);
+    }
+    fputs("\n"
           "Password: --password-file, else $MAILVAULT_PASSWORD, else a prompt on the\n"
           "terminal. Exit status: 0 success, 1 error, 2 usage error.\n",
           out);
@@ -86,8 +95,12 @@ static int cli_sql_option_value(const char *name, const char *value, struct cli_
 
 static int cli_sql_option_takes_value(const char *name)
 {
-    return strcmp(name, "--cipher") == 0 || strcmp(name, "--kdf-iter") == 0 ||
-           strcmp(name, "--legacy") == 0 || strcmp(name, "--password-file") == 0;
+    for (size_t i = 0; i < CLI_SQL_OPTION_COUNT; i++) {
+        if (cli_sql_option_defs[i].arg != NULL && strcmp(name, cli_sql_option_defs[i].name) == 0) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* Handles argv[*index], an option; advances *index past its value if it takes one.
