@@ -59,6 +59,22 @@ static const struct config_key config_keys[] = {
      "KDF iterations of the stores (default 0: the cipher's; tests only; also "
      "$MAILVAULT_KDF_ITER)"},
     CI(lmtp_recipients_max, 1, 100000, "recipients of one LMTP transaction (default 100)"),
+    {"prelogin_bytes_max", CK_SIZE, offsetof(struct config, prelogin_bytes_max), sizeof(size_t),
+     1024, 1 << 24, "largest command and input held before login, bytes (default 65536)"},
+    CI(login_timeout_s, 1, 86400, "close a connection not logged in after this long (default 60)"),
+    {"literal_total_max", CK_SIZE, offsetof(struct config, literal_total_max), sizeof(uint64_t),
+     1024, 1LL << 40, "IMAP literal bytes being received, all connections (default 536870912)"},
+    CI(lmtp_connections_max, 1, 1000000, "LMTP connections, apart from IMAP's (default 100)"),
+    CI(lmtp_transaction_timeout_s,
+       1,
+       86400,
+       "one LMTP transaction, MAIL to the replies after DATA (default 600)"),
+    CI(lmtp_rejected_recipients_max,
+       1,
+       100000,
+       "refused RCPTs per LMTP transaction, then 452 (default 20)"),
+    {"lmtp_data_total_max", CK_SIZE, offsetof(struct config, lmtp_data_total_max), sizeof(uint64_t),
+     1024, 1LL << 40, "LMTP message bytes held, all connections (default 268435456)"},
     {"quota_kib", CK_SIZE, offsetof(struct config, quota_kib), sizeof(uint64_t), 0,
      (long long)QUOTA_STORAGE_KIB_MAX,
      "default storage quota per user in KiB (RFC 9208 STORAGE; default 0: unlimited)"},
@@ -101,6 +117,13 @@ void config_defaults(struct config *c)
     c->idle_timeout_s = 1800;
     c->auth_fail_delay_ms = 2000;
     c->lmtp_recipients_max = 100;
+    c->prelogin_bytes_max = 65536;
+    c->login_timeout_s = 60;
+    c->literal_total_max = 512u << 20;
+    c->lmtp_connections_max = 100;
+    c->lmtp_transaction_timeout_s = 600;
+    c->lmtp_rejected_recipients_max = 20;
+    c->lmtp_data_total_max = 256u << 20;
     c->cache_size_kib = 2048;
     c->maintain_interval_s = 86400;
     c->maintain_max_mib = 256;

@@ -43,11 +43,28 @@
 #define CONN_READ_CHUNK 65536
 
 static struct conn *conn_list;
-static int conn_total;
+static int conn_total;      /* every connection (conn_count) */
+static int conn_total_lmtp; /* of which LMTP: lmtp_connections_max, apart from IMAP's pool */
+/* IMAP literal bytes accepted for commands still being received, all connections
+ * (literal_total_max); each connection's share is its literal_reserved. */
+static uint64_t conn_literal_total;
 
 int conn_count(void)
 {
     return conn_total;
+}
+
+size_t conn_output_max(const struct conn *c)
+{
+    return c->proto == PROTO_IMAP && !c->authenticated ? g_config.prelogin_bytes_max
+                                                       : CONFIG_OUTPUT_MAX;
+}
+
+/* Gives back the literal bytes the connection's command in progress held. */
+static void conn_literal_release(struct conn *c)
+{
+    conn_literal_total -= c->literal_reserved;
+    c->literal_reserved = 0;
 }
 
 static void conn_event(void *arg, uint32_t events);
@@ -91,6 +108,8 @@ static void conn_close_now(struct conn *c, const char *why)
         c->next->prev = c->prev;
     }
     conn_total--;
+    conn_total_lmtp -= c->proto == PROTO_LMTP;
+    conn_literal_release(c);
     c->refs++;
     if (c->proto == PROTO_IMAP) {
         imap_session_end(c);
@@ -122,28 +141,49 @@ static long conn_read_some(struct conn *c, char *into, size_t len)
     return -1;
 }
 
-/* Drains the socket into c->in (up to a cap while busy). -1 if the peer is gone. */
+/* How many more bytes c->in may take now: before login never more than prelogin_bytes_max
+ * in all (conn_frame_imap refuses a command that does not fit, so reading never stalls on a
+ * full buffer); while a job is in flight or the output is full, a line and a chunk. */
+static size_t conn_input_room(const struct conn *c)
+{
+    size_t cap = SIZE_MAX;
+    if (c->proto == PROTO_IMAP && !c->authenticated) {
+        cap = g_config.prelogin_bytes_max;
+    } else if (c->busy || c->out.len >= conn_output_max(c)) {
+        cap = g_config.line_max + CONN_READ_CHUNK;
+    }
+    return c->in.len >= cap ? 0 : cap - c->in.len;
+}
+
+/* Drains the socket into c->in (up to conn_input_room). -1 if the peer is gone. Reads go
+ * through a fixed buffer so that c->in grows by what arrived, not by a chunk per read (a
+ * thousand connections that sent a byte each hold a thousand bytes, not 64 MiB). A
+ * connection that is closing takes no more input: what it sends is read and dropped. */
 static int conn_read(struct conn *c)
 {
+    static char chunk[CONN_READ_CHUNK]; /* loop thread only */
     for (;;) {
-        size_t cap = g_config.line_max + CONN_READ_CHUNK;
-        if ((c->busy || c->closing || c->out.len >= CONFIG_OUTPUT_MAX) && c->in.len >= cap) {
-            return 0; /* resumed by conn_resume() */
+        size_t room = c->closing ? sizeof chunk : conn_input_room(c);
+        if (room == 0) {
+            c->read_paused = 1; /* resumed by conn_process() or conn_resume() */
+            return 0;
         }
-        if (buf_reserve(&c->in, CONN_READ_CHUNK) != 0) {
-            return -1;
-        }
-        long n = conn_read_some(c, c->in.data + c->in.len, CONN_READ_CHUNK);
+        long n = conn_read_some(c, chunk, room < sizeof chunk ? room : sizeof chunk);
         if (n == 0) {
             return 0;
         }
         if (n < 0) {
             return -1;
         }
-        c->in.len += (size_t)n;
-        c->in.data[c->in.len] = '\0';
         c->bytes_in += (uint64_t)n;
         c->last_active_ms = loop_now_ms();
+        if (c->closing) {
+            continue;
+        }
+        buf_add(&c->in, chunk, (size_t)n);
+        if (c->in.oom) {
+            return -1;
+        }
     }
 }
 
@@ -228,8 +268,7 @@ int conn_start_tls(struct conn *c)
     }
     c->tls = 1;
     buf_consume(&c->in, c->in.len); /* nothing sent in plaintext survives */
-    c->frame_at = 0;
-    c->literal_left = 0;
+    conn_frame_reset(c);
     return 0;
 }
 
@@ -243,11 +282,22 @@ static void conn_process(struct conn *c)
         if (c->dead || c->busy) {
             return;
         }
+        /* Reading stopped on a full input buffer (before login) and commands have made room
+         * since: no new edge will come for what the socket still holds. */
+        if (c->read_paused && conn_input_room(c) > 0) {
+            c->read_paused = 0;
+            if (conn_read(c) != 0) {
+                c->read_eof = 1; /* closed by the caller, after what came before */
+            }
+        }
         size_t in_before = c->in.len, out_before = c->out.len;
         if (c->proto == PROTO_IMAP) {
             imap_session_input(c);
         } else {
             lmtp_session_input(c);
+        }
+        if (!c->dead && c->in.len == 0 && c->in.cap > CONN_OUTPUT_KEEP_MAX) {
+            buf_free(&c->in); /* a big command (APPEND) left it grown */
         }
         if (!c->dead && c->in.len == in_before && c->out.len == out_before) {
             conn_flush(c);
@@ -264,12 +314,14 @@ static void conn_event(void *arg, uint32_t events)
     }
     c->refs++;    /* a close inside must not free c under us */
     (void)events; /* edge-triggered: always drain (reading may have paused on a cap) */
+    c->read_paused = 0;
     if (conn_read(c) != 0) {
-        /* Process what came before the end (a pipelined LOGOUT), then close. */
-        conn_process(c);
+        c->read_eof = 1;
+    }
+    /* Process what came before the end (a pipelined LOGOUT), then close. */
+    conn_process(c);
+    if (c->read_eof) {
         conn_close_now(c, "peer closed");
-    } else {
-        conn_process(c);
     }
     conn_release(c);
 }
@@ -297,12 +349,14 @@ void conn_resume(struct conn *c)
         c->busy = 1; /* output held: resumes in conn_tick */
         return;
     }
+    c->read_paused = 0;
     if (conn_read(c) != 0) {
-        conn_process(c);
-        conn_close_now(c, "peer closed");
-        return;
+        c->read_eof = 1;
     }
     conn_process(c);
+    if (c->read_eof) {
+        conn_close_now(c, "peer closed");
+    }
 }
 
 void conn_hold(struct conn *c, int delay_ms)
@@ -331,8 +385,30 @@ void conn_tick(int64_t now_ms)
         if (c->proto == PROTO_IMAP && !c->busy) {
             c->refs++;
             imap_session_tick(c, now_ms);
+            int dead = c->dead;
+            conn_release(c); /* may free c if it died */
+            if (dead) {
+                continue;
+            }
+        }
+        /* The whole login phase has a deadline of its own: a client that trickles a byte a
+         * second is never idle, and would hold its connection slot for ever. A login job in
+         * flight (or a failed login's held answer) is let finish first. */
+        if (c->proto == PROTO_IMAP && !c->authenticated && !c->busy && !c->closing &&
+            now_ms - c->connected_ms > (int64_t)g_config.login_timeout_s * 1000) {
+            c->refs++;
+            conn_write_str(c, "* BYE login timeout\r\n");
+            conn_flush(c);
+            conn_close_now(c, "login timeout");
             conn_release(c);
-            if (c->dead) {
+            continue;
+        }
+        if (c->proto == PROTO_LMTP && !c->busy) {
+            c->refs++;
+            lmtp_session_tick(c, now_ms);
+            int dead = c->dead;
+            conn_release(c); /* may free c if it died */
+            if (dead) {
                 continue;
             }
         }
@@ -372,13 +448,38 @@ static void conn_describe(struct conn *c, const struct sockaddr_storage *sa)
     snprintf(c->peer_addr, sizeof c->peer_addr, "%s", host);
 }
 
-static int conn_count_from(const char *addr)
+/* Connections of proto from addr (each protocol has its own per-address count). */
+static int conn_count_from(const char *addr, enum conn_proto proto)
 {
     int n = 0;
     for (struct conn *c = conn_list; c != NULL; c = c->next) {
-        n += strcmp(c->peer_addr, addr) == 0;
+        n += c->proto == proto && strcmp(c->peer_addr, addr) == 0;
     }
     return n;
+}
+
+/* IMAP is full: closes the IMAP connection that has waited longest without logging in and
+ * has no login in flight, to make room for a new one (so clients that never log in cannot
+ * keep out one that does: each new connection pushes out the oldest of them, which gets
+ * login_timeout_s at most anyway). 0 if one was closed, -1 if every one is logged in. */
+static int conn_evict_prelogin(void)
+{
+    struct conn *oldest = NULL;
+    for (struct conn *c = conn_list; c != NULL; c = c->next) {
+        if (c->proto == PROTO_IMAP && !c->authenticated && !c->busy &&
+            (oldest == NULL || c->connected_ms <= oldest->connected_ms)) {
+            oldest = c;
+        }
+    }
+    if (oldest == NULL) {
+        return -1;
+    }
+    oldest->refs++;
+    conn_write_str(oldest, "* BYE too many connections: closing the oldest not logged in\r\n");
+    conn_flush(oldest);
+    conn_close_now(oldest, "too many connections: the oldest not logged in");
+    conn_release(oldest);
+    return 0;
 }
 
 void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
@@ -401,14 +502,21 @@ void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
         c->fd = fd;
         c->proto = proto;
         c->last_active_ms = loop_now_ms();
+        c->connected_ms = c->last_active_ms;
         conn_describe(c, &sa);
         int one = 1;
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         const char *refuse = NULL;
-        if (conn_total >= g_config.connections_max) {
-            refuse = "too many connections";
-        } else if (conn_count_from(c->peer_addr) >= g_config.connections_per_address_max) {
+        /* Two pools: IMAP's connections_max and LMTP's lmtp_connections_max, and a
+         * per-address count within each, so IMAP clients cannot take the local MTA's slots. */
+        if (conn_count_from(c->peer_addr, proto) >= g_config.connections_per_address_max) {
             refuse = "too many connections from your address";
+        } else if (proto == PROTO_LMTP && conn_total_lmtp >= g_config.lmtp_connections_max) {
+            refuse = "too many connections";
+        } else if (proto == PROTO_IMAP &&
+                   conn_total - conn_total_lmtp >= g_config.connections_max &&
+                   conn_evict_prelogin() != 0) {
+            refuse = "too many connections";
         }
         if (refuse != NULL) {
             char line[128];
@@ -445,6 +553,7 @@ void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
         }
         conn_list = c;
         conn_total++;
+        conn_total_lmtp += proto == PROTO_LMTP;
         log_event("connect %s %s%s", c->peer, proto == PROTO_IMAP ? "imap" : "lmtp",
                   implicit_tls ? " tls" : "");
         if (proto == PROTO_IMAP) {
@@ -498,8 +607,17 @@ static int conn_is_append(const char *p, size_t len)
     return rest >= 7 && strncasecmp(sp + 1, "APPEND ", 7) == 0;
 }
 
+/* Before login one command, its lines and literals together, and the input held must fit
+ * in prelogin_bytes_max (64 KiB by default: AUTHENTICATE PLAIN needs a line); after it the
+ * line_max, literal_max and literal_total_max limits apply. Checked when a literal is
+ * announced, so nothing over the bound is ever asked for ("+") or buffered. */
 enum conn_frame conn_frame_imap(struct conn *c, size_t *len_out, uint64_t *literal_out)
 {
+    int pre = !c->authenticated;
+    size_t line_max = g_config.line_max;
+    if (pre && g_config.prelogin_bytes_max < line_max) {
+        line_max = g_config.prelogin_bytes_max;
+    }
     for (;;) {
         if (c->literal_left > 0) {
             uint64_t have = c->in.len - c->frame_at;
@@ -524,14 +642,16 @@ enum conn_frame conn_frame_imap(struct conn *c, size_t *len_out, uint64_t *liter
             continue;
         }
         if (nl == NULL) {
-            if (avail > g_config.line_max) {
+            /* Before login the input is capped at prelogin_bytes_max (conn_read): a command
+             * not complete by then never will be. */
+            if (avail > line_max || (pre && c->in.len >= g_config.prelogin_bytes_max)) {
                 c->discard_line = 1;
                 return FRAME_LINE_TOO_LONG;
             }
             return FRAME_MORE;
         }
         size_t line_len = (size_t)(nl - start);
-        if (line_len > g_config.line_max) {
+        if (line_len > line_max) {
             buf_consume(&c->in, (size_t)(nl + 1 - c->in.data));
             c->frame_at = 0;
             return FRAME_LINE_TOO_LONG;
@@ -541,12 +661,16 @@ enum conn_frame conn_frame_imap(struct conn *c, size_t *len_out, uint64_t *liter
         if (c->raw_line || conn_literal_at_end(start, line_len, &count, &plus) != 0) {
             *len_out = (size_t)(nl + 1 - c->in.data);
             c->frame_at = 0;
+            conn_literal_release(c); /* the command is whole: its bytes go to a job */
             return FRAME_COMMAND;
         }
         uint64_t max =
             conn_is_append(c->in.data, c->in.len) ? g_config.literal_max : CONFIG_SMALL_LITERAL_MAX;
+        uint64_t end = (uint64_t)(nl + 1 - c->in.data) + count; /* the command up to here */
         *literal_out = count;
-        if (count > max || c->frame_at + count > max + g_config.line_max * 4) {
+        if (pre ? end > g_config.prelogin_bytes_max
+                : count > max || c->frame_at + count > max + g_config.line_max * 4) {
+            conn_literal_release(c);
             if (plus) {
                 return FRAME_LITERAL_PLUS_TOO_BIG;
             }
@@ -554,6 +678,20 @@ enum conn_frame conn_frame_imap(struct conn *c, size_t *len_out, uint64_t *liter
             c->frame_at = 0;
             return FRAME_LITERAL_TOO_BIG;
         }
+        /* The server-wide budget: refused only while other commands hold some of it, so one
+         * command within literal_max always gets through. A transient refusal. */
+        if (conn_literal_total > c->literal_reserved &&
+            conn_literal_total + count > g_config.literal_total_max) {
+            conn_literal_release(c);
+            if (plus) {
+                return FRAME_LITERAL_PLUS_BUSY;
+            }
+            *len_out = (size_t)(nl + 1 - c->in.data);
+            c->frame_at = 0;
+            return FRAME_LITERAL_BUSY;
+        }
+        c->literal_reserved += count;
+        conn_literal_total += count;
         c->frame_at = (size_t)(nl + 1 - c->in.data);
         c->literal_left = count;
         if (!plus && count > 0 && c->in.len - c->frame_at < count) {
@@ -566,4 +704,5 @@ void conn_frame_reset(struct conn *c)
 {
     c->frame_at = 0;
     c->literal_left = 0;
+    conn_literal_release(c);
 }

@@ -448,6 +448,8 @@ static void imap_job_done(struct job *job)
     struct conn *c = job->conn;
     int64_t hold_ms = j->failed_why != NULL ? imap_login_failure(c, j) : 0;
     if (!c->dead) {
+        /* No job is in flight now, so the state the job left is safe to read here. */
+        c->authenticated = j->s->state != IMAP_NOT_AUTH;
         conn_write(c, job->out.data, job->out.len);
         if (j->s->idling && !c->in_idle) { /* IDLE began: wait for DONE */
             c->raw_line = 1;
@@ -666,7 +668,7 @@ static void imap_command(struct conn *c, uint8_t *bytes, size_t len)
 
 void imap_session_input(struct conn *c)
 {
-    while (!c->dead && !c->busy && !c->closing && c->out.len < CONFIG_OUTPUT_MAX) {
+    while (!c->dead && !c->busy && !c->closing && c->out.len < conn_output_max(c)) {
         size_t len = 0;
         uint64_t literal = 0;
         enum conn_frame f = conn_frame_imap(c, &len, &literal);
@@ -677,16 +679,28 @@ void imap_session_input(struct conn *c)
             conn_write_str(c, "+ ready for literal data\r\n");
             continue;
         }
+        if (f == FRAME_LINE_TOO_LONG && !c->authenticated) {
+            /* Before login nothing over prelogin_bytes_max is read: no discarding either. */
+            conn_write_str(c, "* BYE command too long before login\r\n");
+            conn_close_after_output(c);
+            return;
+        }
         if (f == FRAME_LINE_TOO_LONG) {
             conn_write_str(c, "* BAD line too long\r\n");
             continue;
         }
-        if (f == FRAME_LITERAL_PLUS_TOO_BIG) {
-            conn_write_str(c, "* BYE [TOOBIG] literal too large\r\n");
+        if (f == FRAME_LITERAL_PLUS_TOO_BIG || f == FRAME_LITERAL_PLUS_BUSY) {
+            /* LITERAL+ (RFC 7888 4): the client sends the bytes anyway; they are not read. */
+            conn_write_str(c, f == FRAME_LITERAL_PLUS_BUSY
+                                  ? "* BYE [UNAVAILABLE] server busy receiving other literals, "
+                                    "try again later\r\n"
+                              : c->authenticated
+                                  ? "* BYE [TOOBIG] literal too large\r\n"
+                                  : "* BYE [TOOBIG] literal too large before login\r\n");
             conn_close_after_output(c);
             return;
         }
-        if (f == FRAME_LITERAL_TOO_BIG) {
+        if (f == FRAME_LITERAL_TOO_BIG || f == FRAME_LITERAL_BUSY) {
             const char *sp = memchr(c->in.data, ' ', len);
             size_t tag_len = sp != NULL ? (size_t)(sp - c->in.data) : 0;
             char tag[IMAP_TAG_MAX + 1] = "*";
@@ -695,8 +709,13 @@ void imap_session_input(struct conn *c)
                 tag[tag_len] = '\0';
             }
             char line[160];
-            snprintf(line, sizeof line, "NO [TOOBIG] literal of %llu bytes is over the limit",
-                     (unsigned long long)literal);
+            if (f == FRAME_LITERAL_BUSY) {
+                snprintf(line, sizeof line,
+                         "NO [UNAVAILABLE] server busy receiving other literals, try again later");
+            } else {
+                snprintf(line, sizeof line, "NO [TOOBIG] literal of %llu bytes is over the limit%s",
+                         (unsigned long long)literal, c->authenticated ? "" : " before login");
+            }
             imap_reply(c, tag, line);
             buf_consume(&c->in, len);
             continue;

@@ -39,6 +39,16 @@ struct config {
     int allow_plaintext;
     uint32_t kdf_iter;
     int lmtp_recipients_max;
+
+    /* Hostile clients (docs/IMAPD.md "Limits"): what one may hold before it logs in, and
+     * what LMTP keeps for itself so that no IMAP client can starve deliveries. */
+    size_t prelogin_bytes_max;        /* a command (lines + literals) / input before login */
+    int login_timeout_s;              /* the whole login phase, from the connect */
+    uint64_t literal_total_max;       /* IMAP literals being received, all connections */
+    int lmtp_connections_max;         /* LMTP's own pool (connections_max is IMAP's) */
+    int lmtp_transaction_timeout_s;   /* MAIL FROM to the last reply after DATA */
+    int lmtp_rejected_recipients_max; /* refused RCPTs per transaction, then 452 */
+    uint64_t lmtp_data_total_max;     /* LMTP message bytes held, all connections */
     uint64_t quota_kib;      /* default storage quota per user in KiB (RFC 9208 STORAGE); 0: none */
     uint64_t quota_messages; /* default message quota per user (RFC 9208 MESSAGE); 0: none */
     char quota_file[MV_PATH_MAX]; /* per-user limits (quota_file.c), read when set; "" none */
@@ -173,16 +183,21 @@ struct conn {
     int tls; /* 1 once TLS is on (implicit or after STARTTLS) */
     struct buf in;
     struct buf out;
-    size_t frame_at;       /* IMAP framing: bytes of the command in progress already scanned */
-    uint64_t literal_left; /* IMAP framing: literal bytes still to come */
-    int discard_line;      /* skipping the rest of an over-long line */
-    int raw_line;          /* the next line is a SASL response or IDLE's DONE */
-    int in_idle;           /* IMAP IDLE: the idle timeout is 4 x idle_timeout_s */
-    int busy;              /* a job is in flight, or output is held (auth delay) */
-    int stream_wait;       /* busy with a response that goes on once out drains */
-    int closing;           /* close once the output is written */
-    int dead;              /* the socket is gone; freed when refs drops to 0 */
-    int refs;              /* jobs in flight that refer to this connection */
+    size_t frame_at;           /* IMAP framing: bytes of the command in progress already scanned */
+    uint64_t literal_left;     /* IMAP framing: literal bytes still to come */
+    int discard_line;          /* skipping the rest of an over-long line */
+    int raw_line;              /* the next line is a SASL response or IDLE's DONE */
+    int in_idle;               /* IMAP IDLE: the idle timeout is 4 x idle_timeout_s */
+    int busy;                  /* a job is in flight, or output is held (auth delay) */
+    int stream_wait;           /* busy with a response that goes on once out drains */
+    int closing;               /* close once the output is written */
+    int dead;                  /* the socket is gone; freed when refs drops to 0 */
+    int refs;                  /* jobs in flight that refer to this connection */
+    int authenticated;         /* IMAP: logged in (the pre-login limits no longer apply) */
+    int read_paused;           /* reading stopped on a full input buffer (conn_input_room) */
+    int read_eof;              /* the peer is gone: close once what it sent is processed */
+    int64_t connected_ms;      /* for login_timeout_s */
+    uint64_t literal_reserved; /* IMAP: bytes of literal_total_max this command holds */
     int64_t last_active_ms;
     int64_t hold_until_ms; /* output held (failed login) until then */
     struct buf held;
@@ -210,6 +225,9 @@ void conn_tick(int64_t now_ms);
 /* Says BYE to every connection and closes it (jobs in flight finish; see main.c). */
 void conn_shutdown_all(void);
 int conn_count(void);
+/* Output queued past which no new command is taken: CONFIG_OUTPUT_MAX, or before login
+ * prelogin_bytes_max (a client that pipelines without reading holds that much at most). */
+size_t conn_output_max(const struct conn *c);
 
 /* ---- tls.c (loop thread) ---- */
 /* Loads cert and key ("": in cert); cert "" is no TLS. 0 with the certificate's SHA-256
@@ -314,6 +332,8 @@ void idle_watch_remove(const char *user);
 void lmtp_session_start(struct conn *c);
 void lmtp_session_input(struct conn *c);
 void lmtp_session_end(struct conn *c);
+/* On the tick, when the connection is not busy: closes a transaction over its deadline. */
+void lmtp_session_tick(struct conn *c, int64_t now_ms);
 
 /* The running configuration (main.c). */
 extern struct config g_config;

@@ -11,8 +11,24 @@
  *     there, so IMAP sessions see it at once; else it is sealed into the store's queue with
  *     mv_deliver_sealed() (durable when it returns), and the next open drains it. The
  *     replies go out in recipient order once every job is done.
- *   - The message is stored as received, dot-unstuffed, with CRLF line ends as sent.
+ *   - The message is stored as received, dot-unstuffed, with CRLF line ends as sent. Only
+ *     CRLF ends a line in DATA (RFC 5321 2.3.8, 4.1.1.4): a bare LF (or CR) is a byte of the
+ *     message, so "<LF>.<LF>" or "<LF>.<CRLF>" neither ends DATA nor is unstuffed; only
+ *     "<CRLF>.<CRLF>" ends it. A lenient reading of the end mark is the SMTP-smuggling
+ *     class: a message that ends early for us but not for the MTA that relayed it lets its
+ *     sender append a second, forged message.
  *   - A message over literal_max is read to its end and refused with 552 per recipient.
+ *   - Messages held (being received or delivered) count against lmtp_data_total_max over
+ *     all connections; one that would go over it is read to its end without being kept and
+ *     answered 452 4.3.1 per recipient (try again later). It is refused only while others
+ *     hold some of the budget, so one message within literal_max always gets through.
+ *   - A recipient named twice in a transaction is delivered once; each of its RCPTs got a
+ *     250, so each gets the delivery's reply (RFC 2033 4.2: one reply per accepted RCPT).
+ *   - Refused RCPTs count per transaction: from lmtp_rejected_recipients_max on, every RCPT
+ *     gets 452 4.5.3 without a look at the store (no probing for addresses in bulk; a 4xx
+ *     makes the MTA try the recipient again later, in another transaction).
+ *   - A transaction (MAIL FROM to the replies after DATA) must end within
+ *     lmtp_transaction_timeout_s: a client that trickles bytes is never idle.
  *   - The quota (quota.c) is checked per recipient in its job: against the open store, or
  *     for a sealed delivery against an estimate; a recipient over it gets 552 5.2.2, the
  *     others their own replies.
@@ -29,20 +45,29 @@ enum lmtp_state { LMTP_START = 0, LMTP_READY, LMTP_MAIL, LMTP_DATA, LMTP_DELIVER
 
 struct lmtp_message {
     struct buf data;
+    uint64_t held; /* bytes counted in lmtp_data_total */
     int refs;
 };
+
+/* Message bytes held by every LMTP session (lmtp_data_total_max). Loop thread only. */
+static uint64_t lmtp_data_total;
 
 struct lmtp_session {
     struct conn *conn;
     enum lmtp_state state;
     char (*rcpt)[MV_ADDRESS_MAX + 1];
     int *result;
+    size_t *first; /* the index of the recipient's first RCPT (itself unless a duplicate) */
     size_t rcpt_count;
+    size_t rejected; /* RCPTs refused in this transaction */
     size_t pending;
     struct lmtp_message *msg;
     int too_big;
-    int line_start; /* DATA: the next byte starts a line */
-    int dead;       /* the connection is gone; freed when the last job is done */
+    int over_budget; /* DATA: over lmtp_data_total_max, being read and dropped */
+    int line_start;  /* DATA: the next byte starts a line (the last ones were CRLF) */
+    int last_cr;     /* DATA: the last byte taken was CR */
+    int64_t mail_ms; /* when the transaction began (MAIL FROM) */
+    int dead;        /* the connection is gone; freed when the last job is done */
 };
 
 struct lmtp_job {
@@ -64,6 +89,7 @@ static void lmtp_reply(struct conn *c, const char *line)
 static void lmtp_message_drop(struct lmtp_message *m)
 {
     if (m != NULL && --m->refs == 0) {
+        lmtp_data_total -= m->held;
         buf_free(&m->data);
         free(m);
     }
@@ -72,7 +98,9 @@ static void lmtp_message_drop(struct lmtp_message *m)
 static void lmtp_reset(struct lmtp_session *s)
 {
     s->rcpt_count = 0;
+    s->rejected = 0;
     s->too_big = 0;
+    s->over_budget = 0;
     lmtp_message_drop(s->msg);
     s->msg = NULL;
     s->state = s->state == LMTP_START ? LMTP_START : LMTP_READY;
@@ -83,6 +111,7 @@ static void lmtp_free(struct lmtp_session *s)
     lmtp_message_drop(s->msg);
     free(s->rcpt);
     free(s->result);
+    free(s->first);
     free(s);
 }
 
@@ -93,8 +122,9 @@ void lmtp_session_start(struct conn *c)
     if (s != NULL) {
         s->rcpt = calloc(max, sizeof *s->rcpt);
         s->result = calloc(max, sizeof *s->result);
+        s->first = calloc(max, sizeof *s->first);
     }
-    if (s == NULL || s->rcpt == NULL || s->result == NULL) {
+    if (s == NULL || s->rcpt == NULL || s->result == NULL || s->first == NULL) {
         if (s != NULL) {
             lmtp_free(s);
         }
@@ -141,6 +171,8 @@ static int lmtp_path(const char *arg, char *out, size_t out_size, const char **p
 
 /* A delivery refused by the quota (quota.c): 552 5.2.2 (RFC 3463: mailbox full). */
 #define LMTP_OVERQUOTA 1
+/* Not kept: lmtp_data_total_max was reached. 452 4.3.1 (RFC 3463: mail system full). */
+#define LMTP_BUSY 2
 
 static void lmtp_job_run(struct job *job)
 {
@@ -189,11 +221,12 @@ static void lmtp_replies(struct lmtp_session *s)
 {
     struct conn *c = s->conn;
     for (size_t i = 0; i < s->rcpt_count; i++) {
-        char line[MV_ADDRESS_MAX + 64];
-        int rc = s->result[i];
+        char line[MV_ADDRESS_MAX + 96];
+        int rc = s->result[s->first[i]]; /* a duplicate: the reply of its one delivery */
         snprintf(line, sizeof line, "%s <%s>",
                  rc == MV_OK            ? "250 2.0.0 delivered to"
                  : rc == MV_ELIMIT      ? "552 5.3.4 message too big for"
+                 : rc == LMTP_BUSY      ? "452 4.3.1 too much mail in transit, try again later:"
                  : rc == LMTP_OVERQUOTA ? "552 5.2.2 mailbox full (over quota):"
                  : rc == MV_ENOTFOUND   ? "550 5.1.1 no such user"
                  : rc == MV_ENOSPC      ? "452 4.3.1 out of space for"
@@ -228,9 +261,9 @@ static void lmtp_job_done(struct job *job)
 
 static void lmtp_deliver(struct conn *c, struct lmtp_session *s)
 {
-    if (s->too_big || s->msg->data.oom) {
+    if (s->too_big || s->over_budget || s->msg->data.oom) {
         for (size_t i = 0; i < s->rcpt_count; i++) {
-            s->result[i] = MV_ELIMIT;
+            s->result[i] = s->too_big ? MV_ELIMIT : LMTP_BUSY;
         }
         lmtp_replies(s);
         return;
@@ -238,6 +271,9 @@ static void lmtp_deliver(struct conn *c, struct lmtp_session *s)
     s->state = LMTP_DELIVERING;
     c->busy = 1;
     for (size_t i = 0; i < s->rcpt_count; i++) {
+        if (s->first[i] != i) {
+            continue; /* a duplicate: delivered once, under its first RCPT */
+        }
         struct lmtp_job *j = calloc(1, sizeof *j);
         if (j == NULL) {
             s->result[i] = MV_ENOMEM;
@@ -296,16 +332,30 @@ static void lmtp_rcpt_done(struct job *job)
     /* No command ran while the check was out (the connection was busy): still in MAIL. */
     if (j->rc == MV_OK && s->state == LMTP_MAIL &&
         s->rcpt_count < (size_t)g_config.lmtp_recipients_max) {
+        s->first[s->rcpt_count] = s->rcpt_count;
         snprintf(s->rcpt[s->rcpt_count++], sizeof s->rcpt[0], "%s", j->address);
         lmtp_reply(c, "250 2.1.5 recipient ok");
     } else if (j->rc == MV_OK || j->rc == MV_ENOTFOUND || j->rc == MV_EINVAL) {
+        s->rejected++;
         lmtp_reply(c, "550 5.1.1 no such user");
     } else {
         /* a disk error is not a verdict on the address: the sender tries again later */
+        s->rejected++;
         lmtp_reply(c, "451 4.3.0 cannot check the recipient now");
     }
     free(j);
     conn_resume(c);
+}
+
+/* The index of the accepted recipient address (normalised), or SIZE_MAX. */
+static size_t lmtp_rcpt_find(const struct lmtp_session *s, const char *address)
+{
+    for (size_t i = 0; i < s->rcpt_count; i++) {
+        if (strcmp(s->rcpt[i], address) == 0) {
+            return s->first[i];
+        }
+    }
+    return SIZE_MAX;
 }
 
 static void lmtp_rcpt_check(struct conn *c, struct lmtp_session *s, const char *address)
@@ -325,7 +375,32 @@ static void lmtp_rcpt_check(struct conn *c, struct lmtp_session *s, const char *
     worker_post(worker_for(j->address), &j->job);
 }
 
-/* DATA: consumes input up to the end mark; returns 1 when the message is complete. */
+/* Keeps n bytes of the message being received, within literal_max (else too_big) and the
+ * server-wide lmtp_data_total_max (else over_budget); past either, bytes are dropped. */
+static void lmtp_keep(struct lmtp_session *s, const char *bytes, size_t n)
+{
+    struct lmtp_message *m = s->msg;
+    if (s->too_big || s->over_budget || n == 0) {
+        return;
+    }
+    if ((uint64_t)m->data.len + n > g_config.literal_max) {
+        s->too_big = 1;
+    } else if (lmtp_data_total > m->held && lmtp_data_total + n > g_config.lmtp_data_total_max) {
+        s->over_budget = 1; /* others hold the budget: a transient refusal (452) */
+    } else {
+        buf_add(&m->data, bytes, n);
+        m->held += n;
+        lmtp_data_total += n;
+        return;
+    }
+    lmtp_data_total -= m->held;
+    m->held = 0;
+    buf_free(&m->data);
+}
+
+/* DATA: consumes input up to the end mark; returns 1 when the message is complete. Only
+ * CRLF ends a line (see the notes at the top): a line starts after CRLF, only a line that
+ * is ".<CRLF>" ends the message, and only a line's leading dot is unstuffed. */
 static int lmtp_data(struct conn *c, struct lmtp_session *s)
 {
     while (c->in.len > 0) {
@@ -336,24 +411,31 @@ static int lmtp_data(struct conn *c, struct lmtp_session *s)
         }
         const char *line = c->in.data;
         int at_start = s->line_start;
-        s->line_start = nl != NULL;
-        if (at_start && (strncmp(line, ".\r\n", n) == 0 || strncmp(line, ".\n", n) == 0) &&
-            (n == 3 || n == 2)) {
+        int crlf = nl != NULL && (n >= 2 ? line[n - 2] == '\r' : s->last_cr);
+        if (at_start && n == 3 && memcmp(line, ".\r\n", 3) == 0) {
             buf_consume(&c->in, n);
             return 1;
         }
+        s->line_start = crlf;
+        s->last_cr = line[n - 1] == '\r';
         size_t skip = at_start && line[0] == '.' ? 1 : 0; /* dot-stuffing */
-        if (!s->too_big) {
-            if ((uint64_t)s->msg->data.len + n - skip > g_config.literal_max) {
-                s->too_big = 1;
-                buf_free(&s->msg->data);
-            } else {
-                buf_add(&s->msg->data, line + skip, n - skip);
-            }
-        }
+        lmtp_keep(s, line + skip, n - skip);
         buf_consume(&c->in, n);
     }
     return 0;
+}
+
+void lmtp_session_tick(struct conn *c, int64_t now_ms)
+{
+    struct lmtp_session *s = c->session;
+    if (s == NULL || c->closing || (s->state != LMTP_MAIL && s->state != LMTP_DATA) ||
+        now_ms - s->mail_ms <= (int64_t)g_config.lmtp_transaction_timeout_s * 1000) {
+        return;
+    }
+    log_event("lmtp %s: transaction timeout (%d s)", c->peer, g_config.lmtp_transaction_timeout_s);
+    lmtp_reply(c, "421 4.4.2 transaction timeout, closing");
+    conn_close_after_output(c);
+    conn_flush(c);
 }
 
 static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
@@ -390,16 +472,27 @@ static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
         }
         s->msg->refs = 1;
         s->state = LMTP_MAIL;
+        s->mail_ms = loop_now_ms();
         lmtp_reply(c, "250 2.1.0 sender ok");
     } else if (strncasecmp(line, "RCPT TO:", 8) == 0) {
+        size_t dup = SIZE_MAX;
         if (s->state != LMTP_MAIL) {
             lmtp_reply(c, "503 5.5.1 MAIL first");
+        } else if (s->rejected >= (size_t)g_config.lmtp_rejected_recipients_max) {
+            lmtp_reply(c, "452 4.5.3 too many refused recipients in this transaction");
         } else if (lmtp_path(line + 8, path, sizeof path, &params) != 0) {
+            s->rejected++;
             lmtp_reply(c, "501 5.5.4 bad recipient path");
         } else if (s->rcpt_count == (size_t)g_config.lmtp_recipients_max) {
+            s->rejected++;
             lmtp_reply(c, "452 4.5.3 too many recipients");
         } else if (mv_address_normalize(path, normal, sizeof normal, NULL, 0) != MV_OK) {
+            s->rejected++;
             lmtp_reply(c, "550 5.1.1 no such user");
+        } else if ((dup = lmtp_rcpt_find(s, normal)) != SIZE_MAX) {
+            s->first[s->rcpt_count] = dup;
+            snprintf(s->rcpt[s->rcpt_count++], sizeof s->rcpt[0], "%s", normal);
+            lmtp_reply(c, "250 2.1.5 recipient ok (named before: delivered once)");
         } else {
             lmtp_rcpt_check(c, s, normal); /* the reply comes from lmtp_rcpt_done() */
         }
@@ -410,6 +503,7 @@ static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
         }
         s->state = LMTP_DATA;
         s->line_start = 1;
+        s->last_cr = 0;
         lmtp_reply(c, "354 send the message, end with <CRLF>.<CRLF>");
     } else if (strcasecmp(line, "RSET") == 0) {
         lmtp_reset(s);
@@ -431,7 +525,7 @@ static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
 void lmtp_session_input(struct conn *c)
 {
     struct lmtp_session *s = c->session;
-    while (s != NULL && !c->dead && !c->busy && !c->closing && c->out.len < CONFIG_OUTPUT_MAX) {
+    while (s != NULL && !c->dead && !c->busy && !c->closing && c->out.len < conn_output_max(c)) {
         if (s->state == LMTP_DATA) {
             if (!lmtp_data(c, s)) {
                 return;

@@ -228,7 +228,7 @@ static int main_options(int argc, char **argv)
 /* Raises RLIMIT_NOFILE to what connections and open stores need. */
 static int main_files_limit(void)
 {
-    rlim_t need = (rlim_t)g_config.connections_max +
+    rlim_t need = (rlim_t)g_config.connections_max + (rlim_t)g_config.lmtp_connections_max +
                   (rlim_t)g_config.workers * (rlim_t)g_config.stores_per_worker * 4 + 64;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
@@ -240,7 +240,8 @@ static int main_files_limit(void)
     rl.rlim_cur = need <= rl.rlim_max ? need : rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < need) {
         fprintf(stderr,
-                "mailvaultd: need %llu open files (connections_max + workers * stores_per_worker "
+                "mailvaultd: need %llu open files (connections_max + lmtp_connections_max + "
+                "workers * stores_per_worker "
                 "* 4), the limit is %llu\n",
                 (unsigned long long)need, (unsigned long long)rl.rlim_cur);
         return -1;
