@@ -104,14 +104,7 @@ int imap_mime_open(const char *raw, size_t len, struct imap_mime **out)
     }
     m->size = len;
     m->lines = imap_count_lines(raw, len);
-    size_t header = len;
-    for (size_t i = 0; i + 1 < len; i++) {
-        if (raw[i] == '\n' &&
-            (raw[i + 1] == '\n' || (raw[i + 1] == '\r' && i + 2 < len && raw[i + 2] == '\n'))) {
-            header = i + (raw[i + 1] == '\n' ? 2 : 3);
-            break;
-        }
-    }
+    size_t header = mv_message_header_len(raw, len);
     m->body_size = len - header;
     m->body_lines = imap_count_lines(raw + header, len - header);
     if (imap_mime_structure_lines(raw, len) <= IMAP_MIME_STRUCTURE_MAX) {
@@ -417,17 +410,12 @@ static size_t imap_mime_line_end(const char *raw, size_t at, size_t end)
     return nl != NULL ? (size_t)(nl - raw) + 1 : end;
 }
 
-/* Where the content of the entity at begin starts: after its first empty line (CRLF or LF),
- * or end when it is all header. */
+/* Where the content of the entity at begin starts: after its first empty line (CRLF or LF,
+ * the first line included: an empty header), or end when it is all header. The store's rule
+ * (mv_message_header_len), so message and part headers are cut alike. */
 static size_t imap_mime_body_start(const char *raw, size_t begin, size_t end)
 {
-    for (size_t at = begin; at < end;) {
-        if (raw[at] == '\n' || (raw[at] == '\r' && at + 1 < end && raw[at + 1] == '\n')) {
-            return imap_mime_line_end(raw, at, end);
-        }
-        at = imap_mime_line_end(raw, at, end);
-    }
-    return end;
+    return begin + mv_message_header_len(raw + begin, end - begin);
 }
 
 /* The Content-Type value of the header [begin, body) (malloc'd, NUL-terminated), or NULL. */
@@ -450,13 +438,16 @@ static char *imap_mime_content_type_value(const char *raw, size_t begin, size_t 
             if (value == NULL) {
                 return NULL;
             }
-            for (size_t i = from; i < end; i++) { /* unfolds: CR, LF and NUL become spaces */
-                value[i - from] = raw[i];
-                if (raw[i] == '\r' || raw[i] == '\n' || raw[i] == '\0') {
-                    value[i - from] = ' ';
+            /* Unfolding removes the line breaks and keeps the blank that follows each
+             * (RFC 5322 2.2.3): a quoted boundary="foo CRLF bar" is "foo bar", as GMime
+             * reads it for BODYSTRUCTURE. A NUL would end the string early: a space. */
+            size_t n = 0;
+            for (size_t i = from; i < end; i++) {
+                if (raw[i] != '\r' && raw[i] != '\n') {
+                    value[n++] = raw[i] != '\0' ? raw[i] : ' ';
                 }
             }
-            value[end - from] = '\0';
+            value[n] = '\0';
             return value;
         }
         at = end;

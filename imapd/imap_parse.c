@@ -80,7 +80,22 @@ static int imap_node_add(struct imap_parser *ps, enum imap_node_type type, uint3
     return IMAP_PARSE_OK;
 }
 
-/* An atom, with at most one bracketed part inside. */
+/* Whether the atom text before a '[' names a FETCH attribute that takes a section (RFC 3501
+ * 9 fetch-att, RFC 3516 BINARY): only there does '[' open one. Elsewhere '[' is an ordinary
+ * ATOM-CHAR (it is not in atom-specials), so "CREATE foo[bar" names a mailbox. */
+static int imap_is_section_name(const uint8_t *p, size_t len)
+{
+    static const char *const names[] = {"BODY", "BODY.PEEK", "BINARY", "BINARY.PEEK",
+                                        "BINARY.SIZE"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strlen(names[i]) == len && strncasecmp((const char *)p, names[i], len) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* An atom, with at most one bracketed part inside (after a section-taking name). */
 static int imap_parse_atom(struct imap_parser *ps, uint32_t *index)
 {
     size_t start = ps->at;
@@ -90,7 +105,7 @@ static int imap_parse_atom(struct imap_parser *ps, uint32_t *index)
     }
     while (ps->at < ps->len) {
         uint8_t c = ps->p[ps->at];
-        if (c == '[' && !brackets) {
+        if (c == '[' && !brackets && imap_is_section_name(ps->p + start, ps->at - start)) {
             brackets = 1;
             ps->at++;
             while (ps->at < ps->len && ps->p[ps->at] != ']') {
@@ -205,6 +220,16 @@ static int imap_at_end(const struct imap_parser *ps)
 
 static int imap_parse_values(struct imap_parser *ps, uint32_t *first, int depth);
 
+/* Inside a parenthesised list, extra SP after '(', before ')' and between values is
+ * skipped: RFC 3501 9 has exactly one SP, but Dovecot's own client (imapc, dsync) sends
+ * "APPEND box ( $Label1 Work) ..." and nothing is ambiguous there (Postel, RFC 9051 A). */
+static void imap_skip_list_blanks(struct imap_parser *ps)
+{
+    while (ps->at < ps->len && ps->p[ps->at] == ' ') {
+        ps->at++;
+    }
+}
+
 static int imap_parse_value(struct imap_parser *ps, uint32_t *index, int depth)
 {
     uint8_t c = ps->p[ps->at];
@@ -225,6 +250,7 @@ static int imap_parse_value(struct imap_parser *ps, uint32_t *index, int depth)
         return rc;
     }
     ps->at++;
+    imap_skip_list_blanks(ps);
     uint32_t child = IMAP_NODE_NONE;
     if (ps->at < ps->len && ps->p[ps->at] != ')') {
         rc = imap_parse_values(ps, &child, depth + 1);
@@ -267,6 +293,12 @@ static int imap_parse_values(struct imap_parser *ps, uint32_t *first, int depth)
             return imap_parse_fail(ps, "expected SP");
         }
         ps->at++;
+        if (depth > 0) {
+            imap_skip_list_blanks(ps);
+            if (ps->at < ps->len && ps->p[ps->at] == ')') {
+                return IMAP_PARSE_OK;
+            }
+        }
     }
 }
 
@@ -462,8 +494,12 @@ int imap_astring(const struct imap_node *node, char *out, size_t out_size)
         memchr(node->data, 0, node->len) != NULL) {
         return -1;
     }
-    if (node->type == IMAP_NODE_ATOM && memchr(node->data, '[', node->len) != NULL) {
-        return -1;
+    /* A section ("BODY[HEADER.FIELDS (A B)]") is one atom with SP and parentheses in it:
+     * never an astring. '[' and ']' themselves are ASTRING-CHARs (RFC 3501 9). */
+    for (size_t i = 0; node->type == IMAP_NODE_ATOM && i < node->len; i++) {
+        if (!imap_is_atom_char((uint8_t)node->data[i]) && !(i == 0 && node->data[0] == '\\')) {
+            return -1;
+        }
     }
     memcpy(out, node->data, node->len);
     out[node->len] = '\0';

@@ -11,9 +11,14 @@
  *   - CONDSTORE's MODSEQ key compares the view's modseqs; the response then ends with
  *     "(MODSEQ n)", the highest modseq among the results.
  *
+ *   - BODY and TEXT are mv_search's body_contains / text_contains: case-insensitive
+ *     substrings of the decoded body / of the decoded header or body (RFC 3501 6.4.4),
+ *     through the store's trigram index. SENT* compare the Date header's date as written
+ *     (its zone disregarded, RFC 3501 6.4.4); SINCE/BEFORE/ON the internal date in UTC.
+ *
  * LIMITATIONS
- *   BODY and TEXT match words through the full-text index (mv_search's text), not arbitrary
- *   substrings; FROM/TO/CC/SUBJECT are substrings of the decoded header. Dates are UTC days.
+ *   FROM/TO/CC/SUBJECT are substrings of the decoded header. BODY/TEXT strings of one or
+ *   two characters fold ASCII letters only (no trigram: LIKE).
  *   No message has \Recent, so RECENT and NEW match nothing.
  */
 #include "imap_session.h"
@@ -79,9 +84,11 @@ imap_search_store(struct imap_search_run *r, const struct imap_search_key *k, un
     case IMAP_SK_SUBJECT:
         q.subject = text;
         break;
-    case IMAP_SK_BODY:
-    case IMAP_SK_TEXT:
-        q.text = text;
+    case IMAP_SK_BODY: /* RFC 3501 6.4.4: the body only; a substring, case-insensitive */
+        q.body_contains = text;
+        break;
+    case IMAP_SK_TEXT: /* the header or the body */
+        q.text_contains = text;
         break;
     case IMAP_SK_SENTSINCE:
         q.sent_since = k->number;

@@ -17,6 +17,11 @@
  *     "<CRLF>.<CRLF>" ends it. A lenient reading of the end mark is the SMTP-smuggling
  *     class: a message that ends early for us but not for the MTA that relayed it lets its
  *     sender append a second, forged message.
+ *   - Each recipient's copy gets two header fields in front, as Dovecot's LMTP adds them
+ *     (RFC 5321 4.4 for Return-Path; Delivered-To as Dovecot and Postfix write it):
+ *     "Return-Path: <sender>" from MAIL FROM and "Delivered-To: recipient"; so each copy is
+ *     built in its job and freed after the append (at most one copy per worker). Their line
+ *     end is that of the message's first line.
  *   - A message over literal_max is read to its end and refused with 552 per recipient.
  *   - Messages held (being received or delivered) count against lmtp_data_total_max over
  *     all connections; one that would go over it is read to its end without being kept and
@@ -47,6 +52,7 @@ struct lmtp_message {
     struct buf data;
     uint64_t held; /* bytes counted in lmtp_data_total */
     int refs;
+    char return_path[MV_ADDRESS_MAX + 1]; /* MAIL FROM's path ("" for <>) */
 };
 
 /* Message bytes held by every LMTP session (lmtp_data_total_max). Loop thread only. */
@@ -169,17 +175,55 @@ static int lmtp_path(const char *arg, char *out, size_t out_size, const char **p
     return 0;
 }
 
+/* The sender path goes into Return-Path: as it is: no control bytes, no angle brackets. */
+static int lmtp_path_printable(const char *path)
+{
+    for (const unsigned char *p = (const unsigned char *)path; *p != '\0'; p++) {
+        if (*p < 0x20 || *p == 0x7f || *p == '<' || *p == '>') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* A delivery refused by the quota (quota.c): 552 5.2.2 (RFC 3463: mailbox full). */
 #define LMTP_OVERQUOTA 1
 /* Not kept: lmtp_data_total_max was reached. 452 4.3.1 (RFC 3463: mail system full). */
 #define LMTP_BUSY 2
+
+/* The message for one recipient: Return-Path and Delivered-To, then the bytes received
+ * (see IMPLEMENTATION NOTES). NULL when out of memory; *len gets the length. */
+static char *lmtp_with_trace(const struct lmtp_message *m, const char *rcpt, size_t *len)
+{
+    const char *nl = m->data.len > 0 ? memchr(m->data.data, '\n', m->data.len) : NULL;
+    const char *eol = nl != NULL && nl > m->data.data && nl[-1] != '\r' ? "\n" : "\r\n";
+    char head[2 * MV_ADDRESS_MAX + 64];
+    int n = snprintf(head, sizeof head, "Return-Path: <%s>%sDelivered-To: %s%s", m->return_path,
+                     eol, rcpt, eol);
+    char *out = n > 0 ? malloc((size_t)n + m->data.len + 1) : NULL;
+    if (out != NULL) {
+        memcpy(out, head, (size_t)n);
+        if (m->data.len > 0) {
+            memcpy(out + n, m->data.data, m->data.len);
+        }
+        *len = (size_t)n + m->data.len;
+    }
+    return out;
+}
 
 static void lmtp_job_run(struct job *job)
 {
     struct lmtp_job *j = (struct lmtp_job *)job;
     char err[256] = "";
     struct open_store *open = worker_store_find(job->worker, j->address);
-    const struct buf *data = &j->msg->data;
+    struct buf traced = {0};
+    traced.data = lmtp_with_trace(j->msg, j->address, &traced.len);
+    if (traced.data == NULL) {
+        j->rc = MV_ENOMEM;
+        log_event("lmtp deliver %s: out of memory", j->address);
+        return;
+    }
+    const struct buf *data = &traced;
     const struct config *cfg = worker_config(job->worker);
     char why[160] = "";
     int over = 0;
@@ -209,12 +253,13 @@ static void lmtp_job_run(struct job *job)
         struct mv_store_options opts = config_store_options(cfg);
         j->rc = mv_deliver_sealed(j->address, data->data, data->len, &opts, err, sizeof err);
     }
-    log_event("lmtp deliver %s: %zu bytes %s: %s%s%s", j->address, data->len,
+    log_event("lmtp deliver %s: %zu bytes %s: %s%s%s", j->address, j->msg->data.len,
               j->direct ? "into the open store" : "sealed",
               j->rc == MV_OK            ? "ok"
               : j->rc == LMTP_OVERQUOTA ? "refused"
                                         : mv_strerror(j->rc),
               err[0] != '\0' && j->rc != MV_OK ? ": " : "", j->rc != MV_OK ? err : "");
+    free(traced.data);
 }
 
 static void lmtp_replies(struct lmtp_session *s)
@@ -456,7 +501,7 @@ static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
                        s->state == LMTP_START ? "503 5.5.1 LHLO first" : "503 5.5.1 nested MAIL");
             return;
         }
-        if (lmtp_path(line + 10, path, sizeof path, &params) != 0) {
+        if (lmtp_path(line + 10, path, sizeof path, &params) != 0 || !lmtp_path_printable(path)) {
             lmtp_reply(c, "501 5.5.4 bad sender path");
             return;
         }
@@ -471,6 +516,7 @@ static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
             return;
         }
         s->msg->refs = 1;
+        snprintf(s->msg->return_path, sizeof s->msg->return_path, "%s", path);
         s->state = LMTP_MAIL;
         s->mail_ms = loop_now_ms();
         lmtp_reply(c, "250 2.1.0 sender ok");

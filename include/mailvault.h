@@ -433,20 +433,22 @@ MV_API MV_MUST_CHECK int mv_message_fetch(
     mv_store *store, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out);
 
 /* Like mv_message_fetch(), but only the message's header: its bytes up to and including the
- * first empty line (the first LF followed by LF or by CR LF), or the whole message if it has
- * none, exactly as the first *len_out bytes mv_message_fetch() returns. For the header
- * fields of many messages (an IMAP client's message list): a message stored by this version
- * keeps its header apart (compressed alone), so only the pages that hold it are read and
- * decrypted; older ones are read whole and cut. The whole message's SHA-256 is not checked
- * here (it needs every byte); the cipher's page authentication covers the bytes read.
- * *raw_out is malloc'd (free with mv_free). MV_OK, MV_ENOTFOUND, MV_ECORRUPT, MV_EIO,
- * MV_ENOMEM. */
+ * first empty line (an empty first line -- an empty header block, RFC 5322 2.1 -- or the
+ * first LF followed by LF or by CR LF), or the whole message if it has none, exactly as the first
+ * *len_out bytes mv_message_fetch() returns. For the header fields of many messages (an IMAP
+ * client's message list): a message stored by this version keeps its header apart (compressed
+ * alone), so only the pages that hold it are read and decrypted; older ones are read whole and cut.
+ * The whole message's SHA-256 is not checked here (it needs every byte); the cipher's page
+ * authentication covers the bytes read. *raw_out is malloc'd (free with mv_free). MV_OK,
+ * MV_ENOTFOUND, MV_ECORRUPT, MV_EIO, MV_ENOMEM. */
 MV_API MV_MUST_CHECK int mv_message_fetch_header(
     mv_store *store, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out);
 
 /* The rule above as a function: the length of raw's header, up to and including the first
- * empty line (the first LF followed by LF or by CR LF), or len if there is none. For a
- * server that cuts HEADER / TEXT sections, so it and the store agree on where they meet. */
+ * empty line (1 or 2 when raw starts with LF or CR LF: an empty header block; else the first
+ * LF followed by LF or by CR LF), or len if there is none. For a server that cuts HEADER /
+ * TEXT sections (of the message and of MIME parts), so it and the store agree on where they
+ * meet. Stores written before this rule counted an empty first line read the same way. */
 MV_API size_t mv_message_header_len(const void *raw, size_t len);
 
 /* Fills *info for one message (strings owned by the store). */
@@ -588,10 +590,11 @@ struct mv_search_query {
     const char *cc;
     const char *subject;
     const char *message_id;
-    const char *text;   /* full-text query over subject, addresses and body (FTS5) */
+    const char *text;   /* words, each a case-insensitive substring of the header or body */
     int64_t since;      /* internal date >= since (Unix seconds); 0: no bound */
     int64_t before;     /* internal date < before; 0: no bound */
-    int64_t sent_since; /* Date header >= ...; 0: no bound */
+    int64_t sent_since; /* Date header >= ... (the date as written: its zone disregarded, as
+                           IMAP's SENT* want; Unix seconds of 00:00 UTC of the day); 0: none */
     int64_t sent_before;
     uint64_t larger;      /* size > larger; 0: no bound */
     uint64_t smaller;     /* size < smaller; 0: no bound */
@@ -599,6 +602,11 @@ struct mv_search_query {
     unsigned flags_unset; /* none of these flags set */
     const char *keyword;  /* has this keyword */
     uint32_t limit;       /* 0: limits.search_results_max; more gives MV_ELIMIT */
+    /* One string each, matched as it is (blanks included) as a case-insensitive substring of
+     * the decoded text: body_contains of the body (IMAP SEARCH BODY), text_contains of the
+     * header (every field, decoded) or the body (IMAP SEARCH TEXT). NULL or "": none. */
+    const char *body_contains;
+    const char *text_contains;
 };
 #define MV_SEARCH_QUERY_INIT                                                                       \
     {                                                                                              \
@@ -608,7 +616,9 @@ struct mv_search_query {
 /* Runs a search; results come newest first by internal date (the order of equal dates is
  * not specified: it follows the index the query planner picks).
  * The text query is a list of words, each matched as a quoted FTS5 phrase (no query syntax:
- * "foo AND" looks for both words); a malformed one matches nothing. next returns 1 with *info
+ * "foo AND" looks for both words); a malformed one matches nothing. Full text is indexed by
+ * trigrams: a string of three characters or more is found through the index; a shorter one
+ * is compared against every indexed text (and folds ASCII letters only). next returns 1 with *info
  * (strings valid until the next call), 0 at the end, or a negative MV_E* code (MV_ELIMIT
  * when more rows match than the limit allows). */
 typedef struct mv_search mv_search;

@@ -30,6 +30,12 @@ static int fh_open(const char *name, mv_store **s)
  * library's own scan, from the documented rule. */
 static size_t fh_expected_header(const char *raw, size_t len)
 {
+    if (len >= 1 && raw[0] == '\n') { /* an empty first line: an empty header block */
+        return 1;
+    }
+    if (len >= 2 && raw[0] == '\r' && raw[1] == '\n') {
+        return 2;
+    }
     for (size_t i = 0; i + 1 < len; i++) {
         if (raw[i] == '\n' && raw[i + 1] == '\n') {
             return i + 2;
@@ -275,12 +281,66 @@ static void test_server_tune(void)
     CHECK_EQ_INT(mv_server_tune(), MV_EBUSY);
 }
 
+/* RFC 5322 2.1 / RFC 3501 6.4.5: a message that starts with an empty line has an empty
+ * header (HEADER is that line, TEXT all the rest). Bodies stored before this rule have a
+ * header unit that runs to the next empty line (or is the whole message); they read right
+ * without a migration. */
+static void test_empty_header_block(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(fh_open("emptyhead", &s), MV_OK);
+    static const char crlf[] = "\r\nSubject: not a header\r\n\r\nbody\r\n";
+    static const char lf[] = "\nline\n\nmore\n";
+    CHECK_EQ_INT(mv_message_header_len(crlf, sizeof crlf - 1), 2);
+    CHECK_EQ_INT(mv_message_header_len(lf, sizeof lf - 1), 1);
+    CHECK_EQ_INT(mv_message_header_len("\r\n", 2), 2);
+    CHECK_EQ_INT(mv_message_header_len("\r", 1), 1); /* no line break at all: all header */
+    uint32_t uid = fh_roundtrip(s, crlf, sizeof crlf - 1);
+    CHECK_EQ_INT(fh_header_stored(s, uid), 2);
+    fh_roundtrip(s, lf, sizeof lf - 1);
+    size_t len = 0;
+    char *m = fh_text_message("\r\n", 100, &len); /* compressed: two frames, 2-byte header */
+    m[0] = '\r';
+    m[1] = '\n';
+    fh_roundtrip(s, m, len);
+    free(m);
+
+    /* As the old rule stored them (small, so plain bytes): the unit up to the next empty
+     * line, and a message without one stored as one whole unit. */
+    static const char old_cut[] = "\r\nA: b\r\n\r\nbody\r\n";
+    static const char old_whole[] = "\r\nno empty line after the first\r\n";
+    uint32_t cut_uid = fh_roundtrip(s, old_cut, sizeof old_cut - 1);
+    uint32_t whole_uid = fh_roundtrip(s, old_whole, sizeof old_whole - 1);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "UPDATE bodies SET header_stored = %d WHERE id = (SELECT body_id FROM messages "
+             "WHERE uid = %u)",
+             10, cut_uid);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), sql), SQLITE_OK);
+    snprintf(sql, sizeof sql,
+             "UPDATE bodies SET header_stored = stored_size WHERE id = (SELECT body_id FROM "
+             "messages WHERE uid = %u)",
+             whole_uid);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), sql), SQLITE_OK);
+    const uint32_t olds[] = {cut_uid, whole_uid};
+    for (size_t i = 0; i < 2; i++) {
+        void *head = NULL;
+        size_t head_len = 0;
+        CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", olds[i], &head, &head_len), MV_OK);
+        CHECK_EQ_INT(head_len, 2);
+        CHECK(head != NULL && memcmp(head, "\r\n", 2) == 0);
+        mv_free(head);
+    }
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     fh_first_tune = mv_server_tune();
     TEST(test_header_shapes);
     TEST(test_header_old_and_damaged);
     TEST(test_read_snapshot);
+    TEST(test_empty_header_block);
     TEST(test_server_tune);
     return th_summary();
 }

@@ -304,6 +304,61 @@ static void test_utf8_strings(void)
     buf_free(&bs_utf8);
 }
 
+/* RFC 5322 2.1 / RFC 3501 6.4.5: a message or part that starts with an empty line has an
+ * empty header; its content is everything after that line (not up to the next empty line). */
+static void test_empty_header(void)
+{
+    static const char top[] = "\nfirst paragraph\n\nsecond paragraph\n";
+    CHECK(tm_section(top, "1", C, "first paragraph\n\nsecond paragraph\n"));
+    static const char parts[] = "Content-Type: multipart/mixed; boundary=B\n\n"
+                                "--B\n\nno header\n\nstill part one\n"
+                                "--B\nContent-Type: message/rfc822\n\n\ninner body\n\nmore\n"
+                                "--B--\n";
+    CHECK(tm_section(parts, "1", C, "no header\n\nstill part one"));
+    CHECK(tm_section(parts, "1", H, "\n"));
+    CHECK(tm_section(parts, "2", MH, "\n"));
+    CHECK(tm_section(parts, "2", MT, "inner body\n\nmore"));
+
+    /* The fallback BODYSTRUCTURE (too much structure for GMime) counts the same body: all
+     * but the first line. */
+    size_t lines = 10001, n = 1 + lines * 4;
+    char *flat = malloc(n + 1);
+    CHECK(flat != NULL);
+    flat[0] = '\n';
+    for (size_t i = 0; i < lines; i++) {
+        memcpy(flat + 1 + i * 4, "a:b\n", 4);
+    }
+    flat[n] = '\0';
+    struct imap_mime *m = NULL;
+    CHECK_EQ_INT(imap_mime_open(flat, n, &m), MV_OK);
+    struct buf bs = {0};
+    imap_mime_bodystructure(m, &bs, 0);
+    imap_mime_close(&m);
+    free(flat);
+    char want[64];
+    snprintf(want, sizeof want, " %zu %zu)", n - 1, lines);
+    int ok = bs.data != NULL && strstr(bs.data, want) != NULL;
+    if (!ok) {
+        fprintf(stderr, "  BODYSTRUCTURE %s\n", bs.data != NULL ? bs.data : "(none)");
+    }
+    buf_free(&bs);
+    CHECK(ok);
+}
+
+/* RFC 5322 2.2.3 / RFC 2045 5.1: a folded Content-Type is unfolded by removing the CRLF, so
+ * boundary="foo CRLF SP bar" is "foo bar" -- the delimiter the parts use -- not "foo   bar". */
+static void test_folded_boundary(void)
+{
+    static const char msg[] = "Content-Type: multipart/mixed; boundary=\"foo\n bar\"\n\n"
+                              "--foo bar\nContent-Type: text/plain\n\none\n"
+                              "--foo bar\n\ntwo\n"
+                              "--foo bar--\n";
+    CHECK(tm_section(msg, "1", C, "one"));
+    CHECK(tm_section(msg, "1", H, "Content-Type: text/plain\n\n"));
+    CHECK(tm_section(msg, "2", C, "two"));
+    CHECK(tm_section(msg, "3", C, NULL));
+}
+
 int main(void)
 {
     imap_mime_init();
@@ -314,5 +369,7 @@ int main(void)
     TEST(test_digest_and_case);
     TEST(test_too_much_structure);
     TEST(test_utf8_strings);
+    TEST(test_empty_header);
+    TEST(test_folded_boundary);
     return th_summary();
 }

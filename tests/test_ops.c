@@ -374,6 +374,9 @@ static void test_maintain_bytes_max(void)
     mv_store *s = NULL;
     CHECK_EQ_INT(to_open("maint", "large@example.org", &s), MV_OK);
     CHECK_EQ_INT(to_fill(s, 1, 10), MV_OK);
+    /* The WAL's pages in the file now: a later checkpoint (a read may run one) would grow
+     * the file between the two measurements below. */
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "PRAGMA wal_checkpoint(TRUNCATE)"), SQLITE_OK);
     struct mv_maintain_options o = MV_MAINTAIN_OPTIONS_INIT;
     o.min_interval_s = 3600;
     o.store_bytes_max = 4096;
@@ -458,8 +461,7 @@ static void test_check_finds_each_invariant(void)
     to_check_finds("modseq", "UPDATE mailboxes SET highestmodseq = 1 WHERE name = 'INBOX'",
                    "modseq");
     to_check_finds("fts_missing", "DELETE FROM fts WHERE rowid = 2", "fts");
-    to_check_finds("fts_extra",
-                   "INSERT INTO fts(rowid, subject, addresses, body) VALUES(9999, 'x', 'y', 'z')",
+    to_check_finds("fts_extra", "INSERT INTO fts(rowid, header, body) VALUES(9999, 'x', 'z')",
                    "fts");
     to_check_finds("mailbox_id",
                    "PRAGMA foreign_keys=OFF; UPDATE messages SET mailbox_id = 999 WHERE uid = 1; "

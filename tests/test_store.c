@@ -805,10 +805,11 @@ static void test_search(void)
                    {"\"", 0},
                    {"re* OR pi*", 0},
                    {"(", 0},
-                   {"-pizza", 1},
+                   {"-pizza", 0}, /* a substring now: "-pizza" is not in the text */
                    {"AND", 0},
                    {"\"\"\"\"", 0},
-                   {"revenue \")", 2}};
+                   {"revenue \")", 2}}; /* a word under 3 characters (no trigram) is
+                                         * ignored beside others; alone it matches nothing */
     for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
         q.text = hostile[i].text;
         char got[512];
@@ -834,6 +835,99 @@ static void test_search(void)
     q.larger = 0;
     q.smaller = 10000;
     TS_SEARCH_IS(s, &q, 3, "100%_sure Lunch Quarterly");
+    mv_store_close(&s);
+}
+
+/* RFC 3501 6.4.4 through mv_search: body_contains is a case-insensitive substring of the
+ * body only (SEARCH BODY), text_contains of the header or body (SEARCH TEXT), strings matched
+ * as they are (blanks included); sent_since/sent_before compare the Date header's date as
+ * written, its zone disregarded. Also the migration from schema version 3, which rebuilds
+ * the index and the zones of stored messages. */
+static void ts_substring_fill(mv_store *s)
+{
+    static const char *const msgs[] = {
+        "From: x@example.org\r\nSubject: zebrafish meeting\r\n"
+        "Date: Sun, 25 Mar 2007 00:00:00 +0200\r\n\r\nhello world, see you\r\n",
+        "From: y@example.org\r\nX-Project: quokkaland\r\nSubject: =?utf-8?q?caf=C3=A9?=\r\n"
+        "Date: Sat, 24 Mar 2007 23:30:00 -0500\r\n\r\nnothing 100%_here\r\n",
+        "From: z@example.org\r\nSubject: third\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        "Content-Transfer-Encoding: quoted-printable\r\n\r\nthe Supercalifragilistic w=C3=B6rd\r\n",
+    };
+    for (size_t i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
+        CHECK_EQ_INT(mv_message_append(s, "INBOX", msgs[i], strlen(msgs[i]), 0, NULL,
+                                       1700000000 + (int64_t)i, NULL),
+                     MV_OK);
+    }
+}
+
+static void ts_substring_checks(mv_store *s)
+{
+    static const struct {
+        const char *body, *text, *want;
+        int rows;
+    } cases[] = {
+        {"zebrafish", NULL, "", 0}, /* only in Subject: not the body */
+        {NULL, "zebrafish", "zebrafish", 1},
+        {NULL, "quokka", "caf\xc3\xa9", 1}, /* another header */
+        {"quokka", NULL, "", 0},
+        {"CALIFRAG", NULL, "third", 1},
+        {"lo wo", NULL, "zebrafish", 1}, /* the blank is part of the string */
+        {"ld", NULL, "zebrafish", 1},    /* two characters: no trigram */
+        {"%_", NULL, "caf\xc3\xa9", 1},  /* LIKE's wildcards are literal */
+        {"_h", NULL, "caf\xc3\xa9", 1},
+        {"W\xc3\xb6RD", NULL, "third", 1},       /* decoded text, Unicode case folding */
+        {NULL, "CAF\xc3\x89", "caf\xc3\xa9", 1}, /* a decoded encoded-word */
+        {NULL, "x@example", "zebrafish", 1},
+        {"\"", NULL, "", 0},
+        {"see you\" OR \"", NULL, "", 0}, /* never FTS5 syntax */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+        q.body_contains = cases[i].body;
+        q.text_contains = cases[i].text;
+        char got[256];
+        int rows = ts_search(s, &q, got, sizeof got);
+        if (rows != cases[i].rows || strcmp(got, cases[i].want) != 0) {
+            fprintf(stderr, "  body \"%s\" text \"%s\": %d \"%s\" (%s)\n",
+                    cases[i].body ? cases[i].body : "", cases[i].text ? cases[i].text : "", rows,
+                    got, mv_store_errmsg(s));
+        }
+        CHECK_EQ_INT(rows, cases[i].rows);
+        CHECK(strcmp(got, cases[i].want) == 0);
+    }
+    /* 25-Mar-2007 00:00 UTC is 1174780800: the +0200 message was written on the 25th, the
+     * -0500 one on the 24th, although in UTC it is the other way round. */
+    struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+    q.sent_since = 1174780800;
+    q.sent_before = 1174780800 + 86400;
+    TS_SEARCH_IS(s, &q, 1, "zebrafish");
+    q.sent_since = 1174780800 - 86400;
+    q.sent_before = 1174780800;
+    TS_SEARCH_IS(s, &q, 1, "caf\xc3\xa9");
+}
+
+static void test_search_substring(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("substring", &s), MV_OK);
+    ts_substring_fill(s);
+    ts_substring_checks(s);
+
+    /* A version 3 store: the word index and no zones. Opening migrates it and re-indexes. */
+    static const char downgrade[] = "ALTER TABLE bodies DROP COLUMN sent_zone; "
+                                    "DROP TABLE fts; "
+                                    "CREATE VIRTUAL TABLE fts USING fts5(subject, addresses, "
+                                    "body, tokenize='unicode61 remove_diacritics 2'); "
+                                    "INSERT INTO fts(rowid, subject, addresses, body) "
+                                    "SELECT id, 'x', 'y', 'z' FROM bodies; "
+                                    "PRAGMA user_version = 3";
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), downgrade), SQLITE_OK);
+    mv_store_close(&s);
+    CHECK_EQ_INT(ts_open("substring", &s), MV_OK);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 4);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), 3);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM bodies WHERE sent_zone != 0"), 2);
+    ts_substring_checks(s);
     mv_store_close(&s);
 }
 
@@ -1549,6 +1643,7 @@ int main(void)
     TEST(test_uidset);
     TEST(test_search);
     TEST(test_search_flags_limits);
+    TEST(test_search_substring);
     TEST(test_limits);
     TEST(test_query_plans);
     TEST(test_refcounts_random);

@@ -93,6 +93,14 @@ void store_blob_release(mv_store *s)
 
 size_t store_header_end(const uint8_t *raw, size_t len)
 {
+    /* An empty first line is an empty header block (RFC 5322 2.1: the header is optional;
+     * RFC 3501 6.4.5: HEADER is then just that line and TEXT all the rest). */
+    if (len >= 1 && raw[0] == '\n') {
+        return 1;
+    }
+    if (len >= 2 && raw[0] == '\r' && raw[1] == '\n') {
+        return 2;
+    }
     for (const uint8_t *p = memchr(raw, '\n', len); p != NULL;
          p = memchr(p + 1, '\n', len - (size_t)(p + 1 - raw))) {
         size_t i = (size_t)(p - raw);
@@ -409,6 +417,7 @@ static int store_body_insert(mv_store *s,
                              size_t head,
                              size_t len,
                              const uint8_t digest[32],
+                             int32_t sent_zone,
                              int64_t *id_out)
 {
     struct store_blob_packed blob;
@@ -418,7 +427,8 @@ static int store_body_insert(mv_store *s,
         return rc;
     }
     sqlite3_stmt *st = store_stmt(s, "INSERT INTO bodies(sha256, refcount, size, stored_size, "
-                                     "compression, header_stored) VALUES (?, 1, ?, ?, ?, ?)");
+                                     "compression, header_stored, sent_zone) "
+                                     "VALUES (?, 1, ?, ?, ?, ?, ?)");
     if (st == NULL) {
         rc = store_fail_sqlite(s, "storing a message body");
         goto cleanup;
@@ -428,6 +438,7 @@ static int store_body_insert(mv_store *s,
     sqlite3_bind_int64(st, 3, (sqlite3_int64)blob.size);
     sqlite3_bind_int(st, 4, blob.compression);
     sqlite3_bind_int64(st, 5, head != 0 ? (sqlite3_int64)head_stored : 0);
+    sqlite3_bind_int(st, 6, sent_zone);
     rc = store_blob_step_done(s, st, "storing a message body");
     if (rc == MV_OK) {
         *id_out = sqlite3_last_insert_rowid(s->db);
@@ -470,21 +481,34 @@ static int store_body_insert_parts(mv_store *s,
     return MV_OK;
 }
 
-/* The body's full-text row: rowid = body id, so copies share it. */
+/* The body's full-text row: rowid = body id, so copies share it. header is every field
+ * (SEARCH TEXT), body the decoded text (SEARCH BODY); see store_search.c. */
 static int store_body_index(mv_store *s, int64_t body_id, const struct store_parsed *p)
 {
-    sqlite3_stmt *st = store_stmt(s, "INSERT INTO fts(rowid, subject, addresses, body) "
-                                     "VALUES (?1, ?2, ?3 || ' ' || ?4 || ' ' || ?5, ?6)");
+    sqlite3_stmt *st = store_stmt(s, "INSERT INTO fts(rowid, header, body) VALUES (?1, ?2, ?3)");
     if (st == NULL) {
         return store_fail_sqlite(s, "indexing a message");
     }
     sqlite3_bind_int64(st, 1, body_id);
-    sqlite3_bind_text(st, 2, p->subject != NULL ? p->subject : "", -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, p->from != NULL ? p->from : "", -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, p->to != NULL ? p->to : "", -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, p->cc != NULL ? p->cc : "", -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 6, p->text != NULL ? p->text : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, p->header_text != NULL ? p->header_text : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, p->text != NULL ? p->text : "", -1, SQLITE_STATIC);
     return store_blob_step_done(s, st, "indexing a message");
+}
+
+int store_body_index_again(mv_store *s, int64_t body_id, const struct store_parsed *p)
+{
+    int rc = store_body_index(s, body_id, p);
+    sqlite3_stmt *st =
+        rc == MV_OK ? store_stmt(s, "UPDATE bodies SET sent_zone = ?1 WHERE id = ?2") : NULL;
+    if (rc == MV_OK && st == NULL) {
+        return store_fail_sqlite(s, "indexing a message");
+    }
+    if (rc == MV_OK) {
+        sqlite3_bind_int(st, 1, p->sent_zone);
+        sqlite3_bind_int64(st, 2, body_id);
+        rc = store_blob_step_done(s, st, "indexing a message");
+    }
+    return rc;
 }
 
 int store_body_put(mv_store *s,
@@ -525,7 +549,8 @@ int store_body_put(mv_store *s,
         head = 0;
     }
     if (rc == MV_OK) {
-        rc = store_body_insert(s, skeleton, len - cut, head, len, digest, body_id_out);
+        rc = store_body_insert(s, skeleton, len - cut, head, len, digest, parsed->sent_zone,
+                               body_id_out);
     }
     free(skeleton); /* before the parts: at most one copy of the message besides raw */
     if (rc == MV_OK) {
@@ -854,8 +879,17 @@ static int store_body_read_header_unit(mv_store *s,
     size_t n = *len_out;
     int ends_blank =
         (n >= 2 && header[n - 1] == '\n' && header[n - 2] == '\n') ||
-        (n >= 3 && header[n - 1] == '\n' && header[n - 2] == '\r' && header[n - 3] == '\n');
-    if (store_header_end(header, n) != n || (n < size && !ends_blank)) {
+        (n >= 3 && header[n - 1] == '\n' && header[n - 2] == '\r' && header[n - 3] == '\n') ||
+        (n == 1 && header[0] == '\n') || (n == 2 && header[0] == '\r' && header[1] == '\n');
+    size_t end = store_header_end(header, n);
+    int old_empty_first =
+        end < n && end == (header[0] == '\n' ? 1u : 2u) && (ends_blank || n == size);
+    if (old_empty_first) {
+        /* Written before an empty first line counted as an empty header (that unit runs to
+         * the next empty line, or is the whole message): still a prefix of the message, and
+         * today's header is its first line, so such stores need no migration. */
+        *len_out = end;
+    } else if (end != n || (n < size && !ends_blank)) {
         rc = store_fail(s, MV_ECORRUPT, "body %lld: the stored header does not end where recorded",
                         (long long)body_id);
         goto cleanup;

@@ -50,9 +50,15 @@ int store_body_get(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_
  * Returns MV_OK, MV_ECORRUPT, MV_ENOMEM or an SQLite error; call inside a read transaction. */
 int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_out);
 
-/* Length of the header of raw: up to and including the first empty line (the first LF
- * followed by LF or by CR LF); len if there is none. The same rule as mailvaultd's. */
+/* Length of the header of raw: up to and including the first empty line (an empty first
+ * line, or the first LF followed by LF or by CR LF); len if there is none. mailvaultd uses
+ * it too (mv_message_header_len), for the message and for every MIME part's header. */
 size_t store_header_end(const uint8_t *raw, size_t len);
+
+/* Writes body_id's full-text row (store_parse's header text and body text) and its Date
+ * zone again: the schema migration that rebuilt the index (store_schema.c). MV_OK or an
+ * SQLite error (message set). */
+int store_body_index_again(mv_store *s, int64_t body_id, const struct store_parsed *p);
 
 /* Frees the handle's zstd contexts (store.h). */
 void store_blob_release(mv_store *s);

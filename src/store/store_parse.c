@@ -762,6 +762,42 @@ static int parse_threading(GMimeMessage *message, struct store_parsed *out)
     return rc;
 }
 
+/* The header's fields as text for the full-text index: "Name: value\n" with GMime's
+ * decoded, unfolded value, up to STORE_PARSE_HEADER_TEXT_MAX bytes (cut at a character). */
+static char *parse_header_text(GMimeMessage *message)
+{
+    GMimeHeaderList *list = g_mime_object_get_header_list(GMIME_OBJECT(message));
+    int count = list != NULL ? g_mime_header_list_get_count(list) : 0;
+    struct parse_buf b = {NULL, 0, 0};
+    int rc = parse_buf_append(&b, "", 0);
+    for (int i = 0; i < count && rc == MV_OK && b.len < STORE_PARSE_HEADER_TEXT_MAX; i++) {
+        GMimeHeader *h = g_mime_header_list_get_header_at(list, i);
+        const char *name = h != NULL ? g_mime_header_get_name(h) : NULL;
+        const char *value = h != NULL ? g_mime_header_get_value(h) : NULL;
+        char *clean = parse_text_dup(value);
+        if (clean == NULL) {
+            rc = MV_ENOMEM;
+            break;
+        }
+        char *line = g_strdup_printf("%s: %s\n", name != NULL ? name : "", clean);
+        free(clean);
+        size_t n = strlen(line);
+        if (b.len + n > STORE_PARSE_HEADER_TEXT_MAX) {
+            n = parse_utf8_trim_cut(line, STORE_PARSE_HEADER_TEXT_MAX - b.len);
+        }
+        rc = parse_buf_append(&b, line, n);
+        g_free(line);
+    }
+    if (rc == MV_OK && !g_utf8_validate(b.data, (gssize)b.len, NULL)) {
+        rc = parse_make_utf8(&b, 1); /* a raw 8-bit name or value */
+    }
+    if (rc != MV_OK) {
+        free(b.data);
+        return NULL;
+    }
+    return b.data;
+}
+
 static int parse_header_fields(GMimeMessage *message, struct store_parsed *out)
 {
     out->subject = parse_text_dup(g_mime_message_get_subject(message));
@@ -771,8 +807,11 @@ static int parse_header_fields(GMimeMessage *message, struct store_parsed *out)
     out->message_id = parse_msgid_dup(g_mime_message_get_message_id(message));
     GDateTime *date = g_mime_message_get_date(message);
     out->sent_date = date != NULL ? (int64_t)g_date_time_to_unix(date) : 0;
+    out->sent_zone =
+        date != NULL ? (int32_t)(g_date_time_get_utc_offset(date) / G_TIME_SPAN_SECOND) : 0;
+    out->header_text = parse_header_text(message);
     if (out->subject == NULL || out->from == NULL || out->to == NULL || out->cc == NULL ||
-        out->message_id == NULL) {
+        out->message_id == NULL || out->header_text == NULL) {
         return MV_ENOMEM;
     }
     return parse_threading(message, out);
@@ -817,8 +856,8 @@ parse_with_gmime(const uint8_t *raw, size_t gm_len, struct parse_walk *w, struct
 /* Gives every string member that is still NULL the value "". */
 static int parse_fill_empty(struct store_parsed *out)
 {
-    char **fields[] = {&out->subject,    &out->from,        &out->to,  &out->cc,
-                       &out->message_id, &out->in_reply_to, &out->text};
+    char **fields[] = {&out->subject,    &out->from,        &out->to,   &out->cc,
+                       &out->message_id, &out->in_reply_to, &out->text, &out->header_text};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         if (*fields[i] == NULL && (*fields[i] = strdup("")) == NULL) {
             return MV_ENOMEM;
@@ -884,6 +923,7 @@ void store_parsed_free(struct store_parsed *p)
     }
     free(p->references);
     free(p->text);
+    free(p->header_text);
     free(p->parts);
     memset(p, 0, sizeof *p);
 }

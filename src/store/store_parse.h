@@ -43,6 +43,10 @@ struct store_parsed {
     char **references; /* msg-ids of References, without <>, in order; NULL if none */
     size_t reference_count;
     int64_t sent_date; /* Unix seconds from Date:, 0 if absent/unparsable */
+    int32_t sent_zone; /* the Date: header's zone, seconds east of UTC (0 if none) */
+    char *header_text; /* the top-level header for full-text search (IMAP SEARCH TEXT): one
+                          "Name: value" line per field, values decoded (RFC 2047) and unfolded;
+                          capped at STORE_PARSE_HEADER_TEXT_MAX bytes; "" if none */
     char *text;        /* plain body text for full-text search: every text/plain part decoded
                           (transfer encoding + charset -> UTF-8), plus text/html parts with tags
                           stripped; capped at STORE_PARSE_TEXT_MAX bytes; "" if none */
@@ -51,7 +55,8 @@ struct store_parsed {
     size_t part_count;
 };
 
-#define STORE_PARSE_TEXT_MAX (1u << 20)
+#define STORE_PARSE_TEXT_MAX        (1u << 20)
+#define STORE_PARSE_HEADER_TEXT_MAX (64u << 10)
 
 /* Explicit bounds on the work one message can cause. Beyond the first two the walk stops
  * descending (the message still parses); beyond the third GMime sees only the top-level

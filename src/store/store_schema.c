@@ -22,10 +22,19 @@
  *     bodies_data.data (a zstd frame of its own, or the plain header bytes), so a fetch of
  *     headers reads and decrypts only the pages that hold them; 0 on bodies stored before
  *     (they are read whole and cut).
+ *   - version 4: the full-text index answers IMAP's SEARCH BODY and TEXT (RFC 3501 6.4.4):
+ *     case-insensitive substrings, BODY of the body only, TEXT of header or body. fts is
+ *     rebuilt with the trigram tokenizer (a phrase of trigrams is a substring) and two
+ *     columns, header (every field, decoded) and body; bodies.sent_zone keeps the Date
+ *     header's zone, so SENT* compare the date as written. The migration re-parses every
+ *     body once to fill both (store_schema_reindex).
  */
 #include "store/store.h"
+#include "store/store_blob.h"
+#include "store/store_parse.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 /* Version 1. Kept as one literal per statement so a failure names the statement. */
 static const char *const store_schema_v1[] = {
@@ -183,6 +192,55 @@ static const char *const store_schema_v3[] = {
     "ALTER TABLE bodies ADD COLUMN header_stored INTEGER NOT NULL DEFAULT 0",
 };
 
+/* Version 4: see the top of the file. The old fts table goes (its unicode61 words cannot
+ * answer substrings); store_schema_reindex() fills the new one. */
+static const char *const store_schema_v4[] = {
+    "ALTER TABLE bodies ADD COLUMN sent_zone INTEGER NOT NULL DEFAULT 0",
+    "DROP TABLE fts",
+    "CREATE VIRTUAL TABLE fts USING fts5(header, body, tokenize='trigram')",
+};
+
+/* Indexes every body again and records its Date zone, one body at a time (memory: one
+ * message). Inside the migration's transaction, so a failure leaves version 3 as it was. */
+static int store_schema_reindex(mv_store *s)
+{
+    sqlite3_stmt *ids = NULL;
+    if (sqlite3_prepare_v2(s->db, "SELECT id FROM bodies ORDER BY id", -1, &ids, NULL) !=
+        SQLITE_OK) {
+        return store_fail_sqlite(s, "listing bodies to index");
+    }
+    int rc = MV_OK, step;
+    while (rc == MV_OK && (step = sqlite3_step(ids)) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(ids, 0);
+        uint8_t *raw = NULL;
+        size_t len = 0;
+        rc = store_body_get(s, id, &raw, &len);
+        if (rc != MV_OK) {
+            break;
+        }
+        /* No limits here: the message is already stored, only its text is wanted. */
+        struct mv_limits unlimited = MV_LIMITS_DEFAULT;
+        unlimited.message_size_max = UINT64_MAX;
+        unlimited.header_count_max = UINT32_MAX;
+        unlimited.header_size_max = UINT32_MAX;
+        struct store_parsed parsed;
+        char err[256];
+        rc = store_parse(raw, len, &unlimited, STORE_SPLIT_MIN, &parsed, err, sizeof err);
+        free(raw);
+        if (rc != MV_OK) {
+            rc = store_fail(s, rc, "indexing body %lld: %s", (long long)id, err);
+            break;
+        }
+        rc = store_body_index_again(s, id, &parsed);
+        store_parsed_free(&parsed);
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "listing bodies to index");
+    }
+    sqlite3_finalize(ids);
+    return rc;
+}
+
 static int store_schema_run(mv_store *s, const char *const *statements, size_t count, int version)
 {
     for (size_t i = 0; i < count; i++) {
@@ -243,6 +301,13 @@ int store_schema_migrate(mv_store *s)
     if (rc == MV_OK && version < 3) {
         rc = store_schema_run(s, store_schema_v3,
                               sizeof store_schema_v3 / sizeof store_schema_v3[0], 3);
+    }
+    if (rc == MV_OK && version < 4) {
+        rc = store_schema_run(s, store_schema_v4,
+                              sizeof store_schema_v4 / sizeof store_schema_v4[0], 4);
+        if (rc == MV_OK) {
+            rc = store_schema_reindex(s);
+        }
     }
     if (rc != MV_OK) {
         store_rollback(s);

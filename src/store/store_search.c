@@ -9,12 +9,19 @@
  *
  * IMPLEMENTATION NOTES
  *   - The WHERE clause is built only from the fixed fragments below, each with its own
- *     numbered parameter (?1 .. ?17), so user input is always a bound value and never part
+ *     numbered parameter (?1 .. ?19), so user input is always a bound value and never part
  *     of the SQL; criteria that are absent leave their fragment (and parameter) out.
  *   - Full text: the user's words are each turned into an FTS5 string ("word", embedded
  *     quotes doubled), so no FTS5 operator, column filter or prefix syntax comes from the
  *     user; the strings are ANDed. The index is keyed by body id: "m.body_id IN (SELECT rowid
- *     FROM fts WHERE fts MATCH ?)".
+ *     FROM fts WHERE fts MATCH ?)". It has two columns, header (every field, decoded) and
+ *     body (the decoded text), and the trigram tokenizer (schema version 4): an FTS5 string
+ *     of three characters or more is the run of its trigrams, which matches exactly where the
+ *     string is a case-insensitive substring (RFC 3501 6.4.4's BODY and TEXT). BODY is the
+ *     column filter "body : ...". A string under three characters has no trigram: LIKE
+ *     (escaped) over the columns, which FTS5 answers by a scan.
+ *   - SENT*: sent_date is UTC; the Date header's zone (bodies.sent_zone) is added back, so
+ *     the bounds compare the date as written (RFC 3501 6.4.4 disregards time and zone).
  *   - Header criteria are case-insensitive substring matches, instr(lower(col), lower(?)):
  *     no LIKE, so '%' and '_' need no escaping.
  *   - With a mailbox the plan starts from messages_date (mailbox_id, internal_date), which
@@ -22,9 +29,10 @@
  *   - LIMIT is the limit + 1: the extra row, if it comes, turns into MV_ELIMIT.
  *
  * LIMITATIONS
- *   lower() folds ASCII only: "Ä" does not match "ä" in header criteria (the full-text
- *   index folds Unicode and removes diacritics). A message without a Date header has
- *   sent_date 0 and matches no sent_since/sent_before criterion.
+ *   lower() folds ASCII only: "Ä" does not match "ä" in header criteria, nor in full-text
+ *   strings under three characters (LIKE); the trigram index folds Unicode case (not
+ *   diacritics: "e" does not find "é", as a substring match should not). A message without a Date
+ * header has sent_date 0 and matches no sent_since/sent_before criterion.
  */
 #include "store/store_message.h"
 
@@ -61,6 +69,8 @@ enum store_search_param {
     P_FLAGS_SET,
     P_FLAGS_UNSET,
     P_KEYWORD,
+    P_BODY, /* body_contains */
+    P_ANY,  /* text_contains */
     P_LIMIT
 };
 
@@ -79,15 +89,79 @@ static const char *const store_search_fragment[] = {
     [P_TEXT] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH ?7)",
     [P_SINCE] = " AND m.internal_date >= ?8",
     [P_BEFORE] = " AND m.internal_date < ?9",
-    [P_SENT_SINCE] = " AND m.sent_date != 0 AND m.sent_date >= ?10",
-    [P_SENT_BEFORE] = " AND m.sent_date != 0 AND m.sent_date < ?11",
+    [P_SENT_SINCE] = " AND m.sent_date != 0 AND m.sent_date + (SELECT sent_zone FROM bodies "
+                     "WHERE id = m.body_id) >= ?10",
+    [P_SENT_BEFORE] = " AND m.sent_date != 0 AND m.sent_date + (SELECT sent_zone FROM bodies "
+                      "WHERE id = m.body_id) < ?11",
     [P_LARGER] = " AND m.size > ?12",
     [P_SMALLER] = " AND m.size < ?13",
     [P_FLAGS_SET] = " AND (m.flags & ?14) = ?14",
     [P_FLAGS_UNSET] = " AND (m.flags & ?15) = 0",
     [P_KEYWORD] = " AND instr(' ' || lower(m.keywords) || ' ', ' ' || lower(?16) || ' ') > 0",
-    [P_LIMIT] = " ORDER BY m.internal_date DESC LIMIT ?17",
+    [P_BODY] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH ?17)",
+    [P_ANY] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH ?18)",
+    [P_LIMIT] = " ORDER BY m.internal_date DESC LIMIT ?19",
 };
+
+/* The same criteria for strings under three characters, which have no trigram: LIKE over
+ * every indexed text (FTS5 then scans; LIKE folds ASCII only). */
+static const char *const store_search_short[] = {
+    [P_BODY] = " AND m.body_id IN (SELECT rowid FROM fts WHERE body LIKE ?17 ESCAPE '\\')",
+    [P_ANY] = " AND m.body_id IN (SELECT rowid FROM fts WHERE body LIKE ?18 ESCAPE '\\' "
+              "OR header LIKE ?18 ESCAPE '\\')",
+};
+
+#define STORE_SEARCH_LIKE 2 /* present[P_BODY / P_ANY]: the short form */
+
+/* Characters (not bytes) in UTF-8 text. */
+static size_t store_search_chars(const char *s)
+{
+    size_t n = 0;
+    for (; *s != '\0'; s++) {
+        n += ((unsigned char)*s & 0xc0) != 0x80;
+    }
+    return n;
+}
+
+/* One substring criterion as a bound value (*out malloc'd): with three characters or more
+ * an FTS5 phrase (trigrams in a row are a substring), column-filtered to body if asked;
+ * shorter, a LIKE pattern with %, _ and \ escaped. */
+static int
+store_search_substring(mv_store *s, const char *text, int body_only, int like, char **out)
+{
+    size_t n = strlen(text);
+    char *buf = malloc(n * 2 + 16);
+    if (buf == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory preparing a search");
+    }
+    size_t at = 0;
+    if (like) {
+        buf[at++] = '%';
+        for (size_t i = 0; i < n; i++) {
+            if (text[i] == '%' || text[i] == '_' || text[i] == '\\') {
+                buf[at++] = '\\';
+            }
+            buf[at++] = text[i];
+        }
+        buf[at++] = '%';
+    } else {
+        if (body_only) {
+            memcpy(buf, "body : ", 7);
+            at = 7;
+        }
+        buf[at++] = '"';
+        for (size_t i = 0; i < n; i++) {
+            if (text[i] == '"') {
+                buf[at++] = '"';
+            }
+            buf[at++] = text[i];
+        }
+        buf[at++] = '"';
+    }
+    buf[at] = '\0';
+    *out = buf;
+    return MV_OK;
+}
 
 /* The user's text as FTS5 strings: each whitespace-separated word quoted, '"' doubled.
  * *out is malloc'd; "" when text has no words. */
@@ -144,6 +218,12 @@ store_search_present(const struct mv_search_query *q, int has_text, int present[
     present[P_FLAGS_SET] = q->flags_set != 0;
     present[P_FLAGS_UNSET] = q->flags_unset != 0;
     present[P_KEYWORD] = q->keyword != NULL && q->keyword[0] != '\0';
+    present[P_BODY] = q->body_contains == NULL || q->body_contains[0] == '\0' ? 0
+                      : store_search_chars(q->body_contains) < 3              ? STORE_SEARCH_LIKE
+                                                                              : 1;
+    present[P_ANY] = q->text_contains == NULL || q->text_contains[0] == '\0' ? 0
+                     : store_search_chars(q->text_contains) < 3              ? STORE_SEARCH_LIKE
+                                                                             : 1;
     present[P_LIMIT] = 1;
 }
 
@@ -157,12 +237,14 @@ store_search_sql(mv_store *s, const int present[P_LIMIT + 1], char sql[STORE_SEA
         if (!present[i]) {
             continue;
         }
-        size_t n = strlen(store_search_fragment[i]);
+        const char *fragment =
+            present[i] == STORE_SEARCH_LIKE ? store_search_short[i] : store_search_fragment[i];
+        size_t n = strlen(fragment);
         if (at + n >= STORE_SEARCH_SQL_MAX) {
             return store_fail(s, MV_ERROR, "search statement longer than %d bytes",
                               STORE_SEARCH_SQL_MAX);
         }
-        memcpy(sql + at, store_search_fragment[i], n + 1);
+        memcpy(sql + at, fragment, n + 1);
         at += n;
     }
     return MV_OK;
@@ -173,7 +255,7 @@ static void store_search_bind(sqlite3_stmt *st,
                               const struct mv_search_query *q,
                               const int present[P_LIMIT + 1],
                               int64_t mailbox_id,
-                              const char *text,
+                              const char *const text[3],
                               uint32_t limit)
 {
     const char *strings[P_LIMIT + 1] = {
@@ -182,8 +264,10 @@ static void store_search_bind(sqlite3_stmt *st,
         [P_CC] = q->cc,
         [P_SUBJECT] = q->subject,
         [P_MESSAGE_ID] = q->message_id,
-        [P_TEXT] = text,
+        [P_TEXT] = text[0],
         [P_KEYWORD] = q->keyword,
+        [P_BODY] = text[1],
+        [P_ANY] = text[2],
     };
     const int64_t numbers[P_LIMIT + 1] = {
         [P_MAILBOX] = mailbox_id,
@@ -209,13 +293,15 @@ static void store_search_bind(sqlite3_stmt *st,
     }
 }
 
-/* Checks the query, resolves the mailbox and quotes the text (*text NULL if none). */
+/* Checks the query, resolves the mailbox and prepares the full-text values: text[0] the
+ * quoted words (NULL if none), text[1] and text[2] body_contains and text_contains as
+ * present[] says (MATCH phrase or LIKE pattern). */
 static int store_search_prepare_query(mv_store *s,
                                       const struct mv_search_query *q,
+                                      const int present[P_LIMIT + 1],
                                       int64_t *mailbox_id,
-                                      char **text)
+                                      char *text[3])
 {
-    *text = NULL;
     if (((q->flags_set | q->flags_unset) & ~MV_FLAG_ALL) != 0) {
         return store_fail(s, MV_EINVAL, "unknown flag bits in a search");
     }
@@ -225,13 +311,22 @@ static int store_search_prepare_query(mv_store *s,
             return rc;
         }
     }
-    if (q->text == NULL) {
-        return MV_OK;
+    int rc = MV_OK;
+    if (present[P_BODY]) {
+        rc = store_search_substring(s, q->body_contains, 1, present[P_BODY] == STORE_SEARCH_LIKE,
+                                    &text[1]);
     }
-    int rc = store_search_fts_quote(s, q->text, text);
-    if (rc == MV_OK && (*text)[0] == '\0') {
-        free(*text); /* only blanks: no full-text criterion */
-        *text = NULL;
+    if (rc == MV_OK && present[P_ANY]) {
+        rc = store_search_substring(s, q->text_contains, 0, present[P_ANY] == STORE_SEARCH_LIKE,
+                                    &text[2]);
+    }
+    if (rc != MV_OK || q->text == NULL) {
+        return rc;
+    }
+    rc = store_search_fts_quote(s, q->text, &text[0]);
+    if (rc == MV_OK && text[0][0] == '\0') {
+        free(text[0]); /* only blanks: no full-text criterion */
+        text[0] = NULL;
     }
     return rc;
 }
@@ -241,16 +336,17 @@ int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **ou
     char sql[STORE_SEARCH_SQL_MAX];
     int present[P_LIMIT + 1] = {0};
     int64_t mailbox_id = 0;
-    char *text = NULL;
+    char *text[3] = {NULL, NULL, NULL};
     mv_search *it = NULL;
     if (out == NULL || q == NULL) {
         return store_fail(s, MV_EINVAL, "mv_search_begin: no query or output pointer");
     }
     *out = NULL;
     store_enter(s);
-    int rc = store_search_prepare_query(s, q, &mailbox_id, &text);
+    store_search_present(q, 0, present);
+    int rc = store_search_prepare_query(s, q, present, &mailbox_id, text);
     if (rc == MV_OK) {
-        store_search_present(q, text != NULL, present);
+        present[P_TEXT] = text[0] != NULL;
         rc = store_search_sql(s, present, sql);
     }
     if (rc == MV_OK && (it = calloc(1, sizeof *it)) == NULL) {
@@ -263,7 +359,7 @@ int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **ou
         uint32_t max = s->limits.search_results_max;
         it->store = s;
         it->limit = q->limit != 0 && q->limit < max ? q->limit : max;
-        store_search_bind(it->stmt, q, present, mailbox_id, text, it->limit);
+        store_search_bind(it->stmt, q, present, mailbox_id, (const char *const *)text, it->limit);
         *out = it;
         it = NULL;
     }
@@ -271,7 +367,9 @@ int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **ou
         sqlite3_finalize(it->stmt);
         free(it);
     }
-    free(text);
+    for (size_t i = 0; i < 3; i++) {
+        free(text[i]);
+    }
     return rc;
 }
 

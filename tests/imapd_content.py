@@ -1,0 +1,231 @@
+"""imapd_content.py -- mailvaultd's message content rules, each named by the RFC rule it
+checks (issue 12): where the header ends (RFC 3501 6.4.5, RFC 5322 2.1), folded MIME
+parameters (RFC 5322 2.2.3, RFC 2045), '[' in mailbox names (RFC 3501 9 atom-specials),
+SENT* dates as written (RFC 3501 6.4.4), SEARCH BODY / TEXT as case-insensitive substrings
+of the body / the whole message (RFC 3501 6.4.4), extra SP in a flag list from Dovecot's
+imapc (RFC 3501 9, liberal), and LMTP's Return-Path / Delivered-To (RFC 5321 4.4, as
+Dovecot's LMTP). Also a fetch-and-deliver client (fetchmail's RFC822.HEADER +
+BODY.PEEK[TEXT]) reading headerless mail.
+
+USAGE
+  python3 tests/imapd_content.py --imap PORT --lmtp PORT --user ADDR:PASSWORD
+Prints PASS/FAIL lines and "# N passed, N failed" last.
+"""
+import argparse
+import re
+import sys
+
+import imapd_common
+
+TIMEOUT = 60
+results = imapd_common.Results()
+check = results.report
+
+
+def ok(tagged):
+    return b" OK" in tagged
+
+
+def fetch_literals(c, what):
+    untagged, tagged = c.command(what)
+    lits = [lit for text, l in untagged for lit in l]
+    return untagged, tagged, lits
+
+
+def append(c, box, msg, flags=b""):
+    _, tagged = c.command(b"APPEND " + box + (b" " + flags if flags else b""), msg)
+    m = re.search(rb"APPENDUID \d+ (\d+)", tagged)
+    return int(m.group(1)) if m else None
+
+
+def search(c, criteria):
+    untagged, tagged = c.command(b"UID SEARCH " + criteria)
+    uids = set()
+    for text, _ in untagged:
+        if text.startswith(b"* SEARCH"):
+            uids |= {int(x) for x in re.findall(rb" (\d+)", text)}
+    return uids, tagged
+
+
+def test_empty_header(c):
+    """RFC 3501 6.4.5 / RFC 5322 2.1: a message starting with CRLF has an empty header."""
+    body = b"Subject: this line is body text\r\n\r\nsecond paragraph\r\n" + b"x" * 40 + b"\r\n"
+    msg = b"\r\n" + body
+    c.command("SELECT INBOX")
+    uid = append(c, b"INBOX", msg)
+    check("APPEND of a headerless message", uid is not None)
+    _, tagged, lits = fetch_literals(
+        c, "UID FETCH %d (BODY.PEEK[HEADER] BODY.PEEK[TEXT] RFC822.HEADER RFC822.TEXT "
+           "RFC822.SIZE)" % uid)
+    check("RFC 3501 6.4.5: BODY[HEADER] of a message starting with CRLF is just that CRLF",
+          len(lits) == 4 and lits[0] == b"\r\n", repr(lits[:1]))
+    check("RFC 3501 6.4.5: BODY[TEXT] is everything after the empty first line",
+          len(lits) == 4 and lits[1] == body, repr(lits[1:2])[:200])
+    check("RFC822.HEADER and RFC822.TEXT split the same way",
+          len(lits) == 4 and lits[2] == b"\r\n" and lits[3] == body)
+    untagged, _ = c.command("UID FETCH %d (BODYSTRUCTURE)" % uid)
+    text = b" ".join(t for t, _ in untagged)
+    check("BODYSTRUCTURE's size agrees with BODY[TEXT]", b" %d " % len(body) in text, repr(text))
+
+    # A fetch-and-deliver client (fetchmail: RFC822.HEADER, then BODY.PEEK[TEXT]) rebuilds
+    # the message byte for byte and delivers it (here: appends it to another mailbox).
+    c.command("CREATE Delivered")
+    _, _, head = fetch_literals(c, "UID FETCH %d (RFC822.HEADER)" % uid)
+    _, _, text_lits = fetch_literals(c, "UID FETCH %d (BODY.PEEK[TEXT])" % uid)
+    rebuilt = (head[0] if head else b"") + (text_lits[0] if text_lits else b"")
+    check("a fetch-and-deliver client (header + text) gets the whole headerless message",
+          rebuilt == msg, repr(rebuilt)[:200])
+    new_uid = append(c, b"Delivered", rebuilt)
+    c.command("SELECT Delivered")
+    _, _, again = fetch_literals(c, "UID FETCH %d (BODY.PEEK[TEXT])" % (new_uid or 0))
+    check("the delivered copy keeps its body", again == [body])
+    c.command("SELECT INBOX")
+
+
+def test_folded_boundary(c):
+    """RFC 5322 2.2.3 / RFC 2045 5.1: unfolding removes CRLF; the boundary is "foo bar"."""
+    msg = (b"From: a@example.org\r\nSubject: folded\r\nMIME-Version: 1.0\r\n"
+           b"Content-Type: multipart/mixed; boundary=\"foo\r\n bar\"\r\n\r\n"
+           b"--foo bar\r\nContent-Type: text/plain\r\n\r\npart one\r\n"
+           b"--foo bar\r\nContent-Type: message/rfc822\r\n\r\n"
+           b"Subject: inner\r\n\r\ninner body\r\n"
+           b"--foo bar--\r\n")
+    uid = append(c, b"INBOX", msg)
+    untagged, tagged, lits = fetch_literals(
+        c, "UID FETCH %d (BODY.PEEK[1] BODY.PEEK[1.MIME] BODY.PEEK[2.HEADER] BODY.PEEK[2.TEXT])"
+        % uid)
+    text = b" ".join(t for t, _ in untagged)
+    check("RFC 2045/5322 2.2.3: a folded boundary parameter still finds the parts "
+          "(BODY[1], [1.MIME], [2.HEADER], [2.TEXT] not NIL)",
+          lits == [b"part one", b"Content-Type: text/plain\r\n\r\n", b"Subject: inner\r\n\r\n",
+                   b"inner body"], repr(text)[:300] + repr(lits))
+
+
+def test_bracket_names(c):
+    """RFC 3501 9: '[' is not an atom-special; ']' is an ASTRING-CHAR."""
+    for name in (b"foo[bar", b"foo[bar]"):
+        _, tagged = c.command(b"CREATE " + name)
+        check("RFC 3501 9: CREATE %s (unquoted '[') is not BAD" % name.decode(), ok(tagged),
+              repr(tagged))
+        untagged, tagged = c.command(b'LIST "" "' + name + b'"')
+        check("LIST finds %s" % name.decode(), any(name in t for t, _ in untagged),
+              repr(untagged))
+        _, tagged = c.command(b"SELECT " + name)
+        check("SELECT %s (unquoted)" % name.decode(), ok(tagged), repr(tagged))
+    _, tagged = c.command(b"FETCH 1 BODY[HEADER")
+    check("an unterminated section is still BAD", b" BAD" in tagged, repr(tagged))
+    c.command("SELECT INBOX")
+
+
+def test_imapc_flag_list(c):
+    """Dovecot's imapc sends "( $Label1 Work)"; nothing is ambiguous, so accept it."""
+    msg = b"From: a@example.org\r\nSubject: imapc\r\n\r\nbody\r\n"
+    _, tagged = c.command(b"APPEND INBOX ( $Label1 Work)", msg)
+    check("APPEND with a space after '(' in the flag list (dsync through imapc) is accepted",
+          ok(tagged), repr(tagged))
+    m = re.search(rb"APPENDUID \d+ (\d+)", tagged)
+    if m:
+        untagged, _ = c.command(b"UID FETCH " + m.group(1) + b" FLAGS")
+        text = b" ".join(t for t, _ in untagged)
+        check("the keywords are stored", b"$Label1" in text and b"Work" in text, repr(text))
+    _, tagged = c.command(b"UID STORE 1 +FLAGS ( \\Seen )")
+    check("STORE with blanks inside the list", ok(tagged), repr(tagged))
+
+
+def test_sent_dates(c):
+    """RFC 3501 6.4.4: SENT* compare the Date: header's date, disregarding time and zone."""
+    plus = append(c, b"INBOX", b"Date: Sun, 25 Mar 2007 00:00:00 +0200\r\nSubject: east\r\n\r\nx\r\n")
+    minus = append(c, b"INBOX",
+                   b"Date: Sat, 24 Mar 2007 23:30:00 -0500\r\nSubject: west\r\n\r\nx\r\n")
+    cases = [(b"SENTON 25-Mar-2007", plus, True), (b"SENTON 24-Mar-2007", plus, False),
+             (b"SENTBEFORE 25-Mar-2007", plus, False), (b"SENTSINCE 25-Mar-2007", plus, True),
+             (b"SENTON 24-Mar-2007", minus, True), (b"SENTSINCE 25-Mar-2007", minus, False),
+             (b"SENTBEFORE 25-Mar-2007", minus, True)]
+    for crit, uid, want in cases:
+        uids, tagged = search(c, crit)
+        check("RFC 3501 6.4.4: %s %s the message dated %s" %
+              (crit.decode(), "matches" if want else "does not match",
+               "+0200" if uid == plus else "-0500"),
+              ok(tagged) and ((uid in uids) == want), repr((uids, tagged)))
+
+
+def test_body_text(c):
+    """RFC 3501 6.4.4: BODY = the body, TEXT = header or body; case-insensitive substrings."""
+    c.command("CREATE Search")
+    c.command("SELECT Search")
+    a = append(c, b"Search", b"From: x@example.org\r\nSubject: zebrafish meeting\r\n\r\n"
+               b"hello world, see you\r\n")
+    b = append(c, b"Search", b"From: y@example.org\r\nX-Project: quokkaland\r\nSubject: s\r\n\r\n"
+               b"nothing here\r\n")
+    d = append(c, b"Search", b"From: z@example.org\r\nSubject: t\r\nContent-Type: text/plain; "
+               b"charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n"
+               b"the Supercalifragilistic w=C3=B6rd\r\n")
+    cases = [(b"BODY zebrafish", set(), "BODY does not match a word only in Subject"),
+             (b"TEXT zebrafish", {a}, "TEXT matches a word in Subject"),
+             (b"TEXT quokka", {b}, "TEXT matches a substring of another header"),
+             (b"BODY quokka", set(), "BODY does not match a header"),
+             (b"BODY CALIFRAG", {d}, "BODY matches a case-insensitive substring"),
+             (b'BODY "lo wo"', {a}, "BODY matches a substring across a space"),
+             (b"BODY ld", {a}, "BODY matches a two-letter substring"),
+             (b"TEXT x@example", {a}, "TEXT matches inside an address"),
+             (b'CHARSET UTF-8 BODY "W\xc3\xb6RD"', {d},
+              "BODY matches decoded (quoted-printable, UTF-8) text, case-insensitively"),
+             (b"BODY zzzz", set(), "BODY without a match"),
+             (b"NOT BODY hello", {b, d}, "NOT BODY")]
+    for crit, want, what in cases:
+        uids, tagged = search(c, crit)
+        check("RFC 3501 6.4.4: " + what, ok(tagged) and uids == want, repr((crit, uids, tagged)))
+    c.command("SELECT INBOX")
+
+
+def test_lmtp_trace(args, c):
+    """LMTP adds Return-Path (RFC 5321 4.4) and Delivered-To as Dovecot's LMTP does."""
+    user = args.user.split(":", 1)[0]
+    l = imapd_common.Lmtp(args.lmtp, TIMEOUT)
+    l.cmd("LHLO test")
+    code, line = l.cmd("MAIL FROM:<bounce+x@example.net>")
+    check("MAIL FROM", code == 250, repr(line))
+    code, line = l.cmd("RCPT TO:<%s>" % user)
+    l.cmd("DATA")
+    msg = b"From: a@example.net\r\nSubject: traced\r\n\r\nbody\r\n"
+    l.sock.sendall(msg + b".\r\n")
+    code, line = l.reply()
+    check("LMTP delivers", code == 250, repr(line))
+    code, line = l.cmd("MAIL FROM:<a\x01b@example.net>")
+    check("a sender path with a control byte is refused (it would go into Return-Path)",
+          code == 501, repr(line))
+    l.cmd("QUIT")
+    c.command("SELECT INBOX")
+    uids, _ = search(c, b"SUBJECT traced")
+    _, _, lits = fetch_literals(c, "UID FETCH %d (BODY.PEEK[])" % max(uids or {0}))
+    want = (b"Return-Path: <bounce+x@example.net>\r\nDelivered-To: " + user.encode() + b"\r\n"
+            + msg)
+    check("the stored message is Return-Path, Delivered-To, then the bytes as sent",
+          lits == [want], repr(lits)[:300])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--imap", type=int, required=True)
+    p.add_argument("--lmtp", type=int, required=True)
+    p.add_argument("--user", required=True)
+    args = p.parse_args()
+    user, password = args.user.split(":", 1)
+    c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
+    for test in (test_empty_header, test_folded_boundary, test_bracket_names,
+                 test_imapc_flag_list, test_sent_dates, test_body_text):
+        try:
+            test(c)
+        except (OSError, EOFError, ValueError) as e:
+            check(test.__name__ + " ran", False, "%s: %s" % (type(e).__name__, e))
+    try:
+        test_lmtp_trace(args, c)
+    except (OSError, EOFError, ValueError) as e:
+        check("test_lmtp_trace ran", False, "%s: %s" % (type(e).__name__, e))
+    c.command("LOGOUT")
+    results.summary()
+    return 0 if results.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
