@@ -4,8 +4,26 @@
  * only; nothing here reaches into src/.
  *
  * EXIT CODES
- *   CLI_EXIT_OK (0) success, CLI_EXIT_ERROR (1) any failure at run time (open, password,
- *   SQL, output), CLI_EXIT_USAGE (2) a malformed command line. docs/CLI.md promises these.
+ *   sysexits(3) values, as doveadm uses them, so scripts and MTAs (which defer on 75) can
+ *   tell a typo from a wrong password from a busy store. One table, cli_exit_code(), turns
+ *   the library's MV_E* classes into them; docs/CLI.md lists them:
+ *     0  CLI_EXIT_OK         success
+ *     1  CLI_EXIT_ERROR      a failure that fits no class below (MV_ERROR), or a check
+ *                            that ran and found something (doctor FAIL, maintain refused)
+ *     64 CLI_EXIT_USAGE      a malformed command line (EX_USAGE)
+ *     65 CLI_EXIT_DATA       bad input data: a damaged store or page, a message over a
+ *                            limit, an invalid address, an unsupported format (EX_DATAERR)
+ *     66 CLI_EXIT_NOINPUT    an input file (password file, import source) is missing
+ *     67 CLI_EXIT_NOUSER     no store for USER (EX_NOUSER)
+ *     68 CLI_EXIT_NOTFOUND   no such mailbox, message or snapshot inside a store (EX_NOHOST:
+ *                            doveadm's "not found")
+ *     71 CLI_EXIT_OSERR      out of memory, a system call that must not fail (EX_OSERR)
+ *     73 CLI_EXIT_CANTCREAT  an output cannot be created, or already exists (EX_CANTCREAT)
+ *     74 CLI_EXIT_IOERR      a read, write or sync failed (EX_IOERR)
+ *     75 CLI_EXIT_TEMPFAIL   busy (locked beyond the timeout), disk full: try again later
+ *                            (EX_TEMPFAIL; an MTA defers the message)
+ *     77 CLI_EXIT_NOPERM     wrong password, not a store, permission denied (EX_NOPERM)
+ *     78 CLI_EXIT_CONFIG     a bad environment setting ($MAILVAULT_*) (EX_CONFIG)
  */
 #ifndef MV_CLI_H
 #define MV_CLI_H
@@ -15,10 +33,25 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sysexits.h>
 
-#define CLI_EXIT_OK    0
-#define CLI_EXIT_ERROR 1
-#define CLI_EXIT_USAGE 2
+#define CLI_EXIT_OK        0
+#define CLI_EXIT_ERROR     1
+#define CLI_EXIT_USAGE     EX_USAGE
+#define CLI_EXIT_DATA      EX_DATAERR
+#define CLI_EXIT_NOINPUT   EX_NOINPUT
+#define CLI_EXIT_NOUSER    EX_NOUSER
+#define CLI_EXIT_NOTFOUND  EX_NOHOST
+#define CLI_EXIT_OSERR     EX_OSERR
+#define CLI_EXIT_CANTCREAT EX_CANTCREAT
+#define CLI_EXIT_IOERR     EX_IOERR
+#define CLI_EXIT_TEMPFAIL  EX_TEMPFAIL
+#define CLI_EXIT_NOPERM    EX_NOPERM
+#define CLI_EXIT_CONFIG    EX_CONFIG
+
+/* The version of the --json documents; every document carries it as "format_version".
+ * Raised when a member is renamed, removed or changes type (docs/CLI.md). */
+#define CLI_JSON_FORMAT_VERSION 2
 
 /* The longest password accepted from any source, in bytes (after stripping the newline). */
 #define CLI_PASSWORD_BYTES_MAX 4096
@@ -35,6 +68,18 @@ struct cli_password {
 
 /* "mailvault: <message>" on stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- cli_exit.c: the one mapping to exit codes ---- */
+
+/* The exit code for an MV_E* code (MV_OK: CLI_EXIT_OK). MV_ENOTFOUND gives
+ * CLI_EXIT_NOTFOUND; where "not found" means the store itself, callers say
+ * CLI_EXIT_NOUSER. */
+int cli_exit_code(int mv_code);
+/* The exit code for an errno value from a system call on a file: ENOENT/ENOTDIR give
+ * CLI_EXIT_CANTCREAT if fallback is CLI_EXIT_CANTCREAT (an output), else CLI_EXIT_NOINPUT;
+ * EACCES/EPERM/EROFS CLI_EXIT_NOPERM, EIO CLI_EXIT_IOERR, ENOSPC/EDQUOT/EAGAIN/EBUSY/EINTR
+ * CLI_EXIT_TEMPFAIL, ENOMEM CLI_EXIT_OSERR, anything else fallback. */
+int cli_exit_errno(int errno_value, int fallback);
 
 /* ---- cli_password.c ---- */
 
@@ -295,19 +340,24 @@ int cli_store_flush_stdout(void);
 /* ---- cli_outfile.c: writing a file whole or not at all ---- */
 
 struct cli_outfile {
-    int fd;                      /* where to write: the temporary file, or stdout */
-    const char *path;            /* the final name; NULL for stdout */
-    char temp_path[MV_PATH_MAX]; /* PATH.XXXXXX beside it, renamed over PATH at commit */
+    int fd;                      /* where to write: the temporary file, the target, stdout */
+    const char *path;            /* the name as given; NULL for stdout */
+    char target[MV_PATH_MAX];    /* path with symbolic links followed */
+    char temp_path[MV_PATH_MAX]; /* TARGET.XXXXXX beside it, renamed over TARGET at commit */
+    int in_place;                /* target is a FIFO or device: written directly */
 };
 
-/* Opens path ("-" or NULL: stdout) for writing through a temporary file of mode 0600.
- * Returns CLI_EXIT_OK or CLI_EXIT_ERROR (printed). */
+/* Opens path ("-" or NULL: stdout) for writing: a regular file (or a new one) through a
+ * temporary file of mode 0600 renamed over it at commit, after following symbolic links; a
+ * FIFO or device in place (never replaced); a directory is refused. Returns CLI_EXIT_OK or
+ * a CLI_EXIT_* code (printed). */
 int cli_outfile_open(struct cli_outfile *file, const char *path);
-/* Writes all size_bytes, retrying short writes. Returns CLI_EXIT_OK or CLI_EXIT_ERROR. */
+/* Writes all size_bytes, retrying short writes. Returns CLI_EXIT_OK or a CLI_EXIT_* code. */
 int cli_outfile_write(struct cli_outfile *file, const void *bytes, size_t size_bytes);
-/* fsyncs, closes and renames the temporary file into place. Returns a CLI_EXIT_* code. */
+/* fsyncs, closes and renames the temporary file into place (in place: closes). Returns a
+ * CLI_EXIT_* code. */
 int cli_outfile_commit(struct cli_outfile *file);
-/* Removes the temporary file. Safe after commit. */
+/* Closes and removes the temporary file. Safe after commit. */
 void cli_outfile_abort(struct cli_outfile *file);
 
 /* ---- cli_progress.c: a progress line on a terminal ---- */

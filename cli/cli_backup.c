@@ -59,7 +59,7 @@ static int cli_backup_one_keyless(const char *address,
     int mv_rc = mv_backup_write_keyless(address, opts, dir, ops, &info, errmsg, sizeof errmsg);
     if (mv_rc != MV_OK) {
         cli_error("%s: %s", address, errmsg[0] != '\0' ? errmsg : mv_strerror(mv_rc));
-        return CLI_EXIT_ERROR;
+        return cli_exit_code(mv_rc);
     }
     char size[16];
     cli_text_size(info.size_bytes + info.wal_size_bytes, size, sizeof size);
@@ -81,26 +81,29 @@ static int cli_backup_all(const struct cli_args *args, struct mv_ops_options *op
     int mv_rc = mv_root_scan_begin(&opts, &scan);
     if (mv_rc != MV_OK) {
         cli_error("%s: %s", root, mv_strerror(mv_rc));
-        return CLI_EXIT_ERROR;
+        return mv_rc == MV_ENOTFOUND ? CLI_EXIT_NOINPUT : cli_exit_code(mv_rc);
     }
     struct mv_store_file file;
     int failures = 0, stores = 0;
+    int first_failure = CLI_EXIT_OK; /* the exit code: the first store's failure */
     while ((mv_rc = mv_root_scan_next(scan, &file)) == 1) {
         stores++;
-        failures +=
-            cli_backup_one_keyless(file.address, &opts, args->positional[0], ops) != CLI_EXIT_OK;
+        int one = cli_backup_one_keyless(file.address, &opts, args->positional[0], ops);
+        failures += one != CLI_EXIT_OK;
+        first_failure = first_failure != CLI_EXIT_OK ? first_failure : one;
         fflush(stdout);
     }
     mv_root_scan_end(&scan);
     if (mv_rc < 0) {
         cli_error("%s: %s", root, mv_strerror(mv_rc));
         failures++;
+        first_failure = first_failure != CLI_EXIT_OK ? first_failure : cli_exit_code(mv_rc);
     }
     if (failures > 0) {
         cli_error("%d of %d stores not backed up", failures, stores);
     }
     rc = cli_store_flush_stdout();
-    return failures > 0 ? CLI_EXIT_ERROR : rc;
+    return failures > 0 ? first_failure : rc;
 }
 
 int cli_backup_main(int argc, char **argv)
@@ -190,7 +193,8 @@ int cli_restore_main(int argc, char **argv)
     cli_password_wipe(&pw);
     cli_progress_finish(&progress.line);
     if (mv_rc != MV_OK) {
-        return cli_store_fail_msg(errmsg, mv_rc);
+        rc = cli_store_fail_msg(errmsg, mv_rc);
+        return mv_rc == MV_ENOTFOUND ? CLI_EXIT_NOINPUT : rc; /* the snapshot is an input */
     }
     printf("restored %s from %s\n", target.address, snapshot);
     return cli_store_flush_stdout();

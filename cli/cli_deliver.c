@@ -54,7 +54,7 @@ static int cli_deliver_read_fd(int fd, uint64_t max_bytes, struct cli_deliver_in
             unsigned char *bigger = realloc(input->bytes, grown);
             if (bigger == NULL) {
                 cli_error("out of memory reading %s", input->name);
-                return CLI_EXIT_ERROR;
+                return CLI_EXIT_OSERR;
             }
             input->bytes = bigger;
             input->capacity_bytes = grown;
@@ -65,8 +65,9 @@ static int cli_deliver_read_fd(int fd, uint64_t max_bytes, struct cli_deliver_in
             continue;
         }
         if (n < 0) {
-            cli_error("cannot read %s: %s", input->name, strerror(errno));
-            return CLI_EXIT_ERROR;
+            int e = errno;
+            cli_error("cannot read %s: %s", input->name, strerror(e));
+            return cli_exit_errno(e, CLI_EXIT_IOERR);
         }
         if (n == 0) {
             return CLI_EXIT_OK;
@@ -75,7 +76,7 @@ static int cli_deliver_read_fd(int fd, uint64_t max_bytes, struct cli_deliver_in
         if (input->size_bytes > max_bytes) {
             cli_error("%s: the message is larger than message_size_max (%llu bytes)", input->name,
                       (unsigned long long)max_bytes);
-            return CLI_EXIT_ERROR;
+            return CLI_EXIT_DATA;
         }
     }
 }
@@ -87,25 +88,26 @@ static int cli_deliver_read(const char *path, uint64_t max_bytes, struct cli_del
     input->name = is_stdin ? "standard input" : path;
     int fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
-        cli_error("%s: %s", path, strerror(errno));
-        return CLI_EXIT_ERROR;
+        int e = errno;
+        cli_error("%s: %s", path, strerror(e));
+        return cli_exit_errno(e, CLI_EXIT_NOINPUT);
     }
     struct stat st;
     int rc = CLI_EXIT_OK;
     int have_stat = fstat(fd, &st) == 0;
     if (have_stat && S_ISDIR(st.st_mode)) {
         cli_error("%s: is a directory (use 'mailvault import' for a folder)", input->name);
-        rc = CLI_EXIT_ERROR;
+        rc = CLI_EXIT_NOINPUT;
     } else if (have_stat && S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_bytes) {
         cli_error("%s: the message is larger than message_size_max (%llu bytes)", input->name,
                   (unsigned long long)max_bytes);
-        rc = CLI_EXIT_ERROR;
+        rc = CLI_EXIT_DATA;
     } else {
         rc = cli_deliver_read_fd(fd, max_bytes, input);
     }
     if (rc == CLI_EXIT_OK && input->size_bytes == 0) {
         cli_error("%s: an empty message is not mail; nothing delivered", input->name);
-        rc = CLI_EXIT_ERROR;
+        rc = CLI_EXIT_DATA;
     }
     if (!is_stdin) {
         close(fd);
@@ -160,6 +162,17 @@ static int cli_deliver_sealed(struct cli_store_target *target,
     return mv_rc == MV_OK ? CLI_EXIT_OK : cli_store_fail_msg(errmsg, mv_rc);
 }
 
+/* An MTA that runs deliver keeps (defers) the message on EX_TEMPFAIL and bounces it on any
+ * other failure: a failure that may pass (an I/O error, memory, an unclassified one) must
+ * not bounce mail, so it becomes CLI_EXIT_TEMPFAIL. */
+static int cli_deliver_exit(int rc)
+{
+    if (rc == CLI_EXIT_IOERR || rc == CLI_EXIT_OSERR || rc == CLI_EXIT_ERROR) {
+        return CLI_EXIT_TEMPFAIL;
+    }
+    return rc;
+}
+
 int cli_deliver_main(int argc, char **argv)
 {
     struct cli_args args;
@@ -183,5 +196,5 @@ int cli_deliver_main(int argc, char **argv)
     }
     free(input.bytes);
     cli_flags_free(&flags);
-    return cli_args_exit(rc);
+    return cli_deliver_exit(cli_args_exit(rc));
 }

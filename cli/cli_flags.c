@@ -55,7 +55,7 @@ static int cli_flags_keyword(struct cli_flags *flags, const char *word, size_t l
     char *grown = realloc(flags->keywords, new_size + 1);
     if (grown == NULL) {
         cli_error("out of memory");
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_OSERR;
     }
     if (old_size > 0) {
         grown[old_size++] = ' ';

@@ -84,7 +84,7 @@ static int cli_import_report(const struct mv_import_stats *stats, int mv_rc, mv_
     if (cli_import_stop_requested) {
         cli_error("interrupted; run the same command again to import the rest (messages "
                   "already imported are skipped)");
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_TEMPFAIL;
     }
     if (mv_rc != MV_OK) {
         return cli_store_fail(store, mv_rc);
@@ -93,7 +93,7 @@ static int cli_import_report(const struct mv_import_stats *stats, int mv_rc, mv_
         cli_error("%llu message%s refused (over a limit)",
                   (unsigned long long)stats->messages_failed,
                   stats->messages_failed == 1 ? " was" : "s were");
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_DATA;
     }
     return rc;
 }
@@ -108,8 +108,9 @@ int cli_import_main(int argc, char **argv)
     const char *path = args.positional[1];
     struct stat st;
     if (stat(path, &st) != 0) {
-        cli_error("%s: %s", path, strerror(errno));
-        return CLI_EXIT_ERROR;
+        int e = errno;
+        cli_error("%s: %s", path, strerror(e));
+        return cli_exit_errno(e, CLI_EXIT_NOINPUT);
     }
     mv_store *store = NULL;
     rc = cli_store_open_user(&args, 0, &store);

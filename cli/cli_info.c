@@ -46,7 +46,7 @@ static void cli_info_print_human(const struct cli_info *info)
     printf("%-22s %d\n", "schema version", s->schema_version);
 }
 
-/* Returns CLI_EXIT_OK or CLI_EXIT_ERROR (printed). */
+/* Returns CLI_EXIT_OK or CLI_EXIT_IOERR (printed). */
 static int cli_info_print_json(const struct cli_info *info)
 {
     const struct mv_store_stats *s = &info->stats;
@@ -80,7 +80,7 @@ static int cli_info_print_json(const struct cli_info *info)
     cli_json_object_end(&json);
     if (cli_json_finish(&json) != 0) {
         cli_error("cannot write the JSON output");
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_IOERR;
     }
     return CLI_EXIT_OK;
 }

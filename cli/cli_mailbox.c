@@ -105,7 +105,7 @@ static int cli_mailbox_print_all(mv_store *store, int json_wanted)
         cli_json_array_end(&json);
         if (cli_json_finish(&json) != 0) {
             cli_error("cannot write the JSON output");
-            return CLI_EXIT_ERROR;
+            return CLI_EXIT_IOERR;
         }
     }
     return cli_store_flush_stdout();

@@ -214,8 +214,12 @@ static int cli_maintain_all(const struct cli_args *args)
     }
     mv_root_scan *scan = NULL;
     int mv_rc = rc == CLI_EXIT_OK ? mv_root_scan_begin(&opts, &scan) : MV_OK;
-    if (rc != CLI_EXIT_OK || mv_rc != MV_OK) {
-        return rc != CLI_EXIT_OK ? rc : cli_store_fail_msg(NULL, mv_rc);
+    if (rc != CLI_EXIT_OK) {
+        return rc;
+    }
+    if (mv_rc != MV_OK) {
+        cli_error("%s: %s", root, mv_strerror(mv_rc));
+        return mv_rc == MV_ENOTFOUND ? CLI_EXIT_NOINPUT : cli_exit_code(mv_rc);
     }
     struct cli_maintain_progress progress = {isatty(STDERR_FILENO), time(NULL), 0, 0};
     struct mv_store_file f;
@@ -233,7 +237,7 @@ static int cli_maintain_all(const struct cli_args *args)
     rc = cli_store_flush_stdout();
     if (mv_rc < 0) {
         cli_error("reading the stores under %s: %s", root, mv_strerror(mv_rc));
-        return CLI_EXIT_ERROR;
+        return cli_exit_code(mv_rc);
     }
     return rc == CLI_EXIT_OK && bad > 0 ? CLI_EXIT_ERROR : rc;
 }

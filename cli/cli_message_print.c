@@ -166,7 +166,7 @@ int cli_message_print_end(struct cli_message_printer *printer)
     int rc = cli_store_flush_stdout();
     if (rc == CLI_EXIT_OK && json_rc != 0) {
         cli_error("cannot write the JSON output");
-        rc = CLI_EXIT_ERROR;
+        rc = CLI_EXIT_IOERR;
     }
     return rc;
 }

@@ -65,8 +65,9 @@ static int cli_password_from_file(const char *path, struct cli_password *pw)
     int is_stdin = strcmp(path, "-") == 0;
     int fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
-        cli_error("%s: %s", path, strerror(errno));
-        return CLI_EXIT_ERROR;
+        int e = errno;
+        cli_error("%s: %s", path, strerror(e));
+        return cli_exit_errno(e, CLI_EXIT_NOINPUT);
     }
     int rc = cli_password_read_fd(fd, pw);
     int saved_errno = errno;
@@ -75,7 +76,7 @@ static int cli_password_from_file(const char *path, struct cli_password *pw)
     }
     if (rc != 0) {
         cli_error("%s: %s", is_stdin ? "standard input" : path, strerror(saved_errno));
-        return CLI_EXIT_ERROR;
+        return cli_exit_errno(saved_errno, CLI_EXIT_IOERR);
     }
     /* Strip exactly one line ending: "\n" or "\r\n". */
     if (pw->size_bytes > 0 && pw->bytes[pw->size_bytes - 1] == '\n') {
@@ -116,14 +117,14 @@ static int cli_password_from_tty(int confirm,
     char *again = malloc(CLI_PASSWORD_BYTES_MAX);
     if (again == NULL) {
         cli_error("out of memory");
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_OSERR;
     }
     size_t again_size = 0;
     rc = cli_tty_read_password(prompt_again, again, CLI_PASSWORD_BYTES_MAX, &again_size);
     if (rc == CLI_EXIT_OK &&
         (again_size != pw->size_bytes || CRYPTO_memcmp(again, pw->bytes, again_size) != 0)) {
         cli_error("the passwords do not match");
-        rc = CLI_EXIT_ERROR;
+        rc = CLI_EXIT_DATA;
     }
     OPENSSL_cleanse(again, CLI_PASSWORD_BYTES_MAX);
     free(again);
@@ -144,7 +145,7 @@ static int cli_password_from_source(const char *password_file, int confirm, stru
         return cli_password_from_tty(confirm, "Password: ", "Repeat password: ", pw);
     }
     cli_error("no password: use --password-file, MAILVAULT_PASSWORD or a terminal");
-    return CLI_EXIT_ERROR;
+    return CLI_EXIT_NOPERM;
 }
 
 /* The checks every source shares; wipes pw on failure. */
@@ -152,10 +153,10 @@ static int cli_password_finish(int rc, struct cli_password *pw)
 {
     if (rc == CLI_EXIT_OK && pw->size_bytes == 0) {
         cli_error("empty password refused");
-        rc = CLI_EXIT_ERROR;
+        rc = CLI_EXIT_DATA;
     } else if (rc == CLI_EXIT_OK && pw->size_bytes > CLI_PASSWORD_BYTES_MAX) {
         cli_error("password longer than %d bytes refused", CLI_PASSWORD_BYTES_MAX);
-        rc = CLI_EXIT_ERROR;
+        rc = CLI_EXIT_DATA;
     }
     if (rc != CLI_EXIT_OK) {
         cli_password_wipe(pw);
@@ -169,25 +170,27 @@ static int cli_password_alloc(struct cli_password *pw)
     pw->bytes = malloc(CLI_PASSWORD_CAPACITY_BYTES);
     if (pw->bytes == NULL) {
         cli_error("out of memory");
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_OSERR;
     }
     return CLI_EXIT_OK;
 }
 
 int cli_password_read(const char *password_file, int confirm, struct cli_password *pw)
 {
-    if (cli_password_alloc(pw) != CLI_EXIT_OK) {
-        return CLI_EXIT_ERROR;
+    int rc = cli_password_alloc(pw);
+    if (rc != CLI_EXIT_OK) {
+        return rc;
     }
     return cli_password_finish(cli_password_from_source(password_file, confirm, pw), pw);
 }
 
 int cli_password_read_new(const char *new_password_file, struct cli_password *pw)
 {
-    if (cli_password_alloc(pw) != CLI_EXIT_OK) {
-        return CLI_EXIT_ERROR;
+    int rc = cli_password_alloc(pw);
+    if (rc != CLI_EXIT_OK) {
+        return rc;
     }
-    int rc = CLI_EXIT_ERROR;
+    rc = CLI_EXIT_NOPERM;
     char *env = getenv("MAILVAULT_NEW_PASSWORD");
     if (new_password_file != NULL) {
         rc = cli_password_from_file(new_password_file, pw);
@@ -201,7 +204,7 @@ int cli_password_read_new(const char *new_password_file, struct cli_password *pw
     }
     if (rc == CLI_EXIT_OK && pw->size_bytes == 0) {
         cli_error("empty new password refused");
-        rc = CLI_EXIT_ERROR;
+        rc = CLI_EXIT_DATA;
     }
     return cli_password_finish(rc, pw);
 }

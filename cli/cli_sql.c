@@ -22,7 +22,34 @@
 
 #define CLI_SQL_BUSY_TIMEOUT_SQL "PRAGMA busy_timeout=30000"
 
-/* Reports the connection's last error. Returns CLI_EXIT_ERROR. */
+/* The exit code for an SQLite result code: a bad statement is bad input data. */
+static int cli_sql_exit(int sqlite_rc)
+{
+    if (sqlite_rc == SQLITE_IOERR_DATA) {
+        return CLI_EXIT_DATA; /* a page failed authentication: damaged, not unreadable */
+    }
+    switch (sqlite_rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_FULL:
+        return CLI_EXIT_TEMPFAIL;
+    case SQLITE_NOTADB:
+    case SQLITE_AUTH:
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+        return CLI_EXIT_NOPERM;
+    case SQLITE_IOERR:
+        return CLI_EXIT_IOERR;
+    case SQLITE_CANTOPEN:
+        return CLI_EXIT_NOINPUT;
+    case SQLITE_NOMEM:
+        return CLI_EXIT_OSERR;
+    default:
+        return CLI_EXIT_DATA; /* syntax, constraint, corrupt, mismatch, too big ... */
+    }
+}
+
+/* Reports the connection's last error. Returns its exit code (cli_sql_exit()). */
 static int cli_sql_fail(sqlite3 *db)
 {
     const char *vfs_message = mv_db_vfs_errmsg(db);
@@ -32,7 +59,7 @@ static int cli_sql_fail(sqlite3 *db)
     } else {
         cli_error("%s", message);
     }
-    return CLI_EXIT_ERROR;
+    return cli_sql_exit(sqlite3_extended_errcode(db));
 }
 
 static int cli_sql_open(const struct cli_sql_options *opts, sqlite3 **db_out)
@@ -50,7 +77,7 @@ static int cli_sql_open(const struct cli_sql_options *opts, sqlite3 **db_out)
         int has_detail = errmsg != NULL && errmsg[0] != '\0';
         cli_error("%s", has_detail ? errmsg : mv_strerror(mv_rc));
         sqlite3_free(errmsg);
-        return CLI_EXIT_ERROR;
+        return cli_exit_code(mv_rc);
     }
     return CLI_EXIT_OK;
 }
@@ -82,8 +109,9 @@ static int cli_sql_step_all(sqlite3 *db, sqlite3_stmt *stmt)
             return cli_sql_fail(db);
         }
         if (cli_output_row(stdout, stmt) != 0) {
-            cli_error("cannot write to standard output: %s", strerror(errno));
-            return CLI_EXIT_ERROR;
+            int e = errno;
+            cli_error("cannot write to standard output: %s", strerror(e));
+            return cli_exit_errno(e, CLI_EXIT_IOERR);
         }
     }
 }
@@ -118,8 +146,9 @@ static int cli_sql_run_all(sqlite3 *db, const struct cli_sql_options *opts)
         rc = cli_sql_run(db, opts->sql[i]);
     }
     if (fflush(stdout) != 0 && rc == CLI_EXIT_OK) {
-        cli_error("cannot write to standard output: %s", strerror(errno));
-        rc = CLI_EXIT_ERROR;
+        int e = errno;
+        cli_error("cannot write to standard output: %s", strerror(e));
+        rc = cli_exit_errno(e, CLI_EXIT_IOERR);
     }
     return rc;
 }
@@ -134,7 +163,7 @@ int cli_sql_main(int argc, char **argv)
     struct stat st;
     if (!(opts.db.flags & MV_DB_CREATE) && stat(opts.path, &st) != 0 && errno == ENOENT) {
         cli_error("%s: no such database", opts.path);
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_NOINPUT;
     }
     sqlite3 *db = NULL;
     rc = cli_sql_open(&opts, &db);

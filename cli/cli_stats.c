@@ -48,7 +48,7 @@ int cli_ops_root(const struct cli_args *args, char *root, struct mv_store_option
     }
     if (strlen(dir) >= MV_PATH_MAX) {
         cli_error("the root directory name is longer than %d bytes", MV_PATH_MAX - 1);
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_DATA;
     }
     snprintf(root, MV_PATH_MAX, "%s", dir);
     *opts = defaults;
@@ -77,13 +77,14 @@ static const char *cli_stats_cipher(mv_cipher cipher)
 
 static int cli_stats_prometheus_write(mv_prometheus *p)
 {
-    if (cli_store_flush_stdout() != CLI_EXIT_OK) {
-        return CLI_EXIT_ERROR;
+    int rc = cli_store_flush_stdout();
+    if (rc != CLI_EXIT_OK) {
+        return rc;
     }
-    int rc = mv_prometheus_write(p, STDOUT_FILENO);
+    rc = mv_prometheus_write(p, STDOUT_FILENO);
     if (rc != MV_OK) {
         cli_error("cannot write the metrics: %s", mv_strerror(rc));
-        return CLI_EXIT_ERROR;
+        return cli_exit_code(rc);
     }
     return CLI_EXIT_OK;
 }
@@ -207,7 +208,7 @@ static int cli_stats_all_finish(struct cli_stats_out *out)
     cli_json_object_end(&out->json);
     if (cli_json_finish(&out->json) != 0) {
         cli_error("cannot write the JSON output");
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_IOERR;
     }
     return cli_store_flush_stdout();
 }
@@ -230,7 +231,7 @@ static int cli_stats_all(const struct cli_args *args)
     if (mv_rc != MV_OK) {
         mv_prometheus_end(&out.prom);
         cli_error("%s: %s", root, mv_strerror(mv_rc));
-        return CLI_EXIT_ERROR;
+        return mv_rc == MV_ENOTFOUND ? CLI_EXIT_NOINPUT : cli_exit_code(mv_rc);
     }
     cli_stats_all_begin(&out, root);
     struct mv_store_file f;
@@ -240,7 +241,7 @@ static int cli_stats_all(const struct cli_args *args)
     mv_root_scan_end(&scan);
     if (rc == CLI_EXIT_OK && mv_rc < 0) {
         cli_error("reading the stores under %s: %s", root, mv_strerror(mv_rc));
-        rc = CLI_EXIT_ERROR;
+        rc = cli_exit_code(mv_rc);
     }
     if (rc == CLI_EXIT_OK) {
         rc = cli_stats_all_finish(&out);
@@ -387,7 +388,7 @@ static int cli_stats_user_json(mv_store *store, const struct cli_stats_user *u)
     }
     if (cli_json_finish(&json) != 0) {
         cli_error("cannot write the JSON output");
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_IOERR;
     }
     return cli_store_flush_stdout();
 }

@@ -36,7 +36,7 @@ int cli_store_fail_msg(const char *errmsg, int code)
 {
     int has_detail = errmsg != NULL && errmsg[0] != '\0';
     cli_error("%s", has_detail ? errmsg : mv_strerror(code));
-    return CLI_EXIT_ERROR;
+    return cli_exit_code(code);
 }
 
 int cli_store_fail(mv_store *store, int code)
@@ -53,8 +53,9 @@ const char *cli_store_mailbox(const struct cli_args *args)
 int cli_store_flush_stdout(void)
 {
     if (fflush(stdout) != 0 || ferror(stdout)) {
-        cli_error("cannot write to standard output: %s", strerror(errno));
-        return CLI_EXIT_ERROR;
+        int e = errno;
+        cli_error("cannot write to standard output: %s", strerror(e));
+        return cli_exit_errno(e, CLI_EXIT_IOERR);
     }
     return CLI_EXIT_OK;
 }
@@ -75,7 +76,7 @@ static int cli_store_root(const struct cli_args *args, struct cli_store_target *
     size_t length = strlen(root);
     if (length >= sizeof target->root) {
         cli_error("the root directory name is longer than %d bytes", MV_PATH_MAX - 1);
-        return CLI_EXIT_ERROR;
+        return root == args->value[CLI_OPT_ROOT] ? CLI_EXIT_USAGE : CLI_EXIT_CONFIG;
     }
     memcpy(target->root, root, length + 1);
     return CLI_EXIT_OK;
@@ -90,7 +91,7 @@ static int cli_store_limits(const struct cli_args *args, struct mv_store_options
         if (cli_args_parse_u64(kdf_iter, UINT32_MAX, &value) != 0 || value == 0) {
             cli_error("MAILVAULT_KDF_ITER: '%s' is not a number from 1 to %lu", kdf_iter,
                       (unsigned long)UINT32_MAX);
-            return CLI_EXIT_USAGE;
+            return CLI_EXIT_CONFIG;
         }
         opts->kdf_iter = (uint32_t)value;
     }
@@ -123,7 +124,7 @@ int cli_store_target(const struct cli_args *args, struct cli_store_target *targe
                      (int)(at - target->address), target->address);
     if (n < 0 || (size_t)n >= sizeof target->db_path) {
         cli_error("the store path under %s is too long", target->root);
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_DATA;
     }
     return CLI_EXIT_OK;
 }
@@ -133,17 +134,18 @@ int cli_store_check(const struct cli_store_target *target, int must_exist)
     struct stat st;
     int exists = stat(target->db_path, &st) == 0;
     if (!exists && errno != ENOENT) {
-        cli_error("%s: %s", target->db_path, strerror(errno));
-        return CLI_EXIT_ERROR;
+        int e = errno;
+        cli_error("%s: %s", target->db_path, strerror(e));
+        return cli_exit_errno(e, CLI_EXIT_IOERR);
     }
     if (must_exist && !exists) {
         cli_error("no store for %s under %s (create it with 'mailvault init %s')", target->address,
                   target->root, target->address);
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_NOUSER;
     }
     if (!must_exist && exists) {
         cli_error("the store of %s already exists (%s)", target->address, target->db_path);
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_CANTCREAT;
     }
     return CLI_EXIT_OK;
 }

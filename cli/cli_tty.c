@@ -116,7 +116,7 @@ int cli_tty_read_password(const char *prompt, char *buf, size_t capacity_bytes, 
         fd = STDIN_FILENO;
         out_fd = STDERR_FILENO;
     }
-    int rc = CLI_EXIT_ERROR;
+    int rc = CLI_EXIT_IOERR;
     if (write(out_fd, prompt, strlen(prompt)) < 0 || cli_tty_echo_off(fd) != 0) {
         cli_error("cannot prompt for the password on the terminal: %s", strerror(errno));
         goto done;
@@ -128,6 +128,7 @@ int cli_tty_read_password(const char *prompt, char *buf, size_t capacity_bytes, 
         cli_error("cannot read the password: %s", strerror(saved_errno));
     } else if (read_rc > 0) {
         cli_error("password longer than %zu bytes refused", capacity_bytes);
+        rc = CLI_EXIT_DATA;
     } else {
         rc = CLI_EXIT_OK;
     }

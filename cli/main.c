@@ -88,7 +88,7 @@ static int cli_version_main(void)
     printf("%s\n", OpenSSL_version(OPENSSL_VERSION));
     if (fflush(stdout) != 0) {
         cli_error("cannot write to standard output");
-        return CLI_EXIT_ERROR;
+        return CLI_EXIT_IOERR;
     }
     return CLI_EXIT_OK;
 }

@@ -41,19 +41,19 @@ make_mbox 600 >"$tmp/big.mbox"
 
 # ---- usage ----
 run "$mv" stats
-check stats_needs_user_or_all fails_with 2 'USER (or --all)'
+check stats_needs_user_or_all fails_with 64 'USER (or --all)'
 run "$mv" stats "$user" --all
-check stats_user_and_all fails_with 2 'not both'
+check stats_user_and_all fails_with 64 'not both'
 run "$mv" stats --all --json --prometheus
-check stats_json_prometheus fails_with 2 'exclude each other'
+check stats_json_prometheus fails_with 64 'exclude each other'
 run "$mv" stats --all --with-user-labels
-check stats_labels_need_prometheus fails_with 2 'goes with --prometheus'
+check stats_labels_need_prometheus fails_with 64 'goes with --prometheus'
 run "$mv" maintain --all --no-vacuum
-check maintain_all_no_keyed_options fails_with 2 'needs USER'
+check maintain_all_no_keyed_options fails_with 64 'needs USER'
 run "$mv" maintain "$user" --vacuum-slack-percent 101
-check maintain_bad_percent [ "$rc" -eq 2 ]
+check maintain_bad_percent [ "$rc" -eq 64 ]
 run "$mv" doctor extra
-check doctor_no_arguments [ "$rc" -eq 2 ]
+check doctor_no_arguments [ "$rc" -eq 64 ]
 run "$mv" help
 check help_lists_ops bash -c "grep -q '^  stats ' '$out' && grep -q '^  maintain ' '$out' &&
                               grep -q '^  check ' '$out' && grep -q '^  doctor ' '$out' &&
@@ -193,7 +193,7 @@ run "$mv" flags "$frag" "$odd" --add '\Deleted' "${P[@]}"
 run "$mv" expunge "$frag" "${P[@]}"
 check frag_expunged [ "$rc" -eq 0 ]
 run env MAILVAULT_TEST_FREE_BYTES=4096 "$mv" maintain "$frag" "${P[@]}"
-check maintain_refused_low_disk bash -c "[ $rc -eq 1 ] && grep -q '^VACUUM: REFUSED' '$out' &&
+check maintain_refused_low_disk bash -c "[ $rc -eq 75 ] && grep -q '^VACUUM: REFUSED' '$out' &&
                                          grep -q 'VACUUM refused' '$err'"
 before=$(( $(stat -c %s "$fragdb") + $(stat -c %s "$fragdb-wal" 2>/dev/null || echo 0) ))
 run "$mv" maintain "$frag" "${P[@]}"
@@ -225,7 +225,7 @@ break_and_check() {
     cp "$db" "$d" && chmod 600 "$d"
     "$mv" sql --kdf-iter 2 "${P[@]}" "$d" "$2" </dev/null >/dev/null 2>"$err"
     run "$mv" check "$u" "${P[@]}"
-    check "check_finds_$1" bash -c "[ $rc -eq 1 ] && grep -q '^$3: ' '$out'"
+    check "check_finds_$1" bash -c "[ $rc -eq 65 ] && grep -q '^$3: ' '$out'"
     rm -f "$d" "$d-wal" "$d-shm"
 }
 break_and_check body_refcount "UPDATE bodies SET refcount = refcount + 1 WHERE id = 1" refcount
@@ -245,7 +245,7 @@ with open(sys.argv[1], "r+b") as f:
     f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 4]))
 PY
 run "$mv" check tampered@example.org "${P[@]}" --json
-check check_finds_tampered_page bash -c "[ $rc -eq 1 ] && python3 -c \"import json,sys; d=json.load(open('$out')); sys.exit(0 if any(p['check'] == 'page' and 'page $page' in p['problem'] for p in d['problems']) else 1)\""
+check check_finds_tampered_page bash -c "[ $rc -eq 65 ] && python3 -c \"import json,sys; d=json.load(open('$out')); sys.exit(0 if any(p['check'] == 'page' and 'page $page' in p['problem'] for p in d['problems']) else 1)\""
 rm -f "$root/example.org/tampered.db"*
 
 # ---- doctor ----

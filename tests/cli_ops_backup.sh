@@ -43,21 +43,21 @@ check help_lists_ops bash -c "grep -q '^  backup ' '$out' && grep -q '^  restore
 run "$mv" backup --help
 check backup_help bash -c "[ $rc -eq 0 ] && grep -q '^usage: mailvault backup USER DIR' '$out'"
 run "$mv" backup "$user"
-check backup_missing_dir_usage [ "$rc" -eq 2 ]
+check backup_missing_dir_usage [ "$rc" -eq 64 ]
 run "$mv" backup "$user" "$bk" --keep 0
-check backup_keep_zero_usage fails_with 2 -- '--keep'
+check backup_keep_zero_usage fails_with 64 -- '--keep'
 run "$mv" backup "$user" "$bk" --keep many
-check backup_keep_word_usage [ "$rc" -eq 2 ]
+check backup_keep_word_usage [ "$rc" -eq 64 ]
 run "$mv" backup --all "$bk" extra
-check backup_all_one_dir_usage fails_with 2 -- '--all takes only DIR'
+check backup_all_one_dir_usage fails_with 64 -- '--all takes only DIR'
 run "$mv" restore "$user"
-check restore_missing_snapshot_usage [ "$rc" -eq 2 ]
+check restore_missing_snapshot_usage [ "$rc" -eq 64 ]
 run "$mv" passwd "$user" --cipher rot13
-check passwd_bad_cipher_usage fails_with 2 "rot13"
+check passwd_bad_cipher_usage fails_with 64 "rot13"
 run "$mv" passwd "$user" --password-file - --new-password-file -
-check passwd_two_stdin_usage fails_with 2 'stdin'
+check passwd_two_stdin_usage fails_with 64 'stdin'
 run "$mv" backup "$user" "$bk" "${P[@]}"
-check backup_no_store fails_with 1 'no store'
+check backup_no_store fails_with 67 'no store'
 
 # ---- a store with mail ----
 run "$mv" init "$user" "${P[@]}"
@@ -84,7 +84,7 @@ check backup_encrypted bash -c "! LC_ALL=C grep -a -q -F 'number 1' '$snap'"
 run "$mv" sql "${P[@]}" --kdf-iter 1000 "$snap" "SELECT count(*) FROM messages"
 check backup_opens_with_sql bash -c "[ $rc -eq 0 ] && [ \"\$(cat '$out')\" = 3 ]"
 run "$mv" backup "$user" "$bk" --password-file "$tmp/pw2"
-check backup_wrong_password bash -c "[ $rc -eq 1 ] && [ \$(ls '$bk' | grep -c 'mvbackup\$') -eq 1 ]"
+check backup_wrong_password bash -c "[ $rc -eq 77 ] && [ \$(ls '$bk' | grep -c 'mvbackup\$') -eq 1 ]"
 
 # ---- restore round trip ----
 "$mv" deliver "$user" "${P[@]}" "$tmp/m4.eml" </dev/null >/dev/null 2>&1
@@ -100,7 +100,7 @@ check restore_no_leftover [ ! -e "$db.new" ]
 "$mv" deliver "$user" "${P[@]}" "$tmp/m5.eml" </dev/null >/dev/null 2>&1
 before=$(store_sha)
 run "$mv" restore "$user" "$snap" --password-file "$tmp/pw2"
-check restore_wrong_password bash -c "[ $rc -eq 1 ] && grep -qi 'password' '$err'"
+check restore_wrong_password bash -c "[ $rc -eq 77 ] && grep -qi 'password' '$err'"
 cp "$snap" "$tmp/damaged.mvbackup"
 cp "$snap.json" "$tmp/damaged.mvbackup.json"
 python3 - "$tmp/damaged.mvbackup.json" <<'EOF'
@@ -112,11 +112,11 @@ json.dump(m, open(p, 'w'))
 EOF
 printf '\xff' | dd of="$tmp/damaged.mvbackup" bs=1 seek=5000 conv=notrunc 2>/dev/null
 run "$mv" restore "$user" "$tmp/damaged.mvbackup" "${P[@]}"
-check restore_damaged fails_with 1 'SHA-256'
+check restore_damaged fails_with 65 'SHA-256'
 run "$mv" restore "$user" "$tmp/nothing.mvbackup" "${P[@]}"
-check restore_missing_snapshot [ "$rc" -eq 1 ]
+check restore_missing_snapshot [ "$rc" -eq 66 ]
 run "$mv" restore bob@example.org "$snap" "${P[@]}"
-check restore_other_address fails_with 1 'not of bob@example.org'
+check restore_other_address fails_with 65 'not of bob@example.org'
 check restore_refusals_byte_identical [ "$(store_sha)" = "$before" ]
 check restore_refusals_no_leftover [ ! -e "$db.new" ]
 check four_after_refusals [ "$(count_inbox "$tmp/pw")" = 4 ]
@@ -143,21 +143,21 @@ run "$mv" restore "$user" "$ksnap" "${P[@]}"
 check restore_keyless [ "$rc" -eq 0 ]
 check restore_keyless_content [ "$(count_inbox "$tmp/pw")" = 4 ]
 run "$mv" backup --all "$tmp/all-none" --root "$tmp/no-such-root"
-check backup_all_no_root [ "$rc" -eq 1 ]
+check backup_all_no_root [ "$rc" -eq 66 ]
 
 # ---- passwd ----
 before=$(store_sha)
 run "$mv" passwd "$user" "${P[@]}" --new-password-file "$tmp/empty"
-check passwd_empty_refused fails_with 1 'empty'
+check passwd_empty_refused fails_with 65 'empty'
 run "$mv" passwd "$user" --password-file "$tmp/pw2" --new-password-file "$tmp/pw"
-check passwd_wrong_old bash -c "[ $rc -eq 1 ] && grep -qi 'password' '$err'"
+check passwd_wrong_old bash -c "[ $rc -eq 77 ] && grep -qi 'password' '$err'"
 run "$mv" passwd "$user" "${P[@]}"
-check passwd_no_new_source fails_with 1 'no new password'
+check passwd_no_new_source fails_with 77 'no new password'
 check passwd_refusals_byte_identical [ "$(store_sha)" = "$before" ]
 run "$mv" passwd "$user" "${P[@]}" --new-password-file "$tmp/pw2"
 check passwd_ok bash -c "[ $rc -eq 0 ] && grep -q 'password changed' '$out'"
 run "$mv" list "$user" "${P[@]}"
-check passwd_old_refused [ "$rc" -eq 1 ]
+check passwd_old_refused [ "$rc" -eq 77 ]
 check passwd_new_opens [ "$(count_inbox "$tmp/pw2")" = 4 ]
 check passwd_mode_0600 [ "$(stat -c %a "$db")" = 600 ]
 run env MAILVAULT_PASSWORD='battery staple' MAILVAULT_NEW_PASSWORD='correct horse' "$mv" passwd "$user"

@@ -43,15 +43,15 @@ run "$mv" help
 check help [ "$rc" -eq 0 ]
 check help_lists_sql grep -q '^  sql ' "$out"
 run "$mv"
-check no_args_usage [ "$rc" -eq 2 ]
+check no_args_usage [ "$rc" -eq 64 ]
 run "$mv" frobnicate
-check unknown_command_usage [ "$rc" -eq 2 ]
+check unknown_command_usage [ "$rc" -eq 64 ]
 run "$mv" sql --password-file "$pw" "$db"
-check no_sql_usage [ "$rc" -eq 2 ]
+check no_sql_usage [ "$rc" -eq 64 ]
 run "$mv" sql --bogus "$db" "SELECT 1"
-check unknown_option_usage [ "$rc" -eq 2 ]
+check unknown_option_usage [ "$rc" -eq 64 ]
 run "$mv" sql --create --readonly --password-file "$pw" "$db" "SELECT 1"
-check create_readonly_usage [ "$rc" -eq 2 ]
+check create_readonly_usage [ "$rc" -eq 64 ]
 
 # ---- round trip: create, insert, select ----
 run "$mv" sql --create --password-file "$pw" "$db" \
@@ -93,26 +93,26 @@ rc=$?
 check password_from_stdin bash -c "[ $rc -eq 0 ] && [ \"\$(cat '$out')\" = 2 ]"
 printf 'correct horse\n\n' >"$tmp/pw_two_newlines"
 run "$mv" sql --password-file "$tmp/pw_two_newlines" "$db" "SELECT 1"
-check only_one_newline_stripped [ "$rc" -eq 1 ]
+check only_one_newline_stripped [ "$rc" -eq 77 ]
 : >"$tmp/pw_empty"
 run "$mv" sql --password-file "$tmp/pw_empty" "$db" "SELECT 1"
-check empty_password_file_refused bash -c "[ $rc -eq 1 ] && grep -q 'empty password' '$err'"
+check empty_password_file_refused bash -c "[ $rc -eq 65 ] && grep -q 'empty password' '$err'"
 printf '\n' >"$tmp/pw_newline"
 run "$mv" sql --password-file "$tmp/pw_newline" "$db" "SELECT 1"
-check newline_only_password_refused bash -c "[ $rc -eq 1 ] && grep -q 'empty password' '$err'"
+check newline_only_password_refused bash -c "[ $rc -eq 65 ] && grep -q 'empty password' '$err'"
 head -c 5000 /dev/zero | tr '\0' 'x' >"$tmp/pw_long"
 run "$mv" sql --password-file "$tmp/pw_long" "$db" "SELECT 1"
-check long_password_refused bash -c "[ $rc -eq 1 ] && grep -q 'longer than 4096' '$err'"
+check long_password_refused bash -c "[ $rc -eq 65 ] && grep -q 'longer than 4096' '$err'"
 run "$mv" sql "$db" "SELECT 1"
-check no_password_source bash -c "[ $rc -eq 1 ] && grep -q 'no password: use --password-file' '$err'"
+check no_password_source bash -c "[ $rc -eq 77 ] && grep -q 'no password: use --password-file' '$err'"
 run "$mv" sql --password-file "$tmp/no_such_file" "$db" "SELECT 1"
-check missing_password_file bash -c "[ $rc -eq 1 ] && grep -q 'no_such_file' '$err'"
+check missing_password_file bash -c "[ $rc -eq 66 ] && grep -q 'no_such_file' '$err'"
 
 # ---- wrong password ----
 before=$(sha "$db")
 printf 'battery staple\n' >"$tmp/pw_wrong"
 run "$mv" sql --password-file "$tmp/pw_wrong" "$db" "SELECT count(*) FROM t"
-check wrong_password_exit_1 [ "$rc" -eq 1 ]
+check wrong_password_exit_77 [ "$rc" -eq 77 ]
 check wrong_password_message grep -q '^mailvault: wrong password' "$err"
 check wrong_password_no_output [ ! -s "$out" ]
 run "$mv" sql --password-file "$tmp/pw_wrong" "$db" "INSERT INTO t VALUES (9, 'x', NULL, NULL)"
@@ -120,25 +120,25 @@ check wrong_password_file_unchanged [ "$(sha "$db")" = "$before" ]
 
 # ---- missing file, bad cipher, SQL errors, read-only ----
 run "$mv" sql --password-file "$pw" "$tmp/missing.db" "SELECT 1"
-check missing_file_exit_1 bash -c "[ $rc -eq 1 ] && grep -q 'missing.db: no such database' '$err'"
+check missing_file_exit_66 bash -c "[ $rc -eq 66 ] && grep -q 'missing.db: no such database' '$err'"
 check missing_file_not_created bash -c "! ls '$tmp'/missing.db* >/dev/null 2>&1"
 run "$mv" sql --cipher rot13 --create --password-file "$pw" "$tmp/c.db" "SELECT 1"
-check bad_cipher bash -c "[ $rc -eq 2 ] && grep -q \"unknown cipher 'rot13'\" '$err'"
+check bad_cipher bash -c "[ $rc -eq 64 ] && grep -q \"unknown cipher 'rot13'\" '$err'"
 check bad_cipher_no_file bash -c "! ls '$tmp'/c.db* >/dev/null 2>&1"
 run "$mv" sql --password-file "$pw" "$db" "SELEC 1"
-check sql_syntax_error bash -c "[ $rc -eq 1 ] && grep -q '^mailvault: near \"SELEC\": syntax error' '$err'"
+check sql_syntax_error bash -c "[ $rc -eq 65 ] && grep -q '^mailvault: near \"SELEC\": syntax error' '$err'"
 run "$mv" sql --password-file "$pw" "$db" "SELECT 1" "SELECT * FROM nowhere" "SELECT 3"
-check sql_error_stops bash -c "[ $rc -eq 1 ] && [ \"\$(cat '$out')\" = 1 ] &&
+check sql_error_stops bash -c "[ $rc -eq 65 ] && [ \"\$(cat '$out')\" = 1 ] &&
                                grep -q 'no such table: nowhere' '$err'"
 run "$mv" sql --readonly --password-file "$pw" "$db" "DELETE FROM t"
-check readonly_refuses_writes bash -c "[ $rc -eq 1 ] && grep -q 'readonly' '$err'"
+check readonly_refuses_writes bash -c "[ $rc -eq 77 ] && grep -q 'readonly' '$err'"
 
 # ---- a damaged page is named ----
 cp "$db" "$tmp/damaged.db"
 size=$(stat -c %s "$tmp/damaged.db")
 printf '\125' | dd of="$tmp/damaged.db" bs=1 seek=$((size - 100)) conv=notrunc status=none
 run "$mv" sql --password-file "$pw" "$tmp/damaged.db" "SELECT * FROM t"
-check damaged_page_named bash -c "[ $rc -eq 1 ] && grep -q '(page [0-9]* failed authentication' '$err'"
+check damaged_page_named bash -c "[ $rc -eq 65 ] && grep -q '(page [0-9]* failed authentication' '$err'"
 
 # ---- other ciphers ----
 run "$mv" sql --create --cipher sqlcipher --password-file "$pw" "$tmp/sc.db" \

@@ -41,25 +41,25 @@ check help_lists_store_commands bash -c "grep -q '^  init ' '$out' && grep -q '^
 run "$mv" list --help
 check command_help bash -c "[ $rc -eq 0 ] && grep -q '^usage: mailvault list USER' '$out'"
 run "$mv" list
-check missing_user_usage [ "$rc" -eq 2 ]
+check missing_user_usage [ "$rc" -eq 64 ]
 run "$mv" list "$user" --bogus
-check unknown_option_usage fails_with 2 "unknown option '--bogus'"
+check unknown_option_usage fails_with 64 "unknown option '--bogus'"
 run "$mv" list "$user" --json --json
-check repeated_option_usage fails_with 2 'given twice'
+check repeated_option_usage fails_with 64 'given twice'
 run "$mv" deliver "$user" --sealed "${P[@]}" "$tmp/m1.eml"
-check sealed_with_password_usage [ "$rc" -eq 2 ]
+check sealed_with_password_usage [ "$rc" -eq 64 ]
 run "$mv" flags "$user" 1 '\Seen'
-check flags_without_mode_usage fails_with 2 'exactly one of --add'
+check flags_without_mode_usage fails_with 64 'exactly one of --add'
 run "$mv" flags "$user" 1 --add '\Recent'
-check flags_unknown_system_flag fails_with 2 "unknown flag '.Recent'"
+check flags_unknown_system_flag fails_with 64 "unknown flag '.Recent'"
 run "$mv" search "$user" --seen --unseen
-check search_seen_unseen_usage [ "$rc" -eq 2 ]
+check search_seen_unseen_usage [ "$rc" -eq 64 ]
 run "$mv" search "$user" --since 2024-02-30
-check search_bad_date_usage fails_with 2 'not a date'
+check search_bad_date_usage fails_with 64 'not a date'
 run "$mv" export "$user"
-check export_needs_format fails_with 2 -- '--mbox'
+check export_needs_format fails_with 64 -- '--mbox'
 run "$mv" mailbox frobnicate "$user" X
-check mailbox_unknown_subcommand [ "$rc" -eq 2 ]
+check mailbox_unknown_subcommand [ "$rc" -eq 64 ]
 check usage_errors_create_nothing [ ! -e "$root" ]
 
 # ---- bad addresses: refused, nothing created under the root ----
@@ -74,7 +74,7 @@ done
 
 # ---- init ----
 run "$mv" init "$user"
-check init_without_password_refused fails_with 1 'no password'
+check init_without_password_refused fails_with 77 'no password'
 check init_without_password_nothing [ ! -e "$db" ]
 run "$mv" init "$user" "${P[@]}"
 check init [ "$rc" -eq 0 ]
@@ -82,7 +82,7 @@ check init_created_db [ -f "$db" ]
 check init_db_mode_0600 [ "$(stat -c %a "$db")" = 600 ]
 check init_dir_mode_0700 [ "$(stat -c %a "$root/example.org")" = 700 ]
 run "$mv" init "$user" "${P[@]}"
-check init_twice_refused fails_with 1 'already exists'
+check init_twice_refused fails_with 73 'already exists'
 check init_not_plaintext bash -c "! LC_ALL=C grep -a -q -F INBOX '$db'"
 
 # ---- deliver ----
@@ -93,15 +93,15 @@ check deliver_stdin_flags [ "$rc" -eq 0 ]
 run env MAILVAULT_PASSWORD='correct horse' "$mv" deliver "$user" "$tmp/m3.eml"
 check deliver_password_env [ "$rc" -eq 0 ]
 run_in "$tmp/m1.eml" "$mv" deliver "$user" --password-file - -
-check deliver_stdin_twice_usage [ "$rc" -eq 2 ]
+check deliver_stdin_twice_usage [ "$rc" -eq 64 ]
 run "$mv" deliver "$user" "${P[@]}" --mailbox Nope "$tmp/m1.eml"
-check deliver_unknown_mailbox [ "$rc" -eq 1 ]
+check deliver_unknown_mailbox [ "$rc" -eq 68 ]
 run "$mv" deliver "$user" "${P[@]}"
-check deliver_empty_refused fails_with 1 'empty message'
+check deliver_empty_refused fails_with 65 'empty message'
 run "$mv" deliver "$user" --sealed
-check deliver_sealed_empty_refused fails_with 1 'empty message'
+check deliver_sealed_empty_refused fails_with 65 'empty message'
 run "$mv" deliver "$user" "${P[@]}" "$tmp/does-not-exist.eml"
-check deliver_missing_file fails_with 1 'does-not-exist.eml'
+check deliver_missing_file fails_with 66 'does-not-exist.eml'
 
 # ---- list ----
 run "$mv" list "$user" "${P[@]}"
@@ -117,7 +117,7 @@ check list_json_size [ "$(json_eval "[m['size'] for m in d if m['uid'] == 1][0]"
 run "$mv" list "$user" "${P[@]}" --json --limit 2
 check list_limit [ "$(json_eval 'len(d)')" = 2 ]
 run "$mv" list "$user" "${P[@]}" --mailbox Nope
-check list_unknown_mailbox bash -c "[ $rc -eq 1 ] && grep -qi 'mailbox' '$err'"
+check list_unknown_mailbox bash -c "[ $rc -eq 68 ] && grep -qi 'mailbox' '$err'"
 
 # ---- fetch ----
 run "$mv" fetch "$user" 1 "${P[@]}"
@@ -128,9 +128,9 @@ run "$mv" fetch "$user" 2 "${P[@]}" --output "$tmp/f2.eml"
 check fetch_output_file bash -c "[ $rc -eq 0 ] && cmp -s '$tmp/f2.eml' '$tmp/m2.eml' &&
                                  [ \$(stat -c %a '$tmp/f2.eml') = 600 ]"
 run "$mv" fetch "$user" 99 "${P[@]}" --output "$tmp/f99.eml"
-check fetch_unknown_uid bash -c "[ $rc -eq 1 ] && [ ! -e '$tmp/f99.eml' ] && ! ls '$tmp'/f99.eml.* 2>/dev/null"
+check fetch_unknown_uid bash -c "[ $rc -eq 68 ] && [ ! -e '$tmp/f99.eml' ] && ! ls '$tmp'/f99.eml.* 2>/dev/null"
 run "$mv" fetch "$user" 0 "${P[@]}"
-check fetch_bad_uid_usage [ "$rc" -eq 2 ]
+check fetch_bad_uid_usage [ "$rc" -eq 64 ]
 
 # ---- flags ----
 run "$mv" flags "$user" 1,3 "${P[@]}" --add '\Flagged' '\seen' urgent
@@ -143,9 +143,9 @@ check flags_state [ "$(json_eval "sorted((m['uid'], m['flags'], m['keywords']) f
 run "$mv" flags "$user" 2 "${P[@]}" --set
 check flags_set_clears [ "$rc" -eq 0 ]
 run "$mv" flags "$user" 'x:y' "${P[@]}" --add '\Seen'
-check flags_bad_uid_set [ "$rc" -eq 1 ]
+check flags_bad_uid_set [ "$rc" -eq 65 ]
 run "$mv" flags "$user" 1 "${P[@]}" --mailbox Nope --add '\Seen'
-check flags_unknown_mailbox [ "$rc" -eq 1 ]
+check flags_unknown_mailbox [ "$rc" -eq 68 ]
 
 # ---- search ----
 search_uids() { # ARGS...: the UIDs found in INBOX, sorted, comma-separated
@@ -186,7 +186,7 @@ check move bash -c "[ $rc -eq 0 ] && grep -q '^moved 1 message to Trash' '$out'"
 run "$mv" fetch "$user" 1 "${P[@]}" --mailbox Trash
 check moved_message_intact cmp -s "$out" "$tmp/m3.eml"
 run "$mv" copy "$user" 1 Nope "${P[@]}"
-check copy_unknown_mailbox [ "$rc" -eq 1 ]
+check copy_unknown_mailbox [ "$rc" -eq 68 ]
 run "$mv" flags "$user" 1:* "${P[@]}" --mailbox Archive --add '\Deleted'
 run "$mv" expunge "$user" "${P[@]}" --mailbox Archive 2
 check expunge_uid_set bash -c "[ $rc -eq 0 ] && grep -q '^expunged 1 message from Archive' '$out'"
@@ -218,7 +218,7 @@ run "$mv" mailbox delete "$user" 'Copy "q" \ ü' "${P[@]}"
 run "$mv" mailbox create "$user" Projects "${P[@]}" --special-use '\Flagged'
 check mailbox_create [ "$rc" -eq 0 ]
 run "$mv" mailbox create "$user" Projects "${P[@]}"
-check mailbox_create_exists [ "$rc" -eq 1 ]
+check mailbox_create_exists [ "$rc" -eq 73 ]
 run "$mv" mailbox rename "$user" Projects Projects2024 "${P[@]}"
 check mailbox_rename [ "$rc" -eq 0 ]
 run "$mv" copy "$user" 1 Projects2024 "${P[@]}"
@@ -227,9 +227,9 @@ check mailbox_delete [ "$rc" -eq 0 ]
 run "$mv" mailboxes "$user" "${P[@]}" --json
 check mailbox_gone [ "$(json_eval "[m['name'] for m in d if m['name'].startswith('Projects')]")" = "[]" ]
 run "$mv" mailbox delete "$user" INBOX "${P[@]}"
-check mailbox_delete_inbox_refused [ "$rc" -eq 1 ]
+check mailbox_delete_inbox_refused [ "$rc" -eq 65 ]
 run "$mv" mailbox rename "$user" Nope Other "${P[@]}"
-check mailbox_rename_unknown [ "$rc" -eq 1 ]
+check mailbox_rename_unknown [ "$rc" -eq 68 ]
 
 # ---- sealed delivery and info ----
 run "$mv" info "$user" "${P[@]}" --json
@@ -245,17 +245,17 @@ check info_json_fields [ "$(json_eval "sorted(d.keys())")" = \
 run "$mv" info "$user" "${P[@]}"
 check info_human bash -c "[ $rc -eq 0 ] && grep -q '^messages ' '$out' && grep -q '^store  *$user' '$out'"
 run "$mv" deliver bob@example.org --sealed "$tmp/m1.eml"
-check sealed_missing_store fails_with 1 'no store for bob@example.org'
+check sealed_missing_store fails_with 67 'no store for bob@example.org'
 
 # ---- oversize ----
 run "$mv" list "$user" "${P[@]}" --json
 count_before=$(json_eval 'len(d)')
 run "$mv" deliver "$user" "${P[@]}" --max-message-size 10 "$tmp/m1.eml"
-check oversize_file_refused fails_with 1 'message_size_max'
+check oversize_file_refused fails_with 65 'message_size_max'
 run_in "$tmp/m1.eml" "$mv" deliver "$user" --sealed --max-message-size 10
-check oversize_stdin_sealed_refused fails_with 1 'message_size_max'
+check oversize_stdin_sealed_refused fails_with 65 'message_size_max'
 run "$mv" deliver "$user" "${P[@]}" --max-message-size 0 "$tmp/m1.eml"
-check oversize_zero_usage [ "$rc" -eq 2 ]
+check oversize_zero_usage [ "$rc" -eq 64 ]
 run "$mv" list "$user" "${P[@]}" --json
 check oversize_stored_nothing [ "$(json_eval 'len(d)')" = "$count_before" ]
 
@@ -263,17 +263,19 @@ check oversize_stored_nothing [ "$(json_eval 'len(d)')" = "$count_before" ]
 printf 'battery staple\n' >"$tmp/wrong"
 before=$(tree_sha "$root/example.org")
 run "$mv" list "$user" --password-file "$tmp/wrong"
-check wrong_password fails_with 1 'wrong password'
+check wrong_password fails_with 77 'wrong password'
 check wrong_password_no_output [ ! -s "$out" ]
 run "$mv" deliver "$user" --password-file "$tmp/wrong" "$tmp/m1.eml"
-check wrong_password_deliver fails_with 1 'wrong password'
+check wrong_password_deliver fails_with 77 'wrong password'
 check wrong_password_store_unchanged [ "$(tree_sha "$root/example.org")" = "$before" ]
 run "$mv" list nobody@example.org "${P[@]}"
-check missing_store fails_with 1 'no store for nobody@example.org'
+check missing_store fails_with 67 'no store for nobody@example.org'
 check missing_store_nothing_created bash -c "[ ! -e '$root/example.org/nobody.db' ]"
 run "$mv" list "$user" "${P[@]}" --root "$tmp/elsewhere"
-check missing_root fails_with 1 'no store for'
+check missing_root fails_with 67 'no store for'
 check missing_root_not_created [ ! -e "$tmp/elsewhere" ]
+MAILVAULT_KDF_ITER=many run "$mv" list "$user" "${P[@]}"
+check bad_environment_setting_is_config fails_with 78 'MAILVAULT_KDF_ITER'
 
 # ---- the password prompt: on the terminal, echo off, never echoed back ----
 cat >"$tmp/prompt.py" <<'PY'
@@ -311,7 +313,7 @@ check search_json_empty bash -c "[ $rc -eq 0 ] && [ \"\$(cat '$out')\" = '[]' ] 
 run "$mv" list "$user" "${P[@]}" --json --mailbox Junk
 check list_json_empty bash -c "[ $rc -eq 0 ] && python3 -m json.tool '$out' >/dev/null && [ \"\$(cat '$out')\" = '[]' ]"
 run "$mv" search "$user" "${P[@]}" --json --mailbox Nope
-check search_json_unknown_mailbox bash -c "[ $rc -eq 1 ] && [ ! -s '$out' ] && grep -q 'no mailbox' '$err'"
+check search_json_unknown_mailbox bash -c "[ $rc -eq 68 ] && [ ! -s '$out' ] && grep -q 'no mailbox' '$err'"
 
 # ---- modes of everything the store made ----
 check store_modes bash -c "! find '$root' \( -type d ! -perm 700 \) -o \( -type f ! -perm 600 \) | grep -q ."
@@ -334,16 +336,16 @@ run "$mv" fetch "$user" "$uid" "${P[@]}" --mailbox Imported
 check import_mboxrd_unquoted grep -q '^From here on, quoted$' "$out"
 run "$mv" mailbox create "$user" Limited "${P[@]}"
 run "$mv" import "$user" "$tmp/small.mbox" "${P[@]}" --mailbox Limited --max-message-size 1000
-check import_limit_failed bash -c "[ $rc -eq 1 ] && grep -q '^imported 2, skipped 0, failed 1' '$out'"
+check import_limit_failed bash -c "[ $rc -eq 65 ] && grep -q '^imported 2, skipped 0, failed 1' '$out'"
 mkdir "$tmp/emls"
 cp "$tmp/m1.eml" "$tmp/m2.eml" "$tmp/m3.eml" "$tmp/emls/"
 run "$mv" mailbox create "$user" Emls "${P[@]}"
 run "$mv" import "$user" "$tmp/emls" "${P[@]}" --mailbox Emls
 check import_eml_folder bash -c "[ $rc -eq 0 ] && grep -q '^imported 3, skipped 0, failed 0' '$out'"
 run "$mv" import "$user" "$tmp/no-such.mbox" "${P[@]}"
-check import_missing_path fails_with 1 'no-such.mbox'
+check import_missing_path fails_with 66 'no-such.mbox'
 run "$mv" import "$user" "$tmp/small.mbox" "${P[@]}" --mailbox Nope
-check import_unknown_mailbox [ "$rc" -eq 1 ]
+check import_unknown_mailbox [ "$rc" -eq 68 ]
 
 # ---- import: progress on a terminal, interruption and resume ----
 awk 'BEGIN { for (i = 0; i < 2000; i++) {
@@ -358,7 +360,7 @@ sleep 0.3
 kill -TERM "$pid" 2>/dev/null
 wait "$pid"
 rc=$?
-check import_interrupted_or_done bash -c "{ [ $rc -eq 1 ] && grep -q 'interrupted; run the same command again' '$err'; } ||
+check import_interrupted_or_done bash -c "{ [ $rc -eq 75 ] && grep -q 'interrupted; run the same command again' '$err'; } ||
                                          { [ $rc -eq 0 ] && grep -q '^imported 2000,' '$out'; }"
 run "$mv" import "$user" "$tmp/bulk.mbox" "${P[@]}" --mailbox Bulk
 resumed() {
@@ -398,7 +400,51 @@ run "$mv" import "$user" "$tmp/emls.mbox" "${P[@]}" --mailbox Roundtrip
 check roundtrip_import bash -c "[ $rc -eq 0 ] && grep -q '^imported 3, skipped 0, failed 0' '$out'"
 check roundtrip_bytes_identical [ "$(fetch_all_sha Emls)" = "$(fetch_all_sha Roundtrip)" ]
 run "$mv" export "$user" --mbox "${P[@]}" --mailbox Nope --output "$tmp/nope.mbox"
-check export_unknown_mailbox_no_file bash -c "[ $rc -eq 1 ] && ! ls '$tmp'/nope.mbox* 2>/dev/null"
+check export_unknown_mailbox_no_file bash -c "[ $rc -eq 68 ] && ! ls '$tmp'/nope.mbox* 2>/dev/null"
+
+# ---- --output never renames over a symlink, FIFO or device (issue 14) ----
+# A symbolic link is followed: the file it names gets the data, the link stays a link
+# (relative targets resolve from the link's directory; a dangling link creates its target).
+mkdir "$tmp/out" "$tmp/out/sub"
+printf 'old\n' >"$tmp/out/real.mbox"
+ln -s real.mbox "$tmp/out/link.mbox"
+run "$mv" export "$user" --mbox "${P[@]}" --mailbox Emls --output "$tmp/out/link.mbox"
+check output_symlink_followed bash -c "[ $rc -eq 0 ] && [ -L '$tmp/out/link.mbox' ] &&
+    [ \$(readlink '$tmp/out/link.mbox') = real.mbox ] && cmp -s '$tmp/out/real.mbox' '$tmp/emls.mbox' &&
+    ! ls '$tmp/out'/*.mbox.* '$tmp/out'/*.XXXXXX 2>/dev/null"
+ln -s ../fetched.eml "$tmp/out/sub/rel.eml"
+run "$mv" fetch "$user" 2 "${P[@]}" --output "$tmp/out/sub/rel.eml"
+check output_dangling_relative_symlink bash -c "[ $rc -eq 0 ] && [ -L '$tmp/out/sub/rel.eml' ] &&
+    cmp -s '$tmp/out/fetched.eml' '$tmp/m2.eml' && [ \$(stat -c %a '$tmp/out/fetched.eml') = 600 ]"
+ln -s loop-b "$tmp/out/loop-a"
+ln -s loop-a "$tmp/out/loop-b"
+run "$mv" fetch "$user" 2 "${P[@]}" --output "$tmp/out/loop-a"
+check output_symlink_loop_refused bash -c "[ $rc -eq 73 ] && grep -q 'loop-a: Too many levels of symbolic links' '$err' &&
+    [ -L '$tmp/out/loop-a' ] && [ -L '$tmp/out/loop-b' ]"
+# A FIFO is written in place: the reader gets the bytes and the FIFO is still a FIFO.
+mkfifo "$tmp/out/pipe"
+timeout 60 cat "$tmp/out/pipe" >"$tmp/out/from-pipe" &
+reader=$!
+run "$mv" export "$user" --mbox "${P[@]}" --mailbox Emls --output "$tmp/out/pipe"
+wait "$reader"
+check output_fifo_in_place bash -c "[ $rc -eq 0 ] && [ -p '$tmp/out/pipe' ] &&
+    cmp -s '$tmp/out/from-pipe' '$tmp/emls.mbox' && ! ls '$tmp/out'/pipe.* 2>/dev/null"
+# A device, reached through a link so that even the old code (which renamed over PATH) could
+# only ever replace the link, never the real /dev/null; /dev/null's type is checked before
+# and after.
+null_type=$(stat -c %F /dev/null)
+ln -s /dev/null "$tmp/out/null-link"
+run "$mv" fetch "$user" 2 "${P[@]}" --output "$tmp/out/null-link"
+check output_device_in_place bash -c "[ $rc -eq 0 ] && [ -L '$tmp/out/null-link' ] &&
+    [ '$null_type' = 'character special file' ] && [ \"\$(stat -c %F /dev/null)\" = '$null_type' ]"
+if [ "$(id -u)" -ne 0 ]; then
+    # Unprivileged, the old code could not create /dev/null.XXXXXX: safe to name it directly.
+    run "$mv" export "$user" --mbox "${P[@]}" --mailbox Emls --output /dev/null
+    check output_dev_null_direct bash -c "[ $rc -eq 0 ] && [ \"\$(stat -c %F /dev/null)\" = '$null_type' ]"
+fi
+run "$mv" fetch "$user" 2 "${P[@]}" --output "$tmp/out/sub"
+check output_directory_refused bash -c "[ $rc -eq 73 ] && grep -q 'is a directory' '$err' &&
+    [ \$(ls '$tmp/out/sub' | wc -l) -eq 1 ]"
 
 # ---- JSON escaping of hostile headers ----
 run "$mv" search "$user" "${P[@]}" --mailbox Emls --from eve --json
