@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 enum config_kind { CK_STRING, CK_INT, CK_SIZE, CK_BOOL };
@@ -42,6 +43,8 @@ static const struct config_key config_keys[] = {
     CS(tls_key, "TLS private key, PEM"),
     CS(ports_file, "write the ports actually bound here (for port 0), default none"),
     CS(log, "stderr or syslog (default stderr)"),
+    CS(log_level, "least severe level logged: error, warning, info, debug (default info)"),
+    CS(metrics_listen, "ADDRESS:PORT for Prometheus metrics at /metrics (default none: off)"),
     CI(workers, 1, 64, "worker threads (default 4 per online CPU, at most 64)"),
     CI(stores_per_worker, 1, 100000, "open stores each worker keeps (default 32)"),
     CI(store_idle_s, 1, 86400, "close an unused store after this long (default 300)"),
@@ -100,6 +103,7 @@ void config_defaults(struct config *c)
     c->imaps_port = -1;
     c->lmtp_port = 24;
     snprintf(c->log, sizeof c->log, "stderr");
+    snprintf(c->log_level, sizeof c->log_level, "info");
     /* Four per CPU. A worker runs one job at a time, start to end: with one per CPU a short
      * command (NOOP) waits behind a long one (a header FETCH of 50 messages) of another user
      * on the same worker, and an APPEND holds its worker through the WAL sync that makes the
@@ -159,6 +163,29 @@ static int config_number(const char *value, long long min, long long max, long l
     return 0;
 }
 
+/* The string settings with a closed set of values, checked when set so that a typo stops
+ * the start-up with the setting's name. */
+static int config_check_string(const char *key, const char *value, char *err, size_t err_size)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (strcmp(key, "log") == 0 && strcmp(value, "stderr") != 0 && strcmp(value, "syslog") != 0) {
+        snprintf(err, err_size, "log: expected stderr or syslog");
+        return -1;
+    }
+    if (strcmp(key, "log_level") == 0 && log_level_parse(value) < 0) {
+        snprintf(err, err_size, "log_level: expected error, warning, info or debug");
+        return -1;
+    }
+    if (strcmp(key, "metrics_listen") == 0 && value[0] != '\0' &&
+        metrics_parse_address(value, &ss, &len) != 0) {
+        snprintf(err, err_size,
+                 "metrics_listen: expected ADDRESS:PORT (127.0.0.1:9117, [::1]:9117), or empty");
+        return -1;
+    }
+    return 0;
+}
+
 int config_set(struct config *c, const char *key, const char *value, char *err, size_t err_size)
 {
     for (size_t i = 0; i < sizeof config_keys / sizeof config_keys[0]; i++) {
@@ -176,6 +203,9 @@ int config_set(struct config *c, const char *key, const char *value, char *err, 
             }
             /* The quota file is read here, so a bad line stops the start-up (quota_file.c). */
             if (strcmp(key, "quota_file") == 0 && quota_file_load(value, err, err_size) != 0) {
+                return -1;
+            }
+            if (config_check_string(key, value, err, err_size) != 0) {
                 return -1;
             }
             memcpy(field, value, strlen(value) + 1);

@@ -89,9 +89,13 @@ static void conn_close_now(struct conn *c, const char *why)
     if (c->dead) {
         return;
     }
-    log_event("disconnect %s (%s): %llu bytes in, %llu out", c->peer, why,
-              (unsigned long long)c->bytes_in, (unsigned long long)c->bytes_out);
+    log_info("disconnect %s (%s): %llu bytes in, %llu out", c->peer, why,
+             (unsigned long long)c->bytes_in, (unsigned long long)c->bytes_out);
     c->dead = 1;
+    metrics_connection(c->proto, c->implicit_tls, -1);
+    if (c->ssl != NULL && !SSL_is_init_finished(c->ssl)) {
+        metrics_count(METRIC_TLS_FAILED); /* failed, or abandoned half-way */
+    }
     loop_del(c->fd, &c->handler);
     if (c->ssl != NULL) {
         SSL_free(c->ssl);
@@ -490,7 +494,7 @@ void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
         int fd = accept4(listen_fd, (struct sockaddr *)&sa, &sa_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                log_event("accept failed: errno %d", errno);
+                log_error("accept failed: errno %d", errno);
             }
             return;
         }
@@ -525,7 +529,8 @@ void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
             if (!implicit_tls) {
                 (void)send(fd, line, (size_t)n, MSG_NOSIGNAL);
             }
-            log_event("refused %s: %s", c->peer, refuse);
+            log_warning("refused %s: %s", c->peer, refuse);
+            metrics_count(METRIC_REFUSED);
             close(fd);
             free(c);
             continue;
@@ -554,8 +559,10 @@ void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
         conn_list = c;
         conn_total++;
         conn_total_lmtp += proto == PROTO_LMTP;
-        log_event("connect %s %s%s", c->peer, proto == PROTO_IMAP ? "imap" : "lmtp",
-                  implicit_tls ? " tls" : "");
+        c->implicit_tls = implicit_tls;
+        metrics_connection(proto, implicit_tls, +1);
+        log_info("connect %s %s%s", c->peer, proto == PROTO_IMAP ? "imap" : "lmtp",
+                 implicit_tls ? " tls" : "");
         if (proto == PROTO_IMAP) {
             imap_session_start(c);
         } else {

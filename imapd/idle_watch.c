@@ -203,9 +203,9 @@ static int idle_watch_init(void)
     if (idle_watch_fd < 0 || idle_watch_timer_fd < 0 ||
         loop_add(idle_watch_fd, EPOLLIN | EPOLLET, &idle_watch_handler) != 0 ||
         loop_add(idle_watch_timer_fd, EPOLLIN | EPOLLET, &idle_watch_timer_handler) != 0) {
-        log_event("IDLE: no inotify (errno %d): changes by other processes are seen by the "
-                  "%d s poll",
-                  errno, IMAP_IDLE_POLL_MS / 1000);
+        log_warning("IDLE: no inotify (errno %d): changes by other processes are seen by the "
+                    "%d s poll",
+                    errno, IMAP_IDLE_POLL_MS / 1000);
         if (idle_watch_fd >= 0) {
             loop_del(idle_watch_fd, &idle_watch_handler);
             close(idle_watch_fd);
@@ -236,7 +236,7 @@ static struct idle_watch_dir *idle_watch_dir_get(const char *path)
     }
     d->wd = inotify_add_watch(idle_watch_fd, path, IN_MODIFY | IN_MOVED_TO | IN_ONLYDIR);
     if (d->wd < 0) {
-        log_event("IDLE: cannot watch %s (errno %d): the poll is left", path, errno);
+        log_warning("IDLE: cannot watch %s (errno %d): the poll is left", path, errno);
         free(d->path);
         free(d);
         return NULL;

@@ -150,7 +150,7 @@ imap_login_finish(struct imap_ctx *x, const char *user, const char *password, si
         return;
     }
     if (rc != MV_OK) {
-        log_event("login %s: store unavailable: %s", normal, err);
+        log_error("login %s: store unavailable: %s", normal, err);
         imap_tagged(x, "NO", "[UNAVAILABLE] the mail store cannot be opened now: %s",
                     mv_strerror(rc));
         return;
@@ -158,7 +158,8 @@ imap_login_finish(struct imap_ctx *x, const char *user, const char *password, si
     s->store = store;
     s->state = IMAP_AUTH;
     snprintf(s->user, sizeof s->user, "%s", normal);
-    log_event("login %s", normal);
+    metrics_count(METRIC_LOGINS_OK);
+    log_info("login %s", normal);
     imap_tagged(x, "OK", "[CAPABILITY %s] logged in", imap_capabilities(s));
 }
 

@@ -48,6 +48,7 @@ void imap_tagged(struct imap_ctx *x, const char *status, const char *fmt, ...)
     buf_printf(x->out, "%s %s %s\r\n", x->cmd->tag, status,
                text != NULL ? text : "[SERVERBUG] out of memory");
     free(text);
+    metrics_imap_done(&x->s->metrics_cmd, status);
 }
 
 /* Whether a failure's detail may be shown to the user: written for people by the library
@@ -72,7 +73,7 @@ void imap_internal_error(struct imap_ctx *x, const char *code, const char *what,
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
-    log_event("user %s: %s failed (error %s-%u): %s", x->s->user[0] != '\0' ? x->s->user : "-",
+    log_error("user %s: %s failed (error %s-%u): %s", x->s->user[0] != '\0' ? x->s->user : "-",
               what, stamp, id, detail);
     imap_tagged(x, "NO",
                 "%s%s failed: internal error; the server log has the details under \"error %s-%u\" "
@@ -93,7 +94,7 @@ void imap_tagged_store_error(struct imap_ctx *x, int rc, const char *what)
     if (imap_detail_for_user(rc, store)) {
         imap_tagged(x, "NO", "%s%s: %s", code, what, mv_store_errmsg(store));
     } else if (rc == MV_EBUSY) { /* worth a retry; the detail ("database is locked") is logged */
-        log_event("user %s: %s: store busy: %s", x->s->user, what,
+        log_warning("user %s: %s: store busy: %s", x->s->user, what,
                   store != NULL ? mv_store_errmsg(store) : "");
         imap_tagged(x, "NO", "%s%s: the mailbox is busy, try again", code, what);
     } else {
@@ -435,10 +436,11 @@ static int64_t imap_login_failure(const struct conn *c, const struct imap_job *j
     struct throttle_counts counts;
     int hold_ms = throttle_failure(c->peer_addr, j->failed_user_normal ? j->failed_user : NULL,
                                    j->delay_ms, &counts);
-    log_event("login failed %s from %s: %s (failures in 15 min: %u from the address, %u for "
-              "the user; answer after %d ms)",
-              j->failed_user, c->peer, j->failed_why, counts.address_failures, counts.user_failures,
-              hold_ms);
+    metrics_count(METRIC_LOGINS_FAILED);
+    log_info("login failed %s from %s: %s (failures in 15 min: %u from the address, %u for "
+             "the user; answer after %d ms)",
+             j->failed_user, c->peer, j->failed_why, counts.address_failures, counts.user_failures,
+             hold_ms);
     return j->posted_ms + hold_ms - loop_now_ms();
 }
 
@@ -547,6 +549,7 @@ static void imap_reply(struct conn *c, const char *tag, const char *text)
     conn_write_str(c, " ");
     conn_write_str(c, text);
     conn_write_str(c, "\r\n");
+    metrics_imap_done(&((struct imap_session *)c->session)->metrics_cmd, text);
 }
 
 static void imap_not_auth(struct conn *c, struct imap_command *cmd, uint8_t *bytes, size_t len)
@@ -638,6 +641,7 @@ static void imap_command(struct conn *c, uint8_t *bytes, size_t len)
         return;
     }
     int rc = imap_parse_command(bytes, len, &cmd, err, sizeof err);
+    metrics_imap_start(&s->metrics_cmd, cmd.name, cmd.uid);
     if (rc != IMAP_PARSE_OK) {
         char line[512];
         snprintf(line, sizeof line, "BAD %s", rc == IMAP_PARSE_NOMEM ? "out of memory" : err);

@@ -43,7 +43,9 @@ struct imap_view {
 };
 
 struct imap_session {
-    struct conn *conn; /* the loop's: used only on the loop */
+    struct conn *conn;              /* the loop's: used only on the loop */
+    struct metrics_cmd metrics_cmd; /* the command in progress: set on the loop, ended by
+                                       its tagged response (loop or worker) */
     enum imap_state state;
     char user[MV_ADDRESS_MAX + 1];
     struct worker *worker; /* set when a login is first attempted */

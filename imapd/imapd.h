@@ -15,6 +15,7 @@
 #include <openssl/ssl.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* ---- config.c ---- */
 struct config {
@@ -26,7 +27,9 @@ struct config {
     char tls_cert[MV_PATH_MAX];
     char tls_key[MV_PATH_MAX];
     char ports_file[MV_PATH_MAX];
-    char log[16]; /* "stderr" or "syslog" */
+    char log[16];            /* "stderr" or "syslog" */
+    char log_level[16];      /* "error", "warning", "info" (default), "debug" */
+    char metrics_listen[80]; /* ADDRESS:PORT of the /metrics HTTP listener; "": off */
     int workers;
     int stores_per_worker;
     int store_idle_s;
@@ -123,8 +126,20 @@ void quota_note(const char *address, mv_store *store);
 const char *quota_over_text(int over);
 
 /* ---- log.c ---- */
-void log_open(int use_syslog);
-void log_event(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The levels, most severe first; syslog priorities LOG_ERR .. LOG_DEBUG. */
+enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARNING, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
+/* "error", "warning", "info", "debug" -> the level, or -1. */
+int log_level_parse(const char *name);
+/* Lines above threshold (less severe) are dropped. */
+void log_open(int use_syslog, enum log_level threshold);
+int log_enabled(enum log_level level);
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define log_error(...)   log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
+#define log_warning(...) log_msg(LOG_LEVEL_WARNING, __VA_ARGS__)
+#define log_info(...)    log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
+#define log_debug(...)   log_msg(LOG_LEVEL_DEBUG, __VA_ARGS__)
+/* An event of the normal course (info): the name code written before the levels uses. */
+#define log_event(...) log_msg(LOG_LEVEL_INFO, __VA_ARGS__)
 
 /* ---- buf.c ---- */
 struct buf {
@@ -176,6 +191,7 @@ struct conn {
     struct loop_handler handler;
     int fd;
     enum conn_proto proto;
+    int implicit_tls; /* accepted on the imaps port (metrics count it apart) */
     char peer[64];
     char peer_addr[48]; /* the address alone, for the per-address limit */
     int loopback;
@@ -334,6 +350,55 @@ void lmtp_session_input(struct conn *c);
 void lmtp_session_end(struct conn *c);
 /* On the tick, when the connection is not busy: closes a transaction over its deadline. */
 void lmtp_session_tick(struct conn *c, int64_t now_ms);
+
+/* ---- metrics.c: counters for /metrics (any thread; docs/IMAPD.md lists the families) ---- */
+enum metric_counter {
+    METRIC_ACCEPTED_IMAP, /* the three in conn_proto/implicit-TLS order: imap, imaps, lmtp */
+    METRIC_ACCEPTED_IMAPS,
+    METRIC_ACCEPTED_LMTP,
+    METRIC_REFUSED,    /* connections_max / connections_per_address_max */
+    METRIC_TLS_FAILED, /* a connection with TLS closed before its handshake finished */
+    METRIC_LOGINS_OK,
+    METRIC_LOGINS_FAILED,
+    METRIC_COUNTER_COUNT
+};
+enum metric_gauge {
+    METRIC_CONNECTIONS_IMAP, /* same order as the METRIC_ACCEPTED_* */
+    METRIC_CONNECTIONS_IMAPS,
+    METRIC_CONNECTIONS_LMTP,
+    METRIC_OPEN_STORES,
+    METRIC_GAUGE_COUNT
+};
+/* The IMAP command a session is running, for its latency and status (metrics_imap_*). */
+struct metrics_cmd {
+    int index; /* 0: none; else 1 + the command's row */
+    int64_t started_us;
+};
+int64_t metrics_now_us(void);
+void metrics_count(enum metric_counter id);
+void metrics_gauge_add(enum metric_gauge id, int64_t delta);
+/* A connection opened (+1) or closed (-1). */
+void metrics_connection(enum conn_proto proto, int implicit_tls, int delta);
+/* A command's line is complete (name as parsed, uid: a UID command). */
+void metrics_imap_start(struct metrics_cmd *m, const char *name, int uid);
+/* Its tagged response: status is the text after the tag ("OK ...", "NO ...", "BAD ..."). */
+void metrics_imap_done(struct metrics_cmd *m, const char *status);
+/* An LMTP recipient's final reply ("250 ...", "451 ...", "550 ..."). */
+void metrics_lmtp_reply(const char *reply);
+/* A job was queued on (+1) or taken off (-1) worker_index's queue. */
+void metrics_worker_queue(int worker_index, int delta);
+/* Before the workers start: room for their queue lengths. 0 or -1. */
+int metrics_init(int workers);
+/* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */
+int metrics_listen(const char *spec, char *err, size_t err_size);
+/* The bound port, or -1 when off. */
+int metrics_port(void);
+void metrics_tick(int64_t now_ms);
+void metrics_shutdown(void);
+/* The exposition text (tests, the HTTP side). */
+void metrics_render(struct buf *b);
+/* Parses "ADDRESS:PORT" ("[v6]:PORT" too) into ss. 0 or -1. */
+int metrics_parse_address(const char *spec, struct sockaddr_storage *ss, socklen_t *len);
 
 /* The running configuration (main.c). */
 extern struct config g_config;

@@ -220,7 +220,7 @@ static void lmtp_job_run(struct job *job)
     traced.data = lmtp_with_trace(j->msg, j->address, &traced.len);
     if (traced.data == NULL) {
         j->rc = MV_ENOMEM;
-        log_event("lmtp deliver %s: out of memory", j->address);
+        log_error("lmtp deliver %s: out of memory", j->address);
         return;
     }
     const struct buf *data = &traced;
@@ -253,7 +253,10 @@ static void lmtp_job_run(struct job *job)
         struct mv_store_options opts = config_store_options(cfg);
         j->rc = mv_deliver_sealed(j->address, data->data, data->len, &opts, err, sizeof err);
     }
-    log_event("lmtp deliver %s: %zu bytes %s: %s%s%s", j->address, j->msg->data.len,
+    log_msg(j->rc == MV_OK                                  ? LOG_LEVEL_INFO
+            : j->rc == LMTP_OVERQUOTA || j->rc == MV_ELIMIT ? LOG_LEVEL_WARNING
+                                                            : LOG_LEVEL_ERROR,
+            "lmtp deliver %s: %zu bytes %s: %s%s%s", j->address, j->msg->data.len,
               j->direct ? "into the open store" : "sealed",
               j->rc == MV_OK            ? "ok"
               : j->rc == LMTP_OVERQUOTA ? "refused"
@@ -278,6 +281,7 @@ static void lmtp_replies(struct lmtp_session *s)
                                         : "451 4.3.0 temporary failure delivering to",
                  s->rcpt[i]);
         lmtp_reply(c, line);
+        metrics_lmtp_reply(line);
     }
     lmtp_reset(s);
 }
@@ -383,10 +387,12 @@ static void lmtp_rcpt_done(struct job *job)
     } else if (j->rc == MV_OK || j->rc == MV_ENOTFOUND || j->rc == MV_EINVAL) {
         s->rejected++;
         lmtp_reply(c, "550 5.1.1 no such user");
+        metrics_lmtp_reply("550");
     } else {
         /* a disk error is not a verdict on the address: the sender tries again later */
         s->rejected++;
         lmtp_reply(c, "451 4.3.0 cannot check the recipient now");
+        metrics_lmtp_reply("451");
     }
     free(j);
     conn_resume(c);
@@ -477,7 +483,7 @@ void lmtp_session_tick(struct conn *c, int64_t now_ms)
         now_ms - s->mail_ms <= (int64_t)g_config.lmtp_transaction_timeout_s * 1000) {
         return;
     }
-    log_event("lmtp %s: transaction timeout (%d s)", c->peer, g_config.lmtp_transaction_timeout_s);
+    log_warning("lmtp %s: transaction timeout (%d s)", c->peer, g_config.lmtp_transaction_timeout_s);
     lmtp_reply(c, "421 4.4.2 transaction timeout, closing");
     conn_close_after_output(c);
     conn_flush(c);

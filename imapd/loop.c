@@ -64,7 +64,7 @@ void loop_run(void (*tick)(int64_t now_ms))
         int timeout = next_tick > now ? (int)(next_tick - now) : 0;
         int n = epoll_wait(loop_fd, events, LOOP_EVENTS_MAX, timeout > 100 ? 100 : timeout);
         if (n < 0 && errno != EINTR) {
-            log_event("epoll_wait failed: errno %d", errno);
+            log_error("epoll_wait failed: errno %d", errno);
             break;
         }
         loop_batch = events;

@@ -101,7 +101,7 @@ static void main_reload(void)
         log_event("reload: no tls_cert configured");
     } else if (tls_reload(g_config.tls_cert, g_config.tls_key, info, sizeof info, err,
                           sizeof err) != 0) {
-        log_event("reload failed: %s; new connections keep the previous certificate", err);
+        log_error("reload failed: %s; new connections keep the previous certificate", err);
         failures++;
     } else {
         log_event("reload: TLS certificate %s loaded (%s); connections made from now on use it",
@@ -139,6 +139,7 @@ static void main_on_signal(void *arg, uint32_t events)
 static void main_tick(int64_t now_ms)
 {
     conn_tick(now_ms);
+    metrics_tick(now_ms);
 }
 
 /* Binds and listens on the configured address; *port_out gets the port actually bound. */
@@ -293,9 +294,10 @@ static int main_ports_file(void)
             fprintf(stderr, "mailvaultd: %s: %s\n", tmp, strerror(errno));
             return -1;
         }
-        fprintf(f, "imap=%d\nimaps=%d\nlmtp=%d\n", listeners[0].fd >= 0 ? listeners[0].port : -1,
+        fprintf(f, "imap=%d\nimaps=%d\nlmtp=%d\nmetrics=%d\n",
+                listeners[0].fd >= 0 ? listeners[0].port : -1,
                 listeners[1].fd >= 0 ? listeners[1].port : -1,
-                listeners[2].fd >= 0 ? listeners[2].port : -1);
+                listeners[2].fd >= 0 ? listeners[2].port : -1, metrics_port());
         if (fclose(f) != 0 || rename(tmp, g_config.ports_file) != 0) {
             fprintf(stderr, "mailvaultd: cannot write %s\n", g_config.ports_file);
             return -1;
@@ -410,7 +412,7 @@ static int main_drop_privileges(void)
 {
     if (!main_identity.drop) {
         if (geteuid() == 0) {
-            log_event("running as root (allow_root = yes)");
+            log_warning("running as root (allow_root = yes)");
         }
         return 0;
     }
@@ -512,7 +514,8 @@ int main(int argc, char **argv)
     if (main_plan_identity() != 0) {
         return 1;
     }
-    log_open(strcmp(g_config.log, "syslog") == 0);
+    log_open(strcmp(g_config.log, "syslog") == 0,
+             (enum log_level)log_level_parse(g_config.log_level));
     (void)mv_server_tune(); /* before SQLite starts; MV_EBUSY only if it already had */
     if (mv_vfs_register(NULL, 0) != MV_OK) {
         fprintf(stderr, "mailvaultd: the encrypting VFS failed to start\n");
@@ -532,7 +535,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "mailvaultd: start-up failed: %s\n", strerror(errno));
         return 1;
     }
-    if (main_listeners() != 0 || main_drop_privileges() != 0 || main_check_root() != 0) {
+    if (main_listeners() != 0) {
+        return 1;
+    }
+    if (metrics_listen(g_config.metrics_listen, err, sizeof err) != 0) {
+        fprintf(stderr, "mailvaultd: %s\n", err);
+        return 1;
+    }
+    if (main_drop_privileges() != 0 || main_check_root() != 0) {
         return 1;
     }
     wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -540,6 +550,7 @@ int main(int argc, char **argv)
     /* Workers start after the signal mask is set, so they inherit it (signals go to the
      * loop's signalfd only), and after the switch of users, so no thread ever ran as root. */
     if (wake_fd < 0 || loop_add(wake_fd, EPOLLIN, &wake_handler) != 0 ||
+        metrics_init(g_config.workers) != 0 ||
         worker_start(&g_config, g_config.workers, wake_fd) != 0) {
         fprintf(stderr, "mailvaultd: cannot start the workers\n");
         return 1;
@@ -567,6 +578,7 @@ int main(int argc, char **argv)
     conn_shutdown_all();
     worker_stop_all();
     worker_collect();
+    metrics_shutdown();
     tls_shutdown();
     log_event("stopped");
     notify_close();

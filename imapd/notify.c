@@ -100,7 +100,8 @@ void notify_init(void)
     if (fd < 0) {
         /* Not fatal: under Type=notify the manager's start timeout reports it anyway, and
          * outside one a stray variable must not stop the server. */
-        log_event("NOTIFY_SOCKET=%.200s: %s; the service manager will not be notified", value, why);
+        log_warning("NOTIFY_SOCKET=%.200s: %s; the service manager will not be notified", value,
+                    why);
     } else {
         log_event("notifying the service manager through NOTIFY_SOCKET=%.200s", value);
     }
@@ -128,7 +129,7 @@ void notify_send(const char *fmt, ...)
         if (nl != NULL) {
             *nl = '\0'; /* the first assignment names the notification */
         }
-        log_event("service manager notification %s not sent: %s", text, strerror(e));
+        log_warning("service manager notification %s not sent: %s", text, strerror(e));
     }
 }
 

@@ -347,13 +347,13 @@ static int quota_file_check(int force)
     struct quota_table t = {NULL, 0};
     int changed = force || !quota_sig_same(&sig, &old), ok = 0;
     if (changed && !sig.exists) {
-        log_event("quota file %s: %s; keeping the previous table", path, strerror(stat_errno));
+        log_error("quota file %s: %s; keeping the previous table", path, strerror(stat_errno));
     } else if (changed) {
         ok = quota_file_parse(path, &t, &sig, err, sizeof err) == 0;
         if (ok) {
             log_event("quota file %s: reloaded, %zu entries", path, t.count);
         } else {
-            log_event("quota file %s; keeping the previous table", err);
+            log_error("quota file %s; keeping the previous table", err);
         }
     }
     pthread_mutex_lock(&quota_file_lock);

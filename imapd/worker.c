@@ -94,7 +94,8 @@ static void worker_verifier(const char *address,
 
 static void worker_store_close(struct open_store *s)
 {
-    log_event("store close %s", s->address);
+    log_info("store close %s", s->address);
+    metrics_gauge_add(METRIC_OPEN_STORES, -1);
     quota_note(s->address, s->store); /* what sealed deliveries count from (quota.c) */
     mv_store_close(&s->store);
     OPENSSL_cleanse(s->verifier, sizeof s->verifier);
@@ -191,8 +192,9 @@ int worker_store_acquire(struct worker *w,
     OPENSSL_cleanse(verifier, sizeof verifier);
     s->refs = 1;
     s->last_used_ms = worker_now_ms();
-    log_event("store open %s (worker %d, page cache %lld KiB)", address, w->index,
-              worker_cache_kib(s->store));
+    metrics_gauge_add(METRIC_OPEN_STORES, +1);
+    log_info("store open %s (worker %d, page cache %lld KiB)", address, w->index,
+             worker_cache_kib(s->store));
     *out = s;
     return MV_OK;
 }
@@ -252,20 +254,21 @@ static void worker_store_maintain(struct worker *w, struct open_store *s)
                   (unsigned long long)(r.bytes_before >> 20), cfg->maintain_max_mib);
         return;
     }
-    log_event("store maintain %s: %s in %lld ms: checkpoint %s, vacuum %s (free %.1f%%, slack "
-              "%.1f%%), quick_check %s, %llu -> %llu bytes%s%s",
-              s->address, rc == MV_OK ? "ok" : mv_strerror(rc),
-              (long long)(worker_now_ms() - start_ms),
-              r.checkpoint_busy ? "busy"
-              : r.wal_truncated ? "done, WAL truncated"
-                                : "done",
-              worker_vacuum_text(r.vacuum), r.free_ratio * 100.0,
-              r.slack_ratio < 0 ? 0.0 : r.slack_ratio * 100.0,
-              r.quick_check == MV_QUICK_CHECK_OK       ? "ok"
-              : r.quick_check == MV_QUICK_CHECK_FAILED ? "FAILED (run mailvault check)"
-                                                       : "not due",
-              (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_after,
-              rc != MV_OK ? ": " : "", rc != MV_OK ? mv_store_errmsg(s->store) : "");
+    log_msg(
+        rc != MV_OK || r.quick_check == MV_QUICK_CHECK_FAILED ? LOG_LEVEL_ERROR : LOG_LEVEL_INFO,
+        "store maintain %s: %s in %lld ms: checkpoint %s, vacuum %s (free %.1f%%, slack "
+        "%.1f%%), quick_check %s, %llu -> %llu bytes%s%s",
+        s->address, rc == MV_OK ? "ok" : mv_strerror(rc), (long long)(worker_now_ms() - start_ms),
+        r.checkpoint_busy ? "busy"
+        : r.wal_truncated ? "done, WAL truncated"
+                          : "done",
+        worker_vacuum_text(r.vacuum), r.free_ratio * 100.0,
+        r.slack_ratio < 0 ? 0.0 : r.slack_ratio * 100.0,
+        r.quick_check == MV_QUICK_CHECK_OK       ? "ok"
+        : r.quick_check == MV_QUICK_CHECK_FAILED ? "FAILED (run mailvault check)"
+                                                 : "not due",
+        (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_after,
+        rc != MV_OK ? ": " : "", rc != MV_OK ? mv_store_errmsg(s->store) : "");
 }
 
 static void worker_sweep(struct worker *w)
@@ -334,6 +337,7 @@ static void *worker_main(void *arg)
                 w->tail = NULL;
             }
             pthread_mutex_unlock(&w->lock);
+            metrics_worker_queue(w->index, -1);
             job->run(job);
             worker_finish(job);
             pthread_mutex_lock(&w->lock);
@@ -428,6 +432,7 @@ void worker_post(struct worker *w, struct job *job)
         w->head = job;
     }
     w->tail = job;
+    metrics_worker_queue(w->index, +1);
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
 }

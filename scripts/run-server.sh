@@ -11,7 +11,8 @@
 #   SELECT, FETCH over IMAPS; one LMTP delivery seen over IMAP), then stops the server and
 #   exits 0 only if the check passed. MAILVAULT_RUN_SECONDS=N also keeps the server up N
 #   seconds after the check (to try a client by hand).
-#   The ports can be moved with MAILVAULT_IMAP_PORT, MAILVAULT_IMAPS_PORT, MAILVAULT_LMTP_PORT.
+#   The ports can be moved with MAILVAULT_IMAP_PORT, MAILVAULT_IMAPS_PORT, MAILVAULT_LMTP_PORT,
+#   MAILVAULT_METRICS_PORT (Prometheus metrics at http://127.0.0.1:9117/metrics).
 #
 # The password never appears on a command line: the check reads it from var/demo.password,
 # and the printed curl example uses a netrc file (mode 0600) written from it.
@@ -27,6 +28,7 @@ netrc=var/demo.netrc
 imap_port=${MAILVAULT_IMAP_PORT:-1143}
 imaps_port=${MAILVAULT_IMAPS_PORT:-1993}
 lmtp_port=${MAILVAULT_LMTP_PORT:-2424}
+metrics_port=${MAILVAULT_METRICS_PORT:-9117}
 unset MAILVAULT_PASSWORD MAILVAULT_KDF_ITER # the demo store uses the real key derivation
 
 if [ ! -x "$server" ]; then
@@ -50,7 +52,8 @@ rm -f var/mailvaultd.ports
 [ "$(id -u)" -eq 0 ] && export MAILVAULTD_ALLOW_ROOT=yes
 "$server" --listen=127.0.0.1 --imap-port="$imap_port" --imaps-port="$imaps_port" \
     --lmtp-port="$lmtp_port" --root="$root" --tls-cert="$tls/cert.pem" \
-    --tls-key="$tls/key.pem" --ports-file=var/mailvaultd.ports &
+    --tls-key="$tls/key.pem" --metrics-listen="127.0.0.1:$metrics_port" \
+    --ports-file=var/mailvaultd.ports &
 pid=$!
 stop_server() {
     if kill -0 "$pid" 2>/dev/null; then
@@ -79,12 +82,15 @@ cat <<EOF
   IMAP   127.0.0.1:$imap_port  (STARTTLS; LOGIN allowed on loopback)
   IMAPS  127.0.0.1:$imaps_port  (implicit TLS, self-signed certificate $tls/cert.pem)
   LMTP   127.0.0.1:$lmtp_port
+  metrics http://127.0.0.1:$metrics_port/metrics  (Prometheus text format)
   user   $user, password in $pwfile
 
 Connect a mail client (Thunderbird, mutt, ...) to 127.0.0.1 port $imaps_port with SSL/TLS,
 accepting the self-signed certificate, or try curl (the password comes from a netrc file):
   curl --insecure --netrc-file $netrc imaps://127.0.0.1:$imaps_port/
   curl --insecure --netrc-file $netrc 'imaps://127.0.0.1:$imaps_port/INBOX;UID=1'
+Watch it run (connections, logins, commands with latencies, deliveries):
+  curl -s http://127.0.0.1:$metrics_port/metrics | grep -v '^#'
 Deliver a message (a file message.eml) over LMTP:
   python3 -c 'import smtplib, sys; smtplib.LMTP("127.0.0.1", $lmtp_port).sendmail(
     "you@example.org", ["$user"], open(sys.argv[1], "rb").read())' message.eml
@@ -103,9 +109,10 @@ fi
 echo
 echo "== stdin is not a terminal (or MAILVAULT_RUN_SECONDS is set): a scripted check"
 set +e
-timeout 120 python3 - "$imaps_port" "$lmtp_port" "$user" "$pwfile" <<'PY'
+timeout 120 python3 - "$imaps_port" "$lmtp_port" "$user" "$pwfile" "$metrics_port" <<'PY'
 import imaplib, smtplib, ssl, sys, time
 imaps_port, lmtp_port, user, pwfile = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+metrics_port = int(sys.argv[5])
 password = open(pwfile).read().strip()
 ctx = ssl.create_default_context()
 ctx.check_hostname = False
@@ -132,6 +139,10 @@ print("IMAPS: FETCH of UID %s: the delivered bytes, identical" % uids[0].decode(
 typ, data = imap.fetch("1:*", "(FLAGS RFC822.SIZE)")
 assert typ == "OK", data
 imap.logout()
+import urllib.request
+metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics_port, timeout=30).read()
+assert b'mailvaultd_logins_total{result="ok"}' in metrics, metrics[:400]
+print("metrics: http://127.0.0.1:%d/metrics answers (logins, commands, deliveries)" % metrics_port)
 print("check passed")
 PY
 rc=$?

@@ -1,0 +1,290 @@
+"""imapd_metrics.py -- mailvaultd's /metrics (imapd/metrics.c) from the outside: every scrape
+is parsed with python3-prometheus-client's parser (the format Prometheus reads), and the
+numbers must move as the sessions run here say they must.
+
+USAGE (tests/cli_imapd_metrics.sh runs it)
+  imapd_metrics.py --metrics PORT --imap PORT --imaps PORT --lmtp PORT --workers N
+                   --user ADDRESS:PASSWORD
+  Prints PASS/FAIL lines and "# N passed, N failed".
+
+What it checks
+  - GET /metrics: 200, Content-Type text/plain; version=0.0.4, parses, has every family.
+  - After IMAP sessions (one good login, one failed; SELECT ok and NO; FETCH and UID FETCH;
+    a BAD), LMTP (one recipient accepted, one rejected) and one failed TLS handshake: the
+    counters moved by exactly that much; histograms are cumulative, +Inf equals _count, and
+    a command's _count equals its answers; open stores and worker queues are reported.
+  - The HTTP side: 404 for another path, 405 for POST, 400 for a request head over 4 KiB,
+    a silent client is dropped after the timeout, clients beyond the limit are closed at once
+    and the server answers again once the slots are free.
+"""
+import argparse
+import socket
+import sys
+import time
+
+sys.path.insert(0, sys.path[0])
+import imapd_common  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+R = imapd_common.Results()
+
+
+def http(port, request, timeout_s=10):
+    """Sends request bytes, returns (status code, headers text, body) or None if closed."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    try:
+        s.sendall(request)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        s.close()
+    if not data:
+        return None
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1])
+    return status, head.decode("latin-1"), body
+
+
+def scrape(port):
+    """The samples of one scrape as {(name, frozenset(labels)): value}, and the families."""
+    status, head, body = http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    if status != 200:
+        raise RuntimeError("GET /metrics: %d" % status)
+    families = list(text_string_to_metric_families(body.decode("utf-8")))
+    samples = {}
+    for f in families:
+        for s in f.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return head, families, samples
+
+
+def value(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def delta(before, after, name, **labels):
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+FAMILIES = {
+    "mailvaultd_connections_accepted": "counter",
+    "mailvaultd_connections": "gauge",
+    "mailvaultd_connections_refused": "counter",
+    "mailvaultd_tls_handshakes_failed": "counter",
+    "mailvaultd_logins": "counter",
+    "mailvaultd_imap_commands": "counter",
+    "mailvaultd_imap_responses": "counter",
+    "mailvaultd_imap_command_duration_seconds": "histogram",
+    "mailvaultd_lmtp_deliveries": "counter",
+    "mailvaultd_open_stores": "gauge",
+    "mailvaultd_worker_queue_length": "gauge",
+    "mailvaultd_queue_depth": "gauge",
+    "mailvaultd_start_time_seconds": "gauge",
+    "mailvaultd_build_info": "gauge",
+}
+
+
+def check_format(port):
+    head, families, _ = scrape(port)
+    R.report("metrics: Content-Type is the text format 0.0.4",
+             "content-type: text/plain; version=0.0.4" in head.lower(), head)
+    types = {f.name: f.type for f in families}
+    missing = [n for n, t in FAMILIES.items() if types.get(n) != t]
+    R.report("metrics: every family present with its type (prometheus_client parses it)",
+             not missing, "missing or mistyped: %s" % missing)
+
+
+def sessions(args):
+    user, password = args.user.split(":", 1)
+    c = imapd_common.Imap(args.imap, 30)
+    _, tagged = c.command('LOGIN "%s" "wrong password"' % user)
+    R.report("setup: a wrong password is refused", b" NO " in tagged, tagged)
+    c.close()
+    c = imapd_common.imap_login(args.imap, user, password, 30)
+    _, t1 = c.command("SELECT INBOX")
+    _, t2 = c.command("SELECT Nope")
+    _, t3 = c.command("SELECT INBOX")
+    _, t4 = c.command("FETCH 1:* (FLAGS)")
+    _, t5 = c.command("UID FETCH 1:* (FLAGS)")
+    _, t6 = c.command("FROBNICATE")
+    R.report("setup: the IMAP commands answer as expected",
+             b" OK" in t1 and b" NO" in t2 and b" OK" in t3 and b" OK" in t4 and b" OK" in t5
+             and b" BAD" in t6, repr((t1, t2, t3, t4, t5, t6)))
+    return c
+
+
+def lmtp(args):
+    user = args.user.split(":", 1)[0]
+    l = imapd_common.Lmtp(args.lmtp, 30)
+    l.cmd("LHLO test")
+    l.cmd("MAIL FROM:<sender@example.net>")
+    ok = l.cmd("RCPT TO:<%s>" % user)[0] == 250
+    ok = ok and l.cmd("RCPT TO:<nobody-here@example.org>")[0] == 550
+    ok = ok and l.cmd("DATA")[0] == 354
+    l.sock.sendall(b"From: s@example.net\r\nSubject: m\r\n\r\nbody\r\n.\r\n")
+    ok = ok and l.reply()[0] == 250
+    l.cmd("QUIT")
+    l.close()
+    R.report("setup: LMTP accepts one recipient and rejects one", ok)
+
+
+def tls_failure(args):
+    if args.imaps <= 0:
+        return False
+    s = socket.create_connection(("127.0.0.1", args.imaps), timeout=10)
+    s.sendall(b"this is not a TLS ClientHello\r\n" * 4)
+    try:
+        while s.recv(4096):
+            pass
+    except OSError:
+        pass
+    s.close()
+    return True
+
+
+def wait_for(port, cond, seconds=20):
+    """Scrapes until cond(samples) holds (the counters of a closed connection move on the
+    loop's next turn); returns the last samples."""
+    deadline = time.time() + seconds
+    while True:
+        _, _, samples = scrape(port)
+        if cond(samples) or time.time() > deadline:
+            return samples
+        time.sleep(0.1)
+
+
+def check_counts(args):
+    _, _, before = scrape(args.metrics)
+    lmtp(args)  # first: FETCH 1:* needs a message in INBOX
+    imap = sessions(args)
+    _, _, during = scrape(args.metrics)
+    R.report("metrics: a logged-in store is open", value(during, "mailvaultd_open_stores") >= 1,
+             str(value(during, "mailvaultd_open_stores")))
+    R.report("metrics: open IMAP connections counted",
+             value(during, "mailvaultd_connections", protocol="imap") >= 1)
+    imap.command("LOGOUT")
+    imap.close()
+    tls = tls_failure(args)
+    after = wait_for(args.metrics, lambda s: delta(before, s, "mailvaultd_connections_accepted_total",
+                                                      protocol="lmtp") >= 1 and
+                     (not tls or delta(before, s, "mailvaultd_tls_handshakes_failed_total") >= 1)
+                     and value(s, "mailvaultd_connections", protocol="imap") == 0)
+
+    def d(name, **labels):
+        return delta(before, after, name, **labels)
+
+    R.report("metrics: IMAP connections accepted (+2)",
+             d("mailvaultd_connections_accepted_total", protocol="imap") == 2,
+             str(d("mailvaultd_connections_accepted_total", protocol="imap")))
+    R.report("metrics: LMTP connection accepted (+1)",
+             d("mailvaultd_connections_accepted_total", protocol="lmtp") == 1)
+    R.report("metrics: closed connections leave the gauge",
+             value(after, "mailvaultd_connections", protocol="imap") == 0)
+    R.report("metrics: logins ok +1, failed +1",
+             d("mailvaultd_logins_total", result="ok") == 1
+             and d("mailvaultd_logins_total", result="failed") == 1)
+    R.report("metrics: SELECT ok +2, NO +1",
+             d("mailvaultd_imap_commands_total", command="SELECT", status="ok") == 2
+             and d("mailvaultd_imap_commands_total", command="SELECT", status="no") == 1)
+    R.report("metrics: FETCH and UID FETCH counted apart",
+             d("mailvaultd_imap_commands_total", command="FETCH", status="ok") == 1
+             and d("mailvaultd_imap_commands_total", command="UID FETCH", status="ok") == 1)
+    R.report("metrics: an unknown command is BAD under 'other' (no client-made label)",
+             d("mailvaultd_imap_commands_total", command="other", status="bad") == 1
+             and not any(("command", "FROBNICATE") in labels for _, labels in after))
+    R.report("metrics: NO and BAD responses counted",
+             d("mailvaultd_imap_responses_total", status="no") == 2
+             and d("mailvaultd_imap_responses_total", status="bad") == 1,
+             "no %s bad %s" % (d("mailvaultd_imap_responses_total", status="no"),
+                              d("mailvaultd_imap_responses_total", status="bad")))
+    R.report("metrics: LMTP accepted +1, rejected +1",
+             d("mailvaultd_lmtp_deliveries_total", result="accepted") == 1
+             and d("mailvaultd_lmtp_deliveries_total", result="rejected") == 1
+             and d("mailvaultd_lmtp_deliveries_total", result="deferred") == 0)
+    if tls:
+        R.report("metrics: a failed TLS handshake counted",
+                 d("mailvaultd_tls_handshakes_failed_total") == 1,
+                 str(d("mailvaultd_tls_handshakes_failed_total")))
+    check_histogram(after, "SELECT", 3)
+    check_histogram(after, "UID FETCH", 1)
+    workers = [labels for (name, labels) in after if name == "mailvaultd_worker_queue_length"]
+    R.report("metrics: one queue length per worker (%d)" % args.workers,
+             len(workers) == args.workers, str(workers))
+    R.report("metrics: queue depth is the sum of the queues",
+             value(after, "mailvaultd_queue_depth") ==
+             sum(after[("mailvaultd_worker_queue_length", w)] for w in workers))
+
+
+def check_histogram(samples, command, answers):
+    name = "mailvaultd_imap_command_duration_seconds"
+    buckets = sorted(((float(dict(l)["le"]), v) for (n, l), v in samples.items()
+                      if n == name + "_bucket" and dict(l).get("command") == command))
+    counts = [v for _, v in buckets]
+    count = value(samples, name + "_count", command=command)
+    R.report("metrics: %s histogram cumulative, +Inf = _count = answers (%d)" % (command, answers),
+             len(buckets) > 2 and buckets[-1][0] == float("inf") and counts == sorted(counts)
+             and counts[-1] == count and count >= answers
+             and value(samples, name + "_sum", command=command) >= 0,
+             "buckets %s count %s" % (buckets, count))
+
+
+def check_http(port):
+    r = http(port, b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n")
+    R.report("http: another path is 404", r is not None and r[0] == 404, repr(r))
+    r = http(port, b"GET /metricsx HTTP/1.0\r\n\r\n")
+    R.report("http: a longer path is 404 too", r is not None and r[0] == 404, repr(r))
+    r = http(port, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+    R.report("http: POST is 405", r is not None and r[0] == 405, repr(r))
+    r = http(port, b"GARBAGE\r\n\r\n")
+    R.report("http: a malformed request line is 400", r is not None and r[0] == 400, repr(r))
+    r = http(port, b"GET /metrics HTTP/1.1\r\nX-Long: " + b"a" * 5000)
+    R.report("http: a request head over 4 KiB is 400", r is not None and r[0] == 400, repr(r))
+    # Silent clients: the limit (16) is taken, so one more is closed at once; each silent
+    # one is dropped after the timeout (5 s), after which scrapes work again.
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(16)]
+    time.sleep(0.5)
+    try:
+        r = http(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+    except OSError:
+        r = None
+    R.report("http: a client beyond 16 at once is closed without an answer", r is None, repr(r))
+    start = time.time()
+    closed = 0
+    for s in silent:
+        try:
+            if s.recv(1) == b"":
+                closed += 1
+        except OSError:
+            closed += 1
+        s.close()
+    waited = time.time() - start
+    R.report("http: silent clients are dropped after the timeout (%.1f s)" % waited,
+             closed == 16 and waited < 15, "closed %d" % closed)
+    status, _, _ = http(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+    R.report("http: scrapes work again once the slots are free", status == 200)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--metrics", type=int, required=True)
+    ap.add_argument("--imap", type=int, required=True)
+    ap.add_argument("--imaps", type=int, default=-1)
+    ap.add_argument("--lmtp", type=int, required=True)
+    ap.add_argument("--workers", type=int, required=True)
+    ap.add_argument("--user", required=True)
+    args = ap.parse_args()
+    try:
+        check_format(args.metrics)
+        check_counts(args)
+        check_http(args.metrics)
+    except Exception as e:  # a crash is a failure, not a silent pass
+        R.report("no exception", False, repr(e))
+    R.summary()
+
+
+if __name__ == "__main__":
+    main()
