@@ -95,7 +95,7 @@ void imap_tagged_store_error(struct imap_ctx *x, int rc, const char *what)
         imap_tagged(x, "NO", "%s%s: %s", code, what, mv_store_errmsg(store));
     } else if (rc == MV_EBUSY) { /* worth a retry; the detail ("database is locked") is logged */
         log_warning("user %s: %s: store busy: %s", x->s->user, what,
-                  store != NULL ? mv_store_errmsg(store) : "");
+                    store != NULL ? mv_store_errmsg(store) : "");
         imap_tagged(x, "NO", "%s%s: the mailbox is busy, try again", code, what);
     } else {
         char detail[600];

@@ -257,11 +257,11 @@ static void lmtp_job_run(struct job *job)
             : j->rc == LMTP_OVERQUOTA || j->rc == MV_ELIMIT ? LOG_LEVEL_WARNING
                                                             : LOG_LEVEL_ERROR,
             "lmtp deliver %s: %zu bytes %s: %s%s%s", j->address, j->msg->data.len,
-              j->direct ? "into the open store" : "sealed",
-              j->rc == MV_OK            ? "ok"
-              : j->rc == LMTP_OVERQUOTA ? "refused"
-                                        : mv_strerror(j->rc),
-              err[0] != '\0' && j->rc != MV_OK ? ": " : "", j->rc != MV_OK ? err : "");
+            j->direct ? "into the open store" : "sealed",
+            j->rc == MV_OK            ? "ok"
+            : j->rc == LMTP_OVERQUOTA ? "refused"
+                                      : mv_strerror(j->rc),
+            err[0] != '\0' && j->rc != MV_OK ? ": " : "", j->rc != MV_OK ? err : "");
     free(traced.data);
 }
 
@@ -483,7 +483,8 @@ void lmtp_session_tick(struct conn *c, int64_t now_ms)
         now_ms - s->mail_ms <= (int64_t)g_config.lmtp_transaction_timeout_s * 1000) {
         return;
     }
-    log_warning("lmtp %s: transaction timeout (%d s)", c->peer, g_config.lmtp_transaction_timeout_s);
+    log_warning("lmtp %s: transaction timeout (%d s)", c->peer,
+                g_config.lmtp_transaction_timeout_s);
     lmtp_reply(c, "421 4.4.2 transaction timeout, closing");
     conn_close_after_output(c);
     conn_flush(c);
