@@ -75,9 +75,9 @@ static int cli_sql_option_value(const char *name, const char *value, struct cli_
             return CLI_EXIT_USAGE;
         }
     } else if (strcmp(name, "--kdf-iter") == 0) {
-        if (cli_parse_unsigned(value, UINT32_MAX, &number) != 0) {
+        if (cli_parse_unsigned(value, MV_KDF_ITER_MAX, &number) != 0) {
             cli_error("--kdf-iter: '%s' is not a number from 0 to %lu", value,
-                      (unsigned long)UINT32_MAX);
+                      (unsigned long)MV_KDF_ITER_MAX);
             return CLI_EXIT_USAGE;
         }
         opts->db.kdf_iter = (uint32_t)number;

@@ -88,9 +88,9 @@ static int cli_store_limits(const struct cli_args *args, struct mv_store_options
     const char *kdf_iter = getenv("MAILVAULT_KDF_ITER");
     uint64_t value = 0;
     if (kdf_iter != NULL && kdf_iter[0] != '\0') {
-        if (cli_args_parse_u64(kdf_iter, UINT32_MAX, &value) != 0 || value == 0) {
+        if (cli_args_parse_u64(kdf_iter, MV_KDF_ITER_MAX, &value) != 0 || value == 0) {
             cli_error("MAILVAULT_KDF_ITER: '%s' is not a number from 1 to %lu", kdf_iter,
-                      (unsigned long)UINT32_MAX);
+                      (unsigned long)MV_KDF_ITER_MAX);
             return CLI_EXIT_CONFIG;
         }
         opts->kdf_iter = (uint32_t)value;

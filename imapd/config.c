@@ -58,7 +58,7 @@ static const struct config_key config_keys[] = {
     CI(auth_fail_delay_ms, 0, 60000, "delay before a failed login's answer (default 2000)"),
     {"allow_plaintext", CK_BOOL, offsetof(struct config, allow_plaintext), sizeof(int), 0, 1,
      "allow LOGIN without TLS from other hosts than loopback (default no)"},
-    {"kdf_iter", CK_SIZE, offsetof(struct config, kdf_iter), sizeof(uint32_t), 0, UINT32_MAX,
+    {"kdf_iter", CK_SIZE, offsetof(struct config, kdf_iter), sizeof(uint32_t), 0, MV_KDF_ITER_MAX,
      "KDF iterations of the stores (default 0: the cipher's; tests only; also "
      "$MAILVAULT_KDF_ITER)"},
     CI(lmtp_recipients_max, 1, 100000, "recipients of one LMTP transaction (default 100)"),

@@ -89,6 +89,11 @@ typedef enum mv_cipher {
     MV_CIPHER_NONE = 4       /* no encryption (benchmarks and tests only) */
 } mv_cipher;
 
+/* The most KDF iterations any cipher takes (kdf_iter of mv_db_options, mv_store_options,
+ * PRAGMA kdf_iter, --kdf-iter, $MAILVAULT_KDF_ITER): about a minute of PBKDF2-HMAC-SHA512.
+ * A larger value is refused as such (MV_EINVAL), never tried. 0 means the cipher's default. */
+#define MV_KDF_ITER_MAX 16777216u
+
 /* The cipher's name as PRAGMA cipher spells it ("chacha20", ...); "auto" and "none" for the
  * other two. Static storage; NULL for a value outside the enum. */
 MV_API const char *mv_cipher_name(mv_cipher cipher);

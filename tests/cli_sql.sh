@@ -52,6 +52,11 @@ run "$mv" sql --bogus "$db" "SELECT 1"
 check unknown_option_usage [ "$rc" -eq 64 ]
 run "$mv" sql --create --readonly --password-file "$pw" "$db" "SELECT 1"
 check create_readonly_usage [ "$rc" -eq 64 ]
+# One KDF limit (MV_KDF_ITER_MAX, 16777216) in every layer: a larger --kdf-iter is a usage
+# error that names the limit, not an "invalid key" from the crypto layer (issue 15.7).
+run "$mv" sql --create --kdf-iter 20000000 --password-file "$pw" "$tmp/kdf.db" "SELECT 1"
+check kdf_iter_over_limit_usage bash -c "[ $rc -eq 64 ] && grep -q 'from 0 to 16777216' '$err' &&
+    ! grep -qi 'invalid key' '$err' && [ ! -e '$tmp/kdf.db' ]"
 
 # ---- round trip: create, insert, select ----
 run "$mv" sql --create --password-file "$pw" "$db" \

@@ -715,6 +715,40 @@ static void test_clone(void)
     }
 }
 
+/* The cipher registry: the one map of reserve bytes, names and KDF defaults (issue 15.7: three
+ * copies, one of which took any unknown reserve for aes256cbc). Every reserve byte value is
+ * tried: only the three ciphers' own are recognised. */
+static void test_cipher_registry(void)
+{
+    static const struct {
+        int cipher;
+        const char *name;
+        uint32_t reserve;
+        uint32_t kdf_default;
+    } want[] = {
+        {CRYPT_CIPHER_CHACHA20, "chacha20", 32, 64007},
+        {CRYPT_CIPHER_AES256CBC, "aes256cbc", 0, 4001},
+        {CRYPT_CIPHER_SQLCIPHER, "sqlcipher", 80, 256000},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        CHECK_EQ_INT(crypt_reserve_bytes(want[i].cipher), want[i].reserve);
+        CHECK(strcmp(crypt_cipher_name(want[i].cipher), want[i].name) == 0);
+        CHECK_EQ_INT(crypt_cipher_by_name(want[i].name), want[i].cipher);
+        CHECK_EQ_INT(crypt_kdf_iter_default(want[i].cipher), want[i].kdf_default);
+    }
+    int recognised = 0;
+    for (uint32_t reserve = 0; reserve <= 255; reserve++) {
+        int cipher = crypt_cipher_by_reserve(reserve);
+        recognised += cipher != 0;
+        CHECK(cipher == 0 || crypt_reserve_bytes(cipher) == reserve);
+    }
+    CHECK_EQ_INT(recognised, CRYPT_CIPHER_COUNT);
+    CHECK_EQ_INT(crypt_cipher_by_reserve(48), 0);
+    CHECK_EQ_INT(crypt_cipher_by_name("aes128cbc"), 0);
+    CHECK(crypt_cipher_name(0) == NULL && crypt_cipher_name(CRYPT_CIPHER_COUNT + 1) == NULL);
+    CHECK_EQ_INT(crypt_reserve_bytes(CRYPT_CIPHER_COUNT + 1), 0);
+}
+
 static void test_create_random(void)
 {
     static uint8_t plain[4096], enc[4096];
@@ -899,6 +933,7 @@ int main(void)
     TEST(test_params);
     TEST(test_page_args);
     TEST(test_clone);
+    TEST(test_cipher_registry);
     TEST(test_create_random);
     TEST(test_nonce_pool);
     TEST(test_vector_chacha20);

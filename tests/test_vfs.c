@@ -254,6 +254,37 @@ static void test_pragma_keying(void)
     tu_remove_db(path);
 }
 
+/* One KDF limit, MV_KDF_ITER_MAX, in every layer (issue 15.7: 20000000 passed the CLI and the
+ * PRAGMA, then failed in the crypto layer as "invalid key"): above it, mv_db_open and PRAGMA
+ * kdf_iter refuse with a message naming the limit; at it, the value is accepted (the KDF
+ * is not run: a PRAGMA sets it before the key). */
+static void test_kdf_iter_limit(void)
+{
+    char *path = tu_path("kdf_limit.db");
+    struct mv_db_options o = MV_DB_OPTIONS_INIT;
+    o.flags = MV_DB_CREATE;
+    o.kdf_iter = MV_KDF_ITER_MAX + 1;
+    sqlite3 *db = NULL;
+    char *err = NULL;
+    CHECK_EQ_INT(mv_db_open(path, "pw", 2, &o, &db, &err), MV_EINVAL);
+    CHECK(db == NULL && err != NULL && strstr(err, "kdf_iter 16777217 is above the limit") != NULL);
+    if (err != NULL) {
+        printf("  # mv_db_open: %s\n", err);
+    }
+    sqlite3_free(err);
+    CHECK(!tu_file_exists(path));
+    CHECK(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, MV_VFS_NAME) ==
+          SQLITE_OK);
+    err = NULL;
+    CHECK(sqlite3_exec(db, "PRAGMA kdf_iter=16777217", NULL, NULL, &err) != SQLITE_OK);
+    CHECK(err != NULL && strstr(err, "1..16777216") != NULL);
+    sqlite3_free(err);
+    CHECK(tu_exec(db, "PRAGMA kdf_iter=16777216") == SQLITE_OK);
+    CHECK_EQ_INT(tu_int(db, "PRAGMA kdf_iter"), 16777216);
+    sqlite3_close(db);
+    tu_remove_db(path);
+}
+
 /* Raw keys: x'<64 hex>' and x'<96 hex>' (key + salt). */
 static void test_raw_keys(void)
 {
@@ -502,6 +533,7 @@ int main(void)
     TEST(test_truncated_file);
     TEST(test_pragma_keying);
     TEST(test_raw_keys);
+    TEST(test_kdf_iter_limit);
     TEST(test_flipped_bit_in_wal_frame);
     TEST(test_flipped_bit_in_journal_record);
     TEST(test_snapshots_recover);

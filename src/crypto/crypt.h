@@ -38,7 +38,8 @@
 #define CRYPT_PAGE_SIZE_MIN  512
 #define CRYPT_PAGE_SIZE_MAX  65536
 #define CRYPT_PASSPHRASE_MAX 4096 /* bytes; longer secrets are refused */
-/* A larger kdf_iter is refused (CRYPT_EINVAL): about a minute of PBKDF2-HMAC-SHA512. */
+/* A larger kdf_iter is refused (CRYPT_EINVAL): about a minute of PBKDF2-HMAC-SHA512. The
+ * public header says the same as MV_KDF_ITER_MAX (a compile-time assert ties them). */
 #define CRYPT_KDF_ITER_MAX 16777216u
 
 #define CRYPT_CHACHA20_NONCE_BYTES 16
@@ -87,8 +88,22 @@ typedef struct crypt_ctx crypt_ctx;
  * Every other function calls it; calling it early only moves the cost. */
 int crypt_init(void);
 
+/* ---- The cipher registry (crypt_registry.c): every layer asks it, none keeps a copy ---- */
+
+#define CRYPT_CIPHER_COUNT 3 /* identifiers 1..CRYPT_CIPHER_COUNT */
+
 /* Reserve bytes the cipher needs at the end of every page (32, 0 or 80); 0 for unknown. */
 uint32_t crypt_reserve_bytes(int cipher);
+/* The cipher's name as PRAGMA cipher spells it ("chacha20", ...); NULL for unknown. */
+const char *crypt_cipher_name(int cipher);
+/* The cipher named name (case-insensitive), or 0. */
+int crypt_cipher_by_name(const char *name);
+/* The cipher whose pages reserve reserve_bytes (32 chacha20, 0 aes256cbc, 80 sqlcipher),
+ * or 0 for any other value: an unknown reserve is never guessed to be some cipher. */
+int crypt_cipher_by_reserve(uint32_t reserve_bytes);
+/* The KDF iterations a kdf_iter of 0 means for the cipher (aes256cbc: its fixed rounds,
+ * which kdf_iter does not change); 0 for unknown. Any cipher takes 1..CRYPT_KDF_ITER_MAX. */
+uint32_t crypt_kdf_iter_default(int cipher);
 
 /* Creates a keyed context. secret is a passphrase or a raw key in SQLite3MC's syntax
  * (x'<64 hex>', x'<96 hex>', raw:<32|48 bytes>, raw:<64|96 hex>); see FORMAT.md §1.3.

@@ -352,6 +352,7 @@ cleanup:
 
 const struct crypt_cipher_desc crypt_aes256cbc_desc = {
     .cipher = CRYPT_CIPHER_AES256CBC,
+    .name = "aes256cbc",
     .reserve_bytes = CRYPT_AES256CBC_RESERVE,
     .kdf_iter_default = CRYPT_AES256CBC_KDF_ROUNDS,
     .derive = crypt_aes256cbc_derive,

@@ -241,6 +241,7 @@ cleanup:
 
 const struct crypt_cipher_desc crypt_chacha20_desc = {
     .cipher = CRYPT_CIPHER_CHACHA20,
+    .name = "chacha20",
     .reserve_bytes = CRYPT_CHACHA20_RESERVE,
     .kdf_iter_default = CRYPT_CHACHA20_KDF_ITER_DEFAULT,
     .derive = crypt_chacha20_derive,

@@ -17,30 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct crypt_cipher_desc *crypt_ctx_desc(int cipher)
-{
-    switch (cipher) {
-    case CRYPT_CIPHER_CHACHA20:
-        return &crypt_chacha20_desc;
-    case CRYPT_CIPHER_AES256CBC:
-        return &crypt_aes256cbc_desc;
-    case CRYPT_CIPHER_SQLCIPHER:
-        return &crypt_sqlcipher_desc;
-    default:
-        return NULL;
-    }
-}
-
-uint32_t crypt_reserve_bytes(int cipher)
-{
-    const struct crypt_cipher_desc *desc = crypt_ctx_desc(cipher);
-    return desc != NULL ? desc->reserve_bytes : 0;
-}
-
 /* Checks params and returns the descriptor, or NULL. */
 static const struct crypt_cipher_desc *crypt_ctx_check_params(const struct crypt_params *p)
 {
-    const struct crypt_cipher_desc *desc = crypt_ctx_desc(p->cipher);
+    const struct crypt_cipher_desc *desc = crypt_cipher_desc_of(p->cipher);
     if (desc == NULL || p->kdf_iter > CRYPT_KDF_ITER_MAX) {
         return NULL;
     }

@@ -83,8 +83,11 @@ struct crypt_ctx {
     uint8_t nonce_pool[CRYPT_NONCE_POOL_BYTES];
 };
 
+/* A cipher's row in the registry (crypt_registry.c), the one place each fact about it is
+ * written: its identifier, name, reserve bytes, KDF default, and its functions. */
 struct crypt_cipher_desc {
     int cipher;
+    const char *name; /* as PRAGMA cipher spells it */
     uint32_t reserve_bytes;
     uint32_t kdf_iter_default;
     /* Sets ctx->key (and hmac_key) from the secret and ctx->salt, ctx->kdf_iter. */
@@ -105,6 +108,9 @@ struct crypt_cipher_desc {
 extern const struct crypt_cipher_desc crypt_chacha20_desc;
 extern const struct crypt_cipher_desc crypt_aes256cbc_desc;
 extern const struct crypt_cipher_desc crypt_sqlcipher_desc;
+
+/* The registry's row of cipher (enum crypt_cipher), or NULL (crypt_registry.c). */
+const struct crypt_cipher_desc *crypt_cipher_desc_of(int cipher);
 
 /* Next 16 random bytes for a nonce / IV from the context's pool. CRYPT_OK or CRYPT_EFAIL. */
 int crypt_ctx_nonce(crypt_ctx *ctx, uint8_t nonce[CRYPT_NONCE_BYTES]);

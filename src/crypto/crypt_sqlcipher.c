@@ -196,6 +196,7 @@ static int crypt_sqlcipher_decrypt(
 
 const struct crypt_cipher_desc crypt_sqlcipher_desc = {
     .cipher = CRYPT_CIPHER_SQLCIPHER,
+    .name = "sqlcipher",
     .reserve_bytes = CRYPT_SQLCIPHER_RESERVE,
     .kdf_iter_default = CRYPT_SQLCIPHER_KDF_ITER_DEFAULT,
     .derive = crypt_sqlcipher_derive,

@@ -40,7 +40,4 @@ int ops_query_int(mv_store *s, const char *sql, int64_t *out);
 /* The same for the first columns integer columns of the row, into out[0..columns-1]. */
 int ops_query_ints(mv_store *s, const char *sql, int64_t *out, int columns);
 
-/* The cipher named by a reserve byte (32 chacha20, 80 sqlcipher, 0 aes256cbc). */
-mv_cipher ops_cipher_from_reserve(int reserve_bytes);
-
 #endif /* MV_OPS_INSPECT_H */

@@ -39,6 +39,7 @@
  *   with locking_mode=EXCLUSIVE (mailvault never does) keeps its WAL index in private
  *   memory; its EXCLUSIVE lock makes the freeze time out (MV_EBUSY) instead.
  */
+#include "crypto/crypt.h"
 #include "ops/ops_backup.h"
 #include "store/store_files.h"
 #include "vfs/sqlite_format.h"
@@ -168,13 +169,10 @@ static int ops_keyless_check_db(const char *path,
     if (fd >= 0) {
         close(fd);
     }
-    uint32_t page_size = ok ? ((uint32_t)hdr[16] << 8 | hdr[17]) : 0;
-    page_size = page_size == 1 ? 65536 : page_size;
-    int reserve = ok ? hdr[20] : -1;
-    ok = ok && page_size >= 512 && (page_size & (page_size - 1)) == 0 &&
-         (hdr[18] == 1 || hdr[18] == 2) && (hdr[19] == 1 || hdr[19] == 2) && hdr[21] == 64 &&
-         hdr[22] == 32 && hdr[23] == 32 && (reserve == 0 || reserve == 32 || reserve == 80) &&
-         (uint64_t)st.st_size % page_size == 0 && memcmp(hdr, "SQLite format 3", 15) != 0;
+    uint32_t page_size = ok ? mv_header_page_size(hdr) : 0;
+    int cipher = ok ? crypt_cipher_by_reserve(mv_header_reserve(hdr)) : 0;
+    ok = ok && mv_header_plain_valid(hdr) && cipher != 0 && !mv_header_is_plaintext(hdr) &&
+         (uint64_t)st.st_size % page_size == 0;
     if (!ok) {
         return ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT,
                            "%s does not look like a mailvault store (header bytes 16..23, "
@@ -183,9 +181,7 @@ static int ops_keyless_check_db(const char *path,
     }
     info->page_size = page_size;
     info->page_count = (uint64_t)st.st_size / page_size;
-    info->cipher = reserve == 32   ? MV_CIPHER_CHACHA20
-                   : reserve == 80 ? MV_CIPHER_SQLCIPHER
-                                   : MV_CIPHER_AES256CBC;
+    info->cipher = (mv_cipher)cipher;
     return MV_OK;
 }
 

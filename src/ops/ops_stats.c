@@ -23,8 +23,10 @@
  * LIMITATIONS
  *   A directory with more than OPS_SCAN_ENTRIES_MAX entries ends a root scan (MV_ELIMIT).
  */
+#include "crypto/crypt.h"
 #include "ops/ops_inspect.h"
 #include "store/store_files.h"
+#include "vfs/sqlite_format.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -64,20 +66,6 @@ uint64_t ops_file_bytes(const char *path)
     return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
-mv_cipher ops_cipher_from_reserve(int reserve_bytes)
-{
-    switch (reserve_bytes) {
-    case 32:
-        return MV_CIPHER_CHACHA20;
-    case 80:
-        return MV_CIPHER_SQLCIPHER;
-    case 0:
-        return MV_CIPHER_AES256CBC;
-    default:
-        return MV_CIPHER_AUTO;
-    }
-}
-
 /* Records the first permission problem: (1) a directory or (2) a file that group or others
  * may use. A missing path is no problem (a WAL exists only while the store is open). */
 static void ops_mode_check(struct mv_store_file *out, const char *path, int is_dir)
@@ -95,25 +83,18 @@ static void ops_mode_check(struct mv_store_file *out, const char *path, int is_d
 
 static void ops_header_parse(struct mv_store_file *out, const uint8_t hdr[OPS_HEADER_BYTES])
 {
-    static const char magic[16] = "SQLite format 3";
-    uint32_t page_size = ((uint32_t)hdr[16] << 8) | hdr[17];
-    if (page_size == 1) {
-        page_size = 65536;
-    }
-    int versions_ok = (hdr[18] == 1 || hdr[18] == 2) && (hdr[19] == 1 || hdr[19] == 2);
-    int fractions_ok = hdr[21] == 64 && hdr[22] == 32 && hdr[23] == 32;
-    int size_ok = page_size >= 512 && page_size <= 65536 && (page_size & (page_size - 1)) == 0;
-    if (!versions_ok || !fractions_ok || !size_ok) {
+    if (!mv_header_plain_valid(hdr)) {
         return;
     }
-    out->page_size = page_size;
-    out->page_count = out->file_bytes / page_size;
-    out->reserve_bytes = hdr[20];
-    if (memcmp(hdr, magic, sizeof magic) == 0) {
+    out->page_size = mv_header_page_size(hdr);
+    out->page_count = out->file_bytes / out->page_size;
+    out->reserve_bytes = (int)mv_header_reserve(hdr);
+    if (mv_header_is_plaintext(hdr)) {
         out->cipher = MV_CIPHER_NONE;
         return;
     }
-    out->cipher = ops_cipher_from_reserve(hdr[20]);
+    /* The cipher registry maps only its ciphers' reserves; anything else stays AUTO. */
+    out->cipher = (mv_cipher)crypt_cipher_by_reserve(mv_header_reserve(hdr));
     out->header_ok = out->cipher != MV_CIPHER_AUTO;
 }
 

@@ -1,10 +1,8 @@
 /*
- * errors.c -- static texts for MV_* codes, the version, cipher names, and the mapping from
- * SQLite result codes to MV_* classes.
+ * errors.c -- static texts for MV_* codes, the version, and the mapping from SQLite result
+ * codes to MV_* classes. (Cipher names: src/vfs/vfs_ciphers.c, from the cipher registry.)
  */
 #include "mailvault.h"
-
-#include <strings.h>
 
 const char *mv_version(void)
 {
@@ -43,30 +41,6 @@ const char *mv_strerror(int code)
     default:
         return "unknown error";
     }
-}
-
-static const char *const mv_cipher_names[] = {"auto", "chacha20", "aes256cbc", "sqlcipher", "none"};
-
-const char *mv_cipher_name(mv_cipher cipher)
-{
-    if ((int)cipher < 0 || (int)cipher > (int)MV_CIPHER_NONE) {
-        return NULL;
-    }
-    return mv_cipher_names[cipher];
-}
-
-int mv_cipher_from_name(const char *name, mv_cipher *cipher_out)
-{
-    if (name == NULL) {
-        return MV_EINVAL;
-    }
-    for (int i = 0; i <= (int)MV_CIPHER_NONE; i++) {
-        if (strcasecmp(name, mv_cipher_names[i]) == 0) {
-            *cipher_out = (mv_cipher)i;
-            return MV_OK;
-        }
-    }
-    return MV_EINVAL;
 }
 
 int mv_error_from_sqlite(int sqlite_rc)

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -93,6 +94,12 @@ int mv_db_open(const char *path,
     if (path == NULL || secret == NULL || secret_len == 0 || o->cipher > MV_CIPHER_NONE ||
         (o->flags & ~(unsigned)(MV_DB_CREATE | MV_DB_READONLY)) != 0) {
         return mv_fail(&db, errmsg_out, MV_EINVAL, "invalid arguments to mv_db_open%s", NULL);
+    }
+    if (o->kdf_iter > MV_KDF_ITER_MAX) {
+        char why[96];
+        snprintf(why, sizeof why, "kdf_iter %lu is above the limit of %lu iterations",
+                 (unsigned long)o->kdf_iter, (unsigned long)MV_KDF_ITER_MAX);
+        return mv_fail(&db, errmsg_out, MV_EINVAL, "%s", why);
     }
     int rc = mv_vfs_register(NULL, 0);
     if (rc != MV_OK) {

@@ -4,8 +4,9 @@
  * and the MV_FCNTL_KEY file control behind mv_db_open().
  *
  * IMPLEMENTATION NOTES
- *   - The cipher of an existing file is recognised from its plain header bytes: reserve 32
- *     is chacha20, 80 sqlcipher, 0 aes256cbc. Only real SQLCipher 4 files (legacy=4), whose
+ *   - The cipher of an existing file is recognised from its plain header bytes: the cipher
+ *     registry (crypt_cipher_by_reserve) maps reserve 32 to chacha20, 80 to sqlcipher, 0 to
+ *     aes256cbc, and nothing else to anything. Only real SQLCipher 4 files (legacy=4), whose
  *     header is encrypted, need PRAGMA cipher and legacy first. So one KDF runs per open.
  *   - The key is proven at once by authenticating page 1. A rejected key blocks every write
  *     and hides hot journals (vfs_register.c), so a wrong password never changes a byte.
@@ -23,8 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MV_KDF_ITER_MAX     100000000u /* beyond this an open would take minutes */
-#define MV_KEY_VERIFY_TRIES 4          /* page 1 re-read if a concurrent checkpoint tore it */
+#define MV_KEY_VERIFY_TRIES 4 /* page 1 re-read if a concurrent checkpoint tore it */
 
 static int mv_read_header(struct mv_file *f, uint8_t hdr[24], sqlite3_int64 *size)
 {
@@ -68,20 +68,6 @@ void mv_keying_attach(struct mv_file *f, sqlite3 *db)
     }
 }
 
-static int mv_cipher_for_reserve(int reserve)
-{
-    switch (reserve) {
-    case CRYPT_CHACHA20_RESERVE:
-        return CRYPT_CIPHER_CHACHA20;
-    case CRYPT_SQLCIPHER_RESERVE:
-        return CRYPT_CIPHER_SQLCIPHER;
-    case CRYPT_AES256CBC_RESERVE:
-        return CRYPT_CIPHER_AES256CBC;
-    default:
-        return 0;
-    }
-}
-
 /* Picks the cipher and page size of an existing encrypted file from its header. */
 static int mv_choose_existing(struct mv_codec *c,
                               const uint8_t hdr[24],
@@ -102,7 +88,7 @@ static int mv_choose_existing(struct mv_codec *c,
                  "PRAGMA cipher='sqlcipher' and PRAGMA legacy=4 first)");
         return SQLITE_NOTADB;
     }
-    int detected = mv_cipher_for_reserve(hdr[20]);
+    int detected = crypt_cipher_by_reserve(mv_header_reserve(hdr));
     *page_size = mv_header_page_size(hdr);
     *cipher = c->cipher != 0 ? c->cipher : detected;
     if (*cipher == 0) {
@@ -197,6 +183,11 @@ mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char *err, size
             c->key_state = MV_KEY_REJECTED;
             return rc;
         }
+    }
+    if (params.kdf_iter > MV_KDF_ITER_MAX) {
+        snprintf(err, errlen, "kdf_iter %lu is above the limit of %lu iterations",
+                 (unsigned long)params.kdf_iter, (unsigned long)MV_KDF_ITER_MAX);
+        return SQLITE_ERROR;
     }
     if (params.legacy != 0 && params.cipher != CRYPT_CIPHER_SQLCIPHER) {
         snprintf(err, errlen, "legacy=%d is only supported for cipher sqlcipher", params.legacy);
@@ -362,7 +353,9 @@ static int mv_pragma_setting(struct mv_file *f, const char *name, const char *va
             return mv_pragma_result(azArg, SQLITE_OK, buf);
         }
         if (mv_parse_uint(value, 1, MV_KDF_ITER_MAX, &c->kdf_iter) != 0) {
-            return mv_pragma_result(azArg, SQLITE_ERROR, "kdf_iter must be 1..100000000");
+            snprintf(buf, sizeof buf, "%lu", (unsigned long)MV_KDF_ITER_MAX);
+            azArg[0] = sqlite3_mprintf("kdf_iter must be 1..%s", buf);
+            return SQLITE_ERROR;
         }
         return mv_pragma_result(azArg, SQLITE_OK, NULL);
     }
