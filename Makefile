@@ -5,7 +5,10 @@
 #                (not on a terminal: a short scripted check, then it stops)
 #   make test    the whole test suite, under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench   micro-benchmarks, then the reference suite (release build; QUICK=1: short)
-#   make lint    clang-format --dry-run, cppcheck, banned functions
+#   make lint    clang-format --dry-run, cppcheck, banned functions, clang-tidy
+#   make install / make uninstall    PREFIX (default /usr/local) and DESTDIR, as usual:
+#                the shared and static library, mailvault.h, mailvault.pc, the binaries,
+#                the SQLite extension, man pages, bash completion, the systemd unit
 #
 # Both `run` and `test` first install missing Debian packages (scripts/install-deps.sh).
 
@@ -19,7 +22,12 @@ CSTD    := -std=c17 -D_GNU_SOURCE
 # GLib/GMime headers are not -Wconversion/-Wpedantic clean: include them as system headers.
 DEP_CFLAGS := $(shell pkg-config --cflags gmime-3.0 libsodium libzstd 2>/dev/null | sed 's/-I/-isystem /g')
 INC     := -Iinclude -Isrc $(DEP_CFLAGS)
+# The tool and the server see the public header only: "public API only" is the compiler's
+# to enforce, not a reviewer's.
+PUBLIC_INC := -Iinclude $(DEP_CFLAGS)
 RELEASE := -O2 -g -D_FORTIFY_SOURCE=2 -fstack-protector-strong -fvisibility=hidden -fPIC
+# Full RELRO for what we install; $(LDFLAGS) lets a packager add theirs (dpkg-buildflags).
+LINK_HARDEN := -Wl,-z,relro -Wl,-z,now $(LDFLAGS)
 SANITIZE := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 LIBS    := -lsqlite3 -lcrypto -lpthread $(shell pkg-config --libs gmime-3.0 libsodium libzstd 2>/dev/null)
 
@@ -40,8 +48,15 @@ TEST_BIN  := $(TEST_SRC:tests/%.c=$(BUILD)/asan/tests/%)
 FUZZ_BIN  := $(FUZZ_SRC:fuzz/%.c=$(BUILD)/asan/fuzz/%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/rel/bench/%)
 
-.PHONY: all deps run test bench lint clean
-all: $(BUILD)/mailvault $(BUILD)/libmailvault.a $(BUILD)/mailvault_ext.so $(BUILD)/mailvaultd
+VERSION := $(shell sed -n 's/^\#define MV_VERSION_STRING "\(.*\)"/\1/p' include/mailvault.h)
+SONAME  := libmailvault.so.0
+SHLIB   := libmailvault.so.$(VERSION)
+MAN_PAGES := $(BUILD)/man/mailvault.1 $(BUILD)/man/mailvaultd.8 $(BUILD)/man/mailvault.3
+
+.PHONY: all deps run test bench lint clean install uninstall man
+all: $(BUILD)/mailvault $(BUILD)/libmailvault.a $(BUILD)/$(SHLIB) $(BUILD)/mailvault_ext.so \
+	$(BUILD)/mailvaultd $(MAN_PAGES)
+man: $(MAN_PAGES)
 
 deps:
 	@scripts/install-deps.sh
@@ -72,20 +87,50 @@ clean:
 	rm -rf $(BUILD)
 
 # ---- release library, CLI, loadable extension ----
+$(BUILD)/rel/cli/%.o $(BUILD)/asan/cli/%.o $(BUILD)/rel/imapd/%.o $(BUILD)/asan/imapd/%.o: \
+	INC := $(PUBLIC_INC)
+
 $(BUILD)/rel/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) $(WARN) $(RELEASE) $(INC) -MMD -MP -c $< -o $@
 
-$(BUILD)/libmailvault.a: $(REL_OBJ)
-	@mkdir -p $(dir $@)
+# Every object is compiled with -fvisibility=hidden and MV_API marks the public functions.
+# The shared library exports exactly those, versioned (libmailvault.map). The installed
+# static archive is one relocatable object whose hidden (internal) symbols are made local,
+# so a program that defines its own store_open or crypt_init links against it; the
+# benchmarks, which measure internals, link the plain archive of the same objects.
+$(BUILD)/rel/libmailvault_internal.a: $(REL_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
+$(BUILD)/libmailvault.a: $(REL_OBJ)
+	@mkdir -p $(dir $@)
+	$(LD) -r -o $(BUILD)/rel/libmailvault.o $^
+	objcopy --localize-hidden $(BUILD)/rel/libmailvault.o
+	rm -f $@ && ar rcs $@ $(BUILD)/rel/libmailvault.o
+
+$(BUILD)/$(SHLIB): $(REL_OBJ) libmailvault.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=libmailvault.map $(LINK_HARDEN) \
+		-Wl,--no-undefined -o $@ $(REL_OBJ) $(LIBS)
+	ln -sf $(SHLIB) $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $(BUILD)/libmailvault.so
+
+# Manual pages, generated from the option tables, the config table and the header.
+$(BUILD)/man/mailvault.1: man/mailvault.1.in scripts/gen-man.py $(BUILD)/mailvault
+	@mkdir -p $(dir $@)
+	scripts/gen-man.py mailvault $(BUILD)/mailvault $< >$@.tmp && mv $@.tmp $@
+$(BUILD)/man/mailvaultd.8: man/mailvaultd.8.in scripts/gen-man.py $(BUILD)/mailvaultd
+	@mkdir -p $(dir $@)
+	scripts/gen-man.py mailvaultd $(BUILD)/mailvaultd $< >$@.tmp && mv $@.tmp $@
+$(BUILD)/man/mailvault.3: man/mailvault.3.in scripts/gen-man.py include/mailvault.h
+	@mkdir -p $(dir $@)
+	scripts/gen-man.py api include/mailvault.h $< >$@.tmp && mv $@.tmp $@
+
 $(BUILD)/mailvault: $(CLI_SRC:%.c=$(BUILD)/rel/%.o) $(BUILD)/libmailvault.a
-	$(CC) $(RELEASE) -o $@ $^ $(LIBS)
+	$(CC) $(RELEASE) $(LINK_HARDEN) -o $@ $^ $(LIBS)
 
 # The server (imapd/, docs/IMAPD.md): the only program that links libssl.
 $(BUILD)/mailvaultd: $(IMAPD_SRC:%.c=$(BUILD)/rel/%.o) $(BUILD)/libmailvault.a
-	$(CC) $(RELEASE) -o $@ $^ -lssl $(LIBS)
+	$(CC) $(RELEASE) $(LINK_HARDEN) -o $@ $^ -lssl $(LIBS)
 
 # The extension reaches SQLite through the sqlite3_api table (sqlite3ext.h), so it works in
 # any host that loads it, whichever libsqlite3 that host was linked with.
@@ -94,11 +139,11 @@ $(BUILD)/ext/%.o: %.c
 	$(CC) $(CSTD) $(WARN) $(RELEASE) -DMV_BUILD_EXTENSION $(INC) -MMD -MP -c $< -o $@
 
 $(BUILD)/mailvault_ext.so: $(EXT_OBJ)
-	$(CC) -shared -o $@ $^ -lcrypto -lpthread
+	$(CC) -shared $(LINK_HARDEN) -o $@ $^ -lcrypto -lpthread
 
 # Every benchmark links the shared helpers: scratch directory, text buffer, util (bench/*.h).
 $(BUILD)/rel/bench/%: bench/%.c $(addprefix $(BUILD)/rel/bench/,scratch.o buf.o util.o) \
-		$(BUILD)/libmailvault.a
+		$(BUILD)/rel/libmailvault_internal.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) $(WARN) $(RELEASE) $(INC) -o $@ $^ $(LIBS)
 
@@ -126,6 +171,65 @@ $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/%.o $(BUILD)/asan/tests/harness.o $(B
 
 $(BUILD)/asan/fuzz/%: $(BUILD)/asan/fuzz/%.o $(BUILD)/asan/fuzz/replay_main.o $(BUILD)/asan/libmailvault.a
 	$(CC) $(SANITIZE) -o $@ $^ $(LIBS)
+
+# ---- install ----
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+SBINDIR     ?= $(PREFIX)/sbin
+LIBDIR      ?= $(PREFIX)/lib
+INCLUDEDIR  ?= $(PREFIX)/include
+MANDIR      ?= $(PREFIX)/share/man
+DOCDIR      ?= $(PREFIX)/share/doc/mailvault
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+# The loadable extension is a plug-in, not a library to link: beside the library, in its
+# own directory (sqlite> .load /usr/local/lib/mailvault/mailvault_ext).
+EXTDIR      ?= $(LIBDIR)/mailvault
+INSTALL     ?= install
+
+install: all
+	@# pkg-config: the header includes <sqlite3.h>, so sqlite3 is a public requirement;
+	@# the rest only a static link needs.
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
+		$(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(EXTDIR) $(DESTDIR)$(MANDIR)/man1 \
+		$(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)/examples
+	$(INSTALL) -m 0755 $(BUILD)/mailvault $(DESTDIR)$(BINDIR)/mailvault
+	$(INSTALL) -m 0755 $(BUILD)/mailvaultd $(DESTDIR)$(SBINDIR)/mailvaultd
+	$(INSTALL) -m 0644 $(BUILD)/$(SHLIB) $(DESTDIR)$(LIBDIR)/$(SHLIB)
+	ln -sf $(SHLIB) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libmailvault.so
+	$(INSTALL) -m 0644 $(BUILD)/libmailvault.a $(DESTDIR)$(LIBDIR)/libmailvault.a
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
+		'Name: mailvault' 'Description: encrypted per-user SQLite mail stores (libmailvault)' \
+		'Version: $(VERSION)' 'Requires: sqlite3' \
+		'Requires.private: libcrypto gmime-3.0 libsodium libzstd' \
+		'Libs: -L$${libdir} -lmailvault' 'Libs.private: -pthread' \
+		'Cflags: -I$${includedir}' >$(DESTDIR)$(LIBDIR)/pkgconfig/mailvault.pc
+	chmod 0644 $(DESTDIR)$(LIBDIR)/pkgconfig/mailvault.pc
+	$(INSTALL) -m 0644 include/mailvault.h $(DESTDIR)$(INCLUDEDIR)/mailvault.h
+	$(INSTALL) -m 0644 $(BUILD)/mailvault_ext.so $(DESTDIR)$(EXTDIR)/mailvault_ext.so
+	$(INSTALL) -m 0644 $(BUILD)/man/mailvault.1 $(DESTDIR)$(MANDIR)/man1/mailvault.1
+	$(INSTALL) -m 0644 $(BUILD)/man/mailvault.3 $(DESTDIR)$(MANDIR)/man3/mailvault.3
+	$(INSTALL) -m 0644 $(BUILD)/man/mailvaultd.8 $(DESTDIR)$(MANDIR)/man8/mailvaultd.8
+	$(INSTALL) -m 0644 contrib/mailvault.bash-completion $(DESTDIR)$(BASHCOMPDIR)/mailvault
+	sed 's|/usr/local/sbin/mailvaultd|$(SBINDIR)/mailvaultd|' contrib/mailvaultd.service \
+		>$(DESTDIR)$(UNITDIR)/mailvaultd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/mailvaultd.service
+	$(INSTALL) -m 0644 contrib/mailvaultd.conf $(DESTDIR)$(DOCDIR)/examples/mailvaultd.conf
+	$(INSTALL) -m 0644 docs/CLI.md docs/IMAPD.md docs/OPERATIONS.md $(DESTDIR)$(DOCDIR)/
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/mailvault $(DESTDIR)$(SBINDIR)/mailvaultd \
+		$(DESTDIR)$(LIBDIR)/$(SHLIB) $(DESTDIR)$(LIBDIR)/$(SONAME) \
+		$(DESTDIR)$(LIBDIR)/libmailvault.so $(DESTDIR)$(LIBDIR)/libmailvault.a \
+		$(DESTDIR)$(LIBDIR)/pkgconfig/mailvault.pc $(DESTDIR)$(INCLUDEDIR)/mailvault.h \
+		$(DESTDIR)$(EXTDIR)/mailvault_ext.so $(DESTDIR)$(MANDIR)/man1/mailvault.1 \
+		$(DESTDIR)$(MANDIR)/man3/mailvault.3 $(DESTDIR)$(MANDIR)/man8/mailvaultd.8 \
+		$(DESTDIR)$(BASHCOMPDIR)/mailvault $(DESTDIR)$(UNITDIR)/mailvaultd.service \
+		$(DESTDIR)$(DOCDIR)/examples/mailvaultd.conf $(DESTDIR)$(DOCDIR)/CLI.md \
+		$(DESTDIR)$(DOCDIR)/IMAPD.md $(DESTDIR)$(DOCDIR)/OPERATIONS.md
+	-rmdir $(DESTDIR)$(EXTDIR) $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 # libFuzzer builds (not part of `make test`): make fuzz-<target>
 fuzz-%: fuzz/fuzz_%.c
