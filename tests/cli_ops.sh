@@ -170,7 +170,9 @@ run "$mv" stats --all --root "$many" --json
 elapsed_ms=$((($(date +%s%N) - start) / 1000000))
 echo "    stats --all over 1000 stores: ${elapsed_ms} ms (ASan build)"
 check stats_all_1000 bash -c "[ $rc -eq 0 ] && [ \"\$(python3 -c \"import json; print(json.load(open('$out'))['count'])\")\" = 1000 ]"
-check stats_all_1000_fast [ "$elapsed_ms" -lt 2000 ]
+# A bound for gross mistakes only (work quadratic in the stores, a full open per store): speed
+# is measured by `make bench`; a tight bound fails by chance under ASan on a loaded machine.
+check stats_all_1000_fast [ "$elapsed_ms" -lt 30000 ]
 
 # ---- maintain ----
 run "$mv" maintain "$user" "${P[@]}"
@@ -239,11 +241,7 @@ tdb="$root/example.org/tampered.db"
 cp "$db" "$tdb" && chmod 600 "$tdb"
 page=$("$mv" sql --kdf-iter 2 "${P[@]}" "$tdb" \
        "SELECT pageno FROM dbstat WHERE name = 'bodies_data' AND pagetype = 'leaf' LIMIT 1" </dev/null)
-python3 - "$tdb" "$(( (page - 1) * 4096 + 2000 ))" <<'PY'
-import sys
-with open(sys.argv[1], "r+b") as f:
-    f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 4]))
-PY
+flip_bit "$tdb" $(( (page - 1) * 4096 + 2000 )) 2
 run "$mv" check tampered@example.org "${P[@]}" --json
 check check_finds_tampered_page bash -c "[ $rc -eq 65 ] && python3 -c \"import json,sys; d=json.load(open('$out')); sys.exit(0 if any(p['check'] == 'page' and 'page $page' in p['problem'] for p in d['problems']) else 1)\""
 rm -f "$root/example.org/tampered.db"*

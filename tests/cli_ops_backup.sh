@@ -110,7 +110,7 @@ m = json.load(open(p))
 m['file'] = 'damaged.mvbackup'
 json.dump(m, open(p, 'w'))
 EOF
-printf '\xff' | dd of="$tmp/damaged.mvbackup" bs=1 seek=5000 conv=notrunc 2>/dev/null
+flip_bit "$tmp/damaged.mvbackup" 5000 5
 run "$mv" restore "$user" "$tmp/damaged.mvbackup" "${P[@]}"
 check restore_damaged fails_with 65 'SHA-256'
 run "$mv" restore "$user" "$tmp/nothing.mvbackup" "${P[@]}"

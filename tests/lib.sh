@@ -35,6 +35,11 @@
 #                    predicates on the last run: exit 0; exit CODE with TEXT in stderr;
 #                    stdout is JSON; a Python expression over the parsed stdout (as d),
 #                    printed.
+#   flip_bit FILE OFFSET [BIT]
+#                    damages FILE by inverting one bit (default bit 0) of the byte at OFFSET,
+#                    in place. Tests damage ciphertext this way, never by writing a constant
+#                    byte: the constant is already there one time in 256, and then the test
+#                    passes or fails by chance.
 #   finish           prints "# N passed, N failed" and exits, non-zero if any check failed.
 #
 # LIMITATIONS
@@ -100,6 +105,20 @@ ok() { [ "$rc" -eq 0 ]; }
 fails_with() { [ "$rc" -eq "$1" ] && grep -q -- "$2" "$err"; }
 json_ok() { python3 -m json.tool "$out" >/dev/null 2>&1; }
 json_eval() { python3 -c "import json,sys; d=json.load(open('$out')); print($1)" 2>/dev/null; }
+
+flip_bit() {
+    "$PY" - "$1" "$2" "${3:-0}" <<'PYEOF'
+import sys
+path, offset, bit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(path, "r+b") as f:
+    f.seek(offset)
+    b = f.read(1)
+    if len(b) != 1:
+        sys.exit("flip_bit: %s has no byte at offset %d" % (path, offset))
+    f.seek(offset)
+    f.write(bytes([b[0] ^ (1 << bit)]))
+PYEOF
+}
 
 finish() {
     echo "# $passed passed, $failed failed"

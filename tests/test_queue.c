@@ -332,8 +332,16 @@ static int qt_state_read(const char *db_path, const char *queue, struct qt_state
 
 /* Opens the store in a child (which drains) and kills it after delay_us. Returns 1 if the
  * child finished on its own. */
-static int qt_kill_drain(const char *who, const struct mv_store_options *o, unsigned delay_us)
+/* Opens the store (which drains the queue) in a child, killed once the queue has shrunk by
+ * drained_min deliveries, plus delay_us (so the kill lands anywhere in the next delivery).
+ * The kill follows the drain's progress, not a clock: on a fast or a loaded machine alike
+ * it lands in the middle. 1 if the open finished first. */
+static int qt_kill_drain(const char *who,
+                         const struct mv_store_options *o,
+                         uint32_t drained_min,
+                         unsigned delay_us)
 {
+    uint32_t before = qt_count(who, o);
     pid_t pid = fork();
     if (pid == 0) {
         mv_store *s = NULL;
@@ -342,10 +350,27 @@ static int qt_kill_drain(const char *who, const struct mv_store_options *o, unsi
         mv_store_close(&s);
         _exit(rc == MV_OK ? 0 : 1);
     }
-    usleep(delay_us);
-    kill(pid, SIGKILL);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    int status = 0, exited = 0;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            exited = 1;
+            break;
+        }
+        uint32_t left = qt_count(who, o);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((left != 0xffffffffu && left + drained_min <= before) ||
+            now.tv_sec - start.tv_sec > 120) {
+            break;
+        }
+        usleep(200);
+    }
+    if (!exited) {
+        usleep(delay_us);
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
@@ -360,7 +385,7 @@ static void test_sigkill_during_drain(void)
     for (int i = 0; i < CRASH_FIRST; i++) {
         CHECK_EQ_INT(qt_deliver(who, &o, "crash", i), MV_OK);
     }
-    /* Delays start near the open's own cost and grow, so kills land all along the drain. */
+    /* Each kill lands a few deliveries into what is left, so kills land all along the drain. */
     static struct qt_state st;
     int kills = 0, mid = 0, both = 0, finished = 0, queued = CRASH_FIRST;
     for (int k = 0; k < CRASH_KILLS && !finished; k++) {
@@ -370,8 +395,8 @@ static void test_sigkill_during_drain(void)
             }
             queued = CRASH_MAX;
         }
-        unsigned delay_us = 20000 + qt_next() % (30000u + 10000u * (unsigned)k);
-        finished = qt_kill_drain(who, &o, delay_us);
+        /* 1 to 8 deliveries into the drain, then up to 3 ms more. */
+        finished = qt_kill_drain(who, &o, 1u + qt_next() % 8u, qt_next() % 3000u);
         kills += !finished;
         CHECK_EQ_INT(qt_state_read(db_path, queue, &st), 0);
         CHECK_EQ_INT(st.unknown, 0);
