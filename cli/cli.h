@@ -417,6 +417,7 @@ int cli_search_main(int argc, char **argv);          /* cli_search.c */
 int cli_stats_main(int argc, char **argv);           /* cli_stats.c */
 int cli_maintain_main(int argc, char **argv);        /* cli_maintain.c */
 int cli_check_main(int argc, char **argv);           /* cli_check.c */
+int cli_repair_main(int argc, char **argv);          /* cli_repair.c */
 int cli_doctor_main(int argc, char **argv);          /* cli_doctor.c */
 int cli_explain_main(int argc, char **argv);         /* cli_explain.c */
 int cli_backup_main(int argc, char **argv);          /* cli_backup.c */

@@ -52,6 +52,7 @@ static const struct {
     {"stats", cli_stats_main, "statistics of USER or --all stores (--json, --prometheus)"},
     {"maintain", cli_maintain_main, "optimize, checkpoint, VACUUM if worth it, quick_check"},
     {"check", cli_check_main, "integrity, every page's authentication, store invariants"},
+    {"repair", cli_repair_main, "rebuild the full-text index, counters and reference counts"},
     {"doctor", cli_doctor_main, "the deployment checklist: OK / WARN / FAIL"},
     {"explain", cli_explain_main, "query plans of every statement the store runs"},
     {"backup", cli_backup_main, "a verified encrypted snapshot of USER into DIR (--keep N)"},

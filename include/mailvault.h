@@ -292,6 +292,16 @@ MV_API const char *mv_store_errmsg(const mv_store *store);
  * 1 for NULL. */
 MV_API int mv_store_errmsg_internal(const mv_store *store);
 
+/* How many times this handle replaced its SQLite connection. After an I/O error, a full
+ * disk, a damaged page or a failed allocation, SQLite rolls the transaction back, but state
+ * kept in memory (an extension's caches, such as FTS5's structure record) may no longer
+ * match the file; the handle therefore opens a new connection on the same file with the same
+ * key (no password needed, no key derivation) at the start of its next transaction, and
+ * closes the old one. A server that keeps handles open across failures needs nothing more;
+ * the count is for its logs and tests. If opening the new connection fails, that operation
+ * fails (MV_EIO and a message saying so) and the next one tries again. NULL gives 0. */
+MV_API uint32_t mv_store_reconnects(const mv_store *store);
+
 /* Process-wide SQLite settings for a server (mailvaultd calls it first thing): turns off
  * SQLite's memory statistics, whose global mutex every SQLite allocation takes (Debian's
  * SQLite has no lookaside, so that is every row and statement step, on every thread).
@@ -924,6 +934,28 @@ MV_API MV_MUST_CHECK int mv_store_check(mv_store *store,
                                         mv_problem_fn problem,
                                         void *problem_arg,
                                         struct mv_check_report *out);
+
+/* What mv_store_repair() did. */
+struct mv_repair_report {
+    uint64_t fts_rows;            /* rows of the full-text index after its rebuild */
+    uint32_t fts_orphans_removed; /* full-text rows of bodies that no longer exist */
+    uint32_t counters_fixed;      /* mailboxes whose message/unseen/size counters were wrong */
+    uint32_t uidnext_fixed;       /* mailboxes whose uidnext was not above their top UID */
+    uint32_t modseq_fixed;        /* mailboxes whose highestmodseq was below a message's */
+    uint32_t refcounts_fixed;     /* bodies and attachments whose reference count was wrong */
+};
+
+/* Rebuilds the data the store derives from its messages, in one transaction: the full-text
+ * index (FTS5 'rebuild' from the text it holds, after deleting rows of bodies that no longer
+ * exist: its structure record and totals are rewritten too), the per-mailbox counters,
+ * uidnext and highestmodseq (raised, never lowered), and the reference counts of bodies and
+ * attachments that are in use. Messages, flags and bytes are never changed. For after
+ * mv_store_check() reported fts, counters, uidnext, modseq or refcount problems; run the
+ * check again afterwards: what this cannot repair (a damaged page, a body with no full-text
+ * row, unused bodies) it still reports. A writable handle only. Returns MV_OK with *out
+ * filled; MV_EINVAL (read-only handle, NULL out); MV_EBUSY; MV_ECORRUPT (a damaged page
+ * stopped it: nothing changed); MV_EIO; MV_ENOSPC; MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_store_repair(mv_store *store, struct mv_repair_report *out);
 
 /* ---- Doctor: the deployment checklist -------------------------------------------------- */
 

@@ -313,7 +313,10 @@ int mv_store_check(mv_store *s,
     }
     memset(out, 0, sizeof *out);
     struct ops_check c = {s, problem, problem_arg, out};
-    int rc = ops_check_pages(&c);
+    int rc = store_ready(s); /* not through a connection an I/O error left behind */
+    if (rc == MV_OK) {
+        rc = ops_check_pages(&c);
+    }
     if (rc != MV_OK) {
         return rc;
     }

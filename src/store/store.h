@@ -74,6 +74,13 @@ struct mv_store {
     struct ZSTD_CCtx_s *zstd_c;
     struct ZSTD_DCtx_s *zstd_d;
     int read_snapshot; /* inside mv_store_read_begin(): reads share its transaction */
+    /* An I/O error (or a full disk, damage, no memory) hit the connection: SQLite or an
+     * extension may keep state in memory that no longer matches the file (FTS5 kept its
+     * structure record from a failed transaction). The next operation that starts a
+     * transaction replaces the connection first (store_ready). */
+    int reconnect;
+    uint32_t reconnects; /* connections replaced so far (mv_store_reconnects) */
+    int64_t cache_kib;   /* the page cache the profile set, for a replacement connection */
 };
 
 /* ---- store_path.c ---- */
@@ -115,6 +122,15 @@ int store_lock_take(const char *db_path,
                     size_t errmsg_size);
 /* Closes the descriptor (dropping the lock) and sets *fd to -1; -1 is fine. */
 void store_lock_release(int *fd);
+
+/* ---- store_open.c ---- */
+/* Replaces the connection if an error marked it (s->reconnect) and no transaction or
+ * statement of the handle's own is in progress: opens a new one on the same file with the
+ * same key (db_reopen.h), applies the profile, finalizes the cached statements and closes
+ * the old connection (a zombie until an iterator still open on it ends). Called where an
+ * operation starts (store_begin, mv_store_read_begin, check, repair). MV_OK, or the error
+ * of the reopen (the flag stays: the next operation tries again). */
+int store_ready(mv_store *s);
 
 /* ---- store_schema.c ---- */
 /* Creates or migrates the schema in one transaction. MV_OK or an MV_E* code. */

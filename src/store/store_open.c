@@ -12,6 +12,7 @@
 #include "store/store.h"
 #include "store/store_blob.h"
 #include "store/store_files.h"
+#include "vfs/db_reopen.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -105,6 +106,7 @@ static int store_apply_profile(mv_store *s, const struct mv_store_options *o)
         }
     }
     long long cache_kib = (long long)store_cache_kib(o); /* once: MemAvailable moves */
+    s->cache_kib = cache_kib;
     snprintf(sql, sizeof sql, "PRAGMA cache_size=-%lld", cache_kib);
     snprintf(want, sizeof want, "-%lld", cache_kib);
     if (store_exec(s, sql) != MV_OK) {
@@ -193,6 +195,42 @@ static int store_connect(
         return rc;
     }
     return store_schema_migrate(s);
+}
+
+int store_ready(mv_store *s)
+{
+    if (!s->reconnect || s->read_snapshot || !sqlite3_get_autocommit(s->db)) {
+        return MV_OK;
+    }
+    sqlite3 *fresh = NULL;
+    char *err = NULL;
+    store_enter(s);
+    int rc = mv_db_reopen(s->db, &fresh, &err);
+    if (rc != MV_OK) {
+        rc = store_fail(s, rc == MV_EINVAL ? MV_EIO : rc,
+                        "%s: after an I/O error the store's connection must be replaced, and "
+                        "opening a new one failed: %s",
+                        s->address, err != NULL ? err : mv_strerror(rc));
+        sqlite3_free(err);
+        return rc;
+    }
+    store_stmts_finalize(s);
+    sqlite3 *old = s->db;
+    s->db = fresh;
+    (void)sqlite3_close_v2(old); /* a zombie until a statement still open on it ends */
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.cache_size_kib = s->cache_kib;
+    rc = store_apply_profile(s, &o);
+    if (rc == MV_OK) {
+        s->reconnect = 0;
+        s->reconnects++;
+    }
+    return rc;
+}
+
+uint32_t mv_store_reconnects(const mv_store *store)
+{
+    return store != NULL ? store->reconnects : 0;
 }
 
 static void store_free(mv_store *s)

@@ -21,9 +21,23 @@ int store_fail(mv_store *s, int code, const char *fmt, ...)
     return code;
 }
 
+/* Whether an SQLite error may leave the connection with in-memory state that no longer
+ * matches the file: I/O errors, a full disk, damage, and failed allocations (SQLite rolls
+ * back, but an extension's caches need not follow: FTS5 kept a structure record that
+ * recorded fewer rows than were indexed). */
+static int store_error_taints(int sqlite_rc)
+{
+    int primary = sqlite_rc & 0xff;
+    return primary == SQLITE_IOERR || primary == SQLITE_FULL || primary == SQLITE_CORRUPT ||
+           primary == SQLITE_NOMEM || primary == SQLITE_CANTOPEN;
+}
+
 int store_fail_sqlite(mv_store *s, const char *what)
 {
     int rc = sqlite3_extended_errcode(s->db);
+    if (store_error_taints(rc)) {
+        s->reconnect = 1;
+    }
     const char *vfs = mv_db_vfs_errmsg(s->db);
     int code = mv_error_from_sqlite(rc);
     if (code == MV_OK) {
@@ -150,6 +164,9 @@ int store_begin(mv_store *s)
         return store_fail(s, MV_EINVAL, "the store is open read-only");
     }
     int rc = store_no_snapshot(s);
+    if (rc == MV_OK) {
+        rc = store_ready(s);
+    }
     return rc != MV_OK ? rc : store_tx(s, store_sql_begin_immediate);
 }
 
@@ -185,7 +202,10 @@ int mv_store_read_begin(mv_store *s)
     if (s->read_snapshot || !sqlite3_get_autocommit(s->db)) {
         return store_fail(s, MV_EINVAL, "mv_store_read_begin: a transaction is already open");
     }
-    int rc = store_read_begin(s);
+    int rc = store_ready(s);
+    if (rc == MV_OK) {
+        rc = store_read_begin(s);
+    }
     if (rc == MV_OK) {
         s->read_snapshot = 1;
     }

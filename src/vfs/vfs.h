@@ -32,6 +32,9 @@
 #define MV_FCNTL_ERRMSG 0x6d760002 /* pArg: const char** (codec-owned, may be NULL) */
 #define MV_FCNTL_INFO   0x6d760003 /* pArg: struct mv_db_info* */
 #define MV_FCNTL_ATTACH 0x6d760004 /* pArg: sqlite3* of the connection (auto-extension) */
+/* pArg: struct mv_fcntl_key_share*: key this main file with the key of another open
+ * connection's main file (db_reopen.h). */
+#define MV_FCNTL_KEY_SHARE 0x6d760005
 
 struct mv_fcntl_key {
     const uint8_t *secret;
@@ -42,6 +45,10 @@ struct mv_fcntl_key {
     char errmsg[256]; /* out: the reason when the call fails */
 };
 
+struct mv_fcntl_key_share {
+    sqlite3 *donor;   /* an open connection whose main file is keyed */
+    char errmsg[256]; /* out: the reason when the call fails */
+};
 enum mv_file_kind { MV_FILE_PLAIN, MV_FILE_MAIN, MV_FILE_JOURNAL, MV_FILE_WAL, MV_FILE_TEMP };
 
 /* Key state of a main file. */
@@ -129,6 +136,7 @@ int mv_codec_decrypt(struct mv_codec *c, uint32_t pgno, uint8_t *page, uint32_t 
 int mv_keying_apply(struct mv_file *f, const struct mv_fcntl_key *k);
 int mv_keying_pragma(struct mv_file *f, char **azArg);
 int mv_keying_from_uri(struct mv_file *f, const char *zName);
+int mv_keying_share(struct mv_file *f, struct mv_fcntl_key_share *k);
 void mv_keying_attach(struct mv_file *f, sqlite3 *db);
 
 /* Per-kind I/O (vfs_main.c, vfs_journal.c, vfs_wal.c, vfs_temp.c). */

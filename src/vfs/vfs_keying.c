@@ -243,6 +243,54 @@ int mv_keying_apply(struct mv_file *f, const struct mv_fcntl_key *k)
     return rc;
 }
 
+/* Keys f with a copy of the key of k->donor's main file: same cipher, same derived keys, no
+ * KDF and no password (a store handle replacing its connection after an I/O error). The
+ * donor must be a keyed main file of this VFS on the same file; page 1 proves the key. */
+int mv_keying_share(struct mv_file *f, struct mv_fcntl_key_share *k)
+{
+    struct mv_codec *c = f->codec;
+    sqlite3_file *fp = NULL;
+    if (k->donor == NULL ||
+        sqlite3_file_control(k->donor, "main", SQLITE_FCNTL_FILE_POINTER, &fp) != SQLITE_OK ||
+        fp == NULL || fp->pMethods != &mv_io_methods) {
+        snprintf(k->errmsg, sizeof k->errmsg, "the other connection is not on a mailvault file");
+        return SQLITE_ERROR;
+    }
+    const struct mv_codec *donor = ((struct mv_file *)fp)->codec;
+    if (donor->crypt == NULL || donor->key_state != MV_KEY_OK || donor->page_size == 0) {
+        snprintf(k->errmsg, sizeof k->errmsg, "the other connection has no proven key");
+        return SQLITE_ERROR;
+    }
+    if (c->crypt != NULL && c->key_state == MV_KEY_OK) {
+        snprintf(k->errmsg, sizeof k->errmsg, "the key is already set");
+        return SQLITE_ERROR;
+    }
+    crypt_ctx_free(c->crypt);
+    c->crypt = NULL;
+    if (crypt_ctx_clone(donor->crypt, &c->crypt) != CRYPT_OK) {
+        snprintf(k->errmsg, sizeof k->errmsg, "out of memory");
+        return SQLITE_NOMEM;
+    }
+    c->cipher = donor->cipher;
+    c->kdf_iter = donor->kdf_iter;
+    c->legacy = donor->legacy;
+    c->encrypted_on_disk = 1;
+    int rc = mv_verify_page1(f, donor->page_size);
+    if (rc != SQLITE_OK) {
+        crypt_ctx_free(c->crypt);
+        c->crypt = NULL;
+        c->key_state = MV_KEY_REJECTED;
+        snprintf(k->errmsg, sizeof k->errmsg,
+                 rc == SQLITE_NOTADB ? "the shared key does not open this file"
+                                     : "page 1 cannot be read");
+        mv_codec_set_error(c, "%s", k->errmsg);
+        return rc;
+    }
+    c->page_size = donor->page_size;
+    c->key_state = MV_KEY_OK;
+    return SQLITE_OK;
+}
+
 /* Parses a decimal in [lo, hi]; 0 on success. */
 static int mv_parse_uint(const char *s, unsigned long lo, unsigned long hi, uint32_t *out)
 {

@@ -189,6 +189,8 @@ static int mv_io_file_control(sqlite3_file *p, int op, void *arg)
         case MV_FCNTL_ATTACH:
             mv_keying_attach(f, (sqlite3 *)arg);
             return SQLITE_OK;
+        case MV_FCNTL_KEY_SHARE:
+            return mv_keying_share(f, (struct mv_fcntl_key_share *)arg);
         case MV_FCNTL_INFO: {
             struct mv_db_info *info = arg;
             const struct mv_codec *c = f->codec;
