@@ -20,9 +20,11 @@
 #include "vfs/vfs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MV_KEY_VERIFY_TRIES 4 /* page 1 re-read if a concurrent checkpoint tore it */
 
@@ -138,6 +140,59 @@ static int mv_verify_page1(struct mv_file *f, uint32_t page_size)
     return rc;
 }
 
+/* Whether the newest committed copy of page 1 in the WAL (f->name + "-wal") authenticates:
+ * for a file whose page 1 was torn by a checkpoint that failed half-way (a short write, a
+ * full disk, a crash). SQLite reads page 1 from the WAL then, and the next checkpoint
+ * rewrites it; refusing the key would lock the owner out of an intact store. The WAL is
+ * walked as recovery walks it (sqlite_format.h); a break in the chain ends the walk. The
+ * descriptor is closed again at once: SQLite's unix VFS holds no POSIX lock on a -wal
+ * (its locks live in the -shm), so the close drops none. */
+static int mv_page1_in_wal_authenticates(struct mv_file *f, uint32_t page_size)
+{
+    struct mv_codec *c = f->codec;
+    char *path = sqlite3_mprintf("%s-wal", f->name);
+    int fd = path != NULL ? open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+    sqlite3_free(path);
+    if (fd < 0) {
+        return 0;
+    }
+    /* latest: the newest copy seen; committed: the newest one a commit frame covers. */
+    uint8_t *latest = malloc(page_size), *committed = malloc(page_size);
+    int have_latest = 0, have_committed = 0;
+    struct mv_wal_walk w;
+    memset(&w, 0, sizeof w);
+    if (latest != NULL && committed != NULL && mv_wal_walk_begin(&w, fd, page_size) == 0) {
+        while (mv_wal_walk_next(&w) == MV_WAL_STEP_FRAME) {
+            if (w.pgno == 1) {
+                memcpy(latest, w.frame + MV_WAL_FRAME_HEADER_BYTES, page_size);
+                have_latest = 1;
+            }
+            if (w.commit && have_latest) {
+                memcpy(committed, latest, page_size);
+                have_committed = 1;
+            }
+        }
+    }
+    mv_wal_walk_end(&w);
+    close(fd);
+    int ok = have_committed && crypt_page_decrypt(c->crypt, 1, committed, page_size,
+                                                  CRYPT_PAGE_DB_HEADER) == CRYPT_OK;
+    free(latest);
+    free(committed);
+    return ok;
+}
+
+/* mv_verify_page1(), and when page 1 of the file does not authenticate, its committed copy
+ * in the WAL (see above). */
+static int mv_prove_page1(struct mv_file *f, uint32_t page_size)
+{
+    int rc = mv_verify_page1(f, page_size);
+    if (rc == SQLITE_NOTADB && mv_page1_in_wal_authenticates(f, page_size)) {
+        rc = SQLITE_OK;
+    }
+    return rc;
+}
+
 static int
 mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char *err, size_t errlen)
 {
@@ -210,7 +265,7 @@ mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char *err, size
         mv_apply_reserve(f);
         return SQLITE_OK;
     }
-    rc = mv_verify_page1(f, page_size);
+    rc = mv_prove_page1(f, page_size);
     if (rc != SQLITE_OK) {
         crypt_ctx_free(c->crypt);
         c->crypt = NULL;
@@ -275,7 +330,7 @@ int mv_keying_share(struct mv_file *f, struct mv_fcntl_key_share *k)
     c->kdf_iter = donor->kdf_iter;
     c->legacy = donor->legacy;
     c->encrypted_on_disk = 1;
-    int rc = mv_verify_page1(f, donor->page_size);
+    int rc = mv_prove_page1(f, donor->page_size);
     if (rc != SQLITE_OK) {
         crypt_ctx_free(c->crypt);
         c->crypt = NULL;
