@@ -56,7 +56,7 @@ int conn_count(void)
 
 size_t conn_output_max(const struct conn *c)
 {
-    return c->proto == PROTO_IMAP && !c->authenticated ? g_config.prelogin_bytes_max
+    return c->proto == PROTO_IMAP && !c->authenticated ? g_config.prelogin_bytes_max / 2
                                                        : CONFIG_OUTPUT_MAX;
 }
 
@@ -145,18 +145,20 @@ static long conn_read_some(struct conn *c, char *into, size_t len)
     return -1;
 }
 
-/* How many more bytes c->in may take now: before login never more than prelogin_bytes_max
- * in all (conn_frame_imap refuses a command that does not fit, so reading never stalls on a
- * full buffer); while a job is in flight or the output is full, a line and a chunk. */
+/* How many more bytes c->in may take now. Before login, input and output queued together
+ * stay within prelogin_bytes_max (conn_frame_imap refuses a command that cannot fit, and
+ * queued output drains only if the client reads: then reading goes on); while a job is in
+ * flight or the output is full, a line and a chunk. */
 static size_t conn_input_room(const struct conn *c)
 {
-    size_t cap = SIZE_MAX;
+    size_t cap = SIZE_MAX, held = c->in.len;
     if (c->proto == PROTO_IMAP && !c->authenticated) {
         cap = g_config.prelogin_bytes_max;
+        held += c->out.len;
     } else if (c->busy || c->out.len >= conn_output_max(c)) {
         cap = g_config.line_max + CONN_READ_CHUNK;
     }
-    return c->in.len >= cap ? 0 : cap - c->in.len;
+    return held >= cap ? 0 : cap - held;
 }
 
 /* Drains the socket into c->in (up to conn_input_room). -1 if the peer is gone. Reads go

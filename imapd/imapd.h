@@ -242,7 +242,7 @@ void conn_tick(int64_t now_ms);
 void conn_shutdown_all(void);
 int conn_count(void);
 /* Output queued past which no new command is taken: CONFIG_OUTPUT_MAX, or before login
- * prelogin_bytes_max (a client that pipelines without reading holds that much at most). */
+ * half of prelogin_bytes_max (input and output together stay within it: conn.c). */
 size_t conn_output_max(const struct conn *c);
 
 /* ---- tls.c (loop thread) ---- */

@@ -29,7 +29,8 @@ WHAT IT CHECKS (functional)
     lmtp_data_total_max gives 452 4.3.1 (never 5xx) to a message while another holds it.
 WHAT IT CHECKS (hostile)
   - 1,000 connections from 50 loopback addresses that never log in (APPEND {60000000},
-    60 KiB of an unfinished line, a trickle) plus 50 that send APPEND {60000000+} and 1 MiB:
+    60 KiB of an unfinished line, a trickle, 256 KiB of pipelined CAPABILITYs whose answers
+    are never read) plus 50 that send APPEND {60000000+} and 1 MiB:
     the {n+} ones are closed, the server's RSS grows by at most HOSTILE_RSS_MAX_MIB, a normal
     login and an LMTP delivery succeed meanwhile (the oldest hostile connection is closed to
     make room: it gets the BYE).
@@ -404,6 +405,19 @@ def rss_kib(pid):
     return -1
 
 
+def flood_without_reading(sock, data):
+    """Sends what the socket takes of data without blocking (the server stops reading)."""
+    sock.setblocking(False)
+    try:
+        while data:
+            n = sock.send(data)
+            data = data[n:]
+    except (BlockingIOError, InterruptedError):
+        pass
+    finally:
+        sock.settimeout(30)
+
+
 def hostile(a):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
@@ -440,6 +454,8 @@ def hostile(a):
                 s.sendall(b"a LOGIN " + b"l" * 60000)
             elif kind == 2:
                 s.sendall(b"a LOGIN ")  # a trickle that stopped
+            else:  # commands pipelined, answers never read: up to 256 KiB, as much as goes
+                flood_without_reading(s, b"a CAPABILITY\r\n" * 18725)
             conns.append(s)
         except OSError:
             broken += 1
