@@ -20,7 +20,7 @@ WARN    := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wvla -Wconversion
 CSTD    := -std=c17 -D_GNU_SOURCE
 # GLib/GMime headers are not -Wconversion/-Wpedantic clean: include them as system headers.
-DEP_CFLAGS := $(shell pkg-config --cflags gmime-3.0 libsodium libzstd 2>/dev/null | sed 's/-I/-isystem /g')
+DEP_CFLAGS := $(shell pkg-config --cflags gmime-3.0 libsodium libzstd libarchive 2>/dev/null | sed 's/-I/-isystem /g')
 INC     := -Iinclude -Isrc $(DEP_CFLAGS)
 # The tool and the server see the public header only: "public API only" is the compiler's
 # to enforce, not a reviewer's.
@@ -29,7 +29,7 @@ RELEASE := -O2 -g -D_FORTIFY_SOURCE=2 -fstack-protector-strong -fvisibility=hidd
 # Full RELRO for what we install; $(LDFLAGS) lets a packager add theirs (dpkg-buildflags).
 LINK_HARDEN := -Wl,-z,relro -Wl,-z,now $(LDFLAGS)
 SANITIZE := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
-LIBS    := -lsqlite3 -lcrypto -lpthread $(shell pkg-config --libs gmime-3.0 libsodium libzstd 2>/dev/null)
+LIBS    := -lsqlite3 -lcrypto -lpthread $(shell pkg-config --libs gmime-3.0 libsodium libzstd libarchive 2>/dev/null)
 
 LIB_SRC  := $(sort $(wildcard src/util/*.c src/crypto/*.c src/vfs/*.c src/store/*.c src/ops/*.c))
 LIB_SRC  := $(filter-out src/vfs/extension.c,$(LIB_SRC))

@@ -191,6 +191,8 @@ enum cli_opt {
     CLI_OPT_KEEP,                 /* backup: snapshots kept */
     CLI_OPT_CIPHER,               /* passwd: the new cipher */
     CLI_OPT_NEW_PASSWORD_FILE,    /* passwd */
+    CLI_OPT_NOTE,                 /* release: recorded in the marker */
+    CLI_OPT_WAIT_SECONDS,         /* release, store export: wait for the store to close */
     CLI_OPT_COUNT
 };
 #define CLI_OPT(id) (UINT64_C(1) << (id))
@@ -423,6 +425,9 @@ int cli_explain_main(int argc, char **argv);         /* cli_explain.c */
 int cli_backup_main(int argc, char **argv);          /* cli_backup.c */
 int cli_restore_main(int argc, char **argv);         /* cli_backup.c */
 int cli_passwd_main(int argc, char **argv);          /* cli_passwd.c */
+int cli_release_main(int argc, char **argv);         /* cli_move.c */
+int cli_adopt_main(int argc, char **argv);           /* cli_move.c */
+int cli_store_archive_main(int argc, char **argv);   /* cli_move.c: store export|import */
 
 /* ---- cli_backup.c: progress of backup, restore and passwd ---- */
 

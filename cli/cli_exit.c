@@ -32,6 +32,7 @@ int cli_exit_code(int mv_code)
         return CLI_EXIT_IOERR;
     case MV_EBUSY:
     case MV_ENOSPC:
+    case MV_EMOVED: /* an MTA's `mailvault deliver` defers: the new node will take it */
         return CLI_EXIT_TEMPFAIL;
     case MV_ENOTFOUND:
         return CLI_EXIT_NOTFOUND;

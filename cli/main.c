@@ -58,6 +58,9 @@ static const struct {
     {"backup", cli_backup_main, "a verified encrypted snapshot of USER into DIR (--keep N)"},
     {"restore", cli_restore_main, "verify a snapshot and swap it in for USER's store"},
     {"passwd", cli_passwd_main, "change USER's password (rekeyed copy, atomic swap)"},
+    {"release", cli_release_main, "stop serving USER on this node (before moving it away)"},
+    {"adopt", cli_adopt_main, "serve a released USER on this node again"},
+    {"store", cli_store_archive_main, "export|import USER FILE: the store as one archive"},
     {"sql", cli_sql_main, "run SQL on an encrypted database and print the rows as TSV"},
 };
 #define CLI_COMMAND_COUNT (sizeof cli_commands / sizeof cli_commands[0])

@@ -75,6 +75,7 @@ MV_API const char *mv_version(void);
 #define MV_ELIMIT       (-10) /* a configured limit was hit; the message names the limit */
 #define MV_ENOSPC       (-11) /* not enough disk space */
 #define MV_EUNSUPPORTED (-12) /* a format or operation this build does not support */
+#define MV_EMOVED       (-13) /* the store was released from this node (mv_store_release) */
 
 /* Static text for an MV_* code; never NULL ("unknown error" for codes not listed above). */
 MV_API const char *mv_strerror(int code);
@@ -267,7 +268,8 @@ MV_API MV_MUST_CHECK int mv_store_init(const char *address,
  * refuses to continue if one did not take, migrates the schema in one transaction, and
  * moves queued deliveries into the store (each queue entry removed only after its commit).
  * *out is the handle, closed with mv_store_close(). Returns MV_OK, MV_ENOTFOUND (no store),
- * MV_EAUTH (wrong password), MV_ECORRUPT, MV_EINVAL, MV_EBUSY, MV_EIO, MV_ENOMEM; on failure
+ * MV_EAUTH (wrong password), MV_ECORRUPT, MV_EINVAL, MV_EBUSY, MV_EIO, MV_ENOMEM, MV_EMOVED
+ * (released from this node, see mv_store_release; read-only opens are allowed); on failure
  * *out is NULL and errmsg (if not NULL) says why. */
 MV_API MV_MUST_CHECK int mv_store_open(const char *address,
                                        const void *password,
@@ -276,6 +278,75 @@ MV_API MV_MUST_CHECK int mv_store_open(const char *address,
                                        mv_store **out,
                                        char *errmsg,
                                        size_t errmsg_size);
+
+/* ---- Which node serves a store ------------------------------------------------------- */
+/*
+ * Moving a user to another node copies the store; mail committed on the old node after the
+ * copy would be lost. mv_store_release() fences the store on this node: it waits (up to
+ * wait_ms) until no handle has the store open, anywhere, then writes a marker beside it
+ * (ROOT/<domain>/<localpart>.released, durable, kept across restarts). From then on every
+ * writable mv_store_open() and every mv_deliver_sealed() of the store fails with MV_EMOVED
+ * (a server answers LMTP 4xx and IMAP NO [UNAVAILABLE], so the proxy or MTA tries the new
+ * node); read-only opens still work. Releasing a released store is MV_OK and keeps the first
+ * marker. note (may be NULL; one line, at most 200 bytes kept) is recorded in the marker.
+ * mv_store_adopt() removes the marker: the store is served here again.
+ * Both return MV_OK, MV_ENOTFOUND (no store), MV_EBUSY (still open after wait_ms, or 5 s for
+ * adopt: the message says so), MV_EINVAL, MV_EIO, MV_ENOSPC; errmsg may be NULL.
+ * mv_store_released() returns 1 if the store is released, 0 if not, or a negative MV_E*. */
+MV_API MV_MUST_CHECK int mv_store_release(const char *address,
+                                          const struct mv_store_options *opts,
+                                          const char *note,
+                                          uint32_t wait_ms,
+                                          char *errmsg,
+                                          size_t errmsg_size);
+MV_API MV_MUST_CHECK int mv_store_adopt(const char *address,
+                                        const struct mv_store_options *opts,
+                                        char *errmsg,
+                                        size_t errmsg_size);
+MV_API int mv_store_released(const char *address, const struct mv_store_options *opts);
+
+/* What mv_store_export() wrote or mv_store_import() placed. */
+struct mv_store_archive_info {
+    uint64_t files;         /* entries besides the manifest: database, WAL, key, queue */
+    uint64_t size_bytes;    /* their bytes */
+    uint64_t queue_entries; /* sealed deliveries not yet moved into the store */
+    uint64_t wal_frames;    /* committed WAL frames carried along (0: none) */
+    int released;           /* the store was released (mv_store_release) when exported */
+};
+
+/* Writes everything the mail of address consists of, without the password, to a new
+ * archive at archive_path (a tar file: database, WAL, public key, sealed queue, and a
+ * manifest with each file's size and SHA-256; format in docs/SCALEOUT.md). It holds the
+ * store's lock exclusively while it copies, waiting up to wait_ms for every handle to close:
+ * release the store first (mv_store_release) so nothing is accepted here after the copy.
+ * The store is checked as a keyless backup is before it is written; archive_path must not
+ * exist (it is never replaced: the archive is renamed there without overwriting).
+ * Returns MV_OK, MV_ENOTFOUND (no store), MV_EEXISTS (archive_path exists), MV_EBUSY (the
+ * store is open), MV_ECORRUPT (the store fails the checks), MV_ELIMIT (queue too long),
+ * MV_EIO, MV_ENOSPC, MV_ENOMEM, MV_EINVAL. info_out and errmsg may be NULL. */
+MV_API MV_MUST_CHECK int mv_store_export(const char *address,
+                                         const struct mv_store_options *opts,
+                                         const char *archive_path,
+                                         uint32_t wait_ms,
+                                         struct mv_store_archive_info *info_out,
+                                         char *errmsg,
+                                         size_t errmsg_size);
+
+/* Places the store of address from an archive written by mv_store_export(): reads only the
+ * expected entries into a staging directory beside the store, checks them against the
+ * manifest (sizes, SHA-256, nothing missing or extra, the same address) and the database and
+ * WAL as a keyless backup is checked, then moves them into place (the database last) and
+ * removes a release marker: the store is served on this node. Never overwrites: any file of
+ * a store of address already here is MV_EEXISTS. On failure nothing is left of the import.
+ * Returns MV_OK, MV_EEXISTS, MV_ENOTFOUND (no archive), MV_ECORRUPT (not a store archive,
+ * or damaged: the message says which file), MV_EINVAL (an archive of another address),
+ * MV_EBUSY, MV_EIO, MV_ENOSPC, MV_ENOMEM. info_out and errmsg may be NULL. */
+MV_API MV_MUST_CHECK int mv_store_import(const char *address,
+                                         const struct mv_store_options *opts,
+                                         const char *archive_path,
+                                         struct mv_store_archive_info *info_out,
+                                         char *errmsg,
+                                         size_t errmsg_size);
 
 /* Closes the store (running PRAGMA optimize first) and sets *store to NULL. NULL is fine. */
 MV_API void mv_store_close(mv_store **store);
@@ -649,7 +720,9 @@ MV_API void mv_search_end(mv_search **search);
  * with the password moves it into the store. Only the user can read it. Returns MV_OK,
  * MV_ENOTFOUND (no such store), MV_ELIMIT (size), MV_EINVAL, MV_EIO, MV_ENOSPC,
  * MV_ECORRUPT (the public key file is missing or not 32 bytes), MV_ENOMEM, MV_ERROR
- * (libsodium failed to start). The message is on disk (fsync'd) when this returns MV_OK. */
+ * (libsodium failed to start), MV_EMOVED (the store was released from this node), MV_EBUSY
+ * (a release, restore or password change held the store for 5 s). The message is on disk
+ * (fsync'd) when this returns MV_OK. */
 MV_API MV_MUST_CHECK int mv_deliver_sealed(const char *address,
                                            const void *raw,
                                            size_t len,

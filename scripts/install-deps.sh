@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(build-essential pkg-config libsqlite3-dev sqlite3 libssl-dev openssl python3
           libgmime-3.0-dev libsodium-dev libzstd-dev
+          libarchive-dev              # store export/import archives (src/ops/ops_move.c)
           python3-prometheus-client   # tests/cli_ops.sh parses `stats --prometheus` with it
           curl isync                  # tests/cli_imapd.sh: curl and mbsync against mailvaultd
           offlineimap3)               # tests/cli_imapd_offlineimap.sh: a second sync client

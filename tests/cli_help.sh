@@ -36,9 +36,9 @@ check help_lists_commands [ "$(echo "$commands" | wc -l)" -ge 20 ]
 
 targets=()
 for c in $commands; do
-    if [ "$c" = mailbox ]; then
-        for s in $("$mv" mailbox --help | sed -nE 's/^  mailvault mailbox ([a-z]+) .*/\1/p'); do
-            targets+=("mailbox $s")
+    if [ "$("$mv" "$c" --help | head -n 1)" = "usage:" ]; then # sub-commands (mailbox, store)
+        for s in $("$mv" "$c" --help | sed -nE "s/^  mailvault $c ([a-z]+) .*/\\1/p"); do
+            targets+=("$c $s")
         done
     else
         targets+=("$c")

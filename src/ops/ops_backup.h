@@ -54,6 +54,17 @@ struct ops_progress {
     int64_t last_ms;
 };
 
+/* ---- ops_keyless.c ---- */
+/* The checks a keyless copy gets, on a database file and its WAL (missing: none): header
+ * bytes, whole pages, the WAL header and checksum chain as recovery walks it. Fills
+ * info->page_size, page_count, cipher, wal_size_bytes, wal_frames, wal_commits. MV_OK or
+ * MV_ECORRUPT / MV_EIO with errmsg. */
+int ops_keyless_verify_files(const char *db_path,
+                             const char *wal_path,
+                             struct mv_backup_info *info,
+                             char *errmsg,
+                             size_t errmsg_size);
+
 /* ---- ops_io.c ---- */
 /* Formats errmsg (may be NULL) and returns code. */
 int ops_io_fail(char *errmsg, size_t errmsg_size, int code, const char *fmt, ...)

@@ -224,6 +224,20 @@ static int ops_keyless_check_wal(const char *path,
     return MV_OK;
 }
 
+int ops_keyless_verify_files(const char *db_path,
+                             const char *wal_path,
+                             struct mv_backup_info *info,
+                             char *errmsg,
+                             size_t errmsg_size)
+{
+    info->wal_size_bytes = ops_io_size(wal_path);
+    int rc = ops_keyless_check_db(db_path, info, errmsg, errmsg_size);
+    if (rc == MV_OK) {
+        rc = ops_keyless_check_wal(wal_path, info, errmsg, errmsg_size);
+    }
+    return rc;
+}
+
 /* Frozen: copies the database file and its WAL to tmp and tmp_wal. */
 static int ops_keyless_copy(const struct store_paths *paths,
                             const char *tmp,

@@ -132,6 +132,21 @@ void store_lock_release(int *fd);
  * of the reopen (the flag stays: the next operation tries again). */
 int store_ready(mv_store *s);
 
+/* ---- store_queue.c: names and sizes other layers need ---- */
+#define STORE_PUBLIC_KEY_SIZE 32 /* the .pub file: an X25519 public key */
+/* Whether name is a queue entry's name ("<20 digits>-<32 lowercase hex>.sealed"). */
+int store_queue_entry_name_ok(const char *name);
+
+/* ---- store_fence.c: the release marker (which node serves the store) ---- */
+/* ROOT/<domain>/<localpart>.released from the store's db_path. MV_OK or MV_EINVAL. */
+int store_fence_path(const char *db_path, char *out, size_t out_size);
+/* MV_OK if the store has no release marker; MV_EMOVED (errmsg says when and where it was
+ * released) if it has; MV_EIO if the marker cannot be read. Call it holding the store's lock
+ * shared, so that a release cannot pass between the check and the write it guards. */
+int store_fence_check(const char *db_path, char *errmsg, size_t errmsg_size);
+/* Removes the marker (none is fine) durably; the caller holds the lock exclusively. */
+int store_fence_remove(const struct store_paths *p, char *errmsg, size_t errmsg_size);
+
 /* ---- store_schema.c ---- */
 /* Creates or migrates the schema in one transaction. MV_OK or an MV_E* code. */
 int store_schema_migrate(mv_store *s);

@@ -435,6 +435,11 @@ int mv_store_open(const char *address,
      * rename a new file over the one this handle has open. */
     rc = store_lock_take(s->db_path, STORE_LOCK_SHARED, STORE_LOCK_OPEN_WAIT_MS, s->readonly,
                          &s->lock_fd, s->errmsg, sizeof s->errmsg);
+    /* Checked under the shared lock, which mv_store_release() needs exclusively: a store
+     * released from this node is never written here again (store_fence.c). */
+    if (rc == MV_OK && !s->readonly) {
+        rc = store_fence_check(s->db_path, s->errmsg, sizeof s->errmsg);
+    }
     if (rc == MV_OK) {
         rc = store_connect(s, password, password_len, o, 0);
     }

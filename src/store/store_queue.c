@@ -74,6 +74,7 @@ _Static_assert(crypto_box_PUBLICKEYBYTES == 32 && crypto_box_SECRETKEYBYTES == 3
                "X25519 keys are 32 bytes");
 _Static_assert(crypto_box_SEALBYTES == 48, "a sealed box adds 48 bytes");
 _Static_assert(sizeof STORE_QUEUE_SUFFIX - 1 == STORE_QUEUE_SUFFIX_LEN, "suffix length");
+_Static_assert(STORE_QUEUE_KEY_SIZE == STORE_PUBLIC_KEY_SIZE, "public key size");
 
 struct store_queue_drain {
     mv_store *s;
@@ -481,6 +482,11 @@ int mv_deliver_sealed(const char *address,
 {
     static const struct mv_store_options defaults = MV_STORE_OPTIONS_INIT;
     const struct mv_store_options *o = opts != NULL ? opts : &defaults;
+    char scratch[16];
+    if (errmsg == NULL || errmsg_size == 0) {
+        errmsg = scratch; /* the lock and fence helpers always write a message */
+        errmsg_size = sizeof scratch;
+    }
     struct store_paths paths;
     uint8_t pk[STORE_QUEUE_KEY_SIZE];
     uint8_t *sealed = NULL;
@@ -499,12 +505,24 @@ int mv_deliver_sealed(const char *address,
                               mv_strerror(rc));
         }
     }
+    /* The store's lock, shared, while the entry is written: a release (exclusive) then either
+     * comes after this delivery, which the moved store then carries, or before it, and the
+     * delivery is refused (store_fence.c). */
+    int lock_fd = -1;
+    if (rc == MV_OK) {
+        rc = store_lock_take(paths.db_path, STORE_LOCK_SHARED, STORE_LOCK_OPEN_WAIT_MS, 0, &lock_fd,
+                             errmsg, errmsg_size);
+    }
+    if (rc == MV_OK) {
+        rc = store_fence_check(paths.db_path, errmsg, errmsg_size);
+    }
     if (rc == MV_OK) {
         char final_name[STORE_QUEUE_NAME_LEN + 1], tmp_name[64];
         store_queue_names(final_name, sizeof final_name, tmp_name, sizeof tmp_name);
         rc = store_queue_write_durable(paths.queue_dir, tmp_name, final_name, sealed, sealed_len,
                                        errmsg, errmsg_size);
     }
+    store_lock_release(&lock_fd);
     free(sealed);
     return rc;
 }
@@ -512,7 +530,7 @@ int mv_deliver_sealed(const char *address,
 /* ---- the queue's files ------------------------------------------------------------------ */
 
 /* Whether name is exactly "<20 digits>-<32 lowercase hex>.sealed". */
-static int store_queue_name_ok(const char *name)
+int store_queue_entry_name_ok(const char *name)
 {
     if (strlen(name) != STORE_QUEUE_NAME_LEN || name[STORE_QUEUE_STAMP_DIGITS] != '-' ||
         strcmp(name + STORE_QUEUE_NAME_LEN - STORE_QUEUE_SUFFIX_LEN, STORE_QUEUE_SUFFIX) != 0) {
@@ -548,7 +566,7 @@ int mv_queue_count(const char *address, const struct mv_store_options *opts, uin
     struct dirent *e;
     uint32_t count = 0;
     for (errno = 0; (e = readdir(d)) != NULL; errno = 0) {
-        if (store_queue_name_ok(e->d_name) && count < UINT32_MAX) {
+        if (store_queue_entry_name_ok(e->d_name) && count < UINT32_MAX) {
             count++;
         }
     }
@@ -563,7 +581,7 @@ int mv_queue_count(const char *address, const struct mv_store_options *opts, uin
 static int store_queue_accept_due(void *arg, const char *name)
 {
     const struct store_queue_drain *q = arg;
-    return store_queue_name_ok(name) && strncmp(name, q->now, STORE_QUEUE_STAMP_DIGITS) <= 0;
+    return store_queue_entry_name_ok(name) && strncmp(name, q->now, STORE_QUEUE_STAMP_DIGITS) <= 0;
 }
 
 static void
@@ -778,7 +796,7 @@ static int store_queue_forget(struct store_queue_drain *q)
             break;
         }
         store_queue_path(q, name, path, sizeof path);
-        if (!store_queue_name_ok(name) || access(path, F_OK) == 0 || errno != ENOENT) {
+        if (!store_queue_entry_name_ok(name) || access(path, F_OK) == 0 || errno != ENOENT) {
             continue; /* still there (or unknown): keep the row */
         }
         if (!in_txn && (rc = store_begin(s)) == MV_OK) {

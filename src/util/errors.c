@@ -38,6 +38,8 @@ const char *mv_strerror(int code)
         return "not enough disk space";
     case MV_EUNSUPPORTED:
         return "not supported";
+    case MV_EMOVED:
+        return "the store was released from this node (moved away)";
     default:
         return "unknown error";
     }

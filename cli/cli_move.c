@@ -1,0 +1,178 @@
+/*
+ * cli_move.c -- moving a user to another node: `mailvault release`, `adopt`, and
+ * `store export` / `store import` (docs/SCALEOUT.md has the whole procedure).
+ *
+ * USAGE
+ *   mailvault release alice@example.org [--note TEXT] [--wait-seconds N]
+ *   mailvault store export alice@example.org /tmp/alice.mvstore [--wait-seconds N]
+ *   (copy the file to the new node)
+ *   mailvault store import alice@example.org /tmp/alice.mvstore
+ *   mailvault adopt alice@example.org        (undo a release on the old node)
+ *
+ * None of them needs the password: they work on the store's files (mv_store_release and
+ * mv_store_export in the library).
+ */
+#include "cli.h"
+
+#include <string.h>
+
+#define CLI_MOVE_WAIT_DEFAULT_S 10
+#define CLI_MOVE_WAIT_MAX_S     3600
+
+static const struct cli_command_spec cli_release_spec = {
+    "release", "release USER [--note TEXT] [--wait-seconds N]",
+    CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_NOTE) | CLI_OPT(CLI_OPT_WAIT_SECONDS), 1, 1};
+static const struct cli_command_spec cli_adopt_spec = {"adopt", "adopt USER", CLI_OPT(CLI_OPT_ROOT),
+                                                       1, 1};
+static const struct cli_command_spec cli_export_spec = {
+    "store export", "store export USER FILE [--wait-seconds N]",
+    CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_WAIT_SECONDS), 2, 2};
+static const struct cli_command_spec cli_import_spec = {"store import", "store import USER FILE",
+                                                        CLI_OPT(CLI_OPT_ROOT), 2, 2};
+
+/* Parses the command line and the store's address; *wait_ms from --wait-seconds. */
+static int cli_move_args(int argc,
+                         char **argv,
+                         const struct cli_command_spec *spec,
+                         struct cli_args *args,
+                         struct cli_store_target *target,
+                         uint32_t *wait_ms)
+{
+    int rc = cli_args_parse(argc, argv, spec, args);
+    if (rc != CLI_EXIT_OK) {
+        return rc;
+    }
+    uint64_t wait_s = CLI_MOVE_WAIT_DEFAULT_S;
+    rc = cli_args_u64(args, CLI_OPT_WAIT_SECONDS, 0, CLI_MOVE_WAIT_MAX_S, &wait_s);
+    if (rc != CLI_EXIT_OK) {
+        return rc;
+    }
+    *wait_ms = (uint32_t)wait_s * 1000u;
+    rc = cli_store_target(args, target);
+    if (rc == CLI_EXIT_OK && spec != &cli_import_spec) {
+        rc = cli_store_check(target, 1); /* no store: the "no such user" exit code */
+    }
+    return rc;
+}
+
+int cli_release_main(int argc, char **argv)
+{
+    struct cli_args args;
+    struct cli_store_target t;
+    uint32_t wait_ms = 0;
+    int rc = cli_move_args(argc, argv, &cli_release_spec, &args, &t, &wait_ms);
+    if (rc != CLI_EXIT_OK) {
+        return cli_args_exit(rc);
+    }
+    char err[1024] = "";
+    int mv_rc =
+        mv_store_release(t.address, &t.opts, args.value[CLI_OPT_NOTE], wait_ms, err, sizeof err);
+    if (mv_rc != MV_OK) {
+        return cli_store_fail_msg(err, mv_rc);
+    }
+    printf("released %s: this node accepts no more mail for it (LMTP 4xx, IMAP UNAVAILABLE); "
+           "export it with `mailvault store export`\n",
+           t.address);
+    return cli_store_flush_stdout();
+}
+
+int cli_adopt_main(int argc, char **argv)
+{
+    struct cli_args args;
+    struct cli_store_target t;
+    uint32_t wait_ms = 0;
+    int rc = cli_move_args(argc, argv, &cli_adopt_spec, &args, &t, &wait_ms);
+    if (rc != CLI_EXIT_OK) {
+        return cli_args_exit(rc);
+    }
+    char err[1024] = "";
+    int mv_rc = mv_store_adopt(t.address, &t.opts, err, sizeof err);
+    if (mv_rc != MV_OK) {
+        return cli_store_fail_msg(err, mv_rc);
+    }
+    printf("adopted %s: served on this node\n", t.address);
+    return cli_store_flush_stdout();
+}
+
+static void cli_move_describe(const char *verb,
+                              const char *address,
+                              const char *path,
+                              const struct mv_store_archive_info *info)
+{
+    char size[16];
+    cli_text_size(info->size_bytes, size, sizeof size);
+    printf("%s %s %s %s: %llu files, %s, %llu queued deliveries, %llu WAL frames\n", verb, address,
+           strcmp(verb, "exported") == 0 ? "to" : "from", path, (unsigned long long)info->files,
+           size, (unsigned long long)info->queue_entries, (unsigned long long)info->wal_frames);
+}
+
+static int cli_store_export_main(int argc, char **argv)
+{
+    struct cli_args args;
+    struct cli_store_target t;
+    uint32_t wait_ms = 0;
+    int rc = cli_move_args(argc, argv, &cli_export_spec, &args, &t, &wait_ms);
+    if (rc != CLI_EXIT_OK) {
+        return cli_args_exit(rc);
+    }
+    const char *path = args.positional[1];
+    char err[1024] = "";
+    struct mv_store_archive_info info;
+    int mv_rc = mv_store_export(t.address, &t.opts, path, wait_ms, &info, err, sizeof err);
+    if (mv_rc != MV_OK) {
+        return cli_store_fail_msg(err, mv_rc);
+    }
+    cli_move_describe("exported", t.address, path, &info);
+    if (!info.released) {
+        cli_error("warning: %s was not released: this node may accept mail for it after "
+                  "this copy (run `mailvault release` first)",
+                  t.address);
+    }
+    return cli_store_flush_stdout();
+}
+
+static int cli_store_import_main(int argc, char **argv)
+{
+    struct cli_args args;
+    struct cli_store_target t;
+    uint32_t wait_ms = 0;
+    int rc = cli_move_args(argc, argv, &cli_import_spec, &args, &t, &wait_ms);
+    if (rc != CLI_EXIT_OK) {
+        return cli_args_exit(rc);
+    }
+    const char *path = args.positional[1];
+    char err[1024] = "";
+    struct mv_store_archive_info info;
+    int mv_rc = mv_store_import(t.address, &t.opts, path, &info, err, sizeof err);
+    if (mv_rc != MV_OK) {
+        return cli_store_fail_msg(err, mv_rc);
+    }
+    cli_move_describe("imported", t.address, path, &info);
+    return cli_store_flush_stdout();
+}
+
+static void cli_store_archive_usage(FILE *out)
+{
+    fprintf(out,
+            "usage:\n  mailvault %s\n  mailvault %s\n"
+            "('mailvault store SUBCOMMAND --help' lists its options)\n",
+            cli_export_spec.synopsis, cli_import_spec.synopsis);
+}
+
+int cli_store_archive_main(int argc, char **argv)
+{
+    const char *sub = argc > 1 ? argv[1] : "";
+    if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0) {
+        cli_store_archive_usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(sub, "export") == 0) {
+        return cli_store_export_main(argc - 1, argv + 1);
+    }
+    if (strcmp(sub, "import") == 0) {
+        return cli_store_import_main(argc - 1, argv + 1);
+    }
+    cli_error("store: unknown sub-command '%s'", sub);
+    cli_store_archive_usage(stderr);
+    return CLI_EXIT_USAGE;
+}

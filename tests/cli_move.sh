@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# cli_move.sh -- moving a user between nodes with the tool (build/asan/mailvault): release
+# fences the store (no delivery, sealed or not, and no writable open afterwards, also in a
+# new process), store export writes one archive without the password, store import on
+# another root places it (refusing to overwrite, a damaged archive, an archive of another
+# user) and serves it; adopt undoes a release. Every message delivered before the release
+# arrives exactly once (counted by Message-ID), none after it is acknowledged.
+#
+# USAGE
+#   make build/asan/mailvault && bash tests/cli_move.sh
+set -u
+cd "$(dirname "$0")/.."
+. tests/lib.sh
+
+mv="$PWD/build/asan/mailvault"
+make_tmp cli_move
+store_root 2
+old_root="$root"
+new_root="$tmp/newroot"
+export MAILVAULT_ROOT="$old_root"
+
+pw="$tmp/pw"
+printf 'move me\n' >"$pw"
+P=(--password-file "$pw")
+user=alice@example.org
+
+msg() { printf 'From: a@example.net\r\nTo: %s\r\nMessage-ID: <%s@test>\r\nSubject: %s\r\n\r\nbody %s\r\n' "$user" "$1" "$1" "$1"; }
+# not_ok: the last run failed (any non-zero exit) with TEXT in stderr.
+not_ok() { [ "$rc" -ne 0 ] && grep -q -- "$1" "$err"; }
+# ids ROOT: the sorted Message-IDs of the INBOX under ROOT.
+ids() { MAILVAULT_ROOT="$1" "$mv" search "$user" --text body --json --limit 1000 "${P[@]}" |
+        "$PY" -c 'import json,sys; d=json.load(sys.stdin); m=d["messages"] if isinstance(d,dict) else d
+print("\n".join(sorted(x.get("message_id","") for x in m)))'; }
+
+run "$mv" init "$user" "${P[@]}"
+check init ok
+for i in 1 2 3; do
+    msg "keyed$i" >"$tmp/m.eml"
+    run "$mv" deliver "$user" "${P[@]}" "$tmp/m.eml"
+    check "deliver_keyed_$i" ok
+done
+for i in 1 2; do
+    msg "sealed$i" >"$tmp/m.eml"
+    run "$mv" deliver "$user" --sealed "$tmp/m.eml"
+    check "deliver_sealed_$i" ok
+done
+
+# ---- release: the store is fenced, in this process and the next ----
+run "$mv" release "$user" --note "moving to node2"
+check release ok
+check release_marker_written grep -q 'moving to node2' "$old_root/example.org/alice.released"
+run "$mv" release "$user"
+check release_twice_is_fine ok
+msg "late1" >"$tmp/m.eml"
+run "$mv" deliver "$user" "${P[@]}" "$tmp/m.eml"
+check deliver_after_release_refused not_ok 'released from this node'
+run "$mv" deliver "$user" --sealed "$tmp/m.eml"
+check sealed_after_release_refused not_ok 'released from this node'
+run "$mv" flags "$user" 1 --add '\Seen' "${P[@]}"
+check write_after_release_refused not_ok 'released from this node'
+run "$mv" list "$user" "${P[@]}"
+check commands_after_release_refused not_ok 'mailvault adopt'
+
+# ---- export ----
+archive="$tmp/alice.mvstore"
+run "$mv" store export "$user" "$archive"
+check export ok
+check export_says_what grep -q '2 queued deliveries' "$out"
+check export_no_warning_when_released bash -c "! grep -q 'not released' '$err'"
+run "$mv" store export "$user" "$archive"
+check export_never_overwrites not_ok 'already exists'
+check archive_is_tar bash -c "tar -tf '$archive' | grep -qx MANIFEST && tar -tf '$archive' | grep -qx store.db"
+check archive_has_no_plaintext bash -c "! grep -q 'body keyed1' '$archive'"
+
+# ---- import refusals: nothing is left behind ----
+cp "$archive" "$tmp/damaged.mvstore"
+# Flip one bit inside store.db's data (the first entry's data starts after its 512-byte
+# tar header; its pax header, if any, comes first, so look the offset up).
+off=$("$PY" - "$tmp/damaged.mvstore" <<'EOF'
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    print(t.getmember("store.db").offset_data + 1000)
+EOF
+)
+"$PY" -c "import sys; p,o=sys.argv[1],int(sys.argv[2]); b=bytearray(open(p,'rb').read()); b[o]^=0x10; open(p,'wb').write(b)" "$tmp/damaged.mvstore" "$off"
+run env MAILVAULT_ROOT="$new_root" "$mv" store import "$user" "$tmp/damaged.mvstore"
+check import_damaged_refused not_ok 'differs from the manifest'
+check import_damaged_leaves_nothing bash -c "[ -z \"\$(ls -A '$new_root/example.org' 2>/dev/null)\" ]"
+run env MAILVAULT_ROOT="$new_root" "$mv" store import bob@example.org "$archive"
+check import_other_user_refused not_ok 'not of bob@example.org'
+printf 'not a tar file at all\n' >"$tmp/junk.mvstore"
+run env MAILVAULT_ROOT="$new_root" "$mv" store import "$user" "$tmp/junk.mvstore"
+check import_junk_refused not_ok 'not a store archive'
+check import_junk_leaves_nothing bash -c "[ -z \"\$(ls -A '$new_root/example.org' 2>/dev/null)\" ]"
+
+# ---- import, then the store is served on the new root ----
+run env MAILVAULT_ROOT="$new_root" "$mv" store import "$user" "$archive"
+check import ok
+run env MAILVAULT_ROOT="$new_root" "$mv" store import "$user" "$archive"
+check import_never_overwrites not_ok 'already exists'
+check imported_not_fenced [ ! -e "$new_root/example.org/alice.released" ]
+printf 'keyed1\nkeyed2\nkeyed3\nsealed1\nsealed2\n' | sed 's/.*/&@test/' >"$tmp/want"
+ids "$new_root" >"$tmp/got" 2>"$err"
+check all_mail_moved_exactly_once diff -u "$tmp/want" "$tmp/got"
+msg "after1" >"$tmp/m.eml"
+run env MAILVAULT_ROOT="$new_root" "$mv" deliver "$user" "${P[@]}" "$tmp/m.eml"
+check deliver_on_new_node ok
+run env MAILVAULT_ROOT="$new_root" "$mv" check "$user" "${P[@]}"
+check new_node_store_checks ok
+
+# ---- adopt undoes a release; export of an unreleased store warns ----
+run "$mv" adopt "$user"
+check adopt ok
+msg "back1" >"$tmp/m.eml"
+run "$mv" deliver "$user" "${P[@]}" "$tmp/m.eml"
+check deliver_after_adopt ok
+run "$mv" store export "$user" "$tmp/unreleased.mvstore"
+check export_unreleased_warns bash -c "[ $rc -eq 0 ] && grep -q 'was not released' '$err'"
+
+# ---- usage ----
+run "$mv" store
+check store_usage [ "$rc" -ne 0 ]
+run "$mv" release "$user" --wait-seconds 99999
+check release_wait_limit not_ok 'wait-seconds'
+run "$mv" release nosuch@example.org
+check release_no_store not_ok 'no store'
+finish
