@@ -31,6 +31,7 @@
  *   $MAILVAULT_TEST_KILL_AT="passwd:K" kills the process after step K (tests).
  */
 #include "ops/ops_backup.h"
+#include "vfs/db_error.h"
 #include "vfs/vfs_tempdir.h"
 
 #include <errno.h>
@@ -79,12 +80,23 @@ int ops_swap_open_old(const char *db_path,
     }
     sqlite3_stmt *st = NULL;
     int busy = -1;
-    if (sqlite3_prepare_v2(*db_out, "PRAGMA wal_checkpoint(TRUNCATE)", -1, &st, NULL) ==
-            SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW) {
+    int step = sqlite3_prepare_v2(*db_out, "PRAGMA wal_checkpoint(TRUNCATE)", -1, &st, NULL);
+    if (step == SQLITE_OK) {
+        step = sqlite3_step(st);
+    }
+    if (step == SQLITE_ROW) {
         busy = sqlite3_column_int(st, 0);
     }
     sqlite3_finalize(st);
+    if (step != SQLITE_ROW) {
+        /* The checkpoint itself failed (a read or write error, a full disk): that is the
+         * cause to name, not another connection. */
+        char cause[512];
+        int code =
+            mv_db_error_cause(*db_out, sqlite3_extended_errcode(*db_out), cause, sizeof cause);
+        return ops_io_fail(errmsg, errmsg_size, code, "cannot checkpoint the store's WAL: %s",
+                           cause);
+    }
     if (busy != 0) {
         return ops_io_fail(errmsg, errmsg_size, MV_EBUSY,
                            "cannot checkpoint the store's WAL: another connection (outside "

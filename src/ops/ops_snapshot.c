@@ -33,6 +33,7 @@
  */
 #include "crypto/crypt.h"
 #include "ops/ops_backup.h"
+#include "vfs/db_error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -310,16 +311,39 @@ static int ops_quick_check(sqlite3 *db, char *errmsg, size_t errmsg_size)
     }
     int step_rc = rc;
     sqlite3_finalize(st);
+    char cause[512];
     if (step_rc != SQLITE_DONE) {
+        int code = mv_db_error_cause(db, sqlite3_extended_errcode(db), cause, sizeof cause);
+        return ops_io_fail(errmsg, errmsg_size, code, "quick_check could not run: %s", cause);
+    }
+    if (rows == 1 && strcmp(first, "ok") == 0) {
+        return MV_OK;
+    }
+    /* SQLite reports a page it could not read as a finding ("Page 5: unable to get the page.
+     * error code=266"), after a "*** in database main ***" line. A read error is not damage
+     * in the data: name the I/O error (the VFS recorded the system's reason), one line. */
+    const char *ec = strstr(first, "error code=");
+    long sqlite_rc = ec != NULL ? strtol(ec + 11, NULL, 10) : 0;
+    if (sqlite_rc > 0 && sqlite_rc <= INT32_MAX && (sqlite_rc & 0xff) == SQLITE_IOERR &&
+        sqlite_rc != SQLITE_IOERR_DATA) {
         const char *vfs = mv_db_vfs_errmsg(db);
-        return ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT, "quick_check could not run: %s",
-                           vfs != NULL ? vfs : sqlite3_errmsg(db));
+        return ops_io_fail(errmsg, errmsg_size, MV_EIO, "cannot read the copy: %s",
+                           vfs != NULL ? vfs : sqlite3_errstr((int)sqlite_rc));
     }
-    if (rows != 1 || strcmp(first, "ok") != 0) {
-        return ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT, "quick_check found problems: %s",
-                           first);
+    const char *text = first;
+    static const char prefix[] = "*** in database main ***";
+    if (strncmp(text, prefix, sizeof prefix - 1) == 0) {
+        text += sizeof prefix - 1;
     }
-    return MV_OK;
+    while (*text == '\n' || *text == ' ') {
+        text++;
+    }
+    snprintf(cause, sizeof cause, "%s", text);
+    for (char *p = cause; *p != '\0'; p++) {
+        *p = *p == '\n' || *p == '\r' ? ' ' : *p; /* one line */
+    }
+    return ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT, "quick_check found problems: %s%s", cause,
+                       rows > 1 ? " (and more)" : "");
 }
 
 /* Switches db to WAL mode (the store's profile); closing it then leaves no -wal behind. */

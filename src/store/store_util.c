@@ -3,6 +3,7 @@
  * transactions, and the string storage behind the structs the API returns.
  */
 #include "store/store.h"
+#include "vfs/db_error.h"
 #include "vfs/vfs_tempdir.h"
 
 #include <stdarg.h>
@@ -38,23 +39,18 @@ int store_fail_sqlite(mv_store *s, const char *what)
     if (store_error_taints(rc)) {
         s->reconnect = 1;
     }
-    const char *vfs = mv_db_vfs_errmsg(s->db);
-    int code = mv_error_from_sqlite(rc);
-    if (code == MV_OK) {
-        code = MV_ERROR;
-    }
+    char cause[512];
+    int code = mv_db_error_cause(s->db, rc, cause, sizeof cause); /* the real cause, one line */
     int out;
-    if ((rc & 0xff) == SQLITE_CANTOPEN) {
+    if ((rc & 0xff) == SQLITE_CANTOPEN && code != MV_ENOSPC) {
         /* The store file is open: what failed is a file SQLite creates on the way (a
          * temporary file, which goes to tmp/, or the WAL index), not a missing store. */
         out = store_fail(s, MV_EIO,
                          "%s: %s: cannot create a file (temporary files go to %s, which must "
                          "be a writable directory)",
                          what, sqlite3_errmsg(s->db), s->tmp_dir);
-    } else if (vfs != NULL && (code == MV_ECORRUPT || code == MV_EIO)) {
-        out = store_fail(s, code, "%s: %s (%s)", what, sqlite3_errmsg(s->db), vfs);
     } else {
-        out = store_fail(s, code, "%s: %s", what, sqlite3_errmsg(s->db));
+        out = store_fail(s, code, "%s: %s", what, cause);
     }
     s->errmsg_internal = 1; /* "BEGIN IMMEDIATE: database is locked" is for the log */
     return out;

@@ -5,6 +5,7 @@
  * For a new file the order matters and is fixed here: key, page size, reserve bytes,
  * auto_vacuum, and only then the first write of page 1 (an empty user_version update).
  */
+#include "vfs/db_error.h"
 #include "vfs/vfs.h"
 
 #include <errno.h>
@@ -65,13 +66,13 @@ static int mv_db_prove(sqlite3 *db, char **errmsg_out)
     if (rc == SQLITE_OK) {
         return MV_OK;
     }
-    int code = mv_error_from_sqlite(sqlite3_extended_errcode(db));
-    const char *vfs_msg = mv_db_vfs_errmsg(db);
+    char cause[512];
+    int code = mv_db_error_cause(db, sqlite3_extended_errcode(db), cause, sizeof cause);
     if (errmsg_out != NULL) {
         if (code == MV_EAUTH) {
             *errmsg_out = sqlite3_mprintf("wrong password, or not a mailvault/SQLite3MC database");
         } else {
-            *errmsg_out = sqlite3_mprintf("%s", vfs_msg != NULL ? vfs_msg : sqlite3_errmsg(db));
+            *errmsg_out = sqlite3_mprintf("%s", cause);
         }
     }
     return code;
@@ -128,7 +129,9 @@ int mv_db_open(const char *path,
     rc =
         sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, MV_VFS_NAME);
     if (rc != SQLITE_OK) {
-        return mv_fail(&db, errmsg_out, mv_error_from_sqlite(rc), "%s", sqlite3_errmsg(db));
+        char cause[512];
+        int code = mv_db_error_cause(db, sqlite3_extended_errcode(db), cause, sizeof cause);
+        return mv_fail(&db, errmsg_out, code, "%s", cause);
     }
     sqlite3_extended_result_codes(db, 1);
     rc = mv_db_lock_mode_for_lower(db);
@@ -162,12 +165,13 @@ int mv_db_open(const char *path,
         char sql[96];
         sqlite3_snprintf((int)sizeof sql, sql, "PRAGMA auto_vacuum=%d; PRAGMA user_version=0",
                          o->auto_vacuum);
-        if (o->auto_vacuum < 0 || o->auto_vacuum > 2 ||
-            sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) {
-            const char *detail = mv_db_vfs_errmsg(db);
-            return mv_fail(
-                &db, errmsg_out, o->auto_vacuum < 0 || o->auto_vacuum > 2 ? MV_EINVAL : MV_EIO,
-                "cannot create the database: %s", detail != NULL ? detail : sqlite3_errmsg(db));
+        if (o->auto_vacuum < 0 || o->auto_vacuum > 2) {
+            return mv_fail(&db, errmsg_out, MV_EINVAL, "invalid auto_vacuum%s", NULL);
+        }
+        if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+            char cause[512];
+            int code = mv_db_error_cause(db, sqlite3_extended_errcode(db), cause, sizeof cause);
+            return mv_fail(&db, errmsg_out, code, "cannot create the database: %s", cause);
         }
         *db_out = db;
         return MV_OK;

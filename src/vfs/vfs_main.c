@@ -14,6 +14,7 @@
  */
 #include "vfs/vfs.h"
 
+#include <errno.h>
 #include <string.h>
 
 static int mv_all_zero(const uint8_t *p, size_t n)
@@ -54,6 +55,10 @@ static int mv_main_read_page(struct mv_file *f, uint8_t *buf, uint32_t page_size
         return SQLITE_IOERR_DATA;
     }
     if (rc != SQLITE_OK) {
+        /* The system's reason, for a one-line message that blames the device, not the data
+         * (SQLite's own text is "disk I/O error" for any failed call). */
+        int e = errno;
+        mv_codec_set_error(c, "cannot read page %u: %s", pgno, e != 0 ? strerror(e) : "I/O error");
         return rc;
     }
     rc = mv_codec_decrypt(c, pgno, buf, page_size);

@@ -1,0 +1,19 @@
+/*
+ * db_error.h -- one line naming the real cause of an SQLite error on a connection, and the
+ * MV_* code that goes with it. SQLite says "disk I/O error" for every failed system call;
+ * the errno it recorded (sqlite3_system_errno) says which: a full disk is MV_ENOSPC, "no
+ * space left on device", never an I/O error; a read error names the system's reason, not
+ * the data. Used by mv_db_open, the store's error paths and the operations.
+ */
+#ifndef MV_DB_ERROR_H
+#define MV_DB_ERROR_H
+
+#include "mailvault.h"
+
+#include <stddef.h>
+
+/* Writes the cause of rc (an extended SQLite result code db returned) to cause, one line,
+ * and returns its MV_* code (never MV_OK). */
+int mv_db_error_cause(sqlite3 *db, int rc, char *cause, size_t cause_size);
+
+#endif /* MV_DB_ERROR_H */
