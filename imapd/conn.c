@@ -467,12 +467,14 @@ static int conn_count_from(const char *addr, enum conn_proto proto)
 /* IMAP is full: closes the IMAP connection that has waited longest without logging in and
  * has no login in flight, to make room for a new one (so clients that never log in cannot
  * keep out one that does: each new connection pushes out the oldest of them, which gets
- * login_timeout_s at most anyway). 0 if one was closed, -1 if every one is logged in. */
+ * login_timeout_s at most anyway). One whose failed login's answer is being held back
+ * counts as waiting (else failing logins slowly would keep a connection safe). 0 if one was
+ * closed, -1 if every one is logged in or has a login in flight. */
 static int conn_evict_prelogin(void)
 {
     struct conn *oldest = NULL;
     for (struct conn *c = conn_list; c != NULL; c = c->next) {
-        if (c->proto == PROTO_IMAP && !c->authenticated && !c->busy &&
+        if (c->proto == PROTO_IMAP && !c->authenticated && (!c->busy || c->hold_until_ms != 0) &&
             (oldest == NULL || c->connected_ms <= oldest->connected_ms)) {
             oldest = c;
         }
@@ -517,11 +519,9 @@ void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
          * per-address count within each, so IMAP clients cannot take the local MTA's slots. */
         if (conn_count_from(c->peer_addr, proto) >= g_config.connections_per_address_max) {
             refuse = "too many connections from your address";
-        } else if (proto == PROTO_LMTP && conn_total_lmtp >= g_config.lmtp_connections_max) {
-            refuse = "too many connections";
-        } else if (proto == PROTO_IMAP &&
-                   conn_total - conn_total_lmtp >= g_config.connections_max &&
-                   conn_evict_prelogin() != 0) {
+        } else if (proto == PROTO_LMTP ? conn_total_lmtp >= g_config.lmtp_connections_max
+                                       : conn_total - conn_total_lmtp >= g_config.connections_max &&
+                                             conn_evict_prelogin() != 0) {
             refuse = "too many connections";
         }
         if (refuse != NULL) {

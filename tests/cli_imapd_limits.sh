@@ -43,7 +43,7 @@ start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-
 
 run_client 300 "$PY" tests/imapd_limits.py functional --imap "$(port imap)" \
     --lmtp "$(port lmtp)" --user "alice@example.org:alice@example.org secret" \
-    --user2 "bob@example.org:bob@example.org secret"
+    --user2 "bob@example.org:bob@example.org secret" --log "$tmp/server.log"
 
 stop_server_checked "$tmp/server.log"
 log="$tmp/server.log"

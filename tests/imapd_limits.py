@@ -19,6 +19,7 @@ WHAT IT CHECKS (functional)
     time, while a logged-in session on the same server outlives the deadline;
   - the pools: with connections_max IMAP connections open and none logged in, a new
     connection closes the oldest (BYE) and logs in; LMTP still gets its 220 and delivers;
+    the oldest is closed also when its failed login's answer is being held back (8 s);
   - literal_total_max: while one session holds most of it, another's {n} gets
     NO [UNAVAILABLE] and its {n+} BYE [UNAVAILABLE]; once the first is done the APPEND works;
   - LMTP: a recipient named three times (in several spellings) gets three 250s after DATA
@@ -229,6 +230,45 @@ def pools(a):
         h.close()
 
 
+def log_has(path, needle, deadline_s):
+    """Polls the server log until it holds needle (True) or deadline_s passes."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        with open(path, "rb") as f:
+            if needle in f.read():
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def held_eviction(a):
+    """A connection whose failed login's answer is held back (here 8 s: the third failure for
+    one user) is not safe from being closed to make room: the oldest such one goes first."""
+    ghost = "ghost-%d@example.org" % int(time.time())
+    for n in (1, 2):  # 2 s, 4 s: the user's count climbs
+        c = SourcedImap(a.imap, "127.0.4.%d" % n)
+        c.command('LOGIN "%s" "wrong"' % ghost)
+        c.close()
+    x = SourcedImap(a.imap, "127.0.4.3")
+    x.sock.sendall(b'x1 LOGIN "%s" "wrong"\r\n' % ghost.encode())
+    check("held eviction: the third failure is held back (log)",
+          log_has(a.log, ("login failed %s" % ghost).encode() + b" from 127.0.4.3", 30))
+    others = [SourcedImap(a.imap, "127.0.5.%d" % (1 + i // 10)) for i in range(29)]
+    user, password = a.user.split(":", 1)
+    try:
+        c = imapd_common.imap_login(a.imap, user, password)
+        c.close()
+        check("held eviction: IMAP full, a new login works", True)
+    except (OSError, EOFError, RuntimeError) as e:
+        check("held eviction: IMAP full, a new login works", False, repr(e))
+    data, closed = read_until_closed(x.sock, 5)
+    check("held eviction: the held connection (the oldest) made room",
+          closed and b"* BYE too many connections" in data, repr(data))
+    x.close()
+    for o in others:
+        o.close()
+
+
 def literal_budget(a):
     """literal_total_max = 200000."""
     user, password = a.user.split(":", 1)
@@ -387,7 +427,7 @@ def lmtp_budget(a):
 
 
 def functional(a):
-    for part in (prelogin, login_timeout, pools, literal_budget, lmtp_dedupe, lmtp_smuggling,
+    for part in (prelogin, login_timeout, pools, held_eviction, literal_budget, lmtp_dedupe, lmtp_smuggling,
                  lmtp_rejected, lmtp_deadline, lmtp_budget):
         try:
             part(a)
@@ -515,6 +555,7 @@ def main():
     p.add_argument("--user", required=True)
     p.add_argument("--user2")
     p.add_argument("--pid", type=int)
+    p.add_argument("--log", help="the server's log (functional)")
     a = p.parse_args()
     try:
         if a.phase == "functional":
