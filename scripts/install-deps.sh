@@ -8,7 +8,8 @@ packages=(build-essential pkg-config libsqlite3-dev sqlite3 libssl-dev openssl p
           libarchive-dev              # store export/import archives (src/ops/ops_move.c)
           python3-prometheus-client   # tests/cli_ops.sh parses `stats --prometheus` with it
           curl isync                  # tests/cli_imapd.sh: curl and mbsync against mailvaultd
-          offlineimap3)               # tests/cli_imapd_offlineimap.sh: a second sync client
+          offlineimap3                # tests/cli_imapd_offlineimap.sh: a second sync client
+          dovecot-core dovecot-imapd) # tests/cli_dsync_migrate.sh: dsync through imapc, private
 if [ "${1:-}" = "--dev" ]; then
     packages+=(clang clang-format clang-tidy cppcheck valgrind)
 fi
