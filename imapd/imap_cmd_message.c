@@ -20,9 +20,16 @@ imap_set_arg(struct imap_ctx *x, const struct imap_node *n, uint32_t **idx, size
         imap_tagged(x, "NO", "[SERVERBUG] out of memory");
         return -1;
     }
-    if (n == NULL || n->type != IMAP_NODE_ATOM || imap_parse_seqset(n->data, n->len, set) != 0) {
+    int parsed =
+        n != NULL && n->type == IMAP_NODE_ATOM ? imap_parse_seqset(n->data, n->len, set) : -1;
+    if (parsed != 0) {
         free(set);
-        imap_tagged(x, "BAD", "bad sequence set");
+        if (parsed == -2) { /* RFC 5530 LIMIT: the set is valid, only too long for us */
+            imap_tagged(x, "NO", "[LIMIT] a sequence set of more than %d ranges",
+                        IMAP_SEQSET_RANGES_MAX);
+        } else {
+            imap_tagged(x, "BAD", "bad sequence set");
+        }
         return -1;
     }
     int rc = imap_view_resolve(&x->s->view, set, x->cmd->uid, idx, count);
@@ -207,21 +214,24 @@ void imap_cmd_store(struct imap_ctx *x)
     struct buf modified = {0};
     uint32_t *failed = NULL;
     size_t failed_count = 0;
-    char *set = count > 0 ? imap_view_uid_set(v, idx, count) : NULL;
-    int rc = count > 0 && set == NULL ? MV_ENOMEM : MV_OK;
+    /* Typed ranges, never text: the set's size was limited where the client wrote it. */
+    struct mv_uid_range *ranges = NULL;
+    size_t nranges = 0;
+    int rc = imap_view_uid_ranges(v, idx, count, &ranges, &nranges) == 0 ? MV_OK : MV_ENOMEM;
     if (rc == MV_OK && count > 0 && unchanged_since != UINT64_MAX) {
         /* The test and the change in one store transaction: no other session or process
          * can change a message in between (RFC 7162 3.1.3). */
-        rc = mv_flags_set_unchanged_since(x->s->store->store, v->mailbox, set, mode, flags,
-                                          keywords, unchanged_since, NULL, &failed, &failed_count);
+        rc = mv_flags_set_ranges(x->s->store->store, v->mailbox, ranges, nranges, mode, flags,
+                                 keywords, unchanged_since, NULL, &failed, &failed_count);
         if (rc == MV_OK) {
             rc = imap_store_modified(x, failed, failed_count, idx, &count, &modified);
         }
     } else if (rc == MV_OK && count > 0) {
-        rc = mv_flags_set(x->s->store->store, v->mailbox, set, mode, flags, keywords, NULL);
+        rc = mv_flags_set_ranges(x->s->store->store, v->mailbox, ranges, nranges, mode, flags,
+                                 keywords, MV_UNCHANGEDSINCE_NONE, NULL, NULL, NULL);
     }
     mv_free(failed);
-    free(set);
+    free(ranges);
     free(keywords);
     if (rc != MV_OK) {
         free(idx);
@@ -320,14 +330,15 @@ static void imap_transfer(struct imap_ctx *x, int move)
                     quota_over_text(over));
         return;
     }
-    char *set = n > 0 ? imap_view_uid_set(v, idx, n) : NULL;
+    struct mv_uid_range *ranges = NULL;
+    size_t nranges = 0;
+    rc = imap_view_uid_ranges(v, idx, n, &ranges, &nranges) == 0 ? MV_OK : MV_ENOMEM;
     free(idx);
-    rc = n > 0 && set == NULL ? MV_ENOMEM : MV_OK;
     if (rc == MV_OK && n > 0) {
-        rc =
-            mv_message_copy_uids(x->s->store->store, v->mailbox, set, target, move, &pairs, &count);
+        rc = mv_message_copy_ranges(x->s->store->store, v->mailbox, ranges, nranges, target, move,
+                                    &pairs, &count);
     }
-    free(set);
+    free(ranges);
     if (rc != MV_OK) {
         imap_tagged_store_error(x, rc, x->cmd->name);
         return;
@@ -377,7 +388,8 @@ static void imap_tagged_expunge_ok(struct imap_ctx *x)
 void imap_cmd_expunge(struct imap_ctx *x)
 {
     struct imap_view *v = &x->s->view;
-    char *set = NULL;
+    struct mv_uid_range *ranges = NULL;
+    size_t nranges = 0;
     if (imap_arg_count(x->cmd) != (x->cmd->uid ? 1u : 0u)) {
         imap_tagged(x, "BAD",
                     x->cmd->uid ? "UID EXPUNGE takes a UID set" : "EXPUNGE takes no arguments");
@@ -394,10 +406,9 @@ void imap_cmd_expunge(struct imap_ctx *x)
             return;
         }
         imap_drop_expunged(v, idx, &n);
-        set = n > 0 ? imap_view_uid_set(v, idx, n) : NULL;
+        int oom = imap_view_uid_ranges(v, idx, n, &ranges, &nranges) != 0;
         free(idx);
-        if (n == 0 || set == NULL) {
-            free(set);
+        if (n == 0 || oom) {
             (void)imap_view_sync(x->s, x->out, 1);
             if (n == 0) {
                 imap_tagged_expunge_ok(x);
@@ -407,8 +418,10 @@ void imap_cmd_expunge(struct imap_ctx *x)
             return;
         }
     }
-    int rc = mv_mailbox_expunge(x->s->store->store, v->mailbox, set, NULL);
-    free(set);
+    int rc = x->cmd->uid
+                 ? mv_mailbox_expunge_ranges(x->s->store->store, v->mailbox, ranges, nranges, NULL)
+                 : mv_mailbox_expunge(x->s->store->store, v->mailbox, NULL, NULL);
+    free(ranges);
     if (rc != MV_OK) {
         imap_tagged_store_error(x, rc, "EXPUNGE");
         return;

@@ -12,7 +12,7 @@
  *     HEADER.FIELDS), only the header is read (imap_fetch_header_only).
  *   - The header is everything up to and including the first empty line (CRLF CRLF, or a
  *     bare LF LF in a message stored with LF endings); the text is the rest.
- *   - A non-PEEK body fetch in a read-write mailbox sets \Seen first (one mv_flags_set for
+ *   - A non-PEEK body fetch in a read-write mailbox sets \Seen first (one mv_flags_set_ranges for
  *     the whole command), and the response then carries FLAGS for those messages.
  *
  *   - ENVELOPE, BODYSTRUCTURE and BODY come from imap_mime.c (GMime), parsed once per
@@ -296,11 +296,14 @@ imap_fetch_mark_seen(struct imap_ctx *x, const uint32_t *idx, size_t count, unsi
     }
     int rc = MV_OK;
     if (n > 0) {
-        char *set = imap_view_uid_set(v, unseen, n);
-        rc = set != NULL ? mv_flags_set(x->s->store->store, v->mailbox, set, MV_FLAGS_ADD,
-                                        MV_FLAG_SEEN, NULL, NULL)
-                         : MV_ENOMEM;
-        free(set);
+        struct mv_uid_range *ranges = NULL;
+        size_t nranges = 0;
+        rc =
+            imap_view_uid_ranges(v, unseen, n, &ranges, &nranges) == 0
+                ? mv_flags_set_ranges(x->s->store->store, v->mailbox, ranges, nranges, MV_FLAGS_ADD,
+                                      MV_FLAG_SEEN, NULL, MV_UNCHANGEDSINCE_NONE, NULL, NULL, NULL)
+                : MV_ENOMEM;
+        free(ranges);
         for (size_t i = 0; rc == MV_OK && i < n; i++) {
             mark[unseen[i]] = 1;
             v->msgs[unseen[i]].reported = 2; /* the sync must not announce it separately */

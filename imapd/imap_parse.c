@@ -560,7 +560,7 @@ int imap_parse_seqset(const char *text, size_t len, struct imap_seqset *out)
             end++;
         }
         if (out->count == IMAP_SEQSET_RANGES_MAX) {
-            return -1;
+            return -2; /* a limit, not a syntax error: the caller names it */
         }
         const char *colon = memchr(text + at, ':', end - at);
         struct imap_seq_range *r = &out->ranges[out->count];

@@ -110,7 +110,8 @@ struct imap_seqset {
     struct imap_seq_range ranges[IMAP_SEQSET_RANGES_MAX];
     size_t count;
 };
-/* Parses sequence-set syntax ("1", "2:4", "1,3:*", "*"). 0 or -1. */
+/* Parses sequence-set syntax ("1", "2:4", "1,3:*", "*"). 0, -1 (syntax) or -2 (more than
+ * IMAP_SEQSET_RANGES_MAX ranges). */
 int imap_parse_seqset(const char *text, size_t len, struct imap_seqset *out);
 /* Whether number n is in set, with star standing for the largest number in use. */
 int imap_seqset_contains(const struct imap_seqset *set, uint32_t n, uint32_t star);

@@ -185,8 +185,15 @@ int imap_view_resolve(const struct imap_view *v,
 void imap_flags_out(struct buf *out, unsigned flags, const char *keywords);
 /* "* seq FETCH (UID u FLAGS (...) [MODSEQ (n)])" */
 void imap_fetch_flags_line(struct buf *out, size_t seq, const struct imap_msg *m, int condstore);
-/* A UID set string ("1,3:5") for the store from view indexes; malloc'd. */
-char *imap_view_uid_set(const struct imap_view *v, const uint32_t *idx, size_t count);
+/* The UID ranges for the store (mv_*_ranges) of the messages at view indexes idx
+ * (ascending): a run of indexes, also across messages the view knows are expunged, is one
+ * range from its first to its last UID, whatever UID gaps lie between (a UID never comes
+ * back once used). *ranges is malloc'd (NULL when *n is 0). 0, or -1 out of memory. */
+int imap_view_uid_ranges(const struct imap_view *v,
+                         const uint32_t *idx,
+                         size_t count,
+                         struct mv_uid_range **ranges,
+                         size_t *n);
 
 /* ---- imap_keywords.c ---- */
 /* Adds the space-separated keywords to the view's set: 1 if one was new, 0 if not, MV_ENOMEM. */

@@ -474,25 +474,47 @@ int imap_view_resolve(const struct imap_view *v,
     return rc;
 }
 
-char *imap_view_uid_set(const struct imap_view *v, const uint32_t *idx, size_t count)
+int imap_view_uid_ranges(const struct imap_view *v,
+                         const uint32_t *idx,
+                         size_t count,
+                         struct mv_uid_range **ranges,
+                         size_t *n)
 {
-    struct buf b = {0};
-    for (size_t i = 0; i < count;) {
-        uint32_t first = v->msgs[idx[i]].uid, last = first;
-        size_t k = i + 1;
-        while (k < count && v->msgs[idx[k]].uid == last + 1) {
-            last = v->msgs[idx[k++]].uid;
+    *ranges = NULL;
+    *n = 0;
+    size_t runs = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t k = 0;
+        for (size_t i = 0; i < count;) {
+            size_t end = i; /* the run is idx[i..end] */
+            while (end + 1 < count) {
+                uint32_t j = idx[end] + 1;
+                while (j < idx[end + 1] && v->msgs[j].expunged) {
+                    j++; /* gone from the store: no message there to touch */
+                }
+                if (j != idx[end + 1]) {
+                    break;
+                }
+                end++;
+            }
+            if (pass == 1) {
+                (*ranges)[k].first = v->msgs[idx[i]].uid;
+                (*ranges)[k].last = v->msgs[idx[end]].uid;
+            }
+            k++;
+            i = end + 1;
         }
-        if (first == last) {
-            buf_printf(&b, "%s%u", i == 0 ? "" : ",", first);
-        } else {
-            buf_printf(&b, "%s%u:%u", i == 0 ? "" : ",", first, last);
+        if (pass == 0) {
+            runs = k;
+            if (runs == 0) {
+                return 0;
+            }
+            *ranges = malloc(runs * sizeof **ranges);
+            if (*ranges == NULL) {
+                return -1;
+            }
         }
-        i = k;
     }
-    if (b.oom || b.data == NULL) {
-        buf_free(&b);
-        return NULL;
-    }
-    return b.data;
+    *n = runs;
+    return 0;
 }

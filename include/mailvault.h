@@ -541,10 +541,14 @@ MV_API size_t mv_message_header_len(const void *raw, size_t len);
 MV_API MV_MUST_CHECK int
 mv_message_get(mv_store *store, const char *mailbox, uint32_t uid, struct mv_message_info *info);
 
-/* A UID set in IMAP syntax: "1", "3:7", "1,4:6,9:*". At most 10000 ranges. */
-#define MV_FLAGS_REPLACE 0
-#define MV_FLAGS_ADD     1
-#define MV_FLAGS_REMOVE  2
+/* A UID set in IMAP syntax: "1", "3:7", "1,4:6,9:*", as a person or a client writes it: at
+ * most MV_UIDSET_TEXT_RANGES_MAX ranges (MV_ELIMIT beyond). A server that has resolved a
+ * client's set passes typed ranges instead (struct mv_uid_range, the *_ranges functions
+ * below): no text, no cap but memory. */
+#define MV_UIDSET_TEXT_RANGES_MAX 10000
+#define MV_FLAGS_REPLACE          0
+#define MV_FLAGS_ADD              1
+#define MV_FLAGS_REMOVE           2
 /* Changes flags and keywords of the messages in uid_set: each changed message gets a new
  * modseq and a change-log row. *changed_out (if not NULL) counts changed messages.
  * Returns MV_OK, MV_EINVAL (bad set or keyword), MV_ENOTFOUND (mailbox), MV_ELIMIT, ... */
@@ -592,6 +596,61 @@ MV_API MV_MUST_CHECK int mv_message_move(
  * *count_out gets the number expunged. */
 MV_API MV_MUST_CHECK int
 mv_mailbox_expunge(mv_store *store, const char *mailbox, const char *uid_set, uint32_t *count_out);
+
+/* ---- Messages: UID sets as typed ranges (for servers) ---------------------------------- */
+/*
+ * The same operations on a set given as ranges rather than text: what a server passes after
+ * resolving a client's sequence set against its view of the mailbox. The ranges may come in
+ * any order and may overlap or touch (they are sorted and merged, so each message is
+ * changed, copied or expunged once); a range above the mailbox's largest UID touches
+ * nothing. A range with first 0 or first > last is MV_EINVAL. count 0 (ranges may then be
+ * NULL) changes nothing and returns MV_OK. There is no limit on count: the ranges are
+ * copied once (16 bytes each) and every range is one set-based statement, so a set with
+ * many gaps costs what its messages cost, not a statement per message.
+ *
+ * A server may widen its ranges over UIDs it knows are gone (expunged): no message can
+ * come back at a UID once used, so "every message of my view" is one range from its first
+ * to its last UID however many gaps lie between. It must not widen past its view's last
+ * UID (messages that arrived since are not the client's to touch).
+ */
+struct mv_uid_range {
+    uint32_t first; /* 1 <= first <= last, both inclusive */
+    uint32_t last;
+};
+
+#define MV_UNCHANGEDSINCE_NONE UINT64_MAX /* mv_flags_set_ranges: no CONDSTORE condition */
+
+/* mv_flags_set (unchanged_since MV_UNCHANGEDSINCE_NONE) or mv_flags_set_unchanged_since
+ * (any other value) on ranges. failed_out / failed_count_out may be NULL only without a
+ * condition. Returns what those return. */
+MV_API MV_MUST_CHECK int mv_flags_set_ranges(mv_store *store,
+                                             const char *mailbox,
+                                             const struct mv_uid_range *ranges,
+                                             size_t count,
+                                             int mode,
+                                             unsigned flags,
+                                             const char *keywords,
+                                             uint64_t unchanged_since,
+                                             uint32_t *changed_out,
+                                             uint32_t **failed_out,
+                                             size_t *failed_count_out);
+
+/* mv_message_copy_uids on ranges (pairs_out and count_out required). */
+MV_API MV_MUST_CHECK int mv_message_copy_ranges(mv_store *store,
+                                                const char *from,
+                                                const struct mv_uid_range *ranges,
+                                                size_t count,
+                                                const char *to,
+                                                int move,
+                                                uint32_t **pairs_out,
+                                                uint32_t *count_out);
+
+/* mv_mailbox_expunge on ranges: the \Deleted messages among them (count 0: none). */
+MV_API MV_MUST_CHECK int mv_mailbox_expunge_ranges(mv_store *store,
+                                                   const char *mailbox,
+                                                   const struct mv_uid_range *ranges,
+                                                   size_t count,
+                                                   uint32_t *count_out);
 
 /* Frees memory the library returned (mv_message_fetch). NULL is fine. */
 MV_API void mv_free(void *p);

@@ -210,6 +210,23 @@ int store_message_exists(mv_store *s, int64_t mailbox_id, const uint8_t sha256[3
 /* ---- store_blob.c ---- */
 /* Drops one reference to a body (and, at zero, its bytes, attachments and FTS row). */
 int store_body_unref(mv_store *s, int64_t body_id);
+/* Deletes bodies whose references have all gone (refcount 0): their bytes, parts (one
+ * reference less to each attachment) and FTS rows, a few statements per batch of ids. */
+int store_bodies_drop(mv_store *s, const int64_t *ids, size_t count);
+
+/* A growing array of row ids (store_util.c). */
+struct store_ids {
+    int64_t *ids;
+    size_t count;
+    size_t cap;
+};
+int store_ids_push(mv_store *s, struct store_ids *ids, int64_t id); /* MV_OK or MV_ENOMEM */
+void store_ids_free(struct store_ids *ids);
+
+/* ---- store_message.c ---- */
+/* Registers the SQL functions the set-based changes use (mv_keywords_apply, mv_uid_map) on
+ * the handle's connection; once, right after it opens. */
+int store_message_functions(mv_store *s);
 
 /* ---- store_queue.c ---- */
 /* Creates the key pair at init: public key to pub_path, secret key into the meta table. */

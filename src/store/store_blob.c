@@ -949,3 +949,92 @@ int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_
     *len_out = head;
     return MV_OK;
 }
+
+/* ---- dropping many bodies at once (EXPUNGE) -------------------------------------------- */
+
+#define STORE_BODIES_DROP_BATCH 4096 /* ids per statement (a JSON array of ~80 KB) */
+
+/* ids as a JSON array for json_each(): "[1,2,3]". *out is malloc'd. */
+static int store_bodies_json(mv_store *s, const int64_t *ids, size_t count, char **out)
+{
+    size_t cap = 3 + count * 21, at = 0;
+    char *json = malloc(cap);
+    if (json == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory listing message bodies");
+    }
+    json[at++] = '[';
+    for (size_t i = 0; i < count; i++) {
+        at += (size_t)snprintf(json + at, cap - at, "%s%lld", i != 0 ? "," : "", (long long)ids[i]);
+    }
+    json[at++] = ']';
+    json[at] = '\0';
+    *out = json;
+    return MV_OK;
+}
+
+/* Runs sql (?1: the JSON array of ids) to its end; the rows of a RETURNING clause (one
+ * column, an attachment id) go to returned if not NULL. */
+static int store_bodies_exec(
+    mv_store *s, const char *sql, const char *json, struct store_ids *returned, const char *what)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (st == NULL) {
+        return store_fail_sqlite(s, what);
+    }
+    sqlite3_bind_text(st, 1, json, -1, SQLITE_STATIC);
+    int rc = MV_OK, step;
+    while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        if (returned != NULL) {
+            rc = store_ids_push(s, returned, sqlite3_column_int64(st, 0));
+        }
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, what);
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+/* One batch: the parts (and a reference to each of their attachments), then the FTS rows in
+ * one statement (FTS5 flushes its pending changes once per statement, not once per
+ * message), then the bodies (cascading to bodies_data). */
+static int store_bodies_drop_batch(mv_store *s, const int64_t *ids, size_t count)
+{
+    struct store_ids attachments = {0};
+    char *json = NULL;
+    int rc = store_bodies_json(s, ids, count, &json);
+    if (rc == MV_OK) {
+        rc = store_bodies_exec(s,
+                               "DELETE FROM body_parts WHERE body_id IN (SELECT value FROM "
+                               "json_each(?1)) RETURNING attachment_id",
+                               json, &attachments, "deleting body parts");
+    }
+    for (size_t i = 0; rc == MV_OK && i < attachments.count; i++) {
+        rc = store_attachment_unref(s, attachments.ids[i]);
+    }
+    if (rc == MV_OK) {
+        rc = store_bodies_exec(s,
+                               "DELETE FROM fts WHERE rowid IN (SELECT value FROM "
+                               "json_each(?1))",
+                               json, NULL, "deleting full-text rows");
+    }
+    if (rc == MV_OK) {
+        rc = store_bodies_exec(s,
+                               "DELETE FROM bodies WHERE id IN (SELECT value FROM "
+                               "json_each(?1)) AND refcount <= 0",
+                               json, NULL, "deleting message bodies");
+    }
+    free(json);
+    store_ids_free(&attachments);
+    return rc;
+}
+
+int store_bodies_drop(mv_store *s, const int64_t *ids, size_t count)
+{
+    int rc = MV_OK;
+    for (size_t at = 0; rc == MV_OK && at < count; at += STORE_BODIES_DROP_BATCH) {
+        size_t n = count - at < STORE_BODIES_DROP_BATCH ? count - at : STORE_BODIES_DROP_BATCH;
+        rc = store_bodies_drop_batch(s, ids + at, n);
+    }
+    return rc;
+}

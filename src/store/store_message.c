@@ -40,12 +40,13 @@
 #include "store/store_uidset.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 
-#define STORE_MESSAGE_CHUNK 256 /* rows read before any is changed */
+#define STORE_MESSAGE_UID_MAX 0xfffffffeu /* as store_mailbox.c: uidnext must stay a UID + 1 */
 
 /* ---- keywords -------------------------------------------------------------------------- */
 
@@ -678,127 +679,189 @@ void mv_free(void *p)
     free(p);
 }
 
-/* ---- walking a UID set ----------------------------------------------------------------- */
+/* ---- set-based changes ----------------------------------------------------------------- */
+/*
+ * Every change below is one statement per UID range (plus a few per command), whatever the
+ * number of messages in the range: SQLite walks the (mailbox_id, uid) index itself. What
+ * varies per message and needs C (keyword merging, the new UID of a copy) is done by two
+ * SQL functions registered on the connection, which get their per-command state through
+ * sqlite3_bind_pointer (so no state lives on the connection between commands).
+ *
+ * UPDATE OR FAIL / INSERT OR FAIL: with the default conflict rule (ABORT) a statement that
+ * writes several rows or fires triggers needs a statement journal to undo itself on an
+ * error; every error here rolls the whole transaction back anyway, so FAIL (stop, keep what
+ * was done, the caller rolls back) is as safe and spares the journal, which is what cost
+ * most of a bulk STORE or COPY (each page journalled through an encrypted temp file).
+ */
 
-/* The same columns in both walks. EXPUNGE reads only \Deleted messages, through the partial
- * index messages_deleted ("(flags & 8) != 0" is its WHERE). INDEXED BY because with
- * sqlite_stat1 (PRAGMA optimize) the planner prefers the (mailbox_id, uid) index, which
- * reads every message in the range; and if the index ever goes, prepare fails loudly. */
-static const char *const store_message_walk_all =
-    "SELECT id, uid, flags, body_id, keywords, modseq FROM messages WHERE mailbox_id = ?1 "
-    "AND uid > ?2 AND uid <= ?3 ORDER BY uid LIMIT ?4";
-static const char *const store_message_walk_deleted =
-    "SELECT id, uid, flags, body_id, keywords, modseq FROM messages INDEXED BY messages_deleted "
-    "WHERE mailbox_id = ?1 AND uid > ?2 AND uid <= ?3 AND (flags & 8) != 0 ORDER BY uid "
-    "LIMIT ?4";
+#define STORE_MESSAGE_FN_FLAGS "mv_flags_fn"
+#define STORE_MESSAGE_FN_UIDS  "mv_uids_fn"
 
-struct store_message_row {
-    int64_t id;
-    uint32_t uid;
-    unsigned flags;
-    int64_t body_id;
-    uint64_t modseq;
-    char *keywords; /* NULL unless the walk asked for them */
+/* The state of mv_keywords_apply(keywords, state) for one STORE. */
+struct store_message_flags_fn {
+    mv_store *s;
+    int mode;
+    struct store_keywords keywords;
+    int rc;        /* the first failure inside the function */
+    char msg[256]; /* and its message (SQLite's error replaces the handle's) */
 };
 
-struct store_message_chunk {
-    struct store_message_row rows[STORE_MESSAGE_CHUNK];
-    size_t count;
-};
-
-typedef int (*store_message_visit_fn)(mv_store *s, const struct store_message_row *row, void *arg);
-
-static void store_message_chunk_clear(struct store_message_chunk *c)
+/* mv_keywords_apply(current, state): the message's keywords after the STORE. */
+static void store_message_keywords_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-    for (size_t i = 0; i < c->count; i++) {
-        free(c->rows[i].keywords);
-        c->rows[i].keywords = NULL;
+    (void)argc;
+    struct store_message_flags_fn *f = sqlite3_value_pointer(argv[1], STORE_MESSAGE_FN_FLAGS);
+    if (f == NULL) {
+        sqlite3_result_error(ctx, "mv_keywords_apply: no state", -1);
+        return;
     }
-    c->count = 0;
+    if (f->mode != MV_FLAGS_REPLACE && f->keywords.count == 0) {
+        sqlite3_result_value(ctx, argv[0]); /* +FLAGS / -FLAGS without keywords */
+        return;
+    }
+    const char *current = (const char *)sqlite3_value_text(argv[0]);
+    char *out = NULL;
+    int rc = store_message_keywords_apply(f->s, current != NULL ? current : "", &f->keywords,
+                                          f->mode, &out);
+    if (rc != MV_OK) {
+        if (f->rc == MV_OK) {
+            f->rc = rc;
+            snprintf(f->msg, sizeof f->msg, "%s", mv_store_errmsg(f->s));
+        }
+        sqlite3_result_error(ctx, "keywords", -1);
+        return;
+    }
+    sqlite3_result_text(ctx, out, -1, free);
 }
 
-/* Reads up to STORE_MESSAGE_CHUNK rows with after < uid <= last into c, then resets the
- * statement: nothing is stepping over messages while the caller changes them. */
-static int store_message_chunk_read(mv_store *s,
-                                    const char *sql,
-                                    int64_t mailbox_id,
-                                    uint32_t after,
-                                    uint32_t last,
-                                    int with_keywords,
-                                    struct store_message_chunk *c)
+/* The state of mv_uid_map(uid, state) for one COPY or MOVE: the source UIDs, ascending; the
+ * i-th gets first_new + i. */
+struct store_message_uids_fn {
+    const uint32_t *source;
+    size_t count;
+    uint32_t first_new;
+};
+
+/* mv_uid_map(uid, state): the UID the copy of source message uid gets. A binary search, so
+ * the order in which SQLite visits the rows does not matter. */
+static void store_message_uid_map_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-    sqlite3_stmt *st = store_stmt(s, sql);
-    if (st == NULL) {
-        return store_fail_sqlite(s, "reading messages");
-    }
-    sqlite3_bind_int64(st, 1, mailbox_id);
-    sqlite3_bind_int64(st, 2, after);
-    sqlite3_bind_int64(st, 3, last);
-    sqlite3_bind_int(st, 4, STORE_MESSAGE_CHUNK);
-    int rc = MV_OK, step = SQLITE_DONE;
-    while (rc == MV_OK && c->count < STORE_MESSAGE_CHUNK &&
-           (step = sqlite3_step(st)) == SQLITE_ROW) {
-        struct store_message_row *row = &c->rows[c->count++];
-        row->id = sqlite3_column_int64(st, 0);
-        row->uid = (uint32_t)sqlite3_column_int64(st, 1);
-        row->flags = (unsigned)sqlite3_column_int64(st, 2);
-        row->body_id = sqlite3_column_int64(st, 3);
-        row->modseq = (uint64_t)sqlite3_column_int64(st, 5);
-        row->keywords = NULL;
-        if (with_keywords) {
-            const char *text = (const char *)sqlite3_column_text(st, 4);
-            row->keywords = strdup(text != NULL ? text : "");
-            if (row->keywords == NULL) {
-                rc = store_fail(s, MV_ENOMEM, "out of memory reading messages");
-            }
+    (void)argc;
+    const struct store_message_uids_fn *m = sqlite3_value_pointer(argv[1], STORE_MESSAGE_FN_UIDS);
+    sqlite3_int64 uid = sqlite3_value_int64(argv[0]);
+    size_t lo = 0, hi = m != NULL ? m->count : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((sqlite3_int64)m->source[mid] < uid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
         }
     }
-    if (rc == MV_OK && c->count < STORE_MESSAGE_CHUNK && step != SQLITE_DONE) {
-        rc = store_fail_sqlite(s, "reading messages");
+    if (m == NULL || lo == m->count || (sqlite3_int64)m->source[lo] != uid) {
+        sqlite3_result_error(ctx, "mv_uid_map: a message outside the copied set", -1);
+        return;
+    }
+    sqlite3_result_int64(ctx, (sqlite3_int64)m->first_new + (sqlite3_int64)lo);
+}
+
+int store_message_functions(mv_store *s)
+{
+    int flags = SQLITE_UTF8 | SQLITE_DIRECTONLY;
+    if (sqlite3_create_function_v2(s->db, "mv_keywords_apply", 2, flags, NULL,
+                                   store_message_keywords_fn, NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_create_function_v2(s->db, "mv_uid_map", 2, flags, NULL, store_message_uid_map_fn,
+                                   NULL, NULL, NULL) != SQLITE_OK) {
+        return store_fail_sqlite(s, "registering the store's SQL functions");
+    }
+    return MV_OK;
+}
+
+/* Steps st (no rows, or rows to ignore) to its end and resets it; *changes gets
+ * sqlite3_changes() if not NULL. */
+static int store_message_run(mv_store *s, sqlite3_stmt *st, const char *what, int64_t *changes)
+{
+    int step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    }
+    if (changes != NULL) {
+        *changes = sqlite3_changes64(s->db);
     }
     sqlite3_reset(st);
-    return rc;
+    return step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, what);
 }
 
-/* Calls visit for each message of mailbox_id in set (with sql's filter), ascending UID. */
-static int store_message_walk(mv_store *s,
-                              const char *sql,
-                              int64_t mailbox_id,
-                              const struct store_uidset *set,
-                              int with_keywords,
-                              store_message_visit_fn visit,
-                              void *arg)
+/* The mailbox's highest modseq (*modseq) and next UID (*uidnext, if not NULL). */
+static int
+store_message_counters(mv_store *s, int64_t mailbox_id, uint64_t *modseq, uint32_t *uidnext)
 {
-    struct store_message_chunk *c = calloc(1, sizeof *c);
-    if (c == NULL) {
-        return store_fail(s, MV_ENOMEM, "out of memory walking a UID set");
+    sqlite3_stmt *st = store_stmt(s, "SELECT highestmodseq, uidnext FROM mailboxes WHERE id = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading a mailbox's counters");
     }
-    int rc = MV_OK;
-    for (size_t r = 0; rc == MV_OK && r < set->count; r++) {
-        uint32_t after = set->ranges[r].first - 1, last = set->ranges[r].last;
-        int full = 0;
-        do {
-            rc = store_message_chunk_read(s, sql, mailbox_id, after, last, with_keywords, c);
-            for (size_t i = 0; rc == MV_OK && i < c->count; i++) {
-                rc = visit(s, &c->rows[i], arg);
-            }
-            full = c->count == STORE_MESSAGE_CHUNK;
-            if (c->count != 0) {
-                after = c->rows[c->count - 1].uid;
-            }
-            store_message_chunk_clear(c);
-        } while (rc == MV_OK && full);
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        *modseq = (uint64_t)sqlite3_column_int64(st, 0);
+        if (uidnext != NULL) {
+            sqlite3_int64 next = sqlite3_column_int64(st, 1);
+            *uidnext = next >= 1 && next <= UINT32_MAX ? (uint32_t)next : 0;
+        }
     }
-    free(c);
-    return rc;
+    sqlite3_reset(st);
+    if (step != SQLITE_ROW) {
+        return step == SQLITE_DONE
+                   ? store_fail(s, MV_ECORRUPT, "mailbox %lld has gone", (long long)mailbox_id)
+                   : store_fail_sqlite(s, "reading a mailbox's counters");
+    }
+    return MV_OK;
 }
 
-/* Resolves mailbox and parses uid_set against its largest UID. uid_set NULL means every
- * message when allow_all is set, else it is an error. */
+/* Raises the mailbox's highest modseq to modseq (never lowers it). */
+static int store_message_modseq_raise(mv_store *s, int64_t mailbox_id, uint64_t modseq)
+{
+    sqlite3_stmt *st = store_stmt(s, "UPDATE mailboxes SET highestmodseq = max(highestmodseq, ?2) "
+                                     "WHERE id = ?1");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "allocating a modseq");
+    }
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)modseq);
+    return store_message_run(s, st, "allocating a modseq", NULL);
+}
+
+/* Change-log rows of kind for the messages of mailbox_id that carry modseq (a command's
+ * own, just allocated: exactly the messages it changed or added). One statement through
+ * the (mailbox_id, modseq) index. */
+static int
+store_message_log_modseq(mv_store *s, int64_t mailbox_id, uint64_t modseq, const char *kind)
+{
+    sqlite3_stmt *st = store_stmt(s, "INSERT OR FAIL INTO changes(mailbox_id, modseq, uid, kind, "
+                                     "at) SELECT ?1, ?2, uid, ?3, ?4 FROM messages "
+                                     "INDEXED BY messages_modseq WHERE mailbox_id = ?1 "
+                                     "AND modseq = ?2");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "writing the change log");
+    }
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)modseq);
+    sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)time(NULL));
+    return store_message_run(s, st, "writing the change log", NULL);
+}
+
+/* Resolves mailbox and turns the set (text, or typed ranges when text is NULL and ranges is
+ * not; neither: every message when allow_all is set) into clamped ranges. */
+struct store_message_setarg {
+    const char *text;
+    const struct mv_uid_range *ranges;
+    size_t count;
+    int all; /* no set given: every message */
+};
+
 static int store_message_open_set(mv_store *s,
                                   const char *mailbox,
-                                  const char *uid_set,
-                                  int allow_all,
+                                  const struct store_message_setarg *arg,
                                   int64_t *mailbox_id,
                                   struct store_uidset *set)
 {
@@ -818,143 +881,138 @@ static int store_message_open_set(mv_store *s,
     if (step != SQLITE_ROW) {
         return store_fail_sqlite(s, "reading the largest UID");
     }
-    if (uid_set == NULL && allow_all) {
+    if (arg->all) {
         return store_uidset_parse(s, "1:*", max_uid, set);
     }
-    return store_uidset_parse(s, uid_set, max_uid, set);
-}
-
-/* Deletes one message row and logs its expunge under the command's modseq (allocated on
- * the first one); drops its body reference if unref is set (not for MOVE). */
-static int store_message_remove(mv_store *s,
-                                int64_t mailbox_id,
-                                const struct store_message_row *row,
-                                int unref,
-                                uint64_t *modseq)
-{
-    int rc = *modseq == 0 ? store_mailbox_next_modseq(s, mailbox_id, modseq) : MV_OK;
-    if (rc != MV_OK) {
-        return rc;
+    if (arg->text == NULL) {
+        return store_uidset_from_ranges(s, arg->ranges, arg->count, max_uid, set);
     }
-    sqlite3_stmt *st = store_stmt(s, "DELETE FROM messages WHERE id = ?");
-    if (st == NULL) {
-        return store_fail_sqlite(s, "expunging a message");
-    }
-    sqlite3_bind_int64(st, 1, row->id);
-    int step = sqlite3_step(st);
-    sqlite3_reset(st);
-    if (step != SQLITE_DONE) {
-        return store_fail_sqlite(s, "expunging a message");
-    }
-    rc = unref ? store_body_unref(s, row->body_id) : MV_OK;
-    if (rc == MV_OK) {
-        rc = store_message_log(s, mailbox_id, *modseq, row->uid, "expunge");
-    }
-    return rc;
+    return store_uidset_parse(s, arg->text, max_uid, set);
 }
 
 /* ---- flags ----------------------------------------------------------------------------- */
 
-struct store_message_flags {
-    int mode;
-    unsigned flags;
-    struct store_keywords keywords;
-    int64_t mailbox_id;
-    uint64_t modseq; /* one for the command, allocated on the first change */
-    uint32_t changed;
-    /* mv_flags_set_unchanged_since: messages whose modseq is above this one are left alone
-     * and their UIDs collected in failed (UINT64_MAX: no condition, nothing fails). */
-    uint64_t unchanged_since;
-    uint32_t *failed;
-    size_t failed_count;
-    size_t failed_cap;
-};
-
-/* Records a message that failed the UNCHANGEDSINCE test. */
-static int store_message_flags_failed(mv_store *s, struct store_message_flags *c, uint32_t uid)
+/* UIDs of the range whose modseq is above the UNCHANGEDSINCE bound, appended to *failed. */
+static int store_message_flags_failed(mv_store *s,
+                                      int64_t mailbox_id,
+                                      const struct mv_uid_range *r,
+                                      uint64_t unchanged_since,
+                                      uint32_t **failed,
+                                      size_t *count,
+                                      size_t *cap)
 {
-    if (c->failed_count == c->failed_cap) {
-        size_t cap = c->failed_cap != 0 ? c->failed_cap * 2 : 64;
-        uint32_t *grown =
-            cap <= SIZE_MAX / sizeof *grown ? realloc(c->failed, cap * sizeof *grown) : NULL;
-        if (grown == NULL) {
-            return store_fail(s, MV_ENOMEM, "out of memory recording modified messages");
+    sqlite3_stmt *st = store_stmt(s, "SELECT uid FROM messages WHERE mailbox_id = ?1 AND uid "
+                                     "BETWEEN ?2 AND ?3 AND modseq > ?4 ORDER BY uid");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading modseqs");
+    }
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    sqlite3_bind_int64(st, 2, r->first);
+    sqlite3_bind_int64(st, 3, r->last);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)unchanged_since);
+    int rc = MV_OK, step;
+    while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*count == *cap) {
+            size_t grown = *cap != 0 ? *cap * 2 : 64;
+            uint32_t *p =
+                grown <= SIZE_MAX / sizeof *p ? realloc(*failed, grown * sizeof *p) : NULL;
+            if (p == NULL) {
+                rc = store_fail(s, MV_ENOMEM, "out of memory recording modified messages");
+                break;
+            }
+            *failed = p;
+            *cap = grown;
         }
-        c->failed = grown;
-        c->failed_cap = cap;
+        (*failed)[(*count)++] = (uint32_t)sqlite3_column_int64(st, 0);
     }
-    c->failed[c->failed_count++] = uid;
-    return MV_OK;
-}
-
-static int store_message_flags_visit(mv_store *s, const struct store_message_row *row, void *arg)
-{
-    struct store_message_flags *c = arg;
-    if (row->modseq > c->unchanged_since) {
-        return store_message_flags_failed(s, c, row->uid); /* changed since: left alone */
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "reading modseqs");
     }
-    unsigned flags = c->mode == MV_FLAGS_REPLACE ? c->flags
-                     : c->mode == MV_FLAGS_ADD   ? row->flags | c->flags
-                                                 : row->flags & ~c->flags;
-    char *keywords = NULL;
-    int rc = store_message_keywords_apply(s, row->keywords, &c->keywords, c->mode, &keywords);
-    if (rc != MV_OK || (flags == row->flags && strcmp(keywords, row->keywords) == 0)) {
-        free(keywords);
-        return rc; /* unchanged: keeps its modseq */
-    }
-    if (c->modseq == 0) {
-        rc = store_mailbox_next_modseq(s, c->mailbox_id, &c->modseq);
-    }
-    sqlite3_stmt *st = rc == MV_OK ? store_stmt(s, "UPDATE messages SET flags = ?, keywords = ?, "
-                                                   "modseq = ? WHERE id = ?")
-                                   : NULL;
-    if (rc == MV_OK && st == NULL) {
-        rc = store_fail_sqlite(s, "changing flags");
-    }
-    if (rc == MV_OK) {
-        sqlite3_bind_int64(st, 1, flags);
-        sqlite3_bind_text(st, 2, keywords, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, (sqlite3_int64)c->modseq);
-        sqlite3_bind_int64(st, 4, row->id);
-        int step = sqlite3_step(st);
-        sqlite3_reset(st);
-        rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "changing flags");
-    }
-    free(keywords);
-    if (rc == MV_OK) {
-        rc = store_message_log(s, c->mailbox_id, c->modseq, row->uid, "flags");
-    }
-    c->changed += rc == MV_OK;
+    sqlite3_reset(st);
     return rc;
 }
 
-/* The flag change of mv_flags_set and mv_flags_set_unchanged_since: the test and the change
- * read and write in the same IMMEDIATE transaction, so no writer comes between them. */
+/* The flag change of every mv_flags_set* function: in one IMMEDIATE transaction, per range
+ * one UPDATE of the messages whose flags or keywords change (and whose modseq is within the
+ * bound), all under one new modseq; then one change-log INSERT for them. The test and the
+ * change share the write transaction, so no writer comes between them. */
 static int store_message_flags_run(mv_store *s,
                                    const char *mailbox,
-                                   const char *uid_set,
+                                   const struct store_message_setarg *arg,
+                                   int mode,
+                                   unsigned flags,
                                    const char *keywords,
-                                   struct store_message_flags *c)
+                                   uint64_t unchanged_since,
+                                   uint32_t *changed_out,
+                                   uint32_t **failed_out,
+                                   size_t *failed_count_out)
 {
+    static const char *const update_sql =
+        "UPDATE OR FAIL messages SET flags = (CASE ?4 WHEN 0 THEN ?5 WHEN 1 THEN flags | ?5 "
+        "ELSE flags & ~?5 END), keywords = mv_keywords_apply(keywords, ?6), modseq = ?8 "
+        "WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3 AND modseq <= ?7 AND "
+        "(flags != (CASE ?4 WHEN 0 THEN ?5 WHEN 1 THEN flags | ?5 ELSE flags & ~?5 END) "
+        "OR keywords != mv_keywords_apply(keywords, ?6))";
+    struct store_message_flags_fn fn = {.s = s, .mode = mode};
     struct store_uidset set = {0};
+    int64_t mailbox_id = 0;
+    uint64_t modseq = 0;
+    int64_t changed = 0;
+    uint32_t *failed = NULL;
+    size_t failed_count = 0, failed_cap = 0;
     int rc = MV_OK, began = 0;
-    if (c->mode < MV_FLAGS_REPLACE || c->mode > MV_FLAGS_REMOVE || (c->flags & ~MV_FLAG_ALL) != 0) {
-        return store_fail(s, MV_EINVAL, "bad flag mode %d or flag bits 0x%x", c->mode, c->flags);
+    if (mode < MV_FLAGS_REPLACE || mode > MV_FLAGS_REMOVE || (flags & ~MV_FLAG_ALL) != 0) {
+        return store_fail(s, MV_EINVAL, "bad flag mode %d or flag bits 0x%x", mode, flags);
     }
-    rc = store_message_keywords_split(s, keywords, 1, &c->keywords);
-    if (rc == MV_OK && c->mode != MV_FLAGS_REMOVE) {
-        rc = store_message_keywords_count_check(s, c->keywords.count);
+    rc = store_message_keywords_split(s, keywords, 1, &fn.keywords);
+    if (rc == MV_OK && mode != MV_FLAGS_REMOVE) {
+        rc = store_message_keywords_count_check(s, fn.keywords.count);
     }
     if (rc == MV_OK) {
         rc = store_begin(s);
         began = rc == MV_OK;
     }
     if (rc == MV_OK) {
-        rc = store_message_open_set(s, mailbox, uid_set, 0, &c->mailbox_id, &set);
+        rc = store_message_open_set(s, mailbox, arg, &mailbox_id, &set);
     }
     if (rc == MV_OK) {
-        rc = store_message_walk(s, store_message_walk_all, c->mailbox_id, &set, 1,
-                                store_message_flags_visit, c);
+        rc = store_message_counters(s, mailbox_id, &modseq, NULL);
+        modseq++; /* the command's: used only if something changes */
+    }
+    /* Modseqs are stored as SQLite integers: a bound above INT64_MAX is no bound. */
+    sqlite3_int64 bound =
+        unchanged_since > (uint64_t)INT64_MAX ? INT64_MAX : (sqlite3_int64)unchanged_since;
+    for (size_t r = 0; rc == MV_OK && r < set.count; r++) {
+        if (unchanged_since != MV_UNCHANGEDSINCE_NONE) {
+            rc = store_message_flags_failed(s, mailbox_id, &set.ranges[r], (uint64_t)bound, &failed,
+                                            &failed_count, &failed_cap);
+        }
+        sqlite3_stmt *st = rc == MV_OK ? store_stmt(s, update_sql) : NULL;
+        if (rc == MV_OK && st == NULL) {
+            rc = store_fail_sqlite(s, "changing flags");
+        }
+        if (rc == MV_OK) {
+            int64_t n = 0;
+            sqlite3_bind_int64(st, 1, mailbox_id);
+            sqlite3_bind_int64(st, 2, set.ranges[r].first);
+            sqlite3_bind_int64(st, 3, set.ranges[r].last);
+            sqlite3_bind_int(st, 4, mode);
+            sqlite3_bind_int64(st, 5, flags);
+            sqlite3_bind_pointer(st, 6, &fn, STORE_MESSAGE_FN_FLAGS, NULL);
+            sqlite3_bind_int64(st, 7, bound);
+            sqlite3_bind_int64(st, 8, (sqlite3_int64)modseq);
+            rc = store_message_run(s, st, "changing flags", &n);
+            if (fn.rc != MV_OK) {
+                rc = store_fail(s, fn.rc, "%s", fn.msg); /* a keyword limit, not SQLite's */
+            }
+            changed += rc == MV_OK ? n : 0;
+        }
+    }
+    if (rc == MV_OK && changed > 0) {
+        rc = store_message_modseq_raise(s, mailbox_id, modseq);
+    }
+    if (rc == MV_OK && changed > 0) {
+        rc = store_message_log_modseq(s, mailbox_id, modseq, "flags");
     }
     if (rc == MV_OK) {
         rc = store_commit(s);
@@ -962,8 +1020,22 @@ static int store_message_flags_run(mv_store *s,
         store_rollback(s);
     }
     store_uidset_free(&set);
-    store_message_keywords_free(&c->keywords);
-    return rc;
+    store_message_keywords_free(&fn.keywords);
+    if (rc != MV_OK) {
+        free(failed);
+        return rc;
+    }
+    if (changed_out != NULL) {
+        *changed_out = (uint32_t)changed;
+    }
+    if (failed_out != NULL) {
+        *failed_out = failed;
+        *failed_count_out = failed_count;
+    } else {
+        assert(failed == NULL); /* no condition: nothing can fail it */
+        free(failed);
+    }
+    return MV_OK;
 }
 
 int mv_flags_set(mv_store *s,
@@ -974,16 +1046,44 @@ int mv_flags_set(mv_store *s,
                  const char *keywords,
                  uint32_t *changed_out)
 {
-    struct store_message_flags c = {.mode = mode, .flags = flags, .unchanged_since = UINT64_MAX};
+    struct store_message_setarg arg = {.text = uid_set};
     if (changed_out != NULL) {
         *changed_out = 0;
     }
-    int rc = store_message_flags_run(s, mailbox, uid_set, keywords, &c);
-    assert(c.failed == NULL); /* no condition: nothing can fail it */
-    if (rc == MV_OK && changed_out != NULL) {
-        *changed_out = c.changed;
+    if (uid_set == NULL) {
+        return store_fail(s, MV_EINVAL, "empty UID set");
     }
-    return rc;
+    return store_message_flags_run(s, mailbox, &arg, mode, flags, keywords, MV_UNCHANGEDSINCE_NONE,
+                                   changed_out, NULL, NULL);
+}
+
+/* The output checks of the conditional forms; MV_OK or MV_EINVAL. */
+static int store_message_flags_outputs(mv_store *s,
+                                       uint64_t unchanged_since,
+                                       uint32_t *changed_out,
+                                       uint32_t **failed_out,
+                                       size_t *failed_count_out)
+{
+    if (changed_out != NULL) {
+        *changed_out = 0;
+    }
+    if (failed_out != NULL) {
+        *failed_out = NULL;
+    }
+    if (failed_count_out != NULL) {
+        *failed_count_out = 0;
+    }
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (unchanged_since != MV_UNCHANGEDSINCE_NONE &&
+        (failed_out == NULL || failed_count_out == NULL)) {
+        return store_fail(s, MV_EINVAL, "UNCHANGEDSINCE without failed_out / failed_count_out");
+    }
+    if ((failed_out == NULL) != (failed_count_out == NULL)) {
+        return store_fail(s, MV_EINVAL, "failed_out and failed_count_out go together");
+    }
+    return MV_OK;
 }
 
 int mv_flags_set_unchanged_since(mv_store *s,
@@ -997,125 +1097,200 @@ int mv_flags_set_unchanged_since(mv_store *s,
                                  uint32_t **failed_out,
                                  size_t *failed_count_out)
 {
-    struct store_message_flags c = {
-        .mode = mode, .flags = flags, .unchanged_since = unchanged_since};
-    if (changed_out != NULL) {
-        *changed_out = 0;
-    }
-    if (failed_out != NULL) {
-        *failed_out = NULL;
-    }
-    if (failed_count_out != NULL) {
-        *failed_count_out = 0;
-    }
-    if (s == NULL) {
-        return MV_EINVAL;
-    }
-    if (failed_out == NULL || failed_count_out == NULL) {
-        return store_fail(s, MV_EINVAL, "mv_flags_set_unchanged_since: NULL output pointer");
-    }
-    int rc = store_message_flags_run(s, mailbox, uid_set, keywords, &c);
+    struct store_message_setarg arg = {.text = uid_set};
+    int rc = store_message_flags_outputs(s, 0, changed_out, failed_out, failed_count_out);
     if (rc != MV_OK) {
-        free(c.failed);
         return rc;
     }
-    if (changed_out != NULL) {
-        *changed_out = c.changed;
+    if (uid_set == NULL) {
+        return store_fail(s, MV_EINVAL, "empty UID set");
     }
-    *failed_out = c.failed;
-    *failed_count_out = c.failed_count;
-    return MV_OK;
+    /* 0 fails every message (modseqs start at 1); UINT64_MAX is as high as a bound goes. */
+    return store_message_flags_run(s, mailbox, &arg, mode, flags, keywords,
+                                   unchanged_since == MV_UNCHANGEDSINCE_NONE ? UINT64_MAX - 1
+                                                                             : unchanged_since,
+                                   changed_out, failed_out, failed_count_out);
+}
+
+int mv_flags_set_ranges(mv_store *s,
+                        const char *mailbox,
+                        const struct mv_uid_range *ranges,
+                        size_t count,
+                        int mode,
+                        unsigned flags,
+                        const char *keywords,
+                        uint64_t unchanged_since,
+                        uint32_t *changed_out,
+                        uint32_t **failed_out,
+                        size_t *failed_count_out)
+{
+    struct store_message_setarg arg = {.ranges = ranges, .count = count};
+    int rc =
+        store_message_flags_outputs(s, unchanged_since, changed_out, failed_out, failed_count_out);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    return store_message_flags_run(s, mailbox, &arg, mode, flags, keywords, unchanged_since,
+                                   changed_out, failed_out, failed_count_out);
 }
 
 /* ---- copy, move, expunge --------------------------------------------------------------- */
 
-struct store_message_transfer {
-    int64_t from_id;
-    int64_t to_id;
-    int move;
-    uint64_t expunge_modseq; /* MOVE: one for the command in the source */
-    uint32_t count;
-    int want_pairs;      /* mv_message_copy_uids: record (source UID, new UID) pairs */
-    uint32_t *pairs;     /* 2 * count entries */
-    uint32_t pairs_room; /* messages the array has room for */
-};
-
-/* Appends (from, to) to the transfer's UID pairs. */
-static int store_message_transfer_pair(mv_store *s,
-                                       struct store_message_transfer *t,
-                                       uint32_t from,
-                                       uint32_t to)
+/* Appends the UIDs of the messages of mailbox_id in r to *uids (ascending). */
+static int store_message_uids(mv_store *s,
+                              int64_t mailbox_id,
+                              const struct mv_uid_range *r,
+                              uint32_t **uids,
+                              size_t *count,
+                              size_t *cap)
 {
-    if (t->count == t->pairs_room) {
-        size_t room = t->pairs_room != 0 ? (size_t)t->pairs_room * 2 : 64;
-        uint32_t *pairs = NULL;
-        if (room <= UINT32_MAX) {
-            pairs = realloc(t->pairs, room * 2 * sizeof *pairs);
+    sqlite3_stmt *st = store_stmt(s, "SELECT uid FROM messages WHERE mailbox_id = ?1 AND uid "
+                                     "BETWEEN ?2 AND ?3 ORDER BY uid");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading messages");
+    }
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    sqlite3_bind_int64(st, 2, r->first);
+    sqlite3_bind_int64(st, 3, r->last);
+    int rc = MV_OK, step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*count == *cap) {
+            size_t grown = *cap != 0 ? *cap * 2 : 256;
+            uint32_t *p = grown <= SIZE_MAX / sizeof *p ? realloc(*uids, grown * sizeof *p) : NULL;
+            if (p == NULL) {
+                rc = store_fail(s, MV_ENOMEM, "out of memory reading a UID set");
+                break;
+            }
+            *uids = p;
+            *cap = grown;
         }
-        if (pairs == NULL) {
-            return store_fail(s, MV_ENOMEM, "out of memory recording copied UIDs");
-        }
-        t->pairs = pairs;
-        t->pairs_room = (uint32_t)room;
+        (*uids)[(*count)++] = (uint32_t)sqlite3_column_int64(st, 0);
     }
-    t->pairs[2 * (size_t)t->count] = from;
-    t->pairs[2 * (size_t)t->count + 1] = to;
-    return MV_OK;
-}
-
-static int store_message_transfer_visit(mv_store *s, const struct store_message_row *row, void *arg)
-{
-    struct store_message_transfer *t = arg;
-    uint32_t uid = 0;
-    uint64_t modseq = 0;
-    int rc = store_mailbox_next_uid(s, t->to_id, &uid, &modseq);
-    sqlite3_stmt *st = rc == MV_OK ? store_stmt(s, "INSERT INTO messages(mailbox_id, uid, modseq, "
-                                                   "internal_date, sent_date, size, flags, "
-                                                   "keywords, subject, from_addr, to_addr, "
-                                                   "cc_addr, message_id, in_reply_to, thread_id, "
-                                                   "body_id) SELECT ?1, ?2, ?3, internal_date, "
-                                                   "sent_date, size, flags, keywords, subject, "
-                                                   "from_addr, to_addr, cc_addr, message_id, "
-                                                   "in_reply_to, thread_id, body_id "
-                                                   "FROM messages WHERE id = ?4")
-                                   : NULL;
-    if (rc == MV_OK && st == NULL) {
-        rc = store_fail_sqlite(s, "copying a message");
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "reading messages");
     }
-    if (rc == MV_OK) {
-        sqlite3_bind_int64(st, 1, t->to_id);
-        sqlite3_bind_int64(st, 2, uid);
-        sqlite3_bind_int64(st, 3, (sqlite3_int64)modseq);
-        sqlite3_bind_int64(st, 4, row->id);
-        int step = sqlite3_step(st);
-        sqlite3_reset(st);
-        rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "copying a message");
-    }
-    if (rc == MV_OK) {
-        rc = store_message_log(s, t->to_id, modseq, uid, "append");
-    }
-    if (rc == MV_OK) {
-        /* COPY adds a reference; MOVE hands the source's reference over. */
-        rc = t->move ? store_message_remove(s, t->from_id, row, 0, &t->expunge_modseq)
-                     : store_body_ref(s, row->body_id);
-    }
-    if (rc == MV_OK && t->want_pairs) {
-        rc = store_message_transfer_pair(s, t, row->uid, uid);
-    }
-    t->count += rc == MV_OK;
+    sqlite3_reset(st);
     return rc;
 }
 
+/* Binds (mailbox, first, last) of a range statement as ?1, ?2, ?3. */
+static void
+store_message_bind_range(sqlite3_stmt *st, int64_t mailbox_id, const struct mv_uid_range *r)
+{
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    sqlite3_bind_int64(st, 2, r->first);
+    sqlite3_bind_int64(st, 3, r->last);
+}
+
+/* COPY of one range: one INSERT ... SELECT; the copies get their UIDs from mv_uid_map. */
+static int store_message_copy_range(mv_store *s,
+                                    int64_t from_id,
+                                    int64_t to_id,
+                                    const struct mv_uid_range *r,
+                                    uint64_t modseq,
+                                    struct store_message_uids_fn *map)
+{
+    sqlite3_stmt *st = store_stmt(s, "INSERT OR FAIL INTO messages(mailbox_id, uid, modseq, "
+                                     "internal_date, sent_date, size, flags, keywords, subject, "
+                                     "from_addr, to_addr, cc_addr, message_id, in_reply_to, "
+                                     "thread_id, body_id) SELECT ?4, mv_uid_map(uid, ?5), ?6, "
+                                     "internal_date, sent_date, size, flags, keywords, subject, "
+                                     "from_addr, to_addr, cc_addr, message_id, in_reply_to, "
+                                     "thread_id, body_id FROM messages WHERE mailbox_id = ?1 "
+                                     "AND uid BETWEEN ?2 AND ?3");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "copying messages");
+    }
+    store_message_bind_range(st, from_id, r);
+    sqlite3_bind_int64(st, 4, to_id);
+    sqlite3_bind_pointer(st, 5, map, STORE_MESSAGE_FN_UIDS, NULL);
+    sqlite3_bind_int64(st, 6, (sqlite3_int64)modseq);
+    return store_message_run(s, st, "copying messages", NULL);
+}
+
+/* MOVE of one range: the expunge rows in the source, then one UPDATE that moves the rows
+ * (the bodies keep their references; the counter triggers move the counts). */
+static int store_message_move_range(mv_store *s,
+                                    int64_t from_id,
+                                    int64_t to_id,
+                                    const struct mv_uid_range *r,
+                                    uint64_t modseq,
+                                    uint64_t expunge_modseq,
+                                    struct store_message_uids_fn *map)
+{
+    sqlite3_stmt *st = store_stmt(s, "INSERT OR FAIL INTO changes(mailbox_id, modseq, uid, kind, "
+                                     "at) SELECT ?1, ?4, uid, 'expunge', ?5 FROM messages "
+                                     "WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "writing the change log");
+    }
+    store_message_bind_range(st, from_id, r);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)expunge_modseq);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)time(NULL));
+    int rc = store_message_run(s, st, "writing the change log", NULL);
+    st = rc == MV_OK ? store_stmt(s, "UPDATE OR FAIL messages SET mailbox_id = ?4, "
+                                     "uid = mv_uid_map(uid, ?5), modseq = ?6 "
+                                     "WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3")
+                     : NULL;
+    if (rc == MV_OK && st == NULL) {
+        rc = store_fail_sqlite(s, "moving messages");
+    }
+    if (rc == MV_OK) {
+        store_message_bind_range(st, from_id, r);
+        sqlite3_bind_int64(st, 4, to_id);
+        sqlite3_bind_pointer(st, 5, map, STORE_MESSAGE_FN_UIDS, NULL);
+        sqlite3_bind_int64(st, 6, (sqlite3_int64)modseq);
+        rc = store_message_run(s, st, "moving messages", NULL);
+    }
+    return rc;
+}
+
+/* After a COPY: one more reference to the body of each new message (UIDs from first_new). */
+static int store_message_copy_refs(mv_store *s, int64_t to_id, uint32_t first_new)
+{
+    sqlite3_stmt *st = store_stmt(s, "UPDATE OR FAIL bodies SET refcount = refcount + (SELECT "
+                                     "count(*) FROM messages m WHERE m.body_id = bodies.id AND "
+                                     "m.mailbox_id = ?1 AND m.uid >= ?2) WHERE id IN (SELECT "
+                                     "body_id FROM messages WHERE mailbox_id = ?1 AND uid >= ?2)");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "referencing message bodies");
+    }
+    sqlite3_bind_int64(st, 1, to_id);
+    sqlite3_bind_int64(st, 2, first_new);
+    return store_message_run(s, st, "referencing message bodies", NULL);
+}
+
+/* The new UIDs and the mailbox's next one after n copies from first_new. */
+static int store_message_uidnext_set(mv_store *s, int64_t to_id, uint32_t first_new, size_t n)
+{
+    sqlite3_stmt *st = store_stmt(s, "UPDATE mailboxes SET uidnext = ?2 WHERE id = ?1");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "allocating UIDs");
+    }
+    sqlite3_bind_int64(st, 1, to_id);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)first_new + (sqlite3_int64)n);
+    return store_message_run(s, st, "allocating UIDs", NULL);
+}
+
+/* COPY and MOVE: the source UIDs are read first (they fix the new UIDs: the i-th source
+ * message gets uidnext + i, so the copies keep the source order), then one statement per
+ * range copies or moves the rows, and a few statements per command write the change log,
+ * the references and the counters. One modseq for the command in the target (and one in
+ * the source for MOVE's expunges). */
 static int store_message_transfer(mv_store *s,
                                   const char *from,
-                                  const char *uid_set,
+                                  const struct store_message_setarg *arg,
                                   const char *to,
                                   int move,
                                   uint32_t *count_out,
                                   uint32_t **pairs_out)
 {
-    struct store_message_transfer t = {.move = move, .want_pairs = pairs_out != NULL};
     struct store_uidset set = {0};
+    struct store_message_uids_fn map = {0};
+    uint32_t *source = NULL;
+    size_t count = 0, cap = 0;
+    int64_t from_id = 0, to_id = 0;
+    uint64_t modseq = 0, expunge_modseq = 0;
     if (count_out != NULL) {
         *count_out = 0;
     }
@@ -1124,42 +1299,98 @@ static int store_message_transfer(mv_store *s,
     }
     int rc = store_begin(s), began = rc == MV_OK;
     if (rc == MV_OK) {
-        rc = store_message_open_set(s, from, uid_set, 0, &t.from_id, &set);
+        rc = store_message_open_set(s, from, arg, &from_id, &set);
     }
     if (rc == MV_OK) {
-        rc = store_mailbox_id(s, to, &t.to_id);
+        rc = store_mailbox_id(s, to, &to_id);
     }
-    if (rc == MV_OK) {
-        rc = store_message_walk(s, store_message_walk_all, t.from_id, &set, 0,
-                                store_message_transfer_visit, &t);
+    for (size_t r = 0; rc == MV_OK && r < set.count; r++) {
+        rc = store_message_uids(s, from_id, &set.ranges[r], &source, &count, &cap);
+    }
+    if (rc == MV_OK && count > 0) {
+        rc = store_message_counters(s, to_id, &modseq, &map.first_new);
+        modseq++;
+    }
+    if (rc == MV_OK && count > 0 &&
+        (map.first_new == 0 || (uint64_t)map.first_new + count - 1 > STORE_MESSAGE_UID_MAX)) {
+        rc =
+            store_fail(s, MV_ELIMIT, "the mailbox \"%s\" has no room for %zu more UIDs", to, count);
+    }
+    if (rc == MV_OK && count > 0 && move) {
+        rc = store_message_counters(s, from_id, &expunge_modseq, NULL);
+        expunge_modseq = from_id == to_id ? modseq + 1 : expunge_modseq + 1;
+    }
+    map.source = source;
+    map.count = count;
+    for (size_t r = 0; rc == MV_OK && count > 0 && r < set.count; r++) {
+        rc = move ? store_message_move_range(s, from_id, to_id, &set.ranges[r], modseq,
+                                             expunge_modseq, &map)
+                  : store_message_copy_range(s, from_id, to_id, &set.ranges[r], modseq, &map);
+    }
+    if (rc == MV_OK && count > 0) {
+        rc = store_message_uidnext_set(s, to_id, map.first_new, count);
+    }
+    if (rc == MV_OK && count > 0) {
+        rc = store_message_modseq_raise(s, to_id, modseq);
+    }
+    if (rc == MV_OK && count > 0 && move) {
+        rc = store_message_modseq_raise(s, from_id, expunge_modseq);
+    }
+    if (rc == MV_OK && count > 0) {
+        rc = store_message_log_modseq(s, to_id, modseq, "append");
+    }
+    if (rc == MV_OK && count > 0 && !move) {
+        rc = store_message_copy_refs(s, to_id, map.first_new);
+    }
+    uint32_t *pairs = NULL;
+    if (rc == MV_OK && count > 0 && pairs_out != NULL) {
+        pairs = count <= SIZE_MAX / (2 * sizeof *pairs) ? malloc(count * 2 * sizeof *pairs) : NULL;
+        if (pairs == NULL) {
+            rc = store_fail(s, MV_ENOMEM, "out of memory recording copied UIDs");
+        }
+        for (size_t i = 0; pairs != NULL && i < count; i++) {
+            pairs[2 * i] = source[i];
+            pairs[2 * i + 1] = map.first_new + (uint32_t)i;
+        }
     }
     if (rc == MV_OK) {
         rc = store_commit(s);
     } else if (began) {
         store_rollback(s);
     }
-    if (rc == MV_OK && count_out != NULL) {
-        *count_out = t.count;
-    }
-    if (rc == MV_OK && pairs_out != NULL && t.count > 0) {
-        *pairs_out = t.pairs;
-        t.pairs = NULL;
-    }
-    free(t.pairs);
+    free(source);
     store_uidset_free(&set);
-    return rc;
+    if (rc != MV_OK) {
+        free(pairs);
+        return rc;
+    }
+    if (count_out != NULL) {
+        *count_out = (uint32_t)count;
+    }
+    if (pairs_out != NULL) {
+        *pairs_out = pairs;
+    }
+    return MV_OK;
 }
 
 int mv_message_copy(
     mv_store *s, const char *from, const char *uid_set, const char *to, uint32_t *count_out)
 {
-    return store_message_transfer(s, from, uid_set, to, 0, count_out, NULL);
+    struct store_message_setarg arg = {.text = uid_set};
+    if (uid_set == NULL) {
+        return store_fail(s, MV_EINVAL, "empty UID set");
+    }
+    return store_message_transfer(s, from, &arg, to, 0, count_out, NULL);
 }
 
 int mv_message_move(
     mv_store *s, const char *from, const char *uid_set, const char *to, uint32_t *count_out)
 {
-    return store_message_transfer(s, from, uid_set, to, 1, count_out, NULL);
+    struct store_message_setarg arg = {.text = uid_set};
+    if (uid_set == NULL) {
+        return store_fail(s, MV_EINVAL, "empty UID set");
+    }
+    return store_message_transfer(s, from, &arg, to, 1, count_out, NULL);
 }
 
 int mv_message_copy_uids(mv_store *s,
@@ -1170,40 +1401,121 @@ int mv_message_copy_uids(mv_store *s,
                          uint32_t **pairs_out,
                          uint32_t *count_out)
 {
+    struct store_message_setarg arg = {.text = uid_set};
     if (pairs_out == NULL || count_out == NULL) {
         return store_fail(s, MV_EINVAL, "mv_message_copy_uids: no output pointers");
     }
-    return store_message_transfer(s, from, uid_set, to, move != 0, count_out, pairs_out);
+    if (uid_set == NULL) {
+        *pairs_out = NULL;
+        *count_out = 0;
+        return store_fail(s, MV_EINVAL, "empty UID set");
+    }
+    return store_message_transfer(s, from, &arg, to, move != 0, count_out, pairs_out);
 }
 
-struct store_message_expunge {
-    int64_t mailbox_id;
-    uint64_t modseq;
-    uint32_t count;
-};
-
-static int store_message_expunge_visit(mv_store *s, const struct store_message_row *row, void *arg)
+int mv_message_copy_ranges(mv_store *s,
+                           const char *from,
+                           const struct mv_uid_range *ranges,
+                           size_t count,
+                           const char *to,
+                           int move,
+                           uint32_t **pairs_out,
+                           uint32_t *count_out)
 {
-    struct store_message_expunge *e = arg;
-    int rc = store_message_remove(s, e->mailbox_id, row, 1, &e->modseq);
-    e->count += rc == MV_OK;
+    struct store_message_setarg arg = {.ranges = ranges, .count = count};
+    if (pairs_out == NULL || count_out == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_message_copy_ranges: no output pointers");
+    }
+    return store_message_transfer(s, from, &arg, to, move != 0, count_out, pairs_out);
+}
+
+/* EXPUNGE of one range: the expunge rows, one reference less to each body (the bodies left
+ * without one are collected in *dropped), the rows. Three statements, through the partial
+ * index of \Deleted messages. *count gets the messages expunged. */
+static int store_message_expunge_range(mv_store *s,
+                                       int64_t mailbox_id,
+                                       const struct mv_uid_range *r,
+                                       uint64_t modseq,
+                                       struct store_ids *dropped,
+                                       int64_t *count)
+{
+    sqlite3_stmt *st = store_stmt(s, "INSERT OR FAIL INTO changes(mailbox_id, modseq, uid, kind, "
+                                     "at) SELECT ?1, ?4, uid, 'expunge', ?5 FROM messages "
+                                     "INDEXED BY messages_deleted WHERE mailbox_id = ?1 AND uid "
+                                     "BETWEEN ?2 AND ?3 AND (flags & 8) != 0");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "writing the change log");
+    }
+    store_message_bind_range(st, mailbox_id, r);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)modseq);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)time(NULL));
+    int rc = store_message_run(s, st, "writing the change log", count);
+    if (rc != MV_OK || *count == 0) {
+        return rc;
+    }
+    st = store_stmt(s, "UPDATE OR FAIL bodies SET refcount = refcount - (SELECT count(*) FROM "
+                       "messages m WHERE m.body_id = bodies.id AND m.mailbox_id = ?1 AND m.uid "
+                       "BETWEEN ?2 AND ?3 AND (m.flags & 8) != 0) WHERE id IN (SELECT body_id "
+                       "FROM messages INDEXED BY messages_deleted WHERE mailbox_id = ?1 AND uid "
+                       "BETWEEN ?2 AND ?3 AND (flags & 8) != 0) RETURNING id, refcount");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "dropping message bodies");
+    }
+    store_message_bind_range(st, mailbox_id, r);
+    int step;
+    while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        if (sqlite3_column_int64(st, 1) <= 0) {
+            rc = store_ids_push(s, dropped, sqlite3_column_int64(st, 0));
+        }
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "dropping message bodies");
+    }
+    sqlite3_reset(st);
+    st = rc == MV_OK ? store_stmt(s, "DELETE FROM messages INDEXED BY messages_deleted "
+                                     "WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3 "
+                                     "AND (flags & 8) != 0")
+                     : NULL;
+    if (rc == MV_OK && st == NULL) {
+        rc = store_fail_sqlite(s, "expunging messages");
+    }
+    if (rc == MV_OK) {
+        store_message_bind_range(st, mailbox_id, r);
+        rc = store_message_run(s, st, "expunging messages", NULL);
+    }
     return rc;
 }
 
-int mv_mailbox_expunge(mv_store *s, const char *mailbox, const char *uid_set, uint32_t *count_out)
+static int store_message_expunge(mv_store *s,
+                                 const char *mailbox,
+                                 const struct store_message_setarg *arg,
+                                 uint32_t *count_out)
 {
-    struct store_message_expunge e = {0};
     struct store_uidset set = {0};
+    struct store_ids dropped = {0};
+    int64_t mailbox_id = 0, total = 0;
+    uint64_t modseq = 0;
     if (count_out != NULL) {
         *count_out = 0;
     }
     int rc = store_begin(s), began = rc == MV_OK;
     if (rc == MV_OK) {
-        rc = store_message_open_set(s, mailbox, uid_set, 1, &e.mailbox_id, &set);
+        rc = store_message_open_set(s, mailbox, arg, &mailbox_id, &set);
     }
     if (rc == MV_OK) {
-        rc = store_message_walk(s, store_message_walk_deleted, e.mailbox_id, &set, 0,
-                                store_message_expunge_visit, &e);
+        rc = store_message_counters(s, mailbox_id, &modseq, NULL);
+        modseq++;
+    }
+    for (size_t r = 0; rc == MV_OK && r < set.count; r++) {
+        int64_t n = 0;
+        rc = store_message_expunge_range(s, mailbox_id, &set.ranges[r], modseq, &dropped, &n);
+        total += n;
+    }
+    if (rc == MV_OK && total > 0) {
+        rc = store_message_modseq_raise(s, mailbox_id, modseq);
+    }
+    if (rc == MV_OK && dropped.count > 0) {
+        rc = store_bodies_drop(s, dropped.ids, dropped.count);
     }
     if (rc == MV_OK) {
         rc = store_commit(s);
@@ -1211,8 +1523,25 @@ int mv_mailbox_expunge(mv_store *s, const char *mailbox, const char *uid_set, ui
         store_rollback(s);
     }
     if (rc == MV_OK && count_out != NULL) {
-        *count_out = e.count;
+        *count_out = (uint32_t)total;
     }
+    store_ids_free(&dropped);
     store_uidset_free(&set);
     return rc;
+}
+
+int mv_mailbox_expunge(mv_store *s, const char *mailbox, const char *uid_set, uint32_t *count_out)
+{
+    struct store_message_setarg arg = {.text = uid_set, .all = uid_set == NULL};
+    return store_message_expunge(s, mailbox, &arg, count_out);
+}
+
+int mv_mailbox_expunge_ranges(mv_store *s,
+                              const char *mailbox,
+                              const struct mv_uid_range *ranges,
+                              size_t count,
+                              uint32_t *count_out)
+{
+    struct store_message_setarg arg = {.ranges = ranges, .count = count};
+    return store_message_expunge(s, mailbox, &arg, count_out);
 }

@@ -179,6 +179,9 @@ static int store_connect(
         return rc;
     }
     rc = store_apply_profile(s, o);
+    if (rc == MV_OK) {
+        rc = store_message_functions(s);
+    }
     if (rc != MV_OK) {
         return rc;
     }

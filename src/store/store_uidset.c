@@ -11,6 +11,10 @@
  *   disjoint ranges: "1:5,3:7" touches 3..5 once, which matters for COPY (no duplicates)
  *   and for COPYUID order. Ranges are clamped to 1..max_uid.
  *
+ *   store_uidset_from_ranges() is the same result from typed ranges (what a server passes
+ *   after resolving a client's set): the text cap does not apply, the client's set was
+ *   capped where the client wrote it.
+ *
  * LIMITATIONS
  *   No spaces anywhere (IMAP has none); sequence numbers (non-UID form) are the server's
  *   business, not the store's.
@@ -47,7 +51,7 @@ static int store_uidset_number(const char *text, size_t *pos, uint32_t max_uid, 
 
 static int store_uidset_range_compare(const void *a, const void *b)
 {
-    const struct store_uid_range *x = a, *y = b;
+    const struct mv_uid_range *x = a, *y = b;
     if (x->first != y->first) {
         return x->first < y->first ? -1 : 1;
     }
@@ -60,7 +64,7 @@ static void store_uidset_normalize(struct store_uidset *set, uint32_t max_uid)
     qsort(set->ranges, set->count, sizeof set->ranges[0], store_uidset_range_compare);
     size_t kept = 0;
     for (size_t i = 0; i < set->count; i++) {
-        struct store_uid_range r = set->ranges[i];
+        struct mv_uid_range r = set->ranges[i];
         if (r.first == 0) {
             r.first = 1; /* only '*' in an empty mailbox gives 0 */
         }
@@ -70,7 +74,7 @@ static void store_uidset_normalize(struct store_uidset *set, uint32_t max_uid)
         if (r.first > r.last) {
             continue; /* wholly above max_uid: no message can be there */
         }
-        struct store_uid_range *prev = kept > 0 ? &set->ranges[kept - 1] : NULL;
+        struct mv_uid_range *prev = kept > 0 ? &set->ranges[kept - 1] : NULL;
         if (prev != NULL && (uint64_t)r.first <= (uint64_t)prev->last + 1) {
             if (r.last > prev->last) {
                 prev->last = r.last;
@@ -94,7 +98,7 @@ store_uidset_push(mv_store *s, struct store_uidset *set, size_t *cap, uint32_t a
         if (grown_cap > STORE_UIDSET_RANGES_MAX) {
             grown_cap = STORE_UIDSET_RANGES_MAX;
         }
-        struct store_uid_range *grown = realloc(set->ranges, grown_cap * sizeof *grown);
+        struct mv_uid_range *grown = realloc(set->ranges, grown_cap * sizeof *grown);
         if (grown == NULL) {
             return store_fail(s, MV_ENOMEM, "out of memory parsing a UID set");
         }
@@ -162,6 +166,39 @@ int store_uidset_parse(mv_store *s, const char *text, uint32_t max_uid, struct s
         store_uidset_free(out);
         return rc;
     }
+    store_uidset_normalize(out, max_uid);
+    return MV_OK;
+}
+
+int store_uidset_from_ranges(mv_store *s,
+                             const struct mv_uid_range *ranges,
+                             size_t count,
+                             uint32_t max_uid,
+                             struct store_uidset *out)
+{
+    out->ranges = NULL;
+    out->count = 0;
+    if (count == 0) {
+        return MV_OK;
+    }
+    if (ranges == NULL) {
+        return store_fail(s, MV_EINVAL, "%zu UID ranges but no array", count);
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (ranges[i].first == 0 || ranges[i].first > ranges[i].last) {
+            return store_fail(s, MV_EINVAL, "bad UID range %u:%u (index %zu)", ranges[i].first,
+                              ranges[i].last, i);
+        }
+    }
+    if (count > SIZE_MAX / sizeof *out->ranges) {
+        return store_fail(s, MV_ENOMEM, "too many UID ranges for memory");
+    }
+    out->ranges = malloc(count * sizeof *out->ranges);
+    if (out->ranges == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory copying UID ranges");
+    }
+    memcpy(out->ranges, ranges, count * sizeof *out->ranges);
+    out->count = count;
     store_uidset_normalize(out, max_uid);
     return MV_OK;
 }

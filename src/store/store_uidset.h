@@ -5,8 +5,9 @@
  * USAGE
  *   struct store_uidset set = {0};
  *   rc = store_uidset_parse(s, text, max_uid, &set);      MV_OK / MV_EINVAL / MV_ELIMIT
+ *   (or store_uidset_from_ranges(s, ranges, count, max_uid, &set) for typed ranges)
  *   for (size_t i = 0; i < set.count; i++)
- *       ... WHERE mailbox_id = ? AND uid > ? AND uid <= ? (chunked, see store_message.c)
+ *       ... WHERE mailbox_id = ? AND uid BETWEEN ? AND ?  (one statement per range)
  *   store_uidset_free(&set);
  */
 #ifndef MV_STORE_UIDSET_H
@@ -17,19 +18,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_UIDSET_RANGES_MAX 10000 /* ranges in one set, as written by the client */
+#define STORE_UIDSET_RANGES_MAX MV_UIDSET_TEXT_RANGES_MAX /* ranges in one set as text */
 #define STORE_UIDSET_TEXT_MAX                                                                      \
     ((size_t)STORE_UIDSET_RANGES_MAX * 22) /* "4294967295:4294967295,"                             \
                                             */
 
-struct store_uid_range {
-    uint32_t first; /* first <= last, both inclusive */
-    uint32_t last;
-};
-
 struct store_uidset {
-    struct store_uid_range *ranges; /* ascending, non-overlapping, non-adjacent */
-    size_t count;                   /* 0 when no range touches 1..max_uid */
+    struct mv_uid_range *ranges; /* ascending, non-overlapping, non-adjacent */
+    size_t count;                /* 0 when no range touches 1..max_uid */
 };
 
 /* Parses text: '*' stands for max_uid (the largest UID in the mailbox, 0 if empty); a range
@@ -40,6 +36,13 @@ struct store_uidset {
  * STORE_UIDSET_RANGES_MAX ranges, or text longer than STORE_UIDSET_TEXT_MAX), MV_ENOMEM.
  * On failure *out is empty. Free with store_uidset_free(). */
 int store_uidset_parse(mv_store *s, const char *text, uint32_t max_uid, struct store_uidset *out);
+/* The same from typed ranges (mv_*_ranges): copied, checked (first >= 1, first <= last:
+ * else MV_EINVAL), sorted, merged and clamped as above; no cap on count. MV_ENOMEM. */
+int store_uidset_from_ranges(mv_store *s,
+                             const struct mv_uid_range *ranges,
+                             size_t count,
+                             uint32_t max_uid,
+                             struct store_uidset *out);
 void store_uidset_free(struct store_uidset *set);
 
 #endif /* MV_STORE_UIDSET_H */

@@ -255,3 +255,25 @@ const char *store_strings_add(struct store_strings *st, const char *text, int *o
     st->items[st->count++] = copy;
     return copy;
 }
+
+int store_ids_push(mv_store *s, struct store_ids *ids, int64_t id)
+{
+    if (ids->count == ids->cap) {
+        size_t cap = ids->cap != 0 ? ids->cap * 2 : 256;
+        int64_t *grown =
+            cap <= SIZE_MAX / sizeof *grown ? realloc(ids->ids, cap * sizeof *grown) : NULL;
+        if (grown == NULL) {
+            return store_fail(s, MV_ENOMEM, "out of memory collecting row ids");
+        }
+        ids->ids = grown;
+        ids->cap = cap;
+    }
+    ids->ids[ids->count++] = id;
+    return MV_OK;
+}
+
+void store_ids_free(struct store_ids *ids)
+{
+    free(ids->ids);
+    memset(ids, 0, sizeof *ids);
+}
