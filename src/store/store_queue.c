@@ -10,7 +10,8 @@
  *                       in ROOT/<domain>/<local>.pub
  *   mv_deliver_sealed(address, raw, len, &opts, err, sizeof err)   no password needed
  *   mv_queue_count(address, &opts, &count)
- *   mv_store_open()  -> store_queue_drain(): queue -> INBOX, one commit per delivery
+ *   mv_store_open()  -> store_queue_drain(): queue -> INBOX, one commit per delivery, one
+ *                       durable (fsync'd) commit per STORE_QUEUE_BATCH deliveries
  *
  * QUEUE FORMAT (docs/DELIVERY.md)
  *   ROOT/<domain>/<local>.queue/<20-digit Unix ns>-<32 hex>.sealed, mode 0600, holding
@@ -21,7 +22,8 @@
  * IMPLEMENTATION NOTES
  *   - Exactly once. The drain appends a delivery and inserts the meta row
  *     'delivered:<hex id>' (value: the queue file's name) in one transaction, commits it
- *     with synchronous=FULL (durable before the file goes), then unlinks the file. A retry
+ *     (synchronous=NORMAL), and after every STORE_QUEUE_BATCH deliveries and at the end
+ *     makes them durable with one synchronous=FULL commit before it unlinks their files. A retry
  *     after a crash between commit and unlink finds the row and only unlinks. The id, not
  *     the SHA-256 of the bytes, decides: two deliveries of identical bytes are two messages.
  *     A row is deleted once its file is gone for good (after the directory fsync), so meta
@@ -87,7 +89,13 @@ struct store_queue_drain {
     uint32_t left;     /* too large or unreadable: left in the queue */
     int dirty;         /* a file was unlinked or moved: fsync the directory */
     int unreadable;    /* the directory could not be read (completely) */
+    /* Files whose deliveries committed (synchronous=NORMAL) but are not yet known durable:
+     * unlinked only after the batch's durable commit (store_queue_flush). */
+    char (*pending)[STORE_QUEUE_NAME_LEN + 1];
+    size_t pending_count;
 };
+
+#define STORE_QUEUE_BATCH 32 /* deliveries per durable commit (one WAL fsync) */
 
 __attribute__((format(printf, 4, 5))) static int
 store_queue_error(char *errmsg, size_t size, int code, const char *fmt, ...)
@@ -657,8 +665,58 @@ static int store_queue_delivered(mv_store *s, const char *key, int *done)
     return step == SQLITE_ROW || step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "reading meta");
 }
 
-/* Appends one opened delivery to INBOX exactly once (see the file comment), then unlinks
- * its file. Fails only on store errors; a message the store refuses goes to rejected/. */
+/* Makes the batch's commits durable (one commit with synchronous=FULL: its WAL fsync covers
+ * every frame written before it), then unlinks their files. A crash before the fsync loses
+ * the batch's commits and keeps its files (delivered again, once); after it, the meta rows
+ * keep any file not yet unlinked from being appended twice. */
+static int store_queue_flush(struct store_queue_drain *q)
+{
+    mv_store *s = q->s;
+    if (q->pending_count == 0) {
+        return MV_OK;
+    }
+    int rc = store_durable(s, 1);
+    if (rc == MV_OK) {
+        rc = store_begin(s);
+        if (rc == MV_OK) {
+            /* Any write will do: its commit's fsync is what counts. */
+            sqlite3_stmt *st = store_stmt(s, "INSERT OR REPLACE INTO meta(key, value) "
+                                             "VALUES('queue_flushed', ?)");
+            if (st == NULL) {
+                rc = store_fail_sqlite(s, "writing meta");
+            } else {
+                sqlite3_bind_text(st, 1, q->now, -1, SQLITE_STATIC);
+                int step = sqlite3_step(st);
+                sqlite3_reset(st);
+                rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "writing meta");
+            }
+            if (rc == MV_OK) {
+                rc = store_commit(s);
+            } else {
+                store_rollback(s);
+            }
+        }
+        int rc2 = store_durable(s, 0);
+        rc = rc != MV_OK ? rc : rc2;
+    }
+    if (rc != MV_OK) {
+        return rc; /* the files stay; their meta rows (if committed) prevent a second append */
+    }
+    for (size_t i = 0; i < q->pending_count; i++) {
+        char path[MV_PATH_MAX + 80];
+        store_queue_path(q, q->pending[i], path, sizeof path);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            q->left++; /* stays; its meta row keeps it from being appended twice */
+        }
+    }
+    q->pending_count = 0;
+    q->dirty = 1;
+    return MV_OK;
+}
+
+/* Appends one opened delivery to INBOX exactly once (see the file comment); its file is
+ * unlinked by the batch's flush. Fails only on store errors; a message the store refuses
+ * goes to rejected/. */
 static int store_queue_store(struct store_queue_drain *q,
                              const char *name,
                              const uint8_t *plain,
@@ -692,7 +750,7 @@ static int store_queue_store(struct store_queue_drain *q,
         }
     }
     if (rc == MV_OK) {
-        rc = store_commit(s); /* durable: synchronous=FULL for the whole drain */
+        rc = store_commit(s); /* synchronous=NORMAL: made durable by the batch's flush */
     } else {
         store_rollback(s);
     }
@@ -703,11 +761,8 @@ static int store_queue_store(struct store_queue_drain *q,
     if (rc != MV_OK) {
         return rc;
     }
-    if (unlink(path) != 0 && errno != ENOENT) {
-        q->left++; /* stays; its meta row keeps it from being appended twice */
-    }
-    q->dirty = 1;
-    return MV_OK;
+    snprintf(q->pending[q->pending_count++], sizeof q->pending[0], "%s", name);
+    return q->pending_count == STORE_QUEUE_BATCH ? store_queue_flush(q) : MV_OK;
 }
 
 /* Reads, opens and stores one queue file. Fails only on store errors. */
@@ -762,6 +817,9 @@ static int store_queue_run(struct store_queue_drain *q)
         if (rc != MV_OK) {
             break;
         }
+    }
+    if (rc == MV_OK) {
+        rc = store_queue_flush(q);
     }
     if (more < 0) {
         q->unreadable = 1;
@@ -903,11 +961,15 @@ int store_queue_drain(mv_store *s)
     if (rc != MV_OK) {
         return store_fail(s, rc, "libsodium failed to initialise");
     }
-    /* Each drained entry's commit must be on disk before its queue file is deleted. */
-    rc = store_durable(s, 1);
-    if (rc == MV_OK) {
-        rc = store_queue_drain_prepare(&q, &pub_rewritten);
+    /* Each drained entry's commit must be on disk before its queue file is deleted: the
+     * deliveries commit with synchronous=NORMAL, and every STORE_QUEUE_BATCH of them (and
+     * the last ones) are made durable by one synchronous=FULL commit before their files go
+     * (store_queue_flush): one fsync per batch, not per message. */
+    q.pending = malloc(STORE_QUEUE_BATCH * sizeof *q.pending);
+    if (q.pending == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory draining the queue");
     }
+    rc = store_queue_drain_prepare(&q, &pub_rewritten);
     if (rc == MV_OK) {
         rc = store_queue_run(&q);
     }
@@ -922,7 +984,7 @@ int store_queue_drain(mv_store *s)
         store_queue_sweep(s->queue_dir);
         store_queue_note(&q, pub_rewritten);
     }
-    int rc2 = store_durable(s, 0);
+    free(q.pending);
     sodium_memzero(q.sk, sizeof q.sk);
-    return rc != MV_OK ? rc : rc2;
+    return rc;
 }
