@@ -289,7 +289,7 @@ static void test_read_error_in_verify(void)
     tu_fill_table(db, 1, 200);
     sqlite3_close(db);
     long long size = tu_file_size(path);
-    CHECK(size >= 16 * 4096);
+    CHECK(size >= 16LL * 4096);
     fe_read_suffix = "verify.db";
     fe_read_from = size - 4096;
     int faults = fe_faults;

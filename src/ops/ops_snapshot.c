@@ -340,7 +340,9 @@ static int ops_quick_check(sqlite3 *db, char *errmsg, size_t errmsg_size)
     }
     snprintf(cause, sizeof cause, "%s", text);
     for (char *p = cause; *p != '\0'; p++) {
-        *p = *p == '\n' || *p == '\r' ? ' ' : *p; /* one line */
+        if (*p == '\n' || *p == '\r') {
+            *p = ' '; /* one line */
+        }
     }
     return ops_io_fail(errmsg, errmsg_size, MV_ECORRUPT, "quick_check found problems: %s%s", cause,
                        rows > 1 ? " (and more)" : "");

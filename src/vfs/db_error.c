@@ -56,7 +56,9 @@ int mv_db_error_cause(sqlite3 *db, int rc, char *cause, size_t cause_size)
         snprintf(cause, cause_size, "%s", sqlite_msg);
     }
     for (char *p = cause; *p != '\0'; p++) {
-        *p = *p == '\n' || *p == '\r' ? ' ' : *p; /* one line */
+        if (*p == '\n' || *p == '\r') {
+            *p = ' '; /* one line */
+        }
     }
     return code;
 }
