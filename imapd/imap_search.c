@@ -6,7 +6,8 @@
  *     answers (flags, keywords, sizes, internal dates, sequence and UID sets) cost nothing;
  *     keys on headers and text are answered first, once each, as a set of messages:
  *     FROM/TO/CC/SUBJECT/BODY/TEXT and the SENT* dates through mv_search (the store's
- *     indexes and its full-text index), BCC and HEADER by reading each message's header.
+ *     indexes and its full-text index), BCC and HEADER by reading each message's header
+ *     (a field's value unfolded first, RFC 5322 2.2.3, so a folded value matches whole).
  *   - NOT and OR are then plain boolean logic, so any nesting costs one pass.
  *   - CONDSTORE's MODSEQ key compares the view's modseqs; the response then ends with
  *     "(MODSEQ n)", the highest modseq among the results.
@@ -121,6 +122,53 @@ imap_search_store(struct imap_search_run *r, const struct imap_search_key *k, un
     return rc < 0 ? rc : MV_OK;
 }
 
+/* Whether the header (len bytes) has a field named field whose value, unfolded (the line
+ * breaks of continuation lines removed, RFC 5322 2.2.3), contains value case-insensitively
+ * (RFC 3501 6.4.4 HEADER). An empty value matches any such field. */
+static int imap_search_header_has(
+    const char *text, size_t len, const char *field, size_t field_len, const char *value)
+{
+    for (size_t at = 0; at < len && text[at] != '\r' && text[at] != '\n';) {
+        size_t end = at;
+        do { /* the field: its line and every continuation line */
+            const char *nl = memchr(text + end, '\n', len - end);
+            end = nl != NULL ? (size_t)(nl - text) + 1 : len;
+        } while (end < len && (text[end] == ' ' || text[end] == '\t'));
+        size_t name = 0;
+        while (at + name < end && text[at + name] != ':') {
+            name++;
+        }
+        size_t trimmed = name;
+        while (trimmed > 0 && (text[at + trimmed - 1] == ' ' || text[at + trimmed - 1] == '\t')) {
+            trimmed--;
+        }
+        if (at + name < end && trimmed == field_len &&
+            strncasecmp(text + at, field, field_len) == 0) {
+            if (value[0] == '\0') {
+                return 1;
+            }
+            char *unfolded = malloc(end - at - name);
+            if (unfolded == NULL) {
+                return 0;
+            }
+            size_t n = 0;
+            for (size_t k = at + name + 1; k < end; k++) {
+                if (text[k] != '\r' && text[k] != '\n') {
+                    unfolded[n++] = text[k] != '\0' ? text[k] : ' ';
+                }
+            }
+            unfolded[n] = '\0';
+            int found = strcasestr(unfolded, value) != NULL;
+            free(unfolded);
+            if (found) {
+                return 1;
+            }
+        }
+        at = end;
+    }
+    return 0;
+}
+
 /* HEADER field value (and BCC): case-insensitive substring of the field's raw value. */
 static int
 imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, unsigned char *hits)
@@ -145,21 +193,7 @@ imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, u
                                                            v->msgs[i].uid, &raw, &len) != MV_OK) {
             continue;
         }
-        char *text = raw;
-        for (size_t at = 0; at < len && text[at] != '\r' && text[at] != '\n';) {
-            const char *nl = memchr(text + at, '\n', len - at);
-            size_t end = nl != NULL ? (size_t)(nl - text) + 1 : len;
-            if (end - at > field_len && strncasecmp(text + at, field, field_len) == 0 &&
-                text[at + field_len] == ':') {
-                char saved = text[end - 1];
-                text[end - 1] = '\0';
-                if (strcasestr(text + at + field_len + 1, value) != NULL || value[0] == '\0') {
-                    hits[i] = 1;
-                }
-                text[end - 1] = saved;
-            }
-            at = end;
-        }
+        hits[i] = (unsigned char)imap_search_header_has(raw, len, field, field_len, value);
         mv_free(raw);
     }
     return MV_OK;

@@ -178,6 +178,20 @@ def test_body_text(c):
     c.command("SELECT INBOX")
 
 
+def test_header_folded(c):
+    """RFC 3501 6.4.4 HEADER matches the field's text; RFC 5322 2.2.3: unfolded first."""
+    c.command("SELECT INBOX")
+    uid = append(c, b"INBOX", b"From: a@example.org\r\nX-Tag: alpha\r\n beta gamma\r\n"
+                 b"Subject: folded header\r\n\r\nbody\r\n")
+    for crit, want in ((b'HEADER X-Tag "alpha beta"', True), (b"HEADER X-Tag GAMMA", True),
+                       (b'HEADER X-Tag ""', True), (b"HEADER X-Tag delta", False),
+                       (b"HEADER X-Other alpha", False)):
+        uids, tagged = search(c, crit)
+        check("RFC 3501 6.4.4 / RFC 5322 2.2.3: %s %s a folded field" %
+              (crit.decode(), "matches" if want else "does not match"),
+              ok(tagged) and ((uid in uids) == want), repr((uids, tagged)))
+
+
 def test_lmtp_trace(args, c):
     """LMTP adds Return-Path (RFC 5321 4.4) and Delivered-To as Dovecot's LMTP does."""
     user = args.user.split(":", 1)[0]
@@ -213,7 +227,7 @@ def main():
     user, password = args.user.split(":", 1)
     c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
     for test in (test_empty_header, test_folded_boundary, test_bracket_names,
-                 test_imapc_flag_list, test_sent_dates, test_body_text):
+                 test_imapc_flag_list, test_sent_dates, test_body_text, test_header_folded):
         try:
             test(c)
         except (OSError, EOFError, ValueError) as e:
