@@ -205,7 +205,7 @@ install: all
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
 		'Name: mailvault' 'Description: encrypted per-user SQLite mail stores (libmailvault)' \
 		'Version: $(VERSION)' 'Requires: sqlite3' \
-		'Requires.private: libcrypto gmime-3.0 libsodium libzstd' \
+		'Requires.private: libcrypto gmime-3.0 libsodium libzstd libarchive' \
 		'Libs: -L$${libdir} -lmailvault' 'Libs.private: -pthread' \
 		'Cflags: -I$${includedir}' >$(DESTDIR)$(LIBDIR)/pkgconfig/mailvault.pc
 	chmod 0644 $(DESTDIR)$(LIBDIR)/pkgconfig/mailvault.pc
