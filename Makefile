@@ -165,7 +165,10 @@ $(BUILD)/asan/mailvaultd: $(IMAPD_SRC:%.c=$(BUILD)/asan/%.o) $(BUILD)/asan/libma
 $(BUILD)/asan/tests/test_imap_parse $(BUILD)/asan/fuzz/fuzz_imap_parse: $(BUILD)/asan/imapd/imap_parse.o
 $(BUILD)/asan/tests/test_imap_utf7: $(BUILD)/asan/imapd/imap_utf7.o
 # The fault-injecting VFS (tests/faultvfs.h) for the tests that run the store on a failing disk.
-$(BUILD)/asan/tests/test_faults: $(BUILD)/asan/tests/faultvfs.o
+$(BUILD)/asan/tests/test_faults: $(BUILD)/asan/tests/faultvfs.o $(BUILD)/asan/tests/failalloc.o
+# ... and fails the Nth allocation of the library's objects (tests/failalloc.h).
+$(BUILD)/asan/tests/test_faults: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
+	-Wl,--wrap=strdup -Wl,--wrap=strndup
 $(BUILD)/asan/tests/test_imap_mime $(BUILD)/asan/fuzz/fuzz_imap_mime: $(BUILD)/asan/imapd/imap_mime.o $(BUILD)/asan/imapd/buf.o
 
 $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/%.o $(BUILD)/asan/tests/harness.o $(BUILD)/asan/tests/testutil.o $(BUILD)/asan/libmailvault.a

@@ -13,10 +13,17 @@
  * 15 item 4: FTS5's in-memory structure recorded fewer rows than were indexed), so deliveries
  * go on through the same handle and the full-text index is checked at the end.
  *
- * Every loop is bounded: N stops at FX_N_MAX and each loop at FX_LOOP_S seconds (it then
- * reports how far it got; under ASan on a loaded machine the full range may not be reached,
- * which is reported, not failed).
+ * The allocation-failure loop (failalloc.h) runs the same operations with the Nth
+ * allocation failing, SQLite's or the library's own: each failure must be MV_ENOMEM (a
+ * failed profile PRAGMA was MV_ERROR, with its message formatted into itself), with the
+ * same assertions afterwards, and LeakSanitizer checks the error paths at exit.
+ *
+ * Every loop is bounded: N goes 1, 2, ... 24 and then grows by a quarter (fx_next_n), stops at
+ * FX_N_MAX, and each loop stops at FX_LOOP_S seconds (it then reports how far it got; under
+ * ASan on a loaded machine the full range may not be reached, which is reported, not
+ * failed).
  */
+#include "failalloc.h"
 #include "faultvfs.h"
 #include "harness.h"
 #include "testutil.h"
@@ -32,7 +39,7 @@
 
 #define FX_PW           "fault password"
 #define FX_PW2          "second password"
-#define FX_N_MAX        400
+#define FX_N_MAX        200000
 #define FX_LOOP_S       15
 #define FX_MSGS_MAX     4096
 #define FX_SERVER_STEPS 1500 /* steps of the long-lived handle's test */
@@ -46,6 +53,30 @@ struct fx {
     int next;                  /* next message number */
     int expunged[FX_MSGS_MAX]; /* 1: an expunge of message i was acknowledged */
 };
+
+/* plan.op for the allocation-failure loop: the nth allocation fails (failalloc.h). */
+#define FX_ALLOC 100
+
+static void fx_arm(const struct fv_plan *p)
+{
+    if (p->op == FX_ALLOC) {
+        fa_arm(p->nth, p->persist);
+    } else {
+        fv_arm(p);
+    }
+}
+
+static int fx_disarm(void)
+{
+    int a = fa_disarm();
+    int v = fv_disarm();
+    return a || v;
+}
+
+static unsigned long fx_calls(int op)
+{
+    return op == FX_ALLOC ? fa_calls() : fv_calls(op);
+}
 
 static double fx_now(void)
 {
@@ -123,7 +154,7 @@ static int fx_verify(struct fx *x, const char *what)
     static int counts[FX_MSGS_MAX];
     mv_store *s = NULL;
     int ok = 1;
-    fv_disarm();
+    fx_disarm();
     if (fx_open(x, &s) != MV_OK) {
         fprintf(stderr, "  %s: the store does not open: %s\n", what, fx_open_err);
         return 0;
@@ -183,6 +214,11 @@ static int fx_op_deliver(struct fx *x)
     int rc = fx_open(x, &s);
     if (rc == MV_OK) {
         rc = mv_message_append(s, "INBOX", msg, len, 0, NULL, 0, NULL);
+        if (rc == MV_ERROR && getenv("FX_CODES") != NULL) {
+            fprintf(stderr, "  append: %s\n", mv_store_errmsg(s));
+        }
+    } else if (rc == MV_ERROR && getenv("FX_CODES") != NULL) {
+        fprintf(stderr, "  open: %s\n", fx_open_err);
     }
     mv_store_close(&s);
     x->acked[i] = rc == MV_OK;
@@ -256,11 +292,11 @@ static int fx_op_flags(struct fx *x, const struct fv_plan *p, int *bad)
     snprintf(set, sizeof set, "%u", fx_uid(s, target));
     int rc = mv_flags_set(s, "INBOX", set, MV_FLAGS_REMOVE, MV_FLAG_FLAGGED, NULL, NULL);
     if (rc == MV_OK) {
-        fv_arm(p);
+        fx_arm(p);
         rc = mv_flags_set(s, "INBOX", set, MV_FLAGS_ADD, MV_FLAG_FLAGGED, NULL, NULL);
     }
     mv_store_close(&s);
-    (void)fv_disarm();
+    (void)fx_disarm();
     if (rc == MV_OK && fx_open(x, &s) == MV_OK) {
         *bad = (fx_flags_of(s, fx_uid(s, target)) & MV_FLAG_FLAGGED) == 0;
         if (*bad) {
@@ -288,11 +324,11 @@ static int fx_op_expunge(struct fx *x, const struct fv_plan *p, int *bad)
     snprintf(set, sizeof set, "%u", fx_uid(s, target));
     int rc = mv_flags_set(s, "INBOX", set, MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL);
     if (rc == MV_OK) {
-        fv_arm(p);
+        fx_arm(p);
         rc = mv_mailbox_expunge(s, "INBOX", set, NULL);
     }
     mv_store_close(&s);
-    (void)fv_disarm();
+    (void)fx_disarm();
     if (rc == MV_OK) {
         x->expunged[target] = 1;
     }
@@ -314,13 +350,13 @@ static int fx_op_checkpoint(struct fx *x, const struct fv_plan *p, int *bad)
     int rc = mv_message_append(s, "INBOX", msg, len, 0, NULL, 0, NULL);
     x->acked[i] = rc == MV_OK;
     if (rc == MV_OK) {
-        fv_arm(p);
+        fx_arm(p);
         int src = sqlite3_wal_checkpoint_v2(mv_store_db(s), "main", SQLITE_CHECKPOINT_TRUNCATE,
                                             NULL, NULL);
         rc = src == SQLITE_OK ? MV_OK : mv_error_from_sqlite(src);
     }
     mv_store_close(&s);
-    (void)fv_disarm();
+    (void)fx_disarm();
     return rc;
 }
 
@@ -330,10 +366,10 @@ static int fx_op_backup(struct fx *x, const struct fv_plan *p, int *bad)
     char err[512] = "";
     struct mv_backup_info info;
     const char *dir = tu_path("backups");
-    fv_arm(p);
+    fx_arm(p);
     int rc =
         mv_backup_write(x->who, x->pw, strlen(x->pw), &x->o, dir, NULL, &info, err, sizeof err);
-    (void)fv_disarm();
+    (void)fx_disarm();
     if (rc == MV_OK) {
         int vrc = mv_backup_verify(info.path, x->pw, strlen(x->pw), &x->o, NULL, err, sizeof err);
         if (vrc != MV_OK) {
@@ -350,10 +386,10 @@ static int fx_op_passwd(struct fx *x, const struct fv_plan *p, int *bad)
 {
     const char *from = x->pw, *to = strcmp(x->pw, FX_PW) == 0 ? FX_PW2 : FX_PW;
     char err[512] = "";
-    fv_arm(p);
+    fx_arm(p);
     int rc =
         mv_store_passwd(x->who, from, strlen(from), to, strlen(to), &x->o, NULL, err, sizeof err);
-    (void)fv_disarm();
+    (void)fx_disarm();
     mv_store *s = NULL;
     char oerr[512];
     int old_opens =
@@ -374,9 +410,9 @@ static int fx_op_passwd(struct fx *x, const struct fv_plan *p, int *bad)
 static int fx_op_deliver_armed(struct fx *x, const struct fv_plan *p, int *bad)
 {
     (void)bad;
-    fv_arm(p);
+    fx_arm(p);
     int rc = fx_op_deliver(x);
-    (void)fv_disarm();
+    (void)fx_disarm();
     return rc;
 }
 
@@ -402,12 +438,23 @@ static void fx_loop(struct fx *x, const char *name, fx_op_fn op, int fv_op, int 
         struct fv_plan p = {fv_op, n, mode, persist};
         int bad = 0;
         int rc = op(x, &p, &bad);
-        int fired = fv_calls(fv_op) >= n;
+        int fired = fx_calls(fv_op) >= n;
         runs++;
         failed_runs += rc != MV_OK;
-        snprintf(what, sizeof what, "%s, %s %s #%lu%s: %s", name, fv_mode_name(mode),
-                 fv_op_name(fv_op), n, persist ? " on" : "", mv_strerror(rc));
+        if (getenv("FX_CODES") != NULL && rc != MV_OK) {
+            fprintf(stderr, "  %s #%lu: %s\n", name, n, mv_strerror(rc));
+        }
+        snprintf(what, sizeof what, "%s, %s %s #%lu%s: %s", name,
+                 fv_op == FX_ALLOC ? "fail" : fv_mode_name(mode),
+                 fv_op == FX_ALLOC ? "allocation" : fv_op_name(fv_op), n, persist ? " on" : "",
+                 mv_strerror(rc));
         CHECK(!bad);
+        if (fv_op == FX_ALLOC && rc != MV_OK) {
+            if (rc != MV_ENOMEM) {
+                fprintf(stderr, "  %s: a failed allocation must say so\n", what);
+            }
+            CHECK_EQ_INT(rc, MV_ENOMEM);
+        }
         if (!fired) {
             if (rc != MV_OK) {
                 fprintf(stderr, "  %s without a fault\n", what);
@@ -428,7 +475,8 @@ static void fx_loop(struct fx *x, const char *name, fx_op_fn op, int fv_op, int 
         }
     }
     printf("  %-10s %-5s %-8s%s: %lu runs (%lu failed), %s at N=%lu, %.1f s\n", name,
-           fv_mode_name(mode), fv_op_name(fv_op), persist ? " on" : "", runs, failed_runs,
+           fv_op == FX_ALLOC ? "fail" : fv_mode_name(mode),
+           fv_op == FX_ALLOC ? "alloc" : fv_op_name(fv_op), persist ? " on" : "", runs, failed_runs,
            done ? "succeeded" : "stopped (bound)", n, fx_now() - start);
     fflush(stdout);
 }
@@ -449,6 +497,20 @@ static const struct {
     {FV_WRITE, FV_TORN, 0},  /* the disk goes away in the middle of a write */
     {FV_SYNC, FV_FAIL, 1},   /* fsync fails and keeps failing */
 };
+
+/* The allocation-failure loop: the same operations and assertions, with the Nth allocation
+ * (SQLite's or the library's own) failing, N = 1, 2, 3, ... until the operation succeeds.
+ * A failed allocation must give an error (no crash, no leak: LeakSanitizer checks at exit)
+ * and leave the store as the I/O faults must. */
+static void test_allocation_failure_loops(void)
+{
+    static struct fx x;
+    fx_init(&x, "alloc@example.org", "alloc");
+    CHECK_EQ_INT(fx_add_messages(&x, 5), MV_OK);
+    for (size_t o = 0; o < sizeof fx_ops / sizeof fx_ops[0]; o++) {
+        fx_loop(&x, fx_ops[o].name, fx_ops[o].op, FX_ALLOC, FV_FAIL, 0);
+    }
+}
 
 static void test_fault_loops(void)
 {
@@ -672,7 +734,8 @@ static void test_torn_page1_read_from_wal(void)
 
 int main(void)
 {
-    if (fv_register() != SQLITE_OK || mv_vfs_register(FV_VFS_NAME, 0) != MV_OK) {
+    if (fa_install() != 0 || fv_register() != SQLITE_OK ||
+        mv_vfs_register(FV_VFS_NAME, 0) != MV_OK) {
         fprintf(stderr, "cannot register the VFS stack\n");
         return 1;
     }
@@ -681,5 +744,6 @@ int main(void)
     TEST(test_torn_page1_read_from_wal);
     TEST(test_long_lived_handle);
     TEST(test_fault_loops);
+    TEST(test_allocation_failure_loops);
     return th_summary();
 }

@@ -101,16 +101,21 @@ static int store_apply_profile(mv_store *s, const struct mv_store_options *o)
     for (size_t i = 0; i < sizeof store_profile / sizeof store_profile[0]; i++) {
         const struct store_pragma *p = &store_profile[i];
         int skip = p->set == NULL || (s->readonly && strstr(p->set, "journal_mode") != NULL);
-        if (!skip && store_exec(s, p->set) != MV_OK) {
-            return store_fail(s, MV_ERROR, "%s failed: %s", p->set, s->errmsg);
+        /* store_exec's message names the statement; its code says why (MV_ENOMEM, MV_EIO,
+         * MV_EBUSY...): a generic MV_ERROR here hid a failed allocation, and formatting
+         * s->errmsg into itself garbled the text (the allocation-failure loop found both). */
+        int rc = skip ? MV_OK : store_exec(s, p->set);
+        if (rc != MV_OK) {
+            return rc;
         }
     }
     long long cache_kib = (long long)store_cache_kib(o); /* once: MemAvailable moves */
     s->cache_kib = cache_kib;
     snprintf(sql, sizeof sql, "PRAGMA cache_size=-%lld", cache_kib);
     snprintf(want, sizeof want, "-%lld", cache_kib);
-    if (store_exec(s, sql) != MV_OK) {
-        return MV_ERROR;
+    int set_rc = store_exec(s, sql);
+    if (set_rc != MV_OK) {
+        return set_rc;
     }
     /* Read everything back: a setting that silently did not take is an error. */
     for (size_t i = 0; i < sizeof store_profile / sizeof store_profile[0]; i++) {
