@@ -9,7 +9,9 @@ packages=(build-essential pkg-config libsqlite3-dev sqlite3 libssl-dev openssl p
           python3-prometheus-client   # tests/cli_ops.sh parses `stats --prometheus` with it
           curl isync                  # tests/cli_imapd.sh: curl and mbsync against mailvaultd
           offlineimap3                # tests/cli_imapd_offlineimap.sh: a second sync client
-          dovecot-core dovecot-imapd) # tests/cli_dsync_migrate.sh: dsync through imapc, private
+          dovecot-core dovecot-imapd  # tests/cli_dsync_migrate.sh: dsync through imapc, private
+          debhelper dpkg-dev lintian  # tests/cli_debian.sh builds and checks the packages
+          man-db)                     # tests/cli_install.sh renders the installed man pages
 if [ "${1:-}" = "--dev" ]; then
     packages+=(clang clang-format clang-tidy cppcheck valgrind)
 fi
