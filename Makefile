@@ -20,7 +20,10 @@ WARN    := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes \
            -Wmissing-prototypes -Wformat=2 -Wvla -Wconversion
 CSTD    := -std=c17 -D_GNU_SOURCE
 # GLib/GMime headers are not -Wconversion/-Wpedantic clean: include them as system headers.
-DEP_CFLAGS := $(shell pkg-config --cflags gmime-3.0 libsodium libzstd libarchive 2>/dev/null | sed 's/-I/-isystem /g')
+# The libraries found through pkg-config: also mailvault.pc's Requires.private, and
+# debian/control's Build-Depends and libmailvault-dev's Depends must name their -dev packages.
+DEP_PKGS := gmime-3.0 libsodium libzstd libarchive
+DEP_CFLAGS := $(shell pkg-config --cflags $(DEP_PKGS) 2>/dev/null | sed 's/-I/-isystem /g')
 INC     := -Iinclude -Isrc $(DEP_CFLAGS)
 # The tool and the server see the public header only: "public API only" is the compiler's
 # to enforce, not a reviewer's.
@@ -29,7 +32,7 @@ RELEASE := -O2 -g -D_FORTIFY_SOURCE=2 -fstack-protector-strong -fvisibility=hidd
 # Full RELRO for what we install; $(LDFLAGS) lets a packager add theirs (dpkg-buildflags).
 LINK_HARDEN := -Wl,-z,relro -Wl,-z,now $(LDFLAGS)
 SANITIZE := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
-LIBS    := -lsqlite3 -lcrypto -lpthread $(shell pkg-config --libs gmime-3.0 libsodium libzstd libarchive 2>/dev/null)
+LIBS    := -lsqlite3 -lcrypto -lpthread $(shell pkg-config --libs $(DEP_PKGS) 2>/dev/null)
 
 LIB_SRC  := $(sort $(wildcard src/util/*.c src/crypto/*.c src/vfs/*.c src/store/*.c src/ops/*.c))
 LIB_SRC  := $(filter-out src/vfs/extension.c,$(LIB_SRC))
@@ -80,7 +83,9 @@ bench: deps
 	@bench/run.sh $(if $(QUICK),--quick)
 	@bench/suite/run.sh $(if $(QUICK),--quick)
 
+# The linters come from install-deps.sh --dev; lint fails when one is missing.
 lint:
+	@scripts/install-deps.sh --dev
 	@scripts/lint.sh
 
 clean:
@@ -208,7 +213,7 @@ install: all
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' \
 		'Name: mailvault' 'Description: encrypted per-user SQLite mail stores (libmailvault)' \
 		'Version: $(VERSION)' 'Requires: sqlite3' \
-		'Requires.private: libcrypto gmime-3.0 libsodium libzstd libarchive' \
+		'Requires.private: libcrypto $(DEP_PKGS)' \
 		'Libs: -L$${libdir} -lmailvault' 'Libs.private: -pthread' \
 		'Cflags: -I$${includedir}' >$(DESTDIR)$(LIBDIR)/pkgconfig/mailvault.pc
 	chmod 0644 $(DESTDIR)$(LIBDIR)/pkgconfig/mailvault.pc

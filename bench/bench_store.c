@@ -840,8 +840,11 @@ bench_report_corpus(const double *sizes, uint32_t n, uint32_t attachments, uint3
 /* Rates of BENCH_SLICES consecutive slices (messages and MB per second of append time). */
 static void bench_report_slices(const double *seconds, const double *sizes, uint32_t n)
 {
-    double rates[BENCH_SLICES], mbps[BENCH_SLICES], total_s = 0, total_bytes = 0;
     uint32_t slices = n < BENCH_SLICES ? n : BENCH_SLICES;
+    if (slices == 0) {
+        return; /* nothing to rate (and rates[slices - 1] below would be out of bounds) */
+    }
+    double rates[BENCH_SLICES], mbps[BENCH_SLICES], total_s = 0, total_bytes = 0;
     for (uint32_t s = 0; s < slices; s++) {
         double t = 0, bytes = 0;
         uint32_t first = (uint32_t)((uint64_t)n * s / slices);

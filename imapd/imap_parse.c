@@ -1466,6 +1466,9 @@ int imap_parse_list(const struct imap_command *cmd,
     } else {
         return imap_reader_fail(err, err_size, "expected a mailbox pattern");
     }
+    /* n is a list or a pattern here (imap_list_pattern_ok() refuses NULL); cppcheck cannot
+     * see that through the call. */
+    /* cppcheck-suppress nullPointerRedundantCheck */
     n = imap_node(cmd, n->next);
     if (n != NULL) {
         const struct imap_node *opts = imap_node(cmd, n->next);

@@ -64,7 +64,7 @@ run pkg-config --cflags --libs mailvault
 check pkgconfig_flags bash -c "grep -q -- '-I$p/include' '$out' && grep -q -- '-L$p/lib -lmailvault' '$out'"
 run pkg-config --print-requires-private mailvault
 check pkgconfig_requires_private bash -c "grep -q libcrypto '$out' && grep -q gmime-3.0 '$out' &&
-    grep -q libsodium '$out' && grep -q libzstd '$out'"
+    grep -q libsodium '$out' && grep -q libzstd '$out' && grep -q libarchive '$out'"
 run bash -c "cc -o '$tmp/prog_shared' '$tmp/prog.c' \$(pkg-config --cflags --libs mailvault)"
 check link_shared ok
 run env LD_LIBRARY_PATH="$p/lib" "$tmp/prog_shared"

@@ -820,10 +820,9 @@ int mv_store_import(const char *address,
                              "cannot read %s: %s", archive_path, strerror(errno));
         } else if (archive_read_support_format_tar(r.a) != ARCHIVE_OK ||
                    archive_read_open_filename(r.a, archive_path, MOVE_BLOCK) != ARCHIVE_OK) {
-            rc = move_bad_archive(&r,
-                                  archive_error_string(r.a) != NULL ? archive_error_string(r.a)
-                                                                    : "unreadable",
-                                  NULL);
+            rc = move_bad_archive(
+                &r, archive_error_string(r.a) != NULL ? archive_error_string(r.a) : "unreadable",
+                NULL);
         }
     }
     if (rc == MV_OK) {
