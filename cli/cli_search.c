@@ -11,8 +11,9 @@
  *   Each option fills one field of struct mv_search_query; the library ANDs them. Without
  *   --mailbox every mailbox is searched and the human output gets a MAILBOX column.
  *   Dates are whole UTC days, as in IMAP: --since D matches from D's midnight on, --before
- *   D up to (not including) D's midnight. --text is an FTS5 query over subject, addresses
- *   and body; the header options are case-insensitive substrings.
+ *   D up to (not including) D's midnight. --text is words, each a case-insensitive
+ *   substring of the header or body (the store's trigram index); the header options are
+ *   case-insensitive substrings.
  *   Contradictions the library would accept but that can never match are refused as
  *   usage errors: --seen with --unseen, --before 1970-01-01, --smaller 0.
  */
