@@ -148,7 +148,8 @@ void imap_cmd_select(struct imap_ctx *x)
         }
     }
     imap_flags_announce(v, x->out); /* with the mailbox's keywords (RFC 3501 7.2.6) */
-    buf_printf(x->out, "* %zu EXISTS\r\n* 0 RECENT\r\n", v->count);
+    (void)imap_view_recent(s, 0);   /* this session's \Recent (RFC 3501 2.3.2) */
+    buf_printf(x->out, "* %zu EXISTS\r\n* %zu RECENT\r\n", v->count, v->recent_count);
     if (first_unseen != 0) {
         buf_printf(x->out, "* OK [UNSEEN %zu] first unseen message\r\n", first_unseen);
     }
@@ -318,12 +319,16 @@ static struct imap_list_item *imap_list_set_add(struct imap_list_set *set, char 
     return item;
 }
 
-/* By name; of two equal names the mailbox comes first (the level without one is dropped). */
+/* By name; of equal names the mailbox comes first, then a subscription without a mailbox (the
+ * others are dropped: a mailbox's row says whether it is subscribed). */
 static int imap_list_compare(const void *a, const void *b)
 {
     const struct imap_list_item *x = a, *y = b;
     int cmp = strcmp(x->info.name, y->info.name);
-    return cmp != 0 ? cmp : y->exists - x->exists;
+    if (cmp != 0) {
+        return cmp;
+    }
+    return y->exists != x->exists ? y->exists - x->exists : y->info.subscribed - x->info.subscribed;
 }
 
 /* The index of the first len bytes of name in the sorted set, or SIZE_MAX. */
@@ -358,9 +363,29 @@ static unsigned imap_status_fields(unsigned items)
                                                                               : 0;
 }
 
-/* Every mailbox (with the MV_MAILBOX_* fields in fields), then every level above one that has
- * no mailbox. */
-static int imap_list_read(mv_store *store, unsigned fields, struct imap_list_set *set)
+/* The subscribed names that are no mailbox (RFC 3501 6.3.9, RFC 5258 \NonExistent): items
+ * with exists 0 and info.subscribed set. */
+static int imap_list_read_subscriptions(mv_store *store, struct imap_list_set *set)
+{
+    char **names = NULL;
+    size_t count = 0;
+    int rc = mv_subscription_list(store, &names, &count);
+    for (size_t i = 0; rc == MV_OK && i < count; i++) {
+        struct imap_list_item *item = imap_list_set_add(set, strdup(names[i]));
+        if (item == NULL) {
+            rc = MV_ENOMEM;
+        } else {
+            item->info.subscribed = 1;
+        }
+    }
+    mv_free(names);
+    return rc;
+}
+
+/* Every mailbox (with the MV_MAILBOX_* fields in fields), with subscriptions the subscribed
+ * names that are no mailbox, then every level above one of them that has no mailbox. */
+static int
+imap_list_read(mv_store *store, unsigned fields, int subscriptions, struct imap_list_set *set)
 {
     mv_mailbox_iter *it = NULL;
     struct mv_mailbox_info info;
@@ -382,6 +407,9 @@ static int imap_list_read(mv_store *store, unsigned fields, struct imap_list_set
         }
     }
     mv_mailbox_list_end(&it);
+    if (rc == 0 && subscriptions) {
+        rc = imap_list_read_subscriptions(store, set);
+    }
     size_t mailboxes = set->count;
     for (size_t i = 0; rc == 0 && i < mailboxes; i++) {
         for (const char *slash = strchr(set->items[i].info.name, '/'); rc == 0 && slash != NULL;
@@ -414,8 +442,10 @@ static void imap_list_mark(struct imap_list_set *set, unsigned select)
 {
     for (size_t i = 0; i < set->count; i++) {
         struct imap_list_item *it = &set->items[i];
+        /* A subscribed name without a mailbox is selected by SUBSCRIBED (RFC 5258 3.1). */
         it->selected =
-            it->exists && ((select & IMAP_LIST_SELECT_SUBSCRIBED) == 0 || it->info.subscribed) &&
+            (it->exists || ((select & IMAP_LIST_SELECT_SUBSCRIBED) && it->info.subscribed)) &&
+            ((select & IMAP_LIST_SELECT_SUBSCRIBED) == 0 || it->info.subscribed) &&
             ((select & IMAP_LIST_SELECT_SPECIAL_USE) == 0 || it->info.special_use != NULL);
     }
     for (size_t i = 0; i < set->count; i++) {
@@ -449,8 +479,12 @@ static void imap_status_out(struct imap_ctx *x, const struct mv_mailbox_info *in
         buf_printf(&line, "%sMESSAGES %u", sep, info->messages);
         sep = " ";
     }
-    if (items & IMAP_STATUS_RECENT) {
-        buf_printf(&line, "%sRECENT 0", sep);
+    if (items & IMAP_STATUS_RECENT) { /* the messages no session has seen as recent yet */
+        uint32_t first = 0, recent = 0;
+        if (mv_mailbox_recent(x->s->store->store, info->name, &first, &recent) != MV_OK) {
+            recent = 0;
+        }
+        buf_printf(&line, "%sRECENT %u", sep, recent);
         sep = " ";
     }
     if (items & IMAP_STATUS_UIDNEXT) {
@@ -487,10 +521,14 @@ static void imap_status_out(struct imap_ctx *x, const struct mv_mailbox_info *in
 }
 
 /* Whether LIST reports the item for a pattern it matches. */
-static int imap_list_shows(const struct imap_list *l, const struct imap_list_item *it, int pct)
+static int
+imap_list_shows(const struct imap_list *l, const struct imap_list_item *it, int pct, int lsub)
 {
     if (it->selected) {
         return 1;
+    }
+    if (lsub) { /* RFC 3501 6.3.9: "%" returns a level with subscribed names below as \Noselect */
+        return pct && it->childinfo;
     }
     if ((l->select & IMAP_LIST_SELECT_RECURSIVEMATCH) && it->childinfo) {
         return 1; /* RFC 5258 3: returned with CHILDINFO for its descendants */
@@ -507,7 +545,9 @@ static void imap_list_line(struct imap_ctx *x,
 {
     const struct mv_mailbox_info *info = &it->info;
     buf_printf(x->out, "* %s (", lsub ? "LSUB" : "LIST");
-    if (!it->exists) {
+    if (lsub && (!it->exists || !it->selected)) {
+        buf_str(x->out, "\\Noselect "); /* gone, or a level above subscribed names */
+    } else if (!it->exists) {
         buf_str(x->out, l->extended ? "\\NonExistent " : "\\Noselect ");
     }
     buf_str(x->out, it->has_children ? "\\HasChildren" : "\\HasNoChildren");
@@ -618,13 +658,14 @@ void imap_cmd_list(struct imap_ctx *x, int lsub)
     }
     struct imap_list_set set = {0};
     unsigned fields = (l.ret & IMAP_LIST_RETURN_STATUS) ? imap_status_fields(l.status_items) : 0;
-    int rc = imap_list_read(x->s->store->store, fields, &set);
+    int rc = imap_list_read(x->s->store->store, fields,
+                            (l.select & IMAP_LIST_SELECT_SUBSCRIBED) != 0, &set);
     if (rc == MV_OK) {
         imap_list_mark(&set, l.select);
         for (size_t i = 0; i < set.count; i++) {
             int pct;
             if (imap_list_item_matches(&set.items[i], patterns, l.pattern_count, &pct) &&
-                imap_list_shows(&l, &set.items[i], pct)) {
+                imap_list_shows(&l, &set.items[i], pct, lsub)) {
                 imap_list_line(x, &l, &set.items[i], lsub);
             }
         }
@@ -675,7 +716,7 @@ static int imap_create_use(struct imap_ctx *x, const struct imap_create_params *
         return -1;
     }
     struct imap_list_set set = {0};
-    int rc = imap_list_read(imap_store(x), 0, &set);
+    int rc = imap_list_read(imap_store(x), 0, 0, &set);
     if (rc != MV_OK) {
         imap_tagged_store_error(x, rc, "CREATE");
         return -1;

@@ -219,7 +219,7 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
     buf_printf(out, "* %zu FETCH (UID %u", i + 1, m->uid);
     if ((items & IMAP_FETCH_FLAGS) != 0 || with_flags) {
         buf_str(out, " FLAGS ");
-        imap_flags_out(out, m->flags, m->keywords);
+        imap_flags_out(out, m->flags | (m->recent ? IMAP_FLAG_RECENT : 0), m->keywords);
     }
     if ((items & IMAP_FETCH_INTERNALDATE) != 0) {
         buf_str(out, " INTERNALDATE ");

@@ -20,7 +20,7 @@
  * LIMITATIONS
  *   FROM/TO/CC/SUBJECT are substrings of the decoded header. BODY/TEXT strings of one or
  *   two characters fold ASCII letters only (no trigram: LIKE).
- *   No message has \Recent, so RECENT and NEW match nothing.
+ *   RECENT, NEW and OLD read the session's \Recent (imap_recent.c).
  */
 #include "imap_session.h"
 
@@ -260,11 +260,13 @@ static int imap_search_eval(const struct imap_search_run *r, uint32_t k, size_t 
     int64_t day = key->number;
     switch (key->op) {
     case IMAP_SK_ALL:
-    case IMAP_SK_OLD:
         return 1;
+    case IMAP_SK_OLD: /* RFC 3501 6.4.4: NOT RECENT; NEW: RECENT UNSEEN */
+        return !m->recent;
     case IMAP_SK_NEW:
+        return m->recent && (m->flags & IMAP_FLAG_SEEN) == 0;
     case IMAP_SK_RECENT:
-        return 0;
+        return m->recent;
     case IMAP_SK_AND:
         for (uint32_t c = key->child; c != IMAP_NODE_NONE; c = r->prog->keys[c].next) {
             if (!imap_search_eval(r, c, i)) {

@@ -23,6 +23,7 @@ struct imap_msg {
     int64_t internal_date;
     char *keywords; /* malloc'd, "" if none */
     int expunged;   /* gone from the store, not yet reported (RFC 3501 7.4.1) */
+    int recent;     /* \Recent in this session (imap_recent.c) */
     int reported;   /* scratch: a FETCH was sent for it during this command */
 };
 
@@ -36,6 +37,7 @@ struct imap_view {
     size_t count;
     size_t cap;
     size_t expunged_count; /* messages marked expunged: a sync knows without walking msgs */
+    size_t recent_count;   /* messages with recent set */
     /* The keywords announced in FLAGS (imap_keywords.c): malloc'd strings. */
     char **keyword_names;
     size_t keyword_count;
@@ -181,7 +183,8 @@ int imap_view_resolve(const struct imap_view *v,
                       int uid,
                       uint32_t **idx,
                       size_t *count);
-/* "(\Seen \Flagged kw)" */
+/* "(\Seen \Flagged kw)"; IMAP_FLAG_RECENT in flags adds \Recent (a session's, never stored) */
+#define IMAP_FLAG_RECENT 0x100u
 void imap_flags_out(struct buf *out, unsigned flags, const char *keywords);
 /* "* seq FETCH (UID u FLAGS (...) [MODSEQ (n)])" */
 void imap_fetch_flags_line(struct buf *out, size_t seq, const struct imap_msg *m, int condstore);
@@ -194,6 +197,14 @@ int imap_view_uid_ranges(const struct imap_view *v,
                          size_t count,
                          struct mv_uid_range **ranges,
                          size_t *n);
+
+/* ---- imap_recent.c ---- */
+/* \Recent (RFC 3501 2.3.2): marks the view's messages from index `from` on that are this
+ * session's recent ones: claimed in the store for a read-write view (each message is recent
+ * in one session only, mv_mailbox_recent_claim), only looked at for EXAMINE (RFC 3501 6.3.2:
+ * it must not take \Recent away). Updates recent_count. MV_OK or an MV_* code (then none is
+ * marked). */
+int imap_view_recent(struct imap_session *s, size_t from);
 
 /* ---- imap_keywords.c ---- */
 /* Adds the space-separated keywords to the view's set: 1 if one was new, 0 if not, MV_ENOMEM. */

@@ -23,9 +23,9 @@
  *     the vanished messages first, as "* n EXPUNGE" in ascending order, each with the number
  *     the message has at that moment, or once QRESYNC is enabled as one "* VANISHED uids"
  *     (RFC 7162 3.2.10); then "* n FETCH (UID u FLAGS (...))" for messages whose flags or
- *     modseq moved, numbered after the removals; then "* n EXISTS" (and "* 0 RECENT": this
- *     server has no \Recent) for new ones, which go at the end. When expunges may not be
- *     reported (FETCH, STORE, SEARCH: RFC 3501 7.4.1) the message stays in the view marked
+ *     modseq moved, numbered after the removals; then "* n EXISTS" and "* n RECENT" for new
+ *     ones, which go at the end (the new ones this session claims are its \Recent). When expunges
+ * may not be reported (FETCH, STORE, SEARCH: RFC 3501 7.4.1) the message stays in the view marked
  *     expunged and goes at the next sync that may report it.
  */
 #include "imap_session.h"
@@ -127,8 +127,8 @@ void imap_flags_out(struct buf *out, unsigned flags, const char *keywords)
 {
     static const char *const names[] = {"\\Seen", "\\Answered", "\\Flagged", "\\Deleted",
                                         "\\Draft"};
-    int first = 1;
-    buf_str(out, "(");
+    int first = (flags & IMAP_FLAG_RECENT) == 0;
+    buf_str(out, (flags & IMAP_FLAG_RECENT) != 0 ? "(\\Recent" : "(");
     for (unsigned i = 0; i < 5; i++) {
         if ((flags & (1u << i)) != 0) {
             buf_printf(out, "%s%s", first ? "" : " ", names[i]);
@@ -144,7 +144,7 @@ void imap_flags_out(struct buf *out, unsigned flags, const char *keywords)
 void imap_fetch_flags_line(struct buf *out, size_t seq, const struct imap_msg *m, int condstore)
 {
     buf_printf(out, "* %zu FETCH (UID %u FLAGS ", seq, m->uid);
-    imap_flags_out(out, m->flags, m->keywords);
+    imap_flags_out(out, m->flags | (m->recent ? IMAP_FLAG_RECENT : 0), m->keywords);
     if (condstore) {
         buf_printf(out, " MODSEQ (%llu)", (unsigned long long)m->modseq);
     }
@@ -225,6 +225,7 @@ static void imap_view_remove(struct imap_session *s, struct buf *out, size_t rem
     size_t kept = 0;
     for (size_t i = 0; i < v->count; i++) {
         if (v->msgs[i].expunged == 2) {
+            v->recent_count -= v->msgs[i].recent != 0;
             if (!s->qresync) {
                 buf_printf(out, "* %zu EXPUNGE\r\n", kept + 1); /* its number at this moment */
             }
@@ -317,8 +318,9 @@ static int imap_view_apply(struct imap_session *s,
     }
     if (added > 0 || removed > 0) {
         buf_printf(out, "* %zu EXISTS\r\n", v->count);
-        if (added > 0) {
-            buf_str(out, "* 0 RECENT\r\n");
+        if (added > 0) { /* the new ones may be this session's \Recent (imap_recent.c) */
+            (void)imap_view_recent(s, v->count - added);
+            buf_printf(out, "* %zu RECENT\r\n", v->recent_count);
         }
     }
     v->uidnext = d->changed.uidnext;

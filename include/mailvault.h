@@ -436,7 +436,32 @@ mv_mailbox_create(mv_store *store, const char *name, const char *special_use);
 MV_API MV_MUST_CHECK int mv_mailbox_rename(mv_store *store, const char *from, const char *to);
 /* Deletes the mailbox and its messages (reference counts dropped, change log kept). */
 MV_API MV_MUST_CHECK int mv_mailbox_delete(mv_store *store, const char *name);
+/* Subscriptions are a set of names of their own (RFC 3501 6.3.6-6.3.9): a name may be
+ * subscribed whether or not a mailbox has it, deleting a mailbox leaves its subscription,
+ * a rename carries the subscriptions of the mailbox and its children along, and creating
+ * a mailbox does not subscribe it (a new store's default mailboxes are subscribed).
+ * mv_mailbox_subscribe() adds (on) or removes the name (a valid mailbox name; "inbox" is
+ * INBOX); either is MV_OK when already so. MV_OK, MV_EINVAL (bad name, read-only store),
+ * MV_EBUSY or MV_EIO. mv_mailbox_info.subscribed says whether a mailbox's name is in it. */
 MV_API MV_MUST_CHECK int mv_mailbox_subscribe(mv_store *store, const char *name, int on);
+/* Every subscribed name, in byte order: *names is an array of *count strings and a NULL, in
+ * one malloc'd block (free with mv_free). MV_OK, MV_EINVAL, MV_ENOMEM, MV_EBUSY or MV_EIO. */
+MV_API MV_MUST_CHECK int mv_subscription_list(mv_store *store, char ***names, size_t *count);
+
+/* \Recent (RFC 3501 2.3.2): each message is recent in exactly one session, the first to
+ * select its mailbox after it arrived. The store keeps, per mailbox, the first UID that no
+ * session has claimed yet. mv_mailbox_recent_claim() claims the UIDs below up_to (the end of
+ * the caller's view of the mailbox: its highest UID + 1): *first is then the first UID of the
+ * claim, so the caller's recent messages are those with *first <= uid < up_to (none if
+ * *first >= up_to). A claim is one write transaction (none when there is nothing to claim),
+ * so concurrent sessions, threads and processes never claim a UID twice. mv_mailbox_recent()
+ * reads without claiming: *first, and *count, the messages at or above it (STATUS RECENT).
+ * MV_OK, MV_ENOTFOUND, MV_EINVAL (NULL argument, read-only store for a claim), MV_EBUSY or
+ * MV_EIO. */
+MV_API MV_MUST_CHECK int
+mv_mailbox_recent_claim(mv_store *store, const char *mailbox, uint32_t up_to, uint32_t *first);
+MV_API MV_MUST_CHECK int
+mv_mailbox_recent(mv_store *store, const char *mailbox, uint32_t *first, uint32_t *count);
 /* Fills *info for one mailbox, every field (strings owned by the store, valid until the
  * next call on it). Returns MV_OK, MV_ENOTFOUND, MV_ENOMEM, MV_EBUSY or MV_EIO. */
 MV_API MV_MUST_CHECK int

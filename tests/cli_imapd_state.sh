@@ -3,7 +3,7 @@
 # announced in FLAGS / PERMANENTFLAGS, CONDSTORE's MODSEQ on .SILENT stores and HIGHESTMODSEQ
 # after APPEND and EXPUNGE, a two-way CONDSTORE/QRESYNC sync with flag removal on both sides,
 # keyword limits without silent truncation, MOVE's COPYUID text, NUL bytes in literals,
-# ENVELOPE source routes, and the derived CAPABILITY. Starts the ASan
+# ENVELOPE source routes, the derived CAPABILITY, subscriptions and \Recent. Starts the ASan
 # server (build/asan/mailvaultd) on free loopback ports over a temporary root with one user,
 # runs tests/imapd_state.py against it (the checks are listed there), stops the server with
 # SIGTERM (it must exit 0 with no sanitizer report in its log), then runs `mailvault check`.

@@ -1,4 +1,4 @@
-"""imapd_state.py -- the session state mailvaultd shows its clients, rule by rule (issue 12),
+r"""imapd_state.py -- the session state mailvaultd shows its clients, rule by rule (issue 12),
 driven over raw IMAP connections (tests/imapd_common.py) by tests/cli_imapd_state.sh. Each
 check names the RFC rule it holds the server to.
 
@@ -21,6 +21,15 @@ WHAT IT CHECKS
     the length unchanged.
   - ENVELOPE keeps a source route (RFC 3501 7.4.2: the adl).
   - CAPABILITY lists each extension once, as derived from the command table.
+  - Subscriptions are names of their own (RFC 3501 6.3.4-6.3.9, RFC 5258): CREATE does not
+    subscribe, DELETE keeps the subscription (LSUB \Noselect, LIST (SUBSCRIBED) \NonExistent
+    \Subscribed), UNSUBSCRIBE of a deleted name is OK, a name that never existed can be
+    subscribed, LSUB "%" shows a level above subscribed names as \Noselect, RENAME carries
+    them.
+  - \Recent (RFC 3501 2.3.2): exactly one session sees a new message as recent (the first to
+    select after it arrived, or the one that has the mailbox selected), also when several
+    select at once; "* n RECENT", FETCH FLAGS \Recent, SEARCH RECENT / NEW / OLD; EXAMINE
+    shows but does not take them; STATUS RECENT counts the unclaimed ones.
 
 USAGE
   python3 tests/imapd_state.py --imap PORT --user ADDR --password PW --mv MAILVAULT \
@@ -29,8 +38,8 @@ USAGE
 """
 import argparse
 import re
-import subprocess
 import sys
+import threading
 
 import imapd_common
 
@@ -308,7 +317,8 @@ def test_keyword_limits(args):
     lines, _ = a.lines("UID FETCH %s (FLAGS)" % re.search(rb"APPENDUID \d+ (\d+)", tagged)
                        .group(1).decode())
     got = next((flags_list(l) for l in lines if b"FETCH" in l), set())
-    check("APPEND with 40 keywords of 120 bytes stores them all", len(got) == 40, (tagged, got))
+    check("APPEND with 40 keywords of 120 bytes stores them all",
+          len([k for k in got if k.startswith(b"k")]) == 40, (tagged, got))
     a.close()
 
 
@@ -371,6 +381,155 @@ def test_capability(args):
     a.close()
 
 
+def list_attrs(lines, kind, name):
+    """The attributes of name in "* LIST/LSUB (attrs) sep name" lines, or None."""
+    for l in lines:
+        m = re.match(rb'\* %s \(([^)]*)\) "/" "?([^"]*)"?$' % kind.encode(), l)
+        if m and m.group(2).decode() == name:
+            return set(m.group(1).decode().split())
+    return None
+
+
+def test_subscriptions(args):
+    a = Session(args, b"a")
+    a.cmd("CREATE subx")
+    lines, _ = a.lines('LSUB "" "subx"')
+    check("RFC 3501 6.3.3: CREATE does not subscribe", list_attrs(lines, "LSUB", "subx") is None,
+          lines)
+    a.cmd("SUBSCRIBE subx")
+    _, tagged = a.cmd("DELETE subx")
+    lines, _ = a.lines('LSUB "" "subx"')
+    check("RFC 3501 6.3.4: DELETE keeps the subscription; LSUB shows it \\Noselect",
+          b" OK" in tagged and "\\Noselect" in (list_attrs(lines, "LSUB", "subx") or set()),
+          (tagged, lines))
+    lines, _ = a.lines('LIST (SUBSCRIBED) "" "subx"')
+    check("RFC 5258 3.1: LIST (SUBSCRIBED) shows a deleted subscribed name \\NonExistent "
+          "\\Subscribed", {"\\NonExistent", "\\Subscribed"} <= (list_attrs(lines, "LIST", "subx") or set()),
+          lines)
+    lines, _ = a.lines('LIST "" "subx"')
+    check("plain LIST does not show a subscribed name that is no mailbox",
+          list_attrs(lines, "LIST", "subx") is None, lines)
+    _, tagged = a.cmd("UNSUBSCRIBE subx")
+    lines, _ = a.lines('LSUB "" "subx"')
+    check("RFC 3501 6.3.7: UNSUBSCRIBE of a deleted name is OK and removes it",
+          b" OK" in tagged and list_attrs(lines, "LSUB", "subx") is None, (tagged, lines))
+    _, tagged = a.cmd("SUBSCRIBE ghost/child")
+    lines, _ = a.lines('LSUB "" "%"')
+    check("RFC 3501 6.3.9: LSUB % shows the level above a subscribed name as \\Noselect",
+          b" OK" in tagged and "\\Noselect" in (list_attrs(lines, "LSUB", "ghost") or set()),
+          (tagged, lines))
+    lines, _ = a.lines('LSUB "" "*"')
+    check("LSUB * lists the subscribed name itself (no mailbox: \\Noselect), not the level",
+          "\\Noselect" in (list_attrs(lines, "LSUB", "ghost/child") or set()) and
+          list_attrs(lines, "LSUB", "ghost") is None, lines)
+    a.cmd("UNSUBSCRIBE ghost/child")
+    a.cmd("CREATE ren/inner")
+    a.cmd("SUBSCRIBE ren/inner")
+    a.cmd("RENAME ren moved")
+    lines, _ = a.lines('LSUB "" "*"')
+    check("RENAME carries the subscriptions of the mailbox's children",
+          list_attrs(lines, "LSUB", "moved/inner") == {"\\HasNoChildren"} and
+          list_attrs(lines, "LSUB", "ren/inner") is None, lines)
+    a.close()
+
+
+def recent_of(lines):
+    for l in lines:
+        m = re.match(rb"\* (\d+) RECENT$", l)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def search_of(lines):
+    for l in lines:
+        if l.startswith(b"* SEARCH"):
+            return [int(x) for x in l.split()[2:]]
+    return None
+
+
+def test_recent(args):
+    box = "rec"
+    b = Session(args, b"b")
+    b.cmd("CREATE %s" % box)
+    a = Session(args, b"a")
+    lines, _ = a.lines("SELECT %s" % box)
+    check("RFC 3501 6.3.1: SELECT of an empty mailbox: * 0 RECENT", recent_of(lines) == 0, lines)
+    b.append(box, 1)
+    b.append(box, 2)
+    c = Session(args, b"c")
+    lines, _ = c.lines("SELECT %s" % box)
+    check("RFC 3501 2.3.2: the first session to select after delivery sees * 2 RECENT",
+          recent_of(lines) == 2, lines)
+    lines, _ = c.lines("FETCH 1:* (FLAGS)")
+    check("RFC 3501 2.3.2: FETCH FLAGS shows \\Recent in that session",
+          len([l for l in lines if b"\\Recent" in l]) == 2, lines)
+    lines, _ = c.lines("SEARCH RECENT")
+    r1 = search_of(lines)
+    c.lines("STORE 1 +FLAGS.SILENT (\\Seen)")
+    lines, _ = c.lines("SEARCH NEW")
+    r2 = search_of(lines)
+    lines, _ = c.lines("SEARCH OLD")
+    r3 = search_of(lines)
+    check("RFC 3501 6.4.4: SEARCH RECENT, NEW (recent unseen) and OLD",
+          r1 == [1, 2] and r2 == [2] and r3 == [], (r1, r2, r3))
+    lines, _ = a.lines("NOOP")
+    check("a session that had the mailbox selected does not get them too: * 0 RECENT",
+          recent_of(lines) == 0 and b"* 2 EXISTS" in lines, lines)
+    lines, _ = a.lines("FETCH 1:* (FLAGS)")
+    check("... and its FETCH FLAGS shows no \\Recent", not any(b"\\Recent" in l for l in lines),
+          lines)
+    b.append(box, 3)
+    lines, _ = a.lines("NOOP")
+    check("RFC 3501 2.3.2: a new message goes to the session that has the mailbox selected "
+          "and hears of it first: * 1 RECENT", recent_of(lines) == 1 and b"* 3 EXISTS" in lines,
+          lines)
+    lines, _ = c.lines("NOOP")
+    check("... not to the other one (its count stays 2)", recent_of(lines) == 2, lines)
+    b.append(box, 4)
+    lines, _ = b.lines("STATUS %s (RECENT MESSAGES)" % box)
+    check("STATUS RECENT counts the messages no session has seen yet",
+          any(b"RECENT 1" in l and b"MESSAGES 4" in l for l in lines), lines)
+    d = Session(args, b"d")
+    lines, _ = d.lines("EXAMINE %s" % box)
+    check("RFC 3501 6.3.2: EXAMINE shows the unclaimed message as recent", recent_of(lines) == 1,
+          lines)
+    lines, _ = d.lines("SELECT %s" % box)
+    check("RFC 3501 6.3.2: ... and does not take \\Recent away: SELECT after it gets it",
+          recent_of(lines) == 1, lines)
+    for s in (a, c, d):
+        s.close()
+    # several sessions select at once: each new message is recent in exactly one of them
+    for n in range(5, 11):
+        b.append(box, n)
+    sessions = [Session(args, b"p%d" % i) for i in range(6)]
+    got = [None] * len(sessions)
+
+    def select(i):
+        try:
+            lines, _ = sessions[i].lines("SELECT %s" % box)
+            flines, _ = sessions[i].lines("UID FETCH 1:* (FLAGS)")
+            got[i] = (recent_of(lines), {int(re.search(rb"UID (\d+)", l).group(1))
+                                         for l in flines if b"\\Recent" in l})
+        except Exception as e:  # reported below
+            got[i] = (None, repr(e))
+
+    threads = [threading.Thread(target=select, args=(i,)) for i in range(len(sessions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    counts = [g[0] for g in got]
+    uids = [g[1] for g in got]
+    union = set().union(*[u for u in uids if isinstance(u, set)])
+    check("RFC 3501 2.3.2: sessions selecting at once share 6 new messages, each recent in "
+          "exactly one", sum(c or 0 for c in counts) == 6 and len(union) == 6 and
+          sum(len(u) for u in uids if isinstance(u, set)) == 6 and
+          all(isinstance(u, set) and len(u) == c for c, u in zip(counts, uids)), got)
+    for s in sessions + [b]:
+        s.close()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--imap", type=int, required=True)
@@ -382,7 +541,7 @@ def main():
     args = p.parse_args()
     for test in (test_keywords_announced, test_condstore_silent, test_two_way_sync,
                  test_keyword_limits, test_move_text, test_nul_bytes, test_envelope_route,
-                 test_capability):
+                 test_capability, test_subscriptions, test_recent):
         try:
             test(args)
         except Exception as e:  # a test that dies counts as one failure, the rest still run

@@ -514,7 +514,7 @@ static void test_counters(void)
 {
     mv_store *s = NULL;
     CHECK_EQ_INT(mb_open("counters", &s), MV_OK);
-    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 4);
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 5);
     CHECK(mb_counters_ok(s));
     size_t len = 0;
     char *m = mb_message("count me", 0, 1, &len);
@@ -559,11 +559,13 @@ static void test_counters(void)
                                     "DROP TABLE fts; "
                                     "CREATE VIRTUAL TABLE fts USING fts5(subject, addresses, "
                                     "body, tokenize='unicode61 remove_diacritics 2'); "
+                                    "DROP TABLE subscriptions; "
+                                    "ALTER TABLE mailboxes DROP COLUMN recent_uid; "
                                     "PRAGMA user_version = 1";
     CHECK_EQ_INT(tu_exec(db, downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(mb_open("counters", &s), MV_OK);
-    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 4); /* through every later version */
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 5); /* through every later version */
     CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
     CHECK(mb_counters_ok(s));
@@ -723,6 +725,112 @@ static void test_errmsg_internal(void)
     mv_store_close(&b);
 }
 
+/* Whether the subscribed names are exactly want (space-separated, in order). */
+static int mb_subscriptions_are(mv_store *s, const char *want)
+{
+    char **names = NULL;
+    size_t count = 0;
+    if (mv_subscription_list(s, &names, &count) != MV_OK) {
+        return 0;
+    }
+    char got[1024] = "";
+    for (size_t i = 0; i < count; i++) {
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", i > 0 ? " " : "", names[i]);
+    }
+    mv_free(names);
+    if (strcmp(got, want) != 0) {
+        fprintf(stderr, "  subscriptions: got \"%s\", want \"%s\"\n", got, want);
+        return 0;
+    }
+    return 1;
+}
+
+/* Subscriptions are names of their own (RFC 3501 6.3.4, 6.3.6, 6.3.7; issue 12 item 8):
+ * CREATE does not subscribe, DELETE keeps the subscription, a name that never existed can be
+ * subscribed and unsubscribed, RENAME carries them; a version 4 store keeps its own. */
+static void test_subscriptions(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open("subs", &s), MV_OK);
+    CHECK(mb_subscriptions_are(s, "Archive Drafts INBOX Junk Sent Trash"));
+    CHECK_EQ_INT(mv_mailbox_create(s, "Work/Old", NULL), MV_OK);
+    CHECK(mb_subscriptions_are(s, "Archive Drafts INBOX Junk Sent Trash"));
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Work/Old", 1), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Work/Old", 1), MV_OK); /* already: fine */
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Never/There", 1), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "inbox", 0), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "a//b", 1), MV_EINVAL);
+    CHECK(mb_subscriptions_are(s, "Archive Drafts Junk Never/There Sent Trash Work/Old"));
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_status(s, "Work/Old", &info), MV_OK);
+    CHECK_EQ_INT(info.subscribed, 1);
+    CHECK_EQ_INT(mv_mailbox_status(s, "Work", &info), MV_OK);
+    CHECK_EQ_INT(info.subscribed, 0);
+    CHECK_EQ_INT(mv_mailbox_rename(s, "Work", "Job"), MV_OK);
+    CHECK(mb_subscriptions_are(s, "Archive Drafts Job/Old Junk Never/There Sent Trash"));
+    CHECK_EQ_INT(mv_mailbox_delete(s, "Job/Old"), MV_OK);
+    CHECK(mb_subscriptions_are(s, "Archive Drafts Job/Old Junk Never/There Sent Trash"));
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Job/Old", 0), MV_OK); /* a deleted name too */
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Never/There", 0), MV_OK);
+    CHECK(mb_subscriptions_are(s, "Archive Drafts Junk Sent Trash"));
+
+    /* From version 4: the subscribed column becomes the set; nothing is \Recent. */
+    size_t len = 0;
+    char *m = mb_message("old", 0, 1, &len);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
+    static const char downgrade[] = "DROP TABLE subscriptions; "
+                                    "ALTER TABLE mailboxes DROP COLUMN recent_uid; "
+                                    "UPDATE mailboxes SET subscribed = name IN ('INBOX', 'Job'); "
+                                    "PRAGMA user_version = 4";
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), downgrade), SQLITE_OK);
+    mv_store_close(&s);
+    CHECK_EQ_INT(mb_open("subs", &s), MV_OK);
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 5);
+    CHECK(mb_subscriptions_are(s, "INBOX Job"));
+    uint32_t first = 0, count = 9;
+    CHECK_EQ_INT(mv_mailbox_recent(s, "INBOX", &first, &count), MV_OK);
+    CHECK_EQ_INT(first, 2);
+    CHECK_EQ_INT(count, 0);
+    free(m);
+    mv_store_close(&s);
+}
+
+/* \Recent (RFC 3501 2.3.2; issue 12 item 9): each UID is claimed once, across handles. */
+static void test_recent_claim(void)
+{
+    mv_store *a = NULL, *b = NULL;
+    CHECK_EQ_INT(mb_open("recent", &a), MV_OK);
+    CHECK_EQ_INT(mb_open("recent", &b), MV_OK);
+    if (a == NULL || b == NULL) {
+        mv_store_close(&a);
+        mv_store_close(&b);
+        return;
+    }
+    size_t len = 0;
+    char *m = mb_message("new", 0, 1, &len);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(mv_message_append(a, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
+    }
+    uint32_t first = 0, count = 0;
+    CHECK_EQ_INT(mv_mailbox_recent(b, "INBOX", &first, &count), MV_OK);
+    CHECK_EQ_INT(first, 1);
+    CHECK_EQ_INT(count, 3);
+    CHECK_EQ_INT(mv_mailbox_recent_claim(a, "INBOX", 3, &first), MV_OK); /* UIDs 1, 2 */
+    CHECK_EQ_INT(first, 1);
+    CHECK_EQ_INT(mv_mailbox_recent_claim(b, "INBOX", 4, &first), MV_OK); /* UID 3 only */
+    CHECK_EQ_INT(first, 3);
+    CHECK_EQ_INT(mv_mailbox_recent_claim(a, "INBOX", 4, &first), MV_OK); /* nothing left */
+    CHECK_EQ_INT(first, 4);
+    CHECK_EQ_INT(mv_mailbox_recent_claim(a, "INBOX", 2, &first), MV_OK); /* never backwards */
+    CHECK_EQ_INT(first, 4);
+    CHECK_EQ_INT(mv_mailbox_recent(b, "INBOX", &first, &count), MV_OK);
+    CHECK_EQ_INT(count, 0);
+    CHECK_EQ_INT(mv_mailbox_recent_claim(a, "Nope", 4, &first), MV_ENOTFOUND);
+    free(m);
+    mv_store_close(&a);
+    mv_store_close(&b);
+}
+
 int main(void)
 {
     TEST(test_create_and_limits);
@@ -734,5 +842,7 @@ int main(void)
     TEST(test_empty_store_file_refused);
     TEST(test_init_killed);
     TEST(test_errmsg_internal);
+    TEST(test_subscriptions);
+    TEST(test_recent_claim);
     return th_summary();
 }

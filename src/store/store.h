@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 #define STORE_STMT_CACHE     128  /* prepared statements kept per store (about 60 in use) */
 #define STORE_SPLIT_MIN      8192 /* leaf parts at least this large are stored apart */
 
@@ -187,6 +187,9 @@ int store_mailbox_create_parents(mv_store *s, const char *name);
 int store_mailbox_create_defaults(mv_store *s);
 /* Validates a mailbox name against the limits; MV_OK or MV_EINVAL / MV_ELIMIT. */
 int store_mailbox_name_check(mv_store *s, const char *name);
+/* store_subscriptions.c: the subscriptions of from and of the names below it become to's
+ * (inside the caller's rename transaction). */
+int store_subscriptions_rename(mv_store *s, const char *from, const char *to);
 /* Sets the VFS's temp directory for this thread to the store's tmp/ (store_stmt and
  * store_exec do it, so every statement that spills writes its encrypted temp files there). */
 void store_enter(mv_store *s);

@@ -1,11 +1,13 @@
 /*
- * store_mailbox_edit.c -- renaming and deleting mailboxes, and subscriptions.
+ * store_mailbox_edit.c -- renaming and deleting mailboxes.
  *
  * A rename carries the mailbox's children along ("a" -> "b" also renames "a/x" to "b/x")
  * and keeps UIDs and UIDVALIDITY: the messages do not change. Superior names the new name
  * lacks are created, as for a create (RFC 3501 6.3.5). INBOX cannot be renamed or
  * deleted. Deleting a mailbox expunges its messages (dropping body references and writing
  * 'expunge' rows to the change log) in the same transaction; its children stay.
+ * Subscriptions (store_subscriptions.c) are names of their own: a delete leaves them (RFC
+ * 3501 6.3.4), a rename carries them along with the mailboxes, as Dovecot does.
  */
 #include "store/store.h"
 
@@ -73,6 +75,9 @@ int mv_mailbox_rename(mv_store *s, const char *from, const char *to)
             sqlite3_reset(st);
             rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "renaming a mailbox");
         }
+    }
+    if (rc == MV_OK) {
+        rc = store_subscriptions_rename(s, from, to);
     }
     if (rc == MV_OK) {
         rc = store_mailbox_create_parents(s, to); /* after: "a" -> "a/b" needs a new "a" */
@@ -164,25 +169,4 @@ int mv_mailbox_delete(mv_store *s, const char *name)
         return rc;
     }
     return store_commit(s);
-}
-
-int mv_mailbox_subscribe(mv_store *s, const char *name, int on)
-{
-    int64_t id;
-    int rc = store_mailbox_id(s, name, &id);
-    if (rc != MV_OK) {
-        return rc;
-    }
-    if (s->readonly) {
-        return store_fail(s, MV_EINVAL, "the store is open read-only");
-    }
-    sqlite3_stmt *st = store_stmt(s, "UPDATE mailboxes SET subscribed = ? WHERE id = ?");
-    if (st == NULL) {
-        return store_fail_sqlite(s, "subscribing");
-    }
-    sqlite3_bind_int(st, 1, on ? 1 : 0);
-    sqlite3_bind_int64(st, 2, id);
-    int step = sqlite3_step(st);
-    sqlite3_reset(st);
-    return step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "subscribing");
 }

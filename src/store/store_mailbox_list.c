@@ -27,7 +27,8 @@
 #include <stdlib.h>
 
 #define STORE_MAILBOX_HEAD                                                                         \
-    "SELECT m.id, m.name, m.uidvalidity, m.uidnext, m.highestmodseq, m.subscribed, "               \
+    "SELECT m.id, m.name, m.uidvalidity, m.uidnext, m.highestmodseq, "                             \
+    "EXISTS (SELECT 1 FROM subscriptions WHERE name = m.name), "                                   \
     "m.special_use, m.message_count, m.unseen_count, m.size_sum, "
 #define STORE_MAILBOX_STORED                                                                       \
     "(SELECT coalesce(sum(stored_size), 0) FROM bodies WHERE id IN "                               \

@@ -28,6 +28,10 @@
  *     columns, header (every field, decoded) and body; bodies.sent_zone keeps the Date
  *     header's zone, so SENT* compare the date as written. The migration re-parses every
  *     body once to fill both (store_schema_reindex).
+ *   - version 5: subscriptions, a set of names of their own (RFC 3501 6.3.6-6.3.9: a
+ *     subscription outlives its mailbox and may name one that does not exist), taken over
+ *     from mailboxes.subscribed, which is no longer read; and mailboxes.recent_uid, the first
+ *     UID no session has yet seen as \Recent (mv_mailbox_recent_claim).
  */
 #include "store/store.h"
 #include "store/store_blob.h"
@@ -241,6 +245,16 @@ static int store_schema_reindex(mv_store *s)
     return rc;
 }
 
+/* Version 5: subscriptions by name; \Recent's first unclaimed UID per mailbox. A migrated
+ * store keeps its subscriptions, and none of its messages is \Recent (they were all seen
+ * before: the server that showed them had no \Recent to give). */
+static const char *const store_schema_v5[] = {
+    "CREATE TABLE subscriptions(name TEXT PRIMARY KEY) WITHOUT ROWID",
+    "INSERT INTO subscriptions(name) SELECT name FROM mailboxes WHERE subscribed != 0",
+    "ALTER TABLE mailboxes ADD COLUMN recent_uid INTEGER NOT NULL DEFAULT 1",
+    "UPDATE mailboxes SET recent_uid = uidnext",
+};
+
 static int store_schema_run(mv_store *s, const char *const *statements, size_t count, int version)
 {
     for (size_t i = 0; i < count; i++) {
@@ -308,6 +322,10 @@ int store_schema_migrate(mv_store *s)
         if (rc == MV_OK) {
             rc = store_schema_reindex(s);
         }
+    }
+    if (rc == MV_OK && version < 5) {
+        rc = store_schema_run(s, store_schema_v5,
+                              sizeof store_schema_v5 / sizeof store_schema_v5[0], 5);
     }
     if (rc != MV_OK) {
         store_rollback(s);
