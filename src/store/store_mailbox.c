@@ -78,43 +78,75 @@ int store_mailbox_id(mv_store *s, const char *name, int64_t *id_out)
     return store_fail(s, MV_ENOTFOUND, "no mailbox \"%s\"", name);
 }
 
-int store_mailbox_next_uid(mv_store *s, int64_t mailbox_id, uint32_t *uid, uint64_t *modseq)
+/* Reads the mailbox's uidnext and highestmodseq. A SELECT and a plain single-row UPDATE
+ * rather than UPDATE ... RETURNING: SQLite runs RETURNING as a trigger, so that UPDATE is
+ * not one-pass and opens a statement savepoint, at which FTS5 writes its pending terms out:
+ * every message of a batch (import, queue drain) became its own FTS segment. */
+static int
+store_mailbox_counters(mv_store *s, int64_t mailbox_id, int64_t *uidnext, int64_t *modseq)
 {
-    sqlite3_stmt *st = store_stmt(s, "UPDATE mailboxes SET uidnext = uidnext + 1, "
-                                     "highestmodseq = highestmodseq + 1 WHERE id = ? "
-                                     "RETURNING uidnext - 1, highestmodseq");
+    sqlite3_stmt *st = store_stmt(s, "SELECT uidnext, highestmodseq FROM mailboxes WHERE id = ?");
     if (st == NULL) {
         return store_fail_sqlite(s, "allocating a UID");
     }
     sqlite3_bind_int64(st, 1, mailbox_id);
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        sqlite3_reset(st);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        *uidnext = sqlite3_column_int64(st, 0);
+        *modseq = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_reset(st);
+    if (step == SQLITE_DONE) {
+        return store_fail(s, MV_ENOTFOUND, "mailbox %lld has gone", (long long)mailbox_id);
+    }
+    return step == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "allocating a UID");
+}
+
+static int
+store_mailbox_counters_set(mv_store *s, int64_t mailbox_id, int64_t uidnext, int64_t modseq)
+{
+    sqlite3_stmt *st = store_stmt(s, "UPDATE mailboxes SET uidnext = ?2, highestmodseq = ?3 "
+                                     "WHERE id = ?1");
+    if (st == NULL) {
         return store_fail_sqlite(s, "allocating a UID");
     }
-    sqlite3_int64 next = sqlite3_column_int64(st, 0);
-    *modseq = (uint64_t)sqlite3_column_int64(st, 1);
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    sqlite3_bind_int64(st, 2, uidnext);
+    sqlite3_bind_int64(st, 3, modseq);
+    int step = sqlite3_step(st);
     sqlite3_reset(st);
+    return step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "allocating a UID");
+}
+
+int store_mailbox_next_uid(mv_store *s, int64_t mailbox_id, uint32_t *uid, uint64_t *modseq)
+{
+    int64_t next = 0, highest = 0;
+    int rc = store_mailbox_counters(s, mailbox_id, &next, &highest);
+    if (rc != MV_OK) {
+        return rc;
+    }
     if (next < 1 || next > (sqlite3_int64)STORE_UID_MAX) {
         return store_fail(s, MV_ELIMIT, "the mailbox has used every UID (2^32 - 1)");
     }
-    *uid = (uint32_t)next;
-    return MV_OK;
+    rc = store_mailbox_counters_set(s, mailbox_id, next + 1, highest + 1);
+    if (rc == MV_OK) {
+        *uid = (uint32_t)next;
+        *modseq = (uint64_t)highest + 1;
+    }
+    return rc;
 }
 
 int store_mailbox_next_modseq(mv_store *s, int64_t mailbox_id, uint64_t *modseq)
 {
-    sqlite3_stmt *st = store_stmt(s, "UPDATE mailboxes SET highestmodseq = highestmodseq + 1 "
-                                     "WHERE id = ? RETURNING highestmodseq");
-    if (st == NULL) {
-        return store_fail_sqlite(s, "allocating a modseq");
+    int64_t next = 0, highest = 0;
+    int rc = store_mailbox_counters(s, mailbox_id, &next, &highest);
+    if (rc == MV_OK) {
+        rc = store_mailbox_counters_set(s, mailbox_id, next, highest + 1);
     }
-    sqlite3_bind_int64(st, 1, mailbox_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *modseq = (uint64_t)sqlite3_column_int64(st, 0);
+    if (rc == MV_OK) {
+        *modseq = (uint64_t)highest + 1;
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "allocating a modseq");
+    return rc;
 }
 
 /* Inserts one mailbox row if it does not exist yet (used for every hierarchy level). */
