@@ -11,6 +11,7 @@
 #include "harness.h"
 #include "testutil.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,7 +76,8 @@ static void writer(const char *path, const char *mode, int fd)
     }
 }
 
-/* Kills a writer after a random delay; returns the last id it reported committed. */
+/* Kills a writer a random moment after its first commit; returns the last id it reported
+ * committed. */
 static long long run_and_kill(const char *path, const char *mode)
 {
     int fds[2];
@@ -88,12 +90,19 @@ static long long run_and_kill(const char *path, const char *mode)
         writer(path, mode, fds[1]);
     }
     close(fds[1]);
-    struct timespec delay = {0, (long)(5 + crash_next() % 120) * 1000000L};
+    /* The kill lands inside the writer's work, not in its start-up: first its first commit
+     * (waited for with a generous deadline: a loaded machine under ASan starts slowly), then
+     * a random delay of up to a few transactions. */
+    long long acked = 0, v;
+    struct pollfd pfd = {fds[0], POLLIN, 0};
+    if (poll(&pfd, 1, 60000) == 1 && read(fds[0], &v, sizeof v) == (ssize_t)sizeof v) {
+        acked = v;
+    }
+    struct timespec delay = {0, (long)(crash_next() % 40) * 1000000L};
     nanosleep(&delay, NULL);
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
-    long long acked = 0, v;
     while (read(fds[0], &v, sizeof v) == (ssize_t)sizeof v) {
         acked = v;
     }
