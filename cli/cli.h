@@ -274,6 +274,9 @@ struct cli_json {
 };
 
 void cli_json_init(struct cli_json *json, FILE *out);
+/* cli_json_init() and the document object, with "format_version" as its first member: how
+ * every --json output starts (end it with cli_json_object_end() and cli_json_finish()). */
+void cli_json_document_begin(struct cli_json *json, FILE *out);
 void cli_json_object_begin(struct cli_json *json);
 void cli_json_object_end(struct cli_json *json);
 void cli_json_array_begin(struct cli_json *json);

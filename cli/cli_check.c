@@ -49,8 +49,7 @@ int cli_check_main(int argc, char **argv)
     struct cli_check_out out = {cli_args_has(&args, CLI_OPT_JSON), {0}};
     struct mv_check_report r;
     if (out.json) {
-        cli_json_init(&out.writer, stdout);
-        cli_json_object_begin(&out.writer);
+        cli_json_document_begin(&out.writer, stdout);
         cli_json_key(&out.writer, "problems");
         cli_json_array_begin(&out.writer);
     }

@@ -59,12 +59,14 @@ int cli_doctor_main(int argc, char **argv)
     struct cli_doctor_out out = {cli_args_has(&args, CLI_OPT_JSON), {0}};
     struct mv_doctor_summary sum;
     if (out.json) {
-        cli_json_init(&out.writer, stdout);
+        cli_json_document_begin(&out.writer, stdout);
+        cli_json_key(&out.writer, "results");
         cli_json_array_begin(&out.writer);
     }
     int mv_rc = mv_doctor_run(&o, cli_doctor_line, &out, &sum);
     if (out.json) {
         cli_json_array_end(&out.writer);
+        cli_json_object_end(&out.writer);
         if (cli_json_finish(&out.writer) != 0) {
             cli_error("cannot write the JSON output");
         }

@@ -78,6 +78,8 @@ int cli_explain_main(int argc, char **argv)
     unsigned count = 0, scans = 0, expected = 0;
     cli_json_init(&writer, stdout);
     if (json) {
+        cli_json_document_begin(&writer, stdout);
+        cli_json_key(&writer, "statements");
         cli_json_array_begin(&writer);
     }
     while (mv_explain_next(e, &row) == 1) {
@@ -94,6 +96,7 @@ int cli_explain_main(int argc, char **argv)
     mv_store_close(&store);
     if (json) {
         cli_json_array_end(&writer);
+        cli_json_object_end(&writer);
         if (cli_json_finish(&writer) != 0) {
             cli_error("cannot write the JSON output");
         }

@@ -51,8 +51,7 @@ static int cli_info_print_json(const struct cli_info *info)
 {
     const struct mv_store_stats *s = &info->stats;
     struct cli_json json;
-    cli_json_init(&json, stdout);
-    cli_json_object_begin(&json);
+    cli_json_document_begin(&json, stdout);
     cli_json_key(&json, "address");
     cli_json_string(&json, info->target->address);
     cli_json_key(&json, "file");

@@ -3,13 +3,15 @@
  *
  * USAGE
  *   struct cli_json json;
- *   cli_json_init(&json, stdout);
+ *   cli_json_document_begin(&json, stdout);         {"format_version": 2,
+ *   cli_json_key(&json, "messages");                 "messages": [
  *   cli_json_array_begin(&json);
- *   cli_json_object_begin(&json);
+ *   cli_json_object_begin(&json);                      {"uid": 7}
  *   cli_json_key(&json, "uid");
  *   cli_json_uint(&json, 7);
  *   cli_json_object_end(&json);
- *   cli_json_array_end(&json);
+ *   cli_json_array_end(&json);                       ]
+ *   cli_json_object_end(&json);                    }
  *   if (cli_json_finish(&json) != 0) ... write error ...
  *
  * IMPLEMENTATION NOTES
@@ -22,8 +24,11 @@
  *   \ufffd (mail headers are often mis-encoded; the output must still be valid JSON).
  *   Numbers are unsigned or signed 64-bit integers printed in full; readers that store them
  *   as doubles lose precision above 2^53, which no count or size here reaches.
- *   Layout: the members of the top-level array or object one per line (indented by two
- *   spaces), everything deeper on that line, so `grep` and `jq` both work on the output.
+ *   Layout: the members of the top-level object one per line (indented by two spaces), and
+ *   the elements of a list member ("messages": [...]) one per line (four spaces); everything
+ *   deeper on that line, so `grep` and `jq` both work on the output.
+ *   Every document is an object that starts with "format_version" (CLI_JSON_FORMAT_VERSION,
+ *   cli_json_document_begin()), so a reader can tell which vocabulary it reads.
  *
  * LIMITATIONS
  *   Nesting is limited to CLI_JSON_DEPTH_MAX levels; misuse (a value without a key in an
@@ -38,6 +43,13 @@ void cli_json_init(struct cli_json *json, FILE *out)
 {
     memset(json, 0, sizeof *json);
     json->out = out;
+}
+
+/* A list member of the document object ("messages": [...]): its elements go one per line
+ * too, so a long list stays greppable. */
+static int cli_json_list_level(const struct cli_json *json, int level)
+{
+    return level == 2 && json->is_array[2] && !json->is_array[1];
 }
 
 /* Writes what must come before a value: a comma, and a newline in a top-level array. */
@@ -63,6 +75,8 @@ static void cli_json_before_value(struct cli_json *json)
     }
     if (level == 1) {
         fputs("\n  ", json->out);
+    } else if (cli_json_list_level(json, level)) {
+        fputs("\n    ", json->out);
     } else if (json->count[level] > 0) {
         fputc(' ', json->out);
     }
@@ -91,9 +105,19 @@ static void cli_json_close(struct cli_json *json, int is_array)
     }
     if (level == 1 && json->count[level] > 0) {
         fputc('\n', json->out);
+    } else if (cli_json_list_level(json, level) && json->count[level] > 0) {
+        fputs("\n  ", json->out);
     }
     fputc(is_array ? ']' : '}', json->out);
     json->depth--;
+}
+
+void cli_json_document_begin(struct cli_json *json, FILE *out)
+{
+    cli_json_init(json, out);
+    cli_json_open(json, 0);
+    cli_json_key(json, "format_version");
+    cli_json_uint(json, CLI_JSON_FORMAT_VERSION);
 }
 
 void cli_json_object_begin(struct cli_json *json)

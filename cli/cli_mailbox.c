@@ -57,7 +57,7 @@ static void cli_mailbox_print_json(struct cli_json *json, const struct mv_mailbo
     cli_json_uint(json, info->messages);
     cli_json_key(json, "unseen");
     cli_json_uint(json, info->unseen);
-    cli_json_key(json, "size");
+    cli_json_key(json, "size_bytes");
     cli_json_uint(json, info->size_bytes);
     cli_json_key(json, "stored_bytes");
     cli_json_uint(json, info->stored_bytes);
@@ -85,6 +85,8 @@ static int cli_mailbox_print_all(mv_store *store, int json_wanted)
     struct cli_json json;
     cli_json_init(&json, stdout);
     if (json_wanted) {
+        cli_json_document_begin(&json, stdout);
+        cli_json_key(&json, "mailboxes");
         cli_json_array_begin(&json);
     }
     struct mv_mailbox_info info;
@@ -103,6 +105,7 @@ static int cli_mailbox_print_all(mv_store *store, int json_wanted)
     }
     if (json_wanted) {
         cli_json_array_end(&json);
+        cli_json_object_end(&json);
         if (cli_json_finish(&json) != 0) {
             cli_error("cannot write the JSON output");
             return CLI_EXIT_IOERR;

@@ -30,7 +30,8 @@ void cli_message_print_begin(struct cli_message_printer *printer, int json, int 
     printer->json = json;
     printer->with_mailbox = with_mailbox;
     if (json) {
-        cli_json_init(&printer->writer, stdout);
+        cli_json_document_begin(&printer->writer, stdout);
+        cli_json_key(&printer->writer, "messages");
         cli_json_array_begin(&printer->writer);
     }
 }
@@ -131,7 +132,7 @@ static void cli_message_print_json(struct cli_json *json, const struct mv_messag
     cli_json_uint(json, info->modseq);
     cli_message_json_date(json, "date", info->internal_date);
     cli_message_json_date(json, "sent_date", info->sent_date);
-    cli_json_key(json, "size");
+    cli_json_key(json, "size_bytes");
     cli_json_uint(json, info->size);
     cli_message_json_flags(json, info);
     static const char *const keys[] = {"from", "to", "cc", "subject", "message_id", "in_reply_to"};
@@ -161,6 +162,7 @@ int cli_message_print_end(struct cli_message_printer *printer)
     int json_rc = 0;
     if (printer->json) {
         cli_json_array_end(&printer->writer);
+        cli_json_object_end(&printer->writer);
         json_rc = cli_json_finish(&printer->writer);
     }
     int rc = cli_store_flush_stdout();

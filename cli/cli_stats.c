@@ -103,7 +103,7 @@ static void cli_stats_file_json(struct cli_json *json, const struct mv_store_fil
     cli_json_string(json, f->address);
     cli_json_key(json, "file");
     cli_json_string(json, f->db_path);
-    static const char *const keys[] = {"file_bytes", "wal_bytes", "page_size", "page_count",
+    static const char *const keys[] = {"file_bytes", "wal_bytes", "page_size_bytes", "page_count",
                                        "pending"};
     const uint64_t values[] = {f->file_bytes, f->wal_bytes, f->page_size, f->page_count,
                                f->pending};
@@ -162,7 +162,7 @@ static int cli_stats_out_begin(struct cli_stats_out *out, const struct cli_args 
 static void cli_stats_all_begin(struct cli_stats_out *out, const char *root)
 {
     if (out->mode == CLI_STATS_JSON) {
-        cli_json_object_begin(&out->json);
+        cli_json_document_begin(&out->json, stdout);
         cli_json_key(&out->json, "root");
         cli_json_string(&out->json, root);
         cli_json_key(&out->json, "stores");
@@ -316,13 +316,26 @@ static int cli_stats_user_human(mv_store *store, const struct cli_stats_user *u)
     return rc == MV_OK ? cli_store_flush_stdout() : cli_store_fail(store, rc);
 }
 
+/* A time as an ISO 8601 UTC string, or null for 0 (never), as every --json date. */
+static void cli_stats_json_time(struct cli_json *json, const char *key, int64_t unix_seconds)
+{
+    cli_json_key(json, key);
+    if (unix_seconds <= 0) {
+        cli_json_null(json);
+        return;
+    }
+    char text[32];
+    cli_text_time_iso(unix_seconds, text, sizeof text);
+    cli_json_string(json, text);
+}
+
 static void cli_stats_user_json_fields(struct cli_json *json, const struct cli_stats_user *u)
 {
     const struct mv_store_inspection *in = &u->in;
-    static const char *const keys[] = {"page_size",   "page_count",    "freelist_count",
-                                       "file_bytes",  "wal_bytes",     "messages",
-                                       "mailboxes",   "logical_bytes", "stored_bytes",
-                                       "attachments", "pending",       "kdf_iterations"};
+    static const char *const keys[] = {"page_size_bytes", "page_count",    "freelist_count",
+                                       "file_bytes",      "wal_bytes",     "messages",
+                                       "mailboxes",       "logical_bytes", "stored_bytes",
+                                       "attachments",     "pending",       "kdf_iterations"};
     const uint64_t values[] = {
         in->page_size,          in->page_count,        in->freelist_count,  in->file_bytes,
         in->wal_bytes,          in->stats.messages,    in->stats.mailboxes, in->stats.logical_bytes,
@@ -331,17 +344,23 @@ static void cli_stats_user_json_fields(struct cli_json *json, const struct cli_s
         cli_json_key(json, keys[i]);
         cli_json_uint(json, values[i]);
     }
-    static const char *const ikeys[] = {"schema_version",        "checkpoint_busy",
-                                        "checkpoint_log_frames", "checkpoint_checkpointed_frames",
-                                        "last_maintain_at",      "last_quick_check_at",
-                                        "last_quick_check_ok"};
-    const int64_t ivalues[] = {in->stats.schema_version,  in->checkpoint_busy,
-                               in->checkpoint_log_frames, in->checkpoint_done_frames,
-                               in->last_maintain_at,      in->last_quick_check_at,
-                               in->last_quick_check_ok};
+    static const char *const ikeys[] = {"schema_version", "checkpoint_log_frames",
+                                        "checkpoint_checkpointed_frames"};
+    const int64_t ivalues[] = {in->stats.schema_version, in->checkpoint_log_frames,
+                               in->checkpoint_done_frames};
     for (size_t i = 0; i < sizeof ikeys / sizeof ikeys[0]; i++) {
         cli_json_key(json, ikeys[i]);
         cli_json_int(json, ivalues[i]);
+    }
+    cli_json_key(json, "checkpoint_busy");
+    cli_json_bool(json, in->checkpoint_busy);
+    cli_stats_json_time(json, "last_maintain_at", in->last_maintain_at);
+    cli_stats_json_time(json, "last_quick_check_at", in->last_quick_check_at);
+    cli_json_key(json, "last_quick_check_ok"); /* null: never ran */
+    if (in->last_quick_check_ok < 0) {
+        cli_json_null(json);
+    } else {
+        cli_json_bool(json, in->last_quick_check_ok);
     }
     /* freelist_count / page_count in millionths: the JSON writer prints integers only. */
     cli_json_key(json, "fragmentation_ppm");
@@ -351,8 +370,7 @@ static void cli_stats_user_json_fields(struct cli_json *json, const struct cli_s
 static int cli_stats_user_json(mv_store *store, const struct cli_stats_user *u)
 {
     struct cli_json json;
-    cli_json_init(&json, stdout);
-    cli_json_object_begin(&json);
+    cli_json_document_begin(&json, stdout);
     cli_json_key(&json, "address");
     cli_json_string(&json, u->target->address);
     cli_json_key(&json, "file");

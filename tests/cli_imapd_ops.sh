@@ -293,13 +293,13 @@ check "no sanitizer report (group = daemon)" no_sanitizer_report "$log2"
 run "$mv" stats alice@example.org --json --password-file "$tmp/pw.alice@example.org"
 check "mailvault stats alice after the server's maintenance" ok
 check "... records the maintenance (last_maintain_at set)" \
-    eval '[ "$(json_eval "int(d[\"last_maintain_at\"] > 0 and d[\"last_quick_check_ok\"] == 1)")" = 1 ]'
+    eval '[ "$(json_eval "int(d[\"last_maintain_at\"] is not None and d[\"last_quick_check_ok\"] is True)")" = 1 ]'
 for u in alice@example.org bob@example.org; do
     run "$mv" check "$u" --password-file "$tmp/pw.$u"
     check "mailvault check $u" ok
 done
 run "$mv" stats bob@example.org --json --password-file "$tmp/pw.bob@example.org"
 check "bob's store has the LMTP message and the APPEND (2 messages), never maintained" \
-    eval '[ "$(json_eval "(d[\"messages\"], d[\"last_maintain_at\"])")" = "(2, 0)" ]'
+    eval '[ "$(json_eval "(d[\"messages\"], d[\"last_maintain_at\"])")" = "(2, None)" ]'
 
 finish

@@ -73,7 +73,7 @@ check stats_human bash -c "[ $rc -eq 0 ] && grep -q '^cipher  *chacha20 (KDF 2 i
 run "$mv" stats "$user" "${P[@]}" --json
 check stats_json_valid bash -c "[ $rc -eq 0 ] && python3 -m json.tool '$out' >/dev/null"
 check stats_json_page_count [ "$(json_eval "d['page_count']")" = "$(sql_int 'PRAGMA page_count')" ]
-check stats_json_page_size [ "$(json_eval "d['page_size']")" = "$(sql_int 'PRAGMA page_size')" ]
+check stats_json_page_size [ "$(json_eval "d['page_size_bytes']")" = "$(sql_int 'PRAGMA page_size')" ]
 check stats_json_freelist [ "$(json_eval "d['freelist_count']")" = "$(sql_int 'PRAGMA freelist_count')" ]
 check stats_json_messages [ "$(json_eval "d['messages']")" = "$(sql_int 'SELECT count(*) FROM messages')" ]
 check stats_json_logical [ "$(json_eval "d['logical_bytes']")" = "$(sql_int 'SELECT sum(size) FROM messages')" ]
@@ -81,7 +81,9 @@ check stats_json_schema [ "$(json_eval "d['schema_version']")" = "$(sql_int 'PRA
 check stats_json_file_bytes [ "$(json_eval "d['file_bytes']")" = "$(stat -c %s "$db")" ]
 check stats_json_fragmentation [ "$(json_eval "d['fragmentation_ppm']")" = 0 ]
 check stats_json_cipher [ "$(json_eval "d['cipher'] + ' ' + str(d['kdf_iterations'])")" = "chacha20 2" ]
-check stats_json_checkpoint [ "$(json_eval "d['checkpoint_busy']")" = 0 ]
+check stats_json_checkpoint [ "$(json_eval "d['checkpoint_busy']")" = False ]
+check stats_json_version [ "$(json_eval "d['format_version']")" = 2 ]
+check stats_json_never_maintained [ "$(json_eval "(d['last_maintain_at'], d['last_quick_check_at'], d['last_quick_check_ok'])")" = "(None, None, None)" ]
 check stats_json_inbox [ "$(json_eval "[m['messages'] for m in d['mailboxes_detail'] if m['name'] == 'INBOX'][0]")" = 20 ]
 
 # ---- Prometheus: a strict grammar of the text format, then the official parser ----
@@ -154,7 +156,7 @@ check stats_all_human bash -c "[ $rc -eq 0 ] && [ \$(grep -c 'chacha20' '$out') 
 run "$mv" stats --all --json
 check stats_all_json bash -c "[ \"\$(python3 -c \"import json; d=json.load(open('$out')); print(d['count'], [s['address'] for s in d['stores']])\")\" = \"3 ['alice@example.org', 'bob@example.org', 'carol@other.example']\" ]"
 check stats_all_json_size [ "$(json_eval "d['stores'][0]['file_bytes']")" = "$(stat -c %s "$db")" ]
-check stats_all_json_pages [ "$(json_eval "d['stores'][0]['page_count'] * d['stores'][0]['page_size']")" = "$(stat -c %s "$db")" ]
+check stats_all_json_pages [ "$(json_eval "d['stores'][0]['page_count'] * d['stores'][0]['page_size_bytes']")" = "$(stat -c %s "$db")" ]
 # 1000 stores (copies of one, which the keyless path cannot tell apart).
 many="$tmp/many"
 mkdir -m 700 "$many"
@@ -207,7 +209,7 @@ run "$mv" maintain "$frag" "${P[@]}"
 check maintain_then_not_needed bash -c "[ $rc -eq 0 ] && grep -q '^VACUUM: not needed' '$out'"
 run "$mv" stats "$frag" "${P[@]}" --json
 check maintain_kept_messages [ "$(json_eval "d['messages']")" = 300 ]
-check maintain_recorded bash -c "[ \"\$(python3 -c \"import json; d=json.load(open('$out')); print(d['last_maintain_at'] > 0, d['last_quick_check_ok'])\")\" = 'True 1' ]"
+check maintain_recorded bash -c "[ \"\$(python3 -c \"import json; d=json.load(open('$out')); print(d['last_maintain_at'][10] == 'T' and d['last_maintain_at'].endswith('Z'), d['last_quick_check_ok'])\")\" = 'True True' ]"
 run "$mv" maintain --all
 check maintain_all_keyless bash -c "[ $rc -eq 0 ] && [ \$(grep -c 'needs the password' '$out') = 4 ] &&
                                     grep -q '^4 stores, 0 with a problem' '$out'"
@@ -303,7 +305,7 @@ rm -f "$root/example.org/plain.db"
 run bash -c "ulimit -n 60 && exec '$mv' doctor"
 check doctor_fail_open_files bash -c "[ $rc -eq 1 ] && grep -q '^FAIL open files:' '$out'"
 run "$mv" doctor --json
-check doctor_json bash -c "[ $rc -eq 0 ] && [ \"\$(python3 -c \"import json; d=json.load(open('$out')); print(sum(r['status'] == 'FAIL' for r in d))\")\" = 0 ]"
+check doctor_json bash -c "[ $rc -eq 0 ] && [ \"\$(python3 -c \"import json; d=json.load(open('$out')); print(sum(r['status'] == 'FAIL' for r in d['results']))\")\" = 0 ]"
 
 # ---- explain ----
 run "$mv" explain
@@ -315,11 +317,50 @@ run "$mv" explain "$user" "${P[@]}" --json
 check explain_user_json bash -c "[ $rc -eq 0 ] && python3 -c \"
 import json, sys
 d = json.load(open('$out'))
-bad = [r['sql'] for r in d if r['scans_messages'] and not r['scan_expected']]
-ops = set(r['operation'] for r in d)
+bad = [r['sql'] for r in d['statements'] if r['scans_messages'] and not r['scan_expected']]
+ops = set(r['operation'] for r in d['statements'])
 need = {'append', 'fetch', 'get', 'flags add', 'copy', 'move', 'expunge', 'mailbox create',
         'mailbox rename', 'mailbox list', 'mailbox get', 'search in a mailbox', 'import',
         'message list'}
-sys.exit(0 if not bad and len(d) >= 40 and need <= ops else 1)\""
+sys.exit(0 if not bad and len(d['statements']) >= 40 and need <= ops else 1)\""
+
+# ---- one JSON vocabulary (docs/CLI.md): every document an object with format_version 2,
+# sizes named with their unit, booleans as booleans, times as ISO 8601 strings or null ----
+cat >"$tmp/vocabulary.py" <<'PY'
+import json, sys
+bad = []
+def walk(where, v):
+    if isinstance(v, dict):
+        for k, x in v.items():
+            here = where + "." + k
+            if k in ("size", "page_size", "bytes") or (k.endswith("size") and not k.endswith("_bytes")):
+                bad.append(here + ": a size without its unit")
+            if (k.endswith("_ok") or k in ("checkpoint_busy", "subscribed", "scans_messages",
+                                            "scan_expected")) and not isinstance(x, (bool, type(None))):
+                bad.append(here + ": not a boolean")
+            if (k.endswith("_at") or k.endswith("date")) and not (x is None or isinstance(x, str) and x.endswith("Z")):
+                bad.append(here + ": not an ISO 8601 time or null")
+            walk(here, x)
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            walk(where + "[%d]" % i, x)
+for path in sys.argv[1:]:
+    d = json.load(open(path))
+    if not isinstance(d, dict) or d.get("format_version") != 2:
+        bad.append(path + ": not an object with format_version 2")
+    walk(path, d)
+print("\n".join(bad) if bad else "ok")
+PY
+docs=()
+for c in "info $user" "mailboxes $user" "list $user" "search $user" "stats $user" "stats --all" \
+         "check $user" "doctor" "explain"; do
+    f="$tmp/vocab.$(echo "$c" | cut -d' ' -f1).$((${#docs[@]}))"
+    pass_args=()
+    case "$c" in *"$user"*) pass_args=("${P[@]}") ;; esac
+    # shellcheck disable=SC2086
+    "$mv" $c "${pass_args[@]}" --json </dev/null >"$f" 2>/dev/null
+    docs+=("$f")
+done
+check json_one_vocabulary [ "$("$PY" "$tmp/vocabulary.py" "${docs[@]}")" = ok ]
 
 finish

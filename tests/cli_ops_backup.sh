@@ -21,7 +21,7 @@ store_root 1000
 
 store_sha() { cat "$db" "$db-wal" "$root/example.org/alice.pub" 2>/dev/null | sha256sum; }
 count_inbox() { "$mv" list "$user" --password-file "$1" --json </dev/null 2>/dev/null |
-    python3 -c 'import json,sys; print(len(json.load(sys.stdin)))' 2>/dev/null; }
+    python3 -c 'import json,sys; print(len(json.load(sys.stdin)["messages"]))' 2>/dev/null; }
 
 printf 'correct horse\n' >"$tmp/pw"
 printf 'battery staple\n' >"$tmp/pw2"

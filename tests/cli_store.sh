@@ -109,13 +109,13 @@ check list_human bash -c "[ $rc -eq 0 ] && [ \$(wc -l <'$out') -eq 4 ] && head -
 check list_human_no_raw_controls no_raw_controls
 run "$mv" list "$user" "${P[@]}" --json
 check list_json_valid json_ok
-check list_json_count [ "$(json_eval 'len(d)')" = 3 ]
-check list_json_fields [ "$(json_eval "sorted(d[0].keys()) == sorted(['mailbox','uid','modseq','date','sent_date','size','flags','keywords','from','to','cc','subject','message_id','in_reply_to','thread_id'])")" = True ]
-check list_json_flags [ "$(json_eval "[(m['flags'], m['keywords']) for m in d if m['uid'] == 2][0]")" = "(['\\\\Seen'], ['\$Lunch'])" ]
-check list_json_date_iso [ "$(json_eval "all(m['date'].endswith('Z') and m['date'][10] == 'T' for m in d)")" = True ]
-check list_json_size [ "$(json_eval "[m['size'] for m in d if m['uid'] == 1][0]")" = "$(stat -c %s "$tmp/m1.eml")" ]
+check list_json_count [ "$(json_eval "len(d['messages'])")" = 3 ]
+check list_json_fields [ "$(json_eval "sorted(d['messages'][0].keys()) == sorted(['mailbox','uid','modseq','date','sent_date','size_bytes','flags','keywords','from','to','cc','subject','message_id','in_reply_to','thread_id'])")" = True ]
+check list_json_flags [ "$(json_eval "[(m['flags'], m['keywords']) for m in d['messages'] if m['uid'] == 2][0]")" = "(['\\\\Seen'], ['\$Lunch'])" ]
+check list_json_date_iso [ "$(json_eval "all(m['date'].endswith('Z') and m['date'][10] == 'T' for m in d['messages'])")" = True ]
+check list_json_size [ "$(json_eval "[m['size_bytes'] for m in d['messages'] if m['uid'] == 1][0]")" = "$(stat -c %s "$tmp/m1.eml")" ]
 run "$mv" list "$user" "${P[@]}" --json --limit 2
-check list_limit [ "$(json_eval 'len(d)')" = 2 ]
+check list_limit [ "$(json_eval "len(d['messages'])")" = 2 ]
 run "$mv" list "$user" "${P[@]}" --mailbox Nope
 check list_unknown_mailbox bash -c "[ $rc -eq 68 ] && grep -qi 'mailbox' '$err'"
 
@@ -138,7 +138,7 @@ check flags_add bash -c "[ $rc -eq 0 ] && grep -q '^2 messages changed' '$out'"
 run "$mv" flags "$user" 3 "${P[@]}" --remove '\Seen'
 check flags_remove [ "$rc" -eq 0 ]
 run "$mv" list "$user" "${P[@]}" --json
-check flags_state [ "$(json_eval "sorted((m['uid'], m['flags'], m['keywords']) for m in d)")" = \
+check flags_state [ "$(json_eval "sorted((m['uid'], m['flags'], m['keywords']) for m in d['messages'])")" = \
     "[(1, ['\\\\Seen', '\\\\Flagged'], ['urgent']), (2, ['\\\\Seen'], ['\$Lunch']), (3, ['\\\\Flagged'], ['urgent'])]" ]
 run "$mv" flags "$user" 2 "${P[@]}" --set
 check flags_set_clears [ "$rc" -eq 0 ]
@@ -150,7 +150,7 @@ check flags_unknown_mailbox [ "$rc" -eq 68 ]
 # ---- search ----
 search_uids() { # ARGS...: the UIDs found in INBOX, sorted, comma-separated
     run "$mv" search "$user" "${P[@]}" --mailbox INBOX --json "$@"
-    json_eval "','.join(str(u) for u in sorted(m['uid'] for m in d))"
+    json_eval "','.join(str(u) for u in sorted(m['uid'] for m in d['messages']))"
 }
 check search_text [ "$(search_uids --text zebra)" = 1 ]
 check search_from [ "$(search_uids --from carol)" = 2 ]
@@ -171,7 +171,7 @@ check search_since_today [ "$(search_uids --since "$(date -u +%Y-%m-%d)")" = 1,2
 check search_before_1971 [ "$(search_uids --before 1971-01-01)" = "" ]
 check search_and [ "$(search_uids --flagged --text zebra)" = 1 ]
 run "$mv" search "$user" "${P[@]}" --json --limit 1
-search_one() { json_ok && [ "$(json_eval 'len(d)')" = 1 ]; }
+search_one() { json_ok && [ "$(json_eval "len(d['messages'])")" = 1 ]; }
 check search_json_limit search_one
 run "$mv" search "$user" "${P[@]}" --from bob
 check search_all_mailboxes_human bash -c "[ $rc -eq 0 ] && head -n 1 '$out' | grep -q '^MAILBOX'"
@@ -194,12 +194,12 @@ run "$mv" expunge "$user" "${P[@]}" --mailbox Archive
 check expunge_rest bash -c "[ $rc -eq 0 ] && grep -q '^expunged 1 message from Archive' '$out'"
 run "$mv" mailboxes "$user" "${P[@]}" --json
 check mailboxes_json_valid json_ok
-check mailboxes_counts [ "$(json_eval "sorted((m['name'], m['messages']) for m in d if m['name'] in ('INBOX','Archive','Trash'))")" = \
+check mailboxes_counts [ "$(json_eval "sorted((m['name'], m['messages']) for m in d['mailboxes'] if m['name'] in ('INBOX','Archive','Trash'))")" = \
     "[('Archive', 0), ('INBOX', 2), ('Trash', 1)]" ]
-check mailboxes_fields [ "$(json_eval "sorted(d[0].keys())")" = \
-    "['highestmodseq', 'messages', 'name', 'size', 'special_use', 'stored_bytes', 'subscribed', 'uidnext', 'uidvalidity', 'unseen']" ]
-check mailboxes_stored_bytes [ "$(json_eval "[(m['stored_bytes'] > 0) == (m['messages'] > 0) for m in d] == [True] * len(d)")" = True ]
-check mailboxes_special_use [ "$(json_eval "[m['special_use'] for m in d if m['name'] == 'Sent'][0]")" = '\Sent' ]
+check mailboxes_fields [ "$(json_eval "sorted(d['mailboxes'][0].keys())")" = \
+    "['highestmodseq', 'messages', 'name', 'size_bytes', 'special_use', 'stored_bytes', 'subscribed', 'uidnext', 'uidvalidity', 'unseen']" ]
+check mailboxes_stored_bytes [ "$(json_eval "[(m['stored_bytes'] > 0) == (m['messages'] > 0) for m in d['mailboxes']] == [True] * len(d['mailboxes'])")" = True ]
+check mailboxes_special_use [ "$(json_eval "[m['special_use'] for m in d['mailboxes'] if m['name'] == 'Sent'][0]")" = '\Sent' ]
 run "$mv" mailboxes "$user" "${P[@]}"
 check mailboxes_human bash -c "[ $rc -eq 0 ] && head -n 1 '$out' | grep -q 'MESSAGES.*SIZE.*STORED.*NAME$' && grep -q ' INBOX$' '$out'"
 # a copy shows the same stored bytes in its mailbox; the store's total does not grow
@@ -209,7 +209,7 @@ run "$mv" mailbox create "$user" 'Copy "q" \ ü' "${P[@]}"
 run "$mv" copy "$user" 1:* 'Copy "q" \ ü' "${P[@]}"
 run "$mv" mailboxes "$user" "${P[@]}" --json
 check mailboxes_odd_name_json json_ok
-check mailboxes_copy_stored [ "$(json_eval "[m['stored_bytes'] for m in d if m['name'] == 'INBOX'] == [m['stored_bytes'] for m in d if m['name'] == 'Copy \"q\" \\\\ ü']")" = True ]
+check mailboxes_copy_stored [ "$(json_eval "[m['stored_bytes'] for m in d['mailboxes'] if m['name'] == 'INBOX'] == [m['stored_bytes'] for m in d['mailboxes'] if m['name'] == 'Copy \"q\" \\\\ ü']")" = True ]
 run "$mv" info "$user" "${P[@]}" --json
 check copy_store_total_same [ "$(json_eval "d['stored_bytes']")" = "$stored_before" ]
 run "$mv" mailbox delete "$user" 'Copy "q" \ ü' "${P[@]}"
@@ -225,7 +225,7 @@ run "$mv" copy "$user" 1 Projects2024 "${P[@]}"
 run "$mv" mailbox delete "$user" Projects2024 "${P[@]}"
 check mailbox_delete [ "$rc" -eq 0 ]
 run "$mv" mailboxes "$user" "${P[@]}" --json
-check mailbox_gone [ "$(json_eval "[m['name'] for m in d if m['name'].startswith('Projects')]")" = "[]" ]
+check mailbox_gone [ "$(json_eval "[m['name'] for m in d['mailboxes'] if m['name'].startswith('Projects')]")" = "[]" ]
 run "$mv" mailbox delete "$user" INBOX "${P[@]}"
 check mailbox_delete_inbox_refused [ "$rc" -eq 65 ]
 run "$mv" mailbox rename "$user" Nope Other "${P[@]}"
@@ -241,7 +241,7 @@ check sealed_not_plaintext bash -c "! LC_ALL=C grep -r -a -q -F 'usual place' '$
 run "$mv" info "$user" "${P[@]}" --json
 check info_sealed_arrived [ "$(json_eval "(d['messages'] - $before, d['delivered_at_open'], d['pending'])")" = "(1, 1, 0)" ]
 check info_json_fields [ "$(json_eval "sorted(d.keys())")" = \
-    "['address', 'attachments', 'delivered_at_open', 'file', 'logical_bytes', 'mailboxes', 'messages', 'pending', 'physical_bytes', 'schema_version', 'stored_bytes']" ]
+    "['address', 'attachments', 'delivered_at_open', 'file', 'format_version', 'logical_bytes', 'mailboxes', 'messages', 'pending', 'physical_bytes', 'schema_version', 'stored_bytes']" ]
 run "$mv" info "$user" "${P[@]}"
 check info_human bash -c "[ $rc -eq 0 ] && grep -q '^messages ' '$out' && grep -q '^store  *$user' '$out'"
 run "$mv" deliver bob@example.org --sealed "$tmp/m1.eml"
@@ -249,7 +249,7 @@ check sealed_missing_store fails_with 67 'no store for bob@example.org'
 
 # ---- oversize ----
 run "$mv" list "$user" "${P[@]}" --json
-count_before=$(json_eval 'len(d)')
+count_before=$(json_eval "len(d['messages'])")
 run "$mv" deliver "$user" "${P[@]}" --max-message-size 10 "$tmp/m1.eml"
 check oversize_file_refused fails_with 65 'message_size_max'
 run_in "$tmp/m1.eml" "$mv" deliver "$user" --sealed --max-message-size 10
@@ -257,7 +257,7 @@ check oversize_stdin_sealed_refused fails_with 65 'message_size_max'
 run "$mv" deliver "$user" "${P[@]}" --max-message-size 0 "$tmp/m1.eml"
 check oversize_zero_usage [ "$rc" -eq 64 ]
 run "$mv" list "$user" "${P[@]}" --json
-check oversize_stored_nothing [ "$(json_eval 'len(d)')" = "$count_before" ]
+check oversize_stored_nothing [ "$(json_eval "len(d['messages'])")" = "$count_before" ]
 
 # ---- wrong password, missing store ----
 printf 'battery staple\n' >"$tmp/wrong"
@@ -309,9 +309,11 @@ check prompt_echo_off_not_echoed [ "$rc" -eq 0 ]
 
 # ---- JSON of empty results ----
 run "$mv" search "$user" "${P[@]}" --json --subject 'no such subject at all'
-check search_json_empty bash -c "[ $rc -eq 0 ] && [ \"\$(cat '$out')\" = '[]' ] && python3 -m json.tool '$out' >/dev/null"
+check search_json_empty bash -c "[ $rc -eq 0 ] && python3 -m json.tool '$out' >/dev/null"
+check search_json_empty_list [ "$(json_eval "d == {'format_version': 2, 'messages': []}")" = True ]
 run "$mv" list "$user" "${P[@]}" --json --mailbox Junk
-check list_json_empty bash -c "[ $rc -eq 0 ] && python3 -m json.tool '$out' >/dev/null && [ \"\$(cat '$out')\" = '[]' ]"
+check list_json_empty bash -c "[ $rc -eq 0 ] && python3 -m json.tool '$out' >/dev/null"
+check list_json_empty_list [ "$(json_eval "d == {'format_version': 2, 'messages': []}")" = True ]
 run "$mv" search "$user" "${P[@]}" --json --mailbox Nope
 check search_json_unknown_mailbox bash -c "[ $rc -eq 68 ] && [ ! -s '$out' ] && grep -q 'no mailbox' '$err'"
 
@@ -331,7 +333,7 @@ check import_quiet_not_tty [ ! -s "$err" ]
 run "$mv" import "$user" "$tmp/small.mbox" "${P[@]}" --mailbox Imported
 check reimport_skipped bash -c "[ $rc -eq 0 ] && grep -q '^imported 0, skipped 3, failed 0' '$out'"
 run "$mv" search "$user" "${P[@]}" --mailbox Imported --subject 'mbox one' --json
-uid=$(json_eval "d[0]['uid']")
+uid=$(json_eval "d['messages'][0]['uid']")
 run "$mv" fetch "$user" "$uid" "${P[@]}" --mailbox Imported
 check import_mboxrd_unquoted grep -q '^From here on, quoted$' "$out"
 run "$mv" mailbox create "$user" Limited "${P[@]}"
@@ -371,7 +373,7 @@ resumed() {
 }
 check import_resumed_no_loss_no_duplicates resumed
 run "$mv" mailboxes "$user" "${P[@]}" --json
-check import_resumed_count [ "$(json_eval "[m['messages'] for m in d if m['name'] == 'Bulk'][0]")" = 2000 ]
+check import_resumed_count [ "$(json_eval "[m['messages'] for m in d['mailboxes'] if m['name'] == 'Bulk'][0]")" = 2000 ]
 if command -v script >/dev/null 2>&1; then
     run "$mv" mailbox create "$user" Tty "${P[@]}"
     script -qec "'$mv' import '$user' '$tmp/bulk.mbox' --password-file '$pw' --mailbox Tty" /dev/null \
@@ -386,7 +388,7 @@ fi
 fetch_all_sha() { # MAILBOX: sha256 of every message's bytes, sorted
     local mbox=$1 u
     run "$mv" list "$user" "${P[@]}" --mailbox "$mbox" --json
-    for u in $(json_eval "' '.join(str(m['uid']) for m in d)"); do
+    for u in $(json_eval "' '.join(str(m['uid']) for m in d['messages'])"); do
         "$mv" fetch "$user" "$u" "${P[@]}" --mailbox "$mbox" </dev/null | sha256sum | cut -d' ' -f1
     done | sort
 }
@@ -450,7 +452,7 @@ check output_directory_refused bash -c "[ $rc -eq 73 ] && grep -q 'is a director
 run "$mv" search "$user" "${P[@]}" --mailbox Emls --from eve --json
 check json_hostile_valid json_ok
 check json_hostile_no_raw_controls no_raw_controls
-check json_hostile_one_result [ "$(json_eval 'len(d)')" = 1 ]
+check json_hostile_one_result [ "$(json_eval "len(d['messages'])")" = 1 ]
 
 # ---- a queue file that is not ours goes to rejected/; modes stay 0700/0600 throughout ----
 head -c 300 /dev/urandom >"$root/example.org/alice.queue/00000000000000000001-0123456789abcdef0123456789abcdef.sealed"
