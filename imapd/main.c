@@ -283,12 +283,16 @@ static int main_listeners(void)
 }
 
 /* Writes the ports actually bound (for port 0) to ports_file, through a rename so a reader
- * never sees half of it: the tests take its appearance to mean "ready". */
+ * never sees half of it: the tests take its appearance to mean "ready". A ports_file that is
+ * a symbolic link, a FIFO or a device is written through, never renamed over (that would
+ * replace the link or the node with a plain file). */
 static int main_ports_file(void)
 {
+    struct stat st;
     if (g_config.ports_file[0] != '\0') {
         char tmp[MV_PATH_MAX + 8];
-        snprintf(tmp, sizeof tmp, "%s.tmp", g_config.ports_file);
+        int in_place = lstat(g_config.ports_file, &st) == 0 && !S_ISREG(st.st_mode);
+        snprintf(tmp, sizeof tmp, "%s%s", g_config.ports_file, in_place ? "" : ".tmp");
         FILE *f = fopen(tmp, "w");
         if (f == NULL) {
             fprintf(stderr, "mailvaultd: %s: %s\n", tmp, strerror(errno));
@@ -298,7 +302,7 @@ static int main_ports_file(void)
                 listeners[0].fd >= 0 ? listeners[0].port : -1,
                 listeners[1].fd >= 0 ? listeners[1].port : -1,
                 listeners[2].fd >= 0 ? listeners[2].port : -1, metrics_port());
-        if (fclose(f) != 0 || rename(tmp, g_config.ports_file) != 0) {
+        if (fclose(f) != 0 || (!in_place && rename(tmp, g_config.ports_file) != 0)) {
             fprintf(stderr, "mailvaultd: cannot write %s\n", g_config.ports_file);
             return -1;
         }

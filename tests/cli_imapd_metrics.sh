@@ -85,4 +85,14 @@ check "log_level=warning: the refused connection is a warning" \
     grep -q ' mailvaultd: warning: refused 127.0.0.1' "$tmp/warn.log"
 check "log_level=warning: no info line (connects, start-up)" bash -c "! grep -q ' mailvaultd: info: ' '$tmp/warn.log'"
 
+# ---- ports_file through a symbolic link: written through, the link stays a link ----
+ln -s ports-real "$tmp/ports-link"
+"$server" --ports-file="$tmp/ports-link" --root="$root" --listen=127.0.0.1 --imap-port=0 \
+    --lmtp-port=-1 --workers=1 >"$tmp/link.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do [ -s "$tmp/ports-real" ] && break; sleep 0.1; done
+stop_server_checked "$tmp/link.log"
+check "ports_file: a symlink is written through, not replaced" bash -c "[ -L '$tmp/ports-link' ] &&
+    grep -q '^imap=[0-9]' '$tmp/ports-real' && ! ls '$tmp'/ports-link.tmp 2>/dev/null"
+
 finish
