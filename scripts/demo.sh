@@ -132,7 +132,7 @@ out=$(printf 'not-the-password\n' | "$mv" list "$user" --password-file - 2>&1)
 rc=$?
 set -e
 echo "mailvault list: exit $rc: $out"
-[ "$rc" -eq 1 ] || { echo "FAIL: expected exit 1" >&2; exit 1; }
+[ "$rc" -eq 77 ] || { echo "FAIL: expected exit 77 (EX_NOPERM: wrong password)" >&2; exit 1; }
 set +e
 out=$(printf ".load %s\n.open %s\nPRAGMA key='not-the-password';\nSELECT count(*) FROM messages;\n" \
     "$ext" "$store" | sqlite3 -batch -init /dev/null 2>&1)
