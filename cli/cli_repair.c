@@ -94,8 +94,7 @@ int cli_repair_main(int argc, char **argv)
     }
     struct mv_check_report c;
     if (out.json) {
-        cli_json_init(&out.writer, stdout);
-        cli_json_object_begin(&out.writer);
+        cli_json_document_begin(&out.writer, stdout);
         cli_repair_json_report(&out.writer, &r);
         cli_json_key(&out.writer, "problems");
         cli_json_array_begin(&out.writer);

@@ -353,7 +353,7 @@ print("\n".join(bad) if bad else "ok")
 PY
 docs=()
 for c in "info $user" "mailboxes $user" "list $user" "search $user" "stats $user" "stats --all" \
-         "check $user" "doctor" "explain"; do
+         "check $user" "repair $user" "doctor" "explain"; do
     f="$tmp/vocab.$(echo "$c" | cut -d' ' -f1).$((${#docs[@]}))"
     pass_args=()
     case "$c" in *"$user"*) pass_args=("${P[@]}") ;; esac
