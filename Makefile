@@ -176,11 +176,12 @@ $(BUILD)/asan/tests/test_faults: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl
 	-Wl,--wrap=strdup -Wl,--wrap=strndup
 $(BUILD)/asan/tests/test_imap_mime $(BUILD)/asan/fuzz/fuzz_imap_mime: $(BUILD)/asan/imapd/imap_mime.o $(BUILD)/asan/imapd/buf.o
 
+# The archive goes last: server objects a test adds (above) call into the library too.
 $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/%.o $(BUILD)/asan/tests/harness.o $(BUILD)/asan/tests/testutil.o $(BUILD)/asan/libmailvault.a
-	$(CC) $(SANITIZE) -o $@ $^ $(LIBS)
+	$(CC) $(SANITIZE) -o $@ $(filter-out %.a,$^) $(filter %.a,$^) $(LIBS)
 
 $(BUILD)/asan/fuzz/%: $(BUILD)/asan/fuzz/%.o $(BUILD)/asan/fuzz/replay_main.o $(BUILD)/asan/libmailvault.a
-	$(CC) $(SANITIZE) -o $@ $^ $(LIBS)
+	$(CC) $(SANITIZE) -o $@ $(filter-out %.a,$^) $(filter %.a,$^) $(LIBS)
 
 # ---- install ----
 PREFIX      ?= /usr/local
