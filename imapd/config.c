@@ -56,6 +56,13 @@ static const struct config_key config_keys[] = {
     CI(connections_per_address_max, 1, 1000000, "connections from one address (default 20)"),
     CI(idle_timeout_s, 1, 86400, "close an idle session after this long (default 1800)"),
     CI(auth_fail_delay_ms, 0, 60000, "delay before a failed login's answer (default 2000)"),
+    CI(auth_fail_delay_max_ms,
+       0,
+       25000,
+       "... doubled per recent failure up to this (default 5000; under proxy timeouts)"),
+    CS(trusted_networks,
+       "proxies that may pass the client's address (IMAP ID, LMTP XCLIENT): CIDR list, e.g. "
+       "10.0.0.0/8, ::1 (default none)"),
     {"allow_plaintext", CK_BOOL, offsetof(struct config, allow_plaintext), sizeof(int), 0, 1,
      "allow LOGIN without TLS from other hosts than loopback (default no)"},
     {"kdf_iter", CK_SIZE, offsetof(struct config, kdf_iter), sizeof(uint32_t), 0, MV_KDF_ITER_MAX,
@@ -120,6 +127,9 @@ void config_defaults(struct config *c)
     c->connections_per_address_max = 20;
     c->idle_timeout_s = 1800;
     c->auth_fail_delay_ms = 2000;
+    /* Dovecot's proxy gives up on a backend after login_proxy_timeout (30 s) and tells the
+     * client [UNAVAILABLE]: a failure must be answered well before, or it is no answer. */
+    c->auth_fail_delay_max_ms = 5000;
     c->lmtp_recipients_max = 100;
     c->prelogin_bytes_max = 65536;
     c->login_timeout_s = 60;
@@ -175,6 +185,9 @@ static int config_check_string(const char *key, const char *value, char *err, si
     }
     if (strcmp(key, "log_level") == 0 && log_level_parse(value) < 0) {
         snprintf(err, err_size, "log_level: expected error, warning, info or debug");
+        return -1;
+    }
+    if (strcmp(key, "trusted_networks") == 0 && proxy_networks_check(value, err, err_size) != 0) {
         return -1;
     }
     if (strcmp(key, "metrics_listen") == 0 && value[0] != '\0' &&

@@ -464,6 +464,29 @@ static int conn_count_from(const char *addr, enum conn_proto proto)
     return n;
 }
 
+int conn_set_client(struct conn *c, const char *addr, unsigned port, const char *session_id)
+{
+    if (c->via[0] == '\0') {
+        snprintf(c->via, sizeof c->via, "%.63s", c->peer);
+    }
+    /* The proxy's own connection counted against its address until now; from here it counts
+     * against the client's (conn_count_from walks the connections, this one included). */
+    if (strcmp(c->peer_addr, addr) != 0 &&
+        conn_count_from(addr, c->proto) >= g_config.connections_per_address_max) {
+        log_warning("refused %s via %s: too many connections from the client's address", addr,
+                    c->via);
+        metrics_count(METRIC_REFUSED);
+        return -1;
+    }
+    snprintf(c->peer_addr, sizeof c->peer_addr, "%s", addr);
+    const char *v6 = strchr(addr, ':') != NULL ? "[" : "";
+    snprintf(c->peer, sizeof c->peer, "%s%s%s:%u via %s%s%s", v6, addr, v6[0] != '\0' ? "]" : "",
+             port, c->via, session_id != NULL ? " session " : "",
+             session_id != NULL ? session_id : "");
+    log_info("client %s", c->peer);
+    return 0;
+}
+
 /* IMAP is full: closes the IMAP connection that has waited longest without logging in and
  * has no login in flight, to make room for a new one (so clients that never log in cannot
  * keep out one that does: each new connection pushes out the oldest of them, which gets
@@ -512,12 +535,17 @@ void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
         c->last_active_ms = loop_now_ms();
         c->connected_ms = c->last_active_ms;
         conn_describe(c, &sa);
+        c->trusted = proxy_trusted(&sa);
         int one = 1;
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         const char *refuse = NULL;
         /* Two pools: IMAP's connections_max and LMTP's lmtp_connections_max, and a
          * per-address count within each, so IMAP clients cannot take the local MTA's slots. */
-        if (conn_count_from(c->peer_addr, proto) >= g_config.connections_per_address_max) {
+        /* A trusted proxy's connections count against the client each names (ID, XCLIENT:
+         * conn_set_client), not against the proxy: it may open many before naming any.
+         * connections_max and lmtp_connections_max still bound them. */
+        if (!c->trusted &&
+            conn_count_from(c->peer_addr, proto) >= g_config.connections_per_address_max) {
             refuse = "too many connections from your address";
         } else if (proto == PROTO_LMTP ? conn_total_lmtp >= g_config.lmtp_connections_max
                                        : conn_total - conn_total_lmtp >= g_config.connections_max &&

@@ -7,6 +7,7 @@
 #include "imap_session.h"
 #include "conn_frame.h"
 
+#include <arpa/inet.h>
 #include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -297,9 +298,20 @@ const char *imap_capabilities(const struct imap_session *s)
         pthread_once(&imap_caps_once, imap_caps_build);
         return imap_caps_authed;
     }
+    /* ID before login only to a trusted proxy: Dovecot's proxy sends the client's address in
+     * ID exactly when the backend lists ID here (docs/SCALEOUT.md). */
+    int id = s->conn != NULL && s->conn->trusted;
     if (!s->login_allowed) {
+        if (id) {
+            return tls_available() && !s->tls ? IMAP_CAPS_BASE " ID STARTTLS LOGINDISABLED"
+                                              : IMAP_CAPS_BASE " ID LOGINDISABLED";
+        }
         return tls_available() && !s->tls ? IMAP_CAPS_BASE " STARTTLS LOGINDISABLED"
                                           : IMAP_CAPS_BASE " LOGINDISABLED";
+    }
+    if (id) {
+        return tls_available() && !s->tls ? IMAP_CAPS_BASE " ID STARTTLS AUTH=PLAIN"
+                                          : IMAP_CAPS_BASE " ID AUTH=PLAIN";
     }
     return tls_available() && !s->tls ? IMAP_CAPS_BASE " STARTTLS AUTH=PLAIN"
                                       : IMAP_CAPS_BASE " AUTH=PLAIN";
@@ -552,6 +564,71 @@ static void imap_reply(struct conn *c, const char *tag, const char *text)
     metrics_imap_done(&((struct imap_session *)c->session)->metrics_cmd, text);
 }
 
+/* A string or atom value of ID into out (sanitised for logs: what is not [A-Za-z0-9.:_+/=-]
+ * becomes '_'); "" for NIL or too long. */
+static void imap_id_value(const struct imap_node *n, char *out, size_t out_size)
+{
+    out[0] = '\0';
+    if (n == NULL || n->type == IMAP_NODE_LIST || imap_atom_is(n, "NIL") || n->len >= out_size) {
+        return;
+    }
+    for (size_t i = 0; i < n->len; i++) {
+        char ch = n->data[i];
+        out[i] = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                         (ch != '\0' && strchr(".:_+/=-", ch) != NULL)
+                     ? ch
+                     : '_';
+    }
+    out[n->len] = '\0';
+}
+
+/* ID before login (RFC 2971) with Dovecot's proxy fields: from a trusted peer
+ * (trusted_networks), x-originating-ip / x-originating-port / x-session-id name the real
+ * client, and the connection counts and logs as the client's from now on; from any other
+ * peer they are ignored and logged. 0, or -1 if the client's address is over its
+ * connection limit (the caller closes). */
+static int imap_id_client(struct conn *c, const struct imap_command *cmd)
+{
+    const struct imap_node *list = imap_arg(cmd, 0);
+    if (list == NULL || list->type != IMAP_NODE_LIST) {
+        return 0;
+    }
+    char ip[64] = "", port[16] = "", session[48] = "", key[32];
+    for (uint32_t i = list->child; i != IMAP_NODE_NONE;) {
+        const struct imap_node *k = imap_node(cmd, i);
+        const struct imap_node *v = k->next != IMAP_NODE_NONE ? imap_node(cmd, k->next) : NULL;
+        if (k->type != IMAP_NODE_LIST && k->len < sizeof key) {
+            memcpy(key, k->data, k->len);
+            key[k->len] = '\0';
+            if (strcasecmp(key, "x-originating-ip") == 0) {
+                imap_id_value(v, ip, sizeof ip);
+            } else if (strcasecmp(key, "x-originating-port") == 0) {
+                imap_id_value(v, port, sizeof port);
+            } else if (strcasecmp(key, "x-session-id") == 0) {
+                imap_id_value(v, session, sizeof session);
+            }
+        }
+        i = v != NULL ? v->next : IMAP_NODE_NONE;
+    }
+    if (ip[0] == '\0') {
+        return 0;
+    }
+    if (!c->trusted) {
+        log_warning("ID from %s: x-originating-ip %s ignored (not in trusted_networks)", c->peer,
+                    ip);
+        return 0;
+    }
+    char addr[INET6_ADDRSTRLEN];
+    char *end = NULL;
+    unsigned long p = strtoul(port, &end, 10);
+    if (proxy_parse_address(ip, addr, sizeof addr) != 0) {
+        log_warning("ID from %s: x-originating-ip %s is not an address; ignored", c->peer, ip);
+        return 0;
+    }
+    return conn_set_client(c, addr, end != port && *end == '\0' && p <= 65535 ? (unsigned)p : 0,
+                           session[0] != '\0' ? session : NULL);
+}
+
 static void imap_not_auth(struct conn *c, struct imap_command *cmd, uint8_t *bytes, size_t len)
 {
     struct imap_session *s = c->session;
@@ -565,6 +642,12 @@ static void imap_not_auth(struct conn *c, struct imap_command *cmd, uint8_t *byt
     } else if (strcmp(cmd->name, "NOOP") == 0 && imap_arg_count(cmd) == 0) {
         imap_reply(c, cmd->tag, "OK NOOP completed");
     } else if (strcmp(cmd->name, "ID") == 0 && imap_arg_count(cmd) == 1) {
+        if (imap_id_client(c, cmd) != 0) {
+            conn_write_str(c, "* BYE too many connections from your address\r\n");
+            conn_close_after_output(c);
+            imap_discard(cmd, bytes, len);
+            return;
+        }
         snprintf(line, sizeof line, "* ID (\"name\" \"mailvaultd\" \"version\" \"%s\")\r\n",
                  mv_version());
         conn_write_str(c, line);

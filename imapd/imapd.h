@@ -39,6 +39,8 @@ struct config {
     int connections_per_address_max;
     int idle_timeout_s;
     int auth_fail_delay_ms;
+    int auth_fail_delay_max_ms;  /* no failed login is answered later (proxies time out) */
+    char trusted_networks[1024]; /* CIDR list of proxies that may pass the client's address */
     int allow_plaintext;
     uint32_t kdf_iter;
     int lmtp_recipients_max;
@@ -184,6 +186,15 @@ int64_t loop_now_ms(void);
 void loop_run(void (*tick)(int64_t now_ms));
 void loop_stop(void);
 
+/* ---- proxy.c ---- */
+/* Whether list parses as trusted_networks (CIDR prefixes); 0, or -1 with err. */
+int proxy_networks_check(const char *list, char *err, size_t err_size);
+/* Whether a socket peer is in g_config.trusted_networks. */
+int proxy_trusted(const struct sockaddr_storage *sa);
+/* An address a proxy passed ("192.0.2.1", "2001:db8::1", "IPV6:2001:db8::1", "[::1]"),
+ * normalised into out (an IPv4-mapped IPv6 address as IPv4). 0, or -1 if it is none. */
+int proxy_parse_address(const char *text, char *out, size_t out_size);
+
 /* ---- conn.c ---- */
 enum conn_proto { PROTO_IMAP = 1, PROTO_LMTP = 2 };
 
@@ -191,10 +202,12 @@ struct conn {
     struct loop_handler handler;
     int fd;
     enum conn_proto proto;
-    int implicit_tls; /* accepted on the imaps port (metrics count it apart) */
-    char peer[64];
-    char peer_addr[48]; /* the address alone, for the per-address limit */
-    int loopback;
+    int implicit_tls;   /* accepted on the imaps port (metrics count it apart) */
+    char peer[256];     /* for logs: "addr:port", behind a proxy "addr:port via proxy ..." */
+    char peer_addr[48]; /* the client's address alone, for the per-address limits */
+    char via[64];       /* the trusted proxy's "addr:port" once it passed the client's; "" */
+    int loopback;       /* the socket's peer is loopback (the proxy's, behind one) */
+    int trusted;        /* the socket's peer is in trusted_networks (proxy.c) */
     SSL *ssl;
     int tls; /* 1 once TLS is on (implicit or after STARTTLS) */
     struct buf in;
@@ -221,6 +234,12 @@ struct conn {
     void *session; /* struct imap_session or struct lmtp_session */
     struct conn *prev, *next;
 };
+
+/* A trusted proxy passed the client's address (normalised, proxy_parse_address), port
+ * (0: unknown) and session id (NULL: none): from now on the per-address limits and the logs
+ * use them. 0, or -1 if the client's address already has connections_per_address_max
+ * connections of this protocol (the caller refuses the connection). */
+int conn_set_client(struct conn *c, const char *addr, unsigned port, const char *session_id);
 
 /* Writes (queues) bytes to the peer. */
 void conn_write(struct conn *c, const void *data, size_t len);

@@ -1,6 +1,7 @@
 /*
  * lmtp.c -- LMTP (RFC 2033): LHLO, MAIL FROM, RCPT TO, DATA with one reply per recipient,
- * RSET, NOOP, VRFY, QUIT. Extensions: PIPELINING, ENHANCEDSTATUSCODES, 8BITMIME, SIZE.
+ * RSET, NOOP, VRFY, QUIT. Extensions: PIPELINING, ENHANCEDSTATUSCODES, 8BITMIME, SIZE, and
+ * XCLIENT for trusted proxies (trusted_networks).
  *
  * IMPLEMENTATION NOTES
  *   - RCPT checks that the store exists (mv_queue_count: no password needed; 550 if not) in
@@ -490,6 +491,112 @@ void lmtp_session_tick(struct conn *c, int64_t now_ms)
     conn_flush(c);
 }
 
+static int lmtp_hex(char ch)
+{
+    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+}
+
+/* An xtext value (RFC 3461 4: "+XX" is the byte 0xXX) decoded into out, for logs and
+ * addresses: only printable ASCII survives, the rest becomes '_'. 0, or -1 if too long. */
+static int lmtp_xtext(const char *in, size_t len, char *out, size_t out_size)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned ch = (unsigned char)in[i];
+        int hi = i + 2 < len ? lmtp_hex(in[i + 1]) : -1,
+            lo = i + 2 < len ? lmtp_hex(in[i + 2]) : -1;
+        if (ch == '+' && hi >= 0 && lo >= 0) {
+            ch = (unsigned)(hi << 4 | lo);
+            i += 2;
+        }
+        if (n + 1 >= out_size) {
+            return -1;
+        }
+        out[n++] = ch > 0x20 && ch < 0x7f ? (char)ch : '_';
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+/* XCLIENT (Postfix's XCLIENT_README; what Dovecot's LMTP proxy sends when LHLO lists it):
+ * from a trusted peer (trusted_networks) ADDR= and PORT= name the real client, which the
+ * per-address limit and the logs use from now on; HELO= and LOGIN= are logged. As in Postfix
+ * the answer is the greeting again and the session starts over (LHLO next). From any other
+ * peer it is refused (550, as Postfix does) and logged. */
+static void lmtp_xclient(struct conn *c, struct lmtp_session *s, const char *args)
+{
+    if (!c->trusted) {
+        log_warning("lmtp %s: XCLIENT ignored (not in trusted_networks)", c->peer);
+        lmtp_reply(c, "550 5.7.0 insufficient authorization");
+        return;
+    }
+    if (s->state != LMTP_START && s->state != LMTP_READY) {
+        lmtp_reply(c, "503 5.5.1 XCLIENT not in a mail transaction");
+        return;
+    }
+    char addr[64] = "", port[16] = "", helo[80] = "", login[80] = "", value[256];
+    for (const char *p = args; *p != '\0';) {
+        p += strspn(p, " ");
+        size_t len = strcspn(p, " ");
+        if (len == 0) {
+            break;
+        }
+        const char *eq = memchr(p, '=', len);
+        if (eq == NULL || eq == p) {
+            lmtp_reply(c, "501 5.5.4 XCLIENT takes NAME=VALUE attributes");
+            return;
+        }
+        size_t name_len = (size_t)(eq - p);
+        if (lmtp_xtext(eq + 1, len - name_len - 1, value, sizeof value) != 0) {
+            lmtp_reply(c, "501 5.5.4 XCLIENT attribute too long");
+            return;
+        }
+        /* "[UNAVAILABLE]" and "[TEMPUNAVAIL]": the proxy does not know; left unset. */
+        int unknown = value[0] == '[' && (strcasecmp(value, "[UNAVAILABLE]") == 0 ||
+                                          strcasecmp(value, "[TEMPUNAVAIL]") == 0);
+        char *into = NULL;
+        size_t into_size = 0;
+        if (name_len == 4 && strncasecmp(p, "ADDR", 4) == 0) {
+            into = addr, into_size = sizeof addr;
+        } else if (name_len == 4 && strncasecmp(p, "PORT", 4) == 0) {
+            into = port, into_size = sizeof port;
+        } else if (name_len == 4 && strncasecmp(p, "HELO", 4) == 0) {
+            into = helo, into_size = sizeof helo;
+        } else if (name_len == 5 && strncasecmp(p, "LOGIN", 5) == 0) {
+            into = login, into_size = sizeof login;
+        } /* PROTO, TTL, TIMEOUT, NAME, DEST*: accepted, nothing to do with them here */
+        if (into != NULL && !unknown) {
+            size_t n = strlen(value) < into_size ? strlen(value) : into_size - 1; /* cut */
+            memcpy(into, value, n);
+            into[n] = '\0';
+        }
+        p += len;
+    }
+    if (addr[0] != '\0') {
+        char normal[64];
+        char *end = NULL;
+        unsigned long pn = strtoul(port, &end, 10);
+        if (proxy_parse_address(addr, normal, sizeof normal) != 0) {
+            lmtp_reply(c, "501 5.5.4 XCLIENT ADDR is not an address");
+            return;
+        }
+        if (conn_set_client(c, normal,
+                            end != port && *end == '\0' && pn <= 65535 ? (unsigned)pn : 0,
+                            NULL) != 0) {
+            lmtp_reply(c, "421 4.7.0 too many connections from your address");
+            conn_close_after_output(c);
+            return;
+        }
+    }
+    if (helo[0] != '\0' || login[0] != '\0') {
+        log_info("lmtp %s: xclient helo %s login %s", c->peer, helo[0] != '\0' ? helo : "-",
+                 login[0] != '\0' ? login : "-");
+    }
+    lmtp_reset(s);
+    s->state = LMTP_START;
+    lmtp_reply(c, "220 mailvaultd LMTP ready");
+}
+
 static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
 {
     char path[MV_ADDRESS_MAX + 1], normal[MV_ADDRESS_MAX + 1], text[MV_ADDRESS_MAX + 64];
@@ -499,7 +606,8 @@ static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
         s->state = LMTP_READY;
         snprintf(text, sizeof text,
                  "250-mailvaultd\r\n250-PIPELINING\r\n250-ENHANCEDSTATUSCODES\r\n250-8BITMIME\r\n"
-                 "250 SIZE %llu",
+                 "%s250 SIZE %llu",
+                 c->trusted ? "250-XCLIENT ADDR PORT PROTO HELO LOGIN TTL TIMEOUT\r\n" : "",
                  (unsigned long long)g_config.literal_max);
         lmtp_reply(c, text);
     } else if (strncasecmp(line, "MAIL FROM:", 10) == 0) {
@@ -558,6 +666,8 @@ static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
         s->line_start = 1;
         s->last_cr = 0;
         lmtp_reply(c, "354 send the message, end with <CRLF>.<CRLF>");
+    } else if (strncasecmp(line, "XCLIENT", 7) == 0 && (line[7] == ' ' || line[7] == '\0')) {
+        lmtp_xclient(c, s, line + 7);
     } else if (strcasecmp(line, "RSET") == 0) {
         lmtp_reset(s);
         lmtp_reply(c, "250 2.0.0 reset");

@@ -2,7 +2,10 @@
  * throttle.c -- failed logins counted per client address and per attempted user, across
  * connections: the answer to a failure waits auth_fail_delay_ms doubled once for each
  * earlier failure in the last THROTTLE_WINDOW_S seconds, counted from the address or for the
- * user, whichever has more, up to THROTTLE_DELAY_MAX_MS. So a guesser gains nothing by
+ * user, whichever has more, up to auth_fail_delay_max_ms (default 5 s: a proxy in front,
+ * Dovecot's login_proxy_timeout 30 s, must get the answer, not time out). Behind a trusted
+ * proxy the address is the client's (conn_set_client), so the proxy's many users never
+ * share a count. So a guesser gains nothing by
  * spreading the guesses for one account over many addresses (a botnet, an IPv6 prefix), nor
  * by spreading one address's guesses over many accounts.
  *
@@ -47,11 +50,10 @@
 #include <openssl/rand.h>
 #include <string.h>
 
-#define THROTTLE_SLOTS        4096
-#define THROTTLE_PROBE        8
-#define THROTTLE_WINDOW_S     900
-#define THROTTLE_DELAY_MAX_MS 30000
-#define THROTTLE_KEY_BYTES    32 /* HMAC-SHA256 */
+#define THROTTLE_SLOTS     4096
+#define THROTTLE_PROBE     8
+#define THROTTLE_WINDOW_S  900
+#define THROTTLE_KEY_BYTES 32 /* HMAC-SHA256 */
 
 struct throttle_entry {
     unsigned char key[THROTTLE_KEY_BYTES];
@@ -117,9 +119,9 @@ int throttle_failure(const char *addr,
     counts->user_failures = user != NULL ? throttle_count(throttle_users, user, now_ms) : 0;
     uint32_t failures = counts->address_failures > counts->user_failures ? counts->address_failures
                                                                          : counts->user_failures;
-    int64_t delay = base_delay_ms;
-    for (uint32_t i = 1; i < failures && delay < THROTTLE_DELAY_MAX_MS; i++) {
+    int64_t delay = base_delay_ms, max = g_config.auth_fail_delay_max_ms;
+    for (uint32_t i = 1; i < failures && delay < max; i++) {
         delay *= 2;
     }
-    return (int)(delay < THROTTLE_DELAY_MAX_MS ? delay : THROTTLE_DELAY_MAX_MS);
+    return (int)(delay < max ? delay : max);
 }
