@@ -358,7 +358,17 @@ awk 'BEGIN { for (i = 0; i < 2000; i++) {
 run "$mv" mailbox create "$user" Bulk "${P[@]}"
 "$mv" import "$user" "$tmp/bulk.mbox" "${P[@]}" --mailbox Bulk </dev/null >"$out" 2>"$err" &
 pid=$!
-sleep 0.3
+# SIGTERM once the import has committed something (its handler is installed by then), polled
+# with a generous deadline; an import that finished first is fine too (checked below).
+bulk_count() {
+    "$mv" mailboxes "$user" "${P[@]}" --json 2>/dev/null |
+        "$PY" -c 'import json,sys; d=json.load(sys.stdin); print([m["messages"] for m in d["mailboxes"] if m["name"] == "Bulk"][0])' 2>/dev/null
+}
+for _ in $(seq 600); do
+    kill -0 "$pid" 2>/dev/null || break
+    [ "$(bulk_count)" -gt 0 ] 2>/dev/null && break
+    sleep 0.1
+done
 kill -TERM "$pid" 2>/dev/null
 wait "$pid"
 rc=$?
