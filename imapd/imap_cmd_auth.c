@@ -159,7 +159,7 @@ imap_login_finish(struct imap_ctx *x, const char *user, const char *password, si
     s->state = IMAP_AUTH;
     snprintf(s->user, sizeof s->user, "%s", normal);
     metrics_count(METRIC_LOGINS_OK);
-    log_info("login %s", normal);
+    /* logged on the loop (imap_job_done), with the client's address */
     imap_tagged(x, "OK", "[CAPABILITY %s] logged in", imap_capabilities(s));
 }
 

@@ -461,6 +461,11 @@ static void imap_job_done(struct job *job)
     struct imap_job *j = (struct imap_job *)job;
     struct conn *c = job->conn;
     int64_t hold_ms = j->failed_why != NULL ? imap_login_failure(c, j) : 0;
+    if (!c->authenticated && j->s->state != IMAP_NOT_AUTH) {
+        /* here, not on the worker: c->peer (the client, behind a proxy also the proxy) is
+         * the loop's */
+        log_info("login %s from %s", j->s->user, c->peer);
+    }
     if (!c->dead) {
         /* No job is in flight now, so the state the job left is safe to read here. */
         c->authenticated = j->s->state != IMAP_NOT_AUTH;

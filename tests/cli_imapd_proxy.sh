@@ -61,6 +61,8 @@ check "trusted log: a failed login names the client, the proxy and the session" 
     grep -qE 'login failed alice@example\.org from 10\.1\.0\.1:50000 via 127\.0\.0\.1:[0-9]+ session f0: ' "$log"
 check "trusted log: the other user's failure counted on its own address (1 from it)" \
     grep -qE 'login failed bob@example\.org from 10\.1\.0\.2:50000 via .*failures in 15 min: 1 from the address, 1 for the user' "$log"
+check "trusted log: a login names the client and the proxy" \
+    grep -qE 'login alice@example\.org from 10\.0\.0\.[0-9]+:4[0-9]+ via 127\.0\.0\.1:[0-9]+ session sess[0-9]+$' "$log"
 check "trusted log: the XCLIENT client with the proxy" \
     grep -qE 'client 10\.2\.0\.1:4444 via 127\.0\.0\.1:[0-9]+' "$log"
 check "trusted log: the IPv6 XCLIENT client" grep -qE 'client \[2001:db8::7\]:25 via ' "$log"
