@@ -68,7 +68,10 @@ static const struct config_key config_keys[] = {
     {"kdf_iter", CK_SIZE, offsetof(struct config, kdf_iter), sizeof(uint32_t), 0, MV_KDF_ITER_MAX,
      "KDF iterations of the stores (default 0: the cipher's; tests only; also "
      "$MAILVAULT_KDF_ITER)"},
-    CI(lmtp_recipients_max, 1, 100000, "recipients of one LMTP transaction (default 100)"),
+    CI(lmtp_recipients_max,
+       1,
+       100000,
+       "distinct recipients of one LMTP transaction (default 100; RCPTs: 10x)"),
     {"prelogin_bytes_max", CK_SIZE, offsetof(struct config, prelogin_bytes_max), sizeof(size_t),
      1024, 1 << 24, "largest command and input held before login, bytes (default 65536)"},
     CI(login_timeout_s, 1, 86400, "close a connection not logged in after this long (default 60)"),

@@ -30,6 +30,9 @@
  *     hold some of the budget, so one message within literal_max always gets through.
  *   - A recipient named twice in a transaction is delivered once; each of its RCPTs got a
  *     250, so each gets the delivery's reply (RFC 2033 4.2: one reply per accepted RCPT).
+ *     Only distinct recipients count against lmtp_recipients_max (a repeated name refused
+ *     with 452 would come back in a later transaction: a second copy); RCPT commands in one
+ *     transaction are bounded by LMTP_RCPT_COMMANDS_PER_RECIPIENT times that limit.
  *   - Refused RCPTs count per transaction: from lmtp_rejected_recipients_max on, every RCPT
  *     gets 452 4.5.3 without a look at the store (no probing for addresses in bulk; a 4xx
  *     makes the MTA try the recipient again later, in another transaction).
@@ -56,17 +59,21 @@ struct lmtp_message {
     char return_path[MV_ADDRESS_MAX + 1]; /* MAIL FROM's path ("" for <>) */
 };
 
+/* RCPT commands one transaction may have accepted, per allowed distinct recipient. */
+#define LMTP_RCPT_COMMANDS_PER_RECIPIENT 10
+
 /* Message bytes held by every LMTP session (lmtp_data_total_max). Loop thread only. */
 static uint64_t lmtp_data_total;
 
 struct lmtp_session {
     struct conn *conn;
     enum lmtp_state state;
-    char (*rcpt)[MV_ADDRESS_MAX + 1];
-    int *result;
-    size_t *first; /* the index of the recipient's first RCPT (itself unless a duplicate) */
-    size_t rcpt_count;
-    size_t rejected; /* RCPTs refused in this transaction */
+    char (*rcpt)[MV_ADDRESS_MAX + 1]; /* the distinct recipients, in the order first named */
+    int *result;                      /* ... the result of each one's delivery */
+    size_t distinct;                  /* how many (at most lmtp_recipients_max) */
+    size_t *order;                    /* each accepted RCPT: the index of its recipient */
+    size_t rcpt_count;                /* accepted RCPTs (at most lmtp_rcpt_commands_max()) */
+    size_t rejected;                  /* RCPTs refused in this transaction */
     size_t pending;
     struct lmtp_message *msg;
     int too_big;
@@ -105,6 +112,7 @@ static void lmtp_message_drop(struct lmtp_message *m)
 static void lmtp_reset(struct lmtp_session *s)
 {
     s->rcpt_count = 0;
+    s->distinct = 0;
     s->rejected = 0;
     s->too_big = 0;
     s->over_budget = 0;
@@ -118,8 +126,13 @@ static void lmtp_free(struct lmtp_session *s)
     lmtp_message_drop(s->msg);
     free(s->rcpt);
     free(s->result);
-    free(s->first);
+    free(s->order);
     free(s);
+}
+
+static size_t lmtp_rcpt_commands_max(void)
+{
+    return (size_t)g_config.lmtp_recipients_max * LMTP_RCPT_COMMANDS_PER_RECIPIENT;
 }
 
 void lmtp_session_start(struct conn *c)
@@ -129,9 +142,9 @@ void lmtp_session_start(struct conn *c)
     if (s != NULL) {
         s->rcpt = calloc(max, sizeof *s->rcpt);
         s->result = calloc(max, sizeof *s->result);
-        s->first = calloc(max, sizeof *s->first);
+        s->order = calloc(lmtp_rcpt_commands_max(), sizeof *s->order);
     }
-    if (s == NULL || s->rcpt == NULL || s->result == NULL || s->first == NULL) {
+    if (s == NULL || s->rcpt == NULL || s->result == NULL || s->order == NULL) {
         if (s != NULL) {
             lmtp_free(s);
         }
@@ -271,7 +284,8 @@ static void lmtp_replies(struct lmtp_session *s)
     struct conn *c = s->conn;
     for (size_t i = 0; i < s->rcpt_count; i++) {
         char line[MV_ADDRESS_MAX + 96];
-        int rc = s->result[s->first[i]]; /* a duplicate: the reply of its one delivery */
+        size_t d = s->order[i]; /* a repeated name: the reply of its one delivery */
+        int rc = s->result[d];
         snprintf(line, sizeof line, "%s <%s>",
                  rc == MV_OK            ? "250 2.0.0 delivered to"
                  : rc == MV_ELIMIT      ? "552 5.3.4 message too big for"
@@ -280,7 +294,7 @@ static void lmtp_replies(struct lmtp_session *s)
                  : rc == MV_ENOTFOUND   ? "550 5.1.1 no such user"
                  : rc == MV_ENOSPC      ? "452 4.3.1 out of space for"
                                         : "451 4.3.0 temporary failure delivering to",
-                 s->rcpt[i]);
+                 s->rcpt[d]);
         lmtp_reply(c, line);
         metrics_lmtp_reply(line);
     }
@@ -312,18 +326,15 @@ static void lmtp_job_done(struct job *job)
 static void lmtp_deliver(struct conn *c, struct lmtp_session *s)
 {
     if (s->too_big || s->over_budget || s->msg->data.oom) {
-        for (size_t i = 0; i < s->rcpt_count; i++) {
-            s->result[i] = s->too_big ? MV_ELIMIT : LMTP_BUSY;
+        for (size_t d = 0; d < s->distinct; d++) {
+            s->result[d] = s->too_big ? MV_ELIMIT : LMTP_BUSY;
         }
         lmtp_replies(s);
         return;
     }
     s->state = LMTP_DELIVERING;
     c->busy = 1;
-    for (size_t i = 0; i < s->rcpt_count; i++) {
-        if (s->first[i] != i) {
-            continue; /* a duplicate: delivered once, under its first RCPT */
-        }
+    for (size_t i = 0; i < s->distinct; i++) { /* each recipient once, however often named */
         struct lmtp_job *j = calloc(1, sizeof *j);
         if (j == NULL) {
             s->result[i] = MV_ENOMEM;
@@ -381,9 +392,10 @@ static void lmtp_rcpt_done(struct job *job)
     }
     /* No command ran while the check was out (the connection was busy): still in MAIL. */
     if (j->rc == MV_OK && s->state == LMTP_MAIL &&
-        s->rcpt_count < (size_t)g_config.lmtp_recipients_max) {
-        s->first[s->rcpt_count] = s->rcpt_count;
-        snprintf(s->rcpt[s->rcpt_count++], sizeof s->rcpt[0], "%s", j->address);
+        s->distinct < (size_t)g_config.lmtp_recipients_max &&
+        s->rcpt_count < lmtp_rcpt_commands_max()) {
+        s->order[s->rcpt_count++] = s->distinct;
+        snprintf(s->rcpt[s->distinct++], sizeof s->rcpt[0], "%s", j->address);
         lmtp_reply(c, "250 2.1.5 recipient ok");
     } else if (j->rc == MV_OK || j->rc == MV_ENOTFOUND || j->rc == MV_EINVAL) {
         s->rejected++;
@@ -402,9 +414,9 @@ static void lmtp_rcpt_done(struct job *job)
 /* The index of the accepted recipient address (normalised), or SIZE_MAX. */
 static size_t lmtp_rcpt_find(const struct lmtp_session *s, const char *address)
 {
-    for (size_t i = 0; i < s->rcpt_count; i++) {
-        if (strcmp(s->rcpt[i], address) == 0) {
-            return s->first[i];
+    for (size_t d = 0; d < s->distinct; d++) {
+        if (strcmp(s->rcpt[d], address) == 0) {
+            return d;
         }
     }
     return SIZE_MAX;
@@ -644,16 +656,18 @@ static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
         } else if (lmtp_path(line + 8, path, sizeof path, &params) != 0) {
             s->rejected++;
             lmtp_reply(c, "501 5.5.4 bad recipient path");
-        } else if (s->rcpt_count == (size_t)g_config.lmtp_recipients_max) {
+        } else if (s->rcpt_count == lmtp_rcpt_commands_max()) {
             s->rejected++;
-            lmtp_reply(c, "452 4.5.3 too many recipients");
+            lmtp_reply(c, "452 4.5.3 too many RCPT commands in this transaction");
         } else if (mv_address_normalize(path, normal, sizeof normal, NULL, 0) != MV_OK) {
             s->rejected++;
             lmtp_reply(c, "550 5.1.1 no such user");
         } else if ((dup = lmtp_rcpt_find(s, normal)) != SIZE_MAX) {
-            s->first[s->rcpt_count] = dup;
-            snprintf(s->rcpt[s->rcpt_count++], sizeof s->rcpt[0], "%s", normal);
+            s->order[s->rcpt_count++] = dup;
             lmtp_reply(c, "250 2.1.5 recipient ok (named before: delivered once)");
+        } else if (s->distinct == (size_t)g_config.lmtp_recipients_max) {
+            s->rejected++;
+            lmtp_reply(c, "452 4.5.3 too many recipients");
         } else {
             lmtp_rcpt_check(c, s, normal); /* the reply comes from lmtp_rcpt_done() */
         }

@@ -331,6 +331,21 @@ def lmtp_dedupe(a):
     after = imap_message_count(a.imap, user, password)
     check("... one message stored", after == before + 1, "%d -> %d" % (before, after))
 
+    # More RCPTs of one name than lmtp_recipients_max (100): only distinct recipients count,
+    # so none gets 452 (the MTA would send those again later: a second copy).
+    before = after
+    l, codes = lmtp_start(a, [user] * 150)
+    check("LMTP: a recipient named 150 times: 150 250s", codes == [250] * 150,
+          repr(sorted(set(codes))))
+    l.cmd("DATA")
+    l.sock.sendall(b"Subject: dedupe 150\r\n\r\nonce\r\n.\r\n")
+    replies = lmtp_replies(l, 150)
+    check("... 150 replies after DATA, all 250", [r[0] for r in replies] == [250] * 150,
+          repr(sorted(set(r[0] for r in replies))))
+    l.close()
+    after = imap_message_count(a.imap, user, password)
+    check("... one message stored", after == before + 1, "%d -> %d" % (before, after))
+
 
 def lmtp_smuggling(a):
     user, password = a.user.split(":", 1)
