@@ -154,6 +154,11 @@ if command -v systemd-analyze >/dev/null; then
     mkdir -p "$tmp/unit"
     sed "s#/usr/local/sbin/mailvaultd#$PWD/build/mailvaultd#" "$unit" >"$tmp/unit/mailvaultd.service"
     [ -x build/mailvaultd ] || sed -i "s#$PWD/build/mailvaultd#$server#" "$tmp/unit/mailvaultd.service"
+    # ...and, where man-db is installed, that Documentation=man:mailvaultd(8) resolves: the
+    # page the build generates, in a manual tree of its own.
+    mkdir -p "$tmp/man/man8"
+    [ -f build/man/mailvaultd.8 ] && cp build/man/mailvaultd.8 "$tmp/man/man8/"
+    export MANPATH="$tmp/man"
     run timeout 60 systemd-analyze verify "$tmp/unit/mailvaultd.service"
     # It exits 0 on unknown keys and bad values too, so any message at all is a failure.
     check "systemd-analyze verify: no complaint" eval '[ "$rc" -eq 0 ] && [ ! -s "$out" ] && [ ! -s "$err" ]'
