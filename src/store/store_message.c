@@ -892,6 +892,41 @@ static int store_message_open_set(mv_store *s,
 
 /* ---- flags ----------------------------------------------------------------------------- */
 
+/* Binds (mailbox, first, last) of a range statement as ?1, ?2, ?3. */
+static void
+store_message_bind_range(sqlite3_stmt *st, int64_t mailbox_id, const struct mv_uid_range *r)
+{
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    sqlite3_bind_int64(st, 2, r->first);
+    sqlite3_bind_int64(st, 3, r->last);
+}
+
+/* Steps st (prepared and bound by the caller), appending its first column, a UID, to *uids
+ * (grown as needed); what names the read in errors. Resets st. */
+static int store_message_collect_uids(
+    mv_store *s, sqlite3_stmt *st, const char *what, uint32_t **uids, size_t *count, size_t *cap)
+{
+    int rc = MV_OK, step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*count == *cap) {
+            size_t grown = *cap != 0 ? *cap * 2 : 256;
+            uint32_t *p = grown <= SIZE_MAX / sizeof *p ? realloc(*uids, grown * sizeof *p) : NULL;
+            if (p == NULL) {
+                rc = store_fail(s, MV_ENOMEM, "out of memory %s", what);
+                break;
+            }
+            *uids = p;
+            *cap = grown;
+        }
+        (*uids)[(*count)++] = (uint32_t)sqlite3_column_int64(st, 0);
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, what);
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
 /* UIDs of the range whose modseq is above the UNCHANGEDSINCE bound, appended to *failed. */
 static int store_message_flags_failed(mv_store *s,
                                       int64_t mailbox_id,
@@ -906,30 +941,9 @@ static int store_message_flags_failed(mv_store *s,
     if (st == NULL) {
         return store_fail_sqlite(s, "reading modseqs");
     }
-    sqlite3_bind_int64(st, 1, mailbox_id);
-    sqlite3_bind_int64(st, 2, r->first);
-    sqlite3_bind_int64(st, 3, r->last);
+    store_message_bind_range(st, mailbox_id, r);
     sqlite3_bind_int64(st, 4, (sqlite3_int64)unchanged_since);
-    int rc = MV_OK, step;
-    while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*count == *cap) {
-            size_t grown = *cap != 0 ? *cap * 2 : 64;
-            uint32_t *p =
-                grown <= SIZE_MAX / sizeof *p ? realloc(*failed, grown * sizeof *p) : NULL;
-            if (p == NULL) {
-                rc = store_fail(s, MV_ENOMEM, "out of memory recording modified messages");
-                break;
-            }
-            *failed = p;
-            *cap = grown;
-        }
-        (*failed)[(*count)++] = (uint32_t)sqlite3_column_int64(st, 0);
-    }
-    if (rc == MV_OK && step != SQLITE_DONE) {
-        rc = store_fail_sqlite(s, "reading modseqs");
-    }
-    sqlite3_reset(st);
-    return rc;
+    return store_message_collect_uids(s, st, "reading modseqs", failed, count, cap);
 }
 
 /* The flag change of every mv_flags_set* function: in one IMMEDIATE transaction, per range
@@ -1149,37 +1163,8 @@ static int store_message_uids(mv_store *s,
     if (st == NULL) {
         return store_fail_sqlite(s, "reading messages");
     }
-    sqlite3_bind_int64(st, 1, mailbox_id);
-    sqlite3_bind_int64(st, 2, r->first);
-    sqlite3_bind_int64(st, 3, r->last);
-    int rc = MV_OK, step;
-    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*count == *cap) {
-            size_t grown = *cap != 0 ? *cap * 2 : 256;
-            uint32_t *p = grown <= SIZE_MAX / sizeof *p ? realloc(*uids, grown * sizeof *p) : NULL;
-            if (p == NULL) {
-                rc = store_fail(s, MV_ENOMEM, "out of memory reading a UID set");
-                break;
-            }
-            *uids = p;
-            *cap = grown;
-        }
-        (*uids)[(*count)++] = (uint32_t)sqlite3_column_int64(st, 0);
-    }
-    if (rc == MV_OK && step != SQLITE_DONE) {
-        rc = store_fail_sqlite(s, "reading messages");
-    }
-    sqlite3_reset(st);
-    return rc;
-}
-
-/* Binds (mailbox, first, last) of a range statement as ?1, ?2, ?3. */
-static void
-store_message_bind_range(sqlite3_stmt *st, int64_t mailbox_id, const struct mv_uid_range *r)
-{
-    sqlite3_bind_int64(st, 1, mailbox_id);
-    sqlite3_bind_int64(st, 2, r->first);
-    sqlite3_bind_int64(st, 3, r->last);
+    store_message_bind_range(st, mailbox_id, r);
+    return store_message_collect_uids(s, st, "reading messages", uids, count, cap);
 }
 
 /* COPY of one range: one INSERT ... SELECT; the copies get their UIDs from mv_uid_map. */
