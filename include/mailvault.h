@@ -220,6 +220,9 @@ struct mv_limits {
 
 #define MV_STORE_CREATE   0x01 /* mv_store_open: create if missing (mv_store_init does more) */
 #define MV_STORE_READONLY 0x02 /* open read-only: no writes, no queue drain */
+/* mv_store_open: leave the sealed delivery queue for mv_queue_drain() (a server that drains
+ * it in steps after the login, so the login does not wait for a long queue) */
+#define MV_STORE_DRAIN_LATER 0x04
 
 struct mv_store_options {
     const char *root;       /* NULL: $MAILVAULT_ROOT, else "./var/mail" */
@@ -266,7 +269,8 @@ MV_API MV_MUST_CHECK int mv_store_init(const char *address,
  * secure_delete, auto_vacuum FULL, busy_timeout 30000, synchronous NORMAL, foreign keys,
  * temp files on disk in the store's tmp/ directory, ...), reads every setting back and
  * refuses to continue if one did not take, migrates the schema in one transaction, and
- * moves queued deliveries into the store (each queue entry removed only after its commit).
+ * moves queued deliveries into the store (each queue entry removed only after its commit;
+ * as mv_queue_drain() with max 0), unless flags has MV_STORE_DRAIN_LATER.
  * *out is the handle, closed with mv_store_close(). Returns MV_OK, MV_ENOTFOUND (no store),
  * MV_EAUTH (wrong password), MV_ECORRUPT, MV_EINVAL, MV_EBUSY, MV_EIO, MV_ENOMEM, MV_EMOVED
  * (released from this node, see mv_store_release; read-only opens are allowed); on failure
@@ -818,6 +822,24 @@ MV_API MV_MUST_CHECK int mv_deliver_sealed(const char *address,
  * Returns MV_OK, MV_EINVAL (bad address), MV_ENOTFOUND (no store) or MV_EIO. */
 MV_API MV_MUST_CHECK int
 mv_queue_count(const char *address, const struct mv_store_options *opts, uint32_t *count_out);
+
+/* Moves sealed deliveries from the queue into INBOX of an open (writable) store, in order of
+ * arrival, taking at most max queue files (0: every one queued before the call started);
+ * what mv_store_open() does unless opened with MV_STORE_DRAIN_LATER. A server opens with
+ * that flag and calls this in steps between other work, so a login never waits for a long
+ * queue: each step's messages are committed (visible to every handle) when it returns.
+ * Every delivery reaches INBOX exactly once, whatever the steps, crashes or other handles
+ * draining the same queue (docs/DELIVERY.md): a file is removed only after the commit that
+ * stored it is durable. A file the store's key does not open, or that a limit refuses, goes
+ * to the queue's rejected/ directory and counts as taken; a file over message_size_max
+ * stays queued and does not count. *moved_out (may be NULL): messages appended; *more_out
+ * (may be NULL): 1 if the call stopped at max with deliveries still due (call again), else
+ * 0. After MV_OK mv_store_errmsg() may hold a note (rejected or oversized files, a rewritten
+ * public key), else "". Returns MV_OK, MV_EINVAL (NULL or read-only store), MV_EIO,
+ * MV_ENOSPC, MV_ECORRUPT, MV_EBUSY, MV_ENOMEM; on an error the messages of the steps before
+ * it stay committed and the rest stay queued. */
+MV_API MV_MUST_CHECK int
+mv_queue_drain(mv_store *store, uint32_t max, uint32_t *moved_out, int *more_out);
 
 struct mv_import_stats {
     uint64_t messages_seen;

@@ -9,6 +9,9 @@
  *     INBOX at most once and in INBOX or the queue; after a clean open, exactly once.
  *   - Missing store, over-size message, bad addresses: the right code, nothing created.
  *   - A wrong .pub is rewritten from the store; a file over the opener's size limit waits.
+ *   - Drain in steps (MV_STORE_DRAIN_LATER, mv_queue_drain): the open moves nothing, each
+ *     step at most its bound, every delivery exactly once and in arrival order, also one
+ *     queued between steps, also with a second handle draining the same queue.
  */
 #include "harness.h"
 #include "testutil.h"
@@ -529,6 +532,133 @@ static void test_large_file_waits(void)
     CHECK_EQ_INT(qt_count(who, &o), 0);
 }
 
+/* The marker numbers of INBOX's messages in UID order into got (at most max); the count. */
+static size_t qt_inbox_markers(mv_store *s, const char *tag, int *got, size_t max)
+{
+    struct mv_mailbox_info info;
+    if (mv_mailbox_get(s, "INBOX", &info) != MV_OK) {
+        return 0;
+    }
+    size_t n = 0;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "MARKER-%s-", tag);
+    for (uint32_t uid = 1; uid < info.uidnext && n < max; uid++) {
+        void *raw = NULL;
+        size_t len = 0;
+        if (mv_message_fetch(s, "INBOX", uid, &raw, &len) != MV_OK) {
+            continue;
+        }
+        const char *m = memmem(raw, len, prefix, strlen(prefix));
+        got[n++] = m != NULL ? atoi(m + strlen(prefix)) : -1;
+        mv_free(raw);
+    }
+    return n;
+}
+
+#define STEP_DELIVERIES 300
+#define STEP_MAX        40
+
+/* A login that must not wait for the queue: the open with MV_STORE_DRAIN_LATER moves
+ * nothing, then steps of at most STEP_MAX take the rest, each delivery once, in arrival
+ * order (UIDs ascending with arrival), with meta left clean (docs/DELIVERY.md). */
+static void test_drain_in_steps(void)
+{
+    struct mv_store_options o = qt_options("root_steps");
+    const char *who = "steps@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    for (int i = 0; i < STEP_DELIVERIES; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "step", i), MV_OK);
+    }
+    struct mv_store_options later = o;
+    later.flags |= MV_STORE_DRAIN_LATER;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 0);
+    CHECK_EQ_INT(qt_count(who, &o), STEP_DELIVERIES);
+
+    uint32_t total = 0, moved = 0;
+    int more = 1, steps = 0, one_more_queued = 0;
+    while (more && steps < 100) {
+        CHECK_EQ_INT(mv_queue_drain(s, STEP_MAX, &moved, &more), MV_OK);
+        CHECK(moved <= STEP_MAX);
+        CHECK(more ? moved == STEP_MAX : 1);
+        total += moved;
+        steps++;
+        CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
+        CHECK_EQ_INT(info.messages, total); /* each step committed what it moved */
+        if (steps == 2) { /* arrives between steps: a later step takes it, after the rest */
+            CHECK_EQ_INT(qt_deliver(who, &o, "step", STEP_DELIVERIES), MV_OK);
+            one_more_queued = 1;
+        }
+    }
+    CHECK(one_more_queued);
+    CHECK_EQ_INT(total, STEP_DELIVERIES + 1);
+    CHECK_EQ_INT(steps, (STEP_DELIVERIES + 1 + STEP_MAX - 1) / STEP_MAX);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+    CHECK_EQ_INT(mv_queue_drain(s, STEP_MAX, &moved, &more), MV_OK); /* nothing left */
+    CHECK_EQ_INT(moved, 0);
+    CHECK_EQ_INT(more, 0);
+
+    int got[STEP_DELIVERIES + 8];
+    size_t n = qt_inbox_markers(s, "step", got, sizeof got / sizeof got[0]);
+    CHECK_EQ_INT(n, STEP_DELIVERIES + 1);
+    int in_order = 1;
+    for (size_t i = 0; i < n; i++) {
+        in_order &= got[i] == (int)i;
+    }
+    CHECK(in_order);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM meta WHERE key LIKE 'deliver%'"), 0);
+    mv_store_close(&s);
+
+    /* Read-only handles never drain. */
+    struct mv_store_options ro = o;
+    ro.flags |= MV_STORE_READONLY;
+    CHECK_EQ_INT(qt_open(who, &ro, &s), MV_OK);
+    CHECK_EQ_INT(mv_queue_drain(s, 1, &moved, &more), MV_EINVAL);
+    mv_store_close(&s);
+    CHECK_EQ_INT(mv_queue_drain(NULL, 1, NULL, NULL), MV_EINVAL);
+}
+
+/* Two handles (a server's steps and a CLI open, say) draining one queue alternately: each
+ * delivery still lands once. */
+static void test_drain_steps_two_handles(void)
+{
+    struct mv_store_options o = qt_options("root_steps2");
+    const char *who = "two@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    for (int i = 0; i < 60; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "two", i), MV_OK);
+    }
+    struct mv_store_options later = o;
+    later.flags |= MV_STORE_DRAIN_LATER;
+    mv_store *a = NULL, *b = NULL;
+    CHECK_EQ_INT(qt_open(who, &later, &a), MV_OK);
+    CHECK_EQ_INT(qt_open(who, &later, &b), MV_OK);
+    uint32_t moved = 0, total = 0;
+    int more_a = 1, more_b = 1;
+    for (int i = 0; i < 40 && (more_a || more_b); i++) {
+        CHECK_EQ_INT(mv_queue_drain(i % 2 == 0 ? a : b, 7, &moved, i % 2 == 0 ? &more_a : &more_b),
+                     MV_OK);
+        total += moved;
+    }
+    CHECK_EQ_INT(total, 60);
+    int got[64];
+    size_t n = qt_inbox_markers(a, "two", got, 64);
+    CHECK_EQ_INT(n, 60);
+    int seen[60] = {0}, once = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (got[i] < 0 || got[i] >= 60 || seen[got[i]]++) {
+            once = 0;
+        }
+    }
+    CHECK(once);
+    mv_store_close(&a);
+    mv_store_close(&b);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+}
+
 int main(void)
 {
     if (sodium_init() < 0) {
@@ -543,5 +673,7 @@ int main(void)
     TEST(test_bad_addresses);
     TEST(test_pub_rewritten);
     TEST(test_large_file_waits);
+    TEST(test_drain_in_steps);
+    TEST(test_drain_steps_two_handles);
     return th_summary();
 }

@@ -236,7 +236,8 @@ int store_message_functions(mv_store *s);
 int store_queue_init_keys(mv_store *s);
 /* Moves the deliveries queued before it started into INBOX, one commit each, deleting a
  * queue file only after its commit; files over message_size_max stay queued (reported in
- * errmsg). */
-int store_queue_drain(mv_store *s);
+ * errmsg). max: at most that many files (0: all); *moved: deliveries appended; *more: 1 if
+ * it stopped at max with due files left. */
+int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more);
 
 #endif /* MV_STORE_H */

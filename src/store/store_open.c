@@ -451,8 +451,10 @@ int mv_store_open(const char *address,
     if (rc == MV_OK) {
         rc = store_connect(s, password, password_len, o, 0);
     }
-    if (rc == MV_OK && !s->readonly) {
-        rc = store_queue_drain(s);
+    if (rc == MV_OK && !s->readonly && !(o->flags & MV_STORE_DRAIN_LATER)) {
+        uint32_t moved = 0;
+        int more = 0;
+        rc = store_queue_drain(s, 0, &moved, &more);
     }
     if (rc != MV_OK) {
         store_error(errmsg, errmsg_size, rc, s->errmsg);

@@ -10,8 +10,11 @@
  *                       in ROOT/<domain>/<local>.pub
  *   mv_deliver_sealed(address, raw, len, &opts, err, sizeof err)   no password needed
  *   mv_queue_count(address, &opts, &count)
- *   mv_store_open()  -> store_queue_drain(): queue -> INBOX, one commit per delivery, one
- *                       durable (fsync'd) commit per STORE_QUEUE_BATCH deliveries
+ *   mv_store_open()  -> store_queue_drain(s, 0, ...): queue -> INBOX, one commit per
+ *                       delivery, one durable (fsync'd) commit per STORE_QUEUE_BATCH
+ *                       deliveries; with MV_STORE_DRAIN_LATER the open leaves the queue
+ *   mv_queue_drain(store, max, &moved, &more)   the same, at most max deliveries per call
+ *                       (a server drains in steps between other work, not before a login)
  *
  * QUEUE FORMAT (docs/DELIVERY.md)
  *   ROOT/<domain>/<local>.queue/<20-digit Unix ns>-<32 hex>.sealed, mode 0600, holding
@@ -93,6 +96,10 @@ struct store_queue_drain {
      * unlinked only after the batch's durable commit (store_queue_flush). */
     char (*pending)[STORE_QUEUE_NAME_LEN + 1];
     size_t pending_count;
+    uint32_t max;   /* files to take in this drain; 0: every one due */
+    uint32_t taken; /* files opened and dealt with (stored, found stored, rejected) */
+    uint32_t moved; /* deliveries appended to INBOX */
+    int more;       /* stopped at max with due files left */
 };
 
 #define STORE_QUEUE_BATCH 32 /* deliveries per durable commit (one WAL fsync) */
@@ -741,6 +748,7 @@ static int store_queue_store(struct store_queue_drain *q,
          * meta row has since been forgotten. */
         done = access(path, F_OK) != 0 && errno == ENOENT;
     }
+    int appended = 0;
     if (rc == MV_OK && !done) {
         uint32_t uid = 0;
         rc = store_message_append_in_txn(s, q->inbox_id, plain + STORE_QUEUE_HEADER_SIZE,
@@ -748,9 +756,11 @@ static int store_queue_store(struct store_queue_drain *q,
         if (rc == MV_OK) {
             rc = store_queue_meta_put(s, key, name, strlen(name), 1);
         }
+        appended = rc == MV_OK;
     }
     if (rc == MV_OK) {
         rc = store_commit(s); /* synchronous=NORMAL: made durable by the batch's flush */
+        q->moved += rc == MV_OK && appended;
     } else {
         store_rollback(s);
     }
@@ -774,6 +784,7 @@ static int store_queue_take(struct store_queue_drain *q, const char *name)
     if (rc != MV_OK) {
         return rc == MV_ENOMEM ? store_fail(q->s, rc, "out of memory reading %s", name) : MV_OK;
     }
+    q->taken++; /* stored, found stored or rejected below: it counts against the bound */
     if (sealed_len >= crypto_box_SEALBYTES + STORE_QUEUE_HEADER_SIZE) {
         plain_len = sealed_len - crypto_box_SEALBYTES;
         plain = malloc(plain_len);
@@ -798,7 +809,8 @@ cleanup:
     return rc;
 }
 
-/* Every due queue file, in name (arrival) order. */
+/* Every due queue file, in name (arrival) order; with a bound, at most q->max of them (q->more
+ * says whether a due file was left for the next drain). */
 static int store_queue_run(struct store_queue_drain *q)
 {
     struct store_scan *scan = NULL;
@@ -813,6 +825,11 @@ static int store_queue_run(struct store_queue_drain *q)
     const char *name = NULL;
     int more;
     while ((more = store_scan_next(scan, &name)) == 1) {
+        if (q->max != 0 && q->taken >= q->max) {
+            q->more = 1; /* the scan holds a due name: there is work for the next call */
+            more = 0;
+            break;
+        }
         rc = store_queue_take(q, name);
         if (rc != MV_OK) {
             break;
@@ -951,11 +968,14 @@ static int store_queue_drain_prepare(struct store_queue_drain *q, int *pub_rewri
     return rc;
 }
 
-int store_queue_drain(mv_store *s)
+int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more)
 {
     struct store_queue_drain q;
     memset(&q, 0, sizeof q);
     q.s = s;
+    q.max = max;
+    *moved = 0;
+    *more = 0;
     int pub_rewritten = 0;
     int rc = store_queue_sodium();
     if (rc != MV_OK) {
@@ -981,10 +1001,35 @@ int store_queue_drain(mv_store *s)
         rc = store_queue_forget(&q);
     }
     if (rc == MV_OK) {
-        store_queue_sweep(s->queue_dir);
+        if (!q.more) { /* a directory walk: once per full drain, not per step */
+            store_queue_sweep(s->queue_dir);
+        }
         store_queue_note(&q, pub_rewritten);
     }
+    *moved = q.moved;
+    *more = rc == MV_OK && q.more;
     free(q.pending);
     sodium_memzero(q.sk, sizeof q.sk);
+    return rc;
+}
+
+int mv_queue_drain(mv_store *store, uint32_t max, uint32_t *moved_out, int *more_out)
+{
+    uint32_t moved = 0;
+    int more = 0, rc;
+    if (store == NULL) {
+        rc = MV_EINVAL;
+    } else if (store->readonly) {
+        rc = store_fail(store, MV_EINVAL, "the store is open read-only: the queue is not drained");
+    } else {
+        (void)store_fail(store, MV_OK, "%s", ""); /* a note is about this drain only */
+        rc = store_queue_drain(store, max, &moved, &more);
+    }
+    if (moved_out != NULL) {
+        *moved_out = moved;
+    }
+    if (more_out != NULL) {
+        *more_out = more;
+    }
     return rc;
 }
