@@ -10,6 +10,7 @@ packages=(build-essential pkg-config libsqlite3-dev sqlite3 libssl-dev openssl p
           curl isync                  # tests/cli_imapd.sh: curl and mbsync against mailvaultd
           offlineimap3                # tests/cli_imapd_offlineimap.sh: a second sync client
           dovecot-core dovecot-imapd  # tests/cli_dsync_migrate.sh: dsync through imapc, private
+          dovecot-lmtpd               # tests/cli_scaleout.sh: Dovecot as IMAP + LMTP proxy
           debhelper dpkg-dev lintian  # tests/cli_debian.sh builds and checks the packages
           man-db)                     # tests/cli_install.sh renders the installed man pages
 if [ "${1:-}" = "--dev" ]; then
