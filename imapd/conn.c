@@ -1,7 +1,12 @@
 /*
  * conn.c -- connections: accept with the connection limits, non-blocking reads and writes
- * (plain or TLS), idle timeouts, held output, and IMAP's framing of a command out of lines
- * and literals with the line and literal limits.
+ * (plain or TLS), idle and login timeouts, held output and back-pressure, for any protocol.
+ *
+ * USAGE
+ *   A protocol is a struct conn_proto_ops (imapd.h) in its own file; a listener passes it to
+ *   conn_accept(), and conn.c calls its hooks: start on accept, input when bytes arrived or
+ *   a job finished, tick on the loop's tick, drained when a streamed response may go on, end
+ *   when the socket is gone. conn.c never looks into c->session.
  *
  * IMPLEMENTATION NOTES
  *   - Sockets are edge-triggered: every event drains the socket into the input buffer (up to
@@ -16,15 +21,17 @@
  *   - STARTTLS throws away any input that arrived before the handshake (RFC 3207's command
  *     injection lesson applies to IMAP as well).
  *   - The idle timeout is checked on the loop's tick (every 100 ms, a walk of the list);
- *     a session in IDLE gets four times idle_timeout_s.
+ *     the protocol may lengthen it (ops->idle_timeout_ms: IMAP's IDLE gets four times
+ *     idle_timeout_s).
+ *   - Each protocol has its own pool (ops->connections_max) and, if ops->per_address_limit,
+ *     its own per-address count; both are counted by a walk of the list at accept.
  *   - A response made in chunks (FETCH, see docs/IMAPD.md "Streaming FETCH") keeps the
  *     connection busy with stream_wait set; once conn_flush() has written all but
- *     CONN_STREAM_RESUME_BELOW bytes it calls imap_session_drained() for the next chunk.
+ *     CONN_STREAM_RESUME_BELOW bytes it calls ops->drained() for the next chunk.
  *     Bytes taken by the socket count as activity then, so only a reader that stops
  *     reading times out. An output buffer grown past CONN_OUTPUT_KEEP_MAX is freed once
  *     empty.
  */
-#include "conn_frame.h"
 #include "imapd.h"
 
 #include <arpa/inet.h>
@@ -35,7 +42,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -43,28 +49,28 @@
 #define CONN_READ_CHUNK 65536
 
 static struct conn *conn_list;
-static int conn_total;      /* every connection (conn_count) */
-static int conn_total_lmtp; /* of which LMTP: lmtp_connections_max, apart from IMAP's pool */
-/* IMAP literal bytes accepted for commands still being received, all connections
- * (literal_total_max); each connection's share is its literal_reserved. */
-static uint64_t conn_literal_total;
+static int conn_total; /* every connection (conn_count) */
 
 int conn_count(void)
 {
     return conn_total;
 }
 
-size_t conn_output_max(const struct conn *c)
+/* Whether c is in its protocol's login phase (the pre-login limits apply). */
+static int conn_prelogin(const struct conn *c)
 {
-    return c->proto == PROTO_IMAP && !c->authenticated ? g_config.prelogin_bytes_max / 2
-                                                       : CONFIG_OUTPUT_MAX;
+    return c->ops->prelogin != NULL && c->ops->prelogin(c);
 }
 
-/* Gives back the literal bytes the connection's command in progress held. */
-static void conn_literal_release(struct conn *c)
+size_t conn_output_max(const struct conn *c)
 {
-    conn_literal_total -= c->literal_reserved;
-    c->literal_reserved = 0;
+    return conn_prelogin(c) ? g_config.prelogin_bytes_max / 2 : CONFIG_OUTPUT_MAX;
+}
+
+static int64_t conn_idle_timeout_ms(const struct conn *c)
+{
+    return c->ops->idle_timeout_ms != NULL ? c->ops->idle_timeout_ms(c)
+                                           : (int64_t)g_config.idle_timeout_s * 1000;
 }
 
 static void conn_event(void *arg, uint32_t events);
@@ -92,7 +98,7 @@ static void conn_close_now(struct conn *c, const char *why)
     log_info("disconnect %s (%s): %llu bytes in, %llu out", c->peer, why,
              (unsigned long long)c->bytes_in, (unsigned long long)c->bytes_out);
     c->dead = 1;
-    metrics_connection(c->proto, c->implicit_tls, -1);
+    metrics_connection(c->implicit_tls ? c->ops->metric_gauge_tls : c->ops->metric_gauge, -1);
     if (c->ssl != NULL && !SSL_is_init_finished(c->ssl)) {
         metrics_count(METRIC_TLS_FAILED); /* failed, or abandoned half-way */
     }
@@ -112,14 +118,8 @@ static void conn_close_now(struct conn *c, const char *why)
         c->next->prev = c->prev;
     }
     conn_total--;
-    conn_total_lmtp -= c->proto == PROTO_LMTP;
-    conn_literal_release(c);
     c->refs++;
-    if (c->proto == PROTO_IMAP) {
-        imap_session_end(c);
-    } else {
-        lmtp_session_end(c);
-    }
+    c->ops->end(c);
     conn_release(c);
 }
 
@@ -146,13 +146,13 @@ static long conn_read_some(struct conn *c, char *into, size_t len)
 }
 
 /* How many more bytes c->in may take now. Before login, input and output queued together
- * stay within prelogin_bytes_max (conn_frame_imap refuses a command that cannot fit, and
+ * stay within prelogin_bytes_max (IMAP's framing refuses a command that cannot fit, and
  * queued output drains only if the client reads: then reading goes on); while a job is in
  * flight or the output is full, a line and a chunk. */
 static size_t conn_input_room(const struct conn *c)
 {
     size_t cap = SIZE_MAX, held = c->in.len;
-    if (c->proto == PROTO_IMAP && !c->authenticated) {
+    if (conn_prelogin(c)) {
         cap = g_config.prelogin_bytes_max;
         held += c->out.len;
     } else if (c->busy || c->out.len >= conn_output_max(c)) {
@@ -230,8 +230,9 @@ void conn_flush(struct conn *c)
     if (!c->dead && c->out.len == 0 && c->out.cap > CONN_OUTPUT_KEEP_MAX) {
         buf_free(&c->out);
     }
-    if (!c->dead && c->stream_wait && c->out.len < CONN_STREAM_RESUME_BELOW) {
-        imap_session_drained(c); /* posts the next chunk: c stays busy */
+    if (!c->dead && c->stream_wait && c->out.len < CONN_STREAM_RESUME_BELOW &&
+        c->ops->drained != NULL) {
+        c->ops->drained(c); /* posts the next chunk: c stays busy */
     }
     if (!c->dead && c->closing && c->out.len == 0 && !c->busy) {
         conn_close_now(c, "closed");
@@ -273,8 +274,8 @@ int conn_start_tls(struct conn *c)
         return -1;
     }
     c->tls = 1;
-    buf_consume(&c->in, c->in.len); /* nothing sent in plaintext survives */
-    conn_frame_reset(c);
+    buf_consume(&c->in, c->in.len); /* nothing sent in plaintext survives (the protocol
+                                       forgets what it had framed of it) */
     return 0;
 }
 
@@ -297,11 +298,7 @@ static void conn_process(struct conn *c)
             }
         }
         size_t in_before = c->in.len, out_before = c->out.len;
-        if (c->proto == PROTO_IMAP) {
-            imap_session_input(c);
-        } else {
-            lmtp_session_input(c);
-        }
+        c->ops->input(c);
         if (!c->dead && c->in.len == 0 && c->in.cap > CONN_OUTPUT_KEEP_MAX) {
             buf_free(&c->in); /* a big command (APPEND) left it grown */
         }
@@ -337,8 +334,7 @@ void conn_shutdown_all(void)
     while (conn_list != NULL) {
         struct conn *c = conn_list;
         c->refs++;
-        conn_write_str(c, c->proto == PROTO_IMAP ? "* BYE server shutting down\r\n"
-                                                 : "421 4.3.2 server shutting down\r\n");
+        conn_write_str(c, c->ops->bye_shutdown);
         conn_flush(c);
         conn_close_now(c, "server shutdown");
         conn_release(c);
@@ -376,7 +372,6 @@ void conn_hold(struct conn *c, int delay_ms)
 
 void conn_tick(int64_t now_ms)
 {
-    int64_t idle_ms = (int64_t)g_config.idle_timeout_s * 1000;
     for (struct conn *c = conn_list, *next; c != NULL; c = next) {
         next = c->next;
         if (c->hold_until_ms != 0 && now_ms >= c->hold_until_ms) {
@@ -388,9 +383,9 @@ void conn_tick(int64_t now_ms)
             conn_release(c);
             continue;
         }
-        if (c->proto == PROTO_IMAP && !c->busy) {
+        if (c->ops->tick != NULL && !c->busy) {
             c->refs++;
-            imap_session_tick(c, now_ms);
+            c->ops->tick(c, now_ms);
             int dead = c->dead;
             conn_release(c); /* may free c if it died */
             if (dead) {
@@ -400,29 +395,18 @@ void conn_tick(int64_t now_ms)
         /* The whole login phase has a deadline of its own: a client that trickles a byte a
          * second is never idle, and would hold its connection slot for ever. A login job in
          * flight (or a failed login's held answer) is let finish first. */
-        if (c->proto == PROTO_IMAP && !c->authenticated && !c->busy && !c->closing &&
+        if (!c->busy && !c->closing && conn_prelogin(c) &&
             now_ms - c->connected_ms > (int64_t)g_config.login_timeout_s * 1000) {
             c->refs++;
-            conn_write_str(c, "* BYE login timeout\r\n");
+            conn_write_str(c, c->ops->bye_login_timeout);
             conn_flush(c);
             conn_close_now(c, "login timeout");
             conn_release(c);
             continue;
         }
-        if (c->proto == PROTO_LMTP && !c->busy) {
+        if ((!c->busy || c->stream_wait) && now_ms - c->last_active_ms > conn_idle_timeout_ms(c)) {
             c->refs++;
-            lmtp_session_tick(c, now_ms);
-            int dead = c->dead;
-            conn_release(c); /* may free c if it died */
-            if (dead) {
-                continue;
-            }
-        }
-        if ((!c->busy || c->stream_wait) &&
-            now_ms - c->last_active_ms > (c->in_idle ? 4 * idle_ms : idle_ms)) {
-            c->refs++;
-            conn_write_str(c, c->proto == PROTO_IMAP ? "* BYE idle timeout\r\n"
-                                                     : "421 4.4.2 idle timeout\r\n");
+            conn_write_str(c, c->ops->bye_idle_timeout);
             c->closing = 1;
             conn_flush(c);
             conn_close_now(c, "idle timeout");
@@ -454,12 +438,19 @@ static void conn_describe(struct conn *c, const struct sockaddr_storage *sa)
     snprintf(c->peer_addr, sizeof c->peer_addr, "%s", host);
 }
 
-/* Connections of proto from addr (each protocol has its own per-address count). */
-static int conn_count_from(const char *addr, enum conn_proto proto)
+/* Connections of ops (its pool) and, if addr is not NULL, how many of them are from addr
+ * into *from_addr (each protocol has its own per-address count). */
+static int conn_count_of(const struct conn_proto_ops *ops, const char *addr, int *from_addr)
 {
-    int n = 0;
+    int n = 0, from = 0;
     for (struct conn *c = conn_list; c != NULL; c = c->next) {
-        n += c->proto == proto && strcmp(c->peer_addr, addr) == 0;
+        if (c->ops == ops) {
+            n++;
+            from += addr != NULL && strcmp(c->peer_addr, addr) == 0;
+        }
+    }
+    if (from_addr != NULL) {
+        *from_addr = from;
     }
     return n;
 }
@@ -470,9 +461,11 @@ int conn_set_client(struct conn *c, const char *addr, unsigned port, const char 
         snprintf(c->via, sizeof c->via, "%.63s", c->peer);
     }
     /* The proxy's own connection counted against its address until now; from here it counts
-     * against the client's (conn_count_from walks the connections, this one included). */
-    if (strcmp(c->peer_addr, addr) != 0 &&
-        conn_count_from(addr, c->proto) >= g_config.connections_per_address_max) {
+     * against the client's (conn_count_of walks the connections, this one included). */
+    int from_addr = 0;
+    (void)conn_count_of(c->ops, addr, &from_addr);
+    if (c->ops->per_address_limit && strcmp(c->peer_addr, addr) != 0 &&
+        from_addr >= g_config.connections_per_address_max) {
         log_warning("refused %s via %s: too many connections from the client's address", addr,
                     c->via);
         metrics_count(METRIC_REFUSED);
@@ -487,17 +480,20 @@ int conn_set_client(struct conn *c, const char *addr, unsigned port, const char 
     return 0;
 }
 
-/* IMAP is full: closes the IMAP connection that has waited longest without logging in and
- * has no login in flight, to make room for a new one (so clients that never log in cannot
+/* The pool of ops is full: closes its connection that has waited longest without logging
+ * in and has no login in flight, to make room for a new one (so clients that never log in cannot
  * keep out one that does: each new connection pushes out the oldest of them, which gets
  * login_timeout_s at most anyway). One whose failed login's answer is being held back
  * counts as waiting (else failing logins slowly would keep a connection safe). 0 if one was
  * closed, -1 if every one is logged in or has a login in flight. */
-static int conn_evict_prelogin(void)
+static int conn_evict_prelogin(const struct conn_proto_ops *ops)
 {
+    if (ops->prelogin == NULL) {
+        return -1; /* no login phase: nothing to push out */
+    }
     struct conn *oldest = NULL;
     for (struct conn *c = conn_list; c != NULL; c = c->next) {
-        if (c->proto == PROTO_IMAP && !c->authenticated && (!c->busy || c->hold_until_ms != 0) &&
+        if (c->ops == ops && ops->prelogin(c) && (!c->busy || c->hold_until_ms != 0) &&
             (oldest == NULL || c->connected_ms <= oldest->connected_ms)) {
             oldest = c;
         }
@@ -506,14 +502,14 @@ static int conn_evict_prelogin(void)
         return -1;
     }
     oldest->refs++;
-    conn_write_str(oldest, "* BYE too many connections: closing the oldest not logged in\r\n");
+    conn_write_str(oldest, ops->bye_evicted);
     conn_flush(oldest);
     conn_close_now(oldest, "too many connections: the oldest not logged in");
     conn_release(oldest);
     return 0;
 }
 
-void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
+void conn_accept(int listen_fd, const struct conn_proto_ops *ops, int implicit_tls)
 {
     for (;;) {
         struct sockaddr_storage sa;
@@ -531,7 +527,7 @@ void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
             continue;
         }
         c->fd = fd;
-        c->proto = proto;
+        c->ops = ops;
         c->last_active_ms = loop_now_ms();
         c->connected_ms = c->last_active_ms;
         conn_describe(c, &sa);
@@ -539,23 +535,22 @@ void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
         int one = 1;
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         const char *refuse = NULL;
-        /* Two pools: IMAP's connections_max and LMTP's lmtp_connections_max, and a
-         * per-address count within each, so IMAP clients cannot take the local MTA's slots. */
-        /* A trusted proxy's connections count against the client each names (ID, XCLIENT:
-         * conn_set_client), not against the proxy: it may open many before naming any.
-         * connections_max and lmtp_connections_max still bound them. */
-        if (!c->trusted &&
-            conn_count_from(c->peer_addr, proto) >= g_config.connections_per_address_max) {
+        /* A pool per protocol (ops->connections_max) and a per-address count within each,
+         * so the clients of one protocol cannot take another's slots (IMAP's the local MTA's).
+         * A trusted proxy's connections count against the client each names (ID, XCLIENT:
+         * conn_set_client), not against the proxy: it may open many before naming any. The
+         * pool still bounds them. */
+        int from_addr = 0;
+        int pool = conn_count_of(ops, c->peer_addr, &from_addr);
+        if (ops->per_address_limit && !c->trusted &&
+            from_addr >= g_config.connections_per_address_max) {
             refuse = "too many connections from your address";
-        } else if (proto == PROTO_LMTP ? conn_total_lmtp >= g_config.lmtp_connections_max
-                                       : conn_total - conn_total_lmtp >= g_config.connections_max &&
-                                             conn_evict_prelogin() != 0) {
+        } else if (pool >= ops->connections_max() && conn_evict_prelogin(ops) != 0) {
             refuse = "too many connections";
         }
         if (refuse != NULL) {
             char line[128];
-            int n = snprintf(line, sizeof line,
-                             proto == PROTO_IMAP ? "* BYE %s\r\n" : "421 4.7.0 %s\r\n", refuse);
+            int n = snprintf(line, sizeof line, "%s%s\r\n", ops->refuse_prefix, refuse);
             if (!implicit_tls) {
                 (void)send(fd, line, (size_t)n, MSG_NOSIGNAL);
             }
@@ -588,158 +583,10 @@ void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls)
         }
         conn_list = c;
         conn_total++;
-        conn_total_lmtp += proto == PROTO_LMTP;
         c->implicit_tls = implicit_tls;
-        metrics_connection(proto, implicit_tls, +1);
-        log_info("connect %s %s%s", c->peer, proto == PROTO_IMAP ? "imap" : "lmtp",
-                 implicit_tls ? " tls" : "");
-        if (proto == PROTO_IMAP) {
-            imap_session_start(c);
-        } else {
-            lmtp_session_start(c);
-        }
+        metrics_connection(implicit_tls ? ops->metric_gauge_tls : ops->metric_gauge, +1);
+        log_info("connect %s %s%s", c->peer, ops->name, implicit_tls ? " tls" : "");
+        ops->start(c);
         conn_flush(c);
     }
-}
-
-/* ---- IMAP framing ---------------------------------------------------------------------- */
-
-/* The literal count at the end of a line ("... {12}" or "{12+}", before CRLF), or -1. */
-static int conn_literal_at_end(const char *line, size_t len, uint64_t *count, int *plus)
-{
-    if (len > 0 && line[len - 1] == '\r') {
-        len--;
-    }
-    if (len < 3 || line[len - 1] != '}') {
-        return -1;
-    }
-    size_t end = len - 1;
-    *plus = line[end - 1] == '+';
-    if (*plus) {
-        end--;
-    }
-    size_t start = end;
-    while (start > 0 && line[start - 1] >= '0' && line[start - 1] <= '9') {
-        start--;
-    }
-    if (start == end || start == 0 || line[start - 1] != '{' || end - start > 19) {
-        return -1;
-    }
-    uint64_t n = 0;
-    for (size_t i = start; i < end; i++) {
-        n = n * 10 + (uint64_t)(line[i] - '0');
-    }
-    *count = n;
-    return 0;
-}
-
-/* Whether the command whose first line starts at p is an APPEND (its literal may be big). */
-static int conn_is_append(const char *p, size_t len)
-{
-    const char *sp = memchr(p, ' ', len);
-    if (sp == NULL) {
-        return 0;
-    }
-    size_t rest = len - (size_t)(sp + 1 - p);
-    return rest >= 7 && strncasecmp(sp + 1, "APPEND ", 7) == 0;
-}
-
-/* Before login one command, its lines and literals together, and the input held must fit
- * in prelogin_bytes_max (64 KiB by default: AUTHENTICATE PLAIN needs a line); after it the
- * line_max, literal_max and literal_total_max limits apply. Checked when a literal is
- * announced, so nothing over the bound is ever asked for ("+") or buffered. */
-enum conn_frame conn_frame_imap(struct conn *c, size_t *len_out, uint64_t *literal_out)
-{
-    int pre = !c->authenticated;
-    size_t line_max = g_config.line_max;
-    if (pre && g_config.prelogin_bytes_max < line_max) {
-        line_max = g_config.prelogin_bytes_max;
-    }
-    for (;;) {
-        if (c->literal_left > 0) {
-            uint64_t have = c->in.len - c->frame_at;
-            if (have < c->literal_left) {
-                return FRAME_MORE;
-            }
-            c->frame_at += (size_t)c->literal_left;
-            c->literal_left = 0;
-        }
-        char *start = c->in.data + c->frame_at;
-        size_t avail = c->in.len - c->frame_at;
-        char *nl = avail > 0 ? memchr(start, '\n', avail) : NULL;
-        if (c->discard_line) {
-            if (nl == NULL) {
-                buf_consume(&c->in, c->in.len);
-                c->frame_at = 0;
-                return FRAME_MORE;
-            }
-            buf_consume(&c->in, (size_t)(nl + 1 - c->in.data));
-            c->frame_at = 0;
-            c->discard_line = 0;
-            continue;
-        }
-        if (nl == NULL) {
-            /* Before login the input is capped at prelogin_bytes_max (conn_read): a command
-             * not complete by then never will be. */
-            if (avail > line_max || (pre && c->in.len >= g_config.prelogin_bytes_max)) {
-                c->discard_line = 1;
-                return FRAME_LINE_TOO_LONG;
-            }
-            return FRAME_MORE;
-        }
-        size_t line_len = (size_t)(nl - start);
-        if (line_len > line_max) {
-            buf_consume(&c->in, (size_t)(nl + 1 - c->in.data));
-            c->frame_at = 0;
-            return FRAME_LINE_TOO_LONG;
-        }
-        uint64_t count;
-        int plus;
-        if (c->raw_line || conn_literal_at_end(start, line_len, &count, &plus) != 0) {
-            *len_out = (size_t)(nl + 1 - c->in.data);
-            c->frame_at = 0;
-            conn_literal_release(c); /* the command is whole: its bytes go to a job */
-            return FRAME_COMMAND;
-        }
-        uint64_t max =
-            conn_is_append(c->in.data, c->in.len) ? g_config.literal_max : CONFIG_SMALL_LITERAL_MAX;
-        uint64_t end = (uint64_t)(nl + 1 - c->in.data) + count; /* the command up to here */
-        *literal_out = count;
-        if (pre ? end > g_config.prelogin_bytes_max
-                : count > max || c->frame_at + count > max + g_config.line_max * 4) {
-            conn_literal_release(c);
-            if (plus) {
-                return FRAME_LITERAL_PLUS_TOO_BIG;
-            }
-            *len_out = (size_t)(nl + 1 - c->in.data);
-            c->frame_at = 0;
-            return FRAME_LITERAL_TOO_BIG;
-        }
-        /* The server-wide budget: refused only while other commands hold some of it, so one
-         * command within literal_max always gets through. A transient refusal. */
-        if (conn_literal_total > c->literal_reserved &&
-            conn_literal_total + count > g_config.literal_total_max) {
-            conn_literal_release(c);
-            if (plus) {
-                return FRAME_LITERAL_PLUS_BUSY;
-            }
-            *len_out = (size_t)(nl + 1 - c->in.data);
-            c->frame_at = 0;
-            return FRAME_LITERAL_BUSY;
-        }
-        c->literal_reserved += count;
-        conn_literal_total += count;
-        c->frame_at = (size_t)(nl + 1 - c->in.data);
-        c->literal_left = count;
-        if (!plus && count > 0 && c->in.len - c->frame_at < count) {
-            return FRAME_CONTINUE;
-        }
-    }
-}
-
-void conn_frame_reset(struct conn *c)
-{
-    c->frame_at = 0;
-    c->literal_left = 0;
-    conn_literal_release(c);
 }

@@ -1,11 +1,11 @@
 /*
- * imap_session.c -- the IMAP state machine on the loop: the greeting, framing the input
- * into commands (conn_frame_imap), parsing them, answering the ones that need no store
- * (CAPABILITY, NOOP, LOGOUT, STARTTLS before login, every BAD) and handing the rest to the
- * session's worker as a job; the job's response goes back out on the loop.
+ * imap_session.c -- the IMAP state machine on the loop and IMAP's protocol table for conn.c
+ * (imap_conn_proto): the greeting, framing the input into commands (imap_frame.c), parsing them,
+ * answering the ones that need no store (CAPABILITY, NOOP, LOGOUT, STARTTLS before login, every
+ * BAD) and handing the rest to the session's worker as a job; the job's response goes back out on
+ * the loop.
  */
 #include "imap_session.h"
-#include "conn_frame.h"
 
 #include <arpa/inet.h>
 #include <openssl/crypto.h>
@@ -461,18 +461,18 @@ static void imap_job_done(struct job *job)
     struct imap_job *j = (struct imap_job *)job;
     struct conn *c = job->conn;
     int64_t hold_ms = j->failed_why != NULL ? imap_login_failure(c, j) : 0;
-    if (!c->authenticated && j->s->state != IMAP_NOT_AUTH) {
+    if (!j->s->authenticated && j->s->state != IMAP_NOT_AUTH) {
         /* here, not on the worker: c->peer (the client, behind a proxy also the proxy) is
          * the loop's */
         log_info("login %s from %s", j->s->user, c->peer);
     }
     if (!c->dead) {
         /* No job is in flight now, so the state the job left is safe to read here. */
-        c->authenticated = j->s->state != IMAP_NOT_AUTH;
+        j->s->authenticated = j->s->state != IMAP_NOT_AUTH;
         conn_write(c, job->out.data, job->out.len);
-        if (j->s->idling && !c->in_idle) { /* IDLE began: wait for DONE */
-            c->raw_line = 1;
-            c->in_idle = 1;
+        if (j->s->idling && !j->s->in_idle) { /* IDLE began: wait for DONE */
+            j->s->frame.raw_line = 1;
+            j->s->in_idle = 1;
             j->s->next_poll_ms = loop_now_ms() + IMAP_IDLE_POLL_MS;
             imap_idle_list_add(j->s);
         }
@@ -668,6 +668,8 @@ static void imap_not_auth(struct conn *c, struct imap_command *cmd, uint8_t *byt
             imap_reply(c, cmd->tag, "OK begin TLS negotiation now");
             if (conn_start_tls(c) != 0) {
                 conn_close_after_output(c);
+            } else {
+                imap_frame_reset(&s->frame); /* the input it framed was thrown away */
             }
         }
     } else if ((strcmp(cmd->name, "LOGIN") == 0 || strcmp(cmd->name, "AUTHENTICATE") == 0) &&
@@ -678,7 +680,7 @@ static void imap_not_auth(struct conn *c, struct imap_command *cmd, uint8_t *byt
                    imap_atom_is(imap_arg(cmd, 0), "PLAIN")) {
             snprintf(s->auth_tag, sizeof s->auth_tag, "%s", cmd->tag);
             conn_write_str(c, "+ \r\n");
-            c->raw_line = 1;
+            s->frame.raw_line = 1;
         } else {
             s->worker = imap_login_worker(cmd, NULL, 0);
             imap_post(c, bytes, len, cmd, 0);
@@ -702,7 +704,7 @@ static void imap_sasl_line(struct conn *c, uint8_t *bytes, size_t len)
     cmd.first = IMAP_NODE_NONE;
     snprintf(cmd.tag, sizeof cmd.tag, "%s", s->auth_tag);
     snprintf(cmd.name, sizeof cmd.name, "AUTHENTICATE");
-    c->raw_line = 0;
+    s->frame.raw_line = 0;
     s->auth_tag[0] = '\0';
     s->worker = imap_login_worker(&cmd, bytes, len);
     imap_post(c, bytes, len, &cmd, 1);
@@ -713,9 +715,9 @@ static void imap_command(struct conn *c, uint8_t *bytes, size_t len)
     struct imap_session *s = c->session;
     struct imap_command cmd;
     char err[256];
-    if (c->raw_line && s->idling) {
-        c->raw_line = 0;
-        c->in_idle = 0;
+    if (s->frame.raw_line && s->idling) {
+        s->frame.raw_line = 0;
+        s->in_idle = 0;
         s->idling = 0;
         imap_idle_list_remove(s);
         int done = (len == 6 && strncasecmp((const char *)bytes, "DONE\r\n", 6) == 0) ||
@@ -724,7 +726,7 @@ static void imap_command(struct conn *c, uint8_t *bytes, size_t len)
         free(bytes);
         return;
     }
-    if (c->raw_line) {
+    if (s->frame.raw_line) {
         imap_sasl_line(c, bytes, len);
         return;
     }
@@ -758,12 +760,14 @@ static void imap_command(struct conn *c, uint8_t *bytes, size_t len)
     imap_post(c, bytes, len, &cmd, 0);
 }
 
-void imap_session_input(struct conn *c)
+static void imap_session_input(struct conn *c)
 {
-    while (!c->dead && !c->busy && !c->closing && c->out.len < conn_output_max(c)) {
+    struct imap_session *s = c->session;
+    while (s != NULL && !c->dead && !c->busy && !c->closing && c->out.len < conn_output_max(c)) {
         size_t len = 0;
         uint64_t literal = 0;
-        enum conn_frame f = conn_frame_imap(c, &len, &literal);
+        enum imap_frame_status f =
+            imap_frame_next(&s->frame, &c->in, !s->authenticated, &len, &literal);
         if (f == FRAME_MORE) {
             return;
         }
@@ -771,7 +775,7 @@ void imap_session_input(struct conn *c)
             conn_write_str(c, "+ ready for literal data\r\n");
             continue;
         }
-        if (f == FRAME_LINE_TOO_LONG && !c->authenticated) {
+        if (f == FRAME_LINE_TOO_LONG && !s->authenticated) {
             /* Before login nothing over prelogin_bytes_max is read: no discarding either. */
             conn_write_str(c, "* BYE command too long before login\r\n");
             conn_close_after_output(c);
@@ -786,7 +790,7 @@ void imap_session_input(struct conn *c)
             conn_write_str(c, f == FRAME_LITERAL_PLUS_BUSY
                                   ? "* BYE [UNAVAILABLE] server busy receiving other literals, "
                                     "try again later\r\n"
-                              : c->authenticated
+                              : s->authenticated
                                   ? "* BYE [TOOBIG] literal too large\r\n"
                                   : "* BYE [TOOBIG] literal too large before login\r\n");
             conn_close_after_output(c);
@@ -806,7 +810,7 @@ void imap_session_input(struct conn *c)
                          "NO [UNAVAILABLE] server busy receiving other literals, try again later");
             } else {
                 snprintf(line, sizeof line, "NO [TOOBIG] literal of %llu bytes is over the limit%s",
-                         (unsigned long long)literal, c->authenticated ? "" : " before login");
+                         (unsigned long long)literal, s->authenticated ? "" : " before login");
             }
             imap_reply(c, tag, line);
             buf_consume(&c->in, len);
@@ -851,7 +855,7 @@ static void imap_poll_done(struct job *job)
     }
 }
 
-void imap_session_tick(struct conn *c, int64_t now_ms)
+static void imap_session_tick(struct conn *c, int64_t now_ms)
 {
     struct imap_session *s = c->session;
     if (s == NULL || !s->idling || c->busy) {
@@ -879,7 +883,7 @@ static void imap_idle_post(struct conn *c, struct imap_session *s)
     worker_post(s->worker, job);
 }
 
-void imap_session_start(struct conn *c)
+static void imap_session_start(struct conn *c)
 {
     struct imap_session *s = calloc(1, sizeof *s);
     if (s == NULL) {
@@ -912,7 +916,7 @@ static void imap_end_done(struct job *job)
     free(job);
 }
 
-void imap_session_drained(struct conn *c)
+static void imap_session_drained(struct conn *c)
 {
     struct imap_session *s = c->session;
     struct imap_job *j = s != NULL ? s->stream_job : NULL;
@@ -924,13 +928,14 @@ void imap_session_drained(struct conn *c)
     worker_post(s->worker, &j->job); /* the next chunk */
 }
 
-void imap_session_end(struct conn *c)
+static void imap_session_end(struct conn *c)
 {
     struct imap_session *s = c->session;
     c->session = NULL;
     if (s == NULL) {
         return;
     }
+    imap_frame_reset(&s->frame); /* gives back its share of literal_total_max */
     if (s->stream_job != NULL) { /* a FETCH waiting for the client to read: dropped */
         imap_fetch_state_free(&s->fetch_more);
         imap_job_free(s->stream_job);
@@ -955,3 +960,44 @@ void imap_session_end(struct conn *c)
     job->done = imap_end_done;
     worker_post(s->worker, job);
 }
+
+/* ---- IMAP on conn.c ---- */
+
+/* Not logged in yet (also a session that could not be made: it is closing). */
+static int imap_session_prelogin(const struct conn *c)
+{
+    const struct imap_session *s = c->session;
+    return s == NULL || !s->authenticated;
+}
+
+static int64_t imap_session_idle_timeout_ms(const struct conn *c)
+{
+    const struct imap_session *s = c->session;
+    int64_t ms = (int64_t)g_config.idle_timeout_s * 1000;
+    return s != NULL && s->in_idle ? IMAP_IDLE_TIMEOUT_FACTOR * ms : ms;
+}
+
+static int imap_session_connections_max(void)
+{
+    return g_config.connections_max;
+}
+
+const struct conn_proto_ops imap_conn_proto = {
+    .name = "imap",
+    .start = imap_session_start,
+    .input = imap_session_input,
+    .tick = imap_session_tick,
+    .drained = imap_session_drained,
+    .end = imap_session_end,
+    .prelogin = imap_session_prelogin,
+    .idle_timeout_ms = imap_session_idle_timeout_ms,
+    .connections_max = imap_session_connections_max,
+    .per_address_limit = 1,
+    .bye_shutdown = "* BYE server shutting down\r\n",
+    .bye_idle_timeout = "* BYE idle timeout\r\n",
+    .bye_login_timeout = "* BYE login timeout\r\n",
+    .bye_evicted = "* BYE too many connections: closing the oldest not logged in\r\n",
+    .refuse_prefix = "* BYE ",
+    .metric_gauge = METRIC_CONNECTIONS_IMAP,
+    .metric_gauge_tls = METRIC_CONNECTIONS_IMAPS,
+};

@@ -10,6 +10,7 @@
 #ifndef MV_IMAP_SESSION_H
 #define MV_IMAP_SESSION_H
 
+#include "imap_frame.h"
 #include "imap_parse.h"
 #include "imapd.h"
 
@@ -75,6 +76,11 @@ struct imap_session {
      * it, which posts the job again (stream_job) once the output has drained. */
     struct imap_fetch_state *fetch_more;
     void *stream_job; /* loop thread only: the job waiting for the drain */
+    /* The loop's side of the connection (loop thread only): the framing of its input, and
+     * what the loop took from the last job (no job is in flight when it is read). */
+    struct imap_frame frame;
+    int authenticated; /* logged in: the pre-login limits no longer apply */
+    int in_idle;       /* in IDLE: the idle timeout is IMAP_IDLE_TIMEOUT_FACTOR times longer */
 };
 
 #define IMAP_LOGIN_FAILURES_MAX 3
@@ -84,6 +90,8 @@ struct imap_session {
  * store's directory (idle_watch.c). It still looks every IMAP_IDLE_POLL_MS, for when inotify
  * is unavailable or out of watches. */
 #define IMAP_IDLE_POLL_MS 30000
+/* A session in IDLE is quiet by design: it may stay so this many times idle_timeout_s. */
+#define IMAP_IDLE_TIMEOUT_FACTOR 4
 
 /* The context of one command on the worker. */
 struct imap_ctx {

@@ -195,14 +195,114 @@ int proxy_trusted(const struct sockaddr_storage *sa);
  * normalised into out (an IPv4-mapped IPv6 address as IPv4). 0, or -1 if it is none. */
 int proxy_parse_address(const char *text, char *out, size_t out_size);
 
-/* ---- conn.c ---- */
-enum conn_proto { PROTO_IMAP = 1, PROTO_LMTP = 2 };
+/* ---- metrics.c: counters for /metrics (any thread; docs/IMAPD.md lists the families) ---- */
+enum metric_counter {
+    METRIC_ACCEPTED_IMAP, /* the three in METRIC_CONNECTIONS_* order: imap, imaps, lmtp */
+    METRIC_ACCEPTED_IMAPS,
+    METRIC_ACCEPTED_LMTP,
+    METRIC_REFUSED,    /* connections_max / connections_per_address_max */
+    METRIC_TLS_FAILED, /* a connection with TLS closed before its handshake finished */
+    METRIC_LOGINS_OK,
+    METRIC_LOGINS_FAILED,
+    METRIC_COUNTER_COUNT
+};
+enum metric_gauge {
+    METRIC_CONNECTIONS_IMAP, /* same order as the METRIC_ACCEPTED_* */
+    METRIC_CONNECTIONS_IMAPS,
+    METRIC_CONNECTIONS_LMTP,
+    METRIC_OPEN_STORES,
+    METRIC_GAUGE_COUNT
+};
+/* The IMAP command a session is running, for its latency and status (metrics_imap_*). */
+struct metrics_cmd {
+    int index; /* 0: none; else 1 + the command's row */
+    int64_t started_us;
+};
+int64_t metrics_now_us(void);
+void metrics_count(enum metric_counter id);
+void metrics_gauge_add(enum metric_gauge id, int64_t delta);
+/* A connection opened (+1: its METRIC_ACCEPTED_* counts too) or closed (-1); gauge is one
+ * of the METRIC_CONNECTIONS_*. */
+void metrics_connection(enum metric_gauge gauge, int delta);
+/* A command's line is complete (name as parsed, uid: a UID command). */
+void metrics_imap_start(struct metrics_cmd *m, const char *name, int uid);
+/* Its tagged response: status is the text after the tag ("OK ...", "NO ...", "BAD ..."). */
+void metrics_imap_done(struct metrics_cmd *m, const char *status);
+/* An LMTP recipient's final reply ("250 ...", "451 ...", "550 ..."). */
+void metrics_lmtp_reply(const char *reply);
+/* A job was queued on (+1) or taken off (-1) worker_index's queue. */
+void metrics_worker_queue(int worker_index, int delta);
+/* Before the workers start: room for their queue lengths. 0 or -1. */
+int metrics_init(int workers);
+/* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */
+int metrics_listen(const char *spec, char *err, size_t err_size);
+/* The bound port, or -1 when off. */
+int metrics_port(void);
+void metrics_tick(int64_t now_ms);
+void metrics_shutdown(void);
+/* The exposition text (tests, the HTTP side). */
+void metrics_render(struct buf *b);
+/* Parses "ADDRESS:PORT" ("[v6]:PORT" too) into ss. 0 or -1. */
+int metrics_parse_address(const char *spec, struct sockaddr_storage *ss, socklen_t *len);
+
+/* ---- conn.c: connections, and the table a protocol plugs into them ---- */
+struct conn;
+
+/* What conn.c needs of a protocol: one constant instance per protocol, defined in that
+ * protocol's own file (imap_conn_proto in imap_session.c, lmtp_conn_proto in lmtp.c), named
+ * by the listener that accepts the connection. conn.c owns the socket, TLS, the buffers,
+ * the timers and the connection limits; the protocol owns c->session and what it means.
+ * Every hook runs on the loop thread. A new protocol is one more instance. */
+struct conn_proto_ops {
+    const char *name; /* in logs ("connect ... imap") */
+    /* Accepted: makes c->session and queues the greeting (or queues a refusal and calls
+     * conn_close_after_output). */
+    void (*start)(struct conn *c);
+    /* Takes what it can of c->in; returns when busy, closing, out of complete commands or
+     * with conn_output_max() bytes queued. */
+    void (*input)(struct conn *c);
+    /* Each tick (about every 100 ms) while the connection is not busy: the protocol's own
+     * timers (IDLE polls, transaction deadlines). NULL: none. */
+    void (*tick)(struct conn *c, int64_t now_ms);
+    /* The output of a connection in stream_wait fell below CONN_STREAM_RESUME_BELOW: the
+     * response goes on (the next chunk of a FETCH). NULL: never sets stream_wait. */
+    void (*drained)(struct conn *c);
+    /* The socket is gone: the protocol lets go of c->session (jobs in flight still hold c;
+     * their done() sees c->dead). */
+    void (*end)(struct conn *c);
+    /* Whether c has not logged in yet. Such a connection holds input and output together
+     * within prelogin_bytes_max (half of it for output), has login_timeout_s from its
+     * connect for the login, and is pushed out (the oldest first) when a new connection
+     * finds the pool full. NULL: the protocol has no login phase. */
+    int (*prelogin)(const struct conn *c);
+    /* The idle timeout of c in ms; NULL: idle_timeout_s (IMAP's IDLE gets longer). */
+    int64_t (*idle_timeout_ms)(const struct conn *c);
+    /* The size of the protocol's pool of connections (connections_max for IMAP,
+     * lmtp_connections_max for LMTP): pools are apart so that one protocol's clients cannot
+     * take another's slots. */
+    int (*connections_max)(void);
+    int per_address_limit; /* connections_per_address_max applies, counted per protocol */
+    /* Lines (with CRLF) conn.c sends before it closes a connection of the protocol. */
+    const char *bye_shutdown;      /* the server stops */
+    const char *bye_idle_timeout;  /* idle for longer than idle_timeout_ms */
+    const char *bye_login_timeout; /* prelogin for longer than login_timeout_s */
+    const char *bye_evicted;       /* the oldest prelogin one, for a new connection */
+    /* A refused connection (a limit) gets refuse_prefix, the reason and CRLF (not on an
+     * implicit-TLS port, where no handshake happened). */
+    const char *refuse_prefix;
+    enum metric_gauge metric_gauge;     /* METRIC_CONNECTIONS_* of a plain connection */
+    enum metric_gauge metric_gauge_tls; /* ... of one accepted on an implicit-TLS port */
+};
+
+/* The protocols (main.c names them for its listeners). */
+extern const struct conn_proto_ops imap_conn_proto;
+extern const struct conn_proto_ops lmtp_conn_proto;
 
 struct conn {
     struct loop_handler handler;
     int fd;
-    enum conn_proto proto;
-    int implicit_tls;   /* accepted on the imaps port (metrics count it apart) */
+    const struct conn_proto_ops *ops; /* the protocol spoken on it */
+    int implicit_tls;   /* accepted on an implicit-TLS port (imaps; metrics count it apart) */
     char peer[256];     /* for logs: "addr:port", behind a proxy "addr:port via proxy ..." */
     char peer_addr[48]; /* the client's address alone, for the per-address limits */
     char via[64];       /* the trusted proxy's "addr:port" once it passed the client's; "" */
@@ -212,26 +312,19 @@ struct conn {
     int tls; /* 1 once TLS is on (implicit or after STARTTLS) */
     struct buf in;
     struct buf out;
-    size_t frame_at;           /* IMAP framing: bytes of the command in progress already scanned */
-    uint64_t literal_left;     /* IMAP framing: literal bytes still to come */
-    int discard_line;          /* skipping the rest of an over-long line */
-    int raw_line;              /* the next line is a SASL response or IDLE's DONE */
-    int in_idle;               /* IMAP IDLE: the idle timeout is 4 x idle_timeout_s */
-    int busy;                  /* a job is in flight, or output is held (auth delay) */
-    int stream_wait;           /* busy with a response that goes on once out drains */
-    int closing;               /* close once the output is written */
-    int dead;                  /* the socket is gone; freed when refs drops to 0 */
-    int refs;                  /* jobs in flight that refer to this connection */
-    int authenticated;         /* IMAP: logged in (the pre-login limits no longer apply) */
-    int read_paused;           /* reading stopped on a full input buffer (conn_input_room) */
-    int read_eof;              /* the peer is gone: close once what it sent is processed */
-    int64_t connected_ms;      /* for login_timeout_s */
-    uint64_t literal_reserved; /* IMAP: bytes of literal_total_max this command holds */
+    int busy;             /* a job is in flight, or output is held (auth delay) */
+    int stream_wait;      /* busy with a response that goes on once out drains (ops->drained) */
+    int closing;          /* close once the output is written */
+    int dead;             /* the socket is gone; freed when refs drops to 0 */
+    int refs;             /* jobs in flight that refer to this connection */
+    int read_paused;      /* reading stopped on a full input buffer (conn_input_room) */
+    int read_eof;         /* the peer is gone: close once what it sent is processed */
+    int64_t connected_ms; /* for login_timeout_s */
     int64_t last_active_ms;
     int64_t hold_until_ms; /* output held (failed login) until then */
     struct buf held;
     uint64_t bytes_in, bytes_out;
-    void *session; /* struct imap_session or struct lmtp_session */
+    void *session; /* the protocol's (ops): struct imap_session, struct lmtp_session */
     struct conn *prev, *next;
 };
 
@@ -252,16 +345,18 @@ void conn_close_after_output(struct conn *c);
 int conn_start_tls(struct conn *c);
 /* Called by the protocol when a job finished: processes input that waited. */
 void conn_resume(struct conn *c);
+/* Drops a reference taken while a job referred to c; frees a dead connection at zero. */
+void conn_release(struct conn *c);
 /* Holds the queued output until now + delay_ms (failed login). */
 void conn_hold(struct conn *c, int delay_ms);
 /* Connection bookkeeping for the listeners. */
-void conn_accept(int listen_fd, enum conn_proto proto, int implicit_tls);
+void conn_accept(int listen_fd, const struct conn_proto_ops *ops, int implicit_tls);
 void conn_tick(int64_t now_ms);
 /* Says BYE to every connection and closes it (jobs in flight finish; see main.c). */
 void conn_shutdown_all(void);
 int conn_count(void);
 /* Output queued past which no new command is taken: CONFIG_OUTPUT_MAX, or before login
- * half of prelogin_bytes_max (input and output together stay within it: conn.c). */
+ * (ops->prelogin) half of prelogin_bytes_max (input and output together stay within it). */
 size_t conn_output_max(const struct conn *c);
 
 /* ---- tls.c (loop thread) ---- */
@@ -346,15 +441,7 @@ void worker_store_release(struct worker *w, struct open_store *s);
 struct open_store *worker_store_find(struct worker *w, const char *address);
 const struct config *worker_config(const struct worker *w);
 
-/* ---- imap_session.c / lmtp.c: protocol entry points used by conn.c ---- */
-void imap_session_start(struct conn *c);
-/* Processes framed input; returns when busy or out of complete commands. */
-void imap_session_input(struct conn *c);
-void imap_session_end(struct conn *c); /* the socket is gone */
-/* The output of a connection in stream_wait fell below CONN_STREAM_RESUME_BELOW: the
- * response goes on (the next chunk of a FETCH). */
-void imap_session_drained(struct conn *c);
-void imap_session_tick(struct conn *c, int64_t now_ms); /* IDLE polls */
+/* ---- imap_session.c ---- */
 /* On the loop, after a job that may have changed a mailbox of user completed: every
  * session of user in IDLE (but except) looks for changes now (IDLE push). */
 void imap_session_notify(const char *user, const void *except);
@@ -364,60 +451,6 @@ void imap_session_notify(const char *user, const void *except);
 void idle_watch_add(const char *user);
 /* A session of user left IDLE; the watch goes with the last one. */
 void idle_watch_remove(const char *user);
-void lmtp_session_start(struct conn *c);
-void lmtp_session_input(struct conn *c);
-void lmtp_session_end(struct conn *c);
-/* On the tick, when the connection is not busy: closes a transaction over its deadline. */
-void lmtp_session_tick(struct conn *c, int64_t now_ms);
-
-/* ---- metrics.c: counters for /metrics (any thread; docs/IMAPD.md lists the families) ---- */
-enum metric_counter {
-    METRIC_ACCEPTED_IMAP, /* the three in conn_proto/implicit-TLS order: imap, imaps, lmtp */
-    METRIC_ACCEPTED_IMAPS,
-    METRIC_ACCEPTED_LMTP,
-    METRIC_REFUSED,    /* connections_max / connections_per_address_max */
-    METRIC_TLS_FAILED, /* a connection with TLS closed before its handshake finished */
-    METRIC_LOGINS_OK,
-    METRIC_LOGINS_FAILED,
-    METRIC_COUNTER_COUNT
-};
-enum metric_gauge {
-    METRIC_CONNECTIONS_IMAP, /* same order as the METRIC_ACCEPTED_* */
-    METRIC_CONNECTIONS_IMAPS,
-    METRIC_CONNECTIONS_LMTP,
-    METRIC_OPEN_STORES,
-    METRIC_GAUGE_COUNT
-};
-/* The IMAP command a session is running, for its latency and status (metrics_imap_*). */
-struct metrics_cmd {
-    int index; /* 0: none; else 1 + the command's row */
-    int64_t started_us;
-};
-int64_t metrics_now_us(void);
-void metrics_count(enum metric_counter id);
-void metrics_gauge_add(enum metric_gauge id, int64_t delta);
-/* A connection opened (+1) or closed (-1). */
-void metrics_connection(enum conn_proto proto, int implicit_tls, int delta);
-/* A command's line is complete (name as parsed, uid: a UID command). */
-void metrics_imap_start(struct metrics_cmd *m, const char *name, int uid);
-/* Its tagged response: status is the text after the tag ("OK ...", "NO ...", "BAD ..."). */
-void metrics_imap_done(struct metrics_cmd *m, const char *status);
-/* An LMTP recipient's final reply ("250 ...", "451 ...", "550 ..."). */
-void metrics_lmtp_reply(const char *reply);
-/* A job was queued on (+1) or taken off (-1) worker_index's queue. */
-void metrics_worker_queue(int worker_index, int delta);
-/* Before the workers start: room for their queue lengths. 0 or -1. */
-int metrics_init(int workers);
-/* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */
-int metrics_listen(const char *spec, char *err, size_t err_size);
-/* The bound port, or -1 when off. */
-int metrics_port(void);
-void metrics_tick(int64_t now_ms);
-void metrics_shutdown(void);
-/* The exposition text (tests, the HTTP side). */
-void metrics_render(struct buf *b);
-/* Parses "ADDRESS:PORT" ("[v6]:PORT" too) into ss. 0 or -1. */
-int metrics_parse_address(const char *spec, struct sockaddr_storage *ss, socklen_t *len);
 
 /* The running configuration (main.c). */
 extern struct config g_config;

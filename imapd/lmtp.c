@@ -42,7 +42,6 @@
  *     for a sealed delivery against an estimate; a recipient over it gets 552 5.2.2, the
  *     others their own replies.
  */
-#include "conn_frame.h"
 #include "imapd.h"
 
 #include <stdio.h>
@@ -135,7 +134,7 @@ static size_t lmtp_rcpt_commands_max(void)
     return (size_t)g_config.lmtp_recipients_max * LMTP_RCPT_COMMANDS_PER_RECIPIENT;
 }
 
-void lmtp_session_start(struct conn *c)
+static void lmtp_session_start(struct conn *c)
 {
     struct lmtp_session *s = calloc(1, sizeof *s);
     size_t max = (size_t)g_config.lmtp_recipients_max;
@@ -157,7 +156,7 @@ void lmtp_session_start(struct conn *c)
     lmtp_reply(c, "220 mailvaultd LMTP ready");
 }
 
-void lmtp_session_end(struct conn *c)
+static void lmtp_session_end(struct conn *c)
 {
     struct lmtp_session *s = c->session;
     c->session = NULL;
@@ -489,7 +488,8 @@ static int lmtp_data(struct conn *c, struct lmtp_session *s)
     return 0;
 }
 
-void lmtp_session_tick(struct conn *c, int64_t now_ms)
+/* On the tick, when the connection is not busy: closes a transaction over its deadline. */
+static void lmtp_session_tick(struct conn *c, int64_t now_ms)
 {
     struct lmtp_session *s = c->session;
     if (s == NULL || c->closing || (s->state != LMTP_MAIL && s->state != LMTP_DATA) ||
@@ -699,7 +699,7 @@ static void lmtp_command(struct conn *c, struct lmtp_session *s, char *line)
     }
 }
 
-void lmtp_session_input(struct conn *c)
+static void lmtp_session_input(struct conn *c)
 {
     struct lmtp_session *s = c->session;
     while (s != NULL && !c->dead && !c->busy && !c->closing && c->out.len < conn_output_max(c)) {
@@ -736,3 +736,26 @@ void lmtp_session_input(struct conn *c)
         buf_consume(&c->in, n);
     }
 }
+
+/* ---- LMTP on conn.c ---- */
+
+static int lmtp_session_connections_max(void)
+{
+    return g_config.lmtp_connections_max;
+}
+
+/* No login phase; the idle timeout is idle_timeout_s. */
+const struct conn_proto_ops lmtp_conn_proto = {
+    .name = "lmtp",
+    .start = lmtp_session_start,
+    .input = lmtp_session_input,
+    .tick = lmtp_session_tick,
+    .end = lmtp_session_end,
+    .connections_max = lmtp_session_connections_max,
+    .per_address_limit = 1,
+    .bye_shutdown = "421 4.3.2 server shutting down\r\n",
+    .bye_idle_timeout = "421 4.4.2 idle timeout\r\n",
+    .refuse_prefix = "421 4.7.0 ",
+    .metric_gauge = METRIC_CONNECTIONS_LMTP,
+    .metric_gauge_tls = METRIC_CONNECTIONS_LMTP,
+};

@@ -56,7 +56,7 @@ struct config g_config;
 struct listener {
     struct loop_handler handler;
     int fd;
-    enum conn_proto proto;
+    const struct conn_proto_ops *ops;
     int tls;
     int port;
 };
@@ -69,7 +69,7 @@ static void main_on_listen(void *arg, uint32_t events)
 {
     (void)events;
     struct listener *l = arg;
-    conn_accept(l->fd, l->proto, l->tls);
+    conn_accept(l->fd, l->ops, l->tls);
 }
 
 static void main_on_wake(void *arg, uint32_t events)
@@ -253,7 +253,7 @@ static int main_files_limit(void)
 static int main_listeners(void)
 {
     int ports[3] = {g_config.imap_port, g_config.imaps_port, g_config.lmtp_port};
-    enum conn_proto protos[3] = {PROTO_IMAP, PROTO_IMAP, PROTO_LMTP};
+    const struct conn_proto_ops *protos[3] = {&imap_conn_proto, &imap_conn_proto, &lmtp_conn_proto};
     for (int i = 0; i < 3; i++) {
         listeners[i].fd = -1;
         if (ports[i] < 0) {
@@ -267,7 +267,7 @@ static int main_listeners(void)
         if (listeners[i].fd < 0) {
             return -1;
         }
-        listeners[i].proto = protos[i];
+        listeners[i].ops = protos[i];
         listeners[i].tls = i == 1;
         listeners[i].handler.fn = main_on_listen;
         listeners[i].handler.arg = &listeners[i];

@@ -123,11 +123,8 @@ void metrics_worker_queue(int worker_index, int delta)
     }
 }
 
-void metrics_connection(enum conn_proto proto, int implicit_tls, int delta)
+void metrics_connection(enum metric_gauge g, int delta)
 {
-    enum metric_gauge g = proto == PROTO_LMTP ? METRIC_CONNECTIONS_LMTP
-                          : implicit_tls      ? METRIC_CONNECTIONS_IMAPS
-                                              : METRIC_CONNECTIONS_IMAP;
     if (delta > 0) {
         metrics_count((enum metric_counter)(METRIC_ACCEPTED_IMAP + (g - METRIC_CONNECTIONS_IMAP)));
     }

@@ -22,7 +22,6 @@
  *   pushed out of a full table is not maintained: a login is waiting for its slot. One log
  *   line says what was done.
  */
-#include "conn_frame.h"
 #include "imapd.h"
 
 #include <openssl/crypto.h>

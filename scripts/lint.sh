@@ -15,6 +15,8 @@
 #      clang-diagnostic-error (a file clang-tidy cannot parse)                    fails lint
 #      readability-braces-around-statements                                       fails lint
 #      bugprone-* (minus the two noisy ones below)                          reported only
+#   5. imapd/conn.c names no protocol (no imap_* / lmtp_* call, no PROTO_IMAP-like switch):
+#      a protocol is its own file behind struct conn_proto_ops (docs/IMAPD.md).   fails lint
 #
 # Every tool must be installed: a check that cannot run fails lint rather than passing
 # unseen (`make lint` runs scripts/install-deps.sh --dev first; .ci/run runs make lint).
@@ -137,6 +139,15 @@ if have clang-tidy; then
     if [ "$braces" -eq 0 ] && [ "$others" -eq 0 ] && [ "$parse_errors" -eq 0 ]; then
         echo "   ok"
     fi
+fi
+
+# ---- 5. conn.c names no protocol -------------------------------------------------------------
+echo "== conn.c names no protocol"
+if strip_noise <imapd/conn.c | grep -nEi '\b(imap|lmtp)_|PROTO_(IMAP|LMTP)' >"$tmp/conn_protocols"; then
+    sed 's@^@   imapd/conn.c:@' "$tmp/conn_protocols"
+    failed+=(conn-protocols)
+else
+    echo "   ok"
 fi
 
 echo

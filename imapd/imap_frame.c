@@ -1,0 +1,165 @@
+/*
+ * imap_frame.c -- IMAP's framing of a command out of lines and literals, with the line and
+ * literal limits (imap_frame.h).
+ *
+ * IMPLEMENTATION NOTES
+ *   - The limits are checked when a literal is announced, so nothing over a bound is ever
+ *     asked for ("+") or buffered.
+ *   - literal_total_max bounds the literal bytes accepted for commands still being received
+ *     over every connection; each frame's share is its literal_reserved, given back once
+ *     the command is whole (its bytes then belong to a job) or forgotten.
+ */
+#include "imap_frame.h"
+
+#include <string.h>
+#include <strings.h>
+
+/* IMAP literal bytes accepted for commands still being received, all connections
+ * (literal_total_max). Loop thread only. */
+static uint64_t imap_frame_literal_total;
+
+/* Gives back the literal bytes the command in progress held. */
+static void imap_frame_literal_release(struct imap_frame *f)
+{
+    imap_frame_literal_total -= f->literal_reserved;
+    f->literal_reserved = 0;
+}
+
+/* The literal count at the end of a line ("... {12}" or "{12+}", before CRLF), or -1. */
+static int imap_frame_literal_at_end(const char *line, size_t len, uint64_t *count, int *plus)
+{
+    if (len > 0 && line[len - 1] == '\r') {
+        len--;
+    }
+    if (len < 3 || line[len - 1] != '}') {
+        return -1;
+    }
+    size_t end = len - 1;
+    *plus = line[end - 1] == '+';
+    if (*plus) {
+        end--;
+    }
+    size_t start = end;
+    while (start > 0 && line[start - 1] >= '0' && line[start - 1] <= '9') {
+        start--;
+    }
+    if (start == end || start == 0 || line[start - 1] != '{' || end - start > 19) {
+        return -1;
+    }
+    uint64_t n = 0;
+    for (size_t i = start; i < end; i++) {
+        n = n * 10 + (uint64_t)(line[i] - '0');
+    }
+    *count = n;
+    return 0;
+}
+
+/* Whether the command whose first line starts at p is an APPEND (its literal may be big). */
+static int imap_frame_is_append(const char *p, size_t len)
+{
+    const char *sp = memchr(p, ' ', len);
+    if (sp == NULL) {
+        return 0;
+    }
+    size_t rest = len - (size_t)(sp + 1 - p);
+    return rest >= 7 && strncasecmp(sp + 1, "APPEND ", 7) == 0;
+}
+
+/* Before login one command, its lines and literals together, and the input held must fit
+ * in prelogin_bytes_max (64 KiB by default: AUTHENTICATE PLAIN needs a line); after it the
+ * line_max, literal_max and literal_total_max limits apply. */
+enum imap_frame_status imap_frame_next(
+    struct imap_frame *f, struct buf *in, int prelogin, size_t *len_out, uint64_t *literal_out)
+{
+    size_t line_max = g_config.line_max;
+    if (prelogin && g_config.prelogin_bytes_max < line_max) {
+        line_max = g_config.prelogin_bytes_max;
+    }
+    for (;;) {
+        if (f->literal_left > 0) {
+            uint64_t have = in->len - f->scanned;
+            if (have < f->literal_left) {
+                return FRAME_MORE;
+            }
+            f->scanned += (size_t)f->literal_left;
+            f->literal_left = 0;
+        }
+        char *start = in->data + f->scanned;
+        size_t avail = in->len - f->scanned;
+        char *nl = avail > 0 ? memchr(start, '\n', avail) : NULL;
+        if (f->discard_line) {
+            if (nl == NULL) {
+                buf_consume(in, in->len);
+                f->scanned = 0;
+                return FRAME_MORE;
+            }
+            buf_consume(in, (size_t)(nl + 1 - in->data));
+            f->scanned = 0;
+            f->discard_line = 0;
+            continue;
+        }
+        if (nl == NULL) {
+            /* Before login the input is capped at prelogin_bytes_max (conn.c): a command not
+             * complete by then never will be. */
+            if (avail > line_max || (prelogin && in->len >= g_config.prelogin_bytes_max)) {
+                f->discard_line = 1;
+                return FRAME_LINE_TOO_LONG;
+            }
+            return FRAME_MORE;
+        }
+        size_t line_len = (size_t)(nl - start);
+        if (line_len > line_max) {
+            buf_consume(in, (size_t)(nl + 1 - in->data));
+            f->scanned = 0;
+            return FRAME_LINE_TOO_LONG;
+        }
+        uint64_t count;
+        int plus;
+        if (f->raw_line || imap_frame_literal_at_end(start, line_len, &count, &plus) != 0) {
+            *len_out = (size_t)(nl + 1 - in->data);
+            f->scanned = 0;
+            imap_frame_literal_release(f); /* the command is whole: its bytes go to a job */
+            return FRAME_COMMAND;
+        }
+        uint64_t max = imap_frame_is_append(in->data, in->len) ? g_config.literal_max
+                                                               : CONFIG_SMALL_LITERAL_MAX;
+        uint64_t end = (uint64_t)(nl + 1 - in->data) + count; /* the command up to here */
+        *literal_out = count;
+        if (prelogin ? end > g_config.prelogin_bytes_max
+                     : count > max || f->scanned + count > max + g_config.line_max * 4) {
+            imap_frame_literal_release(f);
+            if (plus) {
+                return FRAME_LITERAL_PLUS_TOO_BIG;
+            }
+            *len_out = (size_t)(nl + 1 - in->data);
+            f->scanned = 0;
+            return FRAME_LITERAL_TOO_BIG;
+        }
+        /* The server-wide budget: refused only while other commands hold some of it, so one
+         * command within literal_max always gets through. A transient refusal. */
+        if (imap_frame_literal_total > f->literal_reserved &&
+            imap_frame_literal_total + count > g_config.literal_total_max) {
+            imap_frame_literal_release(f);
+            if (plus) {
+                return FRAME_LITERAL_PLUS_BUSY;
+            }
+            *len_out = (size_t)(nl + 1 - in->data);
+            f->scanned = 0;
+            return FRAME_LITERAL_BUSY;
+        }
+        f->literal_reserved += count;
+        imap_frame_literal_total += count;
+        f->scanned = (size_t)(nl + 1 - in->data);
+        f->literal_left = count;
+        if (!plus && count > 0 && in->len - f->scanned < count) {
+            return FRAME_CONTINUE;
+        }
+    }
+}
+
+void imap_frame_reset(struct imap_frame *f)
+{
+    f->scanned = 0;
+    f->literal_left = 0;
+    imap_frame_literal_release(f);
+}

@@ -1,0 +1,47 @@
+/*
+ * imap_frame.h -- IMAP command framing: a command is its line plus every literal announced at
+ * a line's end ("{n}" or "{n+}") and the lines after it, up to the last line. The IMAP
+ * session owns one struct imap_frame (loop thread only) and frames its connection's input
+ * with it; conn.c knows nothing of it.
+ */
+#ifndef MV_IMAP_FRAME_H
+#define MV_IMAP_FRAME_H
+
+#include "imapd.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum imap_frame_status {
+    FRAME_MORE = 0,             /* need more bytes */
+    FRAME_COMMAND,              /* a whole command: the first *len bytes of the input */
+    FRAME_CONTINUE,             /* a synchronizing literal: send "+ ..." and wait */
+    FRAME_LINE_TOO_LONG,        /* the line exceeds line_max: it is being discarded */
+    FRAME_LITERAL_TOO_BIG,      /* {n} over the limit: the first *len bytes are the command so
+                                   far (the client sends nothing more for it) */
+    FRAME_LITERAL_PLUS_TOO_BIG, /* {n+} over the limit: the client is sending it anyway */
+    FRAME_LITERAL_BUSY,         /* {n} within the limit but over literal_total_max now: as
+                                   FRAME_LITERAL_TOO_BIG, a transient refusal */
+    FRAME_LITERAL_PLUS_BUSY     /* {n+} so: as FRAME_LITERAL_PLUS_TOO_BIG */
+};
+
+/* The framing state of one IMAP connection. Zeroed is the start state. */
+struct imap_frame {
+    size_t scanned;            /* bytes of the command in progress already scanned */
+    uint64_t literal_left;     /* literal bytes still to come */
+    uint64_t literal_reserved; /* bytes of literal_total_max this command holds */
+    int discard_line;          /* skipping the rest of an over-long line */
+    int raw_line;              /* the next line is a SASL response or IDLE's DONE: no literal */
+};
+
+/* Frames the next command of in. Before login (prelogin set) one command, its lines and
+ * literals together, and the input held must fit in prelogin_bytes_max; after it the
+ * line_max, literal_max and literal_total_max limits apply. *literal_out gets the count of
+ * the last literal seen. */
+enum imap_frame_status imap_frame_next(
+    struct imap_frame *f, struct buf *in, int prelogin, size_t *len_out, uint64_t *literal_out);
+/* Forgets the command being framed and gives back its share of literal_total_max (STARTTLS,
+ * and the end of the connection). */
+void imap_frame_reset(struct imap_frame *f);
+
+#endif /* MV_IMAP_FRAME_H */

@@ -1,0 +1,191 @@
+/*
+ * test_imap_frame.c -- IMAP command framing (imapd/imap_frame.c), apart from any socket: a
+ * command is its line plus the literals announced at line ends (RFC 3501 4.3: "{n}" waits
+ * for the server's "+", RFC 7888 LITERAL+ "{n+}" does not), within the limits of
+ * docs/IMAPD.md "Limits": line_max, the pre-login bound on a whole command, literal_max for
+ * APPEND and CONFIG_SMALL_LITERAL_MAX for other literals, and the server-wide
+ * literal_total_max, which one command within literal_max always gets through.
+ */
+#include "../imapd/imap_frame.h"
+#include "harness.h"
+
+#include <string.h>
+
+struct config g_config; /* what imap_frame.c reads; set by tf_config() */
+
+static void tf_config(void)
+{
+    memset(&g_config, 0, sizeof g_config);
+    g_config.line_max = 100;
+    g_config.prelogin_bytes_max = 200;
+    g_config.literal_max = 1000;
+    g_config.literal_total_max = 1500;
+}
+
+static void tf_add(struct buf *in, const char *s)
+{
+    buf_add(in, s, strlen(s));
+}
+
+static void test_frame_line(void)
+{
+    tf_config();
+    struct imap_frame f = {0};
+    struct buf in = {0};
+    size_t len = 0;
+    uint64_t literal = 0;
+    tf_add(&in, "a1 NOO");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 1, &len, &literal), FRAME_MORE);
+    tf_add(&in, "P\r\na2 NOOP\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 1, &len, &literal), FRAME_COMMAND);
+    CHECK_EQ_INT(len, 9);
+    buf_consume(&in, len);
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 1, &len, &literal), FRAME_COMMAND);
+    CHECK_EQ_INT(len, 9);
+    buf_free(&in);
+}
+
+static void test_frame_literals(void)
+{
+    tf_config();
+    struct imap_frame f = {0};
+    struct buf in = {0};
+    size_t len = 0;
+    uint64_t literal = 0;
+    /* {n}: the server says "+" (FRAME_CONTINUE) before the client sends the bytes. */
+    tf_add(&in, "a LOGIN {5}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 1, &len, &literal), FRAME_CONTINUE);
+    CHECK_EQ_INT(literal, 5);
+    tf_add(&in, "al{3}");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 1, &len, &literal), FRAME_MORE);
+    tf_add(&in, " {4+}\r\npw\r\n\r\n"); /* "{3}" inside a literal is data */
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 1, &len, &literal), FRAME_COMMAND);
+    CHECK_EQ_INT(len, in.len);
+    CHECK_EQ_INT(f.literal_reserved, 0);
+    buf_free(&in);
+    /* A raw line (a SASL response, IDLE's DONE) announces no literal. */
+    f.raw_line = 1;
+    tf_add(&in, "abc {5}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 1, &len, &literal), FRAME_COMMAND);
+    CHECK_EQ_INT(len, in.len);
+    buf_free(&in);
+}
+
+static void test_frame_line_too_long(void)
+{
+    tf_config();
+    struct imap_frame f = {0};
+    struct buf in = {0};
+    size_t len = 0;
+    uint64_t literal = 0;
+    char line[160];
+    memset(line, 'x', sizeof line);
+    buf_add(&in, line, sizeof line); /* over line_max, no end yet: discarded as it comes */
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_LINE_TOO_LONG);
+    tf_add(&in, "xxx\r\na NOOP\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_COMMAND);
+    CHECK_EQ_INT(len, 8);
+    CHECK(memcmp(in.data, "a NOOP\r\n", 8) == 0);
+    buf_free(&in);
+}
+
+static void test_frame_prelogin_bound(void)
+{
+    tf_config();
+    struct imap_frame f = {0};
+    struct buf in = {0};
+    size_t len = 0;
+    uint64_t literal = 0;
+    /* Before login the whole command must fit in prelogin_bytes_max (200). */
+    tf_add(&in, "a LOGIN {190}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 1, &len, &literal), FRAME_LITERAL_TOO_BIG);
+    CHECK_EQ_INT(len, in.len); /* the command so far: the client sends nothing more */
+    CHECK_EQ_INT(literal, 190);
+    buf_free(&in);
+    tf_add(&in, "a LOGIN {190+}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 1, &len, &literal), FRAME_LITERAL_PLUS_TOO_BIG);
+    buf_free(&in);
+    /* The same after login is within the small-literal limit. */
+    f = (struct imap_frame){0};
+    tf_add(&in, "a LOGIN {190}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_CONTINUE);
+    imap_frame_reset(&f);
+    CHECK_EQ_INT(f.literal_reserved, 0);
+    buf_free(&in);
+}
+
+static void test_frame_literal_limits(void)
+{
+    tf_config();
+    g_config.literal_max = CONFIG_SMALL_LITERAL_MAX * 2;
+    g_config.literal_total_max = CONFIG_SMALL_LITERAL_MAX * 4;
+    struct imap_frame f = {0};
+    struct buf in = {0};
+    size_t len = 0;
+    uint64_t literal = 0;
+    char line[80];
+    /* Only APPEND's literal may exceed CONFIG_SMALL_LITERAL_MAX. */
+    snprintf(line, sizeof line, "a SEARCH TEXT {%d}\r\n", CONFIG_SMALL_LITERAL_MAX + 1);
+    tf_add(&in, line);
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_LITERAL_TOO_BIG);
+    buf_free(&in);
+    snprintf(line, sizeof line, "a APPEND INBOX {%d}\r\n", CONFIG_SMALL_LITERAL_MAX + 1);
+    tf_add(&in, line);
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_CONTINUE);
+    imap_frame_reset(&f);
+    buf_free(&in);
+    snprintf(line, sizeof line, "a APPEND INBOX {%d}\r\n", CONFIG_SMALL_LITERAL_MAX * 2 + 1);
+    tf_add(&in, line);
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_LITERAL_TOO_BIG);
+    buf_free(&in);
+}
+
+static void test_frame_literal_total(void)
+{
+    tf_config(); /* literal_max 1000, literal_total_max 1500 */
+    struct imap_frame a = {0}, b = {0};
+    struct buf in_a = {0}, in_b = {0};
+    size_t len = 0;
+    uint64_t literal = 0;
+    /* One command within literal_max always gets through, even over the total alone. */
+    g_config.literal_total_max = 500;
+    tf_add(&in_a, "a APPEND INBOX {900}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&a, &in_a, 0, &len, &literal), FRAME_CONTINUE);
+    CHECK_EQ_INT(a.literal_reserved, 900);
+    /* While it holds the budget, another connection's literal is refused for now. */
+    tf_add(&in_b, "b APPEND INBOX {10}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&b, &in_b, 0, &len, &literal), FRAME_LITERAL_BUSY);
+    buf_free(&in_b);
+    tf_add(&in_b, "b APPEND INBOX {10+}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&b, &in_b, 0, &len, &literal), FRAME_LITERAL_PLUS_BUSY);
+    buf_free(&in_b);
+    /* Once the first command is whole (its bytes go to a job), the budget is free again. */
+    char data[900];
+    memset(data, 'm', sizeof data);
+    buf_add(&in_a, data, sizeof data);
+    tf_add(&in_a, "\r\n");
+    CHECK_EQ_INT(imap_frame_next(&a, &in_a, 0, &len, &literal), FRAME_COMMAND);
+    CHECK_EQ_INT(len, in_a.len);
+    CHECK_EQ_INT(a.literal_reserved, 0);
+    buf_consume(&in_a, len);
+    tf_add(&in_b, "b APPEND INBOX {10}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&b, &in_b, 0, &len, &literal), FRAME_CONTINUE);
+    /* A connection that goes away gives its share back (imap_frame_reset). */
+    imap_frame_reset(&b);
+    buf_free(&in_b);
+    tf_add(&in_a, "c APPEND INBOX {900}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&a, &in_a, 0, &len, &literal), FRAME_CONTINUE);
+    imap_frame_reset(&a);
+    buf_free(&in_a);
+}
+
+int main(void)
+{
+    TEST(test_frame_line);
+    TEST(test_frame_literals);
+    TEST(test_frame_line_too_long);
+    TEST(test_frame_prelogin_bound);
+    TEST(test_frame_literal_limits);
+    TEST(test_frame_literal_total);
+    return th_summary();
+}
