@@ -104,7 +104,12 @@ static void fuzz_readers(const struct imap_command *cmd)
     for (size_t i = 0; i < imap_arg_count(cmd); i++) {
         const struct imap_node *n = imap_arg(cmd, i);
         if (n->type == IMAP_NODE_ATOM) {
-            (void)imap_parse_seqset(n->data, n->len, &set);
+            if (imap_parse_seqset(n->data, n->len, &set) == 0) {
+                for (uint32_t k = 0; k < 8; k++) {
+                    (void)imap_seqset_contains(&set, k, 5);
+                }
+                imap_seqset_free(&set);
+            }
         }
         (void)imap_parse_flags(cmd, n, &flags, kw, sizeof kw, err, sizeof err);
         (void)imap_parse_date(n, &when);

@@ -123,7 +123,7 @@ void imap_cmd_select(struct imap_ctx *x)
         return;
     }
     if (imap_mailbox_arg(x, imap_arg(x->cmd, 0), name, sizeof name) != 0) {
-        free(q);
+        imap_qresync_free(&q);
         return;
     }
     if (argc == 2) {
@@ -136,7 +136,7 @@ void imap_cmd_select(struct imap_ctx *x)
     s->state = IMAP_AUTH;
     int rc = imap_view_load(s, name, readonly);
     if (rc != MV_OK) {
-        free(q);
+        imap_qresync_free(&q);
         imap_tagged_store_error(x, rc, x->cmd->name);
         return;
     }
@@ -160,7 +160,7 @@ void imap_cmd_select(struct imap_ctx *x)
     s->state = IMAP_SELECTED;
     if (q != NULL) {
         rc = imap_qresync_select(s, x->out, q);
-        free(q);
+        imap_qresync_free(&q);
         if (rc != MV_OK) {
             imap_tagged_store_error(x, rc, x->cmd->name);
             return;

@@ -24,15 +24,15 @@ imap_set_arg(struct imap_ctx *x, const struct imap_node *n, uint32_t **idx, size
         n != NULL && n->type == IMAP_NODE_ATOM ? imap_parse_seqset(n->data, n->len, set) : -1;
     if (parsed != 0) {
         free(set);
-        if (parsed == -2) { /* RFC 5530 LIMIT: the set is valid, only too long for us */
-            imap_tagged(x, "NO", "[LIMIT] a sequence set of more than %d ranges",
-                        IMAP_SEQSET_RANGES_MAX);
+        if (parsed == -2) {
+            imap_tagged(x, "NO", "[SERVERBUG] out of memory");
         } else {
             imap_tagged(x, "BAD", "bad sequence set");
         }
         return -1;
     }
     int rc = imap_view_resolve(&x->s->view, set, x->cmd->uid, idx, count);
+    imap_seqset_free(set);
     free(set);
     if (rc == -1) {
         imap_tagged(x, "BAD", "no such message sequence number");

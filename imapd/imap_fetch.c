@@ -366,6 +366,9 @@ void imap_fetch_state_free(struct imap_fetch_state **st)
     }
     free((*st)->mark);
     free((*st)->idx);
+    if ((*st)->set != NULL) {
+        imap_seqset_free((*st)->set);
+    }
     free((*st)->set);
     free((*st)->f);
     free(*st);
@@ -430,8 +433,9 @@ void imap_cmd_fetch(struct imap_ctx *x)
     }
     struct imap_fetch_state *st = calloc(1, sizeof *st);
     struct imap_fetch *f = malloc(sizeof *f);
-    struct imap_seqset *set = malloc(sizeof *set);
+    struct imap_seqset *set = calloc(1, sizeof *set); /* all zero: nothing to free yet */
     const struct imap_node *set_node = imap_arg(x->cmd, 0);
+    int parsed = -1;
     if (st != NULL) {
         st->f = f;
         st->set = set;
@@ -440,8 +444,12 @@ void imap_cmd_fetch(struct imap_ctx *x)
     if (st == NULL || f == NULL || set == NULL) {
         imap_tagged(x, "NO", "[SERVERBUG] out of memory");
     } else if (set_node->type != IMAP_NODE_ATOM ||
-               imap_parse_seqset(set_node->data, set_node->len, set) != 0) {
-        imap_tagged(x, "BAD", "bad sequence set");
+               (parsed = imap_parse_seqset(set_node->data, set_node->len, set)) != 0) {
+        if (parsed == -2) {
+            imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        } else {
+            imap_tagged(x, "BAD", "bad sequence set");
+        }
     } else if (imap_parse_fetch(x->cmd, imap_arg(x->cmd, 1), f, err, sizeof err) != 0) {
         imap_tagged(x, "BAD", "%s", err);
     } else {

@@ -550,52 +550,121 @@ static int imap_seq_number(const char *p, size_t len, uint32_t *out)
     return 0;
 }
 
+static int imap_seq_range_cmp(const void *a, const void *b)
+{
+    uint32_t x = ((const struct imap_seq_range *)a)->first;
+    uint32_t y = ((const struct imap_seq_range *)b)->first;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts and merges the ranges (first <= last already): overlapping or adjacent ones become
+ * one, so a membership test is a binary search. */
+static void imap_seqset_normalise(struct imap_seqset *set)
+{
+    if (set->count < 2) {
+        return;
+    }
+    qsort(set->ranges, set->count, sizeof *set->ranges, imap_seq_range_cmp);
+    size_t k = 0;
+    for (size_t i = 1; i < set->count; i++) {
+        struct imap_seq_range *last = &set->ranges[k];
+        const struct imap_seq_range *r = &set->ranges[i];
+        if (last->last == UINT32_MAX || r->first <= last->last + 1) {
+            last->last = r->last > last->last ? r->last : last->last;
+        } else {
+            set->ranges[++k] = *r;
+        }
+    }
+    set->count = k + 1;
+}
+
 int imap_parse_seqset(const char *text, size_t len, struct imap_seqset *out)
 {
-    out->count = 0;
+    memset(out, 0, sizeof *out);
+    out->star_low = UINT32_MAX;
+    size_t commas = 0;
+    for (size_t i = 0; i < len; i++) {
+        commas += text[i] == ',';
+    }
+    /* The text bounds the count (at least two bytes a range but the last): no limit of our
+     * own, the line's is enough. */
+    out->ranges = malloc((commas + 1) * sizeof *out->ranges);
+    if (out->ranges == NULL) {
+        return -2;
+    }
     size_t at = 0;
     while (at <= len) {
         size_t end = at;
         while (end < len && text[end] != ',') {
             end++;
         }
-        if (out->count == IMAP_SEQSET_RANGES_MAX) {
-            return -2; /* a limit, not a syntax error: the caller names it */
-        }
         const char *colon = memchr(text + at, ':', end - at);
-        struct imap_seq_range *r = &out->ranges[out->count];
+        struct imap_seq_range r;
         if (colon == NULL) {
-            if (imap_seq_number(text + at, end - at, &r->first) != 0) {
-                return -1;
+            if (imap_seq_number(text + at, end - at, &r.first) != 0) {
+                break;
             }
-            r->last = r->first;
+            r.last = r.first;
         } else {
             size_t left = (size_t)(colon - (text + at));
-            if (imap_seq_number(text + at, left, &r->first) != 0 ||
-                imap_seq_number(colon + 1, end - at - left - 1, &r->last) != 0) {
-                return -1;
+            if (imap_seq_number(text + at, left, &r.first) != 0 ||
+                imap_seq_number(colon + 1, end - at - left - 1, &r.last) != 0) {
+                break;
             }
         }
-        out->count++;
+        if (r.first == IMAP_SEQ_STAR || r.last == IMAP_SEQ_STAR) {
+            uint32_t other = r.first == IMAP_SEQ_STAR ? r.last : r.first;
+            out->has_star = 1;
+            if (other != IMAP_SEQ_STAR) {
+                out->star_low = other < out->star_low ? other : out->star_low;
+                out->star_high = other > out->star_high ? other : out->star_high;
+            }
+        } else {
+            out->ranges[out->count].first = r.first < r.last ? r.first : r.last;
+            out->ranges[out->count++].last = r.first < r.last ? r.last : r.first;
+        }
         if (end == len) {
+            imap_seqset_normalise(out);
             return 0;
         }
         at = end + 1;
     }
+    imap_seqset_free(out);
     return -1;
+}
+
+void imap_seqset_free(struct imap_seqset *set)
+{
+    free(set->ranges);
+    memset(set, 0, sizeof *set);
+}
+
+int imap_seqset_star_span(const struct imap_seqset *set, uint32_t star, uint32_t *lo, uint32_t *hi)
+{
+    if (!set->has_star) {
+        return 0;
+    }
+    *lo = set->star_low < star ? set->star_low : star;
+    *hi = set->star_high > star ? set->star_high : star;
+    return 1;
 }
 
 int imap_seqset_contains(const struct imap_seqset *set, uint32_t n, uint32_t star)
 {
-    for (size_t i = 0; i < set->count; i++) {
-        uint32_t a = set->ranges[i].first == IMAP_SEQ_STAR ? star : set->ranges[i].first;
-        uint32_t b = set->ranges[i].last == IMAP_SEQ_STAR ? star : set->ranges[i].last;
-        uint32_t lo = a < b ? a : b, hi = a < b ? b : a;
-        if (n >= lo && n <= hi) {
-            return 1;
+    uint32_t lo, hi;
+    if (imap_seqset_star_span(set, star, &lo, &hi) && n >= lo && n <= hi) {
+        return 1;
+    }
+    size_t a = 0, b = set->count; /* the first range ending at or after n */
+    while (a < b) {
+        size_t mid = a + (b - a) / 2;
+        if (set->ranges[mid].last < n) {
+            a = mid + 1;
+        } else {
+            b = mid;
         }
     }
-    return 0;
+    return a < set->count && set->ranges[a].first <= n;
 }
 
 /* ---- flags ----------------------------------------------------------------------------- */
@@ -1101,11 +1170,15 @@ static int imap_search_set(struct imap_search_parser *sp,
     if (set == NULL) {
         return imap_search_fail(sp, "out of memory", NULL);
     }
-    if (n == NULL || n->type != IMAP_NODE_ATOM || imap_parse_seqset(n->data, n->len, set) != 0) {
+    int parsed =
+        n != NULL && n->type == IMAP_NODE_ATOM ? imap_parse_seqset(n->data, n->len, set) : -1;
+    if (parsed != 0) {
         free(set);
-        return imap_search_fail(sp, "bad sequence set", n);
+        return imap_search_fail(sp, parsed == -2 ? "out of memory" : "bad sequence set",
+                                parsed == -2 ? NULL : n);
     }
     if (imap_search_new(sp, op, index) != 0) {
+        imap_seqset_free(set);
         free(set);
         return -1;
     }
@@ -1320,6 +1393,9 @@ int imap_parse_search(const struct imap_command *cmd,
 void imap_search_free(struct imap_search *search)
 {
     for (size_t i = 0; i < search->count; i++) {
+        if (search->keys[i].set != NULL) {
+            imap_seqset_free(search->keys[i].set);
+        }
         free(search->keys[i].set);
         search->keys[i].set = NULL;
     }

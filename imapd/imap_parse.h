@@ -22,8 +22,11 @@
  *
  * LIMITS
  *   IMAP_PARSE_NODES_MAX nodes per command, IMAP_PARSE_DEPTH_MAX list nesting, tag at most
- *   IMAP_TAG_MAX bytes, sequence sets IMAP_SEQSET_RANGES_MAX ranges, IMAP_SEARCH_KEYS_MAX
- *   search keys, IMAP_FETCH_SECTIONS_MAX body sections per FETCH.
+ *   IMAP_TAG_MAX bytes, IMAP_SEARCH_KEYS_MAX search keys, IMAP_FETCH_SECTIONS_MAX body
+ *   sections per FETCH. A sequence set has no limit of its own: it is one atom, so the line
+ *   limit (line_max) bounds it, and every set a client can send is taken (RFC 3501 gives
+ *   none; clients write "mark all read" over a mailbox with many UID gaps as thousands of
+ *   ranges).
  */
 #ifndef MV_IMAP_PARSE_H
 #define MV_IMAP_PARSE_H
@@ -40,7 +43,6 @@
 #define IMAP_PARSE_NODES_MAX    8192
 #define IMAP_PARSE_DEPTH_MAX    16
 #define IMAP_NODE_NONE          UINT32_MAX
-#define IMAP_SEQSET_RANGES_MAX  10000
 #define IMAP_SEARCH_KEYS_MAX    256
 #define IMAP_FETCH_SECTIONS_MAX 32
 #define IMAP_FETCH_FIELDS_MAX   64
@@ -106,15 +108,30 @@ struct imap_seq_range {
     uint32_t first; /* as written: first may be larger than last; either may be STAR */
     uint32_t last;
 };
+/* A parsed set in a form whose membership test costs log(ranges), whatever the client wrote
+ * (20,000 single UIDs in any order, overlapping ranges, "5:2"): the ranges that do not name
+ * '*' sorted, merged and with first <= last; the ones that do folded into one interval,
+ * since each of them holds '*' (a range "a:*" is min(a,*)..max(a,*), RFC 3501 9), so
+ * together they are min(star_low,*)..max(star_high,*). */
 struct imap_seqset {
-    struct imap_seq_range ranges[IMAP_SEQSET_RANGES_MAX];
+    struct imap_seq_range *ranges; /* malloc'd (NULL if count is 0): ascending, disjoint,
+                                      not adjacent, no STAR */
     size_t count;
+    int has_star;       /* a range names '*' */
+    uint32_t star_low;  /* the smallest number written beside a '*' (UINT32_MAX: none) */
+    uint32_t star_high; /* the largest (0: none) */
 };
-/* Parses sequence-set syntax ("1", "2:4", "1,3:*", "*"). 0, -1 (syntax) or -2 (more than
- * IMAP_SEQSET_RANGES_MAX ranges). */
+/* Parses sequence-set syntax ("1", "2:4", "1,3:*", "*") into *out, which then owns its
+ * ranges (imap_seqset_free). 0, -1 (syntax) or -2 (out of memory); on failure *out holds
+ * nothing. Any number of ranges: the caller's line limit bounds the text. */
 int imap_parse_seqset(const char *text, size_t len, struct imap_seqset *out);
-/* Whether number n is in set, with star standing for the largest number in use. */
+void imap_seqset_free(struct imap_seqset *set);
+/* Whether number n is in set, with star standing for the largest number in use. A binary
+ * search: log(ranges). */
 int imap_seqset_contains(const struct imap_seqset *set, uint32_t n, uint32_t star);
+/* The interval the ranges naming '*' cover, given star: 1 with *lo and *hi set, or 0 if none does.
+ */
+int imap_seqset_star_span(const struct imap_seqset *set, uint32_t star, uint32_t *lo, uint32_t *hi);
 
 /* ---- flags (STORE, APPEND) ---- */
 #define IMAP_FLAG_SEEN     0x01u /* the same bits as MV_FLAG_* */

@@ -95,10 +95,21 @@ int imap_qresync_param(const struct imap_command *cmd,
         const struct imap_node *uids = seqs != NULL ? imap_node(cmd, seqs->next) : NULL;
         if (uids == NULL || seqs->type != IMAP_NODE_ATOM || uids->type != IMAP_NODE_ATOM ||
             uids->next != IMAP_NODE_NONE || match->next != IMAP_NODE_NONE) {
+            imap_seqset_free(&q->known);
+            q->has_known = 0;
             return -1;
         }
     }
     return 0;
+}
+
+void imap_qresync_free(struct imap_qresync **q)
+{
+    if (*q != NULL) {
+        imap_seqset_free(&(*q)->known); /* all zero when there was none */
+        free(*q);
+        *q = NULL;
+    }
 }
 
 int imap_qresync_select(struct imap_session *s, struct buf *out, const struct imap_qresync *q)

@@ -237,10 +237,13 @@ int imap_qresync_vanished(struct imap_session *s,
                           struct buf *out,
                           uint64_t since,
                           const struct imap_seqset *known);
-/* Parses "(QRESYNC (uidvalidity modseq [known-uids [(seqs uids)]]))"; 0 or -1. */
+/* Parses "(QRESYNC (uidvalidity modseq [known-uids [(seqs uids)]]))"; 0 or -1 (then q
+ * holds nothing). */
 int imap_qresync_param(const struct imap_command *cmd,
                        const struct imap_node *list,
                        struct imap_qresync *q);
+/* Frees a malloc'd *q and its known-uids; *q becomes NULL. */
+void imap_qresync_free(struct imap_qresync **q);
 /* After SELECT/EXAMINE's untagged data: VANISHED (EARLIER) and FETCH of what changed since
  * q->modseq, if q->uidvalidity is the mailbox's. MV_OK or an MV_* code. */
 int imap_qresync_select(struct imap_session *s, struct buf *out, const struct imap_qresync *q);

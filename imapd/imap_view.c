@@ -440,10 +440,14 @@ int imap_view_resolve(const struct imap_view *v,
     }
     uint32_t star = uid ? v->msgs[v->count - 1].uid : (uint32_t)v->count;
     int rc = 0;
-    for (size_t r = 0; r < set->count; r++) {
-        uint32_t a = set->ranges[r].first == IMAP_SEQ_STAR ? star : set->ranges[r].first;
-        uint32_t b = set->ranges[r].last == IMAP_SEQ_STAR ? star : set->ranges[r].last;
-        uint32_t lo = a < b ? a : b, hi = a < b ? b : a;
+    for (size_t r = 0; rc == 0 && r <= set->count; r++) { /* the last: the '*' ranges */
+        uint32_t lo, hi;
+        if (r < set->count) {
+            lo = set->ranges[r].first;
+            hi = set->ranges[r].last;
+        } else if (!imap_seqset_star_span(set, star, &lo, &hi)) {
+            break;
+        }
         if (uid) {
             for (size_t i = imap_view_find_uid(v, lo); i < v->count && v->msgs[i].uid <= hi; i++) {
                 mark[i] = 1;

@@ -63,7 +63,7 @@ run "$mv" expunge "$user" "${pw[@]}"
 check "expunge 11,000 (22,000 left, 11,000 gaps)" grep -q "expunged 11000" "$out"
 
 start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
-    --lmtp-port=-1 --workers=2
+    --lmtp-port=-1 --workers=2 --line-max=1048576
 
 run_client 900 "$PY" tests/imapd_bigmail.py --imap "$(port imap)" \
     --user "$user:$user secret" --messages 22000 --gaps 11000

@@ -21,8 +21,9 @@ WHAT IT CHECKS
     UIDs in order and whose destination set is N consecutive UIDs; STATUS Archive MESSAGES N;
   - MOVE 1:* Trash: the untagged OK [COPYUID ...] (RFC 6851) with N UIDs, N untagged
     EXPUNGEs, tagged OK; INBOX then empty, Trash N, and FETCH in Trash shows the flags kept;
-  - the limit stays on what a client writes: a UID set of 10,001 ranges answers NO [LIMIT]
-    naming the limit, and changes nothing.
+  - sets of any length the line allows (the server runs with line_max 1 MiB): UID FETCH,
+    UID SEARCH UID and NOT UID with 30,000 single UIDs (gaps included, descending), FETCH and
+    SEARCH with 22,000 / 11,000 single sequence numbers, UID STORE of 11,000 single UIDs.
   Prints "PASS ..." / "FAIL ..." and, last, "# N passed, N failed".
 """
 import argparse
@@ -130,14 +131,40 @@ def main():
     status = b" ".join(t for t, _ in untagged)
     check("STATUS Archive has %d messages" % n, b"(MESSAGES %d)" % n in status, repr(status))
 
-    # The limit stays on what a client writes.
-    many = ",".join(str(u) for u in range(1, 2 * 10001, 2))
-    untagged, tagged = c.command("UID STORE %s +FLAGS.SILENT (\\Deleted)" % many)
-    check("a UID set of 10,001 ranges answers NO [LIMIT] naming the limit",
-          tagged.split(b" ")[1:3] == [b"NO", b"[LIMIT]"] and b"10000" in tagged,
-          repr(tagged[:200]))
+    # Sets as long as the line allows (issue 13: no command fails for a size a client can
+    # legitimately send): single UIDs and sequence numbers, written from the top down, gaps
+    # included; the server runs with line_max 1 MiB.
+    top = 30000
+    singles = ",".join(str(u) for u in range(top, 0, -1))
+    want = [u for u in uids if u <= top]
+    untagged, tagged = c.command("UID FETCH %s (UID FLAGS)" % singles)
+    got = sorted(int(m.group(1)) for m in (re.search(rb"UID (\d+)", t)
+                                           for t in fetch_lines(untagged)) if m)
+    check("UID FETCH of %d single UIDs (gaps included) answers each existing one" % top,
+          ok(tagged) and got == want, "%s, %d of %d" % (tagged[:80], len(got), len(want)))
+    good, found = search(c, "UID SEARCH UID %s" % singles)
+    check("UID SEARCH UID with %d single UIDs finds the %d there" % (top, len(want)),
+          good and found == want, "%d found" % len(found))
+    good, found = search(c, "UID SEARCH NOT UID %s" % singles)
+    check("... and NOT UID the others", good and found == [u for u in uids if u > top],
+          "%d found" % len(found))
+    seqs = ",".join(str(i) for i in range(n, 0, -1))
+    untagged, tagged = c.command("FETCH %s (UID)" % seqs)
+    check("FETCH of %d single sequence numbers answers all" % n,
+          ok(tagged) and len(fetch_lines(untagged)) == n, repr(tagged[:80]))
+    good, found = search(c, "SEARCH %s" % ",".join(str(i) for i in range(n, 0, -2)))
+    check("SEARCH with %d single sequence numbers" % (n // 2),
+          good and found == list(range(2 if n % 2 == 0 else 1, n + 1, 2)), "%d found" % len(found))
+    marked = uids[::2]
+    untagged, tagged = c.command("UID STORE %s +FLAGS.SILENT (\\Deleted)"
+                                 % ",".join(str(u) for u in marked))
+    check("UID STORE of %d single UIDs answers OK" % len(marked), ok(tagged), repr(tagged[:200]))
+    good, deleted = search(c, "UID SEARCH DELETED")
+    check("... and flags exactly them", good and deleted == marked, "%d deleted" % len(deleted))
+    untagged, tagged = c.command("STORE 1:* -FLAGS.SILENT (\\Deleted)")
     good, deleted = search(c, "SEARCH DELETED")
-    check("... and changes nothing", good and deleted == [], "%d deleted" % len(deleted))
+    check("... which STORE 1:* -FLAGS takes back", ok(tagged) and good and deleted == [],
+          "%d deleted" % len(deleted))
 
     # MOVE 1:*.
     untagged, tagged = c.command("MOVE 1:* Trash")

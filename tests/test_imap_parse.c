@@ -8,6 +8,7 @@
 #include "../imapd/imap_parse.h"
 #include "harness.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,20 +172,55 @@ static void test_seqset(void)
     struct imap_seqset *s = malloc(sizeof *s);
     CHECK(s != NULL);
     CHECK_EQ_INT(imap_parse_seqset("1,3:5,7:*", 9, s), 0);
-    CHECK_EQ_INT(s->count, 3);
-    CHECK(s->ranges[2].first == 7 && s->ranges[2].last == IMAP_SEQ_STAR);
+    CHECK_EQ_INT(s->count, 2); /* 7:* is kept apart: it depends on '*' */
+    CHECK(s->has_star && s->star_low == 7);
     CHECK(imap_seqset_contains(s, 4, 10) && imap_seqset_contains(s, 10, 10));
     CHECK(!imap_seqset_contains(s, 2, 10) && !imap_seqset_contains(s, 6, 10));
+    CHECK(imap_seqset_contains(s, 6, 5) && !imap_seqset_contains(s, 8, 5)); /* 7:* is 5:7 */
+    imap_seqset_free(s);
     CHECK_EQ_INT(imap_parse_seqset("5:2", 3, s), 0);
     CHECK(imap_seqset_contains(s, 3, 9));
+    imap_seqset_free(s);
     CHECK_EQ_INT(imap_parse_seqset("*", 1, s), 0);
     CHECK(imap_seqset_contains(s, 9, 9) && !imap_seqset_contains(s, 8, 9));
+    imap_seqset_free(s);
+    CHECK_EQ_INT(imap_parse_seqset("9,*:3,20:30,25:22,31,1", 22, s), 0);
+    CHECK_EQ_INT(s->count, 3); /* 1, 9, 20:31 */
+    CHECK(s->ranges[2].first == 20 && s->ranges[2].last == 31);
+    CHECK(imap_seqset_contains(s, 4, 5) && imap_seqset_contains(s, 31, 5));
+    CHECK(!imap_seqset_contains(s, 6, 5) && !imap_seqset_contains(s, 2, 3));
+    CHECK(imap_seqset_contains(s, 2, 1)); /* *:3 with * = 1 is 1:3 */
+    imap_seqset_free(s);
+    /* No limit on ranges but the text's (issue 13: 20,000+ single UIDs with gaps, written
+     * from the top down). */
+    size_t n = 30000, len = 0;
+    char *text = malloc(n * 8);
+    CHECK(text != NULL);
+    for (size_t i = n; i > 0; i--) {
+        len += (size_t)sprintf(text + len, "%s%zu", len > 0 ? "," : "", i * 2);
+    }
+    CHECK_EQ_INT(imap_parse_seqset(text, len, s), 0);
+    CHECK_EQ_INT(s->count, n);
+    CHECK(!s->has_star && s->ranges[0].first == 2 && s->ranges[n - 1].last == n * 2);
+    for (uint32_t k = 1; k <= n * 2 + 1; k++) {
+        if (imap_seqset_contains(s, k, 7) != (k % 2 == 0 && k <= n * 2)) {
+            CHECK(!"membership of a large set");
+            break;
+        }
+    }
+    imap_seqset_free(s);
+    free(text);
+    CHECK_EQ_INT(imap_parse_seqset("1:4294967295,7", 12, s), 0);
+    CHECK(s->count == 1 && imap_seqset_contains(s, 4294967295u, 1));
+    imap_seqset_free(s);
     static const char *const bad[] = {
         "", "0", "1,", ",1", "1:", "a", "1:2:3", "4294967296", "1,,2"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_EQ_INT(imap_parse_seqset(bad[i], strlen(bad[i]), s), -1);
+        CHECK(s->ranges == NULL && s->count == 0);
     }
     CHECK_EQ_INT(imap_parse_seqset("4294967295", 10, s), 0);
+    imap_seqset_free(s);
     free(s);
 }
 
@@ -312,7 +348,7 @@ static void test_search(void)
     k = &s->keys[k->next];
     CHECK_EQ_INT(k->op, IMAP_SK_SEQSET);
     k = &s->keys[k->next];
-    CHECK(k->op == IMAP_SK_UIDSET && k->set->ranges[0].first == 7);
+    CHECK(k->op == IMAP_SK_UIDSET && k->set->has_star && k->set->star_low == 7);
     k = &s->keys[k->next];
     CHECK(k->op == IMAP_SK_SINCE && k->number == 1577836800 && k->next == IMAP_NODE_NONE);
     imap_search_free(s);
