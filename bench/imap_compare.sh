@@ -15,9 +15,10 @@
 #   --quick: 1 round, 5 s, 10 clients, 4 users of 100 messages; build/bench-results only.
 #
 # STEPS
-#   1. Dovecot: if `dovecot` is not installed, apt-get installs dovecot-core and
-#      dovecot-imapd (as root; Debian's policy-rc.d, where present, keeps the system's
-#      instance from starting). If that is impossible the script says so and measures
+#   1. Dovecot (bench/dovecot_lib.sh, shared with bench/bigmail_compare.sh): if `dovecot`
+#      is not installed, apt-get installs dovecot-core, dovecot-imapd and dovecot-lmtpd
+#      (as root; Debian's policy-rc.d, where present, keeps the system's instance from
+#      starting). If that is impossible the script says so and measures
 #      mailvaultd alone: the JSON and the table then hold no Dovecot figures.
 #   2. A scratch directory (mktemp under $TMPDIR, else /tmp; removed at exit): a random
 #      password (file, mode 0600), users u1..uU@bench.example.
@@ -26,7 +27,8 @@
 #      with `build/mailvault init` and the default key derivation (the real cost: no
 #      MAILVAULT_KDF_ITER); the per-address connection limit raised to 1000 (all clients
 #      come from 127.0.0.1).
-#   4. Dovecot with a private configuration written into the scratch directory (it never
+#   4. Dovecot with a private configuration (dovecot_config in bench/dovecot_lib.sh, no LMTP)
+#      written into the scratch directory (it never
 #      reads /etc/dovecot): `dovecot -F -c CONFIG`, base_dir and state_dir inside the scratch
 #      directory, listening on 127.0.0.1 on a free port only (imaps off), Maildir under the
 #      scratch directory, passdb passwd-file with the users, a static userdb, no SSL,
@@ -83,44 +85,13 @@ if [ "$quick" -eq 0 ]; then
 fi
 
 # ---- 1. Dovecot ---------------------------------------------------------------------------
-dovecot_note=""
-if ! command -v dovecot >/dev/null 2>&1; then
-    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "imap_compare: installing dovecot-core dovecot-imapd"
-        if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            dovecot-core dovecot-imapd >/dev/null 2>&1; then
-            DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-                dovecot-core dovecot-imapd >/dev/null 2>&1 || true
-        fi
-    fi
-fi
-have_dovecot=0
-dovecot_version=""
-if command -v dovecot >/dev/null 2>&1 && id nobody >/dev/null 2>&1; then
-    have_dovecot=1
-    dovecot_version=$(dovecot --version 2>/dev/null | awk '{ print $1 }')
-else
-    dovecot_note="Dovecot is not installed and apt-get could not install it"
-    dovecot_note+=" (not root, no apt-get, or no network): mailvaultd measured alone"
-    echo "imap_compare: $dovecot_note" >&2
-fi
+. bench/dovecot_lib.sh # dovecot_install, dovecot_config, free_port, wait_port, stop_pid
+dovecot_install imap_compare
 
 # ---- 2. scratch, password, users ------------------------------------------------------------
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/imap_compare.XXXXXX")
 chmod 755 "$tmp" # Dovecot's mail processes (nobody) must reach their Maildir under it
 mv_pid="" dc_pid=""
-stop_pid() {
-    local pid=$1
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || return 0
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-}
 cleanup() {
     stop_pid "$mv_pid"
     stop_pid "$dc_pid"
@@ -154,77 +125,19 @@ if [ -z "$mv_port" ]; then
 fi
 
 # ---- 4. Dovecot -----------------------------------------------------------------------------
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 dc_port=""
 if [ "$have_dovecot" -eq 1 ]; then
     dc=$tmp/dovecot
-    mkdir -p "$dc/run" "$dc/state" "$dc/mail"
-    chown nobody:nogroup "$dc/mail" 2>/dev/null || chown nobody "$dc/mail"
-    for i in $(seq 1 "$users"); do
-        printf 'u%s@bench.example:{PLAIN}%s\n' "$i" "$(cat "$tmp/password")"
-    done >"$dc/passwd"
-    chgrp dovecot "$dc/passwd" 2>/dev/null || true # the auth process runs as dovecot
-    chmod 640 "$dc/passwd"
     dc_port=$(free_port)
-    cat >"$dc/dovecot.conf" <<EOF
-# mailvault bench/imap_compare.sh: a private Dovecot instance; nothing outside $dc.
-base_dir = $dc/run
-state_dir = $dc/state
-instance_name = mailvault-bench
-protocols = imap
-listen = 127.0.0.1
-ssl = no
-disable_plaintext_auth = no
-auth_mechanisms = plain
-auth_failure_delay = 0
-log_path = $dc/dovecot.log
-mail_location = maildir:$dc/mail/%u
-first_valid_uid = 1
-mail_uid = nobody
-mail_gid = nogroup
-default_login_user = dovenull
-default_internal_user = dovecot
-default_process_limit = 1000
-default_client_limit = 4000
-mail_max_userip_connections = 1000
-passdb {
-  driver = passwd-file
-  args = scheme=PLAIN $dc/passwd
-}
-userdb {
-  driver = static
-  args = uid=nobody gid=nogroup home=$dc/mail/%u
-}
-service imap-login {
-  inet_listener imap {
-    address = 127.0.0.1
-    port = $dc_port
-  }
-  inet_listener imaps {
-    port = 0
-  }
-  service_count = 0
-}
-service imap {
-  process_limit = 1000
-}
-protocol imap {
-  mail_max_userip_connections = 1000
-}
-EOF
+    dc_users=()
+    for i in $(seq 1 "$users"); do dc_users+=("u$i@bench.example"); done
+    dovecot_config "$dc" "$dc_port" -1 "$tmp/password" "${dc_users[@]}"
     dovecot -F -c "$dc/dovecot.conf" >"$dc/stderr.log" 2>&1 &
     dc_pid=$!
-    for _ in $(seq 1 100); do
-        python3 -c "import socket; socket.create_connection(('127.0.0.1', $dc_port), 0.2)" \
-            2>/dev/null && break
-        kill -0 "$dc_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if ! kill -0 "$dc_pid" 2>/dev/null; then
+    if ! wait_port "$dc_port" "$dc_pid"; then
         dovecot_note="Dovecot did not start ($(tail -n 3 "$dc/stderr.log" "$dc/dovecot.log" 2>/dev/null | tr '\n' ' ')): mailvaultd measured alone"
         echo "imap_compare: $dovecot_note" >&2
+        stop_pid "$dc_pid"
         have_dovecot=0 dc_pid=""
     fi
 fi

@@ -39,6 +39,12 @@
 #      from build/rel/bench/bench_imap, 10 and 100 clients, 2 rounds of 30 s (~7 min); it
 #      writes bench/results/imap.json and sections/imap.md. Here --quick --seconds 2: 10
 #      clients, one 2 s round each, build/bench-results/imap.{json,md} (~8 s).
+#   8. bench/bigmail_compare.sh: big mailboxes (issue 13), mailvaultd against Dovecot on one
+#      INBOX of 10,000 and 100,000 generated messages (BIGMAIL_1M=1 adds 1,000,000): the
+#      corpus is generated once into build/bigmail-corpus/, populating both takes most of
+#      the time (~45 min here for both sizes; 6.5 GB of disk at 100k); it writes
+#      bench/results/bigmail.json and sections/bigmail.md. Here --quick: 1,000 messages, one
+#      pair per operation, build/bench-results/bigmail.{json,md} (~1 min).
 #
 # The page-crypto target compares like with like: crypto.chacha20.encrypt_mbps (encryption
 # alone, as openssl speed measures) against openssl speed. The write-cost targets compare
@@ -55,7 +61,7 @@ for arg in "$@"; do
     esac
 done
 speed_seconds=2 crypto_seconds=1.5 vfs_args=() store_args=() scale_args=() ops_args=()
-imap_args=() scale_out=bench/results
+imap_args=() bigmail_args=() scale_out=bench/results
 if [ "$quick" -eq 1 ]; then
     # `make bench QUICK=1` runs this and then the quick reference suite (60-70 s) in under
     # 2 minutes, so this script has about 45 s: the programs' own --quick sizes, and shorter
@@ -66,6 +72,7 @@ if [ "$quick" -eq 1 ]; then
     speed_seconds=1 crypto_seconds=0.3 vfs_args=(--quick) store_args=(--quick)
     scale_args=(--quick --stores 20 --seconds 1) ops_args=(--quick --mb 32 --stores 100)
     imap_args=(--quick --seconds 2) scale_out=build/bench-results/reference-suite-quick
+    bigmail_args=(--quick)
 fi
 
 out_dir=build/bench-results
@@ -265,5 +272,11 @@ python3 bench/suite/scale_report.py --scale "$scale_out/scale.json" --store "$st
 echo
 echo "== imap_compare ${imap_args[*]:-}"
 bench/imap_compare.sh "${imap_args[@]}"
+
+# ---- 8. big mailboxes against Dovecot ---------------------------------------------------------
+echo
+echo "== bigmail_compare ${bigmail_args[*]:-}"
+bench/bigmail_compare.sh "${bigmail_args[@]}"
 echo
 echo "results: $json $store_json $scale_out/scale.json $scale_out/sections/scale.md"
+echo "         bench/results/bigmail.json (quick: build/bench-results/bigmail.json)"

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# bigmail_compare.sh -- the big-mailbox benchmark (issue 13): one INBOX of 10,000 and of
+# 100,000 messages (1,000,000 on request), the same bytes in mailvaultd and in a private
+# Dovecot 2.3 (Maildir, fsync at its default, no FTS plugin), one IMAP client for both
+# (bench/bigmail.py), every operation alternating the two servers; medians of pairs, ratio =
+# Dovecot's time / mailvaultd's, peak RSS of mailvaultd and of Dovecot's imap process.
+#
+# USAGE
+#   bench/bigmail_compare.sh [--messages "10000 100000"] [--rounds R] [--quick]
+#                            [--no-dovecot] [--out DIR]
+#     (after `make all`; bench/run.sh runs it last: in full in `make bench`, with --quick in
+#     `make bench QUICK=1`)
+#   Default: 10,000 and 100,000 messages, 3 pairs per operation; BIGMAIL_1M=1 adds
+#     1,000,000 (about 28 GiB of corpus and as much again in each server). Writes
+#     bench/results/bigmail.json and bench/results/sections/bigmail.md (the sizes measured
+#     now replace the same sizes there; other sizes are kept, each with its date), copies
+#     both to build/bench-results/bigmail.{json,md}.
+#   --quick: 1,000 messages, 1 pair, 200 LMTP deliveries; build/bench-results only.
+#   --no-dovecot: mailvaultd alone (tests/cli_bench_bigmail_smoke.sh).
+#   --lmtp N: deliveries before the timed first login (default 1200).
+#
+# STEPS (per size)
+#   1. Dovecot (bench/dovecot_lib.sh, as bench/imap_compare.sh): installed with apt-get if
+#      missing; if impossible, mailvaultd is measured alone and the report says so.
+#   2. The corpus (bench/bigmail_corpus.py, seed 13): generated once into
+#      build/bigmail-corpus/N/ (reused by later runs: its bytes depend only on N and the
+#      seed), then hard-linked into Dovecot's Maildir (Maildir files are never rewritten, so
+#      the pristine copy survives Dovecot's renames and unlinks).
+#   3. mailvaultd's store: `mailvault init` with the default KDF (no MAILVAULT_KDF_ITER:
+#      the real cost; BIGMAIL_KDF_ITER=N is for the smoke test only), then `mailvault
+#      import` of the same Maildir (flags from the names, internal date = mtime, as
+#      Dovecot). Untimed, but its seconds are printed and kept in the JSON.
+#   4. bench/bigmail.py run: starts both servers (mailvaultd = build/mailvaultd, the release
+#      build, IMAP and LMTP on free ports; Dovecot from its private configuration with LMTP),
+#      runs the operations (the list and the method are in bench/bigmail.py and
+#      docs/BENCHMARKS.md), stops both.
+#   5. bench/bigmail.py report: the JSON and the Markdown table.
+#
+# Everything runs under `nice -n 10` (the machine is shared). Scratch: mktemp under
+# $TMPDIR, else /tmp (the Maildir is hard-linked from build/, so both must be one file
+# system; else it is copied), removed at exit unless KEEP_TMP=1.
+# MAILVAULTD=path and MAILVAULT=path measure another build. BIGMAIL_CORPUS=DIR keeps the
+# corpora in DIR instead of build/bigmail-corpus; BIGMAIL_LOGS=DIR gets a copy of each
+# mailvaultd log (mailvaultd-N.log); both for tests/cli_bench_bigmail_smoke.sh.
+# Exit status: 0 if every operation ran with the expected results on both servers; 1
+# otherwise (what was measured is still written).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sizes="10000 100000" rounds=3 quick=0 use_dovecot=1 out="" lmtp=1200
+while [ $# -gt 0 ]; do
+    case $1 in
+    --messages) sizes=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
+    --quick) quick=1 sizes=1000 rounds=1 lmtp=200 ;;
+    --no-dovecot) use_dovecot=0 ;;
+    --out) out=$2; shift ;;
+    --lmtp) lmtp=$2; shift ;;
+    *) echo "usage: bench/bigmail_compare.sh [--messages \"10000 100000\"] [--rounds R]" \
+        "[--quick] [--no-dovecot] [--out DIR] [--lmtp N]" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ -z "${BIGMAIL_1M:-}" ] || sizes="$sizes 1000000"
+
+server=${MAILVAULTD:-build/mailvaultd} mv=${MAILVAULT:-build/mailvault}
+for f in "$server" "$mv"; do
+    if [ ! -x "$f" ]; then
+        echo "bigmail_compare: $f is missing (make all)" >&2
+        exit 1
+    fi
+done
+server=$(realpath "$server") mv=$(realpath "$mv")
+mkdir -p build/bench-results
+if [ -z "$out" ]; then
+    out=bench/results
+    [ "$quick" -eq 0 ] || out=build/bench-results
+fi
+mkdir -p "$out/sections"
+nice=(nice -n 10)
+
+. bench/dovecot_lib.sh # dovecot_install, dovecot_config, free_port, wait_port, stop_pid
+have_dovecot=0 dovecot_note=""
+[ "$use_dovecot" -eq 0 ] || dovecot_install bigmail_compare
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bigmail.XXXXXX")
+chmod 755 "$tmp" # Dovecot's mail processes (nobody) must reach their Maildir under it
+cleanup() {
+    [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+(umask 077 && openssl rand -hex 16 >"$tmp/password")
+user=u1@bench.example
+status=0
+runs=()
+[ "$(id -u)" -ne 0 ] || export MAILVAULTD_ALLOW_ROOT=yes # a benchmark box: serve as root
+
+for n in $sizes; do
+    corpus=${BIGMAIL_CORPUS:-build/bigmail-corpus}/$n
+    if [ ! -f "$corpus/meta.json" ]; then
+        echo "== corpus: $n messages into $corpus"
+        rm -rf "$corpus"
+        mkdir -p "$corpus"
+        "${nice[@]}" python3 bench/bigmail_corpus.py --messages "$n" --out "$corpus/Maildir" \
+            --meta "$corpus/meta.json.tmp"
+        mv "$corpus/meta.json.tmp" "$corpus/meta.json"
+    fi
+    run=$tmp/run-$n
+    mkdir -p "$run"
+    chmod 755 "$run"
+
+    echo "== mailvaultd: init and import $n messages"
+    unset MAILVAULT_KDF_ITER MAILVAULT_PASSWORD
+    [ -z "${BIGMAIL_KDF_ITER:-}" ] || export MAILVAULT_KDF_ITER=$BIGMAIL_KDF_ITER
+    export MAILVAULT_ROOT=$run/mailvault
+    "$mv" init "$user" --password-file "$tmp/password" >/dev/null
+    t0=$(date +%s.%N)
+    "${nice[@]}" "$mv" import "$user" "$corpus/Maildir" --password-file "$tmp/password"
+    mv_pop=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    echo "   import: $mv_pop s"
+
+    dc_args=()
+    if [ "$have_dovecot" -eq 1 ]; then
+        dc=$run/dovecot
+        dc_imap=$(free_port) dc_lmtp=$(free_port)
+        dovecot_config "$dc" "$dc_imap" "$dc_lmtp" "$tmp/password" "$user"
+        t0=$(date +%s.%N)
+        mkdir -p "$dc/mail/$user"
+        cp -al "$corpus/Maildir/." "$dc/mail/$user/" 2>/dev/null ||
+            cp -a "$corpus/Maildir/." "$dc/mail/$user/"
+        chown -R nobody:nogroup "$dc/mail" 2>/dev/null || chown -R nobody "$dc/mail"
+        echo "   Dovecot Maildir linked: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s (indexed at the first SELECT, untimed)"
+        dc_args=(--dovecot-conf "$dc/dovecot.conf" --dc-mail "$dc/mail" --dc-imap-port "$dc_imap"
+            --dc-lmtp-port "$dc_lmtp")
+    fi
+
+    mv_imap=$(free_port) mv_lmtp=$(free_port)
+    echo "== bigmail.py: $n messages, $rounds pair(s) per operation"
+    if ! "${nice[@]}" python3 bench/bigmail.py run --messages "$n" --rounds "$rounds" \
+        --user "$user" --password-file "$tmp/password" --meta "$corpus/meta.json" \
+        --lmtp-messages "$lmtp" --mailvaultd "$server" --mv-root "$MAILVAULT_ROOT" \
+        --mv-imap-port "$mv_imap" --mv-lmtp-port "$mv_lmtp" --mv-log "$run/mailvaultd.log" \
+        ${BIGMAIL_KDF_ITER:+--mv-arg=--kdf-iter=$BIGMAIL_KDF_ITER} \
+        "${dc_args[@]}" --json "$run/result.json"; then
+        status=1
+        echo "bigmail_compare: $n messages: errors (logs in $run; KEEP_TMP=1 keeps them)" >&2
+    fi
+    python3 - "$run/result.json" "$mv_pop" "$dovecot_note" <<'EOF'
+import json, sys
+path, pop, note = sys.argv[1:4]
+d = json.load(open(path))
+d["populate_seconds"] = {"mailvaultd_import": float(pop)}
+d["notes"] = [note] if note else []
+json.dump(d, open(path, "w"), indent=2)
+EOF
+    runs+=("$run/result.json")
+    [ -z "${BIGMAIL_LOGS:-}" ] || cp "$run/mailvaultd.log" "$BIGMAIL_LOGS/mailvaultd-$n.log"
+    rm -rf "$run/mailvault" "$run/dovecot/mail" # the next size needs the disk
+done
+
+merge=(--merge)
+[ "$out" != build/bench-results ] || merge=()
+python3 bench/bigmail.py report --json "$out/bigmail.json" --md "$out/sections/bigmail.md" \
+    "${merge[@]}" "${runs[@]}"
+if [ "$out" != build/bench-results ]; then
+    cp "$out/bigmail.json" build/bench-results/bigmail.json
+    cp "$out/sections/bigmail.md" build/bench-results/bigmail.md
+fi
+echo "results: $out/bigmail.json $out/sections/bigmail.md"
+exit "$status"

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# cli_bench_bigmail_smoke.sh -- smoke test of the big-mailbox benchmark (issue 13:
+# bench/bigmail_compare.sh, bench/bigmail_corpus.py, bench/bigmail.py) against mailvaultd
+# only (the Dovecot comparison never runs in CI): a corpus of 200 messages, one pair of
+# every operation, 50 LMTP deliveries, the ASan server (build/asan/mailvaultd, else the
+# release build) with MAILVAULT_KDF_ITER=2. Checks the JSON and the Markdown it writes --
+# every operation timed with no errors, the SEARCH hits equal to the corpus' known counts,
+# the messages left after each EXPUNGE, the LMTP deliveries all arrived, peak RSS measured
+# -- that the corpus is deterministic (same seed, same bytes), and that the server log
+# holds no sanitizer report. No timing assertions.
+#
+# USAGE
+#   make build/asan/mailvaultd build/asan/mailvault && bash tests/cli_bench_bigmail_smoke.sh
+#   (tests/run.sh runs it in `make test`; ~30 s)
+#
+# Each check prints "PASS name" or "FAIL name"; the last line is "# N passed, N failed".
+set -u
+cd "$(dirname "$0")/.." || exit 1
+. tests/lib.sh # pass, fail, PY, finish, make_tmp
+
+make_tmp cli_bench_bigmail
+server="$PWD/build/asan/mailvaultd"
+mv="$PWD/build/asan/mailvault"
+[ -x "$server" ] || server="$PWD/build/mailvaultd"
+[ -x "$mv" ] || mv="$PWD/build/mailvault"
+for f in "$server" "$mv"; do
+    if [ ! -x "$f" ]; then
+        fail "$f is built (make build/asan/mailvaultd build/asan/mailvault)"
+        finish
+    fi
+done
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+mkdir -p "$tmp/out" "$tmp/logs" "$tmp/corpus"
+
+if MAILVAULTD="$server" MAILVAULT="$mv" BIGMAIL_KDF_ITER=2 BIGMAIL_CORPUS="$tmp/corpus" \
+    BIGMAIL_LOGS="$tmp/logs" TMPDIR="$tmp" timeout 600 bash bench/bigmail_compare.sh \
+    --no-dovecot --messages 200 --rounds 1 --lmtp 50 --out "$tmp/out" >"$out" 2>"$err"; then
+    pass "bigmail_compare.sh runs (exit 0)"
+else
+    fail "bigmail_compare.sh runs (exit $?): $(tail -n 3 "$err" "$out")"
+fi
+
+json="$tmp/out/bigmail.json"
+check_doc() { # check_doc NAME PYTHON-EXPRESSION over the document d and r = d["sizes"]["200"]
+    if [ "$("$PY" -c 'import json,sys
+d = json.load(open(sys.argv[1])); r = d["sizes"]["200"]; o = r["ops"]; e = r["corpus"]["expected"]
+print(bool(eval(sys.argv[2])))' "$json" "$2" 2>"$tmp/py.err")" = True ]; then
+        pass "$1"
+    else
+        fail "$1 ($2) $(tail -n 1 "$tmp/py.err")"
+    fi
+}
+check_doc "the JSON parses, schema mailvault-bench-bigmail/1, mailvaultd only" \
+    'd["schema"] == "mailvault-bench-bigmail/1" and r["servers"] == ["mailvaultd"]'
+check_doc "no errors recorded" 'r["errors"] == [] and all(not v["errors"] for v in o.values())'
+for op in fetch_flags fetch_size_date search_since search_unseen search_from search_text \
+    search_body fetch_random50 fetch_last200 login_select_warm login_select_cold \
+    store_seen_add store_seen_remove copy_1000 store_deleted_10th expunge_10pct \
+    gapped_store_seen gapped_uid_store gapped_copy_half lmtp_first_login; do
+    check_doc "$op timed" "len(o['$op']['times_s']['mailvaultd']) >= 1 and o['$op']['mailvaultd_median_s'] > 0"
+done
+check_doc "FETCH 1:* answers every message" \
+    'o["fetch_flags"]["results"]["mailvaultd"] == [200] and o["fetch_size_date"]["results"]["mailvaultd"] == [200]'
+check_doc "SEARCH hits equal the corpus' known counts" \
+    'o["search_since"]["results"]["mailvaultd"] == [e["since"]] and o["search_unseen"]["results"]["mailvaultd"] == [e["unseen"]] and o["search_from"]["results"]["mailvaultd"] == [e["sender"]] and o["search_text"]["results"]["mailvaultd"] == [e["word"]] == o["search_body"]["results"]["mailvaultd"]'
+check_doc "the corpus has search hits to find" 'e["word"] > 0 and e["sender"] > 0 and e["since"] > 0 and e["unseen"] > 0'
+check_doc "the two EXPUNGEs of 10% leave 180 and 162" \
+    'o["expunge_10pct"]["results"]["mailvaultd"] == [180, 162]'
+check_doc "EXISTS after 50 LMTP deliveries is 162 + 50" \
+    'o["lmtp_first_login"]["results"]["mailvaultd"] == [212]'
+check_doc "peak RSS of mailvaultd measured" 'r["peak_rss_mib"]["mailvaultd"] > 0'
+if grep -q '^| FETCH 1:\* (UID FLAGS) |' "$tmp/out/sections/bigmail.md" 2>/dev/null; then
+    pass "the Markdown section holds the table"
+else
+    fail "the Markdown section holds the table"
+fi
+if [ -f "$tmp/logs/mailvaultd-200.log" ] &&
+    ! grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$tmp/logs/mailvaultd-200.log"; then
+    pass "no sanitizer report in the mailvaultd log"
+else
+    fail "no sanitizer report in the mailvaultd log: $(grep -m1 -E 'ERROR|runtime error' "$tmp/logs/mailvaultd-200.log" 2>&1)"
+fi
+
+# The corpus is deterministic: the same seed gives the same bytes.
+if "$PY" bench/bigmail_corpus.py --messages 200 --out "$tmp/again" >/dev/null &&
+    [ "$(cd "$tmp/corpus/200/Maildir/cur" && cat -- * | sha256sum)" = \
+        "$(cd "$tmp/again/cur" && cat -- * | sha256sum)" ] &&
+    [ "$(ls "$tmp/again/cur")" = "$(ls "$tmp/corpus/200/Maildir/cur")" ]; then
+    pass "the corpus is deterministic (same names, same bytes)"
+else
+    fail "the corpus is deterministic (same names, same bytes)"
+fi
+finish
