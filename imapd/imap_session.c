@@ -529,6 +529,9 @@ static void imap_post(struct conn *c, uint8_t *bytes, size_t len, struct imap_co
     j->job.run = imap_job_run;
     j->job.done = imap_job_done;
     j->posted_ms = loop_now_ms();
+    /* before the worker can touch the session: the view is the loop's to read now */
+    j->job.lane = raw ? JOB_LANE_SHORT : imap_command_lane(s, &j->cmd);
+    s->last_lane = j->job.lane;
     s->tls = c->tls;
     s->login_allowed = c->tls || c->loopback || g_config.allow_plaintext;
     c->busy = 1;
@@ -879,6 +882,8 @@ static void imap_idle_post(struct conn *c, struct imap_session *s)
     job->conn = c;
     job->run = imap_poll_run;
     job->done = imap_poll_done;
+    job->lane = JOB_LANE_SHORT;
+    s->last_lane = JOB_LANE_SHORT;
     c->busy = 1;
     worker_post(s->worker, job);
 }
@@ -925,7 +930,8 @@ static void imap_session_drained(struct conn *c)
         return;
     }
     s->stream_job = NULL;
-    worker_post(s->worker, &j->job); /* the next chunk */
+    s->last_lane = j->job.lane;
+    worker_post(s->worker, &j->job); /* the next chunk, in the lane of the FETCH */
 }
 
 static void imap_session_end(struct conn *c)
@@ -950,7 +956,9 @@ static void imap_session_end(struct conn *c)
         free(s);
         return;
     }
-    /* After any job of this session on the same worker (FIFO): releases the store there. */
+    /* After any job of this session on the same worker (FIFO within the lane of the
+     * session's last job, which is the only one that can still be queued): releases the
+     * store there. */
     struct job *job = calloc(1, sizeof *job);
     if (job == NULL) {
         return; /* leaks the session rather than racing its job */
@@ -958,6 +966,7 @@ static void imap_session_end(struct conn *c)
     job->arg = s;
     job->run = imap_end_run;
     job->done = imap_end_done;
+    job->lane = s->last_lane;
     worker_post(s->worker, job);
 }
 

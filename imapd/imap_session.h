@@ -81,6 +81,9 @@ struct imap_session {
     struct imap_frame frame;
     int authenticated; /* logged in: the pre-login limits no longer apply */
     int in_idle;       /* in IDLE: the idle timeout is IMAP_IDLE_TIMEOUT_FACTOR times longer */
+    /* The lane of the session's last job (loop thread): the job that ends the session goes
+     * into the same lane, so it runs after that one (worker.c LANES). */
+    enum job_lane last_lane;
 };
 
 #define IMAP_LOGIN_FAILURES_MAX 3
@@ -122,6 +125,11 @@ void imap_internal_error(struct imap_ctx *x,
                          const char *what,
                          const char *detail);
 const char *imap_capabilities(const struct imap_session *s);
+
+/* ---- imap_lane.c ---- */
+/* The worker lane of a parsed command of session s (loop thread, no job of s in flight):
+ * JOB_LANE_LONG when its work grows with many messages or bytes (see imap_lane.c). */
+enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_command *cmd);
 
 /* ---- imap_cmd_auth.c ---- */
 void imap_cmd_login(struct imap_ctx *x);

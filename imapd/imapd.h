@@ -232,6 +232,12 @@ void metrics_imap_done(struct metrics_cmd *m, const char *status);
 void metrics_lmtp_reply(const char *reply);
 /* A job was queued on (+1) or taken off (-1) worker_index's queue. */
 void metrics_worker_queue(int worker_index, int delta);
+/* The same per lane (a JOB_LANE_*, all workers together): a job queued (+1) or taken (-1). */
+void metrics_lane_queue(int lane, int delta);
+/* A job of lane waited wait_us in the queue before its worker took it. */
+void metrics_lane_wait(int lane, int64_t wait_us);
+/* A drain step on a worker moved `moved` sealed deliveries into a store. */
+void metrics_drain_step(uint32_t moved);
 /* Before the workers start: room for their queue lengths. 0 or -1. */
 int metrics_init(int workers);
 /* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */
@@ -397,6 +403,14 @@ int throttle_failure(const char *addr,
 struct worker;
 struct job;
 typedef void (*job_fn)(struct job *job);
+/* A worker takes short jobs first (worker.c "LANES"): a NOOP, a flag change or a small FETCH
+ * does not wait behind a FETCH of many bodies, a big SEARCH or COPY. Each job of a session
+ * waits for the one before it (the connection is busy meanwhile), so lanes never reorder a
+ * session's commands; the poster of a job that must follow another (a session's end) gives
+ * it the same lane. */
+enum job_lane { JOB_LANE_SHORT = 0, JOB_LANE_LONG = 1, JOB_LANES = 2 };
+/* Short jobs a worker takes in a row while a long one waits, before the long one goes. */
+#define WORKER_SHORT_BURST 8
 struct job {
     struct job *next;
     struct conn *conn; /* the loop's; run() must not touch it */
@@ -407,6 +421,8 @@ struct job {
     struct buf out; /* response bytes written by run() */
     int delay_ms;   /* done() holds the output this long */
     int result;
+    enum job_lane lane; /* set by the poster (0: short) */
+    int64_t queued_us;  /* worker_post: when it was queued (metrics) */
 };
 /* Starts count workers. 0 or -1. */
 int worker_start(const struct config *cfg, int count, int eventfd);
@@ -425,6 +441,10 @@ struct open_store {
     unsigned char verifier[32];
     int refs;
     int64_t last_used_ms;
+    /* Sealed deliveries still queued: the store was opened without draining them
+     * (MV_STORE_DRAIN_LATER) and the worker drains them in steps between jobs (worker.c
+     * "THE DRAIN"); LMTP seals into the queue meanwhile, so INBOX keeps arrival order. */
+    int drain_more;
 };
 /* Opens (or finds, checking the password) the store of address. Returns MV_OK with *out,
  * MV_EAUTH / MV_ENOTFOUND, MV_ELIMIT (no room: every open store in use), or another code;

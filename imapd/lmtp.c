@@ -83,6 +83,9 @@ struct lmtp_session {
     int dead;        /* the connection is gone; freed when the last job is done */
 };
 
+/* Deliveries of messages up to this size go in the worker's short lane. */
+#define LMTP_SHORT_BYTES_MAX ((size_t)1 << 20)
+
 struct lmtp_job {
     struct job job;
     struct lmtp_session *s;
@@ -240,7 +243,9 @@ static void lmtp_job_run(struct job *job)
     const struct config *cfg = worker_config(job->worker);
     char why[160] = "";
     int over = 0;
-    if (open != NULL) {
+    /* A store whose queue still drains takes the delivery through the queue too, behind the
+     * older ones (worker.c THE DRAIN): UIDs follow arrival order. */
+    if (open != NULL && !open->drain_more) {
         j->direct = 1;
         over = quota_exceeded(open->store, cfg, j->address, data->len, 1);
         if (over != 0) {
@@ -347,6 +352,8 @@ static void lmtp_deliver(struct conn *c, struct lmtp_session *s)
         j->job.conn = c;
         j->job.run = lmtp_job_run;
         j->job.done = lmtp_job_done;
+        /* a big message is a long job: parsing and indexing it takes a while (worker.c) */
+        j->job.lane = s->msg->data.len > LMTP_SHORT_BYTES_MAX ? JOB_LANE_LONG : JOB_LANE_SHORT;
         s->pending++;
         worker_post(worker_for(j->address), &j->job);
     }

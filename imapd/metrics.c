@@ -94,6 +94,13 @@ static struct metrics_imap_stats metrics_imap[METRICS_IMAP_COUNT];
 
 static atomic_uint_fast64_t metrics_lmtp[3]; /* accepted, deferred, rejected */
 
+/* Per lane (worker.c LANES): jobs waiting, and how long each waited before it ran. */
+static atomic_int_fast64_t metrics_lane_len[JOB_LANES];
+static atomic_uint_fast64_t metrics_lane_bucket[JOB_LANES][METRICS_BUCKETS];
+static atomic_uint_fast64_t metrics_lane_sum_us[JOB_LANES];
+static const char *const metrics_lane_names[JOB_LANES] = {"short", "long"};
+static atomic_uint_fast64_t metrics_drained; /* sealed deliveries moved by drain steps */
+
 /* Jobs waiting in each worker's queue (metrics_init). */
 static atomic_int_fast64_t *metrics_queues;
 static int metrics_queue_count;
@@ -121,6 +128,35 @@ void metrics_worker_queue(int worker_index, int delta)
     if (worker_index >= 0 && worker_index < metrics_queue_count) {
         atomic_fetch_add_explicit(&metrics_queues[worker_index], delta, memory_order_relaxed);
     }
+}
+
+void metrics_lane_queue(int lane, int delta)
+{
+    atomic_fetch_add_explicit(&metrics_lane_len[lane], delta, memory_order_relaxed);
+}
+
+/* The bucket of a latency in microseconds. */
+static size_t metrics_bucket_of(int64_t us)
+{
+    size_t b = 0;
+    while (b < METRICS_BUCKETS - 1 && us > metrics_bucket_us[b]) {
+        b++;
+    }
+    return b;
+}
+
+void metrics_lane_wait(int lane, int64_t wait_us)
+{
+    wait_us = wait_us < 0 ? 0 : wait_us;
+    atomic_fetch_add_explicit(&metrics_lane_bucket[lane][metrics_bucket_of(wait_us)], 1,
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&metrics_lane_sum_us[lane], (uint_fast64_t)wait_us,
+                              memory_order_relaxed);
+}
+
+void metrics_drain_step(uint32_t moved)
+{
+    atomic_fetch_add_explicit(&metrics_drained, moved, memory_order_relaxed);
 }
 
 void metrics_connection(enum metric_gauge g, int delta)
@@ -162,11 +198,8 @@ void metrics_imap_done(struct metrics_cmd *m, const char *status)
     if (m->index > 0) {
         int64_t elapsed_us = metrics_now_us() - m->started_us;
         elapsed_us = elapsed_us < 0 ? 0 : elapsed_us;
-        size_t b = 0;
-        while (b < METRICS_BUCKETS - 1 && elapsed_us > metrics_bucket_us[b]) {
-            b++;
-        }
-        atomic_fetch_add_explicit(&s->bucket[b], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->bucket[metrics_bucket_of(elapsed_us)], 1,
+                                  memory_order_relaxed);
         atomic_fetch_add_explicit(&s->sum_us, (uint_fast64_t)elapsed_us, memory_order_relaxed);
     }
     m->index = 0;
@@ -309,6 +342,38 @@ static void metrics_render_work(struct buf *b)
     metrics_family(b, "mailvaultd_queue_depth", "gauge",
                    "Jobs waiting for a worker, all workers together.");
     buf_printf(b, "mailvaultd_queue_depth %lld\n", (long long)total);
+    metrics_family(b, "mailvaultd_worker_lane_queue_length", "gauge",
+                   "Jobs waiting in each lane (short commands pass long ones), all workers.");
+    for (int l = 0; l < JOB_LANES; l++) {
+        int64_t n = metrics_read_gauge(&metrics_lane_len[l]);
+        buf_printf(b, "mailvaultd_worker_lane_queue_length{lane=\"%s\"} %lld\n",
+                   metrics_lane_names[l], (long long)(n < 0 ? 0 : n));
+    }
+    metrics_family(b, "mailvaultd_worker_lane_wait_seconds", "histogram",
+                   "Time a job waited in its worker's lane before it ran, by lane.");
+    for (int l = 0; l < JOB_LANES; l++) {
+        uint64_t running = 0;
+        for (size_t k = 0; k < METRICS_BUCKETS - 1; k++) {
+            running += metrics_read(&metrics_lane_bucket[l][k]);
+            buf_printf(b,
+                       "mailvaultd_worker_lane_wait_seconds_bucket{lane=\"%s\",le=\"%g\"} %llu\n",
+                       metrics_lane_names[l], (double)metrics_bucket_us[k] / 1e6,
+                       (unsigned long long)running);
+        }
+        running += metrics_read(&metrics_lane_bucket[l][METRICS_BUCKETS - 1]);
+        buf_printf(b,
+                   "mailvaultd_worker_lane_wait_seconds_bucket{lane=\"%s\",le=\"+Inf\"} %llu\n"
+                   "mailvaultd_worker_lane_wait_seconds_sum{lane=\"%s\"} %.6f\n"
+                   "mailvaultd_worker_lane_wait_seconds_count{lane=\"%s\"} %llu\n",
+                   metrics_lane_names[l], (unsigned long long)running, metrics_lane_names[l],
+                   (double)metrics_read(&metrics_lane_sum_us[l]) / 1e6, metrics_lane_names[l],
+                   (unsigned long long)running);
+    }
+    metrics_family(b, "mailvaultd_queue_drained_total", "counter",
+                   "Sealed deliveries moved into stores by the workers' drain steps (after "
+                   "a login, not before it).");
+    buf_printf(b, "mailvaultd_queue_drained_total %llu\n",
+               (unsigned long long)metrics_read(&metrics_drained));
     metrics_family(b, "mailvaultd_start_time_seconds", "gauge",
                    "When the server started, seconds since the Unix epoch.");
     buf_printf(b, "mailvaultd_start_time_seconds %lld\n", (long long)metrics_started_s);

@@ -21,6 +21,30 @@
  *   library's min_interval_s and store_bytes_max, so the rule lives beside the record. A store
  *   pushed out of a full table is not maintained: a login is waiting for its slot. One log
  *   line says what was done.
+ *
+ * LANES
+ *   Each worker has two FIFO queues: short jobs (a NOOP, a flag change, a small FETCH, a
+ *   login, an IDLE poll, an LMTP delivery of a small message) and long ones (a FETCH of many
+ *   bodies, a SEARCH or COPY over a big mailbox, a big APPEND; the poster decides, for IMAP
+ *   from the command and the size of its set: imap_lane.c). The worker takes the short lane
+ *   first, so a short command waits at most for the job running when it came, not for every
+ *   long job queued before it. Fairness: after WORKER_SHORT_BURST short jobs in a row taken
+ *   while a long one waited, the long one goes next, so a stream of short jobs slows long
+ *   ones down (to 1 in WORKER_SHORT_BURST + 1) but never stops them. A session has one job
+ *   in flight at a time (its connection is busy), so its commands still run in order; the
+ *   job that ends a session goes into the lane of the session's last job, behind it. A long
+ *   FETCH also yields between its chunks: each chunk is a job of its own.
+ *
+ * THE DRAIN
+ *   A store is opened with MV_STORE_DRAIN_LATER, so a login never waits for the sealed
+ *   queue; the worker then drains it in steps of WORKER_DRAIN_STEP deliveries
+ *   (mv_queue_drain), each step taking a turn as a long job (alternating with queued long
+ *   jobs, behind the short lane). After a step that moved messages, the loop is told
+ *   (a finished pseudo-job) and wakes the user's IDLE sessions; selected sessions see the
+ *   new messages (EXISTS) at their next command, as with any change. While a store's queue
+ *   is not yet empty, LMTP seals deliveries for that user instead of appending directly, so
+ *   UIDs follow arrival order. The sweep does not close a store whose queue is draining. A
+ *   failed step is logged and ends the draining of that store until its next open.
  */
 #include "imapd.h"
 
@@ -36,11 +60,17 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Sealed deliveries moved per drain step: about 10-15 ms of work (a login or SELECT that
+ * comes meanwhile waits at most that), with one durable commit per step. */
+#define WORKER_DRAIN_STEP 16
+
 struct worker {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
-    struct job *head, *tail;
+    struct job *head[JOB_LANES], *tail[JOB_LANES];
+    int short_run;  /* short jobs taken in a row while a long one waited */
+    int drain_turn; /* the next long turn goes to a drain step, if one is due */
     int stop;
     int index;
     struct open_store *stores; /* stores_max slots; address "" = free */
@@ -180,13 +210,17 @@ int worker_store_acquire(struct worker *w,
         return MV_ELIMIT;
     }
     struct mv_store_options opts = config_store_options(worker_cfg);
+    opts.flags |= MV_STORE_DRAIN_LATER; /* drained in steps after the login (THE DRAIN) */
     int rc = mv_store_open(address, password, password_len, &opts, &s->store, errmsg, errmsg_size);
     if (rc != MV_OK) {
         OPENSSL_cleanse(verifier, sizeof verifier);
         return rc;
     }
     snprintf(s->address, sizeof s->address, "%s", address);
-    quota_note(address, s->store); /* the open drained the queue: a fresh count (quota.c) */
+    /* a fresh count; sealed deliveries count from it plus the queue (quota.c), and each
+     * drain step notes it again */
+    quota_note(address, s->store);
+    s->drain_more = 1; /* the first step finds out whether anything is queued */
     memcpy(s->verifier, verifier, sizeof verifier);
     OPENSSL_cleanse(verifier, sizeof verifier);
     s->refs = 1;
@@ -210,7 +244,7 @@ void worker_store_release(struct worker *w, struct open_store *s)
 static int worker_job_waiting(struct worker *w)
 {
     pthread_mutex_lock(&w->lock);
-    int waiting = w->head != NULL;
+    int waiting = w->head[JOB_LANE_SHORT] != NULL || w->head[JOB_LANE_LONG] != NULL;
     pthread_mutex_unlock(&w->lock);
     return waiting;
 }
@@ -275,7 +309,7 @@ static void worker_sweep(struct worker *w)
     int64_t now = worker_now_ms(), idle = (int64_t)worker_cfg->store_idle_s * 1000;
     for (int i = 0; i < w->stores_max; i++) {
         struct open_store *s = &w->stores[i];
-        if (s->store != NULL && s->refs == 0 && now - s->last_used_ms >= idle) {
+        if (s->store != NULL && s->refs == 0 && !s->drain_more && now - s->last_used_ms >= idle) {
             worker_store_maintain(w, s);
             worker_store_close(s);
         }
@@ -318,27 +352,113 @@ static void worker_wait(struct worker *w, int64_t wait_ms)
     pthread_cond_timedwait(&w->wake, &w->lock, &until);
 }
 
+/* On the loop after a drain step moved messages: the user's IDLE sessions look now. */
+static void worker_drain_done(struct job *job)
+{
+    imap_session_notify((const char *)job->arg, NULL);
+    free(job->arg);
+    free(job);
+}
+
+/* The open store whose queue still drains, or NULL (worker thread only). */
+static struct open_store *worker_drain_due(struct worker *w)
+{
+    for (int i = 0; i < w->stores_max; i++) {
+        if (w->stores[i].store != NULL && w->stores[i].drain_more) {
+            return &w->stores[i];
+        }
+    }
+    return NULL;
+}
+
+/* One drain step of s (THE DRAIN). */
+static void worker_drain_step(struct open_store *s)
+{
+    uint32_t moved = 0;
+    int more = 0;
+    int64_t start_ms = worker_now_ms();
+    int rc = mv_queue_drain(s->store, WORKER_DRAIN_STEP, &moved, &more);
+    s->drain_more = rc == MV_OK && more;
+    if (rc != MV_OK) {
+        log_error("store %s: queue drain failed: %s (%s); the rest stays queued for the next open",
+                  s->address, mv_strerror(rc), mv_store_errmsg(s->store));
+    } else if (mv_store_errmsg(s->store)[0] != '\0') {
+        log_warning("store %s: %s", s->address, mv_store_errmsg(s->store));
+    }
+    if (moved == 0) {
+        return;
+    }
+    log_debug("store %s: %u queued deliveries moved in %lld ms%s", s->address, moved,
+              (long long)(worker_now_ms() - start_ms), s->drain_more ? ", more queued" : "");
+    metrics_drain_step(moved);
+    quota_note(s->address, s->store);
+    s->last_used_ms = worker_now_ms();
+    struct job *job = calloc(1, sizeof *job);
+    if (job != NULL && (job->arg = strdup(s->address)) != NULL) {
+        job->done = worker_drain_done;
+        worker_finish(job);
+    } else {
+        free(job); /* IDLE sessions see the messages at their next poll */
+    }
+}
+
+/* The next job (lock held), per LANES above; NULL with *drain set when a drain step has the
+ * turn, NULL alone when there is nothing to do. */
+static struct job *worker_take(struct worker *w, int drain_ready, int *drain)
+{
+    *drain = 0;
+    int long_ready = w->head[JOB_LANE_LONG] != NULL || drain_ready;
+    enum job_lane lane;
+    if (w->head[JOB_LANE_SHORT] != NULL && (!long_ready || w->short_run < WORKER_SHORT_BURST)) {
+        w->short_run = long_ready ? w->short_run + 1 : 0;
+        lane = JOB_LANE_SHORT;
+    } else if (long_ready) {
+        w->short_run = 0;
+        if (drain_ready && (w->head[JOB_LANE_LONG] == NULL || w->drain_turn)) {
+            w->drain_turn = 0; /* a drain step and a long job take turns */
+            *drain = 1;
+            return NULL;
+        }
+        w->drain_turn = 1;
+        lane = JOB_LANE_LONG;
+    } else {
+        return NULL;
+    }
+    struct job *job = w->head[lane];
+    w->head[lane] = job->next;
+    if (w->head[lane] == NULL) {
+        w->tail[lane] = NULL;
+    }
+    return job;
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     int64_t period_ms = worker_sweep_period_ms();
     int64_t next_sweep_ms = worker_now_ms() + period_ms;
     pthread_mutex_lock(&w->lock);
-    while (!w->stop || w->head != NULL) { /* at a stop, the queued jobs still run */
-        if (w->head == NULL && !w->stop) {
+    /* at a stop, the queued jobs still run (drain steps do not: the queue stays on disk) */
+    while (!w->stop || w->head[JOB_LANE_SHORT] != NULL || w->head[JOB_LANE_LONG] != NULL) {
+        struct open_store *drain = w->stop ? NULL : worker_drain_due(w);
+        if (w->head[JOB_LANE_SHORT] == NULL && w->head[JOB_LANE_LONG] == NULL && !w->stop &&
+            drain == NULL) {
             int64_t wait_ms = next_sweep_ms - worker_now_ms();
             worker_wait(w, wait_ms > 0 ? wait_ms : 1);
         }
-        struct job *job = w->head;
+        int drain_turn = 0;
+        struct job *job = worker_take(w, drain != NULL, &drain_turn);
         if (job != NULL) {
-            w->head = job->next;
-            if (w->head == NULL) {
-                w->tail = NULL;
-            }
             pthread_mutex_unlock(&w->lock);
             metrics_worker_queue(w->index, -1);
+            metrics_lane_queue(job->lane, -1);
+            metrics_lane_wait(job->lane, metrics_now_us() - job->queued_us);
             job->run(job);
             worker_finish(job);
+            pthread_mutex_lock(&w->lock);
+        } else if (drain_turn) {
+            pthread_mutex_unlock(&w->lock);
+            worker_drain_step(drain);
             pthread_mutex_lock(&w->lock);
         }
         /* Also between jobs: on a busy worker idle stores still close (and the sweep leaves
@@ -421,17 +541,21 @@ void worker_post(struct worker *w, struct job *job)
 {
     job->worker = w;
     job->next = NULL;
+    job->lane = job->lane == JOB_LANE_LONG ? JOB_LANE_LONG : JOB_LANE_SHORT;
+    job->queued_us = metrics_now_us();
     if (job->conn != NULL) {
         job->conn->refs++;
     }
+    enum job_lane lane = job->lane;
     pthread_mutex_lock(&w->lock);
-    if (w->tail != NULL) {
-        w->tail->next = job;
+    if (w->tail[lane] != NULL) {
+        w->tail[lane]->next = job;
     } else {
-        w->head = job;
+        w->head[lane] = job;
     }
-    w->tail = job;
+    w->tail[lane] = job;
     metrics_worker_queue(w->index, +1);
+    metrics_lane_queue(lane, +1);
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
 }

@@ -1,0 +1,168 @@
+/*
+ * imap_lane.c -- which worker lane an IMAP command goes into (worker.c "LANES"): short
+ * unless the work it asks for grows with many messages or many bytes. Decided on the loop
+ * from the command's name and arguments and the session's view (no job of the session is in
+ * flight then, so the view is the loop's to read), before the command is parsed further.
+ *
+ * THE ESTIMATE
+ *   A command costs about (messages it touches) x (work per message), in "message touches":
+ *     FETCH        per message 1 (flags, UID, size, dates, MODSEQ), 4 (ENVELOPE, headers),
+ *                  16 (a body part, BODYSTRUCTURE, RFC822, BINARY)
+ *     STORE        1 per message;   COPY / MOVE  4 per message;   UID EXPUNGE  4 per UID
+ *     SEARCH       the mailbox's messages / 16 (an index or FTS5 query, or a scan of stored
+ *                  fields; the result set is as large as the mailbox at worst)
+ *     EXPUNGE, CLOSE  the mailbox's messages / 16 (how many are \Deleted is the worker's)
+ *     APPEND       1 per 16 KiB of the message
+ *     DELETE, RENAME  long (a whole mailbox's rows)
+ *     anything else (NOOP, CHECK, LOGIN, SELECT, STATUS, LIST, IDLE ...)  short
+ *   Up to IMAP_LANE_SHORT_MAX the command is short: FETCH FLAGS of 64 messages, the headers
+ *   of 16, 4 whole messages, a STORE of 64, a SEARCH in a mailbox of 1,024 messages, an
+ *   APPEND of 1 MiB. A set counts the numbers it names, clamped to the mailbox (sequence
+ *   numbers to the message count, UIDs to UIDNEXT - 1 and the message count), so "1:*" is
+ *   the whole mailbox and a UID set with gaps counts at most what exists.
+ */
+#include "imap_session.h"
+
+#include <string.h>
+#include <strings.h>
+
+#define IMAP_LANE_SHORT_MAX 64
+
+/* A number of a sequence set ("*" is star), or 0 if unreadable. */
+static uint64_t imap_lane_number(const char *p, size_t len, uint64_t star)
+{
+    if (len == 1 && p[0] == '*') {
+        return star;
+    }
+    uint64_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9' || n > UINT32_MAX) {
+            return 0;
+        }
+        n = n * 10 + (uint64_t)(p[i] - '0');
+    }
+    return n;
+}
+
+/* How many numbers of 1..star the set names (ranges may overlap: counted twice, which only
+ * errs towards long). */
+static uint64_t imap_lane_set_count(const struct imap_node *n, uint64_t star)
+{
+    if (n == NULL || n->type != IMAP_NODE_ATOM) {
+        return 0;
+    }
+    uint64_t total = 0;
+    const char *p = n->data, *end = n->data + n->len;
+    while (p < end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *piece_end = comma != NULL ? comma : end;
+        const char *colon = memchr(p, ':', (size_t)(piece_end - p));
+        uint64_t a = imap_lane_number(p, (size_t)((colon != NULL ? colon : piece_end) - p), star);
+        uint64_t b =
+            colon != NULL ? imap_lane_number(colon + 1, (size_t)(piece_end - colon - 1), star) : a;
+        uint64_t lo = a < b ? a : b, hi = a < b ? b : a;
+        hi = hi > star ? star : hi;
+        lo = lo < 1 ? 1 : lo;
+        total += hi >= lo ? hi - lo + 1 : 0;
+        p = piece_end + (comma != NULL);
+    }
+    return total;
+}
+
+/* Whether the n bytes at p contain word, ASCII case-insensitively. */
+static int imap_lane_has(const char *p, size_t n, const char *word)
+{
+    size_t w = strlen(word);
+    for (size_t i = 0; i + w <= n; i++) {
+        if (strncasecmp(p + i, word, w) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The work per message of one FETCH item (an atom; a list's atoms are looked at one by
+ * one). */
+static uint64_t imap_lane_fetch_item(const struct imap_node *n)
+{
+    const char *p = n->data;
+    size_t len = n->len;
+    if (imap_lane_has(p, len, "BODY[HEADER") || imap_lane_has(p, len, "BODY.PEEK[HEADER") ||
+        imap_lane_has(p, len, "RFC822.HEADER") || imap_lane_has(p, len, "ENVELOPE") ||
+        imap_lane_has(p, len, "ALL")) {
+        return 4;
+    }
+    if (imap_lane_has(p, len, "BODY") || imap_lane_has(p, len, "BINARY") ||
+        imap_lane_has(p, len, "FULL") ||
+        (imap_lane_has(p, len, "RFC822") && !imap_lane_has(p, len, "RFC822.SIZE"))) {
+        return 16;
+    }
+    return 1;
+}
+
+static uint64_t imap_lane_fetch_cost(const struct imap_command *cmd)
+{
+    const struct imap_node *items = imap_arg(cmd, 1);
+    uint64_t per = 1;
+    if (items != NULL && items->type == IMAP_NODE_LIST) {
+        for (uint32_t i = items->child; i != IMAP_NODE_NONE;) {
+            const struct imap_node *n = imap_node(cmd, i);
+            if (n->type == IMAP_NODE_ATOM) {
+                uint64_t c = imap_lane_fetch_item(n);
+                per = c > per ? c : per;
+            }
+            i = n->next;
+        }
+    } else if (items != NULL && items->type == IMAP_NODE_ATOM) {
+        per = imap_lane_fetch_item(items);
+    }
+    return per;
+}
+
+/* The largest literal among the arguments (APPEND's message). */
+static uint64_t imap_lane_literal_bytes(const struct imap_command *cmd)
+{
+    uint64_t most = 0;
+    for (size_t i = 0; i < imap_arg_count(cmd); i++) {
+        const struct imap_node *n = imap_arg(cmd, i);
+        if (n->type == IMAP_NODE_STRING && n->literal && n->len > most) {
+            most = n->len;
+        }
+        if (n->type == IMAP_NODE_LIST) { /* UTF8 (~{n} ...) */
+            for (uint32_t k = n->child; k != IMAP_NODE_NONE;) {
+                const struct imap_node *e = imap_node(cmd, k);
+                if (e->type == IMAP_NODE_STRING && e->literal && e->len > most) {
+                    most = e->len;
+                }
+                k = e->next;
+            }
+        }
+    }
+    return most;
+}
+
+enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_command *cmd)
+{
+    const char *name = cmd->name;
+    uint64_t messages = s->state == IMAP_SELECTED ? s->view.count : 0;
+    /* UIDs name at most the messages there are, and none past UIDNEXT - 1. */
+    uint64_t star = cmd->uid && s->view.uidnext > 0 ? s->view.uidnext - 1 : messages;
+    uint64_t cost = 0;
+    if (strcmp(name, "FETCH") == 0 || strcmp(name, "STORE") == 0 || strcmp(name, "COPY") == 0 ||
+        strcmp(name, "MOVE") == 0 || (strcmp(name, "EXPUNGE") == 0 && cmd->uid)) {
+        uint64_t count = imap_lane_set_count(imap_arg(cmd, 0), star);
+        count = count > messages ? messages : count;
+        uint64_t per = strcmp(name, "FETCH") == 0   ? imap_lane_fetch_cost(cmd)
+                       : strcmp(name, "STORE") == 0 ? 1
+                                                    : 4;
+        cost = count * per;
+    } else if (strcmp(name, "SEARCH") == 0 || strcmp(name, "EXPUNGE") == 0 ||
+               strcmp(name, "CLOSE") == 0) {
+        cost = messages / 16;
+    } else if (strcmp(name, "APPEND") == 0) {
+        cost = imap_lane_literal_bytes(cmd) >> 14;
+    } else if (strcmp(name, "DELETE") == 0 || strcmp(name, "RENAME") == 0) {
+        return JOB_LANE_LONG;
+    }
+    return cost > IMAP_LANE_SHORT_MAX ? JOB_LANE_LONG : JOB_LANE_SHORT;
+}

@@ -1,0 +1,171 @@
+"""imapd_drain.py -- the sealed queue is drained after the login, not in front of it
+(imapd/worker.c "THE DRAIN"): deliveries sealed while the user was away arrive in INBOX once
+each and in arrival order after LOGIN + SELECT, announced as EXISTS, also when more arrive
+over LMTP while the drain runs; and a short command of another user on the same worker is
+answered while long commands of a first user are queued (worker.c "LANES").
+
+USAGE (tests/cli_imapd_drain.sh runs it; the server has one worker)
+  imapd_drain.py --imap PORT --lmtp PORT --metrics PORT --user ADDRESS:PASSWORD
+                 --user2 ADDRESS:PASSWORD
+  Prints PASS/FAIL lines and "# N passed, N failed".
+"""
+import argparse
+import re
+import socket
+import sys
+import time
+
+sys.path.insert(0, sys.path[0])
+import imapd_common  # noqa: E402
+
+R = imapd_common.Results()
+TIMEOUT = 120
+QUEUED = 150  # sealed before the login
+DURING = 20   # delivered over LMTP right after the login, while the drain runs
+
+
+def message(n):
+    return (b"From: sender@example.net\r\nTo: someone@example.org\r\n"
+            b"Subject: drain-%04d\r\nMessage-ID: <drain-%d@example.net>\r\n\r\n"
+            b"body of message %d\r\n" % (n, n, n))
+
+
+def lmtp_send(port, user, numbers):
+    """Delivers each numbered message to user in one LMTP transaction each; the count acked."""
+    conn = imapd_common.Lmtp(port, TIMEOUT)
+    conn.cmd("LHLO test.example")
+    acked = 0
+    for n in numbers:
+        conn.cmd("MAIL FROM:<sender@example.net>")
+        code, _ = conn.cmd("RCPT TO:<%s>" % user)
+        if code != 250:
+            conn.cmd("RSET")
+            continue
+        conn.cmd("DATA")
+        conn.sock.sendall(message(n) + b".\r\n")
+        code, _ = conn.reply()
+        acked += code == 250
+    conn.cmd("QUIT")
+    conn.close()
+    return acked
+
+
+def exists_of(untagged):
+    n = None
+    for text, _ in untagged:
+        m = re.match(rb"\* (\d+) EXISTS", text)
+        if m:
+            n = int(m.group(1))
+    return n
+
+
+def metric(port, name):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    m = re.search(rb"\n" + re.escape(name.encode()) + rb" (\d+)", data)
+    return int(m.group(1)) if m else None
+
+
+def test_drain_after_login(args):
+    user, password = args.user.split(":", 1)
+    R.report("%d deliveries acknowledged while the user is away (sealed)" % QUEUED,
+             lmtp_send(args.lmtp, user, range(QUEUED)) == QUEUED)
+    c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
+    untagged, tagged = c.command("SELECT INBOX")
+    first = exists_of(untagged)
+    R.report("SELECT answers OK with what is committed so far (EXISTS %s)" % first,
+             b" OK" in tagged and first is not None and first <= QUEUED)
+    acked = lmtp_send(args.lmtp, user, range(QUEUED, QUEUED + DURING))
+    R.report("%d more acknowledged while the drain runs" % DURING, acked == DURING)
+    total, deadline, seen = QUEUED + DURING, time.monotonic() + TIMEOUT, first or 0
+    while seen < total and time.monotonic() < deadline:
+        untagged, _ = c.command("NOOP")
+        n = exists_of(untagged)
+        seen = n if n is not None else seen
+    R.report("EXISTS reaches %d (NOOP polled with a deadline; last %d)" % (total, seen),
+             seen == total)
+    untagged, tagged = c.command("UID FETCH 1:* (BODY.PEEK[HEADER.FIELDS (SUBJECT)])")
+    numbers = []
+    for text, lits in untagged:
+        for lit in lits:
+            m = re.search(rb"drain-(\d+)", lit)
+            if m:
+                numbers.append(int(m.group(1)))
+    R.report("every delivery once, in arrival order (UIDs follow arrival)",
+             numbers == list(range(total)),
+             "got %d, first differences %r" % (len(numbers), [
+                 (i, x) for i, x in enumerate(numbers) if x != i][:5]))
+    drained = metric(args.metrics, "mailvaultd_queue_drained_total")
+    R.report("/metrics counts the drained deliveries (%s)" % drained,
+             drained is not None and drained >= QUEUED)
+    c.command("LOGOUT")
+    c.close()
+
+
+def test_short_passes_long(args):
+    """user's long commands (COPY 1:* of a mailbox of QUEUED+DURING messages) on six
+    connections, queued on the one worker; then user2's NOOP: with lanes it runs after at
+    most the long job running when it came, so it is answered while COPYs are still queued
+    (with one FIFO it was answered after all of them, none queued). The NOOP is sent once
+    /metrics shows at least three long jobs waiting: ordering, not timing."""
+    user, password = args.user.split(":", 1)
+    user2, password2 = args.user2.split(":", 1)
+    other = imapd_common.imap_login(args.imap, user2, password2, TIMEOUT)
+    other.command("SELECT INBOX")
+    conns = []
+    for i in range(6):
+        c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
+        c.command('CREATE "copies%d"' % i)
+        c.command("SELECT INBOX")
+        conns.append(c)
+    tags = []
+    for i, c in enumerate(conns):
+        tag = c.tag()
+        c.sock.sendall(tag + b' COPY 1:* "copies%d"\r\n' % i)
+        tags.append(tag)
+    deadline, waiting = time.monotonic() + 30, 0
+    while time.monotonic() < deadline:
+        waiting = metric(args.metrics, 'mailvaultd_worker_lane_queue_length{lane="long"}') or 0
+        if waiting >= 3:
+            break
+    if waiting < 3:
+        R.note("the long jobs ran before three were queued at once; ordering not checked")
+        for c, tag in zip(conns, tags):
+            c.until(tag)
+        return
+    noop_tag = other.tag()
+    other.sock.sendall(noop_tag + b" NOOP\r\n")
+    _, tagged = other.until(noop_tag)
+    still_queued = metric(args.metrics, 'mailvaultd_worker_lane_queue_length{lane="long"}')
+    R.report("another user's NOOP is answered while long commands are still queued "
+             "(%s waiting)" % still_queued,
+             b" OK" in tagged and still_queued is not None and still_queued >= 1)
+    for c, tag in zip(conns, tags):
+        _, t = c.until(tag)
+        R.report("the long COPY completes", b" OK" in t, repr(t))
+        c.close()
+    other.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--imap", type=int, required=True)
+    ap.add_argument("--lmtp", type=int, required=True)
+    ap.add_argument("--metrics", type=int, required=True)
+    ap.add_argument("--user", required=True)
+    ap.add_argument("--user2", required=True)
+    args = ap.parse_args()
+    test_drain_after_login(args)
+    test_short_passes_long(args)
+    return R.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

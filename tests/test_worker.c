@@ -1,0 +1,201 @@
+/*
+ * test_worker.c -- the worker lanes of mailvaultd (imapd/worker.c "LANES"), with jobs of
+ * the test's own on one worker thread; the order in which they run is recorded, so nothing
+ * here depends on timing (a gate job holds the worker until everything is queued).
+ *
+ *   - Short jobs pass long ones queued before them: gate, L1, L2, S1, S2 run as gate, S1,
+ *     S2, L1, L2 (a FIFO ran S1 and S2 last).
+ *   - Fairness: with a long job waiting, at most WORKER_SHORT_BURST short jobs run before it.
+ *   - Within a lane, FIFO (a session's end job follows its last job in the same lane).
+ */
+#include "harness.h"
+
+#include "../imapd/imapd.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+struct config g_config; /* main.c's, which is not linked here */
+
+static pthread_mutex_t wt_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wt_cond = PTHREAD_COND_INITIALIZER;
+static int wt_order[256];
+static int wt_ran;
+static int wt_gate_started, wt_gate_open;
+static int wt_done;
+
+static void wt_record(struct job *job)
+{
+    pthread_mutex_lock(&wt_lock);
+    if (wt_ran < (int)(sizeof wt_order / sizeof wt_order[0])) {
+        wt_order[wt_ran++] = (int)(intptr_t)job->arg;
+    }
+    pthread_mutex_unlock(&wt_lock);
+}
+
+/* Holds the worker until wt_gate_open. */
+static void wt_gate_run(struct job *job)
+{
+    wt_record(job);
+    pthread_mutex_lock(&wt_lock);
+    wt_gate_started = 1;
+    pthread_cond_broadcast(&wt_cond);
+    while (!wt_gate_open) {
+        pthread_cond_wait(&wt_cond, &wt_lock);
+    }
+    pthread_mutex_unlock(&wt_lock);
+}
+
+static void wt_done_fn(struct job *job)
+{
+    wt_done++;
+    free(job);
+}
+
+static void wt_post(struct worker *w, int id, enum job_lane lane, job_fn run)
+{
+    struct job *job = calloc(1, sizeof *job);
+    CHECK(job != NULL);
+    if (job == NULL) {
+        return;
+    }
+    job->arg = (void *)(intptr_t)id;
+    job->lane = lane;
+    job->run = run;
+    job->done = wt_done_fn;
+    worker_post(w, job);
+}
+
+/* Posts the gate and waits (with a deadline) until the worker is inside it. */
+static void wt_gate(struct worker *w)
+{
+    pthread_mutex_lock(&wt_lock);
+    wt_gate_started = wt_gate_open = 0;
+    wt_ran = 0;
+    pthread_mutex_unlock(&wt_lock);
+    wt_done = 0;
+    wt_post(w, 0, JOB_LANE_LONG, wt_gate_run);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    pthread_mutex_lock(&wt_lock);
+    while (!wt_gate_started) {
+        if (pthread_cond_timedwait(&wt_cond, &wt_lock, &until) != 0) {
+            break;
+        }
+    }
+    int started = wt_gate_started;
+    pthread_mutex_unlock(&wt_lock);
+    CHECK(started);
+}
+
+/* Opens the gate and collects until `jobs` are done (deadline 30 s). */
+static void wt_release(int efd, int jobs)
+{
+    pthread_mutex_lock(&wt_lock);
+    wt_gate_open = 1;
+    pthread_cond_broadcast(&wt_cond);
+    pthread_mutex_unlock(&wt_lock);
+    for (int i = 0; i < 300 && wt_done < jobs; i++) {
+        struct pollfd p = {.fd = efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+    }
+    CHECK_EQ_INT(wt_done, jobs);
+}
+
+static int wt_order_is(const int *want, int n)
+{
+    pthread_mutex_lock(&wt_lock);
+    int same = wt_ran == n && memcmp(wt_order, want, (size_t)n * sizeof *want) == 0;
+    if (!same) {
+        fprintf(stderr, "  ran:");
+        for (int i = 0; i < wt_ran; i++) {
+            fprintf(stderr, " %d", wt_order[i]);
+        }
+        fprintf(stderr, "\n");
+    }
+    pthread_mutex_unlock(&wt_lock);
+    return same;
+}
+
+static int wt_efd = -1;
+
+static void test_short_passes_long(void)
+{
+    struct worker *w = worker_for("a@example.org");
+    wt_gate(w);
+    wt_post(w, 1, JOB_LANE_LONG, wt_record);
+    wt_post(w, 2, JOB_LANE_LONG, wt_record);
+    wt_post(w, 10, JOB_LANE_SHORT, wt_record);
+    wt_post(w, 11, JOB_LANE_SHORT, wt_record);
+    wt_release(wt_efd, 5);
+    const int want[] = {0, 10, 11, 1, 2};
+    CHECK(wt_order_is(want, 5));
+}
+
+static void test_long_not_starved(void)
+{
+    struct worker *w = worker_for("a@example.org");
+    wt_gate(w);
+    wt_post(w, 1, JOB_LANE_LONG, wt_record);
+    int n = WORKER_SHORT_BURST + 3;
+    for (int i = 0; i < n; i++) {
+        wt_post(w, 100 + i, JOB_LANE_SHORT, wt_record);
+    }
+    wt_release(wt_efd, n + 2);
+    int want[64], k = 0;
+    want[k++] = 0;
+    for (int i = 0; i < WORKER_SHORT_BURST; i++) {
+        want[k++] = 100 + i;
+    }
+    want[k++] = 1;
+    for (int i = WORKER_SHORT_BURST; i < n; i++) {
+        want[k++] = 100 + i;
+    }
+    CHECK(wt_order_is(want, k));
+}
+
+static void test_fifo_within_lane(void)
+{
+    struct worker *w = worker_for("a@example.org");
+    wt_gate(w);
+    for (int i = 0; i < 5; i++) {
+        wt_post(w, 1 + i, JOB_LANE_LONG, wt_record);
+        wt_post(w, 10 + i, JOB_LANE_SHORT, wt_record);
+    }
+    wt_release(wt_efd, 11);
+    const int want[] = {0, 10, 11, 12, 13, 14, 1, 2, 3, 4, 5};
+    CHECK(wt_order_is(want, 11));
+}
+
+/* The worker and its metrics, before the tests (outside a test: no CHECK). */
+static int wt_start(void)
+{
+    config_defaults(&g_config);
+    g_config.workers = 1;
+    wt_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    return wt_efd >= 0 && metrics_init(1) == 0 && worker_start(&g_config, 1, wt_efd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    if (wt_start() != 0) {
+        fprintf(stderr, "cannot start the worker\n");
+        return 1;
+    }
+    TEST(test_short_passes_long);
+    TEST(test_long_not_starved);
+    TEST(test_fifo_within_lane);
+    worker_stop_all();
+    metrics_shutdown();
+    close(wt_efd);
+    return th_summary();
+}
