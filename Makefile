@@ -176,6 +176,7 @@ $(BUILD)/asan/tests/test_worker: $(filter-out %/main.o,$(IMAPD_SRC:%.c=$(BUILD)/
 $(BUILD)/asan/tests/test_worker: LIBS := -lssl $(LIBS)
 # The fault-injecting VFS (tests/faultvfs.h) for the tests that run the store on a failing disk.
 $(BUILD)/asan/tests/test_faults: $(BUILD)/asan/tests/faultvfs.o $(BUILD)/asan/tests/failalloc.o
+$(BUILD)/asan/tests/test_wal_io: $(BUILD)/asan/tests/faultvfs.o
 # ... and fails the Nth allocation of the library's objects (tests/failalloc.h).
 $(BUILD)/asan/tests/test_faults: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
 	-Wl,--wrap=strdup -Wl,--wrap=strndup

@@ -71,7 +71,11 @@ struct mv_codec {
     uint32_t scratch_size;
     sqlite3 *db;               /* the connection, once the auto-extension told us */
     struct mv_file *main_file; /* the database file owning this codec (NULL once closed) */
-    char errmsg[256];          /* last error, for mv_db_vfs_errmsg() */
+    /* Counts this connection's shared-memory lock calls on the WAL write lock (slot 0),
+     * taking or releasing it. While it stays the same, no other connection can have
+     * written the WAL (vfs_wal.c trusts its own record of the last frame it wrote). */
+    uint64_t wal_write_lock_calls;
+    char errmsg[256]; /* last error, for mv_db_vfs_errmsg() */
 };
 
 struct mv_file {
@@ -97,6 +101,13 @@ struct mv_file {
     int wal_header_valid;
     int wal_rewriting;       /* SQLite is rewriting checksums: whole-frame reads are not judged */
     int64_t wal_rewrite_off; /* header offset of the frame the rewrite just read (0: none) */
+    /* WAL: the frame this connection wrote last (header offset, salts, stored checksum), and
+     * wal_write_lock_calls then; valid only while no other write or lock call came since. */
+    int chain_valid;
+    int64_t chain_off;
+    uint8_t chain_salts[8];
+    uint32_t chain_sum[2];
+    uint64_t chain_lock_calls;
     /* TEMP: logical size, key and one block of scratch. */
     int64_t temp_size;
     crypt_ctx *temp_crypt;
@@ -147,6 +158,10 @@ int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 
 int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_wal_flush(struct mv_file *f);
+/* Forgets the record of the last frame written (a truncate, or any write but a frame). */
+void mv_wal_forget_chain(struct mv_file *f);
+/* Called for every xShmLock on a main file: counts calls covering the WAL write lock. */
+void mv_wal_shm_lock_seen(struct mv_file *main_file, int offset, int n);
 int mv_temp_open(struct mv_file *f);
 void mv_temp_close(struct mv_file *f);
 int mv_temp_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);

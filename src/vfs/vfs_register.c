@@ -103,6 +103,7 @@ static int mv_io_truncate(sqlite3_file *p, sqlite3_int64 size)
         return mv_temp_truncate(f, size);
     }
     if (f->kind == MV_FILE_WAL) {
+        mv_wal_forget_chain(f);
         int rc = mv_wal_flush(f);
         if (rc != SQLITE_OK) {
             return rc;
@@ -250,6 +251,7 @@ static int mv_io_shm_map(sqlite3_file *p, int pg, int pgsz, int extend, void vol
 static int mv_io_shm_lock(sqlite3_file *p, int offset, int n, int flags)
 {
     struct mv_file *f = mv_file_of(p);
+    mv_wal_shm_lock_seen(f, offset, n);
     return f->lower->pMethods->xShmLock(f->lower, offset, n, flags);
 }
 

@@ -71,12 +71,29 @@ static sqlite3_int64 mv_wal_frame_number(sqlite3_int64 header_off, uint32_t page
            1;
 }
 
+/* SQLite's WAL write lock is slot 0 of its shared-memory locks (WAL_WRITE_LOCK, wal.c). */
+#define MV_WAL_WRITE_LOCK_SLOT 0
+
+void mv_wal_forget_chain(struct mv_file *f)
+{
+    f->chain_valid = 0;
+}
+
+void mv_wal_shm_lock_seen(struct mv_file *main_file, int offset, int n)
+{
+    if (main_file->kind == MV_FILE_MAIN && main_file->codec != NULL &&
+        offset <= MV_WAL_WRITE_LOCK_SLOT && offset + n > MV_WAL_WRITE_LOCK_SLOT) {
+        main_file->codec->wal_write_lock_calls++;
+    }
+}
+
 int mv_wal_flush(struct mv_file *f)
 {
     if (!f->pending_header) {
         return SQLITE_OK;
     }
     f->pending_header = 0;
+    mv_wal_forget_chain(f);
     return f->lower->pMethods->xWrite(f->lower, f->pending, MV_WAL_FRAME_HEADER_BYTES,
                                       f->pending_offset);
 }
@@ -104,13 +121,30 @@ static void mv_wal_header_seen(struct mv_file *f, const uint8_t *hdr)
     f->wal_page_size = mv_get_be32(hdr + 8);
 }
 
+/* Whether the previous frame's checksum can be taken from this connection's record of the
+ * frame it wrote last instead of from disk: (1) that frame is the one at prev_off, (2) of the
+ * same WAL generation (salts: a restart always changes them), and (3) no shared-memory lock
+ * call on the WAL write lock came since. SQLite holds the write lock across every frame of
+ * a transaction, so while (3) holds no other connection can have written the WAL, and every
+ * other write of this connection (a lone header, a rewritten checksum, a page overwritten
+ * in place, a truncate) already forgot the record. Without shared memory (exclusive
+ * locking mode) no lock call comes at all, and no other connection can open the WAL. The
+ * first frame of a transaction therefore still reads 8 bytes; the others read nothing. */
+static int
+mv_wal_chain_cached(const struct mv_file *f, sqlite3_int64 prev_off, const uint8_t salts[8])
+{
+    return f->chain_valid && f->chain_off == prev_off && memcmp(f->chain_salts, salts, 8) == 0 &&
+           f->chain_lock_calls == f->codec->wal_write_lock_calls;
+}
+
 /* The checksum the frame at header_off (whose header carries salts) continues from, and
- * the WAL's word order. The previous frame's checksum is always read from disk: another
- * connection may have written that frame since this one last looked. */
+ * the WAL's word order. The previous frame's checksum is read from disk unless use_record
+ * and mv_wal_chain_cached() say this connection wrote it and nobody can have since. */
 static int mv_wal_chain_seed(struct mv_file *f,
                              sqlite3_int64 header_off,
                              uint32_t page_size,
                              const uint8_t salts[8],
+                             int use_record,
                              uint32_t seed[2],
                              int *big_endian)
 {
@@ -129,6 +163,11 @@ static int mv_wal_chain_seed(struct mv_file *f,
     }
     uint8_t prev[8];
     sqlite3_int64 prev_off = header_off - (sqlite3_int64)page_size - MV_WAL_FRAME_HEADER_BYTES;
+    if (use_record && mv_wal_chain_cached(f, prev_off, salts)) {
+        seed[0] = f->chain_sum[0];
+        seed[1] = f->chain_sum[1];
+        return SQLITE_OK;
+    }
     rc = f->lower->pMethods->xRead(f->lower, prev, 8, prev_off + 16);
     if (rc != SQLITE_OK) {
         return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_WRITE : rc;
@@ -159,7 +198,8 @@ static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t p
     }
     uint32_t sum[2];
     int big_endian;
-    rc = mv_wal_chain_seed(f, f->pending_offset, page_size, frame + 8, sum, &big_endian);
+    rc = mv_wal_chain_seed(f, f->pending_offset, page_size, frame + 8, 1, sum, &big_endian);
+    mv_wal_forget_chain(f); /* until this frame is on disk */
     if (rc != SQLITE_OK) {
         return rc;
     }
@@ -167,7 +207,16 @@ static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t p
     mv_wal_checksum(big_endian, frame + MV_WAL_FRAME_HEADER_BYTES, page_size, sum);
     mv_put_be32(frame + 16, sum[0]);
     mv_put_be32(frame + 20, sum[1]);
-    return f->lower->pMethods->xWrite(f->lower, frame, (int)frame_bytes, f->pending_offset);
+    rc = f->lower->pMethods->xWrite(f->lower, frame, (int)frame_bytes, f->pending_offset);
+    if (rc == SQLITE_OK) {
+        f->chain_valid = 1;
+        f->chain_off = f->pending_offset;
+        memcpy(f->chain_salts, frame + 8, 8);
+        f->chain_sum[0] = sum[0];
+        f->chain_sum[1] = sum[1];
+        f->chain_lock_calls = f->codec->wal_write_lock_calls;
+    }
+    return rc;
 }
 
 /* A page written alone into an existing frame; its checksum is rewritten by SQLite. */
@@ -176,6 +225,7 @@ mv_wal_overwrite_page(struct mv_file *f, const uint8_t *page, uint32_t page_size
 {
     struct mv_codec *c = f->codec;
     uint8_t hdr[4];
+    mv_wal_forget_chain(f);
     int rc = f->lower->pMethods->xRead(f->lower, hdr, 4, off - MV_WAL_FRAME_HEADER_BYTES);
     if (rc != SQLITE_OK) {
         return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_WRITE : rc;
@@ -196,6 +246,7 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
         return SQLITE_READONLY;
     }
     if (!mv_wal_active(f)) {
+        mv_wal_forget_chain(f);
         return f->lower->pMethods->xWrite(f->lower, buf, amt, off);
     }
     if (amt == MV_WAL_HEADER_BYTES && off == 0) {
@@ -203,6 +254,7 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
         if (rc != SQLITE_OK) {
             return rc;
         }
+        mv_wal_forget_chain(f);
         mv_wal_header_seen(f, buf);
         return f->lower->pMethods->xWrite(f->lower, buf, amt, off);
     }
@@ -214,6 +266,7 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
         }
         if (f->wal_rewriting && off == f->wal_rewrite_off) {
             f->wal_rewrite_off = 0; /* a rewritten checksum: no page follows */
+            mv_wal_forget_chain(f);
             return f->lower->pMethods->xWrite(f->lower, buf, amt, off);
         }
         memcpy(f->pending, buf, MV_WAL_FRAME_HEADER_BYTES);
@@ -229,6 +282,7 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
         return rc != SQLITE_OK ? rc : mv_wal_overwrite_page(f, buf, page_size, off);
     }
     int rc = mv_wal_flush(f);
+    mv_wal_forget_chain(f);
     return rc != SQLITE_OK ? rc : f->lower->pMethods->xWrite(f->lower, buf, amt, off);
 }
 
@@ -248,7 +302,7 @@ mv_wal_check_frame(struct mv_file *f, const uint8_t *frame, sqlite3_int64 off, u
     int big_endian;
     uint32_t frame_bytes = page_size + MV_WAL_FRAME_HEADER_BYTES;
     if (f->lower->pMethods->xRead(f->lower, whdr_bytes, MV_WAL_HEADER_BYTES, 0) != SQLITE_OK ||
-        mv_wal_chain_seed(f, off, page_size, frame + 8, seed, &big_endian) != SQLITE_OK ||
+        mv_wal_chain_seed(f, off, page_size, frame + 8, 0, seed, &big_endian) != SQLITE_OK ||
         mv_codec_scratch(c, frame_bytes) != SQLITE_OK) {
         return SQLITE_OK; /* nothing to add to what SQLite itself will find */
     }
@@ -318,15 +372,21 @@ int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
         }
         return rc;
     }
-    uint8_t hdr[4];
-    rc = f->lower->pMethods->xRead(f->lower, hdr, 4, off - MV_WAL_FRAME_HEADER_BYTES);
-    if (rc == SQLITE_OK) {
-        rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
-    }
+    /* The frame header (for its page number) and the page in one read: a second read per
+     * page costs a system call, a copy of the page in memory much less. */
+    uint32_t frame_bytes = page_size + MV_WAL_FRAME_HEADER_BYTES;
+    rc = mv_codec_scratch(f->codec, frame_bytes);
     if (rc != SQLITE_OK) {
         return rc;
     }
-    uint32_t pgno = mv_get_be32(hdr);
+    uint8_t *frame = f->codec->scratch;
+    rc = f->lower->pMethods->xRead(f->lower, frame, (int)frame_bytes,
+                                   off - MV_WAL_FRAME_HEADER_BYTES);
+    memcpy(buf, frame + MV_WAL_FRAME_HEADER_BYTES, page_size); /* zero-filled if short */
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    uint32_t pgno = mv_get_be32(frame);
     rc = mv_codec_decrypt(f->codec, pgno, buf, page_size);
     if (rc == SQLITE_IOERR_DATA) {
         mv_codec_set_error(

@@ -1,0 +1,227 @@
+/*
+ * test_wal_io.c -- the I/O the encrypting VFS adds to a WAL database, counted on the
+ * fault-injecting VFS under it (never timed), and the correctness of the shortcuts that
+ * keep it small.
+ *
+ * The WAL format (FORMAT.md §5.3) chains every frame's checksum from the previous frame's,
+ * over ciphertext. The VFS used to read the previous frame's checksum back from disk for
+ * every frame it wrote, and to read a frame's header and its page separately: one system
+ * call per frame more than plain SQLite, on writes and on reads. Now a frame's checksum is
+ * remembered while the WAL write lock is held, and a page is read with its header.
+ * Recovery of a copy of the files (SQLite re-walks the whole chain and drops every frame
+ * after a break) proves the chain was right, including the case where another connection
+ * overwrote the frame this one remembers.
+ */
+#include "faultvfs.h"
+#include "harness.h"
+#include "testutil.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#define WAL_PAGE_SIZE  4096
+#define WAL_FRAME_SIZE (WAL_PAGE_SIZE + 24)
+
+static const char *const PW = "wal io";
+
+/* Counts every call of the VFS below mailvault from here on (the plan never fires). */
+static void count_start(void)
+{
+    fv_arm(&(struct fv_plan){FV_ANY, ULONG_MAX, FV_FAIL, 0});
+}
+
+static long long wal_frames(const char *path)
+{
+    char wal[1100];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    long long size = tu_file_size(wal);
+    return size > 32 ? (size - 32) / WAL_FRAME_SIZE : 0;
+}
+
+/* A WAL database with table t and no automatic checkpoint (frames stay in the WAL). */
+static int open_wal_db(const char *path, unsigned flags, sqlite3 **db)
+{
+    if (tu_open(path, PW, MV_CIPHER_CHACHA20, flags, db) != MV_OK) {
+        return -1;
+    }
+    if (tu_exec(*db, "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0") != SQLITE_OK ||
+        tu_exec(*db, "CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v INTEGER, "
+                     "pad BLOB)") != SQLITE_OK) {
+        return -1;
+    }
+    return 0;
+}
+
+/* Opens a copy of path's files (recovery walks the copied WAL) and returns sum(v) and the
+ * row count, or -1 if it does not open or is not intact. */
+static long long recovered_sum(const char *path, long long *rows)
+{
+    char *copy = tu_path("recovered.db");
+    sqlite3 *db = NULL;
+    long long sum = -1;
+    tu_remove_db(copy);
+    if (tu_copy_db(path, copy) == 0 && tu_open(copy, PW, MV_CIPHER_AUTO, 0, &db) == MV_OK &&
+        tu_int(db, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check='ok'") == 1) {
+        sum = tu_int(db, "SELECT total(v) FROM t");
+        *rows = tu_int(db, "SELECT count(*) FROM t");
+    }
+    sqlite3_close(db);
+    tu_remove_db(copy);
+    return sum;
+}
+
+/* Writing a transaction of many frames reads nothing back but the previous frame's checksum
+ * once, and writes each frame in one call (plain SQLite: two, header and page). */
+static void test_frames_write_without_reading_back(void)
+{
+    char *path = tu_path("frames.db");
+    sqlite3 *db = NULL;
+    tu_remove_db(path);
+    CHECK(open_wal_db(path, MV_DB_CREATE, &db) == 0);
+    CHECK(tu_exec(db, "INSERT INTO t VALUES(1, 1, zeroblob(100))") == SQLITE_OK);
+    long long before = wal_frames(path);
+    count_start();
+    CHECK(tu_exec(db, "BEGIN; WITH RECURSIVE n(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM n "
+                      "WHERE i < 41) INSERT INTO t SELECT i, i, randomblob(3000) FROM n; "
+                      "COMMIT") == SQLITE_OK);
+    unsigned long reads = fv_calls(FV_READ), writes = fv_calls(FV_WRITE);
+    fv_disarm();
+    long long frames = wal_frames(path) - before;
+    CHECK(frames >= 40);
+    CHECK_EQ_INT(writes, frames);
+    CHECK(reads <= 1); /* the seed of the transaction's first frame */
+
+    /* Autocommit: at most one read per transaction, however many frames each writes. */
+    before = wal_frames(path);
+    count_start();
+    for (int i = 0; i < 20; i++) {
+        char sql[160];
+        snprintf(sql, sizeof sql, "INSERT INTO t VALUES(%d, %d, randomblob(6000))", 100 + i,
+                 100 + i);
+        CHECK(tu_exec(db, sql) == SQLITE_OK);
+    }
+    reads = fv_calls(FV_READ);
+    writes = fv_calls(FV_WRITE);
+    fv_disarm();
+    frames = wal_frames(path) - before;
+    CHECK(frames >= 40);
+    CHECK_EQ_INT(writes, frames);
+    CHECK(reads <= 20);
+
+    long long rows = 0, want = tu_int(db, "SELECT total(v) FROM t");
+    CHECK_EQ_INT(recovered_sum(path, &rows), want);
+    CHECK_EQ_INT(rows, 61);
+    sqlite3_close(db);
+    tu_remove_db(path);
+}
+
+/* A page read from the WAL is one read (frame header and page together), not two. */
+static void test_wal_pages_read_once(void)
+{
+    char *path = tu_path("reads.db");
+    sqlite3 *db = NULL, *reader = NULL;
+    tu_remove_db(path);
+    CHECK(open_wal_db(path, MV_DB_CREATE, &db) == 0);
+    CHECK(tu_exec(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE "
+                      "i < 60) INSERT INTO t SELECT i, i, randomblob(3000) FROM n") == SQLITE_OK);
+    long long pages = tu_int(db, "PRAGMA page_count");
+    CHECK(pages >= 60 && wal_frames(path) >= pages);
+    CHECK(tu_open(path, PW, MV_CIPHER_AUTO, 0, &reader) == MV_OK);
+    CHECK_EQ_INT(tu_int(reader, "SELECT count(*) FROM sqlite_schema"), 1); /* page 1 */
+    count_start();
+    long long sum = tu_int(reader, "SELECT total(length(pad)) FROM t");
+    unsigned long reads = fv_calls(FV_READ);
+    fv_disarm();
+    CHECK_EQ_INT(sum, 60 * 3000);
+    CHECK(reads >= 60);                       /* every page of the table came from disk */
+    CHECK(reads <= (unsigned long)pages + 2); /* ... once each (it was 2 per WAL page) */
+    sqlite3_close(reader);
+    sqlite3_close(db);
+    tu_remove_db(path);
+}
+
+static int exec_update(sqlite3 *db, int id, int v)
+{
+    char sql[96];
+    snprintf(sql, sizeof sql, "UPDATE t SET v = %d WHERE id = %d", v, id);
+    return tu_exec(db, sql);
+}
+
+/* Connection A writes an uncommitted frame and rolls back; B commits its own frame at the
+ * same place; then A appends after it. A must chain from B's frame, not from the one it
+ * remembers writing there, or recovery drops A's commit (and everything after it). */
+static void test_remembered_frame_overwritten_by_another_connection(void)
+{
+    char *path = tu_path("twoconn.db");
+    sqlite3 *a = NULL, *b = NULL;
+    tu_remove_db(path);
+    CHECK(open_wal_db(path, MV_DB_CREATE, &a) == 0);
+    CHECK(tu_exec(a, "INSERT INTO t VALUES(1, 0, NULL), (2, 0, NULL), (3, 0, NULL)") == SQLITE_OK);
+    CHECK(open_wal_db(path, 0, &b) == 0);
+    CHECK_EQ_INT(tu_int(b, "SELECT count(*) FROM t"), 3);
+    long long base = wal_frames(path);
+
+    CHECK(tu_exec(a, "BEGIN") == SQLITE_OK);
+    CHECK(exec_update(a, 1, 7) == SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_db_cacheflush(a), SQLITE_OK); /* the leaf goes out as a frame */
+    CHECK_EQ_INT(wal_frames(path), base + 1);
+    CHECK(tu_exec(a, "ROLLBACK") == SQLITE_OK);
+
+    CHECK(exec_update(b, 2, 11) == SQLITE_OK); /* one frame, over A's */
+    CHECK_EQ_INT(wal_frames(path), base + 1);
+    CHECK(exec_update(a, 3, 13) == SQLITE_OK); /* chains from B's frame */
+    CHECK(exec_update(b, 1, 17) == SQLITE_OK);
+    CHECK(exec_update(a, 2, 19) == SQLITE_OK);
+    CHECK_EQ_INT(wal_frames(path), base + 4);
+
+    long long rows = 0;
+    CHECK_EQ_INT(recovered_sum(path, &rows), 17 + 19 + 13);
+    CHECK_EQ_INT(rows, 3);
+    sqlite3_close(b);
+    sqlite3_close(a);
+    tu_remove_db(path);
+}
+
+/* Exclusive locking mode (no shared-memory locks at all) keeps the chain right across
+ * transactions and rollbacks. */
+static void test_exclusive_mode_chain(void)
+{
+    char *path = tu_path("exclusive.db");
+    sqlite3 *db = NULL;
+    tu_remove_db(path);
+    CHECK(tu_open(path, PW, MV_CIPHER_CHACHA20, MV_DB_CREATE, &db) == MV_OK);
+    CHECK(tu_exec(db, "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; "
+                      "PRAGMA wal_autocheckpoint=0; "
+                      "CREATE TABLE t(id INTEGER PRIMARY KEY, v INTEGER, pad BLOB); "
+                      "INSERT INTO t VALUES(1, 1, NULL), (2, 2, NULL)") == SQLITE_OK);
+    for (int round = 0; round < 3; round++) {
+        CHECK(tu_exec(db, "BEGIN; UPDATE t SET v = v + 100 WHERE id = 1") == SQLITE_OK);
+        CHECK_EQ_INT(sqlite3_db_cacheflush(db), SQLITE_OK);
+        CHECK(tu_exec(db, "ROLLBACK") == SQLITE_OK);
+        CHECK(exec_update(db, 2, 10 + round) == SQLITE_OK);
+        CHECK(tu_exec(db, "INSERT INTO t VALUES(NULL, 1, randomblob(9000))") == SQLITE_OK);
+    }
+    /* The files are locked: copy them after closing, with the WAL kept (no checkpoint). */
+    long long want = tu_int(db, "SELECT total(v) FROM t");
+    CHECK_EQ_INT(want, 1 + 12 + 3);
+    CHECK_EQ_INT(sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    long long rows = 0;
+    CHECK_EQ_INT(recovered_sum(path, &rows), want);
+    CHECK_EQ_INT(rows, 5);
+    tu_remove_db(path);
+}
+
+int main(void)
+{
+    if (fv_register() != SQLITE_OK || mv_vfs_register(FV_VFS_NAME, 0) != MV_OK) {
+        fprintf(stderr, "cannot register the VFS stack\n");
+        return 1;
+    }
+    TEST(test_frames_write_without_reading_back);
+    TEST(test_wal_pages_read_once);
+    TEST(test_remembered_frame_overwritten_by_another_connection);
+    TEST(test_exclusive_mode_chain);
+    return th_summary();
+}
