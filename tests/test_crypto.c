@@ -12,12 +12,14 @@
 #include "harness.h"
 
 #include <openssl/evp.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define TEST_PASSWORD "fe-testvector-password"
-#define TEST_PAGE_MAX 65536
+#define TEST_PASSWORD    "fe-testvector-password"
+#define TEST_PAGE_MAX    65536
+#define TEST_KEY_HEX_OTK "8c1f0e2d3a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9011223344ff"
 
 static const uint32_t test_page_sizes[] = {512, 4096, 8192, 65536};
 
@@ -507,6 +509,68 @@ static void test_chacha20_page_reference(void)
     crypt_ctx_free(ctx);
 }
 
+/* The page's one-time key (a hand-written ChaCha20 block in crypt_chacha20.c) at the edges
+ * of the 32-bit counter, checked against the reference built on crypt_chacha20_xor() (EVP):
+ * pages written by the reference at each counter decrypt. */
+static void test_chacha20_otk_counter_edges(void)
+{
+    static const uint32_t ctrs[] = {0u, 1u, 0x7fffffffu, 0xfffffffeu, 0xffffffffu};
+    static const uint32_t pgnos[] = {1u, 2u, 12345u};
+    static uint8_t plain[4096], page[4096];
+    uint8_t key[32];
+    test_hex(TEST_KEY_HEX_OTK, key, 32);
+    crypt_ctx *ctx = test_ctx(CRYPT_CIPHER_CHACHA20, 0, "x'" TEST_KEY_HEX_OTK "'", NULL);
+    CHECK(ctx != NULL);
+    for (size_t p = 0; p < sizeof pgnos / sizeof pgnos[0]; p++) {
+        for (size_t c = 0; c < sizeof ctrs / sizeof ctrs[0]; c++) {
+            uint32_t pgno = pgnos[p], ctr = ctrs[c] ^ pgnos[p];
+            int page1 = pgno == 1;
+            test_fill_page(plain, sizeof plain, pgno, CRYPT_CIPHER_CHACHA20);
+            memcpy(page, plain, sizeof page);
+            if (page1) {
+                memcpy(page, crypt_ctx_salt(ctx), 16);
+            }
+            for (int i = 0; i < 12; i++) {
+                page[4064 + i] = (uint8_t)(0x31u * (unsigned)(i + 1) + (unsigned)c);
+            }
+            for (int i = 0; i < 4; i++) {
+                page[4064 + 12 + i] = (uint8_t)(ctr >> (8 * i));
+            }
+            CHECK(test_chacha20_ref_crypt(key, pgno, page, sizeof page, page1, 1));
+            CHECK_EQ_INT(
+                crypt_page_decrypt(ctx, pgno, page, sizeof page, page1 ? CRYPT_PAGE_DB_HEADER : 0),
+                CRYPT_OK);
+            CHECK(memcmp(page + 16, plain + 16, sizeof page - 48) == 0);
+        }
+    }
+    crypt_ctx_free(ctx);
+}
+
+/* crypt_poly1305() feeds OpenSSL a multiple of 128 bytes and then the rest (a speed-up, see
+ * crypt_chacha20.c): the tag equals libsodium's one-call Poly1305 at every length. */
+static void test_poly1305_split_matches_libsodium(void)
+{
+    static const size_t big[] = {4064, 4080, 4096, 8160, 16352, 32736, 65504, 65520, 65536};
+    static uint8_t msg[65536];
+    uint8_t key[32], ours[16], theirs[16];
+    for (size_t i = 0; i < sizeof msg; i++) {
+        msg[i] = (uint8_t)(i * 7u + (i >> 8));
+    }
+    for (int i = 0; i < 32; i++) {
+        key[i] = (uint8_t)(0xa0 + i);
+    }
+    CHECK(sodium_init() >= 0);
+    for (size_t len = 0; len < 1200 + sizeof big / sizeof big[0]; len++) {
+        size_t n = len < 1200 ? len : big[len - 1200];
+        CHECK_EQ_INT(crypt_poly1305(key, msg, n, ours), CRYPT_OK);
+        crypto_onetimeauth_poly1305(theirs, msg, n, key);
+        if (memcmp(ours, theirs, 16) != 0) {
+            fprintf(stderr, "  length %zu\n", n);
+        }
+        CHECK(memcmp(ours, theirs, 16) == 0);
+    }
+}
+
 /* ---- secret parsing (FORMAT.md §1.3) ------------------------------------------------------ */
 
 #define TEST_KEY_HEX  "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
@@ -927,6 +991,8 @@ int main(void)
     TEST(test_tamper_aes256cbc);
     TEST(test_wrong_key);
     TEST(test_chacha20_page_reference);
+    TEST(test_chacha20_otk_counter_edges);
+    TEST(test_poly1305_split_matches_libsodium);
     TEST(test_secret_raw_forms);
     TEST(test_secret_passphrase_forms);
     TEST(test_secret_limits);
