@@ -47,7 +47,9 @@
 #      pair per operation, build/bench-results/bigmail.{json,md} (~1 min).
 #
 # The page-crypto target compares like with like: crypto.chacha20.encrypt_mbps (encryption
-# alone, as openssl speed measures) against openssl speed. The write-cost targets compare
+# alone, per second of CPU time, as openssl speed measures) against openssl speed (target
+# 0.9, issue 13). bench_crypto also measures the same ratio in-process, alternating the two
+# loops (crypto.chacha20.ratio_vs_openssl_speed), which a busy machine disturbs less. The write-cost targets compare
 # chacha20 with the same build's plaintext file through the shim (vfs.*.cost_ratio_vs_plain).
 # Exit status: 0 when every step ran, whether or not targets were met; 1 if a step failed.
 set -euo pipefail
@@ -168,7 +170,7 @@ fi
 echo
 echo "== summary"
 printf '%-46s %9s  %-7s %s\n' "item" "measured" "target" "status"
-verdict "chacha20 page encrypt / openssl speed" "$page_ratio" ">=" 0.5
+verdict "chacha20 page encrypt / openssl speed" "$page_ratio" ">=" 0.9
 verdict "chacha20 insert cost / unencrypted (same VFS)" "$insert_ratio" "<=" 1.3
 verdict "chacha20 update cost / unencrypted (same VFS)" "$update_ratio" "<=" 1.3
 printf '%-46s %5s MiB  <= 16 MiB  peak RSS bounded: %s\n' \
@@ -182,6 +184,9 @@ printf '  %-44s %s\n' \
     "aes256cbc cost vs unencrypted" "$(pair aes256cbc plain)" \
     "sqlcipher cost vs unencrypted" "$(pair sqlcipher plain)" \
     "chacha20 page enc+dec / in-process AEAD" "$(value crypto.chacha20.ratio_vs_aead)x" \
+    "chacha20 page encrypt / in-process openssl speed" \
+    "$(value crypto.chacha20.ratio_vs_openssl_speed)x (alternating slices)" \
+    "chacha20 page encrypt / AEAD seal per page" "$(value crypto.chacha20.ratio_vs_openssl_seal)x" \
     "mv_db_open of an existing chacha20 file" "$(value vfs.open.chacha20_ms) ms"
 ovalue() { awk -v k="ops.$1" '$1 == k { print $2; exit }' "$out_dir/ops.txt"; }
 echo "operations, for information ($(ovalue build.file_mb) MB store; $scale_out/ops.json):"
@@ -235,7 +240,7 @@ def ratio(name):
     return figures[name]["value"]
 page = figures["crypto.chacha20.encrypt_mbps"]["value"] / ratio("openssl.speed.chacha20_poly1305_mbps")
 targets = [
-    {"name": "chacha20 page encrypt / openssl speed", "measured": round(page, 2), "op": ">=", "target": 0.5},
+    {"name": "chacha20 page encrypt / openssl speed", "measured": round(page, 2), "op": ">=", "target": 0.9},
     {"name": "chacha20 insert cost / unencrypted", "measured": ratio("vfs.insert.chacha20.cost_ratio_vs_plain"), "op": "<=", "target": 1.3},
     {"name": "chacha20 update cost / unencrypted", "measured": ratio("vfs.update.chacha20.cost_ratio_vs_plain"), "op": "<=", "target": 1.3},
 ]
