@@ -45,6 +45,9 @@ static const struct config_key config_keys[] = {
     CS(log, "stderr or syslog (default stderr)"),
     CS(log_level, "least severe level logged: error, warning, info, debug (default info)"),
     CS(metrics_listen, "ADDRESS:PORT for Prometheus metrics at /metrics (default none: off)"),
+    CS(control_socket,
+       "Unix socket for `mailvault who|kick|release|adopt` (default ROOT/.mailvaultd.sock; "
+       "off: none)"),
     CI(workers, 1, 64, "worker threads (default 4 per online CPU, at most 64)"),
     CI(stores_per_worker, 1, 100000, "open stores each worker keeps (default 32)"),
     CI(store_idle_s, 1, 86400, "close an unused store after this long (default 300)"),

@@ -239,6 +239,16 @@ void conn_flush(struct conn *c)
     }
 }
 
+struct conn *conn_next(const struct conn *c)
+{
+    return c == NULL ? conn_list : c->next;
+}
+
+void conn_close(struct conn *c, const char *why)
+{
+    conn_close_now(c, why);
+}
+
 void conn_write(struct conn *c, const void *data, size_t len)
 {
     if (c->dead) {
@@ -432,6 +442,17 @@ static void conn_describe(struct conn *c, const struct sockaddr_storage *sa)
         port = ntohs(in6->sin6_port);
         c->loopback = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
         snprintf(c->peer, sizeof c->peer, "[%s]:%u", host, port);
+    } else if (sa->ss_family == AF_UNIX) {
+        /* A local socket (the control socket): the peer's account is what identifies it. */
+        struct ucred cred;
+        socklen_t len = sizeof cred;
+        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+            snprintf(c->peer, sizeof c->peer, "local uid %u pid %d", (unsigned)cred.uid,
+                     (int)cred.pid);
+        } else {
+            snprintf(c->peer, sizeof c->peer, "local");
+        }
+        snprintf(host, sizeof host, "local");
     } else {
         snprintf(c->peer, sizeof c->peer, "unknown");
     }

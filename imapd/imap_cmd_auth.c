@@ -142,6 +142,11 @@ imap_login_finish(struct imap_ctx *x, const char *user, const char *password, si
         imap_login_failed(x, normal, "empty or over-long password");
         return;
     }
+    if (control_user_held(normal)) { /* a release in progress (control.c) */
+        log_info("login %s: refused, the store is being released", normal);
+        imap_tagged(x, "NO", "[UNAVAILABLE] this mailbox is being moved; try again later");
+        return;
+    }
     struct open_store *store = NULL;
     int rc =
         worker_store_acquire(s->worker, normal, password, password_len, &store, err, sizeof err);

@@ -469,6 +469,9 @@ static void imap_job_done(struct job *job)
     if (!c->dead) {
         /* No job is in flight now, so the state the job left is safe to read here. */
         j->s->authenticated = j->s->state != IMAP_NOT_AUTH;
+        snprintf(j->s->shown_mailbox, sizeof j->s->shown_mailbox, "%s",
+                 j->s->state == IMAP_SELECTED && j->s->view.mailbox != NULL ? j->s->view.mailbox
+                                                                            : "");
         conn_write(c, job->out.data, job->out.len);
         if (j->s->idling && !j->s->in_idle) { /* IDLE began: wait for DONE */
             j->s->frame.raw_line = 1;
@@ -766,6 +769,9 @@ static void imap_command(struct conn *c, uint8_t *bytes, size_t len)
 static void imap_session_input(struct conn *c)
 {
     struct imap_session *s = c->session;
+    if (s != NULL && s->kicked) {
+        return; /* ended by a control request: BYE once the command in flight is done */
+    }
     while (s != NULL && !c->dead && !c->busy && !c->closing && c->out.len < conn_output_max(c)) {
         size_t len = 0;
         uint64_t literal = 0;
@@ -1010,3 +1016,54 @@ const struct conn_proto_ops imap_conn_proto = {
     .metric_gauge = METRIC_CONNECTIONS_IMAP,
     .metric_gauge_tls = METRIC_CONNECTIONS_IMAPS,
 };
+
+/* ---- the control socket's view (control.c) ---- */
+
+const char *imap_session_user(const struct conn *c)
+{
+    const struct imap_session *s = c->ops == &imap_conn_proto ? c->session : NULL;
+    /* authenticated is set on the loop once the login's job is done: s->user is final. */
+    return s != NULL && !c->dead && s->authenticated ? s->user : NULL;
+}
+
+int imap_session_kick(struct conn *c, const char *text)
+{
+    struct imap_session *s = c->ops == &imap_conn_proto ? c->session : NULL;
+    if (s == NULL || c->dead) {
+        return 1;
+    }
+    s->kicked = 1;
+    if (c->refs > 0) {
+        return 0; /* a job holds the connection: its answer goes out first */
+    }
+    /* No job in flight (a FETCH waiting for its reader holds none): what is queued goes out
+     * as far as the socket takes it, then the BYE, then the close. */
+    c->refs++;
+    conn_write_str(c, "* BYE ");
+    conn_write_str(c, text);
+    conn_write_str(c, "\r\n");
+    conn_flush(c);
+    conn_close(c, "ended by a control request");
+    conn_release(c);
+    return 1;
+}
+
+int imap_session_who(const struct conn *c, struct buf *out)
+{
+    const struct imap_session *s = c->ops == &imap_conn_proto ? c->session : NULL;
+    const char *user = imap_session_user(c);
+    if (s == NULL || user == NULL) {
+        return 0;
+    }
+    int64_t now = loop_now_ms();
+    buf_printf(out, "* session %s proto=imap client=", user);
+    control_value(out, c->peer);
+    buf_printf(out, " since=%lld idle_s=%lld state=%s mailbox=", control_wall_s(c->connected_ms),
+               (long long)((now - c->last_active_ms) / 1000),
+               s->in_idle ? "idle"
+               : c->busy  ? "busy"
+                          : "ready");
+    control_value(out, s->shown_mailbox);
+    buf_str(out, "\r\n");
+    return 1;
+}

@@ -84,6 +84,10 @@ struct imap_session {
     /* The lane of the session's last job (loop thread): the job that ends the session goes
      * into the same lane, so it runs after that one (worker.c LANES). */
     enum job_lane last_lane;
+    /* Loop thread only, for the control socket (control.c): the mailbox selected as of the
+     * last completed command (`who`), and an end asked for (no new command is taken). */
+    char shown_mailbox[256];
+    int kicked;
 };
 
 #define IMAP_LOGIN_FAILURES_MAX 3

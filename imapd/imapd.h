@@ -27,9 +27,10 @@ struct config {
     char tls_cert[MV_PATH_MAX];
     char tls_key[MV_PATH_MAX];
     char ports_file[MV_PATH_MAX];
-    char log[16];            /* "stderr" or "syslog" */
-    char log_level[16];      /* "error", "warning", "info" (default), "debug" */
-    char metrics_listen[80]; /* ADDRESS:PORT of the /metrics HTTP listener; "": off */
+    char log[16];                     /* "stderr" or "syslog" */
+    char log_level[16];               /* "error", "warning", "info" (default), "debug" */
+    char metrics_listen[80];          /* ADDRESS:PORT of the /metrics HTTP listener; "": off */
+    char control_socket[MV_PATH_MAX]; /* "": ROOT/MV_CONTROL_SOCKET_NAME; "off": none */
     int workers;
     int stores_per_worker;
     int store_idle_s;
@@ -197,9 +198,10 @@ int proxy_parse_address(const char *text, char *out, size_t out_size);
 
 /* ---- metrics.c: counters for /metrics (any thread; docs/IMAPD.md lists the families) ---- */
 enum metric_counter {
-    METRIC_ACCEPTED_IMAP, /* the three in METRIC_CONNECTIONS_* order: imap, imaps, lmtp */
+    METRIC_ACCEPTED_IMAP, /* the four in METRIC_CONNECTIONS_* order: imap, imaps, lmtp, control */
     METRIC_ACCEPTED_IMAPS,
     METRIC_ACCEPTED_LMTP,
+    METRIC_ACCEPTED_CONTROL,
     METRIC_REFUSED,    /* connections_max / connections_per_address_max */
     METRIC_TLS_FAILED, /* a connection with TLS closed before its handshake finished */
     METRIC_LOGINS_OK,
@@ -210,6 +212,7 @@ enum metric_gauge {
     METRIC_CONNECTIONS_IMAP, /* same order as the METRIC_ACCEPTED_* */
     METRIC_CONNECTIONS_IMAPS,
     METRIC_CONNECTIONS_LMTP,
+    METRIC_CONNECTIONS_CONTROL,
     METRIC_OPEN_STORES,
     METRIC_GAUGE_COUNT
 };
@@ -303,6 +306,7 @@ struct conn_proto_ops {
 /* The protocols (main.c names them for its listeners). */
 extern const struct conn_proto_ops imap_conn_proto;
 extern const struct conn_proto_ops lmtp_conn_proto;
+extern const struct conn_proto_ops control_conn_proto;
 
 struct conn {
     struct loop_handler handler;
@@ -340,6 +344,10 @@ struct conn {
  * connections of this protocol (the caller refuses the connection). */
 int conn_set_client(struct conn *c, const char *addr, unsigned port, const char *session_id);
 
+/* Iterates over the open connections: conn_next(NULL) is the first, NULL after the last. */
+struct conn *conn_next(const struct conn *c);
+/* Closes the connection now (what is queued and not yet written is dropped). */
+void conn_close(struct conn *c, const char *why);
 /* Writes (queues) bytes to the peer. */
 void conn_write(struct conn *c, const void *data, size_t len);
 void conn_write_str(struct conn *c, const char *s);
@@ -460,6 +468,14 @@ void worker_store_release(struct worker *w, struct open_store *s);
 /* The open store of address without a password (LMTP delivery into an open store), or NULL. */
 struct open_store *worker_store_find(struct worker *w, const char *address);
 const struct config *worker_config(const struct worker *w);
+/* For control.c: the number of workers, and the one at index (0 .. worker_total() - 1). */
+int worker_total(void);
+struct worker *worker_at(int index);
+/* On the worker: a "* store ADDRESS worker=N sessions=N idle_s=N" line per open store. */
+void worker_store_list(struct worker *w, struct buf *out);
+/* On the worker: checkpoints (TRUNCATE) and closes the store of address if it is open and
+ * no session holds it (*closed = 1). MV_OK (closed, or not open here) or MV_EBUSY. */
+int worker_store_close_user(struct worker *w, const char *address, int *closed);
 
 /* ---- imap_session.c ---- */
 /* On the loop, after a job that may have changed a mailbox of user completed: every
@@ -471,6 +487,29 @@ void imap_session_notify(const char *user, const void *except);
 void idle_watch_add(const char *user);
 /* A session of user left IDLE; the watch goes with the last one. */
 void idle_watch_remove(const char *user);
+
+/* ---- control.c: the control socket (docs/CONTROL.md) ---- */
+/* Listens on path (owner-only; a stale socket of ours is replaced, anything else refused).
+ * 0, or -1 with the reason in err. Call before any thread exists (it sets the umask). */
+int control_listen(const char *path, char *err, size_t err_size);
+/* Closes the socket and removes it (if it is still ours). */
+void control_close(void);
+/* After the workers stopped and their jobs were collected: ends the requests left. */
+void control_shutdown(void);
+void control_tick(int64_t now_ms);
+/* Whether a release of user is in progress (any thread): LOGIN and RCPT are refused. */
+int control_user_held(const char *user);
+/* Appends a value of a reply line: bytes outside '!'..'~' and '%' as %XX; "" as "-". */
+void control_value(struct buf *b, const char *text);
+/* The Unix time (s) of a loop_now_ms() time stamp. */
+long long control_wall_s(int64_t loop_ms);
+/* For the control requests, on the loop: the user of a logged-in IMAP connection, else NULL;
+ * ending it with "* BYE text" (1), or, with a command in flight, taking no new command (0:
+ * ask again once it is done); a "* session ..." line per session of c (their count). */
+const char *imap_session_user(const struct conn *c);
+int imap_session_kick(struct conn *c, const char *text);
+int imap_session_who(const struct conn *c, struct buf *out);
+int lmtp_session_who(const struct conn *c, struct buf *out);
 
 /* The running configuration (main.c). */
 extern struct config g_config;

@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 enum lmtp_state { LMTP_START = 0, LMTP_READY, LMTP_MAIL, LMTP_DATA, LMTP_DELIVERING };
 
@@ -374,12 +375,18 @@ struct lmtp_rcpt_job {
 static void lmtp_rcpt_run(struct job *job)
 {
     struct lmtp_rcpt_job *j = (struct lmtp_rcpt_job *)job;
+    struct mv_store_options opts = config_store_options(worker_config(job->worker));
+    /* Being released (control.c) or released (the fence): 451, and the MTA or the proxy
+     * tries again, on the new node once the route changed. */
+    if (control_user_held(j->address) || mv_store_released(j->address, &opts) == 1) {
+        j->rc = MV_EMOVED;
+        return;
+    }
     if (worker_store_find(job->worker, j->address) != NULL) {
         j->rc = MV_OK; /* open on this worker, so it exists: no filesystem walk */
         return;
     }
     uint32_t queued = 0;
-    struct mv_store_options opts = config_store_options(worker_config(job->worker));
     j->rc = mv_queue_count(j->address, &opts, &queued);
 }
 
@@ -403,6 +410,10 @@ static void lmtp_rcpt_done(struct job *job)
         s->order[s->rcpt_count++] = s->distinct;
         snprintf(s->rcpt[s->distinct++], sizeof s->rcpt[0], "%s", j->address);
         lmtp_reply(c, "250 2.1.5 recipient ok");
+    } else if (j->rc == MV_EMOVED) {
+        s->rejected++;
+        lmtp_reply(c, "451 4.2.1 mailbox unavailable here (moved or being moved), try again later");
+        metrics_lmtp_reply("451");
     } else if (j->rc == MV_OK || j->rc == MV_ENOTFOUND || j->rc == MV_EINVAL) {
         s->rejected++;
         lmtp_reply(c, "550 5.1.1 no such user");
@@ -766,3 +777,25 @@ const struct conn_proto_ops lmtp_conn_proto = {
     .metric_gauge = METRIC_CONNECTIONS_LMTP,
     .metric_gauge_tls = METRIC_CONNECTIONS_LMTP,
 };
+
+int lmtp_session_who(const struct conn *c, struct buf *out)
+{
+    const struct lmtp_session *s = c->ops == &lmtp_conn_proto ? c->session : NULL;
+    if (s == NULL || c->dead) {
+        return 0;
+    }
+    int64_t now = loop_now_ms();
+    const char *state = s->state == LMTP_MAIL   ? "rcpt"
+                        : s->state == LMTP_DATA ? "data"
+                                                : "delivering";
+    /* One line per recipient of the transaction in progress: LMTP sessions belong to no
+     * user otherwise. */
+    for (size_t d = 0; d < s->distinct && s->state >= LMTP_MAIL; d++) {
+        buf_printf(out, "* session %s proto=lmtp client=", s->rcpt[d]);
+        control_value(out, c->peer);
+        buf_printf(out, " since=%lld idle_s=%lld state=%s mailbox=INBOX\r\n",
+                   control_wall_s(s->mail_ms), (long long)((now - c->last_active_ms) / 1000),
+                   state);
+    }
+    return (int)(s->state >= LMTP_MAIL ? s->distinct : 0);
+}

@@ -48,6 +48,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -139,6 +140,7 @@ static void main_on_signal(void *arg, uint32_t events)
 static void main_tick(int64_t now_ms)
 {
     conn_tick(now_ms);
+    control_tick(now_ms);
     metrics_tick(now_ms);
 }
 
@@ -306,6 +308,34 @@ static int main_ports_file(void)
             fprintf(stderr, "mailvaultd: cannot write %s\n", g_config.ports_file);
             return -1;
         }
+    }
+    return 0;
+}
+
+/* The control socket (control.c): control_socket, by default in the store root, where
+ * `mailvault` finds it from the same --root; "off": none. The default is skipped with a
+ * warning when the root's name is too long for a Unix socket; a configured path is not. */
+static int main_control_socket(void)
+{
+    char path[MV_PATH_MAX + 32], err[MV_PATH_MAX + 256];
+    const char *setting = g_config.control_socket;
+    if (strcmp(setting, "off") == 0) {
+        log_event("control socket off (control_socket = off)");
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s", setting);
+    if (setting[0] == '\0') {
+        snprintf(path, sizeof path, "%s/%s", g_config.root, MV_CONTROL_SOCKET_NAME);
+        if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+            log_warning("no control socket: %s is too long for a Unix socket; set "
+                        "control_socket to a shorter path",
+                        path);
+            return 0;
+        }
+    }
+    if (control_listen(path, err, sizeof err) != 0) {
+        fprintf(stderr, "mailvaultd: %s\n", err);
+        return -1;
     }
     return 0;
 }
@@ -546,7 +576,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "mailvaultd: %s\n", err);
         return 1;
     }
-    if (main_drop_privileges() != 0 || main_check_root() != 0) {
+    /* The control socket after the switch of users (it belongs to the serving account) and
+     * before the workers (control_listen sets the umask, which is the process's). */
+    if (main_drop_privileges() != 0 || main_check_root() != 0 || main_control_socket() != 0) {
         return 1;
     }
     wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -557,10 +589,12 @@ int main(int argc, char **argv)
         metrics_init(g_config.workers) != 0 ||
         worker_start(&g_config, g_config.workers, wake_fd) != 0) {
         fprintf(stderr, "mailvaultd: cannot start the workers\n");
+        control_close();
         return 1;
     }
     if (main_ports_file() != 0) {
         worker_stop_all();
+        control_close();
         return 1;
     }
     log_event("mailvaultd %s started: %d workers, store root %s", mv_version(), g_config.workers,
@@ -579,9 +613,11 @@ int main(int argc, char **argv)
     }
     /* Connections first (each posts its session's release job), then the workers finish
      * their queues and close their stores, then the jobs' done() frees what they held. */
+    control_close(); /* no new control requests; the ones in progress end with the BYE */
     conn_shutdown_all();
     worker_stop_all();
     worker_collect();
+    control_shutdown();
     metrics_shutdown();
     tls_shutdown();
     log_event("stopped");

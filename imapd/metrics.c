@@ -236,15 +236,15 @@ metrics_labelled(struct buf *b, const char *name, const char *label, const char 
 
 static void metrics_render_connections(struct buf *b)
 {
-    static const char *const protocols[] = {"imap", "imaps", "lmtp"};
+    static const char *const protocols[] = {"imap", "imaps", "lmtp", "control"};
     metrics_family(b, "mailvaultd_connections_accepted_total", "counter",
                    "Connections accepted, by protocol (imaps: implicit TLS).");
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         metrics_labelled(b, "mailvaultd_connections_accepted_total", "protocol", protocols[i],
                          metrics_read(&metrics_counters[METRIC_ACCEPTED_IMAP + i]));
     }
     metrics_family(b, "mailvaultd_connections", "gauge", "Connections open now, by protocol.");
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         int64_t n = metrics_read_gauge(&metrics_gauges[METRIC_CONNECTIONS_IMAP + i]);
         metrics_labelled(b, "mailvaultd_connections", "protocol", protocols[i],
                          n < 0 ? 0 : (uint64_t)n);

@@ -232,6 +232,57 @@ int worker_store_acquire(struct worker *w,
     return MV_OK;
 }
 
+int worker_total(void)
+{
+    return worker_count;
+}
+
+struct worker *worker_at(int index)
+{
+    return &workers[index];
+}
+
+void worker_store_list(struct worker *w, struct buf *out)
+{
+    int64_t now = worker_now_ms();
+    for (int i = 0; i < w->stores_max; i++) {
+        const struct open_store *s = &w->stores[i];
+        if (s->store != NULL) {
+            buf_printf(out, "* store %s worker=%d sessions=%d idle_s=%lld\r\n", s->address,
+                       w->index, s->refs,
+                       s->refs > 0 ? 0LL : (long long)((now - s->last_used_ms) / 1000));
+        }
+    }
+}
+
+int worker_store_close_user(struct worker *w, const char *address, int *closed)
+{
+    *closed = 0;
+    struct open_store *s = worker_store_find(w, address);
+    if (s == NULL) {
+        return MV_OK;
+    }
+    if (s->refs > 0) {
+        return MV_EBUSY;
+    }
+    /* Everything into the main file now, so a copy of the store needs no WAL; the last close
+     * would checkpoint too, but without saying whether it could. */
+    int log_frames = -1, done_frames = -1;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(mv_store_db(s->store), "PRAGMA wal_checkpoint(TRUNCATE)", -1, &st,
+                           NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+        log_frames = sqlite3_column_int(st, 1);
+        done_frames = sqlite3_column_int(st, 2);
+    }
+    sqlite3_finalize(st);
+    log_info("store checkpoint %s: %d of %d WAL frames (control request)", address, done_frames,
+             log_frames);
+    worker_store_close(s);
+    *closed = 1;
+    return MV_OK;
+}
+
 void worker_store_release(struct worker *w, struct open_store *s)
 {
     (void)w;

@@ -284,6 +284,11 @@ MV_API MV_MUST_CHECK int mv_store_open(const char *address,
                                        size_t errmsg_size);
 
 /* ---- Which node serves a store ------------------------------------------------------- */
+/* Where a server (mailvaultd) serving the stores under a root listens for control requests
+ * (who, kick, release, adopt; docs/CONTROL.md) unless configured elsewhere:
+ * ROOT/MV_CONTROL_SOCKET_NAME. Names in the root that begin with '.' are never domains. */
+#define MV_CONTROL_SOCKET_NAME ".mailvaultd.sock"
+
 /*
  * Moving a user to another node copies the store; mail committed on the old node after the
  * copy would be lost. mv_store_release() fences the store on this node: it waits (up to
