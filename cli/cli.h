@@ -17,6 +17,7 @@
  *     67 CLI_EXIT_NOUSER     no store for USER (EX_NOUSER)
  *     68 CLI_EXIT_NOTFOUND   no such mailbox, message or snapshot inside a store (EX_NOHOST:
  *                            doveadm's "not found")
+ *     69 CLI_EXIT_UNAVAILABLE no server listens on the control socket (EX_UNAVAILABLE)
  *     71 CLI_EXIT_OSERR      out of memory, a system call that must not fail (EX_OSERR)
  *     73 CLI_EXIT_CANTCREAT  an output cannot be created, or already exists (EX_CANTCREAT)
  *     74 CLI_EXIT_IOERR      a read, write or sync failed (EX_IOERR)
@@ -35,19 +36,20 @@
 #include <stdio.h>
 #include <sysexits.h>
 
-#define CLI_EXIT_OK        0
-#define CLI_EXIT_ERROR     1
-#define CLI_EXIT_USAGE     EX_USAGE
-#define CLI_EXIT_DATA      EX_DATAERR
-#define CLI_EXIT_NOINPUT   EX_NOINPUT
-#define CLI_EXIT_NOUSER    EX_NOUSER
-#define CLI_EXIT_NOTFOUND  EX_NOHOST
-#define CLI_EXIT_OSERR     EX_OSERR
-#define CLI_EXIT_CANTCREAT EX_CANTCREAT
-#define CLI_EXIT_IOERR     EX_IOERR
-#define CLI_EXIT_TEMPFAIL  EX_TEMPFAIL
-#define CLI_EXIT_NOPERM    EX_NOPERM
-#define CLI_EXIT_CONFIG    EX_CONFIG
+#define CLI_EXIT_OK          0
+#define CLI_EXIT_ERROR       1
+#define CLI_EXIT_USAGE       EX_USAGE
+#define CLI_EXIT_DATA        EX_DATAERR
+#define CLI_EXIT_NOINPUT     EX_NOINPUT
+#define CLI_EXIT_NOUSER      EX_NOUSER
+#define CLI_EXIT_NOTFOUND    EX_NOHOST
+#define CLI_EXIT_UNAVAILABLE EX_UNAVAILABLE
+#define CLI_EXIT_OSERR       EX_OSERR
+#define CLI_EXIT_CANTCREAT   EX_CANTCREAT
+#define CLI_EXIT_IOERR       EX_IOERR
+#define CLI_EXIT_TEMPFAIL    EX_TEMPFAIL
+#define CLI_EXIT_NOPERM      EX_NOPERM
+#define CLI_EXIT_CONFIG      EX_CONFIG
 
 /* The version of the --json documents; every document carries it as "format_version".
  * Raised when a member is renamed, removed or changes type (docs/CLI.md). */
@@ -193,6 +195,7 @@ enum cli_opt {
     CLI_OPT_NEW_PASSWORD_FILE,    /* passwd */
     CLI_OPT_NOTE,                 /* release: recorded in the marker */
     CLI_OPT_WAIT_SECONDS,         /* release, store export: wait for the store to close */
+    CLI_OPT_CONTROL_SOCKET,       /* who, kick, release, adopt: a running server */
     CLI_OPT_COUNT
 };
 #define CLI_OPT(id) (UINT64_C(1) << (id))
@@ -341,6 +344,47 @@ int cli_store_fail_msg(const char *errmsg, int code);
 const char *cli_store_mailbox(const struct cli_args *args);
 /* Flushes stdout; on a write error prints it and returns CLI_EXIT_ERROR. */
 int cli_store_flush_stdout(void);
+/* --root, $MAILVAULT_ROOT or ./var/mail into root (root_size bytes). A CLI_EXIT_* code. */
+int cli_store_root_dir(const struct cli_args *args, char *root, size_t root_size);
+
+/* ---- cli_control.c: a running server, through its control socket ---- */
+
+struct cli_control {
+    int fd;
+    FILE *in;       /* the reading side of fd */
+    char path[108]; /* the socket (a Unix socket's path limit) */
+};
+/* Returned by cli_control_open() when no socket was named and none answers at the root's
+ * default path: there is no server; release and adopt work on the files. */
+#define CLI_CONTROL_LOCAL (-2)
+/* Connects to --control-socket, $MAILVAULT_CONTROL_SOCKET, else ROOT/.mailvaultd.sock
+ * (see cli_control.c for when each counts as "no server"). required: who and kick, for which
+ * no server is an error. CLI_EXIT_OK, CLI_CONTROL_LOCAL, or an exit code (printed). */
+int cli_control_open(const struct cli_args *args,
+                     const char *root,
+                     int required,
+                     struct cli_control *ctl);
+/* Sends request (one line) and reads the reply within timeout_s per line: "* " lines go to
+ * on_line (may be NULL; the line without "* " and CRLF, writable), the final OK's text to
+ * final. CLI_EXIT_OK, or the exit code of the NO's response code (printed). */
+int cli_control_request(struct cli_control *ctl,
+                        const char *request,
+                        int timeout_s,
+                        void (*on_line)(void *arg, char *line),
+                        void *arg,
+                        char *final,
+                        size_t final_size);
+void cli_control_close(struct cli_control *ctl);
+/* Decodes a reply value in place: %XX escapes, "-" for empty. */
+void cli_control_value_decode(char *value);
+/* release / adopt through a running server ("release" sends wait_ms and --note). *handled
+ * is 0 when there is none (the caller works on the files), else 1 and the exit code is the
+ * request's. */
+int cli_control_move(const struct cli_args *args,
+                     const struct cli_store_target *t,
+                     const char *verb,
+                     uint32_t wait_ms,
+                     int *handled);
 
 /* ---- cli_outfile.c: writing a file whole or not at all ---- */
 
@@ -429,6 +473,8 @@ int cli_backup_main(int argc, char **argv);          /* cli_backup.c */
 int cli_restore_main(int argc, char **argv);         /* cli_backup.c */
 int cli_passwd_main(int argc, char **argv);          /* cli_passwd.c */
 int cli_release_main(int argc, char **argv);         /* cli_move.c */
+int cli_who_main(int argc, char **argv);             /* cli_control.c */
+int cli_kick_main(int argc, char **argv);            /* cli_control.c */
 int cli_adopt_main(int argc, char **argv);           /* cli_move.c */
 int cli_store_archive_main(int argc, char **argv);   /* cli_move.c: store export|import */
 

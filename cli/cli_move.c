@@ -10,7 +10,9 @@
  *   mailvault adopt alice@example.org        (undo a release on the old node)
  *
  * None of them needs the password: they work on the store's files (mv_store_release and
- * mv_store_export in the library).
+ * mv_store_export in the library). release and adopt go through the running server when
+ * there is one (its control socket: cli_control.c), which ends the user's sessions, waits
+ * for their commands in flight and closes the store first; without one, on the files.
  */
 #include "cli.h"
 
@@ -20,10 +22,13 @@
 #define CLI_MOVE_WAIT_MAX_S     3600
 
 static const struct cli_command_spec cli_release_spec = {
-    "release", "release USER [--note TEXT] [--wait-seconds N]",
-    CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_NOTE) | CLI_OPT(CLI_OPT_WAIT_SECONDS), 1, 1};
-static const struct cli_command_spec cli_adopt_spec = {"adopt", "adopt USER", CLI_OPT(CLI_OPT_ROOT),
-                                                       1, 1};
+    "release", "release USER [--note TEXT] [--wait-seconds N] [--control-socket PATH]",
+    CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_NOTE) | CLI_OPT(CLI_OPT_WAIT_SECONDS) |
+        CLI_OPT(CLI_OPT_CONTROL_SOCKET),
+    1, 1};
+static const struct cli_command_spec cli_adopt_spec = {
+    "adopt", "adopt USER [--control-socket PATH]",
+    CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_CONTROL_SOCKET), 1, 1};
 static const struct cli_command_spec cli_export_spec = {
     "store export", "store export USER FILE [--wait-seconds N]",
     CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_WAIT_SECONDS), 2, 2};
@@ -64,6 +69,11 @@ int cli_release_main(int argc, char **argv)
     if (rc != CLI_EXIT_OK) {
         return cli_args_exit(rc);
     }
+    int handled = 0;
+    rc = cli_control_move(&args, &t, "release", wait_ms, &handled);
+    if (handled) {
+        return rc; /* the server did it (or said why not) */
+    }
     char err[1024] = "";
     int mv_rc =
         mv_store_release(t.address, &t.opts, args.value[CLI_OPT_NOTE], wait_ms, err, sizeof err);
@@ -84,6 +94,11 @@ int cli_adopt_main(int argc, char **argv)
     int rc = cli_move_args(argc, argv, &cli_adopt_spec, &args, &t, &wait_ms);
     if (rc != CLI_EXIT_OK) {
         return cli_args_exit(rc);
+    }
+    int handled = 0;
+    rc = cli_control_move(&args, &t, "adopt", wait_ms, &handled);
+    if (handled) {
+        return rc;
     }
     char err[1024] = "";
     int mv_rc = mv_store_adopt(t.address, &t.opts, err, sizeof err);

@@ -82,6 +82,16 @@ static int cli_store_root(const struct cli_args *args, struct cli_store_target *
     return CLI_EXIT_OK;
 }
 
+int cli_store_root_dir(const struct cli_args *args, char *root, size_t root_size)
+{
+    static struct cli_store_target scratch; /* one command per process */
+    int rc = cli_store_root(args, &scratch);
+    if (rc == CLI_EXIT_OK) {
+        snprintf(root, root_size, "%s", scratch.root);
+    }
+    return rc;
+}
+
 /* Limits and the test-only KDF setting. */
 static int cli_store_limits(const struct cli_args *args, struct mv_store_options *opts)
 {

@@ -58,6 +58,8 @@ static const struct {
     {"backup", cli_backup_main, "a verified encrypted snapshot of USER into DIR (--keep N)"},
     {"restore", cli_restore_main, "verify a snapshot and swap it in for USER's store"},
     {"passwd", cli_passwd_main, "change USER's password (rekeyed copy, atomic swap)"},
+    {"who", cli_who_main, "users with open stores and sessions on the running server"},
+    {"kick", cli_kick_main, "end USER's IMAP sessions on the running server"},
     {"release", cli_release_main, "stop serving USER on this node (before moving it away)"},
     {"adopt", cli_adopt_main, "serve a released USER on this node again"},
     {"store", cli_store_archive_main, "export|import USER FILE: the store as one archive"},
