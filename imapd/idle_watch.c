@@ -13,14 +13,11 @@
  *   When the store of a watched user changes, the loop calls imap_session_notify(user, NULL).
  *
  * IMPLEMENTATION NOTES
- *   - One inotify instance, made at the first IDLE and kept, in the loop's epoll set. A store
- *     is ROOT/<domain>/<local>.db with its -wal and -shm beside it, so the watch is on the
- *     domain directory (one per directory, shared by that domain's watched users, removed
- *     with the last one), and an event counts for a user when it names <local>.db-wal (every
- *     commit in WAL mode writes it) or <local>.db (a checkpoint, a restore's rename). Not the
- *     -wal file itself: SQLite deletes it when the last connection closes and makes a new
- *     one at the next write, which a watch on the old file would never see. -shm events are
- *     ignored: readers write it too (their read marks), and waking on reads would loop.
+ *   - One inotify instance, made at the first IDLE and kept, in the loop's epoll set. The
+ *     library says what to watch (mv_store_watch_target: a directory and the store's name
+ *     in it) and which events count (mv_store_watch_match): this file knows nothing of the
+ *     store's files. The watch is on the directory (one per directory, shared by the
+ *     watched users whose stores are in it, removed with the last one).
  *   - Coalescing: the first change after a quiet spell notifies at once; changes within
  *     IDLE_WATCH_COALESCE_MS of a notification are gathered into one more notification when
  *     that interval ends (a timerfd). An import of thousands of messages costs each IDLE
@@ -28,8 +25,8 @@
  *     when it is notified looks again once it is done (imap_session_notify), never twice.
  *   - Our own commits wake the watch too: the sessions of that user then look once more,
  *     which costs one mv_mailbox_status each when nothing changed for them.
- *   - The paths follow the layout mailvault.h documents (ROOT/<domain>/<local>.db) and are
- *     made without touching the files: the loop thread never opens a store's file. (Opening
+ *   - mv_store_watch_target builds the paths without touching the files: the loop thread
+ *     never opens a store's file. (Opening
  *     and closing it in a process that has the store open would drop every POSIX lock SQLite
  *     holds on it there; an early version of this file did, through mv_store_file_inspect,
  *     and corrupted a store in testing. The library has since made that call safe: see
@@ -64,7 +61,7 @@ struct idle_watch_dir {
 
 struct idle_watch_store {
     char user[MV_ADDRESS_MAX + 1];
-    char *db_name; /* "<local>.db" in dir */
+    char *name; /* the store's name in dir (mv_store_watch_target) */
     struct idle_watch_dir *dir;
     int refs;    /* sessions of user in IDLE */
     int pending; /* a change to notify at last_notify_ms + IDLE_WATCH_COALESCE_MS */
@@ -140,9 +137,7 @@ static void idle_watch_event(const struct inotify_event *ev)
             st->dir->wd = -1; /* the directory went: the poll is left */
             continue;
         }
-        size_t n = strlen(st->db_name);
-        if (ev->len > 0 && strncmp(ev->name, st->db_name, n) == 0 &&
-            (ev->name[n] == '\0' || strcmp(ev->name + n, "-wal") == 0)) {
+        if (ev->len > 0 && mv_store_watch_match(st->name, ev->name)) {
             idle_watch_changed(st);
         }
     }
@@ -284,20 +279,19 @@ void idle_watch_add(const char *user)
     if (idle_watch_store_count == IDLE_WATCH_STORES_MAX || idle_watch_init() != 0) {
         return; /* the poll */
     }
-    /* The documented layout (mailvault.h): ROOT/<domain>/<local>.db; user is normalised. */
-    const char *at = strrchr(user, '@');
-    char dir[MV_PATH_MAX];
+    struct mv_store_options opts = config_store_options(&g_config);
+    char dir[MV_PATH_MAX], name[MV_PATH_MAX];
+    if (mv_store_watch_target(user, &opts, dir, sizeof dir, name, sizeof name) != MV_OK) {
+        return; /* the poll */
+    }
     st = calloc(1, sizeof *st);
-    if (at == NULL || st == NULL ||
-        snprintf(dir, sizeof dir, "%s/%s", g_config.root, at + 1) >= (int)sizeof dir ||
-        (st->db_name = malloc((size_t)(at - user) + sizeof ".db")) == NULL) {
+    if (st == NULL || (st->name = strdup(name)) == NULL) {
         free(st);
         return;
     }
-    snprintf(st->db_name, (size_t)(at - user) + sizeof ".db", "%.*s.db", (int)(at - user), user);
     st->dir = idle_watch_dir_get(dir);
     if (st->dir == NULL) {
-        free(st->db_name);
+        free(st->name);
         free(st);
         return;
     }
@@ -320,6 +314,6 @@ void idle_watch_remove(const char *user)
         }
     }
     idle_watch_dir_put(st->dir);
-    free(st->db_name);
+    free(st->name);
     free(st);
 }

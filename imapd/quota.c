@@ -20,11 +20,13 @@
  *   - A sealed delivery (store not open, no password) cannot read those encrypted counters.
  *     It uses the usage last seen while the store was open here (quota_note: after each
  *     open, which has drained the queue, and before each close, so every append, copy,
- *     expunge and delete made while it was open is in it), plus the .sealed files in the
- *     store's queue directory (their bytes, one message each). With nothing seen since the
- *     start, the storage estimate is the store's file sizes (db + wal) plus the queue, and
- *     the message count is not checked. A queue that cannot be counted is an error (-1: the
- *     LMTP reply is a temporary failure), not a guess.
+ *     expunge and delete made while it was open is in it), plus what the store's sealed
+ *     queue holds (mv_queue_usage: the bytes of its files, one message each; the library
+ *     knows where the queue is). With nothing seen since the start, the storage estimate is
+ *     the store's file sizes (db + wal, mv_store_file_inspect) plus the queue, and the
+ *     message count is not checked. A queue that cannot be counted (unreadable, or over
+ *     QUOTA_QUEUE_SCAN_MAX entries) is an error (-1: the LMTP reply is a temporary
+ *     failure), not a guess.
  *   - quota_seen_lock guards the seen-usage cache only; the usage is read and the queue
  *     counted outside it. It is never held with quota_file.c's lock: the limits are looked
  *     up (quota_limits_for, which takes and drops that one) before the cache is touched.
@@ -40,19 +42,14 @@
  */
 #include "imapd.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define QUOTA_SEEN_MAX       100000 /* addresses whose last usage is kept */
 #define QUOTA_SEEN_BUCKETS   8192
-#define QUOTA_QUEUE_SCAN_MAX 1000000 /* directory entries one sealed check reads */
-#define QUOTA_SEALED_SUFFIX  ".sealed"
+#define QUOTA_QUEUE_SCAN_MAX MV_QUEUE_SCAN_MAX /* directory entries one sealed check reads */
 
 struct quota_seen {
     struct quota_seen *next;
@@ -196,43 +193,6 @@ void quota_note(const char *address, mv_store *store)
     pthread_mutex_unlock(&quota_seen_lock);
 }
 
-/* The .sealed files in queue_dir: their bytes and their count. 0, or -1 (unreadable, or
- * more than QUOTA_QUEUE_SCAN_MAX entries). A missing directory is an empty queue. */
-static int quota_queue(const char *queue_dir, struct quota_usage *out)
-{
-    out->bytes = 0;
-    out->messages = 0;
-    DIR *d = opendir(queue_dir);
-    if (d == NULL) {
-        return errno == ENOENT ? 0 : -1;
-    }
-    struct dirent *de;
-    size_t seen = 0, suffix = sizeof QUOTA_SEALED_SUFFIX - 1;
-    int rc = 0;
-    for (errno = 0; (de = readdir(d)) != NULL; errno = 0) {
-        size_t len = strlen(de->d_name);
-        struct stat st;
-        if (++seen > QUOTA_QUEUE_SCAN_MAX) {
-            rc = -1;
-            break;
-        }
-        /* (1) a delivery's name ends in .sealed  (2) an unfinished one starts with tmp- */
-        if (len <= suffix || strcmp(de->d_name + len - suffix, QUOTA_SEALED_SUFFIX) != 0 ||
-            strncmp(de->d_name, "tmp-", 4) == 0) {
-            continue;
-        }
-        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
-            out->bytes += (uint64_t)st.st_size;
-            out->messages++;
-        }
-    }
-    if (rc == 0 && errno != 0) {
-        rc = -1;
-    }
-    closedir(d);
-    return rc;
-}
-
 int quota_sealed_exceeded(
     const struct config *cfg, const char *address, uint64_t add_bytes, char *why, size_t why_size)
 {
@@ -248,16 +208,15 @@ int quota_sealed_exceeded(
     if (mv_store_file_inspect(address, &opts, &file) != MV_OK) {
         return 0; /* the delivery itself reports a missing or broken store */
     }
-    char queue_dir[MV_PATH_MAX + 8];
-    size_t n = strlen(file.db_path);
-    if (n < 3 || strcmp(file.db_path + n - 3, ".db") != 0) {
-        return 0; /* not the documented layout: nothing to count */
-    }
-    snprintf(queue_dir, sizeof queue_dir, "%.*s.queue", (int)(n - 3), file.db_path);
     struct quota_usage queued, used;
-    if (quota_queue(queue_dir, &queued) != 0) {
+    int rc = mv_queue_usage(address, &opts, QUOTA_QUEUE_SCAN_MAX, &queued.bytes, &queued.messages);
+    if (rc == MV_ENOTFOUND || rc == MV_EINVAL) {
+        return 0; /* gone meanwhile: the delivery itself reports it */
+    }
+    if (rc != MV_OK) {
         /* a temporary failure rather than a queue that grows unmeasured */
-        snprintf(why, why_size, "the queue %s cannot be counted", queue_dir);
+        snprintf(why, why_size, "the queue of %s cannot be counted: %s", address,
+                 rc == MV_ELIMIT ? "too many entries" : mv_strerror(rc));
         return -1;
     }
     pthread_mutex_lock(&quota_seen_lock);

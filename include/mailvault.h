@@ -828,6 +828,25 @@ MV_API MV_MUST_CHECK int mv_deliver_sealed(const char *address,
 MV_API MV_MUST_CHECK int
 mv_queue_count(const char *address, const struct mv_store_options *opts, uint32_t *count_out);
 
+/* The directory entries mv_queue_usage() reads at most by default. */
+#define MV_QUEUE_SCAN_MAX 1000000u
+
+/* What the sealed queue of address holds, without the password and without opening the
+ * store: *messages_out deliveries waiting (as mv_queue_count() counts them) and *bytes_out
+ * the sizes of their files (each message plus its sealing, 76 bytes: docs/DELIVERY.md). For
+ * an estimate of a user's usage while the store is closed (a server's quota for sealed
+ * deliveries). The scan reads at most entries_max directory entries (0: MV_QUEUE_SCAN_MAX):
+ * a queue with more is MV_ELIMIT, never a count of part of it. A store without a queue
+ * directory has an empty queue. Thread-safe, and safe on a store this process has open: no
+ * file of the store itself is opened. Returns MV_OK, MV_EINVAL (bad address, a NULL out
+ * pointer), MV_ENOTFOUND (no store), MV_ELIMIT, MV_EIO (the queue cannot be read); on an
+ * error both outputs are 0. */
+MV_API MV_MUST_CHECK int mv_queue_usage(const char *address,
+                                        const struct mv_store_options *opts,
+                                        uint32_t entries_max,
+                                        uint64_t *bytes_out,
+                                        uint64_t *messages_out);
+
 /* Moves sealed deliveries from the queue into INBOX of an open (writable) store, in order of
  * arrival, taking at most max queue files (0: every one queued before the call started);
  * what mv_store_open() does unless opened with MV_STORE_DRAIN_LATER. A server opens with
@@ -936,6 +955,27 @@ struct mv_store_file {
 MV_API MV_MUST_CHECK int mv_store_file_inspect(const char *address,
                                                const struct mv_store_options *opts,
                                                struct mv_store_file *out);
+
+/* Where a watcher (inotify, a poll of the directory) looks to learn that the store of
+ * address changed, by this process or any other: the directory, into dir_out, and the
+ * store's name in it, into name_out. Every commit to the store writes, and every
+ * checkpoint, restore or import writes or renames, an entry of that directory for which
+ * mv_store_watch_match(name_out, entry) is 1; watch the directory rather than a file (SQLite
+ * deletes the WAL when the last connection closes and makes a new one later). Builds the
+ * paths only: no system call, no file opened. MV_PATH_MAX bytes always suffice for each
+ * buffer. Returns MV_OK, or MV_EINVAL (bad address, NULL or too small a buffer: then both
+ * are ""). Changes made on another machine (a network file system) reach no watcher: poll
+ * as well. */
+MV_API MV_MUST_CHECK int mv_store_watch_target(const char *address,
+                                               const struct mv_store_options *opts,
+                                               char *dir_out,
+                                               size_t dir_size,
+                                               char *name_out,
+                                               size_t name_size);
+/* 1 if a change to the directory entry named entry means that the store whose name (from
+ * mv_store_watch_target) is name changed, else 0. Its database and WAL files count; its
+ * shared-memory file does not (readers write it: a watcher would wake on reads). */
+MV_API int mv_store_watch_match(const char *name, const char *entry);
 
 /* Iterates every store under the root of opts (ROOT/<domain>/<local>.db), domains and then
  * stores in byte order of their names, each described as by mv_store_file_inspect().

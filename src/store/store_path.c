@@ -173,3 +173,47 @@ int store_fsync_dir(const char *dir)
     close(fd);
     return rc;
 }
+
+/* ---- what a watcher of the store looks at ------------------------------------------------ */
+
+int mv_store_watch_target(const char *address,
+                          const struct mv_store_options *opts,
+                          char *dir_out,
+                          size_t dir_size,
+                          char *name_out,
+                          size_t name_size)
+{
+    if (dir_out == NULL || name_out == NULL || dir_size == 0 || name_size == 0) {
+        return MV_EINVAL;
+    }
+    dir_out[0] = '\0';
+    name_out[0] = '\0';
+    struct store_paths paths;
+    int rc = store_paths_resolve(address, opts, &paths, NULL, 0);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    /* db_path is domain_dir "/" <local>.db (store_paths_resolve). */
+    const char *name = paths.db_path + strlen(paths.domain_dir) + 1;
+    int n1 = snprintf(dir_out, dir_size, "%s", paths.domain_dir);
+    int n2 = snprintf(name_out, name_size, "%s", name);
+    if (n1 < 0 || n2 < 0 || (size_t)n1 >= dir_size || (size_t)n2 >= name_size) {
+        dir_out[0] = '\0';
+        name_out[0] = '\0';
+        return MV_EINVAL;
+    }
+    return MV_OK;
+}
+
+int mv_store_watch_match(const char *name, const char *entry)
+{
+    if (name == NULL || entry == NULL || name[0] == '\0') {
+        return 0;
+    }
+    size_t n = strlen(name);
+    /* (1) the database itself: a checkpoint writes it, a restore or import renames onto it
+     * (2) its WAL, which every commit writes (SQLite deletes it when the last connection
+     * closes and makes a new one at the next write, hence a watch on the directory). Not
+     * "-shm": readers write their read marks into it, so it changes on reads too. */
+    return strncmp(entry, name, n) == 0 && (entry[n] == '\0' || strcmp(entry + n, "-wal") == 0);
+}

@@ -10,6 +10,7 @@
  *                       in ROOT/<domain>/<local>.pub
  *   mv_deliver_sealed(address, raw, len, &opts, err, sizeof err)   no password needed
  *   mv_queue_count(address, &opts, &count)
+ *   mv_queue_usage(address, &opts, 0, &bytes, &messages)   what it holds, a bounded scan
  *   mv_store_open()  -> store_queue_drain(s, 0, ...): queue -> INBOX, one commit per
  *                       delivery, one durable (fsync'd) commit per STORE_QUEUE_BATCH
  *                       deliveries; with MV_STORE_DRAIN_LATER the open leaves the queue
@@ -588,6 +589,60 @@ int mv_queue_count(const char *address, const struct mv_store_options *opts, uin
     rc = errno != 0 ? MV_EIO : MV_OK;
     closedir(d);
     *count_out = count;
+    return rc;
+}
+
+int mv_queue_usage(const char *address,
+                   const struct mv_store_options *opts,
+                   uint32_t entries_max,
+                   uint64_t *bytes_out,
+                   uint64_t *messages_out)
+{
+    if (bytes_out == NULL || messages_out == NULL) {
+        return MV_EINVAL;
+    }
+    *bytes_out = 0;
+    *messages_out = 0;
+    struct store_paths paths;
+    int rc = store_paths_resolve(address, opts, &paths, NULL, 0);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    /* access() and stat of the queue's entries only: no descriptor of the store's own files
+     * is opened (a close would drop the SQLite locks of a handle this process holds). */
+    if (access(paths.db_path, F_OK) != 0) {
+        return errno == ENOENT ? MV_ENOTFOUND : MV_EIO;
+    }
+    DIR *d = opendir(paths.queue_dir);
+    if (d == NULL) {
+        return errno == ENOENT ? MV_OK : MV_EIO;
+    }
+    uint64_t max = entries_max != 0 ? entries_max : MV_QUEUE_SCAN_MAX, seen = 0;
+    uint64_t bytes = 0, messages = 0;
+    struct dirent *e;
+    rc = MV_OK;
+    for (errno = 0; (e = readdir(d)) != NULL; errno = 0) {
+        if (++seen > max) {
+            rc = MV_ELIMIT; /* a bounded scan: never a guess from part of the queue */
+            break;
+        }
+        struct stat st;
+        /* (1) a delivery's name (unfinished "tmp-" files and rejected/ are not)  (2) a
+         * regular file, not followed if it is a link */
+        if (store_queue_entry_name_ok(e->d_name) &&
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+            bytes += (uint64_t)st.st_size;
+            messages++;
+        }
+    }
+    if (rc == MV_OK && errno != 0) {
+        rc = MV_EIO;
+    }
+    closedir(d);
+    if (rc == MV_OK) {
+        *bytes_out = bytes;
+        *messages_out = messages;
+    }
     return rc;
 }
 
