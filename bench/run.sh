@@ -45,6 +45,11 @@
 #      the time (~45 min here for both sizes; 6.5 GB of disk at 100k); it writes
 #      bench/results/bigmail.json and sections/bigmail.md. Here --quick: 1,000 messages, one
 #      pair per operation, build/bench-results/bigmail.{json,md} (~1 min).
+#   9. bench/proxy_compare.sh: the same mix directly against a mailvaultd node and through a
+#      Dovecot proxy made from contrib/dovecot-proxy/ (plaintext and STARTTLS routes),
+#      alternating, 10 and 100 clients, 2 rounds of 20 s, and the time a move keeps a user
+#      unavailable for 10 and 100 MB stores (~8 min); bench/results/proxy.json and
+#      sections/proxy.md. Here --quick --seconds 2: 10 clients, a 10 MB move (~30 s).
 #
 # The page-crypto target compares like with like: crypto.chacha20.encrypt_mbps (encryption
 # alone, per second of CPU time, as openssl speed measures) against openssl speed (target
@@ -63,7 +68,7 @@ for arg in "$@"; do
     esac
 done
 speed_seconds=2 crypto_seconds=1.5 vfs_args=() store_args=() scale_args=() ops_args=()
-imap_args=() bigmail_args=() scale_out=bench/results
+imap_args=() bigmail_args=() proxy_args=() scale_out=bench/results
 if [ "$quick" -eq 1 ]; then
     # `make bench QUICK=1` runs this and then the quick reference suite (60-70 s) in under
     # 2 minutes, so this script has about 45 s: the programs' own --quick sizes, and shorter
@@ -75,6 +80,7 @@ if [ "$quick" -eq 1 ]; then
     scale_args=(--quick --stores 20 --seconds 1) ops_args=(--quick --mb 32 --stores 100)
     imap_args=(--quick --seconds 2) scale_out=build/bench-results/reference-suite-quick
     bigmail_args=(--quick)
+    proxy_args=(--quick --seconds 2)
 fi
 
 out_dir=build/bench-results
@@ -282,6 +288,12 @@ bench/imap_compare.sh "${imap_args[@]}"
 echo
 echo "== bigmail_compare ${bigmail_args[*]:-}"
 bench/bigmail_compare.sh "${bigmail_args[@]}"
+
+# ---- 9. mailvaultd behind Dovecot's proxy, and moves -------------------------------------------
+echo
+echo "== proxy_compare ${proxy_args[*]:-}"
+bench/proxy_compare.sh "${proxy_args[@]}"
 echo
 echo "results: $json $store_json $scale_out/scale.json $scale_out/sections/scale.md"
 echo "         bench/results/bigmail.json (quick: build/bench-results/bigmail.json)"
+echo "         bench/results/proxy.json (quick: build/bench-results/proxy.json)"
