@@ -240,23 +240,20 @@ void imap_cmd_store(struct imap_ctx *x)
         return;
     }
     /* Our own changes come back through the sync; .SILENT keeps them quiet there. */
-    for (size_t i = 0; i < v->count; i++) {
-        v->msgs[i].reported = 0;
-    }
+    imap_view_reported_clear(v);
     uint32_t *uids = malloc((count + 1) * sizeof *uids);
     for (size_t i = 0; uids != NULL && i < count; i++) {
         uids[i] = v->msgs[idx[i]].uid;
         if (silent) {
             v->msgs[idx[i]].reported = 2;
+            v->reported_any = 1;
         }
     }
     (void)imap_view_sync(x->s, x->out, x->cmd->uid);
     if (uids != NULL) {
         imap_store_report(x, uids, count, silent);
     }
-    for (size_t i = 0; i < v->count; i++) {
-        v->msgs[i].reported = 0;
-    }
+    imap_view_reported_clear(v);
     free(uids);
     free(idx);
     if (modified.len > 0) {

@@ -307,6 +307,7 @@ imap_fetch_mark_seen(struct imap_ctx *x, const uint32_t *idx, size_t count, unsi
         for (size_t i = 0; rc == MV_OK && i < n; i++) {
             mark[unseen[i]] = 1;
             v->msgs[unseen[i]].reported = 2; /* the sync must not announce it separately */
+            v->reported_any = 1;
         }
     }
     free(unseen);
@@ -400,9 +401,7 @@ static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
         }
     }
     mv_store_read_end(store);
-    for (size_t i = 0; i < v->count; i++) {
-        v->msgs[i].reported = 0;
-    }
+    imap_view_reported_clear(v);
     if (x->cmd->uid) {
         (void)imap_view_sync(x->s, x->out, 1);
     }
@@ -464,9 +463,7 @@ void imap_cmd_fetch(struct imap_ctx *x)
         } else if (rc != 0 || st->mark == NULL) {
             imap_tagged(x, "NO", "[SERVERBUG] out of memory");
         } else {
-            for (size_t i = 0; i < v->count; i++) {
-                v->msgs[i].reported = 0;
-            }
+            imap_view_reported_clear(v);
             rc = !v->readonly && imap_fetch_sets_seen(f)
                      ? imap_fetch_mark_seen(x, st->idx, st->count, st->mark)
                      : MV_OK;
@@ -483,9 +480,7 @@ void imap_cmd_fetch(struct imap_ctx *x)
                 imap_fetch_produce(x, st); /* takes st */
                 return;
             }
-            for (size_t i = 0; i < v->count; i++) {
-                v->msgs[i].reported = 0;
-            }
+            imap_view_reported_clear(v);
             imap_tagged_store_error(x, rc, "FETCH");
         }
     }

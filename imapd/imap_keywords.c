@@ -12,12 +12,69 @@
  *     ASCII case (RFC 3501 2.3.2 flags are case-insensitive); the first spelling is kept.
  *   - A linear scan per keyword: mailboxes define a few dozen keywords, the store limits a
  *     message to keywords_max of them.
+ *   - A message's keywords (its space-separated list) are a shared, reference-counted string
+ *     (imap_kw_*): the per-store cached view (imap_view_cache.c) and every session's copy of
+ *     it point at the same bytes, so copying a 100,000-message view is one memcpy and a
+ *     count per message that has keywords, not a malloc per message. "" is one static string
+ *     and never counted. The counts are atomic: a view is freed on the session's worker,
+ *     but nothing here needs to know which thread that is.
  */
 #include "imap_session.h"
 
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+struct imap_kw {
+    atomic_size_t refs;
+    char text[];
+};
+
+static const char imap_kw_none[] = "";
+
+static struct imap_kw *imap_kw_of(const char *text)
+{
+    return (struct imap_kw *)(void *)((char *)(uintptr_t)text - offsetof(struct imap_kw, text));
+}
+
+const char *imap_kw_new(const char *text, const char *like)
+{
+    if (text == NULL || text[0] == '\0') {
+        return imap_kw_none;
+    }
+    if (like != NULL && strcmp(like, text) == 0) {
+        return imap_kw_ref(like);
+    }
+    size_t len = strlen(text);
+    struct imap_kw *k = malloc(sizeof *k + len + 1);
+    if (k == NULL) {
+        return NULL;
+    }
+    atomic_init(&k->refs, 1);
+    memcpy(k->text, text, len + 1);
+    return k->text;
+}
+
+const char *imap_kw_ref(const char *kw)
+{
+    if (kw != NULL && kw != imap_kw_none) {
+        atomic_fetch_add_explicit(&imap_kw_of(kw)->refs, 1, memory_order_relaxed);
+    }
+    return kw;
+}
+
+void imap_kw_unref(const char *kw)
+{
+    if (kw == NULL || kw == imap_kw_none) {
+        return;
+    }
+    struct imap_kw *k = imap_kw_of(kw);
+    if (atomic_fetch_sub_explicit(&k->refs, 1, memory_order_acq_rel) == 1) {
+        free(k);
+    }
+}
 
 static int imap_keyword_known(const struct imap_view *v, const char *kw, size_t len)
 {

@@ -16,16 +16,18 @@
 
 enum imap_state { IMAP_NOT_AUTH = 0, IMAP_AUTH, IMAP_SELECTED, IMAP_LOGOUT };
 
+/* 48 bytes a message: a 100,000-message view is 4.8 MB, 1,000,000 is 48 MB (plus the
+ * distinct keyword strings, shared). */
 struct imap_msg {
-    uint32_t uid;
-    unsigned flags;
     uint64_t modseq;
     uint64_t size;
     int64_t internal_date;
-    char *keywords; /* malloc'd, "" if none */
-    int expunged;   /* gone from the store, not yet reported (RFC 3501 7.4.1) */
-    int recent;     /* \Recent in this session (imap_recent.c) */
-    int reported;   /* scratch: a FETCH was sent for it during this command */
+    const char *keywords; /* shared (imap_kw_*), "" if none; never NULL in a view */
+    uint32_t uid;
+    unsigned flags;
+    unsigned char expunged; /* gone from the store, not yet reported (RFC 3501 7.4.1) */
+    unsigned char recent;   /* \Recent in this session (imap_recent.c) */
+    unsigned char reported; /* scratch: a FETCH was sent for it during this command */
 };
 
 struct imap_view {
@@ -39,6 +41,7 @@ struct imap_view {
     size_t cap;
     size_t expunged_count; /* messages marked expunged: a sync knows without walking msgs */
     size_t recent_count;   /* messages with recent set */
+    int reported_any;      /* some message has reported set (imap_view_reported_clear) */
     /* The keywords announced in FLAGS (imap_keywords.c): malloc'd strings. */
     char **keyword_names;
     size_t keyword_count;
@@ -191,9 +194,14 @@ void imap_fetch_state_free(struct imap_fetch_state **st);
 void imap_cmd_search(struct imap_ctx *x);
 
 /* ---- imap_view.c ---- */
+/* Appends to v the messages of mailbox changed after since (0: all of them), UID order. */
+int imap_view_list(mv_store *store, const char *mailbox, uint64_t since, struct imap_view *v);
 /* Loads the mailbox into the view (replacing what was there). MV_OK or an MV_* code. */
 int imap_view_load(struct imap_session *s, const char *mailbox, int readonly);
 void imap_view_free(struct imap_view *v);
+/* Clears every message's reported mark: nothing to walk unless reported_any (whoever sets
+ * a mark sets it too), so a command's cost does not grow with the mailbox. */
+void imap_view_reported_clear(struct imap_view *v);
 /* Brings the view up to date and reports the changes (EXPUNGE only if allow_expunge). */
 int imap_view_sync(struct imap_session *s, struct buf *out, int allow_expunge);
 /* The indexes (0-based) of the messages a set names: sequence numbers or UIDs (uid set).
@@ -218,6 +226,12 @@ int imap_view_uid_ranges(const struct imap_view *v,
                          struct mv_uid_range **ranges,
                          size_t *n);
 
+/* ---- imap_view_cache.c ---- */
+/* A copy of the store's cached view of mailbox, brought up to date first (see the file);
+ * out gets messages, uidvalidity, uidnext, highestmodseq (no name, keyword set or session
+ * state). MV_OK or an MV_* code (then out holds nothing). */
+int imap_view_cache_copy(struct open_store *os, const char *mailbox, struct imap_view *out);
+
 /* ---- imap_recent.c ---- */
 /* \Recent (RFC 3501 2.3.2): marks the view's messages from index `from` on that are this
  * session's recent ones: claimed in the store for a read-write view (each message is recent
@@ -227,6 +241,13 @@ int imap_view_uid_ranges(const struct imap_view *v,
 int imap_view_recent(struct imap_session *s, size_t from);
 
 /* ---- imap_keywords.c ---- */
+/* A message's keyword list as a shared string: text copied (NULL out of memory), or like
+ * itself with one more reference when it holds the same text (consecutive messages often
+ * do), or the one static "" for none. imap_kw_ref adds a reference, imap_kw_unref drops one
+ * (NULL and "" are ignored). */
+const char *imap_kw_new(const char *text, const char *like);
+const char *imap_kw_ref(const char *kw);
+void imap_kw_unref(const char *kw);
 /* Adds the space-separated keywords to the view's set: 1 if one was new, 0 if not, MV_ENOMEM. */
 int imap_view_keywords_add(struct imap_view *v, const char *keywords);
 void imap_view_keywords_free(struct imap_view *v);

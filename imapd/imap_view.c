@@ -38,7 +38,7 @@
 void imap_view_free(struct imap_view *v)
 {
     for (size_t i = 0; i < v->count; i++) {
-        free(v->msgs[i].keywords);
+        imap_kw_unref(v->msgs[i].keywords);
     }
     free(v->msgs);
     free(v->mailbox);
@@ -61,30 +61,28 @@ static int imap_view_push(struct imap_view *v, const struct imap_msg *m)
     return MV_OK;
 }
 
-/* Appends to v the messages of mailbox changed after since (0: all of them), UID order. */
-static int imap_view_list(mv_store *store, const char *mailbox, uint64_t since, struct imap_view *v)
+int imap_view_list(mv_store *store, const char *mailbox, uint64_t since, struct imap_view *v)
 {
     mv_message_iter *it = NULL;
     int rc = mv_message_list_begin(store, mailbox, 0, since, &it);
     struct mv_message_entry e;
     while (rc == MV_OK && (rc = mv_message_list_next(it, &e)) == 1) {
+        const char *like = v->count > 0 ? v->msgs[v->count - 1].keywords : NULL;
         struct imap_msg m = {.uid = e.uid,
                              .flags = e.flags,
                              .modseq = e.modseq,
                              .size = e.size,
                              .internal_date = e.internal_date,
-                             .keywords = strdup(e.keywords)};
+                             .keywords = imap_kw_new(e.keywords, like)};
         rc = m.keywords != NULL ? imap_view_push(v, &m) : MV_ENOMEM;
         if (rc != MV_OK) {
-            free(m.keywords);
+            imap_kw_unref(m.keywords);
         }
     }
     mv_message_list_end(&it);
     return rc < 0 ? rc : MV_OK;
 }
 
-/* Reads the mailbox's current messages into a fresh view (name and readonly not set). The
- * status comes first: its modseq is then one the listing has seen everything up to. */
 static int imap_view_read(mv_store *store, const char *mailbox, struct imap_view *v)
 {
     struct mv_mailbox_info info;
@@ -103,7 +101,7 @@ int imap_view_load(struct imap_session *s, const char *mailbox, int readonly)
     struct imap_view v;
     memset(&v, 0, sizeof v);
     imap_view_free(&s->view);
-    int rc = imap_view_read(s->store->store, mailbox, &v);
+    int rc = imap_view_cache_copy(s->store, mailbox, &v); /* imap_view_cache.c */
     if (rc == MV_OK && (v.mailbox = strdup(mailbox)) == NULL) {
         rc = MV_ENOMEM;
     }
@@ -111,8 +109,12 @@ int imap_view_load(struct imap_session *s, const char *mailbox, int readonly)
         imap_view_free(&v);
         return rc;
     }
+    const char *last = NULL; /* shared strings: a run of equal lists is looked at once */
     for (size_t i = 0; rc == MV_OK && i < v.count; i++) {
-        rc = imap_view_keywords_add(&v, v.msgs[i].keywords) < 0 ? MV_ENOMEM : MV_OK;
+        if (v.msgs[i].keywords != last) {
+            last = v.msgs[i].keywords;
+            rc = imap_view_keywords_add(&v, last) < 0 ? MV_ENOMEM : MV_OK;
+        }
     }
     if (rc != MV_OK) {
         imap_view_free(&v);
@@ -121,6 +123,14 @@ int imap_view_load(struct imap_session *s, const char *mailbox, int readonly)
     v.readonly = readonly;
     s->view = v;
     return MV_OK;
+}
+
+void imap_view_reported_clear(struct imap_view *v)
+{
+    for (size_t i = 0; v->reported_any && i < v->count; i++) {
+        v->msgs[i].reported = 0;
+    }
+    v->reported_any = 0;
 }
 
 void imap_flags_out(struct buf *out, unsigned flags, const char *keywords)
@@ -229,7 +239,7 @@ static void imap_view_remove(struct imap_session *s, struct buf *out, size_t rem
             if (!s->qresync) {
                 buf_printf(out, "* %zu EXPUNGE\r\n", kept + 1); /* its number at this moment */
             }
-            free(v->msgs[i].keywords);
+            imap_kw_unref(v->msgs[i].keywords);
         } else {
             v->msgs[kept++] = v->msgs[i];
         }
@@ -296,7 +306,7 @@ static int imap_view_apply(struct imap_session *s,
         struct imap_msg *m = &v->msgs[i];
         if (f->modseq != m->modseq || f->flags != m->flags ||
             strcmp(f->keywords, m->keywords) != 0) {
-            char *keywords = m->keywords;
+            const char *keywords = m->keywords;
             m->keywords = f->keywords;
             f->keywords = keywords; /* freed with the delta */
             m->flags = f->flags;
@@ -305,6 +315,7 @@ static int imap_view_apply(struct imap_session *s,
                 imap_fetch_flags_line(out, i + 1, m, s->condstore);
             }
             m->reported = 1;
+            v->reported_any = 1;
         }
     }
     for (size_t j = 0; j < d->changed.count; j++) {
@@ -423,6 +434,38 @@ int imap_view_sync(struct imap_session *s, struct buf *out, int allow_expunge)
     return rc == MV_ENOTFOUND ? imap_view_gone(s, out) : rc;
 }
 
+/* The set's ranges with its '*' span merged in (star given): ascending, disjoint. *out is
+ * malloc'd; its count, or -1 out of memory. */
+static long
+imap_view_intervals(const struct imap_seqset *set, uint32_t star, struct imap_seq_range **out)
+{
+    struct imap_seq_range span = {0, 0};
+    int has_span = imap_seqset_star_span(set, star, &span.first, &span.last);
+    *out = malloc((set->count + 1) * sizeof **out);
+    if (*out == NULL) {
+        return -1;
+    }
+    long n = 0;
+    for (size_t r = 0; r <= set->count; r++) {
+        struct imap_seq_range next;
+        if (r < set->count && (!has_span || set->ranges[r].first < span.first)) {
+            next = set->ranges[r];
+        } else if (has_span) {
+            next = span;
+            has_span = 0;
+            r--; /* the range at r still comes */
+        } else {
+            break;
+        }
+        if (n > 0 && next.first <= (*out)[n - 1].last) { /* overlaps the span */
+            (*out)[n - 1].last = next.last > (*out)[n - 1].last ? next.last : (*out)[n - 1].last;
+        } else {
+            (*out)[n++] = next;
+        }
+    }
+    return n;
+}
+
 int imap_view_resolve(const struct imap_view *v,
                       const struct imap_seqset *set,
                       int uid,
@@ -434,50 +477,49 @@ int imap_view_resolve(const struct imap_view *v,
     if (v->count == 0) {
         return uid ? 0 : -1; /* "1:*" on an empty mailbox is an error without UID */
     }
-    unsigned char *mark = calloc(v->count, 1);
-    if (mark == NULL) {
+    /* Cost in the set's ranges and the messages named, not the mailbox: each range is a
+     * binary search (UIDs) or plain arithmetic (sequence numbers). */
+    uint32_t star = uid ? v->msgs[v->count - 1].uid : (uint32_t)v->count;
+    struct imap_seq_range *iv = NULL;
+    long n = imap_view_intervals(set, star, &iv);
+    if (n < 0) {
         return -2;
     }
-    uint32_t star = uid ? v->msgs[v->count - 1].uid : (uint32_t)v->count;
-    int rc = 0;
-    for (size_t r = 0; rc == 0 && r <= set->count; r++) { /* the last: the '*' ranges */
-        uint32_t lo, hi;
-        if (r < set->count) {
-            lo = set->ranges[r].first;
-            hi = set->ranges[r].last;
-        } else if (!imap_seqset_star_span(set, star, &lo, &hi)) {
-            break;
-        }
-        if (uid) {
-            for (size_t i = imap_view_find_uid(v, lo); i < v->count && v->msgs[i].uid <= hi; i++) {
-                mark[i] = 1;
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t k = 0;
+        for (long r = 0; r < n; r++) {
+            size_t from, to; /* view indexes [from, to) */
+            if (uid) {
+                from = imap_view_find_uid(v, iv[r].first);
+                to = iv[r].last == UINT32_MAX ? v->count : imap_view_find_uid(v, iv[r].last + 1);
+            } else if (iv[r].last > v->count) {
+                free(iv);
+                return -1;
+            } else {
+                from = iv[r].first - 1;
+                to = iv[r].last;
             }
-        } else if (hi > v->count) {
-            rc = -1;
-        } else {
-            memset(mark + lo - 1, 1, (size_t)(hi - lo) + 1);
+            for (size_t i = from; pass == 1 && i < to; i++) {
+                (*idx)[k++] = (uint32_t)i;
+            }
+            k += pass == 0 && to > from ? to - from : 0;
+        }
+        if (pass == 0) {
+            total = k;
+            if (total == 0) {
+                break;
+            }
+            *idx = malloc(total * sizeof **idx);
+            if (*idx == NULL) {
+                free(iv);
+                return -2;
+            }
         }
     }
-    size_t n = 0;
-    for (size_t i = 0; rc == 0 && i < v->count; i++) {
-        n += mark[i];
-    }
-    if (rc == 0 && n > 0) {
-        *idx = malloc(n * sizeof **idx);
-        if (*idx == NULL) {
-            rc = -2;
-        }
-    }
-    for (size_t i = 0, k = 0; rc == 0 && i < v->count; i++) {
-        if (mark[i]) {
-            (*idx)[k++] = (uint32_t)i;
-        }
-    }
-    if (rc == 0) {
-        *count = n;
-    }
-    free(mark);
-    return rc;
+    free(iv);
+    *count = total;
+    return 0;
 }
 
 int imap_view_uid_ranges(const struct imap_view *v,

@@ -443,6 +443,7 @@ void worker_post(struct worker *w, struct job *job);
 void worker_collect(void);
 
 /* The open-store table of a worker (call only from a job running on that worker). */
+struct imap_view_cache;
 struct open_store {
     char address[MV_ADDRESS_MAX + 1];
     mv_store *store;
@@ -453,7 +454,10 @@ struct open_store {
      * (MV_STORE_DRAIN_LATER) and the worker drains them in steps between jobs (worker.c
      * "THE DRAIN"); LMTP seals into the queue meanwhile, so INBOX keeps arrival order. */
     int drain_more;
+    struct imap_view_cache *view_cache; /* the IMAP views SELECT copies (imap_view_cache.c) */
 };
+/* Frees a store's cached views (when it is closed); *c becomes NULL. */
+void imap_view_cache_free(struct imap_view_cache **c);
 /* Opens (or finds, checking the password) the store of address. Returns MV_OK with *out,
  * MV_EAUTH / MV_ENOTFOUND, MV_ELIMIT (no room: every open store in use), or another code;
  * errmsg gets the detail. */

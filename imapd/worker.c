@@ -126,6 +126,7 @@ static void worker_store_close(struct open_store *s)
     log_info("store close %s", s->address);
     metrics_gauge_add(METRIC_OPEN_STORES, -1);
     quota_note(s->address, s->store); /* what sealed deliveries count from (quota.c) */
+    imap_view_cache_free(&s->view_cache);
     mv_store_close(&s->store);
     OPENSSL_cleanse(s->verifier, sizeof s->verifier);
     s->address[0] = '\0';
