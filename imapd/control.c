@@ -486,9 +486,11 @@ static void control_step(struct control_session *s)
     if (s->phase == PHASE_FENCE) { /* the fence job is back */
         if (s->fence_rc == MV_OK) {
             control_reply(s, "OK",
-                          "released %s%s: %d sessions ended, %d store handles closed; the "
-                          "store is complete on disk and this node takes no more mail for it",
-                          s->user, s->already ? " (it already was)" : "", s->sessions_ended,
+                          "released %s%s in %lld ms: %d sessions ended, %d store handles "
+                          "closed; the store is complete on disk and this node takes no more "
+                          "mail for it",
+                          s->user, s->already ? " (it already was)" : "",
+                          (long long)(loop_now_ms() - s->started_ms), s->sessions_ended,
                           s->stores_closed);
             control_finish(s);
             return;

@@ -154,6 +154,13 @@ imap_login_finish(struct imap_ctx *x, const char *user, const char *password, si
         imap_login_failed(x, normal, rc == MV_ENOTFOUND ? "no such store" : "wrong password");
         return;
     }
+    if (rc == MV_EMOVED) {
+        /* Released from this node (mailvault release): expected while the proxy's route
+         * still points here, so not an error; the client or proxy retries elsewhere. */
+        log_info("login %s: refused, the store was released from this node", normal);
+        imap_tagged(x, "NO", "[UNAVAILABLE] this mailbox is served elsewhere now; try again");
+        return;
+    }
     if (rc != MV_OK) {
         log_error("login %s: store unavailable: %s", normal, err);
         imap_tagged(x, "NO", "[UNAVAILABLE] the mail store cannot be opened now: %s",
