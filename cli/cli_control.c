@@ -340,20 +340,20 @@ static void cli_who_line(void *arg, char *line)
         cli_control_value_decode(v);
         if (is_store) {
             if (strcmp(kv, "worker") == 0) {
-                u->worker = atoi(v);
+                u->worker = (int)strtol(v, NULL, 10);
             } else if (strcmp(kv, "sessions") == 0) {
-                u->store_sessions = atoi(v);
+                u->store_sessions = (int)strtol(v, NULL, 10);
             } else if (strcmp(kv, "idle_s") == 0) {
-                u->store_idle_s = atoll(v);
+                u->store_idle_s = strtoll(v, NULL, 10);
             }
         } else if (strcmp(kv, "proto") == 0) {
             snprintf(sess.protocol, sizeof sess.protocol, "%s", v);
         } else if (strcmp(kv, "client") == 0) {
             snprintf(sess.client, sizeof sess.client, "%s", v);
         } else if (strcmp(kv, "since") == 0) {
-            sess.since = atoll(v);
+            sess.since = strtoll(v, NULL, 10);
         } else if (strcmp(kv, "idle_s") == 0) {
-            sess.idle_s = atoll(v);
+            sess.idle_s = strtoll(v, NULL, 10);
         } else if (strcmp(kv, "state") == 0) {
             snprintf(sess.state, sizeof sess.state, "%s", v);
         } else if (strcmp(kv, "mailbox") == 0) {
