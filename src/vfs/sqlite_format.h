@@ -81,6 +81,10 @@ struct mv_wal_header {
 /* SQLite's WAL checksum over n bytes (n a multiple of 8): pairs of 32-bit words,
  * s0 += x0 + s1, s1 += x1 + s0, continuing s[0], s[1]. */
 void mv_wal_checksum(int big_endian, const uint8_t *p, size_t n, uint32_t s[2]);
+/* The same, one 8-byte pair after another (the definition; for tests). */
+void mv_wal_checksum_simple(int big_endian, const uint8_t *p, size_t n, uint32_t s[2]);
+/* Below this many 8-byte pairs mv_wal_checksum() runs pair after pair. */
+#define MV_WAL_CHECKSUM_SPLIT_PAIRS 64
 
 /* Fills *out from the 32 header bytes whatever they hold; returns 1 if recovery accepts
  * the header (magic, version, a valid page size, its checksum), else 0. */
