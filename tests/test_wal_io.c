@@ -19,6 +19,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define WAL_PAGE_SIZE  4096
@@ -248,6 +249,60 @@ static void test_wal_checksum_matches_definition(void)
     }
 }
 
+/* A checkpoint copies each page's ciphertext from the WAL into the database instead of
+ * decrypting, then encrypting again under a new nonce: after it, every page that has a
+ * frame holds exactly the bytes of its last frame, and the database reads back intact. */
+static void test_checkpoint_copies_ciphertext(void)
+{
+    char *path = tu_path("ckpt.db"), wal[1100];
+    sqlite3 *db = NULL;
+    tu_remove_db(path);
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    CHECK(open_wal_db(path, MV_DB_CREATE, &db) == 0);
+    CHECK(tu_exec(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE "
+                      "i < 60) INSERT INTO t SELECT i, i, randomblob(2000) FROM n") == SQLITE_OK);
+    CHECK(tu_exec(db, "UPDATE t SET v = v + 1 WHERE id % 3 = 0") == SQLITE_OK);
+    CHECK(tu_exec(db, "PRAGMA wal_checkpoint(PASSIVE)") == SQLITE_OK);
+    size_t wal_len = 0, db_len = 0;
+    uint8_t *w = tu_read_file(wal, &wal_len);
+    uint8_t *d = tu_read_file(path, &db_len);
+    CHECK(w != NULL && d != NULL);
+    long long frames = wal_len > 32 ? (long long)(wal_len - 32) / WAL_FRAME_SIZE : 0;
+    int same = 0, differ = 0;
+    for (long long i = frames - 1; i >= 0; i--) { /* the last frame of a page wins */
+        const uint8_t *frame = w + 32 + i * WAL_FRAME_SIZE;
+        uint32_t pgno = (uint32_t)frame[0] << 24 | (uint32_t)frame[1] << 16 |
+                        (uint32_t)frame[2] << 8 | frame[3];
+        size_t at = (size_t)(pgno - 1) * WAL_PAGE_SIZE;
+        int seen = 0;
+        for (long long j = i + 1; j < frames; j++) {
+            const uint8_t *later = w + 32 + j * WAL_FRAME_SIZE;
+            seen = seen || memcmp(later, frame, 4) == 0;
+        }
+        if (seen || at + WAL_PAGE_SIZE > db_len) {
+            continue;
+        }
+        if (memcmp(d + at, frame + 24, WAL_PAGE_SIZE) == 0) {
+            same++;
+        } else {
+            differ++;
+        }
+    }
+    free(w);
+    free(d);
+    CHECK(frames >= 30);
+    CHECK(same >= 25);
+    CHECK_EQ_INT(differ, 0);
+    sqlite3_close(db);
+    CHECK(tu_open(path, PW, MV_CIPHER_AUTO, 0, &db) == MV_OK);
+    CHECK_EQ_INT(tu_int(db, "SELECT total(v) FROM t"), 1830 + 20);
+    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM pragma_integrity_check WHERE "
+                            "integrity_check='ok'"),
+                 1);
+    sqlite3_close(db);
+    tu_remove_db(path);
+}
+
 int main(void)
 {
     if (fv_register() != SQLITE_OK || mv_vfs_register(FV_VFS_NAME, 0) != MV_OK) {
@@ -259,5 +314,6 @@ int main(void)
     TEST(test_wal_pages_read_once);
     TEST(test_remembered_frame_overwritten_by_another_connection);
     TEST(test_exclusive_mode_chain);
+    TEST(test_checkpoint_copies_ciphertext);
     return th_summary();
 }

@@ -75,6 +75,15 @@ struct mv_codec {
      * taking or releasing it. While it stays the same, no other connection can have
      * written the WAL (vfs_wal.c trusts its own record of the last frame it wrote). */
     uint64_t wal_write_lock_calls;
+    /* Checkpoint copy (vfs_wal.c, vfs_main.c): while this connection holds the WAL
+     * checkpoint lock, the last page read from the WAL, as ciphertext then plaintext
+     * (2 x page size bytes); a write of that plaintext to that page of the database writes
+     * the WAL's ciphertext instead of encrypting again. */
+    int ckpt_lock_held;
+    int ckpt_valid;
+    uint32_t ckpt_pgno;
+    uint32_t ckpt_page_size;
+    uint8_t *ckpt_pages;
     char errmsg[256]; /* last error, for mv_db_vfs_errmsg() */
 };
 
@@ -160,8 +169,13 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
 int mv_wal_flush(struct mv_file *f);
 /* Forgets the record of the last frame written (a truncate, or any write but a frame). */
 void mv_wal_forget_chain(struct mv_file *f);
-/* Called for every xShmLock on a main file: counts calls covering the WAL write lock. */
-void mv_wal_shm_lock_seen(struct mv_file *main_file, int offset, int n);
+/* Called for every xShmLock on a main file with the lower VFS's answer rc: counts calls
+ * covering the WAL write lock, and follows whether the checkpoint lock is held. */
+void mv_wal_shm_lock_seen(struct mv_file *main_file, int offset, int n, int flags, int rc);
+/* The WAL ciphertext of page pgno if plain is what the checkpoint just read from the WAL
+ * for it (see struct mv_codec), else NULL. Forgets it either way. */
+const uint8_t *
+mv_codec_ckpt_ciphertext(struct mv_codec *c, uint32_t pgno, const uint8_t *plain, uint32_t size);
 int mv_temp_open(struct mv_file *f);
 void mv_temp_close(struct mv_file *f);
 int mv_temp_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);

@@ -30,6 +30,10 @@ void mv_codec_release(struct mv_codec *c)
         crypt_wipe(c->scratch, c->scratch_size);
         free(c->scratch);
     }
+    if (c->ckpt_pages != NULL) {
+        crypt_wipe(c->ckpt_pages, 2 * (size_t)c->ckpt_page_size); /* plaintext half */
+        free(c->ckpt_pages);
+    }
     crypt_wipe(c, sizeof *c);
     free(c);
 }

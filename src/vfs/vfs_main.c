@@ -179,11 +179,18 @@ int mv_main_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off
                            (long long)off);
         return SQLITE_IOERR_WRITE;
     }
+    uint32_t pgno = (uint32_t)(off / page_size) + 1;
+    /* A checkpoint copying a page from the WAL: the frame's ciphertext is a valid
+     * encryption of this page at this page number (the WAL encrypts under the database
+     * page number), already authenticated when it was read. */
+    const uint8_t *same = mv_codec_ckpt_ciphertext(c, pgno, buf, page_size);
+    if (same != NULL) {
+        return f->lower->pMethods->xWrite(f->lower, same, amt, off);
+    }
     rc = mv_codec_scratch(c, page_size);
     if (rc != SQLITE_OK) {
         return rc;
     }
-    uint32_t pgno = (uint32_t)(off / page_size) + 1;
     rc = mv_codec_encrypt(c, pgno, buf, c->scratch, page_size);
     if (rc != SQLITE_OK) {
         return rc;

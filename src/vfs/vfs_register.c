@@ -251,8 +251,9 @@ static int mv_io_shm_map(sqlite3_file *p, int pg, int pgsz, int extend, void vol
 static int mv_io_shm_lock(sqlite3_file *p, int offset, int n, int flags)
 {
     struct mv_file *f = mv_file_of(p);
-    mv_wal_shm_lock_seen(f, offset, n);
-    return f->lower->pMethods->xShmLock(f->lower, offset, n, flags);
+    int rc = f->lower->pMethods->xShmLock(f->lower, offset, n, flags);
+    mv_wal_shm_lock_seen(f, offset, n, flags, rc);
+    return rc;
 }
 
 static void mv_io_shm_barrier(sqlite3_file *p)

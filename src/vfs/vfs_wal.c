@@ -35,6 +35,7 @@
  */
 #include "vfs/vfs.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static int mv_wal_active(const struct mv_file *f)
@@ -71,20 +72,66 @@ static sqlite3_int64 mv_wal_frame_number(sqlite3_int64 header_off, uint32_t page
            1;
 }
 
-/* SQLite's WAL write lock is slot 0 of its shared-memory locks (WAL_WRITE_LOCK, wal.c). */
+/* SQLite's WAL write and checkpoint locks are slots 0 and 1 of its shared-memory locks
+ * (WAL_WRITE_LOCK, WAL_CKPT_LOCK in wal.c). */
 #define MV_WAL_WRITE_LOCK_SLOT 0
+#define MV_WAL_CKPT_LOCK_SLOT  1
 
 void mv_wal_forget_chain(struct mv_file *f)
 {
     f->chain_valid = 0;
 }
 
-void mv_wal_shm_lock_seen(struct mv_file *main_file, int offset, int n)
+void mv_wal_shm_lock_seen(struct mv_file *main_file, int offset, int n, int flags, int rc)
 {
-    if (main_file->kind == MV_FILE_MAIN && main_file->codec != NULL &&
-        offset <= MV_WAL_WRITE_LOCK_SLOT && offset + n > MV_WAL_WRITE_LOCK_SLOT) {
-        main_file->codec->wal_write_lock_calls++;
+    struct mv_codec *c = main_file->codec;
+    if (main_file->kind != MV_FILE_MAIN || c == NULL) {
+        return;
     }
+    if (offset <= MV_WAL_WRITE_LOCK_SLOT && offset + n > MV_WAL_WRITE_LOCK_SLOT) {
+        c->wal_write_lock_calls++; /* taken or released, granted or not */
+    }
+    if (offset <= MV_WAL_CKPT_LOCK_SLOT && offset + n > MV_WAL_CKPT_LOCK_SLOT) {
+        /* Held only after a granted exclusive lock; any other call ends it. */
+        c->ckpt_lock_held = rc == SQLITE_OK && (flags & SQLITE_SHM_LOCK) != 0 &&
+                            (flags & SQLITE_SHM_EXCLUSIVE) != 0;
+        c->ckpt_valid = 0;
+    }
+}
+
+/* Keeps the page the checkpoint just read (ciphertext at cipher, plaintext at plain). */
+static void mv_wal_ckpt_keep(struct mv_codec *c,
+                             uint32_t pgno,
+                             const uint8_t *cipher,
+                             const uint8_t *plain,
+                             uint32_t page_size)
+{
+    c->ckpt_valid = 0;
+    if (c->ckpt_page_size != page_size) {
+        uint8_t *p = malloc(2 * (size_t)page_size);
+        if (p == NULL) {
+            return; /* only an optimisation */
+        }
+        if (c->ckpt_pages != NULL) {
+            crypt_wipe(c->ckpt_pages, 2 * (size_t)c->ckpt_page_size);
+            free(c->ckpt_pages);
+        }
+        c->ckpt_pages = p;
+        c->ckpt_page_size = page_size;
+    }
+    memcpy(c->ckpt_pages, cipher, page_size);
+    memcpy(c->ckpt_pages + page_size, plain, page_size);
+    c->ckpt_pgno = pgno;
+    c->ckpt_valid = 1;
+}
+
+const uint8_t *
+mv_codec_ckpt_ciphertext(struct mv_codec *c, uint32_t pgno, const uint8_t *plain, uint32_t size)
+{
+    int same = c->ckpt_valid && c->ckpt_pgno == pgno && c->ckpt_page_size == size &&
+               memcmp(c->ckpt_pages + size, plain, size) == 0;
+    c->ckpt_valid = 0;
+    return same ? c->ckpt_pages : NULL;
 }
 
 int mv_wal_flush(struct mv_file *f)
@@ -388,6 +435,9 @@ int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
     }
     uint32_t pgno = mv_get_be32(frame);
     rc = mv_codec_decrypt(f->codec, pgno, buf, page_size);
+    if (rc == SQLITE_OK && f->codec->ckpt_lock_held) {
+        mv_wal_ckpt_keep(f->codec, pgno, frame + MV_WAL_FRAME_HEADER_BYTES, buf, page_size);
+    }
     if (rc == SQLITE_IOERR_DATA) {
         mv_codec_set_error(
             f->codec,
