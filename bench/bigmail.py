@@ -12,7 +12,7 @@ USAGE
                  --mailvaultd BIN --mv-root DIR --mv-imap-port P --mv-lmtp-port P
                  [--mv-log FILE] [--mv-arg ARG]...
                  [--dovecot-conf FILE --dc-mail DIR --dc-imap-port P --dc-lmtp-port P]
-                 [--lmtp-messages 1200] [--seed S] --json OUT
+                 [--lmtp-messages 1200] [--seed S] [--perf-op OP --perf-dir DIR] --json OUT
   bigmail.py report --json OUT --md OUT [--merge] RUN.json...
 
 METHOD (docs/BENCHMARKS.md, "Big mailboxes (issue 13)")
@@ -37,17 +37,19 @@ METHOD (docs/BENCHMARKS.md, "Big mailboxes (issue 13)")
     login_select_cold (server stopped, the data files of both evicted from the page cache
     with posix_fadvise(DONTNEED) after sync, server started, then connect + LOGIN + SELECT;
     see below), store_seen_add / store_seen_remove (STORE 1:* +FLAGS.SILENT / -FLAGS.SILENT
-    (\\Seen)), copy_1000 (UID COPY of 1,000 consecutive messages from the middle to
-    another mailbox, deleted untimed after each pair), store_deleted_10th (UID STORE of
-    every 10th message +FLAGS.SILENT (\\Deleted), 5,000 UIDs per command -- Dovecot's
-    64 KiB line limit --, undone untimed), expunge_10pct (twice: every 10th flagged
-    untimed, then EXPUNGE timed), then on the mailbox with ~19% UID gaps that leaves:
-    gapped_store_seen (STORE 1:* +FLAGS.SILENT (\\Seen)), gapped_uid_store (UID STORE 1:*
-    -FLAGS.SILENT (\\Seen)), gapped_copy_half (COPY 1:<half> to another mailbox; once),
+    (\\Seen), from all unseen: every pair changes every message), copy_1000 (UID COPY of
+    1,000 consecutive messages from the middle to another mailbox, deleted untimed after
+    each pair), store_deleted_10th (UID STORE of every 10th message +FLAGS.SILENT
+    (\\Deleted), 5,000 UIDs per command -- Dovecot's 64 KiB line limit --, undone
+    untimed), expunge_10pct (twice: every 10th flagged untimed, then EXPUNGE timed), then
+    on the mailbox with ~19% UID gaps that leaves: gapped_store_seen (STORE 1:*
+    +FLAGS.SILENT (\\Seen)) and gapped_uid_store (UID STORE 1:* -FLAGS.SILENT (\\Seen)) in
+    turn, from all unseen, gapped_copy_half (COPY 1:<half> to another mailbox; once),
     and last lmtp_first_login: both servers restarted (mailvaultd then has no key: its
     LMTP seals every message into the user's queue), --lmtp-messages delivered over LMTP
-    to each (untimed), then the first connect + LOGIN + SELECT timed (mailvaultd's
-    includes opening the store with the default KDF and draining the queue).
+    to each (untimed; 4 connections at once), then the first connect + LOGIN + SELECT
+    timed (mailvaultd's includes opening the store with the default KDF and draining the
+    queue); --lmtp-pairs of them (default 1: each costs 2 x 1,200 fsync'd deliveries).
 
   "Cold" is what is possible without root-wide tricks that would slow the other users of a
   shared machine (no drop_caches): the server process is new (mailvaultd: no open store,
@@ -55,6 +57,11 @@ METHOD (docs/BENCHMARKS.md, "Big mailboxes (issue 13)")
   and the file contents of both (mailvaultd's store and WAL; Dovecot's Maildir files and
   index files) are evicted from the kernel's page cache. Directory entries and inodes stay
   cached, which favours Dovecot (100,000 files) more than mailvaultd (one file).
+
+  --perf-op OP[,OP...]: `perf record` (DWARF call graphs, 499 Hz) attached to mailvaultd during
+  each of OP's timed runs on it (again after a restart inside OP), into
+  DIR/perf-OP-N.data; the attach waits 1 s before the command, outside the timing, but
+  the profiled times are slower (perf's cost) and say so only through this option.
 
   Peak memory: VmHWM of mailvaultd (the maximum over its lifetimes in the run) and of
   Dovecot's imap processes (sampled after every timed command; the largest).
@@ -72,6 +79,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 LITERAL_RE = re.compile(rb"\{(\d+)\+?\}$")
@@ -207,6 +215,27 @@ def lmtp_deliver(port, rcpt, messages):
     return ok
 
 
+def lmtp_parallel(port, rcpt, messages, senders):
+    """lmtp_deliver over `senders` connections at once (as MTAs deliver); the count of 250s.
+    Each connection takes every senders-th message, so all arrive, in no fixed order."""
+    counts = [0] * senders
+    failures = []
+
+    def one(i):
+        try:
+            counts[i] = lmtp_deliver(port, rcpt, messages[i::senders])
+        except (ImapError, OSError) as exc:
+            failures.append(str(exc))
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise ImapError("LMTP: " + failures[0])
+    return sum(counts)
+
+
 def lmtp_messages(count, seed, start):
     rng = random.Random(seed)
     words = ["ledger", "invoice", "meeting", "report", "draft", "review", "budget", "plan",
@@ -283,6 +312,27 @@ class Server:
         self.proc = None
         self.peak_kib = 0
         self.session = None
+        self.perf_dir = None  # --perf-op: record this server while perf_tag is set
+        self.perf_tag = None
+        self.perf_proc = None
+        self.perf_n = 0
+
+    def perf_attach(self):
+        """perf record (DWARF call graphs, 499 Hz) attached to the running server."""
+        if not (self.perf_dir and self.perf_tag and self.proc) or self.perf_proc:
+            return
+        self.perf_n += 1
+        out = os.path.join(self.perf_dir, f"perf-{self.perf_tag}-{self.perf_n}.data")
+        self.perf_proc = subprocess.Popen(
+            ["perf", "record", "-q", "-F", "499", "--call-graph", "dwarf,16384", "-o", out,
+             "-p", str(self.proc.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # perf needs a moment to attach; outside any timed command
+
+    def perf_detach(self):
+        if self.perf_proc:
+            self.perf_proc.send_signal(signal.SIGINT)
+            self.perf_proc.wait(120)
+            self.perf_proc = None
 
     def start(self):
         logf = open(self.log, "ab")
@@ -291,6 +341,7 @@ class Server:
         logf.close()
         if not wait_port(self.imap_port, self.proc):
             raise ImapError(f"{self.name} did not start (log {self.log})")
+        self.perf_attach()
 
     def sample(self):
         """VmHWM of the process that serves the mail: mailvaultd itself; for Dovecot, each
@@ -318,6 +369,7 @@ class Server:
             self.sample()
             self.session.close()
             self.session = None
+        self.perf_detach()
         if self.proc and self.proc.poll() is None:
             self.sample()
             self.proc.send_signal(signal.SIGTERM)
@@ -339,6 +391,7 @@ class Run:
         self.errors = []
         self.uids = {}
         self.extra = {}  # figures that are not timings (byte counts)
+        self.checkpoint = lambda: None
 
     def login(self, srv, select=True):
         t0 = time.perf_counter()
@@ -385,6 +438,11 @@ class Run:
         for r in range(-1 if warmup else 0, rounds):
             order = self.servers if r % 2 == 0 else self.servers[::-1]
             for srv in order:
+                profile = (r >= 0 and op in (self.a.perf_op or "").split(",")
+                           and srv.name == "mailvaultd")
+                if profile:
+                    srv.perf_tag = op
+                    srv.perf_attach()
                 try:
                     got = fn(srv, r)
                 except (ImapError, OSError) as exc:
@@ -396,8 +454,13 @@ class Run:
                             pass
                         srv.session = None
                     continue
+                finally:
+                    if profile:
+                        srv.perf_detach()
+                        srv.perf_tag = None
                 if r >= 0 and got is not None:
                     self.record(op, srv, *got)
+        self.checkpoint()
 
     # ---- the operations -------------------------------------------------------------------
     def timed(self, text, count_re=None):
@@ -482,9 +545,12 @@ class Run:
         self.pairs("login_select_cold", R, cold_login)
         self.check_results("login_select_cold", n)
 
-        self.pairs("store_seen_add", R, self.timed_pair_store("+FLAGS.SILENT (\\Seen)",
+        # Every \Seen change below changes every message: all unseen first (untimed).
+        for srv in self.servers:
+            self.main_session(srv).ok("STORE 1:* -FLAGS.SILENT (\\Seen)")
+        self.pairs("store_seen_add", R, self.timed_pair_store("STORE 1:* +FLAGS.SILENT (\\Seen)",
                                                                "store_seen_remove",
-                                                               "-FLAGS.SILENT (\\Seen)"))
+                                                               "STORE 1:* -FLAGS.SILENT (\\Seen)"))
 
         mid = n // 2 - 500
 
@@ -529,8 +595,11 @@ class Run:
         self.pairs("expunge_10pct", 2, expunge)
         self.check_results("expunge_10pct", None)
 
-        self.pairs("gapped_store_seen", R, self.timed("STORE 1:* +FLAGS.SILENT (\\Seen)"))
-        self.pairs("gapped_uid_store", R, self.timed("UID STORE 1:* -FLAGS.SILENT (\\Seen)"))
+        for srv in self.servers:
+            self.main_session(srv).ok("STORE 1:* -FLAGS.SILENT (\\Seen)")
+        self.pairs("gapped_store_seen", R, self.timed_pair_store(
+            "STORE 1:* +FLAGS.SILENT (\\Seen)", "gapped_uid_store",
+            "UID STORE 1:* -FLAGS.SILENT (\\Seen)"))
 
         def copy_half(srv, _r):
             half = max(1, len(self.uids[srv.name]) // 2)
@@ -543,8 +612,8 @@ class Run:
             before = len(self.uids[srv.name])
             srv.stop()
             srv.start()
-            delivered = lmtp_deliver(srv.lmtp_port, self.user,
-                                     lmtp_messages(a.lmtp_messages, a.seed, r * a.lmtp_messages))
+            msgs = lmtp_messages(a.lmtp_messages, a.seed, r * a.lmtp_messages)
+            delivered = lmtp_parallel(srv.lmtp_port, self.user, msgs, 4)
             if delivered != a.lmtp_messages:
                 self.error("lmtp_first_login", srv, f"{delivered} of {a.lmtp_messages} accepted")
             t0 = time.perf_counter()
@@ -555,15 +624,15 @@ class Run:
                            f"EXISTS {exists} after {before} + {a.lmtp_messages} deliveries")
             self.refresh_uids(srv)
             return secs, exists
-        self.pairs("lmtp_first_login", R, after_lmtp)
+        self.pairs("lmtp_first_login", a.lmtp_pairs, after_lmtp)
 
         for srv in self.servers:
             srv.stop()
 
     def timed_pair_store(self, add, other_op, remove):
         def fn(srv, r):
-            _, secs = self.main_session(srv).ok("STORE 1:* " + add)
-            _, secs2 = self.main_session(srv).ok("STORE 1:* " + remove)
+            _, secs = self.main_session(srv).ok(add)
+            _, secs2 = self.main_session(srv).ok(remove)
             if r >= 0:
                 self.record(other_op, srv, secs2)
             return secs, None
@@ -591,6 +660,8 @@ def cmd_run(a):
                "--connections-per-address-max=1000"] + a.mv_arg
     servers.append(Server("mailvaultd", mv_argv, a.mv_imap_port, a.mv_lmtp_port,
                           [a.mv_root], a.mv_log))
+    if a.perf_op:
+        servers[0].perf_dir = a.perf_dir
     if a.dovecot_conf:
         servers.append(Server("dovecot", ["dovecot", "-F", "-c", a.dovecot_conf],
                               a.dc_imap_port, a.dc_lmtp_port, [a.dc_mail],
@@ -598,42 +669,60 @@ def cmd_run(a):
     run = Run(a, servers)
     load0 = os.getloadavg()[0]
     t0 = time.monotonic()
+
+    def write(complete):
+        """The run's JSON; also after every operation (complete = false), so an interrupted
+        run keeps what it measured."""
+        ops = {}
+        for op, e in run.ops.items():
+            o = {"times_s": e["times_s"], "results": e.get("results", {}),
+                 "errors": e.get("errors", [])}
+            for name, ts in e["times_s"].items():
+                o[f"{name}_median_s"] = statistics.median(ts)
+            mv, dc = e["times_s"].get("mailvaultd", []), e["times_s"].get("dovecot", [])
+            ratios = [d / m for m, d in zip(mv, dc) if m > 0]
+            o["ratios"] = [round(x, 4) for x in ratios]
+            o["ratio_median"] = statistics.median(ratios) if ratios else None
+            ops[op] = o
+        doc = {
+            "schema": "mailvault-bench-bigmail-run/1",
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "complete": complete,
+            "messages": a.messages, "rounds": a.rounds, "lmtp_messages": a.lmtp_messages,
+            "lmtp_pairs": a.lmtp_pairs,
+            "corpus": json.load(open(a.meta)),
+            "machine": {"cpus": os.cpu_count(), "system": platform.platform(),
+                        "load_start": load0, "load_end": os.getloadavg()[0]},
+            "seconds": round(time.monotonic() - t0, 1),
+            "servers": [s.name for s in servers],
+            "peak_rss_mib": {s.name: round(s.peak_kib / 1024, 1) for s in servers},
+            "ops": ops,
+            "extra": run.extra,
+            "errors": run.errors,
+        }
+        with open(a.json + ".tmp", "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        os.replace(a.json + ".tmp", a.json)
+        return doc
+
+    def on_term(_sig, _frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
+    run.checkpoint = lambda: write(False)
     try:
         run.run()
     except (ImapError, OSError) as exc:
         run.errors.append(f"aborted: {exc}")
         print(f"bigmail: aborted: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        run.errors.append("interrupted")
+        print("bigmail: interrupted", file=sys.stderr)
     finally:
         for srv in servers:
             srv.stop()
-    ops = {}
-    for op, e in run.ops.items():
-        o = {"times_s": e["times_s"], "results": e.get("results", {}),
-             "errors": e.get("errors", [])}
-        for name, ts in e["times_s"].items():
-            o[f"{name}_median_s"] = statistics.median(ts)
-        mv, dc = e["times_s"].get("mailvaultd", []), e["times_s"].get("dovecot", [])
-        ratios = [d / m for m, d in zip(mv, dc) if m > 0]
-        o["ratios"] = [round(x, 4) for x in ratios]
-        o["ratio_median"] = statistics.median(ratios) if ratios else None
-        ops[op] = o
-    doc = {
-        "schema": "mailvault-bench-bigmail-run/1",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "messages": a.messages, "rounds": a.rounds, "lmtp_messages": a.lmtp_messages,
-        "corpus": json.load(open(a.meta)),
-        "machine": {"cpus": os.cpu_count(), "system": platform.platform(),
-                    "load_start": load0, "load_end": os.getloadavg()[0]},
-        "seconds": round(time.monotonic() - t0, 1),
-        "servers": [s.name for s in servers],
-        "peak_rss_mib": {s.name: round(s.peak_kib / 1024, 1) for s in servers},
-        "ops": ops,
-        "extra": run.extra,
-        "errors": run.errors,
-    }
-    with open(a.json, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
+    doc = write(not any(e.startswith(("aborted", "interrupted")) for e in run.errors))
+    ops = doc["ops"]
     print(f"bigmail: {a.messages} messages, {len(ops)} operations, {len(run.errors)} errors, "
           f"{doc['seconds']} s -> {a.json}")
     return 1 if run.errors else 0
@@ -695,7 +784,8 @@ def cmd_report(a):
             f"- {int(k):,} messages ({d['corpus']['bytes'] / 2**30:.2f} GiB, seed "
             f"{d['corpus']['seed']}): {d['date']}, {d['rounds']} pairs (expunge 2), "
             f"{d['lmtp_messages']} LMTP deliveries, {d['seconds']:.0f} s, load "
-            f"{d['machine']['load_start']:.1f}-{d['machine']['load_end']:.1f}; peak RSS "
+            f"{d['machine']['load_start']:.1f}-{d['machine']['load_end']:.1f}"
+            f"{'' if d.get('complete', True) else ' (INCOMPLETE: interrupted)'}; peak RSS "
             f"mailvaultd {d['peak_rss_mib'].get('mailvaultd', 0):.0f} MiB, {dc} imap "
             f"{d['peak_rss_mib'].get('dovecot', 0):.0f} MiB; errors: {len(d['errors'])}"
             + ("" if not d["errors"] else " (" + "; ".join(d["errors"][:3]) + ")"))
@@ -734,6 +824,7 @@ def main():
     r.add_argument("--meta", required=True)
     r.add_argument("--seed", type=int, default=13)
     r.add_argument("--lmtp-messages", type=int, default=1200)
+    r.add_argument("--lmtp-pairs", type=int, default=1)
     r.add_argument("--mailvaultd", required=True)
     r.add_argument("--mv-root", required=True)
     r.add_argument("--mv-imap-port", type=int, required=True)
@@ -744,6 +835,9 @@ def main():
     r.add_argument("--dc-mail")
     r.add_argument("--dc-imap-port", type=int)
     r.add_argument("--dc-lmtp-port", type=int)
+    r.add_argument("--perf-op", help="perf record mailvaultd during these operations' pairs "
+                   "(comma-separated)")
+    r.add_argument("--perf-dir", default=".", help="where the perf-OP-N.data files go")
     r.add_argument("--json", required=True)
     p = sub.add_parser("report")
     p.add_argument("--json", required=True)

@@ -42,6 +42,8 @@
 # MAILVAULTD=path and MAILVAULT=path measure another build. BIGMAIL_CORPUS=DIR keeps the
 # corpora in DIR instead of build/bigmail-corpus; BIGMAIL_LOGS=DIR gets a copy of each
 # mailvaultd log (mailvaultd-N.log); both for tests/cli_bench_bigmail_smoke.sh.
+# BIGMAIL_PERF=OP profiles mailvaultd during operation OP (bigmail.py's --perf-op) into
+# OUT/perf-OP-N.data: `perf report -i FILE --no-children --stdio`. Profiled times are slower.
 # Exit status: 0 if every operation ran with the expected results on both servers; 1
 # otherwise (what was measured is still written).
 set -euo pipefail
@@ -141,6 +143,7 @@ for n in $sizes; do
         --lmtp-messages "$lmtp" --mailvaultd "$server" --mv-root "$MAILVAULT_ROOT" \
         --mv-imap-port "$mv_imap" --mv-lmtp-port "$mv_lmtp" --mv-log "$run/mailvaultd.log" \
         ${BIGMAIL_KDF_ITER:+--mv-arg=--kdf-iter=$BIGMAIL_KDF_ITER} \
+        ${BIGMAIL_PERF:+--perf-op "$BIGMAIL_PERF" --perf-dir "$out"} \
         "${dc_args[@]}" --json "$run/result.json"; then
         status=1
         echo "bigmail_compare: $n messages: errors (logs in $run; KEEP_TMP=1 keeps them)" >&2
