@@ -36,7 +36,8 @@
 #      direct, proxy, proxy-tls, each T seconds.
 #   6. Moves: for each size, a user on a second root A2 gets an mbox of that size imported
 #      (generated: text and base64 attachments); then, timed one after another: `mailvault
-#      release` (local: no server holds the store), `store export`, a copy of the archive
+#      release` (through the control socket of a mailvaultd that has the store open after a
+#      LOGIN; with a build without control_socket: local, no server), `store export`, a copy of the archive
 #      (cp on one machine, as scp leaves it: in the target's page cache; between machines
 #      add size / bandwidth, e.g. ~9 s per GB at 1 Gbit/s), `store import` on root B (which
 #      makes the placed files durable), and the first open on B (`mailvault info`, KDF).
@@ -240,6 +241,12 @@ fi
 
 # ---- 6. moves ----------------------------------------------------------------------------------
 now() { date +%s.%N; }
+# A server-side release (docs/CONTROL.md) when this build has the control socket: the node
+# runs and holds the store; else the local release of a store no server holds.
+server_release=0
+case $("$server" --help 2>&1) in *control_socket*) server_release=1 ;; esac
+ctl_env=()
+[ "$server_release" -eq 0 ] || ctl_env=(MAILVAULT_CONTROL_SOCKET="$tmp/a2.ctl")
 for mb in $move_mb; do
     user="m$mb@bench.example"
     a2=$tmp/a2 b=$tmp/b
@@ -274,8 +281,28 @@ EOF
     store_bytes=$(du -cb "$a2/bench.example/m$mb".* | tail -n 1 | cut -f1)
     mkdir -p "$tmp/copy"
     for _ in $(seq 1 "$move_rounds"); do
+        if [ "$server_release" -eq 1 ]; then
+            # The old node serves the user: its store is open there (a session came and went).
+            rm -f "$tmp/a2.ports"
+            "$server" --listen=127.0.0.1 --imap-port=0 --lmtp-port=-1 --root="$a2" \
+                --ports-file="$tmp/a2.ports" --control-socket="$tmp/a2.ctl" \
+                >>"$tmp/a2.log" 2>&1 &
+            mv_pid=$!
+            for _ in $(seq 1 100); do
+                [ -s "$tmp/a2.ports" ] && break
+                sleep 0.1
+            done
+            python3 - "$(sed -n 's/^imap=//p' "$tmp/a2.ports")" "$user" "$tmp/password" <<'PYEOF'
+import imaplib, sys
+m = imaplib.IMAP4("127.0.0.1", int(sys.argv[1]))
+m.login(sys.argv[2], open(sys.argv[3]).read().strip())
+m.select("INBOX")
+m.logout()
+PYEOF
+        fi
         t0=$(now)
-        MAILVAULT_ROOT=$a2 "$mv" release "$user" --note "bench move" >/dev/null
+        env MAILVAULT_ROOT="$a2" "${ctl_env[@]}" "$mv" release "$user" --note "bench move" \
+            >/dev/null
         t1=$(now)
         MAILVAULT_ROOT=$a2 "$mv" store export "$user" "$tmp/m$mb.mvstore" >/dev/null
         t2=$(now)
@@ -289,6 +316,8 @@ EOF
         echo "$mb $store_bytes $archive_bytes $t_import_mbox $t0 $t1 $t2 $t3 $t4 $t5" \
             >>"$tmp/moves.txt"
         # The next round moves the same store again: back to A2, B empty.
+        stop_pid "$mv_pid"
+        mv_pid=""
         rm -rf "$tmp/m$mb.mvstore" "$tmp/copy/m$mb.mvstore" "$b"
         MAILVAULT_ROOT=$a2 "$mv" adopt "$user" >/dev/null
     done
@@ -297,11 +326,11 @@ done
 
 # ---- 7. JSON and the section -----------------------------------------------------------------
 python3 - "$tmp/runs" "$tmp/moves.txt" "$final_json" "$final_md" "$quick" "$rounds" \
-    "$seconds" "$users" "$messages" "$dovecot_version" "$note" "$server" <<'EOF'
+    "$seconds" "$users" "$messages" "$dovecot_version" "$note" "$server" "$server_release" <<'EOF'
 import datetime, glob, json, os, platform, statistics, sys
 
 runs_dir, moves_txt, out_json, out_md, quick, rounds, seconds, users, messages, dc_version, \
-    note, server = sys.argv[1:13]
+    note, server, server_release = sys.argv[1:14]
 runs = []
 for path in sorted(glob.glob(os.path.join(runs_dir, "*.json"))):
     with open(path) as f:
@@ -367,6 +396,8 @@ doc = {
     "notes": [note] if note else [],
     "summary": result,
     "moves": moves,
+    "move_release": ("server-side, through the running node's control socket"
+                     if server_release == "1" else "local, no server holding the store"),
     "runs": runs,
 }
 with open(out_json, "w") as f:
@@ -406,7 +437,9 @@ for clients in sorted(result, key=int):
         f"{name} " + " / ".join(f"{v:,.0f}" for v in r[name]["commands_per_s_each_round"])
         for name in ("direct", "proxy", "proxy-tls") if name in r) + ".", ""]
 if moves:
-    L += ["**Moving a user** (one machine: release without a server holding the store, "
+    L += ["**Moving a user** (one machine: release " + (
+          "through the running node's control socket, the store open there"
+          if server_release == "1" else "without a server holding the store") + ", "
           "`store export`, cp of the archive (between machines add size / bandwidth: ~9 s "
           "per GB at 1 Gbit/s), `store import`, first open with the KDF; unavailable = all "
           "of it; medians of the rounds)", "",
