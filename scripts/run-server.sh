@@ -91,6 +91,8 @@ accepting the self-signed certificate, or try curl (the password comes from a ne
   curl --insecure --netrc-file $netrc 'imaps://127.0.0.1:$imaps_port/INBOX;UID=1'
 Watch it run (connections, logins, commands with latencies, deliveries):
   curl -s http://127.0.0.1:$metrics_port/metrics | grep -v '^#'
+Who is logged in, through the control socket $root/.mailvaultd.sock (docs/CONTROL.md):
+  build/mailvault who --root $root
 Deliver a message (a file message.eml) over LMTP:
   python3 -c 'import smtplib, sys; smtplib.LMTP("127.0.0.1", $lmtp_port).sendmail(
     "you@example.org", ["$user"], open(sys.argv[1], "rb").read())' message.eml
@@ -147,6 +149,14 @@ print("metrics: http://127.0.0.1:%d/metrics answers (logins, commands, deliverie
 print("check passed")
 PY
 rc=$?
+if [ "$rc" -eq 0 ]; then
+    # The control socket answers for this root (docs/CONTROL.md).
+    if build/mailvault who --root "$root" >/dev/null; then
+        echo "control: 'mailvault who' answers through $root/.mailvaultd.sock"
+    else
+        rc=1
+    fi
+fi
 if [ "$rc" -eq 0 ] && [ -n "${MAILVAULT_RUN_SECONDS:-}" ] && [ "$MAILVAULT_RUN_SECONDS" -gt 0 ]; then
     echo "the server stays up ${MAILVAULT_RUN_SECONDS}s (MAILVAULT_RUN_SECONDS)"
     sleep "$MAILVAULT_RUN_SECONDS"
