@@ -57,12 +57,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (imap_mime_open((const char *)data, size, &m) != MV_OK || m == NULL) {
         abort();
     }
-    struct buf out = {0};
+    struct imap_mime *e = NULL; /* ENVELOPE without GMime's message: the same answer */
+    if (imap_mime_open_envelope((const char *)data, size, &e) != MV_OK || e == NULL) {
+        abort();
+    }
+    struct buf out = {0}, env = {0};
     for (int utf8 = 0; utf8 <= 1; utf8++) { /* a plain session, then one with UTF8=ACCEPT */
         imap_mime_set_utf8(m, utf8);
+        imap_mime_set_utf8(e, utf8);
         buf_free(&out);
+        buf_free(&env);
         imap_mime_envelope(m, &out);
+        imap_mime_envelope(e, &env);
         if (out.oom || out.len == 0 || out.data[0] != '(' || !fuzz_balanced(&out)) {
+            abort();
+        }
+        if (env.oom || env.len != out.len || memcmp(env.data, out.data, out.len) != 0) {
             abort();
         }
         for (int ext = 0; ext <= 1; ext++) {
@@ -89,6 +99,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     buf_free(&out);
+    buf_free(&env);
+    imap_mime_close(&e);
     imap_mime_close(&m);
     return 0;
 }

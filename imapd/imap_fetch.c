@@ -205,7 +205,11 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
                                                &len)
                      : mv_message_fetch(x->s->store->store, x->s->view.mailbox, m->uid, &raw, &len);
         if (rc == MV_OK && need_mime) {
-            rc = imap_mime_open(raw, len, &mime);
+            /* ENVELOPE alone reads a plain header's fields without GMime's message; raw
+             * stays until after imap_mime_close() */
+            rc = (items & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) == 0
+                     ? imap_mime_open_envelope(raw, len, &mime)
+                     : imap_mime_open(raw, len, &mime);
             if (rc == MV_OK) {
                 imap_mime_set_utf8(mime, x->s->utf8_accept);
             }

@@ -16,6 +16,10 @@ struct imap_mime;
 void imap_mime_init(void);
 /* Parses raw (copied; raw may go after the call). MV_OK or MV_ENOMEM. */
 int imap_mime_open(const char *raw, size_t len, struct imap_mime **out);
+/* For ENVELOPE only (imap_mime_envelope; not BODYSTRUCTURE, BODY): when the header is plain
+ * its fields are read from raw itself, which must then stay until imap_mime_close();
+ * otherwise as imap_mime_open(). MV_OK or MV_ENOMEM. */
+int imap_mime_open_envelope(const char *raw, size_t len, struct imap_mime **out);
 void imap_mime_close(struct imap_mime **m);
 /* For a session that enabled UTF8=ACCEPT (RFC 6855): ENVELOPE and BODYSTRUCTURE strings that
  * are valid UTF-8 are sent quoted and as they are; otherwise (the default) 8-bit strings are

@@ -359,6 +359,66 @@ static void test_folded_boundary(void)
     CHECK(tm_section(msg, "3", C, NULL));
 }
 
+/* ENVELOPE read from a plain header without GMime's message (imap_mime_open_envelope,
+ * issue 13) is the same as through GMime, for plain headers of every shape the scan handles
+ * (folds, CRLF and LF, duplicates, empty and missing fields, groups, routes, encoded words,
+ * UTF-8), plain sessions and UTF8=ACCEPT ones; headers that are not plain take GMime's path. */
+static void test_envelope_without_gmime(void)
+{
+    static const char *const msgs[] = {
+        "From: A <a@example.org>\r\nTo: b@example.org, \"C, D\" <c@example.org>\r\n"
+        "Subject: hello\r\nDate: Mon, 5 Jan 2026 10:00:00 +0000\r\n"
+        "Message-ID: <m1@example.org>\r\n\r\nbody\r\n",
+        "from: a@example.org\nSUBJECT:no space\nsubject: second one\nCc:\nBcc: \n"
+        "Sender: s@example.org\nReply-To: r@example.org\n\n",
+        "Subject: folded\r\n\tover two\r\n  and three lines\r\nTo: group: x@example.org,\r\n"
+        " y@example.org;, z@example.org\r\nIn-Reply-To: <p@example.org>\r\n\r\n",
+        "From: =?utf-8?q?Ren=C3=A9e?= <r@example.org>\nTo: "
+        "<@relay.example,@b.example:t@example.org>\n"
+        "Subject: =?iso-8859-1?q?caf=E9?=\n\n",
+        "From: \"Ren\xc3\xa9" "e\" <r@example.org>\nTo: \xce\xb4\xce\xbf@example.org\n"
+        "Subject: Caf\xc3\xa9\n\n",
+        "X-Only: nothing ENVELOPE reads\n\nbody\n",
+        "Subject: no empty line, no body",
+        "Subject: trailing spaces   \t\r\nFrom: (comment) a@example.org (more)\r\n\r\n",
+        "X-Long: a\r\n b\r\nFrom: undisclosed-recipients:;\r\n\r\n",
+        /* not plain: GMime's path (a space before the colon, a continuation first, a From_ line) */
+        "Subject : spaced name\nFrom: a@example.org\n\n",
+        " leading continuation\nSubject: x\n\n",
+        "From someone Mon Jan  5 10:00:00 2026\nSubject: mbox\n\n",
+    };
+    for (size_t i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
+        for (int utf8 = 0; utf8 <= 1; utf8++) {
+            struct imap_mime *a = NULL, *b = NULL;
+            size_t len = strlen(msgs[i]);
+            CHECK_EQ_INT(imap_mime_open(msgs[i], len, &a), MV_OK);
+            CHECK_EQ_INT(imap_mime_open_envelope(msgs[i], len, &b), MV_OK);
+            if (a == NULL || b == NULL) {
+                imap_mime_close(&a);
+                imap_mime_close(&b);
+                continue;
+            }
+            imap_mime_set_utf8(a, utf8);
+            imap_mime_set_utf8(b, utf8);
+            struct buf ea = {0}, eb = {0};
+            imap_mime_envelope(a, &ea);
+            imap_mime_envelope(b, &eb);
+            imap_mime_close(&a);
+            imap_mime_close(&b);
+            int same =
+                !ea.oom && !eb.oom && ea.len == eb.len && memcmp(ea.data, eb.data, ea.len) == 0;
+            if (!same) {
+                fprintf(stderr, "  message %zu (utf8 %d):\n  GMime %.*s\n  scan  %.*s\n", i, utf8,
+                        (int)ea.len, ea.data != NULL ? ea.data : "", (int)eb.len,
+                        eb.data != NULL ? eb.data : "");
+            }
+            CHECK(same);
+            buf_free(&ea);
+            buf_free(&eb);
+        }
+    }
+}
+
 int main(void)
 {
     imap_mime_init();
@@ -371,5 +431,6 @@ int main(void)
     TEST(test_utf8_strings);
     TEST(test_empty_header);
     TEST(test_folded_boundary);
+    TEST(test_envelope_without_gmime);
     return th_summary();
 }
