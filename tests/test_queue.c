@@ -12,6 +12,8 @@
  *   - Drain in steps (MV_STORE_DRAIN_LATER, mv_queue_drain): the open moves nothing, each
  *     step at most its bound, every delivery exactly once and in arrival order, also one
  *     queued between steps, also with a second handle draining the same queue.
+ *   - A message a limit refuses in the middle of a batch goes to rejected/, the rest of the
+ *     batch is stored once each.
  */
 #include "harness.h"
 #include "testutil.h"
@@ -659,6 +661,47 @@ static void test_drain_steps_two_handles(void)
     CHECK_EQ_INT(qt_count(who, &o), 0);
 }
 
+/* A message the store refuses (a limit) in the middle of a batch: set aside in rejected/,
+ * the batch's other deliveries stored once each (the append refuses before it writes). */
+static void test_refused_inside_batch(void)
+{
+    struct mv_store_options o = qt_options("root_refused");
+    const char *who = "refused@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    for (int i = 0; i < 11; i++) {
+        if (i != 5) {
+            CHECK_EQ_INT(qt_deliver(who, &o, "batch", i), MV_OK);
+            continue;
+        }
+        char msg[2048], err[256] = "";
+        size_t len = 0;
+        for (int h = 0; h < 30; h++) {
+            len += (size_t)snprintf(msg + len, sizeof msg - len, "X-Field-%d: value\r\n", h);
+        }
+        len += (size_t)snprintf(msg + len, sizeof msg - len,
+                                "Subject: MARKER-batch-0005\r\n\r\nx\r\n");
+        CHECK_EQ_INT(mv_deliver_sealed(who, msg, len, &o, err, sizeof err), MV_OK);
+    }
+    struct mv_store_options strict = o;
+    strict.limits.header_count_max = 20;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &strict, &s), MV_OK);
+    CHECK(strstr(mv_store_errmsg(s), "rejected") != NULL);
+    int got[16];
+    size_t n = qt_inbox_markers(s, "batch", got, 16);
+    CHECK_EQ_INT(n, 10);
+    int in_order = 1;
+    for (size_t i = 0; i < n; i++) {
+        in_order &= got[i] == (int)(i < 5 ? i : i + 1);
+    }
+    CHECK(in_order);
+    mv_store_close(&s);
+    char rejected[1100];
+    snprintf(rejected, sizeof rejected, "%s/example.org/refused.queue/rejected", o.root);
+    CHECK_EQ_INT(qt_files(rejected), 1);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+}
+
 int main(void)
 {
     if (sodium_init() < 0) {
@@ -675,5 +718,6 @@ int main(void)
     TEST(test_large_file_waits);
     TEST(test_drain_in_steps);
     TEST(test_drain_steps_two_handles);
+    TEST(test_refused_inside_batch);
     return th_summary();
 }

@@ -234,10 +234,10 @@ int store_message_functions(mv_store *s);
 /* ---- store_queue.c ---- */
 /* Creates the key pair at init: public key to pub_path, secret key into the meta table. */
 int store_queue_init_keys(mv_store *s);
-/* Moves the deliveries queued before it started into INBOX, one commit each, deleting a
- * queue file only after its commit; files over message_size_max stay queued (reported in
- * errmsg). max: at most that many files (0: all); *moved: deliveries appended; *more: 1 if
- * it stopped at max with due files left. */
+/* Moves the deliveries queued before it started into INBOX, one durable transaction per
+ * batch of STORE_QUEUE_BATCH, deleting a queue file only after its batch committed; files over
+ * message_size_max stay queued (reported in errmsg). max: at most that many files (0: all); *moved:
+ * deliveries appended; *more: 1 if it stopped at max with due files left. */
 int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more);
 
 #endif /* MV_STORE_H */

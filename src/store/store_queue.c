@@ -11,9 +11,9 @@
  *   mv_deliver_sealed(address, raw, len, &opts, err, sizeof err)   no password needed
  *   mv_queue_count(address, &opts, &count)
  *   mv_queue_usage(address, &opts, 0, &bytes, &messages)   what it holds, a bounded scan
- *   mv_store_open()  -> store_queue_drain(s, 0, ...): queue -> INBOX, one commit per
- *                       delivery, one durable (fsync'd) commit per STORE_QUEUE_BATCH
- *                       deliveries; with MV_STORE_DRAIN_LATER the open leaves the queue
+ *   mv_store_open()  -> store_queue_drain(s, 0, ...): queue -> INBOX, one durable
+ *                       (fsync'd) transaction per STORE_QUEUE_BATCH deliveries; with
+ *                       MV_STORE_DRAIN_LATER the open leaves the queue
  *   mv_queue_drain(store, max, &moved, &more)   the same, at most max deliveries per call
  *                       (a server drains in steps between other work, not before a login)
  *
@@ -24,11 +24,13 @@
  *   key go to <local>.queue/rejected/; nothing is ever deleted unread.
  *
  * IMPLEMENTATION NOTES
- *   - Exactly once. The drain appends a delivery and inserts the meta row
- *     'delivered:<hex id>' (value: the queue file's name) in one transaction, commits it
- *     (synchronous=NORMAL), and after every STORE_QUEUE_BATCH deliveries and at the end
- *     makes them durable with one synchronous=FULL commit before it unlinks their files. A retry
- *     after a crash between commit and unlink finds the row and only unlinks. The id, not
+ *   - Exactly once. The drain appends each delivery and inserts its meta row
+ *     'delivered:<hex id>' (value: the queue file's name) in the batch's transaction (up to
+ *     STORE_QUEUE_BATCH deliveries, or the rest of a bounded step), commits it with
+ *     synchronous=FULL, and only then unlinks their files. A retry after a crash between
+ *     commit and unlink finds the row and only unlinks. A message the store refuses (a
+ *     limit) is refused before the append writes anything, so it goes to rejected/ and the
+ *     batch goes on; any store error rolls the whole batch back and leaves its files. The id, not
  *     the SHA-256 of the bytes, decides: two deliveries of identical bytes are two messages.
  *     A row is deleted once its file is gone for good (after the directory fsync), so meta
  *     holds only deliveries in flight. A drain that read a file another drain has since
@@ -93,14 +95,16 @@ struct store_queue_drain {
     uint32_t left;     /* too large or unreadable: left in the queue */
     int dirty;         /* a file was unlinked or moved: fsync the directory */
     int unreadable;    /* the directory could not be read (completely) */
-    /* Files whose deliveries committed (synchronous=NORMAL) but are not yet known durable:
-     * unlinked only after the batch's durable commit (store_queue_flush). */
+    /* Files whose deliveries are in the batch's open transaction (appended, or found
+     * appended): unlinked only after its durable commit (store_queue_flush). */
     char (*pending)[STORE_QUEUE_NAME_LEN + 1];
     size_t pending_count;
-    uint32_t max;   /* files to take in this drain; 0: every one due */
-    uint32_t taken; /* files opened and dealt with (stored, found stored, rejected) */
-    uint32_t moved; /* deliveries appended to INBOX */
-    int more;       /* stopped at max with due files left */
+    int in_txn;             /* the batch's transaction is open (synchronous=FULL set) */
+    uint32_t moved_pending; /* appended in the open transaction */
+    uint32_t max;           /* files to take in this drain; 0: every one due */
+    uint32_t taken;         /* files opened and dealt with (stored, found stored, rejected) */
+    uint32_t moved;         /* deliveries appended to INBOX */
+    int more;               /* stopped at max with due files left */
 };
 
 #define STORE_QUEUE_BATCH 32 /* deliveries per durable commit (one WAL fsync) */
@@ -727,43 +731,60 @@ static int store_queue_delivered(mv_store *s, const char *key, int *done)
     return step == SQLITE_ROW || step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "reading meta");
 }
 
-/* Makes the batch's commits durable (one commit with synchronous=FULL: its WAL fsync covers
- * every frame written before it), then unlinks their files. A crash before the fsync loses
- * the batch's commits and keeps its files (delivered again, once); after it, the meta rows
- * keep any file not yet unlinked from being appended twice. */
+/* Opens the batch's transaction, its commit made durable (synchronous=FULL: the WAL fsync
+ * covers the whole batch), unless it is open. */
+static int store_queue_txn(struct store_queue_drain *q)
+{
+    if (q->in_txn) {
+        return MV_OK;
+    }
+    int rc = store_durable(q->s, 1);
+    if (rc == MV_OK) {
+        rc = store_begin(q->s);
+    }
+    if (rc != MV_OK) {
+        (void)store_durable(q->s, 0);
+        return rc;
+    }
+    q->in_txn = 1;
+    return MV_OK;
+}
+
+/* Gives up the batch's transaction: its appends are undone and its files stay queued (a
+ * later drain takes them). */
+static void store_queue_abandon(struct store_queue_drain *q)
+{
+    if (q->in_txn) {
+        store_rollback(q->s);
+        (void)store_durable(q->s, 0);
+        q->in_txn = 0;
+    }
+    q->pending_count = 0;
+    q->moved_pending = 0;
+}
+
+/* Commits the batch (one durable commit for all its deliveries: synchronous=FULL, whose WAL
+ * fsync covers every frame written before it), then unlinks their files. A crash before the
+ * commit loses the batch and keeps its files (delivered again, once); after it, the meta
+ * rows keep any file not yet unlinked from being appended twice. */
 static int store_queue_flush(struct store_queue_drain *q)
 {
     mv_store *s = q->s;
-    if (q->pending_count == 0) {
+    if (!q->in_txn) {
+        q->pending_count = 0;
         return MV_OK;
     }
-    int rc = store_durable(s, 1);
-    if (rc == MV_OK) {
-        rc = store_begin(s);
-        if (rc == MV_OK) {
-            /* Any write will do: its commit's fsync is what counts. */
-            sqlite3_stmt *st = store_stmt(s, "INSERT OR REPLACE INTO meta(key, value) "
-                                             "VALUES('queue_flushed', ?)");
-            if (st == NULL) {
-                rc = store_fail_sqlite(s, "writing meta");
-            } else {
-                sqlite3_bind_text(st, 1, q->now, -1, SQLITE_STATIC);
-                int step = sqlite3_step(st);
-                sqlite3_reset(st);
-                rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "writing meta");
-            }
-            if (rc == MV_OK) {
-                rc = store_commit(s);
-            } else {
-                store_rollback(s);
-            }
-        }
-        int rc2 = store_durable(s, 0);
-        rc = rc != MV_OK ? rc : rc2;
-    }
+    int rc = store_commit(s); /* rolls back on failure */
+    int rc2 = store_durable(s, 0);
+    q->in_txn = 0;
+    rc = rc != MV_OK ? rc : rc2;
     if (rc != MV_OK) {
-        return rc; /* the files stay; their meta rows (if committed) prevent a second append */
+        q->pending_count = 0; /* the files stay; committed meta rows prevent a second append */
+        q->moved_pending = 0;
+        return rc;
     }
+    q->moved += q->moved_pending;
+    q->moved_pending = 0;
     for (size_t i = 0; i < q->pending_count; i++) {
         char path[MV_PATH_MAX + 80];
         store_queue_path(q, q->pending[i], path, sizeof path);
@@ -776,9 +797,11 @@ static int store_queue_flush(struct store_queue_drain *q)
     return MV_OK;
 }
 
-/* Appends one opened delivery to INBOX exactly once (see the file comment); its file is
- * unlinked by the batch's flush. Fails only on store errors; a message the store refuses
- * goes to rejected/. */
+/* Appends one opened delivery to INBOX exactly once (see the file comment), inside the
+ * batch's transaction; its file is unlinked after the batch's commit. Fails only on store
+ * errors (the batch is then undone and its files stay queued); a message the store refuses
+ * goes to rejected/ and the batch goes on (the append checks limits and parses before it
+ * writes anything, as the importer relies on too). */
 static int store_queue_store(struct store_queue_drain *q,
                              const char *name,
                              const uint8_t *plain,
@@ -793,7 +816,7 @@ static int store_queue_store(struct store_queue_drain *q,
     store_queue_path(q, name, path, sizeof path);
     int64_t date = (int64_t)store_queue_get_le64(plain + STORE_QUEUE_MAGIC_SIZE);
     int done = 0;
-    int rc = store_begin(s);
+    int rc = store_queue_txn(q);
     if (rc != MV_OK) {
         return rc;
     }
@@ -803,27 +826,28 @@ static int store_queue_store(struct store_queue_drain *q,
          * meta row has since been forgotten. */
         done = access(path, F_OK) != 0 && errno == ENOENT;
     }
-    int appended = 0;
     if (rc == MV_OK && !done) {
         uint32_t uid = 0;
+        int changes = sqlite3_total_changes(s->db);
         rc = store_message_append_in_txn(s, q->inbox_id, plain + STORE_QUEUE_HEADER_SIZE,
                                          plain_len - STORE_QUEUE_HEADER_SIZE, 0, NULL, date, &uid);
+        if ((rc == MV_ELIMIT || rc == MV_EINVAL) && sqlite3_total_changes(s->db) == changes) {
+            store_queue_reject(q, name); /* this message, not the store: never lost, set aside */
+            return MV_OK;
+        }
+        if (rc == MV_ELIMIT || rc == MV_EINVAL) {
+            /* refused after it wrote: undo the batch (its files stay queued), set this aside */
+            store_queue_abandon(q);
+            store_queue_reject(q, name);
+            return MV_OK;
+        }
         if (rc == MV_OK) {
             rc = store_queue_meta_put(s, key, name, strlen(name), 1);
         }
-        appended = rc == MV_OK;
-    }
-    if (rc == MV_OK) {
-        rc = store_commit(s); /* synchronous=NORMAL: made durable by the batch's flush */
-        q->moved += rc == MV_OK && appended;
-    } else {
-        store_rollback(s);
-    }
-    if (rc == MV_ELIMIT || rc == MV_EINVAL) {
-        store_queue_reject(q, name); /* this message, not the store: never lost, set aside */
-        return MV_OK;
+        q->moved_pending += rc == MV_OK;
     }
     if (rc != MV_OK) {
+        store_queue_abandon(q);
         return rc;
     }
     snprintf(q->pending[q->pending_count++], sizeof q->pending[0], "%s", name);
@@ -892,6 +916,8 @@ static int store_queue_run(struct store_queue_drain *q)
     }
     if (rc == MV_OK) {
         rc = store_queue_flush(q);
+    } else {
+        store_queue_abandon(q);
     }
     if (more < 0) {
         q->unreadable = 1;
