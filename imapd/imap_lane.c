@@ -5,28 +5,30 @@
  * flight then, so the view is the loop's to read), before the command is parsed further.
  *
  * THE ESTIMATE
- *   A command costs about (messages it touches) x (work per message), in "message touches":
+ *   A command costs about (messages it touches) x (work per message), in units of about
+ *   10 us of a worker's time (bench/imap_old_new.sh at 10 clients: a NOOP ~1 ms with its
+ *   round trip, the headers of 50 messages ~2 ms, one whole message ~1.5 ms):
  *     FETCH        per message 1 (flags, UID, size, dates, MODSEQ), 4 (ENVELOPE, headers),
- *                  16 (a body part, BODYSTRUCTURE, RFC822, BINARY)
- *     STORE        1 per message;   COPY / MOVE  4 per message;   UID EXPUNGE  4 per UID
- *     SEARCH       the mailbox's messages / 16 (an index or FTS5 query, or a scan of stored
+ *                  64 (a body part, BODYSTRUCTURE, RFC822, BINARY)
+ *     STORE        1 per message;   COPY / MOVE  8 per message
+ *     SEARCH       the mailbox's messages / 2 (an index or FTS5 query, or a scan of stored
  *                  fields; the result set is as large as the mailbox at worst)
- *     EXPUNGE, CLOSE  the mailbox's messages / 16 (how many are \Deleted is the worker's)
- *     APPEND       1 per 16 KiB of the message
- *     DELETE, RENAME  long (a whole mailbox's rows)
+ *     APPEND, EXPUNGE, UID EXPUNGE, CLOSE, DELETE, RENAME   long: each commits with an
+ *                  fsync (APPEND: acknowledged means durable) or deletes rows, FTS entries
+ *                  and blobs (10-25 ms here even for one message)
  *     anything else (NOOP, CHECK, LOGIN, SELECT, STATUS, LIST, IDLE ...)  short
- *   Up to IMAP_LANE_SHORT_MAX the command is short: FETCH FLAGS of 64 messages, the headers
- *   of 16, 4 whole messages, a STORE of 64, a SEARCH in a mailbox of 1,024 messages, an
- *   APPEND of 1 MiB. A set counts the numbers it names, clamped to the mailbox (sequence
- *   numbers to the message count, UIDs to UIDNEXT - 1 and the message count), so "1:*" is
- *   the whole mailbox and a UID set with gaps counts at most what exists.
+ *   Up to IMAP_LANE_SHORT_MAX units (~10 ms) the command is short: FETCH FLAGS of 1,000
+ *   messages, the headers of 250, 15 whole messages, a STORE of 1,000, a COPY of 125, a
+ *   SEARCH in a mailbox of 2,000 messages. A set counts the numbers it names, clamped to the
+ *   mailbox (sequence numbers to the message count, UIDs to UIDNEXT - 1 and the message
+ *   count), so "1:*" is the whole mailbox and a UID set with gaps counts at most what exists.
  */
 #include "imap_session.h"
 
 #include <string.h>
 #include <strings.h>
 
-#define IMAP_LANE_SHORT_MAX 64
+#define IMAP_LANE_SHORT_MAX 1000
 
 /* A number of a sequence set ("*" is star), or 0 if unreadable. */
 static uint64_t imap_lane_number(const char *p, size_t len, uint64_t star)
@@ -95,7 +97,7 @@ static uint64_t imap_lane_fetch_item(const struct imap_node *n)
     if (imap_lane_has(p, len, "BODY") || imap_lane_has(p, len, "BINARY") ||
         imap_lane_has(p, len, "FULL") ||
         (imap_lane_has(p, len, "RFC822") && !imap_lane_has(p, len, "RFC822.SIZE"))) {
-        return 16;
+        return 64;
     }
     return 1;
 }
@@ -119,28 +121,6 @@ static uint64_t imap_lane_fetch_cost(const struct imap_command *cmd)
     return per;
 }
 
-/* The largest literal among the arguments (APPEND's message). */
-static uint64_t imap_lane_literal_bytes(const struct imap_command *cmd)
-{
-    uint64_t most = 0;
-    for (size_t i = 0; i < imap_arg_count(cmd); i++) {
-        const struct imap_node *n = imap_arg(cmd, i);
-        if (n->type == IMAP_NODE_STRING && n->literal && n->len > most) {
-            most = n->len;
-        }
-        if (n->type == IMAP_NODE_LIST) { /* UTF8 (~{n} ...) */
-            for (uint32_t k = n->child; k != IMAP_NODE_NONE;) {
-                const struct imap_node *e = imap_node(cmd, k);
-                if (e->type == IMAP_NODE_STRING && e->literal && e->len > most) {
-                    most = e->len;
-                }
-                k = e->next;
-            }
-        }
-    }
-    return most;
-}
-
 enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_command *cmd)
 {
     const char *name = cmd->name;
@@ -149,19 +129,18 @@ enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_
     uint64_t star = cmd->uid && s->view.uidnext > 0 ? s->view.uidnext - 1 : messages;
     uint64_t cost = 0;
     if (strcmp(name, "FETCH") == 0 || strcmp(name, "STORE") == 0 || strcmp(name, "COPY") == 0 ||
-        strcmp(name, "MOVE") == 0 || (strcmp(name, "EXPUNGE") == 0 && cmd->uid)) {
+        strcmp(name, "MOVE") == 0) {
         uint64_t count = imap_lane_set_count(imap_arg(cmd, 0), star);
         count = count > messages ? messages : count;
         uint64_t per = strcmp(name, "FETCH") == 0   ? imap_lane_fetch_cost(cmd)
                        : strcmp(name, "STORE") == 0 ? 1
-                                                    : 4;
+                                                    : 8;
         cost = count * per;
-    } else if (strcmp(name, "SEARCH") == 0 || strcmp(name, "EXPUNGE") == 0 ||
-               strcmp(name, "CLOSE") == 0) {
-        cost = messages / 16;
-    } else if (strcmp(name, "APPEND") == 0) {
-        cost = imap_lane_literal_bytes(cmd) >> 14;
-    } else if (strcmp(name, "DELETE") == 0 || strcmp(name, "RENAME") == 0) {
+    } else if (strcmp(name, "SEARCH") == 0) {
+        cost = messages / 2;
+    } else if (strcmp(name, "APPEND") == 0 || strcmp(name, "EXPUNGE") == 0 ||
+               strcmp(name, "CLOSE") == 0 || strcmp(name, "DELETE") == 0 ||
+               strcmp(name, "RENAME") == 0) {
         return JOB_LANE_LONG;
     }
     return cost > IMAP_LANE_SHORT_MAX ? JOB_LANE_LONG : JOB_LANE_SHORT;

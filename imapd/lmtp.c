@@ -84,9 +84,6 @@ struct lmtp_session {
     int dead;        /* the connection is gone; freed when the last job is done */
 };
 
-/* Deliveries of messages up to this size go in the worker's short lane. */
-#define LMTP_SHORT_BYTES_MAX ((size_t)1 << 20)
-
 struct lmtp_job {
     struct job job;
     struct lmtp_session *s;
@@ -353,8 +350,9 @@ static void lmtp_deliver(struct conn *c, struct lmtp_session *s)
         j->job.conn = c;
         j->job.run = lmtp_job_run;
         j->job.done = lmtp_job_done;
-        /* a big message is a long job: parsing and indexing it takes a while (worker.c) */
-        j->job.lane = s->msg->data.len > LMTP_SHORT_BYTES_MAX ? JOB_LANE_LONG : JOB_LANE_SHORT;
+        /* a long job (worker.c LANES): acknowledged means durable, so each delivery waits
+         * for an fsync (the store's commit, or the sealed file's and its directory's) */
+        j->job.lane = JOB_LANE_LONG;
         s->pending++;
         worker_post(worker_for(j->address), &j->job);
     }

@@ -23,10 +23,11 @@
  *   line says what was done.
  *
  * LANES
- *   Each worker has two FIFO queues: short jobs (a NOOP, a flag change, a small FETCH, a
- *   login, an IDLE poll, an LMTP delivery of a small message) and long ones (a FETCH of many
- *   bodies, a SEARCH or COPY over a big mailbox, a big APPEND; the poster decides, for IMAP
- *   from the command and the size of its set: imap_lane.c). The worker takes the short lane
+ *   Each worker has two FIFO queues: short jobs (a NOOP, a flag change, a FETCH of a few
+ *   hundred messages' headers, a login, a SELECT, an IDLE poll, an LMTP recipient check) and
+ *   long ones (a FETCH of many bodies, a SEARCH or COPY over a big mailbox, and whatever
+ *   waits for an fsync or deletes: APPEND, EXPUNGE, LMTP deliveries; the poster decides, for
+ *   IMAP from the command and the size of its set: imap_lane.c). The worker takes the short lane
  *   first, so a short command waits at most for the job running when it came, not for every
  *   long job queued before it. Fairness: after WORKER_SHORT_BURST short jobs in a row taken
  *   while a long one waited, the long one goes next, so a stream of short jobs slows long

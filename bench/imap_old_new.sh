@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# imap_old_new.sh -- bench/bench_imap's command mix against mailvaultd, an older mailvaultd
+# build and Dovecot in ONE run, the servers alternating run by run, for 10 and 100 clients:
+# per-command p50 / p99 side by side (issue 13: short commands waiting behind long ones).
+# bench/imap_compare.sh is the suite's comparison (one mailvaultd against Dovecot); this one
+# is for old-versus-new measurements of a change.
+#
+# USAGE
+#   MAILVAULTD_OLD=path bench/imap_old_new.sh [--rounds R] [--seconds T] [--clients "10 100"]
+#       [--users U] [--messages M]     (after `make all build/rel/bench/bench_imap`)
+#   Default: 2 rounds of 20 s, 10 and 100 clients, 10 users of 500 messages, populated
+#   identically on every server (bench_imap --populate-only). Prints a table of medians over
+#   rounds. KEEP_TMP=1 keeps the scratch directory (each run's JSON in runs/).
+# Dovecot: a private instance as in bench/imap_compare.sh; skipped if dovecot is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=2 messages=500 seconds=20 clients_list="10 100" users=10
+while [ $# -gt 0 ]; do
+    case $1 in
+    --rounds) rounds=$2; shift ;;
+    --seconds) seconds=$2; shift ;;
+    --clients) clients_list=$2; shift ;;
+    --users) users=$2; shift ;;
+    --messages) messages=$2; shift ;;
+    *) echo "usage: bench/imap_old_new.sh [--rounds R] [--seconds T] [--clients L] [--users U] [--messages M]" >&2; exit 2 ;;
+    esac
+    shift
+done
+mv=build/mailvault new=build/mailvaultd old=${MAILVAULTD_OLD:-}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/imap_old_new.XXXXXX")
+chmod 755 "$tmp"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    sleep 0.5
+    [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+(umask 077 && openssl rand -hex 16 >"$tmp/password")
+unset MAILVAULT_KDF_ITER MAILVAULT_PASSWORD
+[ "$(id -u)" -eq 0 ] && export MAILVAULTD_ALLOW_ROOT=yes
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+declare -A imap lmtp
+start_mailvaultd() { # name binary
+    local name=$1 bin=$2 root=$tmp/$1
+    mkdir -p "$root"
+    for u in $(seq 1 "$users"); do
+        MAILVAULT_ROOT=$root "$mv" init "u$u@bench.example" --password-file "$tmp/password" >/dev/null
+    done
+    "$bin" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 --root="$root" \
+        --connections-max=2000 --connections-per-address-max=1000 \
+        --ports-file="$tmp/$name.ports" >"$tmp/$name.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 1 100); do [ -s "$tmp/$name.ports" ] && break; sleep 0.1; done
+    imap[$name]=$(sed -n 's/^imap=//p' "$tmp/$name.ports")
+    lmtp[$name]=$(sed -n 's/^lmtp=//p' "$tmp/$name.ports")
+}
+servers=()
+[ -z "$old" ] || { start_mailvaultd mailvaultd-old "$old"; servers+=(mailvaultd-old); }
+start_mailvaultd mailvaultd "$new"
+servers+=(mailvaultd)
+
+if command -v dovecot >/dev/null 2>&1 && id nobody >/dev/null 2>&1; then
+    dc=$tmp/dovecot
+    mkdir -p "$dc/run" "$dc/state" "$dc/mail"
+    chown nobody:nogroup "$dc/mail" 2>/dev/null || chown nobody "$dc/mail"
+    for u in $(seq 1 "$users"); do
+        printf 'u%s@bench.example:{PLAIN}%s\n' "$u" "$(cat "$tmp/password")"
+    done >"$dc/passwd"
+    chgrp dovecot "$dc/passwd" 2>/dev/null || true
+    chmod 640 "$dc/passwd"
+    imap[dovecot]=$(free_port) lmtp[dovecot]=$(free_port)
+    cat >"$dc/dovecot.conf" <<EOF
+base_dir = $dc/run
+state_dir = $dc/state
+instance_name = mailvault-oldnew-bench
+default_process_limit = 1000
+default_client_limit = 4000
+mail_max_userip_connections = 1000
+protocols = imap lmtp
+listen = 127.0.0.1
+ssl = no
+disable_plaintext_auth = no
+auth_mechanisms = plain
+auth_failure_delay = 0
+log_path = $dc/dovecot.log
+mail_location = maildir:$dc/mail/%u
+first_valid_uid = 1
+mail_uid = nobody
+mail_gid = nogroup
+default_login_user = dovenull
+default_internal_user = dovecot
+passdb {
+  driver = passwd-file
+  args = scheme=PLAIN $dc/passwd
+}
+userdb {
+  driver = static
+  args = uid=nobody gid=nogroup home=$dc/mail/%u
+}
+service imap-login {
+  inet_listener imap {
+    address = 127.0.0.1
+    port = ${imap[dovecot]}
+  }
+  inet_listener imaps {
+    port = 0
+  }
+  service_count = 0
+}
+service imap {
+  process_limit = 1000
+}
+protocol imap {
+  mail_max_userip_connections = 1000
+}
+service lmtp {
+  inet_listener lmtp {
+    address = 127.0.0.1
+    port = ${lmtp[dovecot]}
+  }
+}
+EOF
+    dovecot -F -c "$dc/dovecot.conf" >"$dc/stderr.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 1 100); do
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', ${lmtp[dovecot]}), 0.2)" \
+            2>/dev/null && break
+        sleep 0.1
+    done
+    servers+=(dovecot)
+else
+    echo "imap_old_new: Dovecot is not installed: mailvaultd alone" >&2
+fi
+
+bench=build/rel/bench/bench_imap
+common=(--users "$users" --messages "$messages" --password-file "$tmp/password")
+for s in "${servers[@]}"; do
+    "$bench" --port "${imap[$s]}" "${common[@]}" --label "$s" --populate-only >/dev/null
+done
+mkdir -p "$tmp/runs"
+for clients in $clients_list; do
+    for r in $(seq 1 "$rounds"); do
+        for s in "${servers[@]}"; do
+            "$bench" --port "${imap[$s]}" "${common[@]}" --label "$s" --clients "$clients" \
+                --seconds "$seconds" --json "$tmp/runs/$s-$clients-$r.json" >/dev/null ||
+                echo "imap_old_new: $s, $clients clients, round $r had errors" >&2
+            echo "done: $s, $clients clients, round $r"
+        done
+    done
+done
+python3 - "$tmp/runs" "${servers[@]}" <<'EOF'
+import glob, json, os, statistics, sys
+d, servers = sys.argv[1], sys.argv[2:]
+runs = {}
+for p in glob.glob(os.path.join(d, "*.json")):
+    s, c, r = os.path.basename(p)[:-5].rsplit("-", 2)
+    runs.setdefault((int(c), s), []).append(json.load(open(p)))
+kinds = list(next(iter(runs.values()))[0]["ops"].keys())
+for c in sorted({c for c, _ in runs}):
+    print(f"\n**{c} clients** (p50 / p99 ms, medians over rounds; ops/s)\n")
+    print("| command | " + " | ".join(servers) + " |")
+    print("|---|" + "---:|" * len(servers))
+    for k in kinds:
+        cells = []
+        for s in servers:
+            rs = runs.get((c, s), [])
+            if not rs or k not in rs[0]["ops"]:
+                cells.append("--")
+                continue
+            med = lambda m: statistics.median(x["ops"][k][m] for x in rs)
+            cells.append(f"{med('p50_ms'):.2f} / {med('p99_ms'):.1f} ({med('ops_per_s'):.0f}/s)")
+        print(f"| {k} | " + " | ".join(cells) + " |")
+EOF
