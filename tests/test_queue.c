@@ -551,7 +551,7 @@ static size_t qt_inbox_markers(mv_store *s, const char *tag, int *got, size_t ma
             continue;
         }
         const char *m = memmem(raw, len, prefix, strlen(prefix));
-        got[n++] = m != NULL ? atoi(m + strlen(prefix)) : -1;
+        got[n++] = m != NULL ? (int)strtol(m + strlen(prefix), NULL, 10) : -1;
         mv_free(raw);
     }
     return n;
