@@ -176,18 +176,18 @@ static int crypt_chacha20_open(crypt_ctx *ctx)
 #define CRYPT_CHACHA20_ROTL(v, n) (((v) << (n)) | ((v) >> (32 - (n))))
 #define CRYPT_CHACHA20_QR(a, b, c, d)                                                              \
     do {                                                                                           \
-        a += b;                                                                                    \
-        d ^= a;                                                                                    \
-        d = CRYPT_CHACHA20_ROTL(d, 16);                                                            \
-        c += d;                                                                                    \
-        b ^= c;                                                                                    \
-        b = CRYPT_CHACHA20_ROTL(b, 12);                                                            \
-        a += b;                                                                                    \
-        d ^= a;                                                                                    \
-        d = CRYPT_CHACHA20_ROTL(d, 8);                                                             \
-        c += d;                                                                                    \
-        b ^= c;                                                                                    \
-        b = CRYPT_CHACHA20_ROTL(b, 7);                                                             \
+        (a) += (b);                                                                                \
+        (d) ^= (a);                                                                                \
+        (d) = CRYPT_CHACHA20_ROTL(d, 16);                                                          \
+        (c) += (d);                                                                                \
+        (b) ^= (c);                                                                                \
+        (b) = CRYPT_CHACHA20_ROTL(b, 12);                                                          \
+        (a) += (b);                                                                                \
+        (d) ^= (a);                                                                                \
+        (d) = CRYPT_CHACHA20_ROTL(d, 8);                                                           \
+        (c) += (d);                                                                                \
+        (b) ^= (c);                                                                                \
+        (b) = CRYPT_CHACHA20_ROTL(b, 7);                                                           \
     } while (0)
 
 /* One 64-byte ChaCha20 keystream block (RFC 8439 §2.3: constants, key, 32-bit block counter,
@@ -200,11 +200,11 @@ static void crypt_chacha20_block(const uint8_t key[32],
 {
     uint32_t in[16] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u}; /* "expand 32-byte k" */
     uint32_t x[16];
-    for (int i = 0; i < 8; i++) {
+    for (size_t i = 0; i < 8; i++) {
         in[4 + i] = crypt_get_le32(key + 4 * i);
     }
     in[12] = counter;
-    for (int i = 0; i < 3; i++) {
+    for (size_t i = 0; i < 3; i++) {
         in[13 + i] = crypt_get_le32(nonce + 4 * i);
     }
     memcpy(x, in, sizeof x);
@@ -218,7 +218,7 @@ static void crypt_chacha20_block(const uint8_t key[32],
         CRYPT_CHACHA20_QR(x[2], x[7], x[8], x[13]);
         CRYPT_CHACHA20_QR(x[3], x[4], x[9], x[14]);
     }
-    for (int i = 0; i < 16; i++) {
+    for (size_t i = 0; i < 16; i++) {
         crypt_put_le32(out + 4 * i, x[i] + in[i]);
     }
     crypt_wipe(x, sizeof x);   /* keystream */
