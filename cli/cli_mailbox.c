@@ -140,8 +140,10 @@ static int cli_mailbox_apply(mv_store *store, size_t spec_index, const struct cl
         return mv_mailbox_create(store, name, args->value[CLI_OPT_SPECIAL_USE]);
     case 1:
         return mv_mailbox_rename(store, name, args->positional[2]);
-    case 2:
-        return mv_mailbox_delete(store, name);
+    case 2: {
+        int rc = mv_mailbox_delete(store, name);
+        return rc == MV_OK ? mv_store_purge(store, 0, NULL) : rc; /* its bodies' bytes too */
+    }
     default:
         return mv_mailbox_subscribe(store, name, spec_index == 3);
     }

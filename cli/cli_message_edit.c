@@ -140,6 +140,9 @@ int cli_message_expunge_main(int argc, char **argv)
     const char *set = args.positional_count > 1 ? args.positional[1] : NULL;
     uint32_t count = 0;
     int mv_rc = mv_mailbox_expunge(store, mailbox, set, &count);
+    if (mv_rc == MV_OK) { /* the bodies' bytes and index rows too, before the command ends */
+        mv_rc = mv_store_purge(store, 0, NULL);
+    }
     if (mv_rc != MV_OK) {
         rc = cli_store_fail(store, mv_rc);
     } else {

@@ -377,6 +377,31 @@ static int64_t worker_sweep_period_ms(void)
     return idle_ms < 10000 ? idle_ms : 10000;
 }
 
+/* Bodies one mv_store_purge() call deletes: ~30-60 ms of work, the longest a job that
+ * arrives meanwhile waits. */
+#define WORKER_PURGE_BATCH 48
+
+/* After a job, while no other job waits: deletes what expunges left for mv_store_purge() on
+ * this worker's open stores (their bytes and full-text rows), a batch at a time, so an
+ * EXPUNGE is answered without that work and it is done right after, between jobs. A store
+ * with nothing waiting costs a flag test. */
+static void worker_purge(struct worker *w)
+{
+    for (int i = 0; i < w->stores_max; i++) {
+        struct open_store *s = &w->stores[i];
+        uint64_t left = 1;
+        while (s->store != NULL && left > 0 && !worker_job_waiting(w)) {
+            int rc = mv_store_purge(s->store, WORKER_PURGE_BATCH, &left);
+            if (rc != MV_OK) { /* tried again after the next job */
+                log_msg(rc == MV_EBUSY ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING,
+                        "store purge %s: %s: %s", s->address, mv_strerror(rc),
+                        mv_store_errmsg(s->store));
+                break;
+            }
+        }
+    }
+}
+
 static void worker_finish(struct job *job)
 {
     uint64_t one = 1;
@@ -508,6 +533,7 @@ static void *worker_main(void *arg)
             metrics_lane_wait(job->lane, metrics_now_us() - job->queued_us);
             job->run(job);
             worker_finish(job);
+            worker_purge(w);
             pthread_mutex_lock(&w->lock);
         } else if (drain_turn) {
             pthread_mutex_unlock(&w->lock);

@@ -443,7 +443,8 @@ struct mv_mailbox_info {
 MV_API MV_MUST_CHECK int
 mv_mailbox_create(mv_store *store, const char *name, const char *special_use);
 MV_API MV_MUST_CHECK int mv_mailbox_rename(mv_store *store, const char *from, const char *to);
-/* Deletes the mailbox and its messages (reference counts dropped, change log kept). */
+/* Deletes the mailbox and its messages (reference counts dropped, change log kept); the
+ * bodies no other message uses wait for mv_store_purge(), as after mv_mailbox_expunge(). */
 MV_API MV_MUST_CHECK int mv_mailbox_delete(mv_store *store, const char *name);
 /* Subscriptions are a set of names of their own (RFC 3501 6.3.6-6.3.9): a name may be
  * subscribed whether or not a mailbox has it, deleting a mailbox leaves its subscription,
@@ -627,9 +628,26 @@ MV_API MV_MUST_CHECK int mv_message_move(
     mv_store *store, const char *from, const char *uid_set, const char *to, uint32_t *count_out);
 
 /* Removes the messages flagged \Deleted (and in uid_set, if not NULL) from mailbox.
- * *count_out gets the number expunged. */
+ * *count_out gets the number expunged. The messages are gone from every mailbox, listing,
+ * fetch and search when this returns; the bodies no other message uses (their bytes, their
+ * attachments, their full-text rows) stay in the encrypted file, unreachable, until
+ * mv_store_purge() overwrites them (secure_delete): deleting a full-text row costs as much
+ * as indexing the text, so a bulk expunge leaves that work to a later, bounded step. */
 MV_API MV_MUST_CHECK int
 mv_mailbox_expunge(mv_store *store, const char *mailbox, const char *uid_set, uint32_t *count_out);
+
+/* Deletes, in one transaction, up to max_bodies (0: every one, in transactions of at most
+ * MV_PURGE_BATCH) of the message bodies that expunges and mailbox deletes left without a
+ * message: their bytes, their attachments no other body uses, and their full-text rows, all
+ * overwritten (secure_delete). A body that a new message of the same bytes took up again
+ * meanwhile is kept. Costs about as much per body as indexing its text did (~0.5-1 ms for a
+ * small message); with nothing waiting it costs a flag test, so a server may call it
+ * between commands (mailvaultd: after a job, while no other job waits). mailvault expunge,
+ * mailbox delete and maintain (mv_store_maintain) run it to the end. *left_out (may be
+ * NULL) gets the bodies still waiting. Returns MV_OK, MV_EINVAL (read-only handle), MV_EBUSY,
+ * MV_EIO, MV_ENOMEM; on an error nothing of that transaction is deleted. */
+#define MV_PURGE_BATCH 1024
+MV_API MV_MUST_CHECK int mv_store_purge(mv_store *store, uint32_t max_bodies, uint64_t *left_out);
 
 /* ---- Messages: UID sets as typed ranges (for servers) ---------------------------------- */
 /*

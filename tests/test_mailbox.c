@@ -514,7 +514,7 @@ static void test_counters(void)
 {
     mv_store *s = NULL;
     CHECK_EQ_INT(mb_open("counters", &s), MV_OK);
-    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 5);
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 6);
     CHECK(mb_counters_ok(s));
     size_t len = 0;
     char *m = mb_message("count me", 0, 1, &len);
@@ -561,11 +561,12 @@ static void test_counters(void)
                                     "body, tokenize='unicode61 remove_diacritics 2'); "
                                     "DROP TABLE subscriptions; "
                                     "ALTER TABLE mailboxes DROP COLUMN recent_uid; "
+                                    "DROP INDEX bodies_unreferenced; "
                                     "PRAGMA user_version = 1";
     CHECK_EQ_INT(tu_exec(db, downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(mb_open("counters", &s), MV_OK);
-    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 5); /* through every later version */
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 6); /* through every later version */
     CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
     CHECK(mb_counters_ok(s));
@@ -781,11 +782,12 @@ static void test_subscriptions(void)
     static const char downgrade[] = "DROP TABLE subscriptions; "
                                     "ALTER TABLE mailboxes DROP COLUMN recent_uid; "
                                     "UPDATE mailboxes SET subscribed = name IN ('INBOX', 'Job'); "
+                                    "DROP INDEX bodies_unreferenced; "
                                     "PRAGMA user_version = 4";
     CHECK_EQ_INT(tu_exec(mv_store_db(s), downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(mb_open("subs", &s), MV_OK);
-    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 5);
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 6);
     CHECK(mb_subscriptions_are(s, "INBOX Job"));
     uint32_t first = 0, count = 9;
     CHECK_EQ_INT(mv_mailbox_recent(s, "INBOX", &first, &count), MV_OK);

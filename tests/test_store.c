@@ -188,7 +188,8 @@ static long long ts_db_bytes(mv_store *s)
 }
 
 /* The reference counts agree with what references them, nothing is orphaned, every
- * body has its data and its full-text row. Prints the first failing check. */
+ * body has its data and its full-text row (bodies at refcount 0 wait for mv_store_purge(),
+ * whole: bytes, parts and full-text row). Prints the first failing check. */
 static int ts_refcounts_ok(mv_store *s)
 {
     static const char *const zero[] = {
@@ -196,7 +197,6 @@ static int ts_refcounts_ok(mv_store *s)
         "(SELECT count(*) FROM messages m WHERE m.body_id = b.id)",
         "SELECT count(*) FROM attachments a WHERE refcount != "
         "(SELECT count(*) FROM body_parts p WHERE p.attachment_id = a.id)",
-        "SELECT count(*) FROM bodies WHERE refcount = 0",
         "SELECT count(*) FROM attachments WHERE refcount = 0",
         "SELECT count(*) FROM bodies WHERE id NOT IN (SELECT id FROM bodies_data)",
         "SELECT count(*) FROM bodies_data WHERE id NOT IN (SELECT id FROM bodies)",
@@ -416,6 +416,42 @@ static void test_dedup_attachments(void)
     free(cb);
 }
 
+/* Runs q; out gets the subjects' first words ("Quarterly Lunch"), the result is the number
+ * of rows or the negative code that ended the iteration. */
+static int ts_search(mv_store *s, const struct mv_search_query *q, char *out, size_t out_size)
+{
+    mv_search *it = NULL;
+    struct mv_message_info info;
+    size_t at = 0;
+    out[0] = '\0';
+    int rc = mv_search_begin(s, q, &it), rows = 0;
+    if (rc != MV_OK) {
+        return rc;
+    }
+    while ((rc = mv_search_next(it, &info)) == 1) {
+        at += (size_t)snprintf(out + at, out_size - at, "%s%.*s", rows ? " " : "",
+                               (int)strcspn(info.subject, " "), info.subject);
+        rows++;
+    }
+    if (rc == 0 && mv_search_next(it, &info) != 0) {
+        rc = MV_ERROR; /* the end must stay the end */
+    }
+    mv_search_end(&it);
+    return rc < 0 ? rc : rows;
+}
+
+#define TS_SEARCH_IS(s, q, want_rows, want)                                                        \
+    do {                                                                                           \
+        char got_[512];                                                                            \
+        int rows_ = ts_search(s, q, got_, sizeof got_);                                            \
+        if (rows_ != (want_rows) || strcmp(got_, want) != 0) {                                     \
+            fprintf(stderr, "  search gave %d \"%s\", want %d \"%s\" (%s)\n", rows_, got_,         \
+                    (int)(want_rows), want, mv_store_errmsg(s));                                   \
+        }                                                                                          \
+        CHECK_EQ_INT(rows_, want_rows);                                                            \
+        CHECK(strcmp(got_, want) == 0);                                                            \
+    } while (0)
+
 static void test_copy_and_expunge(void)
 {
     mv_store *s = NULL;
@@ -448,9 +484,24 @@ static void test_copy_and_expunge(void)
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM fts"), 1);
     CHECK_EQ_INT(mv_flags_set(s, "Archive", "1:*", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL),
                  MV_OK);
+    struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+    q.text = "large";
+    TS_SEARCH_IS(s, &q, 1, "big");
     CHECK_EQ_INT(mv_mailbox_expunge(s, "Archive", "1", &count), MV_OK);
     CHECK_EQ_INT(count, 1);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM messages"), 0);
+    /* Gone from every view and search at once; the body waits, whole, for the purge. */
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies WHERE refcount = 0"), 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM fts"), 1);
+    CHECK(ts_refcounts_ok(s));
+    TS_SEARCH_IS(s, &q, 0, "");
+    q.text = NULL;
+    q.body_contains = "large";
+    TS_SEARCH_IS(s, &q, 0, "");
+    uint64_t left = 9;
+    CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK); /* nothing left: a no-op */
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies"), 0);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies_data"), 0);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM attachments"), 0);
@@ -466,6 +517,123 @@ static void test_copy_and_expunge(void)
     CHECK_EQ_INT(mv_message_fetch(s, "Archive", 1, &raw, &raw_len), MV_ENOTFOUND);
     free(m);
     mv_store_close(&s);
+}
+
+static void ts_check_problem(void *arg, const char *what, const char *detail)
+{
+    (void)arg;
+    fprintf(stderr, "  check: %s: %s\n", what, detail);
+}
+
+/* Whether mv_store_check() finds nothing wrong. */
+static int ts_check_clean(mv_store *s)
+{
+    struct mv_check_report r;
+    return mv_store_check(s, ts_check_problem, NULL, &r) == MV_OK && r.problems == 0;
+}
+
+/* Issue 13: EXPUNGE and mailbox delete leave the bodies they no longer need at refcount 0
+ * and mv_store_purge() deletes them later (bytes, attachments, full-text rows) in bounded
+ * transactions; the store is consistent (mailvault check) at every point, a search never
+ * finds an expunged message, a body taken up again by the same bytes is not purged, and a
+ * version 5 store gets the purge's index when it is opened. */
+static void test_purge(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("purge", &s), MV_OK);
+    char *m[4];
+    size_t len[4];
+    m[0] = ts_message("alpha", NULL, "zanzibar quokka", 30000, 1, &len[0]);
+    m[1] = ts_message("beta", NULL, "zanzibar wombat", 0, 0, &len[1]);
+    m[2] = ts_message("gamma", NULL, "zanzibar numbat", 20000, 2, &len[2]);
+    m[3] = ts_message("delta", NULL, "zanzibar dingo", 0, 0, &len[3]);
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(ts_append(s, "INBOX", m[i], len[i], MV_FLAG_DELETED, NULL, 0, NULL), MV_OK);
+    }
+    uint32_t count = 0;
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "4", "Archive", &count), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_create(s, "Box", NULL), MV_OK);
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "3", "Box", &count), MV_OK);
+    long long attachments = ts_int(s, "SELECT count(*) FROM attachments");
+    CHECK_EQ_INT(attachments, 2);
+
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", "1:3", &count), MV_OK);
+    CHECK_EQ_INT(count, 3);
+    /* alpha and beta wait (gamma lives on in Box); nothing of them is found or fetched */
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies WHERE refcount = 0"), 2);
+    CHECK(ts_refcounts_ok(s));
+    CHECK(ts_check_clean(s));
+    struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+    q.mailbox = "INBOX";
+    q.text = "zanzibar";
+    TS_SEARCH_IS(s, &q, 1, "delta");
+    q.mailbox = NULL;
+    q.text = NULL;
+    q.body_contains = "quokka";
+    TS_SEARCH_IS(s, &q, 0, "");
+    q.body_contains = "numbat";
+    TS_SEARCH_IS(s, &q, 1, "gamma");
+
+    /* beta arrives again before the purge: its body is taken up, not purged */
+    uint32_t uid = 0;
+    CHECK_EQ_INT(ts_append(s, "INBOX", m[1], len[1], 0, NULL, 0, &uid), MV_OK);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies WHERE refcount = 0"), 1);
+    uint64_t left = 9;
+    CHECK_EQ_INT(mv_store_purge(s, 1, &left), MV_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies"), 3);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM fts"), 3);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM attachments"), 1); /* alpha's went */
+    CHECK(ts_fetch_equals(s, "INBOX", uid, m[1], len[1]));
+    CHECK(ts_refcounts_ok(s));
+    CHECK(ts_check_clean(s));
+
+    /* a mailbox delete drops references the same way; a bounded purge leaves the rest */
+    CHECK_EQ_INT(mv_message_copy(s, "Archive", "1", "Box", &count), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK); /* 4 (delta) goes */
+    CHECK_EQ_INT(count, 1);
+    CHECK_EQ_INT(mv_mailbox_delete(s, "Box"), MV_OK); /* gamma's last; one delta of two */
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies WHERE refcount = 0"), 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT refcount FROM bodies WHERE id = (SELECT body_id FROM "
+                           "messages WHERE mailbox_id = (SELECT id FROM mailboxes "
+                           "WHERE name = 'Archive'))"),
+                 1);
+    CHECK(ts_check_clean(s));
+    CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies"), 2); /* beta, delta */
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM attachments"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM attachments_data"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM body_parts"), 0);
+    CHECK(ts_refcounts_ok(s));
+    CHECK(ts_check_clean(s));
+
+    /* a version 5 store (no purge index) is migrated at open */
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "DROP INDEX bodies_unreferenced; "
+                                         "PRAGMA user_version = 5"),
+                 SQLITE_OK);
+    mv_store_close(&s);
+    CHECK_EQ_INT(ts_open("purge", &s), MV_OK);
+    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 6);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM sqlite_schema WHERE name = "
+                           "'bodies_unreferenced'"),
+                 1);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK);
+    CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies"), 1); /* delta, in Archive */
+    CHECK(ts_check_clean(s));
+    mv_store_close(&s);
+
+    /* a read-only handle cannot purge */
+    struct mv_store_options o = ts_options();
+    o.flags |= MV_STORE_READONLY;
+    CHECK_EQ_INT(ts_open_with("purge", &o, &s), MV_OK);
+    CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_EINVAL);
+    mv_store_close(&s);
+    for (int i = 0; i < 4; i++) {
+        free(m[i]);
+    }
 }
 
 /* ---- flags, modseq, change log, move, UID sets ----------------------------------------- */
@@ -697,42 +865,6 @@ static char *ts_simple(const char *from, const char *subject, const char *text, 
     return b.data;
 }
 
-/* Runs q; out gets the subjects' first words ("Quarterly Lunch"), the result is the number
- * of rows or the negative code that ended the iteration. */
-static int ts_search(mv_store *s, const struct mv_search_query *q, char *out, size_t out_size)
-{
-    mv_search *it = NULL;
-    struct mv_message_info info;
-    size_t at = 0;
-    out[0] = '\0';
-    int rc = mv_search_begin(s, q, &it), rows = 0;
-    if (rc != MV_OK) {
-        return rc;
-    }
-    while ((rc = mv_search_next(it, &info)) == 1) {
-        at += (size_t)snprintf(out + at, out_size - at, "%s%.*s", rows ? " " : "",
-                               (int)strcspn(info.subject, " "), info.subject);
-        rows++;
-    }
-    if (rc == 0 && mv_search_next(it, &info) != 0) {
-        rc = MV_ERROR; /* the end must stay the end */
-    }
-    mv_search_end(&it);
-    return rc < 0 ? rc : rows;
-}
-
-#define TS_SEARCH_IS(s, q, want_rows, want)                                                        \
-    do {                                                                                           \
-        char got_[512];                                                                            \
-        int rows_ = ts_search(s, q, got_, sizeof got_);                                            \
-        if (rows_ != (want_rows) || strcmp(got_, want) != 0) {                                     \
-            fprintf(stderr, "  search gave %d \"%s\", want %d \"%s\" (%s)\n", rows_, got_,         \
-                    (int)(want_rows), want, mv_store_errmsg(s));                                   \
-        }                                                                                          \
-        CHECK_EQ_INT(rows_, want_rows);                                                            \
-        CHECK(strcmp(got_, want) == 0);                                                            \
-    } while (0)
-
 static int ts_search_fill(mv_store *s)
 {
     struct {
@@ -922,11 +1054,12 @@ static void test_search_substring(void)
                                     "SELECT id, 'x', 'y', 'z' FROM bodies; "
                                     "DROP TABLE subscriptions; " /* and no version 5 */
                                     "ALTER TABLE mailboxes DROP COLUMN recent_uid; "
+                                    "DROP INDEX bodies_unreferenced; " /* nor version 6 */
                                     "PRAGMA user_version = 3";
     CHECK_EQ_INT(tu_exec(mv_store_db(s), downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("substring", &s), MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 5);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 6);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), 3);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM bodies WHERE sent_zone != 0"), 2);
     ts_substring_checks(s);
@@ -1201,6 +1334,9 @@ static int ts_random_op(
         return rc != MV_OK ? rc : mv_mailbox_expunge(s, from, ts_next(rng) % 2 ? NULL : set, &n);
     }
     default:
+        if (ts_next(rng) % 5 == 1) { /* a bounded purge, or all of it (0) */
+            return mv_store_purge(s, (uint32_t)(ts_next(rng) % 3), NULL);
+        }
         if (ts_next(rng) % 5 != 0) {
             return MV_OK;
         }
@@ -1267,6 +1403,13 @@ static void test_refcounts_random(void)
     printf("  # random workload: %lld messages, %lld bodies, %lld attachments at the end\n",
            fetched, ts_int(s, "SELECT count(*) FROM bodies"),
            ts_int(s, "SELECT count(*) FROM attachments"));
+    CHECK(ts_refcounts_ok(s));
+    uint64_t left = 9;
+    CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies WHERE refcount = 0"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies"),
+                 ts_int(s, "SELECT count(DISTINCT body_id) FROM messages"));
     CHECK(ts_refcounts_ok(s));
     /* every UID appended once, also in the re-created Tmp: mailboxes.id is AUTOINCREMENT,
      * so a re-created mailbox never takes a deleted one's id and change-log rows */
@@ -1640,6 +1783,7 @@ int main(void)
     TEST(test_message_get);
     TEST(test_dedup_attachments);
     TEST(test_copy_and_expunge);
+    TEST(test_purge);
     TEST(test_flags);
     TEST(test_move);
     TEST(test_uidset);

@@ -333,7 +333,8 @@ static void test_copy_move_ranges(void)
 }
 
 /* EXPUNGE on ranges: only \Deleted messages in the ranges go; a body shared by two messages
- * stays until both are gone; then its FTS row, its parts and the attachment go too. */
+ * stays until both are gone; then the purge deletes its FTS row, its parts and the
+ * attachment too. */
 static void test_expunge_ranges(void)
 {
     mv_store *s = NULL;
@@ -357,6 +358,9 @@ static void test_expunge_ranges(void)
     CHECK_EQ_INT(mv_mailbox_expunge_ranges(s, "INBOX", some, 3, &count), MV_OK);
     CHECK_EQ_INT(count, 3);
     CHECK_EQ_INT(ur_highest(s, "INBOX"), before + 1);
+    CHECK_EQ_INT(ur_int(s, "SELECT count(*) FROM bodies WHERE refcount = 0"), 2); /* 2 and 9 */
+    CHECK(ur_check(s));
+    CHECK_EQ_INT(mv_store_purge(s, 0, NULL), MV_OK);
     CHECK_EQ_INT(ur_int(s, "SELECT count(*) FROM bodies"), 8); /* 1's body: UID 11 has it */
     CHECK_EQ_INT(ur_int(s, "SELECT count(*) FROM fts"), 8);
     CHECK_EQ_INT(ur_int(s, "SELECT count(*) FROM attachments"), 1); /* 10 still has it */
@@ -365,6 +369,7 @@ static void test_expunge_ranges(void)
     CHECK_EQ_INT(count, 0);
     CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK);
     CHECK_EQ_INT(count, 8);
+    CHECK_EQ_INT(mv_store_purge(s, 0, NULL), MV_OK);
     CHECK_EQ_INT(ur_int(s, "SELECT count(*) FROM bodies"), 0);
     CHECK_EQ_INT(ur_int(s, "SELECT count(*) FROM fts"), 0);
     CHECK_EQ_INT(ur_int(s, "SELECT count(*) FROM attachments"), 0);

@@ -299,11 +299,15 @@ static int ops_explain_moves(mv_explain *e)
             e, mv_flags_set(s, "INBOX", "4:5", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n),
             "flag deleted");
     }
+    /* A UID set and the whole mailbox run the same statements: the first names them. */
     if (rc == MV_OK) {
-        rc = ops_explain_step(e, mv_mailbox_expunge(s, "INBOX", "5", &n), "expunge uid set");
+        rc = ops_explain_step(e, mv_mailbox_expunge(s, "INBOX", "5", &n), "expunge");
     }
     if (rc == MV_OK) {
-        rc = ops_explain_step(e, mv_mailbox_expunge(s, "INBOX", NULL, &n), "expunge");
+        rc = ops_explain_step(e, mv_mailbox_expunge(s, "INBOX", NULL, &n), "expunge all");
+    }
+    if (rc == MV_OK) {
+        rc = ops_explain_step(e, mv_store_purge(s, 0, NULL), "purge");
     }
     return rc;
 }

@@ -313,6 +313,10 @@ int mv_store_maintain(mv_store *s,
     }
     rc = ops_meta_get_int(s, OPS_META_QUICK_CHECK_AT, &out->quick_check_last_at);
     if (rc == MV_OK) {
+        rc = mv_store_purge(s, 0, NULL); /* expunged bodies first: the checkpoint and the
+                                            measurements then see the store without them */
+    }
+    if (rc == MV_OK) {
         rc = ops_maintain_wal(s, out);
     }
     if (rc == MV_OK) {

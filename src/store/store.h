@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 5
+#define STORE_SCHEMA_VERSION 6
 #define STORE_STMT_CACHE     128  /* prepared statements kept per store (about 60 in use) */
 #define STORE_SPLIT_MIN      8192 /* leaf parts at least this large are stored apart */
 
@@ -81,6 +81,9 @@ struct mv_store {
     int reconnect;
     uint32_t reconnects; /* connections replaced so far (mv_store_reconnects) */
     int64_t cache_kib;   /* the page cache the profile set, for a replacement connection */
+    /* Bodies may be waiting for mv_store_purge() (refcount 0): set at open and by every
+     * expunge or mailbox delete, cleared when a purge finds none; 0 spares the purge a read. */
+    int purge_hint;
 };
 
 /* ---- store_path.c ---- */
@@ -211,8 +214,6 @@ int store_message_append_in_txn(mv_store *s,
 int store_message_exists(mv_store *s, int64_t mailbox_id, const uint8_t sha256[32], int *exists);
 
 /* ---- store_blob.c ---- */
-/* Drops one reference to a body (and, at zero, its bytes, attachments and FTS row). */
-int store_body_unref(mv_store *s, int64_t body_id);
 /* Deletes bodies whose references have all gone (refcount 0): their bytes, parts (one
  * reference less to each attachment) and FTS rows, a few statements per batch of ids. */
 int store_bodies_drop(mv_store *s, const int64_t *ids, size_t count);

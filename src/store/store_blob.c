@@ -610,49 +610,6 @@ static int store_attachment_unref(mv_store *s, int64_t attachment_id)
     return rc;
 }
 
-/* Deletes body_id's body_parts rows and drops one reference to each attachment. */
-static int store_body_drop_parts(mv_store *s, int64_t body_id)
-{
-    sqlite3_stmt *st = store_stmt(s, "DELETE FROM body_parts WHERE body_id = ? "
-                                     "RETURNING attachment_id");
-    if (st == NULL) {
-        return store_fail_sqlite(s, "deleting body parts");
-    }
-    sqlite3_bind_int64(st, 1, body_id);
-    int rc = MV_OK, step = SQLITE_DONE;
-    /* The DELETE is complete after the first step; the rows come from memory. */
-    while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        rc = store_attachment_unref(s, sqlite3_column_int64(st, 0));
-    }
-    if (rc == MV_OK && step != SQLITE_DONE) {
-        rc = store_fail_sqlite(s, "deleting body parts");
-    }
-    sqlite3_reset(st);
-    return rc;
-}
-
-int store_body_unref(mv_store *s, int64_t body_id)
-{
-    int64_t left = 0;
-    int rc = store_blob_decrement(s,
-                                  "UPDATE bodies SET refcount = refcount - 1 "
-                                  "WHERE id = ? RETURNING refcount",
-                                  body_id, "dropping a message body", &left);
-    if (rc != MV_OK || left > 0) {
-        return rc;
-    }
-    rc = store_body_drop_parts(s, body_id);
-    if (rc == MV_OK) {
-        rc = store_blob_exec_id(s, "DELETE FROM fts WHERE rowid = ?", body_id,
-                                "deleting a message's full-text row");
-    }
-    if (rc == MV_OK) {
-        rc = store_blob_exec_id(s, "DELETE FROM bodies WHERE id = ?", body_id,
-                                "deleting a message body"); /* cascades to bodies_data */
-    }
-    return rc;
-}
-
 /* Reassembly state: out has size bytes; out[0, pos) is final; the skeleton_left skeleton
  * bytes not yet placed sit at the tail, out[size - skeleton_left, size). */
 struct store_body_build {

@@ -4,7 +4,7 @@
  * USAGE (inside the caller's transaction)
  *   store_body_put(s, raw, len, &parsed, &body_id);   new body, or one more reference
  *   store_body_ref(s, body_id);                        COPY: one more reference
- *   store_body_unref(s, body_id);                      (store.h) one less; bytes go at zero
+ *   store_bodies_drop(s, ids, count);                  (store.h) the purge: bodies at refcount 0
  *   store_body_get(s, body_id, &raw, &len);            the exact bytes; free(raw)
  *   store_body_get_header(s, body_id, &raw, &len);     only the header; free(raw)
  *   store_blob_release(s);                             (store_open.c) at close

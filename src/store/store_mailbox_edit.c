@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 /* The children move with the mailbox: each new name must fit mailbox_name_max too. */
 static int store_mailbox_rename_check_children(mv_store *s, const char *from, const char *to)
@@ -89,54 +90,56 @@ int mv_mailbox_rename(mv_store *s, const char *from, const char *to)
     return store_commit(s);
 }
 
-/* Expunges every message of mailbox_id (inside the caller's transaction). */
+/* Runs sql to its end, its parameters bound to (mailbox_id, modseq, now) as far as it has
+ * them. */
+static int store_mailbox_empty_step(
+    mv_store *s, const char *sql, int64_t mailbox_id, uint64_t modseq, const char *what)
+{
+    sqlite3_stmt *st = store_stmt(s, sql);
+    if (st == NULL) {
+        return store_fail_sqlite(s, what);
+    }
+    int params = sqlite3_bind_parameter_count(st);
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    if (params >= 3) {
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)modseq);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)time(NULL));
+    }
+    int step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+    }
+    sqlite3_reset(st);
+    return step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, what);
+}
+
+/* Expunges every message of mailbox_id (inside the caller's transaction): the change rows,
+ * one reference less to each body, the rows; three statements whatever the mailbox holds
+ * (OR FAIL: no statement journal, the caller rolls back on any error). Bodies left without
+ * a reference wait for mv_store_purge(), as after an EXPUNGE (store_message.c). */
 static int store_mailbox_empty(mv_store *s, int64_t mailbox_id)
 {
     uint64_t modseq;
     int rc = store_mailbox_next_modseq(s, mailbox_id, &modseq);
-    if (rc != MV_OK) {
-        return rc;
+    if (rc == MV_OK) {
+        rc = store_mailbox_empty_step(s,
+                                      "INSERT OR FAIL INTO changes(mailbox_id, modseq, uid, kind, "
+                                      "at) SELECT ?1, ?2, uid, 'expunge', ?3 FROM messages "
+                                      "WHERE mailbox_id = ?1",
+                                      mailbox_id, modseq, "emptying a mailbox");
     }
-    sqlite3_stmt *st = store_stmt(s, "DELETE FROM messages WHERE mailbox_id = ? "
-                                     "RETURNING uid, body_id");
-    sqlite3_stmt *log = store_stmt(s, "INSERT INTO changes(mailbox_id, modseq, uid, kind, at) "
-                                      "VALUES(?, ?, ?, 'expunge', strftime('%s','now'))");
-    if (st == NULL || log == NULL) {
-        return store_fail_sqlite(s, "emptying a mailbox");
+    if (rc == MV_OK) {
+        rc = store_mailbox_empty_step(s,
+                                      "UPDATE OR FAIL bodies SET refcount = refcount - (SELECT "
+                                      "count(*) FROM messages m WHERE m.body_id = bodies.id AND "
+                                      "m.mailbox_id = ?1) WHERE id IN (SELECT body_id FROM "
+                                      "messages WHERE mailbox_id = ?1)",
+                                      mailbox_id, modseq, "dropping message bodies");
+        s->purge_hint = 1;
     }
-    /* RETURNING rows are all computed before the first is returned: collect, then unref. */
-    sqlite3_bind_int64(st, 1, mailbox_id);
-    int64_t *bodies = NULL;
-    size_t count = 0, cap = 0;
-    int step;
-    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
-        if (count == cap) {
-            cap = cap != 0 ? cap * 2 : 64;
-            int64_t *grown = realloc(bodies, cap * sizeof *grown);
-            if (grown == NULL) {
-                free(bodies);
-                sqlite3_reset(st);
-                return store_fail(s, MV_ENOMEM, "out of memory");
-            }
-            bodies = grown;
-        }
-        bodies[count++] = sqlite3_column_int64(st, 1);
-        sqlite3_bind_int64(log, 1, mailbox_id);
-        sqlite3_bind_int64(log, 2, (sqlite3_int64)modseq);
-        sqlite3_bind_int64(log, 3, sqlite3_column_int64(st, 0));
-        if (sqlite3_step(log) != SQLITE_DONE) {
-            step = SQLITE_ERROR;
-            sqlite3_reset(log);
-            break;
-        }
-        sqlite3_reset(log);
+    if (rc == MV_OK) {
+        rc = store_mailbox_empty_step(s, "DELETE FROM messages WHERE mailbox_id = ?1", mailbox_id,
+                                      modseq, "emptying a mailbox");
     }
-    sqlite3_reset(st);
-    rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "emptying a mailbox");
-    for (size_t i = 0; rc == MV_OK && i < count; i++) {
-        rc = store_body_unref(s, bodies[i]);
-    }
-    free(bodies);
     return rc;
 }
 

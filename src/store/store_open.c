@@ -156,6 +156,7 @@ static mv_store *store_alloc(const struct store_paths *p, const struct mv_store_
     s->limits = o->limits;
     s->readonly = (o->flags & MV_STORE_READONLY) != 0;
     s->lock_fd = -1;
+    s->purge_hint = 1; /* unknown until the first purge looks */
     return s;
 }
 

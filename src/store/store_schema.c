@@ -32,6 +32,10 @@
  *     subscription outlives its mailbox and may name one that does not exist), taken over
  *     from mailboxes.subscribed, which is no longer read; and mailboxes.recent_uid, the first
  *     UID no session has yet seen as \Recent (mv_mailbox_recent_claim).
+ *   - version 6: an EXPUNGE (or a mailbox delete) leaves the bodies it no longer needs at
+ *     refcount 0 for mv_store_purge(), which deletes their bytes, parts and full-text rows
+ *     later, in bounded batches (deleting a full-text row re-tokenizes the text: most of
+ *     the cost of an EXPUNGE before); bodies_unreferenced finds them without a scan.
  */
 #include "store/store.h"
 #include "store/store_blob.h"
@@ -255,6 +259,12 @@ static const char *const store_schema_v5[] = {
     "UPDATE mailboxes SET recent_uid = uidnext",
 };
 
+/* Version 6: the purge's queue (see the top of the file). Earlier versions deleted a body
+ * at its last reference, so a migrated store has none waiting. */
+static const char *const store_schema_v6[] = {
+    "CREATE INDEX bodies_unreferenced ON bodies(id) WHERE refcount = 0",
+};
+
 static int store_schema_run(mv_store *s, const char *const *statements, size_t count, int version)
 {
     for (size_t i = 0; i < count; i++) {
@@ -326,6 +336,10 @@ int store_schema_migrate(mv_store *s)
     if (rc == MV_OK && version < 5) {
         rc = store_schema_run(s, store_schema_v5,
                               sizeof store_schema_v5 / sizeof store_schema_v5[0], 5);
+    }
+    if (rc == MV_OK && version < 6) {
+        rc = store_schema_run(s, store_schema_v6,
+                              sizeof store_schema_v6 / sizeof store_schema_v6[0], 6);
     }
     if (rc != MV_OK) {
         store_rollback(s);
