@@ -3,12 +3,14 @@
 # side in one run: (1) the same IMAP load (build/rel/bench/bench_imap, the mix of
 # bench/bench_imap.c) directly against a mailvaultd node and through a private Dovecot 2.3
 # proxy made from contrib/dovecot-proxy/, alternating, and (2) how long a move keeps a user
-# unavailable (release, export, copy, import, first open) for stores of about 10 MB and
-# 100 MB (and 1 GB on request).
+# unavailable for stores of about 10 MB and 100 MB (and 1 GB on request), two ways, alternating:
+# in steps (release, export to a file, copy, import, first open) and piped (release,
+# `store export USER - | store import USER -`, first open).
 #
 # USAGE
 #   bench/proxy_compare.sh [--quick] [--rounds R] [--seconds T] [--clients "10 100"]
 #                          [--users U] [--messages M] [--move-mb "10 100"] [--move-1gb]
+#                          [--moves-only]
 #     (after `make all build/rel/bench/bench_imap`; bench/run.sh runs it after imap_compare)
 #   Default: 2 rounds of 20 s per variant and client count (10 and 100 clients), 10 users of
 #     500 messages, moves of 10 and 100 MB: ~8 min. Writes bench/results/proxy.json and
@@ -17,8 +19,11 @@
 #   --quick: 1 round of 5 s, 10 clients, 4 users of 100 messages, a 10 MB move;
 #     build/bench-results only.
 #   --move-1gb (or MOVE_1GB=1): a 1 GB move as well (~3 GB of scratch disk, minutes).
-#   Each move is made 3 times (--quick: once) on the same store (adopted back in between);
-#   the table has the median of each step.
+#   --moves-only: skip Dovecot and the throughput runs; results go to
+#     bench/results/proxy_moves.json and bench/results/sections/proxy_moves.md (--quick:
+#     build/bench-results/proxy_moves.*), leaving proxy.json's throughput figures alone.
+#   Each move is made 3 times (--quick: once) each way on the same store (adopted back in
+#   between, the two ways alternating); the table has the median of each step.
 #
 # STEPS
 #   1. Dovecot (dovecot-core, dovecot-imapd, dovecot-lmtpd): installed with apt-get if missing
@@ -40,7 +45,10 @@
 #      LOGIN; with a build without control_socket: local, no server), `store export`, a copy of the archive
 #      (cp on one machine, as scp leaves it: in the target's page cache; between machines
 #      add size / bandwidth, e.g. ~9 s per GB at 1 Gbit/s), `store import` on root B (which
-#      makes the placed files durable), and the first open on B (`mailvault info`, KDF).
+#      makes the placed files durable), and the first open on B (`mailvault info`, KDF);
+#      then the same move piped: release, `store export USER - | store import USER -`
+#      (one pass, no archive file; between machines the ssh in the pipe adds size /
+#      bandwidth, overlapped with both ends), first open.
 #   7. JSON (every run, medians over rounds per variant and client count, ratios to direct,
 #      the moves) and a Markdown section.
 # MAILVAULTD / MAILVAULT measure other builds; MAILVAULTD_ARGS passes options to the node. KEEP_TMP=1 keeps the scratch directory.
@@ -50,7 +58,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 quick=0 rounds=2 seconds=20 clients_list="10 100" users=10 messages=500 move_mb="10 100"
-move_1gb=${MOVE_1GB:-0} move_rounds=3
+move_1gb=${MOVE_1GB:-0} move_rounds=3 moves_only=0
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) quick=1 rounds=1 seconds=5 clients_list="10" users=4 messages=100 move_mb="10"
@@ -62,8 +70,10 @@ while [ $# -gt 0 ]; do
     --messages) messages=$2; shift ;;
     --move-mb) move_mb=$2; shift ;;
     --move-1gb) move_1gb=1 ;;
+    --moves-only) moves_only=1 ;;
     *) echo "usage: bench/proxy_compare.sh [--quick] [--rounds R] [--seconds T]" \
-        "[--clients \"10 100\"] [--users U] [--messages M] [--move-mb \"10 100\"] [--move-1gb]" >&2
+        "[--clients \"10 100\"] [--users U] [--messages M] [--move-mb \"10 100\"] [--move-1gb]" \
+        "[--moves-only]" >&2
        exit 2 ;;
     esac
     shift
@@ -72,7 +82,9 @@ done
 
 bench=build/rel/bench/bench_imap
 server=${MAILVAULTD:-build/mailvaultd} mv=${MAILVAULT:-build/mailvault}
-for f in "$server" "$mv" "$bench"; do
+needed=("$server" "$mv")
+[ "$moves_only" -eq 1 ] || needed+=("$bench")
+for f in "${needed[@]}"; do
     if [ ! -x "$f" ]; then
         echo "proxy_compare: $f is missing (make all build/rel/bench/bench_imap)" >&2
         exit 1
@@ -80,22 +92,26 @@ for f in "$server" "$mv" "$bench"; do
 done
 out_dir=build/bench-results
 mkdir -p "$out_dir"
-final_json=$out_dir/proxy.json final_md=$out_dir/proxy.md
+result_name=proxy
+[ "$moves_only" -eq 0 ] || result_name=proxy_moves
+final_json=$out_dir/$result_name.json final_md=$out_dir/$result_name.md
 if [ "$quick" -eq 0 ]; then
     mkdir -p bench/results/sections
-    final_json=bench/results/proxy.json final_md=bench/results/sections/proxy.md
+    final_json=bench/results/$result_name.json final_md=bench/results/sections/$result_name.md
 fi
 contrib=contrib/dovecot-proxy
 
 # ---- 1. Dovecot ---------------------------------------------------------------------------
 have_dovecot() { command -v dovecot >/dev/null 2>&1 && [ -x /usr/lib/dovecot/lmtp ]; }
-if ! have_dovecot && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+if [ "$moves_only" -eq 0 ] && ! have_dovecot && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "proxy_compare: installing dovecot-core dovecot-imapd dovecot-lmtpd"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         dovecot-core dovecot-imapd dovecot-lmtpd >/dev/null 2>&1 || true
 fi
 note="" dovecot_version=""
-if have_dovecot && [ "$(id -u)" -eq 0 ]; then
+if [ "$moves_only" -eq 1 ]; then
+    note="--moves-only: the throughput part was not run"
+elif have_dovecot && [ "$(id -u)" -eq 0 ]; then
     dovecot_version=$(dovecot --version 2>/dev/null | awk '{ print $1 }')
 else
     note="Dovecot is not installed and could not be (or not root): only the moves measured"
@@ -280,7 +296,9 @@ EOF
     rm -f "$tmp/m$mb.mbox"
     store_bytes=$(du -cb "$a2/bench.example/m$mb".* | tail -n 1 | cut -f1)
     mkdir -p "$tmp/copy"
+    archive_bytes=0
     for _ in $(seq 1 "$move_rounds"); do
+      for way in file pipe; do
         if [ "$server_release" -eq 1 ]; then
             # The old node serves the user: its store is open there (a session came and went).
             rm -f "$tmp/a2.ports"
@@ -304,22 +322,31 @@ PYEOF
         env MAILVAULT_ROOT="$a2" "${ctl_env[@]}" "$mv" release "$user" --note "bench move" \
             >/dev/null
         t1=$(now)
-        MAILVAULT_ROOT=$a2 "$mv" store export "$user" "$tmp/m$mb.mvstore" >/dev/null
-        t2=$(now)
-        cp "$tmp/m$mb.mvstore" "$tmp/copy/m$mb.mvstore"
-        t3=$(now)
-        MAILVAULT_ROOT=$b "$mv" store import "$user" "$tmp/copy/m$mb.mvstore" >/dev/null
-        t4=$(now)
+        if [ "$way" = file ]; then
+            MAILVAULT_ROOT=$a2 "$mv" store export "$user" "$tmp/m$mb.mvstore" >/dev/null
+            t2=$(now)
+            cp "$tmp/m$mb.mvstore" "$tmp/copy/m$mb.mvstore"
+            t3=$(now)
+            MAILVAULT_ROOT=$b "$mv" store import "$user" "$tmp/copy/m$mb.mvstore" >/dev/null
+            t4=$(now)
+            archive_bytes=$(stat -c %s "$tmp/m$mb.mvstore")
+        else
+            # One pass: export streams into import (between machines: | ssh B mailvault ...).
+            MAILVAULT_ROOT=$a2 "$mv" store export "$user" - 2>/dev/null |
+                MAILVAULT_ROOT=$b "$mv" store import "$user" - >/dev/null
+            t4=$(now)
+            t2=$t4 t3=$t4
+        fi
         MAILVAULT_ROOT=$b "$mv" info "$user" --password-file "$tmp/password" >/dev/null
         t5=$(now)
-        archive_bytes=$(stat -c %s "$tmp/m$mb.mvstore")
-        echo "$mb $store_bytes $archive_bytes $t_import_mbox $t0 $t1 $t2 $t3 $t4 $t5" \
+        echo "$mb $way $store_bytes $archive_bytes $t_import_mbox $t0 $t1 $t2 $t3 $t4 $t5" \
             >>"$tmp/moves.txt"
-        # The next round moves the same store again: back to A2, B empty.
+        # The next move moves the same store again: back to A2, B empty.
         stop_pid "$mv_pid"
         mv_pid=""
         rm -rf "$tmp/m$mb.mvstore" "$tmp/copy/m$mb.mvstore" "$b"
         MAILVAULT_ROOT=$a2 "$mv" adopt "$user" >/dev/null
+      done
     done
     rm -rf "$a2"
 done
@@ -360,24 +387,32 @@ for clients, by in summary.items():
                 r[name]["commands_per_s"] / r["direct"]["commands_per_s"]
     result[clients] = r
 moves, by_size = [], {}
+steps_of = {"file": ("release_s", "export_s", "copy_s", "import_s", "first_open_s"),
+            "pipe": ("release_s", "export_import_s", "first_open_s")}
 with open(moves_txt) as f:
     for line in f:
-        mb, store, archive, imp, t0, t1, t2, t3, t4, t5 = line.split()
+        mb, way, store, archive, imp, t0, t1, t2, t3, t4, t5 = line.split()
         t = [float(x) for x in (t0, t1, t2, t3, t4, t5)]
-        by_size.setdefault(int(mb), []).append({
-            "store_bytes": int(store), "archive_bytes": int(archive),
-            "mbox_import_s": float(imp), "release_s": t[1] - t[0], "export_s": t[2] - t[1],
-            "copy_s": t[3] - t[2], "import_s": t[4] - t[3], "first_open_s": t[5] - t[4],
-            "unavailable_s": t[5] - t[0]})
-step_names = ("release_s", "export_s", "copy_s", "import_s", "first_open_s")
-for mb, rs in sorted(by_size.items()):
-    m = {"target_mb": mb, "rounds": len(rs), "store_bytes": rs[0]["store_bytes"],
-         "archive_bytes": rs[0]["archive_bytes"], "mbox_import_s": rs[0]["mbox_import_s"]}
-    for k in step_names + ("unavailable_s",):
+        r = {"store_bytes": int(store), "archive_bytes": int(archive),
+             "mbox_import_s": float(imp), "release_s": t[1] - t[0], "first_open_s": t[5] - t[4],
+             "unavailable_s": t[5] - t[0]}
+        if way == "file":
+            r.update({"export_s": t[2] - t[1], "copy_s": t[3] - t[2], "import_s": t[4] - t[3]})
+        else:
+            r["export_import_s"] = t[4] - t[1]
+        by_size.setdefault((int(mb), way), []).append(r)
+for (mb, way), rs in sorted(by_size.items(), key=lambda kv: (kv[0][0], kv[0][1] != "file")):
+    m = {"target_mb": mb, "way": way, "rounds": len(rs), "store_bytes": rs[0]["store_bytes"],
+         "archive_bytes": rs[-1]["archive_bytes"], "mbox_import_s": rs[0]["mbox_import_s"]}
+    for k in steps_of[way] + ("unavailable_s",):
         m[k] = med([r[k] for r in rs])
     m["unavailable_s_each_round"] = [r["unavailable_s"] for r in rs]
-    m["dominant_step"] = max(step_names, key=lambda k: m[k])
+    m["dominant_step"] = max(steps_of[way], key=lambda k: m[k])
     moves.append(m)
+for m in moves:
+    f = next((x for x in moves if x["target_mb"] == m["target_mb"] and x["way"] == "file"), None)
+    if m["way"] == "pipe" and f:
+        m["unavailable_vs_file"] = m["unavailable_s"] / f["unavailable_s"]
 load = [d["load_start"] for d in runs] + [d["load_end"] for d in runs]
 doc = {
     "schema": "mailvault-bench-proxy-compare/1",
@@ -405,18 +440,24 @@ with open(out_json, "w") as f:
     f.write("\n")
 
 fmt = lambda v, n=1: "--" if v is None else f"{v:,.{n}f}"
-L = ["## mailvaultd behind Dovecot's proxy", ""]
-L.append(f"bench/proxy_compare.sh{' --quick' if quick == '1' else ''}, {doc['date']}: the "
-         f"bench_imap mix, {users} users x {messages} messages, {seconds} s per run, "
-         f"{rounds} round(s) alternating direct / proxy / proxy-tls, medians over rounds; "
-         f"Dovecot {dc_version or '(not installed)'} from contrib/dovecot-proxy/, one "
-         f"mailvaultd node, all on loopback, {os.cpu_count()} CPUs, load "
-         f"{fmt(doc['machine']['load_min'], 2)}-{fmt(doc['machine']['load_max'], 2)}. "
-         f"proxy: plaintext route; proxy-tls: starttls=any-cert to the node. Ratio: "
-         f"commands/s through the proxy / directly (goal >= 0.85).")
+moves_only = note.startswith("--moves-only")
+L = ["## Moving a user between mailvaultd nodes" if moves_only
+     else "## mailvaultd behind Dovecot's proxy", ""]
+if moves_only:
+    L.append(f"bench/proxy_compare.sh --moves-only{' --quick' if quick == '1' else ''}, "
+             f"{doc['date']}, {os.cpu_count()} CPUs, mailvaultd {server}.")
+else:
+    L.append(f"bench/proxy_compare.sh{' --quick' if quick == '1' else ''}, {doc['date']}: the "
+             f"bench_imap mix, {users} users x {messages} messages, {seconds} s per run, "
+             f"{rounds} round(s) alternating direct / proxy / proxy-tls, medians over rounds; "
+             f"Dovecot {dc_version or '(not installed)'} from contrib/dovecot-proxy/, one "
+             f"mailvaultd node, all on loopback, {os.cpu_count()} CPUs, load "
+             f"{fmt(doc['machine']['load_min'], 2)}-{fmt(doc['machine']['load_max'], 2)}. "
+             f"proxy: plaintext route; proxy-tls: starttls=any-cert to the node. Ratio: "
+             f"commands/s through the proxy / directly (goal >= 0.85).")
 L.append("")
 for n in doc["notes"]:
-    L += [f"**Note:** {n}", ""]
+    L += [f"**Note:** {n}", ""] if not moves_only else []
 for clients in sorted(result, key=int):
     r = result[clients]
     L += [f"**{clients} clients**", "",
@@ -440,15 +481,23 @@ if moves:
     L += ["**Moving a user** (one machine: release " + (
           "through the running node's control socket, the store open there"
           if server_release == "1" else "without a server holding the store") + ", "
-          "`store export`, cp of the archive (between machines add size / bandwidth: ~9 s "
-          "per GB at 1 Gbit/s), `store import`, first open with the KDF; unavailable = all "
-          "of it; medians of the rounds)", "",
-          "| store | archive | release s | export s | copy s | import s | first open s "
-          "| unavailable s | dominated by |", "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+          "file: `store export` to a file, cp of the archive (between machines add size / "
+          "bandwidth: ~9 s per GB at 1 Gbit/s), `store import`; pipe: `store export USER - | "
+          "store import USER -` (between machines the ssh in the pipe overlaps with both "
+          "ends); then the first open with the KDF; unavailable = all of it; medians of the "
+          "rounds, the two ways alternating)", "",
+          "| store | way | archive | release s | export s | copy s | import s | first open s "
+          "| unavailable s | vs file | dominated by |",
+          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for m in moves:
-        L.append(f"| {m['store_bytes'] / 1048576:,.1f} MB | {m['archive_bytes'] / 1048576:,.1f} MB "
-                 f"| {m['release_s']:.2f} | {m['export_s']:.2f} | {m['copy_s']:.2f} | "
-                 f"{m['import_s']:.2f} | {m['first_open_s']:.2f} | {m['unavailable_s']:.2f} | "
+        if m["way"] == "file":
+            mid = f"{m['export_s']:.2f} | {m['copy_s']:.2f} | {m['import_s']:.2f}"
+        else:
+            mid = f"{m['export_import_s']:.2f} (piped) | -- | --"
+        vs = f"{m['unavailable_vs_file']:.2f}x" if "unavailable_vs_file" in m else "1.00x"
+        L.append(f"| {m['store_bytes'] / 1048576:,.1f} MB | {m['way']} "
+                 f"| {m['archive_bytes'] / 1048576:,.1f} MB | {m['release_s']:.2f} | {mid} | "
+                 f"{m['first_open_s']:.2f} | {m['unavailable_s']:.2f} | {vs} | "
                  f"{m['dominant_step'][:-2]} |")
     L.append("")
 text = "\n".join(L)

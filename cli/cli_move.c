@@ -7,7 +7,10 @@
  *   mailvault store export alice@example.org /tmp/alice.mvstore [--wait-seconds N]
  *   (copy the file to the new node)
  *   mailvault store import alice@example.org /tmp/alice.mvstore
- *   mailvault adopt alice@example.org        (undo a release on the old node)
+ *   mailvault store export alice@example.org - | ssh node2 mailvault store import alice@example.org
+ * - (FILE "-": the archive streamed to stdout / from stdin, never a terminal; the summary line of
+ * export then goes to stderr) mailvault adopt alice@example.org        (undo a release on the old
+ * node)
  *
  * None of them needs the password: they work on the store's files (mv_store_release and
  * mv_store_export in the library). release and adopt go through the running server when
@@ -16,7 +19,9 @@
  */
 #include "cli.h"
 
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CLI_MOVE_WAIT_DEFAULT_S 10
 #define CLI_MOVE_WAIT_MAX_S     3600
@@ -30,9 +35,9 @@ static const struct cli_command_spec cli_adopt_spec = {
     "adopt", "adopt USER [--control-socket PATH]",
     CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_CONTROL_SOCKET), 1, 1};
 static const struct cli_command_spec cli_export_spec = {
-    "store export", "store export USER FILE [--wait-seconds N]",
+    "store export", "store export USER FILE|- [--wait-seconds N]",
     CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_WAIT_SECONDS), 2, 2};
-static const struct cli_command_spec cli_import_spec = {"store import", "store import USER FILE",
+static const struct cli_command_spec cli_import_spec = {"store import", "store import USER FILE|-",
                                                         CLI_OPT(CLI_OPT_ROOT), 2, 2};
 
 /* Parses the command line and the store's address; *wait_ms from --wait-seconds. */
@@ -109,16 +114,18 @@ int cli_adopt_main(int argc, char **argv)
     return cli_store_flush_stdout();
 }
 
-static void cli_move_describe(const char *verb,
+static void cli_move_describe(FILE *out,
+                              const char *verb,
                               const char *address,
                               const char *path,
                               const struct mv_store_archive_info *info)
 {
     char size[16];
     cli_text_size(info->size_bytes, size, sizeof size);
-    printf("%s %s %s %s: %llu files, %s, %llu queued deliveries, %llu WAL frames\n", verb, address,
-           strcmp(verb, "exported") == 0 ? "to" : "from", path, (unsigned long long)info->files,
-           size, (unsigned long long)info->queue_entries, (unsigned long long)info->wal_frames);
+    fprintf(out, "%s %s %s %s: %llu files, %s, %llu queued deliveries, %llu WAL frames\n", verb,
+            address, strcmp(verb, "exported") == 0 ? "to" : "from", path,
+            (unsigned long long)info->files, size, (unsigned long long)info->queue_entries,
+            (unsigned long long)info->wal_frames);
 }
 
 static int cli_store_export_main(int argc, char **argv)
@@ -131,13 +138,27 @@ static int cli_store_export_main(int argc, char **argv)
         return cli_args_exit(rc);
     }
     const char *path = args.positional[1];
+    int streaming = strcmp(path, "-") == 0;
+    if (streaming && isatty(STDOUT_FILENO)) {
+        cli_error("store export: refusing to write an archive to a terminal (pipe it into "
+                  "`mailvault store import USER -`, or give a FILE)");
+        return CLI_EXIT_USAGE;
+    }
+    if (streaming) {
+        /* A reader that goes away is an error to report, not a silent death. */
+        signal(SIGPIPE, SIG_IGN);
+    }
     char err[1024] = "";
     struct mv_store_archive_info info;
-    int mv_rc = mv_store_export(t.address, &t.opts, path, wait_ms, &info, err, sizeof err);
+    int mv_rc =
+        streaming
+            ? mv_store_export_fd(t.address, &t.opts, STDOUT_FILENO, wait_ms, &info, err, sizeof err)
+            : mv_store_export(t.address, &t.opts, path, wait_ms, &info, err, sizeof err);
     if (mv_rc != MV_OK) {
         return cli_store_fail_msg(err, mv_rc);
     }
-    cli_move_describe("exported", t.address, path, &info);
+    cli_move_describe(streaming ? stderr : stdout, "exported", t.address,
+                      streaming ? "stdout" : path, &info);
     if (!info.released) {
         cli_error("warning: %s was not released: this node may accept mail for it after "
                   "this copy (run `mailvault release` first)",
@@ -156,13 +177,21 @@ static int cli_store_import_main(int argc, char **argv)
         return cli_args_exit(rc);
     }
     const char *path = args.positional[1];
+    int streaming = strcmp(path, "-") == 0;
+    if (streaming && isatty(STDIN_FILENO)) {
+        cli_error("store import: refusing to read an archive from a terminal (pipe `mailvault "
+                  "store export USER -` into it, or give a FILE)");
+        return CLI_EXIT_USAGE;
+    }
     char err[1024] = "";
     struct mv_store_archive_info info;
-    int mv_rc = mv_store_import(t.address, &t.opts, path, &info, err, sizeof err);
+    int mv_rc = streaming
+                    ? mv_store_import_fd(t.address, &t.opts, STDIN_FILENO, &info, err, sizeof err)
+                    : mv_store_import(t.address, &t.opts, path, &info, err, sizeof err);
     if (mv_rc != MV_OK) {
         return cli_store_fail_msg(err, mv_rc);
     }
-    cli_move_describe("imported", t.address, path, &info);
+    cli_move_describe(stdout, "imported", t.address, streaming ? "stdin" : path, &info);
     return cli_store_flush_stdout();
 }
 

@@ -341,6 +341,19 @@ MV_API MV_MUST_CHECK int mv_store_export(const char *address,
                                          char *errmsg,
                                          size_t errmsg_size);
 
+/* As mv_store_export(), but streams the archive into the open descriptor fd (a pipe, a
+ * socket, or a file the caller made), for a move in one pass: nothing is written beside the
+ * store, and fd is neither fsynced nor closed. The manifest is the last entry, so a stream
+ * cut short anywhere is refused by mv_store_import_fd(). Returns as mv_store_export() (no
+ * MV_EEXISTS; MV_EIO also when the reader went away). */
+MV_API MV_MUST_CHECK int mv_store_export_fd(const char *address,
+                                            const struct mv_store_options *opts,
+                                            int fd,
+                                            uint32_t wait_ms,
+                                            struct mv_store_archive_info *info_out,
+                                            char *errmsg,
+                                            size_t errmsg_size);
+
 /* Places the store of address from an archive written by mv_store_export(): reads only the
  * expected entries into a staging directory beside the store, checks them against the
  * manifest (sizes, SHA-256, nothing missing or extra, the same address) and the database and
@@ -356,6 +369,17 @@ MV_API MV_MUST_CHECK int mv_store_import(const char *address,
                                          struct mv_store_archive_info *info_out,
                                          char *errmsg,
                                          size_t errmsg_size);
+
+/* As mv_store_import(), but reads the archive from the open descriptor fd (a pipe from
+ * mv_store_export_fd() on another node) until its end. Everything is staged and checked as
+ * from a file before anything is placed: a stream that ends early, is damaged, or holds the
+ * store of another address leaves nothing. fd is not closed. */
+MV_API MV_MUST_CHECK int mv_store_import_fd(const char *address,
+                                            const struct mv_store_options *opts,
+                                            int fd,
+                                            struct mv_store_archive_info *info_out,
+                                            char *errmsg,
+                                            size_t errmsg_size);
 
 /* Closes the store (running PRAGMA optimize first) and sets *store to NULL. NULL is fine. */
 MV_API void mv_store_close(mv_store **store);

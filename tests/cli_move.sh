@@ -93,6 +93,42 @@ run env MAILVAULT_ROOT="$new_root" "$mv" store import "$user" "$tmp/junk.mvstore
 check import_junk_refused not_ok 'not a store archive'
 check import_junk_leaves_nothing bash -c "[ -z \"\$(ls -A '$new_root/example.org' 2>/dev/null)\" ]"
 
+# ---- streaming: `store export USER - | store import USER -`, one pass, no archive file ----
+stream_root="$tmp/streamroot"
+stream_left() { [ -z "$(ls -A "$stream_root/example.org" 2>/dev/null)" ]; }
+# A stream cut short anywhere leaves nothing: midway through the database, and exactly where
+# the manifest would begin (a clean tar boundary: everything but the manifest arrived).
+cuts=$("$PY" - "$archive" <<'EOF2'
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    db = t.getmember("store.db")
+    print(db.offset_data + db.size // 2, t.getmember("MANIFEST").offset)
+EOF2
+)
+set -- $cuts
+for where in mid_db:"$1" before_manifest:"$2"; do
+    run bash -c "head -c ${where#*:} '$archive' | MAILVAULT_ROOT='$stream_root' '$mv' store import '$user' -"
+    check "import_stream_cut_${where%%:*}_refused" not_ok 'not a store archive'
+    check "import_stream_cut_${where%%:*}_leaves_nothing" stream_left
+done
+run bash -c "set -o pipefail; '$mv' store export '$user' - | MAILVAULT_ROOT='$stream_root' '$mv' store import bob@example.org -"
+check import_stream_other_user_refused not_ok 'not of bob@example.org'
+check import_stream_other_user_leaves_nothing stream_left
+run script -qec "'$mv' store export '$user' -" /dev/null
+check export_stream_refuses_terminal bash -c "[ $rc -ne 0 ] && grep -q 'terminal' '$out'"
+run script -qec "MAILVAULT_ROOT='$stream_root' '$mv' store import '$user' -" /dev/null
+check import_stream_refuses_terminal bash -c "[ $rc -ne 0 ] && grep -q 'terminal' '$out'"
+check import_stream_terminal_leaves_nothing stream_left
+run bash -c "set -o pipefail; '$mv' store export '$user' - | MAILVAULT_ROOT='$stream_root' '$mv' store import '$user' -"
+check move_stream ok
+check move_stream_summary_on_stdout grep -q "imported $user from stdin: " "$out"
+check move_stream_export_summary_on_stderr grep -q "exported $user to stdout" "$err"
+ids "$stream_root" >"$tmp/got" 2>"$err"
+printf 'keyed1\nkeyed2\nkeyed3\nsealed1\nsealed2\n' | sed 's/.*/&@test/' >"$tmp/want"
+check move_stream_all_mail_exactly_once diff -u "$tmp/want" "$tmp/got"
+run bash -c "'$mv' store export '$user' - | MAILVAULT_ROOT='$stream_root' '$mv' store import '$user' -"
+check import_stream_never_overwrites not_ok 'already exists'
+
 # ---- import, then the store is served on the new root ----
 run env MAILVAULT_ROOT="$new_root" "$mv" store import "$user" "$archive"
 check import ok

@@ -62,7 +62,8 @@
 #define MOVE_ENTRIES_MAX  100000 /* queue entries in one archive */
 #define MOVE_NAME_MAX     96     /* longest entry name: "queue/" + a queue entry's name */
 #define MOVE_MANIFEST_MAX ((size_t)MOVE_ENTRIES_MAX * 180 + 4096)
-#define MOVE_BLOCK        ((size_t)1 << 16)
+#define MOVE_BLOCK        ((size_t)1 << 20)   /* read, write and tar block: few system calls */
+#define MOVE_WRITEBACK    ((uint64_t)8 << 20) /* staged bytes handed to the disk as they come */
 
 struct move_file {
     char name[MOVE_NAME_MAX];
@@ -278,6 +279,8 @@ static int move_write_archive(int fd,
     if (w.a == NULL || w.block == NULL) {
         rc = ops_io_fail(errmsg, errmsg_size, MV_ENOMEM, "out of memory");
     } else if (archive_write_set_format_pax_restricted(w.a) != ARCHIVE_OK ||
+               archive_write_set_bytes_per_block(w.a, (int)MOVE_BLOCK) != ARCHIVE_OK ||
+               archive_write_set_bytes_in_last_block(w.a, 1) != ARCHIVE_OK ||
                archive_write_open_fd(w.a, fd) != ARCHIVE_OK) {
         rc = move_archive_fail(&w, "open");
     }
@@ -341,13 +344,16 @@ static void move_dir_of(const char *path, char *out, size_t out_size)
     }
 }
 
-int mv_store_export(const char *address,
-                    const struct mv_store_options *opts,
-                    const char *archive_path,
-                    uint32_t wait_ms,
-                    struct mv_store_archive_info *info_out,
-                    char *errmsg,
-                    size_t errmsg_size)
+/* Export into archive_path (a new file) or, when archive_path is NULL, into the open
+ * descriptor out_fd (a pipe: the archive is streamed, nothing is renamed or fsynced). */
+static int move_export(const char *address,
+                       const struct mv_store_options *opts,
+                       const char *archive_path,
+                       int out_fd,
+                       uint32_t wait_ms,
+                       struct mv_store_archive_info *info_out,
+                       char *errmsg,
+                       size_t errmsg_size)
 {
     char scratch[16];
     if (errmsg == NULL || errmsg_size == 0) {
@@ -361,14 +367,19 @@ int mv_store_export(const char *address,
     int lock_fd = -1, fd = -1;
     char tmp[MV_PATH_MAX + 32] = "";
     struct stat st;
+    int streaming = archive_path == NULL;
     int rc =
-        archive_path == NULL || archive_path[0] == '\0'
-            ? ops_io_fail(errmsg, errmsg_size, MV_EINVAL, "no archive path")
-            : store_paths_resolve(address, ops_io_store_options(opts), &p, errmsg, errmsg_size);
+        streaming
+            ? (out_fd < 0 ? ops_io_fail(errmsg, errmsg_size, MV_EINVAL, "no descriptor") : MV_OK)
+        : archive_path[0] == '\0' ? ops_io_fail(errmsg, errmsg_size, MV_EINVAL, "no archive path")
+                                  : MV_OK;
+    if (rc == MV_OK) {
+        rc = store_paths_resolve(address, ops_io_store_options(opts), &p, errmsg, errmsg_size);
+    }
     if (rc == MV_OK && stat(p.db_path, &st) != 0) {
         rc = ops_io_fail(errmsg, errmsg_size, MV_ENOTFOUND, "no store for %s", p.address);
     }
-    if (rc == MV_OK && lstat(archive_path, &st) == 0) {
+    if (rc == MV_OK && !streaming && lstat(archive_path, &st) == 0) {
         rc = ops_io_fail(errmsg, errmsg_size, MV_EEXISTS, "%s already exists", archive_path);
     }
     if (rc == MV_OK) {
@@ -388,16 +399,20 @@ int mv_store_export(const char *address,
         snprintf(wal, sizeof wal, "%s-wal", p.db_path);
         struct mv_backup_info checked;
         memset(&checked, 0, sizeof checked);
+        /* Header and WAL chain only: the pages themselves are read once, by the copy. */
         rc = ops_keyless_verify_files(p.db_path, wal, &checked, errmsg, errmsg_size);
         info.wal_frames = checked.wal_frames;
     }
-    if (rc == MV_OK) {
+    if (rc == MV_OK && streaming) {
+        rc = move_write_archive(out_fd, &p, info.released, &info, errmsg, errmsg_size);
+    }
+    if (rc == MV_OK && !streaming) {
         rc = move_temp_beside(archive_path, tmp, sizeof tmp, &fd, errmsg, errmsg_size);
     }
-    if (rc == MV_OK) {
+    if (rc == MV_OK && !streaming) {
         rc = move_write_archive(fd, &p, info.released, &info, errmsg, errmsg_size);
     }
-    if (rc == MV_OK && fsync(fd) != 0) {
+    if (rc == MV_OK && !streaming && fsync(fd) != 0) {
         rc = ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(errno), "cannot fsync %s: %s", tmp,
                          strerror(errno));
     }
@@ -405,11 +420,12 @@ int mv_store_export(const char *address,
         rc = ops_io_fail(errmsg, errmsg_size, MV_EIO, "cannot close %s", tmp);
     }
     /* Never replaces what appeared at archive_path meanwhile (a file, link or device). */
-    if (rc == MV_OK && renameat2(AT_FDCWD, tmp, AT_FDCWD, archive_path, RENAME_NOREPLACE) != 0) {
+    if (rc == MV_OK && !streaming &&
+        renameat2(AT_FDCWD, tmp, AT_FDCWD, archive_path, RENAME_NOREPLACE) != 0) {
         rc = ops_io_fail(errmsg, errmsg_size, errno == EEXIST ? MV_EEXISTS : MV_EIO,
                          "cannot rename %s to %s: %s", tmp, archive_path, strerror(errno));
     }
-    if (rc == MV_OK) {
+    if (rc == MV_OK && !streaming) {
         char dir[MV_PATH_MAX];
         move_dir_of(archive_path, dir, sizeof dir);
         if (store_fsync_dir(dir) != MV_OK) {
@@ -424,6 +440,31 @@ int mv_store_export(const char *address,
         *info_out = info;
     }
     return rc;
+}
+
+int mv_store_export(const char *address,
+                    const struct mv_store_options *opts,
+                    const char *archive_path,
+                    uint32_t wait_ms,
+                    struct mv_store_archive_info *info_out,
+                    char *errmsg,
+                    size_t errmsg_size)
+{
+    if (archive_path == NULL) {
+        archive_path = ""; /* "no archive path", not a stream */
+    }
+    return move_export(address, opts, archive_path, -1, wait_ms, info_out, errmsg, errmsg_size);
+}
+
+int mv_store_export_fd(const char *address,
+                       const struct mv_store_options *opts,
+                       int fd,
+                       uint32_t wait_ms,
+                       struct mv_store_archive_info *info_out,
+                       char *errmsg,
+                       size_t errmsg_size)
+{
+    return move_export(address, opts, NULL, fd, wait_ms, info_out, errmsg, errmsg_size);
 }
 
 /* ---- import ----------------------------------------------------------------------------- */
@@ -471,8 +512,14 @@ static int move_read_entry(struct move_reader *r, struct move_file *f, uint64_t 
     int rc = md != NULL && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1
                  ? MV_OK
                  : ops_io_fail(r->errmsg, r->errmsg_size, MV_ENOMEM, "out of memory");
-    uint64_t got = 0;
+    uint64_t got = 0, handed = 0;
     while (rc == MV_OK) {
+        /* Start the disk on what is written so far while the rest arrives: the fsync at the
+         * end then waits for the tail only (a hint; errors surface at the fsync). */
+        if (got - handed >= MOVE_WRITEBACK) {
+            (void)sync_file_range(fd, (off_t)handed, (off_t)(got - handed), SYNC_FILE_RANGE_WRITE);
+            handed = got;
+        }
         la_ssize_t n = archive_read_data(r->a, r->block, MOVE_BLOCK);
         if (n == 0) {
             break;
@@ -766,12 +813,15 @@ static void move_staging_remove(struct move_reader *r)
     rmdir(r->staging);
 }
 
-int mv_store_import(const char *address,
-                    const struct mv_store_options *opts,
-                    const char *archive_path,
-                    struct mv_store_archive_info *info_out,
-                    char *errmsg,
-                    size_t errmsg_size)
+/* Import from archive_path or, when in_fd >= 0, from that descriptor (a pipe: archive_path
+ * only names it in messages). */
+static int move_import(const char *address,
+                       const struct mv_store_options *opts,
+                       const char *archive_path,
+                       int in_fd,
+                       struct mv_store_archive_info *info_out,
+                       char *errmsg,
+                       size_t errmsg_size)
 {
     char scratch[16];
     if (errmsg == NULL || errmsg_size == 0) {
@@ -815,11 +865,13 @@ int mv_store_import(const char *address,
         /* Plain tar only: no decompression filters (some run external programs). */
         if (r.a == NULL || r.block == NULL) {
             rc = ops_io_fail(errmsg, errmsg_size, MV_ENOMEM, "out of memory");
-        } else if (access(archive_path, R_OK) != 0) {
+        } else if (in_fd < 0 && access(archive_path, R_OK) != 0) {
             rc = ops_io_fail(errmsg, errmsg_size, errno == ENOENT ? MV_ENOTFOUND : MV_EIO,
                              "cannot read %s: %s", archive_path, strerror(errno));
         } else if (archive_read_support_format_tar(r.a) != ARCHIVE_OK ||
-                   archive_read_open_filename(r.a, archive_path, MOVE_BLOCK) != ARCHIVE_OK) {
+                   (in_fd >= 0 ? archive_read_open_fd(r.a, in_fd, MOVE_BLOCK)
+                               : archive_read_open_filename(r.a, archive_path, MOVE_BLOCK)) !=
+                       ARCHIVE_OK) {
             rc = move_bad_archive(
                 &r, archive_error_string(r.a) != NULL ? archive_error_string(r.a) : "unreadable",
                 NULL);
@@ -864,4 +916,30 @@ int mv_store_import(const char *address,
         *info_out = info;
     }
     return rc;
+}
+
+int mv_store_import(const char *address,
+                    const struct mv_store_options *opts,
+                    const char *archive_path,
+                    struct mv_store_archive_info *info_out,
+                    char *errmsg,
+                    size_t errmsg_size)
+{
+    return move_import(address, opts, archive_path, -1, info_out, errmsg, errmsg_size);
+}
+
+int mv_store_import_fd(const char *address,
+                       const struct mv_store_options *opts,
+                       int fd,
+                       struct mv_store_archive_info *info_out,
+                       char *errmsg,
+                       size_t errmsg_size)
+{
+    if (fd < 0) {
+        char scratch[16];
+        return ops_io_fail(errmsg != NULL && errmsg_size > 0 ? errmsg : scratch,
+                           errmsg != NULL && errmsg_size > 0 ? errmsg_size : sizeof scratch,
+                           MV_EINVAL, "no descriptor");
+    }
+    return move_import(address, opts, "the stream", fd, info_out, errmsg, errmsg_size);
 }
