@@ -42,7 +42,8 @@
 #   8. bench/bigmail_compare.sh: big mailboxes (issue 13), mailvaultd against Dovecot on one
 #      INBOX of 10,000 and 100,000 generated messages (BIGMAIL_1M=1 adds 1,000,000): the
 #      corpus is generated once into build/bigmail-corpus/, populating both takes most of
-#      the time (~45 min here for both sizes; 6.5 GB of disk at 100k); it writes
+#      the time (10k: ~10 min here; 100k: estimated ~1.5 h more, and ~9 GB of disk: the
+#      3.5 GB corpus, Dovecot's hard links to it, ~5 GB of mailvault store); it writes
 #      bench/results/bigmail.json and sections/bigmail.md. Here --quick: 1,000 messages, one
 #      pair per operation, build/bench-results/bigmail.{json,md} (~1 min).
 #   9. bench/proxy_compare.sh: the same mix directly against a mailvaultd node and through a
