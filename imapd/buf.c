@@ -2,7 +2,7 @@
  * buf.c -- growable byte buffers for input, output and responses. An allocation failure
  * sets oom and makes every later append a no-op: the caller checks once, at the end.
  */
-#include "imapd.h"
+#include "buf.h"
 
 #include <glib.h>
 #include <openssl/crypto.h>

@@ -2,7 +2,12 @@
  * config.c -- mailvaultd's settings: one table of keys with their defaults and ranges, read
  * from a config file ("key = value", '#' comments) and overridden by --key=value options.
  */
-#include "imapd.h"
+#include "config.h"
+#include "log.h"
+#include "mailvault.h"
+#include "metrics.h"
+#include "proxy.h"
+#include "quota.h"
 
 #include <errno.h>
 #include <stdio.h>

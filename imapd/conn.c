@@ -3,7 +3,7 @@
  * (plain or TLS), idle and login timeouts, held output and back-pressure, for any protocol.
  *
  * USAGE
- *   A protocol is a struct conn_proto_ops (imapd.h) in its own file; a listener passes it to
+ *   A protocol is a struct conn_proto_ops (conn.h) in its own file; a listener passes it to
  *   conn_accept(), and conn.c calls its hooks: start on accept, input when bytes arrived or
  *   a job finished, tick on the loop's tick, drained when a streamed response may go on, end
  *   when the socket is gone. conn.c never looks into c->session.
@@ -32,7 +32,14 @@
  *     reading times out. An output buffer grown past CONN_OUTPUT_KEEP_MAX is freed once
  *     empty.
  */
-#include "imapd.h"
+#include "conn.h"
+#include "buf.h"
+#include "config.h"
+#include "log.h"
+#include "loop.h"
+#include "metrics.h"
+#include "proxy.h"
+#include "tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

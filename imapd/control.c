@@ -31,7 +31,16 @@
  *   Requests on one connection run one at a time (the connection is busy meanwhile); run
  *   several clients for parallel requests.
  */
-#include "imapd.h"
+#include "control.h"
+#include "buf.h"
+#include "config.h"
+#include "conn.h"
+#include "log.h"
+#include "loop.h"
+#include "mailvault.h"
+#include "metrics.h"
+#include "protocols.h"
+#include "worker.h"
 
 #include <errno.h>
 #include <pthread.h>

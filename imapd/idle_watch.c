@@ -38,7 +38,13 @@
  *   falls back to the IMAP_IDLE_POLL_MS poll, which runs in every case. Changes on a network
  *   file system made by another machine are not reported by inotify: the poll again.
  */
+#include "idle_watch.h"
+#include "config.h"
 #include "imap_session.h" /* IMAP_IDLE_POLL_MS */
+#include "log.h"
+#include "loop.h"
+#include "mailvault.h"
+#include "protocols.h"
 
 #include <errno.h>
 #include <stdio.h>

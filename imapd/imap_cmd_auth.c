@@ -6,7 +6,14 @@
  * logs it. Passwords are wiped after use (the job's command bytes are wiped when the job is
  * freed).
  */
+#include "buf.h"
+#include "config.h"
+#include "control.h"
 #include "imap_session.h"
+#include "log.h"
+#include "mailvault.h"
+#include "metrics.h"
+#include "worker.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>

@@ -13,7 +13,11 @@
  * mailbox rows answer everything but DELETED / DELETED-STORAGE (RFC 9051, RFC 9208), which
  * are counted over the index of \Deleted messages only when asked for.
  */
+#include "buf.h"
 #include "imap_session.h"
+#include "mailvault.h"
+#include "quota.h"
+#include "worker.h"
 
 #include <glib.h>
 #include <stdio.h>

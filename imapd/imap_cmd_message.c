@@ -4,7 +4,11 @@
  * UNSELECT, IDLE, and their UID forms. Sequence numbers are turned into UIDs through the
  * session's view; the store works on UID sets.
  */
+#include "buf.h"
 #include "imap_session.h"
+#include "mailvault.h"
+#include "quota.h"
+#include "worker.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,11 @@
  * with both unlimited there is no quota root: GETQUOTAROOT names none and GETQUOTA ""
  * answers NO [NONEXISTENT].
  */
+#include "buf.h"
 #include "imap_session.h"
+#include "mailvault.h"
+#include "quota.h"
+#include "worker.h"
 
 #include <string.h>
 

@@ -35,8 +35,10 @@
  *   A missing part, or HEADER / TEXT of a part that is not message/rfc822, is NIL. A single
  *   message's response (several sections of one message) is still built whole.
  */
+#include "buf.h"
 #include "imap_mime.h"
 #include "imap_session.h"
+#include "mailvault.h"
 
 #include <stdio.h>
 #include <stdlib.h>

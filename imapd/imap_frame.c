@@ -11,6 +11,9 @@
  */
 #include "imap_frame.h"
 
+#include "buf.h"
+#include "config.h"
+
 #include <string.h>
 #include <strings.h>
 

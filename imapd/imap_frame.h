@@ -7,7 +7,7 @@
 #ifndef MV_IMAP_FRAME_H
 #define MV_IMAP_FRAME_H
 
-#include "imapd.h"
+#include "buf.h"
 
 #include <stddef.h>
 #include <stdint.h>

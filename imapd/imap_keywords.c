@@ -19,7 +19,9 @@
  *     and never counted. The counts are atomic: a view is freed on the session's worker,
  *     but nothing here needs to know which thread that is.
  */
+#include "buf.h"
 #include "imap_session.h"
+#include "mailvault.h"
 
 #include <stdatomic.h>
 #include <stddef.h>

@@ -24,6 +24,7 @@
  *   count), so "1:*" is the whole mailbox and a UID set with gaps counts at most what exists.
  */
 #include "imap_session.h"
+#include "worker.h"
 
 #include <string.h>
 #include <strings.h>

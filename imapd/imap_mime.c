@@ -49,6 +49,8 @@
  *   parser allows).
  */
 #include "imap_mime.h"
+#include "buf.h"
+#include "mailvault.h"
 
 #include <gmime/gmime.h>
 #include <stdlib.h>

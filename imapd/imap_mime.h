@@ -5,7 +5,8 @@
 #ifndef MV_IMAP_MIME_H
 #define MV_IMAP_MIME_H
 
-#include "imapd.h"
+#include "buf.h"
+#include "mailvault.h" /* MV_OK, MV_ENOMEM */
 
 #include <stddef.h>
 #include <stdint.h>

@@ -10,7 +10,9 @@
  *     QRESYNC parameter (a hint for servers that forget expunges) is parsed and ignored:
  *     the answer is exact without it.
  */
+#include "buf.h"
 #include "imap_session.h"
+#include "mailvault.h"
 
 #include <stdlib.h>
 #include <string.h>

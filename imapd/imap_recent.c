@@ -11,6 +11,7 @@
  * from the session that will select the mailbox) but shows the unclaimed messages as recent.
  */
 #include "imap_session.h"
+#include "mailvault.h"
 
 int imap_view_recent(struct imap_session *s, size_t from)
 {

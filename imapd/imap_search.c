@@ -22,7 +22,9 @@
  *   two characters fold ASCII letters only (no trigram: LIKE).
  *   RECENT, NEW and OLD read the session's \Recent (imap_recent.c).
  */
+#include "buf.h"
 #include "imap_session.h"
+#include "mailvault.h"
 
 #include <stdio.h>
 #include <stdlib.h>

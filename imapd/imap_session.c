@@ -6,6 +6,20 @@
  * the loop.
  */
 #include "imap_session.h"
+#include "buf.h"
+#include "config.h"
+#include "conn.h"
+#include "control.h"
+#include "idle_watch.h"
+#include "log.h"
+#include "loop.h"
+#include "mailvault.h"
+#include "metrics.h"
+#include "protocols.h"
+#include "proxy.h"
+#include "throttle.h"
+#include "tls.h"
+#include "worker.h"
 
 #include <arpa/inet.h>
 #include <openssl/crypto.h>

@@ -10,9 +10,13 @@
 #ifndef MV_IMAP_SESSION_H
 #define MV_IMAP_SESSION_H
 
+#include "buf.h"
+#include "conn.h"
 #include "imap_frame.h"
 #include "imap_parse.h"
-#include "imapd.h"
+#include "mailvault.h"
+#include "metrics.h"
+#include "worker.h"
 
 enum imap_state { IMAP_NOT_AUTH = 0, IMAP_AUTH, IMAP_SELECTED, IMAP_LOGOUT };
 
@@ -182,7 +186,7 @@ void imap_cmd_unselect(struct imap_ctx *x);
 /* ---- imap_fetch.c ---- */
 /* A FETCH response is produced in chunks of about IMAP_FETCH_CHUNK bytes (plus one message's
  * response); the next chunk is made once the connection's output is below
- * CONN_STREAM_RESUME_BELOW bytes (imapd.h). */
+ * CONN_STREAM_RESUME_BELOW bytes (conn.h). */
 #define IMAP_FETCH_CHUNK ((size_t)1 << 20)
 struct imap_fetch_state;
 void imap_cmd_fetch(struct imap_ctx *x);

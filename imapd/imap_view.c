@@ -28,7 +28,9 @@
  * may not be reported (FETCH, STORE, SEARCH: RFC 3501 7.4.1) the message stays in the view marked
  *     expunged and goes at the next sync that may report it.
  */
+#include "buf.h"
 #include "imap_session.h"
+#include "mailvault.h"
 
 #include <assert.h>
 #include <stdio.h>

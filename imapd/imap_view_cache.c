@@ -35,6 +35,9 @@
  *   selected (as before).
  */
 #include "imap_session.h"
+#include "log.h"
+#include "mailvault.h"
+#include "worker.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -42,7 +42,18 @@
  *     for a sealed delivery against an estimate; a recipient over it gets 552 5.2.2, the
  *     others their own replies.
  */
-#include "imapd.h"
+#include "buf.h"
+#include "config.h"
+#include "conn.h"
+#include "control.h"
+#include "log.h"
+#include "loop.h"
+#include "mailvault.h"
+#include "metrics.h"
+#include "protocols.h"
+#include "proxy.h"
+#include "quota.h"
+#include "worker.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -18,7 +18,7 @@
  *   passwords or SASL responses. Any thread may log; stderr lines are written under a
  *   mutex so they never interleave.
  */
-#include "imapd.h"
+#include "log.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -3,7 +3,8 @@
  * a struct loop_handler and drains its fd until EAGAIN), and a tick at least once a second
  * for timers (idle timeouts, held output). See docs/IMAPD.md for why epoll.
  */
-#include "imapd.h"
+#include "loop.h"
+#include "log.h"
 
 #include <errno.h>
 #include <sys/epoll.h>

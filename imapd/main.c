@@ -29,8 +29,19 @@
  *
  * See docs/IMAPD.md for the design.
  */
+#include "config.h"
+#include "conn.h"
+#include "control.h"
 #include "imap_mime.h"
-#include "imapd.h"
+#include "log.h"
+#include "loop.h"
+#include "mailvault.h"
+#include "metrics.h"
+#include "notify.h"
+#include "protocols.h"
+#include "quota.h"
+#include "tls.h"
+#include "worker.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>

@@ -38,7 +38,12 @@
  *   No TLS and no authentication: bind it to loopback or a management interface. The body
  *   is built in memory for each scrape (tens of KiB with every command in use).
  */
-#include "imapd.h"
+#include "metrics.h"
+#include "buf.h"
+#include "log.h"
+#include "loop.h"
+#include "mailvault.h"
+#include "worker.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

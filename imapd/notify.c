@@ -30,7 +30,8 @@
  *     a value (each assignment is one line): STATUS texts are the server's own.
  *   - No WATCHDOG=1, no file descriptor store, no vsock addresses (logged and ignored).
  */
-#include "imapd.h"
+#include "notify.h"
+#include "log.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -14,7 +14,8 @@
  *   through an IPv6 socket (::ffff:a.b.c.d) matches the IPv4 prefixes. inet_pton does the
  *   address syntax; only the "/bits" suffix and the list are read here.
  */
-#include "imapd.h"
+#include "proxy.h"
+#include "config.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

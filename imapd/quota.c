@@ -40,7 +40,10 @@
  *   - The cache keeps QUOTA_SEEN_MAX addresses; past that a new one takes the place of the
  *     oldest in its hash bucket, whose user falls back to the file-size estimate.
  */
-#include "imapd.h"
+#include "quota.h"
+#include "config.h"
+#include "loop.h"
+#include "mailvault.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -38,7 +38,11 @@
  *   - The file is read whole into memory: QUOTA_FILE_BYTES_MAX and QUOTA_FILE_ENTRIES_MAX
  *     bound it.
  */
-#include "imapd.h"
+#include "config.h"
+#include "log.h"
+#include "loop.h"
+#include "mailvault.h"
+#include "quota.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -43,7 +43,9 @@
  *   A delay holds one connection: parallel connections guess in parallel, up to the
  *   connection limits (per address and in total), and a right guess is never held.
  */
-#include "imapd.h"
+#include "throttle.h"
+#include "config.h"
+#include "loop.h"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

@@ -28,7 +28,7 @@
  *     on the loop).
  *   - The key must not have a passphrase (no prompt in a server).
  */
-#include "imapd.h"
+#include "tls.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -47,7 +47,15 @@
  *   UIDs follow arrival order. The sweep does not close a store whose queue is draining. A
  *   failed step is logged and ends the draining of that store until its next open.
  */
-#include "imapd.h"
+#include "worker.h"
+#include "buf.h"
+#include "config.h"
+#include "conn.h"
+#include "log.h"
+#include "mailvault.h"
+#include "metrics.h"
+#include "protocols.h"
+#include "quota.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

@@ -6,6 +6,7 @@
  * APPEND and CONFIG_SMALL_LITERAL_MAX for other literals, and the server-wide
  * literal_total_max, which one command within literal_max always gets through.
  */
+#include "../imapd/config.h"
 #include "../imapd/imap_frame.h"
 #include "harness.h"
 

@@ -10,7 +10,9 @@
  */
 #include "harness.h"
 
-#include "../imapd/imapd.h"
+#include "../imapd/config.h"
+#include "../imapd/metrics.h"
+#include "../imapd/worker.h"
 
 #include <poll.h>
 #include <pthread.h>

@@ -1,0 +1,35 @@
+/*
+ * buf.h -- growable byte buffers, IMAP strings and literals (buf.c).
+ */
+#ifndef MV_IMAPD_BUF_H
+#define MV_IMAPD_BUF_H
+
+#include <stddef.h>
+
+struct buf {
+    char *data;
+    size_t len;
+    size_t cap;
+    int oom; /* an append failed: the buffer is unusable */
+};
+void buf_free(struct buf *b);
+int buf_reserve(struct buf *b, size_t extra);
+void buf_add(struct buf *b, const void *data, size_t len);
+void buf_str(struct buf *b, const char *s);
+void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An IMAP literal "{len}" CRLF and the bytes, every NUL sent as 0x80 (RFC 3501 9: CHAR8
+ * excludes NUL; what Dovecot sends). Every literal the server sends goes through here. */
+void buf_literal(struct buf *b, const void *data, size_t len);
+/* Drops the first n bytes. */
+void buf_consume(struct buf *b, size_t n);
+/* An IMAP string: quoted if short and plain, else a literal. */
+void buf_imap_string(struct buf *b, const char *s, size_t len);
+/* An nstring: NIL for NULL. */
+void buf_imap_nstring(struct buf *b, const char *s);
+/* As buf_imap_string(), but with utf8 set (the session enabled UTF8=ACCEPT, RFC 6855) a
+ * string that is valid UTF-8 goes out quoted too; without it, 8-bit strings stay literals. */
+void buf_imap_string_utf8(struct buf *b, const char *s, size_t len, int utf8);
+/* Wipes and frees (buffers that held a password). */
+void buf_wipe(struct buf *b);
+
+#endif /* MV_IMAPD_BUF_H */

@@ -1,0 +1,71 @@
+/*
+ * metrics.h -- counters, gauges and histograms for /metrics (metrics.c; any thread;
+ * docs/IMAPD.md lists the families), and the HTTP listener (loop thread).
+ */
+#ifndef MV_IMAPD_METRICS_H
+#define MV_IMAPD_METRICS_H
+
+#include "buf.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+enum metric_counter {
+    METRIC_ACCEPTED_IMAP, /* the four in METRIC_CONNECTIONS_* order: imap, imaps, lmtp, control */
+    METRIC_ACCEPTED_IMAPS,
+    METRIC_ACCEPTED_LMTP,
+    METRIC_ACCEPTED_CONTROL,
+    METRIC_REFUSED,    /* connections_max / connections_per_address_max */
+    METRIC_TLS_FAILED, /* a connection with TLS closed before its handshake finished */
+    METRIC_LOGINS_OK,
+    METRIC_LOGINS_FAILED,
+    METRIC_COUNTER_COUNT
+};
+enum metric_gauge {
+    METRIC_CONNECTIONS_IMAP, /* same order as the METRIC_ACCEPTED_* */
+    METRIC_CONNECTIONS_IMAPS,
+    METRIC_CONNECTIONS_LMTP,
+    METRIC_CONNECTIONS_CONTROL,
+    METRIC_OPEN_STORES,
+    METRIC_GAUGE_COUNT
+};
+/* The IMAP command a session is running, for its latency and status (metrics_imap_*). */
+struct metrics_cmd {
+    int index; /* 0: none; else 1 + the command's row */
+    int64_t started_us;
+};
+int64_t metrics_now_us(void);
+void metrics_count(enum metric_counter id);
+void metrics_gauge_add(enum metric_gauge id, int64_t delta);
+/* A connection opened (+1: its METRIC_ACCEPTED_* counts too) or closed (-1); gauge is one
+ * of the METRIC_CONNECTIONS_*. */
+void metrics_connection(enum metric_gauge gauge, int delta);
+/* A command's line is complete (name as parsed, uid: a UID command). */
+void metrics_imap_start(struct metrics_cmd *m, const char *name, int uid);
+/* Its tagged response: status is the text after the tag ("OK ...", "NO ...", "BAD ..."). */
+void metrics_imap_done(struct metrics_cmd *m, const char *status);
+/* An LMTP recipient's final reply ("250 ...", "451 ...", "550 ..."). */
+void metrics_lmtp_reply(const char *reply);
+/* A job was queued on (+1) or taken off (-1) worker_index's queue. */
+void metrics_worker_queue(int worker_index, int delta);
+/* The same per lane (a JOB_LANE_*, all workers together): a job queued (+1) or taken (-1). */
+void metrics_lane_queue(int lane, int delta);
+/* A job of lane waited wait_us in the queue before its worker took it. */
+void metrics_lane_wait(int lane, int64_t wait_us);
+/* A drain step on a worker moved `moved` sealed deliveries into a store. */
+void metrics_drain_step(uint32_t moved);
+/* Before the workers start: room for their queue lengths. 0 or -1. */
+int metrics_init(int workers);
+/* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */
+int metrics_listen(const char *spec, char *err, size_t err_size);
+/* The bound port, or -1 when off. */
+int metrics_port(void);
+void metrics_tick(int64_t now_ms);
+void metrics_shutdown(void);
+/* The exposition text (tests, the HTTP side). */
+void metrics_render(struct buf *b);
+/* Parses "ADDRESS:PORT" ("[v6]:PORT" too) into ss. 0 or -1. */
+int metrics_parse_address(const char *spec, struct sockaddr_storage *ss, socklen_t *len);
+
+#endif /* MV_IMAPD_METRICS_H */

@@ -1,0 +1,90 @@
+/*
+ * worker.h -- the worker threads (worker.c): jobs and their lanes, store pinning, the
+ * open-store table. A job's run() runs on its worker and may touch only the job, its
+ * session's mailbox state and that worker's open stores; done() runs on the loop.
+ */
+#ifndef MV_IMAPD_WORKER_H
+#define MV_IMAPD_WORKER_H
+
+#include "buf.h"
+#include "config.h"
+#include "mailvault.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct conn;
+struct worker;
+struct job;
+typedef void (*job_fn)(struct job *job);
+/* A worker takes short jobs first (worker.c "LANES"): a NOOP, a flag change or a small FETCH
+ * does not wait behind a FETCH of many bodies, a big SEARCH or COPY. Each job of a session
+ * waits for the one before it (the connection is busy meanwhile), so lanes never reorder a
+ * session's commands; the poster of a job that must follow another (a session's end) gives
+ * it the same lane. */
+enum job_lane { JOB_LANE_SHORT = 0, JOB_LANE_LONG = 1, JOB_LANES = 2 };
+/* Short jobs a worker takes in a row while a long one waits, before the long one goes. */
+#define WORKER_SHORT_BURST 8
+struct job {
+    struct job *next;
+    struct conn *conn; /* the loop's; run() must not touch it */
+    job_fn run;        /* on the worker */
+    job_fn done;       /* on the loop, after run */
+    struct worker *worker;
+    void *arg;
+    struct buf out; /* response bytes written by run() */
+    int delay_ms;   /* done() holds the output this long */
+    int result;
+    enum job_lane lane; /* set by the poster (0: short) */
+    int64_t queued_us;  /* worker_post: when it was queued (metrics) */
+};
+/* Starts count workers. 0 or -1. */
+int worker_start(const struct config *cfg, int count, int eventfd);
+void worker_stop_all(void);
+/* The worker pinned to address. */
+struct worker *worker_for(const char *address);
+/* Queues job on worker (job->worker set). */
+void worker_post(struct worker *w, struct job *job);
+/* The loop calls this when the eventfd fires: runs done() of every finished job. */
+void worker_collect(void);
+
+/* The open-store table of a worker (call only from a job running on that worker). */
+struct imap_view_cache;
+struct open_store {
+    char address[MV_ADDRESS_MAX + 1];
+    mv_store *store;
+    unsigned char verifier[32];
+    int refs;
+    int64_t last_used_ms;
+    /* Sealed deliveries still queued: the store was opened without draining them
+     * (MV_STORE_DRAIN_LATER) and the worker drains them in steps between jobs (worker.c
+     * "THE DRAIN"); LMTP seals into the queue meanwhile, so INBOX keeps arrival order. */
+    int drain_more;
+    struct imap_view_cache *view_cache; /* the IMAP views SELECT copies (imap_view_cache.c) */
+};
+/* Frees a store's cached views (when it is closed); *c becomes NULL. */
+void imap_view_cache_free(struct imap_view_cache **c);
+/* Opens (or finds, checking the password) the store of address. Returns MV_OK with *out,
+ * MV_EAUTH / MV_ENOTFOUND, MV_ELIMIT (no room: every open store in use), or another code;
+ * errmsg gets the detail. */
+int worker_store_acquire(struct worker *w,
+                         const char *address,
+                         const char *password,
+                         size_t password_len,
+                         struct open_store **out,
+                         char *errmsg,
+                         size_t errmsg_size);
+void worker_store_release(struct worker *w, struct open_store *s);
+/* The open store of address without a password (LMTP delivery into an open store), or NULL. */
+struct open_store *worker_store_find(struct worker *w, const char *address);
+const struct config *worker_config(const struct worker *w);
+/* For control.c: the number of workers, and the one at index (0 .. worker_total() - 1). */
+int worker_total(void);
+struct worker *worker_at(int index);
+/* On the worker: a "* store ADDRESS worker=N sessions=N idle_s=N" line per open store. */
+void worker_store_list(struct worker *w, struct buf *out);
+/* On the worker: checkpoints (TRUNCATE) and closes the store of address if it is open and
+ * no session holds it (*closed = 1). MV_OK (closed, or not open here) or MV_EBUSY. */
+int worker_store_close_user(struct worker *w, const char *address, int *closed);
+
+#endif /* MV_IMAPD_WORKER_H */
