@@ -509,7 +509,7 @@ static void test_chacha20_page_reference(void)
     crypt_ctx_free(ctx);
 }
 
-/* The page's one-time key (a hand-written ChaCha20 block in crypt_chacha20.c) at the edges
+/* The page's one-time key (a libsodium ChaCha20 block in crypt_chacha20.c) at the edges
  * of the 32-bit counter, checked against the reference built on crypt_chacha20_xor() (EVP):
  * pages written by the reference at each counter decrypt. */
 static void test_chacha20_otk_counter_edges(void)

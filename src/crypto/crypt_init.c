@@ -11,6 +11,7 @@
  *     pools (crypt_ctx.c) are refilled in the child instead of repeating the parent's.
  */
 #include "crypto/crypt_internal.h"
+#include <sodium.h>
 
 #include <limits.h>
 #include <openssl/crypto.h>
@@ -47,6 +48,9 @@ static void crypt_init_run(void)
         return;
     }
     if (pthread_atfork(NULL, NULL, crypt_init_atfork_child) != 0) {
+        return;
+    }
+    if (sodium_init() < 0) { /* picks libsodium's fastest ChaCha20 (crypt_chacha20.c) */
         return;
     }
     crypt_init_status = CRYPT_OK;
