@@ -344,6 +344,17 @@ static void move_dir_of(const char *path, char *out, size_t out_size)
     }
 }
 
+/* A pipe between export and import (or ssh) holds 64 KiB by default: each side would wait
+ * for the other every 64 KiB, a trip through the run queue on a busy machine. Best effort:
+ * up to MOVE_BLOCK, as far as /proc/sys/fs/pipe-max-size allows. */
+static void move_widen_pipe(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode)) {
+        (void)fcntl(fd, F_SETPIPE_SZ, (int)MOVE_BLOCK);
+    }
+}
+
 /* Export into archive_path (a new file) or, when archive_path is NULL, into the open
  * descriptor out_fd (a pipe: the archive is streamed, nothing is renamed or fsynced). */
 static int move_export(const char *address,
@@ -404,6 +415,7 @@ static int move_export(const char *address,
         info.wal_frames = checked.wal_frames;
     }
     if (rc == MV_OK && streaming) {
+        move_widen_pipe(out_fd);
         rc = move_write_archive(out_fd, &p, info.released, &info, errmsg, errmsg_size);
     }
     if (rc == MV_OK && !streaming) {
@@ -941,5 +953,6 @@ int mv_store_import_fd(const char *address,
                            errmsg != NULL && errmsg_size > 0 ? errmsg_size : sizeof scratch,
                            MV_EINVAL, "no descriptor");
     }
+    move_widen_pipe(fd);
     return move_import(address, opts, "the stream", fd, info_out, errmsg, errmsg_size);
 }
