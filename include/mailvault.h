@@ -345,7 +345,8 @@ MV_API MV_MUST_CHECK int mv_store_export(const char *address,
  * socket, or a file the caller made), for a move in one pass: nothing is written beside the
  * store, and fd is neither fsynced nor closed. The manifest is the last entry, so a stream
  * cut short anywhere is refused by mv_store_import_fd(). Returns as mv_store_export() (no
- * MV_EEXISTS; MV_EIO also when the reader went away). */
+ * MV_EEXISTS; MV_EIO also when the reader went away: ignore SIGPIPE, or that ends the
+ * process). A pipe's buffer is widened to 1 MiB where the system allows. */
 MV_API MV_MUST_CHECK int mv_store_export_fd(const char *address,
                                             const struct mv_store_options *opts,
                                             int fd,

@@ -3,15 +3,19 @@
  * the store (only once every handle is closed; afterwards writable opens and sealed
  * deliveries fail with MV_EMOVED, read-only opens work), mv_store_adopt() lifts the fence,
  * and mv_store_export() / mv_store_import() carry a store whose WAL still holds commits (a
- * node that crashed) without losing them. The command-line side is tests/cli_move.sh.
+ * node that crashed) without losing them; mv_store_export_fd() / mv_store_import_fd() stream
+ * it (a cut stream is refused). The command-line side is tests/cli_move.sh.
  */
 #include "harness.h"
 #include "testutil.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define MT_PASSWORD "move test"
 
@@ -137,9 +141,92 @@ static void test_export_import_carries_the_wal(void)
                  MV_EEXISTS);
 }
 
+/* mv_store_export_fd() into a pipe, mv_store_import_fd() from it: the store arrives whole;
+ * an archive cut short (any prefix a dropped connection leaves) or of another address is
+ * refused and leaves no file of a store behind. */
+static void test_stream_through_a_pipe(void)
+{
+    const char *target = tu_path("streamed");
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tu_store_create("streamer", MT_PASSWORD, 0, &s), MV_OK);
+    for (int i = 0; i < 5; i++) {
+        CHECK_EQ_INT(
+            mv_message_append(s, "INBOX", mt_message, sizeof mt_message - 1, 0, NULL, 0, NULL),
+            MV_OK);
+    }
+    mv_store_close(&s);
+    struct mv_store_options oa = mt_options(tu_path("root")), ot = mt_options(target);
+    struct mv_store_archive_info info;
+    char err[512] = "";
+
+    /* A whole archive in a file, then every cut of it through import_fd. */
+    char archive[1024];
+    snprintf(archive, sizeof archive, "%s", tu_path("streamer.tar"));
+    int fd = open(archive, O_RDWR | O_CREAT | O_EXCL, 0600);
+    CHECK(fd >= 0);
+    CHECK_EQ_INT(mv_store_export_fd("streamer@example.org", &oa, fd, 0, &info, err, sizeof err),
+                 MV_OK);
+    off_t whole = lseek(fd, 0, SEEK_END);
+    CHECK(whole > 4096);
+    char db[1024];
+    snprintf(db, sizeof db, "%s/example.org/streamer.db", target);
+    /* The manifest (one 512-byte header, its text in one block here) comes last, then the
+     * end-of-archive's 1,024 zero bytes: a cut there loses nothing, every file having been
+     * checked; cuts anywhere before it lose something and are refused. */
+    const off_t manifest = whole - 1024 - 512 - 512;
+    const off_t cuts[] = {
+        0, 512, whole / 2, manifest - 1, manifest, manifest + 512, manifest + 512 + 100};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        int cut = open(tu_path("cut.tar"), O_RDWR | O_CREAT | O_TRUNC, 0600);
+        char buf[4096];
+        CHECK(lseek(fd, 0, SEEK_SET) == 0);
+        for (off_t done = 0; done < cuts[i];) {
+            size_t want =
+                (size_t)(cuts[i] - done) < sizeof buf ? (size_t)(cuts[i] - done) : sizeof buf;
+            ssize_t n = read(fd, buf, want);
+            CHECK(n > 0 && write(cut, buf, (size_t)n) == n);
+            done += n;
+        }
+        CHECK(lseek(cut, 0, SEEK_SET) == 0);
+        int rc = mv_store_import_fd("streamer@example.org", &ot, cut, &info, err, sizeof err);
+        if (rc != MV_ECORRUPT) {
+            printf("  # cut at %lld of %lld: %d\n", (long long)cuts[i], (long long)whole, rc);
+        }
+        CHECK_EQ_INT(rc, MV_ECORRUPT);
+        CHECK(access(db, F_OK) != 0);
+        close(cut);
+    }
+    CHECK(lseek(fd, 0, SEEK_SET) == 0);
+    CHECK_EQ_INT(mv_store_import_fd("someone@example.org", &ot, fd, &info, err, sizeof err),
+                 MV_EINVAL);
+    close(fd);
+
+    /* Through a pipe, the exporter in a child process. */
+    int p[2];
+    CHECK(pipe(p) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        int rc = mv_store_export_fd("streamer@example.org", &oa, p[1], 0, NULL, NULL, 0);
+        close(p[1]);
+        _exit(rc == MV_OK ? 0 : 1);
+    }
+    close(p[1]);
+    CHECK_EQ_INT(mv_store_import_fd("streamer@example.org", &ot, p[0], &info, err, sizeof err),
+                 MV_OK);
+    close(p[0]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(mt_open(target, "streamer@example.org", 0, &s) == MV_OK);
+    CHECK_EQ_INT(mt_count(s), 5);
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     TEST(test_release_fences_the_store);
     TEST(test_export_import_carries_the_wal);
+    TEST(test_stream_through_a_pipe);
     return th_summary();
 }
