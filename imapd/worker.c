@@ -37,8 +37,10 @@
  *   FETCH also yields between its chunks: each chunk is a job of its own.
  *
  * THE DRAIN
- *   A store is opened with MV_STORE_DRAIN_LATER, so a login never waits for the sealed
- *   queue; the worker then drains it in steps of WORKER_DRAIN_STEP deliveries
+ *   A store is opened with MV_STORE_DRAIN_LATER, so a login never waits for a long sealed
+ *   queue: the open takes one step itself (so up to WORKER_DRAIN_STEP waiting deliveries are
+ *   in INBOX when the login answers), and the worker drains the rest in steps of
+ *   WORKER_DRAIN_STEP deliveries
  *   (mv_queue_drain), each step taking a turn as a long job (alternating with queued long
  *   jobs, behind the short lane). After a step that moved messages, the loop is told
  *   (a finished pseudo-job) and wakes the user's IDLE sessions; selected sessions see the
@@ -169,6 +171,8 @@ struct open_store *worker_store_find(struct worker *w, const char *address)
 }
 
 /* A free slot, closing the least recently used idle store if needed; NULL if all are busy. */
+static void worker_drain_step(struct open_store *s); /* THE DRAIN, below */
+
 static struct open_store *worker_store_slot(struct worker *w)
 {
     struct open_store *lru = NULL;
@@ -238,6 +242,10 @@ int worker_store_acquire(struct worker *w,
     metrics_gauge_add(METRIC_OPEN_STORES, +1);
     log_info("store open %s (worker %d, page cache %lld KiB)", address, w->index,
              worker_cache_kib(s->store));
+    /* The first step here, in the login: a few waiting deliveries (the usual case) are in
+     * INBOX at the SELECT that follows, as when the open drained everything; only a longer
+     * queue goes on in steps (THE DRAIN). */
+    worker_drain_step(s);
     *out = s;
     return MV_OK;
 }

@@ -18,7 +18,8 @@ WHAT IT DOES
   server gets SIGKILL; the threads see their connections die and stop. An APPEND counts as
   acknowledged only with its tagged OK [APPENDUID v u]; an LMTP delivery only with its 250
   for that recipient.
-  At the end the server is started once more, every user logs in (the drain) and every
+  At the end the server is started once more, every user logs in, the check waits (NOOP)
+  until the queue directory holds no sealed file (the drain runs after the login), and every
   mailbox is fetched whole (UID FETCH 1:* BODY.PEEK[]): each acknowledged message must be
   there exactly once and byte for byte, an acknowledged APPEND at the UID its APPENDUID
   named; a message never acknowledged at most once; nothing the test did not send; the
@@ -296,10 +297,32 @@ def reader(server, user, password, stop, seed, stats, mode):
 
 # ---- verification ----------------------------------------------------------------------------
 
-def fetch_all(port, user, password, boxes):
+def queue_sealed(qdir):
+    """The sealed deliveries still waiting in a store's queue directory."""
+    try:
+        return [n for n in os.listdir(qdir) if n.endswith(".sealed")]
+    except FileNotFoundError:
+        return []
+
+
+def wait_drained(m, qdir, deadline_s=90):
+    """mailvaultd moves the sealed queue into INBOX in steps after the login (the login does
+    not wait for it), so the check reads only once the queue is empty: NOOP until no sealed
+    file is left, with a generous deadline (a queue that never drains fails the check)."""
+    end = time.monotonic() + deadline_s
+    while queue_sealed(qdir):
+        if time.monotonic() > end:
+            raise RuntimeError("the queue %s still holds %d sealed deliveries after %d s"
+                               % (qdir, len(queue_sealed(qdir)), deadline_s))
+        m.noop()
+        time.sleep(0.05)
+
+
+def fetch_all(port, user, password, boxes, qdir):
     """{box: [(uid, bytes)]} through imaplib, plus the connection for further searches."""
     m = imaplib.IMAP4("127.0.0.1", port, timeout=60)
     m.login(user, password)
+    wait_drained(m, qdir)
     result = {}
     for box in boxes:
         typ, data = m.select(box)
@@ -330,7 +353,9 @@ def verify(args, server, users, ledger):
     conns = {}
     for user, password in users:
         try:
-            conn, res = fetch_all(server.imap, user, password, boxes)
+            local, domain = user.split("@", 1)
+            qdir = os.path.join(args.root, domain, local + ".queue")
+            conn, res = fetch_all(server.imap, user, password, boxes, qdir)
         except Exception as e:  # noqa: BLE001 -- any failure is a failed check
             report("final login and fetch of %s" % user, False, "%s: %s" % (type(e).__name__, e))
             continue
