@@ -376,7 +376,8 @@ static void test_envelope_without_gmime(void)
         "From: =?utf-8?q?Ren=C3=A9e?= <r@example.org>\nTo: "
         "<@relay.example,@b.example:t@example.org>\n"
         "Subject: =?iso-8859-1?q?caf=E9?=\n\n",
-        "From: \"Ren\xc3\xa9" "e\" <r@example.org>\nTo: \xce\xb4\xce\xbf@example.org\n"
+        "From: \"Ren\xc3\xa9"
+        "e\" <r@example.org>\nTo: \xce\xb4\xce\xbf@example.org\n"
         "Subject: Caf\xc3\xa9\n\n",
         "X-Only: nothing ENVELOPE reads\n\nbody\n",
         "Subject: no empty line, no body",
