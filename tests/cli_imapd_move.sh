@@ -11,13 +11,7 @@ cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 . tests/imapd_lib.sh
 
-imapd_sanitizer_env
-server="${MAILVAULTD:-$PWD/build/asan/mailvaultd}"
-mv="$PWD/build/asan/mailvault"
-make_tmp cli_imapd_move
-store_root 2
-imapd_trap
-need_binaries "$server" "$mv"
+imapd_test_setup cli_imapd_move 2
 init_users alice@example.org bob@example.org
 
 run "$mv" release alice@example.org --note "test move"

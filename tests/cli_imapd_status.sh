@@ -18,14 +18,7 @@ cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh
 . tests/imapd_lib.sh # start_server, port, stop_server_rc, add_summary, init_users, the trap
 
-imapd_sanitizer_env
-server="${MAILVAULTD:-$PWD/build/asan/mailvaultd}"
-mv="$PWD/build/asan/mailvault"
-make_tmp cli_imapd_status
-store_root 2
-imapd_trap
-
-need_binaries "$server" "$mv"
+imapd_test_setup cli_imapd_status 2
 
 init_users alice@example.org bob@example.org
 

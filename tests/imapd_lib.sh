@@ -57,6 +57,11 @@
 #   imapd_trap [FUNCTION]
 #                  on exit: FUNCTION (if given), stop_server, SIGKILL to $client_pid if set, and remove $tmp
 #                  (made writable first) unless KEEP_TMP is set ("# kept DIR").
+#   imapd_test_setup NAME KDF_ITER
+#                  with tests/lib.sh: the usual start of a test that runs the ASan server:
+#                  imapd_sanitizer_env; server=$MAILVAULTD or build/asan/mailvaultd;
+#                  mv=build/asan/mailvault; make_tmp NAME; store_root KDF_ITER; imapd_trap;
+#                  need_binaries "$server" "$mv" (the script ends if one is missing).
 #
 # LIMITATIONS
 #   One server at a time ($pid); the ports file is $tmp/ports.
@@ -151,6 +156,16 @@ imapd_trap() {
     trap '"$imapd_trap_first"; stop_server; [ -n "${client_pid:-}" ] && kill -KILL "$client_pid" 2>/dev/null;
           if [ -n "${KEEP_TMP:-}" ]; then echo "# kept $tmp"; else
           chmod -R u+rwX "$tmp" 2>/dev/null; rm -rf "$tmp"; fi' EXIT
+}
+
+imapd_test_setup() {
+    imapd_sanitizer_env
+    server="${MAILVAULTD:-$PWD/build/asan/mailvaultd}"
+    mv="$PWD/build/asan/mailvault"
+    make_tmp "$1"
+    store_root "$2"
+    imapd_trap : # nothing of its own to run first
+    need_binaries "$server" "$mv"
 }
 
 need_binaries() {
