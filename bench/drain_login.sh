@@ -27,39 +27,14 @@ while [ $# -gt 0 ]; do
     shift
 done
 mv=build/mailvault new=build/mailvaultd old=${MAILVAULTD_OLD:-}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/drain_login.XXXXXX")
-chmod 755 "$tmp"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.5
-    [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
-}
-trap cleanup EXIT
-(umask 077 && openssl rand -hex 16 >"$tmp/password")
-unset MAILVAULT_KDF_ITER MAILVAULT_PASSWORD
-[ "$(id -u)" -eq 0 ] && export MAILVAULTD_ALLOW_ROOT=yes
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+. bench/mailvaultd_lib.sh # bench_scratch, start_mailvaultd
+. bench/dovecot_lib.sh    # free_port
+bench_scratch drain_login
 
 declare -A imap lmtp
-start_mailvaultd() { # name binary
-    local name=$1 bin=$2 root=$tmp/$1
-    mkdir -p "$root"
-    for r in $(seq 1 "$rounds"); do
-        MAILVAULT_ROOT=$root "$mv" init "r$r@bench.example" --password-file "$tmp/password" >/dev/null
-    done
-    "$bin" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 --root="$root" \
-        --ports-file="$tmp/$name.ports" >"$tmp/$name.log" 2>&1 &
-    pids+=($!)
-    for _ in $(seq 1 100); do [ -s "$tmp/$name.ports" ] && break; sleep 0.1; done
-    imap[$name]=$(sed -n 's/^imap=//p' "$tmp/$name.ports")
-    lmtp[$name]=$(sed -n 's/^lmtp=//p' "$tmp/$name.ports")
-}
 servers=()
-[ -z "$old" ] || { start_mailvaultd mailvaultd-old "$old"; servers+=(mailvaultd-old); }
-start_mailvaultd mailvaultd "$new"
+[ -z "$old" ] || { start_mailvaultd mailvaultd-old "$old" r "$rounds"; servers+=(mailvaultd-old); }
+start_mailvaultd mailvaultd "$new" r "$rounds"
 servers+=(mailvaultd)
 
 if command -v dovecot >/dev/null 2>&1 && [ -x /usr/lib/dovecot/lmtp ] && id nobody >/dev/null 2>&1; then

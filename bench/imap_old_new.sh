@@ -28,40 +28,15 @@ while [ $# -gt 0 ]; do
     shift
 done
 mv=build/mailvault new=build/mailvaultd old=${MAILVAULTD_OLD:-}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/imap_old_new.XXXXXX")
-chmod 755 "$tmp"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.5
-    [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
-}
-trap cleanup EXIT
-(umask 077 && openssl rand -hex 16 >"$tmp/password")
-unset MAILVAULT_KDF_ITER MAILVAULT_PASSWORD
-[ "$(id -u)" -eq 0 ] && export MAILVAULTD_ALLOW_ROOT=yes
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+. bench/mailvaultd_lib.sh # bench_scratch, start_mailvaultd
+. bench/dovecot_lib.sh    # free_port
+bench_scratch imap_old_new
 
 declare -A imap lmtp
-start_mailvaultd() { # name binary
-    local name=$1 bin=$2 root=$tmp/$1
-    mkdir -p "$root"
-    for u in $(seq 1 "$users"); do
-        MAILVAULT_ROOT=$root "$mv" init "u$u@bench.example" --password-file "$tmp/password" >/dev/null
-    done
-    "$bin" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 --root="$root" \
-        --connections-max=2000 --connections-per-address-max=1000 \
-        --ports-file="$tmp/$name.ports" >"$tmp/$name.log" 2>&1 &
-    pids+=($!)
-    for _ in $(seq 1 100); do [ -s "$tmp/$name.ports" ] && break; sleep 0.1; done
-    imap[$name]=$(sed -n 's/^imap=//p' "$tmp/$name.ports")
-    lmtp[$name]=$(sed -n 's/^lmtp=//p' "$tmp/$name.ports")
-}
+limits=(--connections-max=2000 --connections-per-address-max=1000)
 servers=()
-[ -z "$old" ] || { start_mailvaultd mailvaultd-old "$old"; servers+=(mailvaultd-old); }
-start_mailvaultd mailvaultd "$new"
+[ -z "$old" ] || { start_mailvaultd mailvaultd-old "$old" u "$users" "${limits[@]}"; servers+=(mailvaultd-old); }
+start_mailvaultd mailvaultd "$new" u "$users" "${limits[@]}"
 servers+=(mailvaultd)
 
 if command -v dovecot >/dev/null 2>&1 && id nobody >/dev/null 2>&1; then
