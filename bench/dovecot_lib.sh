@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2034 # sourced: the callers read have_dovecot and the rest
 # bench/dovecot_lib.sh -- the private Dovecot 2.3 instance the IMAP comparisons run against
-# (bench/imap_compare.sh, bench/bigmail_compare.sh), and the small process helpers they share.
+# (bench/imap_compare.sh, bench/bigmail_compare.sh, bench/imap_old_new.sh), and the small
+# process helpers they share (also with bench/drain_login.sh and bench/proxy_compare.sh).
 #
 # USAGE
 #   . bench/dovecot_lib.sh

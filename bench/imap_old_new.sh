@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
 done
 mv=build/mailvault new=build/mailvaultd old=${MAILVAULTD_OLD:-}
 . bench/mailvaultd_lib.sh # bench_scratch, start_mailvaultd
-. bench/dovecot_lib.sh    # free_port
+. bench/dovecot_lib.sh    # dovecot_config, free_port, wait_port
 bench_scratch imap_old_new
 
 declare -A imap lmtp
@@ -41,72 +41,12 @@ servers+=(mailvaultd)
 
 if command -v dovecot >/dev/null 2>&1 && id nobody >/dev/null 2>&1; then
     dc=$tmp/dovecot
-    mkdir -p "$dc/run" "$dc/state" "$dc/mail"
-    chown nobody:nogroup "$dc/mail" 2>/dev/null || chown nobody "$dc/mail"
-    for u in $(seq 1 "$users"); do
-        printf 'u%s@bench.example:{PLAIN}%s\n' "$u" "$(cat "$tmp/password")"
-    done >"$dc/passwd"
-    chgrp dovecot "$dc/passwd" 2>/dev/null || true
-    chmod 640 "$dc/passwd"
     imap[dovecot]=$(free_port) lmtp[dovecot]=$(free_port)
-    cat >"$dc/dovecot.conf" <<EOF
-base_dir = $dc/run
-state_dir = $dc/state
-instance_name = mailvault-oldnew-bench
-default_process_limit = 1000
-default_client_limit = 4000
-mail_max_userip_connections = 1000
-protocols = imap lmtp
-listen = 127.0.0.1
-ssl = no
-disable_plaintext_auth = no
-auth_mechanisms = plain
-auth_failure_delay = 0
-log_path = $dc/dovecot.log
-mail_location = maildir:$dc/mail/%u
-first_valid_uid = 1
-mail_uid = nobody
-mail_gid = nogroup
-default_login_user = dovenull
-default_internal_user = dovecot
-passdb {
-  driver = passwd-file
-  args = scheme=PLAIN $dc/passwd
-}
-userdb {
-  driver = static
-  args = uid=nobody gid=nogroup home=$dc/mail/%u
-}
-service imap-login {
-  inet_listener imap {
-    address = 127.0.0.1
-    port = ${imap[dovecot]}
-  }
-  inet_listener imaps {
-    port = 0
-  }
-  service_count = 0
-}
-service imap {
-  process_limit = 1000
-}
-protocol imap {
-  mail_max_userip_connections = 1000
-}
-service lmtp {
-  inet_listener lmtp {
-    address = 127.0.0.1
-    port = ${lmtp[dovecot]}
-  }
-}
-EOF
+    mapfile -t dc_users < <(for u in $(seq 1 "$users"); do echo "u$u@bench.example"; done)
+    dovecot_config "$dc" "${imap[dovecot]}" "${lmtp[dovecot]}" "$tmp/password" "${dc_users[@]}"
     dovecot -F -c "$dc/dovecot.conf" >"$dc/stderr.log" 2>&1 &
     pids+=($!)
-    for _ in $(seq 1 100); do
-        python3 -c "import socket; socket.create_connection(('127.0.0.1', ${lmtp[dovecot]}), 0.2)" \
-            2>/dev/null && break
-        sleep 0.1
-    done
+    wait_port "${lmtp[dovecot]}" "${pids[-1]}" || true
     servers+=(dovecot)
 else
     echo "imap_old_new: Dovecot is not installed: mailvaultd alone" >&2

@@ -56,6 +56,7 @@
 # shellcheck disable=SC2317 # cleanup runs from the EXIT trap
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/dovecot_lib.sh # free_port, stop_pid
 
 quick=0 rounds=2 seconds=20 clients_list="10 100" users=10 messages=500 move_mb="10 100"
 move_1gb=${MOVE_1GB:-0} move_rounds=3 moves_only=0
@@ -123,17 +124,6 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/proxy_compare.XXXXXX")
 chmod 755 "$tmp" # Dovecot's processes read the route files under it
 mv_pid=""
 dc_confs=()
-stop_pid() {
-    local pid=$1
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || return 0
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-}
 stop_dovecot() { # stop_dovecot CONF
     local master
     master=$(cat "$(dirname "$1")/run/master.pid" 2>/dev/null || true)
@@ -152,9 +142,6 @@ unset MAILVAULT_KDF_ITER MAILVAULT_PASSWORD
 export MAILVAULT_ROOT="$tmp/a"
 [ "$(id -u)" -eq 0 ] && export MAILVAULTD_ALLOW_ROOT=yes # a benchmark box: serve as root
 scripts/make-cert.sh "$tmp/tls" localhost >/dev/null 2>&1
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 status=0
 mkdir -p "$tmp/runs"
 : >"$tmp/moves.txt"
