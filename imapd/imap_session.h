@@ -203,6 +203,8 @@ int imap_view_list(mv_store *store, const char *mailbox, uint64_t since, struct 
 /* Loads the mailbox into the view (replacing what was there). MV_OK or an MV_* code. */
 int imap_view_load(struct imap_session *s, const char *mailbox, int readonly);
 void imap_view_free(struct imap_view *v);
+/* Whether uid is among the count UIDs at uids (ascending): a binary search. */
+int imap_uids_contain(const uint32_t *uids, size_t count, uint32_t uid);
 /* Clears every message's reported mark: nothing to walk unless reported_any (whoever sets
  * a mark sets it too), so a command's cost does not grow with the mailbox. */
 void imap_view_reported_clear(struct imap_view *v);

@@ -177,7 +177,7 @@ static size_t imap_view_find_uid(const struct imap_view *v, uint32_t uid)
     return lo; /* first index with uid >= the one sought */
 }
 
-static int imap_uids_contain(const uint32_t *uids, size_t count, uint32_t uid)
+int imap_uids_contain(const uint32_t *uids, size_t count, uint32_t uid)
 {
     size_t lo = 0, hi = count;
     while (lo < hi) {

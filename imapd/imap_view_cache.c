@@ -63,20 +63,6 @@ void imap_view_cache_free(struct imap_view_cache **c)
     *c = NULL;
 }
 
-static int imap_uid_in(const uint32_t *uids, size_t count, uint32_t uid)
-{
-    size_t lo = 0, hi = count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (uids[mid] < uid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo < count && uids[lo] == uid;
-}
-
 /* Merges the changed rows (ascending UID: updates and new messages) into c and drops the
  * gone UIDs (ascending), in one pass; changed's keywords move into c. MV_OK or MV_ENOMEM
  * (then c is as it was). */
@@ -101,7 +87,7 @@ static int imap_view_cache_merge(struct imap_view *c,
             }
             m = changed->msgs[j++];
         }
-        if (gone_count > 0 && imap_uid_in(gone, gone_count, m.uid)) {
+        if (gone_count > 0 && imap_uids_contain(gone, gone_count, m.uid)) {
             imap_kw_unref(m.keywords);
             continue;
         }
