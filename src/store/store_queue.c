@@ -568,10 +568,14 @@ int store_queue_entry_name_ok(const char *name)
     return 1;
 }
 
-int mv_queue_count(const char *address, const struct mv_store_options *opts, uint32_t *count_out)
+/* Opens the queue directory of address's store for a scan: MV_OK with *d set, MV_OK with *d
+ * NULL when the store has no queue directory (nothing queued), MV_ENOTFOUND when there is no
+ * store, else an MV_* code. access() and opendir() only: no descriptor of the store's own
+ * files is opened (a close would drop the SQLite locks of a handle this process holds). */
+static int store_queue_dir_open(const char *address, const struct mv_store_options *opts, DIR **d)
 {
     struct store_paths paths;
-    *count_out = 0;
+    *d = NULL;
     int rc = store_paths_resolve(address, opts, &paths, NULL, 0);
     if (rc != MV_OK) {
         return rc;
@@ -579,9 +583,20 @@ int mv_queue_count(const char *address, const struct mv_store_options *opts, uin
     if (access(paths.db_path, F_OK) != 0) {
         return errno == ENOENT ? MV_ENOTFOUND : MV_EIO;
     }
-    DIR *d = opendir(paths.queue_dir);
-    if (d == NULL) {
+    *d = opendir(paths.queue_dir);
+    if (*d == NULL) {
         return errno == ENOENT ? MV_OK : MV_EIO;
+    }
+    return MV_OK;
+}
+
+int mv_queue_count(const char *address, const struct mv_store_options *opts, uint32_t *count_out)
+{
+    *count_out = 0;
+    DIR *d;
+    int rc = store_queue_dir_open(address, opts, &d);
+    if (rc != MV_OK || d == NULL) {
+        return rc;
     }
     struct dirent *e;
     uint32_t count = 0;
@@ -607,20 +622,12 @@ int mv_queue_usage(const char *address,
     }
     *bytes_out = 0;
     *messages_out = 0;
-    struct store_paths paths;
-    int rc = store_paths_resolve(address, opts, &paths, NULL, 0);
-    if (rc != MV_OK) {
+    DIR *d;
+    int rc = store_queue_dir_open(address, opts, &d);
+    if (rc != MV_OK || d == NULL) {
         return rc;
     }
-    /* access() and stat of the queue's entries only: no descriptor of the store's own files
-     * is opened (a close would drop the SQLite locks of a handle this process holds). */
-    if (access(paths.db_path, F_OK) != 0) {
-        return errno == ENOENT ? MV_ENOTFOUND : MV_EIO;
-    }
-    DIR *d = opendir(paths.queue_dir);
-    if (d == NULL) {
-        return errno == ENOENT ? MV_OK : MV_EIO;
-    }
+    /* stat of the queue's entries only (see store_queue_dir_open) */
     uint64_t max = entries_max != 0 ? entries_max : MV_QUEUE_SCAN_MAX, seen = 0;
     uint64_t bytes = 0, messages = 0;
     struct dirent *e;
