@@ -144,7 +144,8 @@ $(BUILD)/ext/%.o: %.c
 	$(CC) $(CSTD) $(WARN) $(RELEASE) -DMV_BUILD_EXTENSION $(INC) -MMD -MP -c $< -o $@
 
 $(BUILD)/mailvault_ext.so: $(EXT_OBJ)
-	$(CC) -shared $(LINK_HARDEN) -o $@ $^ -lcrypto -lpthread
+	$(CC) -shared $(LINK_HARDEN) -o $@ $^ -lcrypto -lpthread \
+		$(shell pkg-config --libs libsodium 2>/dev/null)
 
 # Every benchmark links the shared helpers: scratch directory, text buffer, util (bench/*.h).
 $(BUILD)/rel/bench/%: bench/%.c $(addprefix $(BUILD)/rel/bench/,scratch.o buf.o util.o) \
