@@ -134,7 +134,8 @@ struct tb_writer {
     atomic_int started;
     atomic_int done;
     atomic_int stop;
-    int failed;
+    atomic_int failed;
+    char why[600]; /* the failure, written before failed is set */
 };
 
 static void *tb_writer_main(void *arg)
@@ -143,8 +144,10 @@ static void *tb_writer_main(void *arg)
     struct mv_store_options o = tb_options();
     char err[512] = "";
     mv_store *s = NULL;
-    if (mv_store_open(w->address, TB_PW, strlen(TB_PW), &o, &s, err, sizeof err) != MV_OK) {
-        w->failed = 1;
+    int rc = mv_store_open(w->address, TB_PW, strlen(TB_PW), &o, &s, err, sizeof err);
+    if (rc != MV_OK) {
+        snprintf(w->why, sizeof w->why, "open: %s: %s", mv_strerror(rc), err);
+        atomic_store(&w->failed, 1);
         return NULL;
     }
     for (int n = 0; !atomic_load(&w->stop); n++) {
@@ -153,10 +156,20 @@ static void *tb_writer_main(void *arg)
         size_t len = 0;
         char *m = tb_message(subject, n, &len);
         atomic_store(&w->started, n + 1);
-        int rc = mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL);
+        /* SQLite's busy handler is not fair: a writer can lose the write lock to the other
+         * for the whole busy timeout on a slow machine (seen once under ASan in CI). The
+         * test is about the backup's consistency, so a busy writer tries again. */
+        do {
+            rc = mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL);
+        } while (rc == MV_EBUSY && !atomic_load(&w->stop));
         free(m);
+        if (rc == MV_EBUSY) {
+            break; /* stopped while waiting: not acknowledged, not a failure */
+        }
         if (rc != MV_OK) {
-            w->failed = 1;
+            snprintf(w->why, sizeof w->why, "append %d: %s: %s", n, mv_strerror(rc),
+                     mv_store_errmsg(s));
+            atomic_store(&w->failed, 1);
             break;
         }
         atomic_store(&w->done, n + 1);
@@ -194,11 +207,22 @@ static void test_backup_during_deliveries(void)
         atomic_init(&writers[i].started, 0);
         atomic_init(&writers[i].done, 0);
         atomic_init(&writers[i].stop, 0);
-        writers[i].failed = 0;
+        atomic_init(&writers[i].failed, 0);
+        writers[i].why[0] = '\0';
         CHECK_EQ_INT(pthread_create(&threads[i], NULL, tb_writer_main, &writers[i]), 0);
     }
-    while (atomic_load(&writers[0].done) < 15 || atomic_load(&writers[1].done) < 15) {
+    /* Both writers under way; a writer that fails stops the wait (reported below), and the
+     * deadline is generous (15 appends each take well under a second). */
+    for (int waited_ms = 0;
+         (atomic_load(&writers[0].done) < 15 || atomic_load(&writers[1].done) < 15) &&
+         !atomic_load(&writers[0].failed) && !atomic_load(&writers[1].failed) && waited_ms < 120000;
+         waited_ms++) {
         usleep(1000);
+    }
+    for (int i = 0; i < TB_WRITERS; i++) {
+        if (atomic_load(&writers[i].failed)) {
+            printf("  writer %d failed: %s\n", i, writers[i].why);
+        }
     }
     int acked_before[TB_WRITERS], started_after[TB_WRITERS];
     for (int i = 0; i < TB_WRITERS; i++) {
@@ -260,11 +284,22 @@ static void test_keyless_during_deliveries(void)
         atomic_init(&writers[i].started, 0);
         atomic_init(&writers[i].done, 0);
         atomic_init(&writers[i].stop, 0);
-        writers[i].failed = 0;
+        atomic_init(&writers[i].failed, 0);
+        writers[i].why[0] = '\0';
         CHECK_EQ_INT(pthread_create(&threads[i], NULL, tb_writer_main, &writers[i]), 0);
     }
-    while (atomic_load(&writers[0].done) < 15 || atomic_load(&writers[1].done) < 15) {
+    /* Both writers under way; a writer that fails stops the wait (reported below), and the
+     * deadline is generous (15 appends each take well under a second). */
+    for (int waited_ms = 0;
+         (atomic_load(&writers[0].done) < 15 || atomic_load(&writers[1].done) < 15) &&
+         !atomic_load(&writers[0].failed) && !atomic_load(&writers[1].failed) && waited_ms < 120000;
+         waited_ms++) {
         usleep(1000);
+    }
+    for (int i = 0; i < TB_WRITERS; i++) {
+        if (atomic_load(&writers[i].failed)) {
+            printf("  writer %d failed: %s\n", i, writers[i].why);
+        }
     }
     int acked_before[TB_WRITERS], started_after[TB_WRITERS];
     for (int i = 0; i < TB_WRITERS; i++) {
