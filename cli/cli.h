@@ -377,14 +377,28 @@ int cli_control_request(struct cli_control *ctl,
 void cli_control_close(struct cli_control *ctl);
 /* Decodes a reply value in place: %XX escapes, "-" for empty. */
 void cli_control_value_decode(char *value);
-/* release / adopt through a running server ("release" sends wait_ms and --note). *handled
- * is 0 when there is none (the caller works on the files), else 1 and the exit code is the
- * request's. */
+/* What the server said it did for a kick, release or adopt: its final OK text, and the
+ * figures of its "* kick|release USER key=value ..." data line (docs/CONTROL.md), for the
+ * text and the --json output. */
+struct cli_control_result {
+    char socket[108]; /* the control socket that answered */
+    char text[1024];  /* the final OK's text */
+    int has_figures;  /* the server sent the data line (older servers do not) */
+    int already;      /* release: the store was released before */
+    long long duration_ms, sessions_ended, sessions_left, stores_closed;
+};
+/* release / adopt through a running server ("release" sends wait_ms and --note); nothing is
+ * printed on success (the caller prints res). *handled is 0 when there is none (the caller
+ * works on the files), else 1 and the exit code is the request's. */
 int cli_control_move(const struct cli_args *args,
                      const struct cli_store_target *t,
                      const char *verb,
                      uint32_t wait_ms,
+                     struct cli_control_result *res,
                      int *handled);
+
+/* A figure of res as a JSON number, or null when the server did not send its figures. */
+void cli_control_json_figure(struct cli_json *j, const struct cli_control_result *res, long long n);
 
 /* ---- cli_outfile.c: writing a file whole or not at all ---- */
 

@@ -5,7 +5,7 @@
  *
  * USAGE
  *   mailvault who [--json]
- *   mailvault kick alice@example.org [--wait-seconds N]
+ *   mailvault kick alice@example.org [--wait-seconds N] [--json]
  *   (both: [--control-socket PATH] [--root DIR])
  *
  * FINDING THE SERVER
@@ -266,6 +266,53 @@ void cli_control_value_decode(char *value)
     *to = '\0';
 }
 
+/* ---- the figures of kick and release ---- */
+
+/* "kick USER k=v ..." / "release USER k=v ...": the server's figures into the
+ * cli_control_result at arg. Unknown keys are skipped (the server may add some). */
+static void cli_control_figures_line(void *arg, char *line)
+{
+    struct cli_control_result *res = arg;
+    char *save = NULL;
+    const char *verb = strtok_r(line, " ", &save);
+    const char *user = strtok_r(NULL, " ", &save);
+    if (verb == NULL || user == NULL ||
+        (strcmp(verb, "kick") != 0 && strcmp(verb, "release") != 0)) {
+        return;
+    }
+    res->has_figures = 1;
+    for (char *kv; (kv = strtok_r(NULL, " ", &save)) != NULL;) {
+        char *eq = strchr(kv, '=');
+        if (eq == NULL) {
+            continue;
+        }
+        *eq = '\0';
+        char *v = eq + 1;
+        cli_control_value_decode(v);
+        long long n = strtoll(v, NULL, 10);
+        if (strcmp(kv, "already") == 0) {
+            res->already = strcmp(v, "yes") == 0;
+        } else if (strcmp(kv, "ms") == 0) {
+            res->duration_ms = n;
+        } else if (strcmp(kv, "sessions_ended") == 0) {
+            res->sessions_ended = n;
+        } else if (strcmp(kv, "sessions_left") == 0) {
+            res->sessions_left = n;
+        } else if (strcmp(kv, "stores_closed") == 0) {
+            res->stores_closed = n;
+        }
+    }
+}
+
+void cli_control_json_figure(struct cli_json *j, const struct cli_control_result *res, long long n)
+{
+    if (res->has_figures) {
+        cli_json_int(j, n);
+    } else {
+        cli_json_null(j); /* a server without the figures line: unknown */
+    }
+}
+
 /* ---- who ---- */
 
 struct cli_who_session {
@@ -475,8 +522,10 @@ static const struct cli_command_spec cli_who_spec = {
     "who", "who [--json] [--control-socket PATH] [--root DIR]",
     CLI_OPT(CLI_OPT_JSON) | CLI_OPT(CLI_OPT_CONTROL_SOCKET) | CLI_OPT(CLI_OPT_ROOT), 0, 0};
 static const struct cli_command_spec cli_kick_spec = {
-    "kick", "kick USER [--wait-seconds N] [--control-socket PATH] [--root DIR]",
-    CLI_OPT(CLI_OPT_WAIT_SECONDS) | CLI_OPT(CLI_OPT_CONTROL_SOCKET) | CLI_OPT(CLI_OPT_ROOT), 1, 1};
+    "kick", "kick USER [--wait-seconds N] [--json] [--control-socket PATH] [--root DIR]",
+    CLI_OPT(CLI_OPT_WAIT_SECONDS) | CLI_OPT(CLI_OPT_JSON) | CLI_OPT(CLI_OPT_CONTROL_SOCKET) |
+        CLI_OPT(CLI_OPT_ROOT),
+    1, 1};
 
 int cli_who_main(int argc, char **argv)
 {
@@ -542,15 +591,34 @@ int cli_kick_main(int argc, char **argv)
     if (rc != CLI_EXIT_OK) {
         return rc;
     }
-    char request[MV_ADDRESS_MAX + 64], final[1024] = "";
+    char request[MV_ADDRESS_MAX + 64];
+    struct cli_control_result res;
+    memset(&res, 0, sizeof res);
+    snprintf(res.socket, sizeof res.socket, "%s", ctl.path);
     snprintf(request, sizeof request, "kick %s wait=%llu", t.address, (unsigned long long)wait_s);
-    rc = cli_control_request(&ctl, request, (int)wait_s + CLI_CONTROL_MARGIN_S, NULL, NULL, final,
-                             sizeof final);
+    rc = cli_control_request(&ctl, request, (int)wait_s + CLI_CONTROL_MARGIN_S,
+                             cli_control_figures_line, &res, res.text, sizeof res.text);
     cli_control_close(&ctl);
     if (rc != CLI_EXIT_OK) {
         return rc;
     }
-    printf("%s\n", final);
+    if (!cli_args_has(&args, CLI_OPT_JSON)) {
+        printf("%s\n", res.text);
+        return cli_store_flush_stdout();
+    }
+    struct cli_json j;
+    cli_json_document_begin(&j, stdout);
+    cli_json_key(&j, "user");
+    cli_json_string(&j, t.address);
+    cli_json_key(&j, "control_socket");
+    cli_json_string(&j, res.socket);
+    cli_json_key(&j, "sessions_ended");
+    cli_control_json_figure(&j, &res, res.sessions_ended);
+    cli_json_object_end(&j);
+    if (cli_json_finish(&j) != 0) {
+        cli_error("cannot write the JSON output");
+        return CLI_EXIT_IOERR;
+    }
     return cli_store_flush_stdout();
 }
 
@@ -558,9 +626,11 @@ int cli_control_move(const struct cli_args *args,
                      const struct cli_store_target *t,
                      const char *verb,
                      uint32_t wait_ms,
+                     struct cli_control_result *res,
                      int *handled)
 {
     *handled = 0;
+    memset(res, 0, sizeof *res);
     struct cli_control ctl;
     int rc = cli_control_open(args, t->root, 0, &ctl);
     if (rc == CLI_CONTROL_LOCAL) {
@@ -570,7 +640,7 @@ int cli_control_move(const struct cli_args *args,
     if (rc != CLI_EXIT_OK) {
         return rc;
     }
-    char request[2048], final[1024] = "";
+    char request[2048];
     int n = snprintf(request, sizeof request, "%s %s", verb, t->address);
     if (strcmp(verb, "release") == 0) {
         n += snprintf(request + n, sizeof request - (size_t)n, " wait=%u", wait_ms / 1000);
@@ -585,12 +655,9 @@ int cli_control_move(const struct cli_args *args,
             request[n] = '\0';
         }
     }
-    rc = cli_control_request(&ctl, request, (int)(wait_ms / 1000) + CLI_CONTROL_MARGIN_S, NULL,
-                             NULL, final, sizeof final);
+    snprintf(res->socket, sizeof res->socket, "%s", ctl.path);
+    rc = cli_control_request(&ctl, request, (int)(wait_ms / 1000) + CLI_CONTROL_MARGIN_S,
+                             cli_control_figures_line, res, res->text, sizeof res->text);
     cli_control_close(&ctl);
-    if (rc == CLI_EXIT_OK) {
-        printf("%s (by the server at %s)\n", final, ctl.path);
-        rc = cli_store_flush_stdout();
-    }
     return rc;
 }

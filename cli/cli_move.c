@@ -3,7 +3,7 @@
  * `store export` / `store import` (docs/SCALEOUT.md has the whole procedure).
  *
  * USAGE
- *   mailvault release alice@example.org [--note TEXT] [--wait-seconds N]
+ *   mailvault release alice@example.org [--note TEXT] [--wait-seconds N] [--json]
  *   mailvault store export alice@example.org /tmp/alice.mvstore [--wait-seconds N]
  *   (copy the file to the new node)
  *   mailvault store import alice@example.org /tmp/alice.mvstore
@@ -21,19 +21,20 @@
 
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CLI_MOVE_WAIT_DEFAULT_S 10
 #define CLI_MOVE_WAIT_MAX_S     3600
 
 static const struct cli_command_spec cli_release_spec = {
-    "release", "release USER [--note TEXT] [--wait-seconds N] [--control-socket PATH]",
+    "release", "release USER [--note TEXT] [--wait-seconds N] [--json] [--control-socket PATH]",
     CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_NOTE) | CLI_OPT(CLI_OPT_WAIT_SECONDS) |
-        CLI_OPT(CLI_OPT_CONTROL_SOCKET),
+        CLI_OPT(CLI_OPT_JSON) | CLI_OPT(CLI_OPT_CONTROL_SOCKET),
     1, 1};
 static const struct cli_command_spec cli_adopt_spec = {
-    "adopt", "adopt USER [--control-socket PATH]",
-    CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_CONTROL_SOCKET), 1, 1};
+    "adopt", "adopt USER [--json] [--control-socket PATH]",
+    CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_JSON) | CLI_OPT(CLI_OPT_CONTROL_SOCKET), 1, 1};
 static const struct cli_command_spec cli_export_spec = {
     "store export", "store export USER FILE|- [--wait-seconds N]",
     CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_WAIT_SECONDS), 2, 2};
@@ -65,6 +66,63 @@ static int cli_move_args(int argc,
     return rc;
 }
 
+static int64_t cli_move_now_ms(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) {
+        return 0;
+    }
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The --json document of release (verb "release") or adopt: what was done, by whom. res is
+ * the server's answer when by_server, else res->already and res->duration_ms are the local
+ * ones and the server's figures are null. */
+static int cli_move_json(const char *verb,
+                         const char *address,
+                         int by_server,
+                         const struct cli_control_result *res)
+{
+    int release = strcmp(verb, "release") == 0;
+    struct cli_json j;
+    cli_json_document_begin(&j, stdout);
+    cli_json_key(&j, "user");
+    cli_json_string(&j, address);
+    cli_json_key(&j, release ? "released" : "adopted");
+    cli_json_bool(&j, 1);
+    cli_json_key(&j, "by_server");
+    cli_json_bool(&j, by_server);
+    cli_json_key(&j, "control_socket");
+    cli_json_string(&j, by_server ? res->socket : NULL);
+    if (release) {
+        cli_json_key(&j, "already_released");
+        if (by_server && !res->has_figures) {
+            cli_json_null(&j);
+        } else {
+            cli_json_bool(&j, res->already);
+        }
+        cli_json_key(&j, "duration_ms");
+        if (by_server && !res->has_figures) {
+            cli_json_null(&j);
+        } else {
+            cli_json_int(&j, res->duration_ms);
+        }
+        /* Only a server has sessions and store handles to end and close. */
+        struct cli_control_result none = {0};
+        const struct cli_control_result *figures = by_server ? res : &none;
+        cli_json_key(&j, "sessions_ended");
+        cli_control_json_figure(&j, figures, figures->sessions_ended);
+        cli_json_key(&j, "store_handles_closed");
+        cli_control_json_figure(&j, figures, figures->stores_closed);
+    }
+    cli_json_object_end(&j);
+    if (cli_json_finish(&j) != 0) {
+        cli_error("cannot write the JSON output");
+        return CLI_EXIT_IOERR;
+    }
+    return cli_store_flush_stdout();
+}
+
 int cli_release_main(int argc, char **argv)
 {
     struct cli_args args;
@@ -74,20 +132,36 @@ int cli_release_main(int argc, char **argv)
     if (rc != CLI_EXIT_OK) {
         return cli_args_exit(rc);
     }
+    int json = cli_args_has(&args, CLI_OPT_JSON);
     int handled = 0;
-    rc = cli_control_move(&args, &t, "release", wait_ms, &handled);
-    if (handled) {
-        return rc; /* the server did it (or said why not) */
+    struct cli_control_result res;
+    rc = cli_control_move(&args, &t, "release", wait_ms, &res, &handled);
+    if (handled) { /* the server did it (or said why not) */
+        if (rc != CLI_EXIT_OK) {
+            return rc;
+        }
+        if (json) {
+            return cli_move_json("release", t.address, 1, &res);
+        }
+        printf("%s (by the server at %s)\n", res.text, res.socket);
+        return cli_store_flush_stdout();
     }
+    memset(&res, 0, sizeof res);
+    res.already = mv_store_released(t.address, &t.opts) == 1;
+    int64_t started_ms = cli_move_now_ms();
     char err[1024] = "";
     int mv_rc =
         mv_store_release(t.address, &t.opts, args.value[CLI_OPT_NOTE], wait_ms, err, sizeof err);
     if (mv_rc != MV_OK) {
         return cli_store_fail_msg(err, mv_rc);
     }
-    printf("released %s: this node accepts no more mail for it (LMTP 4xx, IMAP UNAVAILABLE); "
+    res.duration_ms = cli_move_now_ms() - started_ms;
+    if (json) {
+        return cli_move_json("release", t.address, 0, &res);
+    }
+    printf("released %s%s: this node accepts no more mail for it (LMTP 4xx, IMAP UNAVAILABLE); "
            "export it with `mailvault store export`\n",
-           t.address);
+           t.address, res.already ? " (it already was)" : "");
     return cli_store_flush_stdout();
 }
 
@@ -100,15 +174,27 @@ int cli_adopt_main(int argc, char **argv)
     if (rc != CLI_EXIT_OK) {
         return cli_args_exit(rc);
     }
+    int json = cli_args_has(&args, CLI_OPT_JSON);
     int handled = 0;
-    rc = cli_control_move(&args, &t, "adopt", wait_ms, &handled);
+    struct cli_control_result res;
+    rc = cli_control_move(&args, &t, "adopt", wait_ms, &res, &handled);
     if (handled) {
-        return rc;
+        if (rc != CLI_EXIT_OK) {
+            return rc;
+        }
+        if (json) {
+            return cli_move_json("adopt", t.address, 1, &res);
+        }
+        printf("%s (by the server at %s)\n", res.text, res.socket);
+        return cli_store_flush_stdout();
     }
     char err[1024] = "";
     int mv_rc = mv_store_adopt(t.address, &t.opts, err, sizeof err);
     if (mv_rc != MV_OK) {
         return cli_store_fail_msg(err, mv_rc);
+    }
+    if (json) {
+        return cli_move_json("adopt", t.address, 0, &res);
     }
     printf("adopted %s: served on this node\n", t.address);
     return cli_store_flush_stdout();

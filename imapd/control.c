@@ -248,6 +248,44 @@ static void control_reply(struct control_session *s, const char *status, const c
             status, text);
 }
 
+/* A data line of the reply ("* TEXT"), before its final OK / NO: the figures of a kick or
+ * release as key=value, for `mailvault kick|release --json` (the final line's text is for
+ * people). Values here are numbers, yes/no and the user address, which has no space. */
+static void control_data(struct control_session *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void control_data(struct control_session *s, const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    text[strcspn(text, "\r\n")] = '\0';
+    if (!s->dead) {
+        conn_write_str(s->conn, "* ");
+        conn_write_str(s->conn, text);
+        conn_write_str(s->conn, "\r\n");
+    }
+}
+
+/* The figures of a kick or release so far (docs/CONTROL.md: "kick USER ..." and
+ * "release USER ..." data lines). */
+static void control_figures(struct control_session *s, int released)
+{
+    if (s->kind == CONTROL_KICK) {
+        control_data(s, "kick %s sessions_ended=%d sessions_left=%d", s->user, s->sessions_ended,
+                     s->sessions_left);
+        return;
+    }
+    control_data(s,
+                 "release %s released=%s already=%s ms=%lld sessions_ended=%d sessions_left=%d "
+                 "stores_closed=%d",
+                 s->user, released ? "yes" : "no", released && s->already ? "yes" : "no",
+                 (long long)(loop_now_ms() - s->started_ms), s->sessions_ended, s->sessions_left,
+                 s->stores_closed);
+}
+
 /* The response code of a NO for a library failure (docs/CONTROL.md lists them). */
 static const char *control_code(int rc)
 {
@@ -467,6 +505,7 @@ static void control_fail_deadline(struct control_session *s)
     const char *what = s->sessions_left > 0 ? "sessions still running a command"
                        : s->store_was_busy  ? "the store still in use on this server"
                                             : "the store still open in another program";
+    control_figures(s, 0);
     if (s->kind == CONTROL_KICK) {
         control_reply(s, "NO",
                       "[TIMEOUT] kick %s: %d sessions ended, %d still running a command after %d s",
@@ -494,6 +533,7 @@ static void control_step(struct control_session *s)
     }
     if (s->phase == PHASE_FENCE) { /* the fence job is back */
         if (s->fence_rc == MV_OK) {
+            control_figures(s, 1);
             control_reply(s, "OK",
                           "released %s%s in %lld ms: %d sessions ended, %d store handles "
                           "closed; the store is complete on disk and this node takes no more "
@@ -505,6 +545,7 @@ static void control_step(struct control_session *s)
             return;
         }
         if (s->fence_rc != MV_EBUSY) {
+            control_figures(s, 0);
             control_reply(s, "NO", "%srelease %s failed: %s; NOT released",
                           control_code(s->fence_rc), s->user,
                           s->fence_err[0] != '\0' ? s->fence_err : mv_strerror(s->fence_rc));
@@ -539,6 +580,7 @@ static void control_step(struct control_session *s)
     }
     control_kick_sessions(s);
     if (s->kind == CONTROL_KICK && s->sessions_left == 0) {
+        control_figures(s, 0);
         control_reply(s, "OK", "kicked %s: %d sessions ended", s->user, s->sessions_ended);
         control_finish(s);
         return;

@@ -33,6 +33,23 @@ check "adopt with \$MAILVAULT_CONTROL_SOCKET nobody listens on: exit 69" \
     fails_with 69 "$tmp/nothing.sock"
 check "... and nothing was released" [ ! -e "$root/example.org/alice.released" ]
 
+# Without a server release and adopt work on the files; --json says so.
+run "$mv" release bob@example.org --json
+check "release --json without a server: exit 0, JSON" json_ok
+check "... released on the files, not by a server, not before" \
+    json_true 'd["format_version"] == 2 and d["user"] == "bob@example.org" and
+        d["released"] is True and d["by_server"] is False and d["control_socket"] is None and
+        d["already_released"] is False and isinstance(d["duration_ms"], int) and
+        d["sessions_ended"] is None and d["store_handles_closed"] is None'
+run "$mv" release bob@example.org --json
+check "release --json again: already_released is true" \
+    json_true 'd["released"] is True and d["already_released"] is True'
+run "$mv" adopt bob@example.org --json
+check "adopt --json without a server: adopted on the files" \
+    json_true 'd["format_version"] == 2 and d["user"] == "bob@example.org" and
+        d["adopted"] is True and d["by_server"] is False and d["control_socket"] is None'
+check "... and the marker is gone" [ ! -e "$root/example.org/bob.released" ]
+
 # ---- the socket -----------------------------------------------------------------------------
 start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
     --lmtp-port=0 --workers=2
@@ -53,10 +70,19 @@ check "the release left its marker" [ -e "$root/example.org/alice.released" ]
 run "$mv" release alice@example.org
 check "release again through the server: exit 0 (idempotent)" ok
 check "... saying it already was" grep -q "it already was" "$out"
+run "$mv" release alice@example.org --json
+check "release --json again through the server: already_released, by the server" \
+    json_true 'd["released"] is True and d["already_released"] is True and
+        d["by_server"] is True and d["control_socket"] == "'"$sock"'" and
+        d["sessions_ended"] == 0'
+run "$mv" kick bob@example.org --json
+check "kick --json of a user with no session: exit 0, sessions_ended 0" \
+    json_true 'd["format_version"] == 2 and d["user"] == "bob@example.org" and
+        d["sessions_ended"] == 0 and d["control_socket"] == "'"$sock"'"'
 run "$mv" who --json
 check "who --json is JSON" json_ok
 check "who --json: no session of alice after the release" \
-    json_eval 'not any(u["user"] == "alice@example.org" for u in d["users"])'
+    json_true 'not any(u["user"] == "alice@example.org" for u in d["users"])'
 stop_server_checked "$tmp/server.log"
 check "the control socket is removed at exit" [ ! -e "$sock" ]
 
@@ -66,9 +92,15 @@ start_server_checked "$tmp/server.restarted.log" --root="$root" --listen=127.0.0
 run_client 120 "$PY" tests/imapd_move.py --imap "$(port imap)" --lmtp "$(port lmtp)" \
     --released "alice@example.org:alice@example.org secret" \
     --other "bob@example.org:bob@example.org secret"
-run "$mv" adopt alice@example.org
-check "adopt through the server: exit 0" ok
-check "... done by the server" grep -q "by the server at" "$out"
+run "$mv" adopt alice@example.org --json
+check "adopt --json through the server: exit 0" ok
+check "... done by the server" \
+    json_true 'd["format_version"] == 2 and d["user"] == "alice@example.org" and
+        d["adopted"] is True and d["by_server"] is True and d["control_socket"] == "'"$sock"'"'
+run "$mv" release bob@example.org --wait-seconds 0
+run "$mv" adopt bob@example.org
+check "adopt through the server (text): exit 0" ok
+check "... done by the server" grep -q "adopted bob@example.org: served on this node (by the server at" "$out"
 run_client 120 "$PY" tests/imapd_move.py --imap "$(port imap)" --lmtp "$(port lmtp)" \
     --released "bob@example.org:bob@example.org secret" \
     --other "alice@example.org:alice@example.org secret" --expect-other-only

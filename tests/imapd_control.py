@@ -187,8 +187,16 @@ def main():
     r.report("who_lists_the_session", u is not None, "who said %r" % who(a))
 
     # kick: BYE [UNAVAILABLE], the connection closes; the user may come back.
-    p = mv(a, "kick", user, "--root", a.root)
+    p = mv(a, "kick", user, "--root", a.root, "--json")
     r.report("kick_exits_0", p.returncode == 0, "exit %d: %s" % (p.returncode, p.stderr))
+    try:
+        d = json.loads(p.stdout)
+    except ValueError:
+        d = {}
+    r.report("kick_json_counts_the_session",
+             d.get("format_version") == 2 and d.get("user") == user and
+             d.get("sessions_ended") == 1 and d.get("control_socket", "").endswith(".sock"),
+             "kick --json said %r" % p.stdout)
     got = b""
     try:
         while True:
@@ -210,11 +218,23 @@ def main():
         t.start()
     poll(lambda: sum(1 for m in load.acked if m.startswith("append")) >= 5 and
          sum(1 for m in load.acked if m.startswith("lmtp")) >= 5)
-    p = mv(a, "release", user, "--root", a.root, "--note", "control test", "--wait-seconds", "30")
+    p = mv(a, "release", user, "--root", a.root, "--note", "control test", "--wait-seconds", "30",
+           "--json")
     load.released_at = time.monotonic()
     r.report("release_under_load_exits_0", p.returncode == 0,
              "exit %d: %s %s" % (p.returncode, p.stdout, p.stderr))
-    r.report("release_says_the_server_did_it", "by the server" in p.stdout, p.stdout)
+    try:
+        d = json.loads(p.stdout)
+    except ValueError:
+        d = {}
+    r.report("release_says_the_server_did_it",
+             d.get("released") is True and d.get("by_server") is True, p.stdout)
+    r.report("release_json_has_the_servers_figures",
+             d.get("format_version") == 2 and d.get("user") == user and
+             d.get("already_released") is False and isinstance(d.get("duration_ms"), int) and
+             isinstance(d.get("sessions_ended"), int) and
+             isinstance(d.get("store_handles_closed"), int) and d["store_handles_closed"] >= 1,
+             p.stdout)
     poll(load.done_enough)
     load.stop = True
     for t in threads:

@@ -31,10 +31,10 @@
 #   check NAME CMD...
 #                    CMD is the condition (usually [ ... ], grep or one of the predicates
 #                    below); on failure prints the last run's exit code, stdout and stderr.
-#   ok, fails_with CODE TEXT, json_ok, json_eval EXPR
+#   ok, fails_with CODE TEXT, json_ok, json_eval EXPR, json_true EXPR
 #                    predicates on the last run: exit 0; exit CODE with TEXT in stderr;
 #                    stdout is JSON; a Python expression over the parsed stdout (as d),
-#                    printed.
+#                    printed; the same expression, true.
 #   flip_bit FILE OFFSET [BIT]
 #                    damages FILE by inverting one bit (default bit 0) of the byte at OFFSET,
 #                    in place. Tests damage ciphertext this way, never by writing a constant
@@ -105,6 +105,9 @@ ok() { [ "$rc" -eq 0 ]; }
 fails_with() { [ "$rc" -eq "$1" ] && grep -q -- "$2" "$err"; }
 json_ok() { python3 -m json.tool "$out" >/dev/null 2>&1; }
 json_eval() { python3 -c "import json,sys; d=json.load(open('$out')); print($1)" 2>/dev/null; }
+# json_true EXPR: succeeds only if the Python expression over the parsed stdout (as d) is
+# true (json_eval prints a value and succeeds either way: compare its output instead).
+json_true() { python3 -c "import json,sys; d=json.load(open('$out')); sys.exit(0 if ($1) else 1)" 2>/dev/null; }
 
 flip_bit() {
     "$PY" - "$1" "$2" "${3:-0}" <<'PYEOF'
