@@ -240,12 +240,53 @@ static char *imap_mime_field(GMimeObject *obj, const char *name)
     return value;
 }
 
-/* Where ENVELOPE's fields come from: a GMime object, or a plain header's bytes. */
+/* The fields ENVELOPE reads (imap_mime_envelope_of), in the order of imap_mime_src.at. */
+static const char *const imap_mime_envelope_names[] = {"Date",        "Subject",   "From", "Sender",
+                                                       "Reply-To",    "To",        "Cc",   "Bcc",
+                                                       "In-Reply-To", "Message-ID"};
+#define IMAP_MIME_ENVELOPE_FIELDS                                                                  \
+    (sizeof imap_mime_envelope_names / sizeof imap_mime_envelope_names[0])
+
+/* Where ENVELOPE's fields come from: a GMime object, or a plain header's bytes. For the
+ * latter, at[] (filled by imap_mime_hdr_index) holds each ENVELOPE field's first occurrence
+ * as the offset of its value and end[] the end of its last continuation line; at[k] == 0:
+ * absent (a value never starts at offset 0). */
 struct imap_mime_src {
     GMimeObject *obj;
     const char *hdr;
     size_t hdr_len;
+    int indexed;
+    size_t at[IMAP_MIME_ENVELOPE_FIELDS];
+    size_t end[IMAP_MIME_ENVELOPE_FIELDS];
 };
+
+/* The value hdr[at, end) of a plain header's field, unfolded and trimmed like
+ * imap_mime_field() (g_free), or NULL. */
+static char *imap_mime_hdr_value(const char *hdr, size_t at, size_t end)
+{
+    char *raw = g_strndup(hdr + at, end - at);
+    char *value = g_mime_utils_header_unfold(raw);
+    g_free(raw);
+    if (value == NULL) {
+        return NULL;
+    }
+    size_t start = strspn(value, " \t\r\n"), k = strlen(value);
+    while (k > start && strchr(" \t\r\n", value[k - 1]) != NULL) {
+        k--;
+    }
+    memmove(value, value + start, k - start);
+    value[k - start] = '\0';
+    return value;
+}
+
+/* The end of the field whose first line ends at end: past its continuation lines. */
+static size_t imap_mime_hdr_field_end(const char *hdr, size_t len, size_t end)
+{
+    while (end < len && (hdr[end] == ' ' || hdr[end] == '\t')) {
+        end = imap_mime_eol(hdr, end, len);
+    }
+    return end;
+}
 
 /* imap_mime_field() of a plain header (imap_mime_header_plain): the first field name, its
  * value up to the end of its last continuation line, unfolded and trimmed alike. */
@@ -255,32 +296,51 @@ static char *imap_mime_hdr_field(const char *hdr, size_t len, const char *name)
     for (size_t at = 0; at < len;) {
         size_t end = imap_mime_eol(hdr, at, len);
         if (end - at > n && hdr[at + n] == ':' && g_ascii_strncasecmp(hdr + at, name, n) == 0) {
-            while (end < len && (hdr[end] == ' ' || hdr[end] == '\t')) {
-                end = imap_mime_eol(hdr, end, len);
-            }
-            char *raw = g_strndup(hdr + at + n + 1, end - at - n - 1);
-            char *value = g_mime_utils_header_unfold(raw);
-            g_free(raw);
-            if (value == NULL) {
-                return NULL;
-            }
-            size_t start = strspn(value, " \t\r\n"), k = strlen(value);
-            while (k > start && strchr(" \t\r\n", value[k - 1]) != NULL) {
-                k--;
-            }
-            memmove(value, value + start, k - start);
-            value[k - start] = '\0';
-            return value;
+            return imap_mime_hdr_value(hdr, at + n + 1, imap_mime_hdr_field_end(hdr, len, end));
         }
         at = end;
     }
     return NULL;
 }
 
+/* Finds the first occurrence of every ENVELOPE field of a plain header in one pass (instead
+ * of one pass per field: 13 scans of the header per message for a message list), with the
+ * rule of imap_mime_hdr_field(): a line that starts with the name and ':'. */
+static void imap_mime_hdr_index(struct imap_mime_src *src)
+{
+    const char *hdr = src->hdr;
+    size_t len = src->hdr_len, found = 0;
+    memset(src->at, 0, sizeof src->at);
+    for (size_t at = 0; at < len && found < IMAP_MIME_ENVELOPE_FIELDS;) {
+        size_t end = imap_mime_eol(hdr, at, len);
+        const char *colon = memchr(hdr + at, ':', end - at);
+        size_t n = colon != NULL ? (size_t)(colon - (hdr + at)) : 0;
+        for (size_t k = 0; n > 0 && k < IMAP_MIME_ENVELOPE_FIELDS; k++) {
+            const char *name = imap_mime_envelope_names[k];
+            if (src->at[k] == 0 && strlen(name) == n &&
+                g_ascii_strncasecmp(hdr + at, name, n) == 0) {
+                src->at[k] = at + n + 1;
+                src->end[k] = imap_mime_hdr_field_end(hdr, len, end);
+                found++;
+                break;
+            }
+        }
+        at = end;
+    }
+    src->indexed = 1;
+}
+
 static char *imap_mime_src_field(const struct imap_mime_src *src, const char *name)
 {
-    return src->obj != NULL ? imap_mime_field(src->obj, name)
-                            : imap_mime_hdr_field(src->hdr, src->hdr_len, name);
+    if (src->obj != NULL) {
+        return imap_mime_field(src->obj, name);
+    }
+    for (size_t k = 0; src->indexed && k < IMAP_MIME_ENVELOPE_FIELDS; k++) {
+        if (strcmp(name, imap_mime_envelope_names[k]) == 0) {
+            return src->at[k] != 0 ? imap_mime_hdr_value(src->hdr, src->at[k], src->end[k]) : NULL;
+        }
+    }
+    return imap_mime_hdr_field(src->hdr, src->hdr_len, name);
 }
 
 static void
@@ -449,18 +509,24 @@ static void imap_mime_address(
     buf_str(out, ")");
 }
 
-/* An address list field: (addr addr ...) or NIL; fallback names the field to use when this
- * one is absent (Sender, Reply-To -> From). */
+/* An address list field: (addr addr ...) or NIL. With from (Sender, Reply-To), an absent
+ * or empty field is answered as From was: from is the [offset, end) of From's answer in out,
+ * copied instead of parsing From again (GMime's address parser and its objects were most of
+ * a client's message list, issue 13). */
 static void imap_mime_addresses(struct buf *out,
                                 const struct imap_mime_src *src,
                                 const char *name,
-                                const char *fallback,
+                                const size_t *from,
                                 int utf8)
 {
     char *value = imap_mime_src_field(src, name);
-    if ((value == NULL || value[0] == '\0') && fallback != NULL) {
+    if ((value == NULL || value[0] == '\0') && from != NULL) {
         g_free(value);
-        value = imap_mime_src_field(src, fallback);
+        size_t n = from[1] - from[0];
+        if (buf_reserve(out, n) == 0) { /* first: out->data may move */
+            buf_add(out, out->data + from[0], n);
+        }
+        return;
     }
     InternetAddressList *list =
         value != NULL && value[0] != '\0' ? internet_address_list_parse(NULL, value) : NULL;
@@ -480,18 +546,23 @@ static void imap_mime_addresses(struct buf *out,
     }
 }
 
-static void imap_mime_envelope_of(struct buf *out, const struct imap_mime_src *obj, int utf8)
+static void imap_mime_envelope_of(struct buf *out, struct imap_mime_src *obj, int utf8)
 {
+    if (obj->obj == NULL) {
+        imap_mime_hdr_index(obj);
+    }
     buf_str(out, "(");
     imap_mime_src_nstring(out, obj, "Date", utf8);
     buf_str(out, " ");
     imap_mime_src_nstring(out, obj, "Subject", utf8);
     buf_str(out, " ");
+    size_t from[2] = {out->len, 0};
     imap_mime_addresses(out, obj, "From", NULL, utf8);
+    from[1] = out->len;
     buf_str(out, " ");
-    imap_mime_addresses(out, obj, "Sender", "From", utf8);
+    imap_mime_addresses(out, obj, "Sender", out->oom ? NULL : from, utf8);
     buf_str(out, " ");
-    imap_mime_addresses(out, obj, "Reply-To", "From", utf8);
+    imap_mime_addresses(out, obj, "Reply-To", out->oom ? NULL : from, utf8);
     buf_str(out, " ");
     imap_mime_addresses(out, obj, "To", NULL, utf8);
     buf_str(out, " ");

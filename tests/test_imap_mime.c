@@ -383,6 +383,9 @@ static void test_envelope_without_gmime(void)
         "Subject: no empty line, no body",
         "Subject: trailing spaces   \t\r\nFrom: (comment) a@example.org (more)\r\n\r\n",
         "X-Long: a\r\n b\r\nFrom: undisclosed-recipients:;\r\n\r\n",
+        /* names that start like ENVELOPE's, an empty Reply-To, a route in From */
+        "Tox: no\nFromage: no\nReply-To:\nSender-X: no\nFrom: <@r.example:a@example.org>\n"
+        "To: t@example.org\nMessage-IDs: no\n\n",
         /* not plain: GMime's path (a space before the colon, a continuation first, a From_ line) */
         "Subject : spaced name\nFrom: a@example.org\n\n",
         " leading continuation\nSubject: x\n\n",
@@ -420,6 +423,33 @@ static void test_envelope_without_gmime(void)
     }
 }
 
+/* Sender and Reply-To that are absent or empty are From's addresses (RFC 3501 7.4.2), route
+ * included, on both paths (they copy From's answer instead of parsing From again). */
+static void test_envelope_sender_defaults(void)
+{
+    static const char msg[] = "Reply-To: \r\nFrom: \"A B\" <@r.example:a@example.org>, "
+                              "c@example.org\r\nSubject: s\r\n\r\n";
+    static const char want[] =
+        "(NIL \"s\" ((\"A B\" \"@r.example\" \"a\" \"example.org\")(NIL NIL \"c\" "
+        "\"example.org\")) ((\"A B\" \"@r.example\" \"a\" \"example.org\")(NIL NIL \"c\" "
+        "\"example.org\")) ((\"A B\" \"@r.example\" \"a\" \"example.org\")(NIL NIL \"c\" "
+        "\"example.org\")) NIL NIL NIL NIL NIL)";
+    for (int path = 0; path <= 1; path++) {
+        struct imap_mime *m = NULL;
+        CHECK_EQ_INT(path == 0 ? imap_mime_open(msg, sizeof msg - 1, &m)
+                               : imap_mime_open_envelope(msg, sizeof msg - 1, &m),
+                     MV_OK);
+        struct buf e = {0};
+        imap_mime_envelope(m, &e);
+        imap_mime_close(&m);
+        if (e.data == NULL || strcmp(e.data, want) != 0) {
+            fprintf(stderr, "  path %d: %s\n", path, e.data != NULL ? e.data : "(null)");
+        }
+        CHECK(e.data != NULL && strcmp(e.data, want) == 0);
+        buf_free(&e);
+    }
+}
+
 int main(void)
 {
     imap_mime_init();
@@ -433,5 +463,6 @@ int main(void)
     TEST(test_empty_header);
     TEST(test_folded_boundary);
     TEST(test_envelope_without_gmime);
+    TEST(test_envelope_sender_defaults);
     return th_summary();
 }
