@@ -172,13 +172,72 @@ static void test_header_shapes(void)
     mv_store_close(&s);
 }
 
-/* Bodies from before version 3 (header_stored 0, one frame) and damaged rows. */
-static void test_header_old_and_damaged(void)
+/* A message whose header is n bytes or more of fields with random (incompressible) values,
+ * eol-terminated lines, then a short body; 8-bit bytes in its Subject. */
+static char *fh_big_header_message(const char *eol, size_t n, size_t *len_out)
+{
+    size_t cap = n + 4096, len = 0;
+    char *m = malloc(cap);
+    len += (size_t)snprintf(m + len, cap - len,
+                            "From: a@example.org%sSubject: Caf\xc3\xa9 \xe9t\xe9%s", eol, eol);
+    for (int i = 0; len < n; i++) {
+        unsigned char r[45];
+        if (RAND_bytes(r, (int)sizeof r) != 1) {
+            memset(r, i & 0xff, sizeof r); /* the test then fails on the size check */
+        }
+        len += (size_t)snprintf(m + len, cap - len, "X-Noise-%d: ", i);
+        for (size_t k = 0; k < sizeof r; k++) {
+            len += (size_t)snprintf(m + len, cap - len, "%02x", r[k]);
+        }
+        len += (size_t)snprintf(m + len, cap - len, "%s", eol);
+    }
+    len += (size_t)snprintf(m + len, cap - len, "%sa short body%s", eol, eol);
+    *len_out = len;
+    return m;
+}
+
+/* Headers whose stored skeleton is larger than STORE_BLOB_HEADER_INLINE (8 KiB: read
+ * through SQLite's BLOB I/O) and smaller (read with the message's row): the same bytes as
+ * the whole read, for a header over 64 KiB, LF-only and CRLF, 8-bit, and no body at all. */
+static void test_header_large_and_small(void)
 {
     mv_store *s = NULL;
-    CHECK_EQ_INT(fh_open("damaged", &s), MV_OK);
-    size_t len = 0;
-    char *m = fh_text_message("\r\n", 100, &len); /* two frames */
+    CHECK_EQ_INT(fh_open("large", &s), MV_OK);
+    sqlite3 *db = mv_store_db(s);
+    const char *eols[] = {"\r\n", "\n"};
+    for (size_t e = 0; e < 2; e++) {
+        size_t len = 0;
+        char *m = fh_big_header_message(eols[e], 70000, &len);
+        uint32_t uid = fh_roundtrip(s, m, len);
+        char sql[200];
+        snprintf(sql, sizeof sql,
+                 "SELECT b.stored_size FROM bodies b JOIN messages m ON m.body_id = b.id "
+                 "WHERE m.uid = %u",
+                 uid);
+        CHECK(tu_int(db, sql) > 8192); /* the BLOB I/O path */
+        free(m);
+        m = fh_big_header_message(eols[e], 2000, &len);
+        uid = fh_roundtrip(s, m, len);
+        snprintf(sql, sizeof sql,
+                 "SELECT b.stored_size FROM bodies b JOIN messages m ON m.body_id = b.id "
+                 "WHERE m.uid = %u",
+                 uid);
+        CHECK(tu_int(db, sql) <= 8192); /* read with its row */
+        free(m);
+    }
+    static const char no_body[] = "Subject: nothing after\r\n\r\n";
+    fh_roundtrip(s, no_body, sizeof no_body - 1);
+    static const char eight_bit[] = "Subject: \xff\xfe raw\nFrom: \xc3\xa9@example.org\n\nbody\n";
+    fh_roundtrip(s, eight_bit, sizeof eight_bit - 1);
+    mv_store_close(&s);
+}
+
+/* Bodies from before version 3 (header_stored 0, one frame) and damaged rows, for m of len
+ * bytes (the only message of a new store). */
+static void fh_old_and_damaged(const char *name, const char *m, size_t len)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(fh_open(name, &s), MV_OK);
     uint32_t uid = fh_roundtrip(s, m, len);
     long long hs = fh_header_stored(s, uid);
     sqlite3 *db = mv_store_db(s);
@@ -221,8 +280,28 @@ static void test_header_old_and_damaged(void)
     size_t whole_len = 0;
     CHECK_EQ_INT(mv_message_fetch(s, "INBOX", uid, &whole, &whole_len), MV_ECORRUPT);
     CHECK(whole == NULL);
-    free(m);
+    /* The data row gone: MV_ECORRUPT too (the header read finds the rows in one join). */
+    CHECK_EQ_INT(tu_exec(db, "PRAGMA foreign_keys = OFF"), SQLITE_OK);
+    CHECK_EQ_INT(tu_exec(db, "DELETE FROM bodies_data"), SQLITE_OK);
+    head = NULL;
+    CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", uid, &head, &head_len), MV_ECORRUPT);
+    CHECK(head == NULL);
+    /* The bodies row gone: MV_ECORRUPT, not "no such message". */
+    CHECK_EQ_INT(tu_exec(db, "DELETE FROM bodies"), SQLITE_OK);
+    CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", uid, &head, &head_len), MV_ECORRUPT);
+    CHECK(head == NULL);
     mv_store_close(&s);
+}
+
+static void test_header_old_and_damaged(void)
+{
+    size_t len = 0;
+    char *m = fh_text_message("\r\n", 100, &len); /* two frames, read with its row */
+    fh_old_and_damaged("damaged", m, len);
+    free(m);
+    m = fh_big_header_message("\r\n", 70000, &len); /* read through BLOB I/O */
+    fh_old_and_damaged("damaged-big", m, len);
+    free(m);
 }
 
 static void test_read_snapshot(void)
@@ -339,6 +418,7 @@ int main(void)
     fh_first_tune = mv_server_tune();
     TEST(test_header_shapes);
     TEST(test_header_old_and_damaged);
+    TEST(test_header_large_and_small);
     TEST(test_read_snapshot);
     TEST(test_empty_header_block);
     TEST(test_server_tune);

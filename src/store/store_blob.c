@@ -769,43 +769,25 @@ int store_body_get(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_
     return MV_OK;
 }
 
-/* The stored header unit of body_id (header_stored bytes at the start of its data) unpacked
- * into *out. Read through SQLite's incremental BLOB I/O, which walks the overflow chain only
- * as far as the bytes asked for: the rest of the message is neither read nor decrypted. */
-static int store_body_read_header_unit(mv_store *s,
-                                       int64_t body_id,
-                                       int compression,
-                                       size_t head_stored,
-                                       size_t size,
-                                       uint8_t **out,
-                                       size_t *len_out)
+/* The header unit of body_id (unit: its head_stored stored bytes) unpacked into *out and
+ * checked to be exactly the header (size: the whole message's). */
+static int store_body_header_unit_decode(mv_store *s,
+                                         int64_t body_id,
+                                         int compression,
+                                         const uint8_t *unit,
+                                         size_t head_stored,
+                                         size_t size,
+                                         uint8_t **out,
+                                         size_t *len_out)
 {
-    sqlite3_blob *blob = NULL;
-    uint8_t *unit = NULL, *header = NULL;
+    uint8_t *header = NULL;
     int rc = MV_OK;
-    if (sqlite3_blob_open(s->db, "main", "bodies_data", "data", body_id, 0, &blob) != SQLITE_OK) {
-        rc = sqlite3_errcode(s->db) == SQLITE_ERROR
-                 ? store_fail(s, MV_ECORRUPT, "body %lld: its data row is missing",
-                              (long long)body_id)
-                 : store_fail_sqlite(s, "reading a message header");
-        goto cleanup;
-    }
-    if ((size_t)sqlite3_blob_bytes(blob) < head_stored) {
-        rc = store_fail(s, MV_ECORRUPT, "body %lld: header unit of %zu bytes in %d stored",
-                        (long long)body_id, head_stored, sqlite3_blob_bytes(blob));
-        goto cleanup;
-    }
-    if ((unit = malloc(head_stored)) == NULL) {
-        rc = store_fail(s, MV_ENOMEM, "out of memory reading a header of %zu bytes", head_stored);
-        goto cleanup;
-    }
-    if (sqlite3_blob_read(blob, unit, (int)head_stored, 0) != SQLITE_OK) {
-        rc = store_fail_sqlite(s, "reading a message header");
-        goto cleanup;
-    }
     if (compression == STORE_BLOB_NONE) {
-        header = unit;
-        unit = NULL;
+        if ((header = malloc(head_stored != 0 ? head_stored : 1)) == NULL) {
+            return store_fail(s, MV_ENOMEM, "out of memory reading a header of %zu bytes",
+                              head_stored);
+        }
+        memcpy(header, unit, head_stored);
         *len_out = head_stored;
     } else {
         unsigned long long content = compression == STORE_BLOB_ZSTD
@@ -814,13 +796,11 @@ static int store_body_read_header_unit(mv_store *s,
         if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
             content == 0 || content > size ||
             ZSTD_findFrameCompressedSize(unit, head_stored) != head_stored) {
-            rc = store_fail(s, MV_ECORRUPT, "body %lld: bad header frame", (long long)body_id);
-            goto cleanup;
+            return store_fail(s, MV_ECORRUPT, "body %lld: bad header frame", (long long)body_id);
         }
         ZSTD_DCtx *dctx = store_blob_dctx(s);
         if (dctx == NULL || (header = malloc((size_t)content)) == NULL) {
-            rc = store_fail(s, MV_ENOMEM, "out of memory reading a header");
-            goto cleanup;
+            return store_fail(s, MV_ENOMEM, "out of memory reading a header");
         }
         size_t got = ZSTD_decompressDCtx(dctx, header, (size_t)content, unit, head_stored);
         if (ZSTD_isError(got) || got != content) {
@@ -854,10 +834,86 @@ static int store_body_read_header_unit(mv_store *s,
     *out = header;
     header = NULL;
 cleanup:
-    sqlite3_blob_close(blob);
-    free(unit);
     free(header);
     return rc;
+}
+
+/* The stored header unit of body_id (header_stored bytes at the start of its data) unpacked
+ * into *out. Read through SQLite's incremental BLOB I/O, which walks the overflow chain only
+ * as far as the bytes asked for: the rest of the message is neither read nor decrypted. */
+static int store_body_read_header_unit(mv_store *s,
+                                       int64_t body_id,
+                                       int compression,
+                                       size_t head_stored,
+                                       size_t size,
+                                       uint8_t **out,
+                                       size_t *len_out)
+{
+    sqlite3_blob *blob = NULL;
+    uint8_t *unit = NULL;
+    int rc = MV_OK;
+    if (sqlite3_blob_open(s->db, "main", "bodies_data", "data", body_id, 0, &blob) != SQLITE_OK) {
+        rc = sqlite3_errcode(s->db) == SQLITE_ERROR
+                 ? store_fail(s, MV_ECORRUPT, "body %lld: its data row is missing",
+                              (long long)body_id)
+                 : store_fail_sqlite(s, "reading a message header");
+        goto cleanup;
+    }
+    if ((size_t)sqlite3_blob_bytes(blob) < head_stored) {
+        rc = store_fail(s, MV_ECORRUPT, "body %lld: header unit of %zu bytes in %d stored",
+                        (long long)body_id, head_stored, sqlite3_blob_bytes(blob));
+        goto cleanup;
+    }
+    if ((unit = malloc(head_stored != 0 ? head_stored : 1)) == NULL) {
+        rc = store_fail(s, MV_ENOMEM, "out of memory reading a header of %zu bytes", head_stored);
+        goto cleanup;
+    }
+    if (sqlite3_blob_read(blob, unit, (int)head_stored, 0) != SQLITE_OK) {
+        rc = store_fail_sqlite(s, "reading a message header");
+        goto cleanup;
+    }
+    rc = store_body_header_unit_decode(s, body_id, compression, unit, head_stored, size, out,
+                                       len_out);
+cleanup:
+    sqlite3_blob_close(blob);
+    free(unit);
+    return rc;
+}
+
+/* A body read whole and cut after its header (stored before schema version 3, or with a
+ * part inside the header). */
+static int
+store_body_get_header_cut(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_out)
+{
+    uint8_t *raw = NULL;
+    size_t len = 0;
+    int rc = store_body_get(s, body_id, &raw, &len);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    size_t head = store_header_end(raw, len);
+    uint8_t *shrunk = realloc(raw, head != 0 ? head : 1);
+    if (shrunk != NULL) {
+        raw = shrunk; /* a failed shrink leaves raw as it was, still good */
+    }
+    *raw_out = raw;
+    *len_out = head;
+    return MV_OK;
+}
+
+/* Checks a bodies row's size, header_stored and stored_size. */
+static int store_body_header_row_check(mv_store *s,
+                                       int64_t body_id,
+                                       sqlite3_int64 size,
+                                       sqlite3_int64 head_stored,
+                                       sqlite3_int64 stored_size)
+{
+    if (size < 0 || size > (sqlite3_int64)STORE_BLOB_SIZE_MAX || head_stored < 0 ||
+        head_stored > stored_size) {
+        return store_fail(s, MV_ECORRUPT, "body %lld: bad size or header length",
+                          (long long)body_id);
+    }
+    return MV_OK;
 }
 
 int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_out)
@@ -881,30 +937,74 @@ int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_
                    ? store_fail(s, MV_ECORRUPT, "body %lld is missing", (long long)body_id)
                    : store_fail_sqlite(s, "reading a message header");
     }
-    if (size < 0 || size > (sqlite3_int64)STORE_BLOB_SIZE_MAX || head_stored < 0 ||
-        head_stored > stored_size) {
-        return store_fail(s, MV_ECORRUPT, "body %lld: bad size or header length",
-                          (long long)body_id);
+    int rc = store_body_header_row_check(s, body_id, size, head_stored, stored_size);
+    if (rc != MV_OK) {
+        return rc;
     }
     if (head_stored > 0) {
         return store_body_read_header_unit(s, body_id, compression, (size_t)head_stored,
                                            (size_t)size, raw_out, len_out);
     }
-    /* Stored before schema version 3, or with a part inside the header: whole, then cut. */
-    uint8_t *raw = NULL;
-    size_t len = 0;
-    int rc = store_body_get(s, body_id, &raw, &len);
+    return store_body_get_header_cut(s, body_id, raw_out, len_out);
+}
+
+int store_message_header_get(
+    mv_store *s, int64_t mailbox_id, uint32_t uid, uint8_t **raw_out, size_t *len_out)
+{
+    *raw_out = NULL;
+    *len_out = 0;
+    /* One statement for the message's row, its body's row and, when the stored skeleton is
+     * small, its bytes (the CASE keeps SQLite from loading a large one): per message of a
+     * client's message list, that replaces a second statement and an sqlite3_blob_open(),
+     * which compiles a statement of its own every time (issue 13's profile). */
+    sqlite3_stmt *st = store_stmt(
+        s, "SELECT b.id, b.size, b.compression, b.header_stored, b.stored_size, "
+           "CASE WHEN b.header_stored > 0 AND b.stored_size <= " STORE_BLOB_HEADER_INLINE_STR
+           " THEN d.data END "
+           "FROM messages m JOIN bodies b ON b.id = m.body_id "
+           "LEFT JOIN bodies_data d ON d.id = b.id WHERE m.mailbox_id = ? AND m.uid = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading a message header");
+    }
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    sqlite3_bind_int64(st, 2, uid);
+    int step = sqlite3_step(st);
+    if (step != SQLITE_ROW) {
+        sqlite3_reset(st);
+        return step == SQLITE_DONE ? MV_ENOTFOUND
+                                   : store_fail_sqlite(s, "reading a message header");
+    }
+    int64_t body_id = sqlite3_column_int64(st, 0);
+    sqlite3_int64 size = sqlite3_column_int64(st, 1);
+    int compression = sqlite3_column_int(st, 2);
+    sqlite3_int64 head_stored = sqlite3_column_int64(st, 3);
+    sqlite3_int64 stored_size = sqlite3_column_int64(st, 4);
+    int rc = store_body_header_row_check(s, body_id, size, head_stored, stored_size);
+    if (rc == MV_OK && head_stored > 0 && stored_size <= STORE_BLOB_HEADER_INLINE) {
+        const uint8_t *data = sqlite3_column_blob(st, 5);
+        size_t data_len = (size_t)sqlite3_column_bytes(st, 5);
+        if (sqlite3_column_type(st, 5) == SQLITE_NULL) {
+            rc = store_fail(s, MV_ECORRUPT, "body %lld: its data row is missing",
+                            (long long)body_id);
+        } else if (data_len < (size_t)head_stored) {
+            rc = store_fail(s, MV_ECORRUPT, "body %lld: header unit of %lld bytes in %zu stored",
+                            (long long)body_id, (long long)head_stored, data_len);
+        } else {
+            rc = store_body_header_unit_decode(s, body_id, compression, data, (size_t)head_stored,
+                                               (size_t)size, raw_out, len_out);
+        }
+        sqlite3_reset(st);
+        return rc;
+    }
+    sqlite3_reset(st);
     if (rc != MV_OK) {
         return rc;
     }
-    size_t head = store_header_end(raw, len);
-    uint8_t *shrunk = realloc(raw, head != 0 ? head : 1);
-    if (shrunk != NULL) {
-        raw = shrunk; /* a failed shrink leaves raw as it was, still good */
+    if (head_stored > 0) {
+        return store_body_read_header_unit(s, body_id, compression, (size_t)head_stored,
+                                           (size_t)size, raw_out, len_out);
     }
-    *raw_out = raw;
-    *len_out = head;
-    return MV_OK;
+    return store_body_get_header_cut(s, body_id, raw_out, len_out);
 }
 
 /* ---- dropping many bodies at once (EXPUNGE) -------------------------------------------- */

@@ -7,6 +7,7 @@
  *   store_bodies_drop(s, ids, count);                  (store.h) the purge: bodies at refcount 0
  *   store_body_get(s, body_id, &raw, &len);            the exact bytes; free(raw)
  *   store_body_get_header(s, body_id, &raw, &len);     only the header; free(raw)
+ *   store_message_header_get(s, mailbox_id, uid, &raw, &len)   the same, by UID
  *   store_blob_release(s);                             (store_open.c) at close
  *
  * The reassembly algorithm and the layout are in store_blob.c and docs/SCHEMA.md.
@@ -49,6 +50,15 @@ int store_body_get(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_
  * cipher's per-page authentication still covers it, and its length and end are checked.
  * Returns MV_OK, MV_ECORRUPT, MV_ENOMEM or an SQLite error; call inside a read transaction. */
 int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_out);
+
+/* store_body_get_header() of message uid of mailbox_id, its rows found and, for a stored
+ * skeleton of at most STORE_BLOB_HEADER_INLINE bytes, its bytes read by one statement.
+ * MV_ENOTFOUND (no message set: the caller says which of mailbox and message is missing),
+ * else as store_body_get_header(). */
+#define STORE_BLOB_HEADER_INLINE     8192
+#define STORE_BLOB_HEADER_INLINE_STR "8192"
+int store_message_header_get(
+    mv_store *s, int64_t mailbox_id, uint32_t uid, uint8_t **raw_out, size_t *len_out);
 
 /* Length of the header of raw: up to and including the first empty line (an empty first
  * line, or the first LF followed by LF or by CR LF); len if there is none. mailvaultd uses
