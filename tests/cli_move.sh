@@ -135,6 +135,9 @@ check import ok
 run env MAILVAULT_ROOT="$new_root" "$mv" store import "$user" "$archive"
 check import_never_overwrites not_ok 'already exists'
 check imported_not_fenced [ ! -e "$new_root/example.org/alice.released" ]
+check imported_has_its_tmp_dir [ -d "$new_root/example.org/tmp" ]
+run "$mv" doctor --root "$new_root"
+check imported_store_passes_doctor ok
 printf 'keyed1\nkeyed2\nkeyed3\nsealed1\nsealed2\n' | sed 's/.*/&@test/' >"$tmp/want"
 ids "$new_root" >"$tmp/got" 2>"$err"
 check all_mail_moved_exactly_once diff -u "$tmp/want" "$tmp/got"

@@ -911,6 +911,14 @@ static int move_import(const char *address,
     if (rc == MV_OK) {
         rc = store_fence_remove(&p, errmsg, errmsg_size);
     }
+    if (rc == MV_OK) {
+        /* The store's temporary directory, as mv_store_open makes it: a node that never had
+         * a store in this domain has none, and `mailvault doctor` failed the imported store
+         * until its first open. Only on success: a failed import leaves nothing. The first
+         * open makes it too, so a failure here is not the import's. */
+        char tmp_err[256];
+        (void)store_mkdirs(p.tmp_dir, tmp_err, sizeof tmp_err);
+    }
     store_lock_release(&lock_fd);
     for (size_t i = 0; i < r.files.n; i++) {
         info.size_bytes += r.files.v[i].size;
