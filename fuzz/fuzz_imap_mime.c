@@ -9,6 +9,8 @@
  *   - ENVELOPE and BODYSTRUCTURE are non-empty, start with '(' and have balanced parentheses
  *     outside quoted strings and literals, with and without UTF8=ACCEPT (imap_mime_set_utf8);
  *   - a part section is either refused (-1) or a range inside the message.
+ *   - ENVELOPE read from the header's bytes with the common address forms read without GMime
+ *     is the same as through GMime's message and address parser.
  *
  * Corpus: fuzz/corpus/imap_mime (multipart, nested message/rfc822, broken MIME, groups).
  */
@@ -57,7 +59,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (imap_mime_open((const char *)data, size, &m) != MV_OK || m == NULL) {
         abort();
     }
-    struct imap_mime *e = NULL; /* ENVELOPE without GMime's message: the same answer */
+    imap_mime_set_gmime_addresses(m, 1); /* GMime's address parser for every field here */
+    struct imap_mime *e = NULL;          /* ENVELOPE without GMime's message: the same answer */
     if (imap_mime_open_envelope((const char *)data, size, &e) != MV_OK || e == NULL) {
         abort();
     }

@@ -72,7 +72,15 @@ struct imap_mime {
     size_t body_size; /* of the fallback single part */
     size_t body_lines;
     int utf8; /* imap_mime_set_utf8(): UTF-8 strings go out quoted, display names undecoded */
+    int gmime_addresses; /* imap_mime_set_gmime_addresses(): no imap_mime_addresses_simple() */
 };
+
+void imap_mime_set_gmime_addresses(struct imap_mime *m, int on)
+{
+    if (m != NULL) {
+        m->gmime_addresses = on;
+    }
+}
 
 void imap_mime_set_utf8(struct imap_mime *m, int utf8)
 {
@@ -255,6 +263,7 @@ struct imap_mime_src {
     GMimeObject *obj;
     const char *hdr;
     size_t hdr_len;
+    int gmime_addresses; /* every address field through GMime (tests compare both ways) */
     int indexed;
     size_t at[IMAP_MIME_ENVELOPE_FIELDS];
     size_t end[IMAP_MIME_ENVELOPE_FIELDS];
@@ -509,6 +518,185 @@ static void imap_mime_address(
     buf_str(out, ")");
 }
 
+/* ---- Common address lists without GMime ----
+ * GMime's address parser builds a GObject per address and list (with signal handlers and
+ * locks): after the header scan it was most of a client's message list (issue 13). The
+ * forms nearly every message uses, plain ASCII "Name Surname <local@domain>", "\"Surname,
+ * Name\" <local@domain>" and "local@domain", comma-separated, are read here instead; any
+ * other byte or form (comments, groups, routes, encoded words, escapes, obsolete syntax,
+ * 8-bit, punycode domains, several spaces in a name) leaves the field to GMime. The answer
+ * is the same bytes (tests/test_imap_mime.c and the imap_mime fuzz target compare both ways:
+ * imap_mime_set_gmime_addresses). */
+#define IMAP_MIME_SIMPLE_MAX 32 /* addresses per field read here; more go to GMime */
+
+struct imap_mime_simple {
+    const char *name; /* NULL: none */
+    size_t name_len;
+    const char *local, *domain;
+    size_t local_len, domain_len;
+};
+
+static int imap_mime_atext(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c != '\0' && strchr("!#$%&'*+-/=?^_`{|}~", c) != NULL);
+}
+
+/* A dot-atom (RFC 5322 3.2.3) at p: its length, or 0. */
+static size_t imap_mime_dot_atom(const char *p)
+{
+    size_t n = 0;
+    for (;;) {
+        size_t run = 0;
+        while (imap_mime_atext(p[n + run])) {
+            run++;
+        }
+        if (run == 0) {
+            return 0; /* empty, or a dot first, last or twice */
+        }
+        n += run;
+        if (p[n] != '.') {
+            return n;
+        }
+        n++;
+    }
+}
+
+/* local@domain at p (both dot-atoms; no punycode domain, which GMime decodes): its length,
+ * or 0. */
+static size_t imap_mime_addr_spec(const char *p, struct imap_mime_simple *a)
+{
+    size_t local = imap_mime_dot_atom(p);
+    if (local == 0 || p[local] != '@') {
+        return 0;
+    }
+    size_t domain = imap_mime_dot_atom(p + local + 1);
+    for (size_t i = 0; i + 4 <= domain; i++) {
+        if (g_ascii_strncasecmp(p + local + 1 + i, "xn--", 4) == 0) {
+            return 0;
+        }
+    }
+    if (domain == 0) {
+        return 0;
+    }
+    a->local = p;
+    a->local_len = local;
+    a->domain = p + local + 1;
+    a->domain_len = domain;
+    return local + 1 + domain;
+}
+
+/* A display name at p: atoms separated by single spaces, or one quoted string of printable
+ * ASCII without quote or backslash, not empty, not starting or ending with a space and
+ * without two in a row. Its length (with the quotes), or 0. */
+static size_t imap_mime_simple_name(const char *p, struct imap_mime_simple *a)
+{
+    size_t n = 0;
+    if (p[0] == '"') {
+        for (n = 1; p[n] != '"'; n++) {
+            if (p[n] < ' ' || p[n] > '~' || p[n] == '\\' ||
+                (p[n] == ' ' && (n == 1 || p[n - 1] == ' ' || p[n + 1] == '"'))) {
+                return 0;
+            }
+        }
+        if (n == 1) {
+            return 0;
+        }
+        a->name = p + 1;
+        a->name_len = n - 1;
+        return n + 1;
+    }
+    for (;;) {
+        size_t run = 0;
+        while (imap_mime_atext(p[n + run])) {
+            run++;
+        }
+        if (run == 0) {
+            return 0;
+        }
+        n += run;
+        if (p[n] != ' ' || !imap_mime_atext(p[n + 1])) {
+            break;
+        }
+        n++;
+    }
+    a->name = p;
+    a->name_len = n;
+    return n;
+}
+
+/* One address at p ("local@domain" or "name <local@domain>"): its length, or 0. */
+static size_t imap_mime_simple_one(const char *p, struct imap_mime_simple *a)
+{
+    memset(a, 0, sizeof *a);
+    size_t n = imap_mime_addr_spec(p, a);
+    if (n != 0) {
+        return n;
+    }
+    if (p[0] != '<') {
+        n = imap_mime_simple_name(p, a);
+        if (n == 0) {
+            return 0;
+        }
+        while (p[n] == ' ' || p[n] == '\t') {
+            n++;
+        }
+        if (p[n] != '<') {
+            return 0;
+        }
+    }
+    size_t spec = imap_mime_addr_spec(p + n + 1, a);
+    if (spec == 0 || p[n + 1 + spec] != '>') {
+        return 0;
+    }
+    return n + 1 + spec + 1;
+}
+
+/* The address list value (unfolded, trimmed, NUL-terminated) written as ENVELOPE's list when
+ * every address is of a simple form: 1; else 0 with nothing written. */
+static int imap_mime_addresses_simple(struct buf *out, const char *value, int utf8)
+{
+    if (strstr(value, "=?") != NULL) {
+        return 0; /* encoded words: GMime decodes them */
+    }
+    struct imap_mime_simple a[IMAP_MIME_SIMPLE_MAX];
+    size_t count = 0;
+    for (const char *p = value;;) {
+        while (*p == ' ' || *p == '\t') {
+            p++;
+        }
+        size_t n = count < IMAP_MIME_SIMPLE_MAX ? imap_mime_simple_one(p, &a[count]) : 0;
+        if (n == 0) {
+            return 0;
+        }
+        count++;
+        for (p += n; *p == ' ' || *p == '\t'; p++) {
+        }
+        if (*p == '\0') {
+            break;
+        }
+        if (*p++ != ',') {
+            return 0;
+        }
+    }
+    buf_str(out, "(");
+    for (size_t i = 0; i < count; i++) {
+        buf_str(out, "(");
+        if (a[i].name == NULL) {
+            buf_str(out, "NIL");
+        } else {
+            buf_imap_string_utf8(out, a[i].name, a[i].name_len, utf8);
+        }
+        buf_str(out, " NIL ");
+        buf_imap_string_utf8(out, a[i].local, a[i].local_len, utf8);
+        buf_str(out, " ");
+        buf_imap_string_utf8(out, a[i].domain, a[i].domain_len, utf8);
+        buf_str(out, ")");
+    }
+    buf_str(out, ")");
+    return 1;
+}
+
 /* An address list field: (addr addr ...) or NIL. With from (Sender, Reply-To), an absent
  * or empty field is answered as From was: from is the [offset, end) of From's answer in out,
  * copied instead of parsing From again (GMime's address parser and its objects were most of
@@ -526,6 +714,11 @@ static void imap_mime_addresses(struct buf *out,
         if (buf_reserve(out, n) == 0) { /* first: out->data may move */
             buf_add(out, out->data + from[0], n);
         }
+        return;
+    }
+    if (value != NULL && value[0] != '\0' && !src->gmime_addresses &&
+        imap_mime_addresses_simple(out, value, utf8)) {
+        g_free(value);
         return;
     }
     InternetAddressList *list =
@@ -580,7 +773,8 @@ void imap_mime_envelope(const struct imap_mime *m, struct buf *out)
 {
     struct imap_mime_src src = {.obj = m->message != NULL ? GMIME_OBJECT(m->message) : NULL,
                                 .hdr = m->hdr,
-                                .hdr_len = m->hdr_len};
+                                .hdr_len = m->hdr_len,
+                                .gmime_addresses = m->gmime_addresses};
     if (src.obj == NULL && src.hdr == NULL) {
         buf_str(out, "(NIL NIL NIL NIL NIL NIL NIL NIL NIL NIL)");
         return;

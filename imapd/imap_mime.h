@@ -26,6 +26,9 @@ void imap_mime_close(struct imap_mime **m);
  * are valid UTF-8 are sent quoted and as they are; otherwise (the default) 8-bit strings are
  * literals and 8-bit display names RFC 2047 words. */
 void imap_mime_set_utf8(struct imap_mime *m, int utf8);
+/* Test hook: with on, ENVELOPE's address fields all go through GMime's address parser, not
+ * the reader of common forms (imap_mime.c), so tests can compare the two. */
+void imap_mime_set_gmime_addresses(struct imap_mime *m, int on);
 /* "(date subject from sender reply-to to cc bcc in-reply-to message-id)" */
 void imap_mime_envelope(const struct imap_mime *m, struct buf *out);
 /* BODYSTRUCTURE (extensible 1) or BODY (0). */
