@@ -346,6 +346,32 @@ static void test_read_snapshot(void)
     CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
     CHECK_EQ_INT(mv_store_read_begin(NULL), MV_EINVAL);
     mv_store_read_end(NULL);
+
+    /* A snapshot remembers the mailbox it read ("Work"); the next one must not: another
+     * handle renamed Work and made a new Work in between. */
+    static const char first[] = "Subject: old Work\r\n\r\nx\r\n";
+    static const char second[] = "Subject: new Work\r\n\r\ny\r\n";
+    uint32_t uid_old = 0, uid_new = 0;
+    CHECK_EQ_INT(mv_mailbox_create(s, "Work", NULL), MV_OK);
+    CHECK_EQ_INT(mv_message_append(s, "Work", first, sizeof first - 1, 0, NULL, 0, &uid_old),
+                 MV_OK);
+    void *h = NULL;
+    size_t hn = 0;
+    CHECK_EQ_INT(mv_store_read_begin(s), MV_OK);
+    CHECK_EQ_INT(mv_message_fetch_header(s, "Work", uid_old, &h, &hn), MV_OK);
+    CHECK(hn == sizeof first - 4 && memcmp(h, first, hn) == 0);
+    mv_free(h);
+    mv_store_read_end(s);
+    CHECK_EQ_INT(mv_mailbox_rename(other, "Work", "Old"), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_create(other, "Work", NULL), MV_OK);
+    CHECK_EQ_INT(mv_message_append(other, "Work", second, sizeof second - 1, 0, NULL, 0, &uid_new),
+                 MV_OK);
+    CHECK_EQ_INT(mv_store_read_begin(s), MV_OK);
+    h = NULL;
+    CHECK_EQ_INT(mv_message_fetch_header(s, "Work", uid_new, &h, &hn), MV_OK);
+    CHECK(h != NULL && hn == sizeof second - 4 && memcmp(h, second, hn) == 0);
+    mv_free(h);
+    mv_store_read_end(s);
     mv_store_close(&other);
     free(m);
     mv_store_close(&s);

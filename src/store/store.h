@@ -74,6 +74,10 @@ struct mv_store {
     struct ZSTD_CCtx_s *zstd_c;
     struct ZSTD_DCtx_s *zstd_d;
     int read_snapshot; /* inside mv_store_read_begin(): reads share its transaction */
+    /* store_mailbox_id's last answer inside the current read snapshot (0: none), which
+     * cannot change before it ends: a FETCH chunk asks it once per message (issue 13). */
+    int64_t snapshot_mailbox_id;
+    char snapshot_mailbox[256];
     /* An I/O error (or a full disk, damage, no memory) hit the connection: SQLite or an
      * extension may keep state in memory that no longer matches the file (FTS5 kept its
      * structure record from a failed transaction). The next operation that starts a

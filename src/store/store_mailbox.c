@@ -60,6 +60,10 @@ int store_mailbox_id(mv_store *s, const char *name, int64_t *id_out)
     if (name == NULL) {
         return store_fail(s, MV_EINVAL, "no mailbox name");
     }
+    if (s->read_snapshot && s->snapshot_mailbox_id != 0 && strcmp(name, s->snapshot_mailbox) == 0) {
+        *id_out = s->snapshot_mailbox_id; /* nothing can rename it inside the snapshot */
+        return MV_OK;
+    }
     sqlite3_stmt *st = store_stmt(s, "SELECT id FROM mailboxes WHERE name = ?");
     if (st == NULL) {
         return store_fail_sqlite(s, "looking up a mailbox");
@@ -69,6 +73,11 @@ int store_mailbox_id(mv_store *s, const char *name, int64_t *id_out)
     if (rc == SQLITE_ROW) {
         *id_out = sqlite3_column_int64(st, 0);
         sqlite3_reset(st);
+        size_t n = strlen(name);
+        if (s->read_snapshot && n < sizeof s->snapshot_mailbox) {
+            memcpy(s->snapshot_mailbox, name, n + 1);
+            s->snapshot_mailbox_id = *id_out;
+        }
         return MV_OK;
     }
     sqlite3_reset(st);
