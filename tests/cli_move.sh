@@ -128,6 +128,16 @@ printf 'keyed1\nkeyed2\nkeyed3\nsealed1\nsealed2\n' | sed 's/.*/&@test/' >"$tmp/
 check move_stream_all_mail_exactly_once diff -u "$tmp/want" "$tmp/got"
 run bash -c "'$mv' store export '$user' - | MAILVAULT_ROOT='$stream_root' '$mv' store import '$user' -"
 check import_stream_never_overwrites not_ok 'already exists'
+# docs/SCALEOUT.md, "When a step fails": the target's copy moved aside (its .lock stays),
+# the step runs again and places the store once more.
+mkdir "$tmp/aside"
+for f in "$stream_root/example.org/alice".*; do
+    case $f in *.lock) ;; *) command mv "$f" "$tmp/aside/" ;; esac
+done
+run bash -c "set -o pipefail; '$mv' store export '$user' - | MAILVAULT_ROOT='$stream_root' '$mv' store import '$user' -"
+check import_stream_again_after_moving_aside ok
+ids "$stream_root" >"$tmp/got" 2>"$err"
+check import_stream_again_all_mail_exactly_once diff -u "$tmp/want" "$tmp/got"
 
 # ---- import, then the store is served on the new root ----
 run env MAILVAULT_ROOT="$new_root" "$mv" store import "$user" "$archive"
