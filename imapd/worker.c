@@ -38,14 +38,16 @@
  *
  * THE DRAIN
  *   A store is opened with MV_STORE_DRAIN_LATER, so a login never waits for a long sealed
- *   queue: the open takes one step itself (so up to WORKER_DRAIN_STEP waiting deliveries are
- *   in INBOX when the login answers), and the worker drains the rest in steps of
- *   WORKER_DRAIN_STEP deliveries
- *   (mv_queue_drain), each step taking a turn as a long job (alternating with queued long
- *   jobs, behind the short lane). After a step that moved messages, the loop is told
- *   (a finished pseudo-job) and wakes the user's IDLE sessions; selected sessions see the
- *   new messages (EXISTS) at their next command, as with any change. While a store's queue
- *   is not yet empty, LMTP seals deliveries for that user instead of appending directly, so
+ *   queue: the open takes one short step itself (WORKER_DRAIN_LOGIN_MS: the usual few waiting
+ *   deliveries are in INBOX when the login answers), and the worker drains the rest in steps
+ *   (mv_queue_drain_step), each taking a turn as a long job (alternating with queued long
+ *   jobs, behind the short lane). A step is bounded by time, not by a count: it goes on while
+ *   no job waits (up to WORKER_DRAIN_STEP_MS), and gives way to one that comes after
+ *   WORKER_DRAIN_MIN_MS; each step is one durable commit, and the library keeps its place in
+ *   the queue between steps (the directory is not listed again per step). After a step that moved
+ * messages, the loop is told (a finished pseudo-job) and wakes the user's IDLE sessions; selected
+ * sessions see the new messages (EXISTS) at their next command, as with any change. While a store's
+ * queue is not yet empty, LMTP seals deliveries for that user instead of appending directly, so
  *   UIDs follow arrival order. The sweep does not close a store whose queue is draining. A
  *   failed step is logged and ends the draining of that store until its next open.
  */
@@ -71,9 +73,15 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Sealed deliveries moved per drain step: about 10-15 ms of work (a login or SELECT that
- * comes meanwhile waits at most that), with one durable commit per step. */
-#define WORKER_DRAIN_STEP 16
+/* Drain steps (THE DRAIN), each one durable commit: the step in the login takes what
+ * WORKER_DRAIN_LOGIN_MS allow (the usual few waiting deliveries); a step between jobs goes on
+ * while no job waits, up to WORKER_DRAIN_STEP_MS or WORKER_DRAIN_MAX deliveries, and gives way
+ * to a job that comes once it has run WORKER_DRAIN_MIN_MS (so the commit, a step's fixed cost,
+ * is shared by several deliveries, and a command waits at most about that long). */
+#define WORKER_DRAIN_LOGIN_MS 15
+#define WORKER_DRAIN_MIN_MS   25
+#define WORKER_DRAIN_STEP_MS  250
+#define WORKER_DRAIN_MAX      1024
 
 struct worker {
     pthread_t thread;
@@ -171,7 +179,7 @@ struct open_store *worker_store_find(struct worker *w, const char *address)
 }
 
 /* A free slot, closing the least recently used idle store if needed; NULL if all are busy. */
-static void worker_drain_step(struct open_store *s); /* THE DRAIN, below */
+static void worker_drain_step(struct worker *w, struct open_store *s, int login); /* THE DRAIN */
 
 static struct open_store *worker_store_slot(struct worker *w)
 {
@@ -245,7 +253,7 @@ int worker_store_acquire(struct worker *w,
     /* The first step here, in the login: a few waiting deliveries (the usual case) are in
      * INBOX at the SELECT that follows, as when the open drained everything; only a longer
      * queue goes on in steps (THE DRAIN). */
-    worker_drain_step(s);
+    worker_drain_step(w, s, 1);
     *out = s;
     return MV_OK;
 }
@@ -465,13 +473,30 @@ static struct open_store *worker_drain_due(struct worker *w)
     return NULL;
 }
 
-/* One drain step of s (THE DRAIN). */
-static void worker_drain_step(struct open_store *s)
+struct worker_drain_yield {
+    struct worker *w;
+    int64_t start_ms;
+};
+
+/* mv_drain_bounds.yield_fn: a job waits and the step has had its WORKER_DRAIN_MIN_MS. */
+static int worker_drain_yield(void *arg)
+{
+    const struct worker_drain_yield *y = arg;
+    return worker_now_ms() - y->start_ms >= WORKER_DRAIN_MIN_MS && worker_job_waiting(y->w);
+}
+
+/* One drain step of s (THE DRAIN); login: the step inside the login. */
+static void worker_drain_step(struct worker *w, struct open_store *s, int login)
 {
     uint32_t moved = 0;
     int more = 0;
     int64_t start_ms = worker_now_ms();
-    int rc = mv_queue_drain(s->store, WORKER_DRAIN_STEP, &moved, &more);
+    struct worker_drain_yield y = {w, start_ms};
+    struct mv_drain_bounds b = {.max = WORKER_DRAIN_MAX,
+                                .time_ms = login ? WORKER_DRAIN_LOGIN_MS : WORKER_DRAIN_STEP_MS,
+                                .yield_fn = login ? NULL : worker_drain_yield,
+                                .yield_arg = &y};
+    int rc = mv_queue_drain_step(s->store, &b, &moved, &more);
     s->drain_more = rc == MV_OK && more;
     if (rc != MV_OK) {
         log_error("store %s: queue drain failed: %s (%s); the rest stays queued for the next open",
@@ -553,7 +578,7 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&w->lock);
         } else if (drain_turn) {
             pthread_mutex_unlock(&w->lock);
-            worker_drain_step(drain);
+            worker_drain_step(w, drain, 0);
             pthread_mutex_lock(&w->lock);
         }
         /* Also between jobs: on a busy worker idle stores still close (and the sweep leaves

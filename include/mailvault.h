@@ -908,6 +908,33 @@ MV_API MV_MUST_CHECK int mv_queue_usage(const char *address,
 MV_API MV_MUST_CHECK int
 mv_queue_drain(mv_store *store, uint32_t max, uint32_t *moved_out, int *more_out);
 
+/* The bounds of one mv_queue_drain_step(). Each is checked before every queue file after the
+ * first (a step always takes at least one): the step ends once it took max files (0: no
+ * count bound), once time_ms milliseconds passed since it began (0: no time bound), or when
+ * yield_fn(yield_arg) returns non-zero (NULL: never; a server asks whether other work waits).
+ * At least one of the three must be set. */
+struct mv_drain_bounds {
+    uint32_t max;
+    uint32_t time_ms;
+    int (*yield_fn)(void *yield_arg);
+    void *yield_arg;
+};
+
+/* One step of a drain of the sealed queue into INBOX, with the guarantees of mv_queue_drain()
+ * (exactly once, arrival order, rejected/), as one durable transaction (several only for a
+ * step of more than 64 files). The handle remembers where the drain is between steps: the
+ * queue directory is read once per 1,024 names, not per step, so a step costs what it takes,
+ * not the length of the queue. Deliveries that arrive while the drain runs are taken after
+ * the ones before them, in a further walk of the queue. A walk that removes no file (only
+ * files that cannot be unlinked or read are left) ends the drain: *more_out 0, and such files
+ * wait for a later drain (mv_store_errmsg() names them). mv_queue_drain() with a max shares
+ * this position; with max 0 it starts afresh. Returns as mv_queue_drain(); MV_EINVAL also
+ * for NULL or unbounded bounds. */
+MV_API MV_MUST_CHECK int mv_queue_drain_step(mv_store *store,
+                                             const struct mv_drain_bounds *bounds,
+                                             uint32_t *moved_out,
+                                             int *more_out);
+
 struct mv_import_stats {
     uint64_t messages_seen;
     uint64_t messages_imported;

@@ -702,6 +702,163 @@ static void test_refused_inside_batch(void)
     CHECK_EQ_INT(qt_count(who, &o), 0);
 }
 
+/* Writes a file with a queue entry's name (stamp, 32 hex digits from n) holding garbage. */
+static void qt_garbage_entry(const char *queue_dir, unsigned long long stamp, int n)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%020llu-%032x.sealed", queue_dir, stamp, (unsigned)n);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f != NULL) {
+        for (int i = 0; i < 200; i++) {
+            fputc((int)(qt_next() & 0xff), f);
+        }
+        fclose(f);
+    }
+}
+
+#define STUCK_FILES 20 /* more than a step takes */
+#define STUCK_STEP  8
+
+/* Files the drain takes but cannot remove (garbage that cannot go to rejected/, because a
+ * plain file holds that name) must not make a stepped drain take them again forever: the
+ * drain ends (more 0) within a few steps, after delivering the real deliveries queued after
+ * them, once each and in order. (Before: each step listed the queue again and took the same
+ * STUCK_STEP files, more stayed 1, and the worker drained forever.) */
+static void test_stuck_files_end_the_drain(void)
+{
+    struct mv_store_options o = qt_options("root_stuck");
+    const char *who = "stuck@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    CHECK_EQ_INT(qt_deliver(who, &o, "stuck", 0), MV_OK); /* makes the queue directory */
+    char queue[1100], rejected[1200];
+    snprintf(queue, sizeof queue, "%s/example.org/stuck.queue", o.root);
+    for (int i = 0; i < STUCK_FILES; i++) { /* stamped long ago: they sort first */
+        qt_garbage_entry(queue, 1000u + (unsigned long long)i, i);
+    }
+    for (int i = 1; i < 4; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "stuck", i), MV_OK);
+    }
+    snprintf(rejected, sizeof rejected, "%s/rejected", queue);
+    FILE *f = fopen(rejected, "w"); /* rejected/ cannot be made: the garbage stays */
+    CHECK(f != NULL);
+    if (f != NULL) {
+        fclose(f);
+    }
+    struct mv_store_options later = o;
+    later.flags |= MV_STORE_DRAIN_LATER;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    uint32_t moved = 0, total = 0;
+    int more = 1, steps = 0;
+    while (more && steps < 50) {
+        CHECK_EQ_INT(mv_queue_drain(s, STUCK_STEP, &moved, &more), MV_OK);
+        total += moved;
+        steps++;
+    }
+    CHECK_EQ_INT(more, 0);
+    CHECK(steps <= 2 * (STUCK_FILES + 4 + STUCK_STEP - 1) / STUCK_STEP + 1);
+    CHECK_EQ_INT(total, 4);
+    CHECK(strstr(mv_store_errmsg(s), "left in") != NULL); /* the last step names them */
+    int got[8];
+    size_t n = qt_inbox_markers(s, "stuck", got, 8);
+    CHECK_EQ_INT(n, 4);
+    for (size_t i = 0; i < n; i++) {
+        CHECK_EQ_INT(got[i], (int)i);
+    }
+    /* the same with time- and yield-bounded steps */
+    for (int i = 4; i < 6; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "stuck", i), MV_OK);
+    }
+    struct mv_drain_bounds b = {.time_ms = 60000};
+    more = 1;
+    steps = 0;
+    total = 0;
+    while (more && steps < 50) {
+        CHECK_EQ_INT(mv_queue_drain_step(s, &b, &moved, &more), MV_OK);
+        total += moved;
+        steps++;
+    }
+    CHECK_EQ_INT(more, 0);
+    CHECK_EQ_INT(total, 2);
+    CHECK_EQ_INT(steps, 1);
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_count(who, &o), STUCK_FILES);
+}
+
+static int qt_always(void *arg)
+{
+    (*(int *)arg)++;
+    return 1;
+}
+
+/* mv_queue_drain_step: a yield that always says stop still takes one file per step (it is
+ * asked before every file after the first); steps keep their place in the queue, take new
+ * arrivals after the older files, and leave meta clean; unbounded or NULL bounds are EINVAL. */
+static void test_drain_step_bounds(void)
+{
+    struct mv_store_options o = qt_options("root_bounds");
+    const char *who = "bounds@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    for (int i = 0; i < 5; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "bounds", i), MV_OK);
+    }
+    struct mv_store_options later = o;
+    later.flags |= MV_STORE_DRAIN_LATER;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    int asked = 0;
+    struct mv_drain_bounds b = {.yield_fn = qt_always, .yield_arg = &asked};
+    uint32_t moved = 0, total = 0;
+    int more = 1, steps = 0;
+    while (more && steps < 20) {
+        CHECK_EQ_INT(mv_queue_drain_step(s, &b, &moved, &more), MV_OK);
+        CHECK(moved <= 1);
+        total += moved;
+        steps++;
+        if (steps == 2) {
+            CHECK_EQ_INT(qt_deliver(who, &o, "bounds", 5), MV_OK);
+        }
+    }
+    CHECK_EQ_INT(total, 6);
+    CHECK(asked >= 5);
+    int got[8];
+    size_t n = qt_inbox_markers(s, "bounds", got, 8);
+    CHECK_EQ_INT(n, 6);
+    for (size_t i = 0; i < n; i++) {
+        CHECK_EQ_INT(got[i], (int)i);
+    }
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM meta WHERE key LIKE 'deliver%'"), 0);
+    struct mv_drain_bounds none = {0};
+    CHECK_EQ_INT(mv_queue_drain_step(s, &none, &moved, &more), MV_EINVAL);
+    CHECK_EQ_INT(mv_queue_drain_step(s, NULL, &moved, &more), MV_EINVAL);
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+}
+
+/* mv_queue_count and mv_queue_usage count the same entries: regular files with a delivery's
+ * name; a symbolic link with such a name (the drain never follows one) is neither. */
+static void test_count_and_usage_agree(void)
+{
+    struct mv_store_options o = qt_options("root_agree");
+    const char *who = "agree@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    CHECK_EQ_INT(qt_deliver(who, &o, "agree", 0), MV_OK);
+    CHECK_EQ_INT(qt_deliver(who, &o, "agree", 1), MV_OK);
+    char queue[1100], link_path[1200], target[1200];
+    snprintf(queue, sizeof queue, "%s/example.org/agree.queue", o.root);
+    snprintf(target, sizeof target, "%s/example.org/agree.pub", o.root);
+    snprintf(link_path, sizeof link_path, "%s/%020llu-%032x.sealed", queue, 5ull, 7u);
+    CHECK_EQ_INT(symlink(target, link_path), 0);
+    uint64_t bytes = 0, messages = 0;
+    CHECK_EQ_INT(mv_queue_usage(who, &o, 0, &bytes, &messages), MV_OK);
+    CHECK_EQ_INT(messages, 2);
+    CHECK_EQ_INT(qt_count(who, &o), 2);
+    struct mv_store_file file;
+    CHECK_EQ_INT(mv_store_file_inspect(who, &o, &file), MV_OK);
+    CHECK_EQ_INT(file.pending, 2);
+}
+
 int main(void)
 {
     if (sodium_init() < 0) {
@@ -719,5 +876,8 @@ int main(void)
     TEST(test_drain_in_steps);
     TEST(test_drain_steps_two_handles);
     TEST(test_refused_inside_batch);
+    TEST(test_stuck_files_end_the_drain);
+    TEST(test_drain_step_bounds);
+    TEST(test_count_and_usage_agree);
     return th_summary();
 }

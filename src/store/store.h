@@ -88,6 +88,8 @@ struct mv_store {
     /* Bodies may be waiting for mv_store_purge() (refcount 0): set at open and by every
      * expunge or mailbox delete, cleared when a purge finds none; 0 spares the purge a read. */
     int purge_hint;
+    /* Where a stepped drain of the sealed queue is (store_queue.c), NULL between drains. */
+    struct store_queue_round *queue_round;
 };
 
 /* ---- store_path.c ---- */
@@ -244,5 +246,7 @@ int store_queue_init_keys(mv_store *s);
  * message_size_max stay queued (reported in errmsg). max: at most that many files (0: all); *moved:
  * deliveries appended; *more: 1 if it stopped at max with due files left. */
 int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more);
+/* Frees the handle's drain position (mv_store_close). */
+void store_queue_round_free(mv_store *s);
 
 #endif /* MV_STORE_H */

@@ -84,12 +84,32 @@ _Static_assert(crypto_box_SEALBYTES == 48, "a sealed box adds 48 bytes");
 _Static_assert(sizeof STORE_QUEUE_SUFFIX - 1 == STORE_QUEUE_SUFFIX_LEN, "suffix length");
 _Static_assert(STORE_QUEUE_KEY_SIZE == STORE_PUBLIC_KEY_SIZE, "public key size");
 
-struct store_queue_drain {
-    mv_store *s;
+/* Where a drain is in the queue, kept in the store handle between steps (mv_queue_drain_step),
+ * so a step costs what it takes, not a listing of the whole queue: a ROUND is one walk of the
+ * queue in name (arrival) order, its directory read once per STORE_SCAN_BATCH names. When a
+ * round ends, another starts if the round moved or set aside a file, or saw one stamped after
+ * its start (a new arrival); a round that did neither ends the drain. So files that can never
+ * be removed (an unlink refused, say) end the drain instead of being taken again forever. */
+struct store_queue_round {
+    struct store_scan *scan;
+    char held[STORE_QUEUE_NAME_LEN + 1];    /* handed out by the scan, not yet taken ("") */
+    char now[STORE_QUEUE_STAMP_DIGITS + 1]; /* files stamped later wait for the next round */
+    int full;                               /* mv_queue_drain(max 0): one round, no resume */
+    int progress;                           /* this round moved or set aside a file */
+    int later;                              /* this round skipped a file stamped after now */
+    int prev_progress;                      /* the round before this one did */
+    int keys;                               /* pk and sk loaded, .pub checked */
     uint8_t pk[crypto_box_PUBLICKEYBYTES];
     uint8_t sk[crypto_box_SECRETKEYBYTES];
+};
+
+struct store_queue_drain {
+    mv_store *s;
+    struct store_queue_round *round;
+    const struct mv_drain_bounds *bounds; /* NULL: the whole queue (an open) */
+    struct timespec start;
+    uint8_t *pk, *sk; /* the round's */
     int64_t inbox_id;
-    char now[STORE_QUEUE_STAMP_DIGITS + 1]; /* files stamped later wait for the next open */
     uint64_t file_size_max;
     uint32_t rejected; /* moved to rejected/ */
     uint32_t left;     /* too large or unreadable: left in the queue */
@@ -101,13 +121,14 @@ struct store_queue_drain {
     size_t pending_count;
     int in_txn;             /* the batch's transaction is open (synchronous=FULL set) */
     uint32_t moved_pending; /* appended in the open transaction */
-    uint32_t max;           /* files to take in this drain; 0: every one due */
     uint32_t taken;         /* files opened and dealt with (stored, found stored, rejected) */
     uint32_t moved;         /* deliveries appended to INBOX */
-    int more;               /* stopped at max with due files left */
+    int more;               /* stopped at a bound with the round not finished */
 };
 
-#define STORE_QUEUE_BATCH 32 /* deliveries per durable commit (one WAL fsync) */
+/* Deliveries per durable commit (one WAL fsync) at most: a bounded step is one transaction
+ * unless it takes more; an open's whole drain commits every this many. */
+#define STORE_QUEUE_BATCH 64
 
 __attribute__((format(printf, 4, 5))) static int
 store_queue_error(char *errmsg, size_t size, int code, const char *fmt, ...)
@@ -590,6 +611,18 @@ static int store_queue_dir_open(const char *address, const struct mv_store_optio
     return MV_OK;
 }
 
+/* Whether a directory entry is a regular file, not followed if it is a link (what the drain
+ * opens, O_NOFOLLOW): from d_type, with an lstat only where the file system leaves it out.
+ * mv_queue_count and mv_queue_usage both count by it, so they agree. */
+static int store_queue_entry_regular(DIR *d, const struct dirent *e)
+{
+    if (e->d_type != DT_UNKNOWN) {
+        return e->d_type == DT_REG;
+    }
+    struct stat st;
+    return fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+}
+
 int mv_queue_count(const char *address, const struct mv_store_options *opts, uint32_t *count_out)
 {
     *count_out = 0;
@@ -601,7 +634,8 @@ int mv_queue_count(const char *address, const struct mv_store_options *opts, uin
     struct dirent *e;
     uint32_t count = 0;
     for (errno = 0; (e = readdir(d)) != NULL; errno = 0) {
-        if (store_queue_entry_name_ok(e->d_name) && count < UINT32_MAX) {
+        if (store_queue_entry_name_ok(e->d_name) && store_queue_entry_regular(d, e) &&
+            count < UINT32_MAX) {
             count++;
         }
     }
@@ -659,10 +693,19 @@ int mv_queue_usage(const char *address,
 
 /* ---- the drain ------------------------------------------------------------------------ */
 
+/* The scan's filter: a delivery's name, stamped no later than the round's start (a later one
+ * is noted: the next round takes it). */
 static int store_queue_accept_due(void *arg, const char *name)
 {
-    const struct store_queue_drain *q = arg;
-    return store_queue_entry_name_ok(name) && strncmp(name, q->now, STORE_QUEUE_STAMP_DIGITS) <= 0;
+    struct store_queue_round *r = arg;
+    if (!store_queue_entry_name_ok(name)) {
+        return 0;
+    }
+    if (strncmp(name, r->now, STORE_QUEUE_STAMP_DIGITS) > 0) {
+        r->later = 1;
+        return 0;
+    }
+    return 1;
 }
 
 static void
@@ -719,6 +762,7 @@ static void store_queue_reject(struct store_queue_drain *q, const char *name)
     if ((mkdir(dir, 0700) == 0 || errno == EEXIST) && rename(from, to) == 0) {
         q->rejected++;
         q->dirty = 1;
+        q->round->progress = 1;
         (void)store_fsync_dir(dir); /* at worst the file reappears in the queue */
     } else {
         q->left++;
@@ -797,6 +841,8 @@ static int store_queue_flush(struct store_queue_drain *q)
         store_queue_path(q, q->pending[i], path, sizeof path);
         if (unlink(path) != 0 && errno != ENOENT) {
             q->left++; /* stays; its meta row keeps it from being appended twice */
+        } else {
+            q->round->progress = 1; /* a file left the queue: the round did something */
         }
     }
     q->pending_count = 0;
@@ -895,12 +941,43 @@ cleanup:
     return rc;
 }
 
-/* Every due queue file, in name (arrival) order; with a bound, at most q->max of them (q->more
- * says whether a due file was left for the next drain). */
-static int store_queue_run(struct store_queue_drain *q)
+/* Whether the step has reached its bounds (asked before each file after the first). */
+static int store_queue_bound_reached(const struct store_queue_drain *q)
 {
-    struct store_scan *scan = NULL;
-    int rc = store_scan_open(q->s->queue_dir, store_queue_accept_due, q, &scan);
+    const struct mv_drain_bounds *b = q->bounds;
+    if (b == NULL || q->taken == 0) {
+        return 0;
+    }
+    if (b->max != 0 && q->taken >= b->max) {
+        return 1;
+    }
+    if (b->time_ms != 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t ms = (int64_t)(ts.tv_sec - q->start.tv_sec) * 1000 +
+                     (ts.tv_nsec - q->start.tv_nsec) / 1000000;
+        if (ms >= (int64_t)b->time_ms) {
+            return 1;
+        }
+    }
+    return b->yield_fn != NULL && b->yield_fn(b->yield_arg) != 0;
+}
+
+/* Starts a round: the cutoff, a fresh listing. MV_OK (r->scan NULL: no queue directory),
+ * or an error (q->unreadable set for a directory that cannot be read). */
+static int store_queue_round_begin(struct store_queue_drain *q)
+{
+    struct store_queue_round *r = q->round;
+    store_scan_close(&r->scan);
+    r->held[0] = '\0';
+    r->prev_progress = r->progress;
+    r->progress = 0;
+    r->later = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    snprintf(r->now, sizeof r->now, "%020llu", (unsigned long long)ns);
+    int rc = store_scan_open(q->s->queue_dir, store_queue_accept_due, r, &r->scan);
     if (rc == MV_ENOTFOUND) {
         return MV_OK;
     }
@@ -908,12 +985,59 @@ static int store_queue_run(struct store_queue_drain *q)
         q->unreadable = 1;
         return rc == MV_ENOMEM ? store_fail(q->s, rc, "out of memory") : MV_OK;
     }
-    const char *name = NULL;
-    int more;
-    while ((more = store_scan_next(scan, &name)) == 1) {
-        if (q->max != 0 && q->taken >= q->max) {
-            q->more = 1; /* the scan holds a due name: there is work for the next call */
-            more = 0;
+    return MV_OK;
+}
+
+/* The round's next due name: 1 (into name), 0 when the round is over, or MV_EIO. */
+static int store_queue_round_next(struct store_queue_round *r, char *name)
+{
+    if (r->held[0] != '\0') {
+        memcpy(name, r->held, sizeof r->held);
+        r->held[0] = '\0';
+        return 1;
+    }
+    const char *next = NULL;
+    int more = r->scan != NULL ? store_scan_next(r->scan, &next) : 0;
+    if (more == 1) {
+        snprintf(name, STORE_QUEUE_NAME_LEN + 1, "%s", next); /* the scan accepted the form */
+    }
+    return more;
+}
+
+/* Due queue files in name (arrival) order, within the step's bounds (q->more: the round goes
+ * on at the next step). Round after round while rounds do something (struct
+ * store_queue_round); a whole-queue drain (an open) is one round. */
+static int store_queue_run(struct store_queue_drain *q)
+{
+    struct store_queue_round *r = q->round;
+    int rc = MV_OK;
+    char name[STORE_QUEUE_NAME_LEN + 1];
+    for (;;) {
+        int got = store_queue_round_next(r, name);
+        if (got < 0) {
+            q->unreadable = 1;
+        }
+        if (got != 1) {
+            /* The round is over: another one (bounded steps only) if it did something, or
+             * if it skipped newer files after a round that did (not after two idle rounds:
+             * a file stamped in the future stays "newer"). */
+            if (r->full || got < 0) {
+                break;
+            }
+            /* the round's files leave the queue before it is listed again */
+            rc = store_queue_flush(q);
+            if (rc != MV_OK || !(r->progress || (r->later && r->prev_progress))) {
+                break;
+            }
+            rc = store_queue_round_begin(q);
+            if (rc != MV_OK || r->scan == NULL) {
+                break;
+            }
+            continue;
+        }
+        if (store_queue_bound_reached(q)) {
+            memcpy(r->held, name, sizeof r->held); /* the next step starts with it */
+            q->more = 1;
             break;
         }
         rc = store_queue_take(q, name);
@@ -926,10 +1050,6 @@ static int store_queue_run(struct store_queue_drain *q)
     } else {
         store_queue_abandon(q);
     }
-    if (more < 0) {
-        q->unreadable = 1;
-    }
-    store_scan_close(&scan);
     return rc;
 }
 
@@ -1034,34 +1154,58 @@ static void store_queue_note(const struct store_queue_drain *q, int pub_rewritte
     }
 }
 
-/* Keys, .pub check, INBOX, the time bound: everything a drain needs before the first file. */
+/* Keys, .pub check (once per drain), INBOX, the size bound: what a step needs before the
+ * first file. */
 static int store_queue_drain_prepare(struct store_queue_drain *q, int *pub_rewritten)
 {
     mv_store *s = q->s;
-    int rc = store_queue_keys_ensure(s, q->pk, q->sk);
-    if (rc == MV_OK) {
-        rc = store_queue_pub_sync(s, q->pk, pub_rewritten);
+    struct store_queue_round *r = q->round;
+    int rc = MV_OK;
+    if (!r->keys) {
+        rc = store_queue_keys_ensure(s, r->pk, r->sk);
+        if (rc == MV_OK) {
+            rc = store_queue_pub_sync(s, r->pk, pub_rewritten);
+        }
+        r->keys = rc == MV_OK;
     }
+    q->pk = r->pk;
+    q->sk = r->sk;
     if (rc == MV_OK) {
         rc = store_mailbox_id(s, "INBOX", &q->inbox_id);
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-    snprintf(q->now, sizeof q->now, "%020llu", (unsigned long long)ns);
     uint64_t framing = STORE_QUEUE_HEADER_SIZE + crypto_box_SEALBYTES;
     q->file_size_max = s->limits.message_size_max > UINT64_MAX - framing
                            ? UINT64_MAX
                            : s->limits.message_size_max + framing;
+    if (rc == MV_OK && r->scan == NULL && r->now[0] == '\0') {
+        r->progress = 1; /* the drain's first round: newer files get one more round */
+        rc = store_queue_round_begin(q);
+    }
     return rc;
 }
 
-int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more)
+void store_queue_round_free(mv_store *s)
+{
+    struct store_queue_round *r = s->queue_round;
+    if (r != NULL) {
+        store_scan_close(&r->scan);
+        sodium_memzero(r, sizeof *r);
+        free(r);
+        s->queue_round = NULL;
+    }
+}
+
+/* One drain call: bounds NULL drains the whole queue (what was due when it started). */
+static int store_queue_drain_bounded(mv_store *s,
+                                     const struct mv_drain_bounds *bounds,
+                                     uint32_t *moved,
+                                     int *more)
 {
     struct store_queue_drain q;
     memset(&q, 0, sizeof q);
     q.s = s;
-    q.max = max;
+    q.bounds = bounds;
+    clock_gettime(CLOCK_MONOTONIC, &q.start);
     *moved = 0;
     *more = 0;
     int pub_rewritten = 0;
@@ -1069,10 +1213,17 @@ int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more)
     if (rc != MV_OK) {
         return store_fail(s, rc, "libsodium failed to initialise");
     }
+    if (bounds == NULL) {
+        store_queue_round_free(s); /* a whole drain walks the queue afresh */
+    }
+    if (s->queue_round == NULL && (s->queue_round = calloc(1, sizeof *s->queue_round)) == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory draining the queue");
+    }
+    q.round = s->queue_round;
+    q.round->full = bounds == NULL;
     /* Each drained entry's commit must be on disk before its queue file is deleted: the
-     * deliveries commit with synchronous=NORMAL, and every STORE_QUEUE_BATCH of them (and
-     * the last ones) are made durable by one synchronous=FULL commit before their files go
-     * (store_queue_flush): one fsync per batch, not per message. */
+     * step's deliveries (up to STORE_QUEUE_BATCH of them) are one transaction committed with
+     * synchronous=FULL before their files go (store_queue_flush): one fsync per step. */
     q.pending = malloc(STORE_QUEUE_BATCH * sizeof *q.pending);
     if (q.pending == NULL) {
         return store_fail(s, MV_ENOMEM, "out of memory draining the queue");
@@ -1089,7 +1240,7 @@ int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more)
         rc = store_queue_forget(&q);
     }
     if (rc == MV_OK) {
-        if (!q.more) { /* a directory walk: once per full drain, not per step */
+        if (!q.more) { /* a directory walk: once per drain, not per step */
             store_queue_sweep(s->queue_dir);
         }
         store_queue_note(&q, pub_rewritten);
@@ -1097,11 +1248,22 @@ int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more)
     *moved = q.moved;
     *more = rc == MV_OK && q.more;
     free(q.pending);
-    sodium_memzero(q.sk, sizeof q.sk);
+    if (!*more) {
+        store_queue_round_free(s); /* done (or failed): the next drain starts afresh */
+    }
     return rc;
 }
 
-int mv_queue_drain(mv_store *store, uint32_t max, uint32_t *moved_out, int *more_out)
+int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more)
+{
+    struct mv_drain_bounds b = {.max = max};
+    return store_queue_drain_bounded(s, max == 0 ? NULL : &b, moved, more);
+}
+
+static int store_queue_drain_api(mv_store *store,
+                                 const struct mv_drain_bounds *bounds,
+                                 uint32_t *moved_out,
+                                 int *more_out)
 {
     uint32_t moved = 0;
     int more = 0, rc;
@@ -1111,7 +1273,7 @@ int mv_queue_drain(mv_store *store, uint32_t max, uint32_t *moved_out, int *more
         rc = store_fail(store, MV_EINVAL, "the store is open read-only: the queue is not drained");
     } else {
         (void)store_fail(store, MV_OK, "%s", ""); /* a note is about this drain only */
-        rc = store_queue_drain(store, max, &moved, &more);
+        rc = store_queue_drain_bounded(store, bounds, &moved, &more);
     }
     if (moved_out != NULL) {
         *moved_out = moved;
@@ -1120,4 +1282,28 @@ int mv_queue_drain(mv_store *store, uint32_t max, uint32_t *moved_out, int *more
         *more_out = more;
     }
     return rc;
+}
+
+int mv_queue_drain(mv_store *store, uint32_t max, uint32_t *moved_out, int *more_out)
+{
+    struct mv_drain_bounds b = {.max = max};
+    return store_queue_drain_api(store, max == 0 ? NULL : &b, moved_out, more_out);
+}
+
+int mv_queue_drain_step(mv_store *store,
+                        const struct mv_drain_bounds *bounds,
+                        uint32_t *moved_out,
+                        int *more_out)
+{
+    const struct mv_drain_bounds *b = bounds;
+    if (b == NULL || (b->max == 0 && b->time_ms == 0 && b->yield_fn == NULL)) {
+        if (moved_out != NULL) {
+            *moved_out = 0;
+        }
+        if (more_out != NULL) {
+            *more_out = 0;
+        }
+        return MV_EINVAL;
+    }
+    return store_queue_drain_api(store, b, moved_out, more_out);
 }
