@@ -895,8 +895,7 @@ static void imap_append_message(struct imap_ctx *x,
         return;
     }
     struct mv_mailbox_info target;
-    int over =
-        quota_exceeded(x->s->store->store, worker_config(x->s->worker), x->s->user, msg->len, 1);
+    int over = quota_exceeded(x->s->store, worker_config(x->s->worker), x->s->user, msg->len, 1);
     if (over != 0 && mv_mailbox_status(x->s->store->store, name, &target) == MV_OK) {
         /* (a missing mailbox falls through to TRYCREATE below) */
         imap_tagged(x, "NO", "[OVERQUOTA] the message would exceed your %s quota",

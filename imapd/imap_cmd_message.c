@@ -323,8 +323,8 @@ static void imap_transfer(struct imap_ctx *x, int move)
         copy_bytes += v->msgs[idx[i]].size;
     }
     int over = move || n == 0 ? 0
-                              : quota_exceeded(x->s->store->store, worker_config(x->s->worker),
-                                               x->s->user, copy_bytes, n);
+                              : quota_exceeded(x->s->store, worker_config(x->s->worker), x->s->user,
+                                               copy_bytes, n);
     if (over != 0) { /* MOVE never grows the usage */
         free(idx);
         imap_tagged(x, "NO", "[OVERQUOTA] the copy would exceed your %s quota",

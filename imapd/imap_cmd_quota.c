@@ -24,7 +24,7 @@ static struct quota_limits imap_quota_limits(struct imap_ctx *x)
 static int imap_quota_line(struct imap_ctx *x, const struct quota_limits *limits)
 {
     struct quota_usage used;
-    int rc = quota_used(x->s->store->store, &used);
+    int rc = quota_used_open(x->s->store, worker_config(x->s->worker), &used);
     if (rc != MV_OK) {
         imap_tagged_store_error(x, rc, x->cmd->name);
         return -1;

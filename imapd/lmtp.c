@@ -4,7 +4,7 @@
  * XCLIENT for trusted proxies (trusted_networks).
  *
  * IMPLEMENTATION NOTES
- *   - RCPT checks that the store exists (mv_queue_count: no password needed; 550 if not) in
+ *   - RCPT checks that the store exists (mv_store_exists: no password needed; 550 if not) in
  *     a job on the recipient's worker, so the loop never waits on the filesystem. The
  *     connection is busy meanwhile: pipelined RCPTs are checked one by one, answered in order.
  *   - After DATA each recipient's delivery is a job on the recipient's worker: if that
@@ -256,7 +256,7 @@ static void lmtp_job_run(struct job *job)
      * older ones (worker.c THE DRAIN): UIDs follow arrival order. */
     if (open != NULL && !open->drain_more) {
         j->direct = 1;
-        over = quota_exceeded(open->store, cfg, j->address, data->len, 1);
+        over = quota_exceeded(open, cfg, j->address, data->len, 1);
         if (over != 0) {
             j->rc = LMTP_OVERQUOTA;
             snprintf(err, sizeof err, "over the %s quota", quota_over_text(over));
@@ -395,8 +395,7 @@ static void lmtp_rcpt_run(struct job *job)
         j->rc = MV_OK; /* open on this worker, so it exists: no filesystem walk */
         return;
     }
-    uint32_t queued = 0;
-    j->rc = mv_queue_count(j->address, &opts, &queued);
+    j->rc = mv_store_exists(j->address, &opts); /* not a count of its queue: one access() */
 }
 
 static void lmtp_rcpt_done(struct job *job)

@@ -7,7 +7,8 @@
  * defaults quota_kib and quota_messages; 0 is unlimited).
  *
  * USAGE
- *   quota_exceeded(store, cfg, address, add_bytes, add_messages)   the store is open
+ *   quota_exceeded(open_store, cfg, address, add_bytes, add_messages)   the store is open
+ *   quota_used_open(open_store, cfg, out)   its usage, with what its queue still holds
  *   quota_sealed_exceeded(cfg, address, add_bytes, why, size)      it is not (LMTP)
  *   quota_note(address, store)          the worker opened or is closing the store
  *   quota_used(store, out)              the usage of an open store (GETQUOTA)
@@ -16,7 +17,10 @@
  * IMPLEMENTATION NOTES
  *   - The usage of an open store is summed over the mailbox rows (mv_mailbox_list_*:
  *     messages and size_bytes are columns the store keeps up to date), so it costs one row
- *     per mailbox, never a walk of the messages.
+ *     per mailbox, never a walk of the messages. While the worker still drains the store's
+ *     sealed queue (worker.c THE DRAIN), what the queue holds counts too (mv_queue_usage,
+ *     less the sealing), for GETQUOTA and for APPEND/COPY: mail sealed before the login is
+ *     the user's mail even before it is moved into INBOX.
  *   - A sealed delivery (store not open, no password) cannot read those encrypted counters.
  *     It uses the usage last seen while the store was open here (quota_note: after each
  *     open, which has drained the queue, and before each close, so every append, copy,
@@ -44,6 +48,7 @@
 #include "config.h"
 #include "loop.h"
 #include "mailvault.h"
+#include "worker.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -87,6 +92,29 @@ int quota_used(mv_store *store, struct quota_usage *out)
     return MV_OK;
 }
 
+/* The sealing around each queued message (docs/DELIVERY.md): what a queue file holds beyond
+ * the message it delivers. */
+#define QUOTA_SEAL_BYTES 76
+
+int quota_used_open(const struct open_store *os, const struct config *cfg, struct quota_usage *out)
+{
+    int rc = quota_used(os->store, out);
+    if (rc != MV_OK || !os->drain_more) {
+        return rc;
+    }
+    /* Still draining: the deliveries not yet moved in are the user's mail too. The worker
+     * thread runs both this and the drain steps, so no step runs between the two reads. */
+    struct mv_store_options opts = config_store_options(cfg);
+    uint64_t bytes = 0, messages = 0;
+    rc = mv_queue_usage(os->address, &opts, QUOTA_QUEUE_SCAN_MAX, &bytes, &messages);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    out->bytes += bytes > messages * QUOTA_SEAL_BYTES ? bytes - messages * QUOTA_SEAL_BYTES : 0;
+    out->messages += messages;
+    return MV_OK;
+}
+
 /* Whether used + add goes over limit (0: unlimited), without overflow. */
 static int quota_over(uint64_t used, uint64_t add, uint64_t limit)
 {
@@ -109,7 +137,7 @@ static int quota_check(const struct quota_limits *limits,
     return over;
 }
 
-int quota_exceeded(mv_store *store,
+int quota_exceeded(const struct open_store *os,
                    const struct config *cfg,
                    const char *address,
                    uint64_t add_bytes,
@@ -120,7 +148,7 @@ int quota_exceeded(mv_store *store,
     if (limits.storage_kib == 0 && limits.messages == 0) {
         return 0;
     }
-    if (quota_used(store, &used) != MV_OK) {
+    if (quota_used_open(os, cfg, &used) != MV_OK) {
         return 0; /* the append itself will report a broken store */
     }
     return quota_check(&limits, &used, add_bytes, add_messages, 1);

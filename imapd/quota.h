@@ -37,9 +37,13 @@ struct quota_limits quota_limits_for(const struct config *cfg, const char *addre
 /* ---- quota.c ---- */
 /* The usage of an open store, summed over its mailbox rows. MV_OK or an MV_* code. */
 int quota_used(mv_store *store, struct quota_usage *out);
+struct open_store;
+/* The usage of an open store, plus what its sealed queue still holds while it drains (worker
+ * thread of the store only). MV_OK or an MV_* code. */
+int quota_used_open(const struct open_store *os, const struct config *cfg, struct quota_usage *out);
 /* 0, or QUOTA_OVER_* bits: storing add_bytes in add_messages more messages in the open store
- * of address would go over its limits. */
-int quota_exceeded(mv_store *store,
+ * of address (with its queue, as quota_used_open) would go over its limits. */
+int quota_exceeded(const struct open_store *os,
                    const struct config *cfg,
                    const char *address,
                    uint64_t add_bytes,

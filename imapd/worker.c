@@ -79,9 +79,12 @@
  * to a job that comes once it has run WORKER_DRAIN_MIN_MS (so the commit, a step's fixed cost,
  * is shared by several deliveries, and a command waits at most about that long). */
 #define WORKER_DRAIN_LOGIN_MS 15
-#define WORKER_DRAIN_MIN_MS   25
+#define WORKER_DRAIN_MIN_MS   25 /* of the thread's CPU time: the same work on a busy machine */
 #define WORKER_DRAIN_STEP_MS  250
 #define WORKER_DRAIN_MAX      1024
+/* After the login's step, the next steps wait this long, so the client's next command (the
+ * SELECT that follows a LOGIN) runs first instead of behind a step. */
+#define WORKER_DRAIN_GRACE_MS 30
 
 struct worker {
     pthread_t thread;
@@ -243,6 +246,7 @@ int worker_store_acquire(struct worker *w,
      * drain step notes it again */
     quota_note(address, s->store);
     s->drain_more = 1; /* the first step finds out whether anything is queued */
+    s->drain_after_ms = worker_now_ms() + WORKER_DRAIN_GRACE_MS;
     memcpy(s->verifier, verifier, sizeof verifier);
     OPENSSL_cleanse(verifier, sizeof verifier);
     s->refs = 1;
@@ -462,27 +466,44 @@ static void worker_drain_done(struct job *job)
     free(job);
 }
 
-/* The open store whose queue still drains, or NULL (worker thread only). */
-static struct open_store *worker_drain_due(struct worker *w)
+/* The open store whose queue still drains and is due for a step, or NULL (worker thread
+ * only); *wait_ms: how long until one that drains is due (unchanged if none waits). */
+static struct open_store *worker_drain_due(struct worker *w, int64_t *wait_ms)
 {
+    int64_t now = worker_now_ms();
     for (int i = 0; i < w->stores_max; i++) {
-        if (w->stores[i].store != NULL && w->stores[i].drain_more) {
-            return &w->stores[i];
+        struct open_store *s = &w->stores[i];
+        if (s->store != NULL && s->drain_more) {
+            if (now >= s->drain_after_ms) {
+                return s;
+            }
+            if (s->drain_after_ms - now < *wait_ms) {
+                *wait_ms = s->drain_after_ms - now;
+            }
         }
     }
     return NULL;
 }
 
+static int64_t worker_thread_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 struct worker_drain_yield {
     struct worker *w;
-    int64_t start_ms;
+    int64_t start_cpu_ms;
 };
 
-/* mv_drain_bounds.yield_fn: a job waits and the step has had its WORKER_DRAIN_MIN_MS. */
+/* mv_drain_bounds.yield_fn: a job waits and the step has had its WORKER_DRAIN_MIN_MS of CPU
+ * (wall time would shrink the steps, and add commits, on a machine busy with other work). */
 static int worker_drain_yield(void *arg)
 {
     const struct worker_drain_yield *y = arg;
-    return worker_now_ms() - y->start_ms >= WORKER_DRAIN_MIN_MS && worker_job_waiting(y->w);
+    return worker_thread_cpu_ms() - y->start_cpu_ms >= WORKER_DRAIN_MIN_MS &&
+           worker_job_waiting(y->w);
 }
 
 /* One drain step of s (THE DRAIN); login: the step inside the login. */
@@ -491,7 +512,7 @@ static void worker_drain_step(struct worker *w, struct open_store *s, int login)
     uint32_t moved = 0;
     int more = 0;
     int64_t start_ms = worker_now_ms();
-    struct worker_drain_yield y = {w, start_ms};
+    struct worker_drain_yield y = {w, worker_thread_cpu_ms()};
     struct mv_drain_bounds b = {.max = WORKER_DRAIN_MAX,
                                 .time_ms = login ? WORKER_DRAIN_LOGIN_MS : WORKER_DRAIN_STEP_MS,
                                 .yield_fn = login ? NULL : worker_drain_yield,
@@ -559,11 +580,12 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&w->lock);
     /* at a stop, the queued jobs still run (drain steps do not: the queue stays on disk) */
     while (!w->stop || w->head[JOB_LANE_SHORT] != NULL || w->head[JOB_LANE_LONG] != NULL) {
-        struct open_store *drain = w->stop ? NULL : worker_drain_due(w);
+        int64_t wait_ms = next_sweep_ms - worker_now_ms();
+        struct open_store *drain = w->stop ? NULL : worker_drain_due(w, &wait_ms);
         if (w->head[JOB_LANE_SHORT] == NULL && w->head[JOB_LANE_LONG] == NULL && !w->stop &&
             drain == NULL) {
-            int64_t wait_ms = next_sweep_ms - worker_now_ms();
             worker_wait(w, wait_ms > 0 ? wait_ms : 1);
+            drain = w->stop ? NULL : worker_drain_due(w, &wait_ms);
         }
         int drain_turn = 0;
         struct job *job = worker_take(w, drain != NULL, &drain_turn);

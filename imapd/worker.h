@@ -60,6 +60,7 @@ struct open_store {
      * (MV_STORE_DRAIN_LATER) and the worker drains them in steps between jobs (worker.c
      * "THE DRAIN"); LMTP seals into the queue meanwhile, so INBOX keeps arrival order. */
     int drain_more;
+    int64_t drain_after_ms; /* no step before (monotonic ms): the login's next command first */
     struct imap_view_cache *view_cache; /* the IMAP views SELECT copies (imap_view_cache.c) */
 };
 /* Frees a store's cached views (when it is closed); *c becomes NULL. */

@@ -866,10 +866,18 @@ MV_API MV_MUST_CHECK int mv_deliver_sealed(const char *address,
                                            char *errmsg,
                                            size_t errmsg_size);
 
-/* Deliveries waiting in the queue of address (readable without the password).
+/* Deliveries waiting in the queue of address (readable without the password): its regular
+ * files with a delivery's name (a symbolic link is not one), as mv_queue_usage() counts them.
+ * Reads the whole queue directory; to ask only whether the store exists, mv_store_exists().
  * Returns MV_OK, MV_EINVAL (bad address), MV_ENOTFOUND (no store) or MV_EIO. */
 MV_API MV_MUST_CHECK int
 mv_queue_count(const char *address, const struct mv_store_options *opts, uint32_t *count_out);
+
+/* Whether the store of address exists, without the password and without opening it (one
+ * access(2); a server's check of an LMTP recipient, per delivery, whatever its queue holds).
+ * Thread-safe; safe on a store this process has open. Returns MV_OK (it exists),
+ * MV_ENOTFOUND, MV_EINVAL (bad address) or MV_EIO. */
+MV_API MV_MUST_CHECK int mv_store_exists(const char *address, const struct mv_store_options *opts);
 
 /* The directory entries mv_queue_usage() reads at most by default. */
 #define MV_QUEUE_SCAN_MAX 1000000u

@@ -22,7 +22,7 @@ imapd_test_setup cli_imapd_drain 2
 init_users alice@example.org bob@example.org
 
 start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
-    --lmtp-port=0 --workers=1 --metrics-listen=127.0.0.1:0
+    --lmtp-port=0 --workers=1 --metrics-listen=127.0.0.1:0 --quota-messages=1000000
 
 run_client 300 "$PY" tests/imapd_drain.py --imap "$(port imap)" --lmtp "$(port lmtp)" \
     --metrics "$(port metrics)" \

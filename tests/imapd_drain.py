@@ -82,6 +82,15 @@ def test_drain_after_login(args):
     first = exists_of(untagged)
     R.report("SELECT answers OK with what is committed so far (EXISTS %s)" % first,
              b" OK" in tagged and first is not None and first <= QUEUED)
+    # RFC 9208: the usage is the user's mail, also the part still queued while it drains
+    untagged, tagged = c.command('GETQUOTA ""')
+    used = None
+    for text, _ in untagged:
+        m = re.search(rb"MESSAGE (\d+) ", text)
+        if m:
+            used = int(m.group(1))
+    R.report("GETQUOTA right after the login counts the queued mail too (MESSAGE %s of %d)"
+             % (used, QUEUED), b" OK" in tagged and used == QUEUED)
     acked = lmtp_send(args.lmtp, user, range(QUEUED, QUEUED + DURING))
     R.report("%d more acknowledged while the drain runs" % DURING, acked == DURING)
     total, deadline, seen = QUEUED + DURING, time.monotonic() + TIMEOUT, first or 0

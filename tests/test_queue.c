@@ -857,6 +857,10 @@ static void test_count_and_usage_agree(void)
     struct mv_store_file file;
     CHECK_EQ_INT(mv_store_file_inspect(who, &o, &file), MV_OK);
     CHECK_EQ_INT(file.pending, 2);
+    /* the existence check LMTP makes per recipient, without counting the queue */
+    CHECK_EQ_INT(mv_store_exists(who, &o), MV_OK);
+    CHECK_EQ_INT(mv_store_exists("nobody@example.org", &o), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_store_exists("../x@example.org", &o), MV_EINVAL);
 }
 
 int main(void)

@@ -589,6 +589,19 @@ int store_queue_entry_name_ok(const char *name)
     return 1;
 }
 
+int mv_store_exists(const char *address, const struct mv_store_options *opts)
+{
+    struct store_paths paths;
+    int rc = store_paths_resolve(address, opts, &paths, NULL, 0);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (access(paths.db_path, F_OK) != 0) {
+        return errno == ENOENT ? MV_ENOTFOUND : MV_EIO;
+    }
+    return MV_OK;
+}
+
 /* Opens the queue directory of address's store for a scan: MV_OK with *d set, MV_OK with *d
  * NULL when the store has no queue directory (nothing queued), MV_ENOTFOUND when there is no
  * store, else an MV_* code. access() and opendir() only: no descriptor of the store's own
@@ -597,12 +610,12 @@ static int store_queue_dir_open(const char *address, const struct mv_store_optio
 {
     struct store_paths paths;
     *d = NULL;
-    int rc = store_paths_resolve(address, opts, &paths, NULL, 0);
+    int rc = mv_store_exists(address, opts);
+    if (rc == MV_OK) {
+        rc = store_paths_resolve(address, opts, &paths, NULL, 0);
+    }
     if (rc != MV_OK) {
         return rc;
-    }
-    if (access(paths.db_path, F_OK) != 0) {
-        return errno == ENOENT ? MV_ENOTFOUND : MV_EIO;
     }
     *d = opendir(paths.queue_dir);
     if (*d == NULL) {
