@@ -287,9 +287,14 @@ static void fh_old_and_damaged(const char *name, const char *m, size_t len)
     CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", uid, &head, &head_len), MV_ECORRUPT);
     CHECK(head == NULL);
     /* The bodies row gone: MV_ECORRUPT, not "no such message". */
+    CHECK_EQ_INT(mv_message_fetch(s, "INBOX", uid, &whole, &whole_len), MV_ECORRUPT);
     CHECK_EQ_INT(tu_exec(db, "DELETE FROM bodies"), SQLITE_OK);
     CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", uid, &head, &head_len), MV_ECORRUPT);
     CHECK(head == NULL);
+    CHECK_EQ_INT(mv_message_fetch(s, "INBOX", uid, &whole, &whole_len), MV_ECORRUPT);
+    CHECK(whole == NULL);
+    CHECK_EQ_INT(mv_message_fetch(s, "INBOX", uid + 1, &whole, &whole_len), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_message_fetch(s, "Nope", uid, &whole, &whole_len), MV_ENOTFOUND);
     mv_store_close(&s);
 }
 

@@ -60,6 +60,12 @@ int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_
 int store_message_header_get(
     mv_store *s, int64_t mailbox_id, uint32_t uid, uint8_t **raw_out, size_t *len_out);
 
+/* store_body_get() of message uid of mailbox_id, the message's and body's rows read by one
+ * statement. MV_ENOTFOUND (no message set: the caller says what is missing), else as
+ * store_body_get(). */
+int store_message_body_get(
+    mv_store *s, int64_t mailbox_id, uint32_t uid, uint8_t **raw_out, size_t *len_out);
+
 /* Length of the header of raw: up to and including the first empty line (an empty first
  * line, or the first LF followed by LF or by CR LF); len if there is none. mailvaultd uses
  * it too (mv_message_header_len), for the message and for every MIME part's header. */

@@ -567,9 +567,10 @@ static int store_message_fetch_bytes(mv_store *s,
     if (rc == MV_OK) {
         rc = store_mailbox_id(s, mailbox, &mailbox_id);
     }
-    if (rc == MV_OK && header_only) {
+    if (rc == MV_OK) {
         /* found in one statement; when not, the steps below say what is missing */
-        rc = store_message_header_get(s, mailbox_id, uid, &raw, &len);
+        rc = header_only ? store_message_header_get(s, mailbox_id, uid, &raw, &len)
+                         : store_message_body_get(s, mailbox_id, uid, &raw, &len);
         if (rc != MV_ENOTFOUND) {
             goto done;
         }
