@@ -22,6 +22,8 @@
  *   SEARCH in a mailbox of 2,000 messages. A set counts the numbers it names, clamped to the
  *   mailbox (sequence numbers to the message count, UIDs to UIDNEXT - 1 and the message
  *   count), so "1:*" is the whole mailbox and a UID set with gaps counts at most what exists.
+ *   The set is read with imap_parse_seqset, as the command reads it: each number once,
+ *   however the client overlapped its ranges.
  */
 #include "imap_session.h"
 #include "worker.h"
@@ -31,44 +33,39 @@
 
 #define IMAP_LANE_SHORT_MAX 1000
 
-/* A number of a sequence set ("*" is star), or 0 if unreadable. */
-static uint64_t imap_lane_number(const char *p, size_t len, uint64_t star)
+/* The numbers of 1..hi in [first, last] (0 if none). */
+static uint64_t imap_lane_span(uint64_t first, uint64_t last, uint64_t hi)
 {
-    if (len == 1 && p[0] == '*') {
-        return star;
-    }
-    uint64_t n = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (p[i] < '0' || p[i] > '9' || n > UINT32_MAX) {
-            return 0;
-        }
-        n = n * 10 + (uint64_t)(p[i] - '0');
-    }
-    return n;
+    first = first < 1 ? 1 : first;
+    last = last > hi ? hi : last;
+    return last >= first ? last - first + 1 : 0;
 }
 
-/* How many numbers of 1..star the set names (ranges may overlap: counted twice, which only
- * errs towards long). */
+/* How many numbers of 1..star the set names, read by imap_parse_seqset (the parser the
+ * command itself uses): its ranges are disjoint, so each number counts once; the ranges
+ * naming '*' are one interval, whose overlap with the others is counted once too. 0 for
+ * anything that does not parse (the command fails at once). */
 static uint64_t imap_lane_set_count(const struct imap_node *n, uint64_t star)
 {
     if (n == NULL || n->type != IMAP_NODE_ATOM) {
         return 0;
     }
-    uint64_t total = 0;
-    const char *p = n->data, *end = n->data + n->len;
-    while (p < end) {
-        const char *comma = memchr(p, ',', (size_t)(end - p));
-        const char *piece_end = comma != NULL ? comma : end;
-        const char *colon = memchr(p, ':', (size_t)(piece_end - p));
-        uint64_t a = imap_lane_number(p, (size_t)((colon != NULL ? colon : piece_end) - p), star);
-        uint64_t b =
-            colon != NULL ? imap_lane_number(colon + 1, (size_t)(piece_end - colon - 1), star) : a;
-        uint64_t lo = a < b ? a : b, hi = a < b ? b : a;
-        hi = hi > star ? star : hi;
-        lo = lo < 1 ? 1 : lo;
-        total += hi >= lo ? hi - lo + 1 : 0;
-        p = piece_end + (comma != NULL);
+    struct imap_seqset set;
+    if (imap_parse_seqset(n->data, n->len, &set) != 0) {
+        return 0;
     }
+    uint32_t star32 = star > UINT32_MAX ? UINT32_MAX : (uint32_t)star;
+    uint32_t lo = 0, hi = 0;
+    int has_span = imap_seqset_star_span(&set, star32, &lo, &hi);
+    uint64_t total = has_span ? imap_lane_span(lo, hi, star) : 0;
+    for (size_t i = 0; i < set.count; i++) {
+        uint64_t first = set.ranges[i].first, last = set.ranges[i].last;
+        total += imap_lane_span(first, last, star);
+        if (has_span) { /* already counted as part of the star span */
+            total -= imap_lane_span(first > lo ? first : lo, last < hi ? last : hi, star);
+        }
+    }
+    imap_seqset_free(&set);
     return total;
 }
 

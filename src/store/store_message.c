@@ -16,19 +16,22 @@
  *     the nearest), else of an earlier copy of itself (same Message-ID), else of a reply that
  *     arrived first (its In-Reply-To is our Message-ID); else it starts a thread whose id is
  *     its own row id. Every lookup is an index probe.
- *   - UID sets are walked range by range in chunks of STORE_MESSAGE_CHUNK rows (uid > last
- *     seen), read completely before any row is changed: no statement ever steps over rows
- *     that are being updated or deleted, and memory stays bounded whatever the set.
- *   - A flag change allocates one modseq for the whole command, on its first changed message,
- *     and writes one 'flags' change row per changed message; unchanged messages keep their
- *     modseq. mv_flags_set_unchanged_since is the same walk with a test per row (CONDSTORE's
- *     UNCHANGEDSINCE): a row whose modseq is above the bound is collected, not changed, and
- *     because the walk reads the rows inside the write transaction, no writer can change a
- *     message between its test and its change.
- *   - An expunge allocates one modseq the same way and writes 'expunge' rows. COPY gives
- *     each new message its own UID and modseq ('append' rows), shares the body (refcount
- *     + 1), and MOVE is COPY plus expunge of the source in the same transaction (the
- *     refcount does not change).
+ *   - A UID set is one statement whatever its number of ranges: the set is a table
+ *     (mv_uid_ranges, store_uidset.c) joined to the (mailbox_id, uid) index. Rows to change
+ *     are selected by a subquery that SQLite reads completely before the first change, so
+ *     no statement steps over rows it is updating.
+ *   - A flag change allocates one modseq for the whole command; the changed messages carry
+ *     it and unchanged ones keep theirs. mv_flags_set_unchanged_since adds a test per row
+ *     (CONDSTORE's UNCHANGEDSINCE): a row whose modseq is above the bound is collected, not
+ *     changed, and because the test reads the rows inside the write transaction, no writer
+ *     can change a message between its test and its change.
+ *   - The change log (`changes`) gets what `messages` cannot tell: expunges ('expunge' rows,
+ *     for QRESYNC's VANISHED and the views' sync). A flag change or a copy writes no log
+ *     row: CONDSTORE, QRESYNC and the view sync read them off messages.modseq, and a row per
+ *     message cost a quarter of a STORE 1:*.
+ *   - An expunge allocates one modseq the same way. COPY gives the new messages new UIDs
+ *     and one modseq, shares the bodies (refcount + 1), and MOVE is COPY plus expunge of the
+ *     source in the same transaction (the refcount does not change).
  *   - Keywords are IMAP atoms, compared case-insensitively, stored sorted and space-joined.
  *
  * LIMITATIONS
@@ -784,7 +787,7 @@ int store_message_functions(mv_store *s)
                                    NULL, NULL, NULL) != SQLITE_OK) {
         return store_fail_sqlite(s, "registering the store's SQL functions");
     }
-    return MV_OK;
+    return store_uidset_register(s);
 }
 
 /* Steps st (no rows, or rows to ignore) to its end and resets it; *changes gets
@@ -840,26 +843,6 @@ static int store_message_modseq_raise(mv_store *s, int64_t mailbox_id, uint64_t 
     return store_message_run(s, st, "allocating a modseq", NULL);
 }
 
-/* Change-log rows of kind for the messages of mailbox_id that carry modseq (a command's
- * own, just allocated: exactly the messages it changed or added). One statement through
- * the (mailbox_id, modseq) index. */
-static int
-store_message_log_modseq(mv_store *s, int64_t mailbox_id, uint64_t modseq, const char *kind)
-{
-    sqlite3_stmt *st = store_stmt(s, "INSERT OR FAIL INTO changes(mailbox_id, modseq, uid, kind, "
-                                     "at) SELECT ?1, ?2, uid, ?3, ?4 FROM messages "
-                                     "INDEXED BY messages_modseq WHERE mailbox_id = ?1 "
-                                     "AND modseq = ?2");
-    if (st == NULL) {
-        return store_fail_sqlite(s, "writing the change log");
-    }
-    sqlite3_bind_int64(st, 1, mailbox_id);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)modseq);
-    sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 4, (sqlite3_int64)time(NULL));
-    return store_message_run(s, st, "writing the change log", NULL);
-}
-
 /* Resolves mailbox and turns the set (text, or typed ranges when text is NULL and ranges is
  * not; neither: every message when allow_all is set) into clamped ranges. */
 struct store_message_setarg {
@@ -902,6 +885,14 @@ static int store_message_open_set(mv_store *s,
 
 /* ---- flags ----------------------------------------------------------------------------- */
 
+/* Binds (mailbox, set) of a set statement as ?1 and ?2 (the set for mv_uid_ranges(?2)). */
+static void
+store_message_bind_set(sqlite3_stmt *st, int64_t mailbox_id, const struct store_uidset *set)
+{
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    sqlite3_bind_pointer(st, 2, (void *)set, STORE_UIDSET_POINTER, NULL);
+}
+
 /* Binds (mailbox, first, last) of a range statement as ?1, ?2, ?3. */
 static void
 store_message_bind_range(sqlite3_stmt *st, int64_t mailbox_id, const struct mv_uid_range *r)
@@ -909,6 +900,25 @@ store_message_bind_range(sqlite3_stmt *st, int64_t mailbox_id, const struct mv_u
     sqlite3_bind_int64(st, 1, mailbox_id);
     sqlite3_bind_int64(st, 2, r->first);
     sqlite3_bind_int64(st, 3, r->last);
+}
+
+static int store_message_uid_compare(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts UIDs read through a join on mv_uid_ranges: SQLite walks the ranges in order and
+ * each range in index order, so they normally come ascending already (checked in one pass);
+ * SQL does not promise it, and an ORDER BY would sort them in a temp b-tree. */
+static void store_message_uids_sort(uint32_t *uids, size_t count)
+{
+    for (size_t i = 1; i < count; i++) {
+        if (uids[i - 1] > uids[i]) {
+            qsort(uids, count, sizeof *uids, store_message_uid_compare);
+            return;
+        }
+    }
 }
 
 /* Steps st (prepared and bound by the caller), appending its first column, a UID, to *uids
@@ -937,23 +947,27 @@ static int store_message_collect_uids(
     return rc;
 }
 
-/* UIDs of the range whose modseq is above the UNCHANGEDSINCE bound, appended to *failed. */
+/* UIDs of the set whose modseq is above the UNCHANGEDSINCE bound, into *failed
+ * (ascending). */
 static int store_message_flags_failed(mv_store *s,
                                       int64_t mailbox_id,
-                                      const struct mv_uid_range *r,
+                                      const struct store_uidset *set,
                                       uint64_t unchanged_since,
                                       uint32_t **failed,
                                       size_t *count,
                                       size_t *cap)
 {
-    sqlite3_stmt *st = store_stmt(s, "SELECT uid FROM messages WHERE mailbox_id = ?1 AND uid "
-                                     "BETWEEN ?2 AND ?3 AND modseq > ?4 ORDER BY uid");
+    sqlite3_stmt *st = store_stmt(s, "SELECT m.uid FROM mv_uid_ranges(?2) r JOIN messages m "
+                                     "ON m.mailbox_id = ?1 AND m.uid BETWEEN r.first AND r.last "
+                                     "WHERE m.modseq > ?3");
     if (st == NULL) {
         return store_fail_sqlite(s, "reading modseqs");
     }
-    store_message_bind_range(st, mailbox_id, r);
-    sqlite3_bind_int64(st, 4, (sqlite3_int64)unchanged_since);
-    return store_message_collect_uids(s, st, "reading modseqs", failed, count, cap);
+    store_message_bind_set(st, mailbox_id, set);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)unchanged_since);
+    int rc = store_message_collect_uids(s, st, "reading modseqs", failed, count, cap);
+    store_message_uids_sort(*failed, *count);
+    return rc;
 }
 
 /* The flag change of every mv_flags_set* function: in one IMMEDIATE transaction, per range
@@ -971,13 +985,28 @@ static int store_message_flags_run(mv_store *s,
                                    uint32_t **failed_out,
                                    size_t *failed_count_out)
 {
-    static const char *const update_sql =
+    /* Keywords merged per message (+FLAGS / -FLAGS with keywords) need C: mv_keywords_apply.
+     * Any other STORE sets keywords to one value for every message (FLAGS: the given list,
+     * ?9) or leaves them (?9 NULL) and runs without a function call, which matters: SQLite
+     * opens a statement journal for a writing statement that calls a function (it may fail
+     * half-way), and for a STORE of thousands of messages that journal, spilled into the
+     * encrypted temp file, cost more than the change itself. */
+    static const char *const update_fn_sql =
         "UPDATE OR FAIL messages SET flags = (CASE ?4 WHEN 0 THEN ?5 WHEN 1 THEN flags | ?5 "
         "ELSE flags & ~?5 END), keywords = mv_keywords_apply(keywords, ?6), modseq = ?8 "
-        "WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3 AND modseq <= ?7 AND "
+        "WHERE id IN (SELECT m.id FROM mv_uid_ranges(?2) r JOIN messages m ON m.mailbox_id = "
+        "?1 AND m.uid BETWEEN r.first AND r.last) AND modseq <= ?7 AND "
         "(flags != (CASE ?4 WHEN 0 THEN ?5 WHEN 1 THEN flags | ?5 ELSE flags & ~?5 END) "
         "OR keywords != mv_keywords_apply(keywords, ?6))";
+    static const char *const update_sql =
+        "UPDATE OR FAIL messages SET flags = (CASE ?4 WHEN 0 THEN ?5 WHEN 1 THEN flags | ?5 "
+        "ELSE flags & ~?5 END), keywords = (CASE WHEN ?9 IS NULL THEN keywords ELSE ?9 END), "
+        "modseq = ?8 WHERE id IN (SELECT m.id FROM mv_uid_ranges(?2) r JOIN messages m ON "
+        "m.mailbox_id = ?1 AND m.uid BETWEEN r.first AND r.last) AND modseq <= ?7 AND "
+        "(flags != (CASE ?4 WHEN 0 THEN ?5 WHEN 1 THEN flags | ?5 ELSE flags & ~?5 END) "
+        "OR keywords != (CASE WHEN ?9 IS NULL THEN keywords ELSE ?9 END))";
     struct store_message_flags_fn fn = {.s = s, .mode = mode};
+    char *replacement = NULL; /* FLAGS: the message's keywords after the STORE, normalised */
     struct store_uidset set = {0};
     int64_t mailbox_id = 0;
     uint64_t modseq = 0;
@@ -992,6 +1021,10 @@ static int store_message_flags_run(mv_store *s,
     if (rc == MV_OK && mode != MV_FLAGS_REMOVE) {
         rc = store_message_keywords_count_check(s, fn.keywords.count);
     }
+    if (rc == MV_OK && mode == MV_FLAGS_REPLACE) {
+        rc = store_message_keywords_join(s, fn.keywords.words, fn.keywords.count, &replacement);
+    }
+    int per_message = mode != MV_FLAGS_REPLACE && fn.keywords.count > 0;
     if (rc == MV_OK) {
         rc = store_begin(s);
         began = rc == MV_OK;
@@ -1006,23 +1039,26 @@ static int store_message_flags_run(mv_store *s,
     /* Modseqs are stored as SQLite integers: a bound above INT64_MAX is no bound. */
     sqlite3_int64 bound =
         unchanged_since > (uint64_t)INT64_MAX ? INT64_MAX : (sqlite3_int64)unchanged_since;
-    for (size_t r = 0; rc == MV_OK && r < set.count; r++) {
+    if (rc == MV_OK && set.count > 0) {
         if (unchanged_since != MV_UNCHANGEDSINCE_NONE) {
-            rc = store_message_flags_failed(s, mailbox_id, &set.ranges[r], (uint64_t)bound, &failed,
+            rc = store_message_flags_failed(s, mailbox_id, &set, (uint64_t)bound, &failed,
                                             &failed_count, &failed_cap);
         }
-        sqlite3_stmt *st = rc == MV_OK ? store_stmt(s, update_sql) : NULL;
+        sqlite3_stmt *st =
+            rc == MV_OK ? store_stmt(s, per_message ? update_fn_sql : update_sql) : NULL;
         if (rc == MV_OK && st == NULL) {
             rc = store_fail_sqlite(s, "changing flags");
         }
         if (rc == MV_OK) {
             int64_t n = 0;
-            sqlite3_bind_int64(st, 1, mailbox_id);
-            sqlite3_bind_int64(st, 2, set.ranges[r].first);
-            sqlite3_bind_int64(st, 3, set.ranges[r].last);
+            store_message_bind_set(st, mailbox_id, &set);
             sqlite3_bind_int(st, 4, mode);
             sqlite3_bind_int64(st, 5, flags);
-            sqlite3_bind_pointer(st, 6, &fn, STORE_MESSAGE_FN_FLAGS, NULL);
+            if (per_message) {
+                sqlite3_bind_pointer(st, 6, &fn, STORE_MESSAGE_FN_FLAGS, NULL);
+            } else if (replacement != NULL) {
+                sqlite3_bind_text(st, 9, replacement, -1, SQLITE_STATIC);
+            } /* else ?9 stays NULL: keywords unchanged */
             sqlite3_bind_int64(st, 7, bound);
             sqlite3_bind_int64(st, 8, (sqlite3_int64)modseq);
             rc = store_message_run(s, st, "changing flags", &n);
@@ -1035,9 +1071,6 @@ static int store_message_flags_run(mv_store *s,
     if (rc == MV_OK && changed > 0) {
         rc = store_message_modseq_raise(s, mailbox_id, modseq);
     }
-    if (rc == MV_OK && changed > 0) {
-        rc = store_message_log_modseq(s, mailbox_id, modseq, "flags");
-    }
     if (rc == MV_OK) {
         rc = store_commit(s);
     } else if (began) {
@@ -1045,6 +1078,7 @@ static int store_message_flags_run(mv_store *s,
     }
     store_uidset_free(&set);
     store_message_keywords_free(&fn.keywords);
+    free(replacement);
     if (rc != MV_OK) {
         free(failed);
         return rc;
@@ -1160,78 +1194,83 @@ int mv_flags_set_ranges(mv_store *s,
 
 /* ---- copy, move, expunge --------------------------------------------------------------- */
 
-/* Appends the UIDs of the messages of mailbox_id in r to *uids (ascending). */
+/* The UIDs of the messages of mailbox_id in set, into *uids (ascending). */
 static int store_message_uids(mv_store *s,
                               int64_t mailbox_id,
-                              const struct mv_uid_range *r,
+                              const struct store_uidset *set,
                               uint32_t **uids,
                               size_t *count,
                               size_t *cap)
 {
-    sqlite3_stmt *st = store_stmt(s, "SELECT uid FROM messages WHERE mailbox_id = ?1 AND uid "
-                                     "BETWEEN ?2 AND ?3 ORDER BY uid");
+    sqlite3_stmt *st = store_stmt(s, "SELECT m.uid FROM mv_uid_ranges(?2) r JOIN messages m "
+                                     "ON m.mailbox_id = ?1 AND m.uid BETWEEN r.first AND r.last");
     if (st == NULL) {
         return store_fail_sqlite(s, "reading messages");
     }
-    store_message_bind_range(st, mailbox_id, r);
-    return store_message_collect_uids(s, st, "reading messages", uids, count, cap);
+    store_message_bind_set(st, mailbox_id, set);
+    int rc = store_message_collect_uids(s, st, "reading messages", uids, count, cap);
+    store_message_uids_sort(*uids, *count);
+    return rc;
 }
 
-/* COPY of one range: one INSERT ... SELECT; the copies get their UIDs from mv_uid_map. */
-static int store_message_copy_range(mv_store *s,
-                                    int64_t from_id,
-                                    int64_t to_id,
-                                    const struct mv_uid_range *r,
-                                    uint64_t modseq,
-                                    struct store_message_uids_fn *map)
+/* COPY of the set: one INSERT ... SELECT; the copies get their UIDs from mv_uid_map. */
+static int store_message_copy_set(mv_store *s,
+                                  int64_t from_id,
+                                  int64_t to_id,
+                                  const struct store_uidset *set,
+                                  uint64_t modseq,
+                                  struct store_message_uids_fn *map)
 {
     sqlite3_stmt *st = store_stmt(s, "INSERT OR FAIL INTO messages(mailbox_id, uid, modseq, "
                                      "internal_date, sent_date, size, flags, keywords, subject, "
                                      "from_addr, to_addr, cc_addr, message_id, in_reply_to, "
-                                     "thread_id, body_id) SELECT ?4, mv_uid_map(uid, ?5), ?6, "
-                                     "internal_date, sent_date, size, flags, keywords, subject, "
-                                     "from_addr, to_addr, cc_addr, message_id, in_reply_to, "
-                                     "thread_id, body_id FROM messages WHERE mailbox_id = ?1 "
-                                     "AND uid BETWEEN ?2 AND ?3");
+                                     "thread_id, body_id) SELECT ?4, mv_uid_map(m.uid, ?5), ?6, "
+                                     "m.internal_date, m.sent_date, m.size, m.flags, m.keywords, "
+                                     "m.subject, m.from_addr, m.to_addr, m.cc_addr, m.message_id, "
+                                     "m.in_reply_to, m.thread_id, m.body_id FROM "
+                                     "mv_uid_ranges(?2) r JOIN messages m ON m.mailbox_id = ?1 "
+                                     "AND m.uid BETWEEN r.first AND r.last");
     if (st == NULL) {
         return store_fail_sqlite(s, "copying messages");
     }
-    store_message_bind_range(st, from_id, r);
+    store_message_bind_set(st, from_id, set);
     sqlite3_bind_int64(st, 4, to_id);
     sqlite3_bind_pointer(st, 5, map, STORE_MESSAGE_FN_UIDS, NULL);
     sqlite3_bind_int64(st, 6, (sqlite3_int64)modseq);
     return store_message_run(s, st, "copying messages", NULL);
 }
 
-/* MOVE of one range: the expunge rows in the source, then one UPDATE that moves the rows
+/* MOVE of the set: the expunge rows in the source, then one UPDATE that moves the rows
  * (the bodies keep their references; the counter triggers move the counts). */
-static int store_message_move_range(mv_store *s,
-                                    int64_t from_id,
-                                    int64_t to_id,
-                                    const struct mv_uid_range *r,
-                                    uint64_t modseq,
-                                    uint64_t expunge_modseq,
-                                    struct store_message_uids_fn *map)
+static int store_message_move_set(mv_store *s,
+                                  int64_t from_id,
+                                  int64_t to_id,
+                                  const struct store_uidset *set,
+                                  uint64_t modseq,
+                                  uint64_t expunge_modseq,
+                                  struct store_message_uids_fn *map)
 {
     sqlite3_stmt *st = store_stmt(s, "INSERT OR FAIL INTO changes(mailbox_id, modseq, uid, kind, "
-                                     "at) SELECT ?1, ?4, uid, 'expunge', ?5 FROM messages "
-                                     "WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3");
+                                     "at) SELECT ?1, ?4, m.uid, 'expunge', ?5 FROM "
+                                     "mv_uid_ranges(?2) r JOIN messages m ON m.mailbox_id = ?1 "
+                                     "AND m.uid BETWEEN r.first AND r.last");
     if (st == NULL) {
         return store_fail_sqlite(s, "writing the change log");
     }
-    store_message_bind_range(st, from_id, r);
+    store_message_bind_set(st, from_id, set);
     sqlite3_bind_int64(st, 4, (sqlite3_int64)expunge_modseq);
     sqlite3_bind_int64(st, 5, (sqlite3_int64)time(NULL));
     int rc = store_message_run(s, st, "writing the change log", NULL);
     st = rc == MV_OK ? store_stmt(s, "UPDATE OR FAIL messages SET mailbox_id = ?4, "
-                                     "uid = mv_uid_map(uid, ?5), modseq = ?6 "
-                                     "WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3")
+                                     "uid = mv_uid_map(uid, ?5), modseq = ?6 WHERE id IN "
+                                     "(SELECT m.id FROM mv_uid_ranges(?2) r JOIN messages m ON "
+                                     "m.mailbox_id = ?1 AND m.uid BETWEEN r.first AND r.last)")
                      : NULL;
     if (rc == MV_OK && st == NULL) {
         rc = store_fail_sqlite(s, "moving messages");
     }
     if (rc == MV_OK) {
-        store_message_bind_range(st, from_id, r);
+        store_message_bind_set(st, from_id, set);
         sqlite3_bind_int64(st, 4, to_id);
         sqlite3_bind_pointer(st, 5, map, STORE_MESSAGE_FN_UIDS, NULL);
         sqlite3_bind_int64(st, 6, (sqlite3_int64)modseq);
@@ -1299,8 +1338,8 @@ static int store_message_transfer(mv_store *s,
     if (rc == MV_OK) {
         rc = store_mailbox_id(s, to, &to_id);
     }
-    for (size_t r = 0; rc == MV_OK && r < set.count; r++) {
-        rc = store_message_uids(s, from_id, &set.ranges[r], &source, &count, &cap);
+    if (rc == MV_OK && set.count > 0) {
+        rc = store_message_uids(s, from_id, &set, &source, &count, &cap);
     }
     if (rc == MV_OK && count > 0) {
         rc = store_message_counters(s, to_id, &modseq, &map.first_new);
@@ -1317,10 +1356,9 @@ static int store_message_transfer(mv_store *s,
     }
     map.source = source;
     map.count = count;
-    for (size_t r = 0; rc == MV_OK && count > 0 && r < set.count; r++) {
-        rc = move ? store_message_move_range(s, from_id, to_id, &set.ranges[r], modseq,
-                                             expunge_modseq, &map)
-                  : store_message_copy_range(s, from_id, to_id, &set.ranges[r], modseq, &map);
+    if (rc == MV_OK && count > 0) {
+        rc = move ? store_message_move_set(s, from_id, to_id, &set, modseq, expunge_modseq, &map)
+                  : store_message_copy_set(s, from_id, to_id, &set, modseq, &map);
     }
     if (rc == MV_OK && count > 0) {
         rc = store_message_uidnext_set(s, to_id, map.first_new, count);
@@ -1330,9 +1368,6 @@ static int store_message_transfer(mv_store *s,
     }
     if (rc == MV_OK && count > 0 && move) {
         rc = store_message_modseq_raise(s, from_id, expunge_modseq);
-    }
-    if (rc == MV_OK && count > 0) {
-        rc = store_message_log_modseq(s, to_id, modseq, "append");
     }
     if (rc == MV_OK && count > 0 && !move) {
         rc = store_message_copy_refs(s, to_id, map.first_new);

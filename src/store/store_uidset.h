@@ -6,8 +6,9 @@
  *   struct store_uidset set = {0};
  *   rc = store_uidset_parse(s, text, max_uid, &set);      MV_OK / MV_EINVAL / MV_ELIMIT
  *   (or store_uidset_from_ranges(s, ranges, count, max_uid, &set) for typed ranges)
- *   for (size_t i = 0; i < set.count; i++)
- *       ... WHERE mailbox_id = ? AND uid BETWEEN ? AND ?  (one statement per range)
+ *   ... FROM mv_uid_ranges(?9) r JOIN messages m ON m.mailbox_id = ?1
+ *           AND m.uid BETWEEN r.first AND r.last       (one statement for the whole set;
+ *   sqlite3_bind_pointer(st, 9, &set, STORE_UIDSET_POINTER, NULL))
  *   store_uidset_free(&set);
  */
 #ifndef MV_STORE_UIDSET_H
@@ -44,5 +45,12 @@ int store_uidset_from_ranges(mv_store *s,
                              uint32_t max_uid,
                              struct store_uidset *out);
 void store_uidset_free(struct store_uidset *set);
+
+/* The pointer type of a set bound to mv_uid_ranges(?) with sqlite3_bind_pointer. */
+#define STORE_UIDSET_POINTER "mv_uidset"
+/* Registers the table-valued function mv_uid_ranges(set) on the store's connection: the
+ * rows (first, last) of a struct store_uidset bound as a pointer of type
+ * STORE_UIDSET_POINTER, ascending; no rows if the pointer is of another type or NULL. */
+int store_uidset_register(mv_store *s);
 
 #endif /* MV_STORE_UIDSET_H */

@@ -1,0 +1,85 @@
+/*
+ * test_imap_lane.c -- which worker lane a command goes into (imapd/imap_lane.c): the size of
+ * its sequence set, read with the command's own parser (imap_parse_seqset), clamped to the
+ * mailbox, each number counted once however the client overlapped its ranges.
+ */
+#include "../imapd/imap_parse.h"
+#include "../imapd/imap_session.h"
+#include "../imapd/worker.h"
+#include "harness.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The lane of line in a selected mailbox of count messages with UIDNEXT uidnext; -1 if
+ * the line does not parse (no lane: the caller's check fails). */
+static int il_lane(const char *line, size_t count, uint32_t uidnext)
+{
+    static struct imap_session s; /* large: zeroed once, only these fields read */
+    s.state = IMAP_SELECTED;
+    s.view.count = count;
+    s.view.uidnext = uidnext;
+    struct imap_command cmd;
+    char err[128], text[256];
+    int n = snprintf(text, sizeof text, "%s\r\n", line);
+    if (n < 0 || (size_t)n >= sizeof text ||
+        imap_parse_command((const uint8_t *)text, (size_t)n, &cmd, err, sizeof err) !=
+            IMAP_PARSE_OK) {
+        return -1;
+    }
+    int lane = (int)imap_command_lane(&s, &cmd);
+    imap_command_free(&cmd);
+    return lane;
+}
+
+/* STORE costs 1 a message, the limit is 1000: a set of up to 1000 existing messages is
+ * short. */
+static void test_set_sizes(void)
+{
+    CHECK_EQ_INT(il_lane("a STORE 1:1000 +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a STORE 1:1001 +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_LONG);
+    CHECK_EQ_INT(il_lane("a STORE 1:* +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_LONG);
+    CHECK_EQ_INT(il_lane("a STORE 1:* +FLAGS (\\Seen)", 1000, 1001), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a STORE *:4001 +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a STORE *:3999 +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_LONG);
+    /* past the end counts nothing: sequence numbers stop at the message count */
+    CHECK_EQ_INT(il_lane("a STORE 4500:90000 +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_SHORT);
+    /* UIDs: clamped to UIDNEXT - 1, and to the messages there are */
+    CHECK_EQ_INT(il_lane("a UID STORE 1:* +FLAGS (\\Seen)", 800, 90000), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a UID STORE 88001:* +FLAGS (\\Seen)", 5000, 90000), JOB_LANE_LONG);
+    CHECK_EQ_INT(il_lane("a UID STORE 89001:* +FLAGS (\\Seen)", 5000, 90000), JOB_LANE_SHORT);
+    /* COPY costs 8 a message: 125 are short */
+    CHECK_EQ_INT(il_lane("a COPY 1:125 Trash", 5000, 5001), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a COPY 1:126 Trash", 5000, 5001), JOB_LANE_LONG);
+}
+
+/* Each number counts once: overlapping and repeated ranges, and ranges inside the '*'
+ * span, are the messages they name, not the sum of what was written (the lane's own
+ * counting parser added them up, sending a STORE of 600 messages to the long lane). */
+static void test_overlaps_count_once(void)
+{
+    CHECK_EQ_INT(il_lane("a STORE 1:600,1:600 +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a STORE 600:1,300:900 +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a STORE 4500:*,4600:4900,4999 +FLAGS (\\Seen)", 5000, 5001),
+                 JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a STORE 1:500,4500:*,4000:4600 +FLAGS (\\Seen)", 5000, 5001),
+                 JOB_LANE_LONG); /* 500 + 501 + 500 */
+    CHECK_EQ_INT(il_lane("a STORE 1:400,*:4700,4500:4900 +FLAGS (\\Seen)", 5000, 5001),
+                 JOB_LANE_SHORT); /* 400 + 301 + 200 */
+}
+
+/* What does not parse goes to the short lane: the command fails at once. */
+static void test_bad_sets(void)
+{
+    CHECK_EQ_INT(il_lane("a STORE 1:x +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a STORE 0:* +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a FETCH (1:*) FLAGS", 5000, 5001), JOB_LANE_SHORT);
+}
+
+int main(void)
+{
+    TEST(test_set_sizes);
+    TEST(test_overlaps_count_once);
+    TEST(test_bad_sets);
+    return th_summary();
+}
