@@ -138,6 +138,18 @@ run bash -c "set -o pipefail; '$mv' store export '$user' - | MAILVAULT_ROOT='$st
 check import_stream_again_after_moving_aside ok
 ids "$stream_root" >"$tmp/got" 2>"$err"
 check import_stream_again_all_mail_exactly_once diff -u "$tmp/want" "$tmp/got"
+# A killed import's staging directory: doctor WARNs about it once nothing wrote to it for an
+# hour (younger: an import may be running), and a FAIL it is not.
+mkdir "$stream_root/example.org/.import-OLDabc" "$stream_root/example.org/.import-NEWabc"
+printf 'ciphertext' >"$stream_root/example.org/.import-OLDabc/store.db"
+printf 'ciphertext' >"$stream_root/example.org/.import-NEWabc/store.db"
+touch -d '2 hours ago' "$stream_root/example.org/.import-OLDabc/store.db" \
+    "$stream_root/example.org/.import-OLDabc"
+run "$mv" doctor --root "$stream_root"
+check doctor_staging_not_a_failure ok
+check doctor_warns_about_a_killed_imports_staging_dir \
+    grep -q "^WARN staging: $stream_root/example.org/.import-OLDabc: left by a .store import. that did not finish (killed?), untouched for 1[0-9][0-9] min" "$out"
+check doctor_leaves_a_running_imports_staging_dir_alone bash -c "! grep -q 'import-NEWabc' '$out'"
 
 # ---- import, then the store is served on the new root ----
 run env MAILVAULT_ROOT="$new_root" "$mv" store import "$user" "$archive"

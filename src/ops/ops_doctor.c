@@ -20,6 +20,8 @@
  *     $MAILVAULT_TEST_FREE_BYTES test hook of ops_free_bytes applies);
  *   - WAL files against a limit, store headers (a plaintext or unknown header FAILs),
  *     permissions (0700 directories, 0600 files) from the keyless root scan;
+ *   - leftovers of a killed `store import`: its staging directories (.import-XXXXXX in a
+ *     domain) unwritten for an hour (WARN);
  *   - the open-file limit: RLIMIT_NOFILE (soft) against files_per_store descriptors per
  *     store plus OPS_DOCTOR_FD_SPARE for the process itself, for a server that opens them all.
  */
@@ -35,12 +37,15 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define OPS_DOCTOR_FD_SPARE       64
 #define OPS_DOCTOR_SQLITE_MIN     3035000 /* RETURNING */
 #define OPS_DOCTOR_OPENSSL_MIN    0x30000000L
-#define OPS_DOCTOR_STORE_FAIL_MAX 20 /* per check; the rest are counted */
+#define OPS_DOCTOR_STORE_FAIL_MAX 20         /* per check; the rest are counted */
+#define OPS_DOCTOR_STAGING_PREFIX ".import-" /* ops_move.c's staging directories */
+#define OPS_DOCTOR_STAGING_IDLE_S 3600       /* unwritten this long: not a running import */
 
 struct ops_doctor {
     const struct mv_doctor_options *o;
@@ -140,6 +145,67 @@ static void ops_doctor_tmp(struct ops_doctor *d, const char *domain_dir)
                    tmp);
 }
 
+/* The newest modification time of dir and the entries directly in it (a staging directory
+ * holds files only). */
+static time_t ops_doctor_newest_mtime(const char *dir, time_t newest)
+{
+    DIR *dh = opendir(dir);
+    if (dh == NULL) {
+        return newest;
+    }
+    struct dirent *e;
+    while ((e = readdir(dh)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+            continue; /* ".." is the domain, written by every store's work */
+        }
+        char path[MV_PATH_MAX + 900];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (lstat(path, &st) == 0 && st.st_mtime > newest) {
+            newest = st.st_mtime;
+        }
+    }
+    closedir(dh);
+    return newest;
+}
+
+/* Staging directories of `store import` (ROOT/<domain>/.import-XXXXXX) that nothing has
+ * written to for OPS_DOCTOR_STAGING_IDLE_S: an import removes its own at the end, also
+ * when it fails, so one left behind is from an import that was killed (SIGKILL, a crash,
+ * power loss). It holds ciphertext only and nothing reads it, but it takes disk space
+ * until someone removes it (docs/SCALEOUT.md, "When a step fails"). A younger one may
+ * belong to an import that is running: not reported. */
+static void ops_doctor_staging(struct ops_doctor *d, const char *domain_dir)
+{
+    DIR *dh = opendir(domain_dir);
+    if (dh == NULL) {
+        return;
+    }
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(dh)) != NULL) {
+        if (strncmp(e->d_name, OPS_DOCTOR_STAGING_PREFIX, sizeof OPS_DOCTOR_STAGING_PREFIX - 1) !=
+            0) {
+            continue;
+        }
+        char path[MV_PATH_MAX + 600];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", domain_dir, e->d_name);
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            continue;
+        }
+        time_t newest = ops_doctor_newest_mtime(path, st.st_mtime);
+        if (now - newest < OPS_DOCTOR_STAGING_IDLE_S) {
+            continue;
+        }
+        ops_doctor_say(d, MV_DOCTOR_WARN, "staging",
+                       "%s: left by a `store import` that did not finish (killed?), untouched "
+                       "for %lld min; ciphertext only, nothing uses it: remove it (rm -r)",
+                       path, (long long)((now - newest) / 60));
+    }
+    closedir(dh);
+}
+
 static void ops_doctor_domains(struct ops_doctor *d)
 {
     DIR *dir = opendir(d->root);
@@ -155,6 +221,7 @@ static void ops_doctor_domains(struct ops_doctor *d)
             continue;
         }
         ops_doctor_tmp(d, path);
+        ops_doctor_staging(d, path);
     }
     closedir(dir);
     const char *sqlite_tmp = getenv("SQLITE_TMPDIR");
