@@ -29,7 +29,12 @@
  *   them. bodies_data and attachments_data go by ON DELETE CASCADE (the store's profile
  *   turns foreign keys on and checks that it took).
  *   Memory: the message, its skeleton and one compressed copy at most; never more than one
- *   message.
+ *   message. Besides, the full-text rows of the open transaction wait in s->fts_pending
+ *   (a copy of their texts, at most STORE_FTS_PENDING_BYTES) until store_commit inserts
+ *   them one after the other: a statement that opens a statement journal (INSERT INTO
+ *   messages, for its trigger and foreign keys) makes FTS5 write out its pending terms as a
+ *   segment of their own, so a row inserted with each message cost one segment, and later
+ *   merges, per message: ~40% of an import's CPU (docs/BENCHMARKS.md, "The append path").
  *
  * LIMITATIONS
  *   One message is at most STORE_BLOB_SIZE_MAX bytes (SQLite's default maximum BLOB).
@@ -42,10 +47,12 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
-#define STORE_BLOB_ZSTD_LEVEL 3
-#define STORE_BLOB_PACK_MIN   64 /* smaller BLOBs are never worth a zstd frame */
-#define STORE_BLOB_NONE       0
-#define STORE_BLOB_ZSTD       1
+#define STORE_BLOB_ZSTD_LEVEL   3
+#define STORE_BLOB_PACK_MIN     64 /* smaller BLOBs are never worth a zstd frame */
+#define STORE_BLOB_NONE         0
+#define STORE_BLOB_ZSTD         1
+#define STORE_FTS_PENDING_BYTES (8u << 20) /* deferred full-text bytes held at most */
+#define STORE_FTS_PENDING_ROWS  1024       /* deferred full-text rows held at most */
 
 /* A BLOB ready to store: either the caller's bytes or a compressed copy in owned. */
 struct store_blob_packed {
@@ -481,23 +488,94 @@ static int store_body_insert_parts(mv_store *s,
     return MV_OK;
 }
 
-/* The body's full-text row: rowid = body id, so copies share it. header is every field
+/* A body's full-text row: rowid = body id, so copies share it. header is every field
  * (SEARCH TEXT), body the decoded text (SEARCH BODY); see store_search.c. */
-static int store_body_index(mv_store *s, int64_t body_id, const struct store_parsed *p)
+static int store_fts_insert(mv_store *s, int64_t body_id, const char *header, const char *body)
 {
     sqlite3_stmt *st = store_stmt(s, "INSERT INTO fts(rowid, header, body) VALUES (?1, ?2, ?3)");
     if (st == NULL) {
         return store_fail_sqlite(s, "indexing a message");
     }
     sqlite3_bind_int64(st, 1, body_id);
-    sqlite3_bind_text(st, 2, p->header_text != NULL ? p->header_text : "", -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, p->text != NULL ? p->text : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, header != NULL ? header : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, body != NULL ? body : "", -1, SQLITE_STATIC);
     return store_blob_step_done(s, st, "indexing a message");
+}
+
+void store_fts_pending_discard(mv_store *s)
+{
+    struct store_fts_pending *q = &s->fts_pending;
+    for (size_t i = 0; i < q->count; i++) {
+        free(q->rows[i].header);
+        free(q->rows[i].body);
+    }
+    free(q->rows);
+    memset(q, 0, sizeof *q);
+}
+
+int store_fts_pending_flush(mv_store *s)
+{
+    struct store_fts_pending *q = &s->fts_pending;
+    int rc = MV_OK;
+    for (size_t i = 0; rc == MV_OK && i < q->count; i++) {
+        rc = store_fts_insert(s, q->rows[i].rowid, q->rows[i].header, q->rows[i].body);
+    }
+    store_fts_pending_discard(s);
+    return rc;
+}
+
+static char *store_fts_dup(const char *text, size_t *bytes)
+{
+    size_t n = text != NULL ? strlen(text) : 0;
+    char *copy = malloc(n + 1);
+    if (copy != NULL) {
+        if (n != 0) {
+            memcpy(copy, text, n);
+        }
+        copy[n] = '\0';
+        *bytes += n;
+    }
+    return copy;
+}
+
+/* The body's full-text row, deferred to the end of the transaction (store.h says why): a
+ * copy of the texts joins s->fts_pending. Past STORE_FTS_PENDING_BYTES or _ROWS the rows
+ * held so far are inserted now, which bounds the memory (FTS5 itself writes its pending
+ * terms out every ~1 MB anyway). */
+static int store_body_index(mv_store *s, int64_t body_id, const struct store_parsed *p)
+{
+    struct store_fts_pending *q = &s->fts_pending;
+    if (q->bytes >= STORE_FTS_PENDING_BYTES || q->count >= STORE_FTS_PENDING_ROWS) {
+        int rc = store_fts_pending_flush(s);
+        if (rc != MV_OK) {
+            return rc;
+        }
+    }
+    if (q->count == q->cap) {
+        size_t cap = q->cap != 0 ? 2 * q->cap : 16;
+        struct store_fts_row *rows = realloc(q->rows, cap * sizeof *rows);
+        if (rows == NULL) {
+            return store_fail(s, MV_ENOMEM, "out of memory indexing a message");
+        }
+        q->rows = rows;
+        q->cap = cap;
+    }
+    struct store_fts_row *row = &q->rows[q->count];
+    row->rowid = body_id;
+    row->header = store_fts_dup(p->header_text, &q->bytes);
+    row->body = store_fts_dup(p->text, &q->bytes);
+    if (row->header == NULL || row->body == NULL) {
+        free(row->header);
+        free(row->body);
+        return store_fail(s, MV_ENOMEM, "out of memory indexing a message");
+    }
+    q->count++;
+    return MV_OK;
 }
 
 int store_body_index_again(mv_store *s, int64_t body_id, const struct store_parsed *p)
 {
-    int rc = store_body_index(s, body_id, p);
+    int rc = store_fts_insert(s, body_id, p->header_text, p->text);
     sqlite3_stmt *st =
         rc == MV_OK ? store_stmt(s, "UPDATE bodies SET sent_zone = ?1 WHERE id = ?2") : NULL;
     if (rc == MV_OK && st == NULL) {
@@ -1113,7 +1191,10 @@ static int store_bodies_drop_batch(mv_store *s, const int64_t *ids, size_t count
 {
     struct store_ids attachments = {0};
     char *json = NULL;
-    int rc = store_bodies_json(s, ids, count, &json);
+    int rc = store_fts_pending_flush(s); /* before deleting fts rows: none may come after */
+    if (rc == MV_OK) {
+        rc = store_bodies_json(s, ids, count, &json);
+    }
     if (rc == MV_OK) {
         rc = store_bodies_exec(s,
                                "DELETE FROM body_parts WHERE body_id IN (SELECT value FROM "

@@ -25,8 +25,8 @@
 #define STORE_BLOB_SIZE_MAX 1000000000u
 
 /* Stores raw (len bytes; parsed->parts say which large leaf parts to keep apart) and sets
- * *body_id_out, or adds a reference to the body with the same SHA-256. Also writes the body's
- * full-text row. Returns MV_OK, MV_ELIMIT (len > STORE_BLOB_SIZE_MAX), MV_ENOMEM, or the
+ * *body_id_out, or adds a reference to the body with the same SHA-256. A new body's full-text
+ * row is deferred to the transaction's COMMIT (store_commit; store.h: fts_pending). Returns MV_OK, MV_ELIMIT (len > STORE_BLOB_SIZE_MAX), MV_ENOMEM, or the
  * mapped SQLite error; message set. */
 int store_body_put(mv_store *s,
                    const uint8_t *raw,

@@ -244,6 +244,7 @@ uint32_t mv_store_reconnects(const mv_store *store)
 
 static void store_free(mv_store *s)
 {
+    store_fts_pending_discard(s);
     store_stmts_finalize(s);
     store_blob_release(s);
     store_queue_round_free(s);

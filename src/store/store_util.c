@@ -163,6 +163,9 @@ int store_begin(mv_store *s)
     if (rc == MV_OK) {
         rc = store_ready(s);
     }
+    /* Rows left from a transaction that SQLite rolled back by itself (an I/O error, a full
+     * disk) name bodies that are not there: never carried into this one. */
+    store_fts_pending_discard(s);
     return rc != MV_OK ? rc : store_tx(s, store_sql_begin_immediate);
 }
 
@@ -173,7 +176,18 @@ int store_read_begin(mv_store *s)
 
 int store_commit(mv_store *s)
 {
-    int rc = store_tx(s, store_sql_commit);
+    /* The appends' full-text rows, deferred to here (store.h: fts_pending); only into a
+     * transaction that is still open (SQLite may have rolled it back by itself). */
+    int rc = MV_OK;
+    if (s->fts_pending.count != 0) {
+        rc = sqlite3_get_autocommit(s->db) ? MV_OK : store_fts_pending_flush(s);
+        store_fts_pending_discard(s);
+    }
+    if (rc != MV_OK) {
+        store_rollback(s);
+        return rc;
+    }
+    rc = store_tx(s, store_sql_commit);
     if (rc != MV_OK) {
         store_rollback(s);
     }
@@ -182,6 +196,7 @@ int store_commit(mv_store *s)
 
 void store_rollback(mv_store *s)
 {
+    store_fts_pending_discard(s);
     if (!sqlite3_get_autocommit(s->db)) {
         (void)store_tx(s, store_sql_rollback);
         if (!sqlite3_get_autocommit(s->db)) { /* the cached statement could not run */
