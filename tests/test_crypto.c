@@ -9,6 +9,7 @@
  * Round trips use kdf_iter 2 to stay fast; the vector tests use the real defaults.
  */
 #include "crypto/crypt.h"
+#include "crypto/crypt_internal.h" /* crypt_chacha20_otk_pool_fill: the pool at the wrap */
 #include "harness.h"
 
 #include <openssl/evp.h>
@@ -16,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define TEST_PASSWORD    "fe-testvector-password"
 #define TEST_PAGE_MAX    65536
@@ -847,6 +850,108 @@ static void test_nonce_pool(void)
     crypt_ctx_free(ctx);
 }
 
+/* The (nonce, block counter) pair of the master key a chacha20 page's one-time key came
+ * from (FORMAT.md §2: counter = LE32(nonce[12..16]) XOR pgno), as 16 bytes. */
+static void test_otk_input(const uint8_t *page, uint32_t page_size, uint32_t pgno, uint8_t out[16])
+{
+    const uint8_t *nonce = page + page_size - 32;
+    memcpy(out, nonce, 12);
+    for (int i = 0; i < 4; i++) {
+        out[12 + i] = (uint8_t)(nonce[12 + i] ^ (uint8_t)(pgno >> (8 * i)));
+    }
+}
+
+/* chacha20 encryption takes its one-time keys from a pool of consecutive master-key blocks
+ * (crypt_chacha20.c): over several refills and page numbers, every page decrypts with the
+ * reference built from the primitives, and no (nonce, counter) pair comes twice -- also
+ * not for one page number written again and again. */
+static void test_chacha20_otk_pool(void)
+{
+    static uint8_t plain[4096], page[4096];
+    static uint8_t inputs[300][16];
+    uint8_t key[32];
+    test_hex(TEST_KEY_HEX_OTK, key, 32);
+    crypt_ctx *ctx = test_ctx(CRYPT_CIPHER_CHACHA20, 0, "x'" TEST_KEY_HEX_OTK "'", NULL);
+    CHECK(ctx != NULL);
+    for (int i = 0; i < 300; i++) {
+        uint32_t pgno = i < 150 ? 5u : (uint32_t)i * 977u + 1u;
+        unsigned flags = pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0;
+        test_fill_page(plain, sizeof plain, pgno, CRYPT_CIPHER_CHACHA20);
+        CHECK_EQ_INT(crypt_page_encrypt(ctx, pgno, plain, page, sizeof page, flags), CRYPT_OK);
+        test_otk_input(page, sizeof page, pgno, inputs[i]);
+        for (int j = 0; j < i; j++) {
+            CHECK(memcmp(inputs[i], inputs[j], 16) != 0);
+        }
+        CHECK(test_chacha20_ref_crypt(key, pgno, page, sizeof page, pgno == 1, 0));
+        CHECK(memcmp(page + 24, plain + 24, sizeof page - 56) == 0);
+    }
+    crypt_ctx_free(ctx);
+}
+
+/* A pool whose 64 block counters run over 2^32 (chosen seed): the keys after the wrap are
+ * sqleet's (counter 0, same nonce), so every page decrypts with the reference and with a
+ * second context. */
+static void test_chacha20_otk_pool_wrap(void)
+{
+    static uint8_t plain[4096], page[4096], copy[4096];
+    uint8_t key[32], seed[16];
+    test_hex(TEST_KEY_HEX_OTK, key, 32);
+    test_hex("a1a2a3a4a5a6a7a8a9aaabace0ffffff", seed, 16); /* counter 0xffffffe0 */
+    crypt_ctx *ctx = test_ctx(CRYPT_CIPHER_CHACHA20, 0, "x'" TEST_KEY_HEX_OTK "'", NULL);
+    crypt_ctx *other = test_ctx(CRYPT_CIPHER_CHACHA20, 0, "x'" TEST_KEY_HEX_OTK "'", NULL);
+    CHECK(ctx != NULL && other != NULL);
+    CHECK_EQ_INT(crypt_chacha20_otk_pool_fill(ctx, seed), CRYPT_OK);
+    for (uint32_t i = 0; i < CRYPT_OTK_POOL_KEYS; i++) {
+        uint32_t pgno = 3u + i * 11u;
+        uint8_t input[16];
+        test_fill_page(plain, sizeof plain, pgno, CRYPT_CIPHER_CHACHA20);
+        CHECK_EQ_INT(crypt_page_encrypt(ctx, pgno, plain, page, sizeof page, 0), CRYPT_OK);
+        test_otk_input(page, sizeof page, pgno, input);
+        CHECK(memcmp(input, seed, 12) == 0);
+        uint32_t want = 0xffffffe0u + i; /* modulo 2^32 */
+        CHECK(input[12] == (uint8_t)want && input[13] == (uint8_t)(want >> 8) &&
+              input[14] == (uint8_t)(want >> 16) && input[15] == (uint8_t)(want >> 24));
+        memcpy(copy, page, sizeof copy);
+        CHECK(test_chacha20_ref_crypt(key, pgno, copy, sizeof copy, 0, 0));
+        CHECK(memcmp(copy, plain, sizeof copy - 32) == 0);
+        CHECK_EQ_INT(crypt_page_decrypt(other, pgno, page, sizeof page, 0), CRYPT_OK);
+        CHECK(memcmp(page, plain, sizeof page - 32) == 0);
+    }
+    crypt_ctx_free(ctx);
+    crypt_ctx_free(other);
+}
+
+/* A fork() empties the one-time-key pool: parent and child, each writing its next page
+ * after the fork, use different master-key blocks (a shared pool would hand both the same
+ * key, i.e. the same keystream for two different pages). */
+static void test_chacha20_otk_pool_fork(void)
+{
+    static uint8_t plain[4096], page[4096];
+    uint8_t mine[16], child_input[16];
+    int fds[2];
+    crypt_ctx *ctx = test_ctx(CRYPT_CIPHER_CHACHA20, 0, "x'" TEST_KEY_HEX_OTK "'", NULL);
+    CHECK(ctx != NULL);
+    test_fill_page(plain, sizeof plain, 9, CRYPT_CIPHER_CHACHA20);
+    CHECK_EQ_INT(crypt_page_encrypt(ctx, 9, plain, page, sizeof page, 0), CRYPT_OK);
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int ok = crypt_page_encrypt(ctx, 9, plain, page, sizeof page, 0) == CRYPT_OK;
+        test_otk_input(page, sizeof page, 9, mine);
+        _exit(ok && write(fds[1], mine, 16) == 16 ? 0 : 1);
+    }
+    close(fds[1]);
+    CHECK_EQ_INT(crypt_page_encrypt(ctx, 9, plain, page, sizeof page, 0), CRYPT_OK);
+    test_otk_input(page, sizeof page, 9, mine);
+    CHECK(read(fds[0], child_input, 16) == 16);
+    close(fds[0]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(memcmp(mine, child_input, 16) != 0);
+    crypt_ctx_free(ctx);
+}
+
 /* ---- the reference files (../shared/testvectors/sqlite3mc) -------------------------------- */
 
 /* The vector directory, or NULL (with the skip note printed) when ../shared is absent. */
@@ -1002,6 +1107,9 @@ int main(void)
     TEST(test_cipher_registry);
     TEST(test_create_random);
     TEST(test_nonce_pool);
+    TEST(test_chacha20_otk_pool);
+    TEST(test_chacha20_otk_pool_wrap);
+    TEST(test_chacha20_otk_pool_fork);
     TEST(test_vector_chacha20);
     TEST(test_vector_chacha20_rawkey);
     TEST(test_vector_aes256cbc);

@@ -3,7 +3,7 @@
  * ChaCha20 / Poly1305 primitives it is built from (FORMAT.md §2, §1.4).
  *
  * PAGE FORMAT (page size P, n = P - 32)
- *   out[n..n+16]     nonce: 16 random bytes
+ *   out[n..n+16]     nonce: 16 bytes chosen by the writer (see the notes)
  *   ctr              LE32(nonce[12..16]) XOR pgno
  *   otk              64 bytes of ChaCha20(key, ctr, nonce[0..12]) keystream
  *   out[off..n]      plain XOR ChaCha20(otk[32..64], ctr + 1, nonce[0..12])
@@ -14,11 +14,20 @@
  *   - One EVP_CIPHER_CTX per context, bound to ChaCha20 once; every page re-initialises it
  *     once (the data key and IV) and re-keys the Poly1305 EVP_MAC_CTX once. No allocation
  *     and no fetch per page.
- *   - The one-time key is one ChaCha20 block from libsodium's one-call
- *     crypto_stream_chacha20_ietf_xor_ic() rather than through EVP: re-initialising an EVP
- *     context with the master key and a new IV and then asking the provider for 64 bytes
- *     cost ~220 ns per page on the benchmark machine, libsodium's call ~165 ns (a
- *     hand-written block would be ~105 ns, not worth owning cipher code for ~3% of a page).
+ *   - Encryption takes its one-time keys from a pool: 64 consecutive keystream blocks of
+ *     the master key (counters R..R+63 under one 12-byte nonce N, both random, from one
+ *     EVP call: ~15 ns a key instead of ~165 ns for a block of its own). The format lets
+ *     the writer choose the nonce: page i of the pool stores N || LE32((R + i) XOR pgno),
+ *     from which every reader derives counter R + i and so the same key. What the format
+ *     needs is that no (nonce, counter) pair of the master key is ever used twice: inside
+ *     a pool the counters differ; two pools would need the same random 96-bit N and
+ *     overlapping counter ranges (as unlikely as two random 128-bit page nonces meeting).
+ *     A key leaves the pool once and is wiped there; a fork() empties the pool, as it
+ *     does the nonce pool.
+ *   - Decryption derives its one-time key from the stored nonce: one ChaCha20 block from
+ *     libsodium's one-call crypto_stream_chacha20_ietf_xor_ic() rather than through EVP
+ *     (re-initialising an EVP context with the master key and a new IV and asking for 64
+ *     bytes cost ~220 ns per page on the benchmark machine, libsodium's call ~165 ns).
  *     The data keystream (4 KiB and more) stays with OpenSSL's vector code.
  *   - Poly1305 is fed the vector-friendly prefix and the last < 128 bytes in two calls:
  *     see crypt_chacha20_poly1305().
@@ -32,16 +41,17 @@
 #include "crypto/crypt_internal.h"
 
 #include <sodium.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CRYPT_CHACHA20_BLOCK_BYTES 64
-#define CRYPT_CHACHA20_OTK_BYTES   64
 #define CRYPT_CHACHA20_SLICE_BYTES ((size_t)1 << 30) /* per EVP call; int-sized, 64-aligned */
 #define CRYPT_POLY1305_CHUNK_BYTES 128               /* see crypt_chacha20_poly1305() */
 
 _Static_assert(CRYPT_CHACHA20_RESERVE == CRYPT_CHACHA20_NONCE_BYTES + CRYPT_CHACHA20_TAG_BYTES,
                "reserve = nonce + tag");
 _Static_assert(CRYPT_CHACHA20_RESERVE == 32, "sqleet reserves 32 bytes");
+_Static_assert(CRYPT_OTK_BYTES == CRYPT_CHACHA20_BLOCK_BYTES, "a one-time key is one block");
 
 int crypt_chacha20_stream(EVP_CIPHER_CTX *c,
                           const uint8_t *key,
@@ -191,17 +201,72 @@ static int crypt_chacha20_block(const uint8_t key[32],
                : CRYPT_EFAIL;
 }
 
-/* The one-time key of a page (one block: no counter wrap inside it), and the counter its
+/* The one-time key a reader derives from a page's stored nonce (one block: no counter wrap
+ * inside it), and the counter its
  * data keystream starts at. */
 static int crypt_chacha20_otk(const crypt_ctx *ctx,
                               uint32_t pgno,
                               const uint8_t nonce[CRYPT_CHACHA20_NONCE_BYTES],
-                              uint8_t otk[CRYPT_CHACHA20_OTK_BYTES],
+                              uint8_t otk[CRYPT_OTK_BYTES],
                               uint32_t *data_counter)
 {
     uint32_t counter = crypt_get_le32(nonce + 12) ^ pgno;
     *data_counter = counter + 1u; /* modulo 2^32, as sqleet */
     return crypt_chacha20_block(ctx->key, counter, nonce, otk);
+}
+
+int crypt_chacha20_otk_pool_fill(crypt_ctx *ctx, const uint8_t seed[16])
+{
+    const size_t bytes = (size_t)CRYPT_OTK_POOL_KEYS * CRYPT_OTK_BYTES;
+    ctx->otk_pool_used = CRYPT_OTK_POOL_KEYS; /* empty until filled */
+    if (ctx->otk_pool == NULL) {
+        ctx->otk_pool = malloc(bytes);
+        if (ctx->otk_pool == NULL) {
+            return CRYPT_ENOMEM;
+        }
+    }
+    memcpy(ctx->otk_pool_nonce, seed, sizeof ctx->otk_pool_nonce);
+    ctx->otk_pool_counter = crypt_get_le32(seed + 12);
+    memset(ctx->otk_pool, 0, bytes); /* keystream XOR zeros = the keystream */
+    int rc = crypt_chacha20_stream(ctx->enc, ctx->key, ctx->otk_pool_counter, ctx->otk_pool_nonce,
+                                   ctx->otk_pool, ctx->otk_pool, bytes);
+    if (rc != CRYPT_OK) {
+        crypt_wipe(ctx->otk_pool, bytes);
+        return rc;
+    }
+    ctx->otk_pool_used = 0;
+    ctx->otk_pool_generation = crypt_fork_generation();
+    return CRYPT_OK;
+}
+
+/* The next one-time key from the pool (refilled when used up or filled before a fork()),
+ * the nonce that makes a reader of page pgno derive that key, and the counter the page's
+ * data keystream starts at. The key stays in the pool: the caller wipes it after use. */
+static int crypt_chacha20_next_otk(crypt_ctx *ctx,
+                                   uint32_t pgno,
+                                   uint8_t nonce[CRYPT_CHACHA20_NONCE_BYTES],
+                                   uint8_t **otk,
+                                   uint32_t *data_counter)
+{
+    if (ctx->otk_pool_used >= CRYPT_OTK_POOL_KEYS ||
+        ctx->otk_pool_generation != crypt_fork_generation()) {
+        uint8_t seed[16];
+        int rc = crypt_ctx_nonce(ctx, seed);
+        if (rc == CRYPT_OK) {
+            rc = crypt_chacha20_otk_pool_fill(ctx, seed);
+        }
+        crypt_wipe(seed, sizeof seed);
+        if (rc != CRYPT_OK) {
+            return rc;
+        }
+    }
+    uint32_t counter = ctx->otk_pool_counter + ctx->otk_pool_used; /* modulo 2^32, as sqleet */
+    *otk = ctx->otk_pool + (size_t)ctx->otk_pool_used * CRYPT_OTK_BYTES;
+    ctx->otk_pool_used++;
+    memcpy(nonce, ctx->otk_pool_nonce, sizeof ctx->otk_pool_nonce);
+    crypt_put_le32(nonce + 12, counter ^ pgno);
+    *data_counter = counter + 1u;
+    return CRYPT_OK;
 }
 
 static int crypt_chacha20_encrypt(crypt_ctx *ctx,
@@ -214,15 +279,11 @@ static int crypt_chacha20_encrypt(crypt_ctx *ctx,
     const size_t n = (size_t)page_size - CRYPT_CHACHA20_RESERVE;
     const size_t off = (flags & CRYPT_PAGE_DB_HEADER) ? CRYPT_PAGE1_OFFSET : 0;
     uint8_t nonce[CRYPT_CHACHA20_NONCE_BYTES];
-    uint8_t otk[CRYPT_CHACHA20_OTK_BYTES];
+    uint8_t *otk = NULL;
     uint32_t data_counter = 0;
-    int rc = crypt_ctx_nonce(ctx, nonce);
+    int rc = crypt_chacha20_next_otk(ctx, pgno, nonce, &otk, &data_counter);
     if (rc != CRYPT_OK) {
-        goto cleanup;
-    }
-    rc = crypt_chacha20_otk(ctx, pgno, nonce, otk, &data_counter);
-    if (rc != CRYPT_OK) {
-        goto cleanup;
+        return rc;
     }
     /* The keystream runs on over the 32 reserve bytes (nonce and tag overwrite them
      * below): OpenSSL then gets whole 64-byte blocks, and a trailing partial block costs
@@ -240,7 +301,7 @@ static int crypt_chacha20_encrypt(crypt_ctx *ctx,
     rc = crypt_chacha20_poly1305(ctx->mac, otk, out, n + CRYPT_CHACHA20_NONCE_BYTES,
                                  out + n + CRYPT_CHACHA20_NONCE_BYTES);
 cleanup:
-    crypt_wipe(otk, sizeof otk);
+    crypt_wipe(otk, CRYPT_OTK_BYTES); /* used once */
     return rc;
 }
 
@@ -252,7 +313,7 @@ static int crypt_chacha20_decrypt(
     uint8_t reserve[CRYPT_CHACHA20_RESERVE]; /* nonce || tag, kept across the decryption */
     const uint8_t *nonce = reserve;
     const uint8_t *stored_tag = reserve + CRYPT_CHACHA20_NONCE_BYTES;
-    uint8_t otk[CRYPT_CHACHA20_OTK_BYTES];
+    uint8_t otk[CRYPT_OTK_BYTES];
     uint8_t tag[CRYPT_CHACHA20_TAG_BYTES];
     uint32_t data_counter = 0;
     memcpy(reserve, page + n, sizeof reserve);

@@ -5,7 +5,8 @@
  * IMPLEMENTATION NOTES
  *   - The secret is parsed into a stack struct that is wiped before returning; the
  *     context keeps only derived keys and the salt, and crypt_ctx_free() wipes the whole
- *     struct (keys, salt, nonce pool) before freeing it.
+ *     struct (keys, salt, nonce pool) and the chacha20 one-time-key pool before freeing
+ *     them.
  *   - Salt choice (FORMAT.md §1.3): the file's salt when given; else a raw key's own salt
  *     (x'<96 hex>', raw:<48 bytes>); else 16 random bytes. aes256cbc has no salt.
  *   - The page functions check everything a cipher relies on (page size a power of two in
@@ -37,6 +38,7 @@ static crypt_ctx *crypt_ctx_alloc(const struct crypt_cipher_desc *desc)
     if (ctx != NULL) {
         ctx->desc = desc;
         ctx->nonce_pool_used_bytes = CRYPT_NONCE_POOL_BYTES;
+        ctx->otk_pool_used = CRYPT_OTK_POOL_KEYS;
     }
     return ctx;
 }
@@ -140,7 +142,7 @@ int crypt_ctx_clone(const crypt_ctx *src, crypt_ctx **out)
     memcpy(ctx->salt, src->salt, sizeof ctx->salt);
     memcpy(ctx->key, src->key, sizeof ctx->key);
     memcpy(ctx->hmac_key, src->hmac_key, sizeof ctx->hmac_key);
-    int rc = ctx->desc->open(ctx); /* own OpenSSL state; the nonce pool starts empty */
+    int rc = ctx->desc->open(ctx); /* own OpenSSL state; empty nonce and key pools */
     if (rc != CRYPT_OK) {
         crypt_ctx_free(ctx);
         return rc;
@@ -160,6 +162,10 @@ void crypt_ctx_free(crypt_ctx *ctx)
     EVP_CIPHER_CTX_free(ctx->cts_dec);
     EVP_MAC_CTX_free(ctx->mac);
     EVP_MD_CTX_free(ctx->md);
+    if (ctx->otk_pool != NULL) {
+        crypt_wipe(ctx->otk_pool, CRYPT_OTK_POOL_KEYS * CRYPT_OTK_BYTES);
+        free(ctx->otk_pool);
+    }
     crypt_wipe(ctx, sizeof *ctx);
     free(ctx);
 }

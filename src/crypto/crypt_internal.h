@@ -22,6 +22,8 @@
 
 #define CRYPT_NONCE_BYTES      16   /* chacha20 nonce and sqlcipher IV alike */
 #define CRYPT_NONCE_POOL_BYTES 1024 /* 64 nonces per RAND_bytes() call */
+#define CRYPT_OTK_POOL_KEYS    64   /* chacha20 one-time keys per keystream call */
+#define CRYPT_OTK_BYTES        64   /* one ChaCha20 block */
 #define CRYPT_AES_BLOCK_BYTES  16
 #define CRYPT_SQLITE_MAGIC     "SQLite format 3" /* 15 chars + NUL = 16 bytes */
 
@@ -81,6 +83,14 @@ struct crypt_ctx {
     uint32_t nonce_pool_generation;
     uint32_t nonce_pool_used_bytes; /* == CRYPT_NONCE_POOL_BYTES: empty */
     uint8_t nonce_pool[CRYPT_NONCE_POOL_BYTES];
+    /* chacha20 page encryption (crypt_chacha20.c): CRYPT_OTK_POOL_KEYS one-time keys, the
+     * consecutive keystream blocks of the master key from block counter otk_pool_counter
+     * under otk_pool_nonce; allocated at the first page encryption (readers never do). */
+    uint8_t *otk_pool;
+    uint32_t otk_pool_generation;
+    uint32_t otk_pool_used; /* == CRYPT_OTK_POOL_KEYS: empty */
+    uint32_t otk_pool_counter;
+    uint8_t otk_pool_nonce[12];
 };
 
 /* A cipher's row in the registry (crypt_registry.c), the one place each fact about it is
@@ -114,6 +124,11 @@ const struct crypt_cipher_desc *crypt_cipher_desc_of(int cipher);
 
 /* Next 16 random bytes for a nonce / IV from the context's pool. CRYPT_OK or CRYPT_EFAIL. */
 int crypt_ctx_nonce(crypt_ctx *ctx, uint8_t nonce[CRYPT_NONCE_BYTES]);
+
+/* Fills ctx's chacha20 one-time-key pool from seed: nonce seed[0..12], first block counter
+ * LE32(seed[12..16]). Page encryption calls it with 16 random bytes; tests with chosen
+ * ones (the counter wrap). CRYPT_OK, CRYPT_ENOMEM or CRYPT_EFAIL. */
+int crypt_chacha20_otk_pool_fill(crypt_ctx *ctx, const uint8_t seed[16]);
 
 /* ChaCha20 with the sqleet counter rule on a context already bound to ChaCha20. key NULL
  * keeps the context's key. Splits at the 2^32 block boundary. */
