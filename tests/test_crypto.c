@@ -850,6 +850,37 @@ static void test_nonce_pool(void)
     crypt_ctx_free(ctx);
 }
 
+/* crypt_page_authenticate: the tag check of crypt_page_decrypt() without the decryption
+ * (the page is left as it is); only for chacha20. */
+static void test_page_authenticate(void)
+{
+    static uint8_t plain[4096], page[4096], copy[4096];
+    crypt_ctx *ctx = test_ctx(CRYPT_CIPHER_CHACHA20, 0, "x'" TEST_KEY_HEX_OTK "'", NULL);
+    crypt_ctx *aes = test_ctx(CRYPT_CIPHER_AES256CBC, 0, "auth", NULL);
+    CHECK(ctx != NULL && aes != NULL);
+    CHECK(crypt_ctx_can_authenticate(ctx) && !crypt_ctx_can_authenticate(aes));
+    for (uint32_t pgno = 1; pgno <= 3; pgno++) {
+        unsigned flags = pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0;
+        test_fill_page(plain, sizeof plain, pgno, CRYPT_CIPHER_CHACHA20);
+        CHECK_EQ_INT(crypt_page_encrypt(ctx, pgno, plain, page, sizeof page, flags), CRYPT_OK);
+        memcpy(copy, page, sizeof copy);
+        CHECK_EQ_INT(crypt_page_authenticate(ctx, pgno, page, sizeof page, flags), CRYPT_OK);
+        CHECK(memcmp(copy, page, sizeof page) == 0);
+        CHECK_EQ_INT(crypt_page_authenticate(ctx, pgno + 1, page, sizeof page, 0), CRYPT_EAUTH);
+        for (size_t at = 0; at < sizeof page; at += 1021) {
+            page[at] ^= 0x10;
+            CHECK_EQ_INT(crypt_page_authenticate(ctx, pgno, page, sizeof page, flags), CRYPT_EAUTH);
+            page[at] ^= 0x10;
+        }
+        CHECK_EQ_INT(crypt_page_decrypt(ctx, pgno, page, sizeof page, flags), CRYPT_OK);
+        CHECK(memcmp(page + 24, plain + 24, sizeof page - 56) == 0);
+    }
+    CHECK_EQ_INT(crypt_page_encrypt(aes, 2, plain, page, sizeof page, 0), CRYPT_OK);
+    CHECK_EQ_INT(crypt_page_authenticate(aes, 2, page, sizeof page, 0), CRYPT_EINVAL);
+    crypt_ctx_free(ctx);
+    crypt_ctx_free(aes);
+}
+
 /* The (nonce, block counter) pair of the master key a chacha20 page's one-time key came
  * from (FORMAT.md §2: counter = LE32(nonce[12..16]) XOR pgno), as 16 bytes. */
 static void test_otk_input(const uint8_t *page, uint32_t page_size, uint32_t pgno, uint8_t out[16])
@@ -1108,6 +1139,7 @@ int main(void)
     TEST(test_create_random);
     TEST(test_nonce_pool);
     TEST(test_chacha20_otk_pool);
+    TEST(test_page_authenticate);
     TEST(test_chacha20_otk_pool_wrap);
     TEST(test_chacha20_otk_pool_fork);
     TEST(test_vector_chacha20);

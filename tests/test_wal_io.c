@@ -12,6 +12,7 @@
  * after a break) proves the chain was right, including the case where another connection
  * overwrote the frame this one remembers.
  */
+#include "crypto/crypt.h"
 #include "faultvfs.h"
 #include "harness.h"
 #include "testutil.h"
@@ -303,6 +304,85 @@ static void test_checkpoint_copies_ciphertext(void)
     tu_remove_db(path);
 }
 
+/* A WAL with frames for 60 rows of 2000 bytes and an update of every third, nothing
+ * checkpointed yet. */
+static int wal_with_frames(const char *path, sqlite3 **db)
+{
+    tu_remove_db(path);
+    if (open_wal_db(path, MV_DB_CREATE, db) != 0) {
+        return -1;
+    }
+    if (tu_exec(*db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE "
+                     "i < 60) INSERT INTO t SELECT i, i, randomblob(2000) FROM n") != SQLITE_OK ||
+        tu_exec(*db, "UPDATE t SET v = v + 1 WHERE id % 3 = 0") != SQLITE_OK) {
+        return -1;
+    }
+    return 0;
+}
+
+/* The checkpoint only copies pages: it checks each frame's tag but decrypts none (it used
+ * to decrypt every page it copied, then throw the plaintext away). */
+static void test_checkpoint_decrypts_nothing(void)
+{
+    char *path = tu_path("ckpt_nodecrypt.db");
+    sqlite3 *db = NULL;
+    CHECK(wal_with_frames(path, &db) == 0);
+    long long frames = wal_frames(path);
+    uint64_t before = crypt_pages_decrypted();
+    CHECK(tu_exec(db, "PRAGMA wal_checkpoint(PASSIVE)") == SQLITE_OK);
+    uint64_t during = crypt_pages_decrypted() - before;
+    CHECK(frames >= 30);
+    if (during != 0) {
+        fprintf(stderr, "  %llu pages decrypted for %lld frames\n", (unsigned long long)during,
+                frames);
+    }
+    CHECK(during == 0);
+    sqlite3_close(db);
+    CHECK(tu_open(path, PW, MV_CIPHER_AUTO, 0, &db) == MV_OK);
+    CHECK_EQ_INT(tu_int(db, "SELECT total(v) FROM t"), 1830 + 20);
+    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM pragma_integrity_check WHERE "
+                            "integrity_check='ok'"),
+                 1);
+    sqlite3_close(db);
+    tu_remove_db(path);
+}
+
+/* A frame damaged after it was written stops the checkpoint (its tag is still checked):
+ * the error names it, and its page in the database file keeps every byte. (Pages the
+ * checkpoint copied before it are authentic; the WAL keeps them all, as after any partial
+ * checkpoint.) */
+static void test_checkpoint_stops_at_damaged_frame(void)
+{
+    char *path = tu_path("ckpt_damaged.db"), wal[1100];
+    sqlite3 *db = NULL;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    CHECK(wal_with_frames(path, &db) == 0);
+    long long frames = wal_frames(path);
+    CHECK(frames >= 30);
+    /* A bit in the middle of the page of the last frame (the last frame of a page is the
+     * one the checkpoint copies). */
+    long long last = 32 + (frames - 1) * WAL_FRAME_SIZE;
+    size_t wal_len = 0, len_before = 0, len_after = 0;
+    uint8_t *w = tu_read_file(wal, &wal_len);
+    CHECK(w != NULL && (long long)wal_len >= last + WAL_FRAME_SIZE);
+    uint32_t pgno = (uint32_t)w[last] << 24 | (uint32_t)w[last + 1] << 16 |
+                    (uint32_t)w[last + 2] << 8 | w[last + 3];
+    free(w);
+    CHECK(tu_flip_bit(wal, last + 24 + WAL_PAGE_SIZE / 2, 3) == 0);
+    uint8_t *before = tu_read_file(path, &len_before);
+    CHECK(tu_exec(db, "PRAGMA wal_checkpoint(PASSIVE)") == SQLITE_IOERR_DATA);
+    CHECK(strstr(mv_db_vfs_errmsg(db), "failed authentication") != NULL);
+    uint8_t *after = tu_read_file(path, &len_after);
+    size_t at = (size_t)(pgno - 1) * WAL_PAGE_SIZE;
+    CHECK(before != NULL && after != NULL);
+    CHECK(at + WAL_PAGE_SIZE > len_before ||
+          (len_after >= at + WAL_PAGE_SIZE && memcmp(before + at, after + at, WAL_PAGE_SIZE) == 0));
+    free(before);
+    free(after);
+    sqlite3_close(db);
+    tu_remove_db(path);
+}
+
 int main(void)
 {
     if (fv_register() != SQLITE_OK || mv_vfs_register(FV_VFS_NAME, 0) != MV_OK) {
@@ -315,5 +395,7 @@ int main(void)
     TEST(test_remembered_frame_overwritten_by_another_connection);
     TEST(test_exclusive_mode_chain);
     TEST(test_checkpoint_copies_ciphertext);
+    TEST(test_checkpoint_decrypts_nothing);
+    TEST(test_checkpoint_stops_at_damaged_frame);
     return th_summary();
 }

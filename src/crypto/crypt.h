@@ -155,6 +155,21 @@ int crypt_page_encrypt(crypt_ctx *ctx,
 int crypt_page_decrypt(
     crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags);
 
+/* Checks the page's tag without decrypting it (chacha20: the one-time key and Poly1305 over
+ * what is stored, i.e. what crypt_page_decrypt() checks first). For a page that is only
+ * copied, never read: a WAL checkpoint. Returns CRYPT_OK, CRYPT_EAUTH, or CRYPT_EINVAL
+ * (as crypt_page_decrypt(), and for a cipher without such a check: see
+ * crypt_ctx_can_authenticate()). */
+int crypt_page_authenticate(
+    crypt_ctx *ctx, uint32_t pgno, const uint8_t *page, uint32_t page_size, unsigned flags);
+/* Whether crypt_page_authenticate() works for ctx's cipher (chacha20: yes; aes256cbc has
+ * no tag; sqlcipher: not implemented, its pages are decrypted to be checked). */
+int crypt_ctx_can_authenticate(const crypt_ctx *ctx);
+
+/* Pages decrypted (crypt_page_decrypt() calls) by this process so far: for tests that
+ * show a path no longer decrypts. */
+uint64_t crypt_pages_decrypted(void);
+
 /* ---- Primitives, exposed for known-answer tests ------------------------------------------ */
 
 /* ChaCha20 (RFC 8439) with the sqleet counter rule: the 32-bit block counter wraps to 0 and

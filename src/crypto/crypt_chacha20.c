@@ -305,31 +305,55 @@ cleanup:
     return rc;
 }
 
+/* Derives the one-time key of a stored page (nonce in its reserve) and checks the tag over
+ * the stored bytes. The key stays in otk for the caller, who wipes it. CRYPT_OK,
+ * CRYPT_EAUTH (nothing else happened) or CRYPT_EFAIL. */
+static int crypt_chacha20_check(crypt_ctx *ctx,
+                                uint32_t pgno,
+                                const uint8_t *page,
+                                uint32_t page_size,
+                                uint8_t otk[CRYPT_OTK_BYTES],
+                                uint32_t *data_counter)
+{
+    const size_t n = (size_t)page_size - CRYPT_CHACHA20_RESERVE;
+    uint8_t tag[CRYPT_CHACHA20_TAG_BYTES];
+    int rc = crypt_chacha20_otk(ctx, pgno, page + n, otk, data_counter);
+    if (rc == CRYPT_OK) {
+        rc = crypt_chacha20_poly1305(ctx->mac, otk, page, n + CRYPT_CHACHA20_NONCE_BYTES, tag);
+    }
+    if (rc == CRYPT_OK &&
+        crypt_memcmp_ct(tag, page + n + CRYPT_CHACHA20_NONCE_BYTES, sizeof tag) != 0) {
+        rc = CRYPT_EAUTH;
+    }
+    return rc;
+}
+
+static int crypt_chacha20_authenticate(
+    crypt_ctx *ctx, uint32_t pgno, const uint8_t *page, uint32_t page_size, unsigned flags)
+{
+    (void)flags; /* page 1's tag covers its salt as stored, like any other page's bytes */
+    uint8_t otk[CRYPT_OTK_BYTES];
+    uint32_t data_counter = 0;
+    int rc = crypt_chacha20_check(ctx, pgno, page, page_size, otk, &data_counter);
+    crypt_wipe(otk, sizeof otk);
+    return rc;
+}
+
 static int crypt_chacha20_decrypt(
     crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags)
 {
     const size_t n = (size_t)page_size - CRYPT_CHACHA20_RESERVE;
     const size_t off = (flags & CRYPT_PAGE_DB_HEADER) ? CRYPT_PAGE1_OFFSET : 0;
     uint8_t reserve[CRYPT_CHACHA20_RESERVE]; /* nonce || tag, kept across the decryption */
-    const uint8_t *nonce = reserve;
-    const uint8_t *stored_tag = reserve + CRYPT_CHACHA20_NONCE_BYTES;
     uint8_t otk[CRYPT_OTK_BYTES];
-    uint8_t tag[CRYPT_CHACHA20_TAG_BYTES];
     uint32_t data_counter = 0;
     memcpy(reserve, page + n, sizeof reserve);
-    int rc = crypt_chacha20_otk(ctx, pgno, nonce, otk, &data_counter);
-    if (rc == CRYPT_OK) {
-        rc = crypt_chacha20_poly1305(ctx->mac, otk, page, n + CRYPT_CHACHA20_NONCE_BYTES, tag);
-    }
+    int rc = crypt_chacha20_check(ctx, pgno, page, page_size, otk, &data_counter);
     if (rc != CRYPT_OK) {
-        goto cleanup;
-    }
-    if (crypt_memcmp_ct(tag, stored_tag, sizeof tag) != 0) {
-        rc = CRYPT_EAUTH; /* nothing written yet */
-        goto cleanup;
+        goto cleanup; /* nothing written yet */
     }
     /* Whole blocks, as in crypt_chacha20_encrypt(); the reserve bytes are put back. */
-    rc = crypt_chacha20_stream(ctx->enc, otk + 32, data_counter, nonce, page + off, page + off,
+    rc = crypt_chacha20_stream(ctx->enc, otk + 32, data_counter, reserve, page + off, page + off,
                                page_size - off);
     memcpy(page + n, reserve, sizeof reserve);
     if (rc == CRYPT_OK && off > 0) {
@@ -349,4 +373,5 @@ const struct crypt_cipher_desc crypt_chacha20_desc = {
     .open = crypt_chacha20_open,
     .encrypt = crypt_chacha20_encrypt,
     .decrypt = crypt_chacha20_decrypt,
+    .authenticate = crypt_chacha20_authenticate,
 };

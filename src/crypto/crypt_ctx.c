@@ -15,6 +15,7 @@
 #include "crypto/crypt_internal.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -252,15 +253,38 @@ int crypt_page_encrypt(crypt_ctx *ctx,
     return ctx->desc->encrypt(ctx, pgno, plain, out, page_size, flags);
 }
 
+static atomic_uint_fast64_t crypt_decrypt_calls;
+
+uint64_t crypt_pages_decrypted(void)
+{
+    return (uint64_t)atomic_load_explicit(&crypt_decrypt_calls, memory_order_relaxed);
+}
+
 int crypt_page_decrypt(
     crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags)
 {
     if (!crypt_ctx_page_valid(ctx, pgno, page, page_size, flags)) {
         return CRYPT_EINVAL;
     }
+    atomic_fetch_add_explicit(&crypt_decrypt_calls, 1, memory_order_relaxed);
     int rc = ctx->desc->decrypt(ctx, pgno, page, page_size, flags);
     /* Paired with the encrypt side: a page 1 that decrypted carries the SQLite magic. */
     assert(rc != CRYPT_OK || !(flags & CRYPT_PAGE_DB_HEADER) ||
            (page[0] == 'S' && page[15] == '\0'));
     return rc;
+}
+
+int crypt_ctx_can_authenticate(const crypt_ctx *ctx)
+{
+    return ctx != NULL && ctx->desc->authenticate != NULL;
+}
+
+int crypt_page_authenticate(
+    crypt_ctx *ctx, uint32_t pgno, const uint8_t *page, uint32_t page_size, unsigned flags)
+{
+    if (!crypt_ctx_page_valid(ctx, pgno, page, page_size, flags) ||
+        (flags & CRYPT_PAGE_ANY_SIZE) != 0 || ctx->desc->authenticate == NULL) {
+        return CRYPT_EINVAL;
+    }
+    return ctx->desc->authenticate(ctx, pgno, page, page_size, flags);
 }

@@ -113,6 +113,9 @@ struct crypt_cipher_desc {
                    unsigned flags);
     int (*decrypt)(
         crypt_ctx *ctx, uint32_t pgno, uint8_t *page, uint32_t page_size, unsigned flags);
+    /* The tag check alone (crypt_page_authenticate); NULL: the cipher has none. */
+    int (*authenticate)(
+        crypt_ctx *ctx, uint32_t pgno, const uint8_t *page, uint32_t page_size, unsigned flags);
 };
 
 extern const struct crypt_cipher_desc crypt_chacha20_desc;

@@ -78,9 +78,12 @@ struct mv_codec {
     /* Checkpoint copy (vfs_wal.c, vfs_main.c): while this connection holds the WAL
      * checkpoint lock, the last page read from the WAL, as ciphertext then plaintext
      * (2 x page size bytes); a write of that plaintext to that page of the database writes
-     * the WAL's ciphertext instead of encrypting again. */
+     * the WAL's ciphertext instead of encrypting again. With ckpt_raw (a cipher whose tag
+     * can be checked alone: chacha20) the page was only authenticated and SQLite was handed
+     * the ciphertext itself, which the write then recognises byte for byte. */
     int ckpt_lock_held;
     int ckpt_valid;
+    int ckpt_raw;
     uint32_t ckpt_pgno;
     uint32_t ckpt_page_size;
     uint8_t *ckpt_pages;
@@ -151,6 +154,12 @@ int mv_codec_write_blocked(const struct mv_codec *c);
 int mv_codec_encrypt(
     struct mv_codec *c, uint32_t pgno, const uint8_t *in, uint8_t *out, uint32_t page_size);
 int mv_codec_decrypt(struct mv_codec *c, uint32_t pgno, uint8_t *page, uint32_t page_size);
+/* The tag check alone (crypt_page_authenticate): SQLITE_OK, SQLITE_IOERR_DATA if the page
+ * is not authentic, SQLITE_IOERR_READ / SQLITE_NOMEM. */
+int mv_codec_authenticate(struct mv_codec *c,
+                          uint32_t pgno,
+                          const uint8_t *page,
+                          uint32_t page_size);
 
 /* Keying (vfs_keying.c). */
 int mv_keying_apply(struct mv_file *f, const struct mv_fcntl_key *k);
@@ -172,10 +181,13 @@ void mv_wal_forget_chain(struct mv_file *f);
 /* Called for every xShmLock on a main file with the lower VFS's answer rc: counts calls
  * covering the WAL write lock, and follows whether the checkpoint lock is held. */
 void mv_wal_shm_lock_seen(struct mv_file *main_file, int offset, int n, int flags, int rc);
-/* The WAL ciphertext of page pgno if plain is what the checkpoint just read from the WAL
- * for it (see struct mv_codec), else NULL. Forgets it either way. */
-const uint8_t *
-mv_codec_ckpt_ciphertext(struct mv_codec *c, uint32_t pgno, const uint8_t *plain, uint32_t size);
+/* For a write of page pgno of the database (vfs_wal.c, see struct mv_codec): 1 and
+ * *cipher = the WAL ciphertext to write as it is, when buf is what the checkpoint just read
+ * from the WAL for that page (its plaintext, or with ckpt_raw the ciphertext itself); 0 to
+ * encrypt buf as usual; -1 when buf is ciphertext handed out for another page number (the
+ * write must be refused: it cannot be done right). */
+int mv_codec_ckpt_match(
+    struct mv_codec *c, uint32_t pgno, const uint8_t *buf, uint32_t size, const uint8_t **cipher);
 int mv_temp_open(struct mv_file *f);
 void mv_temp_close(struct mv_file *f);
 int mv_temp_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);

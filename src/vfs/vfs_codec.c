@@ -98,3 +98,20 @@ int mv_codec_decrypt(struct mv_codec *c, uint32_t pgno, uint8_t *page, uint32_t 
     mv_codec_set_error(c, "cannot decrypt page %u (page size %u)", pgno, page_size);
     return rc == CRYPT_ENOMEM ? SQLITE_NOMEM : SQLITE_IOERR_READ;
 }
+
+int mv_codec_authenticate(struct mv_codec *c,
+                          uint32_t pgno,
+                          const uint8_t *page,
+                          uint32_t page_size)
+{
+    unsigned flags = pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0;
+    int rc = crypt_page_authenticate(c->crypt, pgno, page, page_size, flags);
+    if (rc == CRYPT_OK) {
+        return SQLITE_OK;
+    }
+    if (rc == CRYPT_EAUTH) {
+        return SQLITE_IOERR_DATA;
+    }
+    mv_codec_set_error(c, "cannot check page %u (page size %u)", pgno, page_size);
+    return rc == CRYPT_ENOMEM ? SQLITE_NOMEM : SQLITE_IOERR_READ;
+}

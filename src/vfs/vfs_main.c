@@ -183,9 +183,14 @@ int mv_main_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off
     /* A checkpoint copying a page from the WAL: the frame's ciphertext is a valid
      * encryption of this page at this page number (the WAL encrypts under the database
      * page number), already authenticated when it was read. */
-    const uint8_t *same = mv_codec_ckpt_ciphertext(c, pgno, buf, page_size);
-    if (same != NULL) {
+    const uint8_t *same = NULL;
+    int match = mv_codec_ckpt_match(c, pgno, buf, page_size, &same);
+    if (match > 0) {
         return f->lower->pMethods->xWrite(f->lower, same, amt, off);
+    }
+    if (match < 0) {
+        mv_codec_set_error(c, "refused to write page %u: a checkpoint copy for another page", pgno);
+        return SQLITE_IOERR_WRITE;
     }
     rc = mv_codec_scratch(c, page_size);
     if (rc != SQLITE_OK) {

@@ -95,11 +95,38 @@ void mv_wal_shm_lock_seen(struct mv_file *main_file, int offset, int n, int flag
         /* Held only after a granted exclusive lock; any other call ends it. */
         c->ckpt_lock_held = rc == SQLITE_OK && (flags & SQLITE_SHM_LOCK) != 0 &&
                             (flags & SQLITE_SHM_EXCLUSIVE) != 0;
-        c->ckpt_valid = 0;
+        if (!c->ckpt_raw) {
+            /* (A page handed out as ciphertext stays recognisable: SQLite may only write
+             * it back, see mv_codec_ckpt_match().) */
+            c->ckpt_valid = 0;
+        }
     }
 }
 
-/* Keeps the page the checkpoint just read (ciphertext at cipher, plaintext at plain). */
+/* Makes room for the checkpoint copy of a page_size page; SQLITE_NOMEM if there is none
+ * (the old copy is then forgotten). */
+static int mv_wal_ckpt_room(struct mv_codec *c, uint32_t page_size)
+{
+    if (c->ckpt_page_size == page_size) {
+        return SQLITE_OK;
+    }
+    c->ckpt_valid = 0;
+    c->ckpt_raw = 0;
+    uint8_t *p = malloc(2 * (size_t)page_size);
+    if (p == NULL) {
+        return SQLITE_NOMEM;
+    }
+    if (c->ckpt_pages != NULL) {
+        crypt_wipe(c->ckpt_pages, 2 * (size_t)c->ckpt_page_size);
+        free(c->ckpt_pages);
+    }
+    c->ckpt_pages = p;
+    c->ckpt_page_size = page_size;
+    return SQLITE_OK;
+}
+
+/* Keeps the page the checkpoint just read (ciphertext at cipher, plaintext at plain; plain
+ * NULL: SQLite was handed the ciphertext, and mv_wal_ckpt_room() made room before). */
 static void mv_wal_ckpt_keep(struct mv_codec *c,
                              uint32_t pgno,
                              const uint8_t *cipher,
@@ -107,31 +134,46 @@ static void mv_wal_ckpt_keep(struct mv_codec *c,
                              uint32_t page_size)
 {
     c->ckpt_valid = 0;
-    if (c->ckpt_page_size != page_size) {
-        uint8_t *p = malloc(2 * (size_t)page_size);
-        if (p == NULL) {
-            return; /* only an optimisation */
-        }
-        if (c->ckpt_pages != NULL) {
-            crypt_wipe(c->ckpt_pages, 2 * (size_t)c->ckpt_page_size);
-            free(c->ckpt_pages);
-        }
-        c->ckpt_pages = p;
-        c->ckpt_page_size = page_size;
+    c->ckpt_raw = 0;
+    if (mv_wal_ckpt_room(c, page_size) != SQLITE_OK) {
+        return; /* plaintext: only an optimisation */
     }
     memcpy(c->ckpt_pages, cipher, page_size);
-    memcpy(c->ckpt_pages + page_size, plain, page_size);
+    if (plain != NULL) {
+        memcpy(c->ckpt_pages + page_size, plain, page_size);
+    }
     c->ckpt_pgno = pgno;
+    c->ckpt_raw = plain == NULL;
     c->ckpt_valid = 1;
 }
 
-const uint8_t *
-mv_codec_ckpt_ciphertext(struct mv_codec *c, uint32_t pgno, const uint8_t *plain, uint32_t size)
+int mv_codec_ckpt_match(
+    struct mv_codec *c, uint32_t pgno, const uint8_t *buf, uint32_t size, const uint8_t **cipher)
 {
-    int same = c->ckpt_valid && c->ckpt_pgno == pgno && c->ckpt_page_size == size &&
-               memcmp(c->ckpt_pages + size, plain, size) == 0;
+    *cipher = NULL;
+    if (!c->ckpt_valid || c->ckpt_page_size != size) {
+        return 0;
+    }
+    if (c->ckpt_raw) {
+        /* buf must be the very ciphertext handed out, authenticated for this page number
+         * (the WAL encrypts under the database page number). Plaintext from SQLite equal
+         * to a page's own ciphertext does not happen by chance; the same bytes for another
+         * page number cannot be written correctly at all. */
+        if (memcmp(c->ckpt_pages, buf, size) != 0) {
+            return 0;
+        }
+        c->ckpt_valid = 0;
+        c->ckpt_raw = 0;
+        if (c->ckpt_pgno != pgno) {
+            return -1;
+        }
+        *cipher = c->ckpt_pages;
+        return 1;
+    }
+    int same = c->ckpt_pgno == pgno && memcmp(c->ckpt_pages + size, buf, size) == 0;
     c->ckpt_valid = 0;
-    return same ? c->ckpt_pages : NULL;
+    *cipher = same ? c->ckpt_pages : NULL;
+    return same;
 }
 
 int mv_wal_flush(struct mv_file *f)
@@ -434,9 +476,22 @@ int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
         return rc;
     }
     uint32_t pgno = mv_get_be32(frame);
-    rc = mv_codec_decrypt(f->codec, pgno, buf, page_size);
-    if (rc == SQLITE_OK && f->codec->ckpt_lock_held) {
-        mv_wal_ckpt_keep(f->codec, pgno, frame + MV_WAL_FRAME_HEADER_BYTES, buf, page_size);
+    struct mv_codec *c = f->codec;
+    if (c->ckpt_lock_held && crypt_ctx_can_authenticate(c->crypt) &&
+        mv_wal_ckpt_room(c, page_size) == SQLITE_OK) {
+        /* The checkpoint: SQLite copies this page into the database file and looks at
+         * nothing in it (wal.c, walCheckpoint). So it gets the frame's ciphertext, checked
+         * but not decrypted (a damaged frame still stops the copy), and mv_main_write()
+         * writes that ciphertext as it is. */
+        rc = mv_codec_authenticate(c, pgno, buf, page_size);
+        if (rc == SQLITE_OK) {
+            mv_wal_ckpt_keep(c, pgno, buf, NULL, page_size);
+        }
+    } else {
+        rc = mv_codec_decrypt(c, pgno, buf, page_size);
+        if (rc == SQLITE_OK && c->ckpt_lock_held) {
+            mv_wal_ckpt_keep(c, pgno, frame + MV_WAL_FRAME_HEADER_BYTES, buf, page_size);
+        }
     }
     if (rc == SQLITE_IOERR_DATA) {
         mv_codec_set_error(
