@@ -28,6 +28,10 @@ static sqlite3_vfs *rec_lower;
 static int rec_hits;       /* writes that contained the marker */
 static int rec_writes[8];  /* writes per kind, see rec_kind() */
 static char rec_carry[64]; /* marker split across two adjacent writes is found too */
+/* Temp files: which 4128-byte blocks were written (offset / 4128), while counting is on. */
+static int rec_temp_count;
+static uint8_t rec_temp_seen[1 << 16];
+static int rec_temp_distinct;
 
 enum { K_MAIN, K_JOURNAL, K_WAL, K_TEMP, K_OTHER };
 
@@ -63,6 +67,11 @@ static int rec_write(sqlite3_file *p, const void *b, int n, sqlite3_int64 o)
 {
     struct rec_file *f = (struct rec_file *)p;
     rec_writes[rec_kind(f->flags)]++;
+    if (rec_temp_count && rec_kind(f->flags) == K_TEMP &&
+        o / 4128 < (sqlite3_int64)sizeof rec_temp_seen) {
+        rec_temp_distinct += rec_temp_seen[o / 4128] == 0;
+        rec_temp_seen[o / 4128] = 1;
+    }
     if (tu_contains(b, (size_t)n, MARKER, strlen(MARKER))) {
         rec_hits++;
     }
@@ -242,6 +251,48 @@ static void test_control_detector_sees_plaintext(void)
     tu_remove_db(path);
 }
 
+/* A statement journal that spills into an encrypted temp file: each block is encrypted and
+ * written about once, not once per write SQLite makes (a journal record is a 4-byte page
+ * number and then the page, so every record straddles two blocks: patching the block on
+ * disk per write wrote each block ~3 times), and the journal still undoes the statement. */
+static void test_statement_journal_blocks_written_once(void)
+{
+    char *path = tu_path("subjournal.db");
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(tu_open(path, "pw-subjournal", MV_CIPHER_CHACHA20, MV_DB_CREATE, &db), MV_OK);
+    tu_exec(db, "PRAGMA temp_store=FILE; PRAGMA cache_size=-2048; PRAGMA journal_mode=WAL");
+    tu_exec(db, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT UNIQUE, n INTEGER)");
+    tu_exec(db, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<4000) "
+                "INSERT INTO t SELECT i, printf('%08d', i) || printf('%.*c', 300, 'v'), i FROM c");
+    long long before = tu_int(db, "SELECT sum(n * 7 + length(v) * id) FROM t");
+    memset(rec_temp_seen, 0, sizeof rec_temp_seen);
+    rec_temp_distinct = 0;
+    int writes_before = rec_writes[K_TEMP];
+    rec_temp_count = 1;
+    tu_exec(db, "BEGIN");
+    /* Every row changed, then the last one collides: SQLite undoes the statement from its
+     * journal (ABORT), and the transaction goes on. */
+    char *err = NULL;
+    int rc = sqlite3_exec(db,
+                          "UPDATE t SET n = n + 1, v = CASE WHEN id = 4000 THEN "
+                          "printf('%08d', 2) || printf('%.*c', 300, 'v') || 'x' ELSE v || 'x' END",
+                          NULL, NULL, &err);
+    sqlite3_free(err);
+    CHECK_EQ_INT(rc, SQLITE_CONSTRAINT_UNIQUE);
+    tu_exec(db, "COMMIT");
+    rec_temp_count = 0;
+    int writes = rec_writes[K_TEMP] - writes_before;
+    printf("  temp writes %d, distinct blocks %d\n", writes, rec_temp_distinct);
+    CHECK(rec_temp_distinct > 100); /* the journal really spilled: 4000 rows, ~300 pages */
+    CHECK(writes <= rec_temp_distinct + rec_temp_distinct / 8);
+    CHECK_EQ_INT(tu_int(db, "SELECT sum(n * 7 + length(v) * id) FROM t"), before);
+    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM pragma_integrity_check WHERE "
+                            "integrity_check != 'ok'"),
+                 0);
+    sqlite3_close(db);
+    tu_remove_db(path);
+}
+
 int main(void)
 {
     if (rec_register() != SQLITE_OK || mv_vfs_register("mvrec", 0) != MV_OK) {
@@ -250,5 +301,6 @@ int main(void)
     }
     TEST(test_marker_never_written_through_the_shim);
     TEST(test_control_detector_sees_plaintext);
+    TEST(test_statement_journal_blocks_written_once);
     return th_summary();
 }

@@ -125,6 +125,8 @@ struct mv_file {
     crypt_ctx *temp_crypt;
     char *temp_name; /* sqlite3_malloc'd name in the store's tmp/ (see vfs_tempdir.h) */
     uint8_t *temp_block;
+    int64_t temp_cached; /* the block whose plaintext temp_block holds (-1: none) */
+    int temp_dirty;      /* ... changed since it was last encrypted and written */
 };
 
 /* The VFS object and its lower VFS (vfs_register.c). */

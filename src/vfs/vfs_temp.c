@@ -11,9 +11,15 @@
  *   blocks, a sub-journal writes 4-byte page numbers next to pages), so the file is cut into
  *   logical blocks of MV_TEMP_BLOCK bytes, each stored as MV_TEMP_BLOCK + 32 bytes: the
  *   chacha20 page format with the block index + 1 as page number, i.e. a fresh nonce and a
- *   Poly1305 tag per write. A partial write reads, patches and re-encrypts its block. A temp
- *   file is private to one connection and never reopened, so its logical size lives in
- *   memory. Invariant: bytes past the logical size inside the last block are zero.
+ *   Poly1305 tag per store. A temp file is private to one connection and never reopened, so
+ *   its logical size lives in memory, and so does its last-used block: temp_block holds one
+ *   block's plaintext (temp_cached), which is encrypted and written only when another block
+ *   is needed (temp_dirty). SQLite writes a statement journal as a 4-byte page number and
+ *   then the page, so each record straddles blocks; patching the block on disk per write
+ *   cost three decryptions, encryptions and writes per journalled page (a bulk COPY spent
+ *   a third of its time there), the cached block makes it one of each per 4 KiB. Plaintext
+ *   stays in memory only (as in SQLite's page cache) and is wiped on close. Invariant: bytes
+ *   past the logical size inside the last block are zero.
  *
  * LIMITATIONS
  *   Temp files larger than 2^32 blocks (16 TiB) are refused.
@@ -40,6 +46,8 @@ int mv_temp_open(struct mv_file *f)
         return SQLITE_IOERR;
     }
     f->temp_size = 0;
+    f->temp_cached = -1;
+    f->temp_dirty = 0;
     return SQLITE_OK;
 }
 
@@ -63,30 +71,6 @@ static int mv_all_zero_block(const uint8_t *p)
     return acc == 0;
 }
 
-/* Loads logical block b into f->temp_block (plaintext). Blocks never written read as zero. */
-static int mv_temp_load(struct mv_file *f, uint64_t b)
-{
-    uint8_t *plain = f->temp_block;
-    if ((sqlite3_int64)(b * MV_TEMP_BLOCK) >= f->temp_size) {
-        memset(plain, 0, MV_TEMP_PHYS);
-        return SQLITE_OK;
-    }
-    int rc =
-        f->lower->pMethods->xRead(f->lower, plain, MV_TEMP_PHYS, (sqlite3_int64)(b * MV_TEMP_PHYS));
-    if (rc == SQLITE_IOERR_SHORT_READ || (rc == SQLITE_OK && mv_all_zero_block(plain))) {
-        memset(plain, 0, MV_TEMP_PHYS); /* a hole: never written */
-        return SQLITE_OK;
-    }
-    if (rc != SQLITE_OK) {
-        return rc;
-    }
-    if (crypt_page_decrypt(f->temp_crypt, (uint32_t)(b + 1), plain, MV_TEMP_PHYS,
-                           CRYPT_PAGE_ANY_SIZE) != CRYPT_OK) {
-        return SQLITE_IOERR_DATA;
-    }
-    return SQLITE_OK;
-}
-
 static int mv_temp_store(struct mv_file *f, uint64_t b)
 {
     uint8_t *cipher = f->temp_block + MV_TEMP_PHYS;
@@ -96,6 +80,56 @@ static int mv_temp_store(struct mv_file *f, uint64_t b)
     }
     return f->lower->pMethods->xWrite(f->lower, cipher, MV_TEMP_PHYS,
                                       (sqlite3_int64)(b * MV_TEMP_PHYS));
+}
+
+/* Writes the cached block if it changed. */
+static int mv_temp_flush(struct mv_file *f)
+{
+    if (!f->temp_dirty) {
+        return SQLITE_OK;
+    }
+    int rc = mv_temp_store(f, (uint64_t)f->temp_cached);
+    if (rc == SQLITE_OK) {
+        f->temp_dirty = 0;
+    }
+    return rc;
+}
+
+/* Makes logical block b the cached one (plaintext in f->temp_block), writing out the one
+ * cached before if it changed. Blocks never written read as zero; with whole set the caller
+ * overwrites all of it, so its old content is not read. */
+static int mv_temp_load(struct mv_file *f, uint64_t b, int whole)
+{
+    if (f->temp_cached == (int64_t)b) {
+        return SQLITE_OK;
+    }
+    int rc = mv_temp_flush(f);
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    f->temp_cached = -1;
+    uint8_t *plain = f->temp_block;
+    if (whole || (sqlite3_int64)(b * MV_TEMP_BLOCK) >= f->temp_size) {
+        memset(plain, 0, MV_TEMP_PHYS);
+        f->temp_cached = (int64_t)b;
+        return SQLITE_OK;
+    }
+    rc =
+        f->lower->pMethods->xRead(f->lower, plain, MV_TEMP_PHYS, (sqlite3_int64)(b * MV_TEMP_PHYS));
+    if (rc == SQLITE_IOERR_SHORT_READ || (rc == SQLITE_OK && mv_all_zero_block(plain))) {
+        memset(plain, 0, MV_TEMP_PHYS); /* a hole: never written */
+        f->temp_cached = (int64_t)b;
+        return SQLITE_OK;
+    }
+    if (rc != SQLITE_OK) {
+        return rc;
+    }
+    if (crypt_page_decrypt(f->temp_crypt, (uint32_t)(b + 1), plain, MV_TEMP_PHYS,
+                           CRYPT_PAGE_ANY_SIZE) != CRYPT_OK) {
+        return SQLITE_IOERR_DATA;
+    }
+    f->temp_cached = (int64_t)b;
+    return SQLITE_OK;
 }
 
 int mv_temp_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
@@ -113,7 +147,7 @@ int mv_temp_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
             memset(out, 0, (size_t)(end - off));
             return SQLITE_IOERR_SHORT_READ;
         }
-        int rc = mv_temp_load(f, b);
+        int rc = mv_temp_load(f, b, 0);
         if (rc != SQLITE_OK) {
             return rc;
         }
@@ -138,20 +172,12 @@ int mv_temp_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off
         if ((sqlite3_int64)take > end - off) {
             take = (size_t)(end - off);
         }
-        int rc = SQLITE_OK;
-        if (take == MV_TEMP_BLOCK) {
-            memset(f->temp_block + MV_TEMP_BLOCK, 0, MV_TEMP_PHYS - MV_TEMP_BLOCK);
-        } else {
-            rc = mv_temp_load(f, b);
-        }
+        int rc = mv_temp_load(f, b, take == MV_TEMP_BLOCK);
         if (rc != SQLITE_OK) {
             return rc;
         }
         memcpy(f->temp_block + skip, in, take);
-        rc = mv_temp_store(f, b);
-        if (rc != SQLITE_OK) {
-            return rc;
-        }
+        f->temp_dirty = 1;
         in += take;
         off += (sqlite3_int64)take;
         if (off > f->temp_size) {
@@ -172,13 +198,19 @@ int mv_temp_truncate(struct mv_file *f, sqlite3_int64 size)
     }
     uint64_t b = (uint64_t)size / MV_TEMP_BLOCK;
     size_t keep = (size_t)((uint64_t)size % MV_TEMP_BLOCK);
+    uint64_t first_gone = keep != 0 ? b + 1 : b;
+    if (f->temp_cached >= 0 && (uint64_t)f->temp_cached >= first_gone) {
+        f->temp_cached = -1; /* cut off: nothing of it is needed any more */
+        f->temp_dirty = 0;
+    }
     if (keep != 0) {
-        int rc = mv_temp_load(f, b);
+        int rc = mv_temp_load(f, b, 0);
         if (rc != SQLITE_OK) {
             return rc;
         }
         memset(f->temp_block + keep, 0, MV_TEMP_BLOCK - keep);
-        rc = mv_temp_store(f, b);
+        f->temp_dirty = 1;
+        rc = mv_temp_flush(f);
         if (rc != SQLITE_OK) {
             return rc;
         }
