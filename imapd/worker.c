@@ -84,7 +84,7 @@
 #define WORKER_DRAIN_MAX      1024
 /* After the login's step, the next steps wait this long, so the client's next command (the
  * SELECT that follows a LOGIN) runs first instead of behind a step. */
-#define WORKER_DRAIN_GRACE_MS 30
+#define WORKER_DRAIN_GRACE_MS 50
 
 struct worker {
     pthread_t thread;
@@ -246,7 +246,6 @@ int worker_store_acquire(struct worker *w,
      * drain step notes it again */
     quota_note(address, s->store);
     s->drain_more = 1; /* the first step finds out whether anything is queued */
-    s->drain_after_ms = worker_now_ms() + WORKER_DRAIN_GRACE_MS;
     memcpy(s->verifier, verifier, sizeof verifier);
     OPENSSL_cleanse(verifier, sizeof verifier);
     s->refs = 1;
@@ -258,6 +257,7 @@ int worker_store_acquire(struct worker *w,
      * INBOX at the SELECT that follows, as when the open drained everything; only a longer
      * queue goes on in steps (THE DRAIN). */
     worker_drain_step(w, s, 1);
+    s->drain_after_ms = worker_now_ms() + WORKER_DRAIN_GRACE_MS; /* from the login's answer */
     *out = s;
     return MV_OK;
 }
