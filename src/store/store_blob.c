@@ -928,11 +928,13 @@ static int store_body_header_unit_decode(mv_store *s,
         if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
             content == 0 || content > size ||
             ZSTD_findFrameCompressedSize(unit, head_stored) != head_stored) {
-            return store_fail(s, MV_ECORRUPT, "body %lld: bad header frame", (long long)body_id);
+            rc = store_fail(s, MV_ECORRUPT, "body %lld: bad header frame", (long long)body_id);
+            goto cleanup; /* header is still NULL; one exit keeps cppcheck's leak check quiet */
         }
         ZSTD_DCtx *dctx = store_blob_dctx(s);
         if (dctx == NULL || (header = malloc((size_t)content)) == NULL) {
-            return store_fail(s, MV_ENOMEM, "out of memory reading a header");
+            rc = store_fail(s, MV_ENOMEM, "out of memory reading a header");
+            goto cleanup;
         }
         size_t got = ZSTD_decompressDCtx(dctx, header, (size_t)content, unit, head_stored);
         if (ZSTD_isError(got) || got != content) {
