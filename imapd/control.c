@@ -504,7 +504,12 @@ static void control_fail_deadline(struct control_session *s)
 {
     const char *what = s->sessions_left > 0 ? "sessions still running a command"
                        : s->store_was_busy  ? "the store still in use on this server"
-                                            : "the store still open in another program";
+                                            : "the store still open in another program (a "
+                                              "mailvault command, or another server on this "
+                                              "root)";
+    /* The library's busy message speaks to a tool that found a server in its way; here the
+     * server is the one asking, and `what` says it all. */
+    const char *detail = s->fence_rc == MV_EBUSY ? "" : s->fence_err;
     control_figures(s, 0);
     if (s->kind == CONTROL_KICK) {
         control_reply(s, "NO",
@@ -514,7 +519,7 @@ static void control_fail_deadline(struct control_session *s)
         control_reply(s, "NO",
                       "[TIMEOUT] release %s timed out after %d s (%s%s%s): NOT released, this node "
                       "still serves it; try again, or with a longer wait",
-                      s->user, s->wait_s, what, s->fence_err[0] != '\0' ? ": " : "", s->fence_err);
+                      s->user, s->wait_s, what, detail[0] != '\0' ? ": " : "", detail);
     }
     control_finish(s);
 }

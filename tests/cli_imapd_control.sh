@@ -64,6 +64,24 @@ run "$mv" who
 check "who with no session: exit 0" ok
 check "who with no session says so" grep -q "no user has an open store or a session" "$out"
 
+# Another program holds bob's store (its lock file shared, as every open does): the release
+# times out, says so plainly, and releases nothing.
+rm -f "$tmp/held"
+"$PY" -c "import fcntl, os, sys, time
+f = open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_SH); open(sys.argv[2], 'w').close()
+while os.path.exists(sys.argv[2]): time.sleep(0.05)" "$root/example.org/bob.lock" "$tmp/held" &
+holder=$!
+for _ in $(seq 1 200); do [ -e "$tmp/held" ] && break; sleep 0.05; done
+run "$mv" release bob@example.org --wait-seconds 1
+rm -f "$tmp/held"
+wait "$holder"
+check "release while another program holds the store: exit 75, NOT released" \
+    fails_with 75 "NOT released"
+check "... naming the other program as the reason, without the tool's own advice" \
+    bash -c "grep -q 'the store still open in another program (a mailvault command, or another server on this root)' '$err' &&
+        ! grep -q 'let the server release it' '$err'"
+check "... and no marker" [ ! -e "$root/example.org/bob.released" ]
+
 run_client 240 "$PY" tests/imapd_control.py --imap "$(port imap)" --lmtp "$(port lmtp)" \
     --mv "$mv" --root "$root" --root2 "$tmp/root2" --user "alice@example.org:alice@example.org secret"
 check "the release left its marker" [ -e "$root/example.org/alice.released" ]
