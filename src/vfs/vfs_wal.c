@@ -266,6 +266,20 @@ static int mv_wal_chain_seed(struct mv_file *f,
     return SQLITE_OK;
 }
 
+/* Whether SQLite left this frame header's salts and checksum to its commit: the frames of a
+ * transaction that overwrote one of its own frames in place are written with both zero and
+ * all rewritten before the commit returns (wal.c: walEncodeFrame with iReCksum set, then
+ * walRewriteChecksums, which reads the frames raw, i.e. sums ciphertext). Real salts and
+ * checksum all zero together do not happen (2^-128). */
+static int mv_wal_checksum_deferred(const uint8_t *hdr)
+{
+    uint8_t acc = 0;
+    for (int i = 8; i < MV_WAL_FRAME_HEADER_BYTES; i++) {
+        acc |= hdr[i];
+    }
+    return acc == 0;
+}
+
 /* A new frame: the held-back header plus this page, encrypted and re-checksummed. */
 static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t page_size)
 {
@@ -284,6 +298,13 @@ static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t p
     rc = mv_codec_encrypt(c, pgno, page, frame + MV_WAL_FRAME_HEADER_BYTES, page_size);
     if (rc != SQLITE_OK) {
         return rc;
+    }
+    if (mv_wal_checksum_deferred(frame)) {
+        /* Written as SQLite wrote it: a chain summed now would be thrown away, and finding
+         * its seed read the WAL header for every such frame (the zero salts never match
+         * the cached one). */
+        mv_wal_forget_chain(f);
+        return f->lower->pMethods->xWrite(f->lower, frame, (int)frame_bytes, f->pending_offset);
     }
     uint32_t sum[2];
     int big_endian;
