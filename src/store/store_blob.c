@@ -592,6 +592,7 @@ int store_body_index_again(mv_store *s, int64_t body_id, const struct store_pars
 int store_body_put(mv_store *s,
                    const uint8_t *raw,
                    size_t len,
+                   const uint8_t *sha256,
                    const struct store_parsed *parsed,
                    int64_t *body_id_out)
 {
@@ -606,7 +607,12 @@ int store_body_put(mv_store *s,
                           len, STORE_BLOB_SIZE_MAX);
     }
     raw = len != 0 ? raw : &empty;
-    int rc = store_blob_sha256(s, raw, len, digest);
+    int rc = MV_OK;
+    if (sha256 != NULL) {
+        memcpy(digest, sha256, sizeof digest);
+    } else {
+        rc = store_blob_sha256(s, raw, len, digest);
+    }
     if (rc == MV_OK) {
         rc = store_blob_find(s, "SELECT id FROM bodies WHERE sha256 = ?", digest, body_id_out);
     }

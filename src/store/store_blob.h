@@ -26,11 +26,13 @@
 
 /* Stores raw (len bytes; parsed->parts say which large leaf parts to keep apart) and sets
  * *body_id_out, or adds a reference to the body with the same SHA-256. A new body's full-text
- * row is deferred to the transaction's COMMIT (store_commit; store.h: fts_pending). Returns MV_OK, MV_ELIMIT (len > STORE_BLOB_SIZE_MAX), MV_ENOMEM, or the
- * mapped SQLite error; message set. */
+ * row is deferred to the transaction's COMMIT (store_commit; store.h: fts_pending). sha256:
+ * the SHA-256 of raw when the caller has computed it, else NULL (computed here). Returns MV_OK,
+ * MV_ELIMIT (len > STORE_BLOB_SIZE_MAX), MV_ENOMEM, or the mapped SQLite error; message set. */
 int store_body_put(mv_store *s,
                    const uint8_t *raw,
                    size_t len,
+                   const uint8_t *sha256,
                    const struct store_parsed *parsed,
                    int64_t *body_id_out);
 

@@ -46,13 +46,13 @@
  *   - A line whose leading '>' run is longer than IMPORT_READ_SIZE is not unquoted.
  */
 #include "store/store.h"
+#include "store/store_blob.h"
 #include "store/store_message.h"
 #include "store/store_parse.h"
 #include "store/store_scan.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,8 +121,12 @@ static int import_batch_end(struct import_ctx *c, int ok)
  * store_message_check, store_parse) counts as failed and the import goes on; an error while
  * inserting fails the batch. (No SAVEPOINT per message: with temp_store=FILE each one costs
  * a statement journal, four times the time of the import itself.) */
-static int
-import_insert(struct import_ctx *c, const uint8_t *raw, size_t len, unsigned flags, int64_t date)
+static int import_insert(struct import_ctx *c,
+                         const uint8_t *raw,
+                         size_t len,
+                         const uint8_t *sha256,
+                         unsigned flags,
+                         int64_t date)
 {
     struct store_parsed parsed;
     char *keywords = NULL, err[256] = "";
@@ -139,8 +143,8 @@ import_insert(struct import_ctx *c, const uint8_t *raw, size_t len, unsigned fla
         c->stats.messages_failed++; /* this message, not the store */
         rc = MV_OK;
     } else if (rc == MV_OK) {
-        rc = store_message_insert(c->s, c->mailbox_id, raw, len, &parsed, flags, keywords, date,
-                                  &uid);
+        rc = store_message_insert(c->s, c->mailbox_id, raw, len, sha256, &parsed, flags, keywords,
+                                  date, &uid);
         c->stats.messages_imported += rc == MV_OK;
         c->batch_imported += rc == MV_OK;
         c->batch_bytes += len;
@@ -154,10 +158,11 @@ import_insert(struct import_ctx *c, const uint8_t *raw, size_t len, unsigned fla
 static int
 import_append(struct import_ctx *c, const uint8_t *raw, size_t len, unsigned flags, int64_t date)
 {
-    uint8_t sha[crypto_hash_sha256_BYTES];
-    int exists = 0, rc = MV_OK;
-    crypto_hash_sha256(sha, raw, len);
-    if (!c->in_txn && (rc = store_begin(c->s)) == MV_OK) {
+    uint8_t sha[32];
+    int exists = 0;
+    /* OpenSSL's SHA-256 (SHA-NI where the CPU has it), once: store_body_put takes it too */
+    int rc = store_blob_sha256(c->s, raw, len, sha);
+    if (rc == MV_OK && !c->in_txn && (rc = store_begin(c->s)) == MV_OK) {
         c->in_txn = 1;
     }
     if (rc == MV_OK) {
@@ -168,7 +173,7 @@ import_append(struct import_ctx *c, const uint8_t *raw, size_t len, unsigned fla
         c->stats.messages_skipped += rc == MV_OK;
         return rc;
     }
-    return import_insert(c, raw, len, flags, date);
+    return import_insert(c, raw, len, sha, flags, date);
 }
 
 /* One message of the input: refused (too large, empty), skipped or appended; then the batch
@@ -566,9 +571,6 @@ int mv_import(mv_store *s,
     int rc = path != NULL ? MV_OK : store_fail(s, MV_EINVAL, "no path to import");
     if (rc == MV_OK) {
         rc = store_mailbox_id(s, mailbox, &c.mailbox_id);
-    }
-    if (rc == MV_OK && sodium_init() < 0) {
-        rc = store_fail(s, MV_ERROR, "libsodium failed to initialise");
     }
     if (rc == MV_OK && stat(path, &st) != 0) {
         rc = store_fail(s, errno == ENOENT ? MV_ENOTFOUND : MV_EIO, "cannot import %s: %s", path,

@@ -382,6 +382,7 @@ int store_message_insert(mv_store *s,
                          int64_t mailbox_id,
                          const uint8_t *raw,
                          size_t len,
+                         const uint8_t *sha256,
                          const struct store_parsed *parsed,
                          unsigned flags,
                          const char *keywords,
@@ -391,7 +392,7 @@ int store_message_insert(mv_store *s,
     int64_t body_id = 0, thread_id = 0;
     uint32_t uid = 0;
     uint64_t modseq = 0;
-    int rc = store_body_put(s, raw, len, parsed, &body_id);
+    int rc = store_body_put(s, raw, len, sha256, parsed, &body_id);
     if (rc == MV_OK) {
         rc = store_mailbox_next_uid(s, mailbox_id, &uid, &modseq);
     }
@@ -445,8 +446,8 @@ int store_message_append_in_txn(mv_store *s,
         rc = store_message_parse(s, raw, len, &parsed);
     }
     if (rc == MV_OK) {
-        rc = store_message_insert(s, mailbox_id, raw, len, &parsed, flags, normal, internal_date,
-                                  uid_out);
+        rc = store_message_insert(s, mailbox_id, raw, len, NULL, &parsed, flags, normal,
+                                  internal_date, uid_out);
     }
     store_parsed_free(&parsed);
     free(normal);
@@ -487,8 +488,8 @@ int mv_message_append(mv_store *s,
         rc = store_mailbox_id(s, mailbox, &mailbox_id); /* it may have gone meanwhile */
     }
     if (rc == MV_OK) {
-        rc = store_message_insert(s, mailbox_id, raw, len, &parsed, flags, normal, internal_date,
-                                  uid_out);
+        rc = store_message_insert(s, mailbox_id, raw, len, NULL, &parsed, flags, normal,
+                                  internal_date, uid_out);
     }
     if (rc == MV_OK) {
         rc = store_commit(s);

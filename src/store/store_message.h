@@ -41,11 +41,13 @@ int store_message_check(mv_store *s,
 
 /* Appends an already parsed and checked message within the caller's transaction: body
  * (deduplicated), UID and modseq, thread, messages row, change-log row. keywords must be
- * normalised (store_message_keywords_normalize). internal_date 0 means now. */
+ * normalised (store_message_keywords_normalize). internal_date 0 means now. sha256: the
+ * SHA-256 of raw if the caller has it (the importer's resume check), else NULL. */
 int store_message_insert(mv_store *s,
                          int64_t mailbox_id,
                          const uint8_t *raw,
                          size_t len,
+                         const uint8_t *sha256,
                          const struct store_parsed *parsed,
                          unsigned flags,
                          const char *keywords,
