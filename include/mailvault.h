@@ -1228,7 +1228,8 @@ struct mv_check_report {
  * PRAGMA foreign_key_check; the store's invariants (reference counts of bodies and
  * attachments equal their uses, uidnext above every uid, each mailbox's counters (messages,
  * unseen, bytes) equal what its messages say, highestmodseq at least every modseq, one
- * full-text row per body and none else, every body and attachment has its bytes); and FTS5's own
+ * full-text row per body and none else, every body and attachment has its bytes,
+ * every body in use has its header fields row); and FTS5's own
  * integrity-check (writable handles only: it takes the write lock). Each problem goes to problem
  * (may be NULL). Returns MV_OK (no problem), MV_ECORRUPT (problems found; see out->problems),
  * MV_EINVAL, MV_EBUSY, MV_EIO, MV_ENOMEM. */

@@ -187,7 +187,7 @@ static int tb_backup_prefix(sqlite3 *db, int id)
     char sql[160];
     snprintf(sql, sizeof sql,
              "SELECT count(*), coalesce(max(CAST(substr(subject, 4) AS INTEGER)), -1) "
-             "FROM messages WHERE subject LIKE 'w%d-%%'",
+             "FROM messages JOIN body_headers USING (body_id) WHERE subject LIKE 'w%d-%%'",
              id);
     sqlite3_stmt *st = NULL;
     int result = -1;

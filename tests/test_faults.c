@@ -131,8 +131,8 @@ static int fx_inbox(mv_store *s, int *counts)
     sqlite3_stmt *st = NULL;
     memset(counts, 0, sizeof(int) * FX_MSGS_MAX);
     if (sqlite3_prepare_v2(mv_store_db(s),
-                           "SELECT subject FROM messages WHERE mailbox_id = "
-                           "(SELECT id FROM mailboxes WHERE name = 'INBOX')",
+                           "SELECT subject FROM messages JOIN body_headers USING (body_id) "
+                           "WHERE mailbox_id = (SELECT id FROM mailboxes WHERE name = 'INBOX')",
                            -1, &st, NULL) != SQLITE_OK) {
         return -1;
     }
@@ -249,7 +249,8 @@ static uint32_t fx_uid(mv_store *s, int i)
     sqlite3_stmt *st = NULL;
     uint32_t uid = 0;
     if (sqlite3_prepare_v2(mv_store_db(s),
-                           "SELECT uid FROM messages WHERE subject = ?1 AND mailbox_id = "
+                           "SELECT uid FROM messages JOIN body_headers USING (body_id) WHERE "
+                           "subject = ?1 AND mailbox_id = "
                            "(SELECT id FROM mailboxes WHERE name = 'INBOX')",
                            -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, subject, -1, SQLITE_STATIC);

@@ -514,7 +514,7 @@ static void test_counters(void)
 {
     mv_store *s = NULL;
     CHECK_EQ_INT(mb_open("counters", &s), MV_OK);
-    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 6);
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 7);
     CHECK(mb_counters_ok(s));
     size_t len = 0;
     char *m = mb_message("count me", 0, 1, &len);
@@ -548,25 +548,26 @@ static void test_counters(void)
 
     /* A version 1 store (no counters, no triggers) is migrated on open, counters filled. */
     sqlite3 *db = mv_store_db(s);
-    static const char downgrade[] = "DROP TRIGGER messages_count_insert; "
-                                    "DROP TRIGGER messages_count_delete; "
-                                    "DROP TRIGGER messages_count_update; "
-                                    "ALTER TABLE mailboxes DROP COLUMN message_count; "
-                                    "ALTER TABLE mailboxes DROP COLUMN unseen_count; "
-                                    "ALTER TABLE mailboxes DROP COLUMN size_sum; "
-                                    "ALTER TABLE bodies DROP COLUMN header_stored; "
-                                    "ALTER TABLE bodies DROP COLUMN sent_zone; "
-                                    "DROP TABLE fts; "
-                                    "CREATE VIRTUAL TABLE fts USING fts5(subject, addresses, "
-                                    "body, tokenize='unicode61 remove_diacritics 2'); "
-                                    "DROP TABLE subscriptions; "
-                                    "ALTER TABLE mailboxes DROP COLUMN recent_uid; "
-                                    "DROP INDEX bodies_unreferenced; "
-                                    "PRAGMA user_version = 1";
+    static const char downgrade[] =
+        TU_DOWNGRADE_TO_V6 "DROP TRIGGER messages_count_insert; "
+                           "DROP TRIGGER messages_count_delete; "
+                           "DROP TRIGGER messages_count_update; "
+                           "ALTER TABLE mailboxes DROP COLUMN message_count; "
+                           "ALTER TABLE mailboxes DROP COLUMN unseen_count; "
+                           "ALTER TABLE mailboxes DROP COLUMN size_sum; "
+                           "ALTER TABLE bodies DROP COLUMN header_stored; "
+                           "ALTER TABLE bodies DROP COLUMN sent_zone; "
+                           "DROP TABLE fts; "
+                           "CREATE VIRTUAL TABLE fts USING fts5(subject, addresses, "
+                           "body, tokenize='unicode61 remove_diacritics 2'); "
+                           "DROP TABLE subscriptions; "
+                           "ALTER TABLE mailboxes DROP COLUMN recent_uid; "
+                           "DROP INDEX bodies_unreferenced; "
+                           "PRAGMA user_version = 1";
     CHECK_EQ_INT(tu_exec(db, downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(mb_open("counters", &s), MV_OK);
-    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 6); /* through every later version */
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 7); /* through every later version */
     CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
     CHECK(mb_counters_ok(s));
@@ -779,21 +780,151 @@ static void test_subscriptions(void)
     size_t len = 0;
     char *m = mb_message("old", 0, 1, &len);
     CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
-    static const char downgrade[] = "DROP TABLE subscriptions; "
-                                    "ALTER TABLE mailboxes DROP COLUMN recent_uid; "
-                                    "UPDATE mailboxes SET subscribed = name IN ('INBOX', 'Job'); "
-                                    "DROP INDEX bodies_unreferenced; "
-                                    "PRAGMA user_version = 4";
+    static const char downgrade[] =
+        TU_DOWNGRADE_TO_V6 "DROP TABLE subscriptions; "
+                           "ALTER TABLE mailboxes DROP COLUMN recent_uid; "
+                           "UPDATE mailboxes SET subscribed = name IN ('INBOX', 'Job'); "
+                           "DROP INDEX bodies_unreferenced; "
+                           "PRAGMA user_version = 4";
     CHECK_EQ_INT(tu_exec(mv_store_db(s), downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(mb_open("subs", &s), MV_OK);
-    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 6);
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 7);
     CHECK(mb_subscriptions_are(s, "INBOX Job"));
     uint32_t first = 0, count = 9;
     CHECK_EQ_INT(mv_mailbox_recent(s, "INBOX", &first, &count), MV_OK);
     CHECK_EQ_INT(first, 2);
     CHECK_EQ_INT(count, 0);
     free(m);
+    mv_store_close(&s);
+}
+
+/* One message as mv_message_get() reports it, on one line (for before/after comparisons). */
+static int mb_info_line(mv_store *s, const char *mailbox, uint32_t uid, char *out, size_t size)
+{
+    struct mv_message_info i;
+    int rc = mv_message_get(s, mailbox, uid, &i);
+    if (rc != MV_OK) {
+        snprintf(out, size, "%s %u: %s", mailbox, uid, mv_strerror(rc));
+        return rc;
+    }
+    snprintf(out, size,
+             "%s %u m%llu d%lld s%lld z%llu f%u k[%s] [%s] [%s] [%s] [%s] [%s] [%s] t%lld",
+             i.mailbox, i.uid, (unsigned long long)i.modseq, (long long)i.internal_date,
+             (long long)i.sent_date, (unsigned long long)i.size, i.flags, i.keywords, i.subject,
+             i.from, i.to, i.cc, i.message_id, i.in_reply_to, (long long)i.thread_id);
+    return MV_OK;
+}
+
+static int mb_search_count(mv_store *s, const char *subject, const char *from)
+{
+    struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+    q.subject = subject;
+    q.from = from;
+    mv_search *it = NULL;
+    if (mv_search_begin(s, &q, &it) != MV_OK) {
+        return -1;
+    }
+    struct mv_message_info info;
+    int n = 0;
+    while (mv_search_next(it, &info) == 1) {
+        n++;
+    }
+    mv_search_end(&it);
+    return n;
+}
+
+/* Schema version 7 (issue 13: narrow messages rows, the header text in body_headers, one row
+ * per body). A store in version 6's shape migrates on open with every message's UID, flags,
+ * modseq, dates, header fields and thread as they were; copies share one header row;
+ * searches, threading, a body waiting for the purge taken up again by the same bytes, and
+ * the purge (which deletes header rows with their bodies) work on the migrated store, and
+ * mv_store_check() finds nothing. */
+static void test_schema_v7(void)
+{
+    static const char parent[] = "From: Alice <alice@example.org>\r\nTo: bob@example.org\r\n"
+                                 "Cc: carol@example.org\r\nSubject: plans\r\n"
+                                 "Date: Tue, 01 Dec 2026 10:00:00 +0100\r\n"
+                                 "Message-ID: <p@example.org>\r\n\r\nhello\r\n";
+    static const char reply[] = "From: bob@example.org\r\nSubject: Re: plans\r\n"
+                                "Message-ID: <r@example.org>\r\nIn-Reply-To: <p@example.org>\r\n"
+                                "\r\nok\r\n";
+    static const char gone[] = "From: x@example.org\r\nSubject: gone\r\n"
+                               "Message-ID: <g@example.org>\r\n\r\nbye\r\n";
+    static const char late[] = "From: alice@example.org\r\nSubject: Re: Re: plans\r\n"
+                               "In-Reply-To: <r@example.org>\r\n\r\nlater\r\n";
+    mv_store *s = NULL;
+    uint32_t n = 0;
+    CHECK_EQ_INT(mb_open("narrow", &s), MV_OK);
+    CHECK_EQ_INT(
+        mv_message_append(s, "INBOX", parent, strlen(parent), MV_FLAG_SEEN, "$work", 1000, NULL),
+        MV_OK);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", reply, strlen(reply), 0, NULL, 2000, NULL), MV_OK);
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", gone, strlen(gone), 0, NULL, 3000, NULL), MV_OK);
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "1:2", "Archive", &n), MV_OK);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "3", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &n), MV_OK); /* its body waits, unpurged */
+    char before[4][1024], after[1024];
+    static const char *const boxes[4] = {"INBOX", "INBOX", "Archive", "Archive"};
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(mb_info_line(s, boxes[i], (uint32_t)(i % 2 + 1), before[i], sizeof before[i]),
+                     MV_OK);
+    }
+    CHECK(strstr(before[0], "[plans] [Alice <alice@example.org>] [bob@example.org] "
+                            "[carol@example.org] [p@example.org] []") != NULL);
+    CHECK_EQ_INT(mb_int(s, "SELECT count(*) FROM body_headers"), 3); /* copies share theirs */
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), TU_DOWNGRADE_TO_V6 "PRAGMA user_version = 6"), SQLITE_OK);
+    CHECK_EQ_INT(mb_int(s, "SELECT count(*) FROM pragma_table_info('messages') "
+                           "WHERE name = 'subject'"),
+                 1);
+    mv_store_close(&s);
+
+    CHECK_EQ_INT(mb_open("narrow", &s), MV_OK);
+    CHECK_EQ_INT(mb_int(s, "PRAGMA user_version"), 7);
+    CHECK_EQ_INT(mb_int(s, "SELECT count(*) FROM pragma_table_info('messages') "
+                           "WHERE name IN ('subject', 'from_addr', 'message_id', 'sent_date')"),
+                 0);
+    CHECK_EQ_INT(mb_int(s, "SELECT count(*) FROM body_headers"), 2); /* one per body in use */
+    CHECK_EQ_INT(mb_int(s, "SELECT count(*) FROM sqlite_master WHERE name = 'messages_thread'"), 0);
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(mb_info_line(s, boxes[i], (uint32_t)(i % 2 + 1), after, sizeof after), MV_OK);
+        if (strcmp(after, before[i]) != 0) {
+            fprintf(stderr, "  before: %s\n  after:  %s\n", before[i], after);
+            CHECK(0);
+        }
+    }
+    CHECK_EQ_INT(mb_search_count(s, "PLANS", NULL), 4);
+    CHECK_EQ_INT(mb_search_count(s, NULL, "alice"), 2);
+    CHECK_EQ_INT(mb_search_count(s, "gone", NULL), 0);
+    CHECK(mb_counters_ok(s));
+
+    /* Threading reads body_headers: a reply to the reply joins the parent's thread. */
+    uint32_t uid = 0;
+    struct mv_message_info info;
+    CHECK_EQ_INT(mv_message_get(s, "INBOX", 1, &info), MV_OK);
+    int64_t thread = info.thread_id;
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", late, strlen(late), 0, NULL, 4000, &uid), MV_OK);
+    CHECK_EQ_INT(mv_message_get(s, "INBOX", uid, &info), MV_OK);
+    CHECK_EQ_INT(info.thread_id, thread);
+    /* The unpurged body taken up again gets its header row back. */
+    CHECK_EQ_INT(mv_message_append(s, "Trash", gone, strlen(gone), 0, NULL, 5000, &uid), MV_OK);
+    CHECK_EQ_INT(mv_message_get(s, "Trash", uid, &info), MV_OK);
+    CHECK(strcmp(info.subject, "gone") == 0 && strcmp(info.message_id, "g@example.org") == 0);
+    struct mv_check_report report;
+    CHECK_EQ_INT(mv_store_check(s, NULL, NULL, &report), MV_OK);
+
+    /* The purge deletes a header row with its body, only when no message uses the body. */
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &n), MV_OK);
+    uint64_t left = 1;
+    CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(mb_int(s, "SELECT count(*) FROM body_headers"), 3); /* Archive's two, Trash's */
+    CHECK_EQ_INT(mb_search_count(s, "plans", NULL), 2);
+    CHECK_EQ_INT(mv_mailbox_delete(s, "Archive"), MV_OK);
+    CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);
+    CHECK_EQ_INT(mb_int(s, "SELECT count(*) FROM body_headers"), 1);
+    CHECK_EQ_INT(mv_store_check(s, NULL, NULL, &report), MV_OK);
     mv_store_close(&s);
 }
 
@@ -846,5 +977,6 @@ int main(void)
     TEST(test_errmsg_internal);
     TEST(test_subscriptions);
     TEST(test_recent_claim);
+    TEST(test_schema_v7);
     return th_summary();
 }

@@ -296,8 +296,8 @@ static int qt_state_read(const char *db_path, const char *queue, struct qt_state
     }
     sqlite3_finalize(q);
     sqlite3_prepare_v2(db,
-                       "SELECT subject FROM messages WHERE mailbox_id = (SELECT id FROM "
-                       "mailboxes WHERE name = 'INBOX')",
+                       "SELECT subject FROM messages JOIN body_headers USING (body_id) "
+                       "WHERE mailbox_id = (SELECT id FROM mailboxes WHERE name = 'INBOX')",
                        -1, &q, NULL);
     while (sqlite3_step(q) == SQLITE_ROW) {
         int i = qt_marker(sqlite3_column_text(q, 0), (size_t)sqlite3_column_bytes(q, 0));

@@ -609,12 +609,12 @@ static void test_purge(void)
     CHECK(ts_check_clean(s));
 
     /* a version 5 store (no purge index) is migrated at open */
-    CHECK_EQ_INT(tu_exec(mv_store_db(s), "DROP INDEX bodies_unreferenced; "
-                                         "PRAGMA user_version = 5"),
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), TU_DOWNGRADE_TO_V6 "DROP INDEX bodies_unreferenced; "
+                                                            "PRAGMA user_version = 5"),
                  SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("purge", &s), MV_OK);
-    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 6);
+    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 7);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM sqlite_schema WHERE name = "
                            "'bodies_unreferenced'"),
                  1);
@@ -1052,20 +1052,21 @@ static void test_search_substring(void)
     ts_substring_checks(s);
 
     /* A version 3 store: the word index and no zones. Opening migrates it and re-indexes. */
-    static const char downgrade[] = "ALTER TABLE bodies DROP COLUMN sent_zone; "
-                                    "DROP TABLE fts; "
-                                    "CREATE VIRTUAL TABLE fts USING fts5(subject, addresses, "
-                                    "body, tokenize='unicode61 remove_diacritics 2'); "
-                                    "INSERT INTO fts(rowid, subject, addresses, body) "
-                                    "SELECT id, 'x', 'y', 'z' FROM bodies; "
-                                    "DROP TABLE subscriptions; " /* and no version 5 */
-                                    "ALTER TABLE mailboxes DROP COLUMN recent_uid; "
-                                    "DROP INDEX bodies_unreferenced; " /* nor version 6 */
-                                    "PRAGMA user_version = 3";
+    static const char downgrade[] =
+        TU_DOWNGRADE_TO_V6 "ALTER TABLE bodies DROP COLUMN sent_zone; "
+                           "DROP TABLE fts; "
+                           "CREATE VIRTUAL TABLE fts USING fts5(subject, addresses, "
+                           "body, tokenize='unicode61 remove_diacritics 2'); "
+                           "INSERT INTO fts(rowid, subject, addresses, body) "
+                           "SELECT id, 'x', 'y', 'z' FROM bodies; "
+                           "DROP TABLE subscriptions; " /* and no version 5 */
+                           "ALTER TABLE mailboxes DROP COLUMN recent_uid; "
+                           "DROP INDEX bodies_unreferenced; " /* nor version 6 */
+                           "PRAGMA user_version = 3";
     CHECK_EQ_INT(tu_exec(mv_store_db(s), downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("substring", &s), MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 6);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 7);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), 3);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM bodies WHERE sent_zone != 0"), 2);
     ts_substring_checks(s);
@@ -1272,13 +1273,15 @@ static void test_query_plans(void)
                      "ORDER BY modseq",
                      "changes_modseq"));
     CHECK(ts_plan_ok(s, "thread parent",
-                     "SELECT thread_id FROM messages WHERE message_id = ?1 AND message_id != '' "
-                     "ORDER BY id LIMIT 1",
-                     "messages_message_id"));
+                     "SELECT m.thread_id FROM body_headers h CROSS JOIN messages m ON m.body_id = "
+                     "h.body_id WHERE h.message_id = ?1 AND h.message_id != '' ORDER BY m.id "
+                     "LIMIT 1",
+                     "body_headers_message_id"));
     CHECK(ts_plan_ok(s, "thread child",
-                     "SELECT thread_id FROM messages WHERE in_reply_to = ?1 AND in_reply_to != ''"
-                     " ORDER BY id LIMIT 1",
-                     "messages_in_reply_to"));
+                     "SELECT m.thread_id FROM body_headers h CROSS JOIN messages m ON m.body_id = "
+                     "h.body_id WHERE h.in_reply_to = ?1 AND h.in_reply_to != '' ORDER BY m.id "
+                     "LIMIT 1",
+                     "body_headers_in_reply_to"));
     CHECK(ts_plan_ok(s, "import resume (store_message_exists)",
                      "SELECT 1 FROM bodies b JOIN messages m ON m.body_id = b.id "
                      "WHERE b.sha256 = ? AND m.mailbox_id = ? LIMIT 1",

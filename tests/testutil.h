@@ -48,4 +48,43 @@ int tu_store_create(const char *name, const char *password, int64_t cache_kib, m
 /* Whether needle occurs in haystack. */
 int tu_contains(const uint8_t *hay, size_t hay_len, const void *needle, size_t needle_len);
 
+/* Turns a store of schema version 7 back into version 6's shape (the header text in wide
+ * messages rows, with version 6's indexes and triggers), as a store made by an older
+ * mailvault has it; the tests that migrate older versions start from it. */
+#define TU_DOWNGRADE_TO_V6                                                                         \
+    "CREATE TABLE messages_v6(id INTEGER PRIMARY KEY, mailbox_id INTEGER NOT NULL REFERENCES "     \
+    "mailboxes(id), uid INTEGER NOT NULL, modseq INTEGER NOT NULL, internal_date INTEGER NOT "     \
+    "NULL, sent_date INTEGER NOT NULL DEFAULT 0, size INTEGER NOT NULL, flags INTEGER NOT NULL "   \
+    "DEFAULT 0, keywords TEXT NOT NULL DEFAULT '', subject TEXT NOT NULL DEFAULT '', from_addr "   \
+    "TEXT NOT NULL DEFAULT '', to_addr TEXT NOT NULL DEFAULT '', cc_addr TEXT NOT NULL DEFAULT "   \
+    "'', message_id TEXT NOT NULL DEFAULT '', in_reply_to TEXT NOT NULL DEFAULT '', thread_id "    \
+    "INTEGER NOT NULL DEFAULT 0, body_id INTEGER NOT NULL REFERENCES bodies(id), "                 \
+    "UNIQUE (mailbox_id, uid)); "                                                                  \
+    "INSERT INTO messages_v6 SELECT m.id, m.mailbox_id, m.uid, m.modseq, m.internal_date, "        \
+    "h.sent_date, m.size, m.flags, m.keywords, h.subject, h.from_addr, h.to_addr, h.cc_addr, "     \
+    "h.message_id, h.in_reply_to, m.thread_id, m.body_id FROM messages m JOIN body_headers h "     \
+    "ON h.body_id = m.body_id; "                                                                   \
+    "DROP TABLE messages; DROP TABLE body_headers; ALTER TABLE messages_v6 RENAME TO messages; "   \
+    "CREATE INDEX messages_date ON messages(mailbox_id, internal_date); "                          \
+    "CREATE INDEX messages_modseq ON messages(mailbox_id, modseq); "                               \
+    "CREATE INDEX messages_unseen ON messages(mailbox_id, uid) WHERE (flags & 1) = 0; "            \
+    "CREATE INDEX messages_message_id ON messages(message_id) WHERE message_id != ''; "            \
+    "CREATE INDEX messages_thread ON messages(thread_id); "                                        \
+    "CREATE INDEX messages_body ON messages(body_id); "                                            \
+    "CREATE INDEX messages_in_reply_to ON messages(in_reply_to) WHERE in_reply_to != ''; "         \
+    "CREATE INDEX messages_deleted ON messages(mailbox_id, uid) WHERE (flags & 8) != 0; "          \
+    "CREATE TRIGGER messages_count_insert AFTER INSERT ON messages BEGIN UPDATE mailboxes SET "    \
+    "message_count = message_count + 1, unseen_count = unseen_count + ((NEW.flags & 1) = 0), "     \
+    "size_sum = size_sum + NEW.size WHERE id = NEW.mailbox_id; END; "                              \
+    "CREATE TRIGGER messages_count_delete AFTER DELETE ON messages BEGIN UPDATE mailboxes SET "    \
+    "message_count = message_count - 1, unseen_count = unseen_count - ((OLD.flags & 1) = 0), "     \
+    "size_sum = size_sum - OLD.size WHERE id = OLD.mailbox_id; END; "                              \
+    "CREATE TRIGGER messages_count_update AFTER UPDATE OF flags, mailbox_id, size ON messages "    \
+    "WHEN (OLD.flags & 1) != (NEW.flags & 1) OR OLD.mailbox_id != NEW.mailbox_id OR OLD.size != "  \
+    "NEW.size BEGIN UPDATE mailboxes SET message_count = message_count - 1, unseen_count = "       \
+    "unseen_count - ((OLD.flags & 1) = 0), size_sum = size_sum - OLD.size WHERE id = "             \
+    "OLD.mailbox_id; UPDATE mailboxes SET message_count = message_count + 1, unseen_count = "      \
+    "unseen_count + ((NEW.flags & 1) = 0), size_sum = size_sum + NEW.size WHERE id = "             \
+    "NEW.mailbox_id; END; "
+
 #endif

@@ -308,6 +308,9 @@ static const struct {
             "WHERE id NOT IN (SELECT rowid FROM fts)"},
     {"fts", "SELECT 'full-text row ' || rowid || ' belongs to no body' FROM fts "
             "WHERE rowid NOT IN (SELECT id FROM bodies)"},
+    {"headers", "SELECT 'body ' || id || ' (used by ' || refcount || ' messages) has no "
+                "header fields row' FROM bodies WHERE refcount > 0 "
+                "AND id NOT IN (SELECT body_id FROM body_headers)"},
     {"bytes", "SELECT 'body ' || id || ' has no bytes' FROM bodies "
               "WHERE id NOT IN (SELECT id FROM bodies_data)"},
     {"bytes", "SELECT 'attachment ' || id || ' has no bytes' FROM attachments "

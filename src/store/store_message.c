@@ -297,13 +297,19 @@ store_message_thread_probe(mv_store *s, const char *sql, const char *key, int64_
 }
 
 /* The thread a new message joins, or 0 for a new thread (see the file comment). The
- * "!= ''" terms let SQLite use the partial indexes. */
+ * "!= ''" terms let SQLite use the partial indexes; CROSS JOIN keeps body_headers the outer
+ * loop (a probe of its Message-ID index, then the messages of those bodies through
+ * messages_body), which the planner, without statistics on a young store, would otherwise
+ * turn around into a scan of messages. */
 static int store_message_thread(mv_store *s, const struct store_parsed *p, int64_t *thread_id)
 {
-    static const char *const by_id = "SELECT thread_id FROM messages WHERE message_id = ?1 "
-                                     "AND message_id != '' ORDER BY id LIMIT 1";
-    static const char *const by_parent = "SELECT thread_id FROM messages WHERE in_reply_to = ?1 "
-                                         "AND in_reply_to != '' ORDER BY id LIMIT 1";
+    static const char *const by_id = "SELECT m.thread_id FROM body_headers h CROSS JOIN messages m "
+                                     "ON m.body_id = h.body_id WHERE h.message_id = ?1 "
+                                     "AND h.message_id != '' ORDER BY m.id LIMIT 1";
+    static const char *const by_parent =
+        "SELECT m.thread_id FROM body_headers h CROSS JOIN messages m "
+        "ON m.body_id = h.body_id WHERE h.in_reply_to = ?1 "
+        "AND h.in_reply_to != '' ORDER BY m.id LIMIT 1";
     *thread_id = 0;
     int rc = store_message_thread_probe(s, by_id, p->in_reply_to, thread_id);
     for (size_t i = p->reference_count; rc == MV_OK && i-- > 0;) {
@@ -323,6 +329,29 @@ static void store_message_bind_text(sqlite3_stmt *st, int index, const char *tex
     sqlite3_bind_text(st, index, text != NULL ? text : "", -1, SQLITE_STATIC);
 }
 
+/* The body's header text, unless the body already has it (the same bytes were stored
+ * before: a copy, a second delivery, or a body waiting for the purge taken up again). */
+static int store_message_insert_headers(mv_store *s, int64_t body_id, const struct store_parsed *p)
+{
+    sqlite3_stmt *st = store_stmt(s, "INSERT OR IGNORE INTO body_headers(body_id, sent_date, "
+                                     "subject, from_addr, to_addr, cc_addr, message_id, "
+                                     "in_reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "adding a message's header fields");
+    }
+    sqlite3_bind_int64(st, 1, body_id);
+    sqlite3_bind_int64(st, 2, p->sent_date);
+    store_message_bind_text(st, 3, p->subject);
+    store_message_bind_text(st, 4, p->from);
+    store_message_bind_text(st, 5, p->to);
+    store_message_bind_text(st, 6, p->cc);
+    store_message_bind_text(st, 7, p->message_id);
+    store_message_bind_text(st, 8, p->in_reply_to);
+    int step = sqlite3_step(st);
+    sqlite3_reset(st);
+    return step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "adding a message's header fields");
+}
+
 /* The messages row; *row_id gets its id. */
 static int store_message_insert_row(mv_store *s,
                                     int64_t mailbox_id,
@@ -330,17 +359,14 @@ static int store_message_insert_row(mv_store *s,
                                     uint64_t modseq,
                                     int64_t internal_date,
                                     size_t len,
-                                    const struct store_parsed *p,
                                     unsigned flags,
                                     const char *keywords,
                                     int64_t thread_id,
                                     int64_t body_id)
 {
     sqlite3_stmt *st = store_stmt(s, "INSERT INTO messages(mailbox_id, uid, modseq, "
-                                     "internal_date, sent_date, size, flags, keywords, subject, "
-                                     "from_addr, to_addr, cc_addr, message_id, in_reply_to, "
-                                     "thread_id, body_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                                     "?, ?, ?, ?, ?, ?)");
+                                     "internal_date, size, flags, keywords, thread_id, body_id) "
+                                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
     if (st == NULL) {
         return store_fail_sqlite(s, "adding a message");
     }
@@ -348,18 +374,11 @@ static int store_message_insert_row(mv_store *s,
     sqlite3_bind_int64(st, 2, uid);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)modseq);
     sqlite3_bind_int64(st, 4, internal_date);
-    sqlite3_bind_int64(st, 5, p->sent_date);
-    sqlite3_bind_int64(st, 6, (sqlite3_int64)len);
-    sqlite3_bind_int64(st, 7, flags);
-    store_message_bind_text(st, 8, keywords);
-    store_message_bind_text(st, 9, p->subject);
-    store_message_bind_text(st, 10, p->from);
-    store_message_bind_text(st, 11, p->to);
-    store_message_bind_text(st, 12, p->cc);
-    store_message_bind_text(st, 13, p->message_id);
-    store_message_bind_text(st, 14, p->in_reply_to);
-    sqlite3_bind_int64(st, 15, thread_id);
-    sqlite3_bind_int64(st, 16, body_id);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)len);
+    sqlite3_bind_int64(st, 6, flags);
+    store_message_bind_text(st, 7, keywords);
+    sqlite3_bind_int64(st, 8, thread_id);
+    sqlite3_bind_int64(st, 9, body_id);
     int step = sqlite3_step(st);
     sqlite3_reset(st);
     return step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "adding a message");
@@ -394,6 +413,9 @@ int store_message_insert(mv_store *s,
     uint64_t modseq = 0;
     int rc = store_body_put(s, raw, len, sha256, parsed, &body_id);
     if (rc == MV_OK) {
+        rc = store_message_insert_headers(s, body_id, parsed);
+    }
+    if (rc == MV_OK) {
         rc = store_mailbox_next_uid(s, mailbox_id, &uid, &modseq);
     }
     if (rc == MV_OK) {
@@ -401,8 +423,8 @@ int store_message_insert(mv_store *s,
     }
     if (rc == MV_OK) {
         int64_t date = internal_date != 0 ? internal_date : (int64_t)time(NULL);
-        rc = store_message_insert_row(s, mailbox_id, uid, modseq, date, len, parsed, flags,
-                                      keywords, thread_id, body_id);
+        rc = store_message_insert_row(s, mailbox_id, uid, modseq, date, len, flags, keywords,
+                                      thread_id, body_id);
     }
     if (rc == MV_OK && thread_id == 0) {
         rc = store_message_thread_start(s, sqlite3_last_insert_rowid(s->db));
@@ -647,9 +669,9 @@ int mv_message_get(mv_store *s, const char *mailbox, uint32_t uid, struct mv_mes
     if (rc != MV_OK) {
         return rc;
     }
-    sqlite3_stmt *st = store_stmt(s, "SELECT " STORE_MESSAGE_INFO_COLUMNS " FROM messages m "
-                                     "JOIN mailboxes mb ON mb.id = m.mailbox_id "
-                                     "WHERE m.mailbox_id = ? AND m.uid = ?");
+    sqlite3_stmt *st =
+        store_stmt(s, "SELECT " STORE_MESSAGE_INFO_COLUMNS " FROM " STORE_MESSAGE_INFO_FROM
+                      " WHERE m.mailbox_id = ? AND m.uid = ?");
     if (st == NULL) {
         return store_fail_sqlite(s, "reading a message");
     }
@@ -1223,12 +1245,9 @@ static int store_message_copy_set(mv_store *s,
                                   struct store_message_uids_fn *map)
 {
     sqlite3_stmt *st = store_stmt(s, "INSERT OR FAIL INTO messages(mailbox_id, uid, modseq, "
-                                     "internal_date, sent_date, size, flags, keywords, subject, "
-                                     "from_addr, to_addr, cc_addr, message_id, in_reply_to, "
-                                     "thread_id, body_id) SELECT ?4, mv_uid_map(m.uid, ?5), ?6, "
-                                     "m.internal_date, m.sent_date, m.size, m.flags, m.keywords, "
-                                     "m.subject, m.from_addr, m.to_addr, m.cc_addr, m.message_id, "
-                                     "m.in_reply_to, m.thread_id, m.body_id FROM "
+                                     "internal_date, size, flags, keywords, thread_id, body_id) "
+                                     "SELECT ?4, mv_uid_map(m.uid, ?5), ?6, m.internal_date, "
+                                     "m.size, m.flags, m.keywords, m.thread_id, m.body_id FROM "
                                      "mv_uid_ranges(?2) r JOIN messages m ON m.mailbox_id = ?1 "
                                      "AND m.uid BETWEEN r.first AND r.last");
     if (st == NULL) {

@@ -12,10 +12,18 @@
 #include <stdint.h>
 
 /* The columns of struct mv_message_info in the order store_message_info_read() reads them,
- * for "SELECT " STORE_MESSAGE_INFO_COLUMNS " FROM messages m JOIN mailboxes mb ON ...". */
+ * for "SELECT " STORE_MESSAGE_INFO_COLUMNS " FROM " STORE_MESSAGE_INFO_FROM " WHERE ...".
+ * The header text lives in body_headers (schema version 7), one row per body; a LEFT JOIN,
+ * so a message whose header row is missing (a damaged store) still lists, with empty
+ * fields, rather than vanishing from every search. */
 #define STORE_MESSAGE_INFO_COLUMNS                                                                 \
-    "mb.name, m.uid, m.modseq, m.internal_date, m.sent_date, m.size, m.flags, m.keywords, "        \
-    "m.subject, m.from_addr, m.to_addr, m.cc_addr, m.message_id, m.in_reply_to, m.thread_id"
+    "mb.name, m.uid, m.modseq, m.internal_date, coalesce(h.sent_date, 0), m.size, m.flags, "       \
+    "m.keywords, coalesce(h.subject, ''), coalesce(h.from_addr, ''), coalesce(h.to_addr, ''), "    \
+    "coalesce(h.cc_addr, ''), coalesce(h.message_id, ''), coalesce(h.in_reply_to, ''), "           \
+    "m.thread_id"
+#define STORE_MESSAGE_INFO_FROM                                                                    \
+    "messages m JOIN mailboxes mb ON mb.id = m.mailbox_id "                                        \
+    "LEFT JOIN body_headers h ON h.body_id = m.body_id"
 
 /* Fills *info from the current row of st (columns as above, from column 0); strings are
  * copied into strings. MV_OK or MV_ENOMEM (no message set: the caller has no store). */

@@ -36,6 +36,13 @@
  *     refcount 0 for mv_store_purge(), which deletes their bytes, parts and full-text rows
  *     later, in bounded batches (deleting a full-text row re-tokenizes the text: most of
  *     the cost of an EXPUNGE before); bodies_unreferenced finds them without a scan.
+ *   - version 7: messages keeps only what IMAP lists and changes (uid, flags, modseq, dates,
+ *     size, keywords, thread, body): ~35 bytes a row instead of ~200, so a cold SELECT's
+ *     listing and an EXPUNGE or STORE touch a fifth of the pages. The header text (Date,
+ *     Subject, From, To, Cc, Message-ID, In-Reply-To) is a property of the bytes, so it
+ *     moves to body_headers, one row per body: copies share it, an expunge never touches it,
+ *     and the purge deletes it with the body. messages_thread, which no statement read, is
+ *     gone; the threading indexes on Message-ID and In-Reply-To move with their columns.
  */
 #include "store/store.h"
 #include "store/store_blob.h"
@@ -265,6 +272,72 @@ static const char *const store_schema_v6[] = {
     "CREATE INDEX bodies_unreferenced ON bodies(id) WHERE refcount = 0",
 };
 
+/* Version 7: see the top of the file. messages is rebuilt (SQLite cannot drop columns that
+ * indexes use), keeping every row id, so thread ids (row ids of first messages) stay valid.
+ * Copies of one body carry the same header text; any one row gives it. The triggers go with
+ * the old table and are made again on the new one. */
+static const char *const store_schema_v7[] = {
+    "CREATE TABLE body_headers("
+    " body_id INTEGER PRIMARY KEY REFERENCES bodies(id) ON DELETE CASCADE,"
+    " sent_date INTEGER NOT NULL DEFAULT 0,"
+    " subject TEXT NOT NULL DEFAULT '',"
+    " from_addr TEXT NOT NULL DEFAULT '',"
+    " to_addr TEXT NOT NULL DEFAULT '',"
+    " cc_addr TEXT NOT NULL DEFAULT '',"
+    " message_id TEXT NOT NULL DEFAULT '',"
+    " in_reply_to TEXT NOT NULL DEFAULT ''"
+    ")",
+    "INSERT INTO body_headers(body_id, sent_date, subject, from_addr, to_addr, cc_addr,"
+    " message_id, in_reply_to) SELECT body_id, sent_date, subject, from_addr, to_addr, cc_addr,"
+    " message_id, in_reply_to FROM messages WHERE id IN (SELECT min(id) FROM messages"
+    " GROUP BY body_id)",
+    "CREATE TABLE messages_v7("
+    " id INTEGER PRIMARY KEY,"
+    " mailbox_id INTEGER NOT NULL REFERENCES mailboxes(id),"
+    " uid INTEGER NOT NULL,"
+    " flags INTEGER NOT NULL DEFAULT 0,"
+    " modseq INTEGER NOT NULL,"
+    " size INTEGER NOT NULL,"
+    " internal_date INTEGER NOT NULL,"
+    " keywords TEXT NOT NULL DEFAULT '',"
+    " thread_id INTEGER NOT NULL DEFAULT 0,"
+    " body_id INTEGER NOT NULL REFERENCES bodies(id),"
+    " UNIQUE (mailbox_id, uid)"
+    ")",
+    "INSERT INTO messages_v7(id, mailbox_id, uid, flags, modseq, size, internal_date, keywords,"
+    " thread_id, body_id) SELECT id, mailbox_id, uid, flags, modseq, size, internal_date,"
+    " keywords, thread_id, body_id FROM messages ORDER BY id",
+    "DROP TABLE messages",
+    "ALTER TABLE messages_v7 RENAME TO messages",
+    "CREATE INDEX messages_date ON messages(mailbox_id, internal_date)",
+    "CREATE INDEX messages_modseq ON messages(mailbox_id, modseq)",
+    "CREATE INDEX messages_unseen ON messages(mailbox_id, uid) WHERE (flags & 1) = 0",
+    "CREATE INDEX messages_body ON messages(body_id)",
+    "CREATE INDEX messages_deleted ON messages(mailbox_id, uid) WHERE (flags & 8) != 0",
+    "CREATE INDEX body_headers_message_id ON body_headers(message_id) WHERE message_id != ''",
+    "CREATE INDEX body_headers_in_reply_to ON body_headers(in_reply_to) WHERE in_reply_to != ''",
+    "CREATE TRIGGER messages_count_insert AFTER INSERT ON messages BEGIN"
+    " UPDATE mailboxes SET message_count = message_count + 1,"
+    " unseen_count = unseen_count + ((NEW.flags & 1) = 0), size_sum = size_sum + NEW.size"
+    " WHERE id = NEW.mailbox_id;"
+    " END",
+    "CREATE TRIGGER messages_count_delete AFTER DELETE ON messages BEGIN"
+    " UPDATE mailboxes SET message_count = message_count - 1,"
+    " unseen_count = unseen_count - ((OLD.flags & 1) = 0), size_sum = size_sum - OLD.size"
+    " WHERE id = OLD.mailbox_id;"
+    " END",
+    "CREATE TRIGGER messages_count_update AFTER UPDATE OF flags, mailbox_id, size ON messages"
+    " WHEN (OLD.flags & 1) != (NEW.flags & 1) OR OLD.mailbox_id != NEW.mailbox_id"
+    " OR OLD.size != NEW.size BEGIN"
+    " UPDATE mailboxes SET message_count = message_count - 1,"
+    " unseen_count = unseen_count - ((OLD.flags & 1) = 0), size_sum = size_sum - OLD.size"
+    " WHERE id = OLD.mailbox_id;"
+    " UPDATE mailboxes SET message_count = message_count + 1,"
+    " unseen_count = unseen_count + ((NEW.flags & 1) = 0), size_sum = size_sum + NEW.size"
+    " WHERE id = NEW.mailbox_id;"
+    " END",
+};
+
 static int store_schema_run(mv_store *s, const char *const *statements, size_t count, int version)
 {
     for (size_t i = 0; i < count; i++) {
@@ -340,6 +413,10 @@ int store_schema_migrate(mv_store *s)
     if (rc == MV_OK && version < 6) {
         rc = store_schema_run(s, store_schema_v6,
                               sizeof store_schema_v6 / sizeof store_schema_v6[0], 6);
+    }
+    if (rc == MV_OK && version < 7) {
+        rc = store_schema_run(s, store_schema_v7,
+                              sizeof store_schema_v7 / sizeof store_schema_v7[0], 7);
     }
     if (rc != MV_OK) {
         store_rollback(s);

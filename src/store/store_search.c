@@ -75,23 +75,22 @@ enum store_search_param {
 };
 
 static const char *const store_search_head =
-    "SELECT " STORE_MESSAGE_INFO_COLUMNS " FROM messages m "
-    "JOIN mailboxes mb ON mb.id = m.mailbox_id WHERE 1";
+    "SELECT " STORE_MESSAGE_INFO_COLUMNS " FROM " STORE_MESSAGE_INFO_FROM " WHERE 1";
 
 /* Indexed by enum store_search_param. */
 static const char *const store_search_fragment[] = {
     [P_MAILBOX] = " AND m.mailbox_id = ?1",
-    [P_FROM] = " AND instr(lower(m.from_addr), lower(?2)) > 0",
-    [P_TO] = " AND instr(lower(m.to_addr), lower(?3)) > 0",
-    [P_CC] = " AND instr(lower(m.cc_addr), lower(?4)) > 0",
-    [P_SUBJECT] = " AND instr(lower(m.subject), lower(?5)) > 0",
-    [P_MESSAGE_ID] = " AND instr(lower(m.message_id), lower(?6)) > 0",
+    [P_FROM] = " AND instr(lower(h.from_addr), lower(?2)) > 0",
+    [P_TO] = " AND instr(lower(h.to_addr), lower(?3)) > 0",
+    [P_CC] = " AND instr(lower(h.cc_addr), lower(?4)) > 0",
+    [P_SUBJECT] = " AND instr(lower(h.subject), lower(?5)) > 0",
+    [P_MESSAGE_ID] = " AND instr(lower(h.message_id), lower(?6)) > 0",
     [P_TEXT] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH ?7)",
     [P_SINCE] = " AND m.internal_date >= ?8",
     [P_BEFORE] = " AND m.internal_date < ?9",
-    [P_SENT_SINCE] = " AND m.sent_date != 0 AND m.sent_date + (SELECT sent_zone FROM bodies "
+    [P_SENT_SINCE] = " AND h.sent_date != 0 AND h.sent_date + (SELECT sent_zone FROM bodies "
                      "WHERE id = m.body_id) >= ?10",
-    [P_SENT_BEFORE] = " AND m.sent_date != 0 AND m.sent_date + (SELECT sent_zone FROM bodies "
+    [P_SENT_BEFORE] = " AND h.sent_date != 0 AND h.sent_date + (SELECT sent_zone FROM bodies "
                       "WHERE id = m.body_id) < ?11",
     [P_LARGER] = " AND m.size > ?12",
     [P_SMALLER] = " AND m.size < ?13",
