@@ -164,6 +164,32 @@ static const char *const store_schema_v1[] = {
     "remove_diacritics 2')",
 };
 
+/* The counters' triggers: created by version 2, and again by version 7, whose rebuild of
+ * `messages` drops them with the old table. */
+#define STORE_SCHEMA_COUNT_INSERT                                                                  \
+    "CREATE TRIGGER messages_count_insert AFTER INSERT ON messages BEGIN"                          \
+    " UPDATE mailboxes SET message_count = message_count + 1,"                                     \
+    " unseen_count = unseen_count + ((NEW.flags & 1) = 0), size_sum = size_sum + NEW.size"         \
+    " WHERE id = NEW.mailbox_id;"                                                                  \
+    " END"
+#define STORE_SCHEMA_COUNT_DELETE                                                                  \
+    "CREATE TRIGGER messages_count_delete AFTER DELETE ON messages BEGIN"                          \
+    " UPDATE mailboxes SET message_count = message_count - 1,"                                     \
+    " unseen_count = unseen_count - ((OLD.flags & 1) = 0), size_sum = size_sum - OLD.size"         \
+    " WHERE id = OLD.mailbox_id;"                                                                  \
+    " END"
+#define STORE_SCHEMA_COUNT_UPDATE                                                                  \
+    "CREATE TRIGGER messages_count_update AFTER UPDATE OF flags, mailbox_id, size ON messages"     \
+    " WHEN (OLD.flags & 1) != (NEW.flags & 1) OR OLD.mailbox_id != NEW.mailbox_id"                 \
+    " OR OLD.size != NEW.size BEGIN"                                                               \
+    " UPDATE mailboxes SET message_count = message_count - 1,"                                     \
+    " unseen_count = unseen_count - ((OLD.flags & 1) = 0), size_sum = size_sum - OLD.size"         \
+    " WHERE id = OLD.mailbox_id;"                                                                  \
+    " UPDATE mailboxes SET message_count = message_count + 1,"                                     \
+    " unseen_count = unseen_count + ((NEW.flags & 1) = 0), size_sum = size_sum + NEW.size"         \
+    " WHERE id = NEW.mailbox_id;"                                                                  \
+    " END"
+
 /* Version 2: the counters and the triggers that keep them. A trigger fires inside the
  * statement that changes messages, so every path (append, copy, move, expunge, flags,
  * mailbox delete, queue drain, import) keeps them right without knowing about them; the
@@ -179,26 +205,9 @@ static const char *const store_schema_v2[] = {
     " AND (flags & 1) = 0),"
     " size_sum = (SELECT coalesce(sum(size), 0) FROM messages WHERE mailbox_id = mailboxes.id)",
 
-    "CREATE TRIGGER messages_count_insert AFTER INSERT ON messages BEGIN"
-    " UPDATE mailboxes SET message_count = message_count + 1,"
-    " unseen_count = unseen_count + ((NEW.flags & 1) = 0), size_sum = size_sum + NEW.size"
-    " WHERE id = NEW.mailbox_id;"
-    " END",
-    "CREATE TRIGGER messages_count_delete AFTER DELETE ON messages BEGIN"
-    " UPDATE mailboxes SET message_count = message_count - 1,"
-    " unseen_count = unseen_count - ((OLD.flags & 1) = 0), size_sum = size_sum - OLD.size"
-    " WHERE id = OLD.mailbox_id;"
-    " END",
-    "CREATE TRIGGER messages_count_update AFTER UPDATE OF flags, mailbox_id, size ON messages"
-    " WHEN (OLD.flags & 1) != (NEW.flags & 1) OR OLD.mailbox_id != NEW.mailbox_id"
-    " OR OLD.size != NEW.size BEGIN"
-    " UPDATE mailboxes SET message_count = message_count - 1,"
-    " unseen_count = unseen_count - ((OLD.flags & 1) = 0), size_sum = size_sum - OLD.size"
-    " WHERE id = OLD.mailbox_id;"
-    " UPDATE mailboxes SET message_count = message_count + 1,"
-    " unseen_count = unseen_count + ((NEW.flags & 1) = 0), size_sum = size_sum + NEW.size"
-    " WHERE id = NEW.mailbox_id;"
-    " END",
+    STORE_SCHEMA_COUNT_INSERT,
+    STORE_SCHEMA_COUNT_DELETE,
+    STORE_SCHEMA_COUNT_UPDATE,
 };
 
 /* Version 3: where the header ends in the stored skeleton (store_blob.c writes it for new
@@ -316,26 +325,9 @@ static const char *const store_schema_v7[] = {
     "CREATE INDEX messages_deleted ON messages(mailbox_id, uid) WHERE (flags & 8) != 0",
     "CREATE INDEX body_headers_message_id ON body_headers(message_id) WHERE message_id != ''",
     "CREATE INDEX body_headers_in_reply_to ON body_headers(in_reply_to) WHERE in_reply_to != ''",
-    "CREATE TRIGGER messages_count_insert AFTER INSERT ON messages BEGIN"
-    " UPDATE mailboxes SET message_count = message_count + 1,"
-    " unseen_count = unseen_count + ((NEW.flags & 1) = 0), size_sum = size_sum + NEW.size"
-    " WHERE id = NEW.mailbox_id;"
-    " END",
-    "CREATE TRIGGER messages_count_delete AFTER DELETE ON messages BEGIN"
-    " UPDATE mailboxes SET message_count = message_count - 1,"
-    " unseen_count = unseen_count - ((OLD.flags & 1) = 0), size_sum = size_sum - OLD.size"
-    " WHERE id = OLD.mailbox_id;"
-    " END",
-    "CREATE TRIGGER messages_count_update AFTER UPDATE OF flags, mailbox_id, size ON messages"
-    " WHEN (OLD.flags & 1) != (NEW.flags & 1) OR OLD.mailbox_id != NEW.mailbox_id"
-    " OR OLD.size != NEW.size BEGIN"
-    " UPDATE mailboxes SET message_count = message_count - 1,"
-    " unseen_count = unseen_count - ((OLD.flags & 1) = 0), size_sum = size_sum - OLD.size"
-    " WHERE id = OLD.mailbox_id;"
-    " UPDATE mailboxes SET message_count = message_count + 1,"
-    " unseen_count = unseen_count + ((NEW.flags & 1) = 0), size_sum = size_sum + NEW.size"
-    " WHERE id = NEW.mailbox_id;"
-    " END",
+    STORE_SCHEMA_COUNT_INSERT,
+    STORE_SCHEMA_COUNT_DELETE,
+    STORE_SCHEMA_COUNT_UPDATE,
 };
 
 static int store_schema_run(mv_store *s, const char *const *statements, size_t count, int version)
