@@ -11,9 +11,9 @@
 #     (after `make all`; bench/run.sh runs it last: in full in `make bench`, with --quick in
 #     `make bench QUICK=1`)
 #   Default: 10,000 and 100,000 messages, 3 pairs per operation; BIGMAIL_1M=1 adds
-#     1,000,000 (about 32 GiB of corpus, ~50 GB of mailvault store). Time here (2 shared
-#     cores): 10k ~10 min (import 4 min); 100k is dominated by `mailvault import` (~1.5 MB/s
-#     under load: ~40 min) and Dovecot reading 3.2 GiB per SEARCH TEXT/BODY. Writes
+#     1,000,000 (about 32 GiB of corpus, ~60 GB of mailvault store). Time here (2 cores, no
+#     other load, 2026-12-02): 10k ~4 min (import 65 s); 100k ~17 min, of it `mailvault
+#     import` ~8 min (7.3 MB/s) and Dovecot reading 3.2 GiB per SEARCH TEXT/BODY. Writes
 #     bench/results/bigmail.json and bench/results/sections/bigmail.md (the sizes measured
 #     now replace the same sizes there; other sizes are kept, each with its date), copies
 #     both to build/bench-results/bigmail.{json,md}.
