@@ -266,6 +266,24 @@ void cli_control_value_decode(char *value)
     *to = '\0';
 }
 
+/* The next "key=value" word of a line being split by strtok_r at *save: the key, with *value
+ * set to the decoded value (both inside the line); words without '=' are skipped; NULL at the
+ * end of the line. */
+static const char *cli_control_next_pair(char **save, char **value)
+{
+    for (char *kv; (kv = strtok_r(NULL, " ", save)) != NULL;) {
+        char *eq = strchr(kv, '=');
+        if (eq == NULL) {
+            continue;
+        }
+        *eq = '\0';
+        *value = eq + 1;
+        cli_control_value_decode(*value);
+        return kv;
+    }
+    return NULL;
+}
+
 /* ---- the figures of kick and release ---- */
 
 /* "kick USER k=v ..." / "release USER k=v ...": the server's figures into the
@@ -281,14 +299,8 @@ static void cli_control_figures_line(void *arg, char *line)
         return;
     }
     res->has_figures = 1;
-    for (char *kv; (kv = strtok_r(NULL, " ", &save)) != NULL;) {
-        char *eq = strchr(kv, '=');
-        if (eq == NULL) {
-            continue;
-        }
-        *eq = '\0';
-        char *v = eq + 1;
-        cli_control_value_decode(v);
+    char *v = NULL;
+    for (const char *kv; (kv = cli_control_next_pair(&save, &v)) != NULL;) {
         long long n = strtoll(v, NULL, 10);
         if (strcmp(kv, "already") == 0) {
             res->already = strcmp(v, "yes") == 0;
@@ -377,14 +389,8 @@ static void cli_who_line(void *arg, char *line)
     struct cli_who_session sess;
     memset(&sess, 0, sizeof sess);
     int is_store = strcmp(kind, "store") == 0;
-    for (char *kv; (kv = strtok_r(NULL, " ", &save)) != NULL;) {
-        char *eq = strchr(kv, '=');
-        if (eq == NULL) {
-            continue;
-        }
-        *eq = '\0';
-        char *v = eq + 1;
-        cli_control_value_decode(v);
+    char *v = NULL;
+    for (const char *kv; (kv = cli_control_next_pair(&save, &v)) != NULL;) {
         if (is_store) {
             if (strcmp(kv, "worker") == 0) {
                 u->worker = (int)strtol(v, NULL, 10);

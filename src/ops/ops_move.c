@@ -344,6 +344,18 @@ static void move_dir_of(const char *path, char *out, size_t out_size)
     }
 }
 
+/* Where the functions below write their message: the caller's errmsg, or scratch when it
+ * passed none (NULL or size 0); emptied either way. */
+static void
+move_errmsg_or_scratch(char **errmsg, size_t *errmsg_size, char *scratch, size_t scratch_size)
+{
+    if (*errmsg == NULL || *errmsg_size == 0) {
+        *errmsg = scratch;
+        *errmsg_size = scratch_size;
+    }
+    (*errmsg)[0] = '\0';
+}
+
 /* A pipe between export and import (or ssh) holds 64 KiB by default: each side would wait
  * for the other every 64 KiB, a trip through the run queue on a busy machine. Best effort:
  * up to MOVE_BLOCK, as far as /proc/sys/fs/pipe-max-size allows. */
@@ -367,11 +379,7 @@ static int move_export(const char *address,
                        size_t errmsg_size)
 {
     char scratch[16];
-    if (errmsg == NULL || errmsg_size == 0) {
-        errmsg = scratch;
-        errmsg_size = sizeof scratch;
-    }
-    errmsg[0] = '\0';
+    move_errmsg_or_scratch(&errmsg, &errmsg_size, scratch, sizeof scratch);
     struct mv_store_archive_info info;
     memset(&info, 0, sizeof info);
     struct store_paths p;
@@ -836,11 +844,7 @@ static int move_import(const char *address,
                        size_t errmsg_size)
 {
     char scratch[16];
-    if (errmsg == NULL || errmsg_size == 0) {
-        errmsg = scratch;
-        errmsg_size = sizeof scratch;
-    }
-    errmsg[0] = '\0';
+    move_errmsg_or_scratch(&errmsg, &errmsg_size, scratch, sizeof scratch);
     struct mv_store_archive_info info;
     memset(&info, 0, sizeof info);
     struct move_reader r;
@@ -957,9 +961,8 @@ int mv_store_import_fd(const char *address,
 {
     if (fd < 0) {
         char scratch[16];
-        return ops_io_fail(errmsg != NULL && errmsg_size > 0 ? errmsg : scratch,
-                           errmsg != NULL && errmsg_size > 0 ? errmsg_size : sizeof scratch,
-                           MV_EINVAL, "no descriptor");
+        move_errmsg_or_scratch(&errmsg, &errmsg_size, scratch, sizeof scratch);
+        return ops_io_fail(errmsg, errmsg_size, MV_EINVAL, "no descriptor");
     }
     move_widen_pipe(fd);
     return move_import(address, opts, "the stream", fd, info_out, errmsg, errmsg_size);
