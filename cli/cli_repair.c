@@ -48,6 +48,8 @@ static void cli_repair_print(const struct mv_repair_report *r)
         {"mailbox uidnext raised", r->uidnext_fixed},
         {"mailbox highestmodseq raised", r->modseq_fixed},
         {"reference counts corrected", r->refcounts_fixed},
+        {"header fields rows made again from the message", r->headers_rebuilt},
+        {"missing full-text rows made again from the message", r->fts_rows_added},
     };
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         if (lines[i].count > 0) {
@@ -71,6 +73,10 @@ static void cli_repair_json_report(struct cli_json *w, const struct mv_repair_re
     cli_json_uint(w, r->modseq_fixed);
     cli_json_key(w, "refcounts_fixed");
     cli_json_uint(w, r->refcounts_fixed);
+    cli_json_key(w, "headers_rebuilt");
+    cli_json_uint(w, r->headers_rebuilt);
+    cli_json_key(w, "fts_rows_added");
+    cli_json_uint(w, r->fts_rows_added);
 }
 
 int cli_repair_main(int argc, char **argv)

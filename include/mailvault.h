@@ -1246,16 +1246,22 @@ struct mv_repair_report {
     uint32_t uidnext_fixed;       /* mailboxes whose uidnext was not above their top UID */
     uint32_t modseq_fixed;        /* mailboxes whose highestmodseq was below a message's */
     uint32_t refcounts_fixed;     /* bodies and attachments whose reference count was wrong */
+    uint32_t headers_rebuilt;     /* bodies whose header fields row (body_headers) was made
+                                     again from their stored bytes */
+    uint32_t fts_rows_added;      /* bodies without a full-text row given one from their bytes */
 };
 
 /* Rebuilds the data the store derives from its messages, in one transaction: the full-text
  * index (FTS5 'rebuild' from the text it holds, after deleting rows of bodies that no longer
  * exist: its structure record and totals are rewritten too), the per-mailbox counters,
- * uidnext and highestmodseq (raised, never lowered), and the reference counts of bodies and
- * attachments that are in use. Messages, flags and bytes are never changed. For after
- * mv_store_check() reported fts, counters, uidnext, modseq or refcount problems; run the
- * check again afterwards: what this cannot repair (a damaged page, a body with no full-text
- * row, unused bodies) it still reports. A writable handle only. Returns MV_OK with *out
+ * uidnext and highestmodseq (raised, never lowered), the reference counts of bodies and
+ * attachments that are in use, a body no message uses set to 0 (mv_store_purge() then
+ * deletes it, as after an expunge), and the header fields row of a body that lost it (made
+ * again from the body's bytes as append makes it, as is a missing full-text row). Messages,
+ * flags and bytes are never changed. For after mv_store_check() reported fts, counters,
+ * uidnext, modseq, refcount or headers problems; run the check again afterwards: what this
+ * cannot repair (a damaged page, missing bytes, an attachment nothing uses) it still
+ * reports. A writable handle only. Returns MV_OK with *out
  * filled; MV_EINVAL (read-only handle, NULL out); MV_EBUSY; MV_ECORRUPT (a damaged page
  * stopped it: nothing changed); MV_EIO; MV_ENOSPC; MV_ENOMEM. */
 MV_API MV_MUST_CHECK int mv_store_repair(mv_store *store, struct mv_repair_report *out);

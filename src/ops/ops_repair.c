@@ -1,7 +1,7 @@
 /*
  * ops_repair.c -- mv_store_repair: rebuilds what the store derives from its messages, when
  * mv_store_check() found it out of step: the full-text index, the per-mailbox counters,
- * uidnext and highestmodseq, and reference counts.
+ * uidnext and highestmodseq, reference counts and the header fields of a body.
  *
  * USAGE
  *   struct mv_repair_report r;
@@ -16,18 +16,24 @@
  *   - Counters, uidnext and highestmodseq are derived from the messages with the same
  *     expressions as mv_store_check()'s invariants; uidnext and highestmodseq only ever
  *     move up (a UID or modseq once handed out is never reused).
- *   - Reference counts of bodies and attachments are set to the number of their users;
- *     a body or attachment nothing uses is left alone and reported by check (dropping
- *     bytes is not a repair).
+ *   - Reference counts of bodies and attachments are set to the number of their users.
+ *     A body nothing uses gets 0, the state an expunge leaves it in: mv_store_purge()
+ *     deletes it later, as it deletes every unused body. An attachment nothing uses is
+ *     left alone and reported by check (attachments never wait at 0 for the purge).
+ *   - A body in use without its body_headers row (schema 7: Date, Subject, addresses,
+ *     Message-ID, In-Reply-To, which listing, SEARCH FROM/SUBJECT and threading read), and
+ *     a body without its full-text row, get them again from the body's stored bytes,
+ *     parsed as append parses them (store_message.h), before FTS5's rebuild.
  *   - The handle replaces its connection first if an I/O error marked it (store_ready),
  *     so the rebuild does not run on the state that went wrong.
  *
  * LIMITATIONS
- *   A body with no full-text row at all cannot get one here (its text is derived when the
- *   message is parsed at append); check keeps reporting it. Damaged pages are not repaired:
- *   restore a backup (docs/OPERATIONS.md).
+ *   Damaged pages are not repaired: restore a backup (docs/OPERATIONS.md). A body whose
+ *   bytes cannot be read (check's "bytes") stops the repair, which then changes nothing.
  */
 #include "ops/ops_inspect.h"
+#include "store/store_blob.h"
+#include "store/store_message.h"
 
 #include <string.h>
 
@@ -60,9 +66,10 @@ static const struct ops_repair_step ops_repair_steps[] = {
      " WHERE highestmodseq < (SELECT max(modseq) FROM messages m"
      " WHERE m.mailbox_id = mailboxes.id)",
      offsetof(struct mv_repair_report, modseq_fixed)},
+    /* A body no message uses goes to 0 too: that is how an expunge leaves it, for the
+     * purge (store_purge.c), so its bytes go the way every unused body's go. */
     {"UPDATE bodies SET refcount = (SELECT count(*) FROM messages m WHERE m.body_id = bodies.id)"
-     " WHERE refcount != (SELECT count(*) FROM messages m WHERE m.body_id = bodies.id)"
-     " AND (SELECT count(*) FROM messages m WHERE m.body_id = bodies.id) > 0",
+     " WHERE refcount != (SELECT count(*) FROM messages m WHERE m.body_id = bodies.id)",
      offsetof(struct mv_repair_report, refcounts_fixed)},
     {"UPDATE attachments SET refcount = (SELECT count(*) FROM body_parts p"
      " WHERE p.attachment_id = attachments.id)"
@@ -71,6 +78,45 @@ static const struct ops_repair_step ops_repair_steps[] = {
      " AND (SELECT count(*) FROM body_parts p WHERE p.attachment_id = attachments.id) > 0",
      offsetof(struct mv_repair_report, refcounts_fixed)},
 };
+
+/* What a body's bytes give that the store lost: the body_headers row of a body in use
+ * (mv_store_check's "headers") and the full-text row of any body ("fts: ... has no
+ * full-text row"), both made by the code append uses from the body parsed again. After the
+ * reference counts, which say which bodies are in use. */
+static int ops_repair_from_bytes(mv_store *s, struct mv_repair_report *out)
+{
+    sqlite3_stmt *ids = NULL;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT id, refcount > 0 AND id NOT IN (SELECT body_id FROM "
+                           "body_headers), id NOT IN (SELECT rowid FROM fts) FROM bodies "
+                           "WHERE (refcount > 0 AND id NOT IN (SELECT body_id FROM body_headers)) "
+                           "OR id NOT IN (SELECT rowid FROM fts) ORDER BY id",
+                           -1, &ids, NULL) != SQLITE_OK) {
+        return store_fail_sqlite(s, "listing bodies to parse again");
+    }
+    int rc = MV_OK, step;
+    while (rc == MV_OK && (step = sqlite3_step(ids)) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(ids, 0);
+        int want_headers = sqlite3_column_int(ids, 1), want_fts = sqlite3_column_int(ids, 2);
+        struct store_parsed parsed;
+        memset(&parsed, 0, sizeof parsed);
+        rc = store_body_parse_stored(s, id, &parsed);
+        if (rc == MV_OK && want_headers) {
+            rc = store_message_insert_headers(s, id, &parsed);
+            out->headers_rebuilt += rc == MV_OK;
+        }
+        if (rc == MV_OK && want_fts) {
+            rc = store_body_index_again(s, id, &parsed);
+            out->fts_rows_added += rc == MV_OK;
+        }
+        store_parsed_free(&parsed);
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "listing bodies to parse again");
+    }
+    sqlite3_finalize(ids);
+    return rc;
+}
 
 static int ops_repair_run(mv_store *s, struct mv_repair_report *out)
 {
@@ -82,8 +128,11 @@ static int ops_repair_run(mv_store *s, struct mv_repair_report *out)
         uint32_t *count = (uint32_t *)((char *)out + ops_repair_steps[i].count_offset);
         *count += (uint32_t)sqlite3_changes(s->db);
     }
+    int rc = ops_repair_from_bytes(s, out);
     /* FTS5 rebuilds its index, structure record and totals from its own content. */
-    int rc = store_exec(s, "INSERT INTO fts(fts) VALUES('rebuild')");
+    if (rc == MV_OK) {
+        rc = store_exec(s, "INSERT INTO fts(fts) VALUES('rebuild')");
+    }
     int64_t rows = 0;
     if (rc == MV_OK) {
         rc = ops_query_int(s, "SELECT count(*) FROM fts", &rows);
@@ -105,7 +154,10 @@ int mv_store_repair(mv_store *s, struct mv_repair_report *out)
     rc = ops_repair_run(s, out);
     if (rc == MV_OK) {
         rc = store_commit(s);
-    } else {
+    }
+    if (rc == MV_OK && out->refcounts_fixed > 0) {
+        s->purge_hint = 1; /* a body set to 0 waits for mv_store_purge(), as after an expunge */
+    } else if (rc != MV_OK) {
         char msg[sizeof s->errmsg];
         memcpy(msg, s->errmsg, sizeof msg);
         store_rollback(s);

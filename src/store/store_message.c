@@ -331,7 +331,7 @@ static void store_message_bind_text(sqlite3_stmt *st, int index, const char *tex
 
 /* The body's header text, unless the body already has it (the same bytes were stored
  * before: a copy, a second delivery, or a body waiting for the purge taken up again). */
-static int store_message_insert_headers(mv_store *s, int64_t body_id, const struct store_parsed *p)
+int store_message_insert_headers(mv_store *s, int64_t body_id, const struct store_parsed *p)
 {
     sqlite3_stmt *st = store_stmt(s, "INSERT OR IGNORE INTO body_headers(body_id, sent_date, "
                                      "subject, from_addr, to_addr, cc_addr, message_id, "
@@ -434,6 +434,43 @@ int store_message_insert(mv_store *s,
     }
     if (rc == MV_OK && uid_out != NULL) {
         *uid_out = uid;
+    }
+    return rc;
+}
+
+int store_body_parse_stored(mv_store *s, int64_t body_id, struct store_parsed *out)
+{
+    uint8_t *raw = NULL;
+    size_t len = 0;
+    int rc = store_body_get(s, body_id, &raw, &len);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    /* No limits here: the message is already stored, only its text is wanted. */
+    struct mv_limits unlimited = MV_LIMITS_DEFAULT;
+    unlimited.message_size_max = UINT64_MAX;
+    unlimited.header_count_max = UINT32_MAX;
+    unlimited.header_size_max = UINT32_MAX;
+    static const uint8_t empty = 0;
+    char err[256] = "";
+    rc = store_parse(len != 0 ? raw : &empty, len, &unlimited, STORE_SPLIT_MIN, out, err,
+                     sizeof err);
+    free(raw);
+    if (rc != MV_OK) {
+        return store_fail(s, rc, "parsing body %lld: %s", (long long)body_id,
+                          err[0] != '\0' ? err : mv_strerror(rc));
+    }
+    return MV_OK;
+}
+
+int store_body_headers_rebuild(mv_store *s, int64_t body_id)
+{
+    struct store_parsed parsed;
+    memset(&parsed, 0, sizeof parsed);
+    int rc = store_body_parse_stored(s, body_id, &parsed);
+    if (rc == MV_OK) {
+        rc = store_message_insert_headers(s, body_id, &parsed);
+        store_parsed_free(&parsed);
     }
     return rc;
 }

@@ -62,4 +62,19 @@ int store_message_insert(mv_store *s,
                          int64_t internal_date,
                          uint32_t *uid_out);
 
+/* Writes body_id's body_headers row (Date, Subject, addresses, Message-ID, In-Reply-To from
+ * p) unless it has one: the append path, and mv_store_repair() for a row that went missing.
+ * MV_OK or an SQLite error (message set). */
+int store_message_insert_headers(mv_store *s, int64_t body_id, const struct store_parsed *p);
+
+/* Parses the stored bytes of body_id as append parsed them, but without the append limits
+ * (the message is already stored; only what it says is wanted). *out is the caller's to free
+ * with store_parsed_free() on MV_OK. MV_OK, MV_ENOTFOUND, MV_ECORRUPT, MV_ENOMEM, MV_EIO
+ * (message set). */
+int store_body_parse_stored(mv_store *s, int64_t body_id, struct store_parsed *out);
+
+/* body_headers row of body_id made again from its stored bytes, with the code append uses
+ * (store_parse, store_message_insert_headers): mv_store_repair() of a missing row. */
+int store_body_headers_rebuild(mv_store *s, int64_t body_id);
+
 #endif /* MV_STORE_MESSAGE_H */

@@ -46,6 +46,7 @@
  */
 #include "store/store.h"
 #include "store/store_blob.h"
+#include "store/store_message.h"
 #include "store/store_parse.h"
 
 #include <stdio.h>
@@ -236,23 +237,9 @@ static int store_schema_reindex(mv_store *s)
     int rc = MV_OK, step;
     while (rc == MV_OK && (step = sqlite3_step(ids)) == SQLITE_ROW) {
         int64_t id = sqlite3_column_int64(ids, 0);
-        uint8_t *raw = NULL;
-        size_t len = 0;
-        rc = store_body_get(s, id, &raw, &len);
-        if (rc != MV_OK) {
-            break;
-        }
-        /* No limits here: the message is already stored, only its text is wanted. */
-        struct mv_limits unlimited = MV_LIMITS_DEFAULT;
-        unlimited.message_size_max = UINT64_MAX;
-        unlimited.header_count_max = UINT32_MAX;
-        unlimited.header_size_max = UINT32_MAX;
         struct store_parsed parsed;
-        char err[256];
-        rc = store_parse(raw, len, &unlimited, STORE_SPLIT_MIN, &parsed, err, sizeof err);
-        free(raw);
+        rc = store_body_parse_stored(s, id, &parsed);
         if (rc != MV_OK) {
-            rc = store_fail(s, rc, "indexing body %lld: %s", (long long)id, err);
             break;
         }
         rc = store_body_index_again(s, id, &parsed);
