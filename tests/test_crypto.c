@@ -1105,6 +1105,99 @@ static void test_vector_wrong_password(void)
     }
 }
 
+/* ---- chacha20 through the provider's functions and through EVP (crypt_provider.c) ------ */
+
+static uint32_t test_xorshift(uint32_t *state)
+{
+    uint32_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return *state = x;
+}
+
+/* A context on the provider's functions and one on EVP, same key: with their one-time-key
+ * pools filled from the same seed they write identical bytes for identical pages (page
+ * sizes 512..65536, page 1 with its header, a temp-file block of any size); each decrypts
+ * and authenticates the other's pages and the reference's; a flipped bit in the data, the
+ * nonce or the tag is refused by both, the buffer left as it was. */
+static void test_chacha20_provider_matches_evp(void)
+{
+    static const uint32_t sizes[] = {512, 4096, 4096 + 32, 65536};
+    static uint8_t plain[65536], a[65536], b[65536], work[65536];
+    const char *secret = "x'" TEST_KEY_HEX_OTK "'";
+    uint8_t key[32], seed[16], salt[16];
+    test_hex(TEST_KEY_HEX_OTK, key, 32);
+    memcpy(salt, key + 8, sizeof salt); /* page 1 carries it: the same on both sides */
+    CHECK(crypt_init() == CRYPT_OK && crypt_provider() != NULL); /* resolved on Debian 12 */
+    crypt_ctx *prov = test_ctx(CRYPT_CIPHER_CHACHA20, 0, secret, salt);
+    crypt_provider_enable(0);
+    crypt_ctx *evp = test_ctx(CRYPT_CIPHER_CHACHA20, 0, secret, salt);
+    crypt_provider_enable(1);
+    CHECK(prov != NULL && evp != NULL);
+    CHECK(prov->prov != NULL && prov->prov_cipher != NULL && prov->prov_mac != NULL);
+    CHECK(evp->prov == NULL && evp->prov_cipher == NULL);
+    uint32_t rng = 0x9e3779b9u;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        uint32_t size = sizes[s];
+        unsigned any = size % 512 != 0 ? CRYPT_PAGE_ANY_SIZE : 0;
+        for (int round = 0; round < 6; round++) {
+            uint32_t pgno = round == 0 && !any ? 1 : 2 + (test_xorshift(&rng) % 100000u);
+            unsigned flags = any | (pgno == 1 ? CRYPT_PAGE_DB_HEADER : 0);
+            for (uint32_t i = 0; i < size; i++) {
+                plain[i] = (uint8_t)test_xorshift(&rng);
+            }
+            if (pgno == 1) {
+                test_fill_page(plain, 24, 1, CRYPT_CIPHER_CHACHA20); /* header bytes only */
+            }
+            for (size_t i = 0; i < sizeof seed; i++) {
+                seed[i] = (uint8_t)test_xorshift(&rng);
+            }
+            CHECK_EQ_INT(crypt_chacha20_otk_pool_fill(prov, seed), CRYPT_OK);
+            CHECK_EQ_INT(crypt_chacha20_otk_pool_fill(evp, seed), CRYPT_OK);
+            CHECK_EQ_INT(crypt_page_encrypt(prov, pgno, plain, a, size, flags), CRYPT_OK);
+            CHECK_EQ_INT(crypt_page_encrypt(evp, pgno, plain, b, size, flags), CRYPT_OK);
+            CHECK(memcmp(a, b, size) == 0);
+            memcpy(work, a, size);
+            CHECK(any || test_chacha20_ref_crypt(key, pgno, work, size, pgno == 1, 0));
+            for (int side = 0; side < 2; side++) {
+                crypt_ctx *ctx = side == 0 ? prov : evp;
+                if (!any) {
+                    CHECK_EQ_INT(crypt_page_authenticate(ctx, pgno, a, size, flags), CRYPT_OK);
+                }
+                memcpy(work, a, size);
+                CHECK_EQ_INT(crypt_page_decrypt(ctx, pgno, work, size, flags), CRYPT_OK);
+                uint32_t from = pgno == 1 ? 16 : 0; /* page 1: magic for the salt */
+                CHECK(memcmp(work + from, plain + from, size - 32 - from) == 0);
+                /* a bit flipped in the data, the nonce, the tag */
+                const uint32_t at[] = {test_xorshift(&rng) % (size - 32), size - 32 + 5, size - 1};
+                for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+                    memcpy(work, a, size);
+                    work[at[k]] ^= (uint8_t)(1u << (k + 2));
+                    memcpy(b, work, size);
+                    CHECK_EQ_INT(crypt_page_decrypt(ctx, pgno, work, size, flags), CRYPT_EAUTH);
+                    CHECK(memcmp(work, b, size) == 0);
+                    if (!any) {
+                        CHECK_EQ_INT(crypt_page_authenticate(ctx, pgno, work, size, flags),
+                                     CRYPT_EAUTH);
+                    }
+                }
+            }
+        }
+    }
+    crypt_ctx_free(prov);
+    crypt_ctx_free(evp);
+}
+
+/* The SQLite3MC vectors through EVP as well (the default run takes the provider path). */
+static void test_vector_chacha20_evp(void)
+{
+    crypt_provider_enable(0);
+    test_vector_file("chacha20-delete.db", CRYPT_CIPHER_CHACHA20, 0, TEST_PASSWORD);
+    test_vector_file("chacha20-rawkey-delete.db", CRYPT_CIPHER_CHACHA20, 0, "x'" TEST_KEY_HEX "'");
+    crypt_provider_enable(1);
+}
+
 int main(void)
 {
     TEST(test_chacha20_rfc8439_block);
@@ -1148,5 +1241,7 @@ int main(void)
     TEST(test_vector_sqlcipher);
     TEST(test_vector_sqlcipher_legacy4);
     TEST(test_vector_wrong_password);
+    TEST(test_chacha20_provider_matches_evp);
+    TEST(test_vector_chacha20_evp);
     return th_summary();
 }

@@ -163,6 +163,14 @@ void crypt_ctx_free(crypt_ctx *ctx)
     EVP_CIPHER_CTX_free(ctx->cts_dec);
     EVP_MAC_CTX_free(ctx->mac);
     EVP_MD_CTX_free(ctx->md);
+    if (ctx->prov != NULL) { /* both free with a cleansing free */
+        if (ctx->prov_cipher != NULL) {
+            ctx->prov->cipher_freectx(ctx->prov_cipher);
+        }
+        if (ctx->prov_mac != NULL) {
+            ctx->prov->mac_freectx(ctx->prov_mac);
+        }
+    }
     if (ctx->otk_pool != NULL) {
         crypt_wipe(ctx->otk_pool, CRYPT_OTK_POOL_KEYS * CRYPT_OTK_BYTES);
         free(ctx->otk_pool);

@@ -47,6 +47,7 @@ static void crypt_init_run(void)
         a->md5 == NULL || a->pbkdf2 == NULL) {
         return;
     }
+    crypt_provider_resolve(a); /* optional: chacha20 falls back to EVP */
     if (pthread_atfork(NULL, NULL, crypt_init_atfork_child) != 0) {
         return;
     }

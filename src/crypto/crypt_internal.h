@@ -17,8 +17,10 @@
 
 #include "crypto/crypt.h"
 
+#include <openssl/core_dispatch.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
+#include <openssl/provider.h>
 
 #define CRYPT_NONCE_BYTES      16   /* chacha20 nonce and sqlcipher IV alike */
 #define CRYPT_NONCE_POOL_BYTES 1024 /* 64 nonces per RAND_bytes() call */
@@ -80,6 +82,11 @@ struct crypt_ctx {
     EVP_CIPHER_CTX *cts_dec;
     EVP_MAC_CTX *mac; /* Poly1305 (re-keyed per page) / HMAC-SHA512 (keyed once) */
     EVP_MD_CTX *md;   /* aes256cbc page key and IV */
+    /* chacha20's per-page ChaCha20 and Poly1305 through the provider's functions
+     * (crypt_provider.c); prov NULL: through enc and mac. */
+    const struct crypt_provider *prov;
+    void *prov_cipher;
+    void *prov_mac;
     uint32_t nonce_pool_generation;
     uint32_t nonce_pool_used_bytes; /* == CRYPT_NONCE_POOL_BYTES: empty */
     uint8_t nonce_pool[CRYPT_NONCE_POOL_BYTES];
@@ -133,15 +140,28 @@ int crypt_ctx_nonce(crypt_ctx *ctx, uint8_t nonce[CRYPT_NONCE_BYTES]);
  * ones (the counter wrap). CRYPT_OK, CRYPT_ENOMEM or CRYPT_EFAIL. */
 int crypt_chacha20_otk_pool_fill(crypt_ctx *ctx, const uint8_t seed[16]);
 
-/* ChaCha20 with the sqleet counter rule on a context already bound to ChaCha20. key NULL
- * keeps the context's key. Splits at the 2^32 block boundary. */
-int crypt_chacha20_stream(EVP_CIPHER_CTX *c,
-                          const uint8_t *key,
-                          uint32_t counter,
-                          const uint8_t nonce[12],
-                          const uint8_t *in,
-                          uint8_t *out,
-                          size_t len);
+/* ChaCha20 and Poly1305 functions of the provider EVP fetched them from (crypt_provider.c):
+ * per-page re-keying without EVP's parameter queries. */
+struct crypt_provider {
+    void *cipher_provctx;
+    OSSL_FUNC_cipher_newctx_fn *cipher_newctx;
+    OSSL_FUNC_cipher_freectx_fn *cipher_freectx;
+    OSSL_FUNC_cipher_encrypt_init_fn *cipher_init;
+    OSSL_FUNC_cipher_update_fn *cipher_update;
+    void *mac_provctx;
+    OSSL_FUNC_mac_newctx_fn *mac_newctx;
+    OSSL_FUNC_mac_freectx_fn *mac_freectx;
+    OSSL_FUNC_mac_init_fn *mac_init;
+    OSSL_FUNC_mac_update_fn *mac_update;
+    OSSL_FUNC_mac_final_fn *mac_final;
+};
+
+/* Resolves the functions from a's ChaCha20 and Poly1305 (crypt_init, once). */
+void crypt_provider_resolve(const struct crypt_algs *a);
+/* The resolved functions, or NULL (not found, or disabled): then EVP. */
+const struct crypt_provider *crypt_provider(void);
+/* on 0: contexts created from now on use EVP (tests run both paths); on 1: the default. */
+void crypt_provider_enable(int on);
 
 /* One EVP_CipherUpdate() call that must turn len bytes into exactly len bytes. */
 int crypt_cipher_update(EVP_CIPHER_CTX *c, const uint8_t *in, uint8_t *out, size_t len);
