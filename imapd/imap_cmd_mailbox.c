@@ -73,7 +73,7 @@ void imap_mailbox_out(struct imap_ctx *x, const char *name)
 
 static mv_store *imap_store(struct imap_ctx *x)
 {
-    return x->s->store->store;
+    return imap_db(x->s);
 }
 
 /* ---- SELECT / EXAMINE ---- */
@@ -485,7 +485,7 @@ static void imap_status_out(struct imap_ctx *x, const struct mv_mailbox_info *in
     }
     if (items & IMAP_STATUS_RECENT) { /* the messages no session has seen as recent yet */
         uint32_t first = 0, recent = 0;
-        if (mv_mailbox_recent(x->s->store->store, info->name, &first, &recent) != MV_OK) {
+        if (mv_mailbox_recent(imap_db(x->s), info->name, &first, &recent) != MV_OK) {
             recent = 0;
         }
         buf_printf(&line, "%sRECENT %u", sep, recent);
@@ -662,8 +662,8 @@ void imap_cmd_list(struct imap_ctx *x, int lsub)
     }
     struct imap_list_set set = {0};
     unsigned fields = (l.ret & IMAP_LIST_RETURN_STATUS) ? imap_status_fields(l.status_items) : 0;
-    int rc = imap_list_read(x->s->store->store, fields,
-                            (l.select & IMAP_LIST_SELECT_SUBSCRIBED) != 0, &set);
+    int rc =
+        imap_list_read(imap_db(x->s), fields, (l.select & IMAP_LIST_SELECT_SUBSCRIBED) != 0, &set);
     if (rc == MV_OK) {
         imap_list_mark(&set, l.select);
         for (size_t i = 0; i < set.count; i++) {
@@ -790,7 +790,7 @@ void imap_cmd_status(struct imap_ctx *x)
         return;
     }
     struct mv_mailbox_info info;
-    int rc = mv_mailbox_get_fields(x->s->store->store, name, imap_status_fields(items), &info);
+    int rc = mv_mailbox_get_fields(imap_db(x->s), name, imap_status_fields(items), &info);
     if (rc != MV_OK) {
         imap_tagged_store_error(x, rc, "STATUS");
         return;
@@ -896,24 +896,23 @@ static void imap_append_message(struct imap_ctx *x,
     }
     struct mv_mailbox_info target;
     int over = quota_exceeded(x->s->store, worker_config(x->s->worker), x->s->user, msg->len, 1);
-    if (over != 0 && mv_mailbox_status(x->s->store->store, name, &target) == MV_OK) {
+    if (over != 0 && mv_mailbox_status(imap_db(x->s), name, &target) == MV_OK) {
         /* (a missing mailbox falls through to TRYCREATE below) */
         imap_tagged(x, "NO", "[OVERQUOTA] the message would exceed your %s quota",
                     quota_over_text(over));
         return;
     }
     uint32_t uid = 0;
-    int rc = mv_message_append(x->s->store->store, name, msg->data, msg->len, flags, keywords,
+    int rc = mv_message_append(imap_db(x->s), name, msg->data, msg->len, flags, keywords,
                                date > 0 ? date : 0, &uid);
     if (rc == MV_ENOTFOUND) {
         imap_tagged(x, "NO", "[TRYCREATE] no mailbox \"%s\"", name);
         return;
     }
-    if (rc == MV_ELIMIT && !mv_store_errmsg_internal(x->s->store->store)) {
+    if (rc == MV_ELIMIT && !mv_store_errmsg_internal(imap_db(x->s))) {
         imap_tagged(x, "NO", "[%s] %s",
-                    strstr(mv_store_errmsg(x->s->store->store), "keyword") != NULL ? "LIMIT"
-                                                                                   : "TOOBIG",
-                    mv_store_errmsg(x->s->store->store));
+                    strstr(mv_store_errmsg(imap_db(x->s)), "keyword") != NULL ? "LIMIT" : "TOOBIG",
+                    mv_store_errmsg(imap_db(x->s)));
         return;
     }
     if (rc != MV_OK) {
@@ -930,7 +929,7 @@ static void imap_append_message(struct imap_ctx *x,
         }
     }
     struct mv_mailbox_info info;
-    if (mv_mailbox_status(x->s->store->store, name, &info) == MV_OK) {
+    if (mv_mailbox_status(imap_db(x->s), name, &info) == MV_OK) {
         imap_tagged(x, "OK", "[APPENDUID %u %u] APPEND completed", info.uidvalidity, uid);
     } else {
         imap_tagged(x, "OK", "APPEND completed");

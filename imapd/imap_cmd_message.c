@@ -225,14 +225,14 @@ void imap_cmd_store(struct imap_ctx *x)
     if (rc == MV_OK && count > 0 && unchanged_since != UINT64_MAX) {
         /* The test and the change in one store transaction: no other session or process
          * can change a message in between (RFC 7162 3.1.3). */
-        rc = mv_flags_set_ranges(x->s->store->store, v->mailbox, ranges, nranges, mode, flags,
-                                 keywords, unchanged_since, NULL, &failed, &failed_count);
+        rc = mv_flags_set_ranges(imap_db(x->s), v->mailbox, ranges, nranges, mode, flags, keywords,
+                                 unchanged_since, NULL, &failed, &failed_count);
         if (rc == MV_OK) {
             rc = imap_store_modified(x, failed, failed_count, idx, &count, &modified);
         }
     } else if (rc == MV_OK && count > 0) {
-        rc = mv_flags_set_ranges(x->s->store->store, v->mailbox, ranges, nranges, mode, flags,
-                                 keywords, MV_UNCHANGEDSINCE_NONE, NULL, NULL, NULL);
+        rc = mv_flags_set_ranges(imap_db(x->s), v->mailbox, ranges, nranges, mode, flags, keywords,
+                                 MV_UNCHANGEDSINCE_NONE, NULL, NULL, NULL);
     }
     mv_free(failed);
     free(ranges);
@@ -303,7 +303,7 @@ static void imap_transfer(struct imap_ctx *x, int move)
         return;
     }
     struct mv_mailbox_info info;
-    int rc = mv_mailbox_status(x->s->store->store, target, &info);
+    int rc = mv_mailbox_status(imap_db(x->s), target, &info);
     if (rc != MV_OK) {
         imap_tagged(x, "NO",
                     rc == MV_ENOTFOUND ? "[TRYCREATE] no mailbox \"%s\""
@@ -336,7 +336,7 @@ static void imap_transfer(struct imap_ctx *x, int move)
     rc = imap_view_uid_ranges(v, idx, n, &ranges, &nranges) == 0 ? MV_OK : MV_ENOMEM;
     free(idx);
     if (rc == MV_OK && n > 0) {
-        rc = mv_message_copy_ranges(x->s->store->store, v->mailbox, ranges, nranges, target, move,
+        rc = mv_message_copy_ranges(imap_db(x->s), v->mailbox, ranges, nranges, target, move,
                                     &pairs, &count);
     }
     free(ranges);
@@ -420,8 +420,8 @@ void imap_cmd_expunge(struct imap_ctx *x)
         }
     }
     int rc = x->cmd->uid
-                 ? mv_mailbox_expunge_ranges(x->s->store->store, v->mailbox, ranges, nranges, NULL)
-                 : mv_mailbox_expunge(x->s->store->store, v->mailbox, NULL, NULL);
+                 ? mv_mailbox_expunge_ranges(imap_db(x->s), v->mailbox, ranges, nranges, NULL)
+                 : mv_mailbox_expunge(imap_db(x->s), v->mailbox, NULL, NULL);
     free(ranges);
     if (rc != MV_OK) {
         imap_tagged_store_error(x, rc, "EXPUNGE");
@@ -438,7 +438,7 @@ void imap_cmd_close(struct imap_ctx *x)
         imap_tagged(x, "BAD", "CLOSE takes no arguments");
         return;
     }
-    int rc = v->readonly ? MV_OK : mv_mailbox_expunge(x->s->store->store, v->mailbox, NULL, NULL);
+    int rc = v->readonly ? MV_OK : mv_mailbox_expunge(imap_db(x->s), v->mailbox, NULL, NULL);
     imap_view_free(v);
     x->s->state = IMAP_AUTH;
     if (rc != MV_OK) {

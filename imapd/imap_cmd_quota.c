@@ -70,7 +70,7 @@ void imap_cmd_getquotaroot(struct imap_ctx *x)
         return;
     }
     struct mv_mailbox_info info;
-    int rc = mv_mailbox_status(x->s->store->store, name, &info);
+    int rc = mv_mailbox_status(imap_db(x->s), name, &info);
     if (rc != MV_OK) {
         imap_tagged_store_error(x, rc, "GETQUOTAROOT");
         return;

@@ -202,10 +202,10 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
         (items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
     if (need_mime || f->section_count > 0 ||
         (items & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0) {
-        int rc = imap_fetch_header_only(f)
-                     ? mv_message_fetch_header(x->s->store->store, x->s->view.mailbox, m->uid, &raw,
-                                               &len)
-                     : mv_message_fetch(x->s->store->store, x->s->view.mailbox, m->uid, &raw, &len);
+        int rc =
+            imap_fetch_header_only(f)
+                ? mv_message_fetch_header(imap_db(x->s), x->s->view.mailbox, m->uid, &raw, &len)
+                : mv_message_fetch(imap_db(x->s), x->s->view.mailbox, m->uid, &raw, &len);
         if (rc == MV_OK && need_mime) {
             /* ENVELOPE alone reads a plain header's fields without GMime's message; raw
              * stays until after imap_mime_close() */
@@ -304,11 +304,10 @@ imap_fetch_mark_seen(struct imap_ctx *x, const uint32_t *idx, size_t count, unsi
     if (n > 0) {
         struct mv_uid_range *ranges = NULL;
         size_t nranges = 0;
-        rc =
-            imap_view_uid_ranges(v, unseen, n, &ranges, &nranges) == 0
-                ? mv_flags_set_ranges(x->s->store->store, v->mailbox, ranges, nranges, MV_FLAGS_ADD,
-                                      MV_FLAG_SEEN, NULL, MV_UNCHANGEDSINCE_NONE, NULL, NULL, NULL)
-                : MV_ENOMEM;
+        rc = imap_view_uid_ranges(v, unseen, n, &ranges, &nranges) == 0
+                 ? mv_flags_set_ranges(imap_db(x->s), v->mailbox, ranges, nranges, MV_FLAGS_ADD,
+                                       MV_FLAG_SEEN, NULL, MV_UNCHANGEDSINCE_NONE, NULL, NULL, NULL)
+                 : MV_ENOMEM;
         free(ranges);
         for (size_t i = 0; rc == MV_OK && i < n; i++) {
             mark[unseen[i]] = 1;
@@ -388,7 +387,7 @@ void imap_fetch_state_free(struct imap_fetch_state **st)
 static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
 {
     struct imap_view *v = &x->s->view;
-    mv_store *store = x->s->store->store;
+    mv_store *store = imap_db(x->s);
     /* One read transaction for the chunk instead of one per message (each costs WAL-index
      * file locks); ended before the chunk goes out, so no reader is held while a slow client
      * reads. Without it (MV_EINVAL cannot happen here) each read simply has its own. */

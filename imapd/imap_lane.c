@@ -24,6 +24,13 @@
  *   count), so "1:*" is the whole mailbox and a UID set with gaps counts at most what exists.
  *   The set is read with imap_parse_seqset, as the command reads it: each number once,
  *   however the client overlapped its ranges.
+ *
+ * READS
+ *   A short command that only reads goes to the worker's reader thread (JOB_LANE_READ,
+ *   worker.c READERS), where no write of the same user holds it up: NOOP and CHECK (a view
+ *   sync), SEARCH, and a FETCH that sets no \Seen (RFC 3501 6.4.5: BODY[...], BINARY[...],
+ *   RFC822 and RFC822.TEXT set it, their .PEEK forms and everything else do not; in a
+ *   read-only view (EXAMINE) nothing does). A long read stays in the writer's long lane.
  */
 #include "imap_session.h"
 #include "worker.h"
@@ -100,6 +107,43 @@ static uint64_t imap_lane_fetch_item(const struct imap_node *n)
     return 1;
 }
 
+/* Whether one FETCH item (an atom) sets \Seen in a read-write view. */
+static int imap_lane_fetch_item_writes(const struct imap_node *n)
+{
+    const char *p = n->data;
+    size_t len = n->len;
+    if (imap_lane_has(p, len, "BODY[") || imap_lane_has(p, len, "BINARY[")) {
+        return 1;
+    }
+    if (imap_lane_has(p, len, "RFC822")) {
+        return !imap_lane_has(p, len, "RFC822.SIZE") && !imap_lane_has(p, len, "RFC822.HEADER");
+    }
+    return 0;
+}
+
+/* Whether a FETCH only reads (sets no \Seen); anything it cannot read counts as a write. */
+static int imap_lane_fetch_reads_only(const struct imap_session *s, const struct imap_command *cmd)
+{
+    const struct imap_node *items = imap_arg(cmd, 1);
+    if (s->view.readonly) {
+        return 1;
+    }
+    if (items != NULL && items->type == IMAP_NODE_ATOM) {
+        return !imap_lane_fetch_item_writes(items);
+    }
+    if (items == NULL || items->type != IMAP_NODE_LIST) {
+        return 0;
+    }
+    for (uint32_t i = items->child; i != IMAP_NODE_NONE;) {
+        const struct imap_node *n = imap_node(cmd, i);
+        if (n->type == IMAP_NODE_ATOM && imap_lane_fetch_item_writes(n)) {
+            return 0;
+        }
+        i = n->next;
+    }
+    return 1;
+}
+
 static uint64_t imap_lane_fetch_cost(const struct imap_command *cmd)
 {
     const struct imap_node *items = imap_arg(cmd, 1);
@@ -126,6 +170,9 @@ enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_
     /* UIDs name at most the messages there are, and none past UIDNEXT - 1. */
     uint64_t star = cmd->uid && s->view.uidnext > 0 ? s->view.uidnext - 1 : messages;
     uint64_t cost = 0;
+    int reads = strcmp(name, "NOOP") == 0 || strcmp(name, "CHECK") == 0 ||
+                strcmp(name, "SEARCH") == 0 ||
+                (strcmp(name, "FETCH") == 0 && imap_lane_fetch_reads_only(s, cmd));
     if (strcmp(name, "FETCH") == 0 || strcmp(name, "STORE") == 0 || strcmp(name, "COPY") == 0 ||
         strcmp(name, "MOVE") == 0) {
         uint64_t count = imap_lane_set_count(imap_arg(cmd, 0), star);
@@ -141,5 +188,8 @@ enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_
                strcmp(name, "RENAME") == 0) {
         return JOB_LANE_LONG;
     }
-    return cost > IMAP_LANE_SHORT_MAX ? JOB_LANE_LONG : JOB_LANE_SHORT;
+    if (cost > IMAP_LANE_SHORT_MAX) {
+        return JOB_LANE_LONG;
+    }
+    return reads && s->state == IMAP_SELECTED ? JOB_LANE_READ : JOB_LANE_SHORT;
 }

@@ -41,7 +41,7 @@ int imap_qresync_vanished(struct imap_session *s,
 {
     uint32_t *uids = NULL;
     size_t count = 0, kept = 0;
-    int rc = mv_message_expunged_since(s->store->store, s->view.mailbox, since, &uids, &count);
+    int rc = mv_message_expunged_since(imap_db(s), s->view.mailbox, since, &uids, &count);
     if (rc != MV_OK) {
         return rc;
     }

@@ -21,8 +21,8 @@ int imap_view_recent(struct imap_session *s, size_t from)
     }
     uint32_t first = 0, unclaimed = 0;
     uint32_t up_to = v->msgs[v->count - 1].uid + 1; /* the end of this view: no more */
-    int rc = v->readonly ? mv_mailbox_recent(s->store->store, v->mailbox, &first, &unclaimed)
-                         : mv_mailbox_recent_claim(s->store->store, v->mailbox, up_to, &first);
+    int rc = v->readonly ? mv_mailbox_recent(imap_db(s), v->mailbox, &first, &unclaimed)
+                         : mv_mailbox_recent_claim(imap_db(s), v->mailbox, up_to, &first);
     if (rc != MV_OK) {
         return rc; /* none marked: \Recent is advisory, the command goes on */
     }

@@ -112,7 +112,7 @@ imap_search_store(struct imap_search_run *r, const struct imap_search_key *k, un
     }
     mv_search *it = NULL;
     struct mv_message_info info;
-    int rc = mv_search_begin(r->x->s->store->store, &q, &it);
+    int rc = mv_search_begin(imap_db(r->x->s), &q, &it);
     while (rc == MV_OK && (rc = mv_search_next(it, &info)) == 1) {
         size_t i = imap_search_index(v, info.uid);
         if (i != SIZE_MAX) {
@@ -191,7 +191,7 @@ imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, u
         void *raw = NULL;
         size_t len = 0;
         /* The header alone: only its pages are read and decrypted. */
-        if (v->msgs[i].expunged || mv_message_fetch_header(r->x->s->store->store, v->mailbox,
+        if (v->msgs[i].expunged || mv_message_fetch_header(imap_db(r->x->s), v->mailbox,
                                                            v->msgs[i].uid, &raw, &len) != MV_OK) {
             continue;
         }
@@ -231,7 +231,7 @@ static int imap_search_prepare_keys(struct imap_search_run *r)
  * read instead of one per message. */
 static int imap_search_prepare(struct imap_search_run *r)
 {
-    mv_store *store = r->x->s->store->store;
+    mv_store *store = imap_db(r->x->s);
     if (mv_store_read_begin(store) != MV_OK) {
         /* nothing lost: each read then has a transaction of its own */
     }

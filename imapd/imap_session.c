@@ -105,7 +105,7 @@ void imap_tagged_store_error(struct imap_ctx *x, int rc, const char *what)
                        : rc == MV_EBUSY   ? "[INUSE] "
                        : rc == MV_ENOSPC  ? "[OVERQUOTA] "
                                           : "[SERVERBUG] ";
-    const mv_store *store = x->s->store != NULL ? x->s->store->store : NULL;
+    const mv_store *store = x->s->store != NULL ? imap_db(x->s) : NULL;
     if (imap_detail_for_user(rc, store)) {
         imap_tagged(x, "NO", "%s%s: %s", code, what, mv_store_errmsg(store));
     } else if (rc == MV_EBUSY) { /* worth a retry; the detail ("database is locked") is logged */
@@ -335,7 +335,8 @@ static void imap_job_run(struct job *job)
 {
     struct imap_job *j = (struct imap_job *)job;
     struct imap_ctx x = {.s = j->s, .cmd = &j->cmd, .out = &job->out};
-    if (j->s->fetch_more != NULL) { /* the next chunk of a FETCH response */
+    j->s->on_reader = job->lane == JOB_LANE_READ; /* imap_db: which handle */
+    if (j->s->fetch_more != NULL) {               /* the next chunk of a FETCH response */
         imap_fetch_continue(&x);
     } else if (j->raw) {
         imap_cmd_authenticate(&x, (const char *)j->bytes, j->len);
@@ -367,6 +368,7 @@ static void imap_job_run(struct job *job)
         imap_fetch_state_free(&j->s->fetch_more);
     }
     x.logout |= j->s->gone;
+    j->s->on_reader = 0;
     j->delay_ms = x.delay_ms;
     j->logout = x.logout;
     j->failed_why = x.failed_why;
@@ -548,6 +550,9 @@ static void imap_post(struct conn *c, uint8_t *bytes, size_t len, struct imap_co
     j->posted_ms = loop_now_ms();
     /* before the worker can touch the session: the view is the loop's to read now */
     j->job.lane = raw ? JOB_LANE_SHORT : imap_command_lane(s, &j->cmd);
+    if (j->job.lane == JOB_LANE_READ && (s->store == NULL || s->store->reader == NULL)) {
+        j->job.lane = JOB_LANE_SHORT; /* no reader handle: the writer reads too */
+    }
     s->last_lane = j->job.lane;
     s->tls = c->tls;
     s->login_allowed = c->tls || c->loopback || g_config.allow_plaintext;
@@ -930,7 +935,11 @@ static void imap_end_run(struct job *job)
     struct imap_session *s = job->arg;
     imap_view_free(&s->view);
     if (s->store != NULL) {
-        worker_store_release(job->worker, s->store);
+        if (job->lane == JOB_LANE_READ) { /* the table is the writer's (worker.c READERS) */
+            worker_store_release_from_reader(job->worker, s->store);
+        } else {
+            worker_store_release(job->worker, s->store);
+        }
         s->store = NULL;
     }
 }

@@ -91,6 +91,9 @@ struct imap_session {
     /* The lane of the session's last job (loop thread): the job that ends the session goes
      * into the same lane, so it runs after that one (worker.c LANES). */
     enum job_lane last_lane;
+    /* The running job is on the worker's reader thread (JOB_LANE_READ): the store calls use
+     * the store's reader handle (imap_db). Set and cleared by the job itself. */
+    int on_reader;
     /* Loop thread only, for the control socket (control.c): the mailbox selected as of the
      * last completed command (`who`), and an end asked for (no new command is taken). */
     char shown_mailbox[256];
@@ -137,9 +140,18 @@ void imap_internal_error(struct imap_ctx *x,
                          const char *detail);
 const char *imap_capabilities(const struct imap_session *s);
 
+/* The store handle a command of s uses: the reader handle on the reader thread (worker.c
+ * READERS), else the store's own. */
+static inline mv_store *imap_db(const struct imap_session *s)
+{
+    return s->on_reader && s->store->reader != NULL ? s->store->reader : s->store->store;
+}
+
 /* ---- imap_lane.c ---- */
 /* The worker lane of a parsed command of session s (loop thread, no job of s in flight):
- * JOB_LANE_LONG when its work grows with many messages or bytes (see imap_lane.c). */
+ * JOB_LANE_LONG when its work grows with many messages or bytes, JOB_LANE_READ when it only
+ * reads, touches few messages and the session's store has a reader handle (see
+ * imap_lane.c). */
 enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_command *cmd);
 
 /* ---- imap_cmd_auth.c ---- */

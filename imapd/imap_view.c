@@ -345,7 +345,7 @@ static int imap_view_apply(struct imap_session *s,
 static int imap_view_delta_full(struct imap_session *s, struct imap_view_delta *d)
 {
     struct imap_view *v = &s->view;
-    int rc = imap_view_read(s->store->store, v->mailbox, &d->changed);
+    int rc = imap_view_read(imap_db(s), v->mailbox, &d->changed);
     if (rc != MV_OK) {
         return rc;
     }
@@ -376,9 +376,9 @@ static int imap_view_delta_since(struct imap_session *s,
     d->changed.uidvalidity = info->uidvalidity;
     d->changed.uidnext = info->uidnext;
     d->changed.highestmodseq = info->highestmodseq;
-    int rc = imap_view_list(s->store->store, v->mailbox, v->highestmodseq, &d->changed);
+    int rc = imap_view_list(imap_db(s), v->mailbox, v->highestmodseq, &d->changed);
     if (rc == MV_OK) {
-        rc = mv_message_expunged_since(s->store->store, v->mailbox, v->highestmodseq, &d->gone,
+        rc = mv_message_expunged_since(imap_db(s), v->mailbox, v->highestmodseq, &d->gone,
                                        &d->gone_count);
         d->gone_from_store = 1;
     }
@@ -405,7 +405,7 @@ int imap_view_sync(struct imap_session *s, struct buf *out, int allow_expunge)
     if (v->mailbox == NULL) {
         return MV_OK;
     }
-    int rc = mv_mailbox_status(s->store->store, v->mailbox, &info);
+    int rc = mv_mailbox_status(imap_db(s), v->mailbox, &info);
     if (rc == MV_ENOTFOUND || (rc == MV_OK && info.uidvalidity != v->uidvalidity)) {
         return imap_view_gone(s, out);
     }

@@ -103,7 +103,7 @@ static atomic_uint_fast64_t metrics_lmtp[3]; /* accepted, deferred, rejected */
 static atomic_int_fast64_t metrics_lane_len[JOB_LANES];
 static atomic_uint_fast64_t metrics_lane_bucket[JOB_LANES][METRICS_BUCKETS];
 static atomic_uint_fast64_t metrics_lane_sum_us[JOB_LANES];
-static const char *const metrics_lane_names[JOB_LANES] = {"short", "long"};
+static const char *const metrics_lane_names[JOB_LANES] = {"short", "long", "read"};
 static atomic_uint_fast64_t metrics_drained; /* sealed deliveries moved by drain steps */
 
 /* Jobs waiting in each worker's queue (metrics_init). */

@@ -36,6 +36,27 @@
  *   job that ends a session goes into the lane of the session's last job, behind it. A long
  *   FETCH also yields between its chunks: each chunk is a job of its own.
  *
+ * READERS
+ *   A worker has a second thread, its reader, with a queue of its own (JOB_LANE_READ), and
+ *   each open store a second handle on the same file (open_store.reader, mv_store_open_twin:
+ *   the key is shared, no KDF). A command that only reads and touches few messages (a FETCH
+ *   that sets no \Seen, a SEARCH, a NOOP: imap_lane.c) runs there, so it never waits for the
+ *   writer thread's job: an APPEND's fsync, an EXPUNGE's deletes, a drain step, a purge
+ *   batch. SQLite's WAL lets the reader read while the writer commits; every read begins
+ *   after the session's previous command ended (a session has one job in flight), so it sees
+ *   that command's writes (read-your-writes), and the session's view (sequence numbers) is
+ *   the session's own, changed only by its own job. The rare write a read job makes (a sync
+ *   that claims \Recent for messages that just arrived) goes through the reader's handle and
+ *   waits for the writer's transaction in SQLite's lock (busy_timeout). The table of open
+ *   stores stays the writer's: the reader only uses the reader handles of stores that its
+ *   jobs' sessions hold (refs > 0, so none is closed meanwhile), and a session's end that runs
+ *   on the reader hands the release to the writer (worker_store_release_from_reader).
+ *   Bounds: one reader thread per worker (2 x workers threads in all) and one more SQLite
+ *   connection per open store (stores_per_worker x workers; each with the store's page
+ *   cache size). The reader runs its queue in order (FIFO): only small reads go there, so
+ *   each waits for a few milliseconds of other reads at most; big ones stay in the writer's
+ *   long lane.
+ *
  * THE DRAIN
  *   A store is opened with MV_STORE_DRAIN_LATER, so a login never waits for a long sealed
  *   queue: the open takes one short step itself (WORKER_DRAIN_LOGIN_MS: the usual few waiting
@@ -95,6 +116,10 @@ struct worker {
     int drain_turn; /* the next long turn goes to a drain step, if one is due */
     int stop;
     int index;
+    pthread_t reader; /* READERS: runs JOB_LANE_READ */
+    pthread_cond_t reader_wake;
+    int reader_stop;
+    int reader_started;
     struct open_store *stores; /* stores_max slots; address "" = free */
     int stores_max;
 };
@@ -149,6 +174,7 @@ static void worker_store_close(struct open_store *s)
     metrics_gauge_add(METRIC_OPEN_STORES, -1);
     quota_note(s->address, s->store); /* what sealed deliveries count from (quota.c) */
     imap_view_cache_free(&s->view_cache);
+    mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */
     mv_store_close(&s->store);
     OPENSSL_cleanse(s->verifier, sizeof s->verifier);
     s->address[0] = '\0';
@@ -253,6 +279,11 @@ int worker_store_acquire(struct worker *w,
     metrics_gauge_add(METRIC_OPEN_STORES, +1);
     log_info("store open %s (worker %d, page cache %lld KiB)", address, w->index,
              worker_cache_kib(s->store));
+    if (mv_store_open_twin(s->store, &s->reader) != MV_OK) { /* READERS */
+        log_warning("store %s: no second handle for reads (%s): its reads wait for its writes",
+                    address, mv_store_errmsg(s->store));
+        s->reader = NULL;
+    }
     /* The first step here, in the login: a few waiting deliveries (the usual case) are in
      * INBOX at the SELECT that follows, as when the open drained everything; only a longer
      * queue goes on in steps (THE DRAIN). */
@@ -320,6 +351,33 @@ void worker_store_release(struct worker *w, struct open_store *s)
         s->refs--;
         s->last_used_ms = worker_now_ms();
     }
+}
+
+static void worker_release_run(struct job *job)
+{
+    worker_store_release(job->worker, job->arg);
+}
+
+static void worker_release_done(struct job *job)
+{
+    free(job);
+}
+
+void worker_store_release_from_reader(struct worker *w, struct open_store *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    struct job *job = calloc(1, sizeof *job);
+    if (job == NULL) { /* the store stays open (in use, as far as the table knows) */
+        log_error("store %s: out of memory releasing a session's hold", s->address);
+        return;
+    }
+    job->arg = s;
+    job->run = worker_release_run;
+    job->done = worker_release_done;
+    job->lane = JOB_LANE_SHORT;
+    worker_post(w, job);
 }
 
 static int worker_job_waiting(struct worker *w)
@@ -572,6 +630,33 @@ static struct job *worker_take(struct worker *w, int drain_ready, int *drain)
     return job;
 }
 
+/* The reader thread (READERS): JOB_LANE_READ in order, until stopped and empty. */
+static void *worker_reader_main(void *arg)
+{
+    struct worker *w = arg;
+    pthread_mutex_lock(&w->lock);
+    while (!w->reader_stop || w->head[JOB_LANE_READ] != NULL) {
+        struct job *job = w->head[JOB_LANE_READ];
+        if (job == NULL) {
+            pthread_cond_wait(&w->reader_wake, &w->lock);
+            continue;
+        }
+        w->head[JOB_LANE_READ] = job->next;
+        if (w->head[JOB_LANE_READ] == NULL) {
+            w->tail[JOB_LANE_READ] = NULL;
+        }
+        pthread_mutex_unlock(&w->lock);
+        metrics_worker_queue(w->index, -1);
+        metrics_lane_queue(job->lane, -1);
+        metrics_lane_wait(job->lane, metrics_now_us() - job->queued_us);
+        job->run(job);
+        worker_finish(job);
+        pthread_mutex_lock(&w->lock);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -642,16 +727,34 @@ int worker_start(const struct config *cfg, int count, int eventfd)
         }
         pthread_mutex_init(&w->lock, NULL);
         pthread_cond_init(&w->wake, NULL);
+        pthread_cond_init(&w->reader_wake, NULL);
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             return -1;
         }
         worker_count = i + 1;
+        if (pthread_create(&w->reader, NULL, worker_reader_main, w) != 0) {
+            return -1;
+        }
+        w->reader_started = 1;
     }
     return 0;
 }
 
 void worker_stop_all(void)
 {
+    /* The readers first: their last jobs may hand releases to the writers (READERS), and
+     * the writers close the stores (and their reader handles) when they end. */
+    for (int i = 0; i < worker_count; i++) {
+        pthread_mutex_lock(&workers[i].lock);
+        workers[i].reader_stop = 1;
+        pthread_cond_signal(&workers[i].reader_wake);
+        pthread_mutex_unlock(&workers[i].lock);
+    }
+    for (int i = 0; i < worker_count; i++) {
+        if (workers[i].reader_started) {
+            pthread_join(workers[i].reader, NULL);
+        }
+    }
     for (int i = 0; i < worker_count; i++) {
         pthread_mutex_lock(&workers[i].lock);
         workers[i].stop = 1;
@@ -663,6 +766,7 @@ void worker_stop_all(void)
         free(workers[i].stores);
         pthread_mutex_destroy(&workers[i].lock);
         pthread_cond_destroy(&workers[i].wake);
+        pthread_cond_destroy(&workers[i].reader_wake);
     }
     free(workers);
     workers = NULL;
@@ -683,7 +787,8 @@ void worker_post(struct worker *w, struct job *job)
 {
     job->worker = w;
     job->next = NULL;
-    job->lane = job->lane == JOB_LANE_LONG ? JOB_LANE_LONG : JOB_LANE_SHORT;
+    job->lane =
+        job->lane == JOB_LANE_LONG || job->lane == JOB_LANE_READ ? job->lane : JOB_LANE_SHORT;
     job->queued_us = metrics_now_us();
     if (job->conn != NULL) {
         job->conn->refs++;
@@ -698,7 +803,7 @@ void worker_post(struct worker *w, struct job *job)
     w->tail[lane] = job;
     metrics_worker_queue(w->index, +1);
     metrics_lane_queue(lane, +1);
-    pthread_cond_signal(&w->wake);
+    pthread_cond_signal(lane == JOB_LANE_READ ? &w->reader_wake : &w->wake);
     pthread_mutex_unlock(&w->lock);
 }
 

@@ -22,7 +22,11 @@ typedef void (*job_fn)(struct job *job);
  * waits for the one before it (the connection is busy meanwhile), so lanes never reorder a
  * session's commands; the poster of a job that must follow another (a session's end) gives
  * it the same lane. */
-enum job_lane { JOB_LANE_SHORT = 0, JOB_LANE_LONG = 1, JOB_LANES = 2 };
+enum job_lane { JOB_LANE_SHORT = 0, JOB_LANE_LONG = 1, JOB_LANE_READ = 2, JOB_LANES = 3 };
+/* JOB_LANE_READ (worker.c "READERS"): a command that only reads (a FETCH that sets no \Seen,
+ * a SEARCH, a NOOP) runs on the worker's reader thread with the store's second handle
+ * (open_store.reader), so it does not wait for the writer thread's jobs (a commit and its
+ * fsync, a delete). Its poster checks that the session's store has a reader. */
 /* Short jobs a worker takes in a row while a long one waits, before the long one goes. */
 #define WORKER_SHORT_BURST 8
 struct job {
@@ -62,6 +66,11 @@ struct open_store {
     int drain_more;
     int64_t drain_after_ms; /* no step before (monotonic ms): the login's next command first */
     struct imap_view_cache *view_cache; /* the IMAP views SELECT copies (imap_view_cache.c) */
+    /* The second handle (mv_store_open_twin) for jobs of JOB_LANE_READ, used only on the
+     * worker's reader thread; NULL if it could not be opened (reads then stay on the
+     * writer). Set when the store opens, closed with it (no session holds it then, so no
+     * read job of it is in flight). */
+    mv_store *reader;
 };
 /* Frees a store's cached views (when it is closed); *c becomes NULL. */
 void imap_view_cache_free(struct imap_view_cache **c);
@@ -76,6 +85,9 @@ int worker_store_acquire(struct worker *w,
                          char *errmsg,
                          size_t errmsg_size);
 void worker_store_release(struct worker *w, struct open_store *s);
+/* The same from a job on the reader thread: the release is a job of the writer thread (the
+ * table is the writer's). */
+void worker_store_release_from_reader(struct worker *w, struct open_store *s);
 /* The open store of address without a password (LMTP delivery into an open store), or NULL. */
 struct open_store *worker_store_find(struct worker *w, const char *address);
 const struct config *worker_config(const struct worker *w);

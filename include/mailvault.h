@@ -283,6 +283,19 @@ MV_API MV_MUST_CHECK int mv_store_open(const char *address,
                                        char *errmsg,
                                        size_t errmsg_size);
 
+/* A second handle on the store of an open handle, for reads on another thread while store
+ * writes (a server answers FETCH and SEARCH there while a commit of the same user waits for
+ * its fsync). It shares the key of store (no key derivation, no password), takes its own
+ * shared lock and its own SQLite connection with the same profile and page cache size, and
+ * migrates nothing (store did). Reads through it see every commit made before each read
+ * begins (WAL), so a caller that reads after its own write returned sees that write. Writes
+ * through it are allowed and serialise with store's in SQLite's locking (busy_timeout),
+ * but it is meant for reads. Close it with mv_store_close(), before or after store. Not
+ * thread-safe itself: one thread at a time per handle, as for every handle.
+ * Returns MV_OK with *out, MV_EINVAL (store NULL), MV_ENOMEM, MV_EBUSY, MV_EIO; on failure
+ * *out is NULL and mv_store_errmsg(store) says why. */
+MV_API MV_MUST_CHECK int mv_store_open_twin(mv_store *store, mv_store **out);
+
 /* ---- Which node serves a store ------------------------------------------------------- */
 /* Where a server (mailvaultd) serving the stores under a root listens for control requests
  * (who, kick, release, adopt; docs/CONTROL.md) unless configured elsewhere:

@@ -1,7 +1,8 @@
 /*
  * test_fetch_header.c -- mv_message_fetch_header (the header-only read path of schema
  * version 3) and mv_message_header_len (its rule), the two-frame skeleton it relies on, read
- * snapshots (mv_store_read_begin/end) and mv_server_tune.
+ * snapshots (mv_store_read_begin/end), the second handle for reads (mv_store_open_twin) and
+ * mv_server_tune.
  *
  * For messages of every shape (CRLF, bare LF, no empty line, an empty first line, tiny and
  * so stored uncompressed, incompressible, with a large attachment cut out) the header equals
@@ -382,6 +383,65 @@ static void test_read_snapshot(void)
     mv_store_close(&s);
 }
 
+/* mv_store_open_twin: a second handle with the first one's key reads while the first holds
+ * the write lock (a commit waiting for its fsync in mailvaultd), sees every commit made before
+ * its read began (read-your-writes for a caller that reads after its write), may write
+ * (serialised by SQLite), and outlives the first handle. */
+static void test_twin_reads_while_writer_holds(void)
+{
+    mv_store *s = NULL, *t = NULL;
+    CHECK_EQ_INT(fh_open("twin", &s), MV_OK);
+    size_t len = 0;
+    char *m = fh_text_message("\r\n", 20, &len);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL), MV_OK);
+    }
+    CHECK_EQ_INT(mv_store_open_twin(NULL, &t), MV_EINVAL);
+    CHECK(t == NULL);
+    CHECK_EQ_INT(mv_store_open_twin(s, &t), MV_OK);
+    if (t == NULL) {
+        mv_store_close(&s);
+        free(m);
+        return;
+    }
+    /* The first handle holds SQLite's write lock, with a change not yet committed. */
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "BEGIN IMMEDIATE"), SQLITE_OK);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "UPDATE mailboxes SET recent_uid = recent_uid + 100"),
+                 SQLITE_OK);
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_status(t, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 2);
+    void *h = NULL;
+    size_t n = 0;
+    CHECK_EQ_INT(mv_message_fetch_header(t, "INBOX", 2, &h, &n), MV_OK);
+    CHECK(n > 0 && n < len && memcmp(h, m, n) == 0);
+    mv_free(h);
+    uint32_t first = 0, unclaimed = 0;
+    CHECK_EQ_INT(mv_mailbox_recent(t, "INBOX", &first, &unclaimed), MV_OK);
+    CHECK(first < 100); /* the uncommitted change is not seen */
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "ROLLBACK"), SQLITE_OK);
+
+    /* A commit of the first handle is seen by the twin's next read. */
+    uint32_t uid = 0;
+    CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 0, &uid), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_status(t, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 3);
+    CHECK_EQ_INT(info.uidnext, uid + 1);
+    /* The twin may write; the first handle sees it. */
+    CHECK_EQ_INT(mv_flags_set(t, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.unseen, 2);
+    /* It outlives the first handle (its own lock and its own copy of the key). */
+    mv_store_close(&s);
+    h = NULL;
+    CHECK_EQ_INT(mv_message_fetch(t, "INBOX", uid, &h, &n), MV_OK);
+    CHECK(h != NULL && n == len && memcmp(h, m, len) == 0);
+    mv_free(h);
+    mv_store_close(&t);
+    CHECK(t == NULL);
+    free(m);
+}
+
 static int fh_first_tune = MV_ERROR;
 
 /* The first call came before anything started SQLite; one now is too late and says so. */
@@ -451,6 +511,7 @@ int main(void)
     TEST(test_header_old_and_damaged);
     TEST(test_header_large_and_small);
     TEST(test_read_snapshot);
+    TEST(test_twin_reads_while_writer_holds);
     TEST(test_empty_header_block);
     TEST(test_server_tune);
     return th_summary();

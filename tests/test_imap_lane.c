@@ -1,7 +1,9 @@
 /*
  * test_imap_lane.c -- which worker lane a command goes into (imapd/imap_lane.c): the size of
  * its sequence set, read with the command's own parser (imap_parse_seqset), clamped to the
- * mailbox, each number counted once however the client overlapped its ranges.
+ * mailbox, each number counted once however the client overlapped its ranges; and which
+ * commands only read (JOB_LANE_READ: the worker's reader thread, worker.c READERS): a FETCH
+ * that sets no \Seen (RFC 3501 6.4.5), SEARCH, NOOP.
  */
 #include "../imapd/imap_parse.h"
 #include "../imapd/imap_session.h"
@@ -13,10 +15,14 @@
 
 /* The lane of line in a selected mailbox of count messages with UIDNEXT uidnext; -1 if
  * the line does not parse (no lane: the caller's check fails). */
+static int il_readonly;     /* the view is read-only (EXAMINE) */
+static int il_not_selected; /* the session is authenticated, nothing selected */
+
 static int il_lane(const char *line, size_t count, uint32_t uidnext)
 {
     static struct imap_session s; /* large: zeroed once, only these fields read */
-    s.state = IMAP_SELECTED;
+    s.state = il_not_selected ? IMAP_AUTH : IMAP_SELECTED;
+    s.view.readonly = il_readonly;
     s.view.count = count;
     s.view.uidnext = uidnext;
     struct imap_command cmd;
@@ -73,7 +79,43 @@ static void test_bad_sets(void)
 {
     CHECK_EQ_INT(il_lane("a STORE 1:x +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_SHORT);
     CHECK_EQ_INT(il_lane("a STORE 0:* +FLAGS (\\Seen)", 5000, 5001), JOB_LANE_SHORT);
-    CHECK_EQ_INT(il_lane("a FETCH (1:*) FLAGS", 5000, 5001), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a FETCH (1:*) FLAGS", 5000, 5001), JOB_LANE_READ); /* a read */
+}
+
+/* Reads go to the reader; what sets \Seen (RFC 3501 6.4.5: BODY[...], BINARY[...], RFC822,
+ * RFC822.TEXT, in a read-write view) and every other write stays on the writer; a long read
+ * stays in the long lane. */
+static void test_reads(void)
+{
+    CHECK_EQ_INT(
+        il_lane("a UID FETCH 1:50 (UID BODY.PEEK[HEADER.FIELDS (From Subject Date)])", 500, 501),
+        JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a UID FETCH 7 (UID BODY.PEEK[])", 500, 501), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a FETCH 1:10 (FLAGS RFC822.SIZE INTERNALDATE)", 500, 501), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a FETCH 1 (RFC822.HEADER ENVELOPE)", 500, 501), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a FETCH 1 BINARY.PEEK[1]", 500, 501), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a FETCH 1 FULL", 500, 501), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a UID FETCH 7 (UID BODY[])", 500, 501), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a FETCH 7 (FLAGS BODY[HEADER.FIELDS (From)])", 500, 501), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a FETCH 7 RFC822", 500, 501), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a FETCH 7 RFC822.TEXT", 500, 501), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a FETCH 1 BINARY[1]", 500, 501), JOB_LANE_SHORT);
+    il_readonly = 1; /* EXAMINE: nothing sets \Seen */
+    CHECK_EQ_INT(il_lane("a UID FETCH 7 (UID BODY[])", 500, 501), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a FETCH 7 RFC822", 500, 501), JOB_LANE_READ);
+    il_readonly = 0;
+    CHECK_EQ_INT(il_lane("a UID SEARCH FROM anna", 500, 501), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a SEARCH UNSEEN", 5000, 5001), JOB_LANE_LONG);
+    CHECK_EQ_INT(il_lane("a FETCH 1:* (UID BODY.PEEK[])", 5000, 5001), JOB_LANE_LONG);
+    CHECK_EQ_INT(il_lane("a NOOP", 500, 501), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a CHECK", 500, 501), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a UID STORE 7 +FLAGS (\\Seen)", 500, 501), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a SELECT INBOX", 500, 501), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a STATUS INBOX (MESSAGES)", 500, 501), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a EXPUNGE", 500, 501), JOB_LANE_LONG);
+    il_not_selected = 1; /* nothing selected: no view to read */
+    CHECK_EQ_INT(il_lane("a NOOP", 0, 0), JOB_LANE_SHORT);
+    il_not_selected = 0;
 }
 
 int main(void)
@@ -81,5 +123,6 @@ int main(void)
     TEST(test_set_sizes);
     TEST(test_overlaps_count_once);
     TEST(test_bad_sets);
+    TEST(test_reads);
     return th_summary();
 }

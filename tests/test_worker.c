@@ -7,6 +7,10 @@
  *     S2, L1, L2 (a FIFO ran S1 and S2 last).
  *   - Fairness: with a long job waiting, at most WORKER_SHORT_BURST short jobs run before it.
  *   - Within a lane, FIFO (a session's end job follows its last job in the same lane).
+ *   - Reads do not wait for the writer (worker.c READERS): with the writer thread held inside
+ *     a job (as by an APPEND's commit waiting for its fsync), jobs of JOB_LANE_READ run and
+ *     finish; the writer's queued jobs run once it is free. (One worker thread ran them all
+ *     after the held job.)
  */
 #include "harness.h"
 
@@ -178,6 +182,34 @@ static void test_fifo_within_lane(void)
     CHECK(wt_order_is(want, 11));
 }
 
+/* Collects finished jobs until `jobs` are done or 30 s pass, without opening the gate. */
+static void wt_collect_until(int efd, int jobs)
+{
+    for (int i = 0; i < 300 && wt_done < jobs; i++) {
+        struct pollfd p = {.fd = efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+    }
+}
+
+static void test_reads_pass_held_writer(void)
+{
+    struct worker *w = worker_for("a@example.org");
+    wt_gate(w); /* the writer is held inside job 0 */
+    wt_post(w, 1, JOB_LANE_LONG, wt_record);
+    wt_post(w, 10, JOB_LANE_SHORT, wt_record);
+    wt_post(w, 20, JOB_LANE_READ, wt_record);
+    wt_post(w, 21, JOB_LANE_READ, wt_record);
+    wt_collect_until(wt_efd, 2);
+    CHECK_EQ_INT(wt_done, 2); /* both reads answered while the writer is still held */
+    const int reads[] = {0, 20, 21};
+    CHECK(wt_order_is(reads, 3));
+    wt_release(wt_efd, 5);
+    const int want[] = {0, 20, 21, 10, 1};
+    CHECK(wt_order_is(want, 5));
+}
+
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
 static int wt_start(void)
 {
@@ -196,6 +228,7 @@ int main(void)
     TEST(test_short_passes_long);
     TEST(test_long_not_starved);
     TEST(test_fifo_within_lane);
+    TEST(test_reads_pass_held_writer);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);

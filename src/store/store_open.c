@@ -467,3 +467,62 @@ int mv_store_open(const char *address,
     *out = s;
     return MV_OK;
 }
+
+int mv_store_open_twin(mv_store *store, mv_store **out)
+{
+    *out = NULL;
+    if (store == NULL || store->db == NULL) {
+        return MV_EINVAL;
+    }
+    struct store_paths paths;
+    memset(&paths, 0, sizeof paths);
+    snprintf(paths.address, sizeof paths.address, "%s", store->address);
+    snprintf(paths.domain_dir, sizeof paths.domain_dir, "%s", store->domain_dir);
+    snprintf(paths.db_path, sizeof paths.db_path, "%s", store->db_path);
+    snprintf(paths.tmp_dir, sizeof paths.tmp_dir, "%s", store->tmp_dir);
+    snprintf(paths.pub_path, sizeof paths.pub_path, "%s", store->pub_path);
+    snprintf(paths.queue_dir, sizeof paths.queue_dir, "%s", store->queue_dir);
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.limits = store->limits;
+    o.cache_size_kib = store->cache_kib;
+    o.flags = store->readonly ? MV_STORE_READONLY : 0;
+    mv_store *s = store_alloc(&paths, &o);
+    if (s == NULL) {
+        return store_fail(store, MV_ENOMEM, "%s: out of memory for a second handle",
+                          store->address);
+    }
+    /* Its own shared lock (flock: per open file description, so closing either handle keeps
+     * the other's), as every handle of the store holds one. */
+    int rc = store_lock_take(s->db_path, STORE_LOCK_SHARED, STORE_LOCK_OPEN_WAIT_MS, s->readonly,
+                             &s->lock_fd, s->errmsg, sizeof s->errmsg);
+    if (rc == MV_OK) {
+        store_enter(s);
+        rc = store_files_register(s, s->db_path);
+    }
+    char *err = NULL;
+    if (rc == MV_OK) {
+        /* The key is copied from the open connection (MV_FCNTL_KEY_SHARE): no KDF run. */
+        rc = mv_db_reopen(store->db, &s->db, &err);
+        if (rc != MV_OK) {
+            rc = store_fail(s, rc == MV_EINVAL ? MV_EIO : rc, "%s: a second connection: %s",
+                            s->address, err != NULL ? err : mv_strerror(rc));
+        }
+        sqlite3_free(err);
+    }
+    if (rc == MV_OK) {
+        rc = store_apply_profile(s, &o);
+    }
+    if (rc == MV_OK) {
+        rc = store_message_functions(s);
+    }
+    if (rc == MV_OK) {
+        store_files_learn(s, s->db);
+    }
+    if (rc != MV_OK) {
+        store_fail(store, rc, "%s", s->errmsg);
+        store_free(s);
+        return rc;
+    }
+    *out = s;
+    return MV_OK;
+}
