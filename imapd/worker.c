@@ -173,6 +173,7 @@ static void worker_store_close(struct open_store *s)
     log_info("store close %s", s->address);
     metrics_gauge_add(METRIC_OPEN_STORES, -1);
     quota_note(s->address, s->store); /* what sealed deliveries count from (quota.c) */
+    imap_view_cache_save(s->view_cache, s->store);
     imap_view_cache_free(&s->view_cache);
     mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */
     mv_store_close(&s->store);
@@ -326,6 +327,9 @@ int worker_store_close_user(struct worker *w, const char *address, int *closed)
     if (s->refs > 0) {
         return MV_EBUSY;
     }
+    /* The views are saved first, so their pages go into the main file with the rest. */
+    imap_view_cache_save(s->view_cache, s->store);
+    imap_view_cache_free(&s->view_cache);
     /* Everything into the main file now, so a copy of the store needs no WAL; the last close
      * would checkpoint too, but without saying whether it could. */
     int log_frames = -1, done_frames = -1;

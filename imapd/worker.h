@@ -74,6 +74,10 @@ struct open_store {
 };
 /* Frees a store's cached views (when it is closed); *c becomes NULL. */
 void imap_view_cache_free(struct imap_view_cache **c);
+/* Saves each cached view that is newer than the store's saved one (mv_mailbox_view_save),
+ * brought up to date first, for the next SELECT after the store is opened again; failures
+ * are logged and change nothing (imap_view_cache.c). */
+void imap_view_cache_save(struct imap_view_cache *c, mv_store *store);
 /* Opens (or finds, checking the password) the store of address. Returns MV_OK with *out,
  * MV_EAUTH / MV_ENOTFOUND, MV_ELIMIT (no room: every open store in use), or another code;
  * errmsg gets the detail. */

@@ -510,6 +510,32 @@ MV_API MV_MUST_CHECK int
 mv_mailbox_recent_claim(mv_store *store, const char *mailbox, uint32_t up_to, uint32_t *first);
 MV_API MV_MUST_CHECK int
 mv_mailbox_recent(mv_store *store, const char *mailbox, uint32_t *first, uint32_t *count);
+/* A saved view (store_view_save.c): an application that keeps a mailbox's listing in
+ * memory (mailvaultd's SELECT view) saves it in the store as opaque bytes, tagged with the
+ * mailbox's UIDVALIDITY and the highest modseq they reflect, and after a restart loads it
+ * instead of listing the mailbox; mv_message_list_begin(changed_since = modseq) and
+ * mv_message_expunged_since(modseq) then bring it up to date for the cost of the changes
+ * since. One per mailbox: a save replaces it; deleting the mailbox drops it. The store never
+ * interprets the bytes (a reader must check what it decodes).
+ * mv_mailbox_view_save: MV_OK, MV_ENOTFOUND (no such mailbox, or its UIDVALIDITY is not
+ * uidvalidity: made again since), MV_EINVAL (NULL argument, read-only store, a modseq above
+ * the mailbox's highest), MV_ELIMIT (len above MV_VIEW_SAVE_MAX), MV_EBUSY, MV_EIO.
+ * mv_mailbox_view_load: MV_OK with *data malloc'd (free with mv_free) and *len, *uidvalidity,
+ * *modseq set, or *data NULL and *len 0 when none is saved; MV_ENOTFOUND (mailbox),
+ * MV_EINVAL, MV_ENOMEM, MV_EBUSY, MV_EIO. */
+#define MV_VIEW_SAVE_MAX (256u << 20) /* bytes of one saved view */
+MV_API MV_MUST_CHECK int mv_mailbox_view_save(mv_store *store,
+                                              const char *mailbox,
+                                              uint32_t uidvalidity,
+                                              uint64_t modseq,
+                                              const void *data,
+                                              size_t len);
+MV_API MV_MUST_CHECK int mv_mailbox_view_load(mv_store *store,
+                                              const char *mailbox,
+                                              uint32_t *uidvalidity,
+                                              uint64_t *modseq,
+                                              void **data,
+                                              size_t *len);
 /* Fills *info for one mailbox, every field (strings owned by the store, valid until the
  * next call on it). Returns MV_OK, MV_ENOTFOUND, MV_ENOMEM, MV_EBUSY or MV_EIO. */
 MV_API MV_MUST_CHECK int

@@ -4,7 +4,9 @@
  * returns appends, copies in and flag changes only and is planned on the modseq index, so
  * it reads the changed rows, not the mailbox; a listing left open across an append;
  * mv_message_copy_uids (the UID pairs of COPY and MOVE); errors (unknown
- * mailbox, NULL arguments).
+ * mailbox, NULL arguments); saved views (mv_mailbox_view_save/load, schema version 8): the
+ * bytes back as saved, the UIDVALIDITY and modseq checks, the size limit, gone with the
+ * mailbox, kept by a rename, and the migration from version 7.
  */
 #include "harness.h"
 #include "testutil.h"
@@ -267,6 +269,85 @@ static void test_list_changes_plan(void)
     CHECK_EQ_INT(full, 1);
 }
 
+static void test_view_save(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ls_open("views", &s), MV_OK);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 8);
+    uint32_t uid = 0, uidvalidity = 1;
+    uint64_t modseq = 1;
+    void *data = (void *)&uid;
+    size_t len = 1;
+    CHECK_EQ_INT(mv_mailbox_view_load(s, "INBOX", &uidvalidity, &modseq, &data, &len), MV_OK);
+    CHECK(data == NULL && len == 0 && uidvalidity == 0 && modseq == 0); /* none saved */
+    for (int i = 1; i <= 3; i++) {
+        CHECK_EQ_INT(ls_append(s, "INBOX", i, 0, &uid), MV_OK);
+    }
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &info), MV_OK);
+    static const char bytes[] = "opaque \0 bytes";
+    CHECK_EQ_INT(
+        mv_mailbox_view_save(s, "INBOX", info.uidvalidity, info.highestmodseq, bytes, sizeof bytes),
+        MV_OK);
+    CHECK_EQ_INT(mv_mailbox_view_load(s, "INBOX", &uidvalidity, &modseq, &data, &len), MV_OK);
+    CHECK(data != NULL && len == sizeof bytes && memcmp(data, bytes, len) == 0);
+    CHECK(uidvalidity == info.uidvalidity && modseq == info.highestmodseq);
+    mv_free(data);
+    /* A save replaces the one before; a modseq above the mailbox's highest, another
+     * UIDVALIDITY, an unknown mailbox and a size above the limit are refused and keep it. */
+    CHECK_EQ_INT(mv_mailbox_view_save(s, "INBOX", info.uidvalidity, 1, "x", 1), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_view_save(s, "INBOX", info.uidvalidity, info.highestmodseq + 1, "y", 1),
+                 MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_view_save(s, "INBOX", info.uidvalidity + 1, 1, "y", 1), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_mailbox_view_save(s, "Nowhere", info.uidvalidity, 1, "y", 1), MV_ENOTFOUND);
+    /* Refused before a byte is read: the length alone decides. */
+    CHECK_EQ_INT(
+        mv_mailbox_view_save(s, "INBOX", info.uidvalidity, 1, "y", (size_t)MV_VIEW_SAVE_MAX + 1),
+        MV_ELIMIT);
+    CHECK(strstr(mv_store_errmsg(s), "MV_VIEW_SAVE_MAX") != NULL);
+    CHECK_EQ_INT(mv_mailbox_view_save(s, "INBOX", info.uidvalidity, 1, NULL, 1), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_view_load(s, "INBOX", &uidvalidity, &modseq, NULL, &len), MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_view_load(s, "Nowhere", &uidvalidity, &modseq, &data, &len),
+                 MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_mailbox_view_load(s, "INBOX", &uidvalidity, &modseq, &data, &len), MV_OK);
+    CHECK(data != NULL && len == 1 && memcmp(data, "x", 1) == 0 && modseq == 1);
+    mv_free(data);
+
+    /* A rename keeps it (the same mailbox); a delete drops it, and a mailbox made again under
+     * the name has none. */
+    CHECK_EQ_INT(mv_mailbox_create(s, "Box", NULL), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_status(s, "Box", &info), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_view_save(s, "Box", info.uidvalidity, info.highestmodseq, "b", 1),
+                 MV_OK);
+    CHECK_EQ_INT(mv_mailbox_rename(s, "Box", "Renamed"), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_view_load(s, "Renamed", &uidvalidity, &modseq, &data, &len), MV_OK);
+    CHECK(data != NULL && len == 1 && uidvalidity == info.uidvalidity);
+    mv_free(data);
+    CHECK_EQ_INT(mv_mailbox_delete(s, "Renamed"), MV_OK);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM mailbox_views"), 1); /* INBOX's */
+    CHECK_EQ_INT(mv_mailbox_create(s, "Renamed", NULL), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_view_load(s, "Renamed", &uidvalidity, &modseq, &data, &len), MV_OK);
+    CHECK(data == NULL && len == 0);
+
+    /* From version 7 (no mailbox_views): the migration makes the table, nothing else moves. */
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), TU_DOWNGRADE_TO_V7 "PRAGMA user_version = 7"), SQLITE_OK);
+    mv_store_close(&s);
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.root = tu_path("root");
+    o.kdf_iter = TU_KDF_ITER;
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_open("views@example.org", LS_PASSWORD, strlen(LS_PASSWORD), &o, &s, err,
+                               sizeof err),
+                 MV_OK);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 8);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM mailbox_views"), 0);
+    CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &info), MV_OK);
+    CHECK(info.messages == 3);
+    CHECK_EQ_INT(mv_mailbox_view_save(s, "INBOX", info.uidvalidity, info.highestmodseq, "z", 1),
+                 MV_OK);
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     TEST(test_list_order_and_fields);
@@ -277,5 +358,6 @@ int main(void)
     TEST(test_copy_uids);
     TEST(test_uidvalidity_never_repeats);
     TEST(test_list_errors);
+    TEST(test_view_save);
     return th_summary();
 }

@@ -614,7 +614,7 @@ static void test_purge(void)
                  SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("purge", &s), MV_OK);
-    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 7);
+    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 8);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM sqlite_schema WHERE name = "
                            "'bodies_unreferenced'"),
                  1);
@@ -1066,7 +1066,7 @@ static void test_search_substring(void)
     CHECK_EQ_INT(tu_exec(mv_store_db(s), downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("substring", &s), MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 7);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 8);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), 3);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM bodies WHERE sent_zone != 0"), 2);
     ts_substring_checks(s);

@@ -48,10 +48,14 @@ int tu_store_create(const char *name, const char *password, int64_t cache_kib, m
 /* Whether needle occurs in haystack. */
 int tu_contains(const uint8_t *hay, size_t hay_len, const void *needle, size_t needle_len);
 
-/* Turns a store of schema version 7 back into version 6's shape (the header text in wide
+/* Turns a store of schema version 8 back into version 7's shape (no saved views). */
+#define TU_DOWNGRADE_TO_V7 "DROP TABLE mailbox_views; "
+
+/* Turns a store of schema version 8 back into version 6's shape (the header text in wide
  * messages rows, with version 6's indexes and triggers), as a store made by an older
  * mailvault has it; the tests that migrate older versions start from it. */
 #define TU_DOWNGRADE_TO_V6                                                                         \
+    TU_DOWNGRADE_TO_V7                                                                             \
     "CREATE TABLE messages_v6(id INTEGER PRIMARY KEY, mailbox_id INTEGER NOT NULL REFERENCES "     \
     "mailboxes(id), uid INTEGER NOT NULL, modseq INTEGER NOT NULL, internal_date INTEGER NOT "     \
     "NULL, sent_date INTEGER NOT NULL DEFAULT 0, size INTEGER NOT NULL, flags INTEGER NOT NULL "   \

@@ -1,0 +1,143 @@
+/*
+ * store_view_save.c -- mv_mailbox_view_save/load: one saved listing per mailbox, opaque
+ * bytes an application keeps for itself (mailvaultd: its SELECT view, imap_view_cache.c),
+ * tagged with the mailbox's UIDVALIDITY and the modseq they reflect (schema version 8,
+ * table mailbox_views; docs/SCHEMA.md).
+ *
+ * IMPLEMENTATION NOTES
+ *   - Why: a cold SELECT of a 100,000-message INBOX listed every row (a seek per row from
+ *     the UID index into the table, ~1,300 pages read and decrypted): 216 ms measured against
+ *     Dovecot's 312 (issue 13). The saved bytes are a few hundred pages read in one go.
+ *   - The save is one write transaction that checks, under the write lock, that the mailbox
+ *     still has that UIDVALIDITY and that the modseq is not above its highest (a view can
+ *     only reflect a state the mailbox had). Whatever happened since is in the change log,
+ *     which the reader replays; nothing here has to be kept up to date by other writes.
+ *   - The row goes with its mailbox (ON DELETE CASCADE); a rename keeps the id, and the view.
+ */
+#include "store/store.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int mv_mailbox_view_save(mv_store *s,
+                         const char *mailbox,
+                         uint32_t uidvalidity,
+                         uint64_t modseq,
+                         const void *data,
+                         size_t len)
+{
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (mailbox == NULL || (data == NULL && len > 0)) {
+        return store_fail(s, MV_EINVAL, "mv_mailbox_view_save: NULL argument");
+    }
+    if (len > MV_VIEW_SAVE_MAX) {
+        return store_fail(s, MV_ELIMIT, "a saved view of %zu bytes is over MV_VIEW_SAVE_MAX (%u)",
+                          len, MV_VIEW_SAVE_MAX);
+    }
+    if (modseq > (uint64_t)INT64_MAX) {
+        return store_fail(s, MV_EINVAL, "mv_mailbox_view_save: modseq out of range");
+    }
+    int rc = store_begin(s);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    int64_t id = 0;
+    rc = store_mailbox_id(s, mailbox, &id);
+    sqlite3_stmt *st = NULL;
+    if (rc == MV_OK) {
+        st = store_stmt(s, "SELECT uidvalidity, highestmodseq FROM mailboxes WHERE id = ?");
+        rc = st == NULL ? store_fail_sqlite(s, "reading a mailbox") : MV_OK;
+    }
+    if (rc == MV_OK) {
+        sqlite3_bind_int64(st, 1, id);
+        int step = sqlite3_step(st);
+        if (step != SQLITE_ROW) {
+            rc = step == SQLITE_DONE ? store_fail(s, MV_ENOTFOUND, "no mailbox \"%s\"", mailbox)
+                                     : store_fail_sqlite(s, "reading a mailbox");
+        } else if ((uint64_t)sqlite3_column_int64(st, 0) != uidvalidity) {
+            rc = store_fail(s, MV_ENOTFOUND, "mailbox \"%s\" has another UIDVALIDITY", mailbox);
+        } else if ((uint64_t)sqlite3_column_int64(st, 1) < modseq) {
+            rc = store_fail(s, MV_EINVAL, "a saved view of \"%s\" above its highest modseq",
+                            mailbox);
+        }
+        sqlite3_reset(st);
+    }
+    if (rc == MV_OK) {
+        st = store_stmt(s, "INSERT OR REPLACE INTO mailbox_views(mailbox_id, uidvalidity, modseq,"
+                           " data) VALUES (?, ?, ?, ?)");
+        if (st == NULL) {
+            rc = store_fail_sqlite(s, "saving a view");
+        } else {
+            sqlite3_bind_int64(st, 1, id);
+            sqlite3_bind_int64(st, 2, uidvalidity);
+            sqlite3_bind_int64(st, 3, (sqlite3_int64)modseq);
+            sqlite3_bind_blob64(st, 4, len > 0 ? data : "", len, SQLITE_STATIC);
+            int step = sqlite3_step(st);
+            sqlite3_clear_bindings(st); /* drops the pointer to the caller's bytes */
+            sqlite3_reset(st);
+            rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "saving a view");
+        }
+    }
+    if (rc != MV_OK) {
+        store_rollback(s);
+        return rc;
+    }
+    return store_commit(s);
+}
+
+int mv_mailbox_view_load(mv_store *s,
+                         const char *mailbox,
+                         uint32_t *uidvalidity,
+                         uint64_t *modseq,
+                         void **data,
+                         size_t *len)
+{
+    if (data != NULL) {
+        *data = NULL;
+    }
+    if (len != NULL) {
+        *len = 0;
+    }
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (mailbox == NULL || uidvalidity == NULL || modseq == NULL || data == NULL || len == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_mailbox_view_load: NULL argument");
+    }
+    *uidvalidity = 0;
+    *modseq = 0;
+    int64_t id = 0;
+    int rc = store_mailbox_id(s, mailbox, &id);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    sqlite3_stmt *st =
+        store_stmt(s, "SELECT uidvalidity, modseq, data FROM mailbox_views WHERE mailbox_id = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "loading a saved view");
+    }
+    sqlite3_bind_int64(st, 1, id);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        const void *bytes = sqlite3_column_blob(st, 2);
+        size_t n = (size_t)sqlite3_column_bytes(st, 2);
+        void *copy = malloc(n > 0 ? n : 1);
+        if (copy == NULL) {
+            rc = store_fail(s, MV_ENOMEM, "out of memory loading a saved view");
+        } else {
+            if (n > 0) {
+                memcpy(copy, bytes, n);
+            }
+            *uidvalidity = (uint32_t)sqlite3_column_int64(st, 0);
+            *modseq = (uint64_t)sqlite3_column_int64(st, 1);
+            *data = copy;
+            *len = n;
+        }
+    } else if (step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "loading a saved view");
+    }
+    sqlite3_reset(st);
+    return rc;
+}
