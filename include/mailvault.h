@@ -1352,7 +1352,9 @@ struct mv_explain_row {
     const char *operation; /* the operation that first prepared it ("append", ...) */
     const char *plan;      /* EXPLAIN QUERY PLAN, one line per step, indented by depth */
     int scans_messages;    /* 1 if a step is "SCAN messages" or "SCAN <alias of messages>"
-                              (a full scan, also when it walks an index in full) */
+                              (a full scan, also when it walks an index in full), or a
+                              correlated subquery searches messages by a range (a part
+                              of the mailbox once per outer row: quadratic) */
     int scan_expected;     /* 1 if that scan is the documented cost of the operation: a
                               search over every mailbox by criteria no index can answer
                               (substrings, flags, sizes) reads every message */

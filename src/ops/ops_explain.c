@@ -506,6 +506,36 @@ static int ops_explain_is_scan(const char *sql, const char *detail)
            (len > 0 && ops_explain_alias_of_messages(sql, name, len));
 }
 
+/* Whether a step inside a correlated subquery searches messages by a range:
+ * "SEARCH messages|alias USING ... INDEX x (c)" where c has ">?" or "<?" (a UID range: the
+ * outer row's values are equalities). Such a step walks a part of the mailbox once per row
+ * of the outer statement, which is quadratic: EXPUNGE's count of a body's references walked
+ * every \Deleted message of the range once per body that way (store_message.c). A
+ * per-mailbox count (mailbox_id = the outer mailbox) is not flagged: it reads each message
+ * once. */
+static int ops_explain_is_correlated_range(const char *sql, const char *detail)
+{
+    if (strncmp(detail, "SEARCH ", 7) != 0) {
+        return 0;
+    }
+    const char *name = detail + 7;
+    size_t len = 0;
+    while (ops_explain_ident_char(name[len])) {
+        len++;
+    }
+    if (!((len == 8 && strncmp(name, "messages", 8) == 0) ||
+          (len > 0 && ops_explain_alias_of_messages(sql, name, len)))) {
+        return 0;
+    }
+    const char *open = strchr(name + len, '(');
+    if (open == NULL) {
+        return 1; /* an index walked without a constraint */
+    }
+    const char *close = strchr(open, ')');
+    size_t clen = close != NULL ? (size_t)(close - open - 1) : strlen(open + 1);
+    return memchr(open + 1, '>', clen) != NULL || memchr(open + 1, '<', clen) != NULL;
+}
+
 /* EXPLAIN QUERY PLAN of statement i on db, into e->plan[i] and e->scans[i]. */
 static int ops_explain_plan(mv_explain *e, sqlite3 *db, size_t i)
 {
@@ -525,20 +555,28 @@ static int ops_explain_plan(mv_explain *e, sqlite3 *db, size_t i)
     if (sqlite3_prepare_v2(db, eqp, -1, &st, NULL) != SQLITE_OK) {
         fprintf(out, "(cannot plan it here: %s)", sqlite3_errmsg(db));
     }
-    int ids[OPS_EXPLAIN_DEPTH_MAX], depths[OPS_EXPLAIN_DEPTH_MAX], known = 0;
+    /* correlated[k]: step ids[k] is, or is under, a CORRELATED ... SUBQUERY step */
+    int ids[OPS_EXPLAIN_DEPTH_MAX], depths[OPS_EXPLAIN_DEPTH_MAX],
+        correlated[OPS_EXPLAIN_DEPTH_MAX], known = 0;
     while (st != NULL && sqlite3_step(st) == SQLITE_ROW) {
         int id = sqlite3_column_int(st, 0), parent = sqlite3_column_int(st, 1), depth = 0;
+        int under = 0;
         const char *detail = (const char *)sqlite3_column_text(st, 3);
         for (int k = 0; k < known; k++) {
             depth = ids[k] == parent ? depths[k] + 1 : depth;
+            under |= ids[k] == parent && correlated[k];
         }
         if (known < OPS_EXPLAIN_DEPTH_MAX) {
             ids[known] = id;
-            depths[known++] = depth;
+            depths[known] = depth;
+            correlated[known++] =
+                under || (detail != NULL && strncmp(detail, "CORRELATED ", 11) == 0);
         }
         fprintf(out, "%s%*s%s", ftell(out) > 0 ? "\n" : "", 2 * depth, "",
                 detail != NULL ? detail : "");
         e->scans[i] |= detail != NULL && ops_explain_is_scan(e->sql[i], detail);
+        e->scans[i] |=
+            under && detail != NULL && ops_explain_is_correlated_range(e->sql[i], detail);
     }
     sqlite3_finalize(st);
     sqlite3_free(eqp);

@@ -130,7 +130,8 @@ static int store_mailbox_empty(mv_store *s, int64_t mailbox_id)
     if (rc == MV_OK) {
         rc = store_mailbox_empty_step(s,
                                       "UPDATE OR FAIL bodies SET refcount = refcount - (SELECT "
-                                      "count(*) FROM messages m WHERE m.body_id = bodies.id AND "
+                                      "count(*) FROM messages m INDEXED BY messages_body WHERE "
+                                      "m.body_id = bodies.id AND "
                                       "m.mailbox_id = ?1) WHERE id IN (SELECT body_id FROM "
                                       "messages WHERE mailbox_id = ?1)",
                                       mailbox_id, modseq, "dropping message bodies");
