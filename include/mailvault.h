@@ -996,8 +996,10 @@ typedef int (*mv_import_progress_fn)(void *arg,
 
 /* Imports an mbox file, a Maildir folder or a directory of .eml files (recognised from
  * path) into mailbox, streaming (memory bounded by the largest message, never by the input),
- * one transaction per message batch. A message already in the mailbox (same SHA-256 of its
- * bytes) is skipped, so a re-run after an interruption neither loses nor duplicates mail
+ * one transaction per message batch. Messages are stored with CRLF line ends (each bare LF,
+ * as Maildir and mbox files hold them, becomes CRLF: IMAP serves CRLF and RFC822.SIZE counts
+ * those octets). A message already in the mailbox (same SHA-256 of its bytes, converted or
+ * as read) is skipped, so a re-run after an interruption neither loses nor duplicates mail
  * (and identical messages within one input are imported once). A stop requested by the
  * progress callback returns MV_OK with what was committed. stats->bytes counts input bytes
  * consumed; bytes_total is 0 for directories. Returns MV_OK, MV_ENOTFOUND (path or

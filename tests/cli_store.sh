@@ -335,7 +335,9 @@ check reimport_skipped bash -c "[ $rc -eq 0 ] && grep -q '^imported 0, skipped 3
 run "$mv" search "$user" "${P[@]}" --mailbox Imported --subject 'mbox one' --json
 uid=$(json_eval "d['messages'][0]['uid']")
 run "$mv" fetch "$user" "$uid" "${P[@]}" --mailbox Imported
-check import_mboxrd_unquoted grep -q '^From here on, quoted$' "$out"
+check import_mboxrd_unquoted grep -q $'^From here on, quoted\r$' "$out"
+# the mbox's bare LFs are stored as CRLF (RFC 5322 line ends; what IMAP serves)
+check import_stored_crlf python3 -c "import sys; d = open(sys.argv[1], 'rb').read(); sys.exit(0 if d.count(b'\n') == d.count(b'\r\n') > 0 else 1)" "$out"
 run "$mv" mailbox create "$user" Limited "${P[@]}"
 run "$mv" import "$user" "$tmp/small.mbox" "${P[@]}" --mailbox Limited --max-message-size 1000
 check import_limit_failed bash -c "[ $rc -eq 65 ] && grep -q '^imported 2, skipped 0, failed 1' '$out'"

@@ -19,9 +19,15 @@
  *     time is assembled in a buffer that never grows past message_size_max + 2 bytes (a
  *     larger message is counted in messages_failed and skipped without being held);
  *     directories are walked with store_scan (STORE_SCAN_BATCH names, 256 KiB). So the
- *     importer itself holds at most message_size_max + about 400 KiB, whatever the size of
- *     the input; on top come what appending one message costs (parsing, compression) and
- *     SQLite's page cache (cache_size_kib).
+ *     importer itself holds at most twice message_size_max (the message and its CRLF form)
+ *     + about 400 KiB, whatever the size of the input; on top come what appending one
+ *     message costs (parsing, compression) and SQLite's page cache (cache_size_kib).
+ *   - Line ends. Every message is stored with CRLF line ends (import_crlf): a bare LF, as
+ *     Maildir and mbox files hold them, becomes CRLF, so FETCH serves CRLF and RFC822.SIZE,
+ *     the SHA-256 and the full-text index are of those bytes (LMTP gets CRLF from its
+ *     protocol). An import made before this stored the bare LFs; such stores are not
+ *     converted (their SHA-256 and size describe the LF bytes), and a re-run into such a
+ *     mailbox still skips them (the SHA-256 of the bytes as read is looked up too).
  *   - Resume. Before appending, the SHA-256 of the message is looked up in the mailbox
  *     (store_message_exists); a hit is counted in messages_skipped. Batches commit whole, so
  *     after a kill a re-run skips every committed message and imports the rest: nothing is
@@ -85,6 +91,8 @@ struct import_ctx {
     size_t msg_len;
     size_t msg_cap;
     uint64_t msg_size; /* its true size, which may exceed what msg holds */
+    uint8_t *crlf;     /* the message with bare LFs made CRLF (import_crlf) */
+    size_t crlf_cap;
 };
 
 struct import_reader {
@@ -154,11 +162,19 @@ static int import_insert(struct import_ctx *c,
     return rc;
 }
 
-/* Skips (already in the mailbox) or inserts one message inside the batch transaction. */
-static int
-import_append(struct import_ctx *c, const uint8_t *raw, size_t len, unsigned flags, int64_t date)
+/* Skips (already in the mailbox) or inserts one message inside the batch transaction.
+ * as_read (NULL if it is raw) is the message as the input had it, before import_crlf: an
+ * import made before line ends were converted stored those bytes, and a re-run into that
+ * mailbox must skip them too. */
+static int import_append(struct import_ctx *c,
+                         const uint8_t *raw,
+                         size_t len,
+                         const uint8_t *as_read,
+                         size_t as_read_len,
+                         unsigned flags,
+                         int64_t date)
 {
-    uint8_t sha[32];
+    uint8_t sha[32], sha_as_read[32];
     int exists = 0;
     /* OpenSSL's SHA-256 (SHA-NI where the CPU has it), once: store_body_put takes it too */
     int rc = store_blob_sha256(c->s, raw, len, sha);
@@ -168,6 +184,12 @@ import_append(struct import_ctx *c, const uint8_t *raw, size_t len, unsigned fla
     if (rc == MV_OK) {
         rc = store_message_exists(c->s, c->mailbox_id, sha, &exists);
     }
+    if (rc == MV_OK && !exists && as_read != NULL) {
+        rc = store_blob_sha256(c->s, as_read, as_read_len, sha_as_read);
+        if (rc == MV_OK) {
+            rc = store_message_exists(c->s, c->mailbox_id, sha_as_read, &exists);
+        }
+    }
     c->batch_messages++;
     if (rc != MV_OK || exists) {
         c->stats.messages_skipped += rc == MV_OK;
@@ -176,17 +198,71 @@ import_append(struct import_ctx *c, const uint8_t *raw, size_t len, unsigned fla
     return import_insert(c, raw, len, sha, flags, date);
 }
 
-/* One message of the input: refused (too large, empty), skipped or appended; then the batch
- * may end and progress is reported. */
+/* Internet mail ends its lines with CRLF (RFC 5322 2.1, 2.3) and IMAP serves messages so
+ * (RFC 3501 2.3.1.1, 4.3; RFC822.SIZE counts the octets sent): LMTP receives CRLF by its
+ * protocol, but Maildir and mbox files and .eml exports usually hold bare LFs. Each LF not
+ * preceded by CR becomes CRLF, in c->crlf; *out is raw itself when none is bare. Stored
+ * converted, the size, SHA-256 and full-text index all agree with what FETCH sends. Bare CRs
+ * are left as they are (a byte of the message; rare outside old Mac files). Returns MV_OK,
+ * MV_ELIMIT (converted, the message would be over message_size_max: refused like any too
+ * large one, nothing held), MV_ENOMEM. */
+static int import_crlf(
+    struct import_ctx *c, const uint8_t *raw, size_t len, const uint8_t **out, size_t *out_len)
+{
+    size_t bare = 0;
+    for (const uint8_t *p = raw, *end = raw + len; (p = memchr(p, '\n', (size_t)(end - p))) != NULL;
+         p++) {
+        bare += p == raw || p[-1] != '\r';
+    }
+    *out = raw;
+    *out_len = len;
+    if (bare == 0) {
+        return MV_OK;
+    }
+    if ((uint64_t)len + bare > c->size_max) {
+        return MV_ELIMIT;
+    }
+    if (len + bare > c->crlf_cap) {
+        uint8_t *p = realloc(c->crlf, len + bare);
+        if (p == NULL) {
+            return store_fail(c->s, MV_ENOMEM, "out of memory (a %zu-byte message)", len + bare);
+        }
+        c->crlf = p;
+        c->crlf_cap = len + bare;
+    }
+    uint8_t *o = c->crlf;
+    for (size_t i = 0; i < len; i++) {
+        if (raw[i] == '\n' && (i == 0 || raw[i - 1] != '\r')) {
+            *o++ = '\r';
+        }
+        *o++ = raw[i];
+    }
+    *out = c->crlf;
+    *out_len = len + bare;
+    return MV_OK;
+}
+
+/* One message of the input: refused (too large, empty), skipped or appended with CRLF line
+ * ends; then the batch may end and progress is reported. */
 static int import_message(
     struct import_ctx *c, const uint8_t *raw, size_t len, int refused, unsigned flags, int64_t date)
 {
     int rc = MV_OK;
+    const uint8_t *crlf = raw;
+    size_t crlf_len = len;
     c->stats.messages_seen++;
+    if (!refused && len != 0) {
+        rc = import_crlf(c, raw, len, &crlf, &crlf_len);
+        refused = rc == MV_ELIMIT;
+        rc = refused ? MV_OK : rc;
+    }
+    if (rc != MV_OK) {
+        return rc;
+    }
     if (refused || len == 0) {
         c->stats.messages_failed++;
     } else {
-        rc = import_append(c, raw, len, flags, date);
+        rc = import_append(c, crlf, crlf_len, crlf != raw ? raw : NULL, len, flags, date);
     }
     if (rc == MV_OK &&
         (c->batch_messages >= IMPORT_BATCH_MESSAGES || c->batch_bytes >= IMPORT_BATCH_BYTES)) {
@@ -587,6 +663,7 @@ int mv_import(mv_store *s,
     int rc2 = import_batch_end(&c, rc == MV_OK);
     rc = rc != MV_OK ? rc : rc2;
     free(c.msg);
+    free(c.crlf);
     if (stats_out != NULL) {
         *stats_out = c.stats;
     }
