@@ -18,7 +18,8 @@ WHAT
   machine's load hits every side alike. Per phase: rate = count / cpu_seconds (CPU time of
   the process: on a shared machine wall time mostly measures the neighbours), ratio = a
   binary's rate / plain SQLite's rate in the same round; printed as median (min-max) over
-  the rounds. Target (issue 13): insert, update and delete >= 0.90.
+  the rounds. Target (issue 13): insert, update and delete >= 0.90. With two or more --bin,
+  a second table gives each later binary's rate / the first's, round by round.
 """
 import argparse
 import json
@@ -76,6 +77,20 @@ def main():
     print("|---|" + "---|" * len(names))
     for p in PHASES:
         print(f"| {p} | " + " | ".join(fmt(ratios[n][p]) for n in names) + " |")
+    if len(names) > 1:
+        # Per round, each later binary against the first (same round, same load): the
+        # comparison old vs new can make without plain SQLite's own noise in between.
+        base = names[0]
+        print()
+        print("| phase | " + " | ".join(f"{n} / {base}, per round, median (min-max)"
+                                        for n in names[1:]) + " |")
+        print("|---|" + "---|" * (len(names) - 1))
+        for p in PHASES:
+            cells = []
+            for n in names[1:]:
+                per = [a / b for a, b in zip(ratios[n][p], ratios[base][p]) if b > 0]
+                cells.append(fmt(per) if per else "-")
+            print(f"| {p} | " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"rounds": args.rounds, "scale": args.scale, "ratios": ratios}, f,
