@@ -61,21 +61,39 @@ void buf_add(struct buf *b, const void *data, size_t len)
     b->data[b->len] = '\0';
 }
 
-void buf_literal(struct buf *b, const void *data, size_t len)
+char *buf_literal_place(struct buf *b, size_t len)
 {
     buf_printf(b, "{%zu}\r\n", len);
-    size_t at = b->len;
-    buf_add(b, data, len);
-    if (b->oom || len == 0) {
+    return buf_reserve(b, len) == 0 ? b->data + b->len : NULL;
+}
+
+void buf_literal_placed(struct buf *b, size_t len)
+{
+    if (b->oom) {
         return;
     }
+    char *at = b->data + b->len;
+    b->len += len;
+    b->data[b->len] = '\0';
     /* RFC 3501 9: a literal is CHAR8, which excludes NUL. Dovecot's choice, which clients
      * are used to: 0x80 in its place (the length stays; BINARY, RFC 3516, would be the way
      * to get the bytes as they are). */
-    for (char *p = memchr(b->data + at, '\0', len); p != NULL;
-         p = memchr(p + 1, '\0', (size_t)(b->data + at + len - (p + 1)))) {
+    for (char *p = len > 0 ? memchr(at, '\0', len) : NULL; p != NULL;
+         p = memchr(p + 1, '\0', (size_t)(at + len - (p + 1)))) {
         *p = (char)0x80;
     }
+}
+
+void buf_literal(struct buf *b, const void *data, size_t len)
+{
+    char *to = buf_literal_place(b, len);
+    if (to == NULL) {
+        return;
+    }
+    if (len > 0) {
+        memcpy(to, data, len);
+    }
+    buf_literal_placed(b, len);
 }
 
 void buf_str(struct buf *b, const char *s)

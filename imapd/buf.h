@@ -20,6 +20,11 @@ void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(print
 /* An IMAP literal "{len}" CRLF and the bytes, every NUL sent as 0x80 (RFC 3501 9: CHAR8
  * excludes NUL; what Dovecot sends). Every literal the server sends goes through here. */
 void buf_literal(struct buf *b, const void *data, size_t len);
+/* buf_literal() in two steps, for bytes made straight into the buffer: buf_literal_place()
+ * writes "{len}" CRLF and returns where the len bytes go (NULL: out of memory, oom set);
+ * buf_literal_placed() then takes them in, every NUL as 0x80. */
+char *buf_literal_place(struct buf *b, size_t len);
+void buf_literal_placed(struct buf *b, size_t len);
 /* Drops the first n bytes. */
 void buf_consume(struct buf *b, size_t n);
 /* An IMAP string: quoted if short and plain, else a literal. */

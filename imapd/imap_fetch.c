@@ -190,18 +190,67 @@ static int imap_fetch_header_only(const struct imap_fetch *f)
     return 1;
 }
 
+/* 1 if the message's bytes go out as exactly one literal of the whole message, RFC822 or
+ * BODY[] (.PEEK) without a partial, and nothing else of f needs them: then they are read
+ * straight into the response (imap_fetch_placed), without a copy of the message of their own. */
+static int imap_fetch_whole_only(const struct imap_fetch *f)
+{
+    if ((f->items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY |
+                     IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0) {
+        return 0;
+    }
+    if ((f->items & IMAP_FETCH_RFC822) != 0) {
+        return f->section_count == 0;
+    }
+    return f->section_count == 1 && f->sections[0].part_count == 0 &&
+           f->sections[0].kind == IMAP_SECTION_ALL && !f->sections[0].partial;
+}
+
+/* mv_message_fetch_into's place: the literal's head in the response, then its room. */
+static void *imap_fetch_place(void *arg, size_t size)
+{
+    return buf_literal_place(arg, size);
+}
+
+/* The whole message as the literal of RFC822 or BODY[] (imap_fetch_whole_only). -1 (the
+ * response back to mark) if its bytes are gone (expunged meanwhile) or unreadable. */
+static int
+imap_fetch_placed(struct imap_ctx *x, const struct imap_fetch *f, uint32_t uid, size_t mark)
+{
+    struct buf *out = x->out;
+    if (f->section_count == 0) {
+        buf_str(out, " RFC822 ");
+    } else {
+        buf_printf(out, " BODY[%.*s] ", (int)f->sections[0].spec_len, f->sections[0].spec);
+    }
+    size_t len = 0;
+    int rc =
+        mv_message_fetch_into(imap_db(x->s), x->s->view.mailbox, uid, imap_fetch_place, out, &len);
+    if (rc != MV_OK) {
+        out->len = mark < out->len ? mark : out->len;
+        if (out->data != NULL) {
+            out->data[out->len] = '\0';
+        }
+        return -1;
+    }
+    buf_literal_placed(out, len);
+    return 0;
+}
+
 /* One message's FETCH response. -1 if its bytes are gone (expunged meanwhile). */
 static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t i, int with_flags)
 {
     const struct imap_msg *m = &x->s->view.msgs[i];
     unsigned items = f->items;
     void *raw = NULL;
-    size_t len = 0;
+    size_t len = 0, mark = x->out->len;
     struct imap_mime *mime = NULL;
     int need_mime =
         (items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
-    if (need_mime || f->section_count > 0 ||
-        (items & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0) {
+    int whole_only = imap_fetch_whole_only(f);
+    if (!whole_only &&
+        (need_mime || f->section_count > 0 ||
+         (items & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0)) {
         int rc =
             imap_fetch_header_only(f)
                 ? mv_message_fetch_header(imap_db(x->s), x->s->view.mailbox, m->uid, &raw, &len)
@@ -248,6 +297,13 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
     if ((items & IMAP_FETCH_BODY) != 0) {
         buf_str(out, " BODY ");
         imap_mime_bodystructure(mime, out, 0);
+    }
+    if (whole_only) {
+        if (imap_fetch_placed(x, f, m->uid, mark) != 0) {
+            return -1;
+        }
+        buf_str(out, ")\r\n");
+        return 0;
     }
     size_t hlen = raw != NULL ? imap_header_len(raw, len) : 0;
     if ((items & IMAP_FETCH_RFC822_HEADER) != 0) {

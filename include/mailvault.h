@@ -617,6 +617,22 @@ MV_API MV_MUST_CHECK int mv_message_append(mv_store *store,
 MV_API MV_MUST_CHECK int mv_message_fetch(
     mv_store *store, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out);
 
+/* mv_message_fetch() into memory of the caller's, without a copy of the message of the
+ * library's own (a server writes it straight into its output): place(place_arg, size) is
+ * called once, when the message's size is known, and returns where the size bytes go (NULL:
+ * MV_ENOMEM); on MV_OK they hold the message and *len_out is size. On any failure after the
+ * call their content is undefined (the caller drops them); MV_ENOTFOUND never calls place.
+ * With a cipher that authenticates every page (chacha20, sqlcipher) neither function checks
+ * the message's recorded SHA-256 (every byte read is authenticated; `mailvault check`
+ * verifies it); with aes256cbc both do. MV_OK, MV_ENOTFOUND, MV_ECORRUPT, MV_EIO, MV_ENOMEM,
+ * MV_EINVAL (no place). */
+MV_API MV_MUST_CHECK int mv_message_fetch_into(mv_store *store,
+                                               const char *mailbox,
+                                               uint32_t uid,
+                                               void *(*place)(void *arg, size_t size),
+                                               void *place_arg,
+                                               size_t *len_out);
+
 /* Like mv_message_fetch(), but only the message's header: its bytes up to and including the
  * first empty line (an empty first line -- an empty header block, RFC 5322 2.1 -- or the
  * first LF followed by LF or by CR LF), or the whole message if it has none, exactly as the first

@@ -192,6 +192,89 @@ def test_header_folded(c):
               ok(tagged) and ((uid in uids) == want), repr((uids, tagged)))
 
 
+def whole_messages():
+    """(name, bytes): the shapes a whole-message read takes apart and puts back together
+    (issue 13: read straight into the response): a plain one, one with two attachments
+    stored apart (leaf parts of 8 KiB and more), one over 1 MiB, one with LF line ends, one
+    whose body is empty, one with an empty header block."""
+    def b64(seed, n):
+        import base64
+        import random
+        rnd = random.Random(seed)
+        data = bytes(rnd.getrandbits(8) for _ in range(n))
+        return base64.encodebytes(data).replace(b"\n", b"\r\n")
+    head = b"From: a@example.org\r\nSubject: %s\r\nMIME-Version: 1.0\r\n"
+    mixed = (head % b"two attachments" +
+             b'Content-Type: multipart/mixed; boundary="b1"\r\n\r\npreamble\r\n--b1\r\n'
+             b"Content-Type: text/plain\r\n\r\nthe text\r\n--b1\r\n"
+             b"Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\n" +
+             b64(1, 30000) + b"--b1\r\n"
+             b"Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\n" +
+             b64(2, 12000) + b"--b1--\r\nepilogue\r\n")
+    big = (head % b"over 1 MiB" +
+           b'Content-Type: multipart/mixed; boundary="b2"\r\n\r\n--b2\r\n'
+           b"Content-Type: text/plain\r\n\r\nsee the file\r\n--b2\r\n"
+           b"Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\n" +
+           b64(3, 900000) + b"--b2--\r\n")
+    lf = (b"From: a@example.org\nSubject: LF only\nMIME-Version: 1.0\n"
+          b'Content-Type: multipart/mixed; boundary="b3"\n\n--b3\nContent-Type: text/plain\n\n'
+          b"text\n--b3\nContent-Type: application/octet-stream\n"
+          b"Content-Transfer-Encoding: base64\n\n" + b64(4, 20000).replace(b"\r\n", b"\n") +
+          b"--b3--\n")
+    return [("plain", head % b"plain" + b"\r\n" + b"a short body line\r\n" * 40),
+            ("with attachments", mixed), ("over 1 MiB", big), ("LF only", lf),
+            ("empty body", head % b"no body" + b"\r\n"),
+            ("empty header", b"\r\njust a body\r\n")]
+
+
+def test_whole_bodies(c):
+    """RFC 3501 6.4.5: BODY[], BODY.PEEK[] and RFC822 are the message's bytes exactly, alone,
+    with other items, many in one response, and cut by <start.length> partials that span
+    the places where a stored attachment meets the rest of the message."""
+    c.command("CREATE Whole")
+    c.command("SELECT Whole")
+    msgs = whole_messages()
+    uids = []
+    for name, msg in msgs:
+        uids.append(append(c, b"Whole", msg))
+    check("APPEND of the whole-message shapes", None not in uids, repr(uids))
+    for (name, msg), uid in zip(msgs, uids):
+        _, tagged, lits = fetch_literals(c, "UID FETCH %d (BODY.PEEK[])" % uid)
+        check("BODY.PEEK[] of %s is byte-identical" % name, ok(tagged) and lits == [msg],
+              "%d bytes, got %r" % (len(msg), [len(x) for x in lits]))
+        untagged, tagged, lits = fetch_literals(
+            c, "UID FETCH %d (UID FLAGS RFC822.SIZE INTERNALDATE BODY.PEEK[])" % uid)
+        text = b" ".join(t for t, _ in untagged)
+        check("BODY.PEEK[] of %s with UID, FLAGS, RFC822.SIZE" % name,
+              ok(tagged) and lits == [msg] and b"RFC822.SIZE %d " % len(msg) in text,
+              repr(text)[:200])
+        _, tagged, lits = fetch_literals(c, "UID FETCH %d (BODY.PEEK[HEADER] BODY.PEEK[])" % uid)
+        hlen = msg.find(b"\r\n\r\n") + 4 if b"\r\n\r\n" in msg else msg.find(b"\n\n") + 2
+        if msg.startswith(b"\r\n"):
+            hlen = 2
+        check("BODY.PEEK[] of %s after BODY.PEEK[HEADER] in one FETCH" % name,
+              ok(tagged) and lits == [msg[:hlen], msg], repr([len(x) for x in lits]))
+        # partials around every place an attachment starts or ends (base64 lines begin after
+        # a blank line, and the part ends at "--b")
+        cuts = [0, len(msg) - 7]
+        for m in re.finditer(rb"\r?\n\r?\n|--b\d", msg):
+            cuts.append(max(m.start() - 5, 0))
+        for start in sorted(set(cuts)):
+            _, tagged, lits = fetch_literals(
+                c, "UID FETCH %d (BODY.PEEK[]<%d.4100>)" % (uid, start))
+            check("BODY.PEEK[]<%d.4100> of %s" % (start, name),
+                  ok(tagged) and lits == [msg[start:start + 4100]], repr(lits)[:120])
+    _, tagged, lits = fetch_literals(c, "UID FETCH 1:* (BODY.PEEK[])")
+    check("BODY.PEEK[] of all of them in one response, in UID order",
+          ok(tagged) and lits == [m for _, m in msgs], repr([len(x) for x in lits]))
+    untagged, tagged, lits = fetch_literals(c, "UID FETCH 1:* (RFC822)")
+    text = b" ".join(t for t, _ in untagged)
+    check("RFC822 of all of them: the bytes, and \\Seen set (RFC 3501 6.4.5)",
+          ok(tagged) and lits == [m for _, m in msgs] and text.count(b"\\Seen") == len(msgs),
+          repr(text)[:200])
+    c.command("SELECT INBOX")
+
+
 def test_lmtp_trace(args, c):
     """LMTP adds Return-Path (RFC 5321 4.4) and Delivered-To as Dovecot's LMTP does."""
     user = args.user.split(":", 1)[0]
@@ -227,7 +310,8 @@ def main():
     user, password = args.user.split(":", 1)
     c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
     for test in (test_empty_header, test_folded_boundary, test_bracket_names,
-                 test_imapc_flag_list, test_sent_dates, test_body_text, test_header_folded):
+                 test_imapc_flag_list, test_sent_dates, test_body_text, test_header_folded,
+                 test_whole_bodies):
         try:
             test(c)
         except (OSError, EOFError, ValueError) as e:

@@ -1468,7 +1468,26 @@ static int ts_tamper(mv_store *s, uint32_t uid, const char *sql)
     return rc == SQLITE_DONE && sqlite3_changes(mv_store_db(s)) >= 1;
 }
 
-/* Appends m, applies sql to its rows, and expects MV_ECORRUPT naming what. */
+/* Collects mv_store_check's "body" problems that name want (a body id and "SHA-256"). */
+struct ts_body_problems {
+    char want[64];
+    int found;
+};
+
+static void ts_body_problem(void *arg, const char *what, const char *detail)
+{
+    struct ts_body_problems *p = arg;
+    if (strcmp(what, "body") == 0 && strstr(detail, p->want) == detail &&
+        strstr(detail, "SHA-256") != NULL) {
+        p->found++;
+    }
+}
+
+/* Appends m, applies sql to its rows, and expects MV_ECORRUPT naming what. what "SHA-256":
+ * rows that still add up to a message of the recorded size, only not the one delivered;
+ * a read for a client does not check the SHA-256 when the cipher authenticates every page
+ * (a store's chacha20 does; docs/SCHEMA.md "Reading a body back"), so mv_message_fetch
+ * returns other bytes, and mv_store_check must name the body and its SHA-256. */
 static int ts_tamper_case(mv_store *s, const char *m, size_t len, const char *sql, const char *what)
 {
     uint32_t uid = 0;
@@ -1477,6 +1496,31 @@ static int ts_tamper_case(mv_store *s, const char *m, size_t len, const char *sq
     if (ts_append(s, "INBOX", m, len, 0, NULL, 0, &uid) != MV_OK ||
         !ts_fetch_equals(s, "INBOX", uid, m, len) || !ts_tamper(s, uid, sql)) {
         return 0;
+    }
+    if (strcmp(what, "SHA-256") == 0 || what[0] == '\0') { /* "": either way */
+        char q[160];
+        snprintf(q, sizeof q,
+                 "SELECT body_id FROM messages WHERE uid = %u AND mailbox_id = "
+                 "(SELECT id FROM mailboxes WHERE name = 'INBOX')",
+                 (unsigned)uid);
+        struct ts_body_problems p = {{0}, 0};
+        snprintf(p.want, sizeof p.want, "body %lld:", ts_int(s, q));
+        struct mv_check_report r;
+        int fetched = mv_message_fetch(s, "INBOX", uid, &raw, &raw_len);
+        int same = fetched == MV_OK && raw_len == len && memcmp(raw, m, len) == 0;
+        mv_free(raw);
+        if (what[0] == '\0' && fetched == MV_ECORRUPT) {
+            return 1; /* the damage broke a zstd frame */
+        }
+        int checked = mv_store_check(s, ts_body_problem, &p, &r);
+        if (fetched != MV_OK || same || checked != MV_ECORRUPT || p.found != 1) {
+            fprintf(stderr,
+                    "  after \"%s\": fetch %d (same bytes %d), check %d, %d problem(s) "
+                    "naming %s and SHA-256\n",
+                    sql, fetched, same, checked, p.found, p.want);
+            return 0;
+        }
+        return 1;
     }
     int rc = mv_message_fetch(s, "INBOX", uid, &raw, &raw_len);
     if (rc != MV_ECORRUPT || raw != NULL) {

@@ -101,6 +101,11 @@ struct mv_store {
     /* Bodies may be waiting for mv_store_purge() (refcount 0): set at open and by every
      * expunge or mailbox delete, cleared when a purge finds none; 0 spares the purge a read. */
     int purge_hint;
+    /* The file's cipher authenticates every page and WAL frame (chacha20's Poly1305,
+     * sqlcipher's HMAC, both bound to the page number): a message read for a client then
+     * skips the SHA-256 of the reassembled bytes (store_blob.c, docs/SCHEMA.md "Reading a
+     * body back"); 0 (aes256cbc, no MAC; no encryption) keeps it on every read. */
+    int pages_authenticated;
     /* Where a stepped drain of the sealed queue is (store_queue.c), NULL between drains. */
     struct store_queue_round *queue_round;
     /* Full-text rows of the bodies appended in the open write transaction, inserted just

@@ -64,9 +64,21 @@ int store_message_header_get(
 
 /* store_body_get() of message uid of mailbox_id, the message's and body's rows read by one
  * statement. MV_ENOTFOUND (no message set: the caller says what is missing), else as
- * store_body_get(). */
+ * store_body_get(), except that the SHA-256 is checked only when the store's cipher does not
+ * authenticate its pages (s->pages_authenticated; docs/SCHEMA.md "Reading a body back"). */
 int store_message_body_get(
     mv_store *s, int64_t mailbox_id, uint32_t uid, uint8_t **raw_out, size_t *len_out);
+
+/* store_message_body_get() into the caller's memory: place(place_arg, size) is called once,
+ * when the message's size is known, and returns size bytes (NULL: MV_ENOMEM) that are filled
+ * with the message; on failure after the call their content is undefined. MV_ENOTFOUND (place
+ * not called), else as store_message_body_get(). */
+int store_message_body_place(mv_store *s,
+                             int64_t mailbox_id,
+                             uint32_t uid,
+                             void *(*place)(void *arg, size_t size),
+                             void *place_arg,
+                             size_t *len_out);
 
 /* Length of the header of raw: up to and including the first empty line (an empty first
  * line, or the first LF followed by LF or by CR LF); len if there is none. mailvaultd uses

@@ -608,11 +608,14 @@ static int store_message_body_id(
     return rc;
 }
 
-/* mv_message_fetch and mv_message_fetch_header: the whole message or only its header. */
+/* mv_message_fetch and mv_message_fetch_header: the whole message or only its header;
+ * mv_message_fetch_into: the whole message at place's memory (raw_out NULL). */
 static int store_message_fetch_bytes(mv_store *s,
                                      const char *mailbox,
                                      uint32_t uid,
                                      int header_only,
+                                     void *(*place)(void *arg, size_t size),
+                                     void *place_arg,
                                      void **raw_out,
                                      size_t *len_out)
 {
@@ -620,11 +623,15 @@ static int store_message_fetch_bytes(mv_store *s,
     uint8_t *raw = NULL;
     size_t len = 0;
     int began = 0;
-    if (raw_out == NULL || len_out == NULL) {
+    if ((raw_out == NULL && place == NULL) || len_out == NULL) {
         return store_fail(s, MV_EINVAL, "%s: no output pointers",
-                          header_only ? "mv_message_fetch_header" : "mv_message_fetch");
+                          header_only     ? "mv_message_fetch_header"
+                          : place != NULL ? "mv_message_fetch_into"
+                                          : "mv_message_fetch");
     }
-    *raw_out = NULL;
+    if (raw_out != NULL) {
+        *raw_out = NULL;
+    }
     *len_out = 0;
     int rc = store_message_read_begin(s, &began);
     if (rc == MV_OK) {
@@ -632,8 +639,9 @@ static int store_message_fetch_bytes(mv_store *s,
     }
     if (rc == MV_OK) {
         /* found in one statement; when not, the steps below say what is missing */
-        rc = header_only ? store_message_header_get(s, mailbox_id, uid, &raw, &len)
-                         : store_message_body_get(s, mailbox_id, uid, &raw, &len);
+        rc = header_only     ? store_message_header_get(s, mailbox_id, uid, &raw, &len)
+             : place != NULL ? store_message_body_place(s, mailbox_id, uid, place, place_arg, &len)
+                             : store_message_body_get(s, mailbox_id, uid, &raw, &len);
         if (rc != MV_ENOTFOUND) {
             goto done;
         }
@@ -643,13 +651,26 @@ static int store_message_fetch_bytes(mv_store *s,
         rc = store_message_body_id(s, mailbox_id, mailbox, uid, &body_id);
     }
     if (rc == MV_OK) {
+        /* the message is there now, or its rows are damaged: store_body_get() says which */
         rc = header_only ? store_body_get_header(s, body_id, &raw, &len)
                          : store_body_get(s, body_id, &raw, &len);
+        if (rc == MV_OK && place != NULL) {
+            void *to = place(place_arg, len);
+            if (to == NULL) {
+                rc = store_fail(s, MV_ENOMEM, "out of memory reading a message of %zu bytes", len);
+            } else if (len > 0) {
+                memcpy(to, raw, len);
+            }
+            free(raw);
+            raw = NULL;
+        }
     }
 done:
     store_message_read_end(s, began);
     if (rc == MV_OK) {
-        *raw_out = raw;
+        if (raw_out != NULL) {
+            *raw_out = raw;
+        }
         *len_out = len;
     }
     return rc;
@@ -658,13 +679,26 @@ done:
 int mv_message_fetch(
     mv_store *s, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out)
 {
-    return store_message_fetch_bytes(s, mailbox, uid, 0, raw_out, len_out);
+    return store_message_fetch_bytes(s, mailbox, uid, 0, NULL, NULL, raw_out, len_out);
+}
+
+int mv_message_fetch_into(mv_store *s,
+                          const char *mailbox,
+                          uint32_t uid,
+                          void *(*place)(void *arg, size_t size),
+                          void *place_arg,
+                          size_t *len_out)
+{
+    if (place == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_message_fetch_into: no place function");
+    }
+    return store_message_fetch_bytes(s, mailbox, uid, 0, place, place_arg, NULL, len_out);
 }
 
 int mv_message_fetch_header(
     mv_store *s, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out)
 {
-    return store_message_fetch_bytes(s, mailbox, uid, 1, raw_out, len_out);
+    return store_message_fetch_bytes(s, mailbox, uid, 1, NULL, NULL, raw_out, len_out);
 }
 
 size_t mv_message_header_len(const void *raw, size_t len)

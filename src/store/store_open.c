@@ -192,6 +192,11 @@ static int store_connect(
         return rc;
     }
     store_files_learn(s, s->db); /* a new store's header exists only now */
+    struct mv_db_info info;
+    /* chacha20 with reserve 0 is "encrypt only" (no tag); sqlcipher's IV + HMAC-SHA512 take 80 */
+    s->pages_authenticated = mv_db_info(s->db, &info) == MV_OK &&
+                             ((info.cipher == MV_CIPHER_CHACHA20 && info.reserve_bytes >= 32) ||
+                              (info.cipher == MV_CIPHER_SQLCIPHER && info.reserve_bytes >= 80));
     if (s->readonly) {
         char version[16];
         rc = store_pragma_text(s, "PRAGMA user_version", version, sizeof version);
@@ -517,6 +522,7 @@ int mv_store_open_twin(mv_store *store, mv_store **out)
     }
     if (rc == MV_OK) {
         store_files_learn(s, s->db);
+        s->pages_authenticated = store->pages_authenticated; /* the same file and cipher */
     }
     if (rc != MV_OK) {
         store_fail(store, rc, "%s", s->errmsg);
