@@ -22,12 +22,16 @@ static atomic_int fv_armed;
 static atomic_int fv_fired;
 static atomic_int fv_dead; /* FV_TORN happened: everything fails until fv_disarm() */
 static atomic_ulong fv_counts[FV_OP_COUNT];
+static atomic_ulong fv_small_reads[FV_SMALL_READ_MAX + 1]; /* by length, while armed */
 
 void fv_arm(const struct fv_plan *plan)
 {
     fv_plan = *plan;
     for (int i = 0; i < FV_OP_COUNT; i++) {
         atomic_store(&fv_counts[i], 0);
+    }
+    for (int i = 0; i <= FV_SMALL_READ_MAX; i++) {
+        atomic_store(&fv_small_reads[i], 0);
     }
     atomic_store(&fv_fired, 0);
     atomic_store(&fv_dead, 0);
@@ -44,6 +48,11 @@ int fv_disarm(void)
 unsigned long fv_calls(int op)
 {
     return op >= 0 && op < FV_OP_COUNT ? atomic_load(&fv_counts[op]) : 0;
+}
+
+unsigned long fv_reads_of(int amt)
+{
+    return amt >= 0 && amt <= FV_SMALL_READ_MAX ? atomic_load(&fv_small_reads[amt]) : 0;
 }
 
 const char *fv_op_name(int op)
@@ -90,6 +99,9 @@ static int fv_close(sqlite3_file *p)
 static int fv_read(sqlite3_file *p, void *buf, int amt, sqlite3_int64 off)
 {
     struct fv_file *f = (struct fv_file *)p;
+    if (atomic_load(&fv_armed) && amt >= 0 && amt <= FV_SMALL_READ_MAX) {
+        atomic_fetch_add(&fv_small_reads[amt], 1);
+    }
     if (fv_decide(FV_READ) >= 0) {
         return SQLITE_IOERR_READ;
     }

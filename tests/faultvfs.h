@@ -51,6 +51,9 @@ void fv_arm(const struct fv_plan *plan);
 int fv_disarm(void);
 /* Calls of kind op (FV_ANY: all counted kinds) seen since fv_arm(). */
 unsigned long fv_calls(int op);
+/* Reads of exactly amt bytes (0..FV_SMALL_READ_MAX) seen since fv_arm(). */
+#define FV_SMALL_READ_MAX 64
+unsigned long fv_reads_of(int amt);
 /* Short name of an op / a mode, for messages. */
 const char *fv_op_name(int op);
 const char *fv_mode_name(int mode);

@@ -120,6 +120,13 @@ struct mv_file {
     uint8_t chain_salts[8];
     uint32_t chain_sum[2];
     uint64_t chain_lock_calls;
+    /* WAL: the page number of each frame this connection wrote (index frame - 1; 0: not
+     * known), all recorded while wal_write_lock_calls was frame_pgnos_lock_calls; frames
+     * overwritten in place take theirs from here instead of reading the frame header. */
+    uint32_t *frame_pgnos;
+    uint32_t frame_pgnos_cap;
+    uint32_t frame_pgnos_used; /* entries past it are 0: a reset clears only these */
+    uint64_t frame_pgnos_lock_calls;
     /* TEMP: logical size, key and one block of scratch. */
     int64_t temp_size;
     crypt_ctx *temp_crypt;
@@ -180,6 +187,9 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
 int mv_wal_flush(struct mv_file *f);
 /* Forgets the record of the last frame written (a truncate, or any write but a frame). */
 void mv_wal_forget_chain(struct mv_file *f);
+/* Forgets / frees the record of the frames' page numbers (vfs_wal.c). */
+void mv_wal_forget_frame_pgnos(struct mv_file *f);
+void mv_wal_free_frame_pgnos(struct mv_file *f);
 /* Called for every xShmLock on a main file with the lower VFS's answer rc: counts calls
  * covering the WAL write lock, and follows whether the checkpoint lock is held. */
 void mv_wal_shm_lock_seen(struct mv_file *main_file, int offset, int n, int flags, int rc);

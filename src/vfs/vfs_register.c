@@ -46,6 +46,7 @@ static int mv_io_close(sqlite3_file *p)
     int rc = SQLITE_OK;
     if (f->kind == MV_FILE_WAL) {
         rc = mv_wal_flush(f);
+        mv_wal_free_frame_pgnos(f);
     }
     if (f->kind == MV_FILE_MAIN) {
         mv_registry_remove(f);
@@ -104,6 +105,7 @@ static int mv_io_truncate(sqlite3_file *p, sqlite3_int64 size)
     }
     if (f->kind == MV_FILE_WAL) {
         mv_wal_forget_chain(f);
+        mv_wal_forget_frame_pgnos(f);
         int rc = mv_wal_flush(f);
         if (rc != SQLITE_OK) {
             return rc;

@@ -18,8 +18,9 @@
  *           would flush it, and a process killed then would lose the committed transaction
  *           (its commit frame no longer chaining). A page written alone into an existing
  *           frame (an in-place overwrite within one transaction) is encrypted with the page
- *           number stored in that frame's header; SQLite rewrites the checksums before the
- *           commit.
+ *           number of that frame: as this connection recorded it when it wrote the frame
+ *           under the same hold of the write lock (no I/O), else from the frame's header on
+ *           disk; SQLite rewrites the checksums before the commit.
  *   reads   A page-sized read at a frame's page offset is decrypted with the page number
  *           from the frame header on disk; everything else (header, whole frames read by
  *           recovery, checksum fields) is returned raw, so SQLite verifies ciphertext.
@@ -80,6 +81,70 @@ static sqlite3_int64 mv_wal_frame_number(sqlite3_int64 header_off, uint32_t page
 void mv_wal_forget_chain(struct mv_file *f)
 {
     f->chain_valid = 0;
+}
+
+/* Frames whose page numbers are recorded: 1M (4 MiB of record); frames past it are
+ * overwritten with the header read, as before. */
+#define MV_WAL_FRAME_PGNOS_MAX (UINT32_C(1) << 20)
+
+void mv_wal_forget_frame_pgnos(struct mv_file *f)
+{
+    if (f->frame_pgnos != NULL) {
+        memset(f->frame_pgnos, 0, (size_t)f->frame_pgnos_used * sizeof f->frame_pgnos[0]);
+    }
+    f->frame_pgnos_used = 0;
+}
+
+void mv_wal_free_frame_pgnos(struct mv_file *f)
+{
+    free(f->frame_pgnos);
+    f->frame_pgnos = NULL;
+    f->frame_pgnos_cap = 0;
+    f->frame_pgnos_used = 0;
+}
+
+/* Records that this connection wrote frame (1-based) for page pgno. The record is of one
+ * hold of the WAL write lock: SQLite holds it across every frame of a transaction, so while
+ * no shared-memory lock call on it came since, no other connection can have written the
+ * WAL, and this connection's own other writes (a WAL header, a lone frame header, a
+ * truncate, any other write) forget the record. Without memory for it, nothing is
+ * recorded (the overwrite then reads the header). */
+static void mv_wal_record_frame_pgno(struct mv_file *f, sqlite3_int64 frame, uint32_t pgno)
+{
+    if (f->frame_pgnos_lock_calls != f->codec->wal_write_lock_calls) {
+        mv_wal_forget_frame_pgnos(f);
+        f->frame_pgnos_lock_calls = f->codec->wal_write_lock_calls;
+    }
+    if (frame < 1 || frame > (sqlite3_int64)MV_WAL_FRAME_PGNOS_MAX) {
+        return;
+    }
+    if ((uint64_t)frame > f->frame_pgnos_cap) {
+        uint32_t cap = f->frame_pgnos_cap != 0 ? f->frame_pgnos_cap : 1024;
+        while ((uint64_t)cap < (uint64_t)frame) {
+            cap *= 2;
+        }
+        uint32_t *p = realloc(f->frame_pgnos, (size_t)cap * sizeof *p);
+        if (p == NULL) {
+            return;
+        }
+        memset(p + f->frame_pgnos_cap, 0, (size_t)(cap - f->frame_pgnos_cap) * sizeof *p);
+        f->frame_pgnos = p;
+        f->frame_pgnos_cap = cap;
+    }
+    f->frame_pgnos[frame - 1] = pgno;
+    if ((uint64_t)frame > f->frame_pgnos_used) {
+        f->frame_pgnos_used = (uint32_t)frame;
+    }
+}
+
+/* The page number this connection recorded for frame, or 0. */
+static uint32_t mv_wal_recorded_frame_pgno(const struct mv_file *f, sqlite3_int64 frame)
+{
+    if (f->frame_pgnos == NULL || frame < 1 || (uint64_t)frame > f->frame_pgnos_cap ||
+        f->frame_pgnos_lock_calls != f->codec->wal_write_lock_calls) {
+        return 0;
+    }
+    return f->frame_pgnos[frame - 1];
 }
 
 void mv_wal_shm_lock_seen(struct mv_file *main_file, int offset, int n, int flags, int rc)
@@ -183,6 +248,7 @@ int mv_wal_flush(struct mv_file *f)
     }
     f->pending_header = 0;
     mv_wal_forget_chain(f);
+    mv_wal_forget_frame_pgnos(f);
     return f->lower->pMethods->xWrite(f->lower, f->pending, MV_WAL_FRAME_HEADER_BYTES,
                                       f->pending_offset);
 }
@@ -304,7 +370,11 @@ static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t p
          * its seed read the WAL header for every such frame (the zero salts never match
          * the cached one). */
         mv_wal_forget_chain(f);
-        return f->lower->pMethods->xWrite(f->lower, frame, (int)frame_bytes, f->pending_offset);
+        rc = f->lower->pMethods->xWrite(f->lower, frame, (int)frame_bytes, f->pending_offset);
+        if (rc == SQLITE_OK) {
+            mv_wal_record_frame_pgno(f, mv_wal_frame_number(f->pending_offset, page_size), pgno);
+        }
+        return rc;
     }
     uint32_t sum[2];
     int big_endian;
@@ -325,6 +395,7 @@ static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t p
         f->chain_sum[0] = sum[0];
         f->chain_sum[1] = sum[1];
         f->chain_lock_calls = f->codec->wal_write_lock_calls;
+        mv_wal_record_frame_pgno(f, mv_wal_frame_number(f->pending_offset, page_size), pgno);
     }
     return rc;
 }
@@ -334,15 +405,22 @@ static int
 mv_wal_overwrite_page(struct mv_file *f, const uint8_t *page, uint32_t page_size, sqlite3_int64 off)
 {
     struct mv_codec *c = f->codec;
-    uint8_t hdr[4];
+    sqlite3_int64 header_off = off - MV_WAL_FRAME_HEADER_BYTES;
     mv_wal_forget_chain(f);
-    int rc = f->lower->pMethods->xRead(f->lower, hdr, 4, off - MV_WAL_FRAME_HEADER_BYTES);
-    if (rc != SQLITE_OK) {
-        return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_WRITE : rc;
+    /* The frame's page number: recorded when this connection wrote the frame (no I/O), else
+     * from its header on disk. */
+    uint32_t pgno = mv_wal_recorded_frame_pgno(f, mv_wal_frame_number(header_off, page_size));
+    if (pgno == 0) {
+        uint8_t hdr[4];
+        int rc = f->lower->pMethods->xRead(f->lower, hdr, 4, header_off);
+        if (rc != SQLITE_OK) {
+            return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_WRITE : rc;
+        }
+        pgno = mv_get_be32(hdr);
     }
-    rc = mv_codec_scratch(c, page_size);
+    int rc = mv_codec_scratch(c, page_size);
     if (rc == SQLITE_OK) {
-        rc = mv_codec_encrypt(c, mv_get_be32(hdr), page, c->scratch, page_size);
+        rc = mv_codec_encrypt(c, pgno, page, c->scratch, page_size);
     }
     if (rc == SQLITE_OK) {
         rc = f->lower->pMethods->xWrite(f->lower, c->scratch, (int)page_size, off);
@@ -357,6 +435,7 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
     }
     if (!mv_wal_active(f)) {
         mv_wal_forget_chain(f);
+        mv_wal_forget_frame_pgnos(f);
         return f->lower->pMethods->xWrite(f->lower, buf, amt, off);
     }
     if (amt == MV_WAL_HEADER_BYTES && off == 0) {
@@ -365,6 +444,7 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
             return rc;
         }
         mv_wal_forget_chain(f);
+        mv_wal_forget_frame_pgnos(f);
         mv_wal_header_seen(f, buf);
         return f->lower->pMethods->xWrite(f->lower, buf, amt, off);
     }
@@ -377,6 +457,7 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
         if (f->wal_rewriting && off == f->wal_rewrite_off) {
             f->wal_rewrite_off = 0; /* a rewritten checksum: no page follows */
             mv_wal_forget_chain(f);
+            mv_wal_forget_frame_pgnos(f);
             return f->lower->pMethods->xWrite(f->lower, buf, amt, off);
         }
         memcpy(f->pending, buf, MV_WAL_FRAME_HEADER_BYTES);
@@ -393,6 +474,7 @@ int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off)
     }
     int rc = mv_wal_flush(f);
     mv_wal_forget_chain(f);
+    mv_wal_forget_frame_pgnos(f);
     return rc != SQLITE_OK ? rc : f->lower->pMethods->xWrite(f->lower, buf, amt, off);
 }
 
