@@ -108,7 +108,11 @@ static const struct config_key config_keys[] = {
     {"allow_root", CK_BOOL, offsetof(struct config, allow_root), sizeof(int), 0, 1,
      "started as root without user: run as root anyway (default no: refuse; also "
      "$MAILVAULTD_ALLOW_ROOT)"},
-    CI(cache_size_kib, 0, 1 << 22, "page cache per open store, KiB (default 2048; 0: library's)"),
+    CI(cache_size_kib,
+       0,
+       1 << 22,
+       "page cache per store connection, KiB (an open store has two: its writes and its reads; "
+       "default 2048; 0: library's)"),
     CI(maintain_interval_s, 0, 1 << 25, "maintain idle-closed stores this often (86400; 0 off)"),
     CI(maintain_max_mib, 1, 1 << 20, "... only stores up to this many MiB (default 256)"),
 };
