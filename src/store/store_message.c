@@ -26,9 +26,10 @@
  *     changed, and because the test reads the rows inside the write transaction, no writer
  *     can change a message between its test and its change.
  *   - The change log (`changes`) gets what `messages` cannot tell: expunges ('expunge' rows,
- *     for QRESYNC's VANISHED and the views' sync). A flag change or a copy writes no log
- *     row: CONDSTORE, QRESYNC and the view sync read them off messages.modseq, and a row per
- *     message cost a quarter of a STORE 1:*.
+ *     for QRESYNC's VANISHED and the views' sync). An append, a flag change or a copy writes
+ *     no log row: CONDSTORE, QRESYNC and the view sync read them off messages.modseq (a new
+ *     message carries its mailbox's new modseq), and a row per message cost a quarter of a
+ *     STORE 1:* and an index insert per delivery.
  *   - An expunge allocates one modseq the same way. COPY gives the new messages new UIDs
  *     and one modseq, shares the bodies (refcount + 1), and MOVE is COPY plus expunge of the
  *     source in the same transaction (the refcount does not change).
@@ -256,25 +257,6 @@ int store_message_check(mv_store *s,
     return store_message_keywords_normalize(s, keywords, keywords_out);
 }
 
-/* One change-log row. */
-static int
-store_message_log(mv_store *s, int64_t mailbox_id, uint64_t modseq, uint32_t uid, const char *kind)
-{
-    sqlite3_stmt *st = store_stmt(s, "INSERT INTO changes(mailbox_id, modseq, uid, kind, at) "
-                                     "VALUES (?, ?, ?, ?, ?)");
-    if (st == NULL) {
-        return store_fail_sqlite(s, "writing the change log");
-    }
-    sqlite3_bind_int64(st, 1, mailbox_id);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)modseq);
-    sqlite3_bind_int64(st, 3, uid);
-    sqlite3_bind_text(st, 4, kind, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 5, (sqlite3_int64)time(NULL));
-    int step = sqlite3_step(st);
-    sqlite3_reset(st);
-    return step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "writing the change log");
-}
-
 /* Sets *thread_id from the first message sql finds for key, unless it is already set. */
 static int
 store_message_thread_probe(mv_store *s, const char *sql, const char *key, int64_t *thread_id)
@@ -428,9 +410,6 @@ int store_message_insert(mv_store *s,
     }
     if (rc == MV_OK && thread_id == 0) {
         rc = store_message_thread_start(s, sqlite3_last_insert_rowid(s->db));
-    }
-    if (rc == MV_OK) {
-        rc = store_message_log(s, mailbox_id, modseq, uid, "append");
     }
     if (rc == MV_OK && uid_out != NULL) {
         *uid_out = uid;
