@@ -279,6 +279,9 @@ static void lmtp_job_run(struct job *job)
     } else {
         struct mv_store_options opts = config_store_options(cfg);
         j->rc = mv_deliver_sealed(j->address, data->data, data->len, &opts, err, sizeof err);
+        if (j->rc == MV_OK) {
+            quota_sealed_added(j->address, data->len); /* O(1) checks after it (quota.c) */
+        }
     }
     log_msg(j->rc == MV_OK                                  ? LOG_LEVEL_INFO
             : j->rc == LMTP_OVERQUOTA || j->rc == MV_ELIMIT ? LOG_LEVEL_WARNING

@@ -31,6 +31,14 @@
  *     message count is not checked. A queue that cannot be counted (unreadable, or over
  *     QUOTA_QUEUE_SCAN_MAX entries) is an error (-1: the LMTP reply is a temporary
  *     failure), not a guess.
+ *   - The queue's count is kept with the seen usage, so a sealed delivery costs O(1), not a
+ *     read of the whole queue directory (1,200 deliveries read ~720,000 entries): counted
+ *     from the directory when not known or older than QUOTA_QUEUE_FRESH_MS, then each
+ *     sealed delivery of this server adds its file (quota_sealed_added), and a drain step or
+ *     an open (quota_note) forgets the count, since files left the queue. What another
+ *     process changes in the queue (`mailvault deliver`, a CLI open that drains) is seen at
+ *     the next count, within QUOTA_QUEUE_FRESH_MS; a delivery the kept count would refuse is
+ *     counted again first, so a stale count never refuses mail.
  *   - quota_seen_lock guards the seen-usage cache only; the usage is read and the queue
  *     counted outside it. It is never held with quota_file.c's lock: the limits are looked
  *     up (quota_limits_for, which takes and drops that one) before the cache is touched.
@@ -58,17 +66,38 @@
 #define QUOTA_SEEN_MAX       100000 /* addresses whose last usage is kept */
 #define QUOTA_SEEN_BUCKETS   8192
 #define QUOTA_QUEUE_SCAN_MAX MV_QUEUE_SCAN_MAX /* directory entries one sealed check reads */
+#define QUOTA_QUEUE_FRESH_MS 10000 /* a kept queue count is used this long, then counted again */
 
 struct quota_seen {
     struct quota_seen *next;
-    struct quota_usage usage;
-    int64_t at_ms;
+    struct quota_usage usage; /* the open store's, last noted (usage_known) */
+    struct quota_usage queue; /* what the sealed queue holds (queue_at_ms != 0) */
+    int usage_known;
+    int64_t at_ms;       /* last noted: a full bucket gives up its oldest */
+    int64_t queue_at_ms; /* when queue was counted from the directory; 0: not known */
     char address[];
 };
 
 static pthread_mutex_t quota_seen_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct quota_seen *quota_seen[QUOTA_SEEN_BUCKETS];
 static size_t quota_seen_count;
+static uint64_t quota_queue_counts; /* reads of a queue directory (tests) */
+static int64_t quota_queue_fresh_ms = QUOTA_QUEUE_FRESH_MS;
+
+void quota_queue_fresh_set(int64_t ms)
+{
+    pthread_mutex_lock(&quota_seen_lock);
+    quota_queue_fresh_ms = ms;
+    pthread_mutex_unlock(&quota_seen_lock);
+}
+
+uint64_t quota_queue_count_reads(void)
+{
+    pthread_mutex_lock(&quota_seen_lock);
+    uint64_t n = quota_queue_counts;
+    pthread_mutex_unlock(&quota_seen_lock);
+    return n;
+}
 
 int quota_used(mv_store *store, struct quota_usage *out)
 {
@@ -181,14 +210,9 @@ static struct quota_seen *quota_seen_find(const char *address)
     return NULL;
 }
 
-void quota_note(const char *address, mv_store *store)
+/* The cache entry of address, made if needed (quota_seen_lock held), or NULL (no room). */
+static struct quota_seen *quota_seen_get(const char *address, int64_t now)
 {
-    struct quota_usage used;
-    if (quota_used(store, &used) != MV_OK) {
-        return; /* the previous value, if any, stays: better than none */
-    }
-    int64_t now = loop_now_ms();
-    pthread_mutex_lock(&quota_seen_lock);
     struct quota_seen *e = quota_seen_find(address);
     if (e == NULL) {
         size_t b = quota_seen_bucket(address);
@@ -209,17 +233,78 @@ void quota_note(const char *address, mv_store *store)
             }
         }
         size_t len = strlen(address) + 1;
-        e = quota_seen_count < QUOTA_SEEN_MAX ? malloc(sizeof *e + len) : NULL;
+        e = quota_seen_count < QUOTA_SEEN_MAX ? calloc(1, sizeof *e + len) : NULL;
         if (e != NULL) {
             memcpy(e->address, address, len);
             e->next = quota_seen[b];
             quota_seen[b] = e;
             quota_seen_count++;
+            e->at_ms = now;
         }
     }
+    return e;
+}
+
+void quota_note(const char *address, mv_store *store)
+{
+    struct quota_usage used;
+    int ok = quota_used(store, &used) == MV_OK; /* else the previous value, if any, stays */
+    int64_t now = loop_now_ms();
+    pthread_mutex_lock(&quota_seen_lock);
+    struct quota_seen *e = quota_seen_get(address, now);
     if (e != NULL) {
-        e->usage = used;
-        e->at_ms = now;
+        if (ok) {
+            e->usage = used;
+            e->usage_known = 1;
+            e->at_ms = now;
+        }
+        e->queue_at_ms = 0; /* an open or a drain step took files out of the queue */
+    }
+    pthread_mutex_unlock(&quota_seen_lock);
+}
+
+/* What the queue of address holds: the kept count if fresh and !recount, else counted from
+ * the directory and kept. MV_OK or mv_queue_usage()'s code. */
+static int quota_queue(const struct config *cfg,
+                       const char *address,
+                       int recount,
+                       struct quota_usage *queued,
+                       int *was_kept)
+{
+    int64_t now = loop_now_ms();
+    *was_kept = 0;
+    pthread_mutex_lock(&quota_seen_lock);
+    const struct quota_seen *e = quota_seen_find(address);
+    if (!recount && e != NULL && e->queue_at_ms != 0 &&
+        now - e->queue_at_ms < quota_queue_fresh_ms) {
+        *queued = e->queue;
+        *was_kept = 1;
+    }
+    pthread_mutex_unlock(&quota_seen_lock);
+    if (*was_kept) {
+        return MV_OK;
+    }
+    struct mv_store_options opts = config_store_options(cfg);
+    int rc =
+        mv_queue_usage(address, &opts, QUOTA_QUEUE_SCAN_MAX, &queued->bytes, &queued->messages);
+    pthread_mutex_lock(&quota_seen_lock);
+    quota_queue_counts++;
+    struct quota_seen *k = rc == MV_OK ? quota_seen_get(address, now) : NULL;
+    if (k != NULL) {
+        k->queue = *queued;
+        k->queue_at_ms = now;
+    }
+    pthread_mutex_unlock(&quota_seen_lock);
+    return rc;
+}
+
+void quota_sealed_added(const char *address, uint64_t bytes)
+{
+    pthread_mutex_lock(&quota_seen_lock);
+    struct quota_seen *e = quota_seen_find(address);
+    if (e != NULL && e->queue_at_ms != 0) {
+        e->queue.bytes += bytes + QUOTA_SEAL_BYTES;
+        e->queue.messages++;
     }
     pthread_mutex_unlock(&quota_seen_lock);
 }
@@ -240,30 +325,34 @@ int quota_sealed_exceeded(
         return 0; /* the delivery itself reports a missing or broken store */
     }
     struct quota_usage queued, used;
-    int rc = mv_queue_usage(address, &opts, QUOTA_QUEUE_SCAN_MAX, &queued.bytes, &queued.messages);
-    if (rc == MV_ENOTFOUND || rc == MV_EINVAL) {
-        return 0; /* gone meanwhile: the delivery itself reports it */
+    int over = 0, known = 0, kept = 1;
+    for (int recount = 0; kept && recount < 2; recount++) { /* kept and over: count again */
+        int rc = quota_queue(cfg, address, recount, &queued, &kept);
+        if (rc == MV_ENOTFOUND || rc == MV_EINVAL) {
+            return 0; /* gone meanwhile: the delivery itself reports it */
+        }
+        if (rc != MV_OK) {
+            /* a temporary failure rather than a queue that grows unmeasured */
+            snprintf(why, why_size, "the queue of %s cannot be counted: %s", address,
+                     rc == MV_ELIMIT ? "too many entries" : mv_strerror(rc));
+            return -1;
+        }
+        pthread_mutex_lock(&quota_seen_lock);
+        const struct quota_seen *seen = quota_seen_find(address);
+        known = seen != NULL && seen->usage_known;
+        if (known) {
+            used = seen->usage;
+        }
+        pthread_mutex_unlock(&quota_seen_lock);
+        if (!known) {
+            used.bytes = file.file_bytes + file.wal_bytes;
+            used.messages = 0;
+        }
+        used.bytes += queued.bytes;
+        used.messages += queued.messages;
+        over = quota_check(&limits, &used, add_bytes, 1, known);
+        kept = kept && over != 0;
     }
-    if (rc != MV_OK) {
-        /* a temporary failure rather than a queue that grows unmeasured */
-        snprintf(why, why_size, "the queue of %s cannot be counted: %s", address,
-                 rc == MV_ELIMIT ? "too many entries" : mv_strerror(rc));
-        return -1;
-    }
-    pthread_mutex_lock(&quota_seen_lock);
-    const struct quota_seen *seen = quota_seen_find(address);
-    int known = seen != NULL;
-    if (known) {
-        used = seen->usage;
-    }
-    pthread_mutex_unlock(&quota_seen_lock);
-    if (!known) {
-        used.bytes = file.file_bytes + file.wal_bytes;
-        used.messages = 0;
-    }
-    used.bytes += queued.bytes;
-    used.messages += queued.messages;
-    int over = quota_check(&limits, &used, add_bytes, 1, known);
     snprintf(why, why_size, "%s %llu bytes + %llu queued, %s", known ? "last seen" : "store files",
              (unsigned long long)(used.bytes - queued.bytes), (unsigned long long)queued.bytes,
              known ? "messages checked" : "messages not checked");

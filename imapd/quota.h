@@ -54,8 +54,16 @@ int quota_exceeded(const struct open_store *os,
 int quota_sealed_exceeded(
     const struct config *cfg, const char *address, uint64_t add_bytes, char *why, size_t why_size);
 /* Records the usage of the open store of address for later sealed deliveries (the worker
- * calls it after opening the store and before closing it). */
+ * calls it after opening the store, after each drain step and before closing it); the kept
+ * count of its queue is dropped (files left it). */
 void quota_note(const char *address, mv_store *store);
+/* A sealed delivery of bytes (the message) to address was queued: added to the kept count of
+ * its queue, so the next sealed check need not read the queue directory. */
+void quota_sealed_added(const char *address, uint64_t bytes);
+/* How many times a queue directory was read for a sealed check, since the start, and how
+ * long a kept count is used (default 10 s) -- for tests, which must not depend on speed. */
+uint64_t quota_queue_count_reads(void);
+void quota_queue_fresh_set(int64_t ms);
 /* "storage", "message" or "storage and message" for QUOTA_OVER_* bits. */
 const char *quota_over_text(int over);
 

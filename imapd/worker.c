@@ -475,6 +475,10 @@ static int64_t worker_sweep_period_ms(void)
  * this worker's open stores (their bytes and full-text rows), a batch at a time, so an
  * EXPUNGE is answered without that work and it is done right after, between jobs. A store
  * with nothing waiting costs a flag test. */
+/* Queue files one mv_queue_tidy() call unlinks: each unlink may wait for the disk (online
+ * discard: ~4 ms), so ~30 ms is the longest a job that arrives meanwhile waits. */
+#define WORKER_TIDY_BATCH 8
+
 static void worker_purge(struct worker *w)
 {
     for (int i = 0; i < w->stores_max; i++) {
@@ -486,6 +490,15 @@ static void worker_purge(struct worker *w)
                 log_msg(rc == MV_EBUSY ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING,
                         "store purge %s: %s: %s", s->address, mv_strerror(rc),
                         mv_store_errmsg(s->store));
+                break;
+            }
+        }
+        /* the files of drained deliveries (THE DRAIN), once the drain is over */
+        int more = 1;
+        while (s->store != NULL && !s->drain_more && more && !worker_job_waiting(w)) {
+            int rc = mv_queue_tidy(s->store, WORKER_TIDY_BATCH, &more);
+            if (rc != MV_OK) {
+                log_warning("store %s: %s", s->address, mv_store_errmsg(s->store));
                 break;
             }
         }
@@ -690,6 +703,7 @@ static void *worker_main(void *arg)
         } else if (drain_turn) {
             pthread_mutex_unlock(&w->lock);
             worker_drain_step(w, drain, 0);
+            worker_purge(w); /* after the last step: its files (mv_queue_tidy) */
             pthread_mutex_lock(&w->lock);
         }
         /* Also between jobs: on a busy worker idle stores still close (and the sweep leaves

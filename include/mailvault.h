@@ -998,6 +998,17 @@ MV_API MV_MUST_CHECK int mv_queue_drain_step(mv_store *store,
                                              uint32_t *moved_out,
                                              int *more_out);
 
+/* A drain takes the file of each delivery it committed out of the queue into the queue's
+ * done/ directory (a rename), and leaves the unlink, which can wait for the disk (online
+ * discard), to this call, made between other work: it unlinks up to max of those files (0:
+ * all) and removes done/ once it is empty. It does nothing while a stepped drain is under way
+ * (mv_queue_drain_step, mv_queue_drain with a max: *more_out 0; call it after the last step);
+ * mv_store_open() and mv_queue_drain() with max 0 tidy before they return. The files are
+ * sealed to the store's key, never plaintext. *more_out (may be NULL): 1 if it stopped at
+ * max with files left (call again). Returns MV_OK (also on a read-only handle: nothing to
+ * do), MV_EINVAL (NULL store), MV_EIO or MV_ENOSPC (a file could not be removed). */
+MV_API MV_MUST_CHECK int mv_queue_tidy(mv_store *store, uint32_t max, int *more_out);
+
 struct mv_import_stats {
     uint64_t messages_seen;
     uint64_t messages_imported;

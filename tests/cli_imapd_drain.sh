@@ -25,7 +25,7 @@ start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-
     --lmtp-port=0 --workers=1 --metrics-listen=127.0.0.1:0 --quota-messages=1000000
 
 run_client 300 "$PY" tests/imapd_drain.py --imap "$(port imap)" --lmtp "$(port lmtp)" \
-    --metrics "$(port metrics)" \
+    --metrics "$(port metrics)" --root "$root" \
     --user "alice@example.org:alice@example.org secret" \
     --user2 "bob@example.org:bob@example.org secret"
 

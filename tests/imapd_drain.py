@@ -10,6 +10,7 @@ USAGE (tests/cli_imapd_drain.sh runs it; the server has one worker)
   Prints PASS/FAIL lines and "# N passed, N failed".
 """
 import argparse
+import os
 import re
 import socket
 import sys
@@ -114,6 +115,18 @@ def test_drain_after_login(args):
     drained = metric(args.metrics, "mailvaultd_queue_drained_total")
     R.report("/metrics counts the drained deliveries (%s)" % drained,
              drained is not None and drained >= QUEUED)
+    # The drain renames each delivered file into the queue's done/ (no unlink in a step); the
+    # worker unlinks them between jobs once the drain is over (mv_queue_tidy).
+    local, domain = user.split("@", 1)
+    queue = os.path.join(args.root, domain, local + ".queue")
+    done = os.path.join(queue, "done")
+    deadline = time.monotonic() + TIMEOUT
+    while os.path.isdir(done) and time.monotonic() < deadline:
+        c.command("NOOP")  # a job: the worker tidies after it
+        time.sleep(0.05)
+    left = [n for n in os.listdir(queue) if n.endswith(".sealed")]
+    R.report("the delivered files are removed after the drain (done/ gone, %d left queued)"
+             % len(left), not os.path.isdir(done) and not left)
     c.command("LOGOUT")
     c.close()
 
@@ -170,6 +183,7 @@ def main():
     ap.add_argument("--metrics", type=int, required=True)
     ap.add_argument("--user", required=True)
     ap.add_argument("--user2", required=True)
+    ap.add_argument("--root", required=True)
     args = ap.parse_args()
     test_drain_after_login(args)
     test_short_passes_long(args)

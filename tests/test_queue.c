@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #define PW          "queue-password"
-#define CRASH_FIRST 160 /* deliveries queued before the kills */
+#define CRASH_FIRST 320 /* deliveries queued before the kills: five batches */
 #define CRASH_LATER 40  /* queued after a few kills */
 #define CRASH_MAX   (CRASH_FIRST + CRASH_LATER)
 #define CRASH_KILLS 40 /* most kills; the loop ends when the queue is empty */
@@ -393,7 +393,9 @@ static void test_sigkill_during_drain(void)
     /* Each kill lands a few deliveries into what is left, so kills land all along the drain. */
     static struct qt_state st;
     int kills = 0, mid = 0, both = 0, finished = 0, queued = CRASH_FIRST;
-    for (int k = 0; k < CRASH_KILLS && !finished; k++) {
+    /* (the later deliveries come even if a drain finished before the fourth kill: a drain
+     * that renames its files out of the queue ends quickly after its last commit) */
+    for (int k = 0; k < CRASH_KILLS && (!finished || queued < CRASH_MAX); k++) {
         if (k == 4) {
             for (int i = CRASH_FIRST; i < CRASH_MAX; i++) {
                 CHECK_EQ_INT(qt_deliver(who, &o, "crash", i), MV_OK);
@@ -863,6 +865,86 @@ static void test_count_and_usage_agree(void)
     CHECK_EQ_INT(mv_store_exists("../x@example.org", &o), MV_EINVAL);
 }
 
+/* Number of queue files (deliveries' names) in dir; -1 if it does not exist. */
+static int qt_sealed_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        return -1;
+    }
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        n += strstr(e->d_name, ".sealed") != NULL;
+    }
+    closedir(d);
+    return n;
+}
+
+/* A stepped drain takes each committed delivery's file out of the queue with a rename into
+ * done/ (an unlink waits for the disk on a discard-mounted file system, and held up the step
+ * and every command behind it); mv_queue_tidy() unlinks them afterwards, in bounded calls,
+ * and never while the drain is under way. An open's whole drain tidies before it returns,
+ * and an open finds what a stopped server left in done/. */
+static void test_drain_leaves_unlinks_to_tidy(void)
+{
+    struct mv_store_options o = qt_options("root_tidy");
+    const char *who = "tidy@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "tidy", i), MV_OK);
+    }
+    char queue[1024], done[1100];
+    snprintf(queue, sizeof queue, "%s/example.org/tidy.queue", o.root);
+    snprintf(done, sizeof done, "%s/done", queue);
+    struct mv_store_options later = o;
+    later.flags |= MV_STORE_DRAIN_LATER;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    uint32_t moved = 0;
+    int more = 0, tidy_more = 1;
+    CHECK_EQ_INT(mv_queue_drain(s, 4, &moved, &more), MV_OK);
+    CHECK_EQ_INT(moved, 4);
+    CHECK_EQ_INT(more, 1);
+    CHECK_EQ_INT(qt_sealed_files(queue), 2);
+    CHECK_EQ_INT(qt_sealed_files(done), 4);               /* renamed, not unlinked */
+    CHECK_EQ_INT(mv_queue_tidy(s, 0, &tidy_more), MV_OK); /* the drain is under way */
+    CHECK_EQ_INT(tidy_more, 0);
+    CHECK_EQ_INT(qt_sealed_files(done), 4);
+    CHECK_EQ_INT(mv_queue_drain(s, 4, &moved, &more), MV_OK);
+    CHECK_EQ_INT(moved, 2);
+    CHECK_EQ_INT(more, 0);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+    CHECK_EQ_INT(qt_sealed_files(done), 6);
+    CHECK_EQ_INT(mv_queue_tidy(s, 4, &tidy_more), MV_OK);
+    CHECK_EQ_INT(tidy_more, 1);
+    CHECK_EQ_INT(qt_sealed_files(done), 2);
+    CHECK_EQ_INT(mv_queue_tidy(s, 4, &tidy_more), MV_OK);
+    CHECK_EQ_INT(tidy_more, 0);
+    CHECK_EQ_INT(qt_sealed_files(done), -1);              /* empty: removed */
+    CHECK_EQ_INT(mv_queue_tidy(s, 4, &tidy_more), MV_OK); /* nothing to do */
+    CHECK_EQ_INT(tidy_more, 0);
+    int got[16];
+    CHECK_EQ_INT(qt_inbox_markers(s, "tidy", got, 16), 6);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM meta WHERE key LIKE 'deliver%'"), 0);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM changes"), 0); /* no 'append' rows */
+
+    /* A server stopped before its tidy: the next open (a whole drain) removes the files. */
+    for (int i = 6; i < 9; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "tidy", i), MV_OK);
+    }
+    CHECK_EQ_INT(mv_queue_drain(s, 2, &moved, &more), MV_OK);
+    CHECK_EQ_INT(moved, 2);
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_sealed_files(done), 2);
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+    CHECK_EQ_INT(qt_sealed_files(done), -1);
+    CHECK_EQ_INT(qt_sealed_files(queue), 0);
+    CHECK_EQ_INT(qt_inbox_markers(s, "tidy", got, 16), 9); /* the open took the last one */
+    mv_store_close(&s);
+    CHECK_EQ_INT(mv_queue_tidy(NULL, 0, NULL), MV_EINVAL);
+}
+
 int main(void)
 {
     if (sodium_init() < 0) {
@@ -883,5 +965,6 @@ int main(void)
     TEST(test_stuck_files_end_the_drain);
     TEST(test_drain_step_bounds);
     TEST(test_count_and_usage_agree);
+    TEST(test_drain_leaves_unlinks_to_tidy);
     return th_summary();
 }

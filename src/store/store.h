@@ -106,6 +106,9 @@ struct mv_store {
      * skips the SHA-256 of the reassembled bytes (store_blob.c, docs/SCHEMA.md "Reading a
      * body back"); 0 (aes256cbc, no MAC; no encryption) keeps it on every read. */
     int pages_authenticated;
+    /* The queue's done/ may hold files of drained deliveries for mv_queue_tidy(): set at
+     * open if it exists and by each drain that moves a file there, cleared once it is empty. */
+    int queue_done_hint;
     /* Where a stepped drain of the sealed queue is (store_queue.c), NULL between drains. */
     struct store_queue_round *queue_round;
     /* Full-text rows of the bodies appended in the open write transaction, inserted just

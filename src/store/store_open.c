@@ -459,6 +459,11 @@ int mv_store_open(const char *address,
     if (rc == MV_OK) {
         rc = store_connect(s, password, password_len, o, 0);
     }
+    if (rc == MV_OK && !s->readonly) { /* files a drain left for mv_queue_tidy() */
+        char done[MV_PATH_MAX + 16];
+        snprintf(done, sizeof done, "%s/done", s->queue_dir);
+        s->queue_done_hint = access(done, F_OK) == 0;
+    }
     if (rc == MV_OK && !s->readonly && !(o->flags & MV_STORE_DRAIN_LATER)) {
         uint32_t moved = 0;
         int more = 0;

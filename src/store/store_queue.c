@@ -76,7 +76,9 @@
 /* A "tmp-" file older than this is a delivery that died before its rename. */
 #define STORE_QUEUE_TMP_AGE_MAX_S (24L * 3600)
 #define STORE_QUEUE_DELIVERED     "delivered:"
-#define STORE_QUEUE_KEY_SIZE      crypto_box_PUBLICKEYBYTES
+/* Files of committed deliveries wait here for mv_queue_tidy() (store_queue_retire). */
+#define STORE_QUEUE_DONE_DIR "done"
+#define STORE_QUEUE_KEY_SIZE crypto_box_PUBLICKEYBYTES
 
 _Static_assert(crypto_box_PUBLICKEYBYTES == 32 && crypto_box_SECRETKEYBYTES == 32,
                "X25519 keys are 32 bytes");
@@ -114,6 +116,7 @@ struct store_queue_drain {
     uint32_t rejected; /* moved to rejected/ */
     uint32_t left;     /* too large or unreadable: left in the queue */
     int dirty;         /* a file was unlinked or moved: fsync the directory */
+    int done_ready;    /* done/ exists (1), cannot be made (-1), not yet looked at (0) */
     int unreadable;    /* the directory could not be read (completely) */
     /* Files whose deliveries are in the batch's open transaction (appended, or found
      * appended): unlinked only after its durable commit (store_queue_flush). */
@@ -827,6 +830,33 @@ static void store_queue_abandon(struct store_queue_drain *q)
     q->moved_pending = 0;
 }
 
+/* Takes the file of a committed delivery out of the queue: renamed into done/, whose files
+ * mv_queue_tidy() unlinks later, between other work. An unlink frees the file's blocks, and
+ * on a file system mounted with online discard that waits for the device (~4 ms per queue
+ * file on ext4 -o discard, where a rename takes ~0.01 ms): unlinked in the step, 1,200
+ * deliveries spent more time in unlink than in everything else. The file is unlinked at once
+ * if done/ cannot be made. 0, or -1 (the file is still in the queue). */
+static int store_queue_retire(struct store_queue_drain *q, const char *name)
+{
+    char from[MV_PATH_MAX + 80], to[MV_PATH_MAX + 96];
+    store_queue_path(q, name, from, sizeof from);
+    if (!q->done_ready) {
+        snprintf(to, sizeof to, "%s/" STORE_QUEUE_DONE_DIR, q->s->queue_dir);
+        q->done_ready = mkdir(to, 0700) == 0 || errno == EEXIST ? 1 : -1;
+    }
+    if (q->done_ready > 0) {
+        snprintf(to, sizeof to, "%s/" STORE_QUEUE_DONE_DIR "/%s", q->s->queue_dir, name);
+        if (rename(from, to) == 0) {
+            q->s->queue_done_hint = 1;
+            return 0;
+        }
+        if (errno == ENOENT) {
+            return 0; /* another drain took it out (its commit came first) */
+        }
+    }
+    return unlink(from) == 0 || errno == ENOENT ? 0 : -1;
+}
+
 /* Commits the batch (one durable commit for all its deliveries: synchronous=FULL, whose WAL
  * fsync covers every frame written before it), then unlinks their files. A crash before the
  * commit loses the batch and keeps its files (delivered again, once); after it, the meta
@@ -850,9 +880,7 @@ static int store_queue_flush(struct store_queue_drain *q)
     q->moved += q->moved_pending;
     q->moved_pending = 0;
     for (size_t i = 0; i < q->pending_count; i++) {
-        char path[MV_PATH_MAX + 80];
-        store_queue_path(q, q->pending[i], path, sizeof path);
-        if (unlink(path) != 0 && errno != ENOENT) {
+        if (store_queue_retire(q, q->pending[i]) != 0) {
             q->left++; /* stays; its meta row keeps it from being appended twice */
         } else {
             q->round->progress = 1; /* a file left the queue: the round did something */
@@ -1208,6 +1236,73 @@ void store_queue_round_free(mv_store *s)
     }
 }
 
+/* Unlinks up to max files (0: all) of done/; *more: 1 if it stopped at max. Once done/ is
+ * empty it is removed and the hint cleared. Not while a stepped drain is under way (its steps
+ * move files into done/ meanwhile, and the unlinks would only slow them down): *more 0. */
+static int store_queue_tidy(mv_store *s, uint32_t max, int *more)
+{
+    *more = 0;
+    if (!s->queue_done_hint || s->queue_round != NULL) {
+        return MV_OK;
+    }
+    char dir[MV_PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/" STORE_QUEUE_DONE_DIR, s->queue_dir);
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        s->queue_done_hint = errno == ENOENT ? 0 : s->queue_done_hint;
+        return errno == ENOENT ? MV_OK
+                               : store_fail(s, MV_EIO, "cannot read %s: %s", dir, strerror(errno));
+    }
+    uint32_t removed = 0;
+    int others = 0, rc = MV_OK;
+    struct dirent *e;
+    errno = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+            continue;
+        }
+        if (!store_queue_entry_name_ok(e->d_name)) {
+            others = 1; /* not ours: left alone (and done/ with it) */
+            continue;
+        }
+        if (max != 0 && removed == max) {
+            *more = 1;
+            break;
+        }
+        if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT) {
+            rc = store_fail(s, store_queue_errno_code(errno), "cannot remove %s/%s: %s", dir,
+                            e->d_name, strerror(errno));
+            break;
+        }
+        removed++;
+        errno = 0;
+    }
+    closedir(d);
+    if (rc == MV_OK && !*more) {
+        if (!others) {
+            (void)rmdir(dir); /* fails harmlessly if a drain put a file there meanwhile */
+        }
+        s->queue_done_hint = 0;
+    }
+    return rc;
+}
+
+int mv_queue_tidy(mv_store *store, uint32_t max, int *more_out)
+{
+    int more = 0, rc;
+    if (store == NULL) {
+        rc = MV_EINVAL;
+    } else if (store->readonly) {
+        rc = MV_OK; /* a read-only handle drains nothing, so it leaves nothing to tidy */
+    } else {
+        rc = store_queue_tidy(store, max, &more);
+    }
+    if (more_out != NULL) {
+        *more_out = more;
+    }
+    return rc;
+}
+
 /* One drain call: bounds NULL drains the whole queue (what was due when it started). */
 static int store_queue_drain_bounded(mv_store *s,
                                      const struct mv_drain_bounds *bounds,
@@ -1261,6 +1356,11 @@ static int store_queue_drain_bounded(mv_store *s,
     *moved = q.moved;
     *more = rc == MV_OK && q.more;
     free(q.pending);
+    if (bounds == NULL) { /* an open: the files of what it moved go now, as they always did */
+        int tidy_more = 0;
+        store_queue_round_free(s);
+        (void)store_queue_tidy(s, 0, &tidy_more);
+    }
     if (!*more) {
         store_queue_round_free(s); /* done (or failed): the next drain starts afresh */
     }
