@@ -392,6 +392,14 @@ static int worker_job_waiting(struct worker *w)
     return waiting;
 }
 
+static int worker_stopping(struct worker *w)
+{
+    pthread_mutex_lock(&w->lock);
+    int stop = w->stop;
+    pthread_mutex_unlock(&w->lock);
+    return stop;
+}
+
 static const char *worker_vacuum_text(int vacuum)
 {
     switch (vacuum) {
@@ -493,9 +501,11 @@ static void worker_purge(struct worker *w)
                 break;
             }
         }
-        /* the files of drained deliveries (THE DRAIN), once the drain is over */
+        /* the files of drained deliveries (THE DRAIN), once the drain is over; not at a stop
+         * (an open finds what is left) */
         int more = 1;
-        while (s->store != NULL && !s->drain_more && more && !worker_job_waiting(w)) {
+        while (s->store != NULL && !s->drain_more && more && !worker_job_waiting(w) &&
+               !worker_stopping(w)) {
             int rc = mv_queue_tidy(s->store, WORKER_TIDY_BATCH, &more);
             if (rc != MV_OK) {
                 log_warning("store %s: %s", s->address, mv_store_errmsg(s->store));
