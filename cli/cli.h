@@ -196,6 +196,7 @@ enum cli_opt {
     CLI_OPT_NOTE,                 /* release: recorded in the marker */
     CLI_OPT_WAIT_SECONDS,         /* release, store export: wait for the store to close */
     CLI_OPT_CONTROL_SOCKET,       /* who, kick, release, adopt: a running server */
+    CLI_OPT_FIX,                  /* doctor: remove killed imports' staging directories */
     CLI_OPT_COUNT
 };
 #define CLI_OPT(id) (UINT64_C(1) << (id))

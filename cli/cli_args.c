@@ -80,6 +80,7 @@ static const struct cli_option_def cli_option_defs[CLI_OPT_COUNT] = {
     [CLI_OPT_NOTE] = {"--note", "TEXT", "recorded in the release marker (one line)"},
     [CLI_OPT_CONTROL_SOCKET] = {"--control-socket", "PATH",
                                 "a running server's socket (default: in the root)"},
+    [CLI_OPT_FIX] = {"--fix", NULL, "remove what killed imports left (stale staging dirs)"},
     [CLI_OPT_WAIT_SECONDS] = {"--wait-seconds", "N",
                               "wait up to N s for the store to close (0..3600, default 10)"},
 };

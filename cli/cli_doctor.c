@@ -2,17 +2,21 @@
  * cli_doctor.c -- `mailvault doctor`: the deployment checklist (mv_doctor_run).
  *
  * USAGE
- *   mailvault doctor [--root DIR] [--wal-limit BYTES] [--json]
+ *   mailvault doctor [--root DIR] [--wal-limit BYTES] [--fix] [--json]
  *
  * IMPLEMENTATION NOTES
  *   One line per result, "OK   check: detail", "WARN ..." or "FAIL ...", then a summary;
- *   exit 1 if any check FAILed. No password is asked for: every check is keyless.
+ *   exit 1 if any check FAILed. No password is asked for: every check is keyless. --fix
+ *   removes the staging directories of killed `store import`s instead of reporting them
+ *   (only those no live import holds: ops_doctor.c); nothing else is ever changed.
  */
 #include "cli.h"
 
 static const struct cli_command_spec cli_doctor_spec = {
-    "doctor", "doctor [--root DIR] [--wal-limit BYTES] [--json]",
-    CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_WAL_LIMIT) | CLI_OPT(CLI_OPT_JSON), 0, 0};
+    "doctor", "doctor [--root DIR] [--wal-limit BYTES] [--fix] [--json]",
+    CLI_OPT(CLI_OPT_ROOT) | CLI_OPT(CLI_OPT_WAL_LIMIT) | CLI_OPT(CLI_OPT_FIX) |
+        CLI_OPT(CLI_OPT_JSON),
+    0, 0};
 
 struct cli_doctor_out {
     int json;
@@ -56,6 +60,7 @@ int cli_doctor_main(int argc, char **argv)
         return rc;
     }
     o.root = root;
+    o.fix = cli_args_has(&args, CLI_OPT_FIX);
     struct cli_doctor_out out = {cli_args_has(&args, CLI_OPT_JSON), {0}};
     struct mv_doctor_summary sum;
     if (out.json) {

@@ -1344,10 +1344,13 @@ struct mv_doctor_options {
     const char *root;         /* NULL: $MAILVAULT_ROOT, else "./var/mail" */
     uint64_t wal_bytes_max;   /* a WAL larger than this FAILs; default 64 MiB */
     uint32_t files_per_store; /* descriptors an open store needs (db, WAL, shm, temp): 4 */
+    int fix; /* non-zero: remove the stale staging directories of killed `store import`s
+                (no live import holds their lock, unwritten for an hour) instead of
+                reporting them; reported as OK "staging: ... removed" */
 };
 #define MV_DOCTOR_OPTIONS_INIT                                                                     \
     {                                                                                              \
-        NULL, (uint64_t)64 << 20, 4                                                                \
+        NULL, (uint64_t)64 << 20, 4, 0                                                             \
     }
 
 /* One result: status MV_DOCTOR_*, check a short name, detail the finding. Valid during the
@@ -1367,7 +1370,9 @@ struct mv_doctor_summary {
  * its stores); free disk at least twice the largest store ($MAILVAULT_TEST_FREE_BYTES
  * replaces it, a test hook); every store's header; WAL sizes against wal_bytes_max;
  * permissions (0700 directories, 0600 files); RLIMIT_NOFILE against files_per_store per
- * store. Each result goes to fn. Returns MV_OK when the checks ran (failures are in *out),
+ * store; staging directories of `store import`s that were killed (no live import holds
+ * them; with fix set they are removed, the only change the doctor ever makes). Each
+ * result goes to fn. Returns MV_OK when the checks ran (failures are in *out),
  * MV_EINVAL or MV_ENOMEM. */
 MV_API MV_MUST_CHECK int mv_doctor_run(const struct mv_doctor_options *opts,
                                        mv_doctor_fn fn,

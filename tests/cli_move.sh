@@ -150,6 +150,37 @@ check doctor_staging_not_a_failure ok
 check doctor_warns_about_a_killed_imports_staging_dir \
     grep -q "^WARN staging: $stream_root/example.org/.import-OLDabc: left by a .store import. that did not finish (killed?), untouched for 1[0-9][0-9] min" "$out"
 check doctor_leaves_a_running_imports_staging_dir_alone bash -c "! grep -q 'import-NEWabc' '$out'"
+# doctor --fix removes a stale one, and never a live import's however old it looks: the import
+# holds an flock on its staging directory (here one blocked on its input), which its death
+# releases.
+mkfifo "$tmp/live.fifo"
+MAILVAULT_ROOT="$stream_root" "$mv" store import zed@example.org - <"$tmp/live.fifo" >/dev/null 2>&1 &
+live_pid=$!
+exec 7>"$tmp/live.fifo"
+live=""
+for _ in $(seq 600); do
+    live=$(find "$stream_root/example.org" -maxdepth 1 -name '.import-*' ! -name '.import-OLDabc' \
+           ! -name '.import-NEWabc' | head -n 1)
+    [ -n "$live" ] && break
+    sleep 0.1
+done
+check live_import_has_a_staging_dir [ -n "$live" ]
+touch -d '2 hours ago' "$live"
+run "$mv" doctor --root "$stream_root" --fix
+check doctor_fix_removes_a_killed_imports_staging_dir bash -c "[ $rc -eq 0 ] &&
+    grep -q '^OK   staging: $stream_root/example.org/.import-OLDabc: removed' '$out' &&
+    [ ! -e '$stream_root/example.org/.import-OLDabc' ]"
+check doctor_fix_leaves_a_young_one [ -d "$stream_root/example.org/.import-NEWabc" ]
+check doctor_fix_leaves_a_live_imports_staging_dir bash -c "[ -d '$live' ] && ! grep -q '$live' '$out'"
+kill -9 "$live_pid" 2>/dev/null
+wait "$live_pid" 2>/dev/null
+exec 7>&-
+touch -d '2 hours ago' "$live"
+run "$mv" doctor --root "$stream_root"
+check doctor_warns_once_the_import_is_dead grep -q "^WARN staging: $live: .*mailvault doctor --fix" "$out"
+run "$mv" doctor --root "$stream_root" --fix
+check doctor_fix_removes_it_once_the_import_is_dead bash -c "[ $rc -eq 0 ] && [ ! -e '$live' ]"
+rm -rf "$stream_root/example.org/.import-NEWabc" "$tmp/live.fifo"
 
 # ---- import, then the store is served on the new root ----
 run env MAILVAULT_ROOT="$new_root" "$mv" store import "$user" "$archive"

@@ -245,4 +245,14 @@ int ops_swap_commit(sqlite3 **old_db,
  * and its side files; resets the VFS's temporary directory; releases the lock. */
 void ops_swap_end(int rc, sqlite3 **old_db, const char *new_path, int *lock_fd);
 
+/* `store import`'s staging directories (ROOT/<domain>/.import-XXXXXX, ops_move.c): the
+ * import holds an exclusive flock(2) on the directory from just after creating it until
+ * it has removed it, so the lock says whether an import is alive (the kernel drops it when
+ * the process dies, however it dies). ops_staging_lock() takes it without waiting: MV_OK
+ * with *fd_out (close it to release), MV_EBUSY when a live import holds it, MV_ENOTFOUND
+ * (gone, or not a directory: never followed through a link), MV_EIO. The doctor removes
+ * only directories whose lock it gets (ops_doctor.c). */
+#define OPS_STAGING_PREFIX ".import-"
+int ops_staging_lock(const char *dir, int *fd_out);
+
 #endif /* MV_OPS_BACKUP_H */

@@ -21,11 +21,13 @@
  *   - WAL files against a limit, store headers (a plaintext or unknown header FAILs),
  *     permissions (0700 directories, 0600 files) from the keyless root scan;
  *   - leftovers of a killed `store import`: its staging directories (.import-XXXXXX in a
- *     domain) unwritten for an hour (WARN);
+ *     domain) that no live import holds locked and unwritten for an hour (WARN; removed
+ *     with mv_doctor_options.fix, `mailvault doctor --fix`);
  *   - the open-file limit: RLIMIT_NOFILE (soft) against files_per_store descriptors per
  *     store plus OPS_DOCTOR_FD_SPARE for the process itself, for a server that opens them all.
  */
 #include "crypto/crypt.h"
+#include "ops/ops_backup.h"
 #include "ops/ops_inspect.h"
 
 #include <dirent.h>
@@ -43,9 +45,8 @@
 #define OPS_DOCTOR_FD_SPARE       64
 #define OPS_DOCTOR_SQLITE_MIN     3035000 /* RETURNING */
 #define OPS_DOCTOR_OPENSSL_MIN    0x30000000L
-#define OPS_DOCTOR_STORE_FAIL_MAX 20         /* per check; the rest are counted */
-#define OPS_DOCTOR_STAGING_PREFIX ".import-" /* ops_move.c's staging directories */
-#define OPS_DOCTOR_STAGING_IDLE_S 3600       /* unwritten this long: not a running import */
+#define OPS_DOCTOR_STORE_FAIL_MAX 20   /* per check; the rest are counted */
+#define OPS_DOCTOR_STAGING_IDLE_S 3600 /* unwritten this long: not a running import */
 
 struct ops_doctor {
     const struct mv_doctor_options *o;
@@ -169,12 +170,40 @@ static time_t ops_doctor_newest_mtime(const char *dir, time_t newest)
     return newest;
 }
 
-/* Staging directories of `store import` (ROOT/<domain>/.import-XXXXXX) that nothing has
- * written to for OPS_DOCTOR_STAGING_IDLE_S: an import removes its own at the end, also
- * when it fails, so one left behind is from an import that was killed (SIGKILL, a crash,
- * power loss). It holds ciphertext only and nothing reads it, but it takes disk space
- * until someone removes it (docs/SCALEOUT.md, "When a step fails"). A younger one may
- * belong to an import that is running: not reported. */
+/* Removes a stale staging directory held locked by lock_fd: its files (a staging directory
+ * holds regular files only: anything else is left, and so is the directory), then itself.
+ * 0 on success, else errno. */
+static int ops_doctor_staging_remove(const char *path, int lock_fd)
+{
+    DIR *dh = fdopendir(dup(lock_fd));
+    if (dh == NULL) {
+        return errno;
+    }
+    int err = 0;
+    struct dirent *e;
+    while ((e = readdir(dh)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+            continue;
+        }
+        if (unlinkat(lock_fd, e->d_name, 0) != 0 && err == 0) {
+            err = errno; /* EISDIR / EPERM for a directory: not ours to remove */
+        }
+    }
+    closedir(dh);
+    if (err == 0 && rmdir(path) != 0) {
+        err = errno;
+    }
+    return err;
+}
+
+/* Staging directories of `store import` (ROOT/<domain>/.import-XXXXXX) that are stale: no
+ * live import holds their lock (ops_staging_lock: an import holds it from creating the
+ * directory to removing it, also when it fails) and nothing has written to them for
+ * OPS_DOCTOR_STAGING_IDLE_S (an import of a version without the lock, still running).
+ * Such a one is from an import that was killed (SIGKILL, a crash, power loss). It holds
+ * ciphertext only and nothing reads it, but it takes disk space: reported (WARN), or with
+ * fix removed (OK, or WARN naming what could not be removed); docs/SCALEOUT.md, "When a
+ * step fails". */
 static void ops_doctor_staging(struct ops_doctor *d, const char *domain_dir)
 {
     DIR *dh = opendir(domain_dir);
@@ -184,24 +213,42 @@ static void ops_doctor_staging(struct ops_doctor *d, const char *domain_dir)
     time_t now = time(NULL);
     struct dirent *e;
     while ((e = readdir(dh)) != NULL) {
-        if (strncmp(e->d_name, OPS_DOCTOR_STAGING_PREFIX, sizeof OPS_DOCTOR_STAGING_PREFIX - 1) !=
-            0) {
+        if (strncmp(e->d_name, OPS_STAGING_PREFIX, sizeof OPS_STAGING_PREFIX - 1) != 0) {
             continue;
         }
         char path[MV_PATH_MAX + 600];
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", domain_dir, e->d_name);
-        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            continue;
+        int lock_fd = -1;
+        if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
+            ops_staging_lock(path, &lock_fd) != MV_OK) {
+            continue; /* gone, not a directory, or a live import's */
         }
         time_t newest = ops_doctor_newest_mtime(path, st.st_mtime);
+        long long idle_min = (long long)((now - newest) / 60);
         if (now - newest < OPS_DOCTOR_STAGING_IDLE_S) {
+            close(lock_fd);
             continue;
         }
-        ops_doctor_say(d, MV_DOCTOR_WARN, "staging",
-                       "%s: left by a `store import` that did not finish (killed?), untouched "
-                       "for %lld min; ciphertext only, nothing uses it: remove it (rm -r)",
-                       path, (long long)((now - newest) / 60));
+        if (!d->o->fix) {
+            ops_doctor_say(d, MV_DOCTOR_WARN, "staging",
+                           "%s: left by a `store import` that did not finish (killed?), "
+                           "untouched for %lld min; ciphertext only, nothing uses it: remove it "
+                           "(mailvault doctor --fix)",
+                           path, idle_min);
+        } else {
+            int err = ops_doctor_staging_remove(path, lock_fd);
+            if (err == 0) {
+                ops_doctor_say(d, MV_DOCTOR_OK, "staging",
+                               "%s: removed (left by a `store import` that did not finish, "
+                               "untouched for %lld min)",
+                               path, idle_min);
+            } else {
+                ops_doctor_say(d, MV_DOCTOR_WARN, "staging", "%s: cannot remove it: %s", path,
+                               strerror(err));
+            }
+        }
+        close(lock_fd);
     }
     closedir(dh);
 }

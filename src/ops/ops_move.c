@@ -49,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -493,6 +494,7 @@ struct move_reader {
     struct archive *a;
     const char *archive_path;
     char staging[MV_PATH_MAX];
+    int staging_fd;         /* holds the staging directory's lock (ops_staging_lock) */
     struct move_list files; /* what was read, with the SHA-256 of its bytes */
     char *manifest;
     size_t manifest_len;
@@ -819,7 +821,23 @@ static int move_place(struct move_reader *r, const struct store_paths *p)
     return rc;
 }
 
-/* Removes the staging directory and whatever is left in it. */
+int ops_staging_lock(const char *dir, int *fd_out)
+{
+    *fd_out = -1;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? MV_ENOTFOUND : MV_EIO;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        return e == EWOULDBLOCK ? MV_EBUSY : MV_EIO;
+    }
+    *fd_out = fd;
+    return MV_OK;
+}
+
+/* Removes the staging directory and whatever is left in it, then drops its lock. */
 static void move_staging_remove(struct move_reader *r)
 {
     if (r->staging[0] == '\0') {
@@ -831,6 +849,10 @@ static void move_staging_remove(struct move_reader *r)
         unlink(path);
     }
     rmdir(r->staging);
+    if (r->staging_fd >= 0) {
+        close(r->staging_fd);
+        r->staging_fd = -1;
+    }
 }
 
 /* Import from archive_path or, when in_fd >= 0, from that descriptor (a pipe: archive_path
@@ -849,6 +871,7 @@ static int move_import(const char *address,
     memset(&info, 0, sizeof info);
     struct move_reader r;
     memset(&r, 0, sizeof r);
+    r.staging_fd = -1;
     r.archive_path = archive_path;
     r.errmsg = errmsg;
     r.errmsg_size = errmsg_size;
@@ -873,6 +896,10 @@ static int move_import(const char *address,
             rc = ops_io_fail(errmsg, errmsg_size, ops_io_errno_code(errno), "cannot create %s: %s",
                              r.staging, strerror(errno));
             r.staging[0] = '\0';
+        } else if (ops_staging_lock(r.staging, &r.staging_fd) != MV_OK) {
+            /* Nobody else knows the fresh name yet; a failure here is the file system's. */
+            rc = ops_io_fail(errmsg, errmsg_size, MV_EIO, "cannot lock %s: %s", r.staging,
+                             strerror(errno));
         }
     }
     if (rc == MV_OK) {
