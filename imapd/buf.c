@@ -146,9 +146,11 @@ void buf_imap_string(struct buf *b, const char *s, size_t len)
 void buf_imap_string_utf8(struct buf *b, const char *s, size_t len, int utf8)
 {
     int plain = len <= 1024, eight_bit = 0;
+    size_t escapes = 0;
     for (size_t i = 0; plain && i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         eight_bit |= c >= 0x80;
+        escapes += c == '"' || c == '\\';
         plain = (c >= 0x20 && c < 0x7f) || (utf8 && c >= 0x80);
     }
     /* RFC 6855 3: UTF-8 in a quoted string only for a session that enabled it, and then only
@@ -160,14 +162,27 @@ void buf_imap_string_utf8(struct buf *b, const char *s, size_t len, int utf8)
         buf_literal(b, s, len);
         return;
     }
-    buf_add(b, "\"", 1);
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] == '"' || s[i] == '\\') {
-            buf_add(b, "\\", 1);
-        }
-        buf_add(b, s + i, 1);
+    /* One reserve for the whole quoted string (len <= 1024 here, so no overflow); one
+     * memcpy when nothing needs a backslash, else one before each '"' and '\\'. */
+    if (buf_reserve(b, len + escapes + 2) != 0) {
+        return;
     }
-    buf_add(b, "\"", 1);
+    char *o = b->data + b->len;
+    *o++ = '"';
+    if (escapes == 0 && len != 0) {
+        memcpy(o, s, len);
+        o += len;
+    } else {
+        for (size_t i = 0; i < len; i++) {
+            if (s[i] == '"' || s[i] == '\\') {
+                *o++ = '\\';
+            }
+            *o++ = s[i];
+        }
+    }
+    *o++ = '"';
+    *o = '\0';
+    b->len = (size_t)(o - b->data);
 }
 
 void buf_imap_nstring(struct buf *b, const char *s)

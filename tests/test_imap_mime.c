@@ -304,6 +304,69 @@ static void test_utf8_strings(void)
     buf_free(&bs_utf8);
 }
 
+/* buf_imap_string_utf8() (imapd/buf.c), written straight into the buffer: RFC 3501 4.3 quoted
+ * strings with '"' and '\' escaped, a literal for CR, LF, other controls, over 1024 bytes
+ * and 8-bit bytes unless the session enabled UTF8=ACCEPT and they are valid UTF-8 (RFC 6855
+ * 3). Each case lands after a prefix of every length 0..600, so the buffer's growth falls at
+ * every point of the string; the result must be the prefix, the expected bytes and a NUL. */
+static void tm_string_case(const char *s, size_t len, int utf8, const char *want, size_t want_len)
+{
+    for (size_t pre = 0; pre <= 600; pre++) {
+        struct buf b = {0};
+        for (size_t i = 0; i < pre; i++) {
+            buf_add(&b, "p", 1);
+        }
+        buf_imap_string_utf8(&b, s, len, utf8);
+        CHECK(!b.oom && b.len == pre + want_len);
+        if (b.oom || b.len != pre + want_len) {
+            buf_free(&b);
+            return;
+        }
+        CHECK(memcmp(b.data + pre, want, want_len) == 0);
+        CHECK(b.data[b.len] == '\0' && b.len < b.cap);
+        buf_free(&b);
+    }
+}
+
+#define TM_STRING(s, utf8, want) tm_string_case(s, sizeof(s) - 1, utf8, want, sizeof(want) - 1)
+
+static void test_imap_string_quoting(void)
+{
+    TM_STRING("", 0, "\"\"");
+    TM_STRING("Subject text", 0, "\"Subject text\"");
+    TM_STRING("a\"b\\c", 0, "\"a\\\"b\\\\c\"");
+    TM_STRING("\"", 0, "\"\\\"\"");
+    TM_STRING("\\\\", 0, "\"\\\\\\\\\"");
+    TM_STRING("\"Ren\xc3\xa9\" \\ x", 1, "\"\\\"Ren\xc3\xa9\\\" \\\\ x\"");
+    TM_STRING("Caf\xc3\xa9", 0, "{5}\r\nCaf\xc3\xa9");
+    TM_STRING("Caf\xc3\xa9", 1, "\"Caf\xc3\xa9\"");
+    TM_STRING("x\xe9\"", 1, "{3}\r\nx\xe9\"");
+    TM_STRING("a\tb", 0, "{3}\r\na\tb");
+    TM_STRING("a\r\nb\"", 1, "{5}\r\na\r\nb\"");
+    TM_STRING("\x7f", 0, "{1}\r\n\x7f");
+    /* 1024 bytes with a '"' and a '\' are still quoted (1028 out); 1025 make a literal */
+    char big[1026], want[1040];
+    memset(big, 'a', sizeof big);
+    big[0] = '"';
+    big[1023] = '\\';
+    want[0] = '"';
+    want[1] = '\\';
+    want[2] = '"';
+    memset(want + 3, 'a', 1022);
+    want[1025] = '\\';
+    want[1026] = '\\';
+    want[1027] = '"';
+    tm_string_case(big, 1024, 0, want, 1028);
+    memcpy(want, "{1025}\r\n", 8);
+    memcpy(want + 8, big, 1025);
+    tm_string_case(big, 1025, 0, want, 1033);
+    /* a buffer that has failed stays failed */
+    struct buf b = {0};
+    b.oom = 1;
+    buf_imap_string_utf8(&b, "x", 1, 0);
+    CHECK(b.len == 0 && b.data == NULL);
+}
+
 /* RFC 5322 2.1 / RFC 3501 6.4.5: a message or part that starts with an empty line has an
  * empty header; its content is everything after that line (not up to the next empty line). */
 static void test_empty_header(void)
@@ -544,6 +607,7 @@ int main(void)
     TEST(test_digest_and_case);
     TEST(test_too_much_structure);
     TEST(test_utf8_strings);
+    TEST(test_imap_string_quoting);
     TEST(test_empty_header);
     TEST(test_folded_boundary);
     TEST(test_envelope_without_gmime);
