@@ -388,15 +388,25 @@ static int it_write_message_file(const char *path, int i, int64_t mtime)
     return rc == 0 ? utimes(path, tv) : rc;
 }
 
+/* An empty Maildir at dir (cur/, new/, tmp/); 0 or -1. */
+static int it_maildir_make(const char *dir)
+{
+    static const char *const subs[] = {"", "/cur", "/new", "/tmp"};
+    char path[1200];
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s%s", dir, subs[i]);
+        if (mkdir(path, 0700) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static void test_maildir(void)
 {
     char dir[1024], path[1200];
     snprintf(dir, sizeof dir, "%s", tu_path("Maildir"));
-    static const char *const subs[] = {"", "/cur", "/new", "/tmp"};
-    for (size_t i = 0; i < 4; i++) {
-        snprintf(path, sizeof path, "%s%s", dir, subs[i]);
-        CHECK(mkdir(path, 0700) == 0);
-    }
+    CHECK(it_maildir_make(dir) == 0);
     static const char *const files[] = {"cur/1000.M1.host:2,FS", "cur/1001.M2.host:2,RT",
                                         "cur/1002.M3.host:2,D",  "new/0999.M4.host",
                                         "tmp/1003.M5.host",      "cur/.hidden"};
@@ -429,11 +439,7 @@ static void test_maildir_lf_stored_crlf(void)
 {
     char dir[1024], path[1200];
     snprintf(dir, sizeof dir, "%s", tu_path("MaildirLF"));
-    static const char *const subs[] = {"", "/cur", "/new", "/tmp"};
-    for (size_t i = 0; i < 4; i++) {
-        snprintf(path, sizeof path, "%s%s", dir, subs[i]);
-        CHECK(mkdir(path, 0700) == 0);
-    }
+    CHECK(it_maildir_make(dir) == 0);
     static const char *const msgs[] = {
         "From: a@example.org\nSubject: lf only\n\nfirst line\nlfwordzz here\n",
         "From: b@example.org\r\nSubject: crlf\r\n\r\nalready right\r\n",
