@@ -416,6 +416,14 @@ int store_schema_migrate(mv_store *s)
         rc = store_schema_run(s, store_schema_v8,
                               sizeof store_schema_v8 / sizeof store_schema_v8[0], 8);
     }
+    /* A migration that rebuilt a table (version 7 rebuilds messages) dropped its rows of
+     * sqlite_stat1, and PRAGMA optimize at open does not analyze a table that has none, so
+     * until the store was next closed the planner chose plans without statistics: EXPUNGE's
+     * per-body reference count walked every deleted message once per body (quadratic).
+     * analysis_limit (the open's profile) keeps this to a sample of each index. */
+    if (rc == MV_OK && version != 0 && version < STORE_SCHEMA_VERSION) {
+        rc = store_exec(s, "ANALYZE");
+    }
     if (rc != MV_OK) {
         store_rollback(s);
         return rc;
