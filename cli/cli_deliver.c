@@ -81,6 +81,33 @@ static int cli_deliver_read_fd(int fd, uint64_t max_bytes, struct cli_deliver_in
     }
 }
 
+/* The message with CRLF line ends (mv_message_crlf): an MTA's pipe usually carries bare LFs,
+ * and IMAP serves CRLF (RFC 3501 4.3; RFC822.SIZE counts the octets sent), so deliver stores
+ * what import and LMTP store. */
+static int cli_deliver_crlf(uint64_t max_bytes, struct cli_deliver_input *input)
+{
+    const size_t need = mv_message_crlf(input->bytes, input->size_bytes, NULL, 0);
+    if (need == input->size_bytes) {
+        return CLI_EXIT_OK;
+    }
+    if ((uint64_t)need > max_bytes) {
+        cli_error("%s: the message is larger than message_size_max (%llu bytes) once its line "
+                  "ends are CRLF (%zu bytes)",
+                  input->name, (unsigned long long)max_bytes, need);
+        return CLI_EXIT_DATA;
+    }
+    unsigned char *crlf = malloc(need);
+    if (crlf == NULL) {
+        cli_error("out of memory reading %s", input->name);
+        return CLI_EXIT_OSERR;
+    }
+    input->size_bytes = mv_message_crlf(input->bytes, input->size_bytes, crlf, need);
+    free(input->bytes);
+    input->bytes = crlf;
+    input->capacity_bytes = need;
+    return CLI_EXIT_OK;
+}
+
 static int cli_deliver_read(const char *path, uint64_t max_bytes, struct cli_deliver_input *input)
 {
     memset(input, 0, sizeof *input);
@@ -108,6 +135,9 @@ static int cli_deliver_read(const char *path, uint64_t max_bytes, struct cli_del
     if (rc == CLI_EXIT_OK && input->size_bytes == 0) {
         cli_error("%s: an empty message is not mail; nothing delivered", input->name);
         rc = CLI_EXIT_DATA;
+    }
+    if (rc == CLI_EXIT_OK) {
+        rc = cli_deliver_crlf(max_bytes, input);
     }
     if (!is_stdin) {
         close(fd);

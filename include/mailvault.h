@@ -612,6 +612,14 @@ MV_API MV_MUST_CHECK int mv_message_append(mv_store *store,
                                            int64_t internal_date,
                                            uint32_t *uid_out);
 
+/* The length of msg (len bytes) with every LF not preceded by CR made CRLF, as Internet
+ * mail (RFC 5322 2.1) and IMAP (RFC 3501 4.3) want line ends; bare CRs stay. If out is not
+ * NULL and out_cap is at least that length, the converted bytes are written to out (which
+ * must not overlap msg); otherwise nothing is written. Equal to len: nothing to convert.
+ * `mailvault import` and `mailvault deliver` store what this writes; mv_message_append()
+ * stores bytes as given. Never fails; len must be below SIZE_MAX / 2. */
+MV_API size_t mv_message_crlf(const void *msg, size_t len, void *out, size_t out_cap);
+
 /* Returns in *raw_out (malloc'd; free with mv_free) the exact bytes that were appended, and
  * their length in *len_out. MV_OK, MV_ENOTFOUND, MV_ECORRUPT, MV_EIO, MV_ENOMEM. */
 MV_API MV_MUST_CHECK int mv_message_fetch(

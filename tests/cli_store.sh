@@ -33,6 +33,9 @@ db="$root/example.org/alice.db"
 printf 'From: Bob Sender <bob@example.net>\r\nTo: alice@example.org\r\nSubject: Quarterly zebra report\r\nDate: Mon, 01 Jan 2024 10:00:00 +0000\r\nMessage-ID: <one@example.net>\r\n\r\nThe zebra numbers are attached.\r\n' >"$tmp/m1.eml"
 printf 'From: Carol <carol@example.com>\nTo: alice@example.org\nCc: dave@example.com\nSubject: Lunch\nDate: Tue, 02 Jan 2024 12:00:00 +0000\n\nNoon at the usual place.\n' >"$tmp/m2.eml"
 printf 'From: "Eve \\"Q\\" \\\\ X" <eve@example.org>\nTo: alice@example.org\nSubject: esc \033]0;owned\007 tab\there \302\x80c1 bad\xff\xfe utf8 \xc3\xa9\nDate: Wed, 03 Jan 2024 08:00:00 +0000\n\nhostile body \033[2J\n' >"$tmp/m3.eml"
+# What deliver stores (and fetch gives back) of the LF ones: CRLF line ends (RFC 5322 2.1).
+LC_ALL=C sed 's/$/\r/' "$tmp/m2.eml" >"$tmp/m2.crlf"
+LC_ALL=C sed 's/$/\r/' "$tmp/m3.eml" >"$tmp/m3.crlf"
 
 # ---- help, usage errors ----
 run "$mv" help
@@ -123,9 +126,9 @@ check list_unknown_mailbox bash -c "[ $rc -eq 68 ] && grep -qi 'mailbox' '$err'"
 run "$mv" fetch "$user" 1 "${P[@]}"
 check fetch_byte_identical_crlf cmp -s "$out" "$tmp/m1.eml"
 run "$mv" fetch "$user" 3 "${P[@]}"
-check fetch_byte_identical_hostile cmp -s "$out" "$tmp/m3.eml"
+check fetch_byte_identical_hostile_crlf cmp -s "$out" "$tmp/m3.crlf"
 run "$mv" fetch "$user" 2 "${P[@]}" --output "$tmp/f2.eml"
-check fetch_output_file bash -c "[ $rc -eq 0 ] && cmp -s '$tmp/f2.eml' '$tmp/m2.eml' &&
+check fetch_output_file bash -c "[ $rc -eq 0 ] && cmp -s '$tmp/f2.eml' '$tmp/m2.crlf' &&
                                  [ \$(stat -c %a '$tmp/f2.eml') = 600 ]"
 run "$mv" fetch "$user" 99 "${P[@]}" --output "$tmp/f99.eml"
 check fetch_unknown_uid bash -c "[ $rc -eq 68 ] && [ ! -e '$tmp/f99.eml' ] && ! ls '$tmp'/f99.eml.* 2>/dev/null"
@@ -162,7 +165,7 @@ check search_seen [ "$(search_uids --seen)" = 1 ]
 check search_unseen [ "$(search_uids --unseen)" = 2,3 ]
 check search_flagged [ "$(search_uids --flagged)" = 1,3 ]
 check search_keyword [ "$(search_uids --keyword urgent)" = 1,3 ]
-size2=$(stat -c %s "$tmp/m2.eml")
+size2=$(stat -c %s "$tmp/m2.crlf")
 check search_larger [ "$(search_uids --larger $((size2 - 1)))" = 1,2,3 ]
 check search_larger_excludes [ "$(search_uids --larger "$size2" --from carol)" = "" ]
 check search_smaller_includes [ "$(search_uids --smaller $((size2 + 1)) --from carol)" = 2 ]
@@ -184,7 +187,7 @@ check copy bash -c "[ $rc -eq 0 ] && grep -q '^copied 2 messages to Archive' '$o
 run "$mv" move "$user" 3 Trash "${P[@]}"
 check move bash -c "[ $rc -eq 0 ] && grep -q '^moved 1 message to Trash' '$out'"
 run "$mv" fetch "$user" 1 "${P[@]}" --mailbox Trash
-check moved_message_intact cmp -s "$out" "$tmp/m3.eml"
+check moved_message_intact cmp -s "$out" "$tmp/m3.crlf"
 run "$mv" copy "$user" 1 Nope "${P[@]}"
 check copy_unknown_mailbox [ "$rc" -eq 68 ]
 run "$mv" flags "$user" 1:* "${P[@]}" --mailbox Archive --add '\Deleted'
@@ -429,7 +432,7 @@ check output_symlink_followed bash -c "[ $rc -eq 0 ] && [ -L '$tmp/out/link.mbox
 ln -s ../fetched.eml "$tmp/out/sub/rel.eml"
 run "$mv" fetch "$user" 2 "${P[@]}" --output "$tmp/out/sub/rel.eml"
 check output_dangling_relative_symlink bash -c "[ $rc -eq 0 ] && [ -L '$tmp/out/sub/rel.eml' ] &&
-    cmp -s '$tmp/out/fetched.eml' '$tmp/m2.eml' && [ \$(stat -c %a '$tmp/out/fetched.eml') = 600 ]"
+    cmp -s '$tmp/out/fetched.eml' '$tmp/m2.crlf' && [ \$(stat -c %a '$tmp/out/fetched.eml') = 600 ]"
 ln -s loop-b "$tmp/out/loop-a"
 ln -s loop-a "$tmp/out/loop-b"
 run "$mv" fetch "$user" 2 "${P[@]}" --output "$tmp/out/loop-a"

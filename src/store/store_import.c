@@ -198,47 +198,31 @@ static int import_append(struct import_ctx *c,
     return import_insert(c, raw, len, sha, flags, date);
 }
 
-/* Internet mail ends its lines with CRLF (RFC 5322 2.1, 2.3) and IMAP serves messages so
- * (RFC 3501 2.3.1.1, 4.3; RFC822.SIZE counts the octets sent): LMTP receives CRLF by its
- * protocol, but Maildir and mbox files and .eml exports usually hold bare LFs. Each LF not
- * preceded by CR becomes CRLF, in c->crlf; *out is raw itself when none is bare. Stored
- * converted, the size, SHA-256 and full-text index all agree with what FETCH sends. Bare CRs
- * are left as they are (a byte of the message; rare outside old Mac files). Returns MV_OK,
- * MV_ELIMIT (converted, the message would be over message_size_max: refused like any too
- * large one, nothing held), MV_ENOMEM. */
+/* The message with CRLF line ends (mv_message_crlf, store_crlf.c), in c->crlf; *out is raw
+ * itself when no LF is bare. Returns MV_OK, MV_ELIMIT (converted, the message would be over
+ * message_size_max: refused like any too large one, nothing held), MV_ENOMEM. */
 static int import_crlf(
     struct import_ctx *c, const uint8_t *raw, size_t len, const uint8_t **out, size_t *out_len)
 {
-    size_t bare = 0;
-    for (const uint8_t *p = raw, *end = raw + len; (p = memchr(p, '\n', (size_t)(end - p))) != NULL;
-         p++) {
-        bare += p == raw || p[-1] != '\r';
-    }
+    const size_t need = mv_message_crlf(raw, len, NULL, 0);
     *out = raw;
     *out_len = len;
-    if (bare == 0) {
+    if (need == len) {
         return MV_OK;
     }
-    if ((uint64_t)len + bare > c->size_max) {
+    if ((uint64_t)need > c->size_max) {
         return MV_ELIMIT;
     }
-    if (len + bare > c->crlf_cap) {
-        uint8_t *p = realloc(c->crlf, len + bare);
+    if (need > c->crlf_cap) {
+        uint8_t *p = realloc(c->crlf, need);
         if (p == NULL) {
-            return store_fail(c->s, MV_ENOMEM, "out of memory (a %zu-byte message)", len + bare);
+            return store_fail(c->s, MV_ENOMEM, "out of memory (a %zu-byte message)", need);
         }
         c->crlf = p;
-        c->crlf_cap = len + bare;
-    }
-    uint8_t *o = c->crlf;
-    for (size_t i = 0; i < len; i++) {
-        if (raw[i] == '\n' && (i == 0 || raw[i - 1] != '\r')) {
-            *o++ = '\r';
-        }
-        *o++ = raw[i];
+        c->crlf_cap = need;
     }
     *out = c->crlf;
-    *out_len = len + bare;
+    *out_len = mv_message_crlf(raw, len, c->crlf, c->crlf_cap);
     return MV_OK;
 }
 
