@@ -71,6 +71,9 @@ struct open_store {
      * writer). Set when the store opens, closed with it (no session holds it then, so no
      * read job of it is in flight). */
     mv_store *reader;
+    /* Bodies the next mv_store_purge() call between jobs may delete (worker_purge_batch_next;
+     * 0: not measured yet). */
+    uint32_t purge_batch;
 };
 /* Frees a store's cached views (when it is closed); *c becomes NULL. */
 void imap_view_cache_free(struct imap_view_cache **c);
@@ -92,6 +95,10 @@ void worker_store_release(struct worker *w, struct open_store *s);
 /* The same from a job on the reader thread: the release is a job of the writer thread (the
  * table is the writer's). */
 void worker_store_release_from_reader(struct worker *w, struct open_store *s);
+/* The purge's next batch size (bodies), from the last one's: batch bodies took elapsed_us.
+ * Sized so a batch takes about WORKER_PURGE_TARGET_US (a job that arrives meanwhile waits
+ * for it), at least 1, at most WORKER_PURGE_BATCH_MAX, and at most twice the last. */
+uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
 /* The open store of address without a password (LMTP delivery into an open store), or NULL. */
 struct open_store *worker_store_find(struct worker *w, const char *address);
 const struct config *worker_config(const struct worker *w);

@@ -210,6 +210,21 @@ static void test_reads_pass_held_writer(void)
     CHECK(wt_order_is(want, 5));
 }
 
+/* The purge's batches between jobs follow what a body costs: a batch of 48 bodies that took
+ * 264 ms (5.5 ms a body, the big-mailbox corpus) made every job arriving meanwhile wait that
+ * long; the next batch is sized to ~15 ms, and grows back (at most doubling) when cheap. */
+static void test_purge_batch_adapts(void)
+{
+    CHECK_EQ_INT(worker_purge_batch_next(0, 0), 8); /* a store's first batch */
+    CHECK_EQ_INT(worker_purge_batch_next(48, 264000), 2);
+    CHECK_EQ_INT(worker_purge_batch_next(8, 44000), 2);
+    CHECK_EQ_INT(worker_purge_batch_next(1, 100000), 1);  /* never below one body */
+    CHECK_EQ_INT(worker_purge_batch_next(2, 1000), 4);    /* cheap: at most doubles */
+    CHECK_EQ_INT(worker_purge_batch_next(32, 1000), 48);  /* capped */
+    CHECK_EQ_INT(worker_purge_batch_next(48, 0), 48);     /* no time measured */
+    CHECK_EQ_INT(worker_purge_batch_next(10, 15000), 10); /* on target: stays */
+}
+
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
 static int wt_start(void)
 {
@@ -229,6 +244,7 @@ int main(void)
     TEST(test_long_not_starved);
     TEST(test_fifo_within_lane);
     TEST(test_reads_pass_held_writer);
+    TEST(test_purge_batch_adapts);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);
