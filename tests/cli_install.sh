@@ -35,7 +35,7 @@ check soname bash -c "objdump -p '$p/lib/libmailvault.so.0.1.0' | grep -qE 'SONA
 # The shared library exports the MV_API functions of the header and nothing else.
 nm -D --defined-only "$p/lib/libmailvault.so.0.1.0" | awk '$2 == "T" { sub(/@.*/, "", $3); print $3 }' |
     sort >"$tmp/exported"
-tr -s ' \n' '  ' <include/mailvault.h | grep -oE 'MV_API [^;{]*\(' | grep -oE 'mv_[a-z0-9_]+ *\($' |
+tr -s ' \n' '  ' <include/mailvault.h | grep -oE 'MV_API [^;{(]*\(' | grep -oE 'mv_[a-z0-9_]+ *\($' |
     tr -d ' (' | sort -u >"$tmp/declared"
 check exports_exactly_the_api bash -c "[ -s '$tmp/exported' ] && diff '$tmp/declared' '$tmp/exported'"
 run nm -g --defined-only "$p/lib/libmailvault.a"
