@@ -54,6 +54,7 @@
 #include "store/store_message.h"
 #include "store/store_parse.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -332,28 +333,56 @@ static const char *const store_schema_v8[] = {
     ")",
 };
 
-static int store_schema_run(mv_store *s, const char *const *statements, size_t count, int version)
+/* One step of the ladder: its statements, the version they bring the store to, and what
+ * else that version needs done in the same transaction (NULL for nothing). */
+struct store_schema_step {
+    const char *const *statements;
+    size_t statement_count;
+    int version;
+    int (*after)(mv_store *s);
+};
+
+#define STORE_SCHEMA_STEP(statements, version, after)                                              \
+    {                                                                                              \
+        (statements), sizeof(statements) / sizeof((statements)[0]), (version), (after)             \
+    }
+
+/* Every version in order; a new version is one more row here (and its number in store.h).
+ * A new store (version 0) climbs the whole ladder: version 1 also creates its mailboxes, in
+ * the same transaction, so a store that has a schema always has its INBOX (an init killed
+ * half-way leaves no unusable store). */
+static const struct store_schema_step store_schema_steps[] = {
+    STORE_SCHEMA_STEP(store_schema_v1, 1, store_mailbox_create_defaults),
+    STORE_SCHEMA_STEP(store_schema_v2, 2, NULL),
+    STORE_SCHEMA_STEP(store_schema_v3, 3, NULL),
+    STORE_SCHEMA_STEP(store_schema_v4, 4, store_schema_reindex),
+    STORE_SCHEMA_STEP(store_schema_v5, 5, NULL),
+    STORE_SCHEMA_STEP(store_schema_v6, 6, NULL),
+    STORE_SCHEMA_STEP(store_schema_v7, 7, NULL),
+    STORE_SCHEMA_STEP(store_schema_v8, 8, NULL),
+};
+
+#define STORE_SCHEMA_STEP_COUNT (sizeof store_schema_steps / sizeof store_schema_steps[0])
+
+_Static_assert(STORE_SCHEMA_STEP_COUNT == STORE_SCHEMA_VERSION,
+               "one step per schema version, 1 to STORE_SCHEMA_VERSION");
+
+/* Runs one step: its statements, the new user_version, then its extra work. */
+static int store_schema_step_run(mv_store *s, const struct store_schema_step *step)
 {
-    for (size_t i = 0; i < count; i++) {
-        int rc = store_exec(s, statements[i]);
+    for (size_t i = 0; i < step->statement_count; i++) {
+        int rc = store_exec(s, step->statements[i]);
         if (rc != MV_OK) {
             return rc;
         }
     }
     char sql[64];
-    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", version);
-    return store_exec(s, sql);
-}
-
-static int store_schema_create_v1(mv_store *s)
-{
-    for (size_t i = 0; i < sizeof store_schema_v1 / sizeof store_schema_v1[0]; i++) {
-        int rc = store_exec(s, store_schema_v1[i]);
-        if (rc != MV_OK) {
-            return rc;
-        }
+    snprintf(sql, sizeof sql, "PRAGMA user_version = %d", step->version);
+    int rc = store_exec(s, sql);
+    if (rc == MV_OK && step->after != NULL) {
+        rc = step->after(s);
     }
-    return store_exec(s, "PRAGMA user_version = 1");
+    return rc;
 }
 
 int store_schema_migrate(mv_store *s)
@@ -376,45 +405,12 @@ int store_schema_migrate(mv_store *s)
                           "the store has schema version %d; this mailvault knows up to %d", version,
                           STORE_SCHEMA_VERSION);
     }
-    if (version == 0) {
-        /* A new store: its mailboxes come in the same transaction, so a store that has a
-         * schema always has its INBOX (an init killed half-way leaves no unusable store). */
-        rc = store_schema_create_v1(s);
-        if (rc == MV_OK) {
-            rc = store_mailbox_create_defaults(s);
+    /* Every step above the store's version, in this transaction. */
+    for (size_t i = 0; rc == MV_OK && i < STORE_SCHEMA_STEP_COUNT; i++) {
+        assert(store_schema_steps[i].version == (int)i + 1);
+        if (version < store_schema_steps[i].version) {
+            rc = store_schema_step_run(s, &store_schema_steps[i]);
         }
-    }
-    /* Later versions, in this transaction: a new store goes through every step too. */
-    if (rc == MV_OK && version < 2) {
-        rc = store_schema_run(s, store_schema_v2,
-                              sizeof store_schema_v2 / sizeof store_schema_v2[0], 2);
-    }
-    if (rc == MV_OK && version < 3) {
-        rc = store_schema_run(s, store_schema_v3,
-                              sizeof store_schema_v3 / sizeof store_schema_v3[0], 3);
-    }
-    if (rc == MV_OK && version < 4) {
-        rc = store_schema_run(s, store_schema_v4,
-                              sizeof store_schema_v4 / sizeof store_schema_v4[0], 4);
-        if (rc == MV_OK) {
-            rc = store_schema_reindex(s);
-        }
-    }
-    if (rc == MV_OK && version < 5) {
-        rc = store_schema_run(s, store_schema_v5,
-                              sizeof store_schema_v5 / sizeof store_schema_v5[0], 5);
-    }
-    if (rc == MV_OK && version < 6) {
-        rc = store_schema_run(s, store_schema_v6,
-                              sizeof store_schema_v6 / sizeof store_schema_v6[0], 6);
-    }
-    if (rc == MV_OK && version < 7) {
-        rc = store_schema_run(s, store_schema_v7,
-                              sizeof store_schema_v7 / sizeof store_schema_v7[0], 7);
-    }
-    if (rc == MV_OK && version < 8) {
-        rc = store_schema_run(s, store_schema_v8,
-                              sizeof store_schema_v8 / sizeof store_schema_v8[0], 8);
     }
     /* A migration that rebuilt a table (version 7 rebuilds messages) dropped its rows of
      * sqlite_stat1, and PRAGMA optimize at open does not analyze a table that has none, so
