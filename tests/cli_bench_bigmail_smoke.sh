@@ -6,8 +6,9 @@
 # release build) with MAILVAULT_KDF_ITER=2. Checks the JSON and the Markdown it writes --
 # every operation timed with no errors, the SEARCH hits equal to the corpus' known counts,
 # the messages left after each EXPUNGE, the LMTP deliveries all arrived, peak RSS measured
-# -- that the corpus is deterministic (same seed, same bytes), and that the server log
-# holds no sanitizer report. No timing assertions.
+# -- that the corpus is deterministic (same seed, same bytes), that the server log
+# holds no sanitizer report, and that the client's reader scans a response in linear time
+# (bytes searched, counted). No timing assertions.
 #
 # USAGE
 #   make build/asan/mailvaultd build/asan/mailvault && bash tests/cli_bench_bigmail_smoke.sh
@@ -80,6 +81,47 @@ if [ -f "$tmp/logs/mailvaultd-200.log" ] &&
     pass "no sanitizer report in the mailvaultd log"
 else
     fail "no sanitizer report in the mailvaultd log: $(grep -m1 -E 'ERROR|runtime error' "$tmp/logs/mailvaultd-200.log" 2>&1)"
+fi
+
+# The client reads a response in time linear in its size however it arrives: 2,000 literals
+# in one piece (a fast server's answer) must not cost a search to the end of the buffer per
+# literal. Counts the bytes its searches may scan (no timing); it also parses the response
+# exactly: literals that hold a "}" CRLF and the tagged line's own text are skipped.
+if "$PY" - <<'PYEOF' 2>"$tmp/client.err"; then
+import sys
+sys.path.insert(0, "bench")
+from bigmail import Imap
+
+class Counting(bytearray):
+    scanned = 0
+    def find(self, sub, start=0, end=None):
+        end = len(self) if end is None else min(end, len(self))
+        at = bytearray.find(self, sub, start, end)  # a search stops at its first match
+        Counting.scanned += max(0, (at + len(sub) if at >= 0 else end) - max(start, 0))
+        return at
+
+class OneChunk:
+    def __init__(self, data):
+        self.data = [data]
+    def recv(self, _n):
+        return self.data.pop(0) if self.data else b""
+
+def line(i, body):
+    return b"* %d FETCH (UID %d BODY[HEADER] {%d}\r\n%s)\r\n" % (i, i, len(body), body)
+
+lines = [line(i + 1, b"Subject: x}\r\n\r\n") for i in range(1999)]
+lines.append(line(2000, b"Subject: y\r\nB00007 OK not the end\r\n\r\n"))
+data = b"".join(lines) + b"B00007 OK FETCH {done}\r\n"
+c = Imap.__new__(Imap)
+c.buf, c.sock = Counting(), OneChunk(data)
+status, untagged = c._response(b"B00007")
+assert status == b"OK FETCH {done}", status
+assert untagged == b"".join(lines), "untagged data differs"
+assert Counting.scanned < 8 * len(data), f"scanned {Counting.scanned} bytes of {len(data)}"
+PYEOF
+    pass "the benchmark client's parse is linear in the response (one-piece 2,000 literals)"
+else
+    fail "the benchmark client's parse is linear in the response: $(tail -n 2 "$tmp/client.err")"
 fi
 
 # The corpus is deterministic: the same seed gives the same bytes.
