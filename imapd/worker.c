@@ -58,19 +58,21 @@
  *   long lane.
  *
  * THE DRAIN
- *   A store is opened with MV_STORE_DRAIN_LATER, so a login never waits for a long sealed
- *   queue: the open takes one short step itself (WORKER_DRAIN_LOGIN_MS: the usual few waiting
- *   deliveries are in INBOX when the login answers), and the worker drains the rest in steps
- *   (mv_queue_drain_step), each taking a turn as a long job (alternating with queued long
- *   jobs, behind the short lane). A step is bounded by time, not by a count: it goes on while
- *   no job waits (up to WORKER_DRAIN_STEP_MS), and gives way to one that comes after
- *   WORKER_DRAIN_MIN_MS; each step is one durable commit, and the library keeps its place in
- *   the queue between steps (the directory is not listed again per step). After a step that moved
- * messages, the loop is told (a finished pseudo-job) and wakes the user's IDLE sessions; selected
- * sessions see the new messages (EXISTS) at their next command, as with any change. While a store's
- * queue is not yet empty, LMTP seals deliveries for that user instead of appending directly, so
- *   UIDs follow arrival order. The sweep does not close a store whose queue is draining. A
- *   failed step is logged and ends the draining of that store until its next open.
+ *   A store is opened with MV_STORE_DRAIN_LATER, so a login never waits for the sealed queue:
+ *   the LOGIN and the SELECT that follows answer from the store as it is (issue 13: a step in
+ *   the login, even of one delivery, cost a directory listing, an append and a durable commit,
+ *   ~100 ms of a first LOGIN + SELECT that takes ~30 ms without it), and the worker drains the
+ *   queue in steps (mv_queue_drain_step) from WORKER_DRAIN_GRACE_MS after the open, each taking
+ *   a turn as a long job (alternating with queued long jobs, behind the short lane). A step is
+ *   bounded by time, not by a count: it goes on while no job waits (up to WORKER_DRAIN_STEP_MS),
+ *   and gives way to one that comes after WORKER_DRAIN_MIN_MS; each step is one durable commit,
+ *   and the library keeps its place in the queue between steps (the directory is not listed
+ *   again per step). After a step that moved messages, the loop is told (a finished pseudo-job)
+ *   and wakes the user's IDLE sessions; selected sessions see the new messages (EXISTS, RFC 3501
+ *   7.3.1) at their next command, as with any change. While a store's queue is not yet empty,
+ *   LMTP seals deliveries for that user instead of appending directly, so UIDs follow arrival
+ *   order. The sweep does not close a store whose queue is draining. A failed step is logged
+ *   and ends the draining of that store until its next open.
  */
 #include "worker.h"
 #include "buf.h"
@@ -94,16 +96,14 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Drain steps (THE DRAIN), each one durable commit: the step in the login takes what
- * WORKER_DRAIN_LOGIN_MS allow (the usual few waiting deliveries); a step between jobs goes on
- * while no job waits, up to WORKER_DRAIN_STEP_MS or WORKER_DRAIN_MAX deliveries, and gives way
- * to a job that comes once it has run WORKER_DRAIN_MIN_MS (so the commit, a step's fixed cost,
- * is shared by several deliveries, and a command waits at most about that long). */
-#define WORKER_DRAIN_LOGIN_MS 15
-#define WORKER_DRAIN_MIN_MS   25 /* of the thread's CPU time: the same work on a busy machine */
-#define WORKER_DRAIN_STEP_MS  250
-#define WORKER_DRAIN_MAX      1024
-/* After the login's step, the next steps wait this long, so the client's next command (the
+/* Drain steps (THE DRAIN), each one durable commit: a step goes on while no job waits, up to
+ * WORKER_DRAIN_STEP_MS or WORKER_DRAIN_MAX deliveries, and gives way to a job that comes once it
+ * has run WORKER_DRAIN_MIN_MS (so the commit, a step's fixed cost, is shared by several
+ * deliveries, and a command waits at most about that long). */
+#define WORKER_DRAIN_MIN_MS  25 /* of the thread's CPU time: the same work on a busy machine */
+#define WORKER_DRAIN_STEP_MS 250
+#define WORKER_DRAIN_MAX     1024
+/* After the open (a login), the first step waits this long, so the client's next command (the
  * SELECT that follows a LOGIN) runs first instead of behind a step. */
 #define WORKER_DRAIN_GRACE_MS 50
 
@@ -209,7 +209,7 @@ struct open_store *worker_store_find(struct worker *w, const char *address)
 }
 
 /* A free slot, closing the least recently used idle store if needed; NULL if all are busy. */
-static void worker_drain_step(struct worker *w, struct open_store *s, int login); /* THE DRAIN */
+static void worker_drain_step(struct worker *w, struct open_store *s); /* THE DRAIN */
 
 static struct open_store *worker_store_slot(struct worker *w)
 {
@@ -285,10 +285,7 @@ int worker_store_acquire(struct worker *w,
                     address, mv_store_errmsg(s->store));
         s->reader = NULL;
     }
-    /* The first step here, in the login: a few waiting deliveries (the usual case) are in
-     * INBOX at the SELECT that follows, as when the open drained everything; only a longer
-     * queue goes on in steps (THE DRAIN). */
-    worker_drain_step(w, s, 1);
+    /* No step here: the login answers from the store as it is (THE DRAIN). */
     s->drain_after_ms = worker_now_ms() + WORKER_DRAIN_GRACE_MS; /* from the login's answer */
     *out = s;
     return MV_OK;
@@ -616,16 +613,16 @@ static int worker_drain_yield(void *arg)
            worker_job_waiting(y->w);
 }
 
-/* One drain step of s (THE DRAIN); login: the step inside the login. */
-static void worker_drain_step(struct worker *w, struct open_store *s, int login)
+/* One drain step of s (THE DRAIN). */
+static void worker_drain_step(struct worker *w, struct open_store *s)
 {
     uint32_t moved = 0;
     int more = 0;
     int64_t start_ms = worker_now_ms();
     struct worker_drain_yield y = {w, worker_thread_cpu_ms()};
     struct mv_drain_bounds b = {.max = WORKER_DRAIN_MAX,
-                                .time_ms = login ? WORKER_DRAIN_LOGIN_MS : WORKER_DRAIN_STEP_MS,
-                                .yield_fn = login ? NULL : worker_drain_yield,
+                                .time_ms = WORKER_DRAIN_STEP_MS,
+                                .yield_fn = worker_drain_yield,
                                 .yield_arg = &y};
     int rc = mv_queue_drain_step(s->store, &b, &moved, &more);
     s->drain_more = rc == MV_OK && more;
@@ -737,7 +734,7 @@ static void *worker_main(void *arg)
             pthread_mutex_lock(&w->lock);
         } else if (drain_turn) {
             pthread_mutex_unlock(&w->lock);
-            worker_drain_step(w, drain, 0);
+            worker_drain_step(w, drain);
             worker_purge(w); /* after the last step: its files (mv_queue_tidy) */
             pthread_mutex_lock(&w->lock);
         }

@@ -11,8 +11,14 @@
  *     a job (as by an APPEND's commit waiting for its fsync), jobs of JOB_LANE_READ run and
  *     finish; the writer's queued jobs run once it is free. (One worker thread ran them all
  *     after the held job.)
+ *   - The login does not drain (worker.c "THE DRAIN", issue 13): a store opened with sealed
+ *     deliveries waiting answers from INBOX as it is (the old open took a first drain step,
+ *     an append and a durable commit, in front of the login's answer); the worker then moves
+ *     every delivery in, once and in arrival order, without another command (polled with a
+ *     deadline).
  */
 #include "harness.h"
+#include "testutil.h"
 
 #include "../imapd/config.h"
 #include "../imapd/metrics.h"
@@ -21,6 +27,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -134,6 +141,98 @@ static int wt_order_is(const int *want, int n)
 
 static int wt_efd = -1;
 
+/* ---- the login does not drain ---- */
+#define WT_PW     "worker drain password"
+#define WT_QUEUED 5
+
+static const char *wt_who = "drain@example.org";
+static uint32_t wt_inbox_at_open = UINT32_MAX, wt_queue_at_open;
+static int wt_open_rc = -1;
+
+static struct mv_store_options wt_options(void)
+{
+    return config_store_options(&g_config);
+}
+
+/* A login's part: the store opened (worker_store_acquire), INBOX and the queue counted at
+ * once, on the worker thread (no drain step can run in between), then released. */
+static void wt_open_run(struct job *job)
+{
+    (void)job;
+    struct open_store *os = NULL;
+    char err[256] = "";
+    struct worker *w = worker_for(wt_who);
+    wt_open_rc = worker_store_acquire(w, wt_who, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (wt_open_rc != MV_OK) {
+        fprintf(stderr, "  open: %s\n", err);
+        return;
+    }
+    struct mv_mailbox_info info;
+    if (mv_mailbox_status(os->store, "INBOX", &info) == MV_OK) {
+        wt_inbox_at_open = info.messages;
+    }
+    struct mv_store_options o = wt_options();
+    if (mv_queue_count(wt_who, &o, &wt_queue_at_open) != MV_OK) {
+        wt_queue_at_open = UINT32_MAX;
+    }
+    worker_store_release(w, os);
+}
+
+static void test_login_does_not_drain(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_who, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    for (int i = 0; i < WT_QUEUED; i++) {
+        char msg[160];
+        int n = snprintf(msg, sizeof msg,
+                         "From: a@example.net\r\nSubject: queued-%d\r\n\r\nbody %d\r\n", i, i);
+        CHECK_EQ_INT(mv_deliver_sealed(wt_who, msg, (size_t)n, &o, err, sizeof err), MV_OK);
+    }
+    struct worker *w = worker_for(wt_who);
+    wt_done = 0;
+    wt_post(w, 1, JOB_LANE_SHORT, wt_open_run);
+    for (int i = 0; i < 300 && wt_done < 1; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+    }
+    CHECK_EQ_INT(wt_done, 1);
+    CHECK_EQ_INT(wt_open_rc, MV_OK);
+    CHECK_EQ_INT(wt_inbox_at_open, 0);         /* the login answered from INBOX as it was */
+    CHECK_EQ_INT(wt_queue_at_open, WT_QUEUED); /* ... with every delivery still queued */
+
+    /* The worker drains it after the login, with no command: polled with a deadline. */
+    uint32_t queued = WT_QUEUED;
+    for (int i = 0; i < 600 && queued > 0; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect(); /* the drain's pseudo-job (IDLE sessions: none here) */
+        }
+        CHECK_EQ_INT(mv_queue_count(wt_who, &o, &queued), MV_OK);
+    }
+    CHECK_EQ_INT(queued, 0);
+    /* every delivery once, in arrival order (UIDs 1..WT_QUEUED) */
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mv_store_open(wt_who, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(s != NULL ? mv_mailbox_status(s, "INBOX", &info) : MV_ERROR, MV_OK);
+    CHECK_EQ_INT(info.messages, WT_QUEUED);
+    for (uint32_t uid = 1; s != NULL && uid <= WT_QUEUED; uid++) {
+        void *raw = NULL;
+        size_t len = 0;
+        char want[32];
+        snprintf(want, sizeof want, "Subject: queued-%u\r\n", uid - 1);
+        CHECK_EQ_INT(mv_message_fetch(s, "INBOX", uid, &raw, &len), MV_OK);
+        CHECK(raw != NULL && memmem(raw, len, want, strlen(want)) != NULL);
+        mv_free(raw);
+    }
+    mv_store_close(&s);
+}
+
 static void test_short_passes_long(void)
 {
     struct worker *w = worker_for("a@example.org");
@@ -245,6 +344,7 @@ int main(void)
     TEST(test_fifo_within_lane);
     TEST(test_reads_pass_held_writer);
     TEST(test_purge_batch_adapts);
+    TEST(test_login_does_not_drain);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);
