@@ -790,27 +790,29 @@ int worker_start(const struct config *cfg, int count, int eventfd)
     return 0;
 }
 
+/* Tells every worker's reader threads (readers != 0) or writer threads to stop. */
+static void worker_stop_signal_all(int readers)
+{
+    for (int i = 0; i < worker_count; i++) {
+        struct worker *w = &workers[i];
+        pthread_mutex_lock(&w->lock);
+        *(readers ? &w->reader_stop : &w->stop) = 1;
+        pthread_cond_signal(readers ? &w->reader_wake : &w->wake);
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
 void worker_stop_all(void)
 {
     /* The readers first: their last jobs may hand releases to the writers (READERS), and
      * the writers close the stores (and their reader handles) when they end. */
-    for (int i = 0; i < worker_count; i++) {
-        pthread_mutex_lock(&workers[i].lock);
-        workers[i].reader_stop = 1;
-        pthread_cond_signal(&workers[i].reader_wake);
-        pthread_mutex_unlock(&workers[i].lock);
-    }
+    worker_stop_signal_all(1);
     for (int i = 0; i < worker_count; i++) {
         if (workers[i].reader_started) {
             pthread_join(workers[i].reader, NULL);
         }
     }
-    for (int i = 0; i < worker_count; i++) {
-        pthread_mutex_lock(&workers[i].lock);
-        workers[i].stop = 1;
-        pthread_cond_signal(&workers[i].wake);
-        pthread_mutex_unlock(&workers[i].lock);
-    }
+    worker_stop_signal_all(0);
     for (int i = 0; i < worker_count; i++) {
         pthread_join(workers[i].thread, NULL);
         free(workers[i].stores);

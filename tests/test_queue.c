@@ -102,8 +102,9 @@ static uint32_t qt_count(const char *address, const struct mv_store_options *o)
     return mv_queue_count(address, o, &n) == MV_OK ? n : 0xffffffffu;
 }
 
-/* Number of files (not directories) in dir; -1 if it does not exist. */
-static int qt_files(const char *dir)
+/* Number of entries in dir whose names contain part ("" for every one), leaving out dot
+ * files and the rejected/ directory; -1 if dir does not exist. */
+static int qt_files_named(const char *dir, const char *part)
 {
     DIR *d = opendir(dir);
     if (d == NULL) {
@@ -112,10 +113,17 @@ static int qt_files(const char *dir)
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        n += e->d_name[0] != '.' && strcmp(e->d_name, "rejected") != 0;
+        n += e->d_name[0] != '.' && strcmp(e->d_name, "rejected") != 0 &&
+             strstr(e->d_name, part) != NULL;
     }
     closedir(d);
     return n;
+}
+
+/* Number of files in dir (deliveries, not rejected/); -1 if it does not exist. */
+static int qt_files(const char *dir)
+{
+    return qt_files_named(dir, "");
 }
 
 /* Whether any file in dir contains needle. */
@@ -868,17 +876,7 @@ static void test_count_and_usage_agree(void)
 /* Number of queue files (deliveries' names) in dir; -1 if it does not exist. */
 static int qt_sealed_files(const char *dir)
 {
-    DIR *d = opendir(dir);
-    if (d == NULL) {
-        return -1;
-    }
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        n += strstr(e->d_name, ".sealed") != NULL;
-    }
-    closedir(d);
-    return n;
+    return qt_files_named(dir, ".sealed");
 }
 
 /* A stepped drain takes each committed delivery's file out of the queue with a rename into
