@@ -7,7 +7,10 @@
  *     keys on headers and text are answered first, once each, as a set of messages:
  *     FROM/TO/CC/SUBJECT/BODY/TEXT and the SENT* dates through mv_search (the store's
  *     indexes and its full-text index), BCC and HEADER by reading each message's header
- *     (a field's value unfolded first, RFC 5322 2.2.3, so a folded value matches whole).
+ *     (a field's value unfolded first, RFC 5322 2.2.3, so a folded value matches whole,
+ *     then its RFC 2047 encoded words decoded to UTF-8, as FROM/TO/CC/SUBJECT compare the
+ *     decoded fields: "HEADER Subject Grüße" finds "=?UTF-8?Q?Gr=C3=BC=C3=9Fe?=", and the
+ *     encoded form itself matches nothing, as in Dovecot 2.3).
  *   - NOT and OR are then plain boolean logic, so any nesting costs one pass.
  *   - CONDSTORE's MODSEQ key compares the view's modseqs; the response then ends with
  *     "(MODSEQ n)", the highest modseq among the results.
@@ -18,14 +21,16 @@
  *     (its zone disregarded, RFC 3501 6.4.4); SINCE/BEFORE/ON the internal date in UTC.
  *
  * LIMITATIONS
- *   FROM/TO/CC/SUBJECT are substrings of the decoded header. BODY/TEXT strings of one or
- *   two characters fold ASCII letters only (no trigram: LIKE).
+ *   FROM/TO/CC/SUBJECT/BCC/HEADER are substrings of the decoded header, folding ASCII
+ *   case only ("GRÜSSE" and "grüsse" differ; Dovecot folds Unicode case). BODY/TEXT strings
+ *   of one or two characters fold ASCII letters only (no trigram: LIKE).
  *   RECENT, NEW and OLD read the session's \Recent (imap_recent.c).
  */
 #include "buf.h"
 #include "imap_session.h"
 #include "mailvault.h"
 
+#include <gmime/gmime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,9 +129,25 @@ imap_search_store(struct imap_search_run *r, const struct imap_search_key *k, un
     return rc < 0 ? rc : MV_OK;
 }
 
+/* Whether a field's unfolded value contains value case-insensitively once its RFC 2047
+ * encoded words are decoded (GMime: the charsets it knows, a malformed word left as it is).
+ * RFC 3501 6.4.4 matches a string against "the field"; the decoded text is what SUBJECT and
+ * FROM see here and what Dovecot 2.3 compares for HEADER and BCC too. A value with no "=?"
+ * has no encoded word and is compared as it is. */
+static int imap_search_value_has(const char *unfolded, const char *value)
+{
+    if (strstr(unfolded, "=?") == NULL) {
+        return strcasestr(unfolded, value) != NULL;
+    }
+    char *decoded = g_mime_utils_header_decode_text(NULL, unfolded);
+    int found = strcasestr(decoded != NULL ? decoded : unfolded, value) != NULL;
+    g_free(decoded);
+    return found;
+}
+
 /* Whether the header (len bytes) has a field named field whose value, unfolded (the line
- * breaks of continuation lines removed, RFC 5322 2.2.3), contains value case-insensitively
- * (RFC 3501 6.4.4 HEADER). An empty value matches any such field. */
+ * breaks of continuation lines removed, RFC 5322 2.2.3) and decoded, contains value
+ * case-insensitively (RFC 3501 6.4.4 HEADER). An empty value matches any such field. */
 static int imap_search_header_has(
     const char *text, size_t len, const char *field, size_t field_len, const char *value)
 {
@@ -160,7 +181,7 @@ static int imap_search_header_has(
                 }
             }
             unfolded[n] = '\0';
-            int found = strcasestr(unfolded, value) != NULL;
+            int found = imap_search_value_has(unfolded, value);
             free(unfolded);
             if (found) {
                 return 1;
@@ -171,7 +192,7 @@ static int imap_search_header_has(
     return 0;
 }
 
-/* HEADER field value (and BCC): case-insensitive substring of the field's raw value. */
+/* HEADER field value (and BCC): case-insensitive substring of the field's decoded value. */
 static int
 imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, unsigned char *hits)
 {

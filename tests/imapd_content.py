@@ -2,7 +2,8 @@
 checks (issue 12): where the header ends (RFC 3501 6.4.5, RFC 5322 2.1), folded MIME
 parameters (RFC 5322 2.2.3, RFC 2045), '[' in mailbox names (RFC 3501 9 atom-specials),
 SENT* dates as written (RFC 3501 6.4.4), SEARCH BODY / TEXT as case-insensitive substrings
-of the body / the whole message (RFC 3501 6.4.4), extra SP in a flag list from Dovecot's
+of the body / the whole message and HEADER / BCC of the decoded field (RFC 3501 6.4.4,
+RFC 2047), extra SP in a flag list from Dovecot's
 imapc (RFC 3501 9, liberal), and LMTP's Return-Path / Delivered-To (RFC 5321 4.4, as
 Dovecot's LMTP). Also a fetch-and-deliver client (fetchmail's RFC822.HEADER +
 BODY.PEEK[TEXT]) reading headerless mail.
@@ -192,6 +193,45 @@ def test_header_folded(c):
               ok(tagged) and ((uid in uids) == want), repr((uids, tagged)))
 
 
+def test_header_decoded(c):
+    """RFC 3501 6.4.4 HEADER and BCC match the field's text, its RFC 2047 encoded words
+    decoded (as SUBJECT/FROM see it, and as Dovecot 2.3 answers): the decoded string finds
+    the message, the encoded form does not."""
+    c.command("DELETE Decoded")  # NO unless a run before made it
+    c.command("CREATE Decoded")
+    c.command("SELECT Decoded")
+    enc = append(c, b"Decoded", b"From: =?UTF-8?Q?J=C3=BCrgen?= <j@example.org>\r\n"
+                 b"Bcc: =?UTF-8?Q?M=C3=BCller?= <m@example.org>\r\n"
+                 b"Subject: =?UTF-8?Q?Gr=C3=BC=C3=9Fe_aus?=\r\n =?UTF-8?Q?_K=C3=B6ln?=\r\n"
+                 b"X-Note: =?ISO-8859-1?Q?caf=E9?= ok\r\n\r\nbody\r\n")
+    plain = append(c, b"Decoded", b"From: p@example.org\r\nSubject: Gr\xc3\xbc\xc3\x9fe raw\r\n"
+                   b"X-Note: =?bogus\r\n\r\nbody\r\n")
+    literal = "Grüße".encode()
+    untagged, tagged = c.command(b"UID SEARCH CHARSET UTF-8 HEADER Subject", literal)
+    uids = {int(x) for text, _ in untagged if text.startswith(b"* SEARCH")
+            for x in re.findall(rb" (\d+)", text)}
+    check("RFC 3501 6.4.4 / RFC 2047: HEADER Subject {n}Grüße finds the encoded and the raw "
+          "UTF-8 Subject", ok(tagged) and uids == {enc, plain}, repr((uids, tagged)))
+    cases = [(b'HEADER Subject "=?UTF-8?Q?Gr"', set(), "HEADER does not match the encoded form"),
+             (b'CHARSET UTF-8 HEADER Subject "\xc3\x9fe aus K\xc3\xb6ln"', {enc},
+              "HEADER matches across adjacent encoded words, folded"),
+             (b'CHARSET UTF-8 SUBJECT "\xc3\x9fe aus K\xc3\xb6ln"', {enc},
+              "SUBJECT agrees with HEADER Subject"),
+             (b'CHARSET UTF-8 HEADER From "J\xc3\xbcrgen"', {enc}, "HEADER From is decoded"),
+             (b'CHARSET UTF-8 HEADER X-Note "caf\xc3\xa9"', {enc},
+              "HEADER decodes an ISO-8859-1 word to UTF-8"),
+             (b"HEADER X-Note ISO-8859", set(), "HEADER does not match the word's charset"),
+             (b'HEADER X-Note "=?bogus"', {plain}, "a malformed word is compared as it is"),
+             (b'CHARSET UTF-8 BCC "M\xc3\xbcller"', {enc}, "BCC is decoded"),
+             (b'BCC "=?UTF-8"', set(), "BCC does not match the encoded form"),
+             (b"BCC m@example.org", {enc}, "BCC matches the address")]
+    for crit, want, what in cases:
+        uids, tagged = search(c, crit)
+        check("RFC 3501 6.4.4 / RFC 2047: " + what, ok(tagged) and uids == want,
+              repr((crit, uids, tagged)))
+    c.command("SELECT INBOX")
+
+
 def whole_messages():
     """(name, bytes): the shapes a whole-message read takes apart and puts back together
     (issue 13: read straight into the response): a plain one, one with two attachments
@@ -311,7 +351,7 @@ def main():
     c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
     for test in (test_empty_header, test_folded_boundary, test_bracket_names,
                  test_imapc_flag_list, test_sent_dates, test_body_text, test_header_folded,
-                 test_whole_bodies):
+                 test_header_decoded, test_whole_bodies):
         try:
             test(c)
         except (OSError, EOFError, ValueError) as e:
