@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TS_PASSWORD "store test password"
@@ -1593,6 +1594,51 @@ static void test_tamper(void)
     mv_store_close(&s);
 }
 
+/* The other side of the read rule above: an aes256cbc page has no tag, so a changed body
+ * byte reaches the read unnoticed by the pager, and a read for a client must check the
+ * SHA-256 itself (store_body_finish's verify when !pages_authenticated). The store is the
+ * normal one: its file made with aes256cbc (the store open takes the cipher from the file's
+ * header; mv_store_init always writes chacha20), its schema and mailboxes by mv_store_open.
+ * One bit of the body is flipped through SQLite ('t' -> 'T'), so every page stays sound. */
+static void test_tamper_aes256cbc(void)
+{
+    char dir[1024], db_path[1100];
+    snprintf(dir, sizeof dir, "%s/example.org", tu_path("root"));
+    mkdir(tu_path("root"), 0700);
+    mkdir(dir, 0700);
+    snprintf(db_path, sizeof db_path, "%s/legacy.db", dir);
+    struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
+    dbo.cipher = MV_CIPHER_AES256CBC;
+    dbo.page_size = 4096;
+    dbo.auto_vacuum = 1;
+    dbo.flags = MV_DB_CREATE;
+    sqlite3 *db = NULL;
+    char *e = NULL;
+    CHECK_EQ_INT(mv_db_open(db_path, TS_PASSWORD, strlen(TS_PASSWORD), &dbo, &db, &e), MV_OK);
+    sqlite3_free(e);
+    sqlite3_close(db);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("legacy", &s), MV_OK);
+    if (s == NULL) {
+        return;
+    }
+    struct mv_db_info info;
+    CHECK_EQ_INT(mv_db_info(mv_store_db(s), &info), MV_OK);
+    CHECK_EQ_INT(info.cipher, MV_CIPHER_AES256CBC);
+    const char tiny[] = "Subject: t\r\n\r\nshort\r\n"; /* under 64 bytes: stored as is */
+    CHECK(ts_tamper_case(s, tiny, sizeof tiny - 1,
+                         "UPDATE bodies_data SET data = CAST(replace(CAST(data AS TEXT), "
+                         "'short', 'shorT') AS BLOB) WHERE id = " TS_BODY,
+                         "does not match its SHA-256"));
+    CHECK_EQ_INT(ts_int(s, "SELECT compression FROM bodies ORDER BY id DESC LIMIT 1"), 0);
+    /* mailvault check names it too */
+    struct ts_body_problems p = {"body ", 0};
+    struct mv_check_report r;
+    CHECK_EQ_INT(mv_store_check(s, ts_body_problem, &p, &r), MV_ECORRUPT);
+    CHECK_EQ_INT(p.found, 1);
+    mv_store_close(&s);
+}
+
 /* ---- threads, stats -------------------------------------------------------------------- */
 
 static int64_t ts_thread(mv_store *s, const char *mailbox, uint32_t uid)
@@ -1854,6 +1900,7 @@ int main(void)
     TEST(test_refcounts_random);
     TEST(test_wrong_password);
     TEST(test_tamper);
+    TEST(test_tamper_aes256cbc);
     TEST(test_threads);
     TEST(test_stats);
     TEST(test_fuzz_corpus_append);
