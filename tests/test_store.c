@@ -615,7 +615,7 @@ static void test_purge(void)
                  SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("purge", &s), MV_OK);
-    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 8);
+    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 9);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM sqlite_schema WHERE name = "
                            "'bodies_unreferenced'"),
                  1);
@@ -1071,10 +1071,118 @@ static void test_search_substring(void)
     CHECK_EQ_INT(tu_exec(mv_store_db(s), downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("substring", &s), MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 8);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 9);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), 3);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM bodies WHERE sent_zone != 0"), 2);
     ts_substring_checks(s);
+    mv_store_close(&s);
+}
+
+/* Schema version 9: the full-text index keeps no positions, so the trigrams of a string
+ * may all be in a message without the string (apart, in another order, or split between the
+ * header and the body); such a message must not match, exactly as with the positional index.
+ * Newest first: M4 M3 M2 M1. */
+static void ts_nopos_fill(mv_store *s)
+{
+    static const char *const msgs[] = {
+        "From: a@example.org\r\nSubject: alphaquiz\r\n\r\nthe zqxv report\r\n",
+        "From: b@example.org\r\nSubject: other\r\n\r\nalpXhaquiz quizalph phantom\r\n",
+        "From: c@example.org\r\nSubject: zqxv\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        "\r\n\xc3\x84rger ALPHAquiz\r\n",
+        "From: d@example.org\r\nSubject: xyzzy-plugh\r\n\r\nplain\r\n",
+    };
+    for (size_t i = 0; i < sizeof msgs / sizeof msgs[0]; i++) {
+        CHECK_EQ_INT(mv_message_append(s, "INBOX", msgs[i], strlen(msgs[i]), 0, NULL,
+                                       1700000000 + (int64_t)i, NULL),
+                     MV_OK);
+    }
+    /* A long body, so the index has pages enough to weigh (the migration test) */
+    static char big[64 * 1024];
+    size_t at = (size_t)snprintf(big, sizeof big, "From: e@example.org\r\nSubject: long\r\n\r\n");
+    uint32_t x = 12345;
+    while (at + 16 < sizeof big) {
+        x = x * 1103515245u + 12345u;
+        for (int i = 0; i < 6; i++) {
+            big[at++] = (char)('a' + (x >> (8 + 3 * i)) % 26);
+        }
+        big[at++] = (x >> 28) == 0 ? '\n' : ' ';
+    }
+    CHECK_EQ_INT(mv_message_append(s, "Archive", big, at, 0, NULL, 1600000000, NULL), MV_OK);
+}
+
+static void ts_nopos_checks(mv_store *s)
+{
+    static const struct {
+        const char *words, *body, *text, *want;
+        int rows;
+    } cases[] = {
+        {NULL, NULL, "alphaquiz", "zqxv alphaquiz", 2}, /* M2 has its trigrams, not it */
+        {NULL, "alphaquiz", NULL, "zqxv", 1},           /* M1 has it in the header only */
+        {"alphaquiz", NULL, NULL, "zqxv alphaquiz", 2},
+        {"alphaquiz zqxv", NULL, NULL, "zqxv alphaquiz", 2}, /* a word in each column */
+        {NULL, NULL, "zqxv report", "alphaquiz", 1},
+        {NULL, NULL, "quiz the", "", 0},     /* never across the header and the body */
+        {NULL, "zqx", NULL, "alphaquiz", 1}, /* one trigram, in M3's header only */
+        {"zqx", NULL, NULL, "zqxv alphaquiz", 2},
+        {NULL, NULL, "ZQX", "zqxv alphaquiz", 2},
+        {NULL, "\xc3\xa4RGER", NULL, "zqxv", 1}, /* Unicode folding, as the index folds */
+        {NULL, "haquiz quiz", NULL, "other", 1},
+        {NULL, "zzy-pl", NULL, "", 0},
+        {NULL, NULL, "zzy-pl", "xyzzy-plugh", 1},
+        {"ab \" x", NULL, NULL, "", 0}, /* no word with a trigram: nothing */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+        q.mailbox = "INBOX";
+        q.text = cases[i].words;
+        q.body_contains = cases[i].body;
+        q.text_contains = cases[i].text;
+        char got[256];
+        int rows = ts_search(s, &q, got, sizeof got);
+        if (rows != cases[i].rows || strcmp(got, cases[i].want) != 0) {
+            fprintf(stderr, "  case %zu: %d \"%s\" (%s)\n", i, rows, got, mv_store_errmsg(s));
+        }
+        CHECK_EQ_INT(rows, cases[i].rows);
+        CHECK(strcmp(got, cases[i].want) == 0);
+    }
+}
+
+static int64_t ts_fts_bytes(mv_store *s)
+{
+    return tu_int(mv_store_db(s), "SELECT sum(pgsize) FROM dbstat WHERE name = 'fts_data'");
+}
+
+static void test_search_no_positions(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("nopos", &s), MV_OK);
+    ts_nopos_fill(s);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT instr(sql, 'detail=none') > 0 FROM sqlite_schema "
+                                        "WHERE name = 'fts'"),
+                 1);
+    ts_nopos_checks(s);
+    int64_t without = ts_fts_bytes(s);
+
+    /* A version 8 store (positions): opening migrates it, with the same answers, and the
+     * index shrinks to under half */
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), TU_DOWNGRADE_TO_V8 "PRAGMA user_version = 8"), SQLITE_OK);
+    int64_t with = ts_fts_bytes(s);
+    mv_store_close(&s);
+    CHECK_EQ_INT(ts_open("nopos", &s), MV_OK);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 9);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT instr(sql, 'detail=none') > 0 FROM sqlite_schema "
+                                        "WHERE name = 'fts'"),
+                 1);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), 5);
+    ts_nopos_checks(s);
+    CHECK(ts_fts_bytes(s) == without);
+    if (!(2 * without < with)) {
+        fprintf(stderr, "  index bytes: %lld without positions, %lld with\n", (long long)without,
+                (long long)with);
+    }
+    CHECK(2 * without < with);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "INSERT INTO fts(fts) VALUES('integrity-check')"),
+                 SQLITE_OK);
     mv_store_close(&s);
 }
 
@@ -1895,6 +2003,7 @@ int main(void)
     TEST(test_search);
     TEST(test_search_flags_limits);
     TEST(test_search_substring);
+    TEST(test_search_no_positions);
     TEST(test_limits);
     TEST(test_query_plans);
     TEST(test_refcounts_random);

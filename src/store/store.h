@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 8
+#define STORE_SCHEMA_VERSION 9
 #define STORE_STMT_CACHE     128  /* prepared statements kept per store (about 60 in use) */
 #define STORE_SPLIT_MIN      8192 /* leaf parts at least this large are stored apart */
 
@@ -271,6 +271,9 @@ void store_ids_free(struct store_ids *ids);
 /* Registers the SQL functions the set-based changes use (mv_keywords_apply, mv_uid_map) on
  * the handle's connection; once, right after it opens. */
 int store_message_functions(mv_store *s);
+/* Registers mv_fts_query and mv_fts_match on s->db (store_fts.c: SEARCH TEXT/BODY over the
+ * full-text index without positions). */
+int store_fts_functions(mv_store *s);
 
 /* ---- store_queue.c ---- */
 /* Creates the key pair at init: public key to pub_path, secret key into the meta table. */

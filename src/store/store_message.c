@@ -860,7 +860,8 @@ int store_message_functions(mv_store *s)
                                    NULL, NULL, NULL) != SQLITE_OK) {
         return store_fail_sqlite(s, "registering the store's SQL functions");
     }
-    return store_uidset_register(s);
+    int rc = store_uidset_register(s);
+    return rc == MV_OK ? store_fts_functions(s) : rc;
 }
 
 /* Steps st (no rows, or rows to ignore) to its end and resets it; *changes gets

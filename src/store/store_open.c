@@ -236,6 +236,9 @@ int store_ready(mv_store *s)
     o.cache_size_kib = s->cache_kib;
     rc = store_apply_profile(s, &o);
     if (rc == MV_OK) {
+        rc = store_message_functions(s); /* functions belong to a connection, not the file */
+    }
+    if (rc == MV_OK) {
         s->reconnect = 0;
         s->reconnects++;
     }

@@ -48,6 +48,12 @@
  *     with the mailbox's UIDVALIDITY and the modseq they reflect, so a cold SELECT of a
  *     100,000-message INBOX reads a few hundred pages and the changes since, instead of
  *     100,000 rows (store_view_save.c). Dropped with the mailbox.
+ *   - version 9: the full-text index keeps no positions (fts5 detail=none): with them the
+ *     trigram index was ~3x the text it indexes, 45% of a store (docs/SCHEMA.md, "Disk
+ *     use"). Without positions FTS5 cannot match a phrase of trigrams, so a search finds
+ *     the rows holding all of a string's trigrams and checks each against its stored text
+ *     (store_fts.c); the answers are the same. The table keeps its content: the check reads
+ *     it, deletes need it, and a short string is still a LIKE over it.
  */
 #include "store/store.h"
 #include "store/store_blob.h"
@@ -333,6 +339,16 @@ static const char *const store_schema_v8[] = {
     ")",
 };
 
+/* Version 9: see the top of the file. The rows are copied into the new table, which
+ * tokenizes them again (no re-parse of the bodies); the old index's pages go back to the
+ * file system at the commit (auto_vacuum). */
+static const char *const store_schema_v9[] = {
+    "CREATE VIRTUAL TABLE fts_v9 USING fts5(header, body, tokenize='trigram', detail=none)",
+    "INSERT INTO fts_v9(rowid, header, body) SELECT rowid, header, body FROM fts",
+    "DROP TABLE fts",
+    "ALTER TABLE fts_v9 RENAME TO fts",
+};
+
 /* One step of the ladder: its statements, the version they bring the store to, and what
  * else that version needs done in the same transaction (NULL for nothing). */
 struct store_schema_step {
@@ -360,6 +376,7 @@ static const struct store_schema_step store_schema_steps[] = {
     STORE_SCHEMA_STEP(store_schema_v6, 6, NULL),
     STORE_SCHEMA_STEP(store_schema_v7, 7, NULL),
     STORE_SCHEMA_STEP(store_schema_v8, 8, NULL),
+    STORE_SCHEMA_STEP(store_schema_v9, 9, NULL),
 };
 
 #define STORE_SCHEMA_STEP_COUNT (sizeof store_schema_steps / sizeof store_schema_steps[0])

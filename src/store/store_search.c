@@ -11,15 +11,17 @@
  *   - The WHERE clause is built only from the fixed fragments below, each with its own
  *     numbered parameter (?1 .. ?19), so user input is always a bound value and never part
  *     of the SQL; criteria that are absent leave their fragment (and parameter) out.
- *   - Full text: the user's words are each turned into an FTS5 string ("word", embedded
- *     quotes doubled), so no FTS5 operator, column filter or prefix syntax comes from the
- *     user; the strings are ANDed. The index is keyed by body id: "m.body_id IN (SELECT rowid
- *     FROM fts WHERE fts MATCH ?)". It has two columns, header (every field, decoded) and
- *     body (the decoded text), and the trigram tokenizer (schema version 4): an FTS5 string
- *     of three characters or more is the run of its trigrams, which matches exactly where the
- *     string is a case-insensitive substring (RFC 3501 6.4.4's BODY and TEXT). BODY is the
- *     column filter "body : ...". A string under three characters has no trigram: LIKE
- *     (escaped) over the columns, which FTS5 answers by a scan.
+ *   - Full text: the index (fts, keyed by body id) has two columns, header (every field,
+ *     decoded) and body (the decoded text), the trigram tokenizer (schema version 4) and no
+ *     positions (version 9, detail=none). A criterion is "m.body_id IN (SELECT rowid FROM fts
+ *     WHERE fts MATCH mv_fts_query(?) AND mv_fts_match(?, ...))": the user's text is only
+ *     ever a bound value; mv_fts_query turns it into its trigrams, each one quoted FTS5
+ *     string (no operator, column filter or prefix syntax comes from the user), which find
+ *     every row holding them all, and mv_fts_match keeps the rows whose text really holds
+ *     the string as a case-insensitive substring (RFC 3501 6.4.4's BODY and TEXT), folded
+ *     as the index folds it (store_fts.c). TEXT of words: each word in the header or the
+ *     body; BODY: the string in the body. A string under three characters has no trigram:
+ *     LIKE (escaped) over the columns, which FTS5 answers by a scan.
  *   - SENT*: sent_date is UTC; the Date header's zone (bodies.sent_zone) is added back, so
  *     the bounds compare the date as written (RFC 3501 6.4.4 disregards time and zone).
  *   - Header criteria are case-insensitive substring matches, instr(lower(col), lower(?)):
@@ -85,7 +87,8 @@ static const char *const store_search_fragment[] = {
     [P_CC] = " AND instr(lower(h.cc_addr), lower(?4)) > 0",
     [P_SUBJECT] = " AND instr(lower(h.subject), lower(?5)) > 0",
     [P_MESSAGE_ID] = " AND instr(lower(h.message_id), lower(?6)) > 0",
-    [P_TEXT] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH ?7)",
+    [P_TEXT] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?7, 0) "
+               "AND mv_fts_match(?7, 0, header, body))",
     [P_SINCE] = " AND m.internal_date >= ?8",
     [P_BEFORE] = " AND m.internal_date < ?9",
     [P_SENT_SINCE] = " AND h.sent_date != 0 AND h.sent_date + (SELECT sent_zone FROM bodies "
@@ -97,8 +100,10 @@ static const char *const store_search_fragment[] = {
     [P_FLAGS_SET] = " AND (m.flags & ?14) = ?14",
     [P_FLAGS_UNSET] = " AND (m.flags & ?15) = 0",
     [P_KEYWORD] = " AND instr(' ' || lower(m.keywords) || ' ', ' ' || lower(?16) || ' ') > 0",
-    [P_BODY] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH ?17)",
-    [P_ANY] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH ?18)",
+    [P_BODY] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?17, 1) "
+               "AND mv_fts_match(?17, 1, header, body))",
+    [P_ANY] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?18, 2) "
+              "AND mv_fts_match(?18, 2, header, body))",
     [P_LIMIT] = " ORDER BY m.internal_date DESC LIMIT ?19",
 };
 
@@ -123,75 +128,29 @@ static size_t store_search_chars(const char *s)
 }
 
 /* One substring criterion as a bound value (*out malloc'd): with three characters or more
- * an FTS5 phrase (trigrams in a row are a substring), column-filtered to body if asked;
- * shorter, a LIKE pattern with %, _ and \ escaped. */
-static int
-store_search_substring(mv_store *s, const char *text, int body_only, int like, char **out)
+ * the text itself (mv_fts_query and mv_fts_match read it, store_fts.c); shorter, a LIKE
+ * pattern with %, _ and \ escaped. */
+static int store_search_substring(mv_store *s, const char *text, int like, char **out)
 {
     size_t n = strlen(text);
-    char *buf = malloc(n * 2 + 16);
+    char *buf = malloc(n * 2 + 3);
     if (buf == NULL) {
         return store_fail(s, MV_ENOMEM, "out of memory preparing a search");
     }
     size_t at = 0;
-    if (like) {
-        buf[at++] = '%';
-        for (size_t i = 0; i < n; i++) {
-            if (text[i] == '%' || text[i] == '_' || text[i] == '\\') {
-                buf[at++] = '\\';
-            }
-            buf[at++] = text[i];
-        }
-        buf[at++] = '%';
-    } else {
-        if (body_only) {
-            memcpy(buf, "body : ", 7);
-            at = 7;
-        }
-        buf[at++] = '"';
-        for (size_t i = 0; i < n; i++) {
-            if (text[i] == '"') {
-                buf[at++] = '"';
-            }
-            buf[at++] = text[i];
-        }
-        buf[at++] = '"';
+    if (!like) {
+        memcpy(buf, text, n + 1);
+        *out = buf;
+        return MV_OK;
     }
-    buf[at] = '\0';
-    *out = buf;
-    return MV_OK;
-}
-
-/* The user's text as FTS5 strings: each whitespace-separated word quoted, '"' doubled.
- * *out is malloc'd; "" when text has no words. */
-static int store_search_fts_quote(mv_store *s, const char *text, char **out)
-{
-    size_t n = strlen(text);
-    char *buf = malloc(n * 5 + 2); /* each byte doubled, plus quotes and a space per word */
-    if (buf == NULL) {
-        return store_fail(s, MV_ENOMEM, "out of memory preparing a search");
+    buf[at++] = '%';
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '%' || text[i] == '_' || text[i] == '\\') {
+            buf[at++] = '\\';
+        }
+        buf[at++] = text[i];
     }
-    size_t at = 0;
-    const char *p = text;
-    while (*p != '\0') {
-        p += strspn(p, " \t\r\n");
-        size_t word = strcspn(p, " \t\r\n");
-        if (word == 0) {
-            break;
-        }
-        if (at != 0) {
-            buf[at++] = ' ';
-        }
-        buf[at++] = '"';
-        for (size_t i = 0; i < word; i++) {
-            if (p[i] == '"') {
-                buf[at++] = '"';
-            }
-            buf[at++] = p[i];
-        }
-        buf[at++] = '"';
-        p += word;
-    }
+    buf[at++] = '%';
     buf[at] = '\0';
     *out = buf;
     return MV_OK;
@@ -249,7 +208,7 @@ store_search_sql(mv_store *s, const int present[P_LIMIT + 1], char sql[STORE_SEA
     return MV_OK;
 }
 
-/* Binds the present criteria's values (text: the quoted FTS5 query). */
+/* Binds the present criteria's values (text: the full-text strings or LIKE patterns). */
 static void store_search_bind(sqlite3_stmt *st,
                               const struct mv_search_query *q,
                               const int present[P_LIMIT + 1],
@@ -293,8 +252,8 @@ static void store_search_bind(sqlite3_stmt *st,
 }
 
 /* Checks the query, resolves the mailbox and prepares the full-text values: text[0] the
- * quoted words (NULL if none), text[1] and text[2] body_contains and text_contains as
- * present[] says (MATCH phrase or LIKE pattern). */
+ * words (NULL if only blanks), text[1] and text[2] body_contains and text_contains as
+ * present[] says (the string, or a LIKE pattern under three characters). */
 static int store_search_prepare_query(mv_store *s,
                                       const struct mv_search_query *q,
                                       const int present[P_LIMIT + 1],
@@ -312,22 +271,20 @@ static int store_search_prepare_query(mv_store *s,
     }
     int rc = MV_OK;
     if (present[P_BODY]) {
-        rc = store_search_substring(s, q->body_contains, 1, present[P_BODY] == STORE_SEARCH_LIKE,
+        rc = store_search_substring(s, q->body_contains, present[P_BODY] == STORE_SEARCH_LIKE,
                                     &text[1]);
     }
     if (rc == MV_OK && present[P_ANY]) {
-        rc = store_search_substring(s, q->text_contains, 0, present[P_ANY] == STORE_SEARCH_LIKE,
+        rc = store_search_substring(s, q->text_contains, present[P_ANY] == STORE_SEARCH_LIKE,
                                     &text[2]);
     }
     if (rc != MV_OK || q->text == NULL) {
         return rc;
     }
-    rc = store_search_fts_quote(s, q->text, &text[0]);
-    if (rc == MV_OK && text[0][0] == '\0') {
-        free(text[0]); /* only blanks: no full-text criterion */
-        text[0] = NULL;
+    if (q->text[strspn(q->text, " \t\r\n")] == '\0') {
+        return MV_OK; /* only blanks: no full-text criterion */
     }
-    return rc;
+    return store_search_substring(s, q->text, 0, &text[0]);
 }
 
 int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **out)
