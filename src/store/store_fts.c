@@ -5,6 +5,7 @@
  *   mv_fts_query(text, mode)                 the FTS5 query: every trigram of the text,
  *                                             ANDed; it finds the candidate rows
  *   mv_fts_match(text, mode, header, body)   1 if the row really holds the text
+ *   mv_fts_exact(text, mode)                 1 if the MATCH alone is exact (see below)
  *
  *   mode 0  text is words (blank-separated); each must be in the header or in the body
  *           (words under three characters are ignored, as the positional index did; text
@@ -31,6 +32,8 @@
  *     inside a character).
  *   - The query's tokens are quoted for the MATCH ('"' doubled): each is three characters,
  *     one token again, so FTS5 sees no phrase and no operator from the user.
+ *   - A string of exactly three characters is one trigram: the MATCH alone is exact unless
+ *     the column matters (BODY), and the statement then reads no row's text.
  *   - The folded query is kept as the argument's auxiliary data, so a search folds it once,
  *     not once per candidate row; the row buffers belong to the connection (one thread at
  *     a time uses a connection) and are reused.
@@ -205,23 +208,33 @@ store_fts_needles_make(struct store_fts_fn *fn, const char *query, int mode)
 }
 
 /* ASCII text folds as the tokenizer folds it, A-Z to a-z, without a call per trigram; the
- * tokenizer stops at a NUL, so this does too. 1 if text was ASCII (t holds it folded). */
+ * tokenizer stops at a NUL, so this does too. One pass. 1 if text was ASCII (t holds it
+ * folded), 0 if not, -1 out of memory. */
 static int store_fts_fold_ascii(const char *text, size_t n, struct store_fts_text *t)
 {
-    const char *nul = memchr(text, '\0', n);
-    n = nul != NULL ? (size_t)(nul - text) : n;
-    for (size_t i = 0; i < n; i++) {
-        if ((unsigned char)text[i] >= 0x80) {
-            return 0;
+    if (t->cap < n + 1) {
+        char *grown = realloc(t->data, n + 1);
+        if (grown == NULL) {
+            return -1;
         }
+        t->data = grown;
+        t->cap = n + 1;
     }
-    if (store_fts_append(t, text, n) != 0) {
-        return -1;
+    unsigned char seen = 0;
+    size_t i = 0;
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c == 0) {
+            break;
+        }
+        seen |= c;
+        t->data[i] = (char)((unsigned)(c - 'A') < 26u ? c + ('a' - 'A') : c);
     }
-    for (size_t i = 0; i < n; i++) {
-        char c = t->data[i];
-        t->data[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+    if ((seen & 0x80) != 0) {
+        return 0;
     }
+    t->len = i;
+    t->data[i] = '\0';
     return 1;
 }
 
@@ -247,26 +260,47 @@ static int store_fts_contains(const struct store_fts_text *hay, const char *need
     return hay->len >= n && memmem(hay->data, hay->len, needle, n) != NULL;
 }
 
+/* The folded query of a call (argv[0] text, argv[1] mode), made once per statement and
+ * kept as the argument's auxiliary data. NULL (and the error set) when out of memory. */
+static struct store_fts_needles *store_fts_needles_get(sqlite3_context *ctx, sqlite3_value **argv)
+{
+    struct store_fts_needles *nd = sqlite3_get_auxdata(ctx, 0);
+    if (nd == NULL) {
+        const char *query = (const char *)sqlite3_value_text(argv[0]);
+        nd = store_fts_needles_make(sqlite3_user_data(ctx), query != NULL ? query : "",
+                                    sqlite3_value_int(argv[1]));
+        if (nd != NULL) {
+            sqlite3_set_auxdata(ctx, 0, nd, store_fts_needles_free);
+            nd = sqlite3_get_auxdata(ctx, 0); /* NULL if SQLite could not keep it: freed */
+        }
+    }
+    if (nd == NULL) {
+        sqlite3_result_error_nomem(ctx);
+    }
+    return nd;
+}
+
+/* mv_fts_exact(text, mode): 1 if the MATCH alone is the answer (every needle is a single
+ * trigram and any column may hold it), so the statement skips mv_fts_match and never reads
+ * the rows' text; SQLite evaluates it once (constant arguments, deterministic). */
+static void store_fts_exact_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    struct store_fts_needles *nd = store_fts_needles_get(ctx, argv);
+    if (nd != NULL) {
+        sqlite3_result_int(ctx, sqlite3_value_int(argv[1]) != 1 && nd->single_trigrams);
+    }
+}
+
 /* mv_fts_match(text, mode, header, body): see the top of the file. */
 static void store_fts_match_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     (void)argc;
     struct store_fts_fn *fn = sqlite3_user_data(ctx);
     int mode = sqlite3_value_int(argv[1]);
-    struct store_fts_needles *nd = sqlite3_get_auxdata(ctx, 0);
+    struct store_fts_needles *nd = store_fts_needles_get(ctx, argv);
     if (nd == NULL) {
-        const char *query = (const char *)sqlite3_value_text(argv[0]);
-        nd = store_fts_needles_make(fn, query != NULL ? query : "", mode);
-        if (nd == NULL) {
-            sqlite3_result_error_nomem(ctx);
-            return;
-        }
-        sqlite3_set_auxdata(ctx, 0, nd, store_fts_needles_free);
-        nd = sqlite3_get_auxdata(ctx, 0); /* NULL if SQLite could not keep it: freed */
-        if (nd == NULL) {
-            sqlite3_result_error_nomem(ctx);
-            return;
-        }
+        return;
     }
     if (nd->count == 0) {
         sqlite3_result_int(ctx, 0); /* no trigram: the index had nothing to find either */
@@ -384,6 +418,11 @@ int store_fts_functions(mv_store *s)
     /* The query function shares fn; only the match function frees it (registered last, so
      * a failure before it frees fn here). */
     if (sqlite3_create_function_v2(s->db, "mv_fts_query", 2, flags, fn, store_fts_query_fn, NULL,
+                                   NULL, NULL) != SQLITE_OK) {
+        store_fts_fn_free(fn);
+        return store_fail_sqlite(s, "registering the full-text functions");
+    }
+    if (sqlite3_create_function_v2(s->db, "mv_fts_exact", 2, flags, fn, store_fts_exact_fn, NULL,
                                    NULL, NULL) != SQLITE_OK) {
         store_fts_fn_free(fn);
         return store_fail_sqlite(s, "registering the full-text functions");

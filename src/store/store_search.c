@@ -88,7 +88,7 @@ static const char *const store_search_fragment[] = {
     [P_SUBJECT] = " AND instr(lower(h.subject), lower(?5)) > 0",
     [P_MESSAGE_ID] = " AND instr(lower(h.message_id), lower(?6)) > 0",
     [P_TEXT] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?7, 0) "
-               "AND mv_fts_match(?7, 0, header, body))",
+               "AND (mv_fts_exact(?7, 0) OR mv_fts_match(?7, 0, header, body)))",
     [P_SINCE] = " AND m.internal_date >= ?8",
     [P_BEFORE] = " AND m.internal_date < ?9",
     [P_SENT_SINCE] = " AND h.sent_date != 0 AND h.sent_date + (SELECT sent_zone FROM bodies "
@@ -101,9 +101,9 @@ static const char *const store_search_fragment[] = {
     [P_FLAGS_UNSET] = " AND (m.flags & ?15) = 0",
     [P_KEYWORD] = " AND instr(' ' || lower(m.keywords) || ' ', ' ' || lower(?16) || ' ') > 0",
     [P_BODY] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?17, 1) "
-               "AND mv_fts_match(?17, 1, header, body))",
+               "AND (mv_fts_exact(?17, 1) OR mv_fts_match(?17, 1, header, body)))",
     [P_ANY] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?18, 2) "
-              "AND mv_fts_match(?18, 2, header, body))",
+              "AND (mv_fts_exact(?18, 2) OR mv_fts_match(?18, 2, header, body)))",
     [P_LIMIT] = " ORDER BY m.internal_date DESC LIMIT ?19",
 };
 
