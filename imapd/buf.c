@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void buf_free(struct buf *b)
 {
@@ -63,7 +64,9 @@ void buf_add(struct buf *b, const void *data, size_t len)
 
 char *buf_literal_place(struct buf *b, size_t len)
 {
-    buf_printf(b, "{%zu}\r\n", len);
+    BUF_LIT(b, "{");
+    buf_u64(b, len);
+    BUF_LIT(b, "}\r\n");
     return buf_reserve(b, len) == 0 ? b->data + b->len : NULL;
 }
 
@@ -123,6 +126,50 @@ void buf_printf(struct buf *b, const char *fmt, ...)
     vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
     b->len += (size_t)n;
+}
+
+void buf_u64(struct buf *b, uint64_t v)
+{
+    char digits[20]; /* UINT64_MAX has 20 */
+    size_t at = sizeof digits;
+    do {
+        digits[--at] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    buf_add(b, digits + at, sizeof digits - at);
+}
+
+/* n (0..99) as two digits at to. */
+static void buf_two_digits(char *to, int n)
+{
+    to[0] = (char)('0' + n / 10);
+    to[1] = (char)('0' + n % 10);
+}
+
+void buf_imap_date(struct buf *b, int64_t when)
+{
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    time_t t = (time_t)when;
+    struct tm tm;
+    if (gmtime_r(&t, &tm) == NULL) {
+        memset(&tm, 0, sizeof tm); /* a year past INT_MAX: "00-Jan-0000 00:00:00", not garbage */
+        tm.tm_year = -1900;
+    }
+    int year = tm.tm_year + 1900;
+    if (year < 0 || year > 9999) { /* a width of its own: leave it to printf */
+        buf_printf(b, "\"%02d-%.3s-%04d %02d:%02d:%02d +0000\"", tm.tm_mday,
+                   months + (size_t)3 * (size_t)tm.tm_mon, year, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        return;
+    }
+    char s[] = "\"dd-Mon-yyyy hh:mm:ss +0000\"";
+    buf_two_digits(s + 1, tm.tm_mday);
+    memcpy(s + 4, months + (size_t)3 * (size_t)tm.tm_mon, 3);
+    buf_two_digits(s + 8, year / 100);
+    buf_two_digits(s + 10, year % 100);
+    buf_two_digits(s + 13, tm.tm_hour);
+    buf_two_digits(s + 16, tm.tm_min);
+    buf_two_digits(s + 19, tm.tm_sec);
+    buf_add(b, s, sizeof s - 1);
 }
 
 void buf_consume(struct buf *b, size_t n)

@@ -5,6 +5,7 @@
 #define MV_IMAPD_BUF_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct buf {
     char *data;
@@ -17,6 +18,15 @@ int buf_reserve(struct buf *b, size_t extra);
 void buf_add(struct buf *b, const void *data, size_t len);
 void buf_str(struct buf *b, const char *s);
 void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A string constant, its length known when compiling (no strlen: responses of 100,000
+ * lines add several of these per line). */
+#define BUF_LIT(b, s) buf_add((b), "" s, sizeof(s) - 1)
+/* v in decimal, as "%llu" would write it, without vsnprintf's format parsing (which was
+ * half the CPU of a FETCH 1:* (UID FLAGS)). */
+void buf_u64(struct buf *b, uint64_t v);
+/* RFC 3501 date-time of when (seconds since the epoch, UTC), quoted, as "%02d-%.3s-%04d
+ * %02d:%02d:%02d +0000" would write it: "\"02-Dec-2026 07:25:21 +0000\"" (INTERNALDATE). */
+void buf_imap_date(struct buf *b, int64_t when);
 /* An IMAP literal "{len}" CRLF and the bytes, every NUL sent as 0x80 (RFC 3501 9: CHAR8
  * excludes NUL; what Dovecot sends). Every literal the server sends goes through here. */
 void buf_literal(struct buf *b, const void *data, size_t len);

@@ -44,7 +44,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 /* Length of the header including its terminating empty line: the store's rule, so a
  * header-only read (mv_message_fetch_header) and a cut of the whole message agree. */
@@ -137,11 +136,15 @@ static void
 imap_section_out(struct buf *out, const struct imap_fetch_section *sec, const char *raw, size_t len)
 {
     size_t hlen = imap_header_len(raw, len);
-    buf_printf(out, "BODY[%.*s]", (int)sec->spec_len, sec->spec);
+    BUF_LIT(out, "BODY[");
+    buf_add(out, sec->spec, sec->spec_len);
+    BUF_LIT(out, "]");
     if (sec->partial) {
-        buf_printf(out, "<%llu>", (unsigned long long)sec->start);
+        BUF_LIT(out, "<");
+        buf_u64(out, sec->start);
+        BUF_LIT(out, ">");
     }
-    buf_str(out, " ");
+    BUF_LIT(out, " ");
     if (sec->part_count > 0) {
         imap_part_section_out(out, sec, raw, len);
     } else if (sec->kind == IMAP_SECTION_ALL) {
@@ -156,17 +159,6 @@ imap_section_out(struct buf *out, const struct imap_fetch_section *sec, const ch
         imap_literal(out, fields.data != NULL ? fields.data : "", fields.len, sec);
         buf_free(&fields);
     }
-}
-
-static void imap_date_out(struct buf *out, int64_t when)
-{
-    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
-    time_t t = (time_t)when;
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    buf_printf(out, "\"%02d-%.3s-%04d %02d:%02d:%02d +0000\"", tm.tm_mday,
-               months + (size_t)3 * (size_t)tm.tm_mon, tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
-               tm.tm_sec);
 }
 
 /* 1 if every item of f can be answered from the message's header alone (ENVELOPE, RFC822.HEADER,
@@ -271,20 +263,28 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
         }
     }
     struct buf *out = x->out;
-    buf_printf(out, "* %zu FETCH (UID %u", i + 1, m->uid);
+    /* Written piece by piece, without printf: a FETCH 1:* of the flags, sizes or dates is
+     * this per message and little else (buf.h, buf_u64). */
+    BUF_LIT(out, "* ");
+    buf_u64(out, i + 1);
+    BUF_LIT(out, " FETCH (UID ");
+    buf_u64(out, m->uid);
     if ((items & IMAP_FETCH_FLAGS) != 0 || with_flags) {
-        buf_str(out, " FLAGS ");
+        BUF_LIT(out, " FLAGS ");
         imap_flags_out(out, m->flags | (m->recent ? IMAP_FLAG_RECENT : 0), m->keywords);
     }
     if ((items & IMAP_FETCH_INTERNALDATE) != 0) {
-        buf_str(out, " INTERNALDATE ");
-        imap_date_out(out, m->internal_date);
+        BUF_LIT(out, " INTERNALDATE ");
+        buf_imap_date(out, m->internal_date);
     }
     if ((items & IMAP_FETCH_RFC822_SIZE) != 0) {
-        buf_printf(out, " RFC822.SIZE %llu", (unsigned long long)m->size);
+        BUF_LIT(out, " RFC822.SIZE ");
+        buf_u64(out, m->size);
     }
     if ((items & IMAP_FETCH_MODSEQ) != 0 || (with_flags && x->s->condstore)) {
-        buf_printf(out, " MODSEQ (%llu)", (unsigned long long)m->modseq);
+        BUF_LIT(out, " MODSEQ (");
+        buf_u64(out, m->modseq);
+        BUF_LIT(out, ")");
     }
     if ((items & IMAP_FETCH_ENVELOPE) != 0) {
         buf_str(out, " ENVELOPE ");

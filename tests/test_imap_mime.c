@@ -6,13 +6,16 @@
  * no boundary, too much structure for GMime). Every case runs twice: on the message as
  * written (LF line endings) and with every LF turned into CRLF, expecting the same bytes
  * converted likewise. Also ENVELOPE / BODYSTRUCTURE strings with 8-bit bytes with and without
- * UTF8=ACCEPT (imap_mime_set_utf8).
+ * UTF8=ACCEPT (imap_mime_set_utf8), and buf.c's printf-free numbers, dates and literal heads.
  */
 #include "../imapd/imap_mime.h"
 #include "harness.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static char *tm_crlf(const char *lf)
 {
@@ -367,6 +370,81 @@ static void test_imap_string_quoting(void)
     CHECK(b.len == 0 && b.data == NULL);
 }
 
+/* buf_u64, buf_imap_date and literal heads (buf.c): the same bytes as the printf formats
+ * they replace ("%llu"; INTERNALDATE's "%02d-%.3s-%04d %02d:%02d:%02d +0000", RFC 3501
+ * date-time), for the edges and a spread of values. */
+static void test_buf_numbers_and_dates(void)
+{
+    static const uint64_t values[] = {0,
+                                      1,
+                                      9,
+                                      10,
+                                      99,
+                                      100,
+                                      4294967295u,
+                                      4294967296u,
+                                      1000000000,
+                                      9999999999,
+                                      UINT64_MAX - 1,
+                                      UINT64_MAX};
+    struct buf b = {0};
+    char want[64];
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        b.len = 0;
+        buf_u64(&b, values[i]);
+        snprintf(want, sizeof want, "%llu", (unsigned long long)values[i]);
+        CHECK(b.len == strlen(want) && memcmp(b.data, want, b.len) == 0);
+    }
+    for (uint64_t v = 1; v < UINT64_MAX / 7; v = v * 7 + 3) {
+        b.len = 0;
+        buf_u64(&b, v);
+        snprintf(want, sizeof want, "%llu", (unsigned long long)v);
+        CHECK(b.len == strlen(want) && memcmp(b.data, want, b.len) == 0);
+    }
+    /* the epoch, a leap day, the end of a year, Y2038, year 9999's last second */
+    static const int64_t whens[] = {0, 951782400, 1767225599, 2147483648, 253402300799};
+    static const char *const dates[] = {
+        "\"01-Jan-1970 00:00:00 +0000\"", "\"29-Feb-2000 00:00:00 +0000\"",
+        "\"31-Dec-2025 23:59:59 +0000\"", "\"19-Jan-2038 03:14:08 +0000\"",
+        "\"31-Dec-9999 23:59:59 +0000\""};
+    for (size_t i = 0; i < sizeof whens / sizeof whens[0]; i++) {
+        b.len = 0;
+        buf_imap_date(&b, whens[i]);
+        CHECK(b.len == strlen(dates[i]) && memcmp(b.data, dates[i], b.len) == 0);
+    }
+    /* every hour of a few years against the printf format (one second past each hour) */
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    for (int64_t when = 946684800 - 3 * 86400; when < 946684800 + 3 * 366 * 86400; when += 3601) {
+        time_t t = (time_t)when;
+        struct tm tm;
+        CHECK(gmtime_r(&t, &tm) != NULL);
+        snprintf(want, sizeof want, "\"%02d-%.3s-%04d %02d:%02d:%02d +0000\"", tm.tm_mday,
+                 months + (size_t)3 * (size_t)tm.tm_mon, tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+                 tm.tm_sec);
+        b.len = 0;
+        buf_imap_date(&b, when);
+        CHECK(b.len == strlen(want) && memcmp(b.data, want, b.len) == 0);
+    }
+    /* a year of five digits goes through printf's width: still the same bytes */
+    b.len = 0;
+    buf_imap_date(&b, 253402300800);
+    CHECK(b.len == 29 && memcmp(b.data, "\"01-Jan-10000 00:00:00 +0000\"", 29) == 0);
+    /* a literal's head: "{len}" CRLF, then the bytes */
+    b.len = 0;
+    buf_literal(&b, "abc", 3);
+    CHECK(b.len == 8 && memcmp(b.data, "{3}\r\nabc", 8) == 0);
+    b.len = 0;
+    buf_literal(&b, "", 0);
+    CHECK(b.len == 5 && memcmp(b.data, "{0}\r\n", 5) == 0);
+    buf_free(&b);
+    /* a buffer that has failed stays failed */
+    b.oom = 1;
+    buf_u64(&b, 12345);
+    buf_imap_date(&b, 0);
+    BUF_LIT(&b, "x");
+    CHECK(b.len == 0 && b.data == NULL);
+}
+
 /* RFC 5322 2.1 / RFC 3501 6.4.5: a message or part that starts with an empty line has an
  * empty header; its content is everything after that line (not up to the next empty line). */
 static void test_empty_header(void)
@@ -608,6 +686,7 @@ int main(void)
     TEST(test_too_much_structure);
     TEST(test_utf8_strings);
     TEST(test_imap_string_quoting);
+    TEST(test_buf_numbers_and_dates);
     TEST(test_empty_header);
     TEST(test_folded_boundary);
     TEST(test_envelope_without_gmime);
