@@ -17,9 +17,26 @@
  *                                   context (no nonce, no tag, no re-keying)
  *   crypto.chacha20.ratio_vs_openssl_speed   encrypt_mbps / that figure, measured in
  *                                   alternating slices (target >= 0.9, issue 13)
+ *   crypto.openssl.chacha20_poly1305_aead_speed_mbps   what `openssl speed -evp
+ *                                   chacha20-poly1305 -bytes 4096 -aead` measures: per
+ *                                   buffer the IV set again (so a new Poly1305 key from one
+ *                                   ChaCha20 block), 13 bytes of AAD, 4096 bytes, the final
+ *   crypto.chacha20.ratio_vs_openssl_speed_aead   encrypt_mbps / that figure
  *   crypto.openssl.chacha20_poly1305_seal_mbps   one AEAD seal per 4096-byte page (new
  *                                   nonce, encrypt, tag): the same job as a page encryption
  *   crypto.chacha20.ratio_vs_openssl_seal    encrypt_mbps / that figure, alternating slices
+ *   crypto.openssl.page_floor_mbps  the floor of the chacha20 page format on this OpenSSL:
+ *                                   per 4096-byte buffer only the calls a page needs, a
+ *                                   new ChaCha20 key + IV and 4096 bytes, a new Poly1305
+ *                                   key and 4080 bytes (as 3968 + 112) and its tag,
+ *                                   through the provider's functions as src/crypto calls
+ *                                   them (EVP if they were not found); no one-time key,
+ *                                   nonce, check or wipe
+ *   crypto.openssl.page_floor_evp_mbps       the same calls through EVP
+ *   crypto.openssl.ratio_floor_vs_openssl_speed   page_floor / the stream figure: the
+ *                                   most any page cipher in this format can reach against
+ *                                   `openssl speed` with OpenSSL's primitives
+ *   crypto.chacha20.ratio_vs_floor  encrypt_mbps / page_floor (what src/crypto adds)
  *   crypto.kdf.<cipher>_ms          one key derivation at the default iteration count
  *
  * IMPLEMENTATION NOTES
@@ -33,6 +50,7 @@
  *   change in the machine's speed during the run hits both sides alike.
  */
 #include "crypto/crypt.h"
+#include "crypto/crypt_internal.h" /* the provider's functions, for the floor */
 #include "util.h"
 
 #include <openssl/evp.h>
@@ -178,15 +196,28 @@ static double bench_aead(double seconds)
 /* OpenSSL's ChaCha20-Poly1305 on 4096-byte buffers, two ways (bench_openssl_into). */
 enum bench_openssl_mode {
     BENCH_OPENSSL_STREAM, /* as `openssl speed -evp`: EVP_EncryptUpdate after update */
+    BENCH_OPENSSL_AEAD,   /* as `openssl speed -evp ... -aead`: IV, AAD, update, final */
     BENCH_OPENSSL_SEAL,   /* per buffer: new nonce, encrypt, final, tag */
+    BENCH_OPENSSL_FLOOR,  /* per buffer: the primitives of one chacha20 page, new keys */
+    BENCH_OPENSSL_FLOOR_EVP,
 };
 
 struct bench_openssl {
     EVP_CIPHER *aead;
     EVP_CIPHER_CTX *stream;
+    EVP_CIPHER_CTX *aead_speed;
     EVP_CIPHER_CTX *seal;
     uint8_t key[32];
     uint8_t iv[12];
+    /* The floor: ChaCha20 and Poly1305 contexts, EVP's and the provider's (prov NULL:
+     * the provider's functions were not found, the floor runs through EVP). */
+    EVP_CIPHER_CTX *floor_cipher;
+    EVP_MAC_CTX *floor_mac;
+    const struct crypt_provider *prov;
+    void *prov_cipher;
+    void *prov_mac;
+    uint8_t otk[64]; /* the "one-time key": changed before every buffer */
+    uint8_t floor_iv[16];
 };
 
 static void bench_openssl_open(struct bench_openssl *o)
@@ -195,19 +226,77 @@ static void bench_openssl_open(struct bench_openssl *o)
     o->key[0] = 1;
     o->aead = EVP_CIPHER_fetch(NULL, "ChaCha20-Poly1305", NULL);
     o->stream = EVP_CIPHER_CTX_new();
+    o->aead_speed = EVP_CIPHER_CTX_new();
     o->seal = EVP_CIPHER_CTX_new();
-    if (o->aead == NULL || o->stream == NULL || o->seal == NULL ||
+    if (o->aead == NULL || o->stream == NULL || o->aead_speed == NULL || o->seal == NULL ||
         EVP_EncryptInit_ex2(o->stream, o->aead, o->key, o->iv, NULL) != 1 ||
+        EVP_EncryptInit_ex2(o->aead_speed, o->aead, o->key, o->iv, NULL) != 1 ||
         EVP_EncryptInit_ex2(o->seal, o->aead, o->key, o->iv, NULL) != 1) {
         bench_fail("ChaCha20-Poly1305 setup", NULL);
     }
+    EVP_CIPHER *chacha20 = EVP_CIPHER_fetch(NULL, "ChaCha20", NULL);
+    EVP_MAC *poly1305 = EVP_MAC_fetch(NULL, "Poly1305", NULL);
+    o->floor_cipher = EVP_CIPHER_CTX_new();
+    o->floor_mac = poly1305 != NULL ? EVP_MAC_CTX_new(poly1305) : NULL;
+    if (chacha20 == NULL || o->floor_cipher == NULL || o->floor_mac == NULL ||
+        EVP_EncryptInit_ex2(o->floor_cipher, chacha20, o->otk, o->floor_iv, NULL) != 1) {
+        bench_fail("ChaCha20 / Poly1305 setup", NULL);
+    }
+    EVP_CIPHER_free(chacha20); /* the contexts keep their references */
+    EVP_MAC_free(poly1305);
+    o->prov = crypt_provider();
+    if (o->prov != NULL) {
+        o->prov_cipher = o->prov->cipher_newctx(o->prov->cipher_provctx);
+        o->prov_mac = o->prov->mac_newctx(o->prov->mac_provctx);
+        if (o->prov_cipher == NULL || o->prov_mac == NULL) {
+            bench_fail("provider ChaCha20 / Poly1305 contexts", NULL);
+        }
+    }
+}
+
+/* The calls of one chacha20 page (crypt_chacha20.c) on bench_plain, keys and IV new. */
+static int bench_floor_once(struct bench_openssl *o, int evp)
+{
+    size_t len = 0, tag_len = 0;
+    int outl = 0;
+    o->otk[0]++; /* a new Poly1305 key (otk[0..32]) and data key (otk[32..64]) */
+    o->otk[32]++;
+    o->floor_iv[4]++;
+    if (evp || o->prov == NULL) {
+        return EVP_EncryptInit_ex2(o->floor_cipher, NULL, o->otk + 32, o->floor_iv, NULL) == 1 &&
+                       EVP_EncryptUpdate(o->floor_cipher, bench_enc, &outl, bench_plain,
+                                         BENCH_PAGE_SIZE) == 1 &&
+                       EVP_MAC_init(o->floor_mac, o->otk, 32, NULL) == 1 &&
+                       EVP_MAC_update(o->floor_mac, bench_enc, 3968) == 1 &&
+                       EVP_MAC_update(o->floor_mac, bench_enc + 3968, 112) == 1 &&
+                       EVP_MAC_final(o->floor_mac, bench_enc + 4080, &tag_len, 16) == 1
+                   ? 0
+                   : -1;
+    }
+    const struct crypt_provider *p = o->prov;
+    return p->cipher_init(o->prov_cipher, o->otk + 32, 32, o->floor_iv, 16, NULL) == 1 &&
+                   p->cipher_update(o->prov_cipher, bench_enc, &len, BENCH_PAGE_SIZE, bench_plain,
+                                    BENCH_PAGE_SIZE) == 1 &&
+                   p->mac_init(o->prov_mac, o->otk, 32, NULL) == 1 &&
+                   p->mac_update(o->prov_mac, bench_enc, 3968) == 1 &&
+                   p->mac_update(o->prov_mac, bench_enc + 3968, 112) == 1 &&
+                   p->mac_final(o->prov_mac, bench_enc + 4080, &tag_len, 16) == 1
+               ? 0
+               : -1;
 }
 
 static void bench_openssl_close(struct bench_openssl *o)
 {
     EVP_CIPHER_CTX_free(o->stream);
+    EVP_CIPHER_CTX_free(o->aead_speed);
     EVP_CIPHER_CTX_free(o->seal);
     EVP_CIPHER_free(o->aead);
+    EVP_CIPHER_CTX_free(o->floor_cipher);
+    EVP_MAC_CTX_free(o->floor_mac);
+    if (o->prov != NULL) {
+        o->prov->cipher_freectx(o->prov_cipher);
+        o->prov->mac_freectx(o->prov_mac);
+    }
 }
 
 /* Adds seconds of OpenSSL's AEAD on 4096-byte buffers to *t. */
@@ -225,6 +314,17 @@ static void bench_openssl_into(struct bench_openssl *o,
             if (mode == BENCH_OPENSSL_STREAM) {
                 ok = EVP_EncryptUpdate(o->stream, bench_enc, &len, bench_plain, BENCH_PAGE_SIZE) ==
                      1;
+            } else if (mode == BENCH_OPENSSL_AEAD) {
+                /* apps/speed.c's loop: the same IV every time, which still re-derives
+                 * the Poly1305 key and re-initialises Poly1305 */
+                static const uint8_t aad[13] = {0xcc};
+                ok = EVP_EncryptInit_ex2(o->aead_speed, NULL, NULL, o->iv, NULL) == 1 &&
+                     EVP_EncryptUpdate(o->aead_speed, NULL, &len, aad, sizeof aad) == 1 &&
+                     EVP_EncryptUpdate(o->aead_speed, bench_enc, &len, bench_plain,
+                                       BENCH_PAGE_SIZE) == 1 &&
+                     EVP_EncryptFinal_ex(o->aead_speed, bench_enc + len, &fin) == 1;
+            } else if (mode == BENCH_OPENSSL_FLOOR || mode == BENCH_OPENSSL_FLOOR_EVP) {
+                ok = bench_floor_once(o, mode == BENCH_OPENSSL_FLOOR_EVP) == 0;
             } else {
                 o->iv[0]++;
                 ok = EVP_EncryptInit_ex2(o->seal, NULL, o->key, o->iv, NULL) == 1 &&
@@ -249,20 +349,32 @@ static void bench_openssl_into(struct bench_openssl *o,
 static void bench_vs_openssl(crypt_ctx *chacha20, double seconds)
 {
     struct bench_openssl o;
-    struct bench_tally page = {0, 0}, stream = {0, 0}, seal = {0, 0};
+    struct bench_tally page = {0, 0}, stream = {0, 0}, aead = {0, 0}, seal = {0, 0}, floor = {0, 0},
+                       floor_evp = {0, 0};
     double slice = seconds / BENCH_SLICES;
     bench_openssl_open(&o);
     for (int i = 0; i < BENCH_SLICES; i++) {
         bench_pages_into(chacha20, BENCH_ENCRYPT, slice, &page);
         bench_openssl_into(&o, BENCH_OPENSSL_STREAM, slice, &stream);
+        bench_openssl_into(&o, BENCH_OPENSSL_FLOOR, slice, &floor);
         bench_pages_into(chacha20, BENCH_ENCRYPT, slice, &page);
         bench_openssl_into(&o, BENCH_OPENSSL_SEAL, slice, &seal);
+        bench_openssl_into(&o, BENCH_OPENSSL_FLOOR_EVP, slice / 2, &floor_evp);
+        bench_openssl_into(&o, BENCH_OPENSSL_AEAD, slice / 2, &aead);
     }
     bench_openssl_close(&o);
     printf("crypto.openssl.chacha20_poly1305_stream_mbps %.1f\n", bench_mbps(&stream));
+    printf("crypto.openssl.chacha20_poly1305_aead_speed_mbps %.1f\n", bench_mbps(&aead));
     printf("crypto.openssl.chacha20_poly1305_seal_mbps %.1f\n", bench_mbps(&seal));
+    printf("crypto.openssl.page_floor_mbps %.1f\n", bench_mbps(&floor));
+    printf("crypto.openssl.page_floor_evp_mbps %.1f\n", bench_mbps(&floor_evp));
+    printf("crypto.openssl.ratio_floor_vs_openssl_speed %.2f\n",
+           bench_mbps(&floor) / bench_mbps(&stream));
+    printf("crypto.chacha20.ratio_vs_floor %.2f\n", bench_mbps(&page) / bench_mbps(&floor));
     printf("crypto.chacha20.ratio_vs_openssl_speed %.2f\n",
            bench_mbps(&page) / bench_mbps(&stream));
+    printf("crypto.chacha20.ratio_vs_openssl_speed_aead %.2f\n",
+           bench_mbps(&page) / bench_mbps(&aead));
     printf("crypto.chacha20.ratio_vs_openssl_seal %.2f\n", bench_mbps(&page) / bench_mbps(&seal));
 }
 
