@@ -11,6 +11,7 @@
  *   quota_used_open(open_store, cfg, out)   its usage, with what its queue still holds
  *   quota_sealed_exceeded(cfg, address, add_bytes, why, size)      it is not (LMTP)
  *   quota_note(address, store)          the worker opened or is closing the store
+ *   quota_note_step(address, store, before)  after a drain step (before: the usage before it)
  *   quota_used(store, out)              the usage of an open store (GETQUOTA)
  *   quota_over_text(over)               the resources named in a refusal
  *
@@ -34,11 +35,14 @@
  *   - The queue's count is kept with the seen usage, so a sealed delivery costs O(1), not a
  *     read of the whole queue directory (1,200 deliveries read ~720,000 entries): counted
  *     from the directory when not known or older than QUOTA_QUEUE_FRESH_MS, then each
- *     sealed delivery of this server adds its file (quota_sealed_added), and a drain step or
- *     an open (quota_note) forgets the count, since files left the queue. What another
+ *     sealed delivery of this server adds its file (quota_sealed_added), a drain step takes
+ *     out what it moved into the store (quota_note_step: the store's usage after the step
+ *     less before it, plus the sealing), and an open (quota_note) forgets the count. APPEND
+ *     and COPY while a drain runs (quota_used_open) use the same count, so they are O(1)
+ *     too (they read the whole directory each before). What another
  *     process changes in the queue (`mailvault deliver`, a CLI open that drains) is seen at
- *     the next count, within QUOTA_QUEUE_FRESH_MS; a delivery the kept count would refuse is
- *     counted again first, so a stale count never refuses mail.
+ *     the next count, within QUOTA_QUEUE_FRESH_MS; a delivery, APPEND or COPY the kept
+ *     count would refuse is counted again first, so a stale count never refuses mail.
  *   - quota_seen_lock guards the seen-usage cache only; the usage is read and the queue
  *     counted outside it. It is never held with quota_file.c's lock: the limits are looked
  *     up (quota_limits_for, which takes and drops that one) before the cache is touched.
@@ -67,6 +71,9 @@
 #define QUOTA_SEEN_BUCKETS   8192
 #define QUOTA_QUEUE_SCAN_MAX MV_QUEUE_SCAN_MAX /* directory entries one sealed check reads */
 #define QUOTA_QUEUE_FRESH_MS 10000 /* a kept queue count is used this long, then counted again */
+/* The sealing around each queued message (docs/DELIVERY.md): what a queue file holds beyond
+ * the message it delivers. */
+#define QUOTA_SEAL_BYTES 76
 
 struct quota_seen {
     struct quota_seen *next;
@@ -121,29 +128,6 @@ int quota_used(mv_store *store, struct quota_usage *out)
     return MV_OK;
 }
 
-/* The sealing around each queued message (docs/DELIVERY.md): what a queue file holds beyond
- * the message it delivers. */
-#define QUOTA_SEAL_BYTES 76
-
-int quota_used_open(const struct open_store *os, const struct config *cfg, struct quota_usage *out)
-{
-    int rc = quota_used(os->store, out);
-    if (rc != MV_OK || !os->drain_more) {
-        return rc;
-    }
-    /* Still draining: the deliveries not yet moved in are the user's mail too. The worker
-     * thread runs both this and the drain steps, so no step runs between the two reads. */
-    struct mv_store_options opts = config_store_options(cfg);
-    uint64_t bytes = 0, messages = 0;
-    rc = mv_queue_usage(os->address, &opts, QUOTA_QUEUE_SCAN_MAX, &bytes, &messages);
-    if (rc != MV_OK) {
-        return rc;
-    }
-    out->bytes += bytes > messages * QUOTA_SEAL_BYTES ? bytes - messages * QUOTA_SEAL_BYTES : 0;
-    out->messages += messages;
-    return MV_OK;
-}
-
 /* Whether used + add goes over limit (0: unlimited), without overflow. */
 static int quota_over(uint64_t used, uint64_t add, uint64_t limit)
 {
@@ -164,23 +148,6 @@ static int quota_check(const struct quota_limits *limits,
         over |= QUOTA_OVER_MESSAGE;
     }
     return over;
-}
-
-int quota_exceeded(const struct open_store *os,
-                   const struct config *cfg,
-                   const char *address,
-                   uint64_t add_bytes,
-                   uint64_t add_messages)
-{
-    struct quota_limits limits = quota_limits_for(cfg, address);
-    struct quota_usage used;
-    if (limits.storage_kib == 0 && limits.messages == 0) {
-        return 0;
-    }
-    if (quota_used_open(os, cfg, &used) != MV_OK) {
-        return 0; /* the append itself will report a broken store */
-    }
-    return quota_check(&limits, &used, add_bytes, add_messages, 1);
 }
 
 const char *quota_over_text(int over)
@@ -245,7 +212,8 @@ static struct quota_seen *quota_seen_get(const char *address, int64_t now)
     return e;
 }
 
-void quota_note(const char *address, mv_store *store)
+/* quota_note() and quota_note_step(): before NULL forgets the kept queue count. */
+static void quota_note_with(const char *address, mv_store *store, const struct quota_usage *before)
 {
     struct quota_usage used;
     int ok = quota_used(store, &used) == MV_OK; /* else the previous value, if any, stays */
@@ -258,9 +226,30 @@ void quota_note(const char *address, mv_store *store)
             e->usage_known = 1;
             e->at_ms = now;
         }
-        e->queue_at_ms = 0; /* an open or a drain step took files out of the queue */
+        if (ok && before != NULL && e->queue_at_ms != 0 && used.messages >= before->messages &&
+            used.bytes >= before->bytes) {
+            /* What the step moved in left the queue, with its sealing. Files it set aside
+             * (rejected/) stay in the count until the next count: too high, never too low,
+             * and a check the kept count would refuse counts again first. */
+            uint64_t moved = used.messages - before->messages;
+            uint64_t moved_bytes = used.bytes - before->bytes + moved * QUOTA_SEAL_BYTES;
+            e->queue.messages = e->queue.messages > moved ? e->queue.messages - moved : 0;
+            e->queue.bytes = e->queue.bytes > moved_bytes ? e->queue.bytes - moved_bytes : 0;
+        } else {
+            e->queue_at_ms = 0; /* an open took files out of the queue: count it again */
+        }
     }
     pthread_mutex_unlock(&quota_seen_lock);
+}
+
+void quota_note(const char *address, mv_store *store)
+{
+    quota_note_with(address, store, NULL);
+}
+
+void quota_note_step(const char *address, mv_store *store, const struct quota_usage *before)
+{
+    quota_note_with(address, store, before);
 }
 
 /* What the queue of address holds: the kept count if fresh and !recount, else counted from
@@ -296,6 +285,64 @@ static int quota_queue(const struct config *cfg,
     }
     pthread_mutex_unlock(&quota_seen_lock);
     return rc;
+}
+
+/* quota_used_open(), with recount as quota_queue()'s and *was_kept set when the queue's
+ * part came from the kept count (0 when the store is not draining). */
+static int quota_used_open_counted(const struct open_store *os,
+                                   const struct config *cfg,
+                                   int recount,
+                                   struct quota_usage *out,
+                                   int *was_kept)
+{
+    *was_kept = 0;
+    int rc = quota_used(os->store, out);
+    if (rc != MV_OK || !os->drain_more) {
+        return rc;
+    }
+    /* Still draining: the deliveries not yet moved in are the user's mail too. The worker
+     * thread runs both this and the drain steps, so no step runs between the two reads. The
+     * queue's part is the count kept for sealed deliveries (O(1), not a read of the queue
+     * directory per APPEND or COPY): each drain step takes what it moved in out of it
+     * (quota_note_step). */
+    struct quota_usage queued;
+    rc = quota_queue(cfg, os->address, recount, &queued, was_kept);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    out->bytes += queued.bytes > queued.messages * QUOTA_SEAL_BYTES
+                      ? queued.bytes - queued.messages * QUOTA_SEAL_BYTES
+                      : 0;
+    out->messages += queued.messages;
+    return MV_OK;
+}
+
+int quota_used_open(const struct open_store *os, const struct config *cfg, struct quota_usage *out)
+{
+    int kept = 0;
+    return quota_used_open_counted(os, cfg, 0, out, &kept);
+}
+
+int quota_exceeded(const struct open_store *os,
+                   const struct config *cfg,
+                   const char *address,
+                   uint64_t add_bytes,
+                   uint64_t add_messages)
+{
+    struct quota_limits limits = quota_limits_for(cfg, address);
+    if (limits.storage_kib == 0 && limits.messages == 0) {
+        return 0;
+    }
+    int over = 0, kept = 1;
+    for (int recount = 0; kept && recount < 2; recount++) { /* kept and over: count again */
+        struct quota_usage used;
+        if (quota_used_open_counted(os, cfg, recount, &used, &kept) != MV_OK) {
+            return 0; /* the append itself will report a broken store */
+        }
+        over = quota_check(&limits, &used, add_bytes, add_messages, 1);
+        kept = kept && over != 0;
+    }
+    return over;
 }
 
 void quota_sealed_added(const char *address, uint64_t bytes)

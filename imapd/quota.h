@@ -39,7 +39,8 @@ struct quota_limits quota_limits_for(const struct config *cfg, const char *addre
 int quota_used(mv_store *store, struct quota_usage *out);
 struct open_store;
 /* The usage of an open store, plus what its sealed queue still holds while it drains (worker
- * thread of the store only). MV_OK or an MV_* code. */
+ * thread of the store only; the queue's part is the kept count, read from the directory only
+ * when it is not known or stale, as for sealed deliveries). MV_OK or an MV_* code. */
 int quota_used_open(const struct open_store *os, const struct config *cfg, struct quota_usage *out);
 /* 0, or QUOTA_OVER_* bits: storing add_bytes in add_messages more messages in the open store
  * of address (with its queue, as quota_used_open) would go over its limits. */
@@ -57,6 +58,10 @@ int quota_sealed_exceeded(
  * calls it after opening the store, after each drain step and before closing it); the kept
  * count of its queue is dropped (files left it). */
 void quota_note(const char *address, mv_store *store);
+/* As quota_note() after a drain step, with before the usage just before it: what the step
+ * moved in is taken out of the kept count of the queue instead of dropping it, so checks
+ * during a drain (quota_used_open) stay O(1). before NULL: as quota_note(). */
+void quota_note_step(const char *address, mv_store *store, const struct quota_usage *before);
 /* A sealed delivery of bytes (the message) to address was queued: added to the kept count of
  * its queue, so the next sealed check need not read the queue directory. */
 void quota_sealed_added(const char *address, uint64_t bytes);

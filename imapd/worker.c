@@ -624,6 +624,8 @@ static void worker_drain_step(struct worker *w, struct open_store *s)
                                 .time_ms = WORKER_DRAIN_STEP_MS,
                                 .yield_fn = worker_drain_yield,
                                 .yield_arg = &y};
+    struct quota_usage before; /* what the step moves in leaves the queue's count (quota.c) */
+    int counted = quota_used(s->store, &before) == MV_OK;
     int rc = mv_queue_drain_step(s->store, &b, &moved, &more);
     s->drain_more = rc == MV_OK && more;
     if (rc != MV_OK) {
@@ -638,7 +640,7 @@ static void worker_drain_step(struct worker *w, struct open_store *s)
     log_debug("store %s: %u queued deliveries moved in %lld ms%s", s->address, moved,
               (long long)(worker_now_ms() - start_ms), s->drain_more ? ", more queued" : "");
     metrics_drain_step(moved);
-    quota_note(s->address, s->store);
+    quota_note_step(s->address, s->store, counted ? &before : NULL);
     s->last_used_ms = worker_now_ms();
     struct job *job = calloc(1, sizeof *job);
     if (job != NULL && (job->arg = strdup(s->address)) != NULL) {

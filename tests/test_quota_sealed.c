@@ -5,13 +5,17 @@
  *
  * Drives quota.c as imapd/lmtp.c does (quota_sealed_exceeded, mv_deliver_sealed,
  * quota_sealed_added) and counts the queue directory reads through
- * quota_queue_count_reads(): the old code read the directory at every delivery.
+ * quota_queue_count_reads(): the old code read the directory at every delivery. The same
+ * for APPEND and COPY while the worker drains the queue of an open store (quota_used_open,
+ * quota_exceeded, with quota_note_step after each drain step as worker.c makes it): the old
+ * code read the whole directory at every one, uncounted.
  */
 #include "harness.h"
 #include "testutil.h"
 
 #include "../imapd/config.h"
 #include "../imapd/quota.h"
+#include "../imapd/worker.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,8 +121,96 @@ static void test_sealed_checks_do_not_read_the_queue(void)
     CHECK_EQ_INT(quota_queue_count_reads() - before, 1);
 }
 
+/* A store opened as the worker opens it (MV_STORE_DRAIN_LATER, quota_note), its queue
+ * drained in steps (quota_note_step after each) while APPEND and COPY check the quota: the
+ * usage is the store's plus the queue's throughout, from one read of the queue directory. */
+static void test_open_checks_do_not_read_the_queue(void)
+{
+    const char *who = "open@example.org";
+    config_defaults(&g_config);
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = config_store_options(&g_config);
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(who, QS_PW, strlen(QS_PW), &o, err, sizeof err), MV_OK);
+    g_config.quota_kib = 64 * 1024;
+    quota_queue_fresh_set(3600 * 1000); /* a slow machine must not make it count again */
+    for (int i = 0; i < QS_MESSAGES; i++) {
+        CHECK_EQ_INT(qs_deliver(who, i), 0);
+    }
+    struct open_store os = {0};
+    snprintf(os.address, sizeof os.address, "%s", who);
+    o.flags |= MV_STORE_DRAIN_LATER;
+    CHECK_EQ_INT(mv_store_open(who, QS_PW, strlen(QS_PW), &o, &os.store, err, sizeof err), MV_OK);
+    if (os.store == NULL) {
+        return;
+    }
+    quota_note(who, os.store);
+    os.drain_more = 1;
+    struct quota_usage empty, used;
+    CHECK_EQ_INT(quota_used(os.store, &empty), MV_OK);
+    CHECK_EQ_INT(empty.messages, 0);
+
+    uint64_t reads0 = quota_queue_count_reads();
+    for (int i = 0; i < 5; i++) { /* APPENDs before the first step */
+        CHECK_EQ_INT(quota_used_open(&os, &g_config, &used), MV_OK);
+        CHECK_EQ_INT(used.messages, QS_MESSAGES);
+        CHECK_EQ_INT(used.bytes, (uint64_t)QS_MESSAGES * QS_SIZE);
+    }
+    CHECK_EQ_INT(quota_queue_count_reads() - reads0, 1);
+    int steps = 0, more = 1;
+    while (more && steps < QS_MESSAGES) {
+        struct quota_usage before;
+        uint32_t moved = 0;
+        struct mv_drain_bounds b = {.max = 7};
+        CHECK_EQ_INT(quota_used(os.store, &before), MV_OK);
+        CHECK_EQ_INT(mv_queue_drain_step(os.store, &b, &moved, &more), MV_OK);
+        quota_note_step(who, os.store, &before);
+        steps++;
+        /* each step moves mail from the queue into INBOX: the sum stays */
+        CHECK_EQ_INT(quota_used_open(&os, &g_config, &used), MV_OK);
+        CHECK_EQ_INT(used.messages, QS_MESSAGES);
+        CHECK_EQ_INT(used.bytes, (uint64_t)QS_MESSAGES * QS_SIZE);
+        CHECK_EQ_INT(quota_exceeded(&os, &g_config, who, QS_SIZE, 1), 0);
+    }
+    CHECK(steps >= 5);
+    CHECK_EQ_INT(quota_queue_count_reads() - reads0, 1);
+
+    /* A kept count too high (another process took queue files: here a CLI-like drain by a
+     * second handle) never refuses an APPEND the true usage allows: it counts again. */
+    CHECK_EQ_INT(quota_used(os.store, &used), MV_OK);
+    uint64_t in_store = used.bytes;
+    mv_store_close(&os.store);
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ_INT(qs_deliver(who, QS_MESSAGES + i), 0);
+    }
+    CHECK_EQ_INT(mv_store_open(who, QS_PW, strlen(QS_PW), &o, &os.store, err, sizeof err), MV_OK);
+    if (os.store == NULL) {
+        return;
+    }
+    os.drain_more = 1; /* without quota_note: the kept count (6 queued) stays */
+    CHECK_EQ_INT(quota_used_open(&os, &g_config, &used), MV_OK);
+    CHECK_EQ_INT(used.messages, QS_MESSAGES + 6);
+    uint64_t reads1 = quota_queue_count_reads();
+    mv_store *cli = NULL;
+    o.flags &= ~(unsigned)MV_STORE_DRAIN_LATER;
+    CHECK_EQ_INT(mv_store_open(who, QS_PW, strlen(QS_PW), &o, &cli, err, sizeof err), MV_OK);
+    mv_store_close(&cli);
+    CHECK_EQ_INT(quota_used(os.store, &used), MV_OK);
+    CHECK_EQ_INT(used.messages, QS_MESSAGES + 6);
+    /* room for the true usage plus one message, not for the kept count's 6 more */
+    g_config.quota_kib = (in_store + 6 * (uint64_t)QS_SIZE + QS_SIZE + 3 * QS_SIZE) / 1024;
+    CHECK_EQ_INT(quota_exceeded(&os, &g_config, who, QS_SIZE, 1), 0);
+    CHECK_EQ_INT(quota_queue_count_reads() - reads1, 1);
+    /* ... and a limit the store really is over still refuses */
+    g_config.quota_kib = (in_store + 6 * (uint64_t)QS_SIZE) / 1024;
+    CHECK_EQ_INT(quota_exceeded(&os, &g_config, who, QS_SIZE, 1), QUOTA_OVER_STORAGE);
+    mv_store_close(&os.store);
+}
+
 int main(void)
 {
     TEST(test_sealed_checks_do_not_read_the_queue);
+    TEST(test_open_checks_do_not_read_the_queue);
     return th_summary();
 }
