@@ -11,8 +11,10 @@ USAGE
   user's store is closed), deliver N messages over LMTP from S connections (bench/bigmail.py's
   lmtp_messages: the user has no session, so mailvaultd seals them), then on a fresh
   connection LOGIN + SELECT INBOX and NOOP (no pause, as bench/bigmail.py does) until EXISTS
-  shows all N; stop the server. One JSON line per run, then medians per server and the
-  ratios to the first server. --perf NAME records that server's drain with perf (DWARF
+  shows all N; stop the server. One JSON line per run (with the server's CPU time over LOGIN +
+  SELECT, login_select_cpu_ms, and over the whole span, server_cpu_s: on a shared machine
+  wall times scatter, CPU times much less), then medians per server and the ratios to the
+  first server. --perf NAME records that server's drain with perf (DWARF
   call graphs) into perf-NAME-R.data in the current directory.
 """
 import argparse
@@ -102,6 +104,7 @@ def one_run(a, name, binary, r, scratch, password):
         c.ok(f'LOGIN "{a.user}" "{password}"')
         data, _ = c.ok("SELECT INBOX")
         login_select = time.perf_counter() - t0
+        login_cpu = cpu_s(p.pid) - cpu0
         m = re.search(rb"\* (\d+) EXISTS", data)
         seen = int(m.group(1)) if m else 0
         exists_at_select = seen
@@ -118,6 +121,7 @@ def one_run(a, name, binary, r, scratch, password):
             raise RuntimeError(f"{name}: EXISTS {seen}, expected {want}")
         return {"server": name, "round": r, "before": before, "deliver_s": round(deliver_s, 2),
                 "login_select_ms": round(login_select * 1000, 1),
+                "login_select_cpu_ms": round(login_cpu * 1000, 1),
                 "exists_at_select": exists_at_select - before,
                 "all_visible_ms": round(visible * 1000, 1), "noops": noops,
                 "server_cpu_s": round(cpu, 2)}
@@ -152,16 +156,18 @@ def main():
             run = one_run(a, name, binary, r, scratch, password)
             print(json.dumps(run), flush=True)
             runs.append(run)
-    print(f"\n| server | LOGIN + SELECT ms | all {a.messages} visible ms | per delivery ms |"
-          f" ratio (first / this) |")
-    print("|---|---|---|---|---|")
+    print(f"\n| server | LOGIN + SELECT ms | its server CPU ms | all {a.messages} visible ms |"
+          f" per delivery ms | server CPU s | ratio (first / this) |")
+    print("|---|---|---|---|---|---|---|")
     base = None
     for name, _ in servers:
         rs = [x for x in runs if x["server"] == name]
         ls = statistics.median(x["login_select_ms"] for x in rs)
+        lc = statistics.median(x["login_select_cpu_ms"] for x in rs)
         av = statistics.median(x["all_visible_ms"] for x in rs)
+        cpu = statistics.median(x["server_cpu_s"] for x in rs)
         base = base or (ls, av)
-        print(f"| {name} | {ls:.0f} | {av:.0f} | {av / a.messages:.2f} |"
+        print(f"| {name} | {ls:.0f} | {lc:.0f} | {av:.0f} | {av / a.messages:.2f} | {cpu:.2f} |"
               f" {base[0] / ls:.2f} / {base[1] / av:.2f} |")
     return 0
 
