@@ -17,10 +17,12 @@
  *                                   context (no nonce, no tag, no re-keying)
  *   crypto.chacha20.ratio_vs_openssl_speed   encrypt_mbps / that figure, measured in
  *                                   alternating slices (target >= 0.9, issue 13)
- *   crypto.openssl.chacha20_poly1305_aead_speed_mbps   what `openssl speed -evp
- *                                   chacha20-poly1305 -bytes 4096 -aead` measures: per
- *                                   buffer the IV set again (so a new Poly1305 key from one
- *                                   ChaCha20 block), 13 bytes of AAD, 4096 bytes, the final
+ *   crypto.openssl.chacha20_poly1305_aead_speed_mbps   the loop apps/speed.c runs for
+ *                                   `-aead` ("TLS-like"): per buffer the IV set again (so a
+ *                                   new Poly1305 key from one ChaCha20 block), 13 bytes of
+ *                                   AAD, 4096 bytes, the final. Debian's openssl 3.0.19
+ *                                   runs the stream loop even with -aead (uprobes count no
+ *                                   EVP_EncryptInit_ex), so this one is measured here only
  *   crypto.chacha20.ratio_vs_openssl_speed_aead   encrypt_mbps / that figure
  *   crypto.openssl.chacha20_poly1305_seal_mbps   one AEAD seal per 4096-byte page (new
  *                                   nonce, encrypt, tag): the same job as a page encryption

@@ -194,9 +194,9 @@ printf '  %-44s %s\n' \
     "chacha20 page encrypt / in-process openssl speed" \
     "$(value crypto.chacha20.ratio_vs_openssl_speed)x (alternating slices)" \
     "chacha20 page encrypt / AEAD seal per page" "$(value crypto.chacha20.ratio_vs_openssl_seal)x" \
-    "chacha20 page encrypt / openssl speed -aead" \
+    "chacha20 page encrypt / speed.c's -aead loop" \
     "$(value crypto.chacha20.ratio_vs_openssl_speed_aead)x (in-process, alternating)" \
-    "page format's floor on OpenSSL / openssl speed" \
+    "page-format floor on OpenSSL / openssl speed" \
     "$(value crypto.openssl.ratio_floor_vs_openssl_speed)x (page encrypt: $(value crypto.chacha20.ratio_vs_floor)x of it)" \
     "mv_db_open of an existing chacha20 file" "$(value vfs.open.chacha20_ms) ms"
 ovalue() { awk -v k="ops.$1" '$1 == k { print $2; exit }' "$out_dir/ops.txt"; }
