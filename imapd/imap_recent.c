@@ -9,9 +9,44 @@
  *
  * EXAMINE (a read-only view) claims nothing (RFC 3501 6.3.2: it must not take \Recent away
  * from the session that will select the mailbox) but shows the unclaimed messages as recent.
+ *
+ * ON THE READER THREAD (worker.c READERS) a claim never waits for the write lock: the reader
+ * runs every small read of its worker's users in turn, and SQLite's busy handler would hold
+ * it (sleeping 1..100 ms between tries) for as long as the writer's transaction lasts (an
+ * APPEND's fsync, an EXPUNGE, a drain step of mail that just came: exactly when the claim
+ * is needed), and every read queued behind it with it. So there the claim is tried once
+ * without waiting; if the lock is taken, the unclaimed messages are shown as recent without
+ * the claim, as RFC 3501 2.3.2 asks when a server cannot tell whether this session is the
+ * first to hear of a message ("SHOULD be considered recent"); a later session may then see
+ * them as recent too. The writer thread's commands (SELECT, STORE, APPEND ...) claim as
+ * before.
  */
 #include "imap_session.h"
 #include "mailvault.h"
+
+#include <sqlite3.h>
+
+/* The claim on the reader thread: tried without waiting for the lock (see above); MV_EBUSY
+ * if another connection holds it. */
+static int
+imap_recent_claim_now(mv_store *store, const char *mailbox, uint32_t up_to, uint32_t *first)
+{
+    sqlite3 *db = mv_store_db(store);
+    int timeout_ms = -1;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "PRAGMA busy_timeout", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+        timeout_ms = sqlite3_column_int(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (timeout_ms < 0) { /* cannot put it back: wait as the writer does */
+        return mv_mailbox_recent_claim(store, mailbox, up_to, first);
+    }
+    sqlite3_busy_timeout(db, 0);
+    int rc = mv_mailbox_recent_claim(store, mailbox, up_to, first);
+    sqlite3_busy_timeout(db, timeout_ms);
+    return rc;
+}
 
 int imap_view_recent(struct imap_session *s, size_t from)
 {
@@ -21,8 +56,17 @@ int imap_view_recent(struct imap_session *s, size_t from)
     }
     uint32_t first = 0, unclaimed = 0;
     uint32_t up_to = v->msgs[v->count - 1].uid + 1; /* the end of this view: no more */
-    int rc = v->readonly ? mv_mailbox_recent(imap_db(s), v->mailbox, &first, &unclaimed)
-                         : mv_mailbox_recent_claim(imap_db(s), v->mailbox, up_to, &first);
+    int rc;
+    if (v->readonly) {
+        rc = mv_mailbox_recent(imap_db(s), v->mailbox, &first, &unclaimed);
+    } else if (s->on_reader) {
+        rc = imap_recent_claim_now(imap_db(s), v->mailbox, up_to, &first);
+        if (rc == MV_EBUSY) { /* the writer holds the lock: recent, unclaimed (see above) */
+            rc = mv_mailbox_recent(imap_db(s), v->mailbox, &first, &unclaimed);
+        }
+    } else {
+        rc = mv_mailbox_recent_claim(imap_db(s), v->mailbox, up_to, &first);
+    }
     if (rc != MV_OK) {
         return rc; /* none marked: \Recent is advisory, the command goes on */
     }

@@ -46,8 +46,8 @@
  *   after the session's previous command ended (a session has one job in flight), so it sees
  *   that command's writes (read-your-writes), and the session's view (sequence numbers) is
  *   the session's own, changed only by its own job. The rare write a read job makes (a sync
- *   that claims \Recent for messages that just arrived) goes through the reader's handle and
- *   waits for the writer's transaction in SQLite's lock (busy_timeout). The table of open
+ *   that claims \Recent for messages that just arrived) goes through the reader's handle,
+ *   tried once without waiting for the writer's transaction (imap_recent.c). The table of open
  *   stores stays the writer's: the reader only uses the reader handles of stores that its
  *   jobs' sessions hold (refs > 0, so none is closed meanwhile), and a session's end that runs
  *   on the reader hands the release to the writer (worker_store_release_from_reader).

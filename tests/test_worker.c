@@ -16,16 +16,24 @@
  *     an append and a durable commit, in front of the login's answer); the worker then moves
  *     every delivery in, once and in arrival order, without another command (polled with a
  *     deadline).
+ *   - A \Recent claim on the reader thread never waits for the write lock (imap_recent.c "ON
+ *     THE READER THREAD"): with another connection of the store holding it, a sync on the
+ *     reader handle that finds a new message shows it as recent at once, unclaimed (the old
+ *     claim waited out the 30 s busy timeout, and then marked nothing); with the lock free,
+ *     the reader claims as the writer does.
  */
 #include "harness.h"
 #include "testutil.h"
 
+#include "../imapd/buf.h"
 #include "../imapd/config.h"
+#include "../imapd/imap_session.h"
 #include "../imapd/metrics.h"
 #include "../imapd/worker.h"
 
 #include <poll.h>
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,6 +332,76 @@ static void test_purge_batch_adapts(void)
     CHECK_EQ_INT(worker_purge_batch_next(10, 15000), 10); /* on target: stays */
 }
 
+static int wt_append(mv_store *s, int n)
+{
+    char msg[160];
+    int len = snprintf(msg, sizeof msg,
+                       "From: a@example.org\r\nSubject: recent %d\r\n\r\nbody %d\r\n", n, n);
+    uint32_t uid = 0;
+    return mv_message_append(s, "INBOX", msg, (size_t)len, 0, NULL, 0, &uid);
+}
+
+static void test_reader_recent_does_not_wait(void)
+{
+    const char *who = "recent@example.org";
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = config_store_options(&g_config);
+    char err[256] = "";
+    mv_store *s = NULL, *t = NULL;
+    CHECK_EQ_INT(mv_store_init(who, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    CHECK_EQ_INT(mv_store_open(who, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
+    if (s == NULL) {
+        return;
+    }
+    CHECK_EQ_INT(mv_store_open_twin(s, &t), MV_OK);
+    struct open_store os;
+    memset(&os, 0, sizeof os);
+    snprintf(os.address, sizeof os.address, "%s", who);
+    os.store = s;
+    os.reader = t;
+    struct imap_session sess;
+    memset(&sess, 0, sizeof sess);
+    sess.store = &os;
+    sess.state = IMAP_SELECTED;
+    CHECK_EQ_INT(imap_view_load(&sess, "INBOX", 0), MV_OK);
+    CHECK_EQ_INT(wt_append(s, 1), MV_OK);
+
+    /* The first handle holds the write lock (as the writer thread inside a commit). */
+    CHECK_EQ_INT(sqlite3_exec(mv_store_db(s), "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    struct buf out = {0};
+    sess.on_reader = 1;
+    CHECK_EQ_INT(imap_view_sync(&sess, &out, 1), MV_OK);
+    CHECK(out.data != NULL && strstr(out.data, "* 1 EXISTS\r\n* 1 RECENT\r\n") != NULL);
+    CHECK_EQ_INT(sess.view.count, 1);
+    CHECK(sess.view.count == 1 && sess.view.msgs[0].recent);
+    CHECK_EQ_INT(sqlite3_exec(mv_store_db(s), "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    uint32_t first = 0, unclaimed = 0;
+    CHECK_EQ_INT(mv_mailbox_recent(s, "INBOX", &first, &unclaimed), MV_OK);
+    CHECK_EQ_INT(unclaimed, 1); /* shown, not claimed: a later session may see it too */
+
+    /* The lock free: the reader claims (both messages: the first was never claimed). */
+    CHECK_EQ_INT(wt_append(s, 2), MV_OK);
+    buf_free(&out);
+    CHECK_EQ_INT(imap_view_sync(&sess, &out, 1), MV_OK);
+    CHECK(out.data != NULL && strstr(out.data, "* 2 EXISTS\r\n* 2 RECENT\r\n") != NULL);
+    CHECK_EQ_INT(mv_mailbox_recent(s, "INBOX", &first, &unclaimed), MV_OK);
+    CHECK_EQ_INT(unclaimed, 0);
+    /* the busy timeout of the reader handle is back */
+    sqlite3_stmt *st = NULL;
+    CHECK_EQ_INT(sqlite3_prepare_v2(mv_store_db(t), "PRAGMA busy_timeout", -1, &st, NULL),
+                 SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_step(st), SQLITE_ROW);
+    CHECK_EQ_INT(sqlite3_column_int(st, 0), 30000);
+    sqlite3_finalize(st);
+    sess.on_reader = 0;
+    buf_free(&out);
+    imap_view_free(&sess.view);
+    imap_view_cache_free(&os.view_cache);
+    mv_store_close(&t);
+    mv_store_close(&s);
+}
+
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
 static int wt_start(void)
 {
@@ -345,6 +423,7 @@ int main(void)
     TEST(test_reads_pass_held_writer);
     TEST(test_purge_batch_adapts);
     TEST(test_login_does_not_drain);
+    TEST(test_reader_recent_does_not_wait);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);
