@@ -737,6 +737,14 @@ mv_mailbox_expunge(mv_store *store, const char *mailbox, const char *uid_set, ui
 #define MV_PURGE_BATCH 1024
 MV_API MV_MUST_CHECK int mv_store_purge(mv_store *store, uint32_t max_bodies, uint64_t *left_out);
 
+/* Sets give_way (NULL: none, the default), which mv_store_purge() then calls, on the
+ * caller's thread, every ~0.1 ms while a batch deletes: when it returns nonzero (a command
+ * is waiting for this handle), the batch stops at once, its transaction is rolled back
+ * (nothing of it deleted; done again by a later call) and mv_store_purge() returns MV_EBUSY.
+ * So a server that purges between commands keeps a command that arrives from waiting for a
+ * whole batch (milliseconds a body). give_way must not use the store. */
+MV_API void mv_store_purge_give_way(mv_store *store, int (*give_way)(void *arg), void *arg);
+
 /* ---- Messages: UID sets as typed ranges (for servers) ---------------------------------- */
 /*
  * The same operations on a set given as ranges rather than text: what a server passes after

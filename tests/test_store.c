@@ -533,6 +533,77 @@ static int ts_check_clean(mv_store *s)
     return mv_store_check(s, ts_check_problem, NULL, &r) == MV_OK && r.problems == 0;
 }
 
+/* mv_store_purge_give_way: the function that says yes after `after` questions. */
+struct ts_give_way {
+    int asked, after;
+};
+
+static int ts_give_way(void *arg)
+{
+    struct ts_give_way *g = arg;
+    return ++g->asked > g->after;
+}
+
+/* Issue 13: a purge batch gives way to a waiting command (mv_store_purge_give_way): asked
+ * while it deletes, a yes rolls the whole batch back (no body, full-text row, header row or
+ * attachment of it gone; the store and its full-text index consistent) and returns
+ * MV_EBUSY; the next call without the hurry deletes them all. */
+static void test_purge_give_way(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("purge_give_way", &s), MV_OK);
+    for (int i = 0; i < 12; i++) {
+        char subject[32];
+        size_t len = 0;
+        snprintf(subject, sizeof subject, "give way %d", i);
+        char *m = ts_message(subject, NULL, "zanzibar quokka wombat numbat dingo",
+                             i % 4 == 0 ? 20000 : 0, (unsigned)i + 1, &len);
+        CHECK_EQ_INT(ts_append(s, "INBOX", m, len, MV_FLAG_DELETED, NULL, 0, NULL), MV_OK);
+        free(m);
+    }
+    uint32_t count = 0;
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK);
+    CHECK_EQ_INT(count, 12);
+    long long bodies = ts_int(s, "SELECT count(*) FROM bodies"),
+              fts = ts_int(s, "SELECT count(*) FROM fts"),
+              headers = ts_int(s, "SELECT count(*) FROM body_headers"),
+              attachments = ts_int(s, "SELECT count(*) FROM attachments");
+    CHECK_EQ_INT(bodies, 12);
+    CHECK(attachments > 0);
+
+    struct ts_give_way g = {0, 0};
+    mv_store_purge_give_way(s, ts_give_way, &g);
+    uint64_t left = 0;
+    CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_EBUSY);
+    CHECK_EQ_INT(g.asked, 1); /* asked while deleting, stopped at the first yes */
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies"), bodies);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM fts"), fts);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM body_headers"), headers);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM attachments"), attachments);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "INSERT INTO fts(fts) VALUES('integrity-check')"),
+                 SQLITE_OK);
+    CHECK(ts_refcounts_ok(s));
+    CHECK(ts_check_clean(s));
+
+    /* no hurry now: everything goes, in one call */
+    g.asked = 0;
+    g.after = 1 << 30;
+    CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK(g.asked > 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies_data"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM fts"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM body_headers"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM attachments"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM body_parts"), 0);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "INSERT INTO fts(fts) VALUES('integrity-check')"),
+                 SQLITE_OK);
+    CHECK(ts_check_clean(s));
+    mv_store_purge_give_way(s, NULL, NULL);
+    mv_store_close(&s);
+}
+
 /* Issue 13: EXPUNGE and mailbox delete leave the bodies they no longer need at refcount 0
  * and mv_store_purge() deletes them later (bytes, attachments, full-text rows) in bounded
  * transactions; the store is consistent (mailvault check) at every point, a search never
@@ -1997,6 +2068,7 @@ int main(void)
     TEST(test_dedup_attachments);
     TEST(test_copy_and_expunge);
     TEST(test_purge);
+    TEST(test_purge_give_way);
     TEST(test_flags);
     TEST(test_move);
     TEST(test_uidset);

@@ -101,6 +101,11 @@ struct mv_store {
     /* Bodies may be waiting for mv_store_purge() (refcount 0): set at open and by every
      * expunge or mailbox delete, cleared when a purge finds none; 0 spares the purge a read. */
     int purge_hint;
+    /* mv_store_purge_give_way(): asked during a purge batch whether a command waits; set
+     * when it said yes and the batch was abandoned. */
+    int (*purge_give_way)(void *arg);
+    void *purge_give_way_arg;
+    int purge_gave_way;
     /* The file's cipher authenticates every page and WAL frame (chacha20's Poly1305,
      * sqlcipher's HMAC, both bound to the page number): a message read for a client then
      * skips the SHA-256 of the reassembled bytes (store_blob.c, docs/SCHEMA.md "Reading a

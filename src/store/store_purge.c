@@ -11,6 +11,17 @@
  *   deletes the bodies, their parts and attachments and their full-text rows afterwards, in
  *   bounded transactions, with secure_delete overwriting what they held.
  *
+ * GIVING WAY
+ *   A body costs milliseconds (its full-text delete), and a command that arrives while a
+ *   batch runs waits for it, since the batch holds the write lock and the caller's thread.
+ *   With mv_store_purge_give_way() set, the batch asks the caller's function every
+ *   STORE_PURGE_POLL_STEPS steps of SQLite's VM (SQLite's progress handler, ~0.1 ms) while
+ *   it deletes; a yes interrupts the statement, SQLite rolls the batch's transaction back
+ *   (FTS5 drops what it held in memory for it: xRollback), and mv_store_purge() returns
+ *   MV_EBUSY: the command waits a fraction of a millisecond instead of the batch, and the
+ *   batch is done again later from the start (nothing of it was kept). The COMMIT itself is
+ *   never interrupted.
+ *
  * CONSISTENCY
  *   Ids are read inside the purge's own write transaction, so a body that an append of the
  *   same bytes took up again (refcount 1) is never deleted, and no body id is reused while
@@ -53,22 +64,51 @@ static int store_purge_left(mv_store *s, uint64_t *left)
     return step == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "counting unreferenced bodies");
 }
 
-/* One transaction: up to max bodies deleted; *done gets how many. */
+#define STORE_PURGE_POLL_STEPS 1000 /* VM steps between two give-way questions */
+
+/* SQLite's progress handler during a batch's deletes: nonzero interrupts the statement. */
+static int store_purge_poll(void *arg)
+{
+    mv_store *s = arg;
+    if (!s->purge_gave_way && s->purge_give_way(s->purge_give_way_arg)) {
+        s->purge_gave_way = 1;
+    }
+    return s->purge_gave_way;
+}
+
+void mv_store_purge_give_way(mv_store *s, int (*give_way)(void *arg), void *arg)
+{
+    if (s != NULL) {
+        s->purge_give_way = give_way;
+        s->purge_give_way_arg = arg;
+    }
+}
+
+/* One transaction: up to max bodies deleted; *done gets how many. MV_EBUSY: it gave way
+ * (GIVING WAY), nothing deleted. */
 static int store_purge_batch(mv_store *s, uint32_t max, size_t *done)
 {
     struct store_ids ids = {0};
     *done = 0;
+    s->purge_gave_way = 0;
     int rc = store_begin(s), began = rc == MV_OK;
     if (rc == MV_OK) {
         rc = store_purge_ids(s, max, &ids);
     }
     if (rc == MV_OK && ids.count > 0) {
+        if (s->purge_give_way != NULL) {
+            sqlite3_progress_handler(s->db, STORE_PURGE_POLL_STEPS, store_purge_poll, s);
+        }
         rc = store_bodies_drop(s, ids.ids, ids.count);
+        sqlite3_progress_handler(s->db, 0, NULL, NULL); /* never inside the COMMIT */
     }
     if (rc == MV_OK) {
         rc = store_commit(s);
     } else if (began) {
         store_rollback(s);
+    }
+    if (rc != MV_OK && s->purge_gave_way) {
+        rc = store_fail(s, MV_EBUSY, "the purge gave way to a waiting command");
     }
     if (rc == MV_OK) {
         *done = ids.count;
