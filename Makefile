@@ -52,7 +52,8 @@ FUZZ_BIN  := $(FUZZ_SRC:fuzz/%.c=$(BUILD)/asan/fuzz/%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/rel/bench/%)
 
 VERSION := $(shell sed -n 's/^\#define MV_VERSION_STRING "\(.*\)"/\1/p' include/mailvault.h)
-SONAME  := libmailvault.so.0
+# The soname carries MAJOR only (include/mailvault.h, VERSIONS AND ABI).
+SONAME  := libmailvault.so.$(word 1,$(subst ., ,$(VERSION)))
 SHLIB   := libmailvault.so.$(VERSION)
 MAN_PAGES := $(BUILD)/man/mailvault.1 $(BUILD)/man/mailvaultd.8 $(BUILD)/man/mailvault.3
 

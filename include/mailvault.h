@@ -33,6 +33,26 @@
  *   Every fallible function returns MV_OK (0) or a negative MV_E* code. mv_strerror() turns a
  *   code into static text; functions that can say more give a detail message whose owner is
  *   documented with the function.
+ *
+ * VERSIONS AND ABI
+ *   The version is MAJOR.MINOR.PATCH (MV_VERSION_STRING, mv_version()). The shared library's
+ *   soname is libmailvault.so.MAJOR; it exports the MV_API functions of this header and
+ *   nothing else (libmailvault.map, version node MAILVAULT_0). The ABI is every MV_API
+ *   function's name and signature, the size and layout of every struct declared here (the
+ *   options, reports and infos are allocated by the caller, so a new field changes the
+ *   ABI), and the values of the MV_* constants and enums.
+ *   - 0.x (now; soname libmailvault.so.0): the ABI is not frozen. A MINOR release (0.1 ->
+ *     0.2) may change it: a struct may grow a field, as mv_repair_report and
+ *     mv_doctor_options did after 0.1.0, and a signature may change. A PATCH release
+ *     (0.2.0 -> 0.2.1) never changes it. So a program built against 0.MINOR runs with any
+ *     0.MINOR.PATCH library and must be rebuilt for another MINOR. The soname stays
+ *     libmailvault.so.0 through 0.x, so the dynamic loader does not tell the MINORs apart;
+ *     the packages do: a Debian package built against 0.2 depends on
+ *     "libmailvault0 (>= 0.2), libmailvault0 (<< 0.3~)" (debian/rules, dh_makeshlibs -V;
+ *     there is no symbols file, which would claim each symbol compatible across MINORs).
+ *   - From 1.0: the soname becomes libmailvault.so.1 and changes only with MAJOR. Within a
+ *     MAJOR a release only adds functions and constants; no struct changes size or layout.
+ *     The Debian package then gets a symbols file.
  */
 #ifndef MAILVAULT_H
 #define MAILVAULT_H
@@ -55,9 +75,10 @@ extern "C" {
 
 /* ---- Versions -------------------------------------------------------------------------- */
 
-#define MV_VERSION_STRING "0.1.0"
+#define MV_VERSION_STRING "0.2.0"
 
-/* The library's version, "MAJOR.MINOR.PATCH". Static storage. */
+/* The library's version, "MAJOR.MINOR.PATCH" (see VERSIONS AND ABI at the top). Static
+ * storage. */
 MV_API const char *mv_version(void);
 
 /* ---- Error codes ----------------------------------------------------------------------- */

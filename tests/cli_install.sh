@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 . tests/lib.sh
 
 make_tmp cli_install
+ver=$(sed -n 's/^#define MV_VERSION_STRING "\(.*\)"/\1/p' include/mailvault.h)
+major=${ver%%.*}
 dest="$tmp/dest"
 prefix=/opt/mv
 inst() { make --no-print-directory -s "$@" DESTDIR="$dest" PREFIX="$prefix" >"$out" 2>"$err"; rc=$?; }
@@ -21,8 +23,8 @@ inst install
 check install_ok ok
 p="$dest$prefix"
 check installed_files bash -c "[ -x '$p/bin/mailvault' ] && [ -x '$p/sbin/mailvaultd' ] &&
-    [ -f '$p/lib/libmailvault.so.0.1.0' ] && [ \"\$(readlink '$p/lib/libmailvault.so.0')\" = libmailvault.so.0.1.0 ] &&
-    [ \"\$(readlink '$p/lib/libmailvault.so')\" = libmailvault.so.0 ] && [ -f '$p/lib/libmailvault.a' ] &&
+    [ -f '$p/lib/libmailvault.so.$ver' ] && [ \"\$(readlink '$p/lib/libmailvault.so.$major')\" = libmailvault.so.$ver ] &&
+    [ \"\$(readlink '$p/lib/libmailvault.so')\" = libmailvault.so.$major ] && [ -f '$p/lib/libmailvault.a' ] &&
     [ -f '$p/include/mailvault.h' ] && [ -f '$p/lib/pkgconfig/mailvault.pc' ] &&
     [ -f '$p/lib/mailvault/mailvault_ext.so' ] && [ -f '$p/share/man/man1/mailvault.1' ] &&
     [ -f '$p/share/man/man8/mailvaultd.8' ] && [ -f '$p/share/man/man3/mailvault.3' ] &&
@@ -30,10 +32,11 @@ check installed_files bash -c "[ -x '$p/bin/mailvault' ] && [ -x '$p/sbin/mailva
     [ -f '$p/lib/systemd/system/mailvaultd.service' ]"
 check unit_points_at_prefix grep -qx "ExecStart=$prefix/sbin/mailvaultd -c /etc/mailvault/mailvaultd.conf" \
     "$p/lib/systemd/system/mailvaultd.service"
-check soname bash -c "objdump -p '$p/lib/libmailvault.so.0.1.0' | grep -qE 'SONAME +libmailvault.so.0$'"
+# The soname carries MAJOR only (mailvault.h, VERSIONS AND ABI).
+check soname bash -c "objdump -p '$p/lib/libmailvault.so.$ver' | grep -qE 'SONAME +libmailvault.so.$major$'"
 
 # The shared library exports the MV_API functions of the header and nothing else.
-nm -D --defined-only "$p/lib/libmailvault.so.0.1.0" | awk '$2 == "T" { sub(/@.*/, "", $3); print $3 }' |
+nm -D --defined-only "$p/lib/libmailvault.so.$ver" | awk '$2 == "T" { sub(/@.*/, "", $3); print $3 }' |
     sort >"$tmp/exported"
 tr -s ' \n' '  ' <include/mailvault.h | grep -oE 'MV_API [^;{(]*\(' | grep -oE 'mv_[a-z0-9_]+ *\($' |
     tr -d ' (' | sort -u >"$tmp/declared"
@@ -68,14 +71,14 @@ check pkgconfig_requires_private bash -c "grep -q libcrypto '$out' && grep -q gm
 run bash -c "cc -o '$tmp/prog_shared' '$tmp/prog.c' \$(pkg-config --cflags --libs mailvault)"
 check link_shared ok
 run env LD_LIBRARY_PATH="$p/lib" "$tmp/prog_shared"
-check run_shared bash -c "[ $rc -eq 0 ] && grep -qx '0.1.0 Bob@example.org 42' '$out'"
+check run_shared bash -c "[ $rc -eq 0 ] && grep -qx '$ver Bob@example.org 42' '$out'"
 # The archive, and the shared libraries of exactly what Requires.private names (pkg-config
 # --static would want static GPGME and friends, which Debian's -dev packages do not ship).
 run bash -c "cc -o '$tmp/prog_static' '$tmp/prog.c' \$(pkg-config --cflags mailvault) \
     '$p/lib/libmailvault.a' \$(pkg-config --libs sqlite3 \$(pkg-config --print-requires-private mailvault)) -pthread"
 check link_static_with_own_store_open ok
 run "$tmp/prog_static"
-check run_static bash -c "[ $rc -eq 0 ] && grep -qx '0.1.0 Bob@example.org 42' '$out'"
+check run_static bash -c "[ $rc -eq 0 ] && grep -qx '$ver Bob@example.org 42' '$out'"
 unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 
 # The stock sqlite3 shell with the installed extension: a new encrypted file, then reopened.
