@@ -28,15 +28,22 @@ imapd_test_setup cli_imapd_view 2
 user=view@example.org
 init_users "$user"
 count=40
-"$PY" - "$tmp/seed.mbox" "$count" <<'PYEOF'
+# seed_mbox FILE N TO SUBJECT ID: an mbox of N small messages to TO, subjects "SUBJECT i",
+# Message-IDs <IDi@example.org>.
+seed_mbox() {
+    "$PY" - "$@" <<'PYEOF'
 import sys
-with open(sys.argv[1], "w", newline="") as out:
-    for i in range(1, int(sys.argv[2]) + 1):
+path, n, to, subject, mid = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+with open(path, "w", newline="") as out:
+    for i in range(1, n + 1):
         out.write("From s%d@example.org Mon Jan  5 10:00:00 2026\n" % i)
-        out.write("From: Sender %d <s%d@example.org>\nTo: view@example.org\n"
-                  "Subject: message %d\nMessage-ID: <m%d@example.org>\n"
-                  "Date: Mon, 5 Jan 2026 10:00:00 +0000\n\nBody %d.\n\n" % (i, i, i, i, i))
+        out.write("From: Sender %d <s%d@example.org>\nTo: %s\n"
+                  "Subject: %s %d\nMessage-ID: <%s%d@example.org>\n"
+                  "Date: Mon, 5 Jan 2026 10:00:00 +0000\n\nBody %d.\n\n"
+                  % (i, i, to, subject, i, mid, i, i))
 PYEOF
+}
+seed_mbox "$tmp/seed.mbox" "$count" "$user" message m
 run "$mv" import "$user" "$tmp/seed.mbox" --password-file "$tmp/pw.$user"
 check "import $count messages" ok
 mkdir -p "$tmp/backups"
@@ -57,15 +64,7 @@ stop_server_checked "$tmp/server.log"
 # and saved bytes that do not decode (listed).
 user2=saved@example.org
 init_users "$user2"
-"$PY" - "$tmp/seed2.mbox" 30 <<'PYEOF'
-import sys
-with open(sys.argv[1], "w", newline="") as out:
-    for i in range(1, int(sys.argv[2]) + 1):
-        out.write("From s%d@example.org Mon Jan  5 10:00:00 2026\n" % i)
-        out.write("From: Sender %d <s%d@example.org>\nTo: saved@example.org\n"
-                  "Subject: saved %d\nMessage-ID: <v%d@example.org>\n"
-                  "Date: Mon, 5 Jan 2026 10:00:00 +0000\n\nBody %d.\n\n" % (i, i, i, i, i))
-PYEOF
+seed_mbox "$tmp/seed2.mbox" 30 "$user2" saved v
 run "$mv" import "$user2" "$tmp/seed2.mbox" --password-file "$tmp/pw.$user2"
 check "import 30 messages for $user2" ok
 saved_n=0

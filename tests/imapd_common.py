@@ -47,6 +47,15 @@ class Results:
         with self.lock:
             print("# %d passed, %d failed" % (self.passed, self.failed), flush=True)
 
+    def run(self, main):
+        """Runs main(), which ends with summary(); an exception (a dead server, a timeout)
+        is a failed check and a summary, not a traceback."""
+        try:
+            main()
+        except Exception as e:  # pylint: disable=broad-except
+            self.report("the client ran to its end", False, repr(e))
+            self.summary()
+
 
 class LineConnection:
     """A socket with a read buffer: CRLF-terminated lines and counted bytes."""

@@ -184,8 +184,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as ex:  # a dead server or a timeout is a failed check, not a traceback
-        check("the client ran to its end", False, repr(ex))
-        results.summary()
+    results.run(main)

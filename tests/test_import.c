@@ -191,6 +191,18 @@ static int it_import(mv_store *s, const char *path, const char *mailbox, struct 
     return rc;
 }
 
+/* Opens the store, creates mailbox and imports path into it (it_import). MV_OK or the first
+ * failure's code. */
+static int
+it_open_import(mv_store **s, const char *path, const char *mailbox, struct mv_import_stats *st)
+{
+    int rc = it_open(s);
+    if (rc == MV_OK) {
+        rc = mv_mailbox_create(*s, mailbox, NULL);
+    }
+    return rc == MV_OK ? it_import(*s, path, mailbox, st) : rc;
+}
+
 /* b with every LF not preceded by CR made CRLF: how the importer stores a message. */
 static void it_crlf(struct it_buf *b)
 {
@@ -415,10 +427,8 @@ static void test_maildir(void)
         CHECK(it_write_message_file(path, i, BASE_DATE + i * 3600) == 0);
     }
     mv_store *s = NULL;
-    CHECK_EQ_INT(it_open(&s), MV_OK);
-    CHECK_EQ_INT(mv_mailbox_create(s, "FromMaildir", NULL), MV_OK);
     struct mv_import_stats st;
-    CHECK_EQ_INT(it_import(s, dir, "FromMaildir", &st), MV_OK);
+    CHECK_EQ_INT(it_open_import(&s, dir, "FromMaildir", &st), MV_OK);
     CHECK_EQ_INT(st.messages_imported, 4);
     CHECK(it_verify(s, "FromMaildir", 4, 0, 1)); /* cur/ in name order, then new/ */
     static const unsigned want[] = {MV_FLAG_FLAGGED | MV_FLAG_SEEN,
@@ -455,10 +465,8 @@ static void test_maildir_lf_stored_crlf(void)
         CHECK(tu_write_file(path, msgs[i], strlen(msgs[i])) == 0);
     }
     mv_store *s = NULL;
-    CHECK_EQ_INT(it_open(&s), MV_OK);
-    CHECK_EQ_INT(mv_mailbox_create(s, "LF", NULL), MV_OK);
     struct mv_import_stats st;
-    CHECK_EQ_INT(it_import(s, dir, "LF", &st), MV_OK);
+    CHECK_EQ_INT(it_open_import(&s, dir, "LF", &st), MV_OK);
     CHECK_EQ_INT(st.messages_imported, 3);
     for (uint32_t uid = 1; uid <= 3; uid++) {
         void *raw = NULL;
@@ -512,10 +520,8 @@ static void test_eml_directory_and_file(void)
         CHECK(it_write_message_file(path, i, BASE_DATE + i * 3600) == 0);
     }
     mv_store *s = NULL;
-    CHECK_EQ_INT(it_open(&s), MV_OK);
-    CHECK_EQ_INT(mv_mailbox_create(s, "FromEml", NULL), MV_OK);
     struct mv_import_stats st;
-    CHECK_EQ_INT(it_import(s, dir, "FromEml", &st), MV_OK);
+    CHECK_EQ_INT(it_open_import(&s, dir, "FromEml", &st), MV_OK);
     CHECK_EQ_INT(st.messages_imported, 3);
     CHECK(it_verify(s, "FromEml", 3, 0, 1));
     CHECK_EQ_INT(mv_mailbox_create(s, "OneEml", NULL), MV_OK);

@@ -292,20 +292,7 @@ static void test_passwd_killed_at_random(void)
 static void test_passwd_cipher_upgrade(void)
 {
     const char *a = "legacy@example.org";
-    char dir[1024], db_path[1100];
-    snprintf(dir, sizeof dir, "%s/example.org", tu_path("root"));
-    mkdir(tu_path("root"), 0700);
-    mkdir(dir, 0700);
-    snprintf(db_path, sizeof db_path, "%s/legacy.db", dir);
-    struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
-    dbo.cipher = MV_CIPHER_AES256CBC;
-    dbo.page_size = 4096;
-    dbo.auto_vacuum = 1;
-    dbo.flags = MV_DB_CREATE;
-    sqlite3 *db = NULL;
-    char *e = NULL;
-    CHECK_EQ_INT(mv_db_open(db_path, PW_A, strlen(PW_A), &dbo, &db, &e), MV_OK);
-    sqlite3_close(db);
+    CHECK_EQ_INT(tu_store_file_create("legacy", PW_A, MV_CIPHER_AES256CBC), MV_OK);
     /* The first open makes the schema and the key pair; then the messages. */
     struct mv_store_options o = tp_options();
     char err[512] = "";

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define TS_PASSWORD "store test password"
@@ -1781,21 +1780,7 @@ static void test_tamper(void)
  * One bit of the body is flipped through SQLite ('t' -> 'T'), so every page stays sound. */
 static void test_tamper_aes256cbc(void)
 {
-    char dir[1024], db_path[1100];
-    snprintf(dir, sizeof dir, "%s/example.org", tu_path("root"));
-    mkdir(tu_path("root"), 0700);
-    mkdir(dir, 0700);
-    snprintf(db_path, sizeof db_path, "%s/legacy.db", dir);
-    struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
-    dbo.cipher = MV_CIPHER_AES256CBC;
-    dbo.page_size = 4096;
-    dbo.auto_vacuum = 1;
-    dbo.flags = MV_DB_CREATE;
-    sqlite3 *db = NULL;
-    char *e = NULL;
-    CHECK_EQ_INT(mv_db_open(db_path, TS_PASSWORD, strlen(TS_PASSWORD), &dbo, &db, &e), MV_OK);
-    sqlite3_free(e);
-    sqlite3_close(db);
+    CHECK_EQ_INT(tu_store_file_create("legacy", TS_PASSWORD, MV_CIPHER_AES256CBC), MV_OK);
     mv_store *s = NULL;
     CHECK_EQ_INT(ts_open("legacy", &s), MV_OK);
     if (s == NULL) {

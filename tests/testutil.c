@@ -309,3 +309,26 @@ int tu_store_create(const char *name, const char *password, int64_t cache_kib, m
     }
     return rc;
 }
+
+int tu_store_file_create(const char *name, const char *password, mv_cipher cipher)
+{
+    char dir[1024], db_path[1200];
+    snprintf(dir, sizeof dir, "%s/example.org", tu_path("root"));
+    mkdir(tu_path("root"), 0700);
+    mkdir(dir, 0700);
+    snprintf(db_path, sizeof db_path, "%s/%s.db", dir, name);
+    struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
+    dbo.cipher = cipher;
+    dbo.page_size = 4096;
+    dbo.auto_vacuum = 1;
+    dbo.flags = MV_DB_CREATE;
+    sqlite3 *db = NULL;
+    char *err = NULL;
+    int rc = mv_db_open(db_path, password, strlen(password), &dbo, &db, &err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  mv_db_open(%s): %s\n", db_path, err != NULL ? err : mv_strerror(rc));
+    }
+    sqlite3_free(err);
+    sqlite3_close(db);
+    return rc;
+}

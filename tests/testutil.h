@@ -44,6 +44,11 @@ void tu_expected_digest(int count, char out[65]);
 /* Creates the store name@example.org under tu_path("root") with password (TU_KDF_ITER, a
  * cache of cache_kib) and opens it into *s; prints the reason on failure. */
 int tu_store_create(const char *name, const char *password, int64_t cache_kib, mv_store **s);
+/* Makes the file of the store name@example.org under tu_path("root") an empty database with
+ * cipher (the cipher's default KDF), as an older mailvault wrote it (mv_store_init writes
+ * chacha20 only); the next mv_store_open makes the schema, the mailboxes and the key pair.
+ * MV_OK or mv_db_open's code. */
+int tu_store_file_create(const char *name, const char *password, mv_cipher cipher);
 
 /* Whether needle occurs in haystack. */
 int tu_contains(const uint8_t *hay, size_t hay_len, const void *needle, size_t needle_len);
