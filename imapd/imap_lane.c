@@ -5,21 +5,27 @@
  * flight then, so the view is the loop's to read), before the command is parsed further.
  *
  * THE ESTIMATE
- *   A command costs about (messages it touches) x (work per message), in units of about
- *   10 us of a worker's time (bench/imap_old_new.sh at 10 clients: a NOOP ~1 ms with its
- *   round trip, the headers of 50 messages ~2 ms, one whole message ~1.5 ms):
- *     FETCH        per message 1 (flags, UID, size, dates, MODSEQ), 4 (ENVELOPE, headers),
- *                  64 (a body part, BODYSTRUCTURE, RFC822, BINARY)
- *     STORE        1 per message;   COPY / MOVE  8 per message
- *     SEARCH       the mailbox's messages / 2 (an index or FTS5 query, or a scan of stored
- *                  fields; the result set is as large as the mailbox at worst)
+ *   A command costs about (messages it touches) x (work per message), in units of 0.1 us of
+ *   a worker's CPU, each figure the server's CPU per message measured on the 10k-message
+ *   bench store (release build, 433d65e + printf-free FETCH lines; issue 13):
+ *     FETCH        per message 3 (flags, UID, size, dates, MODSEQ: 0.1-0.5 us), 100 (ENVELOPE,
+ *                  a header or its fields: 9-11 us), 1500 (a body or a part, BODYSTRUCTURE,
+ *                  RFC822, BINARY: 90-150 us)
+ *     STORE        30 per message (2.8-4.5 us);   COPY / MOVE  60 per message (5.6 us)
+ *     SEARCH       per message of the mailbox 12 with a key that reads header or text
+ *                  (FROM, TO, CC, BCC, SUBJECT, HEADER, BODY, TEXT: ~1.1 us), 1 otherwise
+ *                  (flags, dates, sizes, UIDs: 0.06-0.09 us)
  *     APPEND, EXPUNGE, UID EXPUNGE, CLOSE, DELETE, RENAME   long: each commits with an
  *                  fsync (APPEND: acknowledged means durable) or deletes rows, FTS entries
  *                  and blobs (10-25 ms here even for one message)
  *     anything else (NOOP, CHECK, LOGIN, SELECT, STATUS, LIST, IDLE ...)  short
- *   Up to IMAP_LANE_SHORT_MAX units (~10 ms) the command is short: FETCH FLAGS of 1,000
- *   messages, the headers of 250, 15 whole messages, a STORE of 1,000, a COPY of 125, a
- *   SEARCH in a mailbox of 2,000 messages. A set counts the numbers it names, clamped to the
+ *   Up to IMAP_LANE_SHORT_MAX units (10 ms) the command is short: FETCH FLAGS of 33,000
+ *   messages, the headers of 1,000, 66 whole messages, a STORE of 3,333, a COPY of 1,666, a
+ *   SEARCH UNSEEN in a mailbox of 100,000 or a SEARCH FROM in one of 8,333. (The first
+ *   table, in units of 10 us, counted FETCH FLAGS at 10 us a message, 30-100 times what it
+ *   costs, so FETCH 1:* (UID FLAGS) of 10,000 messages, 1 ms of work, went to the writer's
+ *   long lane and waited there behind drain steps and purge batches: 14 ms.) A set counts
+ *   the numbers it names, clamped to the
  *   mailbox (sequence numbers to the message count, UIDs to UIDNEXT - 1 and the message
  *   count), so "1:*" is the whole mailbox and a UID set with gaps counts at most what exists.
  *   The set is read with imap_parse_seqset, as the command reads it: each number once,
@@ -38,7 +44,15 @@
 #include <string.h>
 #include <strings.h>
 
-#define IMAP_LANE_SHORT_MAX 1000
+#define IMAP_LANE_SHORT_MAX 100000
+/* Work per message (THE ESTIMATE). */
+#define IMAP_LANE_FETCH_META   3
+#define IMAP_LANE_FETCH_HEADER 100
+#define IMAP_LANE_FETCH_BODY   1500
+#define IMAP_LANE_STORE        30
+#define IMAP_LANE_COPY         60
+#define IMAP_LANE_SEARCH_TEXT  12
+#define IMAP_LANE_SEARCH_META  1
 
 /* The numbers of 1..hi in [first, last] (0 if none). */
 static uint64_t imap_lane_span(uint64_t first, uint64_t last, uint64_t hi)
@@ -97,14 +111,14 @@ static uint64_t imap_lane_fetch_item(const struct imap_node *n)
     if (imap_lane_has(p, len, "BODY[HEADER") || imap_lane_has(p, len, "BODY.PEEK[HEADER") ||
         imap_lane_has(p, len, "RFC822.HEADER") || imap_lane_has(p, len, "ENVELOPE") ||
         imap_lane_has(p, len, "ALL")) {
-        return 4;
+        return IMAP_LANE_FETCH_HEADER;
     }
     if (imap_lane_has(p, len, "BODY") || imap_lane_has(p, len, "BINARY") ||
         imap_lane_has(p, len, "FULL") ||
         (imap_lane_has(p, len, "RFC822") && !imap_lane_has(p, len, "RFC822.SIZE"))) {
-        return 64;
+        return IMAP_LANE_FETCH_BODY;
     }
-    return 1;
+    return IMAP_LANE_FETCH_META;
 }
 
 /* Whether one FETCH item (an atom) sets \Seen in a read-write view. */
@@ -147,7 +161,7 @@ static int imap_lane_fetch_reads_only(const struct imap_session *s, const struct
 static uint64_t imap_lane_fetch_cost(const struct imap_command *cmd)
 {
     const struct imap_node *items = imap_arg(cmd, 1);
-    uint64_t per = 1;
+    uint64_t per = IMAP_LANE_FETCH_META;
     if (items != NULL && items->type == IMAP_NODE_LIST) {
         for (uint32_t i = items->child; i != IMAP_NODE_NONE;) {
             const struct imap_node *n = imap_node(cmd, i);
@@ -161,6 +175,49 @@ static uint64_t imap_lane_fetch_cost(const struct imap_command *cmd)
         per = imap_lane_fetch_item(items);
     }
     return per;
+}
+
+/* Whether a SEARCH key (an atom) reads a message's header or text. */
+static int imap_lane_search_key_reads_text(const struct imap_node *n)
+{
+    static const char *const keys[] = {"FROM",    "TO",     "CC",   "BCC",
+                                       "SUBJECT", "HEADER", "BODY", "TEXT"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (n->len == strlen(keys[i]) && strncasecmp(n->data, keys[i], n->len) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether one SEARCH argument is, or holds at any depth (a parenthesised list), a key that
+ * reads a message's header or text. An atom that only looks like such a key (SUBJECT from)
+ * counts too: an estimate on the safe side. */
+static int imap_lane_search_reads_text(const struct imap_command *cmd, const struct imap_node *n)
+{
+    if (n->type == IMAP_NODE_ATOM) {
+        return imap_lane_search_key_reads_text(n);
+    }
+    if (n->type != IMAP_NODE_LIST) {
+        return 0;
+    }
+    for (uint32_t i = n->child; i != IMAP_NODE_NONE; i = imap_node(cmd, i)->next) {
+        if (imap_lane_search_reads_text(cmd, imap_node(cmd, i))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The work per message of the mailbox of a SEARCH (NOT and OR only nest keys). */
+static uint64_t imap_lane_search_cost(const struct imap_command *cmd)
+{
+    for (size_t i = 0; i < imap_arg_count(cmd); i++) {
+        if (imap_lane_search_reads_text(cmd, imap_arg(cmd, i))) {
+            return IMAP_LANE_SEARCH_TEXT;
+        }
+    }
+    return IMAP_LANE_SEARCH_META;
 }
 
 enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_command *cmd)
@@ -178,11 +235,11 @@ enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_
         uint64_t count = imap_lane_set_count(imap_arg(cmd, 0), star);
         count = count > messages ? messages : count;
         uint64_t per = strcmp(name, "FETCH") == 0   ? imap_lane_fetch_cost(cmd)
-                       : strcmp(name, "STORE") == 0 ? 1
-                                                    : 8;
+                       : strcmp(name, "STORE") == 0 ? IMAP_LANE_STORE
+                                                    : IMAP_LANE_COPY;
         cost = count * per;
     } else if (strcmp(name, "SEARCH") == 0) {
-        cost = messages / 2;
+        cost = messages * imap_lane_search_cost(cmd);
     } else if (strcmp(name, "APPEND") == 0 || strcmp(name, "EXPUNGE") == 0 ||
                strcmp(name, "CLOSE") == 0 || strcmp(name, "DELETE") == 0 ||
                strcmp(name, "RENAME") == 0) {
