@@ -6,8 +6,11 @@
 # is for old-versus-new measurements of a change.
 #
 # USAGE
-#   MAILVAULTD_OLD=path bench/imap_old_new.sh [--rounds R] [--seconds T] [--clients "10 100"]
-#       [--users U] [--messages M]     (after `make all build/rel/bench/bench_imap`)
+#   MAILVAULTD_OLD=path [MAILVAULT_OLD=path] bench/imap_old_new.sh [--rounds R] [--seconds T]
+#       [--clients "10 100"] [--users U] [--messages M]
+#       (after `make all build/rel/bench/bench_imap`). MAILVAULT_OLD: the CLI that makes the
+#       old server's users (its build's, when the store schema changed since: an older server
+#       cannot open a newer store); default build/mailvault.
 #   Default: 2 rounds of 20 s, 10 and 100 clients, 10 users of 500 messages, populated
 #   identically on every server (bench_imap --populate-only). Prints a table of medians over
 #   rounds. KEEP_TMP=1 keeps the scratch directory (each run's JSON in runs/).
@@ -35,7 +38,12 @@ bench_scratch imap_old_new
 declare -A imap lmtp
 limits=(--connections-max=2000 --connections-per-address-max=1000)
 servers=()
-[ -z "$old" ] || { start_mailvaultd mailvaultd-old "$old" u "$users" "${limits[@]}"; servers+=(mailvaultd-old); }
+if [ -n "$old" ]; then
+    mv=${MAILVAULT_OLD:-build/mailvault}
+    start_mailvaultd mailvaultd-old "$old" u "$users" "${limits[@]}"
+    servers+=(mailvaultd-old)
+    mv=build/mailvault
+fi
 start_mailvaultd mailvaultd "$new" u "$users" "${limits[@]}"
 servers+=(mailvaultd)
 
