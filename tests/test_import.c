@@ -651,12 +651,14 @@ static void test_fts_rows_per_batch(void)
                  0);
     CHECK_EQ_INT(tu_exec(db, "INSERT INTO fts(fts) VALUES('integrity-check')"), SQLITE_OK);
     for (int i = 0; i < 250; i += 37) {
-        char sql[320];
+        char sql[400];
+        /* the index has no positions (schema 9): its trigrams find the row, LIKE the column */
         snprintf(sql, sizeof sql,
                  "SELECT count(*) FROM messages m JOIN mailboxes b ON b.id = m.mailbox_id "
                  "WHERE b.name = 'Fts' AND m.uid = %d AND m.body_id IN (SELECT rowid FROM fts "
-                 "WHERE fts MATCH 'header : \"IMPORT-%05d\"' AND body LIKE '%%of message %d,%%')",
-                 i + 1, i, i);
+                 "WHERE fts MATCH mv_fts_query('IMPORT-%05d', 2) AND header LIKE "
+                 "'%%IMPORT-%05d%%' AND body LIKE '%%of message %d,%%')",
+                 i + 1, i, i, i);
         CHECK_EQ_INT(tu_int(db, sql), 1);
     }
     mv_store_close(&s);
