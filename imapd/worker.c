@@ -62,7 +62,9 @@
  *   the LOGIN and the SELECT that follows answer from the store as it is (issue 13: a step in
  *   the login, even of one delivery, cost a directory listing, an append and a durable commit,
  *   ~100 ms of a first LOGIN + SELECT that takes ~30 ms without it), and the worker drains the
- *   queue in steps (mv_queue_drain_step) from WORKER_DRAIN_GRACE_MS after the open, each taking
+ *   queue in steps (mv_queue_drain_step) once the job after the login's has run on the worker
+ *   (the SELECT that follows a LOGIN: it must not wait behind a step, also when it comes late
+ *   on a busy machine), or WORKER_DRAIN_GRACE_MS after the open if none comes, each taking
  *   a turn as a long job (alternating with queued long jobs, behind the short lane). A step is
  *   bounded by time, not by a count: it goes on while no job waits (up to WORKER_DRAIN_STEP_MS),
  *   and gives way to one that comes after WORKER_DRAIN_MIN_MS; each step is one durable commit,
@@ -103,17 +105,21 @@
 #define WORKER_DRAIN_MIN_MS  25 /* of the thread's CPU time: the same work on a busy machine */
 #define WORKER_DRAIN_STEP_MS 250
 #define WORKER_DRAIN_MAX     1024
-/* After the open (a login), the first step waits this long, so the client's next command (the
- * SELECT that follows a LOGIN) runs first instead of behind a step. */
-#define WORKER_DRAIN_GRACE_MS 50
+/* After the open (a login), the first step waits for the worker's next job (the client's next
+ * command, the SELECT that follows a LOGIN), so that it runs first instead of behind a step; a
+ * fixed 50 ms was too short on a loaded machine, where the client's SELECT often came later and
+ * waited for the first step and its commit. A client that sends nothing gets its mail after
+ * this long. */
+#define WORKER_DRAIN_GRACE_MS 1000
 
 struct worker {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
     struct job *head[JOB_LANES], *tail[JOB_LANES];
-    int short_run;  /* short jobs taken in a row while a long one waited */
-    int drain_turn; /* the next long turn goes to a drain step, if one is due */
+    int short_run;      /* short jobs taken in a row while a long one waited */
+    uint64_t jobs_done; /* jobs run by the writer thread (THE DRAIN: the login's next one) */
+    int drain_turn;     /* the next long turn goes to a drain step, if one is due */
     int stop;
     int index;
     pthread_t reader; /* READERS: runs JOB_LANE_READ */
@@ -286,7 +292,9 @@ int worker_store_acquire(struct worker *w,
         s->reader = NULL;
     }
     /* No step here: the login answers from the store as it is (THE DRAIN). */
-    s->drain_after_ms = worker_now_ms() + WORKER_DRAIN_GRACE_MS; /* from the login's answer */
+    /* The first step after the login's job (this one) and the next one, or after the grace. */
+    s->drain_after_job = w->jobs_done + 2;
+    s->drain_after_ms = worker_now_ms() + WORKER_DRAIN_GRACE_MS;
     *out = s;
     return MV_OK;
 }
@@ -592,7 +600,7 @@ static struct open_store *worker_drain_due(struct worker *w, int64_t *wait_ms)
     for (int i = 0; i < w->stores_max; i++) {
         struct open_store *s = &w->stores[i];
         if (s->store != NULL && s->drain_more) {
-            if (now >= s->drain_after_ms) {
+            if (now >= s->drain_after_ms || w->jobs_done >= s->drain_after_job) {
                 return s;
             }
             if (s->drain_after_ms - now < *wait_ms) {
@@ -742,6 +750,7 @@ static void *worker_main(void *arg)
             metrics_lane_queue(job->lane, -1);
             metrics_lane_wait(job->lane, metrics_now_us() - job->queued_us);
             job->run(job);
+            w->jobs_done++; /* (worker thread only) */
             worker_finish(job);
             worker_purge(w);
             pthread_mutex_lock(&w->lock);

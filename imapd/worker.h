@@ -64,7 +64,10 @@ struct open_store {
      * (MV_STORE_DRAIN_LATER) and the worker drains them in steps between jobs (worker.c
      * "THE DRAIN"); LMTP seals into the queue meanwhile, so INBOX keeps arrival order. */
     int drain_more;
-    int64_t drain_after_ms; /* no step before (monotonic ms): the login's next command first */
+    /* No step before the worker has run this many jobs (the login's and the next, its
+     * client's next command) or before drain_after_ms (monotonic), whichever comes first. */
+    uint64_t drain_after_job;
+    int64_t drain_after_ms;
     struct imap_view_cache *view_cache; /* the IMAP views SELECT copies (imap_view_cache.c) */
     /* The second handle (mv_store_open_twin) for jobs of JOB_LANE_READ, used only on the
      * worker's reader thread; NULL if it could not be opened (reads then stay on the
