@@ -423,7 +423,15 @@ int imap_view_sync(struct imap_session *s, struct buf *out, int allow_expunge)
     if (v->mailbox == NULL) {
         return MV_OK;
     }
+    /* One read transaction for the status's two statements (the mailbox's id, then its
+     * counters) instead of one each: each costs WAL-index file locks, ~9% of the CPU of a
+     * FETCH 1:* (UID FLAGS) of 10,000 messages (issue 13). Not when the caller already has
+     * a transaction open (begin fails, and the caller's stays as it was). */
+    int snapshot = mv_store_read_begin(imap_db(s)) == MV_OK;
     int rc = mv_mailbox_status(imap_db(s), v->mailbox, &info);
+    if (snapshot) {
+        mv_store_read_end(imap_db(s));
+    }
     if (rc == MV_ENOTFOUND || (rc == MV_OK && info.uidvalidity != v->uidvalidity)) {
         return imap_view_gone(s, out);
     }
