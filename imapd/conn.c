@@ -27,7 +27,9 @@
  *     its own per-address count; both are counted by a walk of the list at accept.
  *   - A response made in chunks (FETCH, see docs/IMAPD.md "Streaming FETCH") keeps the
  *     connection busy with stream_wait set; once conn_flush() has written all but
- *     CONN_STREAM_RESUME_BELOW bytes it calls ops->drained() for the next chunk.
+ *     CONN_STREAM_RESUME_BELOW bytes it calls ops->drained() for the next chunk, also when
+ *     the socket is full (it used to wait for the output to empty: the worker then made
+ *     the next chunk only after the client had read the last one).
  *     Bytes taken by the socket count as activity then, so only a reader that stops
  *     reading times out. An output buffer grown past CONN_OUTPUT_KEEP_MAX is freed once
  *     empty.
@@ -211,7 +213,7 @@ void conn_flush(struct conn *c)
             if (w <= 0) {
                 int e = SSL_get_error(c->ssl, w);
                 if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
-                    return;
+                    break; /* the socket is full: a stream may still go on (below) */
                 }
                 conn_close_now(c, "TLS write failed");
                 return;
@@ -221,7 +223,7 @@ void conn_flush(struct conn *c)
             ssize_t w = send(c->fd, c->out.data, len, MSG_NOSIGNAL);
             if (w < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-                    return;
+                    break; /* the socket is full: a stream may still go on (below) */
                 }
                 conn_close_now(c, "write failed");
                 return;

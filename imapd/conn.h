@@ -14,8 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A response made in chunks (FETCH) gets its next chunk once less than this is queued. */
-#define CONN_STREAM_RESUME_BELOW ((size_t)256 << 10)
+/* A response made in chunks (FETCH) gets its next chunk once less than this is queued: more
+ * than one chunk (IMAP_FETCH_CHUNK), so the worker makes the next chunk while the socket
+ * still sends the last one, rather than after the client has read it (issue 13). */
+#define CONN_STREAM_RESUME_BELOW ((size_t)1 << 20)
 /* An output buffer this large is freed once empty (a big response left it grown). */
 #define CONN_OUTPUT_KEEP_MAX ((size_t)1 << 20)
 

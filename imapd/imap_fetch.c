@@ -24,10 +24,11 @@
  *   - Streaming: the response is made in chunks. The job stops after the message that takes
  *     its output past IMAP_FETCH_CHUNK and leaves its state (parsed items, the message
  *     indexes, where it stopped) in s->fetch_more; the loop writes the chunk and keeps the
- *     connection busy until its output falls below CONN_STREAM_RESUME_BELOW, then posts
- *     the same job again, which goes on from there (imap_fetch_continue). So one FETCH of
- *     any size holds about one chunk plus one message on the worker and as much again in
- *     the connection's output, and a client that reads slowly slows the worker's reads
+ *     connection busy until its output falls below CONN_STREAM_RESUME_BELOW (more than a
+ *     chunk: the next chunk is made while the last one is sent), then posts the same job
+ *     again, which goes on from there (imap_fetch_continue). So one FETCH of any size holds
+ *     about one chunk plus one message on the worker and CONN_STREAM_RESUME_BELOW plus that
+ *     in the connection's output, and a client that reads slowly slows the worker's reads
  *     down instead of growing the server. \Seen is set and the view synced once, before
  *     the first chunk; nothing else of the session runs in between (it stays busy).
  *

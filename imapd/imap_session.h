@@ -198,8 +198,10 @@ void imap_cmd_unselect(struct imap_ctx *x);
 /* ---- imap_fetch.c ---- */
 /* A FETCH response is produced in chunks of about IMAP_FETCH_CHUNK bytes (plus one message's
  * response); the next chunk is made once the connection's output is below
- * CONN_STREAM_RESUME_BELOW bytes (conn.h). */
-#define IMAP_FETCH_CHUNK ((size_t)1 << 20)
+ * CONN_STREAM_RESUME_BELOW bytes (conn.h). Small enough that the first bytes leave soon
+ * (the client reads one chunk while the worker makes the next), large enough that the
+ * hand-offs between worker and loop stay a small part of it. */
+#define IMAP_FETCH_CHUNK ((size_t)256 << 10)
 struct imap_fetch_state;
 void imap_cmd_fetch(struct imap_ctx *x);
 /* The next chunk of the FETCH in x->s->fetch_more. */
