@@ -186,6 +186,7 @@ static void worker_store_close(struct open_store *s)
     OPENSSL_cleanse(s->verifier, sizeof s->verifier);
     s->address[0] = '\0';
     s->refs = 0;
+    s->purge_gave_way = 0;
 }
 
 /* The page cache the store's connection really has, read back so the log shows what
@@ -529,9 +530,15 @@ static void worker_purge(struct worker *w)
             if (s->purge_batch == 0) {
                 s->purge_batch = worker_purge_batch_next(0, 0);
             }
-            mv_store_purge_give_way(s->store, worker_purge_give_way, w);
+            /* Only this batch gives way, and not one after a batch that gave way: jobs that
+             * keep coming would otherwise roll back every batch and the bodies would stay
+             * (the next one runs to its end, a batch's time at most); mv_store_maintain()'s
+             * purge on the same handle must not give way either. */
+            mv_store_purge_give_way(s->store, s->purge_gave_way ? NULL : worker_purge_give_way, w);
             int64_t t0 = metrics_now_us();
             int rc = mv_store_purge(s->store, s->purge_batch, &left);
+            mv_store_purge_give_way(s->store, NULL, NULL);
+            s->purge_gave_way = rc == MV_EBUSY;
             if (rc == MV_OK) { /* a batch that gave way says nothing about its cost */
                 s->purge_batch = worker_purge_batch_next(s->purge_batch, metrics_now_us() - t0);
             }

@@ -77,6 +77,7 @@ struct open_store {
     /* Bodies the next mv_store_purge() call between jobs may delete (worker_purge_batch_next;
      * 0: not measured yet). */
     uint32_t purge_batch;
+    int purge_gave_way; /* the last batch gave way to a job: the next one does not */
 };
 /* Frees a store's cached views (when it is closed); *c becomes NULL. */
 void imap_view_cache_free(struct imap_view_cache **c);

@@ -435,6 +435,86 @@ static void test_reader_recent_does_not_wait(void)
     mv_store_close(&s);
 }
 
+/* ---- a purge that gives way does not leave the give-way on the store ---- */
+/* worker_purge lets its own batches give way to a waiting job (mv_store_purge_give_way);
+ * other purges on the same handle must not: mv_store_maintain() purges first, and with the
+ * give-way left set it failed with MV_EBUSY whenever a job waited, so the maintenance of an
+ * idle store was logged as an error and skipped. */
+static const char *wt_pwho = "purge@example.org";
+static int wt_fill_rc = -1, wt_maintain_rc = -1;
+
+static void wt_purge_fill(struct job *job)
+{
+    (void)job;
+    struct open_store *os = NULL;
+    char err[256] = "";
+    struct worker *w = worker_for(wt_pwho);
+    wt_fill_rc = worker_store_acquire(w, wt_pwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (wt_fill_rc != MV_OK) {
+        fprintf(stderr, "  open: %s\n", err);
+        return;
+    }
+    static char msg[4096];
+    for (int i = 0; i < 40 && wt_fill_rc == MV_OK; i++) {
+        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: gone-%d\r\n\r\n", i);
+        for (int k = 0; n < (int)sizeof msg - 16; k++) {
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "w%dx%d ", i, k);
+        }
+        wt_fill_rc = mv_message_append(os->store, "INBOX", msg, (size_t)n, MV_FLAG_DELETED, NULL,
+                                       1700000000, NULL);
+    }
+    uint32_t count = 0;
+    if (wt_fill_rc == MV_OK) {
+        wt_fill_rc = mv_mailbox_expunge(os->store, "INBOX", NULL, &count);
+    }
+    worker_store_release(w, os);
+}
+
+static void wt_purge_maintain(struct job *job)
+{
+    (void)job;
+    struct open_store *os = worker_store_find(worker_for(wt_pwho), wt_pwho);
+    if (os == NULL || os->store == NULL) {
+        wt_maintain_rc = MV_ENOTFOUND;
+        return;
+    }
+    struct mv_maintain_options o = MV_MAINTAIN_OPTIONS_INIT;
+    struct mv_maintain_report r;
+    wt_maintain_rc = mv_store_maintain(os->store, &o, &r);
+    if (wt_maintain_rc != MV_OK) {
+        fprintf(stderr, "  maintain: %s\n", mv_store_errmsg(os->store));
+    }
+}
+
+static void test_purge_give_way_is_its_own(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_pwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    struct worker *w = worker_for(wt_pwho);
+    /* the first expunge: the worker purges its bodies after the job (with the give-way) */
+    wt_done = 0;
+    wt_post(w, 1, JOB_LANE_LONG, wt_purge_fill);
+    for (int i = 0; i < 300 && wt_done < 1; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+    }
+    CHECK_EQ_INT(wt_fill_rc, MV_OK);
+    /* the second: no purge between the jobs (one waits), so maintenance purges its bodies
+     * while a job waits */
+    wt_gate(w);
+    wt_post(w, 2, JOB_LANE_LONG, wt_purge_fill);
+    wt_post(w, 3, JOB_LANE_LONG, wt_purge_maintain);
+    wt_post(w, 4, JOB_LANE_LONG, wt_record);
+    wt_release(wt_efd, 4);
+    CHECK_EQ_INT(wt_fill_rc, MV_OK);
+    CHECK_EQ_INT(wt_maintain_rc, MV_OK);
+}
+
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
 static int wt_start(void)
 {
@@ -457,6 +537,7 @@ int main(void)
     TEST(test_purge_batch_adapts);
     TEST(test_login_does_not_drain);
     TEST(test_reader_recent_does_not_wait);
+    TEST(test_purge_give_way_is_its_own);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);
