@@ -685,7 +685,7 @@ static void test_purge(void)
                  SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("purge", &s), MV_OK);
-    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 10);
+    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 9);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM sqlite_schema WHERE name = "
                            "'bodies_unreferenced'"),
                  1);
@@ -1141,7 +1141,7 @@ static void test_search_substring(void)
     CHECK_EQ_INT(tu_exec(mv_store_db(s), downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("substring", &s), MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 10);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 9);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), 3);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM bodies WHERE sent_zone != 0"), 2);
     ts_substring_checks(s);
@@ -1239,7 +1239,7 @@ static void test_search_no_positions(void)
     int64_t with = ts_fts_bytes(s);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("nopos", &s), MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 10);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 9);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT instr(sql, 'detail=none') > 0 FROM sqlite_schema "
                                         "WHERE name = 'fts'"),
                  1);

@@ -115,8 +115,7 @@ static int store_mailbox_empty_step(
 /* Expunges every message of mailbox_id (inside the caller's transaction): the change rows,
  * one reference less to each body, the rows; three statements whatever the mailbox holds
  * (OR FAIL: no statement journal, the caller rolls back on any error). Bodies left without
- * a reference wait for mv_store_purge(), as after an EXPUNGE (store_message.c). The mailbox's
- * counters are not kept (no trigger since schema version 10): its row is deleted next. */
+ * a reference wait for mv_store_purge(), as after an EXPUNGE (store_message.c). */
 static int store_mailbox_empty(mv_store *s, int64_t mailbox_id)
 {
     uint64_t modseq;

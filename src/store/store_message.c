@@ -1533,10 +1533,8 @@ int mv_message_copy_ranges(mv_store *s,
     return store_message_transfer(s, from, &arg, to, move != 0, count_out, pairs_out);
 }
 
-/* EXPUNGE of one range: the expunge rows, the mailbox's counters, one reference less to each
- * body, the rows. Four statements, through the partial index of \Deleted messages. The
- * counters are one UPDATE for the range (schema version 10 dropped the per-row delete
- * trigger, ~90% of the row delete's cost: store_schema.c). The count of a body's
+/* EXPUNGE of one range: the expunge rows, one reference less to each body, the rows. Three
+ * statements, through the partial index of \Deleted messages. The count of a body's
  * references in the range is pinned to messages_body (the body's own copies, usually one):
  * left to the planner without sqlite_stat1 for messages (a new or just-migrated store), it
  * walked messages_deleted, every \Deleted message of the range once per body, which is
@@ -1559,20 +1557,6 @@ static int store_message_expunge_range(
     sqlite3_bind_int64(st, 5, (sqlite3_int64)time(NULL));
     int rc = store_message_run(s, st, "writing the change log", count);
     if (rc != MV_OK || *count == 0) {
-        return rc;
-    }
-    st = store_stmt(s, "UPDATE OR FAIL mailboxes SET message_count = message_count - d.n, "
-                       "unseen_count = unseen_count - d.unseen, size_sum = size_sum - d.bytes "
-                       "FROM (SELECT count(*) AS n, coalesce(sum((flags & 1) = 0), 0) AS unseen, "
-                       "coalesce(sum(size), 0) AS bytes FROM messages INDEXED BY "
-                       "messages_deleted WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3 AND "
-                       "(flags & 8) != 0) AS d WHERE mailboxes.id = ?1");
-    if (st == NULL) {
-        return store_fail_sqlite(s, "counting expunged messages");
-    }
-    store_message_bind_range(st, mailbox_id, r);
-    rc = store_message_run(s, st, "counting expunged messages", NULL);
-    if (rc != MV_OK) {
         return rc;
     }
     st = store_stmt(s, "UPDATE OR FAIL bodies SET refcount = refcount - (SELECT count(*) FROM "

@@ -54,12 +54,6 @@
  *     the rows holding all of a string's trigrams and checks each against its stored text
  *     (store_fts.c); the answers are the same. The table keeps its content: the check reads
  *     it, deletes need it, and a short string is still a LIKE over it.
- *   - version 10: the counters' delete trigger goes; the two statements that delete messages
- *     (EXPUNGE, a mailbox delete) keep the counters themselves, one UPDATE per statement: a
- *     trigger runs a sub-program and an UPDATE of the mailbox row per deleted message, which
- *     was ~90% of an EXPUNGE's row delete (1,000 of 10,000: 16-28 ms -> 1-3 ms). The insert
- *     and update triggers stay (an append is one row; a flag change fires only when \Seen
- *     changes).
  */
 #include "store/store.h"
 #include "store/store_blob.h"
@@ -184,7 +178,7 @@ static const char *const store_schema_v1[] = {
 };
 
 /* The counters' triggers: created by version 2, and again by version 7, whose rebuild of
- * `messages` drops them with the old table; version 10 drops the delete trigger again. */
+ * `messages` drops them with the old table. */
 #define STORE_SCHEMA_COUNT_INSERT                                                                  \
     "CREATE TRIGGER messages_count_insert AFTER INSERT ON messages BEGIN"                          \
     " UPDATE mailboxes SET message_count = message_count + 1,"                                     \
@@ -355,11 +349,6 @@ static const char *const store_schema_v9[] = {
     "ALTER TABLE fts_v9 RENAME TO fts",
 };
 
-/* Version 10: see the top of the file. */
-static const char *const store_schema_v10[] = {
-    "DROP TRIGGER messages_count_delete",
-};
-
 /* One step of the ladder: its statements, the version they bring the store to, and what
  * else that version needs done in the same transaction (NULL for nothing). */
 struct store_schema_step {
@@ -388,7 +377,6 @@ static const struct store_schema_step store_schema_steps[] = {
     STORE_SCHEMA_STEP(store_schema_v7, 7, NULL),
     STORE_SCHEMA_STEP(store_schema_v8, 8, NULL),
     STORE_SCHEMA_STEP(store_schema_v9, 9, NULL),
-    STORE_SCHEMA_STEP(store_schema_v10, 10, NULL),
 };
 
 #define STORE_SCHEMA_STEP_COUNT (sizeof store_schema_steps / sizeof store_schema_steps[0])
