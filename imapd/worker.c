@@ -92,6 +92,7 @@
 #include <openssl/rand.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +112,7 @@
  * waited for the first step and its commit. A client that sends nothing gets its mail after
  * this long. */
 #define WORKER_DRAIN_GRACE_MS 1000
+static _Atomic int worker_drain_grace_ms = WORKER_DRAIN_GRACE_MS; /* tests may lengthen it */
 
 struct worker {
     pthread_t thread;
@@ -295,9 +297,14 @@ int worker_store_acquire(struct worker *w,
     /* No step here: the login answers from the store as it is (THE DRAIN). */
     /* The first step after the login's job (this one) and the next one, or after the grace. */
     s->drain_after_job = w->jobs_done + 2;
-    s->drain_after_ms = worker_now_ms() + WORKER_DRAIN_GRACE_MS;
+    s->drain_after_ms = worker_now_ms() + worker_drain_grace_ms;
     *out = s;
     return MV_OK;
+}
+
+int worker_drain_grace_set(int ms)
+{
+    return atomic_exchange(&worker_drain_grace_ms, ms > 0 ? ms : WORKER_DRAIN_GRACE_MS);
 }
 
 int worker_total(void)

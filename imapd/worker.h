@@ -45,6 +45,10 @@ struct job {
 /* Starts count workers. 0 or -1. */
 int worker_start(const struct config *cfg, int count, int eventfd);
 void worker_stop_all(void);
+/* How long after a store's open the first drain step waits for the next job at most
+ * (WORKER_DRAIN_GRACE_MS; ms <= 0 restores it); returns the old value. For tests, which
+ * lengthen it so that their "the next command runs before any step" does not race a timer. */
+int worker_drain_grace_set(int ms);
 /* The worker pinned to address. */
 struct worker *worker_for(const char *address);
 /* Queues job on worker (job->worker set). */

@@ -230,6 +230,7 @@ static void test_login_does_not_drain(void)
         CHECK_EQ_INT(mv_deliver_sealed(wt_who, msg, (size_t)n, &o, err, sizeof err), MV_OK);
     }
     struct worker *w = worker_for(wt_who);
+    int grace = worker_drain_grace_set(600 * 1000);
     wt_done = 0;
     wt_post(w, 1, JOB_LANE_SHORT, wt_open_run);
     wt_collect_one();
@@ -237,7 +238,8 @@ static void test_login_does_not_drain(void)
     CHECK_EQ_INT(wt_inbox_at_open, 0);         /* the login answered from INBOX as it was */
     CHECK_EQ_INT(wt_queue_at_open, WT_QUEUED); /* ... with every delivery still queued */
 
-    /* The client's next command comes late (a loaded machine): it still runs first. */
+    /* The client's next command comes late (a loaded machine): it still runs first. The
+     * grace is lengthened so that the pause below cannot outlast it on a slow machine. */
     struct timespec pause = {0, 200 * 1000 * 1000};
     nanosleep(&pause, NULL);
     wt_done = 0;
@@ -256,6 +258,7 @@ static void test_login_does_not_drain(void)
         CHECK_EQ_INT(mv_queue_count(wt_who, &o, &queued), MV_OK);
     }
     CHECK_EQ_INT(queued, 0);
+    worker_drain_grace_set(grace);
     /* every delivery once, in arrival order (UIDs 1..WT_QUEUED) */
     mv_store *s = NULL;
     CHECK_EQ_INT(mv_store_open(wt_who, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
