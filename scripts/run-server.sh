@@ -132,8 +132,16 @@ imap.login(user, password)
 typ, data = imap.select("INBOX", readonly=True)
 assert typ == "OK", data
 print("IMAPS: LOGIN ok, SELECT INBOX: %s messages" % data[0].decode())
-typ, data = imap.uid("SEARCH", None, "SUBJECT", '"%s"' % subject)
-uids = data[0].split()
+# The delivery was sealed (the user was logged out): the server moves it into INBOX after
+# the login, so poll for it with a deadline (docs/DELIVERY.md).
+deadline = time.monotonic() + 60
+while True:
+    typ, data = imap.uid("SEARCH", None, "SUBJECT", '"%s"' % subject)
+    uids = data[0].split() if typ == "OK" else []
+    if uids or time.monotonic() > deadline:
+        break
+    imap.noop()
+    time.sleep(0.05)
 assert typ == "OK" and len(uids) == 1, data
 typ, data = imap.uid("FETCH", uids[0], "(BODY.PEEK[])")
 # LMTP adds Return-Path and Delivered-To (RFC 5321 4.4, as Dovecot does) before the message
