@@ -12,16 +12,20 @@
  *                  a header or its fields: 9-11 us), 1500 (a body or a part, BODYSTRUCTURE,
  *                  RFC822, BINARY: 90-150 us)
  *     STORE        30 per message (2.8-4.5 us);   COPY / MOVE  60 per message (5.6 us)
- *     SEARCH       per message of the mailbox 12 with a key that reads header or text
- *                  (FROM, TO, CC, BCC, SUBJECT, HEADER, BODY, TEXT: ~1.1 us), 1 otherwise
- *                  (flags, dates, sizes, UIDs: 0.06-0.09 us)
+ *     SEARCH       per message of the mailbox 1 (flags, dates, sizes, UIDs: 0.02-0.09 us),
+ *                  plus for each key that reads the messages (each is answered once, as a
+ *                  set, so two such keys cost twice): 20 for FROM, TO, CC, SUBJECT and SENT*
+ *                  (the store's header indexes: 0.7-1.9 us), 80 for HEADER and BCC (each
+ *                  message's header read and unfolded: 6.9-7.0 us), 250 for BODY and TEXT
+ *                  (see "SEARCH BODY/TEXT" below)
  *     APPEND, EXPUNGE, UID EXPUNGE, CLOSE, DELETE, RENAME   long: each commits with an
  *                  fsync (APPEND: acknowledged means durable) or deletes rows, FTS entries
  *                  and blobs (10-25 ms here even for one message)
  *     anything else (NOOP, CHECK, LOGIN, SELECT, STATUS, LIST, IDLE ...)  short
  *   Up to IMAP_LANE_SHORT_MAX units (10 ms) the command is short: FETCH FLAGS of 33,000
  *   messages, the headers of 1,000, 66 whole messages, a STORE of 3,333, a COPY of 1,666, a
- *   SEARCH UNSEEN in a mailbox of 100,000 or a SEARCH FROM in one of 8,333. (The first
+ *   SEARCH UNSEEN in a mailbox of 100,000, a SEARCH FROM in one of 4,761, a SEARCH HEADER
+ *   in one of 1,234 or a SEARCH TEXT in one of 398. (The first
  *   table, in units of 10 us, counted FETCH FLAGS at 10 us a message, 30-100 times what it
  *   costs, so FETCH 1:* (UID FLAGS) of 10,000 messages, 1 ms of work, went to the writer's
  *   long lane and waited there behind drain steps and purge batches: 14 ms.) A set counts
@@ -30,6 +34,22 @@
  *   count), so "1:*" is the whole mailbox and a UID set with gaps counts at most what exists.
  *   The set is read with imap_parse_seqset, as the command reads it: each number once,
  *   however the client overlapped its ranges.
+ *
+ * SEARCH BODY/TEXT
+ *   Since schema 9 (a trigram index without positions, src/store/store_fts.c) the index
+ *   gives the candidate rows, those holding all of the string's trigrams, and each
+ *   candidate's stored text is then read and checked. Measured on the 10k-message bench
+ *   store (release build, server CPU of every thread from /proc/PID/task/N/schedstat, load
+ *   5-9, min and max of 3): a string every message holds costs 13-24 us a message
+ *   ("bigmail", "corpus", "aaaofa"; two TEXT keys 33-35 us), a rare one 0.35-0.45 us a
+ *   message (100 hits in 10,000: 3.5-4.4 ms), a string of one or two characters (no
+ *   trigram: LIKE over every body) 10.5-11.6 us, one of exactly three in TEXT (the MATCH is
+ *   exact, no text read) 3.5-4.9 us. How many candidates a string has is only known by
+ *   reading the index, which the loop cannot do, so the estimate takes the common string:
+ *   25 us a message (250). A rare string in a big mailbox then waits in the long lane for
+ *   a few ms it did not need to; the other way round (the estimate before this one, 1.2 us
+ *   a message), a common string in a mailbox of 8,000 took ~200 ms on the reader thread,
+ *   and every short read of that worker's users waited behind it.
  *
  * READS
  *   A short command that only reads goes to the worker's reader thread (JOB_LANE_READ,
@@ -46,13 +66,15 @@
 
 #define IMAP_LANE_SHORT_MAX 100000
 /* Work per message (THE ESTIMATE). */
-#define IMAP_LANE_FETCH_META   3
-#define IMAP_LANE_FETCH_HEADER 100
-#define IMAP_LANE_FETCH_BODY   1500
-#define IMAP_LANE_STORE        30
-#define IMAP_LANE_COPY         60
-#define IMAP_LANE_SEARCH_TEXT  12
-#define IMAP_LANE_SEARCH_META  1
+#define IMAP_LANE_FETCH_META    3
+#define IMAP_LANE_FETCH_HEADER  100
+#define IMAP_LANE_FETCH_BODY    1500
+#define IMAP_LANE_STORE         30
+#define IMAP_LANE_COPY          60
+#define IMAP_LANE_SEARCH_META   1   /* any SEARCH, per message of the mailbox */
+#define IMAP_LANE_SEARCH_INDEX  20  /* + each FROM, TO, CC, SUBJECT, SENT* key */
+#define IMAP_LANE_SEARCH_HEADER 80  /* + each HEADER, BCC key */
+#define IMAP_LANE_SEARCH_TEXT   250 /* + each BODY, TEXT key (SEARCH BODY/TEXT) */
 
 /* The numbers of 1..hi in [first, last] (0 if none). */
 static uint64_t imap_lane_span(uint64_t first, uint64_t last, uint64_t hi)
@@ -177,47 +199,59 @@ static uint64_t imap_lane_fetch_cost(const struct imap_command *cmd)
     return per;
 }
 
-/* Whether a SEARCH key (an atom) reads a message's header or text. */
-static int imap_lane_search_key_reads_text(const struct imap_node *n)
+/* The work per message of one SEARCH key (an atom) that reads the messages, 0 for any
+ * other; *values: how many arguments it takes (strings, never keys). */
+static uint64_t imap_lane_search_key(const struct imap_node *n, int *values)
 {
-    static const char *const keys[] = {"FROM",    "TO",     "CC",   "BCC",
-                                       "SUBJECT", "HEADER", "BODY", "TEXT"};
+    static const struct {
+        const char *name;
+        uint64_t cost;
+        int values;
+    } keys[] = {
+        {"FROM", IMAP_LANE_SEARCH_INDEX, 1},       {"TO", IMAP_LANE_SEARCH_INDEX, 1},
+        {"CC", IMAP_LANE_SEARCH_INDEX, 1},         {"SUBJECT", IMAP_LANE_SEARCH_INDEX, 1},
+        {"SENTBEFORE", IMAP_LANE_SEARCH_INDEX, 1}, {"SENTON", IMAP_LANE_SEARCH_INDEX, 1},
+        {"SENTSINCE", IMAP_LANE_SEARCH_INDEX, 1},  {"BCC", IMAP_LANE_SEARCH_HEADER, 1},
+        {"HEADER", IMAP_LANE_SEARCH_HEADER, 2},    {"BODY", IMAP_LANE_SEARCH_TEXT, 1},
+        {"TEXT", IMAP_LANE_SEARCH_TEXT, 1},
+    };
+    *values = 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        if (n->len == strlen(keys[i]) && strncasecmp(n->data, keys[i], n->len) == 0) {
-            return 1;
+        if (n->len == strlen(keys[i].name) && strncasecmp(n->data, keys[i].name, n->len) == 0) {
+            *values = keys[i].values;
+            return keys[i].cost;
         }
     }
     return 0;
 }
 
-/* Whether one SEARCH argument is, or holds at any depth (a parenthesised list), a key that
- * reads a message's header or text. An atom that only looks like such a key (SUBJECT from)
- * counts too: an estimate on the safe side. */
-static int imap_lane_search_reads_text(const struct imap_command *cmd, const struct imap_node *n)
+/* The work per message of the keys from node i on (siblings, and lists at any depth; NOT
+ * and OR only nest keys), each key counted: each is answered once over the mailbox. A key's
+ * values are skipped, so "SUBJECT from" counts SUBJECT alone; an atom elsewhere that only
+ * looks like a key (KEYWORD text) counts too: an estimate on the safe side. */
+static uint64_t imap_lane_search_keys(const struct imap_command *cmd, uint32_t i, int depth)
 {
-    if (n->type == IMAP_NODE_ATOM) {
-        return imap_lane_search_key_reads_text(n);
-    }
-    if (n->type != IMAP_NODE_LIST) {
-        return 0;
-    }
-    for (uint32_t i = n->child; i != IMAP_NODE_NONE; i = imap_node(cmd, i)->next) {
-        if (imap_lane_search_reads_text(cmd, imap_node(cmd, i))) {
-            return 1;
+    uint64_t per = 0;
+    while (i != IMAP_NODE_NONE) {
+        const struct imap_node *n = imap_node(cmd, i);
+        int values = 0;
+        if (n->type == IMAP_NODE_ATOM) {
+            per += imap_lane_search_key(n, &values);
+        } else if (n->type == IMAP_NODE_LIST && depth < IMAP_PARSE_DEPTH_MAX) {
+            per += imap_lane_search_keys(cmd, n->child, depth + 1);
+        }
+        i = n->next;
+        for (; values > 0 && i != IMAP_NODE_NONE; values--) {
+            i = imap_node(cmd, i)->next;
         }
     }
-    return 0;
+    return per;
 }
 
-/* The work per message of the mailbox of a SEARCH (NOT and OR only nest keys). */
+/* The work per message of the mailbox of a SEARCH (THE ESTIMATE, SEARCH BODY/TEXT). */
 static uint64_t imap_lane_search_cost(const struct imap_command *cmd)
 {
-    for (size_t i = 0; i < imap_arg_count(cmd); i++) {
-        if (imap_lane_search_reads_text(cmd, imap_arg(cmd, i))) {
-            return IMAP_LANE_SEARCH_TEXT;
-        }
-    }
-    return IMAP_LANE_SEARCH_META;
+    return IMAP_LANE_SEARCH_META + imap_lane_search_keys(cmd, cmd->first, 0);
 }
 
 enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_command *cmd)
