@@ -11,7 +11,8 @@
  *   quota_used_open(open_store, cfg, out)   its usage, with what its queue still holds
  *   quota_sealed_exceeded(cfg, address, add_bytes, why, size)      it is not (LMTP)
  *   quota_note(address, store)          the worker opened or is closing the store
- *   quota_note_step(address, store, before)  after a drain step (before: the usage before it)
+ *   quota_note_step(address, store, before, moved)  after a drain step (before: the usage
+ *                                       before it; moved: the messages it appended)
  *   quota_used(store, out)              the usage of an open store (GETQUOTA)
  *   quota_over_text(over)               the resources named in a refusal
  *
@@ -37,9 +38,11 @@
  *     from the directory when not known or older than QUOTA_QUEUE_FRESH_MS, then each
  *     sealed delivery of this server adds its file (quota_sealed_added), a drain step takes
  *     out what it moved into the store (quota_note_step: the store's usage after the step
- *     less before it, plus the sealing), and an open (quota_note) forgets the count. APPEND
- *     and COPY while a drain runs (quota_used_open) use the same count, so they are O(1)
- *     too (they read the whole directory each before). What another
+ *     less before it, plus the sealing, when the store grew by the step's messages alone;
+ *     else another process wrote it meanwhile and the count is dropped), and an open
+ *     (quota_note) forgets the count. APPEND and COPY while a drain runs (quota_used_open)
+ *     use the same count, so they are O(1) too (they read the whole directory each
+ *     before). What another
  *     process changes in the queue (`mailvault deliver`, a CLI open that drains) is seen at
  *     the next count, within QUOTA_QUEUE_FRESH_MS; a delivery, APPEND or COPY the kept
  *     count would refuse is counted again first, so a stale count never refuses mail.
@@ -213,7 +216,10 @@ static struct quota_seen *quota_seen_get(const char *address, int64_t now)
 }
 
 /* quota_note() and quota_note_step(): before NULL forgets the kept queue count. */
-static void quota_note_with(const char *address, mv_store *store, const struct quota_usage *before)
+static void quota_note_with(const char *address,
+                            mv_store *store,
+                            const struct quota_usage *before,
+                            uint32_t step_moved)
 {
     struct quota_usage used;
     int ok = quota_used(store, &used) == MV_OK; /* else the previous value, if any, stays */
@@ -226,11 +232,16 @@ static void quota_note_with(const char *address, mv_store *store, const struct q
             e->usage_known = 1;
             e->at_ms = now;
         }
-        if (ok && before != NULL && e->queue_at_ms != 0 && used.messages >= before->messages &&
-            used.bytes >= before->bytes) {
-            /* What the step moved in left the queue, with its sealing. Files it set aside
-             * (rejected/) stay in the count until the next count: too high, never too low,
-             * and a check the kept count would refuse counts again first. */
+        if (ok && before != NULL && e->queue_at_ms != 0 &&
+            used.messages - before->messages == step_moved && used.bytes >= before->bytes) {
+            /* What the step moved in left the queue, with its sealing: the store keeps each
+             * delivery's bytes as they were sealed (LMTP's trace fields and `mailvault
+             * deliver`'s CRLF are added before sealing), so its growth is exactly what left.
+             * Files it set aside (rejected/) or found stored already stay in the count until
+             * the next count: too high, and a check the kept count would refuse counts again
+             * first. A growth other than the step's own messages is another process writing
+             * the store meanwhile (an import, a CLI drain): its mail never was in the kept
+             * count, so it is counted again rather than taken out (too low otherwise). */
             uint64_t moved = used.messages - before->messages;
             uint64_t moved_bytes = used.bytes - before->bytes + moved * QUOTA_SEAL_BYTES;
             e->queue.messages = e->queue.messages > moved ? e->queue.messages - moved : 0;
@@ -244,12 +255,15 @@ static void quota_note_with(const char *address, mv_store *store, const struct q
 
 void quota_note(const char *address, mv_store *store)
 {
-    quota_note_with(address, store, NULL);
+    quota_note_with(address, store, NULL, 0);
 }
 
-void quota_note_step(const char *address, mv_store *store, const struct quota_usage *before)
+void quota_note_step(const char *address,
+                     mv_store *store,
+                     const struct quota_usage *before,
+                     uint32_t moved)
 {
-    quota_note_with(address, store, before);
+    quota_note_with(address, store, before, moved);
 }
 
 /* What the queue of address holds: the kept count if fresh and !recount, else counted from

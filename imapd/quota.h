@@ -58,10 +58,15 @@ int quota_sealed_exceeded(
  * calls it after opening the store, after each drain step and before closing it); the kept
  * count of its queue is dropped (files left it). */
 void quota_note(const char *address, mv_store *store);
-/* As quota_note() after a drain step, with before the usage just before it: what the step
- * moved in is taken out of the kept count of the queue instead of dropping it, so checks
- * during a drain (quota_used_open) stay O(1). before NULL: as quota_note(). */
-void quota_note_step(const char *address, mv_store *store, const struct quota_usage *before);
+/* As quota_note() after a drain step, with before the usage just before it and moved the
+ * messages the step appended (mv_queue_drain_step's): what the step moved in is taken out of
+ * the kept count of the queue instead of dropping it, so checks during a drain
+ * (quota_used_open) stay O(1); if the store grew by other than moved messages (another
+ * process wrote it meanwhile), the count is dropped. before NULL: as quota_note(). */
+void quota_note_step(const char *address,
+                     mv_store *store,
+                     const struct quota_usage *before,
+                     uint32_t moved);
 /* A sealed delivery of bytes (the message) to address was queued: added to the kept count of
  * its queue, so the next sealed check need not read the queue directory. */
 void quota_sealed_added(const char *address, uint64_t bytes);

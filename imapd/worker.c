@@ -673,7 +673,7 @@ static void worker_drain_step(struct worker *w, struct open_store *s)
     log_debug("store %s: %u queued deliveries moved in %lld ms%s", s->address, moved,
               (long long)(worker_now_ms() - start_ms), s->drain_more ? ", more queued" : "");
     metrics_drain_step(moved);
-    quota_note_step(s->address, s->store, counted ? &before : NULL);
+    quota_note_step(s->address, s->store, counted ? &before : NULL, moved);
     s->last_used_ms = worker_now_ms();
     struct job *job = calloc(1, sizeof *job);
     if (job != NULL && (job->arg = strdup(s->address)) != NULL) {
