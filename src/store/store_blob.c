@@ -12,9 +12,13 @@
  * attachment_id) says where each cut part goes back: position is its byte offset in the
  * reassembled message.
  *
- * Each stored BLOB is zstd level 3 (compression = 1) when that saves at least 10 %, else the
- * bytes as they are (compression = 0); already-compressed attachments are not worth the
- * CPU on every read.
+ * Each stored BLOB is zstd level 3 (compression = 1) when that saves enough, else the bytes
+ * as they are (compression = 0): a skeleton when it saves at least 10 %, an attachment only
+ * when it saves at least a third (STORE_BLOB_SAVE_DIV_*). Most attachments are base64 of
+ * already-compressed files (images, PDF, archives), which zstd brings down to ~76 % by
+ * undoing base64's 4-for-3 and no further; unpacking that on every read cost more than
+ * reading the third more pages (issue 13: zstd was ~35 % of mailvaultd's CPU for a FETCH of
+ * 50 random whole messages; docs/BENCHMARKS.md, "Attachments stored as they are").
  *
  * IMPLEMENTATION NOTES
  *   Reassembly uses one buffer of the message's size and no other: the skeleton is first
@@ -53,6 +57,10 @@
 #define STORE_BLOB_ZSTD         1
 #define STORE_FTS_PENDING_BYTES (8u << 20) /* deferred full-text bytes held at most */
 #define STORE_FTS_PENDING_ROWS  1024       /* deferred full-text rows held at most */
+
+/* Compressed only if that saves at least 1/DIV of the bytes (see the top of the file). */
+#define STORE_BLOB_SAVE_DIV_SKELETON   10
+#define STORE_BLOB_SAVE_DIV_ATTACHMENT 3
 
 /* A BLOB ready to store: either the caller's bytes or a compressed copy in owned. */
 struct store_blob_packed {
@@ -123,14 +131,15 @@ size_t store_header_end(const uint8_t *raw, size_t len)
 
 /* Compresses src[0, n) as one zstd frame, or as two when 0 < head < n: src[0, head) then
  * src[head, n), so the first head bytes can later be read and unpacked alone (a header fetch
- * touches only the pages of the first frame). Compressed only when that saves at least 10 %
- * overall: the output buffer is 90 % of the input, so zstd itself reports "destination too
- * small" when it does not. *head_stored_out (if not NULL) gets the stored length of the
- * first unit: the first frame's, or head itself when stored as is. */
+ * touches only the pages of the first frame). Compressed only when that saves at least
+ * n / save_div bytes overall: the output buffer is n - n / save_div, so zstd itself reports
+ * "destination too small" when it does not. *head_stored_out (if not NULL) gets the stored
+ * length of the first unit: the first frame's, or head itself when stored as is. */
 static int store_blob_pack(mv_store *s,
                            const uint8_t *src,
                            size_t n,
                            size_t head,
+                           size_t save_div,
                            struct store_blob_packed *out,
                            size_t *head_stored_out)
 {
@@ -148,7 +157,7 @@ static int store_blob_pack(mv_store *s,
         return MV_OK;
     }
     ZSTD_CCtx *cctx = store_blob_cctx(s);
-    size_t cap = n - n / 10;
+    size_t cap = n - n / save_div;
     uint8_t *buf = cctx != NULL ? malloc(cap) : NULL;
     if (buf == NULL) {
         return store_fail(s, MV_ENOMEM, "out of memory compressing %zu bytes", n);
@@ -163,7 +172,7 @@ static int store_blob_pack(mv_store *s,
     if (ZSTD_isError(got)) {
         free(buf);
         if (ZSTD_getErrorCode(got) == ZSTD_error_dstSize_tooSmall) {
-            return MV_OK; /* saves less than 10 %: store as is */
+            return MV_OK; /* saves too little: store as is */
         }
         return store_fail(s, MV_ERROR, "zstd compression failed: %s", ZSTD_getErrorName(got));
     }
@@ -343,7 +352,7 @@ static int store_attachment_put(mv_store *s, const uint8_t *bytes, size_t n, int
         return rc;
     }
     struct store_blob_packed blob;
-    rc = store_blob_pack(s, bytes, n, 0, &blob, NULL);
+    rc = store_blob_pack(s, bytes, n, 0, STORE_BLOB_SAVE_DIV_ATTACHMENT, &blob, NULL);
     if (rc != MV_OK) {
         return rc;
     }
@@ -429,7 +438,8 @@ static int store_body_insert(mv_store *s,
 {
     struct store_blob_packed blob;
     size_t head_stored = 0;
-    int rc = store_blob_pack(s, skeleton, skeleton_len, head, &blob, &head_stored);
+    int rc = store_blob_pack(s, skeleton, skeleton_len, head, STORE_BLOB_SAVE_DIV_SKELETON, &blob,
+                             &head_stored);
     if (rc != MV_OK) {
         return rc;
     }
