@@ -575,6 +575,76 @@ static void test_counters(void)
     mv_store_close(&s);
 }
 
+/* SQLITE_TRACE_STMT reports each run of a trigger as "-- TRIGGER name": counts the runs of
+ * the counters' delete trigger. */
+static int mb_trace_delete_trigger(unsigned type, void *arg, void *stmt, void *text)
+{
+    (void)type;
+    (void)stmt;
+    if (text != NULL && strstr((const char *)text, "TRIGGER messages_count_delete") != NULL) {
+        (*(int *)arg)++;
+    }
+    return 0;
+}
+
+/* EXPUNGE deletes its rows with the connection's triggers off and keeps the counters itself
+ * (one UPDATE per range): the delete trigger never runs for it (it ran once per expunged
+ * message before), the counters are right after ranged, set and whole expunges, and every
+ * other delete still runs the trigger and keeps them: one through the same connection right
+ * after an EXPUNGE (the triggers are back on), one through a second handle (another
+ * connection, as any SQLite program). */
+static void test_counters_expunge_untriggered(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open("counters_expunge", &s), MV_OK);
+    for (int i = 0; i < 40; i++) {
+        size_t len = 0;
+        char subject[32];
+        snprintf(subject, sizeof subject, "expunge %d", i);
+        char *m = mb_message(subject, (size_t)(i % 3) * 100, (unsigned)i, &len);
+        CHECK_EQ_INT(
+            mv_message_append(s, "INBOX", m, len, i % 3 == 0 ? MV_FLAG_SEEN : 0, NULL, 0, NULL),
+            MV_OK);
+        free(m);
+    }
+    int runs = 0;
+    sqlite3 *db = mv_store_db(s);
+    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_delete_trigger, &runs),
+                 SQLITE_OK);
+    uint32_t n = 0;
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "2:30", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n), MV_OK);
+    /* only the \Deleted ones among 1:5, 9:12 and 20:24: 13 of them */
+    struct mv_uid_range ranges[] = {{1, 5}, {9, 12}, {20, 24}};
+    CHECK_EQ_INT(mv_mailbox_expunge_ranges(s, "INBOX", ranges, 3, &n), MV_OK);
+    CHECK_EQ_INT(n, 13);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", "25:27", &n), MV_OK);
+    CHECK_EQ_INT(n, 3);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &n), MV_OK);
+    CHECK_EQ_INT(n, 13);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &n), MV_OK); /* nothing: unchanged */
+    CHECK_EQ_INT(n, 0);
+    CHECK_EQ_INT(runs, 0);
+    CHECK(mb_counters_ok(s));
+
+    /* any other delete: the trigger runs and keeps the counters */
+    CHECK_EQ_INT(tu_exec(db, "DELETE FROM messages WHERE uid IN (31, 32)"), SQLITE_OK);
+    CHECK_EQ_INT(runs, 2);
+    CHECK(mb_counters_ok(s));
+    mv_store *twin = NULL;
+    CHECK_EQ_INT(mv_store_open_twin(s, &twin), MV_OK);
+    CHECK_EQ_INT(tu_exec(mv_store_db(twin), "DELETE FROM messages WHERE uid = 33"), SQLITE_OK);
+    mv_store_close(&twin);
+    CHECK(mb_counters_ok(s));
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 8);
+    CHECK_EQ_INT(sqlite3_trace_v2(db, 0, NULL, NULL), SQLITE_OK);
+    mv_store_close(&s);
+}
+
 /* ---- opening ------------------------------------------------------------------------------ */
 
 static void test_readonly_open(void)
@@ -973,6 +1043,7 @@ int main(void)
     TEST(test_stored_bytes);
     TEST(test_list_fields_cost);
     TEST(test_counters);
+    TEST(test_counters_expunge_untriggered);
     TEST(test_readonly_open);
     TEST(test_empty_store_file_refused);
     TEST(test_init_killed);
