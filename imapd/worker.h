@@ -81,7 +81,8 @@ struct open_store {
     /* Bodies the next mv_store_purge() call between jobs may delete (worker_purge_batch_next;
      * 0: not measured yet). */
     uint32_t purge_batch;
-    int purge_gave_way; /* the last batch gave way to a job: the next one does not */
+    int purge_gave_way;    /* the last batch gave way to a job: the next one does not */
+    int64_t purge_body_us; /* per body, the last batch that ran to its end (0: none yet) */
 };
 /* Frees a store's cached views (when it is closed); *c becomes NULL. */
 void imap_view_cache_free(struct imap_view_cache **c);
@@ -107,6 +108,10 @@ void worker_store_release_from_reader(struct worker *w, struct open_store *s);
  * Sized so a batch takes about WORKER_PURGE_TARGET_US (a job that arrives meanwhile waits
  * for it), at least 1, at most WORKER_PURGE_BATCH_MAX, and at most twice the last. */
 uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
+/* Whether a purge batch that has run elapsed_us of the expected_us it should take (0: not
+ * known) gives way to a job that is waiting: only in its first half, so the work rolled back
+ * and the job's wait are each at most half a batch. */
+int worker_purge_may_give_way(int64_t elapsed_us, int64_t expected_us);
 /* The open store of address without a password (LMTP delivery into an open store), or NULL. */
 struct open_store *worker_store_find(struct worker *w, const char *address);
 const struct config *worker_config(const struct worker *w);
