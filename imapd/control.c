@@ -338,6 +338,7 @@ struct control_job {
     uint32_t wait_ms;
     int rc;
     int closed;
+    int placed; /* the job holds the user's placement (worker.c PLACEMENT) until done */
     char err[512];
 };
 
@@ -372,6 +373,8 @@ static void control_job_run(struct job *job)
 
 static void control_job_done(struct job *job);
 
+/* Posts kind to w, or with w NULL to the worker the session's user is placed on, holding
+ * the placement until the job is done (worker.c PLACEMENT). */
 static int control_post(struct control_session *s,
                         struct worker *w,
                         enum control_job_kind kind,
@@ -390,7 +393,8 @@ static int control_post(struct control_session *s,
     j->job.run = control_job_run;
     j->job.done = control_job_done;
     s->jobs_out++;
-    worker_post(w, &j->job);
+    j->placed = w == NULL;
+    worker_post(w != NULL ? w : worker_place(j->user), &j->job);
     return 0;
 }
 
@@ -411,6 +415,9 @@ static void control_job_done(struct job *job)
 {
     struct control_job *j = (struct control_job *)job;
     struct control_session *s = j->s;
+    if (j->placed) {
+        worker_unplace(j->user);
+    }
     s->jobs_out--;
     switch (j->kind) {
     case JOB_LIST:
@@ -577,7 +584,7 @@ static void control_step(struct control_session *s)
         s->phase = PHASE_FENCE;
         s->fence_rc = MV_ERROR;
         s->fence_err[0] = '\0';
-        if (control_post(s, worker_for(s->user), JOB_FENCE, wait_ms) != 0) {
+        if (control_post(s, NULL, JOB_FENCE, wait_ms) != 0) {
             control_reply(s, "NO", "[ERROR] release %s: out of memory; NOT released", s->user);
             control_finish(s);
         }
@@ -741,7 +748,7 @@ static void control_request_run(struct control_session *s, char *verb, char *arg
         }
         s->kind = CONTROL_ADOPT;
         s->conn->busy = 1;
-        if (control_post(s, worker_for(s->user), JOB_ADOPT, 0) != 0) {
+        if (control_post(s, NULL, JOB_ADOPT, 0) != 0) {
             s->kind = 0;
             s->conn->busy = 0;
             control_reply(s, "NO", "[ERROR] out of memory");

@@ -141,7 +141,7 @@ imap_login_finish(struct imap_ctx *x, const char *user, const char *password, si
         imap_login_failed(x, user, "not an address");
         return;
     }
-    if (worker_for(normal) != s->worker) {
+    if (worker_placed(normal) != s->worker) { /* the loop placed the name it read (PLACEMENT) */
         imap_login_failed(x, normal, "routed to the wrong worker");
         return;
     }

@@ -560,10 +560,13 @@ static void imap_post(struct conn *c, uint8_t *bytes, size_t len, struct imap_co
     worker_post(s->worker, &j->job);
 }
 
-/* The worker of the user a LOGIN or AUTHENTICATE names (the store is pinned to it); any
- * worker if the name is unreadable (the job will refuse it). */
-static struct worker *
-imap_login_worker(const struct imap_command *cmd, const uint8_t *raw, size_t raw_len)
+/* The worker of the user a LOGIN or AUTHENTICATE names, placing the user there
+ * (worker.c PLACEMENT; the session holds it until its next attempt or its end); the
+ * placement of "" if the name is unreadable (the job will refuse it). */
+static struct worker *imap_login_worker(struct imap_session *s,
+                                        const struct imap_command *cmd,
+                                        const uint8_t *raw,
+                                        size_t raw_len)
 {
     char user[MV_ADDRESS_MAX + 1] = "", normal[MV_ADDRESS_MAX + 1];
     if (raw != NULL) {
@@ -580,7 +583,16 @@ imap_login_worker(const struct imap_command *cmd, const uint8_t *raw, size_t raw
         normal[0] = '\0';
     }
     OPENSSL_cleanse(user, sizeof user);
-    return worker_for(normal);
+    /* The new hold first, so a second attempt for the same user keeps its worker; no job of
+     * the session is in flight (it is not busy), so nothing of its last attempt is left on
+     * that worker but what the store holds itself. */
+    struct worker *w = worker_place(normal);
+    if (s->is_placed) {
+        worker_unplace(s->placed);
+    }
+    snprintf(s->placed, sizeof s->placed, "%s", normal);
+    s->is_placed = 1;
+    return w;
 }
 
 /* ---- the loop side ---- */
@@ -707,7 +719,7 @@ static void imap_not_auth(struct conn *c, struct imap_command *cmd, uint8_t *byt
             conn_write_str(c, "+ \r\n");
             s->frame.raw_line = 1;
         } else {
-            s->worker = imap_login_worker(cmd, NULL, 0);
+            s->worker = imap_login_worker(s, cmd, NULL, 0);
             imap_post(c, bytes, len, cmd, 0);
             return; /* the job owns bytes and cmd */
         }
@@ -731,7 +743,7 @@ static void imap_sasl_line(struct conn *c, uint8_t *bytes, size_t len)
     snprintf(cmd.name, sizeof cmd.name, "AUTHENTICATE");
     s->frame.raw_line = 0;
     s->auth_tag[0] = '\0';
-    s->worker = imap_login_worker(&cmd, bytes, len);
+    s->worker = imap_login_worker(s, &cmd, bytes, len);
     imap_post(c, bytes, len, &cmd, 1);
 }
 
@@ -946,7 +958,11 @@ static void imap_end_run(struct job *job)
 
 static void imap_end_done(struct job *job)
 {
-    free(job->arg);
+    struct imap_session *s = job->arg;
+    if (s->is_placed) { /* its store's hold, if open, keeps the user there (PLACEMENT) */
+        worker_unplace(s->placed);
+    }
+    free(s);
     free(job);
 }
 

@@ -59,6 +59,10 @@ struct imap_session {
     enum imap_state state;
     char user[MV_ADDRESS_MAX + 1];
     struct worker *worker; /* set when a login is first attempted */
+    /* The user the session holds a placement of (worker.c PLACEMENT) since its last login
+     * attempt, "" if none: ended at the next attempt or at the session's end. */
+    char placed[MV_ADDRESS_MAX + 1];
+    int is_placed;
     struct open_store *store;
     struct imap_view view;
     char auth_tag[IMAP_TAG_MAX + 1]; /* AUTHENTICATE waiting for its response line */

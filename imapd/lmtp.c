@@ -321,6 +321,7 @@ static void lmtp_job_done(struct job *job)
 {
     struct lmtp_job *j = (struct lmtp_job *)job;
     struct lmtp_session *s = j->s;
+    worker_unplace(j->address);
     s->result[j->index] = j->rc;
     if (j->direct && j->rc == MV_OK) {
         imap_session_notify(j->address, NULL); /* IDLE push: a new message in INBOX */
@@ -368,7 +369,7 @@ static void lmtp_deliver(struct conn *c, struct lmtp_session *s)
          * for an fsync (the store's commit, or the sealed file's and its directory's) */
         j->job.lane = JOB_LANE_LONG;
         s->pending++;
-        worker_post(worker_for(j->address), &j->job);
+        worker_post(worker_place(j->address), &j->job); /* held until done (PLACEMENT) */
     }
     if (s->pending == 0) {
         c->busy = 0;
@@ -406,6 +407,7 @@ static void lmtp_rcpt_done(struct job *job)
     struct lmtp_rcpt_job *j = (struct lmtp_rcpt_job *)job;
     struct lmtp_session *s = j->s;
     struct conn *c = job->conn;
+    worker_unplace(j->address);
     s->pending--;
     if (s->dead) {
         if (s->pending == 0) {
@@ -464,7 +466,7 @@ static void lmtp_rcpt_check(struct conn *c, struct lmtp_session *s, const char *
     j->job.done = lmtp_rcpt_done;
     s->pending++;
     c->busy = 1;
-    worker_post(worker_for(j->address), &j->job);
+    worker_post(worker_place(j->address), &j->job); /* held until done (PLACEMENT) */
 }
 
 /* Keeps n bytes of the message being received, within literal_max (else too_big) and the

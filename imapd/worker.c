@@ -1,8 +1,24 @@
 /*
  * worker.c -- the worker threads: each has a job queue and owns the open stores of the
- * users pinned to it (worker = FNV-1a(address) % workers), so a store handle is only ever
- * used by one thread and one user's slow command stalls only that worker's users. A finished
- * job goes on one completion list and the loop is woken through an eventfd.
+ * users placed on it (PLACEMENT), so a store handle is only ever used by one thread and one
+ * user's slow command stalls only that worker's users. A finished job goes on one completion
+ * list and the loop is woken through an eventfd.
+ *
+ * PLACEMENT
+ *   A user is placed on a worker when something first needs it (a login, an LMTP delivery or
+ *   recipient check, a control request) and stays there while anything holds it: each session
+ *   that tried to log in as the user, each LMTP or control job for it, and its open store
+ *   (from the open to the close, so a cached store is found again by the next login). When
+ *   the last hold goes, so does the placement, and the user's next placement may pick another
+ *   worker. A new placement goes to the worker with the fewest users placed (ties: the one
+ *   FNV-1a(address) names, then the next ones), so that users in use at the same time share
+ *   a worker only when there are more of them than workers: with a hash, 10 users on 8
+ *   workers put 4 of them on 2 shared workers, and a STORE of one waited for the other's
+ *   APPEND and its fsync (issue 13: 1.2-1.9 ms more STORE wait at the median than the users
+ *   alone on their worker). One user is on one worker at a time: the loop takes its hold
+ *   before it posts the job, and the store's own hold is taken by the job that opens it,
+ *   which runs on the worker the user is placed on (imap_cmd_auth.c checks), so the count
+ *   never drops to zero while a job or a store of the user is on a worker.
  *
  * OPEN STORES
  *   A small table per worker, looked up by address. A store in use (refs > 0) stays open; an
@@ -141,6 +157,19 @@ static unsigned char worker_hmac_key[32];
 static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct job *done_head, *done_tail;
 
+/* PLACEMENT: the users placed, by FNV-1a(address) % WORKER_PLACE_BUCKETS, and how many users
+ * each worker has (place_users[worker]); under place_lock (the loop and the workers). */
+#define WORKER_PLACE_BUCKETS 1024
+struct worker_place {
+    struct worker_place *next;
+    int worker;
+    int holds;
+    char address[MV_ADDRESS_MAX + 1];
+};
+static pthread_mutex_t place_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct worker_place *place_table[WORKER_PLACE_BUCKETS];
+static int *place_users;
+
 const struct config *worker_config(const struct worker *w)
 {
     (void)w;
@@ -186,6 +215,7 @@ static void worker_store_close(struct open_store *s)
     mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */
     mv_store_close(&s->store);
     OPENSSL_cleanse(s->verifier, sizeof s->verifier);
+    worker_unplace(s->address); /* the store's hold (PLACEMENT) */
     s->address[0] = '\0';
     s->refs = 0;
     s->purge_gave_way = 0;
@@ -278,6 +308,11 @@ int worker_store_acquire(struct worker *w,
         return rc;
     }
     snprintf(s->address, sizeof s->address, "%s", address);
+    /* The store's own hold (PLACEMENT): the job that opens it holds one already, so this is
+     * the worker the user is placed on. */
+    if (worker_place(address) != w) {
+        log_error("store %s: open on worker %d, placed elsewhere", address, w->index);
+    }
     /* a fresh count; sealed deliveries count from it plus the queue (quota.c), and each
      * drain step notes it again */
     quota_note(address, s->store);
@@ -827,7 +862,8 @@ int worker_start(const struct config *cfg, int count, int eventfd)
         return -1;
     }
     workers = calloc((size_t)count, sizeof *workers);
-    if (workers == NULL) {
+    place_users = calloc((size_t)count, sizeof *place_users);
+    if (workers == NULL || place_users == NULL) {
         return -1;
     }
     for (int i = 0; i < count; i++) {
@@ -883,19 +919,104 @@ void worker_stop_all(void)
         pthread_cond_destroy(&workers[i].wake);
         pthread_cond_destroy(&workers[i].reader_wake);
     }
+    /* what is still placed (holds of a caller that did not end them, e.g. a test) */
+    for (size_t b = 0; b < WORKER_PLACE_BUCKETS; b++) {
+        while (place_table[b] != NULL) {
+            struct worker_place *p = place_table[b];
+            place_table[b] = p->next;
+            free(p);
+        }
+    }
+    free(place_users);
+    place_users = NULL;
     free(workers);
     workers = NULL;
     worker_count = 0;
     OPENSSL_cleanse(worker_hmac_key, sizeof worker_hmac_key);
 }
 
-struct worker *worker_for(const char *address)
+static uint32_t worker_hash(const char *address)
 {
     uint32_t h = 2166136261u;
     for (const unsigned char *p = (const unsigned char *)address; *p != '\0'; p++) {
         h = (h ^ *p) * 16777619u;
     }
-    return &workers[h % (uint32_t)worker_count];
+    return h;
+}
+
+/* The placement of address (place_lock held), or NULL; *link: where it is linked from. */
+static struct worker_place *worker_place_find(const char *address, struct worker_place ***link)
+{
+    struct worker_place **l = &place_table[worker_hash(address) % WORKER_PLACE_BUCKETS];
+    while (*l != NULL && strcmp((*l)->address, address) != 0) {
+        l = &(*l)->next;
+    }
+    if (link != NULL) {
+        *link = l;
+    }
+    return *l;
+}
+
+struct worker *worker_place(const char *address)
+{
+    uint32_t h = worker_hash(address);
+    pthread_mutex_lock(&place_lock);
+    struct worker_place *p = worker_place_find(address, NULL);
+    if (p == NULL) {
+        p = calloc(1, sizeof *p);
+        if (p == NULL) { /* out of memory: the hash's worker, unheld (as before placements) */
+            pthread_mutex_unlock(&place_lock);
+            log_error("placing %s: out of memory", address);
+            return &workers[h % (uint32_t)worker_count];
+        }
+        int best = (int)(h % (uint32_t)worker_count);
+        for (int i = 1; i < worker_count; i++) {
+            int k = (int)((h + (uint32_t)i) % (uint32_t)worker_count);
+            if (place_users[k] < place_users[best]) {
+                best = k;
+            }
+        }
+        snprintf(p->address, sizeof p->address, "%s", address);
+        p->worker = best;
+        place_users[best]++;
+        struct worker_place **bucket = &place_table[h % WORKER_PLACE_BUCKETS];
+        p->next = *bucket;
+        *bucket = p;
+    }
+    p->holds++;
+    struct worker *w = &workers[p->worker];
+    pthread_mutex_unlock(&place_lock);
+    return w;
+}
+
+void worker_unplace(const char *address)
+{
+    struct worker_place **link = NULL;
+    pthread_mutex_lock(&place_lock);
+    struct worker_place *p = worker_place_find(address, &link);
+    if (p != NULL && --p->holds == 0) {
+        *link = p->next;
+        place_users[p->worker]--;
+        free(p);
+    }
+    pthread_mutex_unlock(&place_lock);
+}
+
+struct worker *worker_placed(const char *address)
+{
+    pthread_mutex_lock(&place_lock);
+    const struct worker_place *p = worker_place_find(address, NULL);
+    struct worker *w = p != NULL ? &workers[p->worker] : NULL;
+    pthread_mutex_unlock(&place_lock);
+    return w;
+}
+
+int worker_placed_users(const struct worker *w)
+{
+    pthread_mutex_lock(&place_lock);
+    int n = place_users[w->index];
+    pthread_mutex_unlock(&place_lock);
+    return n;
 }
 
 void worker_post(struct worker *w, struct job *job)

@@ -49,8 +49,16 @@ void worker_stop_all(void);
  * (WORKER_DRAIN_GRACE_MS; ms <= 0 restores it); returns the old value. For tests, which
  * lengthen it so that their "the next command runs before any step" does not race a timer. */
 int worker_drain_grace_set(int ms);
-/* The worker pinned to address. */
-struct worker *worker_for(const char *address);
+/* PLACEMENT (worker.c): the worker address is placed on, placing it on the worker with the
+ * fewest users if it is not; takes a hold, which keeps it there until worker_unplace(). Call
+ * before posting a job for the user, and end the hold when nothing of the caller's is on the
+ * worker any more (the job's done(), a session's end). */
+struct worker *worker_place(const char *address);
+void worker_unplace(const char *address);
+/* The worker address is placed on, or NULL; takes no hold. */
+struct worker *worker_placed(const char *address);
+/* Users placed on w (for tests and control). */
+int worker_placed_users(const struct worker *w);
 /* Queues job on worker (job->worker set). */
 void worker_post(struct worker *w, struct job *job);
 /* The loop calls this when the eventfd fires: runs done() of every finished job. */

@@ -18,6 +18,10 @@
  *     deadline). The first step waits for the worker's next job (the client's SELECT), also one
  *     that comes 200 ms after the login (the old fixed 50 ms grace let the drain go first, and
  *     the SELECT waited for its step on a loaded machine).
+ *   - Placement (worker.c PLACEMENT): eight users in use go to eight workers of their own (by
+ *     the old hash two of them shared one), a second hold is not a second user, the last hold
+ *     ends the placement and the freed worker takes the next user, and an open store holds
+ *     its user on its worker until it is closed.
  *   - A \Recent claim on the reader thread never waits for the write lock (imap_recent.c "ON
  *     THE READER THREAD"): with another connection of the store holding it, a sync on the
  *     reader handle that finds a new message shows it as recent at once, unclaimed (the old
@@ -168,10 +172,9 @@ static struct mv_store_options wt_options(void)
  * once, on the worker thread (no drain step can run in between), then released. */
 static void wt_open_run(struct job *job)
 {
-    (void)job;
     struct open_store *os = NULL;
     char err[256] = "";
-    struct worker *w = worker_for(wt_who);
+    struct worker *w = job->worker;
     wt_open_rc = worker_store_acquire(w, wt_who, WT_PW, strlen(WT_PW), &os, err, sizeof err);
     if (wt_open_rc != MV_OK) {
         fprintf(stderr, "  open: %s\n", err);
@@ -193,8 +196,7 @@ static uint32_t wt_inbox_at_next = UINT32_MAX, wt_queue_at_next;
 
 static void wt_next_run(struct job *job)
 {
-    (void)job;
-    struct open_store *os = worker_store_find(worker_for(wt_who), wt_who);
+    struct open_store *os = worker_store_find(job->worker, wt_who);
     struct mv_mailbox_info info;
     if (os != NULL && mv_mailbox_status(os->store, "INBOX", &info) == MV_OK) {
         wt_inbox_at_next = info.messages;
@@ -229,7 +231,7 @@ static void test_login_does_not_drain(void)
                          "From: a@example.net\r\nSubject: queued-%d\r\n\r\nbody %d\r\n", i, i);
         CHECK_EQ_INT(mv_deliver_sealed(wt_who, msg, (size_t)n, &o, err, sizeof err), MV_OK);
     }
-    struct worker *w = worker_for(wt_who);
+    struct worker *w = worker_place(wt_who);
     int grace = worker_drain_grace_set(600 * 1000);
     wt_done = 0;
     wt_post(w, 1, JOB_LANE_SHORT, wt_open_run);
@@ -279,7 +281,7 @@ static void test_login_does_not_drain(void)
 
 static void test_short_passes_long(void)
 {
-    struct worker *w = worker_for("a@example.org");
+    struct worker *w = worker_place("a@example.org");
     wt_gate(w);
     wt_post(w, 1, JOB_LANE_LONG, wt_record);
     wt_post(w, 2, JOB_LANE_LONG, wt_record);
@@ -292,7 +294,7 @@ static void test_short_passes_long(void)
 
 static void test_long_not_starved(void)
 {
-    struct worker *w = worker_for("a@example.org");
+    struct worker *w = worker_place("a@example.org");
     wt_gate(w);
     wt_post(w, 1, JOB_LANE_LONG, wt_record);
     int n = WORKER_SHORT_BURST + 3;
@@ -314,7 +316,7 @@ static void test_long_not_starved(void)
 
 static void test_fifo_within_lane(void)
 {
-    struct worker *w = worker_for("a@example.org");
+    struct worker *w = worker_place("a@example.org");
     wt_gate(w);
     for (int i = 0; i < 5; i++) {
         wt_post(w, 1 + i, JOB_LANE_LONG, wt_record);
@@ -338,7 +340,7 @@ static void wt_collect_until(int efd, int jobs)
 
 static void test_reads_pass_held_writer(void)
 {
-    struct worker *w = worker_for("a@example.org");
+    struct worker *w = worker_place("a@example.org");
     wt_gate(w); /* the writer is held inside job 0 */
     wt_post(w, 1, JOB_LANE_LONG, wt_record);
     wt_post(w, 10, JOB_LANE_SHORT, wt_record);
@@ -461,10 +463,9 @@ static int wt_fill_rc = -1, wt_maintain_rc = -1;
 
 static void wt_purge_fill(struct job *job)
 {
-    (void)job;
     struct open_store *os = NULL;
     char err[256] = "";
-    struct worker *w = worker_for(wt_pwho);
+    struct worker *w = job->worker;
     wt_fill_rc = worker_store_acquire(w, wt_pwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
     if (wt_fill_rc != MV_OK) {
         fprintf(stderr, "  open: %s\n", err);
@@ -488,8 +489,7 @@ static void wt_purge_fill(struct job *job)
 
 static void wt_purge_maintain(struct job *job)
 {
-    (void)job;
-    struct open_store *os = worker_store_find(worker_for(wt_pwho), wt_pwho);
+    struct open_store *os = worker_store_find(job->worker, wt_pwho);
     if (os == NULL || os->store == NULL) {
         wt_maintain_rc = MV_ENOTFOUND;
         return;
@@ -509,7 +509,7 @@ static void test_purge_give_way_is_its_own(void)
     struct mv_store_options o = wt_options();
     char err[256] = "";
     CHECK_EQ_INT(mv_store_init(wt_pwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
-    struct worker *w = worker_for(wt_pwho);
+    struct worker *w = worker_place(wt_pwho);
     /* the first expunge: the worker purges its bodies after the job (with the give-way) */
     wt_done = 0;
     wt_post(w, 1, JOB_LANE_LONG, wt_purge_fill);
@@ -529,6 +529,86 @@ static void test_purge_give_way_is_its_own(void)
     wt_release(wt_efd, 4);
     CHECK_EQ_INT(wt_fill_rc, MV_OK);
     CHECK_EQ_INT(wt_maintain_rc, MV_OK);
+}
+
+/* ---- placement (worker.c PLACEMENT) ---- */
+static const char *wt_lwho = "placed@example.org";
+static int wt_place_rc = -1, wt_place_closed = -1;
+
+/* A login's part on the worker: the store opened and released (it stays open, cached). */
+static void wt_place_open(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    wt_place_rc =
+        worker_store_acquire(job->worker, wt_lwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (wt_place_rc == MV_OK) {
+        worker_store_release(job->worker, os);
+    } else {
+        fprintf(stderr, "  open: %s\n", err);
+    }
+}
+
+static void wt_place_close(struct job *job)
+{
+    wt_place_closed = 0;
+    wt_place_rc = worker_store_close_user(job->worker, wt_lwho, &wt_place_closed);
+}
+
+/* Users in use at the same time go to workers of their own while there are workers enough:
+ * of these eight, u3 and u10 had the same worker of 8 by FNV-1a (the old worker_for), so a
+ * STORE of one waited for the other's APPEND. A user stays on its worker while anything holds
+ * it, its open store included, and leaves it with the last hold. Runs last: it restarts the
+ * workers, eight of them. */
+static void test_placement_least_loaded(void)
+{
+    worker_stop_all();
+    CHECK_EQ_INT(worker_start(&g_config, 8, wt_efd), 0);
+    const char *users[8] = {"u1@bench.example", "u2@bench.example", "u3@bench.example",
+                            "u4@bench.example", "u5@bench.example", "u6@bench.example",
+                            "u7@bench.example", "u10@bench.example"};
+    struct worker *at[8];
+    for (int i = 0; i < 8; i++) {
+        at[i] = worker_place(users[i]);
+    }
+    for (int i = 0; i < 8; i++) {
+        for (int k = i + 1; k < 8; k++) {
+            CHECK(at[i] != at[k]);
+        }
+        CHECK_EQ_INT(worker_placed_users(worker_at(i)), 1);
+    }
+    /* a second hold is the same worker, not a second user; one hold ended keeps it */
+    CHECK(worker_place(users[2]) == at[2]);
+    CHECK_EQ_INT(worker_placed_users(at[2]), 1);
+    worker_unplace(users[2]);
+    CHECK(worker_placed(users[2]) == at[2]);
+    /* the last hold ends the placement, and the next user goes to the worker it freed */
+    worker_unplace(users[7]);
+    CHECK(worker_placed(users[7]) == NULL);
+    CHECK_EQ_INT(worker_placed_users(at[7]), 0);
+    CHECK(worker_place("u9@bench.example") == at[7]);
+    /* the open store holds its user on its worker after the login's hold ended, until the
+     * store is closed */
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_lwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    struct worker *w = worker_place(wt_lwho);
+    wt_done = 0;
+    wt_post(w, 1, JOB_LANE_SHORT, wt_place_open);
+    wt_collect_one();
+    CHECK_EQ_INT(wt_place_rc, MV_OK);
+    worker_unplace(wt_lwho);
+    CHECK(worker_placed(wt_lwho) == w);
+    CHECK_EQ_INT(worker_placed_users(w), 2);
+    wt_done = 0;
+    wt_post(w, 2, JOB_LANE_SHORT, wt_place_close);
+    wt_collect_one();
+    CHECK_EQ_INT(wt_place_rc, MV_OK);
+    CHECK_EQ_INT(wt_place_closed, 1);
+    CHECK(worker_placed(wt_lwho) == NULL);
+    CHECK_EQ_INT(worker_placed_users(w), 1);
 }
 
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
@@ -555,6 +635,7 @@ int main(void)
     TEST(test_login_does_not_drain);
     TEST(test_reader_recent_does_not_wait);
     TEST(test_purge_give_way_is_its_own);
+    TEST(test_placement_least_loaded);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);
