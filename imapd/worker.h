@@ -120,6 +120,10 @@ uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
  * known) gives way to a job that is waiting: only in its first half, so the work rolled back
  * and the job's wait are each at most half a batch. */
 int worker_purge_may_give_way(int64_t elapsed_us, int64_t expected_us);
+/* Whether the purge between jobs runs another batch, having run batches_run in this call:
+ * never while a job waits; while a drain step is due, only the call's first batch (new mail
+ * goes first, and the purge still moves on under steady deliveries). */
+int worker_purge_may_go_on(int batches_run, int job_waiting, int drain_due);
 /* The open store of address without a password (LMTP delivery into an open store), or NULL. */
 struct open_store *worker_store_find(struct worker *w, const char *address);
 const struct config *worker_config(const struct worker *w);
