@@ -1533,16 +1533,14 @@ int mv_message_copy_ranges(mv_store *s,
     return store_message_transfer(s, from, &arg, to, move != 0, count_out, pairs_out);
 }
 
-/* EXPUNGE of one range, before its rows go: the expunge rows, the mailbox's counters, one
- * reference less to each body. Three statements, through the partial index of \Deleted
- * messages. The counters are one UPDATE for the range because the rows are deleted with the
- * connection's triggers off (store_message_expunge_rows). The count of a body's references in
- * the range is pinned to messages_body (the body's own copies, usually one): left to the
- * planner without sqlite_stat1 for messages (a new or just-migrated store), it walked
- * messages_deleted, every \Deleted message of the range once per body, which is quadratic in
- * the messages expunged (10,000 of 100,000: 10^8 row visits). A body left without a
- * reference stays, at refcount 0, for mv_store_purge() (store_purge.c): deleting its
- * full-text row means re-reading and tokenizing its text, which cost ~0.7 ms of CPU a
+/* EXPUNGE of one range, before its rows go: the expunge rows, one reference less to each
+ * body. Two statements, through the partial index of \Deleted messages. The count of a
+ * body's references in the range is pinned to messages_body (the body's own copies, usually
+ * one): left to the planner without sqlite_stat1 for messages (a new or just-migrated store),
+ * it walked messages_deleted, every \Deleted message of the range once per body, which is
+ * quadratic in the messages expunged (10,000 of 100,000: 10^8 row visits). A body left
+ * without a reference stays, at refcount 0, for mv_store_purge() (store_purge.c): deleting
+ * its full-text row means re-reading and tokenizing its text, which cost ~0.7 ms of CPU a
  * message, most of an EXPUNGE. *count gets the messages the range expunges. */
 static int store_message_expunge_range(
     mv_store *s, int64_t mailbox_id, const struct mv_uid_range *r, uint64_t modseq, int64_t *count)
@@ -1561,34 +1559,39 @@ static int store_message_expunge_range(
     if (rc != MV_OK || *count == 0) {
         return rc;
     }
-    st = store_stmt(s, "UPDATE OR FAIL mailboxes SET message_count = message_count - d.n, "
-                       "unseen_count = unseen_count - d.unseen, size_sum = size_sum - d.bytes "
-                       "FROM (SELECT count(*) AS n, coalesce(sum((flags & 1) = 0), 0) AS unseen, "
-                       "coalesce(sum(size), 0) AS bytes FROM messages INDEXED BY "
-                       "messages_deleted WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3 AND "
-                       "(flags & 8) != 0) AS d WHERE mailboxes.id = ?1");
+    st = store_stmt(s, "UPDATE OR FAIL bodies SET refcount = refcount - (SELECT "
+                       "count(*) FROM messages m INDEXED BY messages_body WHERE "
+                       "m.body_id = bodies.id AND m.mailbox_id = ?1 AND m.uid "
+                       "BETWEEN ?2 AND ?3 AND (m.flags & 8) != 0) WHERE id IN "
+                       "(SELECT body_id FROM messages INDEXED BY messages_deleted "
+                       "WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3 AND "
+                       "(flags & 8) != 0)");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "dropping message bodies");
+    }
+    store_message_bind_range(st, mailbox_id, r);
+    rc = store_message_run(s, st, "dropping message bodies", NULL);
+    s->purge_hint = 1;
+    return rc;
+}
+
+/* The mailbox's counters less the \Deleted messages of one range, before their rows go
+ * without the trigger (store_message_expunge_rows). */
+static int
+store_message_expunge_counters(mv_store *s, int64_t mailbox_id, const struct mv_uid_range *r)
+{
+    sqlite3_stmt *st =
+        store_stmt(s, "UPDATE OR FAIL mailboxes SET message_count = message_count - d.n, "
+                      "unseen_count = unseen_count - d.unseen, size_sum = size_sum - d.bytes "
+                      "FROM (SELECT count(*) AS n, coalesce(sum((flags & 1) = 0), 0) AS unseen, "
+                      "coalesce(sum(size), 0) AS bytes FROM messages INDEXED BY "
+                      "messages_deleted WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3 AND "
+                      "(flags & 8) != 0) AS d WHERE mailboxes.id = ?1");
     if (st == NULL) {
         return store_fail_sqlite(s, "counting expunged messages");
     }
     store_message_bind_range(st, mailbox_id, r);
-    rc = store_message_run(s, st, "counting expunged messages", NULL);
-    st = rc == MV_OK ? store_stmt(s, "UPDATE OR FAIL bodies SET refcount = refcount - (SELECT "
-                                     "count(*) FROM messages m INDEXED BY messages_body WHERE "
-                                     "m.body_id = bodies.id AND m.mailbox_id = ?1 AND m.uid "
-                                     "BETWEEN ?2 AND ?3 AND (m.flags & 8) != 0) WHERE id IN "
-                                     "(SELECT body_id FROM messages INDEXED BY messages_deleted "
-                                     "WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3 AND "
-                                     "(flags & 8) != 0)")
-                     : NULL;
-    if (rc == MV_OK && st == NULL) {
-        rc = store_fail_sqlite(s, "dropping message bodies");
-    }
-    if (rc == MV_OK) {
-        store_message_bind_range(st, mailbox_id, r);
-        rc = store_message_run(s, st, "dropping message bodies", NULL);
-        s->purge_hint = 1;
-    }
-    return rc;
+    return store_message_run(s, st, "counting expunged messages", NULL);
 }
 
 /* Turns this connection's triggers on or off (SQLITE_DBCONFIG_ENABLE_TRIGGER: this
@@ -1605,27 +1608,44 @@ static int store_message_triggers(mv_store *s, int on)
     return MV_OK;
 }
 
+/* Below this many rows an EXPUNGE deletes them with the counters' trigger: turning the
+ * triggers off and on expires every prepared statement of the connection, and preparing
+ * them again at their next use (the EXPUNGE's own, then the session's next FETCH, STORE,
+ * STATUS ...) cost ~0.4 ms of CPU, against ~3 us a row for the trigger (one message at a
+ * time on the 10k bench store, library level, alternating: EXPUNGE 0.10-0.12 -> 0.28-0.32
+ * ms and the three calls after it 0.08-0.15 -> 0.27-0.30 ms with the triggers turned off
+ * for every EXPUNGE); about where the two cost the same. */
+#define STORE_EXPUNGE_UNTRIGGERED_MIN 128
+
 /* The rows of the ranges that store_message_expunge_range() prepared (counts[r] of range r,
- * 0: nothing to delete), deleted with this connection's triggers off, so the counters' delete
- * trigger (store_schema.c) does not run per row: a sub-program and an UPDATE of the mailbox
- * row per deleted message, and the statement journal through the encrypted temp file that a
- * DELETE with a trigger needs (1,000 of 10,000 expunged: 14-16.5 -> 11.7-13 ms of CPU, the
- * temp file's share gone from the profile). The counters were kept for the ranges by one UPDATE
- * each, in the same transaction; the trigger stays in the schema for every other writer (mailvault
- * sql, any SQLite program), and is off only while these DELETEs run, in this transaction:
- * nothing else runs on the connection meanwhile (one thread per handle). No other trigger
- * fires on a delete from messages, and foreign keys are not triggers (they stay on). Turning
- * triggers off and on expires the connection's prepared statements, each prepared again at
- * its next use. */
+ * 0: nothing to delete; total of all). Of STORE_EXPUNGE_UNTRIGGERED_MIN or more, deleted with
+ * this connection's triggers off, so the counters' delete trigger (store_schema.c) does not
+ * run per row: a sub-program and an UPDATE of the mailbox row per deleted message, and the
+ * statement journal through the encrypted temp file that a DELETE with a trigger needs (1,000
+ * of 10,000 expunged: 14-16.5 -> 11.7-13 ms of CPU, the temp file's share gone from the
+ * profile); the counters are then kept by one UPDATE per range, in the same transaction. The
+ * trigger stays in the schema for every other writer (mailvault sql, any SQLite program), and
+ * is off only while these DELETEs run, in this transaction: nothing else runs on the
+ * connection meanwhile (one thread per handle). No other trigger fires on a delete from
+ * messages, and foreign keys are not triggers (they stay on). Fewer rows are deleted with the
+ * trigger (STORE_EXPUNGE_UNTRIGGERED_MIN). */
 static int store_message_expunge_rows(mv_store *s,
                                       int64_t mailbox_id,
                                       const struct store_uidset *set,
-                                      const int64_t *counts)
+                                      const int64_t *counts,
+                                      int64_t total)
 {
-    int rc = store_message_triggers(s, 0);
+    int untriggered = total >= STORE_EXPUNGE_UNTRIGGERED_MIN;
+    int rc = untriggered ? store_message_triggers(s, 0) : MV_OK;
     for (size_t r = 0; rc == MV_OK && r < set->count; r++) {
         if (counts[r] == 0) {
             continue;
+        }
+        if (untriggered) {
+            rc = store_message_expunge_counters(s, mailbox_id, &set->ranges[r]);
+            if (rc != MV_OK) {
+                break;
+            }
         }
         sqlite3_stmt *st = store_stmt(s, "DELETE FROM messages INDEXED BY messages_deleted "
                                          "WHERE mailbox_id = ?1 AND uid BETWEEN ?2 AND ?3 "
@@ -1642,7 +1662,7 @@ static int store_message_expunge_rows(mv_store *s,
                             (long long)deleted, (long long)counts[r]);
         }
     }
-    int on = store_message_triggers(s, 1); /* always, whatever failed */
+    int on = untriggered ? store_message_triggers(s, 1) : MV_OK; /* always, whatever failed */
     return rc != MV_OK ? rc : on;
 }
 
@@ -1674,7 +1694,7 @@ static int store_message_expunge(mv_store *s,
         total += counts[r];
     }
     if (rc == MV_OK && total > 0) {
-        rc = store_message_expunge_rows(s, mailbox_id, &set, counts);
+        rc = store_message_expunge_rows(s, mailbox_id, &set, counts, total);
     }
     free(counts);
     if (rc == MV_OK && total > 0) {

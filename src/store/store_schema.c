@@ -206,9 +206,9 @@ static const char *const store_schema_v1[] = {
 /* Version 2: the counters and the triggers that keep them. A trigger fires inside the
  * statement that changes messages, so every path (append, copy, move, expunge, flags,
  * mailbox delete, queue drain, import) keeps them right without knowing about them; the
- * WHEN clause spares the common flag change that leaves \Seen alone. One exception: EXPUNGE
- * deletes its rows with its own connection's triggers off and keeps the counters with one
- * UPDATE per UID range in the same transaction (store_message.c:
+ * WHEN clause spares the common flag change that leaves \Seen alone. One exception: an
+ * EXPUNGE of many messages deletes its rows with its own connection's triggers off and keeps
+ * the counters with one UPDATE per UID range in the same transaction (store_message.c:
  * store_message_expunge_rows); every other writer still runs the trigger. */
 static const char *const store_schema_v2[] = {
     "ALTER TABLE mailboxes ADD COLUMN message_count INTEGER NOT NULL DEFAULT 0",
