@@ -112,6 +112,21 @@ def test_drain_after_login(args):
              numbers == list(range(total)),
              "got %d, first differences %r" % (len(numbers), [
                  (i, x) for i, x in enumerate(numbers) if x != i][:5]))
+    # The drain's steps store the mail without its full-text rows, built between jobs
+    # afterwards: a SEARCH right away must find the messages all the same.
+    found = {}
+    for key, text in (("TEXT", "drain-0042"), ("BODY", "body of message"), ("BODY", "ssag")):
+        untagged, tagged = c.command('UID SEARCH %s "%s"' % (key, text))
+        uids = []
+        for line, _ in untagged:
+            if line.startswith(b"* SEARCH"):
+                uids += [int(x) for x in line.split()[2:]]
+        found[(key, text)] = sorted(uids) if b" OK" in tagged else None
+    R.report("SEARCH TEXT/BODY right after the drain finds the drained mail",
+             found[("TEXT", "drain-0042")] == [43]
+             and found[("BODY", "body of message")] == list(range(1, total + 1))
+             and found[("BODY", "ssag")] == list(range(1, total + 1)),
+             "got %r" % {k: (v if v is None or len(v) < 5 else len(v)) for k, v in found.items()})
     drained = metric(args.metrics, "mailvaultd_queue_drained_total")
     R.report("/metrics counts the drained deliveries (%s)" % drained,
              drained is not None and drained >= QUEUED)

@@ -14,6 +14,11 @@
  *     queued between steps, also with a second handle draining the same queue.
  *   - A message a limit refuses in the middle of a batch goes to rejected/, the rest of the
  *     batch is stored once each.
+ *   - Two phases: a drain step stores mail without its full-text rows (the backlog); every
+ *     kind of full-text search finds exactly what it finds once mv_store_index_backlog() has
+ *     built them, on a read-only handle too; a check counts no problem; a purged body only
+ *     leaves the backlog. The catch-up SIGKILLed at random points: searches and the check
+ *     stay right after every kill, and a later call finishes it.
  */
 #include "harness.h"
 #include "testutil.h"
@@ -943,6 +948,246 @@ static void test_drain_leaves_unlinks_to_tidy(void)
     CHECK_EQ_INT(mv_queue_tidy(NULL, 0, NULL), MV_EINVAL);
 }
 
+/* ---- two phases: the full-text backlog ---------------------------------------------- */
+
+#define BACKLOG_MAIL 24
+
+static int qt_search_count(mv_store *s, const struct mv_search_query *q)
+{
+    mv_search *it = NULL;
+    if (mv_search_begin(s, q, &it) != MV_OK) {
+        fprintf(stderr, "  search: %s\n", mv_store_errmsg(s));
+        return -1;
+    }
+    struct mv_message_info info;
+    int n = 0, rc;
+    while ((rc = mv_search_next(it, &info)) == 1) {
+        n++;
+    }
+    mv_search_end(&it);
+    return rc == 0 ? n : -1;
+}
+
+/* The full-text searches of the backlog test, each a different path: words (TEXT), a body
+ * string, a single trigram (exact by MATCH alone for indexed rows), strings under three
+ * characters (LIKE), one message, nothing. */
+enum { QT_SEARCHES = 9 };
+static void qt_searches(mv_store *s, int out[QT_SEARCHES])
+{
+    struct mv_search_query q[QT_SEARCHES];
+    for (int i = 0; i < QT_SEARCHES; i++) {
+        q[i] = (struct mv_search_query)MV_SEARCH_QUERY_INIT;
+    }
+    q[0].text = "MARKER-blog";
+    q[1].body_contains = "quick brown";
+    q[2].text_contains = "fox";
+    q[3].text_contains = "zqx"; /* one trigram no message holds */
+    q[4].body_contains = "ox";
+    q[5].text_contains = "qj";
+    q[6].body_contains = "MARKER-blog-0007";
+    q[7].text = "sender5@example.net secret";
+    q[8].body_contains = "sender5@example"; /* only in a header */
+    for (int i = 0; i < QT_SEARCHES; i++) {
+        out[i] = qt_search_count(s, &q[i]);
+    }
+}
+
+static const int qt_search_expect[QT_SEARCHES] = {
+    BACKLOG_MAIL, BACKLOG_MAIL, BACKLOG_MAIL, 0, BACKLOG_MAIL, 0, 1, 1, 0};
+
+static int qt_searches_right(mv_store *s, int less)
+{
+    int got[QT_SEARCHES], ok = 1;
+    qt_searches(s, got);
+    for (int i = 0; i < QT_SEARCHES; i++) {
+        int want = qt_search_expect[i] == BACKLOG_MAIL ? BACKLOG_MAIL - less : qt_search_expect[i];
+        if (got[i] != want) {
+            fprintf(stderr, "  search %d: %d results, expected %d\n", i, got[i], want);
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
+static long long qt_backlog(mv_store *s)
+{
+    return tu_int(mv_store_db(s), "SELECT count(*) FROM meta WHERE key > 'fts_backlog:' AND "
+                                  "key < 'fts_backlog;'");
+}
+
+static int qt_check_clean(mv_store *s)
+{
+    struct mv_check_report r;
+    memset(&r, 0, sizeof r);
+    int rc = mv_store_check(s, NULL, NULL, &r);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  check: %s, %u problems\n", mv_strerror(rc), r.problems);
+    }
+    return rc == MV_OK && r.problems == 0;
+}
+
+/* Delivers BACKLOG_MAIL sealed messages to who and drains them in steps: they are in INBOX
+ * and in the backlog, without full-text rows. */
+static void qt_backlog_store(const char *root, const char *who, mv_store **out)
+{
+    *out = NULL;
+    struct mv_store_options o = qt_options(root);
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    for (int i = 0; i < BACKLOG_MAIL; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "blog", i), MV_OK);
+    }
+    o.flags |= MV_STORE_DRAIN_LATER;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+    long long fts_before = tu_int(mv_store_db(s), "SELECT count(*) FROM fts");
+    uint32_t moved = 0, total = 0;
+    int more = 1;
+    for (int steps = 0; more && steps < 100; steps++) {
+        struct mv_drain_bounds b = {.max = 7};
+        CHECK_EQ_INT(mv_queue_drain_step(s, &b, &moved, &more), MV_OK);
+        total += moved;
+    }
+    CHECK_EQ_INT(total, BACKLOG_MAIL);
+    CHECK_EQ_INT(qt_backlog(s), BACKLOG_MAIL);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), fts_before);
+    *out = s;
+}
+
+static void test_drain_leaves_index_to_backlog(void)
+{
+    const char *who = "backlog@example.org";
+    mv_store *s = NULL;
+    qt_backlog_store("root_backlog", who, &s);
+    if (s == NULL) {
+        return;
+    }
+    long long fts_before = tu_int(mv_store_db(s), "SELECT count(*) FROM fts");
+    CHECK(qt_searches_right(s, 0)); /* the backlog's bodies read */
+    CHECK(qt_check_clean(s));       /* rows missing for the backlog's bodies only */
+
+    struct mv_store_options ro = qt_options("root_backlog");
+    ro.flags |= MV_STORE_READONLY | MV_STORE_DRAIN_LATER;
+    mv_store *r = NULL;
+    CHECK_EQ_INT(qt_open(who, &ro, &r), MV_OK);
+    CHECK(qt_searches_right(r, 0)); /* a read-only handle reads them too */
+    CHECK_EQ_INT(mv_store_index_backlog(r, 0, NULL), MV_EINVAL);
+
+    uint64_t left = 99;
+    CHECK_EQ_INT(mv_store_index_backlog(s, 5, &left), MV_OK);
+    CHECK_EQ_INT(left, BACKLOG_MAIL - 5);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), fts_before + 5);
+    CHECK(qt_searches_right(s, 0)); /* half indexed, half read */
+    CHECK(qt_searches_right(r, 0));
+    CHECK(qt_check_clean(s));
+    CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(qt_backlog(s), 0);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), fts_before + BACKLOG_MAIL);
+    CHECK(qt_searches_right(s, 0)); /* the same answers from the index alone */
+    CHECK(qt_searches_right(r, 0));
+    CHECK(qt_check_clean(s));
+    CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK); /* nothing left: a no-op */
+    CHECK_EQ_INT(left, 0);
+    mv_store_close(&r);
+    mv_store_close(&s);
+    CHECK_EQ_INT(mv_store_index_backlog(NULL, 0, NULL), MV_EINVAL);
+}
+
+/* A backlog body expunged and purged before its row is built: the catch-up only drops its
+ * backlog row, and the searches no longer find it. */
+static void test_backlog_body_purged(void)
+{
+    mv_store *s = NULL;
+    qt_backlog_store("root_backlog_purge", "purged@example.org", &s);
+    if (s == NULL) {
+        return;
+    }
+    uint32_t n = 0;
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:2", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &n), MV_OK);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(mv_store_purge(s, 0, NULL), MV_OK);
+    CHECK_EQ_INT(qt_backlog(s), BACKLOG_MAIL);
+    CHECK(qt_check_clean(s));
+    CHECK(qt_searches_right(s, 2));
+    uint64_t left = 99;
+    CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(qt_backlog(s), 0);
+    CHECK(qt_searches_right(s, 2));
+    CHECK(qt_check_clean(s));
+    mv_store_close(&s);
+}
+
+/* The catch-up killed anywhere: a child builds rows one body a call and reports each call
+ * on a pipe; the parent kills it after a few reports plus a random delay. */
+static void test_sigkill_during_backlog(void)
+{
+    const char *who = "killed@example.org";
+    struct mv_store_options o = qt_options("root_backlog_kill");
+    mv_store *s = NULL;
+    qt_backlog_store("root_backlog_kill", who, &s);
+    if (s == NULL) {
+        return;
+    }
+    mv_store_close(&s);
+    o.flags |= MV_STORE_DRAIN_LATER;
+    int kills = 0;
+    for (int round = 0; round < 12; round++) {
+        int fds[2];
+        CHECK_EQ_INT(pipe(fds), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            mv_store *c = NULL;
+            char err[256];
+            if (mv_store_open(who, PW, strlen(PW), &o, &c, err, sizeof err) != MV_OK) {
+                _exit(3);
+            }
+            uint64_t left = 1;
+            while (left > 0) {
+                if (mv_store_index_backlog(c, 1, &left) != MV_OK) {
+                    _exit(4);
+                }
+                if (write(fds[1], "x", 1) != 1) {
+                    _exit(5);
+                }
+            }
+            _exit(0);
+        }
+        close(fds[1]);
+        char c;
+        int reports = 0, want = 1 + (int)(qt_next() % 3u);
+        while (reports < want && read(fds[0], &c, 1) == 1) {
+            reports++;
+        }
+        usleep(qt_next() % 4000u);
+        kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        close(fds[0]);
+        kills += WIFSIGNALED(status);
+        CHECK(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0));
+        CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+        CHECK(qt_searches_right(s, 0));
+        CHECK(qt_check_clean(s));
+        long long backlog = qt_backlog(s);
+        mv_store_close(&s);
+        if (backlog == 0) {
+            break;
+        }
+    }
+    CHECK(kills > 0);
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
+    uint64_t left = 99;
+    CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK);
+    CHECK_EQ_INT(left, 0);
+    CHECK_EQ_INT(qt_backlog(s), 0);
+    CHECK(qt_searches_right(s, 0));
+    CHECK(qt_check_clean(s));
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     if (sodium_init() < 0) {
@@ -964,5 +1209,8 @@ int main(void)
     TEST(test_drain_step_bounds);
     TEST(test_count_and_usage_agree);
     TEST(test_drain_leaves_unlinks_to_tidy);
+    TEST(test_drain_leaves_index_to_backlog);
+    TEST(test_backlog_body_purged);
+    TEST(test_sigkill_during_backlog);
     return th_summary();
 }

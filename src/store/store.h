@@ -122,6 +122,14 @@ struct mv_store {
      * its trigger and foreign keys) makes FTS5 write its pending terms out as a segment of
      * their own, one per message, and that was ~40% of an import's CPU. */
     struct store_fts_pending fts_pending;
+    /* Set around a stepped drain's appends (store_queue.c): a new body's full-text row is
+     * not built but noted in the backlog (store_fts_backlog.c), so queued mail is visible
+     * sooner; mv_store_index_backlog() builds the rows later and searches read the backlog
+     * meanwhile. */
+    int fts_defer;
+    /* The backlog may hold bodies: set at open and by every deferred body, cleared when
+     * mv_store_index_backlog() finds none; 0 spares it a read. */
+    int fts_backlog_hint;
 };
 
 /* ---- store_path.c ---- */
@@ -262,6 +270,23 @@ int store_bodies_drop(mv_store *s, const int64_t *ids, size_t count);
 int store_fts_pending_flush(mv_store *s);
 /* Forgets the deferred rows (the transaction rolled back, or never began). */
 void store_fts_pending_discard(mv_store *s);
+
+/* ---- store_fts_backlog.c ---- */
+/* The meta keys of the full-text backlog: STORE_FTS_BACKLOG_KEY + the body id in 20 digits;
+ * every such key sorts between the prefix and STORE_FTS_BACKLOG_END. */
+#define STORE_FTS_BACKLOG_KEY "fts_backlog:"
+#define STORE_FTS_BACKLOG_END "fts_backlog;"
+/* The backlog's body ids as an SQL subquery (column id). */
+#define STORE_FTS_BACKLOG_IDS                                                                      \
+    "(SELECT CAST(substr(key, 13) AS INTEGER) AS id FROM meta WHERE key > '" STORE_FTS_BACKLOG_KEY \
+    "' AND key < '" STORE_FTS_BACKLOG_END "')"
+/* Notes body_id (new in the open write transaction) in the backlog instead of building its
+ * full-text row. MV_OK or the SQLite error (message set). */
+int store_fts_backlog_add(mv_store *s, int64_t body_id);
+/* *any: 1 if the backlog holds a body (in the caller's transaction, if one is open). */
+int store_fts_backlog_any(mv_store *s, int *any);
+/* Registers mv_body_text(body_id, column) on the handle's connection (store_message.c). */
+int store_fts_backlog_functions(mv_store *s);
 
 /* A growing array of row ids (store_util.c). */
 struct store_ids {

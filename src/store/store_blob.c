@@ -552,7 +552,7 @@ static char *store_fts_dup(const char *text, size_t *bytes)
  * copy of the texts joins s->fts_pending. Past STORE_FTS_PENDING_BYTES or _ROWS the rows
  * held so far are inserted now, which bounds the memory (FTS5 itself writes its pending
  * terms out every ~1 MB anyway). */
-static int store_body_index(mv_store *s, int64_t body_id, const struct store_parsed *p)
+int store_body_index(mv_store *s, int64_t body_id, const struct store_parsed *p)
 {
     struct store_fts_pending *q = &s->fts_pending;
     if (q->bytes >= STORE_FTS_PENDING_BYTES || q->count >= STORE_FTS_PENDING_ROWS) {
@@ -651,7 +651,9 @@ int store_body_put(mv_store *s,
         rc = store_body_insert_parts(s, *body_id_out, raw, parsed);
     }
     if (rc == MV_OK) {
-        rc = store_body_index(s, *body_id_out, parsed);
+        /* a stepped drain's body: its row comes later (store_fts_backlog.c) */
+        rc = s->fts_defer ? store_fts_backlog_add(s, *body_id_out)
+                          : store_body_index(s, *body_id_out, parsed);
     }
     return rc;
 }

@@ -90,6 +90,10 @@ size_t store_header_end(const uint8_t *raw, size_t len);
  * SQLite error (message set). */
 int store_body_index_again(mv_store *s, int64_t body_id, const struct store_parsed *p);
 
+/* Queues body_id's full-text row (store_parse's header text and body text) for the
+ * transaction's COMMIT (store.h: fts_pending), as an append does. MV_OK or MV_ENOMEM. */
+int store_body_index(mv_store *s, int64_t body_id, const struct store_parsed *p);
+
 /* Frees the handle's zstd contexts (store.h). */
 void store_blob_release(mv_store *s);
 

@@ -6,6 +6,9 @@
  *                                             ANDed; it finds the candidate rows
  *   mv_fts_match(text, mode, header, body)   1 if the row really holds the text
  *   mv_fts_exact(text, mode)                 1 if the MATCH alone is exact (see below)
+ *   mv_fts_match(text, mode, header, body, 1) the same check for a row no MATCH chose: a
+ *                                             body of the full-text backlog, whose texts
+ *                                             mv_body_text gives (store_fts_backlog.c)
  *
  *   mode 0  text is words (blank-separated); each must be in the header or in the body
  *           (words under three characters are ignored, as the positional index did; text
@@ -292,11 +295,12 @@ static void store_fts_exact_fn(sqlite3_context *ctx, int argc, sqlite3_value **a
     }
 }
 
-/* mv_fts_match(text, mode, header, body): see the top of the file. */
+/* mv_fts_match(text, mode, header, body [, unmatched]): see the top of the file. */
 static void store_fts_match_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-    (void)argc;
     struct store_fts_fn *fn = sqlite3_user_data(ctx);
+    /* a row that no MATCH chose: even a single trigram must be looked for */
+    int unmatched = argc > 4 && sqlite3_value_int(argv[4]) != 0;
     int mode = sqlite3_value_int(argv[1]);
     struct store_fts_needles *nd = store_fts_needles_get(ctx, argv);
     if (nd == NULL) {
@@ -306,7 +310,7 @@ static void store_fts_match_fn(sqlite3_context *ctx, int argc, sqlite3_value **a
         sqlite3_result_int(ctx, 0); /* no trigram: the index had nothing to find either */
         return;
     }
-    if (mode != 1 && nd->single_trigrams) {
+    if (mode != 1 && nd->single_trigrams && !unmatched) {
         sqlite3_result_int(ctx, 1); /* each needle is one trigram, which MATCH found */
         return;
     }
@@ -423,6 +427,11 @@ int store_fts_functions(mv_store *s)
         return store_fail_sqlite(s, "registering the full-text functions");
     }
     if (sqlite3_create_function_v2(s->db, "mv_fts_exact", 2, flags, fn, store_fts_exact_fn, NULL,
+                                   NULL, NULL) != SQLITE_OK) {
+        store_fts_fn_free(fn);
+        return store_fail_sqlite(s, "registering the full-text functions");
+    }
+    if (sqlite3_create_function_v2(s->db, "mv_fts_match", 5, flags, fn, store_fts_match_fn, NULL,
                                    NULL, NULL) != SQLITE_OK) {
         store_fts_fn_free(fn);
         return store_fail_sqlite(s, "registering the full-text functions");

@@ -861,6 +861,9 @@ int store_message_functions(mv_store *s)
         return store_fail_sqlite(s, "registering the store's SQL functions");
     }
     int rc = store_uidset_register(s);
+    if (rc == MV_OK) {
+        rc = store_fts_backlog_functions(s);
+    }
     return rc == MV_OK ? store_fts_functions(s) : rc;
 }
 

@@ -156,7 +156,8 @@ static mv_store *store_alloc(const struct store_paths *p, const struct mv_store_
     s->limits = o->limits;
     s->readonly = (o->flags & MV_STORE_READONLY) != 0;
     s->lock_fd = -1;
-    s->purge_hint = 1; /* unknown until the first purge looks */
+    s->purge_hint = 1;       /* unknown until the first purge looks */
+    s->fts_backlog_hint = 1; /* unknown until mv_store_index_backlog() looks */
     return s;
 }
 

@@ -22,6 +22,10 @@
  *     as the index folds it (store_fts.c). TEXT of words: each word in the header or the
  *     body; BODY: the string in the body. A string under three characters has no trigram:
  *     LIKE (escaped) over the columns, which FTS5 answers by a scan.
+ *   - Bodies of the full-text backlog (store_fts_backlog.c: a stepped drain's deliveries,
+ *     whose rows are built later) have no fts row yet: while the backlog holds any, each
+ *     full-text criterion also takes the backlog's bodies whose texts (mv_body_text: the
+ *     body parsed again) pass the same check, so a search never misses a delivered message.
  *   - SENT*: sent_date is UTC; the Date header's zone (bodies.sent_zone) is added back, so
  *     the bounds compare the date as written (RFC 3501 6.4.4 disregards time and zone).
  *   - Header criteria are case-insensitive substring matches, instr(lower(col), lower(?)):
@@ -41,7 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STORE_SEARCH_SQL_MAX 2048
+#define STORE_SEARCH_SQL_MAX 4096
 
 struct mv_search {
     mv_store *store;
@@ -115,6 +119,34 @@ static const char *const store_search_short[] = {
               "OR header LIKE ?18 ESCAPE '\\')",
 };
 
+/* The full-text criteria while the backlog holds bodies: the index's rows, or a backlog
+ * body whose texts pass the same check (the IMPLEMENTATION NOTES). */
+#define STORE_SEARCH_BACKLOG                                                                       \
+    " OR m.body_id IN (SELECT b.id FROM bodies b WHERE b.id IN " STORE_FTS_BACKLOG_IDS " AND "
+#define STORE_SEARCH_TEXTS "mv_body_text(b.id, 0), mv_body_text(b.id, 1)"
+static const char *const store_search_backlog[] = {
+    [P_TEXT] =
+        " AND (m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?7, 0) "
+        "AND (mv_fts_exact(?7, 0) OR mv_fts_match(?7, 0, header, body)))" STORE_SEARCH_BACKLOG
+        "mv_fts_match(?7, 0, " STORE_SEARCH_TEXTS ", 1)))",
+    [P_BODY] =
+        " AND (m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?17, 1) "
+        "AND (mv_fts_exact(?17, 1) OR mv_fts_match(?17, 1, header, body)))" STORE_SEARCH_BACKLOG
+        "mv_fts_match(?17, 1, " STORE_SEARCH_TEXTS ", 1)))",
+    [P_ANY] =
+        " AND (m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?18, 2) "
+        "AND (mv_fts_exact(?18, 2) OR mv_fts_match(?18, 2, header, body)))" STORE_SEARCH_BACKLOG
+        "mv_fts_match(?18, 2, " STORE_SEARCH_TEXTS ", 1)))",
+};
+static const char *const store_search_backlog_short[] = {
+    [P_BODY] = " AND (m.body_id IN (SELECT rowid FROM fts WHERE body LIKE ?17 ESCAPE "
+               "'\\')" STORE_SEARCH_BACKLOG "mv_body_text(b.id, 1) LIKE ?17 ESCAPE '\\'))",
+    [P_ANY] = " AND (m.body_id IN (SELECT rowid FROM fts WHERE body LIKE ?18 ESCAPE '\\' "
+              "OR header LIKE ?18 ESCAPE '\\')" STORE_SEARCH_BACKLOG
+              "(mv_body_text(b.id, 1) LIKE ?18 ESCAPE '\\' OR mv_body_text(b.id, 0) LIKE ?18 "
+              "ESCAPE '\\')))",
+};
+
 #define STORE_SEARCH_LIKE 2 /* present[P_BODY / P_ANY]: the short form */
 
 /* Characters (not bytes) in UTF-8 text. */
@@ -185,9 +217,12 @@ store_search_present(const struct mv_search_query *q, int has_text, int present[
     present[P_LIMIT] = 1;
 }
 
-/* Joins the head and the present fragments into sql. */
-static int
-store_search_sql(mv_store *s, const int present[P_LIMIT + 1], char sql[STORE_SEARCH_SQL_MAX])
+/* Joins the head and the present fragments into sql; backlog: the full-text backlog holds
+ * bodies (store_search_backlog). */
+static int store_search_sql(mv_store *s,
+                            const int present[P_LIMIT + 1],
+                            int backlog,
+                            char sql[STORE_SEARCH_SQL_MAX])
 {
     size_t at = strlen(store_search_head);
     memcpy(sql, store_search_head, at + 1);
@@ -195,8 +230,11 @@ store_search_sql(mv_store *s, const int present[P_LIMIT + 1], char sql[STORE_SEA
         if (!present[i]) {
             continue;
         }
+        int full_text = i == P_TEXT || i == P_BODY || i == P_ANY;
         const char *fragment =
-            present[i] == STORE_SEARCH_LIKE ? store_search_short[i] : store_search_fragment[i];
+            present[i] == STORE_SEARCH_LIKE
+                ? (backlog && full_text ? store_search_backlog_short[i] : store_search_short[i])
+                : (backlog && full_text ? store_search_backlog[i] : store_search_fragment[i]);
         size_t n = strlen(fragment);
         if (at + n >= STORE_SEARCH_SQL_MAX) {
             return store_fail(s, MV_ERROR, "search statement longer than %d bytes",
@@ -301,9 +339,15 @@ int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **ou
     store_enter(s);
     store_search_present(q, 0, present);
     int rc = store_search_prepare_query(s, q, present, &mailbox_id, text);
+    int backlog = 0;
     if (rc == MV_OK) {
         present[P_TEXT] = text[0] != NULL;
-        rc = store_search_sql(s, present, sql);
+        if (present[P_TEXT] || present[P_BODY] || present[P_ANY]) {
+            rc = store_fts_backlog_any(s, &backlog);
+        }
+    }
+    if (rc == MV_OK) {
+        rc = store_search_sql(s, present, backlog, sql);
     }
     if (rc == MV_OK && (it = calloc(1, sizeof *it)) == NULL) {
         rc = store_fail(s, MV_ENOMEM, "out of memory starting a search");
