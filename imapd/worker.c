@@ -223,6 +223,10 @@ static void worker_store_close(struct open_store *s)
     s->address[0] = '\0';
     s->refs = 0;
     s->purge_gave_way = 0;
+    /* what a body cost is the store's own: another user's bodies may be far larger, and a
+     * first batch sized and timed by them would not give way when it should */
+    s->purge_batch = 0;
+    s->purge_body_us = 0;
 }
 
 /* The page cache the store's connection really has, read back so the log shows what

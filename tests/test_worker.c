@@ -734,6 +734,55 @@ static void test_drain_before_purge(void)
     worker_unplace(wt_dwho);
 }
 
+/* ---- a store slot forgets the purge costs of the store it held ---- */
+static const char *wt_swho = "slot@example.org";
+static struct open_store *wt_slot;
+static int wt_slot_rc = -1, wt_slot_closed = -1;
+
+/* Opens the store and gives its slot the purge costs a purge would have learnt. */
+static void wt_slot_open(struct job *job)
+{
+    char err[256] = "";
+    wt_slot_rc =
+        worker_store_acquire(job->worker, wt_swho, WT_PW, strlen(WT_PW), &wt_slot, err, sizeof err);
+    if (wt_slot_rc == MV_OK) {
+        wt_slot->purge_batch = 48;
+        wt_slot->purge_body_us = 12345;
+        worker_store_release(job->worker, wt_slot);
+    }
+}
+
+static void wt_slot_close(struct job *job)
+{
+    wt_slot_rc = worker_store_close_user(job->worker, wt_swho, &wt_slot_closed);
+}
+
+/* The batch size and the time per body a purge learnt belong to the store: the slot's next
+ * store (another user's, whose bodies may be far larger) starts from nothing, or its first
+ * batch would be sized by them and, timed by them, stop giving way to jobs too early. */
+static void test_slot_forgets_purge_costs(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_swho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    struct worker *w = worker_place(wt_swho);
+    wt_done = 0;
+    wt_post(w, 1, JOB_LANE_SHORT, wt_slot_open);
+    wt_collect_one();
+    CHECK_EQ_INT(wt_slot_rc, MV_OK);
+    wt_done = 0;
+    wt_post(w, 2, JOB_LANE_SHORT, wt_slot_close);
+    wt_collect_one();
+    CHECK_EQ_INT(wt_slot_rc, MV_OK);
+    CHECK_EQ_INT(wt_slot_closed, 1);
+    CHECK(wt_slot != NULL && wt_slot->store == NULL);
+    CHECK_EQ_INT(wt_slot != NULL ? wt_slot->purge_batch : 1, 0);
+    CHECK_EQ_INT(wt_slot != NULL ? wt_slot->purge_body_us : 1, 0);
+    worker_unplace(wt_swho);
+}
+
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
 static int wt_start(void)
 {
@@ -760,6 +809,7 @@ int main(void)
     TEST(test_purge_give_way_is_its_own);
     TEST(test_placement_least_loaded);
     TEST(test_drain_before_purge);
+    TEST(test_slot_forgets_purge_costs);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);
