@@ -5,6 +5,8 @@
  *   mailvault info USER [--json]
  *
  * IMPLEMENTATION NOTES
+ *   What the open migrated, and the full-text rebuild a migration from schema version 8
+ *   leaves for later, come from mv_store_migration().
  *   Opening a store moves sealed deliveries from its queue into INBOX, so the queue is
  *   counted first, without the password (mv_queue_count), and reported as "delivered at
  *   this open": that is how a delivery made with `deliver --sealed` is seen arriving.
@@ -19,6 +21,7 @@ struct cli_info {
     const struct cli_store_target *target;
     struct mv_store_stats stats;
     int64_t queued; /* deliveries drained by this open; -1 if the queue could not be read */
+    struct mv_migration_status migration; /* what this open migrated, what is left */
 };
 
 static void cli_info_size_line(const char *label, uint64_t size_bytes)
@@ -44,6 +47,16 @@ static void cli_info_print_human(const struct cli_info *info)
         printf("%-22s %lld\n", "delivered at this open", (long long)info->queued);
     }
     printf("%-22s %d\n", "schema version", s->schema_version);
+    const struct mv_migration_status *m = &info->migration;
+    if (m->migrated_from != 0) {
+        printf("%-22s from schema version %d in %lld ms\n", "migrated at this open",
+               m->migrated_from, (long long)m->migrate_ms);
+    }
+    if (m->fts_moving) {
+        printf("%-22s %llu rows of the old index left to move (searches read both; mailvaultd "
+               "moves them between commands, `mailvault maintain` finishes it)\n",
+               "full-text rebuild", (unsigned long long)m->fts_rows_left);
+    }
 }
 
 /* Returns CLI_EXIT_OK or CLI_EXIT_IOERR (printed). */
@@ -76,6 +89,21 @@ static int cli_info_print_json(const struct cli_info *info)
     }
     cli_json_key(&json, "schema_version");
     cli_json_int(&json, s->schema_version);
+    const struct mv_migration_status *m = &info->migration;
+    cli_json_key(&json, "migrated_from"); /* null: this open migrated nothing */
+    if (m->migrated_from != 0) {
+        cli_json_int(&json, m->migrated_from);
+    } else {
+        cli_json_null(&json);
+    }
+    cli_json_key(&json, "migrate_ms");
+    if (m->migrated_from != 0) {
+        cli_json_int(&json, m->migrate_ms);
+    } else {
+        cli_json_null(&json);
+    }
+    cli_json_key(&json, "fts_rows_left"); /* of a full-text rebuild still under way */
+    cli_json_uint(&json, m->fts_rows_left);
     cli_json_object_end(&json);
     if (cli_json_finish(&json) != 0) {
         cli_error("cannot write the JSON output");
@@ -96,7 +124,7 @@ int cli_info_main(int argc, char **argv)
     if (rc == CLI_EXIT_OK) {
         rc = cli_store_check(&target, 1);
     }
-    struct cli_info info = {&target, {0, 0, 0, 0, 0, 0, 0, 0}, -1};
+    struct cli_info info = {&target, {0, 0, 0, 0, 0, 0, 0, 0}, -1, {0, 0, 0, 0, 0}};
     uint32_t queued = 0;
     if (rc == CLI_EXIT_OK && mv_queue_count(target.address, &target.opts, &queued) == MV_OK) {
         info.queued = queued;
@@ -109,6 +137,9 @@ int cli_info_main(int argc, char **argv)
         return rc;
     }
     int mv_rc = mv_store_stats(store, &info.stats);
+    if (mv_rc == MV_OK) {
+        mv_rc = mv_store_migration(store, &info.migration);
+    }
     if (mv_rc != MV_OK) {
         rc = cli_store_fail(store, mv_rc);
     } else if (cli_args_has(&args, CLI_OPT_JSON)) {

@@ -335,6 +335,16 @@ static void metrics_render_work(struct buf *b)
     metrics_family(b, "mailvaultd_open_stores", "gauge", "User stores open in the workers.");
     buf_printf(b, "mailvaultd_open_stores %lld\n",
                (long long)metrics_read_gauge(&metrics_gauges[METRIC_OPEN_STORES]));
+    metrics_family(b, "mailvaultd_stores_migrated_total", "counter",
+                   "Stores of an older schema version migrated when they were opened.");
+    buf_printf(b, "mailvaultd_stores_migrated_total %llu\n",
+               (unsigned long long)metrics_read(&metrics_counters[METRIC_STORES_MIGRATED]));
+    metrics_family(b, "mailvaultd_stores_migrating", "gauge",
+                   "Open stores whose migration left work that runs between commands (the "
+                   "full-text index rebuilt from schema version 8): searches are correct "
+                   "meanwhile.");
+    buf_printf(b, "mailvaultd_stores_migrating %lld\n",
+               (long long)metrics_read_gauge(&metrics_gauges[METRIC_MIGRATING_STORES]));
     int64_t total = 0;
     metrics_family(b, "mailvaultd_worker_queue_length", "gauge",
                    "Jobs (commands, deliveries) waiting for each worker thread.");

@@ -20,6 +20,7 @@ enum metric_counter {
     METRIC_TLS_FAILED, /* a connection with TLS closed before its handshake finished */
     METRIC_LOGINS_OK,
     METRIC_LOGINS_FAILED,
+    METRIC_STORES_MIGRATED, /* stores an open migrated to the current schema version */
     METRIC_COUNTER_COUNT
 };
 enum metric_gauge {
@@ -28,6 +29,7 @@ enum metric_gauge {
     METRIC_CONNECTIONS_LMTP,
     METRIC_CONNECTIONS_CONTROL,
     METRIC_OPEN_STORES,
+    METRIC_MIGRATING_STORES, /* open stores whose migration's background work is not done */
     METRIC_GAUGE_COUNT
 };
 /* The IMAP command a session is running, for its latency and status (metrics_imap_*). */

@@ -91,6 +91,14 @@ struct open_store {
     uint32_t purge_batch;
     int purge_gave_way;    /* the last batch gave way to a job: the next one does not */
     int64_t purge_body_us; /* per body, the last batch that ran to its end (0: none yet) */
+    /* What the store's migration left (mv_store_migrate_step: the full-text move) is not done:
+     * the worker does it in steps, as it drains (worker.c "MIGRATION"); the rows one batch
+     * moves (worker_migrate_batch_next, 0: not measured yet); the last batch gave way;
+     * when the work started (monotonic ms), for the log line at its end. */
+    int migrate_more;
+    uint32_t migrate_batch;
+    int migrate_gave_way;
+    int64_t migrate_start_ms;
 };
 /* Frees a store's cached views (when it is closed); *c becomes NULL. */
 void imap_view_cache_free(struct imap_view_cache **c);

@@ -763,7 +763,8 @@ MV_API MV_MUST_CHECK int mv_store_purge(mv_store *store, uint32_t max_bodies, ui
  * is waiting for this handle), the batch stops at once, its transaction is rolled back
  * (nothing of it deleted; done again by a later call) and mv_store_purge() returns MV_EBUSY.
  * So a server that purges between commands keeps a command that arrives from waiting for a
- * whole batch (milliseconds a body). give_way must not use the store. */
+ * whole batch (milliseconds a body). mv_store_migrate_step() gives way through the same
+ * function. give_way must not use the store. */
 MV_API void mv_store_purge_give_way(mv_store *store, int (*give_way)(void *arg), void *arg);
 
 /* Builds, in one transaction, the full-text rows of up to max_bodies (0: every one, in
@@ -779,6 +780,36 @@ MV_API void mv_store_purge_give_way(mv_store *store, int (*give_way)(void *arg),
  * on an error nothing of that transaction is kept and the backlog is as it was. */
 MV_API MV_MUST_CHECK int
 mv_store_index_backlog(mv_store *store, uint32_t max_bodies, uint64_t *left_out);
+
+/* ---- Migrations: what the open did, and the work it leaves for later ------------------- */
+
+/* A store of an older schema version is migrated by the first writable open, in one
+ * transaction (a crash leaves the old version, migrated again by the next open). What would
+ * make that open wait minutes is left for later instead: from version 8, the full-text index
+ * is rebuilt without positions (re-tokenizing every message's text: 1.4-1.9 ms of CPU a
+ * message) by mv_store_migrate_step(), a batch at a time; until it is done, searches read the old
+ * index and the new one, with the same answers. */
+struct mv_migration_status {
+    int schema_version;     /* the store's, after the open */
+    int migrated_from;      /* the version this handle's open migrated from; 0: it migrated none */
+    int64_t migrate_ms;     /* how long that open's migration took */
+    int fts_moving;         /* 1: the full-text index is still being rebuilt */
+    uint64_t fts_rows_left; /* rows of the old index still to move (counted: O(rows)) */
+};
+/* Fills *out. Returns MV_OK, MV_EINVAL (NULL), MV_EIO, MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_store_migration(mv_store *store, struct mv_migration_status *out);
+
+/* Does the work a migration left (above): up to max_rows (0: all of it, in transactions of at
+ * most MV_MIGRATE_BATCH) rows of the full-text index moved in one transaction; then, a batch
+ * at a time, the old index is deleted. Uses the give-way function of mv_store_purge_give_way():
+ * when it says yes, the batch is rolled back (nothing of it kept) and the call returns MV_EBUSY. A
+ * crash or an error keeps what earlier batches did; the next call goes on from there. With nothing
+ * left it costs a flag test, so a server may call it between commands (mailvaultd does, as
+ * it purges); `mailvault maintain` (mv_store_maintain) finishes it. *more_out (may be NULL):
+ * 1 while work is left. Returns MV_OK, MV_EINVAL (read-only handle), MV_EBUSY, MV_EIO,
+ * MV_ENOMEM. */
+#define MV_MIGRATE_BATCH 1024
+MV_API MV_MUST_CHECK int mv_store_migrate_step(mv_store *store, uint32_t max_rows, int *more_out);
 
 /* ---- Messages: UID sets as typed ranges (for servers) ---------------------------------- */
 /*

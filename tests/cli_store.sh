@@ -244,7 +244,7 @@ check sealed_not_plaintext bash -c "! LC_ALL=C grep -r -a -q -F 'usual place' '$
 run "$mv" info "$user" "${P[@]}" --json
 check info_sealed_arrived [ "$(json_eval "(d['messages'] - $before, d['delivered_at_open'], d['pending'])")" = "(1, 1, 0)" ]
 check info_json_fields [ "$(json_eval "sorted(d.keys())")" = \
-    "['address', 'attachments', 'delivered_at_open', 'file', 'format_version', 'logical_bytes', 'mailboxes', 'messages', 'pending', 'physical_bytes', 'schema_version', 'stored_bytes']" ]
+    "['address', 'attachments', 'delivered_at_open', 'file', 'format_version', 'fts_rows_left', 'logical_bytes', 'mailboxes', 'messages', 'migrate_ms', 'migrated_from', 'pending', 'physical_bytes', 'schema_version', 'stored_bytes']" ]
 run "$mv" info "$user" "${P[@]}"
 check info_human bash -c "[ $rc -eq 0 ] && grep -q '^messages ' '$out' && grep -q '^store  *$user' '$out'"
 run "$mv" deliver bob@example.org --sealed "$tmp/m1.eml"

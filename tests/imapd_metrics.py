@@ -81,6 +81,8 @@ FAMILIES = {
     "mailvaultd_imap_command_duration_seconds": "histogram",
     "mailvaultd_lmtp_deliveries": "counter",
     "mailvaultd_open_stores": "gauge",
+    "mailvaultd_stores_migrated": "counter",
+    "mailvaultd_stores_migrating": "gauge",
     "mailvaultd_worker_queue_length": "gauge",
     "mailvaultd_queue_depth": "gauge",
     "mailvaultd_start_time_seconds": "gauge",

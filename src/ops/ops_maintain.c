@@ -316,6 +316,9 @@ int mv_store_maintain(mv_store *s,
         rc = mv_store_purge(s, 0, NULL); /* expunged bodies first: the checkpoint and the
                                             measurements then see the store without them */
     }
+    if (rc == MV_OK) { /* what a migration left (the full-text move), and its old index's pages */
+        rc = mv_store_migrate_step(s, 0, NULL);
+    }
     if (rc == MV_OK) {
         rc = ops_maintain_wal(s, out);
     }

@@ -147,7 +147,13 @@ int mv_store_repair(mv_store *s, struct mv_repair_report *out)
         return s != NULL ? store_fail(s, MV_EINVAL, "mv_store_repair: no report") : MV_EINVAL;
     }
     memset(out, 0, sizeof *out);
-    int rc = store_begin(s); /* replaces a connection an I/O error marked (store_ready) */
+    /* The full-text index a migration left to fill goes first (store_fts_move.c): the repair
+     * below rebuilds fts alone, and must find every row there. */
+    int rc = mv_store_migrate_step(s, 0, NULL);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    rc = store_begin(s); /* replaces a connection an I/O error marked (store_ready) */
     if (rc != MV_OK) {
         return rc;
     }

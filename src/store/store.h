@@ -130,6 +130,13 @@ struct mv_store {
     /* The backlog may hold bodies: set at open and by every deferred body, cleared when
      * mv_store_index_backlog() finds none; 0 spares it a read. */
     int fts_backlog_hint;
+    /* The schema version this handle's open found, if it migrated the store (0: it did not),
+     * and how long that took (mv_store_migration). */
+    int migrated_from;
+    int64_t migrate_ms;
+    /* The old full-text index was found gone (store_fts_move.c): only a migration at open
+     * makes it, so this handle never looks again. */
+    int fts_moved_all;
 };
 
 /* ---- store_path.c ---- */
@@ -195,6 +202,17 @@ int store_fence_path(const char *db_path, char *out, size_t out_size);
 int store_fence_check(const char *db_path, char *errmsg, size_t errmsg_size);
 /* Removes the marker (none is fine) durably; the caller holds the lock exclusively. */
 int store_fence_remove(const struct store_paths *p, char *errmsg, size_t errmsg_size);
+
+/* ---- store_fts_move.c: the move of the version 8 index's rows (schema version 9) ---- */
+/* The old full-text index while its rows move into fts, and the meta key that holds the
+ * last rowid moved: every row of the old index above it is not yet in fts. */
+#define STORE_FTS_OLD       "fts_old"
+#define STORE_FTS_MOVED_KEY "fts_moved"
+#define STORE_FTS_DROP      "fts_old_drop" /* the old index once moved, freed in batches */
+/* The schema step's extra work: drops the old index at once if it holds no row. */
+int store_fts_move_begin(mv_store *s);
+/* *exists: whether the old index is still there (read in the caller's transaction, if any). */
+int store_fts_old_exists(mv_store *s, int *exists);
 
 /* ---- store_schema.c ---- */
 /* Creates or migrates the schema in one transaction. MV_OK or an MV_E* code. */

@@ -1280,6 +1280,20 @@ static int store_bodies_drop_batch(mv_store *s, const int64_t *ids, size_t count
                                "json_each(?1))",
                                json, NULL, "deleting full-text rows");
     }
+    /* While the old index's rows move (store_fts_move.c, INVARIANTS (2)): a body purged
+     * before its row moved leaves none behind for the move or a search to find. */
+    int old_index = 0;
+    if (rc == MV_OK && !s->fts_moved_all) {
+        rc = store_fts_old_exists(s, &old_index);
+    }
+    if (rc == MV_OK && old_index) {
+        rc = store_bodies_exec(
+            s,
+            "DELETE FROM " STORE_FTS_OLD " WHERE rowid IN (SELECT value FROM "
+            "json_each(?1)) AND rowid > (SELECT value FROM meta WHERE key = '" STORE_FTS_MOVED_KEY
+            "')",
+            json, NULL, "deleting old full-text rows");
+    }
     if (rc == MV_OK) {
         rc = store_bodies_exec(s,
                                "DELETE FROM bodies WHERE id IN (SELECT value FROM "

@@ -55,6 +55,10 @@ struct mv_search {
     uint32_t returned;
     int done; /* 1 after the end or an error: next keeps returning that */
     int rc_after_done;
+    /* The statement reads the old full-text index too (store_search_old); the same search
+     * without it, for when another handle ended the move between the prepare and the first
+     * step (the statement's re-prepare then fails: no such table). NULL otherwise. */
+    char *sql_without_old;
 };
 
 /* Parameter numbers: each fragment below uses its own. */
@@ -149,6 +153,41 @@ static const char *const store_search_backlog_short[] = {
 
 #define STORE_SEARCH_LIKE 2 /* present[P_BODY / P_ANY]: the short form */
 
+/* While the version 8 index's rows move into fts (store_fts_move.c), each full-text criterion
+ * is also met by a row of the old index above the move's cursor (exactly the rows not yet in
+ * fts): the fragment above, ORed with one of these. Same parameters. */
+#define STORE_SEARCH_OLD_ROWS                                                                      \
+    " rowid > (SELECT value FROM meta WHERE key = '" STORE_FTS_MOVED_KEY "')"
+#define STORE_SEARCH_OLD_MATCH(n, mode)                                                            \
+    "m.body_id IN (SELECT rowid FROM " STORE_FTS_OLD " WHERE " STORE_FTS_OLD                       \
+    " MATCH mv_fts_query(?" #n ", " #mode ") AND" STORE_SEARCH_OLD_ROWS " AND (mv_fts_exact(?" #n  \
+    ", " #mode ") OR mv_fts_match(?" #n ", " #mode ", header, body)))"
+static const char *const store_search_old[] = {
+    [P_TEXT] = STORE_SEARCH_OLD_MATCH(7, 0),
+    [P_BODY] = STORE_SEARCH_OLD_MATCH(17, 1),
+    [P_ANY] = STORE_SEARCH_OLD_MATCH(18, 2),
+};
+static const char *const store_search_short_old[] = {
+    [P_BODY] = "m.body_id IN (SELECT rowid FROM " STORE_FTS_OLD " WHERE" STORE_SEARCH_OLD_ROWS
+               " AND body LIKE ?17 ESCAPE '\\')",
+    [P_ANY] = "m.body_id IN (SELECT rowid FROM " STORE_FTS_OLD " WHERE" STORE_SEARCH_OLD_ROWS
+              " AND (body LIKE ?18 ESCAPE '\\' OR header LIKE ?18 ESCAPE '\\'))",
+};
+
+/* Appends text to sql at *at; MV_ERROR (message set) past STORE_SEARCH_SQL_MAX. */
+static int
+store_search_append(mv_store *s, char sql[STORE_SEARCH_SQL_MAX], size_t *at, const char *text)
+{
+    size_t n = strlen(text);
+    if (*at + n >= STORE_SEARCH_SQL_MAX) {
+        return store_fail(s, MV_ERROR, "search statement longer than %d bytes",
+                          STORE_SEARCH_SQL_MAX);
+    }
+    memcpy(sql + *at, text, n + 1);
+    *at += n;
+    return MV_OK;
+}
+
 /* Characters (not bytes) in UTF-8 text. */
 static size_t store_search_chars(const char *s)
 {
@@ -218,32 +257,47 @@ store_search_present(const struct mv_search_query *q, int has_text, int present[
 }
 
 /* Joins the head and the present fragments into sql; backlog: the full-text backlog holds
- * bodies (store_search_backlog). */
+ * bodies (store_search_backlog); old: the old index's rows are still moving
+ * (store_search_old: " AND (" fragment " OR " old ")", each fragment one condition after its
+ * " AND "). */
 static int store_search_sql(mv_store *s,
                             const int present[P_LIMIT + 1],
                             int backlog,
+                            int old,
                             char sql[STORE_SEARCH_SQL_MAX])
 {
     size_t at = strlen(store_search_head);
     memcpy(sql, store_search_head, at + 1);
-    for (int i = P_MAILBOX; i <= P_LIMIT; i++) {
+    int rc = MV_OK;
+    for (int i = P_MAILBOX; rc == MV_OK && i <= P_LIMIT; i++) {
         if (!present[i]) {
             continue;
         }
         int full_text = i == P_TEXT || i == P_BODY || i == P_ANY;
+        int like = present[i] == STORE_SEARCH_LIKE;
         const char *fragment =
-            present[i] == STORE_SEARCH_LIKE
-                ? (backlog && full_text ? store_search_backlog_short[i] : store_search_short[i])
-                : (backlog && full_text ? store_search_backlog[i] : store_search_fragment[i]);
-        size_t n = strlen(fragment);
-        if (at + n >= STORE_SEARCH_SQL_MAX) {
-            return store_fail(s, MV_ERROR, "search statement longer than %d bytes",
-                              STORE_SEARCH_SQL_MAX);
+            like ? (backlog && full_text ? store_search_backlog_short[i] : store_search_short[i])
+                 : (backlog && full_text ? store_search_backlog[i] : store_search_fragment[i]);
+        if (!(old && full_text)) {
+            rc = store_search_append(s, sql, &at, fragment);
+            continue;
         }
-        memcpy(sql + at, fragment, n + 1);
-        at += n;
+        rc = store_search_append(s, sql, &at, " AND (");
+        if (rc == MV_OK) {
+            rc = store_search_append(s, sql, &at, fragment + strlen(" AND "));
+        }
+        if (rc == MV_OK) {
+            rc = store_search_append(s, sql, &at, " OR ");
+        }
+        if (rc == MV_OK) {
+            rc = store_search_append(s, sql, &at,
+                                     like ? store_search_short_old[i] : store_search_old[i]);
+        }
+        if (rc == MV_OK) {
+            rc = store_search_append(s, sql, &at, ")");
+        }
     }
-    return MV_OK;
+    return rc;
 }
 
 /* Binds the present criteria's values (text: the full-text strings or LIKE patterns). */
@@ -339,18 +393,28 @@ int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **ou
     store_enter(s);
     store_search_present(q, 0, present);
     int rc = store_search_prepare_query(s, q, present, &mailbox_id, text);
-    int backlog = 0;
+    int backlog = 0, old = 0;
     if (rc == MV_OK) {
         present[P_TEXT] = text[0] != NULL;
         if (present[P_TEXT] || present[P_BODY] || present[P_ANY]) {
             rc = store_fts_backlog_any(s, &backlog);
+            if (rc == MV_OK && !s->fts_moved_all) {
+                rc = store_fts_old_exists(s, &old);
+            }
         }
     }
     if (rc == MV_OK) {
-        rc = store_search_sql(s, present, backlog, sql);
+        rc = store_search_sql(s, present, backlog, old, sql);
     }
     if (rc == MV_OK && (it = calloc(1, sizeof *it)) == NULL) {
         rc = store_fail(s, MV_ENOMEM, "out of memory starting a search");
+    }
+    if (rc == MV_OK && old) {
+        char plain[STORE_SEARCH_SQL_MAX];
+        rc = store_search_sql(s, present, backlog, 0, plain);
+        if (rc == MV_OK && (it->sql_without_old = strdup(plain)) == NULL) {
+            rc = store_fail(s, MV_ENOMEM, "out of memory starting a search");
+        }
     }
     if (rc == MV_OK && sqlite3_prepare_v2(s->db, sql, -1, &it->stmt, NULL) != SQLITE_OK) {
         rc = store_fail_sqlite(s, "preparing a search");
@@ -365,12 +429,37 @@ int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **ou
     }
     if (it != NULL) {
         sqlite3_finalize(it->stmt);
+        free(it->sql_without_old);
         free(it);
     }
     for (size_t i = 0; i < 3; i++) {
         free(text[i]);
     }
     return rc;
+}
+
+/* The first step failed on a statement that reads the old full-text index: if the index is
+ * gone (another handle finished the move since the prepare), the search again without it,
+ * with the same bound values (the parameters are numbered alike). The step's result, or
+ * SQLITE_ERROR. */
+static int store_search_without_old(mv_search *it)
+{
+    mv_store *s = it->store;
+    int exists = 1;
+    sqlite3_stmt *plain = NULL;
+    if (store_fts_old_exists(s, &exists) != MV_OK || exists ||
+        sqlite3_prepare_v2(s->db, it->sql_without_old, -1, &plain, NULL) != SQLITE_OK) {
+        return SQLITE_ERROR;
+    }
+    if (sqlite3_transfer_bindings(it->stmt, plain) != SQLITE_OK) {
+        sqlite3_finalize(plain);
+        return SQLITE_ERROR;
+    }
+    sqlite3_finalize(it->stmt);
+    it->stmt = plain;
+    free(it->sql_without_old);
+    it->sql_without_old = NULL;
+    return sqlite3_step(it->stmt);
 }
 
 int mv_search_next(mv_search *it, struct mv_message_info *info)
@@ -383,6 +472,9 @@ int mv_search_next(mv_search *it, struct mv_message_info *info)
     }
     store_enter(it->store); /* the first step sorts: a spill goes to the store's tmp/ */
     int step = sqlite3_step(it->stmt), rc = MV_OK;
+    if (step == SQLITE_ERROR && it->returned == 0 && it->sql_without_old != NULL) {
+        step = store_search_without_old(it);
+    }
     if (step == SQLITE_DONE) {
         rc = 0;
     } else if (step != SQLITE_ROW) {
@@ -414,6 +506,7 @@ void mv_search_end(mv_search **search)
         return;
     }
     sqlite3_finalize((*search)->stmt);
+    free((*search)->sql_without_old);
     store_strings_free(&(*search)->strings);
     free(*search);
     *search = NULL;

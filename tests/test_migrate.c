@@ -1,0 +1,433 @@
+/*
+ * test_migrate.c -- the migration from schema version 8 leaves the full-text rebuild for
+ * after the open (store_fts_move.c): the open only renames the old index, searches give the
+ * answers of one complete index at every point of the move (rows moved or not, bodies purged
+ * on either side of the move's cursor, mail appended meanwhile, another handle ending the move
+ * under a prepared search), mv_store_check finds nothing wrong at any point, and a process
+ * killed in the middle of a batch leaves a store that opens, answers the same and finishes
+ * the move.
+ *
+ * The answers are checked against a model: message i says which words it holds.
+ */
+#include "harness.h"
+#include "testutil.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *const PW = "migrate-test-password";
+
+#define MESSAGES_MAX 64
+
+/* What the store holds: alive[i] for message i (UID i, internal date 1700000000 + i). */
+struct model {
+    int alive[MESSAGES_MAX + 1];
+    int last;
+};
+
+static int words_alpha(int i)
+{
+    return i % 3 == 0;
+}
+static int words_beta(int i)
+{
+    return i % 4 == 1;
+}
+static int words_gamma(int i)
+{
+    return i % 5 == 2;
+} /* in the Subject only */
+static int words_short(int i)
+{
+    return i % 7 == 0;
+}
+
+static int tm_append(mv_store *s, struct model *m, int i)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "From: sender%d@example.org\r\nSubject: m%d%s\r\n\r\ncommon text %s%s%send\r\n", i, i,
+             words_gamma(i) ? " hdrgamma" : "", words_alpha(i) ? "tagalpha " : "",
+             words_beta(i) ? "tagbeta " : "", words_short(i) ? "zq " : "");
+    uint32_t uid = 0;
+    int rc = mv_message_append(s, "INBOX", msg, strlen(msg), 0, NULL, 1700000000 + i, &uid);
+    if (rc == MV_OK && uid != (uint32_t)i) {
+        rc = MV_ERROR;
+    }
+    m->alive[i] = rc == MV_OK;
+    m->last = i;
+    return rc;
+}
+
+/* The searches, and which message each one finds. */
+enum { Q_ALPHA, Q_BETA_BODY, Q_GAMMA_ANY, Q_GAMMA_BODY, Q_SHORT, Q_BOTH, Q_COUNT };
+
+static int tm_matches(int q, int i)
+{
+    switch (q) {
+    case Q_ALPHA:
+        return words_alpha(i);
+    case Q_BETA_BODY:
+        return words_beta(i);
+    case Q_GAMMA_ANY:
+        return words_gamma(i);
+    case Q_GAMMA_BODY:
+        return 0; /* the word is in the header only */
+    case Q_SHORT:
+        return words_short(i);
+    default:
+        return words_alpha(i) && words_beta(i);
+    }
+}
+
+static void tm_query(int q, struct mv_search_query *query)
+{
+    *query = (struct mv_search_query)MV_SEARCH_QUERY_INIT;
+    query->mailbox = "INBOX";
+    switch (q) {
+    case Q_ALPHA:
+        query->text = "tagalpha";
+        break;
+    case Q_BETA_BODY:
+        query->body_contains = "tagbeta";
+        break;
+    case Q_GAMMA_ANY:
+        query->text_contains = "hdrgamma";
+        break;
+    case Q_GAMMA_BODY:
+        query->body_contains = "hdrgamma";
+        break;
+    case Q_SHORT:
+        query->text_contains = "zq"; /* under three characters: LIKE */
+        break;
+    default:
+        query->text = "tagalpha tagbeta";
+        break;
+    }
+}
+
+/* The UIDs a search gives, newest first, as text; -1 on an error. */
+static int tm_run(mv_search *it, char *out, size_t size)
+{
+    struct mv_message_info info;
+    size_t at = 0;
+    int rc, rows = 0;
+    out[0] = '\0';
+    while ((rc = mv_search_next(it, &info)) == 1) {
+        at += (size_t)snprintf(out + at, size - at, "%s%u", rows++ ? " " : "", info.uid);
+    }
+    return rc == 0 ? rows : -1;
+}
+
+static void tm_expected(const struct model *m, int q, char *out, size_t size)
+{
+    size_t at = 0;
+    int rows = 0;
+    out[0] = '\0';
+    for (int i = m->last; i >= 1; i--) {
+        if (m->alive[i] && tm_matches(q, i)) {
+            at += (size_t)snprintf(out + at, size - at, "%s%d", rows++ ? " " : "", i);
+        }
+    }
+}
+
+/* 1 if every search gives the model's answer (differences printed). */
+static int tm_answers_ok(mv_store *s, const struct model *m)
+{
+    int ok = 1;
+    for (int q = 0; q < Q_COUNT; q++) {
+        struct mv_search_query query;
+        tm_query(q, &query);
+        char got[512], want[512];
+        mv_search *it = NULL;
+        int rows = mv_search_begin(s, &query, &it) == MV_OK ? tm_run(it, got, sizeof got) : -1;
+        mv_search_end(&it);
+        tm_expected(m, q, want, sizeof want);
+        if (rows < 0 || strcmp(got, want) != 0) {
+            fprintf(stderr, "  search %d: got \"%s\" (%s), want \"%s\"\n", q, rows < 0 ? "" : got,
+                    rows < 0 ? mv_store_errmsg(s) : "ok", want);
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
+static void tm_problem(void *arg, const char *what, const char *detail)
+{
+    (void)arg;
+    fprintf(stderr, "  check: %s: %s\n", what, detail);
+}
+
+static uint32_t tm_problems(mv_store *s)
+{
+    struct mv_check_report r;
+    int rc = mv_store_check(s, tm_problem, NULL, &r);
+    return rc == MV_OK || rc == MV_ECORRUPT ? r.problems : 1000000;
+}
+
+static int tm_open(const char *name, mv_store **s)
+{
+    char address[128], err[512] = "";
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.root = tu_path("root");
+    o.kdf_iter = TU_KDF_ITER;
+    snprintf(address, sizeof address, "%s@example.org", name);
+    int rc = mv_store_open(address, PW, strlen(PW), &o, s, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  open %s: %s\n", address, err);
+    }
+    return rc;
+}
+
+/* A store of `count` messages in version 8's shape (full-text index with positions). */
+static int tm_make_v8(const char *name, int count, struct model *m)
+{
+    mv_store *s = NULL;
+    memset(m, 0, sizeof *m);
+    int rc = tu_store_create(name, PW, 0, &s);
+    for (int i = 1; rc == MV_OK && i <= count; i++) {
+        rc = tm_append(s, m, i);
+    }
+    if (rc == MV_OK &&
+        tu_exec(mv_store_db(s), TU_DOWNGRADE_TO_V8 "PRAGMA user_version = 8") != SQLITE_OK) {
+        rc = MV_ERROR;
+    }
+    mv_store_close(&s);
+    return rc;
+}
+
+static long long tm_int(mv_store *s, const char *sql)
+{
+    return tu_int(mv_store_db(s), sql);
+}
+
+#define TM_OLD_EXISTS "SELECT count(*) FROM sqlite_schema WHERE name = 'fts_old'"
+
+/* The open migrates without rebuilding the index; every point of the move answers right. */
+static void test_move_in_steps(void)
+{
+    struct model m;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tm_make_v8("steps", 40, &m), MV_OK);
+    CHECK_EQ_INT(tm_open("steps", &s), MV_OK);
+    CHECK_EQ_INT(tm_int(s, "PRAGMA user_version"), 9);
+    /* the open rebuilt nothing: the new index is empty, the old one renamed (the old code
+     * copied all 40 rows inside the open) */
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM fts"), 0);
+    CHECK_EQ_INT(tm_int(s, TM_OLD_EXISTS), 1);
+    CHECK_EQ_INT(tm_int(s, "SELECT instr(sql, 'detail=none') > 0 FROM sqlite_schema "
+                           "WHERE name = 'fts'"),
+                 1);
+    struct mv_migration_status st;
+    CHECK_EQ_INT(mv_store_migration(s, &st), MV_OK);
+    CHECK_EQ_INT(st.schema_version, 9);
+    CHECK_EQ_INT(st.migrated_from, 8);
+    CHECK(st.migrate_ms >= 0);
+    CHECK_EQ_INT(st.fts_moving, 1);
+    CHECK_EQ_INT(st.fts_rows_left, 40);
+    CHECK(tm_answers_ok(s, &m));
+    CHECK_EQ_INT(tm_problems(s), 0);
+
+    int more = 0;
+    CHECK_EQ_INT(mv_store_migrate_step(s, 7, &more), MV_OK);
+    CHECK_EQ_INT(more, 1);
+    CHECK_EQ_INT(mv_store_migration(s, &st), MV_OK);
+    CHECK_EQ_INT(st.fts_rows_left, 33);
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM fts"), 7);
+    CHECK(tm_answers_ok(s, &m));
+    CHECK_EQ_INT(tm_problems(s), 0);
+
+    /* Purged on both sides of the cursor (3 moved, 30 not), and mail that comes meanwhile */
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "3,21,30", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL),
+                 MV_OK);
+    uint32_t expunged = 0;
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &expunged), MV_OK);
+    CHECK_EQ_INT(expunged, 3);
+    uint64_t left = 1;
+    CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);
+    CHECK_EQ_INT(left, 0);
+    m.alive[3] = m.alive[21] = m.alive[30] = 0;
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM fts_old WHERE rowid > 7 AND rowid NOT IN "
+                           "(SELECT id FROM bodies)"),
+                 0);
+    CHECK_EQ_INT(tm_append(s, &m, 41), MV_OK);
+    CHECK_EQ_INT(tm_append(s, &m, 42), MV_OK);
+    CHECK(tm_answers_ok(s, &m));
+    CHECK_EQ_INT(tm_problems(s), 0);
+
+    /* The rest, then the drop of the old index */
+    CHECK_EQ_INT(mv_store_migrate_step(s, 0, &more), MV_OK);
+    CHECK_EQ_INT(more, 0);
+    CHECK_EQ_INT(tm_int(s, TM_OLD_EXISTS), 0);
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM meta WHERE key = 'fts_moved'"), 0);
+    CHECK_EQ_INT(mv_store_migration(s, &st), MV_OK);
+    CHECK_EQ_INT(st.fts_moving, 0);
+    CHECK_EQ_INT(st.fts_rows_left, 0);
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM fts"), tm_int(s, "SELECT count(*) FROM bodies"));
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM fts"), 39);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "INSERT INTO fts(fts) VALUES('integrity-check')"),
+                 SQLITE_OK);
+    CHECK(tm_answers_ok(s, &m));
+    CHECK_EQ_INT(tm_problems(s), 0);
+    CHECK_EQ_INT(mv_store_migrate_step(s, 0, &more), MV_OK); /* nothing left: a no-op */
+    CHECK_EQ_INT(more, 0);
+    mv_store_close(&s);
+
+    /* The next open migrates nothing */
+    CHECK_EQ_INT(tm_open("steps", &s), MV_OK);
+    CHECK_EQ_INT(mv_store_migration(s, &st), MV_OK);
+    CHECK_EQ_INT(st.migrated_from, 0);
+    CHECK_EQ_INT(st.fts_moving, 0);
+    mv_store_close(&s);
+}
+
+/* A search prepared while the old index exists, whose first step comes after another handle
+ * ended the move (and dropped the old index), still answers. */
+static void test_move_ends_under_a_search(void)
+{
+    struct model m;
+    mv_store *s = NULL, *twin = NULL;
+    CHECK_EQ_INT(tm_make_v8("race", 20, &m), MV_OK);
+    CHECK_EQ_INT(tm_open("race", &s), MV_OK);
+    CHECK_EQ_INT(mv_store_open_twin(s, &twin), MV_OK);
+    struct mv_search_query q;
+    tm_query(Q_ALPHA, &q);
+    mv_search *it = NULL;
+    CHECK_EQ_INT(mv_search_begin(s, &q, &it), MV_OK);
+    int more = 1;
+    CHECK_EQ_INT(mv_store_migrate_step(twin, 0, &more), MV_OK);
+    CHECK_EQ_INT(more, 0);
+    char got[512], want[512];
+    int rows = tm_run(it, got, sizeof got);
+    if (rows < 0) {
+        fprintf(stderr, "  search: %s\n", mv_store_errmsg(s));
+    }
+    mv_search_end(&it);
+    tm_expected(&m, Q_ALPHA, want, sizeof want);
+    CHECK_EQ_INT(rows, 6);
+    CHECK(strcmp(got, want) == 0);
+    CHECK(tm_answers_ok(s, &m));
+    /* the first handle finds the move done */
+    CHECK_EQ_INT(mv_store_migrate_step(s, 0, &more), MV_OK);
+    CHECK_EQ_INT(more, 0);
+    mv_store_close(&twin);
+    mv_store_close(&s);
+}
+
+/* The child's give-way function: says it is inside a batch, then waits to be killed. */
+static int tm_stall(void *arg)
+{
+    int fd = *(int *)arg;
+    char c = 'b';
+    if (write(fd, &c, 1) != 1) {
+        _exit(7);
+    }
+    for (;;) {
+        pause();
+    }
+}
+
+/* Kills a process in the middle of a move batch (after `before` rows moved by batches that
+ * committed) and checks the store afterwards. */
+static void tm_kill_in_batch(const char *name, int before)
+{
+    struct model m;
+    CHECK_EQ_INT(tm_make_v8(name, 30, &m), MV_OK);
+    int pipefd[2];
+    CHECK_EQ_INT(pipe(pipefd), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(pipefd[0]);
+        mv_store *s = NULL;
+        int more = 0;
+        if (tm_open(name, &s) != MV_OK ||
+            (before > 0 && mv_store_migrate_step(s, (uint32_t)before, &more) != MV_OK)) {
+            _exit(3);
+        }
+        mv_store_purge_give_way(s, tm_stall, &pipefd[1]);
+        if (mv_store_migrate_step(s, 20, &more) != MV_OK) { /* stalls in its first batch */
+            _exit(4);
+        }
+        _exit(5);
+    }
+    close(pipefd[1]);
+    char c = 0;
+    ssize_t n = read(pipefd[0], &c, 1); /* blocks until the child is inside the batch */
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(pipefd[0]);
+    CHECK_EQ_INT(n, 1);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tm_open(name, &s), MV_OK);
+    struct mv_migration_status st;
+    CHECK_EQ_INT(mv_store_migration(s, &st), MV_OK);
+    CHECK_EQ_INT(st.schema_version, 9);
+    CHECK_EQ_INT(st.migrated_from, 0); /* the killed process's open migrated it */
+    CHECK_EQ_INT(st.fts_moving, 1);
+    CHECK_EQ_INT(st.fts_rows_left, 30 - before); /* nothing of the killed batch kept */
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM fts"), before);
+    CHECK(tm_answers_ok(s, &m));
+    CHECK_EQ_INT(tm_problems(s), 0);
+    int more = 1;
+    CHECK_EQ_INT(mv_store_migrate_step(s, 0, &more), MV_OK);
+    CHECK_EQ_INT(more, 0);
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM fts"), 30);
+    CHECK_EQ_INT(tm_int(s, TM_OLD_EXISTS), 0);
+    CHECK(tm_answers_ok(s, &m));
+    CHECK_EQ_INT(tm_problems(s), 0);
+    mv_store_close(&s);
+}
+
+static void test_kill_in_first_batch(void)
+{
+    tm_kill_in_batch("killfirst", 0);
+}
+
+static void test_kill_in_later_batch(void)
+{
+    tm_kill_in_batch("killlater", 11);
+}
+
+/* A batch that gives way keeps nothing; the next one goes on. */
+static int tm_yes(void *arg)
+{
+    (void)arg;
+    return 1;
+}
+
+static void test_move_gives_way(void)
+{
+    struct model m;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tm_make_v8("giveway", 12, &m), MV_OK);
+    CHECK_EQ_INT(tm_open("giveway", &s), MV_OK);
+    mv_store_purge_give_way(s, tm_yes, NULL);
+    int more = 0;
+    CHECK_EQ_INT(mv_store_migrate_step(s, 5, &more), MV_EBUSY);
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM fts"), 0);
+    CHECK(tm_answers_ok(s, &m));
+    mv_store_purge_give_way(s, NULL, NULL);
+    CHECK_EQ_INT(mv_store_migrate_step(s, 5, &more), MV_OK);
+    CHECK_EQ_INT(more, 1);
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM fts"), 5);
+    CHECK(tm_answers_ok(s, &m));
+    mv_store_close(&s);
+}
+
+int main(void)
+{
+    TEST(test_move_in_steps);
+    TEST(test_move_ends_under_a_search);
+    TEST(test_kill_in_first_batch);
+    TEST(test_kill_in_later_batch);
+    TEST(test_move_gives_way);
+    return th_summary();
+}
