@@ -132,6 +132,11 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The WAL a store's commits may grow before one of them checkpoints it anyway (~64 MiB):
+ * a purge of 1,000 expunged bodies writes ~12,000 frames, and a worker busy with jobs for a
+ * long time never gets to worker_checkpoint(). */
+#define WORKER_WAL_FRAMES_MAX 16384
+
 /* Drain steps (THE DRAIN), each one durable commit: a step goes on while no job waits, up to
  * WORKER_DRAIN_STEP_MS or WORKER_DRAIN_MAX deliveries, and gives way to a job that comes once it
  * has run WORKER_DRAIN_MIN_MS (so the commit, a step's fixed cost, is shared by several
@@ -359,6 +364,13 @@ int worker_store_acquire(struct worker *w,
     if (rc != MV_OK) {
         OPENSSL_cleanse(verifier, sizeof verifier);
         return rc;
+    }
+    /* Checkpoints between jobs (worker_checkpoint), not inside the commit of whichever
+     * command takes the WAL past 1,000 frames; a commit still does it from
+     * WORKER_WAL_FRAMES_MAX on. */
+    if (mv_store_checkpoint_defer(s->store, WORKER_WAL_FRAMES_MAX) != MV_OK) {
+        log_warning("store %s: checkpoints stay in the commits: %s", address,
+                    mv_store_errmsg(s->store));
     }
     snprintf(s->address, sizeof s->address, "%s", address);
     /* The store's own hold (PLACEMENT): the job that opens it holds one already, so this is
@@ -621,6 +633,20 @@ uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us)
  * for a small message, so ~10 ms is about the longest a job that arrives meanwhile waits. */
 #define WORKER_INDEX_BATCH 32
 
+/* The checkpoint the store's commits left due (mv_store_checkpoint_defer), if no job waits:
+ * a PASSIVE one, which never waits for a lock; what a reader holds stays due. */
+static void worker_checkpoint(struct worker *w, struct open_store *s)
+{
+    if (s->store == NULL || !mv_store_checkpoint_due(s->store) || worker_job_waiting(w)) {
+        return;
+    }
+    int rc = mv_store_checkpoint(s->store, NULL, NULL);
+    if (rc != MV_OK) {
+        log_msg(rc == MV_EBUSY ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, "store checkpoint %s: %s",
+                s->address, mv_store_errmsg(s->store));
+    }
+}
+
 int worker_purge_may_give_way(int64_t elapsed_us, int64_t expected_us)
 {
     return expected_us <= 0 || elapsed_us < expected_us / 2;
@@ -698,7 +724,9 @@ static void worker_purge(struct worker *w)
                         mv_store_errmsg(s->store));
                 break;
             }
+            worker_checkpoint(w, s); /* a batch's commits may have made one due */
         }
+        worker_checkpoint(w, s); /* the job's own commit may have */
         /* the files of drained deliveries (THE DRAIN), once the drain is over; not at a stop
          * (an open finds what is left) */
         int more = 1;
@@ -720,6 +748,7 @@ static void worker_purge(struct worker *w)
                             mv_strerror(rc), mv_store_errmsg(s->store));
                 break;
             }
+            worker_checkpoint(w, s); /* as after a purge batch */
         }
     }
 }
@@ -856,6 +885,7 @@ static void worker_migrate_step(struct worker *w, struct open_store *s)
             return;
         }
         s->migrate_batch = worker_migrate_batch_next(s->migrate_batch, metrics_now_us() - t0);
+        worker_checkpoint(w, s); /* as after a purge batch */
         if (worker_job_waiting(w)) {
             break;
         }

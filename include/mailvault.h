@@ -781,6 +781,29 @@ MV_API void mv_store_purge_give_way(mv_store *store, int (*give_way)(void *arg),
 MV_API MV_MUST_CHECK int
 mv_store_index_backlog(mv_store *store, uint32_t max_bodies, uint64_t *left_out);
 
+/* Moves WAL checkpoints out of this handle's commits (for servers). By default a commit that
+ * takes the WAL past 1,000 frames (4 KiB pages) checkpoints it, so whichever command commits
+ * then waits for every frame to be copied back into the database and both files synced.
+ * After mv_store_checkpoint_defer() with frames_max (>= 1000) a commit only notes that a
+ * checkpoint is due (mv_store_checkpoint_due() says 1) and the caller runs it with
+ * mv_store_checkpoint() when it has time (mailvaultd: between jobs); a commit still
+ * checkpoints itself once the WAL holds frames_max frames, which bounds the WAL at about
+ * frames_max x 4 KiB if nobody does. frames_max 0 restores the default. Other handles are
+ * not affected. Returns MV_OK, MV_EINVAL (store NULL, read-only, frames_max 1-999). */
+MV_API MV_MUST_CHECK int mv_store_checkpoint_defer(mv_store *store, uint32_t frames_max);
+
+/* 1 if a commit of store left the checkpoint that mv_store_checkpoint_defer() deferred
+ * (or a PASSIVE checkpoint could not copy every frame: a reader holds them); else 0. */
+MV_API int mv_store_checkpoint_due(const mv_store *store);
+
+/* A PASSIVE checkpoint of store's WAL now: copies the frames no reader still needs and never
+ * waits for a lock. *log_frames (may be NULL) gets the frames in the WAL, *done_frames (may
+ * be NULL) those now in the database; the checkpoint stays due while they differ. Not inside
+ * a transaction or read snapshot. Returns MV_OK, MV_EINVAL (store NULL, read-only, inside a
+ * transaction), MV_EBUSY, MV_EIO. */
+MV_API MV_MUST_CHECK int
+mv_store_checkpoint(mv_store *store, int64_t *log_frames, int64_t *done_frames);
+
 /* ---- Migrations: what the open did, and the work it leaves for later ------------------- */
 
 /* A store of an older schema version is migrated by the first writable open, in one

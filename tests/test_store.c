@@ -800,6 +800,63 @@ static void test_purge(void)
 
 /* ---- flags, modseq, change log, move, UID sets ----------------------------------------- */
 
+/* Appends count messages with a 200 KB random attachment (stored as it is: ~70 WAL frames
+ * each). */
+static int ts_append_big(mv_store *s, int count, uint64_t seed)
+{
+    for (int i = 0; i < count; i++) {
+        size_t len = 0;
+        char *m = ts_message("big", NULL, "checkpoint me", 200000, seed + (uint64_t)i, &len);
+        int rc = ts_append(s, "INBOX", m, len, 0, NULL, 0, NULL);
+        free(m);
+        if (rc != MV_OK) {
+            return rc;
+        }
+    }
+    return MV_OK;
+}
+
+/* mv_store_checkpoint_defer: commits past 1,000 WAL frames leave the checkpoint due instead
+ * of running it (the WAL then holds every frame since the last one, which SQLite's
+ * autocheckpoint would have reset), mv_store_checkpoint runs it; past frames_max a commit
+ * checkpoints itself; frames_max 0 gives the autocheckpoint back. */
+static void test_checkpoint_deferred(void)
+{
+    mv_store *s = NULL;
+    int64_t log = 0, done = 0;
+    CHECK_EQ_INT(ts_open("checkpoint", &s), MV_OK);
+    CHECK_EQ_INT(mv_store_checkpoint_defer(NULL, 2000), MV_EINVAL);
+    CHECK_EQ_INT(mv_store_checkpoint_defer(s, 999), MV_EINVAL);
+    CHECK_EQ_INT(mv_store_checkpoint(NULL, NULL, NULL), MV_EINVAL);
+    CHECK_EQ_INT(mv_store_checkpoint(s, &log, &done), MV_OK); /* an empty start */
+    CHECK_EQ_INT(mv_store_checkpoint_defer(s, 100000), MV_OK);
+    CHECK_EQ_INT(mv_store_checkpoint_due(s), 0);
+    CHECK_EQ_INT(ts_append_big(s, 20, 1000), MV_OK);
+    CHECK_EQ_INT(mv_store_checkpoint_due(s), 1);
+    CHECK_EQ_INT(mv_store_read_begin(s), MV_OK);
+    CHECK_EQ_INT(mv_store_checkpoint(s, &log, &done), MV_EINVAL); /* not inside a snapshot */
+    mv_store_read_end(s);
+    CHECK_EQ_INT(mv_store_checkpoint(s, &log, &done), MV_OK);
+    CHECK(log >= 1000); /* no commit checkpointed (the autocheckpoint resets at 1,000) */
+    CHECK_EQ_INT(done, log);
+    CHECK_EQ_INT(mv_store_checkpoint_due(s), 0);
+
+    /* the bound: from frames_max on a commit checkpoints itself and the WAL starts over */
+    CHECK_EQ_INT(mv_store_checkpoint_defer(s, 1500), MV_OK);
+    CHECK_EQ_INT(ts_append_big(s, 30, 2000), MV_OK);
+    CHECK_EQ_INT(mv_store_checkpoint(s, &log, &done), MV_OK);
+    CHECK(log > 0 && log < 1500);
+
+    /* the default again: the commit past 1,000 frames checkpoints, nothing is due */
+    CHECK_EQ_INT(mv_store_checkpoint_defer(s, 0), MV_OK);
+    CHECK_EQ_INT(ts_append_big(s, 20, 3000), MV_OK);
+    CHECK_EQ_INT(mv_store_checkpoint_due(s), 0);
+    CHECK_EQ_INT(mv_store_checkpoint(s, &log, &done), MV_OK);
+    CHECK(log < 1000);
+    CHECK(ts_check_clean(s));
+    mv_store_close(&s);
+}
+
 static unsigned ts_flags(mv_store *s, const char *mailbox, uint32_t uid, char *kw, size_t kw_size)
 {
     struct mv_message_info info;
@@ -2171,5 +2228,6 @@ int main(void)
     TEST(test_stats);
     TEST(test_fuzz_corpus_append);
     TEST(test_temp_files_in_store_tmp);
+    TEST(test_checkpoint_deferred);
     return th_summary();
 }

@@ -783,6 +783,71 @@ static void test_slot_forgets_purge_costs(void)
     worker_unplace(wt_swho);
 }
 
+/* ---- checkpoints between jobs, not in a job's commits ---- */
+/* The worker opens stores with mv_store_checkpoint_defer: a job whose commits take the WAL
+ * past 1,000 frames leaves the checkpoint due (SQLite's autocheckpoint ran it inside the
+ * commit that crossed, i.e. inside some client's command), and the worker runs it after a
+ * job, once none waits. */
+static const char *wt_cwho = "checkpoint@example.org";
+static int wt_big_rc = -1, wt_due_after_job = -1, wt_due_now = -1;
+
+static void wt_checkpoint_fill(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    struct worker *w = job->worker;
+    wt_big_rc = worker_store_acquire(w, wt_cwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (wt_big_rc != MV_OK) {
+        fprintf(stderr, "  open: %s\n", err);
+        return;
+    }
+    static char msg[64 * 1024];
+    for (int i = 0; i < 80 && wt_big_rc == MV_OK; i++) { /* ~16 frames each, ~1,300 in all */
+        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: big-%d\r\n\r\n", i);
+        for (int k = 0; n < (int)sizeof msg - 32; k++) {
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "%08x%d\r\n", (unsigned)k * 2654435761u,
+                          i);
+        }
+        wt_big_rc =
+            mv_message_append(os->store, "INBOX", msg, (size_t)n, 0, NULL, 1700000000, NULL);
+    }
+    wt_due_after_job = mv_store_checkpoint_due(os->store);
+    worker_store_release(w, os);
+}
+
+static void wt_checkpoint_look(struct job *job)
+{
+    struct open_store *os = worker_store_find(job->worker, wt_cwho);
+    wt_due_now = os != NULL && os->store != NULL ? mv_store_checkpoint_due(os->store) : -1;
+}
+
+static void test_checkpoint_between_jobs(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_cwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    struct worker *w = worker_place(wt_cwho);
+    wt_done = 0;
+    wt_post(w, 1, JOB_LANE_LONG, wt_checkpoint_fill);
+    wt_collect_one();
+    CHECK_EQ_INT(wt_big_rc, MV_OK);
+    CHECK_EQ_INT(wt_due_after_job, 1); /* no commit of the job checkpointed */
+    /* after a job the worker checkpoints (the job that looks may come before it does: poll) */
+    for (int i = 0; i < 300 && wt_due_now != 0; i++) {
+        wt_done = 0;
+        wt_post(w, 2, JOB_LANE_LONG, wt_checkpoint_look);
+        wt_collect_one();
+        if (wt_due_now != 0) {
+            struct pollfd none = {.fd = -1};
+            (void)poll(&none, 0, 100);
+        }
+    }
+    CHECK_EQ_INT(wt_due_now, 0);
+    worker_unplace(wt_cwho);
+}
+
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
 static int wt_start(void)
 {
@@ -810,6 +875,7 @@ int main(void)
     TEST(test_placement_least_loaded);
     TEST(test_drain_before_purge);
     TEST(test_slot_forgets_purge_costs);
+    TEST(test_checkpoint_between_jobs);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);

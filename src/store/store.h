@@ -137,6 +137,11 @@ struct mv_store {
     /* The old full-text index was found gone (store_fts_move.c): only a migration at open
      * makes it, so this handle never looks again. */
     int fts_moved_all;
+    /* mv_store_checkpoint_defer(): 0, SQLite's autocheckpoint in the commit; else a commit
+     * checkpoints only from this many WAL frames on, and checkpoint_due says that one is
+     * due (store_checkpoint.c). */
+    uint32_t checkpoint_frames_max;
+    int checkpoint_due;
 };
 
 /* ---- store_path.c ---- */
@@ -187,6 +192,10 @@ void store_lock_release(int *fd);
  * operation starts (store_begin, mv_store_read_begin, check, repair). MV_OK, or the error
  * of the reopen (the flag stays: the next operation tries again). */
 int store_ready(mv_store *s);
+
+/* ---- store_checkpoint.c ---- */
+/* Installs the WAL hook of mv_store_checkpoint_defer() on s->db again (a new connection). */
+void store_checkpoint_install(mv_store *s);
 
 /* ---- store_queue.c: names and sizes other layers need ---- */
 #define STORE_PUBLIC_KEY_SIZE 32 /* the .pub file: an X25519 public key */

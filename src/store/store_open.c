@@ -240,6 +240,7 @@ int store_ready(mv_store *s)
         rc = store_message_functions(s); /* functions belong to a connection, not the file */
     }
     if (rc == MV_OK) {
+        store_checkpoint_install(s); /* so does the WAL hook */
         s->reconnect = 0;
         s->reconnects++;
     }
