@@ -394,6 +394,13 @@ int worker_store_acquire(struct worker *w,
         log_warning("store %s: no second handle for reads (%s): its reads wait for its writes",
                     address, mv_store_errmsg(s->store));
         s->reader = NULL;
+    } else if (mv_store_checkpoint_defer(s->reader, WORKER_WAL_FRAMES_MAX) != MV_OK) {
+        /* The reader commits too (a \Recent claim, imap_recent.c): with SQLite's
+         * autocheckpoint that commit would run the checkpoint the writer's commits left
+         * (up to WORKER_WAL_FRAMES_MAX frames) inside a NOOP or FETCH on the fast lane. Its
+         * own due flag is not read: the writer's next commit sees the same WAL. */
+        log_warning("store %s: the reader's checkpoints stay in its commits: %s", address,
+                    mv_store_errmsg(s->reader));
     }
     /* No step here: the login answers from the store as it is (THE DRAIN). */
     /* The first step after the login's job (this one) and the next one, or after the grace. */

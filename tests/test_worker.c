@@ -789,7 +789,7 @@ static void test_slot_forgets_purge_costs(void)
  * commit that crossed, i.e. inside some client's command), and the worker runs it after a
  * job, once none waits. */
 static const char *wt_cwho = "checkpoint@example.org";
-static int wt_big_rc = -1, wt_due_after_job = -1, wt_due_now = -1;
+static int wt_big_rc = -1, wt_due_after_job = -1, wt_due_now = -1, wt_reader_due = -1;
 
 static void wt_checkpoint_fill(struct job *job)
 {
@@ -812,6 +812,14 @@ static void wt_checkpoint_fill(struct job *job)
             mv_message_append(os->store, "INBOX", msg, (size_t)n, 0, NULL, 1700000000, NULL);
     }
     wt_due_after_job = mv_store_checkpoint_due(os->store);
+    /* a commit on the reader's handle (as a \Recent claim) leaves it due too, rather than
+     * checkpointing the writer's frames inside a read job */
+    if (wt_big_rc == MV_OK && os->reader != NULL) {
+        static const char small[] = "Subject: r\r\n\r\nr\r\n";
+        wt_big_rc = mv_message_append(os->reader, "INBOX", small, sizeof small - 1, 0, NULL,
+                                      1700000000, NULL);
+        wt_reader_due = mv_store_checkpoint_due(os->reader);
+    }
     worker_store_release(w, os);
 }
 
@@ -834,6 +842,7 @@ static void test_checkpoint_between_jobs(void)
     wt_collect_one();
     CHECK_EQ_INT(wt_big_rc, MV_OK);
     CHECK_EQ_INT(wt_due_after_job, 1); /* no commit of the job checkpointed */
+    CHECK_EQ_INT(wt_reader_due, 1);    /* nor the reader's (it had SQLite's autocheckpoint) */
     /* after a job the worker checkpoints (the job that looks may come before it does: poll) */
     for (int i = 0; i < 300 && wt_due_now != 0; i++) {
         wt_done = 0;

@@ -36,6 +36,8 @@ static int store_checkpoint_hook(void *arg, sqlite3 *db, const char *name, int f
         if (sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, &log, &done) ==
             SQLITE_OK) {
             s->checkpoint_due = done < log;
+        } else {
+            s->checkpoint_due = 1; /* (another connection checkpoints): still to do */
         }
     } else if (frames >= STORE_CHECKPOINT_DUE_FRAMES) {
         s->checkpoint_due = 1;
