@@ -5,7 +5,8 @@
  * on either side of the move's cursor, mail appended meanwhile, another handle ending the move
  * under a prepared search), mv_store_check finds nothing wrong at any point, and a process
  * killed in the middle of a batch leaves a store that opens, answers the same and finishes
- * the move.
+ * the move. A move that fails on a damaged old index does not block mv_store_repair: it
+ * drops the old index and rebuilds the rows from the bodies.
  *
  * The answers are checked against a model: message i says which words it holds.
  */
@@ -422,6 +423,36 @@ static void test_move_gives_way(void)
     mv_store_close(&s);
 }
 
+/* A move that fails on every batch (the old index damaged: here its content table gone)
+ * does not block the repair: it drops the old index and makes the rows from the bodies
+ * (the repair returned the move's error at every try, and so did maintenance). */
+static void test_repair_after_failed_move(void)
+{
+    struct model m;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tm_make_v8("broken", 20, &m), MV_OK);
+    CHECK_EQ_INT(tm_open("broken", &s), MV_OK);
+    int more = 0;
+    CHECK_EQ_INT(mv_store_migrate_step(s, 5, &more), MV_OK);
+    CHECK_EQ_INT(more, 1);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "DROP TABLE fts_old_content"), SQLITE_OK);
+    CHECK(mv_store_migrate_step(s, 5, &more) != MV_OK);
+    struct mv_repair_report r;
+    int rc = mv_store_repair(s, &r);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  repair: %s\n", mv_store_errmsg(s));
+    }
+    CHECK_EQ_INT(rc, MV_OK);
+    CHECK_EQ_INT(tm_int(s, TM_OLD_EXISTS), 0);
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM fts"), 20);
+    CHECK(r.fts_rows_added >= 15);
+    CHECK(tm_answers_ok(s, &m));
+    CHECK_EQ_INT(tm_problems(s), 0);
+    CHECK_EQ_INT(mv_store_migrate_step(s, 0, &more), MV_OK);
+    CHECK_EQ_INT(more, 0);
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     TEST(test_move_in_steps);
@@ -429,5 +460,6 @@ int main(void)
     TEST(test_kill_in_first_batch);
     TEST(test_kill_in_later_batch);
     TEST(test_move_gives_way);
+    TEST(test_repair_after_failed_move);
     return th_summary();
 }

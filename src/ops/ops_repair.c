@@ -150,6 +150,14 @@ int mv_store_repair(mv_store *s, struct mv_repair_report *out)
     /* The full-text index a migration left to fill goes first (store_fts_move.c): the repair
      * below rebuilds fts alone, and must find every row there. */
     int rc = mv_store_migrate_step(s, 0, NULL);
+    if (rc == MV_ECORRUPT || rc == MV_ERROR) {
+        /* A batch that fails on the old index (damaged, a shadow table gone) fails at every
+         * try, and with it every repair and maintenance: the old index goes instead, and the
+         * rebuild below makes the rows it still held from the bodies' bytes. Committed on
+         * its own: should the rest of the repair fail, searches no longer read an index
+         * they could not read anyway. */
+        rc = store_fts_move_abandon(s);
+    }
     if (rc != MV_OK) {
         return rc;
     }

@@ -222,6 +222,10 @@ int store_fence_remove(const struct store_paths *p, char *errmsg, size_t errmsg_
 int store_fts_move_begin(mv_store *s);
 /* *exists: whether the old index is still there (read in the caller's transaction, if any). */
 int store_fts_old_exists(mv_store *s, int *exists);
+/* Gives up the move (mv_store_repair, when a batch fails on a damaged old index): drops
+ * what is left of the old index and its cursor in one transaction of its own; the rows it
+ * still held are then missing from fts, for the repair's rebuild from the bodies. */
+int store_fts_move_abandon(mv_store *s);
 
 /* ---- store_schema.c ---- */
 /* Creates or migrates the schema in one transaction. MV_OK or an MV_E* code. */

@@ -81,6 +81,29 @@ static int store_fts_move_end(mv_store *s, int empty)
     return rc;
 }
 
+int store_fts_move_abandon(mv_store *s)
+{
+    int rc = store_begin(s), began = rc == MV_OK;
+    if (rc == MV_OK) {
+        rc = store_exec(s, "DROP TABLE IF EXISTS " STORE_FTS_OLD);
+    }
+    if (rc == MV_OK) {
+        rc = store_exec(s, "DROP TABLE IF EXISTS " STORE_FTS_DROP);
+    }
+    if (rc == MV_OK) {
+        rc = store_exec(s, "DELETE FROM meta WHERE key = '" STORE_FTS_MOVED_KEY "'");
+    }
+    if (rc == MV_OK) {
+        rc = store_commit(s);
+    } else if (began) {
+        store_rollback(s);
+    }
+    if (rc == MV_OK) {
+        s->fts_moved_all = 1;
+    }
+    return rc;
+}
+
 int store_fts_move_begin(mv_store *s)
 {
     sqlite3_stmt *st = NULL;
