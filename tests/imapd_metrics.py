@@ -107,7 +107,15 @@ def sessions(args):
     R.report("setup: a wrong password is refused", b" NO " in tagged, tagged)
     c.close()
     c = imapd_common.imap_login(args.imap, user, password, 30)
-    _, t1 = c.command("SELECT INBOX")
+    u1, t1 = c.command("SELECT INBOX")
+    # The LMTP delivery was sealed (the store was not open) and the worker moves it in after
+    # the login (imapd/worker.c THE DRAIN): wait for it, so that FETCH 1:* below has a
+    # message (it raced the drain step and got "BAD no such message sequence number").
+    untagged, deadline = u1, time.monotonic() + 60
+    while not any(t.endswith(b" EXISTS") and t != b"* 0 EXISTS" for t, _ in untagged) and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+        untagged, _ = c.command("NOOP")
     _, t2 = c.command("SELECT Nope")
     _, t3 = c.command("SELECT INBOX")
     _, t4 = c.command("FETCH 1:* (FLAGS)")
