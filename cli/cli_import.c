@@ -125,7 +125,10 @@ int cli_import_main(int argc, char **argv)
         mv_import(store, path, cli_store_mailbox(&args), cli_import_on_progress, &run, &stats);
     cli_progress_finish(&run.progress);
     rc = cli_import_report(&stats, mv_rc, store);
-    cli_import_signals_restore(&run);
+    /* The handlers stay until the store is closed: a signal that comes after the summary, while
+     * the close checkpoints, killed the process with the import done and reported (exit 143
+     * after "imported N"); now the import's status stands. */
     mv_store_close(&store);
+    cli_import_signals_restore(&run);
     return rc;
 }
