@@ -606,19 +606,25 @@ static int64_t worker_sweep_period_ms(void)
 #define WORKER_PURGE_BATCH_FIRST 8
 #define WORKER_PURGE_BATCH_MAX   48
 
-uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us)
+/* The next size of a batch that should take about target_us, from the last one's (batch
+ * items in elapsed_us; 0: none yet, WORKER_PURGE_BATCH_FIRST): at most twice the last and
+ * max, at least 1 (the purge's and the full-text move's batches). */
+static uint32_t
+worker_batch_next(uint32_t batch, int64_t elapsed_us, uint64_t target_us, uint64_t max)
 {
     if (batch == 0) {
         return WORKER_PURGE_BATCH_FIRST;
     }
     uint64_t grown = (uint64_t)batch * 2;
-    uint64_t fit =
-        elapsed_us > 0 ? (uint64_t)batch * WORKER_PURGE_TARGET_US / (uint64_t)elapsed_us : grown;
+    uint64_t fit = elapsed_us > 0 ? (uint64_t)batch * target_us / (uint64_t)elapsed_us : grown;
     uint64_t next = fit < grown ? fit : grown;
-    if (next > WORKER_PURGE_BATCH_MAX) {
-        next = WORKER_PURGE_BATCH_MAX;
-    }
+    next = next > max ? max : next;
     return next < 1 ? 1 : (uint32_t)next;
+}
+
+uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us)
+{
+    return worker_batch_next(batch, elapsed_us, WORKER_PURGE_TARGET_US, WORKER_PURGE_BATCH_MAX);
 }
 
 /* After a job, while no other job waits: deletes what expunges left for mv_store_purge() on
@@ -846,15 +852,7 @@ static int worker_drain_yield(void *arg)
 
 static uint32_t worker_migrate_batch_next(uint32_t batch, int64_t elapsed_us)
 {
-    if (batch == 0) {
-        return WORKER_PURGE_BATCH_FIRST;
-    }
-    uint64_t grown = (uint64_t)batch * 2;
-    uint64_t fit =
-        elapsed_us > 0 ? (uint64_t)batch * WORKER_MIGRATE_TARGET_US / (uint64_t)elapsed_us : grown;
-    uint64_t next = fit < grown ? fit : grown;
-    next = next > WORKER_MIGRATE_BATCH_MAX ? WORKER_MIGRATE_BATCH_MAX : next;
-    return next < 1 ? 1 : (uint32_t)next;
+    return worker_batch_next(batch, elapsed_us, WORKER_MIGRATE_TARGET_US, WORKER_MIGRATE_BATCH_MAX);
 }
 
 /* mv_store_purge_give_way() for a batch of the move: it stops when a job comes for this
