@@ -208,6 +208,21 @@ static int store_fts_move_left(mv_store *s, uint64_t *left)
     return rc;
 }
 
+/* The end of a batch's transaction (the move's or the drop's): committed if all went well,
+ * else rolled back (if it began); MV_EBUSY if it gave way (GIVING WAY). */
+static int store_fts_batch_end(mv_store *s, int rc, int began)
+{
+    if (rc == MV_OK) {
+        rc = store_commit(s);
+    } else if (began) {
+        store_rollback(s);
+    }
+    if (rc != MV_OK && s->purge_gave_way) {
+        rc = store_fail(s, MV_EBUSY, "the full-text move gave way to a waiting command");
+    }
+    return rc;
+}
+
 /* One transaction: up to max rows moved, or, with none left, the end of the move. MV_EBUSY:
  * it gave way, nothing kept. */
 static int store_fts_move_batch(mv_store *s, uint32_t max)
@@ -231,15 +246,7 @@ static int store_fts_move_batch(mv_store *s, uint32_t max)
     if (rc == MV_OK && exists) {
         rc = to < 0 ? store_fts_move_end(s, 0) : store_fts_move_rows(s, from, to);
     }
-    if (rc == MV_OK) {
-        rc = store_commit(s);
-    } else if (began) {
-        store_rollback(s);
-    }
-    if (rc != MV_OK && s->purge_gave_way) {
-        rc = store_fail(s, MV_EBUSY, "the full-text move gave way to a waiting command");
-    }
-    return rc;
+    return store_fts_batch_end(s, rc, began);
 }
 
 /* A row deleted from a shadow table costs ~1/20 of a row moved (its page freed, no
@@ -293,15 +300,7 @@ static int store_fts_drop_batch(mv_store *s, uint32_t max)
     if (rc == MV_OK && exists && budget > 0) { /* every shadow row gone: the table is small */
         rc = store_exec(s, "DROP TABLE " STORE_FTS_DROP);
     }
-    if (rc == MV_OK) {
-        rc = store_commit(s);
-    } else if (began) {
-        store_rollback(s);
-    }
-    if (rc != MV_OK && s->purge_gave_way) {
-        rc = store_fail(s, MV_EBUSY, "the full-text move gave way to a waiting command");
-    }
-    return rc;
+    return store_fts_batch_end(s, rc, began);
 }
 
 /* *exists: whether the move (fts_old) or its dropping (fts_old_drop) is not done. */
