@@ -800,7 +800,10 @@ def cmd_report(a):
         dc = "Dovecot" if "dovecot" in d["servers"] else "Dovecot (not run)"
         lines.append(
             f"- {int(k):,} messages ({d['corpus']['bytes'] / 2**30:.2f} GiB, seed "
-            f"{d['corpus']['seed']}): {d['date']}, {d['rounds']} pairs (expunge 2), "
+            f"{d['corpus']['seed']}"
+            + ("" if d["corpus"].get("attach_percent", 5.0) == 5.0 else
+               f", attachments in {d['corpus']['attach_percent']:g}% of the messages, not 5%")
+            + f"): {d['date']}, {d['rounds']} pairs (expunge 2), "
             f"{d['lmtp_messages']} LMTP deliveries, {d['seconds']:.0f} s, load "
             f"{d['machine']['load_start']:.1f}-{d['machine']['load_end']:.1f}"
             f"{'' if d.get('complete', True) else ' (INCOMPLETE: interrupted)'}; peak RSS "
