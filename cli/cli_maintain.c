@@ -8,12 +8,14 @@
  *
  * IMPLEMENTATION NOTES
  *   With USER: mv_store_maintain() and one line per step saying what was done and why.
- *   Exit 1 when VACUUM was needed but refused for lack of disk, or quick_check found
- *   problems. With --all no password exists, so nothing that reads pages can run: each
- *   store gets the keyless checks (header, permissions, WAL size against --wal-limit) and
- *   the note that its keyed maintenance needs the password. Exit 1 if a keyless check
- *   failed. Progress (the current step, or the stores done) is drawn on stderr only when
- *   it is a terminal: cron and scripts see only the report.
+ *   Exit 75 when VACUUM was needed but refused for lack of disk, 65 when quick_check found
+ *   problems or the full-text move a migration left cannot go on (the other steps are done;
+ *   stderr and a `full-text move: FAILED` line name `mailvault repair`). With --all no
+ *   password exists, so nothing that reads pages can run: each store gets the keyless checks
+ *   (header, permissions, WAL size against --wal-limit) and the note that its keyed
+ *   maintenance needs the password. Exit 1 if a keyless check failed. Progress (the current
+ *   step, or the stores done) is drawn on stderr only when it is a terminal: cron and scripts
+ *   see only the report.
  */
 #include "cli.h"
 
@@ -113,6 +115,11 @@ static void cli_maintain_print(const char *address,
                r->slack_ratio * 100.0, o->vacuum_slack_percent);
     }
     cli_maintain_vacuum_line(r, o);
+    if (r->fts_move_failed) {
+        printf("full-text move: FAILED, the old index cannot be read (mailvault repair %s ends "
+               "the move)\n",
+               address);
+    }
     char last[32] = "never";
     if (r->quick_check_last_at > 0) {
         cli_text_time_iso(r->quick_check_last_at, last, sizeof last);

@@ -883,8 +883,11 @@ static void worker_migrate_step(struct worker *w, struct open_store *s)
         }
         if (rc != MV_OK) {
             log_error("store migrate %s: full-text move failed: %s (%s); tried again at the next "
-                      "open",
-                      s->address, mv_strerror(rc), mv_store_errmsg(s->store));
+                      "open%s",
+                      s->address, mv_strerror(rc), mv_store_errmsg(s->store),
+                      rc == MV_ECORRUPT || rc == MV_ERROR
+                          ? "; if it fails again, `mailvault repair` on the store ends the move"
+                          : "");
             s->migrate_more = 0;
             metrics_gauge_add(METRIC_MIGRATING_STORES, -1);
             return;

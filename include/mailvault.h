@@ -1365,6 +1365,9 @@ struct mv_maintain_report {
                                     maintain_last_at are filled in */
     int64_t maintain_last_at;    /* the last completed maintenance before this call (Unix
                                     seconds, the store's record); 0: never */
+    int fts_move_failed;         /* 1: the full-text move a migration left (schema 9) cannot
+                                    go on (its old index is damaged); the other steps ran and
+                                    the call returns MV_ECORRUPT; mv_store_repair() ends it */
 };
 
 /* Maintains an open store, safe while other connections deliver and read: PRAGMA optimize
@@ -1380,8 +1383,9 @@ struct mv_maintain_report {
  * $MAILVAULT_TEST_FREE_BYTES, if set, replaces the free disk the statvfs probe reports (a
  * test hook). *out is filled as far as the work got.
  * Returns MV_OK; MV_ENOSPC (VACUUM needed but refused: the rest was done); MV_ECORRUPT
- * (quick_check found problems); MV_EINVAL (read-only handle, NULL out, bad thresholds);
- * MV_EBUSY, MV_EIO, MV_ENOMEM. Detail in mv_store_errmsg(). */
+ * (quick_check found problems, or the full-text move of a migration cannot go on:
+ * out->fts_move_failed, the rest was done, mv_store_repair() ends the move); MV_EINVAL (read-only
+ * handle, NULL out, bad thresholds); MV_EBUSY, MV_EIO, MV_ENOMEM. Detail in mv_store_errmsg(). */
 MV_API MV_MUST_CHECK int mv_store_maintain(mv_store *store,
                                            const struct mv_maintain_options *opts,
                                            struct mv_maintain_report *out);

@@ -6,7 +6,8 @@
  * under a prepared search), mv_store_check finds nothing wrong at any point, and a process
  * killed in the middle of a batch leaves a store that opens, answers the same and finishes
  * the move. A move that fails on a damaged old index does not block mv_store_repair: it
- * drops the old index and rebuilds the rows from the bodies.
+ * drops the old index and rebuilds the rows from the bodies, nor the other steps of
+ * mv_store_maintain (which reports it and names the repair).
  *
  * The answers are checked against a model: message i says which words it holds.
  */
@@ -453,6 +454,39 @@ static void test_repair_after_failed_move(void)
     mv_store_close(&s);
 }
 
+/* A move that fails on a damaged old index does not stop the rest of mv_store_maintain: the
+ * checkpoint, the measurements and the quick_check run, the run is recorded, and the call
+ * says what is wrong (MV_ECORRUPT, fts_move_failed, a message naming the repair). The old
+ * code returned the move's error before any other step (page_count 0, no quick_check). */
+static void test_maintain_after_failed_move(void)
+{
+    struct model m;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tm_make_v8("maintainbroken", 20, &m), MV_OK);
+    CHECK_EQ_INT(tm_open("maintainbroken", &s), MV_OK);
+    int more = 0;
+    CHECK_EQ_INT(mv_store_migrate_step(s, 5, &more), MV_OK);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "DROP TABLE fts_old_content"), SQLITE_OK);
+    struct mv_maintain_options o = MV_MAINTAIN_OPTIONS_INIT;
+    o.flags |= MV_MAINTAIN_QUICK_CHECK | MV_MAINTAIN_NO_VACUUM;
+    struct mv_maintain_report r;
+    int rc = mv_store_maintain(s, &o, &r);
+    CHECK_EQ_INT(rc, MV_ECORRUPT);
+    CHECK_EQ_INT(r.fts_move_failed, 1);
+    CHECK(strstr(mv_store_errmsg(s), "full-text move") != NULL);
+    CHECK(strstr(mv_store_errmsg(s), "mailvault repair") != NULL);
+    CHECK(r.page_count > 0);
+    CHECK_EQ_INT(r.quick_check, MV_QUICK_CHECK_OK);
+    CHECK(tm_int(s, "SELECT count(*) FROM meta WHERE key = 'ops:maintained_at'") == 1);
+    /* the repair ends it, and the next maintenance is clean */
+    struct mv_repair_report rr;
+    CHECK_EQ_INT(mv_store_repair(s, &rr), MV_OK);
+    CHECK_EQ_INT(mv_store_maintain(s, &o, &r), MV_OK);
+    CHECK_EQ_INT(r.fts_move_failed, 0);
+    CHECK(tm_answers_ok(s, &m));
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     TEST(test_move_in_steps);
@@ -461,5 +495,6 @@ int main(void)
     TEST(test_kill_in_later_batch);
     TEST(test_move_gives_way);
     TEST(test_repair_after_failed_move);
+    TEST(test_maintain_after_failed_move);
     return th_summary();
 }

@@ -25,6 +25,10 @@
  *      (busy_timeout 30 s) or go to the sealed queue.
  *   5. PRAGMA quick_check when the last one recorded in meta is older than
  *      quick_check_days; its time and result are recorded.
+ *   Before them, the purge of expunged bodies and what a migration left (the full-text move
+ *   of schema 9); a move that fails on its old index is reported (fts_move_failed, an
+ *   MV_ECORRUPT that names `mailvault repair`) and the steps above still run, so a damaged
+ *   old index never stops a store's checkpoints, VACUUM and quick_check.
  *   Before all of them, min_interval_s and store_bytes_max may end the call with nothing
  *   done (ops_maintain_skip); the run's time is recorded in meta (ops:maintained_at) after
  *   them, which is what min_interval_s reads.
@@ -289,6 +293,23 @@ ops_maintain_skip(mv_store *s, const struct mv_maintain_options *o, struct mv_ma
     return MV_OK;
 }
 
+/* The full-text move a migration left (store_fts_move.c), to its end. A batch that fails on
+ * the old index itself (damaged, a shadow table gone: MV_ECORRUPT or MV_ERROR, the classes
+ * mv_store_repair() ends the move on) fails the same way at every try, so it does not stop
+ * the other steps: out->fts_move_failed is set and its detail kept in error for the end of
+ * the run. Anything else (busy, I/O, memory) ends the run as any step's failure does. */
+static int
+ops_maintain_move(mv_store *s, struct mv_maintain_report *out, char *error, size_t error_size)
+{
+    int rc = mv_store_migrate_step(s, 0, NULL);
+    if (rc == MV_ECORRUPT || rc == MV_ERROR) {
+        snprintf(error, error_size, "%s", s->errmsg);
+        out->fts_move_failed = 1;
+        rc = MV_OK;
+    }
+    return rc;
+}
+
 int mv_store_maintain(mv_store *s,
                       const struct mv_maintain_options *opts,
                       struct mv_maintain_report *out)
@@ -316,8 +337,9 @@ int mv_store_maintain(mv_store *s,
         rc = mv_store_purge(s, 0, NULL); /* expunged bodies first: the checkpoint and the
                                             measurements then see the store without them */
     }
+    char move_error[sizeof s->errmsg] = "";
     if (rc == MV_OK) { /* what a migration left (the full-text move), and its old index's pages */
-        rc = mv_store_migrate_step(s, 0, NULL);
+        rc = ops_maintain_move(s, out, move_error, sizeof move_error);
     }
     if (rc == MV_OK) {
         rc = ops_maintain_wal(s, out);
@@ -336,7 +358,13 @@ int mv_store_maintain(mv_store *s,
         rc = rc == MV_OK ? meta_rc : rc;
     }
     out->bytes_after = ops_store_bytes(s);
-    if (rc == MV_OK && out->vacuum == MV_VACUUM_REFUSED_DISK) {
+    if ((rc == MV_OK || rc == MV_ENOSPC) && out->fts_move_failed) {
+        rc = store_fail(s, MV_ECORRUPT,
+                        "the full-text move of the schema 9 migration cannot go on (%s); "
+                        "`mailvault repair` ends it (it drops the old index and rebuilds its "
+                        "rows from the bodies); the other maintenance steps were done",
+                        move_error);
+    } else if (rc == MV_OK && out->vacuum == MV_VACUUM_REFUSED_DISK) {
         rc = store_fail(s, MV_ENOSPC,
                         "VACUUM refused: %llu bytes free on the disk of %s, it needs twice the "
                         "store (%llu bytes)",
