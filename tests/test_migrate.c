@@ -424,6 +424,208 @@ static void test_move_gives_way(void)
     mv_store_close(&s);
 }
 
+/* Every state of the drop must be a sound database: PRAGMA integrity_check says ok, and each
+ * FTS5 table passes FTS5's own integrity-check (which integrity_check runs itself from SQLite
+ * 3.44 on; Debian 12 has 3.40, so it is run here by name). 1 if sound (problems printed). */
+static int tm_sound(mv_store *s)
+{
+    sqlite3 *db = mv_store_db(s);
+    sqlite3_stmt *st = NULL;
+    int ok = 1;
+    if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK) {
+        return 0;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *line = (const char *)sqlite3_column_text(st, 0);
+        if (line == NULL || strcmp(line, "ok") != 0) {
+            fprintf(stderr, "  integrity_check: %s\n", line != NULL ? line : "(null)");
+            ok = 0;
+        }
+    }
+    sqlite3_finalize(st);
+    if (sqlite3_prepare_v2(db,
+                           "SELECT name FROM sqlite_schema WHERE type = 'table' AND sql LIKE "
+                           "'CREATE VIRTUAL TABLE%USING fts5%'",
+                           -1, &st, NULL) != SQLITE_OK) {
+        return 0;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        char sql[256];
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        snprintf(sql, sizeof sql, "INSERT INTO \"%s\"(\"%s\") VALUES('integrity-check')", name,
+                 name);
+        if (tu_exec(db, sql) != SQLITE_OK) {
+            fprintf(stderr, "  %s: FTS5 integrity-check: %s\n", name, sqlite3_errmsg(db));
+            ok = 0;
+        }
+    }
+    sqlite3_finalize(st);
+    return ok && tm_problems(s) == 0;
+}
+
+#define TM_GONE_TABLES                                                                             \
+    "SELECT count(*) FROM sqlite_schema WHERE name LIKE 'fts\\_gone\\_%' ESCAPE '\\'"
+#define TM_DROP_LEFT                                                                               \
+    "SELECT count(*) FROM sqlite_schema WHERE name = 'fts_old_drop' OR name LIKE "                 \
+    "'fts\\_gone\\_%' ESCAPE '\\'"
+
+static long long max_ll(long long a, long long b)
+{
+    return a > b ? a : b;
+}
+
+/* The rows left in the detached tables of the old index (each dropped once empty). */
+static long long tm_gone_rows(mv_store *s)
+{
+    static const char *const tables[] = {"fts_gone_data", "fts_gone_idx", "fts_gone_content",
+                                         "fts_gone_docsize"};
+    long long rows = 0;
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM sqlite_schema WHERE name = '%s'",
+                 tables[i]);
+        if (tm_int(s, sql) == 1) {
+            snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", tables[i]);
+            rows += tm_int(s, sql);
+        }
+    }
+    return rows;
+}
+
+/* A store whose move is over and whose old index is about to be dropped (rows all moved). */
+static void tm_moved(const char *name, int count, struct model *m, mv_store **s)
+{
+    CHECK_EQ_INT(tm_make_v8(name, count, m), MV_OK);
+    CHECK_EQ_INT(tm_open(name, s), MV_OK);
+    int more = 0;
+    CHECK_EQ_INT(mv_store_migrate_step(*s, (uint32_t)count, &more), MV_OK); /* every row */
+    CHECK_EQ_INT(more, 1);
+}
+
+/* The old index is freed in batches, and the database is sound between any two of them (the
+ * old code deleted the rows of a virtual table's shadow tables under it: its FTS5
+ * integrity-check failed after the first drop batch). */
+static void test_drop_in_batches(void)
+{
+    struct model m;
+    mv_store *s = NULL;
+    tm_moved("dropsteps", 40, &m, &s);
+    long long pages_moved = tm_int(s, "PRAGMA page_count");
+    int more = 1, batches = 0;
+    long long vtabs_max = 0;
+    while (more && batches < 1000) {
+        CHECK_EQ_INT(mv_store_migrate_step(s, 1, &more), MV_OK);
+        batches++;
+        CHECK(tm_sound(s));
+        CHECK_EQ_INT(tm_int(s, TM_OLD_EXISTS), 0);
+        vtabs_max = max_ll(vtabs_max, tm_int(s, "SELECT count(*) FROM sqlite_schema WHERE sql "
+                                                "LIKE 'CREATE VIRTUAL TABLE%'"));
+        CHECK_EQ_INT(more, tm_int(s, TM_DROP_LEFT) > 0);
+        struct mv_migration_status st;
+        CHECK_EQ_INT(mv_store_migration(s, &st), MV_OK);
+        CHECK_EQ_INT(st.fts_moving, more);
+        CHECK(tm_answers_ok(s, &m));
+    }
+    CHECK(batches >= 4);        /* detached, then 16 rows a batch of ~100 */
+    CHECK_EQ_INT(vtabs_max, 1); /* fts alone from the first batch on */
+    CHECK_EQ_INT(more, 0);
+    CHECK_EQ_INT(tm_int(s, TM_DROP_LEFT), 0);
+    CHECK(tm_int(s, "PRAGMA page_count") < pages_moved);
+    mv_store_close(&s);
+}
+
+/* A process killed inside a drop batch (after some committed) leaves a sound store whose next
+ * calls finish the drop; a batch that gives way deletes nothing. */
+static void test_drop_killed_and_gives_way(void)
+{
+    struct model m;
+    mv_store *s = NULL;
+    tm_moved("dropkill", 40, &m, &s);
+    int more = 0;
+    CHECK_EQ_INT(mv_store_migrate_step(s, 1, &more), MV_OK); /* detaches */
+    CHECK_EQ_INT(mv_store_migrate_step(s, 1, &more), MV_OK); /* 16 rows deleted */
+    CHECK_EQ_INT(more, 1);
+    long long gone = tm_gone_rows(s);
+    CHECK(gone > 16);
+    mv_store_purge_give_way(s, tm_yes, NULL);
+    CHECK_EQ_INT(mv_store_migrate_step(s, 1, &more), MV_EBUSY);
+    mv_store_purge_give_way(s, NULL, NULL);
+    CHECK_EQ_INT(tm_gone_rows(s), gone);
+    CHECK(tm_sound(s));
+    mv_store_close(&s);
+
+    int pipefd[2];
+    CHECK_EQ_INT(pipe(pipefd), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(pipefd[0]);
+        if (tm_open("dropkill", &s) != MV_OK || mv_store_migrate_step(s, 1, &more) != MV_OK) {
+            _exit(3);
+        }
+        mv_store_purge_give_way(s, tm_stall, &pipefd[1]);
+        if (mv_store_migrate_step(s, 1, &more) != MV_OK) { /* stalls in its first delete */
+            _exit(4);
+        }
+        _exit(5);
+    }
+    close(pipefd[1]);
+    char c = 0;
+    ssize_t n = read(pipefd[0], &c, 1); /* blocks until the child is inside the batch */
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(pipefd[0]);
+    CHECK_EQ_INT(n, 1);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+    CHECK_EQ_INT(tm_open("dropkill", &s), MV_OK);
+    long long left = tm_gone_rows(s);
+    CHECK_EQ_INT(left, gone - 16); /* the child's first batch, not its killed one */
+    struct mv_migration_status st;
+    CHECK_EQ_INT(mv_store_migration(s, &st), MV_OK);
+    CHECK_EQ_INT(st.fts_moving, 1);
+    CHECK(tm_sound(s));
+    CHECK(tm_answers_ok(s, &m));
+    CHECK_EQ_INT(mv_store_migrate_step(s, 0, &more), MV_OK);
+    CHECK_EQ_INT(more, 0);
+    CHECK_EQ_INT(tm_int(s, TM_DROP_LEFT), 0);
+    CHECK(tm_sound(s));
+    CHECK(tm_answers_ok(s, &m));
+    mv_store_close(&s);
+}
+
+/* A store an earlier build left mid-drop (the old index renamed fts_old_drop, rows of its
+ * shadow tables deleted under it but the two FTS5 reads to connect) is detached by the next
+ * batch and freed as any other. */
+static void test_drop_of_earlier_build(void)
+{
+    struct model m;
+    mv_store *s = NULL;
+    tm_moved("droplegacy", 30, &m, &s);
+    static const char *const earlier_build =
+        "BEGIN; ALTER TABLE fts_old RENAME TO fts_old_drop; DELETE FROM meta WHERE "
+        "key = 'fts_moved'; DELETE FROM fts_old_drop_content WHERE rowid <= 10; "
+        "DELETE FROM fts_old_drop_docsize WHERE rowid <= 10; DELETE FROM "
+        "fts_old_drop_data WHERE rowid NOT IN (1, 10) AND rowid IN (SELECT rowid "
+        "FROM fts_old_drop_data WHERE rowid NOT IN (1, 10) LIMIT 3); COMMIT";
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), earlier_build), SQLITE_OK);
+    mv_store_close(&s);
+    CHECK_EQ_INT(tm_open("droplegacy", &s), MV_OK);
+    int more = 0;
+    CHECK_EQ_INT(mv_store_migrate_step(s, 1, &more), MV_OK);
+    CHECK_EQ_INT(more, 1);
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM sqlite_schema WHERE name LIKE 'fts_old%'"), 0);
+    CHECK_EQ_INT(tm_int(s, TM_GONE_TABLES), 4);
+    CHECK(tm_sound(s));
+    CHECK_EQ_INT(mv_store_migrate_step(s, 0, &more), MV_OK);
+    CHECK_EQ_INT(more, 0);
+    CHECK_EQ_INT(tm_int(s, TM_DROP_LEFT), 0);
+    CHECK(tm_sound(s));
+    CHECK(tm_answers_ok(s, &m));
+    mv_store_close(&s);
+}
+
 /* A move that fails on every batch (the old index damaged: here its content table gone)
  * does not block the repair: it drops the old index and makes the rows from the bodies
  * (the repair returned the move's error at every try, and so did maintenance). */
@@ -496,5 +698,8 @@ int main(void)
     TEST(test_move_gives_way);
     TEST(test_repair_after_failed_move);
     TEST(test_maintain_after_failed_move);
+    TEST(test_drop_in_batches);
+    TEST(test_drop_killed_and_gives_way);
+    TEST(test_drop_of_earlier_build);
     return th_summary();
 }

@@ -217,7 +217,8 @@ int store_fence_remove(const struct store_paths *p, char *errmsg, size_t errmsg_
  * last rowid moved: every row of the old index above it is not yet in fts. */
 #define STORE_FTS_OLD       "fts_old"
 #define STORE_FTS_MOVED_KEY "fts_moved"
-#define STORE_FTS_DROP      "fts_old_drop" /* the old index once moved, freed in batches */
+#define STORE_FTS_DROP      "fts_old_drop" /* an earlier build's old index being dropped */
+#define STORE_FTS_GONE      "fts_gone_"    /* + data, idx, ...: its rows, freed in batches */
 /* The schema step's extra work: drops the old index at once if it holds no row. */
 int store_fts_move_begin(mv_store *s);
 /* *exists: whether the old index is still there (read in the caller's transaction, if any). */

@@ -28,11 +28,20 @@
  *   DROP TABLE of the old index in one transaction took 10-16 s at 10,000 messages (its
  *   ~280 MB of pages overwritten, secure_delete, and the file's end moved into them,
  *   auto_vacuum=FULL, at the commit), with the write lock held. So the batch that finds no
- *   row left renames fts_old to fts_old_drop (schema only; searches no longer read it, and
- *   one prepared before fails its first step and is made again without it: store_search.c),
- *   and the next batches delete the rows of its shadow tables (data, content, docsize)
- *   directly, STORE_FTS_DROP_ROWS_PER_ROW for each row a batch may move (nothing reads them
- *   through FTS5 any more), then DROP TABLE the emptied table.
+ *   row left detaches the index's big shadow tables from it (store_fts_old_detach): in one
+ *   transaction it renames data, idx, content and docsize to fts_gone_*, plain tables that
+ *   no virtual table owns any more, gives fts_old an empty data table holding only the two
+ *   records FTS5 reads to connect (the averages and the structure), and drops fts_old, which
+ *   now costs what dropping its config and that small table costs. The next batches delete
+ *   the fts_gone_* rows (STORE_FTS_DROP_ROWS_PER_ROW for each row a batch may move) and DROP
+ *   each table once empty. Searches no longer read the old index after the detach (one
+ *   prepared before fails its first step and is made again without it: store_search.c).
+ *   WHY NOT DELETE THROUGH FTS5: every state between two batches must be a sound database.
+ *   A virtual table whose shadow rows were deleted under it (as a build before this one did,
+ *   keeping it as fts_old_drop) fails FTS5's integrity-check, which PRAGMA integrity_check
+ *   runs on every FTS5 table from SQLite 3.44 on; plain tables half emptied are just
+ *   smaller tables. A store left mid-drop by that build (the virtual table fts_old_drop) is
+ *   detached the same way by its next batch.
  *
  * GIVING WAY
  *   A batch uses the give-way function of mv_store_purge_give_way(), as a purge batch does:
@@ -42,6 +51,7 @@
  */
 #include "store/store.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* VM steps between two give-way questions: a row's copy is a few dozen VM steps around ~1 ms
@@ -68,13 +78,44 @@ int store_fts_old_exists(mv_store *s, int *exists)
     return store_table_exists(s, STORE_FTS_OLD, exists);
 }
 
+/* The shadow tables of an FTS5 table that hold its rows, detached (DROPPING) as
+ * STORE_FTS_GONE + the same suffix; data first (store_fts_old_detach keeps two of its rows). */
+static const char *const store_fts_gone_suffixes[] = {"data", "idx", "content", "docsize"};
+#define STORE_FTS_GONE_TABLES (sizeof store_fts_gone_suffixes / sizeof store_fts_gone_suffixes[0])
+
+/* Detaches the big shadow tables of the FTS5 table vtab (fts_old, or a store's fts_old_drop
+ * of an earlier build) and drops it (DROPPING). In the caller's transaction: a crash leaves
+ * either the index whole or the fts_gone_* tables. */
+static int store_fts_old_detach(mv_store *s, const char *vtab)
+{
+    char sql[256];
+    int rc = MV_OK;
+    for (size_t i = 0; rc == MV_OK && i < STORE_FTS_GONE_TABLES; i++) {
+        snprintf(sql, sizeof sql, "ALTER TABLE %s_%s RENAME TO " STORE_FTS_GONE "%s", vtab,
+                 store_fts_gone_suffixes[i], store_fts_gone_suffixes[i]);
+        rc = store_exec(s, sql);
+    }
+    if (rc == MV_OK) { /* what FTS5 reads to connect, which DROP TABLE does first */
+        snprintf(sql, sizeof sql,
+                 "CREATE TABLE %s_data(id INTEGER PRIMARY KEY, block BLOB); INSERT INTO %s_data "
+                 "SELECT id, block FROM " STORE_FTS_GONE "data WHERE id IN (1, 10)",
+                 vtab, vtab);
+        rc = store_exec(s, sql);
+    }
+    if (rc == MV_OK) { /* FTS5 drops its shadow tables with IF EXISTS: the detached stay */
+        snprintf(sql, sizeof sql, "DROP TABLE %s", vtab);
+        rc = store_exec(s, sql);
+    }
+    return rc;
+}
+
 /* Ends the move: fts_old and its key go. An empty fts_old (a new store's) is dropped at once;
- * a full one is renamed out of the way, which costs nothing, and its pages are freed in
- * batches (DROPPING). In the caller's transaction. */
+ * a full one is detached, which costs little, and its pages are freed in batches (DROPPING).
+ * In the caller's transaction. */
 static int store_fts_move_end(mv_store *s, int empty)
 {
-    int rc = store_exec(s, empty ? "DROP TABLE " STORE_FTS_OLD
-                                 : "ALTER TABLE " STORE_FTS_OLD " RENAME TO " STORE_FTS_DROP);
+    int rc =
+        empty ? store_exec(s, "DROP TABLE " STORE_FTS_OLD) : store_fts_old_detach(s, STORE_FTS_OLD);
     if (rc == MV_OK) {
         rc = store_exec(s, "DELETE FROM meta WHERE key = '" STORE_FTS_MOVED_KEY "'");
     }
@@ -89,6 +130,12 @@ int store_fts_move_abandon(mv_store *s)
     }
     if (rc == MV_OK) {
         rc = store_exec(s, "DROP TABLE IF EXISTS " STORE_FTS_DROP);
+    }
+    for (size_t i = 0; rc == MV_OK && i < STORE_FTS_GONE_TABLES; i++) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS " STORE_FTS_GONE "%s",
+                 store_fts_gone_suffixes[i]);
+        rc = store_exec(s, sql);
     }
     if (rc == MV_OK) {
         rc = store_exec(s, "DELETE FROM meta WHERE key = '" STORE_FTS_MOVED_KEY "'");
@@ -253,7 +300,7 @@ static int store_fts_move_batch(mv_store *s, uint32_t max)
  * tokenizing), so a batch of n deletes this many times n. */
 #define STORE_FTS_DROP_ROWS_PER_ROW 16
 
-/* Deletes up to max rows of one shadow table of fts_old_drop; *deleted gets how many. */
+/* Deletes up to max rows of one fts_gone_* table; *deleted gets how many. */
 static int store_fts_drop_rows(mv_store *s, const char *sql, int64_t max, int *deleted)
 {
     sqlite3_stmt *st = store_stmt(s, sql);
@@ -271,43 +318,76 @@ static int store_fts_drop_rows(mv_store *s, const char *sql, int64_t max, int *d
     return step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "deleting the old full-text index");
 }
 
-/* One transaction of DROPPING: up to max * STORE_FTS_DROP_ROWS_PER_ROW rows of the renamed
- * index's shadow tables deleted, or, with none left, the table dropped. */
+/* One transaction of DROPPING: up to max * STORE_FTS_DROP_ROWS_PER_ROW rows of the fts_gone_*
+ * tables deleted, each table dropped once empty; or, with an earlier build's half-dropped
+ * fts_old_drop and nothing detached yet, that one detached. */
 static int store_fts_drop_batch(mv_store *s, uint32_t max)
 {
-    static const char *const deletes[] = {
-        /* not rows 1 and 10 (FTS5's averages and structure record): DROP TABLE connects to
-         * the table, and that reads them */
-        "DELETE FROM " STORE_FTS_DROP "_data WHERE rowid IN (SELECT rowid FROM " STORE_FTS_DROP
-        "_data WHERE rowid NOT IN (1, 10) LIMIT ?1)",
-        "DELETE FROM " STORE_FTS_DROP "_content WHERE rowid IN (SELECT rowid FROM " STORE_FTS_DROP
-        "_content LIMIT ?1)",
-        "DELETE FROM " STORE_FTS_DROP "_docsize WHERE rowid IN (SELECT rowid FROM " STORE_FTS_DROP
-        "_docsize LIMIT ?1)",
+    static const char *const deletes[STORE_FTS_GONE_TABLES] = {
+        "DELETE FROM " STORE_FTS_GONE "data WHERE rowid IN (SELECT rowid FROM " STORE_FTS_GONE
+        "data LIMIT ?1)",
+        "DELETE FROM " STORE_FTS_GONE
+        "idx WHERE (segid, term) IN (SELECT segid, term FROM " STORE_FTS_GONE
+        "idx LIMIT ?1)", /* WITHOUT ROWID */
+        "DELETE FROM " STORE_FTS_GONE "content WHERE rowid IN (SELECT rowid FROM " STORE_FTS_GONE
+        "content LIMIT ?1)",
+        "DELETE FROM " STORE_FTS_GONE "docsize WHERE rowid IN (SELECT rowid FROM " STORE_FTS_GONE
+        "docsize LIMIT ?1)",
     };
-    int exists = 0;
+    static const char *const drops[STORE_FTS_GONE_TABLES] = {
+        "DROP TABLE " STORE_FTS_GONE "data", "DROP TABLE " STORE_FTS_GONE "idx",
+        "DROP TABLE " STORE_FTS_GONE "content", "DROP TABLE " STORE_FTS_GONE "docsize"};
+    int exists[STORE_FTS_GONE_TABLES] = {0}, any = 0, legacy = 0;
     s->purge_gave_way = 0;
     int rc = store_begin(s), began = rc == MV_OK;
-    if (rc == MV_OK) {
-        rc = store_table_exists(s, STORE_FTS_DROP, &exists);
+    for (size_t i = 0; rc == MV_OK && i < STORE_FTS_GONE_TABLES; i++) {
+        char name[64];
+        snprintf(name, sizeof name, STORE_FTS_GONE "%s", store_fts_gone_suffixes[i]);
+        rc = store_table_exists(s, name, &exists[i]);
+        any |= exists[i];
+    }
+    if (rc == MV_OK && !any) {
+        rc = store_table_exists(s, STORE_FTS_DROP, &legacy);
+    }
+    if (rc == MV_OK && legacy) {
+        rc = store_fts_old_detach(s, STORE_FTS_DROP);
     }
     int64_t budget = (int64_t)max * STORE_FTS_DROP_ROWS_PER_ROW;
-    for (size_t i = 0; rc == MV_OK && exists && budget > 0 && i < 3; i++) {
+    for (size_t i = 0; rc == MV_OK && budget > 0 && i < STORE_FTS_GONE_TABLES; i++) {
         int deleted = 0;
-        rc = store_fts_drop_rows(s, deletes[i], budget, &deleted);
+        if (exists[i]) {
+            rc = store_fts_drop_rows(s, deletes[i], budget, &deleted);
+        }
+        if (rc == MV_OK && exists[i] && deleted < budget) { /* empty now: costs a page */
+            rc = store_exec(s, drops[i]);
+        }
         budget -= deleted;
-    }
-    if (rc == MV_OK && exists && budget > 0) { /* every shadow row gone: the table is small */
-        rc = store_exec(s, "DROP TABLE " STORE_FTS_DROP);
     }
     return store_fts_batch_end(s, rc, began);
 }
 
-/* *exists: whether the move (fts_old) or its dropping (fts_old_drop) is not done. */
+/* Whether the old index is being dropped: a detached table left, or an earlier build's
+ * fts_old_drop. */
+static int store_fts_drop_pending(mv_store *s, int *dropping)
+{
+    sqlite3_stmt *st = store_stmt(s, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' "
+                                     "AND name IN ('" STORE_FTS_DROP "', '" STORE_FTS_GONE
+                                     "data', '" STORE_FTS_GONE "idx', '" STORE_FTS_GONE
+                                     "content', '" STORE_FTS_GONE "docsize')");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "looking for the old full-text index");
+    }
+    int step = sqlite3_step(st);
+    *dropping = step == SQLITE_ROW && sqlite3_column_int(st, 0) != 0;
+    sqlite3_reset(st);
+    return step == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "looking for the old full-text index");
+}
+
+/* *old, *dropping: whether the move (fts_old) or its dropping (DROPPING) is not done. */
 static int store_fts_move_pending(mv_store *s, int *old, int *dropping)
 {
     int rc = store_fts_old_exists(s, old);
-    return rc == MV_OK ? store_table_exists(s, STORE_FTS_DROP, dropping) : rc;
+    return rc == MV_OK ? store_fts_drop_pending(s, dropping) : rc;
 }
 
 int mv_store_migrate_step(mv_store *s, uint32_t max_rows, int *more_out)
