@@ -105,9 +105,11 @@
  *   lane, taking turns with long jobs; after the queue's drain), each a few batches of
  *   ~50 ms (worker_migrate_batch_next) for up to WORKER_DRAIN_STEP_MS while no job waits. A
  *   batch gives way to a job that comes (rolled back, done again; the batch after one that
- *   gave way does not), so a command waits ~0.1 ms for it. Searches answer from both indexes
- *   meanwhile. The sweep does not close a store whose move is under way; a line at the end
- *   says how long it took.
+ *   gave way does not), so a command waits ~0.1 ms for it. Stores take turns for these
+ *   steps and for drain steps (worker_drain_due: the next after the one served last), and a
+ *   store with deliveries queued goes before one that only migrates, so a long move does not
+ *   hold back another user's mail. Searches answer from both indexes meanwhile. The sweep does not
+ * close a store whose move is under way; a line at the end says how long it took.
  */
 #include "worker.h"
 #include "buf.h"
@@ -160,6 +162,7 @@ struct worker {
     int short_run;      /* short jobs taken in a row while a long one waited */
     uint64_t jobs_done; /* jobs run by the writer thread (THE DRAIN: the login's next one) */
     int drain_turn;     /* the next long turn goes to a drain step, if one is due */
+    int drain_served;   /* the slot the last drain or migration step was for (its turn) */
     int stop;
     int index;
     pthread_t reader; /* READERS: runs JOB_LANE_READ */
@@ -802,23 +805,33 @@ static void worker_drain_done(struct job *job)
     free(job);
 }
 
-/* The open store whose queue still drains and is due for a step, or NULL (worker thread
- * only); *wait_ms: how long until one that drains is due (unchanged if none waits). */
+/* The open store due for a drain step (or, its queue drained, a MIGRATION step), or NULL
+ * (worker thread only); *wait_ms: how long until one that is not due yet is (unchanged if
+ * none waits). Stores take turns: the scan starts after the slot served last
+ * (drain_served), so a store that stays due (a full-text move is, for minutes at 100,000
+ * messages) does not keep the others from their steps; and a store with deliveries queued
+ * goes before one that only migrates, as its mail stays invisible until drained (with the
+ * first due slot taken, a migrating store in a lower slot held another store's queued mail
+ * back for the whole move). */
 static struct open_store *worker_drain_due(struct worker *w, int64_t *wait_ms)
 {
     int64_t now = worker_now_ms();
-    for (int i = 0; i < w->stores_max; i++) {
-        struct open_store *s = &w->stores[i];
-        if (s->store != NULL && (s->drain_more || s->migrate_more)) { /* and MIGRATION */
-            if (now >= s->drain_after_ms || w->jobs_done >= s->drain_after_job) {
+    struct open_store *migrate = NULL;
+    for (int k = 1; k <= w->stores_max; k++) {
+        struct open_store *s = &w->stores[(w->drain_served + k) % w->stores_max];
+        if (s->store == NULL || (!s->drain_more && !s->migrate_more)) {
+            continue;
+        }
+        if (now >= s->drain_after_ms || w->jobs_done >= s->drain_after_job) {
+            if (s->drain_more) {
                 return s;
             }
-            if (s->drain_after_ms - now < *wait_ms) {
-                *wait_ms = s->drain_after_ms - now;
-            }
+            migrate = migrate != NULL ? migrate : s;
+        } else if (s->drain_after_ms - now < *wait_ms) {
+            *wait_ms = s->drain_after_ms - now;
         }
     }
-    return NULL;
+    return migrate;
 }
 
 static int64_t worker_thread_cpu_ms(void)
@@ -910,6 +923,7 @@ static void worker_migrate_step(struct worker *w, struct open_store *s)
 /* One drain step of s (THE DRAIN), or, with the queue drained, of its MIGRATION. */
 static void worker_drain_step(struct worker *w, struct open_store *s)
 {
+    w->drain_served = (int)(s - w->stores); /* the next scan starts after it */
     if (!s->drain_more) {
         worker_migrate_step(w, s);
         return;

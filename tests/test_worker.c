@@ -31,6 +31,10 @@
  *     drain step and the purge's batches take turns, so the deliveries are in INBOX while
  *     most of the purge is still to do (the purge ran to its end first). The check is a job
  *     posted as soon as the queue is empty: it stops the purge at its next batch.
+ *   - Stores take turns for steps (worker_drain_due): with one store moving its full-text
+ *     index (MIGRATION, always due) in a lower slot and another with deliveries queued, the
+ *     queue is drained while the move goes on (the old worker took the first due slot: the
+ *     queued mail stayed invisible until the move ended).
  */
 #include "harness.h"
 #include "testutil.h"
@@ -857,6 +861,111 @@ static void test_checkpoint_between_jobs(void)
     worker_unplace(wt_cwho);
 }
 
+/* ---- Stores take turns for drain and MIGRATION steps (worker_drain_due) ---- */
+static const char *wt_mwho = "migrating@example.org";
+static const char *wt_qwho = "queued@example.org";
+static int wt_turn_rc;
+
+/* Opens (and releases) the store of job->arg: 1 the migrating one, 2 the one with mail
+ * queued; the first failure stays in wt_turn_rc. */
+static void wt_turn_open(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    const char *who = (intptr_t)job->arg == 1 ? wt_mwho : wt_qwho;
+    int rc = worker_store_acquire(job->worker, who, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (rc == MV_OK) {
+        worker_store_release(job->worker, os);
+    } else {
+        fprintf(stderr, "  open %s: %s\n", who, err);
+    }
+    wt_turn_rc = wt_turn_rc != MV_OK ? wt_turn_rc : rc;
+}
+
+/* A store of schema 8 with messages messages of ~8 KiB of distinct words each, so that its
+ * full-text move (schema 9) takes seconds between jobs. */
+static void wt_make_v8(const char *who, int messages)
+{
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(who, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mv_store_open(who, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
+    static char msg[8192];
+    int rc = s != NULL ? MV_OK : MV_ERROR;
+    for (int i = 0; i < messages && rc == MV_OK; i++) {
+        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: m-%d\r\n\r\n", i);
+        for (int k = 0; n < (int)sizeof msg - 32; k++) {
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "w%dq%dz%d ", i, k, i * k);
+        }
+        rc = mv_message_append(s, "INBOX", msg, (size_t)n, 0, NULL, 1700000000, NULL);
+    }
+    CHECK_EQ_INT(rc, MV_OK);
+    if (s != NULL) {
+        CHECK_EQ_INT(tu_exec(mv_store_db(s), TU_DOWNGRADE_TO_V8 "PRAGMA user_version = 8"),
+                     SQLITE_OK);
+    }
+    mv_store_close(&s);
+}
+
+static int wt_turn_moving = -1;
+static void wt_turn_status(struct job *job)
+{
+    struct open_store *os = worker_store_find(job->worker, wt_mwho);
+    struct mv_migration_status m;
+    wt_turn_moving = os != NULL && mv_store_migration(os->store, &m) == MV_OK ? m.fts_moving : -2;
+}
+
+static void test_migration_does_not_starve_drain(void)
+{
+    worker_stop_all(); /* a worker of its own: no other test's store on it */
+    CHECK_EQ_INT(worker_start(&g_config, 1, wt_efd), 0);
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    wt_make_v8(wt_mwho, 600);
+    CHECK_EQ_INT(mv_store_init(wt_qwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    for (int i = 0; i < 3; i++) {
+        char msg[128];
+        int n = snprintf(msg, sizeof msg, "From: b@example.net\r\nSubject: q-%d\r\n\r\nhi\r\n", i);
+        CHECK_EQ_INT(mv_deliver_sealed(wt_qwho, msg, (size_t)n, &o, err, sizeof err), MV_OK);
+    }
+    /* steps are due by jobs run only (no timer): the migrating store's after the job that
+     * follows its open, the other's after one more, which the test posts once the move runs */
+    int grace = worker_drain_grace_set(600 * 1000);
+    struct worker *w = worker_place(wt_mwho);
+    CHECK(worker_place(wt_qwho) == w);
+    wt_turn_rc = MV_OK;
+    wt_gate(w);
+    wt_post(w, 1, JOB_LANE_LONG, wt_turn_open); /* slot 0: the store that migrates */
+    wt_post(w, 2, JOB_LANE_LONG, wt_turn_open); /* slot 1: the store with mail queued */
+    wt_post(w, 3, JOB_LANE_LONG, wt_record);
+    wt_release(wt_efd, 4);
+    CHECK_EQ_INT(wt_turn_rc, MV_OK);
+    wt_done = 0;
+    wt_post(w, 4, JOB_LANE_LONG, wt_record); /* the queued store's steps are due now */
+    wt_collect_one();
+    uint32_t queued = 3;
+    for (int i = 0; i < 1200 && queued > 0; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+        CHECK_EQ_INT(mv_queue_count(wt_qwho, &o, &queued), MV_OK);
+    }
+    wt_done = 0;
+    wt_post(w, 5, JOB_LANE_SHORT, wt_turn_status);
+    wt_collect_one();
+    fprintf(stderr, "  queue empty: %s; the other store's move still under way then: %d\n",
+            queued == 0 ? "yes" : "no", wt_turn_moving);
+    CHECK_EQ_INT(queued, 0);
+    CHECK_EQ_INT(wt_turn_moving, 1); /* drained while the move went on (the old: after it) */
+    worker_drain_grace_set(grace);
+    worker_unplace(wt_mwho);
+    worker_unplace(wt_qwho);
+}
+
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
 static int wt_start(void)
 {
@@ -885,6 +994,7 @@ int main(void)
     TEST(test_drain_before_purge);
     TEST(test_slot_forgets_purge_costs);
     TEST(test_checkpoint_between_jobs);
+    TEST(test_migration_does_not_starve_drain);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);
