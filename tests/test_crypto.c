@@ -12,8 +12,12 @@
 #include "crypto/crypt_internal.h" /* crypt_chacha20_otk_pool_fill: the pool at the wrap */
 #include "harness.h"
 
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
 #include <sodium.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +174,125 @@ static void test_pbkdf2_sha256_rfc7914(void)
     CHECK(test_eq_hex(out, "4ddcd8f60b98be21830cee5ef22701f9641a4418d04c0414aeff08876b34ab56"));
     CHECK(
         test_eq_hex(out + 32, "a1d425a1225833549adb841b51c9b3176a272bdebba1d078478f62b397f33c8d"));
+}
+
+/* OpenSSL's allocations, counted (test_pbkdf2_sha256_allocations); installed first in main. */
+static atomic_ulong test_ossl_allocs;
+
+static void *test_ossl_malloc(size_t n, const char *file, int line)
+{
+    (void)file, (void)line;
+    atomic_fetch_add(&test_ossl_allocs, 1);
+    return malloc(n);
+}
+
+static void *test_ossl_realloc(void *p, size_t n, const char *file, int line)
+{
+    (void)file, (void)line;
+    atomic_fetch_add(&test_ossl_allocs, 1);
+    return realloc(p, n);
+}
+
+static void test_ossl_free(void *p, const char *file, int line)
+{
+    (void)file, (void)line;
+    free(p);
+}
+
+/* PBKDF2-HMAC-SHA256 through OpenSSL's EVP_KDF, the reference for crypt_pbkdf2_sha256. */
+static int test_pbkdf2_evp(const uint8_t *pass,
+                           size_t pass_len,
+                           const uint8_t *salt,
+                           size_t salt_len,
+                           uint32_t iter,
+                           uint8_t *out,
+                           size_t out_len)
+{
+    static const uint8_t empty[1];
+    int pkcs5 = 1;
+    uint64_t iter64 = iter;
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, (char *)"SHA256", 0),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_PASSWORD,
+                                          (void *)(pass_len > 0 ? pass : empty), pass_len),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT,
+                                          (void *)(salt_len > 0 ? salt : empty), salt_len),
+        OSSL_PARAM_construct_uint64(OSSL_KDF_PARAM_ITER, &iter64),
+        OSSL_PARAM_construct_int(OSSL_KDF_PARAM_PKCS5, &pkcs5),
+        OSSL_PARAM_construct_end(),
+    };
+    EVP_KDF *kdf = EVP_KDF_fetch(NULL, "PBKDF2", NULL);
+    EVP_KDF_CTX *ctx = kdf != NULL ? EVP_KDF_CTX_new(kdf) : NULL;
+    int ok = ctx != NULL && EVP_KDF_derive(ctx, out, out_len, params) == 1;
+    EVP_KDF_CTX_free(ctx);
+    EVP_KDF_free(kdf);
+    return ok;
+}
+
+/* crypt_pbkdf2_sha256 gives EVP_KDF's bytes at every edge of its lengths: passwords below,
+ * at and above the 64-byte block (hashed first), empty salt, iteration counts 1-3, outputs
+ * of part of a block, one, and several blocks. */
+static void test_pbkdf2_sha256_matches_evp(void)
+{
+    static const size_t pass_lens[] = {0, 1, 32, 63, 64, 65, 200};
+    static const size_t salt_lens[] = {0, 1, 16, 100};
+    static const uint32_t iters[] = {1, 2, 3, 100};
+    static const size_t out_lens[] = {1, 31, 32, 33, 64, 100};
+    uint8_t pass[200], salt[100], got[100], want[100];
+    for (size_t i = 0; i < sizeof pass; i++) {
+        pass[i] = (uint8_t)(i * 7u + 3u);
+    }
+    for (size_t i = 0; i < sizeof salt; i++) {
+        salt[i] = (uint8_t)(i * 13u + 5u);
+    }
+    int mismatches = 0, failures = 0;
+    for (size_t p = 0; p < sizeof pass_lens / sizeof pass_lens[0]; p++) {
+        for (size_t s = 0; s < sizeof salt_lens / sizeof salt_lens[0]; s++) {
+            for (size_t it = 0; it < sizeof iters / sizeof iters[0]; it++) {
+                for (size_t o = 0; o < sizeof out_lens / sizeof out_lens[0]; o++) {
+                    const uint8_t *pp = pass_lens[p] > 0 ? pass : NULL;
+                    const uint8_t *sp = salt_lens[s] > 0 ? salt : NULL;
+                    memset(got, 0xaa, sizeof got);
+                    if (crypt_pbkdf2_sha256(pp, pass_lens[p], sp, salt_lens[s], iters[it], got,
+                                            out_lens[o]) != CRYPT_OK ||
+                        !test_pbkdf2_evp(pass, pass_lens[p], salt, salt_lens[s], iters[it], want,
+                                         out_lens[o])) {
+                        failures++;
+                    } else if (memcmp(got, want, out_lens[o]) != 0 ||
+                               (out_lens[o] < sizeof got && got[out_lens[o]] != 0xaa)) {
+                        mismatches++;
+                    }
+                }
+            }
+        }
+    }
+    CHECK_EQ_INT(failures, 0);
+    CHECK_EQ_INT(mismatches, 0);
+    /* the arguments crypt_kdf.c refuses, refused alike */
+    CHECK_EQ_INT(crypt_pbkdf2_sha256(pass, 8, salt, 4, 0, got, 32), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_pbkdf2_sha256(NULL, 8, salt, 4, 1, got, 32), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_pbkdf2_sha256(pass, 8, NULL, 4, 1, got, 32), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_pbkdf2_sha256(pass, 8, salt, 4, 1, NULL, 32), CRYPT_EINVAL);
+    CHECK_EQ_INT(crypt_pbkdf2_sha256(pass, 8, salt, 4, 1, got, 0), CRYPT_EINVAL);
+}
+
+/* The derivation of every store open allocates a fixed number of times, not per iteration:
+ * OpenSSL 3.0's EVP_KDF duplicated the digest contexts in each iteration's HMAC (4
+ * allocations an iteration: half of the derivation's CPU, crypt_kdf_sha256.c). */
+static void test_pbkdf2_sha256_allocations(void)
+{
+    uint8_t out[32];
+    const uint8_t salt[16] = {1, 2, 3};
+    CHECK_EQ_INT(crypt_pbkdf2_sha256((const uint8_t *)"pw", 2, salt, sizeof salt, 2, out, 32),
+                 CRYPT_OK); /* whatever is fetched once per process */
+    unsigned long before = atomic_load(&test_ossl_allocs);
+    CHECK_EQ_INT(crypt_pbkdf2_sha256((const uint8_t *)"pw", 2, salt, sizeof salt, 4096, out, 32),
+                 CRYPT_OK);
+    unsigned long allocs = atomic_load(&test_ossl_allocs) - before;
+    if (allocs >= 64) {
+        fprintf(stderr, "  %lu allocations in a derivation of 4,096 iterations\n", allocs);
+    }
+    CHECK(allocs < 64);
 }
 
 static void test_pbkdf2_sha512(void)
@@ -1200,11 +1323,18 @@ static void test_vector_chacha20_evp(void)
 
 int main(void)
 {
+    /* before OpenSSL allocates anything (test_pbkdf2_sha256_allocations) */
+    if (CRYPTO_set_mem_functions(test_ossl_malloc, test_ossl_realloc, test_ossl_free) != 1) {
+        fprintf(stderr, "CRYPTO_set_mem_functions: OpenSSL allocated before main\n");
+        return 1;
+    }
     TEST(test_chacha20_rfc8439_block);
     TEST(test_chacha20_rfc8439_encrypt);
     TEST(test_poly1305_rfc8439);
     TEST(test_chacha20_counter_wrap);
     TEST(test_pbkdf2_sha256_rfc7914);
+    TEST(test_pbkdf2_sha256_matches_evp);
+    TEST(test_pbkdf2_sha256_allocations);
     TEST(test_pbkdf2_sha512);
     TEST(test_selftest);
     TEST(test_helpers);

@@ -47,6 +47,21 @@ struct crypt_algs {
     EVP_KDF *pbkdf2;
 };
 
+/* PBKDF2-HMAC-SHA256 on the SHA-256 block function (crypt_kdf_sha256.c): what
+ * crypt_pbkdf2_sha256() runs, without EVP_KDF's allocations per iteration. Only where
+ * libcrypto has its deprecated SHA-256 functions. Returns CRYPT_OK, CRYPT_EINVAL (as
+ * crypt_pbkdf2_sha256) or CRYPT_EFAIL; out is cleansed on failure. */
+#ifndef OPENSSL_NO_DEPRECATED_3_0
+#define CRYPT_KDF_SHA256_FAST 1
+int crypt_kdf_sha256_pbkdf2(const uint8_t *pass,
+                            size_t pass_len,
+                            const uint8_t *salt,
+                            size_t salt_len,
+                            uint32_t iter,
+                            uint8_t *out,
+                            size_t out_len);
+#endif
+
 /* The fetched algorithms; only valid after crypt_init() returned CRYPT_OK. */
 const struct crypt_algs *crypt_algs(void);
 
