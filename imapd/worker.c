@@ -96,6 +96,15 @@
  *   sweep does not close a store whose queue is draining. A failed step is logged and ends
  *   the draining of that store until its next open.
  *
+ * SHARE
+ *   The purge of expunged bodies and the full-text catch-up (THE DRAIN) run between jobs
+ *   while no job waits, giving way to one that comes. On a worker that is never idle they
+ *   would never run: the bodies stay, and every SEARCH TEXT/BODY parses each backlog body
+ *   again. So when a job waits and WORKER_BACKGROUND_PERIOD_MS have passed since they last
+ *   ran (or found nothing to do), each store gets one batch of each anyway, which does not
+ *   give way (worker_background_owed): a guaranteed share, as drain steps take turns with
+ *   long jobs.
+ *
  * MIGRATION
  *   An open migrates a store of an older schema version; what would hold the login for
  *   minutes (from version 8: the full-text index rebuilt without positions, ~1.5-2 ms of CPU
@@ -153,6 +162,11 @@
  * this long. */
 #define WORKER_DRAIN_GRACE_MS 1000
 static _Atomic int worker_drain_grace_ms = WORKER_DRAIN_GRACE_MS; /* tests may lengthen it */
+/* SHARE: the busy time after which the purge and the full-text catch-up take a batch each
+ * although jobs wait (a purge batch ~15 ms, a catch-up batch ~10 ms: at most ~20% of a busy
+ * worker's time, and a job waits ~25 ms at most once per period for it). */
+#define WORKER_BACKGROUND_PERIOD_MS 100
+static _Atomic int worker_background_period_ms = WORKER_BACKGROUND_PERIOD_MS;
 
 struct worker {
     pthread_t thread;
@@ -171,6 +185,7 @@ struct worker {
     int reader_started;
     struct open_store *stores; /* stores_max slots; address "" = free */
     int stores_max;
+    int64_t background_ms; /* SHARE: when the purge and the catch-up last ran or were done */
 };
 
 static struct worker *workers;
@@ -416,6 +431,12 @@ int worker_store_acquire(struct worker *w,
 int worker_drain_grace_set(int ms)
 {
     return atomic_exchange(&worker_drain_grace_ms, ms > 0 ? ms : WORKER_DRAIN_GRACE_MS);
+}
+
+int worker_background_period_set(int ms)
+{
+    return atomic_exchange(&worker_background_period_ms,
+                           ms >= 0 ? ms : WORKER_BACKGROUND_PERIOD_MS);
 }
 
 int worker_total(void)
@@ -703,8 +724,83 @@ static int worker_drain_waits(struct worker *w)
     return worker_drain_due(w, &wait_ms) != NULL;
 }
 
+int worker_background_owed(int job_waiting, int64_t now_ms, int64_t last_ms, int64_t period_ms)
+{
+    return job_waiting && now_ms - last_ms >= period_ms;
+}
+
+/* One purge batch of s (its size adapted: worker_purge_batch_next); gives way to a job only
+ * if may_give_way. *left: the bodies still waiting. */
+static int
+worker_purge_batch(struct worker *w, struct open_store *s, int may_give_way, uint64_t *left)
+{
+    if (s->purge_batch == 0) {
+        s->purge_batch = worker_purge_batch_next(0, 0);
+    }
+    /* Only this batch gives way, and not one after a batch that gave way: jobs that keep
+     * coming would otherwise roll back every batch and the bodies would stay (the next one
+     * runs to its end, a batch's time at most); mv_store_maintain()'s purge on the same
+     * handle must not give way either. */
+    int64_t t0 = metrics_now_us();
+    struct worker_purge_way way = {w, t0, (int64_t)s->purge_batch * s->purge_body_us};
+    mv_store_purge_give_way(
+        s->store, may_give_way && !s->purge_gave_way ? worker_purge_give_way : NULL, &way);
+    int rc = mv_store_purge(s->store, s->purge_batch, left);
+    mv_store_purge_give_way(s->store, NULL, NULL);
+    s->purge_gave_way = rc == MV_EBUSY;
+    /* A batch that gave way says nothing about its cost, nor does one that found fewer
+     * bodies than its size (the last of a purge: it would seem cheap, and the next purge's
+     * first batch large and, past its first half, deaf to jobs). */
+    if (rc == MV_OK && *left > 0) {
+        int64_t elapsed_us = metrics_now_us() - t0;
+        s->purge_body_us = elapsed_us / s->purge_batch;
+        s->purge_batch = worker_purge_batch_next(s->purge_batch, elapsed_us);
+    }
+    if (rc != MV_OK) { /* tried again after the next job */
+        log_msg(rc == MV_EBUSY ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, "store purge %s: %s: %s",
+                s->address, mv_strerror(rc), mv_store_errmsg(s->store));
+    }
+    return rc;
+}
+
+/* One batch of the full-text rows the drain's steps left (THE DRAIN), once the drain is
+ * over. *backlog: the bodies still waiting. */
+static int worker_index_batch(struct open_store *s, uint64_t *backlog)
+{
+    int rc = mv_store_index_backlog(s->store, WORKER_INDEX_BATCH, backlog);
+    if (rc != MV_OK) { /* tried again after the next job */
+        log_warning("store %s: building full-text rows: %s: %s", s->address, mv_strerror(rc),
+                    mv_store_errmsg(s->store));
+    }
+    return rc;
+}
+
+/* SHARE: a job waits and the purge and the catch-up have not run for a period: one batch of
+ * each on every store that has them (a flag test on one that has none), none giving way. */
+static void worker_background_forced(struct worker *w)
+{
+    for (int i = 0; i < w->stores_max; i++) {
+        struct open_store *s = &w->stores[i];
+        uint64_t left = 0;
+        if (s->store != NULL) {
+            (void)worker_purge_batch(w, s, 0, &left);
+        }
+        if (s->store != NULL && !s->drain_more) {
+            (void)worker_index_batch(s, &left);
+        }
+    }
+}
+
 static void worker_purge(struct worker *w)
 {
+    int64_t now_ms = worker_now_ms();
+    if (!worker_stopping(w) &&
+        worker_background_owed(worker_job_waiting(w), now_ms, w->background_ms,
+                               worker_background_period_ms)) {
+        worker_background_forced(w);
+        w->background_ms = now_ms;
+        return;
+    }
     int batches = 0; /* this call's, over all stores (worker_purge_may_go_on) */
     for (int i = 0; i < w->stores_max; i++) {
         struct open_store *s = &w->stores[i];
@@ -712,32 +808,7 @@ static void worker_purge(struct worker *w)
         while (s->store != NULL && left > 0 &&
                worker_purge_may_go_on(batches, worker_job_waiting(w), worker_drain_waits(w))) {
             batches++;
-            if (s->purge_batch == 0) {
-                s->purge_batch = worker_purge_batch_next(0, 0);
-            }
-            /* Only this batch gives way, and not one after a batch that gave way: jobs that
-             * keep coming would otherwise roll back every batch and the bodies would stay
-             * (the next one runs to its end, a batch's time at most); mv_store_maintain()'s
-             * purge on the same handle must not give way either. */
-            int64_t t0 = metrics_now_us();
-            struct worker_purge_way way = {w, t0, (int64_t)s->purge_batch * s->purge_body_us};
-            mv_store_purge_give_way(s->store, s->purge_gave_way ? NULL : worker_purge_give_way,
-                                    &way);
-            int rc = mv_store_purge(s->store, s->purge_batch, &left);
-            mv_store_purge_give_way(s->store, NULL, NULL);
-            s->purge_gave_way = rc == MV_EBUSY;
-            /* A batch that gave way says nothing about its cost, nor does one that found
-             * fewer bodies than its size (the last of a purge: it would seem cheap, and the
-             * next purge's first batch large and, past its first half, deaf to jobs). */
-            if (rc == MV_OK && left > 0) {
-                int64_t elapsed_us = metrics_now_us() - t0;
-                s->purge_body_us = elapsed_us / s->purge_batch;
-                s->purge_batch = worker_purge_batch_next(s->purge_batch, elapsed_us);
-            }
-            if (rc != MV_OK) { /* tried again after the next job */
-                log_msg(rc == MV_EBUSY ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING,
-                        "store purge %s: %s: %s", s->address, mv_strerror(rc),
-                        mv_store_errmsg(s->store));
+            if (worker_purge_batch(w, s, 1, &left) != MV_OK) {
                 break;
             }
             worker_checkpoint(w, s); /* a batch's commits may have made one due */
@@ -758,14 +829,16 @@ static void worker_purge(struct worker *w)
         uint64_t backlog = 1;
         while (s->store != NULL && !s->drain_more && backlog > 0 && !worker_job_waiting(w) &&
                !worker_stopping(w)) {
-            int rc = mv_store_index_backlog(s->store, WORKER_INDEX_BATCH, &backlog);
-            if (rc != MV_OK) { /* tried again after the next job */
-                log_warning("store %s: building full-text rows: %s: %s", s->address,
-                            mv_strerror(rc), mv_store_errmsg(s->store));
+            batches++;
+            if (worker_index_batch(s, &backlog) != MV_OK) {
                 break;
             }
             worker_checkpoint(w, s); /* as after a purge batch */
         }
+    }
+    /* SHARE: they ran, or had nothing to do, or no job kept them from it */
+    if (batches > 0 || !worker_job_waiting(w)) {
+        w->background_ms = now_ms;
     }
 }
 

@@ -49,6 +49,10 @@ void worker_stop_all(void);
  * (WORKER_DRAIN_GRACE_MS; ms <= 0 restores it); returns the old value. For tests, which
  * lengthen it so that their "the next command runs before any step" does not race a timer. */
 int worker_drain_grace_set(int ms);
+/* worker.c SHARE: the period after which the purge and the full-text catch-up take a batch
+ * although jobs wait (WORKER_BACKGROUND_PERIOD_MS; ms < 0 restores it, 0: after every job
+ * that leaves one waiting); returns the old value. For tests. */
+int worker_background_period_set(int ms);
 /* PLACEMENT (worker.c): the worker address is placed on, placing it on the worker with the
  * fewest users if it is not; takes a hold, which keeps it there until worker_unplace(). Call
  * before posting a job for the user, and end the hold when nothing of the caller's is on the
@@ -132,6 +136,9 @@ int worker_purge_may_give_way(int64_t elapsed_us, int64_t expected_us);
  * never while a job waits; while a drain step is due, only the call's first batch (new mail
  * goes first, and the purge still moves on under steady deliveries). */
 int worker_purge_may_go_on(int batches_run, int job_waiting, int drain_due);
+/* worker.c SHARE: whether the purge and the catch-up take a batch now although a job waits:
+ * when one waits and period_ms have passed since they last ran (last_ms; monotonic ms). */
+int worker_background_owed(int job_waiting, int64_t now_ms, int64_t last_ms, int64_t period_ms);
 /* The open store of address without a password (LMTP delivery into an open store), or NULL. */
 struct open_store *worker_store_find(struct worker *w, const char *address);
 const struct config *worker_config(const struct worker *w);

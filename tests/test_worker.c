@@ -35,6 +35,9 @@
  *     index (MIGRATION, always due) in a lower slot and another with deliveries queued, the
  *     queue is drained while the move goes on (the old worker took the first due slot: the
  *     queued mail stayed invisible until the move ended).
+ *   - The purge and the full-text catch-up get a share of a worker that is never idle (worker.c
+ *     SHARE): with jobs queued together, bodies are purged and backlog rows built between them
+ *     (the old worker ran neither while a job waited).
  */
 #include "harness.h"
 #include "testutil.h"
@@ -975,6 +978,110 @@ static int wt_start(void)
     return wt_efd >= 0 && metrics_init(1) == 0 && worker_start(&g_config, 1, wt_efd) == 0 ? 0 : -1;
 }
 
+/* ---- the purge and the full-text catch-up get their share on a busy worker ---- */
+/* A worker that is never idle (a job always waiting) still purges and builds the backlog's
+ * full-text rows (worker.c SHARE): with the period at 0, each job that leaves another waiting
+ * is followed by a batch of each. The old worker ran them only while no job waited: after 24
+ * jobs queued together, nothing was purged and the backlog was whole. */
+#define WT_BS_BODIES  200
+#define WT_BS_BACKLOG 100
+#define WT_BS_JOBS    24
+
+static const char *wt_bwho = "share@example.org";
+static int wt_bs_rc = -1;
+static uint64_t wt_bs_left = UINT64_MAX, wt_bs_backlog = UINT64_MAX;
+
+static void wt_bs_open(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    wt_bs_rc =
+        worker_store_acquire(job->worker, wt_bwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (wt_bs_rc == MV_OK) {
+        worker_store_release(job->worker, os);
+    } else {
+        fprintf(stderr, "  open: %s\n", err);
+    }
+}
+
+/* The bodies and backlog still waiting (one more of each done on the way). */
+static void wt_bs_probe(struct job *job)
+{
+    struct open_store *os = worker_store_find(job->worker, wt_bwho);
+    wt_bs_rc = os != NULL ? mv_store_purge(os->store, 1, &wt_bs_left) : MV_ENOTFOUND;
+    if (wt_bs_rc == MV_OK) {
+        wt_bs_rc = mv_store_index_backlog(os->store, 1, &wt_bs_backlog);
+    }
+}
+
+static void test_background_share(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_bwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mv_store_open(wt_bwho, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
+    static char msg[1024];
+    int rc = s != NULL ? MV_OK : MV_ERROR;
+    for (int i = 0; i < WT_BS_BODIES && rc == MV_OK; i++) {
+        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: gone-%d\r\n\r\nx%d\r\n",
+                         i, i);
+        rc = mv_message_append(s, "INBOX", msg, (size_t)n, MV_FLAG_DELETED, NULL, 1700000000, NULL);
+    }
+    uint32_t count = 0;
+    CHECK_EQ_INT(rc == MV_OK ? mv_mailbox_expunge(s, "INBOX", NULL, &count) : rc, MV_OK);
+    CHECK_EQ_INT(count, WT_BS_BODIES);
+    mv_store_close(&s);
+    /* a full-text backlog: deliveries drained in a step, on a handle of the test's own */
+    for (int i = 0; i < WT_BS_BACKLOG; i++) {
+        int n =
+            snprintf(msg, sizeof msg, "From: b@example.net\r\nSubject: new-%d\r\n\r\nhi\r\n", i);
+        CHECK_EQ_INT(mv_deliver_sealed(wt_bwho, msg, (size_t)n, &o, err, sizeof err), MV_OK);
+    }
+    o.flags |= MV_STORE_DRAIN_LATER;
+    CHECK_EQ_INT(mv_store_open(wt_bwho, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
+    struct mv_drain_bounds bounds = {0, 0, NULL, NULL};
+    bounds.max = WT_BS_BACKLOG;
+    uint32_t moved = 0;
+    int more = 1;
+    CHECK_EQ_INT(s != NULL ? mv_queue_drain_step(s, &bounds, &moved, &more) : MV_ERROR, MV_OK);
+    CHECK_EQ_INT(moved, WT_BS_BACKLOG);
+    uint64_t backlog = 0;
+    CHECK_EQ_INT(s != NULL ? mv_store_index_backlog(s, 1, &backlog) : MV_ERROR, MV_OK);
+    CHECK_EQ_INT(backlog, WT_BS_BACKLOG - 1);
+    mv_store_close(&s);
+
+    /* every job queued at once behind the gate: one always waits until the last */
+    struct worker *w = worker_place(wt_bwho);
+    int period = worker_background_period_set(0);
+    wt_gate(w);
+    wt_post(w, 1, JOB_LANE_SHORT, wt_bs_open);
+    for (int i = 0; i < WT_BS_JOBS; i++) {
+        wt_post(w, 2 + i, JOB_LANE_SHORT, wt_record);
+    }
+    wt_post(w, 100, JOB_LANE_SHORT, wt_bs_probe);
+    wt_post(w, 101, JOB_LANE_SHORT, wt_record); /* so that one waits behind the probe too */
+    wt_release(wt_efd, WT_BS_JOBS + 4);
+    worker_background_period_set(period);
+    CHECK_EQ_INT(wt_bs_rc, MV_OK);
+    /* the old worker: WT_BS_BODIES - 1 and WT_BS_BACKLOG - 2 (the probe's own) */
+    if (wt_bs_left > WT_BS_BODIES - 1 - WT_BS_JOBS ||
+        wt_bs_backlog > WT_BS_BACKLOG - 2 - WT_BS_JOBS) {
+        fprintf(stderr, "  left %llu of %d bodies, %llu of %d backlog bodies\n",
+                (unsigned long long)wt_bs_left, WT_BS_BODIES, (unsigned long long)wt_bs_backlog,
+                WT_BS_BACKLOG);
+    }
+    CHECK(wt_bs_left <= WT_BS_BODIES - 1 - WT_BS_JOBS);     /* a batch (>= 1) per job at least */
+    CHECK(wt_bs_backlog <= WT_BS_BACKLOG - 2 - WT_BS_JOBS); /* the same */
+    /* a period that has not passed gives no turn: the old rule (run while no job waits) */
+    CHECK_EQ_INT(worker_background_owed(1, 1000, 950, 100), 0);
+    CHECK_EQ_INT(worker_background_owed(1, 1000, 900, 100), 1);
+    CHECK_EQ_INT(worker_background_owed(0, 1000, 0, 100), 0);
+    worker_unplace(wt_bwho);
+}
+
 int main(void)
 {
     if (wt_start() != 0) {
@@ -995,6 +1102,7 @@ int main(void)
     TEST(test_slot_forgets_purge_costs);
     TEST(test_checkpoint_between_jobs);
     TEST(test_migration_does_not_starve_drain);
+    TEST(test_background_share);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);
