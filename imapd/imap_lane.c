@@ -50,6 +50,11 @@
  *   a few ms it did not need to; the other way round (the estimate before this one, 1.2 us
  *   a message), a common string in a mailbox of 8,000 took ~200 ms on the reader thread,
  *   and every short read of that worker's users waited behind it.
+ *   Mail a drain step stored is in the store's full-text backlog until the worker builds its
+ *   rows (worker.c THE DRAIN), and each BODY or TEXT key parses every backlog body again:
+ *   ~0.11 ms a body (docs/BENCHMARKS.md, "Queued mail visible sooner"), counted as 1100 a
+ *   body per such key (open_store.fts_backlog, the worker's count), so 91 backlog bodies
+ *   make a TEXT search long however small the mailbox.
  *
  * READS
  *   A short command that only reads goes to the worker's reader thread (JOB_LANE_READ,
@@ -75,6 +80,8 @@
 #define IMAP_LANE_SEARCH_INDEX  20  /* + each FROM, TO, CC, SUBJECT, SENT* key */
 #define IMAP_LANE_SEARCH_HEADER 80  /* + each HEADER, BCC key */
 #define IMAP_LANE_SEARCH_TEXT   250 /* + each BODY, TEXT key (SEARCH BODY/TEXT) */
+/* + each BODY, TEXT key, per body of the store's full-text backlog (SEARCH BODY/TEXT) */
+#define IMAP_LANE_SEARCH_BACKLOG 1100
 
 /* The numbers of 1..hi in [first, last] (0 if none). */
 static uint64_t imap_lane_span(uint64_t first, uint64_t last, uint64_t hi)
@@ -228,17 +235,21 @@ static uint64_t imap_lane_search_key(const struct imap_node *n, int *values)
 /* The work per message of the keys from node i on (siblings, and lists at any depth; NOT
  * and OR only nest keys), each key counted: each is answered once over the mailbox. A key's
  * values are skipped, so "SUBJECT from" counts SUBJECT alone; an atom elsewhere that only
- * looks like a key (KEYWORD text) counts too: an estimate on the safe side. */
-static uint64_t imap_lane_search_keys(const struct imap_command *cmd, uint32_t i, int depth)
+ * looks like a key (KEYWORD text) counts too: an estimate on the safe side. *text_keys gets
+ * the BODY and TEXT keys among them (added to). */
+static uint64_t
+imap_lane_search_keys(const struct imap_command *cmd, uint32_t i, int depth, uint64_t *text_keys)
 {
     uint64_t per = 0;
     while (i != IMAP_NODE_NONE) {
         const struct imap_node *n = imap_node(cmd, i);
         int values = 0;
         if (n->type == IMAP_NODE_ATOM) {
-            per += imap_lane_search_key(n, &values);
+            uint64_t key = imap_lane_search_key(n, &values);
+            per += key;
+            *text_keys += key == IMAP_LANE_SEARCH_TEXT ? 1U : 0U;
         } else if (n->type == IMAP_NODE_LIST && depth < IMAP_PARSE_DEPTH_MAX) {
-            per += imap_lane_search_keys(cmd, n->child, depth + 1);
+            per += imap_lane_search_keys(cmd, n->child, depth + 1, text_keys);
         }
         i = n->next;
         for (; values > 0 && i != IMAP_NODE_NONE; values--) {
@@ -248,10 +259,17 @@ static uint64_t imap_lane_search_keys(const struct imap_command *cmd, uint32_t i
     return per;
 }
 
-/* The work per message of the mailbox of a SEARCH (THE ESTIMATE, SEARCH BODY/TEXT). */
-static uint64_t imap_lane_search_cost(const struct imap_command *cmd)
+/* The work of a SEARCH (THE ESTIMATE, SEARCH BODY/TEXT): per message of the mailbox, and
+ * per body of the full-text backlog for each BODY or TEXT key (each such body is parsed
+ * again, ~110 us, as long as its full-text row is not built). */
+static uint64_t imap_lane_search_cost(const struct imap_session *s,
+                                      const struct imap_command *cmd,
+                                      uint64_t messages)
 {
-    return IMAP_LANE_SEARCH_META + imap_lane_search_keys(cmd, cmd->first, 0);
+    uint64_t text_keys = 0;
+    uint64_t per = IMAP_LANE_SEARCH_META + imap_lane_search_keys(cmd, cmd->first, 0, &text_keys);
+    uint64_t backlog = s->store != NULL ? s->store->fts_backlog : 0;
+    return messages * per + text_keys * backlog * IMAP_LANE_SEARCH_BACKLOG;
 }
 
 enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_command *cmd)
@@ -273,7 +291,7 @@ enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_
                                                     : IMAP_LANE_COPY;
         cost = count * per;
     } else if (strcmp(name, "SEARCH") == 0) {
-        cost = messages * imap_lane_search_cost(cmd);
+        cost = imap_lane_search_cost(s, cmd, messages);
     } else if (strcmp(name, "APPEND") == 0 || strcmp(name, "EXPUNGE") == 0 ||
                strcmp(name, "CLOSE") == 0 || strcmp(name, "DELETE") == 0 ||
                strcmp(name, "RENAME") == 0) {

@@ -245,6 +245,18 @@ static void worker_verifier(const char *address,
     free(data);
 }
 
+/* The store's full-text backlog, for the lane estimate of SEARCH TEXT/BODY on the loop
+ * (open_store.fts_backlog; imap_lane.c): noted at the open and after each drain step and
+ * catch-up batch, the only writes of this handle that change it but the purge (which only
+ * shrinks it: the estimate errs on the long side until the next note). */
+static void worker_backlog_note(struct open_store *s)
+{
+    uint64_t count = 0;
+    if (mv_store_index_backlog_count(s->store, &count) == MV_OK) {
+        s->fts_backlog = count;
+    }
+}
+
 static void worker_store_close(struct open_store *s)
 {
     log_info("store close %s%s", s->address,
@@ -265,6 +277,7 @@ static void worker_store_close(struct open_store *s)
     worker_unplace(s->address); /* the store's hold (PLACEMENT) */
     s->address[0] = '\0';
     s->refs = 0;
+    s->fts_backlog = 0;
     s->purge_gave_way = 0;
     /* what a body cost is the store's own: another user's bodies may be far larger, and a
      * first batch sized and timed by them would not give way when it should */
@@ -400,6 +413,7 @@ int worker_store_acquire(struct worker *w,
      * drain step notes it again */
     quota_note(address, s->store);
     s->drain_more = 1; /* the first step finds out whether anything is queued */
+    worker_backlog_note(s);
     memcpy(s->verifier, verifier, sizeof verifier);
     OPENSSL_cleanse(verifier, sizeof verifier);
     s->refs = 1;
@@ -768,6 +782,9 @@ worker_purge_batch(struct worker *w, struct open_store *s, int may_give_way, uin
 static int worker_index_batch(struct open_store *s, uint64_t *backlog)
 {
     int rc = mv_store_index_backlog(s->store, WORKER_INDEX_BATCH, backlog);
+    if (rc == MV_OK) {
+        s->fts_backlog = *backlog; /* what the lane of a SEARCH TEXT counts (imap_lane.c) */
+    }
     if (rc != MV_OK) { /* tried again after the next job */
         log_warning("store %s: building full-text rows: %s: %s", s->address, mv_strerror(rc),
                     mv_store_errmsg(s->store));
@@ -1026,6 +1043,7 @@ static void worker_drain_step(struct worker *w, struct open_store *s)
               (long long)(worker_now_ms() - start_ms), s->drain_more ? ", more queued" : "");
     metrics_drain_step(moved);
     quota_note_step(s->address, s->store, counted ? &before : NULL, moved);
+    worker_backlog_note(s); /* the step's messages wait for their full-text rows */
     s->last_used_ms = worker_now_ms();
     struct job *job = calloc(1, sizeof *job);
     if (job != NULL && (job->arg = strdup(s->address)) != NULL) {

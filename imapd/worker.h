@@ -80,6 +80,10 @@ struct open_store {
      * (MV_STORE_DRAIN_LATER) and the worker drains them in steps between jobs (worker.c
      * "THE DRAIN"); LMTP seals into the queue meanwhile, so INBOX keeps arrival order. */
     int drain_more;
+    /* Bodies of the store's full-text backlog (mv_store_index_backlog_count), which each
+     * SEARCH TEXT/BODY key parses again: written by the worker thread (worker.c), read by
+     * the loop for the command's lane (imap_lane.c). */
+    _Atomic uint64_t fts_backlog;
     /* No step before the worker has run this many jobs (the login's and the next, its
      * client's next command) or before drain_after_ms (monotonic), whichever comes first. */
     uint64_t drain_after_job;

@@ -781,6 +781,13 @@ MV_API void mv_store_purge_give_way(mv_store *store, int (*give_way)(void *arg),
 MV_API MV_MUST_CHECK int
 mv_store_index_backlog(mv_store *store, uint32_t max_bodies, uint64_t *left_out);
 
+/* *count_out gets the bodies in the full-text backlog (mv_store_index_backlog): what each
+ * full-text criterion of a search parses again until their rows are built (a server sizes
+ * such a search with it). A count of the backlog's keys, O(bodies in it); a flag test once
+ * mv_store_index_backlog() on this handle found it empty and nothing was deferred since.
+ * Read-only handles too. Returns MV_OK, MV_EINVAL (NULL), MV_EBUSY, MV_EIO, MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_store_index_backlog_count(mv_store *store, uint64_t *count_out);
+
 /* Moves WAL checkpoints out of this handle's commits (for servers). By default a commit that
  * takes the WAL past 1,000 frames (4 KiB pages) checkpoints it, so whichever command commits
  * then waits for every frame to be copied back into the database and both files synced.

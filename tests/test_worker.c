@@ -990,6 +990,10 @@ static int wt_start(void)
 static const char *wt_bwho = "share@example.org";
 static int wt_bs_rc = -1;
 static uint64_t wt_bs_left = UINT64_MAX, wt_bs_backlog = UINT64_MAX;
+/* open_store.fts_backlog (the lane estimate's, imap_lane.c) at the open and at the probe, and
+ * the library's count at the probe */
+static uint64_t wt_bs_noted_open = UINT64_MAX, wt_bs_noted_probe = UINT64_MAX,
+                wt_bs_counted = UINT64_MAX;
 
 static void wt_bs_open(struct job *job)
 {
@@ -998,6 +1002,7 @@ static void wt_bs_open(struct job *job)
     wt_bs_rc =
         worker_store_acquire(job->worker, wt_bwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
     if (wt_bs_rc == MV_OK) {
+        wt_bs_noted_open = os->fts_backlog;
         worker_store_release(job->worker, os);
     } else {
         fprintf(stderr, "  open: %s\n", err);
@@ -1008,7 +1013,14 @@ static void wt_bs_open(struct job *job)
 static void wt_bs_probe(struct job *job)
 {
     struct open_store *os = worker_store_find(job->worker, wt_bwho);
-    wt_bs_rc = os != NULL ? mv_store_purge(os->store, 1, &wt_bs_left) : MV_ENOTFOUND;
+    wt_bs_rc = os != NULL ? MV_OK : MV_ENOTFOUND;
+    if (wt_bs_rc == MV_OK) {
+        wt_bs_noted_probe = os->fts_backlog; /* the worker's note after its last batch */
+        wt_bs_rc = mv_store_index_backlog_count(os->store, &wt_bs_counted);
+    }
+    if (wt_bs_rc == MV_OK) {
+        wt_bs_rc = mv_store_purge(os->store, 1, &wt_bs_left);
+    }
     if (wt_bs_rc == MV_OK) {
         wt_bs_rc = mv_store_index_backlog(os->store, 1, &wt_bs_backlog);
     }
@@ -1075,6 +1087,10 @@ static void test_background_share(void)
     }
     CHECK(wt_bs_left <= WT_BS_BODIES - 1 - WT_BS_JOBS);     /* a batch (>= 1) per job at least */
     CHECK(wt_bs_backlog <= WT_BS_BACKLOG - 2 - WT_BS_JOBS); /* the same */
+    /* the lane estimate's count of the backlog (imap_lane.c) follows it */
+    CHECK_EQ_INT(wt_bs_noted_open, WT_BS_BACKLOG - 1); /* the one built above */
+    CHECK_EQ_INT(wt_bs_noted_probe, wt_bs_counted);
+    CHECK(wt_bs_counted < WT_BS_BACKLOG - 1);
     /* a period that has not passed gives no turn: the old rule (run while no job waits) */
     CHECK_EQ_INT(worker_background_owed(1, 1000, 950, 100), 0);
     CHECK_EQ_INT(worker_background_owed(1, 1000, 900, 100), 1);

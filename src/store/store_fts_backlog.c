@@ -166,6 +166,22 @@ static int store_fts_backlog_left(mv_store *s, uint64_t *left)
     return step == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "reading the full-text backlog");
 }
 
+int mv_store_index_backlog_count(mv_store *s, uint64_t *count_out)
+{
+    if (count_out != NULL) {
+        *count_out = 0;
+    }
+    if (s == NULL || count_out == NULL) {
+        return s != NULL ? store_fail(s, MV_EINVAL, "mv_store_index_backlog_count: no count")
+                         : MV_EINVAL;
+    }
+    if (!s->fts_backlog_hint) {
+        return MV_OK; /* as mv_store_index_backlog(): none deferred through this handle */
+    }
+    store_enter(s);
+    return store_fts_backlog_left(s, count_out);
+}
+
 int mv_store_index_backlog(mv_store *s, uint32_t max_bodies, uint64_t *left_out)
 {
     if (left_out != NULL) {
