@@ -17,9 +17,15 @@
  * is needed), and every read queued behind it with it. So there the claim is tried once
  * without waiting; if the lock is taken, the unclaimed messages are shown as recent without
  * the claim, as RFC 3501 2.3.2 asks when a server cannot tell whether this session is the
- * first to hear of a message ("SHOULD be considered recent"); a later session may then see
- * them as recent too. The writer thread's commands (SELECT, STORE, APPEND ...) claim as
- * before.
+ * first to hear of a message ("SHOULD be considered recent"). The claim is owed, not
+ * dropped (view.recent_owed): the session makes it at its next sync (any command, an IDLE
+ * poll), before its view is replaced, or at its end, whichever first finds the lock free
+ * (imap_view_recent_settle). Dropping it (as a build before this one did) broke the rule for
+ * good: the messages stayed unclaimed, so the next session to SELECT the mailbox, maybe days
+ * later, saw them as recent too. Only a session that syncs while the claim is still owed
+ * (the writer's transaction and the owing session's next command) can see them as recent
+ * as well, which is the case the RFC's SHOULD covers. The writer thread's commands (SELECT,
+ * STORE, APPEND ...) claim as before.
  */
 #include "imap_session.h"
 #include "mailvault.h"
@@ -61,11 +67,15 @@ int imap_view_recent(struct imap_session *s, size_t from)
         rc = mv_mailbox_recent(imap_db(s), v->mailbox, &first, &unclaimed);
     } else if (s->on_reader) {
         rc = imap_recent_claim_now(imap_db(s), v->mailbox, up_to, &first);
-        if (rc == MV_EBUSY) { /* the writer holds the lock: recent, unclaimed (see above) */
+        if (rc == MV_EBUSY) { /* the writer holds the lock: recent, claim owed (see above) */
             rc = mv_mailbox_recent(imap_db(s), v->mailbox, &first, &unclaimed);
+            v->recent_owed = rc == MV_OK && up_to > v->recent_owed ? up_to : v->recent_owed;
+        } else if (rc == MV_OK && up_to >= v->recent_owed) {
+            v->recent_owed = 0; /* this claim covers what was owed */
         }
     } else {
         rc = mv_mailbox_recent_claim(imap_db(s), v->mailbox, up_to, &first);
+        v->recent_owed = rc == MV_OK && up_to >= v->recent_owed ? 0 : v->recent_owed;
     }
     if (rc != MV_OK) {
         return rc; /* none marked: \Recent is advisory, the command goes on */
@@ -77,4 +87,18 @@ int imap_view_recent(struct imap_session *s, size_t from)
         }
     }
     return MV_OK;
+}
+
+void imap_view_recent_settle(struct imap_session *s)
+{
+    struct imap_view *v = &s->view;
+    if (v->recent_owed == 0 || v->mailbox == NULL || v->readonly) {
+        return;
+    }
+    uint32_t first = 0; /* what it answers was shown already, when the claim was owed */
+    int rc = s->on_reader ? imap_recent_claim_now(imap_db(s), v->mailbox, v->recent_owed, &first)
+                          : mv_mailbox_recent_claim(imap_db(s), v->mailbox, v->recent_owed, &first);
+    if (rc == MV_OK) {
+        v->recent_owed = 0;
+    } /* else still owed: the next sync tries again (\Recent is advisory) */
 }

@@ -945,6 +945,11 @@ static void imap_session_start(struct conn *c)
 static void imap_end_run(struct job *job)
 {
     struct imap_session *s = job->arg;
+    if (s->store != NULL) { /* the \Recent claim the view still owes (imap_recent.c) */
+        s->on_reader = job->lane == JOB_LANE_READ; /* imap_db: this thread's handle */
+        imap_view_recent_settle(s);
+        s->on_reader = 0;
+    }
     imap_view_free(&s->view);
     if (s->store != NULL) {
         if (job->lane == JOB_LANE_READ) { /* the table is the writer's (worker.c READERS) */

@@ -45,6 +45,8 @@ struct imap_view {
     size_t cap;
     size_t expunged_count; /* messages marked expunged: a sync knows without walking msgs */
     size_t recent_count;   /* messages with recent set */
+    uint32_t recent_owed;  /* UIDs below it were shown as \Recent without their claim, which
+                              waits for the lock (imap_recent.c); 0: none */
     int reported_any;      /* some message has reported set (imap_view_reported_clear) */
     /* The keywords announced in FLAGS (imap_keywords.c): malloc'd strings. */
     char **keyword_names;
@@ -263,6 +265,11 @@ int imap_view_cache_copy(struct open_store *os, const char *mailbox, struct imap
  * it must not take \Recent away). Updates recent_count. MV_OK or an MV_* code (then none is
  * marked). */
 int imap_view_recent(struct imap_session *s, size_t from);
+/* Records the \Recent claim a sync on the reader thread could not make (the lock was taken:
+ * view.recent_owed), so that no later session sees those messages as recent too. Tried at
+ * every sync, before a view is replaced and at the session's end; on the reader thread
+ * again without waiting. Nothing to do costs a test. */
+void imap_view_recent_settle(struct imap_session *s);
 
 /* ---- imap_keywords.c ---- */
 /* A message's keyword list as a shared string: text copied (NULL out of memory), or like

@@ -102,6 +102,7 @@ int imap_view_load(struct imap_session *s, const char *mailbox, int readonly)
 {
     struct imap_view v;
     memset(&v, 0, sizeof v);
+    imap_view_recent_settle(s); /* the old view's owed \Recent claim (imap_recent.c) */
     imap_view_free(&s->view);
     int rc = imap_view_cache_copy(s->store, mailbox, &v); /* imap_view_cache.c */
     if (rc == MV_OK && (v.mailbox = strdup(mailbox)) == NULL) {
@@ -423,6 +424,7 @@ int imap_view_sync(struct imap_session *s, struct buf *out, int allow_expunge)
     if (v->mailbox == NULL) {
         return MV_OK;
     }
+    imap_view_recent_settle(s); /* a claim a sync on the reader owed (imap_recent.c) */
     /* One read transaction for the status's two statements (the mailbox's id, then its
      * counters) instead of one each: each costs WAL-index file locks, ~9% of the CPU of a
      * FETCH 1:* (UID FLAGS) of 10,000 messages (issue 13). Not when the caller already has
