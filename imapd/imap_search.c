@@ -21,9 +21,10 @@
  *     (its zone disregarded, RFC 3501 6.4.4); SINCE/BEFORE/ON the internal date in UTC.
  *
  * LIMITATIONS
- *   FROM/TO/CC/SUBJECT/BCC/HEADER are substrings of the decoded header, folding ASCII
- *   case only ("GRÜSSE" and "grüsse" differ; Dovecot folds Unicode case). BODY/TEXT strings
- *   of one or two characters fold ASCII letters only (no trigram: LIKE).
+ *   FROM/TO/CC/SUBJECT/BCC/HEADER are substrings of the decoded header with Unicode case
+ *   folded ("GRÜSSE" finds "Grüße": g_utf8_casefold here, mv_fold in the store), without
+ *   normalization (a decomposed "ä" does not find a precomposed one). BODY/TEXT strings of
+ *   one or two characters fold ASCII letters only (no trigram: LIKE).
  *   RECENT, NEW and OLD read the session's \Recent (imap_recent.c).
  */
 #include "buf.h"
@@ -129,25 +130,62 @@ imap_search_store(struct imap_search_run *r, const struct imap_search_key *k, un
     return rc < 0 ? rc : MV_OK;
 }
 
-/* Whether a field's unfolded value contains value case-insensitively once its RFC 2047
- * encoded words are decoded (GMime: the charsets it knows, a malformed word left as it is).
- * RFC 3501 6.4.4 matches a string against "the field"; the decoded text is what SUBJECT and
- * FROM see here and what Dovecot 2.3 compares for HEADER and BCC too. A value with no "=?"
- * has no encoded word and is compared as it is. */
-static int imap_search_value_has(const char *unfolded, const char *value)
+/* text with its case folded by Unicode's full case folding (g_utf8_casefold of its valid
+ * UTF-8 form: an invalid byte becomes U+FFFD), as the store folds FROM/TO/CC/SUBJECT
+ * (src/store/store_fold.c) and the full-text index BODY/TEXT; NULL if out of memory. Owned
+ * by the caller (g_free). */
+static char *imap_search_fold(const char *text)
+{
+    char *valid = g_utf8_make_valid(text, -1);
+    char *folded = valid != NULL ? g_utf8_casefold(valid, -1) : NULL;
+    g_free(valid);
+    return folded;
+}
+
+static int imap_search_ascii(const char *text)
+{
+    for (; *text != '\0'; text++) {
+        if ((unsigned char)*text >= 0x80) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Whether text contains folded (imap_search_fold's) case-insensitively: ASCII text as
+ * strcasestr compares it (its folding is ASCII's), any other folded first. */
+static int imap_search_text_has(const char *text, const char *folded)
+{
+    if (imap_search_ascii(text)) {
+        return strcasestr(text, folded) != NULL;
+    }
+    char *text_folded = imap_search_fold(text);
+    int found = text_folded != NULL && strstr(text_folded, folded) != NULL;
+    g_free(text_folded);
+    return found;
+}
+
+/* Whether a field's unfolded value contains folded (the criterion's value, case folded)
+ * case-insensitively once its RFC 2047 encoded words are decoded (GMime: the charsets it
+ * knows, a malformed word left as it is). RFC 3501 6.4.4 matches a string against "the
+ * field"; the decoded text is what SUBJECT and FROM see here and what Dovecot 2.3 compares
+ * for HEADER and BCC too. A value with no "=?" has no encoded word and is compared as it is.
+ * Case folds as Unicode folds it ("GRÜSSE" finds "Grüße"); it folded ASCII only. */
+static int imap_search_value_has(const char *unfolded, const char *folded)
 {
     if (strstr(unfolded, "=?") == NULL) {
-        return strcasestr(unfolded, value) != NULL;
+        return imap_search_text_has(unfolded, folded);
     }
     char *decoded = g_mime_utils_header_decode_text(NULL, unfolded);
-    int found = strcasestr(decoded != NULL ? decoded : unfolded, value) != NULL;
+    int found = imap_search_text_has(decoded != NULL ? decoded : unfolded, folded);
     g_free(decoded);
     return found;
 }
 
 /* Whether the header (len bytes) has a field named field whose value, unfolded (the line
  * breaks of continuation lines removed, RFC 5322 2.2.3) and decoded, contains value
- * case-insensitively (RFC 3501 6.4.4 HEADER). An empty value matches any such field. */
+ * case-insensitively (RFC 3501 6.4.4 HEADER; value case folded: imap_search_fold). An empty
+ * value matches any such field. */
 static int imap_search_header_has(
     const char *text, size_t len, const char *field, size_t field_len, const char *value)
 {
@@ -208,6 +246,10 @@ imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, u
         return MV_EINVAL;
     }
     size_t field_len = strlen(field);
+    char *folded = imap_search_fold(value); /* once for every message */
+    if (folded == NULL) {
+        return MV_ENOMEM;
+    }
     for (size_t i = 0; i < v->count; i++) {
         void *raw = NULL;
         size_t len = 0;
@@ -216,9 +258,10 @@ imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, u
                                                            v->msgs[i].uid, &raw, &len) != MV_OK) {
             continue;
         }
-        hits[i] = (unsigned char)imap_search_header_has(raw, len, field, field_len, value);
+        hits[i] = (unsigned char)imap_search_header_has(raw, len, field, field_len, folded);
         mv_free(raw);
     }
+    g_free(folded);
     return MV_OK;
 }
 

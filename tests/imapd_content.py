@@ -223,6 +223,13 @@ def test_header_decoded(c):
              (b"HEADER X-Note ISO-8859", set(), "HEADER does not match the word's charset"),
              (b'HEADER X-Note "=?bogus"', {plain}, "a malformed word is compared as it is"),
              (b'CHARSET UTF-8 BCC "M\xc3\xbcller"', {enc}, "BCC is decoded"),
+             (b'CHARSET UTF-8 HEADER Subject "GR\xc3\x9cSSE"', {enc, plain},
+              "HEADER folds Unicode case (GRÜSSE finds Grüße)"),
+             (b'CHARSET UTF-8 SUBJECT "GR\xc3\x9cSSE"', {enc, plain},
+              "SUBJECT folds Unicode case as HEADER does"),
+             (b'CHARSET UTF-8 BCC "m\xc3\x9cller"', {enc}, "BCC folds Unicode case"),
+             (b'CHARSET UTF-8 HEADER X-Note "CAF\xc3\x89"', {enc},
+              "HEADER folds the case of a decoded ISO-8859-1 word"),
              (b'BCC "=?UTF-8"', set(), "BCC does not match the encoded form"),
              (b"BCC m@example.org", {enc}, "BCC matches the address")]
     for crit, want, what in cases:

@@ -864,6 +864,9 @@ int store_message_functions(mv_store *s)
     if (rc == MV_OK) {
         rc = store_fts_backlog_functions(s);
     }
+    if (rc == MV_OK) {
+        rc = store_fold_functions(s);
+    }
     return rc == MV_OK ? store_fts_functions(s) : rc;
 }
 

@@ -28,15 +28,17 @@
  *     body parsed again) pass the same check, so a search never misses a delivered message.
  *   - SENT*: sent_date is UTC; the Date header's zone (bodies.sent_zone) is added back, so
  *     the bounds compare the date as written (RFC 3501 6.4.4 disregards time and zone).
- *   - Header criteria are case-insensitive substring matches, instr(lower(col), lower(?)):
- *     no LIKE, so '%' and '_' need no escaping.
+ *   - Header criteria are case-insensitive substring matches, instr(mv_fold(col),
+ *     mv_fold(?)): no LIKE, so '%' and '_' need no escaping; mv_fold folds Unicode case
+ *     (store_fold.c), lower() folded ASCII only ("Ä" did not find "ä"). The Message-ID is
+ *     ASCII: lower().
  *   - With a mailbox the plan starts from messages_date (mailbox_id, internal_date), which
  *     also gives the newest-first order without sorting; tests check the plan.
  *   - LIMIT is the limit + 1: the extra row, if it comes, turns into MV_ELIMIT.
  *
  * LIMITATIONS
- *   lower() folds ASCII only: "Ä" does not match "ä" in header criteria, nor in full-text
- *   strings under three characters (LIKE); the trigram index folds Unicode case (not
+ *   LIKE folds ASCII only: "Ä" does not match "ä" in full-text strings under three
+ *   characters; the trigram index and the header criteria fold Unicode case (not
  *   diacritics: "e" does not find "é", as a substring match should not). A message without a Date
  * header has sent_date 0 and matches no sent_since/sent_before criterion.
  */
@@ -90,10 +92,10 @@ static const char *const store_search_head =
 /* Indexed by enum store_search_param. */
 static const char *const store_search_fragment[] = {
     [P_MAILBOX] = " AND m.mailbox_id = ?1",
-    [P_FROM] = " AND instr(lower(h.from_addr), lower(?2)) > 0",
-    [P_TO] = " AND instr(lower(h.to_addr), lower(?3)) > 0",
-    [P_CC] = " AND instr(lower(h.cc_addr), lower(?4)) > 0",
-    [P_SUBJECT] = " AND instr(lower(h.subject), lower(?5)) > 0",
+    [P_FROM] = " AND instr(mv_fold(h.from_addr), mv_fold(?2)) > 0",
+    [P_TO] = " AND instr(mv_fold(h.to_addr), mv_fold(?3)) > 0",
+    [P_CC] = " AND instr(mv_fold(h.cc_addr), mv_fold(?4)) > 0",
+    [P_SUBJECT] = " AND instr(mv_fold(h.subject), mv_fold(?5)) > 0",
     [P_MESSAGE_ID] = " AND instr(lower(h.message_id), lower(?6)) > 0",
     [P_TEXT] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?7, 0) "
                "AND (mv_fts_exact(?7, 0) OR mv_fts_match(?7, 0, header, body)))",
