@@ -30,7 +30,10 @@
 #   2. The corpus (bench/bigmail_corpus.py, seed 13): generated once into
 #      build/bigmail-corpus/N/ (reused by later runs: its bytes depend only on N and the
 #      seed), then hard-linked into Dovecot's Maildir (Maildir files are never rewritten, so
-#      the pristine copy survives Dovecot's renames and unlinks).
+#      the pristine copy survives Dovecot's renames and unlinks; only the Maildir's own
+#      directories are given to Dovecot's mail user, never the linked files: a chown of a
+#      link is the corpus file's. dovecot_maildir_link copies when a file is not readable by
+#      others).
 #   3. mailvaultd's store: `mailvault init` with the default KDF (no MAILVAULT_KDF_ITER:
 #      the real cost; BIGMAIL_KDF_ITER=N is for the smoke test only), then `mailvault
 #      import` of the same Maildir (flags from the names, internal date = mtime, as
@@ -87,7 +90,7 @@ fi
 mkdir -p "$out/sections"
 nice=(nice -n 10)
 
-. bench/dovecot_lib.sh # dovecot_install, dovecot_config, free_port, wait_port, stop_pid
+. bench/dovecot_lib.sh # dovecot_install, dovecot_config, dovecot_maildir_link, free_port, ...
 have_dovecot=0 dovecot_note=""
 [ "$use_dovecot" -eq 0 ] || dovecot_install bigmail_compare
 
@@ -134,10 +137,7 @@ for n in $sizes; do
         dc_imap=$(free_port) dc_lmtp=$(free_port)
         dovecot_config "$dc" "$dc_imap" "$dc_lmtp" "$tmp/password" "$user"
         t0=$(date +%s.%N)
-        mkdir -p "$dc/mail/$user"
-        cp -al "$corpus/Maildir/." "$dc/mail/$user/" 2>/dev/null ||
-            cp -a "$corpus/Maildir/." "$dc/mail/$user/"
-        chown -R nobody:nogroup "$dc/mail" 2>/dev/null || chown -R nobody "$dc/mail"
+        dovecot_maildir_link "$corpus/Maildir" "$dc/mail/$user" # the corpus keeps its owner
         echo "   Dovecot Maildir linked: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s (indexed at the first SELECT, untimed)"
         dc_args=(--dovecot-conf "$dc/dovecot.conf" --dc-mail "$dc/mail" --dc-imap-port "$dc_imap"
             --dc-lmtp-port "$dc_lmtp")

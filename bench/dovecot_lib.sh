@@ -28,6 +28,15 @@
 #       indexes are fsync'd), no FTS plugin. Dovecot refuses to access mail as uid 0, so its
 #       mail processes run as `nobody` (DIR/mail belongs to nobody); the master runs as the
 #       current user. DIR's parents must be reachable by nobody (mode 755).
+#   dovecot_maildir_link SRC DEST
+#       Gives Dovecot's mail user (nobody) the Maildir SRC as DEST without touching SRC:
+#       hard links to SRC's files when all of them are readable by others (Maildir files
+#       are never rewritten, only renamed and unlinked, so SRC stays pristine), else a copy;
+#       DEST's directories, which are its own, belong to nobody (all Dovecot needs to rename,
+#       unlink and add files and to write its index). The linked files are not chowned: a
+#       hard link shares its inode, so `chown -R` over DEST gave SRC's files to nobody (the
+#       shared corpus of bench/bigmail_compare.sh changed owner). A copy is DEST's and is
+#       chowned whole.
 #   free_port       a free TCP port on 127.0.0.1 (printed).
 #   wait_port PORT PID
 #       0 once 127.0.0.1:PORT accepts a connection (up to 10 s); 1 if PID died first or the
@@ -58,6 +67,21 @@ dovecot_install() {
         dovecot_note+=" (not root, no apt-get, or no network): mailvaultd measured alone"
         echo "$name: $dovecot_note" >&2
     fi
+}
+
+dovecot_maildir_link() {
+    local src=$1 dest=$2
+    mkdir -p "$dest"
+    if [ -z "$(find "$src" -type f ! -perm -o=r -print -quit)" ] &&
+        cp -al "$src/." "$dest/" 2>/dev/null; then
+        find "$dest" -type d -exec chown nobody:nogroup {} + 2>/dev/null ||
+            find "$dest" -type d -exec chown nobody {} +
+        return
+    fi
+    rm -rf "$dest" # a link that failed half-way (another file system): copy instead
+    mkdir -p "$dest"
+    cp -a "$src/." "$dest/"
+    chown -R nobody:nogroup "$dest" 2>/dev/null || chown -R nobody "$dest"
 }
 
 dovecot_config() {
