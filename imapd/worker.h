@@ -85,7 +85,8 @@ struct open_store {
      * the loop for the command's lane (imap_lane.c). */
     _Atomic uint64_t fts_backlog;
     /* No step before the worker has run this many jobs (the login's and the next, its
-     * client's next command) or before drain_after_ms (monotonic), whichever comes first. */
+     * client's next command) or before drain_after_ms (monotonic), whichever comes first;
+     * no purge batch either (worker.c LOGIN FIRST). */
     uint64_t drain_after_job;
     int64_t drain_after_ms;
     struct imap_view_cache *view_cache; /* the IMAP views SELECT copies (imap_view_cache.c) */
@@ -137,9 +138,13 @@ uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
  * and the job's wait are each at most half a batch. */
 int worker_purge_may_give_way(int64_t elapsed_us, int64_t expected_us);
 /* Whether the purge between jobs runs another batch, having run batches_run in this call:
- * never while a job waits; while a drain step is due, only the call's first batch (new mail
- * goes first, and the purge still moves on under steady deliveries). */
-int worker_purge_may_go_on(int batches_run, int job_waiting, int drain_due);
+ * never while a job waits or at a stop (worker.c PURGE AND STOP: the next open finds the
+ * rest); while a drain step is due, only the call's first batch (new mail goes first, and
+ * the purge still moves on under steady deliveries). */
+int worker_purge_may_go_on(int batches_run, int job_waiting, int drain_due, int stopping);
+/* Whether worker_stop_all() has asked w to stop (its writer thread ends once its queued jobs
+ * have run): a job that waits for something may end early. */
+int worker_stop_requested(struct worker *w);
 /* worker.c SHARE: whether the purge and the catch-up take a batch now although a job waits:
  * when one waits and period_ms have passed since they last ran (last_ms; monotonic ms). */
 int worker_background_owed(int job_waiting, int64_t now_ms, int64_t last_ms, int64_t period_ms);

@@ -38,6 +38,12 @@
  *   - The purge and the full-text catch-up get a share of a worker that is never idle (worker.c
  *     SHARE): with jobs queued together, bodies are purged and backlog rows built between them
  *     (the old worker ran neither while a job waited).
+ *   - The login's next command before the purge: with bodies to purge, the job that follows
+ *     the open (200 ms later) finds them all (the old purge ran right after the open, and
+ *     the SELECT waited for its statement or commit under way).
+ *   - A stop ends the purge: with 400 bodies to purge, a stop asked while a job holds the
+ *     worker ends it with bodies left for the next open (384 in a run; the old purge, which
+ *     looked only for jobs, ran to its end first: 0 left).
  */
 #include "harness.h"
 #include "testutil.h"
@@ -411,11 +417,14 @@ static void test_purge_gives_way_early(void)
     CHECK_EQ_INT(worker_purge_may_give_way(40000, 15000), 0); /* slower than expected */
     CHECK_EQ_INT(worker_purge_may_give_way(40000, 0), 1);     /* not known yet */
     /* new mail first: with a drain step due, one batch per call */
-    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 0), 1);
-    CHECK_EQ_INT(worker_purge_may_go_on(5, 0, 0), 1);
-    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 1), 1);
-    CHECK_EQ_INT(worker_purge_may_go_on(1, 0, 1), 0);
-    CHECK_EQ_INT(worker_purge_may_go_on(0, 1, 0), 0);
+    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 0, 0), 1);
+    CHECK_EQ_INT(worker_purge_may_go_on(5, 0, 0, 0), 1);
+    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 1, 0), 1);
+    CHECK_EQ_INT(worker_purge_may_go_on(1, 0, 1, 0), 0);
+    CHECK_EQ_INT(worker_purge_may_go_on(0, 1, 0, 0), 0);
+    /* a stop ends it, also before its first batch (test_stop_ends_purge) */
+    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 0, 1), 0);
+    CHECK_EQ_INT(worker_purge_may_go_on(3, 0, 0, 1), 0);
 }
 
 static int wt_append(mv_store *s, int n)
@@ -986,6 +995,205 @@ static void test_migration_does_not_starve_drain(void)
     worker_unplace(wt_qwho);
 }
 
+/* ---- the login's next command before the purge ---- */
+/* Nothing runs between a store's open and the worker's next job (worker.c LOGIN FIRST): with
+ * bodies to purge, the client's SELECT (here 200 ms after the login, as a loaded machine
+ * sends it) finds every body still there, and the purge goes on after it. The purge started
+ * right after the open, and the SELECT waited for the statement or commit under way (82 ms
+ * at 100,000 messages). The grace is lengthened so that the pause cannot outlast it. */
+#define WT_LP_BODIES 64
+
+static const char *wt_lpwho = "loginpurge@example.org";
+static int wt_lp_rc = -1;
+static uint64_t wt_lp_left;
+
+static void wt_lp_open(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    wt_lp_rc =
+        worker_store_acquire(job->worker, wt_lpwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (wt_lp_rc != MV_OK) {
+        fprintf(stderr, "  open: %s\n", err);
+        return;
+    }
+    worker_store_release(job->worker, os);
+}
+
+/* The next command: the bodies still waiting (one purged on the way). */
+static void wt_lp_next(struct job *job)
+{
+    struct open_store *os = worker_store_find(job->worker, wt_lpwho);
+    wt_lp_rc = os != NULL ? mv_store_purge(os->store, 1, &wt_lp_left) : MV_ENOTFOUND;
+}
+
+static void test_login_before_purge(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_lpwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mv_store_open(wt_lpwho, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
+    int rc = s != NULL ? MV_OK : MV_ERROR;
+    for (int i = 0; i < WT_LP_BODIES && rc == MV_OK; i++) {
+        char msg[160];
+        int n = snprintf(msg, sizeof msg,
+                         "From: a@example.net\r\nSubject: old-%d\r\n\r\nbody %d\r\n", i, i);
+        rc = mv_message_append(s, "INBOX", msg, (size_t)n, MV_FLAG_DELETED, NULL, 1700000000, NULL);
+    }
+    CHECK_EQ_INT(rc, MV_OK);
+    uint32_t count = 0;
+    CHECK_EQ_INT(s != NULL ? mv_mailbox_expunge(s, "INBOX", NULL, &count) : MV_ERROR, MV_OK);
+    CHECK_EQ_INT(count, WT_LP_BODIES);
+    mv_store_close(&s);
+    struct worker *w = worker_place(wt_lpwho);
+    int grace = worker_drain_grace_set(600 * 1000);
+    wt_done = 0;
+    wt_post(w, 1, JOB_LANE_SHORT, wt_lp_open);
+    wt_collect_one();
+    CHECK_EQ_INT(wt_lp_rc, MV_OK);
+    struct timespec pause = {0, 200000000L}; /* 200 ms */
+    nanosleep(&pause, NULL);
+    wt_done = 0;
+    wt_post(w, 2, JOB_LANE_SHORT, wt_lp_next);
+    wt_collect_one();
+    worker_drain_grace_set(grace);
+    CHECK_EQ_INT(wt_lp_rc, MV_OK);
+    if (wt_lp_left != WT_LP_BODIES - 1) {
+        fprintf(stderr, "  %llu of %d bodies left at the next command\n",
+                (unsigned long long)wt_lp_left, WT_LP_BODIES);
+    }
+    CHECK_EQ_INT(wt_lp_left, WT_LP_BODIES - 1);
+    /* ... and after it the purge goes on between jobs (polled with a deadline) */
+    uint64_t left = wt_lp_left;
+    for (int i = 0; i < 600 && left > 0; i++) {
+        struct pollfd none = {.fd = -1};
+        (void)poll(&none, 0, 100);
+        mv_store *r = NULL;
+        struct mv_store_options ro = o;
+        ro.flags |= MV_STORE_READONLY;
+        if (mv_store_open(wt_lpwho, WT_PW, strlen(WT_PW), &ro, &r, err, sizeof err) == MV_OK) {
+            long long n = tu_int(mv_store_db(r), "SELECT count(*) FROM bodies WHERE refcount = 0");
+            left = n >= 0 ? (uint64_t)n : left;
+            mv_store_close(&r);
+        }
+    }
+    CHECK_EQ_INT(left, 0);
+    worker_unplace(wt_lpwho);
+}
+
+/* ---- a stop ends the purge ---- */
+/* A stop (SIGTERM) ends the purge between jobs (worker.c PURGE AND STOP): the workers end
+ * with the bodies left for the next open. The purge looked only for jobs, so a stop waited
+ * for all of it (minutes after a big EXPUNGE: a supervisor's SIGKILL came first, and the
+ * close that saves the views and checkpoints never ran). Nothing here is timed: the store is
+ * opened and its (empty) queue drained by jobs, then a job holds the worker until the stop
+ * has been asked, so the purge's turn after that job comes with the stop asked. Stops the
+ * workers, then starts them again for whatever runs after it. */
+#define WT_SP_BODIES 400
+
+static const char *wt_stwho = "stoppurge@example.org";
+static int wt_sp_rc = -1, wt_sp_draining = -1, wt_sp_stop_seen = -1;
+
+/* A login's part: the store opened and released; the purge starts after this job. */
+static void wt_sp_open(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    wt_sp_rc =
+        worker_store_acquire(job->worker, wt_stwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (wt_sp_rc != MV_OK) {
+        fprintf(stderr, "  open: %s\n", err);
+        return;
+    }
+    worker_store_release(job->worker, os);
+}
+
+/* Whether the store's drain is still under way (its first step finds the queue empty). */
+static void wt_sp_look(struct job *job)
+{
+    const struct open_store *os = worker_store_find(job->worker, wt_stwho);
+    wt_sp_draining = os != NULL ? os->drain_more : -1;
+}
+
+/* Holds the worker until the stop is asked (deadline 60 s). */
+static void wt_sp_hold(struct job *job)
+{
+    for (int i = 0; i < 600 && !worker_stop_requested(job->worker); i++) {
+        struct pollfd none = {.fd = -1};
+        (void)poll(&none, 0, 100);
+    }
+    wt_sp_stop_seen = worker_stop_requested(job->worker);
+}
+
+static void *wt_sp_stop_thread(void *arg)
+{
+    (void)arg;
+    worker_stop_all();
+    return NULL;
+}
+
+static void test_stop_ends_purge(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_stwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mv_store_open(wt_stwho, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
+    static char msg[4096];
+    int rc = s != NULL ? MV_OK : MV_ERROR;
+    for (int i = 0; i < WT_SP_BODIES && rc == MV_OK; i++) {
+        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: gone-%d\r\n\r\n", i);
+        for (int k = 0; n < (int)sizeof msg - 16; k++) {
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "w%dz%d ", i, k);
+        }
+        rc = mv_message_append(s, "INBOX", msg, (size_t)n, MV_FLAG_DELETED, NULL, 1700000000, NULL);
+    }
+    CHECK_EQ_INT(rc, MV_OK);
+    uint32_t count = 0;
+    CHECK_EQ_INT(s != NULL ? mv_mailbox_expunge(s, "INBOX", NULL, &count) : MV_ERROR, MV_OK);
+    CHECK_EQ_INT(count, WT_SP_BODIES);
+    mv_store_close(&s);
+    /* the open, then jobs until the drain is over (the purge takes turns with a drain step
+     * until then; afterwards only jobs stop it) */
+    struct worker *w = worker_place(wt_stwho);
+    wt_done = 0;
+    wt_post(w, 1, JOB_LANE_LONG, wt_sp_open);
+    wt_collect_one();
+    CHECK_EQ_INT(wt_sp_rc, MV_OK);
+    for (int i = 0; i < 600 && wt_sp_draining != 0; i++) {
+        wt_done = 0;
+        wt_post(w, 2, JOB_LANE_LONG, wt_sp_look);
+        wt_collect_one();
+    }
+    CHECK_EQ_INT(wt_sp_draining, 0);
+    /* the hold, then the stop from another thread (it returns once the worker has ended) */
+    wt_done = 0;
+    wt_post(w, 3, JOB_LANE_LONG, wt_sp_hold);
+    worker_unplace(wt_stwho);
+    pthread_t stopper;
+    int made = pthread_create(&stopper, NULL, wt_sp_stop_thread, NULL) == 0;
+    int joined = made && pthread_join(stopper, NULL) == 0;
+    worker_collect(); /* the hold's done(), queued before the workers ended */
+    /* started again at once for what runs after (a failed check returns) */
+    int restarted = worker_start(&g_config, 1, wt_efd) == 0;
+    CHECK(made && joined && restarted);
+    CHECK_EQ_INT(wt_sp_stop_seen, 1);
+    /* bodies are left for the next open (one more purged on the way); the old purge ran to
+     * its end before the worker stopped */
+    uint64_t left = 0;
+    CHECK_EQ_INT(mv_store_open(wt_stwho, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
+    CHECK_EQ_INT(s != NULL ? mv_store_purge(s, 1, &left) : MV_ERROR, MV_OK);
+    mv_store_close(&s);
+    fprintf(stderr, "  %llu of %d bodies left after the stop\n", (unsigned long long)left,
+            WT_SP_BODIES);
+    CHECK(left > 0);
+}
+
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
 static int wt_start(void)
 {
@@ -1121,6 +1329,7 @@ int main(void)
         fprintf(stderr, "cannot start the worker\n");
         return 1;
     }
+    TEST(test_stop_ends_purge);
     TEST(test_short_passes_long);
     TEST(test_long_not_starved);
     TEST(test_fifo_within_lane);
@@ -1136,6 +1345,7 @@ int main(void)
     TEST(test_checkpoint_between_jobs);
     TEST(test_migration_does_not_starve_drain);
     TEST(test_background_share);
+    TEST(test_login_before_purge);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);
