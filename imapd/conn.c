@@ -248,6 +248,15 @@ void conn_flush(struct conn *c)
     }
 }
 
+void conn_stream_continue(struct conn *c)
+{
+    c->stream_wait = 1;
+    if (!c->dead && c->out.len < CONN_STREAM_RESUME_BELOW && c->ops->drained != NULL) {
+        c->ops->drained(c); /* posts the next chunk: c stays busy */
+    }
+    conn_flush(c);
+}
+
 struct conn *conn_next(const struct conn *c)
 {
     return c == NULL ? conn_list : c->next;
@@ -266,6 +275,21 @@ void conn_write(struct conn *c, const void *data, size_t len)
     buf_add(&c->out, data, len);
     if (c->out.oom) {
         conn_close_now(c, "out of memory");
+    }
+}
+
+void conn_write_buf(struct conn *c, struct buf *b)
+{
+    if (c->dead || c->out.len > 0 || b->oom) {
+        conn_write(c, b->data, b->len);
+    } else {
+        struct buf old = c->out;
+        c->out = *b;
+        *b = old;
+    }
+    b->len = 0;
+    if (b->data != NULL) {
+        b->data[0] = '\0';
     }
 }
 

@@ -488,7 +488,7 @@ static void imap_job_done(struct job *job)
         snprintf(j->s->shown_mailbox, sizeof j->s->shown_mailbox, "%s",
                  j->s->state == IMAP_SELECTED && j->s->view.mailbox != NULL ? j->s->view.mailbox
                                                                             : "");
-        conn_write(c, job->out.data, job->out.len);
+        conn_write_buf(c, &job->out);
         if (j->s->idling && !j->s->in_idle) { /* IDLE began: wait for DONE */
             j->s->frame.raw_line = 1;
             j->s->in_idle = 1;
@@ -502,17 +502,18 @@ static void imap_job_done(struct job *job)
             conn_hold(c, (int)hold_ms);
         }
     }
-    buf_free(&job->out);
     if (j->s->fetch_more != NULL) { /* a FETCH response goes on: see imap_session_drained */
         if (c->dead || j->logout) {
             imap_fetch_state_free(&j->s->fetch_more);
         } else {
-            j->s->stream_job = j; /* the connection stays busy */
-            c->stream_wait = 1;
-            conn_flush(c); /* may post the job again at once */
+            /* job->out (empty: the output's old buffer, conn_write_buf) is kept for the next
+             * chunk, which the worker makes while the loop sends this one */
+            j->s->stream_job = j;    /* the connection stays busy */
+            conn_stream_continue(c); /* may post the job again at once */
             return;
         }
     }
+    buf_free(&job->out);
     if (!j->raw && j->s->state != IMAP_NOT_AUTH && imap_command_changes(j->cmd.name)) {
         imap_session_notify(j->s->user, j->s);
     }
