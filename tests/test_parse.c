@@ -1,7 +1,8 @@
 /*
  * test_parse.c -- tests of store_parse(): the sample corpus of tests/corpus against its
  * expected values and independently located part ranges, the limits, degenerate input,
- * bounded nesting, the text extraction, and concurrent use.
+ * bounded nesting, the text extraction, the parse without the texts (STORE_PARSE_NO_TEXT: the
+ * same fields and ranges, empty texts), and concurrent use.
  *
  * The corpus and its tables are made by tests/corpus/make_corpus.py (see its README.md):
  *   expected.tsv  file, subject, from, message_id, in_reply_to, sent_date, part_count
@@ -216,6 +217,62 @@ static void test_corpus_expected(void)
         CHECK(same);
     }
     free(t.buf);
+}
+
+/* STORE_PARSE_NO_TEXT (a stepped drain's parse, whose full-text row is made later): every
+ * corpus message gives the same fields, threading and part ranges as a full parse, and empty
+ * texts where the full parse has some (the decoding it leaves out). */
+static int tp_same_but_text(const struct store_parsed *a, const struct store_parsed *b)
+{
+    int same = strcmp(a->subject, b->subject) == 0 && strcmp(a->from, b->from) == 0 &&
+               strcmp(a->to, b->to) == 0 && strcmp(a->cc, b->cc) == 0 &&
+               strcmp(a->message_id, b->message_id) == 0 &&
+               strcmp(a->in_reply_to, b->in_reply_to) == 0 && a->sent_date == b->sent_date &&
+               a->sent_zone == b->sent_zone && a->reference_count == b->reference_count &&
+               a->part_count == b->part_count;
+    for (size_t i = 0; same && i < a->reference_count; i++) {
+        same = strcmp(a->references[i], b->references[i]) == 0;
+    }
+    for (size_t i = 0; same && i < a->part_count; i++) {
+        same = a->parts[i].start == b->parts[i].start && a->parts[i].end == b->parts[i].end;
+    }
+    return same;
+}
+
+static void test_corpus_no_text(void)
+{
+    struct tp_table t;
+    CHECK(tp_table_load("expected.tsv", TP_FIELDS, &t) == 0);
+    CHECK(t.count >= 25);
+    size_t with_text = 0;
+    for (size_t i = 0; i < t.count; i++) {
+        const char *name = t.rows[i].field[0];
+        size_t len = 0;
+        uint8_t *raw = tu_read_file(tp_corpus_path(name), &len);
+        CHECK(raw != NULL);
+        struct store_parsed full, bare;
+        char err[256] = "";
+        int rc = tp_parse(raw, len, STORE_SPLIT_MIN, &full);
+        int rc2 = store_parse_flags(raw, len, NULL, STORE_SPLIT_MIN, STORE_PARSE_NO_TEXT, &bare,
+                                    err, sizeof err);
+        int same = rc == MV_OK && rc2 == MV_OK && tp_problem(&bare, len) == NULL &&
+                   tp_same_but_text(&full, &bare) && bare.text[0] == '\0' &&
+                   bare.header_text[0] == '\0' && tp_reassembles(raw, len, &bare);
+        with_text += rc == MV_OK && full.text[0] != '\0';
+        if (!same) {
+            printf("  %s: differs without the texts (%d %d %s)\n", name, rc, rc2, err);
+        }
+        if (rc == MV_OK) {
+            store_parsed_free(&full);
+        }
+        if (rc2 == MV_OK) {
+            store_parsed_free(&bare);
+        }
+        free(raw);
+        CHECK(same);
+    }
+    free(t.buf);
+    CHECK(with_text >= 20); /* the full parse had texts to leave out */
 }
 
 /* Every .eml of the corpus has a row in expected.tsv. */
@@ -717,6 +774,7 @@ int main(void)
     TEST(test_corpus_dup_attachments);
     TEST(test_corpus_split_min_1);
     TEST(test_corpus_text);
+    TEST(test_corpus_no_text);
     TEST(test_limit_header_count);
     TEST(test_limit_header_size);
     TEST(test_limit_message_size);

@@ -454,13 +454,15 @@ int store_body_headers_rebuild(mv_store *s, int64_t body_id)
     return rc;
 }
 
-/* Parses raw with the store's limits; the parser's message becomes the handle's. */
+/* Parses raw with the store's limits; the parser's message becomes the handle's. Without
+ * the texts when the full-text row is deferred (s->fts_defer: a stepped drain's message,
+ * whose row mv_store_index_backlog() makes from the stored body). */
 static int store_message_parse(mv_store *s, const void *raw, size_t len, struct store_parsed *out)
 {
     static const uint8_t empty = 0;
     char err[256] = "";
-    int rc = store_parse(len != 0 ? raw : &empty, len, &s->limits, STORE_SPLIT_MIN, out, err,
-                         sizeof err);
+    int rc = store_parse_flags(len != 0 ? raw : &empty, len, &s->limits, STORE_SPLIT_MIN,
+                               s->fts_defer ? STORE_PARSE_NO_TEXT : 0, out, err, sizeof err);
     if (rc != MV_OK) {
         return store_fail(s, rc, "%s", err[0] != '\0' ? err : mv_strerror(rc));
     }

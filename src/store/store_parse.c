@@ -62,6 +62,7 @@ struct parse_buf {
 struct parse_walk {
     const GByteArray *array; /* the bytes GMime reads: raw itself (the proof of a range) */
     size_t split_min;
+    int no_text;    /* STORE_PARSE_NO_TEXT: no body text, no header text */
     size_t visited; /* MIME objects seen, against STORE_PARSE_PARTS_MAX */
     struct parse_buf text;
     struct store_part_range *parts;
@@ -582,7 +583,7 @@ static void parse_leaf(struct parse_walk *w, GMimePart *part, int skip_html)
     }
     parse_add_range(w, g_mime_data_wrapper_get_stream(content));
     GMimeContentType *type = g_mime_object_get_content_type(GMIME_OBJECT(part));
-    if (type == NULL) {
+    if (type == NULL || w->no_text) {
         return;
     }
     if (g_mime_content_type_is_type(type, "text", "plain")) {
@@ -798,7 +799,7 @@ static char *parse_header_text(GMimeMessage *message)
     return b.data;
 }
 
-static int parse_header_fields(GMimeMessage *message, struct store_parsed *out)
+static int parse_header_fields(GMimeMessage *message, int no_text, struct store_parsed *out)
 {
     out->subject = parse_text_dup(g_mime_message_get_subject(message));
     out->from = parse_addresses_dup(g_mime_message_get_from(message));
@@ -809,7 +810,7 @@ static int parse_header_fields(GMimeMessage *message, struct store_parsed *out)
     out->sent_date = date != NULL ? (int64_t)g_date_time_to_unix(date) : 0;
     out->sent_zone =
         date != NULL ? (int32_t)(g_date_time_get_utc_offset(date) / G_TIME_SPAN_SECOND) : 0;
-    out->header_text = parse_header_text(message);
+    out->header_text = no_text ? parse_text_dup("") : parse_header_text(message);
     if (out->subject == NULL || out->from == NULL || out->to == NULL || out->cc == NULL ||
         out->message_id == NULL || out->header_text == NULL) {
         return MV_ENOMEM;
@@ -834,7 +835,7 @@ parse_with_gmime(const uint8_t *raw, size_t gm_len, struct parse_walk *w, struct
     w->array = array;
     int rc = MV_OK;
     if (message != NULL) {
-        rc = parse_header_fields(message, out);
+        rc = parse_header_fields(message, w->no_text, out);
         if (rc == MV_OK) {
             parse_walk_object(w, g_mime_message_get_mime_part(message), 0, 0);
             rc = w->oom ? MV_ENOMEM : MV_OK;
@@ -874,6 +875,18 @@ int store_parse(const uint8_t *raw,
                 char *err,
                 size_t err_size)
 {
+    return store_parse_flags(raw, len, limits, split_min, 0, out, err, err_size);
+}
+
+int store_parse_flags(const uint8_t *raw,
+                      size_t len,
+                      const struct mv_limits *limits,
+                      size_t split_min,
+                      unsigned flags,
+                      struct store_parsed *out,
+                      char *err,
+                      size_t err_size)
+{
     static const struct mv_limits defaults = MV_LIMITS_DEFAULT;
     assert(out != NULL && (raw != NULL || len == 0));
     memset(out, 0, sizeof *out);
@@ -889,7 +902,8 @@ int store_parse(const uint8_t *raw,
         return rc;
     }
     store_parse_init();
-    struct parse_walk w = {NULL, split_min > 0 ? split_min : 1, 0, {NULL, 0, 0}, NULL, 0, 0, 0};
+    struct parse_walk w = {.split_min = split_min > 0 ? split_min : 1,
+                           .no_text = (flags & STORE_PARSE_NO_TEXT) != 0};
     size_t gm_len = parse_body_too_structured(raw, len, body_start) ? body_start : len;
     if (len > 0) {
         rc = parse_with_gmime(raw, gm_len, &w, out);

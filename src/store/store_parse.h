@@ -86,6 +86,19 @@ int store_parse(const uint8_t *raw,
                 char *err,
                 size_t err_size);
 
+/* store_parse() with flags. STORE_PARSE_NO_TEXT leaves text and header_text "" (everything
+ * else as store_parse() gives it): for a message whose full-text row is made later from the
+ * stored body (a stepped drain's, store_fts_backlog.c), decoding its text now (transfer
+ * encoding, charset, HTML) is work thrown away. */
+#define STORE_PARSE_NO_TEXT 0x1u
+int store_parse_flags(const uint8_t *raw,
+                      size_t len,
+                      const struct mv_limits *limits,
+                      size_t split_min,
+                      unsigned flags,
+                      struct store_parsed *out,
+                      char *err,
+                      size_t err_size);
 /* Frees every member and zeroes *p. NULL and a zeroed struct are fine; calling it twice
  * is fine. */
 void store_parsed_free(struct store_parsed *p);
