@@ -22,7 +22,7 @@
  *
  * LIMITATIONS
  *   FROM/TO/CC/SUBJECT/BCC/HEADER are substrings of the decoded header with Unicode case
- *   folded ("GRÜSSE" finds "Grüße": g_utf8_casefold here, mv_fold in the store), without
+ *   folded ("GRÜSSE" finds "Grüße": g_utf8_casefold here, mv_fold_contains in the store), without
  *   normalization (a decomposed "ä" does not find a precomposed one). BODY/TEXT strings of
  *   one or two characters fold ASCII letters only (no trigram: LIKE).
  *   RECENT, NEW and OLD read the session's \Recent (imap_recent.c).

@@ -336,7 +336,8 @@ int store_message_functions(mv_store *s);
 /* Registers mv_fts_query and mv_fts_match on s->db (store_fts.c: SEARCH TEXT/BODY over the
  * full-text index without positions). */
 int store_fts_functions(mv_store *s);
-/* mv_fold(text): text with Unicode case folded, for the header criteria (store_fold.c). */
+/* mv_fold_contains(text, string): whether text holds string, Unicode case folded, for the
+ * header criteria of a search (store_fold.c). */
 int store_fold_functions(mv_store *s);
 
 /* ---- store_queue.c ---- */

@@ -28,10 +28,10 @@
  *     body parsed again) pass the same check, so a search never misses a delivered message.
  *   - SENT*: sent_date is UTC; the Date header's zone (bodies.sent_zone) is added back, so
  *     the bounds compare the date as written (RFC 3501 6.4.4 disregards time and zone).
- *   - Header criteria are case-insensitive substring matches, instr(mv_fold(col),
- *     mv_fold(?)): no LIKE, so '%' and '_' need no escaping; mv_fold folds Unicode case
- *     (store_fold.c), lower() folded ASCII only ("Ä" did not find "ä"). The Message-ID is
- *     ASCII: lower().
+ *   - Header criteria are case-insensitive substring matches, mv_fold_contains(col, ?): no
+ *     LIKE, so '%' and '_' need no escaping; it folds Unicode case (store_fold.c), where
+ *     instr(lower(col), lower(?)) folded ASCII only ("Ä" did not find "ä"). The Message-ID
+ *     is ASCII: instr(lower(), lower()).
  *   - With a mailbox the plan starts from messages_date (mailbox_id, internal_date), which
  *     also gives the newest-first order without sorting; tests check the plan.
  *   - LIMIT is the limit + 1: the extra row, if it comes, turns into MV_ELIMIT.
@@ -92,10 +92,10 @@ static const char *const store_search_head =
 /* Indexed by enum store_search_param. */
 static const char *const store_search_fragment[] = {
     [P_MAILBOX] = " AND m.mailbox_id = ?1",
-    [P_FROM] = " AND instr(mv_fold(h.from_addr), mv_fold(?2)) > 0",
-    [P_TO] = " AND instr(mv_fold(h.to_addr), mv_fold(?3)) > 0",
-    [P_CC] = " AND instr(mv_fold(h.cc_addr), mv_fold(?4)) > 0",
-    [P_SUBJECT] = " AND instr(mv_fold(h.subject), mv_fold(?5)) > 0",
+    [P_FROM] = " AND mv_fold_contains(h.from_addr, ?2)",
+    [P_TO] = " AND mv_fold_contains(h.to_addr, ?3)",
+    [P_CC] = " AND mv_fold_contains(h.cc_addr, ?4)",
+    [P_SUBJECT] = " AND mv_fold_contains(h.subject, ?5)",
     [P_MESSAGE_ID] = " AND instr(lower(h.message_id), lower(?6)) > 0",
     [P_TEXT] = " AND m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?7, 0) "
                "AND (mv_fts_exact(?7, 0) OR mv_fts_match(?7, 0, header, body)))",
