@@ -776,8 +776,10 @@ MV_API void mv_store_purge_give_way(mv_store *store, int (*give_way)(void *arg),
  * drain saved: ~0.3 ms of CPU for a small message). With nothing waiting it costs a flag
  * test, so a server may call it between commands (mailvaultd: after a job, once the drain
  * is over, while no other job waits). *left_out (may be NULL) gets the bodies still
- * waiting. Returns MV_OK, MV_EINVAL (NULL or read-only handle), MV_EBUSY, MV_EIO, MV_ENOMEM;
- * on an error nothing of that transaction is kept and the backlog is as it was. */
+ * waiting, counted up to 1,000 (a longer backlog reports 1,000: each call costs what its
+ * batch does, not the backlog's length). Returns MV_OK, MV_EINVAL (NULL or read-only handle),
+ * MV_EBUSY, MV_EIO, MV_ENOMEM; on an error nothing of that transaction is kept and the backlog is
+ * as it was. */
 MV_API MV_MUST_CHECK int
 mv_store_index_backlog(mv_store *store, uint32_t max_bodies, uint64_t *left_out);
 

@@ -41,6 +41,8 @@
 
 /* Bodies per catch-up transaction when the caller gives no max. */
 #define STORE_FTS_BACKLOG_BATCH 256
+/* mv_store_index_backlog()'s *left_out counts up to this many bodies (mailvault.h). */
+#define STORE_FTS_BACKLOG_COUNT_MAX 1000
 
 static void store_fts_backlog_key(char *out, size_t size, int64_t body_id)
 {
@@ -83,12 +85,18 @@ int store_fts_backlog_any(mv_store *s, int *any)
     return MV_OK;
 }
 
-/* Up to max backlog body ids, ascending, into ids (max entries). */
+/* Up to max backlog body ids, ascending, into ids (max entries). In key order: the ids are
+ * zero-padded, so key order is id order and meta's primary key yields the first max rows
+ * without reading (or sorting) the rest of the backlog; STORE_FTS_BACKLOG_IDS's ORDER BY id
+ * would sort all of it in every call (46 ms a call at 32,000 bodies, so the catch-up cost
+ * time in the square of the backlog). */
 static int store_fts_backlog_ids(mv_store *s, int64_t *ids, uint32_t max, uint32_t *count)
 {
     *count = 0;
     sqlite3_stmt *st =
-        store_stmt(s, "SELECT id FROM " STORE_FTS_BACKLOG_IDS " ORDER BY id LIMIT ?");
+        store_stmt(s, "SELECT CAST(substr(key, 13) AS INTEGER) FROM meta WHERE "
+                      "key > '" STORE_FTS_BACKLOG_KEY "' AND key < '" STORE_FTS_BACKLOG_END
+                      "' ORDER BY key LIMIT ?");
     if (st == NULL) {
         return store_fail_sqlite(s, "reading the full-text backlog");
     }
@@ -154,12 +162,18 @@ static int store_fts_backlog_build(mv_store *s, const int64_t *ids, uint32_t cou
     return rc;
 }
 
+/* The bodies still in the backlog, counted up to STORE_FTS_BACKLOG_COUNT_MAX: a call per
+ * catch-up batch that counted every key cost time in the backlog's length (~3 ms a call at
+ * 32,000 bodies), and the callers only need to know whether any wait. */
 static int store_fts_backlog_left(mv_store *s, uint64_t *left)
 {
-    sqlite3_stmt *st = store_stmt(s, "SELECT count(*) FROM " STORE_FTS_BACKLOG_IDS);
+    sqlite3_stmt *st =
+        store_stmt(s, "SELECT count(*) FROM (SELECT 1 FROM meta WHERE key > '" STORE_FTS_BACKLOG_KEY
+                      "' AND key < '" STORE_FTS_BACKLOG_END "' LIMIT ?)");
     if (st == NULL) {
         return store_fail_sqlite(s, "reading the full-text backlog");
     }
+    sqlite3_bind_int(st, 1, STORE_FTS_BACKLOG_COUNT_MAX);
     int step = sqlite3_step(st);
     *left = step == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
     sqlite3_reset(st);
@@ -203,8 +217,9 @@ int mv_store_index_backlog(mv_store *s, uint32_t max_bodies, uint64_t *left_out)
     if (ids == NULL) {
         return store_fail(s, MV_ENOMEM, "out of memory building full-text rows");
     }
-    uint64_t left = 0;
-    int rc = store_fts_backlog_left(s, &left); /* a read first: no write lock when none wait */
+    int any = 0;
+    int rc = store_fts_backlog_any(s, &any); /* a read first: no write lock when none wait */
+    uint64_t left = (uint64_t)any;
     while (rc == MV_OK && left > 0) {
         uint32_t count = 0;
         rc = store_begin(s);

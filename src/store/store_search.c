@@ -126,10 +126,12 @@ static const char *const store_search_short[] = {
 };
 
 /* The full-text criteria while the backlog holds bodies: the index's rows, or a backlog
- * body whose texts pass the same check (the IMPLEMENTATION NOTES). */
-#define STORE_SEARCH_BACKLOG                                                                       \
-    " OR m.body_id IN (SELECT b.id FROM bodies b WHERE b.id IN " STORE_FTS_BACKLOG_IDS " AND "
-#define STORE_SEARCH_TEXTS "mv_body_text(b.id, 0), mv_body_text(b.id, 1)"
+ * body whose texts pass the same check (the IMPLEMENTATION NOTES). Tied to the row (m): only
+ * the searched mailbox's backlog bodies are parsed. A subquery over the backlog alone parsed
+ * every backlog body of the store, whatever the mailbox (SEARCH TEXT in a 10-message folder
+ * with 2,000 deliveries in INBOX's backlog: 96 ms of CPU). */
+#define STORE_SEARCH_BACKLOG " OR (m.body_id IN " STORE_FTS_BACKLOG_IDS " AND "
+#define STORE_SEARCH_TEXTS   "mv_body_text(m.body_id, 0), mv_body_text(m.body_id, 1)"
 static const char *const store_search_backlog[] = {
     [P_TEXT] =
         " AND (m.body_id IN (SELECT rowid FROM fts WHERE fts MATCH mv_fts_query(?7, 0) "
@@ -146,11 +148,12 @@ static const char *const store_search_backlog[] = {
 };
 static const char *const store_search_backlog_short[] = {
     [P_BODY] = " AND (m.body_id IN (SELECT rowid FROM fts WHERE body LIKE ?17 ESCAPE "
-               "'\\')" STORE_SEARCH_BACKLOG "mv_body_text(b.id, 1) LIKE ?17 ESCAPE '\\'))",
-    [P_ANY] = " AND (m.body_id IN (SELECT rowid FROM fts WHERE body LIKE ?18 ESCAPE '\\' "
-              "OR header LIKE ?18 ESCAPE '\\')" STORE_SEARCH_BACKLOG
-              "(mv_body_text(b.id, 1) LIKE ?18 ESCAPE '\\' OR mv_body_text(b.id, 0) LIKE ?18 "
-              "ESCAPE '\\')))",
+               "'\\')" STORE_SEARCH_BACKLOG "mv_body_text(m.body_id, 1) LIKE ?17 ESCAPE '\\'))",
+    [P_ANY] =
+        " AND (m.body_id IN (SELECT rowid FROM fts WHERE body LIKE ?18 ESCAPE '\\' "
+        "OR header LIKE ?18 ESCAPE '\\')" STORE_SEARCH_BACKLOG
+        "(mv_body_text(m.body_id, 1) LIKE ?18 ESCAPE '\\' OR mv_body_text(m.body_id, 0) LIKE ?18 "
+        "ESCAPE '\\')))",
 };
 
 #define STORE_SEARCH_LIKE 2 /* present[P_BODY / P_ANY]: the short form */
@@ -420,6 +423,15 @@ int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **ou
     }
     if (rc == MV_OK && sqlite3_prepare_v2(s->db, sql, -1, &it->stmt, NULL) != SQLITE_OK) {
         rc = store_fail_sqlite(s, "preparing a search");
+        /* another handle may have ended the move (and dropped the old index) since the look
+         * above: then the statement without it */
+        int exists = 1;
+        if (old && store_fts_old_exists(s, &exists) == MV_OK && !exists &&
+            sqlite3_prepare_v2(s->db, it->sql_without_old, -1, &it->stmt, NULL) == SQLITE_OK) {
+            free(it->sql_without_old);
+            it->sql_without_old = NULL;
+            rc = MV_OK;
+        }
     }
     if (rc == MV_OK) {
         uint32_t max = s->limits.search_results_max;
@@ -442,26 +454,28 @@ int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **ou
 
 /* The first step failed on a statement that reads the old full-text index: if the index is
  * gone (another handle finished the move since the prepare), the search again without it,
- * with the same bound values (the parameters are numbered alike). The step's result, or
- * SQLITE_ERROR. */
-static int store_search_without_old(mv_search *it)
+ * with the same bound values (the parameters are numbered alike). 1 and *step the new
+ * statement's first step if it ran; 0 if the old index is still there (the failure was
+ * another one) or the retry could not be prepared. */
+static int store_search_without_old(mv_search *it, int *step)
 {
     mv_store *s = it->store;
     int exists = 1;
     sqlite3_stmt *plain = NULL;
     if (store_fts_old_exists(s, &exists) != MV_OK || exists ||
         sqlite3_prepare_v2(s->db, it->sql_without_old, -1, &plain, NULL) != SQLITE_OK) {
-        return SQLITE_ERROR;
+        return 0;
     }
     if (sqlite3_transfer_bindings(it->stmt, plain) != SQLITE_OK) {
         sqlite3_finalize(plain);
-        return SQLITE_ERROR;
+        return 0;
     }
     sqlite3_finalize(it->stmt);
     it->stmt = plain;
     free(it->sql_without_old);
     it->sql_without_old = NULL;
-    return sqlite3_step(it->stmt);
+    *step = sqlite3_step(it->stmt);
+    return 1;
 }
 
 int mv_search_next(mv_search *it, struct mv_message_info *info)
@@ -475,9 +489,15 @@ int mv_search_next(mv_search *it, struct mv_message_info *info)
     store_enter(it->store); /* the first step sorts: a spill goes to the store's tmp/ */
     int step = sqlite3_step(it->stmt), rc = MV_OK;
     if (step == SQLITE_ERROR && it->returned == 0 && it->sql_without_old != NULL) {
-        step = store_search_without_old(it);
+        /* the message first: the retry's own statements clear the connection's error */
+        rc = store_fail_sqlite(it->store, "searching");
+        if (store_search_without_old(it, &step)) {
+            rc = MV_OK;
+        }
     }
-    if (step == SQLITE_DONE) {
+    if (rc != MV_OK) {
+        /* the first step's error, kept */
+    } else if (step == SQLITE_DONE) {
         rc = 0;
     } else if (step != SQLITE_ROW) {
         rc = store_fail_sqlite(it->store, "searching");
