@@ -32,7 +32,6 @@ static volatile sig_atomic_t cli_import_stop_requested;
 
 struct cli_import_run {
     struct cli_progress progress;
-    struct sigaction old_actions[CLI_IMPORT_SIGNAL_COUNT];
 };
 
 static void cli_import_on_signal(int signo)
@@ -41,25 +40,18 @@ static void cli_import_on_signal(int signo)
     cli_import_stop_requested = 1;
 }
 
-static void cli_import_signals_catch(struct cli_import_run *run)
+static void cli_import_signals_catch(void)
 {
-    struct sigaction action;
+    struct sigaction action, old;
     memset(&action, 0, sizeof action);
     action.sa_handler = cli_import_on_signal;
     sigemptyset(&action.sa_mask);
     cli_import_stop_requested = 0;
     for (size_t i = 0; i < CLI_IMPORT_SIGNAL_COUNT; i++) {
-        (void)sigaction(cli_import_signals[i], &action, &run->old_actions[i]);
-        if (run->old_actions[i].sa_handler == SIG_IGN) {
-            (void)sigaction(cli_import_signals[i], &run->old_actions[i], NULL); /* nohup */
+        (void)sigaction(cli_import_signals[i], &action, &old);
+        if (old.sa_handler == SIG_IGN) {
+            (void)sigaction(cli_import_signals[i], &old, NULL); /* nohup */
         }
-    }
-}
-
-static void cli_import_signals_restore(struct cli_import_run *run)
-{
-    for (size_t i = 0; i < CLI_IMPORT_SIGNAL_COUNT; i++) {
-        (void)sigaction(cli_import_signals[i], &run->old_actions[i], NULL);
     }
 }
 
@@ -119,16 +111,16 @@ int cli_import_main(int argc, char **argv)
     }
     struct cli_import_run run;
     cli_progress_init(&run.progress);
-    cli_import_signals_catch(&run);
+    cli_import_signals_catch();
     struct mv_import_stats stats = {0, 0, 0, 0, 0};
     int mv_rc =
         mv_import(store, path, cli_store_mailbox(&args), cli_import_on_progress, &run, &stats);
     cli_progress_finish(&run.progress);
     rc = cli_import_report(&stats, mv_rc, store);
-    /* The handlers stay until the store is closed: a signal that comes after the summary, while
-     * the close checkpoints, killed the process with the import done and reported (exit 143
-     * after "imported N"); now the import's status stands. */
+    /* The handlers stay to the process' exit (this returns into main()): a signal that came
+     * after the summary, while the close checkpointed or after the handlers were restored,
+     * killed the process with the import done and reported (exit 143 after "imported N");
+     * now the import's status stands, and a late signal only sets a flag nobody reads. */
     mv_store_close(&store);
-    cli_import_signals_restore(&run);
     return rc;
 }
