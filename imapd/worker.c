@@ -760,9 +760,10 @@ int worker_background_owed(int job_waiting, int64_t now_ms, int64_t last_ms, int
 }
 
 /* One purge batch of s (its size adapted: worker_purge_batch_next); gives way to a job only
- * if may_give_way. *left: the bodies still waiting. */
-static int
-worker_purge_batch(struct worker *w, struct open_store *s, int may_give_way, uint64_t *left)
+ * if may_give_way. *purged: the bodies it deleted (0 on a store with nothing to purge: a flag
+ * test); *left: the bodies still waiting. */
+static int worker_purge_batch(
+    struct worker *w, struct open_store *s, int may_give_way, uint64_t *purged, uint64_t *left)
 {
     if (s->purge_batch == 0) {
         s->purge_batch = worker_purge_batch_next(0, 0);
@@ -775,7 +776,7 @@ worker_purge_batch(struct worker *w, struct open_store *s, int may_give_way, uin
     struct worker_purge_way way = {w, t0, (int64_t)s->purge_batch * s->purge_body_us};
     mv_store_purge_give_way(
         s->store, may_give_way && !s->purge_gave_way ? worker_purge_give_way : NULL, &way);
-    int rc = mv_store_purge(s->store, s->purge_batch, left);
+    int rc = mv_store_purge_counted(s->store, s->purge_batch, purged, left);
     mv_store_purge_give_way(s->store, NULL, NULL);
     s->purge_gave_way = rc == MV_EBUSY;
     /* A batch that gave way says nothing about its cost, nor does one that found fewer
@@ -814,11 +815,11 @@ static void worker_background_forced(struct worker *w)
 {
     for (int i = 0; i < w->stores_max; i++) {
         struct open_store *s = &w->stores[i];
-        uint64_t left = 0;
+        uint64_t purged = 0, left = 0;
         if (s->store == NULL || !worker_store_settled(w, s)) {
             continue; /* LOGIN FIRST */
         }
-        (void)worker_purge_batch(w, s, 0, &left);
+        (void)worker_purge_batch(w, s, 0, &purged, &left);
         if (!s->drain_more) {
             (void)worker_index_batch(s, &left);
         }
@@ -841,7 +842,11 @@ static void worker_purge(struct worker *w)
         w->background_ms = now_ms;
         return;
     }
-    int batches = 0; /* this call's, over all stores (worker_purge_may_go_on) */
+    /* This call's batches over all stores (worker_purge_may_go_on), only those that did work:
+     * a store with nothing to purge costs a flag test, and counting it used up the one batch a
+     * call has while a drain step is due, so the stores in later slots were never purged while
+     * another store drained or moved its full-text index. */
+    int batches = 0;
     for (int i = 0; i < w->stores_max; i++) {
         struct open_store *s = &w->stores[i];
         if (s->store == NULL || !worker_store_settled(w, s)) {
@@ -851,9 +856,11 @@ static void worker_purge(struct worker *w)
         while (s->store != NULL && left > 0 &&
                worker_purge_may_go_on(batches, worker_job_waiting(w), worker_drain_waits(w),
                                       worker_stopping(w))) {
-            batches++;
-            if (worker_purge_batch(w, s, 1, &left) != MV_OK) {
-                break;
+            uint64_t purged = 0;
+            int rc = worker_purge_batch(w, s, 1, &purged, &left);
+            batches += purged > 0 || rc == MV_EBUSY; /* one that gave way had work too */
+            if (rc != MV_OK || purged == 0) {
+                break; /* tried again after the next job; or nothing it could delete */
             }
             worker_checkpoint(w, s); /* a batch's commits may have made one due */
         }
@@ -873,10 +880,12 @@ static void worker_purge(struct worker *w)
         uint64_t backlog = 1;
         while (s->store != NULL && !s->drain_more && backlog > 0 && !worker_job_waiting(w) &&
                !worker_stopping(w)) {
-            batches++;
+            /* as the purge's: a call that found no row to build is not a batch */
+            uint64_t noted = s->fts_backlog; /* before the batch: 0 if none waits */
             if (worker_index_batch(s, &backlog) != MV_OK) {
                 break;
             }
+            batches += noted > 0 || backlog > 0;
             worker_checkpoint(w, s); /* as after a purge batch */
         }
     }

@@ -137,7 +137,9 @@ uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
  * known) gives way to a job that is waiting: only in its first half, so the work rolled back
  * and the job's wait are each at most half a batch. */
 int worker_purge_may_give_way(int64_t elapsed_us, int64_t expected_us);
-/* Whether the purge between jobs runs another batch, having run batches_run in this call:
+/* Whether the purge between jobs runs another batch, having run batches_run in this call
+ * (batches that deleted bodies, built full-text rows or gave way; not a store's call that
+ * found nothing to do):
  * never while a job waits or at a stop (worker.c PURGE AND STOP: the next open finds the
  * rest); while a drain step is due, only the call's first batch (new mail goes first, and
  * the purge still moves on under steady deliveries). */

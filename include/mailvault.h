@@ -757,6 +757,14 @@ mv_mailbox_expunge(mv_store *store, const char *mailbox, const char *uid_set, ui
  * MV_EIO, MV_ENOMEM; on an error nothing of that transaction is deleted. */
 #define MV_PURGE_BATCH 1024
 MV_API MV_MUST_CHECK int mv_store_purge(mv_store *store, uint32_t max_bodies, uint64_t *left_out);
+/* As mv_store_purge(), and *purged_out (may be NULL) gets the bodies this call deleted, also
+ * when it fails (those of transactions it committed before the one that failed): 0 when
+ * nothing was waiting, so a caller that shares out batches between stores (mailvaultd's
+ * worker) does not count a call on a store with nothing to purge as a batch. */
+MV_API MV_MUST_CHECK int mv_store_purge_counted(mv_store *store,
+                                                uint32_t max_bodies,
+                                                uint64_t *purged_out,
+                                                uint64_t *left_out);
 
 /* Sets give_way (NULL: none, the default), which mv_store_purge() then calls, on the
  * caller's thread, every ~0.1 ms while a batch deletes: when it returns nonzero (a command

@@ -44,6 +44,10 @@
  *   - A stop ends the purge: with 400 bodies to purge, a stop asked while a job holds the
  *     worker ends it with bodies left for the next open (384 in a run; the old purge, which
  *     looked only for jobs, ran to its end first: 0 left).
+ *   - A store with nothing to purge or index does not use up the one batch the purge has
+ *     while a step is due (worker_purge): with a store moving its full-text index in slot 0,
+ *     the store in slot 1 gets purge batches during the move (the old worker counted slot 0's
+ *     empty calls as batches: all 200 bodies stayed until the move ended).
  */
 #include "harness.h"
 #include "testutil.h"
@@ -1194,6 +1198,102 @@ static void test_stop_ends_purge(void)
     CHECK(left > 0);
 }
 
+/* ---- A store with nothing to purge does not use up the purge's batch (worker_purge) ---- */
+static const char *wt_m2who = "migrating2@example.org";
+static const char *wt_p2who = "purging2@example.org";
+
+static void wt_idle_open(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    const char *who = (intptr_t)job->arg == 1 ? wt_m2who : wt_p2who;
+    int rc = worker_store_acquire(job->worker, who, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (rc == MV_OK) {
+        worker_store_release(job->worker, os);
+    } else {
+        fprintf(stderr, "  open %s: %s\n", who, err);
+    }
+    wt_turn_rc = wt_turn_rc != MV_OK ? wt_turn_rc : rc;
+}
+
+/* One number from a read-only handle of who's store (-1: it could not be read). */
+static long long wt_ro_int(const char *who, const char *sql)
+{
+    struct mv_store_options o = wt_options();
+    o.flags |= MV_STORE_READONLY;
+    char err[256] = "";
+    mv_store *r = NULL;
+    long long v = -1;
+    if (mv_store_open(who, WT_PW, strlen(WT_PW), &o, &r, err, sizeof err) == MV_OK) {
+        v = tu_int(mv_store_db(r), sql);
+    }
+    mv_store_close(&r);
+    return v;
+}
+
+static void test_purge_not_starved_by_idle_store(void)
+{
+    worker_stop_all(); /* a worker of its own: no other test's store on it */
+    CHECK_EQ_INT(worker_start(&g_config, 1, wt_efd), 0);
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    wt_make_v8(wt_m2who, 600); /* always a step due while it moves, nothing to purge */
+    CHECK_EQ_INT(mv_store_init(wt_p2who, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mv_store_open(wt_p2who, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
+    int rc = s != NULL ? MV_OK : MV_ERROR;
+    static char msg[4096];
+    for (int i = 0; i < 200 && rc == MV_OK; i++) {
+        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: d-%d\r\n\r\n", i);
+        for (int k = 0; n < (int)sizeof msg - 32; k++) {
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "p%dy%d ", i, k);
+        }
+        rc = mv_message_append(s, "INBOX", msg, (size_t)n, MV_FLAG_DELETED, NULL, 1700000000, NULL);
+    }
+    CHECK_EQ_INT(rc, MV_OK);
+    uint32_t count = 0;
+    CHECK_EQ_INT(s != NULL ? mv_mailbox_expunge(s, "INBOX", NULL, &count) : MV_ERROR, MV_OK);
+    CHECK_EQ_INT(count, 200);
+    mv_store_close(&s);
+    struct worker *w = worker_place(wt_m2who);
+    CHECK(worker_place(wt_p2who) == w);
+    wt_turn_rc = MV_OK;
+    wt_gate(w);
+    wt_post(w, 1, JOB_LANE_LONG, wt_idle_open); /* slot 0: moves its index, nothing to purge */
+    wt_post(w, 2, JOB_LANE_LONG, wt_idle_open); /* slot 1: 200 bodies to purge */
+    wt_release(wt_efd, 3);
+    CHECK_EQ_INT(wt_turn_rc, MV_OK);
+    /* the bodies left, read before the move is seen under way: read while it was */
+    const char *moving_sql = "SELECT count(*) FROM sqlite_schema WHERE name = 'fts_old'";
+    long long moving = 1, unpurged = 200, unpurged_while_moving = 200;
+    /* more than one first batch (8 bodies): more than a purge that ran once, before the
+     * first step was due */
+    const long long first_batch_left = 200 - 8;
+    for (int i = 0; i < 1200 && moving > 0 && unpurged_while_moving >= first_batch_left; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+        unpurged = wt_ro_int(wt_p2who, "SELECT count(*) FROM bodies WHERE refcount = 0");
+        moving = wt_ro_int(wt_m2who, moving_sql);
+        CHECK(unpurged >= 0 && moving >= 0);
+        if (moving > 0 && unpurged >= 0) {
+            unpurged_while_moving = unpurged;
+        }
+    }
+    fprintf(stderr,
+            "  bodies left to purge in the other store while the move went on: %lld of "
+            "200\n",
+            unpurged_while_moving);
+    /* the old worker: 200 until the move ended (slot 0's purge call that found nothing, and
+     * its full-text catch-up call that built no row, each used up the call's one batch) */
+    CHECK(unpurged_while_moving < first_batch_left);
+    worker_unplace(wt_m2who);
+    worker_unplace(wt_p2who);
+}
+
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
 static int wt_start(void)
 {
@@ -1344,6 +1444,7 @@ int main(void)
     TEST(test_slot_forgets_purge_costs);
     TEST(test_checkpoint_between_jobs);
     TEST(test_migration_does_not_starve_drain);
+    TEST(test_purge_not_starved_by_idle_store);
     TEST(test_background_share);
     TEST(test_login_before_purge);
     worker_stop_all();

@@ -119,6 +119,17 @@ static int store_purge_batch(mv_store *s, uint32_t max, size_t *done)
 
 int mv_store_purge(mv_store *s, uint32_t max_bodies, uint64_t *left_out)
 {
+    return mv_store_purge_counted(s, max_bodies, NULL, left_out);
+}
+
+int mv_store_purge_counted(mv_store *s,
+                           uint32_t max_bodies,
+                           uint64_t *purged_out,
+                           uint64_t *left_out)
+{
+    if (purged_out != NULL) {
+        *purged_out = 0;
+    }
     if (left_out != NULL) {
         *left_out = 0;
     }
@@ -132,17 +143,21 @@ int mv_store_purge(mv_store *s, uint32_t max_bodies, uint64_t *left_out)
         return MV_OK; /* nothing was expunged through this handle since a purge found none */
     }
     uint32_t batch = max_bodies != 0 && max_bodies < MV_PURGE_BATCH ? max_bodies : MV_PURGE_BATCH;
-    uint64_t left = 0;
+    uint64_t left = 0, purged = 0;
     int rc = store_purge_left(s, &left); /* a read first: no write lock when none wait */
     while (rc == MV_OK && left > 0) {
         size_t done = 0;
         rc = store_purge_batch(s, batch, &done);
+        purged += done; /* committed: a batch that fails deletes nothing */
         if (rc == MV_OK) {
             rc = store_purge_left(s, &left);
         }
         if (max_bodies != 0 || done == 0) {
             break;
         }
+    }
+    if (purged_out != NULL) {
+        *purged_out = purged; /* also on an error: what earlier transactions deleted */
     }
     if (rc != MV_OK) {
         return rc;
