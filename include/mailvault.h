@@ -444,8 +444,10 @@ MV_API uint32_t mv_store_reconnects(const mv_store *store);
 /* Process-wide SQLite settings for a server (mailvaultd calls it first thing): turns off
  * SQLite's memory statistics, whose global mutex every SQLite allocation takes (Debian's
  * SQLite has no lookaside, so that is every row and statement step, on every thread).
- * sqlite3_memory_used() then reports 0. Also prepares the MIME parser (GMime's types) on the
- * calling thread, before the threads that parse mail exist. Call before anything opens a
+ * sqlite3_memory_used() then reports 0. Keeps large BLOBs (messages' bytes) from pushing
+ * out of every connection's page cache the pages each lookup needs: of a BLOB read along
+ * its chain of pages only the first few stay cached. Also prepares the MIME parser (GMime's types)
+ * on the calling thread, before the threads that parse mail exist. Call before anything opens a
  * database. Returns MV_OK, or MV_EBUSY if SQLite was already initialised (its setting
  * unchanged; harmless). */
 MV_API int mv_server_tune(void);
