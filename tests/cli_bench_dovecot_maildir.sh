@@ -16,7 +16,9 @@ cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh # pass, fail, make_tmp, finish
 . bench/dovecot_lib.sh
 
-make_tmp cli_bench_dovecot_maildir
+# Under /tmp whatever TMPDIR says: nobody must reach the Maildir, and the suite's TMPDIR
+# (tests/run.sh) is a directory only root may enter (as in cli_imapd_ops.sh).
+TMPDIR=/tmp make_tmp cli_bench_dovecot_maildir
 chmod 755 "$tmp"
 if [ "$(id -u)" -ne 0 ] || ! id nobody >/dev/null 2>&1 || ! command -v setpriv >/dev/null; then
     echo "SKIP: needs root, the user nobody and setpriv (the benchmark runs Dovecot so)"
