@@ -754,15 +754,19 @@ mv_mailbox_expunge(mv_store *store, const char *mailbox, const char *uid_set, ui
  * meanwhile is kept. Costs about as much per body as indexing its text did (~0.5-1 ms for a
  * small message); with nothing waiting it costs a flag test, so a server may call it
  * between commands (mailvaultd: after a job, while no other job waits). mailvault expunge,
- * mailbox delete and maintain (mv_store_maintain) run it to the end. *left_out (may be
- * NULL) gets the bodies still waiting. Returns MV_OK, MV_EINVAL (read-only handle), MV_EBUSY,
+ * mailbox delete and maintain (mv_store_maintain) run it to the end. An expunge notes the
+ * references it drops and each transaction here takes up to max_bodies of those off the
+ * bodies' counts first (a body is found unused then). *left_out (may be NULL) gets the
+ * bodies still waiting, either way. Returns MV_OK, MV_EINVAL (read-only handle), MV_EBUSY,
  * MV_EIO, MV_ENOMEM; on an error nothing of that transaction is deleted. */
 #define MV_PURGE_BATCH 1024
 MV_API MV_MUST_CHECK int mv_store_purge(mv_store *store, uint32_t max_bodies, uint64_t *left_out);
-/* As mv_store_purge(), and *purged_out (may be NULL) gets the bodies this call deleted, also
- * when it fails (those of transactions it committed before the one that failed): 0 when
- * nothing was waiting, so a caller that shares out batches between stores (mailvaultd's
- * worker) does not count a call on a store with nothing to purge as a batch. */
+/* As mv_store_purge(), and *purged_out (may be NULL) gets the bodies this call deleted and
+ * the bodies whose references an EXPUNGE dropped it took off their counts (the EXPUNGE notes
+ * them for the purge), also when it fails (those of transactions it committed before the
+ * one that failed): 0 when nothing was waiting, so a caller that shares out batches
+ * between stores (mailvaultd's worker) does not count a call on a store with nothing to
+ * purge as a batch. */
 MV_API MV_MUST_CHECK int mv_store_purge_counted(mv_store *store,
                                                 uint32_t max_bodies,
                                                 uint64_t *purged_out,

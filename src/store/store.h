@@ -303,6 +303,22 @@ int store_fts_pending_flush(mv_store *s);
 /* Forgets the deferred rows (the transaction rolled back, or never began). */
 void store_fts_pending_discard(mv_store *s);
 
+/* ---- store_purge.c: references an EXPUNGE dropped, applied later ---- */
+/* One meta row per body whose references an EXPUNGE dropped and the purge has not yet taken
+ * off bodies.refcount: key STORE_PURGE_UNREF_KEY + the body id in 20 digits, value the
+ * number of references (an integer). Every such key sorts between the prefix and
+ * STORE_PURGE_UNREF_END. A body's refcount less its row's value is what it has in use. */
+#define STORE_PURGE_UNREF_KEY "purge_unref:"
+#define STORE_PURGE_UNREF_END "purge_unref;"
+/* The references of body b.id still to take off, as an SQL expression (mv_store_check). */
+#define STORE_PURGE_UNREF_OF(body_id)                                                              \
+    "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = printf('" STORE_PURGE_UNREF_KEY \
+    "%020d', " body_id ")), 0)"
+/* Takes up to max (0: all) of those rows off bodies.refcount and deletes them, in the
+ * caller's write transaction; *applied (may be NULL) gets how many rows. A count never goes
+ * below the messages that use the body. MV_OK or the SQLite error (message set). */
+int store_purge_unref(mv_store *s, uint32_t max, uint64_t *applied);
+
 /* ---- store_fts_backlog.c ---- */
 /* The meta keys of the full-text backlog: STORE_FTS_BACKLOG_KEY + the body id in 20 digits;
  * every such key sorts between the prefix and STORE_FTS_BACKLOG_END. */

@@ -22,12 +22,23 @@
  *   batch is done again later from the start (nothing of it was kept). The COMMIT itself is
  *   never interrupted.
  *
+ * DROPPED REFERENCES
+ *   An EXPUNGE does not decrement bodies.refcount itself: it notes each body's dropped
+ *   references in meta (STORE_PURGE_UNREF_KEY, store.h), a few sequential rows instead of a
+ *   random page of the bodies table per message (store_message_expunge_range). Each batch
+ *   here takes up to its size of those rows off the counts first (store_purge_unref), in its
+ *   own transaction, so the bodies they leave at 0 are deleted in that batch or the next.
+ *   mv_store_check counts the noted references with a body's messages; mv_store_repair takes
+ *   them off before it counts references again.
+ *
  * CONSISTENCY
  *   Ids are read inside the purge's own write transaction, so a body that an append of the
  *   same bytes took up again (refcount 1) is never deleted, and no body id is reused while
  *   its full-text row exists (the row and the body go in one transaction).
  */
 #include "store/store.h"
+
+#include <stdio.h>
 
 /* Up to max ids of bodies without a message, ascending. */
 static int store_purge_ids(mv_store *s, uint32_t max, struct store_ids *ids)
@@ -50,11 +61,13 @@ static int store_purge_ids(mv_store *s, uint32_t max, struct store_ids *ids)
 }
 
 /* The number of bodies without a message (through the partial index: grows with them, not
- * with the store). */
+ * with the store), and of bodies whose dropped references wait (STORE_PURGE_UNREF_KEY). */
 static int store_purge_left(mv_store *s, uint64_t *left)
 {
-    sqlite3_stmt *st = store_stmt(s, "SELECT count(*) FROM bodies INDEXED BY bodies_unreferenced "
-                                     "WHERE refcount = 0");
+    sqlite3_stmt *st = store_stmt(s, "SELECT (SELECT count(*) FROM bodies INDEXED BY "
+                                     "bodies_unreferenced WHERE refcount = 0) + (SELECT count(*) "
+                                     "FROM meta WHERE key > '" STORE_PURGE_UNREF_KEY
+                                     "' AND key < '" STORE_PURGE_UNREF_END "')");
     if (st == NULL) {
         return store_fail_sqlite(s, "counting unreferenced bodies");
     }
@@ -62,6 +75,77 @@ static int store_purge_left(mv_store *s, uint64_t *left)
     *left = step == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
     sqlite3_reset(st);
     return step == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "counting unreferenced bodies");
+}
+
+/* The exclusive upper key of the first max rows of the dropped references (max 0: all of
+ * them) into hi (hi_size bytes). */
+static int store_purge_unref_bound(mv_store *s, uint32_t max, char *hi, size_t hi_size)
+{
+    snprintf(hi, hi_size, "%s", STORE_PURGE_UNREF_END);
+    if (max == 0) {
+        return MV_OK;
+    }
+    sqlite3_stmt *st =
+        store_stmt(s, "SELECT key FROM meta WHERE key > '" STORE_PURGE_UNREF_KEY
+                      "' AND key < '" STORE_PURGE_UNREF_END "' ORDER BY key LIMIT 1 OFFSET ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading dropped references");
+    }
+    sqlite3_bind_int64(st, 1, max);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        snprintf(hi, hi_size, "%s", (const char *)sqlite3_column_text(st, 0));
+    }
+    sqlite3_reset(st);
+    return step == SQLITE_ROW || step == SQLITE_DONE
+               ? MV_OK
+               : store_fail_sqlite(s, "reading dropped references");
+}
+
+int store_purge_unref(mv_store *s, uint32_t max, uint64_t *applied)
+{
+    if (applied != NULL) {
+        *applied = 0;
+    }
+    char hi[64];
+    int rc = store_purge_unref_bound(s, max, hi, sizeof hi);
+    sqlite3_stmt *st = NULL;
+    if (rc == MV_OK) {
+        /* Never below the messages that still use the body (messages_body): a noted
+         * reference that something else already took off (an older build's repair, a hand
+         * edit) must not cost a message its body. */
+        st = store_stmt(
+            s, "UPDATE bodies SET refcount = max(refcount - CAST((SELECT value FROM "
+               "meta WHERE key = printf('" STORE_PURGE_UNREF_KEY "%020d', bodies.id)) "
+               "AS INTEGER), (SELECT count(*) FROM messages m INDEXED BY "
+               "messages_body WHERE m.body_id = bodies.id)) WHERE id IN (SELECT "
+               "CAST(substr(key, 13) AS INTEGER) FROM meta WHERE key > '" STORE_PURGE_UNREF_KEY
+               "' AND key < ?1)");
+        if (st == NULL) {
+            rc = store_fail_sqlite(s, "taking dropped references off the bodies");
+        }
+    }
+    if (rc == MV_OK) {
+        sqlite3_bind_text(st, 1, hi, -1, SQLITE_TRANSIENT);
+        int step = sqlite3_step(st);
+        sqlite3_reset(st);
+        rc = step == SQLITE_DONE ? MV_OK
+                                 : store_fail_sqlite(s, "taking dropped references off the bodies");
+    }
+    if (rc == MV_OK) {
+        st = store_stmt(s, "DELETE FROM meta WHERE key > '" STORE_PURGE_UNREF_KEY "' AND key < ?1");
+        if (st == NULL) {
+            return store_fail_sqlite(s, "deleting dropped references");
+        }
+        sqlite3_bind_text(st, 1, hi, -1, SQLITE_TRANSIENT);
+        int step = sqlite3_step(st);
+        sqlite3_reset(st);
+        rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "deleting dropped references");
+        if (rc == MV_OK && applied != NULL) {
+            *applied = (uint64_t)sqlite3_changes(s->db);
+        }
+    }
+    return rc;
 }
 
 #define STORE_PURGE_POLL_STEPS 1000 /* VM steps between two give-way questions */
@@ -84,24 +168,28 @@ void mv_store_purge_give_way(mv_store *s, int (*give_way)(void *arg), void *arg)
     }
 }
 
-/* One transaction: up to max bodies deleted; *done gets how many. MV_EBUSY: it gave way
- * (GIVING WAY), nothing deleted. */
+/* One transaction: up to max bodies' dropped references taken off, then up to max bodies
+ * deleted; *done gets how many of both. MV_EBUSY: it gave way (GIVING WAY), nothing done. */
 static int store_purge_batch(mv_store *s, uint32_t max, size_t *done)
 {
     struct store_ids ids = {0};
     *done = 0;
     s->purge_gave_way = 0;
     int rc = store_begin(s), began = rc == MV_OK;
+    if (rc == MV_OK && s->purge_give_way != NULL) {
+        sqlite3_progress_handler(s->db, STORE_PURGE_POLL_STEPS, store_purge_poll, s);
+    }
+    uint64_t applied = 0;
+    if (rc == MV_OK) { /* the references expunges dropped first: they make bodies unused */
+        rc = store_purge_unref(s, max, &applied);
+    }
     if (rc == MV_OK) {
         rc = store_purge_ids(s, max, &ids);
     }
     if (rc == MV_OK && ids.count > 0) {
-        if (s->purge_give_way != NULL) {
-            sqlite3_progress_handler(s->db, STORE_PURGE_POLL_STEPS, store_purge_poll, s);
-        }
         rc = store_bodies_drop(s, ids.ids, ids.count);
-        sqlite3_progress_handler(s->db, 0, NULL, NULL); /* never inside the COMMIT */
     }
+    sqlite3_progress_handler(s->db, 0, NULL, NULL); /* never inside the COMMIT */
     if (rc == MV_OK) {
         rc = store_commit(s);
     } else if (began) {
@@ -111,7 +199,7 @@ static int store_purge_batch(mv_store *s, uint32_t max, size_t *done)
         rc = store_fail(s, MV_EBUSY, "the purge gave way to a waiting command");
     }
     if (rc == MV_OK) {
-        *done = ids.count;
+        *done = ids.count + applied; /* progress, for mv_store_purge's loop */
     }
     store_ids_free(&ids);
     return rc;
@@ -148,7 +236,7 @@ int mv_store_purge_counted(mv_store *s,
     while (rc == MV_OK && left > 0) {
         size_t done = 0;
         rc = store_purge_batch(s, batch, &done);
-        purged += done; /* committed: a batch that fails deletes nothing */
+        purged += done; /* committed: a batch that fails does nothing */
         if (rc == MV_OK) {
             rc = store_purge_left(s, &left);
         }
