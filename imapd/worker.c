@@ -681,7 +681,10 @@ uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us)
  * 0/5/20 ms a STORE during the purge of a 10% EXPUNGE at 10k, load 13-20: 0.73-0.85 s
  * rolled back against 2.6-3.6 s kept), and it made every other batch run to its end
  * anyway; in the first half only, 1.2-5% (0.04-0.16 s against 2.8-3.5 s), the STOREs'
- * p99 no worse (36-108 ms against 54-139, same runs). */
+ * p99 no worse (36-108 ms against 54-139, same runs). A batch whose CPU time passes twice
+ * its expected time gives way again (WORKER_PURGE_OVERRUN): one that met far costlier bodies
+ * than the last batch's (long messages) kept a job that came in its second half waiting to
+ * its end, hundreds of ms. */
 /* Queue files one mv_queue_tidy() call unlinks: each unlink may wait for the disk (online
  * discard: ~4 ms), so ~30 ms is the longest a job that arrives meanwhile waits. */
 #define WORKER_TIDY_BATCH 8
@@ -703,25 +706,53 @@ static void worker_checkpoint(struct worker *w, struct open_store *s)
     }
 }
 
-int worker_purge_may_give_way(int64_t elapsed_us, int64_t expected_us)
+/* A batch whose CPU time passes this many times its expected time gives way again: it met
+ * bodies far costlier than the last batch's (a long message's full-text row), and would
+ * otherwise keep a job that came in its second half waiting to its end, hundreds of ms. */
+#define WORKER_PURGE_OVERRUN 2
+
+int worker_purge_may_give_way(int64_t elapsed_us, int64_t cpu_us, int64_t expected_us)
 {
-    return expected_us <= 0 || elapsed_us < expected_us / 2;
+    return expected_us <= 0 || elapsed_us < expected_us / 2 ||
+           cpu_us >= expected_us * WORKER_PURGE_OVERRUN;
 }
 
-/* A batch under way, for its give-way (the worker's own batch only). */
+static int64_t worker_thread_cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* A batch under way, for its give-way (the worker's own batch only); overran: it gave way
+ * past its expected time (worker_purge_may_give_way), so its bodies cost at least that. */
 struct worker_purge_way {
     struct worker *w;
-    int64_t start_us, expected_us;
+    int64_t start_us, start_cpu_us, expected_us;
+    int overran;
 };
 
 /* mv_store_purge_give_way(): a batch under way stops when a job comes for this worker, in
- * its first half (worker_purge_may_give_way), and at once at a stop (PURGE AND STOP). */
+ * its first half or once it overruns (worker_purge_may_give_way), and at once at a stop
+ * (PURGE AND STOP). The overrun is counted in the thread's CPU time: on a busy machine the
+ * wall time of an ordinary batch often doubles, and giving way then would throw away the
+ * work that giving way in the first half only saves. */
 static int worker_purge_give_way(void *arg)
 {
-    const struct worker_purge_way *way = arg;
-    return (worker_job_waiting(way->w) &&
-            worker_purge_may_give_way(metrics_now_us() - way->start_us, way->expected_us)) ||
-           worker_stopping(way->w);
+    struct worker_purge_way *way = arg;
+    if (worker_stopping(way->w)) {
+        return 1;
+    }
+    if (!worker_job_waiting(way->w)) {
+        return 0;
+    }
+    int64_t elapsed_us = metrics_now_us() - way->start_us;
+    int64_t cpu_us = worker_thread_cpu_us() - way->start_cpu_us;
+    if (!worker_purge_may_give_way(elapsed_us, cpu_us, way->expected_us)) {
+        return 0;
+    }
+    way->overran = way->expected_us > 0 && elapsed_us >= way->expected_us / 2;
+    return 1;
 }
 
 /* New mail goes before reclaiming space: while a drain step is due on the worker, a call
@@ -773,7 +804,8 @@ static int worker_purge_batch(
      * runs to its end, a batch's time at most); mv_store_maintain()'s purge on the same
      * handle must not give way either. */
     int64_t t0 = metrics_now_us();
-    struct worker_purge_way way = {w, t0, (int64_t)s->purge_batch * s->purge_body_us};
+    struct worker_purge_way way = {w, t0, worker_thread_cpu_us(),
+                                   (int64_t)s->purge_batch * s->purge_body_us, 0};
     mv_store_purge_give_way(
         s->store, may_give_way && !s->purge_gave_way ? worker_purge_give_way : NULL, &way);
     int rc = mv_store_purge_counted(s->store, s->purge_batch, purged, left);
@@ -786,6 +818,11 @@ static int worker_purge_batch(
         int64_t elapsed_us = metrics_now_us() - t0;
         s->purge_body_us = elapsed_us / s->purge_batch;
         s->purge_batch = worker_purge_batch_next(s->purge_batch, elapsed_us);
+    } else if (rc == MV_EBUSY && way.overran) {
+        /* one that overran cost at least its CPU time so far: the next, which does not give
+         * way, is smaller (half or less for a batch sized on target) */
+        int64_t cpu_us = worker_thread_cpu_us() - way.start_cpu_us;
+        s->purge_batch = worker_purge_batch_next(s->purge_batch, cpu_us);
     }
     if (rc != MV_OK) { /* tried again after the next job */
         log_msg(rc == MV_EBUSY ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, "store purge %s: %s: %s",
@@ -962,9 +999,7 @@ static struct open_store *worker_drain_due(struct worker *w, int64_t *wait_ms)
 
 static int64_t worker_thread_cpu_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return worker_thread_cpu_us() / 1000;
 }
 
 struct worker_drain_yield {

@@ -133,10 +133,12 @@ void worker_store_release_from_reader(struct worker *w, struct open_store *s);
  * Sized so a batch takes about WORKER_PURGE_TARGET_US (a job that arrives meanwhile waits
  * for it), at least 1, at most WORKER_PURGE_BATCH_MAX, and at most twice the last. */
 uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
-/* Whether a purge batch that has run elapsed_us of the expected_us it should take (0: not
- * known) gives way to a job that is waiting: only in its first half, so the work rolled back
- * and the job's wait are each at most half a batch. */
-int worker_purge_may_give_way(int64_t elapsed_us, int64_t expected_us);
+/* Whether a purge batch that has run elapsed_us (wall) and cpu_us (its thread's CPU) of the
+ * expected_us it should take (0: not known) gives way to a job that is waiting: in its first
+ * half, so the work rolled back and the job's wait are each at most half a batch; and once its
+ * CPU time passes twice the expected (bodies far costlier than the last batch's: the job
+ * would wait for all of them). */
+int worker_purge_may_give_way(int64_t elapsed_us, int64_t cpu_us, int64_t expected_us);
 /* Whether the purge between jobs runs another batch, having run batches_run in this call
  * (batches that deleted bodies, built full-text rows or gave way; not a store's call that
  * found nothing to do):

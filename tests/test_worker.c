@@ -48,6 +48,11 @@
  *     while a step is due (worker_purge): with a store moving its full-text index in slot 0,
  *     the store in slot 1 gets purge batches during the move (the old worker counted slot 0's
  *     empty calls as batches: all 200 bodies stayed until the move ended).
+ *   - A purge batch that overruns its expected time gives way (worker_purge_give_way): with
+ *     the store's costs set so a batch is expected to take 48 us, a job posted while the
+ *     batch of 40 long messages holds the write lock runs before it (every body still
+ *     there), and the next batch purges them (the old batch gave way only in its first half
+ *     and ran to its end: 0 left when the job ran).
  */
 #include "harness.h"
 #include "testutil.h"
@@ -409,17 +414,19 @@ static void test_purge_batch_adapts(void)
     CHECK_EQ_INT(worker_purge_batch_next(10, 15000), 10); /* on target: stays */
 }
 
-/* A purge batch gives way to a waiting job in its first half only: later, the job waits for
- * the rest (at most half a batch) instead of the batch's larger part being rolled back and
- * done again (17-30% of the purge's CPU under steady traffic, worker.c). The first batch of
- * a store, whose cost is not known, gives way at any point. */
+/* A purge batch gives way to a waiting job in its first half: later, the job waits for the
+ * rest (at most half a batch) instead of the batch's larger part being rolled back and done
+ * again (17-30% of the purge's CPU under steady traffic, worker.c); but not past twice its
+ * expected time in CPU (bodies far costlier than expected: the old batch kept the job waiting
+ * to its end). The first batch of a store, whose cost is not known, gives way at any point. */
 static void test_purge_gives_way_early(void)
 {
-    CHECK_EQ_INT(worker_purge_may_give_way(0, 15000), 1);
-    CHECK_EQ_INT(worker_purge_may_give_way(7499, 15000), 1);
-    CHECK_EQ_INT(worker_purge_may_give_way(7500, 15000), 0);
-    CHECK_EQ_INT(worker_purge_may_give_way(40000, 15000), 0); /* slower than expected */
-    CHECK_EQ_INT(worker_purge_may_give_way(40000, 0), 1);     /* not known yet */
+    CHECK_EQ_INT(worker_purge_may_give_way(0, 0, 15000), 1);
+    CHECK_EQ_INT(worker_purge_may_give_way(7499, 7499, 15000), 1);
+    CHECK_EQ_INT(worker_purge_may_give_way(7500, 7500, 15000), 0);
+    CHECK_EQ_INT(worker_purge_may_give_way(40000, 29999, 15000), 0); /* a busy machine's wall */
+    CHECK_EQ_INT(worker_purge_may_give_way(40000, 30000, 15000), 1); /* overran: CPU 2x */
+    CHECK_EQ_INT(worker_purge_may_give_way(40000, 40000, 0), 1);     /* not known yet */
     /* new mail first: with a drain step due, one batch per call */
     CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 0, 0), 1);
     CHECK_EQ_INT(worker_purge_may_go_on(5, 0, 0, 0), 1);
@@ -1294,6 +1301,114 @@ static void test_purge_not_starved_by_idle_store(void)
     worker_unplace(wt_p2who);
 }
 
+/* ---- A purge batch that overruns its expected time gives way (worker_purge_give_way) ---- */
+static const char *wt_owho = "overrun@example.org";
+/* Long messages of distinct words (their full-text rows take long to delete), enough that
+ * the batch asks whether to give way several times (every 1,000 of SQLite's VM steps: the
+ * full-text delete of one row is one step however long it takes). */
+#define WT_OVER_BODIES 40
+static int wt_over_rc;
+static long long wt_over_left = -1;
+
+/* Opens the store (job 1); expunges its messages with the purge's costs set as if its bodies
+ * took 1 us each (job 2: the next batch is expected to take 48 us, and takes far longer);
+ * the bodies left to purge, on the worker's handle (job 3, the probe). */
+static void wt_over_run(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    int rc = worker_store_acquire(job->worker, wt_owho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (rc == MV_OK && (intptr_t)job->arg == 2) {
+        os->purge_batch = 48;
+        os->purge_body_us = 1;
+        os->purge_gave_way = 0;
+        uint32_t count = 0;
+        rc = mv_flags_set(os->store, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL);
+        rc = rc == MV_OK ? mv_mailbox_expunge(os->store, "INBOX", NULL, &count) : rc;
+        rc = rc == MV_OK && count != WT_OVER_BODIES ? MV_ERROR : rc;
+    } else if (rc == MV_OK && (intptr_t)job->arg == 3) {
+        wt_over_left = tu_int(mv_store_db(os->store), "SELECT count(*) FROM bodies "
+                                                      "WHERE refcount = 0");
+    }
+    if (rc != MV_OK) {
+        fprintf(stderr, "  overrun job %d: %s: %s\n", (int)(intptr_t)job->arg, mv_strerror(rc),
+                os != NULL ? mv_store_errmsg(os->store) : err);
+    }
+    if (os != NULL) {
+        worker_store_release(job->worker, os);
+    }
+    wt_over_rc = wt_over_rc != MV_OK ? wt_over_rc : rc;
+}
+
+static void test_purge_overrun_gives_way(void)
+{
+    worker_stop_all(); /* a worker of its own: no other test's store on it */
+    CHECK_EQ_INT(worker_start(&g_config, 1, wt_efd), 0);
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_owho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mv_store_open(wt_owho, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
+    static char msg[24 * 1024];
+    int rc = s != NULL ? MV_OK : MV_ERROR;
+    for (int i = 0; i < WT_OVER_BODIES && rc == MV_OK; i++) {
+        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: long-%d\r\n\r\n", i);
+        for (int k = 0; n < (int)sizeof msg - 64; k++) {
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "o%dv%de%d%s", i, k, k * 7,
+                          k % 12 == 11 ? "\r\n" : " ");
+        }
+        rc = mv_message_append(s, "INBOX", msg, (size_t)n, 0, NULL, 1700000000, NULL);
+    }
+    CHECK_EQ_INT(rc, MV_OK);
+    mv_store_close(&s);
+    /* a handle of the test's own that sees when the purge's batch holds the write lock */
+    mv_store *look = NULL;
+    CHECK_EQ_INT(mv_store_open(wt_owho, WT_PW, strlen(WT_PW), &o, &look, err, sizeof err), MV_OK);
+    if (look != NULL) {
+        sqlite3_busy_timeout(mv_store_db(look), 0);
+    }
+    struct worker *w = worker_place(wt_owho);
+    wt_over_rc = MV_OK;
+    for (int job = 1; job <= 2; job++) { /* the open, then the expunge (its next job) */
+        wt_done = 0;
+        wt_post(w, job, JOB_LANE_LONG, wt_over_run);
+        wt_collect_one();
+    }
+    CHECK_EQ_INT(wt_over_rc, MV_OK);
+    /* the purge's batch starts after the expunge: wait until it holds the write lock */
+    int busy = 0;
+    for (int i = 0; i < 6000 && look != NULL && !busy; i++) {
+        int brc = tu_exec(mv_store_db(look), "BEGIN IMMEDIATE");
+        busy = brc == SQLITE_BUSY;
+        if (brc == SQLITE_OK) {
+            CHECK_EQ_INT(tu_exec(mv_store_db(look), "ROLLBACK"), SQLITE_OK);
+            struct pollfd none = {.fd = -1};
+            (void)poll(&none, 0, 1);
+        }
+    }
+    CHECK(busy);
+    wt_done = 0;
+    wt_post(w, 3, JOB_LANE_SHORT, wt_over_run); /* comes long past the batch's 48 us */
+    wt_collect_one();
+    fprintf(stderr, "  bodies left when the job that came during the batch ran: %lld of %d\n",
+            wt_over_left, WT_OVER_BODIES);
+    CHECK_EQ_INT(wt_over_left, WT_OVER_BODIES); /* it gave way (the old batch: 0 left) */
+    /* and the next batch, which does not give way, purges them */
+    long long left = WT_OVER_BODIES;
+    for (int i = 0; i < 600 && left > 0 && look != NULL; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+        left = tu_int(mv_store_db(look), "SELECT count(*) FROM bodies WHERE refcount = 0");
+    }
+    CHECK_EQ_INT(left, 0);
+    mv_store_close(&look);
+    worker_unplace(wt_owho);
+}
+
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
 static int wt_start(void)
 {
@@ -1445,6 +1560,7 @@ int main(void)
     TEST(test_checkpoint_between_jobs);
     TEST(test_migration_does_not_starve_drain);
     TEST(test_purge_not_starved_by_idle_store);
+    TEST(test_purge_overrun_gives_way);
     TEST(test_background_share);
     TEST(test_login_before_purge);
     worker_stop_all();
