@@ -1246,7 +1246,7 @@ static void test_purge_not_starved_by_idle_store(void)
     g_config.kdf_iter = TU_KDF_ITER;
     struct mv_store_options o = wt_options();
     char err[256] = "";
-    wt_make_v8(wt_m2who, 600); /* always a step due while it moves, nothing to purge */
+    wt_make_v8(wt_m2who, 900); /* always a step due while it moves, nothing to purge */
     CHECK_EQ_INT(mv_store_init(wt_p2who, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
     mv_store *s = NULL;
     CHECK_EQ_INT(mv_store_open(wt_p2who, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
@@ -1270,7 +1270,8 @@ static void test_purge_not_starved_by_idle_store(void)
     wt_gate(w);
     wt_post(w, 1, JOB_LANE_LONG, wt_idle_open); /* slot 0: moves its index, nothing to purge */
     wt_post(w, 2, JOB_LANE_LONG, wt_idle_open); /* slot 1: 200 bodies to purge */
-    wt_release(wt_efd, 3);
+    wt_post(w, 3, JOB_LANE_LONG, wt_record);    /* both settled (LOGIN FIRST): no grace */
+    wt_release(wt_efd, 4);
     CHECK_EQ_INT(wt_turn_rc, MV_OK);
     /* the bodies left, read before the move is seen under way: read while it was */
     const char *moving_sql = "SELECT count(*) FROM sqlite_schema WHERE name = 'fts_old'";
