@@ -1086,7 +1086,9 @@ static void test_login_before_purge(void)
         struct mv_store_options ro = o;
         ro.flags |= MV_STORE_READONLY;
         if (mv_store_open(wt_lpwho, WT_PW, strlen(WT_PW), &ro, &r, err, sizeof err) == MV_OK) {
-            long long n = tu_int(mv_store_db(r), "SELECT count(*) FROM bodies WHERE refcount = 0");
+            /* every body was expunged; since 94e5df3 a body reaches refcount 0 only in the
+             * purge's own batch, so counting those at 0 found none before the purge ran */
+            long long n = tu_int(mv_store_db(r), "SELECT count(*) FROM bodies");
             left = n >= 0 ? (uint64_t)n : left;
             mv_store_close(&r);
         }
