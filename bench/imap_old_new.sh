@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-mv=build/mailvault new=build/mailvaultd old=${MAILVAULTD_OLD:-}
+mv=build/mailvault new=${MAILVAULTD_NEW:-build/mailvaultd} old=${MAILVAULTD_OLD:-}
 . bench/mailvaultd_lib.sh # bench_scratch, start_mailvaultd
 . bench/dovecot_lib.sh    # dovecot_config, free_port, wait_port
 bench_scratch imap_old_new

@@ -54,6 +54,11 @@ static const struct config_key config_keys[] = {
        "Unix socket for `mailvault who|kick|release|adopt` (default ROOT/.mailvaultd.sock; "
        "off: none)"),
     CI(workers, 1, 64, "worker threads (default 4 per online CPU, at most 64)"),
+    CI(writers_per_worker,
+       1,
+       16,
+       "writer threads per worker: jobs of different users run at once, one at a time per "
+       "user (default 1)"),
     CI(stores_per_worker, 1, 100000, "open stores each worker keeps (default 32)"),
     CI(store_idle_s, 1, 86400, "close an unused store after this long (default 300)"),
     {"line_max", CK_SIZE, offsetof(struct config, line_max), sizeof(size_t), 1024, 1 << 24,
@@ -134,6 +139,12 @@ void config_defaults(struct config *c)
      * more than 4 at 10 clients. The total of open stores stays 256 on 2 CPUs. */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     c->workers = cpus < 1 ? 4 : cpus > 16 ? 64 : (int)(4 * cpus);
+    /* One, as before the writer threads (worker.c "WRITERS"): two let a user's STORE pass
+     * another user's APPEND on the same worker (STORE p99 at 10 clients 24-37 ms against
+     * 41-83 with one, commands/s +1-80%), but the reads' p50 rose 1.3-2.3x in the same
+     * runs on 2 loaded CPUs (docs/BENCHMARKS.md); the page caches are the stores', so more
+     * writers add only their stacks. */
+    c->writers_per_worker = 1;
     c->stores_per_worker = 32;
     c->store_idle_s = 300;
     c->line_max = 65536;

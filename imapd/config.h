@@ -25,6 +25,7 @@ struct config {
     char metrics_listen[80];          /* ADDRESS:PORT of the /metrics HTTP listener; "": off */
     char control_socket[MV_PATH_MAX]; /* "": ROOT/MV_CONTROL_SOCKET_NAME; "off": none */
     int workers;
+    int writers_per_worker;
     int stores_per_worker;
     int store_idle_s;
     size_t line_max;

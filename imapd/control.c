@@ -390,6 +390,7 @@ static int control_post(struct control_session *s,
     snprintf(j->user, sizeof j->user, "%s", s->user);
     snprintf(j->note, sizeof j->note, "%s", s->note);
     j->job.conn = s->conn;
+    job_user(&j->job, j->user); /* the store it closes, fences or adopts (worker.c WRITERS) */
     j->job.run = control_job_run;
     j->job.done = control_job_done;
     s->jobs_out++;

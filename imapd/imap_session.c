@@ -558,6 +558,8 @@ static void imap_post(struct conn *c, uint8_t *bytes, size_t len, struct imap_co
     s->tls = c->tls;
     s->login_allowed = c->tls || c->loopback || g_config.allow_plaintext;
     c->busy = 1;
+    /* the user placed (a LOGIN's just now): the store its job may touch (worker.c WRITERS) */
+    job_user(&j->job, s->is_placed ? s->placed : "");
     worker_post(s->worker, &j->job);
 }
 
@@ -923,6 +925,7 @@ static void imap_idle_post(struct conn *c, struct imap_session *s)
     job->lane = JOB_LANE_SHORT;
     s->last_lane = JOB_LANE_SHORT;
     c->busy = 1;
+    job_user(job, s->is_placed ? s->placed : "");
     worker_post(s->worker, job);
 }
 
@@ -1018,6 +1021,7 @@ static void imap_session_end(struct conn *c)
     job->run = imap_end_run;
     job->done = imap_end_done;
     job->lane = s->last_lane;
+    job_user(job, s->is_placed ? s->placed : "");
     worker_post(s->worker, job);
 }
 

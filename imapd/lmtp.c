@@ -369,6 +369,7 @@ static void lmtp_deliver(struct conn *c, struct lmtp_session *s)
          * for an fsync (the store's commit, or the sealed file's and its directory's) */
         j->job.lane = JOB_LANE_LONG;
         s->pending++;
+        job_user(&j->job, j->address);                  /* its store (worker.c WRITERS) */
         worker_post(worker_place(j->address), &j->job); /* held until done (PLACEMENT) */
     }
     if (s->pending == 0) {
@@ -466,6 +467,7 @@ static void lmtp_rcpt_check(struct conn *c, struct lmtp_session *s, const char *
     j->job.done = lmtp_rcpt_done;
     s->pending++;
     c->busy = 1;
+    job_user(&j->job, j->address);
     worker_post(worker_place(j->address), &j->job); /* held until done (PLACEMENT) */
 }
 

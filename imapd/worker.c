@@ -52,6 +52,31 @@
  *   job that ends a session goes into the lane of the session's last job, behind it. A long
  *   FETCH also yields between its chunks: each chunk is a job of its own.
  *
+ * WRITERS
+ *   A worker runs its lanes on writers_per_worker threads (default 1), and never two jobs of
+ *   one user at once: each job names its user (job.user, set by the poster), a writer takes
+ *   the first job of a lane whose user no other writer of the worker holds, and holds that user
+ *   until the job is done. One writer at a time has the worker's long turn: a long job, a
+ *   drain step, the work between jobs (the purge, the full-text backlog, checkpoints) or the
+ *   sweep; the others take short jobs meanwhile. So with two, one user's job that waits (an
+ *   APPEND's fsync, an EXPUNGE's deletes) does not hold the STOREs of the other users placed
+ *   on the worker (issue 13: at 10 clients 10 users share 8 workers, and a STORE's median
+ *   wait was 3-5x longer for the users that shared one), while long work stays one at a time
+ *   per worker as with one writer. A user's own jobs still run one at a time, on one SQLite
+ *   connection, so SQLite's one writer and a session's order are kept. The work between jobs
+ *   holds each store's user in turn and gives way only to a job that waits for it: one of
+ *   that user, a long one (it waits for the turn), or any when no other writer is free; a
+ *   writer that ends a short job while another has the long turn leaves that work to it. The
+ *   open-store table is shared by the writers: a slot's address, store pointer, refs and last
+ *   use are written under the worker's lock; the rest of an open store only by the writer
+ *   that holds its user. A slot is reserved (its address set) before the store opens outside
+ *   the lock, and a store pushed out of a full table is one no writer holds. Bounds:
+ *   writers_per_worker x workers threads; the page caches are the stores' (one connection
+ *   each, used by one thread at a time), so more writers add no memory but their stacks.
+ *   Why the default is 1: two cut STORE's p99 at 10 clients to Dovecot's and raised the
+ *   commands per second 1-80%, but the reads' p50 rose 1.3-2.3x in the same runs (2 loaded
+ *   CPUs, a closed-loop benchmark; docs/BENCHMARKS.md).
+ *
  * READERS
  *   A worker has a second thread, its reader, with a queue of its own (JOB_LANE_READ), and
  *   each open store a second handle on the same file (open_store.reader, mv_store_open_twin:
@@ -168,13 +193,32 @@ static _Atomic int worker_drain_grace_ms = WORKER_DRAIN_GRACE_MS; /* tests may l
 #define WORKER_BACKGROUND_PERIOD_MS 100
 static _Atomic int worker_background_period_ms = WORKER_BACKGROUND_PERIOD_MS;
 
-struct worker {
+/* A writer thread of a worker (WRITERS); its fields under the worker's lock. */
+struct worker_writer {
+    struct worker *w;
     pthread_t thread;
+    int started;
+    int holds; /* it holds user (a job's, or the store's it works on between jobs) */
+    uint64_t user;
+    int holds_more; /* ... and more_user: a store it closes to free a slot for a login */
+    uint64_t more_user;
+    int in_long; /* it has the worker's long turn (worker.long_running) */
+};
+
+struct worker {
+    struct worker_writer *writers;
+    int writer_count;
+    int writers_running; /* the last one to end closes the stores */
+    int writers_idle;    /* waiting for a job (worker_job_waiting) */
+    /* A writer runs a long job, a drain step, the work between jobs or the sweep: the
+     * others take only short jobs meanwhile (WRITERS); 0 or 1. */
+    int long_running;
+    int64_t next_sweep_ms;
     pthread_mutex_t lock;
     pthread_cond_t wake;
     struct job *head[JOB_LANES], *tail[JOB_LANES];
     int short_run;      /* short jobs taken in a row while a long one waited */
-    uint64_t jobs_done; /* jobs run by the writer thread (THE DRAIN: the login's next one) */
+    uint64_t jobs_done; /* jobs run by the writer threads (THE DRAIN: the login's next one) */
     int drain_turn;     /* the next long turn goes to a drain step, if one is due */
     int drain_served;   /* the slot the last drain or migration step was for (its turn) */
     int stop;
@@ -185,7 +229,9 @@ struct worker {
     int reader_started;
     struct open_store *stores; /* stores_max slots; address "" = free */
     int stores_max;
-    int64_t background_ms; /* SHARE: when the purge and the catch-up last ran or were done */
+    /* SHARE: when the purge and the catch-up last ran or were done (the writer with the
+     * long turn's: WRITERS) */
+    int64_t background_ms;
 };
 
 static struct worker *workers;
@@ -196,6 +242,9 @@ static unsigned char worker_hmac_key[32];
 
 static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct job *done_head, *done_tail;
+
+/* The writer this thread is (WRITERS); NULL on other threads. */
+static _Thread_local struct worker_writer *worker_self;
 
 /* PLACEMENT: the users placed, by FNV-1a(address) % WORKER_PLACE_BUCKETS, and how many users
  * each worker has (place_users[worker]); under place_lock (the loop and the workers). */
@@ -221,6 +270,71 @@ static int64_t worker_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* WRITERS: the key of a user (FNV-1a 64; "" is 0). */
+static uint64_t worker_user_key(const char *address)
+{
+    uint64_t h = 14695981039346656037ull;
+    if (address == NULL || address[0] == '\0') {
+        return 0;
+    }
+    for (const unsigned char *p = (const unsigned char *)address; *p != '\0'; p++) {
+        h = (h ^ *p) * 1099511628211ull;
+    }
+    return h;
+}
+
+void job_user(struct job *job, const char *address)
+{
+    job->user = worker_user_key(address);
+}
+
+/* Whether a writer of w other than me holds user (lock held). */
+static int worker_held(const struct worker *w, const struct worker_writer *me, uint64_t user)
+{
+    for (int i = 0; i < w->writer_count; i++) {
+        const struct worker_writer *t = &w->writers[i];
+        if (t != me && ((t->holds && t->user == user) || (t->holds_more && t->more_user == user))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether this thread (a writer) holds user: only then may it open or close user's store. */
+static int worker_self_holds(struct worker *w, uint64_t user)
+{
+    const struct worker_writer *me = worker_self;
+    pthread_mutex_lock(&w->lock);
+    int holds = me != NULL && me->w == w &&
+                ((me->holds && me->user == user) || (me->holds_more && me->more_user == user));
+    pthread_mutex_unlock(&w->lock);
+    return holds;
+}
+
+/* A queued job of a user no writer holds can go now: wake the idle writers (lock held). */
+static void worker_wake_writers(struct worker *w)
+{
+    if (w->writers_idle > 0 &&
+        (w->head[JOB_LANE_SHORT] != NULL || w->head[JOB_LANE_LONG] != NULL)) {
+        pthread_cond_broadcast(&w->wake);
+    }
+}
+
+/* The writer me stops holding its user (lock held). */
+static void worker_let_go(struct worker *w, struct worker_writer *me)
+{
+    me->holds = 0;
+    worker_wake_writers(w);
+}
+
+/* The slot's last use, now (the table's field: under the lock). */
+static void worker_store_touch(struct worker *w, struct open_store *s)
+{
+    pthread_mutex_lock(&w->lock);
+    s->last_used_ms = worker_now_ms();
+    pthread_mutex_unlock(&w->lock);
 }
 
 static void worker_verifier(const char *address,
@@ -257,7 +371,8 @@ static void worker_backlog_note(struct open_store *s)
     }
 }
 
-static void worker_store_close(struct open_store *s)
+/* Closes s; the caller holds its user (WRITERS), or is the last writer at a stop. */
+static void worker_store_close(struct worker *w, struct open_store *s)
 {
     log_info("store close %s%s", s->address,
              s->migrate_more ? " (its full-text move goes on at the next open)" : "");
@@ -272,17 +387,22 @@ static void worker_store_close(struct open_store *s)
     imap_view_cache_save(s->view_cache, s->store);
     imap_view_cache_free(&s->view_cache);
     mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */
-    mv_store_close(&s->store);
+    mv_store *store = s->store;
+    mv_store_close(&store);
     OPENSSL_cleanse(s->verifier, sizeof s->verifier);
     worker_unplace(s->address); /* the store's hold (PLACEMENT) */
-    s->address[0] = '\0';
-    s->refs = 0;
     s->fts_backlog = 0;
     s->purge_gave_way = 0;
     /* what a body cost is the store's own: another user's bodies may be far larger, and a
      * first batch sized and timed by them would not give way when it should */
     s->purge_batch = 0;
     s->purge_body_us = 0;
+    pthread_mutex_lock(&w->lock); /* the slot is free for any writer from here on */
+    s->store = NULL;
+    s->address[0] = '\0';
+    s->user = 0;
+    s->refs = 0;
+    pthread_mutex_unlock(&w->lock);
 }
 
 /* The page cache the store's connection really has, read back so the log shows what
@@ -301,7 +421,8 @@ static long long worker_cache_kib(mv_store *store)
     return kib;
 }
 
-struct open_store *worker_store_find(struct worker *w, const char *address)
+/* The open store of address (lock held), or NULL. */
+static struct open_store *worker_store_find_locked(struct worker *w, const char *address)
 {
     for (int i = 0; i < w->stores_max; i++) {
         if (w->stores[i].store != NULL && strcmp(w->stores[i].address, address) == 0) {
@@ -311,26 +432,63 @@ struct open_store *worker_store_find(struct worker *w, const char *address)
     return NULL;
 }
 
-/* A free slot, closing the least recently used idle store if needed; NULL if all are busy. */
-static void worker_drain_step(struct worker *w, struct open_store *s); /* THE DRAIN */
-
-static struct open_store *worker_store_slot(struct worker *w)
+struct open_store *worker_store_find(struct worker *w, const char *address)
 {
-    struct open_store *lru = NULL;
-    for (int i = 0; i < w->stores_max; i++) {
-        struct open_store *s = &w->stores[i];
-        if (s->store == NULL) {
-            return s;
-        }
-        if (s->refs == 0 && (lru == NULL || s->last_used_ms < lru->last_used_ms)) {
-            lru = s;
-        }
-    }
-    if (lru != NULL) {
-        worker_store_close(lru);
-    }
-    return lru;
+    pthread_mutex_lock(&w->lock);
+    struct open_store *s = worker_store_find_locked(w, address);
+    pthread_mutex_unlock(&w->lock);
+    return s;
 }
+
+/* A free slot reserved for address (its address set, its store NULL), closing the least
+ * recently used store that no session uses and no other writer holds if needed; NULL if
+ * there is none (WRITERS). */
+static struct open_store *worker_store_slot(struct worker *w, const char *address)
+{
+    struct worker_writer *me = worker_self;
+    for (int tries = 0; tries < 4; tries++) {
+        struct open_store *lru = NULL;
+        pthread_mutex_lock(&w->lock);
+        for (int i = 0; i < w->stores_max; i++) {
+            struct open_store *s = &w->stores[i];
+            if (s->store == NULL && s->address[0] == '\0') {
+                snprintf(s->address, sizeof s->address, "%s", address);
+                s->user = worker_user_key(address);
+                pthread_mutex_unlock(&w->lock);
+                return s;
+            }
+            if (s->store != NULL && s->refs == 0 && !worker_held(w, me, s->user) &&
+                (lru == NULL || s->last_used_ms < lru->last_used_ms)) {
+                lru = s;
+            }
+        }
+        if (lru == NULL || me == NULL) {
+            pthread_mutex_unlock(&w->lock);
+            return NULL;
+        }
+        me->holds_more = 1; /* its user's jobs wait until it is closed */
+        me->more_user = lru->user;
+        pthread_mutex_unlock(&w->lock);
+        worker_store_close(w, lru);
+        pthread_mutex_lock(&w->lock);
+        me->holds_more = 0;
+        worker_wake_writers(w);
+        pthread_mutex_unlock(&w->lock);
+        /* the freed slot is found by the next pass, unless another writer took it */
+    }
+    return NULL;
+}
+
+/* Frees a slot reserved by worker_store_slot() whose store did not open. */
+static void worker_store_unreserve(struct worker *w, struct open_store *s)
+{
+    pthread_mutex_lock(&w->lock);
+    s->address[0] = '\0';
+    s->user = 0;
+    pthread_mutex_unlock(&w->lock);
+}
+
+static void worker_drain_step(struct worker *w, struct open_store *s); /* THE DRAIN */
 
 /* After an open (MIGRATION): the log line of a migration, and whether work is left. */
 static void worker_store_migration(struct open_store *s)
@@ -367,21 +525,33 @@ int worker_store_acquire(struct worker *w,
 {
     unsigned char verifier[32];
     *out = NULL;
+    /* Only the writer that holds the user may open or use its store (WRITERS): a job that
+     * names another user (or none) would race that user's own jobs. */
+    if (!worker_self_holds(w, worker_user_key(address))) {
+        log_error("store %s: a job of another user asked for it", address);
+        snprintf(errmsg, errmsg_size, "the job is not this user's");
+        return MV_EBUSY;
+    }
     worker_verifier(address, password, password_len, verifier);
-    struct open_store *s = worker_store_find(w, address);
+    pthread_mutex_lock(&w->lock);
+    struct open_store *s = worker_store_find_locked(w, address);
     if (s != NULL) {
         int same = CRYPTO_memcmp(verifier, s->verifier, sizeof verifier) == 0;
         OPENSSL_cleanse(verifier, sizeof verifier);
+        if (same) {
+            s->refs++;
+            s->last_used_ms = worker_now_ms();
+            *out = s;
+        }
+        pthread_mutex_unlock(&w->lock);
         if (!same) {
             snprintf(errmsg, errmsg_size, "wrong password");
             return MV_EAUTH;
         }
-        s->refs++;
-        s->last_used_ms = worker_now_ms();
-        *out = s;
         return MV_OK;
     }
-    s = worker_store_slot(w);
+    pthread_mutex_unlock(&w->lock);
+    s = worker_store_slot(w, address);
     if (s == NULL) {
         OPENSSL_cleanse(verifier, sizeof verifier);
         snprintf(errmsg, errmsg_size,
@@ -391,24 +561,35 @@ int worker_store_acquire(struct worker *w,
     }
     struct mv_store_options opts = config_store_options(worker_cfg);
     opts.flags |= MV_STORE_DRAIN_LATER; /* drained in steps after the login (THE DRAIN) */
-    int rc = mv_store_open(address, password, password_len, &opts, &s->store, errmsg, errmsg_size);
+    mv_store *store = NULL;             /* the slot's pointer is set under the lock, below */
+    int rc = mv_store_open(address, password, password_len, &opts, &store, errmsg, errmsg_size);
     if (rc != MV_OK) {
         OPENSSL_cleanse(verifier, sizeof verifier);
+        worker_store_unreserve(w, s);
         return rc;
     }
     /* Checkpoints between jobs (worker_checkpoint), not inside the commit of whichever
      * command takes the WAL past 1,000 frames; a commit still does it from
      * WORKER_WAL_FRAMES_MAX on. */
-    if (mv_store_checkpoint_defer(s->store, WORKER_WAL_FRAMES_MAX) != MV_OK) {
+    if (mv_store_checkpoint_defer(store, WORKER_WAL_FRAMES_MAX) != MV_OK) {
         log_warning("store %s: checkpoints stay in the commits: %s", address,
-                    mv_store_errmsg(s->store));
+                    mv_store_errmsg(store));
     }
-    snprintf(s->address, sizeof s->address, "%s", address);
     /* The store's own hold (PLACEMENT): the job that opens it holds one already, so this is
      * the worker the user is placed on. */
     if (worker_place(address) != w) {
         log_error("store %s: open on worker %d, placed elsewhere", address, w->index);
     }
+    /* In the table from here on; no other writer touches it while this one holds the user
+     * (WRITERS), and refs 1 keeps it from being pushed out. */
+    pthread_mutex_lock(&w->lock);
+    s->store = store;
+    s->refs = 1;
+    s->last_used_ms = worker_now_ms();
+    /* The first step after the login's job (this one) and the next one, or after the grace. */
+    s->drain_after_job = w->jobs_done + 2;
+    s->drain_after_ms = worker_now_ms() + worker_drain_grace_ms;
+    pthread_mutex_unlock(&w->lock);
     /* a fresh count; sealed deliveries count from it plus the queue (quota.c), and each
      * drain step notes it again */
     quota_note(address, s->store);
@@ -416,8 +597,6 @@ int worker_store_acquire(struct worker *w,
     worker_backlog_note(s);
     memcpy(s->verifier, verifier, sizeof verifier);
     OPENSSL_cleanse(verifier, sizeof verifier);
-    s->refs = 1;
-    s->last_used_ms = worker_now_ms();
     metrics_gauge_add(METRIC_OPEN_STORES, +1);
     log_info("store open %s (worker %d, page cache %lld KiB)", address, w->index,
              worker_cache_kib(s->store));
@@ -435,9 +614,6 @@ int worker_store_acquire(struct worker *w,
                     mv_store_errmsg(s->reader));
     }
     /* No step here: the login answers from the store as it is (THE DRAIN). */
-    /* The first step after the login's job (this one) and the next one, or after the grace. */
-    s->drain_after_job = w->jobs_done + 2;
-    s->drain_after_ms = worker_now_ms() + worker_drain_grace_ms;
     *out = s;
     return MV_OK;
 }
@@ -466,6 +642,7 @@ struct worker *worker_at(int index)
 void worker_store_list(struct worker *w, struct buf *out)
 {
     int64_t now = worker_now_ms();
+    pthread_mutex_lock(&w->lock); /* the table's fields (WRITERS) */
     for (int i = 0; i < w->stores_max; i++) {
         const struct open_store *s = &w->stores[i];
         if (s->store != NULL) {
@@ -474,16 +651,24 @@ void worker_store_list(struct worker *w, struct buf *out)
                        s->refs > 0 ? 0LL : (long long)((now - s->last_used_ms) / 1000));
         }
     }
+    pthread_mutex_unlock(&w->lock);
 }
 
 int worker_store_close_user(struct worker *w, const char *address, int *closed)
 {
     *closed = 0;
-    struct open_store *s = worker_store_find(w, address);
+    if (!worker_self_holds(w, worker_user_key(address))) { /* as worker_store_acquire */
+        log_error("store %s: a job of another user asked to close it", address);
+        return MV_EBUSY;
+    }
+    pthread_mutex_lock(&w->lock);
+    struct open_store *s = worker_store_find_locked(w, address);
+    int refs = s != NULL ? s->refs : 0;
+    pthread_mutex_unlock(&w->lock);
     if (s == NULL) {
         return MV_OK;
     }
-    if (s->refs > 0) {
+    if (refs > 0) {
         return MV_EBUSY;
     }
     /* The views are saved first, so their pages go into the main file with the rest. */
@@ -502,18 +687,22 @@ int worker_store_close_user(struct worker *w, const char *address, int *closed)
     sqlite3_finalize(st);
     log_info("store checkpoint %s: %d of %d WAL frames (control request)", address, done_frames,
              log_frames);
-    worker_store_close(s);
+    worker_store_close(w, s);
     *closed = 1;
     return MV_OK;
 }
 
 void worker_store_release(struct worker *w, struct open_store *s)
 {
-    (void)w;
-    if (s != NULL && s->refs > 0) {
+    if (s == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&w->lock);
+    if (s->refs > 0) {
         s->refs--;
         s->last_used_ms = worker_now_ms();
     }
+    pthread_mutex_unlock(&w->lock);
 }
 
 static void worker_release_run(struct job *job)
@@ -540,13 +729,29 @@ void worker_store_release_from_reader(struct worker *w, struct open_store *s)
     job->run = worker_release_run;
     job->done = worker_release_done;
     job->lane = JOB_LANE_SHORT;
+    job_user(job, s->address); /* refs is at least 1 until it runs: the address stays */
     worker_post(w, job);
 }
 
+/* Whether a queued job waits for this thread (WRITERS): one of a user it holds, or one no
+ * writer holds while no other writer is free to take it. On another thread: any job. */
 static int worker_job_waiting(struct worker *w)
 {
+    const struct worker_writer *me = worker_self;
+    int waiting = 0;
     pthread_mutex_lock(&w->lock);
-    int waiting = w->head[JOB_LANE_SHORT] != NULL || w->head[JOB_LANE_LONG] != NULL;
+    for (int lane = JOB_LANE_SHORT; lane <= JOB_LANE_LONG && !waiting; lane++) {
+        for (const struct job *j = w->head[lane]; j != NULL && !waiting; j = j->next) {
+            if (me == NULL || me->w != w || (me->holds && j->user == me->user) ||
+                (me->holds_more && j->user == me->more_user)) {
+                waiting = 1; /* on another thread: any job; else one of a user it holds */
+            } else if (lane == JOB_LANE_LONG && me->in_long) {
+                waiting = !worker_held(w, me, j->user); /* it waits for my long turn */
+            } else {
+                waiting = w->writers_idle == 0 && !worker_held(w, me, j->user);
+            }
+        }
+    }
     pthread_mutex_unlock(&w->lock);
     return waiting;
 }
@@ -619,15 +824,71 @@ static void worker_store_maintain(struct worker *w, struct open_store *s)
         rc != MV_OK ? ": " : "", rc != MV_OK ? mv_store_errmsg(s->store) : "");
 }
 
-static void worker_sweep(struct worker *w)
+/* Holds the user of slot i for the work between jobs if it has an open store that no
+ * other writer holds and that ok() accepts (both under the lock: ok() may read the store's
+ * fields, which its last holder wrote before letting go); 1 if held (WRITERS). */
+static int worker_hold_store(struct worker *w,
+                             struct worker_writer *me,
+                             struct open_store *s,
+                             int (*ok)(const struct open_store *s, int64_t now))
 {
-    int64_t now = worker_now_ms(), idle = (int64_t)worker_cfg->store_idle_s * 1000;
+    pthread_mutex_lock(&w->lock);
+    int held =
+        s->store != NULL && !worker_held(w, me, s->user) && (ok == NULL || ok(s, worker_now_ms()));
+    if (held) {
+        me->holds = 1;
+        me->user = s->user;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return held;
+}
+
+static void worker_let_go_locking(struct worker *w, struct worker_writer *me)
+{
+    pthread_mutex_lock(&w->lock);
+    worker_let_go(w, me);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* For the work between jobs on s (lock held): 1 if this writer may work on it, holding its
+ * user as more_user unless it holds it already (the user of the job it just ran: that
+ * user's next job waits for this work, as with one writer); 0 if another writer holds it. */
+static int worker_hold_more(struct worker *w, struct worker_writer *me, const struct open_store *s)
+{
+    if (me->holds && me->user == s->user) {
+        return 1;
+    }
+    if (worker_held(w, me, s->user)) {
+        return 0;
+    }
+    me->holds_more = 1;
+    me->more_user = s->user;
+    return 1;
+}
+
+static void worker_let_go_more(struct worker *w, struct worker_writer *me)
+{
+    if (me->holds_more) {
+        me->holds_more = 0;
+        worker_wake_writers(w);
+    }
+}
+
+/* The sweep closes s: no session uses it, nobody has for store_idle_s, no drain or move. */
+static int worker_sweep_ok(const struct open_store *s, int64_t now)
+{
+    return s->refs == 0 && !s->drain_more && !s->migrate_more &&
+           now - s->last_used_ms >= (int64_t)worker_cfg->store_idle_s * 1000;
+}
+
+static void worker_sweep(struct worker *w, struct worker_writer *me)
+{
     for (int i = 0; i < w->stores_max; i++) {
         struct open_store *s = &w->stores[i];
-        if (s->store != NULL && s->refs == 0 && !s->drain_more && !s->migrate_more &&
-            now - s->last_used_ms >= idle) {
+        if (worker_hold_store(w, me, s, worker_sweep_ok)) {
             worker_store_maintain(w, s);
-            worker_store_close(s);
+            worker_store_close(w, s);
+            worker_let_go_locking(w, me);
         }
     }
 }
@@ -766,13 +1027,17 @@ int worker_purge_may_go_on(int batches_run, int job_waiting, int drain_due, int 
     return !stopping && !job_waiting && (batches_run == 0 || !drain_due);
 }
 
-static struct open_store *worker_drain_due(struct worker *w, int64_t *wait_ms);
+static struct open_store *
+worker_drain_due(struct worker *w, const struct worker_writer *me, int64_t *wait_ms);
 
-/* A drain step is due on this worker (worker thread only). */
+/* A drain step is due on this worker (a writer thread only). */
 static int worker_drain_waits(struct worker *w)
 {
     int64_t wait_ms = INT64_MAX;
-    return worker_drain_due(w, &wait_ms) != NULL;
+    pthread_mutex_lock(&w->lock);
+    int due = worker_drain_due(w, worker_self, &wait_ms) != NULL;
+    pthread_mutex_unlock(&w->lock);
+    return due;
 }
 
 /* LOGIN FIRST: nothing runs between a store's open and the next job on its worker (the
@@ -780,6 +1045,7 @@ static int worker_drain_waits(struct worker *w)
  * step (THE DRAIN). A purge batch gives way to a job that comes, but not inside the statement
  * or commit under way: the first SELECT after a restart with ~19,000 expunged bodies left
  * (100,000 messages) waited 82 ms for the purge batch that had started after the LOGIN. */
+/* (lock held, or the writer that holds s's user: jobs_done is written under the lock) */
 static int worker_store_settled(const struct worker *w, const struct open_store *s)
 {
     return w->jobs_done >= s->drain_after_job || worker_now_ms() >= s->drain_after_ms;
@@ -848,18 +1114,65 @@ static int worker_index_batch(struct open_store *s, uint64_t *backlog)
 
 /* SHARE: a job waits and the purge and the catch-up have not run for a period: one batch of
  * each on every store that has them (a flag test on one that has none), none giving way. */
-static void worker_background_forced(struct worker *w)
+static void worker_background_forced(struct worker *w, struct worker_writer *me)
 {
+    pthread_mutex_lock(&w->lock);
     for (int i = 0; i < w->stores_max; i++) {
         struct open_store *s = &w->stores[i];
         uint64_t purged = 0, left = 0;
-        if (s->store == NULL || !worker_store_settled(w, s)) {
-            continue; /* LOGIN FIRST */
+        if (s->store == NULL || !worker_store_settled(w, s) || !worker_hold_more(w, me, s)) {
+            continue; /* LOGIN FIRST; another writer's user (WRITERS) */
         }
+        pthread_mutex_unlock(&w->lock);
         (void)worker_purge_batch(w, s, 0, &purged, &left);
         if (!s->drain_more) {
             (void)worker_index_batch(s, &left);
         }
+        pthread_mutex_lock(&w->lock);
+        worker_let_go_more(w, me);
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* The work between jobs on s, whose user this writer holds; *batches: purge and catch-up
+ * batches run in this round so far (worker_purge_may_go_on, SHARE). */
+static void worker_purge_store(struct worker *w, struct open_store *s, int *batches)
+{
+    uint64_t left = 1;
+    while (s->store != NULL && left > 0 &&
+           worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w),
+                                  worker_stopping(w))) {
+        uint64_t purged = 0;
+        int rc = worker_purge_batch(w, s, 1, &purged, &left);
+        *batches += purged > 0 || rc == MV_EBUSY; /* one that gave way had work too */
+        if (rc != MV_OK || purged == 0) {
+            break; /* tried again after the next job; or nothing it could delete */
+        }
+        worker_checkpoint(w, s); /* a batch's commits may have made one due */
+    }
+    worker_checkpoint(w, s); /* the job's own commit may have */
+    /* the files of drained deliveries (THE DRAIN), once the drain is over; not at a stop
+     * (an open finds what is left) */
+    int more = 1;
+    while (s->store != NULL && !s->drain_more && more && !worker_job_waiting(w) &&
+           !worker_stopping(w)) {
+        int rc = mv_queue_tidy(s->store, WORKER_TIDY_BATCH, &more);
+        if (rc != MV_OK) {
+            log_warning("store %s: %s", s->address, mv_store_errmsg(s->store));
+            break;
+        }
+    }
+    /* the full-text rows the drain's steps left (THE DRAIN), once the drain is over */
+    uint64_t backlog = 1;
+    while (s->store != NULL && !s->drain_more && backlog > 0 && !worker_job_waiting(w) &&
+           !worker_stopping(w)) {
+        /* as the purge's: a call that found no row to build is not a batch */
+        uint64_t noted = s->fts_backlog; /* before the batch: 0 if none waits */
+        if (worker_index_batch(s, &backlog) != MV_OK) {
+            break;
+        }
+        *batches += noted > 0 || backlog > 0;
+        worker_checkpoint(w, s); /* as after a purge batch */
     }
 }
 
@@ -869,13 +1182,14 @@ static void worker_background_forced(struct worker *w)
  * messages (~19,000 bodies, ~5 ms each) longer than the 60 s a supervisor (and the bench)
  * gives a stop before SIGKILL, and then the close never saved the SELECT views and never
  * checkpointed: the next first LOGIN + SELECT replayed the WAL and listed INBOX again. */
-static void worker_purge(struct worker *w)
+static void worker_purge(struct worker *w, struct worker_writer *me)
 {
+    /* background_ms is the long turn's (WRITERS): only its holder runs this */
     int64_t now_ms = worker_now_ms();
     if (!worker_stopping(w) &&
         worker_background_owed(worker_job_waiting(w), now_ms, w->background_ms,
                                worker_background_period_ms)) {
-        worker_background_forced(w);
+        worker_background_forced(w, me);
         w->background_ms = now_ms;
         return;
     }
@@ -884,48 +1198,20 @@ static void worker_purge(struct worker *w)
      * call has while a drain step is due, so the stores in later slots were never purged while
      * another store drained or moved its full-text index. */
     int batches = 0;
+    /* one pass under the lock, let go only around each store's work: the reader and the
+     * loop take the same lock for every job; each store's user is held meanwhile */
+    pthread_mutex_lock(&w->lock);
     for (int i = 0; i < w->stores_max; i++) {
         struct open_store *s = &w->stores[i];
-        if (s->store == NULL || !worker_store_settled(w, s)) {
-            continue; /* LOGIN FIRST */
+        if (s->store == NULL || !worker_store_settled(w, s) || !worker_hold_more(w, me, s)) {
+            continue; /* LOGIN FIRST; another writer's user (WRITERS) */
         }
-        uint64_t left = 1;
-        while (s->store != NULL && left > 0 &&
-               worker_purge_may_go_on(batches, worker_job_waiting(w), worker_drain_waits(w),
-                                      worker_stopping(w))) {
-            uint64_t purged = 0;
-            int rc = worker_purge_batch(w, s, 1, &purged, &left);
-            batches += purged > 0 || rc == MV_EBUSY; /* one that gave way had work too */
-            if (rc != MV_OK || purged == 0) {
-                break; /* tried again after the next job; or nothing it could delete */
-            }
-            worker_checkpoint(w, s); /* a batch's commits may have made one due */
-        }
-        worker_checkpoint(w, s); /* the job's own commit may have */
-        /* the files of drained deliveries (THE DRAIN), once the drain is over; not at a stop
-         * (an open finds what is left) */
-        int more = 1;
-        while (s->store != NULL && !s->drain_more && more && !worker_job_waiting(w) &&
-               !worker_stopping(w)) {
-            int rc = mv_queue_tidy(s->store, WORKER_TIDY_BATCH, &more);
-            if (rc != MV_OK) {
-                log_warning("store %s: %s", s->address, mv_store_errmsg(s->store));
-                break;
-            }
-        }
-        /* the full-text rows the drain's steps left (THE DRAIN), once the drain is over */
-        uint64_t backlog = 1;
-        while (s->store != NULL && !s->drain_more && backlog > 0 && !worker_job_waiting(w) &&
-               !worker_stopping(w)) {
-            /* as the purge's: a call that found no row to build is not a batch */
-            uint64_t noted = s->fts_backlog; /* before the batch: 0 if none waits */
-            if (worker_index_batch(s, &backlog) != MV_OK) {
-                break;
-            }
-            batches += noted > 0 || backlog > 0;
-            worker_checkpoint(w, s); /* as after a purge batch */
-        }
+        pthread_mutex_unlock(&w->lock);
+        worker_purge_store(w, s, &batches);
+        pthread_mutex_lock(&w->lock);
+        worker_let_go_more(w, me);
     }
+    pthread_mutex_unlock(&w->lock);
     /* SHARE: they ran, or had nothing to do, or no job kept them from it */
     if (batches > 0 || !worker_job_waiting(w)) {
         w->background_ms = now_ms;
@@ -969,21 +1255,23 @@ static void worker_drain_done(struct job *job)
 }
 
 /* The open store due for a drain step (or, its queue drained, a MIGRATION step), or NULL
- * (worker thread only); *wait_ms: how long until one that is not due yet is (unchanged if
- * none waits). Stores take turns: the scan starts after the slot served last
- * (drain_served), so a store that stays due (a full-text move is, for minutes at 100,000
- * messages) does not keep the others from their steps; and a store with deliveries queued
+ * (lock held; a store another writer than me holds is left out); *wait_ms: how long until one that
+ * is not due yet is (unchanged if none waits). Stores take turns: the scan starts after the slot
+ * served last (drain_served), so a store that stays due (a full-text move is, for minutes at
+ * 100,000 messages) does not keep the others from their steps; and a store with deliveries queued
  * goes before one that only migrates, as its mail stays invisible until drained (with the
  * first due slot taken, a migrating store in a lower slot held another store's queued mail
  * back for the whole move). */
-static struct open_store *worker_drain_due(struct worker *w, int64_t *wait_ms)
+static struct open_store *
+worker_drain_due(struct worker *w, const struct worker_writer *me, int64_t *wait_ms)
 {
     int64_t now = worker_now_ms();
     struct open_store *migrate = NULL;
     for (int k = 1; k <= w->stores_max; k++) {
         struct open_store *s = &w->stores[(w->drain_served + k) % w->stores_max];
-        if (s->store == NULL || (!s->drain_more && !s->migrate_more)) {
-            continue;
+        if (s->store == NULL || worker_held(w, me, s->user) ||
+            (!s->drain_more && !s->migrate_more)) {
+            continue; /* (another writer's user: its fields are that writer's, WRITERS) */
         }
         if (now >= s->drain_after_ms || w->jobs_done >= s->drain_after_job) {
             if (s->drain_more) {
@@ -1072,7 +1360,7 @@ static void worker_migrate_step(struct worker *w, struct open_store *s)
             break;
         }
     }
-    s->last_used_ms = worker_now_ms();
+    worker_store_touch(w, s);
     if (!more) {
         s->migrate_more = 0;
         metrics_gauge_add(METRIC_MIGRATING_STORES, -1);
@@ -1115,7 +1403,7 @@ static void worker_drain_step(struct worker *w, struct open_store *s)
     metrics_drain_step(moved);
     quota_note_step(s->address, s->store, counted ? &before : NULL, moved);
     worker_backlog_note(s); /* the step's messages wait for their full-text rows */
-    s->last_used_ms = worker_now_ms();
+    worker_store_touch(w, s);
     struct job *job = calloc(1, sizeof *job);
     if (job != NULL && (job->arg = strdup(s->address)) != NULL) {
         job->done = worker_drain_done;
@@ -1125,32 +1413,94 @@ static void worker_drain_step(struct worker *w, struct open_store *s)
     }
 }
 
-/* The next job (lock held), per LANES above; NULL with *drain set when a drain step has the
- * turn, NULL alone when there is nothing to do. */
-static struct job *worker_take(struct worker *w, int drain_ready, int *drain)
+/* The worker's long turn (lock held): me takes it, or gives it back. */
+static void worker_long_begin(struct worker *w, struct worker_writer *me)
+{
+    w->long_running++;
+    me->in_long = 1;
+}
+
+static void worker_long_end(struct worker *w, struct worker_writer *me)
+{
+    if (me->in_long) {
+        me->in_long = 0;
+        w->long_running--;
+        if (w->writers_idle > 0) { /* a long job, a drain step or the sweep may wait for it */
+            pthread_cond_broadcast(&w->wake);
+        }
+    }
+}
+
+/* The first job of lane whose user no other writer than me holds (lock held), or NULL;
+ * *prev: the job before it (NULL: it is the head). */
+static struct job *
+worker_lane_first(struct worker *w, const struct worker_writer *me, int lane, struct job **prev)
+{
+    *prev = NULL;
+    for (struct job *j = w->head[lane]; j != NULL; *prev = j, j = j->next) {
+        if (!worker_held(w, me, j->user)) {
+            return j;
+        }
+    }
+    return NULL;
+}
+
+/* The next job for writer me (lock held), per LANES above, among the jobs whose user no
+ * other writer holds (WRITERS); me then holds its user. NULL with *drain set when a drain
+ * step of drain_ready has the turn (me then holds its user), NULL alone when there is
+ * nothing to do. */
+static struct job *worker_take(struct worker *w,
+                               struct worker_writer *me,
+                               const struct open_store *drain_ready,
+                               int *drain)
 {
     *drain = 0;
-    int long_ready = w->head[JOB_LANE_LONG] != NULL || drain_ready;
+    struct job *prev_short = NULL, *prev_long = NULL;
+    struct job *first_short = worker_lane_first(w, me, JOB_LANE_SHORT, &prev_short);
+    struct job *first_long = worker_lane_first(w, me, JOB_LANE_LONG, &prev_long);
+    /* A long job or drain step waits; it may go only when no writer has the long turn (one
+     * at a time: a second writer is there for the short jobs, WRITERS). The burst counts
+     * short jobs taken while one waits, either way: after WORKER_SHORT_BURST of them the
+     * waiting one goes next, as with one writer, also if this writer must wait for the turn
+     * to end first. */
+    int long_waiting = first_long != NULL || drain_ready != NULL;
+    int long_ready = long_waiting && w->long_running == 0;
     enum job_lane lane;
-    if (w->head[JOB_LANE_SHORT] != NULL && (!long_ready || w->short_run < WORKER_SHORT_BURST)) {
-        w->short_run = long_ready ? w->short_run + 1 : 0;
+    struct job *job, *prev;
+    if (first_short != NULL && (!long_waiting || w->short_run < WORKER_SHORT_BURST)) {
+        w->short_run = long_waiting ? w->short_run + 1 : 0;
         lane = JOB_LANE_SHORT;
+        job = first_short;
+        prev = prev_short;
     } else if (long_ready) {
         w->short_run = 0;
-        if (drain_ready && (w->head[JOB_LANE_LONG] == NULL || w->drain_turn)) {
+        if (drain_ready != NULL && (first_long == NULL || w->drain_turn)) {
             w->drain_turn = 0; /* a drain step and a long job take turns */
             *drain = 1;
+            me->holds = 1;
+            me->user = drain_ready->user;
+            worker_long_begin(w, me);
             return NULL;
         }
         w->drain_turn = 1;
         lane = JOB_LANE_LONG;
+        job = first_long;
+        prev = prev_long;
     } else {
         return NULL;
     }
-    struct job *job = w->head[lane];
-    w->head[lane] = job->next;
-    if (w->head[lane] == NULL) {
-        w->tail[lane] = NULL;
+    if (prev != NULL) {
+        prev->next = job->next;
+    } else {
+        w->head[lane] = job->next;
+    }
+    if (w->tail[lane] == job) {
+        w->tail[lane] = prev;
+    }
+    me->holds = 1;
+    me->user = job->user;
+    if (lane == JOB_LANE_LONG) {
+        worker_long_begin(w, me);
     }
     return job;
 }
@@ -1182,52 +1532,87 @@ static void *worker_reader_main(void *arg)
     return NULL;
 }
 
-static void *worker_main(void *arg)
+/* Whether a job is queued for the writers (lock held). */
+static int worker_lanes_busy(const struct worker *w)
 {
-    struct worker *w = arg;
+    return w->head[JOB_LANE_SHORT] != NULL || w->head[JOB_LANE_LONG] != NULL;
+}
+
+/* A writer thread (WRITERS): jobs per LANES, one user at a time, and the work between. */
+static void *worker_writer_main(void *arg)
+{
+    struct worker_writer *me = arg;
+    struct worker *w = me->w;
+    worker_self = me;
     int64_t period_ms = worker_sweep_period_ms();
-    int64_t next_sweep_ms = worker_now_ms() + period_ms;
     pthread_mutex_lock(&w->lock);
     /* at a stop, the queued jobs still run (drain steps do not: the queue stays on disk) */
-    while (!w->stop || w->head[JOB_LANE_SHORT] != NULL || w->head[JOB_LANE_LONG] != NULL) {
-        int64_t wait_ms = next_sweep_ms - worker_now_ms();
-        struct open_store *drain = w->stop ? NULL : worker_drain_due(w, &wait_ms);
-        if (w->head[JOB_LANE_SHORT] == NULL && w->head[JOB_LANE_LONG] == NULL && !w->stop &&
-            drain == NULL) {
-            worker_wait(w, wait_ms > 0 ? wait_ms : 1);
-            drain = w->stop ? NULL : worker_drain_due(w, &wait_ms);
-        }
+    while (!w->stop || worker_lanes_busy(w)) {
+        int64_t wait_ms = w->next_sweep_ms - worker_now_ms();
+        struct open_store *drain = w->stop ? NULL : worker_drain_due(w, me, &wait_ms);
         int drain_turn = 0;
-        struct job *job = worker_take(w, drain != NULL, &drain_turn);
+        struct job *job = worker_take(w, me, drain, &drain_turn);
         if (job != NULL) {
             pthread_mutex_unlock(&w->lock);
             metrics_worker_queue(w->index, -1);
             metrics_lane_queue(job->lane, -1);
             metrics_lane_wait(job->lane, metrics_now_us() - job->queued_us);
             job->run(job);
-            w->jobs_done++; /* (worker thread only) */
             worker_finish(job);
-            worker_purge(w);
             pthread_mutex_lock(&w->lock);
+            w->jobs_done++;
+            /* The work between jobs takes the long turn; if another writer has it, that
+             * one does this work after its own (it goes over every store not held). The
+             * job's user stays held through it, so its next job waits for its store's
+             * purge as with one writer (another writer would take it first). */
+            int between = me->in_long || w->long_running == 0;
+            if (between && !me->in_long) {
+                worker_long_begin(w, me);
+            }
+            if (!between) {
+                worker_let_go(w, me);
+            }
+            pthread_mutex_unlock(&w->lock);
+            if (between) {
+                worker_purge(w, me);
+            }
+            pthread_mutex_lock(&w->lock);
+            worker_let_go(w, me);
+            worker_long_end(w, me);
         } else if (drain_turn) {
             pthread_mutex_unlock(&w->lock);
             worker_drain_step(w, drain);
-            worker_purge(w); /* after the last step: its files (mv_queue_tidy) */
+            worker_purge(w, me); /* after the last step: its files (mv_queue_tidy) */
             pthread_mutex_lock(&w->lock);
+            worker_let_go(w, me);
+            worker_long_end(w, me);
+        } else if (w->stop || worker_now_ms() < w->next_sweep_ms || w->long_running > 0) {
+            /* nothing this writer may take: a job comes, another writer lets its user go,
+             * a drain step or the sweep is due */
+            w->writers_idle++;
+            /* (a drain step or the sweep due while another writer has the long turn: the
+             * end of that turn wakes it) */
+            worker_wait(w, w->stop ? 1000 : wait_ms > 0 ? wait_ms : w->long_running > 0 ? 100 : 1);
+            w->writers_idle--;
         }
         /* Also between jobs: on a busy worker idle stores still close (and the sweep leaves
-         * out maintenance while a job waits). */
-        if (!w->stop && worker_now_ms() >= next_sweep_ms) {
+         * out maintenance while a job waits); one writer at a time does it. */
+        if (!w->stop && worker_now_ms() >= w->next_sweep_ms && w->long_running == 0) {
+            w->next_sweep_ms = worker_now_ms() + period_ms;
+            worker_long_begin(w, me); /* maintenance may take long */
             pthread_mutex_unlock(&w->lock);
-            worker_sweep(w);
+            worker_sweep(w, me);
             pthread_mutex_lock(&w->lock);
-            next_sweep_ms = worker_now_ms() + period_ms;
+            worker_long_end(w, me);
         }
     }
+    int last = --w->writers_running == 0;
     pthread_mutex_unlock(&w->lock);
-    for (int i = 0; i < w->stores_max; i++) {
-        if (w->stores[i].store != NULL) {
-            worker_store_close(&w->stores[i]);
+    if (last) { /* no job is left, and the other writers have ended */
+        for (int i = 0; i < w->stores_max; i++) {
+            if (w->stores[i].store != NULL) {
+                worker_store_close(w, &w->stores[i]);
+            }
         }
     }
     return NULL;
@@ -1253,13 +1638,31 @@ int worker_start(const struct config *cfg, int count, int eventfd)
         if (w->stores == NULL) {
             return -1;
         }
+        int writers = cfg->writers_per_worker >= 1 ? cfg->writers_per_worker : 1;
+        w->writers = calloc((size_t)writers, sizeof *w->writers);
+        if (w->writers == NULL) {
+            return -1;
+        }
         pthread_mutex_init(&w->lock, NULL);
         pthread_cond_init(&w->wake, NULL);
         pthread_cond_init(&w->reader_wake, NULL);
-        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-            return -1;
-        }
+        w->writer_count = writers;
+        w->next_sweep_ms = worker_now_ms() + worker_sweep_period_ms();
         worker_count = i + 1;
+        for (int k = 0; k < writers; k++) {
+            struct worker_writer *t = &w->writers[k];
+            t->w = w;
+            pthread_mutex_lock(&w->lock);
+            w->writers_running++;
+            pthread_mutex_unlock(&w->lock);
+            if (pthread_create(&t->thread, NULL, worker_writer_main, t) != 0) {
+                pthread_mutex_lock(&w->lock);
+                w->writers_running--;
+                pthread_mutex_unlock(&w->lock);
+                return -1;
+            }
+            t->started = 1;
+        }
         if (pthread_create(&w->reader, NULL, worker_reader_main, w) != 0) {
             return -1;
         }
@@ -1275,7 +1678,7 @@ static void worker_stop_signal_all(int readers)
         struct worker *w = &workers[i];
         pthread_mutex_lock(&w->lock);
         *(readers ? &w->reader_stop : &w->stop) = 1;
-        pthread_cond_signal(readers ? &w->reader_wake : &w->wake);
+        pthread_cond_broadcast(readers ? &w->reader_wake : &w->wake);
         pthread_mutex_unlock(&w->lock);
     }
 }
@@ -1292,7 +1695,12 @@ void worker_stop_all(void)
     }
     worker_stop_signal_all(0);
     for (int i = 0; i < worker_count; i++) {
-        pthread_join(workers[i].thread, NULL);
+        for (int k = 0; k < workers[i].writer_count; k++) {
+            if (workers[i].writers[k].started) {
+                pthread_join(workers[i].writers[k].thread, NULL);
+            }
+        }
+        free(workers[i].writers);
         free(workers[i].stores);
         pthread_mutex_destroy(&workers[i].lock);
         pthread_cond_destroy(&workers[i].wake);

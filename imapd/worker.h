@@ -41,8 +41,16 @@ struct job {
     int result;
     enum job_lane lane; /* set by the poster (0: short) */
     int64_t queued_us;  /* worker_post: when it was queued (metrics) */
+    /* The user whose store the job may touch (job_user(); 0: none, a job of the test's own
+     * or one before a login). A worker's writer threads never run two jobs of one user at
+     * once (worker.c "WRITERS"); jobs of user 0 take turns among themselves too. */
+    uint64_t user;
 };
-/* Starts count workers. 0 or -1. */
+/* Sets job->user to address's key (its FNV-1a 64; "" is 0). Two addresses with one key only
+ * take turns as one user would. */
+void job_user(struct job *job, const char *address);
+/* Starts count workers, each with cfg->writers_per_worker writer threads (worker.c
+ * "WRITERS") and one reader thread. 0 or -1. */
 int worker_start(const struct config *cfg, int count, int eventfd);
 void worker_stop_all(void);
 /* How long after a store's open the first drain step waits for the next job at most
@@ -71,7 +79,10 @@ void worker_collect(void);
 /* The open-store table of a worker (call only from a job running on that worker). */
 struct imap_view_cache;
 struct open_store {
-    char address[MV_ADDRESS_MAX + 1];
+    /* address, store, refs and last_used_ms are the worker's table: written under its lock
+     * (worker.c "WRITERS"); the rest only by the writer thread that holds the user. */
+    char address[MV_ADDRESS_MAX + 1]; /* "" and store NULL: free; set, store NULL: opening */
+    uint64_t user;                    /* job_user()'s key of address */
     mv_store *store;
     unsigned char verifier[32];
     int refs;

@@ -3,8 +3,8 @@
 # deliveries arriving over LMTP meanwhile: every session sees a consistent mailbox, nothing is
 # lost. Starts the ASan server (build/asan/mailvaultd) on free loopback ports over a temporary
 # root with three users, runs tests/imapd_concurrency.py against it (26 raw IMAP sessions for
-# about 18 s, half of them on one user's INBOX, two LMTP senders; the checks are listed there),
-# stops the server with SIGTERM (it must exit 0 with no sanitizer report in its log). Then a
+# about 18 s, half of them on one user's INBOX, two LMTP senders; the checks are listed there;
+# two writer threads per worker), stops the server with SIGTERM (it must exit 0 with no sanitizer report in its log). Then a
 # second server on the same root for a shorter run in which sessions also hang up abruptly
 # with a command in flight (--hangups): it found a use-after-free in the event loop (a
 # connection closed by a worker's completion while the same epoll batch still held its event;
@@ -39,10 +39,13 @@ cp "$server" "$tmp/mailvaultd" && server="$tmp/mailvaultd" # a rebuild meanwhile
 
 init_users alice@example.org bob@example.org carol@example.org
 
-# start LOG: the server on free ports (--ports-file); sets pid; 0 once the ports are written.
+# start LOG [ARGS...]: the server on free ports (--ports-file); sets pid; 0 once the ports are
+# written.
 start() {
-    start_server "$1" --root="$root" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 \
-        --workers=2 --connections-per-address-max=200
+    local log=$1
+    shift
+    start_server "$log" --root="$root" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 \
+        --workers=2 --connections-per-address-max=200 "$@"
 }
 # load OUT ARGS...: runs the client (bounded), its output to OUT; sets client_rc.
 load() {
@@ -74,7 +77,9 @@ seed_args=()
 [ -n "${LOAD_SEED:-}" ] && seed_args=(--seed "$LOAD_SEED")
 
 # ---- 1. the load: sessions, LMTP, all the checks ---------------------------------------------
-if ! start "$tmp/server.log"; then
+# Two writer threads per worker (imapd/worker.c WRITERS): three users on two workers, so jobs
+# of two users run at once on one worker; the hang-up phase below has the default one.
+if ! start "$tmp/server.log" --writers-per-worker=2; then
     fail "the server starts and writes its ports"
     sed 's/^/    server: /' "$tmp/server.log" | tail -n 20
     finish

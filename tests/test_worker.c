@@ -7,6 +7,11 @@
  *     S2, L1, L2 (a FIFO ran S1 and S2 last).
  *   - Fairness: with a long job waiting, at most WORKER_SHORT_BURST short jobs run before it.
  *   - Within a lane, FIFO (a session's end job follows its last job in the same lane).
+ *   - Writer threads (worker.c WRITERS; every test here runs two a worker): a long job of
+ *     user a held inside the worker does not hold short jobs of users b and d, which finish
+ *     meanwhile; a's next job and c's long job wait for it (one job of a user, one long turn
+ *     at a time). One writer ran them all after the held job. A job opens only its own
+ *     user's store (refused otherwise).
  *   - Reads do not wait for the writer (worker.c READERS): with the writer thread held inside
  *     a job (as by an APPEND's commit waiting for its fsync), jobs of JOB_LANE_READ run and
  *     finish; the writer's queued jobs run once it is free. (One worker thread ran them all
@@ -111,6 +116,9 @@ static void wt_done_fn(struct job *job)
     free(job);
 }
 
+/* The user wt_post's jobs name (job_user): the store a test's jobs touch ("": none). */
+static const char *wt_user = "";
+
 static void wt_post(struct worker *w, int id, enum job_lane lane, job_fn run)
 {
     struct job *job = calloc(1, sizeof *job);
@@ -122,6 +130,7 @@ static void wt_post(struct worker *w, int id, enum job_lane lane, job_fn run)
     job->lane = lane;
     job->run = run;
     job->done = wt_done_fn;
+    job_user(job, wt_user);
     worker_post(w, job);
 }
 
@@ -258,6 +267,7 @@ static void test_login_does_not_drain(void)
         CHECK_EQ_INT(mv_deliver_sealed(wt_who, msg, (size_t)n, &o, err, sizeof err), MV_OK);
     }
     struct worker *w = worker_place(wt_who);
+    wt_user = wt_who; /* its jobs touch its store (worker.c WRITERS) */
     int grace = worker_drain_grace_set(600 * 1000);
     wt_done = 0;
     wt_post(w, 1, JOB_LANE_SHORT, wt_open_run);
@@ -326,6 +336,7 @@ static void test_login_does_not_drain(void)
 static void test_short_passes_long(void)
 {
     struct worker *w = worker_place("a@example.org");
+    wt_user = ""; /* jobs of no user: they take turns as one user's (worker.c WRITERS) */
     wt_gate(w);
     wt_post(w, 1, JOB_LANE_LONG, wt_record);
     wt_post(w, 2, JOB_LANE_LONG, wt_record);
@@ -339,6 +350,7 @@ static void test_short_passes_long(void)
 static void test_long_not_starved(void)
 {
     struct worker *w = worker_place("a@example.org");
+    wt_user = ""; /* jobs of no user: they take turns as one user's (worker.c WRITERS) */
     wt_gate(w);
     wt_post(w, 1, JOB_LANE_LONG, wt_record);
     int n = WORKER_SHORT_BURST + 3;
@@ -361,6 +373,7 @@ static void test_long_not_starved(void)
 static void test_fifo_within_lane(void)
 {
     struct worker *w = worker_place("a@example.org");
+    wt_user = ""; /* jobs of no user: they take turns as one user's (worker.c WRITERS) */
     wt_gate(w);
     for (int i = 0; i < 5; i++) {
         wt_post(w, 1 + i, JOB_LANE_LONG, wt_record);
@@ -385,7 +398,8 @@ static void wt_collect_until(int efd, int jobs)
 static void test_reads_pass_held_writer(void)
 {
     struct worker *w = worker_place("a@example.org");
-    wt_gate(w); /* the writer is held inside job 0 */
+    wt_user = ""; /* jobs of no user: they take turns as one user's (worker.c WRITERS) */
+    wt_gate(w);   /* the writer is held inside job 0 */
     wt_post(w, 1, JOB_LANE_LONG, wt_record);
     wt_post(w, 10, JOB_LANE_SHORT, wt_record);
     wt_post(w, 20, JOB_LANE_READ, wt_record);
@@ -397,6 +411,64 @@ static void test_reads_pass_held_writer(void)
     wt_release(wt_efd, 5);
     const int want[] = {0, 20, 21, 10, 1};
     CHECK(wt_order_is(want, 5));
+}
+
+/* WRITERS: a long job of user a held inside the worker (as an APPEND's commit waiting for its
+ * fsync) does not hold the short jobs of users b and d on the same worker: they run on its
+ * other writer and finish while a's job is still held. a's own next job waits for it (one
+ * job of a user at a time), and so does c's long job (one long turn per worker). One writer
+ * thread per worker ran them all after the held job. */
+static void test_users_pass_held_writer(void)
+{
+    struct worker *w = worker_place("a@example.org");
+    wt_user = "a@example.org";
+    wt_gate(w);                               /* a's APPEND, held */
+    wt_post(w, 1, JOB_LANE_SHORT, wt_record); /* a's next command */
+    wt_user = "c@example.org";
+    wt_post(w, 31, JOB_LANE_LONG, wt_record); /* c's APPEND */
+    wt_user = "b@example.org";
+    wt_post(w, 30, JOB_LANE_SHORT, wt_record); /* b's STORE */
+    wt_user = "d@example.org";
+    wt_post(w, 32, JOB_LANE_SHORT, wt_record); /* d's STORE */
+    wt_user = "";
+    wt_collect_until(wt_efd, 2);
+    CHECK_EQ_INT(wt_done, 2); /* b's and d's answered while a's APPEND is still held */
+    const int others[] = {0, 30, 32};
+    CHECK(wt_order_is(others, 3));
+    wt_release(wt_efd, 5);
+    pthread_mutex_lock(&wt_lock);
+    int rest = wt_ran == 5 &&
+               ((wt_order[3] == 1 && wt_order[4] == 31) || (wt_order[3] == 31 && wt_order[4] == 1));
+    pthread_mutex_unlock(&wt_lock);
+    CHECK(rest); /* a's next and c's APPEND after a's APPEND */
+    worker_unplace("a@example.org");
+}
+
+/* The store of a user is opened only by a job of that user (WRITERS): a job that names no
+ * user (or another) could race the user's own jobs on the other writer. */
+static int wt_foreign_rc = -1;
+
+static void wt_foreign_open_run(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    wt_foreign_rc = worker_store_acquire(job->worker, "foreign@example.org", WT_PW, strlen(WT_PW),
+                                         &os, err, sizeof err);
+    if (os != NULL) {
+        worker_store_release(job->worker, os);
+    }
+}
+
+static void test_store_only_for_its_user(void)
+{
+    struct worker *w = worker_place("foreign@example.org");
+    wt_done = 0;
+    wt_user = "other@example.org";
+    wt_post(w, 1, JOB_LANE_SHORT, wt_foreign_open_run);
+    wt_user = "";
+    wt_collect_one();
+    CHECK_EQ_INT(wt_foreign_rc, MV_EBUSY);
+    worker_unplace("foreign@example.org");
 }
 
 /* The purge's batches between jobs follow what a body costs: a batch of 48 bodies that took
@@ -582,6 +654,7 @@ static void test_purge_give_way_is_its_own(void)
     char err[256] = "";
     CHECK_EQ_INT(mv_store_init(wt_pwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
     struct worker *w = worker_place(wt_pwho);
+    wt_user = wt_pwho; /* its jobs touch its store (worker.c WRITERS) */
     /* the first expunge: the worker purges its bodies after the job (with the give-way) */
     wt_done = 0;
     wt_post(w, 1, JOB_LANE_LONG, wt_purge_fill);
@@ -667,6 +740,7 @@ static void test_placement_least_loaded(void)
     char err[256] = "";
     CHECK_EQ_INT(mv_store_init(wt_lwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
     struct worker *w = worker_place(wt_lwho);
+    wt_user = wt_lwho; /* its jobs touch its store (worker.c WRITERS) */
     wt_done = 0;
     wt_post(w, 1, JOB_LANE_SHORT, wt_place_open);
     wt_collect_one();
@@ -748,6 +822,7 @@ static void test_drain_before_purge(void)
     /* the login and its next command queued together: no purge between them, and the drain
      * is due after the second (not by the grace, lengthened here) */
     struct worker *w = worker_place(wt_dwho);
+    wt_user = wt_dwho; /* its jobs touch its store (worker.c WRITERS) */
     int grace = worker_drain_grace_set(600 * 1000);
     wt_gate(w);
     wt_post(w, 1, JOB_LANE_LONG, wt_dp_open);
@@ -812,6 +887,7 @@ static void test_slot_forgets_purge_costs(void)
     char err[256] = "";
     CHECK_EQ_INT(mv_store_init(wt_swho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
     struct worker *w = worker_place(wt_swho);
+    wt_user = wt_swho; /* its jobs touch its store (worker.c WRITERS) */
     wt_done = 0;
     wt_post(w, 1, JOB_LANE_SHORT, wt_slot_open);
     wt_collect_one();
@@ -881,6 +957,7 @@ static void test_checkpoint_between_jobs(void)
     char err[256] = "";
     CHECK_EQ_INT(mv_store_init(wt_cwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
     struct worker *w = worker_place(wt_cwho);
+    wt_user = wt_cwho; /* its jobs touch its store (worker.c WRITERS) */
     wt_done = 0;
     wt_post(w, 1, JOB_LANE_LONG, wt_checkpoint_fill);
     wt_collect_one();
@@ -977,9 +1054,13 @@ static void test_migration_does_not_starve_drain(void)
     struct worker *w = worker_place(wt_mwho);
     CHECK(worker_place(wt_qwho) == w);
     wt_turn_rc = MV_OK;
+    wt_user = "";
     wt_gate(w);
+    wt_user = wt_mwho; /* each job touches its user's store (worker.c WRITERS) */
     wt_post(w, 1, JOB_LANE_LONG, wt_turn_open); /* slot 0: the store that migrates */
+    wt_user = wt_qwho;
     wt_post(w, 2, JOB_LANE_LONG, wt_turn_open); /* slot 1: the store with mail queued */
+    wt_user = "";
     wt_post(w, 3, JOB_LANE_LONG, wt_record);
     wt_release(wt_efd, 4);
     CHECK_EQ_INT(wt_turn_rc, MV_OK);
@@ -995,7 +1076,9 @@ static void test_migration_does_not_starve_drain(void)
         CHECK_EQ_INT(mv_queue_count(wt_qwho, &o, &queued), MV_OK);
     }
     wt_done = 0;
+    wt_user = wt_mwho;
     wt_post(w, 5, JOB_LANE_SHORT, wt_turn_status);
+    wt_user = "";
     wt_collect_one();
     fprintf(stderr, "  queue empty: %s; the other store's move still under way then: %d\n",
             queued == 0 ? "yes" : "no", wt_turn_moving);
@@ -1060,6 +1143,7 @@ static void test_login_before_purge(void)
     CHECK_EQ_INT(count, WT_LP_BODIES);
     mv_store_close(&s);
     struct worker *w = worker_place(wt_lpwho);
+    wt_user = wt_lpwho; /* its jobs touch its store (worker.c WRITERS) */
     int grace = worker_drain_grace_set(600 * 1000);
     wt_done = 0;
     wt_post(w, 1, JOB_LANE_SHORT, wt_lp_open);
@@ -1174,6 +1258,7 @@ static void test_stop_ends_purge(void)
     /* the open, then jobs until the drain is over (the purge takes turns with a drain step
      * until then; afterwards only jobs stop it) */
     struct worker *w = worker_place(wt_stwho);
+    wt_user = wt_stwho; /* its jobs touch its store (worker.c WRITERS) */
     wt_done = 0;
     wt_post(w, 1, JOB_LANE_LONG, wt_sp_open);
     wt_collect_one();
@@ -1269,10 +1354,14 @@ static void test_purge_not_starved_by_idle_store(void)
     struct worker *w = worker_place(wt_m2who);
     CHECK(worker_place(wt_p2who) == w);
     wt_turn_rc = MV_OK;
+    wt_user = "";
     wt_gate(w);
+    wt_user = wt_m2who; /* each job touches its user's store (worker.c WRITERS) */
     wt_post(w, 1, JOB_LANE_LONG, wt_idle_open); /* slot 0: moves its index, nothing to purge */
+    wt_user = wt_p2who;
     wt_post(w, 2, JOB_LANE_LONG, wt_idle_open); /* slot 1: 200 bodies to purge */
-    wt_post(w, 3, JOB_LANE_LONG, wt_record);    /* both settled (LOGIN FIRST): no grace */
+    wt_user = "";
+    wt_post(w, 3, JOB_LANE_LONG, wt_record); /* both settled (LOGIN FIRST): no grace */
     wt_release(wt_efd, 4);
     CHECK_EQ_INT(wt_turn_rc, MV_OK);
     /* the bodies left, read before the move is seen under way: read while it was */
@@ -1372,6 +1461,7 @@ static void test_purge_overrun_gives_way(void)
         sqlite3_busy_timeout(mv_store_db(look), 0);
     }
     struct worker *w = worker_place(wt_owho);
+    wt_user = wt_owho; /* its jobs touch its store (worker.c WRITERS) */
     wt_over_rc = MV_OK;
     for (int job = 1; job <= 2; job++) { /* the open, then the expunge (its next job) */
         wt_done = 0;
@@ -1416,6 +1506,7 @@ static int wt_start(void)
 {
     config_defaults(&g_config);
     g_config.workers = 1;
+    g_config.writers_per_worker = 2; /* every test with a second writer (worker.c WRITERS) */
     wt_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     return wt_efd >= 0 && metrics_init(1) == 0 && worker_start(&g_config, 1, wt_efd) == 0 ? 0 : -1;
 }
@@ -1509,6 +1600,7 @@ static void test_background_share(void)
 
     /* every job queued at once behind the gate: one always waits until the last */
     struct worker *w = worker_place(wt_bwho);
+    wt_user = wt_bwho; /* its jobs touch its store (worker.c WRITERS) */
     int period = worker_background_period_set(0);
     wt_gate(w);
     wt_post(w, 1, JOB_LANE_SHORT, wt_bs_open);
@@ -1551,6 +1643,8 @@ int main(void)
     TEST(test_long_not_starved);
     TEST(test_fifo_within_lane);
     TEST(test_reads_pass_held_writer);
+    TEST(test_users_pass_held_writer);
+    TEST(test_store_only_for_its_user);
     TEST(test_purge_batch_adapts);
     TEST(test_purge_gives_way_early);
     TEST(test_login_does_not_drain);
