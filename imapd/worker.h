@@ -147,8 +147,8 @@ uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
 /* Whether a purge batch that has run elapsed_us (wall) and cpu_us (its thread's CPU) of the
  * expected_us it should take (0: not known) gives way to a job that is waiting: in its first
  * half, so the work rolled back and the job's wait are each at most half a batch; and once its
- * CPU time passes twice the expected (bodies far costlier than the last batch's: the job
- * would wait for all of them). */
+ * CPU time passes twice the expected and 100 ms (WORKER_PURGE_OVERRUN_MIN_US: bodies far
+ * costlier than the last batch's; the job would wait for all of them). */
 int worker_purge_may_give_way(int64_t elapsed_us, int64_t cpu_us, int64_t expected_us);
 /* Whether the purge between jobs runs another batch, having run batches_run in this call
  * (batches that deleted bodies, built full-text rows or gave way; not a store's call that

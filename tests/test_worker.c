@@ -54,8 +54,8 @@
  *     the store in slot 1 gets purge batches during the move (the old worker counted slot 0's
  *     empty calls as batches: all 200 bodies stayed until the move ended).
  *   - A purge batch that overruns its expected time gives way (worker_purge_give_way): with
- *     the store's costs set so a batch is expected to take 48 us, a job posted while the
- *     batch of 40 long messages holds the write lock runs before it (every body still
+ *     the store's costs set so a batch is expected to take 64 us, a job posted while the
+ *     batch of 64 long messages holds the write lock runs before it (every body still
  *     there), and the next batch purges them (the old batch gave way only in its first half
  *     and ran to its end: 0 left when the job ran).
  */
@@ -488,17 +488,21 @@ static void test_purge_batch_adapts(void)
 
 /* A purge batch gives way to a waiting job in its first half: later, the job waits for the
  * rest (at most half a batch) instead of the batch's larger part being rolled back and done
- * again (17-30% of the purge's CPU under steady traffic, worker.c); but not past twice its
- * expected time in CPU (bodies far costlier than expected: the old batch kept the job waiting
- * to its end). The first batch of a store, whose cost is not known, gives way at any point. */
+ * again (17-30% of the purge's CPU under steady traffic, worker.c); but not once its CPU time
+ * passes twice its expected time and 100 ms (bodies far costlier than expected: the old
+ * batch kept the job waiting to its end). The first batch of a store, whose cost is not known,
+ * gives way at any point. */
 static void test_purge_gives_way_early(void)
 {
     CHECK_EQ_INT(worker_purge_may_give_way(0, 0, 15000), 1);
     CHECK_EQ_INT(worker_purge_may_give_way(7499, 7499, 15000), 1);
     CHECK_EQ_INT(worker_purge_may_give_way(7500, 7500, 15000), 0);
-    CHECK_EQ_INT(worker_purge_may_give_way(40000, 29999, 15000), 0); /* a busy machine's wall */
-    CHECK_EQ_INT(worker_purge_may_give_way(40000, 30000, 15000), 1); /* overran: CPU 2x */
-    CHECK_EQ_INT(worker_purge_may_give_way(40000, 40000, 0), 1);     /* not known yet */
+    CHECK_EQ_INT(worker_purge_may_give_way(40000, 30000, 15000), 0);   /* 2x: mixed bodies */
+    CHECK_EQ_INT(worker_purge_may_give_way(150000, 99999, 15000), 0);  /* a busy machine */
+    CHECK_EQ_INT(worker_purge_may_give_way(150000, 100000, 15000), 1); /* overran: 100 ms */
+    CHECK_EQ_INT(worker_purge_may_give_way(150000, 119999, 60000), 0); /* ... and 2x */
+    CHECK_EQ_INT(worker_purge_may_give_way(150000, 120000, 60000), 1);
+    CHECK_EQ_INT(worker_purge_may_give_way(40000, 40000, 0), 1); /* not known yet */
     /* new mail first: with a drain step due, one batch per call */
     CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 0, 0), 1);
     CHECK_EQ_INT(worker_purge_may_go_on(5, 0, 0, 0), 1);
@@ -1398,12 +1402,13 @@ static const char *wt_owho = "overrun@example.org";
 /* Long messages of distinct words (their full-text rows take long to delete), enough that
  * the batch asks whether to give way several times (every 1,000 of SQLite's VM steps: the
  * full-text delete of one row is one step however long it takes). */
-#define WT_OVER_BODIES 40
+#define WT_OVER_BODIES 64
 static int wt_over_rc;
 static long long wt_over_left = -1;
 
 /* Opens the store (job 1); expunges its messages with the purge's costs set as if its bodies
- * took 1 us each (job 2: the next batch is expected to take 48 us, and takes far longer);
+ * took 1 us each (job 2: the next batch is expected to take 64 us, and takes far longer,
+ * past WORKER_PURGE_OVERRUN_MIN_US);
  * the bodies left to purge, on the worker's handle (job 3, the probe). */
 static void wt_over_run(struct job *job)
 {
@@ -1411,7 +1416,7 @@ static void wt_over_run(struct job *job)
     char err[256] = "";
     int rc = worker_store_acquire(job->worker, wt_owho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
     if (rc == MV_OK && (intptr_t)job->arg == 2) {
-        os->purge_batch = 48;
+        os->purge_batch = WT_OVER_BODIES;
         os->purge_body_us = 1;
         os->purge_gave_way = 0;
         uint32_t count = 0;
@@ -1482,7 +1487,7 @@ static void test_purge_overrun_gives_way(void)
     }
     CHECK(busy);
     wt_done = 0;
-    wt_post(w, 3, JOB_LANE_SHORT, wt_over_run); /* comes long past the batch's 48 us */
+    wt_post(w, 3, JOB_LANE_SHORT, wt_over_run); /* comes long past the batch's 64 us */
     wt_collect_one();
     fprintf(stderr, "  bodies left when the job that came during the batch ran: %lld of %d\n",
             wt_over_left, WT_OVER_BODIES);
