@@ -978,11 +978,18 @@ static void worker_checkpoint(struct worker *w, struct open_store *s)
 #define WORKER_PURGE_OVERRUN        2
 #define WORKER_PURGE_OVERRUN_MIN_US 100000
 
+static _Atomic int64_t worker_purge_overrun_min_us = WORKER_PURGE_OVERRUN_MIN_US; /* tests */
+
+int64_t worker_purge_overrun_min_set(int64_t us)
+{
+    return atomic_exchange(&worker_purge_overrun_min_us, us > 0 ? us : WORKER_PURGE_OVERRUN_MIN_US);
+}
+
 int worker_purge_may_give_way(int64_t elapsed_us, int64_t cpu_us, int64_t expected_us)
 {
     int64_t overrun_us = expected_us * WORKER_PURGE_OVERRUN;
-    overrun_us =
-        overrun_us > WORKER_PURGE_OVERRUN_MIN_US ? overrun_us : WORKER_PURGE_OVERRUN_MIN_US;
+    int64_t min_us = worker_purge_overrun_min_us;
+    overrun_us = overrun_us > min_us ? overrun_us : min_us;
     return expected_us <= 0 || elapsed_us < expected_us / 2 || cpu_us >= overrun_us;
 }
 

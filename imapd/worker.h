@@ -150,6 +150,10 @@ uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
  * CPU time passes twice the expected and 100 ms (WORKER_PURGE_OVERRUN_MIN_US: bodies far
  * costlier than the last batch's; the job would wait for all of them). */
 int worker_purge_may_give_way(int64_t elapsed_us, int64_t cpu_us, int64_t expected_us);
+/* The 100 ms of CPU below which a batch does not give way for an overrun (us <= 0 restores
+ * it); returns the old value. For tests, which make it 1 us so that a batch of long messages
+ * gives way however fast the machine runs it. */
+int64_t worker_purge_overrun_min_set(int64_t us);
 /* Whether the purge between jobs runs another batch, having run batches_run in this call
  * (batches that deleted bodies, built full-text rows or gave way; not a store's call that
  * found nothing to do):
