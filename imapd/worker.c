@@ -192,6 +192,9 @@ static _Atomic int worker_drain_grace_ms = WORKER_DRAIN_GRACE_MS; /* tests may l
  * worker's time, and a job waits ~25 ms at most once per period for it). */
 #define WORKER_BACKGROUND_PERIOD_MS 100
 static _Atomic int worker_background_period_ms = WORKER_BACKGROUND_PERIOD_MS;
+/* SHARE: a forced round takes stores until it has run this long (worker_background_forced) */
+#define WORKER_BACKGROUND_BUDGET_MS 25
+static _Atomic int worker_background_budget_ms = WORKER_BACKGROUND_BUDGET_MS;
 
 /* A writer thread of a worker (WRITERS); its fields under the worker's lock. */
 struct worker_writer {
@@ -232,6 +235,7 @@ struct worker {
     /* SHARE: when the purge and the catch-up last ran or were done (the writer with the
      * long turn's: WRITERS) */
     int64_t background_ms;
+    int background_next; /* the slot the next forced round starts at */
 };
 
 static struct worker *workers;
@@ -621,6 +625,12 @@ int worker_store_acquire(struct worker *w,
 int worker_drain_grace_set(int ms)
 {
     return atomic_exchange(&worker_drain_grace_ms, ms > 0 ? ms : WORKER_DRAIN_GRACE_MS);
+}
+
+int worker_background_budget_set(int ms)
+{
+    return atomic_exchange(&worker_background_budget_ms,
+                           ms >= 0 ? ms : WORKER_BACKGROUND_BUDGET_MS);
 }
 
 int worker_background_period_set(int ms)
@@ -1128,11 +1138,16 @@ static int worker_index_batch(struct open_store *s, uint64_t *backlog)
 }
 
 /* SHARE: a job waits and the purge and the catch-up have not run for a period: one batch of
- * each on every store that has them (a flag test on one that has none), none giving way. */
+ * each on the stores that have them (a flag test on one that has none), none giving way,
+ * store after store from where the last round stopped, until the round has taken
+ * worker_background_budget_ms: one batch on every store of the worker made the wait
+ * (stores x ~25 ms) unbounded. At least one store per round. */
 static void worker_background_forced(struct worker *w, struct worker_writer *me)
 {
+    int64_t start = worker_now_ms();
     pthread_mutex_lock(&w->lock);
-    for (int i = 0; i < w->stores_max; i++) {
+    for (int n = 0; n < w->stores_max; n++) {
+        int i = (w->background_next + n) % w->stores_max;
         struct open_store *s = &w->stores[i];
         uint64_t purged = 0, left = 0;
         if (s->store == NULL || !worker_store_settled(w, s) || !worker_hold_more(w, me, s)) {
@@ -1145,6 +1160,10 @@ static void worker_background_forced(struct worker *w, struct worker_writer *me)
         }
         pthread_mutex_lock(&w->lock);
         worker_let_go_more(w, me);
+        if (worker_now_ms() - start >= worker_background_budget_ms) {
+            w->background_next = (i + 1) % w->stores_max; /* the next round starts there */
+            break;
+        }
     }
     pthread_mutex_unlock(&w->lock);
 }
@@ -1169,18 +1188,23 @@ static void worker_purge_store(struct worker *w, struct open_store *s, int *batc
     /* the files of drained deliveries (THE DRAIN), once the drain is over; not at a stop
      * (an open finds what is left) */
     int more = 1;
-    while (s->store != NULL && !s->drain_more && more && !worker_job_waiting(w) &&
-           !worker_stopping(w)) {
+    while (s->store != NULL && !s->drain_more && more &&
+           worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w),
+                                  worker_stopping(w))) {
         int rc = mv_queue_tidy(s->store, WORKER_TIDY_BATCH, &more);
         if (rc != MV_OK) {
             log_warning("store %s: %s", s->address, mv_store_errmsg(s->store));
             break;
         }
+        /* its unlinks (~4 ms each) wait for a due drain step as the purge's batches do; a call
+         * that found nothing to unlink is not a batch (it would use up the one a call has) */
+        *batches += more;
     }
     /* the full-text rows the drain's steps left (THE DRAIN), once the drain is over */
     uint64_t backlog = 1;
-    while (s->store != NULL && !s->drain_more && backlog > 0 && !worker_job_waiting(w) &&
-           !worker_stopping(w)) {
+    while (s->store != NULL && !s->drain_more && backlog > 0 &&
+           worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w),
+                                  worker_stopping(w))) {
         /* as the purge's: a call that found no row to build is not a batch */
         uint64_t noted = s->fts_backlog; /* before the batch: 0 if none waits */
         if (worker_index_batch(s, &backlog) != MV_OK) {
@@ -1205,7 +1229,9 @@ static void worker_purge(struct worker *w, struct worker_writer *me)
         worker_background_owed(worker_job_waiting(w), now_ms, w->background_ms,
                                worker_background_period_ms)) {
         worker_background_forced(w, me);
-        w->background_ms = now_ms;
+        /* the period counts from the forced work's end: from its start, work that took a
+         * period made every next job wait for another round */
+        w->background_ms = worker_now_ms();
         return;
     }
     /* This call's batches over all stores (worker_purge_may_go_on), only those that did work:

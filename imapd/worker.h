@@ -61,6 +61,9 @@ int worker_drain_grace_set(int ms);
  * although jobs wait (WORKER_BACKGROUND_PERIOD_MS; ms < 0 restores it, 0: after every job
  * that leaves one waiting); returns the old value. For tests. */
 int worker_background_period_set(int ms);
+/* worker.c SHARE: how long a forced round takes stores for (WORKER_BACKGROUND_BUDGET_MS; ms < 0
+ * restores it, 0: one store a round); returns the old value. For tests. */
+int worker_background_budget_set(int ms);
 /* PLACEMENT (worker.c): the worker address is placed on, placing it on the worker with the
  * fewest users if it is not; takes a hold, which keeps it there until worker_unplace(). Call
  * before posting a job for the user, and end the hold when nothing of the caller's is on the

@@ -1640,11 +1640,115 @@ static void test_background_share(void)
     worker_unplace(wt_bwho);
 }
 
+/* ---- REVIEW: the full-text catch-up of one store does not hold back another's queue ---- */
+static const char *wt_cuwho = "catchup@example.org";
+static const char *wt_cqwho = "cqueued@example.org";
+static int wt_cu_rc;
+static void wt_cu_open(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    const char *who = (intptr_t)job->arg == 1 ? wt_cuwho : wt_cqwho;
+    int rc = worker_store_acquire(job->worker, who, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (rc == MV_OK) {
+        worker_store_release(job->worker, os);
+    } else {
+        fprintf(stderr, "  open %s: %s\n", who, err);
+    }
+    wt_cu_rc = wt_cu_rc != MV_OK ? wt_cu_rc : rc;
+}
+
+static void test_catchup_does_not_starve_drain(void)
+{
+    worker_stop_all();
+    CHECK_EQ_INT(worker_start(&g_config, 1, wt_efd), 0);
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    const int N = 1200;
+    CHECK_EQ_INT(mv_store_init(wt_cuwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    static char msg[4096];
+    for (int i = 0; i < N; i++) {
+        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: c-%d\r\n\r\n", i);
+        for (int k = 0; n < (int)sizeof msg - 32; k++) {
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "c%dv%d ", i, k);
+        }
+        CHECK_EQ_INT(mv_deliver_sealed(wt_cuwho, msg, (size_t)n, &o, err, sizeof err), MV_OK);
+    }
+    struct mv_store_options od = o;
+    od.flags |= MV_STORE_DRAIN_LATER;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mv_store_open(wt_cuwho, WT_PW, strlen(WT_PW), &od, &s, err, sizeof err), MV_OK);
+    struct mv_drain_bounds bounds = {0, 0, NULL, NULL};
+    bounds.max = (uint32_t)N;
+    uint32_t moved = 0;
+    int more = 1;
+    CHECK_EQ_INT(s != NULL ? mv_queue_drain_step(s, &bounds, &moved, &more) : MV_ERROR, MV_OK);
+    CHECK_EQ_INT(moved, (uint32_t)N);
+    mv_store_close(&s);
+    CHECK_EQ_INT(mv_store_init(wt_cqwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    for (int i = 0; i < 3; i++) {
+        int n = snprintf(msg, sizeof msg, "From: b@example.net\r\nSubject: q-%d\r\n\r\nhi\r\n", i);
+        CHECK_EQ_INT(mv_deliver_sealed(wt_cqwho, msg, (size_t)n, &o, err, sizeof err), MV_OK);
+    }
+    const char *bl =
+        "SELECT count(*) FROM meta WHERE key > 'fts_backlog:' AND key < 'fts_backlog;'";
+    fprintf(stderr, "  backlog at start: %lld\n", wt_ro_int(wt_cuwho, bl));
+    int grace = worker_drain_grace_set(600 * 1000);
+    struct worker *w = worker_place(wt_cuwho);
+    CHECK(worker_place(wt_cqwho) == w);
+    wt_cu_rc = MV_OK;
+    wt_gate(w);
+    wt_user = wt_cuwho;
+    wt_post(w, 1, JOB_LANE_SHORT, wt_cu_open); /* slot 0: the store with the backlog */
+    wt_post(w, 3, JOB_LANE_SHORT, wt_record);  /* settles it */
+    wt_release(wt_efd, 3);
+    /* wait until the catch-up is under way */
+    long long backlog = N;
+    for (int i = 0; i < 600 && backlog >= N; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 50) > 0) {
+            worker_collect();
+        }
+        backlog = wt_ro_int(wt_cuwho, bl);
+    }
+    fprintf(stderr, "  catch-up under way: backlog %lld\n", backlog);
+    wt_done = 0;
+    wt_user = wt_cqwho;
+    wt_post(w, 2, JOB_LANE_SHORT, wt_cu_open); /* slot 1: the store with mail queued */
+    wt_post(w, 4, JOB_LANE_SHORT, wt_record);  /* its drain is due after this one */
+    uint32_t queued = 3;
+    long long backlog_when_drained = -1;
+    for (int i = 0; i < 3000 && queued > 0; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 20) > 0) {
+            worker_collect();
+        }
+        CHECK_EQ_INT(mv_queue_count(wt_cqwho, &o, &queued), MV_OK);
+        if (queued == 0) {
+            backlog_when_drained = wt_ro_int(wt_cuwho, bl);
+        }
+    }
+    CHECK_EQ_INT(wt_cu_rc, MV_OK);
+    fprintf(stderr, "  other store's queue drained when the catch-up had %lld of %d left\n",
+            backlog_when_drained, N);
+    CHECK(backlog_when_drained > 0);
+    worker_drain_grace_set(grace);
+    wt_user = "";
+    worker_unplace(wt_cuwho);
+    worker_unplace(wt_cqwho);
+}
+
 int main(void)
 {
     if (wt_start() != 0) {
         fprintf(stderr, "cannot start the worker\n");
         return 1;
+    }
+    TEST(test_catchup_does_not_starve_drain);
+    if (getenv("RV_ONLY")) {
+        return 0;
     }
     TEST(test_stop_ends_purge);
     TEST(test_short_passes_long);

@@ -86,7 +86,9 @@ static void tune_unpin(sqlite3_pcache *p, sqlite3_pcache_page *page, int discard
 {
     struct tune_cache *t = tune_of(p);
     const unsigned char *data = page->pBuf;
-    if (data[0] != 0) {
+    if (discard) {
+        t->run = 0; /* dropped anyway (e.g. after a failed read: the buffer may hold nothing) */
+    } else if (data[0] != 0) {
         t->run = 0;
     } else if (t->run < TUNE_RUN_KEPT) {
         t->run++;
