@@ -794,30 +794,41 @@ static void wt_dp_left_run(struct job *job)
     wt_dp_rc = os != NULL ? mv_store_purge(os->store, 1, &wt_dp_left) : MV_ENOTFOUND;
 }
 
-static void test_drain_before_purge(void)
+/* Creates who's store with bodies messages expunged, their bodies left to the purge: each
+ * message distinct, about fill bytes (0: a few lines; at most ~4 KiB). */
+static void wt_expunged_store(const char *who, int bodies, size_t fill)
 {
-    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
-    g_config.kdf_iter = TU_KDF_ITER;
     struct mv_store_options o = wt_options();
     char err[256] = "";
-    CHECK_EQ_INT(mv_store_init(wt_dwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
-    /* bodies to purge, left by an expunge through a handle of the test's own */
+    CHECK_EQ_INT(mv_store_init(who, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
     mv_store *s = NULL;
-    CHECK_EQ_INT(mv_store_open(wt_dwho, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
+    CHECK_EQ_INT(mv_store_open(who, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
     static char msg[4096];
+    size_t want = fill < sizeof msg - 32 ? fill : sizeof msg - 32;
     int rc = s != NULL ? MV_OK : MV_ERROR;
-    for (int i = 0; i < WT_DP_BODIES && rc == MV_OK; i++) {
-        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: old-%d\r\n\r\n", i);
-        for (int k = 0; n < (int)sizeof msg - 16; k++) {
-            n += snprintf(msg + n, sizeof msg - (size_t)n, "v%dy%d ", i, k);
+    for (int i = 0; i < bodies && rc == MV_OK; i++) {
+        int n = snprintf(msg, sizeof msg,
+                         "From: a@example.net\r\nSubject: gone-%d\r\n\r\nbody %d\r\n", i, i);
+        for (int k = 0; (size_t)n < want; k++) {
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "w%dz%d ", i, k);
         }
         rc = mv_message_append(s, "INBOX", msg, (size_t)n, MV_FLAG_DELETED, NULL, 1700000000, NULL);
     }
     CHECK_EQ_INT(rc, MV_OK);
     uint32_t count = 0;
     CHECK_EQ_INT(s != NULL ? mv_mailbox_expunge(s, "INBOX", NULL, &count) : MV_ERROR, MV_OK);
-    CHECK_EQ_INT(count, WT_DP_BODIES);
+    CHECK_EQ_INT(count, (uint32_t)bodies);
     mv_store_close(&s);
+}
+
+static void test_drain_before_purge(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    wt_expunged_store(wt_dwho, WT_DP_BODIES, 4096);
+    static char msg[4096];
     for (int i = 0; i < WT_DP_QUEUED; i++) {
         int n =
             snprintf(msg, sizeof msg, "From: b@example.net\r\nSubject: new-%d\r\n\r\nhi\r\n", i);
@@ -1131,21 +1142,7 @@ static void test_login_before_purge(void)
     g_config.kdf_iter = TU_KDF_ITER;
     struct mv_store_options o = wt_options();
     char err[256] = "";
-    CHECK_EQ_INT(mv_store_init(wt_lpwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
-    mv_store *s = NULL;
-    CHECK_EQ_INT(mv_store_open(wt_lpwho, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
-    int rc = s != NULL ? MV_OK : MV_ERROR;
-    for (int i = 0; i < WT_LP_BODIES && rc == MV_OK; i++) {
-        char msg[160];
-        int n = snprintf(msg, sizeof msg,
-                         "From: a@example.net\r\nSubject: old-%d\r\n\r\nbody %d\r\n", i, i);
-        rc = mv_message_append(s, "INBOX", msg, (size_t)n, MV_FLAG_DELETED, NULL, 1700000000, NULL);
-    }
-    CHECK_EQ_INT(rc, MV_OK);
-    uint32_t count = 0;
-    CHECK_EQ_INT(s != NULL ? mv_mailbox_expunge(s, "INBOX", NULL, &count) : MV_ERROR, MV_OK);
-    CHECK_EQ_INT(count, WT_LP_BODIES);
-    mv_store_close(&s);
+    wt_expunged_store(wt_lpwho, WT_LP_BODIES, 0);
     struct worker *w = worker_place(wt_lpwho);
     wt_user = wt_lpwho; /* its jobs touch its store (worker.c WRITERS) */
     int grace = worker_drain_grace_set(600 * 1000);
@@ -1242,23 +1239,8 @@ static void test_stop_ends_purge(void)
     g_config.kdf_iter = TU_KDF_ITER;
     struct mv_store_options o = wt_options();
     char err[256] = "";
-    CHECK_EQ_INT(mv_store_init(wt_stwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    wt_expunged_store(wt_stwho, WT_SP_BODIES, 4096);
     mv_store *s = NULL;
-    CHECK_EQ_INT(mv_store_open(wt_stwho, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
-    static char msg[4096];
-    int rc = s != NULL ? MV_OK : MV_ERROR;
-    for (int i = 0; i < WT_SP_BODIES && rc == MV_OK; i++) {
-        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: gone-%d\r\n\r\n", i);
-        for (int k = 0; n < (int)sizeof msg - 16; k++) {
-            n += snprintf(msg + n, sizeof msg - (size_t)n, "w%dz%d ", i, k);
-        }
-        rc = mv_message_append(s, "INBOX", msg, (size_t)n, MV_FLAG_DELETED, NULL, 1700000000, NULL);
-    }
-    CHECK_EQ_INT(rc, MV_OK);
-    uint32_t count = 0;
-    CHECK_EQ_INT(s != NULL ? mv_mailbox_expunge(s, "INBOX", NULL, &count) : MV_ERROR, MV_OK);
-    CHECK_EQ_INT(count, WT_SP_BODIES);
-    mv_store_close(&s);
     /* the open, then jobs until the drain is over (the purge takes turns with a drain step
      * until then; afterwards only jobs stop it) */
     struct worker *w = worker_place(wt_stwho);
@@ -1335,26 +1317,8 @@ static void test_purge_not_starved_by_idle_store(void)
     CHECK_EQ_INT(worker_start(&g_config, 1, wt_efd), 0);
     snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
     g_config.kdf_iter = TU_KDF_ITER;
-    struct mv_store_options o = wt_options();
-    char err[256] = "";
     wt_make_v8(wt_m2who, 900); /* always a step due while it moves, nothing to purge */
-    CHECK_EQ_INT(mv_store_init(wt_p2who, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
-    mv_store *s = NULL;
-    CHECK_EQ_INT(mv_store_open(wt_p2who, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
-    int rc = s != NULL ? MV_OK : MV_ERROR;
-    static char msg[4096];
-    for (int i = 0; i < 200 && rc == MV_OK; i++) {
-        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: d-%d\r\n\r\n", i);
-        for (int k = 0; n < (int)sizeof msg - 32; k++) {
-            n += snprintf(msg + n, sizeof msg - (size_t)n, "p%dy%d ", i, k);
-        }
-        rc = mv_message_append(s, "INBOX", msg, (size_t)n, MV_FLAG_DELETED, NULL, 1700000000, NULL);
-    }
-    CHECK_EQ_INT(rc, MV_OK);
-    uint32_t count = 0;
-    CHECK_EQ_INT(s != NULL ? mv_mailbox_expunge(s, "INBOX", NULL, &count) : MV_ERROR, MV_OK);
-    CHECK_EQ_INT(count, 200);
-    mv_store_close(&s);
+    wt_expunged_store(wt_p2who, 200, 4096);
     struct worker *w = worker_place(wt_m2who);
     CHECK(worker_place(wt_p2who) == w);
     wt_turn_rc = MV_OK;
@@ -1573,20 +1537,9 @@ static void test_background_share(void)
     g_config.kdf_iter = TU_KDF_ITER;
     struct mv_store_options o = wt_options();
     char err[256] = "";
-    CHECK_EQ_INT(mv_store_init(wt_bwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    wt_expunged_store(wt_bwho, WT_BS_BODIES, 0);
+    static char msg[4096];
     mv_store *s = NULL;
-    CHECK_EQ_INT(mv_store_open(wt_bwho, WT_PW, strlen(WT_PW), &o, &s, err, sizeof err), MV_OK);
-    static char msg[1024];
-    int rc = s != NULL ? MV_OK : MV_ERROR;
-    for (int i = 0; i < WT_BS_BODIES && rc == MV_OK; i++) {
-        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: gone-%d\r\n\r\nx%d\r\n",
-                         i, i);
-        rc = mv_message_append(s, "INBOX", msg, (size_t)n, MV_FLAG_DELETED, NULL, 1700000000, NULL);
-    }
-    uint32_t count = 0;
-    CHECK_EQ_INT(rc == MV_OK ? mv_mailbox_expunge(s, "INBOX", NULL, &count) : rc, MV_OK);
-    CHECK_EQ_INT(count, WT_BS_BODIES);
-    mv_store_close(&s);
     /* a full-text backlog: deliveries drained in a step, on a handle of the test's own */
     for (int i = 0; i < WT_BS_BACKLOG; i++) {
         int n =
