@@ -223,7 +223,9 @@ struct worker {
     int short_run;      /* short jobs taken in a row while a long one waited */
     uint64_t jobs_done; /* jobs run by the writer threads (THE DRAIN: the login's next one) */
     int drain_turn;     /* the next long turn goes to a drain step, if one is due */
-    int drain_served;   /* the slot the last drain or migration step was for (its turn) */
+    /* the slot the last drain or migration step was for (its turn): atomic, as a writer
+     * sets it outside the lock while another scans (TSan with 2 writers, WRITERS) */
+    _Atomic int drain_served;
     int stop;
     int index;
     pthread_t reader; /* READERS: runs JOB_LANE_READ */
@@ -1308,8 +1310,9 @@ worker_drain_due(struct worker *w, const struct worker_writer *me, int64_t *wait
 {
     int64_t now = worker_now_ms();
     struct open_store *migrate = NULL;
+    int served = atomic_load_explicit(&w->drain_served, memory_order_relaxed);
     for (int k = 1; k <= w->stores_max; k++) {
-        struct open_store *s = &w->stores[(w->drain_served + k) % w->stores_max];
+        struct open_store *s = &w->stores[(served + k) % w->stores_max];
         if (s->store == NULL || worker_held(w, me, s->user) ||
             (!s->drain_more && !s->migrate_more)) {
             continue; /* (another writer's user: its fields are that writer's, WRITERS) */
@@ -1413,7 +1416,8 @@ static void worker_migrate_step(struct worker *w, struct open_store *s)
 /* One drain step of s (THE DRAIN), or, with the queue drained, of its MIGRATION. */
 static void worker_drain_step(struct worker *w, struct open_store *s)
 {
-    w->drain_served = (int)(s - w->stores); /* the next scan starts after it */
+    /* the next scan starts after it */
+    atomic_store_explicit(&w->drain_served, (int)(s - w->stores), memory_order_relaxed);
     if (!s->drain_more) {
         worker_migrate_step(w, s);
         return;
