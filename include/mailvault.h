@@ -757,7 +757,8 @@ mv_mailbox_expunge(mv_store *store, const char *mailbox, const char *uid_set, ui
  * mailbox delete and maintain (mv_store_maintain) run it to the end. An expunge notes the
  * references it drops and each transaction here takes up to max_bodies of those off the
  * bodies' counts first (a body is found unused then). *left_out (may be NULL) gets the
- * bodies still waiting, either way. Returns MV_OK, MV_EINVAL (read-only handle), MV_EBUSY,
+ * bodies and noted references still waiting, either way, each counted up to 1,000 (so a
+ * call costs its batch, not what waits). Returns MV_OK, MV_EINVAL (read-only handle), MV_EBUSY,
  * MV_EIO, MV_ENOMEM; on an error nothing of that transaction is deleted. */
 #define MV_PURGE_BATCH 1024
 MV_API MV_MUST_CHECK int mv_store_purge(mv_store *store, uint32_t max_bodies, uint64_t *left_out);
