@@ -1190,19 +1190,13 @@ static void test_sigkill_during_backlog(void)
 
 /* ---- what the backlog's work costs: counted in SQLite VM steps (deterministic) -------- */
 
-static int qt_count_steps(void *arg)
-{
-    (*(long long *)arg)++;
-    return 0;
-}
-
 /* VM instructions (in hundreds) of one catch-up call of max bodies. */
 static long long qt_catch_up_steps(mv_store *s, uint32_t max, uint64_t *left)
 {
     long long steps = 0;
-    sqlite3_progress_handler(mv_store_db(s), 100, qt_count_steps, &steps);
+    tu_steps_on(mv_store_db(s), &steps);
     int rc = mv_store_index_backlog(s, max, left);
-    sqlite3_progress_handler(mv_store_db(s), 0, NULL, NULL);
+    tu_steps_off(mv_store_db(s));
     if (rc != MV_OK) {
         fprintf(stderr, "  catch-up: %s\n", mv_store_errmsg(s));
         return -1;
@@ -1214,13 +1208,7 @@ static long long qt_catch_up_steps(mv_store *s, uint32_t max, uint64_t *left)
  * only drops their entries). */
 static void qt_fake_backlog(mv_store *s, long long first, long long count)
 {
-    char sql[512];
-    snprintf(sql, sizeof sql,
-             "WITH RECURSIVE c(i) AS (SELECT %lld UNION ALL SELECT i + 1 FROM c WHERE i < %lld) "
-             "INSERT INTO meta(key, value) SELECT 'fts_backlog:' || printf('%%020d', i), x'' "
-             "FROM c",
-             first, first + count - 1);
-    CHECK_EQ_INT(tu_exec(mv_store_db(s), sql), SQLITE_OK);
+    CHECK_EQ_INT(tu_fake_meta_rows(mv_store_db(s), "fts_backlog:", "x''", first, count), SQLITE_OK);
 }
 
 /* A catch-up call costs its batch, not the backlog's length: the ids were sorted and the

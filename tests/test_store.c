@@ -782,24 +782,13 @@ static void test_purge_give_way(void)
     mv_store_close(&s);
 }
 
-/* Issue 13: EXPUNGE and mailbox delete leave the bodies they no longer need at refcount 0
- * and mv_store_purge() deletes them later (bytes, attachments, full-text rows) in bounded
- * transactions; the store is consistent (mailvault check) at every point, a search never
- * finds an expunged message, a body taken up again by the same bytes is not purged, and a
- * version 5 store gets the purge's index when it is opened. */
-static int ts_count_steps(void *arg)
-{
-    (*(long long *)arg)++;
-    return 0;
-}
-
 /* VM instructions (in hundreds) of one mv_store_purge() call of max bodies. */
 static long long ts_purge_steps(mv_store *s, uint32_t max, uint64_t *left)
 {
     long long steps = 0;
-    sqlite3_progress_handler(mv_store_db(s), 100, ts_count_steps, &steps);
+    tu_steps_on(mv_store_db(s), &steps);
     int rc = mv_store_purge(s, max, left);
-    sqlite3_progress_handler(mv_store_db(s), 0, NULL, NULL);
+    tu_steps_off(mv_store_db(s));
     return rc == MV_OK ? steps : -1;
 }
 
@@ -807,13 +796,7 @@ static long long ts_purge_steps(mv_store *s, uint32_t max, uint64_t *left)
  * drops the notes). */
 static void ts_fake_unrefs(mv_store *s, long long first, long long count)
 {
-    char sql[512];
-    snprintf(sql, sizeof sql,
-             "WITH RECURSIVE c(i) AS (SELECT %lld UNION ALL SELECT i + 1 FROM c WHERE i < %lld) "
-             "INSERT INTO meta(key, value) SELECT 'purge_unref:' || printf('%%020d', i), 1 "
-             "FROM c",
-             first, first + count - 1);
-    CHECK_EQ_INT(tu_exec(mv_store_db(s), sql), SQLITE_OK);
+    CHECK_EQ_INT(tu_fake_meta_rows(mv_store_db(s), "purge_unref:", "1", first, count), SQLITE_OK);
 }
 
 /* A purge call costs its batch, not what waits: every batch counted all the waiting bodies
@@ -845,6 +828,11 @@ static void test_purge_call_cost_flat(void)
     mv_store_close(&s);
 }
 
+/* Issue 13: EXPUNGE and mailbox delete leave the bodies they no longer need at refcount 0
+ * and mv_store_purge() deletes them later (bytes, attachments, full-text rows) in bounded
+ * transactions; the store is consistent (mailvault check) at every point, a search never
+ * finds an expunged message, a body taken up again by the same bytes is not purged, and a
+ * version 5 store gets the purge's index when it is opened. */
 static void test_purge(void)
 {
     mv_store *s = NULL;

@@ -34,6 +34,37 @@ int tu_open(const char *path, const char *password, mv_cipher cipher, unsigned f
     return rc;
 }
 
+static int tu_count_step(void *arg)
+{
+    (*(long long *)arg)++;
+    return 0;
+}
+
+void tu_steps_on(sqlite3 *db, long long *steps)
+{
+    sqlite3_progress_handler(db, 100, tu_count_step, steps);
+}
+
+void tu_steps_off(sqlite3 *db)
+{
+    sqlite3_progress_handler(db, 0, NULL, NULL);
+}
+
+int tu_fake_meta_rows(
+    sqlite3 *db, const char *key_prefix, const char *value_sql, long long first, long long count)
+{
+    char *sql = sqlite3_mprintf(
+        "WITH RECURSIVE c(i) AS (SELECT %lld UNION ALL SELECT i + 1 FROM c WHERE i < %lld) "
+        "INSERT INTO meta(key, value) SELECT %Q || printf('%%020d', i), %s FROM c",
+        first, first + count - 1, key_prefix, value_sql);
+    if (sql == NULL) {
+        return SQLITE_NOMEM;
+    }
+    int rc = tu_exec(db, sql);
+    sqlite3_free(sql);
+    return rc;
+}
+
 int tu_exec(sqlite3 *db, const char *sql)
 {
     char *err = NULL;

@@ -50,6 +50,16 @@ int tu_store_create(const char *name, const char *password, int64_t cache_kib, m
  * MV_OK or mv_db_open's code. */
 int tu_store_file_create(const char *name, const char *password, mv_cipher cipher);
 
+/* Counts db's SQLite VM instructions, in hundreds, into *steps until tu_steps_off(db): what
+ * a call costs, deterministically (a test of cost never times anything). */
+void tu_steps_on(sqlite3 *db, long long *steps);
+void tu_steps_off(sqlite3 *db);
+/* Inserts count meta rows key_prefix || (first .. first+count-1, 20 digits) with value_sql
+ * (an SQL expression) as their value: a store's notes of work waiting (backlog entries,
+ * dropped references) without making the work. SQLite's code. */
+int tu_fake_meta_rows(
+    sqlite3 *db, const char *key_prefix, const char *value_sql, long long first, long long count);
+
 /* Whether needle occurs in haystack. */
 int tu_contains(const uint8_t *hay, size_t hay_len, const void *needle, size_t needle_len);
 
