@@ -122,6 +122,10 @@ default_login_user = dovenull
 default_internal_user = dovecot
 default_process_limit = 1000
 default_client_limit = 4000
+# Dovecot's default 256 MB address-space limit per process ends the imap process of a
+# 1,000,000-message Maildir at its first SELECT ("Out of memory (service imap { vsz_limit=256
+# MB }, you may need to increase it)", from the uidlist); a site with such mailboxes raises it.
+default_vsz_limit = 4G
 mail_max_userip_connections = 1000
 passdb {
   driver = passwd-file
