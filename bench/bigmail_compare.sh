@@ -55,6 +55,9 @@
 # mailvaultd log (mailvaultd-N.log); both for tests/cli_bench_bigmail_smoke.sh.
 # BIGMAIL_PERF=OP profiles mailvaultd during operation OP (bigmail.py's --perf-op) into
 # OUT/perf-OP-N.data: `perf report -i FILE --no-children --stdio`. Profiled times are slower.
+# The time until all LMTP deliveries are visible is a client's waiting in IDLE;
+# BIGMAIL_VISIBLE_WAIT=noop|alternate (bigmail.py's --visible-wait) polls NOOP instead, or in
+# every other pair; BIGMAIL_LMTP_PAIRS=N runs N pairs of the LMTP operations (default 1).
 # Exit status: 0 if every operation ran with the expected results on both servers; 1
 # otherwise (what was measured is still written).
 set -euo pipefail
@@ -177,6 +180,8 @@ for n in $sizes; do
         --mv-imap-port "$mv_imap" --mv-lmtp-port "$mv_lmtp" --mv-log "$run/mailvaultd.log" \
         ${BIGMAIL_KDF_ITER:+--mv-arg=--kdf-iter=$BIGMAIL_KDF_ITER} \
         ${BIGMAIL_PERF:+--perf-op "$BIGMAIL_PERF" --perf-dir "$out"} \
+        ${BIGMAIL_VISIBLE_WAIT:+--visible-wait "$BIGMAIL_VISIBLE_WAIT"} \
+        ${BIGMAIL_LMTP_PAIRS:+--lmtp-pairs "$BIGMAIL_LMTP_PAIRS"} \
         "${dc_args[@]}" --json "$run/result.json"; then
         status=1
         echo "bigmail_compare: $n messages: errors (logs in $run; KEEP_TMP=1 keeps them)" >&2
