@@ -214,6 +214,10 @@ def wait_exists_idle(c, seen, want, deadline):
     tag = b"B%05d" % c.n
     c.sock.sendall(tag + b" IDLE\r\n")
     line = c._line()
+    while line.startswith(b"* "):  # the server may announce new mail before "+ idling"
+        m = re.match(rb"\* (\d+) EXISTS", line)
+        seen = max(seen, int(m.group(1))) if m else seen
+        line = c._line()
     if not line.startswith(b"+"):
         raise ImapError(f"IDLE: {line[:200]!r}")
     old_timeout = c.sock.gettimeout()
