@@ -61,6 +61,10 @@ int worker_drain_grace_set(int ms);
  * although jobs wait (WORKER_BACKGROUND_PERIOD_MS; ms < 0 restores it, 0: after every job
  * that leaves one waiting); returns the old value. For tests. */
 int worker_background_period_set(int ms);
+/* worker.c QUIET: how long the work between jobs waits after a job for the session's next
+ * command (WORKER_QUIET_MS; ms < 0 restores it, 0: not at all); returns the old value. For
+ * tests. */
+int worker_quiet_set(int ms);
 /* worker.c SHARE: how long a forced round takes stores for (WORKER_BACKGROUND_BUDGET_MS; ms < 0
  * restores it, 0: one store a round); returns the old value. For tests. */
 int worker_background_budget_set(int ms);
@@ -147,12 +151,14 @@ void worker_store_release_from_reader(struct worker *w, struct open_store *s);
  * Sized so a batch takes about WORKER_PURGE_TARGET_US (a job that arrives meanwhile waits
  * for it), at least 1, at most WORKER_PURGE_BATCH_MAX, and at most twice the last. */
 uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
-/* Whether a purge batch that has run elapsed_us (wall) and cpu_us (its thread's CPU) of the
- * expected_us it should take (0: not known) gives way to a job that is waiting: in its first
- * half, so the work rolled back and the job's wait are each at most half a batch; and once its
- * CPU time passes twice the expected and 100 ms (WORKER_PURGE_OVERRUN_MIN_US: bodies far
- * costlier than the last batch's; the job would wait for all of them). */
-int worker_purge_may_give_way(int64_t elapsed_us, int64_t cpu_us, int64_t expected_us);
+/* Whether a purge batch that has run cpu_us (its thread's CPU) of the expected_us (CPU) it
+ * should take (0: not known) gives way to a job that is waiting: in its first half, so the
+ * work rolled back and the job's wait are each at most half a batch; and once its CPU time
+ * passes twice the expected and 100 ms (WORKER_PURGE_OVERRUN_MIN_US: bodies far costlier than
+ * the last batch's; the job would wait for all of them). Halves in CPU time, not wall: on a
+ * busy machine a batch's wall time passed its half after a fraction of its work, and a STORE
+ * that came 3 ms into a batch expected to take 8.5 ms waited 56 ms for it (issue 13). */
+int worker_purge_may_give_way(int64_t cpu_us, int64_t expected_us);
 /* The 100 ms of CPU below which a batch does not give way for an overrun (us <= 0 restores
  * it); returns the old value. For tests, which make it 1 us so that a batch of long messages
  * gives way however fast the machine runs it. */

@@ -774,12 +774,13 @@ MV_API MV_MUST_CHECK int mv_store_purge_counted(mv_store *store,
                                                 uint64_t *left_out);
 
 /* Sets give_way (NULL: none, the default), which mv_store_purge() then calls, on the
- * caller's thread, every ~0.1 ms while a batch deletes: when it returns nonzero (a command
- * is waiting for this handle), the batch stops at once, its transaction is rolled back
- * (nothing of it deleted; done again by a later call) and mv_store_purge() returns MV_EBUSY.
- * So a server that purges between commands keeps a command that arrives from waiting for a
- * whole batch (milliseconds a body). mv_store_migrate_step() gives way through the same
- * function. give_way must not use the store. */
+ * caller's thread, every 16 of SQLite's VM steps while a batch deletes (so between any two
+ * bodies' full-text deletes; it must be cheap, a flag or counter test): when it returns
+ * nonzero (a command is waiting for this handle), the batch stops at once, its transaction is
+ * rolled back (nothing of it deleted; done again by a later call) and mv_store_purge() returns
+ * MV_EBUSY. So a server that purges between commands keeps a command that arrives from
+ * waiting for a whole batch (milliseconds a body). mv_store_migrate_step() gives way through
+ * the same function. give_way must not use the store. */
 MV_API void mv_store_purge_give_way(mv_store *store, int (*give_way)(void *arg), void *arg);
 
 /* Builds, in one transaction, the full-text rows of up to max_bodies (0: every one, in

@@ -782,6 +782,47 @@ static void test_purge_give_way(void)
     mv_store_close(&s);
 }
 
+/* Issue 13: a purge batch asks whether to give way between any two bodies' full-text
+ * deletes, not every 1,000 VM steps: deleting a full-text row is one step of the statement
+ * (FTS5 tokenizes the row's text again inside it, ~1-5 ms for the big-mailbox corpus), so
+ * a command that came during a batch of 16 bodies waited for most of it (at 10,000
+ * messages after two EXPUNGEs of 10%, STOREs waited 10-17 ms for batches that had begun
+ * 0.4-5 ms before them). 16 bodies of ~3 KB of distinct words: at least one question per
+ * body (the old batch asked 3 times in all). */
+#define TS_ASK_BODIES 16
+
+static void test_purge_asks_every_body(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("purge_asks", &s), MV_OK);
+    static char text[4096];
+    for (int i = 0; i < TS_ASK_BODIES; i++) {
+        size_t at = 0;
+        for (int k = 0; at + 32 < sizeof text - 1024; k++) {
+            at += (size_t)snprintf(text + at, sizeof text - at, "w%dx%dq%d%s", i, k, k * 13,
+                                   k % 10 == 9 ? "\r\n" : " ");
+        }
+        char subject[32];
+        size_t len = 0;
+        snprintf(subject, sizeof subject, "asks %d", i);
+        char *m = ts_message(subject, NULL, text, 0, 0, &len);
+        CHECK_EQ_INT(ts_append(s, "INBOX", m, len, MV_FLAG_DELETED, NULL, 0, NULL), MV_OK);
+        free(m);
+    }
+    uint32_t count = 0;
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK);
+    CHECK_EQ_INT(count, TS_ASK_BODIES);
+    struct ts_give_way g = {0, 1 << 30}; /* never yes: count the questions */
+    mv_store_purge_give_way(s, ts_give_way, &g);
+    uint64_t left = 1, purged = 0;
+    CHECK_EQ_INT(mv_store_purge_counted(s, TS_ASK_BODIES, &purged, &left), MV_OK);
+    mv_store_purge_give_way(s, NULL, NULL);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies"), 0);
+    fprintf(stderr, "  give-way questions in a batch of %d bodies: %d\n", TS_ASK_BODIES, g.asked);
+    CHECK(g.asked >= TS_ASK_BODIES);
+    mv_store_close(&s);
+}
+
 /* VM instructions (in hundreds) of one mv_store_purge() call of max bodies. */
 static long long ts_purge_steps(mv_store *s, uint32_t max, uint64_t *left)
 {
@@ -2360,6 +2401,7 @@ int main(void)
     TEST(test_purge_call_cost_flat);
     TEST(test_expunge_notes_references);
     TEST(test_purge_give_way);
+    TEST(test_purge_asks_every_body);
     TEST(test_flags);
     TEST(test_move);
     TEST(test_uidset);

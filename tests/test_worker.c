@@ -58,6 +58,10 @@
  *     batch of 64 long messages holds the write lock runs before it (every body still
  *     there), and the next batch purges them (the old batch gave way only in its first half
  *     and ran to its end: 0 left when the job ran).
+ *   - A session's next command before the purge (worker.c QUIET): with the quiet lengthened, a
+ *     job that came while the purge ran and the job after it 2 s later find the same bodies
+ *     (the old worker purged right after the first: 392 then 377 in a run); with the quiet
+ *     back, the purge ends without more jobs.
  */
 #include "harness.h"
 #include "testutil.h"
@@ -486,23 +490,26 @@ static void test_purge_batch_adapts(void)
     CHECK_EQ_INT(worker_purge_batch_next(10, 15000), 10); /* on target: stays */
 }
 
-/* A purge batch gives way to a waiting job in its first half: later, the job waits for the
- * rest (at most half a batch) instead of the batch's larger part being rolled back and done
- * again (17-30% of the purge's CPU under steady traffic, worker.c); but not once its CPU time
- * passes twice its expected time and 100 ms (bodies far costlier than expected: the old
- * batch kept the job waiting to its end). The first batch of a store, whose cost is not known,
- * gives way at any point. */
+/* A purge batch gives way to a waiting job in its first half (of its CPU time): later, the job
+ * waits for the rest (at most half a batch) instead of the batch's larger part being rolled back
+ * and done again (17-30% of the purge's CPU under steady traffic, worker.c); but not once its CPU
+ * time passes twice its expected time and 100 ms (bodies far costlier than expected: the old batch
+ * kept the job waiting to its end). The first batch of a store, whose cost is not known, gives way
+ * at any point. */
 static void test_purge_gives_way_early(void)
 {
-    CHECK_EQ_INT(worker_purge_may_give_way(0, 0, 15000), 1);
-    CHECK_EQ_INT(worker_purge_may_give_way(7499, 7499, 15000), 1);
-    CHECK_EQ_INT(worker_purge_may_give_way(7500, 7500, 15000), 0);
-    CHECK_EQ_INT(worker_purge_may_give_way(40000, 30000, 15000), 0);   /* 2x: mixed bodies */
-    CHECK_EQ_INT(worker_purge_may_give_way(150000, 99999, 15000), 0);  /* a busy machine */
-    CHECK_EQ_INT(worker_purge_may_give_way(150000, 100000, 15000), 1); /* overran: 100 ms */
-    CHECK_EQ_INT(worker_purge_may_give_way(150000, 119999, 60000), 0); /* ... and 2x */
-    CHECK_EQ_INT(worker_purge_may_give_way(150000, 120000, 60000), 1);
-    CHECK_EQ_INT(worker_purge_may_give_way(40000, 40000, 0), 1); /* not known yet */
+    CHECK_EQ_INT(worker_purge_may_give_way(0, 15000), 1);
+    CHECK_EQ_INT(worker_purge_may_give_way(7499, 15000), 1);
+    CHECK_EQ_INT(worker_purge_may_give_way(7500, 15000), 0);
+    CHECK_EQ_INT(worker_purge_may_give_way(30000, 15000), 0);  /* 2x: mixed bodies */
+    CHECK_EQ_INT(worker_purge_may_give_way(99999, 15000), 0);  /* a busy machine */
+    CHECK_EQ_INT(worker_purge_may_give_way(100000, 15000), 1); /* overran: 100 ms */
+    CHECK_EQ_INT(worker_purge_may_give_way(119999, 60000), 0); /* ... and 2x */
+    CHECK_EQ_INT(worker_purge_may_give_way(120000, 60000), 1);
+    CHECK_EQ_INT(worker_purge_may_give_way(40000, 0), 1); /* not known yet */
+    /* halves in CPU time: on a busy machine 40 ms of wall time may be 3 ms of the batch's
+     * work, which the job does not wait for (the old rule, in wall time, made it wait) */
+    CHECK_EQ_INT(worker_purge_may_give_way(3000, 15000), 1);
     /* new mail first: with a drain step due, one batch per call */
     CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 0, 0), 1);
     CHECK_EQ_INT(worker_purge_may_go_on(5, 0, 0, 0), 1);
@@ -1473,6 +1480,112 @@ static void test_purge_overrun_gives_way(void)
     worker_unplace(wt_owho);
 }
 
+/* ---- a session's next command before the purge (QUIET) ---- */
+/* After a command, the work between jobs waits WORKER_QUIET_MS for the session's next one
+ * (worker.c QUIET) once it has work to do. The batch after one that gave way does not give
+ * way, and it started right after the command it gave way to, so the session's next command
+ * (here: the next job, once no body went for 2 s or at once) waited for all of it. With the
+ * quiet lengthened to 600 s: a job posted while the purge runs (it gives way), then nothing
+ * for 2 s, then the next job: no body purged between the two (the old worker purged right
+ * after the first: fewer left at the second). Then, with the quiet back, the purge ends
+ * without another job (polled with a deadline). */
+#define WT_QT_BODIES 400
+
+static const char *wt_qtwho = "quiet@example.org";
+static int wt_qt_rc = -1;
+static long long wt_qt_left = -1;
+
+static void wt_qt_open(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    wt_qt_rc =
+        worker_store_acquire(job->worker, wt_qtwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (wt_qt_rc != MV_OK) {
+        fprintf(stderr, "  open: %s\n", err);
+        return;
+    }
+    worker_store_release(job->worker, os);
+}
+
+/* A command: the bodies still there, counted on the worker thread. */
+static void wt_qt_count(struct job *job)
+{
+    struct open_store *os = worker_store_find(job->worker, wt_qtwho);
+    wt_qt_left = os != NULL ? tu_int(mv_store_db(os->store), "SELECT count(*) FROM bodies") : -1;
+}
+
+/* The bodies left, on a handle of the test's own (-1: it could not look). */
+static long long wt_qt_look(void)
+{
+    struct mv_store_options ro = wt_options();
+    ro.flags |= MV_STORE_READONLY;
+    char err[256] = "";
+    mv_store *r = NULL;
+    long long n = -1;
+    if (mv_store_open(wt_qtwho, WT_PW, strlen(WT_PW), &ro, &r, err, sizeof err) == MV_OK) {
+        n = tu_int(mv_store_db(r), "SELECT count(*) FROM bodies");
+        mv_store_close(&r);
+    }
+    return n;
+}
+
+static void wt_qt_job(struct worker *w, int id, job_fn run)
+{
+    wt_done = 0;
+    wt_post(w, id, JOB_LANE_SHORT, run);
+    wt_collect_one();
+}
+
+static void test_quiet_after_command(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    wt_expunged_store(wt_qtwho, WT_QT_BODIES, 2048);
+    struct worker *w = worker_place(wt_qtwho);
+    wt_user = wt_qtwho; /* its jobs touch its store (worker.c WRITERS) */
+    int quiet = worker_quiet_set(600 * 1000);
+    wt_qt_job(w, 1, wt_qt_open);
+    CHECK_EQ_INT(wt_qt_rc, MV_OK);
+    wt_qt_job(w, 2, wt_qt_count); /* LOGIN FIRST: the purge starts after this one */
+    /* the purge has not run before: it starts at once; wait until it has purged some */
+    long long left = WT_QT_BODIES;
+    for (int i = 0; i < 600 && left == WT_QT_BODIES; i++) {
+        struct pollfd none = {.fd = -1};
+        (void)poll(&none, 0, 10);
+        long long n = wt_qt_look();
+        left = n >= 0 ? n : left;
+    }
+    CHECK(left < WT_QT_BODIES);
+    wt_qt_job(w, 3, wt_qt_count); /* a command while the purge runs */
+    long long at_command = wt_qt_left;
+    CHECK(at_command > 0);
+    /* nothing for 2 s, unless the purge goes on (the old worker: at once) */
+    left = at_command;
+    for (int i = 0; i < 200 && left == at_command; i++) {
+        struct pollfd none = {.fd = -1};
+        (void)poll(&none, 0, 10);
+        long long n = wt_qt_look();
+        left = n >= 0 ? n : left;
+    }
+    wt_qt_job(w, 4, wt_qt_count); /* the session's next command */
+    if (wt_qt_left != at_command) {
+        fprintf(stderr, "  %lld bodies at a command, %lld at the next\n", at_command, wt_qt_left);
+    }
+    CHECK_EQ_INT(wt_qt_left, at_command);
+    /* the quiet back to its default: the purge goes on after the next command */
+    worker_quiet_set(quiet);
+    wt_qt_job(w, 5, wt_qt_count);
+    for (int i = 0; i < 600 && left > 0; i++) {
+        struct pollfd none = {.fd = -1};
+        (void)poll(&none, 0, 100);
+        long long n = wt_qt_look();
+        left = n >= 0 ? n : left;
+    }
+    CHECK_EQ_INT(left, 0);
+    worker_unplace(wt_qtwho);
+}
+
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
 static int wt_start(void)
 {
@@ -1724,6 +1837,7 @@ int main(void)
     TEST(test_purge_overrun_gives_way);
     TEST(test_background_share);
     TEST(test_login_before_purge);
+    TEST(test_quiet_after_command);
     worker_stop_all();
     metrics_shutdown();
     close(wt_efd);
