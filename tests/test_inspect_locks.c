@@ -6,7 +6,9 @@
  * database for as long as a connection is open; another process that sees no SHARED lock
  * takes EXCLUSIVE on its last close, checkpoints and deletes the WAL and -shm under the open
  * connection. These tests open a store, run every keyless reader of the store file in the
- * same process, and have a forked child look for the lock with F_GETLK.
+ * same process, and have a forked child look for the lock with F_GETLK. And the registration
+ * that comes before an open asks the kernel to read the file's ends ahead (store_files.c
+ * READ-AHEAD), on the descriptor it reads the header with, before SQLite has the file.
  */
 #include "mailvault.h"
 
@@ -20,8 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TL_PASSWORD "inspect-locks"
@@ -329,6 +333,70 @@ static void test_threads_race(void)
     CHECK_EQ_INT(atomic_load(&r.failures), 0);
 }
 
+/* ---- read-ahead before an open (store_files.c READ-AHEAD) ---- */
+#define TL_RA_BYTES (4 * 1024 * 1024) /* a file far larger than both ends read ahead */
+
+/* Whether the page at offset of fd's file is in the page cache (mincore of a mapping). */
+static int tl_resident(int fd, off_t offset)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    void *map = mmap(NULL, (size_t)page, PROT_READ, MAP_SHARED, fd, offset - offset % page);
+    if (map == MAP_FAILED) {
+        return -1;
+    }
+    unsigned char vec = 0;
+    int rc = mincore(map, (size_t)page, &vec);
+    munmap(map, (size_t)page);
+    return rc == 0 ? (vec & 1) : -1;
+}
+
+/* Registering a store file for an open (before SQLite reads it and before the KDF, ~11 ms)
+ * asks the kernel to read its first and last 256 KiB (posix_fadvise WILLNEED: a cold first
+ * LOGIN + SELECT read its ~10 pages from the disk one by one after the KDF); nothing else. A
+ * 4 MiB file is written, synced and dropped from the page cache; after the registration its
+ * first and last pages come in (polled with a deadline; the old registration read only its
+ * first 24 bytes: the last page never came) and a page in the middle does not. A file system
+ * that keeps the file in memory whatever it is told (tmpfs) cannot show it: said, not failed. */
+static void test_register_reads_ahead(void)
+{
+    char path[MV_PATH_MAX];
+    snprintf(path, sizeof path, "%s", tu_path("readahead.db"));
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    CHECK(fd >= 0);
+    if (fd < 0) {
+        return;
+    }
+    static unsigned char chunk[65536];
+    for (size_t i = 0; i < sizeof chunk; i++) {
+        chunk[i] = (unsigned char)(i * 7 + 1);
+    }
+    for (int i = 0; i < TL_RA_BYTES / (int)sizeof chunk; i++) {
+        CHECK_EQ_INT(write(fd, chunk, sizeof chunk), (int)sizeof chunk);
+    }
+    CHECK_EQ_INT(fsync(fd), 0);
+    CHECK_EQ_INT(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    off_t last = TL_RA_BYTES - 4096, middle = TL_RA_BYTES / 2;
+    if (tl_resident(fd, last) != 0 || tl_resident(fd, middle) != 0) {
+        fprintf(stderr, "  the file stays in memory here (tmpfs?): read-ahead not observable\n");
+        close(fd);
+        return;
+    }
+    static int owner;
+    CHECK_EQ_INT(store_files_register(&owner, path), MV_OK);
+    int first = 0, tail = 0;
+    for (int i = 0; i < 500 && !(first == 1 && tail == 1); i++) {
+        struct timespec pause = {0, 10000000L}; /* polled; 5 s at most */
+        nanosleep(&pause, NULL);
+        first = tl_resident(fd, 0);
+        tail = tl_resident(fd, last);
+    }
+    CHECK_EQ_INT(first, 1);
+    CHECK_EQ_INT(tail, 1);
+    CHECK_EQ_INT(tl_resident(fd, middle), 0); /* the ends only */
+    store_files_unregister(&owner);
+    close(fd);
+}
+
 int main(void)
 {
     TEST(test_file_inspect_keeps_lock);
@@ -337,5 +405,6 @@ int main(void)
     TEST(test_keyless_backup_keeps_lock);
     TEST(test_learned_header_is_the_file_header);
     TEST(test_threads_race);
+    TEST(test_register_reads_ahead);
     return th_summary();
 }
