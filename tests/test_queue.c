@@ -12,6 +12,10 @@
  *   - Drain in steps (MV_STORE_DRAIN_LATER, mv_queue_drain): the open moves nothing, each
  *     step at most its bound, every delivery exactly once and in arrival order, also one
  *     queued between steps, also with a second handle draining the same queue.
+ *   - The read-ahead: at most STORE_QUEUE_AHEAD_ITEMS files and STORE_QUEUE_AHEAD_BYTES of
+ *     opened mail ahead, prepared on its own thread (also between steps), stopped at the
+ *     drain's end and at a close; a damaged file among them set aside, the rest in order;
+ *     SIGKILL during a stepped drain: exactly once as above.
  *   - A message a limit refuses in the middle of a batch goes to rejected/, the rest of the
  *     batch is stored once each.
  *   - Two phases: a drain step stores mail without its full-text rows (the backlog); every
@@ -21,6 +25,8 @@
  *     stay right after every kill, and a later call finishes it.
  */
 #include "harness.h"
+#include "store/store.h"
+#include "store/store_queue_ahead.h"
 #include "testutil.h"
 
 #include <dirent.h>
@@ -348,14 +354,15 @@ static int qt_state_read(const char *db_path, const char *queue, struct qt_state
     return 0;
 }
 
-/* Opens the store in a child (which drains) and kills it after delay_us. Returns 1 if the
- * child finished on its own. */
 /* Opens the store (which drains the queue) in a child, killed once the queue has shrunk by
  * drained_min deliveries, plus delay_us (so the kill lands anywhere in the next delivery).
  * The kill follows the drain's progress, not a clock: on a fast or a loaded machine alike
- * it lands in the middle. 1 if the open finished first. */
+ * it lands in the middle. stepped: the child opens with MV_STORE_DRAIN_LATER and drains in
+ * steps of 4, as a server does (its read-ahead thread working between steps). 1 if the
+ * child finished first. */
 static int qt_kill_drain(const char *who,
                          const struct mv_store_options *o,
+                         int stepped,
                          uint32_t drained_min,
                          unsigned delay_us)
 {
@@ -364,7 +371,14 @@ static int qt_kill_drain(const char *who,
     if (pid == 0) {
         mv_store *s = NULL;
         char err[256];
-        int rc = mv_store_open(who, PW, strlen(PW), o, &s, err, sizeof err);
+        struct mv_store_options so = *o;
+        so.flags |= stepped ? MV_STORE_DRAIN_LATER : 0;
+        int rc = mv_store_open(who, PW, strlen(PW), &so, &s, err, sizeof err);
+        int more = stepped;
+        while (rc == MV_OK && more) {
+            uint32_t moved = 0;
+            rc = mv_queue_drain(s, 4, &moved, &more);
+        }
         mv_store_close(&s);
         _exit(rc == MV_OK ? 0 : 1);
     }
@@ -392,9 +406,10 @@ static int qt_kill_drain(const char *who,
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-static void test_sigkill_during_drain(void)
+/* stepped: the kills land in a stepped drain with its read-ahead (qt_kill_drain). */
+static void qt_sigkill_drain_run(const char *root, int stepped)
 {
-    struct mv_store_options o = qt_options("root4");
+    struct mv_store_options o = qt_options(root);
     const char *who = "crash@example.org";
     char db_path[1024], queue[1024];
     snprintf(db_path, sizeof db_path, "%s/example.org/crash.db", o.root);
@@ -416,7 +431,7 @@ static void test_sigkill_during_drain(void)
             queued = CRASH_MAX;
         }
         /* 1 to 8 deliveries into the drain, then up to 3 ms more. */
-        finished = qt_kill_drain(who, &o, 1u + qt_next() % 8u, qt_next() % 3000u);
+        finished = qt_kill_drain(who, &o, stepped, 1u + qt_next() % 8u, qt_next() % 3000u);
         kills += !finished;
         CHECK_EQ_INT(qt_state_read(db_path, queue, &st), 0);
         CHECK_EQ_INT(st.unknown, 0);
@@ -442,6 +457,18 @@ static void test_sigkill_during_drain(void)
     printf("  %d kills (%d mid-drain, %d times a delivery was both stored and still queued)\n",
            kills, mid, both);
     CHECK(mid >= 3);
+}
+
+static void test_sigkill_during_drain(void)
+{
+    qt_sigkill_drain_run("root4", 0);
+}
+
+/* The same in steps, with the read-ahead thread reading and opening files ahead when the
+ * kill comes: still each delivery in INBOX at most once, never lost, exactly once at the end. */
+static void test_sigkill_during_stepped_drain(void)
+{
+    qt_sigkill_drain_run("root4s", 1);
 }
 
 /* ---- refusals ------------------------------------------------------------------------- */
@@ -849,6 +876,231 @@ static void test_drain_step_bounds(void)
     CHECK_EQ_INT(mv_queue_drain_step(s, NULL, &moved, &more), MV_EINVAL);
     mv_store_close(&s);
     CHECK_EQ_INT(qt_count(who, &o), 0);
+}
+
+/* ---- the read-ahead (store_queue_ahead.h) ----------------------------------------------- */
+
+/* What the store's read-ahead holds, polled until want() says so or 60 s have passed (its
+ * thread works on its own: the test waits for it, never for a time). 1 if want() came true. */
+static int qt_ahead_wait(mv_store *s,
+                         int (*want)(const struct store_queue_ahead_stats *),
+                         struct store_queue_ahead_stats *st)
+{
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        store_queue_ahead_stats_of(s, st);
+        if (want(st)) {
+            return 1;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - start.tv_sec > 60) {
+            return 0;
+        }
+        usleep(1000);
+    }
+}
+
+static int qt_ahead_all_prepared(const struct store_queue_ahead_stats *st)
+{
+    return st->items > 0 && st->prepared == st->items;
+}
+
+static int qt_ahead_bytes_full(const struct store_queue_ahead_stats *st)
+{
+    return st->bytes >= STORE_QUEUE_AHEAD_BYTES;
+}
+
+/* Drains in steps of step_max until the drain ends, checking after each step that the
+ * read-ahead kept its bounds (items, and bytes: under STORE_QUEUE_AHEAD_BYTES when it
+ * started one more, so at most one message over) and that its thread, not the drain's,
+ * prepared everything stored so far. *total: the deliveries moved. */
+static void
+qt_drain_checked(mv_store *s, uint32_t step_max, size_t message_max, uint32_t *total_out)
+{
+    uint32_t total = 0, moved = 0;
+    *total_out = 0;
+    int more = 1, steps = 0;
+    while (more && steps < 1000) {
+        CHECK_EQ_INT(mv_queue_drain(s, step_max, &moved, &more), MV_OK);
+        total += moved;
+        steps++;
+        struct store_queue_ahead_stats st;
+        store_queue_ahead_stats_of(s, &st);
+        if (more) {
+            CHECK(st.items <= STORE_QUEUE_AHEAD_ITEMS);
+            CHECK(st.items_peak <= STORE_QUEUE_AHEAD_ITEMS);
+            CHECK(st.bytes_peak < STORE_QUEUE_AHEAD_BYTES + message_max);
+            CHECK(st.prepared_total >= total);
+        } else {
+            CHECK_EQ_INT(st.items_peak, 0); /* the drain is over: the read-ahead stopped */
+        }
+    }
+    *total_out = total;
+}
+
+#define AHEAD_SMALL 100
+
+/* The read-ahead opens and parses the next STORE_QUEUE_AHEAD_ITEMS files on its own thread
+ * while the drain's thread stores, goes on between steps, stops there, and the mail arrives
+ * once each, in order. Fails on the old drain, which opened and parsed each file on the
+ * drain's thread when it came to it. */
+static void test_read_ahead_items_bound(void)
+{
+    struct mv_store_options o = qt_options("root_ahead");
+    const char *who = "ahead@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    for (int i = 0; i < AHEAD_SMALL; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "ahead", i), MV_OK);
+    }
+    struct mv_store_options later = o;
+    later.flags |= MV_STORE_DRAIN_LATER;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    struct store_queue_ahead_stats st;
+    store_queue_ahead_stats_of(s, &st);
+    CHECK_EQ_INT(st.items_peak, 0); /* nothing read before the first step */
+    uint32_t moved = 0;
+    int more = 0;
+    CHECK_EQ_INT(mv_queue_drain(s, 1, &moved, &more), MV_OK);
+    CHECK_EQ_INT(moved, 1);
+    CHECK_EQ_INT(more, 1);
+    /* between steps the thread prepares what the step handed it, and no more */
+    CHECK(qt_ahead_wait(s, qt_ahead_all_prepared, &st));
+    CHECK_EQ_INT(st.items, STORE_QUEUE_AHEAD_ITEMS);
+    CHECK_EQ_INT(st.prepared, STORE_QUEUE_AHEAD_ITEMS);
+    CHECK_EQ_INT(st.items_peak, STORE_QUEUE_AHEAD_ITEMS);
+    CHECK_EQ_INT(st.prepared_total, STORE_QUEUE_AHEAD_ITEMS + 1);
+    CHECK_EQ_INT(qt_count(who, &o), AHEAD_SMALL - 1); /* read, not taken out of the queue */
+    uint32_t total = 0;
+    qt_drain_checked(s, 7, 512, &total);
+    CHECK_EQ_INT(total, AHEAD_SMALL - 1);
+    int got[AHEAD_SMALL + 8];
+    size_t n = qt_inbox_markers(s, "ahead", got, sizeof got / sizeof got[0]);
+    CHECK_EQ_INT(n, AHEAD_SMALL);
+    for (size_t i = 0; i < n; i++) {
+        CHECK_EQ_INT(got[i], (int)i);
+    }
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM meta WHERE key LIKE 'deliver%'"), 0);
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+}
+
+#define AHEAD_LARGE      40
+#define AHEAD_LARGE_SIZE (600u << 10)
+
+/* Large deliveries: the read-ahead stops at STORE_QUEUE_AHEAD_BYTES of opened mail, well
+ * before STORE_QUEUE_AHEAD_ITEMS files; closing the store in the middle of a drain stops it
+ * (the rest waits in the queue for the next open). */
+static void test_read_ahead_bytes_bound(void)
+{
+    struct mv_store_options o = qt_options("root_ahead_big");
+    const char *who = "big@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    char *msg = malloc(AHEAD_LARGE_SIZE + 1024);
+    CHECK(msg != NULL);
+    for (int i = 0; i < AHEAD_LARGE; i++) {
+        size_t len = qt_message(msg, 1024, "big", i);
+        while (len + 80 < AHEAD_LARGE_SIZE) {
+            len +=
+                (size_t)snprintf(msg + len, 80, "line %06zu of a long message, fox %d\r\n", len, i);
+        }
+        char err[256] = "";
+        CHECK_EQ_INT(mv_deliver_sealed(who, msg, len, &o, err, sizeof err), MV_OK);
+    }
+    free(msg);
+    struct mv_store_options later = o;
+    later.flags |= MV_STORE_DRAIN_LATER;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    uint32_t moved = 0;
+    int more = 0;
+    CHECK_EQ_INT(mv_queue_drain(s, 1, &moved, &more), MV_OK);
+    CHECK_EQ_INT(moved, 1);
+    struct store_queue_ahead_stats st;
+    CHECK(qt_ahead_wait(s, qt_ahead_bytes_full, &st));
+    CHECK(st.prepared < STORE_QUEUE_AHEAD_ITEMS);
+    CHECK(st.prepared <= STORE_QUEUE_AHEAD_BYTES / (AHEAD_LARGE_SIZE - 1024) + 1);
+    CHECK(st.bytes_peak < STORE_QUEUE_AHEAD_BYTES + AHEAD_LARGE_SIZE);
+    CHECK_EQ_INT(mv_queue_drain(s, 5, &moved, &more), MV_OK);
+    CHECK_EQ_INT(moved, 5);
+    mv_store_close(&s); /* mid-drain: the read-ahead's thread is stopped, its mail let go */
+    CHECK_EQ_INT(qt_count(who, &o), AHEAD_LARGE - 6);
+    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    uint32_t total = 0;
+    qt_drain_checked(s, 4, AHEAD_LARGE_SIZE, &total);
+    CHECK_EQ_INT(total, AHEAD_LARGE - 6);
+    int got[AHEAD_LARGE + 8];
+    size_t n = qt_inbox_markers(s, "big", got, sizeof got / sizeof got[0]);
+    CHECK_EQ_INT(n, AHEAD_LARGE);
+    for (size_t i = 0; i < n; i++) {
+        CHECK_EQ_INT(got[i], (int)i);
+    }
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+}
+
+/* A damaged file in the middle of a stepped drain (a bit flipped: the sealed box does not
+ * open) is set aside in rejected/ with a note, kept byte for byte; the files read ahead
+ * around it are stored once each, in order. */
+static void test_read_ahead_damaged_file(void)
+{
+    struct mv_store_options o = qt_options("root_ahead_bad");
+    const char *who = "bad@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    for (int i = 0; i < 30; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "bad", i), MV_OK);
+    }
+    char queue[1024], victim[1400], kept[1500];
+    snprintf(queue, sizeof queue, "%s/example.org/bad.queue", o.root);
+    struct dirent **names = NULL;
+    int count = scandir(queue, &names, NULL, alphasort);
+    CHECK(count >= 30);
+    int nth = 0;
+    victim[0] = '\0';
+    for (int i = 0; i < count; i++) {
+        if (names[i]->d_name[0] != '.' && nth++ == 9) { /* the tenth delivery */
+            snprintf(victim, sizeof victim, "%s/%s", queue, names[i]->d_name);
+            snprintf(kept, sizeof kept, "%s/rejected/%s", queue, names[i]->d_name);
+        }
+        free(names[i]);
+    }
+    free(names);
+    CHECK(victim[0] != '\0');
+    CHECK(tu_flip_bit(victim, 200, 5) == 0);
+    size_t damaged_len = 0;
+    uint8_t *damaged = tu_read_file(victim, &damaged_len);
+    CHECK(damaged != NULL);
+
+    struct mv_store_options later = o;
+    later.flags |= MV_STORE_DRAIN_LATER;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    uint32_t total = 0, moved = 0;
+    int more = 1, steps = 0, noted = 0;
+    while (more && steps < 100) {
+        CHECK_EQ_INT(mv_queue_drain(s, 4, &moved, &more), MV_OK);
+        noted |= strstr(mv_store_errmsg(s), "rejected") != NULL;
+        total += moved;
+        steps++;
+    }
+    CHECK_EQ_INT(total, 29);
+    CHECK(noted);
+    int got[40];
+    size_t n = qt_inbox_markers(s, "bad", got, sizeof got / sizeof got[0]);
+    CHECK_EQ_INT(n, 29);
+    for (size_t i = 0; i < n; i++) {
+        CHECK_EQ_INT(got[i], (int)i + (i >= 9));
+    }
+    mv_store_close(&s);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+    CHECK(!tu_file_exists(victim));
+    size_t kept_len = 0;
+    uint8_t *kept_data = tu_read_file(kept, &kept_len);
+    CHECK(kept_data != NULL && kept_len == damaged_len &&
+          memcmp(kept_data, damaged, damaged_len) == 0);
+    free(kept_data);
+    free(damaged);
 }
 
 /* mv_queue_count and mv_queue_usage count the same entries: regular files with a delivery's
@@ -1292,6 +1544,7 @@ int main(void)
     TEST(test_tampered_files_rejected);
     TEST(test_identical_bytes_twice);
     TEST(test_sigkill_during_drain);
+    TEST(test_sigkill_during_stepped_drain);
     TEST(test_missing_store);
     TEST(test_oversize);
     TEST(test_bad_addresses);
@@ -1302,6 +1555,9 @@ int main(void)
     TEST(test_refused_inside_batch);
     TEST(test_stuck_files_end_the_drain);
     TEST(test_drain_step_bounds);
+    TEST(test_read_ahead_items_bound);
+    TEST(test_read_ahead_bytes_bound);
+    TEST(test_read_ahead_damaged_file);
     TEST(test_count_and_usage_agree);
     TEST(test_drain_leaves_unlinks_to_tidy);
     TEST(test_drain_leaves_index_to_backlog);

@@ -288,6 +288,21 @@ int store_message_append_in_txn(mv_store *s,
                                 const char *keywords,
                                 int64_t internal_date,
                                 uint32_t *uid_out);
+struct store_parsed;
+/* The same with the message already parsed by the caller (store_parse_flags() with the
+ * store's limits, STORE_SPLIT_MIN, and STORE_PARSE_NO_TEXT exactly when s->fts_defer is set)
+ * and sha256 its bytes' SHA-256 (NULL: computed here); parsed NULL parses here, as
+ * store_message_append_in_txn(). The sealed queue's read-ahead parses on its own threads. */
+int store_message_append_parsed_in_txn(mv_store *s,
+                                       int64_t mailbox_id,
+                                       const void *raw,
+                                       size_t len,
+                                       const struct store_parsed *parsed,
+                                       const uint8_t *sha256,
+                                       unsigned flags,
+                                       const char *keywords,
+                                       int64_t internal_date,
+                                       uint32_t *uid_out);
 /* Whether mailbox_id already holds a message whose bytes hash to sha256 (import resume). */
 int store_message_exists(mv_store *s, int64_t mailbox_id, const uint8_t sha256[32], int *exists);
 
@@ -366,5 +381,12 @@ int store_queue_init_keys(mv_store *s);
 int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more);
 /* Frees the handle's drain position (mv_store_close). */
 void store_queue_round_free(mv_store *s);
+/* What the queue's read-ahead holds now and did (store_queue_ahead.h), all 0 without one:
+ * for tests of its bounds. */
+struct store_queue_ahead_stats;
+void store_queue_ahead_stats_of(mv_store *s, struct store_queue_ahead_stats *out);
+/* Sets the threads the next read-ahead starts (0: none, the drain's thread reads and opens
+ * each file itself, as before the read-ahead), for tests and measurements; the old value. */
+unsigned store_queue_ahead_threads_set(unsigned threads);
 
 #endif /* MV_STORE_H */

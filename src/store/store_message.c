@@ -478,18 +478,35 @@ int store_message_append_in_txn(mv_store *s,
                                 int64_t internal_date,
                                 uint32_t *uid_out)
 {
-    struct store_parsed parsed;
+    return store_message_append_parsed_in_txn(s, mailbox_id, raw, len, NULL, NULL, flags, keywords,
+                                              internal_date, uid_out);
+}
+
+int store_message_append_parsed_in_txn(mv_store *s,
+                                       int64_t mailbox_id,
+                                       const void *raw,
+                                       size_t len,
+                                       const struct store_parsed *parsed,
+                                       const uint8_t *sha256,
+                                       unsigned flags,
+                                       const char *keywords,
+                                       int64_t internal_date,
+                                       uint32_t *uid_out)
+{
+    struct store_parsed own;
     char *normal = NULL;
-    memset(&parsed, 0, sizeof parsed);
+    memset(&own, 0, sizeof own);
     int rc = store_message_check(s, raw, len, flags, keywords, &normal);
-    if (rc == MV_OK) {
-        rc = store_message_parse(s, raw, len, &parsed);
+    if (rc == MV_OK && parsed == NULL) {
+        rc = store_message_parse(s, raw, len, &own);
+        parsed = &own;
+        sha256 = NULL; /* a digest comes only with the caller's parse */
     }
     if (rc == MV_OK) {
-        rc = store_message_insert(s, mailbox_id, raw, len, NULL, &parsed, flags, normal,
+        rc = store_message_insert(s, mailbox_id, raw, len, sha256, parsed, flags, normal,
                                   internal_date, uid_out);
     }
-    store_parsed_free(&parsed);
+    store_parsed_free(&own);
     free(normal);
     return rc;
 }
