@@ -878,9 +878,11 @@ static void imap_session_input(struct conn *c)
 static void imap_poll_run(struct job *job)
 {
     struct imap_session *s = job->arg;
+    s->on_reader = job->lane == JOB_LANE_READ; /* imap_db: this thread's handle */
     if (s->idling && s->state == IMAP_SELECTED) {
         (void)imap_view_sync(s, &job->out, 1);
     }
+    s->on_reader = 0;
 }
 
 static void imap_poll_done(struct job *job)
@@ -922,8 +924,15 @@ static void imap_idle_post(struct conn *c, struct imap_session *s)
     job->conn = c;
     job->run = imap_poll_run;
     job->done = imap_poll_done;
-    job->lane = JOB_LANE_SHORT;
-    s->last_lane = JOB_LANE_SHORT;
+    /* The sync only reads, as NOOP's does: on the reader thread when the store has a reader
+     * handle (imap_command_lane, worker.c READERS). On the writer's short lane each sync
+     * after a drain step's EXISTS made the next step give way once it had run
+     * WORKER_DRAIN_MIN_MS, so a client in IDLE got its 1,200 queued messages in ~25 steps,
+     * each with its own durable commit and its own sync. */
+    job->lane = s->state == IMAP_SELECTED && s->store != NULL && s->store->reader != NULL
+                    ? JOB_LANE_READ
+                    : JOB_LANE_SHORT;
+    s->last_lane = job->lane;
     c->busy = 1;
     job_user(job, s->is_placed ? s->placed : "");
     worker_post(s->worker, job);

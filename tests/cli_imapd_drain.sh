@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.." || exit 1
 
 imapd_test_setup cli_imapd_drain 2
 
-init_users alice@example.org bob@example.org
+init_users alice@example.org bob@example.org carol@example.org
 
 start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
     --lmtp-port=0 --workers=1 --metrics-listen=127.0.0.1:0 --quota-messages=1000000
@@ -27,7 +27,8 @@ start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-
 run_client 300 "$PY" tests/imapd_drain.py --imap "$(port imap)" --lmtp "$(port lmtp)" \
     --metrics "$(port metrics)" --root "$root" \
     --user "alice@example.org:alice@example.org secret" \
-    --user2 "bob@example.org:bob@example.org secret"
+    --user2 "bob@example.org:bob@example.org secret" \
+    --user3 "carol@example.org:carol@example.org secret"
 
 stop_server_checked "$tmp/server.log"
 finish

@@ -2,11 +2,12 @@
 (imapd/worker.c "THE DRAIN"): deliveries sealed while the user was away arrive in INBOX once
 each and in arrival order after LOGIN + SELECT, announced as EXISTS, also when more arrive
 over LMTP while the drain runs; and a short command of another user on the same worker is
-answered while long commands of a first user are queued (worker.c "LANES").
+answered while long commands of a first user are queued (worker.c "LANES"); a client in IDLE
+is told of the drained mail by syncs on the worker's reader thread (worker.c "READERS").
 
 USAGE (tests/cli_imapd_drain.sh runs it; the server has one worker)
   imapd_drain.py --imap PORT --lmtp PORT --metrics PORT --user ADDRESS:PASSWORD
-                 --user2 ADDRESS:PASSWORD
+                 --user2 ADDRESS:PASSWORD --user3 ADDRESS:PASSWORD
   Prints PASS/FAIL lines and "# N passed, N failed".
 """
 import argparse
@@ -146,6 +147,54 @@ def test_drain_after_login(args):
     c.close()
 
 
+IDLE_QUEUED = 120  # sealed before the login of the IDLE test's user
+IDLE_DURING = 10   # delivered over LMTP while it waits in IDLE
+
+
+def lane_jobs(port, lane):
+    return metric(port, 'mailvaultd_worker_lane_wait_seconds_count{lane="%s"}' % lane) or 0
+
+
+def test_idle_sees_drain(args):
+    """A client that waits in IDLE (as real clients do) is told EXISTS as the queue drains
+    and as more arrives; the syncs that tell it are reads, so they run on the worker's reader
+    thread like NOOP's, not on the writer's short lane, where each one made the next drain
+    step give way after WORKER_DRAIN_MIN_MS (worker.c THE DRAIN)."""
+    user, password = args.user3.split(":", 1)
+    R.report("IDLE: %d deliveries acknowledged while the user is away" % IDLE_QUEUED,
+             lmtp_send(args.lmtp, user, range(IDLE_QUEUED)) == IDLE_QUEUED)
+    c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
+    untagged, tagged = c.command("SELECT INBOX")
+    seen = exists_of(untagged) or 0
+    short0, read0 = lane_jobs(args.metrics, "short"), lane_jobs(args.metrics, "read")
+    tag = c.tag()
+    c.sock.sendall(tag + b" IDLE\r\n")
+    first = c.read_response()[0]
+    while not first.startswith(b"+") and not first.startswith(tag + b" "):
+        m = re.match(rb"\* (\d+) EXISTS", first)  # the drain may announce some first
+        seen = int(m.group(1)) if m else seen
+        first = c.read_response()[0]
+    R.report("IDLE is accepted (%r)" % first[:40], first.startswith(b"+"))
+    total = IDLE_QUEUED + IDLE_DURING
+    acked = lmtp_send(args.lmtp, user, range(IDLE_QUEUED, total))
+    deadline = time.monotonic() + TIMEOUT
+    while seen < total and time.monotonic() < deadline:
+        m = re.match(rb"\* (\d+) EXISTS", c.read_response()[0])
+        seen = int(m.group(1)) if m else seen
+    R.report("IDLE: EXISTS reaches %d without a command (last %d; %d acknowledged during it)"
+             % (total, seen, acked), seen == total and acked == IDLE_DURING)
+    c.sock.sendall(b"DONE\r\n")
+    _, tagged = c.until(tag)
+    R.report("DONE ends the IDLE", b" OK" in tagged)
+    short, read = lane_jobs(args.metrics, "short") - short0, lane_jobs(args.metrics, "read") - read0
+    # short: the IDLE command and the LMTP deliveries to the open store; the syncs that
+    # found the new mail are reads (none on the old server: they went to the short lane)
+    R.report("the IDLE syncs ran on the reader thread (short lane +%d, read lane +%d)"
+             % (short, read), short <= 1 + IDLE_DURING and read >= 1)
+    c.command("LOGOUT")
+    c.close()
+
+
 def test_short_passes_long(args):
     """user's long commands (COPY 1:* of a mailbox of QUEUED+DURING messages) on six
     connections, queued on the one worker; then user2's NOOP: with lanes it runs after at
@@ -198,9 +247,11 @@ def main():
     ap.add_argument("--metrics", type=int, required=True)
     ap.add_argument("--user", required=True)
     ap.add_argument("--user2", required=True)
+    ap.add_argument("--user3", required=True)
     ap.add_argument("--root", required=True)
     args = ap.parse_args()
     test_drain_after_login(args)
+    test_idle_sees_drain(args)
     test_short_passes_long(args)
     return R.summary()
 
