@@ -339,6 +339,11 @@ static void metrics_render_work(struct buf *b)
                    "Stores of an older schema version migrated when they were opened.");
     buf_printf(b, "mailvaultd_stores_migrated_total %llu\n",
                (unsigned long long)metrics_read(&metrics_counters[METRIC_STORES_MIGRATED]));
+    metrics_family(b, "mailvaultd_fts_bodies_set_aside_total", "counter",
+                   "Bodies the full-text catch-up set aside because their bytes could not be "
+                   "read (damaged), as logged with their ids: counted once per store open.");
+    buf_printf(b, "mailvaultd_fts_bodies_set_aside_total %llu\n",
+               (unsigned long long)metrics_read(&metrics_counters[METRIC_FTS_SET_ASIDE]));
     metrics_family(b, "mailvaultd_stores_migrating", "gauge",
                    "Open stores whose migration left work that runs between commands (the "
                    "full-text index rebuilt from schema version 8): searches are correct "

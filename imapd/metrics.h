@@ -21,6 +21,7 @@ enum metric_counter {
     METRIC_LOGINS_OK,
     METRIC_LOGINS_FAILED,
     METRIC_STORES_MIGRATED, /* stores an open migrated to the current schema version */
+    METRIC_FTS_SET_ASIDE,   /* bodies the full-text catch-up set aside, logged (worker.c) */
     METRIC_COUNTER_COUNT
 };
 enum metric_gauge {

@@ -425,6 +425,7 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     OPENSSL_cleanse(s->verifier, sizeof s->verifier);
     worker_unplace(s->address); /* the store's hold (PLACEMENT) */
     s->fts_backlog = 0;
+    s->fts_aside_logged = 0;
     s->purge_gave_way = 0;
     /* what a body cost is the store's own: another user's bodies may be far larger, and a
      * first batch sized and timed by them would not give way when it should */
@@ -1165,6 +1166,28 @@ static int worker_purge_batch(
     return rc;
 }
 
+/* Logs, each with its id, the bodies the catch-up set aside as damaged (their bytes could
+ * not be read; mv_store_index_backlog) since the last it logged, and counts them in the
+ * metrics: they have no full-text row until mailvault repair gives them one. */
+static void worker_index_aside_log(struct open_store *s)
+{
+    int64_t ids[16];
+    uint32_t count = 0;
+    do {
+        if (mv_store_index_set_aside(s->store, s->fts_aside_logged, ids, 16, &count) != MV_OK) {
+            return;
+        }
+        for (uint32_t i = 0; i < count; i++) {
+            log_warning("store %s: body %lld set aside by the full-text catch-up, its bytes "
+                        "unreadable: searches do not find its messages (mailvault check "
+                        "names it; repair once restored)",
+                        s->address, (long long)ids[i]);
+            metrics_count(METRIC_FTS_SET_ASIDE);
+            s->fts_aside_logged = ids[i];
+        }
+    } while (count == 16);
+}
+
 /* One batch of the full-text rows the drain's steps left (THE DRAIN), once the drain is
  * over. *backlog: the bodies still waiting. */
 static int worker_index_batch(struct open_store *s, uint64_t *backlog)
@@ -1172,6 +1195,7 @@ static int worker_index_batch(struct open_store *s, uint64_t *backlog)
     int rc = mv_store_index_backlog(s->store, WORKER_INDEX_BATCH, backlog);
     if (rc == MV_OK) {
         s->fts_backlog = *backlog; /* what the lane of a SEARCH TEXT counts (imap_lane.c) */
+        worker_index_aside_log(s);
     }
     if (rc != MV_OK) { /* tried again after the next job */
         log_warning("store %s: building full-text rows: %s: %s", s->address, mv_strerror(rc),

@@ -102,6 +102,9 @@ struct open_store {
      * SEARCH TEXT/BODY key parses again: written by the worker thread (worker.c), read by
      * the loop for the command's lane (imap_lane.c). */
     _Atomic uint64_t fts_backlog;
+    /* The highest id of a body the full-text catch-up set aside (damaged) that the worker
+     * has logged (worker.c THE DRAIN); 0 after the open: it logs them once per open. */
+    int64_t fts_aside_logged;
     /* No step before the worker has run this many jobs (the login's and the next, its
      * client's next command) or before drain_after_ms (monotonic), whichever comes first;
      * no purge batch either (worker.c LOGIN FIRST). */

@@ -793,11 +793,24 @@ MV_API void mv_store_purge_give_way(mv_store *store, int (*give_way)(void *arg),
  * test, so a server may call it between commands (mailvaultd: after a job, once the drain
  * is over, while no other job waits). *left_out (may be NULL) gets the bodies still
  * waiting, counted up to 1,000 (a longer backlog reports 1,000: each call costs what its
- * batch does, not the backlog's length). Returns MV_OK, MV_EINVAL (NULL or read-only handle),
- * MV_EBUSY, MV_EIO, MV_ENOMEM; on an error nothing of that transaction is kept and the backlog is
- * as it was. */
+ * batch does, not the backlog's length). A body whose stored bytes cannot be read or parsed
+ * (a damaged page, bytes that do not decompress or do not match their SHA-256) is set aside
+ * rather than failing every call again: it leaves the backlog without a row, the rest is
+ * indexed, its bytes are not changed, searches no longer read it (they do not fail on it
+ * either), mv_store_check() reports it with the reason and mv_store_index_set_aside() lists
+ * it. Returns MV_OK, MV_EINVAL (NULL or read-only handle), MV_EBUSY, MV_EIO, MV_ENOMEM; on an
+ * error nothing of that transaction is kept and the backlog is as it was. */
 MV_API MV_MUST_CHECK int
 mv_store_index_backlog(mv_store *store, uint32_t max_bodies, uint64_t *left_out);
+
+/* The ids above after_id (0: from the first), ascending, of up to max bodies that
+ * mv_store_index_backlog() set aside as damaged, into ids; *count_out gets how many. For a
+ * server's log (after_id: the last it logged). mv_store_repair() drops a body from the list
+ * once it gives it its full-text row (its bytes read again) or the body is gone. Read-only
+ * handles too. Returns MV_OK, MV_EINVAL (NULL store or count_out, ids NULL with max > 0),
+ * MV_EBUSY, MV_EIO, MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_store_index_set_aside(
+    mv_store *store, int64_t after_id, int64_t *ids, uint32_t max, uint32_t *count_out);
 
 /* *count_out gets the bodies in the full-text backlog (mv_store_index_backlog): what each
  * full-text criterion of a search parses again until their rows are built (a server sizes

@@ -83,6 +83,7 @@ FAMILIES = {
     "mailvaultd_open_stores": "gauge",
     "mailvaultd_stores_migrated": "counter",
     "mailvaultd_stores_migrating": "gauge",
+    "mailvaultd_fts_bodies_set_aside": "counter",
     "mailvaultd_worker_queue_length": "gauge",
     "mailvaultd_queue_depth": "gauge",
     "mailvaultd_start_time_seconds": "gauge",

@@ -144,6 +144,15 @@ static int ops_repair_run(mv_store *s, struct mv_repair_report *out)
     if (rc == MV_OK) {
         rc = store_exec(s, "INSERT INTO fts(fts) VALUES('rebuild')");
     }
+    /* a body the full-text catch-up set aside (store_fts_backlog.c) that has its row now,
+     * or is gone, is no longer set aside */
+    if (rc == MV_OK) {
+        rc = store_exec(s, "DELETE FROM meta WHERE key > '" STORE_FTS_ASIDE_KEY
+                           "' AND key < '" STORE_FTS_ASIDE_END
+                           "' AND (CAST(substr(key, 11) AS INTEGER) NOT IN (SELECT id FROM "
+                           "bodies) OR CAST(substr(key, 11) AS INTEGER) IN (SELECT rowid FROM "
+                           "fts))");
+    }
     int64_t rows = 0;
     if (rc == MV_OK) {
         rc = ops_query_int(s, "SELECT count(*) FROM fts", &rows);

@@ -339,6 +339,14 @@ int store_purge_unref(mv_store *s, uint32_t max, uint64_t *applied);
  * every such key sorts between the prefix and STORE_FTS_BACKLOG_END. */
 #define STORE_FTS_BACKLOG_KEY "fts_backlog:"
 #define STORE_FTS_BACKLOG_END "fts_backlog;"
+/* Bodies the catch-up set aside, damaged (store_fts_backlog.c): STORE_FTS_ASIDE_KEY + the
+ * body id in 20 digits, the value why; every such key sorts before STORE_FTS_ASIDE_END. */
+#define STORE_FTS_ASIDE_KEY "fts_aside:"
+#define STORE_FTS_ASIDE_END "fts_aside;"
+/* The bodies set aside as an SQL subquery (columns id, why). */
+#define STORE_FTS_ASIDE_ROWS                                                                       \
+    "(SELECT CAST(substr(key, 11) AS INTEGER) AS id, value AS why FROM meta WHERE key > "          \
+    "'" STORE_FTS_ASIDE_KEY "' AND key < '" STORE_FTS_ASIDE_END "')"
 /* The backlog's body ids as an SQL subquery (column id). */
 #define STORE_FTS_BACKLOG_IDS                                                                      \
     "(SELECT CAST(substr(key, 13) AS INTEGER) AS id FROM meta WHERE key > '" STORE_FTS_BACKLOG_KEY \

@@ -31,6 +31,19 @@
  *   queued for the COMMIT (store_body_index); then their backlog rows are deleted. A body
  *   expunged and purged meanwhile, or indexed by a repair, only loses its backlog row. A
  *   crash before the COMMIT loses nothing: the rows and the backlog are as before.
+ *
+ * A DAMAGED BODY (SET ASIDE)
+ *   A body whose stored bytes cannot be read or parsed (a page that fails authentication,
+ *   bytes that do not decompress or do not match the SHA-256) would fail every catch-up
+ *   again, and nothing behind it would ever be indexed. The catch-up sets it aside instead:
+ *   its backlog key becomes STORE_FTS_ASIDE_KEY + the id, whose value is why (the error), in
+ *   the batch's transaction, and the batch goes on. Only the body's own errors set it aside;
+ *   those of the moment (memory, disk, lock) fail the call as before, to be tried again. A
+ *   set-aside body has no full-text row and no search reads it (it cannot be read);
+ *   mailvault check reports it with its reason; mailvault repair indexes it once its bytes
+ *   read again (a restored page) and drops the keys of bodies indexed or gone. A mv_body_text
+ *   read of a damaged backlog body gives no text (no match) rather than failing the search,
+ *   for the time before the catch-up reaches it. Its bytes are never changed here.
  */
 #include "store/store_blob.h"
 #include "store/store_message.h"
@@ -126,8 +139,38 @@ static int store_fts_backlog_needs_row(mv_store *s, int64_t body_id, int *need)
     return step == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "reading the full-text backlog");
 }
 
-/* One catch-up transaction over ids (count of them, ascending). */
-static int store_fts_backlog_build(mv_store *s, const int64_t *ids, uint32_t count)
+/* 1 if rc, a failure to read or parse a stored body, says the body itself is damaged (its
+ * bytes, a page of it): then trying again cannot help. Memory, disk, lock and a released
+ * store are the moment's. */
+static int store_fts_backlog_damaged(int rc)
+{
+    return rc != MV_OK && rc != MV_ENOMEM && rc != MV_EIO && rc != MV_EBUSY && rc != MV_ENOSPC &&
+           rc != MV_EMOVED;
+}
+
+/* Sets body_id aside (A DAMAGED BODY above) in the open write transaction: its aside key,
+ * why as the value; its backlog key is deleted with the batch's. */
+static int store_fts_backlog_set_aside(mv_store *s, int64_t body_id, const char *why)
+{
+    char key[64];
+    snprintf(key, sizeof key, STORE_FTS_ASIDE_KEY "%020lld", (long long)body_id);
+    sqlite3_stmt *st = store_stmt(s, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "setting a damaged body aside");
+    }
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, why, -1, SQLITE_TRANSIENT);
+    int step = sqlite3_step(st);
+    sqlite3_reset(st);
+    return step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "setting a damaged body aside");
+}
+
+/* One catch-up transaction over ids (count of them, ascending). A damaged body is set aside;
+ * if its failure also ended the transaction (SQLite rolls one back
+ * after an I/O error such as a page that fails authentication), *lost gets its id and
+ * MV_ECORRUPT returns: the caller sets it aside in a transaction of its own and runs the
+ * batch again. */
+static int store_fts_backlog_build(mv_store *s, const int64_t *ids, uint32_t count, int64_t *lost)
 {
     int rc = MV_OK;
     for (uint32_t i = 0; rc == MV_OK && i < count; i++) {
@@ -142,6 +185,14 @@ static int store_fts_backlog_build(mv_store *s, const int64_t *ids, uint32_t cou
         if (rc == MV_OK) {
             rc = store_body_index(s, ids[i], &parsed); /* inserted at the COMMIT */
             store_parsed_free(&parsed);
+        } else if (store_fts_backlog_damaged(rc)) {
+            if (sqlite3_get_autocommit(s->db)) {
+                *lost = ids[i];
+                return MV_ECORRUPT;
+            }
+            char why[sizeof s->errmsg];
+            snprintf(why, sizeof why, "%s", mv_store_errmsg(s));
+            rc = store_fts_backlog_set_aside(s, ids[i], why);
         }
     }
     char first[64], last[64];
@@ -158,6 +209,35 @@ static int store_fts_backlog_build(mv_store *s, const int64_t *ids, uint32_t cou
         int step = sqlite3_step(st);
         sqlite3_reset(st);
         rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "clearing the full-text backlog");
+    }
+    return rc;
+}
+
+/* Sets body_id aside in a transaction of its own, why its error (a failure that had ended
+ * the batch's transaction). */
+static int store_fts_backlog_set_aside_alone(mv_store *s, int64_t body_id, const char *why)
+{
+    char key[64];
+    store_fts_backlog_key(key, sizeof key, body_id);
+    int rc = store_begin(s);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    rc = store_fts_backlog_set_aside(s, body_id, why);
+    sqlite3_stmt *st = rc == MV_OK ? store_stmt(s, "DELETE FROM meta WHERE key = ?") : NULL;
+    if (rc == MV_OK && st == NULL) {
+        rc = store_fail_sqlite(s, "setting a damaged body aside");
+    }
+    if (st != NULL) {
+        sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
+        int step = sqlite3_step(st);
+        sqlite3_reset(st);
+        rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "setting a damaged body aside");
+    }
+    if (rc == MV_OK) {
+        rc = store_commit(s);
+    } else {
+        store_rollback(s);
     }
     return rc;
 }
@@ -222,13 +302,14 @@ int mv_store_index_backlog(mv_store *s, uint32_t max_bodies, uint64_t *left_out)
     uint64_t left = (uint64_t)any;
     while (rc == MV_OK && left > 0) {
         uint32_t count = 0;
+        int64_t lost = 0;
         rc = store_begin(s);
         if (rc != MV_OK) {
             break;
         }
         rc = store_fts_backlog_ids(s, ids, batch, &count);
         if (rc == MV_OK && count > 0) {
-            rc = store_fts_backlog_build(s, ids, count);
+            rc = store_fts_backlog_build(s, ids, count, &lost);
         }
         if (rc == MV_OK) {
             rc = store_fts_backlog_left(s, &left);
@@ -237,6 +318,15 @@ int mv_store_index_backlog(mv_store *s, uint32_t max_bodies, uint64_t *left_out)
             rc = store_commit(s);
         } else {
             store_rollback(s);
+        }
+        if (rc != MV_OK && lost != 0) {
+            /* its failure ended the transaction: set it aside alone, then the batch again
+             * without it (each time one body fewer, so this ends) */
+            char why[sizeof s->errmsg];
+            snprintf(why, sizeof why, "%s", mv_store_errmsg(s));
+            rc = store_fts_backlog_set_aside_alone(s, lost, why);
+            left = 1;
+            continue;
         }
         if (max_bodies != 0 || count == 0) {
             break;
@@ -250,6 +340,38 @@ int mv_store_index_backlog(mv_store *s, uint32_t max_bodies, uint64_t *left_out)
         *left_out = left;
     }
     return rc;
+}
+
+int mv_store_index_set_aside(
+    mv_store *s, int64_t after_id, int64_t *ids, uint32_t max, uint32_t *count_out)
+{
+    if (count_out != NULL) {
+        *count_out = 0;
+    }
+    if (s == NULL || count_out == NULL || (ids == NULL && max > 0)) {
+        return s != NULL ? store_fail(s, MV_EINVAL, "mv_store_index_set_aside: no output")
+                         : MV_EINVAL;
+    }
+    store_enter(s);
+    char after[64];
+    snprintf(after, sizeof after, STORE_FTS_ASIDE_KEY "%020lld",
+             (long long)(after_id > 0 ? after_id : 0));
+    sqlite3_stmt *st =
+        store_stmt(s, "SELECT CAST(substr(key, 11) AS INTEGER) FROM meta WHERE "
+                      "key > ? AND key < '" STORE_FTS_ASIDE_END "' ORDER BY key LIMIT ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading the bodies set aside");
+    }
+    sqlite3_bind_text(st, 1, after, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, max);
+    int step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW && *count_out < max) {
+        ids[(*count_out)++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_reset(st);
+    return step == SQLITE_ROW || step == SQLITE_DONE
+               ? MV_OK
+               : store_fail_sqlite(s, "reading the bodies set aside");
 }
 
 /* ---- mv_body_text(body_id, column) ---------------------------------------------------- */
@@ -331,6 +453,10 @@ static void store_fts_backlog_text_fn(sqlite3_context *ctx, int argc, sqlite3_va
         int rc = store_fts_backlog_text_load(t, id);
         if (rc == MV_ENOMEM) {
             sqlite3_result_error_nomem(ctx);
+            return;
+        }
+        if (store_fts_backlog_damaged(rc)) {
+            sqlite3_result_null(ctx); /* no text: a damaged body matches nothing (above) */
             return;
         }
         if (rc != MV_OK) {
