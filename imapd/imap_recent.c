@@ -20,10 +20,11 @@
  * first to hear of a message ("SHOULD be considered recent"). The claim is owed, not
  * dropped (view.recent_owed): the session makes it at its next sync (any command, an IDLE
  * poll), before its view is replaced, or at its end, whichever first finds the lock free
- * (imap_view_recent_settle). Dropping it (as a build before this one did) broke the rule for
- * good: the messages stayed unclaimed, so the next session to SELECT the mailbox, maybe days
- * later, saw them as recent too. Only a session that syncs while the claim is still owed
- * (the writer's transaction and the owing session's next command) can see them as recent
+ * (imap_view_recent_settle); an end on the reader that finds it taken goes on on the writer,
+ * which waits for the lock (imap_session.c imap_end_run). Dropping it (as a build before this one
+ * did) broke the rule for good: the messages stayed unclaimed, so the next session to SELECT the
+ * mailbox, maybe days later, saw them as recent too. Only a session that syncs while the claim is
+ * still owed (the writer's transaction and the owing session's next command) can see them as recent
  * as well, which is the case the RFC's SHOULD covers. The writer thread's commands (SELECT,
  * STORE, APPEND ...) claim as before.
  */

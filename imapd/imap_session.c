@@ -955,13 +955,23 @@ static void imap_session_start(struct conn *c)
     conn_write_str(c, line);
 }
 
+/* The session's end on its worker: the \Recent claim its view still owes (imap_recent.c),
+ * then the view and the store. On the reader thread the claim does not wait for the lock; if
+ * the writer holds it, the end goes on on the writer (imap_end_done posts it again there,
+ * end_on_writer), which waits: dropped, the claim left messages this session had shown as
+ * \Recent unclaimed, and the next session to select saw them as recent too (RFC 3501 2.3.2:
+ * recent in one session). */
 static void imap_end_run(struct job *job)
 {
     struct imap_session *s = job->arg;
-    if (s->store != NULL) { /* the \Recent claim the view still owes (imap_recent.c) */
+    if (s->store != NULL) {
         s->on_reader = job->lane == JOB_LANE_READ; /* imap_db: this thread's handle */
         imap_view_recent_settle(s);
         s->on_reader = 0;
+        if (job->lane == JOB_LANE_READ && s->view.recent_owed != 0) {
+            s->end_on_writer = 1; /* the store stays held for that job */
+            return;
+        }
     }
     imap_view_free(&s->view);
     if (s->store != NULL) {
@@ -977,6 +987,13 @@ static void imap_end_run(struct job *job)
 static void imap_end_done(struct job *job)
 {
     struct imap_session *s = job->arg;
+    if (s->end_on_writer) { /* the claim the reader could not make (imap_end_run) */
+        s->end_on_writer = 0;
+        job->lane = JOB_LANE_SHORT;
+        s->last_lane = JOB_LANE_SHORT;
+        worker_post(job->worker, job);
+        return;
+    }
     if (s->is_placed) { /* its store's hold, if open, keeps the user there (PLACEMENT) */
         worker_unplace(s->placed);
     }

@@ -70,6 +70,7 @@
 #include "../imapd/config.h"
 #include "../imapd/imap_session.h"
 #include "../imapd/metrics.h"
+#include "../imapd/protocols.h"
 #include "../imapd/worker.h"
 
 #include <poll.h>
@@ -606,6 +607,112 @@ static void test_reader_recent_does_not_wait(void)
     imap_view_cache_free(&os.view_cache);
     mv_store_close(&t);
     mv_store_close(&s);
+}
+
+/* ---- a session that ends on the reader while the writer holds the lock ---- */
+/* Its view showed a message as \Recent without the claim (the lock was taken: owed); its end
+ * job ran on the reader (the lane of its last command) and could not make the claim either.
+ * The old end dropped it: the message stayed unclaimed, so the next session to select saw it
+ * as recent too. Now the end goes on on the writer, which waits for the lock: once free, the
+ * claim is made (polled), and the store is released there. */
+static const char *wt_rwho = "recentend@example.org";
+static struct imap_session *wt_rsess;
+static int wt_rend_rc = -1, wt_rsync_rc = -1, wt_rsync_recent = 0;
+static uint32_t wt_rsync_owed;
+
+static void wt_rend_open(struct job *job)
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    wt_rend_rc =
+        worker_store_acquire(job->worker, wt_rwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (wt_rend_rc != MV_OK) {
+        fprintf(stderr, "  open: %s\n", err);
+        return;
+    }
+    wt_rsess->store = os; /* the session's hold, released by its end */
+    wt_rend_rc = imap_view_load(wt_rsess, "INBOX", 0);
+}
+
+static void wt_rend_sync(struct job *job)
+{
+    (void)job;
+    struct buf out = {0};
+    wt_rsess->on_reader = 1;
+    wt_rsync_rc = imap_view_sync(wt_rsess, &out, 1);
+    wt_rsess->on_reader = 0;
+    wt_rsync_recent = out.data != NULL && strstr(out.data, "* 1 RECENT\r\n") != NULL;
+    wt_rsync_owed = wt_rsess->view.recent_owed;
+    buf_free(&out);
+}
+
+static void test_end_on_reader_keeps_recent_claim(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_rwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    mv_store *h = NULL; /* another connection: the writer of another process, say */
+    CHECK_EQ_INT(mv_store_open(wt_rwho, WT_PW, strlen(WT_PW), &o, &h, err, sizeof err), MV_OK);
+    wt_rsess = calloc(1, sizeof *wt_rsess);
+    if (h == NULL || wt_rsess == NULL) {
+        mv_store_close(&h);
+        free(wt_rsess);
+        return;
+    }
+    struct worker *w = worker_place(wt_rwho); /* the session's hold, ended by its end */
+    wt_rsess->worker = w;
+    wt_rsess->state = IMAP_SELECTED;
+    wt_rsess->is_placed = 1;
+    snprintf(wt_rsess->placed, sizeof wt_rsess->placed, "%s", wt_rwho);
+    wt_user = wt_rwho;
+    wt_done = 0;
+    wt_post(w, 1, JOB_LANE_SHORT, wt_rend_open); /* LOGIN + SELECT: nothing recent yet */
+    wt_collect_until(wt_efd, 1);
+    CHECK_EQ_INT(wt_done, 1);
+    CHECK_EQ_INT(wt_rend_rc, MV_OK);
+
+    /* a message arrives; the lock is held while the session's NOOP runs on the reader */
+    CHECK_EQ_INT(wt_append(h, 1), MV_OK);
+    CHECK_EQ_INT(sqlite3_exec(mv_store_db(h), "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    wt_post(w, 2, JOB_LANE_READ, wt_rend_sync);
+    wt_collect_until(wt_efd, 2);
+    CHECK_EQ_INT(wt_done, 2);
+    CHECK_EQ_INT(wt_rsync_rc, MV_OK);
+    CHECK(wt_rsync_recent);   /* shown as recent ... */
+    CHECK(wt_rsync_owed > 0); /* ... its claim owed */
+
+    /* the connection closes, the lock still held: the end job on the reader, then a marker
+     * behind it in that lane */
+    static struct conn c;
+    memset(&c, 0, sizeof c);
+    c.session = wt_rsess;
+    wt_rsess->last_lane = JOB_LANE_READ;
+    imap_conn_proto.end(&c);
+    wt_post(w, 3, JOB_LANE_READ, wt_record);
+    wt_collect_until(wt_efd, 3);
+    CHECK_EQ_INT(wt_done, 3);
+    uint32_t first = 0, unclaimed = 99;
+    CHECK_EQ_INT(mv_mailbox_recent(h, "INBOX", &first, &unclaimed), MV_OK);
+    CHECK_EQ_INT(unclaimed, 1); /* not yet: the lock is still held */
+    CHECK_EQ_INT(sqlite3_exec(mv_store_db(h), "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+
+    /* the lock free: the end claims it (the old end had dropped the claim: 1 for good) */
+    for (int i = 0; i < 300 && unclaimed != 0; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+        CHECK_EQ_INT(mv_mailbox_recent(h, "INBOX", &first, &unclaimed), MV_OK);
+    }
+    CHECK_EQ_INT(unclaimed, 0);               /* a later session's SELECT: not recent */
+    wt_post(w, 4, JOB_LANE_SHORT, wt_record); /* after the end on the writer */
+    wt_collect_until(wt_efd, 4);
+    CHECK_EQ_INT(wt_done, 4);
+    wt_user = "";
+    wt_rsess = NULL; /* freed by its end */
+    mv_store_close(&h);
 }
 
 /* ---- a purge that gives way does not leave the give-way on the store ---- */
@@ -1827,6 +1934,7 @@ int main(void)
     TEST(test_purge_gives_way_early);
     TEST(test_login_does_not_drain);
     TEST(test_reader_recent_does_not_wait);
+    TEST(test_end_on_reader_keeps_recent_claim);
     TEST(test_purge_give_way_is_its_own);
     TEST(test_placement_least_loaded);
     TEST(test_drain_before_purge);
