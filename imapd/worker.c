@@ -265,6 +265,11 @@ struct worker {
      * after a job is due (0: none put off); the long turn's, as background_ms */
     int64_t background_ran_ms;
     int64_t between_due_ms;
+    /* A checkpoint between jobs under way: its connection and user, so that a job posted
+     * meanwhile interrupts it (worker_checkpoint); under the lock, NULL: none */
+    sqlite3 *ckpt_db;
+    uint64_t ckpt_user;
+    int ckpt_interrupted;
 };
 
 static struct worker *workers;
@@ -1000,15 +1005,49 @@ uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us)
  * for a small message, so ~10 ms is about the longest a job that arrives meanwhile waits. */
 #define WORKER_INDEX_BATCH 32
 
+typedef void (*worker_hook_fn)(struct worker *w, const char *address);
+static _Atomic worker_hook_fn worker_checkpoint_hook; /* tests */
+
+void worker_checkpoint_hook_set(void (*fn)(struct worker *w, const char *address))
+{
+    atomic_store(&worker_checkpoint_hook, fn);
+}
+
 /* The checkpoint the store's commits left due (mv_store_checkpoint_defer), if no job waits:
- * a PASSIVE one, which never waits for a lock; what a reader holds stays due. */
+ * a PASSIVE one, which never waits for a lock; what a reader holds stays due. A job posted
+ * while it runs interrupts it (worker_post: sqlite3_interrupt, which SQLite's checkpoint
+ * looks at between frames; the frames copied so far are copied again by the next one, the
+ * checkpoint stays due): it copies ~1,000 frames and syncs, and a STORE that came during one
+ * waited 3-100 ms for it on a loaded disk (issue 13), the longest waits left after QUIET. */
 static void worker_checkpoint(struct worker *w, struct open_store *s)
 {
     if (s->store == NULL || !mv_store_checkpoint_due(s->store) || worker_job_waiting(w)) {
         return;
     }
+    /* A connection that an I/O error left to be replaced is replaced here (any call that
+     * begins a transaction does it), not inside the checkpoint: a poster may interrupt the
+     * connection taken below until the checkpoint has returned, so it must not be closed. */
+    if (mv_store_read_begin(s->store) != MV_OK) {
+        return; /* the next job reports what is wrong */
+    }
+    mv_store_read_end(s->store);
+    pthread_mutex_lock(&w->lock);
+    w->ckpt_db = mv_store_db(s->store);
+    w->ckpt_user = s->user;
+    w->ckpt_interrupted = 0;
+    pthread_mutex_unlock(&w->lock);
+    worker_hook_fn hook = atomic_load(&worker_checkpoint_hook);
+    if (hook != NULL) {
+        hook(w, s->address);
+    }
     int rc = mv_store_checkpoint(s->store, NULL, NULL);
-    if (rc != MV_OK) {
+    pthread_mutex_lock(&w->lock);
+    w->ckpt_db = NULL; /* no interrupt from here on: the connection is the store's again */
+    int interrupted = w->ckpt_interrupted;
+    pthread_mutex_unlock(&w->lock);
+    if (rc != MV_OK && interrupted) {
+        log_msg(LOG_LEVEL_DEBUG, "store checkpoint %s: gave way to a job", s->address);
+    } else if (rc != MV_OK) {
         log_msg(rc == MV_EBUSY ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, "store checkpoint %s: %s",
                 s->address, mv_store_errmsg(s->store));
     }
@@ -1963,6 +2002,13 @@ void worker_post(struct worker *w, struct job *job)
     w->tail[lane] = job;
     if (lane != JOB_LANE_READ) {
         atomic_fetch_add(&w->writer_jobs, 1);
+        /* a checkpoint between jobs gives way to a job that waits for it (worker_checkpoint):
+         * its user's, a long one (the checkpoint has the long turn) or any with no writer free */
+        if (w->ckpt_db != NULL &&
+            (job->user == w->ckpt_user || lane == JOB_LANE_LONG || w->writers_idle == 0)) {
+            sqlite3_interrupt(w->ckpt_db);
+            w->ckpt_interrupted = 1;
+        }
     }
     metrics_worker_queue(w->index, +1);
     metrics_lane_queue(lane, +1);

@@ -58,6 +58,8 @@
  *     batch of 64 long messages holds the write lock runs before it (every body still
  *     there), and the next batch purges them (the old batch gave way only in its first half
  *     and ran to its end: 0 left when the job ran).
+ *   - A checkpoint between jobs gives way to a job that comes (worker_checkpoint): a job posted
+ *     as it starts finds it still due (the old worker ran it to its end first).
  *   - A session's next command before the purge (worker.c QUIET): with the quiet lengthened, a
  *     job that came while the purge ran and the job after it 2 s later find the same bodies
  *     (the old worker purged right after the first: 392 then 377 in a run); with the quiet
@@ -76,6 +78,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1039,6 +1042,7 @@ static void test_slot_forgets_purge_costs(void)
  * job, once none waits. */
 static const char *wt_cwho = "checkpoint@example.org";
 static int wt_big_rc = -1, wt_due_after_job = -1, wt_due_now = -1, wt_reader_due = -1;
+static unsigned wt_fill_round; /* other bytes each time: an append of the same bytes adds no body */
 
 static void wt_checkpoint_fill(struct job *job)
 {
@@ -1054,8 +1058,8 @@ static void wt_checkpoint_fill(struct job *job)
     for (int i = 0; i < 80 && wt_big_rc == MV_OK; i++) { /* ~16 frames each, ~1,300 in all */
         int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: big-%d\r\n\r\n", i);
         for (int k = 0; n < (int)sizeof msg - 32; k++) {
-            n += snprintf(msg + n, sizeof msg - (size_t)n, "%08x%d\r\n", (unsigned)k * 2654435761u,
-                          i);
+            n += snprintf(msg + n, sizeof msg - (size_t)n, "%08x%d\r\n",
+                          (unsigned)k * 2654435761u + wt_fill_round, i);
         }
         wt_big_rc =
             mv_message_append(os->store, "INBOX", msg, (size_t)n, 0, NULL, 1700000000, NULL);
@@ -1094,6 +1098,57 @@ static void test_checkpoint_between_jobs(void)
     CHECK_EQ_INT(wt_due_after_job, 1); /* no commit of the job checkpointed */
     CHECK_EQ_INT(wt_reader_due, 1);    /* nor the reader's (it had SQLite's autocheckpoint) */
     /* after a job the worker checkpoints (the job that looks may come before it does: poll) */
+    for (int i = 0; i < 300 && wt_due_now != 0; i++) {
+        wt_done = 0;
+        wt_post(w, 2, JOB_LANE_LONG, wt_checkpoint_look);
+        wt_collect_one();
+        if (wt_due_now != 0) {
+            struct pollfd none = {.fd = -1};
+            (void)poll(&none, 0, 100);
+        }
+    }
+    CHECK_EQ_INT(wt_due_now, 0);
+    worker_unplace(wt_cwho);
+}
+
+/* A job that comes while a checkpoint between jobs runs interrupts it (worker.c
+ * worker_checkpoint: it copies ~1,000 frames and syncs, and a STORE waited 3-100 ms for one
+ * on a loaded disk). The test's hook posts a job right as the checkpoint starts: that job finds
+ * the checkpoint still due (the old worker ran it to its end first: due 0), and a later
+ * checkpoint does it (polled with a deadline). */
+static _Atomic int wt_hook_posts;
+
+static void wt_checkpoint_hook(struct worker *w, const char *address)
+{
+    if (strcmp(address, wt_cwho) == 0 && atomic_exchange(&wt_hook_posts, 0) == 1) {
+        wt_post(w, 3, JOB_LANE_SHORT, wt_checkpoint_look);
+    }
+}
+
+static void test_checkpoint_gives_way(void)
+{
+    struct worker *w = worker_place(wt_cwho); /* the store of test_checkpoint_between_jobs */
+    wt_user = wt_cwho;
+    wt_done = 0;
+    wt_due_now = -1;
+    wt_fill_round = 1;
+    worker_checkpoint_hook_set(wt_checkpoint_hook);
+    atomic_store(&wt_hook_posts, 1);
+    wt_post(w, 1, JOB_LANE_LONG, wt_checkpoint_fill); /* due again after it */
+    for (int i = 0; i < 300 && wt_done < 2; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+    }
+    worker_checkpoint_hook_set(NULL);
+    CHECK_EQ_INT(wt_done, 2);
+    CHECK_EQ_INT(wt_big_rc, MV_OK);
+    CHECK_EQ_INT(wt_due_after_job, 1);
+    if (wt_due_now != 1) {
+        fprintf(stderr, "  the job that came as the checkpoint began found it done\n");
+    }
+    CHECK_EQ_INT(wt_due_now, 1); /* it gave way to the job */
     for (int i = 0; i < 300 && wt_due_now != 0; i++) {
         wt_done = 0;
         wt_post(w, 2, JOB_LANE_LONG, wt_checkpoint_look);
@@ -1940,6 +1995,7 @@ int main(void)
     TEST(test_drain_before_purge);
     TEST(test_slot_forgets_purge_costs);
     TEST(test_checkpoint_between_jobs);
+    TEST(test_checkpoint_gives_way);
     TEST(test_migration_does_not_starve_drain);
     TEST(test_purge_not_starved_by_idle_store);
     TEST(test_purge_overrun_gives_way);
