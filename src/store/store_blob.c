@@ -12,13 +12,14 @@
  * attachment_id) says where each cut part goes back: position is its byte offset in the
  * reassembled message.
  *
- * Each stored BLOB is zstd level 3 (compression = 1) when that saves enough, else the bytes
- * as they are (compression = 0): a skeleton when it saves at least 10 %, an attachment only
- * when it saves at least a third (STORE_BLOB_SAVE_DIV_*). Most attachments are base64 of
- * already-compressed files (images, PDF, archives), which zstd brings down to ~76 % by
- * undoing base64's 4-for-3 and no further; unpacking that on every read cost more than
- * reading the third more pages (issue 13: zstd was ~35 % of mailvaultd's CPU for a FETCH of
- * 50 random whole messages; docs/BENCHMARKS.md, "Attachments stored as they are").
+ * Each stored BLOB is zstd at its fast level -1 (compression = 1; STORE_BLOB_ZSTD_LEVEL says
+ * why) when that saves enough, else the bytes as they are (compression = 0): a skeleton when
+ * it saves at least 10 %, an attachment only when it saves at least a third
+ * (STORE_BLOB_SAVE_DIV_*). Most attachments are base64 of already-compressed files (images,
+ * PDF, archives), which zstd brings down to ~76 % by undoing base64's 4-for-3 and no
+ * further; unpacking that on every read cost more than reading the third more pages (issue
+ * 13: zstd was ~35 % of mailvaultd's CPU for a FETCH of 50 random whole messages;
+ * docs/BENCHMARKS.md, "Attachments stored as they are").
  *
  * IMPLEMENTATION NOTES
  *   Reassembly uses one buffer of the message's size and no other: the skeleton is first
@@ -51,7 +52,17 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
-#define STORE_BLOB_ZSTD_LEVEL   3
+/* zstd's fast level -1, which leaves the literals uncompressed: unpacking a small level-3
+ * frame is mostly the building of its Huffman and FSE tables, a fixed ~3.5 us a frame here.
+ * Per frame of the 10k bench corpus' first bytes, level 3 against -1 in one run: 1 KB 3.7 /
+ * 0.5 us, 3 KB 6.0 / 2.3, 8 KB 11.8 / 5.3; 58 KB 217 / 61 in another (a loaded machine).
+ * Every whole-message read unpacks a skeleton's one or two frames and each compressed
+ * attachment, a header listing the header's frame (issue 13: zstd was ~21% of mailvaultd's
+ * CPU for a FETCH of 50 random whole messages). The price: compressed bytes ~1.4x those of
+ * level 3 (the bench corpus' store +3.7%: its 10,000 skeletons 15.5 -> 22.1 MB, 3,440 text
+ * attachments 22.3 -> 32.0 MB). A frame of any level reads the same: what was stored before
+ * keeps its level-3 frames. */
+#define STORE_BLOB_ZSTD_LEVEL   (-1)
 #define STORE_BLOB_PACK_MIN     64 /* smaller BLOBs are never worth a zstd frame */
 #define STORE_BLOB_NONE         0
 #define STORE_BLOB_ZSTD         1
