@@ -320,6 +320,83 @@ static void test_move_ends_under_a_search(void)
     mv_store_close(&s);
 }
 
+/* The move ended by another handle between mv_search_begin's look for the old index and its
+ * prepare: a trace callback on the searching handle runs the twin's last move step when the
+ * look's statement ends, and the search must still answer. (The prepare then succeeds on the
+ * handle's cached schema, which still has the old index; the first step's re-prepare fails,
+ * "no such table", and mv_search_next's retry without it answers. mv_search_begin's own
+ * retry is for a handle whose schema was read after the drop; with the cache it was not
+ * reached here.) Then a search prepared, and a schema change of no concern to it by the twin
+ * before its first step (SQLITE_SCHEMA, SQLite's re-prepare): the same answers. */
+struct tm_race {
+    mv_store *twin;
+    int fired;
+    int step_rc;
+};
+
+static int tm_race_trace(unsigned type, void *arg, void *p, void *x)
+{
+    (void)x;
+    struct tm_race *r = arg;
+    const char *sql = sqlite3_sql((sqlite3_stmt *)p);
+    if (type == SQLITE_TRACE_PROFILE && !r->fired && sql != NULL &&
+        strstr(sql, "FROM sqlite_schema WHERE type = 'table'") != NULL) {
+        r->fired = 1;
+        int more = 1;
+        r->step_rc = mv_store_migrate_step(r->twin, 0, &more);
+        r->step_rc = r->step_rc == MV_OK && more ? MV_ERROR : r->step_rc;
+    }
+    return 0;
+}
+
+static void test_move_ends_before_search_prepare(void)
+{
+    struct model m;
+    mv_store *s = NULL, *twin = NULL;
+    CHECK_EQ_INT(tm_make_v8("race2", 20, &m), MV_OK);
+    CHECK_EQ_INT(tm_open("race2", &s), MV_OK);
+    CHECK_EQ_INT(mv_store_open_twin(s, &twin), MV_OK);
+    if (s == NULL || twin == NULL) {
+        mv_store_close(&twin);
+        mv_store_close(&s);
+        return;
+    }
+    CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM sqlite_schema WHERE name = 'fts_old'"), 1);
+    struct tm_race race = {twin, 0, MV_ERROR};
+    CHECK_EQ_INT(sqlite3_trace_v2(mv_store_db(s), SQLITE_TRACE_PROFILE, tm_race_trace, &race),
+                 SQLITE_OK);
+    struct mv_search_query q;
+    tm_query(Q_ALPHA, &q);
+    mv_search *it = NULL;
+    int rc = mv_search_begin(s, &q, &it);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  search: %s\n", mv_store_errmsg(s));
+    }
+    CHECK_EQ_INT(rc, MV_OK);
+    CHECK_EQ_INT(sqlite3_trace_v2(mv_store_db(s), 0, NULL, NULL), SQLITE_OK);
+    CHECK_EQ_INT(race.fired, 1);
+    CHECK_EQ_INT(race.step_rc, MV_OK); /* the move ended between the look and the prepare */
+    char got[512], want[512];
+    int rows = it != NULL ? tm_run(it, got, sizeof got) : -1;
+    mv_search_end(&it);
+    tm_expected(&m, Q_ALPHA, want, sizeof want);
+    CHECK_EQ_INT(rows, 6);
+    CHECK(rows < 0 || strcmp(got, want) == 0);
+
+    /* prepared, then the schema changes under it before the first step */
+    CHECK_EQ_INT(mv_search_begin(s, &q, &it), MV_OK);
+    CHECK_EQ_INT(tu_exec(mv_store_db(twin), "CREATE TABLE tm_unrelated(x); "
+                                            "CREATE INDEX tm_unrelated_x ON tm_unrelated(x)"),
+                 SQLITE_OK);
+    rows = it != NULL ? tm_run(it, got, sizeof got) : -1;
+    mv_search_end(&it);
+    CHECK_EQ_INT(rows, 6);
+    CHECK(rows < 0 || strcmp(got, want) == 0);
+    CHECK(tm_answers_ok(s, &m));
+    mv_store_close(&twin);
+    mv_store_close(&s);
+}
+
 /* The child's give-way function: says it is inside a batch, then waits to be killed. */
 static int tm_stall(void *arg)
 {
@@ -722,6 +799,7 @@ int main(void)
 {
     TEST(test_move_in_steps);
     TEST(test_move_ends_under_a_search);
+    TEST(test_move_ends_before_search_prepare);
     TEST(test_kill_in_first_batch);
     TEST(test_kill_in_later_batch);
     TEST(test_move_gives_way);
