@@ -187,10 +187,11 @@ def test_idle_sees_drain(args):
     _, tagged = c.until(tag)
     R.report("DONE ends the IDLE", b" OK" in tagged)
     short, read = lane_jobs(args.metrics, "short") - short0, lane_jobs(args.metrics, "read") - read0
-    # short: the IDLE command and the LMTP deliveries to the open store; the syncs that
-    # found the new mail are reads (none on the old server: they went to the short lane)
+    # short: the IDLE command and the LMTP deliveries to the open store (how many jobs a
+    # delivery makes depends on whether the drain is still under way: only reported); the
+    # syncs that found the new mail are reads (none on the old server: short lane +23)
     R.report("the IDLE syncs ran on the reader thread (short lane +%d, read lane +%d)"
-             % (short, read), short <= 1 + IDLE_DURING and read >= 1)
+             % (short, read), read >= 1)
     c.command("LOGOUT")
     c.close()
 
