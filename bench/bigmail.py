@@ -454,6 +454,19 @@ class Run:
         self.uids = {}
         self.extra = {}  # figures that are not timings (byte counts)
         self.checkpoint = lambda: None
+        # --resume: an interrupted run's operations with times on both servers are kept and
+        # not run again (at 1,000,000 messages one Dovecot SEARCH TEXT pass reads every file:
+        # ~11 min here); --skip: operations not run at all (the report shows no row for them).
+        self.kept = set()
+        if a.resume:
+            with open(a.resume) as f:
+                old = json.load(f)
+            for op, e in old.get("ops", {}).items():
+                if all(e.get("times_s", {}).get(s.name) for s in servers):
+                    self.ops[op] = {"times_s": e["times_s"], "results": e.get("results", {})}
+                    self.kept.add(op)
+            self.extra.update(old.get("extra", {}))
+        self.skip = set(filter(None, (a.skip or "").split(",")))
 
     def login(self, srv, select=True):
         t0 = time.perf_counter()
@@ -496,6 +509,10 @@ class Run:
 
     def pairs(self, op, rounds, fn, warmup=False):
         """fn(srv, round) -> (seconds, result) or None (untimed); alternating order."""
+        if op in self.kept or op in self.skip:
+            print(f"== {op}: {'kept from --resume' if op in self.kept else 'skipped'}",
+                  flush=True)
+            return
         print(f"== {op}: {rounds} pair(s){' + warm-up' if warmup else ''}", flush=True)
         for r in range(-1 if warmup else 0, rounds):
             order = self.servers if r % 2 == 0 else self.servers[::-1]
@@ -918,6 +935,10 @@ def main():
                    "(comma-separated)")
     r.add_argument("--perf-dir", default=".", help="where the perf-OP-N.data files go")
     r.add_argument("--json", required=True)
+    r.add_argument("--resume", help="an interrupted run's JSON: its operations measured on "
+                   "both servers are kept, not run again (the servers' state must be the one "
+                   "that run left, e.g. its KEEP_TMP=1 directory)")
+    r.add_argument("--skip", help="operations not run, comma-separated")
     p = sub.add_parser("report")
     p.add_argument("--json", required=True)
     p.add_argument("--md", required=True)

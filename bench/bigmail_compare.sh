@@ -45,6 +45,10 @@
 # Everything runs under `nice -n 10` (the machine is shared). Scratch: mktemp under
 # $TMPDIR, else /tmp (Dovecot's Maildir is a copy of the corpus there: 3.2 GiB at 100,000),
 # removed at exit unless KEEP_TMP=1.
+# BIGMAIL_RESUME=JSON: the operations an interrupted run of one size measured on both servers
+# (its result.json, kept with KEEP_TMP=1) are taken over, not run again; BIGMAIL_SKIP=OP,... are
+# not run (at 1,000,000 messages one Dovecot SEARCH TEXT or BODY reads all 11 GB: ~11 min a
+# pass here). KEEP_TMP=1 keeps logs and results; the stores go after each size (disk).
 # BIGMAIL_STORE_CACHE=DIR keeps each size's store as imported (with its password and the
 # import's seconds) in DIR/N (DIR/N-aP with --attach-percent) and later runs start from a copy
 # of it instead of importing again (1,000,000 messages take hours to import on a shared
@@ -182,6 +186,7 @@ for n in $sizes; do
         ${BIGMAIL_PERF:+--perf-op "$BIGMAIL_PERF" --perf-dir "$out"} \
         ${BIGMAIL_VISIBLE_WAIT:+--visible-wait "$BIGMAIL_VISIBLE_WAIT"} \
         ${BIGMAIL_LMTP_PAIRS:+--lmtp-pairs "$BIGMAIL_LMTP_PAIRS"} \
+        ${BIGMAIL_RESUME:+--resume "$BIGMAIL_RESUME"} ${BIGMAIL_SKIP:+--skip "$BIGMAIL_SKIP"} \
         "${dc_args[@]}" --json "$run/result.json"; then
         status=1
         echo "bigmail_compare: $n messages: errors (logs in $run; KEEP_TMP=1 keeps them)" >&2
