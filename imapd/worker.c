@@ -261,6 +261,10 @@ struct worker {
      * long turn's: WRITERS) */
     int64_t background_ms;
     int background_next; /* the slot the next forced round starts at */
+    /* SHARE, counted for tests (worker_background_counts): forced rounds, stores they served
+     * (under the lock) */
+    uint64_t background_rounds;
+    uint64_t background_served;
     /* QUIET: when the work between jobs last did work (a batch), and when the work put off
      * after a job is due (0: none put off); the long turn's, as background_ms */
     int64_t background_ran_ms;
@@ -431,6 +435,7 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     worker_unplace(s->address); /* the store's hold (PLACEMENT) */
     s->fts_backlog = 0;
     s->fts_aside_logged = 0;
+    s->background_served = 0;
     s->purge_gave_way = 0;
     /* what a body cost is the store's own: another user's bodies may be far larger, and a
      * first batch sized and timed by them would not give way when it should */
@@ -469,6 +474,25 @@ static struct open_store *worker_store_find_locked(struct worker *w, const char 
         }
     }
     return NULL;
+}
+
+void worker_background_counts(struct worker *w,
+                              const char *address,
+                              uint64_t *rounds,
+                              uint64_t *served,
+                              uint64_t *store_served,
+                              int *open)
+{
+    pthread_mutex_lock(&w->lock);
+    struct open_store *s = address != NULL ? worker_store_find_locked(w, address) : NULL;
+    *rounds = w->background_rounds;
+    *served = w->background_served;
+    *store_served = s != NULL ? s->background_served : 0;
+    *open = 0;
+    for (int i = 0; i < w->stores_max; i++) {
+        *open += w->stores[i].store != NULL;
+    }
+    pthread_mutex_unlock(&w->lock);
 }
 
 struct open_store *worker_store_find(struct worker *w, const char *address)
@@ -1252,6 +1276,7 @@ static void worker_background_forced(struct worker *w, struct worker_writer *me)
 {
     int64_t start = worker_now_ms();
     pthread_mutex_lock(&w->lock);
+    w->background_rounds++;
     for (int n = 0; n < w->stores_max; n++) {
         int i = (w->background_next + n) % w->stores_max;
         struct open_store *s = &w->stores[i];
@@ -1266,6 +1291,8 @@ static void worker_background_forced(struct worker *w, struct worker_writer *me)
         }
         pthread_mutex_lock(&w->lock);
         worker_let_go_more(w, me);
+        w->background_served++;
+        s->background_served++;
         if (worker_now_ms() - start >= worker_background_budget_ms) {
             w->background_next = (i + 1) % w->stores_max; /* the next round starts there */
             break;

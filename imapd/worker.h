@@ -71,6 +71,15 @@ void worker_checkpoint_hook_set(void (*fn)(struct worker *w, const char *address
 /* worker.c SHARE: how long a forced round takes stores for (WORKER_BACKGROUND_BUDGET_MS; ms < 0
  * restores it, 0: one store a round); returns the old value. For tests. */
 int worker_background_budget_set(int ms);
+/* worker.c SHARE, for tests: the forced rounds w has run, the stores they served in all,
+ * those of them that served address's open store (0 if it is not open), and the stores open
+ * on w now. */
+void worker_background_counts(struct worker *w,
+                              const char *address,
+                              uint64_t *rounds,
+                              uint64_t *served,
+                              uint64_t *store_served,
+                              int *open);
 /* PLACEMENT (worker.c): the worker address is placed on, placing it on the worker with the
  * fewest users if it is not; takes a hold, which keeps it there until worker_unplace(). Call
  * before posting a job for the user, and end the hold when nothing of the caller's is on the
@@ -108,6 +117,9 @@ struct open_store {
     /* The highest id of a body the full-text catch-up set aside (damaged) that the worker
      * has logged (worker.c THE DRAIN); 0 after the open: it logs them once per open. */
     int64_t fts_aside_logged;
+    /* Forced rounds (worker.c SHARE) that served this store, under the worker's lock; for
+     * worker_background_counts. */
+    uint64_t background_served;
     /* No step before the worker has run this many jobs (the login's and the next, its
      * client's next command) or before drain_after_ms (monotonic), whichever comes first;
      * no purge batch either (worker.c LOGIN FIRST). */
