@@ -957,10 +957,15 @@ static void imap_session_start(struct conn *c)
 
 /* The session's end on its worker: the \Recent claim its view still owes (imap_recent.c),
  * then the view and the store. On the reader thread the claim does not wait for the lock; if
- * the writer holds it, the end goes on on the writer (imap_end_done posts it again there,
- * end_on_writer), which waits: dropped, the claim left messages this session had shown as
- * \Recent unclaimed, and the next session to select saw them as recent too (RFC 3501 2.3.2:
- * recent in one session). */
+ * the writer holds it, the end goes on on the writer, which waits: dropped, the claim left
+ * messages this session had shown as \Recent unclaimed, and the next session to select saw
+ * them as recent too (RFC 3501 2.3.2: recent in one session). The reader posts that job
+ * itself, as a reader's release is posted (worker.c READERS), not the end's done: at a stop
+ * the readers' last jobs run before the writers are told to stop, so the writers still run
+ * it, whereas the dones run only after every worker has ended and been freed (main.c), and a
+ * post from there went to a freed worker. */
+static void imap_end_done(struct job *job);
+
 static void imap_end_run(struct job *job)
 {
     struct imap_session *s = job->arg;
@@ -968,8 +973,17 @@ static void imap_end_run(struct job *job)
         s->on_reader = job->lane == JOB_LANE_READ; /* imap_db: this thread's handle */
         imap_view_recent_settle(s);
         s->on_reader = 0;
-        if (job->lane == JOB_LANE_READ && s->view.recent_owed != 0) {
-            s->end_on_writer = 1; /* the store stays held for that job */
+        struct job *writer = job->lane == JOB_LANE_READ && s->view.recent_owed != 0
+                                 ? calloc(1, sizeof *writer)
+                                 : NULL;
+        if (writer != NULL) { /* (out of memory: ends here, the claim dropped) */
+            writer->arg = s;
+            writer->run = imap_end_run;
+            writer->done = imap_end_done;
+            writer->lane = JOB_LANE_SHORT;
+            writer->user = job->user;
+            job->arg = NULL; /* the session is the writer job's now: its done frees it */
+            worker_post(job->worker, writer); /* the store stays held for it */
             return;
         }
     }
@@ -987,11 +1001,8 @@ static void imap_end_run(struct job *job)
 static void imap_end_done(struct job *job)
 {
     struct imap_session *s = job->arg;
-    if (s->end_on_writer) { /* the claim the reader could not make (imap_end_run) */
-        s->end_on_writer = 0;
-        job->lane = JOB_LANE_SHORT;
-        s->last_lane = JOB_LANE_SHORT;
-        worker_post(job->worker, job);
+    if (s == NULL) { /* its end went on on the writer (imap_end_run) */
+        free(job);
         return;
     }
     if (s->is_placed) { /* its store's hold, if open, keeps the user there (PLACEMENT) */

@@ -100,9 +100,6 @@ struct imap_session {
     /* The running job is on the worker's reader thread (JOB_LANE_READ): the store calls use
      * the store's reader handle (imap_db). Set and cleared by the job itself. */
     int on_reader;
-    /* The end job ran on the reader and could not make the view's owed \Recent claim: its
-     * done posts it again on the writer (imap_session.c imap_end_run). */
-    int end_on_writer;
     /* Loop thread only, for the control socket (control.c): the mailbox selected as of the
      * last completed command (`who`), and an end asked for (no new command is taken). */
     char shown_mailbox[256];

@@ -718,6 +718,87 @@ static void test_end_on_reader_keeps_recent_claim(void)
     mv_store_close(&h);
 }
 
+/* The same end at a stop (SIGTERM while a client waits in IDLE, whose syncs run on the
+ * reader, as mail arrives): the reader's last jobs run before the writers are told to stop,
+ * and the dones only after every worker has ended (main.c). The old end on the reader left
+ * its writer half to its done, which posted it on a worker already freed (a use after free
+ * under ASan: the test dies in worker_collect()); now the reader posts it itself, the writers
+ * run it before they end, and the claim is made. */
+static _Atomic int wt_rstop_marker;
+
+static void wt_rstop_mark(struct job *job)
+{
+    (void)job;
+    atomic_store(&wt_rstop_marker, 1);
+}
+
+static void test_end_on_reader_at_stop(void)
+{
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    mv_store *h = NULL; /* the store of test_end_on_reader_keeps_recent_claim */
+    CHECK_EQ_INT(mv_store_open(wt_rwho, WT_PW, strlen(WT_PW), &o, &h, err, sizeof err), MV_OK);
+    wt_rsess = calloc(1, sizeof *wt_rsess);
+    if (h == NULL || wt_rsess == NULL) {
+        mv_store_close(&h);
+        free(wt_rsess);
+        return;
+    }
+    struct worker *w = worker_place(wt_rwho);
+    wt_rsess->worker = w;
+    wt_rsess->state = IMAP_SELECTED;
+    wt_rsess->is_placed = 1;
+    snprintf(wt_rsess->placed, sizeof wt_rsess->placed, "%s", wt_rwho);
+    wt_user = wt_rwho;
+    wt_done = 0;
+    wt_rend_rc = -1;
+    wt_post(w, 1, JOB_LANE_SHORT, wt_rend_open);
+    wt_collect_until(wt_efd, 1);
+    CHECK_EQ_INT(wt_done, 1);
+    CHECK_EQ_INT(wt_rend_rc, MV_OK);
+    CHECK_EQ_INT(wt_append(h, 2), MV_OK);
+    CHECK_EQ_INT(sqlite3_exec(mv_store_db(h), "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    wt_rsync_recent = 0;
+    wt_rsync_owed = 0;
+    wt_post(w, 2, JOB_LANE_READ, wt_rend_sync);
+    wt_collect_until(wt_efd, 2);
+    CHECK_EQ_INT(wt_done, 2);
+    CHECK(wt_rsync_recent);
+    CHECK(wt_rsync_owed > 0);
+
+    /* the end on the reader, the lock held; no done runs until the workers have ended */
+    static struct conn c;
+    memset(&c, 0, sizeof c);
+    c.session = wt_rsess;
+    wt_rsess->last_lane = JOB_LANE_READ;
+    atomic_store(&wt_rstop_marker, 0);
+    imap_conn_proto.end(&c);
+    struct job *mark = calloc(1, sizeof *mark);
+    CHECK(mark != NULL);
+    if (mark != NULL) {
+        mark->run = wt_rstop_mark;
+        mark->done = wt_done_fn;
+        mark->lane = JOB_LANE_READ;
+        worker_post(w, mark); /* behind the end in its lane */
+    }
+    for (int i = 0; i < 3000 && !atomic_load(&wt_rstop_marker); i++) {
+        struct pollfd none = {.fd = -1};
+        (void)poll(&none, 0, 10); /* polled: 30 s at most */
+    }
+    CHECK_EQ_INT(atomic_load(&wt_rstop_marker), 1);
+    CHECK_EQ_INT(sqlite3_exec(mv_store_db(h), "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    worker_stop_all();
+    worker_collect(); /* the dones, after the workers ended (as main.c does) */
+    int restarted = worker_start(&g_config, 1, wt_efd) == 0;
+    CHECK(restarted);
+    uint32_t first = 0, unclaimed = 99;
+    CHECK_EQ_INT(mv_mailbox_recent(h, "INBOX", &first, &unclaimed), MV_OK);
+    CHECK_EQ_INT(unclaimed, 0); /* claimed by the end's writer half before the stop ended */
+    wt_user = "";
+    wt_rsess = NULL; /* freed by its end */
+    mv_store_close(&h);
+}
+
 /* ---- a purge that gives way does not leave the give-way on the store ---- */
 /* worker_purge lets its own batches give way to a waiting job (mv_store_purge_give_way);
  * other purges on the same handle must not: mv_store_maintain() purges first, and with the
@@ -2122,6 +2203,7 @@ int main(void)
     TEST(test_login_does_not_drain);
     TEST(test_reader_recent_does_not_wait);
     TEST(test_end_on_reader_keeps_recent_claim);
+    TEST(test_end_on_reader_at_stop);
     TEST(test_purge_give_way_is_its_own);
     TEST(test_placement_least_loaded);
     TEST(test_drain_before_purge);
