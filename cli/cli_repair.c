@@ -51,6 +51,10 @@ static void cli_repair_print(const struct mv_repair_report *r)
         {"header fields rows made again from the message", r->headers_rebuilt},
         {"missing full-text rows made again from the message", r->fts_rows_added},
     };
+    if (r->bodies_unreadable > 0) { /* not repaired: the check names them */
+        printf("not repaired: %u bodies whose bytes are damaged (mailvault check names them)\n",
+               r->bodies_unreadable);
+    }
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         if (lines[i].count > 0) {
             printf("repaired: %u %s\n", lines[i].count, lines[i].what);
@@ -77,6 +81,8 @@ static void cli_repair_json_report(struct cli_json *w, const struct mv_repair_re
     cli_json_uint(w, r->headers_rebuilt);
     cli_json_key(w, "fts_rows_added");
     cli_json_uint(w, r->fts_rows_added);
+    cli_json_key(w, "bodies_unreadable");
+    cli_json_uint(w, r->bodies_unreadable);
 }
 
 int cli_repair_main(int argc, char **argv)

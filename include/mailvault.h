@@ -1467,6 +1467,9 @@ struct mv_repair_report {
     uint32_t headers_rebuilt;     /* bodies whose header fields row (body_headers) was made
                                      again from their stored bytes */
     uint32_t fts_rows_added;      /* bodies without a full-text row given one from their bytes */
+    uint32_t bodies_unreadable;   /* bodies whose bytes were wanted but could not be read or
+                                     parsed (damaged: no SHA-256 match, a broken frame): left
+                                     as they are, mv_store_check() still reports them */
 };
 
 /* Rebuilds the data the store derives from its messages, in one transaction: the full-text
@@ -1475,7 +1478,8 @@ struct mv_repair_report {
  * uidnext and highestmodseq (raised, never lowered), the reference counts of bodies and
  * attachments that are in use, a body no message uses set to 0 (mv_store_purge() then
  * deletes it, as after an expunge), and the header fields row of a body that lost it (made
- * again from the body's bytes as append makes it, as is a missing full-text row). Messages,
+ * again from the body's bytes as append makes it, as is a missing full-text row; a body whose
+ * bytes are damaged is left without them and counted, and the rest is repaired). Messages,
  * flags and bytes are never changed. For after mv_store_check() reported fts, counters,
  * uidnext, modseq, refcount or headers problems; run the check again afterwards: what this
  * cannot repair (a damaged page, missing bytes, an attachment nothing uses) it still

@@ -1481,9 +1481,28 @@ static void test_backlog_body_damaged(void)
     CHECK_EQ_INT(p.aside, 1);
     CHECK_EQ_INT(p.all, 2); /* and its bytes, which do not match */
 
+    /* a repair while its bytes are still damaged repairs the rest and leaves the body as it
+     * is, still set aside (the old repair failed on its bytes and changed nothing: a damaged
+     * body kept every other problem of the store unrepaired) */
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "UPDATE mailboxes SET uidnext = 1 WHERE name = 'INBOX'"),
+                 0);
+    struct mv_repair_report rep;
+    CHECK_EQ_INT(mv_store_repair(s, &rep), MV_OK);
+    CHECK_EQ_INT(rep.uidnext_fixed, 1);
+    CHECK_EQ_INT(rep.bodies_unreadable, 1);
+    CHECK_EQ_INT(rep.fts_rows_added, 0);
+    CHECK_EQ_INT(mv_store_index_set_aside(s, 0, ids, 4, &count), MV_OK);
+    CHECK_EQ_INT(count, 1);
+    CHECK_EQ_INT(qt_body_bytes(s, body, &now), n); /* not a byte changed */
+    CHECK(now != NULL && memcmp(now, bad, (size_t)n) == 0);
+    free(now);
+    p.aside = p.all = 0;
+    CHECK_EQ_INT(mv_store_check(s, qt_aside_problem, &p, &r), MV_ECORRUPT);
+    CHECK_EQ_INT(p.aside, 1);
+    CHECK_EQ_INT(p.all, 2); /* what it could not repair is still reported */
+
     /* the bytes restored (from a backup, say): the repair indexes it, no longer aside */
     CHECK_EQ_INT(qt_body_bytes_set(s, body, good, n), 0);
-    struct mv_repair_report rep;
     CHECK_EQ_INT(mv_store_repair(s, &rep), MV_OK);
     CHECK_EQ_INT(rep.fts_rows_added, 1);
     CHECK_EQ_INT(mv_store_index_set_aside(s, 0, ids, 4, &count), MV_OK);

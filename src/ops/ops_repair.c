@@ -110,6 +110,15 @@ static int ops_repair_from_bytes(mv_store *s, struct mv_repair_report *out)
             out->fts_rows_added += rc == MV_OK;
         }
         store_parsed_free(&parsed);
+        /* Damaged bytes (no SHA-256 match, a broken frame) are the body's alone: it is left as
+         * it is, counted, and the rest of the store is repaired (mv_store_check still names
+         * it). Failing here kept every other problem unrepaired for as long as the body was
+         * damaged. A failure that ended the transaction (a page that fails authentication:
+         * SQLite rolls back) still stops the repair, as the manual says. */
+        if (rc != MV_OK && store_body_damaged(rc) && !sqlite3_get_autocommit(s->db)) {
+            out->bodies_unreadable++;
+            rc = MV_OK;
+        }
     }
     if (rc == MV_OK && step != SQLITE_DONE) {
         rc = store_fail_sqlite(s, "listing bodies to parse again");

@@ -288,6 +288,10 @@ int store_message_append_in_txn(mv_store *s,
                                 const char *keywords,
                                 int64_t internal_date,
                                 uint32_t *uid_out);
+/* 1 if rc, a failure to read or parse one stored body, says the body itself is damaged (its
+ * bytes do not decompress or match their SHA-256, a page of it fails authentication): trying
+ * again cannot help. Memory, disk, lock and a released store are the moment's (0). */
+int store_body_damaged(int rc);
 struct store_parsed;
 /* The same with the message already parsed by the caller (store_parse_flags() with the
  * store's limits, STORE_SPLIT_MIN, and STORE_PARSE_NO_TEXT exactly when s->fts_defer is set)

@@ -139,15 +139,6 @@ static int store_fts_backlog_needs_row(mv_store *s, int64_t body_id, int *need)
     return step == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "reading the full-text backlog");
 }
 
-/* 1 if rc, a failure to read or parse a stored body, says the body itself is damaged (its
- * bytes, a page of it): then trying again cannot help. Memory, disk, lock and a released
- * store are the moment's. */
-static int store_fts_backlog_damaged(int rc)
-{
-    return rc != MV_OK && rc != MV_ENOMEM && rc != MV_EIO && rc != MV_EBUSY && rc != MV_ENOSPC &&
-           rc != MV_EMOVED;
-}
-
 /* Sets body_id aside (A DAMAGED BODY above) in the open write transaction: its aside key,
  * why as the value; its backlog key is deleted with the batch's. */
 static int store_fts_backlog_set_aside(mv_store *s, int64_t body_id, const char *why)
@@ -185,7 +176,7 @@ static int store_fts_backlog_build(mv_store *s, const int64_t *ids, uint32_t cou
         if (rc == MV_OK) {
             rc = store_body_index(s, ids[i], &parsed); /* inserted at the COMMIT */
             store_parsed_free(&parsed);
-        } else if (store_fts_backlog_damaged(rc)) {
+        } else if (store_body_damaged(rc)) {
             if (sqlite3_get_autocommit(s->db)) {
                 *lost = ids[i];
                 return MV_ECORRUPT;
@@ -455,7 +446,7 @@ static void store_fts_backlog_text_fn(sqlite3_context *ctx, int argc, sqlite3_va
             sqlite3_result_error_nomem(ctx);
             return;
         }
-        if (store_fts_backlog_damaged(rc)) {
+        if (store_body_damaged(rc)) {
             sqlite3_result_null(ctx); /* no text: a damaged body matches nothing (above) */
             return;
         }

@@ -417,6 +417,12 @@ int store_message_insert(mv_store *s,
     return rc;
 }
 
+int store_body_damaged(int rc)
+{
+    return rc != MV_OK && rc != MV_ENOMEM && rc != MV_EIO && rc != MV_EBUSY && rc != MV_ENOSPC &&
+           rc != MV_EMOVED;
+}
+
 int store_body_parse_stored(mv_store *s, int64_t body_id, struct store_parsed *out)
 {
     uint8_t *raw = NULL;
