@@ -806,7 +806,8 @@ mv_store_index_backlog(mv_store *store, uint32_t max_bodies, uint64_t *left_out)
 /* The ids above after_id (0: from the first), ascending, of up to max bodies that
  * mv_store_index_backlog() set aside as damaged, into ids; *count_out gets how many. For a
  * server's log (after_id: the last it logged). mv_store_repair() drops a body from the list
- * once it gives it its full-text row (its bytes read again) or the body is gone. Read-only
+ * once it gives it its full-text row (its bytes read again) or the body is gone; the purge
+ * drops it with the body. Read-only
  * handles too. Returns MV_OK, MV_EINVAL (NULL store or count_out, ids NULL with max > 0),
  * MV_EBUSY, MV_EIO, MV_ENOMEM. */
 MV_API MV_MUST_CHECK int mv_store_index_set_aside(

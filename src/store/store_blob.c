@@ -1354,6 +1354,15 @@ static int store_bodies_drop_batch(mv_store *s, const int64_t *ids, size_t count
             "')",
             json, NULL, "deleting old full-text rows");
     }
+    /* A body the full-text catch-up set aside (store_fts_backlog.c) loses that key with it,
+     * as it loses its row: ids are reused once the highest goes, and a new body must not be
+     * taken for the old one set aside (nor a server log a gone one at every open). */
+    if (rc == MV_OK) {
+        rc = store_bodies_exec(s,
+                               "DELETE FROM meta WHERE key IN (SELECT '" STORE_FTS_ASIDE_KEY
+                               "' || printf('%020d', value) FROM json_each(?1))",
+                               json, NULL, "deleting set-aside keys");
+    }
     if (rc == MV_OK) {
         rc = store_bodies_exec(s,
                                "DELETE FROM bodies WHERE id IN (SELECT value FROM "

@@ -41,7 +41,8 @@
  *   those of the moment (memory, disk, lock) fail the call as before, to be tried again. A
  *   set-aside body has no full-text row and no search reads it (it cannot be read);
  *   mailvault check reports it with its reason; mailvault repair indexes it once its bytes
- *   read again (a restored page) and drops the keys of bodies indexed or gone. A mv_body_text
+ *   read again (a restored page) and drops the keys of bodies indexed or gone; the purge
+ *   drops a body's key with the body (store_blob.c: ids are reused). A mv_body_text
  *   read of a damaged backlog body gives no text (no match) rather than failing the search,
  *   for the time before the catch-up reaches it. Its bytes are never changed here.
  */
