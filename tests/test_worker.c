@@ -2303,9 +2303,6 @@ int main(void)
         return 1;
     }
     TEST(test_catchup_does_not_starve_drain);
-    if (getenv("RV_ONLY")) {
-        return 0;
-    }
     TEST(test_stop_ends_purge);
     TEST(test_short_passes_long);
     TEST(test_long_not_starved);
