@@ -23,6 +23,8 @@ static atomic_int fv_fired;
 static atomic_int fv_dead; /* FV_TORN happened: everything fails until fv_disarm() */
 static atomic_ulong fv_counts[FV_OP_COUNT];
 static atomic_ulong fv_small_reads[FV_SMALL_READ_MAX + 1]; /* by length, while armed */
+static atomic_ulong fv_multipage_reads; /* reads of more than FV_PAGE_MAX bytes, while armed */
+static atomic_ulong fv_largest_read;    /* the largest read's length, while armed */
 
 void fv_arm(const struct fv_plan *plan)
 {
@@ -33,6 +35,8 @@ void fv_arm(const struct fv_plan *plan)
     for (int i = 0; i <= FV_SMALL_READ_MAX; i++) {
         atomic_store(&fv_small_reads[i], 0);
     }
+    atomic_store(&fv_multipage_reads, 0);
+    atomic_store(&fv_largest_read, 0);
     atomic_store(&fv_fired, 0);
     atomic_store(&fv_dead, 0);
     atomic_store(&fv_armed, 1);
@@ -48,6 +52,16 @@ int fv_disarm(void)
 unsigned long fv_calls(int op)
 {
     return op >= 0 && op < FV_OP_COUNT ? atomic_load(&fv_counts[op]) : 0;
+}
+
+unsigned long fv_reads_multipage(void)
+{
+    return atomic_load(&fv_multipage_reads);
+}
+
+unsigned long fv_read_largest(void)
+{
+    return atomic_load(&fv_largest_read);
 }
 
 unsigned long fv_reads_of(int amt)
@@ -101,6 +115,15 @@ static int fv_read(sqlite3_file *p, void *buf, int amt, sqlite3_int64 off)
     struct fv_file *f = (struct fv_file *)p;
     if (atomic_load(&fv_armed) && amt >= 0 && amt <= FV_SMALL_READ_MAX) {
         atomic_fetch_add(&fv_small_reads[amt], 1);
+    }
+    if (atomic_load(&fv_armed) && amt > 0) {
+        if (amt > FV_PAGE_MAX) {
+            atomic_fetch_add(&fv_multipage_reads, 1);
+        }
+        unsigned long seen = atomic_load(&fv_largest_read);
+        while ((unsigned long)amt > seen &&
+               !atomic_compare_exchange_weak(&fv_largest_read, &seen, (unsigned long)amt)) {
+        }
     }
     if (fv_decide(FV_READ) >= 0) {
         return SQLITE_IOERR_READ;

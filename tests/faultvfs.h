@@ -54,6 +54,11 @@ unsigned long fv_calls(int op);
 /* Reads of exactly amt bytes (0..FV_SMALL_READ_MAX) seen since fv_arm(). */
 #define FV_SMALL_READ_MAX 64
 unsigned long fv_reads_of(int amt);
+/* Reads of more than FV_PAGE_MAX bytes (larger than any page: several pages in one call)
+ * seen since fv_arm(), and the largest read's length. */
+#define FV_PAGE_MAX 65536
+unsigned long fv_reads_multipage(void);
+unsigned long fv_read_largest(void);
 /* Short name of an op / a mode, for messages. */
 const char *fv_op_name(int op);
 const char *fv_mode_name(int mode);

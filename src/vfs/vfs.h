@@ -49,6 +49,16 @@ struct mv_fcntl_key_share {
     sqlite3 *donor;   /* an open connection whose main file is keyed */
     char errmsg[256]; /* out: the reason when the call fails */
 };
+/* A main file's run of adjacent page reads and the window last read ahead for it
+ * (vfs_read_ahead.c); all zero: none. */
+struct mv_read_run {
+    uint32_t last;   /* the page read last */
+    int dir;         /* +1 ascending, -1 descending, 0 no run */
+    uint32_t length; /* adjacent reads in dir so far */
+    uint32_t lo, hi; /* the pages the last window read (inclusive; lo 0: none) */
+    uint32_t next;   /* bytes the next window reads */
+};
+
 enum mv_file_kind { MV_FILE_PLAIN, MV_FILE_MAIN, MV_FILE_JOURNAL, MV_FILE_WAL, MV_FILE_TEMP };
 
 /* Key state of a main file. */
@@ -134,6 +144,8 @@ struct mv_file {
     uint8_t *temp_block;
     int64_t temp_cached; /* the block whose plaintext temp_block holds (-1: none) */
     int temp_dirty;      /* ... changed since it was last encrypted and written */
+    /* MAIN: the run of adjacent page reads under way (vfs_read_ahead.c). */
+    struct mv_read_run run;
 };
 
 /* The VFS object and its lower VFS (vfs_register.c). */
@@ -179,6 +191,10 @@ void mv_keying_attach(struct mv_file *f, sqlite3 *db);
 
 /* Per-kind I/O (vfs_main.c, vfs_journal.c, vfs_wal.c, vfs_temp.c). */
 int mv_main_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
+/* Before page pgno of a main file is read: notes the read and, when it continues a run of
+ * adjacent reads past the last window, reads a window of pages ahead in one lower read so
+ * that the run's next pages come from the page cache (vfs_read_ahead.c). A hint: no error. */
+void mv_main_read_ahead(struct mv_file *f, uint32_t pgno, uint32_t page_size);
 int mv_main_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_journal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);

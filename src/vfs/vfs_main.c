@@ -119,7 +119,9 @@ int mv_main_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
         return f->lower->pMethods->xRead(f->lower, buf, amt, off);
     }
     if ((uint32_t)amt == page_size && off % page_size == 0) {
-        return mv_main_read_page(f, buf, page_size, (uint32_t)(off / page_size) + 1);
+        uint32_t pgno = (uint32_t)(off / page_size) + 1;
+        mv_main_read_ahead(f, pgno, page_size); /* descending runs (vfs_read_ahead.c) */
+        return mv_main_read_page(f, buf, page_size, pgno);
     }
     return mv_main_read_partial(f, buf, amt, off, page_size);
 }
