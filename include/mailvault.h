@@ -545,7 +545,9 @@ mv_mailbox_recent(mv_store *store, const char *mailbox, uint32_t *first, uint32_
  * the mailbox's highest), MV_ELIMIT (len above MV_VIEW_SAVE_MAX), MV_EBUSY, MV_EIO.
  * mv_mailbox_view_load: MV_OK with *data malloc'd (free with mv_free) and *len, *uidvalidity,
  * *modseq set, or *data NULL and *len 0 when none is saved; MV_ENOTFOUND (mailbox),
- * MV_EINVAL, MV_ENOMEM, MV_EBUSY, MV_EIO. */
+ * MV_EINVAL, MV_ENOMEM, MV_ECORRUPT (a stored row that is no saved view: over
+ * MV_VIEW_SAVE_MAX, or not bytes), MV_EBUSY, MV_EIO. The bytes are read into *data directly,
+ * so a load holds one copy of them. */
 #define MV_VIEW_SAVE_MAX (256u << 20) /* bytes of one saved view */
 MV_API MV_MUST_CHECK int mv_mailbox_view_save(mv_store *store,
                                               const char *mailbox,
