@@ -34,7 +34,8 @@
  *     finds no cached view loads the saved one and brings it up to date exactly as a cached
  *     one (the changes since its modseq, the expunges since, the count check), so a saved
  *     view that is old, from before a crash, or from another server only costs the changes
- *     since; one that does not decode, or has another UIDVALIDITY, is ignored (full listing).
+ *     since; one that does not decode, cannot be read (a damaged page: logged as a warning)
+ *     or has another UIDVALIDITY is ignored (full listing).
  *     Encoding (version 1, "MVV1"): a varint count, then per message LEB128 varints: the UID
  *     minus the previous one (> 0), flags, modseq, size, the internal date minus the previous
  *     one (zigzag), and the keywords: 0 none, 1 the previous message's, 2 + n then n bytes.
@@ -226,6 +227,11 @@ static int imap_view_cache_load(mv_store *store,
     uint32_t uidvalidity = 0;
     uint64_t modseq = 0;
     int rc = mv_mailbox_view_load(store, mailbox, &uidvalidity, &modseq, &data, &len);
+    if (rc != MV_OK && rc != MV_ENOMEM) { /* a damaged page or row: the listing still works */
+        log_msg(LOG_LEVEL_WARNING,
+                "view cache: the saved view of %s cannot be read (%s); listing it", mailbox,
+                mv_store_errmsg(store));
+    }
     if (rc == MV_OK &&
         (data == NULL || uidvalidity != info->uidvalidity || modseq > info->highestmodseq)) {
         rc = MV_ENOTFOUND; /* none, made again since, or from a store that went back */

@@ -61,7 +61,8 @@ stop_server_checked "$tmp/server.log"
 # the steps; each step's server log must say the view was saved at the stop (SIGTERM) and
 # loaded at the next SELECT, except after a crash (SIGKILL: nothing saved, the older saved
 # view plus the log), a row deleted behind the log's back (loaded, does not match: listed)
-# and saved bytes that do not decode (listed).
+# saved bytes that do not decode (listed) and a saved row that cannot be read (text, as no
+# save writes: listed, with a warning).
 user2=saved@example.org
 init_users "$user2"
 seed_mbox "$tmp/seed2.mbox" 30 "$user2" saved v
@@ -111,4 +112,10 @@ saved_start
 saved_step --step check --when "after the saved bytes were garbled"
 check "bytes that do not decode: listed" log_has 5 "does not decode"
 stop_server_checked "$tmp/saved5.log"
+saved_offline --step not-bytes
+saved_start
+saved_step --step check --when "after the saved view became text"
+check "a saved view that cannot be read: listed, with a warning" \
+    log_has 6 "the saved view of INBOX cannot be read (a saved view that is not bytes); listing it"
+stop_server_checked "$tmp/saved6.log"
 finish

@@ -164,6 +164,16 @@ def step_garble():
     check("the saved views garbled", r.returncode == 0, r.stdout.decode(errors="replace"))
 
 
+def step_not_bytes():
+    """The server is down: the saved views' bytes replaced by text whose characters are fewer
+    than its bytes, which no save writes: the load refuses it (a damaged row)."""
+    r = subprocess.run([A.mailvault, "sql", "--kdf-iter", "2", "--password-file",
+                        A.password_file, A.db,
+                        "UPDATE mailbox_views SET data = 'h' || char(233) || 'llo'"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    check("the saved views made text", r.returncode == 0, r.stdout.decode(errors="replace"))
+
+
 def main():
     global A
     ap = argparse.ArgumentParser()
@@ -179,7 +189,8 @@ def main():
     A = ap.parse_args()
     imapd_view.A = A
     {"first": step_first, "offline": step_offline, "after-restart": step_after_restart,
-     "check": step_check, "bypass": step_bypass, "garble": step_garble}[A.step]()
+     "check": step_check, "bypass": step_bypass, "garble": step_garble,
+     "not-bytes": step_not_bytes}[A.step]()
     results.summary()
 
 
