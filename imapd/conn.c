@@ -116,6 +116,9 @@ static void conn_close_now(struct conn *c, const char *why)
         SSL_free(c->ssl);
         c->ssl = NULL;
     }
+    if (c->job_writes) {
+        (void)shutdown(c->fd, SHUT_RDWR); /* the job's duplicate would keep it open */
+    }
     close(c->fd);
     c->fd = -1;
     if (c->prev != NULL) {
@@ -377,8 +380,10 @@ void conn_shutdown_all(void)
     while (conn_list != NULL) {
         struct conn *c = conn_list;
         c->refs++;
-        conn_write_str(c, c->ops->bye_shutdown);
-        conn_flush(c);
+        if (!c->job_writes) {
+            conn_write_str(c, c->ops->bye_shutdown);
+            conn_flush(c);
+        }
         conn_close_now(c, "server shutdown");
         conn_release(c);
     }

@@ -83,8 +83,14 @@ struct conn {
     int tls; /* 1 once TLS is on (implicit or after STARTTLS) */
     struct buf in;
     struct buf out;
-    int busy;             /* a job is in flight, or output is held (auth delay) */
-    int stream_wait;      /* busy with a response that goes on once out drains (ops->drained) */
+    int busy;        /* a job is in flight, or output is held (auth delay) */
+    int stream_wait; /* busy with a response that goes on once out drains (ops->drained) */
+    /* The job in flight writes to the socket itself, through a duplicate of fd (a FETCH:
+     * imap_fetch.c, "Direct sending"), so nothing may be written to the socket but through
+     * out until its done(): a close shuts the socket down first (the job's next write fails
+     * instead of going out after the close), and the shutdown's BYE is left out (it could
+     * land inside a message the job is writing). Set and cleared by the protocol. */
+    int job_writes;
     int closing;          /* close once the output is written */
     int dead;             /* the socket is gone; freed when refs drops to 0 */
     int refs;             /* jobs in flight that refer to this connection */

@@ -31,6 +31,11 @@
  *     in the connection's output, and a client that reads slowly slows the worker's reads
  *     down instead of growing the server. \Seen is set and the view synced once, before
  *     the first chunk; nothing else of the session runs in between (it stays busy).
+ *   - Direct sending: on a plain connection whose output was empty when the job was posted,
+ *     the job writes the response to the socket itself every IMAP_FETCH_DIRECT_MIN bytes
+ *     (imap_fetch_direct) and goes on past the chunk size, up to IMAP_FETCH_DIRECT_JOB_MAX,
+ *     until a write is not taken whole; then the loop writes the rest as above
+ *     (docs/IMAPD.md, "Streaming FETCH").
  *
  * LIMITATIONS
  *   A missing part, or HEADER / TEXT of a part that is not message/rfc822, is NIL. A single
@@ -45,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 /* Length of the header including its terminating empty line: the store's rule, so a
  * header-only read (mv_message_fetch_header) and a cut of the whole message agree. */
@@ -438,6 +444,27 @@ void imap_fetch_state_free(struct imap_fetch_state **st)
     *st = NULL;
 }
 
+/* Direct sending: the response so far goes to the socket from here when the loop granted it
+ * (s->direct_fd, imap_direct_grant) and the socket takes all of it at once; else it stays
+ * in x->out for the loop, and the job writes nothing more itself (direct_off), so the bytes
+ * stay in order. */
+static void imap_fetch_direct(struct imap_ctx *x)
+{
+    struct imap_session *s = x->s;
+    struct buf *out = x->out;
+    if (s->direct_fd < 0 || s->direct_off || out->oom || out->len < IMAP_FETCH_DIRECT_MIN) {
+        return;
+    }
+    ssize_t n = send(s->direct_fd, out->data, out->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+        s->direct_sent += (uint64_t)n;
+        buf_consume(out, (size_t)n);
+    }
+    if (out->len != 0) {
+        s->direct_off = 1; /* full, or an error the loop's own write then reports */
+    }
+}
+
 /* Answers messages from st->next on until the job's output holds IMAP_FETCH_CHUNK bytes
  * (then x->s->fetch_more = st: the loop posts the job again once the client has read most
  * of it), or to the end (then the tagged response, and st is freed). */
@@ -447,12 +474,17 @@ static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
     mv_store *store = imap_db(x->s);
     /* One read transaction for the chunk instead of one per message (each costs WAL-index
      * file locks); ended before the chunk goes out, so no reader is held while a slow client
-     * reads. Without it (MV_EINVAL cannot happen here) each read simply has its own. */
+     * reads (the job's own writes never wait for the client: they stop at a full socket).
+     * Without it (MV_EINVAL cannot happen here) each read simply has its own. */
     if (mv_store_read_begin(store) != MV_OK) {
         /* nothing lost: each read then has a transaction of its own */
     }
     for (; st->next < st->count; st->next++) {
-        if (x->out->len >= IMAP_FETCH_CHUNK || x->out->oom) {
+        /* a job that writes to the socket itself goes on for more (no hand-over to the
+         * loop), but not forever: other sessions' reads wait for the reader thread */
+        size_t limit = x->s->direct_fd >= 0 && !x->s->direct_off ? IMAP_FETCH_DIRECT_JOB_MAX
+                                                                 : IMAP_FETCH_CHUNK;
+        if (x->out->len + x->s->direct_sent >= limit || x->out->oom) {
             mv_store_read_end(store); /* nothing if none was begun */
             x->s->fetch_more = st;
             return;
@@ -460,6 +492,7 @@ static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
         uint32_t i = st->idx[st->next];
         if (!v->msgs[i].expunged && v->msgs[i].modseq > st->changed_since) {
             (void)imap_fetch_one(x, st->f, i, st->mark[i]);
+            imap_fetch_direct(x);
         }
     }
     mv_store_read_end(store);

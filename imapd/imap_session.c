@@ -22,6 +22,7 @@
 #include "worker.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -30,6 +31,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 struct imap_job {
     struct job job;
@@ -472,10 +474,45 @@ static int64_t imap_login_failure(const struct conn *c, const struct imap_job *j
     return j->posted_ms + hold_ms - loop_now_ms();
 }
 
+/* Direct sending (imap_fetch.c): a FETCH job may write to the socket itself when the
+ * connection is plain and nothing of its output is queued, so that no byte the job writes
+ * can overtake one the loop still holds; the loop writes nothing to a busy connection
+ * (it only queues) until the job's done, which comes after the job's last write. The job
+ * gets a duplicate of the descriptor: a close of the connection meanwhile cannot hand the
+ * number to another connection while the job may still write to it. */
+static void imap_direct_grant(struct conn *c, struct imap_session *s)
+{
+    s->direct_off = 0;
+    s->direct_sent = 0;
+    if (s->direct_fd >= 0 || c->tls || c->ssl != NULL || c->out.len != 0 || c->held.len != 0 ||
+        c->closing || c->dead) {
+        return;
+    }
+    s->direct_fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0); /* -1: the loop writes it all */
+    c->job_writes = s->direct_fd >= 0;
+}
+
+/* After the job: the duplicate closed, the bytes the job wrote counted as the loop's. */
+static void imap_direct_end(struct conn *c, struct imap_session *s)
+{
+    if (s->direct_fd >= 0) {
+        close(s->direct_fd);
+        s->direct_fd = -1;
+    }
+    c->job_writes = 0;
+    if (s->direct_sent > 0) {
+        metrics_fetch_direct_add(s->direct_sent);
+        c->bytes_out += s->direct_sent;
+        c->last_active_ms = loop_now_ms();
+        s->direct_sent = 0;
+    }
+}
+
 static void imap_job_done(struct job *job)
 {
     struct imap_job *j = (struct imap_job *)job;
     struct conn *c = job->conn;
+    imap_direct_end(c, j->s);
     int64_t hold_ms = j->failed_why != NULL ? imap_login_failure(c, j) : 0;
     if (!j->s->authenticated && j->s->state != IMAP_NOT_AUTH) {
         /* here, not on the worker: c->peer (the client, behind a proxy also the proxy) is
@@ -558,6 +595,9 @@ static void imap_post(struct conn *c, uint8_t *bytes, size_t len, struct imap_co
     s->tls = c->tls;
     s->login_allowed = c->tls || c->loopback || g_config.allow_plaintext;
     c->busy = 1;
+    if (!raw && strcmp(j->cmd.name, "FETCH") == 0) {
+        imap_direct_grant(c, s);
+    }
     /* the user placed (a LOGIN's just now): the store its job may touch (worker.c WRITERS) */
     job_user(&j->job, s->is_placed ? s->placed : "");
     worker_post(s->worker, &j->job);
@@ -947,6 +987,7 @@ static void imap_session_start(struct conn *c)
         return;
     }
     s->conn = c;
+    s->direct_fd = -1;
     s->tls = c->tls;
     s->login_allowed = c->tls || c->loopback || g_config.allow_plaintext;
     c->session = s;
@@ -1022,6 +1063,7 @@ static void imap_session_drained(struct conn *c)
     }
     s->stream_job = NULL;
     s->last_lane = j->job.lane;
+    imap_direct_grant(c, s);
     worker_post(s->worker, &j->job); /* the next chunk, in the lane of the FETCH */
 }
 

@@ -104,6 +104,15 @@ struct imap_session {
      * last completed command (`who`), and an end asked for (no new command is taken). */
     char shown_mailbox[256];
     int kicked;
+    /* A FETCH job may write its response to the socket itself (imap_fetch.c, "Direct
+     * sending"): a duplicate of the plain (no TLS) socket's descriptor, made by the loop when
+     * it posts the job with nothing of the connection's output still queued; -1: none. The
+     * job stops using it at the first write the socket does not take whole (direct_off) and
+     * counts what it wrote (direct_sent); the loop closes it and counts the bytes after the
+     * job (imap_job_done). */
+    int direct_fd;
+    int direct_off;
+    uint64_t direct_sent;
 };
 
 #define IMAP_LOGIN_FAILURES_MAX 3
@@ -208,6 +217,13 @@ void imap_cmd_unselect(struct imap_ctx *x);
  * (the client reads one chunk while the worker makes the next), large enough that the
  * hand-offs between worker and loop stay a small part of it. */
 #define IMAP_FETCH_CHUNK ((size_t)256 << 10)
+/* With direct sending (imap_fetch.c) the job writes its response to the socket whenever
+ * this much is made: the client reads the first messages while the next are read. */
+#define IMAP_FETCH_DIRECT_MIN ((size_t)32 << 10)
+/* ... and goes on for up to this many bytes before the loop takes over (the next job): the
+ * bench's 50 random messages (0.6-4 MB) in one or two jobs, while other sessions' reads on
+ * the worker's reader thread wait for a few ms of it at most. */
+#define IMAP_FETCH_DIRECT_JOB_MAX ((size_t)2 << 20)
 struct imap_fetch_state;
 void imap_cmd_fetch(struct imap_ctx *x);
 /* The next chunk of the FETCH in x->s->fetch_more. */

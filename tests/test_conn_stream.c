@@ -10,6 +10,10 @@
  *     than CONN_STREAM_RESUME_BELOW is queued, so the worker makes it while the loop
  *     writes (the old code sent first and asked after: the worker waited for every
  *     chunk's send). With more queued it asks only once a flush got below the mark.
+ *   - A connection whose job writes to the socket itself (job_writes: a FETCH, imapd/
+ *     imap_fetch.c "Direct sending", through a duplicate of the descriptor) is shut down
+ *     when it is closed, so the job's next write fails and the client sees the end; a plain
+ *     close() would leave the socket open through the duplicate and the job writing on.
  */
 #include "harness.h"
 
@@ -17,6 +21,7 @@
 #include "../imapd/config.h"
 #include "../imapd/conn.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -187,10 +192,50 @@ static void test_next_chunk_waits_when_full(void)
     close(sv[1]);
 }
 
+static void cs_end(struct conn *c)
+{
+    (void)c;
+}
+
+static const struct conn_proto_ops cs_end_ops = {.name = "test", .end = cs_end};
+
+static void test_close_ends_job_writes(void)
+{
+    for (int job_writes = 0; job_writes <= 1; job_writes++) {
+        struct conn *c = calloc(1, sizeof *c);
+        int sv[2];
+        CHECK(c != NULL && socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+        c->fd = sv[0];
+        c->ops = &cs_end_ops;
+        c->busy = 1;
+        c->refs = 1; /* the job in flight */
+        c->job_writes = job_writes;
+        int dup = fcntl(sv[0], F_DUPFD_CLOEXEC, 0); /* the job's, as imap_direct_grant */
+        CHECK(dup >= 0);
+        conn_close(c, "test");
+        CHECK_EQ_INT(c->dead, 1);
+        errno = 0;
+        ssize_t n = send(dup, "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        char got = 0;
+        ssize_t r = recv(sv[1], &got, 1, MSG_DONTWAIT);
+        if (job_writes) {
+            CHECK(n == -1 && errno == EPIPE); /* the job's write fails ... */
+            CHECK_EQ_INT(r, 0);               /* ... and the client sees the end */
+        } else {
+            CHECK_EQ_INT(n, 1); /* without a job writing: the duplicate keeps it open */
+            CHECK_EQ_INT(r, 1);
+        }
+        close(dup);
+        close(sv[1]);
+        conn_release(c); /* the job's done: frees the dead connection */
+    }
+}
+
 int main(void)
 {
     TEST(test_write_buf_hands_over);
     TEST(test_next_chunk_before_send);
     TEST(test_next_chunk_waits_when_full);
+    TEST(test_close_ends_job_writes);
     return th_summary();
 }
