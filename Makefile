@@ -174,10 +174,10 @@ $(BUILD)/asan/tests/test_imap_utf7: $(BUILD)/asan/imapd/imap_utf7.o
 $(BUILD)/asan/tests/test_imap_lane: $(BUILD)/asan/imapd/imap_lane.o $(BUILD)/asan/imapd/imap_parse.o
 $(BUILD)/asan/tests/test_imap_frame: $(BUILD)/asan/imapd/imap_frame.o $(BUILD)/asan/imapd/buf.o
 # The worker lanes' test drives worker.c itself, the sealed quota test quota.c, the stream
-# test conn.c: every server
+# test conn.c, the view test the views (imap_msgs.c): every server
 # object but main.o (each test defines g_config).
-$(BUILD)/asan/tests/test_worker $(BUILD)/asan/tests/test_quota_sealed $(BUILD)/asan/tests/test_conn_stream: $(filter-out %/main.o,$(IMAPD_SRC:%.c=$(BUILD)/asan/%.o))
-$(BUILD)/asan/tests/test_worker $(BUILD)/asan/tests/test_quota_sealed $(BUILD)/asan/tests/test_conn_stream: LIBS := -lssl $(LIBS)
+$(BUILD)/asan/tests/test_worker $(BUILD)/asan/tests/test_quota_sealed $(BUILD)/asan/tests/test_conn_stream $(BUILD)/asan/tests/test_imap_view: $(filter-out %/main.o,$(IMAPD_SRC:%.c=$(BUILD)/asan/%.o))
+$(BUILD)/asan/tests/test_worker $(BUILD)/asan/tests/test_quota_sealed $(BUILD)/asan/tests/test_conn_stream $(BUILD)/asan/tests/test_imap_view: LIBS := -lssl $(LIBS)
 # The fault-injecting VFS (tests/faultvfs.h) for the tests that run the store on a failing disk.
 $(BUILD)/asan/tests/test_faults: $(BUILD)/asan/tests/faultvfs.o $(BUILD)/asan/tests/failalloc.o
 $(BUILD)/asan/tests/test_wal_io: $(BUILD)/asan/tests/faultvfs.o

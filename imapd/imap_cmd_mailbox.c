@@ -145,14 +145,9 @@ void imap_cmd_select(struct imap_ctx *x)
         return;
     }
     struct imap_view *v = &s->view;
-    size_t first_unseen = 0;
-    for (size_t i = 0; i < v->count && first_unseen == 0; i++) {
-        if ((v->msgs[i].flags & MV_FLAG_SEEN) == 0) {
-            first_unseen = i + 1;
-        }
-    }
-    imap_flags_announce(v, x->out); /* with the mailbox's keywords (RFC 3501 7.2.6) */
-    (void)imap_view_recent(s, 0);   /* this session's \Recent (RFC 3501 2.3.2) */
+    size_t first_unseen = v->first_unseen; /* kept by the cached view: no walk here */
+    imap_flags_announce(v, x->out);        /* with the mailbox's keywords (RFC 3501 7.2.6) */
+    (void)imap_view_recent(s, 0);          /* this session's \Recent (RFC 3501 2.3.2) */
     buf_printf(x->out, "* %zu EXISTS\r\n* %zu RECENT\r\n", v->count, v->recent_count);
     if (first_unseen != 0) {
         buf_printf(x->out, "* OK [UNSEEN %zu] first unseen message\r\n", first_unseen);

@@ -54,7 +54,7 @@ static void imap_drop_expunged(const struct imap_view *v, uint32_t *idx, size_t 
 {
     size_t k = 0;
     for (size_t i = 0; i < *count; i++) {
-        if (!v->msgs[idx[i]].expunged) {
+        if ((imap_view_marks(v, idx[i]) & IMAP_MARK_EXPUNGED) == 0) {
             idx[k++] = idx[i];
         }
     }
@@ -91,7 +91,7 @@ static int imap_store_modified(struct imap_ctx *x,
     const struct imap_view *v = &x->s->view;
     size_t kept = 0, f = 0;
     for (size_t i = 0; i < *count; i++) {
-        uint32_t uid = v->msgs[idx[i]].uid;
+        uint32_t uid = imap_view_msg(v, idx[i])->uid;
         while (f < failed_count && failed[f] < uid) {
             f++;
         }
@@ -154,18 +154,17 @@ static int imap_store_flags(
 static void imap_store_report(struct imap_ctx *x, const uint32_t *uids, size_t count, int silent)
 {
     struct imap_view *v = &x->s->view;
-    for (size_t i = 0, k = 0; i < count; i++) {
-        while (k < v->count && v->msgs[k].uid < uids[i]) {
-            k++;
-        }
-        if (k == v->count || v->msgs[k].uid != uids[i] || v->msgs[k].expunged != 0) {
+    for (size_t i = 0; i < count; i++) {
+        size_t k = imap_view_find_uid(v, uids[i]); /* a search: not a walk from the start */
+        if (k == v->count || imap_view_msg(v, k)->uid != uids[i] ||
+            (imap_view_marks(v, k) & IMAP_MARK_EXPUNGED) != 0) {
             continue;
         }
-        if (!silent && v->msgs[k].reported == 0) {
-            imap_fetch_flags_line(x->out, k + 1, &v->msgs[k], x->s->condstore);
+        if (!silent && (imap_view_marks(v, k) & (IMAP_MARK_REPORTED | IMAP_MARK_QUIET)) == 0) {
+            imap_fetch_flags_line(x->out, v, k, x->s->condstore);
         } else if (silent && x->s->condstore) {
             buf_printf(x->out, "* %zu FETCH (UID %u MODSEQ (%llu))\r\n", k + 1, uids[i],
-                       (unsigned long long)v->msgs[k].modseq);
+                       (unsigned long long)imap_view_msg(v, k)->modseq);
         }
     }
 }
@@ -247,9 +246,9 @@ void imap_cmd_store(struct imap_ctx *x)
     imap_view_reported_clear(v);
     uint32_t *uids = malloc((count + 1) * sizeof *uids);
     for (size_t i = 0; uids != NULL && i < count; i++) {
-        uids[i] = v->msgs[idx[i]].uid;
+        uids[i] = imap_view_msg(v, idx[i])->uid;
         if (silent) {
-            v->msgs[idx[i]].reported = 2;
+            imap_view_mark(v, idx[i], IMAP_MARK_QUIET);
             v->reported_any = 1;
         }
     }
@@ -320,7 +319,7 @@ static void imap_transfer(struct imap_ctx *x, int move)
     imap_drop_expunged(v, idx, &n);
     uint64_t copy_bytes = 0;
     for (size_t i = 0; i < n; i++) {
-        copy_bytes += v->msgs[idx[i]].size;
+        copy_bytes += imap_view_msg(v, idx[i])->size;
     }
     int over = move || n == 0 ? 0
                               : quota_exceeded(x->s->store, worker_config(x->s->worker), x->s->user,

@@ -239,7 +239,7 @@ imap_fetch_placed(struct imap_ctx *x, const struct imap_fetch *f, uint32_t uid, 
 /* One message's FETCH response. -1 if its bytes are gone (expunged meanwhile). */
 static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t i, int with_flags)
 {
-    const struct imap_msg *m = &x->s->view.msgs[i];
+    const struct imap_msg *m = imap_view_msg(&x->s->view, i);
     unsigned items = f->items;
     void *raw = NULL;
     size_t len = 0, mark = x->out->len;
@@ -278,7 +278,8 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
     buf_u64(out, m->uid);
     if ((items & IMAP_FETCH_FLAGS) != 0 || with_flags) {
         BUF_LIT(out, " FLAGS ");
-        imap_flags_out(out, m->flags | (m->recent ? IMAP_FLAG_RECENT : 0), m->keywords);
+        int recent = (imap_view_marks(&x->s->view, i) & IMAP_MARK_RECENT) != 0;
+        imap_flags_out(out, m->flags | (recent ? IMAP_FLAG_RECENT : 0), m->keywords);
     }
     if ((items & IMAP_FETCH_INTERNALDATE) != 0) {
         BUF_LIT(out, " INTERNALDATE ");
@@ -359,7 +360,8 @@ imap_fetch_mark_seen(struct imap_ctx *x, const uint32_t *idx, size_t count, unsi
         return MV_ENOMEM;
     }
     for (size_t i = 0; i < count; i++) {
-        if ((v->msgs[idx[i]].flags & MV_FLAG_SEEN) == 0 && !v->msgs[idx[i]].expunged) {
+        if ((imap_view_msg(v, idx[i])->flags & MV_FLAG_SEEN) == 0 &&
+            (imap_view_marks(v, idx[i]) & IMAP_MARK_EXPUNGED) == 0) {
             unseen[n++] = idx[i];
         }
     }
@@ -374,7 +376,7 @@ imap_fetch_mark_seen(struct imap_ctx *x, const uint32_t *idx, size_t count, unsi
         free(ranges);
         for (size_t i = 0; rc == MV_OK && i < n; i++) {
             mark[unseen[i]] = 1;
-            v->msgs[unseen[i]].reported = 2; /* the sync must not announce it separately */
+            imap_view_mark(v, unseen[i], IMAP_MARK_QUIET); /* the sync must not announce it */
             v->reported_any = 1;
         }
     }
@@ -490,7 +492,8 @@ static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
             return;
         }
         uint32_t i = st->idx[st->next];
-        if (!v->msgs[i].expunged && v->msgs[i].modseq > st->changed_since) {
+        if ((imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0 &&
+            imap_view_msg(v, i)->modseq > st->changed_since) {
             (void)imap_fetch_one(x, st->f, i, st->mark[i]);
             imap_fetch_direct(x);
         }

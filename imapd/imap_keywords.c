@@ -13,10 +13,11 @@
  *   - A linear scan per keyword: mailboxes define a few dozen keywords, the store limits a
  *     message to keywords_max of them.
  *   - A message's keywords (its space-separated list) are a shared, reference-counted string
- *     (imap_kw_*): the per-store cached view (imap_view_cache.c) and every session's copy of
- *     it point at the same bytes, so copying a 100,000-message view is one memcpy and a
- *     count per message that has keywords, not a malloc per message. "" is one static string
- *     and never counted. The counts are atomic: a view is freed on the session's worker,
+ *     (imap_kw_*): consecutive messages with the same list point at the same bytes, and a
+ *     chunk of messages (imap_msgs.c) holds a reference per message, so sharing a chunk
+ *     between views costs nothing here and copying one (a view that must change it) a
+ *     count per message that has keywords, not a malloc. "" is one static string and never
+ *     counted. The counts are atomic: a view is freed on the session's worker,
  *     but nothing here needs to know which thread that is.
  */
 #include "buf.h"

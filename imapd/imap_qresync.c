@@ -123,10 +123,10 @@ int imap_qresync_select(struct imap_session *s, struct buf *out, const struct im
     const struct imap_seqset *known = q->has_known ? &q->known : NULL;
     int rc = imap_qresync_vanished(s, out, q->modseq, known);
     for (size_t i = 0; rc == MV_OK && i < v->count; i++) {
-        const struct imap_msg *m = &v->msgs[i];
+        const struct imap_msg *m = imap_view_msg(v, i);
         if (m->modseq > q->modseq &&
             (known == NULL || imap_seqset_contains(known, m->uid, UINT32_MAX))) {
-            imap_fetch_flags_line(out, i + 1, m, 1);
+            imap_fetch_flags_line(out, v, i, 1);
         }
     }
     return rc;

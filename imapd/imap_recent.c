@@ -4,7 +4,7 @@
  * it arrives), as Dovecot keeps it per mailbox. The store holds, per mailbox, the first UID no
  * session has claimed yet (mv_mailbox_recent_claim); a claim is one write transaction, so the
  * sessions on every worker thread of this server, and other processes, never share one. The
- * session keeps what it claimed in its view (imap_msg.recent): FETCH FLAGS shows \Recent,
+ * session keeps what it claimed in its view's marks (IMAP_MARK_RECENT): FETCH FLAGS shows \Recent,
  * SELECT and the sync send "* n RECENT", SEARCH RECENT / NEW / OLD read it.
  *
  * EXAMINE (a read-only view) claims nothing (RFC 3501 6.3.2: it must not take \Recent away
@@ -62,7 +62,7 @@ int imap_view_recent(struct imap_session *s, size_t from)
         return MV_OK;
     }
     uint32_t first = 0, unclaimed = 0;
-    uint32_t up_to = v->msgs[v->count - 1].uid + 1; /* the end of this view: no more */
+    uint32_t up_to = imap_view_msg(v, v->count - 1)->uid + 1; /* the end of this view */
     int rc;
     if (v->readonly) {
         rc = mv_mailbox_recent(imap_db(s), v->mailbox, &first, &unclaimed);
@@ -81,9 +81,12 @@ int imap_view_recent(struct imap_session *s, size_t from)
     if (rc != MV_OK) {
         return rc; /* none marked: \Recent is advisory, the command goes on */
     }
-    for (size_t i = from; i < v->count; i++) {
-        if (v->msgs[i].uid >= first && !v->msgs[i].recent) {
-            v->msgs[i].recent = 1;
+    /* UIDs ascend: the recent ones are a tail, found by a binary search (a SELECT of a big
+     * mailbox looks at its new messages only). */
+    size_t at = imap_view_find_uid(v, first);
+    for (size_t i = at > from ? at : from; i < v->count; i++) {
+        if ((v->marks[i] & IMAP_MARK_RECENT) == 0) {
+            imap_view_mark(v, i, IMAP_MARK_RECENT);
             v->recent_count++;
         }
     }

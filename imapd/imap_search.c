@@ -57,16 +57,8 @@ static int imap_search_copy(const char *s, size_t len, char *out)
 
 static size_t imap_search_index(const struct imap_view *v, uint32_t uid)
 {
-    size_t lo = 0, hi = v->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (v->msgs[mid].uid < uid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo < v->count && v->msgs[lo].uid == uid ? lo : SIZE_MAX;
+    size_t lo = imap_view_find_uid(v, uid);
+    return lo < v->count && imap_view_msg(v, lo)->uid == uid ? lo : SIZE_MAX;
 }
 
 /* One key answered by mv_search into hits. */
@@ -254,8 +246,9 @@ imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, u
         void *raw = NULL;
         size_t len = 0;
         /* The header alone: only its pages are read and decrypted. */
-        if (v->msgs[i].expunged || mv_message_fetch_header(imap_db(r->x->s), v->mailbox,
-                                                           v->msgs[i].uid, &raw, &len) != MV_OK) {
+        if ((imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) != 0 ||
+            mv_message_fetch_header(imap_db(r->x->s), v->mailbox, imap_view_msg(v, i)->uid, &raw,
+                                    &len) != MV_OK) {
             continue;
         }
         hits[i] = (unsigned char)imap_search_header_has(raw, len, field, field_len, folded);
@@ -322,17 +315,18 @@ static int imap_search_eval(const struct imap_search_run *r, uint32_t k, size_t 
 {
     const struct imap_search_key *key = &r->prog->keys[k];
     const struct imap_view *v = &r->x->s->view;
-    const struct imap_msg *m = &v->msgs[i];
+    const struct imap_msg *m = imap_view_msg(v, i);
+    int recent = (imap_view_marks(v, i) & IMAP_MARK_RECENT) != 0;
     int64_t day = key->number;
     switch (key->op) {
     case IMAP_SK_ALL:
         return 1;
     case IMAP_SK_OLD: /* RFC 3501 6.4.4: NOT RECENT; NEW: RECENT UNSEEN */
-        return !m->recent;
+        return !recent;
     case IMAP_SK_NEW:
-        return m->recent && (m->flags & IMAP_FLAG_SEEN) == 0;
+        return recent && (m->flags & IMAP_FLAG_SEEN) == 0;
     case IMAP_SK_RECENT:
-        return m->recent;
+        return recent;
     case IMAP_SK_AND:
         for (uint32_t c = key->child; c != IMAP_NODE_NONE; c = r->prog->keys[c].next) {
             if (!imap_search_eval(r, c, i)) {
@@ -348,7 +342,7 @@ static int imap_search_eval(const struct imap_search_run *r, uint32_t k, size_t 
     case IMAP_SK_SEQSET:
         return imap_seqset_contains(key->set, (uint32_t)i + 1, (uint32_t)v->count);
     case IMAP_SK_UIDSET:
-        return imap_seqset_contains(key->set, m->uid, v->msgs[v->count - 1].uid);
+        return imap_seqset_contains(key->set, m->uid, imap_view_msg(v, v->count - 1)->uid);
     case IMAP_SK_FLAG_SET:
         return (m->flags & key->flags) == key->flags;
     case IMAP_SK_FLAG_UNSET:
@@ -409,9 +403,10 @@ void imap_cmd_search(struct imap_ctx *x)
         }
         buf_str(x->out, "* SEARCH");
         for (size_t i = 0; i < v->count; i++) {
-            if (!v->msgs[i].expunged && imap_search_eval(&r, 0, i)) {
-                buf_printf(x->out, " %u", x->cmd->uid ? v->msgs[i].uid : (uint32_t)i + 1);
-                highest = v->msgs[i].modseq > highest ? v->msgs[i].modseq : highest;
+            if ((imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0 && imap_search_eval(&r, 0, i)) {
+                const struct imap_msg *m = imap_view_msg(v, i);
+                buf_printf(x->out, " %u", x->cmd->uid ? m->uid : (uint32_t)i + 1);
+                highest = m->modseq > highest ? m->modseq : highest;
             }
         }
         if (with_modseq && highest > 0) {

@@ -18,10 +18,14 @@
 #include "metrics.h"
 #include "worker.h"
 
+#include <stdatomic.h>
+
 enum imap_state { IMAP_NOT_AUTH = 0, IMAP_AUTH, IMAP_SELECTED, IMAP_LOGOUT };
 
-/* 48 bytes a message: a 100,000-message view is 4.8 MB, 1,000,000 is 48 MB (plus the
- * distinct keyword strings, shared). */
+/* 40 bytes a message: a 100,000-message view is 4 MB, 1,000,000 is 40 MB (plus the distinct
+ * keyword strings, shared). What only one session knows of a message (pending expunge,
+ * \Recent, reported) is not here but in the session's marks (struct imap_view), so the
+ * messages can be shared (imap_msgs.c). */
 struct imap_msg {
     uint64_t modseq;
     uint64_t size;
@@ -29,10 +33,32 @@ struct imap_msg {
     const char *keywords; /* shared (imap_kw_*), "" if none; never NULL in a view */
     uint32_t uid;
     unsigned flags;
-    unsigned char expunged; /* gone from the store, not yet reported (RFC 3501 7.4.1) */
-    unsigned char recent;   /* \Recent in this session (imap_recent.c) */
-    unsigned char reported; /* scratch: a FETCH was sent for it during this command */
 };
+
+/* The messages of a view are kept in chunks of at most IMAP_CHUNK_MSGS (imap_msgs.c): a
+ * chunk is shared by the store's cached view and by every session that selected the mailbox
+ * (reference-counted, atomic: views are freed on several threads) and is never written
+ * while shared; a view that must change a message copies that chunk only (160 KB), so a
+ * SELECT of a 1,000,000-message mailbox takes a reference per chunk (245) instead of
+ * copying 40 MB, and a STORE that follows copies one chunk. */
+#define IMAP_CHUNK_MSGS 4096
+struct imap_chunk {
+    atomic_size_t refs;
+    size_t count; /* messages in use, 1..IMAP_CHUNK_MSGS (0 only while being filled) */
+    struct imap_msg msgs[IMAP_CHUNK_MSGS];
+};
+struct imap_part {
+    struct imap_chunk *chunk;
+    size_t start; /* the view index of chunk->msgs[0]; SIZE_MAX while the chunk is empty */
+};
+
+/* A session's marks of a message (one byte each, struct imap_view.marks). */
+#define IMAP_MARK_EXPUNGED 0x01u /* gone from the store, not yet reported (RFC 3501 7.4.1) */
+#define IMAP_MARK_RECENT   0x04u /* \Recent in this session (imap_recent.c) */
+#define IMAP_MARK_REPORTED 0x08u /* scratch: a FETCH was sent for it during this command */
+#define IMAP_MARK_QUIET                                                                            \
+    0x10u /* scratch: a STORE .SILENT or FETCH \Seen of this command:                              \
+             the sync must not announce its change */
 
 struct imap_view {
     char *mailbox; /* the store's (UTF-8) name; NULL: nothing selected */
@@ -40,14 +66,26 @@ struct imap_view {
     uint32_t uidvalidity;
     uint32_t uidnext;
     uint64_t highestmodseq;
-    struct imap_msg *msgs;
+    /* The messages (UID order): parts[0..part_count) in index order; trailing parts may be
+     * empty chunks reserved for appends (imap_view_reserve). Read them with imap_view_msg. */
+    struct imap_part *parts;
+    size_t part_count;
+    size_t part_cap;
     size_t count;
-    size_t cap;
-    size_t expunged_count; /* messages marked expunged: a sync knows without walking msgs */
-    size_t recent_count;   /* messages with recent set */
+    /* A session's marks, a byte per message (IMAP_MARK_*), calloc'd at load: NULL in the
+     * store's cached view and in a sync's delta, which have none. */
+    unsigned char *marks;
+    size_t marks_cap;
+    size_t expunged_count; /* messages marked expunged: a sync knows without walking them */
+    size_t recent_count;   /* messages marked recent */
     uint32_t recent_owed;  /* UIDs below it were shown as \Recent without their claim, which
                               waits for the lock (imap_recent.c); 0: none */
-    int reported_any;      /* some message has reported set (imap_view_reported_clear) */
+    int reported_any;      /* some message has a scratch mark (imap_view_reported_clear) */
+    /* The cached view only (imap_view_cache.c): every message below this UID is \Seen. */
+    uint32_t seen_below;
+    /* Set by imap_view_load: the sequence number of the first message without \Seen, 0 if
+     * none (SELECT's UNSEEN); not kept up to date after. */
+    size_t first_unseen;
     /* The keywords announced in FLAGS (imap_keywords.c): malloc'd strings. */
     char **keyword_names;
     size_t keyword_count;
@@ -233,6 +271,73 @@ void imap_fetch_state_free(struct imap_fetch_state **st);
 /* ---- imap_search.c ---- */
 void imap_cmd_search(struct imap_ctx *x);
 
+/* ---- imap_msgs.c: a view's messages (chunks shared until written, see struct imap_chunk) ---- */
+/* The part (index into v->parts) holding message i (< v->count): the chunks are full but
+ * where expunges emptied some (then a binary search over the parts). */
+static inline size_t imap_view_part_of(const struct imap_view *v, size_t i)
+{
+    size_t g = i / IMAP_CHUNK_MSGS;
+    if (g < v->part_count && v->parts[g].start <= i &&
+        i - v->parts[g].start < v->parts[g].chunk->count) {
+        return g;
+    }
+    size_t lo = 0, hi = v->part_count; /* the last part starting at or before i */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v->parts[mid].start <= i) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+/* Message i (< v->count), valid until the view next changes. */
+static inline const struct imap_msg *imap_view_msg(const struct imap_view *v, size_t i)
+{
+    const struct imap_part *p = &v->parts[imap_view_part_of(v, i)];
+    return &p->chunk->msgs[i - p->start];
+}
+/* The session's marks of message i (IMAP_MARK_*; none in a view without marks). */
+static inline unsigned imap_view_marks(const struct imap_view *v, size_t i)
+{
+    return v->marks != NULL ? v->marks[i] : 0u;
+}
+/* Sets / clears marks of message i of a session's view (one with marks). */
+static inline void imap_view_mark(struct imap_view *v, size_t i, unsigned bits)
+{
+    v->marks[i] = (unsigned char)(v->marks[i] | bits);
+}
+static inline void imap_view_unmark(struct imap_view *v, size_t i, unsigned bits)
+{
+    v->marks[i] = (unsigned char)(v->marks[i] & ~bits);
+}
+/* The first index whose UID is >= uid (v->count if none): a binary search. */
+size_t imap_view_find_uid(const struct imap_view *v, uint32_t uid);
+/* Makes the chunk of message i the view's own, copying it if it is shared, so that
+ * imap_view_msg_mut may write it. MV_OK or MV_ENOMEM (then nothing changed). */
+int imap_view_own(struct imap_view *v, size_t i);
+/* Message i for writing: its chunk must be the view's own (imap_view_own). */
+struct imap_msg *imap_view_msg_mut(struct imap_view *v, size_t i);
+/* Room to append n messages without allocating (the last chunk made the view's own, chunks
+ * and marks reserved). MV_OK or MV_ENOMEM (then the messages are as they were). */
+int imap_view_reserve(struct imap_view *v, size_t n);
+/* Appends m (its keywords reference moves into the view; its marks are none) into room
+ * imap_view_reserve made: cannot fail. */
+void imap_view_append(struct imap_view *v, const struct imap_msg *m);
+/* imap_view_reserve(v, 1) and imap_view_append: MV_OK or MV_ENOMEM (m not taken). */
+int imap_view_push(struct imap_view *v, const struct imap_msg *m);
+/* Gives dst (no messages) src's messages, sharing every chunk: a reference per chunk, no
+ * copy of a message. No marks. MV_OK or MV_ENOMEM (dst still empty). */
+int imap_view_share(struct imap_view *dst, const struct imap_view *src);
+/* Removes the messages at idx (n ascending, distinct indexes; their chunks the view's own,
+ * imap_view_own) with their marks; drops their keyword references. Cannot fail. */
+void imap_view_drop(struct imap_view *v, const size_t *idx, size_t n);
+/* Drops every message (and the marks): a chunk whose last reference this was is freed. */
+void imap_view_msgs_free(struct imap_view *v);
+/* For tests: the chunks in memory now, in every view of the process. */
+size_t imap_chunks_live(void);
+
 /* ---- imap_view.c ---- */
 /* Appends to v the messages of mailbox changed after since (0: all of them), UID order. */
 int imap_view_list(mv_store *store, const char *mailbox, uint64_t since, struct imap_view *v);
@@ -256,8 +361,8 @@ int imap_view_resolve(const struct imap_view *v,
 /* "(\Seen \Flagged kw)"; IMAP_FLAG_RECENT in flags adds \Recent (a session's, never stored) */
 #define IMAP_FLAG_RECENT 0x100u
 void imap_flags_out(struct buf *out, unsigned flags, const char *keywords);
-/* "* seq FETCH (UID u FLAGS (...) [MODSEQ (n)])" */
-void imap_fetch_flags_line(struct buf *out, size_t seq, const struct imap_msg *m, int condstore);
+/* "* seq FETCH (UID u FLAGS (...) [MODSEQ (n)])" of message i of the session's view v. */
+void imap_fetch_flags_line(struct buf *out, const struct imap_view *v, size_t i, int condstore);
 /* The UID ranges for the store (mv_*_ranges) of the messages at view indexes idx
  * (ascending): a run of indexes, also across messages the view knows are expunged, is one
  * range from its first to its last UID, whatever UID gaps lie between (a UID never comes
@@ -269,9 +374,10 @@ int imap_view_uid_ranges(const struct imap_view *v,
                          size_t *n);
 
 /* ---- imap_view_cache.c ---- */
-/* A copy of the store's cached view of mailbox, brought up to date first (see the file);
- * out gets messages, uidvalidity, uidnext, highestmodseq (no name, keyword set or session
- * state). MV_OK or an MV_* code (then out holds nothing). */
+/* The store's cached view of mailbox, brought up to date first (see the file), for a
+ * session: out (empty) shares its messages (imap_view_share: no copy) and gets uidvalidity,
+ * uidnext, highestmodseq, the keyword set and first_unseen (no name, no marks). MV_OK or an
+ * MV_* code (then out holds nothing). */
 int imap_view_cache_copy(struct open_store *os, const char *mailbox, struct imap_view *out);
 
 /* ---- imap_recent.c ---- */

@@ -39,28 +39,10 @@
 
 void imap_view_free(struct imap_view *v)
 {
-    for (size_t i = 0; i < v->count; i++) {
-        imap_kw_unref(v->msgs[i].keywords);
-    }
-    free(v->msgs);
+    imap_view_msgs_free(v);
     free(v->mailbox);
     imap_view_keywords_free(v);
     memset(v, 0, sizeof *v);
-}
-
-static int imap_view_push(struct imap_view *v, const struct imap_msg *m)
-{
-    if (v->count == v->cap) {
-        size_t cap = v->cap != 0 ? v->cap * 2 : 64;
-        struct imap_msg *msgs = realloc(v->msgs, cap * sizeof *msgs);
-        if (msgs == NULL) {
-            return MV_ENOMEM;
-        }
-        v->msgs = msgs;
-        v->cap = cap;
-    }
-    v->msgs[v->count++] = *m;
-    return MV_OK;
 }
 
 int imap_view_list(mv_store *store, const char *mailbox, uint64_t since, struct imap_view *v)
@@ -69,7 +51,7 @@ int imap_view_list(mv_store *store, const char *mailbox, uint64_t since, struct 
     int rc = mv_message_list_begin(store, mailbox, 0, since, &it);
     struct mv_message_entry e;
     while (rc == MV_OK && (rc = mv_message_list_next(it, &e)) == 1) {
-        const char *like = v->count > 0 ? v->msgs[v->count - 1].keywords : NULL;
+        const char *like = v->count > 0 ? imap_view_msg(v, v->count - 1)->keywords : NULL;
         struct imap_msg m = {.uid = e.uid,
                              .flags = e.flags,
                              .modseq = e.modseq,
@@ -104,21 +86,16 @@ int imap_view_load(struct imap_session *s, const char *mailbox, int readonly)
     memset(&v, 0, sizeof v);
     imap_view_recent_settle(s); /* the old view's owed \Recent claim (imap_recent.c) */
     imap_view_free(&s->view);
+    /* The messages are the cached view's, shared (imap_msgs.c); the session adds its marks,
+     * a byte per message (calloc: pages the session never marks are never touched). */
     int rc = imap_view_cache_copy(s->store, mailbox, &v); /* imap_view_cache.c */
     if (rc == MV_OK && (v.mailbox = strdup(mailbox)) == NULL) {
         rc = MV_ENOMEM;
     }
-    if (rc != MV_OK) {
-        imap_view_free(&v);
-        return rc;
+    if (rc == MV_OK && (v.marks = calloc(v.count + 1, 1)) == NULL) {
+        rc = MV_ENOMEM;
     }
-    const char *last = NULL; /* shared strings: a run of equal lists is looked at once */
-    for (size_t i = 0; rc == MV_OK && i < v.count; i++) {
-        if (v.msgs[i].keywords != last) {
-            last = v.msgs[i].keywords;
-            rc = imap_view_keywords_add(&v, last) < 0 ? MV_ENOMEM : MV_OK;
-        }
-    }
+    v.marks_cap = v.count + 1;
     if (rc != MV_OK) {
         imap_view_free(&v);
         return rc;
@@ -130,8 +107,8 @@ int imap_view_load(struct imap_session *s, const char *mailbox, int readonly)
 
 void imap_view_reported_clear(struct imap_view *v)
 {
-    for (size_t i = 0; v->reported_any && i < v->count; i++) {
-        v->msgs[i].reported = 0;
+    for (size_t i = 0; v->reported_any && v->marks != NULL && i < v->count; i++) {
+        v->marks[i] &= (unsigned char)~(IMAP_MARK_REPORTED | IMAP_MARK_QUIET);
     }
     v->reported_any = 0;
 }
@@ -166,34 +143,22 @@ void imap_flags_out(struct buf *out, unsigned flags, const char *keywords)
     BUF_LIT(out, ")");
 }
 
-void imap_fetch_flags_line(struct buf *out, size_t seq, const struct imap_msg *m, int condstore)
+void imap_fetch_flags_line(struct buf *out, const struct imap_view *v, size_t i, int condstore)
 {
+    const struct imap_msg *m = imap_view_msg(v, i);
+    int recent = (imap_view_marks(v, i) & IMAP_MARK_RECENT) != 0;
     BUF_LIT(out, "* ");
-    buf_u64(out, seq);
+    buf_u64(out, i + 1);
     BUF_LIT(out, " FETCH (UID ");
     buf_u64(out, m->uid);
     BUF_LIT(out, " FLAGS ");
-    imap_flags_out(out, m->flags | (m->recent ? IMAP_FLAG_RECENT : 0), m->keywords);
+    imap_flags_out(out, m->flags | (recent ? IMAP_FLAG_RECENT : 0), m->keywords);
     if (condstore) {
         BUF_LIT(out, " MODSEQ (");
         buf_u64(out, m->modseq);
         BUF_LIT(out, ")");
     }
     BUF_LIT(out, ")\r\n");
-}
-
-static size_t imap_view_find_uid(const struct imap_view *v, uint32_t uid)
-{
-    size_t lo = 0, hi = v->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (v->msgs[mid].uid < uid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo; /* first index with uid >= the one sought */
 }
 
 int imap_uids_contain(const uint32_t *uids, size_t count, uint32_t uid)
@@ -230,121 +195,143 @@ static void imap_view_delta_free(struct imap_view_delta *d)
     memset(d, 0, sizeof *d);
 }
 
-/* Removes the messages marked expunged == 2 and reports them (see the file comment). */
-static void imap_view_remove(struct imap_session *s, struct buf *out, size_t removed)
+/* Reports the removal of the messages at idx (ascending: the expunged ones this sync may
+ * report, see the file comment) and removes them. */
+static void imap_view_remove(struct imap_session *s, struct buf *out, const size_t *idx, size_t n)
 {
     struct imap_view *v = &s->view;
     if (s->qresync) { /* RFC 7162 3.2.10: one VANISHED for them all */
         buf_str(out, "* VANISHED ");
-        int first = 1;
-        for (size_t i = 0; i < v->count;) {
-            if (v->msgs[i].expunged != 2) {
-                i++;
-                continue;
+        for (size_t k = 0; k < n;) {
+            uint32_t lo = imap_view_msg(v, idx[k])->uid, hi = lo;
+            size_t e = k + 1;
+            while (e < n && imap_view_msg(v, idx[e])->uid == hi + 1) {
+                hi = imap_view_msg(v, idx[e++])->uid;
             }
-            uint32_t lo = v->msgs[i].uid, hi = lo;
-            size_t k = i + 1;
-            while (k < v->count && v->msgs[k].expunged == 2 && v->msgs[k].uid == hi + 1) {
-                hi = v->msgs[k++].uid;
-            }
-            buf_printf(out, lo == hi ? "%s%u" : "%s%u:%u", first ? "" : ",", lo, hi);
-            first = 0;
-            i = k;
+            buf_printf(out, lo == hi ? "%s%u" : "%s%u:%u", k == 0 ? "" : ",", lo, hi);
+            k = e;
         }
         buf_str(out, "\r\n");
     }
-    size_t kept = 0;
-    for (size_t i = 0; i < v->count; i++) {
-        if (v->msgs[i].expunged == 2) {
-            v->recent_count -= v->msgs[i].recent != 0;
-            if (!s->qresync) {
-                buf_printf(out, "* %zu EXPUNGE\r\n", kept + 1); /* its number at this moment */
-            }
-            imap_kw_unref(v->msgs[i].keywords);
-        } else {
-            v->msgs[kept++] = v->msgs[i];
+    for (size_t k = 0; k < n; k++) {
+        v->recent_count -= (imap_view_marks(v, idx[k]) & IMAP_MARK_RECENT) != 0;
+        if (!s->qresync) { /* its number at this moment: the k before it are gone already */
+            buf_printf(out, "* %zu EXPUNGE\r\n", idx[k] - k + 1);
         }
     }
-    assert(kept + removed == v->count);
-    v->count = kept;
+    imap_view_drop(v, idx, n);
+}
+
+/* Everything imap_view_apply may fail on, done before it changes anything: room for the
+ * new messages, the chunks of the updated and removed ones made the view's own, and the
+ * list of the removed (*remove, malloc'd, *removed of them). */
+static int imap_view_apply_prepare(struct imap_session *s,
+                                   struct imap_view_delta *d,
+                                   uint32_t last_uid,
+                                   size_t added,
+                                   int allow_expunge,
+                                   size_t **remove,
+                                   size_t *removed)
+{
+    struct imap_view *v = &s->view;
+    int rc = imap_view_reserve(v, added);
+    for (size_t j = 0; rc == MV_OK && j < d->changed.count; j++) {
+        uint32_t uid = imap_view_msg(&d->changed, j)->uid;
+        size_t i = imap_view_find_uid(v, uid);
+        if (uid <= last_uid && i < v->count && imap_view_msg(v, i)->uid == uid) {
+            rc = imap_view_own(v, i);
+        }
+    }
+    if (rc != MV_OK) {
+        return rc;
+    }
+    for (size_t g = 0; g < d->gone_count; g++) { /* a mark only: nothing is reported yet */
+        size_t i = imap_view_find_uid(v, d->gone[g]);
+        if (i < v->count && imap_view_msg(v, i)->uid == d->gone[g] &&
+            (v->marks[i] & IMAP_MARK_EXPUNGED) == 0) {
+            imap_view_mark(v, i, IMAP_MARK_EXPUNGED);
+            v->expunged_count++;
+        }
+    }
+    if (!allow_expunge || v->expunged_count == 0) {
+        return MV_OK;
+    }
+    *remove = malloc(v->expunged_count * sizeof **remove);
+    if (*remove == NULL) {
+        return MV_ENOMEM;
+    }
+    for (size_t i = 0; rc == MV_OK && i < v->count && *removed < v->expunged_count; i++) {
+        if ((v->marks[i] & IMAP_MARK_EXPUNGED) != 0) {
+            (*remove)[(*removed)++] = i;
+            rc = imap_view_own(v, i);
+        }
+    }
+    assert(rc != MV_OK || *removed == v->expunged_count);
+    return rc;
 }
 
 /* Applies d to the session's view and reports it. Fails (MV_ENOMEM) only before anything
- * is changed or written. */
+ * is reported or changed but the marks of messages found gone. */
 static int imap_view_apply(struct imap_session *s,
                            struct imap_view_delta *d,
                            struct buf *out,
                            int allow_expunge)
 {
     struct imap_view *v = &s->view;
-    uint32_t last_uid = v->count > 0 ? v->msgs[v->count - 1].uid : 0;
-    size_t added = 0, removed = 0;
+    uint32_t last_uid = v->count > 0 ? imap_view_msg(v, v->count - 1)->uid : 0;
+    size_t added = 0, removed = 0, *remove = NULL;
     for (size_t j = 0; j < d->changed.count; j++) {
-        const struct imap_msg *f = &d->changed.msgs[j];
-        added += f->uid > last_uid && !imap_uids_contain(d->gone, d->gone_count, f->uid);
+        uint32_t uid = imap_view_msg(&d->changed, j)->uid;
+        added += uid > last_uid && !imap_uids_contain(d->gone, d->gone_count, uid);
     }
-    if (added > v->cap - v->count) { /* the one allocation, before any change */
-        size_t cap = v->count + added;
-        struct imap_msg *msgs = realloc(v->msgs, cap * sizeof *msgs);
-        if (msgs == NULL) {
-            return MV_ENOMEM;
-        }
-        v->msgs = msgs;
-        v->cap = cap;
+    int rc = imap_view_apply_prepare(s, d, last_uid, added, allow_expunge, &remove, &removed);
+    if (rc != MV_OK) {
+        free(remove);
+        return rc;
     }
     int new_keyword = 0; /* RFC 3501 7.2.6: FLAGS names a keyword before any FETCH shows it */
     for (size_t j = 0; j < d->changed.count; j++) {
-        new_keyword |= imap_view_keywords_add(v, d->changed.msgs[j].keywords) > 0;
+        new_keyword |= imap_view_keywords_add(v, imap_view_msg(&d->changed, j)->keywords) > 0;
     }
     if (new_keyword) {
         imap_flags_announce(v, out);
     }
-    for (size_t g = 0; g < d->gone_count; g++) {
-        size_t i = imap_view_find_uid(v, d->gone[g]);
-        if (i < v->count && v->msgs[i].uid == d->gone[g] && v->msgs[i].expunged == 0) {
-            v->msgs[i].expunged = 1;
-            v->expunged_count++;
-        }
-    }
-    for (size_t i = 0; allow_expunge && v->expunged_count > 0 && i < v->count; i++) {
-        if (v->msgs[i].expunged != 0) {
-            v->msgs[i].expunged = 2;
-            removed++;
-        }
-    }
-    assert(!allow_expunge || removed == v->expunged_count);
     if (removed > 0) {
-        imap_view_remove(s, out, removed);
+        imap_view_remove(s, out, remove, removed);
         v->expunged_count = 0;
     }
+    free(remove);
     for (size_t j = 0; j < d->changed.count; j++) {
-        struct imap_msg *f = &d->changed.msgs[j];
+        struct imap_msg *f = imap_view_msg_mut(&d->changed, j);
         size_t i = imap_view_find_uid(v, f->uid);
-        if (f->uid > last_uid || i == v->count || v->msgs[i].uid != f->uid ||
-            v->msgs[i].expunged != 0) {
+        if (f->uid > last_uid || i == v->count || imap_view_msg(v, i)->uid != f->uid ||
+            (v->marks[i] & IMAP_MARK_EXPUNGED) != 0) {
             continue; /* new (below), or gone since: nothing to update */
         }
-        struct imap_msg *m = &v->msgs[i];
-        if (f->modseq != m->modseq || f->flags != m->flags ||
-            strcmp(f->keywords, m->keywords) != 0) {
+        const struct imap_msg *was = imap_view_msg(v, i);
+        if (f->modseq != was->modseq || f->flags != was->flags ||
+            strcmp(f->keywords, was->keywords) != 0) {
+            struct imap_msg *m = imap_view_msg_mut(v, i); /* its own: prepared */
             const char *keywords = m->keywords;
             m->keywords = f->keywords;
             f->keywords = keywords; /* freed with the delta */
             m->flags = f->flags;
             m->modseq = f->modseq;
-            if (m->reported != 2) { /* 2: a STORE .SILENT or FETCH \Seen of this command */
-                imap_fetch_flags_line(out, i + 1, m, s->condstore);
+            if ((v->marks[i] & IMAP_MARK_QUIET) == 0) { /* a STORE .SILENT or FETCH \Seen */
+                imap_fetch_flags_line(out, v, i, s->condstore);
             }
-            m->reported = 1;
+            imap_view_unmark(v, i, IMAP_MARK_QUIET);
+            imap_view_mark(v, i, IMAP_MARK_REPORTED);
             v->reported_any = 1;
         }
     }
+    size_t appended = 0;
     for (size_t j = 0; j < d->changed.count; j++) {
-        struct imap_msg *f = &d->changed.msgs[j];
+        struct imap_msg *f = imap_view_msg_mut(&d->changed, j);
         if (f->uid > last_uid && !imap_uids_contain(d->gone, d->gone_count, f->uid)) {
-            assert(v->count < v->cap);
-            v->msgs[v->count] = *f;
-            v->msgs[v->count++].reported = 0;
+            assert(appended < added);
+            imap_view_append(v, f); /* reserved: prepared */
+            appended++;
             f->keywords = NULL; /* the view owns them now */
         }
     }
@@ -376,11 +363,12 @@ static int imap_view_delta_full(struct imap_session *s, struct imap_view_delta *
         return MV_ENOMEM;
     }
     for (size_t i = 0, j = 0; i < v->count; i++) { /* both ascend by UID: one merge pass */
-        while (j < d->changed.count && d->changed.msgs[j].uid < v->msgs[i].uid) {
+        uint32_t uid = imap_view_msg(v, i)->uid;
+        while (j < d->changed.count && imap_view_msg(&d->changed, j)->uid < uid) {
             j++;
         }
-        if (j == d->changed.count || d->changed.msgs[j].uid != v->msgs[i].uid) {
-            d->gone[d->gone_count++] = v->msgs[i].uid;
+        if (j == d->changed.count || imap_view_msg(&d->changed, j)->uid != uid) {
+            d->gone[d->gone_count++] = uid;
         }
     }
     return MV_OK;
@@ -509,7 +497,7 @@ int imap_view_resolve(const struct imap_view *v,
     }
     /* Cost in the set's ranges and the messages named, not the mailbox: each range is a
      * binary search (UIDs) or plain arithmetic (sequence numbers). */
-    uint32_t star = uid ? v->msgs[v->count - 1].uid : (uint32_t)v->count;
+    uint32_t star = uid ? imap_view_msg(v, v->count - 1)->uid : (uint32_t)v->count;
     struct imap_seq_range *iv = NULL;
     long n = imap_view_intervals(set, star, &iv);
     if (n < 0) {
@@ -567,7 +555,7 @@ int imap_view_uid_ranges(const struct imap_view *v,
             size_t end = i; /* the run is idx[i..end] */
             while (end + 1 < count) {
                 uint32_t j = idx[end] + 1;
-                while (j < idx[end + 1] && v->msgs[j].expunged) {
+                while (j < idx[end + 1] && (imap_view_marks(v, j) & IMAP_MARK_EXPUNGED) != 0) {
                     j++; /* gone from the store: no message there to touch */
                 }
                 if (j != idx[end + 1]) {
@@ -576,8 +564,8 @@ int imap_view_uid_ranges(const struct imap_view *v,
                 end++;
             }
             if (pass == 1) {
-                (*ranges)[k].first = v->msgs[idx[i]].uid;
-                (*ranges)[k].last = v->msgs[idx[end]].uid;
+                (*ranges)[k].first = imap_view_msg(v, idx[i])->uid;
+                (*ranges)[k].last = imap_view_msg(v, idx[end])->uid;
             }
             k++;
             i = end + 1;

@@ -1,5 +1,5 @@
 /*
- * imap_view_cache.c -- a per-store cache of mailbox views, so SELECT and EXAMINE copy a view
+ * imap_view_cache.c -- a per-store cache of mailbox views, so SELECT and EXAMINE share a view
  * kept up to date instead of listing the whole mailbox from SQLite every time (issue 13:
  * at 100,000 messages the listing, one table seek per row plus page decryption, was 51 ms of
  * a warm LOGIN + SELECT).
@@ -22,10 +22,17 @@
  *     if it does not (the store changed in a way the log does not show), the view is listed
  *     again. Changes by other sessions, other workers, the CLI or another process all reach
  *     the store's change log, so they are all seen.
- *   - Then the session gets a copy: one memcpy of the compact array (48 bytes a message)
- *     plus a reference per message that has keywords (shared strings, imap_keywords.c).
+ *   - Then the session shares the cached view's messages: a reference per chunk of 4,096
+ *     (imap_msgs.c), no copy; whoever must change a message later (the cache at its next
+ *     merge, a session at its sync) copies that chunk only. The merge costs the changes
+ *     (a binary search each) and a chunk copy per shared chunk they touch, not the mailbox.
  *     Session state (\Recent, pending expunges, reported) is not in the cache: each session
- *     adds its own on the copy, exactly as it did on a fresh listing.
+ *     keeps its own marks beside the shared messages.
+ *   - The cache keeps what SELECT would otherwise walk every message for: the keyword set
+ *     (made when the view is filled, grown at each merge: a keyword once seen stays
+ *     announced, as a session's set does) and seen_below, below which every message is
+ *     \Seen (a merge lowers it to a changed unseen message; a SELECT moves it up to the
+ *     first unseen, looking only at the messages in between).
  *
  *   - Saved views (issue 13: a cold SELECT of a 100,000-message INBOX listed every row, 216 ms
  *     against Dovecot's 312): when the store is closed (idle, evicted, server shutdown), each
@@ -42,11 +49,11 @@
  *     ~10 bytes a message: 1 MB for 100,000.
  *
  * MEMORY
- *   48 bytes a message per cached view, plus each distinct keyword list once: a 100,000-
- *   message INBOX costs 4.8 MB while its store is open, 1,000,000 messages 48 MB; at most
+ *   40 bytes a message per cached view, plus each distinct keyword list once: a 100,000-
+ *   message INBOX costs 4 MB while its store is open, 1,000,000 messages 40 MB; at most
  *   IMAP_VIEW_CACHE_MAILBOXES views per open store, and stores_per_worker open stores per
- *   worker bound the whole. A session's own view is one more copy while it has the mailbox
- *   selected (as before).
+ *   worker bound the whole. A selected session shares them: it adds a byte a message (its
+ *   marks) and the chunks it or the cache changed since its SELECT (160 KB each).
  */
 #include "imap_session.h"
 #include "log.h"
@@ -100,7 +107,7 @@ static unsigned char *imap_view_encode(const struct imap_view *v, size_t *len)
 {
     size_t max = sizeof imap_view_magic + 10;
     for (size_t i = 0; i < v->count; i++) {
-        max += 5 * 10 + 1 + strlen(v->msgs[i].keywords);
+        max += 5 * 10 + 1 + strlen(imap_view_msg(v, i)->keywords);
     }
     unsigned char *out = malloc(max), *p = out;
     if (out == NULL) {
@@ -112,7 +119,7 @@ static unsigned char *imap_view_encode(const struct imap_view *v, size_t *len)
     int64_t date = 0;
     const char *kw = "";
     for (size_t i = 0; i < v->count; i++) {
-        const struct imap_msg *m = &v->msgs[i];
+        const struct imap_msg *m = imap_view_msg(v, i);
         p = imap_view_put(p, m->uid - uid);
         p = imap_view_put(p, m->flags);
         p = imap_view_put(p, m->modseq);
@@ -148,12 +155,11 @@ static int imap_view_decode(const unsigned char *data, size_t len, struct imap_v
         count > (uint64_t)(end - p) / 6) { /* each message takes at least 6 bytes */
         return MV_ECORRUPT;
     }
-    v->msgs = malloc((count > 0 ? count : 1) * sizeof *v->msgs);
-    if (v->msgs == NULL) {
-        return MV_ENOMEM;
+    int rc = imap_view_reserve(v, (size_t)count);
+    if (rc != MV_OK) {
+        imap_view_free(v);
+        return rc;
     }
-    v->cap = count > 0 ? (size_t)count : 1;
-    int rc = MV_OK;
     uint64_t uid = 0, date = 0;
     const char *kw = "";
     char *text = NULL;
@@ -197,12 +203,12 @@ static int imap_view_decode(const unsigned char *data, size_t len, struct imap_v
         }
         uid += du;
         date += (dd >> 1) ^ (uint64_t) - (int64_t)(dd & 1);
-        v->msgs[v->count++] = (struct imap_msg){.uid = (uint32_t)uid,
-                                                .flags = (unsigned)flags,
-                                                .modseq = modseq,
-                                                .size = size,
-                                                .internal_date = (int64_t)date,
-                                                .keywords = m_kw};
+        imap_view_append(v, &(struct imap_msg){.uid = (uint32_t)uid,
+                                               .flags = (unsigned)flags,
+                                               .modseq = modseq,
+                                               .size = size,
+                                               .internal_date = (int64_t)date,
+                                               .keywords = m_kw});
         kw = m_kw;
     }
     free(text);
@@ -264,41 +270,92 @@ void imap_view_cache_free(struct imap_view_cache **c)
     *c = NULL;
 }
 
+/* Everything imap_view_cache_merge may fail on, before it changes a message: room for the
+ * new ones, the chunks of the updated and the gone ones made c's own (sessions keep the
+ * chunks they share), the list of the gone (*drop, malloc'd), the keyword set. */
+static int imap_view_cache_merge_prepare(struct imap_view *c,
+                                         const struct imap_view *changed,
+                                         const uint32_t *gone,
+                                         size_t gone_count,
+                                         size_t **drop,
+                                         size_t *dropped)
+{
+    uint32_t last_uid = c->count > 0 ? imap_view_msg(c, c->count - 1)->uid : 0;
+    size_t added = 0;
+    int rc = MV_OK;
+    for (size_t j = 0; rc == MV_OK && j < changed->count; j++) {
+        const struct imap_msg *f = imap_view_msg(changed, j);
+        size_t i = imap_view_find_uid(c, f->uid);
+        if (f->uid > last_uid) {
+            added++;
+        } else if (i < c->count && imap_view_msg(c, i)->uid == f->uid) {
+            rc = imap_view_own(c, i);
+        }
+        if (rc == MV_OK && imap_view_keywords_add(c, f->keywords) < 0) {
+            rc = MV_ENOMEM;
+        }
+    }
+    if (rc == MV_OK) {
+        rc = imap_view_reserve(c, added);
+    }
+    if (rc == MV_OK && (*drop = malloc((gone_count + 1) * sizeof **drop)) == NULL) {
+        rc = MV_ENOMEM;
+    }
+    for (size_t g = 0; rc == MV_OK && g < gone_count; g++) {
+        size_t i = imap_view_find_uid(c, gone[g]);
+        if (i < c->count && imap_view_msg(c, i)->uid == gone[g]) {
+            (*drop)[(*dropped)++] = i;
+            rc = imap_view_own(c, i);
+        }
+    }
+    return rc;
+}
+
 /* Merges the changed rows (ascending UID: updates and new messages) into c and drops the
- * gone UIDs (ascending), in one pass; changed's keywords move into c. MV_OK or MV_ENOMEM
- * (then c is as it was). */
+ * gone UIDs (ascending); changed's keywords move into c. Cost in the changes (and a chunk
+ * copy per chunk they touch that sessions share), not the mailbox. MV_OK or MV_ENOMEM (then
+ * c's messages are as they were). */
 static int imap_view_cache_merge(struct imap_view *c,
                                  struct imap_view *changed,
                                  const uint32_t *gone,
                                  size_t gone_count)
 {
-    size_t cap = c->count + changed->count;
-    struct imap_msg *out = malloc((cap > 0 ? cap : 1) * sizeof *out);
-    if (out == NULL) {
-        return MV_ENOMEM;
+    uint32_t last_uid = c->count > 0 ? imap_view_msg(c, c->count - 1)->uid : 0;
+    size_t *drop = NULL, dropped = 0;
+    int rc = imap_view_cache_merge_prepare(c, changed, gone, gone_count, &drop, &dropped);
+    if (rc != MV_OK) {
+        free(drop);
+        return rc;
     }
-    size_t i = 0, j = 0, k = 0;
-    while (i < c->count || j < changed->count) {
-        struct imap_msg m;
-        if (j == changed->count || (i < c->count && c->msgs[i].uid < changed->msgs[j].uid)) {
-            m = c->msgs[i++];
-        } else {
-            if (i < c->count && c->msgs[i].uid == changed->msgs[j].uid) {
-                imap_kw_unref(c->msgs[i++].keywords); /* replaced by its newer row */
-            }
-            m = changed->msgs[j++];
+    for (size_t j = 0; j < changed->count; j++) {
+        struct imap_msg *f = imap_view_msg_mut(changed, j);
+        if ((f->flags & MV_FLAG_SEEN) == 0 && f->uid < c->seen_below) {
+            c->seen_below = f->uid; /* the first unseen may be this one now */
         }
-        if (gone_count > 0 && imap_uids_contain(gone, gone_count, m.uid)) {
-            imap_kw_unref(m.keywords);
+        size_t i = imap_view_find_uid(c, f->uid);
+        if (f->uid > last_uid) {
+            imap_view_append(c, f); /* reserved; a new one that is gone goes with the drop */
+            f->keywords = NULL;
+        } else if (i < c->count && imap_view_msg(c, i)->uid == f->uid) {
+            struct imap_msg *m = imap_view_msg_mut(c, i); /* its own: prepared */
+            const char *keywords = m->keywords;
+            *m = *f;
+            f->keywords = keywords; /* freed with changed */
+        }
+    }
+    /* New messages that are gone already: after the last old one, and gone lists them in
+     * ascending order after those found before. */
+    for (size_t g = 0, i = 0; g < gone_count; g++) {
+        if (gone[g] <= last_uid) {
             continue;
         }
-        out[k++] = m;
+        i = imap_view_find_uid(c, gone[g]);
+        if (i < c->count && imap_view_msg(c, i)->uid == gone[g]) {
+            drop[dropped++] = i; /* its chunk is c's own: appended to it */
+        }
     }
-    changed->count = 0; /* its keywords are c's or dropped now */
-    free(c->msgs);
-    c->msgs = out;
-    c->count = k;
-    c->cap = cap > 0 ? cap : 1;
+    imap_view_drop(c, drop, dropped);
+    free(drop);
     return MV_OK;
 }
 
@@ -335,6 +392,24 @@ static int imap_view_cache_update(mv_store *store,
     /* One snapshot: the view must hold exactly the mailbox's count, else the log missed
      * something (a store replaced behind the server's back) and a full listing decides. */
     return c->count == info->messages ? MV_OK : MV_ELIMIT;
+}
+
+/* The keyword set of c's messages (a run of the same shared list is looked at once): made
+ * once when c is filled, then grown by each merge (imap_view_cache_merge_prepare), so a
+ * SELECT copies the set instead of walking the messages. */
+static int imap_view_cache_keywords(struct imap_view *c)
+{
+    const char *last = NULL;
+    for (size_t i = 0; i < c->count; i++) {
+        const char *kw = imap_view_msg(c, i)->keywords;
+        if (kw != last) {
+            last = kw;
+            if (imap_view_keywords_add(c, kw) < 0) {
+                return MV_ENOMEM;
+            }
+        }
+    }
+    return MV_OK;
 }
 
 /* The slot a view not in the cache goes to: a free one, else the least recently selected. */
@@ -378,6 +453,9 @@ imap_view_cache_get(struct imap_view_cache *cache, mv_store *store, const char *
         cache->saved[slot] = 0;
         *rc = imap_view_cache_load(store, mailbox, &info, c);
         if (*rc == MV_OK) {
+            *rc = imap_view_cache_keywords(c);
+        }
+        if (*rc == MV_OK) {
             cache->saved[slot] = c->highestmodseq;
             *rc = imap_view_cache_update(store, mailbox, &info, c);
             log_msg(LOG_LEVEL_INFO, "view cache: %s loaded (%zu messages)%s", mailbox, c->count,
@@ -389,6 +467,9 @@ imap_view_cache_get(struct imap_view_cache *cache, mv_store *store, const char *
     if (*rc == MV_ELIMIT) { /* not cached or saved, or the log cannot say: list it all */
         imap_view_free(c);
         *rc = imap_view_list(store, mailbox, 0, c);
+        if (*rc == MV_OK) {
+            *rc = imap_view_cache_keywords(c);
+        }
         log_msg(LOG_LEVEL_DEBUG, "view cache: %s listed (%zu messages)", mailbox, c->count);
         c->uidvalidity = info.uidvalidity;
         c->uidnext = info.uidnext;
@@ -455,6 +536,19 @@ void imap_view_cache_save(struct imap_view_cache *cache, mv_store *store)
     }
 }
 
+/* The sequence number of c's first message without \Seen, 0 if none: from c->seen_below on,
+ * which it moves up to that message (every message before it is \Seen), so a SELECT looks
+ * only at the messages seen since the last one looked (none, usually). */
+static size_t imap_view_cache_unseen(struct imap_view *c)
+{
+    size_t i = imap_view_find_uid(c, c->seen_below);
+    while (i < c->count && (imap_view_msg(c, i)->flags & MV_FLAG_SEEN) != 0) {
+        i++;
+    }
+    c->seen_below = i < c->count ? imap_view_msg(c, i)->uid : UINT32_MAX;
+    return i < c->count ? i + 1 : 0;
+}
+
 int imap_view_cache_copy(struct open_store *os, const char *mailbox, struct imap_view *out)
 {
     memset(out, 0, sizeof *out);
@@ -468,23 +562,22 @@ int imap_view_cache_copy(struct open_store *os, const char *mailbox, struct imap
         /* nothing lost: each read has its own */
     }
     int rc = MV_OK;
-    const struct imap_view *c = imap_view_cache_get(os->view_cache, os->store, mailbox, &rc);
+    struct imap_view *c = imap_view_cache_get(os->view_cache, os->store, mailbox, &rc);
     mv_store_read_end(os->store);
     if (c == NULL) {
         return rc;
     }
-    out->msgs = malloc((c->count > 0 ? c->count : 1) * sizeof *out->msgs);
-    if (out->msgs == NULL) {
-        return MV_ENOMEM;
+    /* The messages shared, not copied (imap_msgs.c); the keyword set copied (a few dozen
+     * names); the first unseen from where the cache last found it. */
+    rc = imap_view_share(out, c);
+    for (size_t i = 0; rc == MV_OK && i < c->keyword_count; i++) {
+        rc = imap_view_keywords_add(out, c->keyword_names[i]) < 0 ? MV_ENOMEM : MV_OK;
     }
-    if (c->count > 0) {
-        memcpy(out->msgs, c->msgs, c->count * sizeof *out->msgs);
+    if (rc != MV_OK) {
+        imap_view_free(out);
+        return rc;
     }
-    for (size_t i = 0; i < c->count; i++) {
-        imap_kw_ref(out->msgs[i].keywords);
-    }
-    out->count = c->count;
-    out->cap = c->count > 0 ? c->count : 1;
+    out->first_unseen = imap_view_cache_unseen(c);
     out->uidvalidity = c->uidvalidity;
     out->uidnext = c->uidnext;
     out->highestmodseq = c->highestmodseq;

@@ -567,7 +567,7 @@ static void test_reader_recent_does_not_wait(void)
     CHECK_EQ_INT(imap_view_sync(&sess, &out, 1), MV_OK);
     CHECK(out.data != NULL && strstr(out.data, "* 1 EXISTS\r\n* 1 RECENT\r\n") != NULL);
     CHECK_EQ_INT(sess.view.count, 1);
-    CHECK(sess.view.count == 1 && sess.view.msgs[0].recent);
+    CHECK(sess.view.count == 1 && (imap_view_marks(&sess.view, 0) & IMAP_MARK_RECENT));
     CHECK_EQ_INT(sqlite3_exec(mv_store_db(s), "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
     uint32_t first = 0, unclaimed = 0;
     CHECK_EQ_INT(mv_mailbox_recent(s, "INBOX", &first, &unclaimed), MV_OK);
@@ -580,7 +580,7 @@ static void test_reader_recent_does_not_wait(void)
     CHECK_EQ_INT(mv_mailbox_recent(s, "INBOX", &first, &unclaimed), MV_OK);
     CHECK_EQ_INT(unclaimed, 0);
     CHECK_EQ_INT(sess.view.recent_owed, 0);
-    CHECK(sess.view.count == 1 && sess.view.msgs[0].recent);
+    CHECK(sess.view.count == 1 && (imap_view_marks(&sess.view, 0) & IMAP_MARK_RECENT));
     struct imap_session later;
     memset(&later, 0, sizeof later);
     later.store = &os;
