@@ -120,13 +120,12 @@ struct imap_msg *imap_view_msg_mut(struct imap_view *v, size_t i)
     return &p->chunk->msgs[i - p->start];
 }
 
-/* The part the next append goes to: the last one with messages if it has room, else the
- * first empty one; part_count if none. The parts with messages are a prefix: a binary
- * search, so that filling a view reserved whole (a saved view's decode) costs O(1) a
+/* The first empty part (part_count if none). The parts with messages are a prefix: a binary
+ * search, so that filling a view reserved whole (a saved view's decode) costs O(log) a
  * message, not a walk over the empty chunks ahead. */
-static size_t imap_view_fill_part(const struct imap_view *v)
+static size_t imap_view_first_empty(const struct imap_view *v)
 {
-    size_t p = 0, hi = v->part_count; /* p: the first empty part */
+    size_t p = 0, hi = v->part_count;
     while (p < hi) {
         size_t mid = p + (hi - p) / 2;
         if (v->parts[mid].chunk->count > 0) {
@@ -135,6 +134,14 @@ static size_t imap_view_fill_part(const struct imap_view *v)
             hi = mid;
         }
     }
+    return p;
+}
+
+/* The part the next append goes to: the last one with messages if it has room, else the
+ * first empty one; part_count if none. */
+static size_t imap_view_fill_part(const struct imap_view *v)
+{
+    size_t p = imap_view_first_empty(v);
     if (p > 0 && v->parts[p - 1].chunk->count < IMAP_CHUNK_MSGS) {
         return p - 1;
     }
@@ -188,6 +195,12 @@ int imap_view_reserve(struct imap_view *v, size_t n)
 void imap_view_append(struct imap_view *v, const struct imap_msg *m)
 {
     size_t p = imap_view_fill_part(v);
+    if (p < v->part_count && imap_chunk_shared(v->parts[p].chunk)) {
+        /* The part imap_view_reserve made its own was emptied since (imap_view_drop keeps
+         * it, empty, as the room it counted) and the one before it has room but is shared
+         * (shortened by expunges before the view was shared): the room is the empty one. */
+        p = imap_view_first_empty(v);
+    }
     assert(p < v->part_count && !imap_chunk_shared(v->parts[p].chunk));
     struct imap_chunk *c = v->parts[p].chunk;
     if (c->count == 0) {

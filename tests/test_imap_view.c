@@ -17,7 +17,8 @@
  *   - \Recent stays per session on shared messages: the first SELECT claims them all, the
  *     second sees none, and a new message is recent in the one session that claims it.
  *   - The chunk table itself (no store): drops across chunk boundaries, an emptied chunk,
- *     appends after drops, against a plain array; the shared view never changes.
+ *     appends after drops, against a plain array; the shared view never changes. And a
+ *     sync that empties the last chunk and appends, with a short shared chunk before it.
  * At the end every chunk is freed (references balance) and ASan's leak check covers the
  * keyword strings.
  */
@@ -318,6 +319,52 @@ static void test_chunk_table(void)
     free(model);
 }
 
+/* A sync that expunges every message of the last chunk and appends a new one, in a view
+ * whose chunk before it is short (expunges merged before the view was shared) and shared:
+ * the new message goes to the emptied chunk, the room imap_view_reserve counted (the first
+ * build put it into the shared chunk before it: an assertion, or a write another view sees). */
+static void test_append_after_last_chunk_emptied(void)
+{
+    size_t live = imap_chunks_live();
+    struct imap_view cache, s;
+    memset(&cache, 0, sizeof cache);
+    memset(&s, 0, sizeof s);
+    size_t total = IMAP_CHUNK_MSGS + 10;
+    for (size_t i = 0; i < total; i++) {
+        struct imap_msg m = {.uid = (uint32_t)(i + 1), .keywords = imap_kw_new(NULL, NULL)};
+        CHECK_EQ_INT(imap_view_push(&cache, &m), MV_OK);
+    }
+    size_t one = 100; /* the first chunk made short: 4,095 messages */
+    CHECK_EQ_INT(imap_view_own(&cache, one), MV_OK);
+    imap_view_drop(&cache, &one, 1);
+    CHECK_EQ_INT(imap_view_share(&s, &cache), MV_OK);
+    s.marks = calloc(s.count + 1, 1);
+    s.marks_cap = s.count + 1;
+    CHECK(s.marks != NULL);
+    CHECK_EQ_INT(imap_view_reserve(&s, 1), MV_OK); /* as imap_view_apply prepares */
+    size_t idx[10];
+    for (size_t k = 0; k < 10; k++) {
+        idx[k] = IMAP_CHUNK_MSGS - 1 + k; /* the last chunk, all of it */
+        CHECK_EQ_INT(imap_view_own(&s, idx[k]), MV_OK);
+    }
+    imap_view_drop(&s, idx, 10);
+    CHECK_EQ_INT(s.count, IMAP_CHUNK_MSGS - 1);
+    struct imap_msg m = {.uid = 90000, .keywords = imap_kw_new(NULL, NULL)};
+    imap_view_append(&s, &m);
+    CHECK_EQ_INT(s.count, IMAP_CHUNK_MSGS);
+    CHECK_EQ_INT(imap_view_msg(&s, IMAP_CHUNK_MSGS - 1)->uid, 90000);
+    CHECK_EQ_INT(imap_view_msg(&s, IMAP_CHUNK_MSGS - 2)->uid, IMAP_CHUNK_MSGS);
+    CHECK_EQ_INT(imap_view_find_uid(&s, 90000), IMAP_CHUNK_MSGS - 1);
+    /* the cache's view never saw it */
+    CHECK_EQ_INT(cache.count, total - 1);
+    CHECK_EQ_INT(imap_view_msg(&cache, IMAP_CHUNK_MSGS - 2)->uid, IMAP_CHUNK_MSGS);
+    CHECK_EQ_INT(imap_view_msg(&cache, IMAP_CHUNK_MSGS - 1)->uid, IMAP_CHUNK_MSGS + 1);
+    CHECK_EQ_INT(imap_view_msg(&cache, total - 2)->uid, total);
+    imap_view_free(&s);
+    imap_view_free(&cache);
+    CHECK_EQ_INT(imap_chunks_live(), live);
+}
+
 static void test_teardown(void)
 {
     imap_view_cache_free(&tv_os.view_cache);
@@ -333,6 +380,7 @@ int main(void)
     TEST(test_pending_expunge);
     TEST(test_recent_per_session);
     TEST(test_chunk_table);
+    TEST(test_append_after_last_chunk_emptied);
     TEST(test_teardown);
     return th_summary();
 }
