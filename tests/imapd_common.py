@@ -12,6 +12,7 @@ USAGE
   untagged, tagged = c.command("LOGIN a b")
   l = imapd_common.Lmtp(port, timeout_s)   # reads the greeting
   code, line = l.cmd("LHLO x")
+  n = imapd_common.metric(port, "name")    # a sample of the server's /metrics, or None
 
 IMPLEMENTATION NOTES
   Every socket has the caller's timeout, so a server that stops answering raises (socket
@@ -149,6 +150,24 @@ class Imap(LineConnection):
             if r[0].startswith(tag + b" "):
                 return untagged, r[0]
             untagged.append(r)
+
+
+def metric(port, name, timeout_s=30):
+    """The value of the sample name (with its labels, as /metrics writes them) in one
+    GET /metrics on port, or None if there is no such sample."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        s.close()
+    m = re.search(rb"^" + re.escape(name.encode()) + rb" (\d+)$", data, re.M)
+    return int(m.group(1)) if m else None
 
 
 def imap_login(port, user, password, timeout_s=20):

@@ -13,7 +13,6 @@ USAGE (tests/cli_imapd_drain.sh runs it; the server has one worker)
 import argparse
 import os
 import re
-import socket
 import sys
 import time
 
@@ -21,6 +20,7 @@ sys.path.insert(0, sys.path[0])
 import imapd_common  # noqa: E402
 
 R = imapd_common.Results()
+metric = imapd_common.metric  # one sample of /metrics
 TIMEOUT = 120
 QUEUED = 150  # sealed before the login
 DURING = 20   # delivered over LMTP right after the login, while the drain runs
@@ -59,20 +59,6 @@ def exists_of(untagged):
         if m:
             n = int(m.group(1))
     return n
-
-
-def metric(port, name):
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    m = re.search(rb"\n" + re.escape(name.encode()) + rb" (\d+)", data)
-    return int(m.group(1)) if m else None
 
 
 def test_drain_after_login(args):

@@ -105,23 +105,6 @@ def messages():
     return out
 
 
-def scrape(port, name):
-    """The value of the sample name in one GET /metrics, or None if there is none."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    try:
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        s.close()
-    m = re.search(rb"^" + re.escape(name.encode()) + rb" (\d+)$", data, re.M)
-    return int(m.group(1)) if m else None
-
-
 FETCH_RE = re.compile(rb"^\* (\d+) FETCH \((.*)\)$", re.S)
 
 
@@ -186,10 +169,10 @@ def main():
     check("UID SEARCH ALL lists every message", len(uids) == len(msgs), repr(uids[:5]))
 
     # a client that reads at once: the job writes the response itself
-    before = scrape(a.metrics, "mailvaultd_fetch_direct_bytes_total")
+    before = imapd_common.metric(a.metrics, "mailvaultd_fetch_direct_bytes_total")
     untagged, tagged = fetch_all(c, "UID FETCH 1:* (BODY.PEEK[])")
     total = check_whole("UID FETCH 1:* (BODY.PEEK[])", untagged, tagged, msgs, uids)
-    after = scrape(a.metrics, "mailvaultd_fetch_direct_bytes_total")
+    after = imapd_common.metric(a.metrics, "mailvaultd_fetch_direct_bytes_total")
     check("the metrics have mailvaultd_fetch_direct_bytes_total", before is not None and
           after is not None, "before %r, after %r" % (before, after))
     if before is not None and after is not None:
