@@ -86,6 +86,25 @@ size_t imap_view_find_uid(const struct imap_view *v, uint32_t uid)
     return lo;
 }
 
+size_t imap_view_find_uid_from(const struct imap_view *v, size_t from, uint32_t uid)
+{
+    size_t lo = from, step = 1, hi = from; /* the answer is in [lo, hi] */
+    while (hi < v->count && imap_view_msg(v, hi)->uid < uid) {
+        lo = hi + 1;
+        hi = step < v->count - hi ? hi + step : v->count;
+        step *= 2;
+    }
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (imap_view_msg(v, mid)->uid < uid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
 /* Makes part p's chunk the view's own. */
 static int imap_view_own_part(struct imap_view *v, size_t p)
 {

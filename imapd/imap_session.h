@@ -314,6 +314,8 @@ static inline void imap_view_unmark(struct imap_view *v, size_t i, unsigned bits
 }
 /* The first index whose UID is >= uid (v->count if none): a binary search. */
 size_t imap_view_find_uid(const struct imap_view *v, uint32_t uid);
+/* The same, knowing it is not below from: a galloping search from there, O(log distance). */
+size_t imap_view_find_uid_from(const struct imap_view *v, size_t from, uint32_t uid);
 /* Makes the chunk of message i the view's own, copying it if it is shared, so that
  * imap_view_msg_mut may write it. MV_OK or MV_ENOMEM (then nothing changed). */
 int imap_view_own(struct imap_view *v, size_t i);

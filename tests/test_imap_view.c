@@ -302,10 +302,16 @@ static void test_chunk_table(void)
         model[kept++] = m.uid;
     }
     CHECK_EQ_INT(a.count, kept);
-    for (size_t i = 0; i < kept; i++) {
+    for (size_t i = 0, from = 0; i < kept; i++) {
         CHECK_EQ_INT(imap_view_msg(&a, i)->uid, model[i]);
         CHECK_EQ_INT(imap_view_find_uid(&a, model[i]), i);
+        CHECK_EQ_INT(imap_view_find_uid(&a, model[i] + 1), i + 1); /* no UID between */
+        CHECK_EQ_INT(imap_view_find_uid_from(&a, from, model[i]), i);
+        from = i % 7 == 0 ? i : from; /* gallops over gaps of 0-6 messages */
     }
+    CHECK_EQ_INT(imap_view_find_uid_from(&a, 0, model[kept - 1] + 1), kept);
+    CHECK_EQ_INT(imap_view_find_uid_from(&a, kept, UINT32_MAX), kept);
+    CHECK_EQ_INT(imap_view_find_uid_from(&a, 0, 0), 0);
     CHECK_EQ_INT(a.marks[kept - 5001], IMAP_MARK_RECENT);
     for (size_t i = 0; i < total; i++) { /* the shared view is untouched */
         CHECK_EQ_INT(imap_view_msg(&base, i)->uid, 2 * i + 1);
