@@ -19,6 +19,11 @@
  *   - The chunk table itself (no store): drops across chunk boundaries, an emptied chunk,
  *     appends after drops, against a plain array; the shared view never changes. And a
  *     sync that empties the last chunk and appends, with a short shared chunk before it.
+ *   - The chunk table against a model over 1,500 fixed steps (a linear congruential
+ *     sequence, the same every run): the cache and two sessions remove (a few, runs across
+ *     chunks, whole last chunks), append, change flags and keywords and select again, in
+ *     the orders imap_view_apply and the cache's merge use; after each step every view
+ *     still reads what its model holds, so no view ever wrote a chunk another one reads.
  * At the end every chunk is freed (references balance) and ASan's leak check covers the
  * keyword strings.
  */
@@ -371,6 +376,257 @@ static void test_append_after_last_chunk_emptied(void)
     CHECK_EQ_INT(imap_chunks_live(), live);
 }
 
+/* ---- the chunk table against a model, over a long fixed sequence of operations ---- */
+
+/* A fixed linear congruential sequence: the same operations every run (no random byte). */
+static uint32_t tv_seq = 20261202u;
+static uint32_t tv_next(uint32_t n)
+{
+    tv_seq = tv_seq * 1103515245u + 12345u;
+    return (tv_seq >> 8) % n;
+}
+
+/* What a view should hold: UIDs, flags, marks (a session's), in index order. */
+struct tv_model {
+    uint32_t *uid;
+    unsigned *flags;
+    unsigned char *marks;
+    size_t count;
+};
+
+static int tv_model_fits(struct tv_model *m, size_t count)
+{
+    uint32_t *uid = realloc(m->uid, (count + 1) * sizeof *uid);
+    if (uid != NULL) {
+        m->uid = uid;
+    }
+    unsigned *flags = realloc(m->flags, (count + 1) * sizeof *flags);
+    if (flags != NULL) {
+        m->flags = flags;
+    }
+    unsigned char *marks = realloc(m->marks, count + 1);
+    if (marks != NULL) {
+        m->marks = marks;
+    }
+    return uid != NULL && flags != NULL && marks != NULL;
+}
+
+static void tv_model_free(struct tv_model *m)
+{
+    free(m->uid);
+    free(m->flags);
+    free(m->marks);
+    memset(m, 0, sizeof *m);
+}
+
+/* Removes the model's messages at idx (ascending, distinct). */
+static void tv_model_drop(struct tv_model *m, const size_t *idx, size_t n)
+{
+    size_t kept = 0;
+    for (size_t i = 0, k = 0; i < m->count; i++) {
+        if (k < n && idx[k] == i) {
+            k++;
+            continue;
+        }
+        m->uid[kept] = m->uid[i];
+        m->flags[kept] = m->flags[i];
+        m->marks[kept++] = m->marks[i];
+    }
+    m->count = kept;
+}
+
+/* The index of the first message of v that differs from m (checking every message when
+ * full, else the ends and a few others), or -1 if none; -2: the counts differ. */
+static long tv_model_diff(const struct imap_view *v, const struct tv_model *m, int full)
+{
+    if (v->count != m->count) {
+        return -2;
+    }
+    for (size_t k = 0; k < (full ? m->count : 40) && m->count > 0; k++) {
+        size_t i = full ? k : k == 0 ? 0 : k == 1 ? m->count - 1 : tv_next((uint32_t)m->count);
+        const struct imap_msg *msg = imap_view_msg(v, i);
+        if (msg->uid != m->uid[i] || msg->flags != m->flags[i] ||
+            (v->marks != NULL && v->marks[i] != m->marks[i]) ||
+            imap_view_find_uid(v, m->uid[i]) != i) {
+            return (long)i;
+        }
+    }
+    return -1;
+}
+
+/* Which messages an operation removes from v (ascending, distinct, into idx): none, a few,
+ * a run that can span chunks, or the tail from the last chunk's first message on (that
+ * chunk emptied, and at times more before it). */
+static size_t tv_pick_drops(const struct imap_view *v, size_t *idx)
+{
+    size_t n = 0, count = v->count;
+    uint32_t kind = count > 0 ? tv_next(4) : 0;
+    if (kind == 1) {
+        for (uint32_t k = 0, want = 1 + tv_next(5); k < want; k++) {
+            size_t i = tv_next((uint32_t)count), at = n;
+            while (at > 0 && idx[at - 1] > i) {
+                at--;
+            }
+            if (at > 0 && idx[at - 1] == i) {
+                continue;
+            }
+            memmove(idx + at + 1, idx + at, (n - at) * sizeof *idx);
+            idx[at] = i;
+            n++;
+        }
+    } else if (kind == 2 || kind == 3) {
+        size_t last = v->parts[imap_view_part_of(v, count - 1)].start;
+        size_t len =
+            kind == 2 ? 1 + tv_next(5000) : count - last + (size_t)tv_next(2) * tv_next(300);
+        len = len < count ? len : count;
+        size_t from = kind == 2 ? tv_next((uint32_t)(count - len + 1)) : count - len;
+        for (size_t k = 0; k < len; k++) {
+            idx[n++] = from + k;
+        }
+    }
+    return n;
+}
+
+/* A new message for v: the next UID, "k" as keywords now and then (references to count). */
+static struct imap_msg tv_new_msg(uint32_t *next_uid)
+{
+    uint32_t uid = (*next_uid)++;
+    return (struct imap_msg){.uid = uid,
+                             .flags = uid % 5 == 0 ? MV_FLAG_SEEN : 0,
+                             .keywords = imap_kw_new(uid % 7 == 0 ? "k" : NULL, NULL)};
+}
+
+/* One sync of a session's view as imap_view_apply does it (room first, the chunks of the
+ * removed made its own, the removal, then the appends), or the cache's merge order (room,
+ * own, appends, then the removal); then a flag and keyword change of one message. MV_OK or
+ * the first call that failed. */
+static int tv_step(struct imap_view *v, struct tv_model *m, int cache_order, uint32_t *next_uid)
+{
+    size_t *idx = malloc((v->count + 1) * sizeof *idx);
+    if (idx == NULL || !tv_model_fits(m, m->count + 40)) {
+        free(idx);
+        return MV_ENOMEM;
+    }
+    size_t n = tv_pick_drops(v, idx);
+    size_t add = tv_next(4) == 0 ? 0 : 1 + tv_next(30);
+    int rc = imap_view_reserve(v, add);
+    for (size_t k = 0; rc == MV_OK && k < n; k++) {
+        rc = imap_view_own(v, idx[k]);
+    }
+    if (rc != MV_OK) {
+        free(idx);
+        return rc;
+    }
+    if (!cache_order) {
+        imap_view_drop(v, idx, n);
+        tv_model_drop(m, idx, n);
+    }
+    for (size_t k = 0; k < add; k++) {
+        struct imap_msg msg = tv_new_msg(next_uid);
+        imap_view_append(v, &msg);
+        m->uid[m->count] = msg.uid;
+        m->flags[m->count] = msg.flags;
+        m->marks[m->count] = 0;
+        if (v->marks != NULL && msg.uid % 3 == 0) {
+            imap_view_mark(v, v->count - 1, IMAP_MARK_RECENT);
+            m->marks[m->count] = IMAP_MARK_RECENT;
+        }
+        m->count++;
+    }
+    if (cache_order) {
+        imap_view_drop(v, idx, n);
+        tv_model_drop(m, idx, n);
+    }
+    free(idx);
+    if (v->count > 0) { /* a flag change: the message's chunk made its own first */
+        size_t i = tv_next((uint32_t)v->count);
+        if ((rc = imap_view_own(v, i)) != MV_OK) {
+            return rc;
+        }
+        struct imap_msg *msg = imap_view_msg_mut(v, i);
+        msg->flags ^= MV_FLAG_FLAGGED;
+        imap_kw_unref(msg->keywords);
+        msg->keywords = imap_kw_new("changed", NULL);
+        m->flags[i] ^= MV_FLAG_FLAGGED;
+    }
+    return MV_OK;
+}
+
+/* A session selects: its view shares the cache's messages, its marks none. */
+static int tv_select(struct imap_view *s,
+                     struct tv_model *sm,
+                     const struct imap_view *c,
+                     const struct tv_model *cm)
+{
+    imap_view_msgs_free(s);
+    memset(s, 0, sizeof *s);
+    if (imap_view_share(s, c) != MV_OK || (s->marks = calloc(c->count + 1, 1)) == NULL ||
+        !tv_model_fits(sm, cm->count)) {
+        return MV_ENOMEM;
+    }
+    s->marks_cap = c->count + 1;
+    memcpy(sm->uid, cm->uid, cm->count * sizeof *sm->uid);
+    memcpy(sm->flags, cm->flags, cm->count * sizeof *sm->flags);
+    memset(sm->marks, 0, cm->count);
+    sm->count = cm->count;
+    return MV_OK;
+}
+
+/* The cache and two sessions, each changed in turn (syncs that remove and append, flag
+ * changes, SELECTs that share again) over 1,500 steps, each checked against its model after
+ * every step, every message every 100 steps: whatever one view does, what the others read
+ * never moves (a chunk written while shared shows there), and every chunk and keyword
+ * reference is given back at the end. The first build failed at its first sync that emptied
+ * a last chunk behind a short shared one (the assert in imap_view_append). */
+static void test_chunk_model(void)
+{
+    size_t live = imap_chunks_live();
+    struct imap_view views[3];
+    struct tv_model models[3];
+    memset(views, 0, sizeof views);
+    memset(models, 0, sizeof models);
+    uint32_t next_uid = 1;
+    CHECK(tv_model_fits(&models[0], (size_t)3 * IMAP_CHUNK_MSGS + 500));
+    for (size_t i = 0; i < (size_t)3 * IMAP_CHUNK_MSGS + 500; i++) {
+        struct imap_msg msg = tv_new_msg(&next_uid);
+        CHECK_EQ_INT(imap_view_push(&views[0], &msg), MV_OK);
+        models[0].uid[i] = msg.uid;
+        models[0].flags[i] = msg.flags;
+        models[0].marks[i] = 0;
+        models[0].count++;
+    }
+    CHECK_EQ_INT(tv_select(&views[1], &models[1], &views[0], &models[0]), MV_OK);
+    CHECK_EQ_INT(tv_select(&views[2], &models[2], &views[0], &models[0]), MV_OK);
+    for (int step = 0; step < 1500; step++) {
+        uint32_t who = tv_next(3), what = tv_next(8);
+        if (who > 0 && what == 0) {
+            CHECK_EQ_INT(tv_select(&views[who], &models[who], &views[0], &models[0]), MV_OK);
+        } else {
+            CHECK_EQ_INT(tv_step(&views[who], &models[who], who == 0, &next_uid), MV_OK);
+        }
+        if (views[0].count < (size_t)2 * IMAP_CHUNK_MSGS) { /* keep several chunks in play */
+            CHECK_EQ_INT(tv_step(&views[0], &models[0], 1, &next_uid), MV_OK);
+            for (int k = 0; k < 200 && views[0].count < (size_t)3 * IMAP_CHUNK_MSGS; k++) {
+                struct imap_msg msg = tv_new_msg(&next_uid);
+                CHECK(tv_model_fits(&models[0], models[0].count + 1));
+                CHECK_EQ_INT(imap_view_push(&views[0], &msg), MV_OK);
+                models[0].uid[models[0].count] = msg.uid;
+                models[0].flags[models[0].count] = msg.flags;
+                models[0].marks[models[0].count++] = 0;
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            CHECK_EQ_INT(tv_model_diff(&views[k], &models[k], step % 100 == 99), -1);
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        CHECK_EQ_INT(tv_model_diff(&views[k], &models[k], 1), -1);
+        imap_view_msgs_free(&views[k]);
+        tv_model_free(&models[k]);
+    }
+    CHECK_EQ_INT(imap_chunks_live(), live);
+}
+
 static void test_teardown(void)
 {
     imap_view_cache_free(&tv_os.view_cache);
@@ -387,6 +643,7 @@ int main(void)
     TEST(test_recent_per_session);
     TEST(test_chunk_table);
     TEST(test_append_after_last_chunk_emptied);
+    TEST(test_chunk_model);
     TEST(test_teardown);
     return th_summary();
 }
