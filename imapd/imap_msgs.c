@@ -24,6 +24,12 @@
  *     binary search over the parts' starts (imap_view_part_of).
  *   - Marks (what one session alone knows of a message, IMAP_MARK_*) are a byte per message
  *     beside the table, in the session's view only; they follow appends and removals here.
+ *   - A chunk is freed only when its last message goes, so a view that lives long while mail
+ *     comes and most of it goes again (a store kept open by a client in IDLE, an INBOX whose
+ *     mail is moved on) would keep a 160 KB chunk for a few messages: once its chunks are
+ *     less than half full on average, the cache's merge and a session's sync copy the
+ *     messages into full chunks (imap_view_compact; a copy of the view, at most once per
+ *     as many removals as half the view holds).
  */
 #include "imap_session.h"
 #include "mailvault.h"
@@ -322,6 +328,38 @@ void imap_view_drop(struct imap_view *v, const size_t *idx, size_t n)
     assert(k == n && removed == n);
     v->part_count = out;
     v->count -= n;
+}
+
+void imap_view_compact(struct imap_view *v)
+{
+    size_t used = 0;
+    for (size_t p = 0; p < v->part_count; p++) {
+        used += v->parts[p].chunk->count > 0;
+    }
+    if (used <= 2 * (v->count / IMAP_CHUNK_MSGS + 1)) {
+        return; /* at least half full on average: not worth a copy */
+    }
+    struct imap_view fresh;
+    memset(&fresh, 0, sizeof fresh);
+    if (imap_view_reserve(&fresh, v->count) != MV_OK) {
+        imap_view_msgs_free(&fresh);
+        return; /* a saving, not a need: the view stays as it is */
+    }
+    for (size_t i = 0; i < v->count; i++) {
+        struct imap_msg m = *imap_view_msg(v, i);
+        imap_kw_ref(m.keywords); /* the new chunk's reference; the old goes with its chunk */
+        imap_view_append(&fresh, &m);
+    }
+    unsigned char *marks = v->marks; /* by index: the same after the copy */
+    size_t marks_cap = v->marks_cap, count = v->count;
+    v->marks = NULL;
+    imap_view_msgs_free(v);
+    v->parts = fresh.parts;
+    v->part_count = fresh.part_count;
+    v->part_cap = fresh.part_cap;
+    v->count = count;
+    v->marks = marks;
+    v->marks_cap = marks_cap;
 }
 
 void imap_view_msgs_free(struct imap_view *v)

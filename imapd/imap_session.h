@@ -335,6 +335,10 @@ int imap_view_share(struct imap_view *dst, const struct imap_view *src);
 /* Removes the messages at idx (n ascending, distinct indexes; their chunks the view's own,
  * imap_view_own) with their marks; drops their keyword references. Cannot fail. */
 void imap_view_drop(struct imap_view *v, const size_t *idx, size_t n);
+/* Copies v's messages into full chunks of its own when its chunks are less than half full
+ * on average (removals leave them short: see imap_msgs.c); else, or out of memory, nothing.
+ * Indexes, marks and what the messages hold stay the same. */
+void imap_view_compact(struct imap_view *v);
 /* Drops every message (and the marks): a chunk whose last reference this was is freed. */
 void imap_view_msgs_free(struct imap_view *v);
 /* For tests: the chunks in memory now, in every view of the process. */

@@ -335,6 +335,9 @@ static int imap_view_apply(struct imap_session *s,
             f->keywords = NULL; /* the view owns them now */
         }
     }
+    if (removed > 0) {
+        imap_view_compact(v); /* chunks left short by the removals (imap_msgs.c) */
+    }
     if (added > 0 || removed > 0) {
         buf_printf(out, "* %zu EXISTS\r\n", v->count);
         if (added > 0) { /* the new ones may be this session's \Recent (imap_recent.c) */

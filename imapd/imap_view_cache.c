@@ -356,6 +356,9 @@ static int imap_view_cache_merge(struct imap_view *c,
     }
     imap_view_drop(c, drop, dropped);
     free(drop);
+    if (dropped > 0) {
+        imap_view_compact(c); /* chunks left short by the removals (imap_msgs.c) */
+    }
     return MV_OK;
 }
 

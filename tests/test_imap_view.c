@@ -24,6 +24,8 @@
  *     chunks, whole last chunks), append, change flags and keywords and select again, in
  *     the orders imap_view_apply and the cache's merge use; after each step every view
  *     still reads what its model holds, so no view ever wrote a chunk another one reads.
+ *   - Mail that comes and mostly goes in a view that lives on: the chunks stay as many as
+ *     the messages need (imap_view_compact), nothing else of the view changes.
  * At the end every chunk is freed (references balance) and ASan's leak check covers the
  * keyword strings.
  */
@@ -537,6 +539,9 @@ static int tv_step(struct imap_view *v, struct tv_model *m, int cache_order, uin
         imap_view_drop(v, idx, n);
         tv_model_drop(m, idx, n);
     }
+    if (n > 0) {
+        imap_view_compact(v); /* as imap_view_apply and the merge do after removals */
+    }
     free(idx);
     if (v->count > 0) { /* a flag change: the message's chunk made its own first */
         size_t i = tv_next((uint32_t)v->count);
@@ -627,6 +632,68 @@ static void test_chunk_model(void)
     CHECK_EQ_INT(imap_chunks_live(), live);
 }
 
+/* Mail that comes and mostly goes again, in a view that lives on (a store kept open by a
+ * client in IDLE): 40 rounds of 4,096 new messages, each round removing all but one of the
+ * round before's (no longer in the last chunk), the removal followed by imap_view_compact as
+ * imap_view_apply and the cache's merge call it. The chunks stay about as many as the
+ * messages need (a chunk is freed only when its last message goes: without the compaction
+ * 41 chunks of 160 KB held 40 messages), and the messages, their order, their marks and a
+ * view that shared the old chunks are unchanged. */
+static void test_compact_after_churn(void)
+{
+    size_t live = imap_chunks_live();
+    struct imap_view a, other;
+    memset(&a, 0, sizeof a);
+    memset(&other, 0, sizeof other);
+    a.marks = calloc(1, 1);
+    a.marks_cap = 1;
+    CHECK(a.marks != NULL);
+    uint32_t uid = 1;
+    size_t *idx = malloc(IMAP_CHUNK_MSGS * sizeof *idx);
+    CHECK(idx != NULL);
+    for (size_t round = 0; round <= 40; round++) {
+        size_t kept = round > 0 ? round - 1 : 0; /* one of each round before the last */
+        if (round < 40) {
+            CHECK_EQ_INT(imap_view_reserve(&a, IMAP_CHUNK_MSGS), MV_OK);
+            for (size_t k = 0; k < IMAP_CHUNK_MSGS; k++) {
+                struct imap_msg m = {.uid = uid++,
+                                     .keywords = imap_kw_new(k % 2 ? "k" : NULL, NULL)};
+                imap_view_append(&a, &m);
+            }
+            imap_view_mark(&a, a.count - IMAP_CHUNK_MSGS, IMAP_MARK_RECENT); /* it stays */
+        }
+        if (round == 0) {
+            continue;
+        }
+        for (size_t k = 1; k < IMAP_CHUNK_MSGS; k++) { /* the round before's but its first */
+            idx[k - 1] = kept + k;
+            CHECK_EQ_INT(imap_view_own(&a, kept + k), MV_OK);
+        }
+        imap_view_drop(&a, idx, IMAP_CHUNK_MSGS - 1);
+        imap_view_compact(&a);
+        if (round == 20) { /* a view that shares the chunks of the moment */
+            CHECK_EQ_INT(imap_view_share(&other, &a), MV_OK);
+        }
+    }
+    CHECK_EQ_INT(a.count, 40);
+    CHECK(a.part_count <= 3);
+    for (size_t i = 0; i < a.count; i++) {
+        CHECK_EQ_INT(imap_view_msg(&a, i)->uid, 1 + i * IMAP_CHUNK_MSGS);
+        CHECK_EQ_INT(imap_view_marks(&a, i), IMAP_MARK_RECENT);
+        CHECK_EQ_INT(imap_view_find_uid(&a, (uint32_t)(1 + i * IMAP_CHUNK_MSGS)), i);
+    }
+    CHECK_EQ_INT(other.count, 20 + IMAP_CHUNK_MSGS);
+    for (size_t i = 0; i < other.count; i++) {
+        CHECK_EQ_INT(imap_view_msg(&other, i)->uid,
+                     i < 20 ? 1 + i * IMAP_CHUNK_MSGS : 1 + 20 * IMAP_CHUNK_MSGS + (i - 20));
+    }
+    imap_view_msgs_free(&other);
+    CHECK(imap_chunks_live() <= live + 3);
+    imap_view_msgs_free(&a);
+    CHECK_EQ_INT(imap_chunks_live(), live);
+    free(idx);
+}
+
 static void test_teardown(void)
 {
     imap_view_cache_free(&tv_os.view_cache);
@@ -644,6 +711,7 @@ int main(void)
     TEST(test_chunk_table);
     TEST(test_append_after_last_chunk_emptied);
     TEST(test_chunk_model);
+    TEST(test_compact_after_churn);
     TEST(test_teardown);
     return th_summary();
 }
