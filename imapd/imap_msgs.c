@@ -78,9 +78,9 @@ static int imap_chunk_shared(const struct imap_chunk *c)
     return atomic_load_explicit(&c->refs, memory_order_acquire) != 1;
 }
 
-size_t imap_view_find_uid(const struct imap_view *v, uint32_t uid)
+/* The first index in [lo, hi) whose UID is >= uid, hi if none: a binary search. */
+static size_t imap_view_search_uid(const struct imap_view *v, size_t lo, size_t hi, uint32_t uid)
 {
-    size_t lo = 0, hi = v->count;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (imap_view_msg(v, mid)->uid < uid) {
@@ -92,6 +92,11 @@ size_t imap_view_find_uid(const struct imap_view *v, uint32_t uid)
     return lo;
 }
 
+size_t imap_view_find_uid(const struct imap_view *v, uint32_t uid)
+{
+    return imap_view_search_uid(v, 0, v->count, uid);
+}
+
 size_t imap_view_find_uid_from(const struct imap_view *v, size_t from, uint32_t uid)
 {
     size_t lo = from, step = 1, hi = from; /* the answer is in [lo, hi] */
@@ -100,15 +105,7 @@ size_t imap_view_find_uid_from(const struct imap_view *v, size_t from, uint32_t 
         hi = step < v->count - hi ? hi + step : v->count;
         step *= 2;
     }
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (imap_view_msg(v, mid)->uid < uid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo;
+    return imap_view_search_uid(v, lo, hi, uid);
 }
 
 /* Makes part p's chunk the view's own. */
