@@ -12,8 +12,13 @@
 #include <string.h>
 #include <time.h>
 
+/* Every buffer may hold a message (a FETCH response, an APPEND literal) or a password:
+ * wiped whenever it is let go, on a free and on a move. */
 void buf_free(struct buf *b)
 {
+    if (b->data != NULL) {
+        explicit_bzero(b->data, b->cap); /* memset's speed, unlike OPENSSL_cleanse's loop */
+    }
     free(b->data);
     memset(b, 0, sizeof *b);
 }
@@ -21,7 +26,7 @@ void buf_free(struct buf *b)
 void buf_wipe(struct buf *b)
 {
     if (b->data != NULL) {
-        OPENSSL_cleanse(b->data, b->cap);
+        OPENSSL_cleanse(b->data, b->cap); /* a password: wiped as keys are */
     }
     buf_free(b);
 }
@@ -42,10 +47,15 @@ int buf_reserve(struct buf *b, size_t extra)
         }
         cap *= 2;
     }
-    char *data = realloc(b->data, cap);
+    char *data = malloc(cap); /* not realloc: it would free the old block as it is */
     if (data == NULL) {
         b->oom = 1;
         return -1;
+    }
+    if (b->data != NULL) {
+        memcpy(data, b->data, b->len + 1 <= b->cap ? b->len + 1 : b->len);
+        explicit_bzero(b->data, b->cap);
+        free(b->data);
     }
     b->data = data;
     b->cap = cap;

@@ -13,6 +13,7 @@ struct buf {
     size_t cap;
     int oom; /* an append failed: the buffer is unusable */
 };
+/* Wipes (the whole capacity) and frees; a grown buffer's old block is wiped too. */
 void buf_free(struct buf *b);
 int buf_reserve(struct buf *b, size_t extra);
 void buf_add(struct buf *b, const void *data, size_t len);
@@ -44,7 +45,7 @@ void buf_imap_nstring(struct buf *b, const char *s);
 /* As buf_imap_string(), but with utf8 set (the session enabled UTF8=ACCEPT, RFC 6855) a
  * string that is valid UTF-8 goes out quoted too; without it, 8-bit strings stay literals. */
 void buf_imap_string_utf8(struct buf *b, const char *s, size_t len, int utf8);
-/* Wipes and frees (buffers that held a password). */
+/* buf_free() after OPENSSL_cleanse, as keys are wiped: for a buffer that held a password. */
 void buf_wipe(struct buf *b);
 
 #endif /* MV_IMAPD_BUF_H */

@@ -930,7 +930,8 @@ MV_API MV_MUST_CHECK int mv_mailbox_expunge_ranges(mv_store *store,
                                                    size_t count,
                                                    uint32_t *count_out);
 
-/* Frees memory the library returned (mv_message_fetch). NULL is fine. */
+/* Frees memory the library returned (mv_message_fetch). The whole block is wiped first
+ * (OPENSSL_cleanse): it may hold a message. NULL is fine. */
 MV_API void mv_free(void *p);
 
 /* ---- Messages: listings for the server (store_listing.c) ------------------------------- */

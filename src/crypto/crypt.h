@@ -217,6 +217,14 @@ int crypt_selftest(void);
 
 /* Wipes n bytes (OPENSSL_cleanse: not optimised away). */
 void crypt_wipe(void *p, size_t n);
+/* free(p) of a malloc'd block that held plaintext (a message, its texts): the whole block
+ * (malloc_usable_size) is wiped first (sodium_memzero). NULL is fine. */
+void crypt_free_wiped(void *p);
+/* realloc(p, n) for such a block: never leaves a copy behind (realloc frees a moved block
+ * as it is, and a shrink in place leaves the tail in the freed rest), so it always moves to
+ * a new block and wipes the old one. NULL (p untouched) when out of memory; n 0 is taken
+ * as 1. */
+void *crypt_realloc_wiped(void *p, size_t n);
 
 /* Constant-time comparison: 0 if equal. */
 int crypt_memcmp_ct(const void *a, const void *b, size_t n);

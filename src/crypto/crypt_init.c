@@ -14,10 +14,13 @@
 #include <sodium.h>
 
 #include <limits.h>
+#include <malloc.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 static pthread_once_t crypt_init_once = PTHREAD_ONCE_INIT;
 static int crypt_init_status = CRYPT_EFAIL;
@@ -96,6 +99,31 @@ void crypt_wipe(void *p, size_t n)
     if (p != NULL && n > 0) {
         OPENSSL_cleanse(p, n);
     }
+}
+
+void crypt_free_wiped(void *p)
+{
+    if (p != NULL) {
+        /* sodium_memzero (explicit_bzero: memset's speed), not OPENSSL_cleanse, whose
+         * 8-byte store loop wiped 9-13 GB/s against 20-190 here (256 KiB down to 4 KiB
+         * blocks): these are whole messages, wiped on every fetch's mv_free */
+        sodium_memzero(p, malloc_usable_size(p));
+        free(p);
+    }
+}
+
+void *crypt_realloc_wiped(void *p, size_t n)
+{
+    void *moved = malloc(n != 0 ? n : 1);
+    if (moved == NULL) {
+        return NULL;
+    }
+    if (p != NULL) {
+        size_t old = malloc_usable_size(p);
+        memcpy(moved, p, old < n ? old : n);
+        crypt_free_wiped(p);
+    }
+    return moved;
 }
 
 int crypt_memcmp_ct(const void *a, const void *b, size_t n)

@@ -23,6 +23,7 @@
  *   4. FTS5's integrity-check, which compares the index with its content. It is an INSERT
  *      command, so it takes the write lock for its duration; read-only handles skip it.
  */
+#include "crypto/crypt.h"
 #include "ops/ops_inspect.h"
 #include "store/store_blob.h"
 #include "vfs/sqlite_format.h"
@@ -241,7 +242,7 @@ static int ops_check_pages(struct ops_check *c)
     if (rc == MV_OK) {
         rc = ops_check_wal_frames(c, (uint32_t)page_size, buf);
     }
-    free(buf);
+    crypt_free_wiped(buf);
     store_rollback(c->s);
     return rc;
 }
@@ -343,7 +344,7 @@ static void ops_check_bodies(struct ops_check *c)
         uint8_t *raw = NULL;
         size_t len = 0;
         int rc = store_body_get(c->s, id, &raw, &len);
-        free(raw);
+        crypt_free_wiped(raw);
         if (rc == MV_ENOMEM) {
             ops_problem(c, "body", "body %lld: out of memory reading it", (long long)id);
         } else if (rc != MV_OK) {

@@ -45,6 +45,7 @@
  *   One message is at most STORE_BLOB_SIZE_MAX bytes (SQLite's default maximum BLOB).
  */
 #include "store/store_blob.h"
+#include "crypto/crypt.h"
 
 #include <openssl/evp.h>
 #include <stdlib.h>
@@ -181,7 +182,7 @@ static int store_blob_pack(mv_store *s,
         got = ZSTD_isError(second) ? second : first + second;
     }
     if (ZSTD_isError(got)) {
-        free(buf);
+        crypt_free_wiped(buf);
         if (ZSTD_getErrorCode(got) == ZSTD_error_dstSize_tooSmall) {
             return MV_OK; /* saves too little: store as is */
         }
@@ -384,7 +385,7 @@ static int store_attachment_put(mv_store *s, const uint8_t *bytes, size_t n, int
                                     *id_out, &blob);
     }
 cleanup:
-    free(blob.owned);
+    crypt_free_wiped(blob.owned);
     return rc;
 }
 
@@ -474,7 +475,7 @@ static int store_body_insert(mv_store *s,
                                     &blob);
     }
 cleanup:
-    free(blob.owned);
+    crypt_free_wiped(blob.owned);
     return rc;
 }
 
@@ -527,8 +528,8 @@ void store_fts_pending_discard(mv_store *s)
 {
     struct store_fts_pending *q = &s->fts_pending;
     for (size_t i = 0; i < q->count; i++) {
-        free(q->rows[i].header);
-        free(q->rows[i].body);
+        crypt_free_wiped(q->rows[i].header);
+        crypt_free_wiped(q->rows[i].body);
     }
     free(q->rows);
     memset(q, 0, sizeof *q);
@@ -586,8 +587,8 @@ int store_body_index(mv_store *s, int64_t body_id, const struct store_parsed *p)
     row->header = store_fts_dup(p->header_text, &q->bytes);
     row->body = store_fts_dup(p->text, &q->bytes);
     if (row->header == NULL || row->body == NULL) {
-        free(row->header);
-        free(row->body);
+        crypt_free_wiped(row->header);
+        crypt_free_wiped(row->body);
         return store_fail(s, MV_ENOMEM, "out of memory indexing a message");
     }
     q->count++;
@@ -657,7 +658,7 @@ int store_body_put(mv_store *s,
         rc = store_body_insert(s, skeleton, len - cut, head, len, digest, parsed->sent_zone,
                                body_id_out);
     }
-    free(skeleton); /* before the parts: at most one copy of the message besides raw */
+    crypt_free_wiped(skeleton); /* before the parts: at most one copy of the message besides raw */
     if (rc == MV_OK) {
         rc = store_body_insert_parts(s, *body_id_out, raw, parsed);
     }
@@ -735,7 +736,7 @@ struct store_body_build {
 static void store_body_build_drop(struct store_body_build *b)
 {
     if (b->place == NULL) {
-        free(b->out);
+        crypt_free_wiped(b->out);
     }
     b->out = NULL;
 }
@@ -818,7 +819,7 @@ static int store_body_place_part(mv_store *s,
             rc = store_blob_unpack(s, "attachment", attachment_id, compression, packed,
                                    (size_t)stored, b->out + b->pos, (size_t)part_size);
         }
-        free(packed);
+        crypt_free_wiped(packed);
     }
     if (rc == MV_OK) {
         b->pos += (size_t)part_size;
@@ -1096,7 +1097,7 @@ static int store_body_header_unit_decode(mv_store *s,
     *out = header;
     header = NULL;
 cleanup:
-    free(header);
+    crypt_free_wiped(header);
     return rc;
 }
 
@@ -1138,7 +1139,7 @@ static int store_body_read_header_unit(mv_store *s,
                                        len_out);
 cleanup:
     sqlite3_blob_close(blob);
-    free(unit);
+    crypt_free_wiped(unit);
     return rc;
 }
 
@@ -1154,7 +1155,7 @@ store_body_get_header_cut(mv_store *s, int64_t body_id, uint8_t **raw_out, size_
         return rc;
     }
     size_t head = store_header_end(raw, len);
-    uint8_t *shrunk = realloc(raw, head != 0 ? head : 1);
+    uint8_t *shrunk = crypt_realloc_wiped(raw, head != 0 ? head : 1);
     if (shrunk != NULL) {
         raw = shrunk; /* a failed shrink leaves raw as it was, still good */
     }

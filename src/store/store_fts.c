@@ -41,6 +41,7 @@
  *     not once per candidate row; the row buffers belong to the connection (one thread at
  *     a time uses a connection) and are reused.
  */
+#include "crypto/crypt.h"
 #include "store/store.h"
 
 #include <stdlib.h>
@@ -75,7 +76,7 @@ static int store_fts_append(struct store_fts_text *t, const char *data, size_t n
         while (t->len + n + 1 > cap) {
             cap *= 2;
         }
-        char *grown = realloc(t->data, cap);
+        char *grown = crypt_realloc_wiped(t->data, cap);
         if (grown == NULL) {
             return -1;
         }
@@ -216,7 +217,7 @@ store_fts_needles_make(struct store_fts_fn *fn, const char *query, int mode)
 static int store_fts_fold_ascii(const char *text, size_t n, struct store_fts_text *t)
 {
     if (t->cap < n + 1) {
-        char *grown = realloc(t->data, n + 1);
+        char *grown = crypt_realloc_wiped(t->data, n + 1);
         if (grown == NULL) {
             return -1;
         }
@@ -371,7 +372,7 @@ static void store_fts_query_fn(sqlite3_context *ctx, int argc, sqlite3_value **a
         rc = store_fts_append(&out, "\"\"", 2);
     }
     if (rc != 0) {
-        free(out.data);
+        crypt_free_wiped(out.data);
         sqlite3_result_error_nomem(ctx);
         return;
     }
@@ -385,8 +386,8 @@ static void store_fts_fn_free(void *p)
         if (fn->tok != NULL) {
             fn->api.xDelete(fn->tok);
         }
-        free(fn->header.data);
-        free(fn->body.data);
+        crypt_free_wiped(fn->header.data);
+        crypt_free_wiped(fn->body.data);
         free(fn);
     }
 }

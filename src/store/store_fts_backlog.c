@@ -46,6 +46,7 @@
  *   read of a damaged backlog body gives no text (no match) rather than failing the search,
  *   for the time before the catch-up reaches it. Its bytes are never changed here.
  */
+#include "crypto/crypt.h"
 #include "store/store_blob.h"
 #include "store/store_message.h"
 
@@ -384,8 +385,8 @@ struct store_fts_backlog_text {
 
 static void store_fts_backlog_text_clear(struct store_fts_backlog_text *t)
 {
-    free(t->header);
-    free(t->body);
+    crypt_free_wiped(t->header);
+    crypt_free_wiped(t->body);
     t->header = NULL;
     t->body = NULL;
     t->valid = 0;

@@ -51,6 +51,7 @@
  *     rule cannot tell it from a re-run.
  *   - A line whose leading '>' run is longer than IMPORT_READ_SIZE is not unquoted.
  */
+#include "crypto/crypt.h"
 #include "store/store.h"
 #include "store/store_blob.h"
 #include "store/store_message.h"
@@ -214,7 +215,7 @@ static int import_crlf(
         return MV_ELIMIT;
     }
     if (need > c->crlf_cap) {
-        uint8_t *p = realloc(c->crlf, need);
+        uint8_t *p = crypt_realloc_wiped(c->crlf, need);
         if (p == NULL) {
             return store_fail(c->s, MV_ENOMEM, "out of memory (a %zu-byte message)", need);
         }
@@ -273,7 +274,7 @@ static int import_reserve(struct import_ctx *c, size_t need)
         return store_fail(c->s, MV_ELIMIT, "message is %zu bytes; message_size_max is %llu", need,
                           (unsigned long long)c->size_max);
     }
-    uint8_t *p = realloc(c->msg, cap);
+    uint8_t *p = crypt_realloc_wiped(c->msg, cap);
     if (p == NULL) {
         return store_fail(c->s, MV_ENOMEM, "out of memory (a %zu-byte message)", need);
     }
@@ -453,7 +454,7 @@ static int import_mbox(struct import_ctx *c, int fd)
         return store_fail(c->s, MV_ENOMEM, "out of memory");
     }
     int rc = import_mbox_run(c, &r);
-    free(r.buf);
+    crypt_free_wiped(r.buf);
     return rc;
 }
 
@@ -646,8 +647,8 @@ int mv_import(mv_store *s,
      * imports it). */
     int rc2 = import_batch_end(&c, rc == MV_OK);
     rc = rc != MV_OK ? rc : rc2;
-    free(c.msg);
-    free(c.crlf);
+    crypt_free_wiped(c.msg);
+    crypt_free_wiped(c.crlf);
     if (stats_out != NULL) {
         *stats_out = c.stats;
     }

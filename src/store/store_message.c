@@ -40,6 +40,7 @@
  *   one found.
  */
 #include "store/store_message.h"
+#include "crypto/crypt.h"
 #include "store/store_blob.h"
 #include "store/store_uidset.h"
 
@@ -440,7 +441,7 @@ int store_body_parse_stored(mv_store *s, int64_t body_id, struct store_parsed *o
     char err[256] = "";
     rc = store_parse(len != 0 ? raw : &empty, len, &unlimited, STORE_SPLIT_MIN, out, err,
                      sizeof err);
-    free(raw);
+    crypt_free_wiped(raw);
     if (rc != MV_OK) {
         return store_fail(s, rc, "parsing body %lld: %s", (long long)body_id,
                           err[0] != '\0' ? err : mv_strerror(rc));
@@ -787,7 +788,7 @@ int store_message_exists(mv_store *s, int64_t mailbox_id, const uint8_t sha256[3
 
 void mv_free(void *p)
 {
-    free(p);
+    crypt_free_wiped(p);
 }
 
 /* ---- set-based changes ----------------------------------------------------------------- */

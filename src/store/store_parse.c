@@ -39,6 +39,7 @@
  *   - GMime itself stops nesting at 1024 levels; this walk stops at STORE_PARSE_DEPTH_MAX.
  */
 #include "store/store_parse.h"
+#include "crypto/crypt.h"
 
 #include <assert.h>
 #include <gmime/gmime.h>
@@ -244,7 +245,7 @@ static int parse_buf_append(struct parse_buf *b, const char *data, size_t n)
         while (cap - b->len < n + 1) {
             cap *= 2;
         }
-        char *grown = realloc(b->data, cap);
+        char *grown = crypt_realloc_wiped(b->data, cap);
         if (grown == NULL) {
             return MV_ENOMEM;
         }
@@ -281,7 +282,10 @@ static char *parse_text_dup(const char *text)
         }
         out[o] = '\0';
     }
-    g_free(valid);
+    if (valid != NULL) {
+        crypt_wipe(valid, strlen(valid));
+        g_free(valid);
+    }
     return out;
 }
 
@@ -324,6 +328,7 @@ static int parse_make_utf8(struct parse_buf *b, int declared)
     }
     b->len = 0;
     int rc = parse_buf_append(b, fixed, (size_t)fixed_len);
+    crypt_wipe(fixed, (size_t)fixed_len);
     g_free(fixed);
     return rc;
 }
@@ -534,7 +539,7 @@ parse_add_text(struct parse_walk *w, GMimeObject *part, GMimeDataWrapper *conten
     if (rc == MV_OK) {
         rc = parse_text_append(w, decoded.data, decoded.len);
     }
-    free(decoded.data);
+    crypt_free_wiped(decoded.data);
     w->oom |= rc != MV_OK;
 }
 
@@ -665,7 +670,10 @@ static char *parse_addresses_dup(InternetAddressList *list)
     }
     char *text = internet_address_list_to_string(list, NULL, FALSE);
     char *out = parse_text_dup(text);
-    g_free(text);
+    if (text != NULL) {
+        crypt_wipe(text, strlen(text));
+        g_free(text);
+    }
     return out;
 }
 
@@ -743,14 +751,14 @@ static int parse_threading(GMimeMessage *message, struct store_parsed *out)
         rc = out->in_reply_to != NULL ? MV_OK : MV_ENOMEM;
     }
     for (size_t i = 0; i < ids.count; i++) {
-        free(ids.ids[i]);
+        crypt_free_wiped(ids.ids[i]);
     }
     ids.count = 0;
     rc = rc == MV_OK ? parse_ids_collect(message, "References", &ids) : rc;
     if (ids.count > STORE_PARSE_REFERENCES_MAX) {
         size_t drop = ids.count - STORE_PARSE_REFERENCES_MAX;
         for (size_t i = 1; i <= drop; i++) {
-            free(ids.ids[i]);
+            crypt_free_wiped(ids.ids[i]);
         }
         memmove(ids.ids + 1, ids.ids + 1 + drop, (ids.count - 1 - drop) * sizeof *ids.ids);
         ids.count = STORE_PARSE_REFERENCES_MAX;
@@ -781,19 +789,20 @@ static char *parse_header_text(GMimeMessage *message)
             break;
         }
         char *line = g_strdup_printf("%s: %s\n", name != NULL ? name : "", clean);
-        free(clean);
+        crypt_free_wiped(clean);
         size_t n = strlen(line);
         if (b.len + n > STORE_PARSE_HEADER_TEXT_MAX) {
             n = parse_utf8_trim_cut(line, STORE_PARSE_HEADER_TEXT_MAX - b.len);
         }
         rc = parse_buf_append(&b, line, n);
+        crypt_wipe(line, strlen(line));
         g_free(line);
     }
     if (rc == MV_OK && !g_utf8_validate(b.data, (gssize)b.len, NULL)) {
         rc = parse_make_utf8(&b, 1); /* a raw 8-bit name or value */
     }
     if (rc != MV_OK) {
-        free(b.data);
+        crypt_free_wiped(b.data);
         return NULL;
     }
     return b.data;
@@ -926,18 +935,18 @@ void store_parsed_free(struct store_parsed *p)
     if (p == NULL) {
         return;
     }
-    free(p->subject);
-    free(p->from);
-    free(p->to);
-    free(p->cc);
-    free(p->message_id);
-    free(p->in_reply_to);
+    crypt_free_wiped(p->subject);
+    crypt_free_wiped(p->from);
+    crypt_free_wiped(p->to);
+    crypt_free_wiped(p->cc);
+    crypt_free_wiped(p->message_id);
+    crypt_free_wiped(p->in_reply_to);
     for (size_t i = 0; i < p->reference_count; i++) {
-        free(p->references[i]);
+        crypt_free_wiped(p->references[i]);
     }
     free(p->references);
-    free(p->text);
-    free(p->header_text);
+    crypt_free_wiped(p->text);
+    crypt_free_wiped(p->header_text);
     free(p->parts);
     memset(p, 0, sizeof *p);
 }

@@ -99,8 +99,8 @@ int store_parse_flags(const uint8_t *raw,
                       struct store_parsed *out,
                       char *err,
                       size_t err_size);
-/* Frees every member and zeroes *p. NULL and a zeroed struct are fine; calling it twice
- * is fine. */
+/* Wipes and frees every member (they are the message's plaintext) and zeroes *p. NULL and
+ * a zeroed struct are fine; calling it twice is fine. */
 void store_parsed_free(struct store_parsed *p);
 
 /* g_mime_init() once per process (pthread_once); called by store_parse itself. */

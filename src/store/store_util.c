@@ -2,6 +2,7 @@
  * store_util.c -- the store's plumbing: error messages, a cache of prepared statements,
  * transactions, and the string storage behind the structs the API returns.
  */
+#include "crypto/crypt.h"
 #include "store/store.h"
 #include "vfs/db_error.h"
 #include "vfs/vfs_tempdir.h"
@@ -235,7 +236,7 @@ void mv_store_read_end(mv_store *s)
 void store_strings_clear(struct store_strings *st)
 {
     for (size_t i = 0; i < st->count; i++) {
-        free(st->items[i]);
+        crypt_free_wiped(st->items[i]);
     }
     st->count = 0;
 }
