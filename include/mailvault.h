@@ -840,8 +840,9 @@ MV_API int mv_store_checkpoint_due(const mv_store *store);
 /* A PASSIVE checkpoint of store's WAL now: copies the frames no reader still needs and never
  * waits for a lock. *log_frames (may be NULL) gets the frames in the WAL, *done_frames (may
  * be NULL) those now in the database; the checkpoint stays due while they differ. Not inside
- * a transaction or read snapshot. Returns MV_OK, MV_EINVAL (store NULL, read-only, inside a
- * transaction), MV_EBUSY, MV_EIO. */
+ * a transaction or read snapshot, nor while an iterator of store is under way (MV_EBUSY: an
+ * interrupt of the checkpoint would outlive it on the running statement). Returns MV_OK,
+ * MV_EINVAL (store NULL, read-only, inside a transaction), MV_EBUSY, MV_EIO. */
 MV_API MV_MUST_CHECK int
 mv_store_checkpoint(mv_store *store, int64_t *log_frames, int64_t *done_frames);
 

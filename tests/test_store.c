@@ -1084,6 +1084,48 @@ static void test_checkpoint_deferred(void)
     mv_store_close(&s);
 }
 
+static int ts_fill(mv_store *s, const char *mailbox, int first, int count);
+static const char ts_sql_uids[] = "SELECT uid FROM messages ORDER BY uid";
+
+/* An interrupt of a checkpoint (mailvaultd's worker: a job posted while it runs) does not
+ * outlive it, even with a statement of the store's cache left mid-step on the connection
+ * (SQLite clears an interrupt only once no statement runs): the next change goes through.
+ * The old mv_store_checkpoint left the interrupt set and the append failed. A statement of
+ * the caller's still running makes the checkpoint MV_EBUSY and does nothing. */
+static void test_checkpoint_interrupt_does_not_leak(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("ckpt_interrupt", &s), MV_OK);
+    CHECK_EQ_INT(mv_store_checkpoint_defer(s, 100000), MV_OK);
+    CHECK_EQ_INT(ts_fill(s, "INBOX", 1, 3), MV_OK);
+    sqlite3_stmt *st = store_stmt(s, ts_sql_uids);
+    CHECK(st != NULL);
+    CHECK_EQ_INT(sqlite3_step(st), SQLITE_ROW); /* left mid-step, as a slip would leave it */
+    sqlite3_interrupt(mv_store_db(s));          /* the job that the checkpoint gives way to */
+    int64_t log = 0, done = 0;
+    int rc = mv_store_checkpoint(s, &log, &done);
+    CHECK(rc == MV_OK || rc == MV_ERROR || rc == MV_EBUSY); /* it may give way, or not */
+    CHECK_EQ_INT(ts_fill(s, "INBOX", 4, 1), MV_OK);
+    CHECK_EQ_INT(mv_store_checkpoint(s, &log, &done), MV_OK);
+    CHECK_EQ_INT(done, log);
+
+    struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+    mv_search *search = NULL;
+    CHECK_EQ_INT(mv_search_begin(s, &q, &search), MV_OK);
+    struct mv_message_info info;
+    CHECK_EQ_INT(mv_search_next(search, &info), 1);
+    CHECK_EQ_INT(mv_store_checkpoint(s, &log, &done), MV_EBUSY);
+    int n = 1;
+    while ((rc = mv_search_next(search, &info)) == 1) {
+        n++;
+    }
+    CHECK_EQ_INT(rc, 0);
+    CHECK_EQ_INT(n, 4); /* the search went on undisturbed */
+    mv_search_end(&search);
+    CHECK_EQ_INT(mv_store_checkpoint(s, &log, &done), MV_OK);
+    mv_store_close(&s);
+}
+
 static unsigned ts_flags(mv_store *s, const char *mailbox, uint32_t uid, char *kw, size_t kw_size)
 {
     struct mv_message_info info;
@@ -2467,5 +2509,6 @@ int main(void)
     TEST(test_fuzz_corpus_append);
     TEST(test_temp_files_in_store_tmp);
     TEST(test_checkpoint_deferred);
+    TEST(test_checkpoint_interrupt_does_not_leak);
     return th_summary();
 }

@@ -80,6 +80,30 @@ int mv_store_checkpoint_due(const mv_store *s)
     return s != NULL && s->checkpoint_due;
 }
 
+/* SQLite clears an interrupt (sqlite3_interrupt: mailvaultd's worker interrupts a checkpoint
+ * that a job waits for) only once no statement of the connection is running. A cached
+ * statement left mid-step (read for its first row and not reset) would keep one running, so
+ * the interrupt would outlive the checkpoint and fail the handle's next statement, whatever
+ * it is. The store's own statements are reset here, before the checkpoint; a statement of
+ * the caller's still running (an iterator not ended) makes it MV_EBUSY, nothing done. */
+static int store_checkpoint_no_statement(mv_store *s)
+{
+    for (size_t i = 0; i < STORE_STMT_CACHE; i++) {
+        if (s->stmts[i].stmt != NULL && sqlite3_stmt_busy(s->stmts[i].stmt)) {
+            sqlite3_reset(s->stmts[i].stmt);
+        }
+    }
+    for (sqlite3_stmt *st = sqlite3_next_stmt(s->db, NULL); st != NULL;
+         st = sqlite3_next_stmt(s->db, st)) {
+        if (sqlite3_stmt_busy(st)) {
+            return store_fail(s, MV_EBUSY,
+                              "mv_store_checkpoint: a statement is still running "
+                              "(an iterator not ended)");
+        }
+    }
+    return MV_OK;
+}
+
 int mv_store_checkpoint(mv_store *s, int64_t *log_frames, int64_t *done_frames)
 {
     if (s == NULL) {
@@ -89,6 +113,9 @@ int mv_store_checkpoint(mv_store *s, int64_t *log_frames, int64_t *done_frames)
         return store_fail(s, MV_EINVAL, "mv_store_checkpoint: read-only, or inside a transaction");
     }
     int rc = store_ready(s);
+    if (rc == MV_OK) {
+        rc = store_checkpoint_no_statement(s);
+    }
     int log = 0, done = 0;
     if (rc == MV_OK && sqlite3_wal_checkpoint_v2(s->db, "main", SQLITE_CHECKPOINT_PASSIVE, &log,
                                                  &done) != SQLITE_OK) {
