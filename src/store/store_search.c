@@ -49,20 +49,6 @@
 
 #define STORE_SEARCH_SQL_MAX 4096
 
-struct mv_search {
-    mv_store *store;
-    sqlite3_stmt *stmt;
-    struct store_strings strings;
-    uint32_t limit;
-    uint32_t returned;
-    int done; /* 1 after the end or an error: next keeps returning that */
-    int rc_after_done;
-    /* The statement reads the old full-text index too (store_search_old); the same search
-     * without it, for when another handle ended the move between the prepare and the first
-     * step (the statement's re-prepare then fails: no such table). NULL otherwise. */
-    char *sql_without_old;
-};
-
 /* Parameter numbers: each fragment below uses its own. */
 enum store_search_param {
     P_MAILBOX = 1,
@@ -84,6 +70,26 @@ enum store_search_param {
     P_BODY, /* body_contains */
     P_ANY,  /* text_contains */
     P_LIMIT
+};
+
+struct mv_search {
+    mv_store *store;
+    sqlite3_stmt *stmt;
+    struct store_strings strings;
+    uint32_t limit;
+    uint32_t returned;
+    int done; /* 1 after the end or an error: next keeps returning that */
+    int rc_after_done;
+    /* The statement reads the old full-text index too (store_search_old); the same search
+     * without it, for when another handle ended the move between the prepare and the first
+     * step (the statement's re-prepare then fails: no such table). NULL otherwise. */
+    char *sql_without_old;
+    /* What the statement was made from: the backlog looked at again at the first step, in
+     * the read transaction of the rows (store_search_first). */
+    int present[P_LIMIT + 1];
+    int backlog; /* the statement reads the full-text backlog's bodies too */
+    int old;
+    int started; /* the first step was taken */
 };
 
 static const char *const store_search_head =
@@ -438,6 +444,9 @@ int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **ou
         it->store = s;
         it->limit = q->limit != 0 && q->limit < max ? q->limit : max;
         store_search_bind(it->stmt, q, present, mailbox_id, (const char *const *)text, it->limit);
+        memcpy(it->present, present, sizeof it->present);
+        it->backlog = backlog;
+        it->old = old;
         *out = it;
         it = NULL;
     }
@@ -478,6 +487,80 @@ static int store_search_without_old(mv_search *it, int *step)
     return 1;
 }
 
+/* The statement made again with the backlog's bodies (the same bound values: the fragments
+ * number their parameters alike), and its twin without the old index if it has one. */
+static int store_search_with_backlog(mv_search *it)
+{
+    mv_store *s = it->store;
+    char sql[STORE_SEARCH_SQL_MAX];
+    sqlite3_stmt *st = NULL;
+    char *without_old = NULL;
+    int rc = store_search_sql(s, it->present, 1, it->old, sql);
+    if (rc == MV_OK && it->sql_without_old != NULL) {
+        char plain[STORE_SEARCH_SQL_MAX];
+        rc = store_search_sql(s, it->present, 1, 0, plain);
+        if (rc == MV_OK && (without_old = strdup(plain)) == NULL) {
+            rc = store_fail(s, MV_ENOMEM, "out of memory starting a search");
+        }
+    }
+    if (rc == MV_OK && sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        rc = store_fail_sqlite(s, "preparing a search");
+        /* another handle may have ended the move (the old index gone): without it, then */
+        if (without_old != NULL &&
+            sqlite3_prepare_v2(s->db, without_old, -1, &st, NULL) == SQLITE_OK) {
+            free(without_old);
+            without_old = NULL;
+            rc = MV_OK;
+        }
+    }
+    if (rc == MV_OK && sqlite3_transfer_bindings(it->stmt, st) != SQLITE_OK) {
+        rc = store_fail_sqlite(s, "preparing a search");
+    }
+    if (rc != MV_OK) {
+        sqlite3_finalize(st);
+        free(without_old);
+        return rc;
+    }
+    sqlite3_finalize(it->stmt);
+    it->stmt = st;
+    free(it->sql_without_old); /* without_old is NULL when there was none, or it is gone */
+    it->sql_without_old = without_old;
+    it->backlog = 1;
+    return MV_OK;
+}
+
+/* The first step. mv_search_begin() looked at the backlog before the rows' read transaction
+ * began, so a drain step of another handle in between could add messages whose bodies are
+ * in the backlog (no full-text row yet) and a statement made without the backlog's fragment
+ * missed them. The backlog is looked at again here, in the read transaction of the first
+ * step (a BEGIN of its own unless the caller's transaction is open: *own_tx 1, and
+ * mv_search_next() commits it once it has the step's row or error; the statement keeps its
+ * snapshot, SQLite lets a reading statement go on past the COMMIT), and the statement made
+ * again with the backlog if it holds bodies now. */
+static int store_search_first(mv_search *it, int *step, int *own_tx)
+{
+    mv_store *s = it->store;
+    int full_text = it->present[P_TEXT] || it->present[P_BODY] || it->present[P_ANY];
+    if (!full_text || it->backlog) {
+        *step = sqlite3_step(it->stmt);
+        return MV_OK;
+    }
+    int outside = sqlite3_get_autocommit(s->db); /* else the caller's transaction */
+    int rc = outside ? store_read_begin(s) : MV_OK;
+    *own_tx = outside && rc == MV_OK;
+    int backlog = 0;
+    if (rc == MV_OK) {
+        rc = store_fts_backlog_any(s, &backlog);
+    }
+    if (rc == MV_OK && backlog) {
+        rc = store_search_with_backlog(it);
+    }
+    if (rc == MV_OK) {
+        *step = sqlite3_step(it->stmt);
+    }
+    return rc;
+}
+
 int mv_search_next(mv_search *it, struct mv_message_info *info)
 {
     if (it == NULL || info == NULL) {
@@ -487,8 +570,14 @@ int mv_search_next(mv_search *it, struct mv_message_info *info)
         return it->rc_after_done;
     }
     store_enter(it->store); /* the first step sorts: a spill goes to the store's tmp/ */
-    int step = sqlite3_step(it->stmt), rc = MV_OK;
-    if (step == SQLITE_ERROR && it->returned == 0 && it->sql_without_old != NULL) {
+    int step = SQLITE_ERROR, rc = MV_OK, own_tx = 0, row = 0;
+    if (!it->started) {
+        it->started = 1;
+        rc = store_search_first(it, &step, &own_tx);
+    } else {
+        step = sqlite3_step(it->stmt);
+    }
+    if (rc == MV_OK && step == SQLITE_ERROR && it->returned == 0 && it->sql_without_old != NULL) {
         /* the message first: the retry's own statements clear the connection's error */
         rc = store_fail_sqlite(it->store, "searching");
         if (store_search_without_old(it, &step)) {
@@ -513,8 +602,16 @@ int mv_search_next(mv_search *it, struct mv_message_info *info)
             rc = store_fail(it->store, rc, "out of memory reading a search result");
         } else {
             it->returned++;
-            return 1;
+            row = 1;
         }
+    }
+    if (own_tx) { /* after the error was kept: a COMMIT clears the connection's */
+        int end = store_commit(it->store);
+        rc = rc == MV_OK ? end : rc;
+        row = row && end == MV_OK;
+    }
+    if (row) {
+        return 1;
     }
     it->done = 1;
     it->rc_after_done = rc;
