@@ -397,6 +397,10 @@ void store_queue_round_free(mv_store *s);
  * for tests of its bounds. */
 struct store_queue_ahead_stats;
 void store_queue_ahead_stats_of(mv_store *s, struct store_queue_ahead_stats *out);
+/* fn(s) runs on the drain's thread before it stores each delivery (NULL: none): a test reads
+ * the read-ahead there, in the middle of a whole drain, which has no steps to look between. */
+typedef void (*store_queue_take_hook_fn)(mv_store *s);
+void store_queue_take_hook_set(store_queue_take_hook_fn fn);
 /* Sets the threads the next read-ahead starts (0: none, the drain's thread reads and opens
  * each file itself, as before the read-ahead), for tests and measurements; the old value. */
 unsigned store_queue_ahead_threads_set(unsigned threads);

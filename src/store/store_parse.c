@@ -930,6 +930,25 @@ int store_parse_flags(const uint8_t *raw,
     return MV_OK;
 }
 
+static size_t parse_string_size(const char *s)
+{
+    return s != NULL ? strlen(s) + 1 : 0;
+}
+
+size_t store_parsed_size(const struct store_parsed *p)
+{
+    const char *texts[] = {p->subject,    p->from,        p->to,          p->cc,
+                           p->message_id, p->in_reply_to, p->header_text, p->text};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        n += parse_string_size(texts[i]);
+    }
+    for (size_t i = 0; p->references != NULL && i < p->reference_count; i++) {
+        n += parse_string_size(p->references[i]) + sizeof p->references[i];
+    }
+    return n + p->part_count * sizeof *p->parts;
+}
+
 void store_parsed_free(struct store_parsed *p)
 {
     if (p == NULL) {

@@ -103,6 +103,11 @@ int store_parse_flags(const uint8_t *raw,
  * a zeroed struct are fine; calling it twice is fine. */
 void store_parsed_free(struct store_parsed *p);
 
+/* The bytes *p holds on the heap (its strings with their NULs, the references and the
+ * ranges): what a parse kept in memory costs, for a bound on memory (the drain's read-ahead).
+ * Up to STORE_PARSE_TEXT_MAX + STORE_PARSE_HEADER_TEXT_MAX and the fields. */
+size_t store_parsed_size(const struct store_parsed *p);
+
 /* g_mime_init() once per process (pthread_once); called by store_parse itself. */
 void store_parse_init(void);
 

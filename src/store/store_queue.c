@@ -109,6 +109,14 @@ _Static_assert(STORE_QUEUE_KEY_SIZE == STORE_PUBLIC_KEY_SIZE, "public key size")
 /* Threads a new read-ahead starts (store_queue_ahead_threads_set: tests and measurements). */
 static _Atomic unsigned store_queue_ahead_threads = STORE_QUEUE_AHEAD_THREADS;
 
+/* Called on the drain's thread before it stores each delivery (store_queue_take_hook_set). */
+static _Atomic(store_queue_take_hook_fn) store_queue_take_hook;
+
+void store_queue_take_hook_set(store_queue_take_hook_fn fn)
+{
+    atomic_store(&store_queue_take_hook, fn);
+}
+
 unsigned store_queue_ahead_threads_set(unsigned threads)
 {
     if (threads > STORE_QUEUE_AHEAD_THREADS_MAX) {
@@ -1046,6 +1054,8 @@ static void store_queue_parse_ahead(const struct store_queue_ahead_ctx *c,
     crypto_hash_sha256(it->sha256, msg, len);
     it->parse_flags = c->parse_flags;
     it->parsed_ok = 1;
+    /* the texts count against the bound too: up to ~1 MiB + 64 KiB besides the message */
+    it->cost += store_parsed_size(&it->parsed);
 }
 
 /* store_queue_ahead_fn: reads, opens and parses it->name (it->rc says how it went). */
@@ -1064,13 +1074,6 @@ static void store_queue_prepare(void *arg, struct store_queue_ahead_item *it)
     }
 }
 
-static void store_queue_wipe_text(char *text)
-{
-    if (text != NULL) {
-        sodium_memzero(text, strlen(text));
-    }
-}
-
 /* store_queue_ahead_fn: wipes and frees what it holds of the message. */
 static void store_queue_release(void *arg, struct store_queue_ahead_item *it)
 {
@@ -1080,16 +1083,7 @@ static void store_queue_release(void *arg, struct store_queue_ahead_item *it)
         free(it->plain);
         it->plain = NULL;
     }
-    struct store_parsed *p = &it->parsed;
-    char *texts[] = {p->subject,    p->from,        p->to,          p->cc,
-                     p->message_id, p->in_reply_to, p->header_text, p->text};
-    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        store_queue_wipe_text(texts[i]);
-    }
-    for (size_t i = 0; p->references != NULL && i < p->reference_count; i++) {
-        store_queue_wipe_text(p->references[i]);
-    }
-    store_parsed_free(p);
+    store_parsed_free(&it->parsed); /* wipes the texts */
 }
 
 /* ---- the drain's thread --------------------------------------------------------------- */
@@ -1098,6 +1092,10 @@ static void store_queue_release(void *arg, struct store_queue_ahead_item *it)
  * Fails only on store errors. */
 static int store_queue_take(struct store_queue_drain *q)
 {
+    store_queue_take_hook_fn hook = atomic_load(&store_queue_take_hook);
+    if (hook != NULL) {
+        hook(q->s);
+    }
     struct store_queue_ahead *a = q->round->ahead;
     struct store_queue_ahead_item *it = store_queue_ahead_head(a);
     int rc = MV_OK;

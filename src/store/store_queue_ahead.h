@@ -58,7 +58,7 @@ struct store_queue_ahead_item {
     unsigned parse_flags; /* the store_parse_flags() flags parsed was made with */
     struct store_parsed parsed;
     uint8_t sha256[32];
-    size_t cost; /* bytes it holds, counted against bytes_max */
+    size_t cost; /* bytes it holds (plain and the parse's texts), counted against bytes_max */
 };
 
 typedef void (*store_queue_ahead_fn)(void *arg, struct store_queue_ahead_item *item);
