@@ -260,7 +260,7 @@ struct worker {
     /* SHARE: when the purge and the catch-up last ran or were done (the writer with the
      * long turn's: WRITERS) */
     int64_t background_ms;
-    int background_next; /* the slot the next forced round starts at */
+    struct worker_turns turns; /* the forced rounds' turns (worker_background_round) */
     /* SHARE, counted for tests (worker_background_counts): forced rounds, stores they served
      * (under the lock) */
     uint64_t background_rounds;
@@ -1267,37 +1267,84 @@ static int worker_index_batch(struct open_store *s, uint64_t *backlog)
     return rc;
 }
 
+/* SHARE: whose turn it is. A round takes first the stores earlier rounds passed over (owed,
+ * from next on), then the rest from next on; a store it cannot serve now is owed a turn from
+ * then on. Without that, a store passed over (its first drain step still to come, or its user
+ * held by another writer) lost its turn to the store after it, and one passed over whenever
+ * a round started at it was never served. owed[i]: 1 owed, 2 served this round from owed (so
+ * the rest of the round does not take it again); 0 again when the round ends. */
+void worker_background_round(struct worker_turns *t, int slots, worker_turn_fn serve, void *arg)
+{
+    int done = 0;
+    for (int n = 0; n < slots && !done; n++) {
+        int i = (t->next + n) % slots;
+        int r = t->owed[i] == 1 ? serve(arg, i) : WORKER_TURN_SKIP;
+        if (r == WORKER_TURN_EMPTY) {
+            t->owed[i] = 0; /* its store went: the slot owes nothing */
+        } else if (r != WORKER_TURN_SKIP) {
+            t->owed[i] = 2;
+            done = r == WORKER_TURN_LAST; /* the rotation stays where it was */
+        }
+    }
+    for (int n = 0; n < slots && !done; n++) {
+        int i = (t->next + n) % slots;
+        int r = t->owed[i] == 0 ? serve(arg, i) : WORKER_TURN_EMPTY;
+        if (r == WORKER_TURN_SKIP) {
+            t->owed[i] = 1;
+        } else if (r == WORKER_TURN_LAST) {
+            t->next = (i + 1) % slots; /* the next round starts there */
+            done = 1;
+        }
+    }
+    for (int i = 0; i < slots; i++) {
+        t->owed[i] = t->owed[i] == 2 ? 0 : t->owed[i];
+    }
+}
+
+struct worker_forced {
+    struct worker *w;
+    struct worker_writer *me;
+    int64_t start_ms;
+};
+
+/* worker_turn_fn of a forced round: one batch of each on slot i's store, called and
+ * returning with the lock held. */
+static int worker_forced_serve(void *arg, int i)
+{
+    struct worker_forced *f = arg;
+    struct worker *w = f->w;
+    struct open_store *s = &w->stores[i];
+    uint64_t purged = 0, left = 0;
+    if (s->store == NULL) {
+        return WORKER_TURN_EMPTY;
+    }
+    if (!worker_store_settled(w, s) || !worker_hold_more(w, f->me, s)) {
+        return WORKER_TURN_SKIP; /* LOGIN FIRST; another writer's user (WRITERS) */
+    }
+    pthread_mutex_unlock(&w->lock);
+    (void)worker_purge_batch(w, s, 0, &purged, &left);
+    if (!s->drain_more) {
+        (void)worker_index_batch(s, &left);
+    }
+    pthread_mutex_lock(&w->lock);
+    worker_let_go_more(w, f->me);
+    w->background_served++;
+    s->background_served++;
+    return worker_now_ms() - f->start_ms >= worker_background_budget_ms ? WORKER_TURN_LAST
+                                                                        : WORKER_TURN_SERVED;
+}
+
 /* SHARE: a job waits and the purge and the catch-up have not run for a period: one batch of
  * each on the stores that have them (a flag test on one that has none), none giving way,
- * store after store from where the last round stopped, until the round has taken
+ * store after store in turn (worker_background_round), until the round has taken
  * worker_background_budget_ms: one batch on every store of the worker made the wait
  * (stores x ~25 ms) unbounded. At least one store per round. */
 static void worker_background_forced(struct worker *w, struct worker_writer *me)
 {
-    int64_t start = worker_now_ms();
+    struct worker_forced f = {w, me, worker_now_ms()};
     pthread_mutex_lock(&w->lock);
     w->background_rounds++;
-    for (int n = 0; n < w->stores_max; n++) {
-        int i = (w->background_next + n) % w->stores_max;
-        struct open_store *s = &w->stores[i];
-        uint64_t purged = 0, left = 0;
-        if (s->store == NULL || !worker_store_settled(w, s) || !worker_hold_more(w, me, s)) {
-            continue; /* LOGIN FIRST; another writer's user (WRITERS) */
-        }
-        pthread_mutex_unlock(&w->lock);
-        (void)worker_purge_batch(w, s, 0, &purged, &left);
-        if (!s->drain_more) {
-            (void)worker_index_batch(s, &left);
-        }
-        pthread_mutex_lock(&w->lock);
-        worker_let_go_more(w, me);
-        w->background_served++;
-        s->background_served++;
-        if (worker_now_ms() - start >= worker_background_budget_ms) {
-            w->background_next = (i + 1) % w->stores_max; /* the next round starts there */
-            break;
-        }
-    }
+    worker_background_round(&w->turns, w->stores_max, worker_forced_serve, &f);
     pthread_mutex_unlock(&w->lock);
 }
 
@@ -1838,7 +1885,8 @@ int worker_start(const struct config *cfg, int count, int eventfd)
         w->index = i;
         w->stores_max = cfg->stores_per_worker;
         w->stores = calloc((size_t)w->stores_max, sizeof *w->stores);
-        if (w->stores == NULL) {
+        w->turns.owed = calloc((size_t)w->stores_max, sizeof *w->turns.owed);
+        if (w->stores == NULL || w->turns.owed == NULL) {
             return -1;
         }
         int writers = cfg->writers_per_worker >= 1 ? cfg->writers_per_worker : 1;
@@ -1905,6 +1953,7 @@ void worker_stop_all(void)
         }
         free(workers[i].writers);
         free(workers[i].stores);
+        free(workers[i].turns.owed);
         pthread_mutex_destroy(&workers[i].lock);
         pthread_cond_destroy(&workers[i].wake);
         pthread_cond_destroy(&workers[i].reader_wake);

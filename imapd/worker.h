@@ -194,6 +194,20 @@ int worker_stop_requested(struct worker *w);
 /* worker.c SHARE: whether the purge and the catch-up take a batch now although a job waits:
  * when one waits and period_ms have passed since they last ran (last_ms; monotonic ms). */
 int worker_background_owed(int job_waiting, int64_t now_ms, int64_t last_ms, int64_t period_ms);
+/* worker.c SHARE: the turns of the forced rounds over a worker's slots. */
+struct worker_turns {
+    int next;            /* the slot the rotation goes on at */
+    unsigned char *owed; /* per slot: a round passed its store over; it goes first */
+};
+#define WORKER_TURN_EMPTY  (-2) /* no store in the slot */
+#define WORKER_TURN_SKIP   (-1) /* a store that cannot be served now: owed a turn */
+#define WORKER_TURN_SERVED 0
+#define WORKER_TURN_LAST   1 /* served, and the round's budget is spent */
+/* serve(arg, slot): one of WORKER_TURN_*. */
+typedef int (*worker_turn_fn)(void *arg, int slot);
+/* One forced round over slots slots: the owed stores first, then the rest from t->next on,
+ * until serve() says WORKER_TURN_LAST or every slot was offered; updates t. */
+void worker_background_round(struct worker_turns *t, int slots, worker_turn_fn serve, void *arg);
 /* The open store of address without a password (LMTP delivery into an open store), or NULL. */
 struct open_store *worker_store_find(struct worker *w, const char *address);
 const struct config *worker_config(const struct worker *w);

@@ -2021,6 +2021,58 @@ static void wt_sh_phase(struct worker *w, int jobs, struct wt_sh_counts *delta)
     CHECK_EQ_INT(after.open, before.open); /* none opened or closed meanwhile */
 }
 
+/* SHARE's turns (worker_background_round) with a fake store per slot: three slots, a budget
+ * of one store a round (LAST), the store in slot 0 unable to be served in every odd round --
+ * those that start at it. The old rotation gave its turn to the store after it each time, so
+ * it was never served (0 of 12 rounds); now a store passed over goes first in the next
+ * round: each is served 4 times. With a budget no round reaches, a store passed over and
+ * then served is served once a round, not twice; an empty slot is never owed. */
+struct wt_turns_fake {
+    int round;
+    int last;       /* serve() answers WORKER_TURN_LAST */
+    int empty_slot; /* -1: none */
+    int served[3];
+    int served_round[3];
+};
+
+static int wt_turn_serve(void *arg, int slot)
+{
+    struct wt_turns_fake *f = arg;
+    if (slot == f->empty_slot) {
+        return WORKER_TURN_EMPTY;
+    }
+    if (slot == 0 && f->round % 2 == 1) {
+        return WORKER_TURN_SKIP;
+    }
+    f->served[slot]++;
+    f->served_round[slot]++;
+    return f->last ? WORKER_TURN_LAST : WORKER_TURN_SERVED;
+}
+
+static void test_background_turns(void)
+{
+    unsigned char owed[3] = {0};
+    struct worker_turns t = {0, owed};
+    struct wt_turns_fake f = {.last = 1, .empty_slot = -1};
+    for (f.round = 1; f.round <= 12; f.round++) {
+        worker_background_round(&t, 3, wt_turn_serve, &f);
+    }
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(f.served[i], 4);
+    }
+
+    memset(owed, 0, sizeof owed);
+    struct wt_turns_fake all = {.last = 0, .empty_slot = 2};
+    for (all.round = 1; all.round <= 6; all.round++) {
+        memset(all.served_round, 0, sizeof all.served_round);
+        worker_background_round(&t, 3, wt_turn_serve, &all);
+        CHECK_EQ_INT(all.served_round[0], all.round % 2 == 1 ? 0 : 1);
+        CHECK_EQ_INT(all.served_round[1], 1);
+        CHECK_EQ_INT(all.served_round[2], 0);
+        CHECK_EQ_INT(owed[2], 0);
+    }
+}
+
 static void test_background_budget(void)
 {
     snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
@@ -2326,6 +2378,7 @@ int main(void)
     TEST(test_purge_not_starved_by_idle_store);
     TEST(test_purge_overrun_gives_way);
     TEST(test_background_share);
+    TEST(test_background_turns);
     TEST(test_background_budget);
     TEST(test_damaged_backlog_body_set_aside);
     TEST(test_login_before_purge);
