@@ -213,6 +213,26 @@ static struct mv_store_options wt_options(void)
 
 /* A login's part: the store opened (worker_store_acquire), INBOX and the queue counted at
  * once, on the worker thread (no drain step can run in between), then released. */
+/* A job's open of who's store, as a session's LOGIN does it: with(os) (NULL: nothing) runs
+ * on the open store, whose user the job holds, then the store is released. The open's code,
+ * else with's; a failed open's message printed. The tests' open jobs differ only in the store
+ * and in what they do with it. */
+static int wt_open_with(struct job *job, const char *who, int (*with)(struct open_store *os))
+{
+    struct open_store *os = NULL;
+    char err[256] = "";
+    int rc = worker_store_acquire(job->worker, who, WT_PW, strlen(WT_PW), &os, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  open %s: %s\n", who, err);
+        return rc;
+    }
+    if (with != NULL) {
+        rc = with(os);
+    }
+    worker_store_release(job->worker, os);
+    return rc;
+}
+
 static void wt_open_run(struct job *job)
 {
     struct open_store *os = NULL;
@@ -807,16 +827,9 @@ static void test_end_on_reader_at_stop(void)
 static const char *wt_pwho = "purge@example.org";
 static int wt_fill_rc = -1, wt_maintain_rc = -1;
 
-static void wt_purge_fill(struct job *job)
+static int wt_purge_fill_with(struct open_store *os)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    struct worker *w = job->worker;
-    wt_fill_rc = worker_store_acquire(w, wt_pwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (wt_fill_rc != MV_OK) {
-        fprintf(stderr, "  open: %s\n", err);
-        return;
-    }
+    wt_fill_rc = MV_OK;
     static char msg[4096];
     for (int i = 0; i < 40 && wt_fill_rc == MV_OK; i++) {
         int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: gone-%d\r\n\r\n", i);
@@ -830,7 +843,12 @@ static void wt_purge_fill(struct job *job)
     if (wt_fill_rc == MV_OK) {
         wt_fill_rc = mv_mailbox_expunge(os->store, "INBOX", NULL, &count);
     }
-    worker_store_release(w, os);
+    return wt_fill_rc;
+}
+
+static void wt_purge_fill(struct job *job)
+{
+    wt_fill_rc = wt_open_with(job, wt_pwho, wt_purge_fill_with);
 }
 
 static void wt_purge_maintain(struct job *job)
@@ -885,15 +903,7 @@ static int wt_place_rc = -1, wt_place_closed = -1;
 /* A login's part on the worker: the store opened and released (it stays open, cached). */
 static void wt_place_open(struct job *job)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    wt_place_rc =
-        worker_store_acquire(job->worker, wt_lwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (wt_place_rc == MV_OK) {
-        worker_store_release(job->worker, os);
-    } else {
-        fprintf(stderr, "  open: %s\n", err);
-    }
+    wt_place_rc = wt_open_with(job, wt_lwho, NULL);
 }
 
 static void wt_place_close(struct job *job)
@@ -974,15 +984,7 @@ static uint64_t wt_dp_left;
 /* The login and its next command (worker_store_acquire, then a job): the drain is due. */
 static void wt_dp_open(struct job *job)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    struct worker *w = job->worker;
-    wt_dp_rc = worker_store_acquire(w, wt_dwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (wt_dp_rc != MV_OK) {
-        fprintf(stderr, "  open: %s\n", err);
-        return;
-    }
-    worker_store_release(w, os);
+    wt_dp_rc = wt_open_with(job, wt_dwho, NULL);
 }
 
 /* After the drain: the bodies still waiting (one more purged on the way). */
@@ -1072,16 +1074,17 @@ static struct open_store *wt_slot;
 static int wt_slot_rc = -1, wt_slot_closed = -1;
 
 /* Opens the store and gives its slot the purge costs a purge would have learnt. */
+static int wt_slot_set(struct open_store *os)
+{
+    wt_slot = os;
+    os->purge_batch = 48;
+    os->purge_body_us = 12345;
+    return MV_OK;
+}
+
 static void wt_slot_open(struct job *job)
 {
-    char err[256] = "";
-    wt_slot_rc =
-        worker_store_acquire(job->worker, wt_swho, WT_PW, strlen(WT_PW), &wt_slot, err, sizeof err);
-    if (wt_slot_rc == MV_OK) {
-        wt_slot->purge_batch = 48;
-        wt_slot->purge_body_us = 12345;
-        worker_store_release(job->worker, wt_slot);
-    }
+    wt_slot_rc = wt_open_with(job, wt_swho, wt_slot_set);
 }
 
 static void wt_slot_close(struct job *job)
@@ -1125,16 +1128,9 @@ static const char *wt_cwho = "checkpoint@example.org";
 static int wt_big_rc = -1, wt_due_after_job = -1, wt_due_now = -1, wt_reader_due = -1;
 static unsigned wt_fill_round; /* other bytes each time: an append of the same bytes adds no body */
 
-static void wt_checkpoint_fill(struct job *job)
+static int wt_checkpoint_fill_with(struct open_store *os)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    struct worker *w = job->worker;
-    wt_big_rc = worker_store_acquire(w, wt_cwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (wt_big_rc != MV_OK) {
-        fprintf(stderr, "  open: %s\n", err);
-        return;
-    }
+    wt_big_rc = MV_OK;
     static char msg[64 * 1024];
     for (int i = 0; i < 80 && wt_big_rc == MV_OK; i++) { /* ~16 frames each, ~1,300 in all */
         int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: big-%d\r\n\r\n", i);
@@ -1154,13 +1150,32 @@ static void wt_checkpoint_fill(struct job *job)
                                       1700000000, NULL);
         wt_reader_due = mv_store_checkpoint_due(os->reader);
     }
-    worker_store_release(w, os);
+    return wt_big_rc;
+}
+
+static void wt_checkpoint_fill(struct job *job)
+{
+    wt_big_rc = wt_open_with(job, wt_cwho, wt_checkpoint_fill_with);
 }
 
 static void wt_checkpoint_look(struct job *job)
 {
     struct open_store *os = worker_store_find(job->worker, wt_cwho);
     wt_due_now = os != NULL && os->store != NULL ? mv_store_checkpoint_due(os->store) : -1;
+}
+
+/* Polls (30 s at most) until a job finds no checkpoint due on the worker's store. */
+static void wt_checkpoint_wait_done(struct worker *w)
+{
+    for (int i = 0; i < 300 && wt_due_now != 0; i++) {
+        wt_done = 0;
+        wt_post(w, 2, JOB_LANE_LONG, wt_checkpoint_look);
+        wt_collect_one();
+        if (wt_due_now != 0) {
+            struct pollfd none = {.fd = -1};
+            (void)poll(&none, 0, 100);
+        }
+    }
 }
 
 static void test_checkpoint_between_jobs(void)
@@ -1179,15 +1194,7 @@ static void test_checkpoint_between_jobs(void)
     CHECK_EQ_INT(wt_due_after_job, 1); /* no commit of the job checkpointed */
     CHECK_EQ_INT(wt_reader_due, 1);    /* nor the reader's (it had SQLite's autocheckpoint) */
     /* after a job the worker checkpoints (the job that looks may come before it does: poll) */
-    for (int i = 0; i < 300 && wt_due_now != 0; i++) {
-        wt_done = 0;
-        wt_post(w, 2, JOB_LANE_LONG, wt_checkpoint_look);
-        wt_collect_one();
-        if (wt_due_now != 0) {
-            struct pollfd none = {.fd = -1};
-            (void)poll(&none, 0, 100);
-        }
-    }
+    wt_checkpoint_wait_done(w);
     CHECK_EQ_INT(wt_due_now, 0);
     worker_unplace(wt_cwho);
 }
@@ -1230,15 +1237,7 @@ static void test_checkpoint_gives_way(void)
         fprintf(stderr, "  the job that came as the checkpoint began found it done\n");
     }
     CHECK_EQ_INT(wt_due_now, 1); /* it gave way to the job */
-    for (int i = 0; i < 300 && wt_due_now != 0; i++) {
-        wt_done = 0;
-        wt_post(w, 2, JOB_LANE_LONG, wt_checkpoint_look);
-        wt_collect_one();
-        if (wt_due_now != 0) {
-            struct pollfd none = {.fd = -1};
-            (void)poll(&none, 0, 100);
-        }
-    }
+    wt_checkpoint_wait_done(w);
     CHECK_EQ_INT(wt_due_now, 0);
     worker_unplace(wt_cwho);
 }
@@ -1252,15 +1251,7 @@ static int wt_turn_rc;
  * queued; the first failure stays in wt_turn_rc. */
 static void wt_turn_open(struct job *job)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    const char *who = (intptr_t)job->arg == 1 ? wt_mwho : wt_qwho;
-    int rc = worker_store_acquire(job->worker, who, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (rc == MV_OK) {
-        worker_store_release(job->worker, os);
-    } else {
-        fprintf(stderr, "  open %s: %s\n", who, err);
-    }
+    int rc = wt_open_with(job, (intptr_t)job->arg == 1 ? wt_mwho : wt_qwho, NULL);
     wt_turn_rc = wt_turn_rc != MV_OK ? wt_turn_rc : rc;
 }
 
@@ -1368,15 +1359,7 @@ static uint64_t wt_lp_left;
 
 static void wt_lp_open(struct job *job)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    wt_lp_rc =
-        worker_store_acquire(job->worker, wt_lpwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (wt_lp_rc != MV_OK) {
-        fprintf(stderr, "  open: %s\n", err);
-        return;
-    }
-    worker_store_release(job->worker, os);
+    wt_lp_rc = wt_open_with(job, wt_lpwho, NULL);
 }
 
 /* The next command: the bodies still waiting (one purged on the way). */
@@ -1448,15 +1431,7 @@ static int wt_sp_rc = -1, wt_sp_draining = -1, wt_sp_stop_seen = -1;
 /* A login's part: the store opened and released; the purge starts after this job. */
 static void wt_sp_open(struct job *job)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    wt_sp_rc =
-        worker_store_acquire(job->worker, wt_stwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (wt_sp_rc != MV_OK) {
-        fprintf(stderr, "  open: %s\n", err);
-        return;
-    }
-    worker_store_release(job->worker, os);
+    wt_sp_rc = wt_open_with(job, wt_stwho, NULL);
 }
 
 /* Whether the store's drain is still under way (its first step finds the queue empty). */
@@ -1534,15 +1509,7 @@ static const char *wt_p2who = "purging2@example.org";
 
 static void wt_idle_open(struct job *job)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    const char *who = (intptr_t)job->arg == 1 ? wt_m2who : wt_p2who;
-    int rc = worker_store_acquire(job->worker, who, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (rc == MV_OK) {
-        worker_store_release(job->worker, os);
-    } else {
-        fprintf(stderr, "  open %s: %s\n", who, err);
-    }
+    int rc = wt_open_with(job, (intptr_t)job->arg == 1 ? wt_m2who : wt_p2who, NULL);
     wt_turn_rc = wt_turn_rc != MV_OK ? wt_turn_rc : rc;
 }
 
@@ -1740,15 +1707,7 @@ static long long wt_qt_left = -1;
 
 static void wt_qt_open(struct job *job)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    wt_qt_rc =
-        worker_store_acquire(job->worker, wt_qtwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (wt_qt_rc != MV_OK) {
-        fprintf(stderr, "  open: %s\n", err);
-        return;
-    }
-    worker_store_release(job->worker, os);
+    wt_qt_rc = wt_open_with(job, wt_qtwho, NULL);
 }
 
 /* A command: the bodies still there, counted on the worker thread. */
@@ -1856,18 +1815,15 @@ static uint64_t wt_bs_left = UINT64_MAX, wt_bs_backlog = UINT64_MAX;
 static uint64_t wt_bs_noted_open = UINT64_MAX, wt_bs_noted_probe = UINT64_MAX,
                 wt_bs_counted = UINT64_MAX;
 
+static int wt_bs_note(struct open_store *os)
+{
+    wt_bs_noted_open = os->fts_backlog;
+    return MV_OK;
+}
+
 static void wt_bs_open(struct job *job)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    wt_bs_rc =
-        worker_store_acquire(job->worker, wt_bwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (wt_bs_rc == MV_OK) {
-        wt_bs_noted_open = os->fts_backlog;
-        worker_store_release(job->worker, os);
-    } else {
-        fprintf(stderr, "  open: %s\n", err);
-    }
+    wt_bs_rc = wt_open_with(job, wt_bwho, wt_bs_note);
 }
 
 /* The bodies and backlog still waiting (one more of each done on the way). */
@@ -1969,15 +1925,7 @@ static void wt_sh_drain_probe(struct job *job)
 
 static void wt_sh_open(struct job *job)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    const char *who = wt_sh_who[(intptr_t)job->arg - 1];
-    int rc = worker_store_acquire(job->worker, who, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (rc == MV_OK) {
-        worker_store_release(job->worker, os);
-    } else {
-        fprintf(stderr, "  open %s: %s\n", who, err);
-    }
+    int rc = wt_open_with(job, wt_sh_who[(intptr_t)job->arg - 1], NULL);
     wt_sh_rc = wt_sh_rc != MV_OK ? wt_sh_rc : rc;
 }
 
@@ -2169,18 +2117,15 @@ static const char *wt_dgwho = "damaged@example.org";
 static int wt_dm_rc = -1;
 static uint64_t wt_dm_backlog = 99;
 
+static int wt_dm_note(struct open_store *os)
+{
+    wt_dm_backlog = os->fts_backlog;
+    return MV_OK;
+}
+
 static void wt_dm_job(struct job *job)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    wt_dm_rc =
-        worker_store_acquire(job->worker, wt_dgwho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (wt_dm_rc == MV_OK) {
-        wt_dm_backlog = os->fts_backlog;
-        worker_store_release(job->worker, os);
-    } else {
-        fprintf(stderr, "  open: %s\n", err);
-    }
+    wt_dm_rc = wt_open_with(job, wt_dgwho, wt_dm_note);
 }
 
 static int wt_dm_counted(void)
@@ -2254,15 +2199,7 @@ static const char *wt_cqwho = "cqueued@example.org";
 static int wt_cu_rc;
 static void wt_cu_open(struct job *job)
 {
-    struct open_store *os = NULL;
-    char err[256] = "";
-    const char *who = (intptr_t)job->arg == 1 ? wt_cuwho : wt_cqwho;
-    int rc = worker_store_acquire(job->worker, who, WT_PW, strlen(WT_PW), &os, err, sizeof err);
-    if (rc == MV_OK) {
-        worker_store_release(job->worker, os);
-    } else {
-        fprintf(stderr, "  open %s: %s\n", who, err);
-    }
+    int rc = wt_open_with(job, (intptr_t)job->arg == 1 ? wt_cuwho : wt_cqwho, NULL);
     wt_cu_rc = wt_cu_rc != MV_OK ? wt_cu_rc : rc;
 }
 

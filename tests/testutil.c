@@ -65,6 +65,43 @@ int tu_fake_meta_rows(
     return rc;
 }
 
+/* The VM steps (hundreds) of call(s, 16, left); -1 if it failed. */
+static long long tu_batch_steps(mv_store *s, tu_batch_fn call, uint64_t *left)
+{
+    long long steps = 0;
+    tu_steps_on(mv_store_db(s), &steps);
+    int rc = call(s, 16, left);
+    tu_steps_off(mv_store_db(s));
+    if (rc != MV_OK) {
+        fprintf(stderr, "  batch call: %s\n", mv_store_errmsg(s));
+        return -1;
+    }
+    return steps;
+}
+
+int tu_batch_cost_flat(
+    mv_store *s, const char *what, const char *key_prefix, const char *value_sql, tu_batch_fn call)
+{
+    sqlite3 *db = mv_store_db(s);
+    uint64_t left_small = 0, left_big = 0;
+    long long small = -1, big = -1;
+    if (tu_fake_meta_rows(db, key_prefix, value_sql, 1000000000LL, 1200) == SQLITE_OK) {
+        small = tu_batch_steps(s, call, &left_small); /* 1,184 left, counted up to 1,000 */
+    }
+    if (small > 0 &&
+        tu_fake_meta_rows(db, key_prefix, value_sql, 2000000000LL, 24000) == SQLITE_OK) {
+        big = tu_batch_steps(s, call, &left_big);
+    }
+    int flat = small > 0 && big > 0 && big <= small * 3 / 2;
+    if (!flat || left_small != 1000 || left_big != 1000) {
+        fprintf(stderr,
+                "  %s call: %lld00 VM steps at 1,200 waiting (left %llu), %lld00 at 25,184 "
+                "(left %llu)\n",
+                what, small, (unsigned long long)left_small, big, (unsigned long long)left_big);
+    }
+    return flat && left_small == 1000 && left_big == 1000;
+}
+
 int tu_exec(sqlite3 *db, const char *sql)
 {
     char *err = NULL;

@@ -60,6 +60,16 @@ void tu_steps_off(sqlite3 *db);
 int tu_fake_meta_rows(
     sqlite3 *db, const char *key_prefix, const char *value_sql, long long first, long long count);
 
+/* A call that takes a batch of work (mv_store_purge, mv_store_index_backlog) costs its batch,
+ * not what waits: call(s, 16, &left) with 1,200 notes key_prefix (value_sql as their value,
+ * for work that does not exist: the call only drops them) waiting, then with 25,200, counted
+ * in VM steps (tu_steps_on). 1 if both calls succeed, each leaves left 1,000 (counted up to
+ * 1,000) and the second costs at most 1.5 times the first; else 0, with what it found
+ * printed (what names the call). */
+typedef int (*tu_batch_fn)(mv_store *s, uint32_t max, uint64_t *left);
+int tu_batch_cost_flat(
+    mv_store *s, const char *what, const char *key_prefix, const char *value_sql, tu_batch_fn call);
+
 /* Whether needle occurs in haystack. */
 int tu_contains(const uint8_t *hay, size_t hay_len, const void *needle, size_t needle_len);
 
