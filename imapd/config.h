@@ -26,6 +26,7 @@ struct config {
     char control_socket[MV_PATH_MAX]; /* "": ROOT/MV_CONTROL_SOCKET_NAME; "off": none */
     int workers;
     int writers_per_worker;
+    int background_nice; /* worker.c NICE: the work between jobs at this much more nice; 0 off */
     int stores_per_worker;
     int store_idle_s;
     size_t line_max;

@@ -90,6 +90,10 @@ void worker_unplace(const char *address);
 struct worker *worker_placed(const char *address);
 /* Users placed on w (for tests and control). */
 int worker_placed_users(const struct worker *w);
+/* worker.c NICE: the work between jobs runs more nice by `more` (0: at the jobs' priority),
+ * if this process may go back (tried on a thread of its own; else 0, logged); returns the old
+ * value. worker_start sets cfg->background_nice; for tests. */
+int worker_background_nice_set(int more);
 /* Queues job on worker (job->worker set). */
 void worker_post(struct worker *w, struct job *job);
 /* The loop calls this when the eventfd fires: runs done() of every finished job. */

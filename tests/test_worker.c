@@ -75,6 +75,7 @@
 #include "../imapd/protocols.h"
 #include "../imapd/worker.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -84,6 +85,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1242,6 +1244,70 @@ static void test_checkpoint_gives_way(void)
     worker_unplace(wt_cwho);
 }
 
+/* worker.c NICE: the work between jobs (here the checkpoint after a job that made one due)
+ * runs more nice than the jobs, and a job posted meanwhile sets the writer back at once: the
+ * test's checkpoint hook reads the writer's nice value, posts a job, reads it again; the job
+ * reads it too. The old worker ran that work at the jobs' priority (base, not base + 5). */
+static _Atomic int wt_nice_in_ckpt = -100, wt_nice_after_post = -100, wt_nice_in_job = -100;
+
+static int wt_nice_now(void)
+{
+    errno = 0;
+    int n = getpriority(PRIO_PROCESS, (id_t)gettid());
+    return errno == 0 ? n : -100;
+}
+
+static void wt_nice_job(struct job *job)
+{
+    atomic_store(&wt_nice_in_job, wt_nice_now());
+    wt_checkpoint_look(job);
+}
+
+static void wt_nice_hook(struct worker *w, const char *address)
+{
+    if (strcmp(address, wt_cwho) == 0 && atomic_exchange(&wt_hook_posts, 0) == 1) {
+        atomic_store(&wt_nice_in_ckpt, wt_nice_now());
+        wt_post(w, 3, JOB_LANE_SHORT, wt_nice_job);
+        atomic_store(&wt_nice_after_post, wt_nice_now());
+    }
+}
+
+static void test_background_nice(void)
+{
+    errno = 0;
+    int base = getpriority(PRIO_PROCESS, 0);
+    CHECK_EQ_INT(errno, 0);
+    int old = worker_background_nice_set(5);
+    if (worker_background_nice_set(5) != 5) {
+        fprintf(stderr, "  # this process may not lower a nice value again: NICE is off, "
+                        "not tested\n");
+        worker_background_nice_set(old);
+        return;
+    }
+    struct worker *w = worker_place(wt_cwho); /* the store of test_checkpoint_between_jobs */
+    wt_user = wt_cwho;
+    wt_done = 0;
+    wt_fill_round = 2;
+    worker_checkpoint_hook_set(wt_nice_hook);
+    atomic_store(&wt_hook_posts, 1);
+    wt_post(w, 1, JOB_LANE_LONG, wt_checkpoint_fill); /* a checkpoint due after it */
+    for (int i = 0; i < 300 && wt_done < 2; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+    }
+    worker_checkpoint_hook_set(NULL);
+    CHECK_EQ_INT(wt_done, 2);
+    CHECK_EQ_INT(wt_big_rc, MV_OK);
+    CHECK_EQ_INT(atomic_load(&wt_nice_in_ckpt), base + 5);
+    CHECK_EQ_INT(atomic_load(&wt_nice_after_post), base);
+    CHECK_EQ_INT(atomic_load(&wt_nice_in_job), base);
+    worker_background_nice_set(old);
+    wt_user = "";
+    worker_unplace(wt_cwho);
+}
+
 /* ---- Stores take turns for drain and MIGRATION steps (worker_drain_due) ---- */
 static const char *wt_mwho = "migrating@example.org";
 static const char *wt_qwho = "queued@example.org";
@@ -2311,6 +2377,7 @@ int main(void)
     TEST(test_slot_forgets_purge_costs);
     TEST(test_checkpoint_between_jobs);
     TEST(test_checkpoint_gives_way);
+    TEST(test_background_nice);
     TEST(test_migration_does_not_starve_drain);
     TEST(test_purge_not_starved_by_idle_store);
     TEST(test_purge_overrun_gives_way);
