@@ -141,11 +141,11 @@ for kv in NoNewPrivileges=yes ProtectSystem=strict ProtectHome=yes PrivateTmp=ye
     'CapabilityBoundingSet=CAP_NET_BIND_SERVICE CAP_SETUID CAP_SETGID' \
     'ExecStart=/usr/local/sbin/mailvaultd -c /etc/mailvault/mailvaultd.conf' \
     SystemCallFilter=@system-service MemoryDenyWriteExecute=yes RestrictSUIDSGID=yes \
-    Type=notify NotifyAccess=main 'ExecReload=/bin/kill -HUP $MAINPID'; do
+    Type=notify NotifyAccess=main 'ExecReload=/bin/kill -HUP $MAINPID' LimitNICE=+0; do
     grep -qxF "$kv" "$unit" || missing="$missing [$kv]"
 done
 if [ -z "$missing" ]; then
-    pass "the unit has the hardening keys, Type=notify and ExecReload (SIGHUP)"
+    pass "the unit has the hardening keys, Type=notify, ExecReload (SIGHUP) and LimitNICE=+0"
 else
     fail "the unit lacks$missing"
 fi
