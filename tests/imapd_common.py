@@ -152,12 +152,12 @@ class Imap(LineConnection):
             untagged.append(r)
 
 
-def metric(port, name, timeout_s=30):
-    """The value of the sample name (with its labels, as /metrics writes them) in one
-    GET /metrics on port, or None if there is no such sample."""
+def http(port, request, timeout_s=10):
+    """Sends request bytes to 127.0.0.1:port and reads to the end: (status code, headers
+    text, body), or None if the server closed without a byte."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
     try:
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.sendall(request)
         data = b""
         while True:
             chunk = s.recv(65536)
@@ -166,7 +166,19 @@ def metric(port, name, timeout_s=30):
             data += chunk
     finally:
         s.close()
-    m = re.search(rb"^" + re.escape(name.encode()) + rb" (\d+)$", data, re.M)
+    if not data:
+        return None
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1])
+    return status, head.decode("latin-1"), body
+
+
+def metric(port, name, timeout_s=30):
+    """The value of the sample name (with its labels, as /metrics writes them) in one
+    GET /metrics on port, or None if there is no such sample."""
+    got = http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", timeout_s)
+    body = got[2] if got is not None else b""
+    m = re.search(rb"^" + re.escape(name.encode()) + rb" (\d+)$", body, re.M)
     return int(m.group(1)) if m else None
 
 

@@ -29,24 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 R = imapd_common.Results()
 
 
-def http(port, request, timeout_s=10):
-    """Sends request bytes, returns (status code, headers text, body) or None if closed."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
-    try:
-        s.sendall(request)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        s.close()
-    if not data:
-        return None
-    head, _, body = data.partition(b"\r\n\r\n")
-    status = int(head.split(b" ")[1])
-    return status, head.decode("latin-1"), body
+http = imapd_common.http
 
 
 def scrape(port):

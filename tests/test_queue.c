@@ -989,6 +989,30 @@ static void test_read_ahead_items_bound(void)
 #define AHEAD_LARGE      40
 #define AHEAD_LARGE_SIZE (600u << 10)
 
+/* Seals count text messages of ~AHEAD_LARGE_SIZE bytes each (subjects from tag) into who's
+ * queue, then opens the store without draining into *out (NULL on a failure): the caller
+ * drains and looks. */
+static void qt_deliver_large(
+    const char *who, const struct mv_store_options *o, const char *tag, int count, mv_store **out)
+{
+    *out = NULL;
+    char *msg = malloc(AHEAD_LARGE_SIZE + 1024);
+    CHECK(msg != NULL);
+    for (int i = 0; i < count; i++) {
+        size_t len = qt_message(msg, 1024, tag, i);
+        while (len + 80 < AHEAD_LARGE_SIZE) {
+            len +=
+                (size_t)snprintf(msg + len, 80, "line %06zu of a long %s, fox %d\r\n", len, tag, i);
+        }
+        char err[256] = "";
+        CHECK_EQ_INT(mv_deliver_sealed(who, msg, len, o, err, sizeof err), MV_OK);
+    }
+    free(msg);
+    struct mv_store_options later = *o;
+    later.flags |= MV_STORE_DRAIN_LATER;
+    CHECK_EQ_INT(qt_open(who, &later, out), MV_OK);
+}
+
 /* Large deliveries: the read-ahead stops at STORE_QUEUE_AHEAD_BYTES of opened mail, well
  * before STORE_QUEUE_AHEAD_ITEMS files; closing the store in the middle of a drain stops it
  * (the rest waits in the queue for the next open). */
@@ -997,22 +1021,9 @@ static void test_read_ahead_bytes_bound(void)
     struct mv_store_options o = qt_options("root_ahead_big");
     const char *who = "big@example.org";
     CHECK_EQ_INT(qt_init(who, &o), MV_OK);
-    char *msg = malloc(AHEAD_LARGE_SIZE + 1024);
-    CHECK(msg != NULL);
-    for (int i = 0; i < AHEAD_LARGE; i++) {
-        size_t len = qt_message(msg, 1024, "big", i);
-        while (len + 80 < AHEAD_LARGE_SIZE) {
-            len +=
-                (size_t)snprintf(msg + len, 80, "line %06zu of a long message, fox %d\r\n", len, i);
-        }
-        char err[256] = "";
-        CHECK_EQ_INT(mv_deliver_sealed(who, msg, len, &o, err, sizeof err), MV_OK);
-    }
-    free(msg);
-    struct mv_store_options later = o;
-    later.flags |= MV_STORE_DRAIN_LATER;
     mv_store *s = NULL;
-    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    qt_deliver_large(who, &o, "big", AHEAD_LARGE, &s);
+    CHECK(s != NULL);
     uint32_t moved = 0;
     int more = 0;
     CHECK_EQ_INT(mv_queue_drain(s, 1, &moved, &more), MV_OK);
@@ -1026,6 +1037,8 @@ static void test_read_ahead_bytes_bound(void)
     CHECK_EQ_INT(moved, 5);
     mv_store_close(&s); /* mid-drain: the read-ahead's thread is stopped, its mail let go */
     CHECK_EQ_INT(qt_count(who, &o), AHEAD_LARGE - 6);
+    struct mv_store_options later = o;
+    later.flags |= MV_STORE_DRAIN_LATER;
     CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
     uint32_t total = 0;
     qt_drain_checked(s, 4, AHEAD_LARGE_SIZE, &total);
@@ -1064,21 +1077,9 @@ static void test_read_ahead_bytes_bound_texts(void)
     struct mv_store_options o = qt_options("root_ahead_texts");
     const char *who = "texts@example.org";
     CHECK_EQ_INT(qt_init(who, &o), MV_OK);
-    char *msg = malloc(AHEAD_LARGE_SIZE + 1024);
-    CHECK(msg != NULL);
-    for (int i = 0; i < AHEAD_TEXTS; i++) {
-        size_t len = qt_message(msg, 1024, "texts", i);
-        while (len + 80 < AHEAD_LARGE_SIZE) {
-            len += (size_t)snprintf(msg + len, 80, "line %06zu of a long text, fox %d\r\n", len, i);
-        }
-        char err[256] = "";
-        CHECK_EQ_INT(mv_deliver_sealed(who, msg, len, &o, err, sizeof err), MV_OK);
-    }
-    free(msg);
-    struct mv_store_options later = o;
-    later.flags |= MV_STORE_DRAIN_LATER;
     mv_store *s = NULL;
-    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    qt_deliver_large(who, &o, "texts", AHEAD_TEXTS, &s);
+    CHECK(s != NULL);
     uint32_t moved = 0;
     int more = 1;
     qt_texts_calls = 0;
