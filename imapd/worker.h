@@ -62,8 +62,9 @@ int worker_drain_grace_set(int ms);
  * that leaves one waiting); returns the old value. For tests. */
 int worker_background_period_set(int ms);
 /* worker.c QUIET: how long the work between jobs waits after a job for the session's next
- * command (WORKER_QUIET_MS; ms < 0 restores it, 0: not at all); returns the old value. For
- * tests. */
+ * command (WORKER_QUIET_MS; ms < 0 restores it, 0: not at all); a quiet longer than
+ * WORKER_QUIET_CAP_MS lengthens the cap to it (the quiet then holds however late a job runs);
+ * returns the old value. For tests. */
 int worker_quiet_set(int ms);
 /* For tests: fn runs on the worker right before each checkpoint between jobs starts, with the
  * store's address (and may post a job, which then interrupts it); NULL: none. */
