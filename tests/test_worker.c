@@ -1215,16 +1215,16 @@ static void wt_checkpoint_hook(struct worker *w, const char *address)
     }
 }
 
-static void test_checkpoint_gives_way(void)
+/* Posts round's checkpoint fill with hook set for the checkpoint due after it (the hook posts
+ * one job, wt_hook_posts) and waits, 30 s at most, until both jobs are done (wt_done). */
+static void
+wt_fill_hooked(struct worker *w, unsigned round, void (*hook)(struct worker *, const char *))
 {
-    struct worker *w = worker_place(wt_cwho); /* the store of test_checkpoint_between_jobs */
-    wt_user = wt_cwho;
     wt_done = 0;
-    wt_due_now = -1;
-    wt_fill_round = 1;
-    worker_checkpoint_hook_set(wt_checkpoint_hook);
+    wt_fill_round = round;
+    worker_checkpoint_hook_set(hook);
     atomic_store(&wt_hook_posts, 1);
-    wt_post(w, 1, JOB_LANE_LONG, wt_checkpoint_fill); /* due again after it */
+    wt_post(w, 1, JOB_LANE_LONG, wt_checkpoint_fill);
     for (int i = 0; i < 300 && wt_done < 2; i++) {
         struct pollfd p = {.fd = wt_efd, .events = POLLIN};
         if (poll(&p, 1, 100) > 0) {
@@ -1232,6 +1232,14 @@ static void test_checkpoint_gives_way(void)
         }
     }
     worker_checkpoint_hook_set(NULL);
+}
+
+static void test_checkpoint_gives_way(void)
+{
+    struct worker *w = worker_place(wt_cwho); /* the store of test_checkpoint_between_jobs */
+    wt_user = wt_cwho;
+    wt_due_now = -1;
+    wt_fill_hooked(w, 1, wt_checkpoint_hook); /* due again after it */
     CHECK_EQ_INT(wt_done, 2);
     CHECK_EQ_INT(wt_big_rc, MV_OK);
     CHECK_EQ_INT(wt_due_after_job, 1);
@@ -1286,18 +1294,7 @@ static void test_background_nice(void)
     }
     struct worker *w = worker_place(wt_cwho); /* the store of test_checkpoint_between_jobs */
     wt_user = wt_cwho;
-    wt_done = 0;
-    wt_fill_round = 2;
-    worker_checkpoint_hook_set(wt_nice_hook);
-    atomic_store(&wt_hook_posts, 1);
-    wt_post(w, 1, JOB_LANE_LONG, wt_checkpoint_fill); /* a checkpoint due after it */
-    for (int i = 0; i < 300 && wt_done < 2; i++) {
-        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
-        if (poll(&p, 1, 100) > 0) {
-            worker_collect();
-        }
-    }
-    worker_checkpoint_hook_set(NULL);
+    wt_fill_hooked(w, 2, wt_nice_hook); /* a checkpoint due after it */
     CHECK_EQ_INT(wt_done, 2);
     CHECK_EQ_INT(wt_big_rc, MV_OK);
     CHECK_EQ_INT(atomic_load(&wt_nice_in_ckpt), base + 5);
