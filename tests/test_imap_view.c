@@ -90,6 +90,24 @@ static void tv_session(struct imap_session *s)
     s->state = IMAP_SELECTED;
 }
 
+/* Three sessions, a and b with INBOX selected, c not yet. */
+static void
+tv_sessions_three(struct imap_session *a, struct imap_session *b, struct imap_session *c)
+{
+    tv_session(a);
+    tv_session(b);
+    tv_session(c);
+    CHECK_EQ_INT(imap_view_load(a, "INBOX", 0), MV_OK);
+    CHECK_EQ_INT(imap_view_load(b, "INBOX", 0), MV_OK);
+}
+
+static void tv_sessions_free(struct imap_session *a, struct imap_session *b, struct imap_session *c)
+{
+    imap_view_free(&a->view);
+    imap_view_free(&b->view);
+    imap_view_free(&c->view);
+}
+
 /* Sessions a and b select INBOX; the second allocates no chunk. */
 static void test_second_select_shares(void)
 {
@@ -120,11 +138,7 @@ static void test_change_copies_one_chunk(void)
 {
     CHECK(tv_store != NULL);
     struct imap_session a, b, c;
-    tv_session(&a);
-    tv_session(&b);
-    tv_session(&c);
-    CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK);
-    CHECK_EQ_INT(imap_view_load(&b, "INBOX", 0), MV_OK);
+    tv_sessions_three(&a, &b, &c);
     size_t live = imap_chunks_live();
     CHECK_EQ_INT(
         mv_flags_set(tv_store, "INBOX", "5000", MV_FLAGS_ADD, MV_FLAG_FLAGGED, "$Work", NULL),
@@ -160,9 +174,7 @@ static void test_change_copies_one_chunk(void)
     imap_view_free(&c.view);
     CHECK_EQ_INT(imap_view_load(&c, "INBOX", 0), MV_OK);
     CHECK_EQ_INT(c.view.first_unseen, 999); /* seen again: the cache looks further */
-    imap_view_free(&a.view);
-    imap_view_free(&b.view);
-    imap_view_free(&c.view);
+    tv_sessions_free(&a, &b, &c);
 }
 
 /* Expunges pending in b while c selects. */
@@ -170,11 +182,7 @@ static void test_pending_expunge(void)
 {
     CHECK(tv_store != NULL);
     struct imap_session a, b, c;
-    tv_session(&a);
-    tv_session(&b);
-    tv_session(&c);
-    CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK);
-    CHECK_EQ_INT(imap_view_load(&b, "INBOX", 0), MV_OK);
+    tv_sessions_three(&a, &b, &c);
     uint32_t n = 0;
     CHECK_EQ_INT(mv_flags_set(tv_store, "INBOX", "10,4096:4097,9999", MV_FLAGS_ADD, MV_FLAG_DELETED,
                               NULL, NULL),
@@ -209,9 +217,7 @@ static void test_pending_expunge(void)
     CHECK_EQ_INT(a.view.count, TV_COUNT); /* a never synced */
     CHECK_EQ_INT(imap_view_msg(&a.view, 9)->uid, 10);
     buf_free(&out);
-    imap_view_free(&a.view);
-    imap_view_free(&b.view);
-    imap_view_free(&c.view);
+    tv_sessions_free(&a, &b, &c);
 }
 
 /* \Recent on shared messages. */
@@ -251,9 +257,7 @@ static void test_recent_per_session(void)
     CHECK_EQ_INT(c.view.first_unseen, 999 - 1); /* UID 10 went before it */
     CHECK_EQ_INT(imap_view_recent(&c, 0), MV_OK);
     CHECK_EQ_INT(c.view.recent_count, 0);
-    imap_view_free(&a.view);
-    imap_view_free(&b.view);
-    imap_view_free(&c.view);
+    tv_sessions_free(&a, &b, &c);
 }
 
 /* The chunk table against a plain array: base holds 3 * IMAP_CHUNK_MSGS + 100 messages;
