@@ -698,6 +698,51 @@ static void test_compact_after_churn(void)
     free(idx);
 }
 
+/* The callers of imap_view_compact (d38f4aa): a session's sync and the cache's merge compact
+ * after their removals. test_compact_after_churn calls it itself, so it passed with both calls
+ * taken out. INBOX's messages, over three chunks or more, lose all but the first of each
+ * chunk: the sync that reports it leaves the session one chunk, and the merge of the next
+ * SELECT leaves the cache one (without the calls: one chunk per message kept, 3 != 1). */
+static void test_sync_and_merge_compact(void)
+{
+    CHECK(tv_store != NULL);
+    struct imap_session a, b;
+    tv_session(&a);
+    tv_session(&b);
+    CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK);
+    CHECK(a.view.part_count >= 3 && a.view.part_count <= 8);
+    char keep[128] = "";
+    uint32_t kept[8];
+    size_t parts = a.view.part_count;
+    for (size_t p = 0; p < parts && p < 8; p++) {
+        kept[p] = imap_view_msg(&a.view, a.view.parts[p].start)->uid;
+        size_t at = strlen(keep);
+        snprintf(keep + at, sizeof keep - at, "%s%u", p > 0 ? "," : "", kept[p]);
+    }
+    CHECK_EQ_INT(mv_flags_set(tv_store, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL),
+                 MV_OK);
+    CHECK_EQ_INT(
+        mv_flags_set(tv_store, "INBOX", keep, MV_FLAGS_REMOVE, MV_FLAG_DELETED, NULL, NULL), MV_OK);
+    uint32_t n = 0;
+    CHECK_EQ_INT(mv_mailbox_expunge(tv_store, "INBOX", NULL, &n), MV_OK);
+    CHECK_EQ_INT(n + parts, a.view.count);
+    struct buf out = {0};
+    CHECK_EQ_INT(imap_view_sync(&a, &out, 1), MV_OK); /* reports the expunges and removes */
+    buf_free(&out);
+    CHECK_EQ_INT(a.view.count, parts);
+    CHECK_EQ_INT(a.view.part_count, 1);                  /* the session's sync compacted */
+    CHECK_EQ_INT(imap_view_load(&b, "INBOX", 0), MV_OK); /* the cache's merge removes */
+    CHECK_EQ_INT(b.view.count, parts);
+    CHECK_EQ_INT(b.view.part_count, 1); /* the cache's chunks, shared: compacted too */
+    for (size_t i = 0; i < parts; i++) {
+        CHECK_EQ_INT(imap_view_msg(&a.view, i)->uid, kept[i]);
+        CHECK_EQ_INT(imap_view_msg(&b.view, i)->uid, kept[i]);
+    }
+    imap_view_free(&a.view);
+    imap_view_free(&b.view);
+    CHECK_EQ_INT(imap_chunks_live(), 1); /* the cache's one */
+}
+
 static void test_teardown(void)
 {
     imap_view_cache_free(&tv_os.view_cache);
@@ -716,6 +761,7 @@ int main(void)
     TEST(test_append_after_last_chunk_emptied);
     TEST(test_chunk_model);
     TEST(test_compact_after_churn);
+    TEST(test_sync_and_merge_compact);
     TEST(test_teardown);
     return th_summary();
 }
