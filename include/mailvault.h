@@ -932,7 +932,7 @@ MV_API MV_MUST_CHECK int mv_mailbox_expunge_ranges(mv_store *store,
                                                    uint32_t *count_out);
 
 /* Frees memory the library returned (mv_message_fetch). The whole block is wiped first
- * (OPENSSL_cleanse): it may hold a message. NULL is fine. */
+ * (sodium_memzero, which the compiler keeps): it may hold a message. NULL is fine. */
 MV_API void mv_free(void *p);
 
 /* ---- Messages: listings for the server (store_listing.c) ------------------------------- */
