@@ -185,8 +185,10 @@ $(BUILD)/asan/tests/test_wal_io: $(BUILD)/asan/tests/faultvfs.o
 $(BUILD)/asan/tests/test_faults: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
 	-Wl,--wrap=strdup -Wl,--wrap=strndup
 # ... and looks for plaintext in every block the library frees or reallocates (test_wipe.c).
-$(BUILD)/asan/tests/test_wipe: LIBS += -Wl,--wrap=free -Wl,--wrap=realloc
-$(BUILD)/asan/tests/test_wipe: $(BUILD)/asan/imapd/buf.o
+# It links every server object but main.o: its LMTP delivery runs through conn.c, lmtp.c and
+# a worker.
+$(BUILD)/asan/tests/test_wipe: LIBS := -lssl $(LIBS) -Wl,--wrap=free -Wl,--wrap=realloc
+$(BUILD)/asan/tests/test_wipe: $(filter-out %/main.o,$(IMAPD_SRC:%.c=$(BUILD)/asan/%.o))
 $(BUILD)/asan/tests/test_imap_mime $(BUILD)/asan/fuzz/fuzz_imap_mime: $(BUILD)/asan/imapd/imap_mime.o $(BUILD)/asan/imapd/buf.o
 
 # The archive goes last: server objects a test adds (above) call into the library too.

@@ -21,8 +21,8 @@
  *   - Each recipient's copy gets two header fields in front, as Dovecot's LMTP adds them
  *     (RFC 5321 4.4 for Return-Path; Delivered-To as Dovecot and Postfix write it):
  *     "Return-Path: <sender>" from MAIL FROM and "Delivered-To: recipient"; so each copy is
- *     built in its job and freed after the append (at most one copy per worker). Their line
- *     end is that of the message's first line.
+ *     built in its job and wiped and freed after the append (at most one copy per worker).
+ *     Their line end is that of the message's first line.
  *   - A message over literal_max is read to its end and refused with 552 per recipient.
  *   - Messages held (being received or delivered) count against lmtp_data_total_max over
  *     all connections; one that would go over it is read to its end without being kept and
@@ -243,6 +243,7 @@ static void lmtp_job_run(struct job *job)
     struct open_store *open = worker_store_find(job->worker, j->address);
     struct buf traced = {0};
     traced.data = lmtp_with_trace(j->msg, j->address, &traced.len);
+    traced.cap = traced.len + 1; /* its whole block, which buf_free wipes: the message */
     if (traced.data == NULL) {
         j->rc = MV_ENOMEM;
         log_error("lmtp deliver %s: out of memory", j->address);
@@ -292,7 +293,7 @@ static void lmtp_job_run(struct job *job)
             : j->rc == LMTP_OVERQUOTA ? "refused"
                                       : mv_strerror(j->rc),
             err[0] != '\0' && j->rc != MV_OK ? ": " : "", j->rc != MV_OK ? err : "");
-    free(traced.data);
+    buf_free(&traced);
 }
 
 static void lmtp_replies(struct lmtp_session *s)
