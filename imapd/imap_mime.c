@@ -116,6 +116,17 @@ static size_t imap_count_lines(const char *p, size_t len)
     return n;
 }
 
+/* Lets go of the parse's memory stream, wiping the copy of the message it holds first (GMime
+ * would free it as it is): the reference is the last one once the message is gone. */
+static void imap_mime_stream_drop(GMimeStream *stream)
+{
+    GByteArray *bytes = g_mime_stream_mem_get_byte_array(GMIME_STREAM_MEM(stream));
+    if (bytes != NULL && bytes->data != NULL) {
+        explicit_bzero(bytes->data, bytes->len);
+    }
+    g_object_unref(stream);
+}
+
 int imap_mime_open(const char *raw, size_t len, struct imap_mime **out)
 {
     struct imap_mime *m = calloc(1, sizeof *m);
@@ -139,7 +150,7 @@ int imap_mime_open(const char *raw, size_t len, struct imap_mime **out)
             m->stream = stream;
             m->raw = bytes != NULL && bytes->len == len ? (const char *)bytes->data : NULL;
         } else {
-            g_object_unref(stream);
+            imap_mime_stream_drop(stream);
         }
     }
     *out = m;
@@ -218,7 +229,7 @@ void imap_mime_close(struct imap_mime **m)
         g_object_unref((*m)->message);
     }
     if ((*m)->stream != NULL) {
-        g_object_unref((*m)->stream);
+        imap_mime_stream_drop((*m)->stream);
     }
     free(*m);
     *m = NULL;

@@ -7,10 +7,13 @@
  * written (LF line endings) and with every LF turned into CRLF, expecting the same bytes
  * converted likewise. Also ENVELOPE / BODYSTRUCTURE strings with 8-bit bytes with and without
  * UTF8=ACCEPT (imap_mime_set_utf8), and buf.c's printf-free numbers, dates and literal heads.
+ * And the parse's copy of the message (GMime's memory stream) is wiped before it goes: an
+ * ASan free hook looks at every block freed, GLib's and GMime's too.
  */
 #include "../imapd/imap_mime.h"
 #include "harness.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -675,10 +678,88 @@ static void test_envelope_simple_addresses(void)
     }
 }
 
+/* ASan's allocator hooks (sanitizer/allocator_interface.h, which gcc does not ship): the free
+ * hook runs for every block about to be freed, in any library, while it is still readable. */
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
+size_t __sanitizer_get_allocated_size(const volatile void *p);
+
+#define TM_WIPE_MARK "Qx8WipeMarkMime"
+static atomic_int tm_wipe_armed;
+static atomic_size_t tm_wipe_min; /* blocks this large or larger: whole copies of the message */
+static atomic_int tm_wipe_found;
+
+static void tm_wipe_malloc_hook(const volatile void *p, size_t n)
+{
+    (void)p; /* both hooks or none: ASan takes none alone */
+    (void)n;
+}
+
+static void tm_wipe_free_hook(const volatile void *p)
+{
+    if (p == NULL || !atomic_load(&tm_wipe_armed)) {
+        return;
+    }
+    size_t n = __sanitizer_get_allocated_size(p);
+    const char *b = (const char *)(uintptr_t)p;
+    if (n >= atomic_load(&tm_wipe_min) && memmem(b, n, TM_WIPE_MARK, strlen(TM_WIPE_MARK))) {
+        atomic_fetch_add(&tm_wipe_found, 1);
+    }
+}
+
+/* BODYSTRUCTURE and ENVELOPE parse the message with GMime, from a copy of it in a memory
+ * stream (imap_mime_open): the copy is wiped before it is freed, as every other buffer of the
+ * server that holds a message. The old imap_mime_close let GMime free it as it was (1 != 0).
+ * Only blocks as large as the message are looked at: GMime's own small strings (a header
+ * value) are GMime's. */
+static void test_parse_copy_wiped(void)
+{
+    size_t cap = 80000, len = 0;
+    char *msg = malloc(cap);
+    CHECK(msg != NULL);
+    len += (size_t)snprintf(msg + len, cap - len,
+                            "From: a@example.org\r\nSubject: " TM_WIPE_MARK "\r\n"
+                            "MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=b\r\n"
+                            "\r\n--b\r\nContent-Type: text/plain\r\n\r\n");
+    while (len + 200 < cap) {
+        len += (size_t)snprintf(msg + len, cap - len, "a line of the %s body\r\n", TM_WIPE_MARK);
+    }
+    len += (size_t)snprintf(msg + len, cap - len, "--b--\r\n");
+    CHECK(__sanitizer_install_malloc_and_free_hooks(tm_wipe_malloc_hook, tm_wipe_free_hook) > 0);
+    atomic_store(&tm_wipe_min, len);
+    atomic_store(&tm_wipe_found, 0);
+    atomic_store(&tm_wipe_armed, 1);
+    for (int envelope = 0; envelope <= 1; envelope++) {
+        struct imap_mime *m = NULL;
+        CHECK_EQ_INT(imap_mime_open(msg, len, &m), MV_OK);
+        struct buf out = {0};
+        if (envelope) {
+            imap_mime_envelope(m, &out);
+        } else {
+            imap_mime_bodystructure(m, &out, 1);
+        }
+        CHECK(out.len > 0);
+        buf_free(&out);
+        imap_mime_close(&m);
+    }
+    atomic_store(&tm_wipe_armed, 0);
+    CHECK_EQ_INT(atomic_load(&tm_wipe_found), 0);
+    /* and the hook sees a block freed with the message in it */
+    char *copy = malloc(len);
+    CHECK(copy != NULL);
+    memcpy(copy, msg, len);
+    atomic_store(&tm_wipe_armed, 1);
+    free(copy);
+    atomic_store(&tm_wipe_armed, 0);
+    CHECK_EQ_INT(atomic_load(&tm_wipe_found), 1);
+    free(msg);
+}
+
 int main(void)
 {
     imap_mime_init();
     TEST(test_nested_parts);
+    TEST(test_parse_copy_wiped);
     TEST(test_no_such_part);
     TEST(test_missing_close_delimiter);
     TEST(test_headers_only_and_empty);
