@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 9
+#define STORE_SCHEMA_VERSION 10
 #define STORE_STMT_CACHE     128  /* prepared statements kept per store (about 60 in use) */
 #define STORE_SPLIT_MIN      8192 /* leaf parts at least this large are stored apart */
 

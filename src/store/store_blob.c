@@ -982,9 +982,7 @@ static int store_message_body_read(
     /* The message's row and its body's in one statement (issue 13: one statement less per
      * message of a FETCH of whole messages). */
     sqlite3_stmt *st = store_stmt(s, "SELECT b.id, b.size, b.compression, b.sha256, d.data "
-                                     "FROM messages m JOIN bodies b ON b.id = m.body_id "
-                                     "LEFT JOIN bodies_data d ON d.id = b.id "
-                                     "WHERE m.mailbox_id = ? AND m.uid = ?");
+                                     "FROM " STORE_BODY_BY_UID_FROM);
     if (st == NULL) {
         return store_fail_sqlite(s, "reading a message body");
     }
@@ -1223,9 +1221,7 @@ int store_message_header_get(
     sqlite3_stmt *st = store_stmt(
         s, "SELECT b.id, b.size, b.compression, b.header_stored, b.stored_size, "
            "CASE WHEN b.header_stored > 0 AND b.stored_size <= " STORE_BLOB_HEADER_INLINE_STR
-           " THEN d.data END "
-           "FROM messages m JOIN bodies b ON b.id = m.body_id "
-           "LEFT JOIN bodies_data d ON d.id = b.id WHERE m.mailbox_id = ? AND m.uid = ?");
+           " THEN d.data END FROM " STORE_BODY_BY_UID_FROM);
     if (st == NULL) {
         return store_fail_sqlite(s, "reading a message header");
     }
