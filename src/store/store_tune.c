@@ -26,13 +26,27 @@
  * go of (tune_pcache_unpin). A message's header, read from the start of its bytes, and
  * small bodies keep their pages; the bulk of a large one is read from the file again when
  * it is read again, as it was anyway once the next large BLOB went through.
+ *
+ * And interior B-tree pages stay while leaves come and go. SQLite's cache is one LRU list,
+ * so at 100,000 messages the 120 interior pages of bodies_data, each used by about one
+ * message in 240, were pushed out by the ~500 leaves and data pages a FETCH of 50 random
+ * whole messages reads, and read and decrypted again (issue 13: ~0.8 of ~11.9 cache misses a
+ * message; docs/BENCHMARKS.md, "Whole messages, seventh pass"). When SQLite lets go of an
+ * interior page, the wrapper keeps it pinned in SQLite's cache (struct tune_cache.held, at
+ * most half the cache, oldest out first) instead of letting go of it; SQLite, which no
+ * longer holds it, sees it as any unpinned page: the next fetch of its number finds it, and
+ * the wrapper then lets the page be SQLite's again (tune_fetch). Every held page is let go
+ * of before a truncate (which is how SQLite drops its cache when the file changed under a
+ * reader, or rolls back) and a shrink, so neither ever meets a pinned page it should drop.
  */
 #include "store/store.h"
 #include "store/store_parse.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-#define TUNE_RUN_KEPT 4 /* overflow pages of a run that stay cached */
+#define TUNE_RUN_KEPT 4    /* overflow pages of a run that stay cached */
+#define TUNE_HELD_MAX 256  /* interior pages held, at most (and at most half the cache) */
 
 static sqlite3_pcache_methods2 tune_inner; /* SQLite's own page cache */
 static int tune_wrapped;
@@ -40,11 +54,50 @@ static int tune_wrapped;
 struct tune_cache {
     sqlite3_pcache *inner;
     unsigned run; /* overflow pages let go of in a row */
+    int purgeable;
+    unsigned held_cap; /* 0 for a cache that is not purgeable (SQLite's temporary files) */
+    unsigned held_count;
+    sqlite3_pcache_page *held[TUNE_HELD_MAX]; /* oldest first; pinned in inner, not SQLite's */
 };
 
 static struct tune_cache *tune_of(sqlite3_pcache *p)
 {
     return (struct tune_cache *)p;
+}
+
+/* An interior B-tree page (index 2, table 5) by its first byte; page 1 begins with the
+ * file's header and is never one. An overflow or freelist page of a file past 2^24 pages
+ * (64 GiB) may begin with 2 or 5 as well: it is then held like one, which costs room, never
+ * a wrong byte (a held page is SQLite's own copy of the file). */
+static int tune_interior(const sqlite3_pcache_page *page)
+{
+    const unsigned char *data = page->pBuf;
+    return data[0] == 2 || data[0] == 5;
+}
+
+static int tune_held_find(const struct tune_cache *t, const sqlite3_pcache_page *page)
+{
+    for (unsigned i = 0; i < t->held_count; i++) {
+        if (t->held[i] == page) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+static void tune_held_remove(struct tune_cache *t, unsigned i)
+{
+    memmove(&t->held[i], &t->held[i + 1], (t->held_count - i - 1) * sizeof t->held[0]);
+    t->held_count--;
+}
+
+/* Lets go of the oldest held pages until at most keep are held. */
+static void tune_held_trim(struct tune_cache *t, unsigned keep)
+{
+    while (t->held_count > keep) {
+        tune_inner.xUnpin(t->inner, t->held[0], 0);
+        tune_held_remove(t, 0);
+    }
 }
 
 static sqlite3_pcache *tune_create(int page_size, int extra_size, int purgeable)
@@ -53,6 +106,7 @@ static sqlite3_pcache *tune_create(int page_size, int extra_size, int purgeable)
     if (t == NULL) {
         return NULL;
     }
+    t->purgeable = purgeable;
     t->inner = tune_inner.xCreate(page_size, extra_size, purgeable);
     if (t->inner == NULL) {
         free(t);
@@ -63,7 +117,11 @@ static sqlite3_pcache *tune_create(int page_size, int extra_size, int purgeable)
 
 static void tune_cachesize(sqlite3_pcache *p, int n)
 {
-    tune_inner.xCachesize(tune_of(p)->inner, n);
+    struct tune_cache *t = tune_of(p);
+    unsigned half = n > 0 ? (unsigned)n / 2 : 0;
+    t->held_cap = !t->purgeable ? 0 : half < TUNE_HELD_MAX ? half : TUNE_HELD_MAX;
+    tune_held_trim(t, t->held_cap);
+    tune_inner.xCachesize(t->inner, n);
 }
 
 static int tune_pagecount(sqlite3_pcache *p)
@@ -71,9 +129,19 @@ static int tune_pagecount(sqlite3_pcache *p)
     return tune_inner.xPagecount(tune_of(p)->inner);
 }
 
+/* A held page fetched again is SQLite's again (pinned already). Only a page that reads as
+ * interior can be held; a new page's buffer may read so by chance, and is then not found. */
 static sqlite3_pcache_page *tune_fetch(sqlite3_pcache *p, unsigned key, int create)
 {
-    return tune_inner.xFetch(tune_of(p)->inner, key, create);
+    struct tune_cache *t = tune_of(p);
+    sqlite3_pcache_page *page = tune_inner.xFetch(t->inner, key, create);
+    if (page != NULL && t->held_count > 0 && tune_interior(page)) {
+        int i = tune_held_find(t, page);
+        if (i >= 0) {
+            tune_held_remove(t, (unsigned)i);
+        }
+    }
+    return page;
 }
 
 /* A B-tree page begins with its type (2, 5, 10 or 13) and page 1 with "SQLite format 3"; an
@@ -86,6 +154,12 @@ static void tune_unpin(sqlite3_pcache *p, sqlite3_pcache_page *page, int discard
 {
     struct tune_cache *t = tune_of(p);
     const unsigned char *data = page->pBuf;
+    if (!discard && t->held_cap > 0 && tune_interior(page)) {
+        t->run = 0;
+        tune_held_trim(t, t->held_cap - 1);
+        t->held[t->held_count++] = page; /* stays pinned in inner: SQLite let go of it */
+        return;
+    }
     if (discard) {
         t->run = 0; /* dropped anyway (e.g. after a failed read: the buffer may hold nothing) */
     } else if (data[0] != 0) {
@@ -105,7 +179,9 @@ static void tune_rekey(sqlite3_pcache *p, sqlite3_pcache_page *page, unsigned fr
 
 static void tune_truncate(sqlite3_pcache *p, unsigned limit)
 {
-    tune_inner.xTruncate(tune_of(p)->inner, limit);
+    struct tune_cache *t = tune_of(p);
+    tune_held_trim(t, 0); /* the truncate may drop any of them: they must be unpinned first */
+    tune_inner.xTruncate(t->inner, limit);
 }
 
 static void tune_destroy(sqlite3_pcache *p)
@@ -117,7 +193,9 @@ static void tune_destroy(sqlite3_pcache *p)
 
 static void tune_shrink(sqlite3_pcache *p)
 {
-    tune_inner.xShrink(tune_of(p)->inner);
+    struct tune_cache *t = tune_of(p);
+    tune_held_trim(t, 0); /* a shrink frees what is unpinned: memory wanted back */
+    tune_inner.xShrink(t->inner);
 }
 
 int mv_server_tune(void)
