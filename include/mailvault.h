@@ -447,10 +447,10 @@ MV_API uint32_t mv_store_reconnects(const mv_store *store);
  * sqlite3_memory_used() then reports 0. Keeps large BLOBs (messages' bytes) from pushing
  * out of every connection's page cache the pages each lookup needs: of a BLOB read along
  * its chain of pages only the first few stay cached; and keeps the interior pages of every
- * B-tree (up to half of each cache) while leaves come and go. Also prepares the MIME parser (GMime's types)
- * on the calling thread, before the threads that parse mail exist. Call before anything opens a
- * database. Returns MV_OK, or MV_EBUSY if SQLite was already initialised (its setting
- * unchanged; harmless). */
+ * B-tree (up to half of each cache) while leaves come and go. Also prepares the MIME parser
+ * (GMime's types) on the calling thread, before the threads that parse mail exist. Call before
+ * anything opens a database. Returns MV_OK, or MV_EBUSY if SQLite was already initialised (its
+ * setting unchanged; harmless). */
 MV_API int mv_server_tune(void);
 
 /* A read snapshot: every read call on the handle until mv_store_read_end() sees the same

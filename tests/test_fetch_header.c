@@ -525,11 +525,13 @@ static void test_interior_pages_stay(void)
         "PRAGMA cache_size = 80; PRAGMA journal_mode = WAL; "
         "CREATE TABLE t(id INTEGER PRIMARY KEY, k BLOB, v BLOB); CREATE INDEX t_k ON t(k); "
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2400) "
-        "INSERT INTO t(k, v) SELECT CAST(printf('%08d%0392d', i, 0) AS BLOB), zeroblob(9000) FROM n";
+        "INSERT INTO t(k, v) "
+        "SELECT CAST(printf('%08d%0392d', i, 0) AS BLOB), zeroblob(9000) FROM n";
     /* a key after each key: every page of the index splits */
     static const char split[] =
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2400) "
-        "INSERT INTO t(k, v) SELECT CAST(printf('%08d%0392d', i, 1) AS BLOB), zeroblob(9000) FROM n";
+        "INSERT INTO t(k, v) "
+        "SELECT CAST(printf('%08d%0392d', i, 1) AS BLOB), zeroblob(9000) FROM n";
     static const char lookup[] =
         "SELECT substr(v, 9000, 1) FROM t WHERE k = CAST(printf('%08d%0392d', ?, 0) AS BLOB)";
     static const char lookup_both[] =
@@ -556,8 +558,8 @@ static void test_interior_pages_stay(void)
     /* each lookup's own pages: its index leaf, its table leaf and the row's overflow pages */
     long long own = tu_int(db, "SELECT 2 + (SELECT count(*) FROM dbstat WHERE name = 't' AND "
                                "pagetype = 'overflow') / 2400");
-    printf("  # %lld interior pages; %d lookups read %d pages, their own %lld\n", interior,
-           LOOKUPS, cur, LOOKUPS * own);
+    printf("  # %lld interior pages; %d lookups read %d pages, their own %lld\n", interior, LOOKUPS,
+           cur, LOOKUPS * own);
     CHECK(cur <= LOOKUPS * own);
 
     sqlite3 *writer = NULL;

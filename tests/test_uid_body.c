@@ -36,8 +36,7 @@ static void ub_fill(mv_store *s)
         size_t len = 0;
         uint32_t uid = 0;
         ub_message(i, msg, sizeof msg, &len);
-        CHECK_EQ_INT(mv_message_append(s, "INBOX", msg, len, 0, NULL, 1700000000 + i, &uid),
-                     MV_OK);
+        CHECK_EQ_INT(mv_message_append(s, "INBOX", msg, len, 0, NULL, 1700000000 + i, &uid), MV_OK);
         CHECK_EQ_INT(uid, i);
     }
 }

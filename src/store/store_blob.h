@@ -66,7 +66,7 @@ int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_
  * prefers the UNIQUE (mailbox_id, uid) index while a store has no statistics (a new store
  * until it is analyzed), and that index gives only the row id: one more B-tree descent. */
 #define STORE_BODY_BY_UID_FROM                                                                     \
-    "messages m INDEXED BY messages_uid_body JOIN bodies b ON b.id = m.body_id "                  \
+    "messages m INDEXED BY messages_uid_body JOIN bodies b ON b.id = m.body_id "                   \
     "LEFT JOIN bodies_data d ON d.id = b.id WHERE m.mailbox_id = ?1 AND m.uid = ?2"
 int store_message_header_get(
     mv_store *s, int64_t mailbox_id, uint32_t uid, uint8_t **raw_out, size_t *len_out);

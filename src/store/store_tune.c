@@ -45,8 +45,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TUNE_RUN_KEPT 4    /* overflow pages of a run that stay cached */
-#define TUNE_HELD_MAX 256  /* interior pages held, at most (and at most half the cache) */
+#define TUNE_RUN_KEPT 4   /* overflow pages of a run that stay cached */
+#define TUNE_HELD_MAX 256 /* interior pages held, at most (and at most half the cache) */
 
 static sqlite3_pcache_methods2 tune_inner; /* SQLite's own page cache */
 static int tune_wrapped;
