@@ -38,6 +38,9 @@
  * the wrapper then lets the page be SQLite's again (tune_fetch). Every held page is let go
  * of before a truncate (which is how SQLite drops its cache when the file changed under a
  * reader, or rolls back) and a shrink, so neither ever meets a pinned page it should drop.
+ * A held page is pinned for pcache1, which refuses a new page once 90% of the cache is
+ * pinned: when it does, held pages are let go of first (tune_fetch), so a write transaction
+ * spills dirty pages to the WAL no sooner than with SQLite's own cache.
  */
 #include "store/store.h"
 #include "store/store_parse.h"
@@ -130,11 +133,19 @@ static int tune_pagecount(sqlite3_pcache *p)
 }
 
 /* A held page fetched again is SQLite's again (pinned already). Only a page that reads as
- * interior can be held; a new page's buffer may read so by chance, and is then not found. */
+ * interior can be held; a new page's buffer may read so by chance, and is then not found.
+ * A page SQLite's cache will not make (createFlag 1: 90% of it pinned; 2: out of memory) is
+ * made from the held pages first, oldest first, as SQLite's own LRU list would have given
+ * them up: held pages count as pinned there, and a write transaction whose dirty pages
+ * filled the rest would otherwise spill them to the WAL or journal before its commit. */
 static sqlite3_pcache_page *tune_fetch(sqlite3_pcache *p, unsigned key, int create)
 {
     struct tune_cache *t = tune_of(p);
     sqlite3_pcache_page *page = tune_inner.xFetch(t->inner, key, create);
+    while (page == NULL && create != 0 && t->held_count > 0) {
+        tune_held_trim(t, t->held_count - 1);
+        page = tune_inner.xFetch(t->inner, key, create);
+    }
     if (page != NULL && t->held_count > 0 && tune_interior(page)) {
         int i = tune_held_find(t, page);
         if (i >= 0) {
