@@ -45,6 +45,7 @@
 #include "store/store.h"
 #include "store/store_parse.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,13 +55,29 @@
 static sqlite3_pcache_methods2 tune_inner; /* SQLite's own page cache */
 static int tune_wrapped;
 
+/* The held pages, oldest first, as a list through nodes of a fixed array; each held page
+ * names its node in the bytes the wrapper asks pcache1 for after SQLite's own extra bytes
+ * (tune_slot), so finding a page among them is one look, not a walk over up to 256 (1.6% of
+ * the instructions of a loop of whole-message fetches at 100,000 messages went to that walk:
+ * docs/BENCHMARKS.md). */
+#define TUNE_NONE 0xffffu
+/* The slot takes 2 bytes; pcache1 lays pages out one after another in a block, so the extra
+ * bytes stay a multiple of 8 or every other page's header would be misaligned. */
+#define TUNE_SLOT_BYTES 8
+struct tune_node {
+    sqlite3_pcache_page *page; /* NULL while the node is free */
+    uint16_t older, newer;     /* TUNE_NONE at either end; a free node's newer: the next free */
+};
+
 struct tune_cache {
     sqlite3_pcache *inner;
-    unsigned run; /* overflow pages let go of in a row */
+    unsigned extra_size; /* SQLite's extra bytes a page; the wrapper's slot follows them */
+    unsigned run;        /* overflow pages let go of in a row */
     int purgeable;
     unsigned held_cap; /* 0 for a cache that is not purgeable (SQLite's temporary files) */
     unsigned held_count;
-    sqlite3_pcache_page *held[TUNE_HELD_MAX]; /* oldest first; pinned in inner, not SQLite's */
+    uint16_t oldest, newest, free_first;
+    struct tune_node held[TUNE_HELD_MAX]; /* pinned in inner, not SQLite's */
 };
 
 static struct tune_cache *tune_of(sqlite3_pcache *p)
@@ -69,28 +86,67 @@ static struct tune_cache *tune_of(sqlite3_pcache *p)
 }
 
 /* An interior B-tree page (index 2, table 5) by its first byte; page 1 begins with the
- * file's header and is never one. An overflow or freelist page of a file past 2^24 pages
- * (64 GiB) may begin with 2 or 5 as well: it is then held like one, which costs room, never
- * a wrong byte (a held page is SQLite's own copy of the file). */
+ * file's header and is never one. A pointer-map page (a store is auto_vacuum) whose first
+ * entry is a free page (2) or a B-tree page (5), and an overflow or freelist page of a file
+ * past 2^24 pages (64 GiB), begin so as well: they are then held like one, which costs room,
+ * never a wrong byte (a held page is SQLite's own copy of the file). */
 static int tune_interior(const sqlite3_pcache_page *page)
 {
     const unsigned char *data = page->pBuf;
     return data[0] == 2 || data[0] == 5;
 }
 
-static int tune_held_find(const struct tune_cache *t, const sqlite3_pcache_page *page)
+/* The node number in the wrapper's bytes of page. pcache1 clears none of them for a new
+ * page, so they may hold anything: a number counts only if that node holds this page. */
+static unsigned tune_slot(const struct tune_cache *t, const sqlite3_pcache_page *page)
 {
-    for (unsigned i = 0; i < t->held_count; i++) {
-        if (t->held[i] == page) {
-            return (int)i;
-        }
+    uint16_t slot;
+    memcpy(&slot, (const unsigned char *)page->pExtra + t->extra_size, sizeof slot);
+    return slot;
+}
+
+/* The node that holds page, or TUNE_NONE. */
+static unsigned tune_held_find(const struct tune_cache *t, const sqlite3_pcache_page *page)
+{
+    unsigned i = tune_slot(t, page);
+    return i < TUNE_HELD_MAX && t->held[i].page == page ? i : TUNE_NONE;
+}
+
+static void tune_held_add(struct tune_cache *t, sqlite3_pcache_page *page)
+{
+    assert(t->held_count < TUNE_HELD_MAX && t->free_first != TUNE_NONE);
+    uint16_t i = t->free_first;
+    struct tune_node *n = &t->held[i];
+    t->free_first = n->newer;
+    n->page = page;
+    n->older = t->newest;
+    n->newer = TUNE_NONE;
+    if (t->newest != TUNE_NONE) {
+        t->held[t->newest].newer = i;
+    } else {
+        t->oldest = i;
     }
-    return -1;
+    t->newest = i;
+    memcpy((unsigned char *)page->pExtra + t->extra_size, &i, sizeof i);
+    t->held_count++;
 }
 
 static void tune_held_remove(struct tune_cache *t, unsigned i)
 {
-    memmove(&t->held[i], &t->held[i + 1], (t->held_count - i - 1) * sizeof t->held[0]);
+    struct tune_node *n = &t->held[i];
+    if (n->older != TUNE_NONE) {
+        t->held[n->older].newer = n->newer;
+    } else {
+        t->oldest = n->newer;
+    }
+    if (n->newer != TUNE_NONE) {
+        t->held[n->newer].older = n->older;
+    } else {
+        t->newest = n->older;
+    }
+    n->page = NULL;
+    n->newer = t->free_first;
+    t->free_first = (uint16_t)i;
     t->held_count--;
 }
 
@@ -98,8 +154,9 @@ static void tune_held_remove(struct tune_cache *t, unsigned i)
 static void tune_held_trim(struct tune_cache *t, unsigned keep)
 {
     while (t->held_count > keep) {
-        tune_inner.xUnpin(t->inner, t->held[0], 0);
-        tune_held_remove(t, 0);
+        unsigned i = t->oldest;
+        tune_inner.xUnpin(t->inner, t->held[i].page, 0);
+        tune_held_remove(t, i);
     }
 }
 
@@ -110,7 +167,12 @@ static sqlite3_pcache *tune_create(int page_size, int extra_size, int purgeable)
         return NULL;
     }
     t->purgeable = purgeable;
-    t->inner = tune_inner.xCreate(page_size, extra_size, purgeable);
+    t->extra_size = (unsigned)extra_size;
+    t->oldest = t->newest = TUNE_NONE;
+    for (unsigned i = 0; i < TUNE_HELD_MAX; i++) {
+        t->held[i].newer = (uint16_t)(i + 1 < TUNE_HELD_MAX ? i + 1 : TUNE_NONE);
+    }
+    t->inner = tune_inner.xCreate(page_size, extra_size + TUNE_SLOT_BYTES, purgeable);
     if (t->inner == NULL) {
         free(t);
         return NULL;
@@ -132,8 +194,8 @@ static int tune_pagecount(sqlite3_pcache *p)
     return tune_inner.xPagecount(tune_of(p)->inner);
 }
 
-/* A held page fetched again is SQLite's again (pinned already). Only a page that reads as
- * interior can be held; a new page's buffer may read so by chance, and is then not found.
+/* A held page fetched again is SQLite's again (pinned already). A new page's slot may name
+ * a node by chance; that node then holds another page (or none), and nothing is found.
  * A page SQLite's cache will not make (createFlag 1: 90% of it pinned; 2: out of memory) is
  * made from the held pages first, oldest first, as SQLite's own LRU list would have given
  * them up: held pages count as pinned there, and a write transaction whose dirty pages
@@ -146,10 +208,10 @@ static sqlite3_pcache_page *tune_fetch(sqlite3_pcache *p, unsigned key, int crea
         tune_held_trim(t, t->held_count - 1);
         page = tune_inner.xFetch(t->inner, key, create);
     }
-    if (page != NULL && t->held_count > 0 && tune_interior(page)) {
-        int i = tune_held_find(t, page);
-        if (i >= 0) {
-            tune_held_remove(t, (unsigned)i);
+    if (page != NULL && t->held_count > 0) {
+        unsigned i = tune_held_find(t, page);
+        if (i != TUNE_NONE) {
+            tune_held_remove(t, i);
         }
     }
     return page;
@@ -168,7 +230,7 @@ static void tune_unpin(sqlite3_pcache *p, sqlite3_pcache_page *page, int discard
     if (!discard && t->held_cap > 0 && tune_interior(page)) {
         t->run = 0;
         tune_held_trim(t, t->held_cap - 1);
-        t->held[t->held_count++] = page; /* stays pinned in inner: SQLite let go of it */
+        tune_held_add(t, page); /* stays pinned in inner: SQLite let go of it */
         return;
     }
     if (discard) {
