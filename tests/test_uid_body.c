@@ -3,8 +3,9 @@
  * message read by UID finds its body in that index and reads no page of the messages table
  * (one B-tree leaf, read and decrypted, less per message of a FETCH of whole messages;
  * docs/BENCHMARKS.md, "Whole messages, seventh pass"); a store of version 9 gets it at its
- * next open and reads the same bytes; appends, copies and expunges keep it consistent; a
- * store without it (what version 9 was) still reads right, through the UID index.
+ * next open and reads the same bytes; appends, copies and expunges keep it consistent. The
+ * reads name the index (INDEXED BY): a store of version 10 that lost it (dropped by hand)
+ * refuses them with SQLite's "no such index", its bytes untouched, until it is made again.
  *
  * Page reads are counted as SQLite's page cache misses from an emptied cache, never timed.
  */
@@ -124,6 +125,13 @@ static void test_migration_from_9(void)
     o.root = tu_path("root");
     o.kdf_iter = TU_KDF_ITER;
     o.cache_size_kib = 2048;
+    /* a read-only open cannot migrate: refused, so no read meets the store without the index */
+    o.flags = MV_STORE_READONLY;
+    CHECK_EQ_INT(mv_store_open("from9@example.org", UB_PASSWORD, strlen(UB_PASSWORD), &o, &s, err,
+                               sizeof err),
+                 MV_EUNSUPPORTED);
+    CHECK(strstr(err, "schema version 9 needs a writable open") != NULL);
+    o.flags = 0;
     CHECK_EQ_INT(mv_store_open("from9@example.org", UB_PASSWORD, strlen(UB_PASSWORD), &o, &s, err,
                                sizeof err),
                  MV_OK);
@@ -179,10 +187,63 @@ static void test_index_follows_changes(void)
     mv_store_close(&s);
 }
 
+/* A mailvault that knows version 10 refuses a store of a later version (what a mailvault of
+ * version 9 does with a store of 10), writable or not, and leaves it as it is. */
+static void test_later_version_refused(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tu_store_create("later", UB_PASSWORD, 2048, &s), MV_OK);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "PRAGMA user_version = 11"), SQLITE_OK);
+    mv_store_close(&s);
+    char err[256] = "";
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.root = tu_path("root");
+    o.kdf_iter = TU_KDF_ITER;
+    CHECK_EQ_INT(mv_store_open("later@example.org", UB_PASSWORD, strlen(UB_PASSWORD), &o, &s, err,
+                               sizeof err),
+                 MV_EUNSUPPORTED);
+    CHECK(strstr(err, "schema version 11; this mailvault knows up to 10") != NULL);
+    o.flags = MV_STORE_READONLY;
+    CHECK_EQ_INT(mv_store_open("later@example.org", UB_PASSWORD, strlen(UB_PASSWORD), &o, &s, err,
+                               sizeof err),
+                 MV_EUNSUPPORTED);
+    char path[512];
+    snprintf(path, sizeof path, "%s/example.org/later.db", tu_path("root"));
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(tu_open(path, UB_PASSWORD, MV_CIPHER_AUTO, MV_DB_READONLY, &db), MV_OK);
+    CHECK_EQ_INT(tu_int(db, "PRAGMA user_version"), 11);
+    sqlite3_close(db);
+}
+
+/* A store of version 10 without the index (dropped by hand: no open, migration or command
+ * of mailvault drops it) fails its reads by UID with an error naming the index, and changes
+ * nothing; made again, it reads the same bytes. */
+static void test_read_without_index(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tu_store_create("noindex", UB_PASSWORD, 2048, &s), MV_OK);
+    ub_fill(s);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "DROP INDEX messages_uid_body"), SQLITE_OK);
+    void *raw = NULL;
+    size_t len = 0;
+    CHECK(mv_message_fetch(s, "INBOX", 7, &raw, &len) != MV_OK);
+    printf("  # %s\n", mv_store_errmsg(s));
+    CHECK(strstr(mv_store_errmsg(s), "no such index: messages_uid_body") != NULL);
+    CHECK(mv_message_fetch_header(s, "INBOX", 7, &raw, &len) != MV_OK);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "CREATE INDEX messages_uid_body ON "
+                                         "messages(mailbox_id, uid, body_id)"),
+                 SQLITE_OK);
+    int misses = 0, header_misses = 0;
+    CHECK(ub_read_cold(s, 7, &misses, &header_misses));
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     TEST(test_read_skips_messages_table);
     TEST(test_migration_from_9);
     TEST(test_index_follows_changes);
+    TEST(test_read_without_index);
+    TEST(test_later_version_refused);
     return th_summary();
 }
