@@ -71,6 +71,13 @@ check_doc "the two EXPUNGEs of 10% leave 180 and 162" \
 check_doc "EXISTS after 50 LMTP deliveries reaches 162 + 50" \
     'o["lmtp_first_login"]["results"]["mailvaultd"] == [212] == o["lmtp_all_visible"]["results"]["mailvaultd"]'
 check_doc "peak RSS of mailvaultd measured" 'r["peak_rss_mib"]["mailvaultd"] > 0'
+# fetch_random50 starts from every server's files just read (the earlier operations leave
+# Dovecot's read and mailvaultd's idle), and each timed command records how much of its
+# server's files the page cache held.
+check_doc "fetch_random50 warms the servers' files first" \
+    '"skipped" not in r["extra"]["fetch_random50_warm"] and r["extra"]["fetch_random50_warm"]["read_bytes"] > 0 and list(r["extra"]["fetch_random50_warm"]["resident_pct_before"]) == ["mailvaultd"]'
+check_doc "fetch_random50 records the page-cache residency before each timed command" \
+    'len(r["extra"]["fetch_random50_resident_pct"]["mailvaultd"]) == len(o["fetch_random50"]["times_s"]["mailvaultd"]) and all(p is not None and 0 <= p <= 100 for p in r["extra"]["fetch_random50_resident_pct"]["mailvaultd"])'
 if grep -q '^| FETCH 1:\* (UID FLAGS) |' "$tmp/out/sections/bigmail.md" 2>/dev/null; then
     pass "the Markdown section holds the table"
 else
@@ -122,6 +129,24 @@ PYEOF
     pass "the benchmark client's parse is linear in the response (one-piece 2,000 literals)"
 else
     fail "the benchmark client's parse is linear in the response: $(tail -n 2 "$tmp/client.err")"
+fi
+
+# The residency the driver records: a file just read is all in the page cache; a file of
+# no bytes (no page to count) gives None, not a share.
+mkdir -p "$tmp/res/a" "$tmp/res/empty"
+head -c 300000 /dev/zero >"$tmp/res/a/f"
+: >"$tmp/res/empty/f"
+if "$PY" -c 'import sys
+sys.path.insert(0, "bench")
+import bigmail
+t = sys.argv[1]
+assert bigmail.warm([t + "/a"]) == 300000
+got = bigmail.resident_percent([t + "/a"])
+assert got == 100.0, got
+assert bigmail.resident_percent([t + "/empty"]) is None' "$tmp/res" 2>"$tmp/res.err"; then
+    pass "residency: a file just read is 100% in the page cache"
+else
+    fail "residency: a file just read is 100% in the page cache: $(tail -n 2 "$tmp/res.err")"
 fi
 
 # An interrupted run resumes (BIGMAIL_RESUME): the operations it measured are taken over, the
