@@ -40,7 +40,9 @@ METHOD (docs/BENCHMARKS.md, "Big mailboxes (issue 13)")
     ENVELOPE), login_select_warm (a new connection: LOGIN + SELECT INBOX),
     login_select_cold (server stopped, the data files of both evicted from the page cache
     with posix_fadvise(DONTNEED) after sync, server started, then connect + LOGIN + SELECT;
-    see below), store_seen_add / store_seen_remove (STORE 1:* +FLAGS.SILENT / -FLAGS.SILENT
+    see below), fetch_random50_cold (fetch_random50's command with its own samples, each
+    server's data files evicted before each command, the servers running: cold against
+    cold), store_seen_add / store_seen_remove (STORE 1:* +FLAGS.SILENT / -FLAGS.SILENT
     (\\Seen), from all unseen: every pair changes every message), copy_1000 (UID COPY of
     1,000 consecutive messages from the middle to another mailbox, deleted untimed after
     each pair), store_deleted_10th (UID STORE of every 10th message +FLAGS.SILENT
@@ -700,21 +702,26 @@ class Run:
 
         warmed = []
 
+        def fetch50(srv, op, seed, r):
+            """UID FETCH of 50 random whole messages (the sample from seed); the page-cache
+            residency before it (timed rounds) and the bytes answered go to extra under op."""
+            rng = random.Random(seed)
+            uids = self.uids[srv.name]
+            pick = sorted(rng.sample(range(len(uids)), min(50, len(uids))))
+            if r >= 0:
+                self.extra.setdefault(op + "_resident_pct", {}).setdefault(
+                    srv.name, []).append(resident_percent(srv.evict_paths))
+            data, secs = self.main_session(srv).ok(
+                "UID FETCH " + ",".join(str(uids[i]) for i in pick) + " (BODY.PEEK[])")
+            self.extra.setdefault(op + "_bytes", {}).setdefault(srv.name, []).append(
+                sum(int(x) for x in re.findall(rb"BODY\[\] \{(\d+)\}", data)))
+            return secs, body_digest(data)
+
         def random50(srv, r):
             if not warmed:
                 self.warm_all("fetch_random50")
                 warmed.append(True)
-            rng = random.Random(a.seed * 1000 + r)
-            uids = self.uids[srv.name]
-            pick = sorted(rng.sample(range(len(uids)), min(50, len(uids))))
-            if r >= 0:
-                self.extra.setdefault("fetch_random50_resident_pct", {}).setdefault(
-                    srv.name, []).append(resident_percent(srv.evict_paths))
-            data, secs = self.main_session(srv).ok(
-                "UID FETCH " + ",".join(str(uids[i]) for i in pick) + " (BODY.PEEK[])")
-            self.extra.setdefault("fetch_random50_bytes", {}).setdefault(srv.name, []).append(
-                sum(int(x) for x in re.findall(rb"BODY\[\] \{(\d+)\}", data)))
-            return secs, body_digest(data)
+            return fetch50(srv, "fetch_random50", a.seed * 1000 + r, r)
         self.pairs("fetch_random50", R, random50, warmup=True)
         self.check_results("fetch_random50", None)
 
@@ -744,6 +751,15 @@ class Run:
             return time.perf_counter() - t0, exists
         self.pairs("login_select_cold", R, cold_login)
         self.check_results("login_select_cold", n)
+
+        # The same as fetch_random50 from files out of the page cache (both servers running,
+        # their data files evicted before each command, as a mailbox read after its pages
+        # were reclaimed): fetch_random50 is hot against hot, this cold against cold.
+        def random50_cold(srv, r):
+            evict(srv.evict_paths)
+            return fetch50(srv, "fetch_random50_cold", a.seed * 1000 + 500 + r, r)
+        self.pairs("fetch_random50_cold", R, random50_cold)
+        self.check_results("fetch_random50_cold", None)
 
         # Every \Seen change below changes every message: all unseen first (untimed).
         for srv in self.servers:
@@ -949,6 +965,7 @@ LABELS = [
     ("fetch_last200", "UID FETCH last 200: HEADER.FIELDS + ENVELOPE"),
     ("login_select_warm", "LOGIN + SELECT, warm"),
     ("login_select_cold", "LOGIN + SELECT, cold"),
+    ("fetch_random50_cold", "UID FETCH 50 random whole messages, files evicted"),
     ("store_seen_add", "STORE 1:* +FLAGS.SILENT (\\Seen)"),
     ("store_seen_remove", "STORE 1:* -FLAGS.SILENT (\\Seen)"),
     ("copy_1000", "UID COPY of 1,000 messages"),

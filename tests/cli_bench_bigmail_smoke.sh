@@ -57,6 +57,7 @@ check_doc "the JSON parses, schema mailvault-bench-bigmail/1, mailvaultd only" \
 check_doc "no errors recorded" 'r["errors"] == [] and all(not v["errors"] for v in o.values())'
 for op in fetch_flags fetch_size_date search_since search_unseen search_from search_text \
     search_body fetch_random50 fetch_last200 login_select_warm login_select_cold \
+    fetch_random50_cold \
     store_seen_add store_seen_remove copy_1000 store_deleted_10th expunge_10pct \
     gapped_store_seen gapped_uid_store gapped_copy_half lmtp_first_login lmtp_all_visible; do
     check_doc "$op timed" "len(o['$op']['times_s']['mailvaultd']) >= 1 and o['$op']['mailvaultd_median_s'] > 0"
@@ -78,6 +79,9 @@ check_doc "fetch_random50 warms the servers' files first" \
     '"skipped" not in r["extra"]["fetch_random50_warm"] and r["extra"]["fetch_random50_warm"]["read_bytes"] > 0 and list(r["extra"]["fetch_random50_warm"]["resident_pct_before"]) == ["mailvaultd"]'
 check_doc "fetch_random50 records the page-cache residency before each timed command" \
     'len(r["extra"]["fetch_random50_resident_pct"]["mailvaultd"]) == len(o["fetch_random50"]["times_s"]["mailvaultd"]) and all(p is not None and 0 <= p <= 100 for p in r["extra"]["fetch_random50_resident_pct"]["mailvaultd"])'
+# fetch_random50_cold: the same command from files out of the page cache (evicted before each).
+check_doc "fetch_random50_cold starts each timed command from evicted files" \
+    'len(r["extra"]["fetch_random50_cold_resident_pct"]["mailvaultd"]) == len(o["fetch_random50_cold"]["times_s"]["mailvaultd"]) and all(p is not None and p < 50 for p in r["extra"]["fetch_random50_cold_resident_pct"]["mailvaultd"])'
 if grep -q '^| FETCH 1:\* (UID FLAGS) |' "$tmp/out/sections/bigmail.md" 2>/dev/null; then
     pass "the Markdown section holds the table"
 else
