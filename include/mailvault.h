@@ -1453,7 +1453,8 @@ struct mv_check_report {
  * unseen, bytes) equal what its messages say, highestmodseq at least every modseq, one
  * full-text row per body (but those of the full-text backlog, see mv_store_index_backlog)
  * and none else, every body and attachment has its bytes,
- * every body in use has its header fields row); and FTS5's own
+ * every body in use has its header fields row, every index the store's statements name
+ * (INDEXED BY) is there: without it they fail); and FTS5's own
  * integrity-check (writable handles only: it takes the write lock). Each problem goes to problem
  * (may be NULL). Returns MV_OK (no problem), MV_ECORRUPT (problems found; see out->problems),
  * MV_EINVAL, MV_EBUSY, MV_EIO, MV_ENOMEM. */
@@ -1485,10 +1486,11 @@ struct mv_repair_report {
  * attachments that are in use, a body no message uses set to 0 (mv_store_purge() then
  * deletes it, as after an expunge), and the header fields row of a body that lost it (made
  * again from the body's bytes as append makes it, as is a missing full-text row; a body whose
- * bytes are damaged is left without them and counted, and the rest is repaired). Messages,
- * flags and bytes are never changed. For after mv_store_check() reported fts, counters,
- * uidnext, modseq, refcount or headers problems; run the check again afterwards: what this
- * cannot repair (a damaged page, missing bytes, an attachment nothing uses) it still
+ * bytes are damaged is left without them and counted, and the rest is repaired), and first
+ * an index the store's statements name that the store lost (made again as the schema defines
+ * it). Messages, flags and bytes are never changed. For after mv_store_check() reported fts,
+ * counters, uidnext, modseq, refcount, headers or index problems; run the check again afterwards:
+ * what this cannot repair (a damaged page, missing bytes, an attachment nothing uses) it still
  * reports. A writable handle only. Returns MV_OK with *out
  * filled; MV_EINVAL (read-only handle, NULL out); MV_EBUSY; MV_ECORRUPT (a damaged page
  * stopped it: nothing changed); MV_EIO; MV_ENOSPC; MV_ENOMEM. */

@@ -215,24 +215,50 @@ static void test_later_version_refused(void)
     sqlite3_close(db);
 }
 
+/* The problems a check reports, "what: detail" lines. */
+static void ub_problem(void *arg, const char *what, const char *detail)
+{
+    char *all = arg;
+    size_t used = strlen(all);
+    snprintf(all + used, 2048 - used, "%s: %s\n", what, detail);
+}
+
 /* A store of version 10 without the index (dropped by hand: no open, migration or command
  * of mailvault drops it) fails its reads by UID with an error naming the index, and changes
- * nothing; made again, it reads the same bytes. */
+ * nothing; the check reports it and each other index statements name (INDEXED BY) that is
+ * gone, the repair makes them again, and the store reads the same bytes. */
 static void test_read_without_index(void)
 {
     mv_store *s = NULL;
     CHECK_EQ_INT(tu_store_create("noindex", UB_PASSWORD, 2048, &s), MV_OK);
     ub_fill(s);
-    CHECK_EQ_INT(tu_exec(mv_store_db(s), "DROP INDEX messages_uid_body"), SQLITE_OK);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "DROP INDEX messages_uid_body; DROP INDEX "
+                                         "messages_deleted"),
+                 SQLITE_OK);
     void *raw = NULL;
     size_t len = 0;
     CHECK(mv_message_fetch(s, "INBOX", 7, &raw, &len) != MV_OK);
     printf("  # %s\n", mv_store_errmsg(s));
     CHECK(strstr(mv_store_errmsg(s), "no such index: messages_uid_body") != NULL);
     CHECK(mv_message_fetch_header(s, "INBOX", 7, &raw, &len) != MV_OK);
-    CHECK_EQ_INT(tu_exec(mv_store_db(s), "CREATE INDEX messages_uid_body ON "
-                                         "messages(mailbox_id, uid, body_id)"),
-                 SQLITE_OK);
+
+    static char problems[2048];
+    problems[0] = '\0';
+    struct mv_check_report cr;
+    CHECK_EQ_INT(mv_store_check(s, ub_problem, problems, &cr), MV_ECORRUPT);
+    printf("  # %s", problems);
+    CHECK_EQ_INT((int)cr.problems, 2);
+    CHECK(strstr(problems, "index: index messages_uid_body is missing") != NULL);
+    CHECK(strstr(problems, "index: index messages_deleted is missing") != NULL);
+
+    struct mv_repair_report rr;
+    CHECK_EQ_INT(mv_store_repair(s, &rr), MV_OK);
+    problems[0] = '\0';
+    CHECK_EQ_INT(mv_store_check(s, ub_problem, problems, &cr), MV_OK);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM sqlite_schema WHERE type = "
+                                        "'index' AND name IN ('messages_uid_body', "
+                                        "'messages_deleted', 'messages_body')"),
+                 3);
     int misses = 0, header_misses = 0;
     CHECK(ub_read_cold(s, 7, &misses, &header_misses));
     mv_store_close(&s);

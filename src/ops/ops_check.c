@@ -397,12 +397,28 @@ static void ops_check_fts_moving(struct ops_check *c)
     }
 }
 
+/* An index that statements name (store_named_indexes) and the store lost: every read or
+ * change that names it fails until mv_store_repair() makes it again. */
+static void ops_check_named_indexes(struct ops_check *c)
+{
+    for (size_t i = 0; i < store_named_index_count; i++) {
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 "SELECT 'index %s is missing: the statements that name it fail; a repair "
+                 "makes it again' WHERE NOT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = "
+                 "'index' AND name = '%s')",
+                 store_named_indexes[i].name, store_named_indexes[i].name);
+        ops_check_rows(c, "index", sql, 0);
+    }
+}
+
 static void ops_check_invariants(struct ops_check *c)
 {
     if (store_exec(c->s, "BEGIN") != MV_OK) {
         ops_problem(c, "invariants", "cannot begin a read: %s", c->s->errmsg);
         return;
     }
+    ops_check_named_indexes(c);
     for (size_t i = 0; i < sizeof ops_invariants / sizeof ops_invariants[0]; i++) {
         ops_check_rows(c, ops_invariants[i].what, ops_invariants[i].sql, 0);
     }

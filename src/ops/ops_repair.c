@@ -24,6 +24,8 @@
  *     Message-ID, In-Reply-To, which listing, SEARCH FROM/SUBJECT and threading read), and
  *     a body without its full-text row, get them again from the body's stored bytes,
  *     parsed as append parses them (store_message.h), before FTS5's rebuild.
+ *   - An index that statements name (INDEXED BY: store_named_indexes) and the store lost is
+ *     made again first, from its definition in store_schema.c: the steps below may name it.
  *   - The handle replaces its connection first if an I/O error marked it (store_ready),
  *     so the rebuild does not run on the state that went wrong.
  *
@@ -129,11 +131,19 @@ static int ops_repair_from_bytes(mv_store *s, struct mv_repair_report *out)
 
 static int ops_repair_run(mv_store *s, struct mv_repair_report *out)
 {
+    /* The indexes that statements name first: the steps below may name them. */
+    int rc = MV_OK;
+    for (size_t i = 0; rc == MV_OK && i < store_named_index_count; i++) {
+        rc = store_exec(s, store_named_indexes[i].create);
+    }
+    if (rc != MV_OK) {
+        return rc;
+    }
     /* The references expunges dropped (store_purge.c) off the counts first, as the purge
      * takes them off, so that the counts below are compared with what is in use and a sound
      * store fixes nothing. */
     uint64_t applied = 0;
-    int rc = store_purge_unref(s, 0, &applied);
+    rc = store_purge_unref(s, 0, &applied);
     if (rc != MV_OK) {
         return rc;
     }

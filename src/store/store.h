@@ -232,6 +232,17 @@ int store_fts_move_abandon(mv_store *s);
 /* Creates or migrates the schema in one transaction. MV_OK or an MV_E* code. */
 int store_schema_migrate(mv_store *s);
 
+/* The indexes that statements name (INDEXED BY): without one, each statement that names it
+ * fails with SQLite's "no such index". Each with its definition as the current schema has it
+ * (IF NOT EXISTS): mv_store_check() reports one that is missing, mv_store_repair() makes it
+ * again. */
+struct store_named_index {
+    const char *name;
+    const char *create;
+};
+extern const struct store_named_index store_named_indexes[];
+extern const size_t store_named_index_count;
+
 /* ---- store_util.c ---- */
 /* Sets the handle's message and returns code. */
 int store_fail(mv_store *s, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -365,9 +365,21 @@ static const char *const store_schema_v9[] = {
 /* Version 10: see the top of the file. The UNIQUE (mailbox_id, uid) index gives only the
  * row id, so without this one every message read by UID was three descents before its body:
  * that index, the messages table (for body_id), bodies. */
+#define STORE_INDEX_UID_BODY                                                                       \
+    "CREATE INDEX IF NOT EXISTS messages_uid_body ON messages(mailbox_id, uid, body_id)"
 static const char *const store_schema_v10[] = {
-    "CREATE INDEX IF NOT EXISTS messages_uid_body ON messages(mailbox_id, uid, body_id)",
+    STORE_INDEX_UID_BODY,
 };
+
+/* store.h: what the reads name. messages_body (version 1) and messages_deleted (version 6)
+ * as version 7 made them again with the narrow messages table. */
+const struct store_named_index store_named_indexes[] = {
+    {"messages_uid_body", STORE_INDEX_UID_BODY},
+    {"messages_body", "CREATE INDEX IF NOT EXISTS messages_body ON messages(body_id)"},
+    {"messages_deleted", "CREATE INDEX IF NOT EXISTS messages_deleted ON messages(mailbox_id, "
+                         "uid) WHERE (flags & 8) != 0"},
+};
+const size_t store_named_index_count = sizeof store_named_indexes / sizeof store_named_indexes[0];
 
 /* One step of the ladder: its statements, the version they bring the store to, and what
  * else that version needs done in the same transaction (NULL for nothing). */
