@@ -25,8 +25,9 @@
  * did) broke the rule for good: the messages stayed unclaimed, so the next session to SELECT the
  * mailbox, maybe days later, saw them as recent too. Only a session that syncs while the claim is
  * still owed (the writer's transaction and the owing session's next command) can see them as recent
- * as well, which is the case the RFC's SHOULD covers. The writer thread's commands (SELECT,
- * STORE, APPEND ...) claim as before.
+ * as well, which is the case the RFC's SHOULD covers. SELECT runs on the reader thread too
+ * (imap_lane.c SELECTS), so its claim follows this rule; the writer thread's commands (STORE,
+ * APPEND ...) claim as before.
  */
 #include "imap_session.h"
 #include "mailvault.h"

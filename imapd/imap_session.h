@@ -203,8 +203,8 @@ static inline mv_store *imap_db(const struct imap_session *s)
 /* ---- imap_lane.c ---- */
 /* The worker lane of a parsed command of session s (loop thread, no job of s in flight):
  * JOB_LANE_LONG when its work grows with many messages or bytes, JOB_LANE_READ when it only
- * reads, touches few messages and the session's store has a reader handle (see
- * imap_lane.c). */
+ * reads and touches few messages, or is a SELECT or EXAMINE (the caller keeps it on the
+ * writer if the session's store has no reader handle; see imap_lane.c). */
 enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_command *cmd);
 
 /* ---- imap_cmd_auth.c ---- */
@@ -380,11 +380,15 @@ int imap_view_uid_ranges(const struct imap_view *v,
                          size_t *n);
 
 /* ---- imap_view_cache.c ---- */
-/* The store's cached view of mailbox, brought up to date first (see the file), for a
+/* The store's cached view of mailbox, brought up to date first (see the file) by reads
+ * through db (os's store or its reader handle: the calling thread's, imap_db), for a
  * session: out (empty) shares its messages (imap_view_share: no copy) and gets uidvalidity,
  * uidnext, highestmodseq, the keyword set and first_unseen (no name, no marks). MV_OK or an
- * MV_* code (then out holds nothing). */
-int imap_view_cache_copy(struct open_store *os, const char *mailbox, struct imap_view *out);
+ * MV_* code (then out holds nothing). Takes os->view_lock. */
+int imap_view_cache_copy(struct open_store *os,
+                         mv_store *db,
+                         const char *mailbox,
+                         struct imap_view *out);
 
 /* ---- imap_recent.c ---- */
 /* \Recent (RFC 3501 2.3.2): marks the view's messages from index `from` on that are this

@@ -88,7 +88,7 @@ int imap_view_load(struct imap_session *s, const char *mailbox, int readonly)
     imap_view_free(&s->view);
     /* The messages are the cached view's, shared (imap_msgs.c); the session adds its marks,
      * a byte per message (calloc: pages the session never marks are never touched). */
-    int rc = imap_view_cache_copy(s->store, mailbox, &v); /* imap_view_cache.c */
+    int rc = imap_view_cache_copy(s->store, imap_db(s), mailbox, &v); /* imap_view_cache.c */
     if (rc == MV_OK && (v.mailbox = strdup(mailbox)) == NULL) {
         rc = MV_ENOMEM;
     }

@@ -6,11 +6,16 @@
  *
  * HOW
  *   - The cache hangs off the worker's open store (struct open_store), so it lives as long
- *     as the store stays open (store_idle_s after its last session) and is only ever used by
- *     the one thread that uses the store. It holds the views of the IMAP_VIEW_CACHE_MAILBOXES
- *     mailboxes selected last (least recently selected goes first), keyed by the mailbox's
- *     id and UIDVALIDITY, so a rename keeps it and a mailbox made again under the same name
- *     does not find it.
+ *     as the store stays open (store_idle_s after its last session). SELECT and EXAMINE run
+ *     on the worker's reader thread (imap_lane.c), reading through the reader handle, and the
+ *     writer's thread saves the views when it closes the store, so every use holds the
+ *     store's view_lock; two SELECTs of one user on two threads take turns. A SELECT's
+ *     reads begin after it has the lock, so they see at least what the cache's last update
+ *     saw (WAL: a read transaction sees every commit made before it began; a SELECT never
+ *     runs inside a transaction of its own handle). It holds the views of the
+ * IMAP_VIEW_CACHE_MAILBOXES mailboxes selected last (least recently selected goes first), keyed by
+ * the mailbox's id and UIDVALIDITY, so a rename keeps it and a mailbox made again under the same
+ * name does not find it.
  *   - A SELECT brings the cached view up to date the way a session's view is synced
  *     (imap_view.c): nothing if the mailbox's highest modseq did not move; else the rows
  *     changed since the cached modseq and the UIDs expunged since (ranges on the modseq and
@@ -552,21 +557,24 @@ static size_t imap_view_cache_unseen(struct imap_view *c)
     return i < c->count ? i + 1 : 0;
 }
 
-int imap_view_cache_copy(struct open_store *os, const char *mailbox, struct imap_view *out)
+/* imap_view_cache_copy with the cache's lock held. */
+static int imap_view_cache_copy_locked(struct open_store *os,
+                                       mv_store *db,
+                                       const char *mailbox,
+                                       struct imap_view *out)
 {
-    memset(out, 0, sizeof *out);
     if (os->view_cache == NULL && (os->view_cache = calloc(1, sizeof *os->view_cache)) == NULL) {
         return MV_ENOMEM;
     }
     /* One read transaction: the status and the changes are one snapshot. Without it (it
      * cannot fail here but for a store error, which the reads then report) each read has
      * its own, and the count check at worst lists the mailbox again. */
-    if (mv_store_read_begin(os->store) != MV_OK) {
+    if (mv_store_read_begin(db) != MV_OK) {
         /* nothing lost: each read has its own */
     }
     int rc = MV_OK;
-    struct imap_view *c = imap_view_cache_get(os->view_cache, os->store, mailbox, &rc);
-    mv_store_read_end(os->store);
+    struct imap_view *c = imap_view_cache_get(os->view_cache, db, mailbox, &rc);
+    mv_store_read_end(db);
     if (c == NULL) {
         return rc;
     }
@@ -585,4 +593,16 @@ int imap_view_cache_copy(struct open_store *os, const char *mailbox, struct imap
     out->uidnext = c->uidnext;
     out->highestmodseq = c->highestmodseq;
     return MV_OK;
+}
+
+int imap_view_cache_copy(struct open_store *os,
+                         mv_store *db,
+                         const char *mailbox,
+                         struct imap_view *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&os->view_lock);
+    int rc = imap_view_cache_copy_locked(os, db, mailbox, out);
+    pthread_mutex_unlock(&os->view_lock);
+    return rc;
 }

@@ -81,22 +81,23 @@
  *   A worker has a second thread, its reader, with a queue of its own (JOB_LANE_READ), and
  *   each open store a second handle on the same file (open_store.reader, mv_store_open_twin:
  *   the key is shared, no KDF). A command that only reads and touches few messages (a FETCH
- *   that sets no \Seen, a SEARCH, a NOOP: imap_lane.c) runs there, so it never waits for the
- *   writer thread's job: an APPEND's fsync, an EXPUNGE's deletes, a drain step, a purge
- *   batch. SQLite's WAL lets the reader read while the writer commits; every read begins
- *   after the session's previous command ended (a session has one job in flight), so it sees
- *   that command's writes (read-your-writes), and the session's view (sequence numbers) is
- *   the session's own, changed only by its own job. The rare write a read job makes (a sync
- *   that claims \Recent for messages that just arrived) goes through the reader's handle,
- *   tried once without waiting for the writer's transaction (imap_recent.c). The table of open
- *   stores stays the writer's: the reader only uses the reader handles of stores that its
- *   jobs' sessions hold (refs > 0, so none is closed meanwhile), and a session's end that runs
- *   on the reader hands the release to the writer (worker_store_release_from_reader).
- *   Bounds: one reader thread per worker (2 x workers threads in all) and one more SQLite
- *   connection per open store (stores_per_worker x workers; each with the store's page
- *   cache size). The reader runs its queue in order (FIFO): only small reads go there, so
- *   each waits for a few milliseconds of other reads at most; big ones stay in the writer's
- *   long lane.
+ *   that sets no \Seen, a SEARCH, a NOOP), and SELECT and EXAMINE (imap_lane.c), run there,
+ *   so they never wait for the writer thread's job: an APPEND's fsync, an EXPUNGE's deletes,
+ *   a drain step, a purge batch. SQLite's WAL lets the reader read while the writer commits;
+ *   every read begins after the session's previous command ended (a session has one job in
+ *   flight), so it sees that command's writes (read-your-writes), and the session's view
+ *   (sequence numbers) is the session's own, changed only by its own job. The rare write a
+ *   read job makes (a sync or a SELECT that claims \Recent for messages that just arrived)
+ *   goes through the reader's handle, tried once without waiting for the writer's transaction
+ *   (imap_recent.c). The table of open stores stays the writer's: the reader only uses the
+ *   reader handles of stores that its jobs' sessions hold (refs > 0, so none is closed
+ *   meanwhile), and a session's end that runs on the reader hands the release to the writer
+ *   (worker_store_release_from_reader); a store's view cache has a lock of its own
+ *   (open_store.view_lock). Bounds: one reader thread per worker (2 x workers threads in all)
+ *   and one more SQLite connection per open store (stores_per_worker x workers; each with the
+ *   store's page cache size). The reader runs its queue in order (FIFO): only small reads go
+ *   there, so each waits for a few milliseconds of other reads at most; big ones stay in the
+ *   writer's long lane.
  *
  * THE DRAIN
  *   A store is opened with MV_STORE_DRAIN_LATER, so a login never waits for the sealed queue:
@@ -262,7 +263,7 @@ struct worker {
      * purge's give-way question, every few VM steps (worker_purge_give_way) */
     _Atomic int writer_jobs;
     int short_run;      /* short jobs taken in a row while a long one waited */
-    uint64_t jobs_done; /* jobs run by the writer threads (THE DRAIN: the login's next one) */
+    uint64_t jobs_done; /* jobs run by its threads, reader too (THE DRAIN: the login's next one) */
     int drain_turn;     /* the next long turn goes to a drain step, if one is due */
     /* the slot the last drain or migration step was for (its turn): atomic, as a writer
      * sets it outside the lock while another scans (TSan with 2 writers, WRITERS) */
@@ -445,9 +446,11 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     s->migrate_more = 0;
     s->migrate_batch = 0;
     s->migrate_gave_way = 0;
-    quota_note(s->address, s->store); /* what sealed deliveries count from (quota.c) */
+    quota_note(s->address, s->store);  /* what sealed deliveries count from (quota.c) */
+    pthread_mutex_lock(&s->view_lock); /* refs is 0: no SELECT waits for it (READERS) */
     imap_view_cache_save(s->view_cache, s->store);
     imap_view_cache_free(&s->view_cache);
+    pthread_mutex_unlock(&s->view_lock);
     mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */
     mv_store *store = s->store;
     mv_store_close(&store);
@@ -768,8 +771,10 @@ int worker_store_close_user(struct worker *w, const char *address, int *closed)
         return MV_EBUSY;
     }
     /* The views are saved first, so their pages go into the main file with the rest. */
+    pthread_mutex_lock(&s->view_lock); /* refs is 0: no SELECT waits for it (READERS) */
     imap_view_cache_save(s->view_cache, s->store);
     imap_view_cache_free(&s->view_cache);
+    pthread_mutex_unlock(&s->view_lock);
     /* Everything into the main file now, so a copy of the store needs no WAL; the last close
      * would checkpoint too, but without saying whether it could. */
     int log_frames = -1, done_frames = -1;
@@ -1781,6 +1786,21 @@ static struct job *worker_take(struct worker *w,
     return job;
 }
 
+/* A job the reader ran counts as the worker's as one a writer ran (THE DRAIN: the login's
+ * client's SELECT runs here); a writer that waits for a store's first step (its
+ * drain_after_job) is woken when this one is it, not WORKER_DRAIN_GRACE_MS later (lock
+ * held). */
+static void worker_reader_counted(struct worker *w)
+{
+    w->jobs_done++;
+    for (int k = 0; k < w->stores_max; k++) {
+        if (w->stores[k].store != NULL && w->stores[k].drain_after_job == w->jobs_done) {
+            pthread_cond_broadcast(&w->wake);
+            return;
+        }
+    }
+}
+
 /* The reader thread (READERS): JOB_LANE_READ in order, until stopped and empty. */
 static void *worker_reader_main(void *arg)
 {
@@ -1803,6 +1823,7 @@ static void *worker_reader_main(void *arg)
         job->run(job);
         worker_finish(job);
         pthread_mutex_lock(&w->lock);
+        worker_reader_counted(w);
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
@@ -1968,6 +1989,9 @@ int worker_start(const struct config *cfg, int count, int eventfd)
         w->turns.owed = calloc((size_t)w->stores_max, sizeof *w->turns.owed);
         if (w->stores == NULL || w->turns.owed == NULL) {
             return -1;
+        }
+        for (int k = 0; k < w->stores_max; k++) {
+            pthread_mutex_init(&w->stores[k].view_lock, NULL);
         }
         int writers = cfg->writers_per_worker >= 1 ? cfg->writers_per_worker : 1;
         w->writers = calloc((size_t)writers, sizeof *w->writers);

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "mailvault.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -131,6 +132,10 @@ struct open_store {
     uint64_t drain_after_job;
     int64_t drain_after_ms;
     struct imap_view_cache *view_cache; /* the IMAP views SELECT copies (imap_view_cache.c) */
+    /* view_cache's: SELECT and EXAMINE run on the reader thread (worker.c READERS) and the
+     * writer's thread (its close saves the views), so the cache is used under this lock.
+     * Made with the worker's table, kept for the slot's life. */
+    pthread_mutex_t view_lock;
     /* The second handle (mv_store_open_twin) for jobs of JOB_LANE_READ, used only on the
      * worker's reader thread; NULL if it could not be opened (reads then stay on the
      * writer). Set when the store opens, closed with it (no session holds it then, so no

@@ -3,7 +3,9 @@
 each and in arrival order after LOGIN + SELECT, announced as EXISTS, also when more arrive
 over LMTP while the drain runs; and a short command of another user on the same worker is
 answered while long commands of a first user are queued (worker.c "LANES"); a client in IDLE
-is told of the drained mail by syncs on the worker's reader thread (worker.c "READERS").
+is told of the drained mail by syncs on the worker's reader thread (worker.c "READERS"); and
+a SELECT or EXAMINE of a user whose long commands hold the writer runs on the reader thread
+(imapd/imap_lane.c "SELECTS").
 
 USAGE (tests/cli_imapd_drain.sh runs it; the server has one worker)
   imapd_drain.py --imap PORT --lmtp PORT --metrics PORT --user ADDRESS:PASSWORD
@@ -227,6 +229,61 @@ def test_short_passes_long(args):
     other.close()
 
 
+def test_select_on_reader(args):
+    """user's long commands (COPY 1:* of ~5,000 messages on four connections) hold the
+    worker's writer; another session of the same user then SELECTs and EXAMINEs: both run on
+    the reader thread (imap_lane.c SELECTS), so each is answered while COPYs are still queued
+    and shows the mailbox. On the writer (before) they waited for the running COPY, as every job of a user
+    does there (WRITERS), and counted in the short lane: read lane +0."""
+    user, password = args.user.split(":", 1)
+    # A mailbox big enough that each COPY of it holds the writer for a while: INBOX's
+    # messages doubled five times (~5,000; a COPY of it is ~0.1 s under ASan).
+    probe = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
+    probe.command('CREATE "selbig"')
+    probe.command("SELECT INBOX")
+    probe.command('COPY 1:* "selbig"')
+    probe.command('SELECT "selbig"')
+    for _ in range(5):
+        probe.command('COPY 1:* "selbig"')
+    untagged, _ = probe.command('EXAMINE "selbig"')
+    want = exists_of(untagged)
+    conns = []
+    for i in range(4):
+        c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
+        c.command('CREATE "sel%d"' % i)
+        c.command('SELECT "selbig"')
+        conns.append(c)
+    tags = []
+    for i, c in enumerate(conns):
+        tag = c.tag()
+        c.sock.sendall(tag + b' COPY 1:* "sel%d"\r\n' % i)
+        tags.append(tag)
+    deadline, waiting = time.monotonic() + 30, 0
+    while time.monotonic() < deadline:
+        waiting = metric(args.metrics, 'mailvaultd_worker_lane_queue_length{lane="long"}') or 0
+        if waiting >= 2:
+            break
+    if waiting < 2:
+        R.note("the long jobs ran before two were queued at once; SELECT's lane not checked")
+    else:
+        read0 = lane_jobs(args.metrics, "read")
+        answered = []
+        for how in ("SELECT", "EXAMINE"):
+            untagged, tagged = probe.command(how + ' "selbig"')
+            still = metric(args.metrics, 'mailvaultd_worker_lane_queue_length{lane="long"}')
+            answered.append(b" OK" in tagged and exists_of(untagged) == want and
+                            still is not None and still >= 1)
+        read = lane_jobs(args.metrics, "read") - read0
+        R.report("SELECT and EXAMINE are answered (EXISTS %s) while the same user's COPYs are "
+                 "still queued" % want, all(answered), repr(answered))
+        R.report("they ran on the reader thread (read lane +%d)" % read, read >= 2)
+    for c, tag in zip(conns, tags):
+        _, t = c.until(tag)
+        R.report("the long COPY completes", b" OK" in t, repr(t))
+        c.close()
+    probe.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--imap", type=int, required=True)
@@ -240,6 +297,7 @@ def main():
     test_drain_after_login(args)
     test_idle_sees_drain(args)
     test_short_passes_long(args)
+    test_select_on_reader(args)
     return R.summary()
 
 

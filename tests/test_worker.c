@@ -363,6 +363,66 @@ static void test_login_does_not_drain(void)
     mv_store_close(&s);
 }
 
+/* ---- the login's next command on the reader thread lets the drain go ---- */
+static const char *wt_srwho = "selectreader@example.org";
+static int wt_sropen_rc = -1;
+static uint32_t wt_srinbox = UINT32_MAX;
+
+static void wt_sropen_run(struct job *job)
+{
+    wt_sropen_rc = wt_open_with(job, wt_srwho, NULL);
+}
+
+/* A SELECT's part on the reader thread (imap_lane.c SELECTS): INBOX counted through the
+ * store's reader handle. */
+static void wt_srread_run(struct job *job)
+{
+    struct open_store *os = worker_store_find(job->worker, wt_srwho);
+    struct mv_mailbox_info info;
+    if (os != NULL && os->reader != NULL &&
+        mv_mailbox_status(os->reader, "INBOX", &info) == MV_OK) {
+        wt_srinbox = info.messages;
+    }
+}
+
+/* SELECT runs on the reader thread: the login's next job is one the reader ran, and the
+ * drain, which waits for that job (THE DRAIN), must start after it too, not after the
+ * grace (lengthened here to 10 minutes; the drain is polled for a minute). With the
+ * reader's jobs not counted the queue stayed full until the grace. */
+static void test_drain_after_reader_select(void)
+{
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_srwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    for (int i = 0; i < WT_QUEUED; i++) {
+        char msg[160];
+        int n = snprintf(msg, sizeof msg, "From: a@example.net\r\nSubject: q-%d\r\n\r\nb\r\n", i);
+        CHECK_EQ_INT(mv_deliver_sealed(wt_srwho, msg, (size_t)n, &o, err, sizeof err), MV_OK);
+    }
+    struct worker *w = worker_place(wt_srwho);
+    wt_user = wt_srwho;
+    int grace = worker_drain_grace_set(600 * 1000);
+    wt_done = 0;
+    wt_post(w, 1, JOB_LANE_SHORT, wt_sropen_run);
+    wt_collect_one();
+    CHECK_EQ_INT(wt_sropen_rc, MV_OK);
+    wt_done = 0;
+    wt_post(w, 2, JOB_LANE_READ, wt_srread_run);
+    wt_collect_one();
+    CHECK_EQ_INT(wt_srinbox, 0); /* the SELECT answered from INBOX before any step */
+    uint32_t queued = WT_QUEUED;
+    for (int i = 0; i < 600 && queued > 0; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+        CHECK_EQ_INT(mv_queue_count(wt_srwho, &o, &queued), MV_OK);
+    }
+    CHECK_EQ_INT(queued, 0);
+    worker_drain_grace_set(grace);
+    worker_unplace(wt_srwho);
+}
+
 static void test_short_passes_long(void)
 {
     struct worker *w = worker_place("a@example.org");
@@ -2376,6 +2436,7 @@ int main(void)
     TEST(test_purge_batch_adapts);
     TEST(test_purge_gives_way_early);
     TEST(test_login_does_not_drain);
+    TEST(test_drain_after_reader_select);
     TEST(test_reader_recent_does_not_wait);
     TEST(test_end_on_reader_keeps_recent_claim);
     TEST(test_end_on_reader_at_stop);
