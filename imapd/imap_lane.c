@@ -69,7 +69,11 @@
  *   LOGINs and writes of its worker, 5.25 ms p50 against Dovecot's 1.37). Their reads go
  *   through the reader handle; the store's view cache they share takes a lock
  *   (imap_view_cache.c); SELECT's \Recent claim, its one write, follows the reader's
- *   try-once rule (imap_recent.c). A SELECT that must list a mailbox no view of which is
+ *   try-once rule (imap_recent.c). A session whose view still owes a \Recent claim (one a
+ *   read job could not make) SELECTs on the writer: the claim must be made before the view
+ *   is replaced, and only the writer waits for the lock to make it (else it would be
+ *   dropped, and the next session to select that mailbox would see those messages as
+ *   recent as well). A SELECT that must list a mailbox no view of which is
  *   cached or saved reads every message (seconds at 1,000,000) and holds up the worker's
  *   other reads for that long, as it held up the writer's short lane before.
  */
@@ -310,8 +314,9 @@ enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_
     if (cost > IMAP_LANE_SHORT_MAX) {
         return JOB_LANE_LONG;
     }
-    if (strcmp(name, "SELECT") == 0 || strcmp(name, "EXAMINE") == 0) {
-        return s->state != IMAP_NOT_AUTH ? JOB_LANE_READ : JOB_LANE_SHORT; /* SELECTS */
+    if (strcmp(name, "SELECT") == 0 || strcmp(name, "EXAMINE") == 0) { /* SELECTS */
+        return s->state != IMAP_NOT_AUTH && s->view.recent_owed == 0 ? JOB_LANE_READ
+                                                                     : JOB_LANE_SHORT;
     }
     return reads && s->state == IMAP_SELECTED ? JOB_LANE_READ : JOB_LANE_SHORT;
 }

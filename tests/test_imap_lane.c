@@ -3,7 +3,8 @@
  * its sequence set, read with the command's own parser (imap_parse_seqset), clamped to the
  * mailbox, each number counted once however the client overlapped its ranges; and which
  * commands only read (JOB_LANE_READ: the worker's reader thread, worker.c READERS): a FETCH
- * that sets no \Seen (RFC 3501 6.4.5), SEARCH, NOOP.
+ * that sets no \Seen (RFC 3501 6.4.5), SEARCH, NOOP; and SELECT and EXAMINE (imap_lane.c
+ * SELECTS), unless the view owes a \Recent claim.
  */
 #include "../imapd/imap_parse.h"
 #include "../imapd/imap_session.h"
@@ -15,9 +16,10 @@
 
 /* The lane of line in a selected mailbox of count messages with UIDNEXT uidnext; -1 if
  * the line does not parse (no lane: the caller's check fails). */
-static int il_readonly;     /* the view is read-only (EXAMINE) */
-static int il_not_selected; /* the session is authenticated, nothing selected */
-static uint64_t il_backlog; /* bodies in the store's full-text backlog (NULL store: none) */
+static int il_readonly;         /* the view is read-only (EXAMINE) */
+static int il_not_selected;     /* the session is authenticated, nothing selected */
+static uint32_t il_recent_owed; /* the view's \Recent claim owed below this UID (0: none) */
+static uint64_t il_backlog;     /* bodies in the store's full-text backlog (NULL store: none) */
 
 static int il_lane(const char *line, size_t count, uint32_t uidnext)
 {
@@ -26,6 +28,7 @@ static int il_lane(const char *line, size_t count, uint32_t uidnext)
     s.view.readonly = il_readonly;
     s.view.count = count;
     s.view.uidnext = uidnext;
+    s.view.recent_owed = il_recent_owed;
     static struct open_store store;
     store.fts_backlog = il_backlog;
     s.store = il_backlog > 0 ? &store : NULL;
@@ -114,11 +117,19 @@ static void test_reads(void)
     CHECK_EQ_INT(il_lane("a NOOP", 500, 501), JOB_LANE_READ);
     CHECK_EQ_INT(il_lane("a CHECK", 500, 501), JOB_LANE_READ);
     CHECK_EQ_INT(il_lane("a UID STORE 7 +FLAGS (\\Seen)", 500, 501), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a SELECT INBOX", 500, 501), JOB_LANE_READ); /* SELECTS */
+    CHECK_EQ_INT(il_lane("a EXAMINE INBOX", 500, 501), JOB_LANE_READ);
+    il_recent_owed = 40; /* a claim the reader could not make: the writer waits to make it */
     CHECK_EQ_INT(il_lane("a SELECT INBOX", 500, 501), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a EXAMINE Other", 500, 501), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a NOOP", 500, 501), JOB_LANE_READ); /* a sync tries it again */
+    il_recent_owed = 0;
     CHECK_EQ_INT(il_lane("a STATUS INBOX (MESSAGES)", 500, 501), JOB_LANE_SHORT);
     CHECK_EQ_INT(il_lane("a EXPUNGE", 500, 501), JOB_LANE_LONG);
     il_not_selected = 1; /* nothing selected: no view to read */
     CHECK_EQ_INT(il_lane("a NOOP", 0, 0), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a SELECT INBOX", 0, 0), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a EXAMINE INBOX", 0, 0), JOB_LANE_READ);
     il_not_selected = 0;
 }
 
