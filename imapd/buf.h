@@ -11,9 +11,14 @@ struct buf {
     char *data;
     size_t len;
     size_t cap;
+    /* How far from data on bytes may have been written: the end of the furthest room
+     * buf_reserve gave (its NUL included). 0 in a buffer made by hand, whose len + 1 is. */
+    size_t dirty;
     int oom; /* an append failed: the buffer is unusable */
 };
-/* Wipes (the whole capacity) and frees; a grown buffer's old block is wiped too. */
+/* Wipes every byte that may have been written (dirty, at least len + 1; not the capacity
+ * beyond, never written: wiping it faulted in pages nothing had used, the capacity doubles)
+ * and frees; a grown buffer's old block is wiped so too. */
 void buf_free(struct buf *b);
 int buf_reserve(struct buf *b, size_t extra);
 void buf_add(struct buf *b, const void *data, size_t len);
