@@ -64,18 +64,18 @@
  *   read-only view (EXAMINE) nothing does). A long read stays in the writer's long lane.
  *
  * SELECTS
- *   SELECT and EXAMINE go to the reader thread too, in any authenticated state (issue 13:
- *   at 100 clients a SELECT in the writer's short lane waited behind the other sessions'
- *   LOGINs and writes of its worker, 5.25 ms p50 against Dovecot's 1.37). Their reads go
- *   through the reader handle; the store's view cache they share takes a lock
- *   (imap_view_cache.c); SELECT's \Recent claim, its one write, follows the reader's
- *   try-once rule (imap_recent.c). A session whose view still owes a \Recent claim (one a
- *   read job could not make) SELECTs on the writer: the claim must be made before the view
- *   is replaced, and only the writer waits for the lock to make it (else it would be
- *   dropped, and the next session to select that mailbox would see those messages as
- *   recent as well). A SELECT that must list a mailbox no view of which is
- *   cached or saved reads every message (seconds at 1,000,000) and holds up the worker's
- *   other reads for that long, as it held up the writer's short lane before.
+ *   SELECT and EXAMINE go to the reader thread too, in any authenticated state: in the
+ *   writer's short lane a SELECT waited for whatever job its worker's writer ran, its own
+ *   user's long COPY or EXPUNGE included (issue 13). Their reads go through the reader
+ *   handle; the store's view cache they share takes a lock (imap_view_cache.c); SELECT's
+ *   \Recent claim, its one write, follows the reader's try-once rule (imap_recent.c). A
+ *   session whose view still owes a \Recent claim (one a read job could not make) SELECTs
+ *   on the writer: the claim must be made before the view is replaced, and only the writer
+ *   waits for the lock to make it (else it would be dropped, and the next session to select
+ *   that mailbox would see those messages as recent as well). A SELECT that must list a
+ *   mailbox no view of which is cached or saved reads every message (seconds at 1,000,000)
+ *   and holds up the worker's other reads for that long, as it held up the writer's short
+ *   lane before.
  */
 #include "imap_session.h"
 #include "worker.h"

@@ -6,16 +6,16 @@
  *
  * HOW
  *   - The cache hangs off the worker's open store (struct open_store), so it lives as long
- *     as the store stays open (store_idle_s after its last session). SELECT and EXAMINE run
- *     on the worker's reader thread (imap_lane.c), reading through the reader handle, and the
- *     writer's thread saves the views when it closes the store, so every use holds the
- *     store's view_lock; two SELECTs of one user on two threads take turns. A SELECT's
+ *     as the store stays open (store_idle_s after its last session). SELECT and EXAMINE
+ *     run on the worker's reader thread (imap_lane.c), reading through the reader handle,
+ *     and the writer's thread saves the views when it closes the store, so every use holds
+ *     the store's view_lock; two SELECTs of one user on two threads take turns. A SELECT's
  *     reads begin after it has the lock, so they see at least what the cache's last update
  *     saw (WAL: a read transaction sees every commit made before it began; a SELECT never
- *     runs inside a transaction of its own handle). It holds the views of the
- * IMAP_VIEW_CACHE_MAILBOXES mailboxes selected last (least recently selected goes first), keyed by
- * the mailbox's id and UIDVALIDITY, so a rename keeps it and a mailbox made again under the same
- * name does not find it.
+ *     runs inside a transaction of its own handle). The cache holds the views of the
+ *     IMAP_VIEW_CACHE_MAILBOXES mailboxes selected last (least recently selected goes
+ *     first), keyed by the mailbox's id and UIDVALIDITY, so a rename keeps it and a mailbox
+ *     made again under the same name does not find it.
  *   - A SELECT brings the cached view up to date the way a session's view is synced
  *     (imap_view.c): nothing if the mailbox's highest modseq did not move; else the rows
  *     changed since the cached modseq and the UIDs expunged since (ranges on the modseq and
