@@ -184,6 +184,23 @@ def test_idle_sees_drain(args):
     c.close()
 
 
+def queue_copies(args, conns, prefix, at_least):
+    """Sends COPY 1:* "<prefix><i>" on each of conns (selected, the mailboxes made) without
+    waiting, then polls /metrics (30 s at most) until at least at_least long jobs wait at
+    once. Returns the tags sent and whether that many waited."""
+    tags = []
+    for i, c in enumerate(conns):
+        tag = c.tag()
+        c.sock.sendall(tag + b' COPY 1:* "%s%d"\r\n' % (prefix.encode(), i))
+        tags.append(tag)
+    deadline, waiting = time.monotonic() + 30, 0
+    while time.monotonic() < deadline:
+        waiting = metric(args.metrics, 'mailvaultd_worker_lane_queue_length{lane="long"}') or 0
+        if waiting >= at_least:
+            break
+    return tags, waiting >= at_least
+
+
 def test_short_passes_long(args):
     """user's long commands (COPY 1:* of a mailbox of QUEUED+DURING messages) on six
     connections, queued on the one worker; then user2's NOOP: with lanes it runs after at
@@ -200,17 +217,8 @@ def test_short_passes_long(args):
         c.command('CREATE "copies%d"' % i)
         c.command("SELECT INBOX")
         conns.append(c)
-    tags = []
-    for i, c in enumerate(conns):
-        tag = c.tag()
-        c.sock.sendall(tag + b' COPY 1:* "copies%d"\r\n' % i)
-        tags.append(tag)
-    deadline, waiting = time.monotonic() + 30, 0
-    while time.monotonic() < deadline:
-        waiting = metric(args.metrics, 'mailvaultd_worker_lane_queue_length{lane="long"}') or 0
-        if waiting >= 3:
-            break
-    if waiting < 3:
+    tags, queued = queue_copies(args, conns, "copies", 3)
+    if not queued:
         R.note("the long jobs ran before three were queued at once; ordering not checked")
         for c, tag in zip(conns, tags):
             c.until(tag)
@@ -253,17 +261,8 @@ def test_select_on_reader(args):
         c.command('CREATE "sel%d"' % i)
         c.command('SELECT "selbig"')
         conns.append(c)
-    tags = []
-    for i, c in enumerate(conns):
-        tag = c.tag()
-        c.sock.sendall(tag + b' COPY 1:* "sel%d"\r\n' % i)
-        tags.append(tag)
-    deadline, waiting = time.monotonic() + 30, 0
-    while time.monotonic() < deadline:
-        waiting = metric(args.metrics, 'mailvaultd_worker_lane_queue_length{lane="long"}') or 0
-        if waiting >= 2:
-            break
-    if waiting < 2:
+    tags, queued = queue_copies(args, conns, "sel", 2)
+    if not queued:
         R.note("the long jobs ran before two were queued at once; SELECT's lane not checked")
     else:
         read0 = lane_jobs(args.metrics, "read")

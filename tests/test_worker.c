@@ -272,6 +272,25 @@ static void wt_next_run(struct job *job)
     }
 }
 
+/* Polls the workers' done queue until who's sealed queue is empty, for up to tries x 100 ms;
+ * the deliveries still queued then (0: drained; UINT32_MAX: the queue could not be counted,
+ * reported as a failure). */
+static uint32_t wt_wait_drained(const char *who, const struct mv_store_options *o, int tries)
+{
+    uint32_t queued = UINT32_MAX;
+    for (int i = 0; i < tries && queued > 0; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect(); /* the jobs' dones, the drain's pseudo-jobs (no IDLE here) */
+        }
+        if (mv_queue_count(who, o, &queued) != MV_OK) {
+            th_fail(__FILE__, __LINE__, "mv_queue_count");
+            return UINT32_MAX;
+        }
+    }
+    return queued;
+}
+
 static void wt_collect_one(void)
 {
     for (int i = 0; i < 300 && wt_done < 1; i++) {
@@ -317,15 +336,7 @@ static void test_login_does_not_drain(void)
     CHECK_EQ_INT(wt_queue_at_next, WT_QUEUED);
 
     /* The worker drains it after the login, with no command: polled with a deadline. */
-    uint32_t queued = WT_QUEUED;
-    for (int i = 0; i < 600 && queued > 0; i++) {
-        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
-        if (poll(&p, 1, 100) > 0) {
-            worker_collect(); /* the drain's pseudo-job (IDLE sessions: none here) */
-        }
-        CHECK_EQ_INT(mv_queue_count(wt_who, &o, &queued), MV_OK);
-    }
-    CHECK_EQ_INT(queued, 0);
+    CHECK_EQ_INT(wt_wait_drained(wt_who, &o, 600), 0);
     /* ... and then builds their full-text rows between jobs: the steps left them in the
      * store's full-text backlog, which empties (polled with a deadline). */
     long long backlog = -1;
@@ -410,15 +421,7 @@ static void test_drain_after_reader_select(void)
     wt_post(w, 2, JOB_LANE_READ, wt_srread_run);
     wt_collect_one();
     CHECK_EQ_INT(wt_srinbox, 0); /* the SELECT answered from INBOX before any step */
-    uint32_t queued = WT_QUEUED;
-    for (int i = 0; i < 600 && queued > 0; i++) {
-        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
-        if (poll(&p, 1, 100) > 0) {
-            worker_collect();
-        }
-        CHECK_EQ_INT(mv_queue_count(wt_srwho, &o, &queued), MV_OK);
-    }
-    CHECK_EQ_INT(queued, 0);
+    CHECK_EQ_INT(wt_wait_drained(wt_srwho, &o, 600), 0);
     worker_drain_grace_set(grace);
     worker_unplace(wt_srwho);
 }
@@ -1107,15 +1110,7 @@ static void test_drain_before_purge(void)
     wt_release(wt_efd, 3);
     CHECK_EQ_INT(wt_dp_rc, MV_OK);
     /* the deliveries arrive (polled with a deadline) ... */
-    uint32_t queued = WT_DP_QUEUED;
-    for (int i = 0; i < 600 && queued > 0; i++) {
-        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
-        if (poll(&p, 1, 100) > 0) {
-            worker_collect();
-        }
-        CHECK_EQ_INT(mv_queue_count(wt_dwho, &o, &queued), MV_OK);
-    }
-    CHECK_EQ_INT(queued, 0);
+    CHECK_EQ_INT(wt_wait_drained(wt_dwho, &o, 600), 0);
     /* ... with most of the purge still to do (the job below stops it at its next batch) */
     wt_done = 0;
     wt_post(w, 3, JOB_LANE_SHORT, wt_dp_left_run);
@@ -1446,14 +1441,7 @@ static void test_migration_does_not_starve_drain(void)
     wt_done = 0;
     wt_post(w, 4, JOB_LANE_LONG, wt_record); /* the queued store's steps are due now */
     wt_collect_one();
-    uint32_t queued = 3;
-    for (int i = 0; i < 1200 && queued > 0; i++) {
-        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
-        if (poll(&p, 1, 100) > 0) {
-            worker_collect();
-        }
-        CHECK_EQ_INT(mv_queue_count(wt_qwho, &o, &queued), MV_OK);
-    }
+    uint32_t queued = wt_wait_drained(wt_qwho, &o, 1200);
     wt_done = 0;
     wt_user = wt_mwho;
     wt_post(w, 5, JOB_LANE_SHORT, wt_turn_status);
