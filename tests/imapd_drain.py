@@ -184,6 +184,19 @@ def test_idle_sees_drain(args):
     c.close()
 
 
+def copy_sessions(args, count, prefix, source):
+    """count sessions of args.user, each with its mailbox "<prefix><i>" made and source
+    selected: ready for queue_copies."""
+    user, password = args.user.split(":", 1)
+    conns = []
+    for i in range(count):
+        c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
+        c.command('CREATE "%s%d"' % (prefix, i))
+        c.command('SELECT "%s"' % source)
+        conns.append(c)
+    return conns
+
+
 def queue_copies(args, conns, prefix, at_least):
     """Sends COPY 1:* "<prefix><i>" on each of conns (selected, the mailboxes made) without
     waiting, then polls /metrics (30 s at most) until at least at_least long jobs wait at
@@ -201,22 +214,33 @@ def queue_copies(args, conns, prefix, at_least):
     return tags, waiting >= at_least
 
 
-def test_short_passes_long(args):
-    """user's long commands (COPY 1:* of a mailbox of QUEUED+DURING messages) on six
-    connections, queued on the one worker; then user2's NOOP: with lanes it runs after at
-    most the long job running when it came, so it is answered while COPYs are still queued
-    (with one FIFO it was answered after all of them, none queued). The NOOP is sent once
-    /metrics shows at least three long jobs waiting: ordering, not timing."""
+def big_mailbox(args):
+    """user's mailbox "big": INBOX's messages doubled five times (~5,000), so that each COPY
+    of it holds the writer for a while (~0.1 s under ASan; a COPY of INBOX's ~170 often ran
+    before the next was queued, and the ordering tests below checked nothing). Its EXISTS."""
     user, password = args.user.split(":", 1)
+    c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
+    c.command('CREATE "big"')
+    c.command("SELECT INBOX")
+    c.command('COPY 1:* "big"')
+    c.command('SELECT "big"')
+    for _ in range(5):
+        c.command('COPY 1:* "big"')
+    untagged, _ = c.command('EXAMINE "big"')
+    c.close()
+    return exists_of(untagged)
+
+
+def test_short_passes_long(args):
+    """user's long commands (COPY 1:* of "big", big_mailbox) on six connections, queued on
+    the one worker; then user2's NOOP: with lanes it runs after at most the long job running
+    when it came, so it is answered while COPYs are still queued (with one FIFO it was
+    answered after all of them, none queued). The NOOP is sent once /metrics shows at least
+    three long jobs waiting: ordering, not timing."""
     user2, password2 = args.user2.split(":", 1)
     other = imapd_common.imap_login(args.imap, user2, password2, TIMEOUT)
     other.command("SELECT INBOX")
-    conns = []
-    for i in range(6):
-        c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
-        c.command('CREATE "copies%d"' % i)
-        c.command("SELECT INBOX")
-        conns.append(c)
+    conns = copy_sessions(args, 6, "copies", "big")
     tags, queued = queue_copies(args, conns, "copies", 3)
     if not queued:
         R.note("the long jobs ran before three were queued at once; ordering not checked")
@@ -237,30 +261,15 @@ def test_short_passes_long(args):
     other.close()
 
 
-def test_select_on_reader(args):
-    """user's long commands (COPY 1:* of ~5,000 messages on four connections) hold the
-    worker's writer; another session of the same user then SELECTs and EXAMINEs: both run on
-    the reader thread (imap_lane.c SELECTS), so each is answered while COPYs are still queued
-    and shows the mailbox. On the writer (before) they waited for the running COPY, as every job of a user
-    does there (WRITERS), and counted in the short lane: read lane +0."""
+def test_select_on_reader(args, want):
+    """user's long commands (COPY 1:* of "big", want messages, on four connections) hold the
+    worker's writer; another session of the same user then SELECTs and EXAMINEs "big": both
+    run on the reader thread (imap_lane.c SELECTS), so each is answered while COPYs are still
+    queued and shows the mailbox. On the writer (before) they waited for the running COPY, as
+    every job of a user does there (WRITERS), and counted in the short lane: read lane +0."""
     user, password = args.user.split(":", 1)
-    # A mailbox big enough that each COPY of it holds the writer for a while: INBOX's
-    # messages doubled five times (~5,000; a COPY of it is ~0.1 s under ASan).
     probe = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
-    probe.command('CREATE "selbig"')
-    probe.command("SELECT INBOX")
-    probe.command('COPY 1:* "selbig"')
-    probe.command('SELECT "selbig"')
-    for _ in range(5):
-        probe.command('COPY 1:* "selbig"')
-    untagged, _ = probe.command('EXAMINE "selbig"')
-    want = exists_of(untagged)
-    conns = []
-    for i in range(4):
-        c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
-        c.command('CREATE "sel%d"' % i)
-        c.command('SELECT "selbig"')
-        conns.append(c)
+    conns = copy_sessions(args, 4, "sel", "big")
     tags, queued = queue_copies(args, conns, "sel", 2)
     if not queued:
         R.note("the long jobs ran before two were queued at once; SELECT's lane not checked")
@@ -268,7 +277,7 @@ def test_select_on_reader(args):
         read0 = lane_jobs(args.metrics, "read")
         answered = []
         for how in ("SELECT", "EXAMINE"):
-            untagged, tagged = probe.command(how + ' "selbig"')
+            untagged, tagged = probe.command(how + ' "big"')
             still = metric(args.metrics, 'mailvaultd_worker_lane_queue_length{lane="long"}')
             answered.append(b" OK" in tagged and exists_of(untagged) == want and
                             still is not None and still >= 1)
@@ -295,8 +304,9 @@ def main():
     args = ap.parse_args()
     test_drain_after_login(args)
     test_idle_sees_drain(args)
+    big = big_mailbox(args)
     test_short_passes_long(args)
-    test_select_on_reader(args)
+    test_select_on_reader(args, big)
     return R.summary()
 
 
