@@ -181,6 +181,7 @@ $(BUILD)/asan/tests/test_worker $(BUILD)/asan/tests/test_quota_sealed $(BUILD)/a
 # The fault-injecting VFS (tests/faultvfs.h) for the tests that run the store on a failing disk.
 $(BUILD)/asan/tests/test_faults: $(BUILD)/asan/tests/faultvfs.o $(BUILD)/asan/tests/failalloc.o
 $(BUILD)/asan/tests/test_wal_io: $(BUILD)/asan/tests/faultvfs.o
+$(BUILD)/asan/tests/test_fetch_keyed: $(BUILD)/asan/tests/faultvfs.o
 # ... and fails the Nth allocation of the library's objects (tests/failalloc.h).
 $(BUILD)/asan/tests/test_faults: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
 	-Wl,--wrap=strdup -Wl,--wrap=strndup

@@ -211,11 +211,12 @@ static void *imap_fetch_place(void *arg, size_t size)
     return buf_literal_place(arg, size);
 }
 
-/* The whole message as the literal of RFC822 or BODY[] (imap_fetch_whole_only). -1 (the
+/* The whole message i as the literal of RFC822 or BODY[] (imap_fetch_whole_only). -1 (the
  * response back to mark) if its bytes are gone (expunged meanwhile) or unreadable. */
-static int
-imap_fetch_placed(struct imap_ctx *x, const struct imap_fetch *f, uint32_t uid, size_t mark)
+static int imap_fetch_placed(struct imap_ctx *x, const struct imap_fetch *f, size_t i, size_t mark)
 {
+    const struct imap_view *v = &x->s->view;
+    const struct imap_msg *m = imap_view_msg(v, i);
     struct buf *out = x->out;
     if (f->section_count == 0) {
         buf_str(out, " RFC822 ");
@@ -223,8 +224,19 @@ imap_fetch_placed(struct imap_ctx *x, const struct imap_fetch *f, uint32_t uid, 
         buf_printf(out, " BODY[%.*s] ", (int)f->sections[0].spec_len, f->sections[0].spec);
     }
     size_t len = 0;
-    int rc =
-        mv_message_fetch_into(imap_db(x->s), x->s->view.mailbox, uid, imap_fetch_place, out, &len);
+    /* By the body key while the store's mailbox is as the view last saw it (the store checks):
+     * the UID index and the body's row are not read. Not for a message the view knows is gone
+     * (expunged by another session, not yet reported): the key holds only for the messages
+     * the mailbox had at the view's highest modseq. */
+    struct mv_message_key key = {.body_key = m->body_key,
+                                 .size = m->size,
+                                 .modseq = v->highestmodseq,
+                                 .uidvalidity = v->uidvalidity};
+    int keyed = m->body_key != 0 && (imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0;
+    int rc = keyed ? mv_message_fetch_keyed_into(imap_db(x->s), v->mailbox, m->uid, &key,
+                                                 imap_fetch_place, out, &len)
+                   : mv_message_fetch_into(imap_db(x->s), v->mailbox, m->uid, imap_fetch_place, out,
+                                           &len);
     if (rc != MV_OK) {
         out->len = mark < out->len ? mark : out->len;
         if (out->data != NULL) {
@@ -307,7 +319,7 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
         imap_mime_bodystructure(mime, out, 0);
     }
     if (whole_only) {
-        if (imap_fetch_placed(x, f, m->uid, mark) != 0) {
+        if (imap_fetch_placed(x, f, i, mark) != 0) {
             return -1;
         }
         buf_str(out, ")\r\n");

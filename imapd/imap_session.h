@@ -28,12 +28,21 @@ enum imap_state { IMAP_NOT_AUTH = 0, IMAP_AUTH, IMAP_SELECTED, IMAP_LOGOUT };
  * messages can be shared (imap_msgs.c). */
 struct imap_msg {
     uint64_t modseq;
-    uint64_t size;
     int64_t internal_date;
     const char *keywords; /* shared (imap_kw_*), "" if none; never NULL in a view */
     uint32_t uid;
+    uint32_t size; /* the store keeps messages below STORE_BLOB_SIZE_MAX, 10^9 bytes */
+    /* The listing's body key (mv_message_fetch_keyed_into) if it fits in 32 bits (a store of
+     * fewer than 2^29 bodies), else 0: whole-message FETCHes then go by UID. */
+    uint32_t body_key;
     unsigned flags;
 };
+
+_Static_assert(sizeof(struct imap_msg) <= 40, "a view's message grew past 40 bytes");
+
+/* The imap_msg fields of a listing's entry (keywords aside). */
+#define IMAP_MSG_SIZE(n)     ((uint32_t)((n) < UINT32_MAX ? (n) : UINT32_MAX))
+#define IMAP_MSG_BODY_KEY(k) ((uint32_t)((k) <= UINT32_MAX ? (k) : 0))
 
 /* The messages of a view are kept in chunks of at most IMAP_CHUNK_MSGS (imap_msgs.c): a
  * chunk is shared by the store's cached view and by every session that selected the mailbox

@@ -55,7 +55,8 @@ int imap_view_list(mv_store *store, const char *mailbox, uint64_t since, struct 
         struct imap_msg m = {.uid = e.uid,
                              .flags = e.flags,
                              .modseq = e.modseq,
-                             .size = e.size,
+                             .size = IMAP_MSG_SIZE(e.size),
+                             .body_key = IMAP_MSG_BODY_KEY(e.body_key),
                              .internal_date = e.internal_date,
                              .keywords = imap_kw_new(e.keywords, like)};
         rc = m.keywords != NULL ? imap_view_push(v, &m) : MV_ENOMEM;

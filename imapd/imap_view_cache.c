@@ -48,10 +48,12 @@
  *     view that is old, from before a crash, or from another server only costs the changes
  *     since; one that does not decode, cannot be read (a damaged page: logged as a warning)
  *     or has another UIDVALIDITY is ignored (full listing).
- *     Encoding (version 1, "MVV1"): a varint count, then per message LEB128 varints: the UID
+ *     Encoding (version 2, "MVV2"): a varint count, then per message LEB128 varints: the UID
  *     minus the previous one (> 0), flags, modseq, size, the internal date minus the previous
- *     one (zigzag), and the keywords: 0 none, 1 the previous message's, 2 + n then n bytes.
- *     ~10 bytes a message: 1 MB for 100,000.
+ *     one (zigzag), the body key minus the previous one (zigzag; keys ascend with the UIDs of
+ *     mail as it arrived), and the keywords: 0 none, 1 the previous message's, 2 + n then n
+ *     bytes. ~11 bytes a message: 1.1 MB for 100,000. Version 1 (the same without the body
+ *     key) is listed again once, so every cached view has its keys.
  *
  * MEMORY
  *   40 bytes a message per cached view, plus each distinct keyword list once: a 100,000-
@@ -80,7 +82,9 @@ struct imap_view_cache {
 };
 
 /* ---- the saved view's encoding (see the file comment) ---- */
-static const unsigned char imap_view_magic[4] = {'M', 'V', 'V', '1'};
+static const unsigned char imap_view_magic[4] = {'M', 'V', 'V', '2'};
+/* The version before the body keys: not decoded, the mailbox is listed instead. */
+static const unsigned char imap_view_magic_v1[4] = {'M', 'V', 'V', '1'};
 
 static unsigned char *imap_view_put(unsigned char *p, uint64_t v)
 {
@@ -112,7 +116,7 @@ static unsigned char *imap_view_encode(const struct imap_view *v, size_t *len)
 {
     size_t max = sizeof imap_view_magic + 10;
     for (size_t i = 0; i < v->count; i++) {
-        max += 5 * 10 + 1 + strlen(imap_view_msg(v, i)->keywords);
+        max += 6 * 10 + 1 + strlen(imap_view_msg(v, i)->keywords);
     }
     unsigned char *out = malloc(max), *p = out;
     if (out == NULL) {
@@ -120,7 +124,7 @@ static unsigned char *imap_view_encode(const struct imap_view *v, size_t *len)
     }
     memcpy(p, imap_view_magic, sizeof imap_view_magic);
     p = imap_view_put(p + sizeof imap_view_magic, v->count);
-    uint32_t uid = 0;
+    uint32_t uid = 0, key = 0;
     int64_t date = 0;
     const char *kw = "";
     for (size_t i = 0; i < v->count; i++) {
@@ -130,6 +134,8 @@ static unsigned char *imap_view_encode(const struct imap_view *v, size_t *len)
         p = imap_view_put(p, m->modseq);
         p = imap_view_put(p, m->size);
         uint64_t d = (uint64_t)m->internal_date - (uint64_t)date; /* two's complement delta */
+        p = imap_view_put(p, (d << 1) ^ (uint64_t) - (int64_t)(d >> 63));
+        d = (uint64_t)m->body_key - (uint64_t)key;
         p = imap_view_put(p, (d << 1) ^ (uint64_t) - (int64_t)(d >> 63));
         if (m->keywords[0] == '\0') {
             *p++ = 0;
@@ -143,21 +149,26 @@ static unsigned char *imap_view_encode(const struct imap_view *v, size_t *len)
         }
         uid = m->uid;
         date = m->internal_date;
+        key = m->body_key;
         kw = m->keywords;
     }
     *len = (size_t)(p - out);
     return out;
 }
 
-/* Decodes data into v's messages (v empty before). MV_OK, MV_ENOMEM, or MV_ECORRUPT for
- * bytes that are not a view (v then empty). */
+/* Decodes data into v's messages (v empty before). MV_OK, MV_ENOMEM, MV_ENOTFOUND for a
+ * view of version 1, or MV_ECORRUPT for bytes that are not a view (v then empty). */
 static int imap_view_decode(const unsigned char *data, size_t len, struct imap_view *v)
 {
     const unsigned char *p = data, *end = data + len;
     uint64_t count = 0;
+    if (len >= sizeof imap_view_magic_v1 &&
+        memcmp(p, imap_view_magic_v1, sizeof imap_view_magic_v1) == 0) {
+        return MV_ENOTFOUND;
+    }
     if (len < sizeof imap_view_magic || memcmp(p, imap_view_magic, sizeof imap_view_magic) != 0 ||
         (p += sizeof imap_view_magic, imap_view_get(&p, end, &count)) != 0 ||
-        count > (uint64_t)(end - p) / 6) { /* each message takes at least 6 bytes */
+        count > (uint64_t)(end - p) / 7) { /* each message takes at least 7 bytes */
         return MV_ECORRUPT;
     }
     int rc = imap_view_reserve(v, (size_t)count);
@@ -165,16 +176,18 @@ static int imap_view_decode(const unsigned char *data, size_t len, struct imap_v
         imap_view_free(v);
         return rc;
     }
-    uint64_t uid = 0, date = 0;
+    uint64_t uid = 0, date = 0, key = 0;
     const char *kw = "";
     char *text = NULL;
     size_t text_cap = 0;
     while (rc == MV_OK && v->count < count) {
-        uint64_t du, flags, modseq, size, dd, tag;
+        uint64_t du, flags, modseq, size, dd, dk, tag;
         if (imap_view_get(&p, end, &du) != 0 || du == 0 || uid + du > UINT32_MAX ||
             imap_view_get(&p, end, &flags) != 0 || flags > 0xff ||
             imap_view_get(&p, end, &modseq) != 0 || modseq > INT64_MAX ||
-            imap_view_get(&p, end, &size) != 0 || imap_view_get(&p, end, &dd) != 0 ||
+            imap_view_get(&p, end, &size) != 0 || size > UINT32_MAX ||
+            imap_view_get(&p, end, &dd) != 0 || imap_view_get(&p, end, &dk) != 0 ||
+            (key += (dk >> 1) ^ (uint64_t) - (int64_t)(dk & 1)) > UINT32_MAX ||
             imap_view_get(&p, end, &tag) != 0 || (tag == 1 && kw[0] == '\0') ||
             (tag >= 2 && tag - 2 > (uint64_t)(end - p))) {
             rc = MV_ECORRUPT;
@@ -211,7 +224,8 @@ static int imap_view_decode(const unsigned char *data, size_t len, struct imap_v
         imap_view_append(v, &(struct imap_msg){.uid = (uint32_t)uid,
                                                .flags = (unsigned)flags,
                                                .modseq = modseq,
-                                               .size = size,
+                                               .size = (uint32_t)size,
+                                               .body_key = (uint32_t)key,
                                                .internal_date = (int64_t)date,
                                                .keywords = m_kw});
         kw = m_kw;
@@ -249,7 +263,11 @@ static int imap_view_cache_load(mv_store *store,
     }
     if (rc == MV_OK) {
         rc = imap_view_decode(data, len, c);
-        if (rc == MV_ECORRUPT) {
+        if (rc == MV_ENOTFOUND) {
+            log_msg(LOG_LEVEL_INFO,
+                    "view cache: the saved view of %s is of version 1 (no body keys); listing it",
+                    mailbox);
+        } else if (rc == MV_ECORRUPT) {
             log_msg(LOG_LEVEL_WARNING,
                     "view cache: the saved view of %s does not decode; listing it", mailbox);
         }

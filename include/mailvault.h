@@ -75,7 +75,7 @@ extern "C" {
 
 /* ---- Versions -------------------------------------------------------------------------- */
 
-#define MV_VERSION_STRING "0.2.0"
+#define MV_VERSION_STRING "0.3.0"
 
 /* The library's version, "MAJOR.MINOR.PATCH" (see VERSIONS AND ABI at the top). Static
  * storage. */
@@ -667,6 +667,35 @@ MV_API MV_MUST_CHECK int mv_message_fetch_into(mv_store *store,
                                                void *place_arg,
                                                size_t *len_out);
 
+/* Where a caller that keeps a mailbox's listing (mv_message_list_next) says it last saw a
+ * message: the listing's body_key and size for the UID, and the mailbox's UIDVALIDITY and
+ * highest modseq (mv_mailbox_status) at which the caller's listing was up to date and still
+ * held the message. */
+struct mv_message_key {
+    uint64_t body_key;
+    uint64_t size;
+    uint64_t modseq;
+    uint32_t uidvalidity;
+};
+
+/* mv_message_fetch_into() of message uid, found through key instead of the UID: while the
+ * mailbox is as the caller last saw it (the same UIDVALIDITY and highest modseq: nothing
+ * was expunged, moved or changed since), the message is still there with the body key
+ * names, and its bytes are read without the UID index and the body's own row (a random
+ * page read fewer each from a cold file; issue 13). Otherwise (the mailbox changed since,
+ * key NULL or its body_key 0, or a store whose pages are not authenticated, where the
+ * recorded SHA-256 must be checked) it is exactly mv_message_fetch_into(). A key that does
+ * not match the message it names (a caller's mistake) gives MV_ECORRUPT or the other
+ * message's bytes, never memory errors: sizes and frames are checked as on every read.
+ * Returns what mv_message_fetch_into() returns. */
+MV_API MV_MUST_CHECK int mv_message_fetch_keyed_into(mv_store *store,
+                                                     const char *mailbox,
+                                                     uint32_t uid,
+                                                     const struct mv_message_key *key,
+                                                     void *(*place)(void *arg, size_t size),
+                                                     void *place_arg,
+                                                     size_t *len_out);
+
 /* Like mv_message_fetch(), but only the message's header: its bytes up to and including the
  * first empty line (an empty first line -- an empty header block, RFC 5322 2.1 -- or the
  * first LF followed by LF or by CR LF), or the whole message if it has none, exactly as the first
@@ -940,7 +969,8 @@ MV_API void mv_free(void *p);
 /*
  * What an IMAP session needs to build its sequence-number <-> UID map and to find what
  * changed: a mailbox's messages in ascending UID order with their flags, keywords and
- * modseq, read from the (mailbox_id, uid) index without touching bodies.
+ * modseq, read from the (mailbox_id, uid) index, and with each message a key to its bytes
+ * (body_key) that mv_message_fetch_keyed_into() reads without looking the UID up again.
  */
 
 struct mv_message_entry {
@@ -950,6 +980,7 @@ struct mv_message_entry {
     uint64_t size;         /* bytes, as delivered */
     int64_t internal_date; /* Unix seconds */
     const char *keywords;  /* space-separated, "" if none; valid until the next call */
+    uint64_t body_key; /* opaque, never 0 for a listed message: see mv_message_fetch_keyed_into */
 };
 
 /* Iterates the messages of mailbox with uid > uid_after and modseq > changed_since (0 and 0:

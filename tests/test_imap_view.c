@@ -26,6 +26,8 @@
  *     still reads what its model holds, so no view ever wrote a chunk another one reads.
  *   - Mail that comes and mostly goes in a view that lives on: the chunks stay as many as
  *     the messages need (imap_view_compact), nothing else of the view changes.
+ *   - The body keys: the view has the listing's key of every message; the saved view keeps
+ *     them; a saved view of the version without keys is listed again, not loaded.
  * At the end every chunk is freed (references balance) and ASan's leak check covers the
  * keyword strings.
  */
@@ -743,6 +745,99 @@ static void test_sync_and_merge_compact(void)
     CHECK_EQ_INT(imap_chunks_live(), 1); /* the cache's one */
 }
 
+/* LEB128, as the saved view's encoding (imapd/imap_view_cache.c). */
+static size_t tv_put(unsigned char *p, uint64_t v)
+{
+    size_t n = 0;
+    for (; v >= 0x80; v >>= 7) {
+        p[n++] = (unsigned char)(v | 0x80);
+    }
+    p[n++] = (unsigned char)v;
+    return n;
+}
+
+/* INBOX's listing, in UID order: its entries' body keys (malloc'd) and count. */
+static uint64_t *tv_listed_keys(size_t *count)
+{
+    mv_message_iter *it = NULL;
+    struct mv_message_entry e;
+    size_t n = 0, cap = TV_COUNT + 16;
+    uint64_t *keys = calloc(cap, sizeof *keys);
+    int rc = keys != NULL ? mv_message_list_begin(tv_store, "INBOX", 0, 0, &it) : MV_ENOMEM;
+    while (rc == MV_OK && n < cap && mv_message_list_next(it, &e) == 1) {
+        keys[n++] = e.body_key;
+    }
+    mv_message_list_end(&it);
+    *count = n;
+    return keys;
+}
+
+/* 1 if every message of v has the listing's body key (none 0). */
+static int tv_keys_match(const struct imap_view *v, const uint64_t *keys, size_t n)
+{
+    int ok = v->count == n;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = keys[i] != 0 && imap_view_msg(v, i)->body_key == keys[i];
+    }
+    return ok;
+}
+
+/* The body keys (FETCH of whole messages by key, mv_message_fetch_keyed_into): a listed view
+ * has the listing's key for every message, the saved view keeps them (version 2), and a
+ * saved view of version 1, which has none, is listed again instead of loaded, so no cached
+ * view is ever without its keys (a version 1 view that matches the mailbox would otherwise
+ * load, and every message would be read by UID). */
+static void test_saved_view_keys(void)
+{
+    CHECK(tv_store != NULL);
+    size_t n = 0;
+    uint64_t *keys = tv_listed_keys(&n);
+    CHECK(keys != NULL && n > 0);
+    struct imap_session a;
+    tv_session(&a);
+    CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK);
+    CHECK(tv_keys_match(&a.view, keys, n));
+    uint32_t uidvalidity = a.view.uidvalidity;
+    uint64_t modseq = a.view.highestmodseq;
+    imap_view_free(&a.view);
+    imap_view_cache_save(tv_os.view_cache, tv_store);
+    imap_view_cache_free(&tv_os.view_cache);
+    CHECK_EQ_INT(tu_int(mv_store_db(tv_store), "SELECT substr(data, 1, 4) = CAST('MVV2' AS BLOB) "
+                                               "FROM mailbox_views v JOIN mailboxes m ON "
+                                               "m.id = v.mailbox_id WHERE m.name = 'INBOX'"),
+                 1);
+    CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK); /* from the saved view */
+    CHECK(tv_keys_match(&a.view, keys, n));
+    /* the same messages in version 1 (no keys), saved at the mailbox's modseq */
+    unsigned char *v1 = malloc(16 + n * 64);
+    CHECK(v1 != NULL);
+    size_t len = 0;
+    memcpy(v1, "MVV1", 4);
+    len = 4 + tv_put(v1 + 4, n);
+    uint64_t uid = 0, date = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct imap_msg *m = imap_view_msg(&a.view, i);
+        uint64_t d = (uint64_t)m->internal_date - date;
+        len += tv_put(v1 + len, m->uid - uid);
+        len += tv_put(v1 + len, m->flags);
+        len += tv_put(v1 + len, m->modseq);
+        len += tv_put(v1 + len, m->size);
+        len += tv_put(v1 + len, (d << 1) ^ (uint64_t) - (int64_t)(d >> 63));
+        CHECK(m->keywords[0] == '\0');
+        v1[len++] = 0; /* no keywords */
+        uid = m->uid;
+        date = (uint64_t)m->internal_date;
+    }
+    imap_view_free(&a.view);
+    imap_view_cache_free(&tv_os.view_cache);
+    CHECK_EQ_INT(mv_mailbox_view_save(tv_store, "INBOX", uidvalidity, modseq, v1, len), MV_OK);
+    free(v1);
+    CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK);
+    CHECK(tv_keys_match(&a.view, keys, n));
+    imap_view_free(&a.view);
+    free(keys);
+}
+
 static void test_teardown(void)
 {
     imap_view_cache_free(&tv_os.view_cache);
@@ -762,6 +857,7 @@ int main(void)
     TEST(test_chunk_model);
     TEST(test_compact_after_churn);
     TEST(test_sync_and_merge_compact);
+    TEST(test_saved_view_keys);
     TEST(test_teardown);
     return th_summary();
 }

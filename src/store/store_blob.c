@@ -46,6 +46,7 @@
  */
 #include "store/store_blob.h"
 #include "crypto/crypt.h"
+#include "vfs/vfs_hint.h"
 
 #include <openssl/evp.h>
 #include <stdlib.h>
@@ -769,6 +770,26 @@ static int store_body_part_blob(mv_store *s, sqlite3_blob **blob, int64_t attach
  * part): an attachment stored as it is goes from SQLite's pages straight to its place in the
  * message, without a column value's copy of its own (issue 13: that copy, its malloc and
  * page faults were ~5% of the CPU of a FETCH of 50 random whole messages). */
+/* A stored BLOB longer than this may have an overflow chain (a 4 KiB page's cell holds less). */
+#define STORE_BLOB_CHAIN_MIN 3500
+
+/* Reads the length of row id's BLOB (length_sql: one leaf, no overflow page) and tells the
+ * VFS that the next page read from the file starts its chain (vfs_hint.h), so the chain is
+ * read from the disk in one request, and no further. The caller takes the hint back after
+ * reading the BLOB. Nothing fails here: without the length there is no hint. */
+static void store_blob_hint_chain(mv_store *s, const char *length_sql, int64_t id)
+{
+    sqlite3_stmt *st = store_stmt(s, length_sql);
+    if (st == NULL) {
+        return;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        mv_db_read_ahead_hint(s->db, sqlite3_column_int64(st, 0));
+    }
+    sqlite3_reset(st);
+}
+
 static int store_body_place_part(mv_store *s,
                                  struct store_body_build *b,
                                  sqlite3_stmt *st,
@@ -800,6 +821,9 @@ static int store_body_place_part(mv_store *s,
         rc = store_fail(s, MV_ECORRUPT, "attachment %lld: %d bytes stored, %lld recorded",
                         (long long)attachment_id, sqlite3_blob_bytes(*blob), (long long)stored);
     }
+    if (rc == MV_OK) {
+        mv_db_read_ahead_hint(s->db, stored); /* the handle has the row: next, its chain */
+    }
     if (rc == MV_OK && compression == STORE_BLOB_NONE) {
         if (stored != part_size) {
             rc = store_fail(s, MV_ECORRUPT, "attachment %lld: %lld bytes stored, %lld expected",
@@ -821,6 +845,7 @@ static int store_body_place_part(mv_store *s,
         }
         crypt_free_wiped(packed);
     }
+    mv_db_read_ahead_hint(s->db, 0);
     if (rc == MV_OK) {
         b->pos += (size_t)part_size;
     }
@@ -870,23 +895,17 @@ static int store_body_place_parts(mv_store *s, struct store_body_build *b, int v
     return MV_OK;
 }
 
-/* From a row (size, compression, sha256, data) stepped on st: allocates the output and
- * unpacks the skeleton into its tail. digest gets the recorded SHA-256. */
-static int store_body_stage_row(
-    mv_store *s, struct store_body_build *b, sqlite3_stmt *st, int col, uint8_t digest[32])
+/* Allocates the output of a body of size bytes and unpacks its stored skeleton (data,
+ * data_len bytes, compression) into its tail. */
+static int store_body_stage_data(mv_store *s,
+                                 struct store_body_build *b,
+                                 size_t size,
+                                 int compression,
+                                 const void *data,
+                                 size_t data_len)
 {
-    sqlite3_int64 size = sqlite3_column_int64(st, col);
-    int compression = sqlite3_column_int(st, col + 1);
-    const void *data = sqlite3_column_blob(st, col + 3);
-    size_t data_len = (size_t)sqlite3_column_bytes(st, col + 3), skeleton_len = 0;
-    if (size < 0 || size > (sqlite3_int64)STORE_BLOB_SIZE_MAX ||
-        sqlite3_column_bytes(st, col + 2) != 32 ||
-        sqlite3_column_type(st, col + 3) == SQLITE_NULL) {
-        return store_fail(s, MV_ECORRUPT, "body %lld: bad size, digest or missing data",
-                          (long long)b->body_id);
-    }
-    memcpy(digest, sqlite3_column_blob(st, col + 2), 32);
-    b->size = (size_t)size;
+    size_t skeleton_len = 0;
+    b->size = size;
     int rc =
         store_blob_unpacked_size(s, "body", b->body_id, compression, data, data_len, &skeleton_len);
     if (rc == MV_OK && skeleton_len > b->size) {
@@ -906,6 +925,42 @@ static int store_body_stage_row(
                                b->out + (b->size - skeleton_len), skeleton_len);
     }
     return rc;
+}
+
+/* From a row (size, compression, sha256, data) stepped on st: allocates the output and
+ * unpacks the skeleton into its tail. digest gets the recorded SHA-256. */
+static int store_body_stage_row(
+    mv_store *s, struct store_body_build *b, sqlite3_stmt *st, int col, uint8_t digest[32])
+{
+    sqlite3_int64 size = sqlite3_column_int64(st, col);
+    if (size < 0 || size > (sqlite3_int64)STORE_BLOB_SIZE_MAX ||
+        sqlite3_column_bytes(st, col + 2) != 32 ||
+        sqlite3_column_type(st, col + 3) == SQLITE_NULL) {
+        return store_fail(s, MV_ECORRUPT, "body %lld: bad size, digest or missing data",
+                          (long long)b->body_id);
+    }
+    memcpy(digest, sqlite3_column_blob(st, col + 2), 32);
+    return store_body_stage_data(s, b, (size_t)size, sqlite3_column_int(st, col + 1),
+                                 sqlite3_column_blob(st, col + 3),
+                                 (size_t)sqlite3_column_bytes(st, col + 3));
+}
+
+uint64_t store_body_key(int64_t body_id, int64_t compression)
+{
+    if (body_id <= 0 || body_id > STORE_BODY_KEY_ID_MAX || compression < 0 || compression > 6) {
+        return 0;
+    }
+    return ((uint64_t)body_id << 3) | (uint64_t)(compression + 1);
+}
+
+int store_body_key_parts(uint64_t key, int64_t *body_id, int *compression)
+{
+    if ((key & 7) == 0 || key >> 3 == 0) {
+        return 0;
+    }
+    *body_id = (int64_t)(key >> 3);
+    *compression = (int)(key & 7) - 1;
+    return 1;
 }
 
 /* Reads the bodies row of b->body_id and stages it (store_body_stage_row). */
@@ -1026,6 +1081,48 @@ int store_message_body_place(mv_store *s,
 {
     struct store_body_build b = {.place = place, .place_arg = place_arg};
     return store_message_body_read(s, mailbox_id, uid, &b, len_out);
+}
+
+int store_body_place_keyed(mv_store *s,
+                           int64_t body_id,
+                           int compression,
+                           size_t size,
+                           void *(*place)(void *arg, size_t size),
+                           void *place_arg,
+                           size_t *len_out)
+{
+    struct store_body_build b = {.body_id = body_id, .place = place, .place_arg = place_arg};
+    *len_out = 0;
+    if (size > STORE_BLOB_SIZE_MAX) {
+        return store_fail(s, MV_ECORRUPT, "body %lld: a size of %zu bytes", (long long)body_id,
+                          size);
+    }
+    if (size > STORE_BLOB_CHAIN_MIN) {
+        store_blob_hint_chain(s, "SELECT length(data) FROM bodies_data WHERE id = ?", body_id);
+    }
+    sqlite3_stmt *st = store_stmt(s, "SELECT data FROM bodies_data WHERE id = ?");
+    if (st == NULL) {
+        mv_db_read_ahead_hint(s->db, 0);
+        return store_fail_sqlite(s, "reading a message body");
+    }
+    sqlite3_bind_int64(st, 1, body_id);
+    int rc = MV_OK, step = sqlite3_step(st);
+    mv_db_read_ahead_hint(s->db, 0); /* the column is read: never left for another read */
+    if (step == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        rc = store_body_stage_data(s, &b, size, compression, sqlite3_column_blob(st, 0),
+                                   (size_t)sqlite3_column_bytes(st, 0));
+    } else {
+        rc = step == SQLITE_DONE || step == SQLITE_ROW
+                 ? MV_ENOTFOUND
+                 : store_fail_sqlite(s, "reading a message body");
+    }
+    sqlite3_reset(st);
+    if (rc != MV_OK) {
+        store_body_build_drop(&b);
+        return rc;
+    }
+    uint8_t *raw = NULL;
+    return store_body_finish(s, &b, NULL, 0, &raw, len_out);
 }
 
 /* The header unit of body_id (unit: its head_stored stored bytes) unpacked into *out and

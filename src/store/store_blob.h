@@ -89,6 +89,29 @@ int store_message_body_place(mv_store *s,
                              void *place_arg,
                              size_t *len_out);
 
+/* The body key of a listing (struct mv_message_entry's body_key): the body's id and its
+ * compression in one number, (body_id << 3) | (compression + 1), so 0 is never a key; 0 for
+ * an id or compression that does not fit (compression -1: the body's row is missing). The
+ * key is what mv_message_fetch_keyed_into needs to read the bytes without the body's row. */
+#define STORE_BODY_KEY_ID_MAX (INT64_MAX >> 3)
+uint64_t store_body_key(int64_t body_id, int64_t compression);
+/* 1 and the parts of key, or 0 (not a key). */
+int store_body_key_parts(uint64_t key, int64_t *body_id, int *compression);
+
+/* store_message_body_place() of body_id, known to be the body of a message that still
+ * exists, stored with compression and size bytes long (as a body key and a listing say):
+ * reads only the body's stored skeleton (bodies_data) and its parts, not the message's or the
+ * body's row. Never checks the SHA-256 (for a store whose pages are authenticated). Sizes,
+ * frames and the reassembled length are checked as on every read: a wrong size or compression
+ * gives MV_ECORRUPT. MV_ENOTFOUND: no such bodies_data row (place not called). */
+int store_body_place_keyed(mv_store *s,
+                           int64_t body_id,
+                           int compression,
+                           size_t size,
+                           void *(*place)(void *arg, size_t size),
+                           void *place_arg,
+                           size_t *len_out);
+
 /* Length of the header of raw: up to and including the first empty line (an empty first
  * line, or the first LF followed by LF or by CR LF); len if there is none. mailvaultd uses
  * it too (mv_message_header_len), for the message and for every MIME part's header. */

@@ -15,8 +15,13 @@
  *     row, not the mailbox. INDEXED BY because the planner, seeing ORDER BY uid, would
  *     rather walk the UID index and filter every row (and if the index ever goes, prepare
  *     fails loudly).
+ *   - Each row joins its body's row for the compression that, with the body's id, makes the
+ *     body key (store_body_key): a seek into bodies per row, in the order the bodies were
+ *     written, so mostly a page just read. A fetch by key then reads only the body's data
+ *     (mv_message_fetch_keyed_into).
  */
 #include "store/store.h"
+#include "store/store_blob.h"
 
 #include <stdlib.h>
 
@@ -29,11 +34,14 @@ struct mv_message_iter {
 };
 
 static const char *const store_listing_sql =
-    "SELECT uid, flags, modseq, size, internal_date, keywords FROM messages "
-    "WHERE mailbox_id = ?1 AND uid > ?2 AND modseq > ?3 ORDER BY uid";
+    "SELECT m.uid, m.flags, m.modseq, m.size, m.internal_date, m.keywords, m.body_id,"
+    " b.compression FROM messages m LEFT JOIN bodies b ON b.id = m.body_id "
+    "WHERE m.mailbox_id = ?1 AND m.uid > ?2 AND m.modseq > ?3 ORDER BY m.uid";
 static const char *const store_listing_changed_sql =
-    "SELECT uid, flags, modseq, size, internal_date, keywords FROM messages "
-    "INDEXED BY messages_modseq WHERE mailbox_id = ?1 AND uid > ?2 AND modseq > ?3 ORDER BY uid";
+    "SELECT m.uid, m.flags, m.modseq, m.size, m.internal_date, m.keywords, m.body_id,"
+    " b.compression FROM messages m INDEXED BY messages_modseq LEFT JOIN bodies b"
+    " ON b.id = m.body_id WHERE m.mailbox_id = ?1 AND m.uid > ?2 AND m.modseq > ?3"
+    " ORDER BY m.uid";
 
 int mv_message_list_begin(mv_store *s,
                           const char *mailbox,
@@ -95,6 +103,10 @@ int mv_message_list_next(mv_message_iter *it, struct mv_message_entry *entry)
         entry->modseq = (uint64_t)sqlite3_column_int64(it->stmt, 2);
         entry->size = (uint64_t)sqlite3_column_int64(it->stmt, 3);
         entry->internal_date = sqlite3_column_int64(it->stmt, 4);
+        entry->body_key = store_body_key(sqlite3_column_int64(it->stmt, 6),
+                                         sqlite3_column_type(it->stmt, 7) == SQLITE_INTEGER
+                                             ? sqlite3_column_int64(it->stmt, 7)
+                                             : -1);
         const char *keywords = (const char *)sqlite3_column_text(it->stmt, 5);
         entry->keywords = store_strings_add(&it->strings, keywords != NULL ? keywords : "", &oom);
         if (!oom) {

@@ -700,6 +700,69 @@ int mv_message_fetch_into(mv_store *s,
     return store_message_fetch_bytes(s, mailbox, uid, 0, place, place_arg, NULL, len_out);
 }
 
+/* 1 if mailbox_id has uidvalidity and highest modseq now (in the read transaction), 0 if
+ * not, or an error. */
+static int
+store_mailbox_unchanged(mv_store *s, int64_t mailbox_id, uint32_t uidvalidity, uint64_t modseq)
+{
+    sqlite3_stmt *st =
+        store_stmt(s, "SELECT uidvalidity, highestmodseq FROM mailboxes WHERE id = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading a mailbox");
+    }
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    int step = sqlite3_step(st), rc = 0;
+    if (step == SQLITE_ROW) {
+        rc = (uint64_t)sqlite3_column_int64(st, 0) == uidvalidity &&
+             (uint64_t)sqlite3_column_int64(st, 1) == modseq;
+    } else if (step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "reading a mailbox");
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+int mv_message_fetch_keyed_into(mv_store *s,
+                                const char *mailbox,
+                                uint32_t uid,
+                                const struct mv_message_key *key,
+                                void *(*place)(void *arg, size_t size),
+                                void *place_arg,
+                                size_t *len_out)
+{
+    int64_t body_id = 0, mailbox_id = 0;
+    int compression = 0;
+    /* The key skips the SHA-256 check, so only where every page read is authenticated. */
+    if (s == NULL || mailbox == NULL || key == NULL || place == NULL || len_out == NULL ||
+        !s->pages_authenticated || key->size > SIZE_MAX ||
+        !store_body_key_parts(key->body_key, &body_id, &compression)) {
+        return mv_message_fetch_into(s, mailbox, uid, place, place_arg, len_out);
+    }
+    *len_out = 0;
+    int began = 0;
+    int rc = store_message_read_begin(s, &began);
+    if (rc == MV_OK) {
+        rc = store_mailbox_id(s, mailbox, &mailbox_id);
+    }
+    if (rc == MV_OK) {
+        /* Unchanged since the caller's listing held uid: uid is still there (an expunge or a
+         * move moves the highest modseq) and its body still the one keyed (a message's body
+         * never changes; a body's id is not reused while a message refers to it). */
+        rc = store_mailbox_unchanged(s, mailbox_id, key->uidvalidity, key->modseq);
+        if (rc == 1) {
+            rc = store_body_place_keyed(s, body_id, compression, (size_t)key->size, place,
+                                        place_arg, len_out);
+        } else if (rc == 0) {
+            rc = MV_ENOTFOUND;
+        }
+    }
+    store_message_read_end(s, began);
+    if (rc == MV_ENOTFOUND) { /* changed since, or the body row gone: by UID, as ever */
+        return mv_message_fetch_into(s, mailbox, uid, place, place_arg, len_out);
+    }
+    return rc;
+}
+
 int mv_message_fetch_header(
     mv_store *s, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out)
 {

@@ -57,6 +57,7 @@ struct mv_read_run {
     uint32_t length; /* adjacent reads in dir so far */
     uint32_t lo, hi; /* the pages the last window read (inclusive; lo 0: none) */
     uint32_t next;   /* bytes the next window reads */
+    uint32_t hinted; /* pages the next read's window reads (vfs_hint.h; 0: no hint) */
 };
 
 enum mv_file_kind { MV_FILE_PLAIN, MV_FILE_MAIN, MV_FILE_JOURNAL, MV_FILE_WAL, MV_FILE_TEMP };
@@ -195,6 +196,11 @@ int mv_main_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
  * adjacent reads past the last window, reads a window of pages ahead in one lower read so
  * that the run's next pages come from the page cache (vfs_read_ahead.c). A hint: no error. */
 void mv_main_read_ahead(struct mv_file *f, uint32_t pgno, uint32_t page_size);
+/* MV_FCNTL_READ_AHEAD on a main file (vfs_hint.h): the pages the next read's window takes. */
+void mv_main_read_ahead_hint(struct mv_file *f, int64_t bytes);
+/* Before a read from page pgno while a hint is set (f->run.hinted): the hinted window from
+ * pgno, and the hint is used up. mv_main_read_ahead does this itself; partial reads call it. */
+void mv_main_read_hinted(struct mv_file *f, uint32_t pgno, uint32_t page_size);
 int mv_main_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_journal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);

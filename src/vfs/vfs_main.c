@@ -86,6 +86,9 @@ static int mv_main_read_partial(
     }
     int short_read = 0;
     sqlite3_int64 end = off + amt;
+    if (f->run.hinted != 0) { /* SQLite reads an overflow page's content alone, too */
+        mv_main_read_hinted(f, (uint32_t)(off / page_size) + 1, page_size);
+    }
     while (off < end) {
         uint32_t pgno = (uint32_t)(off / page_size) + 1;
         sqlite3_int64 page_off = (sqlite3_int64)(pgno - 1) * page_size;

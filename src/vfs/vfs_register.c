@@ -19,6 +19,7 @@
  *     VFS sees no connection, but setting the reserve bytes of a new file needs one.
  */
 #include "vfs/vfs.h"
+#include "vfs/vfs_hint.h"
 #include "vfs/vfs_tempdir.h"
 
 #include <pthread.h>
@@ -194,6 +195,9 @@ static int mv_io_file_control(sqlite3_file *p, int op, void *arg)
             return SQLITE_OK;
         case MV_FCNTL_KEY_SHARE:
             return mv_keying_share(f, (struct mv_fcntl_key_share *)arg);
+        case MV_FCNTL_READ_AHEAD:
+            mv_main_read_ahead_hint(f, *(const sqlite3_int64 *)arg);
+            return SQLITE_OK;
         case MV_FCNTL_INFO: {
             struct mv_db_info *info = arg;
             const struct mv_codec *c = f->codec;

@@ -1,0 +1,30 @@
+/*
+ * vfs_hint.h -- what a caller above the VFS (the store) tells it of the reads to come, so
+ * that it reads from the disk what they need and no more (vfs_read_ahead.c, issue 13).
+ *
+ * USAGE
+ *   mv_db_read_ahead_hint(db, 300000);  // the next page read from the file starts a chain
+ *                                       // of ~300,000 bytes of one BLOB: read it at once
+ *   ... read the BLOB ...
+ *   mv_db_read_ahead_hint(db, 0);       // whatever was not used is dropped
+ *
+ * A hint only: nothing read ahead is used or kept by the VFS, a wrong hint costs reads, never
+ * bytes. Library-internal: not in mailvault.h.
+ */
+#ifndef MV_VFS_HINT_H
+#define MV_VFS_HINT_H
+
+#include "vfs/vfs_sqlite.h"
+
+#include <stdint.h>
+
+/* pArg: const sqlite3_int64*: bytes of the BLOB whose overflow chain the next page read of
+ * the main file starts (0: none). */
+#define MV_FCNTL_READ_AHEAD 0x6d760006
+
+/* Tells db's main file that its next page read from the file is the first overflow page of
+ * a BLOB of bytes bytes (0 takes a hint back). Ignored by a file that is not a keyed
+ * mailvault main file. */
+void mv_db_read_ahead_hint(sqlite3 *db, int64_t bytes);
+
+#endif /* MV_VFS_HINT_H */
