@@ -236,6 +236,27 @@ void imap_view_append(struct imap_view *v, const struct imap_msg *m)
     v->count++;
 }
 
+void imap_view_append_many(struct imap_view *v, const struct imap_msg *m, size_t n)
+{
+    while (n > 0) {
+        imap_view_append(v, m); /* finds the chunk, starts its part if it was empty */
+        m++;
+        n--;
+        size_t p = imap_view_first_empty(v) - 1; /* the chunk just appended to */
+        struct imap_chunk *c = v->parts[p].chunk;
+        size_t take = IMAP_CHUNK_MSGS - c->count < n ? IMAP_CHUNK_MSGS - c->count : n;
+        memcpy(c->msgs + c->count, m, take * sizeof *m);
+        if (v->marks != NULL) {
+            assert(v->count + take <= v->marks_cap);
+            memset(v->marks + v->count, 0, take);
+        }
+        c->count += take;
+        v->count += take;
+        m += take;
+        n -= take;
+    }
+}
+
 int imap_view_push(struct imap_view *v, const struct imap_msg *m)
 {
     int rc = imap_view_reserve(v, 1);

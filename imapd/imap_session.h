@@ -336,6 +336,10 @@ int imap_view_reserve(struct imap_view *v, size_t n);
 /* Appends m (its keywords reference moves into the view; its marks are none) into room
  * imap_view_reserve made: cannot fail. */
 void imap_view_append(struct imap_view *v, const struct imap_msg *m);
+/* imap_view_append of m[0..n-1], in order, finding the chunk to fill once per chunk instead of
+ * once per message (a binary search over the parts: 30% of decoding a saved view of
+ * 1,000,000 messages message by message). */
+void imap_view_append_many(struct imap_view *v, const struct imap_msg *m, size_t n);
 /* imap_view_reserve(v, 1) and imap_view_append: MV_OK or MV_ENOMEM (m not taken). */
 int imap_view_push(struct imap_view *v, const struct imap_msg *m);
 /* Gives dst (no messages) src's messages, sharing every chunk: a reference per chunk, no

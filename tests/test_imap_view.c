@@ -135,6 +135,47 @@ static void test_second_select_shares(void)
     CHECK_EQ_INT(imap_chunks_live(), live); /* the cache keeps its own */
 }
 
+/* The saved view of the whole 10,000-message INBOX (three chunks, decoded in batches of 256)
+ * reads back exactly as a fresh listing: every field of every message, some with keywords. */
+static void test_saved_view_round_trip(void)
+{
+    CHECK(tv_store != NULL);
+    CHECK_EQ_INT(mv_flags_set(tv_store, "INBOX", "300:310,4095:4097", MV_FLAGS_ADD, 0,
+                              "$Label1 round", NULL),
+                 MV_OK);
+    struct imap_session a;
+    tv_session(&a);
+    CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK); /* the cache, brought up to date */
+    imap_view_free(&a.view);
+    imap_view_cache_save(tv_os.view_cache, tv_store);
+    imap_view_cache_free(&tv_os.view_cache);
+    CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK); /* decoded from the saved view */
+    struct imap_view listed;
+    memset(&listed, 0, sizeof listed);
+    CHECK_EQ_INT(imap_view_list(tv_store, "INBOX", 0, &listed), MV_OK);
+    CHECK_EQ_INT(a.view.count, TV_COUNT);
+    CHECK_EQ_INT(listed.count, TV_COUNT);
+    size_t differ = 0, with_keywords = 0;
+    for (size_t i = 0; i < listed.count && i < a.view.count; i++) {
+        const struct imap_msg *x = imap_view_msg(&a.view, i), *y = imap_view_msg(&listed, i);
+        differ += x->uid != y->uid || x->flags != y->flags || x->modseq != y->modseq ||
+                  x->size != y->size || x->internal_date != y->internal_date ||
+                  x->body_key != y->body_key || y->body_key == 0 ||
+                  strcmp(x->keywords, y->keywords) != 0;
+        with_keywords += x->keywords[0] != '\0';
+    }
+    CHECK_EQ_INT(differ, 0);
+    CHECK_EQ_INT(with_keywords, 14);
+    imap_view_free(&listed);
+    imap_view_free(&a.view);
+    /* as it was for the tests below: no keywords, and a cache that never saw them */
+    CHECK_EQ_INT(mv_flags_set(tv_store, "INBOX", "300:310,4095:4097", MV_FLAGS_REMOVE, 0,
+                              "$Label1 round", NULL),
+                 MV_OK);
+    imap_view_cache_free(&tv_os.view_cache);
+    CHECK_EQ_INT(tu_exec(mv_store_db(tv_store), "DELETE FROM mailbox_views"), SQLITE_OK);
+}
+
 /* A flag change made elsewhere (another session's STORE, the CLI). */
 static void test_change_copies_one_chunk(void)
 {
@@ -849,6 +890,7 @@ int main(void)
 {
     TEST(test_setup);
     TEST(test_second_select_shares);
+    TEST(test_saved_view_round_trip);
     TEST(test_change_copies_one_chunk);
     TEST(test_pending_expunge);
     TEST(test_recent_per_session);

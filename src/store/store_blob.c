@@ -765,11 +765,6 @@ static int store_body_part_blob(mv_store *s, sqlite3_blob **blob, int64_t attach
                : store_fail_sqlite(s, "reading an attachment");
 }
 
-/* Places one attachment row (position, size, compression, stored length, id) at its
- * position. Its bytes come through SQLite's incremental BLOB I/O (*blob, moved from part to
- * part): an attachment stored as it is goes from SQLite's pages straight to its place in the
- * message, without a column value's copy of its own (issue 13: that copy, its malloc and
- * page faults were ~5% of the CPU of a FETCH of 50 random whole messages). */
 /* A stored BLOB longer than this may have an overflow chain (a 4 KiB page's cell holds less). */
 #define STORE_BLOB_CHAIN_MIN 3500
 
@@ -790,6 +785,11 @@ static void store_blob_hint_chain(mv_store *s, const char *length_sql, int64_t i
     sqlite3_reset(st);
 }
 
+/* Places one attachment row (position, size, compression, stored length, id) at its
+ * position. Its bytes come through SQLite's incremental BLOB I/O (*blob, moved from part to
+ * part): an attachment stored as it is goes from SQLite's pages straight to its place in the
+ * message, without a column value's copy of its own (issue 13: that copy, its malloc and
+ * page faults were ~5% of the CPU of a FETCH of 50 random whole messages). */
 static int store_body_place_part(mv_store *s,
                                  struct store_body_build *b,
                                  sqlite3_stmt *st,
