@@ -26,6 +26,7 @@
 #include "faultvfs.h"
 #include "harness.h"
 #include "testutil.h"
+#include "vfs/vfs_hint.h"
 
 #include <limits.h>
 #include <sqlite3.h>
@@ -432,6 +433,8 @@ static void test_chain_read_at_once(void)
     }
     CHECK(tu_int(mv_store_db(s), "SELECT max(length(data)) FROM bodies_data") > 150000);
     mv_store_close(&s);
+    /* The files are in the page cache here: as if every read came from the disk. */
+    int64_t cold_ns = mv_read_cold_ns_set(0);
     for (int keyed = 0; keyed <= 1; keyed++) {
         for (int i = 0; i < 3; i += 2) {
             if (i == 2 && !keyed) {
@@ -462,6 +465,21 @@ static void test_chain_read_at_once(void)
             mv_store_close(&s);
         }
     }
+    /* A read from the page cache before the chain: no window (the chain is there too). */
+    (void)mv_read_cold_ns_set(INT64_MAX);
+    CHECK_EQ_INT(fk_open("chain", &s), MV_OK);
+    void *got = NULL;
+    size_t got_len = 0;
+    fv_arm(&(struct fv_plan){FV_READ, ULONG_MAX, FV_FAIL, 0});
+    int rc = fk_read(s, uid[0], &key[0], &got, &got_len);
+    unsigned long windows = fv_reads_multipage();
+    fv_disarm();
+    CHECK_EQ_INT(rc, MV_OK);
+    CHECK(got != NULL && got_len == len[0] && memcmp(got, m[0], got_len) == 0);
+    CHECK_EQ_INT(windows, 0);
+    free(got);
+    mv_store_close(&s);
+    (void)mv_read_cold_ns_set(cold_ns);
     for (int i = 0; i < 3; i++) {
         free(m[i]);
     }

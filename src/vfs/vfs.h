@@ -52,13 +52,17 @@ struct mv_fcntl_key_share {
 /* A main file's run of adjacent page reads and the window last read ahead for it
  * (vfs_read_ahead.c); all zero: none. */
 struct mv_read_run {
-    uint32_t last;   /* the page read last */
-    int dir;         /* +1 ascending, -1 descending, 0 no run */
-    uint32_t length; /* adjacent reads in dir so far */
-    uint32_t lo, hi; /* the pages the last window read (inclusive; lo 0: none) */
-    uint32_t next;   /* bytes the next window reads */
-    uint32_t hinted; /* pages the next read's window reads (vfs_hint.h; 0: no hint) */
+    uint32_t last;        /* the page read last */
+    int dir;              /* +1 ascending, -1 descending, 0 no run */
+    uint32_t length;      /* adjacent reads in dir so far */
+    uint32_t lo, hi;      /* the pages the last window read (inclusive; lo 0: none) */
+    uint32_t next;        /* bytes the next window reads */
+    uint32_t hinted;      /* pages the next read's window reads (vfs_hint.h; 0: no hint) */
+    int64_t last_read_ns; /* how long the last page read from the lower file took */
 };
+
+/* CLOCK_MONOTONIC in nanoseconds (vfs_read_ahead.c). */
+int64_t mv_now_ns(void);
 
 enum mv_file_kind { MV_FILE_PLAIN, MV_FILE_MAIN, MV_FILE_JOURNAL, MV_FILE_WAL, MV_FILE_TEMP };
 
