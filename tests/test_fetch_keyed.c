@@ -101,6 +101,31 @@ fk_read(mv_store *s, uint32_t uid, const struct mv_message_key *key, void **out,
     return rc;
 }
 
+/* Appends the n messages m (lengths len) to INBOX and keeps their UIDs and, if key is not
+ * NULL, their keys as of the last append; 0, or -1 after a failure (reported). */
+static int fk_append_all(mv_store *s,
+                         char *const *m,
+                         const size_t *len,
+                         size_t n,
+                         uint32_t *uid,
+                         struct mv_message_key *key)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (m[i] == NULL ||
+            mv_message_append(s, "INBOX", m[i], len[i], 0, NULL, 1700000000, &uid[i]) != MV_OK) {
+            th_fail(__FILE__, __LINE__, m[i] == NULL ? "out of memory" : mv_store_errmsg(s));
+            return -1;
+        }
+    }
+    for (size_t i = 0; key != NULL && i < n; i++) {
+        if (fk_key(s, "INBOX", uid[i], &key[i]) != 0) {
+            th_fail(__FILE__, __LINE__, "no key listed");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int fk_open(const char *name, mv_store **s)
 {
     char address[64], err[256] = "";
@@ -268,12 +293,9 @@ static void test_stale_key(void)
     size_t len[3];
     char *m[3];
     uint32_t uid[3];
-    for (unsigned i = 0; i < 2; i++) {
-        m[i] = fk_message(100 + i, 50, &len[i]);
-        CHECK(m[i] != NULL);
-        CHECK_EQ_INT(mv_message_append(s, "INBOX", m[i], len[i], 0, NULL, 1700000000, &uid[i]),
-                     MV_OK);
-    }
+    m[0] = fk_message(100, 50, &len[0]);
+    m[1] = fk_message(101, 50, &len[1]);
+    CHECK_EQ_INT(fk_append_all(s, m, len, 2, uid, NULL), 0);
     struct mv_message_key old_key, first_key;
     CHECK_EQ_INT(fk_key(s, "INBOX", uid[1], &old_key), 0);
     CHECK_EQ_INT(fk_key(s, "INBOX", uid[0], &first_key), 0);
@@ -334,15 +356,8 @@ static void test_wrong_key(void)
     m[0] = fk_message(1, 0, &len[0]);
     m[1] = fk_message(2, 40000, &len[1]);
     m[2] = fk_multipart('o', 50000, 1, 3, &len[2]);
-    for (int i = 0; i < 3; i++) {
-        CHECK(m[i] != NULL);
-        CHECK_EQ_INT(mv_message_append(s, "INBOX", m[i], len[i], 0, NULL, 1700000000, &uid[i]),
-                     MV_OK);
-    }
     struct mv_message_key key[3];
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ_INT(fk_key(s, "INBOX", uid[i], &key[i]), 0);
-    }
+    CHECK_EQ_INT(fk_append_all(s, m, len, 3, uid, key), 0);
     void *got = NULL;
     size_t got_len = 0;
     /* another message's key: its bytes */
@@ -422,15 +437,8 @@ static void test_chain_read_at_once(void)
     m[0] = fk_multipart('o', 300000, 1, 21, &len[0]); /* an attachment stored as it is */
     m[1] = fk_message(22, 0, &len[1]);
     m[2] = fk_multipart('o', 6000, 30, 23, &len[2]); /* parts under 8 KiB: a long skeleton */
-    CHECK(m[0] != NULL && m[1] != NULL && m[2] != NULL);
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ_INT(mv_message_append(s, "INBOX", m[i], len[i], 0, NULL, 1700000000, &uid[i]),
-                     MV_OK);
-    }
     struct mv_message_key key[3];
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ_INT(fk_key(s, "INBOX", uid[i], &key[i]), 0);
-    }
+    CHECK_EQ_INT(fk_append_all(s, m, len, 3, uid, key), 0);
     CHECK(tu_int(mv_store_db(s), "SELECT max(length(data)) FROM bodies_data") > 150000);
     mv_store_close(&s);
     /* The files are in the page cache here: as if every read came from the disk. */
