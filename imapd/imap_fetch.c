@@ -211,6 +211,49 @@ static void *imap_fetch_place(void *arg, size_t size)
     return buf_literal_place(arg, size);
 }
 
+/* mv_message_fetch_keyed_into's place for a copy of the message of its own (malloc'd into
+ * *arg; mv_free wipes and frees it as it does the library's). */
+static void *imap_fetch_place_copy(void *arg, size_t size)
+{
+    void **slot = arg;
+    *slot = malloc(size != 0 ? size : 1);
+    return *slot;
+}
+
+/* 1 and *key if message i of the view may be read by its body key: it has one, and it is
+ * not a message the view knows is gone (expunged by another session, not yet reported): the
+ * key holds only for the messages the mailbox had at the view's highest modseq, which the
+ * store checks. Then the UID index and the body's row are not read. */
+static int imap_fetch_key(const struct imap_view *v, size_t i, struct mv_message_key *key)
+{
+    const struct imap_msg *m = imap_view_msg(v, i);
+    *key = (struct mv_message_key){.body_key = m->body_key,
+                                   .size = m->size,
+                                   .modseq = v->highestmodseq,
+                                   .uidvalidity = v->uidvalidity};
+    return m->body_key != 0 && (imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0;
+}
+
+/* mv_message_fetch of message i, by its body key when it may be (imap_fetch_key): for the
+ * sections, BODYSTRUCTURE and the rest that need the whole message but not as one literal.
+ * *raw: free with mv_free. */
+static int imap_fetch_whole_copy(struct imap_ctx *x, size_t i, void **raw, size_t *len)
+{
+    const struct imap_view *v = &x->s->view;
+    struct mv_message_key key;
+    if (!imap_fetch_key(v, i, &key)) {
+        return mv_message_fetch(imap_db(x->s), v->mailbox, imap_view_msg(v, i)->uid, raw, len);
+    }
+    *raw = NULL;
+    int rc = mv_message_fetch_keyed_into(imap_db(x->s), v->mailbox, imap_view_msg(v, i)->uid, &key,
+                                         imap_fetch_place_copy, raw, len);
+    if (rc != MV_OK) {
+        mv_free(*raw);
+        *raw = NULL;
+    }
+    return rc;
+}
+
 /* The whole message i as the literal of RFC822 or BODY[] (imap_fetch_whole_only). -1 (the
  * response back to mark) if its bytes are gone (expunged meanwhile) or unreadable. */
 static int imap_fetch_placed(struct imap_ctx *x, const struct imap_fetch *f, size_t i, size_t mark)
@@ -224,19 +267,12 @@ static int imap_fetch_placed(struct imap_ctx *x, const struct imap_fetch *f, siz
         buf_printf(out, " BODY[%.*s] ", (int)f->sections[0].spec_len, f->sections[0].spec);
     }
     size_t len = 0;
-    /* By the body key while the store's mailbox is as the view last saw it (the store checks):
-     * the UID index and the body's row are not read. Not for a message the view knows is gone
-     * (expunged by another session, not yet reported): the key holds only for the messages
-     * the mailbox had at the view's highest modseq. */
-    struct mv_message_key key = {.body_key = m->body_key,
-                                 .size = m->size,
-                                 .modseq = v->highestmodseq,
-                                 .uidvalidity = v->uidvalidity};
-    int keyed = m->body_key != 0 && (imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0;
-    int rc = keyed ? mv_message_fetch_keyed_into(imap_db(x->s), v->mailbox, m->uid, &key,
-                                                 imap_fetch_place, out, &len)
-                   : mv_message_fetch_into(imap_db(x->s), v->mailbox, m->uid, imap_fetch_place, out,
-                                           &len);
+    struct mv_message_key key;
+    int rc =
+        imap_fetch_key(v, i, &key)
+            ? mv_message_fetch_keyed_into(imap_db(x->s), v->mailbox, m->uid, &key, imap_fetch_place,
+                                          out, &len)
+            : mv_message_fetch_into(imap_db(x->s), v->mailbox, m->uid, imap_fetch_place, out, &len);
     if (rc != MV_OK) {
         out->len = mark < out->len ? mark : out->len;
         if (out->data != NULL) {
@@ -265,7 +301,7 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
         int rc =
             imap_fetch_header_only(f)
                 ? mv_message_fetch_header(imap_db(x->s), x->s->view.mailbox, m->uid, &raw, &len)
-                : mv_message_fetch(imap_db(x->s), x->s->view.mailbox, m->uid, &raw, &len);
+                : imap_fetch_whole_copy(x, i, &raw, &len);
         if (rc == MV_OK && need_mime) {
             /* ENVELOPE alone reads a plain header's fields without GMime's message; raw
              * stays until after imap_mime_close() */
