@@ -52,17 +52,16 @@ struct mv_fcntl_key_share {
 /* A main file's run of adjacent page reads and the window last read ahead for it
  * (vfs_read_ahead.c); all zero: none. */
 struct mv_read_run {
-    uint32_t last;        /* the page read last */
-    int dir;              /* +1 ascending, -1 descending, 0 no run */
-    uint32_t length;      /* adjacent reads in dir so far */
-    uint32_t lo, hi;      /* the pages the last window read (inclusive; lo 0: none) */
-    uint32_t next;        /* bytes the next window reads */
-    uint32_t hinted;      /* pages the next read's window reads (vfs_hint.h; 0: no hint) */
-    int64_t last_read_ns; /* how long the last page read from the lower file took */
+    uint32_t last;       /* the page read last */
+    int dir;             /* +1 ascending, -1 descending, 0 no run */
+    uint32_t length;     /* adjacent reads in dir so far */
+    uint32_t lo, hi;     /* the pages the last window read (inclusive; lo 0: none) */
+    uint32_t next;       /* bytes the next window reads */
+    uint32_t hinted;     /* pages the next read's window reads (vfs_hint.h; 0: no hint) */
+    uint8_t *held;       /* a hinted window's pages as read (malloc'd; NULL: none) */
+    uint32_t held_lo;    /* the page held[0] is */
+    uint32_t held_pages; /* pages in held */
 };
-
-/* CLOCK_MONOTONIC in nanoseconds (vfs_read_ahead.c). */
-int64_t mv_now_ns(void);
 
 enum mv_file_kind { MV_FILE_PLAIN, MV_FILE_MAIN, MV_FILE_JOURNAL, MV_FILE_WAL, MV_FILE_TEMP };
 
@@ -203,8 +202,14 @@ void mv_main_read_ahead(struct mv_file *f, uint32_t pgno, uint32_t page_size);
 /* MV_FCNTL_READ_AHEAD on a main file (vfs_hint.h): the pages the next read's window takes. */
 void mv_main_read_ahead_hint(struct mv_file *f, int64_t bytes);
 /* Before a read from page pgno while a hint is set (f->run.hinted): the hinted window from
- * pgno, and the hint is used up. mv_main_read_ahead does this itself; partial reads call it. */
+ * pgno, held until the hint is taken back, and the hint is used up. mv_main_read_ahead does
+ * this itself; partial reads call it. */
 void mv_main_read_hinted(struct mv_file *f, uint32_t pgno, uint32_t page_size);
+/* Copies page pgno (still encrypted) from the held window into out: 1, or 0 if the window
+ * does not hold it (then read it from the lower file). */
+int mv_main_read_held(struct mv_file *f, uint32_t pgno, uint32_t page_size, uint8_t *out);
+/* Drops the held window (its pages are only good for the read that hinted them). */
+void mv_main_read_drop(struct mv_file *f);
 int mv_main_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_journal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);

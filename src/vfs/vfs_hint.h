@@ -8,9 +8,10 @@
  *   ... read the BLOB ...
  *   mv_db_read_ahead_hint(db, 0);       // whatever was not used is dropped
  *
- * A hint only: nothing read ahead is used or kept by the VFS, a wrong hint costs reads, never
- * bytes; and it is dropped when the page read before it came from the page cache (the chain
- * is most likely there too). Library-internal: not in mailvault.h.
+ * The window's pages serve the chain's page reads until the hint is taken back (each page
+ * still authenticated and decrypted), so take it back right after the BLOB's read, in the
+ * same statement: a wrong hint costs reads, never bytes. Library-internal: not in
+ * mailvault.h.
  */
 #ifndef MV_VFS_HINT_H
 #define MV_VFS_HINT_H
@@ -27,10 +28,5 @@
  * a BLOB of bytes bytes (0 takes a hint back). Ignored by a file that is not a keyed
  * mailvault main file. */
 void mv_db_read_ahead_hint(sqlite3 *db, int64_t bytes);
-
-/* A hint is taken only when the page read last took at least this long (it came from the
- * disk, so the chain will too); tests set 0 (always) or INT64_MAX (never) instead of timing
- * a disk. A negative ns restores the default. Returns the value before. */
-int64_t mv_read_cold_ns_set(int64_t ns);
 
 #endif /* MV_VFS_HINT_H */

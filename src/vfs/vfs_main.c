@@ -46,9 +46,9 @@ static int mv_main_read_page(struct mv_file *f, uint8_t *buf, uint32_t page_size
 {
     struct mv_codec *c = f->codec;
     sqlite3_int64 off = (sqlite3_int64)(pgno - 1) * page_size;
-    int64_t start_ns = mv_now_ns();
-    int rc = f->lower->pMethods->xRead(f->lower, buf, (int)page_size, off);
-    f->run.last_read_ns = mv_now_ns() - start_ns; /* a hint's cold-or-hot guess (vfs_hint.h) */
+    int rc = mv_main_read_held(f, pgno, page_size, buf) /* a hinted chain's (vfs_read_ahead.c) */
+                 ? SQLITE_OK
+                 : f->lower->pMethods->xRead(f->lower, buf, (int)page_size, off);
     if (rc == SQLITE_IOERR_SHORT_READ) {
         if (mv_all_zero(buf, page_size)) {
             return rc;

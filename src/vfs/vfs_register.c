@@ -52,6 +52,7 @@ static int mv_io_close(sqlite3_file *p)
     if (f->kind == MV_FILE_MAIN) {
         mv_registry_remove(f);
         f->codec->main_file = NULL;
+        mv_main_read_drop(f);
     }
     if (f->kind == MV_FILE_TEMP) {
         mv_temp_close(f);
@@ -86,6 +87,7 @@ static int mv_io_write(sqlite3_file *p, const void *buf, int amt, sqlite3_int64 
     struct mv_file *f = mv_file_of(p);
     switch (f->kind) {
     case MV_FILE_MAIN:
+        mv_main_read_drop(f); /* a held window is only good while the file does not change */
         return mv_main_write(f, buf, amt, off);
     case MV_FILE_JOURNAL:
         return mv_journal_write(f, buf, amt, off);
@@ -103,6 +105,9 @@ static int mv_io_truncate(sqlite3_file *p, sqlite3_int64 size)
     struct mv_file *f = mv_file_of(p);
     if (f->kind == MV_FILE_TEMP) {
         return mv_temp_truncate(f, size);
+    }
+    if (f->kind == MV_FILE_MAIN) {
+        mv_main_read_drop(f);
     }
     if (f->kind == MV_FILE_WAL) {
         mv_wal_forget_chain(f);
@@ -160,6 +165,9 @@ static int mv_io_lock(sqlite3_file *p, int level)
 static int mv_io_unlock(sqlite3_file *p, int level)
 {
     struct mv_file *f = mv_file_of(p);
+    if (f->kind == MV_FILE_MAIN && level < SQLITE_LOCK_SHARED) {
+        mv_main_read_drop(f); /* the read transaction is over */
+    }
     int rc = f->lower->pMethods->xUnlock(f->lower, level);
     if (rc == SQLITE_OK) {
         f->lock_level = level;
