@@ -19,7 +19,8 @@
  *   - A long BLOB's chain (an attachment, by UID or by key; a long skeleton, by key) comes
  *     from the file in one read of its length (the store's hint to the VFS) and is not read
  *     again page by page, from the disk or the page cache; the hint never lands on the next
- *     message's read, nor its window on a later read of the same chain. A window read
+ *     message's read, nor its window on a later read of the same chain. A chain longer than
+ *     a window is read in windows, one after the other. A window read
  *     that fails is not held: the pages are then read one at a time, the message whole.
  *   - A store whose pages are not authenticated (aes256cbc) reads by UID, so the recorded
  *     SHA-256 is checked: a damaged digest gives MV_ECORRUPT through the key too.
@@ -523,6 +524,34 @@ static void test_chain_read_at_once(void)
     }
 }
 
+/* A chain longer than a window (2 MiB) is read in windows, each taken when the chain goes
+ * on right after the last one: a 5 MB attachment in three lower reads of several pages and
+ * a few of one page, not the rest of the chain page by page after the first window. */
+static void test_long_chain_windows(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tu_store_create("longchain", FK_PW, 2048, &s), MV_OK);
+    size_t len = 0;
+    char *m = fk_multipart('o', 5000000, 1, 51, &len);
+    uint32_t uid = 0;
+    struct mv_message_key key;
+    CHECK_EQ_INT(fk_append_all(s, &m, &len, 1, &uid, &key), 0);
+    mv_store_close(&s);
+    CHECK_EQ_INT(fk_open("longchain", &s), MV_OK);
+    struct fk_reads r;
+    void *got = NULL;
+    size_t got_len = 0;
+    CHECK_EQ_INT(fk_counted_read(s, uid, &key, 1, &got, &got_len, &r), MV_OK);
+    CHECK(got != NULL && got_len == len && memcmp(got, m, len) == 0);
+    free(got);
+    printf("  # a 5 MB attachment: %lu lower reads, %lu of several pages, the largest %lu\n", r.all,
+           r.windows, r.largest);
+    CHECK_EQ_INT(r.windows, 3);
+    CHECK(r.all <= 20);
+    mv_store_close(&s);
+    free(m);
+}
+
 /* A window read that fails (a transient disk error) is not held: the chain's pages are
  * then read one at a time and the message still comes back whole; a read of the message that
  * fails elsewhere fails with an error, never with other bytes. Each lower read of one keyed
@@ -577,6 +606,7 @@ int main(void)
     TEST(test_wrong_key);
     TEST(test_unauthenticated_pages);
     TEST(test_chain_read_at_once);
+    TEST(test_long_chain_windows);
     TEST(test_chain_window_fails);
     return th_summary();
 }

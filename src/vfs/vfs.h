@@ -58,9 +58,11 @@ struct mv_read_run {
     uint32_t lo, hi;     /* the pages the last window read (inclusive; lo 0: none) */
     uint32_t next;       /* bytes the next window reads */
     uint32_t hinted;     /* pages the next read's window reads (vfs_hint.h; 0: no hint) */
-    uint8_t *held;       /* a hinted window's pages as read (malloc'd; NULL: none) */
+    uint8_t *held;       /* a hinted window's pages as read (kept or malloc'd; NULL: none) */
     uint32_t held_lo;    /* the page held[0] is */
     uint32_t held_pages; /* pages in held */
+    uint8_t *kept;       /* the file's buffer for held windows (malloc'd; NULL: none yet) */
+    size_t kept_size;    /* its bytes */
 };
 
 enum mv_file_kind { MV_FILE_PLAIN, MV_FILE_MAIN, MV_FILE_JOURNAL, MV_FILE_WAL, MV_FILE_TEMP };
@@ -210,6 +212,8 @@ void mv_main_read_hinted(struct mv_file *f, uint32_t pgno, uint32_t page_size);
 int mv_main_read_held(struct mv_file *f, uint32_t pgno, uint32_t page_size, uint8_t *out);
 /* Drops the held window (its pages are only good for the read that hinted them). */
 void mv_main_read_drop(struct mv_file *f);
+/* At close: drops the held window and frees the file's buffer for them. */
+void mv_main_read_release(struct mv_file *f);
 int mv_main_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_journal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);

@@ -67,8 +67,11 @@
  *
  * LIMITS
  *   MV_READ_AHEAD_MAX bytes (2 MiB) of memory for the time of one lower read, per window; a
- *   hinted window is at most that too, held for the time of one BLOB's read (the rest of a
- *   longer chain is the kernel's again).
+ *   hinted window is at most that too, held for the time of one BLOB's read. A longer chain
+ *   is read in windows of that size, each taken when the chain's next page is the one right
+ *   after the window (a chain that leaves the file's order is read as it comes from there).
+ *   A file keeps the buffer of its held windows, up to MV_READ_HELD_KEEP (256 KiB), until it
+ *   is closed; a bigger window's is freed when dropped.
  */
 #include "vfs/vfs.h"
 #include "vfs/vfs_hint.h"
@@ -79,6 +82,7 @@
 #define MV_READ_RUN_MIN     4                    /* descending reads in a row before a window */
 #define MV_READ_AHEAD_FIRST (128u * 1024u)       /* the first window of a run, bytes */
 #define MV_READ_AHEAD_MAX   (2u * 1024u * 1024u) /* the largest window, bytes */
+#define MV_READ_HELD_KEEP   (256u * 1024u)       /* a held window's buffer kept per file */
 
 /* Reads pages lo..hi (inclusive) with one lower read into a buffer that is dropped. */
 static void mv_read_window(struct mv_file *f, uint32_t lo, uint32_t hi, uint32_t page_size)
@@ -97,32 +101,71 @@ static void mv_read_window(struct mv_file *f, uint32_t lo, uint32_t hi, uint32_t
 
 void mv_main_read_drop(struct mv_file *f)
 {
-    free(f->run.held);
-    f->run.held = NULL;
-    f->run.held_lo = 0;
-    f->run.held_pages = 0;
+    struct mv_read_run *r = &f->run;
+    if (r->held != NULL && r->held != r->kept) {
+        free(r->held); /* a window too big to keep */
+    }
+    r->held = NULL;
+    r->held_lo = 0;
+    r->held_pages = 0;
+}
+
+void mv_main_read_release(struct mv_file *f)
+{
+    mv_main_read_drop(f);
+    free(f->run.kept);
+    f->run.kept = NULL;
+    f->run.kept_size = 0;
+}
+
+/* A buffer for a window of bytes: the file's kept one (grown up to MV_READ_HELD_KEEP: a
+ * buffer malloc'd per window was paged in afresh each time, 4% of the server's CPU in a hot
+ * FETCH of 50 whole messages), or one of its own for a bigger window. NULL: none. */
+static uint8_t *mv_read_window_buffer(struct mv_file *f, size_t bytes)
+{
+    struct mv_read_run *r = &f->run;
+    if (bytes > MV_READ_HELD_KEEP) {
+        return malloc(bytes);
+    }
+    if (bytes > r->kept_size) {
+        uint8_t *grown = realloc(r->kept, bytes);
+        if (grown == NULL) {
+            return NULL;
+        }
+        r->kept = grown;
+        r->kept_size = bytes;
+    }
+    return r->kept;
 }
 
 /* Reads pages lo..lo+pages-1 with one lower read and holds them for the chain's page reads
  * (HELD WINDOWS). Nothing is held if the read fails or comes short: the pages are then read
- * one at a time, and report their errors, as without a hint. */
+ * one at a time, and report their own errors, as without a hint. */
 static void mv_read_window_held(struct mv_file *f, uint32_t lo, uint32_t pages, uint32_t page_size)
 {
+    struct mv_read_run *r = &f->run;
     size_t bytes = (size_t)pages * page_size;
-    uint8_t *held = malloc(bytes);
+    uint8_t *held = NULL;
+    if (r->held != NULL && r->held != r->kept && (size_t)r->held_pages * page_size == bytes) {
+        held = r->held; /* a long chain's next window: the last one's own buffer again */
+    } else {
+        mv_main_read_drop(f);
+        held = mv_read_window_buffer(f, bytes);
+    }
+    r->held = held;
+    r->held_pages = 0;
     if (held == NULL) {
         return;
     }
     if (f->lower->pMethods->xRead(f->lower, held, (int)bytes,
                                   (sqlite3_int64)(lo - 1) * page_size) != SQLITE_OK) {
-        free(held);
+        mv_main_read_drop(f); /* frees one of its own */
         return;
     }
-    f->run.held = held;
-    f->run.held_lo = lo;
-    f->run.held_pages = pages;
-    f->run.lo = lo;
-    f->run.hi = lo + pages - 1;
+    r->held_lo = lo;
+    r->held_pages = pages;
+    r->lo = lo;
+    r->hi = lo + pages - 1;
 }
 
 int mv_main_read_held(struct mv_file *f, uint32_t pgno, uint32_t page_size, uint8_t *out)
@@ -148,16 +191,29 @@ void mv_main_read_ahead_hint(struct mv_file *f, int64_t bytes)
     }
     uint64_t per_page = page_size - reserve - 4; /* an overflow page's bytes */
     uint64_t pages = ((uint64_t)bytes + per_page - 1) / per_page;
-    uint64_t max = MV_READ_AHEAD_MAX / page_size;
-    f->run.hinted = (uint32_t)(pages < max ? pages : max);
+    f->run.hinted = (uint32_t)(pages < UINT32_MAX ? pages : UINT32_MAX);
 }
 
 void mv_main_read_hinted(struct mv_file *f, uint32_t pgno, uint32_t page_size)
 {
-    uint32_t pages = f->run.hinted;
-    f->run.hinted = 0;
-    if (pages >= 2 && pgno <= UINT32_MAX - pages) {
-        mv_read_window_held(f, pgno, pages, page_size);
+    struct mv_read_run *r = &f->run;
+    if (r->held != NULL) { /* a long chain: the pages after the held window are hinted */
+        if (pgno >= r->held_lo && pgno - r->held_lo < r->held_pages) {
+            return; /* still in the window */
+        }
+        if (pgno != r->held_lo + r->held_pages) {
+            r->hinted = 0; /* the chain left the file's order: the rest is read as it comes */
+            return;
+        }
+    }
+    uint32_t pages = r->hinted, max = MV_READ_AHEAD_MAX / page_size;
+    uint32_t take = pages < max ? pages : max;
+    r->hinted = 0;
+    if (take >= 2 && pgno <= UINT32_MAX - take) {
+        mv_read_window_held(f, pgno, take, page_size);
+        if (r->held != NULL && pages > take) {
+            r->hinted = pages - take; /* the next window, if the chain goes on up the file */
+        }
     }
 }
 

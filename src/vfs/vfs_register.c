@@ -52,7 +52,7 @@ static int mv_io_close(sqlite3_file *p)
     if (f->kind == MV_FILE_MAIN) {
         mv_registry_remove(f);
         f->codec->main_file = NULL;
-        mv_main_read_drop(f);
+        mv_main_read_release(f);
     }
     if (f->kind == MV_FILE_TEMP) {
         mv_temp_close(f);
