@@ -17,6 +17,7 @@
 #include "harness.h"
 #include "testutil.h"
 #include "vfs/sqlite_format.h"
+#include "vfs/vfs_hint.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -582,6 +583,103 @@ static void test_saved_view_reads_back(void)
     mv_store_close(&s);
 }
 
+/* ---- held windows of hinted chains (vfs_read_ahead.c) ---- */
+#define HW_BLOB 300000
+
+/* Every byte of row 1's BLOB in b is c (read by a statement of its own on db). */
+static int hw_blob_is(sqlite3 *db, char c)
+{
+    sqlite3_stmt *st = NULL;
+    int ok =
+        sqlite3_prepare_v2(db, "SELECT data FROM b WHERE id = 1", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW && sqlite3_column_bytes(st, 0) == HW_BLOB;
+    const unsigned char *p = ok ? sqlite3_column_blob(st, 0) : NULL;
+    for (int i = 0; ok && i < HW_BLOB; i++) {
+        ok = p[i] == (unsigned char)c;
+    }
+    sqlite3_finalize(st);
+    return ok;
+}
+
+/* Inserts row 1 with a BLOB of c bytes, its chain up the file (a zeroblob's is not). */
+static int hw_blob_insert(sqlite3 *db, char c)
+{
+    static char bytes[HW_BLOB];
+    memset(bytes, c, sizeof bytes);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, "INSERT INTO b VALUES(1, ?)", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_blob(st, 1, bytes, HW_BLOB, SQLITE_STATIC);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Overwrites row 1's BLOB in place with c (sqlite3_blob_write keeps its pages). */
+static int hw_blob_fill(sqlite3 *db, char c)
+{
+    static char bytes[HW_BLOB];
+    memset(bytes, c, sizeof bytes);
+    sqlite3_blob *b = NULL;
+    int rc = sqlite3_blob_open(db, "main", "b", "data", 1, 1, &b);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_blob_write(b, bytes, HW_BLOB, 0);
+    }
+    sqlite3_blob_close(b);
+    return rc;
+}
+
+/* A hinted chain's window is held for the chain's reads (the last BLOB of the file: the
+ * window runs past its end) and never outlives its transaction, even when the hint is not
+ * taken back: handle A reads a BLOB through a window and keeps the hint; handle B rewrites
+ * the BLOB's pages in place and checkpoints them into the file; A's next read gets B's
+ * bytes. Without the drops at the transaction's lock calls the window served A the old
+ * pages. In WAL mode and with a rollback journal. */
+static void test_held_window_never_stale(void)
+{
+    for (int wal = 0; wal <= 1; wal++) {
+        char *path = tu_path("held.db");
+        sqlite3 *a = NULL, *b = NULL;
+        tu_remove_db(path);
+        CHECK(ra_open(path, MV_DB_CREATE, &a) == 0);
+        CHECK(ra_open(path, 0, &b) == 0);
+        if (wal) {
+            CHECK(tu_exec(a, "PRAGMA journal_mode=WAL") == SQLITE_OK);
+        }
+        CHECK(hw_blob_insert(b, 'a') == SQLITE_OK); /* by B: not in A's own page cache */
+        if (wal) {
+            CHECK(tu_exec(b, "PRAGMA wal_checkpoint(TRUNCATE)") == SQLITE_OK);
+        }
+        /* A, in one read transaction: the row's leaf first (as the store does), then the
+         * hint and the chain; the hint is not taken back */
+        CHECK(tu_exec(a, "BEGIN") == SQLITE_OK);
+        CHECK(tu_int(a, "SELECT length(data) FROM b WHERE id = 1") == HW_BLOB);
+        mv_db_read_ahead_hint(a, HW_BLOB);
+        count_start();
+        CHECK(hw_blob_is(a, 'a'));
+        unsigned long windows = fv_reads_multipage(), reads = fv_calls(FV_READ);
+        fv_disarm();
+        CHECK(reads <= 3);        /* the chain's 70+ pages in the window, none again */
+        CHECK_EQ_INT(windows, 1); /* the window is real: the next read could be stale */
+        CHECK(tu_exec(a, "COMMIT") == SQLITE_OK);
+        /* B rewrites the same pages and puts them in the file */
+        CHECK(hw_blob_fill(b, 'b') == SQLITE_OK);
+        if (wal) {
+            int log_frames = -1, done = -1; /* SQLITE_BUSY if A still held a snapshot */
+            CHECK_EQ_INT(sqlite3_wal_checkpoint_v2(b, "main", SQLITE_CHECKPOINT_TRUNCATE,
+                                                   &log_frames, &done),
+                         SQLITE_OK);
+        }
+        CHECK(hw_blob_is(a, 'b'));
+        mv_db_read_ahead_hint(a, 0);
+        CHECK(hw_blob_is(a, 'b'));
+        sqlite3_close(a);
+        sqlite3_close(b);
+        tu_remove_db(path);
+    }
+}
+
 int main(void)
 {
     if (fv_register() != SQLITE_OK || mv_vfs_register(FV_VFS_NAME, 0) != MV_OK) {
@@ -598,6 +696,7 @@ int main(void)
     TEST(test_deferred_checksums_recover);
     TEST(test_checkpoint_stops_at_damaged_frame);
     TEST(test_descending_reads_read_ahead);
+    TEST(test_held_window_never_stale);
     TEST(test_saved_view_reads_back);
     return th_summary();
 }

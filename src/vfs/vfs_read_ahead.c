@@ -59,11 +59,15 @@
  *     a page read from the database file inside a read transaction cannot change under it:
  *     a checkpoint copies into the file only frames every reader's snapshot includes, and
  *     a page with such a frame is read from the WAL, never from the file (with a rollback
- *     journal, no other connection writes the file while this one holds SHARED). The
- *     window is also dropped at any write or truncation of the file through this handle,
- *     when its lock goes below SHARED, and at close.
- *   - A window that fails or comes short (the end of the file) is not held: those pages are
- *     read one at a time, and report their own errors, as without a hint.
+ *     journal, no other connection writes the file while this one holds SHARED). And the
+ *     window never outlives its transaction, even if a hint were never taken back: it is
+ *     dropped at every lock and unlock of the file and of its WAL index (each transaction's
+ *     begin and end, in either journal mode), at any write or truncation of the file
+ *     through this handle, and at close.
+ *   - A window that fails is not held: its pages are read one at a time, and report their
+ *     own errors, as without a hint. One that runs past the end of the file (the last BLOB
+ *     of the file: a hint counts the whole BLOB's pages, but its first bytes are in the
+ *     row's cell) holds the pages before the end.
  *
  * LIMITS
  *   MV_READ_AHEAD_MAX bytes (2 MiB) of memory for the time of one lower read, per window; a
@@ -157,8 +161,18 @@ static void mv_read_window_held(struct mv_file *f, uint32_t lo, uint32_t pages, 
     if (held == NULL) {
         return;
     }
-    if (f->lower->pMethods->xRead(f->lower, held, (int)bytes,
-                                  (sqlite3_int64)(lo - 1) * page_size) != SQLITE_OK) {
+    sqlite3_int64 off = (sqlite3_int64)(lo - 1) * page_size;
+    int rc = f->lower->pMethods->xRead(f->lower, held, (int)bytes, off);
+    sqlite3_int64 size = 0;
+    if (rc == SQLITE_IOERR_SHORT_READ &&
+        f->lower->pMethods->xFileSize(f->lower, &size) == SQLITE_OK && size > off) {
+        /* The window ran past the end of the file (a hint counts the pages of the whole
+         * BLOB; its first bytes are in the row's cell): the pages before it are good. */
+        sqlite3_int64 whole = (size - off) / page_size;
+        pages = whole < (sqlite3_int64)pages ? (uint32_t)whole : pages;
+        rc = pages > 0 ? SQLITE_OK : rc;
+    }
+    if (rc != SQLITE_OK) {
         mv_main_read_drop(f); /* frees one of its own */
         return;
     }

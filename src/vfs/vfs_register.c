@@ -155,6 +155,9 @@ static int mv_io_file_size(sqlite3_file *p, sqlite3_int64 *size)
 static int mv_io_lock(sqlite3_file *p, int level)
 {
     struct mv_file *f = mv_file_of(p);
+    if (f->kind == MV_FILE_MAIN) {
+        mv_main_read_drop(f); /* a transaction begins (rollback journal mode) */
+    }
     int rc = f->lower->pMethods->xLock(f->lower, level);
     if (rc == SQLITE_OK) {
         f->lock_level = level;
@@ -165,8 +168,8 @@ static int mv_io_lock(sqlite3_file *p, int level)
 static int mv_io_unlock(sqlite3_file *p, int level)
 {
     struct mv_file *f = mv_file_of(p);
-    if (f->kind == MV_FILE_MAIN && level < SQLITE_LOCK_SHARED) {
-        mv_main_read_drop(f); /* the read transaction is over */
+    if (f->kind == MV_FILE_MAIN) {
+        mv_main_read_drop(f); /* a transaction ends (rollback journal mode) */
     }
     int rc = f->lower->pMethods->xUnlock(f->lower, level);
     if (rc == SQLITE_OK) {
@@ -265,6 +268,9 @@ static int mv_io_shm_map(sqlite3_file *p, int pg, int pgsz, int extend, void vol
 static int mv_io_shm_lock(sqlite3_file *p, int offset, int n, int flags)
 {
     struct mv_file *f = mv_file_of(p);
+    if (f->kind == MV_FILE_MAIN) {
+        mv_main_read_drop(f); /* a WAL transaction begins or ends: its held window is done */
+    }
     int rc = f->lower->pMethods->xShmLock(f->lower, offset, n, flags);
     mv_wal_shm_lock_seen(f, offset, n, flags, rc);
     return rc;
