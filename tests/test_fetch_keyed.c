@@ -524,19 +524,38 @@ static void test_chain_read_at_once(void)
     }
 }
 
+/* A new store name@example.org holding one message with one attachment of size bytes stored
+ * as it is (its chain: the window tests'), closed again; *m (malloc'd), its length, UID and
+ * key. 0, or -1. */
+static int fk_one_attachment(const char *name,
+                             size_t size,
+                             unsigned seed,
+                             char **m,
+                             size_t *len,
+                             uint32_t *uid,
+                             struct mv_message_key *key)
+{
+    mv_store *s = NULL;
+    if (tu_store_create(name, FK_PW, 2048, &s) != MV_OK) {
+        return -1;
+    }
+    *m = fk_multipart('o', size, 1, seed, len);
+    int rc = *m != NULL ? fk_append_all(s, m, len, 1, uid, key) : -1;
+    mv_store_close(&s);
+    return rc;
+}
+
 /* A chain longer than a window (2 MiB) is read in windows, each taken when the chain goes
  * on right after the last one: a 5 MB attachment in three lower reads of several pages and
  * a few of one page, not the rest of the chain page by page after the first window. */
 static void test_long_chain_windows(void)
 {
     mv_store *s = NULL;
-    CHECK_EQ_INT(tu_store_create("longchain", FK_PW, 2048, &s), MV_OK);
     size_t len = 0;
-    char *m = fk_multipart('o', 5000000, 1, 51, &len);
+    char *m = NULL;
     uint32_t uid = 0;
     struct mv_message_key key;
-    CHECK_EQ_INT(fk_append_all(s, &m, &len, 1, &uid, &key), 0);
-    mv_store_close(&s);
+    CHECK_EQ_INT(fk_one_attachment("longchain", 5000000, 51, &m, &len, &uid, &key), 0);
     CHECK_EQ_INT(fk_open("longchain", &s), MV_OK);
     struct fk_reads r;
     void *got = NULL;
@@ -559,13 +578,11 @@ static void test_long_chain_windows(void)
 static void test_chain_window_fails(void)
 {
     mv_store *s = NULL;
-    CHECK_EQ_INT(tu_store_create("winfail", FK_PW, 2048, &s), MV_OK);
     size_t len = 0;
-    char *m = fk_multipart('o', 300000, 1, 41, &len);
+    char *m = NULL;
     uint32_t uid = 0;
     struct mv_message_key key;
-    CHECK_EQ_INT(fk_append_all(s, &m, &len, 1, &uid, &key), 0);
-    mv_store_close(&s);
+    CHECK_EQ_INT(fk_one_attachment("winfail", 300000, 41, &m, &len, &uid, &key), 0);
     int survived_window = 0;
     for (unsigned long nth = 1; nth <= 12; nth++) {
         CHECK_EQ_INT(fk_open("winfail", &s), MV_OK);
