@@ -242,7 +242,7 @@ def test_header_decoded(c):
 def whole_messages():
     """(name, bytes): the shapes a whole-message read takes apart and puts back together
     (issue 13: read straight into the response): a plain one, one with two attachments
-    stored apart (leaf parts of 8 KiB and more), one over 1 MiB, one with LF line ends, one
+    stored apart (leaf parts of 128 KiB and more), one over 1 MiB, one with LF line ends, one
     whose body is empty, one with an empty header block."""
     def b64(seed, n):
         import base64
@@ -255,9 +255,9 @@ def whole_messages():
              b'Content-Type: multipart/mixed; boundary="b1"\r\n\r\npreamble\r\n--b1\r\n'
              b"Content-Type: text/plain\r\n\r\nthe text\r\n--b1\r\n"
              b"Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\n" +
-             b64(1, 30000) + b"--b1\r\n"
+             b64(1, 100000) + b"--b1\r\n"
              b"Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\n" +
-             b64(2, 12000) + b"--b1--\r\nepilogue\r\n")
+             b64(2, 98000) + b"--b1--\r\nepilogue\r\n")
     big = (head % b"over 1 MiB" +
            b'Content-Type: multipart/mixed; boundary="b2"\r\n\r\n--b2\r\n'
            b"Content-Type: text/plain\r\n\r\nsee the file\r\n--b2\r\n"
@@ -266,7 +266,7 @@ def whole_messages():
     lf = (b"From: a@example.org\nSubject: LF only\nMIME-Version: 1.0\n"
           b'Content-Type: multipart/mixed; boundary="b3"\n\n--b3\nContent-Type: text/plain\n\n'
           b"text\n--b3\nContent-Type: application/octet-stream\n"
-          b"Content-Transfer-Encoding: base64\n\n" + b64(4, 20000).replace(b"\r\n", b"\n") +
+          b"Content-Transfer-Encoding: base64\n\n" + b64(4, 100000).replace(b"\r\n", b"\n") +
           b"--b3--\n")
     return [("plain", head % b"plain" + b"\r\n" + b"a short body line\r\n" * 40),
             ("with attachments", mixed), ("over 1 MiB", big), ("LF only", lf),

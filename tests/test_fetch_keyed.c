@@ -212,7 +212,7 @@ static void test_fewer_pages(void)
 
 /* A multipart message with a text part and parts attachments of kind 'o' (bytes zstd
  * cannot shrink: stored as they are) or 't' (text: stored compressed), each of size bytes
- * (parts of STORE_SPLIT_MIN, 8 KiB, and more are stored apart; smaller ones stay in the
+ * (parts of STORE_SPLIT_MIN, 128 KiB, and more are stored apart; smaller ones stay in the
  * skeleton). */
 static char *fk_multipart(char kind, size_t size, int parts, unsigned seed, size_t *len)
 {
@@ -358,7 +358,7 @@ static void test_wrong_key(void)
     uint32_t uid[3];
     m[0] = fk_message(1, 0, &len[0]);
     m[1] = fk_message(2, 40000, &len[1]);
-    m[2] = fk_multipart('o', 50000, 1, 3, &len[2]);
+    m[2] = fk_multipart('o', 140000, 1, 3, &len[2]); /* stored apart */
     struct mv_message_key key[3];
     CHECK_EQ_INT(fk_append_all(s, m, len, 3, uid, key), 0);
     void *got = NULL;
@@ -468,7 +468,7 @@ static void test_chain_read_at_once(void)
     uint32_t uid[3];
     m[0] = fk_multipart('o', 300000, 1, 21, &len[0]); /* an attachment stored as it is */
     m[1] = fk_message(22, 0, &len[1]);
-    m[2] = fk_multipart('o', 6000, 30, 23, &len[2]); /* parts under 8 KiB: a long skeleton */
+    m[2] = fk_multipart('o', 6000, 30, 23, &len[2]); /* parts kept in it: a long skeleton */
     struct mv_message_key key[3];
     CHECK_EQ_INT(fk_append_all(s, m, len, 3, uid, key), 0);
     CHECK(tu_int(mv_store_db(s), "SELECT max(length(data)) FROM bodies_data") > 150000);

@@ -138,14 +138,14 @@ static void test_every_shape(void)
         const char *eol, *kinds;
         size_t size;
     } shapes[] = {
-        {"\r\n", "", 0},        /* small: one skeleton */
-        {"\n", "t", 6000},      /* a text part under the split size: in the skeleton */
-        {"\r\n", "o", 300000},  /* an opaque attachment, stored as it is */
-        {"\n", "t", 300000},    /* a text attachment, stored compressed */
-        {"\r\n", "ot", 200000}, /* one of each */
-        {"\r\n", "ooo", 90000}, /* three, read through one BLOB handle */
-        {"\n", "OO", 70000},    /* the same bytes twice: one attachment row, two parts */
-        {"\r\n", "o", 8192},    /* at the split size */
+        {"\r\n", "", 0},         /* small: one skeleton */
+        {"\n", "t", 6000},       /* a text part under the split size: in the skeleton */
+        {"\r\n", "o", 300000},   /* an opaque attachment, stored as it is */
+        {"\n", "t", 300000},     /* a text attachment, stored compressed */
+        {"\r\n", "ot", 200000},  /* one of each */
+        {"\r\n", "ooo", 140000}, /* three, read through one BLOB handle */
+        {"\n", "OO", 140000},    /* the same bytes twice: one attachment row, two parts */
+        {"\r\n", "o", 131072},   /* at the split size (STORE_SPLIT_MIN) */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         size_t len = 0;
@@ -207,7 +207,7 @@ static void test_damaged_attachments(void)
             mv_store *s = NULL;
             CHECK_EQ_INT(fw_open(name, &s), MV_OK);
             size_t len = 0;
-            char *m = fw_message("\r\n", compressed ? "t" : "o", 120000, 5, &len);
+            char *m = fw_message("\r\n", compressed ? "t" : "o", 140000, 5, &len);
             CHECK(m != NULL);
             uint32_t uid = fw_roundtrip(s, m, len);
             free(m);

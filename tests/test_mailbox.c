@@ -249,8 +249,8 @@ static void test_stored_bytes(void)
     CHECK_EQ_INT(mb_open("quota", &s), MV_OK);
     CHECK_EQ_INT(mb_stored(s, "INBOX"), 0);
     size_t a_len = 0, b_len = 0;
-    char *a = mb_message("first", 40000, 7, &a_len);
-    char *b = mb_message("second", 40000, 7, &b_len); /* the same attachment */
+    char *a = mb_message("first", 100000, 7, &a_len);  /* base64 over STORE_SPLIT_MIN */
+    char *b = mb_message("second", 100000, 7, &b_len); /* the same attachment */
     CHECK_EQ_INT(mv_message_append(s, "INBOX", a, a_len, 0, NULL, 0, NULL), MV_OK);
     CHECK_EQ_INT(mb_int(s, "SELECT count(*) FROM attachments"), 1);
     struct mv_store_stats st;

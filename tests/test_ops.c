@@ -69,14 +69,19 @@ static int to_fill(mv_store *s, int first, int count)
 /* A message with a base64 attachment large enough to be stored apart. */
 static int to_append_attachment(mv_store *s)
 {
-    char msg[16384];
-    int n = snprintf(msg, sizeof msg,
+    /* 1,700 base64 lines of 78 bytes: over STORE_SPLIT_MIN (128 KiB), so stored apart */
+    enum { TO_LINES = 1700, TO_MSG_SIZE = TO_LINES * 78 + 512 };
+    char *msg = malloc(TO_MSG_SIZE);
+    if (msg == NULL) {
+        return MV_ENOMEM;
+    }
+    int n = snprintf(msg, TO_MSG_SIZE,
                      "From: a@example.org\r\nSubject: att\r\nMIME-Version: 1.0\r\n"
                      "Content-Type: multipart/mixed; boundary=\"b\"\r\n\r\n--b\r\n"
                      "Content-Type: text/plain\r\n\r\nhi\r\n--b\r\n"
                      "Content-Type: application/octet-stream\r\n"
                      "Content-Transfer-Encoding: base64\r\n\r\n");
-    for (int line = 0; line < 150; line++) {
+    for (int line = 0; line < TO_LINES; line++) {
         for (int j = 0; j < 76; j++) {
             msg[n++] =
                 "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[(line + j * 3) %
@@ -85,8 +90,10 @@ static int to_append_attachment(mv_store *s)
         msg[n++] = '\r';
         msg[n++] = '\n';
     }
-    n += snprintf(msg + n, sizeof msg - (size_t)n, "--b--\r\n");
-    return mv_message_append(s, "INBOX", msg, (size_t)n, 0, NULL, 0, NULL);
+    n += snprintf(msg + n, TO_MSG_SIZE - (size_t)n, "--b--\r\n");
+    int rc = mv_message_append(s, "INBOX", msg, (size_t)n, 0, NULL, 0, NULL);
+    free(msg);
+    return rc;
 }
 
 /* ---- statistics ------------------------------------------------------------------------ */

@@ -41,11 +41,11 @@ static int stress_open(mv_store **s)
     return rc;
 }
 
-/* A message whose subject is its marker; every tenth carries a 40 KiB attachment shared
+/* A message whose subject is its marker; every tenth carries a 140 KB attachment shared
  * with other messages (deduplication under concurrency). */
 static char *stress_message(const char *marker, int n, size_t *len)
 {
-    size_t cap = 64 * 1024;
+    size_t cap = 160 * 1024;
     char *m = malloc(cap);
     int k = snprintf(m, cap,
                      "From: writer <w@example.org>\r\nTo: " USER "\r\nSubject: %s\r\n"
@@ -55,7 +55,7 @@ static char *stress_message(const char *marker, int n, size_t *len)
                      "Content-Type: application/octet-stream\r\n"
                      "Content-Transfer-Encoding: base64\r\n\r\n",
                      marker, marker, marker);
-    size_t used = (size_t)k, blob = n % 10 == 0 ? 40 * 1024 : 300;
+    size_t used = (size_t)k, blob = n % 10 == 0 ? 140000 : 300; /* over STORE_SPLIT_MIN */
     for (size_t i = 0; i < blob && used + 80 < cap; i += 76) {
         memcpy(m + used,
                "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZnaGlqa2xtbm9wcXJzdHV2d3h5ejAxMjM0\r\n",

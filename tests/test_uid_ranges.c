@@ -22,9 +22,12 @@
 
 /* A small message; with attach non-zero a multipart one whose part is stored apart (an
  * attachment row), the same bytes for every message with the same attach value. */
+/* The attachment's bytes: over STORE_SPLIT_MIN (128 KiB), so it is stored apart. */
+#define UR_PART 140000
+
 static char *ur_message(unsigned n, unsigned attach, size_t *len)
 {
-    size_t cap = 16384;
+    size_t cap = UR_PART + 1024;
     char *m = malloc(cap);
     if (m == NULL) {
         abort();
@@ -42,7 +45,7 @@ static char *ur_message(unsigned n, unsigned attach, size_t *len)
                      "Content-Type: text/plain\r\n\r\nhello %u\r\n--b\r\n"
                      "Content-Type: application/octet-stream\r\n\r\n",
                      n, n);
-        for (size_t i = 0; i < 9000; i++) {
+        for (size_t i = 0; i < UR_PART; i++) {
             m[k++] = (char)('a' + (i * attach) % 26);
         }
         k += snprintf(m + k, cap - (size_t)k, "\r\n--b--\r\n");

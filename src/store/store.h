@@ -34,8 +34,13 @@
 #include <stdint.h>
 
 #define STORE_SCHEMA_VERSION 10
-#define STORE_STMT_CACHE     128  /* prepared statements kept per store (about 60 in use) */
-#define STORE_SPLIT_MIN      8192 /* leaf parts at least this large are stored apart */
+#define STORE_STMT_CACHE     128 /* prepared statements kept per store (about 60 in use) */
+/* Leaf parts at least this large are stored apart (attachments, deduplicated); smaller ones
+ * stay in the skeleton. 128 KiB is Dovecot's default mail_attachment_min_size. At 8 KiB, a
+ * third of the big-mailbox corpus's messages had a part stored apart, each costing a cold
+ * read 1-3 random page reads more (body_parts, attachments, attachments_data) for little
+ * sharing: docs/BENCHMARKS.md "Parts under 128 KiB kept in the skeleton". */
+#define STORE_SPLIT_MIN 131072
 
 struct store_stmt_slot {
     const char *sql; /* the literal's address is the key: callers pass string literals */
