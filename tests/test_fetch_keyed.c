@@ -524,6 +524,55 @@ static void test_chain_read_at_once(void)
     }
 }
 
+/* Rows appended one after the other have their chains next to their leaves (NEAR WINDOWS in
+ * vfs_read_ahead.c): a keyed read of a message whose skeleton has a short chain (a part kept
+ * in it: 9,000 bytes of base64) takes the leaf and the chain in one lower read, so it costs
+ * as many lower reads as a message without a chain (the last one here), where it took one
+ * more before. SQLite's cache is emptied before each read, so the B-tree's pages and the
+ * mailbox's row come from the file every time. */
+static void test_leaf_and_chain_at_once(void)
+{
+    enum { N = 60 };
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tu_store_create("near", FK_PW, 2048, &s), MV_OK);
+    char *m[N + 1];
+    size_t len[N + 1];
+    uint32_t uid[N + 1];
+    struct mv_message_key key[N + 1];
+    for (int i = 0; i < N; i++) {
+        m[i] = fk_multipart('o', 9000, 1, 300 + (unsigned)i, &len[i]);
+    }
+    m[N] = fk_message(400, 0, &len[N]); /* no chain: the reads every message takes */
+    CHECK_EQ_INT(fk_append_all(s, m, len, N + 1, uid, key), 0);
+    /* every skeleton but the last has a chain: more than a leaf's cell holds */
+    CHECK_EQ_INT(
+        tu_int(mv_store_db(s), "SELECT count(*) FROM bodies_data WHERE length(data) > 5000"), N);
+    mv_store_close(&s);
+    CHECK_EQ_INT(fk_open("near", &s), MV_OK);
+    unsigned long reads[N + 1];
+    for (int i = N; i >= 0; i--) {
+        (void)sqlite3_db_release_memory(mv_store_db(s));
+        struct fk_reads r;
+        void *got = NULL;
+        size_t got_len = 0;
+        CHECK_EQ_INT(fk_counted_read(s, uid[i], &key[i], 1, &got, &got_len, &r), MV_OK);
+        CHECK(got != NULL && got_len == len[i] && memcmp(got, m[i], got_len) == 0);
+        free(got);
+        reads[i] = r.all;
+    }
+    int as_few = 0;
+    for (int i = 0; i < N; i++) {
+        as_few += reads[i] <= reads[N];
+    }
+    printf("  # %d of %d messages with a chain read in as few lower reads (%lu) as one without\n",
+           as_few, N, reads[N]);
+    CHECK(as_few >= N / 2); /* 44 of 60 when written; none before the near windows */
+    mv_store_close(&s);
+    for (int i = 0; i <= N; i++) {
+        free(m[i]);
+    }
+}
+
 /* A new store name@example.org holding one message with one attachment of size bytes stored
  * as it is (its chain: the window tests'), closed again; *m (malloc'd), its length, UID and
  * key. 0, or -1. */
@@ -626,6 +675,7 @@ int main(void)
     TEST(test_wrong_key);
     TEST(test_unauthenticated_pages);
     TEST(test_chain_read_at_once);
+    TEST(test_leaf_and_chain_at_once);
     TEST(test_long_chain_windows);
     TEST(test_chain_window_fails);
     return th_summary();

@@ -680,6 +680,47 @@ static void test_held_window_never_stale(void)
     }
 }
 
+/* The same for a near window (vfs_hint.h, mv_db_read_near_hint): A reads the row's leaf
+ * with its neighbours (the chain's first pages among them) held, under a near hint it never
+ * takes back; B rewrites the BLOB in place; A's next reads, in a new transaction, get B's
+ * bytes, leaf and chain: the held pages went with A's transaction (kept past it, they served
+ * A the old ones). */
+static void test_near_window_never_stale(void)
+{
+    for (int wal = 0; wal <= 1; wal++) {
+        char *path = tu_path("near.db");
+        sqlite3 *a = NULL, *b = NULL;
+        tu_remove_db(path);
+        CHECK(ra_open(path, MV_DB_CREATE, &a) == 0);
+        CHECK(ra_open(path, 0, &b) == 0);
+        if (wal) {
+            CHECK(tu_exec(a, "PRAGMA journal_mode=WAL") == SQLITE_OK);
+        }
+        CHECK(hw_blob_insert(b, 'a') == SQLITE_OK);
+        if (wal) {
+            CHECK(tu_exec(b, "PRAGMA wal_checkpoint(TRUNCATE)") == SQLITE_OK);
+        }
+        mv_db_read_near_hint(a, 4);
+        CHECK(tu_exec(a, "BEGIN") == SQLITE_OK);
+        /* the leaf alone: its window (page 1, the leaf, the chain's first pages) is held */
+        CHECK(tu_int(a, "SELECT length(data) FROM b WHERE id = 1") == HW_BLOB);
+        CHECK(tu_exec(a, "COMMIT") == SQLITE_OK);
+        CHECK(hw_blob_fill(b, 'b') == SQLITE_OK);
+        if (wal) {
+            int log_frames = -1, done = -1;
+            CHECK_EQ_INT(sqlite3_wal_checkpoint_v2(b, "main", SQLITE_CHECKPOINT_TRUNCATE,
+                                                   &log_frames, &done),
+                         SQLITE_OK);
+        }
+        CHECK(hw_blob_is(a, 'b'));
+        mv_db_read_near_hint(a, 0);
+        CHECK(hw_blob_is(a, 'b'));
+        sqlite3_close(a);
+        sqlite3_close(b);
+        tu_remove_db(path);
+    }
+}
+
 int main(void)
 {
     if (fv_register() != SQLITE_OK || mv_vfs_register(FV_VFS_NAME, 0) != MV_OK) {
@@ -697,6 +738,7 @@ int main(void)
     TEST(test_checkpoint_stops_at_damaged_frame);
     TEST(test_descending_reads_read_ahead);
     TEST(test_held_window_never_stale);
+    TEST(test_near_window_never_stale);
     TEST(test_saved_view_reads_back);
     return th_summary();
 }

@@ -61,6 +61,8 @@ struct mv_read_run {
     uint8_t *held;       /* a hinted window's pages as read (kept or malloc'd; NULL: none) */
     uint32_t held_lo;    /* the page held[0] is */
     uint32_t held_pages; /* pages in held */
+    int held_near;       /* held is a window around a page read (near), not a chain's */
+    uint32_t near;       /* pages on each side of a page read to hold (vfs_hint.h; 0: none) */
     uint8_t *kept;       /* the file's buffer for held windows (malloc'd; NULL: none yet) */
     size_t kept_size;    /* its bytes */
 };
@@ -203,6 +205,11 @@ int mv_main_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 void mv_main_read_ahead(struct mv_file *f, uint32_t pgno, uint32_t page_size);
 /* MV_FCNTL_READ_AHEAD on a main file (vfs_hint.h): the pages the next read's window takes. */
 void mv_main_read_ahead_hint(struct mv_file *f, int64_t bytes);
+/* MV_FCNTL_READ_NEAR on a main file (vfs_hint.h): pages on each side of a read to hold. */
+void mv_main_read_near_hint(struct mv_file *f, int pages);
+/* Before page pgno of a main file is read while a near hint is set: unless a held window
+ * has the page, reads it with the hinted pages on each side and holds them. A hint. */
+void mv_main_read_near(struct mv_file *f, uint32_t pgno, uint32_t page_size);
 /* Before a read from page pgno while a hint is set (f->run.hinted): the hinted window from
  * pgno, held until the hint is taken back, and the hint is used up. mv_main_read_ahead does
  * this itself; partial reads call it. */

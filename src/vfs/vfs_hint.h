@@ -8,6 +8,10 @@
  *   ... read the BLOB ...
  *   mv_db_read_ahead_hint(db, 0);       // whatever was not used is dropped
  *
+ *   mv_db_read_near_hint(db, 4);        // a row's leaf is read next, its chain near it:
+ *   ... find the row, hint its chain, read the BLOB ...   // read the leaf with the 4 pages
+ *   mv_db_read_ahead_hint(db, 0);       // on each side at once; taken back with the rest
+ *
  * The window's pages serve the chain's page reads until the hint is taken back (each page
  * still authenticated and decrypted), so take it back right after the BLOB's read, in the
  * same statement: a wrong hint costs reads, never bytes. Library-internal: not in
@@ -28,5 +32,15 @@
  * a BLOB of bytes bytes (0 takes a hint back). Ignored by a file that is not a keyed
  * mailvault main file. */
 void mv_db_read_ahead_hint(sqlite3 *db, int64_t bytes);
+
+/* pArg: const int*: pages on each side of a page read (0: none). */
+#define MV_FCNTL_READ_NEAR 0x6d760007
+
+/* Tells db's main file that the page reads to come look for a row whose BLOB's overflow
+ * chain lies within pages pages of the row's leaf (as rows appended one after the other
+ * lay them out), so each page read that no window holds takes the pages on both sides of
+ * it in one lower read and holds them. Taken back by mv_db_read_ahead_hint(db, 0) (or
+ * mv_db_read_near_hint(db, 0)); ignored as mv_db_read_ahead_hint is. */
+void mv_db_read_near_hint(sqlite3 *db, int pages);
 
 #endif /* MV_VFS_HINT_H */

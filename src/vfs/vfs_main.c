@@ -126,6 +126,9 @@ int mv_main_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
     if ((uint32_t)amt == page_size && off % page_size == 0) {
         uint32_t pgno = (uint32_t)(off / page_size) + 1;
         mv_main_read_ahead(f, pgno, page_size); /* descending runs (vfs_read_ahead.c) */
+        if (f->run.near != 0) {
+            mv_main_read_near(f, pgno, page_size); /* a row's leaf and its chain (vfs_hint.h) */
+        }
         return mv_main_read_page(f, buf, page_size, pgno);
     }
     return mv_main_read_partial(f, buf, amt, off, page_size);

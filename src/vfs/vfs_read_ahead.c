@@ -69,6 +69,22 @@
  *     of the file: a hint counts the whole BLOB's pages, but its first bytes are in the
  *     row's cell) holds the pages before the end.
  *
+ * NEAR WINDOWS
+ *   Rows appended one after the other (an import, deliveries) get their overflow pages from
+ *   the end of the file as they are inserted, so a row's chain lies close to its leaf: in the
+ *   benchmark's 10,000-message store, 97% of the bodies_data rows with a chain have all of
+ *   it within 8 pages of their leaf, 93% within 4 (most often the page right below or right
+ *   above). Reading the leaf and then the chain cost a cold message two random reads (each
+ *   the disk's full latency) where Dovecot's message file takes one. With a near hint
+ *   (vfs_hint.h), a page read that no window holds takes the hinted pages on both sides of
+ *   it in the same lower read and holds them: the row's leaf comes with its chain, whose
+ *   page reads are then served from the window (a chain that runs on past it continues in a
+ *   hinted window from its next page, which may read up to the near window's size past the
+ *   chain's end; one that starts outside it gets its own window, as without the near hint). The
+ * windows are held windows (above): dropped at the hint's take-back and at every lock, write and
+ * close, so never stale. Cost when the pages are in the page cache already: the window's copy (~1
+ * us a page), against the chain's own system call saved.
+ *
  * LIMITS
  *   MV_READ_AHEAD_MAX bytes (2 MiB) of memory for the time of one lower read, per window; a
  *   hinted window is at most that too, held for the time of one BLOB's read. A longer chain
@@ -112,6 +128,7 @@ void mv_main_read_drop(struct mv_file *f)
     r->held = NULL;
     r->held_lo = 0;
     r->held_pages = 0;
+    r->held_near = 0;
 }
 
 void mv_main_read_release(struct mv_file *f)
@@ -158,6 +175,7 @@ static void mv_read_window_held(struct mv_file *f, uint32_t lo, uint32_t pages, 
     }
     r->held = held;
     r->held_pages = 0;
+    r->held_near = 0;
     if (held == NULL) {
         return;
     }
@@ -198,7 +216,12 @@ void mv_main_read_ahead_hint(struct mv_file *f, int64_t bytes)
     uint32_t page_size = c->page_size;
     uint32_t reserve = c->crypt != NULL ? crypt_reserve_bytes(crypt_ctx_cipher(c->crypt)) : 0;
     f->run.hinted = 0;
-    mv_main_read_drop(f); /* a new hint, or the last one taken back: its window is done */
+    f->run.near = 0; /* the row is found (its chain is hinted next) or the hint taken back */
+    /* A new hint, or the last one taken back: its window is done; but a near window stays for
+     * a new hint, as the chain may lie in it (NEAR WINDOWS). */
+    if (bytes <= 0 || !f->run.held_near) {
+        mv_main_read_drop(f);
+    }
     if (bytes <= 0 || page_size == 0 || page_size > MV_READ_AHEAD_MAX ||
         page_size < reserve + 512) {
         return;
@@ -215,7 +238,7 @@ void mv_main_read_hinted(struct mv_file *f, uint32_t pgno, uint32_t page_size)
         if (pgno >= r->held_lo && pgno - r->held_lo < r->held_pages) {
             return; /* still in the window */
         }
-        if (pgno != r->held_lo + r->held_pages) {
+        if (!r->held_near && pgno != r->held_lo + r->held_pages) {
             r->hinted = 0; /* the chain left the file's order: the rest is read as it comes */
             return;
         }
@@ -228,6 +251,34 @@ void mv_main_read_hinted(struct mv_file *f, uint32_t pgno, uint32_t page_size)
         if (r->held != NULL && pages > take) {
             r->hinted = pages - take; /* the next window, if the chain goes on up the file */
         }
+    }
+}
+
+/* At most this many pages on each side of a near window's page. */
+#define MV_READ_NEAR_MAX 64
+
+void mv_main_read_near_hint(struct mv_file *f, int pages)
+{
+    struct mv_read_run *r = &f->run;
+    r->near = pages <= 0 ? 0 : pages > MV_READ_NEAR_MAX ? MV_READ_NEAR_MAX : (uint32_t)pages;
+    if (r->near == 0 && r->held_near) {
+        mv_main_read_drop(f);
+    }
+}
+
+void mv_main_read_near(struct mv_file *f, uint32_t pgno, uint32_t page_size)
+{
+    struct mv_read_run *r = &f->run;
+    if (r->near == 0 || page_size == 0 ||
+        page_size > MV_READ_AHEAD_MAX / (2 * MV_READ_NEAR_MAX + 1) ||
+        (r->held != NULL && pgno >= r->held_lo && pgno - r->held_lo < r->held_pages) ||
+        pgno > UINT32_MAX - r->near) {
+        return;
+    }
+    uint32_t lo = pgno > r->near ? pgno - r->near : 1;
+    mv_read_window_held(f, lo, pgno - lo + r->near + 1, page_size);
+    if (r->held != NULL) {
+        r->held_near = 1;
     }
 }
 
@@ -261,6 +312,13 @@ void mv_main_read_ahead(struct mv_file *f, uint32_t pgno, uint32_t page_size)
     mv_read_window(f, lo, pgno, page_size);
     if (r->next < MV_READ_AHEAD_MAX) {
         r->next *= 2;
+    }
+}
+
+void mv_db_read_near_hint(sqlite3 *db, int pages)
+{
+    if (db != NULL) {
+        (void)sqlite3_file_control(db, "main", MV_FCNTL_READ_NEAR, &pages);
     }
 }
 
