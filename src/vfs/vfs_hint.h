@@ -8,8 +8,8 @@
  *   ... read the BLOB ...
  *   mv_db_read_ahead_hint(db, 0);       // whatever was not used is dropped
  *
- *   mv_db_read_near_hint(db, 4);        // a row's leaf is read next, its chain near it:
- *   ... find the row, hint its chain, read the BLOB ...   // read the leaf with the 4 pages
+ *   mv_db_read_near_hint(db, 2);        // a row's leaf is read next, its chain near it:
+ *   ... find the row, hint its chain, read the BLOB ...   // read the leaf with the 2 pages
  *   mv_db_read_ahead_hint(db, 0);       // on each side at once; taken back with the rest
  *
  * The window's pages serve the chain's page reads until the hint is taken back (each page
