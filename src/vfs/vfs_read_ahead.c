@@ -71,19 +71,19 @@
  *
  * NEAR WINDOWS
  *   Rows appended one after the other (an import, deliveries) get their overflow pages from
- *   the end of the file as they are inserted, so a row's chain lies close to its leaf: in the
- *   benchmark's stores, 80% of the bodies_data rows with a chain have all of it within 2
- *   pages of their leaf, 93% within 4, 97% within 8 (most often the page right below or
- *   right above). Reading the leaf and then the chain cost a cold message two random reads (each
- *   the disk's full latency) where Dovecot's message file takes one. With a near hint
+ *   the end of the file as they are inserted, so a row's chain lies close to its leaf: in
+ *   the benchmark's stores, 80% of the bodies_data rows with a chain have all of it within
+ *   2 pages of their leaf, 93% within 4, 97% within 8 (most often the page right below or
+ *   right above). Reading the leaf and then the chain cost a cold message two random reads
+ *   (each the disk's full latency) where Dovecot's message file takes one. With a near hint
  *   (vfs_hint.h), a page read that no window holds takes the hinted pages on both sides of
  *   it in the same lower read and holds them: the row's leaf comes with its chain, whose
- *   page reads are then served from the window (a chain that runs on past it continues in a
- *   hinted window from its next page, which may read up to the near window's size past the
- *   chain's end; one that starts outside it gets its own window, as without the near hint). The
- * windows are held windows (above): dropped at the hint's take-back and at every lock, write and
- * close, so never stale. Cost when the pages are in the page cache already: the window's copy (~1
- * us a page), against the chain's own system call saved.
+ *   page reads are then served from the window. A chain that runs on past it continues in a
+ *   hinted window from its next page (which may read up to the near window's size past the
+ *   chain's end); one that starts outside it gets its own window, as without the near hint.
+ *   The windows are held windows (above): dropped at the hint's take-back and at every
+ *   lock, write and close, so never stale. Cost when the pages are in the page cache
+ *   already: the window's copy (~1 us a page), against the chain's own system call saved.
  *
  * LIMITS
  *   MV_READ_AHEAD_MAX bytes (2 MiB) of memory for the time of one lower read, per window; a
@@ -91,7 +91,8 @@
  *   is read in windows of that size, each taken when the chain's next page is the one right
  *   after the window (a chain that leaves the file's order is read as it comes from there).
  *   A file keeps the buffer of its held windows, up to MV_READ_HELD_KEEP (256 KiB), until it
- *   is closed; a bigger window's is freed when dropped.
+ *   is closed; a bigger window's is freed when dropped. A near window is at most
+ *   MV_READ_NEAR_MAX pages on each side (the store asks for 2: 20 KiB with 4 KiB pages).
  */
 #include "vfs/vfs.h"
 #include "vfs/vfs_hint.h"
