@@ -92,6 +92,11 @@ struct mv_store {
     struct ZSTD_CCtx_s *zstd_c;
     struct ZSTD_DCtx_s *zstd_d;
     int read_snapshot; /* inside mv_store_read_begin(): reads share its transaction */
+    /* A BLOB handle on bodies_data.data kept open inside a read snapshot, moved from body to
+     * body with sqlite3_blob_reopen() by the header reads of skeletons too large to read
+     * whole (store_blob.c): sqlite3_blob_open() compiles a statement of its own every time.
+     * Closed when the snapshot ends (it holds the read transaction, as a statement does). */
+    sqlite3_blob *header_blob;
     /* store_mailbox_id's last answer inside the current read snapshot (0: none), which
      * cannot change before it ends: a FETCH chunk asks it once per message (issue 13). */
     int64_t snapshot_mailbox_id;

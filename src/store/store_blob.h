@@ -126,8 +126,12 @@ int store_body_index_again(mv_store *s, int64_t body_id, const struct store_pars
  * transaction's COMMIT (store.h: fts_pending), as an append does. MV_OK or MV_ENOMEM. */
 int store_body_index(mv_store *s, int64_t body_id, const struct store_parsed *p);
 
-/* Frees the handle's zstd contexts (store.h). */
+/* Frees the handle's zstd contexts and its kept BLOB handle (store.h). */
 void store_blob_release(mv_store *s);
+
+/* Closes the BLOB handle kept for a read snapshot's header reads (store.h: header_blob); at
+ * the snapshot's end, before its transaction ends. */
+void store_blob_snapshot_end(mv_store *s);
 
 /* SHA-256 of data into out. MV_OK or MV_ERROR (OpenSSL failed; message set). */
 int store_blob_sha256(mv_store *s, const void *data, size_t len, uint8_t out[32]);

@@ -4,6 +4,7 @@
  */
 #include "crypto/crypt.h"
 #include "store/store.h"
+#include "store/store_blob.h"
 #include "vfs/db_error.h"
 #include "vfs/vfs_tempdir.h"
 
@@ -229,7 +230,8 @@ void mv_store_read_end(mv_store *s)
 {
     if (s != NULL && s->read_snapshot) {
         s->read_snapshot = 0;
-        store_rollback(s); /* nothing was written: ends the snapshot */
+        store_blob_snapshot_end(s); /* its BLOB handle holds the transaction open */
+        store_rollback(s);          /* nothing was written: ends the snapshot */
     }
 }
 
