@@ -630,6 +630,28 @@ static int hw_blob_fill(sqlite3 *db, char c)
     return rc;
 }
 
+/* Handles A and B on a new file at path (in WAL mode if wal), row 1's BLOB of 'a's written
+ * by B (so not in A's own page cache) and in the file. 1, or 0 after a failed check. */
+static int hw_pair(const char *path, int wal, sqlite3 **a, sqlite3 **b)
+{
+    tu_remove_db(path);
+    int ok = ra_open(path, MV_DB_CREATE, a) == 0 && ra_open(path, 0, b) == 0 &&
+             (!wal || tu_exec(*a, "PRAGMA journal_mode=WAL") == SQLITE_OK) &&
+             hw_blob_insert(*b, 'a') == SQLITE_OK &&
+             (!wal || tu_exec(*b, "PRAGMA wal_checkpoint(TRUNCATE)") == SQLITE_OK);
+    return ok;
+}
+
+/* B overwrites row 1's BLOB in place with 'b's and, in WAL mode, checkpoints it into the file
+ * (SQLITE_BUSY if A still held a snapshot). 1, or 0. */
+static int hw_rewrite(sqlite3 *b, int wal)
+{
+    int log_frames = -1, done = -1;
+    return hw_blob_fill(b, 'b') == SQLITE_OK &&
+           (!wal || sqlite3_wal_checkpoint_v2(b, "main", SQLITE_CHECKPOINT_TRUNCATE, &log_frames,
+                                              &done) == SQLITE_OK);
+}
+
 /* A hinted chain's window is held for the chain's reads (the last BLOB of the file: the
  * window runs past its end) and never outlives its transaction, even when the hint is not
  * taken back: handle A reads a BLOB through a window and keeps the hint; handle B rewrites
@@ -641,16 +663,7 @@ static void test_held_window_never_stale(void)
     for (int wal = 0; wal <= 1; wal++) {
         char *path = tu_path("held.db");
         sqlite3 *a = NULL, *b = NULL;
-        tu_remove_db(path);
-        CHECK(ra_open(path, MV_DB_CREATE, &a) == 0);
-        CHECK(ra_open(path, 0, &b) == 0);
-        if (wal) {
-            CHECK(tu_exec(a, "PRAGMA journal_mode=WAL") == SQLITE_OK);
-        }
-        CHECK(hw_blob_insert(b, 'a') == SQLITE_OK); /* by B: not in A's own page cache */
-        if (wal) {
-            CHECK(tu_exec(b, "PRAGMA wal_checkpoint(TRUNCATE)") == SQLITE_OK);
-        }
+        CHECK(hw_pair(path, wal, &a, &b));
         /* A, in one read transaction: the row's leaf first (as the store does), then the
          * hint and the chain; the hint is not taken back */
         CHECK(tu_exec(a, "BEGIN") == SQLITE_OK);
@@ -664,13 +677,7 @@ static void test_held_window_never_stale(void)
         CHECK_EQ_INT(windows, 1); /* the window is real: the next read could be stale */
         CHECK(tu_exec(a, "COMMIT") == SQLITE_OK);
         /* B rewrites the same pages and puts them in the file */
-        CHECK(hw_blob_fill(b, 'b') == SQLITE_OK);
-        if (wal) {
-            int log_frames = -1, done = -1; /* SQLITE_BUSY if A still held a snapshot */
-            CHECK_EQ_INT(sqlite3_wal_checkpoint_v2(b, "main", SQLITE_CHECKPOINT_TRUNCATE,
-                                                   &log_frames, &done),
-                         SQLITE_OK);
-        }
+        CHECK(hw_rewrite(b, wal));
         CHECK(hw_blob_is(a, 'b'));
         mv_db_read_ahead_hint(a, 0);
         CHECK(hw_blob_is(a, 'b'));
@@ -690,28 +697,13 @@ static void test_near_window_never_stale(void)
     for (int wal = 0; wal <= 1; wal++) {
         char *path = tu_path("near.db");
         sqlite3 *a = NULL, *b = NULL;
-        tu_remove_db(path);
-        CHECK(ra_open(path, MV_DB_CREATE, &a) == 0);
-        CHECK(ra_open(path, 0, &b) == 0);
-        if (wal) {
-            CHECK(tu_exec(a, "PRAGMA journal_mode=WAL") == SQLITE_OK);
-        }
-        CHECK(hw_blob_insert(b, 'a') == SQLITE_OK);
-        if (wal) {
-            CHECK(tu_exec(b, "PRAGMA wal_checkpoint(TRUNCATE)") == SQLITE_OK);
-        }
+        CHECK(hw_pair(path, wal, &a, &b));
         mv_db_read_near_hint(a, 4);
         CHECK(tu_exec(a, "BEGIN") == SQLITE_OK);
         /* the leaf alone: its window (page 1, the leaf, the chain's first pages) is held */
         CHECK(tu_int(a, "SELECT length(data) FROM b WHERE id = 1") == HW_BLOB);
         CHECK(tu_exec(a, "COMMIT") == SQLITE_OK);
-        CHECK(hw_blob_fill(b, 'b') == SQLITE_OK);
-        if (wal) {
-            int log_frames = -1, done = -1;
-            CHECK_EQ_INT(sqlite3_wal_checkpoint_v2(b, "main", SQLITE_CHECKPOINT_TRUNCATE,
-                                                   &log_frames, &done),
-                         SQLITE_OK);
-        }
+        CHECK(hw_rewrite(b, wal));
         CHECK(hw_blob_is(a, 'b'));
         mv_db_read_near_hint(a, 0);
         CHECK(hw_blob_is(a, 'b'));
