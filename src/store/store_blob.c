@@ -778,9 +778,9 @@ static int store_body_part_blob(mv_store *s, sqlite3_blob **blob, int64_t attach
 /* Pages on each side of a body row's leaf read with it (vfs_hint.h, mv_db_read_near_hint):
  * in the benchmark's stores 80% of the chains lie wholly within 2 pages of their leaf (93%
  * within 4), so a cold message mostly costs one random read, not two (leaf, then chain), for
- * 16 KiB more read with the leaf. Measured (docs/BENCHMARKS.md, "Near windows"): 2 pages
- * made an evicted FETCH of 50 whole messages 8-11% faster, 4 pages 2-6% (more bytes read
- * for the few chains more they cover). */
+ * 16 KiB more read with the leaf. Measured (docs/BENCHMARKS.md, the twelfth pass): 2 pages
+ * made an evicted FETCH of 50 whole messages 3-11% faster (median 7%), 4 pages 2-6% (more
+ * bytes read for the few chains more they cover). */
 #define STORE_BLOB_NEAR_PAGES 2
 
 /* Reads the length of row id's BLOB (length_sql: one leaf, no overflow page) and tells the
@@ -1217,8 +1217,8 @@ cleanup:
  * as far as the bytes asked for: the rest of the message is neither read nor decrypted.
  * Inside a read snapshot the BLOB handle is kept (s->header_blob) and moved to the next
  * body's row: since skeletons keep parts under 128 KiB (STORE_SPLIT_MIN), a fifth of the IMAP
- * benchmark's messages take this path, and a handle opened per message cost ~4% of its
- * commands a second. */
+ * benchmark's messages take this path, and sqlite3_blob_open() compiles a statement of its
+ * own on every call (the layout cost that benchmark 5-10% of its commands a second). */
 static int store_body_read_header_unit(mv_store *s,
                                        int64_t body_id,
                                        int compression,
