@@ -76,6 +76,8 @@ def main():
     ap.add_argument("--hot", action="store_true", help="the same 50 messages, never evicted")
     ap.add_argument("--work", default="/tmp/fetch_compare")
     a = ap.parse_args()
+    if a.rounds < 2:
+        ap.error("--rounds: at least 2 (the ratio's quartiles need two rounds)")
     source = {"old": (a.root, a.password_file),
               "new": (a.new_root or a.root, a.new_password_file or a.password_file)}
     servers = {}
@@ -117,7 +119,7 @@ def main():
             proc.terminate()
             proc.wait()
     med = statistics.median
-    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    q = statistics.quantiles(ratios, n=4)
     print(f"UID FETCH of 50 random whole messages, {'hot' if a.hot else 'evicted'}, "
           f"{a.rounds} rounds")
     for name in ("old", "new"):

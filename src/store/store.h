@@ -39,7 +39,7 @@
  * stay in the skeleton. 128 KiB is Dovecot's default mail_attachment_min_size. At 8 KiB, a
  * third of the big-mailbox corpus's messages had a part stored apart, each costing a cold
  * read 1-3 random page reads more (body_parts, attachments, attachments_data) for little
- * sharing: docs/BENCHMARKS.md "Parts under 128 KiB kept in the skeleton". */
+ * sharing (docs/BENCHMARKS.md, "Whole messages, twelfth pass"). */
 #define STORE_SPLIT_MIN 131072
 
 struct store_stmt_slot {
