@@ -1496,18 +1496,21 @@ MV_API MV_MUST_CHECK int mv_store_check(mv_store *store,
 
 /* What mv_store_repair() did. */
 struct mv_repair_report {
-    uint64_t fts_rows;            /* rows of the full-text index after its rebuild */
-    uint32_t fts_orphans_removed; /* full-text rows of bodies that no longer exist */
-    uint32_t counters_fixed;      /* mailboxes whose message/unseen/size counters were wrong */
-    uint32_t uidnext_fixed;       /* mailboxes whose uidnext was not above their top UID */
-    uint32_t modseq_fixed;        /* mailboxes whose highestmodseq was below a message's */
-    uint32_t refcounts_fixed;     /* bodies and attachments whose reference count was wrong */
-    uint32_t headers_rebuilt;     /* bodies whose header fields row (body_headers) was made
-                                     again from their stored bytes */
-    uint32_t fts_rows_added;      /* bodies without a full-text row given one from their bytes */
-    uint32_t bodies_unreadable;   /* bodies whose bytes were wanted but could not be read or
-                                     parsed (damaged: no SHA-256 match, a broken frame): left
-                                     as they are, mv_store_check() still reports them */
+    uint64_t fts_rows;              /* rows of the full-text index after its rebuild */
+    uint32_t fts_orphans_removed;   /* full-text rows of bodies that no longer exist */
+    uint32_t counters_fixed;        /* mailboxes whose message/unseen/size counters were wrong */
+    uint32_t uidnext_fixed;         /* mailboxes whose uidnext was not above their top UID */
+    uint32_t modseq_fixed;          /* mailboxes whose highestmodseq was below a message's */
+    uint32_t refcounts_fixed;       /* bodies and attachments whose reference count was wrong */
+    uint32_t headers_rebuilt;       /* bodies whose header fields row (body_headers) was made
+                                       again from their stored bytes */
+    uint32_t fts_rows_added;        /* bodies without a full-text row given one from their bytes */
+    uint32_t header_copies_dropped; /* bodies whose copy of their header unit in the bodies
+                                       row (schema version 11) did not match their stored
+                                       bytes: the copy is dropped, the header read from those */
+    uint32_t bodies_unreadable;     /* bodies whose bytes were wanted but could not be read or
+                                       parsed (damaged: no SHA-256 match, a broken frame): left
+                                       as they are, mv_store_check() still reports them */
 };
 
 /* Rebuilds the data the store derives from its messages, in one transaction: the full-text

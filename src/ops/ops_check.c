@@ -323,6 +323,9 @@ static const struct {
     {"header", "SELECT 'body ' || id || ' records a header of ' || header_stored || "
                "' stored bytes in ' || stored_size FROM bodies "
                "WHERE header_stored < 0 OR header_stored > stored_size"},
+    {"header", "SELECT 'body ' || b.id || ' keeps a copy of its header unit that is not its "
+               "stored header' FROM bodies b LEFT JOIN bodies_data d ON d.id = b.id "
+               "WHERE b.head IS NOT NULL AND b.head IS NOT substr(d.data, 1, b.header_stored)"},
 };
 
 /* Every body reassembled and compared with its recorded size and SHA-256 (store_body_get),

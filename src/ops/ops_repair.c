@@ -79,6 +79,11 @@ static const struct ops_repair_step ops_repair_steps[] = {
      " WHERE p.attachment_id = attachments.id)"
      " AND (SELECT count(*) FROM body_parts p WHERE p.attachment_id = attachments.id) > 0",
      offsetof(struct mv_repair_report, refcounts_fixed)},
+    /* A header copy (bodies.head) that is not the skeleton's first bytes would serve a
+     * header other than the message's; without it the header is read from the skeleton. */
+    {"UPDATE bodies SET head = NULL WHERE head IS NOT NULL AND head IS NOT"
+     " (SELECT substr(d.data, 1, bodies.header_stored) FROM bodies_data d WHERE d.id = bodies.id)",
+     offsetof(struct mv_repair_report, header_copies_dropped)},
 };
 
 /* What a body's bytes give that the store lost: the body_headers row of a body in use

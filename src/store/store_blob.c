@@ -464,8 +464,8 @@ static int store_body_insert(mv_store *s,
         return rc;
     }
     sqlite3_stmt *st = store_stmt(s, "INSERT INTO bodies(sha256, refcount, size, stored_size, "
-                                     "compression, header_stored, sent_zone) "
-                                     "VALUES (?, 1, ?, ?, ?, ?, ?)");
+                                     "compression, header_stored, sent_zone, head) "
+                                     "VALUES (?, 1, ?, ?, ?, ?, ?, ?)");
     if (st == NULL) {
         rc = store_fail_sqlite(s, "storing a message body");
         goto cleanup;
@@ -476,6 +476,15 @@ static int store_body_insert(mv_store *s,
     sqlite3_bind_int(st, 4, blob.compression);
     sqlite3_bind_int64(st, 5, head != 0 ? (sqlite3_int64)head_stored : 0);
     sqlite3_bind_int(st, 6, sent_zone);
+    /* The header unit again in the row (bodies.head) whenever the skeleton holds more than
+     * its header: a header read is then this row alone, never the skeleton's (docs/SCHEMA.md,
+     * "Version 11"). */
+    if (head != 0 && blob.size > head_stored && head_stored > 0 &&
+        head_stored <= STORE_BLOB_HEAD_COPY_MAX) {
+        sqlite3_bind_blob(st, 7, blob.data, (int)head_stored, SQLITE_STATIC);
+    } else {
+        sqlite3_bind_null(st, 7);
+    }
     rc = store_blob_step_done(s, st, "storing a message body");
     if (rc == MV_OK) {
         *id_out = sqlite3_last_insert_rowid(s->db);
@@ -1212,6 +1221,28 @@ cleanup:
     return rc;
 }
 
+/* The header unit's copy in the body's row (bodies.head, schema version 11; copy: copy_len
+ * bytes, which must be exactly head_stored) unpacked as store_body_header_unit_decode does.
+ * The copy is checked like the unit itself (a whole zstd frame that is exactly the header);
+ * `mailvault check` also compares it with the skeleton's first bytes. */
+static int store_body_header_copy_decode(mv_store *s,
+                                         int64_t body_id,
+                                         int compression,
+                                         const uint8_t *copy,
+                                         size_t copy_len,
+                                         size_t head_stored,
+                                         size_t size,
+                                         uint8_t **out,
+                                         size_t *len_out)
+{
+    if (copy == NULL || copy_len != head_stored) {
+        return store_fail(s, MV_ECORRUPT, "body %lld: its header copy has %zu bytes, not %zu",
+                          (long long)body_id, copy_len, head_stored);
+    }
+    return store_body_header_unit_decode(s, body_id, compression, copy, head_stored, size, out,
+                                         len_out);
+}
+
 /* The stored header unit of body_id (header_stored bytes at the start of its data) unpacked
  * into *out. Read through SQLite's incremental BLOB I/O, which walks the overflow chain only
  * as far as the bytes asked for: the rest of the message is neither read nor decrypted.
@@ -1305,7 +1336,7 @@ int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_
 {
     *raw_out = NULL;
     *len_out = 0;
-    sqlite3_stmt *st = store_stmt(s, "SELECT size, compression, header_stored, stored_size "
+    sqlite3_stmt *st = store_stmt(s, "SELECT size, compression, header_stored, stored_size, head "
                                      "FROM bodies WHERE id = ?");
     if (st == NULL) {
         return store_fail_sqlite(s, "reading a message header");
@@ -1316,13 +1347,21 @@ int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_
     int compression = step == SQLITE_ROW ? sqlite3_column_int(st, 1) : 0;
     sqlite3_int64 head_stored = step == SQLITE_ROW ? sqlite3_column_int64(st, 2) : 0;
     sqlite3_int64 stored_size = step == SQLITE_ROW ? sqlite3_column_int64(st, 3) : 0;
-    sqlite3_reset(st);
     if (step != SQLITE_ROW) {
+        sqlite3_reset(st);
         return step == SQLITE_DONE
                    ? store_fail(s, MV_ECORRUPT, "body %lld is missing", (long long)body_id)
                    : store_fail_sqlite(s, "reading a message header");
     }
     int rc = store_body_header_row_check(s, body_id, size, head_stored, stored_size);
+    if (rc == MV_OK && head_stored > 0 && sqlite3_column_type(st, 4) != SQLITE_NULL) {
+        rc = store_body_header_copy_decode(s, body_id, compression, sqlite3_column_blob(st, 4),
+                                           (size_t)sqlite3_column_bytes(st, 4), (size_t)head_stored,
+                                           (size_t)size, raw_out, len_out);
+        sqlite3_reset(st);
+        return rc;
+    }
+    sqlite3_reset(st);
     if (rc != MV_OK) {
         return rc;
     }
@@ -1338,14 +1377,19 @@ int store_message_header_get(
 {
     *raw_out = NULL;
     *len_out = 0;
-    /* One statement for the message's row, its body's row and, when the stored skeleton is
-     * small, its bytes (the CASE keeps SQLite from loading a large one): per message of a
-     * client's message list, that replaces a second statement and an sqlite3_blob_open(),
-     * which compiles a statement of its own every time (issue 13's profile). */
+    /* One statement for the message's row, its body's row with the header unit's copy
+     * (bodies.head) when it has one, and, when the stored skeleton is small, its bytes: per
+     * message of a client's message list, that replaces a second statement and a BLOB handle
+     * (issue 13's profile). The skeleton's row is a subquery, not a join: a body with a copy
+     * then never descends into bodies_data, and one read through the BLOB handle descends
+     * once (the join descended for every row, used or not). */
     sqlite3_stmt *st = store_stmt(
         s, "SELECT b.id, b.size, b.compression, b.header_stored, b.stored_size, "
-           "CASE WHEN b.header_stored > 0 AND b.stored_size <= " STORE_BLOB_HEADER_INLINE_STR
-           " THEN d.data END FROM " STORE_BODY_BY_UID_FROM);
+           "CASE WHEN b.head IS NULL AND b.header_stored > 0 AND b.stored_size "
+           "<= " STORE_BLOB_HEADER_INLINE_STR
+           " THEN (SELECT d.data FROM bodies_data d WHERE d.id = b.id)"
+           " END, b.head FROM messages m INDEXED BY messages_uid_body JOIN bodies b ON b.id = "
+           "m.body_id WHERE m.mailbox_id = ?1 AND m.uid = ?2");
     if (st == NULL) {
         return store_fail_sqlite(s, "reading a message header");
     }
@@ -1363,6 +1407,13 @@ int store_message_header_get(
     sqlite3_int64 head_stored = sqlite3_column_int64(st, 3);
     sqlite3_int64 stored_size = sqlite3_column_int64(st, 4);
     int rc = store_body_header_row_check(s, body_id, size, head_stored, stored_size);
+    if (rc == MV_OK && head_stored > 0 && sqlite3_column_type(st, 6) != SQLITE_NULL) {
+        rc = store_body_header_copy_decode(s, body_id, compression, sqlite3_column_blob(st, 6),
+                                           (size_t)sqlite3_column_bytes(st, 6), (size_t)head_stored,
+                                           (size_t)size, raw_out, len_out);
+        sqlite3_reset(st);
+        return rc;
+    }
     if (rc == MV_OK && head_stored > 0 && stored_size <= STORE_BLOB_HEADER_INLINE) {
         const uint8_t *data = sqlite3_column_blob(st, 5);
         size_t data_len = (size_t)sqlite3_column_bytes(st, 5);

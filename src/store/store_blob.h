@@ -59,6 +59,12 @@ int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_
  * else as store_body_get_header(). */
 #define STORE_BLOB_HEADER_INLINE     8192
 #define STORE_BLOB_HEADER_INLINE_STR "8192"
+/* A body's header unit of at most this many stored bytes is also kept in its bodies row
+ * (bodies.head, schema version 11) when the skeleton holds more than the header, so a header
+ * read is that row and never the skeleton's pages. Bounded so that the copy stays inside the
+ * row's cell on a 4 KiB page (no overflow page of its own); a larger unit (a few headers in a
+ * thousand) is read from the skeleton, as before. */
+#define STORE_BLOB_HEAD_COPY_MAX 2048
 
 /* The rows of message uid (?2) in mailbox ?1 that a read of its bytes needs: its body (b) and
  * the body's stored skeleton (d), found through messages_uid_body (schema version 10), which
