@@ -50,7 +50,7 @@ static void cli_repair_print(const struct mv_repair_report *r)
         {"reference counts corrected", r->refcounts_fixed},
         {"header fields rows made again from the message", r->headers_rebuilt},
         {"missing full-text rows made again from the message", r->fts_rows_added},
-        {"header copies that did not match the message dropped", r->header_copies_dropped},
+        {"header copies made again from the message", r->header_copies_rebuilt},
     };
     if (r->bodies_unreadable > 0) { /* not repaired: the check names them */
         printf("not repaired: %u bodies whose bytes are damaged (mailvault check names them)\n",
@@ -82,8 +82,8 @@ static void cli_repair_json_report(struct cli_json *w, const struct mv_repair_re
     cli_json_uint(w, r->headers_rebuilt);
     cli_json_key(w, "fts_rows_added");
     cli_json_uint(w, r->fts_rows_added);
-    cli_json_key(w, "header_copies_dropped");
-    cli_json_uint(w, r->header_copies_dropped);
+    cli_json_key(w, "header_copies_rebuilt");
+    cli_json_uint(w, r->header_copies_rebuilt);
     cli_json_key(w, "bodies_unreadable");
     cli_json_uint(w, r->bodies_unreadable);
 }

@@ -1505,9 +1505,10 @@ struct mv_repair_report {
     uint32_t headers_rebuilt;       /* bodies whose header fields row (body_headers) was made
                                        again from their stored bytes */
     uint32_t fts_rows_added;        /* bodies without a full-text row given one from their bytes */
-    uint32_t header_copies_dropped; /* bodies whose copy of their header unit in the bodies
-                                       row (schema version 11) did not match their stored
-                                       bytes: the copy is dropped, the header read from those */
+    uint32_t header_copies_rebuilt; /* bodies whose copy of their header unit in the bodies
+                                       row (schema version 11) was not their stored header:
+                                       made again from the stored bytes, once the whole
+                                       message checks out (a damaged body's is left) */
     uint32_t bodies_unreadable;     /* bodies whose bytes were wanted but could not be read or
                                        parsed (damaged: no SHA-256 match, a broken frame): left
                                        as they are, mv_store_check() still reports them */

@@ -1507,6 +1507,12 @@ static void test_backlog_body_damaged(void)
     bad = malloc((size_t)n);
     memcpy(bad, good, (size_t)n);
     bad[n / 2] ^= 0x04;
+    /* a flip inside the header unit also makes its copy in the bodies row (schema version 11)
+     * differ from the skeleton: one more problem the check reports, and the repair leaves */
+    char hs_sql[96];
+    snprintf(hs_sql, sizeof hs_sql, "SELECT %lld < header_stored FROM bodies WHERE id = %lld",
+             n / 2, body);
+    int in_header = (int)tu_int(mv_store_db(s), hs_sql);
     CHECK_EQ_INT(qt_body_bytes_set(s, body, bad, n), 0);
 
     CHECK(qt_searches_right(s, 1)); /* before the catch-up: the damaged one matches nothing */
@@ -1538,7 +1544,7 @@ static void test_backlog_body_damaged(void)
     struct mv_check_report r;
     CHECK_EQ_INT(mv_store_check(s, qt_aside_problem, &p, &r), MV_ECORRUPT);
     CHECK_EQ_INT(p.aside, 1);
-    CHECK_EQ_INT(p.all, 2); /* and its bytes, which do not match */
+    CHECK_EQ_INT(p.all, 2 + in_header); /* and its bytes, which do not match */
 
     /* a repair while its bytes are still damaged repairs the rest and leaves the body as it
      * is, still set aside (the old repair failed on its bytes and changed nothing: a damaged
@@ -1558,7 +1564,7 @@ static void test_backlog_body_damaged(void)
     p.aside = p.all = 0;
     CHECK_EQ_INT(mv_store_check(s, qt_aside_problem, &p, &r), MV_ECORRUPT);
     CHECK_EQ_INT(p.aside, 1);
-    CHECK_EQ_INT(p.all, 2); /* what it could not repair is still reported */
+    CHECK_EQ_INT(p.all, 2 + in_header); /* what it could not repair is still reported */
 
     /* the bytes restored (from a backup, say): the repair indexes it, no longer aside */
     CHECK_EQ_INT(qt_body_bytes_set(s, body, good, n), 0);

@@ -33,6 +33,7 @@
  *   Damaged pages are not repaired: restore a backup (docs/OPERATIONS.md). A body whose
  *   bytes cannot be read (check's "bytes") stops the repair, which then changes nothing.
  */
+#include "crypto/crypt.h"
 #include "ops/ops_inspect.h"
 #include "store/store_blob.h"
 #include "store/store_message.h"
@@ -79,12 +80,54 @@ static const struct ops_repair_step ops_repair_steps[] = {
      " WHERE p.attachment_id = attachments.id)"
      " AND (SELECT count(*) FROM body_parts p WHERE p.attachment_id = attachments.id) > 0",
      offsetof(struct mv_repair_report, refcounts_fixed)},
-    /* A header copy (bodies.head) that is not the skeleton's first bytes would serve a
-     * header other than the message's; without it the header is read from the skeleton. */
-    {"UPDATE bodies SET head = NULL WHERE head IS NOT NULL AND head IS NOT"
-     " (SELECT substr(d.data, 1, bodies.header_stored) FROM bodies_data d WHERE d.id = bodies.id)",
-     offsetof(struct mv_repair_report, header_copies_dropped)},
 };
+
+/* Header copies (bodies.head, schema version 11) that are not their skeleton's first bytes
+ * (mv_store_check's "header"): which of the two is wrong is known only from the whole
+ * message, so a copy is made again from the skeleton when the body reassembles to its
+ * recorded size and SHA-256, and left as it is when the body is damaged (the check still
+ * reports it, with the body's own problem). */
+static int ops_repair_header_copies(mv_store *s, struct mv_repair_report *out)
+{
+    sqlite3_stmt *ids = NULL;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT b.id FROM bodies b LEFT JOIN bodies_data d ON d.id = b.id "
+                           "WHERE b.head IS NOT NULL AND b.head IS NOT substr(d.data, 1, "
+                           "b.header_stored) ORDER BY b.id",
+                           -1, &ids, NULL) != SQLITE_OK) {
+        return store_fail_sqlite(s, "listing header copies");
+    }
+    int rc = MV_OK, step;
+    while (rc == MV_OK && (step = sqlite3_step(ids)) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(ids, 0);
+        uint8_t *raw = NULL;
+        size_t len = 0;
+        int read = store_body_get(s, id, &raw, &len);
+        crypt_free_wiped(raw);
+        if (read == MV_ENOMEM) {
+            rc = read;
+        } else if (read == MV_OK) {
+            sqlite3_stmt *st = store_stmt(
+                s, "UPDATE bodies SET head = (SELECT substr(d.data, 1, bodies.header_stored) "
+                   "FROM bodies_data d WHERE d.id = bodies.id) WHERE id = ?");
+            if (st == NULL) {
+                rc = store_fail_sqlite(s, "making a header copy again");
+            } else {
+                sqlite3_bind_int64(st, 1, id);
+                rc = sqlite3_step(st) == SQLITE_DONE
+                         ? MV_OK
+                         : store_fail_sqlite(s, "making a header copy again");
+                sqlite3_reset(st);
+                out->header_copies_rebuilt += rc == MV_OK;
+            }
+        } /* else damaged: left, reported */
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "listing header copies");
+    }
+    sqlite3_finalize(ids);
+    return rc;
+}
 
 /* What a body's bytes give that the store lost: the body_headers row of a body in use
  * (mv_store_check's "headers") and the full-text row of any body ("fts: ... has no
@@ -164,6 +207,9 @@ static int ops_repair_run(mv_store *s, struct mv_repair_report *out)
         *count += (uint32_t)sqlite3_changes(s->db);
     }
     rc = ops_repair_from_bytes(s, out);
+    if (rc == MV_OK) {
+        rc = ops_repair_header_copies(s, out);
+    }
     /* FTS5 rebuilds its index, structure record and totals from its own content. */
     if (rc == MV_OK) {
         rc = store_exec(s, "INSERT INTO fts(fts) VALUES('rebuild')");
