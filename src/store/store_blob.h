@@ -53,10 +53,11 @@ int store_body_get(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_
  * Returns MV_OK, MV_ECORRUPT, MV_ENOMEM or an SQLite error; call inside a read transaction. */
 int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_t *len_out);
 
-/* store_body_get_header() of message uid of mailbox_id, its rows found and, for a stored
- * skeleton of at most STORE_BLOB_HEADER_INLINE bytes, its bytes read by one statement.
- * MV_ENOTFOUND (no message set: the caller says which of mailbox and message is missing),
- * else as store_body_get_header(). */
+/* store_body_get_header() of message uid of mailbox_id, its rows found and the header unit's
+ * copy (bodies.head, schema version 11) or, for a body without one and a stored skeleton of at
+ * most STORE_BLOB_HEADER_INLINE bytes, the skeleton read by one statement. MV_ENOTFOUND (no message
+ * set: the caller says which of mailbox and message is missing), else as store_body_get_header().
+ */
 #define STORE_BLOB_HEADER_INLINE     8192
 #define STORE_BLOB_HEADER_INLINE_STR "8192"
 /* A body's header unit of at most this many stored bytes is also kept in its bodies row
