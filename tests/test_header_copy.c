@@ -224,6 +224,22 @@ static void hc_problem(void *arg, const char *what, const char *detail)
     snprintf(all + used, 2048 - used, "%s: %s\n", what, detail);
 }
 
+/* The check reports a header copy that is not its stored header; then the repair runs and
+ * makes rebuilt copies again. */
+static void hc_check_then_repair(mv_store *s, int rebuilt)
+{
+    static char problems[2048];
+    problems[0] = '\0';
+    struct mv_check_report cr;
+    CHECK_EQ_INT(mv_store_check(s, hc_problem, problems, &cr), MV_ECORRUPT);
+    printf("  # %s", problems);
+    CHECK(strstr(problems, "keeps a copy of its header unit that is not its stored header") !=
+          NULL);
+    struct mv_repair_report rr;
+    CHECK_EQ_INT(mv_store_repair(s, &rr), MV_OK);
+    CHECK_EQ_INT((int)rr.header_copies_rebuilt, rebuilt);
+}
+
 /* A copy that is not its skeleton's header unit (here: another body's, a whole valid frame,
  * so only the comparison can tell) is reported by the check and made again by the repair,
  * the whole message having checked out; the headers are then right. */
@@ -236,17 +252,10 @@ static void test_wrong_copy_checked_and_repaired(void)
                          "(SELECT body_id FROM messages WHERE uid = 2)) WHERE id = "
                          "(SELECT body_id FROM messages WHERE uid = 1)"),
                  SQLITE_OK);
+    hc_check_then_repair(s, 1);
     static char problems[2048];
     problems[0] = '\0';
     struct mv_check_report cr;
-    CHECK_EQ_INT(mv_store_check(s, hc_problem, problems, &cr), MV_ECORRUPT);
-    printf("  # %s", problems);
-    CHECK(strstr(problems, "keeps a copy of its header unit that is not its stored header") !=
-          NULL);
-    struct mv_repair_report rr;
-    CHECK_EQ_INT(mv_store_repair(s, &rr), MV_OK);
-    CHECK_EQ_INT((int)rr.header_copies_rebuilt, 1);
-    problems[0] = '\0';
     CHECK_EQ_INT(mv_store_check(s, hc_problem, problems, &cr), MV_OK);
     CHECK_EQ_INT(tu_int(mv_store_db(s), HC_COPIES), HC_ALL);
     CHECK(hc_read_headers(s) >= 0);
@@ -296,16 +305,7 @@ static void test_damaged_skeleton_keeps_copy(void)
     sqlite3 *db = mv_store_db(s);
     CHECK_EQ_INT(hc_flip_skeleton_bit(db, 3, 9), 0);
     CHECK_EQ_INT(tu_int(db, HC_COPIES), HC_ALL - 1);
-    static char problems[2048];
-    problems[0] = '\0';
-    struct mv_check_report cr;
-    CHECK_EQ_INT(mv_store_check(s, hc_problem, problems, &cr), MV_ECORRUPT);
-    printf("  # %s", problems);
-    CHECK(strstr(problems, "keeps a copy of its header unit that is not its stored header") !=
-          NULL);
-    struct mv_repair_report rr;
-    CHECK_EQ_INT(mv_store_repair(s, &rr), MV_OK);
-    CHECK_EQ_INT((int)rr.header_copies_rebuilt, 0);
+    hc_check_then_repair(s, 0);
     CHECK_EQ_INT(tu_int(db, HC_COPIES), HC_ALL - 1);
     CHECK(hc_read_headers(s) >= 0);
     mv_store_close(&s);
