@@ -379,7 +379,7 @@ static const char *const store_schema_v10[] = {
 };
 
 /* Version 11: see the top of the file. Bodies stored before keep NULL and are read as
- * before (their header unit through the BLOB handle); nothing is rewritten. */
+ * before (their header unit from the skeleton); nothing is rewritten. */
 static const char *const store_schema_v11[] = {
     "ALTER TABLE bodies ADD COLUMN head BLOB",
 };
