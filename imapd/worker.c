@@ -127,18 +127,19 @@
  *   while no job waits, giving way to one that comes. On a worker that is never idle they
  *   would never run: the bodies stay, and every SEARCH TEXT/BODY parses each backlog body
  *   again. So when a job waits and WORKER_BACKGROUND_PERIOD_MS have passed since they last
- *   ran (or found nothing to do), each store gets one batch of each anyway, which does not
- *   give way (worker_background_owed): a guaranteed share, as drain steps take turns with
- *   long jobs.
+ *   ran (or found nothing to do), stores get one batch of each anyway, store after store for
+ *   WORKER_BACKGROUND_BUDGET_MS (worker_background_owed): a guaranteed share, as drain steps
+ *   take turns with long jobs. Such a purge batch deletes its first chunk of 4 bodies and
+ *   gives way there to the job that waits, which waits for that chunk at most.
  *
  * QUIET
  *   A session's commands often come in a row (a client's STORE, then its UID STORE or FETCH):
  *   after a job, the work between jobs waits WORKER_QUIET_MS for the next one, and runs only
- *   if none came (worker_quiet_set for tests). The batch after one that gave way does not give
- *   way, so without the wait the command after the one it gave way to waited for all of it.
- *   Only while that work has work (it did some within WORKER_QUIET_CAP_MS; else it runs right
- *   after the job, a flag test), and not when a job waits (SHARE decides then), so a session
- *   that never pauses for WORKER_QUIET_MS still gets the purge after its jobs once per cap.
+ *   if none came (worker_quiet_set for tests): started right after the job, the work kept
+ *   the command that followed waiting for a part of it. Only while that work has work (it did some
+ * within WORKER_QUIET_CAP_MS; else it runs right after the job, a flag test), and not when a job
+ * waits (SHARE decides then), so a session that never pauses for WORKER_QUIET_MS still gets the
+ * purge after its jobs once per cap.
  *
  * NICE
  *   The work between jobs (the purge, the full-text catch-up, the queue's tidy, checkpoints:
@@ -213,17 +214,19 @@
 #define WORKER_DRAIN_GRACE_MS 1000
 static _Atomic int worker_drain_grace_ms = WORKER_DRAIN_GRACE_MS; /* tests may lengthen it */
 /* SHARE: the busy time after which the purge and the full-text catch-up take a batch each
- * although jobs wait (a purge batch ~15 ms, a catch-up batch ~10 ms: at most ~20% of a busy
- * worker's time, and a job waits ~25 ms at most once per period for it). */
-#define WORKER_BACKGROUND_PERIOD_MS 100
+ * although jobs wait. A purge batch then deletes one chunk of 4 bodies (the job that waits
+ * makes it give way there; ~1 ms of CPU a body of the IMAP bench's mail), i.e. at least 80
+ * bodies a second per store on a worker that never idles, twice the ~35 a second a user
+ * expunges at 10 clients of the IMAP bench; a catch-up batch is ~10 ms at most. At 25 ms
+ * the STOREs' p99 was the same and 2-3% fewer commands ran a second (issue 13). */
+#define WORKER_BACKGROUND_PERIOD_MS 50
 static _Atomic int worker_background_period_ms = WORKER_BACKGROUND_PERIOD_MS;
 /* QUIET: after a job, the work between jobs (purge, catch-up, tidy, checkpoint) waits this
- * long for the session's next command, if it did work within WORKER_QUIET_CAP_MS. A batch
- * after one that gave way does not give way itself, and it started right after the command it
- * gave way to: the command that follows (a client's next, ~1 ms later) waited for all of it
- * (issue 13: after two EXPUNGEs of 10% at 10,000 messages, the second STORE of a pair waited
- * for such batches). The cap keeps a session that never pauses this long from holding the
- * purge off for good: it then runs right after a job, as before. */
+ * long for the session's next command, if it did work within WORKER_QUIET_CAP_MS: started
+ * right after a command, it made the command that follows (a client's next, ~1 ms later)
+ * wait for a part of it (issue 13: after two EXPUNGEs of 10% at 10,000 messages, the second
+ * STORE of a pair waited for purge batches). The cap keeps a session that never pauses this long
+ * from holding the purge off for good: it then runs right after a job, as before. */
 #define WORKER_QUIET_MS     50
 #define WORKER_QUIET_CAP_MS 1000
 static _Atomic int worker_quiet_ms = WORKER_QUIET_MS; /* tests: 0 turns it off */
@@ -231,8 +234,9 @@ static _Atomic int worker_quiet_ms = WORKER_QUIET_MS; /* tests: 0 turns it off *
  * that runs late on a loaded machine does not find the work "not run for the cap" */
 static _Atomic int worker_quiet_cap_ms = WORKER_QUIET_CAP_MS;
 
-/* SHARE: a forced round takes stores until it has run this long (worker_background_forced) */
-#define WORKER_BACKGROUND_BUDGET_MS 25
+/* SHARE: a forced round takes stores until it has run this long (worker_background_forced);
+ * at least one */
+#define WORKER_BACKGROUND_BUDGET_MS 5
 static _Atomic int worker_background_budget_ms = WORKER_BACKGROUND_BUDGET_MS;
 
 /* A writer thread of a worker (WRITERS); its fields under the worker's lock. */
@@ -459,11 +463,8 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     s->fts_backlog = 0;
     s->fts_aside_logged = 0;
     s->background_served = 0;
-    s->purge_gave_way = 0;
-    /* what a body cost is the store's own: another user's bodies may be far larger, and a
-     * first batch sized and timed by them would not give way when it should */
+    /* what a body cost is the store's own: another user's bodies may be far larger */
     s->purge_batch = 0;
-    s->purge_body_us = 0;
     pthread_mutex_lock(&w->lock); /* the slot is free for any writer from here on */
     s->store = NULL;
     s->address[0] = '\0';
@@ -1035,20 +1036,14 @@ uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us)
 /* After a job, while no other job waits: deletes what expunges left for mv_store_purge() on
  * this worker's open stores (their bytes and full-text rows), a batch at a time, so an
  * EXPUNGE is answered without that work and it is done right after, between jobs. A store
- * with nothing waiting costs a flag test. A job that comes in the first half of a batch
- * stops it (mv_store_purge_give_way: the batch is rolled back and done again later), so it
- * waits ~0.1 ms, not for the batch; one that comes in the second half waits for the rest
- * (half a batch at most, ~8 ms) rather than throw away the larger part of the batch's work.
- * Giving way at any point wasted 17-30% of the purge's CPU under steady traffic (every
- * 0/5/20 ms a STORE during the purge of a 10% EXPUNGE at 10k, load 13-20: 0.73-0.85 s
- * rolled back against 2.6-3.6 s kept), and it made every other batch run to its end
- * anyway; in the first half only, 1.2-5% (0.04-0.16 s against 2.8-3.5 s), the STOREs'
- * p99 no worse (36-108 ms against 54-139, same runs). A batch whose CPU time passes twice
- * its expected time and 100 ms gives way again (WORKER_PURGE_OVERRUN): one that met far
- * costlier bodies than the last batch's (long messages) kept a job that came in its second
- * half waiting to its end, hundreds of ms. The halves are of the batch's CPU time (its expected
- * cost too): in wall time a loaded machine put a batch past its half after a fraction of its
- * work, and the job waited for the rest (56 ms for a batch expected at 8.5 ms, issue 13). */
+ * with nothing waiting costs a flag test. A job that comes during a batch stops it at its
+ * next chunk of 4 bodies (mv_store_purge_give_way: what the batch deleted is kept), so it
+ * waits for one chunk at most (~3 ms for the IMAP bench's mail). Until the library kept
+ * a batch's chunks, a yes rolled the batch back: a batch gave way only in its first half
+ * (giving way at any point threw away 17-30% of the purge's CPU under steady traffic), a job
+ * that came later waited for up to half a batch, a forced one (SHARE) for all of it, and
+ * those waits were ~80% of the time the slowest 2% of the short jobs waited at 10 clients of
+ * the IMAP bench (issue 13). */
 /* Queue files one mv_queue_tidy() call unlinks: each unlink may wait for the disk (online
  * discard: ~4 ms), so ~30 ms is the longest a job that arrives meanwhile waits. */
 #define WORKER_TIDY_BATCH 8
@@ -1104,32 +1099,6 @@ static void worker_checkpoint(struct worker *w, struct open_store *s)
     }
 }
 
-/* A batch whose CPU time passes both this many times its expected time and
- * WORKER_PURGE_OVERRUN_MIN_US gives way again: it met bodies far costlier than the last
- * batch's (long messages' full-text rows), and would otherwise keep a job that came in its
- * second half waiting to its end, hundreds of ms. Twice the expected time alone threw away
- * 39-41% of the purge's CPU (20% EXPUNGE of 4,000 messages of the big-mailbox corpus, whose
- * bodies range from 0.7 to 320 KB, a UID STORE every 5 ms, load 5-7; 1.8-2.8% without it,
- * the STOREs' p99 and max no better): batches of such mixed bodies often take twice the last
- * one's time. */
-#define WORKER_PURGE_OVERRUN        2
-#define WORKER_PURGE_OVERRUN_MIN_US 100000
-
-static _Atomic int64_t worker_purge_overrun_min_us = WORKER_PURGE_OVERRUN_MIN_US; /* tests */
-
-int64_t worker_purge_overrun_min_set(int64_t us)
-{
-    return atomic_exchange(&worker_purge_overrun_min_us, us > 0 ? us : WORKER_PURGE_OVERRUN_MIN_US);
-}
-
-int worker_purge_may_give_way(int64_t cpu_us, int64_t expected_us)
-{
-    int64_t overrun_us = expected_us * WORKER_PURGE_OVERRUN;
-    int64_t min_us = worker_purge_overrun_min_us;
-    overrun_us = overrun_us > min_us ? overrun_us : min_us;
-    return expected_us <= 0 || cpu_us < expected_us / 2 || cpu_us >= overrun_us;
-}
-
 static int64_t worker_thread_cpu_us(void)
 {
     struct timespec ts;
@@ -1137,41 +1106,27 @@ static int64_t worker_thread_cpu_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* A batch under way, for its give-way (the worker's own batch only); overran: it gave way
- * past its expected time (worker_purge_may_give_way), so its bodies cost at least that. */
+/* A batch under way, for its give-way (the worker's own batch only). */
 struct worker_purge_way {
     struct worker *w;
-    int64_t start_cpu_us, expected_us; /* both CPU time (worker_purge_may_give_way) */
-    int overran;
     unsigned asked; /* questions so far: the stop is looked at every 64th without a job */
 };
 
-/* mv_store_purge_give_way(): a batch under way stops when a job comes for this worker, in
- * its first half or once it overruns (worker_purge_may_give_way), and at once at a stop
- * (PURGE AND STOP). The overrun is counted in the thread's CPU time: on a busy machine the
- * wall time of an ordinary batch often doubles, and giving way then would throw away the
- * work that giving way in the first half only saves. */
+/* mv_store_purge_give_way(): a batch under way stops at its next chunk (store_purge.c GIVING
+ * WAY: what it deleted is kept) when a job comes for this worker, and at a stop (PURGE AND
+ * STOP). Nothing a batch did is rolled back when it gives way, so it may give way at any
+ * chunk (a yes threw the batch's work away before: see above), and a batch forced through
+ * while jobs wait (SHARE) still deletes its first chunk. */
 static int worker_purge_give_way(void *arg)
 {
     struct worker_purge_way *way = arg;
-    /* Asked every 16 VM steps (store_purge.c): the usual answer, no job queued, without the
-     * lock; a stop is looked at every 64th question (about as often as before). */
+    /* Asked after every chunk of a batch: the usual answer, no job queued, without the
+     * lock; a stop is looked at every 64th question. */
     if (atomic_load_explicit(&way->w->writer_jobs, memory_order_relaxed) == 0 &&
         ++way->asked % 64 != 0) {
         return 0;
     }
-    if (worker_stopping(way->w)) {
-        return 1;
-    }
-    if (!worker_job_waiting(way->w)) {
-        return 0;
-    }
-    int64_t cpu_us = worker_thread_cpu_us() - way->start_cpu_us;
-    if (!worker_purge_may_give_way(cpu_us, way->expected_us)) {
-        return 0;
-    }
-    way->overran = way->expected_us > 0 && cpu_us >= way->expected_us / 2;
-    return 1;
+    return worker_stopping(way->w) || worker_job_waiting(way->w);
 }
 
 /* New mail goes before reclaiming space: while a drain step is due on the worker, a call
@@ -1214,44 +1169,30 @@ int worker_background_owed(int job_waiting, int64_t now_ms, int64_t last_ms, int
     return job_waiting && now_ms - last_ms >= period_ms;
 }
 
-/* One purge batch of s (its size adapted: worker_purge_batch_next); gives way to a job only
- * if may_give_way. *purged: the bodies it deleted (0 on a store with nothing to purge: a flag
+/* One purge batch of s (its size adapted: worker_purge_batch_next); gives way to a job at
+ * its next chunk. *purged: the bodies it deleted (0 on a store with nothing to purge: a flag
  * test); *left: the bodies still waiting. */
-static int worker_purge_batch(
-    struct worker *w, struct open_store *s, int may_give_way, uint64_t *purged, uint64_t *left)
+static int
+worker_purge_batch(struct worker *w, struct open_store *s, uint64_t *purged, uint64_t *left)
 {
     if (s->purge_batch == 0) {
         s->purge_batch = worker_purge_batch_next(0, 0);
     }
-    /* Only this batch gives way, and not one after a batch that gave way: jobs that keep
-     * coming would otherwise roll back every batch and the bodies would stay (the next one
-     * runs to its end, a batch's time at most); mv_store_maintain()'s purge on the same
-     * handle must not give way either. */
+    /* mv_store_maintain()'s purge on the same handle must not give way: set for this batch */
     int64_t t0 = metrics_now_us();
-    struct worker_purge_way way = {w, worker_thread_cpu_us(),
-                                   (int64_t)s->purge_batch * s->purge_body_us, 0, 0};
-    mv_store_purge_give_way(
-        s->store, may_give_way && !s->purge_gave_way ? worker_purge_give_way : NULL, &way);
+    struct worker_purge_way way = {w, 0};
+    mv_store_purge_give_way(s->store, worker_purge_give_way, &way);
     int rc = mv_store_purge_counted(s->store, s->purge_batch, purged, left);
     mv_store_purge_give_way(s->store, NULL, NULL);
-    s->purge_gave_way = rc == MV_EBUSY;
     /* A batch that gave way says nothing about its cost, nor does one that found fewer
      * bodies than its size (the last of a purge: it would seem cheap, and the next purge's
-     * first batch large and, past its first half, deaf to jobs). */
+     * first batch too large). */
     if (rc == MV_OK && *left > 0) {
-        int64_t elapsed_us = metrics_now_us() - t0;
-        /* in CPU time, as its give-way counts (worker_purge_may_give_way) */
-        s->purge_body_us = (worker_thread_cpu_us() - way.start_cpu_us) / s->purge_batch;
-        s->purge_batch = worker_purge_batch_next(s->purge_batch, elapsed_us);
-    } else if (rc == MV_EBUSY && way.overran) {
-        /* one that overran cost at least its CPU time so far: the next, which does not give
-         * way, is smaller (half or less for a batch sized on target) */
-        int64_t cpu_us = worker_thread_cpu_us() - way.start_cpu_us;
-        s->purge_batch = worker_purge_batch_next(s->purge_batch, cpu_us);
+        s->purge_batch = worker_purge_batch_next(s->purge_batch, metrics_now_us() - t0);
     }
-    if (rc != MV_OK) { /* tried again after the next job */
-        log_msg(rc == MV_EBUSY ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING, "store purge %s: %s: %s",
-                s->address, mv_strerror(rc), mv_store_errmsg(s->store));
+    if (rc != MV_OK && rc != MV_EBUSY) { /* tried again after the next job */
+        log_warning("store purge %s: %s: %s", s->address, mv_strerror(rc),
+                    mv_store_errmsg(s->store));
     }
     return rc;
 }
@@ -1349,7 +1290,7 @@ static int worker_forced_serve(void *arg, int i)
         return WORKER_TURN_SKIP; /* LOGIN FIRST; another writer's user (WRITERS) */
     }
     pthread_mutex_unlock(&w->lock);
-    (void)worker_purge_batch(w, s, 0, &purged, &left);
+    (void)worker_purge_batch(w, s, &purged, &left);
     if (!s->drain_more) {
         (void)worker_index_batch(s, &left);
     }
@@ -1384,10 +1325,10 @@ static void worker_purge_store(struct worker *w, struct open_store *s, int *batc
            worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w),
                                   worker_stopping(w))) {
         uint64_t purged = 0;
-        int rc = worker_purge_batch(w, s, 1, &purged, &left);
-        *batches += purged > 0 || rc == MV_EBUSY; /* one that gave way had work too */
+        int rc = worker_purge_batch(w, s, &purged, &left);
+        *batches += purged > 0;
         if (rc != MV_OK || purged == 0) {
-            break; /* tried again after the next job; or nothing it could delete */
+            break; /* gave way: the rest after the next job; or nothing it could delete */
         }
         worker_checkpoint(w, s); /* a batch's commits may have made one due */
     }

@@ -144,8 +144,6 @@ struct open_store {
     /* Bodies the next mv_store_purge() call between jobs may delete (worker_purge_batch_next;
      * 0: not measured yet). */
     uint32_t purge_batch;
-    int purge_gave_way;    /* the last batch gave way to a job: the next one does not */
-    int64_t purge_body_us; /* per body, the last batch that ran to its end (0: none yet) */
     /* What the store's migration left (mv_store_migrate_step: the full-text move) is not done:
      * the worker does it in steps, as it drains (worker.c "MIGRATION"); the rows one batch
      * moves (worker_migrate_batch_next, 0: not measured yet); the last batch gave way;
@@ -177,20 +175,9 @@ void worker_store_release(struct worker *w, struct open_store *s);
 void worker_store_release_from_reader(struct worker *w, struct open_store *s);
 /* The purge's next batch size (bodies), from the last one's: batch bodies took elapsed_us.
  * Sized so a batch takes about WORKER_PURGE_TARGET_US (a job that arrives meanwhile waits
- * for it), at least 1, at most WORKER_PURGE_BATCH_MAX, and at most twice the last. */
+ * for one chunk of it: mv_store_purge_give_way), at least 1, at most WORKER_PURGE_BATCH_MAX, and at
+ * most twice the last. */
 uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
-/* Whether a purge batch that has run cpu_us (its thread's CPU) of the expected_us (CPU) it
- * should take (0: not known) gives way to a job that is waiting: in its first half, so the
- * work rolled back and the job's wait are each at most half a batch; and once its CPU time
- * passes twice the expected and 100 ms (WORKER_PURGE_OVERRUN_MIN_US: bodies far costlier than
- * the last batch's; the job would wait for all of them). Halves in CPU time, not wall: on a
- * busy machine a batch's wall time passed its half after a fraction of its work, and a STORE
- * that came 3 ms into a batch expected to take 8.5 ms waited 56 ms for it (issue 13). */
-int worker_purge_may_give_way(int64_t cpu_us, int64_t expected_us);
-/* The 100 ms of CPU below which a batch does not give way for an overrun (us <= 0 restores
- * it); returns the old value. For tests, which make it 1 us so that a batch of long messages
- * gives way however fast the machine runs it. */
-int64_t worker_purge_overrun_min_set(int64_t us);
 /* Whether the purge between jobs runs another batch, having run batches_run in this call
  * (batches that deleted bodies, built full-text rows or gave way; not a store's call that
  * found nothing to do):

@@ -790,29 +790,31 @@ mv_mailbox_expunge(mv_store *store, const char *mailbox, const char *uid_set, ui
  * references it drops and each transaction here takes up to max_bodies of those off the
  * bodies' counts first (a body is found unused then). *left_out (may be NULL) gets the
  * bodies and noted references still waiting, either way, each counted up to 1,000 (so a
- * call costs its batch, not what waits). Returns MV_OK, MV_EINVAL (read-only handle), MV_EBUSY,
- * MV_EIO, MV_ENOMEM; on an error nothing of that transaction is deleted. */
+ * call costs its batch, not what waits). Returns MV_OK, MV_EINVAL (read-only handle), MV_EBUSY
+ * (it gave way: mv_store_purge_give_way; what it deleted is kept), MV_EIO, MV_ENOMEM; on
+ * another error nothing of that transaction is deleted. */
 #define MV_PURGE_BATCH 1024
 MV_API MV_MUST_CHECK int mv_store_purge(mv_store *store, uint32_t max_bodies, uint64_t *left_out);
 /* As mv_store_purge(), and *purged_out (may be NULL) gets the bodies this call deleted and
  * the bodies whose references an EXPUNGE dropped it took off their counts (the EXPUNGE notes
  * them for the purge), also when it fails (those of transactions it committed before the
- * one that failed): 0 when nothing was waiting, so a caller that shares out batches
- * between stores (mailvaultd's worker) does not count a call on a store with nothing to
- * purge as a batch. */
+ * one that failed) or gives way (with what its last batch deleted before it did): 0 when nothing
+ * was waiting, so a caller that shares out batches between stores (mailvaultd's worker) does not
+ * count a call on a store with nothing to purge as a batch. */
 MV_API MV_MUST_CHECK int mv_store_purge_counted(mv_store *store,
                                                 uint32_t max_bodies,
                                                 uint64_t *purged_out,
                                                 uint64_t *left_out);
 
 /* Sets give_way (NULL: none, the default), which mv_store_purge() then calls, on the
- * caller's thread, every 16 of SQLite's VM steps while a batch deletes (so between any two
- * bodies' full-text deletes; it must be cheap, a flag or counter test): when it returns
- * nonzero (a command is waiting for this handle), the batch stops at once, its transaction is
- * rolled back (nothing of it deleted; done again by a later call) and mv_store_purge() returns
- * MV_EBUSY. So a server that purges between commands keeps a command that arrives from
- * waiting for a whole batch (milliseconds a body). mv_store_migrate_step() gives way through
- * the same function. give_way must not use the store. */
+ * caller's thread, after every 4 bodies a batch deletes (not after its last; it must be
+ * cheap, a flag or counter test): when it returns nonzero (a command is waiting for this
+ * handle), the batch stops there, what it deleted is committed, and mv_store_purge() returns
+ * MV_EBUSY (mv_store_purge_counted's *purged_out counts what it deleted). So a server that
+ * purges between commands keeps a command that arrives from waiting for more than 4 bodies
+ * (milliseconds a body), and a purge asked to give way all the time still deletes 4 bodies a
+ * batch. mv_store_migrate_step() gives way through the same function, differently (see
+ * there). give_way must not use the store. */
 MV_API void mv_store_purge_give_way(mv_store *store, int (*give_way)(void *arg), void *arg);
 
 /* Builds, in one transaction, the full-text rows of up to max_bodies (0: every one, in

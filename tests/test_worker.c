@@ -53,11 +53,11 @@
  *     while a step is due (worker_purge): with a store moving its full-text index in slot 0,
  *     the store in slot 1 gets purge batches during the move (the old worker counted slot 0's
  *     empty calls as batches: all 200 bodies stayed until the move ended).
- *   - A purge batch that overruns its expected time gives way (worker_purge_give_way): with
- *     the store's costs set so a batch is expected to take 64 us, a job posted while the
- *     batch of 64 long messages holds the write lock runs before it (every body still
- *     there), and the next batch purges them (the old batch gave way only in its first half
- *     and ran to its end: 0 left when the job ran).
+ *   - A purge batch gives way at its next chunk, keeping what it deleted (worker_purge_give_way,
+ *     mv_store_purge_give_way): a job posted while a batch of 64 long messages holds the
+ *     write lock runs before the batch ends, with some of its bodies gone and the others
+ *     there (the old batch, past its first half, ran to its end: 0 left when the job ran;
+ *     before its half it rolled back: 64), and later batches purge the rest.
  *   - A checkpoint between jobs gives way to a job that comes (worker_checkpoint): a job posted
  *     as it starts finds it still due (the old worker ran it to its end first).
  *   - A session's next command before the purge (worker.c QUIET): with the quiet lengthened, a
@@ -579,27 +579,9 @@ static void test_purge_batch_adapts(void)
     CHECK_EQ_INT(worker_purge_batch_next(10, 15000), 10); /* on target: stays */
 }
 
-/* A purge batch gives way to a waiting job in its first half (of its CPU time): later, the job
- * waits for the rest (at most half a batch) instead of the batch's larger part being rolled back
- * and done again (17-30% of the purge's CPU under steady traffic, worker.c); but not once its CPU
- * time passes twice its expected time and 100 ms (bodies far costlier than expected: the old batch
- * kept the job waiting to its end). The first batch of a store, whose cost is not known, gives way
- * at any point. */
-static void test_purge_gives_way_early(void)
+/* New mail first: with a drain step due, one purge batch per call (worker_purge_may_go_on). */
+static void test_purge_new_mail_first(void)
 {
-    CHECK_EQ_INT(worker_purge_may_give_way(0, 15000), 1);
-    CHECK_EQ_INT(worker_purge_may_give_way(7499, 15000), 1);
-    CHECK_EQ_INT(worker_purge_may_give_way(7500, 15000), 0);
-    CHECK_EQ_INT(worker_purge_may_give_way(30000, 15000), 0);  /* 2x: mixed bodies */
-    CHECK_EQ_INT(worker_purge_may_give_way(99999, 15000), 0);  /* a busy machine */
-    CHECK_EQ_INT(worker_purge_may_give_way(100000, 15000), 1); /* overran: 100 ms */
-    CHECK_EQ_INT(worker_purge_may_give_way(119999, 60000), 0); /* ... and 2x */
-    CHECK_EQ_INT(worker_purge_may_give_way(120000, 60000), 1);
-    CHECK_EQ_INT(worker_purge_may_give_way(40000, 0), 1); /* not known yet */
-    /* halves in CPU time: on a busy machine 40 ms of wall time may be 3 ms of the batch's
-     * work, which the job does not wait for (the old rule, in wall time, made it wait) */
-    CHECK_EQ_INT(worker_purge_may_give_way(3000, 15000), 1);
-    /* new mail first: with a drain step due, one batch per call */
     CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 0, 0), 1);
     CHECK_EQ_INT(worker_purge_may_go_on(5, 0, 0, 0), 1);
     CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 1, 0), 1);
@@ -1125,17 +1107,16 @@ static void test_drain_before_purge(void)
     worker_unplace(wt_dwho);
 }
 
-/* ---- a store slot forgets the purge costs of the store it held ---- */
+/* ---- a store slot forgets the purge batch size of the store it held ---- */
 static const char *wt_swho = "slot@example.org";
 static struct open_store *wt_slot;
 static int wt_slot_rc = -1, wt_slot_closed = -1;
 
-/* Opens the store and gives its slot the purge costs a purge would have learnt. */
+/* Opens the store and gives its slot the batch size a purge would have learnt. */
 static int wt_slot_set(struct open_store *os)
 {
     wt_slot = os;
     os->purge_batch = 48;
-    os->purge_body_us = 12345;
     return MV_OK;
 }
 
@@ -1149,9 +1130,9 @@ static void wt_slot_close(struct job *job)
     wt_slot_rc = worker_store_close_user(job->worker, wt_swho, &wt_slot_closed);
 }
 
-/* The batch size and the time per body a purge learnt belong to the store: the slot's next
- * store (another user's, whose bodies may be far larger) starts from nothing, or its first
- * batch would be sized by them and, timed by them, stop giving way to jobs too early. */
+/* The batch size a purge learnt belongs to the store: the slot's next store (another user's,
+ * whose bodies may be far larger) starts from nothing, or its first batch would be sized by
+ * them. */
 static void test_slot_forgets_purge_costs(void)
 {
     snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
@@ -1172,7 +1153,6 @@ static void test_slot_forgets_purge_costs(void)
     CHECK_EQ_INT(wt_slot_closed, 1);
     CHECK(wt_slot != NULL && wt_slot->store == NULL);
     CHECK_EQ_INT(wt_slot != NULL ? wt_slot->purge_batch : 1, 0);
-    CHECK_EQ_INT(wt_slot != NULL ? wt_slot->purge_body_us : 1, 0);
     worker_unplace(wt_swho);
 }
 
@@ -1689,19 +1669,16 @@ static void test_purge_not_starved_by_idle_store(void)
     worker_unplace(wt_p2who);
 }
 
-/* ---- A purge batch that overruns its expected time gives way (worker_purge_give_way) ---- */
+/* ---- A purge batch gives way at its next chunk and keeps it (worker_purge_give_way) ---- */
 static const char *wt_owho = "overrun@example.org";
-/* Long messages of distinct words (their full-text rows take long to delete), enough that
- * the batch asks whether to give way several times (every 1,000 of SQLite's VM steps: the
- * full-text delete of one row is one step however long it takes). */
+/* Long messages of distinct words (their full-text rows take long to delete: ~1 ms each),
+ * 16 chunks of 4 (store_purge.c GIVING WAY). */
 #define WT_OVER_BODIES 64
 static int wt_over_rc;
 static long long wt_over_left = -1;
 
-/* Opens the store (job 1); expunges its messages with the purge's costs set as if its bodies
- * took 1 us each (job 2: the next batch is expected to take 64 us, and takes far longer;
- * the test sets the overrun's floor to 1 us);
- * the bodies left to purge, on the worker's handle (job 3, the probe). */
+/* Opens the store (job 1); expunges its messages with the purge's next batch set to all of
+ * them (job 2); the bodies left to purge, on the worker's handle (job 3, the probe). */
 static void wt_over_run(struct job *job)
 {
     struct open_store *os = NULL;
@@ -1709,8 +1686,6 @@ static void wt_over_run(struct job *job)
     int rc = worker_store_acquire(job->worker, wt_owho, WT_PW, strlen(WT_PW), &os, err, sizeof err);
     if (rc == MV_OK && (intptr_t)job->arg == 2) {
         os->purge_batch = WT_OVER_BODIES;
-        os->purge_body_us = 1;
-        os->purge_gave_way = 0;
         uint32_t count = 0;
         rc = mv_flags_set(os->store, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL);
         rc = rc == MV_OK ? mv_mailbox_expunge(os->store, "INBOX", NULL, &count) : rc;
@@ -1728,7 +1703,7 @@ static void wt_over_run(struct job *job)
     wt_over_rc = wt_over_rc != MV_OK ? wt_over_rc : rc;
 }
 
-static void test_purge_overrun_gives_way(void)
+static void test_purge_gives_way_keeps_chunks(void)
 {
     worker_stop_all(); /* a worker of its own: no other test's store on it */
     CHECK_EQ_INT(worker_start(&g_config, 1, wt_efd), 0);
@@ -1759,8 +1734,6 @@ static void test_purge_overrun_gives_way(void)
     }
     struct worker *w = worker_place(wt_owho);
     wt_user = wt_owho; /* its jobs touch its store (worker.c WRITERS) */
-    /* the overrun's 100 ms floor at 1 us: twice the 64 us expected, at once on any CPU */
-    int64_t floor_us = worker_purge_overrun_min_set(1);
     wt_over_rc = MV_OK;
     for (int job = 1; job <= 2; job++) { /* the open, then the expunge (its next job) */
         wt_done = 0;
@@ -1781,12 +1754,16 @@ static void test_purge_overrun_gives_way(void)
     }
     CHECK(busy);
     wt_done = 0;
-    wt_post(w, 3, JOB_LANE_SHORT, wt_over_run); /* comes long past the batch's 64 us */
+    wt_post(w, 3, JOB_LANE_SHORT, wt_over_run); /* comes during the batch */
     wt_collect_one();
     fprintf(stderr, "  bodies left when the job that came during the batch ran: %lld of %d\n",
             wt_over_left, WT_OVER_BODIES);
-    CHECK_EQ_INT(wt_over_left, WT_OVER_BODIES); /* it gave way (the old batch: 0 left) */
-    /* and the next batch, which does not give way, purges them */
+    /* it gave way before its end (the old batch past its half: 0 left), keeping the chunks it
+     * had deleted (the old batch before its half: all 64 left) */
+    CHECK(wt_over_left > 0);
+    CHECK(wt_over_left < WT_OVER_BODIES);
+    CHECK_EQ_INT(wt_over_left % 4, 0);
+    /* and later batches purge the rest */
     long long left = WT_OVER_BODIES;
     for (int i = 0; i < 600 && left > 0 && look != NULL; i++) {
         struct pollfd p = {.fd = wt_efd, .events = POLLIN};
@@ -1797,15 +1774,14 @@ static void test_purge_overrun_gives_way(void)
     }
     CHECK_EQ_INT(left, 0);
     mv_store_close(&look);
-    worker_purge_overrun_min_set(floor_us);
     worker_unplace(wt_owho);
 }
 
 /* ---- a session's next command before the purge (QUIET) ---- */
 /* After a command, the work between jobs waits WORKER_QUIET_MS for the session's next one
- * (worker.c QUIET) once it has work to do. The batch after one that gave way does not give
- * way, and it started right after the command it gave way to, so the session's next command
- * (here: the next job, once no body went for 2 s or at once) waited for all of it. With the
+ * (worker.c QUIET) once it has work to do: started right after the command it gave way to,
+ * the purge kept the session's next command (here: the next job, once no body went for 2 s
+ * or at once) waiting for a part of it. With the
  * quiet lengthened to 600 s: a job posted while the purge runs (it gives way), then nothing
  * for 2 s, then the next job: no body purged between the two (the old worker purged right
  * after the first: fewer left at the second). Then, with the quiet back, the purge ends
@@ -2422,7 +2398,7 @@ int main(void)
     TEST(test_users_pass_held_writer);
     TEST(test_store_only_for_its_user);
     TEST(test_purge_batch_adapts);
-    TEST(test_purge_gives_way_early);
+    TEST(test_purge_new_mail_first);
     TEST(test_login_does_not_drain);
     TEST(test_drain_after_reader_select);
     TEST(test_reader_recent_does_not_wait);
@@ -2437,7 +2413,7 @@ int main(void)
     TEST(test_background_nice);
     TEST(test_migration_does_not_starve_drain);
     TEST(test_purge_not_starved_by_idle_store);
-    TEST(test_purge_overrun_gives_way);
+    TEST(test_purge_gives_way_keeps_chunks);
     TEST(test_background_share);
     TEST(test_background_turns);
     TEST(test_background_budget);

@@ -14,13 +14,17 @@
  * GIVING WAY
  *   A body costs milliseconds (its full-text delete), and a command that arrives while a
  *   batch runs waits for it, since the batch holds the write lock and the caller's thread.
- *   With mv_store_purge_give_way() set, the batch asks the caller's function every
- *   STORE_PURGE_POLL_STEPS steps of SQLite's VM (SQLite's progress handler: between any two
- *   bodies' full-text deletes, which are one step each) while it deletes; a yes interrupts
- *   the statement, SQLite rolls the batch's transaction back (FTS5 drops what it held in
- *   memory for it: xRollback), and mv_store_purge() returns MV_EBUSY: the command waits a
- *   fraction of a millisecond instead of the batch, and the batch is done again later from
- *   the start (nothing of it was kept). The COMMIT itself is never interrupted.
+ *   With mv_store_purge_give_way() set, a batch deletes its bodies STORE_PURGE_CHUNK at a
+ *   time and asks the caller's function after each chunk but the last; a yes ends the batch
+ *   there: the chunks deleted so far are committed (nothing done is thrown away) and
+ *   mv_store_purge() returns MV_EBUSY with what it deleted counted. A command then waits for
+ *   one chunk at most, and every batch deletes at least one chunk, so a purge under commands
+ *   that never stop still ends. (Before, a yes interrupted the statement and rolled the whole
+ *   batch back: the caller let it give way only in the first half of its expected time, so a
+ *   command that came later waited for up to half a batch, and a batch forced through under
+ *   steady traffic could not give way at all: at 10 clients of the IMAP bench those waits
+ *   were most of the STOREs' slowest 2%, issue 13.) Without a give-way function a batch
+ *   deletes its bodies in one set of statements.
  *
  * DROPPED REFERENCES
  *   An EXPUNGE does not decrement bodies.refcount itself: it notes each body's dropped
@@ -155,23 +159,10 @@ int store_purge_unref(mv_store *s, uint32_t max, uint64_t *applied)
     return rc;
 }
 
-/* VM steps between two give-way questions. Few: deleting a full-text row is one step of its
- * statement (FTS5 tokenizes the row's text again inside it: ~1-5 ms a body of the big-mailbox
- * corpus), so at 1,000 a batch of 16 bodies asked 3 times in all, and a command that came
- * in its first half waited 10-17 ms for it (issue 13). At 16 it is asked between any two
- * bodies; the question is the caller's cheap test (mailvaultd: an atomic count of queued
- * jobs), a few ns against the ~0.3 us of 16 steps. */
-#define STORE_PURGE_POLL_STEPS 16
-
-/* SQLite's progress handler during a batch's deletes: nonzero interrupts the statement. */
-static int store_purge_poll(void *arg)
-{
-    mv_store *s = arg;
-    if (!s->purge_gave_way && s->purge_give_way(s->purge_give_way_arg)) {
-        s->purge_gave_way = 1;
-    }
-    return s->purge_gave_way;
-}
+/* Bodies deleted between two give-way questions (GIVING WAY): each chunk is one set of
+ * statements (FTS5 writes what it holds at each statement's end, so a body a statement would
+ * cost a segment write each); 4 bodies of the IMAP bench's mail (2-50 KB) take ~3 ms. */
+#define STORE_PURGE_CHUNK 4
 
 void mv_store_purge_give_way(mv_store *s, int (*give_way)(void *arg), void *arg)
 {
@@ -182,16 +173,13 @@ void mv_store_purge_give_way(mv_store *s, int (*give_way)(void *arg), void *arg)
 }
 
 /* One transaction: up to max bodies' dropped references taken off, then up to max bodies
- * deleted; *done gets how many of both. MV_EBUSY: it gave way (GIVING WAY), nothing done. */
+ * deleted; *done gets how many of both that were committed. MV_EBUSY: it gave way (GIVING
+ * WAY) after deleting *done - references of them, which are committed. */
 static int store_purge_batch(mv_store *s, uint32_t max, size_t *done)
 {
     struct store_ids ids = {0};
     *done = 0;
-    s->purge_gave_way = 0;
     int rc = store_begin(s), began = rc == MV_OK;
-    if (rc == MV_OK && s->purge_give_way != NULL) {
-        sqlite3_progress_handler(s->db, STORE_PURGE_POLL_STEPS, store_purge_poll, s);
-    }
     uint64_t applied = 0;
     if (rc == MV_OK) { /* the references expunges dropped first: they make bodies unused */
         rc = store_purge_unref(s, max, &applied);
@@ -199,20 +187,30 @@ static int store_purge_batch(mv_store *s, uint32_t max, size_t *done)
     if (rc == MV_OK) {
         rc = store_purge_ids(s, max, &ids);
     }
-    if (rc == MV_OK && ids.count > 0) {
-        rc = store_bodies_drop(s, ids.ids, ids.count);
+    size_t chunk = s->purge_give_way != NULL ? STORE_PURGE_CHUNK : ids.count;
+    size_t dropped = 0;
+    int gave_way = 0;
+    while (rc == MV_OK && dropped < ids.count && !gave_way) {
+        size_t n = ids.count - dropped < chunk ? ids.count - dropped : chunk;
+        rc = store_bodies_drop(s, ids.ids + dropped, n);
+        if (rc == MV_OK) {
+            dropped += n;
+            gave_way = dropped < ids.count && s->purge_give_way != NULL &&
+                       s->purge_give_way(s->purge_give_way_arg);
+        }
     }
-    sqlite3_progress_handler(s->db, 0, NULL, NULL); /* never inside the COMMIT */
     if (rc == MV_OK) {
         rc = store_commit(s);
     } else if (began) {
         store_rollback(s);
     }
-    if (rc != MV_OK && s->purge_gave_way) {
-        rc = store_fail(s, MV_EBUSY, "the purge gave way to a waiting command");
-    }
     if (rc == MV_OK) {
-        *done = ids.count + applied; /* progress, for mv_store_purge's loop */
+        *done = dropped + applied; /* progress, for mv_store_purge's loop */
+        if (gave_way) {
+            rc = store_fail(s, MV_EBUSY,
+                            "the purge gave way to a waiting command after %zu of %zu bodies",
+                            dropped, ids.count);
+        }
     }
     store_ids_free(&ids);
     return rc;
@@ -249,7 +247,8 @@ int mv_store_purge_counted(mv_store *s,
     while (rc == MV_OK && left > 0) {
         size_t done = 0;
         rc = store_purge_batch(s, batch, &done);
-        purged += done; /* committed: a batch that fails does nothing */
+        purged += done; /* committed: a batch that fails does nothing, one that gives way
+                         * what it did before */
         if (rc == MV_OK) {
             rc = store_purge_left(s, &left);
         }
