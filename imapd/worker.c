@@ -136,10 +136,10 @@
  *   A session's commands often come in a row (a client's STORE, then its UID STORE or FETCH):
  *   after a job, the work between jobs waits WORKER_QUIET_MS for the next one, and runs only
  *   if none came (worker_quiet_set for tests): started right after the job, the work kept
- *   the command that followed waiting for a part of it. Only while that work has work (it did some
- * within WORKER_QUIET_CAP_MS; else it runs right after the job, a flag test), and not when a job
- * waits (SHARE decides then), so a session that never pauses for WORKER_QUIET_MS still gets the
- * purge after its jobs once per cap.
+ *   the command that followed waiting for a part of it. Only while that work has work (it
+ *   did some within WORKER_QUIET_CAP_MS; else it runs right after the job, a flag test), and
+ *   not when a job waits (SHARE decides then), so a session that never pauses for
+ *   WORKER_QUIET_MS still gets the purge after its jobs once per cap.
  *
  * NICE
  *   The work between jobs (the purge, the full-text catch-up, the queue's tidy, checkpoints:
@@ -225,8 +225,8 @@ static _Atomic int worker_background_period_ms = WORKER_BACKGROUND_PERIOD_MS;
  * long for the session's next command, if it did work within WORKER_QUIET_CAP_MS: started
  * right after a command, it made the command that follows (a client's next, ~1 ms later)
  * wait for a part of it (issue 13: after two EXPUNGEs of 10% at 10,000 messages, the second
- * STORE of a pair waited for purge batches). The cap keeps a session that never pauses this long
- * from holding the purge off for good: it then runs right after a job, as before. */
+ * STORE of a pair waited for purge batches). The cap keeps a session that never pauses this
+ * long from holding the purge off for good: it then runs right after a job, as before. */
 #define WORKER_QUIET_MS     50
 #define WORKER_QUIET_CAP_MS 1000
 static _Atomic int worker_quiet_ms = WORKER_QUIET_MS; /* tests: 0 turns it off */
@@ -1038,7 +1038,7 @@ uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us)
  * EXPUNGE is answered without that work and it is done right after, between jobs. A store
  * with nothing waiting costs a flag test. A job that comes during a batch stops it at its
  * next chunk of 4 bodies (mv_store_purge_give_way: what the batch deleted is kept), so it
- * waits for one chunk at most (~3 ms for the IMAP bench's mail). Until the library kept
+ * waits for one chunk at most (~4-5 ms of CPU for the IMAP bench's mail). Until the library kept
  * a batch's chunks, a yes rolled the batch back: a batch gave way only in its first half
  * (giving way at any point threw away 17-30% of the purge's CPU under steady traffic), a job
  * that came later waited for up to half a batch, a forced one (SHARE) for all of it, and

@@ -175,8 +175,8 @@ void worker_store_release(struct worker *w, struct open_store *s);
 void worker_store_release_from_reader(struct worker *w, struct open_store *s);
 /* The purge's next batch size (bodies), from the last one's: batch bodies took elapsed_us.
  * Sized so a batch takes about WORKER_PURGE_TARGET_US (a job that arrives meanwhile waits
- * for one chunk of it: mv_store_purge_give_way), at least 1, at most WORKER_PURGE_BATCH_MAX, and at
- * most twice the last. */
+ * for one chunk of it: mv_store_purge_give_way), at least 1, at most WORKER_PURGE_BATCH_MAX,
+ * and at most twice the last. */
 uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
 /* Whether the purge between jobs runs another batch, having run batches_run in this call
  * (batches that deleted bodies, built full-text rows or gave way; not a store's call that
