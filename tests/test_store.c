@@ -799,7 +799,7 @@ static void test_purge_give_way(void)
                  SQLITE_OK);
     CHECK(ts_refcounts_ok(s));
     CHECK(ts_check_clean(s));
-    /* kept: another handle sees the 4 gone (committed, not held in a transaction) */
+    /* kept: committed, no transaction of the batch left open */
     CHECK_EQ_INT(sqlite3_get_autocommit(mv_store_db(s)), 1);
 
     /* no hurry now: everything goes, in one call */
