@@ -71,6 +71,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -1051,7 +1052,15 @@ static void store_queue_parse_ahead(const struct store_queue_ahead_ctx *c,
                           0) != MV_OK) {
         return;
     }
-    crypto_hash_sha256(it->sha256, msg, len);
+    /* OpenSSL's SHA-256 (SHA-NI where the CPU has it), as the append's own hash
+     * (store_blob_sha256): libsodium 1.0.18's portable code took 4x as long (15 against 3.7 us
+     * for 6 KB here), ~7% of a drain's samples. On failure the append hashes again itself. */
+    unsigned int digest_len = 0;
+    if (EVP_Digest(msg, len, it->sha256, &digest_len, EVP_sha256(), NULL) != 1 ||
+        digest_len != sizeof it->sha256) {
+        store_parsed_free(&it->parsed);
+        return;
+    }
     it->parse_flags = c->parse_flags;
     it->parsed_ok = 1;
     /* the texts count against the bound too: up to ~1 MiB + 64 KiB besides the message */
