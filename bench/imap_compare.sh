@@ -38,7 +38,8 @@
 #      (the Maildir tree belongs to nobody); the master runs as the current user.
 #   5. Both populated identically (bench_imap --populate-only: the same seed, the same
 #      bytes), then the timed runs alternate: for each client count, R rounds of
-#      mailvaultd, Dovecot.
+#      mailvaultd, Dovecot, the order rotating by round (odd rounds mailvaultd first, even
+#      rounds Dovecot first).
 #   6. Both stopped (SIGTERM), then the JSON (every run, and per client count and server the
 #      median over rounds of each figure) and the Markdown table (ratio = mailvaultd /
 #      Dovecot operations per second; above 1 mailvaultd is faster).
@@ -155,9 +156,18 @@ for s in "${servers[@]}"; do
     awk -v a="$t0" -v b="$(date +%s.%N)" -v n="${s%%:*}" \
         'BEGIN { printf "%s %.1f\n", n, b - a }' >>"$tmp/populate.txt"
 done
+# The order rotates by round (round r starts with server r mod N): a run leaves work behind
+# it (mailvaultd's purge of what its EXPUNGEs dropped, checkpoints; Dovecot's index updates)
+# that takes CPU from the run after it, so with a fixed order the second server always paid
+# for the first one's (bench/imap_old_new.sh measured it: an old-against-old run, the second
+# slot -5% commands/s, p99 +6-35%).
 for clients in $clients_list; do
     for round in $(seq 1 "$rounds"); do
-        for s in "${servers[@]}"; do
+        order=()
+        for i in $(seq 0 $((${#servers[@]} - 1))); do
+            order+=("${servers[$(((round - 1 + i) % ${#servers[@]}))]}")
+        done
+        for s in "${order[@]}"; do
             name=${s%%:*}
             echo "== $name, $clients clients, round $round of $rounds, ${seconds} s"
             if ! "$bench" --port "${s##*:}" "${common[@]}" --label "$name" \
@@ -259,7 +269,8 @@ lines = ["## IMAP server: mailvaultd vs Dovecot", ""]
 lines.append(
     f"bench/imap_compare.sh{' --quick' if quick == '1' else ''}, {doc['date']}: "
     f"{users} users x {messages} messages (2-50 KB), {seconds} s per run, {rounds} round(s) "
-    f"alternating mailvaultd / Dovecot {dc_version or '(not installed)'}; medians over rounds. "
+    f"alternating mailvaultd / Dovecot {dc_version or '(not installed)'} (the order rotating "
+    f"by round); medians over rounds. "
     f"Plain IMAP on loopback, {os.cpu_count()} CPUs, load {fmt(doc['machine']['load_min'], 2)}"
     f"-{fmt(doc['machine']['load_max'], 2)}. Ratio: mailvaultd / Dovecot operations per "
     f"second (above 1: mailvaultd faster). expunge = UID STORE +FLAGS (\\Deleted) + UID "

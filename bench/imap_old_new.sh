@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # imap_old_new.sh -- bench/bench_imap's command mix against mailvaultd, an older mailvaultd
-# build and Dovecot in ONE run, the servers alternating run by run, for 10 and 100 clients:
-# per-command p50 / p99 side by side (issue 13: short commands waiting behind long ones).
+# build and Dovecot in ONE run, the servers alternating run by run (the order rotating by
+# round), for 10 and 100 clients: per-command p50 / p99 side by side (issue 13: short commands
+# waiting behind long ones).
 # bench/imap_compare.sh is the suite's comparison (one mailvaultd against Dovecot); this one
 # is for old-versus-new measurements of a change.
 #
@@ -66,9 +67,18 @@ for s in "${servers[@]}"; do
     "$bench" --port "${imap[$s]}" "${common[@]}" --label "$s" --populate-only >/dev/null
 done
 mkdir -p "$tmp/runs"
+# The order rotates by round (round r starts with server r mod N): a server's run leaves work
+# behind it (the purge of what its EXPUNGEs dropped, checkpoints) that takes CPU from the run
+# after it, and with a fixed order the second server always ran after the first one's (an
+# old-against-old run, 3 rounds at 10 clients: the second slot -5% commands/s, p99 +6-35%).
+n_servers=${#servers[@]}
 for clients in $clients_list; do
     for r in $(seq 1 "$rounds"); do
-        for s in "${servers[@]}"; do
+        order=()
+        for i in $(seq 0 $((n_servers - 1))); do
+            order+=("${servers[$(((r - 1 + i) % n_servers))]}")
+        done
+        for s in "${order[@]}"; do
             "$bench" --port "${imap[$s]}" "${common[@]}" --label "$s" --clients "$clients" \
                 --seconds "$seconds" --json "$tmp/runs/$s-$clients-$r.json" >/dev/null ||
                 echo "imap_old_new: $s, $clients clients, round $r had errors" >&2
