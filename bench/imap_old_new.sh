@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # imap_old_new.sh -- bench/bench_imap's command mix against mailvaultd, an older mailvaultd
 # build and Dovecot in ONE run, the servers alternating run by run (the order rotating by
-# round), for 10 and 100 clients: per-command p50 / p99 side by side (issue 13: short commands
-# waiting behind long ones).
+# round, each run once the mailvaultd servers are idle), for 10 and 100 clients: per-command
+# p50 / p99 side by side (issue 13: short commands waiting behind long ones).
 # bench/imap_compare.sh is the suite's comparison (one mailvaultd against Dovecot); this one
 # is for old-versus-new measurements of a change.
 #
@@ -67,10 +67,36 @@ for s in "${servers[@]}"; do
     "$bench" --port "${imap[$s]}" "${common[@]}" --label "$s" --populate-only >/dev/null
 done
 mkdir -p "$tmp/runs"
-# The order rotates by round (round r starts with server r mod N): a server's run leaves work
-# behind it (the purge of what its EXPUNGEs dropped, checkpoints) that takes CPU from the run
-# after it, and with a fixed order the second server always ran after the first one's (an
-# old-against-old run, 3 rounds at 10 clients: the second slot -5% commands/s, p99 +6-35%).
+# A server's run leaves work behind it (the purge of what its EXPUNGEs dropped, checkpoints)
+# that took CPU from the run after it: with a fixed order (old, new, Dovecot) the second
+# server always ran after the first one's (an old-against-old run, 3 rounds at 10 clients:
+# the second slot -5% commands/s, p99 +6-35%); rotating the order alone still left the new
+# server after the old one in two rounds of three (p99 +6-25%). So each run waits until both
+# mailvaultd servers are idle (their CPU time grew by at most 2 ticks in 0.5 s, at most 60 s),
+# and the order rotates by round (round r starts with server r mod N).
+mv_pids=() # pids[] is in the order servers[] was started
+for i in "${!servers[@]}"; do
+    [[ ${servers[$i]} == mailvaultd* ]] && mv_pids+=("${pids[$i]}")
+done
+mv_cpu_ticks() {
+    local t=0 p f
+    for p in "${mv_pids[@]}"; do
+        read -r -a f < <(sed 's/^.*) //' "/proc/$p/stat")
+        t=$((t + f[11] + f[12]))
+    done
+    echo "$t"
+}
+mv_quiesce() {
+    local deadline=$((SECONDS + 60)) before after
+    before=$(mv_cpu_ticks)
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        sleep 0.5
+        after=$(mv_cpu_ticks)
+        [ $((after - before)) -le 2 ] && return 0
+        before=$after
+    done
+    echo "imap_old_new: the mailvaultd servers were still busy after 60 s" >&2
+}
 n_servers=${#servers[@]}
 for clients in $clients_list; do
     for r in $(seq 1 "$rounds"); do
@@ -79,6 +105,7 @@ for clients in $clients_list; do
             order+=("${servers[$(((r - 1 + i) % n_servers))]}")
         done
         for s in "${order[@]}"; do
+            mv_quiesce
             "$bench" --port "${imap[$s]}" "${common[@]}" --label "$s" --clients "$clients" \
                 --seconds "$seconds" --json "$tmp/runs/$s-$clients-$r.json" >/dev/null ||
                 echo "imap_old_new: $s, $clients clients, round $r had errors" >&2
