@@ -447,7 +447,10 @@ MV_API uint32_t mv_store_reconnects(const mv_store *store);
  * sqlite3_memory_used() then reports 0. Keeps large BLOBs (messages' bytes) from pushing
  * out of every connection's page cache the pages each lookup needs: of a BLOB read along
  * its chain of pages only the first few stay cached; and keeps the interior pages of every
- * B-tree (up to half of each cache) while leaves come and go. Also prepares the MIME parser
+ * B-tree (up to half of each cache) while leaves come and go; and keeps statement journals
+ * in memory up to 128 KiB (SQLite's default: 64 KiB, then an encrypted temp file for the rest
+ * of the transaction), so a transaction of many appends does not write each statement's
+ * journal through a temp file. Also prepares the MIME parser
  * (GMime's types) on the calling thread, before the threads that parse mail exist. Call before
  * anything opens a database. Returns MV_OK, or MV_EBUSY if SQLite was already initialised (its
  * setting unchanged; harmless). */

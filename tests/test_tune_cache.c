@@ -4,7 +4,8 @@
  * make SQLite do what a plain cache would not have made it do.
  *
  * Each test runs in this process after mv_server_tune() (called first in main), so every
- * connection's cache is the wrapper's.
+ * connection's cache is the wrapper's. The last one checks mv_server_tune's statement
+ * journal setting.
  */
 #include "harness.h"
 #include "testutil.h"
@@ -147,11 +148,70 @@ static void test_held_pages_any_order(void)
     sqlite3_close(db);
 }
 
+/* The sub-journals SQLite opens as files, counted by a VFS around the default one. */
+static sqlite3_vfs tc_count_vfs;
+static sqlite3_vfs *tc_count_inner;
+static int tc_subjournal_files;
+
+static int tc_count_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out)
+{
+    (void)vfs;
+    if (flags & SQLITE_OPEN_SUBJOURNAL) {
+        tc_subjournal_files++;
+    }
+    return tc_count_inner->xOpen(tc_count_inner, name, f, flags, out);
+}
+
+/* A statement journal of ~105 KiB (more than SQLite's 64 KiB, less than mv_server_tune's
+ * 128 KiB) stays in memory: no file is opened for it. One of ~1 MiB still gets its file, and
+ * SQLite writes it there (with 256 KiB its spill failed on this plain file: SQLITE_FULL);
+ * the count sees it. Fails without the setting (the first UPDATE opens a file). */
+static void test_statement_journal_in_memory(void)
+{
+    CHECK_EQ_INT(tc_tune, MV_OK);
+    if (tc_count_inner == NULL) {
+        tc_count_inner = sqlite3_vfs_find(NULL);
+        CHECK(tc_count_inner != NULL);
+        tc_count_vfs = *tc_count_inner;
+        tc_count_vfs.zName = "tc_count";
+        tc_count_vfs.xOpen = tc_count_open;
+        CHECK_EQ_INT(sqlite3_vfs_register(&tc_count_vfs, 0), SQLITE_OK);
+    }
+    char *path = tu_path("stmt_journal.db");
+    remove(path);
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, "tc_count"),
+                 SQLITE_OK);
+    /* temp_store=FILE as a store has it; NOT NULL makes the multi-row UPDATE one that may
+     * fail halfway, so it journals every page the transaction had already changed */
+    const char *setup = "PRAGMA page_size = 4096; PRAGMA temp_store = FILE; "
+                        "CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB NOT NULL); BEGIN; "
+                        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                        "WHERE i < 100) INSERT INTO t(v) "
+                        "SELECT CAST(printf('%01000d', i) AS BLOB) FROM n";
+    const char *small = "UPDATE t SET v = CAST(printf('%01000d', id + 1) AS BLOB)";
+    const char *large = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                        "WHERE i < 1000) INSERT INTO t(v) "
+                        "SELECT CAST(printf('%01000d', i) AS BLOB) FROM n; "
+                        "UPDATE t SET v = CAST(printf('%01000d', id + 2) AS BLOB)";
+    const char *check = "SELECT count(*) FROM t WHERE v = CAST(printf('%01000d', id + 2) AS BLOB)";
+    CHECK_EQ_INT(tu_exec(db, setup), SQLITE_OK);
+    tc_subjournal_files = 0;
+    CHECK_EQ_INT(tu_exec(db, small), SQLITE_OK);
+    CHECK_EQ_INT(tc_subjournal_files, 0);
+    CHECK_EQ_INT(tu_exec(db, large), SQLITE_OK);
+    CHECK_EQ_INT(tc_subjournal_files, 1);
+    CHECK_EQ_INT(tu_exec(db, "COMMIT"), SQLITE_OK);
+    CHECK_EQ_INT(tu_int(db, check), 1100);
+    sqlite3_close(db);
+}
+
 int main(void)
 {
     tc_tune = mv_server_tune();
     TEST(test_held_pages_make_room);
     TEST(test_held_pages_let_go);
     TEST(test_held_pages_any_order);
+    TEST(test_statement_journal_in_memory);
     return th_summary();
 }

@@ -41,6 +41,18 @@
  * A held page is pinned for pcache1, which refuses a new page once 90% of the cache is
  * pinned: when it does, held pages are let go of first (tune_fetch), so a write transaction
  * spills dirty pages to the WAL no sooner than with SQLite's own cache.
+ *
+ * And statement journals stay in memory up to TUNE_STMT_JOURNAL_SPILL. A statement that may
+ * fail halfway inside a longer transaction (an INSERT into `messages`: its trigger and nine
+ * indexes) copies each page it changes that the transaction had already changed into a
+ * sub-journal, which SQLite keeps in memory up to 64 KiB and then moves to a temp file for
+ * the rest of the transaction: here an encrypted one (vfs_temp.c), each page encrypted,
+ * written, read back and decrypted per statement. One message's INSERT touches a dozen or
+ * more such pages, so one of them now and then crossed 64 KiB, and every later INSERT of
+ * that drain step went through the file (issue 13: 13% of the drain's writer thread). SQLite
+ * allocates the in-memory journal as one block of this size, only while a statement writes, one per
+ * connection at a time; larger ones (a STORE over a whole big mailbox) still go to the
+ * encrypted temp file, so memory stays bounded.
  */
 #include "store/store.h"
 #include "store/store_parse.h"
@@ -51,6 +63,12 @@
 
 #define TUNE_RUN_KEPT 4   /* overflow pages of a run that stay cached */
 #define TUNE_HELD_MAX 256 /* interior pages held, at most (and at most half the cache) */
+/* Bytes of a statement journal kept in memory (SQLite's default: 64 KiB). Below 128 KiB
+ * because SQLite writes the in-memory journal to its file in one write when it spills, and
+ * its unix VFS (3.40) cuts any single write to 17 bits of length: a 256 KiB journal then
+ * failed with SQLITE_FULL on a plain SQLite file (mailvault's own temp files take any
+ * length, but a server may open plain files too). */
+#define TUNE_STMT_JOURNAL_SPILL (128 * 1024 - 1)
 
 static sqlite3_pcache_methods2 tune_inner; /* SQLite's own page cache */
 static int tune_wrapped;
@@ -275,6 +293,9 @@ int mv_server_tune(void)
 {
     store_parse_init(); /* the MIME parser's types, made on this thread (store_parse.c) */
     if (sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) != SQLITE_OK) {
+        return MV_EBUSY;
+    }
+    if (sqlite3_config(SQLITE_CONFIG_STMTJRNL_SPILL, TUNE_STMT_JOURNAL_SPILL) != SQLITE_OK) {
         return MV_EBUSY;
     }
     if (!tune_wrapped) {
