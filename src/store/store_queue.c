@@ -40,14 +40,16 @@
  *     from meta when missing or different (a note is left in mv_store_errmsg()).
  *   - READ-AHEAD. Reading, opening (X25519 + XSalsa20-Poly1305: ~37% of a delivery's CPU)
  *     and parsing (~26%) run on a thread of their own (store_queue_ahead.c), at most
- *     STORE_QUEUE_AHEAD_ITEMS files ahead of the drain's thread, which only stores; it keeps
+ *     STORE_QUEUE_AHEAD_ITEMS files ahead of the drain's thread, which stores (and, when
+ *     the next file is not ready, prepares a later one itself: HELPING there); it keeps
  *     working between a server's steps (the round holds it) and stops when the drain ends or
  *     the store closes. It only reads: storing, setting aside and removing files stay on the
  *     drain's thread in arrival order, so exactly-once is as above. A file it read that
  *     another drain then committed is caught by the meta row or the access() check.
  *   - Memory: the read-ahead's opened (plaintext) deliveries and their parses, wiped when
  *     let go; a file is read ahead only while those hold less than STORE_QUEUE_AHEAD_BYTES
- *     (so at most that plus one delivery), plus the sealed copy of the one being opened.
+ *     (so at most that plus two deliveries: the read-ahead's and the drain's thread's while
+ *     it helps), plus the sealed copies of the ones being opened.
  *   - TWO PHASES. A stepped drain (mv_queue_drain_step, a server's) stores each delivery
  *     without its full-text row and notes the body in the full-text backlog, in the same
  *     transaction (store_fts_backlog.c): the row was ~40% of a delivery's CPU, and the mail

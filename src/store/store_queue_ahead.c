@@ -2,8 +2,9 @@
  * store_queue_ahead.c -- the sealed queue's read-ahead (store_queue_ahead.h): a ring of
  * items_max slots under one mutex; the threads take the oldest slot nobody prepares yet,
  * prepare it without the lock, and mark it ready; the drain's thread waits only for the
- * head. Hand-written: GLib's thread pool (GMime brings GLib) runs tasks in no fixed order
- * and has no bound on the bytes they hold.
+ * head, and prepares untaken slots itself while it is not ready (HELPING). Hand-written: GLib's
+ * thread pool (GMime brings GLib) runs tasks in no fixed order and has no bound on the bytes they
+ * hold.
  */
 #include "store/store_queue_ahead.h"
 
@@ -30,7 +31,7 @@ struct store_queue_ahead {
     size_t next;  /* slots from head on already taken by a thread (prepared or busy) */
     size_t bytes; /* held by ready items */
     size_t items_peak, bytes_peak;
-    uint64_t prepared_total;
+    uint64_t prepared_total, prepared_by_caller;
     int stopping;
     unsigned threads;
     pthread_t tid[STORE_QUEUE_AHEAD_THREADS_MAX];
@@ -48,6 +49,23 @@ static int store_queue_ahead_may_take(const struct store_queue_ahead *a)
     return a->next < a->count && (a->next == 0 || a->bytes < a->bytes_max);
 }
 
+/* Takes the next slot store_queue_ahead_may_take() allows, prepares it without the lock and
+ * marks it ready. Called with the lock held; returns with it held. */
+static void store_queue_ahead_prepare_one(struct store_queue_ahead *a)
+{
+    size_t slot = store_queue_ahead_slot(a, a->next++);
+    a->state[slot] = AHEAD_BUSY;
+    struct store_queue_ahead_item *it = &a->items[slot];
+    pthread_mutex_unlock(&a->mu);
+    a->prepare(a->arg, it); /* no lock: the slot is this thread's until it is ready */
+    pthread_mutex_lock(&a->mu);
+    a->state[slot] = AHEAD_READY;
+    a->bytes += it->cost;
+    a->bytes_peak = a->bytes > a->bytes_peak ? a->bytes : a->bytes_peak;
+    a->prepared_total++;
+    pthread_cond_broadcast(&a->done);
+}
+
 static void *store_queue_ahead_thread(void *p)
 {
     struct store_queue_ahead *a = p;
@@ -59,17 +77,7 @@ static void *store_queue_ahead_thread(void *p)
         if (a->stopping) {
             break;
         }
-        size_t slot = store_queue_ahead_slot(a, a->next++);
-        a->state[slot] = AHEAD_BUSY;
-        struct store_queue_ahead_item *it = &a->items[slot];
-        pthread_mutex_unlock(&a->mu);
-        a->prepare(a->arg, it); /* no lock: the slot is this thread's until it is ready */
-        pthread_mutex_lock(&a->mu);
-        a->state[slot] = AHEAD_READY;
-        a->bytes += it->cost;
-        a->bytes_peak = a->bytes > a->bytes_peak ? a->bytes : a->bytes_peak;
-        a->prepared_total++;
-        pthread_cond_broadcast(&a->done);
+        store_queue_ahead_prepare_one(a);
     }
     pthread_mutex_unlock(&a->mu);
     return NULL;
@@ -156,18 +164,13 @@ struct store_queue_ahead_item *store_queue_ahead_head(struct store_queue_ahead *
     }
     struct store_queue_ahead_item *it = &a->items[a->head];
     pthread_mutex_lock(&a->mu);
-    if (a->threads == 0 && a->next == 0) {
-        /* no thread: the caller prepares its head itself (the drain as it was) */
-        a->state[a->head] = AHEAD_BUSY;
-        a->next = 1;
-        pthread_mutex_unlock(&a->mu);
-        a->prepare(a->arg, it);
-        pthread_mutex_lock(&a->mu);
-        a->state[a->head] = AHEAD_READY;
-        a->bytes += it->cost;
-        a->bytes_peak = a->bytes > a->bytes_peak ? a->bytes : a->bytes_peak;
-    }
     while (a->state[a->head] != AHEAD_READY) {
+        if (store_queue_ahead_may_take(a)) {
+            /* HELPING: rather than wait, the caller prepares the next item nobody took */
+            store_queue_ahead_prepare_one(a);
+            a->prepared_by_caller++;
+            continue;
+        }
         pthread_cond_wait(&a->done, &a->mu);
     }
     pthread_mutex_unlock(&a->mu);
@@ -237,5 +240,6 @@ void store_queue_ahead_stats_get(struct store_queue_ahead *a, struct store_queue
     out->items_peak = a->items_peak;
     out->bytes_peak = a->bytes_peak;
     out->prepared_total = a->prepared_total;
+    out->prepared_by_caller = a->prepared_by_caller;
     pthread_mutex_unlock(&a->mu);
 }

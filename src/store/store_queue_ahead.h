@@ -14,14 +14,23 @@
  *
  * IMPLEMENTATION NOTES
  *   - Bounded: at most items_max names are in the pipeline (pushed and not yet popped), and
- *     a thread prepares the next one only while the prepared items not yet popped hold less
- *     than bytes_max bytes (item->cost), except the head (so one message larger than
- *     bytes_max still goes through). The queue's limits are STORE_QUEUE_AHEAD_ITEMS and
- *     STORE_QUEUE_AHEAD_BYTES below.
+ *     a thread (or a helping caller) takes the next one only while the prepared items not
+ *     yet popped hold less than bytes_max bytes (item->cost), except the head (so one
+ *     message larger than bytes_max still goes through): they hold at most bytes_max plus
+ *     one item per preparer (the threads and the caller). The queue's limits are
+ *     STORE_QUEUE_AHEAD_ITEMS and STORE_QUEUE_AHEAD_BYTES below.
  *   - Items come out in the order they were pushed, however many threads prepare them.
- *   - prepare() runs on a pipeline thread with no lock held and must touch nothing but the
- *     item and what arg points to (never the store handle); release() runs on whichever
- *     thread pops or stops, and must wipe what the item holds of a message.
+ *   - HELPING. A caller of store_queue_ahead_head() whose head is not ready yet prepares the
+ *     next item no thread has taken (within the same bounds) instead of waiting, and looks
+ *     at the head again after it. With the store now cheaper than the opening and parsing
+ *     (issue 13: at ~100,000 messages the drain's thread was busy ~65% of a drain, the
+ *     read-ahead's ~90%), the drain's thread did nothing a third of the time; a second
+ *     read-ahead thread instead competed with it for the two cores and was slower (0.94x).
+ *     With no thread at all (none could start) the caller prepares every item itself.
+ *   - prepare() runs with no lock held, on a pipeline thread or on the caller's (HELPING),
+ *     and must touch nothing but the item and what arg points to (never the store handle);
+ *     release() runs on whichever thread pops or stops, and must wipe what the item holds of
+ *     a message.
  *   - The threads block every signal (a server's signals go to its own threads).
  *   - The pipeline only reads: every decision about a file (store, reject, leave, unlink)
  *     stays with the thread that pops it, so the drain's durability rules do not change.
@@ -43,7 +52,8 @@
  * STORE_QUEUE_AHEAD_BYTES of plaintext. One thread: the drain's thread stores (~40% of a
  * delivery's CPU) while it opens and parses the next (~60%), so two cores keep pace. A
  * server keeps one per store whose drain is under way (the round holds it between steps):
- * a thread and up to the byte bound (plus one delivery) each, let go when the drain ends. */
+ * a thread and up to the byte bound (plus two deliveries: the thread's and the helping
+ * drain's) each, let go when the drain ends. */
 #define STORE_QUEUE_AHEAD_THREADS 1
 #define STORE_QUEUE_AHEAD_ITEMS   32
 #define STORE_QUEUE_AHEAD_BYTES   (4u << 20)
@@ -82,8 +92,9 @@ size_t store_queue_ahead_count(const struct store_queue_ahead *a);
 /* Appends name (shorter than STORE_QUEUE_AHEAD_NAME_SIZE) if there is room: MV_OK or
  * MV_ELIMIT. */
 int store_queue_ahead_push(struct store_queue_ahead *a, const char *name);
-/* The oldest item, once prepared (waits for it); NULL if the pipeline is empty. Owned by
- * the pipeline until store_queue_ahead_pop(). */
+/* The oldest item, once prepared (meanwhile it prepares the next untaken ones itself:
+ * HELPING); NULL if the pipeline is empty. Owned by the pipeline until
+ * store_queue_ahead_pop(). */
 struct store_queue_ahead_item *store_queue_ahead_head(struct store_queue_ahead *a);
 /* Releases the head and frees its slot. */
 void store_queue_ahead_pop(struct store_queue_ahead *a);
@@ -92,12 +103,13 @@ void store_queue_ahead_stop(struct store_queue_ahead **a);
 
 /* What the pipeline holds now and has done: for tests of its bounds. */
 struct store_queue_ahead_stats {
-    size_t items;            /* in the pipeline */
-    size_t prepared;         /* of those, prepared */
-    size_t bytes;            /* held by the prepared ones */
-    size_t items_peak;       /* the most ever in the pipeline */
-    size_t bytes_peak;       /* the most ever held by prepared items not yet popped */
-    uint64_t prepared_total; /* items prepared by the threads since the start */
+    size_t items;                /* in the pipeline */
+    size_t prepared;             /* of those, prepared */
+    size_t bytes;                /* held by the prepared ones */
+    size_t items_peak;           /* the most ever in the pipeline */
+    size_t bytes_peak;           /* the most ever held by prepared items not yet popped */
+    uint64_t prepared_total;     /* items prepared since the start (threads and caller) */
+    uint64_t prepared_by_caller; /* of those, by store_queue_ahead_head()'s caller (HELPING) */
 };
 void store_queue_ahead_stats_get(struct store_queue_ahead *a, struct store_queue_ahead_stats *out);
 
