@@ -1516,12 +1516,15 @@ struct worker_drain_yield {
 };
 
 /* mv_drain_bounds.yield_fn: a job waits and the step has had its WORKER_DRAIN_MIN_MS of CPU
- * (wall time would shrink the steps, and add commits, on a machine busy with other work). */
+ * (wall time would shrink the steps, and add commits, on a machine busy with other work).
+ * Called before every delivery: the waiting job first, as the thread's CPU time is a system
+ * call (clock_gettime and the bound's checks were ~2% of a drain's samples) and most of the
+ * time no job waits. */
 static int worker_drain_yield(void *arg)
 {
     const struct worker_drain_yield *y = arg;
-    return worker_thread_cpu_ms() - y->start_cpu_ms >= WORKER_DRAIN_MIN_MS &&
-           worker_job_waiting(y->w);
+    return worker_job_waiting(y->w) &&
+           worker_thread_cpu_ms() - y->start_cpu_ms >= WORKER_DRAIN_MIN_MS;
 }
 
 /* Rows one mv_store_migrate_step() batch moves, from the last batch's: sized to take about
