@@ -272,6 +272,9 @@ struct worker {
     /* the slot the last drain or migration step was for (its turn): atomic, as a writer
      * sets it outside the lock while another scans (TSan with 2 writers, WRITERS) */
     _Atomic int drain_served;
+    /* NEW MAIL FIRST: ms of a queue's drain steps since the work between jobs last took a
+     * turn (or since no queue's step was due); atomic, as drain_served */
+    _Atomic int64_t drain_streak_ms;
     int stop;
     int index;
     pthread_t reader; /* READERS: runs JOB_LANE_READ */
@@ -1134,10 +1137,19 @@ static int worker_purge_give_way(void *arg)
  * purge ran to its end first, as it only looked for jobs: at 100,000 messages, after two
  * EXPUNGEs of 10% (~19,000 bodies to purge), 1,200 deliveries queued before the login took
  * 215 s to show in INBOX (the bench's "until EXISTS shows all of them"), as long as the
- * purge. One batch per turn keeps the purge going under steady deliveries. */
-int worker_purge_may_go_on(int batches_run, int job_waiting, int drain_due, int stopping)
+ * purge. One batch per turn keeps the purge going under steady deliveries.
+ * NEW MAIL FIRST: taking turns from the first step on still put a purge batch and a WAL
+ * checkpoint (~25 and ~40 ms) before the first step and between the steps of 1,200 queued
+ * deliveries (~65 of the 270 ms until the IDLE client saw them all, at ~100,000 messages
+ * with 5,000 bodies to purge); now the drain has its first WORKER_DRAIN_FIRST_MS of steps
+ * (w->drain_streak_ms) before that work takes a turn, and again after each turn. */
+int worker_purge_may_go_on(
+    int batches_run, int job_waiting, int drain_due, int64_t drain_streak_ms, int stopping)
 {
-    return !stopping && !job_waiting && (batches_run == 0 || !drain_due);
+    if (stopping || job_waiting) {
+        return 0;
+    }
+    return !drain_due || (batches_run == 0 && drain_streak_ms >= WORKER_DRAIN_FIRST_MS);
 }
 
 static struct open_store *
@@ -1151,6 +1163,25 @@ static int worker_drain_waits(struct worker *w)
     int due = worker_drain_due(w, worker_self, &wait_ms) != NULL;
     pthread_mutex_unlock(&w->lock);
     return due;
+}
+
+/* NEW MAIL FIRST: whether a step of a queue's drain is due on this worker (not a MIGRATION
+ * step alone: those take turns with the purge from their first step, as before). */
+static int worker_new_mail_waits(struct worker *w)
+{
+    int64_t wait_ms = INT64_MAX;
+    pthread_mutex_lock(&w->lock);
+    const struct open_store *s = worker_drain_due(w, worker_self, &wait_ms);
+    int due = s != NULL && s->drain_more;
+    pthread_mutex_unlock(&w->lock);
+    return due;
+}
+
+/* NEW MAIL FIRST: the drain's steps since the work between jobs last took a turn, for
+ * worker_purge_may_go_on(); WORKER_DRAIN_FIRST_MS (nothing held back) if no queue waits. */
+static int64_t worker_new_mail_streak(struct worker *w)
+{
+    return worker_new_mail_waits(w) ? atomic_load(&w->drain_streak_ms) : WORKER_DRAIN_FIRST_MS;
 }
 
 /* LOGIN FIRST: nothing runs between a store's open and the next job on its worker (the
@@ -1323,7 +1354,7 @@ static void worker_purge_store(struct worker *w, struct open_store *s, int *batc
     uint64_t left = 1;
     while (s->store != NULL && left > 0 &&
            worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w),
-                                  worker_stopping(w))) {
+                                  worker_new_mail_streak(w), worker_stopping(w))) {
         uint64_t purged = 0;
         int rc = worker_purge_batch(w, s, &purged, &left);
         *batches += purged > 0;
@@ -1332,13 +1363,15 @@ static void worker_purge_store(struct worker *w, struct open_store *s, int *batc
         }
         worker_checkpoint(w, s); /* a batch's commits may have made one due */
     }
-    worker_checkpoint(w, s); /* the job's own commit may have */
+    if (worker_new_mail_streak(w) >= WORKER_DRAIN_FIRST_MS) { /* else NEW MAIL FIRST */
+        worker_checkpoint(w, s); /* the job's own commit may have made one due */
+    }
     /* the files of drained deliveries (THE DRAIN), once the drain is over; not at a stop
      * (an open finds what is left) */
     int more = 1;
     while (s->store != NULL && !s->drain_more && more &&
            worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w),
-                                  worker_stopping(w))) {
+                                  worker_new_mail_streak(w), worker_stopping(w))) {
         int rc = mv_queue_tidy(s->store, WORKER_TIDY_BATCH, &more);
         if (rc != MV_OK) {
             log_warning("store %s: %s", s->address, mv_store_errmsg(s->store));
@@ -1352,7 +1385,7 @@ static void worker_purge_store(struct worker *w, struct open_store *s, int *batc
     uint64_t backlog = 1;
     while (s->store != NULL && !s->drain_more && backlog > 0 &&
            worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w),
-                                  worker_stopping(w))) {
+                                  worker_new_mail_streak(w), worker_stopping(w))) {
         /* as the purge's: a call that found no row to build is not a batch */
         uint64_t noted = s->fts_backlog; /* before the batch: 0 if none waits */
         if (worker_index_batch(s, &backlog) != MV_OK) {
@@ -1398,6 +1431,9 @@ static void worker_purge(struct worker *w, struct worker_writer *me)
 static void worker_purge_run(struct worker *w, struct worker_writer *me)
 {
     /* background_ms is the long turn's (WRITERS): only its holder runs this */
+    if (worker_new_mail_streak(w) < WORKER_DRAIN_FIRST_MS) {
+        return; /* NEW MAIL FIRST: the drain's next step first, also before SHARE's batch */
+    }
     int64_t now_ms = worker_now_ms();
     if (!worker_stopping(w) &&
         worker_background_owed(worker_job_waiting(w), now_ms, w->background_ms,
@@ -1428,6 +1464,11 @@ static void worker_purge_run(struct worker *w, struct worker_writer *me)
         worker_let_go_more(w, me);
     }
     pthread_mutex_unlock(&w->lock);
+    /* NEW MAIL FIRST: after this work's turn, or with no drain step due, a drain (again) has
+     * its first WORKER_DRAIN_FIRST_MS of steps before the next turn */
+    if (batches > 0 || !worker_new_mail_waits(w)) {
+        atomic_store(&w->drain_streak_ms, 0);
+    }
     /* SHARE: they ran, or had nothing to do, or no job kept them from it */
     if (batches > 0 || !worker_job_waiting(w)) {
         w->background_ms = now_ms;
@@ -1612,6 +1653,10 @@ static void worker_drain_step(struct worker *w, struct open_store *s)
     struct quota_usage before; /* what the step moves in leaves the queue's count (quota.c) */
     int counted = quota_used(s->store, &before) == MV_OK;
     int rc = mv_queue_drain_step(s->store, &b, &moved, &more);
+    /* NEW MAIL FIRST; at least 1 ms a step, so steps that find nothing ready still end the
+     * hold-back */
+    int64_t step_ms = worker_now_ms() - start_ms;
+    atomic_fetch_add(&w->drain_streak_ms, step_ms > 0 ? step_ms : 1);
     s->drain_more = rc == MV_OK && more;
     if (rc != MV_OK) {
         log_error("store %s: queue drain failed: %s (%s); the rest stays queued for the next open",

@@ -178,13 +178,20 @@ void worker_store_release_from_reader(struct worker *w, struct open_store *s);
  * for one chunk of it: mv_store_purge_give_way), at least 1, at most WORKER_PURGE_BATCH_MAX,
  * and at most twice the last. */
 uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us);
+/* NEW MAIL FIRST: while a drain step is due, the work between jobs (the purge's batches, the
+ * full-text catch-up, the WAL checkpoint) waits until the drain has had this long of steps
+ * since that work last took a turn. */
+#define WORKER_DRAIN_FIRST_MS 500
 /* Whether the purge between jobs runs another batch, having run batches_run in this call
  * (batches that deleted bodies, built full-text rows or gave way; not a store's call that
  * found nothing to do):
  * never while a job waits or at a stop (worker.c PURGE AND STOP: the next open finds the
- * rest); while a drain step is due, only the call's first batch (new mail goes first, and
- * the purge still moves on under steady deliveries). */
-int worker_purge_may_go_on(int batches_run, int job_waiting, int drain_due, int stopping);
+ * rest); while a drain step is due, none before a queue's drain has had
+ * WORKER_DRAIN_FIRST_MS of steps since the last turn of this work (drain_streak_ms: that
+ * value when the step due is a full-text MIGRATION's), then only the call's first batch (new
+ * mail goes first, and the purge still moves on under steady deliveries). */
+int worker_purge_may_go_on(
+    int batches_run, int job_waiting, int drain_due, int64_t drain_streak_ms, int stopping);
 /* Whether worker_stop_all() has asked w to stop (its writer thread ends once its queued jobs
  * have run): a job that waits for something may end early. */
 int worker_stop_requested(struct worker *w);

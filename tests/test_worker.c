@@ -579,17 +579,24 @@ static void test_purge_batch_adapts(void)
     CHECK_EQ_INT(worker_purge_batch_next(10, 15000), 10); /* on target: stays */
 }
 
-/* New mail first: with a drain step due, one purge batch per call (worker_purge_may_go_on). */
+/* New mail first: with a drain step due, no purge batch before the drain has had
+ * WORKER_DRAIN_FIRST_MS of steps since the last turn, then one per call
+ * (worker_purge_may_go_on). The first two checks fail on the old rule, which let a batch run
+ * before the drain's first step and between its steps. */
 static void test_purge_new_mail_first(void)
 {
-    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 0, 0), 1);
-    CHECK_EQ_INT(worker_purge_may_go_on(5, 0, 0, 0), 1);
-    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 1, 0), 1);
-    CHECK_EQ_INT(worker_purge_may_go_on(1, 0, 1, 0), 0);
-    CHECK_EQ_INT(worker_purge_may_go_on(0, 1, 0, 0), 0);
+    const int64_t first = WORKER_DRAIN_FIRST_MS;
+    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 1, 0, 0), 0);
+    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 1, first - 1, 0), 0);
+    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 1, first, 0), 1);
+    CHECK_EQ_INT(worker_purge_may_go_on(1, 0, 1, first, 0), 0);
+    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 0, 0, 0), 1);
+    CHECK_EQ_INT(worker_purge_may_go_on(5, 0, 0, 0, 0), 1);
+    CHECK_EQ_INT(worker_purge_may_go_on(0, 1, 0, 0, 0), 0);
+    CHECK_EQ_INT(worker_purge_may_go_on(0, 1, 1, first, 0), 0);
     /* a stop ends it, also before its first batch (test_stop_ends_purge) */
-    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 0, 1), 0);
-    CHECK_EQ_INT(worker_purge_may_go_on(3, 0, 0, 1), 0);
+    CHECK_EQ_INT(worker_purge_may_go_on(0, 0, 0, 0, 1), 0);
+    CHECK_EQ_INT(worker_purge_may_go_on(3, 0, 0, 0, 1), 0);
 }
 
 static int wt_append(mv_store *s, int n)
