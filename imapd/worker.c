@@ -1351,10 +1351,12 @@ static void worker_background_forced(struct worker *w, struct worker_writer *me)
  * batches run in this round so far (worker_purge_may_go_on, SHARE). */
 static void worker_purge_store(struct worker *w, struct open_store *s, int *batches)
 {
+    /* NEW MAIL FIRST: looked at once a call (each look scans the worker's stores) */
+    const int64_t streak = worker_new_mail_streak(w);
     uint64_t left = 1;
     while (s->store != NULL && left > 0 &&
-           worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w),
-                                  worker_new_mail_streak(w), worker_stopping(w))) {
+           worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w), streak,
+                                  worker_stopping(w))) {
         uint64_t purged = 0;
         int rc = worker_purge_batch(w, s, &purged, &left);
         *batches += purged > 0;
@@ -1363,15 +1365,15 @@ static void worker_purge_store(struct worker *w, struct open_store *s, int *batc
         }
         worker_checkpoint(w, s); /* a batch's commits may have made one due */
     }
-    if (worker_new_mail_streak(w) >= WORKER_DRAIN_FIRST_MS) { /* else NEW MAIL FIRST */
-        worker_checkpoint(w, s); /* the job's own commit may have made one due */
+    if (streak >= WORKER_DRAIN_FIRST_MS) { /* else NEW MAIL FIRST */
+        worker_checkpoint(w, s);           /* the job's own commit may have made one due */
     }
     /* the files of drained deliveries (THE DRAIN), once the drain is over; not at a stop
      * (an open finds what is left) */
     int more = 1;
     while (s->store != NULL && !s->drain_more && more &&
-           worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w),
-                                  worker_new_mail_streak(w), worker_stopping(w))) {
+           worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w), streak,
+                                  worker_stopping(w))) {
         int rc = mv_queue_tidy(s->store, WORKER_TIDY_BATCH, &more);
         if (rc != MV_OK) {
             log_warning("store %s: %s", s->address, mv_store_errmsg(s->store));
@@ -1384,8 +1386,8 @@ static void worker_purge_store(struct worker *w, struct open_store *s, int *batc
     /* the full-text rows the drain's steps left (THE DRAIN), once the drain is over */
     uint64_t backlog = 1;
     while (s->store != NULL && !s->drain_more && backlog > 0 &&
-           worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w),
-                                  worker_new_mail_streak(w), worker_stopping(w))) {
+           worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w), streak,
+                                  worker_stopping(w))) {
         /* as the purge's: a call that found no row to build is not a batch */
         uint64_t noted = s->fts_backlog; /* before the batch: 0 if none waits */
         if (worker_index_batch(s, &backlog) != MV_OK) {
