@@ -6,12 +6,17 @@ the mailbox. bench/drain_login.sh measures the same on fresh (empty) users, with
 USAGE
   drain_big.py --root ROOT --user ADDRESS --password-file FILE --server NAME=BINARY ...
                [--rounds R] [--messages N] [--senders S] [--perf NAME]
+               [--wait noop|idle] [--expunge-first K]
   ROOT is a store root written by these runs (a COPY of a big store: every round adds N
   messages to the user's INBOX). Per round and server: start the server on ROOT (so the
   user's store is closed), deliver N messages over LMTP from S connections (bench/bigmail.py's
   lmtp_messages: the user has no session, so mailvaultd seals them), then on a fresh
   connection LOGIN + SELECT INBOX and NOOP (no pause, as bench/bigmail.py does) until EXISTS
-  shows all N; stop the server. One JSON line per run (with the server's CPU time over LOGIN +
+  shows all N (--wait idle: in IDLE, as bench/bigmail.py's lmtp_all_visible waits, leaving
+  the CPU to the server); stop the server. --expunge-first K: before the deliveries, the
+  first session expunges INBOX's first K messages, so that the purge has their bodies left
+  at the login after the restart (as in bench/bigmail.py, whose LMTP pairs come after its
+  EXPUNGEs); the store then shrinks by K a run. One JSON line per run (with the server's CPU time over LOGIN +
   SELECT, login_select_cpu_ms, and over the whole span, server_cpu_s: on a shared machine
   wall times scatter, CPU times much less), then medians per server and the ratios to the
   first server. --perf NAME records that server's drain with perf (DWARF
@@ -29,7 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bigmail import Imap, lmtp_messages, lmtp_parallel  # noqa: E402
+from bigmail import Imap, lmtp_messages, lmtp_parallel, wait_exists_idle  # noqa: E402
 
 
 EXTRA = []
@@ -76,8 +81,13 @@ def one_run(a, name, binary, r, scratch, password):
     try:
         c = Imap(imap_port)  # before the deliveries: how many there are
         c.ok(f'LOGIN "{a.user}" "{password}"')
-        data, _ = c.ok("EXAMINE INBOX")
+        data, _ = c.ok("EXAMINE INBOX" if a.expunge_first == 0 else "SELECT INBOX")
         before = int(re.search(rb"\* (\d+) EXISTS", data).group(1))
+        if a.expunge_first > 0 and before > 0:
+            c.ok(f"STORE 1:{min(before, a.expunge_first)} +FLAGS.SILENT (\\Deleted)")
+            c.ok("EXPUNGE")
+            data, _ = c.ok("SELECT INBOX")
+            before = int(re.search(rb"\* (\d+) EXISTS", data).group(1))
         c.ok("LOGOUT")
         stop(p)  # the store closed again: the deliveries are sealed into the queue
         p, imap_port, lmtp_port = start(binary, a.root, scratch, name)
@@ -109,6 +119,8 @@ def one_run(a, name, binary, r, scratch, password):
         seen = int(m.group(1)) if m else 0
         exists_at_select = seen
         want, noops = before + a.messages, 0
+        if a.wait == "idle":
+            seen = wait_exists_idle(c, seen, want, time.monotonic() + 600)
         while seen < want and time.perf_counter() - t0 < 600:
             data, _ = c.ok("NOOP")
             noops += 1
@@ -144,6 +156,8 @@ def main():
     ap.add_argument("--perf", default="")
     ap.add_argument("--strace", default="")
     ap.add_argument("--server-arg", action="append", default=[])
+    ap.add_argument("--wait", choices=("noop", "idle"), default="noop")
+    ap.add_argument("--expunge-first", type=int, default=0)
     a = ap.parse_args()
     EXTRA.extend(a.server_arg)
     password = open(a.password_file).read().strip()
