@@ -216,8 +216,10 @@ static void imap_view_remove(struct imap_session *s, struct buf *out, const size
     }
     for (size_t k = 0; k < n; k++) {
         v->recent_count -= (imap_view_marks(v, idx[k]) & IMAP_MARK_RECENT) != 0;
-        if (!s->qresync) {         /* its number at this moment: the k before it are gone already */
-            buf_add(out, "* ", 2); /* one a message: no vsnprintf (as SEARCH's hits) */
+        if (!s->qresync) {
+            /* its number at this moment: the k before it are gone already; one line a
+             * message, so no vsnprintf (as SEARCH's hits) */
+            buf_add(out, "* ", 2);
             buf_u64(out, idx[k] - k + 1);
             buf_str(out, " EXPUNGE\r\n");
         }

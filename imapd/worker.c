@@ -1365,8 +1365,9 @@ static void worker_purge_store(struct worker *w, struct open_store *s, int *batc
         }
         worker_checkpoint(w, s); /* a batch's commits may have made one due */
     }
-    if (streak >= WORKER_DRAIN_FIRST_MS) { /* else NEW MAIL FIRST */
-        worker_checkpoint(w, s);           /* the job's own commit may have made one due */
+    /* the job's own commit may have made one due; not while NEW MAIL FIRST holds it back */
+    if (streak >= WORKER_DRAIN_FIRST_MS) {
+        worker_checkpoint(w, s);
     }
     /* the files of drained deliveries (THE DRAIN), once the drain is over; not at a stop
      * (an open finds what is left) */

@@ -2,9 +2,9 @@
  * store_queue_ahead.c -- the sealed queue's read-ahead (store_queue_ahead.h): a ring of
  * items_max slots under one mutex; the threads take the oldest slot nobody prepares yet,
  * prepare it without the lock, and mark it ready; the drain's thread waits only for the
- * head, and prepares untaken slots itself while it is not ready (HELPING). Hand-written: GLib's
- * thread pool (GMime brings GLib) runs tasks in no fixed order and has no bound on the bytes they
- * hold.
+ * head, and prepares untaken slots itself while it is not ready (HELPING). Hand-written:
+ * GLib's thread pool (GMime brings GLib) runs tasks in no fixed order and has no bound on
+ * the bytes they hold.
  */
 #include "store/store_queue_ahead.h"
 
