@@ -1155,33 +1155,24 @@ int worker_purge_may_go_on(
 static struct open_store *
 worker_drain_due(struct worker *w, const struct worker_writer *me, int64_t *wait_ms);
 
-/* A drain step is due on this worker (a writer thread only). */
-static int worker_drain_waits(struct worker *w)
-{
-    int64_t wait_ms = INT64_MAX;
-    pthread_mutex_lock(&w->lock);
-    int due = worker_drain_due(w, worker_self, &wait_ms) != NULL;
-    pthread_mutex_unlock(&w->lock);
-    return due;
-}
-
-/* NEW MAIL FIRST: whether a step of a queue's drain is due on this worker (not a MIGRATION
- * step alone: those take turns with the purge from their first step, as before). */
-static int worker_new_mail_waits(struct worker *w)
+/* A drain step is due on this worker (a writer thread only); *new_mail (if not NULL): it is
+ * a step of a queue's drain, not a MIGRATION step alone (NEW MAIL FIRST holds the work
+ * between jobs back only for the former). */
+static int worker_drain_waits_of(struct worker *w, int *new_mail)
 {
     int64_t wait_ms = INT64_MAX;
     pthread_mutex_lock(&w->lock);
     const struct open_store *s = worker_drain_due(w, worker_self, &wait_ms);
-    int due = s != NULL && s->drain_more;
+    if (new_mail != NULL) {
+        *new_mail = s != NULL && s->drain_more;
+    }
     pthread_mutex_unlock(&w->lock);
-    return due;
+    return s != NULL;
 }
 
-/* NEW MAIL FIRST: the drain's steps since the work between jobs last took a turn, for
- * worker_purge_may_go_on(); WORKER_DRAIN_FIRST_MS (nothing held back) if no queue waits. */
-static int64_t worker_new_mail_streak(struct worker *w)
+static int worker_drain_waits(struct worker *w)
 {
-    return worker_new_mail_waits(w) ? atomic_load(&w->drain_streak_ms) : WORKER_DRAIN_FIRST_MS;
+    return worker_drain_waits_of(w, NULL);
 }
 
 /* LOGIN FIRST: nothing runs between a store's open and the next job on its worker (the
@@ -1348,11 +1339,11 @@ static void worker_background_forced(struct worker *w, struct worker_writer *me)
 }
 
 /* The work between jobs on s, whose user this writer holds; *batches: purge and catch-up
- * batches run in this round so far (worker_purge_may_go_on, SHARE). */
-static void worker_purge_store(struct worker *w, struct open_store *s, int *batches)
+ * batches run in this round so far (worker_purge_may_go_on, SHARE); streak: the queue's
+ * drain steps since this work's last turn, WORKER_DRAIN_FIRST_MS if no queue's step is due
+ * (NEW MAIL FIRST, looked at once by worker_purge_run). */
+static void worker_purge_store(struct worker *w, struct open_store *s, int *batches, int64_t streak)
 {
-    /* NEW MAIL FIRST: looked at once a call (each look scans the worker's stores) */
-    const int64_t streak = worker_new_mail_streak(w);
     uint64_t left = 1;
     while (s->store != NULL && left > 0 &&
            worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w), streak,
@@ -1434,7 +1425,10 @@ static void worker_purge(struct worker *w, struct worker_writer *me)
 static void worker_purge_run(struct worker *w, struct worker_writer *me)
 {
     /* background_ms is the long turn's (WRITERS): only its holder runs this */
-    if (worker_new_mail_streak(w) < WORKER_DRAIN_FIRST_MS) {
+    int new_mail = 0;
+    (void)worker_drain_waits_of(w, &new_mail);
+    const int64_t streak = new_mail ? atomic_load(&w->drain_streak_ms) : WORKER_DRAIN_FIRST_MS;
+    if (streak < WORKER_DRAIN_FIRST_MS) {
         return; /* NEW MAIL FIRST: the drain's next step first, also before SHARE's batch */
     }
     int64_t now_ms = worker_now_ms();
@@ -1462,14 +1456,14 @@ static void worker_purge_run(struct worker *w, struct worker_writer *me)
             continue; /* LOGIN FIRST; another writer's user (WRITERS) */
         }
         pthread_mutex_unlock(&w->lock);
-        worker_purge_store(w, s, &batches);
+        worker_purge_store(w, s, &batches, streak);
         pthread_mutex_lock(&w->lock);
         worker_let_go_more(w, me);
     }
     pthread_mutex_unlock(&w->lock);
-    /* NEW MAIL FIRST: after this work's turn, or with no drain step due, a drain (again) has
-     * its first WORKER_DRAIN_FIRST_MS of steps before the next turn */
-    if (batches > 0 || !worker_new_mail_waits(w)) {
+    /* NEW MAIL FIRST: after this work's turn, or with no queue's step due, a drain (again)
+     * has its first WORKER_DRAIN_FIRST_MS of steps before the next turn */
+    if (batches > 0 || !new_mail) {
         atomic_store(&w->drain_streak_ms, 0);
     }
     /* SHARE: they ran, or had nothing to do, or no job kept them from it */

@@ -106,10 +106,8 @@ static void test_caller_helps_while_head_not_ready(void)
 {
     struct qa_state q = {.block_threads = 1};
     struct store_queue_ahead_stats st;
-    time_t start = time(NULL);
     qa_run(&q, 1, &st);
     CHECK(q.by_caller >= 1);
-    CHECK(time(NULL) - start < QA_WAIT_S);
     CHECK_EQ_INT((int)st.prepared_total, QA_ITEMS);
     CHECK_EQ_INT((int)st.prepared_by_caller, q.by_caller);
 }
