@@ -38,6 +38,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* The start of an empty part (reserved for appends, at the end of the table): above every
  * index, so the search for the part of message i never stops at one. */
@@ -50,10 +52,33 @@ size_t imap_chunks_live(void)
     return atomic_load_explicit(&imap_chunks_in_memory, memory_order_relaxed);
 }
 
-static struct imap_chunk *imap_chunk_new(void)
+/* Faults in, with one system call, the pages of a fresh chunk that its first fill messages
+ * will take, before they are written: a decoded or listed view fills its chunks whole, a copy
+ * of a shared chunk as far as that one is, and page by page each of those pages was a fault
+ * of its own on its first write. A cold SELECT of a 100,000-message INBOX spent ~40% of its
+ * CPU in those faults (perf: the copy into the chunk and the hypervisor's interrupt enable
+ * under the fault), at 1,000,000 messages ~10,000 of them; populated at once they cost about
+ * half (40 MB fresh: 117 against 60-65 ms on this VM). Only what will be written: a chunk
+ * started for one new message keeps its other pages untouched (not resident), as a small
+ * mailbox's view does. A hint: a kernel without MADV_POPULATE_WRITE (before Linux 5.14)
+ * says EINVAL, and the pages then fault in as before. */
+static void imap_chunk_populate(struct imap_chunk *c, size_t fill)
+{
+    long got = sysconf(_SC_PAGESIZE); /* from the auxiliary vector: no system call */
+    uintptr_t page = got > 0 ? (uintptr_t)got : 4096;
+    uintptr_t lo = ((uintptr_t)c + page - 1) & ~(page - 1);
+    uintptr_t hi = (uintptr_t)(c->msgs + fill) & ~(page - 1);
+    if (hi > lo + page) { /* a page or two fault in as cheaply by themselves */
+        (void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+    }
+}
+
+/* A chunk whose first fill messages are about to be written. */
+static struct imap_chunk *imap_chunk_new(size_t fill)
 {
     struct imap_chunk *c = malloc(sizeof *c);
     if (c != NULL) {
+        imap_chunk_populate(c, fill);
         atomic_init(&c->refs, 1);
         c->count = 0;
         atomic_fetch_add_explicit(&imap_chunks_in_memory, 1, memory_order_relaxed);
@@ -115,7 +140,7 @@ static int imap_view_own_part(struct imap_view *v, size_t p)
     if (!imap_chunk_shared(old)) {
         return MV_OK;
     }
-    struct imap_chunk *c = imap_chunk_new();
+    struct imap_chunk *c = imap_chunk_new(old->count);
     if (c == NULL) {
         return MV_ENOMEM;
     }
@@ -204,7 +229,9 @@ int imap_view_reserve(struct imap_view *v, size_t n)
             v->parts = parts;
             v->part_cap = cap;
         }
-        struct imap_chunk *c = imap_chunk_new();
+        /* it takes what the room so far leaves over, up to a whole chunk */
+        struct imap_chunk *c =
+            imap_chunk_new(n - room < IMAP_CHUNK_MSGS ? n - room : IMAP_CHUNK_MSGS);
         if (c == NULL) {
             return MV_ENOMEM;
         }

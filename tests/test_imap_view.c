@@ -28,6 +28,10 @@
  *     the messages need (imap_view_compact), nothing else of the view changes.
  *   - The body keys: the view has the listing's key of every message; the saved view keeps
  *     them; a saved view of the version without keys is listed again, not loaded.
+ *   - A chunk reserved to be filled has its pages resident before anything is written to
+ *     them (faulted in with one system call, not one fault a page: ~40% of a cold SELECT's
+ *     CPU at 100,000 messages), and one reserved for a single message has not (a small
+ *     mailbox's view keeps the memory it uses); mincore() tells.
  * At the end every chunk is freed (references balance) and ASan's leak check covers the
  * keyword strings.
  */
@@ -39,9 +43,13 @@
 #include "../imapd/imap_session.h"
 #include "../imapd/worker.h"
 
+#include <malloc.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 struct config g_config; /* main.c's, which is not linked here */
 
@@ -879,6 +887,45 @@ static void test_saved_view_keys(void)
     free(keys);
 }
 
+/* Resident pages of the whole pages inside [p, p + len), and how many there are. */
+static size_t tv_resident_pages(const void *p, size_t len, size_t *pages)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)p + len) & ~(page - 1);
+    *pages = hi > lo ? (size_t)((hi - lo) / page) : 0;
+    unsigned char vec[64];
+    if (*pages == 0 || *pages > sizeof vec || mincore((void *)lo, hi - lo, vec) != 0) {
+        return 0; /* the caller's checks fail on it */
+    }
+    size_t resident = 0;
+    for (size_t i = 0; i < *pages; i++) {
+        resident += vec[i] & 1;
+    }
+    return resident;
+}
+
+/* A whole chunk reserved is resident before it is written; a chunk for one message is not. */
+static void test_chunk_pages_populated(void)
+{
+    /* Blocks of a chunk's size as fresh mappings (under ASan they are: its large allocator),
+     * not recycled heap whose pages may be resident already. */
+    (void)mallopt(M_MMAP_THRESHOLD, 64 * 1024);
+    size_t live = imap_chunks_live();
+    struct imap_view v;
+    memset(&v, 0, sizeof v);
+    CHECK_EQ_INT(imap_view_reserve(&v, IMAP_CHUNK_MSGS + 1), MV_OK);
+    CHECK_EQ_INT(v.part_count, 2);
+    size_t pages = 0;
+    size_t resident = tv_resident_pages(v.parts[0].chunk, sizeof *v.parts[0].chunk, &pages);
+    CHECK(pages >= 30);
+    CHECK_EQ_INT(resident, pages); /* before: the first page only (the count written there) */
+    resident = tv_resident_pages(v.parts[1].chunk, sizeof *v.parts[1].chunk, &pages);
+    CHECK(resident <= 2);
+    imap_view_free(&v);
+    CHECK_EQ_INT(imap_chunks_live(), live);
+}
+
 static void test_teardown(void)
 {
     imap_view_cache_free(&tv_os.view_cache);
@@ -900,6 +947,7 @@ int main(void)
     TEST(test_compact_after_churn);
     TEST(test_sync_and_merge_compact);
     TEST(test_saved_view_keys);
+    TEST(test_chunk_pages_populated);
     TEST(test_teardown);
     return th_summary();
 }
