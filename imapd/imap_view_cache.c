@@ -167,8 +167,9 @@ static unsigned char *imap_view_encode(const struct imap_view *v, size_t *len)
     return out;
 }
 
-/* Decodes data into v's messages (v empty before). MV_OK, MV_ENOMEM, MV_ENOTFOUND for a
- * view of version 1, or MV_ECORRUPT for bytes that are not a view (v then empty). */
+/* Decodes data into v's messages and keyword set (v empty before). MV_OK, MV_ENOMEM,
+ * MV_ENOTFOUND for a view of version 1, or MV_ECORRUPT for bytes that are not a view (v then
+ * empty). */
 static int imap_view_decode(const unsigned char *data, size_t len, struct imap_view *v)
 {
     const unsigned char *p = data, *end = data + len;
@@ -230,6 +231,14 @@ static int imap_view_decode(const unsigned char *data, size_t len, struct imap_v
                 break;
             }
             if ((m_kw = imap_kw_new(text, NULL)) == NULL) {
+                rc = MV_ENOMEM;
+                break;
+            }
+            /* the view's keyword set as it is decoded: a list only starts here (tag 1 is
+             * the previous one, tag 0 none), and a walk over the messages afterwards read
+             * every message again (40 MB at 1,000,000) */
+            if (imap_view_keywords_add(v, m_kw) < 0) {
+                imap_kw_unref(m_kw);
                 rc = MV_ENOMEM;
                 break;
             }
@@ -447,8 +456,9 @@ static int imap_view_cache_update(mv_store *store,
 }
 
 /* The keyword set of c's messages (a run of the same shared list is looked at once): made
- * once when c is filled, then grown by each merge (imap_view_cache_merge_prepare), so a
- * SELECT copies the set instead of walking the messages. */
+ * once when c is listed (a saved view's decode makes it as it goes), then grown by each merge
+ * (imap_view_cache_merge_prepare), so a SELECT copies the set instead of walking the
+ * messages. */
 static int imap_view_cache_keywords(struct imap_view *c)
 {
     const char *last = NULL;
@@ -503,10 +513,7 @@ imap_view_cache_get(struct imap_view_cache *cache, mv_store *store, const char *
         imap_view_free(c);
         cache->ids[slot] = info.id;
         cache->saved[slot] = 0;
-        *rc = imap_view_cache_load(store, mailbox, &info, c);
-        if (*rc == MV_OK) {
-            *rc = imap_view_cache_keywords(c);
-        }
+        *rc = imap_view_cache_load(store, mailbox, &info, c); /* with its keyword set */
         if (*rc == MV_OK) {
             cache->saved[slot] = c->highestmodseq;
             *rc = imap_view_cache_update(store, mailbox, &info, c);

@@ -144,7 +144,8 @@ static void test_second_select_shares(void)
 }
 
 /* The saved view of the whole 10,000-message INBOX (three chunks, decoded in batches of 256)
- * reads back exactly as a fresh listing: every field of every message, some with keywords. */
+ * reads back exactly as a fresh listing: every field of every message, some with keywords,
+ * and the keyword set. */
 static void test_saved_view_round_trip(void)
 {
     CHECK(tv_store != NULL);
@@ -174,6 +175,12 @@ static void test_saved_view_round_trip(void)
     }
     CHECK_EQ_INT(differ, 0);
     CHECK_EQ_INT(with_keywords, 14);
+    /* the keyword set SELECT announces in FLAGS, made by the decode, not a walk after it */
+    CHECK_EQ_INT(a.view.keyword_count, 2);
+    for (size_t i = 0; i < a.view.keyword_count && i < 2; i++) {
+        CHECK(strcmp(a.view.keyword_names[i], "$Label1") == 0 ||
+              strcmp(a.view.keyword_names[i], "round") == 0);
+    }
     imap_view_free(&listed);
     imap_view_free(&a.view);
     /* as it was for the tests below: no keywords, and a cache that never saw them */
