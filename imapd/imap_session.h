@@ -402,6 +402,11 @@ int imap_view_cache_copy(struct open_store *os,
                          mv_store *db,
                          const char *mailbox,
                          struct imap_view *out);
+/* Decodes a saved view's bytes (as the cache saves them) into v (empty), given to the decoder
+ * piece bytes at a time as mv_mailbox_view_read gives them, with the keyword set: for tests
+ * of where the pieces end. MV_OK, MV_ENOMEM, MV_ENOTFOUND (a view of version 1) or
+ * MV_ECORRUPT (then v is empty). */
+int imap_view_decode_pieces(const void *data, size_t len, size_t piece, struct imap_view *v);
 
 /* ---- imap_recent.c ---- */
 /* \Recent (RFC 3501 2.3.2): marks the view's messages from index `from` on that are this

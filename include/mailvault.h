@@ -565,6 +565,21 @@ MV_API MV_MUST_CHECK int mv_mailbox_view_load(mv_store *store,
                                               uint64_t *modseq,
                                               void **data,
                                               size_t *len);
+/* mv_mailbox_view_read: the saved view in pieces, for a reader that decodes as the bytes
+ * come instead of holding all of them (mailvaultd: ~10 MB at 1,000,000 messages, a fresh
+ * buffer whose pages cost more to fault in than the decode). *uidvalidity, *modseq and *len
+ * are set before the first call of piece(arg, bytes, n), which then gets the bytes in order,
+ * up to MV_VIEW_READ_PIECE at a time (bytes valid for that call only); a piece() that returns
+ * anything but MV_OK ends the read, which returns that. With none saved: MV_OK and *len 0,
+ * piece() never called. Otherwise the return codes of mv_mailbox_view_load, and MV_ENOMEM. */
+#define MV_VIEW_READ_PIECE (64u << 10)
+MV_API MV_MUST_CHECK int mv_mailbox_view_read(mv_store *store,
+                                              const char *mailbox,
+                                              uint32_t *uidvalidity,
+                                              uint64_t *modseq,
+                                              size_t *len,
+                                              int (*piece)(void *arg, const void *bytes, size_t n),
+                                              void *arg);
 /* Fills *info for one mailbox, every field (strings owned by the store, valid until the
  * next call on it). Returns MV_OK, MV_ENOTFOUND, MV_ENOMEM, MV_EBUSY or MV_EIO. */
 MV_API MV_MUST_CHECK int

@@ -181,6 +181,47 @@ static void test_saved_view_round_trip(void)
         CHECK(strcmp(a.view.keyword_names[i], "$Label1") == 0 ||
               strcmp(a.view.keyword_names[i], "round") == 0);
     }
+    /* The same bytes given to the decoder in pieces that end anywhere: inside the magic, the
+     * count, a message's values and its keyword text (1 byte at a time), around a message's
+     * most fixed bytes (69-71), and as mv_mailbox_view_read cuts them. Cut short or with a
+     * byte more, they do not decode. */
+    void *saved = NULL;
+    size_t saved_len = 0;
+    uint32_t saved_uidvalidity = 0;
+    uint64_t saved_modseq = 0;
+    CHECK_EQ_INT(mv_mailbox_view_load(tv_store, "INBOX", &saved_uidvalidity, &saved_modseq, &saved,
+                                      &saved_len),
+                 MV_OK);
+    CHECK(saved != NULL && saved_len > MV_VIEW_READ_PIECE); /* more than one piece */
+    const size_t pieces[] = {1, 2, 7, 69, 70, 71, 4096, MV_VIEW_READ_PIECE, saved_len};
+    for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
+        struct imap_view d;
+        memset(&d, 0, sizeof d);
+        CHECK_EQ_INT(imap_view_decode_pieces(saved, saved_len, pieces[k], &d), MV_OK);
+        CHECK_EQ_INT(d.count, listed.count);
+        size_t wrong = 0;
+        for (size_t i = 0; i < listed.count && i < d.count; i++) {
+            const struct imap_msg *x = imap_view_msg(&d, i), *y = imap_view_msg(&listed, i);
+            wrong += x->uid != y->uid || x->flags != y->flags || x->modseq != y->modseq ||
+                     x->size != y->size || x->internal_date != y->internal_date ||
+                     x->body_key != y->body_key || strcmp(x->keywords, y->keywords) != 0;
+        }
+        CHECK_EQ_INT(wrong, 0);
+        CHECK_EQ_INT(d.keyword_count, 2);
+        imap_view_free(&d);
+        CHECK_EQ_INT(imap_view_decode_pieces(saved, saved_len - 1, pieces[k], &d), MV_ECORRUPT);
+        CHECK_EQ_INT(d.count, 0);
+    }
+    unsigned char *longer = malloc(saved_len + 1);
+    CHECK(longer != NULL);
+    memcpy(longer, saved, saved_len);
+    longer[saved_len] = 0;
+    struct imap_view d;
+    memset(&d, 0, sizeof d);
+    CHECK_EQ_INT(imap_view_decode_pieces(longer, saved_len + 1, 7, &d), MV_ECORRUPT);
+    CHECK_EQ_INT(d.count, 0);
+    free(longer);
+    mv_free(saved);
     imap_view_free(&listed);
     imap_view_free(&a.view);
     /* as it was for the tests below: no keywords, and a cache that never saw them */

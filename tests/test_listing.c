@@ -6,7 +6,8 @@
  * mv_message_copy_uids (the UID pairs of COPY and MOVE); errors (unknown
  * mailbox, NULL arguments); saved views (mv_mailbox_view_save/load, schema version 8): the
  * bytes back as saved, the UIDVALIDITY and modseq checks, the size limit, gone with the
- * mailbox, kept by a rename, and the migration from version 7.
+ * mailbox, kept by a rename, and the migration from version 7; mv_mailbox_view_read gives
+ * the same bytes in pieces.
  */
 #include "harness.h"
 #include "testutil.h"
@@ -402,6 +403,86 @@ static void test_view_load_one_buffer(void)
     mv_store_close(&s);
 }
 
+/* What the pieces of test_view_read brought: their bytes in order, how many, the longest. */
+struct ls_pieces {
+    unsigned char *bytes;
+    size_t len, cap, calls, longest;
+    size_t stop_after; /* 0: never stop; else return MV_ECORRUPT at that call */
+};
+
+static int ls_piece(void *arg, const void *bytes, size_t n)
+{
+    struct ls_pieces *p = arg;
+    p->calls++;
+    p->longest = n > p->longest ? n : p->longest;
+    if (p->stop_after != 0 && p->calls == p->stop_after) {
+        return MV_ECORRUPT;
+    }
+    if (p->len + n <= p->cap) {
+        memcpy(p->bytes + p->len, bytes, n);
+        p->len += n;
+    }
+    return MV_OK;
+}
+
+/* mv_mailbox_view_read gives the saved bytes in order, in pieces of at most
+ * MV_VIEW_READ_PIECE, with the tags set before the first; a piece() that says no ends the read
+ * with its code; none saved is MV_OK with no piece; the row that is not bytes, NULL
+ * arguments and an unknown mailbox are errors. */
+static void test_view_read(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ls_open("viewread", &s), MV_OK);
+    size_t len = (size_t)3 * MV_VIEW_READ_PIECE + 123;
+    unsigned char *view = malloc(len);
+    struct ls_pieces got = {.bytes = malloc(len + 1), .cap = len + 1};
+    CHECK(s != NULL && view != NULL && got.bytes != NULL);
+    if (s == NULL || view == NULL || got.bytes == NULL) {
+        free(view);
+        free(got.bytes);
+        mv_store_close(&s);
+        return;
+    }
+    for (size_t i = 0; i < len; i++) {
+        view[i] = (unsigned char)(i * 7 + i / 509);
+    }
+    uint32_t uidvalidity = 1;
+    uint64_t modseq = 1;
+    size_t n = 1;
+    CHECK_EQ_INT(mv_mailbox_view_read(s, "INBOX", &uidvalidity, &modseq, &n, ls_piece, &got),
+                 MV_OK);
+    CHECK(n == 0 && got.calls == 0 && uidvalidity == 0 && modseq == 0); /* none saved */
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_view_save(s, "INBOX", info.uidvalidity, info.highestmodseq, view, len),
+                 MV_OK);
+    CHECK_EQ_INT(mv_mailbox_view_read(s, "INBOX", &uidvalidity, &modseq, &n, ls_piece, &got),
+                 MV_OK);
+    CHECK(n == len && uidvalidity == info.uidvalidity && modseq == info.highestmodseq);
+    CHECK(got.len == len && memcmp(got.bytes, view, len) == 0);
+    CHECK_EQ_INT(got.calls, 4);
+    CHECK_EQ_INT(got.longest, MV_VIEW_READ_PIECE);
+    got = (struct ls_pieces){.bytes = got.bytes, .cap = got.cap, .stop_after = 2};
+    CHECK_EQ_INT(mv_mailbox_view_read(s, "INBOX", &uidvalidity, &modseq, &n, ls_piece, &got),
+                 MV_ECORRUPT);
+    CHECK_EQ_INT(got.calls, 2); /* no piece after the one that said no */
+    CHECK_EQ_INT(mv_mailbox_view_read(s, "INBOX", &uidvalidity, &modseq, &n, NULL, &got),
+                 MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_view_read(s, "INBOX", &uidvalidity, NULL, &n, ls_piece, &got),
+                 MV_EINVAL);
+    CHECK_EQ_INT(mv_mailbox_view_read(s, "Nowhere", &uidvalidity, &modseq, &n, ls_piece, &got),
+                 MV_ENOTFOUND);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "UPDATE mailbox_views SET data = 'h\xc3\xa9llo'"),
+                 SQLITE_OK);
+    got = (struct ls_pieces){.bytes = got.bytes, .cap = got.cap};
+    CHECK_EQ_INT(mv_mailbox_view_read(s, "INBOX", &uidvalidity, &modseq, &n, ls_piece, &got),
+                 MV_ECORRUPT);
+    CHECK(got.calls == 0 && n == 0);
+    free(view);
+    free(got.bytes);
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     TEST(test_list_order_and_fields);
@@ -414,5 +495,6 @@ int main(void)
     TEST(test_list_errors);
     TEST(test_view_save);
     TEST(test_view_load_one_buffer);
+    TEST(test_view_read);
     return th_summary();
 }

@@ -14,6 +14,7 @@
  *     which the reader replays; nothing here has to be kept up to date by other writes.
  *   - The row goes with its mailbox (ON DELETE CASCADE); a rename keeps the id, and the view.
  */
+#include "crypto/crypt.h"
 #include "store/store.h"
 
 #include <stdint.h>
@@ -175,6 +176,81 @@ int mv_mailbox_view_load(mv_store *s,
     } else if (step != SQLITE_DONE) {
         rc = store_fail_sqlite(s, "loading a saved view");
     }
+    sqlite3_reset(st);
+    return rc;
+}
+
+int mv_mailbox_view_read(mv_store *s,
+                         const char *mailbox,
+                         uint32_t *uidvalidity,
+                         uint64_t *modseq,
+                         size_t *len,
+                         int (*piece)(void *arg, const void *bytes, size_t n),
+                         void *arg)
+{
+    if (len != NULL) {
+        *len = 0;
+    }
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (mailbox == NULL || uidvalidity == NULL || modseq == NULL || len == NULL || piece == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_mailbox_view_read: NULL argument");
+    }
+    *uidvalidity = 0;
+    *modseq = 0;
+    int64_t id = 0;
+    int rc = store_mailbox_id(s, mailbox, &id);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    /* As mv_mailbox_view_load; the bytes in pieces through one buffer (its pages are faulted
+     * in once, then hot), the incremental handle keeping its place in the overflow chain. */
+    sqlite3_stmt *st = store_stmt(
+        s, "SELECT uidvalidity, modseq, length(data) FROM mailbox_views WHERE mailbox_id = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading a saved view");
+    }
+    sqlite3_bind_int64(st, 1, id);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_DONE) {
+        sqlite3_reset(st);
+        return MV_OK;
+    }
+    if (step != SQLITE_ROW) {
+        rc = store_fail_sqlite(s, "reading a saved view");
+        sqlite3_reset(st);
+        return rc;
+    }
+    sqlite3_int64 n = sqlite3_column_int64(st, 2);
+    sqlite3_blob *blob = NULL;
+    uint8_t *buf = NULL;
+    if (n < 0 || n > (sqlite3_int64)MV_VIEW_SAVE_MAX) {
+        rc = store_fail(s, MV_ECORRUPT, "a saved view of %lld bytes", (long long)n);
+    } else if (n > 0 && (buf = malloc(MV_VIEW_READ_PIECE)) == NULL) {
+        rc = store_fail(s, MV_ENOMEM, "out of memory reading a saved view");
+    } else if (n > 0 && sqlite3_blob_open(s->db, "main", "mailbox_views", "data", id, 0, &blob) !=
+                            SQLITE_OK) {
+        rc = store_fail_sqlite(s, "reading a saved view");
+    } else if (n > 0 && sqlite3_blob_bytes(blob) != (int)n) {
+        rc = store_fail(s, MV_ECORRUPT, "a saved view that is not bytes"); /* TEXT: chars */
+    }
+    if (rc == MV_OK) {
+        *uidvalidity = (uint32_t)sqlite3_column_int64(st, 0);
+        *modseq = (uint64_t)sqlite3_column_int64(st, 1);
+        *len = (size_t)n;
+    }
+    for (size_t done = 0; rc == MV_OK && done < (size_t)n;) {
+        size_t take = (size_t)n - done < MV_VIEW_READ_PIECE ? (size_t)n - done : MV_VIEW_READ_PIECE;
+        if (sqlite3_blob_read(blob, buf, (int)take, (int)done) != SQLITE_OK) {
+            rc = store_fail_sqlite(s, "reading a saved view");
+            break;
+        }
+        rc = piece(arg, buf, take);
+        done += take;
+    }
+    sqlite3_blob_close(blob);
+    crypt_free_wiped(buf); /* as mv_free() wipes a loaded view: mail metadata */
     sqlite3_reset(st);
     return rc;
 }
