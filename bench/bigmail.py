@@ -1020,6 +1020,9 @@ def cmd_report(a):
             f"mailvaultd {d['peak_rss_mib'].get('mailvaultd', 0):.0f} MiB, {dc} imap "
             f"{d['peak_rss_mib'].get('dovecot', 0):.0f} MiB; errors: {len(d['errors'])}"
             + ("" if not d["errors"] else " (" + "; ".join(d["errors"][:3]) + ")"))
+        # how the size's rows came to be when not from one run (a resumed run, rows measured
+        # again later): the column must say so, not only the JSON
+        lines += [f"  - {note}" for note in d.get("notes", [])]
     lines += ["", "Ratio = Dovecot's time / mailvaultd's (above 1: mailvaultd faster), median "
               "of alternating pairs; times are medians.", ""]
     head = "| operation |" + "".join(f" {int(k):,}: ratio | mailvaultd | Dovecot |" for k in keys)
