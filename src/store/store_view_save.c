@@ -108,6 +108,60 @@ int mv_mailbox_view_save(mv_store *s,
     return store_commit(s);
 }
 
+/* The saved view's row of mailbox, for mv_mailbox_view_load and mv_mailbox_view_read: MV_OK
+ * with *st on the row (the caller resets it), its length in *n and, for n > 0, *blob open on
+ * its bytes; or MV_OK with *st NULL when none is saved; or an error (nothing left open).
+ * The length first (length() of a blob reads no overflow page), then the bytes through an
+ * incremental handle while the statement holds the row's snapshot: the column would first be
+ * assembled in a buffer of SQLite's (one more copy of ~10 MB at 1,000,000 messages, and its
+ * fresh pages to fault in). what names the caller's work in error messages. */
+static int store_view_row(mv_store *s,
+                          const char *mailbox,
+                          const char *what,
+                          sqlite3_stmt **st,
+                          sqlite3_int64 *n,
+                          sqlite3_blob **blob)
+{
+    *st = NULL;
+    *n = 0;
+    *blob = NULL;
+    int64_t id = 0;
+    int rc = store_mailbox_id(s, mailbox, &id);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    sqlite3_stmt *q = store_stmt(
+        s, "SELECT uidvalidity, modseq, length(data) FROM mailbox_views WHERE mailbox_id = ?");
+    if (q == NULL) {
+        return store_fail_sqlite(s, what);
+    }
+    sqlite3_bind_int64(q, 1, id);
+    int step = sqlite3_step(q);
+    if (step != SQLITE_ROW) {
+        rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, what);
+        sqlite3_reset(q);
+        return rc;
+    }
+    *n = sqlite3_column_int64(q, 2);
+    if (*n < 0 || *n > (sqlite3_int64)MV_VIEW_SAVE_MAX) {
+        rc = store_fail(s, MV_ECORRUPT, "a saved view of %lld bytes", (long long)*n);
+    } else if (*n > 0 && sqlite3_blob_open(s->db, "main", "mailbox_views", "data", id, 0, blob) !=
+                             SQLITE_OK) {
+        rc = store_fail_sqlite(s, what);
+    } else if (*n > 0 && sqlite3_blob_bytes(*blob) != (int)*n) {
+        rc = store_fail(s, MV_ECORRUPT, "a saved view that is not bytes"); /* TEXT: chars */
+    }
+    if (rc != MV_OK) {
+        sqlite3_blob_close(*blob);
+        *blob = NULL;
+        *n = 0;
+        sqlite3_reset(q);
+        return rc;
+    }
+    *st = q;
+    return MV_OK;
+}
+
 int mv_mailbox_view_load(mv_store *s,
                          const char *mailbox,
                          uint32_t *uidvalidity,
@@ -129,52 +183,30 @@ int mv_mailbox_view_load(mv_store *s,
     }
     *uidvalidity = 0;
     *modseq = 0;
-    int64_t id = 0;
-    int rc = store_mailbox_id(s, mailbox, &id);
-    if (rc != MV_OK) {
+    sqlite3_stmt *st = NULL;
+    sqlite3_int64 n = 0;
+    sqlite3_blob *blob = NULL;
+    int rc = store_view_row(s, mailbox, "loading a saved view", &st, &n, &blob);
+    if (rc != MV_OK || st == NULL) {
         return rc;
     }
-    /* The length first (length() of a blob reads no overflow page), then the bytes straight
-     * into the caller's buffer with an incremental read, while the statement holds the row's
-     * snapshot: the column would first be assembled in a buffer of SQLite's (one more copy of
-     * ~10 MB at 1,000,000 messages, and its fresh pages to fault in). */
-    sqlite3_stmt *st = store_stmt(
-        s, "SELECT uidvalidity, modseq, length(data) FROM mailbox_views WHERE mailbox_id = ?");
-    if (st == NULL) {
-        return store_fail_sqlite(s, "loading a saved view");
-    }
-    sqlite3_bind_int64(st, 1, id);
-    int step = sqlite3_step(st);
-    if (step == SQLITE_ROW) {
-        sqlite3_int64 n = sqlite3_column_int64(st, 2);
-        void *copy =
-            n >= 0 && n <= (sqlite3_int64)MV_VIEW_SAVE_MAX ? malloc(n > 0 ? (size_t)n : 1) : NULL;
-        if (copy != NULL && n > 0) {
-            store_view_populate(copy, (size_t)n);
-        }
-        sqlite3_blob *blob = NULL;
-        if (n < 0 || n > (sqlite3_int64)MV_VIEW_SAVE_MAX) {
-            rc = store_fail(s, MV_ECORRUPT, "a saved view of %lld bytes", (long long)n);
-        } else if (copy == NULL) {
-            rc = store_fail(s, MV_ENOMEM, "out of memory loading a saved view");
-        } else if (n > 0 && (sqlite3_blob_open(s->db, "main", "mailbox_views", "data", id, 0,
-                                               &blob) != SQLITE_OK ||
-                             sqlite3_blob_read(blob, copy, (int)n, 0) != SQLITE_OK)) {
+    void *copy = malloc(n > 0 ? (size_t)n : 1); /* the bytes straight into the caller's buffer */
+    if (copy == NULL) {
+        rc = store_fail(s, MV_ENOMEM, "out of memory loading a saved view");
+    } else if (n > 0) {
+        store_view_populate(copy, (size_t)n);
+        if (sqlite3_blob_read(blob, copy, (int)n, 0) != SQLITE_OK) {
             rc = store_fail_sqlite(s, "loading a saved view");
-        } else if (n > 0 && sqlite3_blob_bytes(blob) != (int)n) {
-            rc = store_fail(s, MV_ECORRUPT, "a saved view that is not bytes"); /* TEXT: chars */
         }
-        sqlite3_blob_close(blob);
-        if (rc == MV_OK) {
-            *uidvalidity = (uint32_t)sqlite3_column_int64(st, 0);
-            *modseq = (uint64_t)sqlite3_column_int64(st, 1);
-            *data = copy;
-            *len = (size_t)n;
-        } else {
-            free(copy);
-        }
-    } else if (step != SQLITE_DONE) {
-        rc = store_fail_sqlite(s, "loading a saved view");
+    }
+    sqlite3_blob_close(blob);
+    if (rc == MV_OK) {
+        *uidvalidity = (uint32_t)sqlite3_column_int64(st, 0);
+        *modseq = (uint64_t)sqlite3_column_int64(st, 1);
+        *data = copy;
+        *len = (size_t)n;
+    } else {
+        crypt_free_wiped(copy);
     }
     sqlite3_reset(st);
     return rc;
@@ -199,43 +231,19 @@ int mv_mailbox_view_read(mv_store *s,
     }
     *uidvalidity = 0;
     *modseq = 0;
-    int64_t id = 0;
-    int rc = store_mailbox_id(s, mailbox, &id);
-    if (rc != MV_OK) {
-        return rc;
-    }
-    /* As mv_mailbox_view_load; the bytes in pieces through one buffer (its pages are faulted
-     * in once, then hot), the incremental handle keeping its place in the overflow chain. */
-    sqlite3_stmt *st = store_stmt(
-        s, "SELECT uidvalidity, modseq, length(data) FROM mailbox_views WHERE mailbox_id = ?");
-    if (st == NULL) {
-        return store_fail_sqlite(s, "reading a saved view");
-    }
-    sqlite3_bind_int64(st, 1, id);
-    int step = sqlite3_step(st);
-    if (step == SQLITE_DONE) {
-        sqlite3_reset(st);
-        return MV_OK;
-    }
-    if (step != SQLITE_ROW) {
-        rc = store_fail_sqlite(s, "reading a saved view");
-        sqlite3_reset(st);
-        return rc;
-    }
-    sqlite3_int64 n = sqlite3_column_int64(st, 2);
+    sqlite3_stmt *st = NULL;
+    sqlite3_int64 n = 0;
     sqlite3_blob *blob = NULL;
-    uint8_t *buf = NULL;
-    if (n < 0 || n > (sqlite3_int64)MV_VIEW_SAVE_MAX) {
-        rc = store_fail(s, MV_ECORRUPT, "a saved view of %lld bytes", (long long)n);
-    } else if (n > 0 && (buf = malloc(MV_VIEW_READ_PIECE)) == NULL) {
-        rc = store_fail(s, MV_ENOMEM, "out of memory reading a saved view");
-    } else if (n > 0 && sqlite3_blob_open(s->db, "main", "mailbox_views", "data", id, 0, &blob) !=
-                            SQLITE_OK) {
-        rc = store_fail_sqlite(s, "reading a saved view");
-    } else if (n > 0 && sqlite3_blob_bytes(blob) != (int)n) {
-        rc = store_fail(s, MV_ECORRUPT, "a saved view that is not bytes"); /* TEXT: chars */
+    int rc = store_view_row(s, mailbox, "reading a saved view", &st, &n, &blob);
+    if (rc != MV_OK || st == NULL) {
+        return rc;
     }
-    if (rc == MV_OK) {
+    /* The bytes in pieces through one buffer (its pages are faulted in once, then hot), the
+     * incremental handle keeping its place in the overflow chain. */
+    uint8_t *buf = n > 0 ? malloc(MV_VIEW_READ_PIECE) : NULL;
+    if (n > 0 && buf == NULL) {
+        rc = store_fail(s, MV_ENOMEM, "out of memory reading a saved view");
+    } else {
         *uidvalidity = (uint32_t)sqlite3_column_int64(st, 0);
         *modseq = (uint64_t)sqlite3_column_int64(st, 1);
         *len = (size_t)n;
