@@ -56,9 +56,10 @@ size_t imap_chunks_live(void)
  * will take, before they are written: a decoded or listed view fills its chunks whole, a copy
  * of a shared chunk as far as that one is, and page by page each of those pages was a fault
  * of its own on its first write. A cold SELECT of a 100,000-message INBOX spent ~40% of its
- * CPU in those faults (perf: the copy into the chunk and the hypervisor's interrupt enable
- * under the fault), at 1,000,000 messages ~10,000 of them; populated at once they cost about
- * half (40 MB fresh: 117 against 60-65 ms on this VM). Only what will be written: a chunk
+ * CPU on those first writes (perf: the copy into the chunk and the hypervisor's interrupt
+ * enable under the fault), at 1,000,000 messages ~10,000 pages; populated at once they cost
+ * about two thirds (40 MB fresh on this VM: 117-135 ms written page by page, 64-90 ms
+ * populated first; docs/BENCHMARKS.md "The cold SELECT"). Only what will be written: a chunk
  * started for one new message keeps its other pages untouched (not resident), as a small
  * mailbox's view does. A hint: a kernel without MADV_POPULATE_WRITE (before Linux 5.14)
  * says EINVAL, and the pages then fault in as before. */
