@@ -208,6 +208,7 @@ static void test_saved_view_round_trip(void)
         }
         CHECK_EQ_INT(wrong, 0);
         CHECK_EQ_INT(d.keyword_count, 2);
+        CHECK_EQ_INT(d.seen_below, 999); /* the first unseen, from the decode: no walk after */
         imap_view_free(&d);
         CHECK_EQ_INT(imap_view_decode_pieces(saved, saved_len - 1, pieces[k], &d), MV_ECORRUPT);
         CHECK_EQ_INT(d.count, 0);
@@ -224,6 +225,26 @@ static void test_saved_view_round_trip(void)
     mv_free(saved);
     imap_view_free(&listed);
     imap_view_free(&a.view);
+    /* every message \Seen: the decode says none is unseen (the SELECT then walks nothing) */
+    CHECK_EQ_INT(mv_flags_set(tv_store, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL),
+                 MV_OK);
+    CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK);
+    CHECK_EQ_INT(a.view.first_unseen, 0);
+    imap_view_free(&a.view);
+    imap_view_cache_save(tv_os.view_cache, tv_store);
+    CHECK_EQ_INT(mv_mailbox_view_load(tv_store, "INBOX", &saved_uidvalidity, &saved_modseq, &saved,
+                                      &saved_len),
+                 MV_OK);
+    CHECK_EQ_INT(imap_view_decode_pieces(saved, saved_len, MV_VIEW_READ_PIECE, &d), MV_OK);
+    CHECK_EQ_INT(d.seen_below, UINT32_MAX);
+    imap_view_free(&d);
+    mv_free(saved);
+    char set[64];
+    for (unsigned u = 999; u <= TV_COUNT; u += 1000) {
+        snprintf(set, sizeof set, "%u", u);
+        CHECK_EQ_INT(
+            mv_flags_set(tv_store, "INBOX", set, MV_FLAGS_REMOVE, MV_FLAG_SEEN, NULL, NULL), MV_OK);
+    }
     /* as it was for the tests below: no keywords, and a cache that never saw them */
     CHECK_EQ_INT(mv_flags_set(tv_store, "INBOX", "300:310,4095:4097", MV_FLAGS_REMOVE, 0,
                               "$Label1 round", NULL),
