@@ -24,11 +24,6 @@
  *     binary search over the parts' starts (imap_view_part_of).
  *   - Marks (what one session alone knows of a message, IMAP_MARK_*) are a byte per message
  *     beside the table, in the session's view only; they follow appends and removals here.
- *   - A view reserved whole for more chunks than one huge page holds (a SELECT's decode or
- *     listing of a big mailbox, a compaction) takes them from ONE mapping (a block), asking
- *     the kernel for transparent huge pages where whole 2 MiB pages fit: see
- *     imap_chunk_block_new for why and what it costs. Each chunk of a block is still freed on
- *     its own: its whole pages go back to the kernel at once, the mapping with its last one.
  *   - A chunk is freed only when its last message goes, so a view that lives long while mail
  *     comes and most of it goes again (a store kept open by a client in IDLE, an INBOX whose
  *     mail is moved on) would keep a 160 KB chunk for a few messages: once its chunks are
@@ -36,7 +31,6 @@
  *     messages into full chunks (imap_view_compact; a copy of the view, at most once per
  *     as many removals as half the view holds).
  */
-#include "huge_pages.h"
 #include "imap_session.h"
 #include "mailvault.h"
 
@@ -58,12 +52,6 @@ size_t imap_chunks_live(void)
     return atomic_load_explicit(&imap_chunks_in_memory, memory_order_relaxed);
 }
 
-static uintptr_t imap_page_size(void)
-{
-    long got = sysconf(_SC_PAGESIZE); /* from the auxiliary vector: no system call */
-    return got > 0 ? (uintptr_t)got : 4096;
-}
-
 /* Faults in, with one system call, the pages of a fresh chunk that its first fill messages
  * will take, before they are written: a decoded or listed view fills its chunks whole, a copy
  * of a shared chunk as far as that one is, and page by page each of those pages was a fault
@@ -77,7 +65,8 @@ static uintptr_t imap_page_size(void)
  * says EINVAL, and the pages then fault in as before. */
 static void imap_chunk_populate(struct imap_chunk *c, size_t fill)
 {
-    uintptr_t page = imap_page_size();
+    long got = sysconf(_SC_PAGESIZE); /* from the auxiliary vector: no system call */
+    uintptr_t page = got > 0 ? (uintptr_t)got : 4096;
     uintptr_t lo = ((uintptr_t)c + page - 1) & ~(page - 1);
     uintptr_t hi = (uintptr_t)(c->msgs + fill) & ~(page - 1);
     if (hi > lo + page) { /* a page or two fault in as cheaply by themselves */
@@ -93,101 +82,9 @@ static struct imap_chunk *imap_chunk_new(size_t fill)
         imap_chunk_populate(c, fill);
         atomic_init(&c->refs, 1);
         c->count = 0;
-        c->block = NULL;
         atomic_fetch_add_explicit(&imap_chunks_in_memory, 1, memory_order_relaxed);
     }
     return c;
-}
-
-/* Chunks carved from one mapping: it goes when the last of them does. */
-struct imap_chunk_block {
-    atomic_size_t live; /* its chunks not freed yet */
-    void *base;
-    size_t len;
-};
-
-/* A block only for more chunks than a huge page holds: fewer would fit no whole one. */
-#define IMAP_BLOCK_CHUNKS_MIN (HUGE_PAGE_SIZE / sizeof(struct imap_chunk) + 1)
-
-/* Fills out[0..k) with empty parts of k chunks (IMAP_BLOCK_CHUNKS_MIN or more) laid end to
- * end in one fresh mapping, their first fill messages' pages faulted in. MV_OK or MV_ENOMEM.
- *
- * WHY: a cold SELECT of a 1,000,000-message INBOX writes 40 MB of fresh memory (245 chunks),
- * and on the virtual machines mailvaultd is measured on a first touch costs per 4 KiB page:
- * faulted in at once (imap_chunk_populate) 40 MB still took 20-90 ms depending on the host,
- * a third to two thirds of that SELECT. Where whole 2 MiB pages fit, the block asks for
- * transparent huge pages (MADV_HUGEPAGE: honoured with the kernel's THP setting "madvise" or
- * "always", Debian's default is "madvise"): one fault per 512 pages, 40 MB in ~4 ms here
- * against ~20 (docs/BENCHMARKS.md). The risk: with the kernel's defrag setting "madvise" (its
- * default) a fault that finds no free huge page compacts memory first, so the block asks only
- * when the kernel has twice the huge pages it needs free at that moment (huge_pages.c), and
- * else stays small pages, as does the tail that fills no whole huge page: nothing is rounded
- * up beyond a page. A kernel without THP says EINVAL: small pages, as before. */
-static int imap_chunk_block_new(struct imap_part *out, size_t k, size_t fill)
-{
-    assert(k >= IMAP_BLOCK_CHUNKS_MIN && fill > (k - 1) * IMAP_CHUNK_MSGS);
-    uintptr_t page = imap_page_size();
-    size_t len = (k * sizeof(struct imap_chunk) + page - 1) & ~(page - 1);
-    /* mapped a huge page longer, then cut to a start on a huge page's boundary */
-    char *map = mmap(NULL, len + HUGE_PAGE_SIZE, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) {
-        return MV_ENOMEM;
-    }
-    uintptr_t at = ((uintptr_t)map + HUGE_PAGE_SIZE - 1) & ~(HUGE_PAGE_SIZE - 1);
-    char *base = map + (at - (uintptr_t)map);
-    if (base > map) {
-        (void)munmap(map, (size_t)(base - map));
-    }
-    size_t tail = (size_t)(map + len + HUGE_PAGE_SIZE - (base + len));
-    if (tail > 0) {
-        (void)munmap(base + len, tail);
-    }
-    struct imap_chunk_block *b = malloc(sizeof *b);
-    if (b == NULL) {
-        (void)munmap(base, len);
-        return MV_ENOMEM;
-    }
-    b->base = base;
-    b->len = len;
-    atomic_init(&b->live, k);
-    size_t whole = len & ~(HUGE_PAGE_SIZE - 1);
-    if (huge_pages_free() >= 2 * (whole / HUGE_PAGE_SIZE)) { /* twice: room for the others */
-        (void)madvise(base, whole, MADV_HUGEPAGE);
-    }
-    struct imap_chunk *chunks = (struct imap_chunk *)(void *)base;
-    /* up to the page after the last message to be written (its chunk's count is written too:
-     * it is before its messages) */
-    const struct imap_msg *last =
-        &chunks[(fill - 1) / IMAP_CHUNK_MSGS].msgs[(fill - 1) % IMAP_CHUNK_MSGS];
-    uintptr_t hi = ((uintptr_t)(last + 1) + page - 1) & ~(page - 1);
-    (void)madvise(base, hi - (uintptr_t)base, MADV_POPULATE_WRITE);
-    for (size_t i = 0; i < k; i++) {
-        atomic_init(&chunks[i].refs, 1);
-        chunks[i].count = 0;
-        chunks[i].block = b;
-        out[i] = (struct imap_part){.chunk = &chunks[i], .start = IMAP_PART_EMPTY};
-    }
-    atomic_fetch_add_explicit(&imap_chunks_in_memory, k, memory_order_relaxed);
-    return MV_OK;
-}
-
-/* Frees chunk c of a block: its whole pages go back to the kernel now (the view that dropped
- * it may live on, and the block with it), the mapping with the block's last chunk. */
-static void imap_chunk_block_release(struct imap_chunk *c)
-{
-    struct imap_chunk_block *b = c->block;
-    uintptr_t page = imap_page_size();
-    uintptr_t lo = ((uintptr_t)c + page - 1) & ~(page - 1);
-    uintptr_t hi = (uintptr_t)(c + 1) & ~(page - 1);
-    /* Before the count: once it is down, another thread's release may unmap the block. */
-    if (hi > lo && atomic_load_explicit(&b->live, memory_order_acquire) > 1) {
-        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
-    }
-    if (atomic_fetch_sub_explicit(&b->live, 1, memory_order_acq_rel) == 1) {
-        (void)munmap(b->base, b->len);
-        free(b);
-    }
 }
 
 static void imap_chunk_unref(struct imap_chunk *c)
@@ -198,11 +95,7 @@ static void imap_chunk_unref(struct imap_chunk *c)
     for (size_t i = 0; i < c->count; i++) {
         imap_kw_unref(c->msgs[i].keywords);
     }
-    if (c->block != NULL) {
-        imap_chunk_block_release(c);
-    } else {
-        free(c);
-    }
+    free(c);
     atomic_fetch_sub_explicit(&imap_chunks_in_memory, 1, memory_order_relaxed);
 }
 
@@ -327,22 +220,6 @@ int imap_view_reserve(struct imap_view *v, size_t n)
         p++;
     }
     room += (v->part_count - p) * IMAP_CHUNK_MSGS; /* empty chunks reserved before */
-    size_t k = room < n ? (n - room + IMAP_CHUNK_MSGS - 1) / IMAP_CHUNK_MSGS : 0;
-    if (k >= IMAP_BLOCK_CHUNKS_MIN) {
-        if (v->part_count + k > v->part_cap) {
-            struct imap_part *parts = realloc(v->parts, (v->part_count + k) * sizeof *parts);
-            if (parts == NULL) {
-                return MV_ENOMEM;
-            }
-            v->parts = parts;
-            v->part_cap = v->part_count + k;
-        }
-        if (imap_chunk_block_new(v->parts + v->part_count, k, n - room) != MV_OK) {
-            return MV_ENOMEM;
-        }
-        v->part_count += k;
-        return MV_OK;
-    }
     while (room < n) {
         if (v->part_count == v->part_cap) {
             size_t cap = v->part_cap != 0 ? v->part_cap * 2 : 4;

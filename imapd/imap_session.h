@@ -51,11 +51,9 @@ _Static_assert(sizeof(struct imap_msg) <= 40, "a view's message grew past 40 byt
  * SELECT of a 1,000,000-message mailbox takes a reference per chunk (245) instead of
  * copying 40 MB, and a STORE that follows copies one chunk. */
 #define IMAP_CHUNK_MSGS 4096
-struct imap_chunk_block; /* chunks reserved together in one mapping (imap_msgs.c) */
 struct imap_chunk {
     atomic_size_t refs;
     size_t count; /* messages in use, 1..IMAP_CHUNK_MSGS (0 only while being filled) */
-    struct imap_chunk_block *block; /* NULL: a chunk of its own (malloc) */
     struct imap_msg msgs[IMAP_CHUNK_MSGS];
 };
 struct imap_part {

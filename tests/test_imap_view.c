@@ -995,72 +995,6 @@ static void test_chunk_pages_populated(void)
     CHECK_EQ_INT(imap_chunks_live(), live);
 }
 
-/* A view reserved whole for more chunks than one huge page holds takes them end to end from
- * one mapping, resident as far as they will be filled; a chunk dropped from it gives its
- * pages back at once while the others stay; a write to a shared one copies it into memory of
- * its own; the mapping goes with its last chunk (ASan: a chunk read after that would fault). */
-static void test_chunk_block(void)
-{
-    size_t live = imap_chunks_live();
-    size_t k = ((size_t)2 << 20) / sizeof(struct imap_chunk) + 1; /* the fewest for a block */
-    size_t total = k * IMAP_CHUNK_MSGS - 100;
-    struct imap_view v, w;
-    memset(&v, 0, sizeof v);
-    memset(&w, 0, sizeof w);
-    CHECK_EQ_INT(imap_view_reserve(&v, total), MV_OK);
-    CHECK_EQ_INT(v.part_count, k);
-    CHECK(v.parts[0].chunk->block != NULL);
-    for (size_t p = 1; p < k; p++) {
-        CHECK(v.parts[p].chunk == v.parts[0].chunk + p);
-        CHECK(v.parts[p].chunk->block == v.parts[0].chunk->block);
-    }
-    CHECK_EQ_INT(imap_chunks_live(), live + k);
-    size_t pages = 0;
-    size_t resident = tv_resident_pages(v.parts[0].chunk, sizeof *v.parts[0].chunk, &pages);
-    CHECK(pages >= 30);
-    CHECK_EQ_INT(resident, pages); /* before anything is written */
-    resident = tv_resident_pages(v.parts[k - 1].chunk->msgs,
-                                 (IMAP_CHUNK_MSGS - 200) * sizeof(struct imap_msg), &pages);
-    CHECK_EQ_INT(resident, pages);
-    for (size_t i = 0; i < total; i++) {
-        struct imap_msg m = {.uid = (uint32_t)(i + 1), .keywords = imap_kw_new("k", NULL)};
-        imap_view_append(&v, &m);
-    }
-    CHECK_EQ_INT(v.count, total);
-
-    /* the second chunk's messages dropped: its pages go back, its neighbours keep theirs */
-    size_t *idx = malloc(IMAP_CHUNK_MSGS * sizeof *idx);
-    CHECK(idx != NULL);
-    for (size_t i = 0; i < IMAP_CHUNK_MSGS; i++) {
-        idx[i] = IMAP_CHUNK_MSGS + i;
-    }
-    struct imap_chunk *second = v.parts[1].chunk;
-    imap_view_drop(&v, idx, IMAP_CHUNK_MSGS);
-    free(idx);
-    CHECK_EQ_INT(v.count, total - IMAP_CHUNK_MSGS);
-    CHECK_EQ_INT(imap_chunks_live(), live + k - 1);
-    CHECK_EQ_INT(tv_resident_pages(second->msgs, 32 * 4096, &pages), 0);
-    CHECK(pages >= 30);
-    CHECK_EQ_INT(tv_resident_pages(v.parts[1].chunk->msgs, 32 * 4096, &pages), pages);
-    CHECK_EQ_INT(imap_view_msg(&v, IMAP_CHUNK_MSGS)->uid, 2 * IMAP_CHUNK_MSGS + 1);
-    CHECK_EQ_INT(imap_view_msg(&v, v.count - 1)->uid, total);
-
-    /* shared, then written by one view: that view's chunk is its own malloc'd copy */
-    CHECK_EQ_INT(imap_view_share(&w, &v), MV_OK);
-    CHECK_EQ_INT(imap_view_own(&w, 5), MV_OK);
-    CHECK(w.parts[0].chunk->block == NULL);
-    CHECK(w.parts[0].chunk != v.parts[0].chunk);
-    imap_view_msg_mut(&w, 5)->flags = 1;
-    CHECK_EQ_INT(imap_view_msg(&v, 5)->flags, 0);
-    CHECK_EQ_INT(imap_chunks_live(), live + k);
-    imap_view_free(&v); /* the block lives on in w's references */
-    CHECK_EQ_INT(imap_chunks_live(), live + k - 1);
-    CHECK_EQ_INT(imap_view_msg(&w, w.count - 1)->uid, total);
-    CHECK_EQ_INT(imap_view_msg(&w, 5)->flags, 1);
-    imap_view_free(&w);
-    CHECK_EQ_INT(imap_chunks_live(), live);
-}
-
 static void test_teardown(void)
 {
     imap_view_cache_free(&tv_os.view_cache);
@@ -1083,7 +1017,6 @@ int main(void)
     TEST(test_sync_and_merge_compact);
     TEST(test_saved_view_keys);
     TEST(test_chunk_pages_populated);
-    TEST(test_chunk_block);
     TEST(test_teardown);
     return th_summary();
 }
