@@ -59,6 +59,17 @@ struct config g_config; /* main.c's, which is not linked here */
 static mv_store *tv_store;
 static struct open_store tv_os;
 
+/* Takes \Seen off the messages whose UID is a multiple of 1000 plus 999 (first: 999). */
+static void tv_unseen_999(void)
+{
+    char set[64];
+    for (unsigned u = 999; u <= TV_COUNT; u += 1000) {
+        snprintf(set, sizeof set, "%u", u);
+        CHECK_EQ_INT(
+            mv_flags_set(tv_store, "INBOX", set, MV_FLAGS_REMOVE, MV_FLAG_SEEN, NULL, NULL), MV_OK);
+    }
+}
+
 /* A store with TV_COUNT small distinct messages in INBOX (one import), all \Seen but the
  * ones whose UID is a multiple of 1000 plus 999 (so the first unseen is 999). */
 static void test_setup(void)
@@ -82,12 +93,7 @@ static void test_setup(void)
     CHECK_EQ_INT(st.messages_imported, TV_COUNT);
     CHECK_EQ_INT(mv_flags_set(tv_store, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL),
                  MV_OK);
-    char set[64];
-    for (unsigned u = 999; u <= TV_COUNT; u += 1000) {
-        snprintf(set, sizeof set, "%u", u);
-        CHECK_EQ_INT(
-            mv_flags_set(tv_store, "INBOX", set, MV_FLAGS_REMOVE, MV_FLAG_SEEN, NULL, NULL), MV_OK);
-    }
+    tv_unseen_999(); /* the first unseen is 999 */
     memset(&tv_os, 0, sizeof tv_os);
     snprintf(tv_os.address, sizeof tv_os.address, "view@example.org");
     tv_os.store = tv_store;
@@ -239,12 +245,7 @@ static void test_saved_view_round_trip(void)
     CHECK_EQ_INT(d.seen_below, UINT32_MAX);
     imap_view_free(&d);
     mv_free(saved);
-    char set[64];
-    for (unsigned u = 999; u <= TV_COUNT; u += 1000) {
-        snprintf(set, sizeof set, "%u", u);
-        CHECK_EQ_INT(
-            mv_flags_set(tv_store, "INBOX", set, MV_FLAGS_REMOVE, MV_FLAG_SEEN, NULL, NULL), MV_OK);
-    }
+    tv_unseen_999();
     /* as it was for the tests below: no keywords, and a cache that never saw them */
     CHECK_EQ_INT(mv_flags_set(tv_store, "INBOX", "300:310,4095:4097", MV_FLAGS_REMOVE, 0,
                               "$Label1 round", NULL),
