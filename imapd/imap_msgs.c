@@ -24,6 +24,13 @@
  *     binary search over the parts' starts (imap_view_part_of).
  *   - Marks (what one session alone knows of a message, IMAP_MARK_*) are a byte per message
  *     beside the table, in the session's view only; they follow appends and removals here.
+ *   - A chunk of a view loaded from its saved form is pending (imap_view_saved.c): it knows
+ *     its message count and first UID, and its messages are decoded at the first read of
+ *     one (imap_view_msg -> imap_chunk_fill, once, under one lock); its pages are not
+ *     written until then. Whatever reads or writes a chunk's messages other than through
+ *     imap_view_msg decodes it first (imap_chunk_ready), and a UID search finds the part by
+ *     its first UID before it looks inside, so it decodes one chunk, not the ones a search
+ *     over every message would pass.
  *   - A chunk is freed only when its last message goes, so a view that lives long while mail
  *     comes and most of it goes again (a store kept open by a client in IDLE, an INBOX whose
  *     mail is moved on) would keep a 160 KB chunk for a few messages: once its chunks are
@@ -35,6 +42,7 @@
 #include "mailvault.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,10 +54,19 @@
 #define IMAP_PART_EMPTY SIZE_MAX
 
 static atomic_size_t imap_chunks_in_memory;
+static atomic_size_t imap_chunks_not_decoded;
+/* One lock for every pending chunk's decode: a chunk is decoded once in its life, and two
+ * threads rarely want one at the same moment (a session and the cache's merge). */
+static pthread_mutex_t imap_chunk_fill_lock = PTHREAD_MUTEX_INITIALIZER;
 
 size_t imap_chunks_live(void)
 {
     return atomic_load_explicit(&imap_chunks_in_memory, memory_order_relaxed);
+}
+
+size_t imap_chunks_pending(void)
+{
+    return atomic_load_explicit(&imap_chunks_not_decoded, memory_order_relaxed);
 }
 
 /* Faults in, with one system call, the pages of a fresh chunk that its first fill messages
@@ -81,10 +98,78 @@ static struct imap_chunk *imap_chunk_new(size_t fill)
     if (c != NULL) {
         imap_chunk_populate(c, fill);
         atomic_init(&c->refs, 1);
+        atomic_init(&c->pending, 0);
+        memset(&c->at, 0, sizeof c->at);
         c->count = 0;
         atomic_fetch_add_explicit(&imap_chunks_in_memory, 1, memory_order_relaxed);
     }
     return c;
+}
+
+void imap_chunk_fill(struct imap_chunk *c)
+{
+    pthread_mutex_lock(&imap_chunk_fill_lock);
+    struct imap_view_source *src = NULL;
+    if (atomic_load_explicit(&c->pending, memory_order_relaxed) != 0) {
+        imap_chunk_populate(c, c->count);
+        imap_view_source_decode(c); /* under the lock: it uses one buffer for all */
+        src = c->at.src;            /* kept in at: read only while pending */
+        atomic_store_explicit(&c->pending, 0, memory_order_release);
+        atomic_fetch_sub_explicit(&imap_chunks_not_decoded, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&imap_chunk_fill_lock);
+    imap_view_source_unref(src); /* the saved bytes go with the last pending chunk */
+}
+
+struct imap_view_source *imap_chunk_source(struct imap_chunk *c)
+{
+    struct imap_view_source *src = NULL;
+    pthread_mutex_lock(&imap_chunk_fill_lock);
+    if (atomic_load_explicit(&c->pending, memory_order_relaxed) != 0) {
+        src = c->at.src;
+        imap_view_source_ref(src);
+    }
+    pthread_mutex_unlock(&imap_chunk_fill_lock);
+    return src;
+}
+
+/* c decoded, if it was pending: before anything reads or writes its messages directly. */
+static void imap_chunk_ready(struct imap_chunk *c)
+{
+    if (atomic_load_explicit(&c->pending, memory_order_acquire) != 0) {
+        imap_chunk_fill(c);
+    }
+}
+
+int imap_view_add_pending(struct imap_view *v, size_t count, const struct imap_chunk_at *at)
+{
+    assert(count > 0 && count <= IMAP_CHUNK_MSGS && at->src != NULL);
+    assert(v->part_count == 0 || v->parts[v->part_count - 1].chunk->count > 0);
+    if (v->part_count == v->part_cap) {
+        size_t cap = v->part_cap != 0 ? v->part_cap * 2 : 4;
+        struct imap_part *parts = realloc(v->parts, cap * sizeof *parts);
+        if (parts == NULL) {
+            return MV_ENOMEM;
+        }
+        v->parts = parts;
+        v->part_cap = cap;
+    }
+    /* Not populated (imap_chunk_populate): its pages are written when it is decoded, and
+     * until then only the header's page is. */
+    struct imap_chunk *c = malloc(sizeof *c);
+    if (c == NULL) {
+        return MV_ENOMEM;
+    }
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->pending, 1);
+    c->count = count;
+    c->at = *at;
+    imap_view_source_ref(at->src);
+    atomic_fetch_add_explicit(&imap_chunks_in_memory, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&imap_chunks_not_decoded, 1, memory_order_relaxed);
+    v->parts[v->part_count++] = (struct imap_part){.chunk = c, .start = v->count};
+    v->count += count;
+    return MV_OK;
 }
 
 static void imap_chunk_unref(struct imap_chunk *c)
@@ -92,8 +177,13 @@ static void imap_chunk_unref(struct imap_chunk *c)
     if (c == NULL || atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1) {
         return;
     }
-    for (size_t i = 0; i < c->count; i++) {
-        imap_kw_unref(c->msgs[i].keywords);
+    if (atomic_load_explicit(&c->pending, memory_order_acquire) != 0) {
+        imap_view_source_unref(c->at.src); /* never decoded: it holds no keywords */
+        atomic_fetch_sub_explicit(&imap_chunks_not_decoded, 1, memory_order_relaxed);
+    } else {
+        for (size_t i = 0; i < c->count; i++) {
+            imap_kw_unref(c->msgs[i].keywords);
+        }
     }
     free(c);
     atomic_fetch_sub_explicit(&imap_chunks_in_memory, 1, memory_order_relaxed);
@@ -118,9 +208,36 @@ static size_t imap_view_search_uid(const struct imap_view *v, size_t lo, size_t 
     return lo;
 }
 
+/* The first UID of a chunk with messages, without decoding it if it is pending. */
+static uint32_t imap_chunk_first_uid(struct imap_chunk *c)
+{
+    if (atomic_load_explicit(&c->pending, memory_order_acquire) != 0) {
+        return c->at.first_uid;
+    }
+    return c->msgs[0].uid;
+}
+
+static size_t imap_view_first_empty(const struct imap_view *v);
+
 size_t imap_view_find_uid(const struct imap_view *v, uint32_t uid)
 {
-    return imap_view_search_uid(v, 0, v->count, uid);
+    /* The part first (the last whose first UID is at most uid), then within it: a view
+     * decoded on first use decodes the one chunk the UID is in, not the chunks a search
+     * over all messages would pass through. */
+    size_t lo = 0, hi = imap_view_first_empty(v);
+    if (hi == 0 || imap_chunk_first_uid(v->parts[0].chunk) >= uid) {
+        return 0;
+    }
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (imap_chunk_first_uid(v->parts[mid].chunk) <= uid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    size_t start = v->parts[lo].start;
+    return imap_view_search_uid(v, start, start + v->parts[lo].chunk->count, uid);
 }
 
 size_t imap_view_find_uid_from(const struct imap_view *v, size_t from, uint32_t uid)
@@ -138,6 +255,7 @@ size_t imap_view_find_uid_from(const struct imap_view *v, size_t from, uint32_t 
 static int imap_view_own_part(struct imap_view *v, size_t p)
 {
     struct imap_chunk *old = v->parts[p].chunk;
+    imap_chunk_ready(old); /* written after this, or copied */
     if (!imap_chunk_shared(old)) {
         return MV_OK;
     }
@@ -164,7 +282,7 @@ int imap_view_own(struct imap_view *v, size_t i)
 struct imap_msg *imap_view_msg_mut(struct imap_view *v, size_t i)
 {
     struct imap_part *p = &v->parts[imap_view_part_of(v, i)];
-    assert(!imap_chunk_shared(p->chunk));
+    assert(!imap_chunk_shared(p->chunk) && atomic_load(&p->chunk->pending) == 0);
     return &p->chunk->msgs[i - p->start];
 }
 
@@ -253,6 +371,7 @@ void imap_view_append(struct imap_view *v, const struct imap_msg *m)
     }
     assert(p < v->part_count && !imap_chunk_shared(v->parts[p].chunk));
     struct imap_chunk *c = v->parts[p].chunk;
+    assert(atomic_load(&c->pending) == 0); /* imap_view_reserve made it its own */
     if (c->count == 0) {
         v->parts[p].start = v->count;
     }
@@ -262,27 +381,6 @@ void imap_view_append(struct imap_view *v, const struct imap_msg *m)
         v->marks[v->count] = 0;
     }
     v->count++;
-}
-
-void imap_view_append_many(struct imap_view *v, const struct imap_msg *m, size_t n)
-{
-    while (n > 0) {
-        imap_view_append(v, m); /* finds the chunk, starts its part if it was empty */
-        m++;
-        n--;
-        size_t p = imap_view_first_empty(v) - 1; /* the chunk just appended to */
-        struct imap_chunk *c = v->parts[p].chunk;
-        size_t take = IMAP_CHUNK_MSGS - c->count < n ? IMAP_CHUNK_MSGS - c->count : n;
-        memcpy(c->msgs + c->count, m, take * sizeof *m);
-        if (v->marks != NULL) {
-            assert(v->count + take <= v->marks_cap);
-            memset(v->marks + v->count, 0, take);
-        }
-        c->count += take;
-        v->count += take;
-        m += take;
-        n -= take;
-    }
 }
 
 int imap_view_push(struct imap_view *v, const struct imap_msg *m)
@@ -345,7 +443,7 @@ void imap_view_drop(struct imap_view *v, const size_t *idx, size_t n)
             continue;
         }
         if (k < n && idx[k] < end) {
-            assert(!imap_chunk_shared(c));
+            assert(!imap_chunk_shared(c) && atomic_load(&c->pending) == 0);
             size_t kept = 0;
             for (size_t i = start; i < end; i++) {
                 if (k < n && idx[k] == i) {

@@ -51,9 +51,22 @@ _Static_assert(sizeof(struct imap_msg) <= 40, "a view's message grew past 40 byt
  * SELECT of a 1,000,000-message mailbox takes a reference per chunk (245) instead of
  * copying 40 MB, and a STORE that follows copies one chunk. */
 #define IMAP_CHUNK_MSGS 4096
+/* Where a pending chunk's messages are in a saved view's bytes (imap_view_saved.c,
+ * "Decoded on first use"), and its first UID, so that a UID search needs no decode. */
+struct imap_view_source;
+struct imap_chunk_at {
+    struct imap_view_source *src; /* a reference while the chunk is pending */
+    size_t offset;
+    size_t len;
+    uint32_t first_uid;
+};
 struct imap_chunk {
     atomic_size_t refs;
     size_t count; /* messages in use, 1..IMAP_CHUNK_MSGS (0 only while being filled) */
+    /* 1 while msgs is not written yet: decoded from `at` at the first read of a message
+     * (imap_view_msg -> imap_chunk_fill), once, under a lock; 0 after (release/acquire). */
+    atomic_int pending;
+    struct imap_chunk_at at;
     struct imap_msg msgs[IMAP_CHUNK_MSGS];
 };
 struct imap_part {
@@ -301,10 +314,18 @@ static inline size_t imap_view_part_of(const struct imap_view *v, size_t i)
     }
     return lo;
 }
-/* Message i (< v->count), valid until the view next changes. */
+/* Decodes a pending chunk's messages (imap_msgs.c); nothing if another thread did. */
+void imap_chunk_fill(struct imap_chunk *c);
+/* The source of chunk c with a reference taken (imap_view_source_unref), if c is pending;
+ * else NULL. The source then outlives a decode of c on another thread. */
+struct imap_view_source *imap_chunk_source(struct imap_chunk *c);
+/* Message i (< v->count), valid until the view next changes; a pending chunk is decoded. */
 static inline const struct imap_msg *imap_view_msg(const struct imap_view *v, size_t i)
 {
     const struct imap_part *p = &v->parts[imap_view_part_of(v, i)];
+    if (atomic_load_explicit(&p->chunk->pending, memory_order_acquire) != 0) {
+        imap_chunk_fill(p->chunk);
+    }
     return &p->chunk->msgs[i - p->start];
 }
 /* The session's marks of message i (IMAP_MARK_*; none in a view without marks). */
@@ -336,10 +357,6 @@ int imap_view_reserve(struct imap_view *v, size_t n);
 /* Appends m (its keywords reference moves into the view; its marks are none) into room
  * imap_view_reserve made: cannot fail. */
 void imap_view_append(struct imap_view *v, const struct imap_msg *m);
-/* imap_view_append of m[0..n-1], in order, finding the chunk to fill once per chunk instead of
- * once per message (a binary search over the parts: 30% of decoding a saved view of
- * 1,000,000 messages message by message). */
-void imap_view_append_many(struct imap_view *v, const struct imap_msg *m, size_t n);
 /* imap_view_reserve(v, 1) and imap_view_append: MV_OK or MV_ENOMEM (m not taken). */
 int imap_view_push(struct imap_view *v, const struct imap_msg *m);
 /* Gives dst (no messages) src's messages, sharing every chunk: a reference per chunk, no
@@ -354,8 +371,14 @@ void imap_view_drop(struct imap_view *v, const size_t *idx, size_t n);
 void imap_view_compact(struct imap_view *v);
 /* Drops every message (and the marks): a chunk whose last reference this was is freed. */
 void imap_view_msgs_free(struct imap_view *v);
-/* For tests: the chunks in memory now, in every view of the process. */
+/* Appends to v (its parts all hold messages: none reserved) a chunk of count messages
+ * still to be decoded from at (imap_chunk_fill), taking a reference to at->src; its memory is
+ * not written until then. MV_OK or MV_ENOMEM (nothing taken). */
+int imap_view_add_pending(struct imap_view *v, size_t count, const struct imap_chunk_at *at);
+/* For tests: the chunks in memory now, in every view of the process, and of those the ones
+ * not decoded yet. */
 size_t imap_chunks_live(void);
+size_t imap_chunks_pending(void);
 
 /* ---- imap_view.c ---- */
 /* Appends to v the messages of mailbox changed after since (0: all of them), UID order. */
@@ -402,11 +425,36 @@ int imap_view_cache_copy(struct open_store *os,
                          mv_store *db,
                          const char *mailbox,
                          struct imap_view *out);
-/* Decodes a saved view's bytes (as the cache saves them) into v (empty), given to the decoder
- * piece bytes at a time as mv_mailbox_view_read gives them, with the keyword set: for tests
- * of where the pieces end. MV_OK, MV_ENOMEM, MV_ENOTFOUND (a view of version 1) or
- * MV_ECORRUPT (then v is empty). */
+
+/* ---- imap_view_saved.c ---- */
+/* The saved form of view v (the store's cached view: its messages ascend by UID), with
+ * first_unseen the UID of its first message without \Seen (0: none): *out malloc'd, *len its
+ * length. Chunks still pending are copied as they are, the others encoded and decoded back
+ * against v. MV_OK, MV_ENOMEM, or MV_ECORRUPT if one does not decode back (a bug: nothing to
+ * save). */
+int imap_view_encode(const struct imap_view *v,
+                     uint32_t first_unseen,
+                     unsigned char **out,
+                     size_t *len);
+/* A saved view's len bytes taken as they come (imap_view_decoder_feed, in order; the last
+ * piece reads its header) into v (empty): pending chunks, the keyword set, seen_below.
+ * imap_view_decoder_new returns NULL out of memory. Feed returns MV_OK, MV_ENOMEM,
+ * MV_ENOTFOUND (a view of an older version: list the mailbox instead) or MV_ECORRUPT; after
+ * an error the decoder is done with. imap_view_decoder_end frees it, and with rc not MV_OK
+ * also v's messages. */
+struct imap_view_decoder;
+struct imap_view_decoder *imap_view_decoder_new(struct imap_view *v, size_t len);
+int imap_view_decoder_feed(struct imap_view_decoder *d, const void *bytes, size_t n);
+int imap_view_decoder_fed(const struct imap_view_decoder *d); /* a piece came */
+void imap_view_decoder_end(struct imap_view_decoder *d, int rc);
+/* The decoder given data piece bytes at a time, for tests of where the pieces end. */
 int imap_view_decode_pieces(const void *data, size_t len, size_t piece, struct imap_view *v);
+/* Writes pending chunk c's messages from its saved bytes, taking their keyword references
+ * (checked when saved: see the file; aborts if they still do not decode); c->at.src stays
+ * for the caller to drop. */
+void imap_view_source_decode(struct imap_chunk *c);
+void imap_view_source_ref(struct imap_view_source *src);
+void imap_view_source_unref(struct imap_view_source *src);
 
 /* ---- imap_recent.c ---- */
 /* \Recent (RFC 3501 2.3.2): marks the view's messages from index `from` on that are this

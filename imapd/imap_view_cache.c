@@ -48,16 +48,16 @@
  *     view that is old, from before a crash, or from another server only costs the changes
  *     since; one that does not decode, cannot be read (a damaged page: logged as a warning)
  *     or has another UIDVALIDITY is ignored (full listing).
- *     Encoding (version 2, "MVV2"): a varint count, then per message LEB128 varints: the UID
- *     minus the previous one (> 0), flags, modseq, size, the internal date minus the previous
- *     one (zigzag), the body key minus the previous one (zigzag; keys ascend with the UIDs of
- *     mail as it arrived), and the keywords: 0 none, 1 the previous message's, 2 + n then n
- *     bytes. ~11 bytes a message: 1.1 MB for 100,000. Version 1 (the same without the body
- *     key) is listed again once, so every cached view has its keys.
+ *     The saved form and its load are imap_view_saved.c's: a SELECT that loads a saved
+ *     view reads its (compressed) bytes and decodes their header only; each chunk of up to
+ *     4,096 messages is decoded when a command first reads one of its messages, and a save
+ *     copies the chunks still not decoded.
  *
  * MEMORY
  *   40 bytes a message per cached view, plus each distinct keyword list once: a 100,000-
- *   message INBOX costs 4 MB while its store is open, 1,000,000 messages 40 MB; at most
+ *   message INBOX costs 4 MB while its store is open, 1,000,000 messages 40 MB (a view
+ *   loaded from its saved form: its compressed bytes, ~4.5 MB at 1,000,000, until every
+ *   chunk is decoded, and 160 KB per chunk decoded); at most
  *   IMAP_VIEW_CACHE_MAILBOXES views per open store, and stores_per_worker open stores per
  *   worker bound the whole. A selected session shares them: it adds a byte a message (its
  *   marks) and the chunks it or the cache changed since its SELECT (160 KB each).
@@ -81,324 +81,12 @@ struct imap_view_cache {
     uint64_t tick;
 };
 
-/* ---- the saved view's encoding (see the file comment) ---- */
-static const unsigned char imap_view_magic[4] = {'M', 'V', 'V', '2'};
-/* The version before the body keys: not decoded, the mailbox is listed instead. */
-static const unsigned char imap_view_magic_v1[4] = {'M', 'V', 'V', '1'};
-
-static unsigned char *imap_view_put(unsigned char *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (unsigned char)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (unsigned char)v;
-    return p;
-}
-
-/* imap_view_get of a value of more than one byte. */
-static int imap_view_get_long(const unsigned char **p, const unsigned char *end, uint64_t *v)
-{
-    uint64_t out = 0;
-    for (unsigned shift = 0; *p < end && shift < 64; shift += 7) {
-        unsigned char b = *(*p)++;
-        out |= (uint64_t)(b & 0x7f) << shift;
-        if ((b & 0x80) == 0) {
-            *v = out;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* 0 and *v set, or -1 (truncated, or more than 64 bits). Inline for the one-byte values that
- * most fields of most messages are (a call per field was a tenth of a decode). */
-static inline int imap_view_get(const unsigned char **p, const unsigned char *end, uint64_t *v)
-{
-    if (*p < end && **p < 0x80) {
-        *v = *(*p)++;
-        return 0;
-    }
-    return imap_view_get_long(p, end, v);
-}
-
-/* The encoding of v's messages, malloc'd, or NULL out of memory. */
-static unsigned char *imap_view_encode(const struct imap_view *v, size_t *len)
-{
-    size_t max = sizeof imap_view_magic + 10;
-    for (size_t i = 0; i < v->count; i++) {
-        max += 6 * 10 + 1 + strlen(imap_view_msg(v, i)->keywords);
-    }
-    unsigned char *out = malloc(max), *p = out;
-    if (out == NULL) {
-        return NULL;
-    }
-    memcpy(p, imap_view_magic, sizeof imap_view_magic);
-    p = imap_view_put(p + sizeof imap_view_magic, v->count);
-    uint32_t uid = 0, key = 0;
-    int64_t date = 0;
-    const char *kw = "";
-    for (size_t i = 0; i < v->count; i++) {
-        const struct imap_msg *m = imap_view_msg(v, i);
-        p = imap_view_put(p, m->uid - uid);
-        p = imap_view_put(p, m->flags);
-        p = imap_view_put(p, m->modseq);
-        p = imap_view_put(p, m->size);
-        uint64_t d = (uint64_t)m->internal_date - (uint64_t)date; /* two's complement delta */
-        p = imap_view_put(p, (d << 1) ^ (uint64_t) - (int64_t)(d >> 63));
-        d = (uint64_t)m->body_key - (uint64_t)key;
-        p = imap_view_put(p, (d << 1) ^ (uint64_t) - (int64_t)(d >> 63));
-        if (m->keywords[0] == '\0') {
-            *p++ = 0;
-        } else if (m->keywords == kw || strcmp(m->keywords, kw) == 0) {
-            *p++ = 1;
-        } else {
-            size_t n = strlen(m->keywords);
-            p = imap_view_put(p, 2 + (uint64_t)n);
-            memcpy(p, m->keywords, n);
-            p += n;
-        }
-        uid = m->uid;
-        date = m->internal_date;
-        key = m->body_key;
-        kw = m->keywords;
-    }
-    *len = (size_t)(p - out);
-    return out;
-}
-
-/* A saved view decoded as its bytes come (mv_mailbox_view_read, a piece at a time): the
- * whole view in one buffer was ~10 MB of fresh pages at 1,000,000 messages, ~21 ms of a cold
- * SELECT on this VM, where the decode itself is not much more. The bytes not decoded yet
- * wait in pending: the tail of a piece that ends inside a message, then the next piece. */
-struct imap_view_decoder {
-    struct imap_view *v;
-    size_t len;  /* the view's bytes in all */
-    size_t fed;  /* of those, given so far */
-    int started; /* the magic and the count are read */
-    uint64_t count;
-    uint64_t uid, date, key;
-    const char *kw; /* the previous message's keywords */
-    char *text;
-    size_t text_cap;
-    unsigned char *pending;
-    size_t pending_len, pending_cap;
-    /* Decoded into a batch appended at once (imap_view_append_many): appending one by one
-     * looked the chunk up per message. */
-    struct imap_msg batch[256];
-    size_t batched;
-};
-
-/* The most bytes a message takes before its keyword text: seven values of up to 10 bytes. */
-#define IMAP_VIEW_MSG_FIXED_MAX 70
-
-/* imap_view_decode_start: not enough bytes yet (no MV_* code, all of which are <= 0). */
-#define IMAP_VIEW_MORE 1
-
-/* Reads the magic and the count from *p; MV_OK, IMAP_VIEW_MORE, or MV_ENOTFOUND for a view
- * of version 1, MV_ECORRUPT, MV_ENOMEM. */
-static int imap_view_decode_start(struct imap_view_decoder *d,
-                                  const unsigned char **p,
-                                  const unsigned char *end,
-                                  int final)
-{
-    if (!final && (size_t)(end - *p) < sizeof imap_view_magic + 10) {
-        return IMAP_VIEW_MORE;
-    }
-    if ((size_t)(end - *p) >= sizeof imap_view_magic_v1 &&
-        memcmp(*p, imap_view_magic_v1, sizeof imap_view_magic_v1) == 0) {
-        return MV_ENOTFOUND;
-    }
-    const unsigned char *start = *p;
-    if ((size_t)(end - *p) < sizeof imap_view_magic ||
-        memcmp(*p, imap_view_magic, sizeof imap_view_magic) != 0 ||
-        (*p += sizeof imap_view_magic, imap_view_get(p, end, &d->count)) != 0 ||
-        d->count > (d->len - (size_t)(*p - start)) / 7) { /* each message takes >= 7 bytes */
-        return MV_ECORRUPT;
-    }
-    d->started = 1;
-    return imap_view_reserve(d->v, (size_t)d->count);
-}
-
-/* Decodes the messages whole in [*p, end) (all of them if final), moving *p past them. */
-static int imap_view_decode_messages(struct imap_view_decoder *d,
-                                     const unsigned char **p,
-                                     const unsigned char *end,
-                                     int final)
-{
-    struct imap_view *v = d->v;
-    while (v->count + d->batched < d->count) {
-        if (!final && (size_t)(end - *p) < IMAP_VIEW_MSG_FIXED_MAX) {
-            return MV_OK; /* the rest of this message comes with the next piece */
-        }
-        const unsigned char *at = *p;
-        uint64_t du, flags, modseq, size, dd, dk, tag;
-        uint64_t key = d->key;
-        if (imap_view_get(p, end, &du) != 0 || du == 0 || d->uid + du > UINT32_MAX ||
-            imap_view_get(p, end, &flags) != 0 || flags > 0xff ||
-            imap_view_get(p, end, &modseq) != 0 || modseq > INT64_MAX ||
-            imap_view_get(p, end, &size) != 0 || size > UINT32_MAX ||
-            imap_view_get(p, end, &dd) != 0 || imap_view_get(p, end, &dk) != 0 ||
-            (key += (dk >> 1) ^ (uint64_t) - (int64_t)(dk & 1)) > UINT32_MAX ||
-            imap_view_get(p, end, &tag) != 0 || (tag == 1 && d->kw[0] == '\0')) {
-            return MV_ECORRUPT;
-        }
-        if (tag >= 2 && tag - 2 > (uint64_t)(end - *p)) {
-            if (final) {
-                return MV_ECORRUPT;
-            }
-            *p = at; /* its keyword text runs on into the next piece */
-            return MV_OK;
-        }
-        const char *m_kw = imap_kw_new(NULL, NULL); /* the shared "" (never freed) */
-        if (tag == 1) {
-            m_kw = imap_kw_ref(d->kw);
-        } else if (tag >= 2) {
-            size_t n = (size_t)(tag - 2);
-            if (n + 1 > d->text_cap) {
-                char *grown = realloc(d->text, n + 1);
-                if (grown == NULL) {
-                    return MV_ENOMEM;
-                }
-                d->text = grown;
-                d->text_cap = n + 1;
-            }
-            memcpy(d->text, *p, n);
-            d->text[n] = '\0';
-            *p += n;
-            if (memchr(d->text, '\0', n) != NULL || n == 0) {
-                return MV_ECORRUPT;
-            }
-            if ((m_kw = imap_kw_new(d->text, NULL)) == NULL) {
-                return MV_ENOMEM;
-            }
-            /* the view's keyword set as it is decoded: a list only starts here (tag 1 is
-             * the previous one, tag 0 none), and a walk over the messages afterwards read
-             * every message again (40 MB at 1,000,000) */
-            if (imap_view_keywords_add(v, m_kw) < 0) {
-                imap_kw_unref(m_kw);
-                return MV_ENOMEM;
-            }
-        }
-        d->uid += du;
-        if (v->seen_below == 0 && (flags & MV_FLAG_SEEN) == 0) {
-            v->seen_below = (uint32_t)d->uid; /* the first unseen: see imap_view_decode_feed */
-        }
-        d->date += (dd >> 1) ^ (uint64_t) - (int64_t)(dd & 1);
-        d->key = key;
-        d->batch[d->batched++] = (struct imap_msg){.uid = (uint32_t)d->uid,
-                                                   .flags = (unsigned)flags,
-                                                   .modseq = modseq,
-                                                   .size = (uint32_t)size,
-                                                   .body_key = (uint32_t)key,
-                                                   .internal_date = (int64_t)d->date,
-                                                   .keywords = m_kw};
-        d->kw = m_kw;
-        if (d->batched == sizeof d->batch / sizeof d->batch[0]) {
-            imap_view_append_many(v, d->batch, d->batched); /* reserved at the start */
-            d->batched = 0;
-        }
-    }
-    return MV_OK;
-}
-
-/* Decodes the next n bytes of the view into d->v's messages and keyword set. MV_OK, MV_ENOMEM,
- * MV_ENOTFOUND for a view of version 1, or MV_ECORRUPT for bytes that are not a view; after
- * an error d is done with (imap_view_decode_end frees what it holds). */
-static int imap_view_decode_feed(struct imap_view_decoder *d, const void *bytes, size_t n)
-{
-    if (n > d->len - d->fed) {
-        return MV_ECORRUPT; /* more than the view's length: the reader's mistake */
-    }
-    d->fed += n;
-    int final = d->fed == d->len;
-    const unsigned char *p = bytes, *end = p + n;
-    if (d->pending_len > 0) { /* the tail of the last piece goes first */
-        if (d->pending_len + n > d->pending_cap) {
-            size_t cap = d->pending_len + n;
-            unsigned char *grown = realloc(d->pending, cap);
-            if (grown == NULL) {
-                return MV_ENOMEM;
-            }
-            d->pending = grown;
-            d->pending_cap = cap;
-        }
-        memcpy(d->pending + d->pending_len, bytes, n);
-        d->pending_len += n;
-        p = d->pending;
-        end = p + d->pending_len;
-    }
-    int rc = d->started ? MV_OK : imap_view_decode_start(d, &p, end, final);
-    if (rc == MV_OK) {
-        rc = imap_view_decode_messages(d, &p, end, final);
-    } else if (rc == IMAP_VIEW_MORE) {
-        rc = MV_OK;
-    }
-    if (rc == MV_OK && final) {
-        imap_view_append_many(d->v, d->batch, d->batched);
-        d->batched = 0;
-        if (p != end || d->v->count != d->count) {
-            rc = MV_ECORRUPT; /* bytes after the last message */
-        }
-        /* Where the first unseen is, found by the decode (0 until then: none yet), so the
-         * first SELECT does not walk the view for it: in a mailbox read all but its newest
-         * mail that walk read every message, 40 MB at 1,000,000. */
-        if (d->v->seen_below == 0) {
-            d->v->seen_below = UINT32_MAX; /* every message is \Seen */
-        }
-        return rc;
-    }
-    if (rc != MV_OK) {
-        return rc;
-    }
-    size_t left = (size_t)(end - p); /* what the next piece completes */
-    if (left > d->pending_cap) {
-        unsigned char *grown = realloc(d->pending, left);
-        if (grown == NULL) {
-            return MV_ENOMEM;
-        }
-        d->pending = grown;
-        d->pending_cap = left;
-    }
-    memmove(d->pending, p, left);
-    d->pending_len = left;
-    return MV_OK;
-}
-
-/* Frees what d holds; with rc not MV_OK, also d->v's messages (taken keyword references of
- * the batch not yet appended included). */
-static void imap_view_decode_end(struct imap_view_decoder *d, int rc)
-{
-    if (rc != MV_OK) {
-        while (d->batched > 0) { /* their keyword references were taken */
-            imap_kw_unref(d->batch[--d->batched].keywords);
-        }
-        imap_view_free(d->v);
-    }
-    free(d->text);
-    free(d->pending);
-}
-
-int imap_view_decode_pieces(const void *data, size_t len, size_t piece, struct imap_view *v)
-{
-    struct imap_view_decoder d;
-    memset(&d, 0, sizeof d);
-    d.v = v;
-    d.kw = "";
-    d.len = len;
-    int rc = MV_OK;
-    for (size_t at = 0; rc == MV_OK && at < len; at += piece) {
-        rc = imap_view_decode_feed(&d, (const unsigned char *)data + at,
-                                   len - at < piece ? len - at : piece);
-    }
-    imap_view_decode_end(&d, rc);
-    return rc;
-}
-
-/* How imap_view_cache_load reads a saved view: the decoder, what the view must be to be
- * used, and the first error of the decoding (the read then stops with it). */
+/* How imap_view_cache_load reads a saved view: the view it fills, its decoder (made at the
+ * first piece, if the view is one to use), what the view must be to be used, and the first
+ * error of the decoding (the read then stops with it). */
 struct imap_view_reading {
-    struct imap_view_decoder dec;
+    struct imap_view *c;
+    struct imap_view_decoder *dec;
     const struct mv_mailbox_info *info;
     uint32_t uidvalidity;
     uint64_t modseq;
@@ -409,13 +97,15 @@ struct imap_view_reading {
 static int imap_view_cache_piece(void *arg, const void *bytes, size_t n)
 {
     struct imap_view_reading *r = arg;
-    if (r->dec.fed == 0) { /* the first piece: the tags are read already */
+    if (r->dec == NULL) { /* the first piece: the tags are read already */
         if (r->uidvalidity != r->info->uidvalidity || r->modseq > r->info->highestmodseq) {
             return r->rc = MV_ENOTFOUND; /* made again since, or from a store that went back */
         }
-        r->dec.len = r->len;
+        if ((r->dec = imap_view_decoder_new(r->c, r->len)) == NULL) {
+            return r->rc = MV_ENOMEM;
+        }
     }
-    r->rc = imap_view_decode_feed(&r->dec, bytes, n);
+    r->rc = imap_view_decoder_feed(r->dec, bytes, n);
     return r->rc;
 }
 
@@ -429,17 +119,15 @@ static int imap_view_cache_load(mv_store *store,
 {
     struct imap_view_reading r;
     memset(&r, 0, sizeof r);
-    r.dec.v = c;
-    r.dec.kw = "";
+    r.c = c;
     r.info = info;
     int rc = mv_mailbox_view_read(store, mailbox, &r.uidvalidity, &r.modseq, &r.len,
                                   imap_view_cache_piece, &r);
     if (r.rc != MV_OK) {
         rc = r.rc; /* the decoding's */
-        if (rc == MV_ENOTFOUND && r.dec.fed > 0) {
+        if (rc == MV_ENOTFOUND && r.dec != NULL && imap_view_decoder_fed(r.dec)) {
             log_msg(LOG_LEVEL_INFO,
-                    "view cache: the saved view of %s is of version 1 (no body keys); listing it",
-                    mailbox);
+                    "view cache: the saved view of %s is of an older version; listing it", mailbox);
         } else if (rc == MV_ECORRUPT) {
             log_msg(LOG_LEVEL_WARNING,
                     "view cache: the saved view of %s does not decode; listing it", mailbox);
@@ -451,8 +139,9 @@ static int imap_view_cache_load(mv_store *store,
     } else if (rc == MV_OK && r.len == 0) {
         rc = MV_ENOTFOUND; /* none saved */
     }
-    imap_view_decode_end(&r.dec, rc);
+    imap_view_decoder_end(r.dec, rc);
     if (rc != MV_OK) {
+        imap_view_free(c); /* a decoder that never came had nothing to free */
         return rc == MV_ENOMEM ? rc : MV_ENOTFOUND;
     }
     c->uidvalidity = r.uidvalidity;
@@ -696,6 +385,19 @@ static int64_t imap_view_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The sequence number of c's first message without \Seen, 0 if none: from c->seen_below on,
+ * which it moves up to that message (every message before it is \Seen), so a SELECT looks
+ * only at the messages seen since the last one looked (none, usually). */
+static size_t imap_view_cache_unseen(struct imap_view *c)
+{
+    size_t i = imap_view_find_uid(c, c->seen_below);
+    while (i < c->count && (imap_view_msg(c, i)->flags & MV_FLAG_SEEN) != 0) {
+        i++;
+    }
+    c->seen_below = i < c->count ? imap_view_msg(c, i)->uid : UINT32_MAX;
+    return i < c->count ? i + 1 : 0;
+}
+
 /* Brings slot's view up to date and saves it in the store, unless the saved one is as new. */
 static void imap_view_cache_save_one(struct imap_view_cache *cache, mv_store *store, int slot)
 {
@@ -717,17 +419,26 @@ static void imap_view_cache_save_one(struct imap_view_cache *cache, mv_store *st
         return;
     }
     size_t len = 0;
-    unsigned char *data = imap_view_encode(c, &len);
-    rc = data != NULL
-             ? mv_mailbox_view_save(store, c->mailbox, c->uidvalidity, c->highestmodseq, data, len)
-             : MV_ENOMEM;
+    unsigned char *data = NULL;
+    imap_view_cache_unseen(c); /* the first unseen, saved with the view */
+    rc = imap_view_encode(c, c->seen_below != UINT32_MAX ? c->seen_below : 0, &data, &len);
+    if (rc == MV_OK) {
+        rc = mv_mailbox_view_save(store, c->mailbox, c->uidvalidity, c->highestmodseq, data, len);
+    } else if (rc == MV_ECORRUPT) {
+        log_msg(LOG_LEVEL_ERROR,
+                "view cache: the saved form of %s does not decode back to its "
+                "view (a bug); not saved",
+                c->mailbox);
+    }
     free(data);
     if (rc == MV_OK) {
         cache->saved[slot] = c->highestmodseq;
     }
     log_msg(LOG_LEVEL_INFO, "view cache: %s saved (%zu messages, %zu bytes) in %lld ms: %s",
             c->mailbox, c->count, len, (long long)(imap_view_now_ms() - start_ms),
-            rc == MV_OK ? "ok" : mv_store_errmsg(store));
+            rc == MV_OK         ? "ok"
+            : rc == MV_ECORRUPT ? "not saved"
+                                : mv_store_errmsg(store));
 }
 
 void imap_view_cache_save(struct imap_view_cache *cache, mv_store *store)
@@ -737,19 +448,6 @@ void imap_view_cache_save(struct imap_view_cache *cache, mv_store *store)
             imap_view_cache_save_one(cache, store, i);
         }
     }
-}
-
-/* The sequence number of c's first message without \Seen, 0 if none: from c->seen_below on,
- * which it moves up to that message (every message before it is \Seen), so a SELECT looks
- * only at the messages seen since the last one looked (none, usually). */
-static size_t imap_view_cache_unseen(struct imap_view *c)
-{
-    size_t i = imap_view_find_uid(c, c->seen_below);
-    while (i < c->count && (imap_view_msg(c, i)->flags & MV_FLAG_SEEN) != 0) {
-        i++;
-    }
-    c->seen_below = i < c->count ? imap_view_msg(c, i)->uid : UINT32_MAX;
-    return i < c->count ? i + 1 : 0;
 }
 
 /* imap_view_cache_copy with the cache's lock held. */
