@@ -437,7 +437,8 @@ int imap_view_encode(const struct imap_view *v,
                      unsigned char **out,
                      size_t *len);
 /* A saved view's len bytes taken as they come (imap_view_decoder_feed, in order; the last
- * piece reads its header) into v (empty): pending chunks, the keyword set, seen_below.
+ * piece reads its header) into v (empty): pending chunks (version 2: decoded messages), the
+ * keyword set, seen_below.
  * imap_view_decoder_new returns NULL out of memory. Feed returns MV_OK, MV_ENOMEM,
  * MV_ENOTFOUND (a view of an older version: list the mailbox instead) or MV_ECORRUPT; after
  * an error the decoder is done with. imap_view_decoder_end frees it, and with rc not MV_OK
@@ -446,6 +447,9 @@ struct imap_view_decoder;
 struct imap_view_decoder *imap_view_decoder_new(struct imap_view *v, size_t len);
 int imap_view_decoder_feed(struct imap_view_decoder *d, const void *bytes, size_t n);
 int imap_view_decoder_fed(const struct imap_view_decoder *d); /* a piece came */
+/* The version of the view decoded (after the last piece; 0 if none): below 3, the view is
+ * one to save again in this version. */
+int imap_view_decoder_version(const struct imap_view_decoder *d);
 void imap_view_decoder_end(struct imap_view_decoder *d, int rc);
 /* The decoder given data piece bytes at a time, for tests of where the pieces end. */
 int imap_view_decode_pieces(const void *data, size_t len, size_t piece, struct imap_view *v);

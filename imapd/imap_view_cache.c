@@ -110,12 +110,14 @@ static int imap_view_cache_piece(void *arg, const void *bytes, size_t n)
 }
 
 /* Fills c (empty) from the store's saved view of mailbox, if there is one for the mailbox
- * as info describes it, with its keyword set; MV_OK, or MV_ENOTFOUND (none usable: list
+ * as info describes it, with its keyword set, *current set if it is saved in the current
+ * version (else it is one to save again); MV_OK, or MV_ENOTFOUND (none usable: list
  * instead) or MV_ENOMEM. */
 static int imap_view_cache_load(mv_store *store,
                                 const char *mailbox,
                                 const struct mv_mailbox_info *info,
-                                struct imap_view *c)
+                                struct imap_view *c,
+                                int *current)
 {
     struct imap_view_reading r;
     memset(&r, 0, sizeof r);
@@ -127,7 +129,8 @@ static int imap_view_cache_load(mv_store *store,
         rc = r.rc; /* the decoding's */
         if (rc == MV_ENOTFOUND && r.dec != NULL && imap_view_decoder_fed(r.dec)) {
             log_msg(LOG_LEVEL_INFO,
-                    "view cache: the saved view of %s is of an older version; listing it", mailbox);
+                    "view cache: the saved view of %s is of version 1 (no body keys); listing it",
+                    mailbox);
         } else if (rc == MV_ECORRUPT) {
             log_msg(LOG_LEVEL_WARNING,
                     "view cache: the saved view of %s does not decode; listing it", mailbox);
@@ -139,6 +142,7 @@ static int imap_view_cache_load(mv_store *store,
     } else if (rc == MV_OK && r.len == 0) {
         rc = MV_ENOTFOUND; /* none saved */
     }
+    *current = imap_view_decoder_version(r.dec) >= 3;
     imap_view_decoder_end(r.dec, rc);
     if (rc != MV_OK) {
         imap_view_free(c); /* a decoder that never came had nothing to free */
@@ -346,9 +350,10 @@ imap_view_cache_get(struct imap_view_cache *cache, mv_store *store, const char *
         imap_view_free(c);
         cache->ids[slot] = info.id;
         cache->saved[slot] = 0;
-        *rc = imap_view_cache_load(store, mailbox, &info, c); /* with its keyword set */
+        int current = 0;
+        *rc = imap_view_cache_load(store, mailbox, &info, c, &current); /* with keyword set */
         if (*rc == MV_OK) {
-            cache->saved[slot] = c->highestmodseq;
+            cache->saved[slot] = current ? c->highestmodseq : 0; /* 0: saved at the close */
             *rc = imap_view_cache_update(store, mailbox, &info, c);
             log_msg(LOG_LEVEL_INFO, "view cache: %s loaded (%zu messages)%s", mailbox, c->count,
                     *rc == MV_ELIMIT ? ", does not match: listing it" : "");

@@ -159,7 +159,7 @@ def step_garble():
     """The server is down: the saved views' bytes replaced by ones that do not decode."""
     r = subprocess.run([A.mailvault, "sql", "--kdf-iter", "2", "--password-file",
                         A.password_file, A.db,
-                        "UPDATE mailbox_views SET data = x'4d5656320aff01'"],
+                        "UPDATE mailbox_views SET data = x'4d5656330aff01'"],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
     check("the saved views garbled", r.returncode == 0, r.stdout.decode(errors="replace"))
 

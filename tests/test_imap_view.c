@@ -27,7 +27,8 @@
  *   - Mail that comes and mostly goes in a view that lives on: the chunks stay as many as
  *     the messages need (imap_view_compact), nothing else of the view changes.
  *   - The body keys: the view has the listing's key of every message; the saved view keeps
- *     them; saved views of versions 1 and 2 are listed again, not loaded, and saved anew.
+ *     them; a saved view of version 1 is listed again, not loaded; one of version 2 is
+ *     decoded whole (with its keywords) and saved anew in version 3.
  *   - A saved view is decoded on first use: a SELECT that loads it decodes only the chunk of
  *     its first unseen message, the cache's merge only the chunks it changes, a save copies
  *     the chunks still pending; two threads reading one pending chunk see the same messages;
@@ -923,14 +924,14 @@ static int tv_keys_match(const struct imap_view *v, const uint64_t *keys, size_t
  * saved view of version 1, which has none, is listed again instead of loaded, so no cached
  * view is ever without its keys (a version 1 view that matches the mailbox would otherwise
  * load, and every message would be read by UID). A view of version 2 (its messages in one
- * run, keyword text inline: no chunk can be decoded by itself) is listed again as well, and
- * saved in version 3 when the store closes. */
+ * run, keyword text inline: no chunk can be decoded by itself) is decoded whole once, as
+ * before version 3, and saved in version 3 when the store closes. */
 static void test_saved_view_keys(void)
 {
     CHECK(tv_store != NULL);
     size_t n = 0;
     uint64_t *keys = tv_listed_keys(&n);
-    CHECK(keys != NULL && n > 0);
+    CHECK(keys != NULL && n >= 3);
     struct imap_session a;
     tv_session(&a);
     CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK);
@@ -969,7 +970,10 @@ static void test_saved_view_keys(void)
     free(v1);
     CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK);
     CHECK(tv_keys_match(&a.view, keys, n));
-    /* version 2: the same with the body key's delta before the keywords */
+    /* version 2: the same with the body key's delta before the keywords, the first message
+     * \Flagged there only (the store does not have it), message 2 with keywords and message 3
+     * with the same (the tests before left three): decoded whole (a listing would not have
+     * the flag), saved anew */
     unsigned char *v2 = malloc(16 + n * 80);
     CHECK(v2 != NULL);
     memcpy(v2, "MVV2", 4);
@@ -980,12 +984,18 @@ static void test_saved_view_keys(void)
         const struct imap_msg *m = imap_view_msg(&a.view, i);
         uint64_t d = (uint64_t)m->internal_date - date, k = (uint64_t)m->body_key - key;
         len += tv_put(v2 + len, m->uid - uid);
-        len += tv_put(v2 + len, m->flags);
+        len += tv_put(v2 + len, i == 0 ? m->flags | MV_FLAG_FLAGGED : m->flags);
         len += tv_put(v2 + len, m->modseq);
         len += tv_put(v2 + len, m->size);
         len += tv_put(v2 + len, (d << 1) ^ (uint64_t) - (int64_t)(d >> 63));
         len += tv_put(v2 + len, (k << 1) ^ (uint64_t) - (int64_t)(k >> 63));
-        v2[len++] = 0; /* no keywords */
+        if (i == 1) {
+            len += tv_put(v2 + len, 2 + 5);
+            memcpy(v2 + len, "$Work", 5);
+            len += 5;
+        } else {
+            v2[len++] = i == 2 ? 1 : 0; /* 1: message 2's */
+        }
         uid = m->uid;
         date = (uint64_t)m->internal_date;
         key = m->body_key;
@@ -996,11 +1006,21 @@ static void test_saved_view_keys(void)
     free(v2);
     CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK);
     CHECK(tv_keys_match(&a.view, keys, n));
-    CHECK_EQ_INT(imap_chunks_pending(), 0); /* listed, not loaded */
+    CHECK_EQ_INT(imap_chunks_pending(), 0); /* decoded whole */
+    CHECK_EQ_INT(imap_view_msg(&a.view, 0)->flags & MV_FLAG_FLAGGED, MV_FLAG_FLAGGED);
+    CHECK(strcmp(imap_view_msg(&a.view, 1)->keywords, "$Work") == 0);
+    CHECK(strcmp(imap_view_msg(&a.view, 2)->keywords, "$Work") == 0);
+    CHECK_EQ_INT(a.view.keyword_count, 1);
     imap_view_free(&a.view);
-    imap_view_cache_save(tv_os.view_cache, tv_store);
+    imap_view_cache_save(tv_os.view_cache, tv_store); /* no change since: saved all the same */
     CHECK_EQ_INT(tv_saved_version(), '3');
     imap_view_cache_free(&tv_os.view_cache);
+    CHECK_EQ_INT(imap_view_load(&a, "INBOX", 0), MV_OK); /* version 3 of the same */
+    CHECK_EQ_INT(imap_view_msg(&a.view, 0)->flags & MV_FLAG_FLAGGED, MV_FLAG_FLAGGED);
+    CHECK(strcmp(imap_view_msg(&a.view, 2)->keywords, "$Work") == 0);
+    imap_view_free(&a.view);
+    imap_view_cache_free(&tv_os.view_cache);
+    CHECK_EQ_INT(tu_exec(mv_store_db(tv_store), "DELETE FROM mailbox_views"), SQLITE_OK);
     free(keys);
 }
 
