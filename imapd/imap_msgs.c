@@ -141,10 +141,9 @@ static void imap_chunk_ready(struct imap_chunk *c)
     }
 }
 
-int imap_view_add_pending(struct imap_view *v, size_t count, const struct imap_chunk_at *at)
+/* Room in v's table of parts for one more: MV_OK or MV_ENOMEM. */
+static int imap_view_part_room(struct imap_view *v)
 {
-    assert(count > 0 && count <= IMAP_CHUNK_MSGS && at->src != NULL);
-    assert(v->part_count == 0 || v->parts[v->part_count - 1].chunk->count > 0);
     if (v->part_count == v->part_cap) {
         size_t cap = v->part_cap != 0 ? v->part_cap * 2 : 4;
         struct imap_part *parts = realloc(v->parts, cap * sizeof *parts);
@@ -153,6 +152,16 @@ int imap_view_add_pending(struct imap_view *v, size_t count, const struct imap_c
         }
         v->parts = parts;
         v->part_cap = cap;
+    }
+    return MV_OK;
+}
+
+int imap_view_add_pending(struct imap_view *v, size_t count, const struct imap_chunk_at *at)
+{
+    assert(count > 0 && count <= IMAP_CHUNK_MSGS && at->src != NULL);
+    assert(v->part_count == 0 || v->parts[v->part_count - 1].chunk->count > 0);
+    if (imap_view_part_room(v) != MV_OK) {
+        return MV_ENOMEM;
     }
     /* Not populated (imap_chunk_populate): its pages are written when it is decoded, and
      * until then only the header's page is. */
@@ -339,14 +348,8 @@ int imap_view_reserve(struct imap_view *v, size_t n)
     }
     room += (v->part_count - p) * IMAP_CHUNK_MSGS; /* empty chunks reserved before */
     while (room < n) {
-        if (v->part_count == v->part_cap) {
-            size_t cap = v->part_cap != 0 ? v->part_cap * 2 : 4;
-            struct imap_part *parts = realloc(v->parts, cap * sizeof *parts);
-            if (parts == NULL) {
-                return MV_ENOMEM;
-            }
-            v->parts = parts;
-            v->part_cap = cap;
+        if (imap_view_part_room(v) != MV_OK) {
+            return MV_ENOMEM;
         }
         /* it takes what the room so far leaves over, up to a whole chunk */
         struct imap_chunk *c =

@@ -88,6 +88,22 @@ void imap_view_source_unref(struct imap_view_source *src)
     free(src);
 }
 
+/* Room for one more in a growing array of keyword lists (*names, *cap, count used): 0, or -1
+ * out of memory. */
+static int imap_view_names_room(const char ***names, size_t *cap, size_t count)
+{
+    if (count == *cap) {
+        size_t grown_cap = *cap != 0 ? *cap * 2 : 16;
+        const char **grown = realloc(*names, grown_cap * sizeof *grown);
+        if (grown == NULL) {
+            return -1;
+        }
+        *names = grown;
+        *cap = grown_cap;
+    }
+    return 0;
+}
+
 /* ---- varints ---- */
 
 static unsigned char *imap_view_put(unsigned char *p, uint64_t v)
@@ -183,14 +199,8 @@ static size_t imap_view_list_index(struct imap_view_lists *l, const char *kw)
             return l->slots[s] - 1;
         }
     }
-    if (l->count == l->cap) {
-        size_t cap = l->cap != 0 ? l->cap * 2 : 16;
-        const char **names = realloc(l->names, cap * sizeof *names);
-        if (names == NULL) {
-            return SIZE_MAX;
-        }
-        l->names = names;
-        l->cap = cap;
+    if (imap_view_names_room(&l->names, &l->cap, l->count) != 0) {
+        return SIZE_MAX;
     }
     l->names[l->count] = kw;
     l->slots[s] = ++l->count;
@@ -594,14 +604,8 @@ static int imap_view_index_list(struct imap_view_decoder *d, const unsigned char
     if (n == 0 || memchr(p, '\0', n) != NULL) {
         return MV_ECORRUPT;
     }
-    if (src->kw_count == src->kw_cap) {
-        size_t cap = src->kw_cap != 0 ? src->kw_cap * 2 : 16;
-        const char **grown = realloc(src->kws, cap * sizeof *grown);
-        if (grown == NULL) {
-            return MV_ENOMEM;
-        }
-        src->kws = grown;
-        src->kw_cap = cap;
+    if (imap_view_names_room(&src->kws, &src->kw_cap, src->kw_count) != 0) {
+        return MV_ENOMEM;
     }
     char *text = malloc(n + 1);
     if (text == NULL) {
