@@ -542,8 +542,10 @@ mv_mailbox_recent(mv_store *store, const char *mailbox, uint32_t *first, uint32_
  * mailbox's UIDVALIDITY and the highest modseq they reflect, and after a restart loads it
  * instead of listing the mailbox; mv_message_list_begin(changed_since = modseq) and
  * mv_message_expunged_since(modseq) then bring it up to date for the cost of the changes
- * since. One per mailbox: a save replaces it; deleting the mailbox drops it. The store never
- * interprets the bytes (a reader must check what it decodes).
+ * since. One per mailbox: a save replaces it (in two commits: the old bytes go first, so the
+ * new ones lie in ascending pages, which a cold read reads ahead; a save refused by its checks
+ * keeps the old, one that fails between the commits leaves none); deleting the mailbox drops
+ * it. The store never interprets the bytes (a reader must check what it decodes).
  * mv_mailbox_view_save: MV_OK, MV_ENOTFOUND (no such mailbox, or its UIDVALIDITY is not
  * uidvalidity: made again since), MV_EINVAL (NULL argument, read-only store, a modseq above
  * the mailbox's highest), MV_ELIMIT (len above MV_VIEW_SAVE_MAX), MV_EBUSY, MV_EIO.
