@@ -446,9 +446,8 @@ int imap_view_encode(const struct imap_view *v,
 struct imap_view_decoder;
 struct imap_view_decoder *imap_view_decoder_new(struct imap_view *v, size_t len);
 int imap_view_decoder_feed(struct imap_view_decoder *d, const void *bytes, size_t n);
-int imap_view_decoder_fed(const struct imap_view_decoder *d); /* a piece came */
-/* The version of the view decoded (after the last piece; 0 if none): below 3, the view is
- * one to save again in this version. */
+/* The version of the view read (after the last piece; 0 if none or not a view): 1 is not
+ * decoded (MV_ENOTFOUND), 2 is decoded and to be saved again in this version. */
 int imap_view_decoder_version(const struct imap_view_decoder *d);
 void imap_view_decoder_end(struct imap_view_decoder *d, int rc);
 /* The decoder given data piece bytes at a time, for tests of where the pieces end. */

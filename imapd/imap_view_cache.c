@@ -127,7 +127,7 @@ static int imap_view_cache_load(mv_store *store,
                                   imap_view_cache_piece, &r);
     if (r.rc != MV_OK) {
         rc = r.rc; /* the decoding's */
-        if (rc == MV_ENOTFOUND && r.dec != NULL && imap_view_decoder_fed(r.dec)) {
+        if (rc == MV_ENOTFOUND && imap_view_decoder_version(r.dec) == 1) {
             log_msg(LOG_LEVEL_INFO,
                     "view cache: the saved view of %s is of version 1 (no body keys); listing it",
                     mailbox);

@@ -523,8 +523,16 @@ int imap_view_encode(const struct imap_view *v,
     int rc = MV_OK;
     for (size_t i = 0; src != NULL && i < src->kw_count && rc == MV_OK; i++) {
         /* first, in their order: the copied chunks' indexes stay right */
-        if (imap_view_list_index(&l, src->kws[i]) != i) {
-            rc = MV_ENOMEM; /* or a list twice in the source, which the encoder never writes */
+        size_t at = imap_view_list_index(&l, src->kws[i]);
+        if (at == SIZE_MAX) {
+            rc = MV_ENOMEM;
+        } else if (at != i) {
+            /* a list twice (no encoder of this version writes that): the indexes would
+             * move, so nothing is copied; every chunk is decoded and encoded anew */
+            imap_view_source_unref(src);
+            src = NULL;
+            l.count = 0;
+            memset(l.slots, 0, l.slot_cap * sizeof *l.slots);
         }
     }
     size_t parts = 0;
@@ -668,13 +676,18 @@ static int imap_view_decode_v2(struct imap_view_decoder *d, const unsigned char 
         } else {
             size_t n = (size_t)(tag - 2);
             char *grown = realloc(text, n + 1);
-            if (grown == NULL || (memcpy(grown, p, n), grown[n] = '\0',
-                                  m.keywords = imap_kw_new(grown, NULL)) == NULL) {
-                free(grown != NULL ? grown : text);
-                return MV_ENOMEM;
+            if (grown == NULL) {
+                rc = MV_ENOMEM;
+                break;
             }
             text = grown;
+            memcpy(text, p, n);
+            text[n] = '\0';
             p += n;
+            if ((m.keywords = imap_kw_new(text, NULL)) == NULL) {
+                rc = MV_ENOMEM;
+                break;
+            }
             if (imap_view_keywords_add(v, m.keywords) < 0) {
                 imap_kw_unref(m.keywords);
                 rc = MV_ENOMEM;
@@ -706,6 +719,7 @@ static int imap_view_index(struct imap_view_decoder *d)
     uint64_t count, unseen, lists, chunks;
     if (d->src->len >= sizeof imap_view_magic &&
         memcmp(p, imap_view_magic_v1, sizeof imap_view_magic) == 0) {
+        d->version = 1;
         return MV_ENOTFOUND; /* no body keys: listed instead */
     }
     if (d->src->len >= sizeof imap_view_magic &&
@@ -786,11 +800,6 @@ struct imap_view_decoder *imap_view_decoder_new(struct imap_view *v, size_t len)
 int imap_view_decoder_version(const struct imap_view_decoder *d)
 {
     return d != NULL ? d->version : 0;
-}
-
-int imap_view_decoder_fed(const struct imap_view_decoder *d)
-{
-    return d->fed > 0;
 }
 
 int imap_view_decoder_feed(struct imap_view_decoder *d, const void *bytes, size_t n)
