@@ -124,6 +124,9 @@ void imap_chunk_fill(struct imap_chunk *c)
 struct imap_view_source *imap_chunk_source(struct imap_chunk *c)
 {
     struct imap_view_source *src = NULL;
+    if (atomic_load_explicit(&c->pending, memory_order_acquire) == 0) {
+        return NULL; /* decoded: it stays so, no lock needed */
+    }
     pthread_mutex_lock(&imap_chunk_fill_lock);
     if (atomic_load_explicit(&c->pending, memory_order_relaxed) != 0) {
         src = c->at.src;

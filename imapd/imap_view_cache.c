@@ -145,7 +145,6 @@ static int imap_view_cache_load(mv_store *store,
     *current = imap_view_decoder_version(r.dec) >= 3;
     imap_view_decoder_end(r.dec, rc);
     if (rc != MV_OK) {
-        imap_view_free(c); /* a decoder that never came had nothing to free */
         return rc == MV_ENOMEM ? rc : MV_ENOTFOUND;
     }
     c->uidvalidity = r.uidvalidity;
