@@ -98,7 +98,7 @@ def one_run(a, name, binary, r, scratch, password):
         if ok != a.messages:
             raise RuntimeError(f"{name}: {ok} of {a.messages} accepted")
         if a.perf == name:
-            perf = subprocess.Popen(["perf", "record", "-q", "--call-graph", "dwarf", "-F", "499",
+            perf = subprocess.Popen(["perf", "record", "-q", "--call-graph", "dwarf", "-F", os.environ.get("PERF_HZ", "499"),
                                      "-o", f"perf-{name}-{r}.data", "-p", str(p.pid)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)

@@ -153,6 +153,7 @@ static void main_tick(int64_t now_ms)
     conn_tick(now_ms);
     control_tick(now_ms);
     metrics_tick(now_ms);
+    mv_deliver_sealed_wipe(0); /* LMTP's burst keys do not outlive their burst */
 }
 
 /* Binds and listens on the configured address; *port_out gets the port actually bound. */
@@ -628,6 +629,7 @@ int main(int argc, char **argv)
     conn_shutdown_all();
     worker_stop_all();
     worker_collect();
+    mv_deliver_sealed_wipe(1);
     control_shutdown();
     metrics_shutdown();
     tls_shutdown();

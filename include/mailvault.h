@@ -1109,8 +1109,12 @@ MV_API void mv_search_end(mv_search **search);
 /* ---- Delivery, import, export ------------------------------------------------------------ */
 
 /* Delivers raw into the INBOX of address without the password: the message is sealed to
- * the store's public key (crypto_box_seal) into the pending queue; the next mv_store_open()
- * with the password moves it into the store. Only the user can read it. Returns MV_OK,
+ * the store's public key (X25519 + XSalsa20-Poly1305, libsodium's crypto_box) into the
+ * pending queue; the next mv_store_open() with the password moves it into the store. Only
+ * the user can read it. The deliveries sealed to one store within 2 s (4,096 at most) share
+ * one ephemeral key (a BURST: one key agreement for all of them, on this side and the
+ * drain's), which this process keeps in memory until the burst is over and wipes at the next
+ * mv_deliver_sealed() or mv_deliver_sealed_wipe() after that. Thread-safe. Returns MV_OK,
  * MV_ENOTFOUND (no such store), MV_ELIMIT (size), MV_EINVAL, MV_EIO, MV_ENOSPC,
  * MV_ECORRUPT (the public key file is missing or not 32 bytes), MV_ENOMEM, MV_ERROR
  * (libsodium failed to start), MV_EMOVED (the store was released from this node), MV_EBUSY
@@ -1122,6 +1126,12 @@ MV_API MV_MUST_CHECK int mv_deliver_sealed(const char *address,
                                            const struct mv_store_options *opts,
                                            char *errmsg,
                                            size_t errmsg_size);
+
+/* Wipes the ephemeral keys of bursts that are over (all != 0: of every burst, which makes the
+ * next delivery to each store start a new one). A long-running deliverer calls it every
+ * second or so, so a burst's key does not outlive it when no other delivery follows, and
+ * with all set when it stops. Thread-safe. */
+MV_API void mv_deliver_sealed_wipe(int all);
 
 /* Deliveries waiting in the queue of address (readable without the password): its regular
  * files with a delivery's name (a symbolic link is not one), as mv_queue_usage() counts them.
@@ -1141,7 +1151,7 @@ MV_API MV_MUST_CHECK int mv_store_exists(const char *address, const struct mv_st
 
 /* What the sealed queue of address holds, without the password and without opening the
  * store: *messages_out deliveries waiting (as mv_queue_count() counts them) and *bytes_out
- * the sizes of their files (each message plus its sealing, 76 bytes: docs/DELIVERY.md). For
+ * the sizes of their files (each message plus its sealing, 104 bytes: docs/DELIVERY.md). For
  * an estimate of a user's usage while the store is closed (a server's quota for sealed
  * deliveries). The scan reads at most entries_max directory entries (0: MV_QUEUE_SCAN_MAX):
  * a queue with more is MV_ELIMIT, never a count of part of it. A store without a queue

@@ -240,7 +240,7 @@ static int qs_queue_truth(const char *who, struct quota_usage *out)
     struct mv_store_options o = config_store_options(&g_config);
     uint64_t bytes = 0, messages = 0;
     int rc = mv_queue_usage(who, &o, 0, &bytes, &messages);
-    out->bytes = bytes - messages * 76; /* the sealing (docs/DELIVERY.md) */
+    out->bytes = bytes - messages * 104; /* the sealing (docs/DELIVERY.md) */
     out->messages = messages;
     return rc;
 }

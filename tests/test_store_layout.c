@@ -2,7 +2,7 @@
  * test_store_layout.c -- what a server asks the library instead of knowing where a store's
  * files lie (issue 11, "Shape": the server stops knowing the store's disk layout):
  *
- *   - mv_queue_usage: the sealed queue's deliveries and bytes (each message plus 76 bytes of
+ *   - mv_queue_usage: the sealed queue's deliveries and bytes (each message plus 104 bytes of
  *     sealing, docs/DELIVERY.md), without the password; unfinished "tmp-" files, names that
  *     are not deliveries, links and rejected/ do not count; a store without a queue is
  *     empty; the scan is bounded (MV_ELIMIT past entries_max, never part of a count); the
@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #define PW                 "layout-password"
-#define SEALING            76 /* "MVQ1", date, delivery id (28 bytes) + crypto_box_seal (48) */
+#define SEALING            104 /* "MVQ1", date, delivery id (28 bytes) + the box (76) */
 #define ALICE              "alice@example.org"
 #define QUEUE_DIR          "root/example.org/alice.queue"
 #define NAME_OF_A_DELIVERY "00000000000000000001-0123456789abcdef0123456789abcdef.sealed"

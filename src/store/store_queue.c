@@ -1,9 +1,9 @@
 /*
  * store_queue.c -- delivery without the password: a message is sealed to the store's public
- * key (crypto_box_seal) into a queue directory beside the store, and the next writable open
- * moves it into INBOX. The reference keys its queue with one server-wide secret; here only
- * the user's password opens the store that holds the secret key, so only the user can read
- * queued mail.
+ * key (libsodium's crypto_box, store_queue_box.c) into a queue directory beside the store,
+ * and the next writable open moves it into INBOX. The reference keys its queue with one
+ * server-wide secret; here only the user's password opens the store that holds the secret
+ * key, so only the user can read queued mail.
  *
  * USAGE
  *   mv_store_init()  -> store_queue_init_keys(): key pair; secret key in `meta`, public key
@@ -19,8 +19,9 @@
  *
  * QUEUE FORMAT (docs/DELIVERY.md)
  *   ROOT/<domain>/<local>.queue/<20-digit Unix ns>-<32 hex>.sealed, mode 0600, holding
- *   crypto_box_seal(pk, "MVQ1" | internal date (int64 LE, Unix s) | delivery id (16 random
- *   bytes) | the message). Names sort by arrival. Files that do not open with the store's
+ *   a box (store_queue_box.h: form 2, a burst's ephemeral key; form 1, crypto_box_seal, still
+ *   opened) of "MVQ1" | internal date (int64 LE, Unix s) | delivery id (16 random bytes) |
+ *   the message. Names sort by arrival. Files that do not open with the store's
  *   key go to <local>.queue/rejected/; nothing is ever deleted unread.
  *
  * IMPLEMENTATION NOTES
@@ -38,10 +39,11 @@
  *     file means its delivery committed (files disappear only after their commit).
  *   - The .pub file is checked against the public key in meta at every drain and rewritten
  *     from meta when missing or different (a note is left in mv_store_errmsg()).
- *   - READ-AHEAD. Reading, opening (X25519 + XSalsa20-Poly1305: ~37% of a delivery's CPU)
- *     and parsing (~26%) run on a thread of their own (store_queue_ahead.c), at most
- *     STORE_QUEUE_AHEAD_ITEMS files ahead of the drain's thread, which stores (and, when
- *     the next file is not ready, prepares a later one itself: HELPING there); it keeps
+ *   - READ-AHEAD. Reading, opening (X25519 + XSalsa20-Poly1305: ~37% of a delivery's CPU
+ *     with a key agreement per file, form 1) and parsing (~26%) run on a thread of their
+ *     own (store_queue_ahead.c), at most STORE_QUEUE_AHEAD_ITEMS files ahead of the
+ *     drain's thread, which stores (and, when the next file is not ready, prepares a later
+ *     one itself: HELPING there); it keeps
  *     working between a server's steps (the round holds it) and stops when the drain ends or
  *     the store closes. It only reads: storing, setting aside and removing files stay on the
  *     drain's thread in arrival order, so exactly-once is as above. A file it read that
@@ -61,13 +63,14 @@
  *     stored body again for them.
  *
  * LIMITATIONS
- *   - A file larger than message_size_max (of the opener's options) plus the 76 bytes of
+ *   - A file larger than message_size_max (of the opener's options) plus the 104 bytes of
  *     framing is left in the queue and reported; a later open with a larger limit takes it.
  *   - Anyone who can write the queue directory can queue mail (the public key is public)
  *     or replay a copied file after its delivery finished; the directory is 0700.
  */
 #include "store/store.h"
 #include "store/store_queue_ahead.h"
+#include "store/store_queue_box.h"
 #include "store/store_scan.h"
 
 #include <dirent.h>
@@ -105,7 +108,6 @@
 
 _Static_assert(crypto_box_PUBLICKEYBYTES == 32 && crypto_box_SECRETKEYBYTES == 32,
                "X25519 keys are 32 bytes");
-_Static_assert(crypto_box_SEALBYTES == 48, "a sealed box adds 48 bytes");
 _Static_assert(sizeof STORE_QUEUE_SUFFIX - 1 == STORE_QUEUE_SUFFIX_LEN, "suffix length");
 _Static_assert(STORE_QUEUE_KEY_SIZE == STORE_PUBLIC_KEY_SIZE, "public key size");
 
@@ -136,8 +138,9 @@ struct store_queue_ahead_ctx {
     char queue_dir[MV_PATH_MAX];
     uint64_t file_size_max;
     struct mv_limits limits;
-    unsigned parse_flags;   /* STORE_PARSE_NO_TEXT for a stepped drain (TWO PHASES) */
-    const uint8_t *pk, *sk; /* the round's */
+    unsigned parse_flags;        /* STORE_PARSE_NO_TEXT for a stepped drain (TWO PHASES) */
+    const uint8_t *pk, *sk;      /* the round's */
+    struct store_box_cache *box; /* the round's: burst keys met in its files */
 };
 
 /* Where a drain is in the queue, kept in the store handle between steps (mv_queue_drain_step),
@@ -159,6 +162,7 @@ struct store_queue_round {
     int keys;                               /* pk and sk loaded, .pub checked */
     uint8_t pk[crypto_box_PUBLICKEYBYTES];
     uint8_t sk[crypto_box_SECRETKEYBYTES];
+    struct store_box_cache box; /* made with the round, wiped with it */
 };
 
 struct store_queue_drain {
@@ -484,31 +488,24 @@ static uint64_t store_queue_get_le64(const uint8_t *p)
     return v;
 }
 
-/* Seals header + raw to pk into *out (malloc'd, len + header + 48 bytes). */
+/* Seals header + raw to pk into *out (malloc'd, len + header + STORE_BOX_OVERHEAD_2 bytes). */
 static int
 store_queue_seal(const uint8_t *pk, const void *raw, size_t len, uint8_t **out, size_t *out_len)
 {
     size_t plain_len = STORE_QUEUE_HEADER_SIZE + len;
     uint8_t *plain = malloc(plain_len);
-    uint8_t *sealed = malloc(plain_len + crypto_box_SEALBYTES);
-    int rc = MV_ENOMEM;
-    if (plain == NULL || sealed == NULL) {
-        goto cleanup;
+    *out = NULL;
+    *out_len = 0;
+    if (plain == NULL) {
+        return MV_ENOMEM;
     }
     memcpy(plain, STORE_QUEUE_MAGIC, STORE_QUEUE_MAGIC_SIZE);
     store_queue_put_le64(plain + STORE_QUEUE_MAGIC_SIZE, (uint64_t)(int64_t)time(NULL));
     randombytes_buf(plain + STORE_QUEUE_MAGIC_SIZE + STORE_QUEUE_DATE_SIZE, STORE_QUEUE_ID_SIZE);
     memcpy(plain + STORE_QUEUE_HEADER_SIZE, raw, len);
-    rc = crypto_box_seal(sealed, plain, plain_len, pk) == 0 ? MV_OK : MV_ERROR;
+    int rc = store_box_seal(pk, plain, plain_len, out, out_len);
     sodium_memzero(plain, plain_len);
-cleanup:
     free(plain);
-    if (rc != MV_OK) {
-        free(sealed);
-        sealed = NULL;
-    }
-    *out = sealed;
-    *out_len = plain_len + crypto_box_SEALBYTES;
     return rc;
 }
 
@@ -542,7 +539,7 @@ static int store_queue_deliver_check(const struct store_paths *p,
         return store_queue_error(errmsg, errmsg_size, MV_EINVAL, "an empty message");
     }
     if ((uint64_t)len > o->limits.message_size_max ||
-        len > SIZE_MAX - STORE_QUEUE_HEADER_SIZE - crypto_box_SEALBYTES) {
+        len > SIZE_MAX - STORE_QUEUE_HEADER_SIZE - STORE_BOX_OVERHEAD_MAX) {
         return store_queue_error(errmsg, errmsg_size, MV_ELIMIT,
                                  "message is %zu bytes; message_size_max is %llu", len,
                                  (unsigned long long)o->limits.message_size_max);
@@ -625,6 +622,11 @@ int mv_deliver_sealed(const char *address,
     store_lock_release(&lock_fd);
     free(sealed);
     return rc;
+}
+
+void mv_deliver_sealed_wipe(int all)
+{
+    store_box_seal_expire(all);
 }
 
 /* ---- the queue's files ------------------------------------------------------------------ */
@@ -1019,17 +1021,18 @@ static int store_queue_open_sealed(const struct store_queue_ahead_ctx *c,
                                    struct store_queue_ahead_item *it)
 {
     /* (1) long enough  (2) authentic and for this key  (3) our format */
-    if (sealed_len < crypto_box_SEALBYTES + STORE_QUEUE_HEADER_SIZE) {
+    if (sealed_len < STORE_BOX_OVERHEAD_1 + STORE_QUEUE_HEADER_SIZE) {
         return STORE_QUEUE_NOT_OURS;
     }
-    size_t len = sealed_len - crypto_box_SEALBYTES;
-    uint8_t *plain = malloc(len);
+    size_t len = 0;
+    uint8_t *plain = malloc(sealed_len); /* the plaintext is shorter by either form's overhead */
     if (plain == NULL) {
         return MV_ENOMEM;
     }
-    if (crypto_box_seal_open(plain, sealed, sealed_len, c->pk, c->sk) != 0 ||
+    if (store_box_open(c->box, c->pk, c->sk, sealed, sealed_len, plain, &len) != 0 ||
+        len < STORE_QUEUE_HEADER_SIZE ||
         memcmp(plain, STORE_QUEUE_MAGIC, STORE_QUEUE_MAGIC_SIZE) != 0) {
-        sodium_memzero(plain, len);
+        sodium_memzero(plain, sealed_len);
         free(plain);
         return STORE_QUEUE_NOT_OURS;
     }
@@ -1149,6 +1152,7 @@ static int store_queue_fill(struct store_queue_drain *q)
             c->parse_flags = q->bounds != NULL ? STORE_PARSE_NO_TEXT : 0;
             c->pk = r->pk;
             c->sk = r->sk;
+            c->box = &r->box;
             int rc = store_queue_ahead_start(store_queue_prepare, store_queue_release, c,
                                              atomic_load(&store_queue_ahead_threads),
                                              STORE_QUEUE_AHEAD_ITEMS, STORE_QUEUE_AHEAD_BYTES,
@@ -1377,7 +1381,7 @@ static int store_queue_drain_prepare(struct store_queue_drain *q, int *pub_rewri
     if (rc == MV_OK) {
         rc = store_mailbox_id(s, "INBOX", &q->inbox_id);
     }
-    uint64_t framing = STORE_QUEUE_HEADER_SIZE + crypto_box_SEALBYTES;
+    uint64_t framing = STORE_QUEUE_HEADER_SIZE + STORE_BOX_OVERHEAD_MAX;
     q->file_size_max = s->limits.message_size_max > UINT64_MAX - framing
                            ? UINT64_MAX
                            : s->limits.message_size_max + framing;
@@ -1399,6 +1403,7 @@ void store_queue_round_free(mv_store *s)
     if (r != NULL) {
         store_queue_ahead_stop(&r->ahead); /* its threads read r->ctx and the keys */
         store_scan_close(&r->scan);
+        store_box_cache_free(&r->box);
         sodium_memzero(r, sizeof *r);
         free(r);
         s->queue_round = NULL;
@@ -1493,8 +1498,13 @@ static int store_queue_drain_bounded(mv_store *s,
     if (bounds == NULL) {
         store_queue_round_free(s); /* a whole drain walks the queue afresh */
     }
-    if (s->queue_round == NULL && (s->queue_round = calloc(1, sizeof *s->queue_round)) == NULL) {
-        return store_fail(s, MV_ENOMEM, "out of memory draining the queue");
+    if (s->queue_round == NULL) {
+        struct store_queue_round *r = calloc(1, sizeof *r);
+        if (r == NULL || store_box_cache_init(&r->box) != MV_OK) {
+            free(r);
+            return store_fail(s, MV_ENOMEM, "out of memory draining the queue");
+        }
+        s->queue_round = r;
     }
     q.round = s->queue_round;
     q.round->full = bounds == NULL;
