@@ -49,6 +49,7 @@
 #include "vfs/vfs_hint.h"
 
 #include <openssl/evp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -155,13 +156,16 @@ size_t store_header_end(const uint8_t *raw, size_t len)
  * n / save_div bytes overall: the output buffer is n - n / save_div, so zstd itself reports
  * "destination too small" when it does not. *head_stored_out (if not NULL) gets the stored
  * length of the first unit: the first frame's, or head itself when stored as is. */
-static int store_blob_pack(mv_store *s,
-                           const uint8_t *src,
-                           size_t n,
-                           size_t head,
-                           size_t save_div,
-                           struct store_blob_packed *out,
-                           size_t *head_stored_out)
+/* store_blob_pack() with the caller's cctx, without the handle: MV_OK (out as there),
+ * MV_ENOMEM or MV_ERROR (*zstd_error: zstd's name for it). */
+static int store_blob_pack_with(ZSTD_CCtx *cctx,
+                                const uint8_t *src,
+                                size_t n,
+                                size_t head,
+                                size_t save_div,
+                                struct store_blob_packed *out,
+                                size_t *head_stored_out,
+                                const char **zstd_error)
 {
     out->data = src;
     out->size = n;
@@ -176,11 +180,10 @@ static int store_blob_pack(mv_store *s,
     if (n < STORE_BLOB_PACK_MIN) {
         return MV_OK;
     }
-    ZSTD_CCtx *cctx = store_blob_cctx(s);
     size_t cap = n - n / save_div;
     uint8_t *buf = cctx != NULL ? malloc(cap) : NULL;
     if (buf == NULL) {
-        return store_fail(s, MV_ENOMEM, "out of memory compressing %zu bytes", n);
+        return MV_ENOMEM;
     }
     size_t first = ZSTD_compressCCtx(cctx, buf, cap, src, head, STORE_BLOB_ZSTD_LEVEL);
     size_t got = first;
@@ -194,7 +197,8 @@ static int store_blob_pack(mv_store *s,
         if (ZSTD_getErrorCode(got) == ZSTD_error_dstSize_tooSmall) {
             return MV_OK; /* saves too little: store as is */
         }
-        return store_fail(s, MV_ERROR, "zstd compression failed: %s", ZSTD_getErrorName(got));
+        *zstd_error = ZSTD_getErrorName(got);
+        return MV_ERROR;
     }
     out->data = buf;
     out->size = got;
@@ -204,6 +208,66 @@ static int store_blob_pack(mv_store *s,
         *head_stored_out = first;
     }
     return MV_OK;
+}
+
+static int store_blob_pack(mv_store *s,
+                           const uint8_t *src,
+                           size_t n,
+                           size_t head,
+                           size_t save_div,
+                           struct store_blob_packed *out,
+                           size_t *head_stored_out)
+{
+    const char *zstd_error = "";
+    int rc = store_blob_pack_with(n < STORE_BLOB_PACK_MIN ? NULL : store_blob_cctx(s), src, n, head,
+                                  save_div, out, head_stored_out, &zstd_error);
+    if (rc == MV_ENOMEM) {
+        return store_fail(s, MV_ENOMEM, "out of memory compressing %zu bytes", n);
+    }
+    if (rc != MV_OK) {
+        return store_fail(s, MV_ERROR, "zstd compression failed: %s", zstd_error);
+    }
+    return MV_OK;
+}
+
+int store_blob_prepack(ZSTD_CCtx *cctx,
+                       const uint8_t *raw,
+                       size_t len,
+                       const struct store_parsed *p,
+                       struct store_blob_prepacked *out)
+{
+    memset(out, 0, sizeof *out);
+    if (p->part_count != 0 || len > STORE_BLOB_SIZE_MAX || cctx == NULL) {
+        return MV_OK; /* a skeleton without its parts: store_body_put() makes it */
+    }
+    struct store_blob_packed blob;
+    const char *zstd_error = "";
+    size_t head = store_header_end(raw, len), head_stored = 0;
+    int rc = store_blob_pack_with(cctx, raw, len, head, STORE_BLOB_SAVE_DIV_SKELETON, &blob,
+                                  &head_stored, &zstd_error);
+    if (rc == MV_OK) {
+        out->ready = 1;
+        out->data = blob.owned; /* NULL: stored as is */
+        out->size = blob.size;
+        out->len = len;
+        out->head = head;
+        out->head_stored = head_stored;
+        out->compression = blob.compression;
+    }
+    return rc;
+}
+
+static _Atomic uint64_t store_blob_prepacked_count;
+
+uint64_t store_blob_prepacked_stored(void)
+{
+    return atomic_load(&store_blob_prepacked_count);
+}
+
+void store_blob_prepacked_free(struct store_blob_prepacked *p)
+{
+    crypt_free_wiped(p->data); /* compressed mail: wiped like the rest */
+    memset(p, 0, sizeof *p);
 }
 
 /* The content size of the zstd frames in src, one after the other (a body's skeleton may be
@@ -454,12 +518,23 @@ static int store_body_insert(mv_store *s,
                              size_t len,
                              const uint8_t digest[32],
                              int32_t sent_zone,
+                             const struct store_blob_prepacked *pre,
                              int64_t *id_out)
 {
     struct store_blob_packed blob;
     size_t head_stored = 0;
-    int rc = store_blob_pack(s, skeleton, skeleton_len, head, STORE_BLOB_SAVE_DIV_SKELETON, &blob,
+    int rc = MV_OK;
+    if (pre != NULL) { /* compressed ahead, from the same bytes (store_body_put checked) */
+        atomic_fetch_add(&store_blob_prepacked_count, 1);
+        blob.data = pre->data != NULL ? pre->data : skeleton;
+        blob.size = pre->size;
+        blob.compression = pre->compression;
+        blob.owned = NULL; /* the caller's */
+        head_stored = pre->head_stored;
+    } else {
+        rc = store_blob_pack(s, skeleton, skeleton_len, head, STORE_BLOB_SAVE_DIV_SKELETON, &blob,
                              &head_stored);
+    }
     if (rc != MV_OK) {
         return rc;
     }
@@ -671,8 +746,14 @@ int store_body_put(mv_store *s,
     if (parsed->part_count > 0 && parsed->parts[0].start < head) {
         head = 0;
     }
+    /* compressed ahead (a drain's read-ahead) from these very bytes, as it would be here */
+    const struct store_blob_prepacked *pre = parsed->prepacked;
+    if (pre != NULL && !(pre->ready && cut == 0 && pre->len == len && pre->head == head &&
+                         (pre->data != NULL || pre->size == len))) {
+        pre = NULL;
+    }
     if (rc == MV_OK) {
-        rc = store_body_insert(s, skeleton, len - cut, head, len, digest, parsed->sent_zone,
+        rc = store_body_insert(s, skeleton, len - cut, head, len, digest, parsed->sent_zone, pre,
                                body_id_out);
     }
     crypt_free_wiped(skeleton); /* before the parts: at most one copy of the message besides raw */

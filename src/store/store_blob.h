@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <zstd.h>
 
 /* One stored BLOB, and so one message, is at most SQLite's default SQLITE_MAX_LENGTH. */
 #define STORE_BLOB_SIZE_MAX 1000000000u
@@ -35,6 +36,34 @@ int store_body_put(mv_store *s,
                    const uint8_t *sha256,
                    const struct store_parsed *parsed,
                    int64_t *body_id_out);
+
+/* A message's skeleton compressed ahead of its store, off the store's thread (a drain's
+ * read-ahead: the compression was ~16% of the drain's own thread, the slower of its two,
+ * issue 13): what store_body_put() would store for a message of len bytes whose parse cut
+ * no part. ready: made (data NULL: stored as is, compression STORE_BLOB_NONE). */
+struct store_blob_prepacked {
+    int ready;
+    uint8_t *data; /* malloc'd: the zstd frames (header, rest), or NULL */
+    size_t size;   /* of data */
+    size_t len;    /* of the message */
+    size_t head;   /* store_header_end() of the message: the first frame's source */
+    size_t head_stored;
+    int compression;
+};
+
+/* Compresses raw as store_body_put() would, with cctx (the caller's, used by one thread at
+ * a time), into *out, for a message whose parse p cut no part; otherwise leaves *out not
+ * ready. MV_OK, MV_ENOMEM or MV_ERROR (*out not ready: store_body_put() compresses then).
+ * Free with store_blob_prepacked_free(). */
+int store_blob_prepack(ZSTD_CCtx *cctx,
+                       const uint8_t *raw,
+                       size_t len,
+                       const struct store_parsed *p,
+                       struct store_blob_prepacked *out);
+void store_blob_prepacked_free(struct store_blob_prepacked *p);
+
+/* Bodies stored from a prepacked skeleton since the process started (tests). */
+uint64_t store_blob_prepacked_stored(void);
 
 /* Adds one reference to body_id. MV_OK, MV_ECORRUPT (no such body) or an SQLite error. */
 int store_body_ref(mv_store *s, int64_t body_id);

@@ -33,6 +33,8 @@ struct store_part_range {
     uint64_t end;
 }; /* [start,end) byte offsets in raw */
 
+struct store_blob_prepacked;
+
 struct store_parsed {
     char *subject; /* decoded (RFC 2047, charset -> UTF-8), unfolded; "" if absent */
     char *from;    /* decoded address list as display text: "Name <a@b>, c@d"; "" if absent */
@@ -53,6 +55,10 @@ struct store_parsed {
     struct store_part_range *parts; /* leaf parts whose encoded content is >= split_min bytes,
                                        ascending, non-overlapping; NULL if none */
     size_t part_count;
+    /* Set only by a drain's read-ahead (store_queue.c): the message compressed ahead, for
+     * store_body_put() (store_blob.h). Not owned (the read-ahead's item frees it); NULL from
+     * store_parse() and everywhere else. */
+    const struct store_blob_prepacked *prepacked;
 };
 
 #define STORE_PARSE_TEXT_MAX        (1u << 20)

@@ -77,6 +77,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -86,6 +87,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #define STORE_QUEUE_MAGIC      "MVQ1"
 #define STORE_QUEUE_MAGIC_SIZE 4
@@ -133,14 +135,51 @@ unsigned store_queue_ahead_threads_set(unsigned threads)
 /* prepare()'s "not a delivery sealed to this store": set aside (rejected/) */
 #define STORE_QUEUE_NOT_OURS 1
 
+/* The read-ahead's zstd contexts: one per thread that prepares at a time (its threads and
+ * the drain's own while it helps), made on first use, freed with the round. */
+struct store_queue_cctx_pool {
+    pthread_mutex_t mu;
+    ZSTD_CCtx *idle[STORE_QUEUE_AHEAD_THREADS_MAX + 1];
+    size_t idle_count;
+};
+
+static ZSTD_CCtx *store_queue_cctx_take(struct store_queue_cctx_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    ZSTD_CCtx *c = p->idle_count > 0 ? p->idle[--p->idle_count] : NULL;
+    pthread_mutex_unlock(&p->mu);
+    return c != NULL ? c : ZSTD_createCCtx(); /* NULL: nothing compressed ahead */
+}
+
+static void store_queue_cctx_give(struct store_queue_cctx_pool *p, ZSTD_CCtx *c)
+{
+    pthread_mutex_lock(&p->mu);
+    if (c != NULL && p->idle_count < sizeof p->idle / sizeof p->idle[0]) {
+        p->idle[p->idle_count++] = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+    ZSTD_freeCCtx(c);
+}
+
+static void store_queue_cctx_pool_free(struct store_queue_cctx_pool *p)
+{
+    for (size_t i = 0; i < p->idle_count; i++) {
+        ZSTD_freeCCtx(p->idle[i]);
+    }
+    p->idle_count = 0;
+    pthread_mutex_destroy(&p->mu);
+}
+
 /* What the read-ahead's threads read: copies made when it starts, never the handle. */
 struct store_queue_ahead_ctx {
     char queue_dir[MV_PATH_MAX];
     uint64_t file_size_max;
     struct mv_limits limits;
-    unsigned parse_flags;        /* STORE_PARSE_NO_TEXT for a stepped drain (TWO PHASES) */
-    const uint8_t *pk, *sk;      /* the round's */
-    struct store_box_cache *box; /* the round's: burst keys met in its files */
+    unsigned parse_flags;               /* STORE_PARSE_NO_TEXT for a stepped drain (TWO PHASES) */
+    const uint8_t *pk, *sk;             /* the round's */
+    struct store_box_cache *box;        /* the round's: burst keys met in its files */
+    struct store_queue_cctx_pool *cctx; /* the round's */
 };
 
 /* Where a drain is in the queue, kept in the store handle between steps (mv_queue_drain_step),
@@ -163,6 +202,7 @@ struct store_queue_round {
     uint8_t pk[crypto_box_PUBLICKEYBYTES];
     uint8_t sk[crypto_box_SECRETKEYBYTES];
     struct store_box_cache box; /* made with the round, wiped with it */
+    struct store_queue_cctx_pool cctx;
 };
 
 struct store_queue_drain {
@@ -1070,6 +1110,16 @@ static void store_queue_parse_ahead(const struct store_queue_ahead_ctx *c,
     it->parsed_ok = 1;
     /* the texts count against the bound too: up to ~1 MiB + 64 KiB besides the message */
     it->cost += store_parsed_size(&it->parsed);
+    /* The compression store_body_put() would do on the drain's thread, done here: with new
+     * bodies that thread is the slower of the two, and this one idles half the time. Not
+     * done (a message with parts to cut, no context, an error): the append compresses. */
+    ZSTD_CCtx *cctx = store_queue_cctx_take(c->cctx);
+    if (store_blob_prepack(cctx, msg, len, &it->parsed, &it->prepacked) == MV_OK &&
+        it->prepacked.ready) {
+        it->parsed.prepacked = &it->prepacked;
+        it->cost += it->prepacked.data != NULL ? it->prepacked.size : 0;
+    }
+    store_queue_cctx_give(c->cctx, cctx);
 }
 
 /* store_queue_ahead_fn: reads, opens and parses it->name (it->rc says how it went). */
@@ -1098,6 +1148,7 @@ static void store_queue_release(void *arg, struct store_queue_ahead_item *it)
         it->plain = NULL;
     }
     store_parsed_free(&it->parsed); /* wipes the texts */
+    store_blob_prepacked_free(&it->prepacked);
 }
 
 /* ---- the drain's thread --------------------------------------------------------------- */
@@ -1153,6 +1204,7 @@ static int store_queue_fill(struct store_queue_drain *q)
             c->pk = r->pk;
             c->sk = r->sk;
             c->box = &r->box;
+            c->cctx = &r->cctx;
             int rc = store_queue_ahead_start(store_queue_prepare, store_queue_release, c,
                                              atomic_load(&store_queue_ahead_threads),
                                              STORE_QUEUE_AHEAD_ITEMS, STORE_QUEUE_AHEAD_BYTES,
@@ -1404,6 +1456,7 @@ void store_queue_round_free(mv_store *s)
         store_queue_ahead_stop(&r->ahead); /* its threads read r->ctx and the keys */
         store_scan_close(&r->scan);
         store_box_cache_free(&r->box);
+        store_queue_cctx_pool_free(&r->cctx);
         sodium_memzero(r, sizeof *r);
         free(r);
         s->queue_round = NULL;
@@ -1501,6 +1554,11 @@ static int store_queue_drain_bounded(mv_store *s,
     if (s->queue_round == NULL) {
         struct store_queue_round *r = calloc(1, sizeof *r);
         if (r == NULL || store_box_cache_init(&r->box) != MV_OK) {
+            free(r);
+            return store_fail(s, MV_ENOMEM, "out of memory draining the queue");
+        }
+        if (pthread_mutex_init(&r->cctx.mu, NULL) != 0) {
+            store_box_cache_free(&r->box);
             free(r);
             return store_fail(s, MV_ENOMEM, "out of memory draining the queue");
         }

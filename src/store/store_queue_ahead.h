@@ -38,6 +38,7 @@
 #ifndef MV_STORE_QUEUE_AHEAD_H
 #define MV_STORE_QUEUE_AHEAD_H
 
+#include "store/store_blob.h"
 #include "store/store_parse.h"
 
 #include <stddef.h>
@@ -67,8 +68,9 @@ struct store_queue_ahead_item {
     int parsed_ok;        /* parsed and sha256 are the message's (else the drain parses) */
     unsigned parse_flags; /* the store_parse_flags() flags parsed was made with */
     struct store_parsed parsed;
+    struct store_blob_prepacked prepacked; /* compressed ahead; parsed.prepacked points here */
     uint8_t sha256[32];
-    size_t cost; /* bytes it holds (plain and the parse's texts), counted against bytes_max */
+    size_t cost; /* bytes it holds (plain, the parse's texts, prepacked), against bytes_max */
 };
 
 typedef void (*store_queue_ahead_fn)(void *arg, struct store_queue_ahead_item *item);
