@@ -34,18 +34,22 @@
  *     batch goes on; any store error rolls the whole batch back and leaves its files. The id, not
  *     the SHA-256 of the bytes, decides: two deliveries of identical bytes are two messages.
  *     A row is deleted once its file is gone for good (after the directory fsync), so meta
- *     holds only deliveries in flight. A drain that read a file another drain has since
- *     finished checks, inside its write transaction, that the file still exists: a missing
- *     file means its delivery committed (files disappear only after their commit).
+ *     holds only deliveries in flight: by key for the files the step took out, and on a
+ *     drain's first step by a walk of every row (what a crash left). A drain that read a
+ *     file another drain has since finished checks, inside its write transaction, that the
+ *     file still exists: a missing file means its delivery committed (files disappear only
+ *     after their commit). It checks only if another connection committed since its round
+ *     began listing (PRAGMA data_version): that drain's delete of the row, which made the
+ *     check necessary, is such a commit.
  *   - The .pub file is checked against the public key in meta at every drain and rewritten
  *     from meta when missing or different (a note is left in mv_store_errmsg()).
  *   - READ-AHEAD. Reading, opening (X25519 + XSalsa20-Poly1305: ~37% of a delivery's CPU
- *     with a key agreement per file, form 1) and parsing (~26%) run on a thread of their
- *     own (store_queue_ahead.c), at most STORE_QUEUE_AHEAD_ITEMS files ahead of the
- *     drain's thread, which stores (and, when the next file is not ready, prepares a later
- *     one itself: HELPING there); it keeps
- *     working between a server's steps (the round holds it) and stops when the drain ends or
- *     the store closes. It only reads: storing, setting aside and removing files stay on the
+ *     with a key agreement per file, form 1), parsing (~26%) and compressing (as the append
+ *     would: store_blob_prepack) run on a thread of their own (store_queue_ahead.c), at most
+ *     STORE_QUEUE_AHEAD_ITEMS files ahead of the drain's thread, which stores (and, when the
+ *     next file is not ready, prepares a later one itself: HELPING there); it keeps working
+ *     between a server's steps (the round holds it) and stops when the drain ends or the
+ *     store closes. It only reads: storing, setting aside and removing files stay on the
  *     drain's thread in arrival order, so exactly-once is as above. A file it read that
  *     another drain then committed is caught by the meta row or the access() check.
  *   - Memory: the read-ahead's opened (plaintext) deliveries and their parses, wiped when
@@ -104,6 +108,7 @@
 /* A "tmp-" file older than this is a delivery that died before its rename. */
 #define STORE_QUEUE_TMP_AGE_MAX_S (24L * 3600)
 #define STORE_QUEUE_DELIVERED     "delivered:"
+#define STORE_QUEUE_KEY_LEN       (sizeof STORE_QUEUE_DELIVERED - 1 + 2 * STORE_QUEUE_ID_SIZE)
 /* Files of committed deliveries wait here for mv_queue_tidy() (store_queue_retire). */
 #define STORE_QUEUE_DONE_DIR "done"
 #define STORE_QUEUE_KEY_SIZE crypto_box_PUBLICKEYBYTES
@@ -198,7 +203,9 @@ struct store_queue_round {
     int progress;                           /* this round moved or set aside a file */
     int later;                              /* this round skipped a file stamped after now */
     int prev_progress;                      /* the round before this one did */
-    int keys;                               /* pk and sk loaded, .pub checked */
+    int64_t data_version; /* the store's PRAGMA data_version when the round began listing */
+    int data_version_known;
+    int keys; /* pk and sk loaded, .pub checked */
     uint8_t pk[crypto_box_PUBLICKEYBYTES];
     uint8_t sk[crypto_box_SECRETKEYBYTES];
     struct store_box_cache box; /* made with the round, wiped with it */
@@ -221,7 +228,17 @@ struct store_queue_drain {
     /* Files whose deliveries are in the batch's open transaction (appended, or found
      * appended): unlinked only after its durable commit (store_queue_flush). */
     char (*pending)[STORE_QUEUE_NAME_LEN + 1];
+    char (*pending_key)[STORE_QUEUE_KEY_LEN + 1]; /* their 'delivered:' keys */
     size_t pending_count;
+    /* The keys of the files this step took out of the queue: their rows are deleted by key
+     * once the directory's fsync made that durable (store_queue_forget). */
+    char (*gone_key)[STORE_QUEUE_KEY_LEN + 1];
+    size_t gone_count, gone_cap;
+    int scan_rows; /* the drain's first step: store_queue_forget() also walks every row */
+    /* No other connection committed since the round began listing (data_version): a listed
+     * file that is gone was then not stored by another drain, whose forget would have
+     * committed, so the per-file check of store_queue_store() is not needed. */
+    int others_quiet;
     int in_txn;             /* the batch's transaction is open (synchronous=FULL set) */
     uint32_t moved_pending; /* appended in the open transaction */
     uint32_t taken;         /* files opened and dealt with (stored, found stored, rejected) */
@@ -893,6 +910,21 @@ static int store_queue_delivered(mv_store *s, const char *key, int *done)
     return step == SQLITE_ROW || step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "reading meta");
 }
 
+/* The store's PRAGMA data_version: it changes when another connection commits. */
+static int store_queue_data_version(mv_store *s, int64_t *out)
+{
+    sqlite3_stmt *st = store_stmt(s, "PRAGMA data_version");
+    if (st == NULL) {
+        return MV_ERROR;
+    }
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        *out = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_reset(st);
+    return step == SQLITE_ROW ? MV_OK : MV_ERROR;
+}
+
 /* Opens the batch's transaction, its commit made durable (synchronous=FULL: the WAL fsync
  * covers the whole batch), unless it is open. */
 static int store_queue_txn(struct store_queue_drain *q)
@@ -909,6 +941,10 @@ static int store_queue_txn(struct store_queue_drain *q)
         return rc;
     }
     q->in_txn = 1;
+    int64_t now = 0;
+    q->others_quiet = q->round->data_version_known &&
+                      store_queue_data_version(q->s, &now) == MV_OK &&
+                      now == q->round->data_version;
     return MV_OK;
 }
 
@@ -952,6 +988,23 @@ static int store_queue_retire(struct store_queue_drain *q, const char *name)
     return unlink(from) == 0 || errno == ENOENT ? 0 : -1;
 }
 
+/* Notes the key of a file taken out of the queue, for store_queue_forget(); out of memory,
+ * the forget walks every row instead. */
+static void store_queue_gone(struct store_queue_drain *q, const char *key)
+{
+    if (q->gone_count == q->gone_cap) {
+        size_t cap = q->gone_cap == 0 ? STORE_QUEUE_BATCH : 2 * q->gone_cap;
+        void *grown = realloc(q->gone_key, cap * sizeof *q->gone_key);
+        if (grown == NULL) {
+            q->scan_rows = 1;
+            return;
+        }
+        q->gone_key = grown;
+        q->gone_cap = cap;
+    }
+    snprintf(q->gone_key[q->gone_count++], sizeof q->gone_key[0], "%s", key);
+}
+
 /* Commits the batch (one durable commit for all its deliveries: synchronous=FULL, whose WAL
  * fsync covers every frame written before it), then unlinks their files. A crash before the
  * commit loses the batch and keeps its files (delivered again, once); after it, the meta
@@ -979,6 +1032,7 @@ static int store_queue_flush(struct store_queue_drain *q)
             q->left++; /* stays; its meta row keeps it from being appended twice */
         } else {
             q->round->progress = 1; /* a file left the queue: the round did something */
+            store_queue_gone(q, q->pending_key[i]);
         }
     }
     q->pending_count = 0;
@@ -1013,9 +1067,9 @@ static int store_queue_store(struct store_queue_drain *q,
         return rc;
     }
     rc = store_queue_delivered(s, key, &done);
-    if (rc == MV_OK && !done) {
+    if (rc == MV_OK && !done && !q->others_quiet) {
         /* Under the write lock: a file that is gone was committed by another drain, whose
-         * meta row has since been forgotten. */
+         * meta row has since been forgotten (that forget is a commit: others_quiet). */
         done = access(path, F_OK) != 0 && errno == ENOENT;
     }
     if (rc == MV_OK && !done) {
@@ -1047,6 +1101,7 @@ static int store_queue_store(struct store_queue_drain *q,
         store_queue_abandon(q);
         return rc;
     }
+    snprintf(q->pending_key[q->pending_count], sizeof q->pending_key[0], "%s", key);
     snprintf(q->pending[q->pending_count++], sizeof q->pending[0], "%s", name);
     return q->pending_count == STORE_QUEUE_BATCH ? store_queue_flush(q) : MV_OK;
 }
@@ -1245,6 +1300,8 @@ static int store_queue_bound_reached(const struct store_queue_drain *q)
 static int store_queue_round_begin(struct store_queue_drain *q)
 {
     struct store_queue_round *r = q->round;
+    /* before the listing: a commit by another drain after it changes the value */
+    r->data_version_known = store_queue_data_version(q->s, &r->data_version) == MV_OK;
     store_scan_close(&r->scan);
     r->listed = 0;
     r->prev_progress = r->progress;
@@ -1314,8 +1371,9 @@ static int store_queue_run(struct store_queue_drain *q)
 }
 
 /* Deletes the 'delivered:' rows whose queue files are gone: once a file is unlinked (and
- * the unlink is durable) it cannot come back, so its row has no more work to do. */
-static int store_queue_forget(struct store_queue_drain *q)
+ * the unlink is durable) it cannot come back, so its row has no more work to do. Walks every
+ * row, checking its file: rows a crash or a refused rename left behind. */
+static int store_queue_forget_walk(struct store_queue_drain *q)
 {
     mv_store *s = q->s;
     char cursor[64] = STORE_QUEUE_DELIVERED, name[STORE_QUEUE_NAME_LEN + 1], path[MV_PATH_MAX + 80];
@@ -1362,6 +1420,31 @@ static int store_queue_forget(struct store_queue_drain *q)
         }
     }
     return rc;
+}
+
+/* Deletes the rows of the files this step took out of the queue (their keys noted when they
+ * went: no walk, no check of each file), and on the drain's first step walks every row. Only
+ * after the directory's fsync made their going durable. */
+static int store_queue_forget(struct store_queue_drain *q)
+{
+    mv_store *s = q->s;
+    int rc = MV_OK;
+    if (q->gone_count > 0 && (rc = store_begin(s)) == MV_OK) {
+        sqlite3_stmt *st = store_stmt(s, "DELETE FROM meta WHERE key = ?");
+        rc = st != NULL ? MV_OK : store_fail_sqlite(s, "writing meta");
+        for (size_t i = 0; rc == MV_OK && i < q->gone_count; i++) {
+            sqlite3_bind_text(st, 1, q->gone_key[i], -1, SQLITE_STATIC);
+            rc = sqlite3_step(st) == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "writing meta");
+            sqlite3_reset(st);
+        }
+        if (rc == MV_OK) {
+            rc = store_commit(s);
+        } else {
+            store_rollback(s);
+        }
+    }
+    q->gone_count = 0;
+    return rc == MV_OK && q->scan_rows ? store_queue_forget_walk(q) : rc;
 }
 
 /* Removes "tmp-" files older than a day: deliveries that died before their rename were never
@@ -1551,6 +1634,7 @@ static int store_queue_drain_bounded(mv_store *s,
     if (bounds == NULL) {
         store_queue_round_free(s); /* a whole drain walks the queue afresh */
     }
+    q.scan_rows = s->queue_round == NULL; /* the drain's first step: rows a crash left */
     if (s->queue_round == NULL) {
         struct store_queue_round *r = calloc(1, sizeof *r);
         if (r == NULL || store_box_cache_init(&r->box) != MV_OK) {
@@ -1570,7 +1654,10 @@ static int store_queue_drain_bounded(mv_store *s,
      * step's deliveries (up to STORE_QUEUE_BATCH of them) are one transaction committed with
      * synchronous=FULL before their files go (store_queue_flush): one fsync per step. */
     q.pending = malloc(STORE_QUEUE_BATCH * sizeof *q.pending);
-    if (q.pending == NULL) {
+    q.pending_key = malloc(STORE_QUEUE_BATCH * sizeof *q.pending_key);
+    if (q.pending == NULL || q.pending_key == NULL) {
+        free(q.pending);
+        free(q.pending_key);
         return store_fail(s, MV_ENOMEM, "out of memory draining the queue");
     }
     rc = store_queue_drain_prepare(&q, &pub_rewritten);
@@ -1593,6 +1680,8 @@ static int store_queue_drain_bounded(mv_store *s,
     *moved = q.moved;
     *more = rc == MV_OK && q.more;
     free(q.pending);
+    free(q.pending_key);
+    free(q.gone_key);
     if (bounds == NULL) { /* an open: the files of what it moved go now, as they always did */
         int tidy_more = 0;
         store_queue_round_free(s);

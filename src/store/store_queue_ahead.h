@@ -1,7 +1,7 @@
 /*
  * store_queue_ahead.h -- the sealed queue's read-ahead: threads of their own read, open
- * (crypto_box_seal_open) and parse the next queue files of a drain while the drain's own
- * thread stores the one before (store_queue.c). Opening and parsing were ~63% of a drained
+ * (store_queue_box.h), parse and compress the next queue files of a drain while the drain's
+ * own thread stores the one before (store_queue.c). Opening and parsing were ~63% of a drained
  * delivery's CPU (issue 13), and the drain runs on mailvaultd's writer thread, so on two
  * cores the second one did nothing for it.
  *
