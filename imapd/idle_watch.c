@@ -25,6 +25,9 @@
  *     when it is notified looks again once it is done (imap_session_notify), never twice.
  *   - Our own commits wake the watch too: the sessions of that user then look once more,
  *     which costs one mv_mailbox_status each when nothing changed for them.
+ *   - Between reads the fd leaves the epoll set for an interval (idle_watch_pause): events
+ *     queue in the kernel meanwhile without waking the loop, so a writer in this process
+ *     does not pay a wake-up per write.
  *   - mv_store_watch_target builds the paths without touching the files: the loop thread
  *     never opens a store's file. (Opening
  *     and closing it in a process that has the store open would drop every POSIX lock SQLite
@@ -47,6 +50,7 @@
 #include "protocols.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +79,9 @@ struct idle_watch_store {
 };
 
 static int idle_watch_fd = -1, idle_watch_timer_fd = -1;
+/* The inotify fd is out of the loop's epoll set until idle_watch_resume_ms (pause below). */
+static int idle_watch_paused;
+static int64_t idle_watch_resume_ms;
 static int idle_watch_broken; /* inotify could not be set up: the poll alone */
 static struct loop_handler idle_watch_handler, idle_watch_timer_handler;
 static struct idle_watch_store *idle_watch_stores[IDLE_WATCH_STORES_MAX];
@@ -94,26 +101,33 @@ static void idle_watch_timer_arm(int64_t due_ms)
     (void)timerfd_settime(idle_watch_timer_fd, 0, &its, NULL);
 }
 
-/* Notifies what is due and arms the timer for the earliest change still gathering. */
-static void idle_watch_flush(void)
+/* Arms the timer for the earliest of: a change still gathering, the end of a pause. */
+static void idle_watch_rearm(void)
 {
-    int64_t now = loop_now_ms(), next = 0;
+    int64_t next = idle_watch_paused ? idle_watch_resume_ms : 0;
     for (size_t i = 0; i < idle_watch_store_count; i++) {
-        struct idle_watch_store *st = idle_watch_stores[i];
-        if (!st->pending) {
-            continue;
-        }
+        const struct idle_watch_store *st = idle_watch_stores[i];
         int64_t due = st->last_notify_ms + IDLE_WATCH_COALESCE_MS;
-        if (now >= due) {
-            st->pending = 0;
-            st->last_notify_ms = now;
-            imap_session_notify(st->user, NULL);
-        } else if (next == 0 || due < next) {
+        if (st->pending && (next == 0 || due < next)) {
             next = due;
         }
     }
     if (next != 0) {
         idle_watch_timer_arm(next);
+    }
+}
+
+/* Notifies what is due. */
+static void idle_watch_flush(void)
+{
+    int64_t now = loop_now_ms();
+    for (size_t i = 0; i < idle_watch_store_count; i++) {
+        struct idle_watch_store *st = idle_watch_stores[i];
+        if (st->pending && now >= st->last_notify_ms + IDLE_WATCH_COALESCE_MS) {
+            st->pending = 0;
+            st->last_notify_ms = now;
+            imap_session_notify(st->user, NULL);
+        }
     }
 }
 
@@ -125,10 +139,7 @@ static void idle_watch_changed(struct idle_watch_store *st)
         imap_session_notify(st->user, NULL);
         return;
     }
-    if (!st->pending) {
-        st->pending = 1;
-        idle_watch_timer_arm(st->last_notify_ms + IDLE_WATCH_COALESCE_MS);
-    }
+    st->pending = 1; /* the timer (idle_watch_rearm) notifies at the interval's end */
 }
 
 /* One event: the stores of the directory that the named file belongs to. */
@@ -149,20 +160,21 @@ static void idle_watch_event(const struct inotify_event *ev)
     }
 }
 
-static void idle_watch_readable(void *arg, uint32_t events)
+/* Reads every queued event; whether there was any. */
+static int idle_watch_read_events(void)
 {
-    (void)arg;
-    (void)events;
     /* Aligned for struct inotify_event; room for several events with names. */
     _Alignas(struct inotify_event) char buf[8192];
+    int any = 0;
     for (;;) {
         ssize_t n = read(idle_watch_fd, buf, sizeof buf);
         if (n < 0 && errno == EINTR) {
             continue; /* edge-triggered: stopping before EAGAIN could strand events */
         }
         if (n <= 0) {
-            return; /* EAGAIN: drained */
+            return any; /* EAGAIN: drained */
         }
+        any = 1;
         for (char *p = buf; p < buf + n;) {
             const struct inotify_event *ev = (const struct inotify_event *)(void *)p;
             if ((ev->mask & IN_Q_OVERFLOW) != 0) {
@@ -177,6 +189,30 @@ static void idle_watch_readable(void *arg, uint32_t events)
     }
 }
 
+/* After events, the fd leaves the loop's epoll set for IDLE_WATCH_COALESCE_MS: the writes
+ * that follow then queue in the kernel (identical events merged) without waking this
+ * thread. Our own drain writes the WAL thousands of times a second, and each write's wake-up
+ * of this thread cost the writer ~5% of its time (issue 13). What changes meanwhile is
+ * gathered as before (idle_watch_changed); the timer reads it when it puts the fd back. */
+static void idle_watch_pause(void)
+{
+    if (!idle_watch_paused) {
+        loop_del(idle_watch_fd, &idle_watch_handler);
+        idle_watch_paused = 1;
+        idle_watch_resume_ms = loop_now_ms() + IDLE_WATCH_COALESCE_MS;
+    }
+}
+
+static void idle_watch_readable(void *arg, uint32_t events)
+{
+    (void)arg;
+    (void)events;
+    if (idle_watch_read_events()) {
+        idle_watch_pause();
+    }
+    idle_watch_rearm();
+}
+
 static void idle_watch_timer(void *arg, uint32_t events)
 {
     (void)arg;
@@ -185,7 +221,20 @@ static void idle_watch_timer(void *arg, uint32_t events)
     if (read(idle_watch_timer_fd, &expirations, sizeof expirations) < 0) {
         /* EAGAIN: nothing expired since the last read */
     }
+    if (idle_watch_paused && loop_now_ms() >= idle_watch_resume_ms) {
+        idle_watch_paused = 0;
+        if (loop_add(idle_watch_fd, EPOLLIN | EPOLLET, &idle_watch_handler) != 0) {
+            log_warning("IDLE: cannot watch again (errno %d): changes by other processes are "
+                        "seen by the %d s poll",
+                        errno, IMAP_IDLE_POLL_MS / 1000);
+            idle_watch_paused = 1;
+            idle_watch_resume_ms = INT64_MAX; /* never again */
+        } else if (idle_watch_read_events()) {
+            idle_watch_pause(); /* still changing: another interval */
+        }
+    }
     idle_watch_flush();
+    idle_watch_rearm();
 }
 
 /* The inotify instance and the timer, once. 0, or -1 (then never again: the poll). */
