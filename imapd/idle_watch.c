@@ -104,7 +104,8 @@ static void idle_watch_timer_arm(int64_t due_ms)
 /* Arms the timer for the earliest of: a change still gathering, the end of a pause. */
 static void idle_watch_rearm(void)
 {
-    int64_t next = idle_watch_paused ? idle_watch_resume_ms : 0;
+    int64_t next =
+        idle_watch_paused && idle_watch_resume_ms != INT64_MAX ? idle_watch_resume_ms : 0;
     for (size_t i = 0; i < idle_watch_store_count; i++) {
         const struct idle_watch_store *st = idle_watch_stores[i];
         int64_t due = st->last_notify_ms + IDLE_WATCH_COALESCE_MS;

@@ -155,9 +155,9 @@ size_t store_header_end(const uint8_t *raw, size_t len)
  * touches only the pages of the first frame). Compressed only when that saves at least
  * n / save_div bytes overall: the output buffer is n - n / save_div, so zstd itself reports
  * "destination too small" when it does not. *head_stored_out (if not NULL) gets the stored
- * length of the first unit: the first frame's, or head itself when stored as is. */
-/* store_blob_pack() with the caller's cctx, without the handle: MV_OK (out as there),
- * MV_ENOMEM or MV_ERROR (*zstd_error: zstd's name for it). */
+ * length of the first unit: the first frame's, or head itself when stored as is. With the
+ * caller's cctx, without the handle (a drain's read-ahead calls it too): MV_OK, MV_ENOMEM or
+ * MV_ERROR (*zstd_error: zstd's name for it). */
 static int store_blob_pack_with(ZSTD_CCtx *cctx,
                                 const uint8_t *src,
                                 size_t n,
@@ -210,6 +210,7 @@ static int store_blob_pack_with(ZSTD_CCtx *cctx,
     return MV_OK;
 }
 
+/* store_blob_pack_with() with the handle's context; a failure sets the handle's message. */
 static int store_blob_pack(mv_store *s,
                            const uint8_t *src,
                            size_t n,
