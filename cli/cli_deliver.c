@@ -189,6 +189,7 @@ static int cli_deliver_sealed(struct cli_store_target *target,
     char errmsg[512] = "";
     int mv_rc = mv_deliver_sealed(target->address, input->bytes, input->size_bytes, &target->opts,
                                   errmsg, sizeof errmsg);
+    mv_deliver_sealed_wipe(1); /* one delivery: its burst key is wiped before the exit */
     return mv_rc == MV_OK ? CLI_EXIT_OK : cli_store_fail_msg(errmsg, mv_rc);
 }
 

@@ -423,6 +423,7 @@ ops_explain_rest(mv_explain *e, const struct mv_store_options *so, const void *p
     if (rc == MV_OK) {
         rc = mv_deliver_sealed(OPS_EXPLAIN_ADDRESS, ops_explain_parent,
                                sizeof ops_explain_parent - 1, so, e->errmsg, sizeof e->errmsg);
+        mv_deliver_sealed_wipe(1); /* the scratch delivery's burst key */
     }
     if (rc == MV_OK) {
         mv_store_close(&e->scratch);
