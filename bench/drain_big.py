@@ -102,7 +102,8 @@ def one_run(a, name, binary, r, scratch, password, batch):
         if ok != a.messages:
             raise RuntimeError(f"{name}: {ok} of {a.messages} accepted")
         if a.perf == name:
-            perf = subprocess.Popen(["perf", "record", "-q", "--call-graph", "dwarf", "-F", os.environ.get("PERF_HZ", "499"),
+            hz = os.environ.get("PERF_HZ", "499")  # samples a second
+            perf = subprocess.Popen(["perf", "record", "-q", "--call-graph", "dwarf", "-F", hz,
                                      "-o", f"perf-{name}-{r}.data", "-p", str(p.pid)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)

@@ -1116,10 +1116,10 @@ MV_API void mv_search_end(mv_search **search);
  * drain's), which this process keeps in memory until the burst is over and wipes at the next
  * mv_deliver_sealed() or mv_deliver_sealed_wipe() after that. Thread-safe. Returns MV_OK,
  * MV_ENOTFOUND (no such store), MV_ELIMIT (size), MV_EINVAL, MV_EIO, MV_ENOSPC,
- * MV_ECORRUPT (the public key file is missing or not 32 bytes), MV_ENOMEM, MV_ERROR
- * (libsodium failed to start), MV_EMOVED (the store was released from this node), MV_EBUSY
- * (a release, restore or password change held the store for 5 s). The message is on disk
- * (fsync'd) when this returns MV_OK. */
+ * MV_ECORRUPT (the public key file is missing, not 32 bytes or no usable key), MV_ENOMEM,
+ * MV_ERROR (libsodium failed to start), MV_EMOVED (the store was released from this
+ * node), MV_EBUSY (a release, restore or password change held the store for 5 s). The
+ * message is on disk (fsync'd) when this returns MV_OK. */
 MV_API MV_MUST_CHECK int mv_deliver_sealed(const char *address,
                                            const void *raw,
                                            size_t len,

@@ -370,7 +370,6 @@ static void test_form1_and_damaged_form2(void)
     size_t msg_len = qt_message(msg, sizeof msg, "form1", 0);
     uint8_t plain[600], sealed[600 + crypto_box_SEALBYTES];
     memcpy(plain, "MVQ1", 4);
-    memset(plain + 4, 0, 8);
     uint64_t when = (uint64_t)time(NULL);
     for (int i = 0; i < 8; i++) {
         plain[4 + i] = (uint8_t)(when >> (8 * i));
@@ -842,8 +841,14 @@ static void test_pub_rewritten(void)
     mv_store_close(&s);
     tu_file_sha256(pub, bad);
     CHECK(strcmp(good, bad) == 0);
-    CHECK(tu_write_file(pub, other, 31) == 0);
     char err[256] = "";
+    /* 32 bytes, but a low-order point: no key to seal to (the old sealing said MV_ERROR) */
+    uint8_t zeros[32] = {0};
+    CHECK(tu_write_file(pub, zeros, sizeof zeros) == 0);
+    CHECK_EQ_INT(mv_deliver_sealed(who, "x\r\n", 3, &o, err, sizeof err), MV_ECORRUPT);
+    CHECK(strstr(err, "no usable public key") != NULL);
+    CHECK_EQ_INT(qt_count(who, &o), 0); /* nothing queued */
+    CHECK(tu_write_file(pub, other, 31) == 0);
     CHECK_EQ_INT(mv_deliver_sealed(who, "x\r\n", 3, &o, err, sizeof err), MV_ECORRUPT);
     CHECK(unlink(pub) == 0);
     CHECK_EQ_INT(mv_deliver_sealed(who, "x\r\n", 3, &o, err, sizeof err), MV_ECORRUPT);

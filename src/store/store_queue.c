@@ -654,7 +654,12 @@ int mv_deliver_sealed(const char *address,
     }
     if (rc == MV_OK) {
         rc = store_queue_seal(pk, raw, len, &sealed, &sealed_len);
-        if (rc != MV_OK) {
+        if (rc == MV_ECORRUPT) {
+            store_queue_error(errmsg, errmsg_size, rc,
+                              "%s holds no usable public key (opening the store with the "
+                              "password writes it again)",
+                              paths.pub_path);
+        } else if (rc != MV_OK) {
             store_queue_error(errmsg, errmsg_size, rc, "cannot seal the message: %s",
                               mv_strerror(rc));
         }

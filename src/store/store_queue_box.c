@@ -97,7 +97,7 @@ static int store_box_burst_key(const uint8_t *pk, uint8_t *epk, uint8_t *k)
     sodium_memzero(esk, sizeof esk); /* the shared key is all a burst keeps */
     if (!ok) {
         sodium_memzero(k, crypto_box_BEFORENMBYTES);
-        return MV_ERROR; /* pk is no usable public key */
+        return MV_ECORRUPT; /* pk is no usable public key (a low-order point: all zeros, say) */
     }
     pthread_mutex_lock(&store_box_bursts_mu);
     struct store_box_burst *slot = &store_box_bursts[0];

@@ -38,7 +38,8 @@
 #define STORE_BOX_BURST_KEYS 32
 
 /* Seals plain (len bytes) to pk in form 2 into *out (malloc'd, len + STORE_BOX_OVERHEAD_2
- * bytes, the caller frees it: ciphertext). MV_OK, MV_ENOMEM or MV_ERROR. Thread-safe. */
+ * bytes, the caller frees it: ciphertext). MV_OK, MV_ENOMEM, MV_ECORRUPT (pk is no usable
+ * X25519 key) or MV_ERROR. Thread-safe. */
 int store_box_seal(const uint8_t pk[STORE_BOX_KEY_SIZE],
                    const uint8_t *plain,
                    size_t len,
