@@ -1196,9 +1196,10 @@ struct mv_drain_bounds {
 };
 
 /* One step of a drain of the sealed queue into INBOX, with the guarantees of mv_queue_drain()
- * (exactly once, arrival order, rejected/), as one durable transaction (several only for a
- * step of more than 64 files). A step (and mv_queue_drain() with a max) stores the messages
- * without their full-text rows and leaves those to mv_store_index_backlog(); an open's drain
+ * (exactly once, arrival order, rejected/): one transaction per 64 files, each visible at its
+ * commit, and one WAL fsync at the end of the step before its files leave the queue. A step
+ * (and mv_queue_drain() with a max) stores the messages without their full-text rows and
+ * leaves those to mv_store_index_backlog(); an open's drain
  * and mv_queue_drain() with max 0 index at once (searches find the messages either way). The handle
  * remembers where the drain is between steps: the queue directory is read once per 1,024 names, not
  * per step, so a step costs what it takes, not the length of the queue. Deliveries that arrive

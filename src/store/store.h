@@ -268,6 +268,9 @@ int store_begin(mv_store *s);      /* BEGIN IMMEDIATE: every change */
 int store_read_begin(mv_store *s); /* BEGIN (deferred): a consistent read of several rows */
 /* on: commits sync the WAL before they return (synchronous=FULL); off: the profile's NORMAL. */
 int store_durable(mv_store *s, int on);
+/* Syncs the WAL file, so every commit made before it (with NORMAL too) survives a power
+ * loss: what a FULL commit does, once for several commits. MV_EIO (message set) on failure. */
+int store_wal_sync(mv_store *s);
 int store_commit(mv_store *s);
 void store_rollback(mv_store *s);
 /* String storage for results: clear, then add copies; returned pointers stay valid until

@@ -11,9 +11,10 @@
  *   mv_deliver_sealed(address, raw, len, &opts, err, sizeof err)   no password needed
  *   mv_queue_count(address, &opts, &count)
  *   mv_queue_usage(address, &opts, 0, &bytes, &messages)   what it holds, a bounded scan
- *   mv_store_open()  -> store_queue_drain(s, 0, ...): queue -> INBOX, one durable
- *                       (fsync'd) transaction per STORE_QUEUE_BATCH deliveries; with
- *                       MV_STORE_DRAIN_LATER the open leaves the queue
+ *   mv_store_open()  -> store_queue_drain(s, 0, ...): queue -> INBOX, one transaction
+ *                       per STORE_QUEUE_BATCH deliveries, one WAL fsync per
+ *                       STORE_QUEUE_SETTLE_MAX; with MV_STORE_DRAIN_LATER the open leaves
+ *                       the queue
  *   mv_queue_drain(store, max, &moved, &more)   the same, at most max deliveries per call
  *                       (a server drains in steps between other work, not before a login)
  *
@@ -27,8 +28,9 @@
  * IMPLEMENTATION NOTES
  *   - Exactly once. The drain appends each delivery and inserts its meta row
  *     'delivered:<hex id>' (value: the queue file's name) in the batch's transaction (up to
- *     STORE_QUEUE_BATCH deliveries, or the rest of a bounded step), commits it with
- *     synchronous=FULL, and only then unlinks their files. A retry after a crash between
+ *     STORE_QUEUE_BATCH deliveries), commits it, and takes the files out of the queue only
+ *     after a sync of the WAL made the commits durable: once at the end of a step, or every
+ *     STORE_QUEUE_SETTLE_MAX deliveries (store_queue_settle). A retry after a crash between
  *     commit and unlink finds the row and only unlinks. A message the store refuses (a
  *     limit) is refused before the append writes anything, so it goes to rejected/ and the
  *     batch goes on; any store error rolls the whole batch back and leaves its files. The id, not
@@ -225,11 +227,12 @@ struct store_queue_drain {
     int dirty;         /* a file was unlinked or moved: fsync the directory */
     int done_ready;    /* done/ exists (1), cannot be made (-1), not yet looked at (0) */
     int unreadable;    /* the directory could not be read (completely) */
-    /* Files whose deliveries are in the batch's open transaction (appended, or found
-     * appended): unlinked only after its durable commit (store_queue_flush). */
+    /* Files whose deliveries were appended (or found appended) since the WAL was last
+     * synced: [0, pending_txn) committed, the rest in the open transaction. They leave the
+     * queue only after a sync made their commits durable (store_queue_settle). */
     char (*pending)[STORE_QUEUE_NAME_LEN + 1];
     char (*pending_key)[STORE_QUEUE_KEY_LEN + 1]; /* their 'delivered:' keys */
-    size_t pending_count;
+    size_t pending_count, pending_txn;
     /* The keys of the files this step took out of the queue: their rows are deleted by key
      * once the directory's fsync made that durable (store_queue_forget). */
     char (*gone_key)[STORE_QUEUE_KEY_LEN + 1];
@@ -239,16 +242,19 @@ struct store_queue_drain {
      * file that is gone was then not stored by another drain, whose forget would have
      * committed, so the per-file check of store_queue_store() is not needed. */
     int others_quiet;
-    int in_txn;             /* the batch's transaction is open (synchronous=FULL set) */
+    int in_txn;             /* the batch's transaction is open */
     uint32_t moved_pending; /* appended in the open transaction */
     uint32_t taken;         /* files opened and dealt with (stored, found stored, rejected) */
     uint32_t moved;         /* deliveries appended to INBOX */
     int more;               /* stopped at a bound with the round not finished */
 };
 
-/* Deliveries per durable commit (one WAL fsync) at most: a bounded step is one transaction
- * unless it takes more; an open's whole drain commits every this many. */
+/* Deliveries per commit at most (each commit makes its deliveries visible: EXISTS). */
 #define STORE_QUEUE_BATCH 64
+/* Deliveries per WAL sync at most: their files wait for it (store_queue_settle). A step
+ * syncs once at its end (a server's steps take up to 1,024); an open's whole drain every
+ * this many. Each sync took ~1 ms here, and one per batch was ~10% of a drain's time. */
+#define STORE_QUEUE_SETTLE_MAX 1024
 
 __attribute__((format(printf, 4, 5))) static int
 store_queue_error(char *errmsg, size_t size, int code, const char *fmt, ...)
@@ -930,19 +936,15 @@ static int store_queue_data_version(mv_store *s, int64_t *out)
     return step == SQLITE_ROW ? MV_OK : MV_ERROR;
 }
 
-/* Opens the batch's transaction, its commit made durable (synchronous=FULL: the WAL fsync
- * covers the whole batch), unless it is open. */
+/* Opens the batch's transaction unless it is open. Its commit is the profile's (NORMAL: no
+ * sync); store_queue_settle() syncs before any of its files goes. */
 static int store_queue_txn(struct store_queue_drain *q)
 {
     if (q->in_txn) {
         return MV_OK;
     }
-    int rc = store_durable(q->s, 1);
-    if (rc == MV_OK) {
-        rc = store_begin(q->s);
-    }
+    int rc = store_begin(q->s);
     if (rc != MV_OK) {
-        (void)store_durable(q->s, 0);
         return rc;
     }
     q->in_txn = 1;
@@ -959,10 +961,9 @@ static void store_queue_abandon(struct store_queue_drain *q)
 {
     if (q->in_txn) {
         store_rollback(q->s);
-        (void)store_durable(q->s, 0);
         q->in_txn = 0;
     }
-    q->pending_count = 0;
+    q->pending_count = q->pending_txn; /* the committed ones wait for a sync */
     q->moved_pending = 0;
 }
 
@@ -1010,28 +1011,21 @@ static void store_queue_gone(struct store_queue_drain *q, const char *key)
     snprintf(q->gone_key[q->gone_count++], sizeof q->gone_key[0], "%s", key);
 }
 
-/* Commits the batch (one durable commit for all its deliveries: synchronous=FULL, whose WAL
- * fsync covers every frame written before it), then unlinks their files. A crash before the
- * commit loses the batch and keeps its files (delivered again, once); after it, the meta
- * rows keep any file not yet unlinked from being appended twice. */
-static int store_queue_flush(struct store_queue_drain *q)
+/* With no transaction open: syncs the WAL, so the commits of the pending deliveries are
+ * durable, then takes their files out of the queue. Before the sync a crash (or a power
+ * loss) keeps the files: a delivery whose commit was lost is appended again, one whose
+ * commit survived is found by its meta row and only taken out. The sync covers the commits
+ * of other connections too, so a delivery another drain committed (found by its row) is
+ * durable before its file goes. */
+static int store_queue_settle(struct store_queue_drain *q)
 {
-    mv_store *s = q->s;
-    if (!q->in_txn) {
-        q->pending_count = 0;
+    if (q->pending_count == 0) {
         return MV_OK;
     }
-    int rc = store_commit(s); /* rolls back on failure */
-    int rc2 = store_durable(s, 0);
-    q->in_txn = 0;
-    rc = rc != MV_OK ? rc : rc2;
+    int rc = store_wal_sync(q->s);
     if (rc != MV_OK) {
-        q->pending_count = 0; /* the files stay; committed meta rows prevent a second append */
-        q->moved_pending = 0;
-        return rc;
+        return rc; /* the files stay; committed meta rows prevent a second append */
     }
-    q->moved += q->moved_pending;
-    q->moved_pending = 0;
     for (size_t i = 0; i < q->pending_count; i++) {
         if (store_queue_retire(q, q->pending[i]) != 0) {
             q->left++; /* stays; its meta row keeps it from being appended twice */
@@ -1040,13 +1034,37 @@ static int store_queue_flush(struct store_queue_drain *q)
             store_queue_gone(q, q->pending_key[i]);
         }
     }
-    q->pending_count = 0;
+    q->pending_count = q->pending_txn = 0;
     q->dirty = 1;
     return MV_OK;
 }
 
+/* Commits the batch (its deliveries are visible from here) and, with settle or once
+ * STORE_QUEUE_SETTLE_MAX deliveries wait, syncs and takes their files out of the queue
+ * (store_queue_settle). */
+static int store_queue_flush(struct store_queue_drain *q, int settle)
+{
+    if (q->in_txn) {
+        int rc = store_commit(q->s); /* rolls back on failure */
+        q->in_txn = 0;
+        if (rc != MV_OK) {
+            q->pending_count = q->pending_txn; /* those files stay */
+            q->moved_pending = 0;
+            return rc;
+        }
+        q->moved += q->moved_pending;
+        q->moved_pending = 0;
+        q->pending_txn = q->pending_count;
+    } else {
+        q->pending_count = q->pending_txn;
+    }
+    return settle || q->pending_txn >= STORE_QUEUE_SETTLE_MAX - STORE_QUEUE_BATCH
+               ? store_queue_settle(q)
+               : MV_OK;
+}
+
 /* Appends one opened delivery to INBOX exactly once (see the file comment), inside the
- * batch's transaction; its file is unlinked after the batch's commit. Fails only on store
+ * batch's transaction; its file goes once the commit is synced (settle). Fails only on store
  * errors (the batch is then undone and its files stay queued); a message the store refuses
  * goes to rejected/ and the batch goes on (the append checks limits and parses before it
  * writes anything, as the importer relies on too). parsed and sha256: the read-ahead's parse
@@ -1108,7 +1126,7 @@ static int store_queue_store(struct store_queue_drain *q,
     }
     snprintf(q->pending_key[q->pending_count], sizeof q->pending_key[0], "%s", key);
     snprintf(q->pending[q->pending_count++], sizeof q->pending[0], "%s", name);
-    return q->pending_count == STORE_QUEUE_BATCH ? store_queue_flush(q) : MV_OK;
+    return q->pending_count - q->pending_txn == STORE_QUEUE_BATCH ? store_queue_flush(q, 0) : MV_OK;
 }
 
 /* ---- the read-ahead's work (on its threads: the item and the context only) ------------ */
@@ -1348,7 +1366,7 @@ static int store_queue_run(struct store_queue_drain *q)
                 break;
             }
             /* the round's files leave the queue before it is listed again */
-            rc = store_queue_flush(q);
+            rc = store_queue_flush(q, 1);
             if (rc != MV_OK || !(r->progress || (r->later && r->prev_progress))) {
                 break;
             }
@@ -1368,9 +1386,12 @@ static int store_queue_run(struct store_queue_drain *q)
         }
     }
     if (rc == MV_OK) {
-        rc = store_queue_flush(q);
+        rc = store_queue_flush(q, 1);
     } else {
+        /* the batches committed before the error stay queued: their meta rows make a later
+         * round only take them out (after its own sync) */
         store_queue_abandon(q);
+        q->pending_count = q->pending_txn = 0;
     }
     return rc;
 }
@@ -1656,10 +1677,10 @@ static int store_queue_drain_bounded(mv_store *s,
     q.round = s->queue_round;
     q.round->full = bounds == NULL;
     /* Each drained entry's commit must be on disk before its queue file is deleted: the
-     * step's deliveries (up to STORE_QUEUE_BATCH of them) are one transaction committed with
-     * synchronous=FULL before their files go (store_queue_flush): one fsync per step. */
-    q.pending = malloc(STORE_QUEUE_BATCH * sizeof *q.pending);
-    q.pending_key = malloc(STORE_QUEUE_BATCH * sizeof *q.pending_key);
+     * step's deliveries are committed STORE_QUEUE_BATCH at a time and their files go after
+     * one WAL sync (store_queue_settle): one fsync per step. */
+    q.pending = malloc(STORE_QUEUE_SETTLE_MAX * sizeof *q.pending);
+    q.pending_key = malloc(STORE_QUEUE_SETTLE_MAX * sizeof *q.pending_key);
     if (q.pending == NULL || q.pending_key == NULL) {
         free(q.pending);
         free(q.pending_key);

@@ -156,6 +156,22 @@ int store_durable(mv_store *s, int on)
     return rc != MV_OK ? rc : store_tx(s, on ? store_sql_sync_full : store_sql_sync_normal);
 }
 
+int store_wal_sync(mv_store *s)
+{
+    /* The WAL's own handle (this VFS's, so buffered frames are written first): SQLite has
+     * no statement that only syncs it; a checkpoint syncs it only when it has frames to
+     * copy. The store is always in WAL mode (the profile), and a connection that committed
+     * has its WAL open. */
+    sqlite3_file *wal = NULL;
+    int rc = sqlite3_file_control(s->db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &wal);
+    if (rc != SQLITE_OK || wal == NULL || wal->pMethods == NULL) {
+        return store_fail(s, MV_EIO, "cannot sync the WAL: its file is not open");
+    }
+    rc = wal->pMethods->xSync(wal, SQLITE_SYNC_NORMAL);
+    return rc == SQLITE_OK ? MV_OK
+                           : store_fail(s, MV_EIO, "cannot sync the WAL (SQLite error %d)", rc);
+}
+
 int store_begin(mv_store *s)
 {
     if (s->readonly) {

@@ -163,6 +163,8 @@ extern const sqlite3_io_methods mv_io_methods;
 int mv_vfs_file_is_ours(const sqlite3_file *p);
 /* Whether p, a file of the mailvault VFS, offers shared memory (its lower file does). */
 int mv_vfs_file_has_shm(const sqlite3_file *p);
+/* WAL syncs (xSync of a WAL file) in this process so far: for tests that count them. */
+uint64_t mv_vfs_wal_syncs(void);
 
 /* Registry of open main files (vfs_registry.c). */
 void mv_registry_add(struct mv_file *f);

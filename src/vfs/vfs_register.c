@@ -23,6 +23,7 @@
 #include "vfs/vfs_tempdir.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 static sqlite3_vfs mv_vfs;
@@ -124,10 +125,18 @@ static int mv_io_truncate(sqlite3_file *p, sqlite3_int64 size)
     return f->lower->pMethods->xTruncate(f->lower, size);
 }
 
+static _Atomic uint64_t mv_wal_syncs;
+
+uint64_t mv_vfs_wal_syncs(void)
+{
+    return atomic_load(&mv_wal_syncs);
+}
+
 static int mv_io_sync(sqlite3_file *p, int flags)
 {
     struct mv_file *f = mv_file_of(p);
     if (f->kind == MV_FILE_WAL) {
+        atomic_fetch_add(&mv_wal_syncs, 1);
         int rc = mv_wal_flush(f);
         if (rc != SQLITE_OK) {
             return rc;
