@@ -55,6 +55,10 @@
  *     than the logical size, compression smaller.
  *   - Changes made by another process (the mailvault CLI opening the store drains the queue
  *     and may expunge) are not seen by the cache until the server opens the store again.
+ *   - A drain step that ended a round of the queue leaves the files of what it moved in to
+ *     the next step (docs/DELIVERY.md: the user's sessions are told first; the worker runs
+ *     that step next unless a job waits): a count of the directory in between counts those
+ *     deliveries twice (in INBOX and still queued), too high until the next count.
  *   - The queue's bytes include 104 bytes of sealing per message (docs/DELIVERY.md; 76 in
  *     files sealed before burst keys, so those count 28 bytes short).
  *   - The cache keeps QUOTA_SEEN_MAX addresses; past that a new one takes the place of the

@@ -1197,7 +1197,9 @@ struct mv_drain_bounds {
 
 /* One step of a drain of the sealed queue into INBOX, with the guarantees of mv_queue_drain()
  * (exactly once, arrival order, rejected/): one transaction per 64 files, each visible at its
- * commit, and one WAL fsync at the end of the step before its files leave the queue. A step
+ * commit, and one WAL fsync before the step's files leave the queue; a step that stored mail
+ * and ended a walk of the queue returns after its last commit (*more_out 1), and the next
+ * step begins with that fsync and those files. A step
  * (and mv_queue_drain() with a max) stores the messages without their full-text rows and
  * leaves those to mv_store_index_backlog(); an open's drain
  * and mv_queue_drain() with max 0 index at once (searches find the messages either way). The handle

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 struct config g_config; /* main.c's, which is not linked here */
 
@@ -245,6 +246,35 @@ static int qs_queue_truth(const char *who, struct quota_usage *out)
     return rc;
 }
 
+/* Deliveries in the store whose queue files are still there: a step that ended a round of
+ * the queue leaves its files to the next step (docs/DELIVERY.md, SETTLE LATER). Their meta
+ * rows name the files (local@domain's queue is ROOT/domain/local.queue). */
+static int qs_stored_still_queued(mv_store *store, const char *who, struct quota_usage *out)
+{
+    char local[64], queue[4096 + 256];
+    const char *at = strchr(who, '@');
+    snprintf(local, sizeof local, "%.*s", (int)(at - who), who);
+    snprintf(queue, sizeof queue, "%s/%s/%s.queue", g_config.root, at + 1, local);
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(mv_store_db(store),
+                           "SELECT value FROM meta WHERE key LIKE 'delivered:%'", -1, &st,
+                           NULL) != SQLITE_OK) {
+        return -1;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        char path[sizeof queue + 128];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", queue, (const char *)sqlite3_column_text(st, 0));
+        if (stat(path, &sb) == 0) {
+            out->messages++;
+            out->bytes += (uint64_t)sb.st_size - 104;
+        }
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
 /* The count kept for the queue follows it exactly while the worker drains it in steps
  * (quota_note_step after each takes out the store's growth plus the sealing), whatever the
  * deliveries' shapes: the trace fields LMTP puts in front with the message's own line ends
@@ -310,7 +340,7 @@ static void test_kept_count_follows_the_queue(void)
         return;
     }
     uint64_t reads0 = quota_queue_count_reads();
-    int steps = 0, more = 1;
+    int steps = 0, more = 1, settled_later = 0;
     while (more && steps < 20) {
         struct quota_usage before;
         uint32_t moved = 0;
@@ -327,9 +357,14 @@ static void test_kept_count_follows_the_queue(void)
         CHECK_EQ_INT(quota_used_open(&os, &g_config, &used), MV_OK); /* the kept count */
         CHECK_EQ_INT(quota_used(os.store, &in_store), MV_OK);
         CHECK_EQ_INT(qs_queue_truth(who, &queued), MV_OK);
-        CHECK_EQ_INT(used.messages, in_store.messages + queued.messages);
-        CHECK_EQ_INT(used.bytes, in_store.bytes + queued.bytes);
+        /* a step that ended a round leaves its files to the next: counted once, in INBOX */
+        struct quota_usage twice;
+        CHECK_EQ_INT(qs_stored_still_queued(os.store, who, &twice), 0);
+        settled_later += twice.messages > 0;
+        CHECK_EQ_INT(used.messages + twice.messages, in_store.messages + queued.messages);
+        CHECK_EQ_INT(used.bytes + twice.bytes, in_store.bytes + queued.bytes);
     }
+    CHECK(settled_later >= 1);
     CHECK_EQ_INT(more, 0);
     CHECK_EQ_INT(in_store.messages, 2 * n_shapes + 2);
     CHECK(steps >= 7);

@@ -29,9 +29,14 @@
  *   - Exactly once. The drain appends each delivery and inserts its meta row
  *     'delivered:<hex id>' (value: the queue file's name) in the batch's transaction (up to
  *     STORE_QUEUE_BATCH deliveries), commits it, and takes the files out of the queue only
- *     after a sync of the WAL made the commits durable: once at the end of a step, or every
- *     STORE_QUEUE_SETTLE_MAX deliveries (store_queue_settle). A retry after a crash between
- *     commit and unlink finds the row and only unlinks. A message the store refuses (a
+ *     after a sync of the WAL made the commits durable: at the end of each step, and every
+ *     STORE_QUEUE_SETTLE_MAX deliveries (store_queue_settle). A server's step
+ *     (mv_queue_drain_step) that stored mail and ended a round of the queue (the mail that
+ *     was there is all in) returns when it is committed and leaves the sync and the removal
+ *     of its files to the start of the next step (SETTLE LATER), so the user's sessions hear
+ *     of the mail first; until then those deliveries are in INBOX and still queued (a count
+ *     of the queue, mv_queue_usage, includes them). A retry after a crash between commit
+ *     and unlink finds the row and only unlinks. A message the store refuses (a
  *     limit) is refused before the append writes anything, so it goes to rejected/ and the
  *     batch goes on; any store error rolls the whole batch back and leaves its files. The id, not
  *     the SHA-256 of the bytes, decides: two deliveries of identical bytes are two messages.
@@ -212,12 +217,20 @@ struct store_queue_round {
     uint8_t sk[crypto_box_SECRETKEYBYTES];
     struct store_box_cache box; /* made with the round, wiped with it */
     struct store_queue_cctx_pool cctx;
+    /* Files whose deliveries were committed but not yet synced (store_queue_drain's pending),
+     * kept for the next step by a step that ended a round (SETTLE LATER, store_queue_run);
+     * STORE_QUEUE_SETTLE_MAX of each (~135 KiB). */
+    char (*pending)[STORE_QUEUE_NAME_LEN + 1];
+    char (*pending_key)[STORE_QUEUE_KEY_LEN + 1];
+    size_t pending_count;
 };
 
 struct store_queue_drain {
     mv_store *s;
     struct store_queue_round *round;
     const struct mv_drain_bounds *bounds; /* NULL: the whole queue (an open) */
+    int settle_later; /* mv_queue_drain_step(): SETTLE LATER (see store_queue_run) */
+    int settle_next;  /* this step ended its round and leaves its files to the next */
     struct timespec start;
     uint8_t *pk, *sk; /* the round's */
     int64_t inbox_id;
@@ -229,7 +242,8 @@ struct store_queue_drain {
     int unreadable;    /* the directory could not be read (completely) */
     /* Files whose deliveries were appended (or found appended) since the WAL was last
      * synced: [0, pending_txn) committed, the rest in the open transaction. They leave the
-     * queue only after a sync made their commits durable (store_queue_settle). */
+     * queue only after a sync made their commits durable (store_queue_settle). The round's
+     * arrays, its count kept there between calls. */
     char (*pending)[STORE_QUEUE_NAME_LEN + 1];
     char (*pending_key)[STORE_QUEUE_KEY_LEN + 1]; /* their 'delivered:' keys */
     size_t pending_count, pending_txn;
@@ -251,9 +265,10 @@ struct store_queue_drain {
 
 /* Deliveries per commit at most (each commit makes its deliveries visible: EXISTS). */
 #define STORE_QUEUE_BATCH 64
-/* Deliveries per WAL sync at most: their files wait for it (store_queue_settle). A step
- * syncs once at its end (a server's steps take up to 1,024); an open's whole drain every
- * this many. Each sync took ~1 ms here, and one per batch was ~10% of a drain's time. */
+/* Deliveries per WAL sync at most: their files wait for it (store_queue_settle), which
+ * comes at the end of a step (of a server's step that ended a round of the queue: at the
+ * start of the next one), or once this many wait. Each sync took ~1 ms here, and one per
+ * batch of 64 was ~10% of a drain's time. */
 #define STORE_QUEUE_SETTLE_MAX 1024
 
 __attribute__((format(printf, 4, 5))) static int
@@ -1351,7 +1366,12 @@ static int store_queue_round_begin(struct store_queue_drain *q)
 static int store_queue_run(struct store_queue_drain *q)
 {
     struct store_queue_round *r = q->round;
-    int rc = MV_OK;
+    /* SETTLE LATER: the files of what the last step stored leave the queue first, so they
+     * are in it (and in INBOX) only until the server's next step */
+    int rc = store_queue_settle(q);
+    if (rc != MV_OK) {
+        return rc; /* they stay pending (and queued) */
+    }
     for (;;) {
         rc = store_queue_fill(q);
         if (rc != MV_OK) {
@@ -1363,6 +1383,15 @@ static int store_queue_run(struct store_queue_drain *q)
              * a file stamped in the future stays "newer"). */
             q->unreadable |= r->listed < 0;
             if (r->full || r->listed < 0) {
+                break;
+            }
+            /* SETTLE LATER: a step that stored mail returns once it is committed, so the
+             * server tells the user's sessions (IDLE) now, not after the sync and the
+             * renames of its files (~15 ms for 1,024); the next step does those first, and
+             * then walks the queue again */
+            if (q->settle_later && q->moved + q->moved_pending > 0) {
+                q->more = 1;
+                q->settle_next = 1;
                 break;
             }
             /* the round's files leave the queue before it is listed again */
@@ -1386,7 +1415,7 @@ static int store_queue_run(struct store_queue_drain *q)
         }
     }
     if (rc == MV_OK) {
-        rc = store_queue_flush(q, 1);
+        rc = store_queue_flush(q, !q->settle_next);
     } else {
         /* the batches committed before the error stay queued: their meta rows make a later
          * round only take them out (after its own sync) */
@@ -1566,6 +1595,10 @@ void store_queue_round_free(mv_store *s)
         store_scan_close(&r->scan);
         store_box_cache_free(&r->box);
         store_queue_cctx_pool_free(&r->cctx);
+        /* files still pending stay queued: their meta rows make a later drain only take
+         * them out */
+        free(r->pending);
+        free(r->pending_key);
         sodium_memzero(r, sizeof *r);
         free(r);
         s->queue_round = NULL;
@@ -1640,15 +1673,14 @@ int mv_queue_tidy(mv_store *store, uint32_t max, int *more_out)
 }
 
 /* One drain call: bounds NULL drains the whole queue (what was due when it started). */
-static int store_queue_drain_bounded(mv_store *s,
-                                     const struct mv_drain_bounds *bounds,
-                                     uint32_t *moved,
-                                     int *more)
+static int store_queue_drain_bounded(
+    mv_store *s, const struct mv_drain_bounds *bounds, int settle_later, uint32_t *moved, int *more)
 {
     struct store_queue_drain q;
     memset(&q, 0, sizeof q);
     q.s = s;
     q.bounds = bounds;
+    q.settle_later = bounds != NULL && settle_later;
     clock_gettime(CLOCK_MONOTONIC, &q.start);
     *moved = 0;
     *more = 0;
@@ -1663,12 +1695,26 @@ static int store_queue_drain_bounded(mv_store *s,
     q.scan_rows = s->queue_round == NULL; /* the drain's first step: rows a crash left */
     if (s->queue_round == NULL) {
         struct store_queue_round *r = calloc(1, sizeof *r);
-        if (r == NULL || store_box_cache_init(&r->box) != MV_OK) {
+        if (r != NULL) {
+            /* Each drained entry's commit must be on disk before its queue file is deleted:
+             * deliveries are committed STORE_QUEUE_BATCH at a time and their files go after
+             * one WAL sync (store_queue_settle), once per step. */
+            r->pending = malloc(STORE_QUEUE_SETTLE_MAX * sizeof *r->pending);
+            r->pending_key = malloc(STORE_QUEUE_SETTLE_MAX * sizeof *r->pending_key);
+        }
+        if (r == NULL || r->pending == NULL || r->pending_key == NULL ||
+            store_box_cache_init(&r->box) != MV_OK) {
+            if (r != NULL) {
+                free(r->pending);
+                free(r->pending_key);
+            }
             free(r);
             return store_fail(s, MV_ENOMEM, "out of memory draining the queue");
         }
         if (pthread_mutex_init(&r->cctx.mu, NULL) != 0) {
             store_box_cache_free(&r->box);
+            free(r->pending);
+            free(r->pending_key);
             free(r);
             return store_fail(s, MV_ENOMEM, "out of memory draining the queue");
         }
@@ -1676,20 +1722,14 @@ static int store_queue_drain_bounded(mv_store *s,
     }
     q.round = s->queue_round;
     q.round->full = bounds == NULL;
-    /* Each drained entry's commit must be on disk before its queue file is deleted: the
-     * step's deliveries are committed STORE_QUEUE_BATCH at a time and their files go after
-     * one WAL sync (store_queue_settle): one fsync per step. */
-    q.pending = malloc(STORE_QUEUE_SETTLE_MAX * sizeof *q.pending);
-    q.pending_key = malloc(STORE_QUEUE_SETTLE_MAX * sizeof *q.pending_key);
-    if (q.pending == NULL || q.pending_key == NULL) {
-        free(q.pending);
-        free(q.pending_key);
-        return store_fail(s, MV_ENOMEM, "out of memory draining the queue");
-    }
+    q.pending = q.round->pending;
+    q.pending_key = q.round->pending_key;
+    q.pending_count = q.pending_txn = q.round->pending_count; /* committed by the last step */
     rc = store_queue_drain_prepare(&q, &pub_rewritten);
     if (rc == MV_OK) {
         rc = store_queue_run(&q);
     }
+    q.round->pending_count = q.pending_txn; /* no transaction is open here */
     /* The unlinks must be durable before their meta rows go (see store_queue_forget). */
     if (rc == MV_OK && q.dirty && store_fsync_dir(s->queue_dir) != MV_OK) {
         rc = store_fail(s, MV_EIO, "cannot fsync %s: %s", s->queue_dir, strerror(errno));
@@ -1705,8 +1745,6 @@ static int store_queue_drain_bounded(mv_store *s,
     }
     *moved = q.moved;
     *more = rc == MV_OK && q.more;
-    free(q.pending);
-    free(q.pending_key);
     free(q.gone_key);
     if (bounds == NULL) { /* an open: the files of what it moved go now, as they always did */
         int tidy_more = 0;
@@ -1722,11 +1760,12 @@ static int store_queue_drain_bounded(mv_store *s,
 int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more)
 {
     struct mv_drain_bounds b = {.max = max};
-    return store_queue_drain_bounded(s, max == 0 ? NULL : &b, moved, more);
+    return store_queue_drain_bounded(s, max == 0 ? NULL : &b, 0, moved, more);
 }
 
 static int store_queue_drain_api(mv_store *store,
                                  const struct mv_drain_bounds *bounds,
+                                 int settle_later,
                                  uint32_t *moved_out,
                                  int *more_out)
 {
@@ -1738,7 +1777,7 @@ static int store_queue_drain_api(mv_store *store,
         rc = store_fail(store, MV_EINVAL, "the store is open read-only: the queue is not drained");
     } else {
         (void)store_fail(store, MV_OK, "%s", ""); /* a note is about this drain only */
-        rc = store_queue_drain_bounded(store, bounds, &moved, &more);
+        rc = store_queue_drain_bounded(store, bounds, settle_later, &moved, &more);
     }
     if (moved_out != NULL) {
         *moved_out = moved;
@@ -1752,7 +1791,7 @@ static int store_queue_drain_api(mv_store *store,
 int mv_queue_drain(mv_store *store, uint32_t max, uint32_t *moved_out, int *more_out)
 {
     struct mv_drain_bounds b = {.max = max};
-    return store_queue_drain_api(store, max == 0 ? NULL : &b, moved_out, more_out);
+    return store_queue_drain_api(store, max == 0 ? NULL : &b, 0, moved_out, more_out);
 }
 
 int mv_queue_drain_step(mv_store *store,
@@ -1770,5 +1809,5 @@ int mv_queue_drain_step(mv_store *store,
         }
         return MV_EINVAL;
     }
-    return store_queue_drain_api(store, b, moved_out, more_out);
+    return store_queue_drain_api(store, b, 1, moved_out, more_out);
 }
