@@ -199,13 +199,16 @@
  * long time never gets to worker_checkpoint(). */
 #define WORKER_WAL_FRAMES_MAX 16384
 
-/* Drain steps (THE DRAIN), each one durable commit: a step goes on while no job waits, up to
- * WORKER_DRAIN_STEP_MS or WORKER_DRAIN_MAX deliveries, and gives way to a job that comes once it
- * has run WORKER_DRAIN_MIN_MS (so the commit, a step's fixed cost, is shared by several
- * deliveries, and a command waits at most about that long). */
+/* Drain steps (THE DRAIN), each made durable by one WAL fsync (docs/DELIVERY.md): a step goes
+ * on while no job waits, up to WORKER_DRAIN_STEP_MS or WORKER_DRAIN_MAX deliveries, and gives
+ * way to a job that comes once it has run WORKER_DRAIN_MIN_MS (so the fsync, a step's fixed
+ * cost, is shared by several deliveries, and a command waits at most about that long).
+ * WORKER_DRAIN_MAX is the library's bound of deliveries per fsync (STORE_QUEUE_SETTLE_MAX):
+ * 1,200 queued messages are one step, whose files leave the queue after the sessions were
+ * told (1,024 made two, the first step's 1,024 renames before the second step's notice). */
 #define WORKER_DRAIN_MIN_MS  25 /* of the thread's CPU time: the same work on a busy machine */
 #define WORKER_DRAIN_STEP_MS 250
-#define WORKER_DRAIN_MAX     1024
+#define WORKER_DRAIN_MAX     2048
 /* After the open (a login), the first step waits for the worker's next job (the client's next
  * command, the SELECT that follows a LOGIN), so that it runs first instead of behind a step; a
  * fixed 50 ms was too short on a loaded machine, where the client's SELECT often came later and
