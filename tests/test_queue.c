@@ -928,6 +928,20 @@ static size_t qt_inbox_markers(mv_store *s, const char *tag, int *got, size_t ma
     return n;
 }
 
+/* Queues n deliveries tagged tag for who (a new store), then opens it as a server does
+ * (MV_STORE_DRAIN_LATER: the open moves nothing) into *s. */
+static void qt_queue_then_open_later(
+    const char *who, const struct mv_store_options *o, const char *tag, int n, mv_store **s)
+{
+    CHECK_EQ_INT(qt_init(who, o), MV_OK);
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ_INT(qt_deliver(who, o, tag, i), MV_OK);
+    }
+    struct mv_store_options later = *o;
+    later.flags |= MV_STORE_DRAIN_LATER;
+    CHECK_EQ_INT(qt_open(who, &later, s), MV_OK);
+}
+
 #define STEP_DELIVERIES 300
 #define STEP_MAX        40
 
@@ -938,14 +952,11 @@ static void test_drain_in_steps(void)
 {
     struct mv_store_options o = qt_options("root_steps");
     const char *who = "steps@example.org";
-    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
-    for (int i = 0; i < STEP_DELIVERIES; i++) {
-        CHECK_EQ_INT(qt_deliver(who, &o, "step", i), MV_OK);
-    }
-    struct mv_store_options later = o;
-    later.flags |= MV_STORE_DRAIN_LATER;
     mv_store *s = NULL;
-    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    qt_queue_then_open_later(who, &o, "step", STEP_DELIVERIES, &s);
+    if (s == NULL) {
+        return;
+    }
     struct mv_mailbox_info info;
     CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &info), MV_OK);
     CHECK_EQ_INT(info.messages, 0);
@@ -1006,14 +1017,11 @@ static void test_drain_step_syncs_once(void)
 {
     struct mv_store_options o = qt_options("root_settle");
     const char *who = "settle@example.org";
-    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
-    for (int i = 0; i < SETTLE_DELIVERIES; i++) {
-        CHECK_EQ_INT(qt_deliver(who, &o, "settle", i), MV_OK);
-    }
-    struct mv_store_options later = o;
-    later.flags |= MV_STORE_DRAIN_LATER;
     mv_store *s = NULL;
-    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    qt_queue_then_open_later(who, &o, "settle", SETTLE_DELIVERIES, &s);
+    if (s == NULL) {
+        return;
+    }
     struct mv_drain_bounds b = {.max = 1024, .time_ms = 3600 * 1000};
     uint32_t moved = 0;
     int more = 0;
