@@ -1199,10 +1199,10 @@ struct mv_drain_bounds {
  * (exactly once, arrival order, rejected/): one transaction per 64 files, each visible at its
  * commit, and one WAL fsync before the step's files leave the queue; a step that stored mail
  * and ended a walk of the queue returns after its last commit (*more_out 1), and the next
- * step begins with that fsync and those files. A step
- * (and mv_queue_drain() with a max) stores the messages without their full-text rows and
- * leaves those to mv_store_index_backlog(); an open's drain
- * and mv_queue_drain() with max 0 index at once (searches find the messages either way). The handle
+ * step begins with that fsync and those files. A step (and mv_queue_drain() with a max)
+ * stores the messages without their full-text rows and leaves those to
+ * mv_store_index_backlog(); an open's drain and mv_queue_drain() with max 0 index at once
+ * (searches find the messages either way). The handle
  * remembers where the drain is between steps: the queue directory is read once per 1,024 names, not
  * per step, so a step costs what it takes, not the length of the queue. Deliveries that arrive
  * while the drain runs are taken after the ones before them, in a further walk of the queue. A walk
