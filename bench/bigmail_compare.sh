@@ -6,7 +6,8 @@
 # Dovecot's time / mailvaultd's, peak RSS of mailvaultd and of Dovecot's imap process.
 #
 # USAGE
-#   bench/bigmail_compare.sh [--messages "10000 100000"] [--rounds R] [--quick]
+#   bench/bigmail_compare.sh [--messages "10000 100000"] [--rounds R] [--sample-rounds S]
+#                            [--quick]
 #                            [--no-dovecot] [--out DIR] [--attach-percent P]
 #     (after `make all`; bench/run.sh runs it last: in full in `make bench`, with --quick in
 #     `make bench QUICK=1`)
@@ -68,18 +69,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-sizes="10000 100000" rounds=3 quick=0 use_dovecot=1 out="" lmtp=1200 attach=5
+sizes="10000 100000" rounds=3 sample_rounds=9 quick=0 use_dovecot=1 out="" lmtp=1200 attach=5
 while [ $# -gt 0 ]; do
     case $1 in
     --messages) sizes=$2; shift ;;
     --rounds) rounds=$2; shift ;;
-    --quick) quick=1 sizes=1000 rounds=1 lmtp=200 ;;
+    --sample-rounds) sample_rounds=$2; shift ;;
+    --quick) quick=1 sizes=1000 rounds=1 sample_rounds=1 lmtp=200 ;;
     --no-dovecot) use_dovecot=0 ;;
     --out) out=$2; shift ;;
     --lmtp) lmtp=$2; shift ;;
     --attach-percent) attach=$2; shift ;;
     *) echo "usage: bench/bigmail_compare.sh [--messages \"10000 100000\"] [--rounds R]" \
-        "[--quick] [--no-dovecot] [--out DIR] [--lmtp N] [--attach-percent P]" >&2; exit 2 ;;
+        "[--sample-rounds S] [--quick] [--no-dovecot] [--out DIR] [--lmtp N] [--attach-percent P]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -186,6 +188,7 @@ for n in $sizes; do
     mv_imap=$(free_port) mv_lmtp=$(free_port)
     echo "== bigmail.py: $n messages, $rounds pair(s) per operation"
     if ! "${nice[@]}" python3 bench/bigmail.py run --messages "$n" --rounds "$rounds" \
+        --sample-rounds "$sample_rounds" \
         --user "$user" --password-file "$pw" --meta "$corpus/meta.json" \
         --lmtp-messages "$lmtp" --mailvaultd "$server" --mv-root "$MAILVAULT_ROOT" \
         --mv-imap-port "$mv_imap" --mv-lmtp-port "$mv_lmtp" --mv-log "$run/mailvaultd.log" \
