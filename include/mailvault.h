@@ -1221,9 +1221,12 @@ MV_API MV_MUST_CHECK int mv_queue_drain_step(mv_store *store,
  * all) and removes done/ once it is empty. It does nothing while a stepped drain is under way
  * (mv_queue_drain_step, mv_queue_drain with a max: *more_out 0; call it after the last step);
  * mv_store_open() and mv_queue_drain() with max 0 tidy before they return. The files are
- * sealed to the store's key, never plaintext. *more_out (may be NULL): 1 if it stopped at
- * max with files left (call again). Returns MV_OK (also on a read-only handle: nothing to
- * do), MV_EINVAL (NULL store), MV_EIO or MV_ENOSPC (a file could not be removed). */
+ * sealed to the store's key, never plaintext. Bounded calls go on through the directory
+ * where the last one stopped (the handle keeps it open in between; mv_store_close closes
+ * it), so tidying n files costs about n whatever max is. *more_out (may be NULL): 1 if it
+ * stopped at max, or files came in meanwhile (call again; the last call may find nothing).
+ * Returns MV_OK (also on a read-only handle: nothing to do), MV_EINVAL (NULL store), MV_EIO
+ * or MV_ENOSPC (a file could not be removed). */
 MV_API MV_MUST_CHECK int mv_queue_tidy(mv_store *store, uint32_t max, int *more_out);
 
 struct mv_import_stats {

@@ -1678,6 +1678,95 @@ static void test_drain_leaves_unlinks_to_tidy(void)
     CHECK_EQ_INT(mv_queue_tidy(NULL, 0, NULL), MV_EINVAL);
 }
 
+/* Bounded tidy calls share one pass of done/: each goes on where the last one stopped (read
+ * from its start every call, a done/ grown large cost the calls a quadratic time). A pass
+ * during which a drain moved files in ends asking for more, and the next call's new pass
+ * takes those; a call for all (max 0) finishes in one call whatever pass was open. */
+static void test_tidy_goes_on_where_it_stopped(void)
+{
+    struct mv_store_options o = qt_options("root_tidy_pass");
+    const char *who = "pass@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    for (int i = 0; i < 20; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "pass", i), MV_OK);
+    }
+    char done[1100];
+    snprintf(done, sizeof done, "%s/example.org/pass.queue/done", o.root);
+    struct mv_store_options later = o;
+    later.flags |= MV_STORE_DRAIN_LATER;
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    if (s == NULL) {
+        return;
+    }
+    uint32_t moved = 0;
+    int more = 0, tidy_more = 0, calls = 0;
+    CHECK_EQ_INT(mv_queue_drain(s, 20, &moved, &more), MV_OK);
+    CHECK_EQ_INT(moved, 20);
+    CHECK_EQ_INT(qt_sealed_files(done), 20);
+    unsigned opens = s->queue_tidy_opens;
+    do {
+        CHECK_EQ_INT(mv_queue_tidy(s, 3, &tidy_more), MV_OK);
+    } while (tidy_more && ++calls < 100);
+    CHECK_EQ_INT(calls, 6); /* 7 calls: 6 of 3 files, the last of 2 and the end */
+    CHECK_EQ_INT(qt_sealed_files(done), -1);
+    CHECK_EQ_INT((int)(s->queue_tidy_opens - opens), 1); /* one pass for all of them */
+
+    /* files moved in while a pass is open: that pass ends asking for more, a new one takes
+     * them, whether or not the first one met them */
+    for (int i = 20; i < 30; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "pass", i), MV_OK);
+    }
+    CHECK_EQ_INT(mv_queue_drain(s, 10, &moved, &more), MV_OK);
+    CHECK_EQ_INT(moved, 10);
+    opens = s->queue_tidy_opens;
+    CHECK_EQ_INT(mv_queue_tidy(s, 3, &tidy_more), MV_OK);
+    CHECK_EQ_INT(tidy_more, 1);
+    CHECK_EQ_INT(qt_sealed_files(done), 7);
+    for (int i = 30; i < 34; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "pass", i), MV_OK);
+    }
+    CHECK_EQ_INT(mv_queue_drain(s, 10, &moved, &more), MV_OK);
+    CHECK_EQ_INT(moved, 4);
+    CHECK_EQ_INT(qt_sealed_files(done), 11);
+    calls = 0;
+    do {
+        CHECK_EQ_INT(mv_queue_tidy(s, 3, &tidy_more), MV_OK);
+    } while (tidy_more && ++calls < 100);
+    CHECK(calls < 100);
+    CHECK_EQ_INT(qt_sealed_files(done), -1);
+    CHECK_EQ_INT((int)(s->queue_tidy_opens - opens), 2);
+
+    /* all at once (max 0) with a pass open from before the latest moves: one call */
+    for (int i = 34; i < 37; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "pass", i), MV_OK);
+    }
+    CHECK_EQ_INT(mv_queue_drain(s, 10, &moved, &more), MV_OK);
+    CHECK_EQ_INT(mv_queue_tidy(s, 1, &tidy_more), MV_OK);
+    CHECK_EQ_INT(tidy_more, 1);
+    for (int i = 37; i < 40; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "pass", i), MV_OK);
+    }
+    CHECK_EQ_INT(mv_queue_drain(s, 10, &moved, &more), MV_OK);
+    CHECK_EQ_INT(qt_sealed_files(done), 5);
+    CHECK_EQ_INT(mv_queue_tidy(s, 0, &tidy_more), MV_OK);
+    CHECK_EQ_INT(tidy_more, 0);
+    CHECK_EQ_INT(qt_sealed_files(done), -1);
+    int got[48];
+    CHECK_EQ_INT(qt_inbox_markers(s, "pass", got, 48), 40);
+    mv_store_close(&s); /* with no pass open, and below with one */
+
+    for (int i = 40; i < 44; i++) {
+        CHECK_EQ_INT(qt_deliver(who, &o, "pass", i), MV_OK);
+    }
+    CHECK_EQ_INT(qt_open(who, &later, &s), MV_OK);
+    CHECK_EQ_INT(mv_queue_drain(s, 10, &moved, &more), MV_OK);
+    CHECK_EQ_INT(mv_queue_tidy(s, 1, &tidy_more), MV_OK);
+    CHECK(s->queue_tidy_dir != NULL);
+    mv_store_close(&s); /* closes the pass's directory (ASan's leak check) */
+    CHECK_EQ_INT(qt_sealed_files(done), 3);
+}
+
 /* ---- two phases: the full-text backlog ---------------------------------------------- */
 
 #define BACKLOG_MAIL 24
@@ -2319,6 +2408,7 @@ int main(void)
     TEST(test_read_ahead_damaged_file);
     TEST(test_count_and_usage_agree);
     TEST(test_drain_leaves_unlinks_to_tidy);
+    TEST(test_tidy_goes_on_where_it_stopped);
     TEST(test_drain_leaves_index_to_backlog);
     TEST(test_backlog_body_purged);
     TEST(test_backlog_body_damaged);

@@ -30,6 +30,8 @@
 
 #include "mailvault.h"
 
+#include <dirent.h>
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -124,6 +126,17 @@ struct mv_store {
     /* The queue's done/ may hold files of drained deliveries for mv_queue_tidy(): set at
      * open if it exists and by each drain that moves a file there, cleared once it is empty. */
     int queue_done_hint;
+    /* Files moved into done/ by this handle so far: a tidy pass whose stream began at the
+     * same count has seen every file of ours there (store_queue_tidy). */
+    uint64_t queue_done_moves;
+    /* The pass of done/ a bounded mv_queue_tidy() left off in, so the next call goes on
+     * from there instead of reading the directory from its start again (NULL between
+     * passes); queue_tidy_moves: queue_done_moves when it was opened; queue_tidy_others: it
+     * met a file not ours. queue_tidy_opens: passes begun (tests). */
+    DIR *queue_tidy_dir;
+    uint64_t queue_tidy_moves;
+    int queue_tidy_others;
+    unsigned queue_tidy_opens;
     /* Where a stepped drain of the sealed queue is (store_queue.c), NULL between drains. */
     struct store_queue_round *queue_round;
     /* Full-text rows of the bodies appended in the open write transaction, inserted just
@@ -417,6 +430,8 @@ int store_queue_init_keys(mv_store *s);
 int store_queue_drain(mv_store *s, uint32_t max, uint32_t *moved, int *more);
 /* Frees the handle's drain position (mv_store_close). */
 void store_queue_round_free(mv_store *s);
+/* Ends the tidy's pass of done/ if one is open (mv_store_close). */
+void store_queue_tidy_close(mv_store *s);
 /* What the queue's read-ahead holds now and did (store_queue_ahead.h), all 0 without one:
  * for tests of its bounds. */
 struct store_queue_ahead_stats;

@@ -258,6 +258,7 @@ static void store_free(mv_store *s)
     store_stmts_finalize(s);
     store_blob_release(s);
     store_queue_round_free(s);
+    store_queue_tidy_close(s);
     /* Unregistered only once the connection is really gone: a connection that failed to
      * close still holds the file's locks, and keyless readers must keep off it. */
     if (sqlite3_close(s->db) == SQLITE_OK) {
