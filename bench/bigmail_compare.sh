@@ -81,7 +81,8 @@ while [ $# -gt 0 ]; do
     --lmtp) lmtp=$2; shift ;;
     --attach-percent) attach=$2; shift ;;
     *) echo "usage: bench/bigmail_compare.sh [--messages \"10000 100000\"] [--rounds R]" \
-        "[--sample-rounds S] [--quick] [--no-dovecot] [--out DIR] [--lmtp N] [--attach-percent P]" >&2; exit 2 ;;
+        "[--sample-rounds S] [--quick] [--no-dovecot] [--out DIR] [--lmtp N]" \
+        "[--attach-percent P]" >&2; exit 2 ;;
     esac
     shift
 done
