@@ -866,14 +866,6 @@ static int store_body_part_blob(mv_store *s, sqlite3_blob **blob, int64_t attach
 /* A stored BLOB longer than this may have an overflow chain (a 4 KiB page's cell holds less). */
 #define STORE_BLOB_CHAIN_MIN 3500
 
-/* Pages on each side of a body row's leaf read with it (vfs_hint.h, mv_db_read_near_hint):
- * in the benchmark's stores 80% of the chains lie wholly within 2 pages of their leaf (93%
- * within 4), so a cold message mostly costs one random read, not two (leaf, then chain), for
- * 16 KiB more read with the leaf. Measured (docs/BENCHMARKS.md, the twelfth pass): 2 pages
- * made an evicted FETCH of 50 whole messages 3-11% faster (median 7%), 4 pages 2-6% (more
- * bytes read for the few chains more they cover). */
-#define STORE_BLOB_NEAR_PAGES 2
-
 /* Reads the length of row id's BLOB (length_sql: one leaf, no overflow page) and tells the
  * VFS that the next page read from the file starts its chain (vfs_hint.h), so the chain is
  * read from the disk in one request, and no further. The caller takes the hint back after

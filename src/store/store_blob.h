@@ -134,6 +134,14 @@ uint64_t store_body_key(int64_t body_id, int64_t compression);
 /* 1 and the parts of key, or 0 (not a key). */
 int store_body_key_parts(uint64_t key, int64_t *body_id, int *compression);
 
+/* Pages on each side of a body row's leaf read with it (vfs_hint.h, mv_db_read_near_hint):
+ * in the benchmark's stores 80% of the chains lie wholly within 2 pages of their leaf (93%
+ * within 4), so a cold message mostly costs one random read, not two (leaf, then chain), for
+ * 16 KiB more read with the leaf. Measured (docs/BENCHMARKS.md, the twelfth pass): 2 pages
+ * made an evicted FETCH of 50 whole messages 3-11% faster (median 7%), 4 pages 2-6% (more
+ * bytes read for the few chains more they cover). */
+#define STORE_BLOB_NEAR_PAGES 2
+
 /* store_message_body_place() of body_id, known to be the body of a message that still
  * exists, stored with compression and size bytes long (as a body key and a listing say):
  * reads only the body's stored skeleton (bodies_data) and its parts, not the message's or the

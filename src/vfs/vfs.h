@@ -223,6 +223,9 @@ int mv_main_read_held(struct mv_file *f, uint32_t pgno, uint32_t page_size, uint
 void mv_main_read_drop(struct mv_file *f);
 /* At close: drops the held window and frees the file's buffer for them. */
 void mv_main_read_release(struct mv_file *f);
+/* MV_FCNTL_PREFETCH on a main file (vfs_hint.h, vfs_prefetch.c). A hint: no error. */
+struct mv_fcntl_prefetch;
+void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p);
 int mv_main_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_journal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);

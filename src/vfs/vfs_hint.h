@@ -12,6 +12,10 @@
  *   ... find the row, hint its chain, read the BLOB ...   // read the leaf with the 2 pages
  *   mv_db_read_ahead_hint(db, 0);       // on each side at once; taken back with the rest
  *
+ *   struct mv_fcntl_prefetch p = {.root = root, .rowids = ids, .n = n, .near = 2};
+ *   mv_db_prefetch(db, &p);             // rows of a table about to be read one by one: their
+ *   ... read the rows ...               // leaves asked of the disk at once (vfs_prefetch.c)
+ *
  * The window's pages serve the chain's page reads until the hint is taken back (each page
  * still authenticated and decrypted), so take it back right after the BLOB's read, in the
  * same statement: a wrong hint costs reads, never bytes. Library-internal: not in
@@ -42,5 +46,38 @@ void mv_db_read_ahead_hint(sqlite3 *db, int64_t bytes);
  * it in one lower read and holds them. Taken back by mv_db_read_ahead_hint(db, 0) (or
  * mv_db_read_near_hint(db, 0)); ignored as mv_db_read_ahead_hint is. */
 void mv_db_read_near_hint(sqlite3 *db, int pages);
+
+/* pArg: struct mv_fcntl_prefetch*. */
+#define MV_FCNTL_PREFETCH 0x6d760008
+
+/* Rows and near pages a prefetch takes at most (more is ignored: nothing is prefetched). */
+#define MV_PREFETCH_ROWS_MAX 1024
+#define MV_PREFETCH_NEAR_MAX 16
+
+struct mv_fcntl_prefetch {
+    uint32_t root;          /* the table B-tree's root page */
+    const int64_t *rowids;  /* the rows to be read, n of them, in any order */
+    size_t n;               /* 1 to MV_PREFETCH_ROWS_MAX */
+    uint32_t near;          /* pages on each side of each leaf asked for with it */
+    uint32_t *leaves;       /* out, NULL or n entries: each row's leaf as walked (0: none) */
+    int always_chains;      /* 1: the chains below always (tests); 0: only from a cold file */
+    uint32_t *chain_firsts; /* out, NULL or n entries: each chain asked for's first page (0:
+                             * none: no chain, within the near pages, or not looked at) */
+    size_t advised;         /* out: the distinct leaves asked for (0: nothing done) */
+    size_t chains;          /* out: the overflow chains asked for (those past the near pages) */
+};
+
+/* Walks the interior pages of table p->root in db's main file (as the file holds them, not
+ * the WAL) for p->rowids, one level at a time, and asks the kernel for each row's leaf with
+ * p->near pages on each side, all at once, without waiting for them (posix_fadvise
+ * WILLNEED): the reads of those rows that follow find their pages in the page cache, or
+ * already on their way. If the leaves were not in the page cache, it then reads them (all
+ * on their way) and asks for the overflow chains of the rows that do not lie within the
+ * near pages. Blocks for about one disk read per level of the tree, and one more for the
+ * leaves. A hint: never an error; a wrong walk costs reads, never bytes (vfs_prefetch.c).
+ * Returns p->advised, the distinct leaves asked for (0 if nothing was done: not a keyed
+ * mailvault file, a lower VFS without a file descriptor, bad arguments, an unreadable
+ * page); the other results in p. */
+size_t mv_db_prefetch(sqlite3 *db, struct mv_fcntl_prefetch *p);
 
 #endif /* MV_VFS_HINT_H */

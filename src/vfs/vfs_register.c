@@ -221,6 +221,9 @@ static int mv_io_file_control(sqlite3_file *p, int op, void *arg)
         case MV_FCNTL_READ_NEAR:
             mv_main_read_near_hint(f, *(const int *)arg);
             return SQLITE_OK;
+        case MV_FCNTL_PREFETCH:
+            mv_main_prefetch(f, (struct mv_fcntl_prefetch *)arg);
+            return SQLITE_OK;
         case MV_FCNTL_INFO: {
             struct mv_db_info *info = arg;
             const struct mv_codec *c = f->codec;
