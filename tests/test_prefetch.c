@@ -72,6 +72,31 @@ static char *pf_message(unsigned i, size_t size, size_t *len)
     return m;
 }
 
+/* Message i with one attachment of size bytes of base64-like text (stored apart from the
+ * skeleton when large enough, and as it is: it hardly compresses). */
+static char *pf_attachment_message(unsigned i, size_t size, size_t *len)
+{
+    size_t body_len = 0;
+    char *body = pf_message(i, size, &body_len);
+    size_t cap = body_len + 1024;
+    char *m = body != NULL ? malloc(cap) : NULL;
+    if (m == NULL) {
+        free(body);
+        return NULL;
+    }
+    const char *text = strstr(body, "\r\n\r\n") + 4; /* pf_message's body, after its header */
+    int n = snprintf(m, cap,
+                     "From: a%u@example.org\r\nSubject: attachment %u\r\nMIME-Version: 1.0\r\n"
+                     "Content-Type: multipart/mixed; boundary=\"b%u\"\r\n\r\n--b%u\r\n"
+                     "Content-Type: text/plain\r\n\r\nsee attached\r\n--b%u\r\n"
+                     "Content-Type: application/octet-stream\r\n"
+                     "Content-Transfer-Encoding: base64\r\n\r\n%s\r\n--b%u--\r\n",
+                     i, i, i, i, i, text, i);
+    free(body);
+    *len = n > 0 && (size_t)n < cap ? (size_t)n : 0;
+    return m;
+}
+
 /* A new store name@example.org with PF_COUNT messages: a third small (no chain), a third ~9 KB (a
  * chain near its leaf), a third ~30 KB (a chain that runs past it); their UIDs in uid. */
 static int pf_fill(const char *name, mv_store **s, uint32_t *uid)
@@ -237,6 +262,50 @@ static void pf_check_walk(sqlite3 *db, const char *table, size_t stride, int lev
     free(firsts);
 }
 
+/* An index walk with entries collected, on a WITHOUT ROWID table shaped as body_parts (an
+ * integer first column, several entries for some of its values): every value collected is
+ * one SQLite has for the rows asked for, and all of them are collected but those an interior
+ * cell holds (an index keeps entries there too; the walk reads leaves only). */
+static void pf_check_index(sqlite3 *db)
+{
+    static const char parts[] =
+        "CREATE TABLE parts(a INTEGER, b INTEGER, c INTEGER, d INTEGER, PRIMARY KEY (a, b)) "
+        "WITHOUT ROWID;"
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 9000) "
+        "INSERT INTO parts SELECT i / 3, i % 3, i * 7, i * 10 FROM n WHERE i % 5 != 0;"
+        "PRAGMA wal_checkpoint(TRUNCATE)";
+    CHECK_EQ_INT(tu_exec(db, parts), 0);
+    CHECK(tu_int(db, "SELECT max(length(path) - length(replace(path, '/', ''))) FROM dbstat "
+                     "WHERE name = 'parts'") >= 2); /* three levels */
+    enum { ROWS = 400 };
+    int64_t ids[ROWS], collected[4 * ROWS];
+    for (int i = 0; i < ROWS; i++) {
+        ids[i] = 1 + (int64_t)i * 7; /* some values absent: none has a == 0 mod 5 ... */
+    }
+    struct mv_fcntl_prefetch p = {.root = pf_root(db, "parts"),
+                                  .index = 1,
+                                  .rowids = ids,
+                                  .n = ROWS,
+                                  .collect_column = 3,
+                                  .collected = collected,
+                                  .collected_cap = (size_t)4 * ROWS};
+    CHECK(mv_db_prefetch(db, &p) > 0);
+    long long expected = tu_int(db, "SELECT count(*) FROM parts WHERE (a - 1) % 7 = 0 AND "
+                                    "a <= 1 + 7 * 399");
+    long long interior = tu_int(db, "SELECT sum(ncell) FROM dbstat WHERE name = 'parts' AND "
+                                    "pagetype = 'internal'");
+    size_t wrong = 0;
+    for (size_t i = 0; i < p.collected_n; i++) {
+        int64_t d = collected[i], row = d / 10, a = row / 3;
+        wrong += d % 10 != 0 || row % 5 == 0 || (a - 1) % 7 != 0 || a > 1 + 7 * 399 ? 1u : 0u;
+    }
+    printf("  # parts: %zu of %lld entries collected (%lld entries in interior cells)\n",
+           p.collected_n, expected, interior);
+    CHECK_EQ_INT((long long)wrong, 0);
+    CHECK((long long)p.collected_n <= expected && (long long)p.collected_n >= expected - interior);
+    CHECK(p.collected_n > 0);
+}
+
 static void test_walk_finds_sqlites_leaves(void)
 {
     mv_store *s = NULL;
@@ -256,6 +325,7 @@ static void test_walk_finds_sqlites_leaves(void)
                                "PRAGMA wal_checkpoint(TRUNCATE)";
     CHECK_EQ_INT(tu_exec(db, deep), 0);
     pf_check_walk(db, "deep", 6, 3);
+    pf_check_index(db);
     free(uid);
     mv_store_close(&s);
 }
@@ -362,18 +432,31 @@ static double pf_now(void)
 
 static void test_pages_arrive(void)
 {
-    enum { N = 60 };
+    enum { N = 60, A = 3, ATT = 200000 }; /* N drawn, A with an attachment stored apart */
     mv_store *s = NULL;
     uint32_t *uid = calloc(PF_COUNT, sizeof *uid);
+    uint32_t att_uid[A];
     CHECK(uid != NULL);
     CHECK_EQ_INT(pf_fill("arrive", &s, uid), 0);
+    for (unsigned a = 0; a < A; a++) {
+        size_t len = 0;
+        char *m = pf_attachment_message(5000 + a, ATT, &len);
+        CHECK(m != NULL && len > ATT);
+        CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 1700000000, &att_uid[a]),
+                     MV_OK);
+        free(m);
+    }
     sqlite3 *db = mv_store_db(s);
-    struct pf_truth t;
+    CHECK_EQ_INT(tu_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)"), 0);
+    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM attachments_data"), A);
+    struct pf_truth t, att;
     CHECK_EQ_INT(pf_truth(db, "bodies_data", &t), 0);
+    CHECK_EQ_INT(pf_truth(db, "attachments_data", &att), 0);
     uint32_t page_size = (uint32_t)tu_int(db, "PRAGMA page_size");
-    /* the keys of N messages spread over the mailbox, as a client's random draw would be */
-    struct mv_message_key keys[N];
-    uint32_t want[N];
+    /* the keys of N messages spread over the mailbox, as a client's random draw would be,
+     * and of the A with an attachment: their leaves, and the attachments' first chain pages */
+    struct mv_message_key keys[N + A];
+    uint32_t want[N + A + A];
     size_t n = 0;
     mv_message_iter *it = NULL;
     struct mv_message_entry e;
@@ -381,7 +464,7 @@ static void test_pages_arrive(void)
     CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &info), MV_OK);
     CHECK_EQ_INT(mv_message_list_begin(s, "INBOX", 0, 0, &it), MV_OK);
     for (unsigned k = 0; mv_message_list_next(it, &e) == 1; k++) {
-        if (k % PF_STEP != PF_STEP / 2 || n == N) {
+        if ((k % PF_STEP != PF_STEP / 2 || n >= N) && k < PF_COUNT) {
             continue;
         }
         keys[n] = (struct mv_message_key){.body_key = e.body_key,
@@ -397,47 +480,56 @@ static void test_pages_arrive(void)
         n++;
     }
     mv_message_list_end(&it);
-    CHECK_EQ_INT((long long)n, N);
+    CHECK_EQ_INT((long long)n, N + A);
+    for (size_t a = 0; a < A; a++) {
+        want[N + A + a] = att.overflow[a];
+        CHECK(att.overflow[a] != 0);
+    }
     char *path = strdup(sqlite3_db_filename(db, "main"));
     CHECK(path != NULL);
     CHECK_EQ_INT(pf_child(path, 1, NULL, 0, page_size), 0);
-    int before = pf_child(path, 0, want, N, page_size);
+    int before = pf_child(path, 0, want, N + A + A, page_size);
     CHECK(before >= 0);
     if (before > N / 2) {
-        printf("  # SKIP the page cache keeps this file's pages (tmpfs?): %d of %d leaves "
+        printf("  # SKIP the page cache keeps this file's pages (tmpfs?): %d of %d pages "
                "resident after eviction; the walk itself is checked above\n",
-               before, N);
+               before, N + A + A);
     } else {
-        CHECK_EQ_INT(mv_message_prefetch_keyed(s, keys, N), MV_OK);
-        int after = 0;
+        CHECK_EQ_INT(mv_message_prefetch_keyed(s, keys, N + A), MV_OK);
+        int after = 0, att_after = 0;
         for (double end = pf_now() + 30.0; pf_now() < end;) {
-            after = pf_child(path, 0, want, N, page_size);
-            if (after == N || after < 0) {
+            after = pf_child(path, 0, want, N + A, page_size);
+            att_after = pf_child(path, 0, want + N + A, A, page_size);
+            if ((after == N + A && att_after == A) || after < 0 || att_after < 0) {
                 break;
             }
             struct timespec pause = {0, 10000000L};
             nanosleep(&pause, NULL);
         }
-        printf("  # leaves in the page cache: %d of %d before the prefetch, %d after\n", before, N,
-               after);
-        CHECK_EQ_INT(after, N);
+        printf("  # pages in the page cache: %d of %d before the prefetch; after it %d of %d "
+               "leaves, %d of %d attachments' first chain pages\n",
+               before, N + A + A, after, N + A, att_after, A);
+        CHECK_EQ_INT(after, N + A);
+        CHECK_EQ_INT(att_after, A);
     }
     /* and the messages read after it are the stored ones */
-    for (size_t i = 0; i < N; i += 7) {
+    static const size_t sizes[] = {400, 9000, 30000};
+    for (size_t i = 0; i < N + A; i = i + 7 < N ? i + 7 : (i < N ? N : i + 1)) {
         void *raw = NULL;
-        size_t len = 0;
-        CHECK_EQ_INT(mv_message_fetch(s, "INBOX", uid[PF_STEP * i + PF_STEP / 2], &raw, &len),
-                     MV_OK);
+        size_t len = 0, want_len = 0;
         unsigned m_index = (unsigned)(PF_STEP * i + PF_STEP / 2);
-        static const size_t sizes[] = {400, 9000, 30000};
-        size_t want_len = 0;
-        char *m = pf_message(m_index, sizes[m_index % 3], &want_len);
+        int with_att = i >= N;
+        uint32_t read_uid = with_att ? att_uid[i - N] : uid[m_index];
+        char *m = with_att ? pf_attachment_message(5000 + (unsigned)(i - N), ATT, &want_len)
+                           : pf_message(m_index, sizes[m_index % 3], &want_len);
+        CHECK_EQ_INT(mv_message_fetch(s, "INBOX", read_uid, &raw, &len), MV_OK);
         CHECK(m != NULL && raw != NULL && len == want_len && memcmp(raw, m, len) == 0);
         free(m);
         mv_free(raw);
     }
     free(path);
     pf_truth_free(&t);
+    pf_truth_free(&att);
     free(uid);
     mv_store_close(&s);
 }

@@ -6,15 +6,85 @@
  * cache used to wait for each message's leaf in turn (one random read each). The body keys
  * of a listing name the bodies_data rows, so their leaves can be found by walking the
  * table's interior pages (vfs_prefetch.c) and asked for together; the reads of the messages
- * that follow then find them in the page cache. Only the skeleton's row is asked for:
- * attachments stored apart and chains farther than STORE_BLOB_NEAR_PAGES from their leaf
- * are read as before (the chain in one request, vfs_read_ahead.c).
+ * that follow then find them in the page cache. From a file whose leaves were not in the
+ * page cache, the chains that lie farther than STORE_BLOB_NEAR_PAGES from their leaf are
+ * asked for too, and the attachments stored apart: their body_parts entries (an index walk
+ * whose leaves are read for the attachment ids), then their rows and chains.
  */
 #include "store/store.h"
 #include "store/store_blob.h"
 #include "vfs/vfs_hint.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+/* The root pages of the three tables a body's bytes live in, as the schema says now
+ * (auto_vacuum may move a root page): 0 for one not found. */
+struct store_prefetch_roots {
+    uint32_t bodies_data, body_parts, attachments_data;
+};
+
+static void store_prefetch_roots(mv_store *s, struct store_prefetch_roots *r)
+{
+    memset(r, 0, sizeof *r);
+    sqlite3_stmt *st = store_stmt(s, "SELECT name, rootpage FROM sqlite_schema WHERE type = "
+                                     "'table' AND name IN ('bodies_data', 'body_parts', "
+                                     "'attachments_data')");
+    while (st != NULL && sqlite3_step(st) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        sqlite3_int64 root = sqlite3_column_int64(st, 1);
+        uint32_t page = root > 1 && root <= UINT32_MAX ? (uint32_t)root : 0;
+        if (name == NULL) {
+            continue;
+        }
+        if (strcmp(name, "bodies_data") == 0) {
+            r->bodies_data = page;
+        } else if (strcmp(name, "body_parts") == 0) {
+            r->body_parts = page;
+        } else if (strcmp(name, "attachments_data") == 0) {
+            r->attachments_data = page;
+        }
+    }
+    if (st != NULL) {
+        sqlite3_reset(st);
+    }
+}
+
+/* Attachments stored apart, of the bodies ids[0..n): their body_parts entries' leaves are
+ * asked for and read (an index walk), then the attachments' rows and chains. From a cold
+ * file only (the caller's test): from the page cache this would decrypt every leaf for
+ * nothing. */
+static void store_prefetch_attachments(mv_store *s,
+                                       const struct store_prefetch_roots *r,
+                                       const int64_t *ids,
+                                       size_t n)
+{
+    if (r->body_parts == 0 || r->attachments_data == 0) {
+        return;
+    }
+    size_t cap = MV_PREFETCH_ROWS_MAX;
+    int64_t *attachments = malloc(cap * sizeof *attachments);
+    if (attachments == NULL) {
+        return;
+    }
+    /* body_parts(body_id, seq, position, attachment_id): column 3 of the body's entries */
+    struct mv_fcntl_prefetch parts = {.root = r->body_parts,
+                                      .index = 1,
+                                      .rowids = ids,
+                                      .n = n,
+                                      .collect_column = 3,
+                                      .collected = attachments,
+                                      .collected_cap = cap};
+    (void)mv_db_prefetch(s->db, &parts);
+    if (parts.collected_n > 0) {
+        struct mv_fcntl_prefetch data = {.root = r->attachments_data,
+                                         .rowids = attachments,
+                                         .n = parts.collected_n,
+                                         .always_chains = 1};
+        (void)mv_db_prefetch(s->db, &data);
+    }
+    free(attachments);
+}
 
 int mv_message_prefetch_keyed(mv_store *s, const struct mv_message_key *keys, size_t n)
 {
@@ -38,23 +108,14 @@ int mv_message_prefetch_keyed(mv_store *s, const struct mv_message_key *keys, si
             rows++;
         }
     }
-    /* The table's root page as the schema says now (auto_vacuum may move a root page). */
-    sqlite3_stmt *st = rows > 0 ? store_stmt(s, "SELECT rootpage FROM sqlite_schema "
-                                                "WHERE type = 'table' AND name = 'bodies_data'")
-                                : NULL;
-    if (st != NULL) {
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            sqlite3_int64 root = sqlite3_column_int64(st, 0);
-            sqlite3_reset(st);
-            if (root > 1 && root <= UINT32_MAX) {
-                struct mv_fcntl_prefetch p = {.root = (uint32_t)root,
-                                              .rowids = rowids,
-                                              .n = rows,
-                                              .near = STORE_BLOB_NEAR_PAGES};
-                (void)mv_db_prefetch(s->db, &p);
-            }
-        } else {
-            sqlite3_reset(st);
+    struct store_prefetch_roots roots;
+    store_prefetch_roots(s, &roots);
+    if (rows > 0 && roots.bodies_data != 0) {
+        struct mv_fcntl_prefetch p = {
+            .root = roots.bodies_data, .rowids = rowids, .n = rows, .near = STORE_BLOB_NEAR_PAGES};
+        (void)mv_db_prefetch(s->db, &p);
+        if (p.cold) {
+            store_prefetch_attachments(s, &roots, rowids, rows);
         }
     }
     free(rowids);

@@ -55,7 +55,10 @@ void mv_db_read_near_hint(sqlite3 *db, int pages);
 #define MV_PREFETCH_NEAR_MAX 16
 
 struct mv_fcntl_prefetch {
-    uint32_t root;          /* the table B-tree's root page */
+    uint32_t root;          /* the B-tree's root page */
+    int index;              /* 0: a table (rowids are its keys); 1: an index or WITHOUT ROWID
+                             * table whose entries start with an integer column: rowids are
+                             * values of that column, each found at its first entry */
     const int64_t *rowids;  /* the rows to be read, n of them, in any order */
     size_t n;               /* 1 to MV_PREFETCH_ROWS_MAX */
     uint32_t near;          /* pages on each side of each leaf asked for with it */
@@ -65,6 +68,15 @@ struct mv_fcntl_prefetch {
                              * none: no chain, within the near pages, or not looked at) */
     size_t advised;         /* out: the distinct leaves asked for (0: nothing done) */
     size_t chains;          /* out: the overflow chains asked for (those past the near pages) */
+    int cold;               /* out: 1 if the first leaf read was not in the page cache */
+    /* An index's entries, collected (index 1 with collected not NULL): the leaves are read
+     * (after they were asked for) and column collect_column (an integer; 0 is the first) of
+     * every entry whose first column is one of rowids goes to collected, collected_cap at
+     * most; collected_n says how many. Entries kept in interior cells are not looked at. */
+    int collect_column;
+    int64_t *collected;
+    size_t collected_cap;
+    size_t collected_n; /* out */
 };
 
 /* Walks the interior pages of table p->root in db's main file (as the file holds them, not

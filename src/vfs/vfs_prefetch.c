@@ -106,10 +106,96 @@ static size_t mv_varint(const uint8_t *p, const uint8_t *end, int64_t *out)
     return 0;
 }
 
-/* The child of interior table page hdr (its header at hdr, usable bytes of the page from
- * page to page + usable) that holds rowid: 0 if the page is malformed. */
-static uint32_t
-mv_interior_child(const uint8_t *page, const uint8_t *hdr, uint32_t usable, int64_t rowid)
+/* The bytes of a payload of payload bytes kept on a page of usable bytes (fileformat2 1.6):
+ * all of it up to max_local, else K = M + (P - M) % (U - 4) if K <= max_local, else M, with
+ * M = (U - 12) * 32 / 255 - 23 (max_local: U - 35 on table leaves, (U - 12) * 64 / 255 - 23
+ * in index pages). */
+static uint64_t mv_local_bytes(uint64_t payload, uint32_t usable, uint64_t max_local)
+{
+    uint64_t min_local = (usable - 12) * 32 / 255 - 23;
+    if (payload <= max_local) {
+        return payload;
+    }
+    uint64_t local = min_local + (payload - min_local) % (usable - 4);
+    return local <= max_local ? local : min_local;
+}
+
+/* Column column of the record at rec (its local bytes up to end) if it is an integer: 1 and
+ * *out, else 0 (another type, or the record runs past end). Serial types (fileformat2 2.1):
+ * 1-6 integers of 1, 2, 3, 4, 6, 8 bytes, 8 and 9 the constants 0 and 1. */
+static int mv_record_int(const uint8_t *rec, const uint8_t *end, int column, int64_t *out)
+{
+    int64_t header = 0, type = 0;
+    size_t len = mv_varint(rec, end, &header);
+    if (len == 0 || header < (int64_t)len || header > end - rec) {
+        return 0;
+    }
+    const uint8_t *types = rec + len, *types_end = rec + header, *value = types_end;
+    static const uint8_t int_bytes[10] = {0, 1, 2, 3, 4, 6, 8, 8, 0, 0};
+    for (int c = 0;; c++) {
+        size_t tlen = types < types_end ? mv_varint(types, types_end, &type) : 0;
+        if (tlen == 0 || type < 0) {
+            return 0;
+        }
+        types += tlen;
+        uint64_t bytes =
+            type < 10 ? int_bytes[type] : ((uint64_t)type - 12 - (uint64_t)(type & 1)) / 2;
+        if (type == 10 || type == 11 || (uint64_t)(end - value) < bytes) {
+            return 0;
+        }
+        if (c < column) {
+            value += bytes;
+            continue;
+        }
+        if (type == 8 || type == 9) {
+            *out = type - 8;
+            return 1;
+        }
+        if (type < 1 || type > 6) {
+            return 0;
+        }
+        uint64_t v = (value[0] & 0x80) != 0 ? UINT64_MAX : 0; /* big-endian, signed */
+        for (uint64_t b = 0; b < bytes; b++) {
+            v = v << 8 | value[b];
+        }
+        *out = (int64_t)v;
+        return 1;
+    }
+}
+
+/* The key of cell at of a page of a B-tree (index: the first column of an index cell's
+ * record, which must be an integer; else a table interior cell's rowid), past the cell's
+ * left child if interior: 1 and *key, or 0 if malformed. */
+static int mv_cell_key(
+    const uint8_t *page, uint32_t usable, uint32_t at, int index, int interior, int64_t *key)
+{
+    const uint8_t *end = page + usable;
+    const uint8_t *cell = page + at + (interior ? 4 : 0);
+    if (at >= usable || cell >= end) {
+        return 0;
+    }
+    int64_t payload = 0; /* a table interior cell's first varint is its key, not a size */
+    size_t len = mv_varint(cell, end, &payload);
+    if (len == 0) {
+        return 0;
+    }
+    if (!index && interior) {
+        *key = payload;
+        return 1;
+    }
+    if (!index) {
+        return mv_varint(cell + len, end, key) != 0;
+    }
+    uint64_t local = mv_local_bytes((uint64_t)payload, usable, (usable - 12) * 64 / 255 - 23);
+    const uint8_t *rec_end = cell + len + local < end ? cell + len + local : end;
+    return mv_record_int(cell + len, rec_end, 0, key);
+}
+
+/* The child of interior page hdr (a table's, or an index's whose first column is an
+ * integer: index) that holds rowid (for an index, the first entry whose first column is
+ * rowid): 0 if the page is malformed. */
+static uint32_t mv_interior_child(
+    const uint8_t *page, const uint8_t *hdr, uint32_t usable, int index, int64_t rowid)
 {
     const uint8_t *end = page + usable;
     uint32_t cells = mv_be16(hdr + 3);
@@ -122,9 +208,8 @@ mv_interior_child(const uint8_t *page, const uint8_t *hdr, uint32_t usable, int6
     uint32_t lo = 0, hi = cells;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        uint32_t at = mv_be16(pointers + 2 * (size_t)mid);
         int64_t key = 0;
-        if (at + 5 > usable || !mv_varint(page + at + 4, end, &key)) {
+        if (!mv_cell_key(page, usable, mv_be16(pointers + 2 * (size_t)mid), index, 1, &key)) {
             return 0;
         }
         if (key < rowid) {
@@ -137,7 +222,7 @@ mv_interior_child(const uint8_t *page, const uint8_t *hdr, uint32_t usable, int6
         return mv_be32(hdr + 8);
     }
     uint32_t at = mv_be16(pointers + 2 * (size_t)lo);
-    return mv_be32(page + at);
+    return at + 4 <= usable ? mv_be32(page + at) : 0;
 }
 
 /* The overflow chain of rowid's cell on table leaf page (its header at hdr): 1 with its
@@ -194,21 +279,11 @@ static int mv_leaf_chain(const uint8_t *page,
 }
 
 /* Reads and decrypts page pgno of f into buf from the file itself (fd; not the held
- * windows, not the WAL): 0, or -1 if it cannot be read or does not authenticate. *waited
- * (if not NULL) is set to 1 if the page was not in the page cache (RWF_NOWAIT said so). */
-static int mv_prefetch_read(
-    struct mv_file *f, int fd, uint8_t *buf, uint32_t page_size, uint32_t pgno, int *waited)
+ * windows, not the WAL): 0, or -1 if it cannot be read or does not authenticate. */
+static int
+mv_prefetch_read(struct mv_file *f, int fd, uint8_t *buf, uint32_t page_size, uint32_t pgno)
 {
-    off_t off = (off_t)(pgno - 1) * page_size;
-    struct iovec iov = {.iov_base = buf, .iov_len = page_size};
-    ssize_t got = preadv2(fd, &iov, 1, off, RWF_NOWAIT);
-    if (got != (ssize_t)page_size) {
-        if (waited != NULL) {
-            *waited = 1;
-        }
-        got = pread(fd, buf, page_size, off);
-    }
-    if (got != (ssize_t)page_size) {
+    if (pread(fd, buf, page_size, (off_t)(pgno - 1) * page_size) != (ssize_t)page_size) {
         return -1;
     }
     return mv_codec_decrypt(f->codec, pgno, buf, page_size) == SQLITE_OK ? 0 : -1;
@@ -247,14 +322,15 @@ static size_t mv_distinct(const uint32_t *cur, size_t n, uint32_t *set)
 
 /* One level of the walk: every row at an interior page moves to its child (0: dropped).
  * Returns 1 if the level's pages are leaves (cur then names each row's leaf; 2 if the first
- * of them was not in the page cache), 0 if the walk goes on, -1 if it ends (nothing left,
- * or the first page is unreadable). */
+ * of them was not in the page cache before the level was asked for), 0 if the walk goes on, -1 if
+ * it ends (nothing left, or the first page is unreadable). */
 static int mv_prefetch_level(struct mv_file *f,
                              int fd,
                              uint8_t *page,
                              uint32_t page_size,
                              uint32_t usable,
                              uint32_t pages_in_file,
+                             int index,
                              const int64_t *rowids,
                              uint32_t *cur,
                              uint32_t *set,
@@ -264,23 +340,27 @@ static int mv_prefetch_level(struct mv_file *f,
     if (distinct == 0) {
         return -1;
     }
+    /* Whether the level's first page is in the page cache, asked before the level is asked
+     * for (after, it may be there already): for the leaves, whether the file is cold. */
+    struct iovec probe = {.iov_base = page, .iov_len = page_size};
+    int cold =
+        preadv2(fd, &probe, 1, (off_t)(set[0] - 1) * page_size, RWF_NOWAIT) != (ssize_t)page_size;
     for (size_t k = 0; k < distinct; k++) {
         mv_prefetch_advise(fd, set[k], set[k], page_size);
     }
     for (size_t k = 0; k < distinct; k++) {
         uint32_t pgno = set[k];
         const uint8_t *hdr = page + (pgno == 1 ? MV_DB_HEADER_BYTES : 0);
-        int waited = 0;
-        int ok = mv_prefetch_read(f, fd, page, page_size, pgno, &waited) == 0;
-        if (ok && hdr[0] == 0x0d) { /* a leaf: every page of this level is one */
-            return k > 0 ? -1 : waited ? 2 : 1;
+        int ok = mv_prefetch_read(f, fd, page, page_size, pgno) == 0;
+        if (ok && hdr[0] == (index ? 0x0a : 0x0d)) { /* a leaf: every page of the level is */
+            return k > 0 ? -1 : cold ? 2 : 1;
         }
-        ok = ok && hdr[0] == 0x05;
+        ok = ok && hdr[0] == (index ? 0x02 : 0x05);
         for (size_t i = 0; i < n; i++) {
             if (cur[i] != pgno) {
                 continue;
             }
-            uint32_t child = ok ? mv_interior_child(page, hdr, usable, rowids[i]) : 0;
+            uint32_t child = ok ? mv_interior_child(page, hdr, usable, index, rowids[i]) : 0;
             cur[i] = child >= 1 && child <= pages_in_file ? child : 0;
         }
         if (!ok && k == 0) {
@@ -310,7 +390,7 @@ static size_t mv_prefetch_chains(struct mv_file *f,
     uint32_t cap = MV_PREFETCH_CHAIN_MAX / page_size;
     for (size_t k = 0; k < distinct; k++) {
         uint32_t leaf = set[k];
-        if (mv_prefetch_read(f, fd, page, page_size, leaf, NULL) != 0 || page[0] != 0x0d) {
+        if (mv_prefetch_read(f, fd, page, page_size, leaf) != 0 || page[0] != 0x0d) {
             continue;
         }
         for (size_t i = 0; i < p->n; i++) {
@@ -337,10 +417,66 @@ static size_t mv_prefetch_chains(struct mv_file *f,
     return advised;
 }
 
+static int mv_i64_cmp(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* For an index: reads its leaves set[0..distinct) (asked for already) and collects column
+ * p->collect_column of every entry whose first column is one of p->rowids into
+ * p->collected (p->collected_cap at most). Entries kept in interior cells are not looked
+ * at (a hint). */
+static void mv_prefetch_collect(struct mv_file *f,
+                                int fd,
+                                uint8_t *page,
+                                uint32_t page_size,
+                                uint32_t usable,
+                                struct mv_fcntl_prefetch *p,
+                                const uint32_t *set,
+                                size_t distinct)
+{
+    int64_t *sorted = malloc(p->n * sizeof *sorted);
+    if (sorted == NULL) {
+        return;
+    }
+    memcpy(sorted, p->rowids, p->n * sizeof *sorted);
+    qsort(sorted, p->n, sizeof *sorted, mv_i64_cmp);
+    uint64_t max_local = (usable - 12) * 64 / 255 - 23;
+    for (size_t k = 0; k < distinct && p->collected_n < p->collected_cap; k++) {
+        if (mv_prefetch_read(f, fd, page, page_size, set[k]) != 0 || page[0] != 0x0a) {
+            continue;
+        }
+        uint32_t cells = mv_be16(page + 3);
+        if (8 + 2 * (size_t)cells > usable) {
+            continue;
+        }
+        for (uint32_t c = 0; c < cells && p->collected_n < p->collected_cap; c++) {
+            uint32_t at = mv_be16(page + 8 + 2 * (size_t)c);
+            int64_t key = 0, payload = 0, value = 0;
+            if (!mv_cell_key(page, usable, at, 1, 0, &key) ||
+                bsearch(&key, sorted, p->n, sizeof *sorted, mv_i64_cmp) == NULL) {
+                continue;
+            }
+            size_t len = mv_varint(page + at, page + usable, &payload);
+            uint64_t local = mv_local_bytes((uint64_t)payload, usable, max_local);
+            const uint8_t *rec = page + at + len;
+            const uint8_t *rec_end =
+                local < (uint64_t)(page + usable - rec) ? rec + local : page + usable;
+            if (mv_record_int(rec, rec_end, p->collect_column, &value)) {
+                p->collected[p->collected_n++] = value;
+            }
+        }
+    }
+    free(sorted);
+}
+
 void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
 {
     p->advised = 0;
     p->chains = 0;
+    p->cold = 0;
+    p->collected_n = 0;
     if (p->leaves != NULL) {
         memset(p->leaves, 0, p->n * sizeof *p->leaves);
     }
@@ -374,7 +510,7 @@ void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
         int leaves = 0;
         for (int depth = 0; depth < MV_PREFETCH_DEPTH_MAX && leaves == 0; depth++) {
             leaves = mv_prefetch_level(f, fd, page, page_size, page_size - reserve, pages_in_file,
-                                       p->rowids, cur, set, p->n);
+                                       p->index, p->rowids, cur, set, p->n);
         }
         if (leaves >= 1) {
             size_t distinct = mv_distinct(cur, p->n, set);
@@ -388,7 +524,10 @@ void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
             /* The chains too, but only where the leaves were not in the page cache (the first
              * one read was not): reading every leaf here costs a decryption each, for
              * nothing when the pages are there already. */
-            if (leaves == 2 || p->always_chains) {
+            p->cold = leaves == 2;
+            if (p->index && p->collected != NULL) {
+                mv_prefetch_collect(f, fd, page, page_size, page_size - reserve, p, set, distinct);
+            } else if (!p->index && (leaves == 2 || p->always_chains)) {
                 p->chains = mv_prefetch_chains(f, fd, page, page_size, page_size - reserve,
                                                pages_in_file, p, cur, set, distinct);
             }
@@ -412,6 +551,8 @@ size_t mv_db_prefetch(sqlite3 *db, struct mv_fcntl_prefetch *p)
     }
     p->advised = 0;
     p->chains = 0;
+    p->cold = 0;
+    p->collected_n = 0;
     if (sqlite3_file_control(db, "main", MV_FCNTL_PREFETCH, p) != SQLITE_OK) {
         return 0;
     }
