@@ -226,9 +226,7 @@ static uint32_t mv_interior_child(
 }
 
 /* The overflow chain of rowid's cell on table leaf page (its header at hdr): 1 with its
- * first page and its length in pages, 0 if the row has none or is not on the page. The
- * local part of a payload of P bytes (fileformat2 1.6): all of it if P <= U - 35, else
- * K = M + (P - M) % (U - 4) if K <= U - 35, else M, with M = (U - 12) * 32 / 255 - 23. */
+ * first page and its length in pages, 0 if the row has none or is not on the page. */
 static int mv_leaf_chain(const uint8_t *page,
                          const uint8_t *hdr,
                          uint32_t usable,
@@ -258,15 +256,11 @@ static int mv_leaf_chain(const uint8_t *page,
             hi = mid;
         } else {
             const uint8_t *body = page + at + size_len + key_len;
-            uint64_t max_local = usable - 35, min_local = (usable - 12) * 32 / 255 - 23;
-            if (payload < 0 || (uint64_t)payload <= max_local) {
-                return 0;
+            if (payload < 0 || (uint64_t)payload <= usable - 35) {
+                return 0; /* all of it on the page */
             }
-            uint64_t local = min_local + ((uint64_t)payload - min_local) % (usable - 4);
-            if (local > max_local) {
-                local = min_local;
-            }
-            if (body + local + 4 > end) {
+            uint64_t local = mv_local_bytes((uint64_t)payload, usable, usable - 35);
+            if (local > (uint64_t)(end - body) || (uint64_t)(end - body) - local < 4) {
                 return 0;
             }
             *first = mv_be32(body + local);
