@@ -722,7 +722,9 @@ MV_API MV_MUST_CHECK int mv_message_fetch_keyed_into(mv_store *store,
  * costs about one disk wait for all of them instead of one each (issue 13: a FETCH of 50
  * random whole messages from an evicted file). It walks the bodies table's interior pages
  * (blocking for about one read per level of that tree, a few) and asks the kernel for each
- * row's leaf and the pages next to it (posix_fadvise). Only the first 1024 keys are used;
+ * row's leaf and the pages next to it (posix_fadvise). When those leaves were not in the
+ * page cache it also reads them and asks for the longer overflow chains and the attachments
+ * stored apart (a few reads more, all of each step at once). Only the first 1024 keys are used;
  * keys that are not body keys (0) are skipped. A hint: whatever it finds, it changes no
  * byte and no later read's result, and costs a few microseconds a message when the pages
  * are cached already. Returns MV_OK, or MV_EINVAL (store NULL, or keys NULL with n > 0). */

@@ -10,7 +10,7 @@
  *     are counted as asked for. The same on a table of 6,000 rows three levels deep.
  *   - The chains asked for are the rows' own: each first page is the first overflow page
  *     dbstat lists for the row's cell, and exactly the chains not within the near pages of
- *     their leaf are asked for.
+ *     their leaf are asked for; one call asks for 32 MiB of chains at most.
  *   - A wrong or absent root, rowids beyond the table, too many rows: nothing asked for, no
  *     memory error (ASan); a plain (unencrypted) connection: nothing.
  *   - The pages arrive: with the file evicted (posix_fadvise DONTNEED, in a child process,
@@ -326,6 +326,24 @@ static void test_walk_finds_sqlites_leaves(void)
     CHECK_EQ_INT(tu_exec(db, deep), 0);
     pf_check_walk(db, "deep", 6, 3);
     pf_check_index(db);
+    /* the chains asked for in one call stop at 32 MiB: 20 rows of 2.5 MB, each chain asked
+     * for up to 2 MiB (512 pages), so 16 of them */
+    static const char big[] = "CREATE TABLE big(id INTEGER PRIMARY KEY, v BLOB);"
+                              "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                              "WHERE i < 20) INSERT INTO big SELECT i, zeroblob(2500000) FROM n;"
+                              "PRAGMA wal_checkpoint(TRUNCATE)";
+    CHECK_EQ_INT(tu_exec(db, big), 0);
+    int64_t big_ids[20];
+    for (int i = 0; i < 20; i++) {
+        big_ids[i] = i + 1;
+    }
+    struct mv_fcntl_prefetch capped = {.root = pf_root(db, "big"),
+                                       .rowids = big_ids,
+                                       .n = 20,
+                                       .near = PF_NEAR,
+                                       .always_chains = 1};
+    CHECK(mv_db_prefetch(db, &capped) > 0);
+    CHECK_EQ_INT((long long)capped.chains, 16);
     free(uid);
     mv_store_close(&s);
 }

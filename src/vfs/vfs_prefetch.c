@@ -14,13 +14,23 @@
  *   is announced and not read: SQLite's own reads of the rows that follow then find the
  *   pages in the page cache, or wait for a read already under way.
  *
+ *   If that leaf level's first page was not in the page cache before the level was asked
+ *   for (preadv2 RWF_NOWAIT), the file is cold: the leaves are then read (on their way
+ *   already) and each row's overflow chain that does not lie in its leaf's window is asked
+ *   for too (mv_prefetch_chains). From a cached file that step would decrypt every leaf
+ *   for nothing, and is skipped. The same walk runs over an index whose entries start with
+ *   an integer column (the store's body_parts), and can read its leaves for another column
+ *   of the matching entries (mv_prefetch_collect: the attachment ids of bodies).
+ *
  * WHY BY HAND
  *   SQLite says nothing of where a row lies (no page number for a rowid; this build of
- *   libsqlite3 has no sqlite_dbpage), and its pager reads one page at a time. The interior
- *   table page format is simple and fixed (https://www.sqlite.org/fileformat2.html, 1.6):
- *   a 12-byte header (type 0x05, cell count at 3, right-most child at 8), then the cell
- *   pointers; each cell is a 4-byte left child and a varint key, the child holding the keys
- *   <= the key.
+ *   libsqlite3 has no sqlite_dbpage), and its pager reads one page at a time. The B-tree
+ *   page format is simple and fixed (https://www.sqlite.org/fileformat2.html, 1.6 and 2.1):
+ *   an interior page's 12-byte header (type 0x05 table / 0x02 index, cell count at 3,
+ *   right-most child at 8), then the cell pointers; each cell a 4-byte left child and the
+ *   key (a table's varint rowid, an index's record), the child holding the keys <= it.
+ *   Leaves (0x0d / 0x0a) have an 8-byte header; a table leaf's cell is the payload's size,
+ *   the rowid, the payload's local part and the chain's first page.
  *
  * A HINT, NEVER DATA
  *   The pages walked are read from the database file, not the WAL: a page changed since the
@@ -366,9 +376,12 @@ static int mv_prefetch_level(struct mv_file *f,
 
 /* The chains of the rows at leaves set[0..distinct) (cur: each row's leaf) that do not lie
  * within near pages of their leaf, asked for: at most MV_PREFETCH_CHAIN_MAX bytes each (the
- * VFS reads a longer chain in windows of its own). Waits for the leaves (asked for already).
- * Returns the chains asked for. */
-#define MV_PREFETCH_CHAIN_MAX (2u * 1024u * 1024u)
+ * VFS reads a longer chain in windows of its own), MV_PREFETCH_CHAINS_MAX bytes in all (a
+ * FETCH of many big messages asks for the rest on its next call, and the page cache is not
+ * filled far ahead of the reads). Waits for the leaves (asked for already). Returns the
+ * chains asked for. */
+#define MV_PREFETCH_CHAIN_MAX  (2u * 1024u * 1024u)
+#define MV_PREFETCH_CHAINS_MAX (32u * 1024u * 1024u)
 static size_t mv_prefetch_chains(struct mv_file *f,
                                  int fd,
                                  uint8_t *page,
@@ -382,7 +395,8 @@ static size_t mv_prefetch_chains(struct mv_file *f,
 {
     size_t advised = 0;
     uint32_t cap = MV_PREFETCH_CHAIN_MAX / page_size;
-    for (size_t k = 0; k < distinct; k++) {
+    uint64_t budget = MV_PREFETCH_CHAINS_MAX / page_size; /* pages */
+    for (size_t k = 0; k < distinct && budget > 0; k++) {
         uint32_t leaf = set[k];
         if (mv_prefetch_read(f, fd, page, page_size, leaf) != 0 || page[0] != 0x0d) {
             continue;
@@ -401,6 +415,10 @@ static size_t mv_prefetch_chains(struct mv_file *f,
             if (first + p->near >= leaf && last <= leaf + p->near) {
                 continue; /* within the leaf's window, asked for with it */
             }
+            if (last - first + 1 > budget) {
+                return advised;
+            }
+            budget -= last - first + 1;
             mv_prefetch_advise(fd, first, last, page_size);
             advised++;
             if (p->chain_firsts != NULL) {
