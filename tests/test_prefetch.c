@@ -309,8 +309,7 @@ static void pf_check_index(sqlite3 *db)
 static void test_walk_finds_sqlites_leaves(void)
 {
     mv_store *s = NULL;
-    uint32_t *uid = calloc(PF_COUNT, sizeof *uid);
-    CHECK(uid != NULL);
+    uint32_t uid[PF_COUNT];
     CHECK_EQ_INT(pf_fill("walk", &s, uid), 0);
     sqlite3 *db = mv_store_db(s);
     pf_check_walk(db, "bodies_data", 1, 2);
@@ -344,15 +343,13 @@ static void test_walk_finds_sqlites_leaves(void)
                                        .always_chains = 1};
     CHECK(mv_db_prefetch(db, &capped) > 0);
     CHECK_EQ_INT((long long)capped.chains, 16);
-    free(uid);
     mv_store_close(&s);
 }
 
 static void test_nonsense_asks_for_nothing(void)
 {
     mv_store *s = NULL;
-    uint32_t *uid = calloc(PF_COUNT, sizeof *uid);
-    CHECK(uid != NULL);
+    uint32_t uid[PF_COUNT];
     CHECK_EQ_INT(pf_fill("nonsense", &s, uid), 0);
     sqlite3 *db = mv_store_db(s);
     int64_t ids[3] = {1, 2, 3};
@@ -383,7 +380,6 @@ static void test_nonsense_asks_for_nothing(void)
     CHECK_EQ_INT(mv_message_prefetch_keyed(NULL, keys, 3), MV_EINVAL);
     CHECK_EQ_INT(mv_message_prefetch_keyed(s, NULL, 3), MV_EINVAL);
     CHECK_EQ_INT(mv_message_prefetch_keyed(s, NULL, 0), MV_OK);
-    free(uid);
     mv_store_close(&s);
 
     /* a plain connection (no key): nothing */
@@ -452,9 +448,7 @@ static void test_pages_arrive(void)
 {
     enum { N = 60, A = 3, ATT = 200000 }; /* N drawn, A with an attachment stored apart */
     mv_store *s = NULL;
-    uint32_t *uid = calloc(PF_COUNT, sizeof *uid);
-    uint32_t att_uid[A];
-    CHECK(uid != NULL);
+    uint32_t uid[PF_COUNT], att_uid[A];
     CHECK_EQ_INT(pf_fill("arrive", &s, uid), 0);
     for (unsigned a = 0; a < A; a++) {
         size_t len = 0;
@@ -548,7 +542,6 @@ static void test_pages_arrive(void)
     free(path);
     pf_truth_free(&t);
     pf_truth_free(&att);
-    free(uid);
     mv_store_close(&s);
 }
 

@@ -201,26 +201,30 @@ static int mv_cell_key(
     return mv_record_int(cell + len, rec_end, 0, key);
 }
 
-/* The child of interior page hdr (a table's, or an index's whose first column is an
- * integer: index) that holds rowid (for an index, the first entry whose first column is
- * rowid): 0 if the page is malformed. */
-static uint32_t mv_interior_child(
-    const uint8_t *page, const uint8_t *hdr, uint32_t usable, int index, int64_t rowid)
+/* The first cell of a page (header at hdr, header_bytes long, its cell pointers after it;
+ * interior: each cell starts with a child) whose key is >= rowid (keys ascend): its index,
+ * *cells the page's count (the index is *cells if there is none), or -1 if malformed. */
+static long mv_first_cell_from(const uint8_t *page,
+                               const uint8_t *hdr,
+                               uint32_t header_bytes,
+                               uint32_t usable,
+                               int index,
+                               int64_t rowid,
+                               uint32_t *cells)
 {
-    const uint8_t *end = page + usable;
-    uint32_t cells = mv_be16(hdr + 3);
-    const uint8_t *pointers = hdr + 12;
-    if (pointers + 2 * (size_t)cells > end) {
-        return 0;
+    *cells = mv_be16(hdr + 3);
+    const uint8_t *pointers = hdr + header_bytes;
+    if (pointers + 2 * (size_t)*cells > page + usable) {
+        return -1;
     }
-    /* The first cell whose key is >= rowid (keys ascend): its left child; none: the
-     * right-most child. */
-    uint32_t lo = 0, hi = cells;
+    int interior = header_bytes == 12;
+    uint32_t lo = 0, hi = *cells;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
         int64_t key = 0;
-        if (!mv_cell_key(page, usable, mv_be16(pointers + 2 * (size_t)mid), index, 1, &key)) {
-            return 0;
+        if (!mv_cell_key(page, usable, mv_be16(pointers + 2 * (size_t)mid), index, interior,
+                         &key)) {
+            return -1;
         }
         if (key < rowid) {
             lo = mid + 1;
@@ -228,10 +232,25 @@ static uint32_t mv_interior_child(
             hi = mid;
         }
     }
-    if (lo == cells) {
+    return (long)lo;
+}
+
+/* The child of interior page hdr (a table's, or an index's whose first column is an
+ * integer: index) that holds rowid (for an index, the first entry whose first column is
+ * rowid): the left child of the first cell whose key is >= rowid, else the right-most
+ * child; 0 if the page is malformed. */
+static uint32_t mv_interior_child(
+    const uint8_t *page, const uint8_t *hdr, uint32_t usable, int index, int64_t rowid)
+{
+    uint32_t cells = 0;
+    long k = mv_first_cell_from(page, hdr, 12, usable, index, rowid, &cells);
+    if (k < 0) {
+        return 0;
+    }
+    if ((uint32_t)k == cells) {
         return mv_be32(hdr + 8);
     }
-    uint32_t at = mv_be16(pointers + 2 * (size_t)lo);
+    uint32_t at = mv_be16(hdr + 12 + 2 * (size_t)k);
     return at + 4 <= usable ? mv_be32(page + at) : 0;
 }
 
@@ -244,42 +263,28 @@ static int mv_leaf_chain(const uint8_t *page,
                          uint32_t *first,
                          uint32_t *pages)
 {
-    const uint8_t *end = page + usable;
-    uint32_t cells = mv_be16(hdr + 3);
-    const uint8_t *pointers = hdr + 8;
-    if (pointers + 2 * (size_t)cells > end) {
+    uint32_t cells = 0;
+    long k = mv_first_cell_from(page, hdr, 8, usable, 0, rowid, &cells);
+    if (k < 0 || (uint32_t)k == cells) {
         return 0;
     }
-    uint32_t lo = 0, hi = cells;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        uint32_t at = mv_be16(pointers + 2 * (size_t)mid);
-        int64_t payload = 0, key = 0;
-        size_t size_len = at < usable ? mv_varint(page + at, end, &payload) : 0;
-        size_t key_len = size_len > 0 ? mv_varint(page + at + size_len, end, &key) : 0;
-        if (key_len == 0) {
-            return 0;
-        }
-        if (key < rowid) {
-            lo = mid + 1;
-        } else if (key > rowid) {
-            hi = mid;
-        } else {
-            const uint8_t *body = page + at + size_len + key_len;
-            if (payload < 0 || (uint64_t)payload <= usable - 35) {
-                return 0; /* all of it on the page */
-            }
-            uint64_t local = mv_local_bytes((uint64_t)payload, usable, usable - 35);
-            if (local > (uint64_t)(end - body) || (uint64_t)(end - body) - local < 4) {
-                return 0;
-            }
-            *first = mv_be32(body + local);
-            uint64_t n = ((uint64_t)payload - local + usable - 5) / (usable - 4);
-            *pages = n < UINT32_MAX ? (uint32_t)n : UINT32_MAX;
-            return *first != 0;
-        }
+    const uint8_t *end = page + usable;
+    uint32_t at = mv_be16(hdr + 8 + 2 * (size_t)k);
+    int64_t payload = 0, key = 0;
+    size_t size_len = mv_varint(page + at, end, &payload); /* at < usable: the search read it */
+    size_t key_len = size_len > 0 ? mv_varint(page + at + size_len, end, &key) : 0;
+    if (key_len == 0 || key != rowid || payload < 0 || (uint64_t)payload <= usable - 35) {
+        return 0; /* not on the page, or all of it on the page */
     }
-    return 0;
+    const uint8_t *body = page + at + size_len + key_len;
+    uint64_t local = mv_local_bytes((uint64_t)payload, usable, usable - 35);
+    if (local > (uint64_t)(end - body) || (uint64_t)(end - body) - local < 4) {
+        return 0;
+    }
+    *first = mv_be32(body + local);
+    uint64_t n = ((uint64_t)payload - local + usable - 5) / (usable - 4);
+    *pages = n < UINT32_MAX ? (uint32_t)n : UINT32_MAX;
+    return *first != 0;
 }
 
 /* Reads and decrypts page pgno of f into buf from the file itself (fd; not the held
