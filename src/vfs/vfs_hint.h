@@ -68,7 +68,8 @@ struct mv_fcntl_prefetch {
                              * none: no chain, within the near pages, or not looked at) */
     size_t advised;         /* out: the distinct leaves asked for (0: nothing done) */
     size_t chains;          /* out: the overflow chains asked for (those past the near pages) */
-    int cold;               /* out: 1 if the first leaf read was not in the page cache */
+    int cold;               /* out: 1 if the first leaf was not in the page cache before the
+                             * leaves were asked for (a cold file: chains asked for too) */
     /* An index's entries, collected (index 1 with collected not NULL): the leaves are read
      * (after they were asked for) and column collect_column (an integer; 0 is the first) of
      * every entry whose first column is one of rowids goes to collected, collected_cap at

@@ -331,8 +331,8 @@ static size_t mv_distinct(const uint32_t *cur, size_t n, uint32_t *set)
 
 /* One level of the walk: every row at an interior page moves to its child (0: dropped).
  * Returns 1 if the level's pages are leaves (cur then names each row's leaf; 2 if the first
- * of them was not in the page cache before the level was asked for), 0 if the walk goes on, -1 if
- * it ends (nothing left, or the first page is unreadable). */
+ * of them was not in the page cache before the level was asked for), 0 if the walk goes
+ * on, -1 if it ends (nothing left, or the first page is unreadable). */
 static int mv_prefetch_level(struct mv_file *f,
                              int fd,
                              uint8_t *page,
@@ -538,9 +538,9 @@ void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
                                    page_size);
             }
             p->advised = distinct;
-            /* The chains too, but only where the leaves were not in the page cache (the first
-             * one read was not): reading every leaf here costs a decryption each, for
-             * nothing when the pages are there already. */
+            /* The chains too, but only where the leaves were not in the page cache (the
+             * first was not, before the level was asked for): reading every leaf here costs
+             * a decryption each, for nothing when the pages are there already. */
             p->cold = leaves == 2;
             if (p->index && p->collected != NULL) {
                 mv_prefetch_collect(f, fd, page, page_size, page_size - reserve, p, set, distinct);
@@ -554,7 +554,7 @@ void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
         }
     }
     if (page != NULL) {
-        crypt_wipe(page, page_size); /* an interior page's keys: the rowids of the table */
+        crypt_wipe(page, page_size); /* the last page decrypted: a leaf holds mail's bytes */
     }
     free(page);
     free(cur);
