@@ -11,13 +11,17 @@
  *   - The chains asked for are the rows' own: each first page is the first overflow page
  *     dbstat lists for the row's cell, and exactly the chains not within the near pages of
  *     their leaf are asked for; one call asks for 32 MiB of chains at most.
+ *   - An index walk (a WITHOUT ROWID table shaped as body_parts, three levels deep) collects
+ *     only values SQL has for the rows asked for, and all of them but those an interior
+ *     cell holds.
  *   - A wrong or absent root, rowids beyond the table, too many rows: nothing asked for, no
  *     memory error (ASan); a plain (unencrypted) connection: nothing.
  *   - The pages arrive: with the file evicted (posix_fadvise DONTNEED, in a child process,
- *     whose close of the file cannot drop the store's locks), the leaves of 60 rows are
- *     mostly not in the page cache before the prefetch and all of them are after it (polled
- *     with mincore in a child, with a generous deadline). On a file system that keeps every
- *     page (tmpfs) this part says so and checks nothing more.
+ *     whose close of the file cannot drop the store's locks), the leaves of 63 messages and
+ *     the first chain pages of the 3 attachments stored apart among them are mostly not in
+ *     the page cache before the prefetch and all of them are after it (polled with mincore
+ *     in a child, with a generous deadline). On a file system that keeps every page (tmpfs)
+ *     this part says so and checks nothing more.
  *   - The store's call returns MV_OK for keys and for nonsense, MV_EINVAL for NULL, and the
  *     messages read after it are byte for byte the stored ones.
  * Nothing depends on a random byte or on timing but the polling deadline.
