@@ -56,6 +56,9 @@
 # of it instead of importing again (1,000,000 messages take hours to import on a shared
 # 2-core machine); the store must be of a schema the build opens (a newer build migrates it,
 # which its first login then pays: delete DIR/N after a schema change).
+# BIGMAIL_MAILDIR_LINK=1 gives Dovecot hard links to the corpus' files instead of a copy
+# (bench/dovecot_lib.sh dovecot_maildir_link: for a disk that cannot hold the corpus twice;
+# the corpus' files then belong to nobody, and $TMPDIR must be on the corpus' file system).
 # MAILVAULTD=path and MAILVAULT=path measure another build. BIGMAIL_CORPUS=DIR keeps the
 # corpora in DIR instead of build/bigmail-corpus; BIGMAIL_LOGS=DIR gets a copy of each
 # mailvaultd log (mailvaultd-N.log); both for tests/cli_bench_bigmail_smoke.sh.
@@ -174,8 +177,14 @@ for n in $sizes; do
         dc_imap=$(free_port) dc_lmtp=$(free_port)
         dovecot_config "$dc" "$dc_imap" "$dc_lmtp" "$pw" "$user"
         t0=$(date +%s.%N)
-        dovecot_maildir_copy "$corpus/Maildir" "$dc/mail/$user"
-        echo "   Dovecot Maildir copied: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s (indexed at the first SELECT, untimed)"
+        how=copied
+        if [ -n "${BIGMAIL_MAILDIR_LINK:-}" ]; then
+            how=hard-linked
+            dovecot_maildir_link "$corpus/Maildir" "$dc/mail/$user"
+        else
+            dovecot_maildir_copy "$corpus/Maildir" "$dc/mail/$user"
+        fi
+        echo "   Dovecot Maildir $how: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s (indexed at the first SELECT, untimed)"
         dc_args=(--dovecot-conf "$dc/dovecot.conf" --dc-mail "$dc/mail" --dc-imap-port "$dc_imap"
             --dc-lmtp-port "$dc_lmtp")
     fi

@@ -7,6 +7,8 @@
 # the corpus' root-owned files could not be (protected_hardlinks), so Dovecot's COPY copied
 # bytes and the benchmark measured it slower than a real Dovecot; and the corpus keeps its
 # files and their owner (a `chown -R nobody` over hard links gave them to nobody).
+# dovecot_maildir_link (BIGMAIL_MAILDIR_LINK=1, for a corpus the disk cannot hold twice)
+# makes those hard links on purpose: checked last, on a corpus of its own.
 #
 # USAGE
 #   bash tests/cli_bench_dovecot_maildir.sh   (tests/run.sh runs it in `make test`; ~1 s)
@@ -66,4 +68,31 @@ check "the corpus keeps its owner and mode" \
     [ "$(stat -c '%U %a' "$corpus/cur/$first")" = "root 600" ]
 as_nobody cat "$dest2/cur/$first" >"$out" 2>"$err"
 check "nobody reads the copy" grep -q "body 1" "$out"
+
+# BIGMAIL_MAILDIR_LINK=1 (dovecot_maildir_link): hard links to a corpus the disk cannot hold
+# twice. The files are the corpus' (same inodes, now nobody's, so that Dovecot's COPY can
+# link them), the directories Dovecot's: what Dovecot does changes only its own names.
+lcorpus=$tmp/lcorpus/Maildir
+mkdir -p "$lcorpus/cur" "$lcorpus/new" "$lcorpus/tmp"
+for i in 1 2; do
+    printf 'Subject: l%d\r\n\r\nlinked %d\r\n' "$i" "$i" >"$lcorpus/cur/17000000$i.M${i}P1.bench:2,"
+done
+chmod 644 "$lcorpus"/cur/*
+lfirst=$(ls "$lcorpus/cur" | head -n 1)
+ldest=$tmp/dc/mail/u3@bench.example
+dovecot_maildir_link "$lcorpus" "$ldest"
+check "linked: the Maildir's file is the corpus' inode" \
+    [ "$(stat -c %i "$ldest/cur/$lfirst")" = "$(stat -c %i "$lcorpus/cur/$lfirst")" ]
+check "linked: the Maildir's directories are nobody's and not the corpus'" \
+    [ "$(find "$ldest" -type d ! -user nobody | wc -l)" -eq 0 ]
+mkdir -p "$ldest/.Copies/cur" && chown -R nobody "$ldest/.Copies"
+as_nobody ln "$ldest/cur/$lfirst" "$ldest/.Copies/cur/$lfirst" 2>"$err"
+check "linked: nobody hard-links a file into another folder (Dovecot's COPY)" [ $? -eq 0 ]
+as_nobody mv "$ldest/cur/$lfirst" "$ldest/cur/$lfirst,S" 2>"$err"
+check "linked: nobody renames a file (a flag change)" [ $? -eq 0 ]
+as_nobody rm "$ldest/cur/$lfirst,S" "$ldest/.Copies/cur/$lfirst" 2>"$err"
+check "linked: nobody unlinks it (an expunge)" [ $? -eq 0 ]
+check "linked: the corpus keeps every file under its name" \
+    [ "$(ls "$lcorpus/cur" | tr '\n' ' ')" = "$(printf '17000000%s.M%sP1.bench:2, ' 1 1 2 2)" ]
+check "linked: the corpus file still reads the same" grep -q "linked 1" "$lcorpus/cur/$lfirst"
 finish
