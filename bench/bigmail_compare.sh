@@ -67,6 +67,8 @@
 # The time until all LMTP deliveries are visible is a client's waiting in IDLE;
 # BIGMAIL_VISIBLE_WAIT=noop|alternate (bigmail.py's --visible-wait) polls NOOP instead, or in
 # every other pair; BIGMAIL_LMTP_PAIRS=N runs N pairs of the LMTP operations (default 1).
+# BIGMAIL_WARM_SHARE_MAX=F (bigmail.py, default 0.5): fetch_random50 reads both servers' files
+# first only while they take at most F of MemAvailable, else each draw just before it is timed.
 # Exit status: 0 if every operation ran with the expected results on both servers; 1
 # otherwise (what was measured is still written).
 set -euo pipefail
