@@ -1,5 +1,5 @@
 /*
- * harness.h -- the test harness: fifty lines, no dependencies.
+ * harness.h -- the test harness: a hundred lines, no dependencies.
  *
  * USAGE
  *   static void test_something(void) { CHECK(x == 1); CHECK_EQ_INT(rc, MV_OK); }
@@ -19,7 +19,8 @@ extern int th_current_failed;
 void th_fail(const char *file, int line, const char *what);
 void th_run(const char *name, void (*fn)(void));
 int th_summary(void);
-/* A fresh empty directory for this test binary (under $TMPDIR); the string is static. */
+/* A fresh empty directory for this test binary (under $TMPDIR); the string is static.
+ * th_summary() removes it when every test passed and names it when one failed. */
 const char *th_tmpdir(void);
 
 #define TEST(fn) th_run(#fn, fn)
