@@ -67,13 +67,7 @@ dovecot_install() {
     fi
 }
 
-dovecot_maildir_copy() {
-    local src=$1 dest=$2
-    rm -rf "$dest"
-    mkdir -p "$dest"
-    cp -a "$src/." "$dest/"
-    chown -R nobody:nogroup "$dest" 2>/dev/null || chown -R nobody "$dest"
-}
+dovecot_maildir_copy() { dovecot_maildir_fill -a "$@"; }
 
 # dovecot_maildir_link SRC DEST: Dovecot's Maildir as hard links to the corpus' files, for a
 # corpus the disk cannot hold twice (1,000,000 messages: 11 GB beside a 21 GB store). The
@@ -82,11 +76,15 @@ dovecot_maildir_copy() {
 # Dovecot's COPY needs to hard-link them under protected_hardlinks, else it copies bytes
 # and is measured slower), and the corpus must be on the same file system. Dovecot never
 # writes into a stored message, so their bytes stay the corpus'.
-dovecot_maildir_link() {
-    local src=$1 dest=$2
+dovecot_maildir_link() { dovecot_maildir_fill -al "$@"; }
+
+# dovecot_maildir_fill CP-OPTION SRC DEST: DEST made anew from SRC with cp CP-OPTION (-a a
+# copy, -al hard links), then all of it given to Dovecot's mail user.
+dovecot_maildir_fill() {
+    local how=$1 src=$2 dest=$3
     rm -rf "$dest"
     mkdir -p "$dest"
-    cp -al "$src/." "$dest/"
+    cp "$how" "$src/." "$dest/"
     chown -R nobody:nogroup "$dest" 2>/dev/null || chown -R nobody "$dest"
 }
 

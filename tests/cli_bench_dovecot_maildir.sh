@@ -28,6 +28,20 @@ if [ "$(id -u)" -ne 0 ] || ! id nobody >/dev/null 2>&1 || ! command -v setpriv >
 fi
 as_nobody() { setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups "$@"; }
 
+# nobody_changes LABEL DEST FILE: as nobody, FILE of the Maildir DEST is hard-linked into
+# another folder (Dovecot's COPY), renamed (a flag change) and unlinked with its link (an
+# expunge).
+nobody_changes() {
+    local label=$1 dest=$2 file=$3
+    mkdir -p "$dest/.Copies/cur" && chown -R nobody "$dest/.Copies"
+    as_nobody ln "$dest/cur/$file" "$dest/.Copies/cur/$file" 2>"$err"
+    check "${label}nobody hard-links a file into another folder (Dovecot's COPY)" [ $? -eq 0 ]
+    as_nobody mv "$dest/cur/$file" "$dest/cur/$file,T" 2>"$err"
+    check "${label}nobody renames a file (a flag change)" [ $? -eq 0 ]
+    as_nobody rm "$dest/cur/$file,T" "$dest/.Copies/cur/$file" 2>"$err"
+    check "${label}nobody unlinks a file (an expunge)" [ $? -eq 0 ]
+}
+
 # A corpus owned by the caller (root), readable by others, as bench/bigmail_corpus.py writes
 corpus=$tmp/corpus/Maildir
 mkdir -p "$corpus/cur" "$corpus/new" "$corpus/tmp"
@@ -44,13 +58,7 @@ check "a copy: the Maildir's files are not the corpus' inodes" \
     [ "$(stat -c %i "$dest/cur/$first")" != "$(stat -c %i "$corpus/cur/$first")" ]
 check "the Maildir is nobody's, every file and directory" \
     [ "$(find "$dest" ! -user nobody | wc -l)" -eq 0 ]
-mkdir -p "$dest/.Copies/cur" && chown -R nobody "$dest/.Copies"
-as_nobody ln "$dest/cur/$first" "$dest/.Copies/cur/$first" 2>"$err"
-check "nobody hard-links a file into another folder (Dovecot's COPY)" [ $? -eq 0 ]
-as_nobody mv "$dest/cur/$first" "$dest/cur/$first,T" 2>"$err"
-check "nobody renames a file (a flag change)" [ $? -eq 0 ]
-as_nobody rm "$dest/cur/$first,T" 2>"$err"
-check "nobody unlinks a file (an expunge)" [ $? -eq 0 ]
+nobody_changes "" "$dest" "$first"
 as_nobody sh -c "printf 'x' >'$dest/new/1700000000.M1P1.lmtp'" 2>"$err"
 check "nobody adds a file (a delivery)" [ $? -eq 0 ]
 owners=$(stat -c %U "$corpus" "$corpus/cur" "$corpus"/cur/* | sort -u)
@@ -85,13 +93,7 @@ check "linked: the Maildir's file is the corpus' inode" \
     [ "$(stat -c %i "$ldest/cur/$lfirst")" = "$(stat -c %i "$lcorpus/cur/$lfirst")" ]
 check "linked: the Maildir's directories are nobody's and not the corpus'" \
     [ "$(find "$ldest" -type d ! -user nobody | wc -l)" -eq 0 ]
-mkdir -p "$ldest/.Copies/cur" && chown -R nobody "$ldest/.Copies"
-as_nobody ln "$ldest/cur/$lfirst" "$ldest/.Copies/cur/$lfirst" 2>"$err"
-check "linked: nobody hard-links a file into another folder (Dovecot's COPY)" [ $? -eq 0 ]
-as_nobody mv "$ldest/cur/$lfirst" "$ldest/cur/$lfirst,S" 2>"$err"
-check "linked: nobody renames a file (a flag change)" [ $? -eq 0 ]
-as_nobody rm "$ldest/cur/$lfirst,S" "$ldest/.Copies/cur/$lfirst" 2>"$err"
-check "linked: nobody unlinks it (an expunge)" [ $? -eq 0 ]
+nobody_changes "linked: " "$ldest" "$lfirst"
 check "linked: the corpus keeps every file under its name" \
     [ "$(ls "$lcorpus/cur" | tr '\n' ' ')" = "$(printf '17000000%s.M%sP1.bench:2, ' 1 1 2 2)" ]
 check "linked: the corpus file still reads the same" grep -q "linked 1" "$lcorpus/cur/$lfirst"

@@ -46,10 +46,11 @@ int th_summary(void)
     /* The directory goes when every test passed: run by hand, outside tests/run.sh's
      * $TMPDIR, binaries left one mvtest.* per run in /tmp. A failure keeps it to look at. */
     if (th_dir[0] != '\0') {
-        if (th_failed_count == 0)
+        if (th_failed_count == 0) {
             nftw(th_dir, th_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-        else
+        } else {
             printf("# kept for inspection: %s\n", th_dir);
+        }
     }
     return th_failed_count == 0 ? 0 : 1;
 }
