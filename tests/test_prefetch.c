@@ -15,7 +15,8 @@
  *     only values SQL has for the rows asked for, and all of them but those an interior
  *     cell holds.
  *   - A wrong or absent root, rowids beyond the table, too many rows: nothing asked for, no
- *     memory error (ASan); a plain (unencrypted) connection: nothing.
+ *     memory error (ASan); a plain (unencrypted) connection: nothing; a connection on
+ *     SQLite's own VFS: nothing, and the outputs (leaves, chains, counts) say so.
  *   - The pages arrive: with the file evicted (posix_fadvise DONTNEED, in a child process,
  *     whose close of the file cannot drop the store's locks), the leaves of 63 messages and
  *     the first chain pages of the 3 attachments stored apart among them are mostly not in
@@ -397,6 +398,28 @@ static void test_nonsense_asks_for_nothing(void)
     struct mv_fcntl_prefetch p = {.root = 2, .rowids = ids, .n = 1, .near = 0};
     CHECK_EQ_INT((long long)mv_db_prefetch(plain, &p), 0);
     sqlite3_close(plain);
+
+    /* a connection on SQLite's own VFS never sees the call: the outputs still say nothing */
+    sqlite3 *other = NULL;
+    CHECK_EQ_INT(sqlite3_open_v2(tu_path("other.db"), &other,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, "unix"),
+                 SQLITE_OK);
+    CHECK_EQ_INT(tu_exec(other, "CREATE TABLE t(id INTEGER PRIMARY KEY, v)"), 0);
+    uint32_t leaves[3] = {7, 7, 7}, firsts[3] = {7, 7, 7};
+    struct mv_fcntl_prefetch o = {.root = 2,
+                                  .rowids = ids,
+                                  .n = 3,
+                                  .leaves = leaves,
+                                  .chain_firsts = firsts,
+                                  .advised = 7,
+                                  .chains = 7,
+                                  .cold = 1};
+    CHECK_EQ_INT((long long)mv_db_prefetch(other, &o), 0);
+    sqlite3_close(other);
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(leaves[i] == 0 && firsts[i] == 0);
+    }
+    CHECK(o.advised == 0 && o.chains == 0 && o.cold == 0);
 }
 
 /* In a child process (its open and close of the file cannot drop the parent's POSIX

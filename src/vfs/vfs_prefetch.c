@@ -488,18 +488,9 @@ static void mv_prefetch_collect(struct mv_file *f,
     free(sorted);
 }
 
+/* p's outputs were reset by mv_db_prefetch, the one way here (an fcntl of this library). */
 void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
 {
-    p->advised = 0;
-    p->chains = 0;
-    p->cold = 0;
-    p->collected_n = 0;
-    if (p->leaves != NULL) {
-        memset(p->leaves, 0, p->n * sizeof *p->leaves);
-    }
-    if (p->chain_firsts != NULL) {
-        memset(p->chain_firsts, 0, p->n * sizeof *p->chain_firsts);
-    }
     struct mv_codec *c = f->codec;
     if (c->crypt == NULL || c->key_state != MV_KEY_OK || p->n == 0 || p->root < 2 ||
         p->n > MV_PREFETCH_ROWS_MAX || p->near > MV_PREFETCH_NEAR_MAX) {
@@ -566,10 +557,18 @@ size_t mv_db_prefetch(sqlite3 *db, struct mv_fcntl_prefetch *p)
     if (db == NULL || p == NULL || p->rowids == NULL) {
         return 0;
     }
+    /* The outputs say "nothing" before the VFS is asked: a connection on another VFS
+     * answers the fcntl with SQLITE_NOTFOUND and never sees p. */
     p->advised = 0;
     p->chains = 0;
     p->cold = 0;
     p->collected_n = 0;
+    if (p->leaves != NULL) {
+        memset(p->leaves, 0, p->n * sizeof *p->leaves);
+    }
+    if (p->chain_firsts != NULL) {
+        memset(p->chain_firsts, 0, p->n * sizeof *p->chain_firsts);
+    }
     if (sqlite3_file_control(db, "main", MV_FCNTL_PREFETCH, p) != SQLITE_OK) {
         return 0;
     }
