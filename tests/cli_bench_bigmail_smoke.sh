@@ -176,8 +176,15 @@ assert first[1] == second[1] and first[1].count(b" FETCH (") == 1000, "untagged 
 assert first[1].startswith(b"* 1000 EXISTS\r\n") and first[1].endswith(b")\r\n")
 assert id(c.rbuf) == buffer_id and len(c.rbuf) == size_after_first, (size_after_first, len(c.rbuf))
 assert c.start == c.end, "bytes left unconsumed"
+# reserve(): the buffer the timed session starts with, grown before any command
+c = Imap.__new__(Imap)
+c.rbuf, c.start, c.end, c.n, c.sock = bytearray(Imap.RECV_ROOM), 0, 0, 0, Pieces()
+c.reserve(8 << 20)
+assert len(c.rbuf) == 8 << 20, len(c.rbuf)
+assert c.command("UID FETCH 1:1000 (BODY.PEEK[])")[1] == first[1]
+assert len(c.rbuf) == 8 << 20, "grew inside a command although reserved"
 PYEOF
-    pass "the benchmark client reads into one buffer kept across commands (two 3 MB responses, no growth in the second)"
+    pass "the benchmark client reads into one buffer kept across commands (two 3 MB responses, no growth in the second; reserve() grows it first)"
 else
     fail "the benchmark client reads into one buffer kept across commands: $(tail -n 2 "$tmp/client2.err")"
 fi
