@@ -18,6 +18,9 @@ WHAT IT CHECKS
     byte, in order, each once, tagged OK; mailvaultd_fetch_direct_bytes_total moved (the job
     wrote to the socket itself; the old server had no such counter and wrote nothing itself)
     by no more than the response.
+  - UID FETCH of one message's UID and FLAGS: the job sends the whole answer itself, the
+    tagged line included (the counter moves by exactly its bytes; the old server left it to
+    the loop).
   - The same with partial ranges, BODY.PEEK[]<1000.70000> (across the old chunk size and
     across the stored pages and attachment boundaries): each slice exact.
   - A client with a 4 KiB receive buffer (the socket fills at once, so the job stops writing
@@ -172,6 +175,9 @@ def main():
     before = imapd_common.metric(a.metrics, "mailvaultd_fetch_direct_bytes_total")
     untagged, tagged = fetch_all(c, "UID FETCH 1:* (BODY.PEEK[])")
     total = check_whole("UID FETCH 1:* (BODY.PEEK[])", untagged, tagged, msgs, uids)
+    # the job sends the tagged line itself; it counts its bytes when the loop is done with
+    # it, which a NOOP's answer (the loop reads the NOOP only then) comes after
+    c.command("NOOP")
     after = imapd_common.metric(a.metrics, "mailvaultd_fetch_direct_bytes_total")
     check("the metrics have mailvaultd_fetch_direct_bytes_total", before is not None and
           after is not None, "before %r, after %r" % (before, after))
@@ -180,6 +186,20 @@ def main():
                                                                             total),
               0 < after - before <= total + 64 * len(msgs) + 4096,
               "direct bytes %d, response ~%d" % (after - before, total))
+
+    # a small FETCH: its whole answer, the tagged line included, from the job itself (the
+    # old server left answers under IMAP_FETCH_DIRECT_MIN and every tagged line to the loop)
+    before = imapd_common.metric(a.metrics, "mailvaultd_fetch_direct_bytes_total")
+    untagged, tagged = c.command("UID FETCH %d (UID FLAGS)" % uids[0])
+    c.command("NOOP")
+    after = imapd_common.metric(a.metrics, "mailvaultd_fetch_direct_bytes_total")
+    small = sum(len(r[0]) + 2 for r in untagged) + len(tagged) + 2
+    check("a one-message FETCH (UID FLAGS) is answered by the job itself, tagged line too "
+          "(%r of %d bytes)" % (None if before is None or after is None else after - before,
+                                small),
+          tagged.split(b" ")[1:2] == [b"OK"] and before is not None and after is not None and
+          after - before == small, "direct bytes %r -> %r, answer %r %r" % (before, after,
+                                                                           untagged, tagged))
 
     untagged, tagged = fetch_all(c, "UID FETCH 1:* (BODY.PEEK[]<1000.70000>)")
     check_whole("UID FETCH 1:* (BODY.PEEK[]<1000.70000>)", untagged, tagged, msgs, uids,
