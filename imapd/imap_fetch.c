@@ -504,12 +504,12 @@ void imap_fetch_state_free(struct imap_fetch_state **st)
 /* Direct sending: the response so far, once it holds at least min bytes, goes to the socket
  * from here when the loop granted it (s->direct_fd, imap_direct_grant) and the socket takes
  * all of it at once; else it stays in x->out for the loop, and the job writes nothing more
- * itself (direct_off), so the bytes stay in order. */
+ * itself (direct_off), so the bytes stay in order. min is at least 1: nothing is sent empty. */
 static void imap_fetch_direct(struct imap_ctx *x, size_t min)
 {
     struct imap_session *s = x->s;
     struct buf *out = x->out;
-    if (s->direct_fd < 0 || s->direct_off || out->oom || out->len == 0 || out->len < min) {
+    if (s->direct_fd < 0 || s->direct_off || out->oom || out->len < min) {
         return;
     }
     ssize_t n = send(s->direct_fd, out->data, out->len, MSG_DONTWAIT | MSG_NOSIGNAL);
