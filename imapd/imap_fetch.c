@@ -33,11 +33,11 @@
  *     the first chunk; nothing else of the session runs in between (it stays busy).
  *   - Direct sending: on a plain connection whose output was empty when the job was posted,
  *     the job writes the response to the socket itself every IMAP_FETCH_DIRECT_MIN bytes
- *     (imap_direct_send, imap_direct.c) and goes on past the chunk size, up to
- *     IMAP_FETCH_DIRECT_JOB_MAX, until a write is not taken whole; then the loop writes the
- *     rest as above (docs/IMAPD.md, "Streaming FETCH"). The job that ends the response
- *     writes its last bytes, the tagged line included, itself as well, so a FETCH of any
- *     size is answered without waiting for the loop.
+ *     (imap_fetch_direct) and goes on past the chunk size, up to IMAP_FETCH_DIRECT_JOB_MAX,
+ *     until a write is not taken whole; then the loop writes the rest as above
+ *     (docs/IMAPD.md, "Streaming FETCH"). The job that ends the response writes its last
+ *     bytes, the tagged line included, itself as well, so a FETCH of any size is answered
+ *     without waiting for the loop.
  *
  * LIMITATIONS
  *   A missing part, or HEADER / TEXT of a part that is not message/rfc822, is NIL. A single
@@ -501,6 +501,27 @@ void imap_fetch_state_free(struct imap_fetch_state **st)
     *st = NULL;
 }
 
+/* Direct sending: the response so far, once it holds at least min bytes, goes to the socket
+ * from here when the loop granted it (s->direct_fd, imap_direct_grant) and the socket takes
+ * all of it at once; else it stays in x->out for the loop, and the job writes nothing more
+ * itself (direct_off), so the bytes stay in order. min is at least 1: nothing is sent empty. */
+static void imap_fetch_direct(struct imap_ctx *x, size_t min)
+{
+    struct imap_session *s = x->s;
+    struct buf *out = x->out;
+    if (s->direct_fd < 0 || s->direct_off || out->oom || out->len < min) {
+        return;
+    }
+    ssize_t n = send(s->direct_fd, out->data, out->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+        s->direct_sent += (uint64_t)n;
+        buf_consume(out, (size_t)n);
+    }
+    if (out->len != 0) {
+        s->direct_off = 1; /* full, or an error the loop's own write then reports */
+    }
+}
+
 /* 1 if f reads each message's whole bytes (imap_fetch_one: a literal of the whole message,
  * or a copy of it for sections, BODYSTRUCTURE and the rest), not the header alone nor none. */
 static int imap_fetch_reads_bodies(const struct imap_fetch *f)
@@ -573,7 +594,7 @@ static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
         if ((imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0 &&
             imap_view_msg(v, i)->modseq > st->changed_since) {
             (void)imap_fetch_one(x, st->f, i, st->mark[i]);
-            imap_direct_send(x, IMAP_FETCH_DIRECT_MIN);
+            imap_fetch_direct(x, IMAP_FETCH_DIRECT_MIN);
         }
     }
     mv_store_read_end(store);
@@ -586,7 +607,7 @@ static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
      * client's answer waited for the loop thread to wake after the job (on an idle machine
      * ~0.1-1 ms here; issue 13: after an idle moment a FETCH of 50 messages cost ~1 ms
      * more). One send either way. */
-    imap_direct_send(x, 1);
+    imap_fetch_direct(x, 1);
     imap_fetch_state_free(&st);
 }
 

@@ -2,8 +2,8 @@
  * imap_session.c -- the IMAP state machine on the loop and IMAP's protocol table for conn.c
  * (imap_conn_proto): the greeting, framing the input into commands (imap_frame.c), parsing them,
  * answering the ones that need no store (CAPABILITY, NOOP, LOGOUT, STARTTLS before login, every
- * BAD) and handing the rest to the session's worker as a job; the job's answer goes out from the
- * job itself where it may (imap_direct.c), else on the loop.
+ * BAD) and handing the rest to the session's worker as a job; the job's response goes back out on
+ * the loop.
  */
 #include "imap_session.h"
 #include "buf.h"
@@ -370,12 +370,6 @@ static void imap_job_run(struct job *job)
         imap_fetch_state_free(&j->s->fetch_more);
     }
     x.logout |= j->s->gone;
-    /* The answer goes out from here (imap_direct.c), but not where the loop decides when or
-     * what follows: a failed login's (held), a BYE's and LOGOUT's (then the close). A FETCH
-     * that goes on (fetch_more) sent what it could itself. */
-    if (!x.logout && x.failed_why == NULL && x.delay_ms == 0 && j->s->fetch_more == NULL) {
-        imap_direct_send(&x, 1);
-    }
     j->s->on_reader = 0;
     j->delay_ms = x.delay_ms;
     j->logout = x.logout;
@@ -480,6 +474,40 @@ static int64_t imap_login_failure(const struct conn *c, const struct imap_job *j
     return j->posted_ms + hold_ms - loop_now_ms();
 }
 
+/* Direct sending (imap_fetch.c): a FETCH job may write to the socket itself when the
+ * connection is plain and nothing of its output is queued, so that no byte the job writes
+ * can overtake one the loop still holds; the loop writes nothing to a busy connection
+ * (it only queues) until the job's done, which comes after the job's last write. The job
+ * gets a duplicate of the descriptor: a close of the connection meanwhile cannot hand the
+ * number to another connection while the job may still write to it. */
+static void imap_direct_grant(struct conn *c, struct imap_session *s)
+{
+    s->direct_off = 0;
+    s->direct_sent = 0;
+    if (s->direct_fd >= 0 || c->tls || c->ssl != NULL || c->out.len != 0 || c->held.len != 0 ||
+        c->closing || c->dead) {
+        return;
+    }
+    s->direct_fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0); /* -1: the loop writes it all */
+    c->job_writes = s->direct_fd >= 0;
+}
+
+/* After the job: the duplicate closed, the bytes the job wrote counted as the loop's. */
+static void imap_direct_end(struct conn *c, struct imap_session *s)
+{
+    if (s->direct_fd >= 0) {
+        close(s->direct_fd);
+        s->direct_fd = -1;
+    }
+    c->job_writes = 0;
+    if (s->direct_sent > 0) {
+        metrics_fetch_direct_add(s->direct_sent);
+        c->bytes_out += s->direct_sent;
+        c->last_active_ms = loop_now_ms();
+        s->direct_sent = 0;
+    }
+}
+
 static void imap_job_done(struct job *job)
 {
     struct imap_job *j = (struct imap_job *)job;
@@ -567,7 +595,9 @@ static void imap_post(struct conn *c, uint8_t *bytes, size_t len, struct imap_co
     s->tls = c->tls;
     s->login_allowed = c->tls || c->loopback || g_config.allow_plaintext;
     c->busy = 1;
-    imap_direct_grant(c, s); /* every command's job answers itself if it can (imap_direct.c) */
+    if (!raw && strcmp(j->cmd.name, "FETCH") == 0) {
+        imap_direct_grant(c, s);
+    }
     /* the user placed (a LOGIN's just now): the store its job may touch (worker.c WRITERS) */
     job_user(&j->job, s->is_placed ? s->placed : "");
     worker_post(s->worker, &j->job);

@@ -164,12 +164,12 @@ struct imap_session {
      * last completed command (`who`), and an end asked for (no new command is taken). */
     char shown_mailbox[256];
     int kicked;
-    /* A command's job may write its answer to the socket itself (imap_direct.c): a
-     * duplicate of the plain (no TLS) socket's descriptor, made by the loop when it posts the
-     * job with nothing of the connection's output still queued; -1: none. The job stops
-     * using it at the first write the socket does not take whole (direct_off) and counts
-     * what it wrote (direct_sent); the loop closes it and counts the bytes after the job
-     * (imap_direct_end). */
+    /* A FETCH job may write its response to the socket itself (imap_fetch.c, "Direct
+     * sending"): a duplicate of the plain (no TLS) socket's descriptor, made by the loop when
+     * it posts the job with nothing of the connection's output still queued; -1: none. The
+     * job stops using it at the first write the socket does not take whole (direct_off) and
+     * counts what it wrote (direct_sent); the loop closes it and counts the bytes after the
+     * job (imap_job_done). */
     int direct_fd;
     int direct_off;
     uint64_t direct_sent;
@@ -270,16 +270,6 @@ void imap_cmd_expunge(struct imap_ctx *x);
 void imap_cmd_close(struct imap_ctx *x);
 void imap_cmd_idle(struct imap_ctx *x);
 void imap_cmd_unselect(struct imap_ctx *x);
-/* ---- imap_direct.c: the job writes its answer to the socket itself ---- */
-/* Loop thread, as it posts a command's job (c busy): lets the job write to the socket if
- * the connection is plain and nothing of its output waits (else the loop writes it all). */
-void imap_direct_grant(struct conn *c, struct imap_session *s);
-/* Loop thread, when the job is done: takes the permission back and counts what it wrote. */
-void imap_direct_end(struct conn *c, struct imap_session *s);
-/* Worker: sends x->out, if it holds at least min (>= 1) bytes and sending is granted, and
- * consumes what the socket took; a send not taken whole ends sending for this job (the loop
- * writes what is left, after it). */
-void imap_direct_send(struct imap_ctx *x, size_t min);
 /* ---- imap_fetch.c ---- */
 /* A FETCH response is produced in chunks of about IMAP_FETCH_CHUNK bytes (plus one message's
  * response); the next chunk is made once the connection's output is below

@@ -104,8 +104,8 @@ static atomic_int_fast64_t metrics_lane_len[JOB_LANES];
 static atomic_uint_fast64_t metrics_lane_bucket[JOB_LANES][METRICS_BUCKETS];
 static atomic_uint_fast64_t metrics_lane_sum_us[JOB_LANES];
 static const char *const metrics_lane_names[JOB_LANES] = {"short", "long", "read"};
-static atomic_uint_fast64_t metrics_drained; /* sealed deliveries moved by drain steps */
-static atomic_uint_fast64_t metrics_direct;  /* bytes jobs wrote to their sockets */
+static atomic_uint_fast64_t metrics_drained;      /* sealed deliveries moved by drain steps */
+static atomic_uint_fast64_t metrics_fetch_direct; /* bytes a FETCH job wrote to its socket */
 
 /* Jobs waiting in each worker's queue (metrics_init). */
 static atomic_int_fast64_t *metrics_queues;
@@ -165,9 +165,9 @@ void metrics_drain_step(uint32_t moved)
     atomic_fetch_add_explicit(&metrics_drained, moved, memory_order_relaxed);
 }
 
-void metrics_direct_add(uint64_t bytes)
+void metrics_fetch_direct_add(uint64_t bytes)
 {
-    atomic_fetch_add_explicit(&metrics_direct, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&metrics_fetch_direct, bytes, memory_order_relaxed);
 }
 
 void metrics_connection(enum metric_gauge g, int delta)
@@ -400,11 +400,11 @@ static void metrics_render_work(struct buf *b)
                    "a login, not before it).");
     buf_printf(b, "mailvaultd_queue_drained_total %llu\n",
                (unsigned long long)metrics_read(&metrics_drained));
-    metrics_family(b, "mailvaultd_direct_bytes_total", "counter",
-                   "Bytes of IMAP answers the worker wrote to the client's socket itself, "
-                   "without handing them to the event loop (docs/IMAPD.md, Direct sending).");
-    buf_printf(b, "mailvaultd_direct_bytes_total %llu\n",
-               (unsigned long long)metrics_read(&metrics_direct));
+    metrics_family(b, "mailvaultd_fetch_direct_bytes_total", "counter",
+                   "Bytes of FETCH responses the worker wrote to the client's socket itself, "
+                   "without handing them to the event loop (docs/IMAPD.md, Streaming FETCH).");
+    buf_printf(b, "mailvaultd_fetch_direct_bytes_total %llu\n",
+               (unsigned long long)metrics_read(&metrics_fetch_direct));
     metrics_family(b, "mailvaultd_start_time_seconds", "gauge",
                    "When the server started, seconds since the Unix epoch.");
     buf_printf(b, "mailvaultd_start_time_seconds %lld\n", (long long)metrics_started_s);

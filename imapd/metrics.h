@@ -58,8 +58,8 @@ void metrics_lane_queue(int lane, int delta);
 void metrics_lane_wait(int lane, int64_t wait_us);
 /* A drain step on a worker moved `moved` sealed deliveries into a store. */
 void metrics_drain_step(uint32_t moved);
-/* Bytes of an IMAP answer its job wrote to the socket itself (imap_direct.c). */
-void metrics_direct_add(uint64_t bytes);
+/* Bytes of a FETCH response its job wrote to the socket itself (imap_fetch.c). */
+void metrics_fetch_direct_add(uint64_t bytes);
 /* Before the workers start: room for their queue lengths. 0 or -1. */
 int metrics_init(int workers);
 /* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */
