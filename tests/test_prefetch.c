@@ -23,6 +23,10 @@
  *     the page cache before the prefetch and all of them are after it (polled with mincore
  *     in a child, with a generous deadline). On a file system that keeps every page (tmpfs)
  *     this part says so and checks nothing more.
+ *   - Interior pages kept (vfs_interior.c): a second walk of the same rows of a three-level
+ *     table reads no interior page and takes as many kept ones as the first read; a walk of
+ *     other rows takes the upper levels from those kept; after a checkpoint that grew the
+ *     file, a walk reads them again and takes none kept; the leaves are SQLite's throughout.
  *   - The store's call returns MV_OK for keys and for nonsense, MV_EINVAL for NULL, and the
  *     messages read after it are byte for byte the stored ones.
  * Nothing depends on a random byte or on timing but the polling deadline.
@@ -572,10 +576,86 @@ static void test_pages_arrive(void)
     mv_store_close(&s);
 }
 
+/* Walks table for every stride-th row: the interior pages read from the file and taken from
+ * those kept, and the number of rows whose leaf is not the one SQLite has (dbstat). */
+static void pf_walk_counts(
+    sqlite3 *db, const char *table, size_t stride, size_t *read, size_t *kept, size_t *wrong)
+{
+    struct pf_truth t;
+    CHECK_EQ_INT(pf_truth(db, table, &t), 0);
+    size_t n = (t.rows + stride - 1) / stride;
+    int64_t *ids = calloc(n, sizeof *ids);
+    uint32_t *leaves = calloc(n, sizeof *leaves);
+    CHECK(ids != NULL && leaves != NULL && n <= MV_PREFETCH_ROWS_MAX);
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = t.ids[i * stride];
+    }
+    struct mv_fcntl_prefetch p = {
+        .root = pf_root(db, table), .rowids = ids, .n = n, .near = PF_NEAR, .leaves = leaves};
+    CHECK(mv_db_prefetch(db, &p) > 0);
+    *read = p.interior_read;
+    *kept = p.interior_kept;
+    *wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        *wrong += leaves[i] != t.leaf[i * stride] ? 1u : 0u;
+    }
+    pf_truth_free(&t);
+    free(ids);
+    free(leaves);
+}
+
+/* The interior pages a walk read are kept for the next walk on the connection (not read
+ * again) while the file is unchanged, and read again once a checkpoint changed it; the
+ * leaves walked are SQLite's every time. */
+static void test_interior_kept(void)
+{
+    mv_store *s = NULL;
+    uint32_t uid[PF_COUNT];
+    CHECK_EQ_INT(pf_fill("kept", &s, uid), 0);
+    sqlite3 *db = mv_store_db(s);
+    static const char deep[] = "CREATE TABLE deep(id INTEGER PRIMARY KEY, v BLOB);"
+                               "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                               "WHERE i < 6000) INSERT INTO deep SELECT i * 3, zeroblob(500) "
+                               "FROM n;"
+                               "PRAGMA wal_checkpoint(TRUNCATE)";
+    CHECK_EQ_INT(tu_exec(db, deep), 0);
+    size_t read1 = 0, kept1 = 0, wrong1 = 0, read2 = 0, kept2 = 0, wrong2 = 0;
+    pf_walk_counts(db, "deep", 97, &read1, &kept1, &wrong1);
+    pf_walk_counts(db, "deep", 97, &read2, &kept2, &wrong2);
+    printf("  # first walk: %zu interior pages read, %zu kept ones used; second: %zu read, %zu "
+           "kept ones used\n",
+           read1, kept1, read2, kept2);
+    CHECK(read1 >= 2); /* the root and the level below it */
+    CHECK_EQ_INT((long long)kept1, 0);
+    CHECK_EQ_INT((long long)read2, 0);
+    CHECK_EQ_INT((long long)kept2, (long long)read1);
+    CHECK_EQ_INT((long long)(wrong1 + wrong2), 0);
+    /* other rows of the same tree: the upper levels are kept, the pages below read */
+    size_t read3 = 0, kept3 = 0, wrong3 = 0;
+    pf_walk_counts(db, "deep", 13, &read3, &kept3, &wrong3);
+    CHECK(kept3 >= 1);
+    CHECK_EQ_INT((long long)wrong3, 0);
+    /* the file changed (rows moved by a checkpoint; the file grew): read again, and right */
+    CHECK_EQ_INT(tu_exec(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                             "WHERE i < 3000) INSERT INTO deep SELECT 18000 + i, zeroblob(900) "
+                             "FROM n;"
+                             "PRAGMA wal_checkpoint(TRUNCATE)"),
+                 0);
+    size_t read4 = 0, kept4 = 0, wrong4 = 0;
+    pf_walk_counts(db, "deep", 97, &read4, &kept4, &wrong4);
+    printf("  # after the checkpoint: %zu read, %zu kept ones used, %zu rows on a wrong leaf\n",
+           read4, kept4, wrong4);
+    CHECK(read4 >= 2);
+    CHECK_EQ_INT((long long)kept4, 0);
+    CHECK_EQ_INT((long long)wrong4, 0);
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     TEST(test_walk_finds_sqlites_leaves);
     TEST(test_nonsense_asks_for_nothing);
     TEST(test_pages_arrive);
+    TEST(test_interior_kept);
     return th_summary();
 }

@@ -25,6 +25,7 @@
 #include "vfs/vfs_sqlite.h"
 
 #include <stdint.h>
+#include <sys/stat.h>
 
 /* Custom file-control opcodes (SQLite reserves nothing above 100 for us; pick values no
  * other VFS in the process is likely to use). */
@@ -154,6 +155,8 @@ struct mv_file {
     int temp_dirty;      /* ... changed since it was last encrypted and written */
     /* MAIN: the run of adjacent page reads under way (vfs_read_ahead.c). */
     struct mv_read_run run;
+    /* MAIN: interior pages the prefetch walk kept (vfs_interior.c; NULL: none yet). */
+    struct mv_interior *interior;
 };
 
 /* The VFS object and its lower VFS (vfs_register.c). */
@@ -226,6 +229,16 @@ void mv_main_read_release(struct mv_file *f);
 /* MV_FCNTL_PREFETCH on a main file (vfs_hint.h, vfs_prefetch.c). A hint: no error. */
 struct mv_fcntl_prefetch;
 void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p);
+/* The interior pages the prefetch walk keeps (vfs_interior.c). mv_interior_for: f's, made
+ * valid for the file as st (its fstat) describes: dropped if its size or modification time
+ * moved since they were kept (NULL: out of memory; nothing is kept then). mv_interior_find:
+ * a kept page, decrypted, or NULL. mv_interior_keep: keeps a copy of a decrypted interior
+ * page if there is room. mv_interior_free: wipes and frees them (the file's close). */
+struct mv_interior;
+struct mv_interior *mv_interior_for(struct mv_file *f, const struct stat *st, uint32_t page_size);
+const uint8_t *mv_interior_find(const struct mv_interior *c, uint32_t pgno);
+void mv_interior_keep(struct mv_interior *c, uint32_t pgno, const uint8_t *page);
+void mv_interior_free(struct mv_file *f);
 int mv_main_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_journal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);

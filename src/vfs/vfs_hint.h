@@ -70,6 +70,9 @@ struct mv_fcntl_prefetch {
     size_t chains;          /* out: the overflow chains asked for (those past the near pages) */
     int cold;               /* out: 1 if the first leaf was not in the page cache before the
                              * leaves were asked for (a cold file: chains asked for too) */
+    size_t interior_read;   /* out: interior pages read from the file by the walk */
+    size_t interior_kept;   /* out: interior pages the walk took from those an earlier walk
+                             * on the same connection kept (vfs_interior.c): not read */
     /* An index's entries, collected (index 1 with collected not NULL): the leaves are read
      * (after they were asked for) and column collect_column (an integer; 0 is the first) of
      * every entry whose first column is one of rowids goes to collected, collected_cap at
@@ -87,10 +90,11 @@ struct mv_fcntl_prefetch {
  * already on their way. If the leaves were not in the page cache, it then reads them (all
  * on their way) and asks for the overflow chains of the rows that do not lie within the
  * near pages. Blocks for about one disk read per level of the tree, and one more for the
- * leaves. A hint: never an error; a wrong walk costs reads, never bytes (vfs_prefetch.c).
- * Returns p->advised, the distinct leaves asked for (0 if nothing was done: not a keyed
- * mailvault file, a lower VFS without a file descriptor, bad arguments, an unreadable
- * page); the other results in p. */
+ * leaves; interior pages an earlier walk on the same connection read are kept and not read
+ * again while the file is unchanged (vfs_interior.c). A hint: never an error; a wrong walk costs
+ * reads, never bytes (vfs_prefetch.c). Returns p->advised, the distinct leaves asked for (0 if
+ * nothing was done: not a keyed mailvault file, a lower VFS without a file descriptor, bad
+ * arguments, an unreadable page); the other results in p. */
 size_t mv_db_prefetch(sqlite3 *db, struct mv_fcntl_prefetch *p);
 
 #endif /* MV_VFS_HINT_H */

@@ -8,7 +8,10 @@
  *   interior pages itself, one level at a time for all the rowids together: at each level
  *   the distinct pages needed are first announced to the kernel (posix_fadvise WILLNEED,
  *   which queues their reads without waiting), then read, authenticated and decrypted here
- *   one after the other, so a level costs about one disk wait instead of one per row. At
+ *   one after the other, so a level costs about one disk wait instead of one per row. The
+ *   interior pages read are kept, decrypted, for the next walks on the connection while the
+ *   file is unchanged (vfs_interior.c): a walk that finds its levels there goes to the
+ *   leaves without a read (from an evicted file, without a disk wait per level). At
  *   the level whose pages are leaves (known from the first of them read), each leaf's
  *   window (the leaf and near pages on each side, as the near hint of vfs_hint.h reads it)
  *   is announced and not read: SQLite's own reads of the rows that follow then find the
@@ -68,17 +71,18 @@ struct mv_unix_file_head {
     int h;
 };
 
-/* The lower file's descriptor if it can be trusted to be f's file, else -1. */
-static int mv_prefetch_fd(const struct mv_file *f)
+/* The lower file's descriptor if it can be trusted to be f's file (by_fd: its fstat), else
+ * -1. */
+static int mv_prefetch_fd(const struct mv_file *f, struct stat *by_fd)
 {
     const sqlite3_vfs *lower = mv_vfs_lower();
     if (lower == NULL || strncmp(lower->zName, "unix", 4) != 0 || f->name == NULL) {
         return -1;
     }
     int fd = ((const struct mv_unix_file_head *)(const void *)f->lower)->h;
-    struct stat by_fd, by_name;
-    if (fd < 0 || fstat(fd, &by_fd) != 0 || stat(f->name, &by_name) != 0 ||
-        by_fd.st_dev != by_name.st_dev || by_fd.st_ino != by_name.st_ino) {
+    struct stat by_name;
+    if (fd < 0 || fstat(fd, by_fd) != 0 || stat(f->name, &by_name) != 0 ||
+        by_fd->st_dev != by_name.st_dev || by_fd->st_ino != by_name.st_ino) {
         return -1;
     }
     return fd;
@@ -332,44 +336,64 @@ static size_t mv_distinct(const uint32_t *cur, size_t n, uint32_t *set)
 /* One level of the walk: every row at an interior page moves to its child (0: dropped).
  * Returns 1 if the level's pages are leaves (cur then names each row's leaf; 2 if the first
  * of them was not in the page cache before the level was asked for), 0 if the walk goes
- * on, -1 if it ends (nothing left, or the first page is unreadable). */
+ * on, -1 if it ends (nothing left, or the first page is unreadable). Interior pages come
+ * from kept (an earlier walk's, vfs_interior.c) where it has them, without a read; those
+ * read from the file are kept there. */
 static int mv_prefetch_level(struct mv_file *f,
                              int fd,
                              uint8_t *page,
                              uint32_t page_size,
                              uint32_t usable,
                              uint32_t pages_in_file,
-                             int index,
-                             const int64_t *rowids,
+                             struct mv_interior *kept,
+                             struct mv_fcntl_prefetch *p,
                              uint32_t *cur,
-                             uint32_t *set,
-                             size_t n)
+                             uint32_t *set)
 {
+    size_t n = p->n;
     size_t distinct = mv_distinct(cur, n, set);
     if (distinct == 0) {
         return -1;
     }
     /* Whether the level's first page is in the page cache, asked before the level is asked
-     * for (after, it may be there already): for the leaves, whether the file is cold. */
-    struct iovec probe = {.iov_base = page, .iov_len = page_size};
-    int cold =
-        preadv2(fd, &probe, 1, (off_t)(set[0] - 1) * page_size, RWF_NOWAIT) != (ssize_t)page_size;
+     * for (after, it may be there already): for the leaves, whether the file is cold. A kept
+     * page is an interior one: no leaf level to judge, and nothing to ask the disk for. */
+    int cold = 0;
+    if (mv_interior_find(kept, set[0]) == NULL) {
+        struct iovec probe = {.iov_base = page, .iov_len = page_size};
+        cold = preadv2(fd, &probe, 1, (off_t)(set[0] - 1) * page_size, RWF_NOWAIT) !=
+               (ssize_t)page_size;
+    }
     for (size_t k = 0; k < distinct; k++) {
-        mv_prefetch_advise(fd, set[k], set[k], page_size);
+        if (mv_interior_find(kept, set[k]) == NULL) {
+            mv_prefetch_advise(fd, set[k], set[k], page_size);
+        }
     }
     for (size_t k = 0; k < distinct; k++) {
         uint32_t pgno = set[k];
         const uint8_t *hdr = page + (pgno == 1 ? MV_DB_HEADER_BYTES : 0);
-        int ok = mv_prefetch_read(f, fd, page, page_size, pgno) == 0;
-        if (ok && hdr[0] == (index ? 0x0a : 0x0d)) { /* a leaf: every page of the level is */
+        const uint8_t *copy = mv_interior_find(kept, pgno);
+        int ok;
+        if (copy != NULL) {
+            memcpy(page, copy, page_size);
+            ok = 1;
+            p->interior_kept++;
+        } else {
+            ok = mv_prefetch_read(f, fd, page, page_size, pgno) == 0;
+        }
+        if (ok && hdr[0] == (p->index ? 0x0a : 0x0d)) { /* a leaf: every page of the level is */
             return k > 0 ? -1 : cold ? 2 : 1;
         }
-        ok = ok && hdr[0] == (index ? 0x02 : 0x05);
+        ok = ok && hdr[0] == (p->index ? 0x02 : 0x05);
+        if (ok && copy == NULL) {
+            p->interior_read++;
+            mv_interior_keep(kept, pgno, page);
+        }
         for (size_t i = 0; i < n; i++) {
             if (cur[i] != pgno) {
                 continue;
             }
-            uint32_t child = ok ? mv_interior_child(page, hdr, usable, index, rowids[i]) : 0;
+            uint32_t child = ok ? mv_interior_child(page, hdr, usable, p->index, p->rowids[i]) : 0;
             cur[i] = child >= 1 && child <= pages_in_file ? child : 0;
         }
         if (!ok && k == 0) {
@@ -499,7 +523,8 @@ void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
     uint32_t page_size = c->page_size;
     uint32_t reserve = crypt_reserve_bytes(crypt_ctx_cipher(c->crypt));
     sqlite3_int64 file_size = 0;
-    int fd = mv_prefetch_fd(f);
+    struct stat st;
+    int fd = mv_prefetch_fd(f, &st);
     if (fd < 0 || page_size < 512 || reserve >= page_size - 480 ||
         f->lower->pMethods->xFileSize(f->lower, &file_size) != SQLITE_OK) {
         return;
@@ -508,6 +533,7 @@ void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
     if (p->root > pages_in_file) {
         return;
     }
+    struct mv_interior *kept = mv_interior_for(f, &st, page_size); /* NULL: none kept */
     uint8_t *page = malloc(page_size);
     uint32_t *cur = malloc(p->n * sizeof *cur);
     uint32_t *set = malloc(p->n * sizeof *set);
@@ -518,7 +544,7 @@ void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
         int leaves = 0;
         for (int depth = 0; depth < MV_PREFETCH_DEPTH_MAX && leaves == 0; depth++) {
             leaves = mv_prefetch_level(f, fd, page, page_size, page_size - reserve, pages_in_file,
-                                       p->index, p->rowids, cur, set, p->n);
+                                       kept, p, cur, set);
         }
         if (leaves >= 1) {
             size_t distinct = mv_distinct(cur, p->n, set);
@@ -562,6 +588,8 @@ size_t mv_db_prefetch(sqlite3 *db, struct mv_fcntl_prefetch *p)
     p->advised = 0;
     p->chains = 0;
     p->cold = 0;
+    p->interior_read = 0;
+    p->interior_kept = 0;
     p->collected_n = 0;
     if (p->leaves != NULL) {
         memset(p->leaves, 0, p->n * sizeof *p->leaves);

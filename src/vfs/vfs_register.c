@@ -54,6 +54,7 @@ static int mv_io_close(sqlite3_file *p)
         mv_registry_remove(f);
         f->codec->main_file = NULL;
         mv_main_read_release(f);
+        mv_interior_free(f);
     }
     if (f->kind == MV_FILE_TEMP) {
         mv_temp_close(f);
