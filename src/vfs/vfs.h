@@ -239,6 +239,10 @@ struct mv_interior *mv_interior_for(struct mv_file *f, const struct stat *st, ui
 const uint8_t *mv_interior_find(const struct mv_interior *c, uint32_t pgno);
 void mv_interior_keep(struct mv_interior *c, uint32_t pgno, const uint8_t *page);
 void mv_interior_free(struct mv_file *f);
+/* The level (0: the root) at which a walk from root last found its leaves while the kept
+ * pages were valid, or -1; and the note of it. */
+int mv_interior_leaf_level(const struct mv_interior *c, uint32_t root);
+void mv_interior_note_leaf_level(struct mv_interior *c, uint32_t root, int level);
 int mv_main_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_journal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);

@@ -73,6 +73,7 @@ struct mv_fcntl_prefetch {
     size_t interior_read;   /* out: interior pages read from the file by the walk */
     size_t interior_kept;   /* out: interior pages the walk took from those an earlier walk
                              * on the same connection kept (vfs_interior.c): not read */
+    size_t advice_calls;    /* out: posix_fadvise calls made (a leaf's window is one) */
     /* An index's entries, collected (index 1 with collected not NULL): the leaves are read
      * (after they were asked for) and column collect_column (an integer; 0 is the first) of
      * every entry whose first column is one of rowids goes to collected, collected_cap at

@@ -18,6 +18,10 @@
  *   interior pages, a 100,000-message one ~350), and is wiped whenever it is dropped or moved.
  *   The file's connection uses it from one thread at a time, as it uses the file.
  *
+ *   And for a few trees, the level their last walk found the leaves at: a walk that expects
+ *   the leaves there asks for each leaf's window at once, instead of the page first and its
+ *   window once the page read turned out to be a leaf (two calls a leaf, the first wasted).
+ *
  * STILL A HINT
  *   The walk reads the database file, not the WAL, and the file changes only when a
  *   checkpoint writes to it, or it is truncated or vacuumed, by any connection or process.
@@ -37,6 +41,9 @@
  * twice the pages, so a probe always ends at an empty slot. */
 #define MV_INTERIOR_PAGES_MAX 1024u
 #define MV_INTERIOR_SLOTS     2048u
+/* Trees whose leaf level is remembered (a store's walks use three: bodies, body_parts,
+ * attachments). */
+#define MV_INTERIOR_ROOTS 8
 
 struct mv_interior {
     uint32_t page_size;
@@ -46,6 +53,8 @@ struct mv_interior {
     uint8_t *pages;                        /* n pages, in the order kept */
     uint32_t slot_pgno[MV_INTERIOR_SLOTS]; /* 0: an empty slot */
     uint32_t slot_at[MV_INTERIOR_SLOTS];   /* the page's index in pages */
+    uint32_t root[MV_INTERIOR_ROOTS];      /* trees walked to their leaves (0: none) ... */
+    int leaf_level[MV_INTERIOR_ROOTS];     /* ... and the level the leaves were at */
 };
 
 static uint32_t mv_interior_slot(uint32_t pgno)
@@ -62,6 +71,7 @@ static void mv_interior_drop(struct mv_interior *c)
     c->pages = NULL;
     c->n = c->cap = 0;
     memset(c->slot_pgno, 0, sizeof c->slot_pgno);
+    memset(c->root, 0, sizeof c->root);
 }
 
 struct mv_interior *mv_interior_for(struct mv_file *f, const struct stat *st, uint32_t page_size)
@@ -127,6 +137,32 @@ void mv_interior_keep(struct mv_interior *c, uint32_t pgno, const uint8_t *page)
     }
     c->slot_pgno[s] = pgno;
     c->slot_at[s] = c->n++;
+}
+
+int mv_interior_leaf_level(const struct mv_interior *c, uint32_t root)
+{
+    for (size_t i = 0; c != NULL && root != 0 && i < MV_INTERIOR_ROOTS; i++) {
+        if (c->root[i] == root) {
+            return c->leaf_level[i];
+        }
+    }
+    return -1;
+}
+
+void mv_interior_note_leaf_level(struct mv_interior *c, uint32_t root, int level)
+{
+    if (c == NULL || root == 0) {
+        return;
+    }
+    size_t at = MV_INTERIOR_ROOTS - 1; /* full: the last one gives way */
+    for (size_t i = 0; i < MV_INTERIOR_ROOTS; i++) {
+        if (c->root[i] == root || c->root[i] == 0) {
+            at = i;
+            break;
+        }
+    }
+    c->root[at] = root;
+    c->leaf_level[at] = level;
 }
 
 void mv_interior_free(struct mv_file *f)

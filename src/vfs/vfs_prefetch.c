@@ -338,7 +338,8 @@ static size_t mv_distinct(const uint32_t *cur, size_t n, uint32_t *set)
  * of them was not in the page cache before the level was asked for), 0 if the walk goes
  * on, -1 if it ends (nothing left, or the first page is unreadable). Interior pages come
  * from kept (an earlier walk's, vfs_interior.c) where it has them, without a read; those
- * read from the file are kept there. */
+ * read from the file are kept there. Each page is asked for with window pages on each side
+ * (the leaves' windows, where the leaves are expected at this level; else 0). */
 static int mv_prefetch_level(struct mv_file *f,
                              int fd,
                              uint8_t *page,
@@ -346,6 +347,7 @@ static int mv_prefetch_level(struct mv_file *f,
                              uint32_t usable,
                              uint32_t pages_in_file,
                              struct mv_interior *kept,
+                             uint32_t window,
                              struct mv_fcntl_prefetch *p,
                              uint32_t *cur,
                              uint32_t *set)
@@ -366,7 +368,10 @@ static int mv_prefetch_level(struct mv_file *f,
     }
     for (size_t k = 0; k < distinct; k++) {
         if (mv_interior_find(kept, set[k]) == NULL) {
-            mv_prefetch_advise(fd, set[k], set[k], page_size);
+            mv_prefetch_advise(fd, set[k] > window ? set[k] - window : 1,
+                               set[k] + window < pages_in_file ? set[k] + window : pages_in_file,
+                               page_size);
+            p->advice_calls++;
         }
     }
     for (size_t k = 0; k < distinct; k++) {
@@ -541,18 +546,22 @@ void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
         for (size_t i = 0; i < p->n; i++) {
             cur[i] = p->root;
         }
-        int leaves = 0;
-        for (int depth = 0; depth < MV_PREFETCH_DEPTH_MAX && leaves == 0; depth++) {
+        int leaves = 0, depth = 0;
+        int expect = mv_interior_leaf_level(kept, p->root); /* -1: not known */
+        for (; depth < MV_PREFETCH_DEPTH_MAX && leaves == 0; depth++) {
             leaves = mv_prefetch_level(f, fd, page, page_size, page_size - reserve, pages_in_file,
-                                       kept, p, cur, set);
+                                       kept, depth == expect ? p->near : 0, p, cur, set);
         }
         if (leaves >= 1) {
             size_t distinct = mv_distinct(cur, p->n, set);
-            for (size_t k = 0; k < distinct; k++) {
+            int level = depth - 1;
+            mv_interior_note_leaf_level(kept, p->root, level);
+            for (size_t k = 0; k < distinct && level != expect; k++) {
                 uint32_t first = set[k] > p->near ? set[k] - p->near : 1;
                 uint32_t last = set[k] + p->near;
                 mv_prefetch_advise(fd, first, last < pages_in_file ? last : pages_in_file,
                                    page_size);
+                p->advice_calls++;
             }
             p->advised = distinct;
             /* The chains too, but only where the leaves were not in the page cache (the
@@ -564,6 +573,7 @@ void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
             } else if (!p->index && (leaves == 2 || p->always_chains)) {
                 p->chains = mv_prefetch_chains(f, fd, page, page_size, page_size - reserve,
                                                pages_in_file, p, cur, set, distinct);
+                p->advice_calls += p->chains; /* one call a chain */
             }
             if (p->leaves != NULL) {
                 memcpy(p->leaves, cur, p->n * sizeof *cur);
@@ -590,6 +600,7 @@ size_t mv_db_prefetch(sqlite3 *db, struct mv_fcntl_prefetch *p)
     p->cold = 0;
     p->interior_read = 0;
     p->interior_kept = 0;
+    p->advice_calls = 0;
     p->collected_n = 0;
     if (p->leaves != NULL) {
         memset(p->leaves, 0, p->n * sizeof *p->leaves);
