@@ -66,6 +66,11 @@ struct mv_read_run {
     uint32_t near;       /* pages on each side of a page read to hold (vfs_hint.h; 0: none) */
     uint8_t *kept;       /* the file's buffer for held windows (malloc'd; NULL: none yet) */
     size_t kept_size;    /* its bytes */
+    /* The last prefetch walk (vfs_prefetch.c) found the file's leaves out of the page cache:
+     * a held window is then asked for from cold_fd (the lower file's descriptor, which the
+     * walk checked) before it is read (vfs_read_ahead.c, COLD WINDOWS). */
+    int cold;
+    int cold_fd;
 };
 
 enum mv_file_kind { MV_FILE_PLAIN, MV_FILE_MAIN, MV_FILE_JOURNAL, MV_FILE_WAL, MV_FILE_TEMP };

@@ -568,6 +568,8 @@ void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
              * first was not, before the level was asked for): reading every leaf here costs
              * a decryption each, for nothing when the pages are there already. */
             p->cold = leaves == 2;
+            f->run.cold = p->cold; /* the reads that follow: COLD WINDOWS (vfs_read_ahead.c) */
+            f->run.cold_fd = fd;
             if (p->index && p->collected != NULL) {
                 mv_prefetch_collect(f, fd, page, page_size, page_size - reserve, p, set, distinct);
             } else if (!p->index && (leaves == 2 || p->always_chains)) {
