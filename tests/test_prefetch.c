@@ -319,6 +319,22 @@ static void pf_check_index(sqlite3 *db)
     CHECK(p.collected_n > 0);
 }
 
+/* A table "deep" of 6,000 rows (ids 3, 6, 9, ...), three levels deep with 4 KiB pages:
+ * values of 500 bytes, every seventh of seventh_bytes (a chain when that is large), then
+ * checkpointed, so the walk (which reads the file) finds every page there. */
+static int pf_make_deep(sqlite3 *db, int seventh_bytes)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "CREATE TABLE deep(id INTEGER PRIMARY KEY, v BLOB);"
+             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 6000) "
+             "INSERT INTO deep SELECT i * 3, zeroblob(CASE WHEN i %% 7 = 0 THEN %d ELSE 500 END) "
+             "FROM n;"
+             "PRAGMA wal_checkpoint(TRUNCATE)",
+             seventh_bytes);
+    return tu_exec(db, sql);
+}
+
 static void test_walk_finds_sqlites_leaves(void)
 {
     mv_store *s = NULL;
@@ -330,12 +346,7 @@ static void test_walk_finds_sqlites_leaves(void)
           PF_COUNT / 3 - 1);
     /* a deeper tree than the bodies': 6,000 rows of a table of the test's own, every
      * seventh with a chain (the walk is the same for any table) */
-    static const char deep[] = "CREATE TABLE deep(id INTEGER PRIMARY KEY, v BLOB);"
-                               "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
-                               "WHERE i < 6000) INSERT INTO deep SELECT i * 3, "
-                               "zeroblob(CASE WHEN i % 7 = 0 THEN 20000 ELSE 500 END) FROM n;"
-                               "PRAGMA wal_checkpoint(TRUNCATE)";
-    CHECK_EQ_INT(tu_exec(db, deep), 0);
+    CHECK_EQ_INT(pf_make_deep(db, 20000), 0);
     pf_check_walk(db, "deep", 6, 3);
     pf_check_index(db);
     /* the chains asked for in one call stop at 32 MiB: 20 rows of 2.5 MB, each chain asked
@@ -625,12 +636,7 @@ static void test_interior_kept(void)
     uint32_t uid[PF_COUNT];
     CHECK_EQ_INT(pf_fill("kept", &s, uid), 0);
     sqlite3 *db = mv_store_db(s);
-    static const char deep[] = "CREATE TABLE deep(id INTEGER PRIMARY KEY, v BLOB);"
-                               "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
-                               "WHERE i < 6000) INSERT INTO deep SELECT i * 3, zeroblob(500) "
-                               "FROM n;"
-                               "PRAGMA wal_checkpoint(TRUNCATE)";
-    CHECK_EQ_INT(tu_exec(db, deep), 0);
+    CHECK_EQ_INT(pf_make_deep(db, 500), 0); /* no chains */
     size_t read1 = 0, kept1 = 0, wrong1 = 0, extra1 = 0;
     size_t read2 = 0, kept2 = 0, wrong2 = 0, extra2 = 0;
     pf_walk_counts(db, "deep", 97, &read1, &kept1, &wrong1, &extra1);
