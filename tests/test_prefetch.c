@@ -774,7 +774,9 @@ static void test_cold_chain_no_overshoot(void)
         printf("  # the %d pages from 8 past the attachment's chain: %d in the page cache "
                "before, %d after its message was read\n",
                LOOK, before, resident);
-        CHECK(resident >= 0 && resident <= before + 4);
+        /* a few may be the message's own rows' leaves and their windows, which can lie
+         * there; the kernel's guess was the chain's length (92 pages) */
+        CHECK(resident >= 0 && resident <= before + 16);
     }
     free(m);
     free(path);

@@ -308,6 +308,15 @@ static void mv_prefetch_advise(int fd, uint32_t first, uint32_t last, uint32_t p
                         POSIX_FADV_WILLNEED);
 }
 
+/* Page pgno and window pages on each side of it, within the file's pages. */
+static void mv_prefetch_advise_around(
+    int fd, uint32_t pgno, uint32_t window, uint32_t pages, uint32_t page_size)
+{
+    uint32_t first = pgno > window ? pgno - window : 1;
+    uint32_t last = pgno + window < pages ? pgno + window : pages;
+    mv_prefetch_advise(fd, first, last, page_size);
+}
+
 static int mv_u32_cmp(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -368,9 +377,7 @@ static int mv_prefetch_level(struct mv_file *f,
     }
     for (size_t k = 0; k < distinct; k++) {
         if (mv_interior_find(kept, set[k]) == NULL) {
-            mv_prefetch_advise(fd, set[k] > window ? set[k] - window : 1,
-                               set[k] + window < pages_in_file ? set[k] + window : pages_in_file,
-                               page_size);
+            mv_prefetch_advise_around(fd, set[k], window, pages_in_file, page_size);
             p->advice_calls++;
         }
     }
@@ -557,10 +564,7 @@ void mv_main_prefetch(struct mv_file *f, struct mv_fcntl_prefetch *p)
             int level = depth - 1;
             mv_interior_note_leaf_level(kept, p->root, level);
             for (size_t k = 0; k < distinct && level != expect; k++) {
-                uint32_t first = set[k] > p->near ? set[k] - p->near : 1;
-                uint32_t last = set[k] + p->near;
-                mv_prefetch_advise(fd, first, last < pages_in_file ? last : pages_in_file,
-                                   page_size);
+                mv_prefetch_advise_around(fd, set[k], p->near, pages_in_file, page_size);
                 p->advice_calls++;
             }
             p->advised = distinct;
