@@ -20,7 +20,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CLI_SQL_BUSY_TIMEOUT_SQL "PRAGMA busy_timeout=30000"
 
 /* The exit code for an SQLite result code: a bad statement is bad input data. */
 static int cli_sql_exit(int sqlite_rc)
@@ -82,12 +81,10 @@ static int cli_sql_open(const struct cli_sql_options *opts, sqlite3 **db_out)
     return CLI_EXIT_OK;
 }
 
-/* Busy timeout, and the warning for files that have no integrity protection. */
+/* The warning for files that have no integrity protection (the busy timeout is set by
+ * mv_db_open, from the options). */
 static int cli_sql_prepare_connection(sqlite3 *db, const char *path)
 {
-    if (sqlite3_exec(db, CLI_SQL_BUSY_TIMEOUT_SQL, NULL, NULL, NULL) != SQLITE_OK) {
-        return cli_sql_fail(db);
-    }
     struct mv_db_info info;
     if (mv_db_info(db, &info) == MV_OK && info.cipher == MV_CIPHER_AES256CBC) {
         cli_error("warning: %s uses the legacy aes256cbc cipher (no salt, no integrity "

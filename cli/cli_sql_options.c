@@ -148,6 +148,7 @@ int cli_sql_options_parse(int argc, char **argv, struct cli_sql_options *opts)
     static const struct mv_db_options db_defaults = MV_DB_OPTIONS_INIT;
     memset(opts, 0, sizeof *opts);
     opts->db = db_defaults;
+    opts->db.busy_timeout_ms = 30000; /* a server's checkpoint or WAL recovery is waited for */
     int i = 1;
     for (; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
         if (strcmp(argv[i], "--") == 0) {

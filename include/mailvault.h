@@ -153,10 +153,14 @@ struct mv_db_options {
     int page_size;     /* new files only; 0: 4096 */
     unsigned flags;    /* MV_DB_* */
     int auto_vacuum;   /* new files only: 0 NONE, 1 FULL, 2 INCREMENTAL (fixed at creation) */
+    int busy_timeout_ms; /* how long the open's first read waits for a lock another connection
+                          * holds (a WAL recovery, the checkpoint of a closing connection);
+                          * left set on the connection. 0: not at all (MV_EBUSY at once, as
+                          * SQLite's default); below 0: MV_EINVAL */
 };
 #define MV_DB_OPTIONS_INIT                                                                         \
     {                                                                                              \
-        MV_CIPHER_AUTO, 0, 0, 0, 0, 0                                                              \
+        MV_CIPHER_AUTO, 0, 0, 0, 0, 0, 0                                                           \
     }
 
 /* Opens the SQLite database at path through the encrypting VFS (registering it if needed),
@@ -167,7 +171,8 @@ struct mv_db_options {
  * (an empty file would open with any password). For an existing file
  * the cipher is recognised from the plain header bytes (reserve 32: chacha20, 80: sqlcipher,
  * 0: aes256cbc), so only one KDF runs; it then proves the key by reading the schema.
- * opts may be NULL for defaults. On a lower VFS without shared memory (mv_vfs_register) it
+ * opts may be NULL for defaults. While it proves the key, a lock another connection holds
+ * is waited for up to opts->busy_timeout_ms. On a lower VFS without shared memory (mv_vfs_register) it
  * sets PRAGMA locking_mode=EXCLUSIVE before anything reads the file and checks that it took;
  * the connection then holds the file until it closes, and another open gets MV_EBUSY.
  *

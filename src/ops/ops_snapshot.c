@@ -377,6 +377,7 @@ int ops_snapshot_open(const char *path,
     struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
     dbo.kdf_iter = kdf_iter;
     dbo.flags = flags;
+    dbo.busy_timeout_ms = OPS_BUSY_TIMEOUT_MS; /* from the first read on */
     char *err = NULL;
     int rc = mv_db_open(path, password, password_len, &dbo, db_out, &err);
     if (rc != MV_OK) {
@@ -385,7 +386,6 @@ int ops_snapshot_open(const char *path,
         sqlite3_free(err);
         return rc;
     }
-    (void)sqlite3_busy_timeout(*db_out, OPS_BUSY_TIMEOUT_MS);
     return MV_OK;
 }
 

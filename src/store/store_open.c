@@ -26,6 +26,7 @@
 #define STORE_CACHE_KIB_MIN 2048
 #define STORE_CACHE_KIB_MAX 65536
 #define STORE_PAGE_SIZE     4096
+#define STORE_BUSY_MS       30000 /* store_profile's busy_timeout, from the open's first read */
 
 struct store_pragma {
     const char *set; /* NULL: fixed at creation, only checked */
@@ -34,7 +35,7 @@ struct store_pragma {
 };
 
 static const struct store_pragma store_profile[] = {
-    {"PRAGMA busy_timeout=30000", "PRAGMA busy_timeout", "30000"},
+    {"PRAGMA busy_timeout=30000", "PRAGMA busy_timeout", "30000"}, /* STORE_BUSY_MS */
     {"PRAGMA journal_mode=WAL", "PRAGMA journal_mode", "wal"},
     {"PRAGMA secure_delete=ON", "PRAGMA secure_delete", "1"},
     {"PRAGMA synchronous=NORMAL", "PRAGMA synchronous", "1"},
@@ -169,6 +170,7 @@ static int store_connect(
     dbo.kdf_iter = o->kdf_iter;
     dbo.page_size = STORE_PAGE_SIZE;
     dbo.auto_vacuum = 1;
+    dbo.busy_timeout_ms = STORE_BUSY_MS;
     dbo.flags = s->readonly ? MV_DB_READONLY : (create ? MV_DB_CREATE : 0);
     char *err = NULL;
     store_enter(s);

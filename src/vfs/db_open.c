@@ -96,6 +96,9 @@ int mv_db_open(const char *path,
         (o->flags & ~(unsigned)(MV_DB_CREATE | MV_DB_READONLY)) != 0) {
         return mv_fail(&db, errmsg_out, MV_EINVAL, "invalid arguments to mv_db_open%s", NULL);
     }
+    if (o->busy_timeout_ms < 0) {
+        return mv_fail(&db, errmsg_out, MV_EINVAL, "busy_timeout_ms must not be negative%s", NULL);
+    }
     if (o->kdf_iter > MV_KDF_ITER_MAX) {
         char why[96];
         snprintf(why, sizeof why, "kdf_iter %lu is above the limit of %lu iterations",
@@ -134,6 +137,13 @@ int mv_db_open(const char *path,
         return mv_fail(&db, errmsg_out, code, "%s", cause);
     }
     sqlite3_extended_result_codes(db, 1);
+    /* Before the first read: the proof below takes the file's shared lock and, in WAL mode,
+     * the WAL index's, and without a busy handler SQLite answers "database is locked" at
+     * once while another process recovers the WAL index or checkpoints as it closes; stores
+     * opened side by side met that (tests/test_open_busy.c). */
+    if (o->busy_timeout_ms > 0) {
+        (void)sqlite3_busy_timeout(db, o->busy_timeout_ms);
+    }
     rc = mv_db_lock_mode_for_lower(db);
     if (rc != MV_OK) {
         return mv_fail(&db, errmsg_out, rc, "cannot set exclusive locking (no shared memory)%s",

@@ -34,6 +34,14 @@ int mv_db_reopen(sqlite3 *db, sqlite3 **db_out, char **errmsg_out)
                               fresh != NULL ? sqlite3_errmsg(fresh) : "out of memory");
     }
     sqlite3_extended_result_codes(fresh, 1);
+    /* The old connection's busy timeout before the first read, as mv_db_open() sets its
+     * own: the read below must wait for another process's lock, not fail on it. */
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "PRAGMA busy_timeout", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+        (void)sqlite3_busy_timeout(fresh, sqlite3_column_int(st, 0));
+    }
+    sqlite3_finalize(st);
     struct mv_fcntl_key_share share = {db, ""};
     rc = sqlite3_file_control(fresh, "main", MV_FCNTL_KEY_SHARE, &share);
     if (rc != SQLITE_OK) {

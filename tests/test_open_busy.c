@@ -1,0 +1,218 @@
+/*
+ * test_open_busy.c -- an open that meets another process's lock on the database waits for
+ * it (the options' busy timeout) instead of answering "database is locked" for a moment's
+ * work of another connection: the WAL recovery of the first opener, the checkpoint of the
+ * last one as it closes. Three stores opened side by side (test_store_stress) met that: the
+ * key's proof, the first read, ran before the store's profile set its busy timeout.
+ *
+ *   - mv_db_open with busy_timeout_ms waits while the lock is held and opens once it goes;
+ *   - mv_db_open with 0 (the default) answers MV_EBUSY at once and changes no byte;
+ *     a negative timeout is MV_EINVAL;
+ *   - mv_store_open waits the same way.
+ *
+ * The other process is a child that holds, with fcntl() alone, the locks SQLite's unix VFS
+ * takes for EXCLUSIVE (the PENDING byte and the SHARED range: what a closing connection
+ * holds while it checkpoints), and lets go when its pipe closes. It never calls SQLite.
+ */
+#include "harness.h"
+#include "testutil.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define OB_PASSWORD    "busy open"
+#define OB_LOCK_START  0x40000000 /* SQLite's PENDING byte; RESERVED and SHARED follow */
+#define OB_LOCK_LEN    512        /* PENDING, RESERVED and the 510 bytes of SHARED */
+#define OB_HOLD_MS     300        /* how long the lock is held while an open waits */
+#define OB_USER        "busy@example.org"
+
+struct ob_holder {
+    pid_t pid;
+    int release_fd; /* closing it lets the child go */
+};
+
+/* Forks the holder of path's exclusive lock; 0 once the child holds it. */
+static int ob_hold(const char *path, struct ob_holder *h)
+{
+    int ready[2], release[2];
+    if (pipe(ready) != 0 || pipe(release) != 0) {
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(ready[0]);
+        close(release[1]);
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        fl.l_start = OB_LOCK_START;
+        fl.l_len = OB_LOCK_LEN;
+        char ok = fd >= 0 && fcntl(fd, F_SETLK, &fl) == 0 ? 'y' : 'n';
+        if (write(ready[1], &ok, 1) != 1) {
+            _exit(2);
+        }
+        char c;
+        while (read(release[0], &c, 1) > 0) {
+        }
+        _exit(0); /* the process's locks go with it */
+    }
+    close(ready[1]);
+    close(release[0]);
+    char ok = 'n';
+    if (pid < 0 || read(ready[0], &ok, 1) != 1) {
+        ok = 'n';
+    }
+    close(ready[0]);
+    h->pid = pid;
+    h->release_fd = release[1];
+    return ok == 'y' ? 0 : -1;
+}
+
+static void ob_release(struct ob_holder *h)
+{
+    close(h->release_fd);
+    int status;
+    waitpid(h->pid, &status, 0);
+}
+
+/* ---- an open on a thread, so the test can see whether it returned while the lock stood */
+
+struct ob_open {
+    const char *path;   /* a database (mv_db_open), or NULL for the store (mv_store_open) */
+    int busy_timeout_ms;
+    int rc;
+    atomic_int done;
+};
+
+static void *ob_open_thread(void *arg)
+{
+    struct ob_open *o = arg;
+    if (o->path != NULL) {
+        struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
+        dbo.kdf_iter = TU_KDF_ITER;
+        dbo.busy_timeout_ms = o->busy_timeout_ms;
+        sqlite3 *db = NULL;
+        char *err = NULL;
+        o->rc = mv_db_open(o->path, OB_PASSWORD, strlen(OB_PASSWORD), &dbo, &db, &err);
+        if (o->rc == MV_OK && tu_int(db, "SELECT count(*) FROM t") != 10) {
+            o->rc = MV_ERROR;
+        }
+        if (o->rc != MV_OK) {
+            fprintf(stderr, "  mv_db_open: %s: %s\n", mv_strerror(o->rc), err ? err : "");
+        }
+        sqlite3_free(err);
+        sqlite3_close(db);
+    } else {
+        struct mv_store_options so = MV_STORE_OPTIONS_INIT;
+        so.root = tu_path("root");
+        so.kdf_iter = TU_KDF_ITER;
+        mv_store *s = NULL;
+        char err[256] = "";
+        o->rc = mv_store_open(OB_USER, OB_PASSWORD, strlen(OB_PASSWORD), &so, &s, err, sizeof err);
+        if (o->rc != MV_OK) {
+            fprintf(stderr, "  mv_store_open: %s: %s\n", mv_strerror(o->rc), err);
+        }
+        mv_store_close(&s);
+    }
+    atomic_store(&o->done, 1);
+    return NULL;
+}
+
+/* Runs the open while the child holds db_path's lock for OB_HOLD_MS; *returned_early: the
+ * open came back before the lock went. */
+static int ob_open_against_lock(const char *db_path, struct ob_open *o, int *returned_early)
+{
+    struct ob_holder h;
+    if (ob_hold(db_path, &h) != 0) {
+        fprintf(stderr, "  the child could not take the lock\n");
+        return -1;
+    }
+    pthread_t t;
+    atomic_init(&o->done, 0);
+    if (pthread_create(&t, NULL, ob_open_thread, o) != 0) {
+        ob_release(&h);
+        return -1;
+    }
+    struct timespec hold = {0, OB_HOLD_MS * 1000000L};
+    nanosleep(&hold, NULL);
+    *returned_early = atomic_load(&o->done);
+    ob_release(&h);
+    pthread_join(t, NULL);
+    return 0;
+}
+
+/* busy.db: a WAL database of ten rows, closed. */
+static void ob_make_db(const char *path)
+{
+    tu_remove_db(path);
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(tu_open(path, OB_PASSWORD, MV_CIPHER_CHACHA20, MV_DB_CREATE, &db), MV_OK);
+    CHECK_EQ_INT(tu_exec(db, "PRAGMA journal_mode=WAL"), SQLITE_OK);
+    tu_fill_table(db, 1, 10);
+    sqlite3_close(db);
+}
+
+static void test_db_open_waits_for_a_lock(void)
+{
+    const char *path = tu_path("busy.db");
+    ob_make_db(path);
+    struct ob_open o = {path, 30000, -1, 0};
+    int early = 1;
+    CHECK_EQ_INT(ob_open_against_lock(o.path, &o, &early), 0);
+    CHECK_EQ_INT(early, 0); /* it waited: the old code failed at once */
+    CHECK_EQ_INT(o.rc, MV_OK);
+}
+
+static void test_db_open_without_wait_is_busy(void)
+{
+    const char *path = tu_path("busy.db");
+    ob_make_db(path);
+    char before[65], after[65];
+    tu_file_sha256(path, before);
+    struct ob_open o = {path, 0, -1, 0};
+    int early = 0;
+    CHECK_EQ_INT(ob_open_against_lock(path, &o, &early), 0);
+    CHECK_EQ_INT(early, 1);
+    CHECK_EQ_INT(o.rc, MV_EBUSY);
+    tu_file_sha256(path, after);
+    CHECK(strcmp(before, after) == 0);
+
+    struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
+    dbo.busy_timeout_ms = -1;
+    sqlite3 *db = NULL;
+    char *err = NULL;
+    int rc = mv_db_open(path, OB_PASSWORD, strlen(OB_PASSWORD), &dbo, &db, &err);
+    int named = err != NULL && strstr(err, "busy_timeout_ms") != NULL;
+    sqlite3_free(err);
+    sqlite3_close(db);
+    CHECK_EQ_INT(rc, MV_EINVAL);
+    CHECK(db == NULL && named);
+}
+
+static void test_store_open_waits_for_a_lock(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tu_store_create("busy", OB_PASSWORD, 0, &s), MV_OK);
+    char db_path[1024];
+    snprintf(db_path, sizeof db_path, "%s", sqlite3_db_filename(mv_store_db(s), "main"));
+    mv_store_close(&s);
+    struct ob_open o = {NULL, 0, -1, 0};
+    int early = 1;
+    CHECK_EQ_INT(ob_open_against_lock(db_path, &o, &early), 0);
+    CHECK_EQ_INT(early, 0);
+    CHECK_EQ_INT(o.rc, MV_OK);
+}
+
+int main(void)
+{
+    TEST(test_db_open_waits_for_a_lock);
+    TEST(test_db_open_without_wait_is_busy);
+    TEST(test_store_open_waits_for_a_lock);
+    return th_summary();
+}
