@@ -2,8 +2,9 @@
  * store_open.c -- creating, opening and closing a store.
  *
  * Opening applies the production profile in an order that takes effect: page size, reserve
- * bytes and auto_vacuum=FULL are fixed by mv_db_open() before page 1 exists; then
- * busy_timeout (so the rest waits for locks instead of failing), journal_mode=WAL,
+ * bytes and auto_vacuum=FULL are fixed by mv_db_open() before page 1 exists, and the busy
+ * timeout before its first read (STORE_BUSY_MS: the key's proof waits for another process's
+ * lock instead of failing); then busy_timeout again (read back below), journal_mode=WAL,
  * secure_delete, synchronous=NORMAL, foreign_keys, encoding, temp_store=FILE,
  * wal_autocheckpoint, analysis_limit, the cache size, and optimize=0x10002. Every setting is
  * then read back, and the open fails naming the first one that did not take: the reference
