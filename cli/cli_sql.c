@@ -20,7 +20,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-
 /* The exit code for an SQLite result code: a bad statement is bad input data. */
 static int cli_sql_exit(int sqlite_rc)
 {

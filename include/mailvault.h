@@ -147,12 +147,12 @@ MV_API MV_MUST_CHECK int mv_vfs_register(const char *lower_vfs_name, int make_de
 #define MV_DB_READONLY 0x02 /* open read-only (never writes, not even a WAL checkpoint) */
 
 struct mv_db_options {
-    mv_cipher cipher;  /* MV_CIPHER_AUTO: from the file header, chacha20 for a new file */
-    uint32_t kdf_iter; /* 0: the cipher's default (chacha20 64007, sqlcipher 256000) */
-    int legacy;        /* sqlcipher only: 0 (SQLite3MC default) or 4 (real SQLCipher 4) */
-    int page_size;     /* new files only; 0: 4096 */
-    unsigned flags;    /* MV_DB_* */
-    int auto_vacuum;   /* new files only: 0 NONE, 1 FULL, 2 INCREMENTAL (fixed at creation) */
+    mv_cipher cipher;    /* MV_CIPHER_AUTO: from the file header, chacha20 for a new file */
+    uint32_t kdf_iter;   /* 0: the cipher's default (chacha20 64007, sqlcipher 256000) */
+    int legacy;          /* sqlcipher only: 0 (SQLite3MC default) or 4 (real SQLCipher 4) */
+    int page_size;       /* new files only; 0: 4096 */
+    unsigned flags;      /* MV_DB_* */
+    int auto_vacuum;     /* new files only: 0 NONE, 1 FULL, 2 INCREMENTAL (fixed at creation) */
     int busy_timeout_ms; /* how long the open's first read waits for a lock another connection
                           * holds (a WAL recovery, the checkpoint of a closing connection);
                           * left set on the connection. 0: not at all (MV_EBUSY at once, as
@@ -172,9 +172,10 @@ struct mv_db_options {
  * the cipher is recognised from the plain header bytes (reserve 32: chacha20, 80: sqlcipher,
  * 0: aes256cbc), so only one KDF runs; it then proves the key by reading the schema.
  * opts may be NULL for defaults. While it proves the key, a lock another connection holds
- * is waited for up to opts->busy_timeout_ms. On a lower VFS without shared memory (mv_vfs_register) it
- * sets PRAGMA locking_mode=EXCLUSIVE before anything reads the file and checks that it took;
- * the connection then holds the file until it closes, and another open gets MV_EBUSY.
+ * is waited for up to opts->busy_timeout_ms. On a lower VFS without shared memory
+ * (mv_vfs_register) it sets PRAGMA locking_mode=EXCLUSIVE before anything reads the file and
+ * checks that it took; the connection then holds the file until it closes, and another open
+ * gets MV_EBUSY.
  *
  * On success *db_out is an open connection the caller closes with sqlite3_close(). On
  * failure *db_out is NULL and, if errmsg_out is not NULL, *errmsg_out is a message the caller

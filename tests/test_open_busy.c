@@ -27,11 +27,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define OB_PASSWORD    "busy open"
-#define OB_LOCK_START  0x40000000 /* SQLite's PENDING byte; RESERVED and SHARED follow */
-#define OB_LOCK_LEN    512        /* PENDING, RESERVED and the 510 bytes of SHARED */
-#define OB_HOLD_MS     300        /* how long the lock is held while an open waits */
-#define OB_USER        "busy@example.org"
+#define OB_PASSWORD   "busy open"
+#define OB_LOCK_START 0x40000000 /* SQLite's PENDING byte; RESERVED and SHARED follow */
+#define OB_LOCK_LEN   512        /* PENDING, RESERVED and the 510 bytes of SHARED */
+#define OB_HOLD_MS    300        /* how long the lock is held while an open waits */
+#define OB_USER       "busy@example.org"
 
 struct ob_holder {
     pid_t pid;
@@ -84,7 +84,7 @@ static void ob_release(struct ob_holder *h)
 /* ---- an open on a thread, so the test can see whether it returned while the lock stood */
 
 struct ob_open {
-    const char *path;   /* a database (mv_db_open), or NULL for the store (mv_store_open) */
+    const char *path; /* a database (mv_db_open), or NULL for the store (mv_store_open) */
     int busy_timeout_ms;
     int rc;
     atomic_int done;
