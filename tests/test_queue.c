@@ -12,6 +12,8 @@
  *   - Drain in steps (MV_STORE_DRAIN_LATER, mv_queue_drain): the open moves nothing, each
  *     step at most its bound, every delivery exactly once and in arrival order, also one
  *     queued between steps, also with a second handle draining the same queue.
+ *   - Processes delivering sealed while others open (and so drain) and close the store:
+ *     nothing fails, every delivery exactly once.
  *   - The read-ahead: at most STORE_QUEUE_AHEAD_ITEMS files and STORE_QUEUE_AHEAD_BYTES of
  *     opened mail ahead, prepared on its own thread (also between steps), stopped at the
  *     drain's end and at a close; a damaged file among them set aside, the rest in order;
@@ -1116,6 +1118,57 @@ static void test_drain_steps_two_handles(void)
     CHECK(once);
     mv_store_close(&a);
     mv_store_close(&b);
+    CHECK_EQ_INT(qt_count(who, &o), 0);
+}
+
+/* Processes at once: CHURN_SEALERS deliver sealed while CHURN_OPENERS open the store (each
+ * open drains) and close it again, CHURN_ROUNDS times each: no call fails (an open waits for
+ * another's lock: tests/test_open_busy.c) and every delivery is in INBOX exactly once. */
+#define CHURN_SEALERS 3
+#define CHURN_OPENERS 3
+#define CHURN_ROUNDS  30
+static void test_sealers_and_openers_at_once(void)
+{
+    struct mv_store_options o = qt_options("root_churn");
+    const char *who = "churn@example.org";
+    CHECK_EQ_INT(qt_init(who, &o), MV_OK);
+    pid_t kids[CHURN_SEALERS + CHURN_OPENERS];
+    for (int k = 0; k < CHURN_SEALERS + CHURN_OPENERS; k++) {
+        kids[k] = fork();
+        if (kids[k] != 0) {
+            continue;
+        }
+        for (int i = 0; i < CHURN_ROUNDS; i++) {
+            mv_store *s = NULL;
+            int rc = k < CHURN_SEALERS ? qt_deliver(who, &o, "churn", k * CHURN_ROUNDS + i)
+                                       : qt_open(who, &o, &s);
+            mv_store_close(&s);
+            if (rc != MV_OK) {
+                _exit(1);
+            }
+        }
+        _exit(0);
+    }
+    int failed = 0;
+    for (int k = 0; k < CHURN_SEALERS + CHURN_OPENERS; k++) {
+        int status = 0;
+        waitpid(kids[k], &status, 0);
+        failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    CHECK_EQ_INT(failed, 0);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK); /* drains what is left */
+    enum { ALL = CHURN_SEALERS * CHURN_ROUNDS };
+    int got[ALL + 8], seen[ALL] = {0}, once = 1;
+    size_t n = qt_inbox_markers(s, "churn", got, ALL + 8);
+    mv_store_close(&s);
+    CHECK_EQ_INT(n, ALL);
+    for (size_t i = 0; i < n; i++) {
+        if (got[i] < 0 || got[i] >= ALL || seen[got[i]]++) {
+            once = 0;
+        }
+    }
+    CHECK(once);
     CHECK_EQ_INT(qt_count(who, &o), 0);
 }
 
@@ -2399,6 +2452,7 @@ int main(void)
     TEST(test_drain_in_steps);
     TEST(test_drain_step_syncs_once);
     TEST(test_drain_steps_two_handles);
+    TEST(test_sealers_and_openers_at_once);
     TEST(test_refused_inside_batch);
     TEST(test_stuck_files_end_the_drain);
     TEST(test_drain_step_bounds);
