@@ -2,8 +2,9 @@
  * test_open_busy.c -- an open that meets another process's lock on the database waits for
  * it (the options' busy timeout) instead of answering "database is locked" for a moment's
  * work of another connection: the WAL recovery of the first opener, the checkpoint of the
- * last one as it closes. Three stores opened side by side (test_store_stress) met that: the
- * key's proof, the first read, ran before the store's profile set its busy timeout.
+ * last one as it closes. Three processes opening one store side by side (test_store_stress)
+ * met that: the key's proof, the first read, ran before the store's profile set its busy
+ * timeout.
  *
  *   - mv_db_open with busy_timeout_ms waits while the lock is held and opens once it goes;
  *   - mv_db_open with 0 (the default) answers MV_EBUSY while it stands and changes no byte;
