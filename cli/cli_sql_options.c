@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A server's checkpoint or WAL recovery is waited for this long (docs/CLI.md). */
+#define CLI_SQL_BUSY_TIMEOUT_MS 30000
+
 /* Every option of `sql`, for the parser and the help alike. */
 static const struct cli_option_def cli_sql_option_defs[] = {
     {"--cipher", "NAME", "chacha20 (new files' default), aes256cbc, sqlcipher"},
@@ -148,7 +151,7 @@ int cli_sql_options_parse(int argc, char **argv, struct cli_sql_options *opts)
     static const struct mv_db_options db_defaults = MV_DB_OPTIONS_INIT;
     memset(opts, 0, sizeof *opts);
     opts->db = db_defaults;
-    opts->db.busy_timeout_ms = 30000; /* a server's checkpoint or WAL recovery is waited for */
+    opts->db.busy_timeout_ms = CLI_SQL_BUSY_TIMEOUT_MS;
     int i = 1;
     for (; i < argc && argv[i][0] == '-' && argv[i][1] != '\0'; i++) {
         if (strcmp(argv[i], "--") == 0) {

@@ -28,6 +28,8 @@
 #define STORE_CACHE_KIB_MAX 65536
 #define STORE_PAGE_SIZE     4096
 #define STORE_BUSY_MS       30000 /* store_profile's busy_timeout, from the open's first read */
+#define STORE_STR_(x)       #x
+#define STORE_STR(x)        STORE_STR_(x)
 
 struct store_pragma {
     const char *set; /* NULL: fixed at creation, only checked */
@@ -36,7 +38,8 @@ struct store_pragma {
 };
 
 static const struct store_pragma store_profile[] = {
-    {"PRAGMA busy_timeout=30000", "PRAGMA busy_timeout", "30000"}, /* STORE_BUSY_MS */
+    {"PRAGMA busy_timeout=" STORE_STR(STORE_BUSY_MS), "PRAGMA busy_timeout",
+     STORE_STR(STORE_BUSY_MS)},
     {"PRAGMA journal_mode=WAL", "PRAGMA journal_mode", "wal"},
     {"PRAGMA secure_delete=ON", "PRAGMA secure_delete", "1"},
     {"PRAGMA synchronous=NORMAL", "PRAGMA synchronous", "1"},
