@@ -277,12 +277,16 @@ MV_API MV_MUST_CHECK int mv_address_normalize(
 /* Creates the store of address: directories, the encrypted database with the schema and
  * the mailboxes INBOX, Sent, Drafts, Trash, Junk, Archive, and an X25519 key pair for
  * deliveries without the password (public key beside the store, private key only inside
- * it). Returns MV_OK, MV_EEXISTS, MV_EINVAL (bad address, empty password), MV_EIO,
+ * it). Returns MV_OK, MV_EEXISTS, MV_EINVAL (bad address, empty password), MV_EBUSY, MV_EIO,
  * MV_ENOMEM. On failure no store file is left behind (the domain's directories, shared with
  * other stores, may remain). The schema and the mailboxes are one transaction: an init killed
  * after it leaves a store that opens (mv_store_open() makes a missing key pair); one killed
  * before leaves a file that mv_store_open() refuses with MV_ECORRUPT and a message saying so
- * (remove it and init again). errmsg as for mv_address_normalize(). */
+ * (remove it and init again). The store's lock is held exclusively from before the file is
+ * created until the store is whole, so an mv_store_open() that finds the file meanwhile
+ * waits for the init (up to 5 s) and opens the finished store; MV_EBUSY if a restore or
+ * password change of the address holds the lock that long. errmsg as for
+ * mv_address_normalize(). */
 MV_API MV_MUST_CHECK int mv_store_init(const char *address,
                                        const void *password,
                                        size_t password_len,
@@ -291,8 +295,8 @@ MV_API MV_MUST_CHECK int mv_store_init(const char *address,
                                        size_t errmsg_size);
 
 /* Opens the store of address with password. Holds the store's lock file shared for the
- * handle's lifetime (waiting up to 5 s while a restore or password change holds it, then
- * MV_EBUSY). Applies the production profile (WAL,
+ * handle's lifetime (waiting up to 5 s while an init, restore or password change holds it,
+ * then MV_EBUSY). Applies the production profile (WAL,
  * secure_delete, auto_vacuum FULL, busy_timeout 30000, synchronous NORMAL, foreign keys,
  * temp files on disk in the store's tmp/ directory, ...), reads every setting back and
  * refuses to continue if one did not take, migrates the schema in one transaction, and

@@ -10,6 +10,9 @@
  *   - mv_db_open with 0 (the default) answers MV_EBUSY while it stands and changes no byte;
  *     a negative timeout is MV_EINVAL;
  *   - mv_store_open waits the same way;
+ *   - a password change's first read of the old file waits the same way;
+ *   - an open that finds the store file while an init is still making it waits for the
+ *     init and opens the finished store (not "left by an interrupted init");
  *   - six processes opening and closing one store 40 times each all succeed (the old code
  *     failed this within a few opens: "database is locked", as the last connection's close
  *     checkpointed under its exclusive lock).
@@ -31,13 +34,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define OB_PASSWORD     "busy open"
-#define OB_LOCK_START   0x40000000 /* SQLite's PENDING byte; RESERVED and SHARED follow */
-#define OB_LOCK_LEN     512        /* PENDING, RESERVED and the 510 bytes of SHARED */
-#define OB_HOLD_MS      300        /* how long the lock is held while an open waits */
-#define OB_USER         "busy@example.org"
-#define OB_CHURN_PROCS  6  /* processes opening and closing one store at once */
-#define OB_CHURN_ROUNDS 40 /* opens each */
+#define OB_PASSWORD      "busy open"
+#define OB_LOCK_START    0x40000000 /* SQLite's PENDING byte; RESERVED and SHARED follow */
+#define OB_LOCK_LEN      512        /* PENDING, RESERVED and the 510 bytes of SHARED */
+#define OB_HOLD_MS       300        /* how long the lock is held while an open waits */
+#define OB_USER          "busy@example.org"
+#define OB_CHURN_PROCS   6  /* processes opening and closing one store at once */
+#define OB_CHURN_ROUNDS  40 /* opens each */
+#define OB_PW_USER       "busypw@example.org"
+#define OB_FRESH         "fresh@example.org"
+#define OB_INIT_KDF_ITER 400000 /* ~0.3-0.5 s of key derivation: the init's empty-file window */
 
 struct ob_holder {
     pid_t pid;
@@ -94,12 +100,23 @@ struct ob_open {
     int busy_timeout_ms;
     int rc;
     atomic_int done;
+    int passwd; /* path NULL: mv_store_passwd(OB_PW_USER) instead of mv_store_open */
 };
 
 static void *ob_open_thread(void *arg)
 {
     struct ob_open *o = arg;
-    if (o->path != NULL) {
+    if (o->passwd) {
+        struct mv_store_options so = MV_STORE_OPTIONS_INIT;
+        so.root = tu_path("root");
+        so.kdf_iter = TU_KDF_ITER;
+        char err[256] = "";
+        o->rc = mv_store_passwd(OB_PW_USER, OB_PASSWORD, strlen(OB_PASSWORD), OB_PASSWORD,
+                                strlen(OB_PASSWORD), &so, NULL, err, sizeof err);
+        if (o->rc != MV_OK) {
+            fprintf(stderr, "  mv_store_passwd: %s: %s\n", mv_strerror(o->rc), err);
+        }
+    } else if (o->path != NULL) {
         struct mv_db_options dbo = MV_DB_OPTIONS_INIT;
         dbo.kdf_iter = TU_KDF_ITER;
         dbo.busy_timeout_ms = o->busy_timeout_ms;
@@ -168,7 +185,7 @@ static void test_db_open_waits_for_a_lock(void)
 {
     const char *path = tu_path("busy.db");
     ob_make_db(path);
-    struct ob_open o = {path, 30000, -1, 0};
+    struct ob_open o = {path, 30000, -1, 0, 0};
     int early = 1;
     CHECK_EQ_INT(ob_open_against_lock(o.path, &o, &early), 0);
     CHECK_EQ_INT(early, 0); /* it waited: the old code failed at once */
@@ -184,7 +201,7 @@ static void test_db_open_without_wait_is_busy(void)
     /* the open runs here while the lock stands, however slow the machine */
     struct ob_holder h;
     CHECK_EQ_INT(ob_hold(path, &h), 0);
-    struct ob_open o = {path, 0, -1, 0};
+    struct ob_open o = {path, 0, -1, 0, 0};
     (void)ob_open_thread(&o);
     ob_release(&h);
     CHECK_EQ_INT(o.rc, MV_EBUSY);
@@ -210,11 +227,82 @@ static void test_store_open_waits_for_a_lock(void)
     char db_path[1024];
     snprintf(db_path, sizeof db_path, "%s", sqlite3_db_filename(mv_store_db(s), "main"));
     mv_store_close(&s);
-    struct ob_open o = {NULL, 0, -1, 0};
+    struct ob_open o = {NULL, 0, -1, 0, 0};
     int early = 1;
     CHECK_EQ_INT(ob_open_against_lock(db_path, &o, &early), 0);
     CHECK_EQ_INT(early, 0);
     CHECK_EQ_INT(o.rc, MV_OK);
+}
+
+/* A password change's first read of the old file (ops_snapshot_open) meets a connection
+ * outside mailvault's lock (the sqlite3 shell, say) checkpointing as it closes: it waits.
+ * The old code answered "database is locked" at once. */
+static void test_passwd_waits_for_a_lock(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tu_store_create("busypw", OB_PASSWORD, 0, &s), MV_OK);
+    char db_path[1024];
+    snprintf(db_path, sizeof db_path, "%s", sqlite3_db_filename(mv_store_db(s), "main"));
+    mv_store_close(&s);
+    struct ob_open o = {NULL, 0, -1, 0, 1};
+    int early = 1;
+    CHECK_EQ_INT(ob_open_against_lock(db_path, &o, &early), 0);
+    CHECK_EQ_INT(early, 0);
+    CHECK_EQ_INT(o.rc, MV_OK);
+}
+
+/* An open that finds the store file while `mailvault init` is still making it (the file is
+ * created empty before its key is derived and its first page written) waits for the init
+ * and opens the finished store. The old open took the empty file for what an interrupted
+ * init leaves and refused it (MV_ECORRUPT). The init's key derivation is made slow
+ * (OB_INIT_KDF_ITER) so that the open surely comes while it runs; on a machine slow enough
+ * to miss that window the test still passes, it only proves less. */
+static void test_open_during_init(void)
+{
+    const char *db_path = tu_path("root/example.org/fresh.db");
+    struct mv_store_options so = MV_STORE_OPTIONS_INIT;
+    so.root = tu_path("root");
+    so.kdf_iter = OB_INIT_KDF_ITER;
+    pid_t kid = fork();
+    if (kid == 0) {
+        char err[256] = "";
+        int rc = mv_store_init(OB_FRESH, OB_PASSWORD, strlen(OB_PASSWORD), &so, err, sizeof err);
+        if (rc != MV_OK) {
+            fprintf(stderr, "  mv_store_init: %s\n", err);
+        }
+        _exit(rc == MV_OK ? 0 : 1);
+    }
+    /* Polls for the file the init creates first (a generous deadline, never a fixed sleep). */
+    struct timespec start, now, pause = {0, 1000000L};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    int seen = 0;
+    for (;;) {
+        if (access(db_path, F_OK) == 0) {
+            seen = 1;
+            break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - start.tv_sec > 60) {
+            break;
+        }
+        nanosleep(&pause, NULL);
+    }
+    CHECK(seen);
+    int empty_at_open = tu_file_size(db_path) == 0; /* the window the old code failed in */
+    mv_store *s = NULL;
+    char err[256] = "";
+    int rc = mv_store_open(OB_FRESH, OB_PASSWORD, strlen(OB_PASSWORD), &so, &s, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  mv_store_open during the init: %s: %s\n", mv_strerror(rc), err);
+    }
+    CHECK_EQ_INT(rc, MV_OK);
+    struct mv_mailbox_info info;
+    CHECK(s != NULL && mv_mailbox_get(s, "INBOX", &info) == MV_OK);
+    mv_store_close(&s);
+    int status = 0;
+    waitpid(kid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    printf("  # the open came while the file was %s\n", empty_at_open ? "empty" : "written");
 }
 
 /* The real thing: processes opening and closing one store over and over, so that opens meet
@@ -259,6 +347,8 @@ int main(void)
     TEST(test_db_open_waits_for_a_lock);
     TEST(test_db_open_without_wait_is_busy);
     TEST(test_store_open_waits_for_a_lock);
+    TEST(test_passwd_waits_for_a_lock);
+    TEST(test_open_during_init);
     TEST(test_open_close_churn);
     return th_summary();
 }

@@ -4,7 +4,9 @@
  * Every mv_store_open() holds it shared (flock LOCK_SH) for the handle's lifetime; a password
  * change or a restore, which replace the store's file by rename, hold it exclusive. So a
  * rename never happens while a handle still has the old file open: such a handle would go
- * on writing mail into an unlinked inode, and that mail would be lost.
+ * on writing mail into an unlinked inode, and that mail would be lost. mv_store_init() holds
+ * it exclusive from before it creates the file until the store is whole, so an open that
+ * finds the file meanwhile waits instead of refusing it as an interrupted init.
  *
  * USAGE
  *   int fd = -1;
@@ -106,8 +108,9 @@ int store_lock_take(const char *db_path,
     }
     close(fd);
     snprintf(errmsg, errmsg_size,
-             exclusive ? "the store is in use (open elsewhere; close it and try again)"
-                       : "the store is being restored or its password changed; try again later");
+             exclusive
+                 ? "the store is in use (open elsewhere; close it and try again)"
+                 : "the store is being created, restored or its password changed; try again later");
     return MV_EBUSY;
 }
 

@@ -362,10 +362,20 @@ int mv_store_init(const char *address,
     if (rc != MV_OK) {
         return rc;
     }
+    /* Exclusive until the store is whole: an open that finds the file meanwhile (empty, or
+     * its first transaction under way) waits for its shared lock and then sees the finished
+     * store, instead of taking the half-made one for what an interrupted init leaves. */
+    int lock_fd = -1;
+    rc = store_lock_take(paths.db_path, STORE_LOCK_EXCLUSIVE, STORE_LOCK_OPEN_WAIT_MS, 0, &lock_fd,
+                         errmsg, errmsg_size);
+    if (rc != MV_OK) {
+        return rc;
+    }
     struct mv_store_options writable = *o;
     writable.flags &= ~(unsigned)MV_STORE_READONLY;
     mv_store *s = store_alloc(&paths, &writable);
     if (s == NULL) {
+        store_lock_release(&lock_fd);
         return store_error(errmsg, errmsg_size, MV_ENOMEM, "out of memory");
     }
     rc = store_create_files(s, password, password_len, &writable);
@@ -381,6 +391,7 @@ int mv_store_init(const char *address,
         }
     }
     store_free(s);
+    store_lock_release(&lock_fd); /* after the close: the store is whole, or gone */
     return rc;
 }
 
@@ -397,8 +408,7 @@ static int store_open_interrupted_init(const char *db_path, const struct stat *s
            (st->st_size == 0 || (st->st_size <= STORE_PAGE_SIZE && access(journal, F_OK) == 0));
 }
 
-/* Finds the store file of an open: creates the store if it is missing and o asks for it;
- * refuses what an interrupted init left. */
+/* Finds the store file of an open: creates the store if it is missing and o asks for it. */
 static int store_open_find(const struct store_paths *paths,
                            const void *password,
                            size_t password_len,
@@ -418,12 +428,24 @@ static int store_open_find(const struct store_paths *paths,
         if (rc != MV_OK && rc != MV_EEXISTS) {
             return rc;
         }
-    } else if (store_open_interrupted_init(paths->db_path, &st)) {
-        snprintf(msg, sizeof msg,
-                 "the store file %s was left by an interrupted init (%s): remove it and run "
-                 "init again",
-                 paths->db_path, st.st_size == 0 ? "it is empty" : "one page and a journal");
-        return store_error(errmsg, errmsg_size, MV_ECORRUPT, msg);
+    }
+    return MV_OK;
+}
+
+/* Under the store's shared lock, which an init holds exclusively until the store is whole:
+ * refuses what an interrupted init left, and a file that a failed init removed meanwhile. */
+static int store_open_refuse_partial(mv_store *s)
+{
+    struct stat st;
+    if (stat(s->db_path, &st) != 0) {
+        return store_fail(s, MV_ENOTFOUND, "no store for %s (create it with `mailvault init`)",
+                          s->address);
+    }
+    if (store_open_interrupted_init(s->db_path, &st)) {
+        return store_fail(s, MV_ECORRUPT,
+                          "the store file %s was left by an interrupted init (%s): remove it and "
+                          "run init again",
+                          s->db_path, st.st_size == 0 ? "it is empty" : "one page and a journal");
     }
     return MV_OK;
 }
@@ -463,6 +485,9 @@ int mv_store_open(const char *address,
      * rename a new file over the one this handle has open. */
     rc = store_lock_take(s->db_path, STORE_LOCK_SHARED, STORE_LOCK_OPEN_WAIT_MS, s->readonly,
                          &s->lock_fd, s->errmsg, sizeof s->errmsg);
+    if (rc == MV_OK) {
+        rc = store_open_refuse_partial(s);
+    }
     /* Checked under the shared lock, which mv_store_release() needs exclusively: a store
      * released from this node is never written here again (store_fence.c). */
     if (rc == MV_OK && !s->readonly) {
