@@ -1142,8 +1142,10 @@ MV_API void mv_search_end(mv_search **search);
  * MV_ENOTFOUND (no such store), MV_ELIMIT (size), MV_EINVAL, MV_EIO, MV_ENOSPC,
  * MV_ECORRUPT (the public key file is missing, not 32 bytes or no usable key), MV_ENOMEM,
  * MV_ERROR (libsodium failed to start), MV_EMOVED (the store was released from this
- * node), MV_EBUSY (a release, restore or password change held the store for 5 s). The
- * message is on disk (fsync'd) when this returns MV_OK. */
+ * node), MV_EBUSY (an init, release, restore or password change held the store for 5 s).
+ * A delivery that comes while `mailvault init` is still making the store waits for it (the
+ * store's lock) and is sealed to the new key pair. The message is on disk (fsync'd) when
+ * this returns MV_OK. */
 MV_API MV_MUST_CHECK int mv_deliver_sealed(const char *address,
                                            const void *raw,
                                            size_t len,

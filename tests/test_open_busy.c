@@ -12,7 +12,8 @@
  *   - mv_store_open waits the same way;
  *   - a password change's first read of the old file waits the same way;
  *   - an open that finds the store file while an init is still making it waits for the
- *     init and opens the finished store (not "left by an interrupted init");
+ *     init and opens the finished store (not "left by an interrupted init"), and a sealed
+ *     delivery then waits for the init's key pair;
  *   - six processes opening and closing one store 40 times each all succeed (the old code
  *     failed this within a few opens: "database is locked", as the last connection's close
  *     checkpointed under its exclusive lock).
@@ -43,6 +44,7 @@
 #define OB_CHURN_ROUNDS  40 /* opens each */
 #define OB_PW_USER       "busypw@example.org"
 #define OB_FRESH         "fresh@example.org"
+#define OB_FRESH2        "fresh2@example.org"
 #define OB_INIT_KDF_ITER 400000 /* ~0.3-0.5 s of key derivation: the init's empty-file window */
 
 struct ob_holder {
@@ -251,58 +253,103 @@ static void test_passwd_waits_for_a_lock(void)
     CHECK_EQ_INT(o.rc, MV_OK);
 }
 
-/* An open that finds the store file while `mailvault init` is still making it (the file is
- * created empty before its key is derived and its first page written) waits for the init
- * and opens the finished store. The old open took the empty file for what an interrupted
- * init leaves and refused it (MV_ECORRUPT). The init's key derivation is made slow
- * (OB_INIT_KDF_ITER) so that the open surely comes while it runs; on a machine slow enough
- * to miss that window the test still passes, it only proves less. */
-static void test_open_during_init(void)
+/* Forks an init of address with a slow key derivation (OB_INIT_KDF_ITER) and returns its
+ * pid once the store file exists (the init creates it empty before its key is derived and
+ * its first page written); *empty: the file was still empty then. -1 if it never appeared. */
+static pid_t ob_init_started(const char *address, const char *db_path, int *empty)
 {
-    const char *db_path = tu_path("root/example.org/fresh.db");
     struct mv_store_options so = MV_STORE_OPTIONS_INIT;
     so.root = tu_path("root");
     so.kdf_iter = OB_INIT_KDF_ITER;
     pid_t kid = fork();
     if (kid == 0) {
         char err[256] = "";
-        int rc = mv_store_init(OB_FRESH, OB_PASSWORD, strlen(OB_PASSWORD), &so, err, sizeof err);
+        int rc = mv_store_init(address, OB_PASSWORD, strlen(OB_PASSWORD), &so, err, sizeof err);
         if (rc != MV_OK) {
             fprintf(stderr, "  mv_store_init: %s\n", err);
         }
         _exit(rc == MV_OK ? 0 : 1);
     }
-    /* Polls for the file the init creates first (a generous deadline, never a fixed sleep). */
+    /* Polls with a generous deadline, never a fixed sleep. */
     struct timespec start, now, pause = {0, 1000000L};
     clock_gettime(CLOCK_MONOTONIC, &start);
-    int seen = 0;
     for (;;) {
         if (access(db_path, F_OK) == 0) {
-            seen = 1;
-            break;
+            *empty = tu_file_size(db_path) == 0; /* the window the old code failed in */
+            return kid;
         }
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec - start.tv_sec > 60) {
-            break;
+            return -1;
         }
         nanosleep(&pause, NULL);
     }
-    CHECK(seen);
-    int empty_at_open = tu_file_size(db_path) == 0; /* the window the old code failed in */
-    mv_store *s = NULL;
-    char err[256] = "";
-    int rc = mv_store_open(OB_FRESH, OB_PASSWORD, strlen(OB_PASSWORD), &so, &s, err, sizeof err);
-    if (rc != MV_OK) {
-        fprintf(stderr, "  mv_store_open during the init: %s: %s\n", mv_strerror(rc), err);
-    }
-    CHECK_EQ_INT(rc, MV_OK);
-    struct mv_mailbox_info info;
-    CHECK(s != NULL && mv_mailbox_get(s, "INBOX", &info) == MV_OK);
-    mv_store_close(&s);
+}
+
+/* Waits for the init; 1 if it succeeded. */
+static int ob_init_done(pid_t kid)
+{
     int status = 0;
     waitpid(kid, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    printf("  # the open came while the file was %s\n", empty_at_open ? "empty" : "written");
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* The INBOX's message count of address's store (opened with OB_INIT_KDF_ITER), -1 if it
+ * does not open. */
+static long ob_inbox_messages(const char *address)
+{
+    struct mv_store_options so = MV_STORE_OPTIONS_INIT;
+    so.root = tu_path("root");
+    so.kdf_iter = OB_INIT_KDF_ITER;
+    mv_store *s = NULL;
+    char err[256] = "";
+    int rc = mv_store_open(address, OB_PASSWORD, strlen(OB_PASSWORD), &so, &s, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  mv_store_open %s: %s: %s\n", address, mv_strerror(rc), err);
+        return -1;
+    }
+    struct mv_mailbox_info info;
+    long n = mv_mailbox_get(s, "INBOX", &info) == MV_OK ? (long)info.messages : -1;
+    mv_store_close(&s);
+    return n;
+}
+
+/* An open that finds the store file while `mailvault init` is still making it waits for the
+ * init and opens the finished store. The old open took the empty file for what an
+ * interrupted init leaves and refused it (MV_ECORRUPT). The init's key derivation is slow so
+ * that the open surely comes while it runs; on a machine slow enough to miss that window
+ * the test still passes, it only proves less. */
+static void test_open_during_init(void)
+{
+    int empty = 0;
+    pid_t kid = ob_init_started(OB_FRESH, tu_path("root/example.org/fresh.db"), &empty);
+    CHECK(kid > 0);
+    CHECK_EQ_INT(ob_inbox_messages(OB_FRESH), 0);
+    CHECK(ob_init_done(kid));
+    printf("  # the open came while the file was %s\n", empty ? "empty" : "written");
+}
+
+/* A sealed delivery (LMTP, `mailvault deliver`) that comes while the init is still making the
+ * store waits for it and is sealed to the new key pair: the next open moves it in. The old
+ * delivery read the public key file before the init had written it and failed
+ * (MV_ECORRUPT: "cannot read the delivery key"). */
+static void test_deliver_during_init(void)
+{
+    int empty = 0;
+    pid_t kid = ob_init_started(OB_FRESH2, tu_path("root/example.org/fresh2.db"), &empty);
+    CHECK(kid > 0);
+    static const char msg[] = "Subject: early\r\n\r\nsent while the store was made\r\n";
+    struct mv_store_options so = MV_STORE_OPTIONS_INIT;
+    so.root = tu_path("root");
+    char err[256] = "";
+    int rc = mv_deliver_sealed(OB_FRESH2, msg, sizeof msg - 1, &so, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  mv_deliver_sealed during the init: %s: %s\n", mv_strerror(rc), err);
+    }
+    CHECK_EQ_INT(rc, MV_OK);
+    CHECK(ob_init_done(kid));
+    CHECK_EQ_INT(ob_inbox_messages(OB_FRESH2), 1);
+    printf("  # the delivery came while the file was %s\n", empty ? "empty" : "written");
 }
 
 /* The real thing: processes opening and closing one store over and over, so that opens meet
@@ -349,6 +396,7 @@ int main(void)
     TEST(test_store_open_waits_for_a_lock);
     TEST(test_passwd_waits_for_a_lock);
     TEST(test_open_during_init);
+    TEST(test_deliver_during_init);
     TEST(test_open_close_churn);
     return th_summary();
 }

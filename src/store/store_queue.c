@@ -604,12 +604,11 @@ static void store_queue_names(char *final_name, size_t final_size, char *tmp_nam
     snprintf(tmp_name, tmp_size, "%s%s", STORE_QUEUE_TMP_PREFIX, hex);
 }
 
-/* Checks what can be checked without the store: size, store present, key file. */
+/* Checks what can be checked without the store or its lock: size, store present. */
 static int store_queue_deliver_check(const struct store_paths *p,
                                      const void *raw,
                                      size_t len,
                                      const struct mv_store_options *o,
-                                     uint8_t *pk,
                                      char *errmsg,
                                      size_t errmsg_size)
 {
@@ -631,7 +630,7 @@ static int store_queue_deliver_check(const struct store_paths *p,
     if (store_queue_sodium() != MV_OK) {
         return store_queue_error(errmsg, errmsg_size, MV_ERROR, "libsodium failed to initialise");
     }
-    return store_queue_pub_read(p->pub_path, pk, errmsg, errmsg_size);
+    return MV_OK;
 }
 
 /* Creates the queue directory if needed, durably (its entry in the domain directory too). */
@@ -668,7 +667,22 @@ int mv_deliver_sealed(const char *address,
     size_t sealed_len = 0;
     int rc = store_paths_resolve(address, o, &paths, errmsg, errmsg_size);
     if (rc == MV_OK) {
-        rc = store_queue_deliver_check(&paths, raw, len, o, pk, errmsg, errmsg_size);
+        rc = store_queue_deliver_check(&paths, raw, len, o, errmsg, errmsg_size);
+    }
+    /* The store's lock, shared, from before the key is read until the entry is written: an
+     * init (exclusive until its key pair is written) is waited for, not taken for a missing
+     * key; a release (exclusive) either comes after this delivery, which the moved store then
+     * carries, or before it, and the delivery is refused (store_fence.c). */
+    int lock_fd = -1;
+    if (rc == MV_OK) {
+        rc = store_lock_take(paths.db_path, STORE_LOCK_SHARED, STORE_LOCK_OPEN_WAIT_MS, 0, &lock_fd,
+                             errmsg, errmsg_size);
+    }
+    if (rc == MV_OK) {
+        rc = store_fence_check(paths.db_path, errmsg, errmsg_size);
+    }
+    if (rc == MV_OK) {
+        rc = store_queue_pub_read(paths.pub_path, pk, errmsg, errmsg_size);
     }
     if (rc == MV_OK) {
         rc = store_queue_dir_make(&paths, errmsg, errmsg_size);
@@ -684,17 +698,6 @@ int mv_deliver_sealed(const char *address,
             store_queue_error(errmsg, errmsg_size, rc, "cannot seal the message: %s",
                               mv_strerror(rc));
         }
-    }
-    /* The store's lock, shared, while the entry is written: a release (exclusive) then either
-     * comes after this delivery, which the moved store then carries, or before it, and the
-     * delivery is refused (store_fence.c). */
-    int lock_fd = -1;
-    if (rc == MV_OK) {
-        rc = store_lock_take(paths.db_path, STORE_LOCK_SHARED, STORE_LOCK_OPEN_WAIT_MS, 0, &lock_fd,
-                             errmsg, errmsg_size);
-    }
-    if (rc == MV_OK) {
-        rc = store_fence_check(paths.db_path, errmsg, errmsg_size);
     }
     if (rc == MV_OK) {
         char final_name[STORE_QUEUE_NAME_LEN + 1], tmp_name[64];
