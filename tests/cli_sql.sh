@@ -163,6 +163,34 @@ run "$mv" sql --create --cipher aes256cbc --password-file "$pw" "$tmp/cbc.db" \
 check aes256cbc_round_trip bash -c "[ $rc -eq 0 ] && [ \"\$(cat '$out')\" = cbc ]"
 check aes256cbc_warning_once bash -c "[ \$(grep -c 'warning: .*legacy aes256cbc cipher' '$err') -eq 1 ]"
 
+# ---- another connection's lock: waited for, not "database is locked" ----
+# A process outside mailvault (the sqlite3 shell checkpointing as it closes, say) holds the
+# database's EXCLUSIVE lock bytes (PENDING, RESERVED and SHARED: 0x40000000, 512 bytes) with
+# fcntl() for 400 ms. `mailvault sql` waits for it from its first read on (the key's proof);
+# without the wait it answered "database is locked" at once.
+run "$mv" sql --create --kdf-iter 1000 --password-file "$pw" "$tmp/busy.db" \
+    "PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1), (2), (3)"
+python3 - "$tmp/busy.db" "$tmp/held" "$tmp/released" <<'PY' &
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 512, 0x40000000)
+open(sys.argv[2], "w").close()
+time.sleep(0.4)  # how long the lock is held, not a wait for anything
+open(sys.argv[3], "w").close()
+fcntl.lockf(fd, fcntl.LOCK_UN, 512, 0x40000000)
+PY
+holder=$!
+for _ in $(seq 1 3000); do # up to 30 s for the holder to start
+    [ -e "$tmp/held" ] && break
+    sleep 0.01
+done
+run "$mv" sql --kdf-iter 1000 --password-file "$pw" "$tmp/busy.db" "SELECT count(*) FROM t"
+after_release=0
+[ -e "$tmp/released" ] && after_release=1 # the answer came once the lock went, not before
+wait "$holder"
+check sql_waits_for_a_lock bash -c "[ $rc -eq 0 ] && [ \"\$(cat '$out')\" = 3 ] &&
+                                    [ $after_release -eq 1 ]"
+
 # ---- the stock sqlite3 shell with the extension ----
 shell 'correct horse' "$db" "SELECT id, name, hex(data) FROM t ORDER BY id;"
 printf 'ok\n1|plain|00FF7F\n2||\n3|Grüße ✓ 密码|\n' >"$tmp/expected"
