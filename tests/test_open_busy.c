@@ -39,10 +39,8 @@
 #define OB_LOCK_START    0x40000000 /* SQLite's PENDING byte; RESERVED and SHARED follow */
 #define OB_LOCK_LEN      512        /* PENDING, RESERVED and the 510 bytes of SHARED */
 #define OB_HOLD_MS       300        /* how long the lock is held while an open waits */
-#define OB_USER          "busy@example.org"
-#define OB_CHURN_PROCS   6  /* processes opening and closing one store at once */
-#define OB_CHURN_ROUNDS  40 /* opens each */
-#define OB_PW_USER       "busypw@example.org"
+#define OB_CHURN_PROCS   6          /* processes opening and closing one store at once */
+#define OB_CHURN_ROUNDS  40         /* opens each */
 #define OB_FRESH         "fresh@example.org"
 #define OB_FRESH2        "fresh2@example.org"
 #define OB_INIT_KDF_ITER 400000 /* ~0.3-0.5 s of key derivation: the init's empty-file window */
@@ -102,7 +100,8 @@ struct ob_open {
     int busy_timeout_ms;
     int rc;
     atomic_int done;
-    int passwd; /* path NULL: mv_store_passwd(OB_PW_USER) instead of mv_store_open */
+    int passwd; /* path NULL: mv_store_passwd(user) instead of mv_store_open(user) */
+    const char *user;
 };
 
 static void *ob_open_thread(void *arg)
@@ -113,7 +112,7 @@ static void *ob_open_thread(void *arg)
         so.root = tu_path("root");
         so.kdf_iter = TU_KDF_ITER;
         char err[256] = "";
-        o->rc = mv_store_passwd(OB_PW_USER, OB_PASSWORD, strlen(OB_PASSWORD), OB_PASSWORD,
+        o->rc = mv_store_passwd(o->user, OB_PASSWORD, strlen(OB_PASSWORD), OB_PASSWORD,
                                 strlen(OB_PASSWORD), &so, NULL, err, sizeof err);
         if (o->rc != MV_OK) {
             fprintf(stderr, "  mv_store_passwd: %s: %s\n", mv_strerror(o->rc), err);
@@ -139,7 +138,7 @@ static void *ob_open_thread(void *arg)
         so.kdf_iter = TU_KDF_ITER;
         mv_store *s = NULL;
         char err[256] = "";
-        o->rc = mv_store_open(OB_USER, OB_PASSWORD, strlen(OB_PASSWORD), &so, &s, err, sizeof err);
+        o->rc = mv_store_open(o->user, OB_PASSWORD, strlen(OB_PASSWORD), &so, &s, err, sizeof err);
         if (o->rc != MV_OK) {
             fprintf(stderr, "  mv_store_open: %s: %s\n", mv_strerror(o->rc), err);
         }
@@ -187,7 +186,7 @@ static void test_db_open_waits_for_a_lock(void)
 {
     const char *path = tu_path("busy.db");
     ob_make_db(path);
-    struct ob_open o = {path, 30000, -1, 0, 0};
+    struct ob_open o = {path, 30000, -1, 0, 0, NULL};
     int early = 1;
     CHECK_EQ_INT(ob_open_against_lock(o.path, &o, &early), 0);
     CHECK_EQ_INT(early, 0); /* it waited: the old code failed at once */
@@ -203,7 +202,7 @@ static void test_db_open_without_wait_is_busy(void)
     /* the open runs here while the lock stands, however slow the machine */
     struct ob_holder h;
     CHECK_EQ_INT(ob_hold(path, &h), 0);
-    struct ob_open o = {path, 0, -1, 0, 0};
+    struct ob_open o = {path, 0, -1, 0, 0, NULL};
     (void)ob_open_thread(&o);
     ob_release(&h);
     CHECK_EQ_INT(o.rc, MV_EBUSY);
@@ -222,18 +221,27 @@ static void test_db_open_without_wait_is_busy(void)
     CHECK(db == NULL && named);
 }
 
-static void test_store_open_waits_for_a_lock(void)
+/* Makes the store name@example.org, then runs the open (passwd 0) or the password change
+ * (passwd 1) while the child holds its database's lock: it must wait and succeed. */
+static void ob_store_call_waits(const char *name, int passwd)
 {
     mv_store *s = NULL;
-    CHECK_EQ_INT(tu_store_create("busy", OB_PASSWORD, 0, &s), MV_OK);
+    char user[64];
+    snprintf(user, sizeof user, "%s@example.org", name);
+    CHECK_EQ_INT(tu_store_create(name, OB_PASSWORD, 0, &s), MV_OK);
     char db_path[1024];
     snprintf(db_path, sizeof db_path, "%s", sqlite3_db_filename(mv_store_db(s), "main"));
     mv_store_close(&s);
-    struct ob_open o = {NULL, 0, -1, 0, 0};
+    struct ob_open o = {NULL, 0, -1, 0, passwd, user};
     int early = 1;
     CHECK_EQ_INT(ob_open_against_lock(db_path, &o, &early), 0);
-    CHECK_EQ_INT(early, 0);
+    CHECK_EQ_INT(early, 0); /* it waited: the old code failed at once */
     CHECK_EQ_INT(o.rc, MV_OK);
+}
+
+static void test_store_open_waits_for_a_lock(void)
+{
+    ob_store_call_waits("busy", 0);
 }
 
 /* A password change's first read of the old file (ops_snapshot_open) meets a connection
@@ -241,16 +249,7 @@ static void test_store_open_waits_for_a_lock(void)
  * The old code answered "database is locked" at once. */
 static void test_passwd_waits_for_a_lock(void)
 {
-    mv_store *s = NULL;
-    CHECK_EQ_INT(tu_store_create("busypw", OB_PASSWORD, 0, &s), MV_OK);
-    char db_path[1024];
-    snprintf(db_path, sizeof db_path, "%s", sqlite3_db_filename(mv_store_db(s), "main"));
-    mv_store_close(&s);
-    struct ob_open o = {NULL, 0, -1, 0, 1};
-    int early = 1;
-    CHECK_EQ_INT(ob_open_against_lock(db_path, &o, &early), 0);
-    CHECK_EQ_INT(early, 0);
-    CHECK_EQ_INT(o.rc, MV_OK);
+    ob_store_call_waits("busypw", 1);
 }
 
 /* Forks an init of address with a slow key derivation (OB_INIT_KDF_ITER) and returns its
