@@ -30,6 +30,7 @@
 #define STORE_BUSY_MS       30000 /* store_profile's busy_timeout, from the open's first read */
 #define STORE_STR_(x)       #x
 #define STORE_STR(x)        STORE_STR_(x)
+#define STORE_MISSING_FMT   "no store for %s (create it with `mailvault init`)" /* the address */
 
 struct store_pragma {
     const char *set; /* NULL: fixed at creation, only checked */
@@ -420,8 +421,7 @@ static int store_open_find(const struct store_paths *paths,
     struct stat st;
     if (stat(paths->db_path, &st) != 0) {
         if (!(o->flags & MV_STORE_CREATE) || (o->flags & MV_STORE_READONLY)) {
-            snprintf(msg, sizeof msg, "no store for %s (create it with `mailvault init`)",
-                     paths->address);
+            snprintf(msg, sizeof msg, STORE_MISSING_FMT, paths->address);
             return store_error(errmsg, errmsg_size, MV_ENOTFOUND, msg);
         }
         int rc = mv_store_init(paths->address, password, password_len, o, errmsg, errmsg_size);
@@ -438,8 +438,7 @@ static int store_open_refuse_partial(mv_store *s)
 {
     struct stat st;
     if (stat(s->db_path, &st) != 0) {
-        return store_fail(s, MV_ENOTFOUND, "no store for %s (create it with `mailvault init`)",
-                          s->address);
+        return store_fail(s, MV_ENOTFOUND, STORE_MISSING_FMT, s->address);
     }
     if (store_open_interrupted_init(s->db_path, &st)) {
         return store_fail(s, MV_ECORRUPT,
