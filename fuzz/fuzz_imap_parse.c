@@ -91,6 +91,45 @@ fuzz_check_in_nodes(const struct imap_command *cmd, const struct imap_node *cons
     }
 }
 
+/* The flat program is a tree (no key reached twice, so the evaluator ends) no deeper than
+ * IMAP_SEARCH_DEPTH_MAX, a NOT with one key, an OR with two or more, nothing else with any. */
+static void fuzz_check_search_tree(const struct imap_search *s)
+{
+    unsigned char *seen = calloc(s->count, 1);
+    uint32_t *stack = malloc(s->count * 2 * sizeof *stack); /* key, level */
+    if (seen == NULL || stack == NULL) {
+        abort();
+    }
+    size_t top = 0;
+    stack[top++] = 0;
+    stack[top++] = 1;
+    while (top > 0) {
+        uint32_t level = stack[--top], k = stack[--top];
+        const struct imap_search_key *key = &s->keys[k];
+        if (seen[k] || level > IMAP_SEARCH_DEPTH_MAX) {
+            abort();
+        }
+        seen[k] = 1;
+        size_t children = 0;
+        for (uint32_t c = key->child; c != IMAP_NODE_NONE; c = s->keys[c].next) {
+            if (++children > s->count) {
+                abort(); /* a cycle among siblings */
+            }
+            stack[top++] = c;
+            stack[top++] = level + 1;
+        }
+        int ok = key->op == IMAP_SK_NOT   ? children == 1
+                 : key->op == IMAP_SK_OR  ? children >= 2
+                 : key->op == IMAP_SK_AND ? children >= 1
+                                          : children == 0;
+        if (!ok) {
+            abort();
+        }
+    }
+    free(stack);
+    free(seen);
+}
+
 static void fuzz_readers(const struct imap_command *cmd)
 {
     static struct imap_fetch fetch;
@@ -129,7 +168,8 @@ static void fuzz_readers(const struct imap_command *cmd)
         fuzz_check_in_nodes(cmd, list.patterns, list.pattern_count);
     }
     if (imap_parse_search(cmd, imap_arg(cmd, 0), &search, err, sizeof err) == 0) {
-        if (search.count == 0 || search.count > IMAP_SEARCH_KEYS_MAX) {
+        /* every key but the top level's is made from a node of the command */
+        if (search.count == 0 || search.count > cmd->node_count + 1) {
             abort();
         }
         for (size_t i = 0; i < search.count; i++) {
@@ -139,6 +179,7 @@ static void fuzz_readers(const struct imap_command *cmd)
                 abort();
             }
         }
+        fuzz_check_search_tree(&search);
         imap_search_free(&search);
     }
 }

@@ -1061,6 +1061,12 @@ struct imap_search_parser {
     struct imap_search *s;
     char *err;
     size_t err_size;
+    /* OR and NOT keys still waiting for an operand (imap_search_key): a stack of our own
+     * instead of the C stack, so "OR a OR b OR c ..." and "OR OR OR a b c d" of any length
+     * cost no recursion. */
+    uint32_t *pending;
+    size_t pending_count;
+    size_t pending_cap;
 };
 
 static int
@@ -1077,8 +1083,16 @@ imap_search_fail(struct imap_search_parser *sp, const char *what, const struct i
 
 static int imap_search_new(struct imap_search_parser *sp, enum imap_search_op op, uint32_t *index)
 {
-    if (sp->s->count == IMAP_SEARCH_KEYS_MAX) {
-        return imap_search_fail(sp, "too many search keys", NULL);
+    if (sp->s->count == sp->s->cap) {
+        /* No cap of its own: every key but the top level's takes a node of the command, and
+         * the command's nodes are bounded (IMAP_PARSE_NODES_MAX, and the line by line_max). */
+        size_t cap = sp->s->cap == 0 ? 16 : sp->s->cap * 2;
+        struct imap_search_key *keys = realloc(sp->s->keys, cap * sizeof *keys);
+        if (keys == NULL) {
+            return imap_search_fail(sp, "out of memory", NULL);
+        }
+        sp->s->keys = keys;
+        sp->s->cap = cap;
     }
     struct imap_search_key *k = &sp->s->keys[sp->s->count];
     memset(k, 0, sizeof *k);
@@ -1108,7 +1122,7 @@ imap_search_keys(struct imap_search_parser *sp, uint32_t cursor, uint32_t parent
         return imap_search_fail(sp, "expected a search key", NULL);
     }
     while (cursor != IMAP_NODE_NONE) {
-        uint32_t index;
+        uint32_t index = IMAP_NODE_NONE;
         if (imap_search_key(sp, &cursor, &index, depth) != 0) {
             return -1;
         }
@@ -1213,8 +1227,7 @@ static int imap_search_with_string(struct imap_search_parser *sp,
 static int imap_search_with_arg(struct imap_search_parser *sp,
                                 const struct imap_node *n,
                                 uint32_t *cursor,
-                                uint32_t *index,
-                                int depth)
+                                uint32_t *index)
 {
     for (size_t i = 0; i < sizeof imap_search_string / sizeof imap_search_string[0]; i++) {
         if (imap_atom_is(n, imap_search_string[i].name)) {
@@ -1291,36 +1304,20 @@ static int imap_search_with_arg(struct imap_search_parser *sp,
         *cursor = b->next;
         return 0;
     }
-    if (imap_atom_is(n, "NOT") || imap_atom_is(n, "OR")) {
-        int is_or = imap_atom_is(n, "OR");
-        if (imap_search_new(sp, is_or ? IMAP_SK_OR : IMAP_SK_NOT, index) != 0) {
-            return -1;
-        }
-        uint32_t first, second;
-        if (*cursor == IMAP_NODE_NONE || imap_search_key(sp, cursor, &first, depth + 1) != 0) {
-            return sp->err[0] != '\0' ? -1 : imap_search_fail(sp, "missing operand of", n);
-        }
-        sp->s->keys[*index].child = first;
-        if (is_or) {
-            if (*cursor == IMAP_NODE_NONE || imap_search_key(sp, cursor, &second, depth + 1) != 0) {
-                return sp->err[0] != '\0' ? -1 : imap_search_fail(sp, "OR needs two keys", NULL);
-            }
-            sp->s->keys[first].next = second;
-        }
-        return 0;
-    }
     return imap_search_fail(sp, "unknown search key", n);
 }
 
+/* One key that is not OR or NOT at *cursor: a list (its keys ANDed), a simple key or one with
+ * arguments. */
 static int
-imap_search_key(struct imap_search_parser *sp, uint32_t *cursor, uint32_t *index, int depth)
+imap_search_primary(struct imap_search_parser *sp, uint32_t *cursor, uint32_t *index, int depth)
 {
     const struct imap_node *n = imap_node(sp->cmd, *cursor);
     if (n == NULL) {
         return imap_search_fail(sp, "expected a search key", NULL);
     }
-    if (depth > IMAP_PARSE_DEPTH_MAX * 4) {
-        return imap_search_fail(sp, "search keys nested too deeply", NULL);
+    if (depth > IMAP_PARSE_DEPTH_MAX) { /* lists: the command parser's limit holds them */
+        return imap_search_fail(sp, "lists nested too deeply", NULL);
     }
     if (n->type == IMAP_NODE_LIST) {
         if (imap_search_new(sp, IMAP_SK_AND, index) != 0 ||
@@ -1350,7 +1347,115 @@ imap_search_key(struct imap_search_parser *sp, uint32_t *cursor, uint32_t *index
         *cursor = n->next;
         return 0;
     }
-    return imap_search_with_arg(sp, n, cursor, index, depth);
+    return imap_search_with_arg(sp, n, cursor, index);
+}
+
+/* One whole key at *cursor, OR and NOT with their operands, advancing *cursor past it. The
+ * operators waiting for operands go on sp->pending (from its count at the call, since a list
+ * inside an operand comes back here), so chains of them need no recursion. */
+static int
+imap_search_key(struct imap_search_parser *sp, uint32_t *cursor, uint32_t *index, int depth)
+{
+    size_t base = sp->pending_count;
+    for (;;) {
+        const struct imap_node *n = imap_node(sp->cmd, *cursor);
+        int is_or = imap_atom_is(n, "OR");
+        if (n == NULL && sp->pending_count > base) {
+            int or_top = sp->s->keys[sp->pending[sp->pending_count - 1]].op == IMAP_SK_OR;
+            return imap_search_fail(sp, or_top ? "OR needs two keys" : "NOT needs a key", NULL);
+        }
+        if (is_or || imap_atom_is(n, "NOT")) {
+            uint32_t op;
+            if (sp->pending_count == sp->pending_cap) {
+                size_t cap = sp->pending_cap == 0 ? 16 : sp->pending_cap * 2;
+                uint32_t *pending = realloc(sp->pending, cap * sizeof *pending);
+                if (pending == NULL) {
+                    return imap_search_fail(sp, "out of memory", NULL);
+                }
+                sp->pending = pending;
+                sp->pending_cap = cap;
+            }
+            if (imap_search_new(sp, is_or ? IMAP_SK_OR : IMAP_SK_NOT, &op) != 0) {
+                return -1;
+            }
+            sp->pending[sp->pending_count++] = op;
+            *cursor = n->next;
+            continue;
+        }
+        uint32_t done;
+        if (imap_search_primary(sp, cursor, &done, depth) != 0) {
+            return -1;
+        }
+        /* done is an operand of the innermost waiting operator; each operator it completes
+         * is in turn an operand of the one before it. */
+        while (sp->pending_count > base) {
+            uint32_t top = sp->pending[sp->pending_count - 1];
+            struct imap_search_key *t = &sp->s->keys[top];
+            if (t->child == IMAP_NODE_NONE) {
+                t->child = done;
+                if (t->op == IMAP_SK_OR) {
+                    break; /* its second key comes next */
+                }
+            } else {
+                sp->s->keys[t->child].next = done;
+            }
+            sp->pending_count--;
+            done = top;
+        }
+        if (sp->pending_count == base) {
+            *index = done;
+            return 0;
+        }
+    }
+}
+
+/* The program made flat, in place: an OR among an OR's keys gives its keys to it, and a list
+ * (AND) among an AND's likewise; a list of one key is that key; NOT NOT x is x. So "OR OR OR a
+ * b c d", "OR a OR b OR c d" and "((a))" nest one level whatever their length, and what is
+ * left nested is operators alternating (NOT OR NOT OR ...), which no client needs deep.
+ * Children are made after their parent (keys[] is in prefix order), so one pass from the last
+ * key back finds every child already flat. last[] (count entries) is scratch: each key's last
+ * child, for splicing in O(1). Returns the depth of the flat program. */
+static int imap_search_flatten(struct imap_search *s, uint32_t *last, uint32_t *depth)
+{
+    for (size_t k = s->count; k-- > 0;) {
+        struct imap_search_key *key = &s->keys[k];
+        depth[k] = 1;
+        last[k] = IMAP_NODE_NONE;
+        if (key->op != IMAP_SK_AND && key->op != IMAP_SK_OR && key->op != IMAP_SK_NOT) {
+            continue;
+        }
+        uint32_t head = IMAP_NODE_NONE, tail = IMAP_NODE_NONE;
+        for (uint32_t c = key->child; c != IMAP_NODE_NONE;) {
+            uint32_t next = s->keys[c].next;
+            while (s->keys[c].op == IMAP_SK_AND && s->keys[c].child == last[c]) {
+                c = s->keys[c].child; /* a list of one key: the key */
+            }
+            uint32_t first = c, end = c, below = depth[c] + 1;
+            if (s->keys[c].op == key->op && key->op != IMAP_SK_NOT) {
+                first = s->keys[c].child; /* OR in OR, AND in AND: its keys are ours */
+                end = last[c];
+                below = depth[c]; /* its keys' depth + 1 */
+            }
+            if (tail == IMAP_NODE_NONE) {
+                head = first;
+            } else {
+                s->keys[tail].next = first;
+            }
+            tail = end;
+            depth[k] = below > depth[k] ? below : depth[k];
+            c = next;
+        }
+        s->keys[tail].next = IMAP_NODE_NONE;
+        key->child = head;
+        last[k] = tail;
+        if (key->op == IMAP_SK_NOT && s->keys[head].op == IMAP_SK_NOT) {
+            key->op = IMAP_SK_AND; /* NOT NOT x: a list of one key, x, which the parent unwraps */
+            key->child = last[k] = s->keys[head].child;
+            depth[k] = depth[key->child] + 1;
+        }
+    }
+    return (int)depth[0];
 }
 
 int imap_parse_search(const struct imap_command *cmd,
@@ -1360,34 +1465,46 @@ int imap_parse_search(const struct imap_command *cmd,
                       size_t err_size)
 {
     struct imap_search_parser sp = {.cmd = cmd, .s = out, .err = err, .err_size = err_size};
+    out->keys = NULL;
     out->count = 0;
+    out->cap = 0;
     out->charset_utf8 = 0;
     if (err_size > 0) {
         err[0] = '\0';
     }
     uint32_t root;
-    if (imap_search_new(&sp, IMAP_SK_AND, &root) != 0) {
-        return -1;
-    }
+    int rc = imap_search_new(&sp, IMAP_SK_AND, &root);
     uint32_t cursor = node != NULL ? (uint32_t)(node - cmd->nodes) : IMAP_NODE_NONE;
-    if (imap_atom_is(node, "CHARSET")) {
+    if (rc == 0 && imap_atom_is(node, "CHARSET")) {
         const struct imap_node *cs = imap_node(cmd, node->next);
         char name[32];
         if (imap_astring(cs, name, sizeof name) != 0) {
-            return imap_search_fail(&sp, "expected a charset name", NULL);
-        }
-        if (strcasecmp(name, "UTF-8") != 0 && strcasecmp(name, "US-ASCII") != 0) {
+            rc = imap_search_fail(&sp, "expected a charset name", NULL);
+        } else if (strcasecmp(name, "UTF-8") != 0 && strcasecmp(name, "US-ASCII") != 0) {
             snprintf(err, err_size, "[BADCHARSET (US-ASCII UTF-8)] unknown charset");
-            return -1;
+            rc = -1;
+        } else {
+            out->charset_utf8 = strcasecmp(name, "UTF-8") == 0;
+            cursor = cs->next;
         }
-        out->charset_utf8 = strcasecmp(name, "UTF-8") == 0;
-        cursor = cs->next;
     }
-    if (imap_search_keys(&sp, cursor, root, 0) != 0) {
+    if (rc == 0) {
+        rc = imap_search_keys(&sp, cursor, root, 0);
+    }
+    free(sp.pending);
+    uint32_t *scratch = rc == 0 ? malloc(out->count * 2 * sizeof *scratch) : NULL;
+    if (rc == 0 && scratch == NULL) {
+        rc = imap_search_fail(&sp, "out of memory", NULL);
+    }
+    if (rc == 0 &&
+        imap_search_flatten(out, scratch, scratch + out->count) > IMAP_SEARCH_DEPTH_MAX) {
+        rc = imap_search_fail(&sp, "search keys nested too deeply", NULL);
+    }
+    free(scratch);
+    if (rc != 0) {
         imap_search_free(out);
-        return -1;
     }
-    return 0;
+    return rc;
 }
 
 void imap_search_free(struct imap_search *search)
@@ -1399,7 +1516,10 @@ void imap_search_free(struct imap_search *search)
         free(search->keys[i].set);
         search->keys[i].set = NULL;
     }
+    free(search->keys);
+    search->keys = NULL;
     search->count = 0;
+    search->cap = 0;
 }
 
 /* ---- STATUS items, LIST (RFC 5258, 5819, 6154), CREATE parameters (RFC 4466, 6154) ------ */

@@ -22,7 +22,8 @@
  *
  * LIMITS
  *   IMAP_PARSE_NODES_MAX nodes per command, IMAP_PARSE_DEPTH_MAX list nesting, tag at most
- *   IMAP_TAG_MAX bytes, IMAP_SEARCH_KEYS_MAX search keys, IMAP_FETCH_SECTIONS_MAX body
+ *   IMAP_TAG_MAX bytes, a search program nested at most IMAP_SEARCH_DEPTH_MAX deep once made
+ *   flat (any number of keys, OR and NOT chains of any length), IMAP_FETCH_SECTIONS_MAX body
  *   sections per FETCH. A sequence set has no limit of its own: it is one atom, so the line
  *   limit (line_max) bounds it, and every set a client can send is taken (RFC 3501 gives
  *   none; clients write "mark all read" over a mailbox with many UID gaps as thousands of
@@ -43,7 +44,7 @@
 #define IMAP_PARSE_NODES_MAX    8192
 #define IMAP_PARSE_DEPTH_MAX    16
 #define IMAP_NODE_NONE          UINT32_MAX
-#define IMAP_SEARCH_KEYS_MAX    256
+#define IMAP_SEARCH_DEPTH_MAX   64
 #define IMAP_FETCH_SECTIONS_MAX 32
 #define IMAP_FETCH_FIELDS_MAX   64
 
@@ -253,12 +254,19 @@ struct imap_search_key {
 };
 
 struct imap_search {
-    struct imap_search_key keys[IMAP_SEARCH_KEYS_MAX];
-    size_t count;     /* keys[0] is the top-level AND */
+    struct imap_search_key *keys; /* malloc'd, count of them; keys[0] is the top-level AND */
+    size_t count;
+    size_t cap;
     int charset_utf8; /* CHARSET given (only US-ASCII and UTF-8 are accepted) */
 };
-/* Reads the search program starting at node (optionally "CHARSET x" first). 0, or -1 with a
- * message in err (err starts with "[BADCHARSET]" for an unknown charset). Free with
+/* Reads the search program starting at node (optionally "CHARSET x" first) into *out, which
+ * it initialises (whatever *out held is not freed). Any number of keys and chains of OR and
+ * NOT of any length: the command's node limit bounds them. The program comes back flat (an OR
+ * of ORs is one OR of all their keys, a list of lists one list, a list of one key the key,
+ * NOT NOT x is x: keys left out of the tree stay in keys[], unreachable), and it is refused if
+ * it still nests deeper than IMAP_SEARCH_DEPTH_MAX, which only operators alternating level
+ * by level (NOT OR NOT OR ...) can. 0, or -1 with a message in err (err starts with
+ * "[BADCHARSET]" for an unknown charset) and *out holding nothing. Free with
  * imap_search_free(). */
 int imap_parse_search(const struct imap_command *cmd,
                       const struct imap_node *node,

@@ -2,16 +2,20 @@
  * imap_search.c -- SEARCH and UID SEARCH over the selected mailbox.
  *
  * IMPLEMENTATION NOTES
- *   - The program (imap_parse_search) is evaluated per message of the view. Keys the view
- *     answers (flags, keywords, sizes, internal dates, sequence and UID sets) cost nothing;
- *     keys on headers and text are answered first, once each, as a set of messages:
- *     FROM/TO/CC/SUBJECT/BODY/TEXT and the SENT* dates through mv_search (the store's
- *     indexes and its full-text index), BCC and HEADER by reading each message's header
- *     (a field's value unfolded first, RFC 5322 2.2.3, so a folded value matches whole,
- *     then its RFC 2047 encoded words decoded to UTF-8, as FROM/TO/CC/SUBJECT compare the
- *     decoded fields: "HEADER Subject Grüße" finds "=?UTF-8?Q?Gr=C3=BC=C3=9Fe?=", and the
- *     encoded form itself matches nothing, as in Dovecot 2.3).
- *   - NOT and OR are then plain boolean logic, so any nesting costs one pass.
+ *   - The program (imap_parse_search, flat) is evaluated key by key as sets of the view's
+ *     messages, one bit a message: a key the view answers (flags, keywords, sizes, internal
+ *     dates, sequence and UID sets) by a pass over the view; keys on headers and text as a
+ *     set from the store: FROM/TO/CC/SUBJECT/BODY/TEXT and the SENT* dates through mv_search
+ *     (the store's indexes and its full-text index), BCC and HEADER by reading each
+ *     message's header (a field's value unfolded first, RFC 5322 2.2.3, so a folded value
+ *     matches whole, then its RFC 2047 encoded words decoded to UTF-8, as FROM/TO/CC/SUBJECT
+ *     compare the decoded fields: "HEADER Subject Grüße" finds "=?UTF-8?Q?Gr=C3=BC=C3=9Fe?=",
+ *     and the encoded form itself matches nothing, as in Dovecot 2.3).
+ *   - AND, OR and NOT combine their keys' sets as they come, so a search holds one set per
+ *     level of nesting (at most IMAP_SEARCH_DEPTH_MAX + 1: 8 MB at 1,000,000 messages and the
+ *     deepest program), not one per key: a client's OR of a thousand HEADER keys costs a
+ *     thousand passes, not a thousand sets. An AND whose set is already empty, or an OR whose
+ *     set is already full, asks none of its remaining keys.
  *   - CONDSTORE's MODSEQ key compares the view's modseqs; the response then ends with
  *     "(MODSEQ n)", the highest modseq among the results.
  *
@@ -39,11 +43,42 @@
 
 #define IMAP_SEARCH_STRING_MAX 1024
 
+/* A set of the view's messages: bit i (of word i / 64) for message i. */
+typedef uint64_t imap_search_word;
+
 struct imap_search_run {
     struct imap_ctx *x;
     const struct imap_search *prog;
-    unsigned char *hits[IMAP_SEARCH_KEYS_MAX]; /* per store-answered key: one byte a message */
+    size_t words; /* a set's length: the view's messages, rounded up to whole words */
+    /* per level of nesting, the set of the key being combined into that level's (malloc'd
+     * on first use) */
+    imap_search_word *scratch[IMAP_SEARCH_DEPTH_MAX + 1];
 };
+
+static void imap_search_bit_set(imap_search_word *set, size_t i)
+{
+    set[i / 64] |= (imap_search_word)1 << (i % 64);
+}
+
+static int imap_search_bit(const imap_search_word *set, size_t i)
+{
+    return (int)((set[i / 64] >> (i % 64)) & 1);
+}
+
+/* The bits of the last word that stand for messages (count of them in all). */
+static imap_search_word imap_search_tail(size_t count)
+{
+    return count % 64 != 0 ? ((imap_search_word)1 << (count % 64)) - 1 : ~(imap_search_word)0;
+}
+
+/* Every message of the view: count bits set, the rest of the last word clear. */
+static void imap_search_fill(imap_search_word *set, size_t words, size_t count)
+{
+    memset(set, 0xff, words * sizeof *set);
+    if (words > 0) {
+        set[words - 1] = imap_search_tail(count);
+    }
+}
 
 static int imap_search_copy(const char *s, size_t len, char *out)
 {
@@ -62,8 +97,9 @@ static size_t imap_search_index(const struct imap_view *v, uint32_t uid)
 }
 
 /* One key answered by mv_search into hits. */
-static int
-imap_search_store(struct imap_search_run *r, const struct imap_search_key *k, unsigned char *hits)
+static int imap_search_store(struct imap_search_run *r,
+                             const struct imap_search_key *k,
+                             imap_search_word *hits)
 {
     struct imap_view *v = &r->x->s->view;
     struct mv_search_query q = MV_SEARCH_QUERY_INIT;
@@ -105,7 +141,7 @@ imap_search_store(struct imap_search_run *r, const struct imap_search_key *k, un
         return MV_EINVAL;
     }
     if (k->str != NULL && text[0] == '\0') {
-        memset(hits, 1, v->count); /* an empty string matches every message */
+        imap_search_fill(hits, r->words, v->count); /* an empty string matches every message */
         return MV_OK;
     }
     mv_search *it = NULL;
@@ -114,7 +150,7 @@ imap_search_store(struct imap_search_run *r, const struct imap_search_key *k, un
     while (rc == MV_OK && (rc = mv_search_next(it, &info)) == 1) {
         size_t i = imap_search_index(v, info.uid);
         if (i != SIZE_MAX) {
-            hits[i] = 1;
+            imap_search_bit_set(hits, i);
         }
         rc = MV_OK;
     }
@@ -223,8 +259,9 @@ static int imap_search_header_has(
 }
 
 /* HEADER field value (and BCC): case-insensitive substring of the field's decoded value. */
-static int
-imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, unsigned char *hits)
+static int imap_search_header(struct imap_search_run *r,
+                              const struct imap_search_key *k,
+                              imap_search_word *hits)
 {
     struct imap_view *v = &r->x->s->view;
     char field[IMAP_SEARCH_STRING_MAX], value[IMAP_SEARCH_STRING_MAX];
@@ -251,50 +288,13 @@ imap_search_header(struct imap_search_run *r, const struct imap_search_key *k, u
                                     &len) != MV_OK) {
             continue;
         }
-        hits[i] = (unsigned char)imap_search_header_has(raw, len, field, field_len, folded);
+        if (imap_search_header_has(raw, len, field, field_len, folded)) {
+            imap_search_bit_set(hits, i);
+        }
         mv_free(raw);
     }
     g_free(folded);
     return MV_OK;
-}
-
-static int imap_search_prepare_keys(struct imap_search_run *r)
-{
-    size_t count = r->x->s->view.count;
-    for (size_t k = 0; k < r->prog->count; k++) {
-        const struct imap_search_key *key = &r->prog->keys[k];
-        int by_store = key->op == IMAP_SK_FROM || key->op == IMAP_SK_TO || key->op == IMAP_SK_CC ||
-                       key->op == IMAP_SK_SUBJECT || key->op == IMAP_SK_BODY ||
-                       key->op == IMAP_SK_TEXT || key->op == IMAP_SK_SENTSINCE ||
-                       key->op == IMAP_SK_SENTBEFORE || key->op == IMAP_SK_SENTON;
-        int by_header = key->op == IMAP_SK_HEADER || key->op == IMAP_SK_BCC;
-        if (!by_store && !by_header) {
-            continue;
-        }
-        r->hits[k] = calloc(count + 1, 1);
-        if (r->hits[k] == NULL) {
-            return MV_ENOMEM;
-        }
-        int rc = by_store ? imap_search_store(r, key, r->hits[k])
-                          : imap_search_header(r, key, r->hits[k]);
-        if (rc != MV_OK) {
-            return rc;
-        }
-    }
-    return MV_OK;
-}
-
-/* The keys that need the store, inside one read snapshot: one transaction for every header
- * read instead of one per message. */
-static int imap_search_prepare(struct imap_search_run *r)
-{
-    mv_store *store = imap_db(r->x->s);
-    if (mv_store_read_begin(store) != MV_OK) {
-        /* nothing lost: each read then has a transaction of its own */
-    }
-    int rc = imap_search_prepare_keys(r);
-    mv_store_read_end(store); /* nothing if none was begun */
-    return rc;
 }
 
 static int imap_keyword_has(const char *keywords, const char *word, size_t len)
@@ -311,7 +311,8 @@ static int imap_keyword_has(const char *keywords, const char *word, size_t len)
     return 0;
 }
 
-static int imap_search_eval(const struct imap_search_run *r, uint32_t k, size_t i)
+/* Whether message i has key k, one the view answers. */
+static int imap_search_leaf(const struct imap_search_run *r, uint32_t k, size_t i)
 {
     const struct imap_search_key *key = &r->prog->keys[k];
     const struct imap_view *v = &r->x->s->view;
@@ -327,18 +328,6 @@ static int imap_search_eval(const struct imap_search_run *r, uint32_t k, size_t 
         return recent && (m->flags & IMAP_FLAG_SEEN) == 0;
     case IMAP_SK_RECENT:
         return recent;
-    case IMAP_SK_AND:
-        for (uint32_t c = key->child; c != IMAP_NODE_NONE; c = r->prog->keys[c].next) {
-            if (!imap_search_eval(r, c, i)) {
-                return 0;
-            }
-        }
-        return 1;
-    case IMAP_SK_OR:
-        return imap_search_eval(r, key->child, i) ||
-               imap_search_eval(r, r->prog->keys[key->child].next, i);
-    case IMAP_SK_NOT:
-        return !imap_search_eval(r, key->child, i);
     case IMAP_SK_SEQSET:
         return imap_seqset_contains(key->set, (uint32_t)i + 1, (uint32_t)v->count);
     case IMAP_SK_UIDSET:
@@ -364,8 +353,111 @@ static int imap_search_eval(const struct imap_search_run *r, uint32_t k, size_t 
     case IMAP_SK_MODSEQ:
         return m->modseq >= (uint64_t)key->number;
     default:
-        return r->hits[k] != NULL && r->hits[k][i];
+        return 0;
     }
+}
+
+static int
+imap_search_set_of(struct imap_search_run *r, uint32_t k, int level, imap_search_word *out);
+
+/* The set of an AND, OR or NOT: its first key's set made in out, each further key's in the
+ * scratch set of this level and combined into out at once. */
+static int
+imap_search_combine(struct imap_search_run *r, uint32_t k, int level, imap_search_word *out)
+{
+    const struct imap_search_key *key = &r->prog->keys[k];
+    size_t count = r->x->s->view.count;
+    if (level >= IMAP_SEARCH_DEPTH_MAX) {
+        return MV_EINVAL; /* the parser refuses deeper programs */
+    }
+    int rc = imap_search_set_of(r, key->child, level + 1, out);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (key->op == IMAP_SK_NOT) {
+        for (size_t w = 0; w < r->words; w++) {
+            out[w] = ~out[w];
+        }
+        if (r->words > 0) {
+            out[r->words - 1] &= imap_search_tail(count);
+        }
+        return MV_OK;
+    }
+    int is_and = key->op == IMAP_SK_AND;
+    for (uint32_t c = r->prog->keys[key->child].next; c != IMAP_NODE_NONE;
+         c = r->prog->keys[c].next) {
+        int decided = 1; /* an AND's set empty, an OR's full: the other keys cannot change it */
+        for (size_t w = 0; decided && w < r->words; w++) {
+            imap_search_word whole =
+                w + 1 == r->words ? imap_search_tail(count) : ~(imap_search_word)0;
+            decided = is_and ? out[w] == 0 : out[w] == whole;
+        }
+        if (decided) {
+            break;
+        }
+        if (r->scratch[level] == NULL &&
+            (r->scratch[level] =
+                 malloc((r->words > 0 ? r->words : 1) * sizeof(imap_search_word))) == NULL) {
+            return MV_ENOMEM;
+        }
+        imap_search_word *part = r->scratch[level];
+        if ((rc = imap_search_set_of(r, c, level + 1, part)) != MV_OK) {
+            return rc;
+        }
+        for (size_t w = 0; w < r->words; w++) {
+            out[w] = is_and ? out[w] & part[w] : out[w] | part[w];
+        }
+    }
+    return MV_OK;
+}
+
+/* The set of messages that have key k (at nesting level level), into out (r->words words,
+ * overwritten). */
+static int
+imap_search_set_of(struct imap_search_run *r, uint32_t k, int level, imap_search_word *out)
+{
+    const struct imap_search_key *key = &r->prog->keys[k];
+    const struct imap_view *v = &r->x->s->view;
+    memset(out, 0, r->words * sizeof *out);
+    switch (key->op) {
+    case IMAP_SK_AND:
+    case IMAP_SK_OR:
+    case IMAP_SK_NOT:
+        return imap_search_combine(r, k, level, out);
+    case IMAP_SK_FROM:
+    case IMAP_SK_TO:
+    case IMAP_SK_CC:
+    case IMAP_SK_SUBJECT:
+    case IMAP_SK_BODY:
+    case IMAP_SK_TEXT:
+    case IMAP_SK_SENTSINCE:
+    case IMAP_SK_SENTBEFORE:
+    case IMAP_SK_SENTON:
+        return imap_search_store(r, key, out);
+    case IMAP_SK_HEADER:
+    case IMAP_SK_BCC:
+        return imap_search_header(r, key, out);
+    default:
+        for (size_t i = 0; i < v->count; i++) {
+            if (imap_search_leaf(r, k, i)) {
+                imap_search_bit_set(out, i);
+            }
+        }
+        return MV_OK;
+    }
+}
+
+/* The program's set, inside one read snapshot: one transaction for every header read and
+ * store search instead of one each. */
+static int imap_search_run_all(struct imap_search_run *r, imap_search_word *out)
+{
+    mv_store *store = imap_db(r->x->s);
+    if (mv_store_read_begin(store) != MV_OK) {
+        /* nothing lost: each read then has a transaction of its own */
+    }
+    int rc = imap_search_set_of(r, 0, 0, out);
+    mv_store_read_end(store); /* nothing if none was begun */
+    return rc;
 }
 
 void imap_cmd_search(struct imap_ctx *x)
@@ -393,8 +485,9 @@ void imap_cmd_search(struct imap_ctx *x)
         free(prog);
         return;
     }
-    struct imap_search_run r = {.x = x, .prog = prog};
-    int rc = imap_search_prepare(&r);
+    struct imap_search_run r = {.x = x, .prog = prog, .words = (v->count + 63) / 64};
+    imap_search_word *found = malloc((r.words > 0 ? r.words : 1) * sizeof *found);
+    int rc = found != NULL ? imap_search_run_all(&r, found) : MV_ENOMEM;
     if (rc == MV_OK) {
         int with_modseq = 0; /* RFC 7162: a MODSEQ key adds the highest modseq found */
         uint64_t highest = 0;
@@ -403,7 +496,7 @@ void imap_cmd_search(struct imap_ctx *x)
         }
         buf_str(x->out, "* SEARCH");
         for (size_t i = 0; i < v->count; i++) {
-            if ((imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0 && imap_search_eval(&r, 0, i)) {
+            if (imap_search_bit(found, i) && (imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0) {
                 const struct imap_msg *m = imap_view_msg(v, i);
                 /* not buf_printf: a vsnprintf a hit was most of a UID SEARCH ALL's CPU */
                 buf_add(x->out, " ", 1);
@@ -417,9 +510,10 @@ void imap_cmd_search(struct imap_ctx *x)
         }
         buf_str(x->out, "\r\n");
     }
-    for (size_t k = 0; k < prog->count; k++) {
-        free(r.hits[k]);
+    for (size_t l = 0; l <= IMAP_SEARCH_DEPTH_MAX; l++) {
+        free(r.scratch[l]);
     }
+    free(found);
     imap_search_free(prog);
     free(prog);
     if (rc != MV_OK) {

@@ -3,9 +3,9 @@ checks (issue 12): where the header ends (RFC 3501 6.4.5, RFC 5322 2.1), folded 
 parameters (RFC 5322 2.2.3, RFC 2045), '[' in mailbox names (RFC 3501 9 atom-specials),
 SENT* dates as written (RFC 3501 6.4.4), SEARCH BODY / TEXT as case-insensitive substrings
 of the body / the whole message and HEADER / BCC of the decoded field (RFC 3501 6.4.4,
-RFC 2047), extra SP in a flag list from Dovecot's
-imapc (RFC 3501 9, liberal), and LMTP's Return-Path / Delivered-To (RFC 5321 4.4, as
-Dovecot's LMTP). Also a fetch-and-deliver client (fetchmail's RFC822.HEADER +
+RFC 2047), SEARCH programs of any length within the line (issue 13), extra SP in a flag
+list from Dovecot's imapc (RFC 3501 9, liberal), and LMTP's Return-Path / Delivered-To
+(RFC 5321 4.4, as Dovecot's LMTP). Also a fetch-and-deliver client (fetchmail's RFC822.HEADER +
 BODY.PEEK[TEXT]) reading headerless mail.
 
 USAGE
@@ -239,6 +239,41 @@ def test_header_decoded(c):
     c.command("SELECT INBOX")
 
 
+def test_search_shapes(c):
+    """No command fails for a size a client can legitimately send (issue 13): OR chains of
+    hundreds of keys in either nesting (a "match any" filter), a thousand keys ANDed, NOT
+    chains, all within the line limit, as Dovecot 2.3 takes them; only operators alternating
+    level by level deeper than the documented limit (64) are BAD. Before: more than 256 keys
+    or OR / NOT chains past 64 levels were BAD."""
+    c.command("DELETE Shapes")  # NO unless a run before made it
+    c.command("CREATE Shapes")
+    c.command("SELECT Shapes")
+    uids = [append(c, b"Shapes", b"From: s%d@example.org\r\nSubject: shape-%d\r\n"
+                   b"X-Shape: v%d\r\n\r\nbody %d\r\n" % (i, i, i, i)) for i in range(6)]
+    check("APPEND of six messages for the search shapes", None not in uids, repr(uids))
+    want = {uids[1], uids[3], uids[4]}
+    terms = [b'SUBJECT "shape-%d"' % (i if i in (1, 3, 4) else 100 + i) for i in range(300)]
+    right = b"".join(b"OR " + t + b" " for t in terms[:-1]) + terms[-1]
+    left = b"OR " * 299 + b" ".join(terms)
+    headers = b"OR " * 99 + b" ".join(
+        b"HEADER X-Shape v%d" % (i if i in (1, 3, 4) else 100 + i) for i in range(100))
+    cases = [(right, want, "an OR chain of 300 SUBJECT keys, nested to the right"),
+             (left, want, "an OR chain of 300 SUBJECT keys, nested to the left"),
+             (headers, want, "an OR chain of 100 HEADER keys"),
+             (b"UNDELETED " * 1000 + b"ALL", set(uids), "1,000 keys ANDed"),
+             (b"NOT " * 1001 + b'SUBJECT "shape-0"', set(uids) - {uids[0]}, "1,001 NOTs"),
+             (b"NOT " * 1000 + b'SUBJECT "shape-0"', {uids[0]}, "1,000 NOTs"),
+             (b"(" * 15 + b'SUBJECT "shape-2"' + b")" * 15, {uids[2]}, "15 nested lists")]
+    for crit, expect, what in cases:
+        found, tagged = search(c, crit)
+        check("SEARCH of any length within the line: " + what,
+              ok(tagged) and found == expect, repr((found, tagged[:80])))
+    _, tagged = c.command(b"UID SEARCH " + b"NOT OR SEEN " * 40 + b"ALL")
+    check("SEARCH nested 82 levels by alternating NOT and OR: BAD, the limit named",
+          b" BAD " in tagged and b"nested too deeply" in tagged, repr(tagged))
+    c.command("SELECT INBOX")
+
+
 def whole_messages():
     """(name, bytes): the shapes a whole-message read takes apart and puts back together
     (issue 13: read straight into the response): a plain one, one with two attachments
@@ -358,7 +393,7 @@ def main():
     c = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
     for test in (test_empty_header, test_folded_boundary, test_bracket_names,
                  test_imapc_flag_list, test_sent_dates, test_body_text, test_header_folded,
-                 test_header_decoded, test_whole_bodies):
+                 test_header_decoded, test_search_shapes, test_whole_bodies):
         try:
             test(c)
         except (OSError, EOFError, ValueError) as e:

@@ -390,6 +390,132 @@ static void test_search(void)
     free(s);
 }
 
+/* The command's bytes, which its nodes point into: kept until the next ip_search. */
+static char *ip_line;
+
+/* The search command of text (NUL-free, CRLF added) parsed; 0 or -1 (ip_err). */
+static int ip_search(const char *text, struct imap_command *c, struct imap_search *s)
+{
+    size_t len = strlen(text);
+    free(ip_line);
+    ip_line = malloc(len + 3);
+    if (ip_line == NULL) {
+        abort();
+    }
+    memcpy(ip_line, text, len);
+    memcpy(ip_line + len, "\r\n", 3);
+    int rc = ip_parse(ip_line, c);
+    if (rc != IMAP_PARSE_OK) {
+        return -2;
+    }
+    return imap_parse_search(c, imap_arg(c, 0), s, ip_err, sizeof ip_err);
+}
+
+/* The keys of key k's children, as ops, in order; their count. */
+static size_t
+ip_children(const struct imap_search *s, uint32_t k, enum imap_search_op *ops, size_t max)
+{
+    size_t n = 0;
+    for (uint32_t c = s->keys[k].child; c != IMAP_NODE_NONE; c = s->keys[c].next, n++) {
+        if (n < max) {
+            ops[n] = s->keys[c].op;
+        }
+    }
+    return n;
+}
+
+/* Repeats word n times into a malloc'd string after prefix, then suffix. */
+static char *ip_repeat(const char *prefix, const char *word, size_t n, const char *suffix)
+{
+    size_t lp = strlen(prefix), lw = strlen(word), ls = strlen(suffix);
+    char *out = malloc(lp + lw * n + ls + 1);
+    if (out == NULL) {
+        abort();
+    }
+    memcpy(out, prefix, lp);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(out + lp + i * lw, word, lw);
+    }
+    memcpy(out + lp + lw * n, suffix, ls + 1);
+    return out;
+}
+
+/* Programs of any length a client may send within the line, made flat; only operators that
+ * alternate level by level past IMAP_SEARCH_DEPTH_MAX are refused. Dovecot 2.3 takes all of
+ * the accepted ones; before, more than 256 keys or OR / NOT chains past 64 were BAD. */
+static void test_search_shapes(void)
+{
+    struct imap_command c;
+    struct imap_search *s = malloc(sizeof *s);
+    enum imap_search_op ops[8];
+    CHECK(s != NULL);
+    /* OR chains of either nesting: one OR of every key, in the order written */
+    static const char *const chains[] = {"a SEARCH OR OR OR SEEN DRAFT FLAGGED DELETED",
+                                         "a SEARCH OR SEEN OR DRAFT OR FLAGGED DELETED",
+                                         "a SEARCH OR (OR SEEN DRAFT) ((OR FLAGGED DELETED))"};
+    for (size_t i = 0; i < sizeof chains / sizeof chains[0]; i++) {
+        CHECK_EQ_INT(ip_search(chains[i], &c, s), 0);
+        CHECK_EQ_INT(ip_children(s, 0, ops, 8), 1);
+        uint32_t or = s->keys[0].child;
+        CHECK_EQ_INT(s->keys[or].op, IMAP_SK_OR);
+        CHECK_EQ_INT(ip_children(s, or, ops, 8), 4);
+        uint32_t k = s->keys[or].child;
+        unsigned want[] = {IMAP_FLAG_SEEN, IMAP_FLAG_DRAFT, IMAP_FLAG_FLAGGED, IMAP_FLAG_DELETED};
+        for (size_t j = 0; j < 4; j++, k = s->keys[k].next) {
+            CHECK(s->keys[k].op == IMAP_SK_FLAG_SET && s->keys[k].flags == want[j]);
+        }
+        imap_search_free(s);
+        imap_command_free(&c);
+    }
+    /* lists of lists are one list; a list of one key is the key; NOT NOT x is x */
+    CHECK_EQ_INT(ip_search("a SEARCH ((SEEN)) (DRAFT (FLAGGED)) NOT NOT NOT DELETED", &c, s), 0);
+    CHECK_EQ_INT(ip_children(s, 0, ops, 8), 4);
+    CHECK(ops[0] == IMAP_SK_FLAG_SET && ops[1] == IMAP_SK_FLAG_SET && ops[2] == IMAP_SK_FLAG_SET &&
+          ops[3] == IMAP_SK_NOT);
+    uint32_t last = s->keys[s->keys[s->keys[s->keys[0].child].next].next].next;
+    CHECK_EQ_INT(s->keys[s->keys[last].child].op, IMAP_SK_FLAG_SET);
+    imap_search_free(s);
+    imap_command_free(&c);
+    /* long ones: 3,000 keys ORed both ways, 4,000 NOTs, 6,000 keys ANDed */
+    char *text[] = {
+        ip_repeat("a SEARCH ", "OR SEEN ", 2999, "DRAFT"), ip_repeat("a SEARCH ", "OR ", 2999, ""),
+        ip_repeat("a SEARCH ", "NOT ", 4000, "SEEN"), ip_repeat("a SEARCH ", "1:2 ", 6000, "ALL")};
+    char *keys = ip_repeat(text[1], "SEEN ", 2999, "DRAFT");
+    free(text[1]);
+    text[1] = keys;
+    size_t want_children[] = {3000, 3000, 1, 6001};
+    for (size_t i = 0; i < 4; i++) {
+        CHECK_EQ_INT(ip_search(text[i], &c, s), 0);
+        uint32_t top = i < 2 ? s->keys[0].child : 0;
+        CHECK_EQ_INT(ip_children(s, top, ops, 8), want_children[i]);
+        if (i == 2) { /* an even count of NOTs: the key itself */
+            CHECK(ops[0] == IMAP_SK_FLAG_SET);
+        }
+        imap_search_free(s);
+        imap_command_free(&c);
+        free(text[i]);
+    }
+    /* operators alternating level by level: IMAP_SEARCH_DEPTH_MAX levels, not one more (the
+     * top level, two a NOT OR, the last key) */
+    size_t fits = (IMAP_SEARCH_DEPTH_MAX - 2) / 2;
+    for (size_t n = fits; n <= fits + 1; n++) {
+        char *deep = ip_repeat("a SEARCH ", "NOT OR SEEN ", n, "DRAFT");
+        int rc = ip_search(deep, &c, s);
+        if (n == fits) {
+            CHECK_EQ_INT(rc, 0);
+            imap_search_free(s);
+        } else {
+            CHECK_EQ_INT(rc, -1);
+            CHECK(strstr(ip_err, "nested too deeply") != NULL);
+        }
+        imap_command_free(&c);
+        free(deep);
+    }
+    free(ip_line);
+    ip_line = NULL;
+    free(s);
+}
+
 static void test_list(void)
 {
     struct imap_command c;
@@ -640,6 +766,7 @@ int main(void)
     TEST(test_dates);
     TEST(test_fetch);
     TEST(test_search);
+    TEST(test_search_shapes);
     TEST(test_list);
     TEST(test_status_and_create_params);
     TEST(test_literal8_and_utf8);
