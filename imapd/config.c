@@ -52,7 +52,7 @@ static const struct config_key config_keys[] = {
     CS(metrics_listen, "ADDRESS:PORT for Prometheus metrics at /metrics (default none: off)"),
     CS(control_socket,
        "Unix socket for `mailvault who|kick|release|adopt` (default ROOT/.mailvaultd.sock; "
-       "off: none)"),
+       "off or none: no socket)"),
     CI(workers, 1, 64, "worker threads (default 4 per online CPU, at most 64)"),
     CI(writers_per_worker,
        1,

@@ -325,14 +325,16 @@ static int main_ports_file(void)
 }
 
 /* The control socket (control.c): control_socket, by default in the store root, where
- * `mailvault` finds it from the same --root; "off": none. The default is skipped with a
- * warning when the root's name is too long for a Unix socket; a configured path is not. */
+ * `mailvault` finds it from the same --root; "off" or "none": none (the help's wording, and
+ * metrics_listen's default; a socket named "none" in the working directory is never meant).
+ * The default is skipped with a warning when the root's name is too long for a Unix socket;
+ * a configured path is not. */
 static int main_control_socket(void)
 {
     char path[MV_PATH_MAX + 32], err[MV_PATH_MAX + 256];
     const char *setting = g_config.control_socket;
-    if (strcmp(setting, "off") == 0) {
-        log_event("control socket off (control_socket = off)");
+    if (strcmp(setting, "off") == 0 || strcmp(setting, "none") == 0) {
+        log_event("control socket off (control_socket = %s)", setting);
         return 0;
     }
     snprintf(path, sizeof path, "%s", setting);

@@ -139,6 +139,17 @@ run "$mv" who
 check "who after the restart: exit 0" ok
 stop_server_checked "$tmp/server.stale.log"
 
+# "none", as the help words it ("off or none"), is no socket, not one named "none" in the
+# working directory (it was, until 2026-12-05).
+cd "$tmp" || exit 1
+start_server_checked "$tmp/server.none.log" --root="$root" --listen=127.0.0.1 \
+    --imap-port=0 --lmtp-port=0 --workers=2 --control-socket=none
+cd - >/dev/null || exit 1
+check "control_socket = none: no socket in the working directory" [ ! -e "$tmp/none" ]
+check "... and the log says it is off" grep -q "control socket off (control_socket = none)" \
+    "$tmp/server.none.log"
+stop_server_checked "$tmp/server.none.log"
+
 # Anything else at the path: the server does not start, and says why.
 printf 'not a socket\n' >"$tmp/plain"
 run timeout -k 5 30 "$server" --root="$root" --listen=127.0.0.1 --imap-port=0 --lmtp-port=0 \
