@@ -105,6 +105,10 @@ static int imap_search_store(struct imap_search_run *r,
     struct mv_search_query q = MV_SEARCH_QUERY_INIT;
     char text[IMAP_SEARCH_STRING_MAX];
     q.mailbox = v->mailbox;
+    /* Every match: each marks a bit, nothing is held per row, so the library's cap on the
+     * rows a search returns (search_results_max, 100,000) is not ours; with it a SEARCH that
+     * matched more than 100,000 messages of a big mailbox answered NO [LIMIT]. */
+    q.limit = MV_SEARCH_UNLIMITED;
     if (k->str != NULL && imap_search_copy(k->str, k->str_len, text) != 0) {
         return MV_EINVAL;
     }

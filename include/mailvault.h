@@ -1104,13 +1104,16 @@ struct mv_search_query {
     unsigned flags_set;   /* all of these flags set */
     unsigned flags_unset; /* none of these flags set */
     const char *keyword;  /* has this keyword */
-    uint32_t limit;       /* 0: limits.search_results_max; more gives MV_ELIMIT */
+    uint32_t limit;       /* 0: limits.search_results_max; more gives MV_ELIMIT;
+                             MV_SEARCH_UNLIMITED: no limit, for a caller that holds nothing
+                             per row (an IMAP server's SEARCH marks a bit per message) */
     /* One string each, matched as it is (blanks included) as a case-insensitive substring of
      * the decoded text: body_contains of the body (IMAP SEARCH BODY), text_contains of the
      * header (every field, decoded) or the body (IMAP SEARCH TEXT). NULL or "": none. */
     const char *body_contains;
     const char *text_contains;
 };
+#define MV_SEARCH_UNLIMITED UINT32_MAX
 #define MV_SEARCH_QUERY_INIT                                                                       \
     {                                                                                              \
         0                                                                                          \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # cli_imapd_bigmail.sh -- bulk IMAP commands on a big mailbox with many UID gaps (issue 12
 # item 12, issue 13): makes a store whose INBOX holds 22,000 messages with 11,000 UID gaps,
+# and one of 128,000 messages that a SEARCH matches past the library's search_results_max,
 # starts the ASan server (build/asan/mailvaultd) on free loopback ports, runs
 # tests/imapd_bigmail.py against it (STORE 1:*, UID STORE 1:*, COPY 1:*, MOVE 1:*: correctness,
-# no timing), then stops the server with SIGTERM and checks that it exited 0 with no sanitizer
+# no timing) and three UID SEARCHes of the 128,000 (every UID of each answered), then stops the server with SIGTERM and checks that it exited 0 with no sanitizer
 # report in its log.
 #
 # The mailbox is made quickly without 33,000 parses: 1,000 generated messages are imported,
@@ -55,8 +56,39 @@ check "flag 5,500 more \\Deleted" ok
 run "$mv" expunge "$user" "${pw[@]}"
 check "expunge 11,000 (22,000 left, 11,000 gaps)" grep -q "expunged 11000" "$out"
 
+# A mailbox where a SEARCH matches more than the library's search_results_max (100,000):
+# 1,000 seed messages copied into INBOX until it holds 128,000.
+huge=huge@example.org
+init_users "$huge"
+hpw=(--password-file "$tmp/pw.$huge")
+run "$mv" import "$huge" "$tmp/seed.mbox" "${hpw[@]}"
+check "import 1,000 seed messages for $huge" ok
+for _ in 1 2 3 4 5 6 7; do # 1,000 -> 128,000
+    run "$mv" copy "$huge" '1:*' INBOX "${hpw[@]}"
+    check "copy $huge's INBOX into itself" ok
+done
+
 start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
     --lmtp-port=-1 --workers=2 --line-max=1048576
+
+# Every match answered, past search_results_max: a SEARCH matching 128,000 and one matching
+# 3,200 (before, the first answered NO [LIMIT] "more than 100000 messages match").
+cat >"$tmp/huge_search.py" <<'PYEOF'
+import re, sys
+sys.path.insert(0, "tests")
+import imapd_common
+results = imapd_common.Results()
+c = imapd_common.imap_login(int(sys.argv[1]), sys.argv[2], sys.argv[2] + " secret", 120)
+c.command(b"SELECT INBOX")
+for crit, want in ((b'SUBJECT "message"', 128000), (b'FROM "s1@"', 3200), (b"ALL", 128000)):
+    untagged, tagged = c.command(b"UID SEARCH " + crit)
+    n = sum(len(re.findall(rb" \d+", t)) for t, _ in untagged if t.startswith(b"* SEARCH"))
+    results.report("UID SEARCH %s on 128,000 messages: OK with %d UIDs" % (crit.decode(), want),
+                   b" OK" in tagged and n == want, "%d UIDs, %r" % (n, tagged[:120]))
+c.command(b"LOGOUT")
+results.summary()
+PYEOF
+run_client 300 "$PY" "$tmp/huge_search.py" "$(port imap)" "$huge"
 
 run_client 900 "$PY" tests/imapd_bigmail.py --imap "$(port imap)" \
     --user "$user:$user secret" --messages 22000 --gaps 11000

@@ -1796,6 +1796,9 @@ static void test_search_flags_limits(void)
     CHECK(ts_errmsg_has(s, "search_results_max"));
     q.limit = 100; /* cannot raise the store's maximum */
     TS_SEARCH_IS(s, &q, MV_ELIMIT, "100%_sure Quarterly Lunch");
+    q.limit = MV_SEARCH_UNLIMITED; /* but a caller that holds nothing per row may have all */
+    TS_SEARCH_IS(s, &q, 4, "100%_sure Quarterly Lunch Quarterly");
+    q.limit = 0;
     q.mailbox = "INBOX";
     TS_SEARCH_IS(s, &q, 3, "100%_sure Lunch Quarterly");
     mv_store_close(&s);

@@ -442,7 +442,9 @@ int mv_search_begin(mv_store *s, const struct mv_search_query *q, mv_search **ou
     if (rc == MV_OK) {
         uint32_t max = s->limits.search_results_max;
         it->store = s;
-        it->limit = q->limit != 0 && q->limit < max ? q->limit : max;
+        it->limit = q->limit == MV_SEARCH_UNLIMITED   ? MV_SEARCH_UNLIMITED
+                    : q->limit != 0 && q->limit < max ? q->limit
+                                                      : max;
         store_search_bind(it->stmt, q, present, mailbox_id, (const char *const *)text, it->limit);
         memcpy(it->present, present, sizeof it->present);
         it->backlog = backlog;
