@@ -11,6 +11,10 @@
  *     matches whole, then its RFC 2047 encoded words decoded to UTF-8, as FROM/TO/CC/SUBJECT
  *     compare the decoded fields: "HEADER Subject Grüße" finds "=?UTF-8?Q?Gr=C3=BC=C3=9Fe?=",
  *     and the encoded form itself matches nothing, as in Dovecot 2.3).
+ *   - FROM/TO/CC/SUBJECT keys, when there are two or more, are answered before the
+ *     evaluation, up to 64 in one pass over the mailbox (mv_search_headers), their sets
+ *     kept (at most IMAP_SEARCH_BATCH_BYTES of them): a client's OR of 20 senders was 20
+ *     scans. Sequence and UID sets mark their ranges, not a pass over the view each.
  *   - AND, OR and NOT combine their keys' sets as they come, so a search holds one set per
  *     level of nesting (at most IMAP_SEARCH_DEPTH_MAX + 1: 8 MB at 1,000,000 messages and the
  *     deepest program), not one per key: a client's OR of a thousand HEADER keys costs a
@@ -53,7 +57,14 @@ struct imap_search_run {
     /* per level of nesting, the set of the key being combined into that level's (malloc'd
      * on first use) */
     imap_search_word *scratch[IMAP_SEARCH_DEPTH_MAX + 1];
+    /* per key, the set of a FROM/TO/CC/SUBJECT key answered in a batch with the others
+     * (imap_search_batch); NULL: none (count entries, or NULL if no batch ran) */
+    imap_search_word **batched;
 };
+
+/* The sets a search's batched header keys may hold together: past it, a key is a scan of
+ * its own (at 1,000,000 messages 128 keys fit, at 100,000 1,280). */
+#define IMAP_SEARCH_BATCH_BYTES (16u << 20)
 
 static void imap_search_bit_set(imap_search_word *set, size_t i)
 {
@@ -332,10 +343,6 @@ static int imap_search_leaf(const struct imap_search_run *r, uint32_t k, size_t 
         return recent && (m->flags & IMAP_FLAG_SEEN) == 0;
     case IMAP_SK_RECENT:
         return recent;
-    case IMAP_SK_SEQSET:
-        return imap_seqset_contains(key->set, (uint32_t)i + 1, (uint32_t)v->count);
-    case IMAP_SK_UIDSET:
-        return imap_seqset_contains(key->set, m->uid, imap_view_msg(v, v->count - 1)->uid);
     case IMAP_SK_FLAG_SET:
         return (m->flags & key->flags) == key->flags;
     case IMAP_SK_FLAG_UNSET:
@@ -363,6 +370,55 @@ static int imap_search_leaf(const struct imap_search_run *r, uint32_t k, size_t 
 
 static int
 imap_search_set_of(struct imap_search_run *r, uint32_t k, int level, imap_search_word *out);
+
+/* Bits [from, to) of set set. */
+static void imap_search_bits_set(imap_search_word *set, size_t from, size_t to)
+{
+    for (; from < to && from % 64 != 0; from++) {
+        imap_search_bit_set(set, from);
+    }
+    for (; from + 64 <= to; from += 64) {
+        set[from / 64] = ~(imap_search_word)0;
+    }
+    for (; from < to; from++) {
+        imap_search_bit_set(set, from);
+    }
+}
+
+/* The messages of a sequence or UID set key, range by range, as imap_search_leaf tests them
+ * ('*' the last message's number or UID): a pass over the view per key made an OR of 3,000
+ * single numbers 3,000 passes (100 ms at 10,000 messages; Dovecot 5). */
+static void imap_search_set_ranges(const struct imap_search_run *r,
+                                   const struct imap_search_key *key,
+                                   imap_search_word *out)
+{
+    const struct imap_view *v = &r->x->s->view;
+    if (v->count == 0) {
+        return;
+    }
+    int uids = key->op == IMAP_SK_UIDSET;
+    uint32_t star = uids ? imap_view_msg(v, v->count - 1)->uid : (uint32_t)v->count;
+    for (size_t i = 0; i <= key->set->count; i++) {
+        uint32_t lo, hi;
+        if (i < key->set->count) {
+            lo = key->set->ranges[i].first;
+            hi = key->set->ranges[i].last;
+        } else if (!imap_seqset_star_span(key->set, star, &lo, &hi)) {
+            break;
+        }
+        size_t from, to;
+        if (uids) {
+            from = imap_view_find_uid(v, lo);
+            to = hi == UINT32_MAX ? v->count : imap_view_find_uid(v, hi + 1);
+        } else {
+            from = lo > 0 ? lo - 1 : 0;
+            to = hi < v->count ? hi : v->count;
+        }
+        if (from < to) {
+            imap_search_bits_set(out, from, to);
+        }
+    }
+}
 
 /* The set of an AND, OR or NOT: its first key's set made in out, each further key's in the
  * scratch set of this level and combined into out at once. */
@@ -432,6 +488,11 @@ imap_search_set_of(struct imap_search_run *r, uint32_t k, int level, imap_search
     case IMAP_SK_TO:
     case IMAP_SK_CC:
     case IMAP_SK_SUBJECT:
+        if (r->batched != NULL && r->batched[k] != NULL) {
+            memcpy(out, r->batched[k], r->words * sizeof *out);
+            return MV_OK;
+        }
+        return imap_search_store(r, key, out);
     case IMAP_SK_BODY:
     case IMAP_SK_TEXT:
     case IMAP_SK_SENTSINCE:
@@ -441,6 +502,10 @@ imap_search_set_of(struct imap_search_run *r, uint32_t k, int level, imap_search
     case IMAP_SK_HEADER:
     case IMAP_SK_BCC:
         return imap_search_header(r, key, out);
+    case IMAP_SK_SEQSET:
+    case IMAP_SK_UIDSET:
+        imap_search_set_ranges(r, key, out);
+        return MV_OK;
     default:
         for (size_t i = 0; i < v->count; i++) {
             if (imap_search_leaf(r, k, i)) {
@@ -451,6 +516,98 @@ imap_search_set_of(struct imap_search_run *r, uint32_t k, int level, imap_search
     }
 }
 
+static enum mv_header_field imap_search_field(enum imap_search_op op)
+{
+    switch (op) {
+    case IMAP_SK_FROM:
+        return MV_HEADER_FROM;
+    case IMAP_SK_TO:
+        return MV_HEADER_TO;
+    case IMAP_SK_CC:
+        return MV_HEADER_CC;
+    case IMAP_SK_SUBJECT:
+        return MV_HEADER_SUBJECT;
+    default:
+        return (enum mv_header_field)0;
+    }
+}
+
+/* One batch's keys and the sets their matches go into. */
+struct imap_search_batch_ctx {
+    struct imap_search_run *r;
+    const uint32_t *keys; /* key index of criterion i */
+};
+
+static int imap_search_batch_hit(void *arg, uint32_t uid, uint64_t matched)
+{
+    struct imap_search_batch_ctx *b = arg;
+    size_t i = imap_search_index(&b->r->x->s->view, uid);
+    for (unsigned c = 0; i != SIZE_MAX && matched != 0; c++, matched >>= 1) {
+        if ((matched & 1) != 0) {
+            imap_search_bit_set(b->r->batched[b->keys[c]], i);
+        }
+    }
+    return 0;
+}
+
+/* FROM/TO/CC/SUBJECT keys, when a program has two or more, answered together: up to
+ * MV_HEADER_CRITERIA_MAX a pass (mv_search_headers) instead of a scan each (a client's OR of
+ * 20 FROM keys was 20 scans: 117 ms at 10,000 messages, Dovecot 40). Their sets wait in
+ * r->batched for the evaluation, within IMAP_SEARCH_BATCH_BYTES; the keys past it, and a
+ * lone one, go through mv_search as before. */
+static int imap_search_batch(struct imap_search_run *r)
+{
+    const struct imap_search *prog = r->prog;
+    size_t budget =
+        IMAP_SEARCH_BATCH_BYTES / ((r->words > 0 ? r->words : 1) * sizeof(imap_search_word));
+    size_t n = 0;
+    for (size_t k = 0; k < prog->count; k++) {
+        const struct imap_search_key *key = &prog->keys[k];
+        n += imap_search_field(key->op) != 0 && key->str_len > 0 &&
+             key->str_len < IMAP_SEARCH_STRING_MAX && memchr(key->str, 0, key->str_len) == NULL;
+    }
+    if (n < 2) {
+        return MV_OK;
+    }
+    if ((r->batched = calloc(prog->count, sizeof *r->batched)) == NULL) {
+        return MV_ENOMEM;
+    }
+    struct mv_header_criterion criteria[MV_HEADER_CRITERIA_MAX];
+    char *texts[MV_HEADER_CRITERIA_MAX];
+    uint32_t keys[MV_HEADER_CRITERIA_MAX];
+    struct imap_search_batch_ctx ctx = {.r = r, .keys = keys};
+    int rc = MV_OK;
+    size_t k = 0;
+    while (rc == MV_OK && k < prog->count && budget > 0) {
+        size_t c = 0;
+        for (; k < prog->count && c < MV_HEADER_CRITERIA_MAX && c < budget; k++) {
+            const struct imap_search_key *key = &prog->keys[k];
+            enum mv_header_field field = imap_search_field(key->op);
+            if (field == 0 || key->str_len == 0 || key->str_len >= IMAP_SEARCH_STRING_MAX ||
+                memchr(key->str, 0, key->str_len) != NULL) {
+                continue;
+            }
+            r->batched[k] = calloc(r->words > 0 ? r->words : 1, sizeof(imap_search_word));
+            texts[c] = r->batched[k] != NULL ? strndup(key->str, key->str_len) : NULL;
+            if (texts[c] == NULL) {
+                rc = MV_ENOMEM;
+                break;
+            }
+            criteria[c] = (struct mv_header_criterion){.field = field, .text = texts[c]};
+            keys[c++] = (uint32_t)k;
+        }
+        if (rc == MV_OK && c > 0) {
+            rc = mv_search_headers(imap_db(r->x->s), r->x->s->view.mailbox, criteria, c,
+                                   imap_search_batch_hit, &ctx);
+        }
+        for (size_t i = 0; i < c; i++) {
+            free(texts[i]);
+        }
+        budget -= c;
+    }
+    return rc;
+}
+
 /* The program's set, inside one read snapshot: one transaction for every header read and
  * store search instead of one each. */
 static int imap_search_run_all(struct imap_search_run *r, imap_search_word *out)
@@ -459,7 +616,10 @@ static int imap_search_run_all(struct imap_search_run *r, imap_search_word *out)
     if (mv_store_read_begin(store) != MV_OK) {
         /* nothing lost: each read then has a transaction of its own */
     }
-    int rc = imap_search_set_of(r, 0, 0, out);
+    int rc = imap_search_batch(r);
+    if (rc == MV_OK) {
+        rc = imap_search_set_of(r, 0, 0, out);
+    }
     mv_store_read_end(store); /* nothing if none was begun */
     return rc;
 }
@@ -517,6 +677,10 @@ void imap_cmd_search(struct imap_ctx *x)
     for (size_t l = 0; l <= IMAP_SEARCH_DEPTH_MAX; l++) {
         free(r.scratch[l]);
     }
+    for (size_t k = 0; r.batched != NULL && k < prog->count; k++) {
+        free(r.batched[k]);
+    }
+    free(r.batched);
     free(found);
     imap_search_free(prog);
     free(prog);

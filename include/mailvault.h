@@ -1133,6 +1133,30 @@ mv_search_begin(mv_store *store, const struct mv_search_query *query, mv_search 
 MV_API int mv_search_next(mv_search *search, struct mv_message_info *info);
 MV_API void mv_search_end(mv_search **search);
 
+/* Header criteria ORed by a caller, answered in one pass: up to MV_HEADER_CRITERIA_MAX
+ * substrings of FROM, TO, CC or SUBJECT, each compared as mv_search_query's from / to / cc /
+ * subject are (case-insensitive, Unicode case folded, of the decoded field). mv_search
+ * ANDs its criteria, so N criteria a client ORs are N searches, each a scan of the mailbox;
+ * this is one scan, with every criterion compared against each message's fields.
+ * each(arg, uid, matched) is called for every message of mailbox that meets at least one
+ * criterion, with bit i of matched set if it meets criteria[i], in no particular order; it
+ * must not call the store. It returns 0 to go on; anything else ends the pass, and
+ * mv_search_headers returns it. No row limit: nothing is held per message. MV_OK,
+ * MV_EINVAL (no mailbox, 0 or more than MV_HEADER_CRITERIA_MAX criteria, a criterion with no
+ * field or an empty text), MV_ENOTFOUND (no such mailbox), an SQLite error, or each's code. */
+enum mv_header_field { MV_HEADER_FROM = 1, MV_HEADER_TO, MV_HEADER_CC, MV_HEADER_SUBJECT };
+struct mv_header_criterion {
+    enum mv_header_field field;
+    const char *text; /* the substring; not NULL, not empty */
+};
+#define MV_HEADER_CRITERIA_MAX 64
+MV_API MV_MUST_CHECK int mv_search_headers(mv_store *store,
+                                           const char *mailbox,
+                                           const struct mv_header_criterion *criteria,
+                                           size_t count,
+                                           int (*each)(void *arg, uint32_t uid, uint64_t matched),
+                                           void *arg);
+
 /* ---- Delivery, import, export ------------------------------------------------------------ */
 
 /* Delivers raw into the INBOX of address without the password: the message is sealed to

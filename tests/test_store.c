@@ -1468,6 +1468,70 @@ static int ts_search_fill(mv_store *s)
     return MV_OK;
 }
 
+/* What mv_search_headers reported: matched bits by UID (1..8). */
+struct ts_headers_seen {
+    uint64_t matched[9];
+    int calls;
+    int stop_at; /* the call that answers MV_ELIMIT (0: none) */
+};
+
+static int ts_headers_each(void *arg, uint32_t uid, uint64_t matched)
+{
+    struct ts_headers_seen *seen = arg;
+    seen->calls++;
+    if (uid < 9) {
+        seen->matched[uid] |= matched;
+    }
+    return seen->calls == seen->stop_at ? MV_ELIMIT : 0;
+}
+
+/* Header criteria a client ORs, answered in one pass: each criterion's messages as mv_search
+ * finds them (folded case), bit i for criterion i, only messages that meet one. */
+static void test_search_headers(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("search_headers", &s), MV_OK);
+    CHECK_EQ_INT(ts_search_fill(s), MV_OK); /* INBOX: 1 Alice Quarterly, 2 Bob Lunch, 3 Carol */
+    struct mv_header_criterion c[] = {
+        {MV_HEADER_FROM, "BOB"},        {MV_HEADER_SUBJECT, "quarterly"},
+        {MV_HEADER_FROM, "carol@"},     {MV_HEADER_SUBJECT, "not in any"},
+        {MV_HEADER_TO, "team@example"}, {MV_HEADER_CC, "team"},
+    };
+    struct ts_headers_seen seen = {0};
+    CHECK_EQ_INT(mv_search_headers(s, "INBOX", c, 6, ts_headers_each, &seen), MV_OK);
+    CHECK_EQ_INT(seen.calls, 3);
+    CHECK(seen.matched[1] == (0x02u | 0x10u)); /* Quarterly, To */
+    CHECK(seen.matched[2] == (0x01u | 0x10u)); /* Bob, To */
+    CHECK(seen.matched[3] == (0x04u | 0x10u)); /* Carol, To */
+    struct ts_headers_seen none = {0};
+    CHECK_EQ_INT(mv_search_headers(s, "INBOX", &c[3], 1, ts_headers_each, &none), MV_OK);
+    CHECK_EQ_INT(none.calls, 0); /* no message meets it: not called */
+    struct ts_headers_seen archive = {0};
+    CHECK_EQ_INT(mv_search_headers(s, "Archive", c, 2, ts_headers_each, &archive), MV_OK);
+    CHECK(archive.calls == 1 && archive.matched[1] == 0x03u); /* Bob, Quarterly review */
+    struct ts_headers_seen stop = {.stop_at = 1};
+    CHECK_EQ_INT(mv_search_headers(s, "INBOX", c, 6, ts_headers_each, &stop), MV_ELIMIT);
+    CHECK_EQ_INT(stop.calls, 1);
+    /* 64 criteria in one pass, not one more */
+    struct mv_header_criterion many[MV_HEADER_CRITERIA_MAX + 1];
+    for (size_t i = 0; i <= MV_HEADER_CRITERIA_MAX; i++) {
+        many[i] = (struct mv_header_criterion){MV_HEADER_SUBJECT, i == 63 ? "lunch" : "zzz"};
+    }
+    struct ts_headers_seen last = {0};
+    CHECK_EQ_INT(
+        mv_search_headers(s, "INBOX", many, MV_HEADER_CRITERIA_MAX, ts_headers_each, &last), MV_OK);
+    CHECK(last.calls == 1 && last.matched[2] == (uint64_t)1 << 63);
+    CHECK_EQ_INT(
+        mv_search_headers(s, "INBOX", many, MV_HEADER_CRITERIA_MAX + 1, ts_headers_each, &last),
+        MV_EINVAL);
+    CHECK_EQ_INT(mv_search_headers(s, "INBOX", many, 0, ts_headers_each, &last), MV_EINVAL);
+    struct mv_header_criterion bad[] = {{MV_HEADER_FROM, ""}, {(enum mv_header_field)0, "x"}};
+    CHECK_EQ_INT(mv_search_headers(s, "INBOX", &bad[0], 1, ts_headers_each, &last), MV_EINVAL);
+    CHECK_EQ_INT(mv_search_headers(s, "INBOX", &bad[1], 1, ts_headers_each, &last), MV_EINVAL);
+    CHECK_EQ_INT(mv_search_headers(s, "Nowhere", c, 1, ts_headers_each, &last), MV_ENOTFOUND);
+    mv_store_close(&s);
+}
+
 static void test_search(void)
 {
     mv_store *s = NULL;
@@ -2588,6 +2652,7 @@ int main(void)
     TEST(test_move);
     TEST(test_uidset);
     TEST(test_search);
+    TEST(test_search_headers);
     TEST(test_search_flags_limits);
     TEST(test_search_substring);
     TEST(test_search_no_positions);
