@@ -170,6 +170,10 @@ $(BUILD)/asan/mailvaultd: $(IMAPD_SRC:%.c=$(BUILD)/asan/%.o) $(BUILD)/asan/libma
 
 # The server's unit tests and fuzz target link the server files they test.
 $(BUILD)/asan/tests/test_imap_parse $(BUILD)/asan/fuzz/fuzz_imap_parse: $(BUILD)/asan/imapd/imap_parse.o
+# ... and the parser's test fails each allocation of FETCH's and LIST's readers in turn.
+$(BUILD)/asan/tests/test_imap_parse: $(BUILD)/asan/tests/failalloc.o
+$(BUILD)/asan/tests/test_imap_parse: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
+	-Wl,--wrap=strdup -Wl,--wrap=strndup
 $(BUILD)/asan/tests/test_imap_utf7: $(BUILD)/asan/imapd/imap_utf7.o
 $(BUILD)/asan/tests/test_imap_lane: $(BUILD)/asan/imapd/imap_lane.o $(BUILD)/asan/imapd/imap_parse.o
 $(BUILD)/asan/tests/test_imap_frame: $(BUILD)/asan/imapd/imap_frame.o $(BUILD)/asan/imapd/buf.o

@@ -11,7 +11,10 @@
  *   - a literal8 (~{n}) is a literal, in APPEND only, alone in a list after the atom UTF8;
  *   - the readers (sequence set, flags, dates, FETCH, SEARCH, STATUS items, LIST, CREATE
  *     parameters) return 0 or -1 and never read outside the nodes; a search's keys link only
- *     to keys that exist; the nodes LIST and CREATE hand back are the command's.
+ *     to keys that exist; the nodes LIST and CREATE hand back are the command's; FETCH's
+ *     sections are at most the command's nodes, their names lie inside the input, and a
+ *     failed FETCH or LIST holds nothing; what they allocate is freed each time (ASan's
+ *     leak check in the replay).
  *
  * Corpus: fuzz/corpus/imap_parse (commands of every kind, and malformed ones).
  */
@@ -130,7 +133,31 @@ static void fuzz_check_search_tree(const struct imap_search *s)
     free(seen);
 }
 
-static void fuzz_readers(const struct imap_command *cmd)
+/* A FETCH read: its sections are attributes of the command (no more than its nodes) and the
+ * names of a HEADER.FIELDS list point into the input. */
+static void fuzz_check_fetch(const struct imap_command *cmd,
+                             const struct imap_fetch *f,
+                             const uint8_t *data,
+                             size_t size)
+{
+    const char *lo = (const char *)data, *hi = lo + size;
+    if (f->section_count > cmd->node_count || (f->section_count > 0) != (f->sections != NULL)) {
+        abort();
+    }
+    for (size_t i = 0; i < f->section_count; i++) {
+        const struct imap_fetch_section *s = &f->sections[i];
+        if ((s->field_count > 0) != (s->fields != NULL) || s->field_count > size) {
+            abort();
+        }
+        for (size_t k = 0; k < s->field_count; k++) {
+            if (s->field_len[k] == 0 || s->fields[k] < lo || s->fields[k] + s->field_len[k] > hi) {
+                abort();
+            }
+        }
+    }
+}
+
+static void fuzz_readers(const struct imap_command *cmd, const uint8_t *data, size_t size)
 {
     static struct imap_fetch fetch;
     static struct imap_search search;
@@ -153,20 +180,30 @@ static void fuzz_readers(const struct imap_command *cmd)
         (void)imap_parse_flags(cmd, n, &flags, kw, sizeof kw, err, sizeof err);
         (void)imap_parse_date(n, &when);
         (void)imap_parse_date_time(n, &when);
-        (void)imap_parse_fetch(cmd, n, &fetch, err, sizeof err);
+        int rc = imap_parse_fetch(cmd, n, &fetch, err, sizeof err);
+        if (rc == 0) {
+            fuzz_check_fetch(cmd, &fetch, data, size);
+        } else if (rc != -1 || fetch.sections != NULL || fetch.section_count != 0) {
+            abort(); /* -2 never happens at these sizes; a failed read holds nothing */
+        }
+        imap_fetch_free(&fetch);
         (void)imap_parse_status_items(cmd, n, &flags, err, sizeof err);
         if (imap_parse_create_params(cmd, n, &create, err, sizeof err) == 0) {
             fuzz_check_in_nodes(cmd, create.uses, create.use_count);
         }
     }
-    if (imap_parse_list(cmd, &list, err, sizeof err) == 0) {
-        if (list.pattern_count == 0 || list.pattern_count > IMAP_LIST_PATTERNS_MAX ||
+    int rc = imap_parse_list(cmd, &list, err, sizeof err);
+    if (rc == 0) {
+        if (list.pattern_count == 0 || list.pattern_count > cmd->node_count ||
             list.reference == NULL) {
             abort();
         }
         fuzz_check_in_nodes(cmd, &list.reference, 1);
         fuzz_check_in_nodes(cmd, list.patterns, list.pattern_count);
+    } else if (rc != -1 || list.patterns != NULL || list.pattern_count != 0) {
+        abort();
     }
+    imap_list_free(&list);
     if (imap_parse_search(cmd, imap_arg(cmd, 0), &search, err, sizeof err) == 0) {
         /* every key but the top level's is made from a node of the command */
         if (search.count == 0 || search.count > cmd->node_count + 1) {
@@ -200,7 +237,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     fuzz_check_nodes(&cmd, data, size);
     fuzz_check_literal8(&cmd);
-    fuzz_readers(&cmd);
+    fuzz_readers(&cmd, data, size);
     imap_command_free(&cmd);
     return 0;
 }

@@ -575,40 +575,60 @@ static void imap_list_line(struct imap_ctx *x,
     }
 }
 
-/* The reference joined to each pattern, decoded to the store's UTF-8 (taken as it is, if
- * valid, once UTF8=ACCEPT is enabled): malloc'd strings in out[], one per pattern. 0, or -1
- * with BAD written (and nothing left allocated). */
+/* The reference joined to pattern i, decoded to the store's UTF-8 (taken as it is, if valid,
+ * once UTF8=ACCEPT is enabled), as a malloc'd string of its own length in out[i] (so a LIST
+ * with thousands of patterns holds what they say, not a name's maximum each). 0, -1 (not
+ * valid) or -2 (out of memory); out[i] is NULL on failure. */
+static int imap_list_pattern(
+    struct imap_ctx *x, const struct imap_list *l, const char *ref, size_t i, char **out)
+{
+    char pat[IMAP_MAILBOX_MAX + 1];
+    char wire[2 * IMAP_MAILBOX_MAX + 2], decoded[2 * IMAP_MAILBOX_MAX + 2];
+    const char *name = wire;
+    out[i] = NULL;
+    if (imap_astring(l->patterns[i], pat, sizeof pat) != 0) {
+        return -1;
+    }
+    snprintf(wire, sizeof wire, "%s%s", ref, pat);
+    if (x->s->utf8_accept) {
+        if (!g_utf8_validate(wire, -1, NULL)) {
+            return -1;
+        }
+    } else if (imap_utf7_decode(wire, strlen(wire), decoded, sizeof decoded) == 0) {
+        name = decoded;
+    } else {
+        return -1;
+    }
+    size_t len = strlen(name);
+    out[i] = malloc(len + 1);
+    if (out[i] == NULL) {
+        return -2;
+    }
+    memcpy(out[i], name, len + 1);
+    return 0;
+}
+
+/* Every pattern of l through imap_list_pattern() into out[] (pattern_count slots). 0, or -1
+ * with BAD (or NO for out of memory) written and nothing left allocated. */
 static int imap_list_patterns(struct imap_ctx *x, const struct imap_list *l, char **out)
 {
-    char ref[IMAP_MAILBOX_MAX + 1], pat[IMAP_MAILBOX_MAX + 1];
-    char wire[2 * IMAP_MAILBOX_MAX + 2];
+    char ref[IMAP_MAILBOX_MAX + 1];
     if (imap_astring(l->reference, ref, sizeof ref) != 0) {
         imap_tagged(x, "BAD", "bad reference name");
         return -1;
     }
     for (size_t i = 0; i < l->pattern_count; i++) {
-        int ok = imap_astring(l->patterns[i], pat, sizeof pat) == 0;
-        if (ok) {
-            snprintf(wire, sizeof wire, "%s%s", ref, pat);
-            out[i] = malloc(sizeof wire);
-            if (x->s->utf8_accept) {
-                ok = out[i] != NULL && g_utf8_validate(wire, -1, NULL);
-                if (ok) {
-                    memcpy(out[i], wire, strlen(wire) + 1);
-                }
-            } else {
-                ok = out[i] != NULL &&
-                     imap_utf7_decode(wire, strlen(wire), out[i], sizeof wire) == 0;
-            }
-        } else {
-            out[i] = NULL;
-        }
-        if (!ok) {
-            for (size_t j = 0; j <= i; j++) {
+        int rc = imap_list_pattern(x, l, ref, i, out);
+        if (rc != 0) {
+            for (size_t j = 0; j < i; j++) {
                 free(out[j]);
             }
-            imap_tagged(x, "BAD", "a pattern is not valid %s",
-                        x->s->utf8_accept ? "UTF-8" : "modified UTF-7");
+            if (rc == -2) {
+                imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+            } else {
+                imap_tagged(x, "BAD", "a pattern is not valid %s",
+                            x->s->utf8_accept ? "UTF-8" : "modified UTF-7");
+            }
             return -1;
         }
     }
@@ -634,12 +654,62 @@ static int imap_list_item_matches(const struct imap_list_item *it,
     return match;
 }
 
+/* LIST and LSUB once their arguments are read: l's patterns decoded (imap_list_patterns),
+ * the mailboxes read and the matching ones listed. */
+static void imap_list_answer(struct imap_ctx *x, const struct imap_list *l, int lsub)
+{
+    if (!lsub && l->pattern_count == 1 && l->patterns[0]->len == 0 && l->select == 0) {
+        buf_str(x->out, "* LIST (\\Noselect) \"/\" \"\"\r\n"); /* the hierarchy separator */
+        imap_tagged(x, "OK", "LIST completed");
+        return;
+    }
+    /* One slot per pattern: as many as the command has (the node limit bounds them). */
+    char **patterns = calloc(l->pattern_count, sizeof *patterns);
+    if (patterns == NULL) {
+        imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        return;
+    }
+    if (imap_list_patterns(x, l, patterns) != 0) {
+        free(patterns);
+        return;
+    }
+    struct imap_list_set set = {0};
+    unsigned fields = (l->ret & IMAP_LIST_RETURN_STATUS) ? imap_status_fields(l->status_items) : 0;
+    int rc =
+        imap_list_read(imap_db(x->s), fields, (l->select & IMAP_LIST_SELECT_SUBSCRIBED) != 0, &set);
+    if (rc == MV_OK) {
+        imap_list_mark(&set, l->select);
+        for (size_t i = 0; i < set.count; i++) {
+            int pct;
+            if (imap_list_item_matches(&set.items[i], patterns, l->pattern_count, &pct) &&
+                imap_list_shows(l, &set.items[i], pct, lsub)) {
+                imap_list_line(x, l, &set.items[i], lsub);
+            }
+        }
+    }
+    imap_list_set_free(&set);
+    for (size_t i = 0; i < l->pattern_count; i++) {
+        free(patterns[i]);
+    }
+    free(patterns);
+    if (rc != MV_OK) {
+        imap_tagged_store_error(x, rc, x->cmd->name);
+        return;
+    }
+    imap_tagged(x, "OK", "%s completed", x->cmd->name);
+}
+
 void imap_cmd_list(struct imap_ctx *x, int lsub)
 {
     struct imap_list l;
     char err[160];
-    char *patterns[IMAP_LIST_PATTERNS_MAX];
-    if (imap_parse_list(x->cmd, &l, err, sizeof err) != 0 || (lsub && l.extended)) {
+    int rc = imap_parse_list(x->cmd, &l, err, sizeof err);
+    if (rc == -2) {
+        imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        return;
+    }
+    if (rc != 0 || (lsub && l.extended)) {
+        imap_list_free(&l);
         imap_tagged(x, "BAD", "%s: %s", x->cmd->name,
                     lsub ? "takes a reference and a pattern" : err);
         return;
@@ -647,37 +717,8 @@ void imap_cmd_list(struct imap_ctx *x, int lsub)
     if (lsub) {
         l.select = IMAP_LIST_SELECT_SUBSCRIBED;
     }
-    if (!lsub && l.pattern_count == 1 && l.patterns[0]->len == 0 && l.select == 0) {
-        buf_str(x->out, "* LIST (\\Noselect) \"/\" \"\"\r\n"); /* the hierarchy separator */
-        imap_tagged(x, "OK", "LIST completed");
-        return;
-    }
-    if (imap_list_patterns(x, &l, patterns) != 0) {
-        return;
-    }
-    struct imap_list_set set = {0};
-    unsigned fields = (l.ret & IMAP_LIST_RETURN_STATUS) ? imap_status_fields(l.status_items) : 0;
-    int rc =
-        imap_list_read(imap_db(x->s), fields, (l.select & IMAP_LIST_SELECT_SUBSCRIBED) != 0, &set);
-    if (rc == MV_OK) {
-        imap_list_mark(&set, l.select);
-        for (size_t i = 0; i < set.count; i++) {
-            int pct;
-            if (imap_list_item_matches(&set.items[i], patterns, l.pattern_count, &pct) &&
-                imap_list_shows(&l, &set.items[i], pct, lsub)) {
-                imap_list_line(x, &l, &set.items[i], lsub);
-            }
-        }
-    }
-    imap_list_set_free(&set);
-    for (size_t i = 0; i < l.pattern_count; i++) {
-        free(patterns[i]);
-    }
-    if (rc != MV_OK) {
-        imap_tagged_store_error(x, rc, x->cmd->name);
-        return;
-    }
-    imap_tagged(x, "OK", "%s completed", x->cmd->name);
+    imap_list_answer(x, &l, lsub);
+    imap_list_free(&l);
 }
 
 /* ---- CREATE (it reads the mailbox list for CREATE-SPECIAL-USE) ---- */

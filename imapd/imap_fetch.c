@@ -475,7 +475,7 @@ static int imap_fetch_modifiers(struct imap_ctx *x,
 
 /* A FETCH between two chunks of its response (see IMPLEMENTATION NOTES). */
 struct imap_fetch_state {
-    struct imap_fetch *f;
+    struct imap_fetch *f; /* its sections, and their names, allocated once at parse time */
     struct imap_seqset *set;
     uint32_t *idx;       /* the messages, as view indexes */
     unsigned char *mark; /* per view index: FLAGS go with it (\Seen just set) */
@@ -496,6 +496,9 @@ void imap_fetch_state_free(struct imap_fetch_state **st)
         imap_seqset_free((*st)->set);
     }
     free((*st)->set);
+    if ((*st)->f != NULL) {
+        imap_fetch_free((*st)->f);
+    }
     free((*st)->f);
     free(*st);
     *st = NULL;
@@ -633,8 +636,8 @@ void imap_cmd_fetch(struct imap_ctx *x)
         return;
     }
     struct imap_fetch_state *st = calloc(1, sizeof *st);
-    struct imap_fetch *f = malloc(sizeof *f);
-    struct imap_seqset *set = calloc(1, sizeof *set); /* all zero: nothing to free yet */
+    struct imap_fetch *f = calloc(1, sizeof *f);      /* all zero: nothing to free yet */
+    struct imap_seqset *set = calloc(1, sizeof *set); /* likewise */
     const struct imap_node *set_node = imap_arg(x->cmd, 0);
     int parsed = -1;
     if (st != NULL) {
@@ -651,8 +654,12 @@ void imap_cmd_fetch(struct imap_ctx *x)
         } else {
             imap_tagged(x, "BAD", "bad sequence set");
         }
-    } else if (imap_parse_fetch(x->cmd, imap_arg(x->cmd, 1), f, err, sizeof err) != 0) {
-        imap_tagged(x, "BAD", "%s", err);
+    } else if ((parsed = imap_parse_fetch(x->cmd, imap_arg(x->cmd, 1), f, err, sizeof err)) != 0) {
+        if (parsed == -2) {
+            imap_tagged(x, "NO", "[SERVERBUG] out of memory");
+        } else {
+            imap_tagged(x, "BAD", "%s", err);
+        }
     } else {
         if (mod != NULL || (f->items & IMAP_FETCH_MODSEQ) != 0) {
             f->items |= IMAP_FETCH_MODSEQ;

@@ -15,8 +15,12 @@
  *   - An atom may contain one bracketed part ("BODY[HEADER.FIELDS (A B)]<0.10>"), inside
  *     which SP, parentheses and quoted strings are allowed: it stays one atom, which
  *     imap_parse_fetch() takes apart.
- *   - The typed readers (sequence sets, flags, dates, FETCH, SEARCH) work on the node tree
- *     and never allocate except the sequence sets of a search.
+ *   - The typed readers (sequence sets, flags, dates, FETCH, SEARCH, LIST) work on the node
+ *     tree and have no fixed cap of their own on what a client repeats: what they allocate
+ *     follows the command's size. A sequence set's ranges, FETCH's sections and header field
+ *     names and LIST's patterns are counted first and allocated once, at the count the
+ *     command has (so a FETCH grows nothing per message later); a search's keys grow with
+ *     its program.
  */
 #include "imap_parse.h"
 
@@ -861,13 +865,26 @@ imap_fetch_fail(char *err, size_t err_size, const char *what, const char *data, 
     return -1;
 }
 
-/* HEADER.FIELDS (a b c) names, from the text after the keyword. */
+/* HEADER.FIELDS (a b c) names, from the text after the keyword. The names are text inside
+ * one atom, so the line bounds their count: the arrays are sized to the SPs in the list
+ * (names - 1 when it is well formed), in one allocation. 0, -1 (syntax) or -2 (out of
+ * memory); s->fields, once set, is freed by the caller on failure too. */
 static int imap_fetch_fields(struct imap_fetch_section *s, const char *p, size_t len)
 {
     if (len < 3 || p[0] != ' ' || p[1] != '(' || p[len - 1] != ')') {
         return -1;
     }
     size_t at = 2, end = len - 1;
+    size_t cap = 1;
+    for (size_t i = at; i < end; i++) {
+        cap += p[i] == ' ';
+    }
+    _Static_assert(_Alignof(size_t) <= _Alignof(const char *), "field_len after fields");
+    s->fields = malloc(cap * (sizeof *s->fields + sizeof *s->field_len));
+    if (s->fields == NULL) {
+        return -2;
+    }
+    s->field_len = (size_t *)(void *)(s->fields + cap);
     while (at < end) {
         size_t start = at;
         while (at < end && p[at] != ' ') {
@@ -877,8 +894,8 @@ static int imap_fetch_fields(struct imap_fetch_section *s, const char *p, size_t
             }
             at++;
         }
-        if (at == start || s->field_count == IMAP_FETCH_FIELDS_MAX) {
-            return -1;
+        if (at == start) {
+            return -1; /* an empty name: SP SP, or SP first */
         }
         s->fields[s->field_count] = p + start;
         s->field_len[s->field_count++] = at - start;
@@ -892,7 +909,8 @@ static int imap_fetch_fields(struct imap_fetch_section *s, const char *p, size_t
     return s->field_count > 0 ? 0 : -1;
 }
 
-/* The text between the brackets: [part.part.]HEADER|TEXT|MIME|HEADER.FIELDS[.NOT] (..) */
+/* The text between the brackets: [part.part.]HEADER|TEXT|MIME|HEADER.FIELDS[.NOT] (..)
+ * 0, -1 (syntax) or -2 (out of memory, imap_fetch_fields). */
 static int imap_fetch_spec(struct imap_fetch_section *s, const char *p, size_t len)
 {
     size_t at = 0;
@@ -956,23 +974,64 @@ static int imap_fetch_partial(struct imap_fetch_section *s, const char *p, size_
     return 0;
 }
 
+/* Where the '[' of a body section attribute is (BODY[...] or BODY.PEEK[...], with *peek
+ * set), or 0 if n is no such attribute: one test, for counting the sections and for reading
+ * them, so the two cannot disagree. */
+static size_t imap_fetch_body_at(const struct imap_node *n, int *peek)
+{
+    *peek = 0;
+    if (n->type != IMAP_NODE_ATOM) {
+        return 0;
+    }
+    if (n->len > 10 && strncasecmp(n->data, "BODY.PEEK[", 10) == 0) {
+        *peek = 1;
+        return 9;
+    }
+    if (n->len > 5 && strncasecmp(n->data, "BODY[", 5) == 0) {
+        return 4;
+    }
+    return 0;
+}
+
+/* The body sections among the attributes at node (one attribute or a list of them). */
+static size_t imap_fetch_sections_in(const struct imap_command *cmd, const struct imap_node *node)
+{
+    int peek;
+    if (node->type != IMAP_NODE_LIST) {
+        return imap_fetch_body_at(node, &peek) != 0;
+    }
+    size_t count = 0;
+    for (uint32_t i = node->child; i != IMAP_NODE_NONE; i = cmd->nodes[i].next) {
+        count += imap_fetch_body_at(&cmd->nodes[i], &peek) != 0;
+    }
+    return count;
+}
+
+/* The next section of f, into the room imap_parse_fetch() made for every one the command
+ * has. 0, -1 or -2 (out of memory), with err set; on failure the section holds nothing. */
 static int imap_fetch_body(
     struct imap_fetch *f, const char *p, size_t len, int peek, char *err, size_t err_size)
 {
     const char *open = memchr(p, '[', len), *close = memchr(p, ']', len);
-    if (f->section_count == IMAP_FETCH_SECTIONS_MAX) {
-        return imap_fetch_fail(err, err_size, "too many body sections", p, len);
-    }
     struct imap_fetch_section *s = &f->sections[f->section_count];
     memset(s, 0, sizeof *s);
     s->peek = peek;
-    if (open == NULL || close == NULL || close < open ||
-        imap_fetch_spec(s, open + 1, (size_t)(close - open - 1)) != 0) {
-        return imap_fetch_fail(err, err_size, "bad body section", p, len);
+    int rc = -1;
+    if (open != NULL && close != NULL && close > open) {
+        rc = imap_fetch_spec(s, open + 1, (size_t)(close - open - 1));
     }
-    size_t after = len - (size_t)(close + 1 - p);
-    if (after != 0 && imap_fetch_partial(s, close + 1, after) != 0) {
-        return imap_fetch_fail(err, err_size, "bad partial range", p, len);
+    if (rc == -2) {
+        snprintf(err, err_size, "out of memory");
+    } else if (rc != 0) {
+        rc = imap_fetch_fail(err, err_size, "bad body section", p, len);
+    } else if (close + 1 < p + len &&
+               imap_fetch_partial(s, close + 1, (size_t)(p + len - (close + 1))) != 0) {
+        rc = imap_fetch_fail(err, err_size, "bad partial range", p, len);
+    }
+    if (rc != 0) {
+        free(s->fields);
+        memset(s, 0, sizeof *s);
+        return rc;
     }
     f->section_count++;
     return 0;
@@ -1004,13 +1063,36 @@ imap_fetch_att(struct imap_fetch *f, const struct imap_node *n, char *err, size_
             return 0;
         }
     }
-    if (n->len > 10 && strncasecmp(n->data, "BODY.PEEK[", 10) == 0) {
-        return imap_fetch_body(f, n->data + 9, n->len - 9, 1, err, err_size);
-    }
-    if (n->len > 5 && strncasecmp(n->data, "BODY[", 5) == 0) {
-        return imap_fetch_body(f, n->data + 4, n->len - 4, 0, err, err_size);
+    int peek;
+    size_t at = imap_fetch_body_at(n, &peek);
+    if (at != 0) {
+        return imap_fetch_body(f, n->data + at, n->len - at, peek, err, err_size);
     }
     return imap_fetch_fail(err, err_size, "unknown fetch attribute", n->data, n->len);
+}
+
+/* The attributes at node (not a macro) into out, whose sections array has room for every
+ * section among them. */
+static int imap_fetch_atts(const struct imap_command *cmd,
+                           const struct imap_node *node,
+                           struct imap_fetch *out,
+                           char *err,
+                           size_t err_size)
+{
+    if (node->type != IMAP_NODE_LIST) {
+        return imap_fetch_att(out, node, err, err_size);
+    }
+    if (node->child == IMAP_NODE_NONE) {
+        snprintf(err, err_size, "empty fetch attribute list");
+        return -1;
+    }
+    for (uint32_t i = node->child; i != IMAP_NODE_NONE; i = cmd->nodes[i].next) {
+        int rc = imap_fetch_att(out, &cmd->nodes[i], err, err_size);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
 }
 
 int imap_parse_fetch(const struct imap_command *cmd,
@@ -1019,8 +1101,7 @@ int imap_parse_fetch(const struct imap_command *cmd,
                      char *err,
                      size_t err_size)
 {
-    out->items = 0;
-    out->section_count = 0;
+    memset(out, 0, sizeof *out);
     if (node == NULL) {
         snprintf(err, err_size, "expected fetch attributes");
         return -1;
@@ -1039,19 +1120,30 @@ int imap_parse_fetch(const struct imap_command *cmd,
                      IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODY;
         return 0;
     }
-    if (node->type != IMAP_NODE_LIST) {
-        return imap_fetch_att(out, node, err, err_size);
-    }
-    if (node->child == IMAP_NODE_NONE) {
-        snprintf(err, err_size, "empty fetch attribute list");
-        return -1;
-    }
-    for (uint32_t i = node->child; i != IMAP_NODE_NONE; i = cmd->nodes[i].next) {
-        if (imap_fetch_att(out, &cmd->nodes[i], err, err_size) != 0) {
-            return -1;
+    /* Room for every section at once: the sections are nodes of the command, so
+     * IMAP_PARSE_NODES_MAX bounds the count, and nothing grows later. */
+    size_t count = imap_fetch_sections_in(cmd, node);
+    if (count > 0) {
+        out->sections = calloc(count, sizeof *out->sections);
+        if (out->sections == NULL) {
+            snprintf(err, err_size, "out of memory");
+            return -2;
         }
     }
-    return 0;
+    int rc = imap_fetch_atts(cmd, node, out, err, err_size);
+    if (rc != 0) {
+        imap_fetch_free(out);
+    }
+    return rc;
+}
+
+void imap_fetch_free(struct imap_fetch *fetch)
+{
+    for (size_t i = 0; i < fetch->section_count; i++) {
+        free(fetch->sections[i].fields); /* field_len is in the same block */
+    }
+    free(fetch->sections);
+    memset(fetch, 0, sizeof *fetch);
 }
 
 /* ---- SEARCH ---------------------------------------------------------------------------- */
@@ -1626,12 +1718,49 @@ static int imap_list_pattern_ok(const struct imap_node *n)
     return n != NULL && (n->type == IMAP_NODE_ATOM || n->type == IMAP_NODE_STRING);
 }
 
-int imap_parse_list(const struct imap_command *cmd,
-                    struct imap_list *out,
-                    char *err,
-                    size_t err_size)
+/* The patterns at n, a list of them or one, into out->patterns: counted, then allocated at
+ * that count (they are nodes, so IMAP_PARSE_NODES_MAX bounds it). 0, -1 or -2. */
+static int imap_list_patterns_read(const struct imap_command *cmd,
+                                   const struct imap_node *n,
+                                   struct imap_list *out,
+                                   char *err,
+                                   size_t err_size)
 {
-    memset(out, 0, sizeof *out);
+    const struct imap_node *first = n;
+    size_t count = 1;
+    if (n != NULL && n->type == IMAP_NODE_LIST) {
+        out->extended = 1;
+        first = imap_node(cmd, n->child);
+        count = 0;
+        for (const struct imap_node *p = first; p != NULL; p = imap_node(cmd, p->next)) {
+            if (!imap_list_pattern_ok(p)) {
+                return imap_reader_fail(err, err_size, "a mailbox pattern is an atom or a string");
+            }
+            count++;
+        }
+        if (count == 0) {
+            return imap_reader_fail(err, err_size, "an empty list of mailbox patterns");
+        }
+    } else if (!imap_list_pattern_ok(n)) {
+        return imap_reader_fail(err, err_size, "expected a mailbox pattern");
+    }
+    /* the type written out: clang-tidy takes sizeof of a pointer expression for a slip */
+    out->patterns = calloc(count, sizeof(const struct imap_node *));
+    if (out->patterns == NULL) {
+        snprintf(err, err_size, "out of memory");
+        return -2;
+    }
+    for (const struct imap_node *p = first; out->pattern_count < count;
+         p = imap_node(cmd, p->next)) {
+        out->patterns[out->pattern_count++] = p;
+    }
+    return 0;
+}
+
+/* LIST's arguments into out, for imap_parse_list(), which frees what was read if this fails. */
+static int
+imap_list_args(const struct imap_command *cmd, struct imap_list *out, char *err, size_t err_size)
+{
     const struct imap_node *n = imap_arg(cmd, 0);
     if (n != NULL && n->type == IMAP_NODE_LIST) {
         out->extended = 1;
@@ -1645,25 +1774,12 @@ int imap_parse_list(const struct imap_command *cmd,
     }
     out->reference = n;
     n = imap_node(cmd, n->next);
-    if (n != NULL && n->type == IMAP_NODE_LIST) {
-        out->extended = 1;
-        for (const struct imap_node *p = imap_node(cmd, n->child); p != NULL;
-             p = imap_node(cmd, p->next)) {
-            if (!imap_list_pattern_ok(p) || out->pattern_count == IMAP_LIST_PATTERNS_MAX) {
-                return imap_reader_fail(err, err_size, "bad or too many mailbox patterns");
-            }
-            out->patterns[out->pattern_count++] = p;
-        }
-        if (out->pattern_count == 0) {
-            return imap_reader_fail(err, err_size, "an empty list of mailbox patterns");
-        }
-    } else if (imap_list_pattern_ok(n)) {
-        out->patterns[out->pattern_count++] = n;
-    } else {
-        return imap_reader_fail(err, err_size, "expected a mailbox pattern");
+    int rc = imap_list_patterns_read(cmd, n, out, err, err_size);
+    if (rc != 0) {
+        return rc;
     }
-    /* n is a list or a pattern here (imap_list_pattern_ok() refuses NULL); cppcheck cannot
-     * see that through the call. */
+    /* n is a list or a pattern here (imap_list_patterns_read() refuses NULL); cppcheck
+     * cannot see that through the call. */
     /* cppcheck-suppress nullPointerRedundantCheck */
     n = imap_node(cmd, n->next);
     if (n != NULL) {
@@ -1678,6 +1794,25 @@ int imap_parse_list(const struct imap_command *cmd,
         }
     }
     return 0;
+}
+
+int imap_parse_list(const struct imap_command *cmd,
+                    struct imap_list *out,
+                    char *err,
+                    size_t err_size)
+{
+    memset(out, 0, sizeof *out);
+    int rc = imap_list_args(cmd, out, err, err_size);
+    if (rc != 0) {
+        imap_list_free(out);
+    }
+    return rc;
+}
+
+void imap_list_free(struct imap_list *list)
+{
+    free(list->patterns);
+    memset(list, 0, sizeof *list);
 }
 
 int imap_parse_create_params(const struct imap_command *cmd,

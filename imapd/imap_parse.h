@@ -14,7 +14,8 @@
  *   Then the typed readers for what a command expects at a node: imap_parse_seqset(),
  *   imap_parse_fetch(), imap_parse_search(), imap_parse_flags(), imap_parse_date(),
  *   imap_parse_list(), imap_parse_status_items(), imap_parse_create_params() ...
- *   imap_command_free(&cmd) frees the nodes and unquoted strings.
+ *   imap_command_free(&cmd) frees the nodes and unquoted strings; imap_fetch_free(),
+ *   imap_list_free(), imap_seqset_free() and imap_search_free() what those readers made.
  *
  * OWNERSHIP
  *   Node data points either into the caller's bytes (atoms, literals) or into the command's
@@ -23,11 +24,18 @@
  * LIMITS
  *   IMAP_PARSE_NODES_MAX nodes per command, IMAP_PARSE_DEPTH_MAX list nesting, tag at most
  *   IMAP_TAG_MAX bytes, a search program nested at most IMAP_SEARCH_DEPTH_MAX deep once made
- *   flat (any number of keys, OR and NOT chains of any length), IMAP_FETCH_SECTIONS_MAX body
- *   sections per FETCH. A sequence set has no limit of its own: it is one atom, so the line
- *   limit (line_max) bounds it, and every set a client can send is taken (RFC 3501 gives
- *   none; clients write "mark all read" over a mailbox with many UID gaps as thousands of
- *   ranges).
+ *   flat (any number of keys, OR and NOT chains of any length). Beyond those, no reader has a
+ *   count of its own for what a client may repeat: the command's bounds are the only ones,
+ *   and every command within them is taken (Dovecot takes them too).
+ *   - A sequence set is one atom, so the line limit (line_max) bounds it (RFC 3501 gives
+ *     none; clients write "mark all read" over a mailbox with many UID gaps as thousands of
+ *     ranges).
+ *   - FETCH's body sections are nodes (IMAP_PARSE_NODES_MAX); the names of a
+ *     BODY[HEADER.FIELDS (...)] are text inside one atom (line_max). LIST's patterns are
+ *     nodes. Their arrays are allocated once, at the count the command has, so memory
+ *     follows the command's size (a 64 KiB line: at most about 1 MiB of sections).
+ *   - A section's part numbers ("1.2.3") are at most IMAP_SECTION_LEVELS_MAX deep, CREATE's
+ *     special uses at most IMAP_CREATE_USES_MAX.
  */
 #ifndef MV_IMAP_PARSE_H
 #define MV_IMAP_PARSE_H
@@ -45,8 +53,7 @@
 #define IMAP_PARSE_DEPTH_MAX    16
 #define IMAP_NODE_NONE          UINT32_MAX
 #define IMAP_SEARCH_DEPTH_MAX   64
-#define IMAP_FETCH_SECTIONS_MAX 32
-#define IMAP_FETCH_FIELDS_MAX   64
+#define IMAP_SECTION_LEVELS_MAX 8 /* part numbers in a body section: "1.2.3.4.5.6.7.8" */
 
 enum imap_node_type {
     IMAP_NODE_ATOM = 1,   /* includes NIL, numbers, flags (\Seen), "BODY[...]<a.b>", "1:*" */
@@ -182,29 +189,39 @@ enum imap_section_kind {
 struct imap_fetch_section {
     enum imap_section_kind kind;
     int peek;
-    uint32_t part[8]; /* part numbers "1.2" (part_count of them); 0 parts: the message */
+    uint32_t part[IMAP_SECTION_LEVELS_MAX]; /* "1.2" (part_count of them); none: the message */
     size_t part_count;
     int partial; /* <start.length> given */
     uint64_t start;
     uint64_t length;
     const char *spec; /* the section text between the brackets, as written */
     size_t spec_len;
-    const char *fields[IMAP_FETCH_FIELDS_MAX]; /* HEADER.FIELDS names (not NUL-terminated) */
-    size_t field_len[IMAP_FETCH_FIELDS_MAX];
+    /* HEADER.FIELDS (.NOT) names, field_count of them, pointing into the command's bytes (not
+     * NUL-terminated); fields and field_len are one allocation (NULL without names), owned
+     * by the struct imap_fetch. */
+    const char **fields;
+    size_t *field_len;
     size_t field_count;
 };
 
 struct imap_fetch {
-    unsigned items; /* IMAP_FETCH_* */
-    struct imap_fetch_section sections[IMAP_FETCH_SECTIONS_MAX];
+    unsigned items;                      /* IMAP_FETCH_* */
+    struct imap_fetch_section *sections; /* malloc'd, section_count of them (NULL if none) */
     size_t section_count;
 };
-/* Reads fetch attributes at node: a macro (ALL FAST FULL), one attribute or a list. */
+/* Reads fetch attributes at node: a macro (ALL FAST FULL), one attribute or a list. *out is
+ * overwritten (free an earlier result first) and then owns its sections and their names:
+ * imap_fetch_free(). 0; -1 (syntax) with the message in err; -2 (out of memory) with "out of
+ * memory" in err. On failure *out holds nothing. Any number of sections and of names in a
+ * HEADER.FIELDS list: see LIMITS. */
 int imap_parse_fetch(const struct imap_command *cmd,
                      const struct imap_node *node,
                      struct imap_fetch *out,
                      char *err,
                      size_t err_size);
+/* Frees what imap_parse_fetch() gave fetch and zeroes it; a zeroed or freed one is left as
+ * it is. */
+void imap_fetch_free(struct imap_fetch *fetch);
 
 /* ---- SEARCH ---- */
 enum imap_search_op {
@@ -295,7 +312,6 @@ int imap_parse_status_items(const struct imap_command *cmd,
                             size_t err_size);
 
 /* ---- LIST (RFC 3501, LIST-EXTENDED RFC 5258, LIST-STATUS RFC 5819, SPECIAL-USE RFC 6154) */
-#define IMAP_LIST_PATTERNS_MAX          64
 #define IMAP_LIST_SELECT_SUBSCRIBED     0x01u
 #define IMAP_LIST_SELECT_REMOTE         0x02u /* accepted; there are no remote mailboxes */
 #define IMAP_LIST_SELECT_RECURSIVEMATCH 0x04u
@@ -310,17 +326,22 @@ struct imap_list {
     unsigned ret;          /* IMAP_LIST_RETURN_* */
     unsigned status_items; /* IMAP_STATUS_*, with IMAP_LIST_RETURN_STATUS */
     const struct imap_node *reference;
-    const struct imap_node *patterns[IMAP_LIST_PATTERNS_MAX]; /* atoms or strings */
+    const struct imap_node **patterns; /* malloc'd, pattern_count atoms or strings (>= 1) */
     size_t pattern_count;
 };
 /* Reads LIST's arguments: [(selection options)] reference pattern-or-(patterns)
  * [RETURN (return options)]. Unknown options, STATUS twice, RECURSIVEMATCH without SUBSCRIBED
- * or SPECIAL-USE, an empty pattern list and more than IMAP_LIST_PATTERNS_MAX patterns are
- * refused. The node pointers point into cmd. 0, or -1 with a message in err. */
+ * or SPECIAL-USE and an empty pattern list are refused; any number of patterns is taken (see
+ * LIMITS). The node pointers point into cmd; *out owns the patterns array: imap_list_free().
+ * 0; -1 (syntax) with a message in err; -2 (out of memory) with "out of memory" in err. On
+ * failure *out holds nothing. */
 int imap_parse_list(const struct imap_command *cmd,
                     struct imap_list *out,
                     char *err,
                     size_t err_size);
+/* Frees what imap_parse_list() gave list and zeroes it; a zeroed or freed one is left as it
+ * is. */
+void imap_list_free(struct imap_list *list);
 
 /* ---- CREATE parameters (RFC 4466), USE (CREATE-SPECIAL-USE, RFC 6154) ---- */
 #define IMAP_CREATE_USES_MAX 8

@@ -414,6 +414,85 @@ def test_nested_sections(args):
     m.logout()
 
 
+# ---- Commands of every shape within the line limit (Dovecot 2.3 takes all of these) ----
+
+SHAPE_PARTS = 40
+SHAPE_FIELDS = 100
+
+
+def shape_parts_message():
+    """A multipart message of SHAPE_PARTS parts, each with a MIME header of its own."""
+    parts = b"".join(b"--B\r\nContent-Type: text/plain; name=part%d\r\nX-Part: %d\r\n\r\nbody %d\r\n"
+                     % (k, k, k) for k in range(1, SHAPE_PARTS + 1))
+    return (b"From: a@example.org\r\nSubject: parts\r\nMIME-Version: 1.0\r\n"
+            b'Content-Type: multipart/mixed; boundary="B"\r\n\r\n' + parts + b"--B--\r\n")
+
+
+def shape_fields_message():
+    """A header with X-F0 .. X-F119 in reverse order among fields no list names."""
+    fields = b"".join(b"X-F%d: value %d\r\n" % (k, k) for k in reversed(range(SHAPE_FIELDS + 20)))
+    return b"From: a@example.org\r\n" + fields + b"Subject: fields\r\nX-G: other\r\n\r\nbody\r\n"
+
+
+def shape_sections(m):
+    """40 body sections: was BAD "too many body sections: [33.MIME]" (a cap of 32)."""
+    atts = " ".join("BODY.PEEK[%d.MIME]" % k for k in range(1, SHAPE_PARTS + 1))
+    typ, data = m.fetch("1", "(UID %s)" % atts)
+    got, _ = fetch_sections(data)
+    check("FETCH with %d body sections is OK" % SHAPE_PARTS, typ == "OK", data)
+    check("... every section is its part's MIME header",
+          len(got) == SHAPE_PARTS and all(
+              got.get("BODY[%d.MIME]" % k) ==
+              b"Content-Type: text/plain; name=part%d\r\nX-Part: %d\r\n\r\n" % (k, k)
+              for k in range(1, SHAPE_PARTS + 1)), data)
+
+
+def shape_fields(m, message):
+    """100 names in HEADER.FIELDS: was BAD "bad body section" (a cap of 64)."""
+    names = " ".join("X-F%d" % k for k in range(SHAPE_FIELDS))
+    typ, data = m.fetch("2", "(UID BODY.PEEK[HEADER.FIELDS (%s)] BODY.PEEK[HEADER.FIELDS.NOT (%s)])"
+                        % (names, names))
+    got, _ = fetch_sections(data)
+    header = message.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+    listed = [h for h in header if h.startswith(b"X-F") and int(h[3:].split(b":")[0]) < SHAPE_FIELDS]
+    others = [h for h in header if h not in listed]
+    check("FETCH HEADER.FIELDS with %d names is OK" % SHAPE_FIELDS, typ == "OK", data)
+    check("... it holds exactly the named fields, in the message's order",
+          got.get("BODY[HEADER.FIELDS (%s)]" % names) == b"".join(h + b"\r\n" for h in listed) + b"\r\n",
+          data)
+    check("... and HEADER.FIELDS.NOT with the same names every other field",
+          got.get("BODY[HEADER.FIELDS.NOT (%s)]" % names) ==
+          b"".join(h + b"\r\n" for h in others) + b"\r\n" and len(others) == 23, data)
+
+
+def shape_patterns(m):
+    """100 LIST patterns: was BAD "bad or too many mailbox patterns" (a cap of 64)."""
+    patterns = " ".join('"Shape%d"' % k for k in range(SHAPE_FIELDS))
+    typ, data = m.list('""', "(%s)" % patterns)
+    listed = sorted(d.rsplit(b" ", 1)[1].strip(b'"') for d in data if d)
+    check("LIST with %d patterns is OK" % SHAPE_FIELDS, typ == "OK", data)
+    check("... it lists the mailboxes they match, once each",
+          listed == [b"Shape42", b"Shape7", b"Shape99"], data)
+
+
+def test_command_shapes(args):
+    m = login(args)
+    m.create("Shapes")
+    m.append("Shapes", None, None, shape_parts_message())
+    fields_message = shape_fields_message()
+    m.append("Shapes", None, None, fields_message)
+    for name in ("Shape7", "Shape42", "Shape99", "Shape100"):
+        m.create(name)
+    m.select("Shapes")
+    # Each on its own: a BAD (imaplib raises) fails its check and the next one still runs.
+    attempt("FETCH with %d body sections" % SHAPE_PARTS, lambda: shape_sections(m))
+    attempt("FETCH HEADER.FIELDS with %d names" % SHAPE_FIELDS,
+            lambda: shape_fields(m, fields_message))
+    attempt("LIST with %d patterns" % SHAPE_FIELDS, lambda: shape_patterns(m))
+    m.close()
+    m.logout()
+
+
 # ---- Streaming: one large FETCH held in bounded memory ----
 
 def server_peak_kib(pid):
@@ -1117,7 +1196,7 @@ def main():
         print("# %d passed, %d failed" % (passed, failed))
         return 1 if failed else 0
     tests = [test_login, test_authenticate, test_mailboxes, test_messages, test_concurrent,
-             test_mime, test_nested_sections, test_fetch_streaming,
+             test_mime, test_nested_sections, test_command_shapes, test_fetch_streaming,
              test_fetch_streaming_sessions, test_uidplus_move, test_idle, test_small_extensions, test_condstore,
              test_selected_mailbox_deleted, test_parallel,
              test_malformed,

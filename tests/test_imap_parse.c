@@ -3,16 +3,45 @@
  * atoms, quoted strings, literals ({n} and {n+}), lists, and the typed readers (sequence
  * sets, flags, dates, FETCH attributes, SEARCH keys, LIST-EXTENDED arguments, STATUS items,
  * CREATE parameters), APPEND's UTF8 literal8 and UTF-8 in quoted strings (RFC 6855), with
- * the malformed inputs each one must refuse.
+ * the malformed inputs each one must refuse; commands of every shape within the line and node
+ * limits (many body sections, header field names, LIST patterns) and the reading of them with
+ * each allocation failed in turn (tests/failalloc.h).
  */
 #include "../imapd/imap_parse.h"
+#include "failalloc.h"
 #include "harness.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static char ip_err[256];
+
+/* A long command built piece by piece, within line_max's default (64 KiB): the shapes below
+ * are commands a client may send whole. A piece past the end is a bug of the test. */
+static char ip_long[64 * 1024];
+static size_t ip_long_len;
+
+static void ip_long_add(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void ip_long_add(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(ip_long + ip_long_len, sizeof ip_long - ip_long_len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof ip_long - ip_long_len) {
+        fprintf(stderr, "ip_long_add: the command is longer than %zu bytes\n", sizeof ip_long);
+        abort();
+    }
+    ip_long_len += (size_t)n;
+}
+
+static void ip_long_start(const char *text)
+{
+    ip_long_len = 0;
+    ip_long_add("%s", text);
+}
 
 static int ip_parse(const char *text, struct imap_command *cmd)
 {
@@ -282,7 +311,7 @@ static void test_dates(void)
 static void test_fetch(void)
 {
     struct imap_command c;
-    struct imap_fetch *f = malloc(sizeof *f);
+    struct imap_fetch *f = calloc(1, sizeof *f);
     CHECK(f != NULL);
     CHECK_EQ_INT(ip_parse("a FETCH 1:3 (UID FLAGS BODY.PEEK[HEADER.FIELDS (From Subject)] "
                           "BODY[]<0.100> BODY[TEXT] RFC822.SIZE BODY[1.2.MIME])\r\n",
@@ -298,17 +327,31 @@ static void test_fetch(void)
     CHECK(f->sections[1].partial && f->sections[1].start == 0 && f->sections[1].length == 100);
     CHECK(f->sections[2].kind == IMAP_SECTION_TEXT);
     CHECK(f->sections[3].kind == IMAP_SECTION_MIME && f->sections[3].part_count == 2);
+    imap_fetch_free(f);
+    CHECK(f->section_count == 0 && f->items == 0);
+    imap_fetch_free(f); /* twice: nothing left to free */
     imap_command_free(&c);
     CHECK_EQ_INT(ip_parse("a FETCH 1 FAST\r\n", &c), IMAP_PARSE_OK);
     CHECK_EQ_INT(imap_parse_fetch(&c, imap_arg(&c, 1), f, ip_err, sizeof ip_err), 0);
     CHECK_EQ_INT(f->items, IMAP_FETCH_FLAGS | IMAP_FETCH_INTERNALDATE | IMAP_FETCH_RFC822_SIZE);
+    CHECK_EQ_INT(f->section_count, 0);
+    imap_fetch_free(f);
     imap_command_free(&c);
     static const char *const bad[] = {
-        "a FETCH 1 (FOO)\r\n",     "a FETCH 1 BODY[HEADERS]\r\n",
-        "a FETCH 1 BODY[]<1>\r\n", "a FETCH 1 BODY[]<1.0>\r\n",
-        "a FETCH 1 ()\r\n",        "a FETCH 1 BODY[HEADER.FIELDS ()]\r\n",
-        "a FETCH 1 BODY[0]\r\n",   "a FETCH 1 BODY[MIME]\r\n",
+        "a FETCH 1 (FOO)\r\n",
+        "a FETCH 1 BODY[HEADERS]\r\n",
+        "a FETCH 1 BODY[]<1>\r\n",
+        "a FETCH 1 BODY[]<1.0>\r\n",
+        "a FETCH 1 ()\r\n",
+        "a FETCH 1 BODY[HEADER.FIELDS ()]\r\n",
+        "a FETCH 1 BODY[0]\r\n",
+        "a FETCH 1 BODY[MIME]\r\n",
         "a FETCH 1 \"FLAGS\"\r\n",
+        /* a bad section after good ones with names: what was read is given back */
+        "a FETCH 1 (BODY[HEADER.FIELDS (A B)] BODY[TEXT] BODY[1.HEADER.FIELDS (C D )])\r\n",
+        "a FETCH 1 (BODY[HEADER.FIELDS (A)] BODY[HEADER.FIELDS.NOT (B)]<0.0>)\r\n",
+        "a FETCH 1 (BODY[HEADER.FIELDS (A)] BODY[HEADER.FIELDS (B:)])\r\n",
+        "a FETCH 1 (BODY[HEADER.FIELDS (A)] BODY[1.2.3.4.5.6.7.8.9])\r\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_EQ_INT(ip_parse(bad[i], &c), IMAP_PARSE_OK);
@@ -318,8 +361,170 @@ static void test_fetch(void)
         }
         imap_command_free(&c);
         CHECK_EQ_INT(rc, -1);
+        CHECK_EQ_INT(f->section_count, 0); /* on failure it holds nothing */
     }
     free(f);
+}
+
+/* FETCH 1 (UID BODY.PEEK[1.MIME] ... ): Dovecot takes 40 sections; here any number does, up
+ * to what the command's node limit allows, each section read as written. */
+static void test_fetch_many_sections(void)
+{
+    static const size_t counts[] = {40, 1000};
+    struct imap_command c;
+    struct imap_fetch f = {0};
+    for (size_t t = 0; t < sizeof counts / sizeof counts[0]; t++) {
+        size_t count = counts[t];
+        ip_long_start("a FETCH 1 (UID");
+        for (size_t k = 1; k <= count; k++) {
+            if (count == 40 || k % 2 == 1) {
+                ip_long_add(" BODY.PEEK[%zu.MIME]", k);
+            } else {
+                ip_long_add(" BODY[%zu.TEXT]<%zu.7>", k, k);
+            }
+        }
+        ip_long_add(")\r\n");
+        CHECK_EQ_INT(ip_parse(ip_long, &c), IMAP_PARSE_OK);
+        int rc = imap_parse_fetch(&c, imap_arg(&c, 1), &f, ip_err, sizeof ip_err);
+        if (rc != 0) {
+            fprintf(stderr, "  %zu sections refused: %s\n", count, ip_err);
+        }
+        CHECK_EQ_INT(rc, 0);
+        CHECK_EQ_INT(f.items, IMAP_FETCH_UID);
+        CHECK_EQ_INT(f.section_count, count);
+        for (size_t k = 1; k <= count; k++) {
+            const struct imap_fetch_section *s = &f.sections[k - 1];
+            int mime = count == 40 || k % 2 == 1;
+            char spec[32];
+            snprintf(spec, sizeof spec, mime ? "%zu.MIME" : "%zu.TEXT", k);
+            CHECK(s->part_count == 1 && s->part[0] == k);
+            CHECK(s->spec_len == strlen(spec) && memcmp(s->spec, spec, s->spec_len) == 0);
+            CHECK_EQ_INT(s->kind, mime ? IMAP_SECTION_MIME : IMAP_SECTION_TEXT);
+            CHECK_EQ_INT(s->peek, mime);
+            CHECK(mime ? !s->partial : s->partial && s->start == k && s->length == 7);
+            CHECK_EQ_INT(s->field_count, 0);
+        }
+        imap_fetch_free(&f);
+        CHECK_EQ_INT(f.section_count, 0);
+        imap_command_free(&c);
+    }
+    /* The bound is the command's: IMAP_PARSE_NODES_MAX nodes (the set, the list and the
+     * attributes in it). As many sections as fit are taken; one more node is BAD. */
+    for (size_t extra = 0; extra < 2; extra++) {
+        size_t count = IMAP_PARSE_NODES_MAX - 2 + extra;
+        ip_long_start("a FETCH 1 (");
+        for (size_t k = 0; k < count; k++) {
+            ip_long_add(k == 0 ? "BODY[]" : " BODY[]");
+        }
+        ip_long_add(")\r\n");
+        int rc = ip_parse(ip_long, &c);
+        if (extra == 1) {
+            CHECK_EQ_INT(rc, IMAP_PARSE_BAD);
+            CHECK(strstr(ip_err, "too many arguments") != NULL);
+            continue;
+        }
+        CHECK_EQ_INT(rc, IMAP_PARSE_OK);
+        CHECK_EQ_INT(imap_parse_fetch(&c, imap_arg(&c, 1), &f, ip_err, sizeof ip_err), 0);
+        CHECK_EQ_INT(f.section_count, count);
+        CHECK(f.sections[count - 1].kind == IMAP_SECTION_ALL && !f.sections[count - 1].peek);
+        imap_fetch_free(&f);
+        imap_command_free(&c);
+    }
+}
+
+/* BODY.PEEK[HEADER.FIELDS (X-F0 ... X-F99)]: a client with many header columns; the names
+ * are text inside one atom, so only the line bounds them. */
+static void test_fetch_many_fields(void)
+{
+    static const size_t counts[] = {100, 2000};
+    struct imap_command c;
+    struct imap_fetch f = {0};
+    for (size_t t = 0; t < sizeof counts / sizeof counts[0]; t++) {
+        size_t count = counts[t];
+        ip_long_start("a FETCH 1 (UID BODY.PEEK[HEADER.FIELDS (");
+        for (size_t k = 0; k < count; k++) {
+            ip_long_add(k == 0 ? "X-F%zu" : " X-F%zu", k);
+        }
+        ip_long_add(")] BODY[1.HEADER.FIELDS.NOT (");
+        for (size_t k = 0; k < count; k++) {
+            ip_long_add(k == 0 ? "x-g%zu" : " x-g%zu", k);
+        }
+        ip_long_add(")]<0.100>)\r\n");
+        CHECK_EQ_INT(ip_parse(ip_long, &c), IMAP_PARSE_OK);
+        int rc = imap_parse_fetch(&c, imap_arg(&c, 1), &f, ip_err, sizeof ip_err);
+        if (rc != 0) {
+            fprintf(stderr, "  %zu names refused: %s\n", count, ip_err);
+        }
+        CHECK_EQ_INT(rc, 0);
+        CHECK_EQ_INT(f.section_count, 2);
+        const struct imap_fetch_section *a = &f.sections[0], *b = &f.sections[1];
+        CHECK(a->kind == IMAP_SECTION_HEADER_FIELDS && a->peek && a->part_count == 0);
+        CHECK(b->kind == IMAP_SECTION_HEADER_FIELDS_NOT && !b->peek && b->part_count == 1);
+        CHECK(b->partial && b->start == 0 && b->length == 100);
+        CHECK_EQ_INT(a->field_count, count);
+        CHECK_EQ_INT(b->field_count, count);
+        for (size_t k = 0; k < count; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "X-F%zu", k);
+            CHECK(a->field_len[k] == strlen(name) &&
+                  memcmp(a->fields[k], name, a->field_len[k]) == 0);
+            snprintf(name, sizeof name, "x-g%zu", k);
+            CHECK(b->field_len[k] == strlen(name) &&
+                  memcmp(b->fields[k], name, b->field_len[k]) == 0);
+        }
+        imap_fetch_free(&f);
+        imap_command_free(&c);
+    }
+}
+
+/* Every allocation imap_parse_fetch and imap_parse_list make, failed in turn: -2 and "out
+ * of memory", nothing left allocated (ASan's leak check), and the call that fails nothing
+ * reads the command whole. */
+static void test_fetch_list_out_of_memory(void)
+{
+    struct imap_command c;
+    struct imap_fetch f = {0};
+    CHECK_EQ_INT(ip_parse("a FETCH 1 (UID BODY.PEEK[HEADER.FIELDS (A B)] BODY[1.MIME] "
+                          "BODY[HEADER.FIELDS.NOT (C)])\r\n",
+                          &c),
+                 IMAP_PARSE_OK);
+    unsigned long nth = 1;
+    for (;; nth++) {
+        ip_err[0] = '\0';
+        fa_arm(nth, 0);
+        int rc = imap_parse_fetch(&c, imap_arg(&c, 1), &f, ip_err, sizeof ip_err);
+        if (!fa_disarm()) {
+            CHECK_EQ_INT(rc, 0);
+            break;
+        }
+        CHECK_EQ_INT(rc, -2);
+        CHECK(strcmp(ip_err, "out of memory") == 0);
+        CHECK_EQ_INT(f.section_count, 0);
+    }
+    CHECK_EQ_INT(nth, 4); /* the sections, then each list of names */
+    CHECK_EQ_INT(f.section_count, 3);
+    CHECK_EQ_INT(f.sections[2].field_count, 1);
+    imap_fetch_free(&f);
+    imap_command_free(&c);
+
+    struct imap_list l;
+    CHECK_EQ_INT(ip_parse("a LIST \"\" (a b c) RETURN (CHILDREN)\r\n", &c), IMAP_PARSE_OK);
+    for (nth = 1;; nth++) {
+        ip_err[0] = '\0';
+        fa_arm(nth, 0);
+        int rc = imap_parse_list(&c, &l, ip_err, sizeof ip_err);
+        if (!fa_disarm()) {
+            CHECK_EQ_INT(rc, 0);
+            break;
+        }
+        CHECK_EQ_INT(rc, -2);
+        CHECK(strcmp(ip_err, "out of memory") == 0);
+        CHECK_EQ_INT(l.pattern_count, 0);
+    }
+    CHECK_EQ_INT(nth, 2);
+    CHECK_EQ_INT(l.pattern_count, 3);
+    imap_list_free(&l);
+    imap_command_free(&c);
 }
 
 static void test_search(void)
@@ -525,6 +730,9 @@ static void test_list(void)
     CHECK(!l.extended && l.select == 0 && l.ret == 0 && l.pattern_count == 1);
     CHECK(ip_node_eq(l.reference, IMAP_NODE_STRING, "") &&
           ip_node_eq(l.patterns[0], IMAP_NODE_ATOM, "%"));
+    imap_list_free(&l);
+    CHECK_EQ_INT(l.pattern_count, 0);
+    imap_list_free(&l); /* twice: nothing left to free */
     imap_command_free(&c);
     CHECK_EQ_INT(
         ip_parse("a LIST (subscribed RECURSIVEMATCH remote) Work (\"%\" {3}\r\na/*) "
@@ -543,6 +751,7 @@ static void test_list(void)
     CHECK_EQ_INT(l.pattern_count, 2);
     CHECK(ip_node_eq(l.patterns[0], IMAP_NODE_STRING, "%") &&
           ip_node_eq(l.patterns[1], IMAP_NODE_STRING, "a/*"));
+    imap_list_free(&l);
     imap_command_free(&c);
     /* LIST-STATUS shares STATUS's item reader: the RFC 9208 items come through it too */
     CHECK_EQ_INT(
@@ -552,10 +761,12 @@ static void test_list(void)
     CHECK_EQ_INT(l.ret, IMAP_LIST_RETURN_STATUS);
     CHECK_EQ_INT(l.status_items,
                  IMAP_STATUS_DELETED_STORAGE | IMAP_STATUS_UIDNEXT | IMAP_STATUS_DELETED);
+    imap_list_free(&l);
     imap_command_free(&c);
     CHECK_EQ_INT(ip_parse("a LIST () \"\" x RETURN ()\r\n", &c), IMAP_PARSE_OK);
     CHECK_EQ_INT(imap_parse_list(&c, &l, ip_err, sizeof ip_err), 0);
     CHECK(l.extended && l.select == 0 && l.ret == 0);
+    imap_list_free(&l);
     imap_command_free(&c);
     static const char *const bad[] = {
         "a LIST\r\n",
@@ -577,6 +788,8 @@ static void test_list(void)
         "a LIST \"\" * RETURN (CHILDREN) x\r\n",
         "a LIST \"\" * NORETURN (CHILDREN)\r\n",
         "a LIST (\"\") \"\" *\r\n",
+        "a LIST \"\" (a b (c)) RETURN (CHILDREN)\r\n",
+        "a LIST \"\" (a b c) RETURN (BOGUS)\r\n", /* after the patterns were read */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_EQ_INT(ip_parse(bad[i], &c), IMAP_PARSE_OK);
@@ -588,16 +801,41 @@ static void test_list(void)
         }
         CHECK_EQ_INT(rc, -1);
         CHECK(ip_err[0] != '\0');
+        CHECK_EQ_INT(l.pattern_count, 0); /* on failure it holds nothing */
     }
-    /* more patterns than IMAP_LIST_PATTERNS_MAX */
-    char line[1024] = "a LIST \"\" (";
-    for (int i = 0; i <= IMAP_LIST_PATTERNS_MAX; i++) {
-        strcat(line, i == 0 ? "p" : " p");
+}
+
+/* LIST "" ("p0" ... "p99"): Dovecot takes 100 patterns; here any number does (each is a node
+ * of the command, so IMAP_PARSE_NODES_MAX bounds them), each as written. */
+static void test_list_many_patterns(void)
+{
+    static const size_t counts[] = {100, 4000};
+    struct imap_command c;
+    struct imap_list l;
+    for (size_t t = 0; t < sizeof counts / sizeof counts[0]; t++) {
+        size_t count = counts[t];
+        ip_long_start("a LIST \"\" (");
+        for (size_t k = 0; k < count; k++) {
+            ip_long_add(k == 0 ? "\"p%zu\"" : " \"p%zu\"", k);
+        }
+        ip_long_add(") RETURN (CHILDREN)\r\n");
+        CHECK_EQ_INT(ip_parse(ip_long, &c), IMAP_PARSE_OK);
+        int rc = imap_parse_list(&c, &l, ip_err, sizeof ip_err);
+        if (rc != 0) {
+            fprintf(stderr, "  %zu patterns refused: %s\n", count, ip_err);
+        }
+        CHECK_EQ_INT(rc, 0);
+        CHECK(l.extended && l.ret == IMAP_LIST_RETURN_CHILDREN);
+        CHECK(ip_node_eq(l.reference, IMAP_NODE_STRING, ""));
+        CHECK_EQ_INT(l.pattern_count, count);
+        for (size_t k = 0; k < count; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "p%zu", k);
+            CHECK(ip_node_eq(l.patterns[k], IMAP_NODE_STRING, name));
+        }
+        imap_list_free(&l);
+        imap_command_free(&c);
     }
-    strcat(line, ")\r\n");
-    CHECK_EQ_INT(ip_parse(line, &c), IMAP_PARSE_OK);
-    CHECK_EQ_INT(imap_parse_list(&c, &l, ip_err, sizeof ip_err), -1);
-    imap_command_free(&c);
 }
 
 static void test_status_and_create_params(void)
@@ -765,9 +1003,13 @@ int main(void)
     TEST(test_flags);
     TEST(test_dates);
     TEST(test_fetch);
+    TEST(test_fetch_many_sections);
+    TEST(test_fetch_many_fields);
     TEST(test_search);
     TEST(test_search_shapes);
     TEST(test_list);
+    TEST(test_list_many_patterns);
+    TEST(test_fetch_list_out_of_memory);
     TEST(test_status_and_create_params);
     TEST(test_literal8_and_utf8);
     return th_summary();
