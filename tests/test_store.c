@@ -1529,6 +1529,28 @@ static void test_search_headers(void)
     CHECK_EQ_INT(mv_search_headers(s, "INBOX", &bad[0], 1, ts_headers_each, &last), MV_EINVAL);
     CHECK_EQ_INT(mv_search_headers(s, "INBOX", &bad[1], 1, ts_headers_each, &last), MV_EINVAL);
     CHECK_EQ_INT(mv_search_headers(s, "Nowhere", c, 1, ts_headers_each, &last), MV_ENOTFOUND);
+    /* Unicode case folded, as mv_search's criteria: Archive 2 is Jürgen's "Viele Grüße" */
+    size_t len = 0;
+    char *raw = ts_simple("J\xc3\xbcrgen <j@example.de>",
+                          "Viele Gr\xc3\xbc\xc3\x9f"
+                          "e",
+                          "x", &len);
+    CHECK_EQ_INT(ts_append(s, "Archive", raw, len, 0, NULL, 5000, NULL), MV_OK);
+    free(raw);
+    struct mv_header_criterion intl[] = {{MV_HEADER_FROM, "J\xc3\x9cRGEN"},
+                                         {MV_HEADER_SUBJECT, "GR\xc3\x9cSSE"},
+                                         {MV_HEADER_SUBJECT, "gr\xc3\xbc\xc3\x9f"
+                                                             "e"},
+                                         {MV_HEADER_SUBJECT, "grusse"}};
+    struct ts_headers_seen folded = {0};
+    CHECK_EQ_INT(mv_search_headers(s, "Archive", intl, 4, ts_headers_each, &folded), MV_OK);
+    CHECK(folded.calls == 1 && folded.matched[2] == 0x07u);
+    struct mv_search_query q = MV_SEARCH_QUERY_INIT;
+    q.mailbox = "Archive";
+    q.subject = "GR\xc3\x9cSSE";
+    TS_SEARCH_IS(s, &q, 1, "Viele"); /* mv_search agrees */
+    q.subject = "grusse";
+    TS_SEARCH_IS(s, &q, 0, "");
     mv_store_close(&s);
 }
 

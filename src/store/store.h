@@ -419,6 +419,20 @@ int store_fts_functions(mv_store *s);
 /* mv_fold_contains(text, string): whether text holds string, Unicode case folded, for the
  * header criteria of a search (store_fold.c). */
 int store_fold_functions(mv_store *s);
+/* The same comparison in C, for one field against many strings (store_search_headers.c):
+ * store_fold_string() folds a string once (g_free; NULL if out of memory);
+ * store_fold_field_set() prepares a field of len bytes (0, or -1 if out of memory; clear it
+ * with store_fold_field_clear() either way); store_fold_in() says whether it holds a folded
+ * string, exactly as mv_fold_contains(text, string) answers. */
+struct store_fold_field {
+    const char *text; /* the field as given: compared as it is when it is ASCII */
+    size_t len;
+    char *folded; /* else its folded form (g_free) */
+};
+char *store_fold_string(const char *string);
+int store_fold_field_set(struct store_fold_field *f, const char *text, size_t len);
+int store_fold_in(const struct store_fold_field *f, const char *folded);
+void store_fold_field_clear(struct store_fold_field *f);
 
 /* ---- store_queue.c ---- */
 /* Creates the key pair at init: public key to pub_path, secret key into the meta table. */

@@ -13,6 +13,8 @@
  *
  * IMPLEMENTATION NOTES
  *   - The string is folded once per statement (kept as the argument's auxiliary data).
+ *   - The same comparison without SQL (store_fold_field_set / store_fold_in): a field
+ *     prepared once and tested against many folded strings (mv_search_headers).
  *   - An ASCII text (most header fields) is compared byte by byte, its letters lowered on
  *     the way: the full case folding of ASCII text is exactly that.
  *   - Other text is made valid UTF-8 first (g_utf8_make_valid: an invalid byte becomes
@@ -61,6 +63,42 @@ static int store_fold_ascii_contains(const unsigned char *text,
     return 0;
 }
 
+char *store_fold_string(const char *string)
+{
+    return store_fold(string, strlen(string));
+}
+
+int store_fold_field_set(struct store_fold_field *f, const char *text, size_t len)
+{
+    size_t ascii = 0;
+    while (ascii < len && (unsigned char)text[ascii] < 0x80) {
+        ascii++;
+    }
+    f->text = text;
+    f->len = len;
+    f->folded = NULL;
+    if (ascii == len) {
+        return 0; /* compared as it is, its letters lowered on the way */
+    }
+    f->folded = store_fold(text, len);
+    return f->folded != NULL ? 0 : -1;
+}
+
+int store_fold_in(const struct store_fold_field *f, const char *folded)
+{
+    if (f->folded != NULL) {
+        return strstr(f->folded, folded) != NULL;
+    }
+    return store_fold_ascii_contains((const unsigned char *)f->text, f->len, folded,
+                                     strlen(folded));
+}
+
+void store_fold_field_clear(struct store_fold_field *f)
+{
+    g_free(f->folded);
+    f->folded = NULL;
+}
+
 static void store_fold_contains_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     (void)argc;
@@ -85,21 +123,13 @@ static void store_fold_contains_fn(sqlite3_context *ctx, int argc, sqlite3_value
             return;
         }
     }
-    size_t ascii = 0;
-    while (ascii < len && text[ascii] < 0x80) {
-        ascii++;
-    }
-    if (ascii == len) {
-        sqlite3_result_int(ctx, store_fold_ascii_contains(text, len, folded, strlen(folded)));
-        return;
-    }
-    char *text_folded = store_fold((const char *)text, len);
-    if (text_folded == NULL) {
+    struct store_fold_field field;
+    if (store_fold_field_set(&field, (const char *)text, len) != 0) {
         sqlite3_result_error_nomem(ctx);
         return;
     }
-    sqlite3_result_int(ctx, strstr(text_folded, folded) != NULL);
-    g_free(text_folded);
+    sqlite3_result_int(ctx, store_fold_in(&field, folded));
+    store_fold_field_clear(&field);
 }
 
 int store_fold_functions(mv_store *s)

@@ -10,12 +10,12 @@
  *   them.
  *
  * IMPLEMENTATION NOTES
- *   - The comparison is mv_fold_contains, the function mv_search's header criteria use
- *     (store_fold.c: Unicode case folded, each criterion's text folded once per statement),
- *     so a criterion here and the same one in mv_search find the same messages.
- *   - The statement is made from fixed fragments only: one result column a criterion,
- *     "mv_fold_contains(h.<field>, ?n)", its text a bound value. Its columns depend on the
- *     criteria, so it is prepared per call, not kept in the statement cache.
+ *   - One statement reads each message's four fields; the comparisons are made here, each
+ *     field prepared once per row and each criterion's text folded once per call, by the
+ *     same code as mv_fold_contains, the function mv_search's header criteria use
+ *     (store_fold.c: Unicode case folded), so a criterion here and the same one in mv_search
+ *     find the same messages. (A column per criterion calling mv_fold_contains was a SQL
+ *     function call per criterion and row: 225 ms for 200 criteria at 10,000 messages.)
  *   - No row limit (limits.search_results_max): nothing is held per row; the caller's
  *     function gets each matching message as it is read.
  */
@@ -24,23 +24,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* "SELECT m.uid" + 64 columns of at most 40 bytes + the FROM and WHERE clauses */
-#define STORE_HEADERS_SQL_MAX 4096
+#include <glib.h>
 
-static const char *store_headers_column(enum mv_header_field field)
-{
-    switch (field) {
-    case MV_HEADER_FROM:
-        return "from_addr";
-    case MV_HEADER_TO:
-        return "to_addr";
-    case MV_HEADER_CC:
-        return "cc_addr";
-    case MV_HEADER_SUBJECT:
-        return "subject";
-    }
-    return NULL;
-}
+/* The fields' columns, in the order enum mv_header_field numbers them (1 ..). */
+static const char *const store_headers_sql =
+    "SELECT m.uid, h.from_addr, h.to_addr, h.cc_addr, h.subject FROM messages m"
+    " LEFT JOIN body_headers h ON h.body_id = m.body_id WHERE m.mailbox_id = ?1";
 
 int mv_search_headers(mv_store *s,
                       const char *mailbox,
@@ -58,40 +47,60 @@ int mv_search_headers(mv_store *s,
                           "mv_search_headers: a mailbox, 1 to %d criteria and a function",
                           MV_HEADER_CRITERIA_MAX);
     }
-    char sql[STORE_HEADERS_SQL_MAX];
-    size_t at = (size_t)snprintf(sql, sizeof sql, "SELECT m.uid");
+    int used[MV_HEADER_SUBJECT + 1] = {0};
     for (size_t i = 0; i < count; i++) {
-        const char *column = store_headers_column(criteria[i].field);
-        if (column == NULL || criteria[i].text == NULL || criteria[i].text[0] == '\0') {
+        if (criteria[i].field < MV_HEADER_FROM || criteria[i].field > MV_HEADER_SUBJECT ||
+            criteria[i].text == NULL || criteria[i].text[0] == '\0') {
             return store_fail(s, MV_EINVAL,
                               "mv_search_headers: criterion %zu has no field or no text", i);
         }
-        at += (size_t)snprintf(sql + at, sizeof sql - at, ", mv_fold_contains(h.%s, ?%zu)", column,
-                               i + 2);
+        used[criteria[i].field] = 1;
     }
-    snprintf(sql + at, sizeof sql - at,
-             " FROM messages m LEFT JOIN body_headers h ON h.body_id = m.body_id"
-             " WHERE m.mailbox_id = ?1");
+    char *folded[MV_HEADER_CRITERIA_MAX] = {NULL};
+    int rc = MV_OK;
+    for (size_t i = 0; i < count && rc == MV_OK; i++) {
+        if ((folded[i] = store_fold_string(criteria[i].text)) == NULL) {
+            rc = store_fail(s, MV_ENOMEM, "out of memory folding a header criterion");
+        }
+    }
     store_enter(s);
     int64_t mailbox_id = 0;
-    int rc = store_mailbox_id(s, mailbox, &mailbox_id);
+    if (rc == MV_OK) {
+        rc = store_mailbox_id(s, mailbox, &mailbox_id);
+    }
     sqlite3_stmt *st = NULL;
-    if (rc == MV_OK && sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
+    if (rc == MV_OK && sqlite3_prepare_v2(s->db, store_headers_sql, -1, &st, NULL) != SQLITE_OK) {
         rc = store_fail_sqlite(s, "preparing a header search");
     }
     if (rc == MV_OK) {
         sqlite3_bind_int64(st, 1, mailbox_id);
-        for (size_t i = 0; i < count; i++) {
-            sqlite3_bind_text(st, (int)i + 2, criteria[i].text, -1, SQLITE_STATIC);
-        }
     }
     int step = SQLITE_DONE;
     while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        uint64_t matched = 0;
-        for (size_t i = 0; i < count; i++) {
-            matched |= (uint64_t)(sqlite3_column_int(st, (int)i + 1) != 0) << i;
+        struct store_fold_field field[MV_HEADER_SUBJECT + 1];
+        int have[MV_HEADER_SUBJECT + 1] = {0};
+        for (int f = MV_HEADER_FROM; f <= MV_HEADER_SUBJECT && rc == MV_OK; f++) {
+            const char *text = used[f] ? (const char *)sqlite3_column_text(st, f) : NULL;
+            if (text != NULL) { /* NULL: no such field, no match (as mv_fold_contains) */
+                have[f] = 1;
+                if (store_fold_field_set(&field[f], text, (size_t)sqlite3_column_bytes(st, f)) !=
+                    0) {
+                    rc = store_fail(s, MV_ENOMEM, "out of memory comparing a header");
+                }
+            }
         }
-        if (matched != 0) {
+        uint64_t matched = 0;
+        for (size_t i = 0; i < count && rc == MV_OK; i++) {
+            if (have[criteria[i].field] && store_fold_in(&field[criteria[i].field], folded[i])) {
+                matched |= (uint64_t)1 << i;
+            }
+        }
+        for (int f = MV_HEADER_FROM; f <= MV_HEADER_SUBJECT; f++) {
+            if (have[f]) {
+                store_fold_field_clear(&field[f]);
+            }
+        }
+        if (rc == MV_OK && matched != 0) {
             rc = each(arg, (uint32_t)sqlite3_column_int64(st, 0), matched);
         }
     }
@@ -99,5 +108,8 @@ int mv_search_headers(mv_store *s,
         rc = store_fail_sqlite(s, "searching headers");
     }
     sqlite3_finalize(st);
+    for (size_t i = 0; i < count; i++) {
+        g_free(folded[i]);
+    }
     return rc;
 }
