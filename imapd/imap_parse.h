@@ -50,7 +50,7 @@
 #define IMAP_TAG_MAX            64
 #define IMAP_NAME_MAX           24
 #define IMAP_PARSE_NODES_MAX    8192
-#define IMAP_PARSE_DEPTH_MAX    16
+#define IMAP_PARSE_DEPTH_MAX    64 /* lists in lists: a query builder nests a list per term */
 #define IMAP_NODE_NONE          UINT32_MAX
 #define IMAP_SEARCH_DEPTH_MAX   64
 #define IMAP_SECTION_LEVELS_MAX 8 /* part numbers in a body section: "1.2.3.4.5.6.7.8" */

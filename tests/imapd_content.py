@@ -263,7 +263,9 @@ def test_search_shapes(c):
              (b"UNDELETED " * 1000 + b"ALL", set(uids), "1,000 keys ANDed"),
              (b"NOT " * 1001 + b'SUBJECT "shape-0"', set(uids) - {uids[0]}, "1,001 NOTs"),
              (b"NOT " * 1000 + b'SUBJECT "shape-0"', {uids[0]}, "1,000 NOTs"),
-             (b"(" * 15 + b'SUBJECT "shape-2"' + b")" * 15, {uids[2]}, "15 nested lists")]
+             (b"(" * 15 + b'SUBJECT "shape-2"' + b")" * 15, {uids[2]}, "15 nested lists"),
+             (b"(" * 64 + b'SUBJECT "shape-2" UNDELETED' + b")" * 64, {uids[2]},
+              "64 nested lists (16 before)")]
     for crit, expect, what in cases:
         found, tagged = search(c, crit)
         check("SEARCH of any length within the line: " + what,

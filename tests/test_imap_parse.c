@@ -190,8 +190,8 @@ static void test_malformed(void)
     CHECK_EQ_INT(ip_parse("tag7 FETCH (\r\n", &c), IMAP_PARSE_BAD);
     CHECK(strcmp(c.tag, "tag7") == 0); /* the tag survives for "tag7 BAD" */
     char deep[200] = "a X ";
-    memset(deep + 4, '(', 40);
-    memcpy(deep + 44, "\r\n", 3);
+    memset(deep + 4, '(', IMAP_PARSE_DEPTH_MAX + 1);
+    memcpy(deep + 4 + IMAP_PARSE_DEPTH_MAX + 1, "\r\n", 3);
     CHECK_EQ_INT(ip_parse(deep, &c), IMAP_PARSE_BAD);
     CHECK(strstr(ip_err, "nested too deeply") != NULL);
 }
@@ -700,6 +700,18 @@ static void test_search_shapes(void)
         imap_command_free(&c);
         free(text[i]);
     }
+    /* lists in lists as a query builder writes them, IMAP_PARSE_DEPTH_MAX deep (16 before;
+     * Dovecot takes any): one list once flat */
+    CHECK_EQ_INT(IMAP_PARSE_DEPTH_MAX, 64); /* docs/IMAPD.md "Limits" */
+    char *open = ip_repeat("a SEARCH ", "(", 64, "SEEN DRAFT");
+    char *nested = ip_repeat(open, ")", 64, "");
+    CHECK_EQ_INT(ip_search(nested, &c, s), 0);
+    CHECK_EQ_INT(ip_children(s, 0, ops, 8), 2);
+    CHECK(ops[0] == IMAP_SK_FLAG_SET && ops[1] == IMAP_SK_FLAG_SET);
+    imap_search_free(s);
+    imap_command_free(&c);
+    free(open);
+    free(nested);
     /* operators alternating level by level: IMAP_SEARCH_DEPTH_MAX levels, not one more (the
      * top level, two a NOT OR, the last key) */
     size_t fits = (IMAP_SEARCH_DEPTH_MAX - 2) / 2;
