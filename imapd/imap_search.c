@@ -82,6 +82,13 @@ static imap_search_word imap_search_tail(size_t count)
     return count % 64 != 0 ? ((imap_search_word)1 << (count % 64)) - 1 : ~(imap_search_word)0;
 }
 
+/* A new set of r's view, empty (calloc: at least one word, so an empty view's is not NULL);
+ * NULL if out of memory. */
+static imap_search_word *imap_search_set_new(const struct imap_search_run *r)
+{
+    return calloc(r->words > 0 ? r->words : 1, sizeof(imap_search_word));
+}
+
 /* Every message of the view: count bits set, the rest of the last word clear. */
 static void imap_search_fill(imap_search_word *set, size_t words, size_t count)
 {
@@ -455,9 +462,7 @@ imap_search_combine(struct imap_search_run *r, uint32_t k, int level, imap_searc
         if (decided) {
             break;
         }
-        if (r->scratch[level] == NULL &&
-            (r->scratch[level] =
-                 malloc((r->words > 0 ? r->words : 1) * sizeof(imap_search_word))) == NULL) {
+        if (r->scratch[level] == NULL && (r->scratch[level] = imap_search_set_new(r)) == NULL) {
             return MV_ENOMEM;
         }
         imap_search_word *part = r->scratch[level];
@@ -532,6 +537,15 @@ static enum mv_header_field imap_search_field(enum imap_search_op op)
     }
 }
 
+/* Whether key k can go into a batch: FROM/TO/CC/SUBJECT with a string mv_search would take
+ * (an empty one matches every message without a search; a NUL or an overlong one is EINVAL
+ * either way, from imap_search_store). */
+static int imap_search_batchable(const struct imap_search_key *key)
+{
+    return imap_search_field(key->op) != 0 && key->str_len > 0 &&
+           key->str_len < IMAP_SEARCH_STRING_MAX && memchr(key->str, 0, key->str_len) == NULL;
+}
+
 /* One batch's keys and the sets their matches go into. */
 struct imap_search_batch_ctx {
     struct imap_search_run *r;
@@ -562,9 +576,7 @@ static int imap_search_batch(struct imap_search_run *r)
         IMAP_SEARCH_BATCH_BYTES / ((r->words > 0 ? r->words : 1) * sizeof(imap_search_word));
     size_t n = 0;
     for (size_t k = 0; k < prog->count; k++) {
-        const struct imap_search_key *key = &prog->keys[k];
-        n += imap_search_field(key->op) != 0 && key->str_len > 0 &&
-             key->str_len < IMAP_SEARCH_STRING_MAX && memchr(key->str, 0, key->str_len) == NULL;
+        n += (size_t)imap_search_batchable(&prog->keys[k]);
     }
     if (n < 2) {
         return MV_OK;
@@ -582,18 +594,17 @@ static int imap_search_batch(struct imap_search_run *r)
         size_t c = 0;
         for (; k < prog->count && c < MV_HEADER_CRITERIA_MAX && c < budget; k++) {
             const struct imap_search_key *key = &prog->keys[k];
-            enum mv_header_field field = imap_search_field(key->op);
-            if (field == 0 || key->str_len == 0 || key->str_len >= IMAP_SEARCH_STRING_MAX ||
-                memchr(key->str, 0, key->str_len) != NULL) {
+            if (!imap_search_batchable(key)) {
                 continue;
             }
-            r->batched[k] = calloc(r->words > 0 ? r->words : 1, sizeof(imap_search_word));
+            r->batched[k] = imap_search_set_new(r);
             texts[c] = r->batched[k] != NULL ? strndup(key->str, key->str_len) : NULL;
             if (texts[c] == NULL) {
                 rc = MV_ENOMEM;
                 break;
             }
-            criteria[c] = (struct mv_header_criterion){.field = field, .text = texts[c]};
+            criteria[c] =
+                (struct mv_header_criterion){.field = imap_search_field(key->op), .text = texts[c]};
             keys[c++] = (uint32_t)k;
         }
         if (rc == MV_OK && c > 0) {
@@ -650,7 +661,7 @@ void imap_cmd_search(struct imap_ctx *x)
         return;
     }
     struct imap_search_run r = {.x = x, .prog = prog, .words = (v->count + 63) / 64};
-    imap_search_word *found = malloc((r.words > 0 ? r.words : 1) * sizeof *found);
+    imap_search_word *found = imap_search_set_new(&r);
     int rc = found != NULL ? imap_search_run_all(&r, found) : MV_ENOMEM;
     if (rc == MV_OK) {
         int with_modseq = 0; /* RFC 7162: a MODSEQ key adds the highest modseq found */
