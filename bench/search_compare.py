@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """search_compare.py -- SEARCH programs of the shapes clients send (one key, a quick filter
-over four fields, ORs of 20 and 200 senders, an OR of 3,000 sequence numbers, flags, dates),
+over four fields, ORs of 20 and 200 senders, a thread's OR of 20 Message-IDs, an OR of 3,000
+sequence numbers, flags, dates),
 timed on several IMAP servers side by side: each command goes to every server in turn (the
 order reversed every other round), median of the rounds, milliseconds; "BAD" where a server
 refused it. For servers already running over the same mailbox (e.g. a copy of the big-mailbox
@@ -57,6 +58,9 @@ def programs():
          b'OR OR OR FROM "carol" TO "carol" CC "carol" SUBJECT "carol"'),
         ("OR of 20 FROM", b"OR " * 19 + b" ".join(senders[:20])),
         ("OR of 200 FROM", b"OR " * 199 + b" ".join(senders)),
+        ("one HEADER Message-ID", b'HEADER Message-ID "<m5@"'),
+        ("OR of 20 HEADER Message-ID",
+         b"OR " * 19 + b" ".join(b'HEADER Message-ID "<m%d@"' % i for i in range(20))),
         ("OR of 3,000 sequence numbers",
          b"OR " * 2999 + b" ".join(b"%d" % i for i in range(1, 3001))),
         ("UNSEEN", b"UNSEEN"),
