@@ -653,10 +653,10 @@ static int imap_search_batch_fields(struct imap_search_run *r, size_t *budget)
     uint32_t keys[MV_HEADER_CRITERIA_MAX];
     struct imap_search_batch_ctx ctx = {.r = r, .keys = keys};
     int rc = MV_OK;
-    size_t k = 0;
-    while (rc == MV_OK && k<prog->count && * budget> 0) {
+    size_t k = 0, left = *budget;
+    while (rc == MV_OK && k < prog->count && left > 0) {
         size_t c = 0;
-        for (; k < prog->count && c < MV_HEADER_CRITERIA_MAX && c < *budget; k++) {
+        for (; k < prog->count && c < MV_HEADER_CRITERIA_MAX && c < left; k++) {
             const struct imap_search_key *key = &prog->keys[k];
             if (!imap_search_batchable(key)) {
                 continue;
@@ -678,8 +678,9 @@ static int imap_search_batch_fields(struct imap_search_run *r, size_t *budget)
         for (size_t i = 0; i < c; i++) {
             free(texts[i]);
         }
-        *budget -= c;
+        left -= c;
     }
+    *budget = left;
     return rc;
 }
 
