@@ -540,6 +540,10 @@ imap_search_set_of(struct imap_search_run *r, uint32_t k, int level, imap_search
 {
     const struct imap_search_key *key = &r->prog->keys[k];
     const struct imap_view *v = &r->x->s->view;
+    if (r->batched != NULL && r->batched[k] != NULL) { /* answered with others of its kind */
+        memcpy(out, r->batched[k], r->words * sizeof *out);
+        return MV_OK;
+    }
     memset(out, 0, r->words * sizeof *out);
     switch (key->op) {
     case IMAP_SK_AND:
@@ -550,11 +554,6 @@ imap_search_set_of(struct imap_search_run *r, uint32_t k, int level, imap_search
     case IMAP_SK_TO:
     case IMAP_SK_CC:
     case IMAP_SK_SUBJECT:
-        if (r->batched != NULL && r->batched[k] != NULL) {
-            memcpy(out, r->batched[k], r->words * sizeof *out);
-            return MV_OK;
-        }
-        return imap_search_store(r, key, out);
     case IMAP_SK_BODY:
     case IMAP_SK_TEXT:
     case IMAP_SK_SENTSINCE:
@@ -563,10 +562,6 @@ imap_search_set_of(struct imap_search_run *r, uint32_t k, int level, imap_search
         return imap_search_store(r, key, out);
     case IMAP_SK_HEADER:
     case IMAP_SK_BCC:
-        if (r->batched != NULL && r->batched[k] != NULL) {
-            memcpy(out, r->batched[k], r->words * sizeof *out);
-            return MV_OK;
-        }
         return imap_search_header(r, key, out);
     case IMAP_SK_SEQSET:
     case IMAP_SK_UIDSET:
