@@ -169,13 +169,15 @@ $(BUILD)/asan/mailvaultd: $(IMAPD_SRC:%.c=$(BUILD)/asan/%.o) $(BUILD)/asan/libma
 	$(CC) $(SANITIZE) -o $@ $^ -lssl $(LIBS)
 
 # The server's unit tests and fuzz target link the server files they test.
-$(BUILD)/asan/tests/test_imap_parse $(BUILD)/asan/fuzz/fuzz_imap_parse: $(BUILD)/asan/imapd/imap_parse.o
+$(BUILD)/asan/tests/test_imap_parse $(BUILD)/asan/fuzz/fuzz_imap_parse: $(BUILD)/asan/imapd/imap_parse.o \
+	$(BUILD)/asan/imapd/imap_search_shape.o
 # ... and the parser's test fails each allocation of FETCH's and LIST's readers in turn.
 $(BUILD)/asan/tests/test_imap_parse: $(BUILD)/asan/tests/failalloc.o
 $(BUILD)/asan/tests/test_imap_parse: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
 	-Wl,--wrap=strdup -Wl,--wrap=strndup
 $(BUILD)/asan/tests/test_imap_utf7: $(BUILD)/asan/imapd/imap_utf7.o
-$(BUILD)/asan/tests/test_imap_lane: $(BUILD)/asan/imapd/imap_lane.o $(BUILD)/asan/imapd/imap_parse.o
+$(BUILD)/asan/tests/test_imap_lane: $(BUILD)/asan/imapd/imap_lane.o $(BUILD)/asan/imapd/imap_parse.o \
+	$(BUILD)/asan/imapd/imap_search_shape.o
 $(BUILD)/asan/tests/test_imap_frame: $(BUILD)/asan/imapd/imap_frame.o $(BUILD)/asan/imapd/buf.o
 $(BUILD)/asan/tests/test_big_blocks: $(BUILD)/asan/imapd/buf.o
 # The worker lanes' test drives worker.c itself, the sealed quota test quota.c, the stream
@@ -267,7 +269,7 @@ uninstall:
 fuzz-%: fuzz/fuzz_%.c
 	@mkdir -p $(BUILD)/fuzz
 	clang $(CSTD) $(INC) -g -O1 -fsanitize=fuzzer,address,undefined -o $(BUILD)/fuzz/$* $< $(LIB_SRC) \
-		$(if $(filter imap_parse,$*),imapd/imap_parse.c) \
+		$(if $(filter imap_parse,$*),imapd/imap_parse.c imapd/imap_search_shape.c) \
 		$(if $(filter imap_mime,$*),imapd/imap_mime.c imapd/buf.c) $(LIBS)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """search_compare.py -- SEARCH programs of the shapes clients send (one key, a quick filter
-over four fields, ORs of 20 and 200 senders, a thread's OR of 20 Message-IDs, an OR of 3,000
-sequence numbers, flags, dates),
+over four fields, ORs of 20 and 200 senders, a thread's OR of 20 Message-IDs, one key ORed 200
+times as a filter built by appending terms sends it, an OR of 3,000 sequence numbers, flags,
+dates),
 timed on several IMAP servers side by side: each command goes to every server in turn (the
 order reversed every other round), median of the rounds, milliseconds; "BAD" where a server
 refused it. For servers already running over the same mailbox (e.g. a copy of the big-mailbox
@@ -61,6 +62,7 @@ def programs():
         ("one HEADER Message-ID", b'HEADER Message-ID "<m5@"'),
         ("OR of 20 HEADER Message-ID",
          b"OR " * 19 + b" ".join(b'HEADER Message-ID "<m%d@"' % i for i in range(20))),
+        ("OR of 200 copies of one SUBJECT", b"OR " * 199 + b" ".join([b'SUBJECT "the"'] * 200)),
         ("OR of 3,000 sequence numbers",
          b"OR " * 2999 + b" ".join(b"%d" % i for i in range(1, 3001))),
         ("UNSEEN", b"UNSEEN"),

@@ -23,6 +23,7 @@
  *     its program.
  */
 #include "imap_parse.h"
+#include "imap_search_shape.h"
 
 #include <glib.h>
 #include <limits.h>
@@ -1501,55 +1502,6 @@ imap_search_key(struct imap_search_parser *sp, uint32_t *cursor, uint32_t *index
     }
 }
 
-/* The program made flat, in place: an OR among an OR's keys gives its keys to it, and a list
- * (AND) among an AND's likewise; a list of one key is that key; NOT NOT x is x. So "OR OR OR a
- * b c d", "OR a OR b OR c d" and "((a))" nest one level whatever their length, and what is
- * left nested is operators alternating (NOT OR NOT OR ...), which no client needs deep.
- * Children are made after their parent (keys[] is in prefix order), so one pass from the last
- * key back finds every child already flat. last[] (count entries) is scratch: each key's last
- * child, for splicing in O(1). Returns the depth of the flat program. */
-static int imap_search_flatten(struct imap_search *s, uint32_t *last, uint32_t *depth)
-{
-    for (size_t k = s->count; k-- > 0;) {
-        struct imap_search_key *key = &s->keys[k];
-        depth[k] = 1;
-        last[k] = IMAP_NODE_NONE;
-        if (key->op != IMAP_SK_AND && key->op != IMAP_SK_OR && key->op != IMAP_SK_NOT) {
-            continue;
-        }
-        uint32_t head = IMAP_NODE_NONE, tail = IMAP_NODE_NONE;
-        for (uint32_t c = key->child; c != IMAP_NODE_NONE;) {
-            uint32_t next = s->keys[c].next;
-            while (s->keys[c].op == IMAP_SK_AND && s->keys[c].child == last[c]) {
-                c = s->keys[c].child; /* a list of one key: the key */
-            }
-            uint32_t first = c, end = c, below = depth[c] + 1;
-            if (s->keys[c].op == key->op && key->op != IMAP_SK_NOT) {
-                first = s->keys[c].child; /* OR in OR, AND in AND: its keys are ours */
-                end = last[c];
-                below = depth[c]; /* its keys' depth + 1 */
-            }
-            if (tail == IMAP_NODE_NONE) {
-                head = first;
-            } else {
-                s->keys[tail].next = first;
-            }
-            tail = end;
-            depth[k] = below > depth[k] ? below : depth[k];
-            c = next;
-        }
-        s->keys[tail].next = IMAP_NODE_NONE;
-        key->child = head;
-        last[k] = tail;
-        if (key->op == IMAP_SK_NOT && s->keys[head].op == IMAP_SK_NOT) {
-            key->op = IMAP_SK_AND; /* NOT NOT x: a list of one key, x, which the parent unwraps */
-            key->child = last[k] = s->keys[head].child;
-            depth[k] = depth[key->child] + 1;
-        }
-    }
-    return (int)depth[0];
-}
-
 int imap_parse_search(const struct imap_command *cmd,
                       const struct imap_node *node,
                       struct imap_search *out,
@@ -1584,15 +1536,12 @@ int imap_parse_search(const struct imap_command *cmd,
         rc = imap_search_keys(&sp, cursor, root, 0);
     }
     free(sp.pending);
-    uint32_t *scratch = rc == 0 ? malloc(out->count * 2 * sizeof *scratch) : NULL;
-    if (rc == 0 && scratch == NULL) {
+    int depth = rc == 0 ? imap_search_shape(out, IMAP_SEARCH_DEPTH_MAX) : 0;
+    if (rc == 0 && depth < 0) {
         rc = imap_search_fail(&sp, "out of memory", NULL);
-    }
-    if (rc == 0 &&
-        imap_search_flatten(out, scratch, scratch + out->count) > IMAP_SEARCH_DEPTH_MAX) {
+    } else if (rc == 0 && depth > IMAP_SEARCH_DEPTH_MAX) {
         rc = imap_search_fail(&sp, "search keys nested too deeply", NULL);
     }
-    free(scratch);
     if (rc != 0) {
         imap_search_free(out);
     }

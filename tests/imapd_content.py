@@ -265,7 +265,12 @@ def test_search_shapes(c):
              (b"NOT " * 1000 + b'SUBJECT "shape-0"', {uids[0]}, "1,000 NOTs"),
              (b"(" * 15 + b'SUBJECT "shape-2"' + b")" * 15, {uids[2]}, "15 nested lists"),
              (b"(" * 64 + b'SUBJECT "shape-2" UNDELETED' + b")" * 64, {uids[2]},
-              "64 nested lists (16 before)")]
+              "64 nested lists (16 before)"),
+             (b"OR " * 199 + b" ".join([b'SUBJECT "shape-3"'] * 200), {uids[3]},
+              "one SUBJECT key ORed 200 times (answered once)"),
+             (b'OR (SUBJECT "shape-1" SUBJECT "shape-1") OR (SUBJECT "shape-1") '
+              b'OR SUBJECT "Shape-4" SUBJECT "shape-4"', {uids[1], uids[4]},
+              "repeats in lists and ORs, a key differing in case kept")]
     for crit, expect, what in cases:
         found, tagged = search(c, crit)
         check("SEARCH of any length within the line: " + what,
