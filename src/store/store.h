@@ -298,6 +298,12 @@ int store_exec(mv_store *s, const char *sql);
 /* ---- store_mailbox.c ---- */
 /* The id of mailbox name, or MV_ENOTFOUND (message set). INBOX matches case-insensitively. */
 int store_mailbox_id(mv_store *s, const char *name, int64_t *id_out);
+/* The name a mailbox row holds: INBOX in any case is "INBOX". */
+const char *store_mailbox_canonical(const char *name);
+/* Whether the current read snapshot already knows name's id (then in *id_out: nothing can
+ * rename it inside the snapshot); store_mailbox_snapshot_note() tells it one. */
+int store_mailbox_snapshot_id(const mv_store *s, const char *name, int64_t *id_out);
+void store_mailbox_snapshot_note(mv_store *s, const char *name, int64_t id);
 /* Creates the missing superior names of name ("a" and "a/b" for "a/b/c") inside the
  * caller's transaction; MV_OK, MV_ELIMIT (mailboxes_max) or an SQLite error. */
 int store_mailbox_create_parents(mv_store *s, const char *name);

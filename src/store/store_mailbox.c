@@ -23,9 +23,27 @@
 
 #define STORE_UID_MAX 0xfffffffeu
 
-static const char *store_mailbox_canonical(const char *name)
+const char *store_mailbox_canonical(const char *name)
 {
     return strcasecmp(name, "INBOX") == 0 ? "INBOX" : name;
+}
+
+int store_mailbox_snapshot_id(const mv_store *s, const char *name, int64_t *id_out)
+{
+    if (s->read_snapshot && s->snapshot_mailbox_id != 0 && strcmp(name, s->snapshot_mailbox) == 0) {
+        *id_out = s->snapshot_mailbox_id; /* nothing can rename it inside the snapshot */
+        return 1;
+    }
+    return 0;
+}
+
+void store_mailbox_snapshot_note(mv_store *s, const char *name, int64_t id)
+{
+    size_t n = strlen(name);
+    if (s->read_snapshot && n < sizeof s->snapshot_mailbox) {
+        memcpy(s->snapshot_mailbox, name, n + 1);
+        s->snapshot_mailbox_id = id;
+    }
 }
 
 int store_mailbox_name_check(mv_store *s, const char *name)
@@ -60,8 +78,7 @@ int store_mailbox_id(mv_store *s, const char *name, int64_t *id_out)
     if (name == NULL) {
         return store_fail(s, MV_EINVAL, "no mailbox name");
     }
-    if (s->read_snapshot && s->snapshot_mailbox_id != 0 && strcmp(name, s->snapshot_mailbox) == 0) {
-        *id_out = s->snapshot_mailbox_id; /* nothing can rename it inside the snapshot */
+    if (store_mailbox_snapshot_id(s, name, id_out)) {
         return MV_OK;
     }
     sqlite3_stmt *st = store_stmt(s, "SELECT id FROM mailboxes WHERE name = ?");
@@ -73,11 +90,7 @@ int store_mailbox_id(mv_store *s, const char *name, int64_t *id_out)
     if (rc == SQLITE_ROW) {
         *id_out = sqlite3_column_int64(st, 0);
         sqlite3_reset(st);
-        size_t n = strlen(name);
-        if (s->read_snapshot && n < sizeof s->snapshot_mailbox) {
-            memcpy(s->snapshot_mailbox, name, n + 1);
-            s->snapshot_mailbox_id = *id_out;
-        }
+        store_mailbox_snapshot_note(s, name, *id_out);
         return MV_OK;
     }
     sqlite3_reset(st);
