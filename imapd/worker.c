@@ -468,6 +468,7 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     worker_unplace(s->address); /* the store's hold (PLACEMENT) */
     s->fts_backlog = 0;
     s->fts_aside_logged = 0;
+    s->fts_aside_seen = 0;
     s->background_served = 0;
     /* what a body cost is the store's own: another user's bodies may be far larger */
     s->purge_batch = 0;
@@ -1231,7 +1232,7 @@ static void worker_index_aside_log(struct open_store *s)
     uint32_t count = 0;
     do {
         if (mv_store_index_set_aside(s->store, s->fts_aside_logged, ids, 16, &count) != MV_OK) {
-            return;
+            return; /* looked for again after the next batch */
         }
         for (uint32_t i = 0; i < count; i++) {
             log_warning("store %s: body %lld set aside by the full-text catch-up, its bytes "
@@ -1242,16 +1243,20 @@ static void worker_index_aside_log(struct open_store *s)
             s->fts_aside_logged = ids[i];
         }
     } while (count == 16);
+    s->fts_aside_seen = 1;
 }
 
 /* One batch of the full-text rows the drain's steps left (THE DRAIN), once the drain is
  * over. *backlog: the bodies still waiting. */
 static int worker_index_batch(struct open_store *s, uint64_t *backlog)
 {
+    uint64_t noted = s->fts_backlog; /* 0: nothing to build, so nothing new set aside */
     int rc = mv_store_index_backlog(s->store, WORKER_INDEX_BATCH, backlog);
     if (rc == MV_OK) {
         s->fts_backlog = *backlog; /* what the lane of a SEARCH TEXT counts (imap_lane.c) */
-        worker_index_aside_log(s);
+        if (!s->fts_aside_seen || noted > 0 || *backlog > 0) {
+            worker_index_aside_log(s);
+        }
     }
     if (rc != MV_OK) { /* tried again after the next job */
         log_warning("store %s: building full-text rows: %s: %s", s->address, mv_strerror(rc),

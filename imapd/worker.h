@@ -123,6 +123,10 @@ struct open_store {
     /* The highest id of a body the full-text catch-up set aside (damaged) that the worker
      * has logged (worker.c THE DRAIN); 0 after the open: it logs them once per open. */
     int64_t fts_aside_logged;
+    /* The set-aside bodies were looked for since the open: after that only a catch-up batch
+     * that had bodies to build can set more aside, so a batch with none looks no more (the
+     * look is a statement, and the purge runs after every job). */
+    int fts_aside_seen;
     /* Forced rounds (worker.c SHARE) that served this store, under the worker's lock; for
      * worker_background_counts. */
     uint64_t background_served;
