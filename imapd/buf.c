@@ -89,27 +89,60 @@ static void buf_block_put(char *data, size_t cap)
     free(data);
 }
 
+/* The block b's bytes live in (NULL: none), and its size. */
+static char *buf_block(const struct buf *b)
+{
+    return b->data != NULL ? b->data - b->skip : NULL;
+}
+
+/* Wipes the block as far as anything may have been written (the bytes consumed in front of
+ * data included) and lets it go. */
+static void buf_block_drop(const struct buf *b)
+{
+    char *block = buf_block(b);
+    if (block != NULL) {
+        explicit_bzero(block, b->skip + buf_written(b)); /* memset's speed: not a key */
+    }
+    buf_block_put(block, b->skip + b->cap);
+}
+
 void buf_free(struct buf *b)
 {
-    if (b->data != NULL) {
-        explicit_bzero(b->data, buf_written(b)); /* memset's speed, unlike OPENSSL_cleanse */
-    }
-    buf_block_put(b->data, b->cap);
+    buf_block_drop(b);
     memset(b, 0, sizeof *b);
 }
 
 void buf_wipe(struct buf *b)
 {
     if (b->data != NULL) {
-        OPENSSL_cleanse(b->data, b->cap); /* a password: wiped as keys are */
+        OPENSSL_cleanse(buf_block(b), b->skip + b->cap); /* a password: wiped as keys are */
     }
     buf_free(b);
+}
+
+/* The bytes consumed in front of data given back: what is left moves to the block's start
+ * (copying len bytes, which is no more than the skip bytes consumed since the last move
+ * whenever buf_reserve does it, so each byte is moved about once). */
+static void buf_compact(struct buf *b)
+{
+    if (b->skip == 0) {
+        return;
+    }
+    char *block = buf_block(b);
+    memmove(block, b->data, b->len + 1 <= b->cap ? b->len + 1 : b->len);
+    b->dirty = b->skip + buf_written(b); /* from the block's start now */
+    b->cap += b->skip;
+    b->data = block;
+    b->skip = 0;
 }
 
 int buf_reserve(struct buf *b, size_t extra)
 {
     if (b->oom) {
         return -1;
+    }
+    if (b->cap - b->len <= extra && b->skip >= b->len && b->skip + b->cap - b->len > extra) {
+        buf_compact(b); /* the room consumed in front suffices, and moving is cheap */
     }
     if (b->cap - b->len > extra) {
         b->dirty = b->len + extra + 1 > b->dirty ? b->len + extra + 1 : b->dirty;
@@ -130,11 +163,11 @@ int buf_reserve(struct buf *b, size_t extra)
     }
     if (b->data != NULL) {
         memcpy(data, b->data, b->len + 1 <= b->cap ? b->len + 1 : b->len);
-        explicit_bzero(b->data, buf_written(b));
-        buf_block_put(b->data, b->cap);
+        buf_block_drop(b);
     }
     b->data = data;
     b->cap = cap;
+    b->skip = 0;
     b->dirty = b->len + extra + 1; /* the old block's dirty bytes past len are not copied */
     return 0;
 }
@@ -263,9 +296,13 @@ void buf_consume(struct buf *b, size_t n)
 {
     if (n >= b->len) {
         b->len = 0;
+        buf_compact(b); /* nothing left to move: the whole block is room again */
     } else {
-        memmove(b->data, b->data + n, b->len - n);
+        b->data += n;
         b->len -= n;
+        b->cap -= n;
+        b->skip += n;
+        b->dirty = b->dirty > n ? b->dirty - n : 0;
     }
     if (b->data != NULL) {
         b->data[b->len] = '\0';

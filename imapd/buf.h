@@ -10,10 +10,12 @@
 struct buf {
     char *data;
     size_t len;
-    size_t cap;
+    size_t cap; /* bytes of the block from data on */
     /* How far from data on bytes may have been written: the end of the furthest room
      * buf_reserve gave (its NUL included). 0 in a buffer made by hand, whose len + 1 is. */
     size_t dirty;
+    /* Bytes buf_consume dropped in front of data: the block begins at data - skip. */
+    size_t skip;
     int oom; /* an append failed: the buffer is unusable */
 };
 /* Wipes every byte that may have been written (dirty, at least len + 1; not the capacity
@@ -41,7 +43,10 @@ void buf_literal(struct buf *b, const void *data, size_t len);
  * buf_literal_placed() then takes them in, every NUL as 0x80. */
 char *buf_literal_place(struct buf *b, size_t len);
 void buf_literal_placed(struct buf *b, size_t len);
-/* Drops the first n bytes. */
+/* Drops the first n bytes, without moving the rest: data advances (a client's pipelined
+ * commands are taken from the front of the input one by one, and moving what followed each
+ * cost a copy of up to the whole buffer per command). The room they held is taken back
+ * when the buffer empties, or by buf_reserve when what is left is no more than it. */
 void buf_consume(struct buf *b, size_t n);
 /* An IMAP string: quoted if short and plain, else a literal. */
 void buf_imap_string(struct buf *b, const char *s, size_t len);

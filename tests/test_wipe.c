@@ -244,6 +244,19 @@ static void test_server_buffers_wiped(void)
     CHECK(!b.oom && b.len == (size_t)3000 * 33);
     buf_free(&b);
     CHECK_EQ_INT(wipe_disarm(), 0);
+    /* consumed from the front (buf_consume leaves those bytes in front of data), then grown
+     * into a new block and freed: neither block keeps the marker */
+    wipe_arm();
+    for (int i = 0; i < 3000; i++) {
+        buf_add(&b, "a line of the " WIPE_MARK " body\r\n", 33);
+        if (i % 3 == 2) {
+            buf_consume(&b, 33);
+        }
+    }
+    buf_consume(&b, 33 * 10);
+    CHECK(!b.oom && b.skip > 0);
+    buf_free(&b);
+    CHECK_EQ_INT(wipe_disarm(), 0);
 }
 
 /* buf_free wipes what may have been written, not the capacity beyond it: those pages were
