@@ -2298,6 +2298,78 @@ static void test_damaged_backlog_body_set_aside(void)
     worker_unplace(wt_dgwho);
 }
 
+/* ---- the work between jobs costs no statement when there is none ----------------------
+ * The purge runs after every job; with nothing to purge, tidy, build or checkpoint it is flag
+ * tests. It used to look for bodies the full-text catch-up set aside after every job (a
+ * statement, a read transaction with its WAL-index file locks): one of the three read
+ * transactions of a STATUS (issue 13). Statements on the store's handle counted
+ * (sqlite3_trace_v2) over 20 jobs that do nothing. */
+static const char *wt_iwho = "idle@example.org";
+static atomic_int wt_idle_statements;
+static int wt_idle_counted = -1;
+
+static int wt_idle_count(unsigned type, void *arg, void *p, void *x)
+{
+    (void)type;
+    (void)arg;
+    (void)p;
+    (void)x;
+    atomic_fetch_add(&wt_idle_statements, 1);
+    return 0;
+}
+
+static int wt_idle_trace_on(struct open_store *os)
+{
+    atomic_store(&wt_idle_statements, 0);
+    sqlite3_trace_v2(mv_store_db(os->store), SQLITE_TRACE_STMT, wt_idle_count, NULL);
+    return MV_OK;
+}
+
+static int wt_idle_trace_off(struct open_store *os)
+{
+    wt_idle_counted = atomic_load(&wt_idle_statements);
+    sqlite3_trace_v2(mv_store_db(os->store), 0, NULL, NULL);
+    return MV_OK;
+}
+
+static void wt_idle_job(struct job *job)
+{
+    intptr_t step = (intptr_t)job->arg;
+    if (step == 1 || step == 2 || step == 3) {
+        int (*with[])(struct open_store *) = {NULL, wt_idle_trace_on, wt_idle_trace_off};
+        (void)wt_open_with(job, wt_iwho, with[step - 1]);
+    }
+}
+
+static void test_idle_between_jobs_no_statement(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_iwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    struct worker *w = worker_place(wt_iwho);
+    wt_user = wt_iwho;
+    /* QUIET off: the work runs right after each job, as it does once it has had nothing to
+     * do for WORKER_QUIET_CAP_MS */
+    int quiet = worker_quiet_set(0);
+    /* the open, then jobs until what follows an open (its first look at the catch-up) is
+     * done, then the count over 20 jobs that do nothing */
+    int steps[] = {1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        wt_done = 0;
+        wt_post(w, steps[i], JOB_LANE_SHORT, wt_idle_job);
+        wt_collect_until(wt_efd, 1);
+        CHECK_EQ_INT(wt_done, 1);
+    }
+    printf("  # statements on the store's handle over 20 jobs that do nothing: %d\n",
+           wt_idle_counted);
+    CHECK_EQ_INT(wt_idle_counted, 0);
+    worker_quiet_set(quiet);
+    wt_user = "";
+    worker_unplace(wt_iwho);
+}
+
 /* ---- REVIEW: the full-text catch-up of one store does not hold back another's queue ---- */
 static const char *wt_cuwho = "catchup@example.org";
 static const char *wt_cqwho = "cqueued@example.org";
@@ -2396,6 +2468,7 @@ int main(void)
         fprintf(stderr, "cannot start the worker\n");
         return 1;
     }
+    TEST(test_idle_between_jobs_no_statement); /* first: no other store's work between jobs */
     TEST(test_catchup_does_not_starve_drain);
     TEST(test_stop_ends_purge);
     TEST(test_short_passes_long);
