@@ -124,12 +124,16 @@ static void test_reads(void)
     CHECK_EQ_INT(il_lane("a EXAMINE Other", 500, 501), JOB_LANE_SHORT);
     CHECK_EQ_INT(il_lane("a NOOP", 500, 501), JOB_LANE_READ); /* a sync tries it again */
     il_recent_owed = 0;
-    CHECK_EQ_INT(il_lane("a STATUS INBOX (MESSAGES)", 500, 501), JOB_LANE_SHORT);
+    CHECK_EQ_INT(il_lane("a STATUS INBOX (MESSAGES)", 500, 501), JOB_LANE_READ); /* STATUS */
+    il_recent_owed = 40; /* its sync tries the claim, as NOOP's */
+    CHECK_EQ_INT(il_lane("a STATUS Other (UNSEEN RECENT)", 500, 501), JOB_LANE_READ);
+    il_recent_owed = 0;
     CHECK_EQ_INT(il_lane("a EXPUNGE", 500, 501), JOB_LANE_LONG);
     il_not_selected = 1; /* nothing selected: no view to read */
     CHECK_EQ_INT(il_lane("a NOOP", 0, 0), JOB_LANE_SHORT);
     CHECK_EQ_INT(il_lane("a SELECT INBOX", 0, 0), JOB_LANE_READ);
     CHECK_EQ_INT(il_lane("a EXAMINE INBOX", 0, 0), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a STATUS INBOX (MESSAGES UNSEEN)", 0, 0), JOB_LANE_READ);
     il_not_selected = 0;
 }
 
