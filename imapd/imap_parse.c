@@ -1516,6 +1516,10 @@ int imap_parse_search(const struct imap_command *cmd,
     if (err_size > 0) {
         err[0] = '\0';
     }
+    /* Every key but the top level's takes a node of the command: sized once, not grown by
+     * doubling (a realloc's copy of up to half a megabyte for a long OR chain) */
+    out->keys = malloc((cmd->node_count + 1) * sizeof *out->keys);
+    out->cap = out->keys != NULL ? cmd->node_count + 1 : 0;
     uint32_t root;
     int rc = imap_search_new(&sp, IMAP_SK_AND, &root);
     uint32_t cursor = node != NULL ? (uint32_t)(node - cmd->nodes) : IMAP_NODE_NONE;

@@ -268,6 +268,9 @@ struct imap_search_key {
     struct imap_seqset *set; /* SEQSET/UIDSET: owned by the search */
     uint32_t child;          /* first child key or IMAP_NODE_NONE */
     uint32_t next;           /* next sibling key */
+    /* imap_search_shape.c's, while it looks for repeats: the key's hash (never 0), 0 once
+     * the key is dropped as a repeat */
+    uint64_t hash;
 };
 
 struct imap_search {

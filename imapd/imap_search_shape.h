@@ -13,7 +13,7 @@
  * NOT NOT x is x) and, if it is then no deeper than depth_max, drops each key repeated among
  * the keys of one AND or OR (the first stays). Keys no longer in the tree become
  * IMAP_SK_ALL. Returns the depth of the flat program (1: the top level's keys are leaves),
- * or -1 out of memory (s is then unchanged). */
+ * or -1 out of memory (s then holds nothing usable: the caller frees it). */
 int imap_search_shape(struct imap_search *s, uint32_t depth_max);
 
 #endif
