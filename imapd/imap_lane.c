@@ -77,12 +77,13 @@
  *   and holds up the worker's other reads for that long, as it held up the writer's short
  *   lane before.
  *
- * STATUS
- *   STATUS goes to the reader thread too, in any authenticated state: it reads the mailbox's
- *   row (its counters) and, with a mailbox selected, syncs the view as NOOP does. A client
- *   checking its folders for new mail sends one per folder, often all at once; on the writer
- *   each waited for whatever job the writer ran (another user's APPEND and its fsync) and
- *   was followed by the work between jobs (issue 13).
+ * STATUS, LIST, LSUB
+ *   These go to the reader thread too, in any authenticated state: STATUS reads the
+ *   mailbox's row (its counters) and, with a mailbox selected, syncs the view as NOOP does;
+ *   LIST and LSUB read the mailboxes and subscriptions (and with RETURN (STATUS ...) the
+ *   counters). A client checking its folders for new mail sends a STATUS per folder, often
+ *   all at once; on the writer each waited for whatever job the writer ran (another user's
+ *   APPEND and its fsync) and was followed by the work between jobs (issue 13).
  */
 #include "imap_session.h"
 #include "worker.h"
@@ -321,7 +322,8 @@ enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_
     if (cost > IMAP_LANE_SHORT_MAX) {
         return JOB_LANE_LONG;
     }
-    if (strcmp(name, "STATUS") == 0) { /* STATUS */
+    if (strcmp(name, "STATUS") == 0 || strcmp(name, "LIST") == 0 ||
+        strcmp(name, "LSUB") == 0) { /* STATUS, LIST, LSUB */
         return s->state != IMAP_NOT_AUTH ? JOB_LANE_READ : JOB_LANE_SHORT;
     }
     if (strcmp(name, "SELECT") == 0 || strcmp(name, "EXAMINE") == 0) { /* SELECTS */

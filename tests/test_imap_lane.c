@@ -134,6 +134,10 @@ static void test_reads(void)
     CHECK_EQ_INT(il_lane("a SELECT INBOX", 0, 0), JOB_LANE_READ);
     CHECK_EQ_INT(il_lane("a EXAMINE INBOX", 0, 0), JOB_LANE_READ);
     CHECK_EQ_INT(il_lane("a STATUS INBOX (MESSAGES UNSEEN)", 0, 0), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a LIST \"\" *", 0, 0), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a LSUB \"\" *", 0, 0), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a LIST \"\" * RETURN (STATUS (MESSAGES UNSEEN))", 0, 0), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a CREATE Work", 0, 0), JOB_LANE_SHORT); /* writes stay */
     il_not_selected = 0;
 }
 
