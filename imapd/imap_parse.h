@@ -268,8 +268,8 @@ struct imap_search_key {
     struct imap_seqset *set; /* SEQSET/UIDSET: owned by the search */
     uint32_t child;          /* first child key or IMAP_NODE_NONE */
     uint32_t next;           /* next sibling key */
-    /* imap_search_shape.c's, while it looks for repeats: the key's hash (never 0), 0 once
-     * the key is dropped as a repeat */
+    /* imap_search_shape.c's: while it looks for repeats the key's hash (never 0; 0 once
+     * dropped as a repeat), then 1 for a key in the tree and 0 for one out of it */
     uint64_t hash;
 };
 
