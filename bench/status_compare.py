@@ -12,84 +12,58 @@ USAGE
   bench/status_compare.py --server old=127.0.0.1:1143 --server new=127.0.0.1:2143 \\
       --server dovecot=127.0.0.1:3143 --user u1@bench.example --password-file PW \\
       [--rounds 3] [--polls 300] [--folders 1000]
-Prints a Markdown table, milliseconds.
+Servers on this machine (the connection is bigmail.py's, to 127.0.0.1). Prints a Markdown
+table, milliseconds.
 """
 import argparse
-import socket
+import os
 import sys
 import threading
 import time
 
-MESSAGE = b"From: load@example.org\r\nSubject: status load\r\n\r\n" + b"a line of body\r\n" * 200
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bigmail  # noqa: E402  (Imap)
+
+MESSAGE = "From: load@example.org\r\nSubject: status load\r\n\r\n" + "a line of body\r\n" * 200
 
 
-class Imap:
-    def __init__(self, host, port, user, password):
-        self.sock = socket.create_connection((host, port), timeout=300)
-        self.buf = b""
-        self.n = 0
-        self.line()
-        if self.command(b'LOGIN "%s" "%s"' % (user.encode(), password.encode())) != b"OK":
-            raise RuntimeError("LOGIN refused on port %d" % port)
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise EOFError("the server closed the connection")
-            self.buf += data
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def command(self, text):
-        """Sends text; the status word of its tagged line."""
-        self.n += 1
-        tag = b"s%d " % self.n
-        self.sock.sendall(tag + text + b"\r\n")
-        while True:
-            line = self.line()
-            if line.startswith(tag):
-                return line[len(tag):].split(b" ")[0]
-
-    def pipelined(self, texts):
-        """Sends every command at once; the time until the last is answered, or None if any
-        was not OK."""
-        t0 = time.perf_counter()
-        self.sock.sendall(b"".join(b"p%d %s\r\n" % (i, t) for i, t in enumerate(texts)))
-        left, ok = len(texts), True
-        while left > 0:
-            line = self.line()
-            if line.startswith(b"p"):
-                left -= 1
-                ok = ok and line.split(b" ")[1] == b"OK"
-        took = time.perf_counter() - t0
-        return took if ok else None
-
-    def close(self):
-        self.command(b"LOGOUT")
-        self.sock.close()
+def login(port, user, password):
+    c = bigmail.Imap(port, timeout=300)
+    c.ok('LOGIN "%s" "%s"' % (user, password))
+    return c
 
 
-def polls_under_appends(server, user, password, polls):
+def pipelined(c, texts):
+    """Sends every command at once on c; the time until the last is answered, or None if any
+    was not OK."""
+    t0 = time.perf_counter()
+    c.sock.sendall("".join("p%d %s\r\n" % (i, t) for i, t in enumerate(texts)).encode())
+    left, ok = len(texts), True
+    while left > 0:
+        line = c._line()
+        if line.startswith(b"p"):
+            left -= 1
+            ok = ok and line.split(b" ")[1] == b"OK"
+    took = time.perf_counter() - t0
+    return took if ok else None
+
+
+def polls_under_appends(port, user, password, polls):
     """STATUS round trips (seconds) of sc-load while a second session APPENDs to it."""
-    host, port = server
-    poller = Imap(host, port, user, password)
-    appender = Imap(host, port, user, password)
+    poller = login(port, user, password)
+    appender = login(port, user, password)
     stop = threading.Event()
 
     def append_loop():
         while not stop.is_set():
-            appender.command(b"APPEND sc-load {%d+}\r\n%s" % (len(MESSAGE), MESSAGE))
+            appender.ok("APPEND sc-load {%d+}\r\n%s" % (len(MESSAGE), MESSAGE))
 
     thread = threading.Thread(target=append_loop)
     thread.start()
     time.sleep(0.3)
     times = []
     for _ in range(polls):
-        t0 = time.perf_counter()
-        if poller.command(b"STATUS sc-load (MESSAGES UNSEEN UIDNEXT)") != b"OK":
-            raise RuntimeError("STATUS refused on port %d" % port)
-        times.append(time.perf_counter() - t0)
+        times.append(poller.ok("STATUS sc-load (MESSAGES UNSEEN UIDNEXT)")[1])
     stop.set()
     thread.join()
     appender.close()
@@ -112,34 +86,33 @@ def main():
     p.add_argument("--folders", type=int, default=1000)
     a = p.parse_args()
     password = open(a.password_file).read().strip()
-    names, servers = [], []
+    names, ports = [], []
     for spec in a.server:
         name, addr = spec.split("=", 1)
-        host, port = addr.rsplit(":", 1)
         names.append(name)
-        servers.append((host, int(port)))
-    folders = [b"sc-%d" % i for i in range(a.folders)]
-    for host, port in servers:
-        c = Imap(host, port, a.user, password)
-        c.command(b"CREATE sc-load")
-        if c.pipelined([b"CREATE " + f for f in folders]) is None:
+        ports.append(int(addr.rsplit(":", 1)[-1]))
+    folders = ["sc-%d" % i for i in range(a.folders)]
+    for port in ports:
+        c = login(port, a.user, password)
+        c.command("CREATE sc-load")
+        if pipelined(c, ["CREATE " + f for f in folders]) is None:
             print("note: some folders already existed on port %d" % port, file=sys.stderr)
         c.close()
-    polls = [[] for _ in servers]
-    whole = [[] for _ in servers]
+    polls = [[] for _ in ports]
+    whole = [[] for _ in ports]
     for r in range(a.rounds):
-        order = list(range(len(servers)))
+        order = list(range(len(ports)))
         if r % 2 == 1:
             order.reverse()
         for i in order:
-            polls[i] += polls_under_appends(servers[i], a.user, password, a.polls)
-            c = Imap(servers[i][0], servers[i][1], a.user, password)
-            whole[i].append(c.pipelined([b"STATUS %s (MESSAGES UNSEEN UIDNEXT)" % f
-                                         for f in folders]))
+            polls[i] += polls_under_appends(ports[i], a.user, password, a.polls)
+            c = login(ports[i], a.user, password)
+            whole[i].append(pipelined(c, ["STATUS %s (MESSAGES UNSEEN UIDNEXT)" % f
+                                          for f in folders]))
             c.close()
-    for host, port in servers:
-        c = Imap(host, port, a.user, password)
-        c.pipelined([b"DELETE " + f for f in folders + [b"sc-load"]])
+    for port in ports:
+        c = login(port, a.user, password)
+        pipelined(c, ["DELETE " + f for f in folders + ["sc-load"]])
         c.close()
     print("| STATUS | " + " | ".join(names) + " |")
     print("|---|" + "---:|" * len(names))
