@@ -10,8 +10,15 @@
  *     plus every keyword seen since; it only grows while the mailbox is selected (a keyword
  *     once announced stays valid, as Dovecot keeps it). Keywords compare without regard to
  *     ASCII case (RFC 3501 2.3.2 flags are case-insensitive); the first spelling is kept.
- *   - A linear scan per keyword: mailboxes define a few dozen keywords, the store limits a
- *     message to keywords_max of them.
+ *   - A keyword is looked up in a hash table over the set, not by walking it: a mailbox
+ *     whose messages carry thousands of distinct keywords (each message may have
+ *     keywords_max of them) made a walk per keyword quadratic -- a first SELECT of 10,000
+ *     messages with 10 of 10,000 keywords each took 2.8 s and every later one 0.37 s, where
+ *     Dovecot takes 46 ms. The hash is libsodium's keyed SipHash (crypto_shorthash) of the
+ *     keyword folded to lower case, under a key drawn once per process, so a client cannot
+ *     choose keywords that all land on one slot. Open addressing, linear probing, at most
+ *     half full; a slot holds the hash's high 32 bits and the name's index + 1 (0: empty),
+ *     so most probes compare no text and growing the table hashes nothing again.
  *   - A message's keywords (its space-separated list) are a shared, reference-counted string
  *     (imap_kw_*): consecutive messages with the same list point at the same bytes, and a
  *     chunk of messages (imap_msgs.c) holds a reference per message, so sharing a chunk
@@ -24,6 +31,8 @@
 #include "imap_session.h"
 #include "mailvault.h"
 
+#include <pthread.h>
+#include <sodium.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -79,14 +88,94 @@ void imap_kw_unref(const char *kw)
     }
 }
 
-static int imap_keyword_known(const struct imap_view *v, const char *kw, size_t len)
+static unsigned char imap_keyword_hash_key[crypto_shorthash_KEYBYTES];
+static pthread_once_t imap_keyword_hash_once = PTHREAD_ONCE_INIT;
+
+static void imap_keyword_hash_init(void)
 {
-    for (size_t i = 0; i < v->keyword_count; i++) {
-        if (strlen(v->keyword_names[i]) == len && strncasecmp(v->keyword_names[i], kw, len) == 0) {
-            return 1;
+    /* sodium_init() fails only without a random source; the key then stays zero, which
+     * keeps every lookup correct and gives up only the protection against chosen keywords. */
+    if (sodium_init() >= 0) {
+        randombytes_buf(imap_keyword_hash_key, sizeof imap_keyword_hash_key);
+    }
+}
+
+/* SipHash of the keyword in ASCII lower case (flags compare without regard to it). */
+static uint64_t imap_keyword_hash(const char *kw, size_t len)
+{
+    unsigned char small[256];
+    unsigned char *folded = len <= sizeof small ? small : malloc(len);
+    uint64_t h = 0;
+    unsigned char out[crypto_shorthash_BYTES];
+    if (folded == NULL) {
+        /* Out of memory for a keyword over 256 bytes: its length alone still finds it,
+         * only with more comparisons of text. */
+        return (uint64_t)len * 0x9e3779b97f4a7c15u;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)kw[i];
+        folded[i] = c >= 'A' && c <= 'Z' ? (unsigned char)(c - 'A' + 'a') : c;
+    }
+    (void)pthread_once(&imap_keyword_hash_once, imap_keyword_hash_init);
+    crypto_shorthash(out, folded, len, imap_keyword_hash_key);
+    memcpy(&h, out, sizeof h);
+    if (folded != small) {
+        free(folded);
+    }
+    return h;
+}
+
+/* A slot: the hash's high 32 bits (which also choose its place) and the name's index + 1. */
+#define IMAP_KW_SLOT(h, index)        (((h)&0xffffffff00000000u) | (uint64_t)((index) + 1))
+#define IMAP_KW_SLOT_INDEX(slot)      ((size_t)((slot)&0xffffffffu) - 1)
+#define IMAP_KW_SLOT_HOME(slot, mask) ((size_t)((slot) >> 32) & (mask))
+
+/* The slot that holds kw, or the empty slot where it would go. */
+static uint64_t *imap_keyword_slot(struct imap_view *v, const char *kw, size_t len, uint64_t h)
+{
+    size_t mask = v->keyword_slot_count - 1;
+    for (size_t i = IMAP_KW_SLOT_HOME(h, mask);; i = (i + 1) & mask) {
+        uint64_t *slot = &v->keyword_slots[i];
+        if (*slot == 0) {
+            return slot;
+        }
+        if ((*slot >> 32) != (h >> 32)) {
+            continue;
+        }
+        const char *name = v->keyword_names[IMAP_KW_SLOT_INDEX(*slot)];
+        v->keyword_compares++;
+        if (strncasecmp(name, kw, len) == 0 && name[len] == '\0') {
+            return slot;
         }
     }
-    return 0;
+}
+
+/* Room for one more name with the table at most half full: doubled, each slot moved to its
+ * place in the larger table by the hash bits it keeps (no name hashed or compared again). */
+static int imap_keyword_room(struct imap_view *v)
+{
+    if ((v->keyword_count + 1) * 2 <= v->keyword_slot_count) {
+        return MV_OK;
+    }
+    size_t count = v->keyword_slot_count != 0 ? v->keyword_slot_count * 2 : 64;
+    uint64_t *slots = calloc(count, sizeof *slots);
+    if (slots == NULL) {
+        return MV_ENOMEM;
+    }
+    for (size_t i = 0; i < v->keyword_slot_count; i++) {
+        uint64_t slot = v->keyword_slots[i];
+        if (slot != 0) {
+            size_t j = IMAP_KW_SLOT_HOME(slot, count - 1);
+            while (slots[j] != 0) {
+                j = (j + 1) & (count - 1);
+            }
+            slots[j] = slot;
+        }
+    }
+    free(v->keyword_slots);
+    v->keyword_slots = slots;
+    v->keyword_slot_count = count;
+    return MV_OK;
 }
 
 int imap_view_keywords_add(struct imap_view *v, const char *keywords)
@@ -94,7 +183,12 @@ int imap_view_keywords_add(struct imap_view *v, const char *keywords)
     int added = 0;
     for (const char *p = keywords; p != NULL && *p != '\0';) {
         size_t len = strcspn(p, " ");
-        if (len > 0 && !imap_keyword_known(v, p, len)) {
+        if (len > 0 && imap_keyword_room(v) != MV_OK) {
+            return MV_ENOMEM;
+        }
+        uint64_t h = len > 0 ? imap_keyword_hash(p, len) : 0;
+        uint64_t *slot = len > 0 ? imap_keyword_slot(v, p, len, h) : NULL;
+        if (slot != NULL && *slot == 0) {
             if (v->keyword_count == v->keyword_cap) {
                 size_t cap = v->keyword_cap != 0 ? v->keyword_cap * 2 : 16;
                 char **grown = realloc(v->keyword_names, cap * sizeof *grown);
@@ -108,6 +202,7 @@ int imap_view_keywords_add(struct imap_view *v, const char *keywords)
             if (copy == NULL) {
                 return MV_ENOMEM;
             }
+            *slot = IMAP_KW_SLOT(h, v->keyword_count);
             v->keyword_names[v->keyword_count++] = copy;
             added = 1;
         }
@@ -123,8 +218,10 @@ void imap_view_keywords_free(struct imap_view *v)
         free(v->keyword_names[i]);
     }
     free(v->keyword_names);
+    free(v->keyword_slots);
     v->keyword_names = NULL;
-    v->keyword_count = v->keyword_cap = 0;
+    v->keyword_slots = NULL;
+    v->keyword_count = v->keyword_cap = v->keyword_slot_count = v->keyword_compares = 0;
 }
 
 void imap_flags_announce(const struct imap_view *v, struct buf *out)

@@ -108,10 +108,15 @@ struct imap_view {
     /* Set by imap_view_load: the sequence number of the first message without \Seen, 0 if
      * none (SELECT's UNSEEN); not kept up to date after. */
     size_t first_unseen;
-    /* The keywords announced in FLAGS (imap_keywords.c): malloc'd strings. */
+    /* The keywords announced in FLAGS (imap_keywords.c): malloc'd strings, in the order
+     * they were first seen, and a hash table over them (keyword_slot_count slots, a power of
+     * two, 0 when keyword_slots is NULL) so that looking one up does not walk the set. */
     char **keyword_names;
     size_t keyword_count;
     size_t keyword_cap;
+    uint64_t *keyword_slots;
+    size_t keyword_slot_count;
+    size_t keyword_compares; /* names compared as text so far (a test's count of the work) */
 };
 
 struct imap_session {
