@@ -219,7 +219,7 @@ static void test_ranges_errors(void)
                  MV_ENOTFOUND);
     CHECK_EQ_INT(ur_highest(s, "INBOX"), before);
     CHECK_EQ_INT(ur_status(s, "INBOX").unseen, 4);
-    /* keywords_max (library default 100 or less): adding one more than fits fails and names
+    /* keywords_max (library default 256): adding more than fit fails and names
      * the limit, and nothing changes. */
     char words[8192] = "";
     for (int i = 0; i < 300; i++) {
