@@ -232,8 +232,8 @@ typedef struct mv_store mv_store;
 /* Limits: every one is enforced with MV_ELIMIT and a message that names it. */
 struct mv_limits {
     uint64_t message_size_max;   /* bytes of one message; default 64 MiB */
-    uint32_t header_count_max;   /* header fields in one message; default 1000 */
-    uint32_t header_size_max;    /* bytes of one header field, folded; default 64 KiB */
+    uint32_t header_count_max;   /* header fields in one message; default 10000 */
+    uint32_t header_size_max;    /* bytes of one header field, folded; default 1 MiB */
     uint32_t keywords_max;       /* keywords on one message; default 256 */
     uint32_t keyword_size_max;   /* bytes of one keyword; default 128 */
     uint32_t mailbox_name_max;   /* bytes of a mailbox name; default 512 */
@@ -242,7 +242,7 @@ struct mv_limits {
 };
 #define MV_LIMITS_DEFAULT                                                                          \
     {                                                                                              \
-        64u << 20, 1000, 64u << 10, 256, 128, 512, 10000, 100000                                   \
+        64u << 20, 10000, 1u << 20, 256, 128, 512, 10000, 100000                                   \
     }
 
 #define MV_STORE_CREATE   0x01 /* mv_store_open: create if missing (mv_store_init does more) */
