@@ -11,6 +11,8 @@
  *   - a part section is either refused (-1) or a range inside the message.
  *   - ENVELOPE read from the header's bytes with the common address forms read without GMime
  *     is the same as through GMime's message and address parser.
+ *   - BODYSTRUCTURE and BODY from the top part alone (imap_mime_open_structure, no GMime
+ *     message) are the same as from the message.
  *
  * Corpus: fuzz/corpus/imap_mime (multipart, nested message/rfc822, broken MIME, groups).
  */
@@ -64,10 +66,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (imap_mime_open_envelope((const char *)data, size, &e) != MV_OK || e == NULL) {
         abort();
     }
+    struct imap_mime *t = NULL; /* BODYSTRUCTURE without GMime's message: the same answer */
+    if (imap_mime_open_structure((const char *)data, size, &t) != MV_OK || t == NULL) {
+        abort();
+    }
     struct buf out = {0}, env = {0};
     for (int utf8 = 0; utf8 <= 1; utf8++) { /* a plain session, then one with UTF8=ACCEPT */
         imap_mime_set_utf8(m, utf8);
         imap_mime_set_utf8(e, utf8);
+        imap_mime_set_utf8(t, utf8);
         buf_free(&out);
         buf_free(&env);
         imap_mime_envelope(m, &out);
@@ -82,6 +89,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             buf_free(&out);
             imap_mime_bodystructure(m, &out, ext);
             if (out.oom || out.len == 0 || out.data[0] != '(' || !fuzz_balanced(&out)) {
+                abort();
+            }
+            buf_free(&env);
+            imap_mime_bodystructure(t, &env, ext);
+            if (env.oom || env.len != out.len || memcmp(env.data, out.data, out.len) != 0) {
                 abort();
             }
         }
@@ -103,6 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     buf_free(&out);
     buf_free(&env);
+    imap_mime_close(&t);
     imap_mime_close(&e);
     imap_mime_close(&m);
     return 0;

@@ -306,11 +306,13 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
                                                        &raw, &len)
                              : imap_fetch_whole_copy(x, i, &raw, &len);
         if (rc == MV_OK && need_mime) {
-            /* ENVELOPE alone reads a plain header's fields without GMime's message; raw
-             * stays until after imap_mime_close() */
-            rc = (items & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) == 0
-                     ? imap_mime_open_envelope(raw, len, &mime)
-                     : imap_mime_open(raw, len, &mime);
+            /* ENVELOPE alone reads a plain header's fields without GMime's message (raw
+             * stays until after imap_mime_close()); BODYSTRUCTURE or BODY alone parses the
+             * top part without the message's address fields */
+            int structure = (items & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
+            rc = !structure                           ? imap_mime_open_envelope(raw, len, &mime)
+                 : (items & IMAP_FETCH_ENVELOPE) == 0 ? imap_mime_open_structure(raw, len, &mime)
+                                                      : imap_mime_open(raw, len, &mime);
             if (rc == MV_OK) {
                 imap_mime_set_utf8(mime, x->s->utf8_accept);
             }

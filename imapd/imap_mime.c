@@ -62,6 +62,8 @@
 
 struct imap_mime {
     GMimeMessage *message; /* NULL: not MIME-parsable, described as one text part */
+    GMimeObject *top;      /* imap_mime_open_structure: the top part, parsed without the
+                              message (message stays NULL); NULL as message is */
     const char *hdr;       /* imap_mime_open_envelope on a plain header: its bytes (the
                               caller's), used instead of message; else NULL */
     size_t hdr_len;
@@ -127,7 +129,8 @@ static void imap_mime_stream_drop(GMimeStream *stream)
     g_object_unref(stream);
 }
 
-int imap_mime_open(const char *raw, size_t len, struct imap_mime **out)
+/* imap_mime_open, or with structure_only imap_mime_open_structure. */
+static int imap_mime_parse(const char *raw, size_t len, int structure_only, struct imap_mime **out)
 {
     struct imap_mime *m = calloc(1, sizeof *m);
     *out = NULL;
@@ -143,9 +146,14 @@ int imap_mime_open(const char *raw, size_t len, struct imap_mime **out)
         GMimeStream *stream = g_mime_stream_mem_new_with_buffer(raw, len);
         GMimeParser *parser = g_mime_parser_new_with_stream(stream);
         g_mime_parser_set_persist_stream(parser, TRUE);
-        m->message = g_mime_parser_construct_message(parser, NULL);
+        if (structure_only) {
+            m->top = g_mime_parser_construct_part(parser, NULL);
+        } else {
+            m->message = g_mime_parser_construct_message(parser, NULL);
+        }
         g_object_unref(parser);
-        if (m->message != NULL) { /* the copy is the raw message for BODYSTRUCTURE's sizes */
+        if (m->message != NULL || m->top != NULL) {
+            /* the copy is the raw message for BODYSTRUCTURE's sizes */
             GByteArray *bytes = g_mime_stream_mem_get_byte_array(GMIME_STREAM_MEM(stream));
             m->stream = stream;
             m->raw = bytes != NULL && bytes->len == len ? (const char *)bytes->data : NULL;
@@ -155,6 +163,11 @@ int imap_mime_open(const char *raw, size_t len, struct imap_mime **out)
     }
     *out = m;
     return MV_OK;
+}
+
+int imap_mime_open(const char *raw, size_t len, struct imap_mime **out)
+{
+    return imap_mime_parse(raw, len, 0, out);
 }
 
 /* The end of the line at at (after its LF, or end). */
@@ -220,6 +233,14 @@ int imap_mime_open_envelope(const char *raw, size_t len, struct imap_mime **out)
     return MV_OK;
 }
 
+int imap_mime_open_structure(const char *raw, size_t len, struct imap_mime **out)
+{
+    /* GMime's message and its top part part ways only on a header that is not plain (an mbox
+     * From_ line, a line without a colon, a leading continuation): those keep the message. */
+    return imap_mime_parse(raw, len, imap_mime_header_plain(raw, mv_message_header_len(raw, len)),
+                           out);
+}
+
 void imap_mime_close(struct imap_mime **m)
 {
     if (m == NULL || *m == NULL) {
@@ -227,6 +248,9 @@ void imap_mime_close(struct imap_mime **m)
     }
     if ((*m)->message != NULL) {
         g_object_unref((*m)->message);
+    }
+    if ((*m)->top != NULL) {
+        g_object_unref((*m)->top);
     }
     if ((*m)->stream != NULL) {
         imap_mime_stream_drop((*m)->stream);
@@ -1067,7 +1091,10 @@ static void imap_mime_multipart(struct buf *out,
     GMimeMultipart *mp = GMIME_MULTIPART(obj);
     int n = g_mime_multipart_get_count(mp);
     GMimeContentType *ct = g_mime_object_get_content_type(obj);
-    const char *boundary = g_mime_multipart_get_boundary(mp);
+    /* The parameter as the message has it: g_mime_multipart_get_boundary() makes up a random
+     * one when there is none and sets it on the content type, so BODYSTRUCTURE listed a
+     * BOUNDARY the message does not have, different at every FETCH. */
+    const char *boundary = ct != NULL ? g_mime_content_type_get_parameter(ct, "boundary") : NULL;
     const char *sub = ct != NULL ? g_mime_content_type_get_media_subtype(ct) : NULL;
     int digest = sub != NULL && strcasecmp(sub, "digest") == 0;
     int known = span != NULL && boundary != NULL && boundary[0] != '\0';
@@ -1212,7 +1239,8 @@ static void imap_mime_body(struct buf *out,
 
 void imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int extensible)
 {
-    if (m->message == NULL) {
+    GMimeObject *part = m->message != NULL ? g_mime_message_get_mime_part(m->message) : m->top;
+    if (m->message == NULL && m->top == NULL) {
         buf_printf(out,
                    "(\"TEXT\" \"PLAIN\" (\"CHARSET\" \"US-ASCII\") NIL NIL \"7BIT\" %zu %zu%s)",
                    m->body_size, m->body_lines, extensible ? " NIL NIL NIL NIL" : "");
@@ -1223,8 +1251,7 @@ void imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int ext
     if (m->raw != NULL) {
         top.body = imap_mime_body_start(m->raw, 0, m->size);
     }
-    imap_mime_body(out, g_mime_message_get_mime_part(m->message), extensible, 0, m->raw,
-                   m->raw != NULL ? &top : NULL, m->utf8);
+    imap_mime_body(out, part, extensible, 0, m->raw, m->raw != NULL ? &top : NULL, m->utf8);
 }
 
 /* ---- BODY[part] ---- */
