@@ -13,6 +13,10 @@
 
 struct imap_mime;
 
+/* Lines that could open a MIME part or a header field ("--...", "name:") beyond which a
+ * message is not handed to GMime (one text part in BODYSTRUCTURE; sections by the raw walk). */
+#define IMAP_MIME_STRUCTURE_MAX 60000
+
 /* Once, before any thread parses (main.c). */
 void imap_mime_init(void);
 /* Parses raw (copied; raw may go after the call). MV_OK or MV_ENOMEM. */

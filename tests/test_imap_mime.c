@@ -247,7 +247,7 @@ static void test_too_much_structure(void)
     /* Over IMAP_MIME_STRUCTURE_MAX lines that could open a field: one text part, as in
      * BODYSTRUCTURE. */
     static const char head[] = "Content-Type: multipart/mixed; boundary=B\n\n--B\n\n";
-    size_t lines = 10001, n = strlen(head) + lines * 4 + 1;
+    size_t lines = IMAP_MIME_STRUCTURE_MAX + 1, n = strlen(head) + lines * 4 + 1;
     char *msg = malloc(n);
     CHECK(msg != NULL);
     memcpy(msg, head, strlen(head));
@@ -466,7 +466,7 @@ static void test_empty_header(void)
 
     /* The fallback BODYSTRUCTURE (too much structure for GMime) counts the same body: all
      * but the first line. */
-    size_t lines = 10001, n = 1 + lines * 4;
+    size_t lines = IMAP_MIME_STRUCTURE_MAX + 1, n = 1 + lines * 4;
     char *flat = malloc(n + 1);
     CHECK(flat != NULL);
     flat[0] = '\n';
@@ -893,6 +893,42 @@ static void test_multipart_without_boundary(void)
     }
 }
 
+/* A message of 5,000 attachments (15,000 lines that could open a part or a field) is
+ * described part by part, as the store indexed it at delivery and as Dovecot describes up to
+ * 10,000 parts; with the bound at 10,000 lines in all it was one text part. */
+static void test_five_thousand_parts(void)
+{
+    char *msg = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&msg, &len);
+    CHECK(f != NULL);
+    if (f == NULL) {
+        return;
+    }
+    fputs("Subject: p\r\nContent-Type: multipart/mixed; boundary=zz\r\n\r\n", f);
+    for (int i = 0; i < 5000; i++) {
+        fprintf(f,
+                "--zz\r\nContent-Type: text/plain; name=\"p%d.txt\"\r\n"
+                "Content-Disposition: attachment\r\n\r\npart %d\r\n",
+                i, i);
+    }
+    fputs("--zz--\r\n", f);
+    fclose(f);
+    struct imap_mime *m = NULL;
+    CHECK_EQ_INT(imap_mime_open_structure(msg, len, &m), MV_OK);
+    struct buf b = {0};
+    imap_mime_bodystructure(m, &b, 1);
+    imap_mime_close(&m);
+    size_t parts = 0;
+    for (const char *p = b.data; p != NULL && (p = strstr(p, "(\"NAME\" \"p")) != NULL; p++) {
+        parts++;
+    }
+    CHECK_EQ_INT(parts, 5000);
+    CHECK(b.data != NULL && strstr(b.data, "(\"NAME\" \"p4999.txt\")") != NULL);
+    buf_free(&b);
+    free(msg);
+}
+
 int main(void)
 {
     imap_mime_init();
@@ -913,5 +949,6 @@ int main(void)
     TEST(test_envelope_simple_addresses);
     TEST(test_bodystructure_without_message);
     TEST(test_multipart_without_boundary);
+    TEST(test_five_thousand_parts);
     return th_summary();
 }
