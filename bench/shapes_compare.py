@@ -14,7 +14,7 @@ USAGE
   bench/shapes_compare.py --server old=127.0.0.1:1143 --server new=127.0.0.1:2143 \\
       --server dovecot=127.0.0.1:3143 --user u1@bench.example --password-file PW \\
       [--rounds 5] [--messages 2000] [--pool 2000] [--per 10] [--addresses 10000]
-Servers on this machine (the connection is bigmail.py's, to 127.0.0.1). Prints a Markdown
+Servers on this machine (the connection and its helpers are status_compare.py's). Prints a Markdown
 table, milliseconds.
 """
 import argparse
@@ -24,59 +24,40 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bigmail  # noqa: E402  (Imap)
-
-
-def login(port, user, password):
-    c = bigmail.Imap(port, timeout=600)
-    c.ok('LOGIN "%s" "%s"' % (user, password))
-    return c
-
-
-def pipelined(c, commands):
-    """Sends every command (bytes) at once on c and reads until each is answered; whether all
-    were OK."""
-    c.sock.sendall(b"".join(b"p%d %s\r\n" % (i, t) for i, t in enumerate(commands)))
-    left, ok = len(commands), True
-    while left > 0:
-        line = c._line()
-        if line.startswith(b"p") and b" " in line:
-            left -= 1
-            ok = ok and line.split(b" ")[1] == b"OK"
-    return ok
+from status_compare import add_server_args, login, pipelined, servers  # noqa: E402
 
 
 def small_message(i):
-    return b"From: k%d@example.org\r\nSubject: keywords %d\r\n\r\nbody %d\r\n" % (i, i, i)
+    return "From: k%d@example.org\r\nSubject: keywords %d\r\n\r\nbody %d\r\n" % (i, i, i)
 
 
 def big_to_message(addresses):
-    to = b",\r\n ".join(b'"User %d" <user%d@example%d.org>' % (i, i, i % 97)
-                        for i in range(addresses))
-    return (b"From: a@example.org\r\nTo: " + to + b"\r\nSubject: many addresses\r\n"
-            b"MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=zz\r\n\r\n"
-            b"--zz\r\nContent-Type: text/plain\r\n\r\nhello\r\n--zz\r\n"
-            b"Content-Type: application/pdf\r\n\r\nxxxx\r\n--zz--\r\n")
+    to = ",\r\n ".join('"User %d" <user%d@example%d.org>' % (i, i, i % 97)
+                       for i in range(addresses))
+    return ("From: a@example.org\r\nTo: " + to + "\r\nSubject: many addresses\r\n"
+            "MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=zz\r\n\r\n"
+            "--zz\r\nContent-Type: text/plain\r\n\r\nhello\r\n--zz\r\n"
+            "Content-Type: application/pdf\r\n\r\nxxxx\r\n--zz--\r\n")
 
 
 def setup(port, a, password):
     c = login(port, a.user, password)
     c.command("CREATE sh-kw")
     c.command("CREATE sh-big")
-    appends = [b"APPEND sh-kw {%d+}\r\n%s" % (len(m), m)
+    appends = ["APPEND sh-kw {%d+}\r\n%s" % (len(m), m)
                for m in (small_message(i) for i in range(a.messages))]
-    if not pipelined(c, appends):
+    if pipelined(c, appends) is None:
         raise RuntimeError("port %d: an APPEND failed" % port)
     big = big_to_message(a.addresses)
     # a server may refuse it (mailvaultd before 992fc31: header_size_max 64 KiB)
-    took_big = pipelined(c, [b"APPEND sh-big {%d+}\r\n%s" % (len(big), big)])
+    took_big = pipelined(c, ["APPEND sh-big {%d+}\r\n%s" % (len(big), big)]) is not None
     c.ok("SELECT sh-kw")
     stores = []
     for i in range(1, a.messages + 1):
-        kws = b" ".join(b"tag%05d" % ((i * (j * 7 + 1) + j * 131) % a.pool)
-                        for j in range(a.per))
-        stores.append(b"STORE %d +FLAGS.SILENT (%s)" % (i, kws))
-    if not pipelined(c, stores):
+        kws = " ".join("tag%05d" % ((i * (j * 7 + 1) + j * 131) % a.pool)
+                       for j in range(a.per))
+        stores.append("STORE %d +FLAGS.SILENT (%s)" % (i, kws))
+    if pipelined(c, stores) is None:
         raise RuntimeError("port %d: a STORE failed" % port)
     c.ok("CLOSE")
     c.close()
@@ -96,21 +77,14 @@ def one_round(port, a, password, took_big):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--server", action="append", required=True, help="NAME=HOST:PORT")
-    p.add_argument("--user", required=True)
-    p.add_argument("--password-file", required=True)
+    add_server_args(p)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--messages", type=int, default=2000)
     p.add_argument("--pool", type=int, default=2000)
     p.add_argument("--per", type=int, default=10)
     p.add_argument("--addresses", type=int, default=10000)
     a = p.parse_args()
-    password = open(a.password_file).read().strip()
-    names, ports = [], []
-    for spec in a.server:
-        name, addr = spec.split("=", 1)
-        names.append(name)
-        ports.append(int(addr.rsplit(":", 1)[-1]))
+    names, ports, password = servers(a)
     took_big = []
     for port in ports:
         t0 = time.perf_counter()

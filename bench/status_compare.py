@@ -71,6 +71,23 @@ def polls_under_appends(port, user, password, polls):
     return times
 
 
+def add_server_args(p):
+    """--server NAME=HOST:PORT (repeated), --user, --password-file: the compare scripts' own."""
+    p.add_argument("--server", action="append", required=True, help="NAME=HOST:PORT")
+    p.add_argument("--user", required=True)
+    p.add_argument("--password-file", required=True)
+
+
+def servers(a):
+    """The names, ports and password that add_server_args' options give."""
+    names, ports = [], []
+    for spec in a.server:
+        name, addr = spec.split("=", 1)
+        names.append(name)
+        ports.append(int(addr.rsplit(":", 1)[-1]))
+    return names, ports, open(a.password_file).read().strip()
+
+
 def pct(values, p):
     values = sorted(values)
     return values[min(len(values) - 1, int(len(values) * p))] * 1000
@@ -78,19 +95,12 @@ def pct(values, p):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--server", action="append", required=True, help="NAME=HOST:PORT")
-    p.add_argument("--user", required=True)
-    p.add_argument("--password-file", required=True)
+    add_server_args(p)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--polls", type=int, default=300)
     p.add_argument("--folders", type=int, default=1000)
     a = p.parse_args()
-    password = open(a.password_file).read().strip()
-    names, ports = [], []
-    for spec in a.server:
-        name, addr = spec.split("=", 1)
-        names.append(name)
-        ports.append(int(addr.rsplit(":", 1)[-1]))
+    names, ports, password = servers(a)
     folders = ["sc-%d" % i for i in range(a.folders)]
     for port in ports:
         c = login(port, a.user, password)
