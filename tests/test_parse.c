@@ -700,6 +700,41 @@ static void test_text_cap(void)
     free(m.data);
 }
 
+/* The header's indexed text (SEARCH TEXT) keeps a word at the end of a 400 KB To: (10,000
+ * addresses, within header_size_max), and is cut at STORE_PARSE_HEADER_TEXT_MAX on a
+ * character when the header is longer still (the cut was 64 KiB: the word was lost). */
+static void test_header_text_cap(void)
+{
+    struct tp_text m = {NULL, 0, 0};
+    tp_text_add(&m, "From: a@example.org\r\nTo: ");
+    for (int i = 0; i < 10000; i++) {
+        tp_text_add(&m, "%s\"User %d\" <user%d@example.org>", i > 0 ? ",\r\n " : "", i, i);
+    }
+    tp_text_add(&m, "\r\nSubject: s\r\n\r\nbody\r\n");
+    struct store_parsed p;
+    CHECK(tp_parse(m.data, m.len, TP_SPLIT_MIN, &p) == MV_OK);
+    CHECK(strstr(p.header_text, "user9999@example.org") != NULL);
+    CHECK(strstr(p.header_text, "Subject: s") != NULL);
+    store_parsed_free(&p);
+    free(m.data);
+
+    m = (struct tp_text){NULL, 0, 0};
+    for (int i = 0; i < 3; i++) { /* three fields of 600 KiB of two-byte characters */
+        tp_text_add(&m, "X-Big-%d: ", i);
+        for (int j = 0; j < 600 * 1024 / 62; j++) {
+            tp_text_add(&m, "%s%s", j > 0 ? "\r\n " : "", "ééééééééééééééééééééééééééééééé");
+        }
+        tp_text_add(&m, "\r\n");
+    }
+    tp_text_add(&m, "\r\nbody\r\n");
+    CHECK(tp_parse(m.data, m.len, TP_SPLIT_MIN, &p) == MV_OK);
+    size_t n = strlen(p.header_text);
+    CHECK(n <= STORE_PARSE_HEADER_TEXT_MAX && n >= STORE_PARSE_HEADER_TEXT_MAX - 4);
+    CHECK(g_utf8_validate(p.header_text, (gssize)n, NULL));
+    store_parsed_free(&p);
+    free(m.data);
+}
+
 /* Undeclared 8-bit text is read as ISO-8859-1; a wrong declaration ends in U+FFFD. */
 static void test_text_charsets(void)
 {
@@ -783,6 +818,7 @@ int main(void)
     TEST(test_corpus_text);
     TEST(test_corpus_no_text);
     TEST(test_limit_header_count);
+    TEST(test_header_text_cap);
     TEST(test_limit_header_size);
     TEST(test_limit_message_size);
     TEST(test_garbage_input);

@@ -61,8 +61,10 @@ struct store_parsed {
     const struct store_blob_prepacked *prepacked;
 };
 
-#define STORE_PARSE_TEXT_MAX        (1u << 20)
-#define STORE_PARSE_HEADER_TEXT_MAX (64u << 10)
+#define STORE_PARSE_TEXT_MAX (1u << 20)
+/* The header's text as indexed (SEARCH TEXT): as much as the body's. It was 64 KiB, which
+ * left words past it in a header field of up to header_size_max (1 MiB) unfound by TEXT. */
+#define STORE_PARSE_HEADER_TEXT_MAX (1u << 20)
 
 /* Explicit bounds on the work one message can cause. Beyond the first two the walk stops
  * descending (the message still parses); beyond the third GMime sees only the top-level
