@@ -29,6 +29,7 @@ struct config {
     int background_nice; /* worker.c NICE: the work between jobs at this much more nice; 0 off */
     int stores_per_worker;
     int store_idle_s;
+    int structure_cache_kib; /* imap_structure_cache.c: the process's budget; 0 off */
     size_t line_max;
     uint64_t literal_max; /* APPEND literals; other literals: CONFIG_SMALL_LITERAL_MAX */
     int connections_max;

@@ -16,11 +16,15 @@
  *     the whole command), and the response then carries FLAGS for those messages.
  *
  *   - ENVELOPE, BODYSTRUCTURE and BODY come from imap_mime.c (GMime), parsed once per
- *     message per command, only when asked for. Sections of parts (BODY[1.2], [1.2.MIME],
- *     [2.HEADER], [2.TEXT], [2.HEADER.FIELDS (..)], through any mix of multipart and
- *     message/rfc822 nesting) are ranges of the raw message that imap_mime_section() finds
- *     without GMime's objects, so they are the stored bytes exactly; HEADER.FIELDS filters
- *     the range like the top-level header, and <partial> applies to all of them.
+ *     message per command, only when asked for. BODYSTRUCTURE and BODY answers are kept
+ *     in the open store's structure cache (imap_structure_cache.c): a later FETCH of the
+ *     message, by any session of the store, copies them and reads the message only if
+ *     another item needs it (the header alone for ENVELOPE or HEADER.FIELDS).
+ *   - Sections of parts (BODY[1.2], [1.2.MIME], [2.HEADER], [2.TEXT], [2.HEADER.FIELDS
+ *     (..)], through any mix of multipart and message/rfc822 nesting) are ranges of the raw
+ *     message that imap_mime_section() finds without GMime's objects, so they are the stored
+ *     bytes exactly; HEADER.FIELDS filters the range like the top-level header, and
+ *     <partial> applies to all of them.
  *   - Streaming: the response is made in chunks. The job stops after the message that takes
  *     its output past IMAP_FETCH_CHUNK and leaves its state (parsed items, the message
  *     indexes, where it stopped) in s->fetch_more; the loop writes the chunk and keeps the
@@ -46,7 +50,10 @@
 #include "buf.h"
 #include "imap_mime.h"
 #include "imap_session.h"
+#include "imap_structure_cache.h"
 #include "mailvault.h"
+#include "metrics.h"
+#include "worker.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,14 +177,15 @@ static void imap_section_out(
     }
 }
 
-/* 1 if every item of f can be answered from the message's header alone (ENVELOPE, RFC822.HEADER,
- * BODY[HEADER], BODY[HEADER.FIELDS (..)] and .NOT, with or without partials): then only the
- * header is read (mv_message_fetch_header), which for a client's message list is a small
- * fraction of the bytes to read, decrypt and decompress. */
-static int imap_fetch_header_only(const struct imap_fetch *f)
+/* 1 if items (f's, less those answered without the message) and f's sections can be answered
+ * from the message's header alone (ENVELOPE, RFC822.HEADER, BODY[HEADER], BODY[HEADER.FIELDS
+ * (..)] and .NOT, with or without partials): then only the header is read
+ * (mv_message_fetch_header), which for a client's message list is a small fraction of the
+ * bytes to read, decrypt and decompress. */
+static int imap_fetch_header_only(const struct imap_fetch *f, unsigned items)
 {
-    if ((f->items & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY | IMAP_FETCH_RFC822 |
-                     IMAP_FETCH_RFC822_TEXT)) != 0) {
+    if ((items & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY | IMAP_FETCH_RFC822 |
+                  IMAP_FETCH_RFC822_TEXT)) != 0) {
         return 0;
     }
     for (size_t k = 0; k < f->section_count; k++) {
@@ -192,15 +200,16 @@ static int imap_fetch_header_only(const struct imap_fetch *f)
 }
 
 /* 1 if the message's bytes go out as exactly one literal of the whole message, RFC822 or
- * BODY[] (.PEEK) without a partial, and nothing else of f needs them: then they are read
- * straight into the response (imap_fetch_placed), without a copy of the message of their own. */
-static int imap_fetch_whole_only(const struct imap_fetch *f)
+ * BODY[] (.PEEK) without a partial, and nothing else of items (f's, less those answered
+ * without the message) needs them: then they are read straight into the response
+ * (imap_fetch_placed), without a copy of the message of their own. */
+static int imap_fetch_whole_only(const struct imap_fetch *f, unsigned items)
 {
-    if ((f->items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY |
-                     IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0) {
+    if ((items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY |
+                  IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0) {
         return 0;
     }
-    if ((f->items & IMAP_FETCH_RFC822) != 0) {
+    if ((items & IMAP_FETCH_RFC822) != 0) {
         return f->section_count == 0;
     }
     return f->section_count == 1 && f->sections[0].part_count == 0 &&
@@ -286,6 +295,73 @@ static int imap_fetch_placed(struct imap_ctx *x, const struct imap_fetch *f, siz
     return 0;
 }
 
+/* The key of message i's BODYSTRUCTURE (extensible 1) or BODY (0) answer in the store's
+ * structure cache (imap_structure_cache.h). */
+static struct imap_structure_key
+imap_fetch_structure_key(struct imap_ctx *x, size_t i, int extensible)
+{
+    const struct imap_msg *m = imap_view_msg(&x->s->view, i);
+    return (struct imap_structure_key){.uidvalidity = x->s->view.uidvalidity,
+                                       .uid = m->uid,
+                                       .body_key = m->body_key,
+                                       .size = m->size,
+                                       .extensible = extensible != 0,
+                                       .utf8 = x->s->utf8_accept != 0};
+}
+
+/* 1 if the answers of every item of structure (BODYSTRUCTURE, BODY) of message i are kept. */
+static int imap_fetch_structure_kept(struct imap_ctx *x, size_t i, unsigned structure)
+{
+    struct imap_structure_cache *c = x->s->store != NULL ? x->s->store->structure_cache : NULL;
+    for (int extensible = 0; extensible <= 1; extensible++) {
+        unsigned item = extensible ? IMAP_FETCH_BODYSTRUCTURE : IMAP_FETCH_BODY;
+        struct imap_structure_key key = imap_fetch_structure_key(x, i, extensible);
+        if ((structure & item) != 0 && !imap_structure_cache_has(c, &key)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* BODYSTRUCTURE or BODY (item) of message i from the store's structure cache into
+ * cached[extensible]: the item, if found, or 0. */
+static unsigned
+imap_fetch_structure_cached(struct imap_ctx *x, size_t i, unsigned item, struct buf *cached)
+{
+    struct imap_structure_cache *c = x->s->store != NULL ? x->s->store->structure_cache : NULL;
+    if (c == NULL) {
+        return 0;
+    }
+    struct imap_structure_key key =
+        imap_fetch_structure_key(x, i, item == IMAP_FETCH_BODYSTRUCTURE);
+    if (!imap_structure_cache_get(c, &key, cached)) {
+        metrics_structure_cache(0);
+        return 0;
+    }
+    metrics_structure_cache(1);
+    return item;
+}
+
+/* BODYSTRUCTURE (extensible) or BODY of message i: from cached if found there, else from
+ * mime, and then kept in the store's structure cache for the next FETCH. */
+static void imap_fetch_structure_out(
+    struct imap_ctx *x, size_t i, int extensible, const struct buf *cached, struct imap_mime *mime)
+{
+    struct buf *out = x->out;
+    buf_str(out, extensible ? " BODYSTRUCTURE " : " BODY ");
+    if (mime == NULL) {
+        buf_add(out, cached->data, cached->len);
+        return;
+    }
+    size_t start = out->len;
+    imap_mime_bodystructure(mime, out, extensible);
+    if (!out->oom && x->s->store != NULL) {
+        struct imap_structure_key key = imap_fetch_structure_key(x, i, extensible);
+        imap_structure_cache_put(x->s->store->structure_cache, &key, out->data + start,
+                                 out->len - start);
+    }
+}
+
 /* One message's FETCH response. -1 if its bytes are gone (expunged meanwhile). */
 static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t i, int with_flags)
 {
@@ -294,14 +370,25 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
     void *raw = NULL;
     size_t len = 0, mark = x->out->len;
     struct imap_mime *mime = NULL;
+    /* BODYSTRUCTURE and BODY kept from an earlier FETCH need neither the message nor GMime:
+     * cached[1] and cached[0] hold them, and `needs` is items without them. */
+    struct buf cached[2] = {{0}, {0}};
+    unsigned found = 0;
+    if ((items & IMAP_FETCH_BODYSTRUCTURE) != 0) {
+        found |= imap_fetch_structure_cached(x, i, IMAP_FETCH_BODYSTRUCTURE, &cached[1]);
+    }
+    if ((items & IMAP_FETCH_BODY) != 0) {
+        found |= imap_fetch_structure_cached(x, i, IMAP_FETCH_BODY, &cached[0]);
+    }
+    unsigned needs = items & ~found;
     int need_mime =
-        (items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
-    int whole_only = imap_fetch_whole_only(f);
+        (needs & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
+    int whole_only = imap_fetch_whole_only(f, needs);
     int header_only = 0; /* raw is exactly the header (mv_message_fetch_header's contract) */
     if (!whole_only &&
         (need_mime || f->section_count > 0 ||
-         (items & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0)) {
-        header_only = imap_fetch_header_only(f);
+         (needs & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0)) {
+        header_only = imap_fetch_header_only(f, needs);
         int rc = header_only ? mv_message_fetch_header(imap_db(x->s), x->s->view.mailbox, m->uid,
                                                        &raw, &len)
                              : imap_fetch_whole_copy(x, i, &raw, &len);
@@ -309,9 +396,9 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
             /* ENVELOPE alone reads a plain header's fields without GMime's message (raw
              * stays until after imap_mime_close()); BODYSTRUCTURE or BODY alone parses the
              * top part without the message's address fields */
-            int structure = (items & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
+            int structure = (needs & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
             rc = !structure                           ? imap_mime_open_envelope(raw, len, &mime)
-                 : (items & IMAP_FETCH_ENVELOPE) == 0 ? imap_mime_open_structure(raw, len, &mime)
+                 : (needs & IMAP_FETCH_ENVELOPE) == 0 ? imap_mime_open_structure(raw, len, &mime)
                                                       : imap_mime_open(raw, len, &mime);
             if (rc == MV_OK) {
                 imap_mime_set_utf8(mime, x->s->utf8_accept);
@@ -319,6 +406,8 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
         }
         if (rc != MV_OK) {
             mv_free(raw);
+            buf_free(&cached[0]);
+            buf_free(&cached[1]);
             return -1;
         }
     }
@@ -351,13 +440,13 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
         buf_str(out, " ENVELOPE ");
         imap_mime_envelope(mime, out);
     }
-    if ((items & IMAP_FETCH_BODYSTRUCTURE) != 0) {
-        buf_str(out, " BODYSTRUCTURE ");
-        imap_mime_bodystructure(mime, out, 1);
-    }
-    if ((items & IMAP_FETCH_BODY) != 0) {
-        buf_str(out, " BODY ");
-        imap_mime_bodystructure(mime, out, 0);
+    for (int extensible = 1; extensible >= 0; extensible--) {
+        unsigned item = extensible ? IMAP_FETCH_BODYSTRUCTURE : IMAP_FETCH_BODY;
+        if ((items & item) != 0) {
+            imap_fetch_structure_out(x, i, extensible, &cached[extensible],
+                                     (found & item) != 0 ? NULL : mime);
+        }
+        buf_free(&cached[extensible]);
     }
     if (whole_only) {
         if (imap_fetch_placed(x, f, i, mark) != 0) {
@@ -527,18 +616,19 @@ static void imap_fetch_direct(struct imap_ctx *x, size_t min)
     }
 }
 
-/* 1 if f reads each message's whole bytes (imap_fetch_one: a literal of the whole message,
- * or a copy of it for sections, BODYSTRUCTURE and the rest), not the header alone nor none. */
-static int imap_fetch_reads_bodies(const struct imap_fetch *f)
+/* 1 if items (of f) and f's sections read each message's whole bytes (imap_fetch_one: a
+ * literal of the whole message, or a copy of it for sections, BODYSTRUCTURE and the rest),
+ * not the header alone nor none. */
+static int imap_fetch_reads_bodies(const struct imap_fetch *f, unsigned items)
 {
-    if (imap_fetch_whole_only(f)) {
+    if (imap_fetch_whole_only(f, items)) {
         return 1;
     }
     int needs =
-        (f->items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY |
-                     IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0 ||
+        (items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY |
+                  IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0 ||
         f->section_count > 0;
-    return needs && !imap_fetch_header_only(f);
+    return needs && !imap_fetch_header_only(f, items);
 }
 
 /* Messages whose bodies are asked of the disk together, ahead of their reads: enough to
@@ -552,14 +642,22 @@ static int imap_fetch_reads_bodies(const struct imap_fetch *f)
  * once each (issue 13: UID FETCH of 50 random whole messages from an evicted file). */
 static void imap_fetch_prefetch(struct imap_ctx *x, struct imap_fetch_state *st, mv_store *store)
 {
-    if (st->next < st->prefetched || !imap_fetch_reads_bodies(st->f)) {
+    if (st->next < st->prefetched || !imap_fetch_reads_bodies(st->f, st->f->items)) {
         return;
     }
+    /* the bodies are read only for BODYSTRUCTURE or BODY: not those of messages whose
+     * answers are kept (a FETCH that finds them all asks the disk for nothing) */
+    unsigned structure = st->f->items & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY);
+    int for_structure =
+        structure != 0 && !imap_fetch_reads_bodies(st->f, st->f->items & ~structure);
     const struct imap_view *v = &x->s->view;
     struct mv_message_key keys[IMAP_FETCH_PREFETCH];
     size_t n = 0, i = st->next;
     for (; i < st->count && n < IMAP_FETCH_PREFETCH; i++) {
         uint32_t at = st->idx[i];
+        if (for_structure && imap_fetch_structure_kept(x, at, structure)) {
+            continue;
+        }
         if (imap_view_msg(v, at)->modseq > st->changed_since && imap_fetch_key(v, at, &keys[n])) {
             n++;
         }

@@ -40,6 +40,7 @@
  */
 #include "metrics.h"
 #include "buf.h"
+#include "imap_structure_cache.h"
 #include "log.h"
 #include "loop.h"
 #include "mailvault.h"
@@ -106,6 +107,7 @@ static atomic_uint_fast64_t metrics_lane_sum_us[JOB_LANES];
 static const char *const metrics_lane_names[JOB_LANES] = {"short", "long", "read"};
 static atomic_uint_fast64_t metrics_drained;      /* sealed deliveries moved by drain steps */
 static atomic_uint_fast64_t metrics_fetch_direct; /* bytes a FETCH job wrote to its socket */
+static atomic_uint_fast64_t metrics_structure[2]; /* structure cache: [0] misses, [1] hits */
 
 /* Jobs waiting in each worker's queue (metrics_init). */
 static atomic_int_fast64_t *metrics_queues;
@@ -168,6 +170,11 @@ void metrics_drain_step(uint32_t moved)
 void metrics_fetch_direct_add(uint64_t bytes)
 {
     atomic_fetch_add_explicit(&metrics_fetch_direct, bytes, memory_order_relaxed);
+}
+
+void metrics_structure_cache(int hit)
+{
+    atomic_fetch_add_explicit(&metrics_structure[hit != 0], 1, memory_order_relaxed);
 }
 
 void metrics_connection(enum metric_gauge g, int delta)
@@ -405,6 +412,18 @@ static void metrics_render_work(struct buf *b)
                    "without handing them to the event loop (docs/IMAPD.md, Streaming FETCH).");
     buf_printf(b, "mailvaultd_fetch_direct_bytes_total %llu\n",
                (unsigned long long)metrics_read(&metrics_fetch_direct));
+    metrics_family(b, "mailvaultd_structure_cache_lookups_total", "counter",
+                   "FETCH BODYSTRUCTURE and BODY answers looked for in the open store's cache: "
+                   "found (the message not read) or not (read, parsed, then kept).");
+    buf_printf(b,
+               "mailvaultd_structure_cache_lookups_total{result=\"hit\"} %llu\n"
+               "mailvaultd_structure_cache_lookups_total{result=\"miss\"} %llu\n",
+               (unsigned long long)metrics_read(&metrics_structure[1]),
+               (unsigned long long)metrics_read(&metrics_structure[0]));
+    metrics_family(b, "mailvaultd_structure_cache_bytes", "gauge",
+                   "Bytes the open stores' caches of BODYSTRUCTURE and BODY answers hold "
+                   "together, at most structure_cache_kib.");
+    buf_printf(b, "mailvaultd_structure_cache_bytes %zu\n", imap_structure_cache_bytes());
     metrics_family(b, "mailvaultd_start_time_seconds", "gauge",
                    "When the server started, seconds since the Unix epoch.");
     buf_printf(b, "mailvaultd_start_time_seconds %lld\n", (long long)metrics_started_s);

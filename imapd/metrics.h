@@ -60,6 +60,8 @@ void metrics_lane_wait(int lane, int64_t wait_us);
 void metrics_drain_step(uint32_t moved);
 /* Bytes of a FETCH response its job wrote to the socket itself (imap_fetch.c). */
 void metrics_fetch_direct_add(uint64_t bytes);
+/* A FETCH BODYSTRUCTURE or BODY looked in the store's structure cache: found (1) or not. */
+void metrics_structure_cache(int hit);
 /* Before the workers start: room for their queue lengths. 0 or -1. */
 int metrics_init(int workers);
 /* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */

@@ -461,6 +461,7 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     imap_view_cache_save(s->view_cache, s->store);
     imap_view_cache_free(&s->view_cache);
     pthread_mutex_unlock(&s->view_lock);
+    imap_structure_cache_clear(s->structure_cache); /* the next user's stores are others */
     mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */
     mv_store *store = s->store;
     mv_store_close(&store);
@@ -1967,6 +1968,7 @@ int worker_start(const struct config *cfg, int count, int eventfd)
     (void)worker_background_nice_set(cfg->background_nice);
     worker_cfg = cfg;
     worker_eventfd = eventfd;
+    imap_structure_cache_budget((size_t)cfg->structure_cache_kib << 10);
     if (RAND_bytes(worker_hmac_key, sizeof worker_hmac_key) != 1) {
         return -1;
     }
@@ -1986,6 +1988,7 @@ int worker_start(const struct config *cfg, int count, int eventfd)
         }
         for (int k = 0; k < w->stores_max; k++) {
             pthread_mutex_init(&w->stores[k].view_lock, NULL);
+            w->stores[k].structure_cache = imap_structure_cache_new();
         }
         int writers = cfg->writers_per_worker >= 1 ? cfg->writers_per_worker : 1;
         w->writers = calloc((size_t)writers, sizeof *w->writers);
@@ -2050,6 +2053,9 @@ void worker_stop_all(void)
             }
         }
         free(workers[i].writers);
+        for (int k = 0; k < workers[i].stores_max; k++) {
+            imap_structure_cache_free(&workers[i].stores[k].structure_cache);
+        }
         free(workers[i].stores);
         free(workers[i].turns.owed);
         pthread_mutex_destroy(&workers[i].lock);

@@ -8,6 +8,7 @@
 
 #include "buf.h"
 #include "config.h"
+#include "imap_structure_cache.h"
 #include "mailvault.h"
 
 #include <pthread.h>
@@ -140,6 +141,10 @@ struct open_store {
      * writer's thread (its close saves the views), so the cache is used under this lock.
      * Made with the worker's table, kept for the slot's life. */
     pthread_mutex_t view_lock;
+    /* FETCH BODYSTRUCTURE and BODY answers (imap_structure_cache.c): made with the worker's
+     * table, kept for the slot's life (NULL if that failed: every FETCH parses), emptied when
+     * the store closes. It has a lock of its own. */
+    struct imap_structure_cache *structure_cache;
     /* The second handle (mv_store_open_twin) for jobs of JOB_LANE_READ, used only on the
      * worker's reader thread; NULL if it could not be opened (reads then stay on the
      * writer). Set when the store opens, closed with it (no session holds it then, so no

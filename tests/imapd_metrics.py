@@ -13,6 +13,9 @@ What it checks
     a BAD), LMTP (one recipient accepted, one rejected) and one failed TLS handshake: the
     counters moved by exactly that much; histograms are cumulative, +Inf equals _count, and
     a command's _count equals its answers; open stores and worker queues are reported.
+  - FETCH BODYSTRUCTURE / BODY answers kept per open store: the second FETCH of a message's
+    structure, in any session, is a hit and the same bytes; BODY and UTF8=ACCEPT sessions
+    have answers of their own.
   - The HTTP side: 404 for another path, 405 for POST, 400 for a request head over 4 KiB,
     a silent client is dropped after the timeout, clients beyond the limit are closed at once
     and the server answers again once the slots are free.
@@ -67,6 +70,8 @@ FAMILIES = {
     "mailvaultd_stores_migrated": "counter",
     "mailvaultd_stores_migrating": "gauge",
     "mailvaultd_fts_bodies_set_aside": "counter",
+    "mailvaultd_structure_cache_lookups": "counter",
+    "mailvaultd_structure_cache_bytes": "gauge",
     "mailvaultd_worker_queue_length": "gauge",
     "mailvaultd_queue_depth": "gauge",
     "mailvaultd_start_time_seconds": "gauge",
@@ -262,6 +267,84 @@ def check_http(port):
     R.report("http: scrapes work again once the slots are free", status == 200)
 
 
+STRUCTURE_MESSAGES = [
+    b"From: a@example.org\r\nSubject: plain\r\n\r\none line\r\n",
+    b"From: a@example.org\r\nSubject: parts\r\nMIME-Version: 1.0\r\n"
+    b"Content-Type: multipart/mixed; boundary=\"b1\"\r\n\r\n--b1\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\n\r\ntext\r\n--b1\r\n"
+    b"Content-Type: application/pdf; name=\"x.pdf\"\r\n"
+    b"Content-Disposition: attachment; filename=\"x.pdf\"\r\n"
+    b"Content-Transfer-Encoding: base64\r\n\r\nAAAA\r\n--b1--\r\n",
+    # an attached message whose envelope has UTF-8: its ENVELOPE inside BODYSTRUCTURE is
+    # written one way for UTF8=ACCEPT sessions and another for the rest
+    b"From: a@example.org\r\nSubject: fwd\r\nMIME-Version: 1.0\r\n"
+    b"Content-Type: message/rfc822\r\n\r\nFrom: \"J\xc3\xbcrgen\" <j@example.org>\r\n"
+    b"Subject: Gr\xc3\xbc\xc3\x9fe\r\n\r\ninner\r\n",
+]
+
+
+def structures(c, what):
+    """{sequence number: the FETCH line} of one FETCH of every message."""
+    untagged, tagged = c.command("FETCH 1:* %s" % what)
+    return {t.split(b" ")[1]: t for t, _ in untagged if b" FETCH " in t}, tagged
+
+
+def check_structure_cache(args):
+    """FETCH BODYSTRUCTURE / BODY answers kept per open store (imapd/imap_structure_cache.c):
+    the second FETCH of a message's structure, in the same session or another, is answered
+    from the cache (a hit, the message not read) and byte for byte as the first; BODY and a
+    UTF8=ACCEPT session have answers of their own."""
+    user, password = args.user.split(":", 1)
+    a = imapd_common.imap_login(args.imap, user, password, 30)
+    a.command("CREATE structure")
+    for m in STRUCTURE_MESSAGES:
+        a.command("APPEND structure", m)
+    a.command("SELECT structure")
+    _, _, s0 = scrape(args.metrics)
+    first, t1 = structures(a, "(BODYSTRUCTURE)")
+    _, _, s1 = scrape(args.metrics)
+    again, t2 = structures(a, "(BODYSTRUCTURE)")
+    _, _, s2 = scrape(args.metrics)
+    n = len(STRUCTURE_MESSAGES)
+    name = "mailvaultd_structure_cache_lookups_total"
+    R.report("structure cache: the first FETCH BODYSTRUCTURE misses and keeps each answer",
+             b" OK" in t1 and len(first) == n and delta(s0, s1, name, result="miss") == n
+             and delta(s0, s1, name, result="hit") == 0,
+             "%r %r" % (t1, [delta(s0, s1, name, result=r) for r in ("hit", "miss")]))
+    R.report("structure cache: the second is answered from it, byte for byte as the first",
+             b" OK" in t2 and again == first and delta(s1, s2, name, result="hit") == n
+             and delta(s1, s2, name, result="miss") == 0,
+             "%r %r" % (t2, [delta(s1, s2, name, result=r) for r in ("hit", "miss")]))
+    R.report("structure cache: its bytes are reported",
+             value(s2, "mailvaultd_structure_cache_bytes") > 0)
+    b = imapd_common.imap_login(args.imap, user, password, 30)
+    b.command("EXAMINE structure")
+    both, t3 = structures(b, "(BODY BODYSTRUCTURE)")
+    _, _, s3 = scrape(args.metrics)
+    R.report("structure cache: another session finds BODYSTRUCTURE, BODY is its own answer",
+             b" OK" in t3 and delta(s2, s3, name, result="hit") == n
+             and delta(s2, s3, name, result="miss") == n
+             and all(first[k].split(b" BODYSTRUCTURE ", 1)[1][:-1] in both[k] for k in first),
+             "%r %r" % (t3, [delta(s2, s3, name, result=r) for r in ("hit", "miss")]))
+    body_again, _ = structures(b, "(BODY BODYSTRUCTURE)")
+    R.report("structure cache: BODY answered from it the second time, the same bytes",
+             body_again == both)
+    u = imapd_common.imap_login(args.imap, user, password, 30)
+    _, te = u.command("ENABLE UTF8=ACCEPT")
+    u.command("EXAMINE structure")
+    _, _, s4 = scrape(args.metrics)
+    utf8, t4 = structures(u, "(BODYSTRUCTURE)")
+    _, _, s5 = scrape(args.metrics)
+    R.report("structure cache: a UTF8=ACCEPT session's answers are its own (the attached "
+             "message's envelope differs)",
+             b" OK" in te and b" OK" in t4 and delta(s4, s5, name, result="miss") == n
+             and utf8[b"3"] != first[b"3"] and utf8[b"1"] == first[b"1"],
+             "%r %r" % (utf8.get(b"3"), first.get(b"3")))
+    for c in (a, b, u):
+        c.command("LOGOUT")
+        c.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--metrics", type=int, required=True)
@@ -274,6 +357,7 @@ def main():
     try:
         check_format(args.metrics)
         check_counts(args)
+        check_structure_cache(args)
         check_http(args.metrics)
     except Exception as e:  # a crash is a failure, not a silent pass
         R.report("no exception", False, repr(e))
