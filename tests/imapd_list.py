@@ -22,6 +22,9 @@ WHAT IT CHECKS
     with a use; RETURN (CHILDREN SPECIAL-USE) is accepted;
   - RETURN (STATUS (...)): a STATUS right after the LIST of each existing mailbox, none for a
     \\NonExistent one, the numbers STATUS gives; HIGHESTMODSEQ too;
+  - a deep hierarchy with a middle level that has no mailbox, names sharing a head, a
+    subscription deep under no mailbox, children of INBOX: the names LIST keeps for a pattern
+    (its head, one level below it) give every \\HasChildren and CHILDINFO;
   - BAD for RECURSIVEMATCH alone, unknown options, LSUB with options, STATUS twice;
   - CREATE (USE (...)): a use another mailbox holds, an unknown one, \\All, two uses: NO
     [USEATTR] and no mailbox made; a free use: created with it (case-insensitive), listed by
@@ -232,6 +235,60 @@ def test_create_special_use(c):
           repr(t))
 
 
+def test_list_deep(c):
+    """A deep hierarchy with a level that has no mailbox in its middle, names that share a
+    head with it, a subscription deep under no mailbox, and children of INBOX: LIST reads only
+    the names under a pattern's head, and for patterns without '*' only one level below the
+    deepest pattern (imap_cmd_mailbox.c imap_list_filter), so every answer here depends on
+    the names it keeps."""
+    for name in ("Deep/a/b/c/d", "Deep-x", "Deeper", "INBOX/s/t"):
+        _, tagged = c.command('CREATE "%s"' % name)
+        check("deep: CREATE %s" % name, ok(tagged), repr(tagged))
+    _, tagged = c.command('DELETE "Deep/a/b"')
+    check("deep: DELETE a middle level (its children stay)", ok(tagged), repr(tagged))
+    _, tagged = c.command('SUBSCRIBE "Ghost/x/y/z"')
+    check("deep: SUBSCRIBE a name with no mailbox", ok(tagged), repr(tagged))
+
+    def listed(command):
+        return lists(c.command(command)[0])[0]
+
+    got = listed('LIST "" "Deep/%"')
+    check("deep: LIST Deep/%: Deep/a has children (the level below it has no mailbox)",
+          list(got) == ["Deep/a"] and "\\HasChildren" in got["Deep/a"][0], repr(got))
+    got = listed('LIST "" "Deep/a/%"')
+    check("deep: LIST Deep/a/%: the middle level is \\Noselect \\HasChildren",
+          list(got) == ["Deep/a/b"] and got["Deep/a/b"][0] == {"\\Noselect", "\\HasChildren"},
+          repr(got))
+    got = listed('LIST "Deep/" "a/b/%"')
+    check("deep: a reference and a pattern: Deep/a/b/c has children",
+          list(got) == ["Deep/a/b/c"] and "\\HasChildren" in got["Deep/a/b/c"][0], repr(got))
+    got = listed('LIST "" "Deep%"')
+    check("deep: LIST Deep%: the names that share the head, each with its children or none",
+          set(got) == {"Deep", "Deep-x", "Deeper"} and "\\HasChildren" in got["Deep"][0] and
+          "\\HasNoChildren" in got["Deep-x"][0] and "\\HasNoChildren" in got["Deeper"][0],
+          repr(got))
+    got = listed('LIST "" "%/%"')
+    check("deep: LIST %/%: second levels only, with their children",
+          "\\HasChildren" in got.get("Deep/a", (set(),))[0] and
+          "\\HasChildren" in got.get("INBOX/s", (set(),))[0] and "Deep/a/b" not in got and
+          "INBOX/s/t" not in got, repr(got))
+    got = listed('LIST "" "INBOX/%/%"')
+    check("deep: LIST INBOX/%/%: INBOX/s/t, no children",
+          list(got) == ["INBOX/s/t"] and "\\HasNoChildren" in got["INBOX/s/t"][0], repr(got))
+    got = listed('LIST "" ("Deep/a/%" "inbox")')
+    check("deep: two patterns, one INBOX in another case", set(got) == {"Deep/a/b", "INBOX"},
+          repr(got))
+    got = listed('LIST "" "*c/d"')
+    check("deep: LIST *c/d: every depth", set(got) == {"Deep/a/b/c/d"}, repr(got))
+    u, _ = c.command('LSUB "" "Ghost/%"')
+    check("deep: LSUB Ghost/%: a level with a subscribed name deep below is \\Noselect",
+          len(u) == 1 and u[0][0].startswith(b"* LSUB (\\Noselect ") and
+          u[0][0].endswith(b' "/" "Ghost/x"'), repr(u))
+    got = listed('LIST (SUBSCRIBED RECURSIVEMATCH) "" "Ghost/%"')
+    check("deep: (SUBSCRIBED RECURSIVEMATCH) Ghost/%: CHILDINFO for the name deep below",
+          list(got) == ["Ghost/x"] and b"CHILDINFO" in got["Ghost/x"][1], repr(got))
+
+
 def idle_begin(c):
     tag = c.tag()
     c.sock.sendall(tag + b" IDLE\r\n")
@@ -348,6 +405,7 @@ def main():
         c = login(args.imap, args.user_addr, password)
         test_list(c)
         test_create_special_use(c)
+        test_list_deep(c)
         c2 = login(args.imap, user2, password2)
         test_idle_other_process(args, c, c2)
         c.command("LOGOUT")
