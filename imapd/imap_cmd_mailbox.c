@@ -374,12 +374,18 @@ static unsigned imap_status_fields(unsigned items)
  *     (RECURSIVEMATCH, LSUB's levels with subscribed names below), a name with more '/' than
  *     a pattern has cannot match, and one level below the deepest pattern says \HasChildren:
  *     names and levels deeper than that are left out (the levels above them are not).
+ *   - from, below: when every pattern's head begins with the same bytes (not a beginning of
+ *     "INBOX" in any case, which INBOX's rule would need), only the mailboxes from that
+ *     head up to it with its last byte raised are read (mv_mailbox_list_begin_range, the
+ *     names' index): LIST "" "Archive/2019/%" reads Archive/2019's descendants alone.
  * No filter (NULL): every name (CREATE's look for a special use). */
 struct imap_list_filter {
     char *const *patterns;
     const size_t *heads; /* of each pattern */
     size_t count;
-    size_t depth_max; /* '/' in a name kept; SIZE_MAX: any */
+    size_t depth_max;  /* '/' in a name kept; SIZE_MAX: any */
+    const char *from;  /* NULL: every mailbox is read */
+    const char *below; /* with from */
 };
 
 /* Whether the first len bytes of name begin with a head of lf's patterns (or INBOX). */
@@ -477,9 +483,10 @@ static int imap_list_read(mv_store *store,
     struct mv_mailbox_info info;
     char *prev = NULL;
     size_t prev_cap = 0;
-    int rc = imap_list_prev(&prev, &prev_cap, "") == 0
-                 ? mv_mailbox_list_begin_fields(store, fields, &it)
-                 : MV_ENOMEM;
+    int rc = imap_list_prev(&prev, &prev_cap, "") != 0 ? MV_ENOMEM
+             : lf != NULL && lf->from != NULL
+                 ? mv_mailbox_list_begin_range(store, fields, lf->from, lf->below, &it)
+                 : mv_mailbox_list_begin_fields(store, fields, &it);
     while (rc == MV_OK && (rc = mv_mailbox_list_next(it, &info)) == 1) {
         rc = MV_OK;
         int wanted = imap_list_levels(set, lf, info.name, prev);
@@ -513,7 +520,9 @@ static int imap_list_read(mv_store *store,
         imap_list_set_free(set);
         return rc;
     }
-    qsort(set->items, set->count, sizeof *set->items, imap_list_compare);
+    if (set->count > 1) { /* (a range may hold no name: items is NULL then) */
+        qsort(set->items, set->count, sizeof *set->items, imap_list_compare);
+    }
     size_t kept = 0;
     for (size_t i = 0; i < set->count; i++) {
         if (kept > 0 && strcmp(set->items[kept - 1].info.name, set->items[i].info.name) == 0) {
@@ -773,10 +782,17 @@ static void imap_list_answer(struct imap_ctx *x, const struct imap_list *l, int 
     struct imap_list_set set = {0};
     unsigned fields = (l->ret & IMAP_LIST_RETURN_STATUS) ? imap_status_fields(l->status_items) : 0;
     size_t *heads = calloc(l->pattern_count, sizeof *heads);
-    struct imap_list_filter lf = {patterns, heads, l->pattern_count, 0};
+    struct imap_list_filter lf = {patterns, heads, l->pattern_count, 0, NULL, NULL};
     int any_star = 0;
+    size_t shared = SIZE_MAX; /* bytes every head begins with */
     for (size_t i = 0; heads != NULL && i < l->pattern_count; i++) {
         heads[i] = strcspn(patterns[i], "*%");
+        size_t same = 0;
+        while (i > 0 && same < heads[i] && same < shared &&
+               patterns[i][same] == patterns[0][same]) {
+            same++;
+        }
+        shared = i == 0 ? heads[0] : same;
         any_star |= strchr(patterns[i], '*') != NULL;
         size_t depth = 0;
         for (const char *c = patterns[i]; *c != '\0'; c++) {
@@ -787,11 +803,23 @@ static void imap_list_answer(struct imap_ctx *x, const struct imap_list *l, int 
     if (any_star || lsub || (l->select & IMAP_LIST_SELECT_RECURSIVEMATCH) != 0) {
         lf.depth_max = SIZE_MAX; /* (see imap_list_filter) */
     }
+    char *from = NULL, *below = NULL;
+    if (heads != NULL && shared > 0 && shared != SIZE_MAX &&
+        strncasecmp(patterns[0], "INBOX", shared < 5 ? shared : 5) != 0 &&
+        (unsigned char)patterns[0][shared - 1] < 0xff &&
+        (from = strndup(patterns[0], shared)) != NULL &&
+        (below = strndup(patterns[0], shared)) != NULL) {
+        below[shared - 1] = (char)((unsigned char)below[shared - 1] + 1);
+        lf.from = from; /* (out of memory: every mailbox is read, as before) */
+        lf.below = below;
+    }
     int rc = heads == NULL
                  ? MV_ENOMEM
                  : imap_list_read(imap_db(x->s), fields,
                                   (l->select & IMAP_LIST_SELECT_SUBSCRIBED) != 0, &lf, &set);
     free(heads);
+    free(from);
+    free(below);
     if (rc == MV_OK) {
         imap_list_mark(&set, l->select);
         for (size_t i = 0; i < set.count; i++) {

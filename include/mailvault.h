@@ -621,6 +621,12 @@ typedef struct mv_mailbox_iter mv_mailbox_iter;
 MV_API MV_MUST_CHECK int mv_mailbox_list_begin(mv_store *store, mv_mailbox_iter **iter);
 MV_API MV_MUST_CHECK int
 mv_mailbox_list_begin_fields(mv_store *store, unsigned fields, mv_mailbox_iter **iter);
+/* As mv_mailbox_list_begin_fields(), the mailboxes whose names n have from <= n < below in
+ * byte order (UTF-8 bytes: the listing's order), found through the names' index: a LIST
+ * whose patterns share a head ("Archive/2019/%") reads the mailboxes under it, not every
+ * mailbox. The bounds are copied. MV_EINVAL also for a NULL bound. */
+MV_API MV_MUST_CHECK int mv_mailbox_list_begin_range(
+    mv_store *store, unsigned fields, const char *from, const char *below, mv_mailbox_iter **iter);
 MV_API int mv_mailbox_list_next(mv_mailbox_iter *iter, struct mv_mailbox_info *info);
 MV_API void mv_mailbox_list_end(mv_mailbox_iter **iter);
 

@@ -24,7 +24,8 @@ WHAT IT CHECKS
     \\NonExistent one, the numbers STATUS gives; HIGHESTMODSEQ too;
   - a deep hierarchy with a middle level that has no mailbox, names sharing a head, a
     subscription deep under no mailbox, children of INBOX: the names LIST keeps for a pattern
-    (its head, one level below it) give every \\HasChildren and CHILDINFO;
+    (its head, one level below it) give every \\HasChildren and CHILDINFO; names with bytes
+    below the wildcards under a head, and a head no name begins with;
   - BAD for RECURSIVEMATCH alone, unknown options, LSUB with options, STATUS twice;
   - CREATE (USE (...)): a use another mailbox holds, an unknown one, \\All, two uses: NO
     [USEATTR] and no mailbox made; a free use: created with it (case-insensitive), listed by
@@ -280,6 +281,18 @@ def test_list_deep(c):
           repr(got))
     got = listed('LIST "" "*c/d"')
     check("deep: LIST *c/d: every depth", set(got) == {"Deep/a/b/c/d"}, repr(got))
+    # a pattern with a head reads only the names under it (a range of the names' index):
+    # names with bytes below '%' and '*' are in the range, the siblings that share the
+    # head's first bytes are not, and a head no name begins with gives an empty answer
+    for name in ("Low/ sp", "Low/!x", "Low/#y/z", "Low0", "Low-x"):
+        c.command('CREATE "%s"' % name)
+    got = listed('LIST "" "Low/%"')
+    check("deep: LIST Low/%: names with bytes below the wildcards, with their children",
+          set(got) == {"Low/ sp", "Low/!x", "Low/#y"} and "\\HasChildren" in got["Low/#y"][0],
+          repr(got))
+    u, tagged = c.command('LIST "" "Nothing/here/%"')
+    check("deep: LIST of a head no name begins with: OK, nothing listed", ok(tagged) and not u,
+          repr((u, tagged)))
     u, _ = c.command('LSUB "" "Ghost/%"')
     check("deep: LSUB Ghost/%: a level with a subscribed name deep below is \\Noselect",
           len(u) == 1 and u[0][0].startswith(b"* LSUB (\\Noselect ") and

@@ -882,6 +882,76 @@ static int mb_subscriptions_are(mv_store *s, const char *want)
 /* Subscriptions are names of their own (RFC 3501 6.3.4, 6.3.6, 6.3.7; issue 12 item 8):
  * CREATE does not subscribe, DELETE keeps the subscription, a name that never existed can be
  * subscribed and unsubscribed, RENAME carries them; a version 4 store keeps its own. */
+/* The names of one range listing, space-separated, into out (cut at size); and the VM steps its
+ * statement took (the only open statement with "m.name >= ?1"). -1 steps on failure. */
+static long long mb_range(mv_store *s, const char *from, const char *below, char *out, size_t size)
+{
+    out[0] = '\0';
+    char lo[64], hi[64];
+    snprintf(lo, sizeof lo, "%s", from);
+    snprintf(hi, sizeof hi, "%s", below);
+    mv_mailbox_iter *it = NULL;
+    if (mv_mailbox_list_begin_range(s, 0, lo, hi, &it) != MV_OK) {
+        return -1;
+    }
+    memset(lo, 'x', sizeof lo - 1); /* the bounds are the iterator's own copies */
+    memset(hi, 'x', sizeof hi - 1);
+    struct mv_mailbox_info info;
+    int more;
+    size_t at = 0;
+    while ((more = mv_mailbox_list_next(it, &info)) == 1) {
+        if (at + 1 < size) { /* what does not fit is cut */
+            int n = snprintf(out + at, size - at, "%s%s", at > 0 ? " " : "", info.name);
+            at = n > 0 && at + (size_t)n < size ? at + (size_t)n : size - 1;
+        }
+    }
+    long long steps = -1;
+    for (sqlite3_stmt *st = sqlite3_next_stmt(mv_store_db(s), NULL); st != NULL;
+         st = sqlite3_next_stmt(mv_store_db(s), st)) {
+        if (strstr(sqlite3_sql(st), "m.name >= ?1") != NULL) {
+            steps = sqlite3_stmt_status(st, SQLITE_STMTSTATUS_VM_STEP, 0);
+        }
+    }
+    mv_mailbox_list_end(&it);
+    return more == 0 ? steps : -1;
+}
+
+/* mv_mailbox_list_begin_range: the names from <= n < below in name order (a LIST pattern's
+ * head and the head with its last byte raised: "Work/" .. "Work0" is Work's descendants and
+ * not "Work-x"), read through the names' index: 3 names among 500 cost a few percent of the
+ * VM steps of all 500 (a walk of every mailbox does not). Bounds copied; NULL bounds and
+ * unknown field bits refused. */
+static void test_list_range(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open("range", &s), MV_OK);
+    const char *made[] = {"Work", "Work/a", "Work/b/c", "Work-x", "Work0", "Workz"};
+    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++) {
+        CHECK_EQ_INT(mv_mailbox_create(s, made[i], NULL), MV_OK);
+    }
+    for (int i = 0; i < 480; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "Other/%03d", i);
+        CHECK_EQ_INT(mv_mailbox_create(s, name, NULL), MV_OK);
+    }
+    char got[512];
+    long long few = mb_range(s, "Work/", "Work0", got, sizeof got);
+    CHECK(strcmp(got, "Work/a Work/b Work/b/c") == 0);
+    long long all = mb_range(s, "", "\xf4\x90", got, sizeof got);
+    CHECK(few > 0 && all > 0);
+    CHECK(few * 20 < all);
+    CHECK(mb_range(s, "Work", "Worl", got, sizeof got) > 0);
+    CHECK(strcmp(got, "Work Work-x Work/a Work/b Work/b/c Work0 Workz") == 0);
+    CHECK(mb_range(s, "Zzz", "Zzz0", got, sizeof got) >= 0);
+    CHECK(strcmp(got, "") == 0);
+    mv_mailbox_iter *it = (mv_mailbox_iter *)&got; /* must come back NULL */
+    CHECK_EQ_INT(mv_mailbox_list_begin_range(s, 0, NULL, "x", &it), MV_EINVAL);
+    CHECK(it == NULL);
+    CHECK_EQ_INT(mv_mailbox_list_begin_range(s, 0x04u, "a", "b", &it), MV_EINVAL);
+    CHECK(it == NULL);
+    mv_store_close(&s);
+}
+
 static void test_subscriptions(void)
 {
     mv_store *s = NULL;
@@ -1111,6 +1181,7 @@ int main(void)
     TEST(test_empty_store_file_refused);
     TEST(test_init_killed);
     TEST(test_errmsg_internal);
+    TEST(test_list_range);
     TEST(test_subscriptions);
     TEST(test_recent_claim);
     TEST(test_schema_v7);

@@ -158,7 +158,8 @@ static char *ops_explain_attachment_message(size_t *len)
 }
 
 /* mv_mailbox_get_fields() and mv_mailbox_list_begin_fields() with each combination of
- * fields: one statement each (mailvaultd's LIST asks for none, STATUS DELETED for one). */
+ * fields: one statement each (mailvaultd's LIST asks for none, STATUS DELETED for one); and
+ * mv_mailbox_list_begin_range() as mailvaultd's LIST with a pattern's head asks for it. */
 static int ops_explain_mailbox_fields(mv_explain *e)
 {
     static const char *const get[] = {"mailbox get, no extra fields", "mailbox get, stored bytes",
@@ -184,6 +185,16 @@ static int ops_explain_mailbox_fields(mv_explain *e)
                           : ops_explain_collect(e, list[fields]);
             mv_mailbox_list_end(&it);
         }
+    }
+    mv_mailbox_iter *it = NULL;
+    if (rc == MV_OK && (rc = mv_mailbox_list_begin_range(e->scratch, 0, "I", "J", &it)) != MV_OK) {
+        rc = ops_explain_step(e, rc, "mailbox list, a range of names");
+    }
+    if (rc == MV_OK) {
+        int more = mv_mailbox_list_next(it, &info);
+        rc = more < 0 ? ops_explain_step(e, more, "mailbox list, a range of names")
+                      : ops_explain_collect(e, "mailbox list, a range of names");
+        mv_mailbox_list_end(&it);
     }
     return rc;
 }

@@ -47,6 +47,8 @@
 #define STORE_MAILBOX_BY_ID   "WHERE m.id = ?"
 #define STORE_MAILBOX_NAMED   "WHERE m.name = ?"
 #define STORE_MAILBOX_BY_NAME "ORDER BY m.name"
+/* A range of names: a search of the name's UNIQUE index, not a walk of every mailbox. */
+#define STORE_MAILBOX_RANGE "WHERE m.name >= ?1 AND m.name < ?2 ORDER BY m.name"
 
 _Static_assert(MV_MAILBOX_FIELDS_ALL == (MV_MAILBOX_STORED_BYTES | MV_MAILBOX_DELETED) &&
                    MV_MAILBOX_STORED_BYTES == 1 && MV_MAILBOX_DELETED == 2,
@@ -73,6 +75,16 @@ static const char *const store_mailbox_sql_all[] = {
     STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_BY_NAME,
     STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_BY_NAME,
 };
+/* [fields]: the mailboxes of a range of names in name order. */
+static const char *const store_mailbox_sql_range[] = {
+    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_RANGE,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_RANGE,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_RANGE,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_RANGE,
+};
+_Static_assert(sizeof store_mailbox_sql_range / sizeof store_mailbox_sql_range[0] ==
+                   MV_MAILBOX_FIELDS_ALL + 1,
+               "one statement per combination of fields");
 _Static_assert(sizeof store_mailbox_sql_one / sizeof store_mailbox_sql_one[0] ==
                        MV_MAILBOX_FIELDS_ALL + 1 &&
                    sizeof store_mailbox_sql_named / sizeof store_mailbox_sql_named[0] ==
@@ -168,25 +180,51 @@ int mv_mailbox_get_fields(mv_store *s,
     return store_mailbox_describe(s, name, fields, info);
 }
 
+/* An iterator over the rows of statement sql, with copies of from and below bound to ?1 and
+ * ?2 when not NULL (the iterator may outlive the caller's strings). */
+static int store_mailbox_list_open(
+    mv_store *s, const char *sql, const char *from, const char *below, mv_mailbox_iter **iter)
+{
+    *iter = calloc(1, sizeof **iter);
+    if (*iter == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory");
+    }
+    store_enter(s);
+    if (sqlite3_prepare_v2(s->db, sql, -1, &(*iter)->stmt, NULL) != SQLITE_OK ||
+        (from != NULL &&
+         sqlite3_bind_text((*iter)->stmt, 1, from, -1, SQLITE_TRANSIENT) != SQLITE_OK) ||
+        (below != NULL &&
+         sqlite3_bind_text((*iter)->stmt, 2, below, -1, SQLITE_TRANSIENT) != SQLITE_OK)) {
+        int rc = store_fail_sqlite(s, "listing mailboxes");
+        sqlite3_finalize((*iter)->stmt);
+        free(*iter);
+        *iter = NULL;
+        return rc;
+    }
+    (*iter)->store = s;
+    return MV_OK;
+}
+
 int mv_mailbox_list_begin_fields(mv_store *s, unsigned fields, mv_mailbox_iter **iter)
 {
     *iter = NULL;
     if ((fields & ~MV_MAILBOX_FIELDS_ALL) != 0) {
         return store_fail(s, MV_EINVAL, "unknown mailbox fields 0x%x", fields);
     }
-    *iter = calloc(1, sizeof **iter);
-    if (*iter == NULL) {
-        return store_fail(s, MV_ENOMEM, "out of memory");
+    return store_mailbox_list_open(s, store_mailbox_sql_all[fields], NULL, NULL, iter);
+}
+
+int mv_mailbox_list_begin_range(
+    mv_store *s, unsigned fields, const char *from, const char *below, mv_mailbox_iter **iter)
+{
+    *iter = NULL;
+    if ((fields & ~MV_MAILBOX_FIELDS_ALL) != 0) {
+        return store_fail(s, MV_EINVAL, "unknown mailbox fields 0x%x", fields);
     }
-    store_enter(s);
-    if (sqlite3_prepare_v2(s->db, store_mailbox_sql_all[fields], -1, &(*iter)->stmt, NULL) !=
-        SQLITE_OK) {
-        free(*iter);
-        *iter = NULL;
-        return store_fail_sqlite(s, "listing mailboxes");
+    if (from == NULL || below == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_mailbox_list_begin_range: NULL bound");
     }
-    (*iter)->store = s;
-    return MV_OK;
+    return store_mailbox_list_open(s, store_mailbox_sql_range[fields], from, below, iter);
 }
 
 int mv_mailbox_list_begin(mv_store *s, mv_mailbox_iter **iter)
