@@ -161,7 +161,9 @@ void imap_cmd_select(struct imap_ctx *x)
     if (q != NULL) {
         rc = imap_qresync_select(s, x->out, q);
         imap_qresync_free(&q);
-        if (rc != MV_OK) {
+        if (rc != MV_OK) { /* a NO leaves no mailbox selected (RFC 3501 6.3.1) */
+            imap_view_free(&s->view);
+            s->state = IMAP_AUTH;
             imap_tagged_store_error(x, rc, x->cmd->name);
             return;
         }

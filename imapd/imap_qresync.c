@@ -9,6 +9,14 @@
  *   - The change log keeps every expunge, so the optional sequence-match data of the
  *     QRESYNC parameter (a hint for servers that forget expunges) is parsed and ignored:
  *     the answer is exact without it.
+ *   - A client further behind than one read of the log takes (more than MV_EXPUNGED_MAX,
+ *     1,000,000, expunges since its modseq: a long-lived list folder that expires its mail)
+ *     is answered from the view instead (imap_qresync_vanished_without_log): every UID it
+ *     names (known-uids, the FETCH's set, or all below UIDNEXT) that the mailbox no longer
+ *     holds. A client ignores the UIDs of a VANISHED (EARLIER) it does not have (RFC 7162
+ *     3.2.10), so naming some it never had or lost before its modseq keeps the answer
+ *     right, as Dovecot does once its log no longer reaches back; before, SELECT answered
+ *     NO [LIMIT] after its untagged data, leaving the session selected.
  */
 #include "buf.h"
 #include "imap_session.h"
@@ -34,6 +42,116 @@ void imap_uid_set_out(struct buf *out, const uint32_t *uids, size_t count)
     }
 }
 
+/* A run of UIDs for "* VANISHED (EARLIER) ", joined to the last one when adjacent, so the
+ * set is as compact as imap_uid_set_out's. */
+struct imap_vanished_out {
+    struct buf *out;
+    uint32_t first, last;
+    int pending; /* first..last not written yet */
+    int written; /* the response's head and a run are out */
+};
+
+static void imap_vanished_flush(struct imap_vanished_out *w)
+{
+    if (!w->pending) {
+        return;
+    }
+    buf_str(w->out, w->written ? "," : "* VANISHED (EARLIER) ");
+    if (w->first == w->last) {
+        buf_printf(w->out, "%u", w->first);
+    } else {
+        buf_printf(w->out, "%u:%u", w->first, w->last);
+    }
+    w->pending = 0;
+    w->written = 1;
+}
+
+static void imap_vanished_run(struct imap_vanished_out *w, uint32_t first, uint32_t last)
+{
+    if (w->pending && w->last < UINT32_MAX && first <= w->last + 1) {
+        w->last = last > w->last ? last : w->last;
+        return;
+    }
+    imap_vanished_flush(w);
+    w->first = first;
+    w->last = last;
+    w->pending = 1;
+}
+
+static int imap_range_compare(const void *a, const void *b)
+{
+    const struct imap_seq_range *x = a, *y = b;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+int imap_qresync_vanished_without_log(struct imap_session *s,
+                                      struct buf *out,
+                                      const struct imap_seqset *known)
+{
+    const struct imap_view *v = &s->view;
+    uint32_t top = v->uidnext > 0 ? v->uidnext - 1 : 0;
+    /* The UIDs asked about, as ranges within 1..top in ascending order. */
+    size_t n = known != NULL ? known->count : 0;
+    struct imap_seq_range *asked = malloc((n + 1) * sizeof *asked);
+    if (asked == NULL) {
+        return MV_ENOMEM;
+    }
+    size_t count = 0;
+    if (known == NULL) {
+        asked[count++] = (struct imap_seq_range){1, top};
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            asked[count++] = known->ranges[i];
+        }
+        uint32_t lo, hi;
+        if (imap_seqset_star_span(known, top, &lo, &hi)) {
+            asked[count++] = (struct imap_seq_range){lo, hi};
+        }
+        qsort(asked, count, sizeof *asked, imap_range_compare);
+        size_t merged = 0; /* the star's span may overlap the ranges: one pass, in order */
+        for (size_t i = 0; i < count; i++) {
+            if (merged > 0 && asked[merged - 1].last >= asked[i].first) {
+                if (asked[i].last > asked[merged - 1].last) {
+                    asked[merged - 1].last = asked[i].last;
+                }
+            } else {
+                asked[merged++] = asked[i];
+            }
+        }
+        count = merged;
+    }
+    struct imap_vanished_out w = {.out = out};
+    for (size_t r = 0; r < count; r++) {
+        uint64_t from = asked[r].first > 0 ? asked[r].first : 1;
+        uint64_t to = asked[r].last < top ? asked[r].last : top;
+        /* the gaps between the messages the view still holds (one marked expunged by
+         * another session is gone from the store: a gap too) */
+        for (size_t i = imap_view_find_uid(v, (uint32_t)(from <= top ? from : top));
+             from <= to && i < v->count; i++) {
+            uint32_t uid = imap_view_msg(v, i)->uid;
+            if (uid > to) {
+                break;
+            }
+            if ((imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) != 0) {
+                continue;
+            }
+            if (uid > from) {
+                imap_vanished_run(&w, (uint32_t)from, uid - 1);
+            }
+            from = (uint64_t)uid + 1;
+        }
+        if (from <= to) {
+            imap_vanished_run(&w, (uint32_t)from, (uint32_t)to);
+        }
+    }
+    imap_vanished_flush(&w);
+    if (w.written) {
+        buf_str(out, "\r\n");
+    }
+    free(asked);
+    return MV_OK;
+}
+
 int imap_qresync_vanished(struct imap_session *s,
                           struct buf *out,
                           uint64_t since,
@@ -42,6 +160,9 @@ int imap_qresync_vanished(struct imap_session *s,
     uint32_t *uids = NULL;
     size_t count = 0, kept = 0;
     int rc = mv_message_expunged_since(imap_db(s), s->view.mailbox, since, &uids, &count);
+    if (rc == MV_ELIMIT) { /* further behind than the log is read at once */
+        return imap_qresync_vanished_without_log(s, out, known);
+    }
     if (rc != MV_OK) {
         return rc;
     }

@@ -1220,6 +1220,143 @@ static void test_saved_view_list_twice(void)
     CHECK_EQ_INT(imap_chunks_pending(), 0);
 }
 
+/* The UIDs of the view as a compressed set ("1:4,7"), malloc'd; NULL when out of memory. */
+static char *tv_uid_set(const struct imap_view *v)
+{
+    uint32_t *uids = malloc((v->count + 1) * sizeof *uids);
+    if (uids == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < v->count; i++) {
+        uids[i] = imap_view_msg(v, i)->uid;
+    }
+    struct buf out = {0};
+    imap_uid_set_out(&out, uids, v->count);
+    free(uids);
+    char *s = strdup(out.data != NULL ? out.data : "");
+    buf_free(&out);
+    return s;
+}
+
+/* What VANISHED (EARLIER) without the log must say for known (NULL: 1:top), worked out one
+ * UID at a time: every UID asked about, up to UIDNEXT - 1, that the view does not hold.
+ * malloc'd; NULL on a bad set or out of memory. */
+static char *tv_vanished_model(const struct imap_view *v, const char *known)
+{
+    struct imap_seqset set = {0};
+    if (known != NULL && imap_parse_seqset(known, strlen(known), &set) != 0) {
+        return NULL;
+    }
+    uint32_t top = v->uidnext - 1, *gone = malloc((size_t)top * sizeof *gone + 1);
+    if (gone == NULL) {
+        imap_seqset_free(&set);
+        return NULL;
+    }
+    size_t n = 0;
+    for (uint32_t u = 1; u <= top; u++) {
+        size_t i = imap_view_find_uid(v, u);
+        int held = i < v->count && imap_view_msg(v, i)->uid == u;
+        if (!held && (known == NULL || imap_seqset_contains(&set, u, top))) {
+            gone[n++] = u;
+        }
+    }
+    struct buf out = {0};
+    if (n > 0) {
+        buf_str(&out, "* VANISHED (EARLIER) ");
+        imap_uid_set_out(&out, gone, n);
+        buf_str(&out, "\r\n");
+    }
+    free(gone);
+    imap_seqset_free(&set);
+    char *s = strdup(out.data != NULL ? out.data : "");
+    buf_free(&out);
+    return s;
+}
+
+/* imap_qresync_vanished_without_log for known (NULL: none given), as a malloc'd string;
+ * NULL on failure. */
+static char *tv_vanished(struct imap_session *s, const char *known)
+{
+    struct imap_seqset set = {0};
+    if (known != NULL && imap_parse_seqset(known, strlen(known), &set) != 0) {
+        return NULL;
+    }
+    struct buf out = {0};
+    int rc = imap_qresync_vanished_without_log(s, &out, known != NULL ? &set : NULL);
+    imap_seqset_free(&set);
+    if (rc != MV_OK) {
+        buf_free(&out);
+        return NULL;
+    }
+    char *r = strdup(out.data != NULL ? out.data : "");
+    buf_free(&out);
+    return r;
+}
+
+/* VANISHED (EARLIER) for a client further behind than one read of the change log (more than
+ * MV_EXPUNGED_MAX expunges since its modseq: SELECT (QRESYNC ...) answered NO [LIMIT] and left
+ * the session selected). Answered from the view: for the UIDs a session held before some
+ * expunges, exactly what the log says since then; for other sets (with '*', overlapping
+ * ranges, none at all) every asked UID the mailbox no longer holds, as a UID-by-UID model
+ * works it out. */
+static void test_vanished_without_log(void)
+{
+    /* a mailbox of its own: the tests before changed INBOX */
+    CHECK_EQ_INT(mv_mailbox_create(tv_store, "Vanish", NULL), MV_OK);
+    struct mv_import_stats st;
+    CHECK_EQ_INT(mv_import(tv_store, tu_path("seed.mbox"), "Vanish", NULL, NULL, &st), MV_OK);
+    CHECK_EQ_INT(st.messages_imported, TV_COUNT);
+    struct imap_session a, b;
+    tv_session(&a);
+    CHECK_EQ_INT(imap_view_load(&a, "Vanish", 0), MV_OK);
+    CHECK_EQ_INT(a.view.count, TV_COUNT);
+    uint64_t before = a.view.highestmodseq;
+    char *held = tv_uid_set(&a.view);
+    CHECK(held != NULL);
+    size_t pick[] = {10, 11, 12, 500, a.view.count - 2, a.view.count - 1};
+    char uids[256] = "";
+    uint32_t picked[6];
+    for (size_t k = 0; k < 6; k++) {
+        picked[k] = imap_view_msg(&a.view, pick[k])->uid;
+        snprintf(uids + strlen(uids), sizeof uids - strlen(uids), "%s%u", k > 0 ? "," : "",
+                 picked[k]);
+    }
+    imap_view_free(&a.view);
+    uint32_t n = 0;
+    CHECK_EQ_INT(mv_flags_set(tv_store, "Vanish", uids, MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL),
+                 MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(tv_store, "Vanish", uids, &n), MV_OK);
+    CHECK_EQ_INT(n, 6);
+    tv_session(&b);
+    CHECK_EQ_INT(imap_view_load(&b, "Vanish", 0), MV_OK);
+
+    struct imap_seqset set = {0};
+    CHECK_EQ_INT(imap_parse_seqset(held, strlen(held), &set), 0);
+    struct buf logged = {0};
+    CHECK_EQ_INT(imap_qresync_vanished(&b, &logged, before, &set), MV_OK);
+    imap_seqset_free(&set);
+    char *viewed = tv_vanished(&b, held);
+    CHECK(viewed != NULL);
+    char want[320];
+    snprintf(want, sizeof want, "* VANISHED (EARLIER) %u:%u,%u,%u:%u\r\n", picked[0], picked[2],
+             picked[3], picked[4], picked[5]);
+    CHECK(logged.data != NULL && strcmp(logged.data, want) == 0);
+    CHECK(strcmp(viewed, want) == 0);
+    free(viewed);
+    buf_free(&logged);
+    free(held);
+
+    const char *asked[] = {NULL, "1:*", "3:50,40:60,9000:*", "1:4", "*", "20000:*"};
+    for (size_t k = 0; k < sizeof asked / sizeof asked[0]; k++) {
+        char *got = tv_vanished(&b, asked[k]);
+        char *model = tv_vanished_model(&b.view, asked[k]);
+        CHECK(got != NULL && model != NULL && strcmp(got, model) == 0);
+        free(got);
+        free(model);
+    }
+    imap_view_free(&b.view);
+}
+
 static void test_teardown(void)
 {
     imap_view_cache_free(&tv_os.view_cache);
@@ -1244,6 +1381,7 @@ int main(void)
     TEST(test_saved_view_keys);
     TEST(test_chunk_pages_populated);
     TEST(test_saved_view_list_twice);
+    TEST(test_vanished_without_log);
     TEST(test_teardown);
     return th_summary();
 }
