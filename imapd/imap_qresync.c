@@ -13,10 +13,11 @@
  *     1,000,000, expunges since its modseq: a long-lived list folder that expires its mail)
  *     is answered from the view instead (imap_qresync_vanished_without_log): every UID it
  *     names (known-uids, the FETCH's set, or all below UIDNEXT) that the mailbox no longer
- *     holds. A client ignores the UIDs of a VANISHED (EARLIER) it does not have (RFC 7162
- *     3.2.10), so naming some it never had or lost before its modseq keeps the answer
- *     right, as Dovecot does once its log no longer reaches back; before, SELECT answered
- *     NO [LIMIT] after its untagged data, leaving the session selected.
+ *     holds. A QRESYNC client drops the UIDs of a VANISHED (EARLIER) it has and ignores
+ *     the others (RFC 7162), so naming some it never had or lost before its modseq keeps
+ *     the answer right; the known-uids a client sends exist for servers that cannot say
+ *     what went when. Before, SELECT answered NO [LIMIT] after its untagged data, leaving
+ *     the session selected.
  */
 #include "buf.h"
 #include "imap_session.h"
