@@ -317,6 +317,14 @@ def check_structure_cache(args):
              "%r %r" % (t2, [delta(s1, s2, name, result=r) for r in ("hit", "miss")]))
     R.report("structure cache: its bytes are reported",
              value(s2, "mailvaultd_structure_cache_bytes") > 0)
+    # kept answers beside the whole message: the message goes out as one literal, as stored
+    untagged, t5 = a.command("FETCH 1:* (BODYSTRUCTURE BODY.PEEK[])")
+    _, _, s2b = scrape(args.metrics)
+    literals = [lit for _, lits in untagged for lit in lits]
+    R.report("structure cache: a kept BODYSTRUCTURE beside BODY.PEEK[]: every message whole",
+             b" OK" in t5 and all(m in literals for m in STRUCTURE_MESSAGES)
+             and delta(s2, s2b, name, result="hit") == n, repr(t5))
+    s2 = s2b
     b = imapd_common.imap_login(args.imap, user, password, 30)
     b.command("EXAMINE structure")
     both, t3 = structures(b, "(BODY BODYSTRUCTURE)")
