@@ -339,6 +339,10 @@ imap_fetch_structure_cached(struct imap_ctx *x, size_t i, unsigned item, struct 
         return 0;
     }
     metrics_structure_cache(1);
+    if (cached->oom) { /* the copy failed: answered from the message, as on a miss */
+        buf_free(cached);
+        return 0;
+    }
     return item;
 }
 
