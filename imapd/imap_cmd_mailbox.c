@@ -434,6 +434,29 @@ static int imap_list_levels(struct imap_list_set *set,
     return depth <= depth_max;
 }
 
+/* How far a name's descendants can matter to a LIST with a finite depth_max: the length of
+ * name up to and including its depth_max-th '/', or 0 when it has fewer. Every name that
+ * begins with those bytes is as deep as depth_max or deeper: none can match (no pattern has
+ * a '*' or that many '/'), each level it adds is too deep to be listed, and the one level
+ * that can be (the bytes before the last '/') has its \HasChildren from the first of them.
+ * So once one such name is read, the rest are passed over (mv_mailbox_list_skip to the bytes
+ * with the '/' raised to '0'): LIST "" "%" over 9,000 folders under a handful of top-level
+ * ones reads a few names a folder, not every row (issue 13). The pass comes at the second
+ * name below the cut, so a folder with one child costs no extra search. */
+static size_t imap_list_cut(const char *name, size_t depth_max)
+{
+    if (depth_max == SIZE_MAX || depth_max == 0) {
+        return 0;
+    }
+    size_t depth = 0;
+    for (const char *slash = strchr(name, '/'); slash != NULL; slash = strchr(slash + 1, '/')) {
+        if (++depth == depth_max) {
+            return (size_t)(slash - name) + 1;
+        }
+    }
+    return 0;
+}
+
 /* A copy of name in *prev (grown as needed); 0 or -1 (out of memory). */
 static int imap_list_prev(char **prev, size_t *cap, const char *name)
 {
@@ -486,15 +509,26 @@ static int imap_list_read(mv_store *store,
     char *prev = NULL;
     size_t prev_cap = 0;
     int rc = imap_list_prev(&prev, &prev_cap, "") != 0 ? MV_ENOMEM
-             : lf != NULL && lf->from != NULL
-                 ? mv_mailbox_list_begin_range(store, fields, lf->from, lf->below, &it)
+             : lf != NULL
+                 ? mv_mailbox_list_begin_range(store, fields, lf->from != NULL ? lf->from : "",
+                                               lf->from != NULL ? lf->below : NULL, &it)
                  : mv_mailbox_list_begin_fields(store, fields, &it);
     while (rc == MV_OK && (rc = mv_mailbox_list_next(it, &info)) == 1) {
         rc = MV_OK;
         int wanted = imap_list_levels(set, lf, info.name, prev);
+        size_t cut = lf != NULL ? imap_list_cut(info.name, lf->depth_max) : 0;
+        int pass = cut > 0 && strncmp(prev, info.name, cut) == 0;
         if (wanted < 0 || imap_list_prev(&prev, &prev_cap, info.name) != 0) {
             rc = MV_ENOMEM;
             break;
+        }
+        if (pass) { /* the second name below the cut: pass over the rest (prev is free now) */
+            prev[cut - 1] = (char)('/' + 1);
+            prev[cut] = '\0';
+            if ((rc = mv_mailbox_list_skip(it, prev)) != MV_OK) {
+                break;
+            }
+            prev[cut - 1] = '/'; /* prev still begins as the name, its levels in set */
         }
         if (wanted == 0) {
             continue;

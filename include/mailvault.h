@@ -624,9 +624,18 @@ mv_mailbox_list_begin_fields(mv_store *store, unsigned fields, mv_mailbox_iter *
 /* As mv_mailbox_list_begin_fields(), the mailboxes whose names n have from <= n < below in
  * byte order (UTF-8 bytes: the listing's order), found through the names' index: a LIST
  * whose patterns share a head ("Archive/2019/%") reads the mailboxes under it, not every
- * mailbox. The bounds are copied. MV_EINVAL also for a NULL bound. */
+ * mailbox. below NULL: no upper bound ("" to NULL is every mailbox). The bounds are copied.
+ * MV_EINVAL also for a NULL from. */
 MV_API MV_MUST_CHECK int mv_mailbox_list_begin_range(
     mv_store *store, unsigned fields, const char *from, const char *below, mv_mailbox_iter **iter);
+/* Moves a range listing's lower bound to to: the next mv_mailbox_list_next returns the first
+ * mailbox with to <= name (< below), one search of the names' index whatever lies between
+ * (a LIST "%" passes over a folder's thousands of descendants once it knows the folder has
+ * children). A to at or before a name already returned returns names again. The rest of the
+ * listing is read afresh: a mailbox made or deleted meanwhile may or may not be in it. The
+ * name is copied. MV_OK; MV_EINVAL (NULL, an iterator of mv_mailbox_list_begin or _fields);
+ * MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_mailbox_list_skip(mv_mailbox_iter *iter, const char *to);
 MV_API int mv_mailbox_list_next(mv_mailbox_iter *iter, struct mv_mailbox_info *info);
 MV_API void mv_mailbox_list_end(mv_mailbox_iter **iter);
 

@@ -300,6 +300,33 @@ def test_list_deep(c):
     got = listed('LIST (SUBSCRIBED RECURSIVEMATCH) "" "Ghost/%"')
     check("deep: (SUBSCRIBED RECURSIVEMATCH) Ghost/%: CHILDINFO for the name deep below",
           list(got) == ["Ghost/x"] and b"CHILDINFO" in got["Ghost/x"][1], repr(got))
+    # a pattern without '*' passes over a name's descendants once one of them said it has
+    # children (mv_mailbox_list_skip to the name with its '/' raised to '0'): the names right
+    # after the skipped ones, those sorting before '/', and a deeper level's own skip
+    for name in ("Skip", "Skip-", "Skip/a", "Skip/b", "Skip/c/d", "Skip/c/e", "Skip/c/f/g",
+                 "Skip/c0", "Skip0", "Skip0/z", "Skip0/z/w", "Skipz"):
+        c.command('CREATE "%s"' % name)
+
+    def kids(got, name):
+        return "\\HasChildren" in got[name][0]
+
+    got = listed('LIST "" "Skip%"')
+    check("skip: LIST Skip%: the names after a skipped run, each with its children or none",
+          set(got) == {"Skip", "Skip-", "Skip0", "Skipz"} and kids(got, "Skip") and
+          not kids(got, "Skip-") and kids(got, "Skip0") and not kids(got, "Skipz"), repr(got))
+    got = listed('LIST "" "Skip/%"')
+    check("skip: LIST Skip/%: a level whose children are skipped, the sibling after them",
+          set(got) == {"Skip/a", "Skip/b", "Skip/c", "Skip/c0"} and kids(got, "Skip/c") and
+          not kids(got, "Skip/c0") and not kids(got, "Skip/b"), repr(got))
+    got = listed('LIST "" "%"')
+    check("skip: LIST %: every top-level name after runs of skipped descendants",
+          {"Skip", "Skip-", "Skip0", "Skipz", "Deep", "Deep-x", "Deeper", "Low", "Low0",
+           "Low-x", "INBOX"} <= set(got) and kids(got, "Skip0") and kids(got, "Low") and
+          not any("/" in n for n in got), repr(got))
+    got = listed('LIST "" ("Skip/%" "Skip0/%")')
+    check("skip: two patterns: both levels, each with its children",
+          set(got) == {"Skip/a", "Skip/b", "Skip/c", "Skip/c0", "Skip0/z"} and
+          kids(got, "Skip0/z") and kids(got, "Skip/c"), repr(got))
 
 
 def idle_begin(c):

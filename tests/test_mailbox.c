@@ -952,6 +952,87 @@ static void test_list_range(void)
     mv_store_close(&s);
 }
 
+/* The VM steps of the open statement with "m.name >= ?1" (-1 if none). */
+static long long mb_range_steps(mv_store *s)
+{
+    long long steps = -1;
+    for (sqlite3_stmt *st = sqlite3_next_stmt(mv_store_db(s), NULL); st != NULL;
+         st = sqlite3_next_stmt(mv_store_db(s), st)) {
+        if (strstr(sqlite3_sql(st), "m.name >= ?1") != NULL) {
+            steps = sqlite3_stmt_status(st, SQLITE_STMTSTATUS_VM_STEP, 0);
+        }
+    }
+    return steps;
+}
+
+/* mv_mailbox_list_skip: a range listing goes on from a new lower bound, the names between
+ * passed over by one search (VM steps far below a read of them), the upper bound kept; a
+ * range with no upper bound (below NULL) lists to the end; a skip backwards reads names
+ * again; a listing of every mailbox (begin_fields) cannot skip. */
+static void test_list_skip(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open("skip", &s), MV_OK);
+    const char *made[] = {"Tree", "Tree-x", "Tree0", "Zed"};
+    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++) {
+        CHECK_EQ_INT(mv_mailbox_create(s, made[i], NULL), MV_OK);
+    }
+    for (int i = 0; i < 480; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "Tree/%03d", i);
+        CHECK_EQ_INT(mv_mailbox_create(s, name, NULL), MV_OK);
+    }
+    mv_mailbox_iter *it = NULL;
+    struct mv_mailbox_info info;
+    char got[256] = "";
+    size_t at = 0;
+    CHECK_EQ_INT(mv_mailbox_list_begin_range(s, 0, "", NULL, &it), MV_OK);
+    int more;
+    while ((more = mv_mailbox_list_next(it, &info)) == 1) {
+        /* the listing's own names after the defaults (INBOX, Sent, ...) */
+        if (strncmp(info.name, "Tree", 4) == 0 || strcmp(info.name, "Zed") == 0) {
+            at += (size_t)snprintf(got + at, sizeof got - at, "%s%s", at > 0 ? " " : "", info.name);
+        }
+        if (strcmp(info.name, "Tree/001") == 0) {
+            char to[] = "Tree/";
+            to[4] = '0';
+            CHECK_EQ_INT(mv_mailbox_list_skip(it, to), MV_OK);
+            memset(to, 'x', sizeof to - 1); /* the iterator's own copy */
+        }
+        CHECK(at < sizeof got);
+    }
+    CHECK_EQ_INT(more, 0);
+    CHECK(strcmp(got, "Tree Tree-x Tree/000 Tree/001 Tree0 Zed") == 0);
+    long long skipped = mb_range_steps(s);
+    mv_mailbox_list_end(&it);
+    CHECK_EQ_INT(mv_mailbox_list_begin_range(s, 0, "", NULL, &it), MV_OK);
+    while ((more = mv_mailbox_list_next(it, &info)) == 1) {
+    }
+    long long all = mb_range_steps(s);
+    mv_mailbox_list_end(&it);
+    CHECK(skipped > 0 && skipped * 20 < all);
+
+    /* the upper bound stays; backwards reads again */
+    CHECK_EQ_INT(mv_mailbox_list_begin_range(s, 0, "Tree/", "Tree/003", &it), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_list_next(it, &info), 1);
+    CHECK(strcmp(info.name, "Tree/000") == 0);
+    CHECK_EQ_INT(mv_mailbox_list_skip(it, "Tree/002"), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_list_next(it, &info), 1);
+    CHECK(strcmp(info.name, "Tree/002") == 0);
+    CHECK_EQ_INT(mv_mailbox_list_next(it, &info), 0);
+    CHECK_EQ_INT(mv_mailbox_list_skip(it, "Tree/001"), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_list_next(it, &info), 1);
+    CHECK(strcmp(info.name, "Tree/001") == 0);
+    CHECK_EQ_INT(mv_mailbox_list_skip(it, NULL), MV_EINVAL);
+    mv_mailbox_list_end(&it);
+
+    CHECK_EQ_INT(mv_mailbox_list_begin_fields(s, 0, &it), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_list_skip(it, "Tree0"), MV_EINVAL);
+    mv_mailbox_list_end(&it);
+    CHECK_EQ_INT(mv_mailbox_list_skip(NULL, "Tree0"), MV_EINVAL);
+    mv_store_close(&s);
+}
+
 static void test_subscriptions(void)
 {
     mv_store *s = NULL;
@@ -1182,6 +1263,7 @@ int main(void)
     TEST(test_init_killed);
     TEST(test_errmsg_internal);
     TEST(test_list_range);
+    TEST(test_list_skip);
     TEST(test_subscriptions);
     TEST(test_recent_claim);
     TEST(test_schema_v7);

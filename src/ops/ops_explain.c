@@ -186,15 +186,21 @@ static int ops_explain_mailbox_fields(mv_explain *e)
             mv_mailbox_list_end(&it);
         }
     }
-    mv_mailbox_iter *it = NULL;
-    if (rc == MV_OK && (rc = mv_mailbox_list_begin_range(e->scratch, 0, "I", "J", &it)) != MV_OK) {
-        rc = ops_explain_step(e, rc, "mailbox list, a range of names");
-    }
-    if (rc == MV_OK) {
-        int more = mv_mailbox_list_next(it, &info);
-        rc = more < 0 ? ops_explain_step(e, more, "mailbox list, a range of names")
-                      : ops_explain_collect(e, "mailbox list, a range of names");
-        mv_mailbox_list_end(&it);
+    /* LIST's reads: a range (a pattern's head), and from a name on (every name, skips) */
+    static const char *const ranged[] = {"mailbox list, a range of names",
+                                         "mailbox list, from a name on"};
+    for (size_t i = 0; i < 2 && rc == MV_OK; i++) {
+        mv_mailbox_iter *it = NULL;
+        if ((rc = mv_mailbox_list_begin_range(e->scratch, 0, "I", i == 0 ? "J" : NULL, &it)) !=
+            MV_OK) {
+            rc = ops_explain_step(e, rc, ranged[i]);
+        }
+        if (rc == MV_OK) {
+            int more = mv_mailbox_list_next(it, &info);
+            rc =
+                more < 0 ? ops_explain_step(e, more, ranged[i]) : ops_explain_collect(e, ranged[i]);
+            mv_mailbox_list_end(&it);
+        }
     }
     return rc;
 }

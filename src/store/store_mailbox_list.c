@@ -49,6 +49,8 @@
 #define STORE_MAILBOX_BY_NAME "ORDER BY m.name"
 /* A range of names: a search of the name's UNIQUE index, not a walk of every mailbox. */
 #define STORE_MAILBOX_RANGE "WHERE m.name >= ?1 AND m.name < ?2 ORDER BY m.name"
+/* From a name to the end (a range with no upper bound). */
+#define STORE_MAILBOX_FROM "WHERE m.name >= ?1 ORDER BY m.name"
 
 _Static_assert(MV_MAILBOX_FIELDS_ALL == (MV_MAILBOX_STORED_BYTES | MV_MAILBOX_DELETED) &&
                    MV_MAILBOX_STORED_BYTES == 1 && MV_MAILBOX_DELETED == 2,
@@ -82,8 +84,17 @@ static const char *const store_mailbox_sql_range[] = {
     STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_RANGE,
     STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_RANGE,
 };
+/* [fields]: the mailboxes from a name on, in name order. */
+static const char *const store_mailbox_sql_from[] = {
+    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_FROM,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_FROM,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_FROM,
+    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_FROM,
+};
 _Static_assert(sizeof store_mailbox_sql_range / sizeof store_mailbox_sql_range[0] ==
-                   MV_MAILBOX_FIELDS_ALL + 1,
+                       MV_MAILBOX_FIELDS_ALL + 1 &&
+                   sizeof store_mailbox_sql_from / sizeof store_mailbox_sql_from[0] ==
+                       MV_MAILBOX_FIELDS_ALL + 1,
                "one statement per combination of fields");
 _Static_assert(sizeof store_mailbox_sql_one / sizeof store_mailbox_sql_one[0] ==
                        MV_MAILBOX_FIELDS_ALL + 1 &&
@@ -96,6 +107,7 @@ _Static_assert(sizeof store_mailbox_sql_one / sizeof store_mailbox_sql_one[0] ==
 struct mv_mailbox_iter {
     mv_store *store;
     sqlite3_stmt *stmt; /* private: an iterator may live across other calls on the store */
+    int ranged;         /* ?1 is the lower bound: mv_mailbox_list_skip may move it */
     struct store_strings strings;
 };
 
@@ -202,6 +214,7 @@ static int store_mailbox_list_open(
         return rc;
     }
     (*iter)->store = s;
+    (*iter)->ranged = from != NULL;
     return MV_OK;
 }
 
@@ -221,10 +234,35 @@ int mv_mailbox_list_begin_range(
     if ((fields & ~MV_MAILBOX_FIELDS_ALL) != 0) {
         return store_fail(s, MV_EINVAL, "unknown mailbox fields 0x%x", fields);
     }
-    if (from == NULL || below == NULL) {
-        return store_fail(s, MV_EINVAL, "mv_mailbox_list_begin_range: NULL bound");
+    if (from == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_mailbox_list_begin_range: NULL lower bound");
     }
-    return store_mailbox_list_open(s, store_mailbox_sql_range[fields], from, below, iter);
+    return store_mailbox_list_open(
+        s, below != NULL ? store_mailbox_sql_range[fields] : store_mailbox_sql_from[fields], from,
+        below, iter);
+}
+
+/* The statement starts again with a new lower bound: one search of the names' index, so a
+ * LIST skips the descendants it has no use for (imapd's imap_list_read) for one seek rather
+ * than a row each. Resetting ends the statement's read; the rest of the listing is read
+ * afresh (a mailbox made or deleted meanwhile may or may not be in it, as with any later
+ * row of a listing outside a transaction). */
+int mv_mailbox_list_skip(mv_mailbox_iter *iter, const char *to)
+{
+    if (iter == NULL) {
+        return MV_EINVAL;
+    }
+    if (to == NULL || !iter->ranged) {
+        return store_fail(iter->store, MV_EINVAL,
+                          to == NULL ? "mv_mailbox_list_skip: NULL name"
+                                     : "mv_mailbox_list_skip: not a range listing");
+    }
+    store_enter(iter->store);
+    sqlite3_reset(iter->stmt);
+    if (sqlite3_bind_text(iter->stmt, 1, to, -1, SQLITE_TRANSIENT) != SQLITE_OK) {
+        return store_fail_sqlite(iter->store, "listing mailboxes");
+    }
+    return MV_OK;
 }
 
 int mv_mailbox_list_begin(mv_store *s, mv_mailbox_iter **iter)
