@@ -187,6 +187,7 @@ enum cli_opt {
     CLI_OPT_VACUUM_FREE_PERCENT,  /* maintain */
     CLI_OPT_VACUUM_SLACK_PERCENT, /* maintain */
     CLI_OPT_QUICK_CHECK_DAYS,     /* maintain */
+    CLI_OPT_CHANGES_KEEP_DAYS,    /* maintain */
     CLI_OPT_QUICK_CHECK,          /* maintain: run quick_check now */
     CLI_OPT_NO_VACUUM,            /* maintain */
     CLI_OPT_WAL_LIMIT,            /* doctor, maintain --all */

@@ -70,6 +70,8 @@ static const struct cli_option_def cli_option_defs[CLI_OPT_COUNT] = {
                                       "VACUUM from N% slack (0..100, default 15)"},
     [CLI_OPT_QUICK_CHECK_DAYS] = {"--quick-check-days", "N",
                                   "quick_check every N days (default 7; 0: always)"},
+    [CLI_OPT_CHANGES_KEEP_DAYS] = {"--changes-keep-days", "N",
+                                   "keep N days of expunges for QRESYNC (default 90; 0: all)"},
     [CLI_OPT_QUICK_CHECK] = {"--quick-check", NULL, "run quick_check now"},
     [CLI_OPT_NO_VACUUM] = {"--no-vacuum", NULL, "decide and report, never VACUUM"},
     [CLI_OPT_WAL_LIMIT] = {"--wal-limit", "BYTES", "a larger WAL is a problem (default 64 MiB)"},

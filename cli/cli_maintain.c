@@ -3,7 +3,8 @@
  *
  * USAGE
  *   mailvault maintain alice@example.org --password-file pw [--vacuum-free-percent N]
- *             [--vacuum-slack-percent N] [--quick-check-days N] [--quick-check] [--no-vacuum]
+ *             [--vacuum-slack-percent N] [--quick-check-days N] [--changes-keep-days N]
+ *             [--quick-check] [--no-vacuum]
  *   mailvault maintain --all [--wal-limit BYTES]
  *
  * IMPLEMENTATION NOTES
@@ -26,10 +27,12 @@
 static const struct cli_command_spec cli_maintain_spec = {
     "maintain",
     "maintain USER|--all [--vacuum-free-percent N] [--vacuum-slack-percent N] "
-    "[--quick-check-days N] [--quick-check] [--no-vacuum] [--wal-limit BYTES]",
+    "[--quick-check-days N] [--changes-keep-days N] [--quick-check] [--no-vacuum] "
+    "[--wal-limit BYTES]",
     CLI_OPTS_STORE | CLI_OPT(CLI_OPT_ALL) | CLI_OPT(CLI_OPT_VACUUM_FREE_PERCENT) |
         CLI_OPT(CLI_OPT_VACUUM_SLACK_PERCENT) | CLI_OPT(CLI_OPT_QUICK_CHECK_DAYS) |
-        CLI_OPT(CLI_OPT_QUICK_CHECK) | CLI_OPT(CLI_OPT_NO_VACUUM) | CLI_OPT(CLI_OPT_WAL_LIMIT),
+        CLI_OPT(CLI_OPT_CHANGES_KEEP_DAYS) | CLI_OPT(CLI_OPT_QUICK_CHECK) |
+        CLI_OPT(CLI_OPT_NO_VACUUM) | CLI_OPT(CLI_OPT_WAL_LIMIT),
     0, 1};
 
 #define CLI_MAINTAIN_WAL_LIMIT_DEFAULT ((uint64_t)64 << 20)
@@ -95,6 +98,12 @@ static void cli_maintain_print(const char *address,
                                const struct mv_maintain_options *o)
 {
     printf("store %s\n", address);
+    if (o->changes_keep_days > 0) {
+        printf("change log: %llu rows pruned (expunges older than %u days)\n",
+               (unsigned long long)r->changes_pruned, o->changes_keep_days);
+    } else {
+        printf("change log: kept whole (--changes-keep-days 0)\n");
+    }
     printf("optimize: done (analysis_limit=400)\n");
     printf("checkpoint (PASSIVE): busy %d, %lld of %lld WAL frames checkpointed%s\n",
            r->checkpoint_busy, (long long)r->checkpoint_done_frames,
@@ -146,6 +155,10 @@ static int cli_maintain_options(const struct cli_args *args, struct mv_maintain_
     if (rc == CLI_EXIT_OK && cli_args_has(args, CLI_OPT_QUICK_CHECK_DAYS) &&
         (rc = cli_args_u64(args, CLI_OPT_QUICK_CHECK_DAYS, 0, 36500, &v)) == CLI_EXIT_OK) {
         o->quick_check_days = (uint32_t)v;
+    }
+    if (rc == CLI_EXIT_OK && cli_args_has(args, CLI_OPT_CHANGES_KEEP_DAYS) &&
+        (rc = cli_args_u64(args, CLI_OPT_CHANGES_KEEP_DAYS, 0, 36500, &v)) == CLI_EXIT_OK) {
+        o->changes_keep_days = (uint32_t)v;
     }
     o->flags |= cli_args_has(args, CLI_OPT_QUICK_CHECK) ? MV_MAINTAIN_QUICK_CHECK : 0;
     o->flags |= cli_args_has(args, CLI_OPT_NO_VACUUM) ? MV_MAINTAIN_NO_VACUUM : 0;

@@ -130,6 +130,7 @@ static const struct config_key config_keys[] = {
        "default 2048; 0: library's)"),
     CI(maintain_interval_s, 0, 1 << 25, "maintain idle-closed stores this often (86400; 0 off)"),
     CI(maintain_max_mib, 1, 1 << 20, "... only stores up to this many MiB (default 256)"),
+    CI(changes_keep_days, 0, 36500, "... keeping N days of expunges for QRESYNC (90; 0 all)"),
 };
 
 void config_defaults(struct config *c)
@@ -183,6 +184,7 @@ void config_defaults(struct config *c)
     c->cache_size_kib = 2048;
     c->maintain_interval_s = 86400;
     c->maintain_max_mib = 256;
+    c->changes_keep_days = 90;
     const char *root = getenv("MAILVAULT_ROOT");
     snprintf(c->root, sizeof c->root, "%s", root != NULL && root[0] != '\0' ? root : "./var/mail");
     const char *iter = getenv("MAILVAULT_KDF_ITER");

@@ -62,6 +62,7 @@ struct config {
     int cache_size_kib;      /* each open store's page cache; 0: the library's default */
     int maintain_interval_s; /* maintain an idle-closed store at most this often; 0: off */
     int maintain_max_mib;    /* ... if it is at most this large (file + WAL) */
+    int changes_keep_days;   /* ... keeping this many days of expunges for QRESYNC; 0: all */
 };
 #define CONFIG_SMALL_LITERAL_MAX 65536
 #define CONFIG_OUTPUT_MAX        (4u << 20) /* reading pauses while more is queued */

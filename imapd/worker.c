@@ -906,6 +906,7 @@ static void worker_store_maintain(struct worker *w, struct open_store *s)
     struct mv_maintain_options o = MV_MAINTAIN_OPTIONS_INIT;
     o.min_interval_s = (uint32_t)cfg->maintain_interval_s;
     o.store_bytes_max = (uint64_t)cfg->maintain_max_mib << 20;
+    o.changes_keep_days = (uint32_t)cfg->changes_keep_days;
     struct mv_maintain_report r;
     int64_t start_ms = worker_now_ms();
     int rc = mv_store_maintain(s->store, &o, &r);
@@ -920,7 +921,7 @@ static void worker_store_maintain(struct worker *w, struct open_store *s)
     log_msg(
         rc != MV_OK || r.quick_check == MV_QUICK_CHECK_FAILED ? LOG_LEVEL_ERROR : LOG_LEVEL_INFO,
         "store maintain %s: %s in %lld ms: checkpoint %s, vacuum %s (free %.1f%%, slack "
-        "%.1f%%), quick_check %s, %llu -> %llu bytes%s%s",
+        "%.1f%%), quick_check %s, change log %llu rows pruned, %llu -> %llu bytes%s%s",
         s->address, rc == MV_OK ? "ok" : mv_strerror(rc), (long long)(worker_now_ms() - start_ms),
         r.checkpoint_busy ? "busy"
         : r.wal_truncated ? "done, WAL truncated"
@@ -930,8 +931,9 @@ static void worker_store_maintain(struct worker *w, struct open_store *s)
         r.quick_check == MV_QUICK_CHECK_OK       ? "ok"
         : r.quick_check == MV_QUICK_CHECK_FAILED ? "FAILED (run mailvault check)"
                                                  : "not due",
-        (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_after,
-        rc != MV_OK ? ": " : "", rc != MV_OK ? mv_store_errmsg(s->store) : "");
+        (unsigned long long)r.changes_pruned, (unsigned long long)r.bytes_before,
+        (unsigned long long)r.bytes_after, rc != MV_OK ? ": " : "",
+        rc != MV_OK ? mv_store_errmsg(s->store) : "");
 }
 
 /* Holds the user of slot i for the work between jobs if it has an open store that no

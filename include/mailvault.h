@@ -1087,11 +1087,13 @@ MV_API MV_MUST_CHECK int mv_message_copy_uids(mv_store *store,
 /* The UIDs of the messages expunged (EXPUNGE, UID EXPUNGE, CLOSE, a move away) from
  * mailbox at a modseq above since_modseq, distinct and ascending, read from the change log
  * (which keeps expunges after the messages are gone: QRESYNC's VANISHED (EARLIER), RFC
- * 7162). since_modseq 0: every expunge the mailbox has had. On MV_OK *uids_out holds
+ * 7162) back to where mv_store_maintain pruned it (changes_keep_days). since_modseq 0: every
+ * expunge the mailbox has had, if none was pruned. On MV_OK *uids_out holds
  * *count_out UIDs, malloc'd (free with mv_free; NULL when *count_out is 0). On failure
  * *uids_out is NULL and *count_out 0.
  * Returns MV_OK, MV_ENOTFOUND (mailbox), MV_EINVAL (a NULL argument, since_modseq above
- * INT64_MAX), MV_ELIMIT (more than MV_EXPUNGED_MAX UIDs), MV_ENOMEM, or an SQLite-derived
+ * INT64_MAX), MV_ELIMIT (more than MV_EXPUNGED_MAX UIDs, or since_modseq below the log's
+ * pruned part: the answer would be incomplete), MV_ENOMEM, or an SQLite-derived
  * code (detail in mv_store_errmsg()). */
 MV_API MV_MUST_CHECK int mv_message_expunged_since(mv_store *store,
                                                    const char *mailbox,
@@ -1497,17 +1499,23 @@ struct mv_maintain_options {
      * is due is made here, next to the record it reads and writes, so every caller applies
      * the same rule; a getter for the record would leave each caller to redo the clock
      * arithmetic. Both are 0 (off) by default, as `mailvault maintain` wants. */
-    uint32_t min_interval_s;  /* do nothing and report MV_MAINTAIN_SKIPPED_RECENT if the last
-                                 completed maintenance recorded in the store is younger than
-                                 this (a record in the future, a clock set back, counts as due);
-                                 0: always run */
-    uint64_t store_bytes_max; /* do nothing and report MV_MAINTAIN_SKIPPED_SIZE if the store
-                                 (file + WAL) is larger (VACUUM and quick_check read all of it);
-                                 checked after min_interval_s; 0: no limit */
+    uint32_t min_interval_s;    /* do nothing and report MV_MAINTAIN_SKIPPED_RECENT if the last
+                                   completed maintenance recorded in the store is younger than
+                                   this (a record in the future, a clock set back, counts as due);
+                                   0: always run */
+    uint64_t store_bytes_max;   /* do nothing and report MV_MAINTAIN_SKIPPED_SIZE if the store
+                                   (file + WAL) is larger (VACUUM and quick_check read all of it);
+                                   checked after min_interval_s; 0: no limit */
+    uint32_t changes_keep_days; /* expunges older than this leave the change log (it grows with
+                                   every expunge otherwise); QRESYNC's VANISHED (EARLIER) for a
+                                   client further behind then comes from mv_message_expunged_since
+                                   as MV_ELIMIT (mailvaultd answers from the mailbox: every UID
+                                   the client names that it no longer holds). 0: keep them all.
+                                   Default 90 */
 };
 #define MV_MAINTAIN_OPTIONS_INIT                                                                   \
     {                                                                                              \
-        25, 15, 7, 0, NULL, NULL, 0, 0                                                             \
+        25, 15, 7, 0, NULL, NULL, 0, 0, 90                                                         \
     }
 
 #define MV_MAINTAIN_SKIPPED_NONE   0 /* the maintenance ran */
@@ -1549,9 +1557,13 @@ struct mv_maintain_report {
     int fts_move_failed;         /* 1: the full-text move a migration left (schema 9) cannot
                                     go on (its old index is damaged); the other steps ran and
                                     the call returns MV_ECORRUPT; mv_store_repair() ends it */
+    uint64_t changes_pruned;     /* change-log rows deleted: older than changes_keep_days, or
+                                    of mailboxes deleted since */
 };
 
-/* Maintains an open store, safe while other connections deliver and read: PRAGMA optimize
+/* Maintains an open store, safe while other connections deliver and read: the purge of
+ * expunged bodies; the change log's expunges older than changes_keep_days (in batches of
+ * their own transactions); PRAGMA optimize
  * (analysis_limit=400); a PASSIVE checkpoint whose result says whether readers block it;
  * a TRUNCATE checkpoint if that one found the store idle (it waits at most 100 ms, never
  * the 30 s busy timeout); VACUUM when the thresholds of opts say so and the free disk is at

@@ -247,7 +247,7 @@ check "LMTP DATA then one 250 per accepted recipient" \
 
 # Maintenance: alice's store, unused for store_idle_s (1 s), is maintained, then closed.
 check "an idle store is maintained before its close" \
-    wait_log "$log" 'store maintain alice@example.org: ok in [0-9]+ ms: checkpoint .*, vacuum .*quick_check (ok|not due), [0-9]+ -> [0-9]+ bytes$' 15
+    wait_log "$log" 'store maintain alice@example.org: ok in [0-9]+ ms: checkpoint .*, vacuum .*quick_check (ok|not due), change log [0-9]+ rows pruned, [0-9]+ -> [0-9]+ bytes$' 15
 check "... then closed" wait_log "$log" 'store close alice@example.org' 5
 check "the maintain line has no message contents" eval '! grep -q "ops subject one" "$log"'
 # Within maintain_interval_s: used and closed again, but not maintained again.

@@ -185,7 +185,12 @@ run "$mv" maintain "$user" "${P[@]}"
 check maintain_quick_check_not_due bash -c "[ $rc -eq 0 ] && grep -q '^quick_check: not due' '$out'"
 run "$mv" maintain "$user" "${P[@]}" --quick-check
 check maintain_quick_check_forced bash -c "[ $rc -eq 0 ] && grep -q '^quick_check: ok' '$out'"
+check maintain_change_log_line grep -q '^change log: [0-9]* rows pruned (expunges older than 90 days)$' "$out"
 check maintain_quiet_stderr [ ! -s "$err" ]
+run "$mv" maintain "$user" "${P[@]}" --changes-keep-days 0
+check maintain_change_log_kept bash -c "[ $rc -eq 0 ] && grep -q '^change log: kept whole' '$out'"
+run "$mv" maintain "$user" "${P[@]}" --changes-keep-days 36501
+check maintain_changes_keep_days_limit fails_with 64 'changes-keep-days'
 # A fragmented store: 600 messages, every other one expunged (auto_vacuum leaves no free
 # pages, but half-empty ones: slack).
 frag=frag@example.org

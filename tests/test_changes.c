@@ -2,7 +2,8 @@
  * test_changes.c -- mv_message_expunged_since (store_changes.c): the UIDs expunged after a
  * modseq, from EXPUNGE, from a move away and from a UID EXPUNGE subset; nothing for a
  * modseq at or above the last expunge; per mailbox; errors (unknown mailbox, NULL
- * arguments, a modseq out of range). mv_flags_set_unchanged_since (store_message.c,
+ * arguments, a modseq out of range); the log pruned by mv_store_maintain (changes_keep_days).
+ * mv_flags_set_unchanged_since (store_message.c,
  * CONDSTORE's STORE UNCHANGEDSINCE): only messages at or below the modseq change, the others
  * come back as failed UIDs and keep their flags and modseq; a change made through another
  * handle after the caller read its modseq fails the test; unchanged_since 0 fails all;
@@ -101,6 +102,102 @@ static void test_expunged_since_errors(void)
     CHECK_EQ_INT(mv_message_expunged_since(s, "INBOX", 0, &uids, NULL), MV_EINVAL);
     CHECK_EQ_INT(mv_message_expunged_since(s, "INBOX", UINT64_MAX, &uids, &count), MV_EINVAL);
     CHECK_EQ_INT(mv_message_expunged_since(NULL, "INBOX", 0, &uids, &count), MV_EINVAL);
+    mv_store_close(&s);
+}
+
+/* One maintenance run that prunes the change log at keep_days (no VACUUM, no quick_check);
+ * the rows it deleted, or -1 on failure. */
+static long long ch_maintain(mv_store *s, uint32_t keep_days)
+{
+    struct mv_maintain_options o = MV_MAINTAIN_OPTIONS_INIT;
+    struct mv_maintain_report r;
+    o.changes_keep_days = keep_days;
+    o.quick_check_days = 36500;
+    o.flags = MV_MAINTAIN_NO_VACUUM;
+    int rc = mv_store_maintain(s, &o, &r);
+    return rc == MV_OK ? (long long)r.changes_pruned : -1;
+}
+
+/* The change log pruned by mv_store_maintain (changes_keep_days): a mailbox's expunges older
+ * than the cut go and a question about the changes since a modseq below them gets MV_ELIMIT
+ * (mailvaultd answers from the mailbox), one at or above them the same UIDs as before; the
+ * rows of a deleted mailbox go whatever their age; keep 0 keeps all; a second run prunes
+ * nothing; more rows than a batch go in several. */
+static void test_changes_prune(void)
+{
+    mv_store *s = NULL;
+    uint32_t *uids = NULL, n32 = 0;
+    size_t count = 0;
+    CHECK_EQ_INT(ch_open("prune", &s), MV_OK);
+    sqlite3 *db = mv_store_db(s);
+    for (int i = 1; i <= 8; i++) {
+        CHECK_EQ_INT(ch_append(s, "INBOX", i, i == 2 || i == 3 ? MV_FLAG_DELETED : 0), MV_OK);
+    }
+    uint64_t first = ch_modseq(s, "INBOX");
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &n32), MV_OK); /* 2 and 3: "old" */
+    CHECK_EQ_INT(tu_exec(db, "UPDATE changes SET at = at - 200 * 86400"), 0);
+    uint64_t old = ch_modseq(s, "INBOX");
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "5", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &n32), MV_OK); /* 5: recent */
+    CHECK_EQ_INT(mv_mailbox_create(s, "Gone", NULL), MV_OK);
+    CHECK_EQ_INT(ch_append(s, "Gone", 1, MV_FLAG_DELETED), MV_OK);
+    CHECK_EQ_INT(ch_append(s, "Gone", 2, 0), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "Gone", NULL, &n32), MV_OK);
+    long long gone_id = tu_int(db, "SELECT id FROM mailboxes WHERE name = 'Gone'");
+    CHECK_EQ_INT(mv_mailbox_delete(s, "Gone"), MV_OK); /* its rows stay in the log */
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM changes WHERE mailbox_id = %lld", gone_id);
+    CHECK_EQ_INT(tu_int(db, sql), 2);
+    long long rows = tu_int(db, "SELECT count(*) FROM changes");
+    CHECK_EQ_INT(rows, 5);
+
+    CHECK_EQ_INT(ch_maintain(s, 0), 0); /* 0: keep all */
+    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM changes"), rows);
+    CHECK_EQ_INT(mv_message_expunged_since(s, "INBOX", first, &uids, &count), MV_OK);
+    CHECK_EQ_INT(count, 3);
+    mv_free(uids);
+
+    CHECK_EQ_INT(ch_maintain(s, 90), 4); /* INBOX's 2 old, Gone's 2 */
+    CHECK_EQ_INT(tu_int(db, sql), 0);
+    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM changes"), 2); /* 5 and the floor */
+    uids = (uint32_t *)&s;
+    CHECK_EQ_INT(mv_message_expunged_since(s, "INBOX", first, &uids, &count), MV_ELIMIT);
+    CHECK(uids == NULL && count == 0);
+    CHECK(strstr(mv_store_errmsg(s), "pruned") != NULL);
+    CHECK_EQ_INT(mv_message_expunged_since(s, "INBOX", 0, &uids, &count), MV_ELIMIT);
+    CHECK_EQ_INT(mv_message_expunged_since(s, "INBOX", old, &uids, &count), MV_OK);
+    CHECK_EQ_INT(count, 1);
+    CHECK(uids != NULL && uids[0] == 5);
+    mv_free(uids);
+    CHECK_EQ_INT(mv_message_expunged_since(s, "INBOX", ch_modseq(s, "INBOX"), &uids, &count),
+                 MV_OK);
+    CHECK_EQ_INT(count, 0);
+    CHECK_EQ_INT(ch_maintain(s, 90), 0); /* nothing new is old */
+    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM changes"), 2);
+
+    /* More old rows than one batch (20,000), below the floor and above it: all go, one floor
+     * is left at the highest, and 5's row (now old too) with them. */
+    CHECK_EQ_INT(tu_exec(db, "UPDATE changes SET at = at - 200 * 86400"), 0);
+    static const char *const many = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
+                                    "FROM n WHERE i < 45000) INSERT INTO changes(mailbox_id, "
+                                    "modseq, uid, kind, at) SELECT (SELECT id FROM mailboxes "
+                                    "WHERE name = 'INBOX'), 1, 100000 + i, 'expunge', 1000 FROM n";
+    CHECK_EQ_INT(tu_exec(db, many), 0);
+    CHECK_EQ_INT(ch_maintain(s, 90), 45001 + 1); /* the rows, 5's, the floor before */
+    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM changes"), 1);
+    CHECK_EQ_INT(tu_int(db, "SELECT uid FROM changes"), 0);
+    CHECK_EQ_INT(mv_message_expunged_since(s, "INBOX", old, &uids, &count), MV_ELIMIT);
+    CHECK_EQ_INT(mv_message_expunged_since(s, "INBOX", ch_modseq(s, "INBOX"), &uids, &count),
+                 MV_OK);
+    CHECK_EQ_INT(count, 0);
+    /* new expunges after the prune are read as before */
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "7", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL), MV_OK);
+    uint64_t now = ch_modseq(s, "INBOX");
+    CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &n32), MV_OK);
+    CHECK_EQ_INT(mv_message_expunged_since(s, "INBOX", now, &uids, &count), MV_OK);
+    CHECK_EQ_INT(count, 1);
+    CHECK(uids != NULL && uids[0] == 7);
+    mv_free(uids);
     mv_store_close(&s);
 }
 
@@ -251,6 +348,7 @@ int main(void)
 {
     TEST(test_expunged_since);
     TEST(test_expunged_since_errors);
+    TEST(test_changes_prune);
     TEST(test_flags_unchanged_since);
     TEST(test_flags_unchanged_since_two_handles);
     TEST(test_flags_unchanged_since_errors);

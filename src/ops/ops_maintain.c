@@ -25,7 +25,8 @@
  *      (busy_timeout 30 s) or go to the sealed queue.
  *   5. PRAGMA quick_check when the last one recorded in meta is older than
  *      quick_check_days; its time and result are recorded.
- *   Before them, the purge of expunged bodies and what a migration left (the full-text move
+ *   Before them, the purge of expunged bodies, the change log's old expunges
+ *   (changes_keep_days; store_changes.c says how) and what a migration left (the full-text move
  *   of schema 9); a move that fails on its old index is reported (fts_move_failed, an
  *   MV_ECORRUPT that names `mailvault repair`) and the steps above still run, so a damaged
  *   old index never stops a store's checkpoints, VACUUM and quick_check.
@@ -338,6 +339,11 @@ int mv_store_maintain(mv_store *s,
                                             measurements then see the store without them */
     }
     char move_error[sizeof s->errmsg] = "";
+    if (rc == MV_OK && o->changes_keep_days > 0) { /* before the checkpoint, as the purge */
+        rc = store_changes_prune(
+            s, (int64_t)time(NULL) - (int64_t)o->changes_keep_days * OPS_SECONDS_PER_DAY,
+            &out->changes_pruned);
+    }
     if (rc == MV_OK) { /* what a migration left (the full-text move), and its old index's pages */
         rc = ops_maintain_move(s, out, move_error, sizeof move_error);
     }

@@ -295,6 +295,13 @@ const char *store_strings_add(struct store_strings *st, const char *text, int *o
 /* Runs one statement with no result rows; MV_OK or store_fail_sqlite(). */
 int store_exec(mv_store *s, const char *sql);
 
+/* ---- store_changes.c ---- */
+/* Prunes the change log (mv_store_maintain): every row of a deleted mailbox, and of each
+ * mailbox the rows up to the highest modseq written before `before` (Unix seconds), leaving
+ * a floor row there (mv_message_expunged_since below it: MV_ELIMIT). In batches, each its
+ * own transaction; *pruned gets the rows deleted (what committed, on failure too). */
+int store_changes_prune(mv_store *s, int64_t before, uint64_t *pruned);
+
 /* ---- store_mailbox.c ---- */
 /* The id of mailbox name, or MV_ENOTFOUND (message set). INBOX matches case-insensitively. */
 int store_mailbox_id(mv_store *s, const char *name, int64_t *id_out);

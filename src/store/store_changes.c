@@ -1,14 +1,28 @@
 /*
  * store_changes.c -- mv_message_expunged_since: the UIDs the change log says were expunged
- * from a mailbox after a modseq, for QRESYNC's VANISHED (EARLIER) (RFC 7162 section 3.2).
+ * from a mailbox after a modseq, for QRESYNC's VANISHED (EARLIER) (RFC 7162 section 3.2);
+ * and store_changes_prune, the maintenance that keeps the log from growing forever.
  *
  * IMPLEMENTATION NOTES
  *   - Expunged messages are gone from `messages`; only the change log (`changes`, written in
  *     the same transaction as every expunge, move and mailbox delete) still knows them. The
  *     query is a range on the (mailbox_id, modseq) index, filtered on kind.
- *   - The log is never pruned, so the answer is complete back to the mailbox's creation. A
- *     UID is expunged at most once in a mailbox (UIDs are not reused), but DISTINCT keeps
+ *   - A UID is expunged at most once in a mailbox (UIDs are not reused), but DISTINCT keeps
  *     the result a set whatever the log holds.
+ *   - Pruning (mv_store_maintain, changes_keep_days): a mailbox's rows up to the highest
+ *     modseq written before the cut are deleted and one row with UID 0 (never a message's
+ *     UID) is left at that modseq: the log's floor. A question about the changes after a
+ *     modseq below the floor sees that row in its range and gets MV_ELIMIT, as one too far
+ *     behind does; mailvaultd then answers VANISHED (EARLIER) from the mailbox itself (every
+ *     UID the client names that it no longer holds: imap_qresync_vanished_without_log). The
+ *     floor is a row of the log rather than a column of mailboxes, so no schema change: the
+ *     query that reads the range finds it for free. Rows of mailboxes deleted since (ids are
+ *     never reused: AUTOINCREMENT) nobody can ask about and go whatever their age.
+ *   - The prune deletes in batches of STORE_CHANGES_PRUNE_BATCH rows, each its own
+ *     transaction, so deliveries wait for one batch, not for a year of expunges. The floor
+ *     row is committed with the first batch of its mailbox: if the run stops half way, the
+ *     rows left below the floor are never read (a question below the floor stops at it) and
+ *     the next run deletes them.
  *
  * LIMITATIONS
  *   At most MV_EXPUNGED_MAX UIDs per call (MV_ELIMIT beyond): a client that far behind
@@ -17,14 +31,21 @@
 #include "store/store.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 static const char *const store_changes_sql =
     "SELECT DISTINCT uid FROM changes WHERE mailbox_id = ?1 AND modseq > ?2 "
     "AND kind = 'expunge' ORDER BY uid";
 
-static int
-store_changes_push(mv_store *s, uint32_t **uids, size_t *count, size_t *cap, uint32_t uid)
+static int store_changes_push(
+    mv_store *s, uint32_t **uids, size_t *count, size_t *cap, uint32_t uid, uint64_t since)
 {
+    if (uid == 0) { /* the floor a prune left (first: ORDER BY uid) */
+        return store_fail(s, MV_ELIMIT,
+                          "the change log was pruned above modseq %llu: the expunges since are "
+                          "no longer all known",
+                          (unsigned long long)since);
+    }
     if (*count == MV_EXPUNGED_MAX) {
         return store_fail(s, MV_ELIMIT, "more than MV_EXPUNGED_MAX (%d) expunged UIDs",
                           MV_EXPUNGED_MAX);
@@ -75,7 +96,8 @@ int mv_message_expunged_since(
     size_t count = 0, cap = 0;
     int step;
     while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        rc = store_changes_push(s, &uids, &count, &cap, (uint32_t)sqlite3_column_int64(st, 0));
+        rc = store_changes_push(s, &uids, &count, &cap, (uint32_t)sqlite3_column_int64(st, 0),
+                                since_modseq);
     }
     if (rc == MV_OK && step != SQLITE_DONE) {
         rc = store_fail_sqlite(s, "reading the change log");
@@ -88,4 +110,125 @@ int mv_message_expunged_since(
     *uids_out = uids;
     *count_out = count;
     return MV_OK;
+}
+
+/* Rows one prune transaction deletes at most (a few tens of milliseconds of write lock). */
+#define STORE_CHANGES_PRUNE_BATCH 20000
+
+/* One transaction of the prune: the floor row first when floor_id is 0 (its id into
+ * *floor_id), then up to a batch of the rows sql selects (bound: ?1 mailbox, ?2 modseq, ?3
+ * the floor row's id, ?4 the batch); *deleted gets how many. */
+static int store_changes_prune_batch(mv_store *s,
+                                     const char *sql,
+                                     int64_t mailbox_id,
+                                     int64_t floor,
+                                     int64_t *floor_id,
+                                     uint64_t *deleted)
+{
+    *deleted = 0;
+    int rc = store_begin(s), began = rc == MV_OK;
+    if (rc == MV_OK && floor_id != NULL && *floor_id == 0) {
+        sqlite3_stmt *st = store_stmt(s, "INSERT INTO changes(mailbox_id, modseq, uid, kind, at) "
+                                         "VALUES (?1, ?2, 0, 'expunge', ?3)");
+        if (st == NULL) {
+            rc = store_fail_sqlite(s, "pruning the change log");
+        } else {
+            sqlite3_bind_int64(st, 1, mailbox_id);
+            sqlite3_bind_int64(st, 2, floor);
+            sqlite3_bind_int64(st, 3, (sqlite3_int64)time(NULL));
+            rc = sqlite3_step(st) == SQLITE_DONE ? MV_OK
+                                                 : store_fail_sqlite(s, "pruning the change log");
+            sqlite3_reset(st);
+            *floor_id = sqlite3_last_insert_rowid(s->db);
+        }
+    }
+    sqlite3_stmt *st = rc == MV_OK ? store_stmt(s, sql) : NULL;
+    if (rc == MV_OK && st == NULL) {
+        rc = store_fail_sqlite(s, "pruning the change log");
+    }
+    if (rc == MV_OK) {
+        sqlite3_bind_int64(st, 1, mailbox_id);
+        sqlite3_bind_int64(st, 2, floor);
+        sqlite3_bind_int64(st, 3, floor_id != NULL ? *floor_id : 0);
+        sqlite3_bind_int(st, 4, STORE_CHANGES_PRUNE_BATCH);
+        rc = sqlite3_step(st) == SQLITE_DONE ? MV_OK
+                                             : store_fail_sqlite(s, "pruning the change log");
+        sqlite3_reset(st);
+        *deleted = (uint64_t)sqlite3_changes(s->db);
+    }
+    if (rc == MV_OK) {
+        rc = store_commit(s);
+    } else if (began) {
+        store_rollback(s);
+    }
+    if (rc != MV_OK) {
+        *deleted = 0;
+    }
+    return rc;
+}
+
+/* The next mailbox id above after that has rows in the log (seeks on the (mailbox_id,
+ * modseq) index: one per mailbox, not a read of every row), whether that mailbox still
+ * exists and the highest modseq of its rows written before `before` (0: none; UID 0 rows
+ * left out: a floor is no change of its own). *found 0: no mailbox above after. */
+static int store_changes_next(mv_store *s,
+                              int64_t after,
+                              int64_t before,
+                              int64_t *mailbox_id,
+                              int *found,
+                              int *exists,
+                              int64_t *floor)
+{
+    *found = 0;
+    sqlite3_stmt *st = store_stmt(
+        s, "SELECT c.mailbox_id, EXISTS (SELECT 1 FROM mailboxes WHERE id = c.mailbox_id), "
+           "(SELECT coalesce(max(modseq), 0) FROM changes WHERE mailbox_id = c.mailbox_id AND "
+           "at < ?2 AND uid > 0) FROM changes c WHERE c.mailbox_id > ?1 ORDER BY c.mailbox_id "
+           "LIMIT 1");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading the change log");
+    }
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int64(st, 2, before);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW) {
+        *found = 1;
+        *mailbox_id = sqlite3_column_int64(st, 0);
+        *exists = sqlite3_column_int(st, 1);
+        *floor = sqlite3_column_int64(st, 2);
+    }
+    sqlite3_reset(st);
+    return step == SQLITE_ROW || step == SQLITE_DONE
+               ? MV_OK
+               : store_fail_sqlite(s, "reading the change log");
+}
+
+int store_changes_prune(mv_store *s, int64_t before, uint64_t *pruned)
+{
+    *pruned = 0;
+    int64_t mailbox_id = 0, floor = 0; /* ids start at 1 */
+    int found = 1, exists = 0, rc = MV_OK;
+    while (rc == MV_OK &&
+           (rc = store_changes_next(s, mailbox_id, before, &mailbox_id, &found, &exists, &floor)) ==
+               MV_OK &&
+           found) {
+        if (exists && floor == 0) {
+            continue; /* nothing old enough */
+        }
+        int64_t floor_id = 0;
+        uint64_t deleted;
+        do {
+            rc = exists ? store_changes_prune_batch(
+                              s,
+                              "DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE "
+                              "mailbox_id = ?1 AND modseq <= ?2 AND id != ?3 LIMIT ?4)",
+                              mailbox_id, floor, &floor_id, &deleted)
+                        : store_changes_prune_batch(s,
+                                                    "DELETE FROM changes WHERE id IN (SELECT id "
+                                                    "FROM changes WHERE mailbox_id = ?1 LIMIT ?4)",
+                                                    mailbox_id, 0, NULL, &deleted);
+            *pruned += deleted;
+        } while (rc == MV_OK && deleted > 0);
+    }
+    return rc;
 }
