@@ -334,16 +334,13 @@ imap_fetch_structure_cached(struct imap_ctx *x, size_t i, unsigned item, struct 
     }
     struct imap_structure_key key =
         imap_fetch_structure_key(x, i, item == IMAP_FETCH_BODYSTRUCTURE);
-    if (!imap_structure_cache_get(c, &key, cached)) {
-        metrics_structure_cache(0);
-        return 0;
-    }
-    metrics_structure_cache(1);
-    if (cached->oom) { /* the copy failed: answered from the message, as on a miss */
+    int hit = imap_structure_cache_get(c, &key, cached);
+    if (hit && cached->oom) { /* the copy failed: answered from the message, as on a miss */
         buf_free(cached);
-        return 0;
+        hit = 0;
     }
-    return item;
+    metrics_structure_cache(hit);
+    return hit ? item : 0;
 }
 
 /* BODYSTRUCTURE (extensible) or BODY of message i: from cached if found there, else from

@@ -121,6 +121,9 @@ static struct sc_entry **sc_slot(struct imap_structure_cache *c, const struct im
 
 struct imap_structure_cache *imap_structure_cache_new(void)
 {
+    if (sc_budget == 0) { /* off (structure_cache_kib = 0): a FETCH then asks nothing */
+        return NULL;
+    }
     struct imap_structure_cache *c = calloc(1, sizeof *c);
     if (c != NULL && pthread_mutex_init(&c->lock, NULL) != 0) {
         free(c);

@@ -43,7 +43,8 @@ size_t imap_structure_cache_bytes(void);
 
 struct imap_structure_cache;
 
-/* A new empty cache, or NULL when out of memory (FETCH then parses every time). */
+/* A new empty cache, or NULL when out of memory or when the budget is 0 (FETCH then parses
+ * every time, and looks nothing up: no lock taken, no lookup counted in the metrics). */
 struct imap_structure_cache *imap_structure_cache_new(void);
 
 /* 1 and the answer appended to out if key's is kept, else 0 (out unchanged). c may be NULL. */

@@ -170,11 +170,13 @@ static void test_used_answers_stay(void)
     imap_structure_cache_free(&c);
 }
 
-/* A budget of 0 keeps nothing; a NULL cache (none could be made) finds nothing. */
+/* A budget of 0 makes no cache (so a FETCH looks nothing up: none counted as a miss) and
+ * keeps nothing; a NULL cache finds nothing. */
 static void test_off(void)
 {
     imap_structure_cache_budget(0);
     struct imap_structure_cache *c = imap_structure_cache_new();
+    CHECK(c == NULL);
     struct imap_structure_key k = key_of(1);
     put_str(c, &k, "(x)");
     CHECK(!imap_structure_cache_has(c, &k));
