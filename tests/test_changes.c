@@ -175,13 +175,16 @@ static void test_changes_prune(void)
     CHECK_EQ_INT(ch_maintain(s, 90), 0); /* nothing new is old */
     CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM changes"), 2);
 
-    /* More old rows than one batch (20,000), below the floor and above it: all go, one floor
-     * is left at the highest, and 5's row (now old too) with them. */
+    /* More old rows than one batch (20,000; ten modseqs of 4,500, so the batches end between
+     * modseqs): all go, one floor is left at the highest, and 5's row (now old too) with
+     * them. */
     CHECK_EQ_INT(tu_exec(db, "UPDATE changes SET at = at - 200 * 86400"), 0);
-    static const char *const many = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
-                                    "FROM n WHERE i < 45000) INSERT INTO changes(mailbox_id, "
-                                    "modseq, uid, kind, at) SELECT (SELECT id FROM mailboxes "
-                                    "WHERE name = 'INBOX'), 1, 100000 + i, 'expunge', 1000 FROM n";
+    static const char *const many =
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
+        "FROM n WHERE i < 45000) INSERT INTO changes(mailbox_id, "
+        "modseq, uid, kind, at) SELECT (SELECT id FROM mailboxes "
+        "WHERE name = 'INBOX'), i % 10 + 1, 100000 + i, 'expunge', 1000 "
+        "FROM n";
     CHECK_EQ_INT(tu_exec(db, many), 0);
     CHECK_EQ_INT(ch_maintain(s, 90), 45001 + 1); /* the rows, 5's, the floor before */
     CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM changes"), 1);

@@ -437,6 +437,19 @@ ops_explain_rest(mv_explain *e, const struct mv_store_options *so, const void *p
     if (rc == MV_OK) {
         rc = ops_explain_step(e, mv_mailbox_delete(e->scratch, "Projects"), "mailbox delete");
     }
+    uint32_t *uids = NULL;
+    size_t count = 0;
+    if (rc == MV_OK) { /* QRESYNC's expunges, then the maintenance's prune of them: a
+                          deleted mailbox's rows (Projects) and a mailbox's old ones */
+        rc = ops_explain_step(e, mv_message_expunged_since(e->scratch, "INBOX", 0, &uids, &count),
+                              "expunged since (QRESYNC)");
+        mv_free(uids);
+    }
+    uint64_t pruned = 0;
+    if (rc == MV_OK) {
+        rc = ops_explain_step(e, store_changes_prune(e->scratch, INT64_MAX, &pruned),
+                              "change log prune (maintain)");
+    }
     if (rc == MV_OK) {
         rc = mv_deliver_sealed(OPS_EXPLAIN_ADDRESS, ops_explain_parent,
                                sizeof ops_explain_parent - 1, so, e->errmsg, sizeof e->errmsg);

@@ -18,8 +18,9 @@
  *     floor is a row of the log rather than a column of mailboxes, so no schema change: the
  *     query that reads the range finds it for free. Rows of mailboxes deleted since (ids are
  *     never reused: AUTOINCREMENT) nobody can ask about and go whatever their age.
- *   - The prune deletes in batches of STORE_CHANGES_PRUNE_BATCH rows, each its own
- *     transaction, so deliveries wait for one batch, not for a year of expunges. The floor
+ *   - The prune deletes in batches of STORE_CHANGES_PRUNE_BATCH rows (a range of modseqs:
+ *     one expunge's rows are never split), each its own transaction, so deliveries wait for
+ *     one batch, not for a year of expunges. The floor
  *     row is committed with the first batch of its mailbox: if the run stops half way, the
  *     rows left below the floor are never read (a question below the floor stops at it) and
  *     the next run deletes them.
@@ -34,8 +35,8 @@
 #include <time.h>
 
 static const char *const store_changes_sql =
-    "SELECT DISTINCT uid FROM changes WHERE mailbox_id = ?1 AND modseq > ?2 "
-    "AND kind = 'expunge' ORDER BY uid";
+    "SELECT DISTINCT uid FROM changes INDEXED BY changes_modseq WHERE mailbox_id = ?1 AND "
+    "modseq > ?2 AND kind = 'expunge' ORDER BY uid";
 
 static int store_changes_push(
     mv_store *s, uint32_t **uids, size_t *count, size_t *cap, uint32_t uid, uint64_t since)
@@ -115,15 +116,34 @@ int mv_message_expunged_since(
 /* Rows one prune transaction deletes at most (a few tens of milliseconds of write lock). */
 #define STORE_CHANGES_PRUNE_BATCH 20000
 
-/* One transaction of the prune: the floor row first when floor_id is 0 (its id into
- * *floor_id), then up to a batch of the rows sql selects (bound: ?1 mailbox, ?2 modseq, ?3
- * the floor row's id, ?4 the batch); *deleted gets how many. */
-static int store_changes_prune_batch(mv_store *s,
-                                     const char *sql,
-                                     int64_t mailbox_id,
-                                     int64_t floor,
-                                     int64_t *floor_id,
-                                     uint64_t *deleted)
+/* The highest modseq of the first STORE_CHANGES_PRUNE_BATCH rows of mailbox_id at or below
+ * floor (in modseq order), or floor when fewer are left: the bound of the next batch. The
+ * rows of one modseq (one transaction's expunges) stay in one batch. */
+static int store_changes_prune_bound(mv_store *s, int64_t mailbox_id, int64_t floor, int64_t *bound)
+{
+    sqlite3_stmt *st = store_stmt(s, "SELECT modseq FROM changes INDEXED BY changes_modseq WHERE "
+                                     "mailbox_id = ?1 AND modseq <= ?2 ORDER BY modseq LIMIT 1 "
+                                     "OFFSET ?3");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "pruning the change log");
+    }
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    sqlite3_bind_int64(st, 2, floor);
+    sqlite3_bind_int(st, 3, STORE_CHANGES_PRUNE_BATCH - 1);
+    int step = sqlite3_step(st);
+    *bound = step == SQLITE_ROW ? sqlite3_column_int64(st, 0) : floor;
+    sqlite3_reset(st);
+    return step == SQLITE_ROW || step == SQLITE_DONE
+               ? MV_OK
+               : store_fail_sqlite(s, "pruning the change log");
+}
+
+/* One transaction of the prune: the floor row first when *floor_id is 0 (floor_id NULL: a
+ * deleted mailbox, no floor), then the mailbox's rows up to the next batch's bound (but the
+ * floor row); *deleted gets how many. Range deletes on the (mailbox_id, modseq) index, named
+ * so that no statistics can turn them into a walk of the table. */
+static int store_changes_prune_batch(
+    mv_store *s, int64_t mailbox_id, int64_t floor, int64_t *floor_id, uint64_t *deleted)
 {
     *deleted = 0;
     int rc = store_begin(s), began = rc == MV_OK;
@@ -142,15 +162,21 @@ static int store_changes_prune_batch(mv_store *s,
             *floor_id = sqlite3_last_insert_rowid(s->db);
         }
     }
-    sqlite3_stmt *st = rc == MV_OK ? store_stmt(s, sql) : NULL;
+    int64_t bound = floor;
+    if (rc == MV_OK) {
+        rc = store_changes_prune_bound(s, mailbox_id, floor, &bound);
+    }
+    sqlite3_stmt *st = rc == MV_OK
+                           ? store_stmt(s, "DELETE FROM changes INDEXED BY changes_modseq WHERE "
+                                           "mailbox_id = ?1 AND modseq <= ?2 AND id != ?3")
+                           : NULL;
     if (rc == MV_OK && st == NULL) {
         rc = store_fail_sqlite(s, "pruning the change log");
     }
     if (rc == MV_OK) {
         sqlite3_bind_int64(st, 1, mailbox_id);
-        sqlite3_bind_int64(st, 2, floor);
+        sqlite3_bind_int64(st, 2, bound);
         sqlite3_bind_int64(st, 3, floor_id != NULL ? *floor_id : 0);
-        sqlite3_bind_int(st, 4, STORE_CHANGES_PRUNE_BATCH);
         rc = sqlite3_step(st) == SQLITE_DONE ? MV_OK
                                              : store_fail_sqlite(s, "pruning the change log");
         sqlite3_reset(st);
@@ -218,15 +244,8 @@ int store_changes_prune(mv_store *s, int64_t before, uint64_t *pruned)
         int64_t floor_id = 0;
         uint64_t deleted;
         do {
-            rc = exists ? store_changes_prune_batch(
-                              s,
-                              "DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE "
-                              "mailbox_id = ?1 AND modseq <= ?2 AND id != ?3 LIMIT ?4)",
-                              mailbox_id, floor, &floor_id, &deleted)
-                        : store_changes_prune_batch(s,
-                                                    "DELETE FROM changes WHERE id IN (SELECT id "
-                                                    "FROM changes WHERE mailbox_id = ?1 LIMIT ?4)",
-                                                    mailbox_id, 0, NULL, &deleted);
+            rc = store_changes_prune_batch(s, mailbox_id, exists ? floor : INT64_MAX,
+                                           exists ? &floor_id : NULL, &deleted);
             *pruned += deleted;
         } while (rc == MV_OK && deleted > 0);
     }

@@ -385,12 +385,15 @@ static const char *const store_schema_v11[] = {
 };
 
 /* store.h: what the reads name. messages_body (version 1) and messages_deleted (version 6)
- * as version 7 made them again with the narrow messages table. */
+ * as version 7 made them again with the narrow messages table; changes_modseq as version 1
+ * made it. */
 const struct store_named_index store_named_indexes[] = {
     {"messages_uid_body", STORE_INDEX_UID_BODY},
     {"messages_body", "CREATE INDEX IF NOT EXISTS messages_body ON messages(body_id)"},
     {"messages_deleted", "CREATE INDEX IF NOT EXISTS messages_deleted ON messages(mailbox_id, "
                          "uid) WHERE (flags & 8) != 0"},
+    /* the change log's reads and prunes (store_changes.c), version 1 */
+    {"changes_modseq", "CREATE INDEX IF NOT EXISTS changes_modseq ON changes(mailbox_id, modseq)"},
 };
 const size_t store_named_index_count = sizeof store_named_indexes / sizeof store_named_indexes[0];
 
