@@ -882,6 +882,34 @@ static int mb_subscriptions_are(mv_store *s, const char *want)
 /* Subscriptions are names of their own (RFC 3501 6.3.4, 6.3.6, 6.3.7; issue 12 item 8):
  * CREATE does not subscribe, DELETE keeps the subscription, a name that never existed can be
  * subscribed and unsubscribed, RENAME carries them; a version 4 store keeps its own. */
+/* The VM steps of the open statement with "m.name >= ?1" (-1 if none). */
+static long long mb_range_steps(mv_store *s)
+{
+    long long steps = -1;
+    for (sqlite3_stmt *st = sqlite3_next_stmt(mv_store_db(s), NULL); st != NULL;
+         st = sqlite3_next_stmt(mv_store_db(s), st)) {
+        if (strstr(sqlite3_sql(st), "m.name >= ?1") != NULL) {
+            steps = sqlite3_stmt_status(st, SQLITE_STMTSTATUS_VM_STEP, 0);
+        }
+    }
+    return steps;
+}
+
+/* Makes the mailboxes named in made, then count more: prefix and 000, 001, ... */
+static int mb_make(mv_store *s, const char *const *made, size_t n, const char *prefix, int count)
+{
+    int rc = MV_OK;
+    for (size_t i = 0; rc == MV_OK && i < n; i++) {
+        rc = mv_mailbox_create(s, made[i], NULL);
+    }
+    for (int i = 0; rc == MV_OK && i < count; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s%03d", prefix, i);
+        rc = mv_mailbox_create(s, name, NULL);
+    }
+    return rc;
+}
+
 /* The names of one range listing, space-separated, into out (cut at size); and the VM steps its
  * statement took (the only open statement with "m.name >= ?1"). -1 steps on failure. */
 static long long mb_range(mv_store *s, const char *from, const char *below, char *out, size_t size)
@@ -905,13 +933,7 @@ static long long mb_range(mv_store *s, const char *from, const char *below, char
             at = n > 0 && at + (size_t)n < size ? at + (size_t)n : size - 1;
         }
     }
-    long long steps = -1;
-    for (sqlite3_stmt *st = sqlite3_next_stmt(mv_store_db(s), NULL); st != NULL;
-         st = sqlite3_next_stmt(mv_store_db(s), st)) {
-        if (strstr(sqlite3_sql(st), "m.name >= ?1") != NULL) {
-            steps = sqlite3_stmt_status(st, SQLITE_STMTSTATUS_VM_STEP, 0);
-        }
-    }
+    long long steps = mb_range_steps(s);
     mv_mailbox_list_end(&it);
     return more == 0 ? steps : -1;
 }
@@ -925,15 +947,8 @@ static void test_list_range(void)
 {
     mv_store *s = NULL;
     CHECK_EQ_INT(mb_open("range", &s), MV_OK);
-    const char *made[] = {"Work", "Work/a", "Work/b/c", "Work-x", "Work0", "Workz"};
-    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++) {
-        CHECK_EQ_INT(mv_mailbox_create(s, made[i], NULL), MV_OK);
-    }
-    for (int i = 0; i < 480; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "Other/%03d", i);
-        CHECK_EQ_INT(mv_mailbox_create(s, name, NULL), MV_OK);
-    }
+    const char *const made[] = {"Work", "Work/a", "Work/b/c", "Work-x", "Work0", "Workz"};
+    CHECK_EQ_INT(mb_make(s, made, sizeof made / sizeof made[0], "Other/", 480), MV_OK);
     char got[512];
     long long few = mb_range(s, "Work/", "Work0", got, sizeof got);
     CHECK(strcmp(got, "Work/a Work/b Work/b/c") == 0);
@@ -952,19 +967,6 @@ static void test_list_range(void)
     mv_store_close(&s);
 }
 
-/* The VM steps of the open statement with "m.name >= ?1" (-1 if none). */
-static long long mb_range_steps(mv_store *s)
-{
-    long long steps = -1;
-    for (sqlite3_stmt *st = sqlite3_next_stmt(mv_store_db(s), NULL); st != NULL;
-         st = sqlite3_next_stmt(mv_store_db(s), st)) {
-        if (strstr(sqlite3_sql(st), "m.name >= ?1") != NULL) {
-            steps = sqlite3_stmt_status(st, SQLITE_STMTSTATUS_VM_STEP, 0);
-        }
-    }
-    return steps;
-}
-
 /* mv_mailbox_list_skip: a range listing goes on from a new lower bound, the names between
  * passed over by one search (VM steps far below a read of them), the upper bound kept; a
  * range with no upper bound (below NULL) lists to the end; a skip backwards reads names
@@ -973,15 +975,8 @@ static void test_list_skip(void)
 {
     mv_store *s = NULL;
     CHECK_EQ_INT(mb_open("skip", &s), MV_OK);
-    const char *made[] = {"Tree", "Tree-x", "Tree0", "Zed"};
-    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++) {
-        CHECK_EQ_INT(mv_mailbox_create(s, made[i], NULL), MV_OK);
-    }
-    for (int i = 0; i < 480; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "Tree/%03d", i);
-        CHECK_EQ_INT(mv_mailbox_create(s, name, NULL), MV_OK);
-    }
+    const char *const made[] = {"Tree", "Tree-x", "Tree0", "Zed"};
+    CHECK_EQ_INT(mb_make(s, made, sizeof made / sizeof made[0], "Tree/", 480), MV_OK);
     mv_mailbox_iter *it = NULL;
     struct mv_mailbox_info info;
     char got[256] = "";
