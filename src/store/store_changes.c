@@ -20,10 +20,11 @@
  *     never reused: AUTOINCREMENT) nobody can ask about and go whatever their age.
  *   - The prune deletes in batches of STORE_CHANGES_PRUNE_BATCH rows (a range of modseqs:
  *     one expunge's rows are never split), each its own transaction, so deliveries wait for
- *     one batch, not for a year of expunges. The floor
- *     row is committed with the first batch of its mailbox: if the run stops half way, the
- *     rows left below the floor are never read (a question below the floor stops at it) and
- *     the next run deletes them.
+ *     one batch, not for a year of expunges. The floor row is committed with the first batch
+ *     of its mailbox: if the run stops half way, the rows left below the floor are never read
+ *     (a question below the floor stops at it) and the next run deletes them. Finding each
+ *     mailbox's floor reads its rows once (their time is not in the index): a run costs a
+ *     read of the log, as quick_check's is of the whole store.
  *
  * LIMITATIONS
  *   At most MV_EXPUNGED_MAX UIDs per call (MV_ELIMIT beyond): a client that far behind
