@@ -56,52 +56,28 @@ _Static_assert(MV_MAILBOX_FIELDS_ALL == (MV_MAILBOX_STORED_BYTES | MV_MAILBOX_DE
                    MV_MAILBOX_STORED_BYTES == 1 && MV_MAILBOX_DELETED == 2,
                "the statement tables below are indexed by the fields bits");
 
+/* The four statements of one WHERE clause, one per combination of fields: a table indexed
+ * by the fields bits. Each is a literal of its own (the statement cache's key). */
+#define STORE_MAILBOX_BY_FIELDS(where)                                                             \
+    {                                                                                              \
+        STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_NO_DELETED where,                 \
+            STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_NO_DELETED where,                \
+            STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED where,                \
+            STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED where,                   \
+    }
+
 /* [fields]: one mailbox by id. */
-static const char *const store_mailbox_sql_one[] = {
-    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_BY_ID,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_BY_ID,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_BY_ID,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_BY_ID,
-};
+static const char *const store_mailbox_sql_one[] = STORE_MAILBOX_BY_FIELDS(STORE_MAILBOX_BY_ID);
 /* [fields]: one mailbox by name. */
-static const char *const store_mailbox_sql_named[] = {
-    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_NAMED,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_NAMED,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_NAMED,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_NAMED,
-};
+static const char *const store_mailbox_sql_named[] = STORE_MAILBOX_BY_FIELDS(STORE_MAILBOX_NAMED);
 /* [fields]: every mailbox in name order. */
-static const char *const store_mailbox_sql_all[] = {
-    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_BY_NAME,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_BY_NAME,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_BY_NAME,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_BY_NAME,
-};
+static const char *const store_mailbox_sql_all[] = STORE_MAILBOX_BY_FIELDS(STORE_MAILBOX_BY_NAME);
 /* [fields]: the mailboxes of a range of names in name order. */
-static const char *const store_mailbox_sql_range[] = {
-    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_RANGE,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_RANGE,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_RANGE,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_RANGE,
-};
+static const char *const store_mailbox_sql_range[] = STORE_MAILBOX_BY_FIELDS(STORE_MAILBOX_RANGE);
 /* [fields]: the mailboxes from a name on, in name order. */
-static const char *const store_mailbox_sql_from[] = {
-    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_FROM,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_NO_DELETED STORE_MAILBOX_FROM,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_NO_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_FROM,
-    STORE_MAILBOX_HEAD STORE_MAILBOX_STORED STORE_MAILBOX_DELETED STORE_MAILBOX_FROM,
-};
-_Static_assert(sizeof store_mailbox_sql_range / sizeof store_mailbox_sql_range[0] ==
-                       MV_MAILBOX_FIELDS_ALL + 1 &&
-                   sizeof store_mailbox_sql_from / sizeof store_mailbox_sql_from[0] ==
-                       MV_MAILBOX_FIELDS_ALL + 1,
-               "one statement per combination of fields");
+static const char *const store_mailbox_sql_from[] = STORE_MAILBOX_BY_FIELDS(STORE_MAILBOX_FROM);
 _Static_assert(sizeof store_mailbox_sql_one / sizeof store_mailbox_sql_one[0] ==
-                       MV_MAILBOX_FIELDS_ALL + 1 &&
-                   sizeof store_mailbox_sql_named / sizeof store_mailbox_sql_named[0] ==
-                       MV_MAILBOX_FIELDS_ALL + 1 &&
-                   sizeof store_mailbox_sql_all / sizeof store_mailbox_sql_all[0] ==
-                       MV_MAILBOX_FIELDS_ALL + 1,
+                   MV_MAILBOX_FIELDS_ALL + 1,
                "one statement per combination of fields");
 
 struct mv_mailbox_iter {
