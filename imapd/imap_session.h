@@ -504,8 +504,8 @@ void imap_uid_set_out(struct buf *out, const uint32_t *uids, size_t count);
 /* "* VANISHED (EARLIER) set" of the UIDs expunged from the selected mailbox after since
  * (those in known only, if not NULL); nothing if none. MV_OK or an MV_* code. */
 /* The same without the change log, for a client further behind than MV_EXPUNGED_MAX
- * expunges: every UID of known (every UID below UIDNEXT if NULL) that the view does not hold
- * or has marked expunged. MV_OK or MV_ENOMEM. */
+ * expunges or than the log's pruned part (changes_keep_days): every UID of known (every UID below
+ * UIDNEXT if NULL) that the view does not hold or has marked expunged. MV_OK or MV_ENOMEM. */
 int imap_qresync_vanished_without_log(struct imap_session *s,
                                       struct buf *out,
                                       const struct imap_seqset *known);

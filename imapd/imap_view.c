@@ -10,11 +10,11 @@
  *     modseq (mv_message_list_* with changed_since, a range on the modseq index) and the
  *     UIDs expunged since then (mv_message_expunged_since, a range on the change log). So a
  *     sync costs rows in proportion to what changed, not to the mailbox. Every change to a
- *     message row gives it a new modseq, every expunge leaves a change-log row, and the log
- *     is never pruned, so the two answer completely. The whole mailbox is listed again only
- *     when they cannot: the store's highest modseq went below the view's (a restored
- *     backup), or more than MV_EXPUNGED_MAX expunges since (MV_ELIMIT). If the log is ever
- *     pruned, this must fall back as well for a modseq older than the log's start.
+ *     message row gives it a new modseq and every expunge leaves a change-log row, so the
+ *     two answer completely back to where the maintenance pruned the log. The whole mailbox
+ *     is listed again only when they cannot: the store's highest modseq went below the
+ *     view's (a restored backup), or more than MV_EXPUNGED_MAX expunges since, or a view
+ *     older than the log's pruned part (both MV_ELIMIT).
  *   - The reads are separate snapshots, all taken after the status: the view's new modseq is
  *     the status's, and whatever the later reads saw beyond it is seen again by the next
  *     sync, where it compares equal and is not reported twice (a UID already removed, a

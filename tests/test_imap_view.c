@@ -1298,7 +1298,8 @@ static char *tv_vanished(struct imap_session *s, const char *known)
  * the session selected). Answered from the view: for the UIDs a session held before some
  * expunges, exactly what the log says since then; for other sets (with '*', overlapping
  * ranges, none at all) every asked UID the mailbox no longer holds, as a UID-by-UID model
- * works it out. */
+ * works it out. Then the log pruned by mv_store_maintain (changes_keep_days): the answer for
+ * the held UIDs is the same, from the view, and a view of before syncs by a full listing. */
 static void test_vanished_without_log(void)
 {
     /* a mailbox of its own: the tests before changed INBOX */
@@ -1322,6 +1323,9 @@ static void test_vanished_without_log(void)
                  picked[k]);
     }
     imap_view_free(&a.view);
+    struct imap_session c; /* a view of before, synced only after the log is pruned */
+    tv_session(&c);
+    CHECK_EQ_INT(imap_view_load(&c, "Vanish", 0), MV_OK);
     uint32_t n = 0;
     CHECK_EQ_INT(mv_flags_set(tv_store, "Vanish", uids, MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL),
                  MV_OK);
@@ -1344,6 +1348,36 @@ static void test_vanished_without_log(void)
     CHECK(strcmp(viewed, want) == 0);
     free(viewed);
     buf_free(&logged);
+
+    /* The log pruned by the maintenance (changes_keep_days): the same QRESYNC answer, now
+     * from the view, and a session's view of before synced by a full listing. */
+    CHECK_EQ_INT(tu_exec(mv_store_db(tv_store), "UPDATE changes SET at = at - 200 * 86400"), 0);
+    struct mv_maintain_options mo = MV_MAINTAIN_OPTIONS_INIT;
+    struct mv_maintain_report mr;
+    mo.flags = MV_MAINTAIN_NO_VACUUM;
+    mo.quick_check_days = 36500;
+    CHECK_EQ_INT(mv_store_maintain(tv_store, &mo, &mr), MV_OK);
+    CHECK(mr.changes_pruned >= 6);
+    uint32_t *gone = NULL;
+    size_t gone_count = 0;
+    CHECK_EQ_INT(mv_message_expunged_since(tv_store, "Vanish", before, &gone, &gone_count),
+                 MV_ELIMIT);
+    CHECK_EQ_INT(imap_parse_seqset(held, strlen(held), &set), 0);
+    CHECK_EQ_INT(imap_qresync_vanished(&b, &logged, before, &set), MV_OK);
+    imap_seqset_free(&set);
+    CHECK(logged.data != NULL && strcmp(logged.data, want) == 0);
+    buf_free(&logged);
+    struct buf synced = {0};
+    CHECK_EQ_INT(imap_view_sync(&c, &synced, 1), MV_OK);
+    CHECK_EQ_INT(c.view.count, TV_COUNT - 6);
+    size_t expunges = 0;
+    for (const char *at = synced.data; at != NULL && (at = strstr(at, " EXPUNGE\r\n")) != NULL;
+         at++) {
+        expunges++;
+    }
+    CHECK_EQ_INT(expunges, 6);
+    buf_free(&synced);
+    imap_view_free(&c.view);
     free(held);
 
     const char *asked[] = {NULL, "1:*", "3:50,40:60,9000:*", "1:4", "*", "20000:*"};
