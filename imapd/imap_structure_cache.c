@@ -20,10 +20,18 @@
  *     UID name the message; body key and size are checked too).
  *   - One budget for the process (structure_cache_kib), shared by all caches: an answer is
  *     kept only if the bytes of every cache together stay within it, counting each entry's
- *     text and bookkeeping and each hash table. To make room a cache drops its own entries,
- *     oldest first but giving one more turn to each entry used since its last turn (the
- *     "clock" order: a page a webmail shows again stays); it never takes another store's,
- *     whose lock it does not hold (those go when their stores close).
+ *     text and bookkeeping and each hash table. Room is made from the cache that holds the
+ *     most: another store's when it holds more than this one would with the new answer, else
+ *     this one's own. Taking only from caches holding their own share would leave the first
+ *     busy store with the whole budget for as long as it stays open, and every other store
+ *     with nothing to drop and so nothing kept (found by a threaded test that failed in CI
+ *     now and then); this way the active stores' holdings even out. Within a cache, entries
+ *     go oldest first, with one more turn for each entry used since its last turn (the
+ *     "clock" order: a page a webmail shows again stays).
+ *   - Locks: a cache's mutex is held while it puts; to take from another cache the registry
+ *     of all caches is locked and the other cache's mutex only tried (never waited for, so
+ *     two stores making room from each other cannot deadlock): when it is busy, the room
+ *     comes from this cache's own entries, or the answer is not kept.
  *   - Chained hash table (power-of-two buckets, at most one entry per bucket on average).
  *     The hash is a fixed multiplicative one, not keyed as the keyword table's is: UIDs and
  *     UIDVALIDITY are the server's numbers, which a client cannot choose.
@@ -51,11 +59,14 @@ struct sc_entry {
 
 struct imap_structure_cache {
     pthread_mutex_t lock;
+    struct imap_structure_cache *prev, *next; /* all caches (sc_all; under sc_all_lock) */
     struct sc_entry **buckets; /* bucket_count of them, a power of two; NULL: none yet */
     size_t bucket_count;
     struct sc_entry *oldest, *newest;
     size_t entries;
-    size_t bytes; /* charged to the budget: entries and the table */
+    /* charged to the budget: entries and the table. Changed under lock; read by other
+     * caches' puts without it, to choose where room is taken from */
+    atomic_size_t bytes;
     uint64_t hits, misses;
 };
 
@@ -63,6 +74,8 @@ struct imap_structure_cache {
 
 static size_t sc_budget;
 static atomic_size_t sc_total;
+static pthread_mutex_t sc_all_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct imap_structure_cache *sc_all;
 
 void imap_structure_cache_budget(size_t bytes)
 {
@@ -87,9 +100,16 @@ static int sc_charge(size_t n)
     return 0;
 }
 
-static void sc_uncharge(size_t n)
+/* Gives n bytes that c held back to the budget. */
+static void sc_uncharge(struct imap_structure_cache *c, size_t n)
 {
+    atomic_fetch_sub_explicit(&c->bytes, n, memory_order_relaxed);
     atomic_fetch_sub_explicit(&sc_total, n, memory_order_relaxed);
+}
+
+static size_t sc_held(struct imap_structure_cache *c)
+{
+    return atomic_load_explicit(&c->bytes, memory_order_relaxed);
 }
 
 static size_t sc_entry_bytes(size_t len)
@@ -128,6 +148,15 @@ struct imap_structure_cache *imap_structure_cache_new(void)
     if (c != NULL && pthread_mutex_init(&c->lock, NULL) != 0) {
         free(c);
         return NULL;
+    }
+    if (c != NULL) {
+        pthread_mutex_lock(&sc_all_lock);
+        c->next = sc_all;
+        if (sc_all != NULL) {
+            sc_all->prev = c;
+        }
+        sc_all = c;
+        pthread_mutex_unlock(&sc_all_lock);
     }
     return c;
 }
@@ -169,8 +198,7 @@ static void sc_entry_free(struct imap_structure_cache *c, struct sc_entry *e)
     OPENSSL_cleanse(e->text, e->len);
     free(e);
     c->entries--;
-    c->bytes -= n;
-    sc_uncharge(n);
+    sc_uncharge(c, n);
 }
 
 /* Drops the entry kept longest that was not used since its last turn (a used one loses
@@ -201,15 +229,39 @@ static int sc_drop_one(struct imap_structure_cache *c)
     return 0;
 }
 
-/* Charges n bytes, dropping this cache's entries as long as they do not fit. 1 or 0. */
+/* Drops one entry of the cache holding the most, if that is another than c (whose lock the
+ * caller holds) and it holds more than c would with want more bytes: 1 if one was dropped. 0
+ * (c makes room from its own) when c holds as much, or that cache is busy or empty. */
+static int sc_drop_from_larger(struct imap_structure_cache *c, size_t want)
+{
+    int dropped = 0;
+    pthread_mutex_lock(&sc_all_lock);
+    struct imap_structure_cache *larger = NULL;
+    size_t most = sc_held(c) + want;
+    for (struct imap_structure_cache *o = sc_all; o != NULL; o = o->next) {
+        if (o != c && sc_held(o) > most) {
+            larger = o;
+            most = sc_held(o);
+        }
+    }
+    if (larger != NULL && pthread_mutex_trylock(&larger->lock) == 0) {
+        dropped = sc_drop_one(larger);
+        pthread_mutex_unlock(&larger->lock);
+    }
+    pthread_mutex_unlock(&sc_all_lock);
+    return dropped;
+}
+
+/* Charges n bytes to c, dropping entries (the largest cache's first) as long as they do not
+ * fit. 1 or 0. */
 static int sc_make_room(struct imap_structure_cache *c, size_t n)
 {
     while (!sc_charge(n)) {
-        if (!sc_drop_one(c)) {
+        if (!sc_drop_from_larger(c, n) && !sc_drop_one(c)) {
             return 0;
         }
     }
-    c->bytes += n;
+    atomic_fetch_add_explicit(&c->bytes, n, memory_order_relaxed);
     return 1;
 }
 
@@ -227,8 +279,7 @@ static int sc_grow(struct imap_structure_cache *c)
     }
     struct sc_entry **grown = calloc(count, sizeof *grown);
     if (grown == NULL) {
-        c->bytes -= more;
-        sc_uncharge(more);
+        sc_uncharge(c, more);
         return c->buckets != NULL;
     }
     for (struct sc_entry *e = c->oldest; e != NULL; e = e->newer) {
@@ -257,8 +308,7 @@ void imap_structure_cache_put(struct imap_structure_cache *c,
         if (sc_make_room(c, n)) {
             e = malloc(n);
             if (e == NULL) {
-                c->bytes -= n;
-                sc_uncharge(n);
+                sc_uncharge(c, n);
             }
         }
         if (e != NULL) {
@@ -301,8 +351,7 @@ void imap_structure_cache_clear(struct imap_structure_cache *c)
     free(c->buckets);
     c->buckets = NULL;
     c->bucket_count = 0;
-    c->bytes -= table;
-    sc_uncharge(table);
+    sc_uncharge(c, table);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -311,6 +360,17 @@ void imap_structure_cache_free(struct imap_structure_cache **c)
     if (c == NULL || *c == NULL) {
         return;
     }
+    /* out of the registry first: no other cache's put can then be dropping its entries */
+    pthread_mutex_lock(&sc_all_lock);
+    if ((*c)->prev != NULL) {
+        (*c)->prev->next = (*c)->next;
+    } else {
+        sc_all = (*c)->next;
+    }
+    if ((*c)->next != NULL) {
+        (*c)->next->prev = (*c)->prev;
+    }
+    pthread_mutex_unlock(&sc_all_lock);
     imap_structure_cache_clear(*c);
     pthread_mutex_destroy(&(*c)->lock);
     free(*c);
@@ -328,6 +388,6 @@ void imap_structure_cache_stats(struct imap_structure_cache *c,
     out->hits = c->hits;
     out->misses = c->misses;
     out->entries = c->entries;
-    out->bytes = c->bytes;
+    out->bytes = sc_held(c);
     pthread_mutex_unlock(&c->lock);
 }
