@@ -178,7 +178,8 @@ $(BUILD)/asan/tests/test_imap_parse: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc
 $(BUILD)/asan/tests/test_imap_utf7: $(BUILD)/asan/imapd/imap_utf7.o
 $(BUILD)/asan/tests/test_imap_lane: $(BUILD)/asan/imapd/imap_lane.o $(BUILD)/asan/imapd/imap_parse.o \
 	$(BUILD)/asan/imapd/imap_search_shape.o
-$(BUILD)/asan/tests/test_imap_frame: $(BUILD)/asan/imapd/imap_frame.o $(BUILD)/asan/imapd/buf.o
+$(BUILD)/asan/tests/test_imap_frame: $(BUILD)/asan/imapd/imap_frame.o $(BUILD)/asan/imapd/buf.o \
+	$(BUILD)/asan/imapd/imap_parse.o $(BUILD)/asan/imapd/imap_search_shape.o
 $(BUILD)/asan/tests/test_big_blocks $(BUILD)/asan/tests/test_buf: $(BUILD)/asan/imapd/buf.o
 $(BUILD)/asan/tests/test_imap_keywords: $(BUILD)/asan/imapd/imap_keywords.o $(BUILD)/asan/imapd/buf.o
 $(BUILD)/asan/tests/test_imap_structure_cache: $(BUILD)/asan/imapd/imap_structure_cache.o \

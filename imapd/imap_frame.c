@@ -5,6 +5,11 @@
  * IMPLEMENTATION NOTES
  *   - The limits are checked when a literal is announced, so nothing over a bound is ever
  *     asked for ("+") or buffered.
+ *   - A line over line_max is read to its end and thrown away, and only then answered, with
+ *     the command's tag (a client waits for its tagged answer: an untagged BAD left it
+ *     waiting for ever, where Dovecot answers "tag BAD ... Too long argument"). If the line
+ *     ended in a LITERAL+ announcement, the literal's bytes follow where the next command
+ *     would be read, so the session ends instead (those bytes are never run as commands).
  *   - literal_total_max bounds the literal bytes accepted for commands still being received
  *     over every connection; each frame's share is its literal_reserved, given back once
  *     the command is whole (its bytes then belong to a job) or forgotten.
@@ -68,6 +73,22 @@ static int imap_frame_is_append(const char *p, size_t len)
     return rest >= 7 && strncasecmp(sp + 1, "APPEND ", 7) == 0;
 }
 
+/* Keeps the last bytes of the over-long line being discarded (its literal announcement, if
+ * any, is at its very end). */
+static void imap_frame_tail_keep(struct imap_frame *f, const char *p, size_t n)
+{
+    const size_t cap = sizeof f->long_tail;
+    if (n >= cap) {
+        memcpy(f->long_tail, p + n - cap, cap);
+        f->long_tail_len = cap;
+        return;
+    }
+    size_t keep = f->long_tail_len + n > cap ? cap - n : f->long_tail_len;
+    memmove(f->long_tail, f->long_tail + f->long_tail_len - keep, keep);
+    memcpy(f->long_tail + keep, p, n);
+    f->long_tail_len = keep + n;
+}
+
 /* Before login one command, its lines and literals together, and the input held must fit
  * in prelogin_bytes_max (64 KiB by default: AUTHENTICATE PLAIN needs a line); after it the
  * line_max, literal_max and literal_total_max limits apply. */
@@ -90,34 +111,42 @@ enum imap_frame_status imap_frame_next(
         char *start = in->data + f->scanned;
         size_t avail = in->len - f->scanned;
         char *nl = avail > 0 ? memchr(start, '\n', avail) : NULL;
+        uint64_t count;
+        int plus;
         if (f->discard_line) {
+            size_t line_part = (size_t)((nl != NULL ? nl : in->data + in->len) - start);
+            imap_frame_tail_keep(f, start, line_part);
+            buf_consume(in, nl != NULL ? (size_t)(nl + 1 - in->data) : in->len);
+            f->scanned = 0;
             if (nl == NULL) {
-                buf_consume(in, in->len);
-                f->scanned = 0;
                 return FRAME_MORE;
             }
-            buf_consume(in, (size_t)(nl + 1 - in->data));
-            f->scanned = 0;
             f->discard_line = 0;
+            int literal = imap_frame_literal_at_end(f->long_tail, f->long_tail_len, &count, &plus);
+            return literal == 0 && plus ? FRAME_LINE_TOO_LONG_LITERAL_PLUS : FRAME_LINE_TOO_LONG;
+        }
+        /* Before login the input is capped at prelogin_bytes_max (conn.c): a command not
+         * complete by then never will be, and nothing is discarded (the session ends). */
+        if (prelogin && nl == NULL && in->len >= g_config.prelogin_bytes_max) {
+            return FRAME_LINE_TOO_LONG;
+        }
+        size_t line_len = (size_t)((nl != NULL ? nl : in->data + in->len) - start);
+        if (line_len > line_max) {
+            if (prelogin) {
+                return FRAME_LINE_TOO_LONG;
+            }
+            f->long_tag[0] = '\0'; /* a raw line (IDLE's DONE, a SASL response) has none */
+            if (!f->raw_line) {
+                (void)imap_parse_tag(in->data, in->len, f->long_tag);
+            }
+            f->long_tail_len = 0;
+            f->discard_line = 1;
+            imap_frame_literal_release(f); /* the command is given up */
             continue;
         }
         if (nl == NULL) {
-            /* Before login the input is capped at prelogin_bytes_max (conn.c): a command not
-             * complete by then never will be. */
-            if (avail > line_max || (prelogin && in->len >= g_config.prelogin_bytes_max)) {
-                f->discard_line = 1;
-                return FRAME_LINE_TOO_LONG;
-            }
             return FRAME_MORE;
         }
-        size_t line_len = (size_t)(nl - start);
-        if (line_len > line_max) {
-            buf_consume(in, (size_t)(nl + 1 - in->data));
-            f->scanned = 0;
-            return FRAME_LINE_TOO_LONG;
-        }
-        uint64_t count;
-        int plus;
         if (f->raw_line || imap_frame_literal_at_end(start, line_len, &count, &plus) != 0) {
             *len_out = (size_t)(nl + 1 - in->data);
             f->scanned = 0;

@@ -8,21 +8,36 @@
 #define MV_IMAP_FRAME_H
 
 #include "buf.h"
+#include "imap_parse.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
+/* What imap_frame_next() found. */
 enum imap_frame_status {
-    FRAME_MORE = 0,             /* need more bytes */
-    FRAME_COMMAND,              /* a whole command: the first *len bytes of the input */
-    FRAME_CONTINUE,             /* a synchronizing literal: send "+ ..." and wait */
-    FRAME_LINE_TOO_LONG,        /* the line exceeds line_max: it is being discarded */
-    FRAME_LITERAL_TOO_BIG,      /* {n} over the limit: the first *len bytes are the command so
-                                   far (the client sends nothing more for it) */
-    FRAME_LITERAL_PLUS_TOO_BIG, /* {n+} over the limit: the client is sending it anyway */
-    FRAME_LITERAL_BUSY,         /* {n} within the limit but over literal_total_max now: as
-                                   FRAME_LITERAL_TOO_BIG, a transient refusal */
-    FRAME_LITERAL_PLUS_BUSY     /* {n+} so: as FRAME_LITERAL_PLUS_TOO_BIG */
+    /* need more bytes */
+    FRAME_MORE = 0,
+    /* a whole command: the first *len bytes of the input */
+    FRAME_COMMAND,
+    /* a synchronizing literal: send "+ ..." and wait */
+    FRAME_CONTINUE,
+    /* a line over line_max. Before login at once (answer BYE: nothing more is read); after
+     * it once the rest of the line was read and discarded, with the command's tag in
+     * imap_frame.long_tag ("" if it had none) for the BAD */
+    FRAME_LINE_TOO_LONG,
+    /* as FRAME_LINE_TOO_LONG, but the discarded line ended in "{n+}": the client sends the
+     * literal's bytes anyway, where the next command would be read (answer BYE) */
+    FRAME_LINE_TOO_LONG_LITERAL_PLUS,
+    /* {n} over the limit: the first *len bytes are the command so far (the client sends
+     * nothing more for it) */
+    FRAME_LITERAL_TOO_BIG,
+    /* {n+} over the limit: the client is sending it anyway */
+    FRAME_LITERAL_PLUS_TOO_BIG,
+    /* {n} within the limit but over literal_total_max now: as FRAME_LITERAL_TOO_BIG, a
+     * transient refusal */
+    FRAME_LITERAL_BUSY,
+    /* {n+} so: as FRAME_LITERAL_PLUS_TOO_BIG */
+    FRAME_LITERAL_PLUS_BUSY
 };
 
 /* The framing state of one IMAP connection. Zeroed is the start state. */
@@ -30,8 +45,13 @@ struct imap_frame {
     size_t scanned;            /* bytes of the command in progress already scanned */
     uint64_t literal_left;     /* literal bytes still to come */
     uint64_t literal_reserved; /* bytes of literal_total_max this command holds */
-    int discard_line;          /* skipping the rest of an over-long line */
     int raw_line;              /* the next line is a SASL response or IDLE's DONE: no literal */
+    /* An over-long line being skipped: its command's tag, and its last bytes read so far
+     * (did it end in a literal announcement?) */
+    int discard_line;
+    char long_tag[IMAP_TAG_MAX + 1];
+    char long_tail[24];
+    size_t long_tail_len;
 };
 
 /* Frames the next command of in. Before login (prelogin set) one command, its lines and

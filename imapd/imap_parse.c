@@ -61,6 +61,21 @@ static int imap_is_tag_char(uint8_t c)
     return imap_is_atom_char(c) && c != '+' && c != '%' && c != '*';
 }
 
+size_t imap_parse_tag(const char *bytes, size_t len, char out[IMAP_TAG_MAX + 1])
+{
+    size_t n = 0;
+    while (n < len && n <= IMAP_TAG_MAX && imap_is_tag_char((uint8_t)bytes[n])) {
+        n++;
+    }
+    if (n == 0 || n > IMAP_TAG_MAX || n == len || bytes[n] != ' ') {
+        out[0] = '\0';
+        return 0;
+    }
+    memcpy(out, bytes, n);
+    out[n] = '\0';
+    return n;
+}
+
 static int imap_node_add(struct imap_parser *ps, enum imap_node_type type, uint32_t *index)
 {
     struct imap_command *cmd = ps->cmd;

@@ -82,6 +82,12 @@ struct imap_command {
     size_t text_size;
 };
 
+/* The tag at the start of bytes (len of them) into out, if they start with a valid tag (at
+ * most IMAP_TAG_MAX of RFC 3501's tag characters) and a SP: its length, else 0 and out "".
+ * For answers to commands that are refused before they are parsed (too long a line or
+ * literal): "tag BAD ...", not an untagged answer the client's command would wait past. */
+size_t imap_parse_tag(const char *bytes, size_t len, char out[IMAP_TAG_MAX + 1]);
+
 /* Parses one framed command (see USAGE). Returns IMAP_PARSE_OK, IMAP_PARSE_BAD (message in
  * err) or IMAP_PARSE_NOMEM. On failure the command holds no memory, but cmd->tag is set.
  * imap_command_free() wipes the unquoted strings (explicit_bzero) before freeing them.

@@ -864,8 +864,17 @@ static void imap_session_input(struct conn *c)
             conn_close_after_output(c);
             return;
         }
+        if (f == FRAME_LINE_TOO_LONG_LITERAL_PLUS) {
+            conn_write_str(c, "* BYE command line too long, and its literal cannot be "
+                              "skipped\r\n");
+            conn_close_after_output(c);
+            return;
+        }
         if (f == FRAME_LINE_TOO_LONG) {
-            conn_write_str(c, "* BAD line too long\r\n");
+            char line[96];
+            snprintf(line, sizeof line, "BAD command line longer than %zu bytes (line_max)",
+                     g_config.line_max);
+            imap_reply(c, s->frame.long_tag, line);
             continue;
         }
         if (f == FRAME_LITERAL_PLUS_TOO_BIG || f == FRAME_LITERAL_PLUS_BUSY) {
@@ -880,13 +889,8 @@ static void imap_session_input(struct conn *c)
             return;
         }
         if (f == FRAME_LITERAL_TOO_BIG || f == FRAME_LITERAL_BUSY) {
-            const char *sp = memchr(c->in.data, ' ', len);
-            size_t tag_len = sp != NULL ? (size_t)(sp - c->in.data) : 0;
-            char tag[IMAP_TAG_MAX + 1] = "*";
-            if (tag_len > 0 && tag_len <= IMAP_TAG_MAX) {
-                memcpy(tag, c->in.data, tag_len);
-                tag[tag_len] = '\0';
-            }
+            char tag[IMAP_TAG_MAX + 1];
+            (void)imap_parse_tag(c->in.data, len, tag); /* "": answered untagged */
             char line[160];
             if (f == FRAME_LITERAL_BUSY) {
                 snprintf(line, sizeof line,

@@ -20,6 +20,13 @@ WHAT IT CHECKS (functional)
   - the pools: with connections_max IMAP connections open and none logged in, a new
     connection closes the oldest (BYE) and logs in; LMTP still gets its 220 and delivers;
     the oldest is closed also when its failed login's answer is being held back (8 s);
+  - line_max (64 KiB, the default) after login: a longer line, sent in pieces, is answered
+    with its own tag (BAD) once it ended, and the session goes on (NOOP); so is the rest of
+    a command whose line after a literal is too long (nothing appended) and one that ends in
+    a {n} the client then waits for (no "+"); a line without a readable tag gets an untagged
+    BAD; one ending in {n+} gets BYE and the connection ends, and the literal's bytes, a
+    CREATE, are never run as a command (before, an untagged BAD left the client waiting for
+    its tag, and the bytes of such a literal were read as the next commands);
   - literal_total_max: while one session holds most of it, another's {n} gets
     NO [UNAVAILABLE] and its {n+} BYE [UNAVAILABLE]; once the first is done the APPEND works;
   - LMTP: a recipient named three times (in several spellings) gets three 250s after DATA
@@ -269,6 +276,53 @@ def held_eviction(a):
         o.close()
 
 
+def long_lines(a):
+    """line_max = 65536 (the default)."""
+    user, password = a.user.split(":", 1)
+    before = imap_message_count(a.imap, user, password)
+    c = imapd_common.imap_login(a.imap, user, password)
+    c.command("SELECT INBOX")
+    uids = b",".join(b"%d" % (1 + i % 7) for i in range(20000))  # ~40 KB a copy
+    for piece in (b"t1 UID FETCH ", uids, b",", uids, b" (FLAGS)\r\n"):
+        c.sock.sendall(piece)
+    line = c.line()
+    check("line_max: a 80 KB line sent in pieces gets its tagged BAD",
+          line.startswith(b"t1 BAD ") and b"65536" in line, repr(line[:200]))
+    _, tagged = c.command("NOOP")
+    check("... and the session goes on (NOOP OK)", b" OK" in tagged, repr(tagged))
+    c.sock.sendall(b"(t2 SEARCH " + uids + b" " + uids + b"\r\n")
+    line = c.line()
+    check("... a line without a readable tag gets an untagged BAD", line.startswith(b"* BAD "),
+          repr(line[:200]))
+    c.sock.sendall(b"t3 APPEND INBOX {5}\r\n")
+    line = c.line()
+    c.sock.sendall(b"hello (\\Seen " + uids + b" " + uids + b")\r\n")
+    line2 = c.line()
+    check("... a command whose line after a literal is too long: tagged BAD",
+          line.startswith(b"+") and line2.startswith(b"t3 BAD "), repr((line, line2[:200])))
+    c.sock.sendall(b"t4 APPEND INBOX (" + uids + b" " + uids + b") {5}\r\n")
+    line = c.line()
+    check("... a too long line ending in {5}: tagged BAD, no '+'", line.startswith(b"t4 BAD "),
+          repr(line[:200]))
+    _, tagged = c.command("NOOP")
+    check("... the session goes on after both", b" OK" in tagged, repr(tagged))
+    inject = b"t6 CREATE Injected\r\n"
+    c.sock.sendall(b"t5 APPEND INBOX (" + uids + b" " + uids + b") {%d+}\r\n" % len(inject)
+                   + inject)
+    data, closed = read_until_closed(c.sock, 20)
+    check("... one ending in {n+}: BYE and the connection ends",
+          closed and b"* BYE " in c.buf + data and b"t6 " not in data, repr(data[:200]))
+    c.close()
+    c = imapd_common.imap_login(a.imap, user, password)
+    untagged, _ = c.command('LIST "" "Injected"')
+    check("... the literal's bytes were not run as a command (no mailbox Injected)",
+          not any(b"Injected" in t for t, _ in untagged), repr(untagged))
+    c.command("LOGOUT")
+    c.close()
+    check("... nothing appended by any of them",
+          imap_message_count(a.imap, user, password) == before, "")
+
+
 def literal_budget(a):
     """literal_total_max = 200000."""
     user, password = a.user.split(":", 1)
@@ -442,7 +496,8 @@ def lmtp_budget(a):
 
 
 def functional(a):
-    for part in (prelogin, login_timeout, pools, held_eviction, literal_budget, lmtp_dedupe, lmtp_smuggling,
+    for part in (prelogin, login_timeout, pools, held_eviction, long_lines, literal_budget,
+                 lmtp_dedupe, lmtp_smuggling,
                  lmtp_rejected, lmtp_deadline, lmtp_budget):
         try:
             part(a)

@@ -72,6 +72,9 @@ static void test_frame_literals(void)
     buf_free(&in);
 }
 
+/* A line over line_max after login is read to its end and thrown away, then answered with
+ * its command's tag: in pieces, whole, without a tag, after a literal of the same command,
+ * as a raw line, and ending in a literal announcement split over two reads. */
 static void test_frame_line_too_long(void)
 {
     tf_config();
@@ -81,12 +84,70 @@ static void test_frame_line_too_long(void)
     uint64_t literal = 0;
     char line[160];
     memset(line, 'x', sizeof line);
+    tf_add(&in, "a1 FETCH ");
     buf_add(&in, line, sizeof line); /* over line_max, no end yet: discarded as it comes */
-    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_LINE_TOO_LONG);
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_MORE);
+    CHECK_EQ_INT(in.len, 0);
+    buf_add(&in, line, sizeof line);
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_MORE);
     tf_add(&in, "xxx\r\na NOOP\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_LINE_TOO_LONG);
+    CHECK(strcmp(f.long_tag, "a1") == 0);
     CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_COMMAND);
     CHECK_EQ_INT(len, 8);
     CHECK(memcmp(in.data, "a NOOP\r\n", 8) == 0);
+    buf_free(&in);
+    /* whole in one read; then one with no tag (answered untagged) */
+    tf_add(&in, "b2 SEARCH ");
+    buf_add(&in, line, sizeof line);
+    tf_add(&in, "\r\n(b3 ");
+    buf_add(&in, line, sizeof line);
+    tf_add(&in, "\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_LINE_TOO_LONG);
+    CHECK(strcmp(f.long_tag, "b2") == 0);
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_LINE_TOO_LONG);
+    CHECK(strcmp(f.long_tag, "") == 0);
+    CHECK_EQ_INT(in.len, 0);
+    /* a line after a literal: the command's tag, and its literal's share given back */
+    tf_add(&in, "c4 APPEND INBOX {10}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_CONTINUE);
+    CHECK_EQ_INT(f.literal_reserved, 10);
+    tf_add(&in, "0123456789 ");
+    buf_add(&in, line, sizeof line);
+    tf_add(&in, "\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_LINE_TOO_LONG);
+    CHECK(strcmp(f.long_tag, "c4") == 0);
+    CHECK_EQ_INT(f.literal_reserved, 0);
+    /* a raw line (IDLE's DONE) has no tag, whatever it starts with */
+    f.raw_line = 1;
+    tf_add(&in, "d5 ");
+    buf_add(&in, line, sizeof line);
+    tf_add(&in, "\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_LINE_TOO_LONG);
+    CHECK(strcmp(f.long_tag, "") == 0);
+    f.raw_line = 0;
+    /* ending in {n+}: the client sends the literal anyway (the announcement split over two
+     * reads); ending in {n}: it waits for a "+" that never comes, a BAD is the answer */
+    tf_add(&in, "e6 APPEND INBOX ");
+    buf_add(&in, line, sizeof line);
+    tf_add(&in, " {1");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_MORE);
+    tf_add(&in, "2+}\r\nf7 CREATE x\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_LINE_TOO_LONG_LITERAL_PLUS);
+    CHECK(strcmp(f.long_tag, "e6") == 0);
+    buf_free(&in);
+    tf_add(&in, "g8 APPEND INBOX ");
+    buf_add(&in, line, sizeof line);
+    tf_add(&in, " {12}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 0, &len, &literal), FRAME_LINE_TOO_LONG);
+    CHECK(strcmp(f.long_tag, "g8") == 0);
+    CHECK_EQ_INT(in.len, 0);
+    buf_free(&in);
+    /* before login nothing is discarded: refused at once (the session ends) */
+    f = (struct imap_frame){0};
+    tf_add(&in, "h9 LOGIN ");
+    buf_add(&in, line, sizeof line);
+    CHECK_EQ_INT(imap_frame_next(&f, &in, 1, &len, &literal), FRAME_LINE_TOO_LONG);
     buf_free(&in);
 }
 

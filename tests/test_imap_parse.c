@@ -103,6 +103,29 @@ static void test_strings_and_literals(void)
 /* RFC 3501 9: '[' is an ATOM-CHAR (not in atom-specials) and ']' an ASTRING-CHAR, so
  * "foo[bar" and "foo[bar]" are mailbox names; '[' opens a section only after BODY,
  * BODY.PEEK, BINARY, BINARY.PEEK or BINARY.SIZE. */
+/* The tag of a command refused before it is parsed (imap_parse_tag): RFC 3501's tag
+ * characters, at most IMAP_TAG_MAX of them, then a SP; anything else is no tag. */
+static void test_tag_alone(void)
+{
+    char tag[IMAP_TAG_MAX + 1];
+    CHECK_EQ_INT(imap_parse_tag("a1 FETCH", 8, tag), 2);
+    CHECK(strcmp(tag, "a1") == 0);
+    CHECK_EQ_INT(imap_parse_tag("x]y NOOP", 8, tag), 3); /* ']' is a tag character */
+    const char *bad[] = {"a+ NOOP", "(a NOOP", "a", " a NOOP", "a\r\n", "a%b NOOP", "\x01 X"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        strcpy(tag, "old");
+        CHECK_EQ_INT(imap_parse_tag(bad[i], strlen(bad[i]), tag), 0);
+        CHECK(tag[0] == '\0');
+    }
+    char longest[IMAP_TAG_MAX + 2];
+    memset(longest, 't', sizeof longest);
+    longest[IMAP_TAG_MAX] = ' ';
+    CHECK_EQ_INT(imap_parse_tag(longest, IMAP_TAG_MAX + 1, tag), IMAP_TAG_MAX);
+    longest[IMAP_TAG_MAX] = 't';
+    longest[IMAP_TAG_MAX + 1] = ' ';
+    CHECK_EQ_INT(imap_parse_tag(longest, IMAP_TAG_MAX + 2, tag), 0); /* one too long */
+}
+
 static void test_brackets_in_atoms(void)
 {
     static const char *const names[] = {"foo[bar", "foo[bar]", "[x", "a]b", "BODY[x]", "[]"};
@@ -1125,6 +1148,7 @@ int main(void)
     TEST(test_simple_commands);
     TEST(test_strings_and_literals);
     TEST(test_malformed);
+    TEST(test_tag_alone);
     TEST(test_brackets_in_atoms);
     TEST(test_liberal_list_blanks);
     TEST(test_seqset);
