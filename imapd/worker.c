@@ -1069,6 +1069,13 @@ void worker_checkpoint_hook_set(void (*fn)(struct worker *w, const char *address
     atomic_store(&worker_checkpoint_hook, fn);
 }
 
+static _Atomic worker_hook_fn worker_drained_hook; /* tests */
+
+void worker_drained_hook_set(void (*fn)(struct worker *w, const char *address))
+{
+    atomic_store(&worker_drained_hook, fn);
+}
+
 /* The checkpoint the store's commits left due (mv_store_checkpoint_defer), if no job waits:
  * a PASSIVE one, which never waits for a lock; what a reader holds stays due. A job posted
  * while it runs interrupts it (worker_post: sqlite3_interrupt, which SQLite's checkpoint
@@ -1666,6 +1673,10 @@ static void worker_drain_step(struct worker *w, struct open_store *s)
     int64_t step_ms = worker_now_ms() - start_ms;
     atomic_fetch_add(&w->drain_streak_ms, step_ms > 0 ? step_ms : 1);
     s->drain_more = rc == MV_OK && more;
+    worker_hook_fn drained = atomic_load(&worker_drained_hook);
+    if (drained != NULL && rc == MV_OK && !more) {
+        drained(w, s->address);
+    }
     if (rc != MV_OK) {
         log_error("store %s: queue drain failed: %s (%s); the rest stays queued for the next open",
                   s->address, mv_strerror(rc), mv_store_errmsg(s->store));

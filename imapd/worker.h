@@ -71,6 +71,9 @@ int worker_quiet_set(int ms);
 /* For tests: fn runs on the worker right before each checkpoint between jobs starts, with the
  * store's address (and may post a job, which then interrupts it); NULL: none. */
 void worker_checkpoint_hook_set(void (*fn)(struct worker *w, const char *address));
+/* For tests: fn runs on the worker right after the drain step that emptied a store's sealed
+ * queue (THE DRAIN), with the store's address; NULL: none. */
+void worker_drained_hook_set(void (*fn)(struct worker *w, const char *address));
 /* worker.c SHARE: how long a forced round takes stores for (WORKER_BACKGROUND_BUDGET_MS; ms < 0
  * restores it, 0: one store a round); returns the old value. For tests. */
 int worker_background_budget_set(int ms);
