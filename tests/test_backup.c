@@ -138,6 +138,20 @@ struct tb_writer {
     char why[600]; /* the failure, written before failed is set */
 };
 
+/* Waits (120 s at most) until w has acknowledged n more deliveries, or has failed: the
+ * writers must still be going after the backup. A failed writer is reported by the caller's
+ * check of failed, not by a wait that never ends. */
+static void tb_writer_wait_more(struct tb_writer *w, int n)
+{
+    int from = atomic_load(&w->done);
+    for (int i = 0; i < 120 * 1000 && atomic_load(&w->done) < from + n; i++) {
+        if (atomic_load(&w->failed)) {
+            return;
+        }
+        usleep(1000);
+    }
+}
+
 static void *tb_writer_main(void *arg)
 {
     struct tb_writer *w = arg;
@@ -239,10 +253,7 @@ static void test_backup_during_deliveries(void)
     for (int i = 0; i < TB_WRITERS; i++) {
         started_after[i] = atomic_load(&writers[i].started);
     }
-    int more = atomic_load(&writers[0].done);
-    while (atomic_load(&writers[0].done) < more + 10) {
-        usleep(1000);
-    }
+    tb_writer_wait_more(&writers[0], 10);
     for (int i = 0; i < TB_WRITERS; i++) {
         atomic_store(&writers[i].stop, 1);
         pthread_join(threads[i], NULL);
@@ -315,10 +326,7 @@ static void test_keyless_during_deliveries(void)
     for (int i = 0; i < TB_WRITERS; i++) {
         started_after[i] = atomic_load(&writers[i].started);
     }
-    int more = atomic_load(&writers[0].done);
-    while (atomic_load(&writers[0].done) < more + 10) {
-        usleep(1000);
-    }
+    tb_writer_wait_more(&writers[0], 10);
     for (int i = 0; i < TB_WRITERS; i++) {
         atomic_store(&writers[i].stop, 1);
         pthread_join(threads[i], NULL);
