@@ -47,6 +47,7 @@ import time
 import imapd_common
 
 TIMEOUT = 10
+MIN_KILLS = 8  # SIGKILL rounds a run must have, whatever the time budget
 results = imapd_common.Results()
 report = results.report
 note = results.note
@@ -500,7 +501,9 @@ def main():
         kills = 0
         hung = []
         for r in range(args.rounds):
-            if time.monotonic() - start > args.budget:
+            # the budget ends the rounds only after the 8 the report below asks for: on a
+            # loaded machine rounds are slower, and fewer of them is not a failure of the server
+            if r >= MIN_KILLS and time.monotonic() - start > args.budget:
                 note("time budget spent after %d rounds" % r)
                 break
             if not server.start():
@@ -556,7 +559,7 @@ def main():
              % (sealed, direct))
         report("both delivery paths ran (sealed %d, direct %d)" % (sealed, direct),
                sealed > 0 and direct > 0)
-        report("%d SIGKILL rounds" % kills, kills >= min(args.rounds, 8), "too few rounds")
+        report("%d SIGKILL rounds" % kills, kills >= min(args.rounds, MIN_KILLS), "too few rounds")
         report("every client thread ended after each kill", not hung, "rounds %s" % hung)
         report("no NO/BAD/4xx/5xx answer while the server was up", not ledger.problems,
                "%d: %s" % (len(ledger.problems), ledger.problems[:5]))

@@ -422,8 +422,8 @@ static void test_register_reads_ahead(void)
     static int owner;
     CHECK_EQ_INT(store_files_register(&owner, path), MV_OK);
     int first = 0, tail = 0;
-    for (int i = 0; i < 500 && !(first == 1 && tail == 1); i++) {
-        struct timespec pause = {0, 10000000L}; /* polled; 5 s at most */
+    for (int i = 0; i < 3000 && !(first == 1 && tail == 1); i++) {
+        struct timespec pause = {0, 10000000L}; /* polled; 30 s at most (a loaded disk) */
         nanosleep(&pause, NULL);
         first = tl_resident(fd, 0);
         tail = tl_resident(fd, last);
