@@ -58,7 +58,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 
 /* Length of the header including its terminating empty line: the store's rule, so a
@@ -66,16 +65,6 @@
 static size_t imap_header_len(const char *raw, size_t len)
 {
     return mv_message_header_len(raw, len);
-}
-
-static int imap_field_listed(const struct imap_fetch_section *sec, const char *name, size_t len)
-{
-    for (size_t i = 0; i < sec->field_count; i++) {
-        if (sec->field_len[i] == len && strncasecmp(sec->fields[i], name, len) == 0) {
-            return 1;
-        }
-    }
-    return 0;
 }
 
 /* HEADER.FIELDS (.NOT): the selected fields, each with its continuation lines, then CRLF. */
@@ -98,7 +87,7 @@ static void imap_header_fields(struct buf *b,
                    (raw[at + name_len - 1] == ' ' || raw[at + name_len - 1] == '\t')) {
                 name_len--;
             }
-            int listed = imap_field_listed(sec, raw + at, name_len);
+            int listed = imap_fetch_section_lists(sec, raw + at, name_len);
             if (listed == (sec->kind == IMAP_SECTION_HEADER_FIELDS)) {
                 buf_add(b, raw + at, end - at);
             }

@@ -25,6 +25,7 @@
 #include "imap_parse.h"
 #include "imap_search_shape.h"
 
+#include <ctype.h>
 #include <glib.h>
 #include <limits.h>
 #include <stdio.h>
@@ -881,6 +882,69 @@ imap_fetch_fail(char *err, size_t err_size, const char *what, const char *data, 
     return -1;
 }
 
+int imap_field_name_cmp(const char *a, size_t a_len, const char *b, size_t b_len)
+{
+    size_t n = a_len < b_len ? a_len : b_len;
+    for (size_t i = 0; i < n; i++) {
+        int ca = tolower((unsigned char)a[i]), cb = tolower((unsigned char)b[i]);
+        if (ca != cb) {
+            return ca - cb;
+        }
+    }
+    return a_len < b_len ? -1 : a_len > b_len;
+}
+
+int imap_fetch_section_lists(const struct imap_fetch_section *sec, const char *name, size_t len)
+{
+    size_t lo = 0, hi = sec->field_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = imap_field_name_cmp(sec->fields[mid], sec->field_len[mid], name, len);
+        if (c == 0) {
+            return 1;
+        }
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return 0;
+}
+
+struct imap_field_name {
+    const char *p;
+    size_t len;
+};
+
+static int imap_field_name_qcmp(const void *a, const void *b)
+{
+    const struct imap_field_name *x = a, *y = b;
+    return imap_field_name_cmp(x->p, x->len, y->p, y->len);
+}
+
+/* Sorts s's names (imap_fetch_section_lists searches them). 0, or -2 out of memory. */
+static int imap_fetch_fields_sort(struct imap_fetch_section *s)
+{
+    if (s->field_count < 2) {
+        return 0;
+    }
+    struct imap_field_name *names = malloc(s->field_count * sizeof *names);
+    if (names == NULL) {
+        return -2;
+    }
+    for (size_t i = 0; i < s->field_count; i++) {
+        names[i] = (struct imap_field_name){s->fields[i], s->field_len[i]};
+    }
+    qsort(names, s->field_count, sizeof *names, imap_field_name_qcmp);
+    for (size_t i = 0; i < s->field_count; i++) {
+        s->fields[i] = names[i].p;
+        s->field_len[i] = names[i].len;
+    }
+    free(names);
+    return 0;
+}
+
 /* HEADER.FIELDS (a b c) names, from the text after the keyword. The names are text inside
  * one atom, so the line bounds their count: the arrays are sized to the SPs in the list
  * (names - 1 when it is well formed), in one allocation. 0, -1 (syntax) or -2 (out of
@@ -922,7 +986,7 @@ static int imap_fetch_fields(struct imap_fetch_section *s, const char *p, size_t
             }
         }
     }
-    return s->field_count > 0 ? 0 : -1;
+    return s->field_count > 0 ? imap_fetch_fields_sort(s) : -1;
 }
 
 /* The text between the brackets: [part.part.]HEADER|TEXT|MIME|HEADER.FIELDS[.NOT] (..)

@@ -33,7 +33,7 @@
  *   - FETCH's body sections are nodes (IMAP_PARSE_NODES_MAX); the names of a
  *     BODY[HEADER.FIELDS (...)] are text inside one atom (line_max). LIST's patterns are
  *     nodes. Their arrays are allocated once, at the count the command has, so memory
- *     follows the command's size (a 64 KiB line: at most about 1 MiB of sections).
+ *     follows the command's size (nodes bound the sections; a 1 MiB line ~200,000 names).
  *   - A section's part numbers ("1.2.3") are at most IMAP_SECTION_LEVELS_MAX deep, CREATE's
  *     special uses at most IMAP_CREATE_USES_MAX.
  */
@@ -203,7 +203,9 @@ struct imap_fetch_section {
     const char *spec; /* the section text between the brackets, as written */
     size_t spec_len;
     /* HEADER.FIELDS (.NOT) names, field_count of them, pointing into the command's bytes (not
-     * NUL-terminated); fields and field_len are one allocation (NULL without names), owned
+     * NUL-terminated), sorted by imap_field_name_cmp (a line of up to line_max holds ~100,000
+     * names: each header field of each message is looked up by a binary search, not compared
+     * with every name); fields and field_len are one allocation (NULL without names), owned
      * by the struct imap_fetch. */
     const char **fields;
     size_t *field_len;
@@ -215,6 +217,11 @@ struct imap_fetch {
     struct imap_fetch_section *sections; /* malloc'd, section_count of them (NULL if none) */
     size_t section_count;
 };
+
+/* The order of HEADER.FIELDS names (ASCII, case-insensitive, then shorter first): <0, 0, >0. */
+int imap_field_name_cmp(const char *a, size_t a_len, const char *b, size_t b_len);
+/* 1 if the name (len bytes) is one of sec's HEADER.FIELDS (.NOT) names, else 0. */
+int imap_fetch_section_lists(const struct imap_fetch_section *sec, const char *name, size_t len);
 /* Reads fetch attributes at node: a macro (ALL FAST FULL), one attribute or a list. *out is
  * overwritten (free an earlier result first) and then owns its sections and their names:
  * imap_fetch_free(). 0; -1 (syntax) with the message in err; -2 (out of memory) with "out of
