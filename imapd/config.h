@@ -46,7 +46,8 @@ struct config {
      * what LMTP keeps for itself so that no IMAP client can starve deliveries. */
     size_t prelogin_bytes_max;        /* a command (lines + literals) / input before login */
     int login_timeout_s;              /* the whole login phase, from the connect */
-    uint64_t literal_total_max;       /* IMAP literals being received, all connections */
+    uint64_t literal_total_max;       /* IMAP literals, and line bytes past CONFIG_LINE_FREE,
+                                         being received, all connections */
     int lmtp_connections_max;         /* LMTP's own pool (connections_max is IMAP's) */
     int lmtp_transaction_timeout_s;   /* MAIL FROM to the last reply after DATA */
     int lmtp_rejected_recipients_max; /* refused RCPTs per transaction, then 452 */
@@ -65,7 +66,12 @@ struct config {
     int changes_keep_days;   /* ... keeping this many days of expunges for QRESYNC; 0: all */
 };
 #define CONFIG_SMALL_LITERAL_MAX 65536
-#define CONFIG_OUTPUT_MAX        (4u << 20) /* reading pauses while more is queued */
+/* Bytes of a command line any connection may hold; a longer line (up to line_max) draws the
+ * rest from literal_total_max as it arrives (imap_frame.c), and a connection with a job in
+ * flight reads no further than this (conn.c), so lines of up to line_max on every connection
+ * cannot add up past that budget. */
+#define CONFIG_LINE_FREE  65536
+#define CONFIG_OUTPUT_MAX (4u << 20) /* reading pauses while more is queued */
 
 void config_defaults(struct config *c);
 /* Applies one "key = value" setting; 0, or -1 with a message in err. */

@@ -168,7 +168,10 @@ static size_t conn_input_room(const struct conn *c)
         cap = g_config.prelogin_bytes_max;
         held += c->out.len;
     } else if (c->busy || c->out.len >= conn_output_max(c)) {
-        cap = g_config.line_max + CONN_READ_CHUNK;
+        /* not line_max: only the framing, which runs between jobs, charges a longer line to
+         * literal_total_max (CONFIG_LINE_FREE) */
+        cap = (g_config.line_max < CONFIG_LINE_FREE ? g_config.line_max : CONFIG_LINE_FREE) +
+              CONN_READ_CHUNK;
     }
     return held >= cap ? 0 : cap - held;
 }

@@ -11,8 +11,11 @@
  *     ended in a LITERAL+ announcement, the literal's bytes follow where the next command
  *     would be read, so the session ends instead (those bytes are never run as commands).
  *   - literal_total_max bounds the literal bytes accepted for commands still being received
- *     over every connection; each frame's share is its literal_reserved, given back once
- *     the command is whole (its bytes then belong to a job) or forgotten.
+ *     over every connection, and the bytes of lines past CONFIG_LINE_FREE (line_max is 1 MiB:
+ *     a thousand connections each sending such a line would hold 1 GiB otherwise); each
+ *     frame's share is its literal_reserved, given back once the command is whole (its bytes
+ *     then belong to a job) or forgotten. A line takes its share as it arrives, so a refusal
+ *     comes before more of it is held.
  */
 #include "imap_frame.h"
 
@@ -31,6 +34,7 @@ static void imap_frame_literal_release(struct imap_frame *f)
 {
     imap_frame_literal_total -= f->literal_reserved;
     f->literal_reserved = 0;
+    f->line_reserved = 0;
 }
 
 /* The literal count at the end of a line ("... {12}" or "{12+}", before CRLF), or -1. */
@@ -71,6 +75,34 @@ static int imap_frame_is_append(const char *p, size_t len)
     }
     size_t rest = len - (size_t)(sp + 1 - p);
     return rest >= 7 && strncasecmp(sp + 1, "APPEND ", 7) == 0;
+}
+
+/* The server-wide budget (literal_total_max) for n more bytes of f's command: refused only
+ * while other commands hold some of it, so one command within the limits always gets
+ * through. 1 and the bytes taken, or 0. */
+static int imap_frame_reserve(struct imap_frame *f, uint64_t n)
+{
+    if (imap_frame_literal_total > f->literal_reserved &&
+        imap_frame_literal_total + n > g_config.literal_total_max) {
+        return 0;
+    }
+    f->literal_reserved += n;
+    imap_frame_literal_total += n;
+    return 1;
+}
+
+/* Starts skipping the over-long (or refused) line at the end of in: the command's tag is
+ * kept for the answer, and the command's share of the budget given back. */
+static void imap_frame_discard_begin(struct imap_frame *f, const struct buf *in, int busy)
+{
+    f->long_tag[0] = '\0'; /* a raw line (IDLE's DONE, a SASL response) has none */
+    if (!f->raw_line) {
+        (void)imap_parse_tag(in->data, in->len, f->long_tag);
+    }
+    f->long_tail_len = 0;
+    f->discard_line = 1;
+    f->discard_busy = busy;
+    imap_frame_literal_release(f); /* the command is given up */
 }
 
 /* Keeps the last bytes of the over-long line being discarded (its literal announcement, if
@@ -123,7 +155,10 @@ enum imap_frame_status imap_frame_next(
             }
             f->discard_line = 0;
             int literal = imap_frame_literal_at_end(f->long_tail, f->long_tail_len, &count, &plus);
-            return literal == 0 && plus ? FRAME_LINE_TOO_LONG_LITERAL_PLUS : FRAME_LINE_TOO_LONG;
+            if (literal == 0 && plus) {
+                return FRAME_LINE_TOO_LONG_LITERAL_PLUS;
+            }
+            return f->discard_busy ? FRAME_LINE_BUSY : FRAME_LINE_TOO_LONG;
         }
         /* Before login the input is capped at prelogin_bytes_max (conn.c): a command not
          * complete by then never will be, and nothing is discarded (the session ends). */
@@ -135,14 +170,17 @@ enum imap_frame_status imap_frame_next(
             if (prelogin) {
                 return FRAME_LINE_TOO_LONG;
             }
-            f->long_tag[0] = '\0'; /* a raw line (IDLE's DONE, a SASL response) has none */
-            if (!f->raw_line) {
-                (void)imap_parse_tag(in->data, in->len, f->long_tag);
-            }
-            f->long_tail_len = 0;
-            f->discard_line = 1;
-            imap_frame_literal_release(f); /* the command is given up */
+            imap_frame_discard_begin(f, in, 0);
             continue;
+        }
+        if (!prelogin && line_len > CONFIG_LINE_FREE &&
+            line_len - CONFIG_LINE_FREE > f->line_reserved) {
+            uint64_t more = line_len - CONFIG_LINE_FREE - f->line_reserved;
+            if (!imap_frame_reserve(f, more)) {
+                imap_frame_discard_begin(f, in, 1);
+                continue;
+            }
+            f->line_reserved += more;
         }
         if (nl == NULL) {
             return FRAME_MORE;
@@ -167,10 +205,8 @@ enum imap_frame_status imap_frame_next(
             f->scanned = 0;
             return FRAME_LITERAL_TOO_BIG;
         }
-        /* The server-wide budget: refused only while other commands hold some of it, so one
-         * command within literal_max always gets through. A transient refusal. */
-        if (imap_frame_literal_total > f->literal_reserved &&
-            imap_frame_literal_total + count > g_config.literal_total_max) {
+        /* The server-wide budget: a transient refusal. */
+        if (!imap_frame_reserve(f, count)) {
             imap_frame_literal_release(f);
             if (plus) {
                 return FRAME_LITERAL_PLUS_BUSY;
@@ -179,8 +215,7 @@ enum imap_frame_status imap_frame_next(
             f->scanned = 0;
             return FRAME_LITERAL_BUSY;
         }
-        f->literal_reserved += count;
-        imap_frame_literal_total += count;
+        f->line_reserved = 0; /* the next line has its own CONFIG_LINE_FREE */
         f->scanned = (size_t)(nl + 1 - in->data);
         f->literal_left = count;
         if (!plus && count > 0 && in->len - f->scanned < count) {

@@ -28,6 +28,10 @@ enum imap_frame_status {
     /* as FRAME_LINE_TOO_LONG, but the discarded line ended in "{n+}": the client sends the
      * literal's bytes anyway, where the next command would be read (answer BYE) */
     FRAME_LINE_TOO_LONG_LITERAL_PLUS,
+    /* a line within line_max but past CONFIG_LINE_FREE while literal_total_max was held by
+     * other commands: discarded as FRAME_LINE_TOO_LONG is, a transient refusal (answer NO
+     * [UNAVAILABLE]; with "{n+}" at its end FRAME_LINE_TOO_LONG_LITERAL_PLUS) */
+    FRAME_LINE_BUSY,
     /* {n} over the limit: the first *len bytes are the command so far (the client sends
      * nothing more for it) */
     FRAME_LITERAL_TOO_BIG,
@@ -45,10 +49,12 @@ struct imap_frame {
     size_t scanned;            /* bytes of the command in progress already scanned */
     uint64_t literal_left;     /* literal bytes still to come */
     uint64_t literal_reserved; /* bytes of literal_total_max this command holds */
+    uint64_t line_reserved;    /* of them, for the current line's bytes past CONFIG_LINE_FREE */
     int raw_line;              /* the next line is a SASL response or IDLE's DONE: no literal */
     /* An over-long line being skipped: its command's tag, and its last bytes read so far
      * (did it end in a literal announcement?) */
     int discard_line;
+    int discard_busy; /* ... refused for the budget, not for line_max */
     char long_tag[IMAP_TAG_MAX + 1];
     char long_tail[24];
     size_t long_tail_len;

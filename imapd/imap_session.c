@@ -870,6 +870,12 @@ static void imap_session_input(struct conn *c)
             conn_close_after_output(c);
             return;
         }
+        if (f == FRAME_LINE_BUSY) {
+            imap_reply(c, s->frame.long_tag,
+                       "NO [UNAVAILABLE] server busy receiving other long commands, try again "
+                       "later");
+            continue;
+        }
         if (f == FRAME_LINE_TOO_LONG) {
             char line[96];
             snprintf(line, sizeof line, "BAD command line longer than %zu bytes (line_max)",

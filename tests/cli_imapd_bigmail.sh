@@ -69,7 +69,7 @@ for _ in 1 2 3 4 5 6 7; do # 1,000 -> 128,000
 done
 
 start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
-    --lmtp-port=-1 --workers=2 --line-max=1048576
+    --lmtp-port=-1 --workers=2
 
 # Every match answered, past search_results_max: a SEARCH matching 128,000 and one matching
 # 3,200 (before, the first answered NO [LIMIT] "more than 100000 messages match").

@@ -21,7 +21,7 @@ WHAT IT CHECKS
     UIDs in order and whose destination set is N consecutive UIDs; STATUS Archive MESSAGES N;
   - MOVE 1:* Trash: the untagged OK [COPYUID ...] (RFC 6851) with N UIDs, N untagged
     EXPUNGEs, tagged OK; INBOX then empty, Trash N, and FETCH in Trash shows the flags kept;
-  - sets of any length the line allows (the server runs with line_max 1 MiB): UID FETCH,
+  - sets of any length the line allows (the default line_max, 1 MiB): UID FETCH,
     UID SEARCH UID and NOT UID with 30,000 single UIDs (gaps included, descending), FETCH and
     SEARCH with 22,000 / 11,000 single sequence numbers, UID STORE of 11,000 single UIDs.
   Prints "PASS ..." / "FAIL ..." and, last, "# N passed, N failed".
@@ -133,7 +133,7 @@ def main():
 
     # Sets as long as the line allows (issue 13: no command fails for a size a client can
     # legitimately send): single UIDs and sequence numbers, written from the top down, gaps
-    # included; the server runs with line_max 1 MiB.
+    # included; the default line_max (1 MiB) takes them.
     top = 30000
     singles = ",".join(str(u) for u in range(top, 0, -1))
     want = [u for u in uids if u <= top]

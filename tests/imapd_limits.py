@@ -20,13 +20,16 @@ WHAT IT CHECKS (functional)
   - the pools: with connections_max IMAP connections open and none logged in, a new
     connection closes the oldest (BYE) and logs in; LMTP still gets its 220 and delivers;
     the oldest is closed also when its failed login's answer is being held back (8 s);
-  - line_max (64 KiB, the default) after login: a longer line, sent in pieces, is answered
-    with its own tag (BAD) once it ended, and the session goes on (NOOP); so is the rest of
+  - line_max (1 MiB, the default) after login: an 80 KB UID set is taken; a line over
+    1 MiB, sent in pieces, is answered with its own tag (BAD) once it ended, and the
+    session goes on (NOOP); so is the rest of
     a command whose line after a literal is too long (nothing appended) and one that ends in
     a {n} the client then waits for (no "+"); a line without a readable tag gets an untagged
     BAD; one ending in {n+} gets BYE and the connection ends, and the literal's bytes, a
     CREATE, are never run as a command (before, an untagged BAD left the client waiting for
-    its tag, and the bytes of such a literal were read as the next commands);
+    its tag, and the bytes of such a literal were read as the next commands); a line past
+    64 KiB while another session's APPEND holds most of literal_total_max: NO [UNAVAILABLE]
+    with its tag, and taken once that session is gone;
   - literal_total_max: while one session holds most of it, another's {n} gets
     NO [UNAVAILABLE] and its {n+} BYE [UNAVAILABLE]; once the first is done the APPEND works;
   - LMTP: a recipient named three times (in several spellings) gets three 250s after DATA
@@ -277,38 +280,56 @@ def held_eviction(a):
 
 
 def long_lines(a):
-    """line_max = 65536 (the default)."""
+    """line_max = 1 MiB (the default), literal_total_max = 200000."""
     user, password = a.user.split(":", 1)
     before = imap_message_count(a.imap, user, password)
     c = imapd_common.imap_login(a.imap, user, password)
     c.command("SELECT INBOX")
     uids = b",".join(b"%d" % (1 + i % 7) for i in range(20000))  # ~40 KB a copy
-    for piece in (b"t1 UID FETCH ", uids, b",", uids, b" (FLAGS)\r\n"):
+    _, tagged = c.command(b"UID FETCH " + uids + b"," + uids + b" (FLAGS)")
+    check("line_max: an 80 KB UID set (past Dovecot's 64 KiB) is taken",
+          b" OK" in tagged, repr(tagged[:200]))
+    over = b" ".join([uids] * 27)  # past 1 MiB
+    for piece in (b"t1 UID FETCH ", over[:500000], over[500000:], b" (FLAGS)\r\n"):
         c.sock.sendall(piece)
     line = c.line()
-    check("line_max: a 80 KB line sent in pieces gets its tagged BAD",
-          line.startswith(b"t1 BAD ") and b"65536" in line, repr(line[:200]))
+    check("... a line over 1 MiB, sent in pieces, gets its tagged BAD",
+          line.startswith(b"t1 BAD ") and b"1048576" in line, repr(line[:200]))
     _, tagged = c.command("NOOP")
     check("... and the session goes on (NOOP OK)", b" OK" in tagged, repr(tagged))
-    c.sock.sendall(b"(t2 SEARCH " + uids + b" " + uids + b"\r\n")
+    c.sock.sendall(b"(t2 SEARCH " + over + b"\r\n")
     line = c.line()
     check("... a line without a readable tag gets an untagged BAD", line.startswith(b"* BAD "),
           repr(line[:200]))
     c.sock.sendall(b"t3 APPEND INBOX {5}\r\n")
     line = c.line()
-    c.sock.sendall(b"hello (\\Seen " + uids + b" " + uids + b")\r\n")
+    c.sock.sendall(b"hello (\\Seen " + over + b")\r\n")
     line2 = c.line()
     check("... a command whose line after a literal is too long: tagged BAD",
           line.startswith(b"+") and line2.startswith(b"t3 BAD "), repr((line, line2[:200])))
-    c.sock.sendall(b"t4 APPEND INBOX (" + uids + b" " + uids + b") {5}\r\n")
+    c.sock.sendall(b"t4 APPEND INBOX (" + over + b") {5}\r\n")
     line = c.line()
     check("... a too long line ending in {5}: tagged BAD, no '+'", line.startswith(b"t4 BAD "),
           repr(line[:200]))
     _, tagged = c.command("NOOP")
     check("... the session goes on after both", b" OK" in tagged, repr(tagged))
+    # past 64 KiB a line draws on literal_total_max: while another session's APPEND holds
+    # 150,000 of its 200,000, a line 100,000 bytes past 64 KiB is refused for now
+    s1 = imapd_common.imap_login(a.imap, user, password)
+    s1.sock.sendall(b"b1 APPEND INBOX {150000}\r\n")
+    plus = s1.line()
+    c.sock.sendall(b"t5 UID FETCH " + b",".join([uids] * 4)[:65536 + 100000] + b" (FLAGS)\r\n")
+    line = c.line()
+    check("... a 164 KB line while the budget is held: NO [UNAVAILABLE] with its tag",
+          plus.startswith(b"+") and line.startswith(b"t5 NO [UNAVAILABLE]"), repr(line[:200]))
+    s1.close()  # gives its share back
+    deadline, tagged = time.monotonic() + 30, b""
+    while time.monotonic() < deadline and b" OK" not in tagged:
+        _, tagged = c.command(b"UID FETCH " + b",".join([uids] * 4)[:65536 + 100000] +
+                              b" (FLAGS)")
+    check("... and taken once that session is gone", b" OK" in tagged, repr(tagged[:200]))
     inject = b"t6 CREATE Injected\r\n"
-    c.sock.sendall(b"t5 APPEND INBOX (" + uids + b" " + uids + b") {%d+}\r\n" % len(inject)
-                   + inject)
+    c.sock.sendall(b"t7 APPEND INBOX (" + over + b") {%d+}\r\n" % len(inject) + inject)
     data, closed = read_until_closed(c.sock, 20)
     check("... one ending in {n+}: BYE and the connection ends",
           closed and b"* BYE " in c.buf + data and b"t6 " not in data, repr(data[:200]))

@@ -241,6 +241,93 @@ static void test_frame_literal_total(void)
     buf_free(&in_a);
 }
 
+/* Adds n bytes of 'u' (a long UID set, say) to in. */
+static void tf_fill(struct buf *in, size_t n)
+{
+    static char block[4096];
+    memset(block, 'u', sizeof block);
+    for (size_t done = 0; done < n; done += sizeof block) {
+        buf_add(in, block, n - done < sizeof block ? n - done : sizeof block);
+    }
+}
+
+/* A line past CONFIG_LINE_FREE draws the rest from literal_total_max as it arrives, as
+ * literals do: alone it always gets through (even past the budget), beside another command
+ * holding the budget it is refused (read to its end, then NO [UNAVAILABLE] with its tag), and
+ * every line of a command has its own free part. */
+static void test_frame_long_line_budget(void)
+{
+    tf_config();
+    g_config.line_max = 400000;
+    g_config.literal_total_max = 100000;
+    g_config.literal_max = 100000;
+    struct imap_frame a = {0}, b = {0};
+    struct buf in_a = {0}, in_b = {0};
+    size_t len = 0;
+    uint64_t literal = 0;
+    /* alone: 150,000 bytes past the free part, over the budget, still taken */
+    tf_add(&in_a, "a1 UID COPY ");
+    tf_fill(&in_a, CONFIG_LINE_FREE + 150000);
+    CHECK_EQ_INT(imap_frame_next(&a, &in_a, 0, &len, &literal), FRAME_MORE);
+    CHECK(a.literal_reserved >= 150000);
+    tf_add(&in_a, " Archive\r\n");
+    CHECK_EQ_INT(imap_frame_next(&a, &in_a, 0, &len, &literal), FRAME_COMMAND);
+    CHECK_EQ_INT(len, in_a.len);
+    CHECK_EQ_INT(a.literal_reserved, 0);
+    buf_free(&in_a);
+    /* a line within the free part takes nothing */
+    tf_add(&in_b, "b1 UID COPY ");
+    tf_fill(&in_b, CONFIG_LINE_FREE - 100);
+    CHECK_EQ_INT(imap_frame_next(&b, &in_b, 0, &len, &literal), FRAME_MORE);
+    CHECK_EQ_INT(b.literal_reserved, 0);
+    buf_free(&in_b);
+    b = (struct imap_frame){0};
+    /* beside a literal holding 90,000: 20,000 past the free part is refused, after its end */
+    tf_add(&in_a, "a2 APPEND INBOX {90000}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&a, &in_a, 0, &len, &literal), FRAME_CONTINUE);
+    tf_add(&in_b, "b2 UID MOVE ");
+    tf_fill(&in_b, CONFIG_LINE_FREE + 20000);
+    CHECK_EQ_INT(imap_frame_next(&b, &in_b, 0, &len, &literal), FRAME_MORE);
+    CHECK_EQ_INT(b.literal_reserved, 0);
+    tf_fill(&in_b, 1000);
+    CHECK_EQ_INT(imap_frame_next(&b, &in_b, 0, &len, &literal), FRAME_MORE);
+    tf_add(&in_b, " Trash\r\nb3 NOOP\r\n");
+    CHECK_EQ_INT(imap_frame_next(&b, &in_b, 0, &len, &literal), FRAME_LINE_BUSY);
+    CHECK(strcmp(b.long_tag, "b2") == 0);
+    CHECK_EQ_INT(imap_frame_next(&b, &in_b, 0, &len, &literal), FRAME_COMMAND);
+    CHECK(len == 9 && memcmp(in_b.data, "b3 NOOP\r\n", 9) == 0);
+    buf_free(&in_b);
+    /* once the literal's command is whole, the same line goes through */
+    tf_fill(&in_a, 90000);
+    tf_add(&in_a, "\r\n");
+    CHECK_EQ_INT(imap_frame_next(&a, &in_a, 0, &len, &literal), FRAME_COMMAND);
+    buf_free(&in_a);
+    tf_add(&in_b, "b4 UID MOVE ");
+    tf_fill(&in_b, CONFIG_LINE_FREE + 20000);
+    tf_add(&in_b, " Trash\r\n");
+    CHECK_EQ_INT(imap_frame_next(&b, &in_b, 0, &len, &literal), FRAME_COMMAND);
+    buf_free(&in_b);
+    /* two long lines of one command: each has its own free part; the first line's share
+     * stays held (its bytes are still buffered) until the command is whole */
+    tf_add(&in_a, "a5 APPEND INBOX (");
+    tf_fill(&in_a, CONFIG_LINE_FREE + 10000);
+    tf_add(&in_a, ") {5}\r\n");
+    CHECK_EQ_INT(imap_frame_next(&a, &in_a, 0, &len, &literal), FRAME_CONTINUE);
+    uint64_t first = a.literal_reserved;
+    CHECK(first >= 10000 + 5 && first < 10000 + 100);
+    tf_add(&in_a, "hello x");
+    tf_fill(&in_a, CONFIG_LINE_FREE - 50);
+    CHECK_EQ_INT(imap_frame_next(&a, &in_a, 0, &len, &literal), FRAME_MORE);
+    CHECK_EQ_INT(a.literal_reserved, first); /* the second line is within its free part */
+    tf_fill(&in_a, 5000);
+    CHECK_EQ_INT(imap_frame_next(&a, &in_a, 0, &len, &literal), FRAME_MORE);
+    CHECK(a.literal_reserved > first + 4000);
+    tf_add(&in_a, "\r\n");
+    CHECK_EQ_INT(imap_frame_next(&a, &in_a, 0, &len, &literal), FRAME_COMMAND);
+    CHECK_EQ_INT(a.literal_reserved, 0);
+    buf_free(&in_a);
+}
+
 int main(void)
 {
     TEST(test_frame_line);
@@ -249,5 +336,6 @@ int main(void)
     TEST(test_frame_prelogin_bound);
     TEST(test_frame_literal_limits);
     TEST(test_frame_literal_total);
+    TEST(test_frame_long_line_budget);
     return th_summary();
 }
