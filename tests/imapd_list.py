@@ -165,7 +165,8 @@ def test_list(c):
     start = time.monotonic()
     u, t = c.command('LIST "" "%s"' % ("*a" * 14 + "*b"))
     check("a backtracking pattern against a long name answers at once",
-          ok(t) and not u and time.monotonic() - start < 3, "%.1f s" % (time.monotonic() - start))
+          ok(t) and not u and time.monotonic() - start < 10,  # backtracking: hours
+          "%.1f s" % (time.monotonic() - start))
     c.command("DELETE %s" % ("a" * 200))
     u, t = c.command('LIST (SPECIAL-USE) "" "*" RETURN (SPECIAL-USE CHILDREN)')
     got, _ = lists(u)

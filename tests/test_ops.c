@@ -284,7 +284,7 @@ static void test_maintain_with_a_reader(void)
     o.flags = MV_MAINTAIN_NO_VACUUM;
     time_t start = time(NULL);
     CHECK_EQ_INT(mv_store_maintain(s, &o, &r), MV_OK);
-    CHECK(time(NULL) - start < 10); /* never the 30 s busy timeout */
+    CHECK(time(NULL) - start < 20); /* never the 30 s busy timeout (loaded machines: slack) */
     CHECK(r.checkpoint_busy == 1 || r.checkpoint_done_frames < r.checkpoint_log_frames);
     CHECK_EQ_INT(r.wal_truncated, 0);
     CHECK_EQ_INT(tu_exec(mv_store_db(reader), "COMMIT"), SQLITE_OK);
