@@ -264,9 +264,9 @@ def test_short_passes_long(args):
     the one worker; then user2's NOOP: with lanes it runs after at most the long job running
     when it came, so it is answered while COPYs are still queued (with one FIFO it was
     answered after all of them, none queued). While the test holds the store's write lock
-    (writer_held) the first COPY waits and the five others queue; the NOOP is sent then, and
-    answered once the lock is given back and the running COPY is done, ahead of the four
-    still queued (~0.1 s each under ASan, read from /metrics right after the answer)."""
+    (writer_held) the first COPY waits and the five others queue; the NOOP is sent then and
+    is answered ahead of the queued COPYs (~0.1 s each under ASan once the lock is given
+    back; /metrics is read right after the answer)."""
     user2, password2 = args.user2.split(":", 1)
     other = imapd_common.imap_login(args.imap, user2, password2, TIMEOUT)
     other.command("SELECT INBOX")
@@ -276,7 +276,7 @@ def test_short_passes_long(args):
         noop_tag = other.tag()
         other.sock.sendall(noop_tag + b" NOOP\r\n")
         R.report("five long COPYs queued behind the one that waits for the lock", queued)
-    # the running COPY ends, then the NOOP (short lane) runs before the four still queued
+    # the NOOP (short lane) runs before the queued COPYs
     _, tagged = other.until(noop_tag)
     still_queued = metric(args.metrics, 'mailvaultd_worker_lane_queue_length{lane="long"}')
     R.report("another user's NOOP is answered while long commands are still queued "
