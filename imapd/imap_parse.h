@@ -203,8 +203,8 @@ struct imap_fetch_section {
     const char *spec; /* the section text between the brackets, as written */
     size_t spec_len;
     /* HEADER.FIELDS (.NOT) names, field_count of them, pointing into the command's bytes (not
-     * NUL-terminated), sorted by imap_field_name_cmp (a line of up to line_max holds ~100,000
-     * names: each header field of each message is looked up by a binary search, not compared
+     * NUL-terminated), sorted by imap_field_name_cmp (a line of up to line_max holds ~200,000
+     * short names: each header field of each message is looked up by a binary search, not compared
      * with every name); fields and field_len are one allocation (NULL without names), owned
      * by the struct imap_fetch. */
     const char **fields;
