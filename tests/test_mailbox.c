@@ -668,7 +668,12 @@ static void test_counters_expunge_untriggered(void)
     CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_delete_trigger, &runs),
                  SQLITE_OK);
     uint32_t n = 0;
-    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "2:290", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n), MV_OK);
+    /* under 128 messages a STORE: as the few below, nothing prepared again */
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "2:120", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n), MV_OK);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "121:240", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n),
+                 MV_OK);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "241:290", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n),
+                 MV_OK);
     /* a few: the trigger, no statement prepared again */
     long reprepared = mb_reprepares(db);
     struct mv_uid_range ranges[] = {{1, 5}, {9, 12}, {20, 24}}; /* 13 \Deleted */
@@ -703,6 +708,110 @@ static void test_counters_expunge_untriggered(void)
     struct mv_mailbox_info info;
     CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &info), MV_OK);
     CHECK_EQ_INT(info.messages, 8);
+    CHECK_EQ_INT(sqlite3_trace_v2(db, 0, NULL, NULL), SQLITE_OK);
+    mv_store_close(&s);
+}
+
+/* Counts the runs of the counters' update trigger (as mb_trace_delete_trigger). */
+static int mb_trace_update_trigger(unsigned type, void *arg, void *stmt, void *text)
+{
+    (void)type;
+    (void)stmt;
+    if (text != NULL && strstr((const char *)text, "TRIGGER messages_count_update") != NULL) {
+        (*(int *)arg)++;
+    }
+    return 0;
+}
+
+/* A STORE over 128 messages or more (the smaller of the UIDs its set spans and the mailbox's
+ * messages) runs with the connection's triggers off, and keeps the unseen counter itself when
+ * \Seen may change (a count over the set before and after): the update trigger does not run
+ * for it (it ran once per changed message, whether its \Seen changed or not). A smaller one
+ * runs with the trigger and prepares nothing again. The counters are right after each: +, -,
+ * a replacement, keywords merged per message, a flag other than \Seen, a set with gaps, a
+ * STORE that changes nothing and an UNCHANGEDSINCE that refuses some; any other UPDATE still
+ * runs the trigger. */
+static void test_counters_flags_untriggered(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open("counters_flags", &s), MV_OK);
+    for (int i = 0; i < 300; i++) {
+        size_t len = 0;
+        char subject[32];
+        snprintf(subject, sizeof subject, "flags %d", i);
+        char *m = mb_message(subject, (size_t)(i % 3) * 100, (unsigned)i, &len);
+        CHECK_EQ_INT(
+            mv_message_append(s, "INBOX", m, len, i % 3 == 0 ? MV_FLAG_SEEN : 0, NULL, 0, NULL),
+            MV_OK);
+        free(m);
+    }
+    int runs = 0;
+    sqlite3 *db = mv_store_db(s);
+    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_update_trigger, &runs),
+                 SQLITE_OK);
+    uint32_t n = 0;
+    /* warm: every statement below prepared once */
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:20", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, &n), MV_OK);
+    CHECK_EQ_INT(n, 13); /* 1, 4, ..., 19 were seen */
+    CHECK_EQ_INT(runs, 13);
+    long reprepared = mb_reprepares(db);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:30", MV_FLAGS_REMOVE, MV_FLAG_SEEN, NULL, &n), MV_OK);
+    CHECK_EQ_INT(n, 23); /* 1:20, and 22, 25, 28 */
+    CHECK_EQ_INT(runs, 36);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "100:127", MV_FLAGS_ADD, MV_FLAG_FLAGGED, NULL, &n),
+                 MV_OK);
+    CHECK_EQ_INT(n, 28); /* the trigger starts for each, whatever its WHEN says */
+    CHECK_EQ_INT(runs, 64);
+    CHECK_EQ_INT(mb_reprepares(db), reprepared);
+    CHECK(mb_counters_ok(s));
+
+    /* many: no trigger */
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_FLAGGED, NULL, &n), MV_OK);
+    CHECK_EQ_INT(n, 300 - 28);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, &n), MV_OK);
+    CHECK_EQ_INT(n, 300 - 90); /* 31, 34, ..., 298 were seen */
+    CHECK(mb_counters_ok(s));
+    CHECK(mb_reprepares(db) > reprepared);
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, &n), MV_OK);
+    CHECK_EQ_INT(n, 0); /* nothing changes: the counter stays */
+    CHECK(mb_counters_ok(s));
+    struct mv_uid_range gaps[] = {{2, 60}, {100, 180}, {250, 260}};
+    CHECK_EQ_INT(mv_flags_set_ranges(s, "INBOX", gaps, 3, MV_FLAGS_REMOVE, MV_FLAG_SEEN, NULL,
+                                     MV_UNCHANGEDSINCE_NONE, &n, NULL, NULL),
+                 MV_OK);
+    CHECK_EQ_INT(n, 59 + 81 + 11);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:200", MV_FLAGS_REPLACE, MV_FLAG_ANSWERED, NULL, &n),
+                 MV_OK);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "50:300", MV_FLAGS_ADD, MV_FLAG_SEEN, "$Label1 work", &n),
+                 MV_OK);
+    CHECK_EQ_INT(n, 251); /* keywords merged per message: every one changes */
+    CHECK(mb_counters_ok(s));
+    uint32_t *failed = NULL;
+    size_t failed_count = 0;
+    struct mv_message_info info;
+    CHECK_EQ_INT(mv_message_get(s, "INBOX", 120, &info), MV_OK);
+    uint64_t bound = info.modseq;
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "100:140", MV_FLAGS_ADD, MV_FLAG_DRAFT, NULL, &n), MV_OK);
+    CHECK_EQ_INT(mv_flags_set_unchanged_since(s, "INBOX", "1:*", MV_FLAGS_REMOVE, MV_FLAG_SEEN,
+                                              NULL, bound, &n, &failed, &failed_count),
+                 MV_OK);
+    CHECK_EQ_INT(failed_count, 41); /* 100:140 moved past the bound and keep \Seen */
+    mv_free(failed);
+    CHECK(mb_counters_ok(s));
+    struct mv_mailbox_info status;
+    CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &status), MV_OK);
+    CHECK_EQ_INT(status.unseen, 300 - 41);
+    CHECK_EQ_INT(runs, 64 + 41); /* 100:140 +\Draft ran it, none of the big ones */
+
+    /* any other update: the trigger runs and keeps the counters */
+    CHECK_EQ_INT(tu_exec(db, "UPDATE messages SET flags = flags | 1 WHERE uid IN (1, 2)"),
+                 SQLITE_OK);
+    CHECK_EQ_INT(runs, 64 + 41 + 2);
+    CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(sqlite3_trace_v2(db, 0, NULL, NULL), SQLITE_OK);
     mv_store_close(&s);
 }
@@ -1253,6 +1362,7 @@ int main(void)
     TEST(test_describe_one_statement);
     TEST(test_counters);
     TEST(test_counters_expunge_untriggered);
+    TEST(test_counters_flags_untriggered);
     TEST(test_readonly_open);
     TEST(test_empty_store_file_refused);
     TEST(test_init_killed);
