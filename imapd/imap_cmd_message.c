@@ -220,8 +220,9 @@ void imap_cmd_store(struct imap_ctx *x)
     }
     imap_drop_expunged(v, idx, &count);
     struct buf modified = {0};
-    uint32_t *failed = NULL;
+    uint32_t *failed = NULL, changed = 0;
     size_t failed_count = 0;
+    int own_known = 0;
     /* Typed ranges, never text: the set's size was limited where the client wrote it. */
     struct mv_uid_range *ranges = NULL;
     size_t nranges = 0;
@@ -236,7 +237,9 @@ void imap_cmd_store(struct imap_ctx *x)
         }
     } else if (rc == MV_OK && count > 0) {
         rc = mv_flags_set_ranges(imap_db(x->s), v->mailbox, ranges, nranges, mode, flags, keywords,
-                                 MV_UNCHANGEDSINCE_NONE, NULL, NULL, NULL);
+                                 MV_UNCHANGEDSINCE_NONE, &changed, NULL, NULL);
+        /* Flags alone, added or removed: the view can apply the change itself. */
+        own_known = mode != MV_FLAGS_REPLACE && keywords[0] == '\0';
     }
     mv_free(failed);
     free(ranges);
@@ -257,7 +260,9 @@ void imap_cmd_store(struct imap_ctx *x)
             v->reported_any = 1;
         }
     }
-    (void)imap_view_sync(x->s, x->out, x->cmd->uid);
+    struct imap_own_flags own = {
+        .idx = idx, .count = count, .mode = mode, .flags = flags, .changed = changed};
+    (void)imap_view_sync_own(x->s, x->out, x->cmd->uid, own_known ? &own : NULL);
     if (uids != NULL) {
         imap_store_report(x, uids, count, silent);
     }

@@ -412,7 +412,65 @@ static int imap_view_gone(struct imap_session *s, struct buf *out)
     return MV_ENOTFOUND;
 }
 
+/* The change of own (see imap_view_sync_own) applied to the view as the store made it: 1 if
+ * done, 0 if the view must read it back instead -- the mailbox's highest modseq is not the
+ * view's plus the one the STORE took (another change came between, which the read back must
+ * see too), or the view does not count the messages the store says it changed -- or
+ * MV_ENOMEM before anything changed. */
+static int imap_view_apply_own(struct imap_session *s,
+                               const struct mv_mailbox_info *info,
+                               const struct imap_own_flags *own,
+                               struct buf *out)
+{
+    struct imap_view *v = &s->view;
+    if (own->changed == 0 || info->highestmodseq != v->highestmodseq + 1 ||
+        info->uidnext != v->uidnext) {
+        return 0;
+    }
+    size_t changed = 0;
+    for (size_t k = 0; k < own->count; k++) {
+        unsigned was = imap_view_msg(v, own->idx[k])->flags;
+        changed += imap_own_flags_after(own, was) != was;
+    }
+    if (changed != own->changed) {
+        return 0;
+    }
+    for (size_t k = 0; k < own->count; k++) {
+        size_t i = own->idx[k];
+        unsigned was = imap_view_msg(v, i)->flags;
+        if (imap_own_flags_after(own, was) != was && imap_view_own(v, i) != MV_OK) {
+            return MV_ENOMEM; /* chunks copied, nothing else changed */
+        }
+    }
+    for (size_t k = 0; k < own->count; k++) {
+        size_t i = own->idx[k];
+        unsigned was = imap_view_msg(v, i)->flags, now = imap_own_flags_after(own, was);
+        if (now == was) {
+            continue; /* the store left its row (and modseq) as it was */
+        }
+        struct imap_msg *m = imap_view_msg_mut(v, i);
+        m->flags = now;
+        m->modseq = info->highestmodseq;
+        if ((v->marks[i] & IMAP_MARK_QUIET) == 0) { /* as imap_view_apply */
+            imap_fetch_flags_line(out, v, i, s->condstore);
+        }
+        imap_view_unmark(v, i, IMAP_MARK_QUIET);
+        imap_view_mark(v, i, IMAP_MARK_REPORTED);
+        v->reported_any = 1;
+    }
+    v->highestmodseq = info->highestmodseq;
+    return 1;
+}
+
 int imap_view_sync(struct imap_session *s, struct buf *out, int allow_expunge)
+{
+    return imap_view_sync_own(s, out, allow_expunge, NULL);
+}
+
+int imap_view_sync_own(struct imap_session *s,
+                       struct buf *out,
+                       int allow_expunge,
+                       const struct imap_own_flags *own)
 {
     struct imap_view *v = &s->view;
     struct mv_mailbox_info info;
@@ -438,6 +496,12 @@ int imap_view_sync(struct imap_session *s, struct buf *out, int allow_expunge)
     }
     if (info.highestmodseq == v->highestmodseq && !pending_expunge) {
         return MV_OK;
+    }
+    if (own != NULL && !pending_expunge) {
+        rc = imap_view_apply_own(s, &info, own, out);
+        if (rc != 0) {
+            return rc == 1 ? MV_OK : rc;
+        }
     }
     struct imap_view_delta d;
     memset(&d, 0, sizeof d);

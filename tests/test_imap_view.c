@@ -1391,6 +1391,148 @@ static void test_vanished_without_log(void)
     imap_view_free(&b.view);
 }
 
+/* SQLITE_TRACE_ROW: counts the rows the store's statements return. */
+static int tv_trace_row(unsigned type, void *arg, void *stmt, void *x)
+{
+    (void)type;
+    (void)stmt;
+    (void)x;
+    (*(long *)arg)++;
+    return 0;
+}
+
+/* The STORE's change, made in the store as imap_cmd_store makes it, then applied with
+ * imap_view_sync_own; *rows gets the rows the sync read from the store. */
+static void tv_store_own(struct imap_session *a,
+                         const uint32_t *idx,
+                         size_t count,
+                         int mode,
+                         unsigned flags,
+                         uint32_t claim_extra,
+                         struct buf *out,
+                         long *rows)
+{
+    struct mv_uid_range *ranges = NULL;
+    size_t nranges = 0;
+    CHECK_EQ_INT(imap_view_uid_ranges(&a->view, idx, count, &ranges, &nranges), 0);
+    uint32_t changed = 0;
+    CHECK_EQ_INT(mv_flags_set_ranges(tv_store, "Own", ranges, nranges, mode, flags, "",
+                                     MV_UNCHANGEDSINCE_NONE, &changed, NULL, NULL),
+                 MV_OK);
+    free(ranges);
+    struct imap_own_flags own = {
+        .idx = idx, .count = count, .mode = mode, .flags = flags, .changed = changed + claim_extra};
+    *rows = 0;
+    CHECK_EQ_INT(sqlite3_trace_v2(mv_store_db(tv_store), SQLITE_TRACE_ROW, tv_trace_row, rows),
+                 SQLITE_OK);
+    CHECK_EQ_INT(imap_view_sync_own(a, out, 1, &own), MV_OK);
+    CHECK_EQ_INT(sqlite3_trace_v2(mv_store_db(tv_store), 0, NULL, NULL), SQLITE_OK);
+}
+
+/* Every message of v as a fresh SELECT (c) sees it: UID, flags, keywords, modseq. */
+static int tv_view_matches(struct imap_session *v, struct imap_session *c)
+{
+    imap_view_free(&c->view);
+    if (imap_view_load(c, "Own", 0) != MV_OK || v->view.count != c->view.count ||
+        v->view.highestmodseq != c->view.highestmodseq) {
+        return 0;
+    }
+    for (size_t i = 0; i < v->view.count; i++) {
+        const struct imap_msg *x = imap_view_msg(&v->view, i), *y = imap_view_msg(&c->view, i);
+        if (x->uid != y->uid || x->flags != y->flags || x->modseq != y->modseq ||
+            strcmp(x->keywords, y->keywords) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A STORE's own change applied to its session's view without reading it back (issue 13: a
+ * STORE 1:* of 10,000 read every changed row back through the modseq index, a third of the
+ * command). The view then holds what a fresh SELECT reads (flags and the STORE's modseq), the
+ * FETCH lines went out for the messages not kept quiet (.SILENT), the chunks another session
+ * shares were copied, not written, and the sync read a handful of rows, not 10,000. When
+ * something else changed the mailbox in between, or the counts disagree, the sync reads back
+ * and reports both. */
+static void test_own_store_applied(void)
+{
+    CHECK(tv_store != NULL);
+    /* a mailbox of its own: the tests before changed INBOX */
+    CHECK_EQ_INT(mv_mailbox_create(tv_store, "Own", NULL), MV_OK);
+    struct mv_import_stats st;
+    CHECK_EQ_INT(mv_import(tv_store, tu_path("seed.mbox"), "Own", NULL, NULL, &st), MV_OK);
+    CHECK_EQ_INT(st.messages_imported, TV_COUNT);
+    CHECK_EQ_INT(mv_flags_set(tv_store, "Own", "1:*", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL),
+                 MV_OK);
+    CHECK_EQ_INT(mv_flags_set(tv_store, "Own", "999", MV_FLAGS_REMOVE, MV_FLAG_SEEN, NULL, NULL),
+                 MV_OK);
+    struct imap_session a, b, c;
+    tv_session(&a);
+    tv_session(&b);
+    tv_session(&c);
+    CHECK_EQ_INT(imap_view_load(&a, "Own", 0), MV_OK);
+    CHECK_EQ_INT(imap_view_load(&b, "Own", 0), MV_OK);
+    size_t n = a.view.count;
+    CHECK_EQ_INT(n, TV_COUNT);
+    uint32_t *idx = malloc(n * sizeof *idx);
+    CHECK(idx != NULL);
+    for (size_t i = 0; i < n; i++) {
+        idx[i] = (uint32_t)i;
+        if (i != 41) {
+            imap_view_mark(&a.view, i, IMAP_MARK_QUIET); /* .SILENT, but one */
+        }
+    }
+    a.view.reported_any = 1;
+    unsigned before41 = imap_view_msg(&a.view, 41)->flags;
+    struct buf out = {0};
+    long rows = 0;
+    tv_store_own(&a, idx, n, MV_FLAGS_ADD, MV_FLAG_ANSWERED, 0, &out, &rows);
+    CHECK(rows < 10); /* the status; the read back was a row per message */
+    CHECK(out.data != NULL);
+    char line[96];
+    snprintf(line, sizeof line, "* 42 FETCH (UID %u FLAGS (", imap_view_msg(&a.view, 41)->uid);
+    CHECK(strstr(out.data, line) == out.data); /* the one not quiet */
+    CHECK(strstr(out.data + 1, "* ") == NULL); /* and none other */
+    CHECK(strstr(out.data, "\\Answered") != NULL);
+    CHECK_EQ_INT(imap_view_msg(&a.view, 41)->flags, before41 | MV_FLAG_ANSWERED);
+    CHECK_EQ_INT(imap_view_msg(&b.view, 41)->flags, before41); /* b's chunk was not written */
+    CHECK(tv_view_matches(&a, &c));
+    imap_view_reported_clear(&a.view);
+    buf_free(&out);
+
+    /* -FLAGS on a few with gaps: only the changed ones take the modseq */
+    uint32_t some[] = {3, 998, 4000, 4001, 9999};
+    tv_store_own(&a, some, 5, MV_FLAGS_REMOVE, MV_FLAG_SEEN, 0, &out, &rows);
+    CHECK(rows < 10);
+    CHECK(tv_view_matches(&a, &c));
+    CHECK(imap_view_msg(&a.view, 998)->modseq < a.view.highestmodseq); /* 999: was unseen */
+    CHECK_EQ_INT(imap_view_msg(&a.view, 3)->modseq, a.view.highestmodseq);
+    buf_free(&out);
+
+    /* another change came first: read back, both reported */
+    CHECK_EQ_INT(mv_flags_set(tv_store, "Own", "7", MV_FLAGS_ADD, MV_FLAG_DRAFT, NULL, NULL),
+                 MV_OK);
+    uint32_t two[] = {10, 11};
+    tv_store_own(&a, two, 2, MV_FLAGS_ADD, MV_FLAG_FLAGGED, 0, &out, &rows);
+    CHECK(out.data != NULL && strstr(out.data, "* 7 FETCH (UID 7 FLAGS (") != NULL);
+    CHECK(strstr(out.data, "* 11 FETCH (UID 11 FLAGS (") != NULL);
+    CHECK(tv_view_matches(&a, &c));
+    buf_free(&out);
+
+    /* the view counts other than the store: read back */
+    tv_store_own(&a, two, 2, MV_FLAGS_REMOVE, MV_FLAG_FLAGGED, 1, &out, &rows);
+    CHECK(rows >= 2);
+    CHECK(tv_view_matches(&a, &c));
+    buf_free(&out);
+
+    /* b, which shared every chunk, reads the whole change back and sees the same */
+    CHECK_EQ_INT(imap_view_sync(&b, &out, 1), MV_OK);
+    CHECK(tv_view_matches(&b, &c));
+    buf_free(&out);
+    free(idx);
+    tv_sessions_free(&a, &b, &c);
+}
+
 static void test_teardown(void)
 {
     imap_view_cache_free(&tv_os.view_cache);
@@ -1416,6 +1558,7 @@ int main(void)
     TEST(test_chunk_pages_populated);
     TEST(test_saved_view_list_twice);
     TEST(test_vanished_without_log);
+    TEST(test_own_store_applied);
     TEST(test_teardown);
     return th_summary();
 }
