@@ -712,6 +712,17 @@ static void test_counters_expunge_untriggered(void)
     mv_store_close(&s);
 }
 
+/* Counts the runs of the counters' insert trigger (as mb_trace_delete_trigger). */
+static int mb_trace_insert_trigger(unsigned type, void *arg, void *stmt, void *text)
+{
+    (void)type;
+    (void)stmt;
+    if (text != NULL && strstr((const char *)text, "TRIGGER messages_count_insert") != NULL) {
+        (*(int *)arg)++;
+    }
+    return 0;
+}
+
 /* Counts the runs of the counters' update trigger (as mb_trace_delete_trigger). */
 static int mb_trace_update_trigger(unsigned type, void *arg, void *stmt, void *text)
 {
@@ -811,6 +822,64 @@ static void test_counters_flags_untriggered(void)
     CHECK_EQ_INT(tu_exec(db, "UPDATE messages SET flags = flags | 1 WHERE uid IN (1, 2)"),
                  SQLITE_OK);
     CHECK_EQ_INT(runs, 64 + 41 + 2);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(sqlite3_trace_v2(db, 0, NULL, NULL), SQLITE_OK);
+    mv_store_close(&s);
+}
+
+/* A MOVE of 128 messages or more runs with the connection's triggers off and moves the
+ * counters of both mailboxes by one tally of the set: the update trigger does not run for it
+ * (it ran per message, two UPDATEs of mailbox rows each). A smaller MOVE runs it. The
+ * counters are right after each, a MOVE within one mailbox included; a COPY keeps its insert
+ * trigger (cheaper than the tally there). */
+static void test_counters_move_untriggered(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open("counters_move", &s), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_create(s, "Kept", NULL), MV_OK);
+    for (int i = 0; i < 300; i++) {
+        size_t len = 0;
+        char subject[32];
+        snprintf(subject, sizeof subject, "move %d", i);
+        char *m = mb_message(subject, (size_t)(i % 5) * 70, (unsigned)i, &len);
+        CHECK_EQ_INT(
+            mv_message_append(s, "INBOX", m, len, i % 3 == 0 ? MV_FLAG_SEEN : 0, NULL, 0, NULL),
+            MV_OK);
+        free(m);
+    }
+    int updates = 0, inserts = 0;
+    sqlite3 *db = mv_store_db(s);
+    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_update_trigger, &updates),
+                 SQLITE_OK);
+    uint32_t n = 0;
+    CHECK_EQ_INT(mv_message_move(s, "INBOX", "1:20", "Kept", &n), MV_OK);
+    CHECK_EQ_INT(n, 20);
+    CHECK_EQ_INT(updates, 20); /* a few: the trigger */
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_message_move(s, "INBOX", "30:250", "Kept", &n), MV_OK);
+    CHECK_EQ_INT(n, 221);
+    CHECK_EQ_INT(updates, 20); /* many: none */
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_message_move(s, "Kept", "1:*", "Kept", &n), MV_OK); /* one mailbox */
+    CHECK_EQ_INT(n, 241);
+    CHECK_EQ_INT(updates, 20);
+    CHECK(mb_counters_ok(s));
+    CHECK_EQ_INT(mv_message_move(s, "Kept", "1:*", "INBOX", &n), MV_OK);
+    CHECK_EQ_INT(n, 241);
+    CHECK(mb_counters_ok(s));
+    struct mv_mailbox_info info;
+    CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 300);
+    CHECK_EQ_INT(info.unseen, 200);
+    CHECK_EQ_INT(mv_mailbox_status(s, "Kept", &info), MV_OK);
+    CHECK_EQ_INT(info.messages, 0);
+    CHECK_EQ_INT(info.unseen, 0);
+    CHECK_EQ_INT(info.size_bytes, 0);
+    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_insert_trigger, &inserts),
+                 SQLITE_OK);
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "1:*", "Kept", &n), MV_OK);
+    CHECK_EQ_INT(n, 300);
+    CHECK_EQ_INT(inserts, 300); /* COPY: the insert trigger, as before */
     CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(sqlite3_trace_v2(db, 0, NULL, NULL), SQLITE_OK);
     mv_store_close(&s);
@@ -1363,6 +1432,7 @@ int main(void)
     TEST(test_counters);
     TEST(test_counters_expunge_untriggered);
     TEST(test_counters_flags_untriggered);
+    TEST(test_counters_move_untriggered);
     TEST(test_readonly_open);
     TEST(test_empty_store_file_refused);
     TEST(test_init_killed);
