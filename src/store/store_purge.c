@@ -88,6 +88,25 @@ static int store_purge_left(mv_store *s, uint64_t *left)
     return step == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "counting unreferenced bodies");
 }
 
+/* Whether any body waits without a message or any dropped reference waits (*any): what
+ * store_purge_left counts, looked up once each. The loop's first test, before any batch: a
+ * count of up to STORE_PURGE_COUNT_MAX walked as many index entries again for each batch of
+ * a server's purge (~2 x 1,000 entries, ~1 ms of CPU, a batch of ~50 bodies taking ~25). */
+static int store_purge_any(mv_store *s, uint64_t *any)
+{
+    sqlite3_stmt *st = store_stmt(
+        s, "SELECT EXISTS (SELECT 1 FROM bodies INDEXED BY bodies_unreferenced WHERE refcount = "
+           "0) OR EXISTS (SELECT 1 FROM meta WHERE key > '" STORE_PURGE_UNREF_KEY "' AND key < "
+           "'" STORE_PURGE_UNREF_END "')");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "looking for unreferenced bodies");
+    }
+    int step = sqlite3_step(st);
+    *any = step == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return step == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "looking for unreferenced bodies");
+}
+
 /* The exclusive upper key of the first max rows of the dropped references (max 0: all of
  * them) into hi (hi_size bytes). */
 static int store_purge_unref_bound(mv_store *s, uint32_t max, char *hi, size_t hi_size)
@@ -244,7 +263,7 @@ int mv_store_purge_counted(mv_store *s,
     }
     uint32_t batch = max_bodies != 0 && max_bodies < MV_PURGE_BATCH ? max_bodies : MV_PURGE_BATCH;
     uint64_t left = 0, purged = 0;
-    int rc = store_purge_left(s, &left); /* a read first: no write lock when none wait */
+    int rc = store_purge_any(s, &left); /* a read first: no write lock when none wait */
     while (rc == MV_OK && left > 0) {
         size_t done = 0;
         rc = store_purge_batch(s, batch, &done);
