@@ -416,7 +416,7 @@ static int imap_view_gone(struct imap_session *s, struct buf *out)
  * done, 0 if the view must read it back instead -- the mailbox's highest modseq is not the
  * view's plus the one the STORE took (another change came between, which the read back must
  * see too), or the view does not count the messages the store says it changed -- or
- * MV_ENOMEM before anything changed. */
+ * MV_ENOMEM before anything changed but chunks made the view's own. */
 static int imap_view_apply_own(struct imap_session *s,
                                const struct mv_mailbox_info *info,
                                const struct imap_own_flags *own,
@@ -497,11 +497,8 @@ int imap_view_sync_own(struct imap_session *s,
     if (info.highestmodseq == v->highestmodseq && !pending_expunge) {
         return MV_OK;
     }
-    if (own != NULL && !pending_expunge) {
-        rc = imap_view_apply_own(s, &info, own, out);
-        if (rc != 0) {
-            return rc == 1 ? MV_OK : rc;
-        }
+    if (own != NULL && !pending_expunge && imap_view_apply_own(s, &info, own, out) == 1) {
+        return MV_OK; /* else (also out of memory) the read back below */
     }
     struct imap_view_delta d;
     memset(&d, 0, sizeof d);
