@@ -1686,7 +1686,7 @@ static int store_message_transfer(mv_store *s,
     map.count = count;
     /* A MOVE past the break-even (STORE_UNTRIGGERED_MIN) with the triggers off: the update
      * trigger ran two UPDATEs of mailbox rows per message, and a tally of the set, one walk
-     * over it, moves the counters at once (MOVE 1:5000 of 10,000: 77 -> 55 ms). Not a COPY:
+     * over it, moves the counters at once (MOVE 1:5000 of 10,000: 55-60 -> 47-51 ms). Not a COPY:
      * its insert trigger costs less than the tally's walk and the statements prepared again
      * (COPY 1:1000: 7.2 -> 9.1 ms with it, 1:5000 the same). */
     int untriggered = move && count >= STORE_UNTRIGGERED_MIN;
