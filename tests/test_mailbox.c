@@ -640,6 +640,26 @@ static long mb_reprepares(sqlite3 *db)
     return n;
 }
 
+/* Appends 300 messages to INBOX, subjects "<what> <i>", every third \Seen (i = 0, 3, ...),
+ * bodies (i % size_mod) * size_step bytes longer; 0 if every append worked. */
+static int mb_fill_300(mv_store *s, const char *what, unsigned size_mod, size_t size_step)
+{
+    for (int i = 0; i < 300; i++) {
+        size_t len = 0;
+        char subject[32];
+        snprintf(subject, sizeof subject, "%s %d", what, i);
+        char *m = mb_message(subject, ((unsigned)i % size_mod) * size_step, (unsigned)i, &len);
+        int rc = m != NULL ? mv_message_append(s, "INBOX", m, len, i % 3 == 0 ? MV_FLAG_SEEN : 0,
+                                               NULL, 0, NULL)
+                           : MV_ENOMEM;
+        free(m);
+        if (rc != MV_OK) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* An EXPUNGE of 128 messages or more deletes its rows with the connection's triggers off and
  * keeps the counters itself (one UPDATE per range): the delete trigger does not run for it (it
  * ran once per expunged message before). A smaller one runs the trigger and leaves the
@@ -653,16 +673,7 @@ static void test_counters_expunge_untriggered(void)
 {
     mv_store *s = NULL;
     CHECK_EQ_INT(mb_open("counters_expunge", &s), MV_OK);
-    for (int i = 0; i < 300; i++) {
-        size_t len = 0;
-        char subject[32];
-        snprintf(subject, sizeof subject, "expunge %d", i);
-        char *m = mb_message(subject, (size_t)(i % 3) * 100, (unsigned)i, &len);
-        CHECK_EQ_INT(
-            mv_message_append(s, "INBOX", m, len, i % 3 == 0 ? MV_FLAG_SEEN : 0, NULL, 0, NULL),
-            MV_OK);
-        free(m);
-    }
+    CHECK_EQ_INT(mb_fill_300(s, "expunge", 3, 100), 0);
     int runs = 0;
     sqlite3 *db = mv_store_db(s);
     CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_delete_trigger, &runs),
@@ -746,16 +757,7 @@ static void test_counters_flags_untriggered(void)
 {
     mv_store *s = NULL;
     CHECK_EQ_INT(mb_open("counters_flags", &s), MV_OK);
-    for (int i = 0; i < 300; i++) {
-        size_t len = 0;
-        char subject[32];
-        snprintf(subject, sizeof subject, "flags %d", i);
-        char *m = mb_message(subject, (size_t)(i % 3) * 100, (unsigned)i, &len);
-        CHECK_EQ_INT(
-            mv_message_append(s, "INBOX", m, len, i % 3 == 0 ? MV_FLAG_SEEN : 0, NULL, 0, NULL),
-            MV_OK);
-        free(m);
-    }
+    CHECK_EQ_INT(mb_fill_300(s, "flags", 3, 100), 0);
     int runs = 0;
     sqlite3 *db = mv_store_db(s);
     CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_update_trigger, &runs),
@@ -837,16 +839,7 @@ static void test_counters_move_untriggered(void)
     mv_store *s = NULL;
     CHECK_EQ_INT(mb_open("counters_move", &s), MV_OK);
     CHECK_EQ_INT(mv_mailbox_create(s, "Kept", NULL), MV_OK);
-    for (int i = 0; i < 300; i++) {
-        size_t len = 0;
-        char subject[32];
-        snprintf(subject, sizeof subject, "move %d", i);
-        char *m = mb_message(subject, (size_t)(i % 5) * 70, (unsigned)i, &len);
-        CHECK_EQ_INT(
-            mv_message_append(s, "INBOX", m, len, i % 3 == 0 ? MV_FLAG_SEEN : 0, NULL, 0, NULL),
-            MV_OK);
-        free(m);
-    }
+    CHECK_EQ_INT(mb_fill_300(s, "move", 5, 70), 0);
     int updates = 0, inserts = 0;
     sqlite3 *db = mv_store_db(s);
     CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_update_trigger, &updates),
