@@ -616,14 +616,24 @@ static void test_counters(void)
     mv_store_close(&s);
 }
 
+/* The runs of one trigger through a connection (mb_trace_trigger's arg). */
+struct mb_trigger_runs {
+    const char *name; /* "messages_count_delete", ... */
+    int runs;
+};
+
 /* SQLITE_TRACE_STMT reports each run of a trigger as "-- TRIGGER name": counts the runs of
- * the counters' delete trigger. */
-static int mb_trace_delete_trigger(unsigned type, void *arg, void *stmt, void *text)
+ * the one named. */
+static int mb_trace_trigger(unsigned type, void *arg, void *stmt, void *text)
 {
     (void)type;
     (void)stmt;
-    if (text != NULL && strstr((const char *)text, "TRIGGER messages_count_delete") != NULL) {
-        (*(int *)arg)++;
+    struct mb_trigger_runs *t = arg;
+    const char *at = text != NULL ? strstr((const char *)text, "-- TRIGGER ") : NULL;
+    size_t len = strlen(t->name);
+    if (at != NULL && strncmp(at + 11, t->name, len) == 0 &&
+        (at[11 + len] == '\0' || at[11 + len] == ' ' || at[11 + len] == '\n')) {
+        t->runs++;
     }
     return 0;
 }
@@ -674,10 +684,9 @@ static void test_counters_expunge_untriggered(void)
     mv_store *s = NULL;
     CHECK_EQ_INT(mb_open("counters_expunge", &s), MV_OK);
     CHECK_EQ_INT(mb_fill_300(s, "expunge", 3, 100), 0);
-    int runs = 0;
+    struct mb_trigger_runs deletes = {"messages_count_delete", 0};
     sqlite3 *db = mv_store_db(s);
-    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_delete_trigger, &runs),
-                 SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_trigger, &deletes), SQLITE_OK);
     uint32_t n = 0;
     /* under 128 messages a STORE: as the few below, nothing prepared again */
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "2:120", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, &n), MV_OK);
@@ -695,7 +704,7 @@ static void test_counters_expunge_untriggered(void)
     CHECK_EQ_INT(n, 3);
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "295", MV_FLAGS_ADD, MV_FLAG_FLAGGED, NULL, &n), MV_OK);
     CHECK(mb_counters_ok(s));
-    CHECK_EQ_INT(runs, 16);
+    CHECK_EQ_INT(deletes.runs, 16);
     CHECK_EQ_INT(mb_reprepares(db), reprepared);
     /* many: no trigger */
     CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &n), MV_OK);
@@ -703,13 +712,13 @@ static void test_counters_expunge_untriggered(void)
     CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &n), MV_OK); /* nothing: unchanged */
     CHECK_EQ_INT(n, 0);
-    CHECK_EQ_INT(runs, 16);
+    CHECK_EQ_INT(deletes.runs, 16);
     CHECK(mb_reprepares(db) > reprepared); /* (what the few are spared) */
     CHECK(mb_counters_ok(s));
 
     /* any other delete: the trigger runs and keeps the counters */
     CHECK_EQ_INT(tu_exec(db, "DELETE FROM messages WHERE uid IN (291, 292)"), SQLITE_OK);
-    CHECK_EQ_INT(runs, 18);
+    CHECK_EQ_INT(deletes.runs, 18);
     CHECK(mb_counters_ok(s));
     mv_store *twin = NULL;
     CHECK_EQ_INT(mv_store_open_twin(s, &twin), MV_OK);
@@ -721,28 +730,6 @@ static void test_counters_expunge_untriggered(void)
     CHECK_EQ_INT(info.messages, 8);
     CHECK_EQ_INT(sqlite3_trace_v2(db, 0, NULL, NULL), SQLITE_OK);
     mv_store_close(&s);
-}
-
-/* Counts the runs of the counters' insert trigger (as mb_trace_delete_trigger). */
-static int mb_trace_insert_trigger(unsigned type, void *arg, void *stmt, void *text)
-{
-    (void)type;
-    (void)stmt;
-    if (text != NULL && strstr((const char *)text, "TRIGGER messages_count_insert") != NULL) {
-        (*(int *)arg)++;
-    }
-    return 0;
-}
-
-/* Counts the runs of the counters' update trigger (as mb_trace_delete_trigger). */
-static int mb_trace_update_trigger(unsigned type, void *arg, void *stmt, void *text)
-{
-    (void)type;
-    (void)stmt;
-    if (text != NULL && strstr((const char *)text, "TRIGGER messages_count_update") != NULL) {
-        (*(int *)arg)++;
-    }
-    return 0;
 }
 
 /* A STORE over 128 messages or more (the smaller of the UIDs its set spans and the mailbox's
@@ -758,24 +745,23 @@ static void test_counters_flags_untriggered(void)
     mv_store *s = NULL;
     CHECK_EQ_INT(mb_open("counters_flags", &s), MV_OK);
     CHECK_EQ_INT(mb_fill_300(s, "flags", 3, 100), 0);
-    int runs = 0;
+    struct mb_trigger_runs updates = {"messages_count_update", 0};
     sqlite3 *db = mv_store_db(s);
-    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_update_trigger, &runs),
-                 SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_trigger, &updates), SQLITE_OK);
     uint32_t n = 0;
     /* warm: every statement below prepared once */
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:20", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, &n), MV_OK);
     CHECK_EQ_INT(n, 13); /* 1, 4, ..., 19 were seen */
-    CHECK_EQ_INT(runs, 13);
+    CHECK_EQ_INT(updates.runs, 13);
     long reprepared = mb_reprepares(db);
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:30", MV_FLAGS_REMOVE, MV_FLAG_SEEN, NULL, &n), MV_OK);
     CHECK_EQ_INT(n, 23); /* 1:20, and 22, 25, 28 */
-    CHECK_EQ_INT(runs, 36);
+    CHECK_EQ_INT(updates.runs, 36);
     CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "100:127", MV_FLAGS_ADD, MV_FLAG_FLAGGED, NULL, &n),
                  MV_OK);
     CHECK_EQ_INT(n, 28); /* the trigger starts for each, whatever its WHEN says */
-    CHECK_EQ_INT(runs, 64);
+    CHECK_EQ_INT(updates.runs, 64);
     CHECK_EQ_INT(mb_reprepares(db), reprepared);
     CHECK(mb_counters_ok(s));
 
@@ -818,12 +804,12 @@ static void test_counters_flags_untriggered(void)
     struct mv_mailbox_info status;
     CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &status), MV_OK);
     CHECK_EQ_INT(status.unseen, 300 - 41);
-    CHECK_EQ_INT(runs, 64 + 41); /* 100:140 +\Draft ran it, none of the big ones */
+    CHECK_EQ_INT(updates.runs, 64 + 41); /* 100:140 +\Draft ran it, none of the big ones */
 
     /* any other update: the trigger runs and keeps the counters */
     CHECK_EQ_INT(tu_exec(db, "UPDATE messages SET flags = flags | 1 WHERE uid IN (1, 2)"),
                  SQLITE_OK);
-    CHECK_EQ_INT(runs, 64 + 41 + 2);
+    CHECK_EQ_INT(updates.runs, 64 + 41 + 2);
     CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(sqlite3_trace_v2(db, 0, NULL, NULL), SQLITE_OK);
     mv_store_close(&s);
@@ -840,22 +826,22 @@ static void test_counters_move_untriggered(void)
     CHECK_EQ_INT(mb_open("counters_move", &s), MV_OK);
     CHECK_EQ_INT(mv_mailbox_create(s, "Kept", NULL), MV_OK);
     CHECK_EQ_INT(mb_fill_300(s, "move", 5, 70), 0);
-    int updates = 0, inserts = 0;
+    struct mb_trigger_runs updates = {"messages_count_update", 0};
+    struct mb_trigger_runs inserts = {"messages_count_insert", 0};
     sqlite3 *db = mv_store_db(s);
-    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_update_trigger, &updates),
-                 SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_trigger, &updates), SQLITE_OK);
     uint32_t n = 0;
     CHECK_EQ_INT(mv_message_move(s, "INBOX", "1:20", "Kept", &n), MV_OK);
     CHECK_EQ_INT(n, 20);
-    CHECK_EQ_INT(updates, 20); /* a few: the trigger */
+    CHECK_EQ_INT(updates.runs, 20); /* a few: the trigger */
     CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(mv_message_move(s, "INBOX", "30:250", "Kept", &n), MV_OK);
     CHECK_EQ_INT(n, 221);
-    CHECK_EQ_INT(updates, 20); /* many: none */
+    CHECK_EQ_INT(updates.runs, 20); /* many: none */
     CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(mv_message_move(s, "Kept", "1:*", "Kept", &n), MV_OK); /* one mailbox */
     CHECK_EQ_INT(n, 241);
-    CHECK_EQ_INT(updates, 20);
+    CHECK_EQ_INT(updates.runs, 20);
     CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(mv_message_move(s, "Kept", "1:*", "INBOX", &n), MV_OK);
     CHECK_EQ_INT(n, 241);
@@ -868,11 +854,10 @@ static void test_counters_move_untriggered(void)
     CHECK_EQ_INT(info.messages, 0);
     CHECK_EQ_INT(info.unseen, 0);
     CHECK_EQ_INT(info.size_bytes, 0);
-    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_insert_trigger, &inserts),
-                 SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_trace_v2(db, SQLITE_TRACE_STMT, mb_trace_trigger, &inserts), SQLITE_OK);
     CHECK_EQ_INT(mv_message_copy(s, "INBOX", "1:*", "Kept", &n), MV_OK);
     CHECK_EQ_INT(n, 300);
-    CHECK_EQ_INT(inserts, 300); /* COPY: the insert trigger, as before */
+    CHECK_EQ_INT(inserts.runs, 300); /* COPY: the insert trigger, as before */
     CHECK(mb_counters_ok(s));
     CHECK_EQ_INT(sqlite3_trace_v2(db, 0, NULL, NULL), SQLITE_OK);
     mv_store_close(&s);
