@@ -111,6 +111,9 @@ struct mv_codec {
     uint32_t ckpt_pgno;
     uint32_t ckpt_page_size;
     uint8_t *ckpt_pages;
+    /* The WAL file whose batch of frames is not yet written (vfs_wal.c, BATCHES; NULL:
+     * none): a shared-memory lock call on the database writes it first. */
+    struct mv_file *wal_batch_file;
     char errmsg[256]; /* last error, for mv_db_vfs_errmsg() */
 };
 
@@ -151,6 +154,12 @@ struct mv_file {
     uint32_t frame_pgnos_cap;
     uint32_t frame_pgnos_used; /* entries past it are 0: a reset clears only these */
     uint64_t frame_pgnos_lock_calls;
+    /* WAL: whole frames written by SQLite and not yet handed to the lower file (vfs_wal.c,
+     * BATCHES): batch_len bytes for offset batch_off, in batch (a thread's buffer of
+     * MV_WAL_BATCH_BYTES, NULL while no batch is open). */
+    uint8_t *batch;
+    uint32_t batch_len;
+    int64_t batch_off;
     /* TEMP: logical size, key and one block of scratch. */
     int64_t temp_size;
     crypt_ctx *temp_crypt;
@@ -254,6 +263,9 @@ int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 
 int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_wal_flush(struct mv_file *f);
+/* Writes the batch of frames of the WAL file paired with main_file's codec, if one is open:
+ * before any shared-memory lock call, after which another connection may write the WAL. */
+int mv_wal_batch_flush_for(struct mv_file *main_file);
 /* Forgets the record of the last frame written (a truncate, or any write but a frame). */
 void mv_wal_forget_chain(struct mv_file *f);
 /* Forgets / frees the record of the frames' page numbers (vfs_wal.c). */

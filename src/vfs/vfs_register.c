@@ -286,6 +286,13 @@ static int mv_io_shm_lock(sqlite3_file *p, int offset, int n, int flags)
     struct mv_file *f = mv_file_of(p);
     if (f->kind == MV_FILE_MAIN) {
         mv_main_read_drop(f); /* a WAL transaction begins or ends: its held window is done */
+        /* Frames this connection holds back go down before another connection can write
+         * the WAL (vfs_wal.c, BATCHES). A failed write fails a lock, not an unlock: those
+         * frames were of no committed transaction. */
+        int wrc = mv_wal_batch_flush_for(f);
+        if (wrc != SQLITE_OK && (flags & SQLITE_SHM_LOCK) != 0) {
+            return wrc;
+        }
     }
     int rc = f->lower->pMethods->xShmLock(f->lower, offset, n, flags);
     mv_wal_shm_lock_seen(f, offset, n, flags, rc);
