@@ -510,7 +510,7 @@ static int mv_wal_write_frame(struct mv_file *f, const uint8_t *page, uint32_t p
     uint32_t sum[2];
     int big_endian;
     rc = mv_wal_chain_seed(f, f->pending_offset, page_size, frame + 8, 1, sum, &big_endian);
-    mv_wal_forget_chain(f); /* until this frame is on disk */
+    mv_wal_forget_chain(f); /* until this frame is written or in the batch */
     if (rc != SQLITE_OK) {
         return rc;
     }
