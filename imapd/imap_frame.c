@@ -110,6 +110,9 @@ static void imap_frame_discard_begin(struct imap_frame *f, const struct buf *in,
 static void imap_frame_tail_keep(struct imap_frame *f, const char *p, size_t n)
 {
     const size_t cap = sizeof f->long_tail;
+    if (n == 0) {
+        return; /* p may be null then: the connection frees an emptied input buffer */
+    }
     if (n >= cap) {
         memcpy(f->long_tail, p + n - cap, cap);
         f->long_tail_len = cap;
@@ -139,6 +142,9 @@ enum imap_frame_status imap_frame_next(
             }
             f->scanned += (size_t)f->literal_left;
             f->literal_left = 0;
+        }
+        if (in->data == NULL) {
+            return FRAME_MORE; /* freed while empty (conn_process): nothing to scan yet */
         }
         char *start = in->data + f->scanned;
         size_t avail = in->len - f->scanned;
