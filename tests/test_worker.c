@@ -2366,17 +2366,28 @@ static void test_idle_between_jobs_no_statement(void)
     /* QUIET off: the work runs right after each job, as it does once it has had nothing to
      * do for WORKER_QUIET_CAP_MS */
     int quiet = worker_quiet_set(0);
-    /* the open, then jobs until what follows an open (its first look at the catch-up) is
-     * done, then the count over 20 jobs that do nothing */
-    int steps[] = {1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3};
-    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-        wt_done = 0;
-        wt_post(w, steps[i], JOB_LANE_SHORT, wt_idle_job);
-        wt_collect_until(wt_efd, 1);
-        CHECK_EQ_INT(wt_done, 1);
-    }
-    printf("  # statements on the store's handle over 20 jobs that do nothing: %d\n",
-           wt_idle_counted);
+    /* The open, then windows of 20 jobs that do nothing, counted, until one counts none.
+     * What follows an open (its drain step, its first look at the catch-up and the purge)
+     * is done after a few jobs or after a grace time, and on a loaded machine that time can
+     * pass in the middle of a window: the steady state is what is asserted, and code that
+     * runs a statement for every job never reaches it. */
+    wt_done = 0;
+    wt_post(w, 1, JOB_LANE_SHORT, wt_idle_job);
+    wt_collect_until(wt_efd, 1);
+    CHECK_EQ_INT(wt_done, 1);
+    int windows = 0;
+    do {
+        windows++;
+        for (int i = 0; i < 22; i++) {
+            wt_done = 0;
+            wt_post(w, i == 0 ? 2 : i == 21 ? 3 : 0, JOB_LANE_SHORT, wt_idle_job);
+            wt_collect_until(wt_efd, 1);
+            CHECK_EQ_INT(wt_done, 1);
+        }
+        printf("  # statements on the store's handle over 20 jobs that do nothing (window %d): "
+               "%d\n",
+               windows, wt_idle_counted);
+    } while (wt_idle_counted != 0 && windows < 10);
     CHECK_EQ_INT(wt_idle_counted, 0);
     worker_quiet_set(quiet);
     wt_user = "";
