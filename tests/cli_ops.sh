@@ -250,7 +250,7 @@ break_and_check() {
     fi
     rm -f "$d" "$d-wal" "$d-shm"
 }
-break_and_check body_refcount "UPDATE bodies SET refcount = refcount + 1 WHERE id = 1" refcount fixed
+break_and_check body_refcount "UPDATE body_refs SET refcount = refcount + 1 WHERE id = 1" refcount fixed
 break_and_check uidnext "UPDATE mailboxes SET uidnext = 2 WHERE name = 'INBOX'" uidnext fixed
 break_and_check modseq "UPDATE mailboxes SET highestmodseq = 1 WHERE name = 'INBOX'" modseq fixed
 break_and_check counters "UPDATE mailboxes SET message_count = message_count + 5, size_sum = 1 WHERE name = 'INBOX'" counters fixed

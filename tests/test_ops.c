@@ -459,7 +459,7 @@ static void to_check_finds(const char *name, const char *sql, const char *what)
 
 static void test_check_finds_each_invariant(void)
 {
-    to_check_finds("body_refcount", "UPDATE bodies SET refcount = refcount + 1 WHERE id = 1",
+    to_check_finds("body_refcount", "UPDATE body_refs SET refcount = refcount + 1 WHERE id = 1",
                    "refcount");
     to_check_finds("attachment_refcount", "UPDATE attachments SET refcount = refcount + 2",
                    "refcount");
@@ -577,7 +577,7 @@ static void test_repair_unused_body(void)
     struct mv_repair_report rep;
     CHECK_EQ_INT(mv_store_repair(s, &rep), MV_OK);
     CHECK_EQ_INT(rep.refcounts_fixed, 1);
-    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM bodies WHERE refcount = 0"), 1);
+    CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM body_refs WHERE refcount = 0"), 1);
     CHECK_EQ_INT(mv_store_check(s, to_problem, &p, &r), MV_OK);
     uint64_t left = 1;
     CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);

@@ -221,13 +221,14 @@ static long long ts_db_bytes(mv_store *s)
  * (store_purge.c), and a body's references in use. */
 #define TS_UNREF(body_id)                                                                          \
     "coalesce((SELECT value FROM meta WHERE key = printf('purge_unref:%020d', " body_id ")), 0)"
-#define TS_IN_USE "refcount - " TS_UNREF("bodies.id")
+#define TS_IN_USE "refcount - " TS_UNREF("body_refs.id")
 
 static int ts_refcounts_ok(mv_store *s)
 {
     static const char *const zero[] = {
-        "SELECT count(*) FROM bodies b WHERE refcount != "
+        "SELECT count(*) FROM body_refs b WHERE refcount != "
         "(SELECT count(*) FROM messages m WHERE m.body_id = b.id) + " TS_UNREF("b.id"),
+        "SELECT count(*) FROM bodies WHERE id NOT IN (SELECT id FROM body_refs)",
         "SELECT count(*) FROM attachments a WHERE refcount != "
         "(SELECT count(*) FROM body_parts p WHERE p.attachment_id = a.id)",
         "SELECT count(*) FROM attachments WHERE refcount = 0",
@@ -601,7 +602,7 @@ static void test_copy_and_expunge(void)
     printf("  # COPY of a %zu-byte message: database grew %lld bytes (%lld -> %lld)\n", len,
            after - before, before, after);
     CHECK(after - before < 64LL * 1024);
-    CHECK_EQ_INT(ts_int(s, "SELECT refcount FROM bodies"), 2);
+    CHECK_EQ_INT(ts_int(s, "SELECT refcount FROM body_refs"), 2);
     CHECK(ts_fetch_equals(s, "Archive", 1, m, len));
     CHECK(ts_refcounts_ok(s));
 
@@ -611,7 +612,7 @@ static void test_copy_and_expunge(void)
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL), MV_OK);
     CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK);
     CHECK_EQ_INT(count, 1);
-    CHECK_EQ_INT(ts_int(s, "SELECT " TS_IN_USE " FROM bodies"), 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT " TS_IN_USE " FROM body_refs"), 1);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM fts"), 1);
     CHECK_EQ_INT(mv_flags_set(s, "Archive", "1:*", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL),
                  MV_OK);
@@ -622,7 +623,7 @@ static void test_copy_and_expunge(void)
     CHECK_EQ_INT(count, 1);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM messages"), 0);
     /* Gone from every view and search at once; the body waits, whole, for the purge. */
-    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies WHERE " TS_IN_USE " = 0"), 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM body_refs WHERE " TS_IN_USE " = 0"), 1);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM fts"), 1);
     CHECK(ts_refcounts_ok(s));
     TS_SEARCH_IS(s, &q, 0, "");
@@ -683,11 +684,11 @@ static void test_expunge_notes_references(void)
     }
     CHECK_EQ_INT(mv_message_copy(s, "INBOX", "1", "Archive", &count), MV_OK); /* kept */
     CHECK_EQ_INT(mv_message_copy(s, "INBOX", "3", "INBOX", &count), MV_OK);   /* twice */
-    long long refs = ts_int(s, "SELECT sum(refcount) FROM bodies");
+    long long refs = ts_int(s, "SELECT sum(refcount) FROM body_refs");
     CHECK_EQ_INT(refs, 5);
     CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK);
     CHECK_EQ_INT(count, 4);
-    CHECK_EQ_INT(ts_int(s, "SELECT sum(refcount) FROM bodies"), refs);
+    CHECK_EQ_INT(ts_int(s, "SELECT sum(refcount) FROM body_refs"), refs);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM meta WHERE key > 'purge_unref:' AND "
                            "key < 'purge_unref;'"),
                  3);
@@ -704,7 +705,7 @@ static void test_expunge_notes_references(void)
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM meta WHERE key > 'purge_unref:' AND "
                            "key < 'purge_unref;'"),
                  0);
-    CHECK_EQ_INT(ts_int(s, "SELECT sum(refcount) FROM bodies"), 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT sum(refcount) FROM body_refs"), 1);
     uint64_t left = 0;
     CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);
     CHECK_EQ_INT(left, 0);
@@ -716,7 +717,7 @@ static void test_expunge_notes_references(void)
     /* a count that is wrong besides the noted references: repair puts it right, purge works */
     CHECK_EQ_INT(ts_append(s, "INBOX", m[1], len[1], MV_FLAG_DELETED, NULL, 0, &uid), MV_OK);
     CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK);
-    CHECK_EQ_INT(tu_exec(mv_store_db(s), "UPDATE bodies SET refcount = 0"), SQLITE_OK);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "UPDATE body_refs SET refcount = 0"), SQLITE_OK);
     CHECK(!ts_check_clean(s));
     CHECK_EQ_INT(mv_store_repair(s, &r), MV_OK);
     CHECK_EQ_INT(r.refcounts_fixed, 1); /* Archive's body, 0 against its one message */
@@ -735,7 +736,7 @@ static void test_expunge_notes_references(void)
     CHECK_EQ_INT(ts_open("notes_references", &s), MV_OK);
     CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);
     CHECK_EQ_INT(left, 0);
-    CHECK_EQ_INT(ts_int(s, "SELECT refcount FROM bodies"), 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT refcount FROM body_refs"), 1);
     CHECK(ts_fetch_equals(s, "Archive", 1, m[0], len[0]));
     CHECK(ts_refcounts_ok(s));
     CHECK(ts_check_clean(s));
@@ -924,8 +925,8 @@ static void test_purge_looks_once(void)
     }
     sqlite3 *db = mv_store_db(s);
     CHECK_EQ_INT(tu_fake_meta_rows(db, "purge_unref:", "1", 1000000000LL, 1200), SQLITE_OK);
-    const char *waiting = "SELECT (SELECT count(*) FROM (SELECT 1 FROM bodies INDEXED BY "
-                          "bodies_unreferenced WHERE refcount = 0 LIMIT 1000)) + (SELECT "
+    const char *waiting = "SELECT (SELECT count(*) FROM (SELECT 1 FROM body_refs INDEXED BY "
+                          "body_refs_unreferenced WHERE refcount = 0 LIMIT 1000)) + (SELECT "
                           "count(*) FROM (SELECT 1 FROM meta WHERE key > 'purge_unref:' AND "
                           "key < 'purge_unref;' LIMIT 1000))";
     long long count = 0;
@@ -989,16 +990,16 @@ static void test_purge(void)
     long long attachments = ts_int(s, "SELECT count(*) FROM attachments");
     CHECK_EQ_INT(attachments, 2);
 
-    long long refs = ts_int(s, "SELECT sum(refcount) FROM bodies");
+    long long refs = ts_int(s, "SELECT sum(refcount) FROM body_refs");
     CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", "1:3", &count), MV_OK);
     CHECK_EQ_INT(count, 3);
     /* the EXPUNGE wrote no bodies row: it noted the three dropped references for the purge */
-    CHECK_EQ_INT(ts_int(s, "SELECT sum(refcount) FROM bodies"), refs);
+    CHECK_EQ_INT(ts_int(s, "SELECT sum(refcount) FROM body_refs"), refs);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM meta WHERE key > 'purge_unref:' AND "
                            "key < 'purge_unref;'"),
                  3);
     /* alpha and beta wait (gamma lives on in Box); nothing of them is found or fetched */
-    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies WHERE " TS_IN_USE " = 0"), 2);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM body_refs WHERE " TS_IN_USE " = 0"), 2);
     CHECK(ts_refcounts_ok(s));
     CHECK(ts_check_clean(s));
     struct mv_search_query q = MV_SEARCH_QUERY_INIT;
@@ -1015,7 +1016,7 @@ static void test_purge(void)
     /* beta arrives again before the purge: its body is taken up, not purged */
     uint32_t uid = 0;
     CHECK_EQ_INT(ts_append(s, "INBOX", m[1], len[1], 0, NULL, 0, &uid), MV_OK);
-    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies WHERE " TS_IN_USE " = 0"), 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM body_refs WHERE " TS_IN_USE " = 0"), 1);
     uint64_t left = 9;
     CHECK_EQ_INT(mv_store_purge(s, 1, &left), MV_OK); /* one noted body, alpha, and alpha */
     CHECK_EQ_INT(left, 2);
@@ -1033,8 +1034,8 @@ static void test_purge(void)
     CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK); /* 4 (delta) goes */
     CHECK_EQ_INT(count, 1);
     CHECK_EQ_INT(mv_mailbox_delete(s, "Box"), MV_OK); /* gamma's last; one delta of two */
-    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies WHERE refcount = 0"), 1);
-    CHECK_EQ_INT(ts_int(s, "SELECT " TS_IN_USE " FROM bodies WHERE id = (SELECT body_id FROM "
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM body_refs WHERE refcount = 0"), 1);
+    CHECK_EQ_INT(ts_int(s, "SELECT " TS_IN_USE " FROM body_refs WHERE id = (SELECT body_id FROM "
                            "messages WHERE mailbox_id = (SELECT id FROM mailboxes "
                            "WHERE name = 'Archive'))"),
                  1);
@@ -1059,9 +1060,9 @@ static void test_purge(void)
                  SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("purge", &s), MV_OK);
-    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 11);
+    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 12);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM sqlite_schema WHERE name = "
-                           "'bodies_unreferenced'"),
+                           "'body_refs_unreferenced'"),
                  1);
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL), MV_OK);
     CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &count), MV_OK);
@@ -1342,10 +1343,10 @@ static void test_move(void)
     size_t len = 0;
     char *m = ts_message("message 2", NULL, "number 2 of the filler", 0, 0, &len);
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "2", MV_FLAGS_ADD, MV_FLAG_SEEN, "kept", NULL), MV_OK);
-    long long refs = ts_int(s, "SELECT sum(refcount) FROM bodies");
+    long long refs = ts_int(s, "SELECT sum(refcount) FROM body_refs");
     CHECK_EQ_INT(mv_message_move(s, "INBOX", "2:3", "Trash", &count), MV_OK);
     CHECK_EQ_INT(count, 2);
-    CHECK_EQ_INT(ts_int(s, "SELECT sum(refcount) FROM bodies"), refs);
+    CHECK_EQ_INT(ts_int(s, "SELECT sum(refcount) FROM body_refs"), refs);
     struct mv_mailbox_info in, trash;
     CHECK_EQ_INT(mv_mailbox_get(s, "INBOX", &in), MV_OK);
     CHECK_EQ_INT(mv_mailbox_get(s, "Trash", &trash), MV_OK);
@@ -1752,7 +1753,7 @@ static void test_search_substring(void)
     CHECK_EQ_INT(tu_exec(mv_store_db(s), downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("substring", &s), MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 11);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 12);
     ts_substring_checks(s); /* version 4's new rows, in the old index until they move */
     int more = 1;
     CHECK_EQ_INT(mv_store_migrate_step(s, 0, &more), MV_OK);
@@ -1854,7 +1855,7 @@ static void test_search_no_positions(void)
     int64_t with = ts_fts_bytes(s);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("nopos", &s), MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 11);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 12);
     ts_nopos_checks(s); /* from the old index, the rows not moved yet */
     int more = 1;
     CHECK_EQ_INT(mv_store_migrate_step(s, 0, &more), MV_OK);
@@ -2238,7 +2239,7 @@ static void test_refcounts_random(void)
     uint64_t left = 9;
     CHECK_EQ_INT(mv_store_purge(s, 0, &left), MV_OK);
     CHECK_EQ_INT(left, 0);
-    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies WHERE refcount = 0"), 0);
+    CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM body_refs WHERE refcount = 0"), 0);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM bodies"),
                  ts_int(s, "SELECT count(DISTINCT body_id) FROM messages"));
     CHECK(ts_refcounts_ok(s));

@@ -137,7 +137,7 @@ static int stress_consistent(mv_store *s)
     long long ok = stress_count(s, "SELECT count(*) FROM pragma_integrity_check "
                                    "WHERE integrity_check='ok'");
     /* with the references an EXPUNGE dropped and the purge has yet to take off */
-    long long bad_bodies = stress_count(s, "SELECT count(*) FROM bodies b WHERE refcount != "
+    long long bad_bodies = stress_count(s, "SELECT count(*) FROM body_refs b WHERE refcount != "
                                            "(SELECT count(*) FROM messages WHERE body_id=b.id) + "
                                            "coalesce((SELECT value FROM meta WHERE key = "
                                            "printf('purge_unref:%020d', b.id)), 0)");

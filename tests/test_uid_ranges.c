@@ -366,8 +366,8 @@ static void test_expunge_ranges(void)
     CHECK_EQ_INT(count, 3);
     CHECK_EQ_INT(ur_highest(s, "INBOX"), before + 1);
     /* 2 and 9: no reference left once the purge takes off what the EXPUNGE noted */
-    CHECK_EQ_INT(ur_int(s, "SELECT count(*) FROM bodies WHERE refcount - coalesce((SELECT value "
-                           "FROM meta WHERE key = printf('purge_unref:%020d', bodies.id)), 0) "
+    CHECK_EQ_INT(ur_int(s, "SELECT count(*) FROM body_refs WHERE refcount - coalesce((SELECT value "
+                           "FROM meta WHERE key = printf('purge_unref:%020d', body_refs.id)), 0) "
                            "= 0"),
                  2);
     CHECK(ur_check(s));

@@ -282,9 +282,12 @@ static const struct {
      "(SELECT count(*) FROM messages m WHERE m.body_id = b.id) || ' messages use it' "
      "|| ' and ' || " STORE_PURGE_UNREF_OF(
          "b.id") " || ' references wait' "
-                 "FROM bodies b WHERE b.refcount != "
+                 "FROM body_refs b WHERE b.refcount != "
                  "(SELECT count(*) FROM messages m WHERE m.body_id = b.id) + " STORE_PURGE_UNREF_OF(
                      "b.id")},
+    /* the count's own row (schema version 12); one of a missing body is a foreign key's */
+    {"refcount", "SELECT 'body ' || id || ' has no reference count' FROM bodies "
+                 "WHERE id NOT IN (SELECT id FROM body_refs)"},
     {"refcount", "SELECT 'attachment ' || a.id || ' has refcount ' || a.refcount || ' but ' || "
                  "(SELECT count(*) FROM body_parts p WHERE p.attachment_id = a.id) || "
                  "' body parts use it' FROM attachments a WHERE a.refcount != "
@@ -314,7 +317,7 @@ static const struct {
     {"fts", "SELECT 'full-text row ' || rowid || ' belongs to no body' FROM fts "
             "WHERE rowid NOT IN (SELECT id FROM bodies)"},
     {"headers", "SELECT 'body ' || id || ' (used by ' || refcount || ' messages) has no "
-                "header fields row' FROM bodies WHERE refcount > 0 "
+                "header fields row' FROM body_refs WHERE refcount > 0 "
                 "AND id NOT IN (SELECT body_id FROM body_headers)"},
     {"bytes", "SELECT 'body ' || id || ' has no bytes' FROM bodies "
               "WHERE id NOT IN (SELECT id FROM bodies_data)"},

@@ -71,8 +71,12 @@ static const struct ops_repair_step ops_repair_steps[] = {
      offsetof(struct mv_repair_report, modseq_fixed)},
     /* A body no message uses goes to 0 too: that is how an expunge leaves it, for the
      * purge (store_purge.c), so its bytes go the way every unused body's go. */
-    {"UPDATE bodies SET refcount = (SELECT count(*) FROM messages m WHERE m.body_id = bodies.id)"
-     " WHERE refcount != (SELECT count(*) FROM messages m WHERE m.body_id = bodies.id)",
+    {"INSERT INTO body_refs(id, refcount) SELECT id, (SELECT count(*) FROM messages m"
+     " WHERE m.body_id = bodies.id) FROM bodies WHERE id NOT IN (SELECT id FROM body_refs)",
+     offsetof(struct mv_repair_report, refcounts_fixed)},
+    {"UPDATE body_refs SET refcount = (SELECT count(*) FROM messages m"
+     " WHERE m.body_id = body_refs.id)"
+     " WHERE refcount != (SELECT count(*) FROM messages m WHERE m.body_id = body_refs.id)",
      offsetof(struct mv_repair_report, refcounts_fixed)},
     {"UPDATE attachments SET refcount = (SELECT count(*) FROM body_parts p"
      " WHERE p.attachment_id = attachments.id)"
@@ -138,7 +142,7 @@ static int ops_repair_from_bytes(mv_store *s, struct mv_repair_report *out)
     sqlite3_stmt *ids = NULL;
     if (sqlite3_prepare_v2(s->db,
                            "SELECT id, refcount > 0 AND id NOT IN (SELECT body_id FROM "
-                           "body_headers), id NOT IN (SELECT rowid FROM fts) FROM bodies "
+                           "body_headers), id NOT IN (SELECT rowid FROM fts) FROM body_refs "
                            "WHERE (refcount > 0 AND id NOT IN (SELECT body_id FROM body_headers)) "
                            "OR id NOT IN (SELECT rowid FROM fts) ORDER BY id",
                            -1, &ids, NULL) != SQLITE_OK) {

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 11
+#define STORE_SCHEMA_VERSION 12
 #define STORE_STMT_CACHE     128 /* prepared statements kept per store (about 60 in use) */
 /* Leaf parts at least this large are stored apart (attachments, deduplicated); smaller ones
  * stay in the skeleton. 128 KiB is Dovecot's default mail_attachment_min_size. At 8 KiB, a
@@ -374,16 +374,16 @@ void store_fts_pending_discard(mv_store *s);
 
 /* ---- store_purge.c: references an EXPUNGE dropped, applied later ---- */
 /* One meta row per body whose references an EXPUNGE dropped and the purge has not yet taken
- * off bodies.refcount: key STORE_PURGE_UNREF_KEY + the body id in 20 digits, value the
+ * off body_refs.refcount: key STORE_PURGE_UNREF_KEY + the body id in 20 digits, value the
  * number of references (an integer). Every such key sorts between the prefix and
- * STORE_PURGE_UNREF_END. A body's refcount less its row's value is what it has in use. */
+ * STORE_PURGE_UNREF_END. A body's count less its row's value is what it has in use. */
 #define STORE_PURGE_UNREF_KEY "purge_unref:"
 #define STORE_PURGE_UNREF_END "purge_unref;"
 /* The references of body b.id still to take off, as an SQL expression (mv_store_check). */
 #define STORE_PURGE_UNREF_OF(body_id)                                                              \
     "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = printf('" STORE_PURGE_UNREF_KEY \
     "%020d', " body_id ")), 0)"
-/* Takes up to max (0: all) of those rows off bodies.refcount and deletes them, in the
+/* Takes up to max (0: all) of those rows off body_refs.refcount and deletes them, in the
  * caller's write transaction; *applied (may be NULL) gets how many rows. A count never goes
  * below the messages that use the body. MV_OK or the SQLite error (message set). */
 int store_purge_unref(mv_store *s, uint32_t max, uint64_t *applied);

@@ -539,9 +539,10 @@ static int store_body_insert(mv_store *s,
     if (rc != MV_OK) {
         return rc;
     }
+    /* bodies.refcount is not used since version 12 (body_refs holds the count): 0 */
     sqlite3_stmt *st = store_stmt(s, "INSERT INTO bodies(sha256, refcount, size, stored_size, "
                                      "compression, header_stored, sent_zone, head) "
-                                     "VALUES (?, 1, ?, ?, ?, ?, ?, ?)");
+                                     "VALUES (?, 0, ?, ?, ?, ?, ?, ?)");
     if (st == NULL) {
         rc = store_fail_sqlite(s, "storing a message body");
         goto cleanup;
@@ -564,6 +565,10 @@ static int store_body_insert(mv_store *s,
     rc = store_blob_step_done(s, st, "storing a message body");
     if (rc == MV_OK) {
         *id_out = sqlite3_last_insert_rowid(s->db);
+        rc = store_blob_exec_id(s, "INSERT INTO body_refs(id, refcount) VALUES (?, 1)", *id_out,
+                                "counting a body's references");
+    }
+    if (rc == MV_OK) {
         rc = store_blob_insert_data(s, "INSERT INTO bodies_data(id, data) VALUES (?, ?)", *id_out,
                                     &blob);
     }
@@ -771,7 +776,7 @@ int store_body_put(mv_store *s,
 
 int store_body_ref(mv_store *s, int64_t body_id)
 {
-    int rc = store_blob_exec_id(s, "UPDATE bodies SET refcount = refcount + 1 WHERE id = ?",
+    int rc = store_blob_exec_id(s, "UPDATE body_refs SET refcount = refcount + 1 WHERE id = ?",
                                 body_id, "referencing a message body");
     if (rc == MV_OK && sqlite3_changes(s->db) != 1) {
         rc = store_fail(s, MV_ECORRUPT, "body %lld is missing", (long long)body_id);
@@ -1611,8 +1616,9 @@ static int store_bodies_drop_batch(mv_store *s, const int64_t *ids, size_t count
     }
     if (rc == MV_OK) {
         rc = store_bodies_exec(s,
-                               "DELETE FROM bodies WHERE id IN (SELECT value FROM "
-                               "json_each(?1)) AND refcount <= 0",
+                               "DELETE FROM bodies WHERE id IN (SELECT r.id FROM body_refs r "
+                               "WHERE r.id IN (SELECT value FROM json_each(?1)) AND "
+                               "r.refcount <= 0)", /* body_refs' row cascades */
                                json, NULL, "deleting message bodies");
     }
     free(json);

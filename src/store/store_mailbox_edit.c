@@ -114,8 +114,10 @@ static int store_mailbox_empty_step(
 
 /* Expunges every message of mailbox_id (inside the caller's transaction): the change rows,
  * one reference less to each body, the rows; three statements whatever the mailbox holds
- * (OR FAIL: no statement journal, the caller rolls back on any error). Bodies left without
- * a reference wait for mv_store_purge(), as after an EXPUNGE (store_message.c). */
+ * (OR FAIL: no statement journal, the caller rolls back on any error). The references are
+ * counted per body from the mailbox's messages_uid_body entries, as a COPY adds them
+ * (store_message_copy_refs). Bodies left without a reference wait for mv_store_purge(), as
+ * after an EXPUNGE (store_message.c). */
 static int store_mailbox_empty(mv_store *s, int64_t mailbox_id)
 {
     uint64_t modseq;
@@ -129,11 +131,11 @@ static int store_mailbox_empty(mv_store *s, int64_t mailbox_id)
     }
     if (rc == MV_OK) {
         rc = store_mailbox_empty_step(s,
-                                      "UPDATE OR FAIL bodies SET refcount = refcount - (SELECT "
-                                      "count(*) FROM messages m INDEXED BY messages_body WHERE "
-                                      "m.body_id = bodies.id AND "
-                                      "m.mailbox_id = ?1) WHERE id IN (SELECT body_id FROM "
-                                      "messages WHERE mailbox_id = ?1)",
+                                      "WITH n(body_id, c) AS (SELECT body_id, count(*) FROM "
+                                      "messages INDEXED BY messages_uid_body WHERE mailbox_id = "
+                                      "?1 GROUP BY body_id) UPDATE OR FAIL body_refs SET "
+                                      "refcount = refcount - n.c FROM n WHERE body_refs.id = "
+                                      "n.body_id",
                                       mailbox_id, modseq, "dropping message bodies");
         s->purge_hint = 1;
     }

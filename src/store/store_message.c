@@ -1604,16 +1604,19 @@ static int store_message_move_set(mv_store *s,
     return rc;
 }
 
-/* After a COPY: one more reference to the body of each new message (UIDs from first_new).
- * The per-body count is pinned to messages_body, as EXPUNGE's (store_message_expunge_range):
- * through the (mailbox_id, uid) index it walked every new message once per body. */
+/* After a COPY: one more reference to the body of each new message (UIDs from first_new):
+ * the new messages counted per body (a walk of messages_uid_body, which holds all it needs,
+ * and a sort), then one row of the narrow body_refs per body, in id order (schema version
+ * 12). Named: with statistics the planner walks all of messages_body instead, to save the
+ * sort (mv_store_explain's test). Through messages_body, a count per body read every
+ * message of that body, new or old, from the messages table. */
 static int store_message_copy_refs(mv_store *s, int64_t to_id, uint32_t first_new)
 {
-    sqlite3_stmt *st = store_stmt(s, "UPDATE OR FAIL bodies SET refcount = refcount + (SELECT "
-                                     "count(*) FROM messages m INDEXED BY messages_body WHERE "
-                                     "m.body_id = bodies.id AND m.mailbox_id = ?1 AND m.uid >= ?2) "
-                                     "WHERE id IN (SELECT body_id FROM messages WHERE "
-                                     "mailbox_id = ?1 AND uid >= ?2)");
+    sqlite3_stmt *st = store_stmt(s, "WITH n(body_id, c) AS (SELECT body_id, count(*) FROM "
+                                     "messages INDEXED BY messages_uid_body WHERE mailbox_id = ?1 "
+                                     "AND uid >= ?2 GROUP BY body_id) UPDATE OR FAIL body_refs "
+                                     "SET refcount = refcount + n.c FROM n WHERE body_refs.id = "
+                                     "n.body_id");
     if (st == NULL) {
         return store_fail_sqlite(s, "referencing message bodies");
     }
@@ -1814,7 +1817,7 @@ int mv_message_copy_ranges(mv_store *s,
 
 /* EXPUNGE of one range, before its rows go: the expunge rows, and one dropped reference per
  * message noted for each body (STORE_PURGE_UNREF_KEY, an upsert into meta, in key order),
- * which mv_store_purge() takes off bodies.refcount later, before it deletes the bodies left
+ * which mv_store_purge() takes off body_refs.refcount later, before it deletes the bodies left
  * without a reference (store_purge.c). The EXPUNGE itself used to decrement the counts: one
  * bodies row per message, spread over the whole table, and a count through messages_body
  * per body, ~200 random page reads at 10,000 messages (~125 of them the bodies table's),

@@ -1,6 +1,7 @@
 /*
  * store_purge.c -- mv_store_purge: deletes the bodies that expunges and mailbox deletes left
- * without a message (refcount 0, found through the partial index bodies_unreferenced).
+ * without a message (body_refs.refcount 0, found through the partial index
+ * body_refs_unreferenced).
  *
  * WHY LATER
  *   Deleting a row of the full-text index (FTS5, trigram) means reading the row's text back
@@ -27,9 +28,9 @@
  *   deletes its bodies in one set of statements.
  *
  * DROPPED REFERENCES
- *   An EXPUNGE does not decrement bodies.refcount itself: it notes each body's dropped
+ *   An EXPUNGE does not decrement body_refs.refcount itself: it notes each body's dropped
  *   references in meta (STORE_PURGE_UNREF_KEY, store.h), a few sequential rows instead of a
- *   random page of the bodies table per message (store_message_expunge_range). Each batch
+ *   random page of body_refs per message (store_message_expunge_range). Each batch
  *   here takes up to its size of those rows off the counts first (store_purge_unref), in its
  *   own transaction, so the bodies they leave at 0 are deleted in that batch or the next.
  *   mv_store_check counts the noted references with a body's messages; mv_store_repair takes
@@ -47,7 +48,7 @@
 /* Up to max ids of bodies without a message, ascending. */
 static int store_purge_ids(mv_store *s, uint32_t max, struct store_ids *ids)
 {
-    sqlite3_stmt *st = store_stmt(s, "SELECT id FROM bodies INDEXED BY bodies_unreferenced "
+    sqlite3_stmt *st = store_stmt(s, "SELECT id FROM body_refs INDEXED BY body_refs_unreferenced "
                                      "WHERE refcount = 0 ORDER BY id LIMIT ?");
     if (st == NULL) {
         return store_fail_sqlite(s, "listing unreferenced bodies");
@@ -75,8 +76,9 @@ static int store_purge_ids(mv_store *s, uint32_t max, struct store_ids *ids)
 static int store_purge_left(mv_store *s, uint64_t *left)
 {
     sqlite3_stmt *st = store_stmt(
-        s, "SELECT (SELECT count(*) FROM (SELECT 1 FROM bodies INDEXED BY bodies_unreferenced "
-           "WHERE refcount = 0 LIMIT ?1)) + (SELECT count(*) FROM (SELECT 1 FROM meta WHERE key > "
+        s, "SELECT (SELECT count(*) FROM (SELECT 1 FROM body_refs INDEXED BY "
+           "body_refs_unreferenced WHERE refcount = 0 LIMIT ?1)) + (SELECT count(*) FROM (SELECT 1 "
+           "FROM meta WHERE key > "
            "'" STORE_PURGE_UNREF_KEY "' AND key < '" STORE_PURGE_UNREF_END "' LIMIT ?1))");
     if (st == NULL) {
         return store_fail_sqlite(s, "counting unreferenced bodies");
@@ -95,8 +97,9 @@ static int store_purge_left(mv_store *s, uint64_t *left)
 static int store_purge_any(mv_store *s, uint64_t *any)
 {
     sqlite3_stmt *st = store_stmt(
-        s, "SELECT EXISTS (SELECT 1 FROM bodies INDEXED BY bodies_unreferenced WHERE refcount = "
-           "0) OR EXISTS (SELECT 1 FROM meta WHERE key > '" STORE_PURGE_UNREF_KEY "' AND key < "
+        s, "SELECT EXISTS (SELECT 1 FROM body_refs INDEXED BY body_refs_unreferenced WHERE "
+           "refcount = 0) OR EXISTS (SELECT 1 FROM meta WHERE key > '" STORE_PURGE_UNREF_KEY
+           "' AND key < "
            "'" STORE_PURGE_UNREF_END "')");
     if (st == NULL) {
         return store_fail_sqlite(s, "looking for unreferenced bodies");
@@ -145,10 +148,10 @@ int store_purge_unref(mv_store *s, uint32_t max, uint64_t *applied)
          * reference that something else already took off (an older build's repair, a hand
          * edit) must not cost a message its body. */
         st = store_stmt(
-            s, "UPDATE bodies SET refcount = max(refcount - CAST((SELECT value FROM "
-               "meta WHERE key = printf('" STORE_PURGE_UNREF_KEY "%020d', bodies.id)) "
+            s, "UPDATE body_refs SET refcount = max(refcount - CAST((SELECT value FROM "
+               "meta WHERE key = printf('" STORE_PURGE_UNREF_KEY "%020d', body_refs.id)) "
                "AS INTEGER), (SELECT count(*) FROM messages m INDEXED BY "
-               "messages_body WHERE m.body_id = bodies.id)) WHERE id IN (SELECT "
+               "messages_body WHERE m.body_id = body_refs.id)) WHERE id IN (SELECT "
                "CAST(substr(key, 13) AS INTEGER) FROM meta WHERE key > '" STORE_PURGE_UNREF_KEY
                "' AND key < ?1)");
         if (st == NULL) {
