@@ -285,9 +285,11 @@ static const struct {
                  "FROM body_refs b WHERE b.refcount != "
                  "(SELECT count(*) FROM messages m WHERE m.body_id = b.id) + " STORE_PURGE_UNREF_OF(
                      "b.id")},
-    /* the count's own row (schema version 12); one of a missing body is a foreign key's */
+    /* the count's own row (schema version 12; no foreign key: store_schema.c) */
     {"refcount", "SELECT 'body ' || id || ' has no reference count' FROM bodies "
                  "WHERE id NOT IN (SELECT id FROM body_refs)"},
+    {"refcount", "SELECT 'reference count ' || id || ' belongs to no body' FROM body_refs "
+                 "WHERE id NOT IN (SELECT id FROM bodies)"},
     {"refcount", "SELECT 'attachment ' || a.id || ' has refcount ' || a.refcount || ' but ' || "
                  "(SELECT count(*) FROM body_parts p WHERE p.attachment_id = a.id) || "
                  "' body parts use it' FROM attachments a WHERE a.refcount != "

@@ -69,8 +69,12 @@ static const struct ops_repair_step ops_repair_steps[] = {
      " WHERE highestmodseq < (SELECT max(modseq) FROM messages m"
      " WHERE m.mailbox_id = mailboxes.id)",
      offsetof(struct mv_repair_report, modseq_fixed)},
-    /* A body no message uses goes to 0 too: that is how an expunge leaves it, for the
-     * purge (store_purge.c), so its bytes go the way every unused body's go. */
+    /* Every body has one count and every count a body (schema version 12: no foreign key
+     * holds them together, store_schema.c). A body no message uses goes to 0 too: that is
+     * how an expunge leaves it, for the purge (store_purge.c), so its bytes go the way
+     * every unused body's go. */
+    {"DELETE FROM body_refs WHERE id NOT IN (SELECT id FROM bodies)",
+     offsetof(struct mv_repair_report, refcounts_fixed)},
     {"INSERT INTO body_refs(id, refcount) SELECT id, (SELECT count(*) FROM messages m"
      " WHERE m.body_id = bodies.id) FROM bodies WHERE id NOT IN (SELECT id FROM body_refs)",
      offsetof(struct mv_repair_report, refcounts_fixed)},

@@ -565,8 +565,10 @@ static int store_body_insert(mv_store *s,
     rc = store_blob_step_done(s, st, "storing a message body");
     if (rc == MV_OK) {
         *id_out = sqlite3_last_insert_rowid(s->db);
-        rc = store_blob_exec_id(s, "INSERT INTO body_refs(id, refcount) VALUES (?, 1)", *id_out,
-                                "counting a body's references");
+        /* OR REPLACE: a count left without its body (damage; mv_store_check names it) is
+         * not this new body's */
+        rc = store_blob_exec_id(s, "INSERT OR REPLACE INTO body_refs(id, refcount) VALUES (?, 1)",
+                                *id_out, "counting a body's references");
     }
     if (rc == MV_OK) {
         rc = store_blob_insert_data(s, "INSERT INTO bodies_data(id, data) VALUES (?, ?)", *id_out,
@@ -776,12 +778,12 @@ int store_body_put(mv_store *s,
 
 int store_body_ref(mv_store *s, int64_t body_id)
 {
-    int rc = store_blob_exec_id(s, "UPDATE body_refs SET refcount = refcount + 1 WHERE id = ?",
-                                body_id, "referencing a message body");
-    if (rc == MV_OK && sqlite3_changes(s->db) != 1) {
-        rc = store_fail(s, MV_ECORRUPT, "body %lld is missing", (long long)body_id);
-    }
-    return rc;
+    /* An upsert: a body without its count's row (mv_store_check's "no reference count") is
+     * used again, not refused; one whose bodies row is gone fails its foreign key. */
+    return store_blob_exec_id(s,
+                              "INSERT INTO body_refs(id, refcount) VALUES (?, 1) "
+                              "ON CONFLICT (id) DO UPDATE SET refcount = refcount + 1",
+                              body_id, "referencing a message body");
 }
 
 /* Decrements a refcount with sql ("UPDATE x ... RETURNING refcount"); *left gets the count. */
@@ -1567,7 +1569,7 @@ static int store_bodies_exec(
 
 /* One batch: the parts (and a reference to each of their attachments), then the FTS rows in
  * one statement (FTS5 flushes its pending changes once per statement, not once per
- * message), then the bodies (cascading to bodies_data). */
+ * message), then the bodies (cascading to bodies_data) and their counts (body_refs). */
 static int store_bodies_drop_batch(mv_store *s, const int64_t *ids, size_t count)
 {
     struct store_ids attachments = {0};
@@ -1618,8 +1620,15 @@ static int store_bodies_drop_batch(mv_store *s, const int64_t *ids, size_t count
         rc = store_bodies_exec(s,
                                "DELETE FROM bodies WHERE id IN (SELECT r.id FROM body_refs r "
                                "WHERE r.id IN (SELECT value FROM json_each(?1)) AND "
-                               "r.refcount <= 0)", /* body_refs' row cascades */
+                               "r.refcount <= 0)",
                                json, NULL, "deleting message bodies");
+    }
+    /* their counts after them (no foreign key: store_schema.c, version 12) */
+    if (rc == MV_OK) {
+        rc = store_bodies_exec(s,
+                               "DELETE FROM body_refs WHERE id IN (SELECT value FROM "
+                               "json_each(?1)) AND id NOT IN (SELECT id FROM bodies)",
+                               json, NULL, "deleting reference counts");
     }
     free(json);
     store_ids_free(&attachments);

@@ -74,9 +74,9 @@
  *     to the WAL and checkpointed) to add one to each count: at 1,000,000 messages a third
  *     of a COPY's time. bodies.refcount stays as the migration left it and is never read or
  *     written again (dropping it rewrites the whole table; new rows get 0). The purge's
- *     queue index moves with it (body_refs_unreferenced). The migration copies one integer
- *     per body (9.8 s for 1,000,000 bodies of a 21 GB store, cold, on this project's test
- *     machine; docs/BENCHMARKS.md, "References apart from the bodies").
+ *     queue index moves with it (body_refs_unreferenced). The migration counts each body's
+ *     uses from messages_body and the purge's notes, without reading the bodies rows
+ *     (docs/BENCHMARKS.md, "References apart from the bodies").
  */
 #include "store/store.h"
 #include "store/store_blob.h"
@@ -86,6 +86,7 @@
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Version 1. Kept as one literal per statement so a failure names the statement. */
@@ -393,14 +394,30 @@ static const char *const store_schema_v11[] = {
     "ALTER TABLE bodies ADD COLUMN head BLOB",
 };
 
-/* Version 12: see the top of the file. body_refs.id is the body's: the purge's DELETE of a
- * bodies row takes its count along (foreign keys are on in every store handle). */
+/* Version 12: see the top of the file. The counts are made from what uses each body, not
+ * copied from bodies.refcount: reading that column walks every bodies row, the header
+ * copies' pages spread over the whole file (6-10 s for the 1,000,000-message store read
+ * cold), where the uses are messages_body's narrow entries (0.4 s), the references an
+ * EXPUNGE noted for the purge (meta) and the bodies already at 0 (the purge's partial
+ * index): what mv_store_check holds bodies.refcount to. A body nothing uses that is not at
+ * 0 (a count that check reported) gets no row: check names it, repair gives it its count.
+ * body_refs has no foreign key to bodies: with foreign keys on (every store handle) each
+ * row inserted looks its body up, and those lookups were the same walk of bodies again
+ * (10.3 s cold at 1,000,000); the purge deletes a body's count with it (store_blob.c), and
+ * mv_store_check names a count whose body is gone. */
 static const char *const store_schema_v12[] = {
     "CREATE TABLE body_refs("
-    " id INTEGER PRIMARY KEY REFERENCES bodies(id) ON DELETE CASCADE,"
+    " id INTEGER PRIMARY KEY," /* bodies.id */
     " refcount INTEGER NOT NULL CHECK (refcount >= 0)"
     ")",
-    "INSERT INTO body_refs(id, refcount) SELECT id, refcount FROM bodies",
+    "INSERT INTO body_refs(id, refcount) SELECT body_id, count(*) FROM messages "
+    "GROUP BY body_id",
+    "INSERT INTO body_refs(id, refcount) SELECT CAST(substr(key, 13) AS INTEGER), "
+    "CAST(value AS INTEGER) FROM meta WHERE key > '" STORE_PURGE_UNREF_KEY
+    "' AND key < '" STORE_PURGE_UNREF_END
+    "' AND CAST(substr(key, 13) AS INTEGER) IN (SELECT id FROM bodies) "
+    "ON CONFLICT (id) DO UPDATE SET refcount = refcount + excluded.refcount",
+    "INSERT OR IGNORE INTO body_refs(id, refcount) SELECT id, 0 FROM bodies WHERE refcount = 0",
     "DROP INDEX bodies_unreferenced",
     "CREATE INDEX body_refs_unreferenced ON body_refs(id) WHERE refcount = 0",
 };
@@ -418,18 +435,24 @@ const struct store_named_index store_named_indexes[] = {
 };
 const size_t store_named_index_count = sizeof store_named_indexes / sizeof store_named_indexes[0];
 
-/* One step of the ladder: its statements, the version they bring the store to, and what
- * else that version needs done in the same transaction (NULL for nothing). */
+/* One step of the ladder: its statements, the version they bring the store to, what else
+ * that version needs done in the same transaction (NULL for nothing), and the statistics it
+ * leaves to gather after the ladder (NULL for none; see store_schema_migrate). */
 struct store_schema_step {
     const char *const *statements;
     size_t statement_count;
     int version;
     int (*after)(mv_store *s);
+    const char *analyze;
 };
 
 #define STORE_SCHEMA_STEP(statements, version, after)                                              \
     {                                                                                              \
-        (statements), sizeof(statements) / sizeof((statements)[0]), (version), (after)             \
+        (statements), sizeof(statements) / sizeof((statements)[0]), (version), (after), NULL       \
+    }
+#define STORE_SCHEMA_STEP_ANALYZE(statements, version, after, analyze)                             \
+    {                                                                                              \
+        (statements), sizeof(statements) / sizeof((statements)[0]), (version), (after), (analyze)  \
     }
 
 /* Every version in order; a new version is one more row here (and its number in store.h).
@@ -443,12 +466,12 @@ static const struct store_schema_step store_schema_steps[] = {
     STORE_SCHEMA_STEP(store_schema_v4, 4, store_schema_reindex),
     STORE_SCHEMA_STEP(store_schema_v5, 5, NULL),
     STORE_SCHEMA_STEP(store_schema_v6, 6, NULL),
-    STORE_SCHEMA_STEP(store_schema_v7, 7, NULL),
+    STORE_SCHEMA_STEP_ANALYZE(store_schema_v7, 7, NULL, "ANALYZE"),
     STORE_SCHEMA_STEP(store_schema_v8, 8, NULL),
     STORE_SCHEMA_STEP(store_schema_v9, 9, store_fts_move_begin),
-    STORE_SCHEMA_STEP(store_schema_v10, 10, NULL),
+    STORE_SCHEMA_STEP_ANALYZE(store_schema_v10, 10, NULL, "ANALYZE messages"),
     STORE_SCHEMA_STEP(store_schema_v11, 11, NULL),
-    STORE_SCHEMA_STEP(store_schema_v12, 12, NULL),
+    STORE_SCHEMA_STEP_ANALYZE(store_schema_v12, 12, NULL, "ANALYZE body_refs"),
 };
 
 #define STORE_SCHEMA_STEP_COUNT (sizeof store_schema_steps / sizeof store_schema_steps[0])
@@ -503,19 +526,36 @@ int store_schema_migrate(mv_store *s)
                           STORE_SCHEMA_VERSION);
     }
     /* Every step above the store's version, in this transaction. */
+    const char *analyze[STORE_SCHEMA_STEP_COUNT];
+    size_t analyze_count = 0;
     for (size_t i = 0; rc == MV_OK && i < STORE_SCHEMA_STEP_COUNT; i++) {
         assert(store_schema_steps[i].version == (int)i + 1);
         if (version < store_schema_steps[i].version) {
             rc = store_schema_step_run(s, &store_schema_steps[i]);
+            if (store_schema_steps[i].analyze != NULL) {
+                analyze[analyze_count++] = store_schema_steps[i].analyze;
+            }
         }
     }
     /* A migration that rebuilt a table (version 7 rebuilds messages) dropped its rows of
      * sqlite_stat1, and PRAGMA optimize at open does not analyze a table that has none, so
      * until the store was next closed the planner chose plans without statistics: EXPUNGE's
      * per-body reference count walked every deleted message once per body (quadratic).
-     * analysis_limit (the open's profile) keeps this to a sample of each index. */
-    if (rc == MV_OK && version != 0 && version < STORE_SCHEMA_VERSION) {
+     * analysis_limit (the open's profile) keeps this to a sample of each index, but a table
+     * without an index is counted whole: an ANALYZE of everything after every migration
+     * took 45.7 s of a 1,000,000-message store's first open (bodies_data's leaves, most
+     * likely: every one read cold to count its rows). So only the tables a step made, rebuilt or
+     * indexed anew are analyzed (all of them when a whole ANALYZE is among them); a new store has
+     * nothing to analyze. */
+    int whole = 0;
+    for (size_t i = 0; i < analyze_count; i++) {
+        whole |= strcmp(analyze[i], "ANALYZE") == 0;
+    }
+    if (rc == MV_OK && version != 0 && whole) {
         rc = store_exec(s, "ANALYZE");
+    }
+    for (size_t i = 0; rc == MV_OK && version != 0 && !whole && i < analyze_count; i++) {
+        rc = store_exec(s, analyze[i]);
     }
     if (rc != MV_OK) {
         store_rollback(s);
