@@ -50,6 +50,18 @@ static void br_fill(const char *name, mv_store **s)
     }
 }
 
+/* Opens name@example.org's store again, as a server's login would (its migration runs). */
+static void br_reopen(const char *name, mv_store **s)
+{
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.root = tu_path("root");
+    o.kdf_iter = TU_KDF_ITER;
+    char address[128], err[256] = "";
+    snprintf(address, sizeof address, "%s@example.org", name);
+    CHECK_EQ_INT(mv_store_open(address, BR_PASSWORD, strlen(BR_PASSWORD), &o, s, err, sizeof err),
+                 MV_OK);
+}
+
 static void br_problem(void *arg, const char *what, const char *detail)
 {
     char *out = arg;
@@ -162,13 +174,7 @@ static void test_migration_from_11(void)
     CHECK_EQ_INT(tu_open(path, BR_PASSWORD, MV_CIPHER_AUTO, 0, &raw), MV_OK);
     CHECK_EQ_INT(tu_exec(raw, "ANALYZE messages; DELETE FROM sqlite_stat1"), SQLITE_OK);
     sqlite3_close(raw);
-    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
-    o.root = tu_path("root");
-    o.kdf_iter = TU_KDF_ITER;
-    char err[256] = "";
-    CHECK_EQ_INT(mv_store_open("migrate@example.org", BR_PASSWORD, strlen(BR_PASSWORD), &o, &s, err,
-                               sizeof err),
-                 MV_OK);
+    br_reopen("migrate", &s);
     if (s == NULL) {
         return;
     }
@@ -215,13 +221,7 @@ static void test_migration_unexplained_count(void)
                  SQLITE_OK);
     CHECK_EQ_INT(tu_int(db, "SELECT refcount FROM bodies WHERE id = 7"), 1);
     mv_store_close(&s);
-    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
-    o.root = tu_path("root");
-    o.kdf_iter = TU_KDF_ITER;
-    char err[256] = "";
-    CHECK_EQ_INT(mv_store_open("unexplained@example.org", BR_PASSWORD, strlen(BR_PASSWORD), &o, &s,
-                               err, sizeof err),
-                 MV_OK);
+    br_reopen("unexplained", &s);
     if (s == NULL) {
         return;
     }
