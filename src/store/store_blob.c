@@ -779,7 +779,7 @@ int store_body_put(mv_store *s,
 int store_body_ref(mv_store *s, int64_t body_id)
 {
     /* An upsert: a body without its count's row (mv_store_check's "no reference count") is
-     * used again, not refused; one whose bodies row is gone fails its foreign key. */
+     * used again, with a row, not refused (the caller found the body by its digest). */
     return store_blob_exec_id(s,
                               "INSERT INTO body_refs(id, refcount) VALUES (?, 1) "
                               "ON CONFLICT (id) DO UPDATE SET refcount = refcount + 1",

@@ -71,11 +71,11 @@
  *   - version 12: a body's reference count moves to body_refs, a narrow table of its own
  *     (id, refcount; ~400 rows a page): a bodies row holds the header copy (version 11), a
  *     few rows a page, so a COPY of n messages rewrote ~n pages of bodies (encrypted, written
- *     to the WAL and checkpointed) to add one to each count: at 1,000,000 messages a third
- *     of a COPY's time. bodies.refcount stays as the migration left it and is never read or
- *     written again (dropping it rewrites the whole table; new rows get 0). The purge's
- *     queue index moves with it (body_refs_unreferenced). The migration counts each body's
- *     uses from messages_body and the purge's notes, without reading the bodies rows
+ *     to the WAL and checkpointed) to add one to each count: at 1,000,000 messages over a
+ *     quarter of a COPY's time, and much of its commit's. bodies.refcount stays as the migration
+ * left it and is never read or written again (dropping it rewrites the whole table; new rows get
+ * 0). The purge's queue index moves with it (body_refs_unreferenced). The migration counts each
+ * body's uses from messages_body and the purge's notes, without reading the bodies rows
  *     (docs/BENCHMARKS.md, "References apart from the bodies").
  */
 #include "store/store.h"
@@ -544,9 +544,9 @@ int store_schema_migrate(mv_store *s)
      * analysis_limit (the open's profile) keeps this to a sample of each index, but a table
      * without an index is counted whole: an ANALYZE of everything after every migration
      * took 45.7 s of a 1,000,000-message store's first open (bodies_data's leaves, most
-     * likely: every one read cold to count its rows). So only the tables a step made, rebuilt or
-     * indexed anew are analyzed (all of them when a whole ANALYZE is among them); a new store has
-     * nothing to analyze. */
+     * likely: every one read cold to count its rows). So only the tables a step made,
+     * rebuilt or indexed anew are analyzed (all of them when a whole ANALYZE is among them);
+     * a new store has nothing to analyze. */
     int whole = 0;
     for (size_t i = 0; i < analyze_count; i++) {
         whole |= strcmp(analyze[i], "ANALYZE") == 0;
