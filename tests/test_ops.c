@@ -10,6 +10,7 @@
  * each must give a FAIL of its own check.
  */
 #include "harness.h"
+#include "ops/ops_inspect.h"
 #include "testutil.h"
 
 #include <fcntl.h>
@@ -829,8 +830,32 @@ static void test_explain_no_scan(void)
     mv_store_close(&s);
 }
 
+/* What a quick_check or integrity_check finding stands for: SQLite reports a page it could
+ * not get as a finding, so a failed allocation (a backup's check of its copy called it
+ * damage: test_faults' allocation loop) or a read error is not damage; a page that failed
+ * authentication (SQLITE_IOERR_DATA) and a real finding are. */
+static void test_check_finding_kinds(void)
+{
+    static const char *const page = "*** in database main ***\nPage 5: unable to get the page. ";
+    char line[160];
+    snprintf(line, sizeof line, "%serror code=%d", page, SQLITE_NOMEM);
+    CHECK_EQ_INT(ops_io_check_finding(line), MV_ENOMEM);
+    snprintf(line, sizeof line, "%serror code=%d", page, SQLITE_IOERR_NOMEM);
+    CHECK_EQ_INT(ops_io_check_finding(line), MV_ENOMEM);
+    snprintf(line, sizeof line, "%serror code=%d", page, SQLITE_IOERR_READ);
+    CHECK_EQ_INT(ops_io_check_finding(line), MV_EIO);
+    snprintf(line, sizeof line, "%serror code=%d", page, SQLITE_IOERR_DATA);
+    CHECK_EQ_INT(ops_io_check_finding(line), MV_ECORRUPT);
+    snprintf(line, sizeof line, "%serror code=%d", page, SQLITE_CORRUPT);
+    CHECK_EQ_INT(ops_io_check_finding(line), MV_ECORRUPT);
+    CHECK_EQ_INT(ops_io_check_finding("row 3 missing from index messages_date"), MV_ECORRUPT);
+    CHECK_EQ_INT(ops_io_check_finding("error code=99999999999"), MV_ECORRUPT);
+    CHECK_EQ_INT(ops_io_check_finding(NULL), MV_ECORRUPT);
+}
+
 int main(void)
 {
+    TEST(test_check_finding_kinds);
     TEST(test_inspect_matches_pragmas);
     TEST(test_file_inspect_and_scan);
     TEST(test_prometheus);

@@ -11,6 +11,14 @@
 
 #include <stdint.h>
 
+/* What a finding of PRAGMA quick_check or integrity_check stands for (ops_io.c; also used
+ * by the backup's check of its copy). SQLite reports a page it could not get as a finding,
+ * not an error ("Page 5: unable to get the page. error code=266"), so a read error or a
+ * failed allocation would pass for damage: MV_ENOMEM for SQLITE_NOMEM, MV_EIO for an I/O
+ * error but SQLITE_IOERR_DATA (a page that failed authentication is damage), else
+ * MV_ECORRUPT. */
+int ops_io_check_finding(const char *line);
+
 /* Meta-table keys where maintenance leaves its history (Unix seconds; 1/0). */
 #define OPS_META_MAINTAINED_AT   "ops:maintained_at"
 #define OPS_META_QUICK_CHECK_AT  "ops:quick_check_at"

@@ -10,12 +10,15 @@
  *   or restore with SIGKILL exactly after a given step; unset, it costs one getenv().
  */
 #include "ops/ops_backup.h"
+#include "ops/ops_inspect.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,4 +304,17 @@ void ops_io_kill_point(const char *op, int step)
     if (strcmp(at, want) == 0) {
         raise(SIGKILL);
     }
+}
+
+int ops_io_check_finding(const char *line)
+{
+    const char *ec = line != NULL ? strstr(line, "error code=") : NULL;
+    long code = ec != NULL ? strtol(ec + 11, NULL, 10) : 0;
+    if (code <= 0 || code > INT32_MAX) {
+        return MV_ECORRUPT;
+    }
+    if ((code & 0xff) == SQLITE_NOMEM || code == SQLITE_IOERR_NOMEM) {
+        return MV_ENOMEM;
+    }
+    return (code & 0xff) == SQLITE_IOERR && code != SQLITE_IOERR_DATA ? MV_EIO : MV_ECORRUPT;
 }

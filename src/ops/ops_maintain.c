@@ -237,6 +237,13 @@ static int ops_quick_check(mv_store *s,
                  mv_db_vfs_errmsg(s->db) != NULL ? mv_db_vfs_errmsg(s->db) : "");
     }
     sqlite3_finalize(st);
+    /* a page it could not read or a failed allocation is no finding about the store: not
+     * recorded, the error returned (ops_io_check_finding) */
+    int kind = ok ? MV_OK : ops_io_check_finding(first);
+    if (kind == MV_ENOMEM || kind == MV_EIO) {
+        out->quick_check = MV_QUICK_CHECK_NOT_DUE;
+        return store_fail(s, kind, "quick_check could not run: %s", first);
+    }
     out->quick_check = ok ? MV_QUICK_CHECK_OK : MV_QUICK_CHECK_FAILED;
     rc = ops_meta_set_int(s, OPS_META_QUICK_CHECK_AT, now);
     if (rc == MV_OK) {

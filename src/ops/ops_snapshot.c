@@ -33,6 +33,7 @@
  */
 #include "crypto/crypt.h"
 #include "ops/ops_backup.h"
+#include "ops/ops_inspect.h"
 #include "vfs/db_error.h"
 
 #include <errno.h>
@@ -319,16 +320,17 @@ static int ops_quick_check(sqlite3 *db, char *errmsg, size_t errmsg_size)
     if (rows == 1 && strcmp(first, "ok") == 0) {
         return MV_OK;
     }
-    /* SQLite reports a page it could not read as a finding ("Page 5: unable to get the page.
-     * error code=266"), after a "*** in database main ***" line. A read error is not damage
-     * in the data: name the I/O error (the VFS recorded the system's reason), one line. */
-    const char *ec = strstr(first, "error code=");
-    long sqlite_rc = ec != NULL ? strtol(ec + 11, NULL, 10) : 0;
-    if (sqlite_rc > 0 && sqlite_rc <= INT32_MAX && (sqlite_rc & 0xff) == SQLITE_IOERR &&
-        sqlite_rc != SQLITE_IOERR_DATA) {
+    /* A page SQLite could not get is a finding (ops_io_check_finding), after a "*** in
+     * database main ***" line: a read error or a failed allocation is not damage in the
+     * data. Name the I/O error (the VFS recorded the system's reason), one line. */
+    int kind = ops_io_check_finding(first);
+    if (kind == MV_ENOMEM) {
+        return ops_io_fail(errmsg, errmsg_size, MV_ENOMEM, "quick_check ran out of memory");
+    }
+    if (kind == MV_EIO) {
         const char *vfs = mv_db_vfs_errmsg(db);
         return ops_io_fail(errmsg, errmsg_size, MV_EIO, "cannot read the copy: %s",
-                           vfs != NULL ? vfs : sqlite3_errstr((int)sqlite_rc));
+                           vfs != NULL ? vfs : sqlite3_errstr(SQLITE_IOERR));
     }
     const char *text = first;
     static const char prefix[] = "*** in database main ***";
