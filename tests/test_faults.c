@@ -3,10 +3,13 @@
  * the encrypting one fails the Nth read / write / sync / open (once, or from then on), writes
  * half of a write, or tears the last write and fails everything after it (the disk went
  * away), for N = 1, 2, 3, ... until the operation succeeds. Operations: deliveries (open,
- * append, close, as the CLI does), flag changes, expunge, checkpoint, backup and passwd.
- * After each run, with the disk healthy again: the store opens (with the one password it
- * should have), mv_store_check() finds nothing, and every acknowledged change is there
- * (no acknowledged message lost, no acknowledged flag change or expunge undone).
+ * append, close, as the CLI does), flag changes, expunge, checkpoint, backup, passwd, COPY,
+ * mailbox delete, the purge and the open that upgrades a version 11 store (the last four
+ * change bodies' reference counts in bulk). After each run, with the disk healthy again: the
+ * store opens (with the one password it should have), mv_store_check() finds nothing (it
+ * also compares every body's reference count with the messages using it), and every
+ * acknowledged change is there (no acknowledged message lost, no acknowledged flag change,
+ * expunge, copy or delete undone, none that failed half done).
  *
  * A long-lived handle (the server's way) gets its own test: after an I/O error inside a
  * write transaction the handle must not carry state that no longer matches the file (issue
@@ -408,6 +411,180 @@ static int fx_op_passwd(struct fx *x, const struct fv_plan *p, int *bad)
     return rc;
 }
 
+/* Messages in mailbox name, -1 if it is not there (or the count fails). */
+static long fx_count(mv_store *s, const char *name)
+{
+    sqlite3_stmt *st = NULL;
+    long n = -1;
+    if (sqlite3_prepare_v2(mv_store_db(s),
+                           "SELECT (SELECT count(*) FROM messages WHERE mailbox_id = m.id) "
+                           "FROM mailboxes m WHERE m.name = ?1",
+                           -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            n = (long)sqlite3_column_int64(st, 0);
+        }
+    }
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* Messages in mailbox name on a handle opened for it, -2 if the store does not open. */
+static long fx_count_now(struct fx *x, const char *name)
+{
+    mv_store *s = NULL;
+    long n = fx_open(x, &s) == MV_OK ? fx_count(s, name) : -2;
+    mv_store_close(&s);
+    return n;
+}
+
+/* The mailbox exists (created unarmed if not). */
+static int fx_ensure_mailbox(mv_store *s, const char *name)
+{
+    int rc = mv_mailbox_create(s, name, NULL);
+    return rc == MV_EEXISTS ? MV_OK : rc;
+}
+
+/* COPY of all of INBOX into "Copies", which holds earlier copies of the same bodies: each
+ * body's reference count goes up by one in one grouped statement (schema version 12,
+ * body_refs). An acknowledged copy must be there whole; a failed one not at all, or whole
+ * (a commit whose sync failed is in the WAL, and the next open finds it); check (in
+ * fx_verify) compares every count with the messages that use the body. */
+static int fx_op_copy(struct fx *x, const struct fv_plan *p, int *bad)
+{
+    mv_store *s = NULL;
+    if (fx_open(x, &s) != MV_OK || fx_ensure_mailbox(s, "Copies") != MV_OK) {
+        mv_store_close(&s);
+        *bad = 1;
+        return MV_ERROR;
+    }
+    long inbox = fx_count(s, "INBOX"), before = fx_count(s, "Copies");
+    uint32_t copied = 0;
+    fx_arm(p);
+    int rc = mv_message_copy(s, "INBOX", "1:*", "Copies", &copied);
+    mv_store_close(&s);
+    (void)fx_disarm();
+    long after = fx_count_now(x, "Copies");
+    if (after != before + (rc == MV_OK ? inbox : 0) && (rc == MV_OK || after != before + inbox)) {
+        fprintf(stderr, "  copy (%s): Copies holds %ld messages, %ld before, INBOX %ld\n",
+                mv_strerror(rc), after, before, inbox);
+        *bad = 1;
+    }
+    return rc;
+}
+
+/* Deletes a mailbox that holds two copies of every INBOX message (each body's count goes
+ * down by two at once). An acknowledged delete leaves no mailbox; a failed one leaves it
+ * whole. */
+static int fx_op_delete_mailbox(struct fx *x, const struct fv_plan *p, int *bad)
+{
+    mv_store *s = NULL;
+    uint32_t n = 0;
+    int rc = fx_open(x, &s);
+    if (rc == MV_OK) {
+        rc = fx_ensure_mailbox(s, "Doomed");
+    }
+    for (int k = 0; rc == MV_OK && k < 2; k++) {
+        rc = mv_message_copy(s, "INBOX", "1:*", "Doomed", &n);
+    }
+    long before = rc == MV_OK ? fx_count(s, "Doomed") : -1;
+    if (rc != MV_OK || before < 0) {
+        mv_store_close(&s);
+        *bad = 1;
+        return MV_ERROR;
+    }
+    fx_arm(p);
+    rc = mv_mailbox_delete(s, "Doomed");
+    mv_store_close(&s);
+    (void)fx_disarm();
+    long after = fx_count_now(x, "Doomed");
+    if (rc == MV_OK ? after != -1 : after != -1 && after != before) {
+        fprintf(stderr, "  delete mailbox (%s): it holds %ld messages, %ld before\n",
+                mv_strerror(rc), after, before);
+        *bad = 1;
+    }
+    return rc;
+}
+
+/* The purge of the bodies an expunge left (their rows, attachments, full-text rows and
+ * reference counts). Acknowledged: nothing is left waiting. */
+static int fx_op_purge(struct fx *x, const struct fv_plan *p, int *bad)
+{
+    if (fx_add_messages(x, 2) != MV_OK) {
+        *bad = 1;
+        return MV_ERROR;
+    }
+    mv_store *s = NULL;
+    if (fx_open(x, &s) != MV_OK) {
+        *bad = 1;
+        return MV_ERROR;
+    }
+    char set[32];
+    snprintf(set, sizeof set, "%u,%u", fx_uid(s, x->next - 2), fx_uid(s, x->next - 1));
+    int rc = mv_flags_set(s, "INBOX", set, MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL);
+    if (rc == MV_OK) {
+        rc = mv_mailbox_expunge(s, "INBOX", set, NULL);
+    }
+    if (rc != MV_OK) {
+        mv_store_close(&s);
+        *bad = 1;
+        return MV_ERROR;
+    }
+    x->expunged[x->next - 2] = x->expunged[x->next - 1] = 1;
+    uint64_t left = 0;
+    fx_arm(p);
+    rc = mv_store_purge(s, 0, &left);
+    (void)fx_disarm();
+    if (rc == MV_OK && left != 0) {
+        fprintf(stderr, "  an acknowledged purge left %llu bodies\n", (unsigned long long)left);
+        *bad = 1;
+    }
+    mv_store_close(&s);
+    return rc;
+}
+
+/* The store's schema version, -1 if it cannot be read. */
+static int fx_user_version(mv_store *s)
+{
+    sqlite3_stmt *st = NULL;
+    int v = -1;
+    if (sqlite3_prepare_v2(mv_store_db(s), "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+        v = sqlite3_column_int(st, 0);
+    }
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* The upgrade from schema version 11 at open (body_refs made from the messages that use
+ * each body). The store is turned back into version 11's shape unarmed, then opened armed:
+ * an open that succeeds has migrated; one that fails leaves a store that the next open
+ * (fx_verify's) migrates, with every count right. */
+static int fx_op_migrate(struct fx *x, const struct fv_plan *p, int *bad)
+{
+    mv_store *s = NULL;
+    int rc = fx_open(x, &s);
+    if (rc == MV_OK && fx_user_version(s) == 12) {
+        rc = tu_exec(mv_store_db(s), TU_DOWNGRADE_TO_V11 "PRAGMA user_version = 11") == SQLITE_OK
+                 ? MV_OK
+                 : MV_ERROR;
+    }
+    mv_store_close(&s);
+    if (rc != MV_OK) {
+        *bad = 1;
+        return MV_ERROR;
+    }
+    fx_arm(p);
+    rc = fx_open(x, &s);
+    (void)fx_disarm();
+    if (rc == MV_OK && fx_user_version(s) != 12) {
+        fprintf(stderr, "  an open that succeeded left schema version %d\n", fx_user_version(s));
+        *bad = 1;
+    }
+    mv_store_close(&s);
+    return rc;
+}
+
 static int fx_op_deliver_armed(struct fx *x, const struct fv_plan *p, int *bad)
 {
     (void)bad;
@@ -486,8 +663,16 @@ static const struct {
     const char *name;
     fx_op_fn op;
 } fx_ops[] = {
-    {"deliver", fx_op_deliver_armed}, {"flags", fx_op_flags},   {"expunge", fx_op_expunge},
-    {"checkpoint", fx_op_checkpoint}, {"backup", fx_op_backup}, {"passwd", fx_op_passwd},
+    {"deliver", fx_op_deliver_armed},
+    {"flags", fx_op_flags},
+    {"expunge", fx_op_expunge},
+    {"checkpoint", fx_op_checkpoint},
+    {"backup", fx_op_backup},
+    {"passwd", fx_op_passwd},
+    {"copy", fx_op_copy},
+    {"delete-box", fx_op_delete_mailbox},
+    {"purge", fx_op_purge},
+    {"migrate", fx_op_migrate},
 };
 
 static const struct {
