@@ -1575,6 +1575,9 @@ struct mv_maintain_report {
  * or list iterator of the handle may be open (VACUUM resets the handle's statements).
  * $MAILVAULT_TEST_FREE_BYTES, if set, replaces the free disk the statvfs probe reports (a
  * test hook). *out is filled as far as the work got.
+ * A quick_check that a failed read or allocation stopped, or whose findings came with a
+ * failed read (SQLite reports a page it cannot get as a finding), records nothing and
+ * returns MV_EIO or MV_ENOMEM.
  * Returns MV_OK; MV_ENOSPC (VACUUM needed but refused: the rest was done); MV_ECORRUPT
  * (quick_check found problems, or the full-text move of a migration cannot go on:
  * out->fts_move_failed, the rest was done, mv_store_repair() ends the move); MV_EINVAL (read-only
@@ -1606,7 +1609,9 @@ struct mv_check_report {
  * (INDEXED BY) is there: without it they fail); and FTS5's own
  * integrity-check (writable handles only: it takes the write lock). Each problem goes to problem
  * (may be NULL). Returns MV_OK (no problem), MV_ECORRUPT (problems found; see out->problems),
- * MV_EINVAL, MV_EBUSY, MV_EIO, MV_ENOMEM. */
+ * MV_EINVAL, MV_EBUSY, MV_ENOMEM, MV_EIO (also when problems were found and the disk failed
+ * a read meanwhile: a page SQLite cannot get is reported as a problem with no cause, so such
+ * findings may be the disk's, not damage in the data). */
 MV_API MV_MUST_CHECK int mv_store_check(mv_store *store,
                                         mv_problem_fn problem,
                                         void *problem_arg,

@@ -585,6 +585,85 @@ static int fx_op_migrate(struct fx *x, const struct fv_plan *p, int *bad)
     return rc;
 }
 
+/* The result of the last quick_check maintenance recorded (1 ok, 0 failed), -1 if none. */
+static int fx_quick_check_recorded(struct fx *x)
+{
+    mv_store *s = NULL;
+    sqlite3_stmt *st = NULL;
+    int v = -1;
+    if (fx_open(x, &s) == MV_OK &&
+        sqlite3_prepare_v2(mv_store_db(s),
+                           "SELECT value FROM meta WHERE key = 'ops:quick_check_ok'", -1, &st,
+                           NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+        v = sqlite3_column_int(st, 0);
+    }
+    sqlite3_finalize(st);
+    mv_store_close(&s);
+    return v;
+}
+
+/* Maintenance with flags, on a handle opened just before the fault (mailvaultd's way), so
+ * quick_check reads the pages through the disk. The store is never damaged by the fault
+ * (fx_verify checks it): the run may fail but must not call the store damaged, nor record a
+ * failed quick_check that every later look at the store (stats, metrics) would report. */
+static int fx_maintain(struct fx *x, const struct fv_plan *p, unsigned flags, int *bad)
+{
+    mv_store *s = NULL;
+    if (fx_open(x, &s) != MV_OK) {
+        *bad = 1;
+        return MV_ERROR;
+    }
+    struct mv_maintain_options o = MV_MAINTAIN_OPTIONS_INIT;
+    o.flags = flags;
+    struct mv_maintain_report r;
+    fx_arm(p);
+    int rc = mv_store_maintain(s, &o, &r);
+    (void)fx_disarm();
+    if (rc == MV_ECORRUPT) {
+        fprintf(stderr, "  maintain under a fault calls a sound store damaged: %s\n",
+                mv_store_errmsg(s));
+        *bad = 1;
+    }
+    mv_store_close(&s);
+    if (fx_quick_check_recorded(x) == 0) {
+        fprintf(stderr, "  maintain (%s) recorded a failed quick_check\n", mv_strerror(rc));
+        *bad = 1;
+    }
+    return rc;
+}
+
+static int fx_op_quick_check(struct fx *x, const struct fv_plan *p, int *bad)
+{
+    return fx_maintain(x, p, MV_MAINTAIN_QUICK_CHECK | MV_MAINTAIN_NO_VACUUM, bad);
+}
+
+static int fx_op_vacuum(struct fx *x, const struct fv_plan *p, int *bad)
+{
+    return fx_maintain(x, p, MV_MAINTAIN_FORCE_VACUUM, bad);
+}
+
+/* mv_store_check on a sound store: under a fault it may fail, but not say "damaged". */
+static int fx_op_check(struct fx *x, const struct fv_plan *p, int *bad)
+{
+    mv_store *s = NULL;
+    if (fx_open(x, &s) != MV_OK) {
+        *bad = 1;
+        return MV_ERROR;
+    }
+    struct mv_check_report r;
+    fx_arm(p);
+    int rc = mv_store_check(s, fx_problem, NULL, &r);
+    (void)fx_disarm();
+    if (rc == MV_ECORRUPT) {
+        fprintf(stderr, "  check under a fault calls a sound store damaged: %s\n",
+                mv_store_errmsg(s));
+        *bad = 1;
+    }
+    mv_store_close(&s);
+    return rc;
+}
+
 static int fx_op_deliver_armed(struct fx *x, const struct fv_plan *p, int *bad)
 {
     (void)bad;
@@ -673,6 +752,9 @@ static const struct {
     {"delete-box", fx_op_delete_mailbox},
     {"purge", fx_op_purge},
     {"migrate", fx_op_migrate},
+    {"quickcheck", fx_op_quick_check},
+    {"vacuum", fx_op_vacuum},
+    {"check", fx_op_check},
 };
 
 static const struct {
@@ -683,6 +765,87 @@ static const struct {
     {FV_WRITE, FV_TORN, 0},  /* the disk goes away in the middle of a write */
     {FV_SYNC, FV_FAIL, 1},   /* fsync fails and keeps failing */
 };
+
+/* The operations that read the whole store, with every read from the Nth on failing, for
+ * every N (the loops above step over most of their reads): SQLite's checks report a page
+ * they cannot get as a finding with no cause ("failed to get page 45", "Failed to read
+ * ptrmap key=15"), and the store is sound, so each may fail with an I/O error but never
+ * call the store damaged; maintenance records no failed quick_check (it did: a474fe2 only
+ * knew findings that carry an error code) and a backup does not call its copy damaged. */
+static void test_read_errors_are_not_damage(void)
+{
+    static const struct {
+        const char *name;
+        fx_op_fn op;
+    } ops[] = {
+        {"quickcheck", fx_op_quick_check},
+        {"check", fx_op_check},
+        {"backup", fx_op_backup},
+    };
+    static struct fx x;
+    fx_init(&x, "reads@example.org", "reads");
+    CHECK_EQ_INT(fx_add_messages(&x, 40), MV_OK);
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        unsigned long n = 1, failed = 0;
+        char what[96];
+        for (; n <= 4000; n++) {
+            struct fv_plan p = {FV_READ, n, FV_FAIL, 1};
+            int bad = 0;
+            int rc = ops[o].op(&x, &p, &bad);
+            int fired = fv_calls(FV_READ) >= n;
+            snprintf(what, sizeof what, "%s, reads failing from #%lu: %s", ops[o].name, n,
+                     mv_strerror(rc));
+            if (rc == MV_ECORRUPT) {
+                fprintf(stderr, "  %s\n", what);
+            }
+            CHECK(!bad);
+            CHECK(rc != MV_ECORRUPT);
+            CHECK(fx_verify(&x, what));
+            failed += rc != MV_OK;
+            if (!fired || bad || rc == MV_ECORRUPT) {
+                break;
+            }
+        }
+        printf("  %-10s reads failing from the Nth on: %lu failed, succeeded at N=%lu\n",
+               ops[o].name, failed, n);
+        CHECK(n > 1 && n <= 4000);
+    }
+}
+
+/* A store's open with its Nth allocation failing, for every N (the loops below step over
+ * most of them): MV_ENOMEM or a store that works, never another error. The profile's read
+ * back (a number whose text could not be allocated looked like a setting that did not take)
+ * and the trigram tokenizer's set-up (a failed allocation looked like a missing tokenizer)
+ * said MV_ERROR. */
+static void test_open_allocation_failures(void)
+{
+    static struct fx x;
+    fx_init(&x, "open@example.org", "open");
+    CHECK_EQ_INT(fx_add_messages(&x, 3), MV_OK);
+    unsigned long n = 1, failed = 0;
+    int wrong = 0;
+    for (; n <= 20000 && !wrong; n++) {
+        mv_store *s = NULL;
+        fx_arm(&(struct fv_plan){FX_ALLOC, n, FV_FAIL, 0});
+        int rc = fx_open(&x, &s);
+        int fired = fx_calls(FX_ALLOC) >= n;
+        (void)fx_disarm();
+        mv_store_close(&s);
+        if (rc != MV_OK && rc != MV_ENOMEM) {
+            fprintf(stderr, "  open, fail allocation #%lu: %s: %s\n", n, mv_strerror(rc),
+                    fx_open_err);
+            wrong = 1;
+        }
+        failed += rc != MV_OK;
+        if (!fired) {
+            break;
+        }
+    }
+    printf("  open with allocation N failing: %lu failed, succeeded at N=%lu\n", failed, n);
+    CHECK(!wrong);
+    CHECK(n > 1 && n <= 20000);
+    CHECK(fx_verify(&x, "after the opens"));
+}
 
 /* The allocation-failure loop: the same operations and assertions, with the Nth allocation
  * (SQLite's or the library's own) failing, N = 1, 2, 3, ... until the operation succeeds.
@@ -930,6 +1093,8 @@ int main(void)
     TEST(test_torn_page1_read_from_wal);
     TEST(test_long_lived_handle);
     TEST(test_fault_loops);
+    TEST(test_read_errors_are_not_damage);
+    TEST(test_open_allocation_failures);
     TEST(test_allocation_failure_loops);
     return th_summary();
 }

@@ -26,6 +26,7 @@
 #include "crypto/crypt.h"
 #include "ops/ops_inspect.h"
 #include "store/store_blob.h"
+#include "vfs/db_error.h"
 #include "vfs/sqlite_format.h"
 
 #include <fcntl.h>
@@ -42,6 +43,11 @@ struct ops_check {
     mv_problem_fn fn;
     void *arg;
     struct mv_check_report *out;
+    /* The first part of the check that memory, the device or a lock stopped (MV_ENOMEM,
+     * MV_EIO, MV_EBUSY; MV_OK: none) and why: not a problem of the store, so not counted
+     * as one; the check then returns that error (ops_check_stop). */
+    int stopped;
+    char stopped_why[256];
 };
 
 __attribute__((format(printf, 3, 4))) static void
@@ -55,6 +61,23 @@ ops_problem(struct ops_check *c, const char *what, const char *fmt, ...)
     c->out->problems++;
     if (c->fn != NULL && c->out->problems <= OPS_PROBLEMS_REPORTED_MAX) {
         c->fn(c->arg, what, detail);
+    }
+}
+
+/* A part of the check that could not run or finish, with code (MV_*): damage (MV_ECORRUPT:
+ * a damaged page stops integrity_check) is a problem like any finding; out of memory, a
+ * failed read or open (a temporary file for a sort too), a full disk or a lock is not, and
+ * stops the check with that error. */
+static void ops_check_stop(struct ops_check *c, int code, const char *what, const char *detail)
+{
+    if (code != MV_ENOMEM && code != MV_EIO && code != MV_EBUSY && code != MV_ENOSPC &&
+        code != MV_ENOTFOUND) {
+        ops_problem(c, what, "%s", detail);
+        return;
+    }
+    if (c->stopped == MV_OK) {
+        c->stopped = code;
+        snprintf(c->stopped_why, sizeof c->stopped_why, "%s: %s", what, detail);
     }
 }
 
@@ -253,19 +276,23 @@ static void ops_check_rows(struct ops_check *c, const char *what, const char *sq
 {
     sqlite3_stmt *st = NULL;
     store_enter(c->s);
+    char detail[512];
     if (sqlite3_prepare_v2(c->s->db, sql, -1, &st, NULL) != SQLITE_OK) {
-        ops_problem(c, what, "cannot run the check: %s", ops_vfs_detail(c->s));
+        snprintf(detail, sizeof detail, "cannot run the check: %s", ops_vfs_detail(c->s));
+        ops_check_stop(c, mv_error_from_sqlite(sqlite3_extended_errcode(c->s->db)), what, detail);
         return;
     }
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *text = (const char *)sqlite3_column_text(st, 0);
         if (text != NULL && !(skip_ok && strcmp(text, "ok") == 0)) {
-            ops_problem(c, what, "%s", text);
+            /* integrity_check's "unable to get the page. error code=7": memory, not data */
+            ops_check_stop(c, ops_io_check_finding(text), what, text);
         }
     }
     if (rc != SQLITE_DONE) {
-        ops_problem(c, what, "the check stopped: %s", ops_vfs_detail(c->s));
+        snprintf(detail, sizeof detail, "the check stopped: %s", ops_vfs_detail(c->s));
+        ops_check_stop(c, mv_error_from_sqlite(sqlite3_extended_errcode(c->s->db)), what, detail);
     }
     sqlite3_finalize(st);
 }
@@ -341,9 +368,11 @@ static void ops_check_bodies(struct ops_check *c)
 {
     sqlite3_stmt *st = NULL;
     store_enter(c->s);
+    char detail[512];
     if (sqlite3_prepare_v2(c->s->db, "SELECT id FROM bodies ORDER BY id", -1, &st, NULL) !=
         SQLITE_OK) {
-        ops_problem(c, "body", "cannot run the check: %s", ops_vfs_detail(c->s));
+        snprintf(detail, sizeof detail, "cannot run the check: %s", ops_vfs_detail(c->s));
+        ops_check_stop(c, mv_error_from_sqlite(sqlite3_extended_errcode(c->s->db)), "body", detail);
         return;
     }
     int step;
@@ -353,14 +382,14 @@ static void ops_check_bodies(struct ops_check *c)
         size_t len = 0;
         int rc = store_body_get(c->s, id, &raw, &len);
         crypt_free_wiped(raw);
-        if (rc == MV_ENOMEM) {
-            ops_problem(c, "body", "body %lld: out of memory reading it", (long long)id);
-        } else if (rc != MV_OK) {
-            ops_problem(c, "body", "%s", c->s->errmsg);
+        if (rc != MV_OK) {
+            snprintf(detail, sizeof detail, "body %lld: %.400s", (long long)id, c->s->errmsg);
+            ops_check_stop(c, rc, "body", detail);
         }
     }
     if (step != SQLITE_DONE) {
-        ops_problem(c, "body", "the check stopped: %s", ops_vfs_detail(c->s));
+        snprintf(detail, sizeof detail, "the check stopped: %s", ops_vfs_detail(c->s));
+        ops_check_stop(c, mv_error_from_sqlite(sqlite3_extended_errcode(c->s->db)), "body", detail);
     }
     sqlite3_finalize(st);
 }
@@ -370,8 +399,12 @@ static void ops_check_bodies(struct ops_check *c)
 static void ops_check_fts_moving(struct ops_check *c)
 {
     int old = 0;
-    if (store_fts_old_exists(c->s, &old) != MV_OK) {
-        ops_problem(c, "fts", "cannot look for the old full-text index: %s", c->s->errmsg);
+    int rc = store_fts_old_exists(c->s, &old);
+    if (rc != MV_OK) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "cannot look for the old full-text index: %.400s",
+                 c->s->errmsg);
+        ops_check_stop(c, rc, "fts", detail);
         return;
     }
     /* a body of the full-text backlog has its row built later (store_fts_backlog.c); one
@@ -422,8 +455,11 @@ static void ops_check_named_indexes(struct ops_check *c)
 
 static void ops_check_invariants(struct ops_check *c)
 {
-    if (store_exec(c->s, "BEGIN") != MV_OK) {
-        ops_problem(c, "invariants", "cannot begin a read: %s", c->s->errmsg);
+    int rc = store_exec(c->s, "BEGIN");
+    if (rc != MV_OK) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "cannot begin a read: %.400s", c->s->errmsg);
+        ops_check_stop(c, rc, "invariants", detail);
         return;
     }
     ops_check_named_indexes(c);
@@ -443,8 +479,13 @@ static void ops_check_fts_index(struct ops_check *c)
     store_enter(c->s);
     if (sqlite3_exec(c->s->db, "INSERT INTO fts(fts) VALUES('integrity-check')", NULL, NULL,
                      NULL) != SQLITE_OK) {
-        ops_problem(c, "fts", "the full-text index does not match its content: %s",
-                    sqlite3_errmsg(c->s->db));
+        char detail[512];
+        int code = mv_error_from_sqlite(sqlite3_extended_errcode(c->s->db));
+        snprintf(detail, sizeof detail, "%s: %s",
+                 code == MV_ECORRUPT ? "the full-text index does not match its content"
+                                     : "cannot check the full-text index",
+                 sqlite3_errmsg(c->s->db));
+        ops_check_stop(c, code, "fts", detail);
     }
 }
 
@@ -457,8 +498,9 @@ int mv_store_check(mv_store *s,
         return s != NULL ? store_fail(s, MV_EINVAL, "mv_store_check: no report") : MV_EINVAL;
     }
     memset(out, 0, sizeof *out);
-    struct ops_check c = {s, problem, problem_arg, out};
+    struct ops_check c = {s, problem, problem_arg, out, MV_OK, ""};
     int rc = store_ready(s); /* not through a connection an I/O error left behind */
+    uint64_t read_errors = rc == MV_OK ? mv_db_read_errors(s->db) : 0;
     if (rc == MV_OK) {
         rc = ops_check_pages(&c);
     }
@@ -468,6 +510,20 @@ int mv_store_check(mv_store *s,
     ops_check_rows(&c, "integrity", "PRAGMA integrity_check(1000)", 1);
     ops_check_invariants(&c);
     ops_check_fts_index(&c);
+    if (c.stopped != MV_OK) {
+        return store_fail(s, c.stopped, "the check could not finish (%s)%s", c.stopped_why,
+                          out->problems > 0 ? "; it found problems before" : "");
+    }
+    if (out->problems > 0 && mv_db_read_errors(s->db) != read_errors) {
+        /* a page SQLite could not get is a finding with no cause ("failed to get page 45"):
+         * with the device failing reads, the problems are not evidence of damage */
+        const char *vfs = mv_db_vfs_errmsg(s->db);
+        return store_fail(s, MV_EIO,
+                          "%u problem%s found while the disk failed reads (%s): they may be the "
+                          "disk's, not damage in the data",
+                          out->problems, out->problems == 1 ? "" : "s",
+                          vfs != NULL ? vfs : "a read of the store failed");
+    }
     if (out->problems > 0) {
         return store_fail(s, MV_ECORRUPT, "%u problem%s found", out->problems,
                           out->problems == 1 ? "" : "s");

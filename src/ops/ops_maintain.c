@@ -35,6 +35,7 @@
  *   them, which is what min_interval_s reads.
  */
 #include "ops/ops_inspect.h"
+#include "vfs/db_error.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -199,7 +200,10 @@ static int ops_vacuum(mv_store *s,
     return rc;
 }
 
-/* PRAGMA quick_check if due; records time and result. */
+/* PRAGMA quick_check if due; records time and result. Only a finding about the data is
+ * recorded as a failed check: a run the device or memory stopped returns that error and
+ * records nothing (every later look at the store, stats and the server's metrics, would
+ * report the recorded failure until the next check). */
 static int ops_quick_check(mv_store *s,
                            const struct mv_maintain_options *o,
                            struct ops_progress *p,
@@ -220,6 +224,7 @@ static int ops_quick_check(mv_store *s,
     }
     p->stage = "quick_check";
     p->ticks = 0;
+    uint64_t read_errors = mv_db_read_errors(s->db);
     sqlite3_progress_handler(s->db, OPS_PROGRESS_OPS, ops_progress_tick, p);
     char first[256] = "";
     int rc, ok = 1;
@@ -231,16 +236,22 @@ static int ops_quick_check(mv_store *s,
         }
     }
     sqlite3_progress_handler(s->db, 0, NULL, NULL);
+    /* what stopped the run or made its findings: the data (MV_ECORRUPT, recorded), or the
+     * device, memory, a lock (returned, not recorded) */
+    int kind = MV_OK;
     if (rc != SQLITE_DONE) {
         ok = 0;
-        snprintf(first, sizeof first, "%s (%s)", sqlite3_errmsg(s->db),
-                 mv_db_vfs_errmsg(s->db) != NULL ? mv_db_vfs_errmsg(s->db) : "");
+        kind = mv_db_error_cause(s->db, sqlite3_extended_errcode(s->db), first, sizeof first);
+    } else if (!ok) {
+        kind = ops_io_check_finding(first);
     }
     sqlite3_finalize(st);
-    /* a page it could not read or a failed allocation is no finding about the store: not
-     * recorded, the error returned (ops_io_check_finding) */
-    int kind = ok ? MV_OK : ops_io_check_finding(first);
-    if (kind == MV_ENOMEM || kind == MV_EIO) {
+    if (!ok && kind != MV_ENOMEM && mv_db_read_errors(s->db) != read_errors) {
+        const char *vfs = mv_db_vfs_errmsg(s->db);
+        kind = MV_EIO;
+        snprintf(first, sizeof first, "%s", vfs != NULL ? vfs : "a read of the store failed");
+    }
+    if (kind != MV_OK && kind != MV_ECORRUPT) {
         out->quick_check = MV_QUICK_CHECK_NOT_DUE;
         return store_fail(s, kind, "quick_check could not run: %s", first);
     }

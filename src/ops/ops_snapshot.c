@@ -300,6 +300,7 @@ int ops_state_same_mail(const struct ops_state *a, const struct ops_state *b)
 static int ops_quick_check(sqlite3 *db, char *errmsg, size_t errmsg_size)
 {
     sqlite3_stmt *st = NULL;
+    uint64_t read_errors = mv_db_read_errors(db);
     int rc = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL);
     char first[200] = "";
     int rows = 0;
@@ -324,6 +325,9 @@ static int ops_quick_check(sqlite3 *db, char *errmsg, size_t errmsg_size)
      * database main ***" line: a read error or a failed allocation is not damage in the
      * data. Name the I/O error (the VFS recorded the system's reason), one line. */
     int kind = ops_io_check_finding(first);
+    if (kind != MV_ENOMEM && mv_db_read_errors(db) != read_errors) {
+        kind = MV_EIO; /* "failed to get page N" and the like: the device, not the data */
+    }
     if (kind == MV_ENOMEM) {
         return ops_io_fail(errmsg, errmsg_size, MV_ENOMEM, "quick_check ran out of memory");
     }

@@ -86,6 +86,7 @@ struct mv_store {
     /* The detail in errmsg came from SQLite or the file system (SQL text, paths, library
      * wording): mv_store_errmsg_internal() tells servers to log it, not to show it. */
     int errmsg_internal;
+    int stmt_failure; /* the MV_* code of the last store_stmt() that returned NULL */
     struct store_stmt_slot stmts[STORE_STMT_CACHE];
     struct store_strings strings;
     /* zstd contexts, made on first use and kept for the handle's life: a fresh context per
@@ -273,7 +274,8 @@ int store_fail(mv_store *s, int code, const char *fmt, ...) __attribute__((forma
  * VFS's) message. */
 int store_fail_sqlite(mv_store *s, const char *what);
 /* A cached prepared statement for the SQL literal sql, reset and unbound; NULL on error
- * (message set). Never finalize it. */
+ * (message set, and its MV_* code in s->stmt_failure: a caller returns that, as SQLite's
+ * error code may have been reset meanwhile). Never finalize it. */
 sqlite3_stmt *store_stmt(mv_store *s, const char *sql);
 void store_stmts_finalize(mv_store *s);
 /* BEGIN IMMEDIATE / COMMIT / ROLLBACK. */

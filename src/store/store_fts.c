@@ -392,32 +392,45 @@ static void store_fts_fn_free(void *p)
     }
 }
 
-/* The connection's fts5_api (the documented way: SELECT fts5(?1) with a pointer). */
-static fts5_api *store_fts_api(sqlite3 *db)
+/* The connection's fts5_api (the documented way: SELECT fts5(?1) with a pointer) into *api
+ * (NULL if SQLite has no FTS5); an SQLite code (SQLITE_NOMEM: the statement could not be
+ * made or run for want of memory). */
+static int store_fts_api(sqlite3 *db, fts5_api **api)
 {
-    fts5_api *api = NULL;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "SELECT fts5(?1)", -1, &st, NULL) != SQLITE_OK) {
-        return NULL;
+    *api = NULL;
+    int rc = sqlite3_prepare_v2(db, "SELECT fts5(?1)", -1, &st, NULL);
+    if (rc != SQLITE_OK) {
+        return rc;
     }
-    sqlite3_bind_pointer(st, 1, (void *)&api, "fts5_api_ptr", NULL);
-    (void)sqlite3_step(st);
+    sqlite3_bind_pointer(st, 1, (void *)api, "fts5_api_ptr", NULL);
+    rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return api;
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 int store_fts_functions(mv_store *s)
 {
-    fts5_api *api = store_fts_api(s->db);
+    fts5_api *api = NULL;
+    int src = store_fts_api(s->db, &api);
     struct store_fts_fn *fn = calloc(1, sizeof *fn);
     void *tok_data = NULL;
     if (fn == NULL) {
         return store_fail(s, MV_ENOMEM, "out of memory registering the full-text functions");
     }
-    if (api == NULL || api->xFindTokenizer(api, "trigram", &tok_data, &fn->api) != SQLITE_OK ||
-        fn->api.xCreate(tok_data, NULL, 0, &fn->tok) != SQLITE_OK) {
+    if (src == SQLITE_OK) {
+        src = api == NULL ? SQLITE_ERROR : api->xFindTokenizer(api, "trigram", &tok_data, &fn->api);
+    }
+    if (src == SQLITE_OK) {
+        src = fn->api.xCreate(tok_data, NULL, 0, &fn->tok);
+    }
+    if (src != SQLITE_OK) {
         store_fts_fn_free(fn);
-        return store_fail(s, MV_ERROR, "SQLite's FTS5 has no trigram tokenizer");
+        /* a failed allocation is not a missing tokenizer (the allocation-failure loop: an
+         * open said "no trigram tokenizer", MV_ERROR) */
+        return (src & 0xff) == SQLITE_NOMEM
+                   ? store_fail(s, MV_ENOMEM, "out of memory setting up the trigram tokenizer")
+                   : store_fail(s, MV_ERROR, "SQLite's FTS5 has no trigram tokenizer");
     }
     int flags = SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_DIRECTONLY;
     /* The query function shares fn; only the match function frees it (registered last, so

@@ -92,6 +92,13 @@ static int store_pragma_text(mv_store *s, const char *sql, char *out, size_t siz
     int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
     if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
         const unsigned char *t = sqlite3_column_text(st, 0);
+        if (t == NULL && sqlite3_errcode(s->db) == SQLITE_NOMEM) {
+            /* the number's text could not be allocated: not a setting that did not take
+             * (the allocation-failure loop: a backup's open said "busy_timeout is , not
+             * 30000", MV_ERROR) */
+            sqlite3_finalize(st);
+            return store_fail(s, MV_ENOMEM, "out of memory reading %s", sql);
+        }
         snprintf(out, size, "%s", t != NULL ? (const char *)t : "");
         rc = SQLITE_OK;
     } else {

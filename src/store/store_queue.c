@@ -944,7 +944,7 @@ static int store_queue_data_version(mv_store *s, int64_t *out)
 {
     sqlite3_stmt *st = store_stmt(s, "PRAGMA data_version");
     if (st == NULL) {
-        return MV_ERROR;
+        return s->stmt_failure;
     }
     int step = sqlite3_step(st);
     if (step == SQLITE_ROW) {

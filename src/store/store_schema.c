@@ -513,7 +513,7 @@ int store_schema_migrate(mv_store *s)
     }
     sqlite3_stmt *st = store_stmt(s, "PRAGMA user_version");
     if (st == NULL || sqlite3_step(st) != SQLITE_ROW) {
-        rc = st == NULL ? MV_ERROR : store_fail_sqlite(s, "reading the schema version");
+        rc = st == NULL ? s->stmt_failure : store_fail_sqlite(s, "reading the schema version");
         store_rollback(s); /* after the message: ROLLBACK resets SQLite's error */
         return rc;
     }

@@ -81,12 +81,13 @@ sqlite3_stmt *store_stmt(mv_store *s, const char *sql)
     sqlite3_stmt *stmt = NULL;
     unsigned prep = free_slot != NULL ? SQLITE_PREPARE_PERSISTENT : 0;
     if (sqlite3_prepare_v3(s->db, sql, -1, prep, &stmt, NULL) != SQLITE_OK) {
-        store_fail_sqlite(s, "preparing a statement");
+        s->stmt_failure = store_fail_sqlite(s, "preparing a statement");
         return NULL;
     }
     if (free_slot == NULL) {
         /* Cache full: a programming error (STORE_STMT_CACHE too small), made loud. */
-        store_fail(s, MV_ERROR, "internal error: statement cache full (STORE_STMT_CACHE)");
+        s->stmt_failure =
+            store_fail(s, MV_ERROR, "internal error: statement cache full (STORE_STMT_CACHE)");
         sqlite3_finalize(stmt);
         return NULL;
     }
@@ -125,8 +126,7 @@ static int store_tx(mv_store *s, const char *sql)
 {
     sqlite3_stmt *st = store_stmt(s, sql);
     if (st == NULL) { /* store_stmt() said why */
-        int code = mv_error_from_sqlite(sqlite3_errcode(s->db));
-        return code != MV_OK ? code : MV_ERROR;
+        return s->stmt_failure;
     }
     int step = sqlite3_step(st);
     int rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, sql);

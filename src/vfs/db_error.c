@@ -3,6 +3,8 @@
  */
 #include "vfs/db_error.h"
 
+#include "vfs/vfs.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -61,4 +63,13 @@ int mv_db_error_cause(sqlite3 *db, int rc, char *cause, size_t cause_size)
         }
     }
     return code;
+}
+
+uint64_t mv_db_read_errors(sqlite3 *db)
+{
+    uint64_t n = 0;
+    if (db == NULL || sqlite3_file_control(db, "main", MV_FCNTL_READ_ERRORS, &n) != SQLITE_OK) {
+        return 0;
+    }
+    return n;
 }

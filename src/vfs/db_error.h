@@ -16,4 +16,11 @@
  * and returns its MV_* code (never MV_OK). */
 int mv_db_error_cause(sqlite3 *db, int rc, char *cause, size_t cause_size);
 
+/* Reads of db's main file, WAL or journal that the device failed, since the connection
+ * opened (0 if db is not on this VFS). SQLite's integrity and quick checks turn a page they
+ * cannot get into a finding ("failed to get page 45", "Failed to read ptrmap key=15") with
+ * no code saying why: a check that raised this count met a failing disk, and its findings
+ * say nothing about the data. */
+uint64_t mv_db_read_errors(sqlite3 *db);
+
 #endif /* MV_DB_ERROR_H */

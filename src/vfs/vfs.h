@@ -36,6 +36,8 @@
 /* pArg: struct mv_fcntl_key_share*: key this main file with the key of another open
  * connection's main file (db_reopen.h). */
 #define MV_FCNTL_KEY_SHARE 0x6d760005
+/* pArg: uint64_t*: the codec's read_errors (db_error.h, mv_db_read_errors). */
+#define MV_FCNTL_READ_ERRORS 0x6d760010 /* (vfs_hint.h has 0x6d760006-08) */
 
 struct mv_fcntl_key {
     const uint8_t *secret;
@@ -114,6 +116,10 @@ struct mv_codec {
     /* The WAL file whose batch of frames is not yet written (vfs_wal.c, BATCHES; NULL:
      * none): a shared-memory lock call on the database writes it first. */
     struct mv_file *wal_batch_file;
+    /* Reads of the database, its WAL or journal that the lower file failed (the device's
+     * error: not a read past the end, not a page that fails authentication). A check that
+     * met one cannot tell damage from a failing disk (mv_db_read_errors). */
+    uint64_t read_errors;
     char errmsg[256]; /* last error, for mv_db_vfs_errmsg() */
 };
 

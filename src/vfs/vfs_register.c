@@ -67,21 +67,37 @@ static int mv_io_close(sqlite3_file *p)
     return rc != SQLITE_OK ? rc : rc2;
 }
 
+/* The device failed the read: an I/O error that is neither the end of the file, nor a page
+ * that failed authentication (the data), nor memory. */
+static int mv_io_read_failed(int rc)
+{
+    return (rc & 0xff) == SQLITE_IOERR && rc != SQLITE_IOERR_SHORT_READ &&
+           rc != SQLITE_IOERR_DATA && rc != SQLITE_IOERR_NOMEM;
+}
+
 static int mv_io_read(sqlite3_file *p, void *buf, int amt, sqlite3_int64 off)
 {
     struct mv_file *f = mv_file_of(p);
+    int rc;
     switch (f->kind) {
     case MV_FILE_MAIN:
-        return mv_main_read(f, buf, amt, off);
+        rc = mv_main_read(f, buf, amt, off);
+        break;
     case MV_FILE_JOURNAL:
-        return mv_journal_read(f, buf, amt, off);
+        rc = mv_journal_read(f, buf, amt, off);
+        break;
     case MV_FILE_WAL:
-        return mv_wal_read(f, buf, amt, off);
+        rc = mv_wal_read(f, buf, amt, off);
+        break;
     case MV_FILE_TEMP:
         return mv_temp_read(f, buf, amt, off);
     default:
         return f->lower->pMethods->xRead(f->lower, buf, amt, off);
     }
+    if (mv_io_read_failed(rc) && f->codec != NULL) {
+        f->codec->read_errors++;
+    }
+    return rc;
 }
 
 static int mv_io_write(sqlite3_file *p, const void *buf, int amt, sqlite3_int64 off)
@@ -210,6 +226,9 @@ static int mv_io_file_control(sqlite3_file *p, int op, void *arg)
             return mv_keying_apply(f, (struct mv_fcntl_key *)arg);
         case MV_FCNTL_ERRMSG:
             *(const char **)arg = f->codec->errmsg[0] != '\0' ? f->codec->errmsg : NULL;
+            return SQLITE_OK;
+        case MV_FCNTL_READ_ERRORS:
+            *(uint64_t *)arg = f->codec->read_errors;
             return SQLITE_OK;
         case MV_FCNTL_ATTACH:
             mv_keying_attach(f, (sqlite3 *)arg);
