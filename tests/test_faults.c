@@ -29,6 +29,7 @@
 #include "failalloc.h"
 #include "faultvfs.h"
 #include "harness.h"
+#include "ops/ops_backup.h"
 #include "testutil.h"
 #include "vfs/sqlite_format.h"
 
@@ -847,6 +848,96 @@ static void test_open_allocation_failures(void)
     CHECK(fx_verify(&x, "after the opens"));
 }
 
+/* The state a password change and a backup compare before and after their copy
+ * (ops_state_read), with each of its allocations failing in turn: MV_ENOMEM or the state, and
+ * either way its read transaction ended. A COMMIT that ran out of memory left it open, and
+ * the copy's VACUUM INTO then failed with "cannot VACUUM from within a transaction",
+ * MV_ERROR. */
+static void test_state_read_ends_its_transaction(void)
+{
+    static struct fx x;
+    fx_init(&x, "state@example.org", "state");
+    CHECK_EQ_INT(fx_add_messages(&x, 3), MV_OK);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(fx_open(&x, &s), MV_OK);
+    sqlite3 *db = mv_store_db(s);
+    unsigned long n = 1, failed = 0;
+    int wrong = 0;
+    for (; n <= 5000 && !wrong; n++) {
+        struct ops_state st;
+        char err[256] = "";
+        fx_arm(&(struct fv_plan){FX_ALLOC, n, FV_FAIL, 0});
+        int rc = ops_state_read(db, &st, err, sizeof err);
+        int fired = fx_calls(FX_ALLOC) >= n;
+        (void)fx_disarm();
+        if ((rc != MV_OK && rc != MV_ENOMEM) || !sqlite3_get_autocommit(db)) {
+            fprintf(stderr, "  state read, fail allocation #%lu: %s (%s), %s\n", n, mv_strerror(rc),
+                    err,
+                    sqlite3_get_autocommit(db) ? "no transaction" : "its transaction still open");
+            wrong = 1;
+        }
+        failed += rc != MV_OK;
+        if (!fired) {
+            break;
+        }
+    }
+    mv_store_close(&s);
+    printf("  state read with allocation N failing: %lu failed, succeeded at N=%lu\n", failed, n);
+    CHECK(!wrong);
+    CHECK(n > 1 && n <= 5000);
+}
+
+/* A backup's verification (open, quick_check, state, the counts) with each of its
+ * allocations failing in turn: MV_OK or MV_ENOMEM, never "damaged". quick_check reports a
+ * page it could not get for want of memory as "failed to get page N" with no cause (a
+ * backup and a password change called their sound copies damaged). */
+static void test_copy_check_allocation_failures(void)
+{
+    static struct fx x;
+    fx_init(&x, "verify@example.org", "verify");
+    CHECK_EQ_INT(fx_add_messages(&x, 12), MV_OK);
+    /* big ones too: quick_check walks their overflow chains, where a page it cannot get is
+     * "failed to get page N" */
+    static char big[40000];
+    size_t len = fx_message(big, sizeof big, x.next);
+    for (size_t i = len - 2; i < sizeof big - 3; i++) {
+        big[i] = (i % 79 == 0) ? '\n' : (char)('a' + (char)(i * 7 % 26));
+    }
+    memcpy(big + sizeof big - 3, "\r\n", 3);
+    mv_store *s = NULL;
+    CHECK_EQ_INT(fx_open(&x, &s), MV_OK);
+    for (int k = 0; k < 3; k++) {
+        big[k] = (char)('A' + k); /* three different bodies */
+        CHECK_EQ_INT(mv_message_append(s, "INBOX", big, strlen(big), 0, NULL, 0, NULL), MV_OK);
+    }
+    mv_store_close(&s);
+    char err[512] = "";
+    struct mv_backup_info info;
+    CHECK_EQ_INT(mv_backup_write(x.who, x.pw, strlen(x.pw), &x.o, tu_path("verify-backups"), NULL,
+                                 &info, err, sizeof err),
+                 MV_OK);
+    unsigned long n = 1, failed = 0;
+    int wrong = 0;
+    for (; n <= 40000 && !wrong; n++) {
+        fx_arm(&(struct fv_plan){FX_ALLOC, n, FV_FAIL, 0});
+        int rc = mv_backup_verify(info.path, x.pw, strlen(x.pw), &x.o, NULL, err, sizeof err);
+        int fired = fx_calls(FX_ALLOC) >= n;
+        (void)fx_disarm();
+        if (rc != MV_OK && rc != MV_ENOMEM) {
+            fprintf(stderr, "  verify, fail allocation #%lu: %s: %s\n", n, mv_strerror(rc), err);
+            wrong = 1;
+        }
+        failed += rc != MV_OK;
+        if (!fired) {
+            break;
+        }
+    }
+    printf("  backup verify with allocation N failing: %lu failed, succeeded at N=%lu\n", failed,
+           n);
+    CHECK(!wrong);
+    CHECK(n > 1 && n <= 40000);
+}
+
 /* The allocation-failure loop: the same operations and assertions, with the Nth allocation
  * (SQLite's or the library's own) failing, N = 1, 2, 3, ... until the operation succeeds.
  * A failed allocation must give an error (no crash, no leak: LeakSanitizer checks at exit)
@@ -1095,6 +1186,8 @@ int main(void)
     TEST(test_fault_loops);
     TEST(test_read_errors_are_not_damage);
     TEST(test_open_allocation_failures);
+    TEST(test_state_read_ends_its_transaction);
+    TEST(test_copy_check_allocation_failures);
     TEST(test_allocation_failure_loops);
     return th_summary();
 }

@@ -18,6 +18,11 @@
  * error but SQLITE_IOERR_DATA (a page that failed authentication is damage), else
  * MV_ECORRUPT. */
 int ops_io_check_finding(const char *line);
+/* 1 if PRAGMA quick_check on db now says "ok" and nothing else. For findings that carry no
+ * cause: a page SQLite could not get for want of memory is reported as "failed to get page
+ * N", no code, no failed read (the allocation-failure loop made a backup call its copy
+ * damaged); damage is found again, a moment's failed allocation is not. */
+int ops_io_check_clean_again(sqlite3 *db);
 
 /* Meta-table keys where maintenance leaves its history (Unix seconds; 1/0). */
 #define OPS_META_MAINTAINED_AT   "ops:maintained_at"

@@ -318,3 +318,17 @@ int ops_io_check_finding(const char *line)
     }
     return (code & 0xff) == SQLITE_IOERR && code != SQLITE_IOERR_DATA ? MV_EIO : MV_ECORRUPT;
 }
+
+int ops_io_check_clean_again(sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    int rows = 0, ok = 0;
+    if (sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL) == SQLITE_OK) {
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const unsigned char *t = sqlite3_column_text(st, 0);
+            ok = rows++ == 0 && t != NULL && strcmp((const char *)t, "ok") == 0;
+        }
+    }
+    int done = sqlite3_finalize(st) == SQLITE_OK;
+    return done && rows == 1 && ok;
+}

@@ -246,6 +246,11 @@ static int ops_quick_check(mv_store *s,
         kind = ops_io_check_finding(first);
     }
     sqlite3_finalize(st);
+    if (kind == MV_ECORRUPT && rc == SQLITE_DONE && mv_db_read_errors(s->db) == read_errors &&
+        ops_io_check_clean_again(s->db)) {
+        ok = 1; /* a page it could not get for a moment (ops_io_check_clean_again) */
+        kind = MV_OK;
+    }
     if (!ok && kind != MV_ENOMEM && mv_db_read_errors(s->db) != read_errors) {
         const char *vfs = mv_db_vfs_errmsg(s->db);
         kind = MV_EIO;

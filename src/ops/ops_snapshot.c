@@ -248,7 +248,16 @@ int ops_state_read(sqlite3 *db, struct ops_state *out, char *errmsg, size_t errm
 {
     memset(out, 0, sizeof *out);
     uint64_t mailboxes = 0, schema = 0, page_size = 0;
-    int rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+    /* The read transaction must end whatever fails: a store handle's next BEGIN IMMEDIATE,
+     * or the copy's VACUUM INTO ("cannot VACUUM from within a transaction"), fails inside
+     * one left open. So its COMMIT is made before it begins (running a made statement needs
+     * no allocation that a failed one could leave half done; the allocation-failure test:
+     * sqlite3_exec's COMMIT ran out of memory and left it open). */
+    sqlite3_stmt *commit = NULL;
+    int rc = sqlite3_prepare_v2(db, "COMMIT", -1, &commit, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+    }
     if (rc == SQLITE_OK) {
         rc = ops_query_u64(db, "SELECT count(*) FROM messages", 0, &out->messages);
     }
@@ -275,7 +284,15 @@ int ops_state_read(sqlite3 *db, struct ops_state *out, char *errmsg, size_t errm
     int failed_rc = rc;
     char detail[256];
     snprintf(detail, sizeof detail, "%s", sqlite3_errmsg(db));
-    (void)sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    if (!sqlite3_get_autocommit(db)) {
+        int end_rc = sqlite3_step(commit);
+        end_rc = end_rc == SQLITE_DONE ? SQLITE_OK : end_rc;
+        if (failed_rc == SQLITE_OK && end_rc != SQLITE_OK) {
+            failed_rc = end_rc;
+            snprintf(detail, sizeof detail, "%s", sqlite3_errmsg(db));
+        }
+    }
+    sqlite3_finalize(commit);
     if (failed_rc != SQLITE_OK) {
         int code = mv_error_from_sqlite(failed_rc);
         return ops_io_fail(errmsg, errmsg_size, code == MV_OK ? MV_ERROR : code,
@@ -327,6 +344,9 @@ static int ops_quick_check(sqlite3 *db, char *errmsg, size_t errmsg_size)
     int kind = ops_io_check_finding(first);
     if (kind != MV_ENOMEM && mv_db_read_errors(db) != read_errors) {
         kind = MV_EIO; /* "failed to get page N" and the like: the device, not the data */
+    }
+    if (kind == MV_ECORRUPT && ops_io_check_clean_again(db)) {
+        return MV_OK; /* a page it could not get for a moment (ops_io_check_clean_again) */
     }
     if (kind == MV_ENOMEM) {
         return ops_io_fail(errmsg, errmsg_size, MV_ENOMEM, "quick_check ran out of memory");
