@@ -661,6 +661,10 @@ static int fx_op_check(struct fx *x, const struct fv_plan *p, int *bad)
                 mv_store_errmsg(s));
         *bad = 1;
     }
+    if (strchr(mv_store_errmsg(s), '\n') != NULL) {
+        fprintf(stderr, "  check's message is more than one line: %s\n", mv_store_errmsg(s));
+        *bad = 1;
+    }
     mv_store_close(&s);
     return rc;
 }

@@ -78,6 +78,9 @@ static void ops_check_stop(struct ops_check *c, int code, const char *what, cons
     if (c->stopped == MV_OK) {
         c->stopped = code;
         snprintf(c->stopped_why, sizeof c->stopped_why, "%s: %s", what, detail);
+        for (char *p = c->stopped_why; *p != '\0'; p++) {
+            *p = *p == '\n' || *p == '\r' ? ' ' : *p; /* one line: integrity rows hold several */
+        }
     }
 }
 
