@@ -113,7 +113,8 @@ int cli_tty_read_password(const char *prompt, char *buf, size_t capacity_bytes, 
 
 /* Prints the current row of stmt to out as tab-separated values and a newline: NULL as an
  * empty field, BLOB as lowercase hex, everything else as sqlite3_column_text() gives it.
- * Returns 0, or -1 if out reports a write error. */
+ * Returns 0, -1 if out reports a write error, or -2 if a value's text could not be allocated
+ * (the row is cut short; the caller says so). */
 int cli_output_row(FILE *out, sqlite3_stmt *stmt);
 
 /* ---- cli_sql_options.c ---- */

@@ -24,7 +24,8 @@ static void cli_output_hex(FILE *out, const unsigned char *bytes, int size_bytes
     }
 }
 
-static void cli_output_field(FILE *out, sqlite3_stmt *stmt, int column)
+/* 0, or -2 if a value's text could not be allocated (not printed as an empty field) */
+static int cli_output_field(FILE *out, sqlite3_stmt *stmt, int column)
 {
     switch (sqlite3_column_type(stmt, column)) {
     case SQLITE_NULL:
@@ -40,12 +41,16 @@ static void cli_output_field(FILE *out, sqlite3_stmt *stmt, int column)
     default: {
         const unsigned char *text = sqlite3_column_text(stmt, column);
         int size_bytes = sqlite3_column_bytes(stmt, column);
-        if (text != NULL && size_bytes > 0) {
+        if (text == NULL) {
+            return -2; /* a number's text: the type said it is not NULL */
+        }
+        if (size_bytes > 0) {
             fwrite(text, 1, (size_t)size_bytes, out);
         }
         break;
     }
     }
+    return 0;
 }
 
 int cli_output_row(FILE *out, sqlite3_stmt *stmt)
@@ -55,7 +60,9 @@ int cli_output_row(FILE *out, sqlite3_stmt *stmt)
         if (column > 0) {
             fputc('\t', out);
         }
-        cli_output_field(out, stmt, column);
+        if (cli_output_field(out, stmt, column) != 0) {
+            return -2;
+        }
     }
     fputc('\n', out);
     return ferror(out) ? -1 : 0;

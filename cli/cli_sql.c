@@ -104,7 +104,12 @@ static int cli_sql_step_all(sqlite3 *db, sqlite3_stmt *stmt)
         if (rc != SQLITE_ROW) {
             return cli_sql_fail(db);
         }
-        if (cli_output_row(stdout, stmt) != 0) {
+        int out = cli_output_row(stdout, stmt);
+        if (out == -2) {
+            cli_error("out of memory printing a row");
+            return CLI_EXIT_OSERR;
+        }
+        if (out != 0) {
             int e = errno;
             cli_error("cannot write to standard output: %s", strerror(e));
             return cli_exit_errno(e, CLI_EXIT_IOERR);

@@ -946,6 +946,180 @@ static void test_copy_check_allocation_failures(void)
  * (SQLite's or the library's own) failing, N = 1, 2, 3, ... until the operation succeeds.
  * A failed allocation must give an error (no crash, no leak: LeakSanitizer checks at exit)
  * and leave the store as the I/O faults must. */
+/* A message whose To field and keywords are long enough to spill its rows onto overflow
+ * pages; pad (0-15) shifts their lengths, so that some end where a value read from overflow
+ * pages has no room left for its terminator and sqlite3_column_text() must allocate. The
+ * keywords go to keywords (kw_size bytes). */
+static size_t fx_wide_message(char *buf, size_t size, int pad, char *keywords, size_t kw_size)
+{
+    size_t len = (size_t)snprintf(buf, size, "From: wide%d@example.org\r\nTo: ", pad);
+    for (int i = 0; i < 200 && len < size; i++) {
+        len += (size_t)snprintf(buf + len, size - len, "reader%03d@example.org, ", i);
+    }
+    len += (size_t)snprintf(buf + len, size - len,
+                            "%.*sneedle-to@example.org\r\nSubject: wide %d\r\n"
+                            "Message-ID: <wide%d@example.org>\r\n\r\nwide body %d\r\n",
+                            pad, "xxxxxxxxxxxxxxx", pad, pad, pad);
+    size_t k = 0;
+    for (int i = 0; i < 64 && k < kw_size; i++) {
+        k += (size_t)snprintf(keywords + k, kw_size - k, "%skw%02d-%.*s", i > 0 ? " " : "", i,
+                              70 + pad,
+                              "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"
+                              "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk");
+    }
+    return len;
+}
+
+#define FX_WIDE 16
+
+struct fx_wide {
+    uint32_t uid[FX_WIDE];
+    char to[FX_WIDE][8192];
+    char keywords[FX_WIDE][8192];
+};
+
+static int fx_wide_count(void *arg, uint32_t uid, uint64_t matched)
+{
+    (void)uid;
+    (void)matched;
+    (*(int *)arg)++;
+    return 0;
+}
+
+/* 1 if a keyword of want (space-separated, each "kwNN-..." unique) is not in got. */
+static int fx_wide_keywords_lost(const char *want, const char *got)
+{
+    char token[160];
+    for (const char *p = want; *p != '\0';) {
+        size_t n = strcspn(p, " ");
+        snprintf(token, sizeof token, "%.*s", (int)n, p);
+        if (strstr(got, token) == NULL) {
+            return 1;
+        }
+        p += n + (p[n] == ' ');
+    }
+    return 0;
+}
+
+/* Reads the wide messages' long values three ways (header search, mv_message_get, the
+ * listing); each read either fails with MV_ENOMEM or gives w's values. 0 if so; otherwise
+ * says what differed (at allocation n) and returns 1. */
+static int fx_wide_read(mv_store *s, const struct fx_wide *w, unsigned long n)
+{
+    struct mv_header_criterion to = {MV_HEADER_TO, "needle-to"};
+    int matches = 0;
+    int rc = mv_search_headers(s, "INBOX", &to, 1, fx_wide_count, &matches);
+    if ((rc != MV_OK && rc != MV_ENOMEM) || (rc == MV_OK && matches != FX_WIDE)) {
+        fprintf(stderr, "  allocation #%lu: header search: %s, %d of %d matched\n", n,
+                mv_strerror(rc), matches, FX_WIDE);
+        return 1;
+    }
+    for (int k = 0; k < FX_WIDE; k++) {
+        struct mv_message_info info;
+        rc = mv_message_get(s, "INBOX", w->uid[k], &info);
+        if ((rc != MV_OK && rc != MV_ENOMEM) ||
+            (rc == MV_OK &&
+             (strcmp(info.to, w->to[k]) != 0 || strcmp(info.keywords, w->keywords[k]) != 0))) {
+            fprintf(stderr,
+                    "  allocation #%lu: get %u: %s, To %zu bytes (%zu), keywords %zu (%zu)\n", n,
+                    w->uid[k], mv_strerror(rc), rc == MV_OK ? strlen(info.to) : 0, strlen(w->to[k]),
+                    rc == MV_OK ? strlen(info.keywords) : 0, strlen(w->keywords[k]));
+            return 1;
+        }
+    }
+    mv_message_iter *it = NULL;
+    rc = mv_message_list_begin(s, "INBOX", 0, 0, &it);
+    struct mv_message_entry e;
+    int k = 0;
+    while (rc == MV_OK && (rc = mv_message_list_next(it, &e)) == 1) {
+        if (k >= FX_WIDE || e.uid != w->uid[k] || strcmp(e.keywords, w->keywords[k]) != 0) {
+            fprintf(stderr, "  allocation #%lu: listing: UID %u with %zu bytes of keywords\n", n,
+                    e.uid, strlen(e.keywords));
+            mv_message_list_end(&it);
+            return 1;
+        }
+        k++;
+        rc = MV_OK;
+    }
+    mv_message_list_end(&it);
+    if ((rc != MV_OK && rc != MV_ENOMEM) || (rc == MV_OK && k != FX_WIDE)) {
+        fprintf(stderr, "  allocation #%lu: listing: %s after %d entries\n", n, mv_strerror(rc), k);
+        return 1;
+    }
+    return 0;
+}
+
+/* Long values (a To field of 5 KB, keywords of 5 KB) read with each allocation failing in
+ * turn: MV_ENOMEM or the values, never a shorter or empty one; and changed the same way:
+ * no keyword lost. sqlite3_column_text()
+ * returns NULL when it cannot allocate a value's text, as for SQL NULL: read as "no value",
+ * a header search missed matches and a listing showed messages without their keywords. */
+static void test_long_values_allocation_failures(void)
+{
+    static struct fx x;
+    static struct fx_wide w;
+    static char msg[16384];
+    fx_init(&x, "values@example.org", "values");
+    mv_store *s = NULL;
+    CHECK_EQ_INT(fx_open(&x, &s), MV_OK);
+    for (int k = 0; k < FX_WIDE; k++) {
+        size_t len = fx_wide_message(msg, sizeof msg, k, w.keywords[k], sizeof w.keywords[k]);
+        CHECK_EQ_INT(mv_message_append(s, "INBOX", msg, len, 0, w.keywords[k], 0, &w.uid[k]),
+                     MV_OK);
+        struct mv_message_info info;
+        CHECK_EQ_INT(mv_message_get(s, "INBOX", w.uid[k], &info), MV_OK);
+        snprintf(w.to[k], sizeof w.to[k], "%s", info.to);
+        snprintf(w.keywords[k], sizeof w.keywords[k], "%s", info.keywords);
+        CHECK(strstr(w.to[k], "needle-to") != NULL && strlen(w.to[k]) > 4500);
+        CHECK(strlen(w.keywords[k]) > 4500);
+    }
+    CHECK_EQ_INT(fx_wide_read(s, &w, 0), 0);
+    unsigned long n = 1, failed = 0;
+    int wrong = 0;
+    for (; n <= 50000 && !wrong; n++) {
+        fx_arm(&(struct fv_plan){FX_ALLOC, n, FV_FAIL, 0});
+        wrong = fx_wide_read(s, &w, n);
+        int fired = fx_calls(FX_ALLOC) >= n;
+        (void)fx_disarm();
+        failed += fired != 0;
+        if (!fired) {
+            break;
+        }
+    }
+    printf("  long values with allocation N failing: %lu failed, all read at N=%lu\n", failed, n);
+    CHECK(!wrong);
+    CHECK(n > 1 && n <= 50000);
+    /* A keyword added to and taken from the long set in turn: every keyword it had stays */
+    failed = 0;
+    wrong = 0;
+    char first[16];
+    snprintf(first, sizeof first, "%u", w.uid[0]);
+    for (n = 1; n <= 50000 && !wrong; n++) {
+        fx_arm(&(struct fv_plan){FX_ALLOC, n, FV_FAIL, 0});
+        int rc = mv_flags_set(s, "INBOX", first, n % 2 ? MV_FLAGS_ADD : MV_FLAGS_REMOVE, 0, "extra",
+                              NULL);
+        int fired = fx_calls(FX_ALLOC) >= n;
+        (void)fx_disarm();
+        struct mv_message_info info;
+        int got = mv_message_get(s, "INBOX", w.uid[0], &info);
+        wrong = (rc != MV_OK && rc != MV_ENOMEM) || got != MV_OK ||
+                fx_wide_keywords_lost(w.keywords[0], info.keywords);
+        if (wrong) {
+            fprintf(stderr, "  allocation #%lu: STORE: %s, then %zu bytes of keywords (%zu)\n", n,
+                    mv_strerror(rc), got == MV_OK ? strlen(info.keywords) : 0,
+                    strlen(w.keywords[0]));
+        }
+        failed += fired != 0;
+        if (!fired) {
+            break;
+        }
+    }
+    mv_store_close(&s);
+    printf("  keyword changes with allocation N failing: %lu failed, done at N=%lu\n", failed, n);
+    CHECK(!wrong);
+    CHECK(n > 1 && n <= 50000);
+}
+
 static void test_allocation_failure_loops(void)
 {
     static struct fx x;
@@ -1192,6 +1366,7 @@ int main(void)
     TEST(test_open_allocation_failures);
     TEST(test_state_read_ends_its_transaction);
     TEST(test_copy_check_allocation_failures);
+    TEST(test_long_values_allocation_failures);
     TEST(test_allocation_failure_loops);
     return th_summary();
 }

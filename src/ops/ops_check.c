@@ -26,6 +26,7 @@
 #include "crypto/crypt.h"
 #include "ops/ops_inspect.h"
 #include "store/store_blob.h"
+#include "vfs/db_column.h"
 #include "vfs/db_error.h"
 #include "vfs/sqlite_format.h"
 
@@ -287,8 +288,11 @@ static void ops_check_rows(struct ops_check *c, const char *what, const char *sq
     }
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *text = (const char *)sqlite3_column_text(st, 0);
-        if (text != NULL && !(skip_ok && strcmp(text, "ok") == 0)) {
+        int oom = 0;
+        const char *text = mv_db_column_text(st, 0, &oom);
+        if (oom) { /* a finding read as no finding would pass a damaged store */
+            ops_check_stop(c, MV_ENOMEM, what, "out of memory reading a finding");
+        } else if (text != NULL && !(skip_ok && strcmp(text, "ok") == 0)) {
             /* integrity_check's "unable to get the page. error code=7": memory, not data */
             ops_check_stop(c, ops_io_check_finding(text), what, text);
         }

@@ -25,6 +25,7 @@
  */
 #include "crypto/crypt.h"
 #include "ops/ops_inspect.h"
+#include "vfs/db_column.h"
 
 #include <fcntl.h>
 #include <ftw.h>
@@ -588,11 +589,11 @@ static int ops_explain_plan(mv_explain *e, sqlite3 *db, size_t i)
     }
     /* correlated[k]: step ids[k] is, or is under, a CORRELATED ... SUBQUERY step */
     int ids[OPS_EXPLAIN_DEPTH_MAX], depths[OPS_EXPLAIN_DEPTH_MAX],
-        correlated[OPS_EXPLAIN_DEPTH_MAX], known = 0;
-    while (st != NULL && sqlite3_step(st) == SQLITE_ROW) {
+        correlated[OPS_EXPLAIN_DEPTH_MAX], known = 0, oom = 0;
+    while (st != NULL && !oom && sqlite3_step(st) == SQLITE_ROW) {
         int id = sqlite3_column_int(st, 0), parent = sqlite3_column_int(st, 1), depth = 0;
         int under = 0;
-        const char *detail = (const char *)sqlite3_column_text(st, 3);
+        const char *detail = mv_db_column_text(st, 3, &oom); /* oom: a plan cut short */
         for (int k = 0; k < known; k++) {
             depth = ids[k] == parent ? depths[k] + 1 : depth;
             under |= ids[k] == parent && correlated[k];
@@ -611,7 +612,7 @@ static int ops_explain_plan(mv_explain *e, sqlite3 *db, size_t i)
     }
     sqlite3_finalize(st);
     sqlite3_free(eqp);
-    if (fclose(out) != 0 || text == NULL) {
+    if (fclose(out) != 0 || text == NULL || oom) {
         free(text);
         return ops_explain_fail(e, MV_ENOMEM, "out of memory");
     }

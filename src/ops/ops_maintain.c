@@ -35,6 +35,7 @@
  *   them, which is what min_interval_s reads.
  */
 #include "ops/ops_inspect.h"
+#include "vfs/db_column.h"
 #include "vfs/db_error.h"
 
 #include <stdio.h>
@@ -227,10 +228,13 @@ static int ops_quick_check(mv_store *s,
     uint64_t read_errors = mv_db_read_errors(s->db);
     sqlite3_progress_handler(s->db, OPS_PROGRESS_OPS, ops_progress_tick, p);
     char first[256] = "";
-    int rc, ok = 1;
+    int rc, ok = 1, oom = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *line = (const char *)sqlite3_column_text(st, 0);
-        if (line != NULL && strcmp(line, "ok") != 0 && ok) {
+        const char *line = mv_db_column_text(st, 0, &oom);
+        if (oom && ok) { /* a finding not read is not "ok" either: the run says nothing */
+            ok = 0;
+            snprintf(first, sizeof first, "out of memory reading its findings");
+        } else if (line != NULL && strcmp(line, "ok") != 0 && ok) {
             ok = 0;
             snprintf(first, sizeof first, "%s", line);
         }
@@ -243,7 +247,7 @@ static int ops_quick_check(mv_store *s,
         ok = 0;
         kind = mv_db_error_cause(s->db, sqlite3_extended_errcode(s->db), first, sizeof first);
     } else if (!ok) {
-        kind = ops_io_check_finding(first);
+        kind = oom ? MV_ENOMEM : ops_io_check_finding(first);
     }
     sqlite3_finalize(st);
     if (kind == MV_ECORRUPT && rc == SQLITE_DONE && mv_db_read_errors(s->db) == read_errors &&

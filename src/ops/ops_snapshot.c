@@ -34,6 +34,7 @@
 #include "crypto/crypt.h"
 #include "ops/ops_backup.h"
 #include "ops/ops_inspect.h"
+#include "vfs/db_column.h"
 #include "vfs/db_error.h"
 
 #include <errno.h>
@@ -320,16 +321,20 @@ static int ops_quick_check(sqlite3 *db, char *errmsg, size_t errmsg_size)
     uint64_t read_errors = mv_db_read_errors(db);
     int rc = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL);
     char first[200] = "";
-    int rows = 0;
+    int rows = 0, oom = 0;
     while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const unsigned char *text = sqlite3_column_text(st, 0);
+        const char *text = mv_db_column_text(st, 0, &oom);
         if (rows++ == 0) {
-            snprintf(first, sizeof first, "%s", text != NULL ? (const char *)text : "");
+            snprintf(first, sizeof first, "%s", text != NULL ? text : "");
         }
         rc = SQLITE_OK;
     }
     int step_rc = rc;
     sqlite3_finalize(st);
+    if (oom) { /* a finding not read: neither "ok" nor damage */
+        return ops_io_fail(errmsg, errmsg_size, MV_ENOMEM,
+                           "quick_check: out of memory reading its findings");
+    }
     char cause[512];
     if (step_rc != SQLITE_DONE) {
         int code = mv_db_error_cause(db, sqlite3_extended_errcode(db), cause, sizeof cause);

@@ -102,8 +102,13 @@ void store_fold_field_clear(struct store_fold_field *f)
 static void store_fold_contains_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
     (void)argc;
+    int types[2] = {sqlite3_value_type(argv[0]), sqlite3_value_type(argv[1])};
     const unsigned char *text = sqlite3_value_text(argv[0]);
     const unsigned char *string = sqlite3_value_text(argv[1]);
+    if ((text == NULL && types[0] != SQLITE_NULL) || (string == NULL && types[1] != SQLITE_NULL)) {
+        sqlite3_result_error_nomem(ctx); /* no memory is not a non-match (vfs/db_column.h) */
+        return;
+    }
     if (text == NULL || string == NULL) {
         sqlite3_result_null(ctx);
         return;

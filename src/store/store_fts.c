@@ -246,9 +246,10 @@ static int store_fts_fold_ascii(const char *text, size_t n, struct store_fts_tex
 static int store_fts_fold_value(struct store_fts_fn *fn, sqlite3_value *v, struct store_fts_text *t)
 {
     t->len = 0;
+    int type = sqlite3_value_type(v); /* before the text: see vfs/db_column.h */
     const char *text = (const char *)sqlite3_value_text(v);
     if (text == NULL) {
-        return 0;
+        return type == SQLITE_NULL ? 0 : -1; /* no memory for the text: not an empty value */
     }
     size_t n = (size_t)sqlite3_value_bytes(v);
     int ascii = store_fts_fold_ascii(text, n, t);

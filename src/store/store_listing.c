@@ -22,6 +22,7 @@
  */
 #include "store/store.h"
 #include "store/store_blob.h"
+#include "vfs/db_column.h"
 
 #include <stdlib.h>
 
@@ -107,8 +108,9 @@ int mv_message_list_next(mv_message_iter *it, struct mv_message_entry *entry)
                                          sqlite3_column_type(it->stmt, 7) == SQLITE_INTEGER
                                              ? sqlite3_column_int64(it->stmt, 7)
                                              : -1);
-        const char *keywords = (const char *)sqlite3_column_text(it->stmt, 5);
-        entry->keywords = store_strings_add(&it->strings, keywords != NULL ? keywords : "", &oom);
+        /* NULL: none (store_strings_add gives ""); a text that could not be made is oom */
+        const char *keywords = mv_db_column_text(it->stmt, 5, &oom);
+        entry->keywords = store_strings_add(&it->strings, keywords, &oom);
         if (!oom) {
             return 1;
         }

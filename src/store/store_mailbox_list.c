@@ -23,6 +23,7 @@
  * Statements are literals (the statement cache's key), one per combination of fields.
  */
 #include "store/store.h"
+#include "vfs/db_column.h"
 
 #include <stdlib.h>
 
@@ -93,15 +94,14 @@ store_mailbox_row(sqlite3_stmt *st, struct store_strings *strings, struct mv_mai
     int oom = 0;
     store_strings_clear(strings);
     info->id = sqlite3_column_int64(st, 0);
-    info->name = store_strings_add(strings, (const char *)sqlite3_column_text(st, 1), &oom);
+    info->name = store_strings_add(strings, mv_db_column_text(st, 1, &oom), &oom);
     info->uidvalidity = (uint32_t)sqlite3_column_int64(st, 2);
     info->uidnext = (uint32_t)sqlite3_column_int64(st, 3);
     info->highestmodseq = (uint64_t)sqlite3_column_int64(st, 4);
     info->subscribed = sqlite3_column_int(st, 5);
-    info->special_use =
-        sqlite3_column_type(st, 6) == SQLITE_NULL
-            ? NULL
-            : store_strings_add(strings, (const char *)sqlite3_column_text(st, 6), &oom);
+    info->special_use = sqlite3_column_type(st, 6) == SQLITE_NULL
+                            ? NULL
+                            : store_strings_add(strings, mv_db_column_text(st, 6, &oom), &oom);
     info->messages = (uint32_t)sqlite3_column_int64(st, 7);
     info->unseen = (uint32_t)sqlite3_column_int64(st, 8);
     info->size_bytes = (uint64_t)sqlite3_column_int64(st, 9);

@@ -43,6 +43,7 @@
 #include "crypto/crypt.h"
 #include "store/store_blob.h"
 #include "store/store_uidset.h"
+#include "vfs/db_column.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -780,20 +781,20 @@ int store_message_info_read(sqlite3_stmt *st,
 {
     int oom = 0;
     memset(info, 0, sizeof *info);
-    info->mailbox = store_strings_add(strings, (const char *)sqlite3_column_text(st, 0), &oom);
+    info->mailbox = store_strings_add(strings, mv_db_column_text(st, 0, &oom), &oom);
     info->uid = (uint32_t)sqlite3_column_int64(st, 1);
     info->modseq = (uint64_t)sqlite3_column_int64(st, 2);
     info->internal_date = sqlite3_column_int64(st, 3);
     info->sent_date = sqlite3_column_int64(st, 4);
     info->size = (uint64_t)sqlite3_column_int64(st, 5);
     info->flags = (unsigned)sqlite3_column_int64(st, 6) & MV_FLAG_ALL;
-    info->keywords = store_strings_add(strings, (const char *)sqlite3_column_text(st, 7), &oom);
-    info->subject = store_strings_add(strings, (const char *)sqlite3_column_text(st, 8), &oom);
-    info->from = store_strings_add(strings, (const char *)sqlite3_column_text(st, 9), &oom);
-    info->to = store_strings_add(strings, (const char *)sqlite3_column_text(st, 10), &oom);
-    info->cc = store_strings_add(strings, (const char *)sqlite3_column_text(st, 11), &oom);
-    info->message_id = store_strings_add(strings, (const char *)sqlite3_column_text(st, 12), &oom);
-    info->in_reply_to = store_strings_add(strings, (const char *)sqlite3_column_text(st, 13), &oom);
+    info->keywords = store_strings_add(strings, mv_db_column_text(st, 7, &oom), &oom);
+    info->subject = store_strings_add(strings, mv_db_column_text(st, 8, &oom), &oom);
+    info->from = store_strings_add(strings, mv_db_column_text(st, 9, &oom), &oom);
+    info->to = store_strings_add(strings, mv_db_column_text(st, 10, &oom), &oom);
+    info->cc = store_strings_add(strings, mv_db_column_text(st, 11, &oom), &oom);
+    info->message_id = store_strings_add(strings, mv_db_column_text(st, 12, &oom), &oom);
+    info->in_reply_to = store_strings_add(strings, mv_db_column_text(st, 13, &oom), &oom);
     info->thread_id = sqlite3_column_int64(st, 14);
     return oom ? MV_ENOMEM : MV_OK;
 }
@@ -898,7 +899,12 @@ static void store_message_keywords_fn(sqlite3_context *ctx, int argc, sqlite3_va
         sqlite3_result_value(ctx, argv[0]); /* +FLAGS / -FLAGS without keywords */
         return;
     }
+    int current_type = sqlite3_value_type(argv[0]); /* before the text: see vfs/db_column.h */
     const char *current = (const char *)sqlite3_value_text(argv[0]);
+    if (current == NULL && current_type != SQLITE_NULL) {
+        sqlite3_result_error_nomem(ctx); /* not "no keywords": they would be overwritten */
+        return;
+    }
     char *out = NULL;
     int rc = store_message_keywords_apply(f->s, current != NULL ? current : "", &f->keywords,
                                           f->mode, &out);

@@ -42,6 +42,7 @@
  *   its full-text row exists (the row and the body go in one transaction).
  */
 #include "store/store.h"
+#include "vfs/db_column.h"
 
 #include <stdio.h>
 
@@ -125,11 +126,15 @@ static int store_purge_unref_bound(mv_store *s, uint32_t max, char *hi, size_t h
         return store_fail_sqlite(s, "reading dropped references");
     }
     sqlite3_bind_int64(st, 1, max);
-    int step = sqlite3_step(st);
+    int step = sqlite3_step(st), oom = 0;
     if (step == SQLITE_ROW) {
-        snprintf(hi, hi_size, "%s", (const char *)sqlite3_column_text(st, 0));
+        const char *key = mv_db_column_text(st, 0, &oom);
+        snprintf(hi, hi_size, "%s", key != NULL ? key : STORE_PURGE_UNREF_END);
     }
     sqlite3_reset(st);
+    if (oom) {
+        return store_fail(s, MV_ENOMEM, "out of memory reading dropped references");
+    }
     return step == SQLITE_ROW || step == SQLITE_DONE
                ? MV_OK
                : store_fail_sqlite(s, "reading dropped references");

@@ -83,6 +83,7 @@
 #include "store/store_queue_ahead.h"
 #include "store/store_queue_box.h"
 #include "store/store_scan.h"
+#include "vfs/db_column.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -1445,12 +1446,18 @@ static int store_queue_forget_walk(struct store_queue_drain *q)
             break;
         }
         sqlite3_bind_text(st, 1, cursor, -1, SQLITE_STATIC);
-        int step = sqlite3_step(st);
+        int step = sqlite3_step(st), oom = 0;
         if (step == SQLITE_ROW) {
-            snprintf(cursor, sizeof cursor, "%s", (const char *)sqlite3_column_text(st, 0));
-            snprintf(name, sizeof name, "%s", (const char *)sqlite3_column_text(st, 1));
+            const char *key = mv_db_column_text(st, 0, &oom);
+            const char *value = mv_db_column_text(st, 1, &oom);
+            snprintf(cursor, sizeof cursor, "%s", key != NULL ? key : "");
+            snprintf(name, sizeof name, "%s", value != NULL ? value : "");
         }
         sqlite3_reset(st);
+        if (oom) {
+            rc = store_fail(s, MV_ENOMEM, "out of memory reading meta");
+            break;
+        }
         if (step != SQLITE_ROW) {
             rc = step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "reading meta");
             break;

@@ -20,6 +20,7 @@
  *     function gets each matching message as it is read.
  */
 #include "store/store.h"
+#include "vfs/db_column.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -80,8 +81,11 @@ int mv_search_headers(mv_store *s,
         struct store_fold_field field[MV_HEADER_SUBJECT + 1];
         int have[MV_HEADER_SUBJECT + 1] = {0};
         for (int f = MV_HEADER_FROM; f <= MV_HEADER_SUBJECT && rc == MV_OK; f++) {
-            const char *text = used[f] ? (const char *)sqlite3_column_text(st, f) : NULL;
-            if (text != NULL) { /* NULL: no such field, no match (as mv_fold_contains) */
+            int oom = 0;
+            const char *text = used[f] ? mv_db_column_text(st, f, &oom) : NULL;
+            if (oom) { /* a field too long for its page whose text could not be made */
+                rc = store_fail(s, MV_ENOMEM, "out of memory reading a header");
+            } else if (text != NULL) { /* NULL: no such field, no match (as mv_fold_contains) */
                 have[f] = 1;
                 if (store_fold_field_set(&field[f], text, (size_t)sqlite3_column_bytes(st, f)) !=
                     0) {

@@ -14,6 +14,7 @@
  * is recent in exactly one session.
  */
 #include "store/store.h"
+#include "vfs/db_column.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -70,17 +71,22 @@ int mv_subscription_list(mv_store *s, char ***names_out, size_t *count_out)
     }
     size_t n = 0;
     int step;
+    int oom = 0;
     while ((step = sqlite3_step(st)) == SQLITE_ROW && n < count) {
-        const char *name = (const char *)sqlite3_column_text(st, 0);
+        const char *name = mv_db_column_text(st, 0, &oom);
         size_t len = (size_t)sqlite3_column_bytes(st, 0);
         if (name == NULL || (size_t)(end - text) < len + 1) {
-            break; /* changed since the count: the read below says so */
+            break; /* changed since the count, or no memory: below */
         }
         memcpy(text, name, len + 1);
         names[n++] = text;
         text += len + 1;
     }
     sqlite3_reset(st);
+    if (oom) { /* not a shorter list: a client would see folders unsubscribed */
+        free(names);
+        return store_fail(s, MV_ENOMEM, "out of memory listing subscriptions");
+    }
     if (step != SQLITE_DONE && step != SQLITE_ROW) {
         free(names);
         return store_fail_sqlite(s, "listing subscriptions");
