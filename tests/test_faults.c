@@ -940,12 +940,77 @@ static void test_copy_check_allocation_failures(void)
            n);
     CHECK(!wrong);
     CHECK(n > 1 && n <= 40000);
+    /* the store's own check over the same overflow chains (integrity_check's rows) */
+    CHECK_EQ_INT(fx_open(&x, &s), MV_OK);
+    failed = 0;
+    for (n = 1; n <= 200000 && !wrong; n++) {
+        struct mv_check_report r;
+        fx_arm(&(struct fv_plan){FX_ALLOC, n, FV_FAIL, 0});
+        int rc = mv_store_check(s, fx_problem, NULL, &r);
+        int fired = fx_calls(FX_ALLOC) >= n;
+        (void)fx_disarm();
+        if (rc != MV_OK && rc != MV_ENOMEM) {
+            fprintf(stderr, "  check, fail allocation #%lu: %s: %s\n", n, mv_strerror(rc),
+                    mv_store_errmsg(s));
+            wrong = 1;
+        }
+        failed += rc != MV_OK;
+        if (!fired) {
+            break;
+        }
+    }
+    mv_store_close(&s);
+    printf("  check with allocation N failing: %lu failed, succeeded at N=%lu\n", failed, n);
+    CHECK(!wrong);
+    CHECK(n > 1 && n <= 200000);
 }
 
 /* The allocation-failure loop: the same operations and assertions, with the Nth allocation
  * (SQLite's or the library's own) failing, N = 1, 2, 3, ... until the operation succeeds.
  * A failed allocation must give an error (no crash, no leak: LeakSanitizer checks at exit)
  * and leave the store as the I/O faults must. */
+/* The encrypted temp files (temp_store=FILE, the store's own folder) with each allocation
+ * of a spilling write failing in turn: SQLITE_NOMEM or success. The first block a temp file
+ * encrypts allocates its cipher's pool of one-time keys, and that failure was reported as a
+ * write the disk failed (a COPY under the allocation loop: "cannot write: No such file or
+ * directory", MV_EIO). A new connection each time: the pool is made once per file. */
+static void test_temp_file_allocation_failures(void)
+{
+    static struct fx x;
+    fx_init(&x, "tempfile@example.org", "tempfile");
+    unsigned long n = 1, failed = 0;
+    int wrong = 0;
+    for (; n <= 20000 && !wrong; n++) {
+        mv_store *s = NULL;
+        CHECK_EQ_INT(fx_open(&x, &s), MV_OK);
+        sqlite3 *db = mv_store_db(s);
+        CHECK_EQ_INT(
+            sqlite3_exec(db, "PRAGMA temp.cache_size=2; CREATE TEMP TABLE t(x)", NULL, NULL, NULL),
+            SQLITE_OK);
+        fx_arm(&(struct fv_plan){FX_ALLOC, n, FV_FAIL, 0});
+        int rc = sqlite3_exec(db,
+                              "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
+                              "WHERE i < 40) INSERT INTO temp.t SELECT zeroblob(3000) FROM c",
+                              NULL, NULL, NULL);
+        int fired = fx_calls(FX_ALLOC) >= n;
+        (void)fx_disarm();
+        if (rc != SQLITE_OK && rc != SQLITE_NOMEM) {
+            fprintf(stderr, "  temp file, fail allocation #%lu: %s (%s)\n", n, sqlite3_errstr(rc),
+                    sqlite3_errmsg(db));
+            wrong = 1;
+        }
+        failed += rc != SQLITE_OK;
+        mv_store_close(&s);
+        if (!fired) {
+            break;
+        }
+    }
+    printf("  temp file writes with allocation N failing: %lu failed, succeeded at N=%lu\n", failed,
+           n);
+    CHECK(!wrong);
+    CHECK(n > 1 && n <= 20000);
+}
+
 /* A message whose To field and keywords are long enough to spill its rows onto overflow
  * pages; pad (0-15) shifts their lengths, so that some end where a value read from overflow
  * pages has no room left for its terminator and sqlite3_column_text() must allocate. The
@@ -1367,6 +1432,7 @@ int main(void)
     TEST(test_state_read_ends_its_transaction);
     TEST(test_copy_check_allocation_failures);
     TEST(test_long_values_allocation_failures);
+    TEST(test_temp_file_allocation_failures);
     TEST(test_allocation_failure_loops);
     return th_summary();
 }

@@ -42,8 +42,9 @@ int mv_temp_open(struct mv_file *f)
     if (f->temp_block == NULL) {
         return SQLITE_NOMEM;
     }
-    if (crypt_ctx_create_random(&f->temp_crypt) != CRYPT_OK) {
-        return SQLITE_IOERR;
+    int crc = crypt_ctx_create_random(&f->temp_crypt);
+    if (crc != CRYPT_OK) {
+        return crc == CRYPT_ENOMEM ? SQLITE_NOMEM : SQLITE_IOERR;
     }
     f->temp_size = 0;
     f->temp_cached = -1;
@@ -74,9 +75,12 @@ static int mv_all_zero_block(const uint8_t *p)
 static int mv_temp_store(struct mv_file *f, uint64_t b)
 {
     uint8_t *cipher = f->temp_block + MV_TEMP_PHYS;
-    if (crypt_page_encrypt(f->temp_crypt, (uint32_t)(b + 1), f->temp_block, cipher, MV_TEMP_PHYS,
-                           CRYPT_PAGE_ANY_SIZE) != CRYPT_OK) {
-        return SQLITE_IOERR_WRITE;
+    int crc = crypt_page_encrypt(f->temp_crypt, (uint32_t)(b + 1), f->temp_block, cipher,
+                                 MV_TEMP_PHYS, CRYPT_PAGE_ANY_SIZE);
+    if (crc != CRYPT_OK) {
+        /* the first encryption allocates the context's pool of one-time keys: without
+         * memory that is SQLITE_NOMEM, not a write the disk failed */
+        return crc == CRYPT_ENOMEM ? SQLITE_NOMEM : SQLITE_IOERR_WRITE;
     }
     return f->lower->pMethods->xWrite(f->lower, cipher, MV_TEMP_PHYS,
                                       (sqlite3_int64)(b * MV_TEMP_PHYS));
@@ -124,9 +128,10 @@ static int mv_temp_load(struct mv_file *f, uint64_t b, int whole)
     if (rc != SQLITE_OK) {
         return rc;
     }
-    if (crypt_page_decrypt(f->temp_crypt, (uint32_t)(b + 1), plain, MV_TEMP_PHYS,
-                           CRYPT_PAGE_ANY_SIZE) != CRYPT_OK) {
-        return SQLITE_IOERR_DATA;
+    int crc = crypt_page_decrypt(f->temp_crypt, (uint32_t)(b + 1), plain, MV_TEMP_PHYS,
+                                 CRYPT_PAGE_ANY_SIZE);
+    if (crc != CRYPT_OK) {
+        return crc == CRYPT_ENOMEM ? SQLITE_NOMEM : SQLITE_IOERR_DATA;
     }
     f->temp_cached = (int64_t)b;
     return SQLITE_OK;
