@@ -274,16 +274,73 @@ static int ops_check_pages(struct ops_check *c)
     return rc;
 }
 
-/* Runs sql and reports each row's first column as a problem of kind what. A statement that
- * cannot run is itself a problem (a damaged page stops integrity_check). */
-static void ops_check_rows(struct ops_check *c, const char *what, const char *sql, int skip_ok)
+/* Findings kept until it is known whether they stand (ops_check_integrity). */
+struct ops_findings {
+    struct ops_finding {
+        int code; /* as for ops_check_stop */
+        char *detail;
+    } * items;
+    size_t count, cap;
+    int unreadable; /* a page SQLite could not get, with no cause given */
+    int oom;        /* a finding could not be kept */
+};
+
+static void ops_findings_clear(struct ops_findings *f)
+{
+    for (size_t i = 0; i < f->count; i++) {
+        free(f->items[i].detail);
+    }
+    free(f->items);
+    memset(f, 0, sizeof *f);
+}
+
+static void ops_findings_add(struct ops_findings *f, int code, const char *detail)
+{
+    if (f->count == f->cap) {
+        size_t cap = f->cap != 0 ? f->cap * 2 : 8;
+        struct ops_finding *items = realloc(f->items, cap * sizeof *items);
+        if (items == NULL) {
+            f->oom = 1;
+            return;
+        }
+        f->items = items;
+        f->cap = cap;
+    }
+    char *copy = strdup(detail);
+    if (copy == NULL) {
+        f->oom = 1;
+        return;
+    }
+    f->items[f->count++] = (struct ops_finding){code, copy};
+    /* SQLite's words for a page it could not get (checkList, checkPtrmap): no error code */
+    f->unreadable |= code == MV_ECORRUPT && (strstr(detail, "failed to get page") != NULL ||
+                                             strstr(detail, "Failed to read ptrmap") != NULL);
+}
+
+/* A finding or a stop: reported at once (keep NULL), or kept in keep. */
+static void ops_check_emit(
+    struct ops_check *c, struct ops_findings *keep, int code, const char *what, const char *detail)
+{
+    if (keep == NULL) {
+        ops_check_stop(c, code, what, detail);
+    } else {
+        ops_findings_add(keep, code, detail);
+    }
+}
+
+/* Runs sql and reports each row's first column as a problem of kind what (or keeps it in
+ * keep, if not NULL). A statement that cannot run is itself a problem (a damaged page stops
+ * integrity_check). */
+static void ops_check_rows(
+    struct ops_check *c, const char *what, const char *sql, int skip_ok, struct ops_findings *keep)
 {
     sqlite3_stmt *st = NULL;
     store_enter(c->s);
     char detail[512];
     if (sqlite3_prepare_v2(c->s->db, sql, -1, &st, NULL) != SQLITE_OK) {
         snprintf(detail, sizeof detail, "cannot run the check: %s", ops_vfs_detail(c->s));
-        ops_check_stop(c, mv_error_from_sqlite(sqlite3_extended_errcode(c->s->db)), what, detail);
+        ops_check_emit(c, keep, mv_error_from_sqlite(sqlite3_extended_errcode(c->s->db)), what,
+                       detail);
         return;
     }
     int rc;
@@ -291,17 +348,44 @@ static void ops_check_rows(struct ops_check *c, const char *what, const char *sq
         int oom = 0;
         const char *text = mv_db_column_text(st, 0, &oom);
         if (oom) { /* a finding read as no finding would pass a damaged store */
-            ops_check_stop(c, MV_ENOMEM, what, "out of memory reading a finding");
+            ops_check_emit(c, keep, MV_ENOMEM, what, "out of memory reading a finding");
         } else if (text != NULL && !(skip_ok && strcmp(text, "ok") == 0)) {
             /* integrity_check's "unable to get the page. error code=7": memory, not data */
-            ops_check_stop(c, ops_io_check_finding(text), what, text);
+            ops_check_emit(c, keep, ops_io_check_finding(text), what, text);
         }
     }
     if (rc != SQLITE_DONE) {
         snprintf(detail, sizeof detail, "the check stopped: %s", ops_vfs_detail(c->s));
-        ops_check_stop(c, mv_error_from_sqlite(sqlite3_extended_errcode(c->s->db)), what, detail);
+        ops_check_emit(c, keep, mv_error_from_sqlite(sqlite3_extended_errcode(c->s->db)), what,
+                       detail);
     }
     sqlite3_finalize(st);
+}
+
+/* PRAGMA integrity_check. SQLite words a page it could not get as a finding with no cause
+ * ("On tree page 77 cell 0: failed to get page 68", then every page below it "is never
+ * used"), whether the page is damaged, the device failed the read (counted by the VFS:
+ * mv_store_check then returns MV_EIO) or an allocation of the page cache failed. So a run
+ * with such a finding and no failed read runs once more, and the findings that stand are
+ * the second run's: a damaged page fails again, memory that was short a moment ago does
+ * not. A sound store runs the check once; a damaged one of that kind twice. */
+static void ops_check_integrity(struct ops_check *c)
+{
+    static const char what[] = "integrity", sql[] = "PRAGMA integrity_check(1000)";
+    struct ops_findings f = {0};
+    uint64_t read_errors = mv_db_read_errors(c->s->db);
+    ops_check_rows(c, what, sql, 1, &f);
+    if (f.unreadable && !f.oom && mv_db_read_errors(c->s->db) == read_errors) {
+        ops_findings_clear(&f);
+        ops_check_rows(c, what, sql, 1, &f);
+    }
+    for (size_t i = 0; i < f.count; i++) {
+        ops_check_stop(c, f.items[i].code, what, f.items[i].detail);
+    }
+    if (f.oom) {
+        ops_check_stop(c, MV_ENOMEM, what, "out of memory keeping its findings");
+    }
+    ops_findings_clear(&f);
 }
 
 static const struct {
@@ -427,21 +511,21 @@ static void ops_check_fts_moving(struct ops_check *c)
                          "WHERE id NOT IN (SELECT rowid FROM fts) AND id NOT IN (SELECT id "
                          "FROM " STORE_FTS_BACKLOG_IDS
                          ") AND id NOT IN (SELECT id FROM " STORE_FTS_ASIDE_ROWS ")",
-                   0);
+                   0, NULL);
     ops_check_rows(c, "fts",
                    "SELECT 'body ' || a.id || ' was set aside by the full-text catch-up and has "
                    "no full-text row (searches do not find it; mailvault repair indexes it once "
                    "its bytes read again): ' || a.why FROM " STORE_FTS_ASIDE_ROWS
                    " a WHERE a.id IN (SELECT id FROM bodies) AND a.id NOT IN (SELECT rowid "
                    "FROM fts)",
-                   0);
+                   0, NULL);
     if (old) {
         ops_check_rows(
             c, "fts",
             "SELECT 'old full-text row ' || rowid || ' belongs to no body' FROM " STORE_FTS_OLD
             " WHERE rowid > (SELECT value FROM meta WHERE key = '" STORE_FTS_MOVED_KEY
             "') AND rowid NOT IN (SELECT id FROM bodies)",
-            0);
+            0, NULL);
     }
 }
 
@@ -456,7 +540,7 @@ static void ops_check_named_indexes(struct ops_check *c)
                  "makes it again' WHERE NOT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = "
                  "'index' AND name = '%s')",
                  store_named_indexes[i].name, store_named_indexes[i].name);
-        ops_check_rows(c, "index", sql, 0);
+        ops_check_rows(c, "index", sql, 0, NULL);
     }
 }
 
@@ -471,7 +555,7 @@ static void ops_check_invariants(struct ops_check *c)
     }
     ops_check_named_indexes(c);
     for (size_t i = 0; i < sizeof ops_invariants / sizeof ops_invariants[0]; i++) {
-        ops_check_rows(c, ops_invariants[i].what, ops_invariants[i].sql, 0);
+        ops_check_rows(c, ops_invariants[i].what, ops_invariants[i].sql, 0, NULL);
     }
     ops_check_fts_moving(c);
     ops_check_bodies(c);
@@ -514,7 +598,7 @@ int mv_store_check(mv_store *s,
     if (rc != MV_OK) {
         return rc;
     }
-    ops_check_rows(&c, "integrity", "PRAGMA integrity_check(1000)", 1);
+    ops_check_integrity(&c);
     ops_check_invariants(&c);
     ops_check_fts_index(&c);
     if (c.stopped != MV_OK) {
