@@ -311,7 +311,9 @@ static void ops_findings_add(struct ops_findings *f, int code, const char *detai
         f->oom = 1;
         return;
     }
-    f->items[f->count++] = (struct ops_finding){code, copy};
+    f->items[f->count].code = code;
+    f->items[f->count].detail = copy;
+    f->count++;
     /* SQLite's words for a page it could not get (checkList, checkPtrmap): no error code */
     f->unreadable |= code == MV_ECORRUPT && (strstr(detail, "failed to get page") != NULL ||
                                              strstr(detail, "Failed to read ptrmap") != NULL);
