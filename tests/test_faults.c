@@ -940,6 +940,36 @@ static void test_copy_check_allocation_failures(void)
            n);
     CHECK(!wrong);
     CHECK(n > 1 && n <= 40000);
+    /* A password change's copy switched to WAL mode and closed (ops_snapshot_verify with
+     * make_wal), a fresh copy each time: under a failed allocation the switch said MV_EIO,
+     * "cannot switch the copy to WAL mode: out of memory" */
+    char work[1024];
+    snprintf(work, sizeof work, "%s", tu_path("verify-wal.db"));
+    failed = 0;
+    for (n = 1; n <= 40000 && !wrong; n++) {
+        tu_remove_db(work);
+        CHECK_EQ_INT(tu_copy_db(info.path, work), 0);
+        struct ops_state st;
+        fx_arm(&(struct fv_plan){FX_ALLOC, n, FV_FAIL, 0});
+        int rc = ops_snapshot_verify(work, x.pw, strlen(x.pw), x.o.kdf_iter, 1, NULL, &st, err,
+                                     sizeof err);
+        int fired = fx_calls(FX_ALLOC) >= n;
+        (void)fx_disarm();
+        if (rc != MV_OK && rc != MV_ENOMEM) {
+            fprintf(stderr, "  copy to WAL, fail allocation #%lu: %s: %s\n", n, mv_strerror(rc),
+                    err);
+            wrong = 1;
+        }
+        failed += rc != MV_OK;
+        if (!fired) {
+            break;
+        }
+    }
+    tu_remove_db(work);
+    printf("  copy switched to WAL with allocation N failing: %lu failed, succeeded at N=%lu\n",
+           failed, n);
+    CHECK(!wrong);
+    CHECK(n > 1 && n <= 40000);
     /* the store's own check over the same overflow chains (integrity_check's rows), each run
      * on a new handle: with the pages cached, getting one allocates nothing. Every 4th
      * allocation: a run is an open and a check (~12 ms under ASan); each page of a chain

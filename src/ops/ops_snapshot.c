@@ -384,15 +384,29 @@ static int ops_snapshot_make_wal(sqlite3 *db, char *errmsg, size_t errmsg_size)
 {
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, &st, NULL);
-    int ok = rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW &&
-             sqlite3_column_text(st, 0) != NULL &&
-             strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
-    sqlite3_finalize(st);
-    if (!ok) {
-        return ops_io_fail(errmsg, errmsg_size, MV_EIO, "cannot switch the copy to WAL mode: %s",
-                           sqlite3_errmsg(db));
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
     }
-    return MV_OK;
+    int oom = 0;
+    const char *mode = rc == SQLITE_ROW ? mv_db_column_text(st, 0, &oom) : NULL;
+    if (mode != NULL && strcmp(mode, "wal") == 0) {
+        sqlite3_finalize(st);
+        return MV_OK;
+    }
+    /* what stopped it: memory, the disk, a lock (not an I/O error whatever it was: a
+     * password change under a failed allocation said MV_EIO) */
+    char cause[512];
+    int code = MV_EIO;
+    if (oom) {
+        code = MV_ENOMEM;
+        snprintf(cause, sizeof cause, "out of memory");
+    } else if (rc != SQLITE_ROW) {
+        code = mv_db_error_cause(db, sqlite3_extended_errcode(db), cause, sizeof cause);
+    } else {
+        snprintf(cause, sizeof cause, "its journal mode stayed %s", mode != NULL ? mode : "unset");
+    }
+    sqlite3_finalize(st);
+    return ops_io_fail(errmsg, errmsg_size, code, "cannot switch the copy to WAL mode: %s", cause);
 }
 
 int ops_snapshot_open(const char *path,
