@@ -1611,7 +1611,9 @@ struct mv_check_report {
  * (may be NULL). Returns MV_OK (no problem), MV_ECORRUPT (problems found; see out->problems),
  * MV_EINVAL, MV_EBUSY, MV_ENOMEM, MV_EIO (also when problems were found and the disk failed
  * a read meanwhile: a page SQLite cannot get is reported as a problem with no cause, so such
- * findings may be the disk's, not damage in the data). */
+ * findings may be the disk's, not damage in the data). integrity_check runs a second time
+ * when it reports such a page with no failed read, and only the second run's findings
+ * count: a damaged page fails again, a page cache short of memory a moment ago does not. */
 MV_API MV_MUST_CHECK int mv_store_check(mv_store *store,
                                         mv_problem_fn problem,
                                         void *problem_arg,
