@@ -42,7 +42,7 @@ static int cli_output_field(FILE *out, sqlite3_stmt *stmt, int column)
         const unsigned char *text = sqlite3_column_text(stmt, column);
         int size_bytes = sqlite3_column_bytes(stmt, column);
         if (text == NULL) {
-            return -2; /* a number's text: the type said it is not NULL */
+            return -2; /* the type said it is not NULL: its text could not be made */
         }
         if (size_bytes > 0) {
             fwrite(text, 1, (size_t)size_bytes, out);
