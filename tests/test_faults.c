@@ -973,7 +973,7 @@ static void test_copy_check_allocation_failures(void)
     /* the store's own check over the same overflow chains (integrity_check's rows), each run
      * on a new handle: with the pages cached, getting one allocates nothing. Every 4th
      * allocation: a run is an open and a check (~12 ms under ASan); each page of a chain
-     * is another allocation that can fail, so a step of 4 still fails gets across every
+     * is another allocation that can fail, so a step of 4 still fails a get in every
      * chain. */
     failed = 0;
     for (n = 1; n <= 200000 && !wrong; n += 4) {
@@ -999,10 +999,6 @@ static void test_copy_check_allocation_failures(void)
     CHECK(n > 1 && n <= 200000);
 }
 
-/* The allocation-failure loop: the same operations and assertions, with the Nth allocation
- * (SQLite's or the library's own) failing, N = 1, 2, 3, ... until the operation succeeds.
- * A failed allocation must give an error (no crash, no leak: LeakSanitizer checks at exit)
- * and leave the store as the I/O faults must. */
 /* The encrypted temp files (temp_store=FILE, the store's own folder) with each allocation
  * of a spilling write failing in turn: SQLITE_NOMEM or success. The first block a temp file
  * encrypts allocates its cipher's pool of one-time keys, and that failure was reported as a
@@ -1219,6 +1215,10 @@ static void test_long_values_allocation_failures(void)
     CHECK(n > 1 && n <= 50000);
 }
 
+/* The allocation-failure loop: the same operations and assertions, with the Nth allocation
+ * (SQLite's or the library's own) failing, N = 1, 2, 3, ... until the operation succeeds.
+ * A failed allocation must give an error (no crash, no leak: LeakSanitizer checks at exit)
+ * and leave the store as the I/O faults must. */
 static void test_allocation_failure_loops(void)
 {
     static struct fx x;
