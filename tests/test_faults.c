@@ -999,6 +999,42 @@ static void test_copy_check_allocation_failures(void)
     CHECK(n > 1 && n <= 200000);
 }
 
+/* A password change with each of its writes failing in turn, every one (the loops above step
+ * over most): half a write, the disk gone in the middle of one, a write that fails. Exactly
+ * one password opens the store after each, and the new one if it was acknowledged. The
+ * copy's switch to WAL mode commits when its statement ends, after its row: a torn commit
+ * was taken as done, the copy (page 1 half written, its journal hot) renamed over the store,
+ * and neither password opened it. */
+static void test_passwd_every_write_fails(void)
+{
+    static const int modes[] = {FV_TORN, FV_SHORT, FV_FAIL};
+    static struct fx x;
+    fx_init(&x, "rekey@example.org", "rekey");
+    CHECK_EQ_INT(fx_add_messages(&x, 5), MV_OK);
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        unsigned long n = 1, failed = 0;
+        int bad = 0;
+        for (; n <= 2000 && !bad; n++) {
+            struct fv_plan p = {FV_WRITE, n, modes[m], 0};
+            int rc = fx_op_passwd(&x, &p, &bad);
+            int fired = fx_calls(FV_WRITE) >= n;
+            failed += rc != MV_OK;
+            if (bad) {
+                fprintf(stderr, "  passwd, %s write #%lu: %s\n", fv_mode_name(modes[m]), n,
+                        mv_strerror(rc));
+            }
+            if (!fired) {
+                break;
+            }
+        }
+        printf("  passwd with write N %s: %lu failed, succeeded at N=%lu\n", fv_mode_name(modes[m]),
+               failed, n);
+        CHECK(!bad);
+        CHECK(n > 1 && n <= 2000);
+    }
+    CHECK(fx_verify(&x, "after the password changes"));
+}
+
 /* The encrypted temp files (temp_store=FILE, the store's own folder) with each allocation
  * of a spilling write failing in turn: SQLITE_NOMEM or success. The first block a temp file
  * encrypts allocates its cipher's pool of one-time keys, and that failure was reported as a
@@ -1467,6 +1503,7 @@ int main(void)
     TEST(test_copy_check_allocation_failures);
     TEST(test_long_values_allocation_failures);
     TEST(test_temp_file_allocation_failures);
+    TEST(test_passwd_every_write_fails);
     TEST(test_allocation_failure_loops);
     return th_summary();
 }

@@ -16,8 +16,9 @@
  *   3. VACUUM INTO NEW under new (new salt), fsync NEW. Killed here: NEW is partial, DB and
  *      its WAL are whole. Old opens; the next run removes NEW.
  *   4. NEW is opened with new, quick_check'ed, its counts compared with DB's (a mismatch
- *      stops here), switched to WAL mode (header bytes 18-19) and closed (no NEW-wal left).
- *      Killed here: as 3.
+ *      stops here), switched to WAL mode (header bytes 18-19, a write whose commit must be
+ *      seen to finish) and closed (no NEW-wal, and no NEW-journal of a commit that failed
+ *      and could not roll back: NEW is not whole without it). Killed here: as 3.
  *   5. DB's connection is closed: as the last connection it checkpoints and deletes DB-wal.
  *      DB-wal must now be missing or empty, or we stop (a writer outside the lock protocol):
  *      a WAL of the old file must never meet the new one, whose pages it would overwrite.

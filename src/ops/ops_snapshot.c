@@ -389,9 +389,17 @@ static int ops_snapshot_make_wal(sqlite3 *db, char *errmsg, size_t errmsg_size)
     }
     int oom = 0;
     const char *mode = rc == SQLITE_ROW ? mv_db_column_text(st, 0, &oom) : NULL;
-    if (mode != NULL && strcmp(mode, "wal") == 0) {
-        sqlite3_finalize(st);
-        return MV_OK;
+    int wal = mode != NULL && strcmp(mode, "wal") == 0;
+    if (wal) {
+        /* The row comes before the header's write commits: the commit runs when the
+         * statement ends, and its failure is only known from this step. Taken as done, a
+         * commit torn by a failing disk left the copy's page 1 half written and its journal
+         * hot, and the copy was renamed over the store (neither password opened it). */
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE) {
+            sqlite3_finalize(st);
+            return MV_OK;
+        }
     }
     /* what stopped it: memory, the disk, a lock (not an I/O error whatever it was: a
      * password change under a failed allocation said MV_EIO) */
@@ -400,7 +408,7 @@ static int ops_snapshot_make_wal(sqlite3 *db, char *errmsg, size_t errmsg_size)
     if (oom) {
         code = MV_ENOMEM;
         snprintf(cause, sizeof cause, "out of memory");
-    } else if (rc != SQLITE_ROW) {
+    } else if (rc != SQLITE_ROW || wal) {
         code = mv_db_error_cause(db, sqlite3_extended_errcode(db), cause, sizeof cause);
     } else {
         snprintf(cause, sizeof cause, "its journal mode stayed %s", mode != NULL ? mode : "unset");
@@ -464,10 +472,17 @@ int ops_snapshot_verify(const char *path,
     if (sqlite3_close(db) != SQLITE_OK && rc == MV_OK) {
         rc = ops_io_fail(errmsg, errmsg_size, MV_EIO, "cannot close %s", path);
     }
-    char wal[MV_PATH_MAX + 8];
+    char wal[MV_PATH_MAX + 8], journal[MV_PATH_MAX + 12];
     snprintf(wal, sizeof wal, "%s-wal", path);
+    snprintf(journal, sizeof journal, "%s-journal", path);
     if (rc == MV_OK && make_wal && ops_io_size(wal) > 0) {
         rc = ops_io_fail(errmsg, errmsg_size, MV_EIO, "%s was not checkpointed on close", wal);
+    }
+    if (rc == MV_OK && make_wal && ops_io_size(journal) > 0) {
+        /* a write that did not finish, and whose rollback did not either: the copy is not
+         * whole without it, and a rename would part them */
+        rc =
+            ops_io_fail(errmsg, errmsg_size, MV_EIO, "%s was left by an unfinished write", journal);
     }
     return rc;
 }
