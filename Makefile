@@ -193,8 +193,10 @@ $(BUILD)/asan/tests/test_worker $(BUILD)/asan/tests/test_quota_sealed $(BUILD)/a
 $(BUILD)/asan/tests/test_faults: $(BUILD)/asan/tests/faultvfs.o $(BUILD)/asan/tests/failalloc.o
 $(BUILD)/asan/tests/test_wal_io: $(BUILD)/asan/tests/faultvfs.o
 $(BUILD)/asan/tests/test_fetch_keyed: $(BUILD)/asan/tests/faultvfs.o
-# ... and fails the Nth allocation of the library's objects (tests/failalloc.h).
-$(BUILD)/asan/tests/test_faults: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
+# ... and fails the Nth allocation of the library's objects (tests/failalloc.h), as does the
+# test of a lower VFS without shared memory (the open's exclusive-locking statement).
+$(BUILD)/asan/tests/test_noshm: $(BUILD)/asan/tests/failalloc.o
+$(BUILD)/asan/tests/test_faults $(BUILD)/asan/tests/test_noshm: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
 	-Wl,--wrap=strdup -Wl,--wrap=strndup
 # ... and looks for plaintext in every block the library frees or reallocates (test_wipe.c).
 # It links every server object but main.o: its LMTP delivery runs through conn.c, lmtp.c and

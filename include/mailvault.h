@@ -197,7 +197,9 @@ MV_API MV_MUST_CHECK int mv_db_open(const char *path,
  * next to sqlite3_errmsg(), which for such errors only says "disk I/O error". */
 MV_API const char *mv_db_vfs_errmsg(sqlite3 *db);
 
-/* Maps an SQLite result code (primary or extended) to an MV_* code. */
+/* Maps an SQLite result code (primary or extended) to an MV_* code. SQLITE_CANTOPEN maps
+ * to MV_EIO: SQLite gives it for any file it cannot open (a WAL, a journal, a temporary
+ * file), so "no such file" is for the caller to find out before it opens one. */
 MV_API int mv_error_from_sqlite(int sqlite_rc);
 
 /* Describes db's main file: cipher in use, KDF iterations, reserve bytes. Returns MV_OK or

@@ -5,6 +5,7 @@
  */
 #include "faultvfs.h"
 
+#include <errno.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -104,6 +105,15 @@ static int fv_decide(int op)
     return fv_plan.mode;
 }
 
+/* Returns rc as a failing disk does: with errno EIO, which SQLite's unix VFS leaves behind
+ * and reports through xGetLastError() (sqlite3_system_errno()); without it the message
+ * would name whatever an earlier call left in errno. */
+static int fv_eio(int rc)
+{
+    errno = EIO;
+    return rc;
+}
+
 static int fv_close(sqlite3_file *p)
 {
     struct fv_file *f = (struct fv_file *)p;
@@ -126,7 +136,7 @@ static int fv_read(sqlite3_file *p, void *buf, int amt, sqlite3_int64 off)
         }
     }
     if (fv_decide(FV_READ) >= 0) {
-        return SQLITE_IOERR_READ;
+        return fv_eio(SQLITE_IOERR_READ);
     }
     return f->real->pMethods->xRead(f->real, buf, amt, off);
 }
@@ -141,14 +151,14 @@ static int fv_write(sqlite3_file *p, const void *buf, int amt, sqlite3_int64 off
     if (mode != FV_FAIL && amt > 1) {
         (void)f->real->pMethods->xWrite(f->real, buf, amt / 2, off);
     }
-    return SQLITE_IOERR_WRITE;
+    return fv_eio(SQLITE_IOERR_WRITE);
 }
 
 static int fv_truncate(sqlite3_file *p, sqlite3_int64 size)
 {
     struct fv_file *f = (struct fv_file *)p;
     if (fv_decide(FV_TRUNCATE) >= 0) {
-        return SQLITE_IOERR_TRUNCATE;
+        return fv_eio(SQLITE_IOERR_TRUNCATE);
     }
     return f->real->pMethods->xTruncate(f->real, size);
 }
@@ -157,7 +167,7 @@ static int fv_sync(sqlite3_file *p, int flags)
 {
     struct fv_file *f = (struct fv_file *)p;
     if (fv_decide(FV_SYNC) >= 0) {
-        return SQLITE_IOERR_FSYNC;
+        return fv_eio(SQLITE_IOERR_FSYNC);
     }
     return f->real->pMethods->xSync(f->real, flags);
 }
@@ -261,7 +271,7 @@ static int fv_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *p, int
     memset(f, 0, sizeof *f);
     f->real = (sqlite3_file *)&f[1];
     if (fv_decide(FV_OPEN) >= 0) {
-        return SQLITE_CANTOPEN;
+        return fv_eio(SQLITE_CANTOPEN);
     }
     int rc = fv_lower->xOpen(fv_lower, name, f->real, flags, out);
     p->pMethods = rc == SQLITE_OK && f->real->pMethods != NULL ? &fv_io_methods : NULL;

@@ -12,7 +12,8 @@
  *
  * FAULTS
  *   FV_FAIL        the call does nothing and returns the I/O error a disk gives
- *                  (SQLITE_IOERR_READ / _WRITE / _FSYNC / _TRUNCATE, SQLITE_CANTOPEN)
+ *                  (SQLITE_IOERR_READ / _WRITE / _FSYNC / _TRUNCATE, SQLITE_CANTOPEN),
+ *                  with errno EIO as the unix VFS leaves it
  *   FV_SHORT       a write stores its first half and returns SQLITE_IOERR_WRITE (reads
  *                  and other calls: as FV_FAIL)
  *   FV_TORN        a write stores its first half, and then every call fails until

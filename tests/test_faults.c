@@ -717,6 +717,15 @@ static void fx_loop(struct fx *x, const char *name, fx_op_fn op, int fv_op, int 
             }
             CHECK_EQ_INT(rc, MV_ENOMEM);
         }
+        /* A failing disk is an I/O error, never "not found" (SQLite's "unable to open
+         * database file" for a file that is there), "invalid argument" (a header that could
+         * not be read), a wrong password or damage. */
+        if (fv_op != FX_ALLOC && rc != MV_OK) {
+            if (rc != MV_EIO) {
+                fprintf(stderr, "  %s: a failed disk call must say so\n", what);
+            }
+            CHECK_EQ_INT(rc, MV_EIO);
+        }
         if (!fired) {
             if (rc != MV_OK) {
                 fprintf(stderr, "  %s without a fault\n", what);
@@ -800,11 +809,11 @@ static void test_read_errors_are_not_damage(void)
             int fired = fv_calls(FV_READ) >= n;
             snprintf(what, sizeof what, "%s, reads failing from #%lu: %s", ops[o].name, n,
                      mv_strerror(rc));
-            if (rc == MV_ECORRUPT) {
+            if (rc != MV_OK && rc != MV_EIO) {
                 fprintf(stderr, "  %s\n", what);
             }
             CHECK(!bad);
-            CHECK(rc != MV_ECORRUPT);
+            CHECK(rc == MV_OK || rc == MV_EIO);
             CHECK(fx_verify(&x, what));
             failed += rc != MV_OK;
             if (!fired || bad || rc == MV_ECORRUPT) {
@@ -815,6 +824,43 @@ static void test_read_errors_are_not_damage(void)
                ops[o].name, failed, n);
         CHECK(n > 1 && n <= 4000);
     }
+}
+
+/* A store's open with its Nth disk call failing, for every N, once and from the Nth on: an
+ * I/O error whose message names the cause, or a store that opens. A failed open() of the
+ * store was "not found: unable to open database file" (SQLITE_CANTOPEN), a failed read of
+ * its header "invalid argument: cannot read the database header". */
+static void test_open_disk_errors(void)
+{
+    static struct fx x;
+    fx_init(&x, "opendisk@example.org", "opendisk");
+    CHECK_EQ_INT(fx_add_messages(&x, 3), MV_OK);
+    for (int persist = 0; persist <= 1; persist++) {
+        unsigned long n = 1, failed = 0;
+        int wrong = 0;
+        for (; n <= 1000 && !wrong; n++) {
+            mv_store *s = NULL;
+            fx_arm(&(struct fv_plan){FV_ANY, n, FV_FAIL, persist});
+            int rc = fx_open(&x, &s);
+            (void)fx_disarm();
+            int fired = fx_calls(FV_ANY) >= n;
+            mv_store_close(&s);
+            failed += rc != MV_OK;
+            wrong = rc != MV_OK && (rc != MV_EIO || strstr(fx_open_err, "Input/output") == NULL);
+            if (wrong) {
+                fprintf(stderr, "  open, disk call #%lu failing%s: %s: %s\n", n,
+                        persist ? " on" : "", mv_strerror(rc), fx_open_err);
+            }
+            if (!fired) {
+                break;
+            }
+        }
+        printf("  open with disk call N failing%s: %lu failed, succeeded at N=%lu\n",
+               persist ? " on" : "", failed, n);
+        CHECK(!wrong);
+        CHECK(n > 1 && n <= 1000);
+    }
+    CHECK(fx_verify(&x, "after the failed opens"));
 }
 
 /* A store's open with its Nth allocation failing, for every N (the loops below step over
@@ -1019,6 +1065,11 @@ static void test_passwd_every_write_fails(void)
             int rc = fx_op_passwd(&x, &p, &bad);
             int fired = fx_calls(FV_WRITE) >= n;
             failed += rc != MV_OK;
+            if (rc != MV_OK && rc != MV_EIO) {
+                fprintf(stderr, "  passwd, %s write #%lu: %s, not an I/O error\n",
+                        fv_mode_name(modes[m]), n, mv_strerror(rc));
+                bad = 1;
+            }
             if (bad) {
                 fprintf(stderr, "  passwd, %s write #%lu: %s\n", fv_mode_name(modes[m]), n,
                         mv_strerror(rc));
@@ -1498,6 +1549,7 @@ int main(void)
     TEST(test_long_lived_handle);
     TEST(test_fault_loops);
     TEST(test_read_errors_are_not_damage);
+    TEST(test_open_disk_errors);
     TEST(test_open_allocation_failures);
     TEST(test_state_read_ends_its_transaction);
     TEST(test_copy_check_allocation_failures);

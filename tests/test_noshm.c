@@ -12,6 +12,7 @@
  * is registered as the default before mailvault's VFS, which then stacks on it (one lower
  * VFS per process: hence a test binary of its own).
  */
+#include "failalloc.h"
 #include "harness.h"
 #include "testutil.h"
 
@@ -313,14 +314,55 @@ static void test_second_open_is_busy(void)
     sqlite3_close(db);
 }
 
+/* An existing WAL database opened with each allocation failing in turn: MV_ENOMEM or a
+ * connection that reads it, never another error. The exclusive-locking statement's failure
+ * (before the first read) was MV_ERROR whatever its cause. */
+static void test_open_allocation_failures(void)
+{
+    const char *path = tu_path("alloc.db");
+    sqlite3 *db = NULL;
+    CHECK_EQ_INT(tu_open(path, NS_PASSWORD, MV_CIPHER_CHACHA20, MV_DB_CREATE, &db), MV_OK);
+    CHECK_EQ_INT(tu_exec(db, "PRAGMA journal_mode=WAL"), SQLITE_OK);
+    tu_fill_table(db, 1, 20);
+    sqlite3_close(db);
+    unsigned long n = 1, failed = 0;
+    int wrong = 0;
+    for (; n <= 20000 && !wrong; n++) {
+        db = NULL;
+        fa_arm(n, 0);
+        int rc = tu_open(path, NS_PASSWORD, MV_CIPHER_AUTO, 0, &db);
+        int fired = fa_disarm();
+        long long rows = 0;
+        char digest[65];
+        if (rc == MV_OK && tu_table_digest(db, digest, &rows) != 0) {
+            rows = -1;
+        }
+        sqlite3_close(db);
+        failed += rc != MV_OK;
+        wrong = (rc != MV_OK && rc != MV_ENOMEM) || (rc == MV_OK && rows != 20);
+        if (wrong) {
+            fprintf(stderr, "  open, allocation #%lu failing: %s, %lld rows\n", n, mv_strerror(rc),
+                    rows);
+        }
+        if (!fired) {
+            break;
+        }
+    }
+    printf("  open with allocation N failing: %lu failed, succeeded at N=%lu\n", failed, n);
+    CHECK(!wrong);
+    CHECK(n > 1 && n <= 20000);
+}
+
 int main(void)
 {
-    if (ns_register() != SQLITE_OK || mv_vfs_register("noshm", 0) != MV_OK) {
+    /* Before anything initialises SQLite: the allocation loop wraps its allocator. */
+    if (fa_install() != 0 || ns_register() != SQLITE_OK || mv_vfs_register("noshm", 0) != MV_OK) {
         fprintf(stderr, "cannot register the test VFS\n");
         return 1;
     }
     TEST(test_store_on_lower_without_shm);
     TEST(test_reopen_with_wal_present);
     TEST(test_second_open_is_busy);
+    TEST(test_open_allocation_failures);
     return th_summary();
 }

@@ -66,7 +66,11 @@ int mv_error_from_sqlite(int sqlite_rc)
     case SQLITE_LOCKED:
         return MV_EBUSY;
     case SQLITE_CANTOPEN:
-        return MV_ENOTFOUND;
+        /* SQLite says it for any file it could not open: an existing store's WAL, journal
+         * or temporary file, or the store itself on a failing disk. Whether a store exists
+         * is decided before SQLite opens it (mv_db_open(), mv_store_open()), so this is
+         * the disk, not "no such store". */
+        return MV_EIO;
     case SQLITE_CONSTRAINT:
         return MV_EEXISTS;
     case SQLITE_TOOBIG:

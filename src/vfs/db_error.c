@@ -52,6 +52,10 @@ int mv_db_error_cause(sqlite3 *db, int rc, char *cause, size_t cause_size)
         snprintf(cause, cause_size, "%s", vfs); /* names the page that failed */
     } else if (primary == SQLITE_IOERR && sys != 0) {
         snprintf(cause, cause_size, "%s: %s", mv_db_io_action(rc), strerror(sys));
+    } else if (primary == SQLITE_CANTOPEN && sys != 0) {
+        /* "unable to open database file" names no file and no reason; which file SQLite
+         * was opening it does not say either (the store, its WAL, a journal, a temp file). */
+        snprintf(cause, cause_size, "%s: %s", sqlite_msg, strerror(sys));
     } else if (vfs != NULL && (code == MV_ECORRUPT || code == MV_EIO)) {
         snprintf(cause, cause_size, "%s (%s)", sqlite_msg, vfs);
     } else {

@@ -5,6 +5,7 @@
  * For a new file the order matters and is fixed here: key, page size, reserve bytes,
  * auto_vacuum, and only then the first write of page 1 (an empty user_version update).
  */
+#include "vfs/db_column.h"
 #include "vfs/db_error.h"
 #include "vfs/vfs.h"
 
@@ -52,11 +53,19 @@ static int mv_db_lock_mode_for_lower(sqlite3 *db)
     }
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(db, "PRAGMA main.locking_mode=EXCLUSIVE", -1, &st, NULL);
-    int ok = rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW &&
-             sqlite3_column_text(st, 0) != NULL &&
-             strcmp((const char *)sqlite3_column_text(st, 0), "exclusive") == 0;
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+    }
+    int oom = 0;
+    const char *mode = rc == SQLITE_ROW ? mv_db_column_text(st, 0, &oom) : NULL;
+    int ok = mode != NULL && strcmp(mode, "exclusive") == 0;
+    /* A mode that did not take is MV_ERROR; a failed statement says why (memory). */
+    int code = ok                                      ? MV_OK
+               : oom                                   ? MV_ENOMEM
+               : rc != SQLITE_ROW && rc != SQLITE_DONE ? mv_error_from_sqlite(rc)
+                                                       : MV_ERROR;
     sqlite3_finalize(st);
-    return ok ? MV_OK : MV_ERROR;
+    return code;
 }
 
 /* Reads the schema: the first access that decrypts pages. */
@@ -156,9 +165,9 @@ int mv_db_open(const char *path,
     struct mv_fcntl_key key = {secret, secret_len, (int)o->cipher, o->kdf_iter, o->legacy, ""};
     rc = sqlite3_file_control(db, "main", MV_FCNTL_KEY, &key);
     if (rc != SQLITE_OK) {
-        int code = rc == SQLITE_NOTADB                           ? MV_EAUTH
-                   : rc == SQLITE_CORRUPT                        ? MV_ECORRUPT
-                   : rc == SQLITE_NOMEM                          ? MV_ENOMEM
+        /* SQLITE_ERROR is a key or option the file cannot take; anything else is what
+         * reading the file met (a failed read is MV_EIO, not a bad argument). */
+        int code = rc != SQLITE_ERROR                            ? mv_error_from_sqlite(rc)
                    : strstr(key.errmsg, "not encrypted") != NULL ? MV_EUNSUPPORTED
                                                                  : MV_EINVAL;
         return mv_fail(&db, errmsg_out, code, "%s", key.errmsg);

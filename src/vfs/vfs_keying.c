@@ -41,6 +41,20 @@ static int mv_read_header(struct mv_file *f, uint8_t hdr[24], sqlite3_int64 *siz
     return f->lower->pMethods->xRead(f->lower, hdr, 24, 0);
 }
 
+/* Why a read of the lower file failed, for a message; call it before anything else can
+ * change errno. The unix VFS leaves the failed call's errno behind; a short read (the file
+ * shrank under us) has none. */
+static const char *mv_read_failure(int rc)
+{
+    if (rc == SQLITE_NOMEM) {
+        return "out of memory";
+    }
+    if (rc == SQLITE_IOERR_SHORT_READ) {
+        return "the file ended early";
+    }
+    return (rc & 0xff) == SQLITE_IOERR && errno != 0 ? strerror(errno) : "I/O error";
+}
+
 /* Sets the reserve bytes of a new, keyed file through its connection. */
 static void mv_apply_reserve(struct mv_file *f)
 {
@@ -119,9 +133,11 @@ static int mv_verify_page1(struct mv_file *f, uint32_t page_size)
     if (rc == SQLITE_OK && previous == NULL) {
         rc = SQLITE_NOMEM;
     }
+    int read_errno = 0;
     for (int i = 0; rc == SQLITE_OK && i < MV_KEY_VERIFY_TRIES; i++) {
         rc = f->lower->pMethods->xRead(f->lower, c->scratch, (int)page_size, 0);
         if (rc != SQLITE_OK) {
+            read_errno = errno;
             rc = rc == SQLITE_IOERR_SHORT_READ ? SQLITE_CORRUPT : rc;
             break;
         }
@@ -137,6 +153,9 @@ static int mv_verify_page1(struct mv_file *f, uint32_t page_size)
         rc = i + 1 < MV_KEY_VERIFY_TRIES ? SQLITE_OK : SQLITE_NOTADB;
     }
     free(previous);
+    if (read_errno != 0) {
+        errno = read_errno; /* the caller names the failed read's cause */
+    }
     return rc;
 }
 
@@ -211,7 +230,8 @@ mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char *err, size
     sqlite3_int64 size;
     int rc = mv_read_header(f, hdr, &size);
     if (rc != SQLITE_OK) {
-        snprintf(err, errlen, "cannot read the database header");
+        /* A failing disk, not a bad argument: mv_db_open() says MV_EIO for it. */
+        snprintf(err, errlen, "cannot read the database header: %s", mv_read_failure(rc));
         return rc;
     }
     /* Page 1 never written (all zero) but later pages spilled: the first transaction of a
@@ -270,9 +290,13 @@ mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char *err, size
         crypt_ctx_free(c->crypt);
         c->crypt = NULL;
         c->key_state = MV_KEY_REJECTED;
-        snprintf(err, errlen,
-                 rc == SQLITE_NOTADB ? "wrong password, or not a mailvault/SQLite3MC database"
-                                     : "the file is truncated or unreadable: page 1 is incomplete");
+        if (rc == SQLITE_NOTADB) {
+            snprintf(err, errlen, "wrong password, or not a mailvault/SQLite3MC database");
+        } else if (rc == SQLITE_CORRUPT) {
+            snprintf(err, errlen, "the file is truncated: page 1 is incomplete");
+        } else {
+            snprintf(err, errlen, "cannot read page 1: %s", mv_read_failure(rc));
+        }
         return rc;
     }
     c->page_size = page_size;
