@@ -201,6 +201,40 @@ static int mv_page1_in_wal_authenticates(struct mv_file *f, uint32_t page_size)
     return ok;
 }
 
+/* Whether a page of the file other than page 1 authenticates under the key page 1 refused:
+ * then page 1 is damaged and the password right. A wrong key authenticates no page (a
+ * damaged page passes by chance once in 2^128 for Poly1305, 2^256 for SQLCipher's HMAC), so
+ * "wrong password" was the answer for a flipped bit in page 1 too, and an operator told
+ * that would look for the wrong fault. aes256cbc pages carry no tag: it decrypts anything,
+ * so the question has no answer there. Pages 2, 3 and the last are tried: every page the
+ * file holds was written under this key, but a page the file was only extended by (zeros)
+ * authenticates under none; a failed read counts as not authenticating. */
+static int mv_other_page_authenticates(struct mv_file *f, uint32_t page_size, sqlite3_int64 size)
+{
+    struct mv_codec *c = f->codec;
+    int cipher = crypt_ctx_cipher(c->crypt);
+    sqlite3_int64 pages = size / page_size;
+    if (cipher != CRYPT_CIPHER_CHACHA20 && cipher != CRYPT_CIPHER_SQLCIPHER) {
+        return 0;
+    }
+    if (pages < 2 || mv_codec_scratch(c, page_size) != SQLITE_OK) {
+        return 0;
+    }
+    const sqlite3_int64 tries[] = {2, 3, pages};
+    for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+        sqlite3_int64 pgno = tries[i];
+        if (pgno > pages || (i == 2 && pgno <= 3) || pgno > UINT32_MAX) {
+            continue;
+        }
+        if (f->lower->pMethods->xRead(f->lower, c->scratch, (int)page_size,
+                                      (pgno - 1) * (sqlite3_int64)page_size) == SQLITE_OK &&
+            crypt_page_decrypt(c->crypt, (uint32_t)pgno, c->scratch, page_size, 0) == CRYPT_OK) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* mv_verify_page1(), and when page 1 of the file does not authenticate, its committed copy
  * in the WAL (see above). */
 static int mv_prove_page1(struct mv_file *f, uint32_t page_size)
@@ -286,11 +320,17 @@ mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char *err, size
         return SQLITE_OK;
     }
     rc = mv_prove_page1(f, page_size);
+    int page1_damaged = rc == SQLITE_NOTADB && mv_other_page_authenticates(f, page_size, size);
     if (rc != SQLITE_OK) {
         crypt_ctx_free(c->crypt);
         c->crypt = NULL;
         c->key_state = MV_KEY_REJECTED;
-        if (rc == SQLITE_NOTADB) {
+        if (page1_damaged) {
+            rc = SQLITE_CORRUPT;
+            snprintf(err, errlen,
+                     "page 1 is damaged: the password opens the file's other pages but not "
+                     "page 1 (restore the store from a backup)");
+        } else if (rc == SQLITE_NOTADB) {
             snprintf(err, errlen, "wrong password, or not a mailvault/SQLite3MC database");
         } else if (rc == SQLITE_CORRUPT) {
             snprintf(err, errlen, "the file is truncated: page 1 is incomplete");
