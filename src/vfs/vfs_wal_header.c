@@ -106,10 +106,10 @@ static int64_t mv_wal_look_lacking(struct mv_wal_look *l, const uint32_t *pgnos,
             continue; /* an older version of the page before */
         }
         int rc = mv_wal_look_frame(l, v[i].frame_no);
-        if (rc == SQLITE_OK && !mv_wal_look_authentic(l, v[i].pgno)) {
-            rc = SQLITE_IOERR_DATA; /* it authenticated a moment ago: the file changed */
-        }
-        int held = rc == SQLITE_OK ? mv_wal_look_in_database(l, v[i].pgno) : rc;
+        int held = rc != SQLITE_OK ? rc
+                   /* it authenticated a moment ago: the file changed, count it as lacking */
+                   : !mv_wal_look_authentic(l, v[i].pgno) ? 0
+                                                          : mv_wal_look_in_database(l, v[i].pgno);
         if (held != 0 && held != 1) {
             lacking = -(int64_t)held;
             break;
