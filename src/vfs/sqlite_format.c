@@ -127,6 +127,61 @@ void mv_wal_checksum_simple(int big_endian, const uint8_t *p, size_t n, uint32_t
     mv_wal_checksum_run(big_endian, p, n / 8, s);
 }
 
+/* One step of the checksum is s0' = s0 + x0 + s1, s1' = s1 + x1 + s0': given s0', s1' and
+ * the pair, s1 = s1' - x1 - s0' and then s0 = s0' - x0 - s1. Pairs are undone last first. */
+void mv_wal_checksum_unwind(int big_endian, const uint8_t *p, size_t n, uint32_t s[2])
+{
+    uint32_t s0 = s[0], s1 = s[1];
+    for (size_t i = n / 8; i-- > 0;) {
+        s1 = s1 - mv_wal_word(big_endian, p + 8 * i + 4) - s0;
+        s0 = s0 - mv_wal_word(big_endian, p + 8 * i) - s1;
+    }
+    s[0] = s0;
+    s[1] = s1;
+}
+
+int mv_wal_header_rebuild(const uint8_t *frame1,
+                          uint32_t page_size,
+                          int big_endian,
+                          uint8_t hdr[MV_WAL_HEADER_BYTES])
+{
+    /* The seed frame 1 chained from: its stored checksum with the frame summed back out. */
+    uint32_t seed[2];
+    mv_wal_frame_stored_checksum(frame1, seed);
+    mv_wal_checksum_unwind(big_endian, frame1 + MV_WAL_FRAME_HEADER_BYTES, page_size, seed);
+    mv_wal_checksum_unwind(big_endian, frame1, 8, seed);
+    mv_put_be32(hdr, MV_WAL_MAGIC | (big_endian ? 1u : 0u));
+    mv_put_be32(hdr + 4, MV_WAL_VERSION);
+    mv_put_be32(hdr + 8, page_size);
+    memset(hdr + 12, 0, 4);
+    memcpy(hdr + 16, frame1 + 8, 8); /* the salts every frame repeats */
+    mv_put_be32(hdr + 24, seed[0]);
+    mv_put_be32(hdr + 28, seed[1]);
+    /* The seed is the sum of bytes 0..23; all but the checkpoint sequence (12..15) are
+     * known. Unwind the salts' pair, then solve the second pair (page size, sequence) for
+     * the sequence: s0 after it must equal what magic, version and page size give. */
+    uint32_t s[2] = {seed[0], seed[1]};
+    mv_wal_checksum_unwind(big_endian, hdr + 16, 8, s);
+    uint32_t a[2] = {0, 0};
+    mv_wal_checksum_run(big_endian, hdr, 1, a);
+    if (s[0] != a[0] + mv_wal_word(big_endian, hdr + 8) + a[1]) {
+        return 0; /* no sequence number gives this seed: not this byte order or page size */
+    }
+    uint32_t seq = s[1] - a[1] - s[0];
+    uint8_t word[4];
+    if (big_endian) {
+        mv_put_be32(word, seq);
+    } else {
+        word[0] = (uint8_t)seq;
+        word[1] = (uint8_t)(seq >> 8);
+        word[2] = (uint8_t)(seq >> 16);
+        word[3] = (uint8_t)(seq >> 24);
+    }
+    memcpy(hdr + 12, word, 4);
+    struct mv_wal_header check;
+    return mv_wal_header_parse(hdr, &check);
+}
+
 int mv_wal_header_parse(const uint8_t hdr[MV_WAL_HEADER_BYTES], struct mv_wal_header *out)
 {
     uint32_t magic = mv_get_be32(hdr);

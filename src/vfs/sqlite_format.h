@@ -86,6 +86,20 @@ void mv_wal_checksum_simple(int big_endian, const uint8_t *p, size_t n, uint32_t
 /* Below this many 8-byte pairs mv_wal_checksum() runs pair after pair. */
 #define MV_WAL_CHECKSUM_SPLIT_PAIRS 64
 
+/* The state the checksum had before the n bytes at p were summed into s (n a multiple of 8):
+ * SQLite's checksum can be run backwards. */
+void mv_wal_checksum_unwind(int big_endian, const uint8_t *p, size_t n, uint32_t s[2]);
+/* Rebuilds the WAL header frame 1 (header + page_size bytes) was written under, for a
+ * header that was damaged: magic (with big_endian), version, page_size, frame 1's salts,
+ * and the checksum frame 1 chained from; the checkpoint sequence, the one field nothing
+ * else repeats, is solved from that checksum. Returns 1 if such a header exists and
+ * recovery would accept it, else 0 (another byte order or page size). It only says frame 1
+ * chains from it: the caller checks the frames after it. */
+int mv_wal_header_rebuild(const uint8_t *frame1,
+                          uint32_t page_size,
+                          int big_endian,
+                          uint8_t hdr[MV_WAL_HEADER_BYTES]);
+
 /* Fills *out from the 32 header bytes whatever they hold; returns 1 if recovery accepts
  * the header (magic, version, a valid page size, its checksum), else 0. */
 int mv_wal_header_parse(const uint8_t hdr[MV_WAL_HEADER_BYTES], struct mv_wal_header *out);

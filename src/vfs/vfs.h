@@ -268,9 +268,10 @@ int mv_journal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 int mv_journal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off);
 /* For the WAL header recovery has just read (vfs_wal_header.c): SQLITE_OK if recovery takes
- * it or ignoring the WAL loses nothing; SQLITE_IOERR_DATA (the codec's message says why) if
- * its committed frames hold pages the database lacks; an I/O error or SQLITE_NOMEM. */
-int mv_wal_header_check(struct mv_file *f, const uint8_t hdr[MV_WAL_HEADER_BYTES]);
+ * it, if ignoring the WAL loses nothing, or if hdr was replaced by the header rebuilt from
+ * the frames; SQLITE_IOERR_DATA (the codec's message says why) if its committed frames hold
+ * pages the database lacks and no header carries them; an I/O error or SQLITE_NOMEM. */
+int mv_wal_header_check(struct mv_file *f, uint8_t hdr[MV_WAL_HEADER_BYTES]);
 int mv_wal_write(struct mv_file *f, const void *buf, int amt, sqlite3_int64 off);
 int mv_wal_flush(struct mv_file *f);
 /* Writes the batch of frames of the WAL file paired with main_file's codec, if one is open:

@@ -695,8 +695,8 @@ int mv_wal_read(struct mv_file *f, void *buf, int amt, sqlite3_int64 off)
     if ((uint32_t)amt != page_size || !mv_wal_frame_at(off, page_size, 1)) {
         rc = f->lower->pMethods->xRead(f->lower, buf, amt, off);
         if (rc == SQLITE_OK && amt == MV_WAL_HEADER_BYTES && off == 0) {
-            mv_wal_header_seen(f, buf);
             rc = mv_wal_header_check(f, buf); /* a refused header must not drop commits */
+            mv_wal_header_seen(f, buf);
         }
         return rc;
     }

@@ -14,9 +14,18 @@
  * without the key can make such a frame), up to its last commit frame. If the database
  * file already holds the newest committed version of each of their pages (compared as
  * plaintext: a checkpoint may have encrypted a page again), nothing is lost and SQLite may
- * ignore the WAL. Otherwise the read fails with SQLITE_IOERR_DATA (MV_ECORRUPT) and a
- * message saying what the WAL holds, and nothing is written: the frames stay for whoever
- * repairs the store. A read that fails here fails the recovery too (it cannot be decided).
+ * ignore the WAL. Otherwise the header is rebuilt from frame 1: every field but the
+ * checkpoint sequence is known (magic, version, the page size, the salts frame 1 repeats),
+ * the checksum frame 1 chained from can be computed back out of frame 1, and the sequence
+ * solved from it (sqlite_format.h, mv_wal_header_rebuild()). If every frame up to the last
+ * commit chains under the rebuilt header, recovery is handed that header instead of the
+ * damaged one and keeps the commits; only the read's result changes, nothing is written
+ * (the damaged bytes stay on disk until SQLite restarts the WAL after a checkpoint, or the
+ * last connection's checkpoint removes it). If the rebuilt header does not carry the frames
+ * to their last commit (more damage than the header), the read fails with
+ * SQLITE_IOERR_DATA (MV_ECORRUPT) and a message saying what the WAL holds, and nothing is
+ * written: the frames stay for whoever repairs the store. A read that fails here fails the
+ * recovery too (it cannot be decided).
  *
  * Only when the header is refused, so it costs nothing on any other open.
  */
@@ -152,7 +161,38 @@ mv_wal_look_run(struct mv_wal_look *l, uint32_t frames, uint32_t *pgnos, uint32_
     return SQLITE_OK;
 }
 
-int mv_wal_header_check(struct mv_file *f, const uint8_t hdr[MV_WAL_HEADER_BYTES])
+/* A header that makes recovery keep every frame up to commit: rebuilt from frame 1 (see
+ * mv_wal_header_rebuild()), in either byte order, and accepted only if each frame after
+ * frame 1 up to commit chains from the one before under it, as recovery will check. */
+static int
+mv_wal_look_rebuild(struct mv_wal_look *l, uint32_t commit, uint8_t out[MV_WAL_HEADER_BYTES])
+{
+    for (int big_endian = 0; big_endian <= 1; big_endian++) {
+        uint8_t hdr[MV_WAL_HEADER_BYTES];
+        struct mv_wal_header parsed;
+        if (mv_wal_look_frame(l, 1) != SQLITE_OK ||
+            !mv_wal_header_rebuild(l->frame, l->page_size, big_endian, hdr) ||
+            !mv_wal_header_parse(hdr, &parsed)) {
+            continue;
+        }
+        uint32_t seed[2] = {parsed.checksum[0], parsed.checksum[1]};
+        uint32_t n = 1;
+        for (; n <= commit; n++) {
+            if (mv_wal_look_frame(l, n) != SQLITE_OK ||
+                !mv_wal_frame_chains(l->frame, l->page_size, &parsed, seed)) {
+                break;
+            }
+            mv_wal_frame_stored_checksum(l->frame, seed);
+        }
+        if (n > commit) {
+            memcpy(out, hdr, MV_WAL_HEADER_BYTES);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int mv_wal_header_check(struct mv_file *f, uint8_t hdr[MV_WAL_HEADER_BYTES])
 {
     struct mv_wal_header parsed;
     struct mv_codec *c = f->codec;
@@ -180,9 +220,13 @@ int mv_wal_header_check(struct mv_file *f, const uint8_t hdr[MV_WAL_HEADER_BYTES
     rc = pgnos == NULL || l.frame == NULL || l.page == NULL || l.plain == NULL
              ? SQLITE_NOMEM
              : mv_wal_look_run(&l, (uint32_t)frames, pgnos, &commit);
+    int rebuilt = 0;
     if (rc == SQLITE_OK && commit > 0) {
         lacking = mv_wal_look_lacking(&l, pgnos, commit);
         rc = lacking < 0 ? (int)-lacking : SQLITE_OK;
+    }
+    if (rc == SQLITE_OK && lacking > 0) {
+        rebuilt = mv_wal_look_rebuild(&l, commit, hdr);
     }
     if (l.plain != NULL) {
         crypt_wipe(l.plain, l.page_size);
@@ -194,7 +238,7 @@ int mv_wal_header_check(struct mv_file *f, const uint8_t hdr[MV_WAL_HEADER_BYTES
     free(l.page);
     free(l.frame);
     free(pgnos);
-    if (rc == SQLITE_OK && lacking > 0) {
+    if (rc == SQLITE_OK && lacking > 0 && !rebuilt) {
         mv_codec_set_error(c,
                            "the WAL's header is damaged, and its %u committed frames hold %lld "
                            "pages the database lacks: SQLite would drop them; the WAL was left "
