@@ -233,6 +233,12 @@ static int ops_check_wal_frames(struct ops_check *c, uint32_t page_size, uint8_t
         f == NULL || f->pMethods == NULL) {
         return MV_OK;
     }
+    char damage[320];
+    if (mv_db_wal_header_damaged(c->s->db, damage, sizeof damage)) {
+        /* The walk below reads the header on disk: it would see no frames at all. */
+        ops_problem(c, "wal", "%s", damage);
+        return MV_OK;
+    }
     uint64_t frames = ops_wal_committed_frames(wal_path, f, page_size, buf);
     for (uint64_t n = 1; n <= frames; n++) {
         sqlite3_int64 off =

@@ -23,4 +23,12 @@ int mv_db_error_cause(sqlite3 *db, int rc, char *cause, size_t cause_size);
  * say nothing about the data. */
 uint64_t mv_db_read_errors(sqlite3 *db);
 
+/* Whether the header of db's open WAL, as it is on disk now, is damaged while the WAL holds
+ * commits the database file lacks (vfs_wal_header.c): recovery reads such a WAL through a
+ * header rebuilt from its frames, so nothing is lost, but the damage stays on disk until a
+ * checkpoint empties the WAL, and a check should say so. 1 with what was found in detail,
+ * else 0 (no WAL, a sound header, one whose loss would lose nothing, or a read that
+ * failed). */
+int mv_db_wal_header_damaged(sqlite3 *db, char *detail, size_t detail_size);
+
 #endif /* MV_DB_ERROR_H */

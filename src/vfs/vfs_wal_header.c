@@ -29,8 +29,10 @@
  *
  * Only when the header is refused, so it costs nothing on any other open.
  */
+#include "vfs/db_error.h"
 #include "vfs/vfs.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -247,4 +249,33 @@ int mv_wal_header_check(struct mv_file *f, uint8_t hdr[MV_WAL_HEADER_BYTES])
         rc = SQLITE_IOERR_DATA;
     }
     return rc;
+}
+
+int mv_db_wal_header_damaged(sqlite3 *db, char *detail, size_t detail_size)
+{
+    sqlite3_file *p = NULL;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &p) != SQLITE_OK ||
+        p == NULL || !mv_vfs_file_is_ours(p)) {
+        return 0; /* no WAL open (or not ours) */
+    }
+    struct mv_file *f = (struct mv_file *)p;
+    uint8_t hdr[MV_WAL_HEADER_BYTES], on_disk[MV_WAL_HEADER_BYTES];
+    if (f->kind != MV_FILE_WAL ||
+        f->lower->pMethods->xRead(f->lower, hdr, MV_WAL_HEADER_BYTES, 0) != SQLITE_OK) {
+        return 0;
+    }
+    memcpy(on_disk, hdr, sizeof hdr);
+    int rc = mv_wal_header_check(f, hdr);
+    if (rc == SQLITE_IOERR_DATA) {
+        snprintf(detail, detail_size, "%s", f->codec->errmsg);
+        return 1;
+    }
+    if (rc == SQLITE_OK && memcmp(on_disk, hdr, sizeof hdr) != 0) {
+        snprintf(detail, detail_size,
+                 "the WAL's header is damaged: SQLite alone would drop the commits in the WAL; "
+                 "they are read through a header rebuilt from its frames until a checkpoint "
+                 "empties the WAL (mailvault maintain)");
+        return 1;
+    }
+    return 0;
 }
