@@ -50,7 +50,8 @@
 
 struct fx {
     const char *who;
-    char root[1024]; /* tu_path() reuses its buffers: a copy */
+    char who_copy[128]; /* who, for a store made by fx_crash_copy() */
+    char root[1024];    /* tu_path() reuses its buffers: a copy */
     struct mv_store_options o;
     const char *pw;            /* the password the store has now */
     int acked[FX_MSGS_MAX];    /* 1: message i was acknowledged (append returned MV_OK) */
@@ -1491,6 +1492,22 @@ static int fx_wal_has_page1(const char *path)
     return found;
 }
 
+/* Makes y a copy of x's store as a crash leaves it (the files copied while a handle of x
+ * holds its WAL), with the same messages under the name local@example.org in the same root;
+ * dst gets the copy's database file. 0 or -1. */
+static int
+fx_crash_copy(const struct fx *x, struct fx *y, const char *local, char *dst, size_t size)
+{
+    char src[1200];
+    snprintf(src, sizeof src, "%s/example.org/%.*s.db", x->root, (int)strcspn(x->who, "@"), x->who);
+    *y = *x;
+    snprintf(y->who_copy, sizeof y->who_copy, "%s@example.org", local);
+    y->who = y->who_copy;
+    y->o.root = y->root;
+    snprintf(dst, size, "%s/example.org/%s.db", y->root, local);
+    return tu_copy_db(src, dst);
+}
+
 /* A checkpoint that failed half-way through writing page 1 (a short write, a full disk, a
  * crash) leaves page 1 of the file torn while its committed copy is in the WAL, where SQLite
  * reads it. The store must open (the key is proven by the WAL's copy: before the fix the
@@ -1521,11 +1538,7 @@ static void test_torn_page1_read_from_wal(void)
     snprintf(src, sizeof src, "%s/example.org/torn.db", x.root);
     snprintf(wal, sizeof wal, "%s-wal", src);
     CHECK(fx_wal_has_page1(wal));
-    y = x; /* the same messages, under another name in the same root */
-    y.who = "crashed@example.org";
-    y.o.root = y.root;
-    snprintf(dst, sizeof dst, "%s/example.org/crashed.db", y.root);
-    CHECK_EQ_INT(tu_copy_db(src, dst), 0);
+    CHECK_EQ_INT(fx_crash_copy(&x, &y, "crashed", dst, sizeof dst), 0);
     mv_store_close(&s);
     CHECK_EQ_INT(tu_flip_bit(dst, 2000, 3), 0); /* page 1's ciphertext, in the file only */
     CHECK(fx_verify(&y, "page 1 torn, its copy in the WAL")); /* opens, check clean, all there */
@@ -1561,13 +1574,8 @@ static void test_damaged_wal_header_keeps_commits(void)
         CHECK_EQ_INT(mv_message_append(s, "INBOX", msg, len, 0, NULL, 0, NULL), MV_OK);
         x.acked[i] = 1;
     }
-    char src[1200], dst[1200], wal[1300];
-    snprintf(src, sizeof src, "%s/example.org/walhdr.db", x.root);
-    y = x; /* the same messages, under another name in the same root */
-    y.who = "walhdr-crashed@example.org";
-    y.o.root = y.root;
-    snprintf(dst, sizeof dst, "%s/example.org/walhdr-crashed.db", y.root);
-    CHECK_EQ_INT(tu_copy_db(src, dst), 0);
+    char dst[1200], wal[1300];
+    CHECK_EQ_INT(fx_crash_copy(&x, &y, "walhdr-crashed", dst, sizeof dst), 0);
     mv_store_close(&s);
     snprintf(wal, sizeof wal, "%s-wal", dst);
     CHECK(tu_file_size(wal) > 32);
