@@ -5,6 +5,7 @@
  */
 #include "harness.h"
 #include "testutil.h"
+#include "vfs/db_reopen.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +205,19 @@ static void test_flipped_bit_in_page1_is_refused(void)
     make_db(path, "delete", 5);
     CHECK(tu_flip_bit(path, 3, 4) == 0); /* the salt */
     CHECK_EQ_INT(tu_open(path, PW, MV_CIPHER_AUTO, 0, &db), MV_EAUTH);
+    /* Damaged while a connection is open: a second connection with its key (a store's
+     * reader, or a connection replaced after an error) says the same. It said "the shared
+     * key does not open this file". */
+    make_db(path, "delete", 5);
+    CHECK_EQ_INT(tu_open(path, PW, MV_CIPHER_AUTO, 0, &db), MV_OK);
+    CHECK(tu_flip_bit(path, 2000, 0) == 0);
+    sqlite3 *second = NULL;
+    err = NULL;
+    CHECK_EQ_INT(mv_db_reopen(db, &second, &err), MV_ECORRUPT);
+    CHECK(err != NULL && strstr(err, "page 1 is damaged") != NULL);
+    sqlite3_free(err);
+    sqlite3_close(second);
+    sqlite3_close(db);
     tu_remove_db(path);
 }
 

@@ -395,13 +395,28 @@ int mv_keying_share(struct mv_file *f, struct mv_fcntl_key_share *k)
     c->legacy = donor->legacy;
     c->encrypted_on_disk = 1;
     int rc = mv_prove_page1(f, donor->page_size);
+    sqlite3_int64 size = 0;
+    int page1_damaged = rc == SQLITE_NOTADB &&
+                        f->lower->pMethods->xFileSize(f->lower, &size) == SQLITE_OK &&
+                        mv_other_page_authenticates(f, donor->page_size, size);
     if (rc != SQLITE_OK) {
         crypt_ctx_free(c->crypt);
         c->crypt = NULL;
         c->key_state = MV_KEY_REJECTED;
-        snprintf(k->errmsg, sizeof k->errmsg,
-                 rc == SQLITE_NOTADB ? "the shared key does not open this file"
-                                     : "page 1 cannot be read");
+        /* The key is proven by the other connection: a page 1 it does not open, while it
+         * opens the others, was damaged since. */
+        if (page1_damaged) {
+            rc = SQLITE_CORRUPT;
+            snprintf(k->errmsg, sizeof k->errmsg,
+                     "page 1 is damaged: the store's key opens the file's other pages but not "
+                     "page 1 (restore the store from a backup)");
+        } else if (rc == SQLITE_NOTADB) {
+            snprintf(k->errmsg, sizeof k->errmsg, "the shared key does not open this file");
+        } else if (rc == SQLITE_CORRUPT) {
+            snprintf(k->errmsg, sizeof k->errmsg, "the file is truncated: page 1 is incomplete");
+        } else {
+            snprintf(k->errmsg, sizeof k->errmsg, "page 1 cannot be read: %s", mv_read_failure(rc));
+        }
         mv_codec_set_error(c, "%s", k->errmsg);
         return rc;
     }
