@@ -235,6 +235,37 @@ static int mv_other_page_authenticates(struct mv_file *f, uint32_t page_size, sq
     return 0;
 }
 
+/* The verdict and message for a page 1 that mv_prove_page1() refused with rc, while the key
+ * (key_name: "the password", "the store's key") is still set: damage if the key opens other
+ * pages, notadb_msg for a key that opens nothing, a truncated file, or the failed read's
+ * cause (call it before anything can change errno). Returns the SQLite code to report. */
+static int mv_page1_refusal(struct mv_file *f,
+                            int rc,
+                            uint32_t page_size,
+                            const char *key_name,
+                            const char *notadb_msg,
+                            char *err,
+                            size_t errlen)
+{
+    sqlite3_int64 size = 0;
+    if (rc == SQLITE_NOTADB && f->lower->pMethods->xFileSize(f->lower, &size) == SQLITE_OK &&
+        mv_other_page_authenticates(f, page_size, size)) {
+        snprintf(err, errlen,
+                 "page 1 is damaged: %s opens the file's other pages but not page 1 (restore "
+                 "the store from a backup)",
+                 key_name);
+        return SQLITE_CORRUPT;
+    }
+    if (rc == SQLITE_NOTADB) {
+        snprintf(err, errlen, "%s", notadb_msg);
+    } else if (rc == SQLITE_CORRUPT) {
+        snprintf(err, errlen, "the file is truncated: page 1 is incomplete");
+    } else {
+        snprintf(err, errlen, "cannot read page 1: %s", mv_read_failure(rc));
+    }
+    return rc;
+}
+
 /* mv_verify_page1(), and when page 1 of the file does not authenticate, its committed copy
  * in the WAL (see above). */
 static int mv_prove_page1(struct mv_file *f, uint32_t page_size)
@@ -320,23 +351,12 @@ mv_set_key(struct mv_file *f, const uint8_t *secret, size_t len, char *err, size
         return SQLITE_OK;
     }
     rc = mv_prove_page1(f, page_size);
-    int page1_damaged = rc == SQLITE_NOTADB && mv_other_page_authenticates(f, page_size, size);
     if (rc != SQLITE_OK) {
+        rc = mv_page1_refusal(f, rc, page_size, "the password",
+                              "wrong password, or not a mailvault/SQLite3MC database", err, errlen);
         crypt_ctx_free(c->crypt);
         c->crypt = NULL;
         c->key_state = MV_KEY_REJECTED;
-        if (page1_damaged) {
-            rc = SQLITE_CORRUPT;
-            snprintf(err, errlen,
-                     "page 1 is damaged: the password opens the file's other pages but not "
-                     "page 1 (restore the store from a backup)");
-        } else if (rc == SQLITE_NOTADB) {
-            snprintf(err, errlen, "wrong password, or not a mailvault/SQLite3MC database");
-        } else if (rc == SQLITE_CORRUPT) {
-            snprintf(err, errlen, "the file is truncated: page 1 is incomplete");
-        } else {
-            snprintf(err, errlen, "cannot read page 1: %s", mv_read_failure(rc));
-        }
         return rc;
     }
     c->page_size = page_size;
@@ -395,28 +415,15 @@ int mv_keying_share(struct mv_file *f, struct mv_fcntl_key_share *k)
     c->legacy = donor->legacy;
     c->encrypted_on_disk = 1;
     int rc = mv_prove_page1(f, donor->page_size);
-    sqlite3_int64 size = 0;
-    int page1_damaged = rc == SQLITE_NOTADB &&
-                        f->lower->pMethods->xFileSize(f->lower, &size) == SQLITE_OK &&
-                        mv_other_page_authenticates(f, donor->page_size, size);
     if (rc != SQLITE_OK) {
+        /* The key is proven by the other connection: a page 1 it does not open, while it
+         * opens the others, was damaged since. */
+        rc =
+            mv_page1_refusal(f, rc, donor->page_size, "the store's key",
+                             "the shared key does not open this file", k->errmsg, sizeof k->errmsg);
         crypt_ctx_free(c->crypt);
         c->crypt = NULL;
         c->key_state = MV_KEY_REJECTED;
-        /* The key is proven by the other connection: a page 1 it does not open, while it
-         * opens the others, was damaged since. */
-        if (page1_damaged) {
-            rc = SQLITE_CORRUPT;
-            snprintf(k->errmsg, sizeof k->errmsg,
-                     "page 1 is damaged: the store's key opens the file's other pages but not "
-                     "page 1 (restore the store from a backup)");
-        } else if (rc == SQLITE_NOTADB) {
-            snprintf(k->errmsg, sizeof k->errmsg, "the shared key does not open this file");
-        } else if (rc == SQLITE_CORRUPT) {
-            snprintf(k->errmsg, sizeof k->errmsg, "the file is truncated: page 1 is incomplete");
-        } else {
-            snprintf(k->errmsg, sizeof k->errmsg, "page 1 cannot be read: %s", mv_read_failure(rc));
-        }
         mv_codec_set_error(c, "%s", k->errmsg);
         return rc;
     }
