@@ -75,7 +75,7 @@ extern "C" {
 
 /* ---- Versions -------------------------------------------------------------------------- */
 
-#define MV_VERSION_STRING "0.3.0"
+#define MV_VERSION_STRING "0.4.0"
 
 /* The library's version, "MAJOR.MINOR.PATCH" (see VERSIONS AND ABI at the top). Static
  * storage. */
@@ -241,10 +241,13 @@ struct mv_limits {
     uint32_t mailbox_name_max;   /* bytes of a mailbox name; default 512 */
     uint32_t mailboxes_max;      /* mailboxes in a store; default 10000 */
     uint32_t search_results_max; /* rows one search returns; default 100000 */
+    /* distinct keywords a mailbox defines (every keyword ever set on one of its messages,
+     * also by an append, copy or move into it: IMAP's FLAGS lists them all); default 1000 */
+    uint32_t mailbox_keywords_max;
 };
 #define MV_LIMITS_DEFAULT                                                                          \
     {                                                                                              \
-        64u << 20, 10000, 1u << 20, 256, 128, 512, 10000, 100000                                   \
+        64u << 20, 10000, 1u << 20, 256, 128, 512, 10000, 100000, 1000                             \
     }
 
 #define MV_STORE_CREATE   0x01 /* mv_store_open: create if missing (mv_store_init does more) */

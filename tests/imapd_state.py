@@ -332,6 +332,41 @@ def test_keyword_limits(args):
     a.close()
 
 
+def test_mailbox_keyword_bound(args):
+    """A mailbox defines at most mailbox_keywords_max (1,000) keywords: a STORE that would
+    define more is refused with NO [LIMIT] and changes nothing, a keyword already defined is
+    taken, and SELECT's FLAGS lists what the mailbox defines, not more. Before the bound a
+    mailbox took any number: 500 messages with 256 new keywords each made one SELECT's
+    answer 26 MB and a session 136 MB of the server's memory."""
+    a = Session(args, b"a")
+    a.cmd("CREATE kwbound")
+    a.append("kwbound", 1)
+    a.lines("SELECT kwbound")
+    for r in range(3):  # 768 distinct keywords, 256 at a time on the one message
+        _, tagged = a.lines("STORE 1 FLAGS (%s)" % " ".join("r%d_%03d" % (r, i)
+                                                             for i in range(256)))
+        check("STORE %d: 256 new keywords, %d defined" % (r + 1, 256 * (r + 1)),
+              b" OK" in tagged, tagged)
+    _, tagged = a.lines("STORE 1 FLAGS (%s)" % " ".join("r3_%03d" % i for i in range(256)))
+    check("a STORE that would define 1,024 keywords: NO [LIMIT] naming mailbox_keywords_max",
+          b" NO [LIMIT]" in tagged and b"mailbox_keywords_max" in tagged, tagged)
+    lines, _ = a.lines("FETCH 1 (FLAGS)")
+    got = next((flags_list(l) for l in lines if b"FETCH" in l), set())
+    check("the refused STORE changed nothing",
+          set(k for k in got if not k.startswith(b"\\")) == set(b"r2_%03d" % i
+                                                                 for i in range(256)),
+          sorted(got)[:5])
+    _, tagged = a.lines("STORE 1 FLAGS (R0_000 r1_255 r2_000)")
+    check("keywords defined before, no longer on a message, are taken (any case)",
+          b" OK" in tagged, tagged)
+    lines, _ = a.lines("SELECT kwbound")
+    flags = next((flags_list(l) for l in lines if l.startswith(b"* FLAGS")), set())
+    check("SELECT's FLAGS lists the keywords in use",
+          set(f for f in flags if not f.startswith(b"\\")) == {b"r0_000", b"r1_255", b"r2_000"},
+          flags)
+    a.close()
+
+
 def test_move_text(args):
     a = Session(args, b"a")
     a.cmd("CREATE mv1")
@@ -550,7 +585,7 @@ def main():
     p.add_argument("--password-file", required=True)
     args = p.parse_args()
     for test in (test_keywords_announced, test_condstore_silent, test_two_way_sync,
-                 test_keyword_limits, test_move_text, test_nul_bytes, test_envelope_route,
+                 test_keyword_limits, test_mailbox_keyword_bound, test_move_text, test_nul_bytes, test_envelope_route,
                  test_capability, test_subscriptions, test_recent):
         try:
             test(args)

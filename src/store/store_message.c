@@ -42,6 +42,7 @@
 #include "store/store_message.h"
 #include "crypto/crypt.h"
 #include "store/store_blob.h"
+#include "store/store_keyword_registry.h"
 #include "store/store_uidset.h"
 #include "vfs/db_column.h"
 
@@ -395,7 +396,11 @@ int store_message_insert(mv_store *s,
     int64_t body_id = 0, thread_id = 0;
     uint32_t uid = 0;
     uint64_t modseq = 0;
-    int rc = store_body_put(s, raw, len, sha256, parsed, &body_id);
+    /* first: a keyword the mailbox may not define fails before any work */
+    int rc = store_keywords_register(s, mailbox_id, keywords);
+    if (rc == MV_OK) {
+        rc = store_body_put(s, raw, len, sha256, parsed, &body_id);
+    }
     if (rc == MV_OK) {
         rc = store_message_insert_headers(s, body_id, parsed);
     }
@@ -1402,6 +1407,17 @@ static int store_message_flags_run(mv_store *s,
                      : store_message_unseen_add(s, mailbox_id, unseen_after - unseen_before);
         }
     }
+    if (rc == MV_OK && changed > 0 && mode != MV_FLAGS_REMOVE && fn.keywords.count > 0) {
+        /* the keywords the STORE gave (some messages may have had them already) */
+        char *given = replacement;
+        if (given == NULL) {
+            rc = store_message_keywords_join(s, fn.keywords.words, fn.keywords.count, &given);
+        }
+        rc = rc != MV_OK ? rc : store_keywords_register(s, mailbox_id, given);
+        if (given != replacement) {
+            free(given);
+        }
+    }
     if (rc == MV_OK && changed > 0) {
         rc = store_message_modseq_raise(s, mailbox_id, modseq);
     }
@@ -1690,6 +1706,9 @@ static int store_message_transfer(mv_store *s,
     if (rc == MV_OK && count > 0 && move) {
         rc = store_message_counters(s, from_id, &expunge_modseq, NULL, NULL);
         expunge_modseq = from_id == to_id ? modseq + 1 : expunge_modseq + 1;
+    }
+    if (rc == MV_OK && count > 0 && from_id != to_id) { /* before a move changes the rows */
+        rc = store_keywords_register_set(s, from_id, to_id, &set);
     }
     map.source = source;
     map.count = count;

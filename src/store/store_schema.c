@@ -77,6 +77,16 @@
  * 0). The purge's queue index moves with it (body_refs_unreferenced). The migration counts each
  * body's uses from messages_body and the purge's notes, without reading the bodies rows
  *     (docs/BENCHMARKS.md, "References apart from the bodies").
+ *   - version 13: mailbox_keywords, the keywords each mailbox defines: every keyword ever set
+ *     on one of its messages (an append, a STORE, a copy or move into it), kept when no
+ *     message carries it any more, as IMAP's FLAGS announces it once for the session. It
+ *     bounds them (limits.mailbox_keywords_max, store_keyword_registry.c): with 256 keywords
+ *     of 128 bytes allowed on each message and no bound on the mailbox, a user's STOREs made
+ *     hundreds of thousands of distinct keywords, each listed in every SELECT's FLAGS and
+ *     PERMANENTFLAGS and held by each session that selected the mailbox (500 messages with
+ *     256 keywords each: 26 MB of SELECT answer, 136 MB of server memory for one session).
+ *     The migration collects the keywords the messages carry; a mailbox already over the
+ *     bound keeps them all and takes no new one.
  */
 #include "store/store.h"
 #include "store/store_blob.h"
@@ -422,6 +432,24 @@ static const char *const store_schema_v12[] = {
     "CREATE INDEX body_refs_unreferenced ON body_refs(id) WHERE refcount = 0",
 };
 
+/* Version 13: see the top of the file. A mailbox's rows go with it (ON DELETE CASCADE:
+ * every store handle has foreign keys on). Names compare as IMAP's keywords do, ASCII
+ * case-insensitively (NOCASE). The migration splits each message's list (keywords stored
+ * normalised: single spaces between atoms) in SQL, one pass over messages. */
+static const char *const store_schema_v13[] = {
+    "CREATE TABLE mailbox_keywords("
+    " mailbox_id INTEGER NOT NULL REFERENCES mailboxes(id) ON DELETE CASCADE,"
+    " name TEXT NOT NULL COLLATE NOCASE,"
+    " PRIMARY KEY (mailbox_id, name)"
+    ") WITHOUT ROWID",
+    "WITH RECURSIVE words(mailbox_id, word, rest) AS ("
+    " SELECT mailbox_id, '', keywords || ' ' FROM messages WHERE keywords != ''"
+    " UNION ALL SELECT mailbox_id, substr(rest, 1, instr(rest, ' ') - 1),"
+    " substr(rest, instr(rest, ' ') + 1) FROM words WHERE rest != '')"
+    " INSERT OR IGNORE INTO mailbox_keywords(mailbox_id, name)"
+    " SELECT mailbox_id, word FROM words WHERE word != ''",
+};
+
 /* store.h: what the reads name. messages_body (version 1) and messages_deleted (version 6)
  * as version 7 made them again with the narrow messages table; changes_modseq as version 1
  * made it. */
@@ -472,6 +500,7 @@ static const struct store_schema_step store_schema_steps[] = {
     STORE_SCHEMA_STEP_ANALYZE(store_schema_v10, 10, NULL, "ANALYZE messages"),
     STORE_SCHEMA_STEP(store_schema_v11, 11, NULL),
     STORE_SCHEMA_STEP_ANALYZE(store_schema_v12, 12, NULL, "ANALYZE body_refs"),
+    STORE_SCHEMA_STEP(store_schema_v13, 13, NULL),
 };
 
 #define STORE_SCHEMA_STEP_COUNT (sizeof store_schema_steps / sizeof store_schema_steps[0])
