@@ -1351,6 +1351,20 @@ static int store_message_flags_run(mv_store *s,
     /* Modseqs are stored as SQLite integers: a bound above INT64_MAX is no bound. */
     sqlite3_int64 bound =
         unchanged_since > (uint64_t)INT64_MAX ? INT64_MAX : (sqlite3_int64)unchanged_since;
+    if (rc == MV_OK && set.count > 0 && mode != MV_FLAGS_REMOVE && fn.keywords.count > 0) {
+        /* The keywords the STORE gives, defined before the UPDATE, so that one the mailbox
+         * may not define fails before any row is written. (If the UPDATE then changes no
+         * message, they stay defined: harmless, the mailbox's set only has to hold every
+         * keyword its messages carry.) */
+        char *given = replacement;
+        if (given == NULL) {
+            rc = store_message_keywords_join(s, fn.keywords.words, fn.keywords.count, &given);
+        }
+        rc = rc != MV_OK ? rc : store_keywords_register(s, mailbox_id, given);
+        if (given != replacement) {
+            free(given);
+        }
+    }
     if (rc == MV_OK && set.count > 0) {
         if (unchanged_since != MV_UNCHANGEDSINCE_NONE) {
             rc = store_message_flags_failed(s, mailbox_id, &set, (uint64_t)bound, &failed,
@@ -1405,17 +1419,6 @@ static int store_message_flags_run(mv_store *s,
             rc = rc != MV_OK
                      ? rc
                      : store_message_unseen_add(s, mailbox_id, unseen_after - unseen_before);
-        }
-    }
-    if (rc == MV_OK && changed > 0 && mode != MV_FLAGS_REMOVE && fn.keywords.count > 0) {
-        /* the keywords the STORE gave (some messages may have had them already) */
-        char *given = replacement;
-        if (given == NULL) {
-            rc = store_message_keywords_join(s, fn.keywords.words, fn.keywords.count, &given);
-        }
-        rc = rc != MV_OK ? rc : store_keywords_register(s, mailbox_id, given);
-        if (given != replacement) {
-            free(given);
         }
     }
     if (rc == MV_OK && changed > 0) {
