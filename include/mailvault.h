@@ -244,10 +244,12 @@ struct mv_limits {
     /* distinct keywords a mailbox defines (every keyword ever set on one of its messages,
      * also by an append, copy or move into it: IMAP's FLAGS lists them all); default 1000 */
     uint32_t mailbox_keywords_max;
+    /* names subscribed (RFC 3501 6.3.6: a name need not exist); default 10000 */
+    uint32_t subscriptions_max;
 };
 #define MV_LIMITS_DEFAULT                                                                          \
     {                                                                                              \
-        64u << 20, 10000, 1u << 20, 256, 128, 512, 10000, 100000, 1000                             \
+        64u << 20, 10000, 1u << 20, 256, 128, 512, 10000, 100000, 1000, 10000                      \
     }
 
 #define MV_STORE_CREATE   0x01 /* mv_store_open: create if missing (mv_store_init does more) */
@@ -532,7 +534,8 @@ MV_API MV_MUST_CHECK int mv_mailbox_delete(mv_store *store, const char *name);
  * a mailbox does not subscribe it (a new store's default mailboxes are subscribed).
  * mv_mailbox_subscribe() adds (on) or removes the name (a valid mailbox name; "inbox" is
  * INBOX); either is MV_OK when already so. MV_OK, MV_EINVAL (bad name, read-only store),
- * MV_EBUSY or MV_EIO. mv_mailbox_info.subscribed says whether a mailbox's name is in it. */
+ * MV_ELIMIT (a new name while limits.subscriptions_max are subscribed), MV_EBUSY or MV_EIO.
+ * mv_mailbox_info.subscribed says whether a mailbox's name is in it. */
 MV_API MV_MUST_CHECK int mv_mailbox_subscribe(mv_store *store, const char *name, int on);
 /* Every subscribed name, in byte order: *names is an array of *count strings and a NULL, in
  * one malloc'd block (free with mv_free). MV_OK, MV_EINVAL, MV_ENOMEM, MV_EBUSY or MV_EIO. */

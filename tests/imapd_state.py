@@ -478,6 +478,41 @@ def test_subscriptions(args):
     a.close()
 
 
+def test_subscriptions_bound(args):
+    """At most subscriptions_max (10,000) names are subscribed: a name need not exist, so
+    before the bound SUBSCRIBE took names without end and each LSUB read them all into the
+    server's memory. 10,050 new names pipelined: the ones past the bound get NO [LIMIT]
+    naming it, and LSUB lists exactly 10,000; a name already subscribed is still OK."""
+    a = Session(args, b"b")
+    c = a.c
+    lines, _ = a.lines('LSUB "" "*"')
+    before = sum(1 for l in lines if l.startswith(b"* LSUB"))
+    tags = []
+    batch = []
+    for i in range(10050):
+        tag = c.tag()
+        tags.append(tag)
+        batch.append(tag + b" SUBSCRIBE bound/n%05d\r\n" % i)
+    c.sock.sendall(b"".join(batch))
+    tagged = {}
+    for tag in tags:
+        _, line = c.until(tag)
+        tagged[tag] = line
+    refused = [l for l in tagged.values() if b" OK" not in l]
+    check("SUBSCRIBE past subscriptions_max: NO [LIMIT] naming it, and only those",
+          len(refused) == 10050 - (10000 - before) and
+          all(b" NO [LIMIT]" in l and b"subscriptions_max" in l for l in refused),
+          (before, len(refused), refused[:2]))
+    lines, _ = a.lines('LSUB "" "*"')
+    check("LSUB lists 10,000 names", sum(1 for l in lines if l.startswith(b"* LSUB")) == 10000,
+          len(lines))
+    _, tag1 = a.cmd("SUBSCRIBE bound/n00000")
+    _, tag2 = a.cmd("SUBSCRIBE INBOX")
+    check("a name already subscribed is still OK at the bound",
+          b" OK" in tag1 and b" OK" in tag2, (tag1, tag2))
+    a.close()
+
+
 def recent_of(lines):
     for l in lines:
         m = re.match(rb"\* (\d+) RECENT$", l)
@@ -586,7 +621,7 @@ def main():
     args = p.parse_args()
     for test in (test_keywords_announced, test_condstore_silent, test_two_way_sync,
                  test_keyword_limits, test_mailbox_keyword_bound, test_move_text, test_nul_bytes, test_envelope_route,
-                 test_capability, test_subscriptions, test_recent):
+                 test_capability, test_subscriptions, test_subscriptions_bound, test_recent):
         try:
             test(args)
         except Exception as e:  # a test that dies counts as one failure, the rest still run

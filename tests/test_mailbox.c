@@ -1233,6 +1233,34 @@ static void test_subscriptions(void)
     mv_store_close(&s);
 }
 
+/* limits.subscriptions_max bounds the names subscribed (a name need not exist, so before
+ * the bound SUBSCRIBE added names without end, and each LSUB read them all into memory): a
+ * new name past it is MV_ELIMIT and changes nothing; a name already subscribed, in any
+ * spelling of INBOX, is still MV_OK; unsubscribing makes room; a rename moves names without
+ * adding any. */
+static void test_subscriptions_bound(void)
+{
+    struct mv_store_options o = mb_options();
+    o.limits.subscriptions_max = 8; /* the six defaults and two more */
+    mv_store *s = NULL;
+    CHECK_EQ_INT(mb_open_with("subsmax", &o, &s), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Never/There", 1), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_create(s, "Work/Old", NULL), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Work/Old", 1), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Work", 1), MV_ELIMIT);
+    CHECK(mb_errmsg_has(s, "subscriptions_max is 8"));
+    CHECK(mb_subscriptions_are(s, "Archive Drafts INBOX Junk Never/There Sent Trash Work/Old"));
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Work/Old", 1), MV_OK); /* already: fine */
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "inbox", 1), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_rename(s, "Work", "Job"), MV_OK);
+    CHECK(mb_subscriptions_are(s, "Archive Drafts INBOX Job/Old Junk Never/There Sent Trash"));
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Never/There", 0), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Job", 1), MV_OK);
+    CHECK_EQ_INT(mv_mailbox_subscribe(s, "Never/There", 1), MV_ELIMIT);
+    CHECK(mb_subscriptions_are(s, "Archive Drafts INBOX Job Job/Old Junk Sent Trash"));
+    mv_store_close(&s);
+}
+
 /* One message as mv_message_get() reports it, on one line (for before/after comparisons). */
 static int mb_info_line(mv_store *s, const char *mailbox, uint32_t uid, char *out, size_t size)
 {
@@ -1418,6 +1446,7 @@ int main(void)
     TEST(test_list_range);
     TEST(test_list_skip);
     TEST(test_subscriptions);
+    TEST(test_subscriptions_bound);
     TEST(test_recent_claim);
     TEST(test_schema_v7);
     return th_summary();

@@ -29,15 +29,46 @@ int mv_mailbox_subscribe(mv_store *s, const char *name, int on)
     if (s->readonly) {
         return store_fail(s, MV_EINVAL, "the store is open read-only");
     }
-    sqlite3_stmt *st = store_stmt(s, on ? "INSERT OR IGNORE INTO subscriptions(name) VALUES(?)"
-                                        : "DELETE FROM subscriptions WHERE name = ?");
+    /* At most subscriptions_max names: a name need not exist, so without a bound a user's
+     * SUBSCRIBEs could add names without end, and every LSUB or LIST (SUBSCRIBED) reads
+     * them all into memory. The bound is tested in the INSERT itself, one statement, so two
+     * sessions cannot both pass it. */
+    sqlite3_stmt *st = store_stmt(s, on ? "INSERT OR IGNORE INTO subscriptions(name) SELECT ?1 "
+                                          "WHERE (SELECT count(*) FROM subscriptions) < ?2"
+                                        : "DELETE FROM subscriptions WHERE name = ?1");
     if (st == NULL) {
         return store_fail_sqlite(s, "subscribing");
     }
-    sqlite3_bind_text(st, 1, strcasecmp(name, "INBOX") == 0 ? "INBOX" : name, -1, SQLITE_STATIC);
+    const char *stored = strcasecmp(name, "INBOX") == 0 ? "INBOX" : name;
+    sqlite3_bind_text(st, 1, stored, -1, SQLITE_STATIC);
+    if (on) {
+        sqlite3_bind_int64(st, 2, s->limits.subscriptions_max);
+    }
     int step = sqlite3_step(st);
+    int added = step == SQLITE_DONE && sqlite3_changes(s->db) > 0;
     sqlite3_reset(st);
-    return step == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "subscribing");
+    if (step != SQLITE_DONE) {
+        return store_fail_sqlite(s, "subscribing");
+    }
+    if (!on || added) {
+        return MV_OK;
+    }
+    /* Nothing added: already subscribed (fine), or the bound was reached. */
+    st = store_stmt(s, "SELECT count(*), sum(name = ?1) FROM subscriptions");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "subscribing");
+    }
+    sqlite3_bind_text(st, 1, stored, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    sqlite3_int64 count = step == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    int present = step == SQLITE_ROW && sqlite3_column_int64(st, 1) > 0;
+    sqlite3_reset(st);
+    if (step != SQLITE_ROW) {
+        return store_fail_sqlite(s, "subscribing");
+    }
+    return present ? MV_OK
+                   : store_fail(s, MV_ELIMIT, "%lld names are subscribed; subscriptions_max is %u",
+                                (long long)count, s->limits.subscriptions_max);
 }
 
 int mv_subscription_list(mv_store *s, char ***names_out, size_t *count_out)
