@@ -51,6 +51,7 @@ static void cli_repair_print(const struct mv_repair_report *r)
         {"header fields rows made again from the message", r->headers_rebuilt},
         {"missing full-text rows made again from the message", r->fts_rows_added},
         {"header copies made again from the message", r->header_copies_rebuilt},
+        {"keywords defined in the mailbox whose message carries them", r->keywords_defined},
     };
     if (r->bodies_unreadable > 0) { /* not repaired: the check names them */
         printf("not repaired: %u bodies whose bytes are damaged (mailvault check names them)\n",
@@ -86,6 +87,8 @@ static void cli_repair_json_report(struct cli_json *w, const struct mv_repair_re
     cli_json_uint(w, r->header_copies_rebuilt);
     cli_json_key(w, "bodies_unreadable");
     cli_json_uint(w, r->bodies_unreadable);
+    cli_json_key(w, "keywords_defined");
+    cli_json_uint(w, r->keywords_defined);
 }
 
 int cli_repair_main(int argc, char **argv)

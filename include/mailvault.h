@@ -1612,7 +1612,8 @@ struct mv_check_report {
  * attachments equal their uses, uidnext above every uid, each mailbox's counters (messages,
  * unseen, bytes) equal what its messages say, highestmodseq at least every modseq, one
  * full-text row per body (but those of the full-text backlog, see mv_store_index_backlog)
- * and none else, every body and attachment has its bytes,
+ * and none else, every keyword a message carries defined by its mailbox ("keywords"; see
+ * limits.mailbox_keywords_max), every body and attachment has its bytes,
  * every body in use has its header fields row, every index the store's statements name
  * (INDEXED BY) is there: without it they fail); and FTS5's own
  * integrity-check (writable handles only: it takes the write lock). Each problem goes to problem
@@ -1645,6 +1646,8 @@ struct mv_repair_report {
     uint32_t bodies_unreadable;     /* bodies whose bytes were wanted but could not be read or
                                        parsed (damaged: no SHA-256 match, a broken frame): left
                                        as they are, mv_store_check() still reports them */
+    uint32_t keywords_defined;      /* keywords messages carried that their mailbox did not
+                                       define (schema version 13): defined */
 };
 
 /* Rebuilds the data the store derives from its messages, in one transaction: the full-text
@@ -1657,7 +1660,8 @@ struct mv_repair_report {
  * bytes are damaged is left without them and counted, and the rest is repaired), and first
  * an index the store's statements name that the store lost (made again as the schema defines
  * it). Messages, flags and bytes are never changed. For after mv_store_check() reported fts,
- * counters, uidnext, modseq, refcount, headers or index problems; run the check again afterwards:
+ * counters, uidnext, modseq, refcount, keywords, headers or index problems (a keyword a
+ * message carries that its mailbox does not define is defined); run the check again afterwards:
  * what this cannot repair (a damaged page, missing bytes, an attachment nothing uses) it still
  * reports. A writable handle only. Returns MV_OK with *out
  * filled; MV_EINVAL (read-only handle, NULL out); MV_EBUSY; MV_ECORRUPT (a damaged page

@@ -2097,6 +2097,19 @@ static void test_mailbox_keywords_bound(void)
     CHECK(strcmp(defined, "p q r s") == 0);
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, 0, "e f", NULL), MV_OK); /* 4 */
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, 0, "g", NULL), MV_ELIMIT);
+    /* a keyword a message carries that its mailbox lost: check names it, repair defines it */
+    CHECK(ts_check_clean(s));
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "DELETE FROM mailbox_keywords WHERE name = 'e'"),
+                 SQLITE_OK);
+    struct mv_check_report cr;
+    CHECK_EQ_INT(mv_store_check(s, NULL, NULL, &cr), MV_ECORRUPT);
+    CHECK_EQ_INT(cr.problems, 1);
+    struct mv_repair_report rr;
+    CHECK_EQ_INT(mv_store_repair(s, &rr), MV_OK);
+    CHECK_EQ_INT(rr.keywords_defined, 1);
+    CHECK(ts_check_clean(s));
+    ts_defined(s, "INBOX", defined, sizeof defined);
+    CHECK(strcmp(defined, "A D e f") == 0);
     mv_store_close(&s);
 }
 

@@ -26,6 +26,7 @@
 #include "crypto/crypt.h"
 #include "ops/ops_inspect.h"
 #include "store/store_blob.h"
+#include "store/store_keyword_registry.h"
 #include "vfs/db_column.h"
 #include "vfs/db_error.h"
 #include "vfs/sqlite_format.h"
@@ -442,6 +443,13 @@ static const struct {
                  "x.unseen_count != coalesce(m.u, 0) OR x.size_sum != coalesce(m.b, 0)"},
     {"uid", "SELECT 'message ' || id || ' has uid ' || uid || ', modseq ' || modseq "
             "FROM messages WHERE uid < 1 OR modseq < 1"},
+    /* every keyword a message carries is one its mailbox defines (schema version 13): what
+     * a copy or move relies on (store_keyword_registry.c) */
+    {"keywords", STORE_KEYWORD_WORDS_OF_MESSAGES
+     "SELECT DISTINCT 'mailbox ' || quote(x.name) || ' does not define the keyword ' || "
+     "quote(w.word) || ', which a message carries' FROM words w JOIN mailboxes x ON x.id = "
+     "w.mailbox_id WHERE w.word != '' AND NOT EXISTS (SELECT 1 FROM mailbox_keywords k WHERE "
+     "k.mailbox_id = w.mailbox_id AND k.name = w.word)"},
     {"fts", "SELECT 'full-text row ' || rowid || ' belongs to no body' FROM fts "
             "WHERE rowid NOT IN (SELECT id FROM bodies)"},
     {"headers", "SELECT 'body ' || id || ' (used by ' || refcount || ' messages) has no "

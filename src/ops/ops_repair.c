@@ -36,6 +36,7 @@
 #include "crypto/crypt.h"
 #include "ops/ops_inspect.h"
 #include "store/store_blob.h"
+#include "store/store_keyword_registry.h"
 #include "store/store_message.h"
 
 #include <string.h>
@@ -88,6 +89,8 @@ static const struct ops_repair_step ops_repair_steps[] = {
      " WHERE p.attachment_id = attachments.id)"
      " AND (SELECT count(*) FROM body_parts p WHERE p.attachment_id = attachments.id) > 0",
      offsetof(struct mv_repair_report, refcounts_fixed)},
+    /* every keyword a message carries defined by its mailbox (schema version 13) */
+    {STORE_KEYWORD_DEFINE_CARRIED, offsetof(struct mv_repair_report, keywords_defined)},
 };
 
 /* Header copies (bodies.head, schema version 11) that are not their skeleton's first bytes

@@ -90,6 +90,7 @@
  */
 #include "store/store.h"
 #include "store/store_blob.h"
+#include "store/store_keyword_registry.h"
 #include "store/store_message.h"
 #include "store/store_parse.h"
 
@@ -442,12 +443,7 @@ static const char *const store_schema_v13[] = {
     " name TEXT NOT NULL COLLATE NOCASE,"
     " PRIMARY KEY (mailbox_id, name)"
     ") WITHOUT ROWID",
-    "WITH RECURSIVE words(mailbox_id, word, rest) AS ("
-    " SELECT mailbox_id, '', keywords || ' ' FROM messages WHERE keywords != ''"
-    " UNION ALL SELECT mailbox_id, substr(rest, 1, instr(rest, ' ') - 1),"
-    " substr(rest, instr(rest, ' ') + 1) FROM words WHERE rest != '')"
-    " INSERT OR IGNORE INTO mailbox_keywords(mailbox_id, name)"
-    " SELECT mailbox_id, word FROM words WHERE word != ''",
+    STORE_KEYWORD_DEFINE_CARRIED,
 };
 
 /* store.h: what the reads name. messages_body (version 1) and messages_deleted (version 6)
