@@ -2,7 +2,7 @@
  * store_keyword_registry.c -- the keywords each mailbox defines (mailbox_keywords, schema
  * version 13) and their bound, limits.mailbox_keywords_max. Every write that can give a
  * message of a mailbox a keyword registers it here first, in the same transaction: an
- * append or import (store_message_insert_row), a STORE that adds or replaces keywords, a
+ * append or import (store_message_insert), a STORE that adds or replaces keywords, a
  * COPY or MOVE into the mailbox. A keyword stays defined when no message carries it any
  * more, as an IMAP session keeps one FLAGS has announced (and as Dovecot keeps its list).
  *
@@ -16,9 +16,10 @@
  *
  * THE INVARIANT
  *   Every keyword a message of a mailbox carries is in that mailbox's rows (the migration
- *   builds them from the messages; mailvault check does not test it). So a COPY from a
- *   mailbox that defines nothing new for the target (the usual case: none, or the same
- *   $Forwarded and $Junk) costs two lookups in this table, not a read of the copied rows.
+ *   builds them from the messages; mailvault check names a keyword that is not, repair
+ *   defines it). So a COPY from a mailbox that defines nothing new for the target (the
+ *   usual case: none, or the same $Forwarded and $Junk) costs two lookups in this table, not
+ *   a read of the copied rows.
  *
  * A mailbox already over the bound (made by an older mailvault, or the bound lowered) keeps
  * its keywords: what is refused is a keyword it does not yet define.
@@ -28,13 +29,6 @@
 #include "store/store_uidset.h"
 
 #include <sqlite3.h>
-
-/* The recursive step that splits a normalised list (atoms joined by single spaces, one
- * more space appended) into words(word, rest): each statement below starts the CTE with its
- * lists and ends with what it does with the words. */
-#define STORE_KEYWORD_SPLIT                                                                        \
-    " UNION ALL SELECT substr(rest, 1, instr(rest, ' ') - 1), substr(rest, instr(rest, ' ') + "    \
-    "1) FROM words WHERE rest != '') "
 
 /* Runs st to its end; *changes the rows it inserted. Resets st. */
 static int store_keyword_run(mv_store *s, sqlite3_stmt *st, const char *what, int64_t *changes)
@@ -75,10 +69,9 @@ int store_keywords_register(mv_store *s, int64_t mailbox_id, const char *list)
     if (list == NULL || list[0] == '\0') {
         return MV_OK;
     }
-    sqlite3_stmt *st = store_stmt(
-        s, "WITH RECURSIVE words(word, rest) AS (SELECT '', ?2 || ' '" STORE_KEYWORD_SPLIT
-           "INSERT OR IGNORE INTO mailbox_keywords("
-           "mailbox_id, name) SELECT ?1, word FROM words WHERE word != ''");
+    sqlite3_stmt *st =
+        store_stmt(s, "WITH RECURSIVE words(mailbox_id, word, rest) AS (SELECT "
+                      "?1, '', ?2 || ' '" STORE_KEYWORD_SPLIT STORE_KEYWORD_DEFINE_WORDS);
     if (st == NULL) {
         return store_fail_sqlite(s, "registering keywords");
     }
@@ -120,10 +113,10 @@ int store_keywords_register_set(mv_store *s,
     }
     /* Only what the set's messages carry: the source may define keywords none of them has. */
     sqlite3_stmt *st = store_stmt(
-        s, "WITH RECURSIVE words(word, rest) AS (SELECT '', m.keywords || ' ' FROM "
-           "mv_uid_ranges(?2) r JOIN messages m ON m.mailbox_id = ?1 AND m.uid BETWEEN r.first "
-           "AND r.last WHERE m.keywords != ''" STORE_KEYWORD_SPLIT "INSERT OR IGNORE INTO "
-           "mailbox_keywords(mailbox_id, name) SELECT ?3, word FROM words WHERE word != ''");
+        s,
+        "WITH RECURSIVE words(mailbox_id, word, rest) AS (SELECT ?3, '', m.keywords || ' ' "
+        "FROM mv_uid_ranges(?2) r JOIN messages m ON m.mailbox_id = ?1 AND m.uid BETWEEN "
+        "r.first AND r.last WHERE m.keywords != ''" STORE_KEYWORD_SPLIT STORE_KEYWORD_DEFINE_WORDS);
     if (st == NULL) {
         return store_fail_sqlite(s, "registering copied keywords");
     }

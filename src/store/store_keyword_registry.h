@@ -12,18 +12,24 @@
 
 struct store_uidset;
 
-/* A CTE over every message that carries keywords: words(mailbox_id, word, rest), one row per
- * keyword (rows with word '' are the split's steps: skip them). Lists are stored normalised,
- * atoms joined by single spaces. For the version 13 migration, mv_store_check's "keywords"
- * and mv_store_repair, which all want the keywords the messages carry. */
+/* The recursive step of a CTE words(mailbox_id, word, rest) that splits keyword lists into
+ * one row per keyword: the CTE's first SELECT gives (mailbox, '', list || ' ') per list, the
+ * statement after it reads the rows whose word is not '' (the others are the split's start).
+ * Lists are stored normalised: atoms joined by single spaces. */
+#define STORE_KEYWORD_SPLIT                                                                        \
+    " UNION ALL SELECT mailbox_id, substr(rest, 1, instr(rest, ' ') - 1), substr(rest, "           \
+    "instr(rest, ' ') + 1) FROM words WHERE rest != '') "
+/* Every keyword every message carries: for the version 13 migration, mv_store_check's
+ * "keywords" and mv_store_repair. */
 #define STORE_KEYWORD_WORDS_OF_MESSAGES                                                            \
     "WITH RECURSIVE words(mailbox_id, word, rest) AS (SELECT mailbox_id, '', keywords || ' ' "     \
-    "FROM messages WHERE keywords != '' UNION ALL SELECT mailbox_id, substr(rest, 1, "             \
-    "instr(rest, ' ') - 1), substr(rest, instr(rest, ' ') + 1) FROM words WHERE rest != '') "
-/* ... and the statement that defines them in their mailboxes (the migration, the repair). */
-#define STORE_KEYWORD_DEFINE_CARRIED                                                               \
-    STORE_KEYWORD_WORDS_OF_MESSAGES "INSERT OR IGNORE INTO mailbox_keywords(mailbox_id, name) "    \
-                                    "SELECT mailbox_id, word FROM words WHERE word != ''"
+    "FROM messages WHERE keywords != ''" STORE_KEYWORD_SPLIT
+/* What defines the words in their mailboxes, after a CTE of them. */
+#define STORE_KEYWORD_DEFINE_WORDS                                                                 \
+    "INSERT OR IGNORE INTO mailbox_keywords(mailbox_id, name) SELECT mailbox_id, word FROM words " \
+    "WHERE word != ''"
+/* Defines every keyword a message carries in its mailbox (the migration, the repair). */
+#define STORE_KEYWORD_DEFINE_CARRIED STORE_KEYWORD_WORDS_OF_MESSAGES STORE_KEYWORD_DEFINE_WORDS
 
 /* Defines the keywords of list (normalised: atoms joined by single spaces; NULL or "" is
  * none) in mailbox_id. MV_OK, MV_ELIMIT (the mailbox would define more than
