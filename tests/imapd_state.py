@@ -335,7 +335,7 @@ def test_keyword_limits(args):
 def test_mailbox_keyword_bound(args):
     """A mailbox defines at most mailbox_keywords_max (1,000) keywords: a STORE that would
     define more is refused with NO [LIMIT] and changes nothing, a keyword already defined is
-    taken, and SELECT's FLAGS lists what the mailbox defines, not more. Before the bound a
+    taken, and SELECT's FLAGS lists the keywords in use. Before the bound a
     mailbox took any number: 500 messages with 256 new keywords each made one SELECT's
     answer 26 MB and a session 136 MB of the server's memory."""
     a = Session(args, b"a")
@@ -620,8 +620,9 @@ def main():
     p.add_argument("--password-file", required=True)
     args = p.parse_args()
     for test in (test_keywords_announced, test_condstore_silent, test_two_way_sync,
-                 test_keyword_limits, test_mailbox_keyword_bound, test_move_text, test_nul_bytes, test_envelope_route,
-                 test_capability, test_subscriptions, test_subscriptions_bound, test_recent):
+                 test_keyword_limits, test_mailbox_keyword_bound, test_move_text,
+                 test_nul_bytes, test_envelope_route, test_capability, test_subscriptions,
+                 test_subscriptions_bound, test_recent):
         try:
             test(args)
         except Exception as e:  # a test that dies counts as one failure, the rest still run

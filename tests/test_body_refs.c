@@ -179,7 +179,7 @@ static void test_migration_from_11(void)
         return;
     }
     db = mv_store_db(s);
-    CHECK_EQ_INT(tu_int(db, "PRAGMA user_version"), 13);
+    CHECK_EQ_INT(tu_int(db, "PRAGMA user_version"), TU_SCHEMA_VERSION);
     CHECK_EQ_INT(tu_int(db, "SELECT count(*) FROM body_refs b JOIN refs_before r "
                             "ON r.id = b.id AND r.refcount = b.refcount"),
                  BR_MESSAGES); /* 450 counted from its message: 1, as before the edit */

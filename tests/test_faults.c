@@ -567,7 +567,7 @@ static int fx_op_migrate(struct fx *x, const struct fv_plan *p, int *bad)
 {
     mv_store *s = NULL;
     int rc = fx_open(x, &s);
-    if (rc == MV_OK && fx_user_version(s) == 13) {
+    if (rc == MV_OK && fx_user_version(s) == TU_SCHEMA_VERSION) {
         rc = tu_exec(mv_store_db(s), TU_DOWNGRADE_TO_V11 "PRAGMA user_version = 11") == SQLITE_OK
                  ? MV_OK
                  : MV_ERROR;
@@ -580,7 +580,7 @@ static int fx_op_migrate(struct fx *x, const struct fv_plan *p, int *bad)
     fx_arm(p);
     rc = fx_open(x, &s);
     (void)fx_disarm();
-    if (rc == MV_OK && fx_user_version(s) != 13) {
+    if (rc == MV_OK && fx_user_version(s) != TU_SCHEMA_VERSION) {
         fprintf(stderr, "  an open that succeeded left schema version %d\n", fx_user_version(s));
         *bad = 1;
     }

@@ -330,7 +330,7 @@ static void test_migration_from_10(void)
     if (s == NULL) {
         return;
     }
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 13);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), TU_SCHEMA_VERSION);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM bodies WHERE head IS NOT NULL"), 0);
     CHECK(hc_read_headers(s) >= 0);
     hc_append(s, HC_ALL + 1, 30, 30000);

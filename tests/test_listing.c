@@ -274,7 +274,7 @@ static void test_view_save(void)
 {
     mv_store *s = NULL;
     CHECK_EQ_INT(ls_open("views", &s), MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 13);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), TU_SCHEMA_VERSION);
     uint32_t uid = 0, uidvalidity = 1;
     uint64_t modseq = 1;
     void *data = (void *)&uid;
@@ -340,7 +340,7 @@ static void test_view_save(void)
     CHECK_EQ_INT(mv_store_open("views@example.org", LS_PASSWORD, strlen(LS_PASSWORD), &o, &s, err,
                                sizeof err),
                  MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 13);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), TU_SCHEMA_VERSION);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM mailbox_views"), 0);
     CHECK_EQ_INT(mv_mailbox_status(s, "INBOX", &info), MV_OK);
     CHECK(info.messages == 3);

@@ -216,7 +216,7 @@ static void test_move_in_steps(void)
     mv_store *s = NULL;
     CHECK_EQ_INT(tm_make_v8("steps", 40, &m), MV_OK);
     CHECK_EQ_INT(tm_open("steps", &s), MV_OK);
-    CHECK_EQ_INT(tm_int(s, "PRAGMA user_version"), 13);
+    CHECK_EQ_INT(tm_int(s, "PRAGMA user_version"), TU_SCHEMA_VERSION);
     /* the open rebuilt nothing: the new index is empty, the old one renamed (the old code
      * copied all 40 rows inside the open) */
     CHECK_EQ_INT(tm_int(s, "SELECT count(*) FROM fts"), 0);
@@ -226,7 +226,7 @@ static void test_move_in_steps(void)
                  1);
     struct mv_migration_status st;
     CHECK_EQ_INT(mv_store_migration(s, &st), MV_OK);
-    CHECK_EQ_INT(st.schema_version, 13);
+    CHECK_EQ_INT(st.schema_version, TU_SCHEMA_VERSION);
     CHECK_EQ_INT(st.migrated_from, 8);
     CHECK(st.migrate_ms >= 0);
     CHECK_EQ_INT(st.fts_moving, 1);
@@ -448,7 +448,7 @@ static void tm_kill_in_batch(const char *name, int before)
     CHECK_EQ_INT(tm_open(name, &s), MV_OK);
     struct mv_migration_status st;
     CHECK_EQ_INT(mv_store_migration(s, &st), MV_OK);
-    CHECK_EQ_INT(st.schema_version, 13);
+    CHECK_EQ_INT(st.schema_version, TU_SCHEMA_VERSION);
     CHECK_EQ_INT(st.migrated_from, 0); /* the killed process's open migrated it */
     CHECK_EQ_INT(st.fts_moving, 1);
     CHECK_EQ_INT(st.fts_rows_left, 30 - before); /* nothing of the killed batch kept */

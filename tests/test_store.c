@@ -1060,7 +1060,7 @@ static void test_purge(void)
                  SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("purge", &s), MV_OK);
-    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 13);
+    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), TU_SCHEMA_VERSION);
     CHECK_EQ_INT(ts_int(s, "SELECT count(*) FROM sqlite_schema WHERE name = "
                            "'body_refs_unreferenced'"),
                  1);
@@ -1753,7 +1753,7 @@ static void test_search_substring(void)
     CHECK_EQ_INT(tu_exec(mv_store_db(s), downgrade), SQLITE_OK);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("substring", &s), MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 13);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), TU_SCHEMA_VERSION);
     ts_substring_checks(s); /* version 4's new rows, in the old index until they move */
     int more = 1;
     CHECK_EQ_INT(mv_store_migrate_step(s, 0, &more), MV_OK);
@@ -1855,7 +1855,7 @@ static void test_search_no_positions(void)
     int64_t with = ts_fts_bytes(s);
     mv_store_close(&s);
     CHECK_EQ_INT(ts_open("nopos", &s), MV_OK);
-    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), 13);
+    CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), TU_SCHEMA_VERSION);
     ts_nopos_checks(s); /* from the old index, the rows not moved yet */
     int more = 1;
     CHECK_EQ_INT(mv_store_migrate_step(s, 0, &more), MV_OK);
@@ -2088,7 +2088,7 @@ static void test_mailbox_keywords_bound(void)
     if (s == NULL) {
         return;
     }
-    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), 13);
+    CHECK_EQ_INT(ts_int(s, "PRAGMA user_version"), TU_SCHEMA_VERSION);
     ts_defined(s, "INBOX", defined, sizeof defined);
     CHECK(strcmp(defined, "A D") == 0);
     ts_defined(s, "Third", defined, sizeof defined);

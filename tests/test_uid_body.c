@@ -88,7 +88,7 @@ static void test_read_skips_messages_table(void)
     mv_store *s = NULL;
     CHECK_EQ_INT(tu_store_create("skip", UB_PASSWORD, 2048, &s), MV_OK);
     ub_fill(s);
-    CHECK_EQ_INT(ub_int(s, "PRAGMA user_version"), 13);
+    CHECK_EQ_INT(ub_int(s, "PRAGMA user_version"), TU_SCHEMA_VERSION);
     CHECK_EQ_INT(ub_int(s, UB_HAS_INDEX), 1);
     CHECK_EQ_INT(ub_int(s, "SELECT count(*) FROM sqlite_schema WHERE name = 'sqlite_stat1'"), 0);
     const uint32_t uids[] = {1, 1234, UB_MESSAGES};
@@ -137,9 +137,9 @@ static void test_migration_from_9(void)
                  MV_OK);
     struct mv_migration_status st;
     CHECK_EQ_INT(mv_store_migration(s, &st), MV_OK);
-    CHECK_EQ_INT(st.schema_version, 13);
+    CHECK_EQ_INT(st.schema_version, TU_SCHEMA_VERSION);
     CHECK_EQ_INT(st.migrated_from, 9);
-    CHECK_EQ_INT(ub_int(s, "PRAGMA user_version"), 13);
+    CHECK_EQ_INT(ub_int(s, "PRAGMA user_version"), TU_SCHEMA_VERSION);
     CHECK_EQ_INT(ub_int(s, UB_HAS_INDEX), 1);
     CHECK_EQ_INT(ub_int(s, "SELECT count(*) FROM messages INDEXED BY messages_uid_body "
                            "WHERE mailbox_id > 0"),
@@ -187,13 +187,17 @@ static void test_index_follows_changes(void)
     mv_store_close(&s);
 }
 
-/* A mailvault that knows version 13 refuses a store of a later version (what a mailvault of
- * version 12 does with a store of 13), writable or not, and leaves it as it is. */
+/* A mailvault refuses a store of a later schema version than it knows (what an older
+ * mailvault does with a store of this one), writable or not, and leaves it as it is. */
 static void test_later_version_refused(void)
 {
     mv_store *s = NULL;
     CHECK_EQ_INT(tu_store_create("later", UB_PASSWORD, 2048, &s), MV_OK);
-    CHECK_EQ_INT(tu_exec(mv_store_db(s), "PRAGMA user_version = 14"), SQLITE_OK);
+    char later[64], want[128];
+    snprintf(later, sizeof later, "PRAGMA user_version = %d", TU_SCHEMA_VERSION + 1);
+    snprintf(want, sizeof want, "schema version %d; this mailvault knows up to %d",
+             TU_SCHEMA_VERSION + 1, TU_SCHEMA_VERSION);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), later), SQLITE_OK);
     mv_store_close(&s);
     char err[256] = "";
     struct mv_store_options o = MV_STORE_OPTIONS_INIT;
@@ -202,7 +206,7 @@ static void test_later_version_refused(void)
     CHECK_EQ_INT(mv_store_open("later@example.org", UB_PASSWORD, strlen(UB_PASSWORD), &o, &s, err,
                                sizeof err),
                  MV_EUNSUPPORTED);
-    CHECK(strstr(err, "schema version 14; this mailvault knows up to 13") != NULL);
+    CHECK(strstr(err, want) != NULL);
     o.flags = MV_STORE_READONLY;
     CHECK_EQ_INT(mv_store_open("later@example.org", UB_PASSWORD, strlen(UB_PASSWORD), &o, &s, err,
                                sizeof err),
@@ -211,7 +215,7 @@ static void test_later_version_refused(void)
     snprintf(path, sizeof path, "%s/example.org/later.db", tu_path("root"));
     sqlite3 *db = NULL;
     CHECK_EQ_INT(tu_open(path, UB_PASSWORD, MV_CIPHER_AUTO, MV_DB_READONLY, &db), MV_OK);
-    CHECK_EQ_INT(tu_int(db, "PRAGMA user_version"), 14);
+    CHECK_EQ_INT(tu_int(db, "PRAGMA user_version"), TU_SCHEMA_VERSION + 1);
     sqlite3_close(db);
 }
 
