@@ -181,7 +181,9 @@ $(BUILD)/asan/tests/test_imap_lane: $(BUILD)/asan/imapd/imap_lane.o $(BUILD)/asa
 $(BUILD)/asan/tests/test_imap_frame: $(BUILD)/asan/imapd/imap_frame.o $(BUILD)/asan/imapd/buf.o \
 	$(BUILD)/asan/imapd/imap_parse.o $(BUILD)/asan/imapd/imap_search_shape.o
 $(BUILD)/asan/tests/test_big_blocks $(BUILD)/asan/tests/test_buf: $(BUILD)/asan/imapd/buf.o
-$(BUILD)/asan/tests/test_imap_keywords: $(BUILD)/asan/imapd/imap_keywords.o $(BUILD)/asan/imapd/buf.o
+$(BUILD)/asan/tests/test_imap_keywords: $(BUILD)/asan/imapd/imap_keywords.o $(BUILD)/asan/imapd/imap_kw.o \
+	$(BUILD)/asan/imapd/buf.o
+$(BUILD)/asan/tests/test_imap_kw: $(BUILD)/asan/imapd/imap_kw.o $(BUILD)/asan/imapd/buf.o
 $(BUILD)/asan/tests/test_imap_structure_cache: $(BUILD)/asan/imapd/imap_structure_cache.o \
 	$(BUILD)/asan/imapd/buf.o
 # The worker lanes' test drives worker.c itself, the sealed quota test quota.c, the stream

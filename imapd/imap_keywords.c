@@ -19,13 +19,9 @@
  *     choose keywords that all land on one slot. Open addressing, linear probing, at most
  *     half full; a slot holds the hash's high 32 bits and the name's index + 1 (0: empty),
  *     so most probes compare no text and growing the table hashes nothing again.
- *   - A message's keywords (its space-separated list) are a shared, reference-counted string
- *     (imap_kw_*): consecutive messages with the same list point at the same bytes, and a
- *     chunk of messages (imap_msgs.c) holds a reference per message, so sharing a chunk
- *     between views costs nothing here and copying one (a view that must change it) a
- *     count per message that has keywords, not a malloc. "" is one static string and never
- *     counted. The counts are atomic: a view is freed on the session's worker,
- *     but nothing here needs to know which thread that is.
+ *   - A message's keyword list is an imap_kw (imap_kw.c: names interned once in the process,
+ *     a list their numbers); the set here keeps its own copies of the names it announced,
+ *     since it compares without regard to case and keeps the first spelling.
  */
 #include "buf.h"
 #include "imap_session.h"
@@ -38,55 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-struct imap_kw {
-    atomic_size_t refs;
-    char text[];
-};
-
-static const char imap_kw_none[] = "";
-
-static struct imap_kw *imap_kw_of(const char *text)
-{
-    return (struct imap_kw *)(void *)((char *)(uintptr_t)text - offsetof(struct imap_kw, text));
-}
-
-const char *imap_kw_new(const char *text, const char *like)
-{
-    if (text == NULL || text[0] == '\0') {
-        return imap_kw_none;
-    }
-    if (like != NULL && strcmp(like, text) == 0) {
-        return imap_kw_ref(like);
-    }
-    size_t len = strlen(text);
-    struct imap_kw *k = malloc(sizeof *k + len + 1);
-    if (k == NULL) {
-        return NULL;
-    }
-    atomic_init(&k->refs, 1);
-    memcpy(k->text, text, len + 1);
-    return k->text;
-}
-
-const char *imap_kw_ref(const char *kw)
-{
-    if (kw != NULL && kw != imap_kw_none) {
-        atomic_fetch_add_explicit(&imap_kw_of(kw)->refs, 1, memory_order_relaxed);
-    }
-    return kw;
-}
-
-void imap_kw_unref(const char *kw)
-{
-    if (kw == NULL || kw == imap_kw_none) {
-        return;
-    }
-    struct imap_kw *k = imap_kw_of(kw);
-    if (atomic_fetch_sub_explicit(&k->refs, 1, memory_order_acq_rel) == 1) {
-        free(k);
-    }
-}
 
 static unsigned char imap_keyword_hash_key[crypto_shorthash_KEYBYTES];
 static pthread_once_t imap_keyword_hash_once = PTHREAD_ONCE_INIT;
@@ -178,36 +125,62 @@ static int imap_keyword_room(struct imap_view *v)
     return MV_OK;
 }
 
+/* Adds one name (len bytes at p, len > 0): 1 if it was new, 0 if not, MV_ENOMEM. */
+static int imap_view_keyword_add(struct imap_view *v, const char *p, size_t len)
+{
+    if (imap_keyword_room(v) != MV_OK) {
+        return MV_ENOMEM;
+    }
+    uint64_t h = imap_keyword_hash(p, len);
+    uint64_t *slot = imap_keyword_slot(v, p, len, h);
+    if (*slot != 0) {
+        return 0;
+    }
+    if (v->keyword_count == v->keyword_cap) {
+        size_t cap = v->keyword_cap != 0 ? v->keyword_cap * 2 : 16;
+        char **grown = realloc(v->keyword_names, cap * sizeof *grown);
+        if (grown == NULL) {
+            return MV_ENOMEM;
+        }
+        v->keyword_names = grown;
+        v->keyword_cap = cap;
+    }
+    char *copy = strndup(p, len);
+    if (copy == NULL) {
+        return MV_ENOMEM;
+    }
+    *slot = IMAP_KW_SLOT(h, v->keyword_count);
+    v->keyword_names[v->keyword_count++] = copy;
+    return 1;
+}
+
 int imap_view_keywords_add(struct imap_view *v, const char *keywords)
 {
     int added = 0;
     for (const char *p = keywords; p != NULL && *p != '\0';) {
         size_t len = strcspn(p, " ");
-        if (len > 0 && imap_keyword_room(v) != MV_OK) {
-            return MV_ENOMEM;
+        int rc = len > 0 ? imap_view_keyword_add(v, p, len) : 0;
+        if (rc < 0) {
+            return rc;
         }
-        uint64_t h = len > 0 ? imap_keyword_hash(p, len) : 0;
-        uint64_t *slot = len > 0 ? imap_keyword_slot(v, p, len, h) : NULL;
-        if (slot != NULL && *slot == 0) {
-            if (v->keyword_count == v->keyword_cap) {
-                size_t cap = v->keyword_cap != 0 ? v->keyword_cap * 2 : 16;
-                char **grown = realloc(v->keyword_names, cap * sizeof *grown);
-                if (grown == NULL) {
-                    return MV_ENOMEM;
-                }
-                v->keyword_names = grown;
-                v->keyword_cap = cap;
-            }
-            char *copy = strndup(p, len);
-            if (copy == NULL) {
-                return MV_ENOMEM;
-            }
-            *slot = IMAP_KW_SLOT(h, v->keyword_count);
-            v->keyword_names[v->keyword_count++] = copy;
-            added = 1;
-        }
+        added |= rc;
         p += len;
         p += *p == ' ';
+    }
+    return added;
+}
+
+int imap_view_keywords_add_list(struct imap_view *v, const struct imap_kw *kw)
+{
+    int added = 0;
+    for (size_t i = 0; i < imap_kw_count(kw); i++) {
+        size_t len;
+        const char *name = imap_kw_name(kw, i, &len);
+        int rc = imap_view_keyword_add(v, name, len);
+        if (rc < 0) {
+            return rc;
+        }
+        added |= rc;
     }
     return added;
 }

@@ -376,20 +376,6 @@ static int imap_search_header(struct imap_search_run *r,
     return rc;
 }
 
-static int imap_keyword_has(const char *keywords, const char *word, size_t len)
-{
-    const char *p = keywords;
-    while (*p != '\0') {
-        size_t n = strcspn(p, " ");
-        if (n == len && strncasecmp(p, word, len) == 0) {
-            return 1;
-        }
-        p += n;
-        p += *p == ' ';
-    }
-    return 0;
-}
-
 /* Whether message i has key k, one the view answers. */
 static int imap_search_leaf(const struct imap_search_run *r, uint32_t k, size_t i)
 {
@@ -412,9 +398,9 @@ static int imap_search_leaf(const struct imap_search_run *r, uint32_t k, size_t 
     case IMAP_SK_FLAG_UNSET:
         return (m->flags & key->flags) == 0;
     case IMAP_SK_KEYWORD:
-        return imap_keyword_has(m->keywords, key->str, key->str_len);
+        return imap_kw_has(m->keywords, key->str, key->str_len);
     case IMAP_SK_UNKEYWORD:
-        return !imap_keyword_has(m->keywords, key->str, key->str_len);
+        return !imap_kw_has(m->keywords, key->str, key->str_len);
     case IMAP_SK_SINCE:
         return m->internal_date >= day;
     case IMAP_SK_BEFORE:

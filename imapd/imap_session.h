@@ -13,6 +13,7 @@
 #include "buf.h"
 #include "conn.h"
 #include "imap_frame.h"
+#include "imap_kw.h"
 #include "imap_parse.h"
 #include "mailvault.h"
 #include "metrics.h"
@@ -29,7 +30,7 @@ enum imap_state { IMAP_NOT_AUTH = 0, IMAP_AUTH, IMAP_SELECTED, IMAP_LOGOUT };
 struct imap_msg {
     uint64_t modseq;
     int64_t internal_date;
-    const char *keywords; /* shared (imap_kw_*), "" if none; never NULL in a view */
+    const struct imap_kw *keywords; /* shared (imap_kw.h), IMAP_KW_NONE if none; never NULL */
     uint32_t uid;
     uint32_t size; /* the store keeps messages below STORE_BLOB_SIZE_MAX, 10^9 bytes */
     /* The listing's body key (mv_message_fetch_keyed_into) if it fits in 32 bits (a store of
@@ -432,7 +433,7 @@ int imap_view_resolve(const struct imap_view *v,
                       size_t *count);
 /* "(\Seen \Flagged kw)"; IMAP_FLAG_RECENT in flags adds \Recent (a session's, never stored) */
 #define IMAP_FLAG_RECENT 0x100u
-void imap_flags_out(struct buf *out, unsigned flags, const char *keywords);
+void imap_flags_out(struct buf *out, unsigned flags, const struct imap_kw *keywords);
 /* "* seq FETCH (UID u FLAGS (...) [MODSEQ (n)])" of message i of the session's view v. */
 void imap_fetch_flags_line(struct buf *out, const struct imap_view *v, size_t i, int condstore);
 /* The UID ranges for the store (mv_*_ranges) of the messages at view indexes idx
@@ -503,15 +504,10 @@ int imap_view_recent(struct imap_session *s, size_t from);
 void imap_view_recent_settle(struct imap_session *s);
 
 /* ---- imap_keywords.c ---- */
-/* A message's keyword list as a shared string: text copied (NULL out of memory), or like
- * itself with one more reference when it holds the same text (consecutive messages often
- * do), or the one static "" for none. imap_kw_ref adds a reference, imap_kw_unref drops one
- * (NULL and "" are ignored). */
-const char *imap_kw_new(const char *text, const char *like);
-const char *imap_kw_ref(const char *kw);
-void imap_kw_unref(const char *kw);
-/* Adds the space-separated keywords to the view's set: 1 if one was new, 0 if not, MV_ENOMEM. */
+/* Adds the space-separated keywords (imap_view_keywords_add) or a message's list
+ * (imap_view_keywords_add_list) to the view's set: 1 if one was new, 0 if not, MV_ENOMEM. */
 int imap_view_keywords_add(struct imap_view *v, const char *keywords);
+int imap_view_keywords_add_list(struct imap_view *v, const struct imap_kw *kw);
 void imap_view_keywords_free(struct imap_view *v);
 /* "* FLAGS (...)" and "* OK [PERMANENTFLAGS (...)]" with the view's keywords. */
 void imap_flags_announce(const struct imap_view *v, struct buf *out);

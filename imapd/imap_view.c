@@ -51,7 +51,7 @@ int imap_view_list(mv_store *store, const char *mailbox, uint64_t since, struct 
     int rc = mv_message_list_begin(store, mailbox, 0, since, &it);
     struct mv_message_entry e;
     while (rc == MV_OK && (rc = mv_message_list_next(it, &e)) == 1) {
-        const char *like = v->count > 0 ? imap_view_msg(v, v->count - 1)->keywords : NULL;
+        const struct imap_kw *like = v->count > 0 ? imap_view_msg(v, v->count - 1)->keywords : NULL;
         struct imap_msg m = {.uid = e.uid,
                              .flags = e.flags,
                              .modseq = e.modseq,
@@ -114,7 +114,7 @@ void imap_view_reported_clear(struct imap_view *v)
     v->reported_any = 0;
 }
 
-void imap_flags_out(struct buf *out, unsigned flags, const char *keywords)
+void imap_flags_out(struct buf *out, unsigned flags, const struct imap_kw *keywords)
 {
     /* Each name with the space before it; the list's first item goes without (printf-free:
      * this runs once per line of a FETCH 1:* FLAGS). */
@@ -135,11 +135,11 @@ void imap_flags_out(struct buf *out, unsigned flags, const char *keywords)
             first = 0;
         }
     }
-    if (keywords != NULL && keywords[0] != '\0') {
+    if (imap_kw_count(keywords) > 0) {
         if (!first) {
             BUF_LIT(out, " ");
         }
-        buf_str(out, keywords);
+        imap_kw_out(out, keywords);
     }
     BUF_LIT(out, ")");
 }
@@ -296,7 +296,7 @@ static int imap_view_apply(struct imap_session *s,
     }
     int new_keyword = 0; /* RFC 3501 7.2.6: FLAGS names a keyword before any FETCH shows it */
     for (size_t j = 0; j < d->changed.count; j++) {
-        new_keyword |= imap_view_keywords_add(v, imap_view_msg(&d->changed, j)->keywords) > 0;
+        new_keyword |= imap_view_keywords_add_list(v, imap_view_msg(&d->changed, j)->keywords) > 0;
     }
     if (new_keyword) {
         imap_flags_announce(v, out);
@@ -315,9 +315,9 @@ static int imap_view_apply(struct imap_session *s,
         }
         const struct imap_msg *was = imap_view_msg(v, i);
         if (f->modseq != was->modseq || f->flags != was->flags ||
-            strcmp(f->keywords, was->keywords) != 0) {
+            !imap_kw_equal(f->keywords, was->keywords)) {
             struct imap_msg *m = imap_view_msg_mut(v, i); /* its own: prepared */
-            const char *keywords = m->keywords;
+            const struct imap_kw *keywords = m->keywords;
             m->keywords = f->keywords;
             f->keywords = keywords; /* freed with the delta */
             m->flags = f->flags;

@@ -185,7 +185,7 @@ static int imap_view_cache_merge_prepare(struct imap_view *c,
         } else if (i < c->count && imap_view_msg(c, i)->uid == f->uid) {
             rc = imap_view_own(c, i);
         }
-        if (rc == MV_OK && imap_view_keywords_add(c, f->keywords) < 0) {
+        if (rc == MV_OK && imap_view_keywords_add_list(c, f->keywords) < 0) {
             rc = MV_ENOMEM;
         }
     }
@@ -232,7 +232,7 @@ static int imap_view_cache_merge(struct imap_view *c,
             f->keywords = NULL;
         } else if (i < c->count && imap_view_msg(c, i)->uid == f->uid) {
             struct imap_msg *m = imap_view_msg_mut(c, i); /* its own: prepared */
-            const char *keywords = m->keywords;
+            const struct imap_kw *keywords = m->keywords;
             *m = *f;
             f->keywords = keywords; /* freed with changed */
         }
@@ -297,12 +297,12 @@ static int imap_view_cache_update(mv_store *store,
  * messages. */
 static int imap_view_cache_keywords(struct imap_view *c)
 {
-    const char *last = NULL;
+    const struct imap_kw *last = NULL;
     for (size_t i = 0; i < c->count; i++) {
-        const char *kw = imap_view_msg(c, i)->keywords;
+        const struct imap_kw *kw = imap_view_msg(c, i)->keywords;
         if (kw != last) {
             last = kw;
-            if (imap_view_keywords_add(c, kw) < 0) {
+            if (imap_view_keywords_add_list(c, kw) < 0) {
                 return MV_ENOMEM;
             }
         }

@@ -66,7 +66,7 @@ struct imap_view_source {
     atomic_size_t refs;
     unsigned char *bytes;
     size_t len;
-    const char **kws; /* the keyword lists, in the saved order: a reference each */
+    const struct imap_kw **kws; /* the keyword lists, in the saved order: a reference each */
     size_t kw_count, kw_cap;
 };
 
@@ -90,11 +90,11 @@ void imap_view_source_unref(struct imap_view_source *src)
 
 /* Room for one more in a growing array of keyword lists (*names, *cap, count used): 0, or -1
  * out of memory. */
-static int imap_view_names_room(const char ***names, size_t *cap, size_t count)
+static int imap_view_names_room(const struct imap_kw ***names, size_t *cap, size_t count)
 {
     if (count == *cap) {
         size_t grown_cap = *cap != 0 ? *cap * 2 : 16;
-        const char **grown = realloc(*names, grown_cap * sizeof *grown);
+        const struct imap_kw **grown = realloc(*names, grown_cap * sizeof *grown);
         if (grown == NULL) {
             return -1;
         }
@@ -154,26 +154,17 @@ static inline int imap_view_get(const unsigned char **p, const unsigned char *en
 
 /* ---- the encoder ---- */
 
-/* The keyword lists of a view being encoded, with an index by their text (open addressing:
+/* The keyword lists of a view being encoded, with an index by their names (open addressing:
  * a mailbox may have many distinct lists, and each message's is looked up). */
 struct imap_view_lists {
-    const char **names;
+    const struct imap_kw **names;
     size_t count, cap;
     size_t *slots; /* index + 1, 0 free; slot_cap a power of two, at most half full */
     size_t slot_cap;
 };
 
-static size_t imap_view_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603u; /* FNV-1a: a spread for a table, not a defence */
-    for (; *s != '\0'; s++) {
-        h = (h ^ (unsigned char)*s) * 1099511628211u;
-    }
-    return (size_t)h;
-}
-
 /* The index of list kw (added if new), or SIZE_MAX out of memory. */
-static size_t imap_view_list_index(struct imap_view_lists *l, const char *kw)
+static size_t imap_view_list_index(struct imap_view_lists *l, const struct imap_kw *kw)
 {
     if (2 * (l->count + 1) > l->slot_cap) {
         size_t cap = l->slot_cap != 0 ? l->slot_cap * 2 : 64;
@@ -182,7 +173,7 @@ static size_t imap_view_list_index(struct imap_view_lists *l, const char *kw)
             return SIZE_MAX;
         }
         for (size_t i = 0; i < l->count; i++) {
-            size_t s = imap_view_hash(l->names[i]) & (cap - 1);
+            size_t s = (size_t)imap_kw_hash(l->names[i]) & (cap - 1);
             while (slots[s] != 0) {
                 s = (s + 1) & (cap - 1);
             }
@@ -192,10 +183,9 @@ static size_t imap_view_list_index(struct imap_view_lists *l, const char *kw)
         l->slots = slots;
         l->slot_cap = cap;
     }
-    size_t s = imap_view_hash(kw) & (l->slot_cap - 1);
+    size_t s = (size_t)imap_kw_hash(kw) & (l->slot_cap - 1);
     for (; l->slots[s] != 0; s = (s + 1) & (l->slot_cap - 1)) {
-        const char *name = l->names[l->slots[s] - 1];
-        if (name == kw || strcmp(name, kw) == 0) {
+        if (imap_kw_equal(l->names[l->slots[s] - 1], kw)) {
             return l->slots[s] - 1;
         }
     }
@@ -224,7 +214,7 @@ static unsigned char *imap_view_put_columns(unsigned char *q,
 {
     for (unsigned col = 0; col < 7; col++) {
         for (size_t k = 0; k < n; k++) {
-            const struct imap_msg zero = {.keywords = ""}, *b = k > 0 ? &m[k - 1] : &zero;
+            const struct imap_msg zero = {.keywords = IMAP_KW_NONE}, *b = k > 0 ? &m[k - 1] : &zero;
             uint64_t x = 0;
             switch (col) {
             case 0:
@@ -246,10 +236,9 @@ static unsigned char *imap_view_put_columns(unsigned char *q,
                 x = imap_view_zigzag((uint64_t)m[k].body_key - (uint64_t)b->body_key);
                 break;
             default:
-                if (m[k].keywords[0] == '\0') {
+                if (imap_kw_count(m[k].keywords) == 0) {
                     x = 0;
-                } else if (k > 0 && (m[k].keywords == b->keywords ||
-                                     strcmp(m[k].keywords, b->keywords) == 0)) {
+                } else if (k > 0 && imap_kw_equal(m[k].keywords, b->keywords)) {
                     x = 1;
                 } else if ((x = imap_view_list_index(l, m[k].keywords)) == SIZE_MAX) {
                     return NULL;
@@ -267,12 +256,11 @@ static unsigned char *imap_view_put_columns(unsigned char *q,
  * kw_count at kws: no reference taken). 0, or -1 if the bytes are no such messages. */
 static int imap_view_get_columns(const unsigned char *p,
                                  const unsigned char *end,
-                                 const char *const *kws,
+                                 const struct imap_kw *const *kws,
                                  size_t kw_count,
                                  struct imap_msg *m,
                                  size_t n)
 {
-    const char *none = imap_kw_new(NULL, NULL); /* the shared "" (never freed) */
     for (unsigned col = 0; col < 7; col++) {
         uint64_t acc = 0; /* the running UID, modseq, date or key */
         for (size_t k = 0; k < n; k++) {
@@ -317,8 +305,8 @@ static int imap_view_get_columns(const unsigned char *p,
                 break;
             default:
                 if (x == 0) {
-                    m[k].keywords = none;
-                } else if (x == 1 && k > 0 && m[k - 1].keywords[0] != '\0') {
+                    m[k].keywords = IMAP_KW_NONE;
+                } else if (x == 1 && k > 0 && imap_kw_count(m[k - 1].keywords) > 0) {
                     m[k].keywords = m[k - 1].keywords;
                 } else if (x >= 2 && x - 2 < kw_count) {
                     m[k].keywords = kws[x - 2];
@@ -430,7 +418,7 @@ static int imap_view_check_chunk(const unsigned char *p,
     for (size_t k = 0; rc == MV_OK && k < n; k++) {
         if (got[k].uid != m[k].uid || got[k].flags != m[k].flags || got[k].modseq != m[k].modseq ||
             got[k].size != m[k].size || got[k].internal_date != m[k].internal_date ||
-            got[k].body_key != m[k].body_key || strcmp(got[k].keywords, m[k].keywords) != 0) {
+            got[k].body_key != m[k].body_key || !imap_kw_equal(got[k].keywords, m[k].keywords)) {
             rc = MV_ECORRUPT;
         }
     }
@@ -554,7 +542,7 @@ int imap_view_encode(const struct imap_view *v,
     }
     size_t head_max = sizeof imap_view_magic + 4 * 10 + parts * 30;
     for (size_t i = 0; i < l.count; i++) {
-        head_max += 10 + strlen(l.names[i]);
+        head_max += 10 + imap_kw_text_len(l.names[i]);
     }
     if (rc == MV_OK && (head = malloc(head_max + body_len)) == NULL) {
         rc = MV_ENOMEM;
@@ -566,10 +554,8 @@ int imap_view_encode(const struct imap_view *v,
         q = imap_view_put(q, first_unseen);
         q = imap_view_put(q, l.count);
         for (size_t i = 0; i < l.count; i++) {
-            size_t n = strlen(l.names[i]);
-            q = imap_view_put(q, n);
-            memcpy(q, l.names[i], n);
-            q += n;
+            q = imap_view_put(q, imap_kw_text_len(l.names[i]));
+            q = (unsigned char *)imap_kw_text_put(l.names[i], (char *)q);
         }
         q = imap_view_put(q, parts);
         for (size_t p = 0; p < parts; p++) {
@@ -621,13 +607,13 @@ static int imap_view_index_list(struct imap_view_decoder *d, const unsigned char
     }
     memcpy(text, p, n);
     text[n] = '\0';
-    const char *kw = imap_kw_new(text, NULL);
+    const struct imap_kw *kw = imap_kw_new(text, NULL);
     free(text);
     if (kw == NULL) {
         return MV_ENOMEM;
     }
     src->kws[src->kw_count++] = kw; /* the source's reference */
-    return imap_view_keywords_add(d->v, kw) < 0 ? MV_ENOMEM : MV_OK;
+    return imap_view_keywords_add_list(d->v, kw) < 0 ? MV_ENOMEM : MV_OK;
 }
 
 /* ---- version 2, decoded once after an upgrade ----
@@ -646,7 +632,7 @@ static int imap_view_decode_v2(struct imap_view_decoder *d, const unsigned char 
         return MV_ECORRUPT; /* each message takes >= 7 bytes */
     }
     int rc = imap_view_reserve(v, (size_t)count);
-    struct imap_msg prev = {.keywords = ""};
+    struct imap_msg prev = {.keywords = IMAP_KW_NONE};
     char *text = NULL;
     for (uint64_t i = 0; rc == MV_OK && i < count; i++) {
         uint64_t du, flags, modseq, size, dd, dk, tag;
@@ -657,7 +643,7 @@ static int imap_view_decode_v2(struct imap_view_decoder *d, const unsigned char 
             imap_view_get(&p, end, &size) != 0 || size > UINT32_MAX ||
             imap_view_get(&p, end, &dd) != 0 || imap_view_get(&p, end, &dk) != 0 ||
             prev.body_key + imap_view_unzigzag(dk) > UINT32_MAX ||
-            imap_view_get(&p, end, &tag) != 0 || (tag == 1 && prev.keywords[0] == '\0') ||
+            imap_view_get(&p, end, &tag) != 0 || (tag == 1 && imap_kw_count(prev.keywords) == 0) ||
             (tag >= 2 && (tag - 2 == 0 || tag - 2 > (uint64_t)(end - p) ||
                           memchr(p, '\0', (size_t)(tag - 2)) != NULL))) {
             rc = MV_ECORRUPT;
@@ -670,7 +656,7 @@ static int imap_view_decode_v2(struct imap_view_decoder *d, const unsigned char 
         m.internal_date = (int64_t)((uint64_t)prev.internal_date + imap_view_unzigzag(dd));
         m.body_key = (uint32_t)(prev.body_key + imap_view_unzigzag(dk));
         if (tag == 0) {
-            m.keywords = imap_kw_new(NULL, NULL);
+            m.keywords = IMAP_KW_NONE;
         } else if (tag == 1) {
             m.keywords = imap_kw_ref(prev.keywords);
         } else {
@@ -688,7 +674,7 @@ static int imap_view_decode_v2(struct imap_view_decoder *d, const unsigned char 
                 rc = MV_ENOMEM;
                 break;
             }
-            if (imap_view_keywords_add(v, m.keywords) < 0) {
+            if (imap_view_keywords_add_list(v, m.keywords) < 0) {
                 imap_kw_unref(m.keywords);
                 rc = MV_ENOMEM;
                 break;

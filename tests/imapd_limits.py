@@ -45,6 +45,9 @@ WHAT IT CHECKS (hostile)
     the {n+} ones are closed, the server's RSS grows by at most HOSTILE_RSS_MAX_MIB, a normal
     login and an LMTP delivery succeed meanwhile (the oldest hostile connection is closed to
     make room: it gets the BYE).
+  - then one user gives each of 2,000 messages its own 256 of 1,000 keywords of 100 bytes:
+    a new session's SELECT grows the server's RSS by at most KW_RSS_MAX_MIB (the views kept
+    each message's list as text, ~26 KB a message; now each name once, a list its numbers).
   Waits poll with generous deadlines; prints "PASS ..." / "FAIL ..." and "# N passed, N failed".
 """
 import argparse
@@ -638,6 +641,67 @@ def hostile(a):
         s.close()
 
 
+KW_MESSAGES = 2000
+KW_NAMES = 1000  # the default mailbox_keywords_max
+KW_PER_MESSAGE = 256  # the default keywords_max
+# the lists' text would be ~50 MiB (the old server grew by 58); now ~8, page cache included
+KW_RSS_MAX_MIB = 24
+
+
+def keyword_name(i):
+    return ("kw%04d" % i).ljust(100, "x")
+
+
+def keyword_lists(a):
+    """A user gives each of 2,000 messages its own 256 of 1,000 keywords of 100 bytes (each
+    message a different run of the names, one UID STORE each), then a new session SELECTs
+    the mailbox: the server's RSS grows by at most KW_RSS_MAX_MIB. The views held each
+    message's list as text (~26 KB a message here): the old server grew by ~60 MiB."""
+    user, password = a.user.split(":", 1)
+    c = imapd_common.imap_login(a.imap, user, password, timeout_s=60)
+    c.command("CREATE kwlists")
+    msg = b"Subject: kw\r\n\r\nbody\r\n"
+    tags = []
+    for i in range(KW_MESSAGES):
+        tag = c.tag()
+        c.sock.sendall(tag + b" APPEND kwlists {%d+}\r\n" % len(msg) + msg + b"\r\n")
+        tags.append(tag)
+    appended = sum(b" OK" in c.until(t)[1] for t in tags)
+    _, tagged = c.command("SELECT kwlists")
+    check("keyword lists: %d messages appended and selected" % KW_MESSAGES,
+          appended == KW_MESSAGES and b" OK" in tagged, "%d appended, %r" % (appended, tagged))
+    rss_before = rss_kib(a.pid)
+    stored = 0
+    for start in range(0, KW_MESSAGES, 100):
+        tags = []
+        for uid in range(start + 1, start + 101):
+            names = " ".join(keyword_name((7 * uid + 3 * k) % KW_NAMES)
+                             for k in range(KW_PER_MESSAGE))
+            tag = c.tag()
+            c.sock.sendall(tag + b" UID STORE %d +FLAGS.SILENT (%s)\r\n" % (uid, names.encode()))
+            tags.append(tag)
+        stored += sum(b" OK" in c.until(t)[1] for t in tags)
+    c.command("LOGOUT")
+    c.close()
+    c = imapd_common.imap_login(a.imap, user, password, timeout_s=60)
+    untagged, tagged = c.command("SELECT kwlists")
+    # the new session's view: messages read with their lists (FETCH of one to be sure)
+    fetched, _ = c.command("UID FETCH %d FLAGS" % KW_MESSAGES)
+    rss_after = rss_kib(a.pid)
+    grown_mib = (rss_after - rss_before) / 1024.0
+    want = keyword_name((7 * KW_MESSAGES + 3 * (KW_PER_MESSAGE - 1)) % KW_NAMES).encode()
+    check("keyword lists: each of %d messages stored its own %d keywords, SELECT OK" % (
+        KW_MESSAGES, KW_PER_MESSAGE), stored == KW_MESSAGES and b" OK" in tagged and
+        any(want in r[0] for r in fetched), "%d stored, %r" % (stored, tagged))
+    check("keyword lists: the server's RSS grows by at most %d MiB" % KW_RSS_MAX_MIB,
+          grown_mib <= KW_RSS_MAX_MIB, "%.1f MiB (from %d to %d KiB)" % (
+              grown_mib, rss_before, rss_after))
+    results.note("RSS after SELECT of %d messages with distinct keyword lists: +%.1f MiB" % (
+        KW_MESSAGES, grown_mib))
+    c.command("LOGOUT")
+    c.close()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("phase", choices=("functional", "hostile"))
@@ -653,6 +717,7 @@ def main():
             functional(a)
         else:
             hostile(a)
+            keyword_lists(a)
     except (OSError, EOFError, RuntimeError) as e:
         check("%s ran to its end" % a.phase, False, repr(e))
     results.summary()
