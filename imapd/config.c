@@ -77,6 +77,10 @@ static const struct config_key config_keys[] = {
      1LL << 32, "largest APPEND literal / LMTP message in bytes (default 67108864)"},
     CI(connections_max, 1, 1000000, "connections in total (default 1000)"),
     CI(connections_per_address_max, 1, 1000000, "connections from one address (default 20)"),
+    CI(user_sessions_max,
+       1,
+       100000,
+       "IMAP sessions logged in as one user at once, from any address (default 50)"),
     CI(idle_timeout_s, 1, 86400, "close an idle session after this long (default 1800)"),
     CI(auth_fail_delay_ms, 0, 60000, "delay before a failed login's answer (default 2000)"),
     CI(auth_fail_delay_max_ms,
@@ -173,6 +177,10 @@ void config_defaults(struct config *c)
     c->literal_max = 64u << 20;
     c->connections_max = 1000;
     c->connections_per_address_max = 20;
+    /* Each session of a user holds a byte a message of its mailbox and the chunks of the view
+     * it changed (up to 40 bytes a message): unbounded, one user's sessions were the server's
+     * memory. Dovecot's mail_max_userip_connections is 10 per user and address. */
+    c->user_sessions_max = 50;
     c->idle_timeout_s = 1800;
     c->auth_fail_delay_ms = 2000;
     /* Dovecot's proxy gives up on a backend after login_proxy_timeout (30 s) and tells the

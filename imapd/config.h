@@ -34,6 +34,7 @@ struct config {
     uint64_t literal_max; /* APPEND literals; other literals: CONFIG_SMALL_LITERAL_MAX */
     int connections_max;
     int connections_per_address_max;
+    int user_sessions_max; /* IMAP sessions logged in as one user at once */
     int idle_timeout_s;
     int auth_fail_delay_ms;
     int auth_fail_delay_max_ms;  /* no failed login is answered later (proxies time out) */

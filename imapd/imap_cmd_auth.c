@@ -174,6 +174,20 @@ imap_login_finish(struct imap_ctx *x, const char *user, const char *password, si
                     mv_strerror(rc));
         return;
     }
+    /* Counted after the password is checked (a wrong one is told so, whatever the count);
+     * the session that would be one too many gives its reference back. Not a failed login:
+     * nothing is slowed or counted against the address. */
+    int sessions = worker_store_sessions(s->worker, store);
+    if (sessions > g_config.user_sessions_max) {
+        worker_store_release(s->worker, store);
+        log_info("login %s: refused, %d sessions of this user are logged in (user_sessions_max)",
+                 normal, sessions - 1);
+        imap_tagged(x, "NO",
+                    "[UNAVAILABLE] too many sessions of this user are logged in "
+                    "(user_sessions_max is %d); close one and try again",
+                    g_config.user_sessions_max);
+        return;
+    }
     s->store = store;
     s->state = IMAP_AUTH;
     snprintf(s->user, sizeof s->user, "%s", normal);

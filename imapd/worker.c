@@ -815,6 +815,14 @@ void worker_store_release(struct worker *w, struct open_store *s)
     pthread_mutex_unlock(&w->lock);
 }
 
+int worker_store_sessions(struct worker *w, const struct open_store *s)
+{
+    pthread_mutex_lock(&w->lock);
+    int refs = s->refs;
+    pthread_mutex_unlock(&w->lock);
+    return refs;
+}
+
 static void worker_release_run(struct job *job)
 {
     worker_store_release(job->worker, job->arg);

@@ -182,6 +182,8 @@ int worker_store_acquire(struct worker *w,
                          char *errmsg,
                          size_t errmsg_size);
 void worker_store_release(struct worker *w, struct open_store *s);
+/* The sessions holding s (its references), for the login's user_sessions_max. */
+int worker_store_sessions(struct worker *w, const struct open_store *s);
 /* The same from a job on the reader thread: the release is a job of the writer thread (the
  * table is the writer's). */
 void worker_store_release_from_reader(struct worker *w, struct open_store *s);

@@ -4,7 +4,7 @@
 # connection pools, the server-wide literal and LMTP budgets, LMTP's recipient dedupe,
 # CRLF.CRLF-only end of DATA and refused-recipient limit. Runs tests/imapd_limits.py twice:
 #   1. "functional" against the ASan server with small limits (deadlines of 3 s, 30 IMAP and
-#      2 LMTP connections, budgets of 200,000 bytes, 3 refused recipients);
+#      2 LMTP connections, budgets of 200,000 bytes, 3 refused recipients, 4 sessions a user);
 #   2. "hostile" against the release server (build/mailvaultd, whose RSS means what it
 #      says; ASan's shadow memory and quarantine do not) with the default limits: 1,000
 #      connections that never log in, a normal login and an LMTP delivery meanwhile.
@@ -39,7 +39,7 @@ init_users alice@example.org bob@example.org
 start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
     --lmtp-port=0 --workers=2 --connections-max=30 --lmtp-connections-max=2 \
     --login-timeout-s=3 --lmtp-transaction-timeout-s=3 --literal-total-max=200000 \
-    --lmtp-data-total-max=200000 --lmtp-rejected-recipients-max=3
+    --lmtp-data-total-max=200000 --lmtp-rejected-recipients-max=3 --user-sessions-max=4
 
 run_client 300 "$PY" tests/imapd_limits.py functional --imap "$(port imap)" \
     --lmtp "$(port lmtp)" --user "alice@example.org:alice@example.org secret" \

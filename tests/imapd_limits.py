@@ -32,6 +32,9 @@ WHAT IT CHECKS (functional)
     with its tag, and taken once that session is gone;
   - literal_total_max: while one session holds most of it, another's {n} gets
     NO [UNAVAILABLE] and its {n+} BYE [UNAVAILABLE]; once the first is done the APPEND works;
+  - user_sessions_max (4 here): a user's 5th session gets NO [UNAVAILABLE] naming it, a wrong
+    password is still a failed login, another user logs in on the same connection, and after
+    a LOGOUT the user logs in again;
   - LMTP: a recipient named three times (in several spellings) gets three 250s after DATA
     and one message; "<LF>.<LF>", "<LF>.<CRLF>" and "<CRLF>.<LF>" do not end DATA (the
     smuggled MAIL/RCPT/DATA after them is message text, stored as one message); only
@@ -519,9 +522,47 @@ def lmtp_budget(a):
     l1.close()
 
 
+USER_SESSIONS_MAX = 4  # the functional server's user_sessions_max
+
+
+def user_sessions(a):
+    """user_sessions_max: that many sessions of one user log in, the next gets NO
+    [UNAVAILABLE] naming the limit (a wrong password is still told so), another user logs in
+    on that same connection, and once one of the first LOGOUTs the user logs in again."""
+    user, password = a.user.split(":", 1)
+    user2, password2 = a.user2.split(":", 1)
+    held = [imapd_common.imap_login(a.imap, user, password, 30) for _ in range(USER_SESSIONS_MAX)]
+    c = imapd_common.Imap(a.imap, 30)
+    _, tagged = c.command('LOGIN "%s" "%s"' % (user, password))
+    check("user_sessions_max: session %d of one user is refused with NO [UNAVAILABLE]" % (
+        USER_SESSIONS_MAX + 1), b" NO [UNAVAILABLE]" in tagged and b"user_sessions_max" in tagged,
+        repr(tagged))
+    _, tagged = c.command('LOGIN "%s" "%s"' % (user, password + "x"))
+    check("user_sessions_max: a wrong password at the limit is a failed login",
+          b"[AUTHENTICATIONFAILED]" in tagged, repr(tagged))
+    _, tagged = c.command('LOGIN "%s" "%s"' % (user2, password2))
+    check("user_sessions_max: another user logs in on that connection", b" OK" in tagged,
+          repr(tagged))
+    c.close()
+    held[0].command("LOGOUT")
+    held[0].close()
+    ok, deadline = False, time.monotonic() + 20  # the logout's release is a job of its own
+    while not ok and time.monotonic() < deadline:
+        c = imapd_common.Imap(a.imap, 30)
+        _, tagged = c.command('LOGIN "%s" "%s"' % (user, password))
+        ok = b" OK" in tagged
+        held[0] = c
+        if not ok:
+            c.close()
+            time.sleep(0.1)
+    check("user_sessions_max: after a LOGOUT the user logs in again", ok, repr(tagged))
+    for c in held:
+        c.close()
+
+
 def functional(a):
     for part in (prelogin, login_timeout, pools, held_eviction, long_lines, literal_budget,
-                 lmtp_dedupe, lmtp_smuggling,
+                 user_sessions, lmtp_dedupe, lmtp_smuggling,
                  lmtp_rejected, lmtp_deadline, lmtp_budget):
         try:
             part(a)
