@@ -14,7 +14,7 @@
  *     message costs one chunk copy, and the other views keep what they had. Callers make
  *     every chunk they will write their own before they change anything, so a failure to
  *     copy leaves the view as it was.
- *   - A chunk holds a reference to each of its messages' keyword strings (imap_keywords.c),
+ *   - A chunk holds a reference to each of its messages' keyword lists (imap_kw.c),
  *     dropped when its last reference goes. The counts are atomic: the store's cached view
  *     lives on the store's worker, sessions sync on its reader thread as well (IDLE).
  *     Testing refs == 1 before writing is safe: a view that holds the only reference is the
