@@ -14,7 +14,7 @@
  *     whose messages carry thousands of distinct keywords (each message may have
  *     keywords_max of them) made a walk per keyword quadratic -- a first SELECT of 10,000
  *     messages with 10 of 10,000 keywords each took 2.8 s and every later one 0.37 s, where
- *     Dovecot takes 46 ms. The hash is libsodium's keyed SipHash (crypto_shorthash) of the
+ *     Dovecot takes 46 ms. The hash is libsodium's keyed SipHash (imap_kw_siphash) of the
  *     keyword folded to lower case, under a key drawn once per process, so a client cannot
  *     choose keywords that all land on one slot. Open addressing, linear probing, at most
  *     half full; a slot holds the hash's high 32 bits and the name's index + 1 (0: empty),
@@ -27,33 +27,15 @@
 #include "imap_session.h"
 #include "mailvault.h"
 
-#include <pthread.h>
-#include <sodium.h>
-#include <stdatomic.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-static unsigned char imap_keyword_hash_key[crypto_shorthash_KEYBYTES];
-static pthread_once_t imap_keyword_hash_once = PTHREAD_ONCE_INIT;
-
-static void imap_keyword_hash_init(void)
-{
-    /* sodium_init() fails only without a random source; the key then stays zero, which
-     * keeps every lookup correct and gives up only the protection against chosen keywords. */
-    if (sodium_init() >= 0) {
-        randombytes_buf(imap_keyword_hash_key, sizeof imap_keyword_hash_key);
-    }
-}
 
 /* SipHash of the keyword in ASCII lower case (flags compare without regard to it). */
 static uint64_t imap_keyword_hash(const char *kw, size_t len)
 {
     unsigned char small[256];
     unsigned char *folded = len <= sizeof small ? small : malloc(len);
-    uint64_t h = 0;
-    unsigned char out[crypto_shorthash_BYTES];
     if (folded == NULL) {
         /* Out of memory for a keyword over 256 bytes: its length alone still finds it,
          * only with more comparisons of text. */
@@ -63,9 +45,7 @@ static uint64_t imap_keyword_hash(const char *kw, size_t len)
         unsigned char c = (unsigned char)kw[i];
         folded[i] = c >= 'A' && c <= 'Z' ? (unsigned char)(c - 'A' + 'a') : c;
     }
-    (void)pthread_once(&imap_keyword_hash_once, imap_keyword_hash_init);
-    crypto_shorthash(out, folded, len, imap_keyword_hash_key);
-    memcpy(&h, out, sizeof h);
+    uint64_t h = imap_kw_siphash(folded, len);
     if (folded != small) {
         free(folded);
     }

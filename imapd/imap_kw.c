@@ -87,12 +87,12 @@ static void imap_kw_hash_init(void)
     }
 }
 
-static uint64_t imap_kw_name_hash(const char *name, size_t len)
+uint64_t imap_kw_siphash(const void *bytes, size_t len)
 {
     unsigned char out[crypto_shorthash_BYTES];
     uint64_t h;
     (void)pthread_once(&imap_kw_hash_once, imap_kw_hash_init);
-    crypto_shorthash(out, (const unsigned char *)name, len, imap_kw_hash_key);
+    crypto_shorthash(out, bytes, len, imap_kw_hash_key);
     memcpy(&h, out, sizeof h);
     return h;
 }
@@ -216,7 +216,7 @@ static uint32_t imap_kw_take_id(void)
  * of memory. */
 static uint32_t imap_kw_hold(const char *name, size_t len)
 {
-    uint64_t h = imap_kw_name_hash(name, len);
+    uint64_t h = imap_kw_siphash(name, len);
     if (imap_kw_room() != 0) {
         return UINT32_MAX;
     }
@@ -250,7 +250,7 @@ static uint32_t imap_kw_hold(const char *name, size_t len)
 static void imap_kw_unslot(const struct imap_kw_name *n, uint32_t id)
 {
     size_t mask = imap_kw_slot_count - 1;
-    uint64_t h = imap_kw_name_hash(n->text, n->len);
+    uint64_t h = imap_kw_siphash(n->text, n->len);
     size_t i = IMAP_KW_HOME(h, mask);
     while (IMAP_KW_SLOT_ID(imap_kw_slots[i]) != id) {
         i = (i + 1) & mask;

@@ -44,6 +44,10 @@ char *imap_kw_text_put(const struct imap_kw *kw, char *q);
 /* A hash of kw's names for a table of lists (not keyed: for spreading, not a defence). */
 uint64_t imap_kw_hash(const struct imap_kw *kw);
 
+/* libsodium's keyed SipHash of len bytes under a key drawn once per process (a table keyed by
+ * what a client chooses: imap_kw.c's names, imap_keywords.c's announced set). */
+uint64_t imap_kw_siphash(const void *bytes, size_t len);
+
 /* The process's bytes in lists and names, and its distinct names (tests and metrics). */
 size_t imap_kw_bytes(void);
 size_t imap_kw_names_held(void);
