@@ -9,7 +9,8 @@
  *   +FLAGS, each adding one keyword to every other message in a pattern of its own, give 2^k
  *   different lists. 2,000 messages with 256 of ~100-byte keywords each took mailvaultd (one
  *   process for every user) from 18 to 81 MB at a SELECT; 100,000 would have taken ~3 GB. A
- *   list now costs 2 bytes a name (4 while the process holds more than 65,536 distinct names)
+ *   list now costs 2 bytes a name (4 if one of its names got a number past 65,535, i.e. the
+ *   process held more than 65,536 names at once when it was interned)
  *   and each name is held once however many lists carry it: 256 keywords take 528 bytes, not
  *   33 KB. The text a FETCH or a SEARCH needs is the names', read by number.
  *
@@ -57,8 +58,9 @@ struct imap_kw_name {
     char text[];
 };
 
-/* Numbers below IMAP_KW_BLOCK * IMAP_KW_BLOCKS (16,777,216 names at once); a block is made on
- * first use and kept for the process's life (8 KB * 4096 at most). */
+/* Numbers below IMAP_KW_BLOCK * IMAP_KW_BLOCKS (16,777,216 names at once); a block (16 KB) is
+ * made on first use and kept for the process's life: one for each 2,048 names the process
+ * held at once at its most. */
 #define IMAP_KW_BLOCK  2048u
 #define IMAP_KW_BLOCKS 8192u
 typedef _Atomic(struct imap_kw_name *) imap_kw_slot_t;
