@@ -183,7 +183,10 @@ $(BUILD)/asan/tests/test_imap_frame: $(BUILD)/asan/imapd/imap_frame.o $(BUILD)/a
 $(BUILD)/asan/tests/test_big_blocks $(BUILD)/asan/tests/test_buf: $(BUILD)/asan/imapd/buf.o
 $(BUILD)/asan/tests/test_imap_keywords: $(BUILD)/asan/imapd/imap_keywords.o $(BUILD)/asan/imapd/imap_kw.o \
 	$(BUILD)/asan/imapd/buf.o
-$(BUILD)/asan/tests/test_imap_kw: $(BUILD)/asan/imapd/imap_kw.o $(BUILD)/asan/imapd/buf.o
+$(BUILD)/asan/tests/test_imap_kw: $(BUILD)/asan/imapd/imap_kw.o $(BUILD)/asan/imapd/buf.o \
+	$(BUILD)/asan/tests/failalloc.o
+$(BUILD)/asan/tests/test_imap_kw: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
+	-Wl,--wrap=strdup -Wl,--wrap=strndup
 $(BUILD)/asan/tests/test_imap_structure_cache: $(BUILD)/asan/imapd/imap_structure_cache.o \
 	$(BUILD)/asan/imapd/buf.o
 # The worker lanes' test drives worker.c itself, the sealed quota test quota.c, the stream

@@ -8,6 +8,7 @@
  */
 #include "../imapd/buf.h"
 #include "../imapd/imap_kw.h"
+#include "failalloc.h"
 #include "harness.h"
 
 #include <pthread.h>
@@ -266,8 +267,45 @@ static void test_two_threads(void)
     CHECK_EQ_INT(imap_kw_names_held(), held0);
 }
 
+/* Each allocation of a new 300-name list failed in turn (the ids' array, the lookup's growth,
+ * the free heap, each name, a number block, the list): NULL, and nothing held or counted
+ * afterwards; the first run that meets no failure makes the list. */
+static void test_out_of_memory(void)
+{
+    char text[300 * 8];
+    size_t at = 0;
+    for (int i = 0; i < 300; i++) {
+        at += (size_t)snprintf(text + at, sizeof text - at, "%soom%03d", i > 0 ? " " : "", i);
+    }
+    size_t held0 = imap_kw_names_held(), bytes0 = imap_kw_bytes();
+    unsigned long n;
+    for (n = 1; n < 10000; n++) {
+        fa_arm(n, 0);
+        const struct imap_kw *kw = imap_kw_new(text, NULL);
+        int fired = fa_disarm();
+        if (!fired) {
+            CHECK(kw != NULL);
+            CHECK_EQ_INT(imap_kw_count(kw), 300);
+            CHECK_EQ_INT(imap_kw_names_held(), held0 + 300);
+            imap_kw_unref(kw);
+            break;
+        }
+        CHECK(kw == NULL);
+        CHECK_EQ_INT(imap_kw_names_held(), held0);
+        CHECK_EQ_INT(imap_kw_bytes(), bytes0);
+    }
+    printf("# %lu allocations failed in turn\n", n - 1);
+    CHECK(n > 300); /* at least every name's (the tables made once stay made) */
+    CHECK_EQ_INT(imap_kw_names_held(), held0);
+    CHECK_EQ_INT(imap_kw_bytes(), bytes0);
+}
+
 int main(void)
 {
+    if (fa_install() != 0) {
+        return 1;
+    }
+    TEST(test_out_of_memory); /* first: the tables are still to be made */
     TEST(test_distinct_long_lists_cost_numbers_not_text);
     TEST(test_text_equality_and_lookup);
     TEST(test_lookup_right_after_frees);
