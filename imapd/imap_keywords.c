@@ -193,5 +193,5 @@ void imap_flags_announce(const struct imap_view *v, struct buf *out)
     for (size_t i = 0; i < v->keyword_count; i++) {
         buf_printf(out, " %s", v->keyword_names[i]);
     }
-    buf_str(out, " \\*)] flags that stay\r\n");
+    buf_str(out, v->keywords_full ? ")] flags that stay\r\n" : " \\*)] flags that stay\r\n");
 }

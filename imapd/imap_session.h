@@ -86,6 +86,12 @@ struct imap_part {
 struct imap_view {
     char *mailbox; /* the store's (UTF-8) name; NULL: nothing selected */
     int readonly;
+    /* The mailbox defined mailbox_keywords_max keywords at the SELECT: PERMANENTFLAGS offers
+     * no new ones (no "\*"), since a STORE of one would be refused. The store's cached view
+     * asks (mv_mailbox_keyword_room) when the mailbox's modseq moved since it last did
+     * (keywords_full_at; 0: never): every write that can define a keyword moves it. */
+    int keywords_full;
+    uint64_t keywords_full_at;
     uint32_t uidvalidity;
     uint32_t uidnext;
     uint64_t highestmodseq;

@@ -374,6 +374,12 @@ imap_view_cache_get(struct imap_view_cache *cache, mv_store *store, const char *
     if (*rc == MV_OK && c->mailbox == NULL && (c->mailbox = strdup(mailbox)) == NULL) {
         *rc = MV_ENOMEM;
     }
+    uint32_t room; /* in the SELECT's read transaction; on an error "\*" and asked again */
+    if (*rc == MV_OK && c->keywords_full_at != c->highestmodseq &&
+        mv_mailbox_keyword_room(store, mailbox, &room) == MV_OK) {
+        c->keywords_full = room == 0;
+        c->keywords_full_at = c->highestmodseq;
+    }
     if (*rc != MV_OK) {
         imap_view_free(c); /* nothing half-updated stays behind */
         return NULL;
@@ -486,6 +492,7 @@ static int imap_view_cache_copy_locked(struct open_store *os,
         return rc;
     }
     out->first_unseen = imap_view_cache_unseen(c);
+    out->keywords_full = c->keywords_full;
     out->uidvalidity = c->uidvalidity;
     out->uidnext = c->uidnext;
     out->highestmodseq = c->highestmodseq;

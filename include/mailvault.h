@@ -609,6 +609,13 @@ mv_mailbox_get(mv_store *store, const char *name, struct mv_mailbox_info *info);
  * as messages come and go). For IMAP SELECT, STATUS, NOOP. Same return codes. */
 MV_API MV_MUST_CHECK int
 mv_mailbox_status(mv_store *store, const char *name, struct mv_mailbox_info *info);
+/* How many more keywords mailbox may define: limits.mailbox_keywords_max less the keywords it
+ * defines (every keyword ever set on one of its messages), 0 at or over the bound, in *room.
+ * For IMAP SELECT's PERMANENTFLAGS, which offers new keywords ("\*") only while there is
+ * room. One count over the mailbox's keywords (at most the bound's rows). Returns MV_OK,
+ * MV_ENOTFOUND, MV_EINVAL, MV_EBUSY or MV_EIO. */
+MV_API MV_MUST_CHECK int
+mv_mailbox_keyword_room(mv_store *store, const char *mailbox, uint32_t *room);
 /* As mv_mailbox_status() plus the MV_MAILBOX_* fields in fields (others left 0): 0 is
  * mv_mailbox_status(), MV_MAILBOX_FIELDS_ALL mv_mailbox_get(). Same return codes, and
  * MV_EINVAL for an unknown bit in fields. */

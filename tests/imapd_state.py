@@ -335,7 +335,8 @@ def test_keyword_limits(args):
 def test_mailbox_keyword_bound(args):
     """A mailbox defines at most mailbox_keywords_max (1,000) keywords: a STORE that would
     define more is refused with NO [LIMIT] and changes nothing, a keyword already defined is
-    taken, and SELECT's FLAGS lists the keywords in use. Before the bound a
+    taken, and SELECT's FLAGS lists the keywords in use; at the bound PERMANENTFLAGS offers no
+    new keyword (no \\*), and a defined one is still taken. Before the bound a
     mailbox took any number: 500 messages with 256 new keywords each made one SELECT's
     answer 26 MB and a session 136 MB of the server's memory."""
     a = Session(args, b"a")
@@ -364,6 +365,18 @@ def test_mailbox_keyword_bound(args):
     check("SELECT's FLAGS lists the keywords in use",
           set(f for f in flags if not f.startswith(b"\\")) == {b"r0_000", b"r1_255", b"r2_000"},
           flags)
+    perm = [l for l in lines if b"[PERMANENTFLAGS" in l]
+    check("below the bound PERMANENTFLAGS offers new keywords (\\*)",
+          len(perm) == 1 and b"\\*)]" in perm[0], perm)
+    # 232 more make exactly 1,000: PERMANENTFLAGS no longer offers new ones (RFC 3501 7.1)
+    _, tagged = a.lines("STORE 1 FLAGS (%s)" % " ".join("r4_%03d" % i for i in range(232)))
+    check("a STORE that defines keywords 769-1,000 is taken", b" OK" in tagged, tagged)
+    lines, _ = a.lines("SELECT kwbound")
+    perm = [l for l in lines if b"[PERMANENTFLAGS" in l]
+    check("at the bound PERMANENTFLAGS has no \\* (a new keyword would be refused)",
+          len(perm) == 1 and b"\\*" not in perm[0] and b"r4_231" in perm[0], perm)
+    _, tagged = a.lines("STORE 1 +FLAGS (r0_001)")
+    check("at the bound a defined keyword is still taken", b" OK" in tagged, tagged)
     a.close()
 
 

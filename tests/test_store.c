@@ -2032,8 +2032,16 @@ static void test_mailbox_keywords_bound(void)
     CHECK_EQ_INT(ts_append(s, "INBOX", m, sizeof m - 1, 0, NULL, 0, &uid), MV_OK);
     ts_defined(s, "INBOX", defined, sizeof defined);
     CHECK(strcmp(defined, "a b") == 0);
+    uint32_t room = 99;
+    CHECK_EQ_INT(mv_mailbox_keyword_room(s, "INBOX", &room), MV_OK);
+    CHECK_EQ_INT(room, 2);
+    CHECK_EQ_INT(mv_mailbox_keyword_room(s, "Nowhere", &room), MV_ENOTFOUND);
+    CHECK_EQ_INT(room, 0);
     /* a STORE up to the bound, then one past it: refused, nothing changed */
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "2", MV_FLAGS_ADD, 0, "c d", NULL), MV_OK);
+    room = 99;
+    CHECK_EQ_INT(mv_mailbox_keyword_room(s, "inbox", &room), MV_OK); /* no room left */
+    CHECK_EQ_INT(room, 0);
     long long modseq = ts_int(s, "SELECT highestmodseq FROM mailboxes WHERE name = 'INBOX'");
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1:*", MV_FLAGS_ADD, MV_FLAG_SEEN, "e", NULL), MV_ELIMIT);
     CHECK(ts_errmsg_has(s, "mailbox_keywords_max (4)"));

@@ -64,6 +64,35 @@ static int store_keyword_bound(mv_store *s, int64_t mailbox_id)
     return MV_OK;
 }
 
+int mv_mailbox_keyword_room(mv_store *s, const char *mailbox, uint32_t *room)
+{
+    if (mailbox == NULL || room == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_mailbox_keyword_room: NULL argument");
+    }
+    *room = 0;
+    /* One statement: outside a transaction, one read transaction. */
+    sqlite3_stmt *st = store_stmt(
+        s, "SELECT m.id, (SELECT count(*) FROM mailbox_keywords k WHERE k.mailbox_id = m.id) "
+           "FROM mailboxes m WHERE m.name = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "counting a mailbox's keywords");
+    }
+    sqlite3_bind_text(st, 1, store_mailbox_canonical(mailbox), -1, SQLITE_STATIC);
+    int step = sqlite3_step(st);
+    sqlite3_int64 count = step == SQLITE_ROW ? sqlite3_column_int64(st, 1) : 0;
+    sqlite3_reset(st);
+    if (step == SQLITE_DONE) {
+        return store_fail(s, MV_ENOTFOUND, "no mailbox \"%s\"", mailbox);
+    }
+    if (step != SQLITE_ROW) {
+        return store_fail_sqlite(s, "counting a mailbox's keywords");
+    }
+    if (count < (sqlite3_int64)s->limits.mailbox_keywords_max) {
+        *room = (uint32_t)((sqlite3_int64)s->limits.mailbox_keywords_max - count);
+    }
+    return MV_OK;
+}
+
 int store_keywords_register(mv_store *s, int64_t mailbox_id, const char *list)
 {
     if (list == NULL || list[0] == '\0') {
