@@ -48,7 +48,7 @@ uint64_t imap_kw_hash(const struct imap_kw *kw);
  * what a client chooses: imap_kw.c's names, imap_keywords.c's announced set). */
 uint64_t imap_kw_siphash(const void *bytes, size_t len);
 
-/* The process's bytes in lists and names, and its distinct names (tests and metrics). */
+/* The process's bytes in lists and names, and its distinct names (for tests: no metric yet). */
 size_t imap_kw_bytes(void);
 size_t imap_kw_names_held(void);
 
