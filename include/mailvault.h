@@ -789,6 +789,47 @@ MV_API MV_MUST_CHECK int mv_message_fetch_header(
  * meet. Stores written before this rule counted an empty first line read the same way. */
 MV_API size_t mv_message_header_len(const void *raw, size_t len);
 
+/* MEMOS: small byte strings an application derives from a message's bytes and keeps with
+ * them across runs, so that it need not read and parse the message again to make them
+ * (mailvaultd keeps its FETCH BODYSTRUCTURE and BODY answers so). A memo belongs to the
+ * message's bytes: copies of the message share it, and it goes when the bytes go. The
+ * store never reads a memo; an application that changes what it derives tags its memos
+ * itself (a version in their first bytes) and writes them again when a tag is not its own.
+ * A message has MV_MEMO_SLOTS slots of one memo each. A memo is kept only if it is at most
+ * MV_MEMO_MAX bytes and at most the message's size / MV_MEMO_SLOTS, so a message's memos
+ * together never hold more bytes than the message (quotas count messages' sizes). Memos
+ * are inside the encrypted file like everything else. */
+#define MV_MEMO_SLOTS     4u
+#define MV_MEMO_MAX       (16u << 10) /* bytes of one memo */
+#define MV_MEMO_BATCH_MAX 4096u       /* memos of one mv_message_memos_put */
+struct mv_memo {
+    uint32_t uid;     /* the message, in the mailbox the call's UIDVALIDITY names */
+    uint32_t slot;    /* below MV_MEMO_SLOTS */
+    const void *data; /* len bytes (not copied: read during the call) */
+    size_t len;
+};
+/* Keeps memos[0..n) of messages of the mailbox whose UIDVALIDITY is uidvalidity (the store
+ * gives each UIDVALIDITY once, so it names one mailbox for the store's life, through
+ * renames), in one write transaction, each replacing the memo its slot had. A memo of a
+ * message that is not there (expunged since it was made, or no such mailbox) or over the
+ * bounds above is left out: not an error. *stored (may be NULL): how many were kept.
+ * Returns MV_OK, MV_EINVAL (store NULL, memos NULL with n > 0, a slot out of range, a memo
+ * NULL with len > 0, n over MV_MEMO_BATCH_MAX), MV_EBUSY, MV_EIO, MV_ENOSPC, MV_ENOMEM; on
+ * an error nothing is kept. */
+MV_API MV_MUST_CHECK int mv_message_memos_put(
+    mv_store *store, uint32_t uidvalidity, const struct mv_memo *memos, size_t n, size_t *stored);
+/* The memo in slot of message uid of the mailbox whose UIDVALIDITY is uidvalidity: MV_OK
+ * with *data malloc'd (free with mv_free) and *len (0 for an empty memo); MV_ENOTFOUND when
+ * there is none (none kept, no such message or mailbox); MV_EINVAL (NULL argument, slot out
+ * of range), MV_ECORRUPT, MV_EBUSY, MV_EIO, MV_ENOMEM. Inside mv_store_read_begin() it reads
+ * that transaction's snapshot. One index lookup and one row: a few microseconds. */
+MV_API MV_MUST_CHECK int mv_message_memo_get(mv_store *store,
+                                             uint32_t uidvalidity,
+                                             uint32_t uid,
+                                             uint32_t slot,
+                                             void **data,
+                                             size_t *len);
+
 /* Fills *info for one message (strings owned by the store). */
 MV_API MV_MUST_CHECK int
 mv_message_get(mv_store *store, const char *mailbox, uint32_t uid, struct mv_message_info *info);

@@ -87,6 +87,11 @@
  *     256 keywords each: 26 MB of SELECT answer, 136 MB of server memory for one session).
  *     The migration collects the keywords the messages carry; a mailbox already over the
  *     bound keeps them all and takes no new one.
+ *   - version 14: body_memos, small byte strings an application derives from a body's bytes
+ *     and keeps with them (mv_message_memos_put: mailvaultd's FETCH BODYSTRUCTURE and BODY
+ *     answers, which otherwise cost a read and a parse of every message again after each
+ *     restart or store close); row id body id * 4 + slot, deleted with the body by a trigger
+ *     (store_memo.c). mailboxes_uidvalidity finds the mailbox a memo's UIDVALIDITY names.
  */
 #include "store/store.h"
 #include "store/store_blob.h"
@@ -446,6 +451,19 @@ static const char *const store_schema_v13[] = {
     STORE_KEYWORD_DEFINE_CARRIED,
 };
 
+/* Version 14: see the top of the file. The trigger is the one place a body's memos go: every
+ * deletion of a body (the purge, repair) fires it, and body ids are reused once the highest
+ * goes, so a memo left behind would describe the next body of its id. */
+static const char *const store_schema_v14[] = {
+    "CREATE TABLE body_memos("
+    " id INTEGER PRIMARY KEY," /* bodies.id * 4 + slot (MV_MEMO_SLOTS) */
+    " data BLOB NOT NULL"
+    ")",
+    "CREATE TRIGGER body_memos_gone AFTER DELETE ON bodies BEGIN"
+    " DELETE FROM body_memos WHERE id >= old.id * 4 AND id < old.id * 4 + 4; END",
+    "CREATE INDEX mailboxes_uidvalidity ON mailboxes(uidvalidity)",
+};
+
 /* store.h: what the reads name. messages_body (version 1) and messages_deleted (version 6)
  * as version 7 made them again with the narrow messages table; changes_modseq as version 1
  * made it. */
@@ -497,6 +515,7 @@ static const struct store_schema_step store_schema_steps[] = {
     STORE_SCHEMA_STEP(store_schema_v11, 11, NULL),
     STORE_SCHEMA_STEP_ANALYZE(store_schema_v12, 12, NULL, "ANALYZE body_refs"),
     STORE_SCHEMA_STEP(store_schema_v13, 13, NULL),
+    STORE_SCHEMA_STEP(store_schema_v14, 14, NULL),
 };
 
 #define STORE_SCHEMA_STEP_COUNT (sizeof store_schema_steps / sizeof store_schema_steps[0])

@@ -1,0 +1,160 @@
+/*
+ * store_memo.c -- mv_message_memos_put / mv_message_memo_get: small byte strings an
+ * application derives from a message's bytes, kept with those bytes across runs (table
+ * body_memos, schema version 14; docs/SCHEMA.md).
+ *
+ * WHY
+ *   mailvaultd answers FETCH BODYSTRUCTURE and BODY from a cache in memory that goes with the
+ *   store's close and with the server: the first such FETCH after either read, decrypted and
+ *   parsed every message again (FETCH 1:* BODYSTRUCTURE of a 100,000-message INBOX: ~13 s at
+ *   every first login of the day), where Dovecot keeps the answers in its cache file. A memo
+ *   is that answer kept in the store.
+ *
+ * HOW
+ *   - Keyed by the body, not the message: copies share the bytes and so the answer, and a
+ *     body's memos go with it (a trigger on bodies, so every path that deletes a body --
+ *     the purge, repair -- takes them; ids of bodies are reused once the highest goes, and a
+ *     new body must never find an old one's memo). The row id is body id * MV_MEMO_SLOTS +
+ *     slot: one B-tree, found by one seek.
+ *   - Named by (UIDVALIDITY, UID), resolved to the body inside the statement that reads or
+ *     writes: a writer that made its memo from a message that has since been expunged (and
+ *     whose body id went to another body) finds no message and writes nothing. The store
+ *     gives each UIDVALIDITY once (store_mailbox.c), and a UID is never given twice under
+ *     one, so the pair names the same bytes for the store's life; the statements also ask
+ *     that exactly one mailbox has the UIDVALIDITY (index mailboxes_uidvalidity).
+ *   - Bounded: a memo is kept only if it is at most MV_MEMO_MAX bytes and at most the
+ *     message's size / MV_MEMO_SLOTS, so a body's memos together never hold more bytes than
+ *     the body. Quotas count messages' sizes; without the second bound a user's tiny
+ *     messages of many parts could make the store hold many times its quota in answers.
+ */
+#include "store/store.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(MV_MEMO_SLOTS == 4, "the schema's trigger deletes 4 slots a body");
+
+/* Message ?2 of the mailbox with UIDVALIDITY ?1 (m), when exactly one mailbox has it; the
+ * memo slot ?3 of its body is row m.body_id * 4 + ?3. */
+#define STORE_MEMO_FROM                                                                            \
+    " FROM mailboxes b JOIN messages m INDEXED BY messages_uid_body ON m.mailbox_id = b.id"        \
+    " AND m.uid = ?2"
+#define STORE_MEMO_WHERE                                                                           \
+    " WHERE b.uidvalidity = ?1"                                                                    \
+    " AND (SELECT count(*) FROM mailboxes u WHERE u.uidvalidity = ?1) = 1"
+
+int mv_message_memos_put(
+    mv_store *s, uint32_t uidvalidity, const struct mv_memo *memos, size_t n, size_t *stored)
+{
+    if (stored != NULL) {
+        *stored = 0;
+    }
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (memos == NULL && n > 0) {
+        return store_fail(s, MV_EINVAL, "mv_message_memos_put: NULL argument");
+    }
+    if (n > MV_MEMO_BATCH_MAX) {
+        return store_fail(s, MV_EINVAL, "%zu memos at once; MV_MEMO_BATCH_MAX is %u", n,
+                          MV_MEMO_BATCH_MAX);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (memos[i].slot >= MV_MEMO_SLOTS || (memos[i].data == NULL && memos[i].len > 0)) {
+            return store_fail(s, MV_EINVAL, "mv_message_memos_put: memo %zu: slot %u of %u, %s", i,
+                              memos[i].slot, MV_MEMO_SLOTS,
+                              memos[i].data == NULL ? "no bytes" : "bytes given");
+        }
+    }
+    if (n == 0) {
+        return MV_OK;
+    }
+    int rc = store_begin(s);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    sqlite3_stmt *st = store_stmt(s, "INSERT OR REPLACE INTO body_memos(id, data) SELECT "
+                                     "m.body_id * 4 + ?3, ?4" STORE_MEMO_FROM STORE_MEMO_WHERE
+                                     " AND ?5 * 4 <= m.size");
+    if (st == NULL) {
+        rc = s->stmt_failure;
+    }
+    size_t kept = 0;
+    for (size_t i = 0; rc == MV_OK && i < n; i++) {
+        if (memos[i].len > MV_MEMO_MAX) {
+            continue; /* over the bound: not kept, as documented */
+        }
+        sqlite3_bind_int64(st, 1, uidvalidity);
+        sqlite3_bind_int64(st, 2, memos[i].uid);
+        sqlite3_bind_int64(st, 3, memos[i].slot);
+        sqlite3_bind_blob64(st, 4, memos[i].len > 0 ? memos[i].data : "", memos[i].len,
+                            SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, (sqlite3_int64)memos[i].len);
+        int step = sqlite3_step(st);
+        sqlite3_clear_bindings(st); /* drops the pointer to the caller's bytes */
+        sqlite3_reset(st);
+        if (step != SQLITE_DONE) {
+            rc = store_fail_sqlite(s, "keeping a memo");
+        } else {
+            kept += (size_t)sqlite3_changes(s->db) > 0;
+        }
+    }
+    if (rc != MV_OK) {
+        store_rollback(s);
+        return rc;
+    }
+    rc = store_commit(s);
+    if (rc == MV_OK && stored != NULL) {
+        *stored = kept;
+    }
+    return rc;
+}
+
+int mv_message_memo_get(
+    mv_store *s, uint32_t uidvalidity, uint32_t uid, uint32_t slot, void **data, size_t *len)
+{
+    if (data != NULL) {
+        *data = NULL;
+    }
+    if (len != NULL) {
+        *len = 0;
+    }
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (data == NULL || len == NULL || slot >= MV_MEMO_SLOTS) {
+        return store_fail(s, MV_EINVAL, "mv_message_memo_get: %s",
+                          slot >= MV_MEMO_SLOTS ? "slot out of range" : "NULL argument");
+    }
+    sqlite3_stmt *st =
+        store_stmt(s, "SELECT d.data" STORE_MEMO_FROM
+                      " JOIN body_memos d ON d.id = m.body_id * 4 + ?3" STORE_MEMO_WHERE);
+    if (st == NULL) {
+        return s->stmt_failure;
+    }
+    sqlite3_bind_int64(st, 1, uidvalidity);
+    sqlite3_bind_int64(st, 2, uid);
+    sqlite3_bind_int64(st, 3, slot);
+    int step = sqlite3_step(st);
+    int rc = MV_OK;
+    if (step == SQLITE_ROW) {
+        int n = sqlite3_column_bytes(st, 0);
+        const void *bytes = sqlite3_column_blob(st, 0);
+        if (n < 0 || (size_t)n > MV_MEMO_MAX) {
+            rc = store_fail(s, MV_ECORRUPT, "a memo of %d bytes", n);
+        } else if ((*data = malloc(n > 0 ? (size_t)n : 1)) == NULL) {
+            rc = store_fail(s, MV_ENOMEM, "out of memory reading a memo");
+        } else {
+            if (n > 0) {
+                memcpy(*data, bytes, (size_t)n);
+            }
+            *len = (size_t)n;
+        }
+    } else {
+        rc = step == SQLITE_DONE
+                 ? store_fail(s, MV_ENOTFOUND, "no memo %u of message %u", slot, uid)
+                 : store_fail_sqlite(s, "reading a memo");
+    }
+    sqlite3_reset(st);
+    return rc;
+}
