@@ -51,6 +51,7 @@
 #include "imap_mime.h"
 #include "imap_session.h"
 #include "imap_structure_cache.h"
+#include "imap_structure_save.h"
 #include "mailvault.h"
 #include "metrics.h"
 #include "worker.h"
@@ -298,22 +299,52 @@ imap_fetch_structure_key(struct imap_ctx *x, size_t i, int extensible)
                                        .utf8 = x->s->utf8_accept != 0};
 }
 
-/* 1 if the answers of every item of structure (BODYSTRUCTURE, BODY) of message i are kept. */
+/* key's answer from the store's memos (this server or an earlier run made it, and the worker
+ * saved it: worker_memo_save), kept in the cache c as read from the store: 1, or 0 if the
+ * store has none, or one another format or GMime made (imap_mime_structure_tag). Any failure
+ * to read is a miss: the answer is then made from the message. */
+static int imap_fetch_structure_stored(struct imap_ctx *x,
+                                       struct imap_structure_cache *c,
+                                       const struct imap_structure_key *key)
+{
+    void *data = NULL;
+    size_t len = 0;
+    if (mv_message_memo_get(imap_db(x->s), key->uidvalidity, key->uid,
+                            imap_structure_memo_slot(key), &data, &len) != MV_OK) {
+        return 0;
+    }
+    unsigned char tag[IMAP_MIME_TAG_LEN];
+    imap_mime_structure_tag(tag);
+    int ours = len >= IMAP_MIME_TAG_LEN && memcmp(data, tag, IMAP_MIME_TAG_LEN) == 0;
+    if (ours) {
+        imap_structure_cache_put(c, key, (const char *)data + IMAP_MIME_TAG_LEN,
+                                 len - IMAP_MIME_TAG_LEN, 0);
+    }
+    mv_free(data);
+    return ours && imap_structure_cache_has(c, key);
+}
+
+/* 1 if the answers of every item of structure (BODYSTRUCTURE, BODY) of message i are kept,
+ * in the cache or in the store (then read into the cache now, so the FETCH finds them). */
 static int imap_fetch_structure_kept(struct imap_ctx *x, size_t i, unsigned structure)
 {
     struct imap_structure_cache *c = x->s->store != NULL ? x->s->store->structure_cache : NULL;
+    if (c == NULL) {
+        return 0;
+    }
     for (int extensible = 0; extensible <= 1; extensible++) {
         unsigned item = extensible ? IMAP_FETCH_BODYSTRUCTURE : IMAP_FETCH_BODY;
         struct imap_structure_key key = imap_fetch_structure_key(x, i, extensible);
-        if ((structure & item) != 0 && !imap_structure_cache_has(c, &key)) {
+        if ((structure & item) != 0 && !imap_structure_cache_has(c, &key) &&
+            !imap_fetch_structure_stored(x, c, &key)) {
             return 0;
         }
     }
     return 1;
 }
 
-/* BODYSTRUCTURE or BODY (item) of message i from the store's structure cache into
- * cached[extensible]: the item, if found, or 0. */
+/* BODYSTRUCTURE or BODY (item) of message i from the store's structure cache, or else from
+ * its memos, into cached[extensible]: the item, if found, or 0. */
 static unsigned
 imap_fetch_structure_cached(struct imap_ctx *x, size_t i, unsigned item, struct buf *cached)
 {
@@ -324,12 +355,17 @@ imap_fetch_structure_cached(struct imap_ctx *x, size_t i, unsigned item, struct 
     struct imap_structure_key key =
         imap_fetch_structure_key(x, i, item == IMAP_FETCH_BODYSTRUCTURE);
     int hit = imap_structure_cache_get(c, &key, cached);
-    if (hit && cached->oom) { /* the copy failed: answered from the message, as on a miss */
+    if (hit == 0 && imap_fetch_structure_stored(x, c, &key)) {
+        hit = imap_structure_cache_get(c, &key, cached);
+    }
+    if (hit != 0 && cached->oom) { /* the copy failed: answered from the message, as on a miss */
         buf_free(cached);
         hit = 0;
     }
-    metrics_structure_cache(hit);
-    return hit ? item : 0;
+    metrics_structure_cache(hit == 0   ? METRIC_STRUCTURE_MISS
+                            : hit == 2 ? METRIC_STRUCTURE_STORED
+                                       : METRIC_STRUCTURE_HIT);
+    return hit != 0 ? item : 0;
 }
 
 /* BODYSTRUCTURE (extensible) or BODY of message i: from cached if found there, else from
@@ -348,7 +384,8 @@ static void imap_fetch_structure_out(
     if (!out->oom && x->s->store != NULL) {
         struct imap_structure_key key = imap_fetch_structure_key(x, i, extensible);
         imap_structure_cache_put(x->s->store->structure_cache, &key, out->data + start,
-                                 out->len - start);
+                                 out->len - start, 1);
+        worker_structure_unsaved(); /* saved in the store's memos between jobs */
     }
 }
 

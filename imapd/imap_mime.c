@@ -86,6 +86,14 @@ void imap_mime_set_gmime_addresses(struct imap_mime *m, int on)
     }
 }
 
+void imap_mime_structure_tag(unsigned char tag[IMAP_MIME_TAG_LEN])
+{
+    tag[0] = IMAP_MIME_STRUCTURE_FORMAT;
+    tag[1] = (unsigned char)gmime_major_version;
+    tag[2] = (unsigned char)gmime_minor_version;
+    tag[3] = (unsigned char)gmime_micro_version;
+}
+
 void imap_mime_set_utf8(struct imap_mime *m, int utf8)
 {
     m->utf8 = utf8;

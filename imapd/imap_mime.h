@@ -42,6 +42,14 @@ void imap_mime_set_gmime_addresses(struct imap_mime *m, int on);
 void imap_mime_envelope(const struct imap_mime *m, struct buf *out);
 /* BODYSTRUCTURE (extensible 1) or BODY (0). */
 void imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int extensible);
+/* What the answers of imap_mime_bodystructure() are kept under in the store (the memos,
+ * imap_fetch.c): their format's version and the GMime version that parsed them, so that a
+ * server whose answers would differ (a change here, or another GMime) makes them again
+ * instead of sending what an older one wrote. Bump IMAP_MIME_STRUCTURE_FORMAT with any change
+ * of what imap_mime_bodystructure() writes. */
+#define IMAP_MIME_STRUCTURE_FORMAT 1
+#define IMAP_MIME_TAG_LEN          4
+void imap_mime_structure_tag(unsigned char tag[IMAP_MIME_TAG_LEN]);
 /* What imap_mime_section() locates in a part. */
 enum imap_mime_what {
     IMAP_MIME_CONTENT = 0,    /* BODY[1.2]: the part's content, without its MIME header */

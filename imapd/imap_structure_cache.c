@@ -41,6 +41,13 @@
  *     answer is copied out under it (a few hundred bytes).
  *   - Answers quote mail (parameters, file names, an attached message's envelope), so
  *     dropped entries are wiped, as the server's buffers are.
+ *   - Kept in the store too (the memos, mv_message_memos_put): an answer made here from the
+ *     message is marked unsaved, and the worker writes the unsaved ones between jobs and at
+ *     the store's close (imap_structure_cache_take_unsaved, worker.c); a FETCH that does not
+ *     find an answer here asks the store before it reads the message (imap_fetch.c), and
+ *     keeps what it found here, saved. So the answers outlive the store's close and the
+ *     server, as Dovecot's cache file does. An unsaved entry dropped to make room is only
+ *     counted (made again at its next FETCH, and saved then).
  */
 #include "imap_structure_cache.h"
 
@@ -54,7 +61,9 @@ struct sc_entry {
     struct sc_entry *chain; /* the next entry of its bucket */
     struct sc_entry *newer; /* the clock's order: kept longest first */
     struct imap_structure_key key;
-    int used; /* found since its last turn in the clock */
+    unsigned used : 1;    /* found since its last turn in the clock */
+    unsigned unsaved : 1; /* made here, not yet handed to imap_structure_cache_take_unsaved */
+    unsigned stored : 1;  /* read from the store and not yet found by a get */
     size_t len;
     char text[];
 };
@@ -66,6 +75,8 @@ struct imap_structure_cache {
     size_t bucket_count;
     struct sc_entry *oldest, *newest;
     size_t entries;
+    size_t unsaved;        /* entries with unsaved set */
+    uint64_t unsaved_lost; /* unsaved entries dropped to make room */
     /* charged to the budget: entries and the table. Changed under lock; read by other
      * caches' puts without it, to choose where room is taken from */
     atomic_size_t bytes;
@@ -172,7 +183,10 @@ int imap_structure_cache_get(struct imap_structure_cache *c,
     }
     pthread_mutex_lock(&c->lock);
     struct sc_entry *e = c->buckets != NULL ? *sc_slot(c, key) : NULL;
+    int found = 0;
     if (e != NULL) {
+        found = e->stored ? 2 : 1;
+        e->stored = 0;
         e->used = 1;
         c->hits++;
         buf_add(out, e->text, e->len);
@@ -180,7 +194,7 @@ int imap_structure_cache_get(struct imap_structure_cache *c,
         c->misses++;
     }
     pthread_mutex_unlock(&c->lock);
-    return e != NULL;
+    return found;
 }
 
 int imap_structure_cache_has(struct imap_structure_cache *c, const struct imap_structure_key *key)
@@ -197,6 +211,7 @@ int imap_structure_cache_has(struct imap_structure_cache *c, const struct imap_s
 static void sc_entry_free(struct imap_structure_cache *c, struct sc_entry *e)
 {
     size_t n = sc_entry_bytes(e->len);
+    c->unsaved -= e->unsaved;
     OPENSSL_cleanse(e->text, e->len);
     free(e);
     c->entries--;
@@ -225,6 +240,7 @@ static int sc_drop_one(struct imap_structure_cache *c)
             continue;
         }
         *sc_slot(c, &e->key) = e->chain;
+        c->unsaved_lost += e->unsaved;
         sc_entry_free(c, e);
         return 1;
     }
@@ -298,7 +314,8 @@ static int sc_grow(struct imap_structure_cache *c)
 void imap_structure_cache_put(struct imap_structure_cache *c,
                               const struct imap_structure_key *key,
                               const char *text,
-                              size_t len)
+                              size_t len,
+                              int unsaved)
 {
     if (c == NULL || sc_budget == 0 || sc_entry_bytes(len) > sc_budget) {
         return;
@@ -316,6 +333,9 @@ void imap_structure_cache_put(struct imap_structure_cache *c,
         if (e != NULL) {
             e->key = *key;
             e->used = 0;
+            e->unsaved = unsaved != 0;
+            e->stored = unsaved == 0;
+            c->unsaved += e->unsaved;
             e->len = len;
             memcpy(e->text, text, len);
             e->text[len] = '\0';
@@ -335,6 +355,29 @@ void imap_structure_cache_put(struct imap_structure_cache *c,
         }
     }
     pthread_mutex_unlock(&c->lock);
+}
+
+size_t imap_structure_cache_take_unsaved(struct imap_structure_cache *c,
+                                         size_t max,
+                                         imap_structure_unsaved_fn *fn,
+                                         void *arg)
+{
+    if (c == NULL) {
+        return 0;
+    }
+    size_t taken = 0;
+    pthread_mutex_lock(&c->lock);
+    /* oldest first: the order they were made in, which is mostly the UIDs' */
+    for (struct sc_entry *e = c->oldest; e != NULL && taken < max && c->unsaved > 0; e = e->newer) {
+        if (e->unsaved) {
+            e->unsaved = 0;
+            c->unsaved--;
+            fn(arg, &e->key, e->text, e->len);
+            taken++;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return taken;
 }
 
 void imap_structure_cache_clear(struct imap_structure_cache *c)
@@ -390,6 +433,8 @@ void imap_structure_cache_stats(struct imap_structure_cache *c,
     out->hits = c->hits;
     out->misses = c->misses;
     out->entries = c->entries;
+    out->unsaved = c->unsaved;
+    out->unsaved_lost = c->unsaved_lost;
     out->bytes = sc_held(c);
     pthread_mutex_unlock(&c->lock);
 }

@@ -6,7 +6,8 @@
  *   imap_structure_cache_budget(bytes);            once, at start (config structure_cache_kib)
  *   struct imap_structure_cache *c = imap_structure_cache_new();   one per store slot
  *   if (!imap_structure_cache_get(c, &key, out))   appends the answer to out on a hit
- *       ... parse, answer, imap_structure_cache_put(c, &key, answer, len);
+ *       ... parse, answer, imap_structure_cache_put(c, &key, answer, len, 1);
+ *   imap_structure_cache_take_unsaved(c, max, fn, arg);  the answers to write to the store
  *   imap_structure_cache_clear(c);                 the store closes
  *   imap_structure_cache_free(&c);
  *
@@ -47,7 +48,9 @@ struct imap_structure_cache;
  * every time, and looks nothing up: no lock taken, no lookup counted in the metrics). */
 struct imap_structure_cache *imap_structure_cache_new(void);
 
-/* 1 and the answer appended to out if key's is kept, else 0 (out unchanged). c may be NULL. */
+/* 1 and the answer appended to out if key's is kept, else 0 (out unchanged); 2 instead of 1
+ * the first time an answer put as read from the store (unsaved 0) is found, so that what the
+ * store answered is counted once (metrics). c may be NULL. */
 int imap_structure_cache_get(struct imap_structure_cache *c,
                              const struct imap_structure_key *key,
                              struct buf *out);
@@ -58,21 +61,39 @@ int imap_structure_cache_has(struct imap_structure_cache *c, const struct imap_s
 /* Keeps text (len bytes, the answer of key) if the budget allows: the entries this cache
  * kept longest without a use since are dropped first to make room; an answer is not kept if
  * even the whole of this cache would not make room (the other stores' caches hold the rest).
- * Nothing happens when out of memory, for a key kept already, or when c is NULL. */
+ * Nothing happens when out of memory, for a key kept already, or when c is NULL. unsaved: 1
+ * for an answer made from the message (imap_structure_cache_take_unsaved hands it out once),
+ * 0 for one read from the store. */
 void imap_structure_cache_put(struct imap_structure_cache *c,
                               const struct imap_structure_key *key,
                               const char *text,
-                              size_t len);
+                              size_t len,
+                              int unsaved);
+
+/* Calls fn(arg, key, text, len) for up to max unsaved answers, oldest first, under the
+ * cache's lock (fn copies what it needs and must not call into the cache), and marks them
+ * saved: each is handed out once. Returns how many. c may be NULL (0). */
+typedef void imap_structure_unsaved_fn(void *arg,
+                                       const struct imap_structure_key *key,
+                                       const char *text,
+                                       size_t len);
+size_t imap_structure_cache_take_unsaved(struct imap_structure_cache *c,
+                                         size_t max,
+                                         imap_structure_unsaved_fn *fn,
+                                         void *arg);
 
 /* Drops every entry (wiped: answers quote mail), keeping the cache usable. */
 void imap_structure_cache_clear(struct imap_structure_cache *c);
 void imap_structure_cache_free(struct imap_structure_cache **c);
 
-/* Counts for tests: answers found, answers kept now, bytes this cache holds. */
+/* Counts for tests: answers found, answers kept now, of those not yet handed out to be
+ * saved, unsaved answers dropped to make room, bytes this cache holds. */
 struct imap_structure_cache_stats {
     uint64_t hits;
     uint64_t misses;
     size_t entries;
+    size_t unsaved;
+    uint64_t unsaved_lost;
     size_t bytes;
 };
 void imap_structure_cache_stats(struct imap_structure_cache *c,

@@ -107,7 +107,8 @@ static atomic_uint_fast64_t metrics_lane_sum_us[JOB_LANES];
 static const char *const metrics_lane_names[JOB_LANES] = {"short", "long", "read"};
 static atomic_uint_fast64_t metrics_drained;      /* sealed deliveries moved by drain steps */
 static atomic_uint_fast64_t metrics_fetch_direct; /* bytes a FETCH job wrote to its socket */
-static atomic_uint_fast64_t metrics_structure[2]; /* structure cache: [0] misses, [1] hits */
+/* structure answers: [enum metric_structure], and [3] written to the stores' memos */
+static atomic_uint_fast64_t metrics_structure[4];
 
 /* Jobs waiting in each worker's queue (metrics_init). */
 static atomic_int_fast64_t *metrics_queues;
@@ -172,9 +173,14 @@ void metrics_fetch_direct_add(uint64_t bytes)
     atomic_fetch_add_explicit(&metrics_fetch_direct, bytes, memory_order_relaxed);
 }
 
-void metrics_structure_cache(int hit)
+void metrics_structure_cache(enum metric_structure result)
 {
-    atomic_fetch_add_explicit(&metrics_structure[hit != 0], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&metrics_structure[result], 1, memory_order_relaxed);
+}
+
+void metrics_structure_saved(uint64_t n)
+{
+    atomic_fetch_add_explicit(&metrics_structure[3], n, memory_order_relaxed);
 }
 
 void metrics_connection(enum metric_gauge g, int delta)
@@ -413,13 +419,21 @@ static void metrics_render_work(struct buf *b)
     buf_printf(b, "mailvaultd_fetch_direct_bytes_total %llu\n",
                (unsigned long long)metrics_read(&metrics_fetch_direct));
     metrics_family(b, "mailvaultd_structure_cache_lookups_total", "counter",
-                   "FETCH BODYSTRUCTURE and BODY answers looked for in the open store's cache: "
-                   "found (the message not read) or not (read, parsed, then kept).");
+                   "FETCH BODYSTRUCTURE and BODY answers looked for: found in the open store's "
+                   "cache (hit) or in the store's memos (stored), the message not read either "
+                   "way; or not (miss: read, parsed, then kept and saved).");
     buf_printf(b,
                "mailvaultd_structure_cache_lookups_total{result=\"hit\"} %llu\n"
+               "mailvaultd_structure_cache_lookups_total{result=\"stored\"} %llu\n"
                "mailvaultd_structure_cache_lookups_total{result=\"miss\"} %llu\n",
-               (unsigned long long)metrics_read(&metrics_structure[1]),
-               (unsigned long long)metrics_read(&metrics_structure[0]));
+               (unsigned long long)metrics_read(&metrics_structure[METRIC_STRUCTURE_HIT]),
+               (unsigned long long)metrics_read(&metrics_structure[METRIC_STRUCTURE_STORED]),
+               (unsigned long long)metrics_read(&metrics_structure[METRIC_STRUCTURE_MISS]));
+    metrics_family(b, "mailvaultd_structure_memos_saved_total", "counter",
+                   "BODYSTRUCTURE and BODY answers written to the stores' memos, so that they "
+                   "outlive the store's close and the server.");
+    buf_printf(b, "mailvaultd_structure_memos_saved_total %llu\n",
+               (unsigned long long)metrics_read(&metrics_structure[3]));
     metrics_family(b, "mailvaultd_structure_cache_bytes", "gauge",
                    "Bytes the open stores' caches of BODYSTRUCTURE and BODY answers hold "
                    "together, at most structure_cache_kib.");

@@ -60,8 +60,12 @@ void metrics_lane_wait(int lane, int64_t wait_us);
 void metrics_drain_step(uint32_t moved);
 /* Bytes of a FETCH response its job wrote to the socket itself (imap_fetch.c). */
 void metrics_fetch_direct_add(uint64_t bytes);
-/* A FETCH BODYSTRUCTURE or BODY looked in the store's structure cache: found (1) or not. */
-void metrics_structure_cache(int hit);
+/* A FETCH BODYSTRUCTURE or BODY looked for its answer: made from the message (miss), found
+ * in the open store's structure cache (hit), or read from the store's memos (stored). */
+enum metric_structure { METRIC_STRUCTURE_MISS, METRIC_STRUCTURE_HIT, METRIC_STRUCTURE_STORED };
+void metrics_structure_cache(enum metric_structure result);
+/* n answers written to a store's memos (the worker, between jobs and at a store's close). */
+void metrics_structure_saved(uint64_t n);
 /* Before the workers start: room for their queue lengths. 0 or -1. */
 int metrics_init(int workers);
 /* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */

@@ -154,6 +154,15 @@
  *   or an RLIMIT_NICE that allows it, e.g. systemd's LimitNICE=): worker_start tries it on a
  *   thread of its own and leaves the work at the jobs' priority if it cannot (one log line).
  *
+ * MEMOS
+ *   The FETCH BODYSTRUCTURE and BODY answers a job made (the store's structure cache marks
+ *   them unsaved) are written to the store's memos as one more part of the work between jobs,
+ *   IMAP_STRUCTURE_SAVE_BATCH a write transaction, giving way to jobs as the purge does, and
+ *   all that are left at the store's close (imap_structure_save.c). A read job alone never
+ *   starts that work, so the reader, after a job that made answers (worker_structure_unsaved),
+ *   sets it due after WORKER_QUIET_MS and wakes the writers. A batch that fails is logged and
+ *   not saved; its answers are made again after the next open.
+ *
  * MIGRATION
  *   An open migrates a store of an older schema version; what would hold the login for
  *   minutes (from version 8: the full-text index rebuilt without positions, ~1.5-2 ms of CPU
@@ -173,6 +182,7 @@
 #include "buf.h"
 #include "config.h"
 #include "conn.h"
+#include "imap_structure_save.h"
 #include "log.h"
 #include "mailvault.h"
 #include "metrics.h"
@@ -444,6 +454,22 @@ static void worker_backlog_note(struct open_store *s)
     }
 }
 
+/* MEMOS: one batch of s's unsaved FETCH BODYSTRUCTURE answers written to its memos
+ * (imap_structure_save.c); *taken: how many (0: none waited). A failure is logged and the
+ * batch is not saved (its answers are made again after the next open). */
+static int worker_memo_save(struct open_store *s, size_t *taken)
+{
+    int rc = imap_structure_save(s->structure_cache, s->store, IMAP_STRUCTURE_SAVE_BATCH, taken);
+    if (rc != MV_OK) {
+        log_warning("store %s: saving %zu FETCH BODYSTRUCTURE answers: %s: %s", s->address, *taken,
+                    mv_strerror(rc), mv_store_errmsg(s->store));
+        *taken = 0;
+    } else {
+        metrics_structure_saved(*taken);
+    }
+    return rc;
+}
+
 /* Closes s; the caller holds its user (WRITERS), or is the last writer at a stop. */
 static void worker_store_close(struct worker *w, struct open_store *s)
 {
@@ -461,6 +487,11 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     imap_view_cache_save(s->view_cache, s->store);
     imap_view_cache_free(&s->view_cache);
     pthread_mutex_unlock(&s->view_lock);
+    /* every answer not yet saved (MEMOS), so the next open finds them: until none is left or
+     * one batch fails (a failing disk is not written to again and again) */
+    size_t taken = 0;
+    while (worker_memo_save(s, &taken) == MV_OK && taken > 0) {
+    }
     imap_structure_cache_clear(s->structure_cache); /* the next user's stores are others */
     mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */
     mv_store *store = s->store;
@@ -1414,6 +1445,19 @@ static void worker_purge_store(struct worker *w, struct open_store *s, int *batc
         *batches += noted > 0 || backlog > 0;
         worker_checkpoint(w, s); /* as after a purge batch */
     }
+    /* the FETCH BODYSTRUCTURE answers made since (MEMOS) */
+    size_t taken = 1;
+    while (s->store != NULL && taken > 0 &&
+           worker_purge_may_go_on(*batches, worker_job_waiting(w), worker_drain_waits(w), streak,
+                                  worker_stopping(w))) {
+        if (worker_memo_save(s, &taken) != MV_OK) {
+            break;
+        }
+        *batches += taken > 0; /* as the purge's: one that found none is not a batch */
+        if (taken > 0) {
+            worker_checkpoint(w, s);
+        }
+    }
 }
 
 /* PURGE AND STOP: a stop (SIGTERM) ends the purge at its next batch (a batch under way gives
@@ -1817,6 +1861,14 @@ static void worker_reader_counted(struct worker *w)
     }
 }
 
+/* MEMOS: set by worker_structure_unsaved() on the thread whose job made an answer to save. */
+static _Thread_local int worker_unsaved_noted;
+
+void worker_structure_unsaved(void)
+{
+    worker_unsaved_noted = 1;
+}
+
 /* The reader thread (READERS): JOB_LANE_READ in order, until stopped and empty. */
 static void *worker_reader_main(void *arg)
 {
@@ -1840,6 +1892,16 @@ static void *worker_reader_main(void *arg)
         worker_finish(job);
         pthread_mutex_lock(&w->lock);
         worker_reader_counted(w);
+        /* MEMOS: a FETCH made answers to save; the writers do it as the work between jobs,
+         * which a read job alone never starts (QUIET: after the session's next command, if
+         * one comes soon) */
+        if (worker_unsaved_noted) {
+            worker_unsaved_noted = 0;
+            if (w->between_due_ms == 0) {
+                w->between_due_ms = worker_now_ms() + worker_quiet_ms;
+            }
+            worker_wake_writers(w);
+        }
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;

@@ -165,6 +165,10 @@ struct open_store {
     int migrate_gave_way;
     int64_t migrate_start_ms;
 };
+/* A job made FETCH BODYSTRUCTURE answers that its store's memos do not have yet
+ * (imap_fetch.c): after a read job the writers are woken to save them between jobs
+ * (worker.c MEMOS); a writer's own jobs are followed by that work anyway. */
+void worker_structure_unsaved(void);
 /* Frees a store's cached views (when it is closed); *c becomes NULL. */
 void imap_view_cache_free(struct imap_view_cache **c);
 /* Saves each cached view that is newer than the store's saved one (mv_mailbox_view_save),

@@ -796,11 +796,13 @@ MV_API size_t mv_message_header_len(const void *raw, size_t len);
  * store never reads a memo; an application that changes what it derives tags its memos
  * itself (a version in their first bytes) and writes them again when a tag is not its own.
  * A message has MV_MEMO_SLOTS slots of one memo each. A memo is kept only if it is at most
- * MV_MEMO_MAX bytes and at most the message's size / MV_MEMO_SLOTS, so a message's memos
- * together never hold more bytes than the message (quotas count messages' sizes). Memos
- * are inside the encrypted file like everything else. */
+ * MV_MEMO_MAX bytes and at most MV_MEMO_FLOOR + the message's size / MV_MEMO_SLOTS, so a
+ * message's memos together hold at most its size and 512 bytes (quotas count messages'
+ * sizes; the store's own rows of a message are about that much). Memos are inside the
+ * encrypted file like everything else. */
 #define MV_MEMO_SLOTS     4u
 #define MV_MEMO_MAX       (16u << 10) /* bytes of one memo */
+#define MV_MEMO_FLOOR     128u        /* bytes a memo may have beyond its share of the size */
 #define MV_MEMO_BATCH_MAX 4096u       /* memos of one mv_message_memos_put */
 struct mv_memo {
     uint32_t uid;     /* the message, in the mailbox the call's UIDVALIDITY names */
@@ -823,12 +825,8 @@ MV_API MV_MUST_CHECK int mv_message_memos_put(
  * there is none (none kept, no such message or mailbox); MV_EINVAL (NULL argument, slot out
  * of range), MV_ECORRUPT, MV_EBUSY, MV_EIO, MV_ENOMEM. Inside mv_store_read_begin() it reads
  * that transaction's snapshot. One index lookup and one row: a few microseconds. */
-MV_API MV_MUST_CHECK int mv_message_memo_get(mv_store *store,
-                                             uint32_t uidvalidity,
-                                             uint32_t uid,
-                                             uint32_t slot,
-                                             void **data,
-                                             size_t *len);
+MV_API MV_MUST_CHECK int mv_message_memo_get(
+    mv_store *store, uint32_t uidvalidity, uint32_t uid, uint32_t slot, void **data, size_t *len);
 
 /* Fills *info for one message (strings owned by the store). */
 MV_API MV_MUST_CHECK int

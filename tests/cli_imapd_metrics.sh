@@ -51,9 +51,17 @@ check "the metrics port is bound and in the ports file" [ "$(port metrics)" -gt 
 check "the log names the metrics URL" grep -q "info: metrics: http://127.0.0.1:0/metrics (port $(port metrics))" "$tmp/server.log"
 run_client 120 "$PY" tests/imapd_metrics.py --metrics "$(port metrics)" --imap "$(port imap)" \
     --imaps "$(port imaps)" --lmtp "$(port lmtp)" --workers 2 \
-    --user "alice@example.org:alice@example.org secret"
+    --user "alice@example.org:alice@example.org secret" --answers "$tmp/answers.json"
 stop_server_checked "$tmp/server.log"
 log="$tmp/server.log"
+
+# ---- the FETCH BODYSTRUCTURE answers outlive the server (the store's memos) ----
+start_server_checked "$tmp/again.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
+    --lmtp-port=0 --workers=2 --auth-fail-delay-ms=0 --metrics-listen=127.0.0.1:0
+run_client 120 "$PY" tests/imapd_metrics.py --metrics "$(port metrics)" --imap "$(port imap)" \
+    --lmtp "$(port lmtp)" --workers 2 --restarted --answers "$tmp/answers.json" \
+    --user "alice@example.org:alice@example.org secret"
+stop_server_checked "$tmp/again.log"
 check "log: levels on every line" bash -c "! grep -vE '^[0-9TZ:-]+ mailvaultd: (error|warning|info|debug): ' '$log' | grep -q 'mailvaultd: '"
 check "log: connects are info" grep -q ' mailvaultd: info: connect 127.0.0.1' "$log"
 check "log: a failed login is info, with no password" bash -c "grep -q 'info: login failed alice@example.org' '$log' &&

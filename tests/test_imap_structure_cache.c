@@ -33,7 +33,7 @@ found_as(struct imap_structure_cache *c, const struct imap_structure_key *k, con
 static void
 put_str(struct imap_structure_cache *c, const struct imap_structure_key *k, const char *s)
 {
-    imap_structure_cache_put(c, k, s, strlen(s));
+    imap_structure_cache_put(c, k, s, strlen(s), 0);
 }
 
 /* An answer comes back byte for byte, and only for its own key: another message, another
@@ -72,7 +72,7 @@ static void test_found_only_under_its_key(void)
     CHECK(found_as(c, &k, answer));
     /* NUL bytes and the like are kept as they are (a literal's bytes) */
     struct imap_structure_key bin = key_of(9);
-    imap_structure_cache_put(c, &bin, "a\0b\r\n{3}", 8);
+    imap_structure_cache_put(c, &bin, "a\0b\r\n{3}", 8, 0);
     struct buf out = {0};
     CHECK(imap_structure_cache_get(c, &bin, &out));
     CHECK(out.len == 8 && memcmp(out.data, "a\0b\r\n{3}", 8) == 0);
@@ -99,7 +99,7 @@ static void test_budget_never_passed(void)
     size_t most = 0;
     for (uint32_t uid = 1; uid <= ANSWERS; uid++) {
         struct imap_structure_key k = key_of(uid);
-        imap_structure_cache_put(c, &k, text, sizeof text);
+        imap_structure_cache_put(c, &k, text, sizeof text, 0);
         size_t held = imap_structure_cache_bytes();
         CHECK(held <= BUDGET);
         most = held > most ? held : most;
@@ -119,7 +119,7 @@ static void test_budget_never_passed(void)
     /* an answer larger than the whole budget is never kept, and drops nothing */
     static char huge[BUDGET + 1];
     struct imap_structure_key big = key_of(ANSWERS + 1);
-    imap_structure_cache_put(c, &big, huge, sizeof huge);
+    imap_structure_cache_put(c, &big, huge, sizeof huge, 0);
     CHECK(!imap_structure_cache_has(c, &big));
     struct imap_structure_cache_stats after;
     imap_structure_cache_stats(c, &after);
@@ -150,7 +150,7 @@ static void test_used_answers_stay(void)
     for (;; uid++) {
         struct imap_structure_key k = key_of(uid);
         size_t before = st.entries;
-        imap_structure_cache_put(c, &k, text, sizeof text);
+        imap_structure_cache_put(c, &k, text, sizeof text, 0);
         imap_structure_cache_stats(c, &st);
         if (st.entries <= before) {
             break;
@@ -163,10 +163,93 @@ static void test_used_answers_stay(void)
     buf_free(&out);
     for (uid = filled + 1; uid < filled + 40; uid++) {
         struct imap_structure_key k = key_of(uid);
-        imap_structure_cache_put(c, &k, text, sizeof text);
+        imap_structure_cache_put(c, &k, text, sizeof text, 0);
     }
     CHECK(imap_structure_cache_has(c, &second));
     CHECK(!imap_structure_cache_has(c, &third));
+    imap_structure_cache_free(&c);
+}
+
+/* What imap_structure_cache_take_unsaved hands out. */
+struct taken {
+    uint32_t uids[64];
+    char first[64];
+    size_t count;
+};
+
+static void take_one(void *arg, const struct imap_structure_key *key, const char *text, size_t len)
+{
+    struct taken *t = arg;
+    if (t->count < 64) {
+        t->uids[t->count] = key->uid;
+    }
+    if (t->count == 0) {
+        snprintf(t->first, sizeof t->first, "%.*s", (int)len, text);
+    }
+    t->count++;
+}
+
+/* Answers made from a message (unsaved) are handed out to be saved once each, oldest first,
+ * in batches of at most max; answers read from the store (saved) never; an unsaved answer
+ * dropped to make room is counted, and its clear leaves none unsaved. */
+static void test_unsaved_handed_out_once(void)
+{
+    imap_structure_cache_budget(1 << 20);
+    struct imap_structure_cache *c = imap_structure_cache_new();
+    for (uint32_t uid = 1; uid <= 10; uid++) {
+        struct imap_structure_key k = key_of(uid);
+        char text[32];
+        snprintf(text, sizeof text, "(answer %u)", uid);
+        imap_structure_cache_put(c, &k, text, strlen(text), uid % 2); /* odd: made here */
+    }
+    struct imap_structure_cache_stats st;
+    imap_structure_cache_stats(c, &st);
+    CHECK_EQ_INT(st.entries, 10);
+    CHECK_EQ_INT(st.unsaved, 5);
+    struct taken t = {0};
+    CHECK_EQ_INT(imap_structure_cache_take_unsaved(c, 3, take_one, &t), 3);
+    CHECK_EQ_INT(t.count, 3);
+    CHECK_EQ_INT(t.uids[0], 1);
+    CHECK_EQ_INT(t.uids[1], 3);
+    CHECK_EQ_INT(t.uids[2], 5);
+    CHECK(strcmp(t.first, "(answer 1)") == 0);
+    t = (struct taken){0};
+    CHECK_EQ_INT(imap_structure_cache_take_unsaved(c, 100, take_one, &t), 2);
+    CHECK_EQ_INT(t.uids[0], 7);
+    CHECK_EQ_INT(t.uids[1], 9);
+    CHECK_EQ_INT(imap_structure_cache_take_unsaved(c, 100, take_one, &t), 0);
+    struct imap_structure_key k1 = key_of(1), k2 = key_of(2);
+    CHECK(found_as(c, &k1, "(answer 1)")); /* handed out, still kept */
+    /* an answer read from the store is found as such once (the metrics count it so) */
+    struct buf o = {0};
+    CHECK_EQ_INT(imap_structure_cache_get(c, &k2, &o), 2);
+    CHECK_EQ_INT(imap_structure_cache_get(c, &k2, &o), 1);
+    CHECK_EQ_INT(imap_structure_cache_get(c, &k1, &o), 1);
+    buf_free(&o);
+    /* a second put of a kept key changes nothing, not even to unsaved */
+    imap_structure_cache_put(c, &k1, "(other)", 7, 1);
+    imap_structure_cache_stats(c, &st);
+    CHECK_EQ_INT(st.unsaved, 0);
+    imap_structure_cache_clear(c);
+    CHECK_EQ_INT(imap_structure_cache_take_unsaved(NULL, 5, take_one, &t), 0);
+
+    /* a small budget: unsaved answers dropped to make room are counted, never handed out */
+    imap_structure_cache_free(&c);
+    imap_structure_cache_budget(8 << 10);
+    c = imap_structure_cache_new();
+    char text[200];
+    memset(text, 'z', sizeof text);
+    for (uint32_t uid = 1; uid <= 100; uid++) {
+        struct imap_structure_key k = key_of(uid);
+        imap_structure_cache_put(c, &k, text, sizeof text, 1);
+    }
+    imap_structure_cache_stats(c, &st);
+    CHECK(st.unsaved_lost > 0);
+    CHECK_EQ_INT(st.unsaved + st.unsaved_lost, 100);
+    CHECK_EQ_INT(st.unsaved, st.entries);
+    t = (struct taken){0};
+    CHECK_EQ_INT(imap_structure_cache_take_unsaved(c, 1000, take_one, &t), st.entries);
+    CHECK_EQ_INT(t.uids[0], st.unsaved_lost + 1); /* the oldest kept */
     imap_structure_cache_free(&c);
 }
 
@@ -184,7 +267,7 @@ static void test_off(void)
     imap_structure_cache_free(&c);
     struct buf out = {0};
     CHECK(!imap_structure_cache_get(NULL, &k, &out));
-    imap_structure_cache_put(NULL, &k, "(x)", 3);
+    imap_structure_cache_put(NULL, &k, "(x)", 3, 0);
     CHECK(!imap_structure_cache_has(NULL, &k));
 }
 
@@ -201,20 +284,20 @@ static void test_busy_store_shares(void)
     memset(text, 'z', sizeof text);
     for (uint32_t uid = 1; uid <= 5000; uid++) {
         struct imap_structure_key k = key_of(uid);
-        imap_structure_cache_put(busy, &k, text, sizeof text);
+        imap_structure_cache_put(busy, &k, text, sizeof text, 0);
     }
     struct imap_structure_cache_stats b, o;
     imap_structure_cache_stats(busy, &b);
     CHECK(b.bytes > BUDGET - 200); /* full */
     for (uint32_t uid = 1; uid <= 50; uid++) {
         struct imap_structure_key k = key_of(uid);
-        imap_structure_cache_put(other, &k, text, sizeof text);
+        imap_structure_cache_put(other, &k, text, sizeof text, 0);
         CHECK(imap_structure_cache_has(other, &k));
     }
     /* both go on: they end up holding about half each, the budget full and never passed */
     for (uint32_t uid = 5001; uid <= 15000; uid++) {
         struct imap_structure_key k = key_of(uid);
-        imap_structure_cache_put(uid % 2 ? busy : other, &k, text, sizeof text);
+        imap_structure_cache_put(uid % 2 ? busy : other, &k, text, sizeof text, 0);
         CHECK(imap_structure_cache_bytes() <= BUDGET);
     }
     imap_structure_cache_stats(busy, &b);
@@ -230,7 +313,7 @@ static void test_busy_store_shares(void)
     CHECK_EQ_INT(o.bytes, imap_structure_cache_bytes());
     for (uint32_t uid = 15001; uid <= 20000; uid++) {
         struct imap_structure_key k = key_of(uid);
-        imap_structure_cache_put(other, &k, text, sizeof text);
+        imap_structure_cache_put(other, &k, text, sizeof text, 0);
     }
     imap_structure_cache_stats(other, &o);
     CHECK(o.bytes > BUDGET - 200);
@@ -260,7 +343,7 @@ static void *put_get(void *p)
         if (imap_structure_cache_get(a->c, &k, &out)) {
             a->bad += out.len != (size_t)n || memcmp(out.data, text, (size_t)n) != 0;
         } else {
-            imap_structure_cache_put(a->c, &k, text, (size_t)n);
+            imap_structure_cache_put(a->c, &k, text, (size_t)n, 0);
         }
         buf_free(&out);
         a->bad += imap_structure_cache_bytes() > (96 << 10);
@@ -295,6 +378,7 @@ int main(void)
     TEST(test_found_only_under_its_key);
     TEST(test_budget_never_passed);
     TEST(test_used_answers_stay);
+    TEST(test_unsaved_handed_out_once);
     TEST(test_off);
     TEST(test_busy_store_shares);
     TEST(test_threads_share_one_budget);

@@ -154,8 +154,8 @@ static void test_bounds_and_bad_arguments(void)
     uint32_t uv = mm_uidvalidity(s, "INBOX");
     static char big[MV_MEMO_MAX + 1];
     memset(big, 'b', sizeof big);
-    /* a quarter of the message's 400 bytes is kept, a byte more is not */
-    struct mv_memo at[] = {{1, 0, big, 100}, {1, 1, big, 101}};
+    /* MV_MEMO_FLOOR and a quarter of the message's 400 bytes are kept, a byte more is not */
+    struct mv_memo at[] = {{1, 0, big, MV_MEMO_FLOOR + 100}, {1, 1, big, MV_MEMO_FLOOR + 101}};
     size_t stored = 0;
     CHECK_EQ_INT(mv_message_memos_put(s, uv, at, 2, &stored), MV_OK);
     CHECK_EQ_INT(stored, 1);
@@ -186,9 +186,9 @@ static void test_bounds_and_bad_arguments(void)
     CHECK_EQ_INT(mv_message_memo_get(s, uv, 1, MV_MEMO_SLOTS, &data, &len), MV_EINVAL);
     CHECK_EQ_INT(mv_message_memo_get(s, uv, 1, 0, NULL, &len), MV_EINVAL);
     CHECK_EQ_INT(mv_message_memo_get(NULL, uv, 1, 0, &data, &len), MV_EINVAL);
-    CHECK(mm_is(s, uv, 1, 0,
-                "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-                "bbbbbbbbbbbbbbbbbbbbbbbb"));
+    CHECK_EQ_INT(mv_message_memo_get(s, uv, 1, 0, &data, &len), MV_OK);
+    CHECK_EQ_INT(len, MV_MEMO_FLOOR + 100);
+    mv_free(data);
     mv_store_close(&s);
 }
 

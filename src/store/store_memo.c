@@ -22,17 +22,20 @@
  *     gives each UIDVALIDITY once (store_mailbox.c), and a UID is never given twice under
  *     one, so the pair names the same bytes for the store's life; the statements also ask
  *     that exactly one mailbox has the UIDVALIDITY (index mailboxes_uidvalidity).
- *   - Bounded: a memo is kept only if it is at most MV_MEMO_MAX bytes and at most the
- *     message's size / MV_MEMO_SLOTS, so a body's memos together never hold more bytes than
- *     the body. Quotas count messages' sizes; without the second bound a user's tiny
- *     messages of many parts could make the store hold many times its quota in answers.
+ *   - Bounded: a memo is kept only if it is at most MV_MEMO_MAX bytes and at most
+ *     MV_MEMO_FLOOR + the message's size / MV_MEMO_SLOTS, so a body's memos together hold at
+ *     most its size and 512 bytes. Quotas count messages' sizes; without the second bound a
+ *     user's messages of many tiny parts could make the store hold many times its quota in
+ *     answers. The floor is for small messages: a plain text message's BODYSTRUCTURE is
+ *     ~80 bytes, more than a quarter of a 300-byte message.
  */
 #include "store/store.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert(MV_MEMO_SLOTS == 4, "the schema's trigger deletes 4 slots a body");
+_Static_assert(MV_MEMO_SLOTS == 4 && MV_MEMO_FLOOR == 128,
+               "the schema's trigger deletes 4 slots a body; the statement below bounds them");
 
 /* Message ?2 of the mailbox with UIDVALIDITY ?1 (m), when exactly one mailbox has it; the
  * memo slot ?3 of its body is row m.body_id * 4 + ?3. */
@@ -75,7 +78,7 @@ int mv_message_memos_put(
     }
     sqlite3_stmt *st = store_stmt(s, "INSERT OR REPLACE INTO body_memos(id, data) SELECT "
                                      "m.body_id * 4 + ?3, ?4" STORE_MEMO_FROM STORE_MEMO_WHERE
-                                     " AND ?5 * 4 <= m.size");
+                                     " AND ?5 <= 128 + m.size / 4");
     if (st == NULL) {
         rc = s->stmt_failure;
     }
