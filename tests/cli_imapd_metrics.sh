@@ -62,6 +62,16 @@ run_client 120 "$PY" tests/imapd_metrics.py --metrics "$(port metrics)" --imap "
     --lmtp "$(port lmtp)" --workers 2 --restarted --answers "$tmp/answers.json" \
     --user "alice@example.org:alice@example.org secret"
 stop_server_checked "$tmp/again.log"
+# answers another format (or GMime) wrote: the tag's first byte is the format's version
+run "$mv" sql --password-file "$tmp/pw.alice@example.org" --kdf-iter "$MAILVAULT_KDF_ITER" \
+    "$root/example.org/alice.db" "UPDATE body_memos SET data = X'00' || substr(data, 2)"
+check "the stored answers' tags changed" ok
+start_server_checked "$tmp/stale.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
+    --lmtp-port=0 --workers=2 --auth-fail-delay-ms=0 --metrics-listen=127.0.0.1:0
+run_client 120 "$PY" tests/imapd_metrics.py --metrics "$(port metrics)" --imap "$(port imap)" \
+    --lmtp "$(port lmtp)" --workers 2 --restarted --stale-tags --answers "$tmp/answers.json" \
+    --user "alice@example.org:alice@example.org secret"
+stop_server_checked "$tmp/stale.log"
 check "log: levels on every line" bash -c "! grep -vE '^[0-9TZ:-]+ mailvaultd: (error|warning|info|debug): ' '$log' | grep -q 'mailvaultd: '"
 check "log: connects are info" grep -q ' mailvaultd: info: connect 127.0.0.1' "$log"
 check "log: a failed login is info, with no password" bash -c "grep -q 'info: login failed alice@example.org' '$log' &&
