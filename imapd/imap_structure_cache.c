@@ -77,6 +77,13 @@ struct imap_structure_cache {
     size_t entries;
     size_t unsaved;        /* entries with unsaved set */
     uint64_t unsaved_lost; /* unsaved entries dropped to make room */
+    /* The keys of the answers put unsaved, in the order put (some since dropped, which
+     * imap_structure_cache_take_unsaved skips): it finds what to save without walking every
+     * entry (up to ~230,000 under the lock every FETCH waits for). Not charged to the budget:
+     * it holds the keys put since the last take (every take empties it of what it passes),
+     * at most about twice as many as there are entries (sc_pending_add). */
+    struct imap_structure_key *pending;
+    size_t pending_count, pending_cap;
     /* charged to the budget: entries and the table. Changed under lock; read by other
      * caches' puts without it, to choose where room is taken from */
     atomic_size_t bytes;
@@ -311,6 +318,35 @@ static int sc_grow(struct imap_structure_cache *c)
     return 1;
 }
 
+/* Notes key as an answer to save (imap_structure_cache_take_unsaved): 1, or 0 when out of
+ * memory (the answer is then kept but not saved). */
+static int sc_pending_add(struct imap_structure_cache *c, const struct imap_structure_key *key)
+{
+    /* Bounded by the entries: past twice their count (and a floor), the keys of entries gone
+     * or already handed out are dropped, which leaves at most one key an entry. */
+    if (c->pending_count >= 2 * c->entries + 1024) {
+        size_t kept = 0;
+        for (size_t i = 0; i < c->pending_count; i++) {
+            struct sc_entry *e = *sc_slot(c, &c->pending[i]);
+            if (e != NULL && e->unsaved) {
+                c->pending[kept++] = c->pending[i];
+            }
+        }
+        c->pending_count = kept;
+    }
+    if (c->pending_count == c->pending_cap) {
+        size_t cap = c->pending_cap != 0 ? 2 * c->pending_cap : 64;
+        struct imap_structure_key *grown = realloc(c->pending, cap * sizeof *grown);
+        if (grown == NULL) {
+            return 0;
+        }
+        c->pending = grown;
+        c->pending_cap = cap;
+    }
+    c->pending[c->pending_count++] = *key;
+    return 1;
+}
+
 void imap_structure_cache_put(struct imap_structure_cache *c,
                               const struct imap_structure_key *key,
                               const char *text,
@@ -333,7 +369,7 @@ void imap_structure_cache_put(struct imap_structure_cache *c,
         if (e != NULL) {
             e->key = *key;
             e->used = 0;
-            e->unsaved = unsaved != 0;
+            e->unsaved = unsaved != 0 && sc_pending_add(c, key);
             e->stored = unsaved == 0;
             c->unsaved += e->unsaved;
             e->len = len;
@@ -365,16 +401,21 @@ size_t imap_structure_cache_take_unsaved(struct imap_structure_cache *c,
     if (c == NULL) {
         return 0;
     }
-    size_t taken = 0;
+    size_t taken = 0, at = 0;
     pthread_mutex_lock(&c->lock);
-    /* oldest first: the order they were made in, which is mostly the UIDs' */
-    for (struct sc_entry *e = c->oldest; e != NULL && taken < max && c->unsaved > 0; e = e->newer) {
-        if (e->unsaved) {
+    /* in the order put; keys whose entry went (dropped) or was handed out are passed over */
+    for (; at < c->pending_count && taken < max; at++) {
+        struct sc_entry *e = c->buckets != NULL ? *sc_slot(c, &c->pending[at]) : NULL;
+        if (e != NULL && e->unsaved) {
             e->unsaved = 0;
             c->unsaved--;
             fn(arg, &e->key, e->text, e->len);
             taken++;
         }
+    }
+    if (at > 0) {
+        memmove(c->pending, c->pending + at, (c->pending_count - at) * sizeof *c->pending);
+        c->pending_count -= at;
     }
     pthread_mutex_unlock(&c->lock);
     return taken;
@@ -392,6 +433,9 @@ void imap_structure_cache_clear(struct imap_structure_cache *c)
         sc_entry_free(c, e);
     }
     c->newest = NULL;
+    free(c->pending); /* keys only: UIDs, no mail */
+    c->pending = NULL;
+    c->pending_count = c->pending_cap = 0;
     size_t table = c->bucket_count * sizeof *c->buckets;
     free(c->buckets);
     c->buckets = NULL;

@@ -70,7 +70,7 @@ void imap_structure_cache_put(struct imap_structure_cache *c,
                               size_t len,
                               int unsaved);
 
-/* Calls fn(arg, key, text, len) for up to max unsaved answers, oldest first, under the
+/* Calls fn(arg, key, text, len) for up to max unsaved answers, in the order put, under the
  * cache's lock (fn copies what it needs and must not call into the cache), and marks them
  * saved: each is handed out once. Returns how many. c may be NULL (0). */
 typedef void imap_structure_unsaved_fn(void *arg,
