@@ -663,6 +663,94 @@ static int imap_fetch_reads_bodies(const struct imap_fetch *f, unsigned items)
  * leaves little read for nothing. */
 #define IMAP_FETCH_PREFETCH 64
 
+/* The answers of a window of a FETCH's messages that the structure cache lacks, read from the
+ * store's memos in one statement (imap_fetch_structure_window). */
+struct imap_fetch_window {
+    struct imap_ctx *x;
+    struct imap_structure_cache *c;
+    int extensible;
+    size_t n;
+    uint32_t uids[IMAP_FETCH_PREFETCH]; /* ascending */
+    uint32_t at[IMAP_FETCH_PREFETCH];   /* the view index of uids[k] */
+    unsigned char tag[IMAP_MIME_TAG_LEN];
+};
+
+/* mv_message_memos_range's got(): a memo of one of the window's messages into the cache, if
+ * the tag is this server's (imap_fetch_structure_stored); others are passed over. */
+static int imap_fetch_window_got(void *arg, uint32_t uid, const void *data, size_t len)
+{
+    struct imap_fetch_window *wd = arg;
+    size_t lo = 0, hi = wd->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (wd->uids[mid] < uid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if (lo < wd->n && wd->uids[lo] == uid && len >= IMAP_MIME_TAG_LEN &&
+        memcmp(data, wd->tag, IMAP_MIME_TAG_LEN) == 0) {
+        struct imap_structure_key key = imap_fetch_structure_key(wd->x, wd->at[lo], wd->extensible);
+        imap_structure_cache_put(wd->c, &key, (const char *)data + IMAP_MIME_TAG_LEN,
+                                 len - IMAP_MIME_TAG_LEN, 0);
+    }
+    return MV_OK;
+}
+
+/* Before the read-ahead looks at st->idx[from..to) (at most IMAP_FETCH_PREFETCH): the
+ * structure answers (items of structure) the cache lacks, read from the store's memos with
+ * one statement per item for their UIDs' range, instead of a lookup a message (3,000 answers
+ * after a restart: ~8 ms of lookups, more than Dovecot's whole FETCH from its cache file).
+ * Only when the UIDs lie close together (a FETCH of a range, a page); scattered ones are
+ * looked up one by one, as are those this finds nothing for. */
+static void imap_fetch_structure_window(struct imap_ctx *x,
+                                        const struct imap_fetch_state *st,
+                                        size_t from,
+                                        size_t to,
+                                        unsigned structure)
+{
+    struct imap_structure_cache *c = x->s->store != NULL ? x->s->store->structure_cache : NULL;
+    if (c == NULL) {
+        return;
+    }
+    const struct imap_view *v = &x->s->view;
+    struct imap_fetch_window wd = {.x = x, .c = c};
+    imap_mime_structure_tag(wd.tag);
+    for (wd.extensible = 0; wd.extensible <= 1; wd.extensible++) {
+        unsigned item = wd.extensible ? IMAP_FETCH_BODYSTRUCTURE : IMAP_FETCH_BODY;
+        if ((structure & item) == 0) {
+            continue;
+        }
+        wd.n = 0;
+        for (size_t i = from; i < to && wd.n < IMAP_FETCH_PREFETCH; i++) {
+            uint32_t at = st->idx[i];
+            struct imap_structure_key key = imap_fetch_structure_key(x, at, wd.extensible);
+            if ((imap_view_marks(v, at) & IMAP_MARK_EXPUNGED) != 0 ||
+                imap_structure_cache_has(c, &key)) {
+                continue;
+            }
+            size_t k = wd.n++; /* insertion into UID order (a FETCH's order is the client's) */
+            while (k > 0 && wd.uids[k - 1] > key.uid) {
+                wd.uids[k] = wd.uids[k - 1];
+                wd.at[k] = wd.at[k - 1];
+                k--;
+            }
+            wd.uids[k] = key.uid;
+            wd.at[k] = at;
+        }
+        if (wd.n < 2 || wd.uids[wd.n - 1] - wd.uids[0] >= 4 * (uint32_t)wd.n + 64) {
+            continue; /* one, or scattered: looked up one by one */
+        }
+        struct imap_structure_key first = imap_fetch_structure_key(x, wd.at[0], wd.extensible);
+        if (mv_message_memos_range(imap_db(x->s), v->uidvalidity, wd.uids[0], wd.uids[wd.n - 1],
+                                   imap_structure_memo_slot(&first), imap_fetch_window_got,
+                                   &wd) != MV_OK) {
+            /* nothing lost: the messages it did not reach are looked up one by one */
+        }
+    }
+}
+
 /* Before message st->next is answered: if the bodies from it on have not been asked for,
  * asks for the next IMAP_FETCH_PREFETCH of them at once (mv_message_prefetch_keyed), so a
  * mailbox whose file is not in the page cache waits for the disk about once for them, not
@@ -679,9 +767,13 @@ static void imap_fetch_prefetch(struct imap_ctx *x, struct imap_fetch_state *st,
         structure != 0 && !imap_fetch_reads_bodies(st->f, st->f->items & ~structure);
     const struct imap_view *v = &x->s->view;
     struct mv_message_key keys[IMAP_FETCH_PREFETCH];
-    size_t n = 0, i = st->next;
+    size_t n = 0, i = st->next, windowed = i;
     for (; i < st->count && n < IMAP_FETCH_PREFETCH; i++) {
         uint32_t at = st->idx[i];
+        if (for_structure && i >= windowed) {
+            windowed = i + IMAP_FETCH_PREFETCH < st->count ? i + IMAP_FETCH_PREFETCH : st->count;
+            imap_fetch_structure_window(x, st, i, windowed, structure);
+        }
         if (for_structure && imap_fetch_structure_kept(x, at, structure)) {
             continue;
         }

@@ -281,6 +281,56 @@ static void test_migration_from_13(void)
     mv_store_close(&s);
 }
 
+struct mm_seen {
+    uint32_t uids[16];
+    char texts[16][16];
+    size_t count;
+    int stop_at; /* got() returns MV_ELIMIT at this call (1-based; 0: never) */
+};
+
+static int mm_got(void *arg, uint32_t uid, const void *data, size_t len)
+{
+    struct mm_seen *seen = arg;
+    if (seen->count < 16) {
+        seen->uids[seen->count] = uid;
+        snprintf(seen->texts[seen->count], sizeof seen->texts[0], "%.*s", (int)len,
+                 (const char *)data);
+    }
+    seen->count++;
+    return seen->stop_at != 0 && (int)seen->count == seen->stop_at ? MV_ELIMIT : MV_OK;
+}
+
+/* A range's memos in UID order, one slot's only, messages without one passed over; what
+ * got() returns ends the read; another UIDVALIDITY gives none. */
+static void test_range(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tu_store_create("range", MM_PASSWORD, 2048, &s), MV_OK);
+    for (uint32_t i = 1; i <= 8; i++) {
+        mm_append(s, "INBOX", i, 400);
+    }
+    uint32_t uv = mm_uidvalidity(s, "INBOX");
+    struct mv_memo memos[] = {{2, 0, "two", 3},  {3, 0, "three", 5}, {3, 1, "other slot", 10},
+                              {5, 0, "five", 4}, {8, 0, "eight", 5}, {1, 1, "one", 3}};
+    CHECK_EQ_INT(mv_message_memos_put(s, uv, memos, 6, NULL), MV_OK);
+    struct mm_seen seen = {0};
+    CHECK_EQ_INT(mv_message_memos_range(s, uv, 2, 7, 0, mm_got, &seen), MV_OK);
+    CHECK_EQ_INT(seen.count, 3);
+    CHECK_EQ_INT(seen.uids[0], 2);
+    CHECK_EQ_INT(seen.uids[1], 3);
+    CHECK_EQ_INT(seen.uids[2], 5);
+    CHECK(strcmp(seen.texts[1], "three") == 0);
+    seen = (struct mm_seen){.stop_at = 2};
+    CHECK_EQ_INT(mv_message_memos_range(s, uv, 1, 8, 0, mm_got, &seen), MV_ELIMIT);
+    CHECK_EQ_INT(seen.count, 2);
+    seen = (struct mm_seen){0};
+    CHECK_EQ_INT(mv_message_memos_range(s, uv + 1, 1, 8, 0, mm_got, &seen), MV_OK);
+    CHECK_EQ_INT(seen.count, 0);
+    CHECK_EQ_INT(mv_message_memos_range(s, uv, 1, 8, MV_MEMO_SLOTS, mm_got, &seen), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_memos_range(s, uv, 1, 8, 0, NULL, &seen), MV_EINVAL);
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     TEST(test_kept_and_read_back);
@@ -288,5 +338,6 @@ int main(void)
     TEST(test_copies_share_and_the_purge_takes_them);
     TEST(test_late_writer_of_a_gone_message);
     TEST(test_migration_from_13);
+    TEST(test_range);
     return th_summary();
 }

@@ -161,3 +161,49 @@ int mv_message_memo_get(
     sqlite3_reset(st);
     return rc;
 }
+
+int mv_message_memos_range(mv_store *s,
+                           uint32_t uidvalidity,
+                           uint32_t first,
+                           uint32_t last,
+                           uint32_t slot,
+                           int (*got)(void *arg, uint32_t uid, const void *data, size_t len),
+                           void *arg)
+{
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (got == NULL || slot >= MV_MEMO_SLOTS) {
+        return store_fail(s, MV_EINVAL, "mv_message_memos_range: %s",
+                          got == NULL ? "NULL argument" : "slot out of range");
+    }
+    /* The messages' entries of messages_uid_body, each joined to its body's memo by the row
+     * id: one statement for the range instead of a lookup a message. No ORDER BY: the index
+     * walk is in UID order already, and SQLite would sort the rows again in a temp b-tree. */
+    sqlite3_stmt *st = store_stmt(
+        s, "SELECT m.uid, d.data FROM mailboxes b JOIN messages m INDEXED BY messages_uid_body"
+           " ON m.mailbox_id = b.id AND m.uid BETWEEN ?2 AND ?4"
+           " JOIN body_memos d ON d.id = m.body_id * 4 + ?3" STORE_MEMO_WHERE);
+    if (st == NULL) {
+        return s->stmt_failure;
+    }
+    sqlite3_bind_int64(st, 1, uidvalidity);
+    sqlite3_bind_int64(st, 2, first);
+    sqlite3_bind_int64(st, 3, slot);
+    sqlite3_bind_int64(st, 4, last);
+    int rc = MV_OK, step;
+    while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        int n = sqlite3_column_bytes(st, 1);
+        const void *bytes = sqlite3_column_blob(st, 1);
+        if (n < 0 || (size_t)n > MV_MEMO_MAX) {
+            rc = store_fail(s, MV_ECORRUPT, "a memo of %d bytes", n);
+        } else {
+            rc = got(arg, (uint32_t)sqlite3_column_int64(st, 0), n > 0 ? bytes : "", (size_t)n);
+        }
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "reading memos");
+    }
+    sqlite3_reset(st);
+    return rc;
+}
