@@ -51,6 +51,9 @@
 #      alternating, 10 and 100 clients, 2 rounds of 20 s, and the time a move keeps a user
 #      unavailable for 10 and 100 MB stores (~8 min); bench/results/proxy.json and
 #      sections/proxy.md. Here --quick --seconds 2: 10 clients, a 10 MB move (~30 s).
+#  10. bench/structure_restart.sh: FETCH BODYSTRUCTURE of 3,000 messages of the 10,000 corpus
+#      before and after mailvaultd and Dovecot start again (the answers mailvaultd keeps in
+#      the store), printed (~2 min). Here --quick: 1,000 messages (~20 s).
 #
 # The page-crypto target compares like with like: crypto.chacha20.encrypt_mbps (encryption
 # alone, per second of CPU time, as openssl speed measures) against openssl speed (target
@@ -69,7 +72,7 @@ for arg in "$@"; do
     esac
 done
 speed_seconds=2 crypto_seconds=1.5 vfs_args=() store_args=() scale_args=() ops_args=()
-imap_args=() bigmail_args=() proxy_args=() scale_out=bench/results
+imap_args=() bigmail_args=() proxy_args=() structure_args=() scale_out=bench/results
 if [ "$quick" -eq 1 ]; then
     # `make bench QUICK=1` runs this and then the quick reference suite (60-70 s) in under
     # 2 minutes, so this script has about 45 s: the programs' own --quick sizes, and shorter
@@ -82,6 +85,7 @@ if [ "$quick" -eq 1 ]; then
     imap_args=(--quick --seconds 2) scale_out=build/bench-results/reference-suite-quick
     bigmail_args=(--quick)
     proxy_args=(--quick --seconds 2)
+    structure_args=(--quick)
 fi
 
 out_dir=build/bench-results
@@ -298,6 +302,11 @@ bench/bigmail_compare.sh "${bigmail_args[@]}"
 echo
 echo "== proxy_compare ${proxy_args[*]:-}"
 bench/proxy_compare.sh "${proxy_args[@]}"
+
+# ---- 10. BODYSTRUCTURE before and after a restart ----------------------------------------------
+echo
+echo "== structure_restart ${structure_args[*]:-}"
+bench/structure_restart.sh "${structure_args[@]}"
 echo
 echo "results: $json $store_json $scale_out/scale.json $scale_out/sections/scale.md"
 echo "         bench/results/bigmail.json (quick: build/bench-results/bigmail.json)"

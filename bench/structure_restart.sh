@@ -7,9 +7,12 @@
 #
 # USAGE
 #   [MAILVAULTD_OLD=PATH] bench/structure_restart.sh [--messages N] [--rounds R]
-#     (after `make all`) N: the bench corpus' size (default 10000; bench/bigmail_corpus.py,
-#     generated into build/bigmail-corpus/N once, as bench/bigmail_compare.sh does); R:
-#     rounds of bench/structure_compare.py per pass (default 4).
+#                                                     [--range A:B] [--page-range C:D] [--quick]
+#     (after `make all`; bench/run.sh runs it, --quick with `make bench QUICK=1`) N: the
+#     bench corpus' size (default 10000; bench/bigmail_corpus.py, generated into
+#     build/bigmail-corpus/N once, as bench/bigmail_compare.sh does); R: rounds of
+#     bench/structure_compare.py per pass (default 4); --range, --page-range: its own
+#     (default 1:3000 and 5001:8000). --quick: 1,000 messages, 2 rounds, 1:300 and 501:800.
 #   MAILVAULTD_OLD: a second mailvaultd (say, a build of the commit before) measured beside
 #     build/mailvaultd on its own copy of the store, which the mailvault CLI next to it makes
 #     (an older schema, which the new server migrates at its first open, before pass 1).
@@ -32,10 +35,15 @@ cd "$(dirname "$0")/.."
 
 messages=10000
 rounds=4
+range=1:3000
+page_range=5001:8000
 while [ $# -gt 0 ]; do
     case $1 in
     --messages) messages=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --range) range=$2; shift 2 ;;
+    --page-range) page_range=$2; shift 2 ;;
+    --quick) messages=1000 rounds=2 range=1:300 page_range=501:800; shift ;;
     *) echo "structure_restart: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -113,7 +121,8 @@ compare() {
     local args=() n
     for n in "${names[@]}"; do args+=(--server "$n=127.0.0.1:${port[$n]}"); done
     "${nice[@]}" python3 bench/structure_compare.py "${args[@]}" --user "$user" \
-        --password-file "$tmp/password" --rounds "$rounds"
+        --password-file "$tmp/password" --rounds "$rounds" --range "$range" \
+        --page-range "$page_range"
 }
 
 echo "== pass 1: the servers just started ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
