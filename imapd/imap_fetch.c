@@ -299,13 +299,34 @@ imap_fetch_structure_key(struct imap_ctx *x, size_t i, int extensible)
                                        .utf8 = x->s->utf8_accept != 0};
 }
 
+/* Messages whose bodies are asked of the disk together, ahead of their reads: enough to
+ * cover a chunk of ordinary messages, few enough that a client that disconnects midway
+ * leaves little read for nothing. */
+#define IMAP_FETCH_PREFETCH 64
+
+/* The store's structure answers for the read-ahead window, st->idx[from..to)
+ * (imap_fetch_structure_window): read with one statement per item, and answered from here.
+ * They are not put in the structure cache: that put (a fresh allocation and hash entry each)
+ * cost more than the read itself (30,000 answers after a restart: 66 ms, against Dovecot's 44
+ * from its cache file), and the next FETCH reads them as fast from the store. */
+struct imap_fetch_stored {
+    size_t from, to; /* the window; from == to: none */
+    unsigned asked;  /* items (BODYSTRUCTURE, BODY) asked of the store for the whole window */
+    struct {
+        size_t off;
+        size_t len;
+        int have;
+    } slot[IMAP_FETCH_PREFETCH][2]; /* [message - from][extensible] */
+    struct buf text;                /* the answers' bytes (wiped when freed: they quote mail) */
+};
+
 /* key's answer from the store's memos (this server or an earlier run made it, and the worker
- * saved it: worker_memo_save), kept in the cache c as read from the store: 1, or 0 if the
- * store has none, or one another format or GMime made (imap_mime_structure_tag). Any failure
- * to read is a miss: the answer is then made from the message. */
+ * saved it: worker_memo_save) appended to out: 1, or 0 if the store has none, or one another
+ * format or GMime made (imap_mime_structure_tag). Any failure to read is a miss: the answer is
+ * then made from the message. */
 static int imap_fetch_structure_stored(struct imap_ctx *x,
-                                       struct imap_structure_cache *c,
-                                       const struct imap_structure_key *key)
+                                       const struct imap_structure_key *key,
+                                       struct buf *out)
 {
     void *data = NULL;
     size_t len = 0;
@@ -317,16 +338,19 @@ static int imap_fetch_structure_stored(struct imap_ctx *x,
     imap_mime_structure_tag(tag);
     int ours = len >= IMAP_MIME_TAG_LEN && memcmp(data, tag, IMAP_MIME_TAG_LEN) == 0;
     if (ours) {
-        imap_structure_cache_put(c, key, (const char *)data + IMAP_MIME_TAG_LEN,
-                                 len - IMAP_MIME_TAG_LEN, 0);
+        buf_add(out, (const char *)data + IMAP_MIME_TAG_LEN, len - IMAP_MIME_TAG_LEN);
     }
     mv_free(data);
-    return ours && imap_structure_cache_has(c, key);
+    return ours && !out->oom;
 }
 
-/* 1 if the answers of every item of structure (BODYSTRUCTURE, BODY) of message i are kept,
- * in the cache or in the store (then read into the cache now, so the FETCH finds them). */
-static int imap_fetch_structure_kept(struct imap_ctx *x, size_t i, unsigned structure)
+/* 1 if the answers of every item of structure (BODYSTRUCTURE, BODY) of message st->idx[k] are
+ * at hand: in the structure cache, or read from the store for the window (stored). */
+static int imap_fetch_structure_kept(struct imap_ctx *x,
+                                     const struct imap_fetch_stored *stored,
+                                     size_t k,
+                                     uint32_t i,
+                                     unsigned structure)
 {
     struct imap_structure_cache *c = x->s->store != NULL ? x->s->store->structure_cache : NULL;
     if (c == NULL) {
@@ -334,38 +358,53 @@ static int imap_fetch_structure_kept(struct imap_ctx *x, size_t i, unsigned stru
     }
     for (int extensible = 0; extensible <= 1; extensible++) {
         unsigned item = extensible ? IMAP_FETCH_BODYSTRUCTURE : IMAP_FETCH_BODY;
+        if ((structure & item) == 0 || (k >= stored->from && k < stored->to &&
+                                        stored->slot[k - stored->from][extensible].have)) {
+            continue;
+        }
         struct imap_structure_key key = imap_fetch_structure_key(x, i, extensible);
-        if ((structure & item) != 0 && !imap_structure_cache_has(c, &key) &&
-            !imap_fetch_structure_stored(x, c, &key)) {
+        if (!imap_structure_cache_has(c, &key)) {
             return 0;
         }
     }
     return 1;
 }
 
-/* BODYSTRUCTURE or BODY (item) of message i from the store's structure cache, or else from
- * its memos, into cached[extensible]: the item, if found, or 0. */
-static unsigned
-imap_fetch_structure_cached(struct imap_ctx *x, size_t i, unsigned item, struct buf *cached)
+/* BODYSTRUCTURE or BODY (item) of message i (st->idx[k]) into cached[extensible]: from the
+ * store's structure cache, else from what the window read from the store (stored; NULL: no
+ * window), else from the store's memos unless the window asked already: the item, if
+ * found, or 0. */
+static unsigned imap_fetch_structure_cached(struct imap_ctx *x,
+                                            const struct imap_fetch_stored *stored,
+                                            size_t k,
+                                            size_t i,
+                                            unsigned item,
+                                            struct buf *cached)
 {
     struct imap_structure_cache *c = x->s->store != NULL ? x->s->store->structure_cache : NULL;
     if (c == NULL) {
         return 0;
     }
-    struct imap_structure_key key =
-        imap_fetch_structure_key(x, i, item == IMAP_FETCH_BODYSTRUCTURE);
-    int hit = imap_structure_cache_get(c, &key, cached);
-    if (hit == 0 && imap_fetch_structure_stored(x, c, &key)) {
-        hit = imap_structure_cache_get(c, &key, cached);
+    int extensible = item == IMAP_FETCH_BODYSTRUCTURE;
+    struct imap_structure_key key = imap_fetch_structure_key(x, i, extensible);
+    enum metric_structure result = METRIC_STRUCTURE_MISS;
+    int in_window = stored != NULL && k >= stored->from && k < stored->to;
+    if (imap_structure_cache_get(c, &key, cached)) {
+        result = METRIC_STRUCTURE_HIT;
+    } else if (in_window && stored->slot[k - stored->from][extensible].have) {
+        buf_add(cached, stored->text.data + stored->slot[k - stored->from][extensible].off,
+                stored->slot[k - stored->from][extensible].len);
+        result = METRIC_STRUCTURE_STORED;
+    } else if (!(in_window && (stored->asked & item) != 0) &&
+               imap_fetch_structure_stored(x, &key, cached)) {
+        result = METRIC_STRUCTURE_STORED;
     }
-    if (hit != 0 && cached->oom) { /* the copy failed: answered from the message, as on a miss */
-        buf_free(cached);
-        hit = 0;
+    if (result != METRIC_STRUCTURE_MISS && cached->oom) {
+        buf_free(cached); /* the copy failed: answered from the message, as on a miss */
+        result = METRIC_STRUCTURE_MISS;
     }
-    metrics_structure_cache(hit == 0   ? METRIC_STRUCTURE_MISS
-                            : hit == 2 ? METRIC_STRUCTURE_STORED
-                                       : METRIC_STRUCTURE_HIT);
-    return hit != 0 ? item : 0;
+    metrics_structure_cache(result);
+    return result != METRIC_STRUCTURE_MISS ? item : 0;
 }
 
 /* BODYSTRUCTURE (extensible) or BODY of message i: from cached if found there, else from
@@ -389,8 +428,15 @@ static void imap_fetch_structure_out(
     }
 }
 
-/* One message's FETCH response. -1 if its bytes are gone (expunged meanwhile). */
-static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t i, int with_flags)
+/* One message's FETCH response: message i of the view, st->idx[place] of its FETCH, whose
+ * read-ahead window's answers from the store are in stored. -1 if its bytes are gone
+ * (expunged meanwhile). */
+static int imap_fetch_one(struct imap_ctx *x,
+                          const struct imap_fetch *f,
+                          const struct imap_fetch_stored *stored,
+                          size_t place,
+                          size_t i,
+                          int with_flags)
 {
     const struct imap_msg *m = imap_view_msg(&x->s->view, i);
     unsigned items = f->items;
@@ -402,10 +448,11 @@ static int imap_fetch_one(struct imap_ctx *x, const struct imap_fetch *f, size_t
     struct buf cached[2] = {{0}, {0}};
     unsigned found = 0;
     if ((items & IMAP_FETCH_BODYSTRUCTURE) != 0) {
-        found |= imap_fetch_structure_cached(x, i, IMAP_FETCH_BODYSTRUCTURE, &cached[1]);
+        found |=
+            imap_fetch_structure_cached(x, stored, place, i, IMAP_FETCH_BODYSTRUCTURE, &cached[1]);
     }
     if ((items & IMAP_FETCH_BODY) != 0) {
-        found |= imap_fetch_structure_cached(x, i, IMAP_FETCH_BODY, &cached[0]);
+        found |= imap_fetch_structure_cached(x, stored, place, i, IMAP_FETCH_BODY, &cached[0]);
     }
     unsigned needs = items & ~found;
     int need_mime =
@@ -601,6 +648,7 @@ struct imap_fetch_state {
     size_t next; /* idx[next] is the next message to answer */
     uint64_t changed_since;
     size_t prefetched; /* idx[..prefetched) had their bodies asked for (imap_fetch_prefetch) */
+    struct imap_fetch_stored stored; /* the store's answers for the read-ahead window */
 };
 
 void imap_fetch_state_free(struct imap_fetch_state **st)
@@ -610,6 +658,7 @@ void imap_fetch_state_free(struct imap_fetch_state **st)
     }
     free((*st)->mark);
     free((*st)->idx);
+    buf_free(&(*st)->stored.text);
     if ((*st)->set != NULL) {
         imap_seqset_free((*st)->set);
     }
@@ -658,25 +707,33 @@ static int imap_fetch_reads_bodies(const struct imap_fetch *f, unsigned items)
     return needs && !imap_fetch_header_only(f, items);
 }
 
-/* Messages whose bodies are asked of the disk together, ahead of their reads: enough to
- * cover a chunk of ordinary messages, few enough that a client that disconnects midway
- * leaves little read for nothing. */
-#define IMAP_FETCH_PREFETCH 64
-
-/* The answers of a window of a FETCH's messages that the structure cache lacks, read from the
- * store's memos in one statement (imap_fetch_structure_window). */
+/* What mv_message_memos_range's got() needs: the window's messages that the structure cache
+ * lacks, by UID. */
 struct imap_fetch_window {
-    struct imap_ctx *x;
-    struct imap_structure_cache *c;
+    struct imap_fetch_stored *stored;
     int extensible;
     size_t n;
-    uint32_t uids[IMAP_FETCH_PREFETCH]; /* ascending */
-    uint32_t at[IMAP_FETCH_PREFETCH];   /* the view index of uids[k] */
+    uint32_t uids[IMAP_FETCH_PREFETCH];              /* ascending */
+    uint32_t k[IMAP_FETCH_PREFETCH];                 /* uids[j]'s place in the window */
+    struct mv_message_key keys[IMAP_FETCH_PREFETCH]; /* the messages' body keys, by place */
     unsigned char tag[IMAP_MIME_TAG_LEN];
 };
 
-/* mv_message_memos_range's got(): a memo of one of the window's messages into the cache, if
- * the tag is this server's (imap_fetch_structure_stored); others are passed over. */
+/* Keeps one answer for the window's message k (its tag already taken off). */
+static void imap_fetch_stored_add(
+    struct imap_fetch_stored *stored, size_t k, int extensible, const void *data, size_t len)
+{
+    size_t off = stored->text.len;
+    buf_add(&stored->text, data, len);
+    if (!stored->text.oom) {
+        stored->slot[k][extensible].off = off;
+        stored->slot[k][extensible].len = len;
+        stored->slot[k][extensible].have = 1;
+    }
+}
+
+/* mv_message_memos_range's got(): a memo of one of the window's messages, kept if its tag is
+ * this server's (imap_fetch_structure_stored); others are passed over. */
 static int imap_fetch_window_got(void *arg, uint32_t uid, const void *data, size_t len)
 {
     struct imap_fetch_window *wd = arg;
@@ -691,31 +748,46 @@ static int imap_fetch_window_got(void *arg, uint32_t uid, const void *data, size
     }
     if (lo < wd->n && wd->uids[lo] == uid && len >= IMAP_MIME_TAG_LEN &&
         memcmp(data, wd->tag, IMAP_MIME_TAG_LEN) == 0) {
-        struct imap_structure_key key = imap_fetch_structure_key(wd->x, wd->at[lo], wd->extensible);
-        imap_structure_cache_put(wd->c, &key, (const char *)data + IMAP_MIME_TAG_LEN,
-                                 len - IMAP_MIME_TAG_LEN, 0);
+        imap_fetch_stored_add(wd->stored, wd->k[lo], wd->extensible,
+                              (const char *)data + IMAP_MIME_TAG_LEN, len - IMAP_MIME_TAG_LEN);
+    }
+    return MV_OK;
+}
+
+/* mv_message_memos_keyed's got(): the memo of the message with key keys[j], kept as
+ * imap_fetch_window_got keeps one. */
+static int imap_fetch_window_keyed(void *arg, size_t j, const void *data, size_t len)
+{
+    struct imap_fetch_window *wd = arg;
+    if (j < wd->n && len >= IMAP_MIME_TAG_LEN && memcmp(data, wd->tag, IMAP_MIME_TAG_LEN) == 0) {
+        imap_fetch_stored_add(wd->stored, wd->k[j], wd->extensible,
+                              (const char *)data + IMAP_MIME_TAG_LEN, len - IMAP_MIME_TAG_LEN);
     }
     return MV_OK;
 }
 
 /* Before the read-ahead looks at st->idx[from..to) (at most IMAP_FETCH_PREFETCH): the
- * structure answers (items of structure) the cache lacks, read from the store's memos with
- * one statement per item for their UIDs' range, instead of a lookup a message (3,000 answers
- * after a restart: ~8 ms of lookups, more than Dovecot's whole FETCH from its cache file).
- * Only when the UIDs lie close together (a FETCH of a range, a page); scattered ones are
- * looked up one by one, as are those this finds nothing for. */
-static void imap_fetch_structure_window(struct imap_ctx *x,
-                                        const struct imap_fetch_state *st,
-                                        size_t from,
-                                        size_t to,
-                                        unsigned structure)
+ * structure answers (items of structure) the cache lacks, asked of the store's memos for the
+ * whole window into st->stored, with one statement per item for their UIDs' range, instead of
+ * a lookup a message (3,000 answers after a restart: ~8 ms of lookups, more than Dovecot's
+ * whole FETCH from its cache file); the messages it finds nothing for are not asked again.
+ * When the UIDs are scattered (a range would read many rows for nothing), nothing is asked
+ * here and each message is looked up when it is answered. */
+static void imap_fetch_structure_window(
+    struct imap_ctx *x, struct imap_fetch_state *st, size_t from, size_t to, unsigned structure)
 {
+    struct imap_fetch_stored *stored = &st->stored;
+    stored->from = stored->to = from;
+    stored->asked = 0;
+    stored->text.len = 0;
+    memset(stored->slot, 0, sizeof stored->slot);
     struct imap_structure_cache *c = x->s->store != NULL ? x->s->store->structure_cache : NULL;
     if (c == NULL) {
         return;
     }
+    stored->to = to;
     const struct imap_view *v = &x->s->view;
-    struct imap_fetch_window wd = {.x = x, .c = c};
+    struct imap_fetch_window wd = {.stored = stored};
     imap_mime_structure_tag(wd.tag);
     for (wd.extensible = 0; wd.extensible <= 1; wd.extensible++) {
         unsigned item = wd.extensible ? IMAP_FETCH_BODYSTRUCTURE : IMAP_FETCH_BODY;
@@ -723,30 +795,45 @@ static void imap_fetch_structure_window(struct imap_ctx *x,
             continue;
         }
         wd.n = 0;
-        for (size_t i = from; i < to && wd.n < IMAP_FETCH_PREFETCH; i++) {
+        for (size_t i = from; i < to; i++) {
             uint32_t at = st->idx[i];
             struct imap_structure_key key = imap_fetch_structure_key(x, at, wd.extensible);
             if ((imap_view_marks(v, at) & IMAP_MARK_EXPUNGED) != 0 ||
                 imap_structure_cache_has(c, &key)) {
                 continue;
             }
-            size_t k = wd.n++; /* insertion into UID order (a FETCH's order is the client's) */
-            while (k > 0 && wd.uids[k - 1] > key.uid) {
-                wd.uids[k] = wd.uids[k - 1];
-                wd.at[k] = wd.at[k - 1];
-                k--;
+            size_t j = wd.n++; /* insertion into UID order (a FETCH's order is the client's) */
+            while (j > 0 && wd.uids[j - 1] > key.uid) {
+                wd.uids[j] = wd.uids[j - 1];
+                wd.k[j] = wd.k[j - 1];
+                j--;
             }
-            wd.uids[k] = key.uid;
-            wd.at[k] = at;
+            wd.uids[j] = key.uid;
+            wd.k[j] = (uint32_t)(i - from);
         }
-        if (wd.n < 2 || wd.uids[wd.n - 1] - wd.uids[0] >= 4 * (uint32_t)wd.n + 64) {
-            continue; /* one, or scattered: looked up one by one */
+        if (wd.n == 0) {
+            continue;
         }
-        struct imap_structure_key first = imap_fetch_structure_key(x, wd.at[0], wd.extensible);
-        if (mv_message_memos_range(imap_db(x->s), v->uidvalidity, wd.uids[0], wd.uids[wd.n - 1],
-                                   imap_structure_memo_slot(&first), imap_fetch_window_got,
-                                   &wd) != MV_OK) {
-            /* nothing lost: the messages it did not reach are looked up one by one */
+        struct imap_structure_key first =
+            imap_fetch_structure_key(x, st->idx[from + wd.k[0]], wd.extensible);
+        uint32_t slot = imap_structure_memo_slot(&first);
+        /* by the view's body keys while the mailbox is as the view saw it (the memos' rows
+         * read in one scan, no UID index), else by UID when the UIDs lie close together */
+        int keyed = 1;
+        for (size_t j = 0; keyed && j < wd.n; j++) {
+            keyed = imap_fetch_key(v, st->idx[from + wd.k[j]], &wd.keys[j]);
+        }
+        int rc = keyed ? mv_message_memos_keyed(imap_db(x->s), v->mailbox, wd.keys, wd.n, slot,
+                                                imap_fetch_window_keyed, &wd)
+                       : MV_ENOTFOUND;
+        if (rc != MV_OK && wd.uids[wd.n - 1] - wd.uids[0] < 4 * (uint32_t)wd.n + 64) {
+            memset(stored->slot, 0, sizeof stored->slot); /* none half-read is kept */
+            stored->text.len = 0;
+            rc = mv_message_memos_range(imap_db(x->s), v->uidvalidity, wd.uids[0],
+                                        wd.uids[wd.n - 1], slot, imap_fetch_window_got, &wd);
+        }
+        if (rc == MV_OK) {
+            stored->asked |= item; /* what it did not find, the store does not have */
         }
     }
 }
@@ -767,14 +854,14 @@ static void imap_fetch_prefetch(struct imap_ctx *x, struct imap_fetch_state *st,
         structure != 0 && !imap_fetch_reads_bodies(st->f, st->f->items & ~structure);
     const struct imap_view *v = &x->s->view;
     struct mv_message_key keys[IMAP_FETCH_PREFETCH];
-    size_t n = 0, i = st->next, windowed = i;
-    for (; i < st->count && n < IMAP_FETCH_PREFETCH; i++) {
+    size_t n = 0, i = st->next, end = st->count;
+    if (for_structure) { /* one window at a time: what it read from the store is answered next */
+        end = i + IMAP_FETCH_PREFETCH < st->count ? i + IMAP_FETCH_PREFETCH : st->count;
+        imap_fetch_structure_window(x, st, i, end, structure);
+    }
+    for (; i < end && n < IMAP_FETCH_PREFETCH; i++) {
         uint32_t at = st->idx[i];
-        if (for_structure && i >= windowed) {
-            windowed = i + IMAP_FETCH_PREFETCH < st->count ? i + IMAP_FETCH_PREFETCH : st->count;
-            imap_fetch_structure_window(x, st, i, windowed, structure);
-        }
-        if (for_structure && imap_fetch_structure_kept(x, at, structure)) {
+        if (for_structure && imap_fetch_structure_kept(x, &st->stored, i, at, structure)) {
             continue;
         }
         if (imap_view_msg(v, at)->modseq > st->changed_since && imap_fetch_key(v, at, &keys[n])) {
@@ -815,7 +902,7 @@ static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
         uint32_t i = st->idx[st->next];
         if ((imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0 &&
             imap_view_msg(v, i)->modseq > st->changed_since) {
-            (void)imap_fetch_one(x, st->f, i, st->mark[i]);
+            (void)imap_fetch_one(x, st->f, &st->stored, st->next, i, st->mark[i]);
             imap_fetch_direct(x, IMAP_FETCH_DIRECT_MIN);
         }
     }

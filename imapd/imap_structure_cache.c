@@ -45,9 +45,10 @@
  *     message is marked unsaved, and the worker writes the unsaved ones between jobs and at
  *     the store's close (imap_structure_cache_take_unsaved, worker.c); a FETCH that does not
  *     find an answer here asks the store before it reads the message (imap_fetch.c), and
- *     keeps what it found here, saved. So the answers outlive the store's close and the
- *     server, as Dovecot's cache file does. An unsaved entry dropped to make room is only
- *     counted (made again at its next FETCH, and saved then).
+ *     answers from what the store gave without keeping it here (the store's read is about as
+ *     fast). So the answers outlive the store's close and the server, as Dovecot's cache file
+ *     does. An unsaved entry dropped to make room is only counted (made again at its next
+ *     FETCH, and saved then).
  */
 #include "imap_structure_cache.h"
 
@@ -63,7 +64,6 @@ struct sc_entry {
     struct imap_structure_key key;
     unsigned used : 1;    /* found since its last turn in the clock */
     unsigned unsaved : 1; /* made here, not yet handed to imap_structure_cache_take_unsaved */
-    unsigned stored : 1;  /* read from the store and not yet found by a get */
     size_t len;
     char text[];
 };
@@ -190,10 +190,8 @@ int imap_structure_cache_get(struct imap_structure_cache *c,
     }
     pthread_mutex_lock(&c->lock);
     struct sc_entry *e = c->buckets != NULL ? *sc_slot(c, key) : NULL;
-    int found = 0;
+    int found = e != NULL;
     if (e != NULL) {
-        found = e->stored ? 2 : 1;
-        e->stored = 0;
         e->used = 1;
         c->hits++;
         buf_add(out, e->text, e->len);
@@ -370,7 +368,6 @@ void imap_structure_cache_put(struct imap_structure_cache *c,
             e->key = *key;
             e->used = 0;
             e->unsaved = unsaved != 0 && sc_pending_add(c, key);
-            e->stored = unsaved == 0;
             c->unsaved += e->unsaved;
             e->len = len;
             memcpy(e->text, text, len);

@@ -48,9 +48,7 @@ struct imap_structure_cache;
  * every time, and looks nothing up: no lock taken, no lookup counted in the metrics). */
 struct imap_structure_cache *imap_structure_cache_new(void);
 
-/* 1 and the answer appended to out if key's is kept, else 0 (out unchanged); 2 instead of 1
- * the first time an answer put as read from the store (unsaved 0) is found, so that what the
- * store answered is counted once (metrics). c may be NULL. */
+/* 1 and the answer appended to out if key's is kept, else 0 (out unchanged). c may be NULL. */
 int imap_structure_cache_get(struct imap_structure_cache *c,
                              const struct imap_structure_key *key,
                              struct buf *out);
@@ -62,8 +60,8 @@ int imap_structure_cache_has(struct imap_structure_cache *c, const struct imap_s
  * kept longest without a use since are dropped first to make room; an answer is not kept if
  * even the whole of this cache would not make room (the other stores' caches hold the rest).
  * Nothing happens when out of memory, for a key kept already, or when c is NULL. unsaved: 1
- * for an answer made from the message (imap_structure_cache_take_unsaved hands it out once),
- * 0 for one read from the store. */
+ * for an answer to save in the store (imap_structure_cache_take_unsaved hands it out once):
+ * FETCH puts only answers it made from the message; 0 for one not to save. */
 void imap_structure_cache_put(struct imap_structure_cache *c,
                               const struct imap_structure_key *key,
                               const char *text,

@@ -403,8 +403,9 @@ def check_structure_stored(args):
         R.report("structure memos: answers another format wrote are made again, none sent",
                  b" OK" in t1 and b" OK" in t2 and counts == [n, 0, 2 * n], repr(counts))
     else:
+        # answers read from the store are not kept in memory: the second FETCH reads them again
         R.report("structure memos: after a restart every answer is read from the store, "
-                 "none made", b" OK" in t1 and b" OK" in t2 and counts == [n, 2 * n, 0],
+                 "none made", b" OK" in t1 and b" OK" in t2 and counts == [0, 3 * n, 0],
                  repr(counts))
     R.report("structure memos: byte for byte the answers the server before made",
              answers(first) == before["BODYSTRUCTURE"]

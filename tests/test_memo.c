@@ -331,6 +331,90 @@ static void test_range(void)
     mv_store_close(&s);
 }
 
+/* The keys of INBOX's messages 1..n as a caller's listing holds them now. */
+static int mm_keys(mv_store *s, struct mv_message_key *keys, size_t n)
+{
+    struct mv_mailbox_info info;
+    mv_message_iter *it = NULL;
+    if (mv_mailbox_status(s, "INBOX", &info) != MV_OK ||
+        mv_message_list_begin(s, "INBOX", 0, 0, &it) != MV_OK) {
+        return -1;
+    }
+    struct mv_message_entry e;
+    size_t got = 0;
+    while (got < n && mv_message_list_next(it, &e) == 1) {
+        keys[got++] = (struct mv_message_key){.body_key = e.body_key,
+                                              .size = e.size,
+                                              .modseq = info.highestmodseq,
+                                              .uidvalidity = info.uidvalidity};
+    }
+    mv_message_list_end(&it);
+    return got == n ? 0 : -1;
+}
+
+struct mm_keyed {
+    char texts[16][16];
+    int calls;
+};
+
+static int mm_keyed_got(void *arg, size_t index, const void *data, size_t len)
+{
+    struct mm_keyed *k = arg;
+    if (index < 16) {
+        snprintf(k->texts[index], sizeof k->texts[0], "%.*s", (int)len, (const char *)data);
+    }
+    k->calls++;
+    return MV_OK;
+}
+
+/* Memos read by the listing's body keys: each key gets its own message's, copies of one body
+ * both get it; the lookups one by one (bodies far apart) give the same; once the mailbox
+ * changed, MV_ENOTFOUND and nothing read (the keys may no longer hold). */
+static void test_keyed(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(tu_store_create("keyed", MM_PASSWORD, 2048, &s), MV_OK);
+    for (uint32_t i = 1; i <= 6; i++) {
+        mm_append(s, "INBOX", i, 400);
+    }
+    uint32_t copied = 0;
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "2", "INBOX", &copied), MV_OK); /* uid 7 */
+    uint32_t uv = mm_uidvalidity(s, "INBOX");
+    struct mv_memo memos[] = {{2, 1, "two", 3}, {4, 1, "four", 4}, {5, 0, "slot 0", 6}};
+    CHECK_EQ_INT(mv_message_memos_put(s, uv, memos, 3, NULL), MV_OK);
+    struct mv_message_key keys[7];
+    CHECK_EQ_INT(mm_keys(s, keys, 7), 0);
+    struct mm_keyed got = {0};
+    CHECK_EQ_INT(mv_message_memos_keyed(s, "INBOX", keys, 7, 1, mm_keyed_got, &got), MV_OK);
+    CHECK_EQ_INT(got.calls, 3);
+    CHECK(strcmp(got.texts[1], "two") == 0);
+    CHECK(strcmp(got.texts[3], "four") == 0);
+    CHECK(strcmp(got.texts[6], "two") == 0); /* the copy shares the bytes */
+    CHECK(got.texts[4][0] == '\0');          /* slot 0 only */
+    /* bodies far apart: the same answers through a lookup each */
+    struct mv_message_key apart[2] = {keys[1], keys[3]};
+    apart[1].body_key += (uint64_t)1000 << 3; /* another body, far off: none */
+    got = (struct mm_keyed){0};
+    CHECK_EQ_INT(mv_message_memos_keyed(s, "INBOX", apart, 2, 1, mm_keyed_got, &got), MV_OK);
+    CHECK_EQ_INT(got.calls, 1);
+    CHECK(strcmp(got.texts[0], "two") == 0);
+    /* keys of two listings, bad slot, NULLs */
+    struct mv_message_key mixed[2] = {keys[0], keys[1]};
+    mixed[1].modseq++;
+    CHECK_EQ_INT(mv_message_memos_keyed(s, "INBOX", mixed, 2, 1, mm_keyed_got, &got), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_memos_keyed(s, "INBOX", keys, 7, MV_MEMO_SLOTS, mm_keyed_got, &got),
+                 MV_EINVAL);
+    CHECK_EQ_INT(mv_message_memos_keyed(s, "INBOX", keys, 7, 1, NULL, &got), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_memos_keyed(s, "INBOX", NULL, 0, 1, mm_keyed_got, &got), MV_OK);
+    /* the mailbox changed (a flag): the listing's keys are not used */
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL), MV_OK);
+    got = (struct mm_keyed){0};
+    CHECK_EQ_INT(mv_message_memos_keyed(s, "INBOX", keys, 7, 1, mm_keyed_got, &got), MV_ENOTFOUND);
+    CHECK_EQ_INT(got.calls, 0);
+    CHECK_EQ_INT(mv_message_memos_keyed(s, "Nope", keys, 7, 1, mm_keyed_got, &got), MV_ENOTFOUND);
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     TEST(test_kept_and_read_back);
@@ -339,5 +423,6 @@ int main(void)
     TEST(test_late_writer_of_a_gone_message);
     TEST(test_migration_from_13);
     TEST(test_range);
+    TEST(test_keyed);
     return th_summary();
 }

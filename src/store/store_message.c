@@ -578,7 +578,7 @@ int mv_message_append(mv_store *s,
 /* ---- fetch, get ------------------------------------------------------------------------ */
 
 /* A deferred transaction around several reads (one snapshot), unless the caller has one. */
-static int store_message_read_begin(mv_store *s, int *began)
+int store_message_read_begin(mv_store *s, int *began)
 {
     *began = 0;
     if (!sqlite3_get_autocommit(s->db)) {
@@ -589,7 +589,7 @@ static int store_message_read_begin(mv_store *s, int *began)
     return rc;
 }
 
-static void store_message_read_end(mv_store *s, int began)
+void store_message_read_end(mv_store *s, int began)
 {
     if (began) {
         store_rollback(s); /* nothing was written: ends the snapshot */
@@ -706,10 +706,7 @@ int mv_message_fetch_into(mv_store *s,
     return store_message_fetch_bytes(s, mailbox, uid, 0, place, place_arg, NULL, len_out);
 }
 
-/* 1 if mailbox_id has uidvalidity and highest modseq now (in the read transaction), 0 if
- * not, or an error. */
-static int
-store_mailbox_unchanged(mv_store *s, int64_t mailbox_id, uint32_t uidvalidity, uint64_t modseq)
+int store_mailbox_unchanged(mv_store *s, int64_t mailbox_id, uint32_t uidvalidity, uint64_t modseq)
 {
     sqlite3_stmt *st =
         store_stmt(s, "SELECT uidvalidity, highestmodseq FROM mailboxes WHERE id = ?");

@@ -77,4 +77,13 @@ int store_body_parse_stored(mv_store *s, int64_t body_id, struct store_parsed *o
  * (store_parse, store_message_insert_headers): mv_store_repair() of a missing row. */
 int store_body_headers_rebuild(mv_store *s, int64_t body_id);
 
+/* A read transaction unless one is open: *began says whether this call began it, for
+ * store_message_read_end (which ends only what it began). */
+int store_message_read_begin(mv_store *s, int *began);
+void store_message_read_end(mv_store *s, int began);
+/* 1 if mailbox_id has uidvalidity and highest modseq now (in the read transaction), 0 if
+ * not, or an error: a caller's listing of then still holds (nothing expunged, moved or
+ * changed since, so its body keys still name its messages' bodies). */
+int store_mailbox_unchanged(mv_store *s, int64_t mailbox_id, uint32_t uidvalidity, uint64_t modseq);
+
 #endif /* MV_STORE_MESSAGE_H */
