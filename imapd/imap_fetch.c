@@ -707,8 +707,8 @@ static int imap_fetch_reads_bodies(const struct imap_fetch *f, unsigned items)
     return needs && !imap_fetch_header_only(f, items);
 }
 
-/* What mv_message_memos_range's got() needs: the window's messages that the structure cache
- * lacks, by UID. */
+/* What the window's reads' got() need: the window's messages that the structure cache lacks,
+ * by UID, with their body keys. */
 struct imap_fetch_window {
     struct imap_fetch_stored *stored;
     int extensible;
@@ -768,11 +768,12 @@ static int imap_fetch_window_keyed(void *arg, size_t j, const void *data, size_t
 
 /* Before the read-ahead looks at st->idx[from..to) (at most IMAP_FETCH_PREFETCH): the
  * structure answers (items of structure) the cache lacks, asked of the store's memos for the
- * whole window into st->stored, with one statement per item for their UIDs' range, instead of
- * a lookup a message (3,000 answers after a restart: ~8 ms of lookups, more than Dovecot's
- * whole FETCH from its cache file); the messages it finds nothing for are not asked again.
- * When the UIDs are scattered (a range would read many rows for nothing), nothing is asked
- * here and each message is looked up when it is answered. */
+ * whole window into st->stored, one statement per item instead of a lookup a message (3,000
+ * answers after a restart: ~8 ms of lookups, more than Dovecot's whole FETCH from its cache
+ * file): by the view's body keys (mv_message_memos_keyed), or, once the mailbox changed since
+ * the view's sync, by the UIDs' range when they lie close together (mv_message_memos_range).
+ * The messages an answered ask found nothing for are not asked again; when neither could
+ * ask, each message is looked up when it is answered. */
 static void imap_fetch_structure_window(
     struct imap_ctx *x, struct imap_fetch_state *st, size_t from, size_t to, unsigned structure)
 {
@@ -827,8 +828,7 @@ static void imap_fetch_structure_window(
                                                 imap_fetch_window_keyed, &wd)
                        : MV_ENOTFOUND;
         if (rc != MV_OK && wd.uids[wd.n - 1] - wd.uids[0] < 4 * (uint32_t)wd.n + 64) {
-            memset(stored->slot, 0, sizeof stored->slot); /* none half-read is kept */
-            stored->text.len = 0;
+            /* (what a keyed read that failed midway kept is right: the range adds it again) */
             rc = mv_message_memos_range(imap_db(x->s), v->uidvalidity, wd.uids[0],
                                         wd.uids[wd.n - 1], slot, imap_fetch_window_got, &wd);
         }

@@ -190,7 +190,6 @@ int imap_structure_cache_get(struct imap_structure_cache *c,
     }
     pthread_mutex_lock(&c->lock);
     struct sc_entry *e = c->buckets != NULL ? *sc_slot(c, key) : NULL;
-    int found = e != NULL;
     if (e != NULL) {
         e->used = 1;
         c->hits++;
@@ -199,7 +198,7 @@ int imap_structure_cache_get(struct imap_structure_cache *c,
         c->misses++;
     }
     pthread_mutex_unlock(&c->lock);
-    return found;
+    return e != NULL;
 }
 
 int imap_structure_cache_has(struct imap_structure_cache *c, const struct imap_structure_key *key)

@@ -1,7 +1,8 @@
 /*
- * store_memo.c -- mv_message_memos_put / mv_message_memo_get: small byte strings an
- * application derives from a message's bytes, kept with those bytes across runs (table
- * body_memos, schema version 14; docs/SCHEMA.md).
+ * store_memo.c -- memos: small byte strings an application derives from a message's bytes,
+ * kept with those bytes across runs (table body_memos, schema version 14; docs/SCHEMA.md):
+ * mv_message_memos_put, and three reads: mv_message_memo_get (one), mv_message_memos_range
+ * (a UID range) and mv_message_memos_keyed (a listing's body keys).
  *
  * WHY
  *   mailvaultd answers FETCH BODYSTRUCTURE and BODY from a cache in memory that goes with the
@@ -48,6 +49,20 @@ _Static_assert(MV_MEMO_SLOTS == 4 && MV_MEMO_FLOOR == 128,
     " WHERE b.uidvalidity = ?1"                                                                    \
     " AND (SELECT count(*) FROM mailboxes u WHERE u.uidvalidity = ?1) = 1"
 
+/* Column col of st's row as a memo: its bytes (valid until the statement moves) and length;
+ * MV_ECORRUPT for a length no memo has. The blob first, then its length (SQLite's order). */
+static int memo_column(mv_store *s, sqlite3_stmt *st, int col, const void **bytes, size_t *len)
+{
+    const void *b = sqlite3_column_blob(st, col);
+    int n = sqlite3_column_bytes(st, col);
+    if (n < 0 || (size_t)n > MV_MEMO_MAX) {
+        return store_fail(s, MV_ECORRUPT, "a memo of %d bytes", n);
+    }
+    *bytes = n > 0 ? b : "";
+    *len = (size_t)n;
+    return MV_OK;
+}
+
 int mv_message_memos_put(
     mv_store *s, uint32_t uidvalidity, const struct mv_memo *memos, size_t n, size_t *stored)
 {
@@ -65,10 +80,15 @@ int mv_message_memos_put(
                           MV_MEMO_BATCH_MAX);
     }
     for (size_t i = 0; i < n; i++) {
-        if (memos[i].slot >= MV_MEMO_SLOTS || (memos[i].data == NULL && memos[i].len > 0)) {
-            return store_fail(s, MV_EINVAL, "mv_message_memos_put: memo %zu: slot %u of %u, %s", i,
-                              memos[i].slot, MV_MEMO_SLOTS,
-                              memos[i].data == NULL ? "no bytes" : "bytes given");
+        if (memos[i].slot >= MV_MEMO_SLOTS) {
+            return store_fail(s, MV_EINVAL,
+                              "mv_message_memos_put: memo %zu: slot %u (MV_MEMO_SLOTS is %u)", i,
+                              memos[i].slot, MV_MEMO_SLOTS);
+        }
+        if (memos[i].data == NULL && memos[i].len > 0) {
+            return store_fail(s, MV_EINVAL,
+                              "mv_message_memos_put: memo %zu: NULL bytes, length %zu", i,
+                              memos[i].len);
         }
     }
     if (n == 0) {
@@ -143,17 +163,14 @@ int mv_message_memo_get(
     int step = sqlite3_step(st);
     int rc = MV_OK;
     if (step == SQLITE_ROW) {
-        int n = sqlite3_column_bytes(st, 0);
-        const void *bytes = sqlite3_column_blob(st, 0);
-        if (n < 0 || (size_t)n > MV_MEMO_MAX) {
-            rc = store_fail(s, MV_ECORRUPT, "a memo of %d bytes", n);
-        } else if ((*data = malloc(n > 0 ? (size_t)n : 1)) == NULL) {
+        const void *bytes = NULL;
+        size_t n = 0;
+        rc = memo_column(s, st, 0, &bytes, &n);
+        if (rc == MV_OK && (*data = malloc(n > 0 ? n : 1)) == NULL) {
             rc = store_fail(s, MV_ENOMEM, "out of memory reading a memo");
-        } else {
-            if (n > 0) {
-                memcpy(*data, bytes, (size_t)n);
-            }
-            *len = (size_t)n;
+        } else if (rc == MV_OK) {
+            memcpy(*data, bytes, n);
+            *len = n;
         }
     } else {
         rc = step == SQLITE_DONE
@@ -195,12 +212,11 @@ int mv_message_memos_range(mv_store *s,
     sqlite3_bind_int64(st, 4, last);
     int rc = MV_OK, step;
     while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        int n = sqlite3_column_bytes(st, 1);
-        const void *bytes = sqlite3_column_blob(st, 1);
-        if (n < 0 || (size_t)n > MV_MEMO_MAX) {
-            rc = store_fail(s, MV_ECORRUPT, "a memo of %d bytes", n);
-        } else {
-            rc = got(arg, (uint32_t)sqlite3_column_int64(st, 0), n > 0 ? bytes : "", (size_t)n);
+        const void *bytes = NULL;
+        size_t n = 0;
+        rc = memo_column(s, st, 1, &bytes, &n);
+        if (rc == MV_OK) {
+            rc = got(arg, (uint32_t)sqlite3_column_int64(st, 0), bytes, n);
         }
     }
     if (rc == MV_OK && step != SQLITE_DONE) {
@@ -239,14 +255,11 @@ static int memo_keyed_row(sqlite3_stmt *st,
     while (*at < count && want[*at].body_id < body) {
         (*at)++;
     }
-    int n = sqlite3_column_bytes(st, 1);
-    const void *bytes = sqlite3_column_blob(st, 1);
-    if (n < 0 || (size_t)n > MV_MEMO_MAX) {
-        return store_fail(s, MV_ECORRUPT, "a memo of %d bytes", n);
-    }
-    int rc = MV_OK;
+    const void *bytes = NULL;
+    size_t n = 0;
+    int rc = memo_column(s, st, 1, &bytes, &n);
     for (size_t k = *at; rc == MV_OK && k < count && want[k].body_id == body; k++) {
-        rc = got(arg, want[k].index, n > 0 ? bytes : "", (size_t)n);
+        rc = got(arg, want[k].index, bytes, n);
     }
     return rc;
 }
