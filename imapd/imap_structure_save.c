@@ -41,8 +41,8 @@ struct save_batch {
 static void save_take(void *arg, const struct imap_structure_key *key, const char *text, size_t len)
 {
     struct save_batch *b = arg;
-    if (b->count == b->cap) {
-        return;
+    if (b->count == b->cap || len > MV_MEMO_MAX - IMAP_MIME_TAG_LEN) {
+        return; /* (over MV_MEMO_MAX the store would not keep it: not copied for nothing) */
     }
     unsigned char *bytes = malloc(IMAP_MIME_TAG_LEN + len);
     if (bytes == NULL) {
