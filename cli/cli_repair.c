@@ -52,6 +52,7 @@ static void cli_repair_print(const struct mv_repair_report *r)
         {"missing full-text rows made again from the message", r->fts_rows_added},
         {"header copies made again from the message", r->header_copies_rebuilt},
         {"keywords defined in the mailbox whose message carries them", r->keywords_defined},
+        {"memos of removed bodies deleted", r->memos_removed},
     };
     if (r->bodies_unreadable > 0) { /* not repaired: the check names them */
         printf("not repaired: %u bodies whose bytes are damaged (mailvault check names them)\n",
@@ -89,6 +90,8 @@ static void cli_repair_json_report(struct cli_json *w, const struct mv_repair_re
     cli_json_uint(w, r->bodies_unreadable);
     cli_json_key(w, "keywords_defined");
     cli_json_uint(w, r->keywords_defined);
+    cli_json_key(w, "memos_removed");
+    cli_json_uint(w, r->memos_removed);
 }
 
 int cli_repair_main(int argc, char **argv)

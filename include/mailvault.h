@@ -1696,16 +1696,16 @@ struct mv_check_report {
  * unseen, bytes) equal what its messages say, highestmodseq at least every modseq, one
  * full-text row per body (but those of the full-text backlog, see mv_store_index_backlog)
  * and none else, every keyword a message carries defined by its mailbox ("keywords"; see
- * limits.mailbox_keywords_max), every body and attachment has its bytes,
- * every body in use has its header fields row, every index the store's statements name
- * (INDEXED BY) is there: without it they fail); and FTS5's own
- * integrity-check (writable handles only: it takes the write lock). Each problem goes to problem
- * (may be NULL). Returns MV_OK (no problem), MV_ECORRUPT (problems found; see out->problems),
- * MV_EINVAL, MV_EBUSY, MV_ENOMEM, MV_EIO (also when problems were found and the disk failed
- * a read meanwhile: a page SQLite cannot get is reported as a problem with no cause, so such
- * findings may be the disk's, not damage in the data). integrity_check runs a second time
- * when it reports such a page with no failed read, and only the second run's findings
- * count: a damaged page fails again, a page cache short of memory a moment ago does not. */
+ * limits.mailbox_keywords_max), every body and attachment has its bytes, no memo of a body
+ * that is gone ("memos"), every body in use has its header fields row, every index the store's
+ * statements name (INDEXED BY) is there: without it they fail); and FTS5's own integrity-check
+ * (writable handles only: it takes the write lock). Each problem goes to problem (may be NULL).
+ * Returns MV_OK (no problem), MV_ECORRUPT (problems found; see out->problems), MV_EINVAL, MV_EBUSY,
+ * MV_ENOMEM, MV_EIO (also when problems were found and the disk failed a read meanwhile: a page
+ * SQLite cannot get is reported as a problem with no cause, so such findings may be the disk's, not
+ * damage in the data). integrity_check runs a second time when it reports such a page with no
+ * failed read, and only the second run's findings count: a damaged page fails again, a page cache
+ * short of memory a moment ago does not. */
 MV_API MV_MUST_CHECK int mv_store_check(mv_store *store,
                                         mv_problem_fn problem,
                                         void *problem_arg,
@@ -1731,6 +1731,8 @@ struct mv_repair_report {
                                        as they are, mv_store_check() still reports them */
     uint32_t keywords_defined;      /* keywords messages carried that their mailbox did not
                                        define (schema version 13): defined */
+    uint32_t memos_removed;         /* memos (schema version 14) of bodies that no longer
+                                       exist: deleted */
 };
 
 /* Rebuilds the data the store derives from its messages, in one transaction: the full-text
@@ -1743,8 +1745,9 @@ struct mv_repair_report {
  * bytes are damaged is left without them and counted, and the rest is repaired), and first
  * an index the store's statements name that the store lost (made again as the schema defines
  * it). Messages, flags and bytes are never changed. For after mv_store_check() reported fts,
- * counters, uidnext, modseq, refcount, keywords, headers or index problems (a keyword a
- * message carries that its mailbox does not define is defined); run the check again afterwards:
+ * counters, uidnext, modseq, refcount, keywords, memos, headers or index problems (a keyword
+ * a message carries that its mailbox does not define is defined; a memo of a gone body is
+ * deleted); run the check again afterwards:
  * what this cannot repair (a damaged page, missing bytes, an attachment nothing uses) it still
  * reports. A writable handle only. Returns MV_OK with *out
  * filled; MV_EINVAL (read-only handle, NULL out); MV_EBUSY; MV_ECORRUPT (a damaged page

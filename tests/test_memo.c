@@ -231,6 +231,22 @@ static void test_copies_share_and_the_purge_takes_them(void)
     CHECK_EQ_INT(mv_store_purge(s, 0, NULL), MV_OK);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM body_memos"), 0);
 
+    /* a memo left over by damage (the trigger lost): check names it, repair deletes it */
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "DROP TRIGGER body_memos_gone; INSERT INTO "
+                                         "body_memos(id, data) VALUES (999 * 4 + 1, x'01')"),
+                 SQLITE_OK);
+    struct mv_check_report cr;
+    CHECK_EQ_INT(mv_store_check(s, NULL, NULL, &cr), MV_ECORRUPT);
+    CHECK_EQ_INT(cr.problems, 1);
+    struct mv_repair_report rr;
+    CHECK_EQ_INT(mv_store_repair(s, &rr), MV_OK);
+    CHECK_EQ_INT(rr.memos_removed, 1);
+    CHECK_EQ_INT(mv_store_check(s, NULL, NULL, &cr), MV_OK);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "CREATE TRIGGER body_memos_gone AFTER DELETE ON bodies "
+                                         "BEGIN DELETE FROM body_memos WHERE id >= old.id * 4 "
+                                         "AND id < old.id * 4 + 4; END"),
+                 SQLITE_OK);
+
     /* the next body takes the purged body's id (it was the highest): it has no memo */
     mm_append(s, "INBOX", 3, 600);
     CHECK_EQ_INT(mm_body_id(s, 3), body);

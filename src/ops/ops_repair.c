@@ -91,6 +91,9 @@ static const struct ops_repair_step ops_repair_steps[] = {
      offsetof(struct mv_repair_report, refcounts_fixed)},
     /* every keyword a message carries defined by its mailbox (schema version 13) */
     {STORE_KEYWORD_DEFINE_CARRIED, offsetof(struct mv_repair_report, keywords_defined)},
+    /* memos of bodies that are gone (schema version 14): derived, so simply dropped */
+    {"DELETE FROM body_memos WHERE id / 4 NOT IN (SELECT id FROM bodies)",
+     offsetof(struct mv_repair_report, memos_removed)},
 };
 
 /* Header copies (bodies.head, schema version 11) that are not their skeleton's first bytes
