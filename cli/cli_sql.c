@@ -20,7 +20,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* The exit code for an SQLite result code: a bad statement is bad input data. */
+/* The exit code for an SQLite result code of a statement (the database is open: its own
+ * open failing is mv_db_open's code, cli_exit_code): a bad statement is bad input data. */
 static int cli_sql_exit(int sqlite_rc)
 {
     if (sqlite_rc == SQLITE_IOERR_DATA) {
@@ -37,9 +38,10 @@ static int cli_sql_exit(int sqlite_rc)
     case SQLITE_READONLY:
         return CLI_EXIT_NOPERM;
     case SQLITE_IOERR:
-        return CLI_EXIT_IOERR;
     case SQLITE_CANTOPEN:
-        return CLI_EXIT_NOINPUT;
+        /* a file a statement needed (an ATTACHed database, a temp file): the database
+         * itself is open, so not 66 (EX_NOINPUT: "DBFILE is missing"), which was said */
+        return CLI_EXIT_IOERR;
     case SQLITE_NOMEM:
         return CLI_EXIT_OSERR;
     default:

@@ -143,6 +143,9 @@ check sql_syntax_error bash -c "[ $rc -eq 65 ] && grep -q '^mailvault: near \"SE
 run "$mv" sql --password-file "$pw" "$db" "SELECT 1" "SELECT * FROM nowhere" "SELECT 3"
 check sql_error_stops bash -c "[ $rc -eq 65 ] && [ \"\$(cat '$out')\" = 1 ] &&
                                grep -q 'no such table: nowhere' '$err'"
+# a file a statement cannot open is an I/O error (74), not a missing DBFILE (66)
+run "$mv" sql --password-file "$pw" "$db" "ATTACH '$tmp/no/such/dir/x.db' AS x"
+check statement_cantopen_exit_74 bash -c "[ $rc -eq 74 ] && grep -q 'unable to open' '$err'"
 run "$mv" sql --readonly --password-file "$pw" "$db" "DELETE FROM t"
 check readonly_refuses_writes bash -c "[ $rc -eq 77 ] && grep -q 'readonly' '$err'"
 
