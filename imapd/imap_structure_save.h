@@ -4,10 +4,10 @@
  * (imap_structure_save.c).
  *
  * USAGE (the worker's writer thread that holds the store's user)
- *   size_t saved;
- *   int rc = imap_structure_save(cache, store, IMAP_STRUCTURE_SAVE_BATCH, &saved);
- *       between jobs, while it returns MV_OK with saved > 0 and no job waits;
- *       at the store's close, until saved is 0
+ *   size_t taken;
+ *   int rc = imap_structure_save(cache, store, IMAP_STRUCTURE_SAVE_BATCH, &taken);
+ *       between jobs, while it returns MV_OK with taken > 0 and no job waits;
+ *       at the store's close, until taken is 0 or it fails
  */
 #ifndef MV_IMAPD_IMAP_STRUCTURE_SAVE_H
 #define MV_IMAPD_IMAP_STRUCTURE_SAVE_H

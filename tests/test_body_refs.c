@@ -53,13 +53,7 @@ static void br_fill(const char *name, mv_store **s)
 /* Opens name@example.org's store again, as a server's login would (its migration runs). */
 static void br_reopen(const char *name, mv_store **s)
 {
-    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
-    o.root = tu_path("root");
-    o.kdf_iter = TU_KDF_ITER;
-    char address[128], err[256] = "";
-    snprintf(address, sizeof address, "%s@example.org", name);
-    CHECK_EQ_INT(mv_store_open(address, BR_PASSWORD, strlen(BR_PASSWORD), &o, s, err, sizeof err),
-                 MV_OK);
+    CHECK_EQ_INT(tu_store_open(name, BR_PASSWORD, s), MV_OK);
 }
 
 static void br_problem(void *arg, const char *what, const char *detail)

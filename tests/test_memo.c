@@ -34,21 +34,6 @@ static void mm_append(mv_store *s, const char *mailbox, uint32_t i, size_t n)
     CHECK_EQ_INT(mv_message_append(s, mailbox, msg, len, 0, NULL, 1700000000 + i, NULL), MV_OK);
 }
 
-/* Opens name@example.org's store again (its migration runs). */
-static int mm_reopen(const char *name, mv_store **s)
-{
-    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
-    o.root = tu_path("root");
-    o.kdf_iter = TU_KDF_ITER;
-    char address[128], err[256] = "";
-    snprintf(address, sizeof address, "%s@example.org", name);
-    int rc = mv_store_open(address, MM_PASSWORD, strlen(MM_PASSWORD), &o, s, err, sizeof err);
-    if (rc != MV_OK) {
-        printf("  # open %s: %s\n", address, err);
-    }
-    return rc;
-}
-
 static uint32_t mm_uidvalidity(mv_store *s, const char *mailbox)
 {
     struct mv_mailbox_info info;
@@ -128,7 +113,7 @@ static void test_kept_and_read_back(void)
     uint32_t work = mm_uidvalidity(s, "Work");
     CHECK_EQ_INT(mm_put1(s, work, 1, 2, "work"), 1);
     mv_store_close(&s);
-    CHECK_EQ_INT(mm_reopen("kept", &s), MV_OK);
+    CHECK_EQ_INT(tu_store_open("kept", MM_PASSWORD, &s), MV_OK);
     CHECK(mm_is(s, uv, 1, 3, "one-three"));
     CHECK_EQ_INT(mv_mailbox_rename(s, "Work", "Play"), MV_OK);
     CHECK(mm_is(s, work, 1, 2, "work"));
@@ -286,7 +271,7 @@ static void test_migration_from_13(void)
                  SQLITE_OK);
     uint32_t uv = mm_uidvalidity(s, "INBOX");
     mv_store_close(&s);
-    CHECK_EQ_INT(mm_reopen("migrate", &s), MV_OK);
+    CHECK_EQ_INT(tu_store_open("migrate", MM_PASSWORD, &s), MV_OK);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "PRAGMA user_version"), TU_SCHEMA_VERSION);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM sqlite_schema WHERE name IN "
                                         "('body_memos', 'body_memos_gone', "

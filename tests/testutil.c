@@ -378,6 +378,21 @@ int tu_store_create(const char *name, const char *password, int64_t cache_kib, m
     return rc;
 }
 
+int tu_store_open(const char *name, const char *password, mv_store **s)
+{
+    char address[128], err[512] = "";
+    struct mv_store_options o = MV_STORE_OPTIONS_INIT;
+    o.root = tu_path("root");
+    o.kdf_iter = TU_KDF_ITER;
+    snprintf(address, sizeof address, "%s@example.org", name);
+    *s = NULL;
+    int rc = mv_store_open(address, password, strlen(password), &o, s, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  open %s: %s\n", address, err);
+    }
+    return rc;
+}
+
 int tu_store_file_create(const char *name, const char *password, mv_cipher cipher)
 {
     char dir[1024], db_path[1200];

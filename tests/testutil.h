@@ -44,6 +44,9 @@ void tu_expected_digest(int count, char out[65]);
 /* Creates the store name@example.org under tu_path("root") with password (TU_KDF_ITER, a
  * cache of cache_kib) and opens it into *s; prints the reason on failure. */
 int tu_store_create(const char *name, const char *password, int64_t cache_kib, mv_store **s);
+/* Opens the store name@example.org made by tu_store_create again (TU_KDF_ITER, the default
+ * cache), as a server's login would: its migration runs. Prints the reason on failure. */
+int tu_store_open(const char *name, const char *password, mv_store **s);
 /* Makes the file of the store name@example.org under tu_path("root") an empty database with
  * cipher (the cipher's default KDF), as an older mailvault wrote it (mv_store_init writes
  * chacha20 only); the next mv_store_open makes the schema, the mailboxes and the key pair.
