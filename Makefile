@@ -208,7 +208,7 @@ $(BUILD)/asan/tests/test_faults $(BUILD)/asan/tests/test_noshm: LIBS += -Wl,--wr
 # a worker.
 $(BUILD)/asan/tests/test_wipe: LIBS := -lssl $(LIBS) -Wl,--wrap=free -Wl,--wrap=realloc
 $(BUILD)/asan/tests/test_wipe: $(filter-out %/main.o,$(IMAPD_SRC:%.c=$(BUILD)/asan/%.o))
-$(BUILD)/asan/tests/test_imap_mime $(BUILD)/asan/fuzz/fuzz_imap_mime: $(BUILD)/asan/imapd/imap_mime.o $(BUILD)/asan/imapd/buf.o
+$(BUILD)/asan/tests/test_imap_mime $(BUILD)/asan/tests/test_imap_mime_skeleton $(BUILD)/asan/fuzz/fuzz_imap_mime: $(BUILD)/asan/imapd/imap_mime.o $(BUILD)/asan/imapd/buf.o
 
 # The archive goes last: server objects a test adds (above) call into the library too.
 $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/%.o $(BUILD)/asan/tests/harness.o $(BUILD)/asan/tests/testutil.o $(BUILD)/asan/libmailvault.a

@@ -53,6 +53,7 @@ static void cli_repair_print(const struct mv_repair_report *r)
         {"header copies made again from the message", r->header_copies_rebuilt},
         {"keywords defined in the mailbox whose message carries them", r->keywords_defined},
         {"memos of removed bodies deleted", r->memos_removed},
+        {"attachments' line counts counted again", r->part_counts_fixed},
     };
     if (r->bodies_unreadable > 0) { /* not repaired: the check names them */
         printf("not repaired: %u bodies whose bytes are damaged (mailvault check names them)\n",
@@ -92,6 +93,8 @@ static void cli_repair_json_report(struct cli_json *w, const struct mv_repair_re
     cli_json_uint(w, r->keywords_defined);
     cli_json_key(w, "memos_removed");
     cli_json_uint(w, r->memos_removed);
+    cli_json_key(w, "part_counts_fixed");
+    cli_json_uint(w, r->part_counts_fixed);
 }
 
 int cli_repair_main(int argc, char **argv)

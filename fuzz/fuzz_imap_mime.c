@@ -13,10 +13,16 @@
  *     is the same as through GMime's message and address parser.
  *   - BODYSTRUCTURE and BODY from the top part alone (imap_mime_open_structure, no GMime
  *     message) are the same as from the message.
+ *   - BODYSTRUCTURE and BODY from the skeleton the store would keep (store_parse's leaf parts
+ *     cut out, here every one of FUZZ_SPLIT bytes or more, with store_part_count's counts)
+ *     are the same as from the message, or refused (imap_mime_open_skeleton MV_EUNSUPPORTED,
+ *     imap_mime_bodystructure -1), never different.
  *
  * Corpus: fuzz/corpus/imap_mime (multipart, nested message/rfc822, broken MIME, groups).
  */
 #include "../imapd/imap_mime.h"
+#include "store/store_blob.h"
+#include "store/store_parse.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -48,6 +54,61 @@ static int fuzz_balanced(const struct buf *b)
         }
     }
     return depth == 0;
+}
+
+/* Parts this long are cut (the store's 128 KiB, small so that small inputs have cuts). */
+#define FUZZ_SPLIT 16
+
+/* The skeleton of data as the store would keep it, described: the same as t's answers
+ * (the whole message, imap_mime_open_structure) or refused. */
+static void fuzz_skeleton(const uint8_t *data, size_t size, struct imap_mime *t)
+{
+    struct store_parsed p;
+    if (store_parse(data, size, NULL, FUZZ_SPLIT, &p, NULL, 0) != MV_OK) {
+        return; /* over a limit: the store refuses the message */
+    }
+    struct mv_message_cut *cuts = calloc(p.part_count + 1, sizeof *cuts);
+    char *skel = malloc(size + 1);
+    size_t len = 0, from = 0;
+    for (size_t i = 0; cuts != NULL && skel != NULL && i < p.part_count; i++) {
+        const struct store_part_range *r = &p.parts[i];
+        memcpy(skel + len, data + from, (size_t)r->start - from);
+        len += (size_t)r->start - from;
+        cuts[i].position = len;
+        cuts[i].size = r->end - r->start;
+        store_part_count(data + r->start, (size_t)(r->end - r->start), &cuts[i].lines,
+                         &cuts[i].marks);
+        from = (size_t)r->end;
+    }
+    struct imap_mime *k = NULL;
+    if (cuts != NULL && skel != NULL) {
+        memcpy(skel + len, data + from, size - from);
+        len += size - from;
+        int rc = imap_mime_open_skeleton(skel, len, size, cuts, p.part_count, &k);
+        if (rc != MV_OK && rc != MV_EUNSUPPORTED) {
+            abort();
+        }
+    }
+    struct buf a = {0}, b = {0};
+    for (int utf8 = 0; k != NULL && utf8 <= 1; utf8++) {
+        imap_mime_set_utf8(k, utf8);
+        imap_mime_set_utf8(t, utf8);
+        for (int ext = 0; ext <= 1; ext++) {
+            buf_free(&a);
+            buf_free(&b);
+            imap_mime_bodystructure(t, &a, ext);
+            if (imap_mime_bodystructure(k, &b, ext) == 0 &&
+                (b.len != a.len || memcmp(a.data, b.data, a.len) != 0)) {
+                abort();
+            }
+        }
+    }
+    buf_free(&a);
+    buf_free(&b);
+    imap_mime_close(&k);
+    free(skel);
+    free(cuts);
+    store_parsed_free(&p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -115,6 +176,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     buf_free(&out);
     buf_free(&env);
+    fuzz_skeleton(data, size, t);
     imap_mime_close(&t);
     imap_mime_close(&e);
     imap_mime_close(&m);

@@ -419,13 +419,87 @@ static void imap_fetch_structure_out(
         return;
     }
     size_t start = out->len;
-    imap_mime_bodystructure(mime, out, extensible);
+    (void)imap_mime_bodystructure(mime, out, extensible); /* not a skeleton: never -1 */
+    metrics_structure_made(0);
     if (!out->oom && x->s->store != NULL) {
         struct imap_structure_key key = imap_fetch_structure_key(x, i, extensible);
         imap_structure_cache_put(x->s->store->structure_cache, &key, out->data + start,
                                  out->len - start, 1);
         worker_structure_unsaved(); /* saved in the store's memos between jobs */
     }
+}
+
+/* Parts stored apart one skeleton read takes (each is 128 KiB or more: 8 MiB of parts; a
+ * message with more is read whole). */
+#define IMAP_FETCH_SKELETON_CUTS 64
+
+/* The items of needs a FETCH answers from message i's skeleton alone: BODYSTRUCTURE and BODY
+ * when nothing else of it needs the message's bytes (the items from the view need none). */
+static unsigned imap_fetch_skeleton_items(const struct imap_fetch *f, unsigned needs)
+{
+    const unsigned structure = IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY;
+    const unsigned listed = IMAP_FETCH_UID | IMAP_FETCH_FLAGS | IMAP_FETCH_INTERNALDATE |
+                            IMAP_FETCH_RFC822_SIZE | IMAP_FETCH_MODSEQ;
+    if (f->section_count != 0 || (needs & ~(structure | listed)) != 0) {
+        return 0;
+    }
+    return needs & structure;
+}
+
+/* BODYSTRUCTURE and BODY (want: either or both) of message i made from its skeleton
+ * (issue 13): the parts stored apart, 128 KiB or more each, were most of the bytes the first
+ * FETCH BODYSTRUCTURE of a mailbox read, decrypted and had GMime scan, where only their sizes
+ * and line counts go into the answer. Into answers[1] (BODYSTRUCTURE) and answers[0], and
+ * kept in the structure cache as imap_fetch_structure_out() keeps what it makes. Returns want,
+ * or 0 (nothing kept) when the skeleton cannot stand in for the message: no body key, parts
+ * stored before the store counted their lines, a parse that does not account for every cut
+ * (imap_mime_open_skeleton); then the message is read whole, as before. */
+static unsigned
+imap_fetch_structure_skeleton(struct imap_ctx *x, size_t i, unsigned want, struct buf answers[2])
+{
+    struct mv_message_key key;
+    if (want == 0 || !imap_fetch_key(&x->s->view, i, &key)) {
+        return 0;
+    }
+    struct mv_message_cut cuts[IMAP_FETCH_SKELETON_CUTS];
+    void *raw = NULL;
+    size_t len = 0, cut_count = 0;
+    struct imap_mime *mime = NULL;
+    int rc =
+        mv_message_skeleton_keyed(imap_db(x->s), x->s->view.mailbox, &key, imap_fetch_place_copy,
+                                  &raw, &len, cuts, IMAP_FETCH_SKELETON_CUTS, &cut_count);
+    if (rc == MV_OK) {
+        rc = imap_mime_open_skeleton(raw, len, (size_t)key.size, cuts, cut_count, &mime);
+    }
+    unsigned made = 0;
+    for (int extensible = 1; rc == MV_OK && extensible >= 0; extensible--) {
+        unsigned item = extensible ? IMAP_FETCH_BODYSTRUCTURE : IMAP_FETCH_BODY;
+        if ((want & item) != 0) {
+            imap_mime_set_utf8(mime, x->s->utf8_accept);
+            rc = imap_mime_bodystructure(mime, &answers[extensible], extensible) == 0 &&
+                         !answers[extensible].oom
+                     ? MV_OK
+                     : MV_ERROR;
+            made |= rc == MV_OK ? item : 0;
+        }
+    }
+    imap_mime_close(&mime);
+    mv_free(raw);
+    if (rc != MV_OK) {
+        buf_free(&answers[0]);
+        buf_free(&answers[1]);
+        return 0;
+    }
+    for (int extensible = 1; extensible >= 0 && x->s->store != NULL; extensible--) {
+        if ((made & (extensible ? IMAP_FETCH_BODYSTRUCTURE : IMAP_FETCH_BODY)) != 0) {
+            struct imap_structure_key k = imap_fetch_structure_key(x, i, extensible);
+            imap_structure_cache_put(x->s->store->structure_cache, &k, answers[extensible].data,
+                                     answers[extensible].len, 1);
+            worker_structure_unsaved();
+            metrics_structure_made(1);
+        }
+    }
+    return made;
 }
 
 /* One message's FETCH response: message i of the view, st->idx[place] of its FETCH, whose
@@ -455,6 +529,8 @@ static int imap_fetch_one(struct imap_ctx *x,
         found |= imap_fetch_structure_cached(x, stored, place, i, IMAP_FETCH_BODY, &cached[0]);
     }
     unsigned needs = items & ~found;
+    found |= imap_fetch_structure_skeleton(x, i, imap_fetch_skeleton_items(f, needs), cached);
+    needs = items & ~found;
     int need_mime =
         (needs & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
     int whole_only = imap_fetch_whole_only(f, needs);
@@ -869,7 +945,9 @@ static void imap_fetch_prefetch(struct imap_ctx *x, struct imap_fetch_state *st,
         }
     }
     st->prefetched = i;
-    if (n > 1) { /* one message alone: its own reads are as soon */
+    if (n > 1 && for_structure && imap_fetch_skeleton_items(st->f, st->f->items) != 0) {
+        (void)mv_message_prefetch_skeletons(store, keys, n); /* imap_fetch_structure_skeleton */
+    } else if (n > 1) { /* one message alone: its own reads are as soon */
         (void)mv_message_prefetch_keyed(store, keys, n);
     }
 }

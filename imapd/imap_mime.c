@@ -77,6 +77,20 @@ struct imap_mime {
     size_t body_lines;
     int utf8; /* imap_mime_set_utf8(): UTF-8 strings go out quoted, display names undecoded */
     int gmime_addresses; /* imap_mime_set_gmime_addresses(): no imap_mime_addresses_simple() */
+    struct mv_message_cut *cuts; /* imap_mime_open_skeleton: the parts raw is without */
+    size_t cut_count;
+};
+
+/* What a BODYSTRUCTURE walk carries down: the session's UTF-8 setting and, for a skeleton,
+ * its cuts and which of them a leaf part stood in for. */
+struct imap_mime_walk {
+    int utf8;
+    const char *raw; /* the skeleton */
+    size_t len;
+    const struct mv_message_cut *cuts;
+    size_t cut_count;
+    size_t claimed; /* cuts whose leaf part the walk described */
+    int lost;       /* a size the walk could not make whole: the answer is not the message's */
 };
 
 void imap_mime_set_gmime_addresses(struct imap_mime *m, int on)
@@ -254,6 +268,52 @@ int imap_mime_open_structure(const char *raw, size_t len, struct imap_mime **out
                            out);
 }
 
+int imap_mime_open_skeleton(const char *raw,
+                            size_t len,
+                            size_t size,
+                            const struct mv_message_cut *cuts,
+                            size_t cut_count,
+                            struct imap_mime **out)
+{
+    *out = NULL;
+    size_t marks = 0, lines = 0, cut = 0, at = 0;
+    for (size_t i = 0; i < cut_count; i++) {
+        size_t p = (size_t)cuts[i].position;
+        /* (1) in order, inside the skeleton; (2) the part's content ended at a line break
+         * or the end: there the skeleton's line is empty, so no line of the message was made
+         * of skeleton and part bytes both, and counts over the two add up. */
+        if (cuts[i].position > len || p < at ||
+            !(p == len || raw[p] == '\n' ||
+              (raw[p] == '\r' && p + 1 < len && raw[p + 1] == '\n'))) {
+            return MV_EUNSUPPORTED;
+        }
+        at = p + 1;
+        marks += (size_t)cuts[i].marks;
+        lines += (size_t)cuts[i].lines;
+        cut += (size_t)cuts[i].size;
+    }
+    /* the message itself would be one text part: read it whole for that answer */
+    if (cut != size - len ||
+        imap_mime_structure_lines(raw, len) + marks > IMAP_MIME_STRUCTURE_MAX) {
+        return MV_EUNSUPPORTED;
+    }
+    int rc = imap_mime_open_structure(raw, len, out);
+    if (rc != MV_OK || cut_count == 0) {
+        return rc;
+    }
+    struct imap_mime *m = *out;
+    m->cuts = malloc(cut_count * sizeof *m->cuts);
+    if (m->cuts == NULL) {
+        imap_mime_close(out);
+        return MV_ENOMEM;
+    }
+    memcpy(m->cuts, cuts, cut_count * sizeof *m->cuts);
+    m->cut_count = cut_count;
+    m->body_size += cut;
+    m->body_lines += lines;
+    return MV_OK;
+}
+
 void imap_mime_close(struct imap_mime **m)
 {
     if (m == NULL || *m == NULL) {
@@ -268,6 +328,7 @@ void imap_mime_close(struct imap_mime **m)
     if ((*m)->stream != NULL) {
         imap_mime_stream_drop((*m)->stream);
     }
+    free((*m)->cuts);
     free(*m);
     *m = NULL;
 }
@@ -1064,8 +1125,27 @@ static void imap_mime_disposition(struct buf *out, GMimeObject *obj, int utf8)
     buf_str(out, ")");
 }
 
-/* The octets and lines of a leaf part's content, as in the message. */
-static void imap_mime_content_size(GMimePart *part, size_t *size, size_t *lines)
+/* The bytes and lines of the walk's cuts at skeleton offsets from to to (both included: a
+ * part cut at the end of an entity's span belongs to it). A part cut at the end of the span
+ * where the skeleton goes on with a bare LF may have ended with the CR of a CR LF, which
+ * GMime leaves in a part's content and the span (the raw walk: the line break before a
+ * delimiter is the delimiter's) does not: that span's size is not known (lost). */
+static void
+imap_mime_cuts_within(struct imap_mime_walk *w, size_t from, size_t to, size_t *size, size_t *lines)
+{
+    for (size_t i = 0; i < w->cut_count; i++) {
+        if (w->cuts[i].position >= from && w->cuts[i].position <= to) {
+            *size += (size_t)w->cuts[i].size;
+            *lines += (size_t)w->cuts[i].lines;
+            w->lost |= w->cuts[i].position == to && to < w->len && w->raw[to] == '\n';
+        }
+    }
+}
+
+/* The octets and lines of a leaf part's content, as in the message. In a skeleton, a part
+ * whose content is empty where a part was cut out is that part: its recorded counts. */
+static void
+imap_mime_content_size(struct imap_mime_walk *walk, GMimePart *part, size_t *size, size_t *lines)
 {
     GMimeDataWrapper *w = g_mime_part_get_content(part);
     GMimeStream *s = w != NULL ? g_mime_data_wrapper_get_stream(w) : NULL;
@@ -1081,6 +1161,15 @@ static void imap_mime_content_size(GMimePart *part, size_t *size, size_t *lines)
         *lines += imap_count_lines(chunk, (size_t)n);
     }
     (void)g_mime_stream_reset(s);
+    for (size_t i = 0;
+         walk->cut_count > 0 && *size == 0 && s->bound_start >= 0 && i < walk->cut_count; i++) {
+        if (walk->cuts[i].position == (uint64_t)s->bound_start) {
+            *size = (size_t)walk->cuts[i].size;
+            *lines = (size_t)walk->cuts[i].lines;
+            walk->claimed++;
+            break;
+        }
+    }
 }
 
 /* The BODYSTRUCTURE walk: raw is the message, span the bytes of the object described (NULL
@@ -1091,7 +1180,7 @@ static void imap_mime_body(struct buf *out,
                            int depth,
                            const char *raw,
                            const struct imap_mime_entity *span,
-                           int utf8);
+                           struct imap_mime_walk *w);
 
 static void imap_mime_multipart(struct buf *out,
                                 GMimeObject *obj,
@@ -1099,8 +1188,9 @@ static void imap_mime_multipart(struct buf *out,
                                 int depth,
                                 const char *raw,
                                 const struct imap_mime_entity *span,
-                                int utf8)
+                                struct imap_mime_walk *w)
 {
+    int utf8 = w->utf8;
     GMimeMultipart *mp = GMIME_MULTIPART(obj);
     int n = g_mime_multipart_get_count(mp);
     GMimeContentType *ct = g_mime_object_get_content_type(obj);
@@ -1117,7 +1207,7 @@ static void imap_mime_multipart(struct buf *out,
         struct imap_mime_entity part = {0, 0, 0, 0, 0};
         known = known && imap_mime_next_part(raw, span, boundary, digest, &at, &part) == 0;
         imap_mime_body(out, g_mime_multipart_get_part(mp, i), ext, depth + 1, raw,
-                       known ? &part : NULL, utf8);
+                       known ? &part : NULL, w);
     }
     if (n == 0) { /* RFC 3501 needs at least one part: an empty text part */
         buf_str(out, "(\"TEXT\" \"PLAIN\" NIL NIL NIL \"7BIT\" 0 0)");
@@ -1171,18 +1261,21 @@ static void imap_mime_message_part(struct buf *out,
                                    int depth,
                                    const char *raw,
                                    const struct imap_mime_entity *span,
-                                   int utf8)
+                                   struct imap_mime_walk *w)
 {
+    int utf8 = w->utf8;
     GMimeMessage *inner = g_mime_message_part_get_message(GMIME_MESSAGE_PART(obj));
     size_t size = 0, lines = 0;
     struct imap_mime_entity message = {0, 0, 0, 1, 0};
     if (span != NULL) { /* the bytes as stored: BODY[n] has exactly this size */
         size = span->end - span->body;
         lines = imap_count_lines(raw + span->body, size);
+        imap_mime_cuts_within(w, span->body, span->end, &size, &lines);
         message.begin = span->body;
         message.body = imap_mime_body_start(raw, span->body, span->end);
         message.end = span->end;
     } else if (inner != NULL) {
+        w->lost |= w->cut_count > 0; /* which cuts are inside is not known */
         char *text = g_mime_object_to_string(GMIME_OBJECT(inner), NULL);
         size = text != NULL ? strlen(text) : 0;
         lines = text != NULL ? imap_count_lines(text, size) : 0;
@@ -1198,7 +1291,7 @@ static void imap_mime_message_part(struct buf *out,
         imap_mime_envelope_of(out, &src, utf8);
         buf_str(out, " ");
         imap_mime_body(out, g_mime_message_get_mime_part(inner), ext, depth + 1, raw,
-                       span != NULL ? &message : NULL, utf8);
+                       span != NULL ? &message : NULL, w);
     } else {
         buf_str(out, "(NIL NIL NIL NIL NIL NIL NIL NIL NIL NIL) (\"TEXT\" \"PLAIN\" NIL NIL NIL "
                      "\"7BIT\" 0 0)");
@@ -1216,24 +1309,25 @@ static void imap_mime_body(struct buf *out,
                            int depth,
                            const char *raw,
                            const struct imap_mime_entity *span,
-                           int utf8)
+                           struct imap_mime_walk *w)
 {
+    int utf8 = w->utf8;
     if (obj == NULL || depth > IMAP_MIME_DEPTH_MAX) {
         buf_str(out, "(\"TEXT\" \"PLAIN\" NIL NIL NIL \"7BIT\" 0 0)");
         return;
     }
     if (GMIME_IS_MULTIPART(obj)) {
-        imap_mime_multipart(out, obj, ext, depth, raw, span, utf8);
+        imap_mime_multipart(out, obj, ext, depth, raw, span, w);
         return;
     }
     if (GMIME_IS_MESSAGE_PART(obj)) {
-        imap_mime_message_part(out, obj, ext, depth, raw, span, utf8);
+        imap_mime_message_part(out, obj, ext, depth, raw, span, w);
         return;
     }
     size_t size = 0, lines = 0;
     const char *encoding = NULL;
     if (GMIME_IS_PART(obj)) {
-        imap_mime_content_size(GMIME_PART(obj), &size, &lines);
+        imap_mime_content_size(w, GMIME_PART(obj), &size, &lines);
         encoding =
             g_mime_content_encoding_to_string(g_mime_part_get_content_encoding(GMIME_PART(obj)));
     }
@@ -1250,21 +1344,32 @@ static void imap_mime_body(struct buf *out,
     buf_str(out, ")");
 }
 
-void imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int extensible)
+int imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int extensible)
 {
     GMimeObject *part = m->message != NULL ? g_mime_message_get_mime_part(m->message) : m->top;
     if (m->message == NULL && m->top == NULL) {
         buf_printf(out,
                    "(\"TEXT\" \"PLAIN\" (\"CHARSET\" \"US-ASCII\") NIL NIL \"7BIT\" %zu %zu%s)",
                    m->body_size, m->body_lines, extensible ? " NIL NIL NIL NIL" : "");
-        return;
+        return 0;
     }
     /* The top part has the message's header and body. */
     struct imap_mime_entity top = {0, 0, m->size, 1, 0};
     if (m->raw != NULL) {
         top.body = imap_mime_body_start(m->raw, 0, m->size);
     }
-    imap_mime_body(out, part, extensible, 0, m->raw, m->raw != NULL ? &top : NULL, m->utf8);
+    struct imap_mime_walk w = {
+        .utf8 = m->utf8, .raw = m->raw, .len = m->size, .cuts = m->cuts, .cut_count = m->cut_count};
+    size_t start = out->len;
+    imap_mime_body(out, part, extensible, 0, m->raw, m->raw != NULL ? &top : NULL, &w);
+    if (w.lost || w.claimed != w.cut_count) {
+        out->len = start; /* a skeleton GMime did not parse as the message: read it whole */
+        if (out->data != NULL) {
+            out->data[out->len] = '\0';
+        }
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- BODY[part] ---- */

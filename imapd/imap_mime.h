@@ -30,6 +30,22 @@ int imap_mime_open_envelope(const char *raw, size_t len, struct imap_mime **out)
  * BODYSTRUCTURE) are not parsed; the same answer as imap_mime_open() (tests/test_imap_mime.c
  * and the fuzz target compare both). MV_OK or MV_ENOMEM. */
 int imap_mime_open_structure(const char *raw, size_t len, struct imap_mime **out);
+/* For BODYSTRUCTURE and BODY from a message's skeleton (mv_message_skeleton_keyed: raw, len
+ * bytes, without the cut_count large parts cuts name, size bytes with them), so that the
+ * parts stored apart are neither read nor scanned: each leaf part whose content is empty
+ * where a part was cut is described with that part's recorded size and lines, and a
+ * message/rfc822 part's size and lines count the parts inside it. The same answer as
+ * imap_mime_open_structure() of the whole message (tests/test_imap_mime_skeleton.c compares
+ * them), or none: MV_EUNSUPPORTED when the skeleton cannot stand in for the message (a cut not
+ * at a line break, or with the parts the message is over IMAP_MIME_STRUCTURE_MAX), and
+ * imap_mime_bodystructure() gives -1 where GMime's parse of the skeleton did not account for
+ * every cut; then read the message whole. MV_OK, MV_ENOMEM, MV_EUNSUPPORTED. */
+int imap_mime_open_skeleton(const char *raw,
+                            size_t len,
+                            size_t size,
+                            const struct mv_message_cut *cuts,
+                            size_t cut_count,
+                            struct imap_mime **out);
 void imap_mime_close(struct imap_mime **m);
 /* For a session that enabled UTF8=ACCEPT (RFC 6855): ENVELOPE and BODYSTRUCTURE strings that
  * are valid UTF-8 are sent quoted and as they are; otherwise (the default) 8-bit strings are
@@ -40,8 +56,9 @@ void imap_mime_set_utf8(struct imap_mime *m, int utf8);
 void imap_mime_set_gmime_addresses(struct imap_mime *m, int on);
 /* "(date subject from sender reply-to to cc bcc in-reply-to message-id)" */
 void imap_mime_envelope(const struct imap_mime *m, struct buf *out);
-/* BODYSTRUCTURE (extensible 1) or BODY (0). */
-void imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int extensible);
+/* BODYSTRUCTURE (extensible 1) or BODY (0). 0; -1 (nothing written) only for a skeleton
+ * (imap_mime_open_skeleton) whose parse did not account for every part cut from it. */
+int imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int extensible);
 /* What the answers of imap_mime_bodystructure() are kept under in the store (the memos,
  * imap_fetch.c): their format's version and the GMime version that parsed them, so that a
  * server whose answers would differ (a change here, or another GMime) makes them again

@@ -108,7 +108,8 @@ static const char *const metrics_lane_names[JOB_LANES] = {"short", "long", "read
 static atomic_uint_fast64_t metrics_drained;      /* sealed deliveries moved by drain steps */
 static atomic_uint_fast64_t metrics_fetch_direct; /* bytes a FETCH job wrote to its socket */
 /* structure answers: [enum metric_structure], and [3] written to the stores' memos */
-static atomic_uint_fast64_t metrics_structure[4];
+/* lookups by enum metric_structure, then saved, made from a skeleton, made from a message */
+static atomic_uint_fast64_t metrics_structure[6];
 
 /* Jobs waiting in each worker's queue (metrics_init). */
 static atomic_int_fast64_t *metrics_queues;
@@ -181,6 +182,11 @@ void metrics_structure_cache(enum metric_structure result)
 void metrics_structure_saved(uint64_t n)
 {
     atomic_fetch_add_explicit(&metrics_structure[3], n, memory_order_relaxed);
+}
+
+void metrics_structure_made(int from_skeleton)
+{
+    atomic_fetch_add_explicit(&metrics_structure[from_skeleton ? 4 : 5], 1, memory_order_relaxed);
 }
 
 void metrics_connection(enum metric_gauge g, int delta)
@@ -434,6 +440,15 @@ static void metrics_render_work(struct buf *b)
                    "outlive the store's close and the server.");
     buf_printf(b, "mailvaultd_structure_memos_saved_total %llu\n",
                (unsigned long long)metrics_read(&metrics_structure[3]));
+    metrics_family(b, "mailvaultd_structure_made_total", "counter",
+                   "BODYSTRUCTURE and BODY answers made on a miss: from the message's skeleton, "
+                   "its parts stored apart (128 KiB and more) neither read nor parsed, or from "
+                   "the whole message.");
+    buf_printf(b,
+               "mailvaultd_structure_made_total{read=\"skeleton\"} %llu\n"
+               "mailvaultd_structure_made_total{read=\"whole\"} %llu\n",
+               (unsigned long long)metrics_read(&metrics_structure[4]),
+               (unsigned long long)metrics_read(&metrics_structure[5]));
     metrics_family(b, "mailvaultd_structure_cache_bytes", "gauge",
                    "Bytes the open stores' caches of BODYSTRUCTURE and BODY answers hold "
                    "together, at most structure_cache_kib.");

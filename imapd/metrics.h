@@ -66,6 +66,9 @@ enum metric_structure { METRIC_STRUCTURE_MISS, METRIC_STRUCTURE_HIT, METRIC_STRU
 void metrics_structure_cache(enum metric_structure result);
 /* n answers written to a store's memos (the worker, between jobs and at a store's close). */
 void metrics_structure_saved(uint64_t n);
+/* An answer made on a miss: from the message's skeleton, without the parts stored apart
+ * (imap_mime_open_skeleton), or from the whole message. */
+void metrics_structure_made(int from_skeleton);
 /* Before the workers start: room for their queue lengths. 0 or -1. */
 int metrics_init(int workers);
 /* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */

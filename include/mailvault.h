@@ -756,6 +756,41 @@ MV_API MV_MUST_CHECK int mv_message_fetch_keyed_into(mv_store *store,
                                                      void *place_arg,
                                                      size_t *len_out);
 
+/* One large leaf part (MIME) a message's skeleton is without (mv_message_skeleton_keyed):
+ * parts whose content is 128 KiB or more are stored apart from the rest of the message.
+ * Counted over the part's bytes exactly as they are in the message, when it was stored. */
+struct mv_message_cut {
+    uint64_t position; /* offset in the skeleton where the part's bytes were (ascending) */
+    uint64_t size;     /* the part's bytes */
+    uint64_t lines;    /* its LF bytes */
+    uint64_t marks;    /* its lines that begin with "--" or that begin with neither SP nor HTAB
+                        * and hold a ':' (what a MIME parser may take for a boundary or a
+                        * header field; the last line counts without its LF too) */
+};
+#define MV_MESSAGE_CUTS_MAX 1024u /* cuts one mv_message_skeleton_keyed() reports */
+
+/* Message uid's skeleton: its bytes without the large parts stored apart, which are not read
+ * (issue 13: a structure description, FETCH BODYSTRUCTURE, needs their sizes and line counts,
+ * not their bytes, which were most of what its first FETCH read and scanned). place as for
+ * mv_message_fetch_into(), called with the skeleton's size; *len_out gets that size, cuts
+ * (cuts_max entries) what was cut where and *cut_count how many. The skeleton plus the cut
+ * parts' sizes is key->size. Found through key as mv_message_fetch_keyed_into(); nothing
+ * falls back to the UID here. MV_OK; MV_ENOTFOUND (the mailbox changed since key, or the
+ * message is gone); MV_EUNSUPPORTED (nothing to gain or prove this way: key NULL or without a
+ * body key, a store whose pages are not authenticated (the message's SHA-256 needs every
+ * byte), a part stored before schema version 15, which did not count its lines, or more cuts
+ * than cuts_max); then the caller reads the whole message. MV_ECORRUPT (parts that do not
+ * add up), MV_EIO, MV_ENOMEM, MV_EINVAL (NULL argument). */
+MV_API MV_MUST_CHECK int mv_message_skeleton_keyed(mv_store *store,
+                                                   const char *mailbox,
+                                                   const struct mv_message_key *key,
+                                                   void *(*place)(void *arg, size_t size),
+                                                   void *place_arg,
+                                                   size_t *len_out,
+                                                   struct mv_message_cut *cuts,
+                                                   size_t cuts_max,
+                                                   size_t *cut_count);
+
 /* Tells store that the messages of keys (n body keys of a listing, as for
  * mv_message_fetch_keyed_into) are read next: the pages that hold their bodies' rows are
  * asked of the disk at once, without waiting for them, so that a file not in the page cache
@@ -769,6 +804,10 @@ MV_API MV_MUST_CHECK int mv_message_fetch_keyed_into(mv_store *store,
  * byte and no later read's result, and costs a few microseconds a message when the pages
  * are cached already. Returns MV_OK, or MV_EINVAL (store NULL, or keys NULL with n > 0). */
 MV_API int mv_message_prefetch_keyed(mv_store *store, const struct mv_message_key *keys, size_t n);
+/* mv_message_prefetch_keyed() for reads of the skeletons only (mv_message_skeleton_keyed):
+ * the attachments' bytes, which those reads skip, are not asked for. */
+MV_API int
+mv_message_prefetch_skeletons(mv_store *store, const struct mv_message_key *keys, size_t n);
 
 /* Like mv_message_fetch(), but only the message's header: its bytes up to and including the
  * first empty line (an empty first line -- an empty header block, RFC 5322 2.1 -- or the
@@ -1697,15 +1736,16 @@ struct mv_check_report {
  * full-text row per body (but those of the full-text backlog, see mv_store_index_backlog)
  * and none else, every keyword a message carries defined by its mailbox ("keywords"; see
  * limits.mailbox_keywords_max), every body and attachment has its bytes, no memo of a body
- * that is gone ("memos"), every body in use has its header fields row, every index the store's
- * statements name (INDEXED BY) is there: without it they fail); and FTS5's own integrity-check
- * (writable handles only: it takes the write lock). Each problem goes to problem (may be NULL).
- * Returns MV_OK (no problem), MV_ECORRUPT (problems found; see out->problems), MV_EINVAL, MV_EBUSY,
- * MV_ENOMEM, MV_EIO (also when problems were found and the disk failed a read meanwhile: a page
- * SQLite cannot get is reported as a problem with no cause, so such findings may be the disk's, not
- * damage in the data). integrity_check runs a second time when it reports such a page with no
- * failed read, and only the second run's findings count: a damaged page fails again, a page cache
- * short of memory a moment ago does not. */
+ * that is gone ("memos"), every attachment's line counts are its bytes' ("counts": counted
+ * again; what a structure description from the skeleton relies on), every body in use has its
+ * header fields row, every index the store's statements name (INDEXED BY) is there: without it they
+ * fail); and FTS5's own integrity-check (writable handles only: it takes the write lock). Each
+ * problem goes to problem (may be NULL). Returns MV_OK (no problem), MV_ECORRUPT (problems found;
+ * see out->problems), MV_EINVAL, MV_EBUSY, MV_ENOMEM, MV_EIO (also when problems were found and the
+ * disk failed a read meanwhile: a page SQLite cannot get is reported as a problem with no cause, so
+ * such findings may be the disk's, not damage in the data). integrity_check runs a second time when
+ * it reports such a page with no failed read, and only the second run's findings count: a damaged
+ * page fails again, a page cache short of memory a moment ago does not. */
 MV_API MV_MUST_CHECK int mv_store_check(mv_store *store,
                                         mv_problem_fn problem,
                                         void *problem_arg,
@@ -1733,6 +1773,8 @@ struct mv_repair_report {
                                        define (schema version 13): defined */
     uint32_t memos_removed;         /* memos (schema version 14) of bodies that no longer
                                        exist: deleted */
+    uint32_t part_counts_fixed;     /* attachments whose recorded line counts (schema version
+                                       15) were not their bytes': counted again */
 };
 
 /* Rebuilds the data the store derives from its messages, in one transaction: the full-text

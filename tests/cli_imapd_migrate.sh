@@ -43,7 +43,7 @@ stop_server_checked "$tmp/server.log"
 
 run "$mv" info "$user" --password-file "$tmp/pw.$user" --json
 check "info: no full-text rows left to move" bash -c \
-    "[ $rc -eq 0 ] && $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d[\"fts_rows_left\"] != 0 or d[\"schema_version\"] != 14)' '$out'"
+    "[ $rc -eq 0 ] && $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d[\"fts_rows_left\"] != 0 or d[\"schema_version\"] != 15)' '$out'"
 run "$mv" check "$user" --password-file "$tmp/pw.$user"
 check "check: the migrated store is sound" ok
 finish

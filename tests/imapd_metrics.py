@@ -77,6 +77,7 @@ FAMILIES = {
     "mailvaultd_structure_cache_lookups": "counter",
     "mailvaultd_structure_cache_bytes": "gauge",
     "mailvaultd_structure_memos_saved": "counter",
+    "mailvaultd_structure_made": "counter",
     "mailvaultd_worker_queue_length": "gauge",
     "mailvaultd_queue_depth": "gauge",
     "mailvaultd_start_time_seconds": "gauge",
@@ -378,6 +379,69 @@ def check_structure_cache(args):
         c.close()
 
 
+def big_part(n):
+    """n bytes of base64-looking lines (deterministic): a part the store keeps apart."""
+    line = bytes((65 + (i * 7) % 26) for i in range(76)) + b"\r\n"
+    return line * (n // len(line) + 1)
+
+
+# Messages with parts of 128 KiB and more, which the store keeps apart from the skeleton
+SKELETON_MESSAGES = [
+    b"From: a@example.org\r\nSubject: big\r\nMIME-Version: 1.0\r\n"
+    b"Content-Type: multipart/mixed; boundary=\"s1\"\r\n\r\n--s1\r\n"
+    b"Content-Type: text/plain\r\n\r\nsee the file\r\n--s1\r\n"
+    b"Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: base64\r\n\r\n"
+    + big_part(150000) + b"--s1--\r\n",
+    b"From: a@example.org\r\nSubject: fwd big\r\nMIME-Version: 1.0\r\n"
+    b"Content-Type: message/rfc822\r\n\r\nFrom: b@example.org\r\nSubject: inner\r\n"
+    b"Content-Type: text/plain\r\n\r\n" + big_part(140000),
+]
+
+
+def check_structure_skeleton(args):
+    """BODYSTRUCTURE of messages with parts stored apart is made from their skeletons (the
+    parts neither read nor parsed: imap_mime_open_skeleton), byte for byte what the whole
+    message gives: a UTF8=ACCEPT session (answers of its own, the same for ASCII) that also
+    asks for ENVELOPE reads them whole."""
+    user, password = args.user.split(":", 1)
+    a = imapd_common.imap_login(args.imap, user, password, 30)
+    a.command("CREATE skeleton")
+    for m in SKELETON_MESSAGES:
+        a.command("APPEND skeleton", m)
+    a.command("EXAMINE skeleton")
+    made = "mailvaultd_structure_made_total"
+    n = len(SKELETON_MESSAGES)
+    _, _, s0 = scrape(args.metrics)
+    skel, t1 = structures(a, "(BODYSTRUCTURE)")
+    _, _, s1 = scrape(args.metrics)
+    R.report("skeleton: BODYSTRUCTURE of messages with big parts made without reading them",
+             b" OK" in t1 and len(skel) == n and delta(s0, s1, made, read="skeleton") == n
+             and delta(s0, s1, made, read="whole") == 0,
+             "%r %r" % (t1, [delta(s0, s1, made, read=r) for r in ("skeleton", "whole")]))
+    u = imapd_common.imap_login(args.imap, user, password, 30)
+    u.command("ENABLE UTF8=ACCEPT")
+    u.command("EXAMINE skeleton")
+    whole, t2 = structures(u, "(ENVELOPE BODYSTRUCTURE)")
+    _, _, s2 = scrape(args.metrics)
+
+    def bodystructure(line):
+        return line.split(b" BODYSTRUCTURE ", 1)[1] if b" BODYSTRUCTURE " in line else None
+    R.report("skeleton: the same answers as from the whole messages",
+             b" OK" in t2 and delta(s1, s2, made, read="whole") == n
+             and all(bodystructure(skel[k]) == bodystructure(whole[k]) for k in skel)
+             and all(bodystructure(skel[k]) is not None for k in skel),
+             "%r\n%r" % (skel, whole))
+    # the sizes are the parts' own: the attachment's encoded octets (the line break before
+    # the delimiter is the delimiter's), the attached message's
+    R.report("skeleton: the parts' sizes as in the messages",
+             (b" %d " % (len(big_part(150000)) - 2)) in skel[b"1"]
+             and (b" %d " % (len(SKELETON_MESSAGES[1]) - SKELETON_MESSAGES[1].index(b"\r\n\r\n")
+                             - 4)) in skel[b"2"], repr(skel))
+    for c in (a, u):
+        c.command("LOGOUT")
+        c.close()
+
+
 def answers(lines):
     """{sequence number: FETCH line} as JSON can hold it."""
     return {k.decode(): v.decode("latin-1") for k, v in lines.items()}
@@ -449,6 +513,7 @@ def main():
         check_format(args.metrics)
         check_counts(args)
         check_structure_cache(args)
+        check_structure_skeleton(args)
         check_http(args.metrics)
     except Exception as e:  # a crash is a failure, not a silent pass
         R.report("no exception", False, repr(e))

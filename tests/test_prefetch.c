@@ -23,6 +23,9 @@
  *     the page cache before the prefetch and all of them are after it (polled with mincore
  *     in a child, with a generous deadline). On a file system that keeps every page (tmpfs)
  *     this part says so and checks nothing more.
+ *   - For skeletons only (mv_message_prefetch_skeletons: a FETCH BODYSTRUCTURE that reads no
+ *     attachment) the leaves arrive the same and no attachment's chain page is asked for:
+ *     none is in the page cache after it that was not before.
  *   - No read past a chain (COLD WINDOWS, vfs_read_ahead.c): a message with a 400 KB
  *     attachment, read on a fresh connection from the evicted file after the prefetch, leaves
  *     the 128 pages from 8 past the attachment's chain (other messages') out of the page
@@ -553,6 +556,20 @@ static void test_pages_arrive(void)
                "resident after eviction; the walk itself is checked above\n",
                before, N + A + A);
     } else {
+        int att_before = pf_child(path, 0, want + N + A, A, page_size), leaves = 0;
+        CHECK_EQ_INT(mv_message_prefetch_skeletons(s, keys, N + A), MV_OK);
+        for (double end = pf_now() + 30.0; pf_now() < end && leaves >= 0 && leaves < N + A;) {
+            leaves = pf_child(path, 0, want, N + A, page_size);
+            struct timespec pause = {0, 10000000L};
+            nanosleep(&pause, NULL);
+        }
+        int att_skeleton = pf_child(path, 0, want + N + A, A, page_size);
+        printf("  # skeletons only: %d of %d leaves, %d of %d attachments' first chain pages "
+               "(%d before)\n",
+               leaves, N + A, att_skeleton, A, att_before);
+        CHECK_EQ_INT(leaves, N + A);
+        CHECK(att_skeleton >= 0 && att_skeleton <= att_before);
+        CHECK_EQ_INT(pf_child(path, 1, NULL, 0, page_size), 0); /* evicted again */
         CHECK_EQ_INT(mv_message_prefetch_keyed(s, keys, N + A), MV_OK);
         int after = 0, att_after = 0;
         for (double end = pf_now() + 30.0; pf_now() < end;) {

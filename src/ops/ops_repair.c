@@ -191,6 +191,53 @@ static int ops_repair_from_bytes(mv_store *s, struct mv_repair_report *out)
     return rc;
 }
 
+/* Line counts (schema version 15) that are not the attachment's bytes' (mv_store_check's
+ * "counts"): counted again from the bytes. An attachment whose bytes do not read is left
+ * (the check names it). Counts stored before version 15 (NULL) stay NULL: their messages are
+ * read whole, which is right, only slower. */
+static int ops_repair_part_counts(mv_store *s, struct mv_repair_report *out)
+{
+    sqlite3_stmt *ids = NULL;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT id, lines, marks FROM attachments WHERE lines IS NOT NULL "
+                           "OR marks IS NOT NULL ORDER BY id",
+                           -1, &ids, NULL) != SQLITE_OK) {
+        return store_fail_sqlite(s, "listing attachments");
+    }
+    int rc = MV_OK, step;
+    while (rc == MV_OK && (step = sqlite3_step(ids)) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(ids, 0);
+        uint64_t lines = 0, marks = 0;
+        int read = store_attachment_recount(s, id, &lines, &marks);
+        if (read == MV_ENOMEM) {
+            rc = read;
+        } else if (read == MV_OK && (sqlite3_column_type(ids, 1) == SQLITE_NULL ||
+                                     sqlite3_column_type(ids, 2) == SQLITE_NULL ||
+                                     (uint64_t)sqlite3_column_int64(ids, 1) != lines ||
+                                     (uint64_t)sqlite3_column_int64(ids, 2) != marks)) {
+            sqlite3_stmt *st =
+                store_stmt(s, "UPDATE attachments SET lines = ?, marks = ? WHERE id = ?");
+            if (st == NULL) {
+                rc = store_fail_sqlite(s, "counting an attachment again");
+            } else {
+                sqlite3_bind_int64(st, 1, (sqlite3_int64)lines);
+                sqlite3_bind_int64(st, 2, (sqlite3_int64)marks);
+                sqlite3_bind_int64(st, 3, id);
+                rc = sqlite3_step(st) == SQLITE_DONE
+                         ? MV_OK
+                         : store_fail_sqlite(s, "counting an attachment again");
+                sqlite3_reset(st);
+                out->part_counts_fixed += rc == MV_OK;
+            }
+        } /* else damaged: left, reported */
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "listing attachments");
+    }
+    sqlite3_finalize(ids);
+    return rc;
+}
+
 static int ops_repair_run(mv_store *s, struct mv_repair_report *out)
 {
     /* The indexes that statements name first: the steps below may name them. */
@@ -223,6 +270,9 @@ static int ops_repair_run(mv_store *s, struct mv_repair_report *out)
     rc = ops_repair_from_bytes(s, out);
     if (rc == MV_OK) {
         rc = ops_repair_header_copies(s, out);
+    }
+    if (rc == MV_OK) {
+        rc = ops_repair_part_counts(s, out);
     }
     /* FTS5 rebuilds its index, structure record and totals from its own content. */
     if (rc == MV_OK) {

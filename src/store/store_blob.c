@@ -422,16 +422,79 @@ static int store_blob_insert_data(mv_store *s,
 }
 
 /* Stores one attachment (bytes of a cut part) or adds a reference to the same bytes. */
+void store_part_count(const uint8_t *bytes, size_t n, uint64_t *lines, uint64_t *marks)
+{
+    *lines = 0;
+    *marks = 0;
+    for (size_t at = 0; at < n;) {
+        const uint8_t *nl = memchr(bytes + at, '\n', n - at);
+        size_t end = nl != NULL ? (size_t)(nl - bytes) + 1 : n;
+        int dashes = end - at >= 2 && bytes[at] == '-' && bytes[at + 1] == '-';
+        int colon = bytes[at] != ' ' && bytes[at] != '\t' && memchr(bytes + at, ':', end - at);
+        *lines += nl != NULL;
+        *marks += dashes || colon;
+        at = end;
+    }
+}
+
+int store_attachment_recount(mv_store *s, int64_t id, uint64_t *lines, uint64_t *marks)
+{
+    sqlite3_stmt *st = store_stmt(s, "SELECT a.size, a.compression, d.data FROM attachments a "
+                                     "LEFT JOIN attachments_data d ON d.id = a.id WHERE a.id = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading an attachment");
+    }
+    sqlite3_bind_int64(st, 1, id);
+    int rc = MV_OK, step = sqlite3_step(st);
+    uint8_t *bytes = NULL;
+    size_t size = 0;
+    if (step != SQLITE_ROW) {
+        rc = step == SQLITE_DONE
+                 ? store_fail(s, MV_ENOTFOUND, "attachment %lld is missing", (long long)id)
+                 : store_fail_sqlite(s, "reading an attachment");
+    } else if (sqlite3_column_int64(st, 0) < 0 ||
+               sqlite3_column_int64(st, 0) > (sqlite3_int64)STORE_BLOB_SIZE_MAX ||
+               sqlite3_column_type(st, 2) == SQLITE_NULL) {
+        rc = store_fail(s, MV_ECORRUPT, "attachment %lld: a bad size or no bytes", (long long)id);
+    } else {
+        size = (size_t)sqlite3_column_int64(st, 0);
+        bytes = malloc(size != 0 ? size : 1);
+        rc = bytes == NULL ? store_fail(s, MV_ENOMEM, "out of memory reading an attachment")
+                           : store_blob_unpack(s, "attachment", id, sqlite3_column_int(st, 1),
+                                               sqlite3_column_blob(st, 2),
+                                               (size_t)sqlite3_column_bytes(st, 2), bytes, size);
+    }
+    sqlite3_reset(st);
+    if (rc == MV_OK) {
+        store_part_count(bytes, size, lines, marks);
+    }
+    crypt_free_wiped(bytes);
+    return rc;
+}
+
+/* A new attachment's row, or one more reference to the same bytes'. Its line counts
+ * (store_part_count, schema version 15) are written with it, and given to a row stored
+ * before version 15 when the same bytes come again. */
 static int store_attachment_put(mv_store *s, const uint8_t *bytes, size_t n, int64_t *id_out)
 {
     uint8_t digest[32];
+    uint64_t lines = 0, marks = 0;
+    store_part_count(bytes, n, &lines, &marks);
     int rc = store_blob_sha256(s, bytes, n, digest);
     if (rc == MV_OK) {
         rc = store_blob_find(s, "SELECT id FROM attachments WHERE sha256 = ?", digest, id_out);
     }
     if (rc == MV_OK) {
-        return store_blob_exec_id(s, "UPDATE attachments SET refcount = refcount + 1 WHERE id = ?",
-                                  *id_out, "referencing an attachment");
+        sqlite3_stmt *st = store_stmt(s, "UPDATE attachments SET refcount = refcount + 1, "
+                                         "lines = coalesce(lines, ?2), marks = coalesce(marks, ?3) "
+                                         "WHERE id = ?1");
+        if (st == NULL) {
+            return store_fail_sqlite(s, "referencing an attachment");
+        }
+        sqlite3_bind_int64(st, 1, *id_out);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)lines);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)marks);
+        return store_blob_step_done(s, st, "referencing an attachment");
     }
     if (rc != MV_ENOTFOUND) {
         return rc;
@@ -441,8 +504,9 @@ static int store_attachment_put(mv_store *s, const uint8_t *bytes, size_t n, int
     if (rc != MV_OK) {
         return rc;
     }
-    sqlite3_stmt *st = store_stmt(s, "INSERT INTO attachments(sha256, refcount, size, "
-                                     "stored_size, compression) VALUES (?, 1, ?, ?, ?)");
+    sqlite3_stmt *st =
+        store_stmt(s, "INSERT INTO attachments(sha256, refcount, size, stored_size, compression, "
+                      "lines, marks) VALUES (?, 1, ?, ?, ?, ?, ?)");
     if (st == NULL) {
         rc = store_fail_sqlite(s, "storing an attachment");
         goto cleanup;
@@ -451,6 +515,8 @@ static int store_attachment_put(mv_store *s, const uint8_t *bytes, size_t n, int
     sqlite3_bind_int64(st, 2, (sqlite3_int64)n);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)blob.size);
     sqlite3_bind_int(st, 4, blob.compression);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)lines);
+    sqlite3_bind_int64(st, 6, (sqlite3_int64)marks);
     rc = store_blob_step_done(s, st, "storing an attachment");
     if (rc == MV_OK) {
         *id_out = sqlite3_last_insert_rowid(s->db);
@@ -1229,6 +1295,138 @@ int store_body_place_keyed(mv_store *s,
     }
     uint8_t *raw = NULL;
     return store_body_finish(s, &b, NULL, 0, &raw, len_out);
+}
+
+/* The cuts of body_id, a body of size bytes whose skeleton has skeleton_len: each part's
+ * offset in the skeleton, size and counts, checked to add up to the message. */
+static int store_body_cuts(mv_store *s,
+                           int64_t body_id,
+                           size_t size,
+                           size_t skeleton_len,
+                           struct mv_message_cut *cuts,
+                           size_t cuts_max,
+                           size_t *cut_count)
+{
+    sqlite3_stmt *st = store_stmt(s, "SELECT bp.position, a.size, a.lines, a.marks "
+                                     "FROM body_parts bp LEFT JOIN attachments a "
+                                     "ON a.id = bp.attachment_id WHERE bp.body_id = ? "
+                                     "ORDER BY bp.seq");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "reading body parts");
+    }
+    sqlite3_bind_int64(st, 1, body_id);
+    uint64_t cut = 0, placed = 0; /* bytes of parts so far; message bytes before the next */
+    size_t n = 0;
+    int rc = MV_OK, step;
+    while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        sqlite3_int64 position = sqlite3_column_int64(st, 0);
+        sqlite3_int64 part = sqlite3_column_int64(st, 1);
+        /* (1) recorded, (2) after the previous part, (3) inside the message */
+        if (sqlite3_column_type(st, 1) == SQLITE_NULL || position < 0 || part < 0 ||
+            (uint64_t)position < placed || (uint64_t)part > size ||
+            (uint64_t)position > size - (uint64_t)part) {
+            rc = store_fail(s, MV_ECORRUPT, "body %lld: a part is missing or misplaced",
+                            (long long)body_id);
+        } else if (sqlite3_column_type(st, 2) == SQLITE_NULL ||
+                   sqlite3_column_type(st, 3) == SQLITE_NULL) {
+            rc = store_fail(s, MV_EUNSUPPORTED,
+                            "body %lld: a part stored before schema version 15 (not counted)",
+                            (long long)body_id);
+        } else if (n == cuts_max) {
+            rc = store_fail(s, MV_EUNSUPPORTED, "body %lld: more than %zu parts stored apart",
+                            (long long)body_id, cuts_max);
+        } else {
+            cuts[n].position = (uint64_t)position - cut;
+            cuts[n].size = (uint64_t)part;
+            cuts[n].lines = (uint64_t)sqlite3_column_int64(st, 2);
+            cuts[n].marks = (uint64_t)sqlite3_column_int64(st, 3);
+            n++;
+            cut += (uint64_t)part;
+            placed = (uint64_t)position + (uint64_t)part;
+        }
+    }
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "reading body parts");
+    }
+    sqlite3_reset(st);
+    if (rc == MV_OK && (cut > size || skeleton_len != size - cut)) {
+        rc = store_fail(s, MV_ECORRUPT,
+                        "body %lld: a skeleton of %zu bytes and parts of %llu "
+                        "in a message of %zu",
+                        (long long)body_id, skeleton_len, (unsigned long long)cut, size);
+    }
+    *cut_count = rc == MV_OK ? n : 0;
+    return rc;
+}
+
+int store_body_skeleton_keyed(mv_store *s,
+                              int64_t body_id,
+                              int compression,
+                              size_t size,
+                              void *(*place)(void *arg, size_t size),
+                              void *place_arg,
+                              size_t *len_out,
+                              struct mv_message_cut *cuts,
+                              size_t cuts_max,
+                              size_t *cut_count)
+{
+    *len_out = 0;
+    *cut_count = 0;
+    if (size > STORE_BLOB_SIZE_MAX) {
+        return store_fail(s, MV_ECORRUPT, "body %lld: a size of %zu bytes", (long long)body_id,
+                          size);
+    }
+    if (size > STORE_BLOB_CHAIN_MIN) {
+        mv_db_read_near_hint(s->db, STORE_BLOB_NEAR_PAGES);
+        store_blob_hint_chain(s, "SELECT length(data) FROM bodies_data WHERE id = ?", body_id);
+    }
+    sqlite3_stmt *st = store_stmt(s, "SELECT data FROM bodies_data WHERE id = ?");
+    if (st == NULL) {
+        mv_db_read_ahead_hint(s->db, 0);
+        return store_fail_sqlite(s, "reading a message body");
+    }
+    sqlite3_bind_int64(st, 1, body_id);
+    int rc = MV_OK, step = sqlite3_step(st);
+    mv_db_read_ahead_hint(s->db, 0);
+    size_t skeleton_len = 0;
+    const void *data = NULL;
+    size_t data_len = 0;
+    if (step == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        data = sqlite3_column_blob(st, 0);
+        data_len = (size_t)sqlite3_column_bytes(st, 0);
+        rc = store_blob_unpacked_size(s, "body", body_id, compression, data, data_len,
+                                      &skeleton_len);
+    } else {
+        rc = step == SQLITE_DONE || step == SQLITE_ROW
+                 ? MV_ENOTFOUND
+                 : store_fail_sqlite(s, "reading a message body");
+    }
+    if (rc == MV_OK && skeleton_len > size) {
+        rc = store_fail(s, MV_ECORRUPT, "body %lld: skeleton of %zu bytes in a message of %zu",
+                        (long long)body_id, skeleton_len, size);
+    }
+    /* A skeleton of the message's whole size has no parts (as store_body_place_parts). */
+    if (rc == MV_OK && skeleton_len != size) {
+        rc = store_body_cuts(s, body_id, size, skeleton_len, cuts, cuts_max, cut_count);
+    }
+    uint8_t *out = NULL;
+    if (rc == MV_OK) {
+        out = place(place_arg, skeleton_len);
+        if (out == NULL) {
+            rc = store_fail(s, MV_ENOMEM, "out of memory reading a skeleton of %zu bytes",
+                            skeleton_len);
+        }
+    }
+    if (rc == MV_OK) {
+        rc = store_blob_unpack(s, "body", body_id, compression, data, data_len, out, skeleton_len);
+    }
+    sqlite3_reset(st);
+    if (rc == MV_OK) {
+        *len_out = skeleton_len;
+    } else {
+        *cut_count = 0;
+    }
+    return rc;
 }
 
 /* The header unit of body_id (unit: its head_stored stored bytes) unpacked into *out and

@@ -156,6 +156,31 @@ int store_body_place_keyed(mv_store *s,
                            void *place_arg,
                            size_t *len_out);
 
+/* store_body_place_keyed() of only the body's skeleton (mv_message_skeleton_keyed): place
+ * gets the skeleton's size, cuts (cuts_max) the parts stored apart, in the skeleton's
+ * offsets, with their sizes and counts. MV_ENOTFOUND (no bodies_data row), MV_EUNSUPPORTED
+ * (a part without counts, stored before schema version 15, or more than cuts_max parts),
+ * MV_ECORRUPT (sizes that do not add up to size), MV_ENOMEM or an SQLite error; place is
+ * called only on the way to MV_OK. */
+int store_body_skeleton_keyed(mv_store *s,
+                              int64_t body_id,
+                              int compression,
+                              size_t size,
+                              void *(*place)(void *arg, size_t size),
+                              void *place_arg,
+                              size_t *len_out,
+                              struct mv_message_cut *cuts,
+                              size_t cuts_max,
+                              size_t *cut_count);
+
+/* The lines (LF bytes) and marks of a part's bytes as struct mv_message_cut counts them:
+ * lines that begin with "--" or begin with neither SP nor HTAB and hold a ':'. */
+void store_part_count(const uint8_t *bytes, size_t n, uint64_t *lines, uint64_t *marks);
+
+/* The lines and marks of attachment id counted again from its stored bytes (mv_store_check,
+ * mv_store_repair). MV_OK, MV_ENOTFOUND, MV_ECORRUPT, MV_ENOMEM or an SQLite error. */
+int store_attachment_recount(mv_store *s, int64_t id, uint64_t *lines, uint64_t *marks);
+
 /* Length of the header of raw: up to and including the first empty line (an empty first
  * line, or the first LF followed by LF or by CR LF); len if there is none. mailvaultd uses
  * it too (mv_message_header_len), for the message and for every MIME part's header. */

@@ -766,6 +766,48 @@ int mv_message_fetch_keyed_into(mv_store *s,
     return rc;
 }
 
+int mv_message_skeleton_keyed(mv_store *s,
+                              const char *mailbox,
+                              const struct mv_message_key *key,
+                              void *(*place)(void *arg, size_t size),
+                              void *place_arg,
+                              size_t *len_out,
+                              struct mv_message_cut *cuts,
+                              size_t cuts_max,
+                              size_t *cut_count)
+{
+    int64_t body_id = 0, mailbox_id = 0;
+    int compression = 0;
+    if (s == NULL || mailbox == NULL || place == NULL || len_out == NULL || cut_count == NULL ||
+        (cuts == NULL && cuts_max > 0)) {
+        return s != NULL ? store_fail(s, MV_EINVAL, "mv_message_skeleton_keyed: NULL argument")
+                         : MV_EINVAL;
+    }
+    *len_out = 0;
+    *cut_count = 0;
+    /* Without authenticated pages a read checks the SHA-256 of every byte (fetch_keyed_into). */
+    if (key == NULL || !s->pages_authenticated || key->size > SIZE_MAX ||
+        !store_body_key_parts(key->body_key, &body_id, &compression)) {
+        return store_fail(s, MV_EUNSUPPORTED, "no skeleton read here: read the whole message");
+    }
+    int began = 0;
+    int rc = store_message_read_begin(s, &began);
+    if (rc == MV_OK) {
+        rc = store_mailbox_id(s, mailbox, &mailbox_id);
+    }
+    if (rc == MV_OK) {
+        rc = store_mailbox_unchanged(s, mailbox_id, key->uidvalidity, key->modseq);
+        if (rc == 1) {
+            rc = store_body_skeleton_keyed(s, body_id, compression, (size_t)key->size, place,
+                                           place_arg, len_out, cuts, cuts_max, cut_count);
+        } else if (rc == 0) {
+            rc = MV_ENOTFOUND;
+        }
+    }
+    store_message_read_end(s, began);
+    return rc;
+}
+
 int mv_message_fetch_header(
     mv_store *s, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out)
 {

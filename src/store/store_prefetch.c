@@ -86,7 +86,8 @@ static void store_prefetch_attachments(mv_store *s,
     free(attachments);
 }
 
-int mv_message_prefetch_keyed(mv_store *s, const struct mv_message_key *keys, size_t n)
+/* mv_message_prefetch_keyed(), and with whole the attachments stored apart too. */
+static int store_prefetch(mv_store *s, const struct mv_message_key *keys, size_t n, int whole)
 {
     if (s == NULL || (keys == NULL && n > 0)) {
         return MV_EINVAL;
@@ -114,10 +115,20 @@ int mv_message_prefetch_keyed(mv_store *s, const struct mv_message_key *keys, si
         struct mv_fcntl_prefetch p = {
             .root = roots.bodies_data, .rowids = rowids, .n = rows, .near = STORE_BLOB_NEAR_PAGES};
         (void)mv_db_prefetch(s->db, &p);
-        if (p.cold) {
+        if (p.cold && whole) {
             store_prefetch_attachments(s, &roots, rowids, rows);
         }
     }
     free(rowids);
     return MV_OK;
+}
+
+int mv_message_prefetch_keyed(mv_store *s, const struct mv_message_key *keys, size_t n)
+{
+    return store_prefetch(s, keys, n, 1);
+}
+
+int mv_message_prefetch_skeletons(mv_store *s, const struct mv_message_key *keys, size_t n)
+{
+    return store_prefetch(s, keys, n, 0);
 }
