@@ -14,13 +14,12 @@
 #     bench/structure_compare.py per pass (default 4); --range, --page-range: its own
 #     (default 1:3000 and 5001:8000). --quick: 1,000 messages, 2 rounds, 1:300 and 501:800.
 #   MAILVAULTD_OLD: a second mailvaultd (say, a build of the commit before) measured beside
-#     build/mailvaultd on its own copy of the store, which the mailvault CLI next to it makes
-#     (an older schema, which the new server migrates at its first open, before pass 1).
+#     build/mailvaultd on a store of its own, which the mailvault CLI next to it makes.
 #     Dovecot is measured too when installed.
 #
 # STEPS
-#   1. The corpus imported once into a mailvault store (the default key derivation), copied
-#      for each mailvaultd; Dovecot gets a copy of the Maildir.
+#   1. The corpus imported into a mailvault store for each mailvaultd by its build's CLI
+#      (the default key derivation); Dovecot gets a copy of the Maildir.
 #   2. Pass 1: every server started; bench/structure_compare.py (a session a round: FETCH
 #      --range (BODYSTRUCTURE), then 20 pages of 50 in 5001:8000; servers alternating).
 #   3. Every server stopped (SIGTERM; mailvaultd saves what is left at its stores' close)
@@ -62,25 +61,25 @@ if [ ! -f "$corpus/meta.json" ]; then
         --meta "$corpus/meta.json.tmp"
     mv "$corpus/meta.json.tmp" "$corpus/meta.json"
 fi
-maker=$mv
-if [ -n "${MAILVAULTD_OLD:-}" ] && [ -x "$(dirname "$MAILVAULTD_OLD")/mailvault" ]; then
-    maker=$(dirname "$MAILVAULTD_OLD")/mailvault
-fi
-echo "== mailvault: import $messages messages ($maker)"
-MAILVAULT_ROOT=$tmp/store "$maker" init "$user" --password-file "$tmp/password" >/dev/null
-MAILVAULT_ROOT=$tmp/store "${nice[@]}" "$maker" import "$user" "$corpus/Maildir" \
-    --password-file "$tmp/password" >/dev/null
-
-declare -A bin root port pid
+declare -A bin root port pid maker
 names=(new)
 bin[new]=build/mailvaultd
+maker[new]=$mv
 if [ -n "${MAILVAULTD_OLD:-}" ]; then
     names=(old new)
     bin[old]=$MAILVAULTD_OLD
+    maker[old]=$mv
+    [ ! -x "$(dirname "$MAILVAULTD_OLD")/mailvault" ] || maker[old]=$(dirname "$MAILVAULTD_OLD")/mailvault
 fi
+# Each server's store made by the CLI of its build: what a store keeps for a server to read
+# (since schema version 15, the line counts of the parts stored apart) is the import's work.
 for n in "${names[@]}"; do
     root[$n]=$tmp/root-$n
-    cp -a "$tmp/store" "${root[$n]}"
+    echo "== mailvault: import $messages messages for $n (${maker[$n]})"
+    MAILVAULT_ROOT=${root[$n]} "${maker[$n]}" init "$user" --password-file "$tmp/password" \
+        >/dev/null
+    MAILVAULT_ROOT=${root[$n]} "${nice[@]}" "${maker[$n]}" import "$user" "$corpus/Maildir" \
+        --password-file "$tmp/password" >/dev/null
 done
 dovecot=0
 if command -v dovecot >/dev/null; then
