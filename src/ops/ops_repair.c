@@ -198,23 +198,18 @@ static int ops_repair_from_bytes(mv_store *s, struct mv_repair_report *out)
 static int ops_repair_part_counts(mv_store *s, struct mv_repair_report *out)
 {
     sqlite3_stmt *ids = NULL;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT id, lines, marks FROM attachments WHERE lines IS NOT NULL "
-                           "OR marks IS NOT NULL ORDER BY id",
-                           -1, &ids, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(s->db, STORE_ATTACHMENTS_COUNTED, -1, &ids, NULL) != SQLITE_OK) {
         return store_fail_sqlite(s, "listing attachments");
     }
     int rc = MV_OK, step;
     while (rc == MV_OK && (step = sqlite3_step(ids)) == SQLITE_ROW) {
         int64_t id = sqlite3_column_int64(ids, 0);
         uint64_t lines = 0, marks = 0;
-        int read = store_attachment_recount(s, id, &lines, &marks);
+        int differ = 0;
+        int read = store_attachment_recount(s, id, &lines, &marks, &differ);
         if (read == MV_ENOMEM) {
             rc = read;
-        } else if (read == MV_OK && (sqlite3_column_type(ids, 1) == SQLITE_NULL ||
-                                     sqlite3_column_type(ids, 2) == SQLITE_NULL ||
-                                     (uint64_t)sqlite3_column_int64(ids, 1) != lines ||
-                                     (uint64_t)sqlite3_column_int64(ids, 2) != marks)) {
+        } else if (read == MV_OK && differ) {
             sqlite3_stmt *st =
                 store_stmt(s, "UPDATE attachments SET lines = ?, marks = ? WHERE id = ?");
             if (st == NULL) {

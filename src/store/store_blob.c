@@ -437,10 +437,11 @@ void store_part_count(const uint8_t *bytes, size_t n, uint64_t *lines, uint64_t 
     }
 }
 
-int store_attachment_recount(mv_store *s, int64_t id, uint64_t *lines, uint64_t *marks)
+int store_attachment_recount(mv_store *s, int64_t id, uint64_t *lines, uint64_t *marks, int *differ)
 {
-    sqlite3_stmt *st = store_stmt(s, "SELECT a.size, a.compression, d.data FROM attachments a "
-                                     "LEFT JOIN attachments_data d ON d.id = a.id WHERE a.id = ?");
+    sqlite3_stmt *st =
+        store_stmt(s, "SELECT a.size, a.compression, d.data, a.lines, a.marks FROM attachments a "
+                      "LEFT JOIN attachments_data d ON d.id = a.id WHERE a.id = ?");
     if (st == NULL) {
         return store_fail_sqlite(s, "reading an attachment");
     }
@@ -464,10 +465,14 @@ int store_attachment_recount(mv_store *s, int64_t id, uint64_t *lines, uint64_t 
                                                sqlite3_column_blob(st, 2),
                                                (size_t)sqlite3_column_bytes(st, 2), bytes, size);
     }
-    sqlite3_reset(st);
     if (rc == MV_OK) {
         store_part_count(bytes, size, lines, marks);
+        *differ = sqlite3_column_type(st, 3) == SQLITE_NULL ||
+                  sqlite3_column_type(st, 4) == SQLITE_NULL ||
+                  (uint64_t)sqlite3_column_int64(st, 3) != *lines ||
+                  (uint64_t)sqlite3_column_int64(st, 4) != *marks;
     }
+    sqlite3_reset(st);
     crypt_free_wiped(bytes);
     return rc;
 }

@@ -177,9 +177,14 @@ int store_body_skeleton_keyed(mv_store *s,
  * lines that begin with "--" or begin with neither SP nor HTAB and hold a ':'. */
 void store_part_count(const uint8_t *bytes, size_t n, uint64_t *lines, uint64_t *marks);
 
-/* The lines and marks of attachment id counted again from its stored bytes (mv_store_check,
- * mv_store_repair). MV_OK, MV_ENOTFOUND, MV_ECORRUPT, MV_ENOMEM or an SQLite error. */
-int store_attachment_recount(mv_store *s, int64_t id, uint64_t *lines, uint64_t *marks);
+/* The lines and marks of attachment id counted again from its stored bytes, and *differ set
+ * when its row records other counts or only one (mv_store_check, mv_store_repair, over the
+ * rows STORE_ATTACHMENTS_COUNTED lists). MV_OK, MV_ENOTFOUND, MV_ECORRUPT, MV_ENOMEM or an
+ * SQLite error. */
+#define STORE_ATTACHMENTS_COUNTED                                                                  \
+    "SELECT id FROM attachments WHERE lines IS NOT NULL OR marks IS NOT NULL ORDER BY id"
+int store_attachment_recount(
+    mv_store *s, int64_t id, uint64_t *lines, uint64_t *marks, int *differ);
 
 /* Length of the header of raw: up to and including the first empty line (an empty first
  * line, or the first LF followed by LF or by CR LF); len if there is none. mailvaultd uses
