@@ -947,8 +947,12 @@ static int imap_fetch_fields_sort(struct imap_fetch_section *s)
 
 /* HEADER.FIELDS (a b c) names, from the text after the keyword. The names are text inside
  * one atom, so the line bounds their count: the arrays are sized to the SPs in the list
- * (names - 1 when it is well formed), in one allocation. 0, -1 (syntax) or -2 (out of
- * memory); s->fields, once set, is freed by the caller on failure too. */
+ * (names - 1 when it is well formed), in one allocation. A name is an astring (RFC 3501 9,
+ * header-fld-name), so it may be quoted: ("From" "Subject") names From and Subject, as
+ * Dovecot takes it (it was BAD here). Names with a blank, ':', a parenthesis, '"' or '\\' are
+ * refused, quoted or not (RFC 5322 field names have no blank or ':'; no mail names a field
+ * with the others), so a quoted name never needs an escape. 0, -1 (syntax) or -2
+ * (out of memory); s->fields, once set, is freed by the caller on failure too. */
 static int imap_fetch_fields(struct imap_fetch_section *s, const char *p, size_t len)
 {
     if (len < 3 || p[0] != ' ' || p[1] != '(' || p[len - 1] != ')') {
@@ -966,19 +970,26 @@ static int imap_fetch_fields(struct imap_fetch_section *s, const char *p, size_t
     }
     s->field_len = (size_t *)(void *)(s->fields + cap);
     while (at < end) {
-        size_t start = at;
-        while (at < end && p[at] != ' ') {
+        int quoted = p[at] == '"';
+        size_t start = at + (size_t)quoted;
+        at = start;
+        while (at < end && p[at] != (quoted ? '"' : ' ')) {
             uint8_t c = (uint8_t)p[at];
-            if (c <= 0x20 || c >= 0x7f || c == ':' || c == '"' || c == '(' || c == ')') {
+            if (c <= 0x20 || c >= 0x7f || c == ':' || c == '"' || c == '\\' || c == '(' ||
+                c == ')') {
                 return -1;
             }
             at++;
         }
-        if (at == start) {
-            return -1; /* an empty name: SP SP, or SP first */
+        size_t stop = at;
+        if (quoted && (at == end || (++at < end && p[at] != ' '))) {
+            return -1; /* unterminated, or the closing quote not followed by SP or ')' */
+        }
+        if (stop == start) {
+            return -1; /* an empty name: SP SP, SP first, or "" */
         }
         s->fields[s->field_count] = p + start;
-        s->field_len[s->field_count++] = at - start;
+        s->field_len[s->field_count++] = stop - start;
         if (at < end) {
             at++;
             if (at == end) {

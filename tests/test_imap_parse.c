@@ -354,6 +354,24 @@ static void test_fetch(void)
     CHECK(f->section_count == 0 && f->items == 0);
     imap_fetch_free(f); /* twice: nothing left to free */
     imap_command_free(&c);
+    /* header-fld-name is an astring: quoted names are the names (Dovecot takes them) */
+    CHECK_EQ_INT(
+        ip_parse("a FETCH 1 (BODY.PEEK[HEADER.FIELDS (\"From\" Subject \"X-A\")])\r\n", &c),
+        IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_fetch(&c, imap_arg(&c, 1), f, ip_err, sizeof ip_err), 0);
+    CHECK_EQ_INT(f->section_count, 1);
+    CHECK_EQ_INT(f->sections[0].field_count, 3);
+    int from = 0, subject = 0, xa = 0;
+    for (size_t i = 0; i < f->sections[0].field_count; i++) {
+        const char *n = f->sections[0].fields[i];
+        size_t len = f->sections[0].field_len[i];
+        from += len == 4 && memcmp(n, "From", 4) == 0;
+        subject += len == 7 && memcmp(n, "Subject", 7) == 0;
+        xa += len == 3 && memcmp(n, "X-A", 3) == 0;
+    }
+    CHECK(from == 1 && subject == 1 && xa == 1);
+    imap_fetch_free(f);
+    imap_command_free(&c);
     CHECK_EQ_INT(ip_parse("a FETCH 1 FAST\r\n", &c), IMAP_PARSE_OK);
     CHECK_EQ_INT(imap_parse_fetch(&c, imap_arg(&c, 1), f, ip_err, sizeof ip_err), 0);
     CHECK_EQ_INT(f->items, IMAP_FETCH_FLAGS | IMAP_FETCH_INTERNALDATE | IMAP_FETCH_RFC822_SIZE);
@@ -375,6 +393,13 @@ static void test_fetch(void)
         "a FETCH 1 (BODY[HEADER.FIELDS (A)] BODY[HEADER.FIELDS.NOT (B)]<0.0>)\r\n",
         "a FETCH 1 (BODY[HEADER.FIELDS (A)] BODY[HEADER.FIELDS (B:)])\r\n",
         "a FETCH 1 (BODY[HEADER.FIELDS (A)] BODY[1.2.3.4.5.6.7.8.9])\r\n",
+        /* quoted names: empty, unterminated, run on, with a blank or an escape */
+        "a FETCH 1 BODY[HEADER.FIELDS (\"\")]\r\n",
+        "a FETCH 1 BODY[HEADER.FIELDS (\"From)]\r\n",
+        "a FETCH 1 BODY[HEADER.FIELDS (\"From\"To)]\r\n",
+        "a FETCH 1 BODY[HEADER.FIELDS (\"Fr om\")]\r\n",
+        "a FETCH 1 BODY[HEADER.FIELDS (\"Fr\\\\om\")]\r\n",
+        "a FETCH 1 BODY[HEADER.FIELDS (A \"\" B)]\r\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_EQ_INT(ip_parse(bad[i], &c), IMAP_PARSE_OK);
