@@ -77,8 +77,10 @@ struct imap_mime {
     size_t body_lines;
     int utf8; /* imap_mime_set_utf8(): UTF-8 strings go out quoted, display names undecoded */
     int gmime_addresses; /* imap_mime_set_gmime_addresses(): no imap_mime_addresses_simple() */
-    struct mv_message_cut *cuts; /* imap_mime_open_skeleton: the parts raw is without */
+    struct mv_message_cut *cuts; /* imap_mime_open_skeleton: the parts raw is without, at
+                                    offsets of raw as GMime has it (less shift) */
     size_t cut_count;
+    size_t shift; /* bytes of the top header GMime was not given (imap_mime_content_fields) */
 };
 
 /* What a BODYSTRUCTURE walk carries down: the session's UTF-8 setting and, for a skeleton,
@@ -166,7 +168,10 @@ static void imap_mime_stream_drop(GMimeStream *stream)
     g_object_unref(stream);
 }
 
-/* imap_mime_open, or with structure_only imap_mime_open_structure. */
+static char *imap_mime_content_fields(const char *raw, size_t len, size_t *out_len);
+
+/* imap_mime_open, or with structure_only imap_mime_open_structure (whose header is plain:
+ * GMime is given only its Content-* fields, imap_mime_content_fields). */
 static int imap_mime_parse(const char *raw, size_t len, int structure_only, struct imap_mime **out)
 {
     struct imap_mime *m = calloc(1, sizeof *m);
@@ -178,7 +183,18 @@ static int imap_mime_parse(const char *raw, size_t len, int structure_only, stru
     size_t header = mv_message_header_len(raw, len);
     m->body_size = len - header;
     if (!imap_mime_over_structure(raw, len, 0)) {
-        GMimeStream *stream = g_mime_stream_mem_new_with_buffer(raw, len);
+        size_t given = len;
+        char *fields = structure_only ? imap_mime_content_fields(raw, len, &given) : NULL;
+        if (structure_only && fields == NULL) {
+            free(m);
+            return MV_ENOMEM;
+        }
+        /* GMime takes fields over (g_malloc is malloc), else copies raw */
+        GMimeStream *stream = fields != NULL ? g_mime_stream_mem_new_with_byte_array(
+                                                   g_byte_array_new_take((guint8 *)fields, given))
+                                             : g_mime_stream_mem_new_with_buffer(raw, len);
+        m->size = given;
+        m->shift = len - given;
         GMimeParser *parser = g_mime_parser_new_with_stream(stream);
         g_mime_parser_set_persist_stream(parser, TRUE);
         if (structure_only) {
@@ -191,7 +207,7 @@ static int imap_mime_parse(const char *raw, size_t len, int structure_only, stru
             /* the copy is the raw message for BODYSTRUCTURE's sizes */
             GByteArray *bytes = g_mime_stream_mem_get_byte_array(GMIME_STREAM_MEM(stream));
             m->stream = stream;
-            m->raw = bytes != NULL && bytes->len == len ? (const char *)bytes->data : NULL;
+            m->raw = bytes != NULL && bytes->len == given ? (const char *)bytes->data : NULL;
         } else {
             imap_mime_stream_drop(stream);
         }
@@ -215,6 +231,49 @@ static size_t imap_mime_eol(const char *raw, size_t at, size_t end)
 {
     const char *nl = memchr(raw + at, '\n', end - at);
     return nl != NULL ? (size_t)(nl - raw) + 1 : end;
+}
+
+/* A copy of raw for a structure parse of its top part (construct_part): the top header cut
+ * down to its Content-* fields (each with its continuation lines), the empty line and all
+ * after it as they are; *out_len its length. A BODYSTRUCTURE reads no other top-level field,
+ * and GMime builds an object and a copy of the value for each field it is given: with the
+ * 10-20 fields of ordinary mail that was most of a first FETCH BODYSTRUCTURE's GMime time
+ * (issue 13). Only for a plain header (imap_mime_header_plain: fields and continuations
+ * only), where each field is read apart from the others, so the kept ones read the same; the
+ * offsets after the header move back by the same number of bytes, len - *out_len. A header
+ * that has no empty line is copied whole. NULL: out of memory. */
+static char *imap_mime_content_fields(const char *raw, size_t len, size_t *out_len)
+{
+    char *out = malloc(len != 0 ? len : 1);
+    size_t n = 0, at = 0;
+    int keep = 0;
+    if (out == NULL) {
+        return NULL;
+    }
+    while (at < len) {
+        size_t end = imap_mime_eol(raw, at, len), c = end - at;
+        c -= c > 0 && raw[at + c - 1] == '\n';
+        c -= c > 0 && raw[at + c - 1] == '\r';
+        if (c == 0) {
+            break; /* the empty line: it and the body go as they are */
+        }
+        if (raw[at] != ' ' && raw[at] != '\t') {
+            keep = c >= 8 && strncasecmp(raw + at, "Content-", 8) == 0;
+        }
+        if (keep) {
+            memcpy(out + n, raw + at, end - at);
+            n += end - at;
+        }
+        at = end;
+    }
+    if (at == len) { /* a header without its empty line (GMime reads an empty part there
+                        otherwise than no part at all): given whole */
+        n = 0;
+        at = 0;
+    }
+    memcpy(out + n, raw + at, len - at);
+    *out_len = n + (len - at);
+    return out;
 }
 
 /* Whether the header hdr[0..len) (with its empty line, if any) can be read without GMime:
@@ -320,6 +379,9 @@ int imap_mime_open_skeleton(const char *raw,
         return MV_ENOMEM;
     }
     memcpy(m->cuts, cuts, cut_count * sizeof *m->cuts);
+    for (size_t i = 0; i < cut_count; i++) {
+        m->cuts[i].position -= m->shift; /* after the header: past every byte not given */
+    }
     m->cut_count = cut_count;
     m->body_size += cut;
     m->body_lines += lines;

@@ -793,8 +793,10 @@ static int tm_structure_agrees(const char *raw, size_t len, const char *what)
 /* BODYSTRUCTURE and BODY of the top part alone (no GMime message, so no address field is
  * parsed) against those of the message, over every message of tests/corpus and shapes of
  * our own: no header, an mbox From_ line, no Content-Type, a header only, nested
- * message/rfc822, 8-bit parameters, and a To: of 2,000 addresses (the shape that took
- * 17-28 ms a BODYSTRUCTURE at 10,000 addresses). */
+ * message/rfc822, 8-bit parameters, a To: of 2,000 addresses (the shape that took
+ * 17-28 ms a BODYSTRUCTURE at 10,000 addresses), and top headers whose Content-* fields are
+ * folded, late, repeated, in lower case or beside near names (the top part's parse is given
+ * only those). */
 static void test_bodystructure_without_message(void)
 {
     static const char *const shapes[] = {
@@ -813,6 +815,20 @@ static void test_bodystructure_without_message(void)
         "Content-Type: text/html\r\n\r\n<b>x</b>\r\n--c--\r\n--b\r\n"
         "Content-Type: application/pdf\r\nContent-Transfer-Encoding: base64\r\n\r\nAAAA\r\n"
         "--b--\r\n",
+        /* GMime is given only the top header's Content-* fields (imap_mime_content_fields):
+         * folded ones, late ones, repeated ones, lower case, near names, bare LF, an empty
+         * header, an empty line only */
+        "Received: from a\r\n by b\r\nSubject: s\r\ncontent-type: multipart/mixed;\r\n"
+        "\tboundary=\"f\"\r\nX-Content-Type: text/html\r\nContent-Typo: x\r\n"
+        "Content-Transfer-Encoding: 8bit\r\n\r\n--f\r\n\r\none\r\n--f--\r\n",
+        "Content-Type: text/plain; charset=utf-8\r\nSubject: twice\r\n"
+        "Content-Type: text/html\r\n\r\nbody\r\n",
+        "From: a@b\nTo: c@d\nContent-Type: text/plain;\n charset=\"iso-8859-1\"\n"
+        "Content-Disposition: attachment;\n filename=a.txt\n\nbody\n",
+        "\r\nbody after an empty header\r\n",
+        "\r\n",
+        "Subject: x\r\n\r\n",
+        "Subject: no body\r\nContent-Type: text/html\r\n",
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         char what[32];
