@@ -433,17 +433,13 @@ static void imap_fetch_structure_out(
  * message with more is read whole). */
 #define IMAP_FETCH_SKELETON_CUTS 64
 
-/* The items of needs a FETCH answers from message i's skeleton alone: BODYSTRUCTURE and BODY
- * when nothing else of it needs the message's bytes (the items from the view need none). */
+/* The items of needs a FETCH answers from message i's skeleton: BODYSTRUCTURE and BODY when
+ * nothing else of it needs more of the message than its header (ENVELOPE, header sections:
+ * read after, header only, as without the structure items), or nothing at all. */
 static unsigned imap_fetch_skeleton_items(const struct imap_fetch *f, unsigned needs)
 {
     const unsigned structure = IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY;
-    const unsigned listed = IMAP_FETCH_UID | IMAP_FETCH_FLAGS | IMAP_FETCH_INTERNALDATE |
-                            IMAP_FETCH_RFC822_SIZE | IMAP_FETCH_MODSEQ;
-    if (f->section_count != 0 || (needs & ~(structure | listed)) != 0) {
-        return 0;
-    }
-    return needs & structure;
+    return imap_fetch_header_only(f, needs & ~structure) ? needs & structure : 0;
 }
 
 /* BODYSTRUCTURE and BODY (want: either or both) of message i made from its skeleton

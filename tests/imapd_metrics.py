@@ -400,9 +400,9 @@ SKELETON_MESSAGES = [
 
 def check_structure_skeleton(args):
     """BODYSTRUCTURE of messages with parts stored apart is made from their skeletons (the
-    parts neither read nor parsed: imap_mime_open_skeleton), byte for byte what the whole
-    message gives: a UTF8=ACCEPT session (answers of its own, the same for ASCII) that also
-    asks for ENVELOPE reads them whole."""
+    parts neither read nor parsed: imap_mime_open_skeleton), also beside ENVELOPE (from the
+    header alone), byte for byte what the whole message gives: a UTF8=ACCEPT session (answers
+    of its own, the same for ASCII) that also asks for a piece of the text reads them whole."""
     user, password = args.user.split(":", 1)
     a = imapd_common.imap_login(args.imap, user, password, 30)
     a.command("CREATE skeleton")
@@ -418,14 +418,25 @@ def check_structure_skeleton(args):
              b" OK" in t1 and len(skel) == n and delta(s0, s1, made, read="skeleton") == n
              and delta(s0, s1, made, read="whole") == 0,
              "%r %r" % (t1, [delta(s0, s1, made, read=r) for r in ("skeleton", "whole")]))
+    body, t3 = structures(a, "(ENVELOPE BODY)")
+    _, _, s1b = scrape(args.metrics)
+    R.report("skeleton: BODY beside ENVELOPE made from the skeletons too, the envelope there",
+             b" OK" in t3 and delta(s1, s1b, made, read="skeleton") == n
+             and delta(s1, s1b, made, read="whole") == 0
+             and all(b" ENVELOPE (" in body[k] for k in body) and b' "inner" ' in body[b"2"],
+             "%r %r" % (body, [delta(s1, s1b, made, read=r) for r in ("skeleton", "whole")]))
+    s1 = s1b
     u = imapd_common.imap_login(args.imap, user, password, 30)
     u.command("ENABLE UTF8=ACCEPT")
     u.command("EXAMINE skeleton")
-    whole, t2 = structures(u, "(ENVELOPE BODYSTRUCTURE)")
+    whole, t2 = structures(u, "(BODYSTRUCTURE BODY.PEEK[TEXT]<0.1>)")
     _, _, s2 = scrape(args.metrics)
 
     def bodystructure(line):
-        return line.split(b" BODYSTRUCTURE ", 1)[1] if b" BODYSTRUCTURE " in line else None
+        if b" BODYSTRUCTURE " not in line:
+            return None
+        answer = line.split(b" BODYSTRUCTURE ", 1)[1]
+        return answer.split(b" BODY[TEXT]", 1)[0] if b" BODY[TEXT]" in answer else answer[:-1]
     R.report("skeleton: the same answers as from the whole messages",
              b" OK" in t2 and delta(s1, s2, made, read="whole") == n
              and all(bodystructure(skel[k]) == bodystructure(whole[k]) for k in skel)
