@@ -364,8 +364,12 @@ int imap_mime_open_skeleton(const char *raw,
         lines += (size_t)cuts[i].lines;
         cut += (size_t)cuts[i].size;
     }
-    /* the message itself would be one text part: read it whole for that answer */
-    if (cut != size - len || imap_mime_over_structure(raw, len, marks)) {
+    /* the message itself would be one text part: read it whole for that answer. A NUL byte:
+     * GMime reads a header line with one as a C string, and where it stops then depends on
+     * what its read buffer holds after, so bytes cut out later in the message can change how
+     * a part's header reads (found by the fuzz target); such mail is read whole. */
+    if (cut != size - len || imap_mime_over_structure(raw, len, marks) ||
+        memchr(raw, '\0', len) != NULL) {
         return MV_EUNSUPPORTED;
     }
     int rc = imap_mime_open_structure(raw, len, out);

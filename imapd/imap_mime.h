@@ -37,9 +37,9 @@ int imap_mime_open_structure(const char *raw, size_t len, struct imap_mime **out
  * message/rfc822 part's size and lines count the parts inside it. The same answer as
  * imap_mime_open_structure() of the whole message (tests/test_imap_mime_skeleton.c compares
  * them), or none: MV_EUNSUPPORTED when the skeleton cannot stand in for the message (a cut not
- * at a line break, or with the parts the message is over IMAP_MIME_STRUCTURE_MAX), and
- * imap_mime_bodystructure() gives -1 where GMime's parse of the skeleton did not account for
- * every cut; then read the message whole. MV_OK, MV_ENOMEM, MV_EUNSUPPORTED. */
+ * at a line break, with the parts the message over IMAP_MIME_STRUCTURE_MAX, a NUL byte: see
+ * imap_mime.c), and imap_mime_bodystructure() gives -1 where GMime's parse of the skeleton did
+ * not account for every cut; then read the message whole. MV_OK, MV_ENOMEM, MV_EUNSUPPORTED. */
 int imap_mime_open_skeleton(const char *raw,
                             size_t len,
                             size_t size,
