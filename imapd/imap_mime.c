@@ -241,7 +241,8 @@ static size_t imap_mime_eol(const char *raw, size_t at, size_t end)
  * (issue 13). Only for a plain header (imap_mime_header_plain: fields and continuations
  * only), where each field is read apart from the others, so the kept ones read the same; the
  * offsets after the header move back by the same number of bytes, len - *out_len. A header
- * that has no empty line is copied whole. NULL: out of memory. */
+ * without its empty line, and a message with a NUL byte, are copied whole. NULL: out of
+ * memory. */
 static char *imap_mime_content_fields(const char *raw, size_t len, size_t *out_len)
 {
     char *out = malloc(len != 0 ? len : 1);
@@ -266,8 +267,11 @@ static char *imap_mime_content_fields(const char *raw, size_t len, size_t *out_l
         }
         at = end;
     }
-    if (at == len) { /* a header without its empty line (GMime reads an empty part there
-                        otherwise than no part at all): given whole */
+    /* A header without its empty line (GMime reads an empty part there otherwise than no
+     * part at all), or a NUL byte anywhere (GMime reads a header line with one as a C
+     * string, where it stops depending on what its read buffer holds after, and those bytes
+     * move with the fields left out): given whole. */
+    if (at == len || memchr(raw + at, '\0', len - at) != NULL) {
         n = 0;
         at = 0;
     }
