@@ -67,29 +67,6 @@ static char *fk_message(unsigned i, size_t pad, size_t *len)
     return m;
 }
 
-/* The listing's entry of uid in mailbox and the key a caller would keep for it now. */
-static int fk_key(mv_store *s, const char *mailbox, uint32_t uid, struct mv_message_key *key)
-{
-    struct mv_mailbox_info info;
-    mv_message_iter *it = NULL;
-    struct mv_message_entry e;
-    memset(key, 0, sizeof *key);
-    if (mv_mailbox_status(s, mailbox, &info) != MV_OK ||
-        mv_message_list_begin(s, mailbox, uid - 1, 0, &it) != MV_OK) {
-        return -1;
-    }
-    int rc = mv_message_list_next(it, &e);
-    mv_message_list_end(&it);
-    if (rc != 1 || e.uid != uid || e.body_key == 0) {
-        return -1;
-    }
-    *key = (struct mv_message_key){.body_key = e.body_key,
-                                   .size = e.size,
-                                   .modseq = info.highestmodseq,
-                                   .uidvalidity = info.uidvalidity};
-    return 0;
-}
-
 /* Reads uid through key; its rc, the bytes in *out (malloc'd, or NULL). */
 static int
 fk_read(mv_store *s, uint32_t uid, const struct mv_message_key *key, void **out, size_t *len)
@@ -121,7 +98,7 @@ static int fk_append_all(mv_store *s,
         }
     }
     for (size_t i = 0; key != NULL && i < n; i++) {
-        if (fk_key(s, "INBOX", uid[i], &key[i]) != 0) {
+        if (tu_message_key(s, "INBOX", uid[i], &key[i]) != 0) {
             th_fail(__FILE__, __LINE__, "no key listed");
             return -1;
         }
@@ -150,8 +127,8 @@ static unsigned long fk_cold_reads(uint32_t uid, uint32_t other, int keyed, void
     mv_store *s = NULL;
     struct mv_message_key key, other_key;
     *out = NULL;
-    if (fk_open("pages", &s) != MV_OK || fk_key(s, "INBOX", uid, &key) != 0 ||
-        fk_key(s, "INBOX", other, &other_key) != 0) {
+    if (fk_open("pages", &s) != MV_OK || tu_message_key(s, "INBOX", uid, &key) != 0 ||
+        tu_message_key(s, "INBOX", other, &other_key) != 0) {
         mv_store_close(&s);
         return ULONG_MAX;
     }
@@ -280,7 +257,7 @@ static void test_every_shape(void)
         struct mv_message_key key;
         void *got = NULL;
         size_t len = 0;
-        CHECK_EQ_INT(fk_key(s, "INBOX", shapes[i].uid, &key), 0);
+        CHECK_EQ_INT(tu_message_key(s, "INBOX", shapes[i].uid, &key), 0);
         CHECK_EQ_INT(fk_read(s, shapes[i].uid, &key, &got, &len), MV_OK);
         CHECK(got != NULL && len == shapes[i].len && memcmp(got, shapes[i].m, len) == 0);
         free(got);
@@ -300,8 +277,8 @@ static void test_stale_key(void)
     m[1] = fk_message(101, 50, &len[1]);
     CHECK_EQ_INT(fk_append_all(s, m, len, 2, uid, NULL), 0);
     struct mv_message_key old_key, first_key;
-    CHECK_EQ_INT(fk_key(s, "INBOX", uid[1], &old_key), 0);
-    CHECK_EQ_INT(fk_key(s, "INBOX", uid[0], &first_key), 0);
+    CHECK_EQ_INT(tu_message_key(s, "INBOX", uid[1], &old_key), 0);
+    CHECK_EQ_INT(tu_message_key(s, "INBOX", uid[0], &first_key), 0);
     /* the last message goes, its body is purged, a new one takes the body's id */
     char set[16];
     snprintf(set, sizeof set, "%u", uid[1]);
@@ -315,7 +292,7 @@ static void test_stale_key(void)
     CHECK(m[2] != NULL);
     CHECK_EQ_INT(mv_message_append(s, "INBOX", m[2], len[2], 0, NULL, 1700000000, &uid[2]), MV_OK);
     struct mv_message_key new_key;
-    CHECK_EQ_INT(fk_key(s, "INBOX", uid[2], &new_key), 0);
+    CHECK_EQ_INT(tu_message_key(s, "INBOX", uid[2], &new_key), 0);
     CHECK_EQ_INT((long long)(new_key.body_key >> 3), (long long)(old_key.body_key >> 3));
     void *got = NULL;
     size_t got_len = 0;
@@ -414,7 +391,7 @@ static void test_unauthenticated_pages(void)
     CHECK(m != NULL);
     CHECK_EQ_INT(mv_message_append(s, "INBOX", m, len, 0, NULL, 1700000000, &uid), MV_OK);
     struct mv_message_key key;
-    CHECK_EQ_INT(fk_key(s, "INBOX", uid, &key), 0);
+    CHECK_EQ_INT(tu_message_key(s, "INBOX", uid, &key), 0);
     void *got = NULL;
     size_t got_len = 0;
     CHECK_EQ_INT(fk_read(s, uid, &key, &got, &got_len), MV_OK);

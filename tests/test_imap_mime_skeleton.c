@@ -243,28 +243,6 @@ static void *sk_place_refused(void *arg, size_t size)
     return NULL;
 }
 
-static int sk_key(mv_store *s, uint32_t uid, struct mv_message_key *key)
-{
-    struct mv_mailbox_info info;
-    mv_message_iter *it = NULL;
-    struct mv_message_entry e;
-    memset(key, 0, sizeof *key);
-    if (mv_mailbox_status(s, "INBOX", &info) != MV_OK ||
-        mv_message_list_begin(s, "INBOX", uid - 1, 0, &it) != MV_OK) {
-        return -1;
-    }
-    int rc = mv_message_list_next(it, &e);
-    mv_message_list_end(&it);
-    if (rc != 1 || e.uid != uid || e.body_key == 0) {
-        return -1;
-    }
-    *key = (struct mv_message_key){.body_key = e.body_key,
-                                   .size = e.size,
-                                   .modseq = info.highestmodseq,
-                                   .uidvalidity = info.uidvalidity};
-    return 0;
-}
-
 /* The test's own count of a part's lines and marks (what struct mv_message_cut says). */
 static void sk_count(const char *p, size_t n, uint64_t *lines, uint64_t *marks)
 {
@@ -339,7 +317,7 @@ static void test_shapes_same_answers(void)
         CHECK_EQ_INT(mv_message_append(s, "INBOX", t.data, t.len, 0, NULL, 1800000000, &uid),
                      MV_OK);
         struct mv_message_key key;
-        CHECK_EQ_INT(sk_key(s, uid, &key), 0);
+        CHECK_EQ_INT(tu_message_key(s, "INBOX", uid, &key), 0);
         CHECK_EQ_INT(key.size, t.len);
         void *skel = NULL;
         size_t skel_len = 0, n = 0;
@@ -384,7 +362,7 @@ static void sk_store_shape0(mv_store *s, char last, uint32_t *uid, struct mv_mes
         subject[strlen("Subject: attachment") - 1] = last;
     }
     CHECK_EQ_INT(mv_message_append(s, "INBOX", t.data, t.len, 0, NULL, 1800000000, uid), MV_OK);
-    CHECK_EQ_INT(sk_key(s, *uid, key), 0);
+    CHECK_EQ_INT(tu_message_key(s, "INBOX", *uid, key), 0);
     free(t.data);
 }
 
@@ -443,7 +421,7 @@ static void test_parts_without_counts(void)
     snprintf(set, sizeof set, "%u", again);
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", set, MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL), MV_OK);
     CHECK_EQ_INT(sk_read(s, &key, 4, &n), MV_ENOTFOUND);
-    CHECK_EQ_INT(sk_key(s, again, &key), 0);
+    CHECK_EQ_INT(tu_message_key(s, "INBOX", again, &key), 0);
     CHECK_EQ_INT(sk_read(s, &key, 4, &n), MV_OK);
     CHECK_EQ_INT(mv_flags_set(s, "INBOX", set, MV_FLAGS_ADD, MV_FLAG_DELETED, NULL, NULL), MV_OK);
     CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, NULL), MV_OK);
@@ -475,7 +453,7 @@ static void test_migration_from_14(void)
                  1);
     struct mv_message_key now;
     size_t n = 0;
-    CHECK_EQ_INT(sk_key(s, uid, &now), 0);
+    CHECK_EQ_INT(tu_message_key(s, "INBOX", uid, &now), 0);
     CHECK_EQ_INT(sk_read(s, &now, 4, &n), MV_EUNSUPPORTED);
     /* the whole message still reads */
     void *raw = NULL;

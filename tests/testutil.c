@@ -415,3 +415,25 @@ int tu_store_file_create(const char *name, const char *password, mv_cipher ciphe
     sqlite3_close(db);
     return rc;
 }
+
+int tu_message_key(mv_store *s, const char *mailbox, uint32_t uid, struct mv_message_key *key)
+{
+    struct mv_mailbox_info info;
+    mv_message_iter *it = NULL;
+    struct mv_message_entry e;
+    memset(key, 0, sizeof *key);
+    if (uid == 0 || mv_mailbox_status(s, mailbox, &info) != MV_OK ||
+        mv_message_list_begin(s, mailbox, uid - 1, 0, &it) != MV_OK) {
+        return -1;
+    }
+    int rc = mv_message_list_next(it, &e);
+    mv_message_list_end(&it);
+    if (rc != 1 || e.uid != uid || e.body_key == 0) {
+        return -1;
+    }
+    *key = (struct mv_message_key){.body_key = e.body_key,
+                                   .size = e.size,
+                                   .modseq = info.highestmodseq,
+                                   .uidvalidity = info.uidvalidity};
+    return 0;
+}

@@ -47,6 +47,10 @@ int tu_store_create(const char *name, const char *password, int64_t cache_kib, m
 /* Opens the store name@example.org made by tu_store_create again (TU_KDF_ITER, the default
  * cache), as a server's login would: its migration runs. Prints the reason on failure. */
 int tu_store_open(const char *name, const char *password, mv_store **s);
+/* *key for message uid of mailbox as a caller that keeps its listing has it (the listing's
+ * body key and size, the mailbox's UIDVALIDITY and highest modseq now), for the keyed reads
+ * (mv_message_fetch_keyed_into, mv_message_skeleton_keyed). 0, or -1 (no such message). */
+int tu_message_key(mv_store *s, const char *mailbox, uint32_t uid, struct mv_message_key *key);
 /* Makes the file of the store name@example.org under tu_path("root") an empty database with
  * cipher (the cipher's default KDF), as an older mailvault wrote it (mv_store_init writes
  * chacha20 only); the next mv_store_open makes the schema, the mailboxes and the key pair.

@@ -725,6 +725,24 @@ int store_mailbox_unchanged(mv_store *s, int64_t mailbox_id, uint32_t uidvalidit
     return rc;
 }
 
+/* Begins the read (store_message_read_begin: *began) and says whether mailbox is as key last
+ * saw it: 1, 0 (changed since), or an error. While it is, a message the key's listing held is
+ * still there (an expunge or a move moves the highest modseq) and its body still the one
+ * keyed (a message's body never changes; a body's id is not reused while a message refers to
+ * it). The caller ends the read (store_message_read_end) whatever this returns. */
+static int store_message_key_holds(mv_store *s,
+                                   const char *mailbox,
+                                   const struct mv_message_key *key,
+                                   int *began)
+{
+    int64_t mailbox_id = 0;
+    int rc = store_message_read_begin(s, began);
+    if (rc == MV_OK) {
+        rc = store_mailbox_id(s, mailbox, &mailbox_id);
+    }
+    return rc == MV_OK ? store_mailbox_unchanged(s, mailbox_id, key->uidvalidity, key->modseq) : rc;
+}
+
 int mv_message_fetch_keyed_into(mv_store *s,
                                 const char *mailbox,
                                 uint32_t uid,
@@ -733,7 +751,7 @@ int mv_message_fetch_keyed_into(mv_store *s,
                                 void *place_arg,
                                 size_t *len_out)
 {
-    int64_t body_id = 0, mailbox_id = 0;
+    int64_t body_id = 0;
     int compression = 0;
     /* The key skips the SHA-256 check, so only where every page read is authenticated. */
     if (s == NULL || mailbox == NULL || key == NULL || place == NULL || len_out == NULL ||
@@ -743,21 +761,12 @@ int mv_message_fetch_keyed_into(mv_store *s,
     }
     *len_out = 0;
     int began = 0;
-    int rc = store_message_read_begin(s, &began);
-    if (rc == MV_OK) {
-        rc = store_mailbox_id(s, mailbox, &mailbox_id);
-    }
-    if (rc == MV_OK) {
-        /* Unchanged since the caller's listing held uid: uid is still there (an expunge or a
-         * move moves the highest modseq) and its body still the one keyed (a message's body
-         * never changes; a body's id is not reused while a message refers to it). */
-        rc = store_mailbox_unchanged(s, mailbox_id, key->uidvalidity, key->modseq);
-        if (rc == 1) {
-            rc = store_body_place_keyed(s, body_id, compression, (size_t)key->size, place,
-                                        place_arg, len_out);
-        } else if (rc == 0) {
-            rc = MV_ENOTFOUND;
-        }
+    int rc = store_message_key_holds(s, mailbox, key, &began);
+    if (rc == 1) {
+        rc = store_body_place_keyed(s, body_id, compression, (size_t)key->size, place, place_arg,
+                                    len_out);
+    } else if (rc == 0) {
+        rc = MV_ENOTFOUND;
     }
     store_message_read_end(s, began);
     if (rc == MV_ENOTFOUND) { /* changed since, or the body row gone: by UID, as ever */
@@ -776,7 +785,7 @@ int mv_message_skeleton_keyed(mv_store *s,
                               size_t cuts_max,
                               size_t *cut_count)
 {
-    int64_t body_id = 0, mailbox_id = 0;
+    int64_t body_id = 0;
     int compression = 0;
     if (s == NULL || mailbox == NULL || place == NULL || len_out == NULL || cut_count == NULL ||
         (cuts == NULL && cuts_max > 0)) {
@@ -791,18 +800,12 @@ int mv_message_skeleton_keyed(mv_store *s,
         return store_fail(s, MV_EUNSUPPORTED, "no skeleton read here: read the whole message");
     }
     int began = 0;
-    int rc = store_message_read_begin(s, &began);
-    if (rc == MV_OK) {
-        rc = store_mailbox_id(s, mailbox, &mailbox_id);
-    }
-    if (rc == MV_OK) {
-        rc = store_mailbox_unchanged(s, mailbox_id, key->uidvalidity, key->modseq);
-        if (rc == 1) {
-            rc = store_body_skeleton_keyed(s, body_id, compression, (size_t)key->size, place,
-                                           place_arg, len_out, cuts, cuts_max, cut_count);
-        } else if (rc == 0) {
-            rc = MV_ENOTFOUND;
-        }
+    int rc = store_message_key_holds(s, mailbox, key, &began);
+    if (rc == 1) {
+        rc = store_body_skeleton_keyed(s, body_id, compression, (size_t)key->size, place, place_arg,
+                                       len_out, cuts, cuts_max, cut_count);
+    } else if (rc == 0) {
+        rc = MV_ENOTFOUND;
     }
     store_message_read_end(s, began);
     return rc;
