@@ -421,7 +421,6 @@ static int store_blob_insert_data(mv_store *s,
     return store_blob_step_done(s, st, "storing message bytes");
 }
 
-/* Stores one attachment (bytes of a cut part) or adds a reference to the same bytes. */
 void store_part_count(const uint8_t *bytes, size_t n, uint64_t *lines, uint64_t *marks)
 {
     *lines = 0;
@@ -477,8 +476,8 @@ int store_attachment_recount(mv_store *s, int64_t id, uint64_t *lines, uint64_t 
     return rc;
 }
 
-/* A new attachment's row, or one more reference to the same bytes'. Its line counts
- * (store_part_count, schema version 15) are written with it, and given to a row stored
+/* Stores one attachment (bytes of a cut part) or adds a reference to the same bytes. Its line
+ * counts (store_part_count, schema version 15) are written with it, and given to a row stored
  * before version 15 when the same bytes come again. */
 static int store_attachment_put(mv_store *s, const uint8_t *bytes, size_t n, int64_t *id_out)
 {
