@@ -767,20 +767,19 @@ struct mv_message_cut {
                         * and hold a ':' (what a MIME parser may take for a boundary or a
                         * header field; the last line counts without its LF too) */
 };
-#define MV_MESSAGE_CUTS_MAX 1024u /* cuts one mv_message_skeleton_keyed() reports */
 
-/* Message uid's skeleton: its bytes without the large parts stored apart, which are not read
+/* The skeleton of the message key names (a listing's key, as for mv_message_fetch_keyed_into):
+ * its bytes without the large parts stored apart, which are not read
  * (issue 13: a structure description, FETCH BODYSTRUCTURE, needs their sizes and line counts,
  * not their bytes, which were most of what its first FETCH read and scanned). place as for
  * mv_message_fetch_into(), called with the skeleton's size; *len_out gets that size, cuts
  * (cuts_max entries) what was cut where and *cut_count how many. The skeleton plus the cut
- * parts' sizes is key->size. Found through key as mv_message_fetch_keyed_into(); nothing
- * falls back to the UID here. MV_OK; MV_ENOTFOUND (the mailbox changed since key, or the
- * message is gone); MV_EUNSUPPORTED (nothing to gain or prove this way: key NULL or without a
- * body key, a store whose pages are not authenticated (the message's SHA-256 needs every
- * byte), a part stored before schema version 15, which did not count its lines, or more cuts
- * than cuts_max); then the caller reads the whole message. MV_ECORRUPT (parts that do not
- * add up), MV_EIO, MV_ENOMEM, MV_EINVAL (NULL argument). */
+ * parts' sizes is key->size. Nothing falls back to a read by UID here. MV_OK; MV_ENOTFOUND (the
+ * mailbox changed since key, or the message is gone); MV_EUNSUPPORTED (nothing to gain or prove
+ * this way: key NULL or without a body key, a store whose pages are not authenticated (the
+ * message's SHA-256 needs every byte), a part stored before schema version 15, which did not count
+ * its lines, or more cuts than cuts_max); then the caller reads the whole message. MV_ECORRUPT
+ * (parts that do not add up), MV_EIO, MV_ENOMEM, MV_EINVAL (NULL argument). */
 MV_API MV_MUST_CHECK int mv_message_skeleton_keyed(mv_store *store,
                                                    const char *mailbox,
                                                    const struct mv_message_key *key,
