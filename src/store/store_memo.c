@@ -345,22 +345,14 @@ int mv_message_memos_keyed(mv_store *s,
         }
     }
     qsort(want, count, sizeof *want, memo_want_order);
+    /* the listing still holds: each key's body is still its message's (a body's id is given
+     * again only after the purge, which follows an expunge, which moves the highest modseq) */
     int began = 0;
-    int64_t mailbox_id = 0;
-    int rc = store_message_read_begin(s, &began);
-    if (rc == MV_OK) {
-        rc = store_mailbox_id(s, mailbox, &mailbox_id);
-    }
-    if (rc == MV_OK) {
-        /* the listing still holds: each key's body is still its message's (a body's id is
-         * given again only after the purge, which follows an expunge, which moves the
-         * highest modseq) */
-        rc = store_mailbox_unchanged(s, mailbox_id, keys[0].uidvalidity, keys[0].modseq);
-        rc = rc == 1 ? MV_OK
-             : rc == 0
-                 ? store_fail(s, MV_ENOTFOUND, "mailbox \"%s\" changed since the listing", mailbox)
-                 : rc;
-    }
+    int rc = store_message_key_holds(s, mailbox, &keys[0], &began);
+    rc = rc == 1 ? MV_OK
+         : rc == 0
+             ? store_fail(s, MV_ENOTFOUND, "mailbox \"%s\" changed since the listing", mailbox)
+             : rc;
     if (rc == MV_OK && count > 0) {
         rc = memo_keyed_read(s, want, count, slot, got, arg);
     }

@@ -725,15 +725,10 @@ int store_mailbox_unchanged(mv_store *s, int64_t mailbox_id, uint32_t uidvalidit
     return rc;
 }
 
-/* Begins the read (store_message_read_begin: *began) and says whether mailbox is as key last
- * saw it: 1, 0 (changed since), or an error. While it is, a message the key's listing held is
- * still there (an expunge or a move moves the highest modseq) and its body still the one
- * keyed (a message's body never changes; a body's id is not reused while a message refers to
- * it). The caller ends the read (store_message_read_end) whatever this returns. */
-static int store_message_key_holds(mv_store *s,
-                                   const char *mailbox,
-                                   const struct mv_message_key *key,
-                                   int *began)
+int store_message_key_holds(mv_store *s,
+                            const char *mailbox,
+                            const struct mv_message_key *key,
+                            int *began)
 {
     int64_t mailbox_id = 0;
     int rc = store_message_read_begin(s, began);

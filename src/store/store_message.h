@@ -85,5 +85,15 @@ void store_message_read_end(mv_store *s, int began);
  * not, or an error: a caller's listing of then still holds (nothing expunged, moved or
  * changed since, so its body keys still name its messages' bodies). */
 int store_mailbox_unchanged(mv_store *s, int64_t mailbox_id, uint32_t uidvalidity, uint64_t modseq);
+/* Begins the read (store_message_read_begin: *began) and says whether mailbox is as key last
+ * saw it: 1, 0 (changed since), or an error. While it is, a message the key's listing held is
+ * still there (an expunge or a move moves the highest modseq) and its body still the one
+ * keyed (a message's body never changes; a body's id is not reused while a message refers to
+ * it). The caller ends the read (store_message_read_end) whatever this returns. For the keyed
+ * reads: mv_message_fetch_keyed_into, mv_message_skeleton_keyed, mv_message_memos_keyed. */
+int store_message_key_holds(mv_store *s,
+                            const char *mailbox,
+                            const struct mv_message_key *key,
+                            int *began);
 
 #endif /* MV_STORE_MESSAGE_H */
