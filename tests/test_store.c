@@ -1588,6 +1588,28 @@ static void test_search_headers(void)
     TS_SEARCH_IS(s, &q, 1, "Viele"); /* mv_search agrees */
     q.subject = "grusse";
     TS_SEARCH_IS(s, &q, 0, "");
+    /* ASCII fields are compared lowered: one of more than 256 bytes (lowered apart from the
+     * stack's room), capitals on both sides, the text at its very end or across its middle */
+    char long_subject[400];
+    for (size_t i = 0; i < 380; i++) {
+        long_subject[i] = (char)((i % 2 ? 'A' : 'b') + (char)(i % 7));
+    }
+    memcpy(long_subject + 380, "Zebra-END", 10);
+    raw = ts_simple("Long <l@example.org>", long_subject, "y", &len);
+    CHECK_EQ_INT(ts_append(s, "Archive", raw, len, 0, NULL, 6000, NULL), MV_OK);
+    free(raw);
+    char middle[9];
+    memcpy(middle, long_subject + 250, 8);
+    middle[8] = '\0';
+    struct mv_header_criterion longs[] = {{MV_HEADER_SUBJECT, "zebra-end"},
+                                          {MV_HEADER_SUBJECT, "ZEBRA-END!"},
+                                          {MV_HEADER_SUBJECT, middle},
+                                          {MV_HEADER_FROM, "LONG <L@"}};
+    struct ts_headers_seen seen_long = {0};
+    CHECK_EQ_INT(mv_search_headers(s, "Archive", longs, 4, ts_headers_each, &seen_long), MV_OK);
+    CHECK(seen_long.calls == 1 && seen_long.matched[3] == 0x0du);
+    q.subject = "zebra-END";
+    TS_SEARCH_IS(s, &q, 1, long_subject); /* mv_search agrees (the SQL function) */
     mv_store_close(&s);
 }
 

@@ -440,9 +440,12 @@ int store_fold_functions(mv_store *s);
  * with store_fold_field_clear() either way); store_fold_in() says whether it holds a folded
  * string, exactly as mv_fold_contains(text, string) answers. */
 struct store_fold_field {
-    const char *text; /* the field as given: compared as it is when it is ASCII */
+    const char *text; /* an ASCII field with its letters lowered (the field itself if it had
+                       * no capital, else lowered or owned) */
     size_t len;
     char *folded; /* else its folded form (g_free) */
+    char *owned;  /* the lowered copy of a long ASCII field (g_free) */
+    char lowered[256];
 };
 char *store_fold_string(const char *string);
 int store_fold_field_set(struct store_fold_field *f, const char *text, size_t len);
