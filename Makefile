@@ -176,6 +176,7 @@ $(BUILD)/asan/tests/test_imap_parse: $(BUILD)/asan/tests/failalloc.o
 $(BUILD)/asan/tests/test_imap_parse: LIBS += -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc \
 	-Wl,--wrap=strdup -Wl,--wrap=strndup
 $(BUILD)/asan/tests/test_imap_utf7: $(BUILD)/asan/imapd/imap_utf7.o
+$(BUILD)/asan/tests/test_imap_search_fields: $(BUILD)/asan/imapd/imap_search_fields.o
 $(BUILD)/asan/tests/test_imap_lane: $(BUILD)/asan/imapd/imap_lane.o $(BUILD)/asan/imapd/imap_parse.o \
 	$(BUILD)/asan/imapd/imap_search_shape.o
 $(BUILD)/asan/tests/test_imap_frame: $(BUILD)/asan/imapd/imap_frame.o $(BUILD)/asan/imapd/buf.o \
