@@ -39,6 +39,7 @@ struct imap_parser {
     size_t at;
     struct imap_command *cmd;
     size_t node_cap;
+    size_t nodes_max; /* IMAP_PARSE_NODES_MAX, or IMAP_PARSE_SEARCH_NODES_MAX for SEARCH */
     size_t text_at;
     char *err;
     size_t err_size;
@@ -80,7 +81,7 @@ size_t imap_parse_tag(const char *bytes, size_t len, char out[IMAP_TAG_MAX + 1])
 static int imap_node_add(struct imap_parser *ps, enum imap_node_type type, uint32_t *index)
 {
     struct imap_command *cmd = ps->cmd;
-    if (cmd->node_count == IMAP_PARSE_NODES_MAX) {
+    if (cmd->node_count >= ps->nodes_max) {
         return imap_parse_fail(ps, "too many arguments");
     }
     if (cmd->node_count == ps->node_cap) {
@@ -418,6 +419,11 @@ int imap_parse_command(
     }
     cmd->text_size = len + 1;
     int rc = imap_parse_head(&ps);
+    /* A search program is as many nodes as the client's filter has terms: any a line of
+     * 64 KiB can hold (Dovecot's whole line limit) is taken. Other commands keep the smaller
+     * bound (their nodes become arrays per section or pattern that no client needs big). */
+    ps.nodes_max =
+        strcmp(cmd->name, "SEARCH") == 0 ? IMAP_PARSE_SEARCH_NODES_MAX : IMAP_PARSE_NODES_MAX;
     if (rc == IMAP_PARSE_OK && ps.at < len && bytes[ps.at] == ' ') {
         ps.at++;
         rc = imap_parse_values(&ps, &cmd->first, 0);

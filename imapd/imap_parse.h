@@ -22,11 +22,12 @@
  *   own text buffer (unquoted strings): keep the bytes alive while using the command.
  *
  * LIMITS
- *   IMAP_PARSE_NODES_MAX nodes per command, IMAP_PARSE_DEPTH_MAX list nesting, tag at most
- *   IMAP_TAG_MAX bytes, a search program nested at most IMAP_SEARCH_DEPTH_MAX deep once made
- *   flat (any number of keys, OR and NOT chains of any length). Beyond those, no reader has a
- *   count of its own for what a client may repeat: the command's bounds are the only ones,
- *   and every command within them is taken (Dovecot takes them too).
+ *   IMAP_PARSE_NODES_MAX nodes per command (SEARCH: IMAP_PARSE_SEARCH_NODES_MAX),
+ *   IMAP_PARSE_DEPTH_MAX list nesting, tag at most IMAP_TAG_MAX bytes, a search program
+ *   nested at most IMAP_SEARCH_DEPTH_MAX deep once made flat (any number of keys, OR and NOT
+ *   chains of any length). Beyond those, no reader has a count of its own for what a client
+ *   may repeat: the command's bounds are the only ones, and every command within them is
+ *   taken (Dovecot takes them too).
  *   - A sequence set is one atom, so the line limit (line_max) bounds it (RFC 3501 gives
  *     none; clients write "mark all read" over a mailbox with many UID gaps as thousands of
  *     ranges).
@@ -47,13 +48,16 @@
 #define IMAP_PARSE_BAD   (-1) /* syntax error: answer BAD */
 #define IMAP_PARSE_NOMEM (-2)
 
-#define IMAP_TAG_MAX            64
-#define IMAP_NAME_MAX           24
-#define IMAP_PARSE_NODES_MAX    8192
-#define IMAP_PARSE_DEPTH_MAX    64 /* lists in lists: a query builder nests a list per term */
-#define IMAP_NODE_NONE          UINT32_MAX
-#define IMAP_SEARCH_DEPTH_MAX   64
-#define IMAP_SECTION_LEVELS_MAX 8 /* part numbers in a body section: "1.2.3.4.5.6.7.8" */
+#define IMAP_TAG_MAX         64
+#define IMAP_NAME_MAX        24
+#define IMAP_PARSE_NODES_MAX 8192
+/* SEARCH's: more than a line of 64 KiB can hold (a node is 1.5 bytes at the least, "((a))
+ * "), and 65,536 x (40 bytes a node + 72 a search key) = 7 MiB at most for one command */
+#define IMAP_PARSE_SEARCH_NODES_MAX 65536
+#define IMAP_PARSE_DEPTH_MAX        64 /* lists in lists: a query builder nests a list per term */
+#define IMAP_NODE_NONE              UINT32_MAX
+#define IMAP_SEARCH_DEPTH_MAX       64
+#define IMAP_SECTION_LEVELS_MAX     8 /* part numbers in a body section: "1.2.3.4.5.6.7.8" */
 
 enum imap_node_type {
     IMAP_NODE_ATOM = 1,   /* includes NIL, numbers, flags (\Seen), "BODY[...]<a.b>", "1:*" */

@@ -243,8 +243,9 @@ def test_search_shapes(c):
     """No command fails for a size a client can legitimately send (issue 13): OR chains of
     hundreds of keys in either nesting (a "match any" filter), a thousand keys ANDed, NOT
     chains, all within the line limit, as Dovecot 2.3 takes them; only operators alternating
-    level by level deeper than the documented limit (64) are BAD. Before: more than 256 keys
-    or OR / NOT chains past 64 levels were BAD."""
+    level by level deeper than the documented limit (64) are BAD, and a SEARCH of more than
+    65,536 nodes (a line of 64 KiB, Dovecot's whole limit, holds fewer). Before: more than 256
+    keys or OR / NOT chains past 64 levels were BAD, then more than 8,192 nodes."""
     c.command("DELETE Shapes")  # NO unless a run before made it
     c.command("CREATE Shapes")
     c.command("SELECT Shapes")
@@ -271,10 +272,22 @@ def test_search_shapes(c):
              (b'OR (SUBJECT "shape-1" SUBJECT "shape-1") OR (SUBJECT "shape-1") '
               b'OR SUBJECT "Shape-4" SUBJECT "shape-4"', {uids[1], uids[4]},
               "repeats in lists and ORs, a key differing in case kept")]
+    # 5,000 HEADER keys (20,000 nodes: BAD "too many arguments" past 8,192 before), their
+    # values of many lengths, three of them found (one in another case); and 20,000 UIDs
+    ids = [b"v%d" % i if i in (1, 3) else b"V4" if i == 4 else b"w%d" % (i * 7919)
+           for i in range(5000)]
+    many_headers = b"OR " * 4999 + b" ".join(b"HEADER X-Shape " + v for v in ids)
+    many_uids = b"OR " * 19999 + b" ".join(
+        b"UID %d" % (uids[2] if i == 777 else 100000 + i) for i in range(20000))
+    cases += [(many_headers, want, "an OR chain of 5,000 HEADER keys (20,000 nodes)"),
+              (many_uids, {uids[2]}, "an OR chain of 20,000 UID keys (60,000 nodes)")]
     for crit, expect, what in cases:
         found, tagged = search(c, crit)
         check("SEARCH of any length within the line: " + what,
               ok(tagged) and found == expect, repr((found, tagged[:80])))
+    _, tagged = c.command(b"UID SEARCH " + b"OR UID 1 " * 21846 + b"ALL")
+    check("SEARCH of more than 65,536 nodes: BAD, the limit named",
+          b" BAD " in tagged and b"too many arguments" in tagged, repr(tagged[:120]))
     _, tagged = c.command(b"UID SEARCH " + b"NOT OR SEEN " * 40 + b"ALL")
     check("SEARCH nested 82 levels by alternating NOT and OR: BAD, the limit named",
           b" BAD " in tagged and b"nested too deeply" in tagged, repr(tagged))

@@ -20,7 +20,7 @@ static char ip_err[256];
 
 /* A long command built piece by piece, within line_max's default (64 KiB): the shapes below
  * are commands a client may send whole. A piece past the end is a bug of the test. */
-static char ip_long[64 * 1024];
+static char ip_long[256 * 1024];
 static size_t ip_long_len;
 
 static void ip_long_add(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -477,6 +477,40 @@ static void test_fetch_many_sections(void)
         CHECK(f.sections[count - 1].kind == IMAP_SECTION_ALL && !f.sections[count - 1].peek);
         imap_fetch_free(&f);
         imap_command_free(&c);
+    }
+}
+
+/* SEARCH's own bound, IMAP_PARSE_SEARCH_NODES_MAX: a client's filter of thousands of terms
+ * (a 3,000-key OR chain, 9,001 nodes, was BAD "too many arguments"); every other command
+ * keeps IMAP_PARSE_NODES_MAX. */
+static void test_search_nodes_bound(void)
+{
+    struct imap_command c;
+    struct imap_search prog;
+    static const char *const heads[] = {"a UID SEARCH", "b search", "c NOOP"};
+    for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++) {
+        size_t max = h < 2 ? IMAP_PARSE_SEARCH_NODES_MAX : IMAP_PARSE_NODES_MAX;
+        for (size_t extra = 0; extra < 2; extra++) {
+            ip_long_start(heads[h]);
+            for (size_t k = 0; k < max + extra; k++) {
+                ip_long_add(" %zu", k % 9 + 1);
+            }
+            ip_long_add("\r\n");
+            int rc = ip_parse(ip_long, &c);
+            if (extra == 1) {
+                CHECK_EQ_INT(rc, IMAP_PARSE_BAD);
+                CHECK(strstr(ip_err, "too many arguments") != NULL);
+                continue;
+            }
+            CHECK_EQ_INT(rc, IMAP_PARSE_OK);
+            CHECK_EQ_INT(c.node_count, max);
+            if (h < 2) { /* and the program is made: max sequence-set keys ANDed */
+                CHECK_EQ_INT(imap_parse_search(&c, imap_arg(&c, 0), &prog, ip_err, sizeof ip_err),
+                             0);
+                imap_search_free(&prog);
+            }
+            imap_command_free(&c);
+        }
     }
 }
 
@@ -1190,6 +1224,7 @@ int main(void)
     TEST(test_fetch_many_fields);
     TEST(test_search);
     TEST(test_search_shapes);
+    TEST(test_search_nodes_bound);
     TEST(test_search_repeats);
     TEST(test_list);
     TEST(test_list_many_patterns);
