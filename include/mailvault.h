@@ -820,6 +820,24 @@ mv_message_prefetch_skeletons(mv_store *store, const struct mv_message_key *keys
 MV_API MV_MUST_CHECK int mv_message_fetch_header(
     mv_store *store, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out);
 
+/* mv_message_fetch_header() of every message of mailbox with a UID from first_uid to last_uid
+ * (inclusive), in UID order, read by one statement over the range instead of one lookup a
+ * message (a server's SEARCH HEADER pass over a mailbox: ~1 us a message less here). For
+ * each: each(arg, uid, raw, len), raw the header's bytes exactly as mv_message_fetch_header()
+ * returns them, valid only during the call (the library wipes and frees them after it); each
+ * returns 0 to go on, anything else stops the walk and is returned as it is. A message whose
+ * rows are damaged (mv_message_fetch_header() would say MV_ECORRUPT) comes with raw NULL and
+ * len 0, mv_store_errmsg() saying what is wrong, and the walk goes on. Inside a read snapshot
+ * (mv_store_read_begin) the walk sees it, else it takes one of its own. MV_OK, MV_ENOTFOUND
+ * (no such mailbox), MV_EIO, MV_ENOMEM, MV_EINVAL (no function), or each's value. */
+MV_API MV_MUST_CHECK int
+mv_message_headers_each(mv_store *store,
+                        const char *mailbox,
+                        uint32_t first_uid,
+                        uint32_t last_uid,
+                        int (*each)(void *arg, uint32_t uid, const void *raw, size_t len),
+                        void *arg);
+
 /* The rule above as a function: the length of raw's header, up to and including the first
  * empty line (1 or 2 when raw starts with LF or CR LF: an empty header block; else the first
  * LF followed by LF or by CR LF), or len if there is none. For a server that cuts HEADER /

@@ -104,6 +104,41 @@ static char *fh_text_message(const char *eol, int lines, size_t *len_out)
     return m;
 }
 
+/* mv_message_headers_each over INBOX: each message once, in UID order, its header exactly as
+ * mv_message_fetch_header gives it (raw NULL where that says MV_ECORRUPT). */
+struct fh_walk {
+    mv_store *s;
+    uint32_t last;
+    size_t count, damaged, wrong, stop_after;
+};
+
+static int fh_walk_one(void *arg, uint32_t uid, const void *raw, size_t len)
+{
+    struct fh_walk *w = arg;
+    void *head = NULL;
+    size_t head_len = 0;
+    int rc = mv_message_fetch_header(w->s, "INBOX", uid, &head, &head_len);
+    if (raw == NULL) {
+        w->damaged++;
+        w->wrong += rc != MV_ECORRUPT || len != 0;
+    } else {
+        w->wrong += rc != MV_OK || head_len != len || memcmp(head, raw, len) != 0;
+    }
+    w->wrong += uid <= w->last;
+    w->last = uid;
+    mv_free(head);
+    return ++w->count == w->stop_after ? 77 : 0;
+}
+
+static void fh_walk_agrees(mv_store *s, size_t messages, size_t damaged)
+{
+    struct fh_walk w = {.s = s};
+    CHECK_EQ_INT(mv_message_headers_each(s, "INBOX", 1, UINT32_MAX, fh_walk_one, &w), MV_OK);
+    CHECK_EQ_INT(w.count, messages);
+    CHECK_EQ_INT(w.damaged, damaged);
+    CHECK_EQ_INT(w.wrong, 0);
+}
+
 static void test_header_shapes(void)
 {
     mv_store *s = NULL;
@@ -167,6 +202,20 @@ static void test_header_shapes(void)
     CHECK(tu_int(mv_store_db(s), "SELECT count(*) FROM body_parts") >= 1);
     free(mm);
 
+    fh_walk_agrees(s, 8, 0);
+    /* a range, a stop, an empty range, no mailbox, no function */
+    struct fh_walk part = {.s = s};
+    CHECK_EQ_INT(mv_message_headers_each(s, "INBOX", 3, 5, fh_walk_one, &part), MV_OK);
+    CHECK(part.count == 3 && part.last == 5 && part.wrong == 0);
+    struct fh_walk stop = {.s = s, .stop_after = 2};
+    CHECK_EQ_INT(mv_message_headers_each(s, "INBOX", 1, UINT32_MAX, fh_walk_one, &stop), 77);
+    CHECK_EQ_INT(stop.count, 2);
+    struct fh_walk none = {.s = s};
+    CHECK_EQ_INT(mv_message_headers_each(s, "INBOX", 9, 8, fh_walk_one, &none), MV_OK);
+    CHECK_EQ_INT(mv_message_headers_each(s, "INBOX", 100, 200, fh_walk_one, &none), MV_OK);
+    CHECK_EQ_INT(none.count, 0);
+    CHECK_EQ_INT(mv_message_headers_each(s, "Nope", 1, 9, fh_walk_one, &none), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_message_headers_each(s, "INBOX", 1, 9, NULL, &none), MV_EINVAL);
     void *raw = NULL;
     size_t n = 0;
     CHECK_EQ_INT(mv_message_fetch_header(s, "INBOX", 9999, &raw, &n), MV_ENOTFOUND);
@@ -233,6 +282,9 @@ static void test_header_large_and_small(void)
     fh_roundtrip(s, no_body, sizeof no_body - 1);
     static const char eight_bit[] = "Subject: \xff\xfe raw\nFrom: \xc3\xa9@example.org\n\nbody\n";
     fh_roundtrip(s, eight_bit, sizeof eight_bit - 1);
+    fh_walk_agrees(s, 6, 0); /* BLOB I/O, with the row, no body, 8-bit */
+    CHECK_EQ_INT(tu_exec(db, "UPDATE bodies SET head = NULL"), SQLITE_OK);
+    fh_walk_agrees(s, 6, 0); /* without the header unit's copies */
     mv_store_close(&s);
 }
 
@@ -259,6 +311,7 @@ static void fh_old_and_damaged(const char *name, const char *m, size_t len)
     CHECK_EQ_INT(head_len, fh_expected_header(m, len));
     CHECK(memcmp(head, m, head_len) == 0);
     mv_free(head);
+    fh_walk_agrees(s, 1, 0); /* the walk reads it whole and cuts it too */
 
     /* A header_stored that does not end a frame, one past the data, one negative. */
     static const char *const bad[] = {
@@ -274,6 +327,7 @@ static void fh_old_and_damaged(const char *name, const char *m, size_t len)
         CHECK_EQ_INT(rc, MV_ECORRUPT);
         CHECK(head == NULL);
         CHECK(strlen(mv_store_errmsg(s)) > 0);
+        fh_walk_agrees(s, 1, 1); /* the walk goes on past it, raw NULL */
     }
     /* Restored: right again; the whole message never depended on it. */
     char sql[96];

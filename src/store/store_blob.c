@@ -1680,24 +1680,71 @@ int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_
     return store_body_get_header_cut(s, body_id, raw_out, len_out);
 }
 
+/* The header of the body whose row st is on (a statement of STORE_HEADER_ROW's columns).
+ * keep_row: st stays on its row for the caller's next step (a walk over many rows); else it
+ * is reset before a read that needs other statements or a BLOB handle, as a single read's
+ * caller resets it anyway. */
+static int store_header_from_row(
+    mv_store *s, sqlite3_stmt *st, int keep_row, uint8_t **raw_out, size_t *len_out)
+{
+    int64_t body_id = sqlite3_column_int64(st, 0);
+    sqlite3_int64 size = sqlite3_column_int64(st, 1);
+    int compression = sqlite3_column_int(st, 2);
+    sqlite3_int64 head_stored = sqlite3_column_int64(st, 3);
+    sqlite3_int64 stored_size = sqlite3_column_int64(st, 4);
+    int rc = store_body_header_row_check(s, body_id, size, head_stored, stored_size);
+    if (rc == MV_OK && head_stored > 0 && sqlite3_column_type(st, 6) != SQLITE_NULL) {
+        return store_body_header_copy_decode(s, body_id, compression, sqlite3_column_blob(st, 6),
+                                             (size_t)sqlite3_column_bytes(st, 6),
+                                             (size_t)head_stored, (size_t)size, raw_out, len_out);
+    }
+    if (rc == MV_OK && head_stored > 0 && stored_size <= STORE_BLOB_HEADER_INLINE) {
+        const uint8_t *data = sqlite3_column_blob(st, 5);
+        size_t data_len = (size_t)sqlite3_column_bytes(st, 5);
+        if (sqlite3_column_type(st, 5) == SQLITE_NULL) {
+            return store_fail(s, MV_ECORRUPT, "body %lld: its data row is missing",
+                              (long long)body_id);
+        }
+        if (data_len < (size_t)head_stored) {
+            return store_fail(s, MV_ECORRUPT, "body %lld: header unit of %lld bytes in %zu stored",
+                              (long long)body_id, (long long)head_stored, data_len);
+        }
+        return store_body_header_unit_decode(s, body_id, compression, data, (size_t)head_stored,
+                                             (size_t)size, raw_out, len_out);
+    }
+    if (!keep_row) {
+        sqlite3_reset(st);
+    }
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (head_stored > 0) {
+        return store_body_read_header_unit(s, body_id, compression, (size_t)head_stored,
+                                           (size_t)size, raw_out, len_out);
+    }
+    return store_body_get_header_cut(s, body_id, raw_out, len_out);
+}
+
+/* One statement for the message's row, its body's row with the header unit's copy
+ * (bodies.head) when it has one, and, when the stored skeleton is small, its bytes: per
+ * message of a client's message list, that replaces a second statement and a BLOB handle
+ * (issue 13's profile). The skeleton's row is a subquery, not a join: a body with a copy
+ * then never descends into bodies_data, and one read through the BLOB handle descends
+ * once (the join descended for every row, used or not). The message's UID is column 7. */
+#define STORE_HEADER_ROW                                                                           \
+    "SELECT b.id, b.size, b.compression, b.header_stored, b.stored_size, "                         \
+    "CASE WHEN b.head IS NULL AND b.header_stored > 0 AND b.stored_size "                          \
+    "<= " STORE_BLOB_HEADER_INLINE_STR                                                             \
+    " THEN (SELECT d.data FROM bodies_data d WHERE d.id = b.id)"                                   \
+    " END, b.head, m.uid FROM messages m INDEXED BY messages_uid_body JOIN bodies b ON b.id = "    \
+    "m.body_id WHERE m.mailbox_id = ?1 "
+
 int store_message_header_get(
     mv_store *s, int64_t mailbox_id, uint32_t uid, uint8_t **raw_out, size_t *len_out)
 {
     *raw_out = NULL;
     *len_out = 0;
-    /* One statement for the message's row, its body's row with the header unit's copy
-     * (bodies.head) when it has one, and, when the stored skeleton is small, its bytes: per
-     * message of a client's message list, that replaces a second statement and a BLOB handle
-     * (issue 13's profile). The skeleton's row is a subquery, not a join: a body with a copy
-     * then never descends into bodies_data, and one read through the BLOB handle descends
-     * once (the join descended for every row, used or not). */
-    sqlite3_stmt *st = store_stmt(
-        s, "SELECT b.id, b.size, b.compression, b.header_stored, b.stored_size, "
-           "CASE WHEN b.head IS NULL AND b.header_stored > 0 AND b.stored_size "
-           "<= " STORE_BLOB_HEADER_INLINE_STR
-           " THEN (SELECT d.data FROM bodies_data d WHERE d.id = b.id)"
-           " END, b.head FROM messages m INDEXED BY messages_uid_body JOIN bodies b ON b.id = "
-           "m.body_id WHERE m.mailbox_id = ?1 AND m.uid = ?2");
+    sqlite3_stmt *st = store_stmt(s, STORE_HEADER_ROW "AND m.uid = ?2");
     if (st == NULL) {
         return store_fail_sqlite(s, "reading a message header");
     }
@@ -1709,44 +1756,52 @@ int store_message_header_get(
         return step == SQLITE_DONE ? MV_ENOTFOUND
                                    : store_fail_sqlite(s, "reading a message header");
     }
-    int64_t body_id = sqlite3_column_int64(st, 0);
-    sqlite3_int64 size = sqlite3_column_int64(st, 1);
-    int compression = sqlite3_column_int(st, 2);
-    sqlite3_int64 head_stored = sqlite3_column_int64(st, 3);
-    sqlite3_int64 stored_size = sqlite3_column_int64(st, 4);
-    int rc = store_body_header_row_check(s, body_id, size, head_stored, stored_size);
-    if (rc == MV_OK && head_stored > 0 && sqlite3_column_type(st, 6) != SQLITE_NULL) {
-        rc = store_body_header_copy_decode(s, body_id, compression, sqlite3_column_blob(st, 6),
-                                           (size_t)sqlite3_column_bytes(st, 6), (size_t)head_stored,
-                                           (size_t)size, raw_out, len_out);
-        sqlite3_reset(st);
-        return rc;
-    }
-    if (rc == MV_OK && head_stored > 0 && stored_size <= STORE_BLOB_HEADER_INLINE) {
-        const uint8_t *data = sqlite3_column_blob(st, 5);
-        size_t data_len = (size_t)sqlite3_column_bytes(st, 5);
-        if (sqlite3_column_type(st, 5) == SQLITE_NULL) {
-            rc = store_fail(s, MV_ECORRUPT, "body %lld: its data row is missing",
-                            (long long)body_id);
-        } else if (data_len < (size_t)head_stored) {
-            rc = store_fail(s, MV_ECORRUPT, "body %lld: header unit of %lld bytes in %zu stored",
-                            (long long)body_id, (long long)head_stored, data_len);
-        } else {
-            rc = store_body_header_unit_decode(s, body_id, compression, data, (size_t)head_stored,
-                                               (size_t)size, raw_out, len_out);
-        }
-        sqlite3_reset(st);
-        return rc;
-    }
+    int rc = store_header_from_row(s, st, 0, raw_out, len_out);
     sqlite3_reset(st);
-    if (rc != MV_OK) {
-        return rc;
+    return rc;
+}
+
+int store_message_headers_each(mv_store *s,
+                               int64_t mailbox_id,
+                               uint32_t first_uid,
+                               uint32_t last_uid,
+                               int (*each)(void *arg, uint32_t uid, const void *raw, size_t len),
+                               void *arg)
+{
+    /* Not a cached statement: each() may read the store (another header by UID, say), and
+     * a cached statement in use cannot serve it too. */
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s->db, STORE_HEADER_ROW "AND m.uid BETWEEN ?2 AND ?3 ORDER BY m.uid", -1,
+                           &st, NULL) != SQLITE_OK) {
+        return store_fail_sqlite(s, "reading message headers");
     }
-    if (head_stored > 0) {
-        return store_body_read_header_unit(s, body_id, compression, (size_t)head_stored,
-                                           (size_t)size, raw_out, len_out);
+    sqlite3_bind_int64(st, 1, mailbox_id);
+    sqlite3_bind_int64(st, 2, first_uid);
+    sqlite3_bind_int64(st, 3, last_uid);
+    int rc = MV_OK, step = SQLITE_DONE;
+    while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        uint32_t uid = (uint32_t)sqlite3_column_int64(st, 7);
+        uint8_t *raw = NULL;
+        size_t len = 0;
+        rc = store_header_from_row(s, st, 1, &raw, &len);
+        if (rc == MV_ECORRUPT) {
+            /* one damaged message does not hide the others: each() hears of it (raw NULL)
+             * with the store's message saying what is wrong */
+            crypt_free_wiped(raw);
+            raw = NULL;
+            len = 0;
+            rc = MV_OK;
+        }
+        if (rc == MV_OK) {
+            rc = each(arg, uid, raw, len);
+        }
+        crypt_free_wiped(raw);
     }
-    return store_body_get_header_cut(s, body_id, raw_out, len_out);
+    if (rc == MV_OK && step != SQLITE_DONE) {
+        rc = store_fail_sqlite(s, "reading message headers");
+    }
+    sqlite3_finalize(st);
+    return rc;
 }
 
 /* ---- dropping many bodies at once (EXPUNGE) -------------------------------------------- */

@@ -8,6 +8,7 @@
  *   store_body_get(s, body_id, &raw, &len);            the exact bytes; free(raw)
  *   store_body_get_header(s, body_id, &raw, &len);     only the header; free(raw)
  *   store_message_header_get(s, mailbox_id, uid, &raw, &len)   the same, by UID
+ *   store_message_headers_each(s, mailbox_id, first, last, each, arg)  ... of a UID range
  *   store_blob_release(s);                             (store_open.c) at close
  *
  * The reassembly algorithm and the layout are in store_blob.c and docs/SCHEMA.md.
@@ -106,6 +107,16 @@ int store_body_get_header(mv_store *s, int64_t body_id, uint8_t **raw_out, size_
     "LEFT JOIN bodies_data d ON d.id = b.id WHERE m.mailbox_id = ?1 AND m.uid = ?2"
 int store_message_header_get(
     mv_store *s, int64_t mailbox_id, uint32_t uid, uint8_t **raw_out, size_t *len_out);
+/* Each message's header of mailbox_id with a UID in [first_uid, last_uid], in UID order, as
+ * store_message_header_get() reads it, through one statement: each(arg, uid, raw, len) (raw
+ * valid during the call only; NULL for a message whose rows are damaged, the walk going on);
+ * a non-zero return stops the walk and is returned. Inside the caller's transaction. */
+int store_message_headers_each(mv_store *s,
+                               int64_t mailbox_id,
+                               uint32_t first_uid,
+                               uint32_t last_uid,
+                               int (*each)(void *arg, uint32_t uid, const void *raw, size_t len),
+                               void *arg);
 
 /* store_body_get() of message uid of mailbox_id, the message's and body's rows read by one
  * statement. MV_ENOTFOUND (no message set: the caller says what is missing), else as

@@ -687,6 +687,32 @@ done:
     return rc;
 }
 
+int mv_message_headers_each(mv_store *s,
+                            const char *mailbox,
+                            uint32_t first_uid,
+                            uint32_t last_uid,
+                            int (*each)(void *arg, uint32_t uid, const void *raw, size_t len),
+                            void *arg)
+{
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (each == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_message_headers_each: no function");
+    }
+    int64_t mailbox_id = 0;
+    int began = 0;
+    int rc = store_message_read_begin(s, &began);
+    if (rc == MV_OK) {
+        rc = store_mailbox_id(s, mailbox, &mailbox_id);
+    }
+    if (rc == MV_OK && first_uid <= last_uid) {
+        rc = store_message_headers_each(s, mailbox_id, first_uid, last_uid, each, arg);
+    }
+    store_message_read_end(s, began);
+    return rc;
+}
+
 int mv_message_fetch(
     mv_store *s, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out)
 {
