@@ -54,6 +54,9 @@
 #  10. bench/structure_restart.sh: FETCH BODYSTRUCTURE of 3,000 messages of the 10,000 corpus
 #      before and after mailvaultd and Dovecot start again (the answers mailvaultd keeps in
 #      the store), printed (~2 min). Here --quick: 1,000 messages (~20 s).
+#  11. bench/search_keys.sh: UID SEARCH with 1 to 2,700 keys at once (Message-IDs, senders,
+#      subject words, UIDs) over the 10,000 corpus, mailvaultd beside Dovecot, printed
+#      (~2 min). Here --quick: 1,000 messages (~30 s).
 #
 # The page-crypto target compares like with like: crypto.chacha20.encrypt_mbps (encryption
 # alone, per second of CPU time, as openssl speed measures) against openssl speed (target
@@ -72,7 +75,7 @@ for arg in "$@"; do
     esac
 done
 speed_seconds=2 crypto_seconds=1.5 vfs_args=() store_args=() scale_args=() ops_args=()
-imap_args=() bigmail_args=() proxy_args=() structure_args=() scale_out=bench/results
+imap_args=() bigmail_args=() proxy_args=() structure_args=() search_args=() scale_out=bench/results
 if [ "$quick" -eq 1 ]; then
     # `make bench QUICK=1` runs this and then the quick reference suite (60-70 s) in under
     # 2 minutes, so this script has about 45 s: the programs' own --quick sizes, and shorter
@@ -86,6 +89,7 @@ if [ "$quick" -eq 1 ]; then
     bigmail_args=(--quick)
     proxy_args=(--quick --seconds 2)
     structure_args=(--quick)
+    search_args=(--quick)
 fi
 
 out_dir=build/bench-results
@@ -307,6 +311,11 @@ bench/proxy_compare.sh "${proxy_args[@]}"
 echo
 echo "== structure_restart ${structure_args[*]:-}"
 bench/structure_restart.sh "${structure_args[@]}"
+
+# ---- 11. SEARCH with many keys at once -----------------------------------------------------
+echo
+echo "== search_keys ${search_args[*]:-}"
+bench/search_keys.sh "${search_args[@]}"
 echo
 echo "results: $json $store_json $scale_out/scale.json $scale_out/sections/scale.md"
 echo "         bench/results/bigmail.json (quick: build/bench-results/bigmail.json)"

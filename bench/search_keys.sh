@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# search_keys.sh -- UID SEARCH with many keys at once (an OR of hundreds or thousands of
+# Message-IDs, senders, subject words or UIDs: a thread's lookup, a client's filter), mailvaultd
+# beside Dovecot over the big-mailbox corpus (issue 13; docs/BENCHMARKS.md, "SEARCH HEADER:
+# one pass for every key").
+#
+# USAGE
+#   [MAILVAULTD_OLD=PATH] bench/search_keys.sh [--messages N] [--rounds R] [--cases LIST]
+#                                              [--no-dovecot] [--quick]
+#     (after `make all`; bench/run.sh runs it, --quick with `make bench QUICK=1`) N: the
+#     bench corpus' size (default 10000; bench/bigmail_corpus.py, generated into
+#     build/bigmail-corpus/N once, as bench/bigmail_compare.sh does); R: times each command is
+#     sent to each server (default 5); LIST: bench/search_keys.py's cases. --quick: 1,000
+#     messages, 3 rounds.
+#   MAILVAULTD_OLD: a second mailvaultd (say, a build of the commit before) measured beside
+#     build/mailvaultd on a store of its own, made by the mailvault CLI next to it.
+#     Dovecot is measured too (installed if missing; --no-dovecot: not), after a discarded
+#     first pass that indexes its Maildir and caches the fields, as a client's repeated
+#     searches find them.
+#   MAILVAULTD, MAILVAULT: the server and CLI measured as "new" (default build/mailvaultd,
+#     build/mailvault); SEARCH_KEYS_KDF_ITER: the stores' key derivation iterations (default:
+#     the library's; the smoke test, tests/cli_bench_search_keys_smoke.sh, sets 2).
+# Prints bench/search_keys.py's table; exits 1 if the servers' answers differ. Everything
+# under nice -n 10; scratch under $TMPDIR, removed at exit unless KEEP_TMP=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. bench/mailvaultd_lib.sh
+. bench/dovecot_lib.sh
+
+messages=10000
+rounds=5
+cases=""
+with_dovecot=1
+while [ $# -gt 0 ]; do
+    case $1 in
+    --no-dovecot) with_dovecot=0; shift ;;
+    --messages) messages=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --cases) cases=$2; shift 2 ;;
+    --quick) messages=1000 rounds=3; shift ;;
+    *) echo "search_keys: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+mv=${MAILVAULT:-build/mailvault}
+server=${MAILVAULTD:-build/mailvaultd}
+if [ ! -x "$mv" ] || [ ! -x "$server" ]; then
+    echo "search_keys: make all first" >&2
+    exit 2
+fi
+nice=(nice -n 10)
+
+bench_scratch search_keys
+[ -z "${SEARCH_KEYS_KDF_ITER:-}" ] || export MAILVAULT_KDF_ITER=$SEARCH_KEYS_KDF_ITER
+user=u1@bench.example
+corpus=${BIGMAIL_CORPUS:-build/bigmail-corpus}/$messages
+if [ ! -f "$corpus/meta.json" ]; then
+    echo "== corpus: $messages messages into $corpus"
+    rm -rf "$corpus"
+    mkdir -p "$corpus"
+    "${nice[@]}" python3 bench/bigmail_corpus.py --messages "$messages" --out "$corpus/Maildir" \
+        --meta "$corpus/meta.json.tmp"
+    mv "$corpus/meta.json.tmp" "$corpus/meta.json"
+fi
+declare -A bin port maker
+names=(new)
+bin[new]=$server
+maker[new]=$mv
+if [ -n "${MAILVAULTD_OLD:-}" ]; then
+    names=(new old)
+    bin[old]=$MAILVAULTD_OLD
+    maker[old]=$mv
+    [ ! -x "$(dirname "$MAILVAULTD_OLD")/mailvault" ] || maker[old]=$(dirname "$MAILVAULTD_OLD")/mailvault
+fi
+args=()
+for n in "${names[@]}"; do
+    echo "== mailvault: import $messages messages for $n (${maker[$n]})"
+    MAILVAULT_ROOT=$tmp/root-$n "${maker[$n]}" init "$user" --password-file "$tmp/password" \
+        >/dev/null
+    MAILVAULT_ROOT=$tmp/root-$n "${nice[@]}" "${maker[$n]}" import "$user" "$corpus/Maildir" \
+        --password-file "$tmp/password" >/dev/null
+    "${nice[@]}" "${bin[$n]}" --listen=127.0.0.1 --imap-port=0 --lmtp-port=-1 \
+        --root="$tmp/root-$n" --ports-file="$tmp/$n.ports" >>"$tmp/$n.log" 2>&1 &
+    pids+=("$!")
+    for _ in $(seq 1 100); do [ -s "$tmp/$n.ports" ] && break; sleep 0.1; done
+    port[$n]=$(sed -n 's/^imap=//p' "$tmp/$n.ports")
+    [ -n "${port[$n]}" ] || { echo "search_keys: $n did not start" >&2; exit 1; }
+    args+=(--server "$n=127.0.0.1:${port[$n]}")
+done
+have_dovecot=0
+[ "$with_dovecot" -eq 0 ] || dovecot_install search_keys
+if [ "$have_dovecot" -eq 1 ]; then
+    dc=$tmp/dovecot
+    port[dovecot]=$(free_port)
+    dovecot_config "$dc" "${port[dovecot]}" -1 "$tmp/password" "$user"
+    dovecot_maildir_copy "$corpus/Maildir" "$dc/mail/$user"
+    "${nice[@]}" dovecot -F -c "$dc/dovecot.conf" >"$dc/stderr.log" 2>&1 &
+    pids+=("$!")
+    wait_port "${port[dovecot]}" "$!"
+    args+=(--server "dovecot=127.0.0.1:${port[dovecot]}")
+elif [ "$with_dovecot" -eq 1 ]; then
+    echo "search_keys: no Dovecot (${dovecot_note:-not installed}): mailvaultd alone"
+fi
+[ -z "$cases" ] || args+=(--cases "$cases")
+echo "== warm-up pass, not reported (Dovecot, when measured, indexes its Maildir and caches the fields)"
+"${nice[@]}" python3 bench/search_keys.py "${args[@]}" --user "$user" \
+    --password-file "$tmp/password" --rounds 1 >/dev/null || true
+echo "== search_keys: $messages messages, $rounds rounds ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
+"${nice[@]}" python3 bench/search_keys.py "${args[@]}" --user "$user" \
+    --password-file "$tmp/password" --rounds "$rounds"
