@@ -17,6 +17,10 @@
  *     cut out, here every one of FUZZ_SPLIT bytes or more, with store_part_count's counts)
  *     are the same as from the message, or refused (imap_mime_open_skeleton MV_EUNSUPPORTED,
  *     imap_mime_bodystructure -1), never different.
+ *   - The message that skeleton stands for (imap_mime_stand_in: the cut parts' places filled)
+ *     has the message's header, and every part section located in it that does not meet a
+ *     cut part's place (or is no such part) is located the same in the message: what FETCH
+ *     answers from it without reading the parts stored apart (imap_fetch_sparse_copy).
  *
  * Corpus: fuzz/corpus/imap_mime (multipart, nested message/rfc822, broken MIME, groups).
  */
@@ -59,6 +63,46 @@ static int fuzz_balanced(const struct buf *b)
 /* Parts this long are cut (the store's 128 KiB, small so that small inputs have cuts). */
 #define FUZZ_SPLIT 16
 
+static const uint32_t fuzz_paths[][3] = {{1, 0, 0}, {2, 0, 0}, {1, 1, 0}, {2, 1, 0}, {1, 2, 1}};
+static const size_t fuzz_path_counts[] = {1, 1, 2, 2, 3};
+
+/* The message the skeleton (len bytes, n cuts) stands for against data itself. */
+static void fuzz_stand_in(const uint8_t *data,
+                          size_t size,
+                          const char *skel,
+                          size_t len,
+                          const struct mv_message_cut *cuts,
+                          size_t n)
+{
+    char *whole = NULL;
+    int rc = imap_mime_stand_in(skel, len, cuts, n, size, &whole);
+    if (rc != MV_OK) {
+        if (rc != MV_EUNSUPPORTED && rc != MV_ENOMEM) {
+            abort();
+        }
+        return;
+    }
+    if (mv_message_header_len(whole, size) != mv_message_header_len(data, size)) {
+        abort();
+    }
+    for (size_t i = 0; i < sizeof fuzz_path_counts / sizeof fuzz_path_counts[0]; i++) {
+        for (int what = IMAP_MIME_CONTENT; what <= IMAP_MIME_MESSAGE_TEXT; what++) {
+            struct imap_mime_span s = {0, 0}, r = {0, 0};
+            int in_whole = imap_mime_section(whole, size, fuzz_paths[i], fuzz_path_counts[i],
+                                             (enum imap_mime_what)what, &s);
+            int in_data = imap_mime_section((const char *)data, size, fuzz_paths[i],
+                                            fuzz_path_counts[i], (enum imap_mime_what)what, &r);
+            if (in_whole != 0
+                    ? in_data != in_whole
+                    : !imap_mime_stand_in_meets(cuts, n, s.offset, s.offset + s.length) &&
+                          (in_data != 0 || r.offset != s.offset || r.length != s.length)) {
+                abort();
+            }
+        }
+    }
+    free(whole);
+}
+
 /* The skeleton of data as the store would keep it, described: the same as t's answers
  * (the whole message, imap_mime_open_structure) or refused. */
 static void fuzz_skeleton(const uint8_t *data, size_t size, struct imap_mime *t)
@@ -88,6 +132,7 @@ static void fuzz_skeleton(const uint8_t *data, size_t size, struct imap_mime *t)
         if (rc != MV_OK && rc != MV_EUNSUPPORTED) {
             abort();
         }
+        fuzz_stand_in(data, size, skel, len, cuts, p.part_count);
     }
     struct buf a = {0}, b = {0};
     for (int utf8 = 0; k != NULL && utf8 <= 1; utf8++) {
@@ -159,12 +204,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         }
     }
-    static const uint32_t paths[][3] = {{1, 0, 0}, {2, 0, 0}, {1, 1, 0}, {2, 1, 0}, {1, 2, 1}};
-    static const size_t counts[] = {1, 1, 2, 2, 3};
-    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+    for (size_t i = 0; i < sizeof fuzz_path_counts / sizeof fuzz_path_counts[0]; i++) {
         for (int what = IMAP_MIME_CONTENT; what <= IMAP_MIME_MESSAGE_TEXT; what++) {
             struct imap_mime_span span = {0, 0};
-            int rc = imap_mime_section((const char *)data, size, paths[i], counts[i],
+            int rc = imap_mime_section((const char *)data, size, fuzz_paths[i], fuzz_path_counts[i],
                                        (enum imap_mime_what)what, &span);
             if (rc != 0 && rc != -1) {
                 abort();

@@ -47,6 +47,25 @@ int imap_mime_open_skeleton(const char *raw,
                             size_t cut_count,
                             struct imap_mime **out);
 void imap_mime_close(struct imap_mime **m);
+/* The message a skeleton (len bytes, without the cut_count parts cuts name; size bytes with
+ * them) stands for, for FETCH body sections (imap_mime_stand_in.c): size bytes into *out
+ * (malloc'd), the skeleton's bytes at the message's offsets and each cut part's place filled
+ * with bytes no MIME reading tells from a part's content. imap_mime_section() finds in it
+ * what it finds in the message; a range that meets a cut part's place
+ * (imap_mime_stand_in_meets) is filler there. MV_OK, MV_ENOMEM, MV_EUNSUPPORTED (a cut part
+ * holds lines a MIME parser reads, marks > 0, or does not start a line, or the parts do not
+ * add up to size: read the message whole). */
+int imap_mime_stand_in(const char *skeleton,
+                       size_t len,
+                       const struct mv_message_cut *cuts,
+                       size_t cut_count,
+                       uint64_t size,
+                       char **out);
+/* 1 if bytes [from, to) of the message meet the place of one of the cut parts, else 0. */
+int imap_mime_stand_in_meets(const struct mv_message_cut *cuts,
+                             size_t cut_count,
+                             size_t from,
+                             size_t to);
 /* For a session that enabled UTF8=ACCEPT (RFC 6855): ENVELOPE and BODYSTRUCTURE strings that
  * are valid UTF-8 are sent quoted and as they are; otherwise (the default) 8-bit strings are
  * literals and 8-bit display names RFC 2047 words. */

@@ -110,6 +110,8 @@ static atomic_uint_fast64_t metrics_fetch_direct; /* bytes a FETCH job wrote to 
 /* structure answers: [enum metric_structure], and [3] written to the stores' memos */
 /* lookups by enum metric_structure, then saved, made from a skeleton, made from a message */
 static atomic_uint_fast64_t metrics_structure[6];
+/* FETCH sections of messages with parts stored apart: [0] from the skeleton, [1] whole */
+static atomic_uint_fast64_t metrics_sections[2];
 
 /* Jobs waiting in each worker's queue (metrics_init). */
 static atomic_int_fast64_t *metrics_queues;
@@ -187,6 +189,12 @@ void metrics_structure_saved(uint64_t n)
 void metrics_structure_made(int from_skeleton)
 {
     atomic_fetch_add_explicit(&metrics_structure[from_skeleton ? 4 : 5], 1, memory_order_relaxed);
+}
+
+void metrics_sections_read(int from_skeleton)
+{
+    atomic_fetch_add_explicit(&metrics_sections[from_skeleton ? 0 : 1], 1,
+                              memory_order_relaxed);
 }
 
 void metrics_connection(enum metric_gauge g, int delta)
@@ -449,6 +457,15 @@ static void metrics_render_work(struct buf *b)
                "mailvaultd_structure_made_total{read=\"whole\"} %llu\n",
                (unsigned long long)metrics_read(&metrics_structure[4]),
                (unsigned long long)metrics_read(&metrics_structure[5]));
+    metrics_family(b, "mailvaultd_fetch_sections_read_total", "counter",
+                   "Messages with parts stored apart whose FETCH body sections were answered: "
+                   "from the skeleton, the parts stored apart not read (every byte asked for "
+                   "outside them), or from the whole message.");
+    buf_printf(b,
+               "mailvaultd_fetch_sections_read_total{read=\"skeleton\"} %llu\n"
+               "mailvaultd_fetch_sections_read_total{read=\"whole\"} %llu\n",
+               (unsigned long long)metrics_read(&metrics_sections[0]),
+               (unsigned long long)metrics_read(&metrics_sections[1]));
     metrics_family(b, "mailvaultd_structure_cache_bytes", "gauge",
                    "Bytes the open stores' caches of BODYSTRUCTURE and BODY answers hold "
                    "together, at most structure_cache_kib.");

@@ -69,6 +69,9 @@ void metrics_structure_saved(uint64_t n);
 /* An answer made on a miss: from the message's skeleton, without the parts stored apart
  * (imap_mime_open_skeleton), or from the whole message. */
 void metrics_structure_made(int from_skeleton);
+/* A FETCH's body sections of a message with parts stored apart answered from its skeleton
+ * (imap_fetch_sparse_copy), or from the whole message. */
+void metrics_sections_read(int from_skeleton);
 /* Before the workers start: room for their queue lengths. 0 or -1. */
 int metrics_init(int workers);
 /* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */

@@ -78,6 +78,7 @@ FAMILIES = {
     "mailvaultd_structure_cache_bytes": "gauge",
     "mailvaultd_structure_memos_saved": "counter",
     "mailvaultd_structure_made": "counter",
+    "mailvaultd_fetch_sections_read": "counter",
     "mailvaultd_worker_queue_length": "gauge",
     "mailvaultd_queue_depth": "gauge",
     "mailvaultd_start_time_seconds": "gauge",
@@ -453,6 +454,71 @@ def check_structure_skeleton(args):
         c.close()
 
 
+# Pieces of messages a client asks for (previews, parts, MIME headers), all outside the
+# parts stored apart in SKELETON_MESSAGES[0] (its text part, its attachment's MIME header)
+SPARSE_SECTIONS = ["BODY.PEEK[TEXT]<0.100>", "BODY.PEEK[]<0.200>", "BODY.PEEK[1]<0.5>",
+                   "BODY.PEEK[1]", "BODY.PEEK[1.MIME]", "BODY.PEEK[2.MIME]", "BODY.PEEK[3]",
+                   "BODY.PEEK[HEADER.FIELDS (Subject)]"]
+
+
+def check_sections_skeleton(args):
+    """FETCH body sections of a message with parts stored apart, when every byte they
+    answer with lies outside those parts, come from the skeleton (imap_fetch_sparse_copy: the
+    attachment not read), byte for byte what the whole message gives; a section that
+    reaches into the attachment (its content, a partial that starts inside it) is read
+    whole. Before, every such section read the whole message."""
+    user, password = args.user.split(":", 1)
+    a = imapd_common.imap_login(args.imap, user, password, 30)
+    a.command("EXAMINE skeleton")  # made by check_structure_skeleton
+    name = "mailvaultd_fetch_sections_read_total"
+    msg = SKELETON_MESSAGES[0]
+    head = msg.index(b"\r\n\r\n") + 4
+    want = {"BODY.PEEK[TEXT]<0.100>": msg[head:head + 100], "BODY.PEEK[]<0.200>": msg[:200],
+            "BODY.PEEK[1]<0.5>": b"see t", "BODY.PEEK[1]": b"see the file",
+            "BODY.PEEK[1.MIME]": b"Content-Type: text/plain\r\n\r\n",
+            "BODY.PEEK[2.MIME]": b"Content-Type: application/octet-stream\r\n"
+                                 b"Content-Transfer-Encoding: base64\r\n\r\n",
+            "BODY.PEEK[HEADER.FIELDS (Subject)]": b"Subject: big\r\n\r\n"}
+    _, _, s0 = scrape(args.metrics)
+    untagged, tagged = a.command("FETCH 1 (%s)" % " ".join(SPARSE_SECTIONS))
+    _, _, s1 = scrape(args.metrics)
+    got = untagged[0][1] if untagged else []
+    # BODY[3] is no such part: NIL, no literal; the others' literals in order
+    expect = [want[k] for k in SPARSE_SECTIONS if k in want]
+    R.report("sections: previews, parts and MIME headers outside the attachment come from the "
+             "skeleton, the exact bytes",
+             b" OK" in tagged and got == expect and b"BODY[3] NIL" in untagged[0][0]
+             and delta(s0, s1, name, read="skeleton") == 1 and delta(s0, s1, name, read="whole") == 0,
+             "%r %r %r" % (tagged, [g[:40] for g in got],
+                           [delta(s0, s1, name, read=r) for r in ("skeleton", "whole")]))
+    inside = ["BODY.PEEK[2]<0.10>", "BODY.PEEK[]<%d.10>" % (msg.index(big_part(10)[:20]) + 5)]
+    for section in inside:
+        _, _, s2 = scrape(args.metrics)
+        untagged, tagged = a.command("FETCH 1 (%s)" % section)
+        _, _, s3 = scrape(args.metrics)
+        got = untagged[0][1] if untagged else []
+        R.report("sections: %s reaches into the attachment: read whole, the exact bytes" % section,
+                 b" OK" in tagged and got == [big_part(10)[:10] if "[2]" in section
+                                              else big_part(20)[5:15]]
+                 and delta(s2, s3, name, read="whole") == 1
+                 and delta(s2, s3, name, read="skeleton") == 0,
+                 "%r %r" % (tagged, got))
+    # the attached message: its inner header from the skeleton, its body (stored apart) whole
+    _, _, s4 = scrape(args.metrics)
+    untagged, tagged = a.command("FETCH 2 (BODY.PEEK[1.HEADER] BODY.PEEK[HEADER.FIELDS (From)])")
+    _, _, s5 = scrape(args.metrics)
+    got = untagged[0][1] if untagged else []
+    R.report("sections: an attached message's header beside its stored-apart body, from the "
+             "skeleton",
+             b" OK" in tagged and got == [b"From: b@example.org\r\nSubject: inner\r\n"
+                                          b"Content-Type: text/plain\r\n\r\n",
+                                          b"From: a@example.org\r\n\r\n"]
+             and delta(s4, s5, name, read="skeleton") == 1,
+             "%r %r" % (tagged, got))
+    a.command("LOGOUT")
+    a.close()
+
+
 def answers(lines):
     """{sequence number: FETCH line} as JSON can hold it."""
     return {k.decode(): v.decode("latin-1") for k, v in lines.items()}
@@ -525,6 +591,7 @@ def main():
         check_counts(args)
         check_structure_cache(args)
         check_structure_skeleton(args)
+        check_sections_skeleton(args)
         check_http(args.metrics)
     except Exception as e:  # a crash is a failure, not a silent pass
         R.report("no exception", False, repr(e))
