@@ -125,15 +125,38 @@ static enum imap_mime_what imap_section_what(const struct imap_fetch_section *se
     }
 }
 
+/* A part section located once (imap_fetch_sparse_copy) for its answer after: rc and span of
+ * imap_mime_section(); rc 1 when not located yet. */
+struct imap_located {
+    int rc;
+    struct imap_mime_span span;
+};
+/* Sections a FETCH may have located ahead (more are located as they are answered). */
+#define IMAP_FETCH_LOCATED 8
+
+/* imap_mime_section() of sec in raw, or what known holds of it already. */
+static int imap_section_locate(const struct imap_fetch_section *sec,
+                               const char *raw,
+                               size_t len,
+                               const struct imap_located *known,
+                               struct imap_mime_span *span)
+{
+    if (known != NULL && known->rc != 1) {
+        *span = known->span;
+        return known->rc;
+    }
+    return imap_mime_section(raw, len, sec->part, sec->part_count, imap_section_what(sec), span);
+}
+
 /* BODY[1.2...]: a range of the raw message (imap_mime.c), or NIL when there is no such part. */
 static void imap_part_section_out(struct buf *out,
                                   const struct imap_fetch_section *sec,
                                   const char *raw,
-                                  size_t len)
+                                  size_t len,
+                                  const struct imap_located *known)
 {
-    enum imap_mime_what what = imap_section_what(sec);
     struct imap_mime_span span;
-    if (raw == NULL || imap_mime_section(raw, len, sec->part, sec->part_count, what, &span) != 0) {
+    if (raw == NULL || imap_section_locate(sec, raw, len, known, &span) != 0) {
         buf_str(out, "NIL");
     } else if (sec->kind == IMAP_SECTION_HEADER_FIELDS ||
                sec->kind == IMAP_SECTION_HEADER_FIELDS_NOT) {
@@ -146,9 +169,13 @@ static void imap_part_section_out(struct buf *out,
     }
 }
 
-/* sec of raw (len bytes, its header the first hlen). */
-static void imap_section_out(
-    struct buf *out, const struct imap_fetch_section *sec, const char *raw, size_t len, size_t hlen)
+/* sec of raw (len bytes, its header the first hlen); known: where it was located, or NULL. */
+static void imap_section_out(struct buf *out,
+                             const struct imap_fetch_section *sec,
+                             const char *raw,
+                             size_t len,
+                             size_t hlen,
+                             const struct imap_located *known)
 {
     BUF_LIT(out, "BODY[");
     buf_add(out, sec->spec, sec->spec_len);
@@ -160,7 +187,7 @@ static void imap_section_out(
     }
     BUF_LIT(out, " ");
     if (sec->part_count > 0) {
-        imap_part_section_out(out, sec, raw, len);
+        imap_part_section_out(out, sec, raw, len, known);
     } else if (sec->kind == IMAP_SECTION_ALL) {
         imap_literal(out, raw, len, sec);
     } else if (sec->kind == IMAP_SECTION_HEADER) {
@@ -177,11 +204,13 @@ static void imap_section_out(
 
 /* The bytes of raw (len, its header the first hlen) sec's answer is made from: [*from, *to),
  * as imap_section_out() reads them (a partial's cut applied, except to HEADER.FIELDS, whose
- * text is made from the whole header first); empty for a part that is not there. */
+ * text is made from the whole header first); empty for a part that is not there. A part
+ * section's location goes into *located (if not NULL) for its answer. */
 static void imap_section_range(const struct imap_fetch_section *sec,
                                const char *raw,
                                size_t len,
                                size_t hlen,
+                               struct imap_located *located,
                                size_t *from,
                                size_t *to)
 {
@@ -189,9 +218,12 @@ static void imap_section_range(const struct imap_fetch_section *sec,
     int fields =
         sec->kind == IMAP_SECTION_HEADER_FIELDS || sec->kind == IMAP_SECTION_HEADER_FIELDS_NOT;
     if (sec->part_count > 0) {
-        struct imap_mime_span span;
-        if (imap_mime_section(raw, len, sec->part, sec->part_count, imap_section_what(sec),
-                              &span) == 0) {
+        struct imap_mime_span span = {0, 0};
+        int rc = imap_section_locate(sec, raw, len, NULL, &span);
+        if (located != NULL) { /* kept for the answer */
+            *located = (struct imap_located){.rc = rc, .span = span};
+        }
+        if (rc == 0) {
             at = span.offset;
             n = span.length;
         }
@@ -340,6 +372,7 @@ static int imap_fetch_sparse_copy(struct imap_ctx *x,
                                   const struct imap_fetch *f,
                                   unsigned needs,
                                   size_t i,
+                                  struct imap_located located[IMAP_FETCH_LOCATED],
                                   void **raw,
                                   size_t *len)
 {
@@ -369,11 +402,15 @@ static int imap_fetch_sparse_copy(struct imap_ctx *x,
     size_t hlen = usable ? imap_header_len(whole, (size_t)key.size) : 0;
     for (size_t k = 0; usable && k < f->section_count; k++) {
         size_t from, to;
-        imap_section_range(&f->sections[k], whole, (size_t)key.size, hlen, &from, &to);
+        imap_section_range(&f->sections[k], whole, (size_t)key.size, hlen,
+                           k < IMAP_FETCH_LOCATED ? &located[k] : NULL, &from, &to);
         usable = !imap_mime_stand_in_meets(cuts, count, from, to);
     }
     metrics_sections_read(usable);
     if (!usable) {
+        for (size_t k = 0; k < IMAP_FETCH_LOCATED; k++) {
+            located[k].rc = 1; /* located in the stand-in: not for the message read now */
+        }
         mv_free(whole); /* wiped: the skeleton's bytes */
         return 0;
     }
@@ -640,6 +677,11 @@ static int imap_fetch_one(struct imap_ctx *x,
      * cached[1] and cached[0] hold them, and `needs` is items without them. */
     struct buf cached[2] = {{0}, {0}};
     unsigned found = 0;
+    /* part sections located ahead (imap_fetch_sparse_copy), so not located twice */
+    struct imap_located located[IMAP_FETCH_LOCATED];
+    for (size_t k = 0; k < IMAP_FETCH_LOCATED; k++) {
+        located[k].rc = 1;
+    }
     if ((items & IMAP_FETCH_BODYSTRUCTURE) != 0) {
         found |=
             imap_fetch_structure_cached(x, stored, place, i, IMAP_FETCH_BODYSTRUCTURE, &cached[1]);
@@ -660,7 +702,7 @@ static int imap_fetch_one(struct imap_ctx *x,
         header_only = imap_fetch_header_only(f, needs);
         int rc = header_only ? mv_message_fetch_header(imap_db(x->s), x->s->view.mailbox, m->uid,
                                                        &raw, &len)
-                 : imap_fetch_sparse_copy(x, f, needs, i, &raw, &len)
+                 : imap_fetch_sparse_copy(x, f, needs, i, located, &raw, &len)
                      ? MV_OK
                      : imap_fetch_whole_copy(x, i, &raw, &len);
         if (rc == MV_OK && need_mime) {
@@ -744,7 +786,8 @@ static int imap_fetch_one(struct imap_ctx *x,
     }
     for (size_t k = 0; k < f->section_count; k++) {
         buf_str(out, " ");
-        imap_section_out(out, &f->sections[k], raw, len, hlen);
+        imap_section_out(out, &f->sections[k], raw, len, hlen,
+                         k < IMAP_FETCH_LOCATED ? &located[k] : NULL);
     }
     buf_str(out, ")\r\n");
     imap_mime_close(&mime);
