@@ -54,9 +54,10 @@
 #  10. bench/structure_restart.sh: FETCH BODYSTRUCTURE of 3,000 messages of the 10,000 corpus
 #      before and after mailvaultd and Dovecot start again (the answers mailvaultd keeps in
 #      the store), printed (~2 min). Here --quick: 1,000 messages (~20 s).
-#  11. bench/search_keys.sh: UID SEARCH with 1 to 2,700 keys at once (Message-IDs, senders,
-#      subject words, UIDs) over the 10,000 corpus, mailvaultd beside Dovecot, printed
-#      (~2 min). Here --quick: 1,000 messages (~30 s).
+#  11. bench/commands_compare.sh: UID SEARCH with 1 to 2,700 keys at once (Message-IDs,
+#      senders, subject words, UIDs) and FETCH of pieces of messages (previews, MIME headers)
+#      over the 10,000 corpus, mailvaultd beside Dovecot, printed (~3 min). Here --quick:
+#      1,000 messages (~30 s).
 #
 # The page-crypto target compares like with like: crypto.chacha20.encrypt_mbps (encryption
 # alone, per second of CPU time, as openssl speed measures) against openssl speed (target
@@ -312,10 +313,10 @@ echo
 echo "== structure_restart ${structure_args[*]:-}"
 bench/structure_restart.sh "${structure_args[@]}"
 
-# ---- 11. SEARCH with many keys at once -----------------------------------------------------
+# ---- 11. SEARCH with many keys at once, FETCH of pieces of messages ---------------------------
 echo
-echo "== search_keys ${search_args[*]:-}"
-bench/search_keys.sh "${search_args[@]}"
+echo "== commands_compare ${search_args[*]:-}"
+bench/commands_compare.sh "${search_args[@]}"
 echo
 echo "results: $json $store_json $scale_out/scale.json $scale_out/sections/scale.md"
 echo "         bench/results/bigmail.json (quick: build/bench-results/bigmail.json)"

@@ -11,7 +11,7 @@ tagged answer is printed, with whether every answer equals the first server's.
 USAGE
   bench/search_keys.py --server NAME=HOST:PORT [--server ...] --user U --password-file F
                        [--cases msgid:1,msgid:100,...] [--rounds R] [--seed S]
-  (bench/search_keys.sh starts the servers over the bench corpus and runs this.)
+  (bench/commands_compare.sh starts the servers over the bench corpus and runs this.)
 A case is KIND:N with KIND one of msgid (HEADER Message-ID), from, subject, uid; N keys.
 Python 3 standard library only.
 """

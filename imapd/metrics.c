@@ -193,8 +193,7 @@ void metrics_structure_made(int from_skeleton)
 
 void metrics_sections_read(int from_skeleton)
 {
-    atomic_fetch_add_explicit(&metrics_sections[from_skeleton ? 0 : 1], 1,
-                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&metrics_sections[from_skeleton ? 0 : 1], 1, memory_order_relaxed);
 }
 
 void metrics_connection(enum metric_gauge g, int delta)

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# cli_bench_search_keys_smoke.sh -- smoke test of bench/search_keys.sh and bench/search_keys.py
-# (SEARCH with many keys at once, issue 13) against mailvaultd only (the Dovecot comparison
-# never runs in CI): a corpus of 200 messages, the ASan server (build/asan/mailvaultd, else
-# the release build), one round of every case plus an OR of 5,000 Message-IDs (20,000
-# nodes, over the 8,192 every other command keeps). Checks the script's exit status (1 when
-# answers differ or a command is not OK), the table's rows, and that the server log holds no
-# sanitizer report. No timing assertions.
+# cli_bench_commands_smoke.sh -- smoke test of bench/commands_compare.sh, bench/search_keys.py
+# (SEARCH with many keys at once) and bench/fetch_pieces.py (FETCH of pieces of messages),
+# issue 13, against mailvaultd only (the Dovecot comparison never runs in CI): a corpus of
+# 200 messages, the ASan server (build/asan/mailvaultd, else the release build), one round of
+# every case plus an OR of 5,000 Message-IDs (20,000 nodes, over the 8,192 every other
+# command keeps), the pieces of messages 1:200. Checks the script's exit status (1 when a
+# command is not OK), the tables' rows, and that the server log holds no sanitizer report.
+# No timing assertions.
 #
 # USAGE
-#   make build/asan/mailvaultd build/asan/mailvault && bash tests/cli_bench_search_keys_smoke.sh
+#   make build/asan/mailvaultd build/asan/mailvault && bash tests/cli_bench_commands_smoke.sh
 #   (tests/run.sh runs it in `make test`; ~20 s)
 #
 # Each check prints "PASS name" or "FAIL name"; the last line is "# N passed, N failed".
@@ -16,7 +17,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh # pass, fail, PY, finish, make_tmp
 
-make_tmp cli_bench_search_keys
+make_tmp cli_bench_commands
 server="$PWD/build/asan/mailvaultd"
 mv="$PWD/build/asan/mailvault"
 [ -x "$server" ] || server="$PWD/build/mailvaultd"
@@ -33,17 +34,23 @@ mkdir -p "$tmp/corpus" "$tmp/scratch"
 
 cases=msgid:1,msgid:40,msgid:5000,from:3,subject:70,uid:300
 if MAILVAULTD="$server" MAILVAULT="$mv" SEARCH_KEYS_KDF_ITER=2 BIGMAIL_CORPUS="$tmp/corpus" \
-    KEEP_TMP=1 TMPDIR="$tmp/scratch" timeout 600 bash bench/search_keys.sh --no-dovecot \
-    --messages 200 --rounds 1 --cases "$cases" >"$out" 2>"$err"; then
-    pass "search_keys.sh runs (exit 0: every answer OK)"
+    KEEP_TMP=1 TMPDIR="$tmp/scratch" timeout 600 bash bench/commands_compare.sh --no-dovecot \
+    --messages 200 --rounds 1 --cases "$cases" --range 1:200 >"$out" 2>"$err"; then
+    pass "commands_compare.sh runs (exit 0: every answer OK)"
 else
-    fail "search_keys.sh runs (exit $?): $(tail -n 3 "$err" "$out")"
+    fail "commands_compare.sh runs (exit $?): $(tail -n 3 "$err" "$out")"
 fi
 rows=$(grep -c '^| [a-z]* | [0-9]* | [0-9]* | [0-9.]* | yes |$' "$out")
 if [ "$rows" -eq 6 ]; then
     pass "the table has a timed row for each of the 6 cases"
 else
     fail "the table has a timed row for each of the 6 cases ($rows): $(cat "$out")"
+fi
+pieces=$(grep -c '^| BODY.PEEK\[[^ ]* | [0-9.]* | yes |$' "$out")
+if [ "$pieces" -eq 6 ]; then
+    pass "the pieces table has a timed row for each of the 6 FETCH items"
+else
+    fail "the pieces table has a timed row for each of the 6 FETCH items ($pieces): $(cat "$out")"
 fi
 if grep -q '^| msgid | 5000 | ' "$out"; then
     pass "an OR of 5,000 HEADER Message-ID keys is answered"

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# search_keys.sh -- UID SEARCH with many keys at once (an OR of hundreds or thousands of
-# Message-IDs, senders, subject words or UIDs: a thread's lookup, a client's filter), mailvaultd
-# beside Dovecot over the big-mailbox corpus (issue 13; docs/BENCHMARKS.md, "SEARCH HEADER:
-# one pass for every key").
+# commands_compare.sh -- commands a client sends that the big-mailbox table does not time,
+# mailvaultd beside Dovecot over the big-mailbox corpus (issue 13): UID SEARCH with many keys
+# at once (an OR of hundreds or thousands of Message-IDs, senders, subject words or UIDs: a
+# thread's lookup, a client's filter; bench/search_keys.py; docs/BENCHMARKS.md, "SEARCH
+# HEADER: one pass for every key") and FETCH of pieces of messages (previews, a part's MIME
+# header, the text part; bench/fetch_pieces.py; "Body sections from the skeleton").
 #
 # USAGE
-#   [MAILVAULTD_OLD=PATH] bench/search_keys.sh [--messages N] [--rounds R] [--cases LIST]
-#                                              [--no-dovecot] [--quick]
+#   [MAILVAULTD_OLD=PATH] bench/commands_compare.sh [--messages N] [--rounds R] [--cases LIST]
+#                                              [--range A:B] [--no-dovecot] [--quick]
 #     (after `make all`; bench/run.sh runs it, --quick with `make bench QUICK=1`) N: the
 #     bench corpus' size (default 10000; bench/bigmail_corpus.py, generated into
 #     build/bigmail-corpus/N once, as bench/bigmail_compare.sh does); R: times each command is
 #     sent to each server (default 5); LIST: bench/search_keys.py's cases. --quick: 1,000
-#     messages, 3 rounds.
+#     messages, 3 rounds. FETCH over messages 1:500 (1:50 with --quick).
 #   MAILVAULTD_OLD: a second mailvaultd (say, a build of the commit before) measured beside
 #     build/mailvaultd on a store of its own, made by the mailvault CLI next to it.
 #     Dovecot is measured too (installed if missing; --no-dovecot: not), after a discarded
@@ -19,8 +21,8 @@
 #     searches find them.
 #   MAILVAULTD, MAILVAULT: the server and CLI measured as "new" (default build/mailvaultd,
 #     build/mailvault); SEARCH_KEYS_KDF_ITER: the stores' key derivation iterations (default:
-#     the library's; the smoke test, tests/cli_bench_search_keys_smoke.sh, sets 2).
-# Prints bench/search_keys.py's table; exits 1 if the servers' answers differ. Everything
+#     the library's; the smoke test, tests/cli_bench_commands_smoke.sh, sets 2).
+# Prints both drivers' tables; exits 1 if the servers' answers differ. Everything
 # under nice -n 10; scratch under $TMPDIR, removed at exit unless KEEP_TMP=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +32,7 @@ cd "$(dirname "$0")/.."
 messages=10000
 rounds=5
 cases=""
+range=1:500
 with_dovecot=1
 while [ $# -gt 0 ]; do
     case $1 in
@@ -37,19 +40,20 @@ while [ $# -gt 0 ]; do
     --messages) messages=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --cases) cases=$2; shift 2 ;;
-    --quick) messages=1000 rounds=3; shift ;;
-    *) echo "search_keys: unknown argument $1" >&2; exit 2 ;;
+    --quick) messages=1000 rounds=3 range=1:50; shift ;;
+    --range) range=$2; shift 2 ;;
+    *) echo "commands_compare: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 mv=${MAILVAULT:-build/mailvault}
 server=${MAILVAULTD:-build/mailvaultd}
 if [ ! -x "$mv" ] || [ ! -x "$server" ]; then
-    echo "search_keys: make all first" >&2
+    echo "commands_compare: make all first" >&2
     exit 2
 fi
 nice=(nice -n 10)
 
-bench_scratch search_keys
+bench_scratch commands_compare
 [ -z "${SEARCH_KEYS_KDF_ITER:-}" ] || export MAILVAULT_KDF_ITER=$SEARCH_KEYS_KDF_ITER
 user=u1@bench.example
 corpus=${BIGMAIL_CORPUS:-build/bigmail-corpus}/$messages
@@ -83,11 +87,11 @@ for n in "${names[@]}"; do
     pids+=("$!")
     for _ in $(seq 1 100); do [ -s "$tmp/$n.ports" ] && break; sleep 0.1; done
     port[$n]=$(sed -n 's/^imap=//p' "$tmp/$n.ports")
-    [ -n "${port[$n]}" ] || { echo "search_keys: $n did not start" >&2; exit 1; }
+    [ -n "${port[$n]}" ] || { echo "commands_compare: $n did not start" >&2; exit 1; }
     args+=(--server "$n=127.0.0.1:${port[$n]}")
 done
 have_dovecot=0
-[ "$with_dovecot" -eq 0 ] || dovecot_install search_keys
+[ "$with_dovecot" -eq 0 ] || dovecot_install commands_compare
 if [ "$have_dovecot" -eq 1 ]; then
     dc=$tmp/dovecot
     port[dovecot]=$(free_port)
@@ -98,12 +102,18 @@ if [ "$have_dovecot" -eq 1 ]; then
     wait_port "${port[dovecot]}" "$!"
     args+=(--server "dovecot=127.0.0.1:${port[dovecot]}")
 elif [ "$with_dovecot" -eq 1 ]; then
-    echo "search_keys: no Dovecot (${dovecot_note:-not installed}): mailvaultd alone"
+    echo "commands_compare: no Dovecot (${dovecot_note:-not installed}): mailvaultd alone"
 fi
-[ -z "$cases" ] || args+=(--cases "$cases")
+search_extra=()
+[ -z "$cases" ] || search_extra=(--cases "$cases")
 echo "== warm-up pass, not reported (Dovecot, when measured, indexes its Maildir and caches the fields)"
-"${nice[@]}" python3 bench/search_keys.py "${args[@]}" --user "$user" \
+"${nice[@]}" python3 bench/search_keys.py "${args[@]}" "${search_extra[@]}" --user "$user" \
     --password-file "$tmp/password" --rounds 1 >/dev/null || true
 echo "== search_keys: $messages messages, $rounds rounds ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
-"${nice[@]}" python3 bench/search_keys.py "${args[@]}" --user "$user" \
-    --password-file "$tmp/password" --rounds "$rounds"
+status=0
+"${nice[@]}" python3 bench/search_keys.py "${args[@]}" "${search_extra[@]}" --user "$user" \
+    --password-file "$tmp/password" --rounds "$rounds" || status=1
+echo "== fetch_pieces: $range, $rounds rounds ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
+"${nice[@]}" python3 bench/fetch_pieces.py "${args[@]}" --user "$user" \
+    --password-file "$tmp/password" --rounds "$rounds" --range "$range" || status=1
+exit "$status"
