@@ -56,15 +56,7 @@ nice=(nice -n 10)
 bench_scratch commands_compare
 [ -z "${SEARCH_KEYS_KDF_ITER:-}" ] || export MAILVAULT_KDF_ITER=$SEARCH_KEYS_KDF_ITER
 user=u1@bench.example
-corpus=${BIGMAIL_CORPUS:-build/bigmail-corpus}/$messages
-if [ ! -f "$corpus/meta.json" ]; then
-    echo "== corpus: $messages messages into $corpus"
-    rm -rf "$corpus"
-    mkdir -p "$corpus"
-    "${nice[@]}" python3 bench/bigmail_corpus.py --messages "$messages" --out "$corpus/Maildir" \
-        --meta "$corpus/meta.json.tmp"
-    mv "$corpus/meta.json.tmp" "$corpus/meta.json"
-fi
+bench_corpus "$messages"
 declare -A bin port maker
 names=(new)
 bin[new]=$server
@@ -72,16 +64,12 @@ maker[new]=$mv
 if [ -n "${MAILVAULTD_OLD:-}" ]; then
     names=(new old)
     bin[old]=$MAILVAULTD_OLD
-    maker[old]=$mv
-    [ ! -x "$(dirname "$MAILVAULTD_OLD")/mailvault" ] || maker[old]=$(dirname "$MAILVAULTD_OLD")/mailvault
+    maker[old]=$(bench_cli_beside "$MAILVAULTD_OLD" "$mv")
 fi
 args=()
 for n in "${names[@]}"; do
     echo "== mailvault: import $messages messages for $n (${maker[$n]})"
-    MAILVAULT_ROOT=$tmp/root-$n "${maker[$n]}" init "$user" --password-file "$tmp/password" \
-        >/dev/null
-    MAILVAULT_ROOT=$tmp/root-$n "${nice[@]}" "${maker[$n]}" import "$user" "$corpus/Maildir" \
-        --password-file "$tmp/password" >/dev/null
+    bench_import "${maker[$n]}" "$tmp/root-$n" "$user" "$corpus/Maildir"
     "${nice[@]}" "${bin[$n]}" --listen=127.0.0.1 --imap-port=0 --lmtp-port=-1 \
         --root="$tmp/root-$n" --ports-file="$tmp/$n.ports" >>"$tmp/$n.log" 2>&1 &
     pids+=("$!")

@@ -23,7 +23,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from search_keys import Conn  # noqa: E402  (the same client, one copy)
+from search_keys import connect_all  # noqa: E402  (the same client, one copy)
 
 PIECES = ["BODY.PEEK[TEXT]<0.512>", "BODY.PEEK[1]<0.256>", "BODY.PEEK[]<0.2048>",
           "BODY.PEEK[1.MIME]", "BODY.PEEK[2.MIME]", "BODY.PEEK[1]"]
@@ -45,12 +45,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--range", default="1:500")
     a = ap.parse_args()
-    password = open(a.password_file).read().strip()
-    servers = []
-    for spec in a.server:
-        name, addr = spec.split("=", 1)
-        host, port = addr.rsplit(":", 1)
-        servers.append((name, Conn(host, int(port), a.user, password)))
+    servers = connect_all(a.server, a.user, a.password_file)
     names = [n for n, _ in servers]
     print("| FETCH %s | " % a.range + " | ".join("%s ms" % n for n in names) +
           " | same answers |")

@@ -20,6 +20,16 @@
 #       second for them to go, and tmp removed unless KEEP_TMP is set. Unsets
 #       MAILVAULT_KDF_ITER and MAILVAULT_PASSWORD (the default key derivation is measured)
 #       and, as root, allows mailvaultd to run as root (MAILVAULTD_ALLOW_ROOT=yes).
+#   bench_corpus N
+#       corpus: ${BIGMAIL_CORPUS:-build/bigmail-corpus}/N, bench/bigmail_corpus.py's Maildir
+#       of N messages (corpus/Maildir, corpus/meta.json), generated there once (nice -n 10),
+#       as bench/bigmail_compare.sh keeps it.
+#   bench_import CLI ROOT USER MAILDIR
+#       `mailvault init` of USER with tmp/password under ROOT, then `mailvault import` of
+#       MAILDIR (nice -n 10), both by CLI: each server's store made by its own build's CLI.
+#   bench_cli_beside BINARY DEFAULT
+#       Prints the mailvault CLI next to BINARY (a mailvaultd of another build) if there is
+#       one, else DEFAULT.
 #   start_mailvaultd NAME BINARY PREFIX COUNT [EXTRA-ARG...]
 #       With $mv (the mailvault CLI): makes the users PREFIX1..PREFIXCOUNT@bench.example with
 #       tmp/password in tmp/NAME, starts BINARY on 127.0.0.1 with IMAP and LMTP on free ports
@@ -56,4 +66,25 @@ start_mailvaultd() {
     for _ in $(seq 1 100); do [ -s "$tmp/$name.ports" ] && break; sleep 0.1; done
     imap["$name"]=$(sed -n 's/^imap=//p' "$tmp/$name.ports")
     lmtp["$name"]=$(sed -n 's/^lmtp=//p' "$tmp/$name.ports")
+}
+
+bench_corpus() {
+    corpus=${BIGMAIL_CORPUS:-build/bigmail-corpus}/$1
+    if [ ! -f "$corpus/meta.json" ]; then
+        echo "== corpus: $1 messages into $corpus"
+        rm -rf "$corpus"
+        mkdir -p "$corpus"
+        nice -n 10 python3 bench/bigmail_corpus.py --messages "$1" --out "$corpus/Maildir" \
+            --meta "$corpus/meta.json.tmp"
+        mv "$corpus/meta.json.tmp" "$corpus/meta.json"
+    fi
+}
+
+bench_import() {
+    MAILVAULT_ROOT=$2 "$1" init "$3" --password-file "$tmp/password" >/dev/null
+    MAILVAULT_ROOT=$2 nice -n 10 "$1" import "$3" "$4" --password-file "$tmp/password" >/dev/null
+}
+
+bench_cli_beside() {
+    if [ -x "$(dirname "$1")/mailvault" ]; then echo "$(dirname "$1")/mailvault"; else echo "$2"; fi
 }

@@ -81,6 +81,17 @@ class Conn:
                 return time.perf_counter() - start, out, line
 
 
+def connect_all(specs, user, password_file):
+    """[(name, Conn)] for specs of NAME=HOST:PORT, each logged in with SELECT INBOX."""
+    password = open(password_file).read().strip()
+    servers = []
+    for spec in specs:
+        name, addr = spec.split("=", 1)
+        host, port = addr.rsplit(":", 1)
+        servers.append((name, Conn(host, int(port), user, password)))
+    return servers
+
+
 def found(lines):
     uids = set()
     for line in lines:
@@ -103,12 +114,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args()
-    password = open(a.password_file).read().strip()
-    servers = []
-    for spec in a.server:
-        name, addr = spec.split("=", 1)
-        host, port = addr.rsplit(":", 1)
-        servers.append((name, Conn(host, int(port), a.user, password)))
+    servers = connect_all(a.server, a.user, a.password_file)
     first = servers[0][1]
     _, lines, _ = first.command(b"UID FETCH 1:* (BODY.PEEK[HEADER.FIELDS (MESSAGE-ID FROM SUBJECT)])")
     text = b"".join(lines)

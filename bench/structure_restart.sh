@@ -52,15 +52,7 @@ nice=(nice -n 10)
 
 bench_scratch structure_restart
 user=u1@bench.example
-corpus=${BIGMAIL_CORPUS:-build/bigmail-corpus}/$messages
-if [ ! -f "$corpus/meta.json" ]; then
-    echo "== corpus: $messages messages into $corpus"
-    rm -rf "$corpus"
-    mkdir -p "$corpus"
-    "${nice[@]}" python3 bench/bigmail_corpus.py --messages "$messages" --out "$corpus/Maildir" \
-        --meta "$corpus/meta.json.tmp"
-    mv "$corpus/meta.json.tmp" "$corpus/meta.json"
-fi
+bench_corpus "$messages"
 declare -A bin root port pid maker
 names=(new)
 bin[new]=build/mailvaultd
@@ -68,18 +60,14 @@ maker[new]=$mv
 if [ -n "${MAILVAULTD_OLD:-}" ]; then
     names=(old new)
     bin[old]=$MAILVAULTD_OLD
-    maker[old]=$mv
-    [ ! -x "$(dirname "$MAILVAULTD_OLD")/mailvault" ] || maker[old]=$(dirname "$MAILVAULTD_OLD")/mailvault
+    maker[old]=$(bench_cli_beside "$MAILVAULTD_OLD" "$mv")
 fi
 # Each server's store made by the CLI of its build: what a store keeps for a server to read
 # (since schema version 15, the line counts of the parts stored apart) is the import's work.
 for n in "${names[@]}"; do
     root[$n]=$tmp/root-$n
     echo "== mailvault: import $messages messages for $n (${maker[$n]})"
-    MAILVAULT_ROOT=${root[$n]} "${maker[$n]}" init "$user" --password-file "$tmp/password" \
-        >/dev/null
-    MAILVAULT_ROOT=${root[$n]} "${nice[@]}" "${maker[$n]}" import "$user" "$corpus/Maildir" \
-        --password-file "$tmp/password" >/dev/null
+    bench_import "${maker[$n]}" "${root[$n]}" "$user" "$corpus/Maildir"
 done
 dovecot=0
 if command -v dovecot >/dev/null; then

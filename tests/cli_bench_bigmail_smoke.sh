@@ -20,18 +20,7 @@ cd "$(dirname "$0")/.." || exit 1
 . tests/lib.sh # pass, fail, PY, finish, make_tmp
 
 make_tmp cli_bench_bigmail
-server="$PWD/build/asan/mailvaultd"
-mv="$PWD/build/asan/mailvault"
-[ -x "$server" ] || server="$PWD/build/mailvaultd"
-[ -x "$mv" ] || mv="$PWD/build/mailvault"
-for f in "$server" "$mv"; do
-    if [ ! -x "$f" ]; then
-        fail "$f is built (make build/asan/mailvaultd build/asan/mailvault)"
-        finish
-    fi
-done
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+server_binaries # $server, $mv
 mkdir -p "$tmp/out" "$tmp/logs" "$tmp/corpus"
 
 if MAILVAULTD="$server" MAILVAULT="$mv" BIGMAIL_KDF_ITER=2 BIGMAIL_CORPUS="$tmp/corpus" \

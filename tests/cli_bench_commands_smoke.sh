@@ -15,21 +15,10 @@
 # Each check prints "PASS name" or "FAIL name"; the last line is "# N passed, N failed".
 set -u
 cd "$(dirname "$0")/.." || exit 1
-. tests/lib.sh # pass, fail, PY, finish, make_tmp
+. tests/lib.sh # pass, fail, finish, make_tmp, server_binaries
 
 make_tmp cli_bench_commands
-server="$PWD/build/asan/mailvaultd"
-mv="$PWD/build/asan/mailvault"
-[ -x "$server" ] || server="$PWD/build/mailvaultd"
-[ -x "$mv" ] || mv="$PWD/build/mailvault"
-for f in "$server" "$mv"; do
-    if [ ! -x "$f" ]; then
-        fail "$f is built (make build/asan/mailvaultd build/asan/mailvault)"
-        finish
-    fi
-done
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+server_binaries # $server, $mv
 mkdir -p "$tmp/corpus" "$tmp/scratch"
 
 cases=msgid:1,msgid:40,msgid:5000,from:3,subject:70,uid:300

@@ -22,6 +22,10 @@
 #                    files run writes.
 #   store_root ITER  $root=$tmp/root (not created) as MAILVAULT_ROOT, MAILVAULT_KDF_ITER=ITER,
 #                    and no password or test override from the caller's environment.
+#   server_binaries  $server and $mv: the ASan mailvaultd and mailvault CLI (build/asan), else
+#                    the release builds; fails and finishes the test if either is missing,
+#                    else sets ASAN_OPTIONS and UBSAN_OPTIONS unless the caller did (the
+#                    benchmark smoke tests, which run the benchmarks' scripts on them).
 #   pass TEXT / fail TEXT
 #                    count one check and print "PASS TEXT" / "FAIL TEXT"; for checks that
 #                    make their own message (the benchmark smoke tests).
@@ -65,6 +69,22 @@ store_root() {
     export MAILVAULT_KDF_ITER="$1"
     root="$tmp/root"
     export MAILVAULT_ROOT="$root"
+}
+
+server_binaries() {
+    local f
+    server="$PWD/build/asan/mailvaultd"
+    mv="$PWD/build/asan/mailvault"
+    [ -x "$server" ] || server="$PWD/build/mailvaultd"
+    [ -x "$mv" ] || mv="$PWD/build/mailvault"
+    for f in "$server" "$mv"; do
+        if [ ! -x "$f" ]; then
+            fail "$f is built (make build/asan/mailvaultd build/asan/mailvault)"
+            finish
+        fi
+    done
+    export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+    export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 }
 
 pass() {
