@@ -336,14 +336,17 @@ static int imap_fetch_whole_copy(struct imap_ctx *x, size_t i, void **raw, size_
  * message with more is read whole). */
 #define IMAP_FETCH_SKELETON_CUTS 64
 
+/* Items that need the message's every byte (or GMime's whole parse of it): a FETCH with one
+ * of them reads the message whole. */
+#define IMAP_FETCH_WHOLE_ITEMS                                                                     \
+    (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_TEXT | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)
+
 /* 1 if f asks only for pieces of messages (partials, parts, headers: a preview, a part's
  * MIME header), which imap_fetch_sparse_copy() can mostly answer without the parts stored
  * apart: then only the skeletons are asked of the disk ahead. */
 static int imap_fetch_sparse_likely(const struct imap_fetch *f)
 {
-    if ((f->items & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_TEXT | IMAP_FETCH_BODYSTRUCTURE |
-                     IMAP_FETCH_BODY)) != 0 ||
-        f->section_count == 0) {
+    if ((f->items & IMAP_FETCH_WHOLE_ITEMS) != 0 || f->section_count == 0) {
         return 0;
     }
     for (size_t k = 0; k < f->section_count; k++) {
@@ -377,9 +380,8 @@ static int imap_fetch_sparse_copy(struct imap_ctx *x,
                                   size_t *len)
 {
     struct mv_message_key key;
-    if ((needs & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_TEXT | IMAP_FETCH_BODYSTRUCTURE |
-                  IMAP_FETCH_BODY)) != 0 ||
-        f->section_count == 0 || !imap_fetch_key(&x->s->view, i, &key)) {
+    if ((needs & IMAP_FETCH_WHOLE_ITEMS) != 0 || f->section_count == 0 ||
+        !imap_fetch_key(&x->s->view, i, &key)) {
         return 0;
     }
     struct mv_message_cut cuts[IMAP_FETCH_SKELETON_CUTS];

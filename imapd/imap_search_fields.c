@@ -17,8 +17,8 @@
  *     times the distinct lengths, not the texts: a thread's or a client's list of
  *     Message-IDs is a few dozen lengths however many IDs it has. Hand-written because
  *     neither libc nor the libraries of the brief search many substrings at once
- *     (GLib's GRegex would compile an alternation of the texts into a backtracking PCRE
- *     pattern, no cheaper than a search each).
+ *     (GLib's GRegex would take the texts as one alternation, tried text by text at each
+ *     position of the value).
  */
 #include "imap_search_fields.h"
 
@@ -308,6 +308,9 @@ void imap_fields_matcher_free(struct imap_fields_matcher *m)
     free(m->names);
     free(m->fields);
     free(m->same);
+    if (m->value != NULL) {
+        explicit_bzero(m->value, m->value_cap); /* a message's header text */
+    }
     free(m->value);
     free(m);
 }
@@ -422,10 +425,14 @@ static int fm_unfold(struct imap_fields_matcher *m, const char *text, size_t fro
 {
     size_t need = end - from + 1;
     if (need > m->value_cap) {
-        char *grown = realloc(m->value, need);
+        char *grown = malloc(need); /* not realloc: the old copy is wiped, not left behind */
         if (grown == NULL) {
             return MV_ENOMEM;
         }
+        if (m->value != NULL) {
+            explicit_bzero(m->value, m->value_cap);
+        }
+        free(m->value);
         m->value = grown;
         m->value_cap = need;
     }
