@@ -12,7 +12,8 @@ USAGE
   bench/search_keys.py --server NAME=HOST:PORT [--server ...] --user U --password-file F
                        [--cases msgid:1,msgid:100,...] [--rounds R] [--seed S]
   (bench/commands_compare.sh starts the servers over the bench corpus and runs this.)
-A case is KIND:N with KIND one of msgid (HEADER Message-ID), from, subject, uid; N keys.
+A case is KIND:N with KIND one of msgid (HEADER Message-ID), from, subject, uid, sentsince,
+senton (dates in 2021-2025, the corpus' range); N keys.
 Python 3 standard library only.
 """
 import argparse
@@ -110,7 +111,8 @@ def main():
     ap.add_argument("--user", required=True)
     ap.add_argument("--password-file", required=True)
     ap.add_argument("--cases", default="msgid:1,msgid:10,msgid:100,msgid:1000,subject:1,"
-                    "subject:100,subject:1000,from:100,from:1000,uid:2700")
+                    "subject:100,subject:1000,from:100,from:1000,uid:2700,sentsince:1,"
+                    "senton:10")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args()
@@ -131,6 +133,11 @@ def main():
         "from": lambda n: [b'FROM "%s"' % f for f in rnd.choices(senders, k=n)],
         "subject": lambda n: [b'SUBJECT "%s"' % w for w in rnd.choices(subjects, k=n)],
         "uid": lambda n: [b"UID %d" % u for u in rnd.choices(uids, k=n)],
+        "sentsince": lambda n: [b"SENTSINCE %d-Dec-%d" % (1 + rnd.randrange(28),
+                                                          2021 + rnd.randrange(5))
+                                for _ in range(n)],
+        "senton": lambda n: [b"SENTON %d-Jun-%d" % (1 + rnd.randrange(28), 2021 + rnd.randrange(5))
+                             for _ in range(n)],
     }
     names = [n for n, _ in servers]
     print("| command | keys | bytes | " + " | ".join("%s ms" % n for n in names) +

@@ -39,6 +39,7 @@
  */
 #include "buf.h"
 #include "imap_search_fields.h"
+#include "imap_search_sent.h"
 #include "imap_session.h"
 #include "mailvault.h"
 
@@ -419,6 +420,39 @@ imap_search_combine(struct imap_search_run *r, uint32_t k, int level, imap_searc
     return MV_OK;
 }
 
+/* A SENTSINCE, SENTBEFORE or SENTON key from the sent days the open store keeps
+ * (imap_search_sent.c), or, where they are not kept, from the store (mv_search). The key's date is
+ * a day's midnight, so comparing days compares what the store compares in seconds. */
+static int imap_search_sent(struct imap_search_run *r,
+                            const struct imap_search_key *key,
+                            imap_search_word *out)
+{
+    const struct imap_sent_dates *d = NULL;
+    int rc = imap_sent_dates_for(r->x->s, &d);
+    if (rc == MV_EUNSUPPORTED) {
+        return imap_search_store(r, key, out);
+    }
+    if (rc != MV_OK) {
+        return rc;
+    }
+    const struct imap_view *v = &r->x->s->view;
+    int64_t day = key->number / 86400 - (key->number % 86400 < 0);
+    for (size_t i = 0; i < v->count; i++) {
+        int32_t sent;
+        if (imap_sent_dates_day(d, imap_view_msg(v, i)->uid, &sent) != 0) {
+            continue; /* no Date header: no SENT* key matches (as in the store) */
+        }
+        int has = key->op == IMAP_SK_SENTSINCE    ? sent >= day
+                  : key->op == IMAP_SK_SENTBEFORE ? sent < day
+                                                  : sent == day;
+        if (has) {
+            imap_search_bit_set(out, i);
+        }
+    }
+    imap_sent_dates_done(r->x->s);
+    return MV_OK;
+}
+
 /* The set of messages that have key k (at nesting level level), into out (r->words words,
  * overwritten). */
 static int
@@ -442,10 +476,11 @@ imap_search_set_of(struct imap_search_run *r, uint32_t k, int level, imap_search
     case IMAP_SK_SUBJECT:
     case IMAP_SK_BODY:
     case IMAP_SK_TEXT:
+        return imap_search_store(r, key, out);
     case IMAP_SK_SENTSINCE:
     case IMAP_SK_SENTBEFORE:
     case IMAP_SK_SENTON:
-        return imap_search_store(r, key, out);
+        return imap_search_sent(r, key, out);
     case IMAP_SK_HEADER:
     case IMAP_SK_BCC:
         return imap_search_header(r, key, out);

@@ -182,6 +182,7 @@
 #include "buf.h"
 #include "config.h"
 #include "conn.h"
+#include "imap_search_sent.h"
 #include "imap_structure_save.h"
 #include "log.h"
 #include "mailvault.h"
@@ -493,6 +494,9 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     while (worker_memo_save(s, &taken) == MV_OK && taken > 0) {
     }
     imap_structure_cache_clear(s->structure_cache); /* the next user's stores are others */
+    pthread_mutex_lock(&s->sent_lock);
+    imap_sent_dates_free(&s->sent_dates); /* likewise */
+    pthread_mutex_unlock(&s->sent_lock);
     mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */
     mv_store *store = s->store;
     mv_store_close(&store);
@@ -2071,6 +2075,7 @@ int worker_start(const struct config *cfg, int count, int eventfd)
         }
         for (int k = 0; k < w->stores_max; k++) {
             pthread_mutex_init(&w->stores[k].view_lock, NULL);
+            pthread_mutex_init(&w->stores[k].sent_lock, NULL);
             w->stores[k].structure_cache = imap_structure_cache_new();
         }
         int writers = cfg->writers_per_worker >= 1 ? cfg->writers_per_worker : 1;
@@ -2138,6 +2143,8 @@ void worker_stop_all(void)
         free(workers[i].writers);
         for (int k = 0; k < workers[i].stores_max; k++) {
             imap_structure_cache_free(&workers[i].stores[k].structure_cache);
+            imap_sent_dates_free(&workers[i].stores[k].sent_dates);
+            pthread_mutex_destroy(&workers[i].stores[k].sent_lock);
         }
         free(workers[i].stores);
         free(workers[i].turns.owed);

@@ -148,6 +148,12 @@ struct open_store {
      * table, kept for the slot's life (NULL if that failed: every FETCH parses), emptied when
      * the store closes. It has a lock of its own. */
     struct imap_structure_cache *structure_cache;
+    /* The sent days of one mailbox's messages, read at a SEARCH SENT* key and kept for the
+     * next, of any session of the user (imap_search_sent.c); NULL: none. Used under
+     * sent_lock (SEARCH runs on the reader thread and the writers), freed when the store
+     * closes. */
+    struct imap_sent_dates *sent_dates;
+    pthread_mutex_t sent_lock;
     /* The second handle (mv_store_open_twin) for jobs of JOB_LANE_READ, used only on the
      * worker's reader thread; NULL if it could not be opened (reads then stay on the
      * writer). Set when the store opens, closed with it (no session holds it then, so no

@@ -820,6 +820,22 @@ mv_message_prefetch_skeletons(mv_store *store, const struct mv_message_key *keys
 MV_API MV_MUST_CHECK int mv_message_fetch_header(
     mv_store *store, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out);
 
+/* No usable Date header (mv_message_sent_each). */
+#define MV_SENT_NONE INT64_MIN
+/* Each message of mailbox with a UID from first_uid to last_uid (inclusive), in UID order:
+ * each(arg, uid, sent), sent the date and time its Date header says as written there, in
+ * seconds since the epoch (UTC plus the header's own zone: what IMAP's SENTSINCE, SENTBEFORE
+ * and SENTON compare, RFC 3501 6.4.4, its zone disregarded), or MV_SENT_NONE when it has no
+ * usable Date header. One statement over the range (a server keeps them for its sessions'
+ * searches). each returns 0 to go on; anything else stops the walk and is returned. MV_OK,
+ * MV_ENOTFOUND (no such mailbox), MV_EIO, MV_ENOMEM, MV_EINVAL (no function). */
+MV_API MV_MUST_CHECK int mv_message_sent_each(mv_store *store,
+                                              const char *mailbox,
+                                              uint32_t first_uid,
+                                              uint32_t last_uid,
+                                              int (*each)(void *arg, uint32_t uid, int64_t sent),
+                                              void *arg);
+
 /* mv_message_fetch_header() of every message of mailbox with a UID from first_uid to last_uid
  * (inclusive), in UID order, read by one statement over the range instead of one lookup a
  * message (a server's SEARCH HEADER pass over a mailbox: ~1 us a message less here). For

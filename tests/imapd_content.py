@@ -148,6 +148,47 @@ def test_sent_dates(c):
               (crit.decode(), "matches" if want else "does not match",
                "+0200" if uid == plus else "-0500"),
               ok(tagged) and ((uid in uids) == want), repr((uids, tagged)))
+    # The session keeps the sent days it read (imapd/imap_search_sent.c): a message that
+    # comes after, and one without a Date header, are answered as the store answers them.
+    later = append(c, b"INBOX", b"Date: Mon, 26 Mar 2007 10:00:00 +0000\r\nSubject: l\r\n\r\nx\r\n")
+    undated = append(c, b"INBOX", b"Subject: no date\r\n\r\nx\r\n")
+    c.command("NOOP")  # the view learns of both
+    uids, tagged = search(c, b"SENTSINCE 26-Mar-2007")
+    check("SENTSINCE finds a message appended after the session read the sent days",
+          ok(tagged) and later in uids and plus not in uids, repr((uids, tagged)))
+    uids, tagged = search(c, b"OR SENTBEFORE 1-Jan-2100 SENTSINCE 1-Jan-1970")
+    check("a message without a Date header matches no SENT* key",
+          ok(tagged) and undated not in uids and {plus, minus, later} <= uids, repr(uids))
+    uids, tagged = search(c, b"NOT SENTBEFORE 1-Jan-2100")
+    check("... and so NOT SENTBEFORE matches it", ok(tagged) and undated in uids, repr(uids))
+
+
+def test_sent_dates_shared(args, c):
+    """The open store's copy of the sent days serves every session of the user (a webmail's
+    session a page): one session's read, then another's message, another mailbox searched
+    (the copy read again for it), then INBOX again: each answer as the store's."""
+    user, password = args.user.split(":", 1)
+    c.command("SELECT INBOX")
+    d = imapd_common.imap_login(args.imap, user, password, TIMEOUT)
+    d.command("SELECT INBOX")
+    uids, tagged = search(d, b"SENTSINCE 26-Mar-2007")
+    check("a second session's SENTSINCE", ok(tagged) and len(uids) >= 1, repr((uids, tagged)))
+    newer = append(c, b"INBOX", b"Date: Tue, 27 Mar 2007 08:00:00 +0100\r\nSubject: n\r\n\r\nx\r\n")
+    d.command("NOOP")
+    uids, tagged = search(d, b"SENTON 27-Mar-2007")
+    check("... finds a message the first session appended after", ok(tagged) and uids == {newer},
+          repr((uids, tagged)))
+    c.command("CREATE SentOther")
+    other = append(c, b"SentOther", b"Date: Tue, 27 Mar 2007 09:00:00 +0000\r\nSubject: o\r\n\r\nx\r\n")
+    d.command("SELECT SentOther")
+    uids, tagged = search(d, b"SENTON 27-Mar-2007")
+    check("another mailbox's SENTON (the copy made again for it)", ok(tagged) and uids == {other},
+          repr((uids, tagged)))
+    c.command("NOOP")
+    uids, tagged = search(c, b"SENTON 27-Mar-2007")
+    check("INBOX's again, after the other mailbox's", ok(tagged) and uids == {newer},
+          repr((uids, tagged)))
+    d.command("LOGOUT")
 
 
 def test_body_text(c):
@@ -418,6 +459,10 @@ def main():
             test(c)
         except (OSError, EOFError, ValueError) as e:
             check(test.__name__ + " ran", False, "%s: %s" % (type(e).__name__, e))
+    try:
+        test_sent_dates_shared(args, c)
+    except (OSError, EOFError, ValueError) as e:
+        check("test_sent_dates_shared ran", False, "%s: %s" % (type(e).__name__, e))
     try:
         test_lmtp_trace(args, c)
     except (OSError, EOFError, ValueError) as e:

@@ -1613,6 +1613,61 @@ static void test_search_headers(void)
     mv_store_close(&s);
 }
 
+/* What mv_message_sent_each reported. */
+struct ts_sent_seen {
+    uint32_t uids[8];
+    int64_t sent[8];
+    size_t count;
+    size_t stop_at;
+};
+
+static int ts_sent_each(void *arg, uint32_t uid, int64_t sent)
+{
+    struct ts_sent_seen *seen = arg;
+    if (seen->count < 8) {
+        seen->uids[seen->count] = uid;
+        seen->sent[seen->count] = sent;
+    }
+    return ++seen->count == seen->stop_at ? MV_ELIMIT : 0;
+}
+
+/* mv_message_sent_each: each message's Date as written (UTC plus its zone), MV_SENT_NONE
+ * without a usable one, in UID order over a range. */
+static void test_sent_each(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("sent_each", &s), MV_OK);
+    static const char *const msgs[] = {
+        "Date: Sun, 25 Mar 2007 00:00:00 +0200\r\nSubject: a\r\n\r\nx\r\n",
+        "Date: Sat, 24 Mar 2007 23:30:00 -0500\r\nSubject: b\r\n\r\nx\r\n",
+        "Subject: no date\r\n\r\nx\r\n",
+        "Date: not a date at all\r\nSubject: d\r\n\r\nx\r\n",
+    };
+    for (size_t i = 0; i < 4; i++) {
+        CHECK_EQ_INT(ts_append(s, "INBOX", msgs[i], strlen(msgs[i]), 0, NULL, 1000, NULL), MV_OK);
+    }
+    struct ts_sent_seen all = {0};
+    CHECK_EQ_INT(mv_message_sent_each(s, "INBOX", 1, UINT32_MAX, ts_sent_each, &all), MV_OK);
+    CHECK_EQ_INT(all.count, 4);
+    /* 2007-03-25 00:00 as written (22:00 UTC the day before plus 2 h) */
+    CHECK(all.uids[0] == 1 && all.sent[0] == 1174780800);
+    CHECK(all.uids[1] == 2 && all.sent[1] == 1174779000); /* 2007-03-24 23:30 as written */
+    CHECK(all.uids[2] == 3 && all.sent[2] == MV_SENT_NONE);
+    CHECK(all.uids[3] == 4 && all.sent[3] == MV_SENT_NONE);
+    struct ts_sent_seen part = {0};
+    CHECK_EQ_INT(mv_message_sent_each(s, "INBOX", 2, 3, ts_sent_each, &part), MV_OK);
+    CHECK(part.count == 2 && part.uids[0] == 2 && part.uids[1] == 3);
+    struct ts_sent_seen stop = {.stop_at = 1};
+    CHECK_EQ_INT(mv_message_sent_each(s, "INBOX", 1, 9, ts_sent_each, &stop), MV_ELIMIT);
+    CHECK_EQ_INT(stop.count, 1);
+    struct ts_sent_seen none = {0};
+    CHECK_EQ_INT(mv_message_sent_each(s, "INBOX", 5, 4, ts_sent_each, &none), MV_OK);
+    CHECK_EQ_INT(none.count, 0);
+    CHECK_EQ_INT(mv_message_sent_each(s, "Nope", 1, 9, ts_sent_each, &none), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_message_sent_each(s, "INBOX", 1, 9, NULL, &none), MV_EINVAL);
+    mv_store_close(&s);
+}
+
 static void test_search(void)
 {
     mv_store *s = NULL;
@@ -2863,6 +2918,7 @@ int main(void)
     TEST(test_uidset);
     TEST(test_search);
     TEST(test_search_headers);
+    TEST(test_sent_each);
     TEST(test_search_flags_limits);
     TEST(test_search_substring);
     TEST(test_search_no_positions);

@@ -687,6 +687,56 @@ done:
     return rc;
 }
 
+int mv_message_sent_each(mv_store *s,
+                         const char *mailbox,
+                         uint32_t first_uid,
+                         uint32_t last_uid,
+                         int (*each)(void *arg, uint32_t uid, int64_t sent),
+                         void *arg)
+{
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (each == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_message_sent_each: no function");
+    }
+    int64_t mailbox_id = 0;
+    int began = 0;
+    int rc = store_message_read_begin(s, &began);
+    if (rc == MV_OK) {
+        rc = store_mailbox_id(s, mailbox, &mailbox_id);
+    }
+    sqlite3_stmt *st = NULL;
+    /* Not a cached statement: each() may read the store. The zone is the body's (bodies),
+     * the date the header row's (body_headers, which a damaged store may lack: no date). */
+    if (rc == MV_OK && first_uid <= last_uid &&
+        sqlite3_prepare_v2(s->db,
+                           "SELECT m.uid, h.sent_date, b.sent_zone FROM messages m INDEXED BY "
+                           "messages_uid_body JOIN bodies b ON b.id = m.body_id LEFT JOIN "
+                           "body_headers h ON h.body_id = m.body_id WHERE m.mailbox_id = ?1 "
+                           "AND m.uid BETWEEN ?2 AND ?3 ORDER BY m.uid",
+                           -1, &st, NULL) != SQLITE_OK) {
+        rc = store_fail_sqlite(s, "reading the messages' dates");
+    }
+    if (st != NULL) {
+        sqlite3_bind_int64(st, 1, mailbox_id);
+        sqlite3_bind_int64(st, 2, first_uid);
+        sqlite3_bind_int64(st, 3, last_uid);
+        int step = SQLITE_DONE;
+        while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+            int64_t date = sqlite3_column_int64(st, 1);
+            rc = each(arg, (uint32_t)sqlite3_column_int64(st, 0),
+                      date == 0 ? MV_SENT_NONE : date + sqlite3_column_int64(st, 2));
+        }
+        if (rc == MV_OK && step != SQLITE_DONE) {
+            rc = store_fail_sqlite(s, "reading the messages' dates");
+        }
+        sqlite3_finalize(st);
+    }
+    store_message_read_end(s, began);
+    return rc;
+}
+
 int mv_message_headers_each(mv_store *s,
                             const char *mailbox,
                             uint32_t first_uid,

@@ -1,0 +1,40 @@
+/*
+ * imap_search_sent.h -- SEARCH SENTSINCE / SENTBEFORE / SENTON from the open store's copy of
+ * one mailbox's sent days, shared by the user's sessions (imap_search_sent.c).
+ *
+ * USAGE (a session's job)
+ *   rc = imap_sent_dates_for(s, &dates);    MV_OK: dates covers s->view, the store's
+ *                                           sent_lock held; MV_EUNSUPPORTED: not kept (ask
+ *                                           the store); else the store's error
+ *   imap_sent_dates_day(dates, uid, &day)   the message's sent day: 0, or -1 (none)
+ *   imap_sent_dates_done(s);                after MV_OK: the lock let go
+ *   imap_sent_dates_free(&os->sent_dates)   when the store closes (worker.c), under the lock
+ */
+#ifndef MV_IMAPD_IMAP_SEARCH_SENT_H
+#define MV_IMAPD_IMAP_SEARCH_SENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct imap_session;
+struct imap_sent_dates;
+
+/* A store keeps the sent days of one mailbox of at most this many messages (8 bytes each:
+ * 2 MiB), and all stores of the process together at most IMAP_SENT_DATES_BUDGET bytes; past
+ * either, SENT* keys ask the store every time. */
+#define IMAP_SENT_DATES_MAX    262144
+#define IMAP_SENT_DATES_BUDGET (64u << 20)
+
+/* The sent days of every message of s's view in s's open store (made, or brought up to
+ * date: read again for another mailbox or UIDVALIDITY, else only the UIDs above those it
+ * has). MV_OK with *out and the store's sent_lock held (imap_sent_dates_done), MV_EUNSUPPORTED
+ * (no open store, more than IMAP_SENT_DATES_MAX messages, over the budget), or the store's
+ * error (nothing held). */
+int imap_sent_dates_for(struct imap_session *s, const struct imap_sent_dates **out);
+void imap_sent_dates_done(struct imap_session *s);
+/* Message uid's sent day (days since the epoch of its Date header's date as written) into
+ * *day: 0, or -1 when it has none (no usable Date header, or not known). */
+int imap_sent_dates_day(const struct imap_sent_dates *d, uint32_t uid, int32_t *day);
+void imap_sent_dates_free(struct imap_sent_dates **d);
+
+#endif
