@@ -104,6 +104,9 @@ static void cli_maintain_print(const char *address,
     } else {
         printf("change log: kept whole (--changes-keep-days 0)\n");
     }
+    printf("attachments: %llu counted (stored before schema version 15: their messages' "
+           "skeletons now stand in for them)\n",
+           (unsigned long long)r->parts_counted);
     printf("optimize: done (analysis_limit=400)\n");
     printf("checkpoint (PASSIVE): busy %d, %lld of %lld WAL frames checkpointed%s\n",
            r->checkpoint_busy, (long long)r->checkpoint_done_frames,

@@ -1722,6 +1722,9 @@ struct mv_maintain_report {
                                     the call returns MV_ECORRUPT; mv_store_repair() ends it */
     uint64_t changes_pruned;     /* change-log rows deleted: older than changes_keep_days, or
                                     of mailboxes deleted since */
+    uint64_t parts_counted;      /* attachments stored before schema version 15 whose line
+                                    counts were counted now (their messages' skeletons can then
+                                    stand in for them: a first FETCH BODYSTRUCTURE, a preview) */
 };
 
 /* Maintains an open store, safe while other connections deliver and read: the purge of

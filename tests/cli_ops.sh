@@ -186,6 +186,7 @@ check maintain_quick_check_not_due bash -c "[ $rc -eq 0 ] && grep -q '^quick_che
 run "$mv" maintain "$user" "${P[@]}" --quick-check
 check maintain_quick_check_forced bash -c "[ $rc -eq 0 ] && grep -q '^quick_check: ok' '$out'"
 check maintain_change_log_line grep -q '^change log: [0-9]* rows pruned (expunges older than 90 days)$' "$out"
+check maintain_attachments_line grep -q '^attachments: 0 counted (stored before schema version 15' "$out"
 check maintain_quiet_stderr [ ! -s "$err" ]
 run "$mv" maintain "$user" "${P[@]}" --changes-keep-days 0
 check maintain_change_log_kept bash -c "[ $rc -eq 0 ] && grep -q '^change log: kept whole' '$out'"

@@ -26,15 +26,16 @@
  *   5. PRAGMA quick_check when the last one recorded in meta is older than
  *      quick_check_days; its time and result are recorded.
  *   Before them, the purge of expunged bodies, the change log's old expunges
- *   (changes_keep_days; store_changes.c says how) and what a migration left (the full-text move
- *   of schema 9); a move that fails on its old index is reported (fts_move_failed, an
- *   MV_ECORRUPT that names `mailvault repair`) and the steps above still run, so a damaged
- *   old index never stops a store's checkpoints, VACUUM and quick_check.
- *   Before all of them, min_interval_s and store_bytes_max may end the call with nothing
- *   done (ops_maintain_skip); the run's time is recorded in meta (ops:maintained_at) after
- *   them, which is what min_interval_s reads.
+ *   (changes_keep_days; store_changes.c says how), what a migration left (the full-text move
+ *   of schema 9) and the line counts of attachments stored before schema 15 (ops_maintain_counts);
+ * a move that fails on its old index is reported (fts_move_failed, an MV_ECORRUPT that names
+ * `mailvault repair`) and the steps above still run, so a damaged old index never stops a store's
+ * checkpoints, VACUUM and quick_check. Before all of them, min_interval_s and store_bytes_max may
+ * end the call with nothing done (ops_maintain_skip); the run's time is recorded in meta
+ * (ops:maintained_at) after them, which is what min_interval_s reads.
  */
 #include "ops/ops_inspect.h"
+#include "store/store_blob.h"
 #include "vfs/db_column.h"
 #include "vfs/db_error.h"
 
@@ -338,6 +339,83 @@ ops_maintain_move(mv_store *s, struct mv_maintain_report *out, char *error, size
     return rc;
 }
 
+/* Attachments counted a transaction (each is read whole: 128 KiB or more). */
+#define OPS_COUNT_BATCH 32
+
+/* The line counts of attachments stored before schema version 15 (NULL: the migration reads
+ * no attachment), counted from their bytes (store_attachment_recount) so that their messages'
+ * skeletons can stand in for them (mv_message_skeleton_keyed: MV_EUNSUPPORTED while a part has
+ * none): OPS_COUNT_BATCH a transaction, so deliveries wait for one batch at most. A part whose
+ * bytes do not read is left uncounted (`mailvault check` names it); the walk goes on past it
+ * by id. */
+static int ops_maintain_counts(mv_store *s, struct mv_maintain_report *out)
+{
+    int64_t after = 0;
+    for (;;) {
+        int rc = store_begin(s);
+        if (rc != MV_OK) {
+            return rc;
+        }
+        sqlite3_stmt *ids = NULL;
+        if (sqlite3_prepare_v2(s->db,
+                               "SELECT id FROM attachments WHERE (lines IS NULL OR marks IS NULL)"
+                               " AND id > ?1 ORDER BY id LIMIT ?2",
+                               -1, &ids, NULL) != SQLITE_OK) {
+            rc = store_fail_sqlite(s, "listing attachments to count");
+        }
+        size_t listed = 0, counted = 0;
+        int64_t batch[OPS_COUNT_BATCH];
+        if (ids != NULL) {
+            sqlite3_bind_int64(ids, 1, after);
+            sqlite3_bind_int64(ids, 2, OPS_COUNT_BATCH);
+            int step;
+            while (listed < OPS_COUNT_BATCH && (step = sqlite3_step(ids)) == SQLITE_ROW) {
+                batch[listed++] = sqlite3_column_int64(ids, 0);
+            }
+            if (listed < OPS_COUNT_BATCH && step != SQLITE_DONE) {
+                rc = store_fail_sqlite(s, "listing attachments to count"); /* a failing disk */
+            }
+            sqlite3_finalize(ids);
+        }
+        for (size_t i = 0; rc == MV_OK && i < listed; i++) {
+            uint64_t lines = 0, marks = 0;
+            int differ = 0;
+            int read = store_attachment_recount(s, batch[i], &lines, &marks, &differ);
+            if (read != MV_OK && read != MV_ECORRUPT && read != MV_ENOTFOUND) {
+                rc = read; /* memory, the disk, a lock: not the part's fault */
+            } else if (read == MV_OK) {
+                sqlite3_stmt *st =
+                    store_stmt(s, "UPDATE attachments SET lines = ?, marks = ? WHERE id = ?");
+                if (st == NULL) {
+                    rc = store_fail_sqlite(s, "counting an attachment");
+                } else {
+                    sqlite3_bind_int64(st, 1, (sqlite3_int64)lines);
+                    sqlite3_bind_int64(st, 2, (sqlite3_int64)marks);
+                    sqlite3_bind_int64(st, 3, batch[i]);
+                    rc = sqlite3_step(st) == SQLITE_DONE
+                             ? MV_OK
+                             : store_fail_sqlite(s, "counting an attachment");
+                    sqlite3_reset(st);
+                    counted += rc == MV_OK;
+                }
+            } /* else damaged: left uncounted, as the check reports it */
+            after = batch[i];
+        }
+        if (rc == MV_OK) {
+            rc = store_commit(s);
+        } else {
+            store_rollback(s); /* the batches before stay counted */
+        }
+        if (rc != MV_OK) {
+            return rc;
+        }
+        out->parts_counted += counted;
+        if (listed < OPS_COUNT_BATCH) {
+            return MV_OK;
+        }
+    }
+}
+
 int mv_store_maintain(mv_store *s,
                       const struct mv_maintain_options *opts,
                       struct mv_maintain_report *out)
@@ -373,6 +451,9 @@ int mv_store_maintain(mv_store *s,
     }
     if (rc == MV_OK) { /* what a migration left (the full-text move), and its old index's pages */
         rc = ops_maintain_move(s, out, move_error, sizeof move_error);
+    }
+    if (rc == MV_OK) { /* the attachments a store from before schema version 15 has */
+        rc = ops_maintain_counts(s, out);
     }
     if (rc == MV_OK) {
         rc = ops_maintain_wal(s, out);

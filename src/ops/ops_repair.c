@@ -193,8 +193,8 @@ static int ops_repair_from_bytes(mv_store *s, struct mv_repair_report *out)
 
 /* Line counts (schema version 15) that are not the attachment's bytes' (mv_store_check's
  * "counts"): counted again from the bytes. An attachment whose bytes do not read is left
- * (the check names it). Counts stored before version 15 (NULL) stay NULL: their messages are
- * read whole, which is right, only slower. */
+ * (the check names it). Counts stored before version 15 (NULL) stay NULL here: their messages
+ * are read whole, which is right, only slower, until mv_store_maintain counts them. */
 static int ops_repair_part_counts(mv_store *s, struct mv_repair_report *out)
 {
     sqlite3_stmt *ids = NULL;
