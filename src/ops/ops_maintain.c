@@ -384,20 +384,8 @@ static int ops_maintain_counts(mv_store *s, struct mv_maintain_report *out)
             if (read != MV_OK && read != MV_ECORRUPT && read != MV_ENOTFOUND) {
                 rc = read; /* memory, the disk, a lock: not the part's fault */
             } else if (read == MV_OK) {
-                sqlite3_stmt *st =
-                    store_stmt(s, "UPDATE attachments SET lines = ?, marks = ? WHERE id = ?");
-                if (st == NULL) {
-                    rc = store_fail_sqlite(s, "counting an attachment");
-                } else {
-                    sqlite3_bind_int64(st, 1, (sqlite3_int64)lines);
-                    sqlite3_bind_int64(st, 2, (sqlite3_int64)marks);
-                    sqlite3_bind_int64(st, 3, batch[i]);
-                    rc = sqlite3_step(st) == SQLITE_DONE
-                             ? MV_OK
-                             : store_fail_sqlite(s, "counting an attachment");
-                    sqlite3_reset(st);
-                    counted += rc == MV_OK;
-                }
+                rc = store_attachment_counts_set(s, batch[i], lines, marks);
+                counted += rc == MV_OK;
             } /* else damaged: left uncounted, as the check reports it */
             after = batch[i];
         }

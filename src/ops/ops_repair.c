@@ -210,20 +210,8 @@ static int ops_repair_part_counts(mv_store *s, struct mv_repair_report *out)
         if (read == MV_ENOMEM) {
             rc = read;
         } else if (read == MV_OK && differ) {
-            sqlite3_stmt *st =
-                store_stmt(s, "UPDATE attachments SET lines = ?, marks = ? WHERE id = ?");
-            if (st == NULL) {
-                rc = store_fail_sqlite(s, "counting an attachment again");
-            } else {
-                sqlite3_bind_int64(st, 1, (sqlite3_int64)lines);
-                sqlite3_bind_int64(st, 2, (sqlite3_int64)marks);
-                sqlite3_bind_int64(st, 3, id);
-                rc = sqlite3_step(st) == SQLITE_DONE
-                         ? MV_OK
-                         : store_fail_sqlite(s, "counting an attachment again");
-                sqlite3_reset(st);
-                out->part_counts_fixed += rc == MV_OK;
-            }
+            rc = store_attachment_counts_set(s, id, lines, marks);
+            out->part_counts_fixed += rc == MV_OK;
         } /* else damaged: left, reported */
     }
     if (rc == MV_OK && step != SQLITE_DONE) {

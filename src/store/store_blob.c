@@ -476,6 +476,21 @@ int store_attachment_recount(mv_store *s, int64_t id, uint64_t *lines, uint64_t 
     return rc;
 }
 
+int store_attachment_counts_set(mv_store *s, int64_t id, uint64_t lines, uint64_t marks)
+{
+    sqlite3_stmt *st = store_stmt(s, "UPDATE attachments SET lines = ?, marks = ? WHERE id = ?");
+    if (st == NULL) {
+        return store_fail_sqlite(s, "counting an attachment");
+    }
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)lines);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)marks);
+    sqlite3_bind_int64(st, 3, id);
+    int rc =
+        sqlite3_step(st) == SQLITE_DONE ? MV_OK : store_fail_sqlite(s, "counting an attachment");
+    sqlite3_reset(st);
+    return rc;
+}
+
 /* Stores one attachment (bytes of a cut part) or adds a reference to the same bytes. Its line
  * counts (store_part_count, schema version 15) are written with it, and given to a row stored
  * before version 15 when the same bytes come again. */

@@ -196,6 +196,10 @@ void store_part_count(const uint8_t *bytes, size_t n, uint64_t *lines, uint64_t 
     "SELECT id FROM attachments WHERE lines IS NOT NULL OR marks IS NOT NULL ORDER BY id"
 int store_attachment_recount(
     mv_store *s, int64_t id, uint64_t *lines, uint64_t *marks, int *differ);
+/* Records lines and marks as attachment id's counts (after store_attachment_recount: the
+ * repair of counts that differ, the maintenance's of parts stored before version 15). MV_OK or
+ * the mapped SQLite error. */
+int store_attachment_counts_set(mv_store *s, int64_t id, uint64_t lines, uint64_t marks);
 
 /* Length of the header of raw: up to and including the first empty line (an empty first
  * line, or the first LF followed by LF or by CR LF); len if there is none. mailvaultd uses

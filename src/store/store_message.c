@@ -687,6 +687,28 @@ done:
     return rc;
 }
 
+/* The start of a walk over a mailbox's messages (mv_message_sent_each,
+ * mv_message_headers_each): the store and the function there, a read snapshot (*began when
+ * it is the walk's own: store_message_read_end after, whatever the result) and the mailbox's
+ * id. MV_OK, MV_EINVAL, MV_ENOTFOUND, or the store's error. */
+static int store_walk_begin(mv_store *s,
+                            const char *mailbox,
+                            int have_each,
+                            const char *name,
+                            int64_t *mailbox_id,
+                            int *began)
+{
+    *began = 0;
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (!have_each) {
+        return store_fail(s, MV_EINVAL, "%s: no function", name);
+    }
+    int rc = store_message_read_begin(s, began);
+    return rc == MV_OK ? store_mailbox_id(s, mailbox, mailbox_id) : rc;
+}
+
 int mv_message_sent_each(mv_store *s,
                          const char *mailbox,
                          uint32_t first_uid,
@@ -694,17 +716,12 @@ int mv_message_sent_each(mv_store *s,
                          int (*each)(void *arg, uint32_t uid, int64_t sent),
                          void *arg)
 {
-    if (s == NULL) {
-        return MV_EINVAL;
-    }
-    if (each == NULL) {
-        return store_fail(s, MV_EINVAL, "mv_message_sent_each: no function");
-    }
     int64_t mailbox_id = 0;
     int began = 0;
-    int rc = store_message_read_begin(s, &began);
-    if (rc == MV_OK) {
-        rc = store_mailbox_id(s, mailbox, &mailbox_id);
+    int rc =
+        store_walk_begin(s, mailbox, each != NULL, "mv_message_sent_each", &mailbox_id, &began);
+    if (rc == MV_EINVAL && s == NULL) {
+        return rc;
     }
     sqlite3_stmt *st = NULL;
     /* Not a cached statement: each() may read the store. The zone is the body's (bodies),
@@ -744,17 +761,12 @@ int mv_message_headers_each(mv_store *s,
                             int (*each)(void *arg, uint32_t uid, const void *raw, size_t len),
                             void *arg)
 {
-    if (s == NULL) {
-        return MV_EINVAL;
-    }
-    if (each == NULL) {
-        return store_fail(s, MV_EINVAL, "mv_message_headers_each: no function");
-    }
     int64_t mailbox_id = 0;
     int began = 0;
-    int rc = store_message_read_begin(s, &began);
-    if (rc == MV_OK) {
-        rc = store_mailbox_id(s, mailbox, &mailbox_id);
+    int rc =
+        store_walk_begin(s, mailbox, each != NULL, "mv_message_headers_each", &mailbox_id, &began);
+    if (rc == MV_EINVAL && s == NULL) {
+        return rc;
     }
     if (rc == MV_OK && first_uid <= last_uid) {
         rc = store_message_headers_each(s, mailbox_id, first_uid, last_uid, each, arg);
