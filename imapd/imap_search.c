@@ -437,9 +437,10 @@ static int imap_search_sent(struct imap_search_run *r,
     }
     const struct imap_view *v = &r->x->s->view;
     int64_t day = key->number / 86400 - (key->number % 86400 < 0);
+    size_t at = 0; /* the view and the copy are both in UID order: one pass over both */
     for (size_t i = 0; i < v->count; i++) {
         int32_t sent;
-        if (imap_sent_dates_day(d, imap_view_msg(v, i)->uid, &sent) != 0) {
+        if (imap_sent_dates_next(d, &at, imap_view_msg(v, i)->uid, &sent) != 0) {
             continue; /* no Date header: no SENT* key matches (as in the store) */
         }
         int has = key->op == IMAP_SK_SENTSINCE    ? sent >= day

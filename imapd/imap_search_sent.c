@@ -123,20 +123,19 @@ void imap_sent_dates_done(struct imap_session *s)
     pthread_mutex_unlock(&s->store->sent_lock);
 }
 
-int imap_sent_dates_day(const struct imap_sent_dates *d, uint32_t uid, int32_t *day)
+int imap_sent_dates_next(const struct imap_sent_dates *d,
+                         size_t *cursor,
+                         uint32_t uid,
+                         int32_t *day)
 {
-    size_t lo = 0, hi = d->count;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (d->uids[mid] < uid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
+    size_t at = *cursor;
+    while (at < d->count && d->uids[at] < uid) {
+        at++;
     }
-    if (lo == d->count || d->uids[lo] != uid || d->days[lo] == INT32_MIN) {
+    *cursor = at;
+    if (at == d->count || d->uids[at] != uid || d->days[at] == INT32_MIN) {
         return -1;
     }
-    *day = d->days[lo];
+    *day = d->days[at];
     return 0;
 }

@@ -6,7 +6,7 @@
  *   rc = imap_sent_dates_for(s, &dates);    MV_OK: dates covers s->view, the store's
  *                                           sent_lock held; MV_EUNSUPPORTED: not kept (ask
  *                                           the store); else the store's error
- *   imap_sent_dates_day(dates, uid, &day)   the message's sent day: 0, or -1 (none)
+ *   imap_sent_dates_next(dates, &at, uid, &day)   the message's sent day: 0, or -1 (none)
  *   imap_sent_dates_done(s);                after MV_OK: the lock let go
  *   imap_sent_dates_free(&os->sent_dates)   when the store closes (worker.c), under the lock
  */
@@ -33,8 +33,13 @@ struct imap_sent_dates;
 int imap_sent_dates_for(struct imap_session *s, const struct imap_sent_dates **out);
 void imap_sent_dates_done(struct imap_session *s);
 /* Message uid's sent day (days since the epoch of its Date header's date as written) into
- * *day: 0, or -1 when it has none (no usable Date header, or not known). */
-int imap_sent_dates_day(const struct imap_sent_dates *d, uint32_t uid, int32_t *day);
+ * *day: 0, or -1 when it has none (no usable Date header, or not known). *cursor (0 at first)
+ * moves past the UIDs below uid: asked in ascending UID order (a view's), a pass over the
+ * view and the copy together, not a search a message. */
+int imap_sent_dates_next(const struct imap_sent_dates *d,
+                         size_t *cursor,
+                         uint32_t uid,
+                         int32_t *day);
 void imap_sent_dates_free(struct imap_sent_dates **d);
 
 #endif
