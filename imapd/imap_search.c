@@ -5,23 +5,26 @@
  *   - The program (imap_parse_search, flat) is evaluated key by key as sets of the view's
  *     messages, one bit a message: a key the view answers (flags, keywords, sizes, internal
  *     dates, sequence and UID sets) by a pass over the view; keys on headers and text as a
- *     set from the store: FROM/TO/CC/SUBJECT/BODY/TEXT and the SENT* dates through mv_search
- *     (the store's indexes and its full-text index), BCC and HEADER by reading each
- *     message's header (a field's value unfolded first, RFC 5322 2.2.3, so a folded value
- *     matches whole, then its RFC 2047 encoded words decoded to UTF-8, as FROM/TO/CC/SUBJECT
- *     compare the decoded fields: "HEADER Subject Grüße" finds "=?UTF-8?Q?Gr=C3=BC=C3=9Fe?=",
- *     and the encoded form itself matches nothing, as in Dovecot 2.3).
+ *     set from the store: FROM/TO/CC/SUBJECT/BODY/TEXT through mv_search (the store's
+ *     indexes and its full-text index), the SENT* dates from the open store's copy of them
+ *     (imap_search_sent.c; mv_search for a mailbox too big to keep them), BCC and HEADER by
+ *     reading each message's header (imap_search_fields.c: a field's value unfolded first,
+ *     RFC 5322 2.2.3, so a folded value matches whole, then its RFC 2047 encoded words
+ *     decoded to UTF-8, as FROM/TO/CC/SUBJECT compare the decoded fields: "HEADER Subject
+ *     Grüße" finds "=?UTF-8?Q?Gr=C3=BC=C3=9Fe?=", and the encoded form itself matches
+ *     nothing, as in Dovecot 2.3).
  *   - FROM/TO/CC/SUBJECT keys, when there are two or more, are answered before the
  *     evaluation, up to 64 in one pass over the mailbox (mv_search_headers), and HEADER/BCC
- *     keys likewise all in one pass reading each header once, their sets kept (at most
+ *     keys likewise all in one pass reading each header once (mv_message_headers_each), every
+ *     key tested in one walk over the header's fields, their sets kept (at most
  *     IMAP_SEARCH_BATCH_BYTES of them): a client's OR of 20 senders was 20 scans, an OR of 20
  *     Message-IDs 20 passes over every header. Sequence and UID sets mark their ranges, not
  *     a pass over the view each.
  *   - AND, OR and NOT combine their keys' sets as they come, so a search holds one set per
  *     level of nesting (at most IMAP_SEARCH_DEPTH_MAX + 1: 8 MB at 1,000,000 messages and the
- *     deepest program), not one per key: a client's OR of a thousand HEADER keys costs a
- *     thousand passes, not a thousand sets. An AND whose set is already empty, or an OR whose
- *     set is already full, asks none of its remaining keys.
+ *     deepest program), not one per key (beyond the batches' budget, a key is a pass of its
+ *     own, not a set kept). An AND whose set is already empty, or an OR whose set is already
+ *     full, asks none of its remaining keys.
  *   - CONDSTORE's MODSEQ key compares the view's modseqs; the response then ends with
  *     "(MODSEQ n)", the highest modseq among the results.
  *
@@ -32,9 +35,9 @@
  *
  * LIMITATIONS
  *   FROM/TO/CC/SUBJECT/BCC/HEADER are substrings of the decoded header with Unicode case
- *   folded ("GRÜSSE" finds "Grüße": g_utf8_casefold here, mv_fold_contains in the store), without
- *   normalization (a decomposed "ä" does not find a precomposed one). BODY/TEXT strings of
- *   one or two characters fold ASCII letters only (no trigram: LIKE).
+ *   folded ("GRÜSSE" finds "Grüße": g_utf8_casefold in imap_search_fields.c, mv_fold_contains
+ *   in the store), without normalization (a decomposed "ä" does not find a precomposed one).
+ *   BODY/TEXT strings of one or two characters fold ASCII letters only (no trigram: LIKE).
  *   RECENT, NEW and OLD read the session's \Recent (imap_recent.c).
  */
 #include "buf.h"
