@@ -1729,7 +1729,8 @@ struct mv_maintain_report {
 
 /* Maintains an open store, safe while other connections deliver and read: the purge of
  * expunged bodies; the change log's expunges older than changes_keep_days (in batches of
- * their own transactions); PRAGMA optimize
+ * their own transactions); the line counts of attachments stored before schema version 15
+ * (32 a transaction: out->parts_counted); PRAGMA optimize
  * (analysis_limit=400); a PASSIVE checkpoint whose result says whether readers block it;
  * a TRUNCATE checkpoint if that one found the store idle (it waits at most 100 ms, never
  * the 30 s busy timeout); VACUUM when the thresholds of opts say so and the free disk is at
