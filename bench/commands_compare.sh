@@ -4,7 +4,9 @@
 # at once (an OR of hundreds or thousands of Message-IDs, senders, subject words or UIDs: a
 # thread's lookup, a client's filter; bench/search_keys.py; docs/BENCHMARKS.md, "SEARCH
 # HEADER: one pass for every key") and FETCH of pieces of messages (previews, a part's MIME
-# header, the text part; bench/fetch_pieces.py; "Body sections from the skeleton").
+# header, the text part; bench/fetch_pieces.py; "Body sections from the skeleton"), and a
+# client's message list (the header fields of every message and of the last 200, ENVELOPE,
+# the header; "A message list's headers a window at a time").
 #
 # USAGE
 #   [MAILVAULTD_OLD=PATH] bench/commands_compare.sh [--messages N] [--rounds R] [--cases LIST]
@@ -103,5 +105,6 @@ status=0
     --password-file "$tmp/password" --rounds "$rounds" || status=1
 echo "== fetch_pieces: $range, $rounds rounds ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
 "${nice[@]}" python3 bench/fetch_pieces.py "${args[@]}" --user "$user" \
-    --password-file "$tmp/password" --rounds "$rounds" --range "$range" || status=1
+    --password-file "$tmp/password" --rounds "$rounds" --range "$range" --messages "$messages" ||
+    status=1
 exit "$status"

@@ -48,6 +48,7 @@
  *   message's response (several sections of one message) is still built whole.
  */
 #include "buf.h"
+#include "imap_fetch_headers.h"
 #include "imap_mime.h"
 #include "imap_session.h"
 #include "imap_structure_cache.h"
@@ -666,6 +667,7 @@ imap_fetch_structure_skeleton(struct imap_ctx *x, size_t i, unsigned want, struc
 static int imap_fetch_one(struct imap_ctx *x,
                           const struct imap_fetch *f,
                           const struct imap_fetch_stored *stored,
+                          const struct imap_header_window *headers,
                           size_t place,
                           size_t i,
                           int with_flags)
@@ -698,12 +700,20 @@ static int imap_fetch_one(struct imap_ctx *x,
         (needs & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
     int whole_only = imap_fetch_whole_only(f, needs);
     int header_only = 0; /* raw is exactly the header (mv_message_fetch_header's contract) */
+    int borrowed = 0;    /* raw is the header window's (imap_fetch_headers.h), not freed here */
     if (!whole_only &&
         (need_mime || f->section_count > 0 ||
          (needs & (IMAP_FETCH_RFC822 | IMAP_FETCH_RFC822_HEADER | IMAP_FETCH_RFC822_TEXT)) != 0)) {
         header_only = imap_fetch_header_only(f, needs);
-        int rc = header_only ? mv_message_fetch_header(imap_db(x->s), x->s->view.mailbox, m->uid,
-                                                       &raw, &len)
+        const void *window_raw = NULL; /* the header the window read ahead (not ours to free) */
+        borrowed = header_only && imap_header_window_get(headers, place, &window_raw, &len);
+        raw = (void *)window_raw;
+        if (header_only) {
+            metrics_headers_read(borrowed);
+        }
+        int rc = borrowed      ? MV_OK
+                 : header_only ? mv_message_fetch_header(imap_db(x->s), x->s->view.mailbox, m->uid,
+                                                         &raw, &len)
                  : imap_fetch_sparse_copy(x, f, needs, i, located, &raw, &len)
                      ? MV_OK
                      : imap_fetch_whole_copy(x, i, &raw, &len);
@@ -720,7 +730,9 @@ static int imap_fetch_one(struct imap_ctx *x,
             }
         }
         if (rc != MV_OK) {
-            mv_free(raw);
+            if (!borrowed) {
+                mv_free(raw);
+            }
             buf_free(&cached[0]);
             buf_free(&cached[1]);
             return -1;
@@ -793,7 +805,9 @@ static int imap_fetch_one(struct imap_ctx *x,
     }
     buf_str(out, ")\r\n");
     imap_mime_close(&mime);
-    mv_free(raw);
+    if (!borrowed) {
+        mv_free(raw);
+    }
     return 0;
 }
 
@@ -890,7 +904,8 @@ struct imap_fetch_state {
     size_t next; /* idx[next] is the next message to answer */
     uint64_t changed_since;
     size_t prefetched; /* idx[..prefetched) had their bodies asked for (imap_fetch_prefetch) */
-    struct imap_fetch_stored stored; /* the store's answers for the read-ahead window */
+    struct imap_fetch_stored stored;   /* the store's answers for the read-ahead window */
+    struct imap_header_window headers; /* a header-only FETCH's headers read ahead */
 };
 
 void imap_fetch_state_free(struct imap_fetch_state **st)
@@ -901,6 +916,7 @@ void imap_fetch_state_free(struct imap_fetch_state **st)
     free((*st)->mark);
     free((*st)->idx);
     buf_free(&(*st)->stored.text);
+    imap_header_window_free(&(*st)->headers);
     if ((*st)->set != NULL) {
         imap_seqset_free((*st)->set);
     }
@@ -1120,6 +1136,32 @@ static void imap_fetch_prefetch(struct imap_ctx *x, struct imap_fetch_state *st,
     }
 }
 
+/* Before message st->next is answered, for a FETCH that reads only headers (a client's
+ * message list): if the header window does not cover it, the headers of the next
+ * IMAP_HEADER_WINDOW messages to answer are read at once by their body keys
+ * (imap_fetch_headers.h); messages without a usable key are read by UID when answered. */
+static void imap_fetch_headers_ahead(struct imap_ctx *x, struct imap_fetch_state *st)
+{
+    const struct imap_fetch *f = st->f;
+    if (st->next < st->headers.to || !imap_fetch_header_only(f, f->items) ||
+        ((f->items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_RFC822_HEADER)) == 0 &&
+         f->section_count == 0)) {
+        return;
+    }
+    const struct imap_view *v = &x->s->view;
+    struct mv_message_key keys[IMAP_HEADER_WINDOW];
+    uint32_t at[IMAP_HEADER_WINDOW];
+    size_t n = 0, from = st->next;
+    size_t to = st->count - from > IMAP_HEADER_WINDOW ? from + IMAP_HEADER_WINDOW : st->count;
+    for (size_t k = from; k < to; k++) {
+        uint32_t i = st->idx[k];
+        if (imap_view_msg(v, i)->modseq > st->changed_since && imap_fetch_key(v, i, &keys[n])) {
+            at[n++] = (uint32_t)k;
+        }
+    }
+    imap_header_window_fill(&st->headers, imap_db(x->s), v->mailbox, keys, at, n, from, to);
+}
+
 /* Answers messages from st->next on until the job's output holds IMAP_FETCH_CHUNK bytes
  * (then x->s->fetch_more = st: the loop posts the job again once the client has read most
  * of it), or to the end (then the tagged response, and st is freed). */
@@ -1145,10 +1187,11 @@ static void imap_fetch_produce(struct imap_ctx *x, struct imap_fetch_state *st)
             return;
         }
         imap_fetch_prefetch(x, st, store);
+        imap_fetch_headers_ahead(x, st);
         uint32_t i = st->idx[st->next];
         if ((imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0 &&
             imap_view_msg(v, i)->modseq > st->changed_since) {
-            (void)imap_fetch_one(x, st->f, &st->stored, st->next, i, st->mark[i]);
+            (void)imap_fetch_one(x, st->f, &st->stored, &st->headers, st->next, i, st->mark[i]);
             imap_fetch_direct(x, IMAP_FETCH_DIRECT_MIN);
         }
     }

@@ -112,6 +112,8 @@ static atomic_uint_fast64_t metrics_fetch_direct; /* bytes a FETCH job wrote to 
 static atomic_uint_fast64_t metrics_structure[6];
 /* FETCH sections of messages with parts stored apart: [0] from the skeleton, [1] whole */
 static atomic_uint_fast64_t metrics_sections[2];
+/* headers of header-only FETCHes: [0] from the window read ahead, [1] by UID */
+static atomic_uint_fast64_t metrics_headers[2];
 
 /* Jobs waiting in each worker's queue (metrics_init). */
 static atomic_int_fast64_t *metrics_queues;
@@ -194,6 +196,11 @@ void metrics_structure_made(int from_skeleton)
 void metrics_sections_read(int from_skeleton)
 {
     atomic_fetch_add_explicit(&metrics_sections[from_skeleton ? 0 : 1], 1, memory_order_relaxed);
+}
+
+void metrics_headers_read(int from_window)
+{
+    atomic_fetch_add_explicit(&metrics_headers[from_window ? 0 : 1], 1, memory_order_relaxed);
 }
 
 void metrics_connection(enum metric_gauge g, int delta)
@@ -465,6 +472,14 @@ static void metrics_render_work(struct buf *b)
                "mailvaultd_fetch_sections_read_total{read=\"whole\"} %llu\n",
                (unsigned long long)metrics_read(&metrics_sections[0]),
                (unsigned long long)metrics_read(&metrics_sections[1]));
+    metrics_family(b, "mailvaultd_fetch_headers_read_total", "counter",
+                   "Headers read for FETCHes that need only the header (a client's message "
+                   "list): with the next messages' at once by their body keys, or one by UID.");
+    buf_printf(b,
+               "mailvaultd_fetch_headers_read_total{read=\"window\"} %llu\n"
+               "mailvaultd_fetch_headers_read_total{read=\"uid\"} %llu\n",
+               (unsigned long long)metrics_read(&metrics_headers[0]),
+               (unsigned long long)metrics_read(&metrics_headers[1]));
     metrics_family(b, "mailvaultd_structure_cache_bytes", "gauge",
                    "Bytes the open stores' caches of BODYSTRUCTURE and BODY answers hold "
                    "together, at most structure_cache_kib.");

@@ -72,6 +72,9 @@ void metrics_structure_made(int from_skeleton);
 /* A FETCH's body sections of a message with parts stored apart answered from its skeleton
  * (imap_fetch_sparse_copy), or from the whole message. */
 void metrics_sections_read(int from_skeleton);
+/* A header-only FETCH's header of one message: from the window read ahead by body keys
+ * (imap_fetch_headers.h), or read by UID. */
+void metrics_headers_read(int from_window);
 /* Before the workers start: room for their queue lengths. 0 or -1. */
 int metrics_init(int workers);
 /* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */

@@ -836,6 +836,29 @@ MV_API MV_MUST_CHECK int mv_message_sent_each(mv_store *store,
                                               int (*each)(void *arg, uint32_t uid, int64_t sent),
                                               void *arg);
 
+/* mv_message_fetch_header() of the messages keys name (n keys of one listing, as for
+ * mv_message_fetch_keyed_into: the same UIDVALIDITY and modseq; at most MV_MEMO_BATCH_MAX),
+ * read by their body keys: got(arg, index, raw, len) for each key whose header could be read
+ * (index into keys; raw the header's bytes exactly as mv_message_fetch_header() returns them,
+ * valid for that call only: the library wipes and frees them after it), in no particular order.
+ * Keys with body_key 0 and messages whose rows are damaged are passed over: read those by UID,
+ * which says what is wrong. While mailbox is as the listing saw it (the same UIDVALIDITY and
+ * highest modseq) the headers are read without the UID index, by one scan of their bodies'
+ * rows when those lie close together, as messages delivered or imported one after another do
+ * (a client's message list of thousands of headers: a lookup a message was most of
+ * mv_message_fetch_header()'s time). Returns MV_OK; MV_ENOTFOUND when the mailbox changed since
+ * the listing or is gone (got() not called: ask by UID instead); what got() returned when it
+ * was not MV_OK (the read ends there); MV_EINVAL (NULL argument, too many keys, keys of two
+ * listings), MV_EBUSY, MV_EIO, MV_ENOMEM. Inside mv_store_read_begin() it reads that
+ * transaction's snapshot. */
+MV_API MV_MUST_CHECK int
+mv_message_headers_keyed(mv_store *store,
+                         const char *mailbox,
+                         const struct mv_message_key *keys,
+                         size_t n,
+                         int (*got)(void *arg, size_t index, const void *raw, size_t len),
+                         void *arg);
+
 /* mv_message_fetch_header() of every message of mailbox with a UID from first_uid to last_uid
  * (inclusive), in UID order, read by one statement over the range instead of one lookup a
  * message (a server's SEARCH HEADER pass over a mailbox: ~1 us a message less here). For

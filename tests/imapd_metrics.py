@@ -79,6 +79,7 @@ FAMILIES = {
     "mailvaultd_structure_memos_saved": "counter",
     "mailvaultd_structure_made": "counter",
     "mailvaultd_fetch_sections_read": "counter",
+    "mailvaultd_fetch_headers_read": "counter",
     "mailvaultd_worker_queue_length": "gauge",
     "mailvaultd_queue_depth": "gauge",
     "mailvaultd_start_time_seconds": "gauge",
@@ -519,6 +520,83 @@ def check_sections_skeleton(args):
     a.close()
 
 
+def listing_subjects(untagged):
+    """{sequence number: the HEADER.FIELDS (Subject) literal} of a FETCH's responses."""
+    out = {}
+    for line, literals in untagged:
+        parts = line.split(b" ")
+        if len(parts) > 2 and parts[2] == b"FETCH" and literals:
+            out[int(parts[1])] = literals[0]
+    return out
+
+
+def check_headers_window(args):
+    """A FETCH that needs only headers (a client's message list) reads them a window at a
+    time by the view's body keys (imap_fetch_headers.c), byte for byte what a read by UID
+    gives: every one of 300 messages from the window, a scattered set too, and the rest
+    after another session expunged one; headers past the window's byte bound are read by
+    UID, the same bytes. Before, every header was read by UID."""
+    user, password = args.user.split(":", 1)
+    a = imapd_common.imap_login(args.imap, user, password, 30)
+    a.command("CREATE listing")
+    n = 300
+    for i in range(1, n + 1):
+        a.command("APPEND listing", b"From: n%d@example.org\r\nSubject: listing %d\r\n"
+                                    b"Message-ID: <l%d@example.org>\r\n\r\nbody %d\r\n"
+                                    % (i, i, i, i))
+    a.command("SELECT listing")
+    name = "mailvaultd_fetch_headers_read_total"
+    want = {i: b"Subject: listing %d\r\n\r\n" % i for i in range(1, n + 1)}
+    _, _, s0 = scrape(args.metrics)
+    untagged, tagged = a.command("FETCH 1:* (BODY.PEEK[HEADER.FIELDS (Subject)])")
+    _, _, s1 = scrape(args.metrics)
+    R.report("headers: a listing of 300 messages reads them by windows, the exact bytes",
+             b" OK" in tagged and listing_subjects(untagged) == want
+             and delta(s0, s1, name, read="window") == n and delta(s0, s1, name, read="uid") == 0,
+             "%r %r" % (tagged, [delta(s0, s1, name, read=r) for r in ("window", "uid")]))
+    untagged, tagged = a.command("FETCH 250,2,7 (ENVELOPE BODY.PEEK[HEADER.FIELDS (Subject)])")
+    _, _, s2 = scrape(args.metrics)
+    got = listing_subjects(untagged)
+    R.report("headers: a scattered set with ENVELOPE from the window too",
+             b" OK" in tagged and got == {k: want[k] for k in (250, 2, 7)}
+             and all(b'"listing %d"' % k in line for line, _ in untagged
+                     for k in (250, 2, 7) if line.startswith(b"* %d FETCH" % k))
+             and delta(s1, s2, name, read="window") == 3,
+             "%r %r" % (tagged, got))
+    b = imapd_common.imap_login(args.imap, user, password, 30)
+    b.command("SELECT listing")
+    b.command("STORE 1 +FLAGS.SILENT (\\Deleted)")
+    b.command("EXPUNGE")
+    untagged, tagged = a.command("FETCH 1:* (BODY.PEEK[HEADER.FIELDS (Subject)])")
+    _, _, s3 = scrape(args.metrics)
+    got = listing_subjects(untagged)
+    R.report("headers: after another session's EXPUNGE (not reported yet) the rest from the "
+             "window still (the view's keys hold for them), the same bytes",
+             b" OK" in tagged and got == {k: v for k, v in want.items() if k != 1}
+             and delta(s2, s3, name, read="window") == n - 1
+             and delta(s2, s3, name, read="uid") == 0,
+             "%r %r %r" % (tagged, len(got), [delta(s2, s3, name, read=r)
+                                               for r in ("window", "uid")]))
+    # a window keeps at most IMAP_HEADER_WINDOW_BYTES (1 MiB) of headers: of three of
+    # ~600 KB one is kept, the others are read by UID when answered
+    a.command("CREATE bigheads")
+    filler = b"".join(b"X-Filler-%05d: %s\r\n" % (k, b"f" * 56) for k in range(8500))
+    for i in (1, 2, 3):
+        a.command("APPEND bigheads", b"Subject: big %d\r\n%s\r\nbody\r\n" % (i, filler))
+    a.command("EXAMINE bigheads")
+    untagged, tagged = a.command("FETCH 1:* (BODY.PEEK[HEADER.FIELDS (Subject)])")
+    _, _, s4 = scrape(args.metrics)
+    got = listing_subjects(untagged)
+    R.report("headers: past the window's byte bound read by UID, the same bytes",
+             b" OK" in tagged and got == {i: b"Subject: big %d\r\n\r\n" % i for i in (1, 2, 3)}
+             and len(filler) > 500000
+             and delta(s3, s4, name, read="window") == 1 and delta(s3, s4, name, read="uid") == 2,
+             "%r %r %r" % (tagged, got, [delta(s3, s4, name, read=r) for r in ("window", "uid")]))
+    for c in (a, b):
+        c.command("LOGOUT")
+        c.close()
+
+
 def answers(lines):
     """{sequence number: FETCH line} as JSON can hold it."""
     return {k.decode(): v.decode("latin-1") for k, v in lines.items()}
@@ -592,6 +670,7 @@ def main():
         check_structure_cache(args)
         check_structure_skeleton(args)
         check_sections_skeleton(args)
+        check_headers_window(args)
         check_http(args.metrics)
     except Exception as e:  # a crash is a failure, not a silent pass
         R.report("no exception", False, repr(e))

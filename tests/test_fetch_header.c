@@ -130,6 +130,54 @@ static int fh_walk_one(void *arg, uint32_t uid, const void *raw, size_t len)
     return ++w->count == w->stop_after ? 77 : 0;
 }
 
+/* The keys and UIDs of INBOX's first n messages (at most FH_KEYS_MAX) as a listing holds
+ * them now; how many there are. */
+#define FH_KEYS_MAX 160
+static size_t
+fh_keys(mv_store *s, struct mv_message_key *keys, uint32_t *uids, size_t n, const char *mailbox)
+{
+    struct mv_mailbox_info info;
+    mv_message_iter *it = NULL;
+    if (mv_mailbox_status(s, mailbox, &info) != MV_OK ||
+        mv_message_list_begin(s, mailbox, 0, 0, &it) != MV_OK) {
+        return 0;
+    }
+    struct mv_message_entry e;
+    size_t got = 0;
+    while (got < n && mv_message_list_next(it, &e) == 1) {
+        uids[got] = e.uid;
+        keys[got++] = (struct mv_message_key){.body_key = e.body_key,
+                                              .size = e.size,
+                                              .modseq = info.highestmodseq,
+                                              .uidvalidity = info.uidvalidity};
+    }
+    mv_message_list_end(&it);
+    return got;
+}
+
+/* mv_message_headers_keyed's got(): key index's header must be mv_message_fetch_header's of
+ * its UID, and come once. */
+struct fh_keyed {
+    mv_store *s;
+    const uint32_t *uids;
+    size_t n, calls, wrong, stop_after;
+    unsigned char seen[FH_KEYS_MAX];
+};
+
+static int fh_keyed_one(void *arg, size_t index, const void *raw, size_t len)
+{
+    struct fh_keyed *k = arg;
+    void *head = NULL;
+    size_t head_len = 0;
+    if (index >= k->n || k->seen[index]++ != 0 ||
+        mv_message_fetch_header(k->s, "INBOX", k->uids[index], &head, &head_len) != MV_OK ||
+        head_len != len || raw == NULL || memcmp(head, raw, len) != 0) {
+        k->wrong++;
+    }
+    mv_free(head);
+    return ++k->calls == k->stop_after ? 77 : MV_OK;
+}
+
 static void fh_walk_agrees(mv_store *s, size_t messages, size_t damaged)
 {
     struct fh_walk w = {.s = s};
@@ -137,6 +185,15 @@ static void fh_walk_agrees(mv_store *s, size_t messages, size_t damaged)
     CHECK_EQ_INT(w.count, messages);
     CHECK_EQ_INT(w.damaged, damaged);
     CHECK_EQ_INT(w.wrong, 0);
+    /* by the listing's keys: the same headers, the damaged ones passed over */
+    struct mv_message_key keys[FH_KEYS_MAX];
+    uint32_t uids[FH_KEYS_MAX];
+    size_t n = fh_keys(s, keys, uids, FH_KEYS_MAX, "INBOX");
+    CHECK_EQ_INT(n, messages < FH_KEYS_MAX ? messages : FH_KEYS_MAX);
+    struct fh_keyed k = {.s = s, .uids = uids, .n = n};
+    CHECK_EQ_INT(mv_message_headers_keyed(s, "INBOX", keys, n, fh_keyed_one, &k), MV_OK);
+    CHECK_EQ_INT(k.calls, n - damaged);
+    CHECK_EQ_INT(k.wrong, 0);
 }
 
 static void test_header_shapes(void)
@@ -897,11 +954,70 @@ static void test_skeleton_fast_level(void)
     mv_store_close(&s);
 }
 
+/* mv_message_headers_keyed: every key its own message's header, copies of one body both,
+ * keys without a body passed over; bodies far apart read by a lookup each with the same
+ * result; got()'s value ends the read; keys of two listings, too many keys and NULLs refused;
+ * once the mailbox changed, MV_ENOTFOUND and nothing read. */
+static void test_headers_keyed(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(fh_open("keyed", &s), MV_OK);
+    for (int i = 0; i < 100; i++) {
+        char m[256];
+        int len = snprintf(m, sizeof m,
+                           "From: sender%d@example.org\r\nSubject: number %d\r\n"
+                           "Message-ID: <%d@example.org>\r\n\r\nbody %d\r\n",
+                           i, i, i, i);
+        uint32_t uid = 0;
+        CHECK_EQ_INT(mv_message_append(s, "INBOX", m, (size_t)len, 0, NULL, 1700000000, &uid),
+                     MV_OK);
+    }
+    uint32_t copied = 0;
+    CHECK_EQ_INT(mv_message_copy(s, "INBOX", "2", "INBOX", &copied), MV_OK); /* uid 101 */
+    fh_walk_agrees(s, 101, 0); /* 101 keys, one scan; the copy shares message 2's body */
+
+    struct mv_message_key keys[FH_KEYS_MAX];
+    uint32_t uids[FH_KEYS_MAX];
+    CHECK_EQ_INT(fh_keys(s, keys, uids, FH_KEYS_MAX, "INBOX"), 101);
+    /* the first and the last bodies, 99 apart: a lookup each */
+    struct mv_message_key apart[3] = {keys[0], keys[99], keys[1]};
+    uint32_t apart_uids[3] = {uids[0], uids[99], uids[1]};
+    apart[2].body_key = 0; /* no body: passed over */
+    struct fh_keyed k = {.s = s, .uids = apart_uids, .n = 3};
+    CHECK_EQ_INT(mv_message_headers_keyed(s, "INBOX", apart, 3, fh_keyed_one, &k), MV_OK);
+    CHECK_EQ_INT(k.calls, 2);
+    CHECK_EQ_INT(k.wrong, 0);
+    CHECK(k.seen[0] == 1 && k.seen[1] == 1 && k.seen[2] == 0);
+    /* got()'s value ends the read and is returned */
+    k = (struct fh_keyed){.s = s, .uids = uids, .n = 101, .stop_after = 5};
+    CHECK_EQ_INT(mv_message_headers_keyed(s, "INBOX", keys, 101, fh_keyed_one, &k), 77);
+    CHECK_EQ_INT(k.calls, 5);
+    /* refused */
+    struct mv_message_key mixed[2] = {keys[0], keys[1]};
+    mixed[1].modseq++;
+    CHECK_EQ_INT(mv_message_headers_keyed(s, "INBOX", mixed, 2, fh_keyed_one, &k), MV_EINVAL);
+    CHECK_EQ_INT(
+        mv_message_headers_keyed(s, "INBOX", keys, MV_MEMO_BATCH_MAX + 1, fh_keyed_one, &k),
+        MV_EINVAL);
+    CHECK_EQ_INT(mv_message_headers_keyed(s, "INBOX", keys, 101, NULL, &k), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_headers_keyed(s, NULL, keys, 101, fh_keyed_one, &k), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_headers_keyed(NULL, "INBOX", keys, 101, fh_keyed_one, &k), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_headers_keyed(s, "INBOX", NULL, 0, fh_keyed_one, &k), MV_OK);
+    /* the mailbox changed (a flag): the listing's keys are not used */
+    CHECK_EQ_INT(mv_flags_set(s, "INBOX", "1", MV_FLAGS_ADD, MV_FLAG_SEEN, NULL, NULL), MV_OK);
+    k = (struct fh_keyed){.s = s, .uids = uids, .n = 101};
+    CHECK_EQ_INT(mv_message_headers_keyed(s, "INBOX", keys, 101, fh_keyed_one, &k), MV_ENOTFOUND);
+    CHECK_EQ_INT(k.calls, 0);
+    CHECK_EQ_INT(mv_message_headers_keyed(s, "Nope", keys, 101, fh_keyed_one, &k), MV_ENOTFOUND);
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     fh_first_tune = mv_server_tune();
     TEST(test_header_shapes);
     TEST(test_header_old_and_damaged);
+    TEST(test_headers_keyed);
     TEST(test_header_large_and_small);
     TEST(test_interior_pages_stay);
     TEST(test_read_snapshot);

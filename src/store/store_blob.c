@@ -46,6 +46,7 @@
  */
 #include "store/store_blob.h"
 #include "crypto/crypt.h"
+#include "store/store_keyed.h"
 #include "vfs/vfs_hint.h"
 
 #include <openssl/evp.h>
@@ -1746,13 +1747,15 @@ static int store_header_from_row(
  * (issue 13's profile). The skeleton's row is a subquery, not a join: a body with a copy
  * then never descends into bodies_data, and one read through the BLOB handle descends
  * once (the join descended for every row, used or not). The message's UID is column 7. */
-#define STORE_HEADER_ROW                                                                           \
+#define STORE_HEADER_COLUMNS                                                                       \
     "SELECT b.id, b.size, b.compression, b.header_stored, b.stored_size, "                         \
     "CASE WHEN b.head IS NULL AND b.header_stored > 0 AND b.stored_size "                          \
     "<= " STORE_BLOB_HEADER_INLINE_STR                                                             \
     " THEN (SELECT d.data FROM bodies_data d WHERE d.id = b.id)"                                   \
-    " END, b.head, m.uid FROM messages m INDEXED BY messages_uid_body JOIN bodies b ON b.id = "    \
-    "m.body_id WHERE m.mailbox_id = ?1 "
+    " END, b.head"
+#define STORE_HEADER_ROW                                                                           \
+    STORE_HEADER_COLUMNS ", m.uid FROM messages m INDEXED BY messages_uid_body JOIN bodies b ON "  \
+                         "b.id = m.body_id WHERE m.mailbox_id = ?1 "
 
 int store_message_header_get(
     mv_store *s, int64_t mailbox_id, uint32_t uid, uint8_t **raw_out, size_t *len_out)
@@ -1817,6 +1820,47 @@ int store_message_headers_each(mv_store *s,
     }
     sqlite3_finalize(st);
     return rc;
+}
+
+/* What store_message_headers_keyed hands its headers to. */
+struct store_headers_keyed {
+    int (*got)(void *arg, size_t index, const void *raw, size_t len);
+    void *arg;
+};
+
+/* store_keyed_read's row: one body's header, decoded once for every key that wants it. A
+ * damaged one is passed over: the caller reads those by UID, which says what is wrong. */
+static int store_header_keyed_row(
+    void *ctx, mv_store *s, sqlite3_stmt *st, const struct store_keyed_want *want, size_t n)
+{
+    const struct store_headers_keyed *hk = ctx;
+    uint8_t *raw = NULL;
+    size_t len = 0;
+    int rc = store_header_from_row(s, st, 1, &raw, &len);
+    for (size_t k = 0; rc == MV_OK && k < n; k++) {
+        rc = hk->got(hk->arg, want[k].index, raw, len);
+    }
+    crypt_free_wiped(raw);
+    return rc == MV_ECORRUPT ? MV_OK : rc;
+}
+
+int store_message_headers_keyed(mv_store *s,
+                                const char *mailbox,
+                                const struct mv_message_key *keys,
+                                size_t n,
+                                int (*got)(void *arg, size_t index, const void *raw, size_t len),
+                                void *arg)
+{
+    struct store_headers_keyed hk = {.got = got, .arg = arg};
+    const struct store_keyed_read r = {
+        .what = "reading message headers",
+        .scan_sql = STORE_HEADER_COLUMNS " FROM bodies b WHERE b.id BETWEEN ?1 AND ?2",
+        .one_sql = STORE_HEADER_COLUMNS " FROM bodies b WHERE b.id = ?1",
+        .per_body = 1,
+        .slot = 0,
+        .row = store_header_keyed_row,
+        .ctx = &hk};
+    return store_keyed_read(s, "mv_message_headers_keyed", mailbox, keys, n, &r);
 }
 
 /* ---- dropping many bodies at once (EXPUNGE) -------------------------------------------- */

@@ -9,6 +9,7 @@
  *   store_body_get_header(s, body_id, &raw, &len);     only the header; free(raw)
  *   store_message_header_get(s, mailbox_id, uid, &raw, &len)   the same, by UID
  *   store_message_headers_each(s, mailbox_id, first, last, each, arg)  ... of a UID range
+ *   store_message_headers_keyed(s, mailbox, keys, n, got, arg)  ... of a listing's keys
  *   store_blob_release(s);                             (store_open.c) at close
  *
  * The reassembly algorithm and the layout are in store_blob.c and docs/SCHEMA.md.
@@ -117,6 +118,16 @@ int store_message_headers_each(mv_store *s,
                                uint32_t last_uid,
                                int (*each)(void *arg, uint32_t uid, const void *raw, size_t len),
                                void *arg);
+
+/* mv_message_headers_keyed (mailvault.h) once its arguments are checked: by
+ * store_keyed_read, each header decoded once for the keys that share its body; damaged ones
+ * passed over. */
+int store_message_headers_keyed(mv_store *s,
+                                const char *mailbox,
+                                const struct mv_message_key *keys,
+                                size_t n,
+                                int (*got)(void *arg, size_t index, const void *raw, size_t len),
+                                void *arg);
 
 /* store_body_get() of message uid of mailbox_id, the message's and body's rows read by one
  * statement. MV_ENOTFOUND (no message set: the caller says what is missing), else as

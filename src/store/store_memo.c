@@ -32,6 +32,7 @@
  */
 #include "store/store.h"
 #include "store/store_blob.h"
+#include "store/store_keyed.h"
 #include "store/store_message.h"
 
 #include <stdlib.h>
@@ -226,84 +227,22 @@ int mv_message_memos_range(mv_store *s,
     return rc;
 }
 
-/* One key of mv_message_memos_keyed: its body and its place in the caller's array. */
-struct memo_want {
-    int64_t body_id;
-    size_t index;
+/* What mv_message_memos_keyed hands its rows to. */
+struct memo_keyed {
+    int (*got)(void *arg, size_t index, const void *data, size_t len);
+    void *arg;
 };
 
-static int memo_want_order(const void *pa, const void *pb)
+/* store_keyed_read's row: the memo of one body, for every key that wants it. */
+static int memo_keyed_row(
+    void *ctx, mv_store *s, sqlite3_stmt *st, const struct store_keyed_want *want, size_t n)
 {
-    const struct memo_want *a = pa, *b = pb;
-    if (a->body_id != b->body_id) {
-        return a->body_id < b->body_id ? -1 : 1;
-    }
-    return a->index < b->index ? -1 : a->index > b->index;
-}
-
-/* Hands the memo of row (id, blob) to every wanted key of its body from *at on (the wants
- * sorted by body, the rows read in id order). */
-static int memo_keyed_row(sqlite3_stmt *st,
-                          const struct memo_want *want,
-                          size_t count,
-                          size_t *at,
-                          int (*got)(void *arg, size_t index, const void *data, size_t len),
-                          void *arg,
-                          mv_store *s)
-{
-    int64_t body = sqlite3_column_int64(st, 0) / MV_MEMO_SLOTS;
-    while (*at < count && want[*at].body_id < body) {
-        (*at)++;
-    }
+    const struct memo_keyed *mk = ctx;
     const void *bytes = NULL;
-    size_t n = 0;
-    int rc = memo_column(s, st, 1, &bytes, &n);
-    for (size_t k = *at; rc == MV_OK && k < count && want[k].body_id == body; k++) {
-        rc = got(arg, want[k].index, bytes, n);
-    }
-    return rc;
-}
-
-/* The wanted bodies' memos in slot: one scan of their id range when the bodies lie close
- * together (messages delivered or imported one after another), else a lookup each. */
-static int memo_keyed_read(mv_store *s,
-                           const struct memo_want *want,
-                           size_t count,
-                           uint32_t slot,
-                           int (*got)(void *arg, size_t index, const void *data, size_t len),
-                           void *arg)
-{
-    int64_t lo = want[0].body_id, hi = want[count - 1].body_id;
-    int scan = hi - lo < 4 * (int64_t)count + 64;
-    sqlite3_stmt *st =
-        store_stmt(s, scan ? "SELECT id, data FROM body_memos WHERE id BETWEEN ?1 AND ?2"
-                           : "SELECT id, data FROM body_memos WHERE id = ?1");
-    if (st == NULL) {
-        return s->stmt_failure;
-    }
-    int rc = MV_OK, step = SQLITE_DONE;
-    size_t at = 0;
-    for (size_t k = 0; rc == MV_OK && k < count; k++) {
-        if (!scan && k > 0 && want[k].body_id == want[k - 1].body_id) {
-            continue; /* one lookup a body */
-        }
-        int64_t first = (scan ? lo : want[k].body_id) * MV_MEMO_SLOTS + slot;
-        sqlite3_bind_int64(st, 1, first);
-        if (scan) {
-            sqlite3_bind_int64(st, 2, hi * MV_MEMO_SLOTS + slot);
-        }
-        while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-            if (sqlite3_column_int64(st, 0) % MV_MEMO_SLOTS == slot) {
-                rc = memo_keyed_row(st, want, count, &at, got, arg, s);
-            }
-        }
-        if (rc == MV_OK && step != SQLITE_DONE) {
-            rc = store_fail_sqlite(s, "reading memos");
-        }
-        sqlite3_reset(st);
-        if (scan) {
-            break;
-        }
+    size_t len = 0;
+    int rc = memo_column(s, st, 1, &bytes, &len);
+    for (size_t k = 0; rc == MV_OK && k < n; k++) {
+        rc = mk->got(mk->arg, want[k].index, bytes, len);
     }
     return rc;
 }
@@ -329,34 +268,14 @@ int mv_message_memos_keyed(mv_store *s,
     if (n == 0) {
         return MV_OK;
     }
-    struct memo_want *want = malloc(n * sizeof *want);
-    if (want == NULL) {
-        return store_fail(s, MV_ENOMEM, "out of memory reading memos");
-    }
-    size_t count = 0;
-    for (size_t i = 0; i < n; i++) {
-        int compression = 0;
-        if (keys[i].uidvalidity != keys[0].uidvalidity || keys[i].modseq != keys[0].modseq) {
-            free(want);
-            return store_fail(s, MV_EINVAL, "mv_message_memos_keyed: keys of two listings");
-        }
-        if (store_body_key_parts(keys[i].body_key, &want[count].body_id, &compression)) {
-            want[count++].index = i;
-        }
-    }
-    qsort(want, count, sizeof *want, memo_want_order);
-    /* the listing still holds: each key's body is still its message's (a body's id is given
-     * again only after the purge, which follows an expunge, which moves the highest modseq) */
-    int began = 0;
-    int rc = store_message_key_holds(s, mailbox, &keys[0], &began);
-    rc = rc == 1 ? MV_OK
-         : rc == 0
-             ? store_fail(s, MV_ENOTFOUND, "mailbox \"%s\" changed since the listing", mailbox)
-             : rc;
-    if (rc == MV_OK && count > 0) {
-        rc = memo_keyed_read(s, want, count, slot, got, arg);
-    }
-    store_message_read_end(s, began);
-    free(want);
-    return rc;
+    struct memo_keyed mk = {.got = got, .arg = arg};
+    const struct store_keyed_read r = {
+        .what = "reading memos",
+        .scan_sql = "SELECT id, data FROM body_memos WHERE id BETWEEN ?1 AND ?2",
+        .one_sql = "SELECT id, data FROM body_memos WHERE id = ?1",
+        .per_body = MV_MEMO_SLOTS,
+        .slot = slot,
+        .row = memo_keyed_row,
+        .ctx = &mk};
+    return store_keyed_read(s, "mv_message_memos_keyed", mailbox, keys, n, &r);
 }

@@ -775,6 +775,22 @@ int mv_message_headers_each(mv_store *s,
     return rc;
 }
 
+int mv_message_headers_keyed(mv_store *s,
+                             const char *mailbox,
+                             const struct mv_message_key *keys,
+                             size_t n,
+                             int (*got)(void *arg, size_t index, const void *raw, size_t len),
+                             void *arg)
+{
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (mailbox == NULL || (keys == NULL && n > 0) || got == NULL) {
+        return store_fail(s, MV_EINVAL, "mv_message_headers_keyed: NULL argument");
+    }
+    return store_message_headers_keyed(s, mailbox, keys, n, got, arg);
+}
+
 int mv_message_fetch(
     mv_store *s, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out)
 {

@@ -90,7 +90,8 @@ int store_mailbox_unchanged(mv_store *s, int64_t mailbox_id, uint32_t uidvalidit
  * still there (an expunge or a move moves the highest modseq) and its body still the one
  * keyed (a message's body never changes; a body's id is not reused while a message refers to
  * it). The caller ends the read (store_message_read_end) whatever this returns. For the keyed
- * reads: mv_message_fetch_keyed_into, mv_message_skeleton_keyed, mv_message_memos_keyed. */
+ * reads: mv_message_fetch_keyed_into, mv_message_skeleton_keyed, and store_keyed_read's
+ * (mv_message_memos_keyed, mv_message_headers_keyed). */
 int store_message_key_holds(mv_store *s,
                             const char *mailbox,
                             const struct mv_message_key *key,
