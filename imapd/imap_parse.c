@@ -957,7 +957,10 @@ static int imap_fetch_fields_sort(struct imap_fetch_section *s)
  * header-fld-name), so it may be quoted: ("From" "Subject") names From and Subject, as
  * Dovecot takes it (it was BAD here). Names with a blank, ':', a parenthesis, '"' or '\\' are
  * refused, quoted or not (RFC 5322 field names have no blank or ':'; no mail names a field
- * with the others), so a quoted name never needs an escape. 0, -1 (syntax) or -2
+ * with the others), so a quoted name never needs an escape. Blanks around the names may be
+ * more than one SP, as Dovecot takes them ("(From  To )"; RFC 3501 has one SP between names
+ * and none inside the parentheses): the section is echoed as the client wrote it. 0, -1
+ * (syntax) or -2
  * (out of memory); s->fields, once set, is freed by the caller on failure too. */
 static int imap_fetch_fields(struct imap_fetch_section *s, const char *p, size_t len)
 {
@@ -976,6 +979,10 @@ static int imap_fetch_fields(struct imap_fetch_section *s, const char *p, size_t
     }
     s->field_len = (size_t *)(void *)(s->fields + cap);
     while (at < end) {
+        if (p[at] == ' ') {
+            at++; /* blanks before, between and after names: Dovecot takes any number */
+            continue;
+        }
         int quoted = p[at] == '"';
         size_t start = at + (size_t)quoted;
         at = start;
@@ -992,16 +999,10 @@ static int imap_fetch_fields(struct imap_fetch_section *s, const char *p, size_t
             return -1; /* unterminated, or the closing quote not followed by SP or ')' */
         }
         if (stop == start) {
-            return -1; /* an empty name: SP SP, SP first, or "" */
+            return -1; /* an empty quoted name: "" */
         }
         s->fields[s->field_count] = p + start;
         s->field_len[s->field_count++] = stop - start;
-        if (at < end) {
-            at++;
-            if (at == end) {
-                return -1; /* trailing SP */
-            }
-        }
     }
     return s->field_count > 0 ? imap_fetch_fields_sort(s) : -1;
 }

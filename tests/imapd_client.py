@@ -198,6 +198,11 @@ def test_messages(args):
     typ, data = m.fetch("1", "(BODY.PEEK[HEADER.FIELDS (Subject From)])")
     check("BODY[HEADER.FIELDS]", data[0][1] == b"From: Bob Sender <bob@example.org>\r\n"
           b"Subject: quarterly report\r\n\r\n", str(data))
+    typ, data = m.fetch("1", "(BODY.PEEK[HEADER.FIELDS ( Subject  From )])")
+    check("BODY[HEADER.FIELDS] with blanks around the names, as Dovecot takes them, echoed as "
+          "sent", typ == "OK" and data[0][1] == b"From: Bob Sender <bob@example.org>\r\n"
+          b"Subject: quarterly report\r\n\r\n"
+          and b"BODY[HEADER.FIELDS ( Subject  From )]" in data[0][0], str(data))
     typ, data = m.fetch("1", "(BODY.PEEK[TEXT] BODY.PEEK[HEADER]<0.6>)")
     check("BODY[TEXT] and a partial BODY[HEADER]",
           data[0][1] == MESSAGE.split(b"\r\n\r\n", 1)[1] and data[1][1] == b"From: ", str(data))

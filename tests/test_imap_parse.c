@@ -372,6 +372,18 @@ static void test_fetch(void)
     CHECK(from == 1 && subject == 1 && xa == 1);
     imap_fetch_free(f);
     imap_command_free(&c);
+    /* more than one SP around the names, as Dovecot takes them (it was BAD here) */
+    CHECK_EQ_INT(ip_parse("a FETCH 1 (BODY.PEEK[HEADER.FIELDS ( From  \"To\"   Cc )])\r\n", &c),
+                 IMAP_PARSE_OK);
+    CHECK_EQ_INT(imap_parse_fetch(&c, imap_arg(&c, 1), f, ip_err, sizeof ip_err), 0);
+    CHECK_EQ_INT(f->section_count, 1);
+    CHECK_EQ_INT(f->sections[0].field_count, 3);
+    for (size_t i = 0; i < f->sections[0].field_count; i++) {
+        CHECK(f->sections[0].field_len[i] == 2 || f->sections[0].field_len[i] == 4);
+        CHECK(memchr(f->sections[0].fields[i], ' ', f->sections[0].field_len[i]) == NULL);
+    }
+    imap_fetch_free(f);
+    imap_command_free(&c);
     CHECK_EQ_INT(ip_parse("a FETCH 1 FAST\r\n", &c), IMAP_PARSE_OK);
     CHECK_EQ_INT(imap_parse_fetch(&c, imap_arg(&c, 1), f, ip_err, sizeof ip_err), 0);
     CHECK_EQ_INT(f->items, IMAP_FETCH_FLAGS | IMAP_FETCH_INTERNALDATE | IMAP_FETCH_RFC822_SIZE);
@@ -389,7 +401,8 @@ static void test_fetch(void)
         "a FETCH 1 BODY[MIME]\r\n",
         "a FETCH 1 \"FLAGS\"\r\n",
         /* a bad section after good ones with names: what was read is given back */
-        "a FETCH 1 (BODY[HEADER.FIELDS (A B)] BODY[TEXT] BODY[1.HEADER.FIELDS (C D )])\r\n",
+        "a FETCH 1 (BODY[HEADER.FIELDS (A B)] BODY[TEXT] BODY[1.HEADER.FIELDS (C D:)])\r\n",
+        "a FETCH 1 BODY[HEADER.FIELDS ( )]\r\n",
         "a FETCH 1 (BODY[HEADER.FIELDS (A)] BODY[HEADER.FIELDS.NOT (B)]<0.0>)\r\n",
         "a FETCH 1 (BODY[HEADER.FIELDS (A)] BODY[HEADER.FIELDS (B:)])\r\n",
         "a FETCH 1 (BODY[HEADER.FIELDS (A)] BODY[1.2.3.4.5.6.7.8.9])\r\n",
