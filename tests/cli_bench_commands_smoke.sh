@@ -41,6 +41,12 @@ if [ "$pieces" -eq 6 ]; then
 else
     fail "the pieces table has a timed row for each of the 6 FETCH items ($pieces): $(cat "$out")"
 fi
+listing=$(grep -c '^| [A-Z ]*FETCH [0-9]*:\* (.*) | [0-9.]* | yes |$' "$out")
+if [ "$listing" -eq 4 ]; then
+    pass "the message list table has a timed row for each of its 4 FETCHes"
+else
+    fail "the message list table has a timed row for each of its 4 FETCHes ($listing): $(cat "$out")"
+fi
 if grep -q '^| msgid | 5000 | ' "$out"; then
     pass "an OR of 5,000 HEADER Message-ID keys is answered"
 else
