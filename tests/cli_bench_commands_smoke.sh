@@ -4,7 +4,7 @@
 # issue 13, against mailvaultd only (the Dovecot comparison never runs in CI): a corpus of
 # 200 messages, the ASan server (build/asan/mailvaultd, else the release build), one round of
 # every case plus an OR of 5,000 Message-IDs (20,000 nodes, over the 8,192 every other
-# command keeps), the pieces of messages 1:200. Checks the script's exit status (1 when a
+# command keeps), the pieces of messages 1:200, a client's message list. Checks the script's exit status (1 when a
 # command is not OK), the tables' rows, and that the server log holds no sanitizer report.
 # No timing assertions.
 #
