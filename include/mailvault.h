@@ -807,6 +807,11 @@ MV_API int mv_message_prefetch_keyed(mv_store *store, const struct mv_message_ke
  * the attachments' bytes, which those reads skip, are not asked for. */
 MV_API int
 mv_message_prefetch_skeletons(mv_store *store, const struct mv_message_key *keys, size_t n);
+/* mv_message_prefetch_keyed() for reads of the headers only (mv_message_headers_keyed,
+ * mv_message_fetch_header): the bodies' own rows, which hold their headers' copies, not their
+ * stored bytes. */
+MV_API int
+mv_message_prefetch_headers(mv_store *store, const struct mv_message_key *keys, size_t n);
 
 /* Like mv_message_fetch(), but only the message's header: its bytes up to and including the
  * first empty line (an empty first line -- an empty header block, RFC 5322 2.1 -- or the

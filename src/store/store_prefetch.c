@@ -18,18 +18,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The root pages of the three tables a body's bytes live in, as the schema says now
- * (auto_vacuum may move a root page): 0 for one not found. */
+/* The root pages of the tables a body's bytes live in (bodies holds the header's copy), as
+ * the schema says now (auto_vacuum may move a root page): 0 for one not found. */
 struct store_prefetch_roots {
-    uint32_t bodies_data, body_parts, attachments_data;
+    uint32_t bodies, bodies_data, body_parts, attachments_data;
 };
 
 static void store_prefetch_roots(mv_store *s, struct store_prefetch_roots *r)
 {
     memset(r, 0, sizeof *r);
     sqlite3_stmt *st = store_stmt(s, "SELECT name, rootpage FROM sqlite_schema WHERE type = "
-                                     "'table' AND name IN ('bodies_data', 'body_parts', "
-                                     "'attachments_data')");
+                                     "'table' AND name IN ('bodies', 'bodies_data', "
+                                     "'body_parts', 'attachments_data')");
     while (st != NULL && sqlite3_step(st) == SQLITE_ROW) {
         const char *name = (const char *)sqlite3_column_text(st, 0);
         sqlite3_int64 root = sqlite3_column_int64(st, 1);
@@ -37,7 +37,9 @@ static void store_prefetch_roots(mv_store *s, struct store_prefetch_roots *r)
         if (name == NULL) {
             continue;
         }
-        if (strcmp(name, "bodies_data") == 0) {
+        if (strcmp(name, "bodies") == 0) {
+            r->bodies = page;
+        } else if (strcmp(name, "bodies_data") == 0) {
             r->bodies_data = page;
         } else if (strcmp(name, "body_parts") == 0) {
             r->body_parts = page;
@@ -86,8 +88,15 @@ static void store_prefetch_attachments(mv_store *s,
     free(attachments);
 }
 
-/* mv_message_prefetch_keyed(), and with whole the attachments stored apart too. */
-static int store_prefetch(mv_store *s, const struct mv_message_key *keys, size_t n, int whole)
+/* What a prefetch asks for: the bodies' rows (their headers' copies), their stored bytes,
+ * or those and the attachments stored apart. */
+enum store_prefetch_what { STORE_PREFETCH_HEADERS, STORE_PREFETCH_SKELETONS, STORE_PREFETCH_WHOLE };
+
+/* mv_message_prefetch_keyed() and its two narrower kinds. */
+static int store_prefetch(mv_store *s,
+                          const struct mv_message_key *keys,
+                          size_t n,
+                          enum store_prefetch_what what)
 {
     if (s == NULL || (keys == NULL && n > 0)) {
         return MV_EINVAL;
@@ -111,11 +120,15 @@ static int store_prefetch(mv_store *s, const struct mv_message_key *keys, size_t
     }
     struct store_prefetch_roots roots;
     store_prefetch_roots(s, &roots);
-    if (rows > 0 && roots.bodies_data != 0) {
+    if (rows > 0 && what == STORE_PREFETCH_HEADERS && roots.bodies != 0) {
+        /* the header's copy lies in the row itself: its leaf alone */
+        struct mv_fcntl_prefetch p = {.root = roots.bodies, .rowids = rowids, .n = rows};
+        (void)mv_db_prefetch(s->db, &p);
+    } else if (rows > 0 && what != STORE_PREFETCH_HEADERS && roots.bodies_data != 0) {
         struct mv_fcntl_prefetch p = {
             .root = roots.bodies_data, .rowids = rowids, .n = rows, .near = STORE_BLOB_NEAR_PAGES};
         (void)mv_db_prefetch(s->db, &p);
-        if (p.cold && whole) {
+        if (p.cold && what == STORE_PREFETCH_WHOLE) {
             store_prefetch_attachments(s, &roots, rowids, rows);
         }
     }
@@ -125,10 +138,15 @@ static int store_prefetch(mv_store *s, const struct mv_message_key *keys, size_t
 
 int mv_message_prefetch_keyed(mv_store *s, const struct mv_message_key *keys, size_t n)
 {
-    return store_prefetch(s, keys, n, 1);
+    return store_prefetch(s, keys, n, STORE_PREFETCH_WHOLE);
 }
 
 int mv_message_prefetch_skeletons(mv_store *s, const struct mv_message_key *keys, size_t n)
 {
-    return store_prefetch(s, keys, n, 0);
+    return store_prefetch(s, keys, n, STORE_PREFETCH_SKELETONS);
+}
+
+int mv_message_prefetch_headers(mv_store *s, const struct mv_message_key *keys, size_t n)
+{
+    return store_prefetch(s, keys, n, STORE_PREFETCH_HEADERS);
 }
