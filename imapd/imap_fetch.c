@@ -299,28 +299,14 @@ static void *imap_fetch_place_copy(void *arg, size_t size)
     return *slot;
 }
 
-/* 1 and *key if message i of the view may be read by its body key: it has one, and it is
- * not a message the view knows is gone (expunged by another session, not yet reported): the
- * key holds only for the messages the mailbox had at the view's highest modseq, which the
- * store checks. Then the UID index and the body's row are not read. */
-static int imap_fetch_key(const struct imap_view *v, size_t i, struct mv_message_key *key)
-{
-    const struct imap_msg *m = imap_view_msg(v, i);
-    *key = (struct mv_message_key){.body_key = m->body_key,
-                                   .size = m->size,
-                                   .modseq = v->highestmodseq,
-                                   .uidvalidity = v->uidvalidity};
-    return m->body_key != 0 && (imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0;
-}
-
-/* mv_message_fetch of message i, by its body key when it may be (imap_fetch_key): for the
+/* mv_message_fetch of message i, by its body key when it may be (imap_view_key): for the
  * sections, BODYSTRUCTURE and the rest that need the whole message but not as one literal.
  * *raw: free with mv_free. */
 static int imap_fetch_whole_copy(struct imap_ctx *x, size_t i, void **raw, size_t *len)
 {
     const struct imap_view *v = &x->s->view;
     struct mv_message_key key;
-    if (!imap_fetch_key(v, i, &key)) {
+    if (!imap_view_key(v, i, &key)) {
         return mv_message_fetch(imap_db(x->s), v->mailbox, imap_view_msg(v, i)->uid, raw, len);
     }
     *raw = NULL;
@@ -382,7 +368,7 @@ static int imap_fetch_sparse_copy(struct imap_ctx *x,
 {
     struct mv_message_key key;
     if ((needs & IMAP_FETCH_WHOLE_ITEMS) != 0 || f->section_count == 0 ||
-        !imap_fetch_key(&x->s->view, i, &key)) {
+        !imap_view_key(&x->s->view, i, &key)) {
         return 0;
     }
     struct mv_message_cut cuts[IMAP_FETCH_SKELETON_CUTS];
@@ -437,7 +423,7 @@ static int imap_fetch_placed(struct imap_ctx *x, const struct imap_fetch *f, siz
     size_t len = 0;
     struct mv_message_key key;
     int rc =
-        imap_fetch_key(v, i, &key)
+        imap_view_key(v, i, &key)
             ? mv_message_fetch_keyed_into(imap_db(x->s), v->mailbox, m->uid, &key, imap_fetch_place,
                                           out, &len)
             : mv_message_fetch_into(imap_db(x->s), v->mailbox, m->uid, imap_fetch_place, out, &len);
@@ -617,7 +603,7 @@ static unsigned
 imap_fetch_structure_skeleton(struct imap_ctx *x, size_t i, unsigned want, struct buf answers[2])
 {
     struct mv_message_key key;
-    if (want == 0 || !imap_fetch_key(&x->s->view, i, &key)) {
+    if (want == 0 || !imap_view_key(&x->s->view, i, &key)) {
         return 0;
     }
     struct mv_message_cut cuts[IMAP_FETCH_SKELETON_CUTS];
@@ -1080,7 +1066,7 @@ static void imap_fetch_structure_window(
          * read in one scan, no UID index), else by UID when the UIDs lie close together */
         int keyed = 1;
         for (size_t j = 0; keyed && j < wd.n; j++) {
-            keyed = imap_fetch_key(v, st->idx[from + wd.k[j]], &wd.keys[j]);
+            keyed = imap_view_key(v, st->idx[from + wd.k[j]], &wd.keys[j]);
         }
         int rc = keyed ? mv_message_memos_keyed(imap_db(x->s), v->mailbox, wd.keys, wd.n, slot,
                                                 imap_fetch_window_keyed, &wd)
@@ -1122,7 +1108,7 @@ static void imap_fetch_prefetch(struct imap_ctx *x, struct imap_fetch_state *st,
         if (for_structure && imap_fetch_structure_kept(x, &st->stored, i, at, structure)) {
             continue;
         }
-        if (imap_view_msg(v, at)->modseq > st->changed_since && imap_fetch_key(v, at, &keys[n])) {
+        if (imap_view_msg(v, at)->modseq > st->changed_since && imap_view_key(v, at, &keys[n])) {
             n++;
         }
     }
@@ -1155,7 +1141,7 @@ static void imap_fetch_headers_ahead(struct imap_ctx *x, struct imap_fetch_state
     size_t to = st->count - from > IMAP_HEADER_WINDOW ? from + IMAP_HEADER_WINDOW : st->count;
     for (size_t k = from; k < to; k++) {
         uint32_t i = st->idx[k];
-        if (imap_view_msg(v, i)->modseq > st->changed_since && imap_fetch_key(v, i, &keys[n])) {
+        if (imap_view_msg(v, i)->modseq > st->changed_since && imap_view_key(v, i, &keys[n])) {
             at[n++] = (uint32_t)k;
         }
     }

@@ -62,7 +62,7 @@ void imap_header_window_fill(struct imap_header_window *w,
     struct imap_header_fill hf = {.w = w, .at = at, .n = n};
     /* from a file out of the page cache, the rows' leaves are asked of the disk together: one
      * wait for the window instead of one a leaf (a hint: it changes no byte read) */
-    (void)mv_message_prefetch_headers(db, keys, n);
+    (void)mv_message_prefetch_headers(db, keys, n, MV_PREFETCH_HEADER_COPY, NULL);
     if (n > 0 &&
         mv_message_headers_keyed(db, mailbox, keys, n, imap_header_window_got, &hf) != MV_OK) {
         /* what it kept before it stopped is right; the rest is read by UID */

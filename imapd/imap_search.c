@@ -668,6 +668,20 @@ static int imap_search_batch(struct imap_search_run *r)
     return rc == MV_OK ? imap_search_batch_headers(r, &budget) : rc;
 }
 
+/* The rows of every message the program's keys read in a pass over the mailbox
+ * (MV_PREFETCH_*): HEADER and BCC the headers' copies, FROM/TO/CC/SUBJECT the kept fields
+ * (SENT* read theirs once into the store's copy: imap_search_sent.c). */
+static unsigned imap_search_rows_read(const struct imap_search *prog)
+{
+    unsigned what = 0;
+    for (size_t k = 0; k < prog->count; k++) {
+        enum imap_search_op op = prog->keys[k].op;
+        what |= op == IMAP_SK_HEADER || op == IMAP_SK_BCC ? MV_PREFETCH_HEADER_COPY : 0u;
+        what |= imap_search_field(op) != 0 ? MV_PREFETCH_FIELDS : 0u;
+    }
+    return what;
+}
+
 /* The program's set, inside one read snapshot: one transaction for every header read and
  * store search instead of one each. */
 static int imap_search_run_all(struct imap_search_run *r, imap_search_word *out)
@@ -675,6 +689,10 @@ static int imap_search_run_all(struct imap_search_run *r, imap_search_word *out)
     mv_store *store = imap_db(r->x->s);
     if (mv_store_read_begin(store) != MV_OK) {
         /* nothing lost: each read then has a transaction of its own */
+    }
+    unsigned what = imap_search_rows_read(r->prog);
+    if (what != 0) {
+        imap_view_prefetch_headers(store, &r->x->s->view, what);
     }
     int rc = imap_search_batch(r);
     if (rc == MV_OK) {

@@ -105,6 +105,9 @@ int imap_sent_dates_for(struct imap_session *s, const struct imap_sent_dates **o
     uint32_t last = v->count > 0 ? imap_view_msg(v, v->count - 1)->uid : 0;
     if (last > d->last_uid) {
         size_t had = d->count;
+        if (had == 0) { /* a first read of the whole mailbox: from a cold file, asked at once */
+            imap_view_prefetch_headers(imap_db(s), v, MV_PREFETCH_HEADER_COPY | MV_PREFETCH_FIELDS);
+        }
         int rc = mv_message_sent_each(imap_db(s), v->mailbox, d->last_uid + 1, last,
                                       imap_sent_dates_add, d);
         if (rc != MV_OK) {

@@ -653,3 +653,25 @@ int imap_view_uid_ranges(const struct imap_view *v,
     *n = runs;
     return 0;
 }
+
+/* Keys one prefetch call takes (mv_message_prefetch_keyed: only the first 1024 are used). */
+#define IMAP_VIEW_PREFETCH_KEYS 1024
+
+void imap_view_prefetch_headers(mv_store *db, const struct imap_view *v, unsigned what)
+{
+    struct mv_message_key keys[IMAP_VIEW_PREFETCH_KEYS];
+    for (size_t i = 0; i < v->count;) {
+        size_t n = 0, first = i;
+        for (; i < v->count && n < IMAP_VIEW_PREFETCH_KEYS; i++) {
+            n += (size_t)imap_view_key(v, i, &keys[n]);
+        }
+        /* judged by the first batch only: the reads a cold batch makes bring the pages
+         * after them into the cache (the kernel's read-ahead), so a later batch's first leaf
+         * says nothing of the file */
+        int cold = 0;
+        if (mv_message_prefetch_headers(db, keys, n, what, first == 0 ? &cold : NULL) != MV_OK ||
+            (first == 0 && !cold)) {
+            return; /* a file in the page cache: the rest is there too, or as good as */
+        }
+    }
+}

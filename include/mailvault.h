@@ -807,11 +807,19 @@ MV_API int mv_message_prefetch_keyed(mv_store *store, const struct mv_message_ke
  * the attachments' bytes, which those reads skip, are not asked for. */
 MV_API int
 mv_message_prefetch_skeletons(mv_store *store, const struct mv_message_key *keys, size_t n);
-/* mv_message_prefetch_keyed() for reads of the headers only (mv_message_headers_keyed,
- * mv_message_fetch_header): the bodies' own rows, which hold their headers' copies, not their
- * stored bytes. */
-MV_API int
-mv_message_prefetch_headers(mv_store *store, const struct mv_message_key *keys, size_t n);
+/* What mv_message_prefetch_headers() asks for: the bodies' own rows, which hold their headers'
+ * copies and sent zones (mv_message_headers_keyed, mv_message_fetch_header,
+ * mv_message_headers_each, mv_message_sent_each), and the rows of the fields the store keeps
+ * of each header (sent date, Subject, From, To, Cc, Message-ID: mv_search_headers,
+ * mv_message_sent_each). */
+#define MV_PREFETCH_HEADER_COPY 1u
+#define MV_PREFETCH_FIELDS      2u
+/* mv_message_prefetch_keyed() for reads of headers only: the leaves of the rows `what` names
+ * (MV_PREFETCH_* ORed), not the messages' stored bytes. *cold (if not NULL) is set to 1 when
+ * the first key's leaf was not in the page cache before it was asked for (the file, or this
+ * part of it, out of the cache: the caller's later keys are worth asking for too), else 0. */
+MV_API int mv_message_prefetch_headers(
+    mv_store *store, const struct mv_message_key *keys, size_t n, unsigned what, int *cold);
 
 /* Like mv_message_fetch(), but only the message's header: its bytes up to and including the
  * first empty line (an empty first line -- an empty header block, RFC 5322 2.1 -- or the

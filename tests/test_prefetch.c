@@ -26,8 +26,9 @@
  *   - For skeletons only (mv_message_prefetch_skeletons: a FETCH BODYSTRUCTURE that reads no
  *     attachment) the leaves arrive the same and no attachment's chain page is asked for:
  *     none is in the page cache after it that was not before. For headers only
- *     (mv_message_prefetch_headers: a message list) the rows' leaves of the bodies table,
- *     which hold the headers' copies, arrive.
+ *     (mv_message_prefetch_headers) the rows' leaves of the bodies table (the headers'
+ *     copies: a message list) or of body_headers (the kept fields: SEARCH FROM) arrive, and
+ *     the call says the file was cold, and not when asked again.
  *   - No read past a chain (COLD WINDOWS, vfs_read_ahead.c): a message with a 400 KB
  *     attachment, read on a fresh connection from the evicted file after the prefetch, leaves
  *     the 128 pages from 8 past the attachment's chain (other messages') out of the page
@@ -159,7 +160,7 @@ static int pf_truth(sqlite3 *db, const char *table, struct pf_truth *t)
     t->overflow = calloc(t->rows, sizeof *t->overflow);
     sqlite3_stmt *st = NULL;
     if (t->ids == NULL || t->leaf == NULL || t->overflow == NULL ||
-        (snprintf(sql, sizeof sql, "SELECT id FROM %s ORDER BY id", table),
+        (snprintf(sql, sizeof sql, "SELECT rowid FROM %s ORDER BY rowid", table),
          sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)) {
         return -1;
     }
@@ -588,36 +589,45 @@ static void test_pages_arrive(void)
                before, N + A + A, after, N + A, att_after, A);
         CHECK_EQ_INT(after, N + A);
         CHECK_EQ_INT(att_after, A);
-        /* headers only (mv_message_prefetch_headers: a message list's FETCH): the leaves of
-         * the bodies table, which holds each header's copy in the row */
-        struct pf_truth tb;
-        CHECK_EQ_INT(pf_truth(db, "bodies", &tb), 0);
-        uint32_t heads[N + A];
-        for (size_t k = 0; k < N + A; k++) {
-            heads[k] = 0;
-            for (size_t r = 0; r < tb.rows; r++) {
-                if (tb.ids[r] == (int64_t)(keys[k].body_key >> 3)) {
-                    heads[k] = tb.leaf[r];
+        /* headers only (mv_message_prefetch_headers): the leaves of the bodies table, which
+         * holds each header's copy in the row (a message list's FETCH), and of body_headers,
+         * the kept fields (SEARCH FROM, SUBJECT); cold said from the evicted file, not after */
+        static const char *const tables[] = {"bodies", "body_headers"};
+        static const unsigned whats[] = {MV_PREFETCH_HEADER_COPY, MV_PREFETCH_FIELDS};
+        for (size_t t_i = 0; t_i < 2; t_i++) {
+            struct pf_truth tb;
+            CHECK_EQ_INT(pf_truth(db, tables[t_i], &tb), 0);
+            uint32_t heads[N + A];
+            for (size_t k = 0; k < N + A; k++) {
+                heads[k] = 0;
+                for (size_t r = 0; r < tb.rows; r++) {
+                    if (tb.ids[r] == (int64_t)(keys[k].body_key >> 3)) {
+                        heads[k] = tb.leaf[r];
+                    }
                 }
+                CHECK(heads[k] != 0);
             }
-            CHECK(heads[k] != 0);
-        }
-        CHECK_EQ_INT(pf_child(path, 1, NULL, 0, page_size), 0); /* evicted again */
-        int heads_before = pf_child(path, 0, heads, N + A, page_size), heads_after = 0;
-        CHECK_EQ_INT(mv_message_prefetch_headers(s, keys, N + A), MV_OK);
-        for (double end = pf_now() + 30.0; pf_now() < end;) {
-            heads_after = pf_child(path, 0, heads, N + A, page_size);
-            if (heads_after == N + A || heads_after < 0) {
-                break;
+            CHECK_EQ_INT(pf_child(path, 1, NULL, 0, page_size), 0); /* evicted again */
+            int heads_before = pf_child(path, 0, heads, N + A, page_size), heads_after = 0;
+            int cold = -1, warm = -1;
+            CHECK_EQ_INT(mv_message_prefetch_headers(s, keys, N + A, whats[t_i], &cold), MV_OK);
+            for (double end = pf_now() + 30.0; pf_now() < end;) {
+                heads_after = pf_child(path, 0, heads, N + A, page_size);
+                if (heads_after == N + A || heads_after < 0) {
+                    break;
+                }
+                struct timespec pause = {0, 10000000L};
+                nanosleep(&pause, NULL);
             }
-            struct timespec pause = {0, 10000000L};
-            nanosleep(&pause, NULL);
+            CHECK_EQ_INT(mv_message_prefetch_headers(s, keys, N + A, whats[t_i], &warm), MV_OK);
+            printf("  # %s only: %d of %d leaves before, %d after; cold %d, then %d\n", tables[t_i],
+                   heads_before, N + A, heads_after, cold, warm);
+            CHECK(heads_before < N + A);
+            CHECK_EQ_INT(heads_after, N + A);
+            CHECK_EQ_INT(cold, 1);
+            CHECK_EQ_INT(warm, 0);
+            pf_truth_free(&tb);
         }
-        printf("  # headers only: %d of %d bodies leaves before, %d after\n", heads_before, N + A,
-               heads_after);
-        CHECK(heads_before < N + A);
-        CHECK_EQ_INT(heads_after, N + A);
-        pf_truth_free(&tb);
     }
     /* and the messages read after it are the stored ones */
     static const size_t sizes[] = {400, 9000, 30000};

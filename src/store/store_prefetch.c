@@ -21,15 +21,15 @@
 /* The root pages of the tables a body's bytes live in (bodies holds the header's copy), as
  * the schema says now (auto_vacuum may move a root page): 0 for one not found. */
 struct store_prefetch_roots {
-    uint32_t bodies, bodies_data, body_parts, attachments_data;
+    uint32_t bodies, body_headers, bodies_data, body_parts, attachments_data;
 };
 
 static void store_prefetch_roots(mv_store *s, struct store_prefetch_roots *r)
 {
     memset(r, 0, sizeof *r);
     sqlite3_stmt *st = store_stmt(s, "SELECT name, rootpage FROM sqlite_schema WHERE type = "
-                                     "'table' AND name IN ('bodies', 'bodies_data', "
-                                     "'body_parts', 'attachments_data')");
+                                     "'table' AND name IN ('bodies', 'body_headers', "
+                                     "'bodies_data', 'body_parts', 'attachments_data')");
     while (st != NULL && sqlite3_step(st) == SQLITE_ROW) {
         const char *name = (const char *)sqlite3_column_text(st, 0);
         sqlite3_int64 root = sqlite3_column_int64(st, 1);
@@ -39,6 +39,8 @@ static void store_prefetch_roots(mv_store *s, struct store_prefetch_roots *r)
         }
         if (strcmp(name, "bodies") == 0) {
             r->bodies = page;
+        } else if (strcmp(name, "body_headers") == 0) {
+            r->body_headers = page;
         } else if (strcmp(name, "bodies_data") == 0) {
             r->bodies_data = page;
         } else if (strcmp(name, "body_parts") == 0) {
@@ -88,16 +90,36 @@ static void store_prefetch_attachments(mv_store *s,
     free(attachments);
 }
 
-/* What a prefetch asks for: the bodies' rows (their headers' copies), their stored bytes,
- * or those and the attachments stored apart. */
+/* What a prefetch asks for: rows of the header tables only (mv_message_prefetch_headers's
+ * MV_PREFETCH_* in heads), the bodies' stored bytes, or those and the attachments stored
+ * apart. */
 enum store_prefetch_what { STORE_PREFETCH_HEADERS, STORE_PREFETCH_SKELETONS, STORE_PREFETCH_WHOLE };
 
-/* mv_message_prefetch_keyed() and its two narrower kinds. */
+/* The leaves of root's rows rowids[0..rows) asked for, the leaf alone (the header tables' rows
+ * hold what is read of them); *cold as mv_message_prefetch_headers says. */
+static void
+store_prefetch_leaves(mv_store *s, uint32_t root, const int64_t *rowids, size_t rows, int *cold)
+{
+    if (root == 0) {
+        return;
+    }
+    struct mv_fcntl_prefetch p = {.root = root, .rowids = rowids, .n = rows};
+    (void)mv_db_prefetch(s->db, &p);
+    *cold |= p.cold;
+}
+
+/* mv_message_prefetch_keyed() and its narrower kinds. */
 static int store_prefetch(mv_store *s,
                           const struct mv_message_key *keys,
                           size_t n,
-                          enum store_prefetch_what what)
+                          enum store_prefetch_what what,
+                          unsigned heads,
+                          int *cold_out)
 {
+    int cold = 0;
+    if (cold_out != NULL) {
+        *cold_out = 0;
+    }
     if (s == NULL || (keys == NULL && n > 0)) {
         return MV_EINVAL;
     }
@@ -120,10 +142,16 @@ static int store_prefetch(mv_store *s,
     }
     struct store_prefetch_roots roots;
     store_prefetch_roots(s, &roots);
-    if (rows > 0 && what == STORE_PREFETCH_HEADERS && roots.bodies != 0) {
-        /* the header's copy lies in the row itself: its leaf alone */
-        struct mv_fcntl_prefetch p = {.root = roots.bodies, .rowids = rowids, .n = rows};
-        (void)mv_db_prefetch(s->db, &p);
+    if (rows > 0 && what == STORE_PREFETCH_HEADERS) {
+        if ((heads & MV_PREFETCH_HEADER_COPY) != 0) {
+            store_prefetch_leaves(s, roots.bodies, rowids, rows, &cold);
+        }
+        if ((heads & MV_PREFETCH_FIELDS) != 0) {
+            store_prefetch_leaves(s, roots.body_headers, rowids, rows, &cold);
+        }
+        if (cold_out != NULL) {
+            *cold_out = cold;
+        }
     } else if (rows > 0 && what != STORE_PREFETCH_HEADERS && roots.bodies_data != 0) {
         struct mv_fcntl_prefetch p = {
             .root = roots.bodies_data, .rowids = rowids, .n = rows, .near = STORE_BLOB_NEAR_PAGES};
@@ -138,15 +166,16 @@ static int store_prefetch(mv_store *s,
 
 int mv_message_prefetch_keyed(mv_store *s, const struct mv_message_key *keys, size_t n)
 {
-    return store_prefetch(s, keys, n, STORE_PREFETCH_WHOLE);
+    return store_prefetch(s, keys, n, STORE_PREFETCH_WHOLE, 0, NULL);
 }
 
 int mv_message_prefetch_skeletons(mv_store *s, const struct mv_message_key *keys, size_t n)
 {
-    return store_prefetch(s, keys, n, STORE_PREFETCH_SKELETONS);
+    return store_prefetch(s, keys, n, STORE_PREFETCH_SKELETONS, 0, NULL);
 }
 
-int mv_message_prefetch_headers(mv_store *s, const struct mv_message_key *keys, size_t n)
+int mv_message_prefetch_headers(
+    mv_store *s, const struct mv_message_key *keys, size_t n, unsigned what, int *cold)
 {
-    return store_prefetch(s, keys, n, STORE_PREFETCH_HEADERS);
+    return store_prefetch(s, keys, n, STORE_PREFETCH_HEADERS, what, cold);
 }
