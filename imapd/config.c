@@ -64,6 +64,11 @@ static const struct config_key config_keys[] = {
        19,
        "the work between jobs (purge, checkpoints) this much nicer than the jobs, if the "
        "process may go back (CAP_SYS_NICE or RLIMIT_NICE; default 10; 0 off)"),
+    CI(index_later,
+       0,
+       1,
+       "new mail's full-text rows built between commands in batches, not inside each APPEND "
+       "or LMTP delivery (default 1; 0: inside)"),
     CI(stores_per_worker, 1, 100000, "open stores each worker keeps (default 32)"),
     CI(store_idle_s, 1, 86400, "close an unused store after this long (default 300)"),
     CI(structure_cache_kib,
@@ -165,6 +170,7 @@ void config_defaults(struct config *c)
     /* worker.c NICE: 100 clients of bench/imap_old_new.sh, STORE p50 21-22 -> 5-6 ms and the
      * reads' 3.5 -> 2.5, +33% commands/s; 10 clients within the noise (docs/BENCHMARKS.md) */
     c->background_nice = 10;
+    c->index_later = 1;
     c->stores_per_worker = 32;
     c->store_idle_s = 300;
     /* ~146 bytes an answer of the bench's corpus with its bookkeeping: 32 MiB keeps ~230,000

@@ -1134,6 +1134,7 @@ static void imap_append_message(struct imap_ctx *x,
         imap_tagged_store_error(x, rc, "APPEND");
         return;
     }
+    worker_backlog_added(x->s->store);
     if (x->s->state == IMAP_SELECTED) {
         (void)imap_view_sync(x->s, x->out, 1);
         if (x->s->condstore && x->s->view.mailbox != NULL &&

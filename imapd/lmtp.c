@@ -264,6 +264,9 @@ static void lmtp_job_run(struct job *job)
         } else {
             j->rc =
                 mv_message_append(open->store, "INBOX", data->data, data->len, 0, NULL, 0, NULL);
+            if (j->rc == MV_OK) {
+                worker_backlog_added(open);
+            }
         }
         if (j->rc != MV_OK && j->rc != LMTP_OVERQUOTA) {
             snprintf(err, sizeof err, "%s", mv_store_errmsg(open->store));

@@ -154,6 +154,20 @@
  *   or an RLIMIT_NICE that allows it, e.g. systemd's LimitNICE=): worker_start tries it on a
  *   thread of its own and leaves the work at the jobs' priority if it cannot (one log line).
  *
+ * INDEX LATER
+ *   With index_later (the default) a store the worker opens appends without full-text rows
+ *   (mv_store_index_later): an IMAP APPEND's or LMTP delivery's body goes into the store's
+ *   full-text backlog, as a drain step's does, and the work between jobs builds the rows
+ *   (worker_index_batch, WORKER_INDEX_BATCH bodies a transaction, one FTS5 segment for them
+ *   all). Searches find the messages meanwhile (the library reads the backlog's bodies) and
+ *   the lane of a SEARCH TEXT/BODY counts them (worker_backlog_added). Why: at 10 clients of
+ *   the IMAP bench an APPEND's durable commit wrote ~45 WAL frames, two thirds of them its
+ *   trigram rows, and the fsyncs of those ~60 MB/s of WAL set the writes' p99 (STORE 18,
+ *   APPEND 35 ms against Dovecot's 11 and 22; docs/BENCHMARKS.md). A catch-up batch gives way
+ *   to a job after its next body (a batch of 32 held the writer for tens of milliseconds:
+ *   STORE's p99 doubled); one forced through while jobs wait (SHARE) builds
+ *   WORKER_INDEX_FORCED bodies first, so that it keeps up with a user's APPENDs.
+ *
  * MEMOS
  *   The FETCH BODYSTRUCTURE and BODY answers a job made (the store's structure cache marks
  *   them unsaved) are written to the store's memos as one more part of the work between jobs,
@@ -445,13 +459,20 @@ static void worker_verifier(const char *address,
 
 /* The store's full-text backlog, for the lane estimate of SEARCH TEXT/BODY on the loop
  * (open_store.fts_backlog; imap_lane.c): noted at the open and after each drain step and
- * catch-up batch, the only writes of this handle that change it but the purge (which only
- * shrinks it: the estimate errs on the long side until the next note). */
+ * catch-up batch, and counted up by each append (worker_backlog_added); the purge only
+ * shrinks it (the estimate errs on the long side until the next note). */
 static void worker_backlog_note(struct open_store *s)
 {
     uint64_t count = 0;
     if (mv_store_index_backlog_count(s->store, &count) == MV_OK) {
         s->fts_backlog = count;
+    }
+}
+
+void worker_backlog_added(struct open_store *s)
+{
+    if (s != NULL && worker_cfg->index_later) {
+        atomic_fetch_add(&s->fts_backlog, 1);
     }
 }
 
@@ -703,6 +724,11 @@ int worker_store_acquire(struct worker *w,
      * WORKER_WAL_FRAMES_MAX on. */
     if (mv_store_checkpoint_defer(store, WORKER_WAL_FRAMES_MAX) != MV_OK) {
         log_warning("store %s: checkpoints stay in the commits: %s", address,
+                    mv_store_errmsg(store));
+    }
+    /* INDEX LATER: an APPEND's or LMTP delivery's full-text row is built between jobs */
+    if (worker_cfg->index_later && mv_store_index_later(store, 1) != MV_OK) {
+        log_warning("store %s: full-text rows stay in the appends: %s", address,
                     mv_store_errmsg(store));
     }
     /* The store's own hold (PLACEMENT): the job that opens it holds one already, so this is
@@ -1103,6 +1129,9 @@ uint32_t worker_purge_batch_next(uint32_t batch, int64_t elapsed_us)
 /* Full-text rows one mv_store_index_backlog() call builds (THE DRAIN): ~0.3 ms of CPU each
  * for a small message, so ~10 ms is about the longest a job that arrives meanwhile waits. */
 #define WORKER_INDEX_BATCH 32
+/* Bodies a catch-up batch forced through while jobs wait (SHARE) builds before it gives way:
+ * as many as a purge batch deletes then (a chunk of 4). */
+#define WORKER_INDEX_FORCED 4
 
 typedef void (*worker_hook_fn)(struct worker *w, const char *address);
 static _Atomic worker_hook_fn worker_checkpoint_hook; /* tests */
@@ -1170,6 +1199,7 @@ static int64_t worker_thread_cpu_us(void)
 struct worker_purge_way {
     struct worker *w;
     unsigned asked; /* questions so far: the stop is looked at every 64th without a job */
+    unsigned floor; /* the first this many questions are answered no (SHARE's catch-up) */
 };
 
 /* mv_store_purge_give_way(): a batch under way stops at its next chunk (store_purge.c GIVING
@@ -1180,6 +1210,10 @@ struct worker_purge_way {
 static int worker_purge_give_way(void *arg)
 {
     struct worker_purge_way *way = arg;
+    if (way->asked < way->floor) {
+        way->asked++;
+        return 0;
+    }
     /* Asked after every chunk of a batch: the usual answer, no job queued, without the
      * lock; a stop is looked at every 64th question. */
     if (atomic_load_explicit(&way->w->writer_jobs, memory_order_relaxed) == 0 &&
@@ -1259,7 +1293,7 @@ worker_purge_batch(struct worker *w, struct open_store *s, uint64_t *purged, uin
     }
     /* mv_store_maintain()'s purge on the same handle must not give way: set for this batch */
     int64_t t0 = metrics_now_us();
-    struct worker_purge_way way = {w, 0};
+    struct worker_purge_way way = {w, 0, 0};
     mv_store_purge_give_way(s->store, worker_purge_give_way, &way);
     int rc = mv_store_purge_counted(s->store, s->purge_batch, purged, left);
     mv_store_purge_give_way(s->store, NULL, NULL);
@@ -1299,12 +1333,18 @@ static void worker_index_aside_log(struct open_store *s)
     s->fts_aside_seen = 1;
 }
 
-/* One batch of the full-text rows the drain's steps left (THE DRAIN), once the drain is
- * over. *backlog: the bodies still waiting. */
-static int worker_index_batch(struct open_store *s, uint64_t *backlog)
+/* One batch of the full-text rows the drain's steps and the appends left (THE DRAIN, INDEX
+ * LATER), once the drain is over. *backlog: the bodies still waiting. A batch gives way to a
+ * job after its next body, as the purge's does; one that SHARE forces through while jobs wait
+ * (forced) builds WORKER_INDEX_FORCED first, so that the catch-up keeps up with a user's
+ * APPENDs on a worker that is never idle (a body a turn did not: tests/test_worker.c). */
+static int worker_index_batch(struct worker *w, struct open_store *s, uint64_t *backlog, int forced)
 {
     uint64_t noted = s->fts_backlog; /* 0: nothing to build, so nothing new set aside */
+    struct worker_purge_way way = {w, 0, forced ? WORKER_INDEX_FORCED - 1 : 0};
+    mv_store_purge_give_way(s->store, worker_purge_give_way, &way);
     int rc = mv_store_index_backlog(s->store, WORKER_INDEX_BATCH, backlog);
+    mv_store_purge_give_way(s->store, NULL, NULL);
     if (rc == MV_OK) {
         s->fts_backlog = *backlog; /* what the lane of a SEARCH TEXT counts (imap_lane.c) */
         if (!s->fts_aside_seen || noted > 0 || *backlog > 0) {
@@ -1375,7 +1415,7 @@ static int worker_forced_serve(void *arg, int i)
     pthread_mutex_unlock(&w->lock);
     (void)worker_purge_batch(w, s, &purged, &left);
     if (!s->drain_more) {
-        (void)worker_index_batch(s, &left);
+        (void)worker_index_batch(w, s, &left, 1);
     }
     pthread_mutex_lock(&w->lock);
     worker_let_go_more(w, f->me);
@@ -1443,7 +1483,7 @@ static void worker_purge_store(struct worker *w, struct open_store *s, int *batc
                                   worker_stopping(w))) {
         /* as the purge's: a call that found no row to build is not a batch */
         uint64_t noted = s->fts_backlog; /* before the batch: 0 if none waits */
-        if (worker_index_batch(s, &backlog) != MV_OK) {
+        if (worker_index_batch(w, s, &backlog, 0) != MV_OK) {
             break;
         }
         *batches += noted > 0 || backlog > 0;

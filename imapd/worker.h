@@ -197,6 +197,11 @@ int worker_store_sessions(struct worker *w, const struct open_store *s);
 /* The same from a job on the reader thread: the release is a job of the writer thread (the
  * table is the writer's). */
 void worker_store_release_from_reader(struct worker *w, struct open_store *s);
+
+/* A message was appended through s's writer handle (IMAP APPEND, LMTP): with index_later its
+ * body waits in the full-text backlog, which s->fts_backlog counts for the lane of a SEARCH
+ * TEXT/BODY (imap_lane.c) until the next catch-up batch notes the count again. */
+void worker_backlog_added(struct open_store *s);
 /* The purge's next batch size (bodies), from the last one's: batch bodies took elapsed_us.
  * Sized so a batch takes about WORKER_PURGE_TARGET_US (a job that arrives meanwhile waits
  * for one chunk of it: mv_store_purge_give_way), at least 1, at most WORKER_PURGE_BATCH_MAX,

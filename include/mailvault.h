@@ -686,7 +686,8 @@ struct mv_message_info {
  * new UID. Malformed mail is stored as it is; what cannot be parsed is left empty. An empty
  * message is refused (MV_EINVAL). Durable when it returns MV_OK: its commit syncs the WAL
  * (synchronous=FULL for this transaction; the profile's NORMAL, kept for other changes, may
- * lose the last commits on power loss), so a server may acknowledge the mail at once.
+ * lose the last commits on power loss), so a server may acknowledge the mail at once. Its
+ * full-text row is built in the same transaction, unless mv_store_index_later() says later.
  * Returns MV_OK, MV_ENOTFOUND (mailbox), MV_ELIMIT (size, headers, keywords), MV_EINVAL,
  * MV_EBUSY, MV_ENOSPC, MV_EIO, MV_ENOMEM. */
 MV_API MV_MUST_CHECK int mv_message_append(mv_store *store,
@@ -1071,14 +1072,17 @@ MV_API MV_MUST_CHECK int mv_store_purge_counted(mv_store *store,
  * MV_EBUSY (mv_store_purge_counted's *purged_out counts what it deleted). So a server that
  * purges between commands keeps a command that arrives from waiting for more than 4 bodies
  * (milliseconds a body), and a purge asked to give way all the time still deletes 4 bodies a
- * batch. mv_store_migrate_step() gives way through the same function, differently (see
- * there). give_way must not use the store. */
+ * batch. mv_store_migrate_step() and mv_store_index_backlog() give way through the same
+ * function, differently (see there). give_way must not use the store. */
 MV_API void mv_store_purge_give_way(mv_store *store, int (*give_way)(void *arg), void *arg);
 
 /* Builds, in one transaction, the full-text rows of up to max_bodies (0: every one, in
  * transactions of at most 256) of the bodies in the full-text backlog: a stepped drain
  * (mv_queue_drain_step) stores each delivery without its row, so that queued mail is visible
- * sooner, and notes it there. Searches find those messages meanwhile (they read the backlog's
+ * sooner, and notes it there, as does every append of a handle set by mv_store_index_later().
+ * With mv_store_purge_give_way()'s function set, it is asked after each body but the last;
+ * on a yes the call commits the rows built so far and returns MV_OK, the rest still waiting
+ * (*left_out counts them). Searches find those messages meanwhile (they read the backlog's
  * bodies, which costs a parse of each per search), and mv_store_check() does not count
  * their missing rows; this call makes the rows, parsing each body again (about what the
  * drain saved: ~0.3 ms of CPU for a small message). With nothing waiting it costs a flag
@@ -1104,6 +1108,17 @@ mv_store_index_backlog(mv_store *store, uint32_t max_bodies, uint64_t *left_out)
  * MV_EBUSY, MV_EIO, MV_ENOMEM. */
 MV_API MV_MUST_CHECK int mv_store_index_set_aside(
     mv_store *store, int64_t after_id, int64_t *ids, uint32_t max, uint32_t *count_out);
+
+/* With on nonzero, every message this handle appends from now on (mv_message_append(), and
+ * a drain of the sealed queue) is stored without its full-text row and noted in the full-text
+ * backlog, as a stepped drain's deliveries are; mv_store_index_backlog() builds the rows
+ * later, and searches find those messages meanwhile (parsing each such body again per
+ * search). For a server that builds the backlog between commands: an append's durable
+ * commit then writes about a third of the pages (the row's FTS5 segment and stored text
+ * were two thirds of them), and one catch-up batch writes one segment for all its bodies.
+ * 0 (the default) builds each row inside its append again. Other handles are not affected.
+ * Returns MV_OK, MV_EINVAL (NULL or read-only handle). */
+MV_API MV_MUST_CHECK int mv_store_index_later(mv_store *store, int on);
 
 /* *count_out gets the bodies in the full-text backlog (mv_store_index_backlog): what each
  * full-text criterion of a search parses again until their rows are built (a server sizes

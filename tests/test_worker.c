@@ -40,6 +40,10 @@
  *     index (MIGRATION, always due) in a lower slot and another with deliveries queued, the
  *     queue is drained while the move goes on (the old worker took the first due slot: the
  *     queued mail stayed invisible until the move ended).
+ *   - An APPEND's full-text row between jobs (worker.c INDEX LATER): twenty appends in a job
+ *     leave twenty bodies in the backlog (and in the lane's estimate), whose rows the worker
+ *     then builds without another command (polled with a deadline); the old worker built
+ *     each row inside its append.
  *   - The purge and the full-text catch-up get a share of a worker that is never idle (worker.c
  *     SHARE): with jobs queued together, bodies are purged and backlog rows built between them
  *     (the old worker ran neither while a job waited).
@@ -1907,6 +1911,74 @@ static void test_quiet_after_command(void)
 }
 
 /* The worker and its metrics, before the tests (outside a test: no CHECK). */
+/* ---- an APPEND's full-text row between jobs (worker.c INDEX LATER) ---- */
+/* A store the worker opens appends without full-text rows: twenty appends in one job leave
+ * twenty bodies in the backlog, which the lane estimate counts (open_store.fts_backlog), and
+ * the worker builds their rows between jobs (polled with a deadline). The old worker built
+ * each row inside its append: the backlog was empty after the job. */
+#define WT_IL_MAIL 20
+static const char *wt_ilwho = "indexlater@example.org";
+static long long wt_il_backlog = -1;
+static uint64_t wt_il_noted = UINT64_MAX;
+
+static int wt_il_append(struct open_store *os)
+{
+    for (int i = 0; i < WT_IL_MAIL; i++) {
+        char msg[200];
+        int n =
+            snprintf(msg, sizeof msg,
+                     "From: a@example.net\r\nSubject: later-%d\r\n\r\nriver stone %d\r\n", i, i);
+        int rc = mv_message_append(os->store, "INBOX", msg, (size_t)n, 0, NULL, 0, NULL);
+        if (rc != MV_OK) {
+            return rc;
+        }
+        worker_backlog_added(os);
+    }
+    wt_il_backlog = tu_int(mv_store_db(os->store), "SELECT count(*) FROM meta WHERE key > "
+                                                   "'fts_backlog:' AND key < 'fts_backlog;'");
+    wt_il_noted = os->fts_backlog;
+    return MV_OK;
+}
+
+static int wt_il_rc = -1;
+
+static void wt_il_run(struct job *job)
+{
+    wt_il_rc = wt_open_with(job, wt_ilwho, wt_il_append);
+}
+
+static void test_append_rows_between_jobs(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_ilwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    struct worker *w = worker_place(wt_ilwho);
+    wt_user = wt_ilwho;
+    wt_done = 0;
+    wt_post(w, 1, JOB_LANE_LONG, wt_il_run);
+    wt_collect_one();
+    CHECK_EQ_INT(wt_il_rc, MV_OK);
+    CHECK_EQ_INT(wt_il_backlog, WT_IL_MAIL); /* no row built inside the appends */
+    CHECK_EQ_INT(wt_il_noted, WT_IL_MAIL);   /* what a SEARCH TEXT's lane counts */
+    const char *bl = "SELECT count(*) FROM meta WHERE key > 'fts_backlog:' AND key < "
+                     "'fts_backlog;'";
+    long long backlog = -1, rows = -1;
+    for (int i = 0; i < 600 && backlog != 0; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+        backlog = wt_ro_int(wt_ilwho, bl);
+    }
+    CHECK_EQ_INT(backlog, 0);
+    rows = wt_ro_int(wt_ilwho, "SELECT count(*) FROM fts");
+    CHECK_EQ_INT(rows, WT_IL_MAIL);
+    wt_user = "";
+    worker_unplace(wt_ilwho);
+}
+
 static int wt_start(void)
 {
     config_defaults(&g_config);
@@ -2494,6 +2566,7 @@ int main(void)
     }
     TEST(test_idle_between_jobs_no_statement); /* first: no other store's work between jobs */
     TEST(test_catchup_does_not_starve_drain);
+    TEST(test_append_rows_between_jobs);
     TEST(test_stop_ends_purge);
     TEST(test_short_passes_long);
     TEST(test_long_not_starved);

@@ -151,6 +151,9 @@ struct mv_store {
      * sooner; mv_store_index_backlog() builds the rows later and searches read the backlog
      * meanwhile. */
     int fts_defer;
+    /* mv_store_index_later(): every new body of this handle is deferred as a stepped
+     * drain's is (fts_defer is set around each append from it). */
+    int index_later;
     /* The backlog may hold bodies: set at open and by every deferred body, cleared when
      * mv_store_index_backlog() finds none; 0 spares it a read. */
     int fts_backlog_hint;

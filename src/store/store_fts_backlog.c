@@ -32,6 +32,21 @@
  *   expunged and purged meanwhile, or indexed by a repair, only loses its backlog row. A
  *   crash before the COMMIT loses nothing: the rows and the backlog are as before.
  *
+ * APPENDS LATER (mv_store_index_later)
+ *   A server may defer every new body of its handle, not only a drain's: an APPEND's
+ *   durable commit then writes the message without its trigram rows, which were about
+ *   two thirds of its WAL frames (a 2-50 KB message: ~19 pages of FTS5 segment and ~8 of
+ *   stored text out of ~45; the segment is written per transaction, so one per message),
+ *   and a catch-up batch writes one segment for all its bodies, whose trigrams they share.
+ *
+ * GIVING WAY
+ *   A catch-up batch parses and tokenizes each body again (a few hundred microseconds to
+ *   milliseconds a body), so a batch of 32 held a server's writer for tens of milliseconds
+ *   while a client's STORE waited (issue 13: with APPENDs deferred, STORE's p99 at 10
+ *   clients went from 19 to 36 ms). It asks the purge's give-way function
+ *   (mv_store_purge_give_way) after each body but the last and, on a yes, commits what it
+ *   built; the rest stays in the backlog for the next call.
+ *
  * A DAMAGED BODY (SET ASIDE)
  *   A body whose stored bytes cannot be read or parsed (a page that fails authentication,
  *   bytes that do not decompress or do not match the SHA-256) would fail every catch-up
@@ -162,11 +177,19 @@ static int store_fts_backlog_set_aside(mv_store *s, int64_t body_id, const char 
  * if its failure also ended the transaction (SQLite rolls one back
  * after an I/O error such as a page that fails authentication), *lost gets its id and
  * MV_ECORRUPT returns: the caller sets it aside in a transaction of its own and runs the
- * batch again. */
-static int store_fts_backlog_build(mv_store *s, const int64_t *ids, uint32_t count, int64_t *lost)
+ * batch again. With mv_store_purge_give_way()'s function set, it is asked after each body
+ * but the last (GIVING WAY above); on a yes *gave_way is set and only the bodies done so
+ * far leave the backlog. */
+static int store_fts_backlog_build(
+    mv_store *s, const int64_t *ids, uint32_t count, int64_t *lost, int *gave_way)
 {
     int rc = MV_OK;
     for (uint32_t i = 0; rc == MV_OK && i < count; i++) {
+        if (i > 0 && s->purge_give_way != NULL && s->purge_give_way(s->purge_give_way_arg)) {
+            *gave_way = 1;
+            count = i; /* ids[i] and after stay in the backlog */
+            break;
+        }
         int need = 0;
         rc = store_fts_backlog_needs_row(s, ids[i], &need);
         if (rc != MV_OK || !need) {
@@ -253,6 +276,18 @@ static int store_fts_backlog_left(mv_store *s, uint64_t *left)
     return step == SQLITE_ROW ? MV_OK : store_fail_sqlite(s, "reading the full-text backlog");
 }
 
+int mv_store_index_later(mv_store *s, int on)
+{
+    if (s == NULL) {
+        return MV_EINVAL;
+    }
+    if (s->readonly) {
+        return store_fail(s, MV_EINVAL, "the store is open read-only");
+    }
+    s->index_later = on != 0;
+    return MV_OK;
+}
+
 int mv_store_index_backlog_count(mv_store *s, uint64_t *count_out)
 {
     if (count_out != NULL) {
@@ -290,7 +325,7 @@ int mv_store_index_backlog(mv_store *s, uint32_t max_bodies, uint64_t *left_out)
     if (ids == NULL) {
         return store_fail(s, MV_ENOMEM, "out of memory building full-text rows");
     }
-    int any = 0;
+    int any = 0, gave_way = 0;
     int rc = store_fts_backlog_any(s, &any); /* a read first: no write lock when none wait */
     uint64_t left = (uint64_t)any;
     while (rc == MV_OK && left > 0) {
@@ -302,7 +337,7 @@ int mv_store_index_backlog(mv_store *s, uint32_t max_bodies, uint64_t *left_out)
         }
         rc = store_fts_backlog_ids(s, ids, batch, &count);
         if (rc == MV_OK && count > 0) {
-            rc = store_fts_backlog_build(s, ids, count, &lost);
+            rc = store_fts_backlog_build(s, ids, count, &lost, &gave_way);
         }
         if (rc == MV_OK) {
             rc = store_fts_backlog_left(s, &left);
@@ -321,7 +356,7 @@ int mv_store_index_backlog(mv_store *s, uint32_t max_bodies, uint64_t *left_out)
             left = 1;
             continue;
         }
-        if (max_bodies != 0 || count == 0) {
+        if (max_bodies != 0 || count == 0 || gave_way) {
             break;
         }
     }

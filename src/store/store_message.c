@@ -542,6 +542,7 @@ int mv_message_append(mv_store *s,
     if (rc == MV_OK) {
         rc = store_mailbox_id(s, mailbox, &mailbox_id); /* fail before parsing */
     }
+    s->fts_defer = s->index_later; /* mv_store_index_later(): the row comes later */
     if (rc == MV_OK) {
         rc = store_message_parse(s, raw, len, &parsed); /* outside the write lock */
     }
@@ -570,6 +571,7 @@ int mv_message_append(mv_store *s,
         int rc2 = store_durable(s, 0);
         rc = rc != MV_OK ? rc : rc2;
     }
+    s->fts_defer = 0;
     store_parsed_free(&parsed);
     free(normal);
     return rc;

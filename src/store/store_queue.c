@@ -1120,7 +1120,7 @@ static int store_queue_store(struct store_queue_drain *q,
         int changes = sqlite3_total_changes(s->db);
         /* A stepped drain (a server's) stores the message without its full-text row, which
          * mv_store_index_backlog() builds later (TWO PHASES above); an open's drain indexes. */
-        s->fts_defer = q->bounds != NULL;
+        s->fts_defer = q->bounds != NULL || s->index_later;
         rc = store_message_append_parsed_in_txn(s, q->inbox_id, plain + STORE_QUEUE_HEADER_SIZE,
                                                 plain_len - STORE_QUEUE_HEADER_SIZE, parsed, sha256,
                                                 0, NULL, date, &uid);
