@@ -389,6 +389,12 @@ static void metrics_render_work(struct buf *b)
                    "meanwhile.");
     buf_printf(b, "mailvaultd_stores_migrating %lld\n",
                (long long)metrics_read_gauge(&metrics_gauges[METRIC_MIGRATING_STORES]));
+    metrics_family(b, "mailvaultd_fts_backlog_bodies", "gauge",
+                   "Messages of open stores whose full-text rows the work between commands has "
+                   "still to build (new mail and drained deliveries; each store's counted up "
+                   "to 1,000): searches find them meanwhile, parsing each again.");
+    buf_printf(b, "mailvaultd_fts_backlog_bodies %lld\n",
+               (long long)metrics_read_gauge(&metrics_gauges[METRIC_FTS_BACKLOG]));
     int64_t total = 0;
     metrics_family(b, "mailvaultd_worker_queue_length", "gauge",
                    "Jobs (commands, deliveries) waiting for each worker thread.");

@@ -31,6 +31,7 @@ enum metric_gauge {
     METRIC_CONNECTIONS_CONTROL,
     METRIC_OPEN_STORES,
     METRIC_MIGRATING_STORES, /* open stores whose migration's background work is not done */
+    METRIC_FTS_BACKLOG,      /* bodies of open stores waiting for their full-text rows */
     METRIC_GAUGE_COUNT
 };
 /* The IMAP command a session is running, for its latency and status (metrics_imap_*). */

@@ -461,11 +461,18 @@ static void worker_verifier(const char *address,
  * (open_store.fts_backlog; imap_lane.c): noted at the open and after each drain step and
  * catch-up batch, and counted up by each append (worker_backlog_added); the purge only
  * shrinks it (the estimate errs on the long side until the next note). */
+/* s->fts_backlog set to count, and the metric by the difference */
+static void worker_backlog_set(struct open_store *s, uint64_t count)
+{
+    uint64_t old = atomic_exchange(&s->fts_backlog, count);
+    metrics_gauge_add(METRIC_FTS_BACKLOG, (int64_t)count - (int64_t)old);
+}
+
 static void worker_backlog_note(struct open_store *s)
 {
     uint64_t count = 0;
     if (mv_store_index_backlog_count(s->store, &count) == MV_OK) {
-        s->fts_backlog = count;
+        worker_backlog_set(s, count);
     }
 }
 
@@ -473,6 +480,7 @@ void worker_backlog_added(struct open_store *s)
 {
     if (s != NULL && worker_cfg->index_later) {
         atomic_fetch_add(&s->fts_backlog, 1);
+        metrics_gauge_add(METRIC_FTS_BACKLOG, +1);
     }
 }
 
@@ -523,7 +531,7 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     mv_store_close(&store);
     OPENSSL_cleanse(s->verifier, sizeof s->verifier);
     worker_unplace(s->address); /* the store's hold (PLACEMENT) */
-    s->fts_backlog = 0;
+    worker_backlog_set(s, 0);
     s->fts_aside_logged = 0;
     s->fts_aside_seen = 0;
     s->background_served = 0;
@@ -1346,7 +1354,7 @@ static int worker_index_batch(struct worker *w, struct open_store *s, uint64_t *
     int rc = mv_store_index_backlog(s->store, WORKER_INDEX_BATCH, backlog);
     mv_store_purge_give_way(s->store, NULL, NULL);
     if (rc == MV_OK) {
-        s->fts_backlog = *backlog; /* what the lane of a SEARCH TEXT counts (imap_lane.c) */
+        worker_backlog_set(s, *backlog); /* what the lane of a SEARCH TEXT counts (imap_lane.c) */
         if (!s->fts_aside_seen || noted > 0 || *backlog > 0) {
             worker_index_aside_log(s);
         }

@@ -74,6 +74,7 @@ FAMILIES = {
     "mailvaultd_stores_migrated": "counter",
     "mailvaultd_stores_migrating": "gauge",
     "mailvaultd_fts_bodies_set_aside": "counter",
+    "mailvaultd_fts_backlog_bodies": "gauge",
     "mailvaultd_structure_cache_lookups": "counter",
     "mailvaultd_structure_cache_bytes": "gauge",
     "mailvaultd_structure_memos_saved": "counter",
@@ -597,6 +598,42 @@ def check_headers_window(args):
         c.close()
 
 
+def check_fts_backlog(args):
+    """New mail's full-text rows are built between commands (worker.c INDEX LATER): 40
+    APPENDs of a word no other message has are found by SEARCH BODY and TEXT at once, and
+    the backlog's gauge goes back to 0 without another command (polled with a deadline);
+    the same searches answer the same after it. Before, the family did not exist (each
+    row was built inside its APPEND)."""
+    user, password = args.user.split(":", 1)
+    a = imapd_common.imap_login(args.imap, user, password, 30)
+    a.command("CREATE later")
+    n = 40
+    for i in range(1, n + 1):
+        a.command("APPEND later", b"From: l%d@example.org\r\nSubject: later %d\r\n\r\n"
+                                  b"zebracrossing lantern %d\r\n" % (i, i, i))
+    a.command("SELECT later")
+
+    def found():
+        out = []
+        for q in ("UID SEARCH BODY zebracrossing", "UID SEARCH TEXT \"crossing lantern 7\""):
+            untagged, tagged = a.command(q)
+            hits = [w for line, _ in untagged if line.startswith(b"* SEARCH")
+                    for w in line.split()[2:]]
+            out.append((b" OK" in tagged, len(hits)))
+        return out
+    want = [(True, n), (True, 1)]
+    before = found()
+    samples = wait_for(args.metrics,
+                       lambda s: value(s, "mailvaultd_fts_backlog_bodies") == 0, 60)
+    after = found()
+    R.report("fts backlog: new mail found by SEARCH BODY and TEXT before and after its rows",
+             before == want and after == want, "%r %r" % (before, after))
+    R.report("fts backlog: the gauge goes back to 0 without a command",
+             value(samples, "mailvaultd_fts_backlog_bodies") == 0,
+             str(value(samples, "mailvaultd_fts_backlog_bodies")))
+    a.command("LOGOUT")
+
+
 def answers(lines):
     """{sequence number: FETCH line} as JSON can hold it."""
     return {k.decode(): v.decode("latin-1") for k, v in lines.items()}
@@ -671,6 +708,7 @@ def main():
         check_structure_skeleton(args)
         check_sections_skeleton(args)
         check_headers_window(args)
+        check_fts_backlog(args)
         check_http(args.metrics)
     except Exception as e:  # a crash is a failure, not a silent pass
         R.report("no exception", False, repr(e))
