@@ -50,22 +50,6 @@ static char *il_message(int i, size_t *len)
     return m;
 }
 
-static int il_search_count(mv_store *s, const struct mv_search_query *q)
-{
-    mv_search *it = NULL;
-    if (mv_search_begin(s, q, &it) != MV_OK) {
-        fprintf(stderr, "  search: %s\n", mv_store_errmsg(s));
-        return -1;
-    }
-    struct mv_message_info info;
-    int n = 0, rc;
-    while ((rc = mv_search_next(it, &info)) == 1) {
-        n++;
-    }
-    mv_search_end(&it);
-    return rc == 0 ? n : -1;
-}
-
 /* The searches' answers are right for count messages appended. */
 static int il_searches_right(mv_store *s, int count)
 {
@@ -81,7 +65,7 @@ static int il_searches_right(mv_store *s, int count)
     const int want[5] = {count, count, count, count, count > 3 ? 1 : 0};
     int ok = 1;
     for (int i = 0; i < 5; i++) {
-        int got = il_search_count(s, &q[i]);
+        int got = tu_search_count(s, &q[i]);
         if (got != want[i]) {
             fprintf(stderr, "  search %d: %d results, expected %d\n", i, got, want[i]);
             ok = 0;
@@ -90,26 +74,9 @@ static int il_searches_right(mv_store *s, int count)
     return ok;
 }
 
-static long long il_backlog(mv_store *s)
-{
-    return tu_int(mv_store_db(s), "SELECT count(*) FROM meta WHERE key > 'fts_backlog:' AND "
-                                  "key < 'fts_backlog;'");
-}
-
 static long long il_rows(mv_store *s)
 {
     return tu_int(mv_store_db(s), "SELECT count(*) FROM fts");
-}
-
-static int il_check_clean(mv_store *s)
-{
-    struct mv_check_report r;
-    memset(&r, 0, sizeof r);
-    int rc = mv_store_check(s, NULL, NULL, &r);
-    if (rc != MV_OK || r.problems != 0) {
-        fprintf(stderr, "  check: %s, %u problems\n", mv_strerror(rc), r.problems);
-    }
-    return rc == MV_OK && r.problems == 0;
 }
 
 /* Appends message i to INBOX from a WAL a checkpoint emptied; the WAL frames it wrote, or -1. */
@@ -155,26 +122,26 @@ static void test_appends_wait_for_the_catch_up(void)
             later);
     CHECK(later > 0 && later + 4 <= indexed); /* the row's pages (22 and 15 when written) */
     CHECK_EQ_INT(il_rows(s), 2);
-    CHECK_EQ_INT(il_backlog(s), IL_MAIL - 2);
+    CHECK_EQ_INT(tu_fts_backlog(s), IL_MAIL - 2);
     uint64_t count = 0;
     CHECK_EQ_INT(mv_store_index_backlog_count(s, &count), MV_OK);
     CHECK_EQ_INT(count, IL_MAIL - 2);
     CHECK(il_searches_right(s, IL_MAIL)); /* the backlog's bodies read */
-    CHECK(il_check_clean(s));
+    CHECK(tu_check_clean(s));
 
     uint64_t left = 99;
     CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK);
     CHECK_EQ_INT(left, 0);
-    CHECK_EQ_INT(il_backlog(s), 0);
+    CHECK_EQ_INT(tu_fts_backlog(s), 0);
     CHECK_EQ_INT(il_rows(s), IL_MAIL);
     CHECK(il_searches_right(s, IL_MAIL)); /* the index alone */
-    CHECK(il_check_clean(s));
+    CHECK(tu_check_clean(s));
 
     /* off again: the row comes with the append */
     CHECK_EQ_INT(mv_store_index_later(s, 0), MV_OK);
     CHECK(il_append_frames(s, IL_MAIL) > 0);
     CHECK_EQ_INT(il_rows(s), IL_MAIL + 1);
-    CHECK_EQ_INT(il_backlog(s), 0);
+    CHECK_EQ_INT(tu_fts_backlog(s), 0);
     CHECK(il_searches_right(s, IL_MAIL + 1));
 
     CHECK_EQ_INT(mv_store_index_later(NULL, 1), MV_EINVAL);
@@ -206,7 +173,7 @@ static void test_catch_up_gives_way(void)
         CHECK(m != NULL && mv_message_append(s, "INBOX", m, len, 0, NULL, 0, NULL) == MV_OK);
         free(m);
     }
-    CHECK_EQ_INT(il_backlog(s), IL_MAIL);
+    CHECK_EQ_INT(tu_fts_backlog(s), IL_MAIL);
 
     /* yes at once: one body (asked after it), the rest waits */
     struct il_way way = {0, 1};
@@ -216,8 +183,8 @@ static void test_catch_up_gives_way(void)
     CHECK_EQ_INT(way.asked, 1);
     CHECK_EQ_INT(il_rows(s), 1);
     CHECK_EQ_INT(left, IL_MAIL - 1);
-    CHECK_EQ_INT(il_backlog(s), IL_MAIL - 1);
-    CHECK(il_check_clean(s));
+    CHECK_EQ_INT(tu_fts_backlog(s), IL_MAIL - 1);
+    CHECK(tu_check_clean(s));
     CHECK(il_searches_right(s, IL_MAIL));
 
     /* yes at the fourth question: four more; max 0 (all, in batches) stops there too */
@@ -226,7 +193,7 @@ static void test_catch_up_gives_way(void)
     CHECK_EQ_INT(way.asked, 4);
     CHECK_EQ_INT(il_rows(s), 5);
     CHECK_EQ_INT(left, IL_MAIL - 5);
-    CHECK(il_check_clean(s));
+    CHECK(tu_check_clean(s));
 
     /* never: the rest, asked after each body but the last */
     way = (struct il_way){0, 1000};
@@ -234,9 +201,9 @@ static void test_catch_up_gives_way(void)
     CHECK_EQ_INT(way.asked, IL_MAIL - 5 - 1);
     CHECK_EQ_INT(left, 0);
     CHECK_EQ_INT(il_rows(s), IL_MAIL);
-    CHECK_EQ_INT(il_backlog(s), 0);
+    CHECK_EQ_INT(tu_fts_backlog(s), 0);
     mv_store_purge_give_way(s, NULL, NULL);
-    CHECK(il_check_clean(s));
+    CHECK(tu_check_clean(s));
     CHECK(il_searches_right(s, IL_MAIL));
     mv_store_close(&s);
 

@@ -1825,22 +1825,6 @@ static void test_tidy_goes_on_where_it_stopped(void)
 
 #define BACKLOG_MAIL 24
 
-static int qt_search_count(mv_store *s, const struct mv_search_query *q)
-{
-    mv_search *it = NULL;
-    if (mv_search_begin(s, q, &it) != MV_OK) {
-        fprintf(stderr, "  search: %s\n", mv_store_errmsg(s));
-        return -1;
-    }
-    struct mv_message_info info;
-    int n = 0, rc;
-    while ((rc = mv_search_next(it, &info)) == 1) {
-        n++;
-    }
-    mv_search_end(&it);
-    return rc == 0 ? n : -1;
-}
-
 /* The full-text searches of the backlog test, each a different path: words (TEXT), a body
  * string, a single trigram (exact by MATCH alone for indexed rows), strings under three
  * characters (LIKE), one message, nothing. */
@@ -1861,7 +1845,7 @@ static void qt_searches(mv_store *s, int out[QT_SEARCHES])
     q[7].text = "sender5@example.net secret";
     q[8].body_contains = "sender5@example"; /* only in a header */
     for (int i = 0; i < QT_SEARCHES; i++) {
-        out[i] = qt_search_count(s, &q[i]);
+        out[i] = tu_search_count(s, &q[i]);
     }
 }
 
@@ -1880,23 +1864,6 @@ static int qt_searches_right(mv_store *s, int less)
         }
     }
     return ok;
-}
-
-static long long qt_backlog(mv_store *s)
-{
-    return tu_int(mv_store_db(s), "SELECT count(*) FROM meta WHERE key > 'fts_backlog:' AND "
-                                  "key < 'fts_backlog;'");
-}
-
-static int qt_check_clean(mv_store *s)
-{
-    struct mv_check_report r;
-    memset(&r, 0, sizeof r);
-    int rc = mv_store_check(s, NULL, NULL, &r);
-    if (rc != MV_OK) {
-        fprintf(stderr, "  check: %s, %u problems\n", mv_strerror(rc), r.problems);
-    }
-    return rc == MV_OK && r.problems == 0;
 }
 
 /* Delivers BACKLOG_MAIL sealed messages to who and drains them in steps: they are in INBOX
@@ -1921,7 +1888,7 @@ static void qt_backlog_store(const char *root, const char *who, mv_store **out)
         total += moved;
     }
     CHECK_EQ_INT(total, BACKLOG_MAIL);
-    CHECK_EQ_INT(qt_backlog(s), BACKLOG_MAIL);
+    CHECK_EQ_INT(tu_fts_backlog(s), BACKLOG_MAIL);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), fts_before);
     *out = s;
 }
@@ -1936,7 +1903,7 @@ static void test_drain_leaves_index_to_backlog(void)
     }
     long long fts_before = tu_int(mv_store_db(s), "SELECT count(*) FROM fts");
     CHECK(qt_searches_right(s, 0)); /* the backlog's bodies read */
-    CHECK(qt_check_clean(s));       /* rows missing for the backlog's bodies only */
+    CHECK(tu_check_clean(s));       /* rows missing for the backlog's bodies only */
 
     struct mv_store_options ro = qt_options("root_backlog");
     ro.flags |= MV_STORE_READONLY | MV_STORE_DRAIN_LATER;
@@ -1951,14 +1918,14 @@ static void test_drain_leaves_index_to_backlog(void)
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), fts_before + 5);
     CHECK(qt_searches_right(s, 0)); /* half indexed, half read */
     CHECK(qt_searches_right(r, 0));
-    CHECK(qt_check_clean(s));
+    CHECK(tu_check_clean(s));
     CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK);
     CHECK_EQ_INT(left, 0);
-    CHECK_EQ_INT(qt_backlog(s), 0);
+    CHECK_EQ_INT(tu_fts_backlog(s), 0);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), fts_before + BACKLOG_MAIL);
     CHECK(qt_searches_right(s, 0)); /* the same answers from the index alone */
     CHECK(qt_searches_right(r, 0));
-    CHECK(qt_check_clean(s));
+    CHECK(tu_check_clean(s));
     CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK); /* nothing left: a no-op */
     CHECK_EQ_INT(left, 0);
     mv_store_close(&r);
@@ -1980,15 +1947,15 @@ static void test_backlog_body_purged(void)
     CHECK_EQ_INT(mv_mailbox_expunge(s, "INBOX", NULL, &n), MV_OK);
     CHECK_EQ_INT(n, 2);
     CHECK_EQ_INT(mv_store_purge(s, 0, NULL), MV_OK);
-    CHECK_EQ_INT(qt_backlog(s), BACKLOG_MAIL);
-    CHECK(qt_check_clean(s));
+    CHECK_EQ_INT(tu_fts_backlog(s), BACKLOG_MAIL);
+    CHECK(tu_check_clean(s));
     CHECK(qt_searches_right(s, 2));
     uint64_t left = 99;
     CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK);
     CHECK_EQ_INT(left, 0);
-    CHECK_EQ_INT(qt_backlog(s), 0);
+    CHECK_EQ_INT(tu_fts_backlog(s), 0);
     CHECK(qt_searches_right(s, 2));
-    CHECK(qt_check_clean(s));
+    CHECK(tu_check_clean(s));
     mv_store_close(&s);
 }
 
@@ -2084,7 +2051,7 @@ static void test_backlog_body_damaged(void)
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), fts_before + 4);
     CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK);
     CHECK_EQ_INT(left, 0);
-    CHECK_EQ_INT(qt_backlog(s), 0);
+    CHECK_EQ_INT(tu_fts_backlog(s), 0);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), fts_before + BACKLOG_MAIL - 1);
     CHECK(qt_searches_right(s, 1));
 
@@ -2135,7 +2102,7 @@ static void test_backlog_body_damaged(void)
     CHECK_EQ_INT(mv_store_index_set_aside(s, 0, ids, 4, &count), MV_OK);
     CHECK_EQ_INT(count, 0);
     CHECK(qt_searches_right(s, 0));
-    CHECK(qt_check_clean(s));
+    CHECK(tu_check_clean(s));
     free(good);
     free(bad);
     mv_store_close(&s);
@@ -2185,7 +2152,7 @@ static void test_backlog_body_damaged_purged(void)
     CHECK_EQ_INT(tu_int(mv_store_db(s), sql), 0); /* purged */
     CHECK_EQ_INT(mv_store_index_set_aside(s, 0, ids, 2, &count), MV_OK);
     CHECK_EQ_INT(count, 0); /* the old purge: 1, a body that is gone */
-    CHECK(qt_check_clean(s));
+    CHECK(tu_check_clean(s));
     mv_store_close(&s);
 }
 
@@ -2264,7 +2231,7 @@ static void test_backlog_body_damaged_page(void)
             after = qt_file_size(db_path);
         }
     }
-    CHECK_EQ_INT(qt_backlog(s), 5);
+    CHECK_EQ_INT(tu_fts_backlog(s), 5);
     long long body = tu_int(mv_store_db(s), "SELECT body_id FROM messages WHERE uid = 3");
     mv_store_close(&s);
     long long pages = (after - before) / 4096;
@@ -2277,20 +2244,20 @@ static void test_backlog_body_damaged_page(void)
     }
     struct mv_search_query q = MV_SEARCH_QUERY_INIT;
     q.body_contains = "quick brown";
-    CHECK_EQ_INT(qt_search_count(s, &q), 4); /* the long one read: no text, no failure */
+    CHECK_EQ_INT(tu_search_count(s, &q), 4); /* the long one read: no text, no failure */
     uint64_t left = 99;
     CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK);
     CHECK_EQ_INT(left, 0);
-    CHECK_EQ_INT(qt_backlog(s), 0);
+    CHECK_EQ_INT(tu_fts_backlog(s), 0);
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM fts"), 4);
     int64_t ids[2] = {0};
     uint32_t count = 0;
     CHECK_EQ_INT(mv_store_index_set_aside(s, 0, ids, 2, &count), MV_OK);
     CHECK_EQ_INT(count, 1);
     CHECK_EQ_INT(ids[0], body);
-    CHECK_EQ_INT(qt_search_count(s, &q), 4);
+    CHECK_EQ_INT(tu_search_count(s, &q), 4);
     q.body_contains = "MARKER-page-0004";
-    CHECK_EQ_INT(qt_search_count(s, &q), 1); /* behind the damaged one: indexed */
+    CHECK_EQ_INT(tu_search_count(s, &q), 1); /* behind the damaged one: indexed */
     struct qt_aside_problems p = {body, 0, 0};
     struct mv_check_report r;
     CHECK_EQ_INT(mv_store_check(s, qt_aside_problem, &p, &r), MV_ECORRUPT);
@@ -2343,8 +2310,8 @@ static void test_sigkill_during_backlog(void)
         CHECK(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0));
         CHECK_EQ_INT(qt_open(who, &o, &s), MV_OK);
         CHECK(qt_searches_right(s, 0));
-        CHECK(qt_check_clean(s));
-        long long backlog = qt_backlog(s);
+        CHECK(tu_check_clean(s));
+        long long backlog = tu_fts_backlog(s);
         mv_store_close(&s);
         if (backlog == 0) {
             break;
@@ -2355,9 +2322,9 @@ static void test_sigkill_during_backlog(void)
     uint64_t left = 99;
     CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK);
     CHECK_EQ_INT(left, 0);
-    CHECK_EQ_INT(qt_backlog(s), 0);
+    CHECK_EQ_INT(tu_fts_backlog(s), 0);
     CHECK(qt_searches_right(s, 0));
-    CHECK(qt_check_clean(s));
+    CHECK(tu_check_clean(s));
     mv_store_close(&s);
 }
 
@@ -2383,7 +2350,7 @@ static void test_backlog_call_cost_flat(void)
     uint64_t left = 1;
     CHECK_EQ_INT(mv_store_index_backlog(s, 0, &left), MV_OK);
     CHECK_EQ_INT(left, 0);
-    CHECK_EQ_INT(qt_backlog(s), 0);
+    CHECK_EQ_INT(tu_fts_backlog(s), 0);
     mv_store_close(&s);
 }
 
@@ -2413,15 +2380,15 @@ static void test_backlog_search_reads_its_mailbox(void)
     struct mv_search_query q = MV_SEARCH_QUERY_INIT;
     q.mailbox = "Small";
     q.text = "MARKER-blog";
-    CHECK_EQ_INT(qt_search_count(s, &q), 0);
+    CHECK_EQ_INT(tu_search_count(s, &q), 0);
     CHECK_EQ_INT(sqlite3_create_function(mv_store_db(s), "mv_body_text", 2, SQLITE_UTF8, NULL,
                                          qt_body_text_counted, NULL, NULL),
                  SQLITE_OK);
     qt_text_calls = 0;
-    CHECK_EQ_INT(qt_search_count(s, &q), 0);
+    CHECK_EQ_INT(tu_search_count(s, &q), 0);
     CHECK_EQ_INT(qt_text_calls, 0);
     q.mailbox = "INBOX"; /* the stand-in is used: INBOX's backlog bodies are read */
-    CHECK_EQ_INT(qt_search_count(s, &q), 0);
+    CHECK_EQ_INT(tu_search_count(s, &q), 0);
     CHECK(qt_text_calls >= BACKLOG_MAIL);
     mv_store_close(&s);
 }

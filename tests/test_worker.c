@@ -1934,8 +1934,7 @@ static int wt_il_append(struct open_store *os)
         }
         worker_backlog_added(os);
     }
-    wt_il_backlog = tu_int(mv_store_db(os->store), "SELECT count(*) FROM meta WHERE key > "
-                                                   "'fts_backlog:' AND key < 'fts_backlog;'");
+    wt_il_backlog = tu_fts_backlog(os->store);
     wt_il_noted = os->fts_backlog;
     return MV_OK;
 }

@@ -437,3 +437,36 @@ int tu_message_key(mv_store *s, const char *mailbox, uint32_t uid, struct mv_mes
                                    .uidvalidity = info.uidvalidity};
     return 0;
 }
+
+int tu_search_count(mv_store *s, const struct mv_search_query *q)
+{
+    mv_search *it = NULL;
+    if (mv_search_begin(s, q, &it) != MV_OK) {
+        fprintf(stderr, "  search: %s\n", mv_store_errmsg(s));
+        return -1;
+    }
+    struct mv_message_info info;
+    int n = 0, rc;
+    while ((rc = mv_search_next(it, &info)) == 1) {
+        n++;
+    }
+    mv_search_end(&it);
+    return rc == 0 ? n : -1;
+}
+
+int tu_check_clean(mv_store *s)
+{
+    struct mv_check_report r;
+    memset(&r, 0, sizeof r);
+    int rc = mv_store_check(s, NULL, NULL, &r);
+    if (rc != MV_OK || r.problems != 0) {
+        fprintf(stderr, "  check: %s, %u problems\n", mv_strerror(rc), r.problems);
+    }
+    return rc == MV_OK && r.problems == 0;
+}
+
+long long tu_fts_backlog(mv_store *s)
+{
+    return tu_int(mv_store_db(s), "SELECT count(*) FROM meta WHERE key > 'fts_backlog:' AND "
+                                  "key < 'fts_backlog;'");
+}

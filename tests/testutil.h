@@ -51,6 +51,12 @@ int tu_store_open(const char *name, const char *password, mv_store **s);
  * body key and size, the mailbox's UIDVALIDITY and highest modseq now), for the keyed reads
  * (mv_message_fetch_keyed_into, mv_message_skeleton_keyed). 0, or -1 (no such message). */
 int tu_message_key(mv_store *s, const char *mailbox, uint32_t uid, struct mv_message_key *key);
+/* The messages search q finds in s, or -1 (the store's message printed). */
+int tu_search_count(mv_store *s, const struct mv_search_query *q);
+/* The bodies in s's full-text backlog (its meta keys), or -1. */
+long long tu_fts_backlog(mv_store *s);
+/* 1 if mv_store_check() finds nothing wrong in s; else 0, its code and count printed. */
+int tu_check_clean(mv_store *s);
 /* Makes the file of the store name@example.org under tu_path("root") an empty database with
  * cipher (the cipher's default KDF), as an older mailvault wrote it (mv_store_init writes
  * chacha20 only); the next mv_store_open makes the schema, the mailboxes and the key pair.
