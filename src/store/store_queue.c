@@ -1089,6 +1089,15 @@ static int store_queue_flush(struct store_queue_drain *q, int settle)
  * goes to rejected/ and the batch goes on (the append checks limits and parses before it
  * writes anything, as the importer relies on too). parsed and sha256: the read-ahead's parse
  * of the message (NULL: the append parses). */
+/* The parse a message of this drain gets: without its texts when its full-text row is left
+ * to the backlog (a stepped drain's, TWO PHASES; every message of a handle set by
+ * mv_store_index_later), so that the read-ahead's parse is the one the append wants
+ * (store_message_append_parsed_in_txn: STORE_PARSE_NO_TEXT exactly when s->fts_defer). */
+static unsigned store_queue_parse_flags(const struct store_queue_drain *q)
+{
+    return q->bounds != NULL || q->s->index_later ? STORE_PARSE_NO_TEXT : 0;
+}
+
 static int store_queue_store(struct store_queue_drain *q,
                              const char *name,
                              const uint8_t *plain,
@@ -1119,8 +1128,9 @@ static int store_queue_store(struct store_queue_drain *q,
         uint32_t uid = 0;
         int changes = sqlite3_total_changes(s->db);
         /* A stepped drain (a server's) stores the message without its full-text row, which
-         * mv_store_index_backlog() builds later (TWO PHASES above); an open's drain indexes. */
-        s->fts_defer = q->bounds != NULL || s->index_later;
+         * mv_store_index_backlog() builds later (TWO PHASES above), as does any drain of a
+         * handle set by mv_store_index_later(); an open's drain indexes. */
+        s->fts_defer = store_queue_parse_flags(q) != 0;
         rc = store_message_append_parsed_in_txn(s, q->inbox_id, plain + STORE_QUEUE_HEADER_SIZE,
                                                 plain_len - STORE_QUEUE_HEADER_SIZE, parsed, sha256,
                                                 0, NULL, date, &uid);
@@ -1271,7 +1281,7 @@ static int store_queue_take(struct store_queue_drain *q)
         if (it->rc == STORE_QUEUE_NOT_OURS) {
             store_queue_reject(q, it->name);
         } else {
-            unsigned want = q->bounds != NULL ? STORE_PARSE_NO_TEXT : 0;
+            unsigned want = store_queue_parse_flags(q);
             int ahead = it->parsed_ok && it->parse_flags == want;
             rc = store_queue_store(q, it->name, it->plain, it->plain_len,
                                    ahead ? &it->parsed : NULL, ahead ? it->sha256 : NULL);
@@ -1298,7 +1308,7 @@ static int store_queue_fill(struct store_queue_drain *q)
             snprintf(c->queue_dir, sizeof c->queue_dir, "%s", q->s->queue_dir);
             c->file_size_max = q->file_size_max;
             c->limits = q->s->limits;
-            c->parse_flags = q->bounds != NULL ? STORE_PARSE_NO_TEXT : 0;
+            c->parse_flags = store_queue_parse_flags(q);
             c->pk = r->pk;
             c->sk = r->sk;
             c->box = &r->box;
