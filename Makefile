@@ -199,6 +199,7 @@ $(BUILD)/asan/tests/test_worker $(BUILD)/asan/tests/test_quota_sealed $(BUILD)/a
 $(BUILD)/asan/tests/test_faults: $(BUILD)/asan/tests/faultvfs.o $(BUILD)/asan/tests/failalloc.o
 $(BUILD)/asan/tests/test_wal_io: $(BUILD)/asan/tests/faultvfs.o
 $(BUILD)/asan/tests/test_fetch_keyed: $(BUILD)/asan/tests/faultvfs.o
+$(BUILD)/asan/tests/test_sync_later: $(BUILD)/asan/tests/faultvfs.o
 # ... and fails the Nth allocation of the library's objects (tests/failalloc.h), as does the
 # test of a lower VFS without shared memory (the open's exclusive-locking statement).
 $(BUILD)/asan/tests/test_noshm: $(BUILD)/asan/tests/failalloc.o

@@ -686,7 +686,8 @@ struct mv_message_info {
  * new UID. Malformed mail is stored as it is; what cannot be parsed is left empty. An empty
  * message is refused (MV_EINVAL). Durable when it returns MV_OK: its commit syncs the WAL
  * (synchronous=FULL for this transaction; the profile's NORMAL, kept for other changes, may
- * lose the last commits on power loss), so a server may acknowledge the mail at once. Its
+ * lose the last commits on power loss), so a server may acknowledge the mail at once; on a
+ * handle set by mv_store_sync_later(), only after mv_store_sync(). Its
  * full-text row is built in the same transaction, unless mv_store_index_later() says later.
  * Returns MV_OK, MV_ENOTFOUND (mailbox), MV_ELIMIT (size, headers, keywords), MV_EINVAL,
  * MV_EBUSY, MV_ENOSPC, MV_EIO, MV_ENOMEM. */
@@ -698,6 +699,27 @@ MV_API MV_MUST_CHECK int mv_message_append(mv_store *store,
                                            const char *keywords,
                                            int64_t internal_date,
                                            uint32_t *uid_out);
+
+/* With on nonzero, the appends of this handle (mv_message_append(); a drain of the sealed
+ * queue syncs as before) commit without syncing the WAL, and mv_store_sync() makes them
+ * durable: a server can then wait for the disk on another thread than the one that runs its
+ * commands, and acknowledges the mail when mv_store_sync() returned MV_OK. Until then the
+ * message is visible to other connections but may be lost on power loss, as one never
+ * acknowledged. mv_store_close() syncs what is owed. With on 0, what is owed is synced first
+ * (its failure is returned and the setting stays). Returns MV_OK, MV_EINVAL (NULL or
+ * read-only handle), MV_EIO. */
+MV_API MV_MUST_CHECK int mv_store_sync_later(mv_store *store, int on);
+
+/* Syncs the WAL if an append of this handle (mv_store_sync_later()) left it unsynced; at
+ * once if none did. May run on another thread than the appends, as long as nothing else uses
+ * the handle meanwhile. Returns MV_OK (every append of the handle so far is durable),
+ * MV_EINVAL (NULL), MV_EIO (the disk refused: those appends are not known to be durable and
+ * stay owed; their messages are in the store, so one acknowledged as failed may be there
+ * twice after a retry, never lost after an MV_OK). */
+MV_API MV_MUST_CHECK int mv_store_sync(mv_store *store);
+
+/* 1 if an append of store waits for mv_store_sync(), else 0 (also for NULL). */
+MV_API int mv_store_sync_owed(const mv_store *store);
 
 /* The length of msg (len bytes) with every LF not preceded by CR made CRLF, as Internet
  * mail (RFC 5322 2.1) and IMAP (RFC 3501 4.3) want line ends; bare CRs stay. If out is not

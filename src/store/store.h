@@ -154,6 +154,10 @@ struct mv_store {
     /* mv_store_index_later(): every new body of this handle is deferred as a stepped
      * drain's is (fts_defer is set around each append from it). */
     int index_later;
+    /* mv_store_sync_later(): appends commit without syncing the WAL (sync_owed set), and
+     * mv_store_sync() syncs it (store_sync_later.c). */
+    int sync_later;
+    int sync_owed;
     /* The backlog may hold bodies: set at open and by every deferred body, cleared when
      * mv_store_index_backlog() finds none; 0 spares it a read. */
     int fts_backlog_hint;

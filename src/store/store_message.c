@@ -547,7 +547,7 @@ int mv_message_append(mv_store *s,
         rc = store_message_parse(s, raw, len, &parsed); /* outside the write lock */
     }
     int durable = 0; /* the caller acknowledges the mail once this returns: sync the WAL */
-    if (rc == MV_OK) {
+    if (rc == MV_OK && !s->sync_later) { /* else mv_store_sync() does (store_sync_later.c) */
         rc = store_durable(s, 1);
         durable = rc == MV_OK;
     }
@@ -564,6 +564,7 @@ int mv_message_append(mv_store *s,
     }
     if (rc == MV_OK) {
         rc = store_commit(s);
+        s->sync_owed |= rc == MV_OK && s->sync_later;
     } else if (began) {
         store_rollback(s);
     }

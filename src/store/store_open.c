@@ -290,6 +290,12 @@ void mv_store_close(mv_store **store)
     }
     mv_store *s = *store;
     store_enter(s); /* PRAGMA optimize may run ANALYZE */
+    /* A caller that left appends owed (mv_store_sync_later): durable all the same. A refusal
+     * has nobody to go to; the close's checkpoint, if this is the last connection, tries
+     * the WAL's sync again. */
+    if (s->db != NULL && s->sync_owed && mv_store_sync(s) != MV_OK) {
+        s->sync_owed = 0;
+    }
     if (s->db != NULL && !s->readonly) {
         (void)sqlite3_exec(s->db, "PRAGMA optimize", NULL, NULL, NULL);
     }
