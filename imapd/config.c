@@ -69,6 +69,12 @@ static const struct config_key config_keys[] = {
        1,
        "new mail's full-text rows built between commands in batches, not inside each APPEND "
        "or LMTP delivery (default 1; 0: inside)"),
+    CI(sync_apart,
+       0,
+       1,
+       "the fsync that makes an APPEND or LMTP delivery durable waits on a sync thread (one "
+       "per worker), so the worker goes on with other users' commands (default 0: on the "
+       "worker)"),
     CI(stores_per_worker, 1, 100000, "open stores each worker keeps (default 32)"),
     CI(store_idle_s, 1, 86400, "close an unused store after this long (default 300)"),
     CI(structure_cache_kib,
@@ -171,6 +177,10 @@ void config_defaults(struct config *c)
      * reads' 3.5 -> 2.5, +33% commands/s; 10 clients within the noise (docs/BENCHMARKS.md) */
     c->background_nice = 10;
     c->index_later = 1;
+    /* worker.c SYNC APART: at 100 clients of bench/imap_old_new.sh +30% commands/s and the
+     * APPENDs' p50 halved, but the reads' p50 doubled on the 2 CPUs the writes then kept busy;
+     * at 10 clients no change beyond the noise (docs/BENCHMARKS.md "An APPEND's fsync apart") */
+    c->sync_apart = 0;
     c->stores_per_worker = 32;
     c->store_idle_s = 300;
     /* ~146 bytes an answer of the bench's corpus with its bookkeeping: 32 MiB keeps ~230,000

@@ -28,6 +28,7 @@ struct config {
     int writers_per_worker;
     int background_nice; /* worker.c NICE: the work between jobs at this much more nice; 0 off */
     int index_later;     /* worker.c INDEX LATER: full-text rows of new mail between jobs */
+    int sync_apart;      /* worker.c SYNC APART: appends' fsyncs on sync threads */
     int stores_per_worker;
     int store_idle_s;
     int structure_cache_kib; /* imap_structure_cache.c: the process's budget; 0 off */

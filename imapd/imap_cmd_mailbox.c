@@ -1145,9 +1145,16 @@ static void imap_append_message(struct imap_ctx *x,
         }
     }
     struct mv_mailbox_info info;
+    char done[sizeof x->sync_ok];
     if (mv_mailbox_status(imap_db(x->s), name, &info) == MV_OK) {
-        imap_tagged(x, "OK", "[APPENDUID %u %u] APPEND completed", info.uidvalidity, uid);
+        snprintf(done, sizeof done, "[APPENDUID %u %u] APPEND completed", info.uidvalidity, uid);
     } else {
-        imap_tagged(x, "OK", "APPEND completed");
+        snprintf(done, sizeof done, "APPEND completed");
+    }
+    if (mv_store_sync_owed(imap_db(x->s))) { /* acknowledged once durable: SYNC APART */
+        memcpy(x->sync_ok, done, sizeof done);
+        x->sync_owed = 1;
+    } else {
+        imap_tagged(x, "OK", "%s", done);
     }
 }

@@ -46,6 +46,7 @@ struct imap_job {
     const char *failed_why; /* a failed login: see struct imap_ctx */
     char failed_user[MV_ADDRESS_MAX + 1];
     int failed_user_normal;
+    char sync_ok[80]; /* struct imap_ctx's: the tagged OK's text after the sync */
 };
 
 void imap_tagged(struct imap_ctx *x, const char *status, const char *fmt, ...)
@@ -333,6 +334,20 @@ const char *imap_capabilities(const struct imap_session *s)
                                       : IMAP_CAPS_BASE " AUTH=PLAIN";
 }
 
+/* worker.c SYNC APART, on the sync thread: the APPEND's answer, once its WAL sync is done
+ * (rc MV_OK: durable, so acknowledged; else a NO: the message is in the store but not known
+ * to be on the disk, and a client that retries may store it twice, never lose it). */
+static void imap_job_synced(struct job *job, int rc)
+{
+    struct imap_job *j = (struct imap_job *)job;
+    struct imap_ctx x = {.s = j->s, .cmd = &j->cmd, .out = &job->out};
+    if (rc == MV_OK) {
+        imap_tagged(&x, "OK", "%s", j->sync_ok);
+    } else {
+        imap_tagged_store_error(&x, rc, "APPEND");
+    }
+}
+
 static void imap_job_run(struct job *job)
 {
     struct imap_job *j = (struct imap_job *)job;
@@ -362,6 +377,10 @@ static void imap_job_run(struct job *job)
         } else {
             d->fn(&x);
         }
+    }
+    if (x.sync_owed) { /* the answer waits for the sync (worker.c SYNC APART) */
+        memcpy(j->sync_ok, x.sync_ok, sizeof j->sync_ok);
+        worker_sync_after(job, j->s->store, imap_job_synced);
     }
     if (job->out.oom) {
         buf_free(&job->out);

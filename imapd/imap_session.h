@@ -210,6 +210,10 @@ struct imap_ctx {
     const char *failed_why;
     char failed_user[MV_ADDRESS_MAX + 1];
     int failed_user_normal;
+    /* An APPEND left its store's WAL sync owed (mv_store_sync_owed: worker.c SYNC APART):
+     * the tagged OK, sync_ok's text, is written once the sync is done. */
+    int sync_owed;
+    char sync_ok[80];
 };
 
 #define IMAP_MAILBOX_MAX 1024 /* bytes of a mailbox name, either form */

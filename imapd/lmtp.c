@@ -103,6 +103,7 @@ struct lmtp_job {
     char address[MV_ADDRESS_MAX + 1];
     int rc;
     int direct;
+    char err[256]; /* why it failed, for the log line (lmtp_job_log) */
 };
 
 static void lmtp_reply(struct conn *c, const char *line)
@@ -236,10 +237,39 @@ static char *lmtp_with_trace(const struct lmtp_message *m, const char *rcpt, siz
     return out;
 }
 
+/* The delivery's one log line. */
+static void lmtp_job_log(const struct lmtp_job *j)
+{
+    log_msg(j->rc == MV_OK                                  ? LOG_LEVEL_INFO
+            : j->rc == LMTP_OVERQUOTA || j->rc == MV_ELIMIT ? LOG_LEVEL_WARNING
+                                                            : LOG_LEVEL_ERROR,
+            "lmtp deliver %s: %zu bytes %s: %s%s%s", j->address, j->msg->data.len,
+            j->direct ? "into the open store" : "sealed",
+            j->rc == MV_OK            ? "ok"
+            : j->rc == LMTP_OVERQUOTA ? "refused"
+                                      : mv_strerror(j->rc),
+            j->err[0] != '\0' && j->rc != MV_OK ? ": " : "", j->rc != MV_OK ? j->err : "");
+}
+
+/* worker.c SYNC APART, on the sync thread: the direct append is acknowledged (250) only if
+ * its WAL sync was done; else 451, and the sender retries (the message may then be there
+ * twice, never lost). */
+static void lmtp_job_synced(struct job *job, int rc)
+{
+    struct lmtp_job *j = (struct lmtp_job *)job;
+    j->rc = rc;
+    if (rc != MV_OK) {
+        snprintf(j->err, sizeof j->err, "the WAL's sync failed");
+    }
+    lmtp_job_log(j);
+}
+
 static void lmtp_job_run(struct job *job)
 {
     struct lmtp_job *j = (struct lmtp_job *)job;
-    char err[256] = "";
+    char *err = j->err;
+    const size_t err_size = sizeof j->err;
+    err[0] = '\0';
     struct open_store *open = worker_store_find(job->worker, j->address);
     struct buf traced = {0};
     traced.data = lmtp_with_trace(j->msg, j->address, &traced.len);
@@ -260,42 +290,39 @@ static void lmtp_job_run(struct job *job)
         over = quota_exceeded(open, cfg, j->address, data->len, 1);
         if (over != 0) {
             j->rc = LMTP_OVERQUOTA;
-            snprintf(err, sizeof err, "over the %s quota", quota_over_text(over));
+            snprintf(err, err_size, "over the %s quota", quota_over_text(over));
         } else {
             j->rc =
                 mv_message_append(open->store, "INBOX", data->data, data->len, 0, NULL, 0, NULL);
             if (j->rc == MV_OK) {
                 worker_backlog_added(open);
             }
+            if (j->rc == MV_OK && mv_store_sync_owed(open->store)) {
+                buf_free(&traced);
+                worker_sync_after(job, open, lmtp_job_synced); /* it logs */
+                return;
+            }
         }
         if (j->rc != MV_OK && j->rc != LMTP_OVERQUOTA) {
-            snprintf(err, sizeof err, "%s", mv_store_errmsg(open->store));
+            snprintf(err, err_size, "%s", mv_store_errmsg(open->store));
         }
     } else if ((over = quota_sealed_exceeded(cfg, j->address, data->len, why, sizeof why)) != 0) {
         /* no password: the usage is an estimate (quota.c), named in the log; a queue that
          * cannot be counted is a temporary failure (451) */
         j->rc = over < 0 ? MV_EIO : LMTP_OVERQUOTA;
         if (over < 0) {
-            snprintf(err, sizeof err, "%s", why);
+            snprintf(err, err_size, "%s", why);
         } else {
-            snprintf(err, sizeof err, "over the %s quota (%s)", quota_over_text(over), why);
+            snprintf(err, err_size, "over the %s quota (%s)", quota_over_text(over), why);
         }
     } else {
         struct mv_store_options opts = config_store_options(cfg);
-        j->rc = mv_deliver_sealed(j->address, data->data, data->len, &opts, err, sizeof err);
+        j->rc = mv_deliver_sealed(j->address, data->data, data->len, &opts, err, err_size);
         if (j->rc == MV_OK) {
             quota_sealed_added(j->address, data->len); /* O(1) checks after it (quota.c) */
         }
     }
-    log_msg(j->rc == MV_OK                                  ? LOG_LEVEL_INFO
-            : j->rc == LMTP_OVERQUOTA || j->rc == MV_ELIMIT ? LOG_LEVEL_WARNING
-                                                            : LOG_LEVEL_ERROR,
-            "lmtp deliver %s: %zu bytes %s: %s%s%s", j->address, j->msg->data.len,
-            j->direct ? "into the open store" : "sealed",
-            j->rc == MV_OK            ? "ok"
-            : j->rc == LMTP_OVERQUOTA ? "refused"
-                                      : mv_strerror(j->rc),
-            err[0] != '\0' && j->rc != MV_OK ? ": " : "", j->rc != MV_OK ? err : "");
+    lmtp_job_log(j);
     buf_free(&traced);
 }
 

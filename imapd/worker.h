@@ -47,6 +47,10 @@ struct job {
      * or one before a login). A worker's writer threads never run two jobs of one user at
      * once (worker.c "WRITERS"); jobs of user 0 take turns among themselves too. */
     uint64_t user;
+    /* SYNC APART (worker.c): set by run() through worker_sync_after(); the job is done only
+     * after sync_store's WAL sync and synced(). */
+    struct open_store *sync_store;
+    void (*synced)(struct job *job, int rc);
 };
 /* Sets job->user to address's key (its FNV-1a 64; "" is 0). Two addresses with one key only
  * take turns as one user would. */
@@ -198,6 +202,17 @@ int worker_store_sessions(struct worker *w, const struct open_store *s);
  * table is the writer's). */
 void worker_store_release_from_reader(struct worker *w, struct open_store *s);
 
+/* worker.c SYNC APART: from run() of a job on a writer thread, after an append through s's
+ * writer handle left its WAL sync owed (mv_store_sync_owed): the job is not done when run()
+ * returns; a sync thread makes the append durable (mv_store_sync) while the writer goes on
+ * with other users' jobs, then calls synced(job, rc) with mv_store_sync's code (it may
+ * rewrite job->out: the answer must not say stored unless rc is MV_OK), and the job is done.
+ * The job's user stays held until then, so nothing else uses s's writer handle meanwhile.
+ * Without sync threads (sync_apart 0) the sync and synced() run here, at once. */
+void worker_sync_after(struct job *job, struct open_store *s, void (*synced)(struct job *, int));
+/* For tests: fn runs on the sync thread right before each sync of SYNC APART, with the
+ * store's address; NULL: none. */
+void worker_sync_hook_set(void (*fn)(const char *address));
 /* A message was appended through s's writer handle (IMAP APPEND, LMTP): with index_later its
  * body waits in the full-text backlog, which s->fts_backlog counts for the lane of a SEARCH
  * TEXT/BODY (imap_lane.c) until the next catch-up batch notes the count again. */

@@ -18,6 +18,8 @@ WHAT IT DOES
   server gets SIGKILL; the threads see their connections die and stop. An APPEND counts as
   acknowledged only with its tagged OK [APPENDUID v u]; an LMTP delivery only with its 250
   for that recipient.
+  Every second start runs with --sync-apart=1 (imapd/worker.c SYNC APART: the fsync that makes
+  an APPEND or a delivery durable waits on a sync thread, and the answer comes after it).
   At the end the server is started once more, every user logs in, the check waits (NOOP)
   until the queue directory holds no sealed file (the drain runs after the login), and every
   mailbox is fetched whole (UID FETCH 1:* BODY.PEEK[]): each acknowledged message must be
@@ -73,7 +75,10 @@ class Server:
         self.proc = subprocess.Popen(
             [self.args.server, "--ports-file=" + ports, "--root=" + self.args.root,
              "--listen=127.0.0.1", "--imap-port=0", "--lmtp-port=0", "--workers=2",
-             "--connections-per-address-max=200", "--auth-fail-delay-ms=10"],
+             "--connections-per-address-max=200", "--auth-fail-delay-ms=10",
+             # every second start: the appends' fsyncs on the sync threads, the answers
+             # after them (worker.c SYNC APART)
+             "--sync-apart=%d" % (self.starts % 2 == 0)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         with open(os.path.join(self.args.workdir, "server.pid"), "w") as f:

@@ -44,6 +44,10 @@
  *     leave twenty bodies in the backlog (and in the lane's estimate), whose rows the worker
  *     then builds without another command (polled with a deadline); the old worker built
  *     each row inside its append.
+ *   - An APPEND's sync waits apart (worker.c SYNC APART): with the sync thread held inside a
+ *     user's append sync and the worker's other writer held by a gate, another user's short
+ *     job runs and finishes; the user's own next job and the append's answer wait for the
+ *     sync, which makes it durable (the old writer waited for the fsync inside the append).
  *   - The purge and the full-text catch-up get a share of a worker that is never idle (worker.c
  *     SHARE): with jobs queued together, bodies are purged and backlog rows built between them
  *     (the old worker ran neither while a job waited).
@@ -1978,11 +1982,152 @@ static void test_append_rows_between_jobs(void)
     worker_unplace(wt_ilwho);
 }
 
+/* ---- an append's sync waits apart from the writer ---- */
+/* worker.c SYNC APART: user a's job appends and leaves its WAL sync owed (worker_sync_after),
+ * and the sync thread is held inside the test's hook (as by a slow fsync). Meanwhile a gate
+ * holds the worker's other writer, and user b's short job still runs and finishes on the
+ * writer a's job used; a's next job waits for a's sync, and a's job is done only after it,
+ * with MV_OK, nothing owed and the message in the store. (Before, the writer waited for the
+ * fsync inside a's append: b's job waited for it.) */
+static const char *wt_sa_who = "syncapart@example.org";
+static pthread_mutex_t wt_sa_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wt_sa_cond = PTHREAD_COND_INITIALIZER;
+static int wt_sa_in_hook, wt_sa_hook_open;
+static int wt_sa_synced_rc = -1, wt_sa_append_rc = -1, wt_sa_owed_after = -1;
+static long long wt_sa_messages = -1;
+
+static void wt_sa_hook(const char *address)
+{
+    if (strcmp(address, wt_sa_who) != 0) {
+        return;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30; /* a deadline: a broken test must not hang the suite */
+    pthread_mutex_lock(&wt_sa_lock);
+    wt_sa_in_hook = 1;
+    pthread_cond_broadcast(&wt_sa_cond);
+    while (!wt_sa_hook_open && pthread_cond_timedwait(&wt_sa_cond, &wt_sa_lock, &until) == 0) {
+    }
+    pthread_mutex_unlock(&wt_sa_lock);
+}
+
+static void wt_sa_synced(struct job *job, int rc)
+{
+    wt_sa_synced_rc = rc;
+    wt_record(job);
+}
+
+static struct job *wt_sa_job; /* the job whose sync is owed, for wt_sa_append */
+
+static int wt_sa_append(struct open_store *os)
+{
+    static const char m[] = "From: a@example.net\r\nSubject: apart\r\n\r\nbody\r\n";
+    wt_sa_append_rc = mv_message_append(os->store, "INBOX", m, sizeof m - 1, 0, NULL, 0, NULL);
+    if (wt_sa_append_rc == MV_OK && mv_store_sync_owed(os->store)) {
+        worker_sync_after(wt_sa_job, os, wt_sa_synced);
+    }
+    return wt_sa_append_rc;
+}
+
+static void wt_sa_run(struct job *job)
+{
+    wt_sa_job = job;
+    (void)wt_open_with(job, wt_sa_who, wt_sa_append);
+}
+
+/* a's next job: the store as the sync left it */
+static void wt_sa_next(struct job *job)
+{
+    wt_record(job);
+    struct open_store *os = worker_store_find(job->worker, wt_sa_who);
+    struct mv_mailbox_info info;
+    if (os != NULL && mv_mailbox_status(os->store, "INBOX", &info) == MV_OK) {
+        wt_sa_messages = info.messages;
+        wt_sa_owed_after = mv_store_sync_owed(os->store);
+    }
+}
+
+static void wt_post_as(struct worker *w, const char *user, int id, enum job_lane lane, job_fn run)
+{
+    const char *was = wt_user;
+    wt_user = user;
+    wt_post(w, id, lane, run);
+    wt_user = was;
+}
+
+static int wt_sa_hook_entered(void)
+{
+    pthread_mutex_lock(&wt_sa_lock);
+    int in = wt_sa_in_hook;
+    pthread_mutex_unlock(&wt_sa_lock);
+    return in;
+}
+
+static void test_append_sync_apart(void)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    CHECK_EQ_INT(mv_store_init(wt_sa_who, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    struct worker *w = worker_place(wt_sa_who);
+    worker_sync_hook_set(wt_sa_hook);
+    pthread_mutex_lock(&wt_lock);
+    wt_ran = 0;
+    pthread_mutex_unlock(&wt_lock);
+    wt_done = 0;
+    wt_post_as(w, wt_sa_who, 1, JOB_LANE_LONG, wt_sa_run);
+    for (int i = 0; i < 300 && !wt_sa_hook_entered(); i++) {
+        usleep(100 * 1000); /* polled with a deadline: the open and the append */
+    }
+    CHECK(wt_sa_hook_entered());
+    CHECK_EQ_INT(wt_sa_append_rc, MV_OK);
+
+    /* the gate holds one writer; b's job must get the other, which a's append used */
+    pthread_mutex_lock(&wt_lock);
+    wt_gate_started = wt_gate_open = 0;
+    pthread_mutex_unlock(&wt_lock);
+    wt_post_as(w, "", 0, JOB_LANE_LONG, wt_gate_run);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    pthread_mutex_lock(&wt_lock);
+    while (!wt_gate_started && pthread_cond_timedwait(&wt_cond, &wt_lock, &until) == 0) {
+    }
+    int gate = wt_gate_started;
+    pthread_mutex_unlock(&wt_lock);
+    CHECK(gate);
+    wt_post_as(w, wt_sa_who, 3, JOB_LANE_SHORT, wt_sa_next); /* waits for a's sync */
+    wt_post_as(w, "apart-b@example.org", 2, JOB_LANE_SHORT, wt_record);
+    for (int i = 0; i < 300 && wt_done < 1; i++) {
+        struct pollfd p = {.fd = wt_efd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            worker_collect();
+        }
+    }
+    CHECK_EQ_INT(wt_done, 1); /* b's, with a's sync still held */
+    CHECK(wt_order_is((const int[]){0, 2}, 2));
+
+    pthread_mutex_lock(&wt_sa_lock);
+    wt_sa_hook_open = 1;
+    pthread_cond_broadcast(&wt_sa_cond);
+    pthread_mutex_unlock(&wt_sa_lock);
+    wt_release(wt_efd, 4);
+    CHECK(wt_order_is((const int[]){0, 2, 1, 3}, 4)); /* a's answer after its sync, then a's next */
+    CHECK_EQ_INT(wt_sa_synced_rc, MV_OK);
+    CHECK_EQ_INT(wt_sa_owed_after, 0);
+    CHECK_EQ_INT(wt_sa_messages, 1);
+    worker_sync_hook_set(NULL);
+    worker_unplace(wt_sa_who);
+}
+
 static int wt_start(void)
 {
     config_defaults(&g_config);
     g_config.workers = 1;
     g_config.writers_per_worker = 2; /* every test with a second writer (worker.c WRITERS) */
+    g_config.sync_apart = 1;         /* and the appends' syncs apart (worker.c SYNC APART) */
     wt_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     return wt_efd >= 0 && metrics_init(1) == 0 && worker_start(&g_config, 1, wt_efd) == 0 ? 0 : -1;
 }
@@ -2566,6 +2711,7 @@ int main(void)
     TEST(test_idle_between_jobs_no_statement); /* first: no other store's work between jobs */
     TEST(test_catchup_does_not_starve_drain);
     TEST(test_append_rows_between_jobs);
+    TEST(test_append_sync_apart);
     TEST(test_stop_ends_purge);
     TEST(test_short_passes_long);
     TEST(test_long_not_starved);
