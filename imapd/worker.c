@@ -169,7 +169,7 @@
  *   WORKER_INDEX_FORCED bodies first, so that it keeps up with a user's APPENDs.
  *
  * SYNC APART
- *   With sync_apart (the default) a store the worker opens appends through
+ *   With sync_apart (off by default, below) a store the worker opens appends through
  *   mv_store_sync_later(): an IMAP APPEND's or LMTP delivery's commit does not wait for the
  *   WAL's fsync; its job asks for the sync (worker_sync_after) and, when run() returns, the
  *   writer hands the job to the sync threads (one per worker, one queue) and goes on with
@@ -179,12 +179,16 @@
  *   worker_held counts as a writer's hold), so the user's next job, the work between jobs on
  *   its store and the sweep wait for the sync, and nothing else uses the writer handle; reads
  *   on the reader handle see the message from its commit on, a few milliseconds before it
- *   is durable (a crash then loses it as an append never acknowledged). Why: at 10 clients of
- *   the IMAP bench 10 users share 8 workers, and a STORE of one waited for the other's
- *   APPEND fsync (2-20 ms on a loaded disk): that set the writes' p99 (STORE ~19 against
- *   Dovecot's ~11 ms). A second writer took that wait away too, but ran two users' CPU work
- *   at once and raised the reads' p50 (WRITERS); a sync thread only waits for the disk. A
- *   writer's end waits for its worker's syncs, and the sync threads stop after the writers.
+ *   is durable (a crash then loses it as an append never acknowledged). A writer's end
+ *   waits for its worker's syncs, and the sync threads stop after the writers. Why: a
+ *   worker's writer runs several users' jobs, and with the sync inside the commit every
+ *   APPEND holds the others for its fsync (2-20 ms on this VM's disk, more on a slow one). A
+ *   second writer (WRITERS) takes that wait away too, but runs two users' CPU work at once; a
+ *   sync thread only waits for the disk. Measured (docs/BENCHMARKS.md "An APPEND's fsync
+ *   apart"): at 100 clients of the IMAP bench a third more commands a second and the writes'
+ *   p50 halved, but the reads' p50 doubled on the 2 CPUs that then stayed saturated; at 10
+ *   clients no change beyond the noise (the tails there are waits for a CPU). So it is off
+ *   by default, for disks whose fsync is slow.
  *
  * MEMOS
  *   The FETCH BODYSTRUCTURE and BODY answers a job made (the store's structure cache marks

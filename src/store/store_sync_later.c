@@ -7,9 +7,9 @@
  *   An append's durable commit (synchronous=FULL for its transaction) blocks the calling
  *   thread for the WAL's fdatasync: 2-12 ms on a loaded disk, up to 20 ms and more. In
  *   mailvaultd a worker's writer runs the jobs of several users, so another user's STORE
- *   waited for that fsync although it has nothing to do with it (issue 13: at 10 clients
- *   10 users share 8 workers, and the writes' p99 was set by such waits). With the commit
- *   and the sync apart the writer goes on, and a thread of its own waits for the disk.
+ *   waited for that fsync although it has nothing to do with it (issue 13: at 10 IMAP
+ *   clients 10 users share 8 workers). With the commit and the sync apart the writer goes
+ *   on, and a thread of its own waits for the disk (mailvaultd's sync_apart).
  *
  * WHAT IT KEEPS
  *   The caller acknowledges the mail only after mv_store_sync() returned MV_OK, so nothing
