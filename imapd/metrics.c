@@ -101,10 +101,11 @@ static struct metrics_imap_stats metrics_imap[METRICS_IMAP_COUNT];
 static atomic_uint_fast64_t metrics_lmtp[3]; /* accepted, deferred, rejected */
 
 /* Per lane (worker.c LANES): jobs waiting, and how long each waited before it ran. */
-static atomic_int_fast64_t metrics_lane_len[JOB_LANES];
-static atomic_uint_fast64_t metrics_lane_bucket[JOB_LANES][METRICS_BUCKETS];
-static atomic_uint_fast64_t metrics_lane_sum_us[JOB_LANES];
-static const char *const metrics_lane_names[JOB_LANES] = {"short", "long", "read"};
+_Static_assert(METRICS_LANE_SYNC == JOB_LANES, "the sync pseudo-lane follows the lanes");
+static atomic_int_fast64_t metrics_lane_len[METRICS_LANES];
+static atomic_uint_fast64_t metrics_lane_bucket[METRICS_LANES][METRICS_BUCKETS];
+static atomic_uint_fast64_t metrics_lane_sum_us[METRICS_LANES];
+static const char *const metrics_lane_names[METRICS_LANES] = {"short", "long", "read", "sync"};
 static atomic_uint_fast64_t metrics_drained;      /* sealed deliveries moved by drain steps */
 static atomic_uint_fast64_t metrics_fetch_direct; /* bytes a FETCH job wrote to its socket */
 /* structure answers: [enum metric_structure], and [3] written to the stores' memos */
@@ -409,14 +410,16 @@ static void metrics_render_work(struct buf *b)
     buf_printf(b, "mailvaultd_queue_depth %lld\n", (long long)total);
     metrics_family(b, "mailvaultd_worker_lane_queue_length", "gauge",
                    "Jobs waiting in each lane (short commands pass long ones), all workers.");
-    for (int l = 0; l < JOB_LANES; l++) {
+    for (int l = 0; l < METRICS_LANES; l++) {
         int64_t n = metrics_read_gauge(&metrics_lane_len[l]);
         buf_printf(b, "mailvaultd_worker_lane_queue_length{lane=\"%s\"} %lld\n",
                    metrics_lane_names[l], (long long)(n < 0 ? 0 : n));
     }
     metrics_family(b, "mailvaultd_worker_lane_wait_seconds", "histogram",
-                   "Time a job waited in its worker's lane before it ran, by lane.");
-    for (int l = 0; l < JOB_LANES; l++) {
+                   "Time a job waited in its worker's lane before it ran, by lane (sync: an "
+                   "answer waiting for its append's WAL sync with sync_apart, until the sync "
+                   "is done).");
+    for (int l = 0; l < METRICS_LANES; l++) {
         uint64_t running = 0;
         for (size_t k = 0; k < METRICS_BUCKETS - 1; k++) {
             running += metrics_read(&metrics_lane_bucket[l][k]);

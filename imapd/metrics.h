@@ -53,7 +53,12 @@ void metrics_imap_done(struct metrics_cmd *m, const char *status);
 void metrics_lmtp_reply(const char *reply);
 /* A job was queued on (+1) or taken off (-1) worker_index's queue. */
 void metrics_worker_queue(int worker_index, int delta);
-/* The same per lane (a JOB_LANE_*, all workers together): a job queued (+1) or taken (-1). */
+/* The pseudo-lane of jobs whose answer waits for an append's WAL sync on a sync thread
+ * (worker.c SYNC APART): queued at the hand-over, its wait until the sync's end. */
+#define METRICS_LANE_SYNC 3
+#define METRICS_LANES     4
+/* The same per lane (a JOB_LANE_* or METRICS_LANE_SYNC, all workers together): a job queued
+ * (+1) or taken (-1). */
 void metrics_lane_queue(int lane, int delta);
 /* A job of lane waited wait_us in the queue before its worker took it. */
 void metrics_lane_wait(int lane, int64_t wait_us);

@@ -2056,6 +2056,8 @@ static int worker_sync_hand_over(struct worker *w, struct worker_writer *me, str
         worker_sync_run(job);
         return 0;
     }
+    job->queued_us = metrics_now_us(); /* its wait for the sync, in the metrics */
+    metrics_lane_queue(METRICS_LANE_SYNC, +1);
     pthread_mutex_lock(&sync_lock);
     job->next = NULL;
     if (sync_tail != NULL) {
@@ -2094,10 +2096,12 @@ static void *worker_sync_main(void *arg)
         pthread_mutex_unlock(&sync_lock);
         struct worker *w = job->worker;
         uint64_t user = job->user;
+        metrics_lane_queue(METRICS_LANE_SYNC, -1);
         if (worker_sync_hook != NULL) {
             worker_sync_hook(job->sync_store->address);
         }
         worker_sync_run(job);
+        metrics_lane_wait(METRICS_LANE_SYNC, metrics_now_us() - job->queued_us);
         pthread_mutex_lock(&w->lock);
         for (int i = 0; i < w->sync_count; i++) {
             if (w->sync_users[i] == user) {

@@ -2118,6 +2118,15 @@ static void test_append_sync_apart(void)
     CHECK_EQ_INT(wt_sa_synced_rc, MV_OK);
     CHECK_EQ_INT(wt_sa_owed_after, 0);
     CHECK_EQ_INT(wt_sa_messages, 1);
+    /* the answer's wait for its sync, in the metrics (the pseudo-lane "sync") */
+    struct buf m = {0};
+    metrics_render(&m);
+    buf_add(&m, "", 1);
+    CHECK(m.data != NULL &&
+          strstr(m.data, "mailvaultd_worker_lane_wait_seconds_count{lane=\"sync\"} 1\n") != NULL);
+    CHECK(m.data != NULL &&
+          strstr(m.data, "mailvaultd_worker_lane_queue_length{lane=\"sync\"} 0\n") != NULL);
+    buf_free(&m);
     worker_sync_hook_set(NULL);
     worker_unplace(wt_sa_who);
 }
