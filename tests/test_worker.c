@@ -221,6 +221,32 @@ static struct mv_store_options wt_options(void)
     return config_store_options(&g_config);
 }
 
+/* 1 if the metrics page has line (a whole line, "\n" included), else 0. */
+static int wt_metrics_has(const char *line)
+{
+    struct buf b = {0};
+    metrics_render(&b);
+    buf_add(&b, "", 1);
+    int found = b.data != NULL && strstr(b.data, line) != NULL && !b.oom;
+    buf_free(&b);
+    return found;
+}
+
+/* A new store for who under the test's root (TU_KDF_ITER, WT_PW); the code, its message
+ * printed on failure. */
+static int wt_store_new(const char *who)
+{
+    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
+    g_config.kdf_iter = TU_KDF_ITER;
+    struct mv_store_options o = wt_options();
+    char err[256] = "";
+    int rc = mv_store_init(who, WT_PW, strlen(WT_PW), &o, err, sizeof err);
+    if (rc != MV_OK) {
+        fprintf(stderr, "  init %s: %s\n", who, err);
+    }
+    return rc;
+}
+
 /* A login's part: the store opened (worker_store_acquire), INBOX and the queue counted at
  * once, on the worker thread (no drain step can run in between), then released. */
 /* A job's open of who's store, as a session's LOGIN does it: with(os) (NULL: nothing) runs
@@ -930,11 +956,7 @@ static void wt_purge_maintain(struct job *job)
 
 static void test_purge_give_way_is_its_own(void)
 {
-    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
-    g_config.kdf_iter = TU_KDF_ITER;
-    struct mv_store_options o = wt_options();
-    char err[256] = "";
-    CHECK_EQ_INT(mv_store_init(wt_pwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    CHECK_EQ_INT(wt_store_new(wt_pwho), MV_OK);
     struct worker *w = worker_place(wt_pwho);
     wt_user = wt_pwho; /* its jobs touch its store (worker.c WRITERS) */
     /* the first expunge: the worker purges its bodies after the job (with the give-way) */
@@ -1008,11 +1030,7 @@ static void test_placement_least_loaded(void)
     CHECK(worker_place("u9@bench.example") == at[7]);
     /* the open store holds its user on its worker after the login's hold ended, until the
      * store is closed */
-    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
-    g_config.kdf_iter = TU_KDF_ITER;
-    struct mv_store_options o = wt_options();
-    char err[256] = "";
-    CHECK_EQ_INT(mv_store_init(wt_lwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    CHECK_EQ_INT(wt_store_new(wt_lwho), MV_OK);
     struct worker *w = worker_place(wt_lwho);
     wt_user = wt_lwho; /* its jobs touch its store (worker.c WRITERS) */
     wt_done = 0;
@@ -1163,11 +1181,7 @@ static void wt_slot_close(struct job *job)
  * them. */
 static void test_slot_forgets_purge_costs(void)
 {
-    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
-    g_config.kdf_iter = TU_KDF_ITER;
-    struct mv_store_options o = wt_options();
-    char err[256] = "";
-    CHECK_EQ_INT(mv_store_init(wt_swho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    CHECK_EQ_INT(wt_store_new(wt_swho), MV_OK);
     struct worker *w = worker_place(wt_swho);
     wt_user = wt_swho; /* its jobs touch its store (worker.c WRITERS) */
     wt_done = 0;
@@ -1245,11 +1259,7 @@ static void wt_checkpoint_wait_done(struct worker *w)
 
 static void test_checkpoint_between_jobs(void)
 {
-    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
-    g_config.kdf_iter = TU_KDF_ITER;
-    struct mv_store_options o = wt_options();
-    char err[256] = "";
-    CHECK_EQ_INT(mv_store_init(wt_cwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    CHECK_EQ_INT(wt_store_new(wt_cwho), MV_OK);
     struct worker *w = worker_place(wt_cwho);
     wt_user = wt_cwho; /* its jobs touch its store (worker.c WRITERS) */
     wt_done = 0;
@@ -1952,11 +1962,7 @@ static void wt_il_run(struct job *job)
 
 static void test_append_rows_between_jobs(void)
 {
-    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
-    g_config.kdf_iter = TU_KDF_ITER;
-    struct mv_store_options o = wt_options();
-    char err[256] = "";
-    CHECK_EQ_INT(mv_store_init(wt_ilwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    CHECK_EQ_INT(wt_store_new(wt_ilwho), MV_OK);
     struct worker *w = worker_place(wt_ilwho);
     wt_user = wt_ilwho;
     wt_done = 0;
@@ -2066,11 +2072,7 @@ static int wt_sa_hook_entered(void)
 
 static void test_append_sync_apart(void)
 {
-    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
-    g_config.kdf_iter = TU_KDF_ITER;
-    struct mv_store_options o = wt_options();
-    char err[256] = "";
-    CHECK_EQ_INT(mv_store_init(wt_sa_who, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    CHECK_EQ_INT(wt_store_new(wt_sa_who), MV_OK);
     struct worker *w = worker_place(wt_sa_who);
     worker_sync_hook_set(wt_sa_hook);
     pthread_mutex_lock(&wt_lock);
@@ -2119,14 +2121,8 @@ static void test_append_sync_apart(void)
     CHECK_EQ_INT(wt_sa_owed_after, 0);
     CHECK_EQ_INT(wt_sa_messages, 1);
     /* the answer's wait for its sync, in the metrics (the pseudo-lane "sync") */
-    struct buf m = {0};
-    metrics_render(&m);
-    buf_add(&m, "", 1);
-    CHECK(m.data != NULL &&
-          strstr(m.data, "mailvaultd_worker_lane_wait_seconds_count{lane=\"sync\"} 1\n") != NULL);
-    CHECK(m.data != NULL &&
-          strstr(m.data, "mailvaultd_worker_lane_queue_length{lane=\"sync\"} 0\n") != NULL);
-    buf_free(&m);
+    CHECK(wt_metrics_has("\nmailvaultd_worker_lane_wait_seconds_count{lane=\"sync\"} 1\n"));
+    CHECK(wt_metrics_has("\nmailvaultd_worker_lane_queue_length{lane=\"sync\"} 0\n"));
     worker_sync_hook_set(NULL);
     worker_unplace(wt_sa_who);
 }
@@ -2466,19 +2462,11 @@ static int wt_dm_note(struct open_store *os)
     return MV_OK;
 }
 
+#define WT_DM_SET_ASIDE "\nmailvaultd_fts_bodies_set_aside_total 1\n"
+
 static void wt_dm_job(struct job *job)
 {
     wt_dm_rc = wt_open_with(job, wt_dgwho, wt_dm_note);
-}
-
-static int wt_dm_counted(void)
-{
-    struct buf b = {0};
-    metrics_render(&b);
-    int found =
-        b.data != NULL && strstr(b.data, "\nmailvaultd_fts_bodies_set_aside_total 1\n") != NULL;
-    buf_free(&b);
-    return found;
 }
 
 static void test_damaged_backlog_body_set_aside(void)
@@ -2516,11 +2504,13 @@ static void test_damaged_backlog_body_set_aside(void)
                           "(SELECT body_id FROM messages WHERE uid = 3)");
     CHECK_EQ_INT(flipped, SQLITE_OK);
     mv_store_close(&s);
-    CHECK(!wt_dm_counted());
+    CHECK(!wt_metrics_has(WT_DM_SET_ASIDE));
 
     struct worker *w = worker_place(wt_dgwho);
     wt_user = wt_dgwho;
-    for (int i = 0; i < 300 && !(wt_dm_rc == MV_OK && wt_dm_backlog == 0 && wt_dm_counted()); i++) {
+    for (int i = 0;
+         i < 300 && !(wt_dm_rc == MV_OK && wt_dm_backlog == 0 && wt_metrics_has(WT_DM_SET_ASIDE));
+         i++) {
         wt_done = 0;
         wt_post(w, 1, JOB_LANE_SHORT, wt_dm_job);
         wt_collect_until(wt_efd, 1);
@@ -2531,7 +2521,7 @@ static void test_damaged_backlog_body_set_aside(void)
     }
     CHECK_EQ_INT(wt_dm_rc, MV_OK);
     CHECK_EQ_INT(wt_dm_backlog, 0);
-    CHECK(wt_dm_counted());
+    CHECK(wt_metrics_has(WT_DM_SET_ASIDE));
     wt_user = "";
     worker_unplace(wt_dgwho);
 }
@@ -2581,11 +2571,7 @@ static void wt_idle_job(struct job *job)
 
 static void test_idle_between_jobs_no_statement(void)
 {
-    snprintf(g_config.root, sizeof g_config.root, "%s", tu_path("root"));
-    g_config.kdf_iter = TU_KDF_ITER;
-    struct mv_store_options o = wt_options();
-    char err[256] = "";
-    CHECK_EQ_INT(mv_store_init(wt_iwho, WT_PW, strlen(WT_PW), &o, err, sizeof err), MV_OK);
+    CHECK_EQ_INT(wt_store_new(wt_iwho), MV_OK);
     struct worker *w = worker_place(wt_iwho);
     wt_user = wt_iwho;
     /* QUIET off: the work runs right after each job, as it does once it has had nothing to
