@@ -18,9 +18,16 @@
  *     are the same as from the message, or refused (imap_mime_open_skeleton MV_EUNSUPPORTED,
  *     imap_mime_bodystructure -1), never different.
  *   - The message that skeleton stands for (imap_mime_stand_in: the cut parts' places filled)
- *     has the message's header, and every part section located in it that does not meet a
- *     cut part's place (or is no such part) is located the same in the message: what FETCH
- *     answers from it without reading the parts stored apart (imap_fetch_sparse_copy).
+ *     has the message's header and its flat reading (imap_mime_stand_in_flat, from the
+ *     skeleton), and every part section located in it that does not meet a cut part's place
+ *     (or is no such part) is located the same in the message: what FETCH answers from it
+ *     without reading the parts stored apart (imap_fetch_sparse_copy). A walk told where the
+ *     fillers are (imap_mime_stand_in_gaps) locates every section as one reading through them.
+ *   - A Content-Type value the walk takes for a leaf without GMime (imap_mime_plain_leaf) is
+ *     neither a multipart nor a message to GMime.
+ *   - When the header makes the message one part (imap_mime_single_part), every section the
+ *     header settles (imap_mime_header_settles) is located in the header's bytes where it is
+ *     in the message: what FETCH answers from the header alone.
  *
  * Corpus: fuzz/corpus/imap_mime (multipart, nested message/rfc822, broken MIME, groups).
  */
@@ -28,9 +35,11 @@
 #include "store/store_blob.h"
 #include "store/store_parse.h"
 
+#include <gmime/gmime.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -85,11 +94,31 @@ static void fuzz_stand_in(const uint8_t *data,
     if (mv_message_header_len(whole, size) != mv_message_header_len(data, size)) {
         abort();
     }
+    int flat = imap_mime_stand_in_flat(skel, len, size); /* as FETCH takes it */
+    if (flat != imap_mime_flat(whole, size) || flat != imap_mime_flat((const char *)data, size)) {
+        abort();
+    }
+    struct imap_mime_gap *gap = calloc(n + 1, sizeof *gap);
+    if (gap == NULL) {
+        imap_mime_stand_in_free(whole, size, cuts, n);
+        return;
+    }
+    imap_mime_stand_in_gaps(cuts, n, gap);
+    struct imap_mime_gaps gaps = {.gap = gap, .count = n};
     for (size_t i = 0; i < sizeof fuzz_path_counts / sizeof fuzz_path_counts[0]; i++) {
         for (int what = IMAP_MIME_CONTENT; what <= IMAP_MIME_MESSAGE_TEXT; what++) {
             struct imap_mime_span s = {0, 0}, r = {0, 0};
-            int in_whole = imap_mime_section(whole, size, fuzz_paths[i], fuzz_path_counts[i],
-                                             (enum imap_mime_what)what, &s);
+            struct imap_mime_span u = {0, 0};
+            int in_whole =
+                imap_mime_section_flat(whole, size, flat, &gaps, fuzz_paths[i], fuzz_path_counts[i],
+                                       (enum imap_mime_what)what, &s);
+            /* the walk told of the fillers and the one reading through them agree */
+            int unread = imap_mime_section_flat(whole, size, flat, NULL, fuzz_paths[i],
+                                                fuzz_path_counts[i], (enum imap_mime_what)what, &u);
+            if (unread != in_whole ||
+                (in_whole == 0 && (u.offset != s.offset || u.length != s.length))) {
+                abort();
+            }
             int in_data = imap_mime_section((const char *)data, size, fuzz_paths[i],
                                             fuzz_path_counts[i], (enum imap_mime_what)what, &r);
             if (in_whole != 0
@@ -100,11 +129,65 @@ static void fuzz_stand_in(const uint8_t *data,
             }
         }
     }
-    free(whole);
+    free(gap);
+    imap_mime_stand_in_free(whole, size, cuts, n);
 }
 
 /* The skeleton of data as the store would keep it, described: the same as t's answers
  * (the whole message, imap_mime_open_structure) or refused. */
+/* The walk's shortcut for a Content-Type value (imap_mime_plain_leaf) against GMime's parse:
+ * the input's first line as a value; a leaf by the shortcut must be neither a multipart nor
+ * a message to GMime. */
+static void fuzz_plain_leaf(const uint8_t *data, size_t size)
+{
+    char value[256];
+    size_t n = 0;
+    while (n < size && n < sizeof value - 1 && data[n] != '\n' && data[n] != '\r') {
+        value[n] = data[n] != 0 ? (char)data[n] : ' ';
+        n++;
+    }
+    value[n] = '\0';
+    if (!imap_mime_plain_leaf(value)) {
+        return;
+    }
+    GMimeContentType *ct = g_mime_content_type_parse(NULL, value);
+    const char *type = ct != NULL ? g_mime_content_type_get_media_type(ct) : NULL;
+    if (type != NULL && (strcasecmp(type, "multipart") == 0 || strcasecmp(type, "message") == 0)) {
+        abort();
+    }
+    if (ct != NULL) {
+        g_object_unref(ct);
+    }
+}
+
+/* SECTIONS FROM THE HEADER: when the header makes the message one part, every section it
+ * settles is located in the header's bytes where it is in the message. */
+static void fuzz_from_header(const uint8_t *data, size_t size)
+{
+    const char *msg = (const char *)data;
+    size_t hlen = mv_message_header_len(msg, size);
+    if (!imap_mime_single_part(msg, hlen)) {
+        return;
+    }
+    for (size_t i = 0; i < sizeof fuzz_path_counts / sizeof fuzz_path_counts[0]; i++) {
+        for (int what = IMAP_MIME_CONTENT; what <= IMAP_MIME_MESSAGE_TEXT; what++) {
+            if (!imap_mime_header_settles(fuzz_paths[i], fuzz_path_counts[i],
+                                          (enum imap_mime_what)what)) {
+                continue;
+            }
+            struct imap_mime_span h = {0, 0}, w = {0, 0};
+            int in_header = imap_mime_section(msg, hlen, fuzz_paths[i], fuzz_path_counts[i],
+                                              (enum imap_mime_what)what, &h);
+            int in_msg = imap_mime_section(msg, size, fuzz_paths[i], fuzz_path_counts[i],
+                                           (enum imap_mime_what)what, &w);
+            if (in_header != in_msg ||
+                (in_msg == 0 && (h.offset != w.offset || h.length != w.length))) {
+                abort();
+            }
+        }
+    }
+}
+
 static void fuzz_skeleton(const uint8_t *data, size_t size, struct imap_mime *t)
 {
     struct store_parsed p;
@@ -220,6 +303,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     buf_free(&out);
     buf_free(&env);
     fuzz_skeleton(data, size, t);
+    fuzz_plain_leaf(data, size);
+    fuzz_from_header(data, size);
     imap_mime_close(&t);
     imap_mime_close(&e);
     imap_mime_close(&m);

@@ -135,10 +135,13 @@ struct imap_located {
 /* Sections a FETCH may have located ahead (more are located as they are answered). */
 #define IMAP_FETCH_LOCATED 8
 
-/* imap_mime_section() of sec in raw, or what known holds of it already. */
+/* imap_mime_section() of sec in raw, or what known holds of it already; flat: raw's
+ * imap_mime_flat() if known, else -1; gaps: raw's fillers when it is a stand-in, else NULL. */
 static int imap_section_locate(const struct imap_fetch_section *sec,
                                const char *raw,
                                size_t len,
+                               int flat,
+                               const struct imap_mime_gaps *gaps,
                                const struct imap_located *known,
                                struct imap_mime_span *span)
 {
@@ -146,7 +149,8 @@ static int imap_section_locate(const struct imap_fetch_section *sec,
         *span = known->span;
         return known->rc;
     }
-    return imap_mime_section(raw, len, sec->part, sec->part_count, imap_section_what(sec), span);
+    return imap_mime_section_flat(raw, len, flat >= 0 ? flat : imap_mime_flat(raw, len), gaps,
+                                  sec->part, sec->part_count, imap_section_what(sec), span);
 }
 
 /* BODY[1.2...]: a range of the raw message (imap_mime.c), or NIL when there is no such part. */
@@ -154,10 +158,11 @@ static void imap_part_section_out(struct buf *out,
                                   const struct imap_fetch_section *sec,
                                   const char *raw,
                                   size_t len,
+                                  const struct imap_mime_gaps *gaps,
                                   const struct imap_located *known)
 {
     struct imap_mime_span span;
-    if (raw == NULL || imap_section_locate(sec, raw, len, known, &span) != 0) {
+    if (raw == NULL || imap_section_locate(sec, raw, len, -1, gaps, known, &span) != 0) {
         buf_str(out, "NIL");
     } else if (sec->kind == IMAP_SECTION_HEADER_FIELDS ||
                sec->kind == IMAP_SECTION_HEADER_FIELDS_NOT) {
@@ -170,12 +175,14 @@ static void imap_part_section_out(struct buf *out,
     }
 }
 
-/* sec of raw (len bytes, its header the first hlen); known: where it was located, or NULL. */
+/* sec of raw (len bytes, its header the first hlen; gaps: its fillers if a stand-in, else
+ * NULL); known: where it was located, or NULL. */
 static void imap_section_out(struct buf *out,
                              const struct imap_fetch_section *sec,
                              const char *raw,
                              size_t len,
                              size_t hlen,
+                             const struct imap_mime_gaps *gaps,
                              const struct imap_located *known)
 {
     BUF_LIT(out, "BODY[");
@@ -188,7 +195,7 @@ static void imap_section_out(struct buf *out,
     }
     BUF_LIT(out, " ");
     if (sec->part_count > 0) {
-        imap_part_section_out(out, sec, raw, len, known);
+        imap_part_section_out(out, sec, raw, len, gaps, known);
     } else if (sec->kind == IMAP_SECTION_ALL) {
         imap_literal(out, raw, len, sec);
     } else if (sec->kind == IMAP_SECTION_HEADER) {
@@ -203,14 +210,17 @@ static void imap_section_out(struct buf *out,
     }
 }
 
-/* The bytes of raw (len, its header the first hlen) sec's answer is made from: [*from, *to),
- * as imap_section_out() reads them (a partial's cut applied, except to HEADER.FIELDS, whose
- * text is made from the whole header first); empty for a part that is not there. A part
- * section's location goes into *located (if not NULL) for its answer. */
+/* The bytes of raw (len, its header the first hlen; flat: its imap_mime_flat(); gaps: its
+ * fillers) sec's answer is made from: [*from, *to), as imap_section_out() reads them (a
+ * partial's cut applied, except to HEADER.FIELDS, whose text is made from the whole header
+ * first); empty for a part that is not there. A part section's location goes into *located
+ * (if not NULL) for its answer. */
 static void imap_section_range(const struct imap_fetch_section *sec,
                                const char *raw,
                                size_t len,
                                size_t hlen,
+                               int flat,
+                               const struct imap_mime_gaps *gaps,
                                struct imap_located *located,
                                size_t *from,
                                size_t *to)
@@ -220,7 +230,7 @@ static void imap_section_range(const struct imap_fetch_section *sec,
         sec->kind == IMAP_SECTION_HEADER_FIELDS || sec->kind == IMAP_SECTION_HEADER_FIELDS_NOT;
     if (sec->part_count > 0) {
         struct imap_mime_span span = {0, 0};
-        int rc = imap_section_locate(sec, raw, len, NULL, &span);
+        int rc = imap_section_locate(sec, raw, len, flat, gaps, NULL, &span);
         if (located != NULL) { /* kept for the answer */
             *located = (struct imap_located){.rc = rc, .span = span};
         }
@@ -346,6 +356,26 @@ static int imap_fetch_sparse_likely(const struct imap_fetch *f)
     return 1;
 }
 
+/* The parts a stand-in (imap_fetch_sparse_copy) was made without: where its fillers are, so
+ * that only the skeleton's bytes in it are wiped when it goes (imap_fetch_raw_free). count 0:
+ * the message's bytes are whole (or the skeleton is the message). */
+struct imap_sparse {
+    struct mv_message_cut cuts[IMAP_FETCH_SKELETON_CUTS];
+    size_t count;
+    struct imap_mime_gap gap[IMAP_FETCH_SKELETON_CUTS]; /* the fillers, for the walks */
+    struct imap_mime_gaps gaps;
+};
+
+/* Frees what imap_fetch_one() read of a message: a stand-in less its fillers' wipe. */
+static void imap_fetch_raw_free(void *raw, size_t len, const struct imap_sparse *sp)
+{
+    if (sp->count > 0) {
+        imap_mime_stand_in_free(raw, len, sp->cuts, sp->count);
+    } else {
+        mv_free(raw);
+    }
+}
+
 /* Message i with its parts stored apart left out (issue 13), when every byte f's sections
  * answer with (and RFC822.HEADER, ENVELOPE: the header) lies outside them: its skeleton laid
  * out at the message's offsets, each cut part's place filled with 'x' and a final LF. A
@@ -357,25 +387,27 @@ static int imap_fetch_sparse_likely(const struct imap_fetch *f)
  * (marks 0: its bytes and the filler are content alike) and starts a line; a section that
  * reaches into a cut part, a part with marks, or a message the skeleton cannot give
  * (mv_message_skeleton_keyed: MV_EUNSUPPORTED ...) is read whole, as before. Returns 1 with
- * *raw (len bytes, mv_free), or 0 with nothing held. */
+ * *raw (len bytes; imap_fetch_raw_free with sp, whose cuts say where the fillers are), or 0
+ * with nothing held. */
 static int imap_fetch_sparse_copy(struct imap_ctx *x,
                                   const struct imap_fetch *f,
                                   unsigned needs,
                                   size_t i,
                                   struct imap_located located[IMAP_FETCH_LOCATED],
+                                  struct imap_sparse *sp,
                                   void **raw,
                                   size_t *len)
 {
     struct mv_message_key key;
+    sp->count = 0;
     if ((needs & IMAP_FETCH_WHOLE_ITEMS) != 0 || f->section_count == 0 ||
         !imap_view_key(&x->s->view, i, &key)) {
         return 0;
     }
-    struct mv_message_cut cuts[IMAP_FETCH_SKELETON_CUTS];
     void *skeleton = NULL;
     size_t skeleton_len = 0, count = 0;
     if (mv_message_skeleton_keyed(imap_db(x->s), x->s->view.mailbox, &key, imap_fetch_place_copy,
-                                  &skeleton, &skeleton_len, cuts, IMAP_FETCH_SKELETON_CUTS,
+                                  &skeleton, &skeleton_len, sp->cuts, IMAP_FETCH_SKELETON_CUTS,
                                   &count) != MV_OK) {
         mv_free(skeleton);
         return 0;
@@ -386,25 +418,91 @@ static int imap_fetch_sparse_copy(struct imap_ctx *x,
         return 1;
     }
     char *whole = NULL;
-    int usable = imap_mime_stand_in(skeleton, skeleton_len, cuts, count, key.size, &whole) == MV_OK;
+    int usable =
+        imap_mime_stand_in(skeleton, skeleton_len, sp->cuts, count, key.size, &whole) == MV_OK;
+    int flat = usable && imap_mime_stand_in_flat(skeleton, skeleton_len, key.size);
     mv_free(skeleton);
+    imap_mime_stand_in_gaps(sp->cuts, count, sp->gap);
+    sp->gaps = (struct imap_mime_gaps){.gap = sp->gap, .count = count};
     size_t hlen = usable ? imap_header_len(whole, (size_t)key.size) : 0;
     for (size_t k = 0; usable && k < f->section_count; k++) {
         size_t from, to;
-        imap_section_range(&f->sections[k], whole, (size_t)key.size, hlen,
+        imap_section_range(&f->sections[k], whole, (size_t)key.size, hlen, flat, &sp->gaps,
                            k < IMAP_FETCH_LOCATED ? &located[k] : NULL, &from, &to);
-        usable = !imap_mime_stand_in_meets(cuts, count, from, to);
+        usable = !imap_mime_stand_in_meets(sp->cuts, count, from, to);
     }
     metrics_sections_read(usable);
     if (!usable) {
         for (size_t k = 0; k < IMAP_FETCH_LOCATED; k++) {
             located[k].rc = 1; /* located in the stand-in: not for the message read now */
         }
-        mv_free(whole); /* wiped: the skeleton's bytes */
+        if (whole != NULL) {
+            imap_mime_stand_in_free(whole, key.size, sp->cuts, count);
+        }
         return 0;
     }
+    sp->count = count;
     *raw = whole;
     *len = (size_t)key.size;
+    return 1;
+}
+
+/* 1 if items and f's sections would be header-only (imap_fetch_header_only) but for part
+ * sections, each settled by the header of a message of one part (imap_mime.h, SECTIONS FROM
+ * THE HEADER: a part's MIME header, a part that is not there); there is one at least. */
+static int imap_fetch_header_parts(const struct imap_fetch *f, unsigned items)
+{
+    if ((items & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY | IMAP_FETCH_RFC822 |
+                  IMAP_FETCH_RFC822_TEXT)) != 0) {
+        return 0;
+    }
+    int parts = 0;
+    for (size_t k = 0; k < f->section_count; k++) {
+        const struct imap_fetch_section *sec = &f->sections[k];
+        if (sec->part_count > 0) {
+            if (!imap_mime_header_settles(sec->part, sec->part_count, imap_section_what(sec))) {
+                return 0;
+            }
+            parts = 1;
+        } else if (sec->kind != IMAP_SECTION_HEADER && sec->kind != IMAP_SECTION_HEADER_FIELDS &&
+                   sec->kind != IMAP_SECTION_HEADER_FIELDS_NOT) {
+            return 0;
+        }
+    }
+    return parts;
+}
+
+/* For a FETCH of sections imap_fetch_header_parts() allows: message uid's header (the
+ * window's, place, or read by UID) when it makes the message one part, so that its sections
+ * are answered from the header alone. 1 with *raw and *len (the window's bytes when
+ * *borrowed, else mv_free), 0 with nothing held (a multipart, a message/rfc822, a failed
+ * read: then the message is read as before). */
+static int imap_fetch_single_header(struct imap_ctx *x,
+                                    const struct imap_header_window *headers,
+                                    size_t place,
+                                    uint32_t uid,
+                                    void **raw,
+                                    size_t *len,
+                                    int *borrowed)
+{
+    const void *window_raw = NULL;
+    void *own = NULL;
+    size_t n = 0;
+    int from_window = imap_header_window_get(headers, place, &window_raw, &n);
+    if (!from_window &&
+        mv_message_fetch_header(imap_db(x->s), x->s->view.mailbox, uid, &own, &n) != MV_OK) {
+        mv_free(own);
+        return 0;
+    }
+    const char *header = from_window ? window_raw : own;
+    if (!imap_mime_single_part(header, n)) {
+        mv_free(own);
+        return 0;
+    }
+    metrics_headers_read(from_window);
+    *raw = from_window ? (void *)window_raw : own;
+    *len = n;
+    *borrowed = from_window;
     return 1;
 }
 
@@ -672,6 +770,8 @@ static int imap_fetch_one(struct imap_ctx *x,
     for (size_t k = 0; k < IMAP_FETCH_LOCATED; k++) {
         located[k].rc = 1;
     }
+    struct imap_sparse sparse; /* raw is a stand-in when its count is > 0 */
+    sparse.count = 0;
     if ((items & IMAP_FETCH_BODYSTRUCTURE) != 0) {
         found |=
             imap_fetch_structure_cached(x, stored, place, i, IMAP_FETCH_BODYSTRUCTURE, &cached[1]);
@@ -694,13 +794,18 @@ static int imap_fetch_one(struct imap_ctx *x,
         const void *window_raw = NULL; /* the header the window read ahead (not ours to free) */
         borrowed = header_only && imap_header_window_get(headers, place, &window_raw, &len);
         raw = (void *)window_raw;
+        int single = 0; /* raw is the header of a message of one part, read here */
         if (header_only) {
             metrics_headers_read(borrowed);
+        } else if (imap_fetch_header_parts(f, needs) &&
+                   imap_fetch_single_header(x, headers, place, m->uid, &raw, &len, &borrowed)) {
+            single = header_only = 1; /* its sections settled by the header */
+            metrics_sections_from_header();
         }
-        int rc = borrowed      ? MV_OK
+        int rc = borrowed || single ? MV_OK
                  : header_only ? mv_message_fetch_header(imap_db(x->s), x->s->view.mailbox, m->uid,
                                                          &raw, &len)
-                 : imap_fetch_sparse_copy(x, f, needs, i, located, &raw, &len)
+                 : imap_fetch_sparse_copy(x, f, needs, i, located, &sparse, &raw, &len)
                      ? MV_OK
                      : imap_fetch_whole_copy(x, i, &raw, &len);
         if (rc == MV_OK && need_mime) {
@@ -717,7 +822,7 @@ static int imap_fetch_one(struct imap_ctx *x,
         }
         if (rc != MV_OK) {
             if (!borrowed) {
-                mv_free(raw);
+                imap_fetch_raw_free(raw, len, &sparse);
             }
             buf_free(&cached[0]);
             buf_free(&cached[1]);
@@ -787,12 +892,13 @@ static int imap_fetch_one(struct imap_ctx *x,
     for (size_t k = 0; k < f->section_count; k++) {
         buf_str(out, " ");
         imap_section_out(out, &f->sections[k], raw, len, hlen,
+                         sparse.count > 0 ? &sparse.gaps : NULL,
                          k < IMAP_FETCH_LOCATED ? &located[k] : NULL);
     }
     buf_str(out, ")\r\n");
     imap_mime_close(&mime);
     if (!borrowed) {
-        mv_free(raw);
+        imap_fetch_raw_free(raw, len, &sparse);
     }
     return 0;
 }
@@ -1129,7 +1235,8 @@ static void imap_fetch_prefetch(struct imap_ctx *x, struct imap_fetch_state *st,
 static void imap_fetch_headers_ahead(struct imap_ctx *x, struct imap_fetch_state *st)
 {
     const struct imap_fetch *f = st->f;
-    if (st->next < st->headers.to || !imap_fetch_header_only(f, f->items) ||
+    if (st->next < st->headers.to ||
+        (!imap_fetch_header_only(f, f->items) && !imap_fetch_header_parts(f, f->items)) ||
         ((f->items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_RFC822_HEADER)) == 0 &&
          f->section_count == 0)) {
         return;

@@ -13,6 +13,16 @@
 
 struct imap_mime;
 
+/* Where a stand-in's fillers lie (imap_mime_stand_in_gaps): [start, end) of raw, ascending. */
+struct imap_mime_gap {
+    size_t start;
+    size_t end;
+};
+struct imap_mime_gaps {
+    const struct imap_mime_gap *gap;
+    size_t count;
+};
+
 /* Lines that could open a MIME part or a header field ("--...", "name:") beyond which a
  * message is not handed to GMime (one text part in BODYSTRUCTURE; sections by the raw walk). */
 #define IMAP_MIME_STRUCTURE_MAX 60000
@@ -49,10 +59,10 @@ int imap_mime_open_skeleton(const char *raw,
 void imap_mime_close(struct imap_mime **m);
 /* The message a skeleton (len bytes, without the cut_count parts cuts name; size bytes with
  * them) stands for, for FETCH body sections (imap_mime_stand_in.c): size bytes into *out
- * (malloc'd), the skeleton's bytes at the message's offsets and each cut part's place filled
- * with bytes no MIME reading tells from a part's content. imap_mime_section() finds in it
- * what it finds in the message; a range that meets a cut part's place
- * (imap_mime_stand_in_meets) is filler there. MV_OK, MV_ENOMEM, MV_EUNSUPPORTED (a cut part
+ * (free with imap_mime_stand_in_free), the skeleton's bytes at the message's offsets and each
+ * cut part's place filled with bytes no MIME reading tells from a part's content.
+ * imap_mime_section() finds in it what it finds in the message; a range that meets a cut part's
+ * place (imap_mime_stand_in_meets) is filler there. MV_OK, MV_ENOMEM, MV_EUNSUPPORTED (a cut part
  * holds lines a MIME parser reads, marks > 0, or does not start a line, or the parts do not
  * add up to size: read the message whole). */
 int imap_mime_stand_in(const char *skeleton,
@@ -61,6 +71,24 @@ int imap_mime_stand_in(const char *skeleton,
                        size_t cut_count,
                        uint64_t size,
                        char **out);
+/* imap_mime_flat() of the stand-in (size bytes) made of this skeleton (len bytes), from the
+ * skeleton's bytes alone: the fillers hold no line it counts, and the skeleton's pieces start
+ * and end lines as they do in the stand-in. Why: the stand-in of a message with a big
+ * attachment is over the size where imap_mime_flat() scans, and the scan ran through every
+ * filler (5% of a FETCH of 500 previews with 5% of the messages carrying attachments). */
+int imap_mime_stand_in_flat(const char *skeleton, size_t len, uint64_t size);
+/* The places of the fillers of the stand-in made with these cuts (the stand-in's offsets),
+ * into gap[0..cut_count): what imap_mime_section_flat() steps over. */
+void imap_mime_stand_in_gaps(const struct mv_message_cut *cuts,
+                             size_t cut_count,
+                             struct imap_mime_gap *gap);
+/* Frees a stand-in (size bytes, made with these cuts) after wiping the skeleton's bytes in
+ * it; the fillers hold nothing of the message and are not wiped (imap_mime_stand_in.c, THE
+ * FILLER PASSED OVER). NULL: nothing. */
+void imap_mime_stand_in_free(char *whole,
+                             uint64_t size,
+                             const struct mv_message_cut *cuts,
+                             size_t cut_count);
 /* 1 if bytes [from, to) of the message meet the place of one of the cut parts, else 0. */
 int imap_mime_stand_in_meets(const struct mv_message_cut *cuts,
                              size_t cut_count,
@@ -86,6 +114,11 @@ int imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int exte
 #define IMAP_MIME_STRUCTURE_FORMAT 1
 #define IMAP_MIME_TAG_LEN          4
 void imap_mime_structure_tag(unsigned char tag[IMAP_MIME_TAG_LEN]);
+/* 1 if the Content-Type value (unfolded, NUL-terminated) names a leaf part for certain
+ * without GMime's parser: a plain media type other than multipart and message; 0: ask GMime.
+ * The walk behind imap_mime_section() takes this shortcut; tests and the fuzz target check it
+ * against GMime's parse. */
+int imap_mime_plain_leaf(const char *value);
 /* What imap_mime_section() locates in a part. */
 enum imap_mime_what {
     IMAP_MIME_CONTENT = 0,    /* BODY[1.2]: the part's content, without its MIME header */
@@ -111,5 +144,34 @@ int imap_mime_section(const char *raw,
                       size_t count,
                       enum imap_mime_what what,
                       struct imap_mime_span *span);
+/* SECTIONS FROM THE HEADER. A message whose top Content-Type is neither a multipart nor a
+ * message (or that has none) is one part to imap_mime_section(): every part number but 1
+ * names nothing, part 1 (1.1, ...) is the message itself, its MIME header is the message's
+ * header, and it has no HEADER or TEXT. So such a section is settled by the header alone
+ * (imap_mime_header_settles), and imap_mime_section() of the header's bytes (exactly the
+ * header, as the store keeps it: mv_message_fetch_header) gives the message's answer; only
+ * part 1's content needs the body. FETCH reads the header instead of the message for them
+ * (imap_fetch.c; a client's BODY[2.MIME] of 500 messages decompressed every body before);
+ * tests/test_imap_mime.c and the fuzz target compare both answers. */
+/* 1 if header (len bytes, exactly a message's header) makes the message one part. */
+int imap_mime_single_part(const char *header, size_t len);
+/* 1 if, for a message of one part, the section part[0..count) / what is settled by the header
+ * (anything but the content of part 1, 1.1, ...). */
+int imap_mime_header_settles(const uint32_t *part, size_t count, enum imap_mime_what what);
+/* Whether imap_mime_section() takes raw for one text part (more than IMAP_MIME_STRUCTURE_MAX
+ * lines that could open a part or a field): 1 or 0. Scans raw when len is above twice that. */
+int imap_mime_flat(const char *raw, size_t len);
+/* imap_mime_section() with flat given (imap_mime_flat() of raw, or imap_mime_stand_in_flat()
+ * of the skeleton a stand-in is made of), so that a caller locating several sections, or one
+ * in a stand-in, does not scan the message for it each time; and for a stand-in its gaps
+ * (else NULL), whose fillers the walk steps over unread as the lines they are. */
+int imap_mime_section_flat(const char *raw,
+                           size_t len,
+                           int flat,
+                           const struct imap_mime_gaps *gaps,
+                           const uint32_t *part,
+                           size_t count,
+                           enum imap_mime_what what,
+                           struct imap_mime_span *span);
 
 #endif /* MV_IMAP_MIME_H */

@@ -111,8 +111,9 @@ static atomic_uint_fast64_t metrics_fetch_direct; /* bytes a FETCH job wrote to 
 /* structure answers: [enum metric_structure], and [3] written to the stores' memos */
 /* lookups by enum metric_structure, then saved, made from a skeleton, made from a message */
 static atomic_uint_fast64_t metrics_structure[6];
-/* FETCH sections of messages with parts stored apart: [0] from the skeleton, [1] whole */
-static atomic_uint_fast64_t metrics_sections[2];
+/* FETCH sections of messages with parts stored apart: [0] from the skeleton, [1] whole; [2]
+ * messages of one part answered from their header */
+static atomic_uint_fast64_t metrics_sections[3]; /* skeleton, whole, header */
 /* headers of header-only FETCHes: [0] from the window read ahead, [1] by UID */
 static atomic_uint_fast64_t metrics_headers[2];
 
@@ -197,6 +198,11 @@ void metrics_structure_made(int from_skeleton)
 void metrics_sections_read(int from_skeleton)
 {
     atomic_fetch_add_explicit(&metrics_sections[from_skeleton ? 0 : 1], 1, memory_order_relaxed);
+}
+
+void metrics_sections_from_header(void)
+{
+    atomic_fetch_add_explicit(&metrics_sections[2], 1, memory_order_relaxed);
 }
 
 void metrics_headers_read(int from_window)
@@ -475,12 +481,15 @@ static void metrics_render_work(struct buf *b)
     metrics_family(b, "mailvaultd_fetch_sections_read_total", "counter",
                    "Messages with parts stored apart whose FETCH body sections were answered: "
                    "from the skeleton, the parts stored apart not read (every byte asked for "
-                   "outside them), or from the whole message.");
+                   "outside them), or from the whole message; and messages of one part whose "
+                   "sections (a part's MIME header, a part not there) came from the header.");
     buf_printf(b,
                "mailvaultd_fetch_sections_read_total{read=\"skeleton\"} %llu\n"
-               "mailvaultd_fetch_sections_read_total{read=\"whole\"} %llu\n",
+               "mailvaultd_fetch_sections_read_total{read=\"whole\"} %llu\n"
+               "mailvaultd_fetch_sections_read_total{read=\"header\"} %llu\n",
                (unsigned long long)metrics_read(&metrics_sections[0]),
-               (unsigned long long)metrics_read(&metrics_sections[1]));
+               (unsigned long long)metrics_read(&metrics_sections[1]),
+               (unsigned long long)metrics_read(&metrics_sections[2]));
     metrics_family(b, "mailvaultd_fetch_headers_read_total", "counter",
                    "Headers read for FETCHes that need only the header (a client's message "
                    "list): with the next messages' at once by their body keys, or one by UID.");

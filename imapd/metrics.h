@@ -78,6 +78,8 @@ void metrics_structure_made(int from_skeleton);
 /* A FETCH's body sections of a message with parts stored apart answered from its skeleton
  * (imap_fetch_sparse_copy), or from the whole message. */
 void metrics_sections_read(int from_skeleton);
+/* A message of one part whose FETCH sections its header settled (imap_fetch_single_header). */
+void metrics_sections_from_header(void);
 /* A header-only FETCH's header of one message: from the window read ahead by body keys
  * (imap_fetch_headers.h), or read by UID. */
 void metrics_headers_read(int from_window);

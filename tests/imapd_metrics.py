@@ -531,6 +531,51 @@ def listing_subjects(untagged):
     return out
 
 
+def check_sections_from_header(args):
+    """FETCH of sections a message of one part's header settles (a part's MIME header, a part
+    that is not there, HEADER / TEXT of a part that is no message) reads the header, not the
+    message (imap_mime.h, SECTIONS FROM THE HEADER): the same bytes and NILs as from the
+    message; a multipart's part headers and part 1's content still come from the message.
+    Before, every such section read and decompressed the whole message."""
+    user, password = args.user.split(":", 1)
+    a = imapd_common.imap_login(args.imap, user, password, 30)
+    a.command("CREATE oneparts")
+    head1 = b"Subject: one\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n"
+    head2 = b"Subject: two\r\n\r\n"
+    multi = (b"Subject: three\r\nContent-Type: multipart/alternative; boundary=b\r\n\r\n"
+             b"--b\r\nContent-Type: text/plain\r\n\r\npart one\r\n"
+             b"--b\r\nContent-Type: text/html\r\n\r\n<p>two</p>\r\n--b--\r\n")
+    for msg in (head1 + b"hello\r\n", head2 + b"no content type\r\n", multi):
+        a.command("APPEND oneparts", msg)
+    a.command("EXAMINE oneparts")
+    name = "mailvaultd_fetch_sections_read_total"
+    _, _, s0 = scrape(args.metrics)
+    untagged, tagged = a.command("FETCH 1:3 (BODY.PEEK[1.MIME] BODY.PEEK[2.MIME] "
+                                 "BODY.PEEK[1.TEXT] BODY.PEEK[1.1.MIME]<0.9>)")
+    _, _, s1 = scrape(args.metrics)
+    by = {int(t.split()[1]): (t, lits) for t, lits in untagged if b" FETCH " in t}
+    one = [by.get(k, (b"", []))[1] == [h, h[:9]] and b"BODY[2.MIME] NIL" in by[k][0]
+           and b"BODY[1.TEXT] NIL" in by[k][0] for k, h in ((1, head1), (2, head2))]
+    three = by.get(3, (b"", []))
+    R.report("sections: a one-part message's MIME headers and absent parts from its header, "
+             "the exact bytes; a multipart's from the message",
+             b" OK" in tagged and all(one)
+             and three[1] == [b"Content-Type: text/plain\r\n\r\n",
+                              b"Content-Type: text/html\r\n\r\n", b"Content-T"]
+             and b"BODY[1.TEXT] NIL" in three[0]
+             and delta(s0, s1, name, read="header") == 2,
+             "%r %r %r" % (tagged, by, delta(s0, s1, name, read="header")))
+    untagged, tagged = a.command("FETCH 1:2 (BODY.PEEK[1]<0.3> BODY.PEEK[2.MIME])")
+    _, _, s2 = scrape(args.metrics)
+    got = [lits for t, lits in untagged if b" FETCH " in t]
+    R.report("sections: part 1's content is the body: not from the header",
+             b" OK" in tagged and got == [[b"hel"], [b"no "]]
+             and delta(s1, s2, name, read="header") == 0,
+             "%r %r" % (tagged, got))
+    a.command("LOGOUT")
+    a.close()
+
+
 def check_headers_window(args):
     """A FETCH that needs only headers (a client's message list) reads them a window at a
     time by the view's body keys (imap_fetch_headers.c), byte for byte what a read by UID
@@ -707,6 +752,7 @@ def main():
         check_structure_cache(args)
         check_structure_skeleton(args)
         check_sections_skeleton(args)
+        check_sections_from_header(args)
         check_headers_window(args)
         check_fts_backlog(args)
         check_http(args.metrics)

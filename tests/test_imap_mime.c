@@ -15,11 +15,13 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <gmime/gmime.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 static char *tm_crlf(const char *lf)
@@ -241,6 +243,199 @@ static void test_digest_and_case(void)
     CHECK(tm_section(digest, "1.1", C, "body one"));
     CHECK(tm_section(digest, "2", C, "not a message"));
     CHECK(tm_section(digest, "2", MH, NULL));
+}
+
+/* The walk's shortcut past GMime's Content-Type parser (imap_mime_plain_leaf): taken only for
+ * a plain media type other than multipart and message, and then GMime agrees it is a leaf;
+ * comments, quotes, blanks before the '/', 8-bit bytes and the two container types go to
+ * GMime; the part numbers come out the same either way. */
+static void test_plain_leaf_shortcut(void)
+{
+    static const struct {
+        const char *value;
+        int leaf;
+    } cases[] = {
+        {"text/plain; charset=utf-8", 1},
+        {" \ttext/html", 1},
+        {"application/vnd.ms-excel", 1},
+        {"image/x-icon; name=\"a.ico\"", 1},
+        {"multipartx/mixed", 1},
+        {"messages/rfc822", 1},
+        {"x-unknown/thing", 1},
+        {"multipart/mixed; boundary=b", 0},
+        {"MultiPart/Alternative", 0},
+        {"message/rfc822", 0},
+        {"MESSAGE/global", 0},
+        {"(comment) multipart/mixed; boundary=b", 0},
+        {"\"text\"/plain", 0},
+        {"text /plain", 0},
+        {"text", 0},
+        {"/plain", 0},
+        {"", 0},
+        {"t\xc3\xa9xt/plain", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int leaf = imap_mime_plain_leaf(cases[i].value);
+        CHECK_EQ_INT(leaf, cases[i].leaf);
+        if (!leaf) {
+            continue;
+        }
+        GMimeContentType *ct = g_mime_content_type_parse(NULL, cases[i].value);
+        CHECK(ct != NULL);
+        const char *type = g_mime_content_type_get_media_type(ct);
+        int container = strcasecmp(type, "multipart") == 0 || strcasecmp(type, "message") == 0;
+        g_object_unref(ct);
+        CHECK(!container);
+    }
+    /* Through the walk: a multipart behind a comment still has parts; a plain type has one. */
+    static const char commented[] = "Content-Type: (why) multipart/mixed; boundary=b\n\n"
+                                    "--b\nContent-Type: text/plain\n\none\n"
+                                    "--b\nContent-Type: image/png\n\ntwo\n--b--\n";
+    CHECK(tm_section(commented, "1", C, "one"));
+    CHECK(tm_section(commented, "2", C, "two"));
+    CHECK(tm_section(commented, "2.1", C, "two"));
+    CHECK(tm_section(commented, "2.2", C, NULL));
+    CHECK(tm_section(commented, "3", C, NULL));
+    static const char plain[] =
+        "Content-Type: text/plain; boundary=b\n\n--b\n\nnot a part\n--b--\n";
+    CHECK(tm_section(plain, "1", C, "--b\n\nnot a part\n--b--\n"));
+    CHECK(tm_section(plain, "2", C, NULL));
+}
+
+/* A message of more than twice IMAP_MIME_STRUCTURE_MAX bytes with a big attachment cut out:
+ * the stand-in's flat reading comes from the skeleton alone (imap_mime_stand_in_flat), the
+ * same as the message's and the stand-in's own, with structure lines enough (1) or not (0);
+ * its filler is one line where imap_mime_stand_in_gaps says, and the sections located in it
+ * with the gaps (the filler stepped over) and without (read through) are the message's. */
+static void tm_stand_in_case(size_t fields, int expect_flat)
+{
+    static const char head[] = "Content-Type: multipart/mixed; boundary=b\n\n"
+                               "--b\nContent-Type: text/plain\n\n";
+    static const char mid[] = "\n--b\nContent-Type: application/octet-stream\n\n";
+    static const char tail[] = "\n--b--\n";
+    size_t cut_size = 300000, body = fields * 3;
+    size_t size = strlen(head) + body + strlen(mid) + cut_size + strlen(tail);
+    char *msg = malloc(size), *skel = malloc(size);
+    CHECK(msg != NULL && skel != NULL);
+    size_t at = 0;
+    memcpy(msg + at, head, strlen(head));
+    at += strlen(head);
+    for (size_t i = 0; i < fields; i++, at += 3) {
+        memcpy(msg + at, "a:\n", 3);
+    }
+    memcpy(msg + at, mid, strlen(mid));
+    at += strlen(mid);
+    size_t position = at;
+    for (size_t i = 0; i < cut_size; i++) {
+        msg[at + i] = (i + 1) % 77 == 0 ? '\n' : 'Q';
+    }
+    msg[at + cut_size - 1] = '\n';
+    at += cut_size;
+    memcpy(msg + at, tail, strlen(tail));
+    memcpy(skel, msg, position);
+    memcpy(skel + position, msg + position + cut_size, strlen(tail));
+    size_t skel_len = position + strlen(tail);
+    struct mv_message_cut cut = {.position = position, .size = cut_size, .lines = 0, .marks = 0};
+    char *whole = NULL;
+    CHECK_EQ_INT(imap_mime_stand_in(skel, skel_len, &cut, 1, size, &whole), MV_OK);
+    int flat = imap_mime_stand_in_flat(skel, skel_len, size);
+    CHECK_EQ_INT(flat, expect_flat);
+    CHECK_EQ_INT(imap_mime_flat(whole, size), flat);
+    CHECK_EQ_INT(imap_mime_flat(msg, size), flat);
+    struct imap_mime_gap gap;
+    imap_mime_stand_in_gaps(&cut, 1, &gap);
+    CHECK(gap.start == position && gap.end == position + cut_size);
+    CHECK(whole[gap.start] == 'x' && whole[gap.end - 2] == 'x' && whole[gap.end - 1] == '\n');
+    struct imap_mime_gaps gaps = {.gap = &gap, .count = 1};
+    for (uint32_t p = 1; p <= 3; p++) {
+        for (int what = IMAP_MIME_CONTENT; what <= IMAP_MIME_HEADER; what++) {
+            struct imap_mime_span s = {0, 0}, r = {0, 0}, u = {0, 0};
+            int in_whole = imap_mime_section_flat(whole, size, flat, &gaps, &p, 1,
+                                                  (enum imap_mime_what)what, &s);
+            int unread = imap_mime_section_flat(whole, size, flat, NULL, &p, 1,
+                                                (enum imap_mime_what)what, &u);
+            int in_msg = imap_mime_section(msg, size, &p, 1, (enum imap_mime_what)what, &r);
+            CHECK_EQ_INT(in_whole, in_msg);
+            CHECK_EQ_INT(unread, in_msg);
+            CHECK(in_msg != 0 || (s.offset == r.offset && s.length == r.length));
+            CHECK(in_msg != 0 || (u.offset == r.offset && u.length == r.length));
+        }
+    }
+    imap_mime_stand_in_free(whole, size, &cut, 1);
+    free(skel);
+    free(msg);
+}
+
+static void test_stand_in_flat_from_skeleton(void)
+{
+    tm_stand_in_case(IMAP_MIME_STRUCTURE_MAX + 10, 1); /* one text part, as GMime is spared */
+    tm_stand_in_case(1000, 0);                         /* big by its cut part alone */
+}
+
+/* SECTIONS FROM THE HEADER (imap_mime.h): a message of one part is told by its header alone,
+ * and every section its header settles is located in the header's bytes where it is in the
+ * message; part 1's content is not settled; multiparts and messages are not one part. */
+static int tm_header_agrees(const char *msg)
+{
+    static const uint32_t paths[][3] = {{1, 0, 0}, {2, 0, 0}, {1, 1, 0}, {1, 2, 0}, {3, 1, 1}};
+    static const size_t counts[] = {1, 1, 2, 2, 3};
+    size_t len = strlen(msg), hlen = mv_message_header_len(msg, len);
+    if (!imap_mime_single_part(msg, hlen)) {
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        for (int what = IMAP_MIME_CONTENT; what <= IMAP_MIME_MESSAGE_TEXT; what++) {
+            if (!imap_mime_header_settles(paths[i], counts[i], (enum imap_mime_what)what)) {
+                continue;
+            }
+            struct imap_mime_span h = {0, 0}, w = {0, 0};
+            int in_header =
+                imap_mime_section(msg, hlen, paths[i], counts[i], (enum imap_mime_what)what, &h);
+            int in_msg =
+                imap_mime_section(msg, len, paths[i], counts[i], (enum imap_mime_what)what, &w);
+            if (in_header != in_msg ||
+                (in_msg == 0 && (h.offset != w.offset || h.length != w.length))) {
+                fprintf(stderr, "  path %zu what %d: %d/%d\n", i, what, in_header, in_msg);
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static void test_sections_from_header(void)
+{
+    static const char *single[] = {
+        "Subject: plain\r\n\r\nbody\r\n",
+        "Content-Type: text/html; charset=utf-8\r\nSubject: x\r\n\r\n<p>--b</p>\r\n",
+        "Content-Type: (why) application/pdf\n\n--b\nContent-Type: text/plain\n\nx\n",
+        "Content-Type: text/plain; boundary=b\n\n--b\n\nnot a part\n--b--\n",
+        "Subject: only a header\r\n",
+        "Content-Type: multipart\n\n--b\n\nunparsable type: a leaf to GMime\n",
+    };
+    for (size_t i = 0; i < sizeof single / sizeof single[0]; i++) {
+        CHECK(tm_header_agrees(single[i]));
+        char *crlf = tm_crlf(single[i]);
+        int ok = tm_header_agrees(crlf);
+        free(crlf);
+        CHECK(ok);
+    }
+    static const char *several[] = {
+        tm_nested,
+        "Content-Type: multipart/mixed; boundary=b\n\n--b\n\none\n--b--\n",
+        "Content-Type: message/rfc822\n\nSubject: inner\n\nbody\n",
+        "Content-Type: (c) Multipart/Alternative; boundary=b\n\n--b\n\none\n--b--\n",
+    };
+    for (size_t i = 0; i < sizeof several / sizeof several[0]; i++) {
+        size_t len = strlen(several[i]);
+        CHECK(!imap_mime_single_part(several[i], mv_message_header_len(several[i], len)));
+    }
+    static const uint32_t one[] = {1, 1}, two[] = {1, 2};
+    CHECK(!imap_mime_header_settles(one, 1, IMAP_MIME_CONTENT));
+    CHECK(!imap_mime_header_settles(one, 2, IMAP_MIME_CONTENT));
+    CHECK(imap_mime_header_settles(two, 2, IMAP_MIME_CONTENT));
+    CHECK(imap_mime_header_settles(one, 1, IMAP_MIME_HEADER));
+    CHECK(imap_mime_header_settles(one, 1, IMAP_MIME_MESSAGE_TEXT));
 }
 
 static void test_too_much_structure(void)
@@ -951,6 +1146,9 @@ int main(void)
     TEST(test_headers_only_and_empty);
     TEST(test_digest_and_case);
     TEST(test_too_much_structure);
+    TEST(test_plain_leaf_shortcut);
+    TEST(test_stand_in_flat_from_skeleton);
+    TEST(test_sections_from_header);
     TEST(test_utf8_strings);
     TEST(test_imap_string_quoting);
     TEST(test_buf_numbers_and_dates);
