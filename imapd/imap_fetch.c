@@ -506,6 +506,124 @@ static int imap_fetch_single_header(struct imap_ctx *x,
     return 1;
 }
 
+/* PREVIEWS FROM THE FIRST BYTES (issue 13). A client's preview (BODY.PEEK[TEXT]<0.512>,
+ * BODY.PEEK[]<0.2048>, BODY.PEEK[1]<0.256> of a message of one part) needs the header and the
+ * next few hundred bytes, at offsets the header alone tells; the store keeps a long body's
+ * first 4 KiB as a unit of their own (mv_message_prefix_keyed), so such a FETCH unpacks that
+ * much instead of the whole body (unpacking whole bodies was a third of a FETCH of 500
+ * previews). imap_fetch_prefix_sections() says which FETCHes qualify; the header comes
+ * from the header window (read ahead for them), and where it is not there, or the message
+ * is not of one part when a part section needs it, the message is read as before. */
+
+/* The body's first bytes the store keeps as a unit of their own when more than twice as
+ * many follow the header (THE LEAD FRAME, src/store/store_blob.c). */
+#define IMAP_FETCH_LEAD 4096u
+
+/* 1 if f (beside items a header serves: ENVELOPE, RFC822.HEADER) asks only for what a
+ * message's first bytes answer at offsets its header tells: a partial of the message or of
+ * its text, header sections, and part sections of a message of one part (what its header
+ * settles, or a partial of part 1's content; *parts then 1); at most IMAP_FETCH_LOCATED
+ * sections, each located before it is answered. */
+static int imap_fetch_prefix_sections(const struct imap_fetch *f, unsigned items, int *parts)
+{
+    *parts = 0;
+    if ((items & IMAP_FETCH_WHOLE_ITEMS) != 0 || f->section_count == 0 ||
+        f->section_count > IMAP_FETCH_LOCATED) {
+        return 0;
+    }
+    for (size_t k = 0; k < f->section_count; k++) {
+        const struct imap_fetch_section *sec = &f->sections[k];
+        if (sec->part_count > 0) {
+            *parts = 1;
+            if (!sec->partial &&
+                !imap_mime_header_settles(sec->part, sec->part_count, imap_section_what(sec))) {
+                return 0; /* part 1's whole content: the whole body */
+            }
+        } else if (!sec->partial &&
+                   (sec->kind == IMAP_SECTION_ALL || sec->kind == IMAP_SECTION_TEXT)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* How many of a message's first bytes (its header hlen bytes) f's sections answer from. */
+static uint64_t imap_fetch_prefix_want(const struct imap_fetch *f, size_t hlen)
+{
+    uint64_t want = hlen; /* the header at least: ENVELOPE, header sections */
+    for (size_t k = 0; k < f->section_count; k++) {
+        const struct imap_fetch_section *sec = &f->sections[k];
+        int settled = sec->part_count > 0 &&
+                      imap_mime_header_settles(sec->part, sec->part_count, imap_section_what(sec));
+        uint64_t at = sec->kind == IMAP_SECTION_ALL && sec->part_count == 0 ? 0 : hlen;
+        if (sec->partial && !settled &&
+            (sec->part_count > 0 || sec->kind == IMAP_SECTION_ALL ||
+             sec->kind == IMAP_SECTION_TEXT)) {
+            uint64_t end = sec->start > UINT64_MAX - at ? UINT64_MAX : at + sec->start;
+            end = sec->length > UINT64_MAX - end ? UINT64_MAX : end + sec->length;
+            want = end > want ? end : want;
+        }
+    }
+    return want;
+}
+
+/* Message i's first bytes for a FETCH imap_fetch_prefix_sections() allows (parts: it has part
+ * sections), with its header from the window at place: 1 with *raw (mv_free; the first bytes
+ * only, though *len is the message's size: every range f's sections answer from lies in
+ * them, and each part section is in located already), *hlen; 0 with nothing held (the
+ * header not in the window, a message not of one part where parts need it, a preview that
+ * is most of the message, a body with parts stored apart). */
+static int imap_fetch_prefix(struct imap_ctx *x,
+                             const struct imap_fetch *f,
+                             const struct imap_header_window *headers,
+                             size_t place,
+                             size_t i,
+                             int parts,
+                             struct imap_located located[IMAP_FETCH_LOCATED],
+                             void **raw,
+                             size_t *len,
+                             size_t *hlen)
+{
+    const void *header = NULL;
+    size_t header_len = 0;
+    struct mv_message_key key;
+    if (!imap_header_window_get(headers, place, &header, &header_len) ||
+        (parts && !imap_mime_single_part(header, header_len)) ||
+        !imap_view_key(&x->s->view, i, &key)) {
+        return 0;
+    }
+    uint64_t want = imap_fetch_prefix_want(f, header_len);
+    if (key.size > SIZE_MAX || key.size - header_len <= 2 * IMAP_FETCH_LEAD ||
+        want > header_len + IMAP_FETCH_LEAD) {
+        return 0; /* no lead frame, or beyond it: the skeleton's one read is as cheap */
+    }
+    void *got = NULL;
+    size_t n = 0;
+    if (mv_message_prefix_keyed(imap_db(x->s), x->s->view.mailbox, &key, (size_t)want,
+                                imap_fetch_place_copy, &got, &n) != MV_OK ||
+        n < want || n < header_len) {
+        mv_free(got);
+        return 0;
+    }
+    for (size_t k = 0; k < f->section_count; k++) {
+        const struct imap_fetch_section *sec = &f->sections[k];
+        if (sec->part_count == 0) {
+            continue;
+        }
+        enum imap_mime_what what = imap_section_what(sec);
+        located[k].rc = 0; /* part 1's content: the body */
+        located[k].span = (struct imap_mime_span){header_len, (size_t)key.size - header_len};
+        if (imap_mime_header_settles(sec->part, sec->part_count, what)) {
+            located[k].rc = imap_mime_section(header, header_len, sec->part, sec->part_count, what,
+                                              &located[k].span);
+        }
+    }
+    *raw = got;
+    *len = (size_t)key.size;
+    *hlen = header_len;
+    return 1;
+}
+
 /* The whole message i as the literal of RFC822 or BODY[] (imap_fetch_whole_only). -1 (the
  * response back to mark) if its bytes are gone (expunged meanwhile) or unreadable. */
 static int imap_fetch_placed(struct imap_ctx *x, const struct imap_fetch *f, size_t i, size_t mark)
@@ -772,6 +890,7 @@ static int imap_fetch_one(struct imap_ctx *x,
     }
     struct imap_sparse sparse; /* raw is a stand-in when its count is > 0 */
     sparse.count = 0;
+    size_t prefix_hlen = 0; /* > 0: raw holds the message's first bytes only (PREVIEWS ...) */
     if ((items & IMAP_FETCH_BODYSTRUCTURE) != 0) {
         found |=
             imap_fetch_structure_cached(x, stored, place, i, IMAP_FETCH_BODYSTRUCTURE, &cached[1]);
@@ -795,14 +914,19 @@ static int imap_fetch_one(struct imap_ctx *x,
         borrowed = header_only && imap_header_window_get(headers, place, &window_raw, &len);
         raw = (void *)window_raw;
         int single = 0; /* raw is the header of a message of one part, read here */
+        int parts = 0;
         if (header_only) {
             metrics_headers_read(borrowed);
         } else if (imap_fetch_header_parts(f, needs) &&
                    imap_fetch_single_header(x, headers, place, m->uid, &raw, &len, &borrowed)) {
             single = header_only = 1; /* its sections settled by the header */
             metrics_sections_from_header();
+        } else if (imap_fetch_prefix_sections(f, needs, &parts) &&
+                   imap_fetch_prefix(x, f, headers, place, i, parts, located, &raw, &len,
+                                     &prefix_hlen)) {
+            metrics_sections_prefix();
         }
-        int rc = borrowed || single ? MV_OK
+        int rc = borrowed || single || prefix_hlen > 0 ? MV_OK
                  : header_only ? mv_message_fetch_header(imap_db(x->s), x->s->view.mailbox, m->uid,
                                                          &raw, &len)
                  : imap_fetch_sparse_copy(x, f, needs, i, located, &sparse, &raw, &len)
@@ -813,7 +937,8 @@ static int imap_fetch_one(struct imap_ctx *x,
              * stays until after imap_mime_close()); BODYSTRUCTURE or BODY alone parses the
              * top part without the message's address fields */
             int structure = (needs & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
-            rc = !structure                           ? imap_mime_open_envelope(raw, len, &mime)
+            rc = prefix_hlen > 0 ? imap_mime_open_envelope(raw, prefix_hlen, &mime) /* bytes held */
+                 : !structure    ? imap_mime_open_envelope(raw, len, &mime)
                  : (needs & IMAP_FETCH_ENVELOPE) == 0 ? imap_mime_open_structure(raw, len, &mime)
                                                       : imap_mime_open(raw, len, &mime);
             if (rc == MV_OK) {
@@ -876,7 +1001,10 @@ static int imap_fetch_one(struct imap_ctx *x,
     /* Where the header ends: found once, and not looked for in a header-only read, whose
      * bytes the store has already checked to be exactly the header (a header listing
      * scanned each header three times: 7% of its instructions). */
-    size_t hlen = raw == NULL ? 0 : header_only ? len : imap_header_len(raw, len);
+    size_t hlen = raw == NULL       ? 0
+                  : prefix_hlen > 0 ? prefix_hlen /* raw holds the first bytes alone */
+                  : header_only     ? len
+                                    : imap_header_len(raw, len);
     if ((items & IMAP_FETCH_RFC822_HEADER) != 0) {
         buf_str(out, " RFC822.HEADER ");
         imap_literal(out, raw, hlen, NULL);
@@ -1235,8 +1363,10 @@ static void imap_fetch_prefetch(struct imap_ctx *x, struct imap_fetch_state *st,
 static void imap_fetch_headers_ahead(struct imap_ctx *x, struct imap_fetch_state *st)
 {
     const struct imap_fetch *f = st->f;
+    int parts = 0;
     if (st->next < st->headers.to ||
-        (!imap_fetch_header_only(f, f->items) && !imap_fetch_header_parts(f, f->items)) ||
+        (!imap_fetch_header_only(f, f->items) && !imap_fetch_header_parts(f, f->items) &&
+         !imap_fetch_prefix_sections(f, f->items, &parts)) ||
         ((f->items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_RFC822_HEADER)) == 0 &&
          f->section_count == 0)) {
         return;

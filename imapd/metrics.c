@@ -112,8 +112,8 @@ static atomic_uint_fast64_t metrics_fetch_direct; /* bytes a FETCH job wrote to 
 /* lookups by enum metric_structure, then saved, made from a skeleton, made from a message */
 static atomic_uint_fast64_t metrics_structure[6];
 /* FETCH sections of messages with parts stored apart: [0] from the skeleton, [1] whole; [2]
- * messages of one part answered from their header */
-static atomic_uint_fast64_t metrics_sections[3]; /* skeleton, whole, header */
+ * messages of one part answered from their header, [3] previews from the first bytes */
+static atomic_uint_fast64_t metrics_sections[4]; /* skeleton, whole, header, prefix */
 /* headers of header-only FETCHes: [0] from the window read ahead, [1] by UID */
 static atomic_uint_fast64_t metrics_headers[2];
 
@@ -203,6 +203,11 @@ void metrics_sections_read(int from_skeleton)
 void metrics_sections_from_header(void)
 {
     atomic_fetch_add_explicit(&metrics_sections[2], 1, memory_order_relaxed);
+}
+
+void metrics_sections_prefix(void)
+{
+    atomic_fetch_add_explicit(&metrics_sections[3], 1, memory_order_relaxed);
 }
 
 void metrics_headers_read(int from_window)
@@ -481,15 +486,18 @@ static void metrics_render_work(struct buf *b)
     metrics_family(b, "mailvaultd_fetch_sections_read_total", "counter",
                    "Messages with parts stored apart whose FETCH body sections were answered: "
                    "from the skeleton, the parts stored apart not read (every byte asked for "
-                   "outside them), or from the whole message; and messages of one part whose "
-                   "sections (a part's MIME header, a part not there) came from the header.");
+                   "outside them), or from the whole message; messages of one part whose "
+                   "sections (a part's MIME header, a part not there) came from the header; "
+                   "previews answered from a message's first bytes.");
     buf_printf(b,
                "mailvaultd_fetch_sections_read_total{read=\"skeleton\"} %llu\n"
                "mailvaultd_fetch_sections_read_total{read=\"whole\"} %llu\n"
-               "mailvaultd_fetch_sections_read_total{read=\"header\"} %llu\n",
+               "mailvaultd_fetch_sections_read_total{read=\"header\"} %llu\n"
+               "mailvaultd_fetch_sections_read_total{read=\"prefix\"} %llu\n",
                (unsigned long long)metrics_read(&metrics_sections[0]),
                (unsigned long long)metrics_read(&metrics_sections[1]),
-               (unsigned long long)metrics_read(&metrics_sections[2]));
+               (unsigned long long)metrics_read(&metrics_sections[2]),
+               (unsigned long long)metrics_read(&metrics_sections[3]));
     metrics_family(b, "mailvaultd_fetch_headers_read_total", "counter",
                    "Headers read for FETCHes that need only the header (a client's message "
                    "list): with the next messages' at once by their body keys, or one by UID.");

@@ -80,6 +80,8 @@ void metrics_structure_made(int from_skeleton);
 void metrics_sections_read(int from_skeleton);
 /* A message of one part whose FETCH sections its header settled (imap_fetch_single_header). */
 void metrics_sections_from_header(void);
+/* A preview answered from the message's first bytes (imap_fetch_prefix). */
+void metrics_sections_prefix(void);
 /* A header-only FETCH's header of one message: from the window read ahead by body keys
  * (imap_fetch_headers.h), or read by UID. */
 void metrics_headers_read(int from_window);

@@ -813,6 +813,24 @@ MV_API MV_MUST_CHECK int mv_message_skeleton_keyed(mv_store *store,
                                                    size_t cuts_max,
                                                    size_t *cut_count);
 
+/* The first bytes of the message key names (as for mv_message_skeleton_keyed), at least want
+ * of them (all, if the message is shorter; want 0 is taken as 1), read and unpacked no
+ * further than that needs: a message stored since the lead frame (issue 13) keeps its
+ * header, the next 4 KiB and the rest as three units, so a client's preview (BODY[TEXT]<0.512>
+ * of a long message) unpacks the first two alone. place as for mv_message_fetch_into(),
+ * called with the number of bytes given, which *len_out gets (want or more; the message's
+ * first *len_out bytes, exactly). MV_OK; MV_ENOTFOUND (the mailbox changed since key, or the
+ * message is gone); MV_EUNSUPPORTED (key NULL or without a body key, a store whose pages are
+ * not authenticated, a message with parts stored apart: read its skeleton or the whole
+ * message); MV_ECORRUPT, MV_EIO, MV_ENOMEM, MV_EINVAL (NULL argument). */
+MV_API MV_MUST_CHECK int mv_message_prefix_keyed(mv_store *store,
+                                                 const char *mailbox,
+                                                 const struct mv_message_key *key,
+                                                 size_t want,
+                                                 void *(*place)(void *arg, size_t size),
+                                                 void *place_arg,
+                                                 size_t *len_out);
+
 /* Tells store that the messages of keys (n body keys of a listing, as for
  * mv_message_fetch_keyed_into) are read next: the pages that hold their bodies' rows are
  * asked of the disk at once, without waiting for them, so that a file not in the page cache

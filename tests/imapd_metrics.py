@@ -576,6 +576,65 @@ def check_sections_from_header(args):
     a.close()
 
 
+def check_previews_prefix(args):
+    """A preview of a long message (BODY.PEEK[TEXT]<0.512>, BODY.PEEK[]<0.2048>, BODY.PEEK[1]<...>
+    of a message of one part, within the header and the body's first 4 KiB) unpacks only the
+    message's first bytes (imap_fetch.c, PREVIEWS FROM THE FIRST BYTES; the store's lead
+    frame): the exact bytes, and ENVELOPE beside it; a part section of a multipart, a piece
+    past the first 4 KiB and a short message are read as before, the same bytes. Before,
+    every preview unpacked the whole body."""
+    user, password = args.user.split(":", 1)
+    a = imapd_common.imap_login(args.imap, user, password, 30)
+    a.command("CREATE previews")
+    text = b"".join(b"line %05d of a long text, as a preview would show it.\r\n" % k
+                    for k in range(400))
+    single = b"Subject: long one\r\nContent-Type: text/plain\r\n\r\n" + text
+    multi = (b"Subject: long two\r\nContent-Type: multipart/alternative; boundary=b\r\n\r\n"
+             b"--b\r\nContent-Type: text/plain\r\n\r\n" + text + b"\r\n--b\r\n"
+             b"Content-Type: text/html\r\n\r\n<p>" + text + b"</p>\r\n--b--\r\n")
+    short = b"Subject: short\r\n\r\nhello there\r\n"
+    for msg in (single, multi, short):
+        a.command("APPEND previews", msg)
+    a.command("EXAMINE previews")
+    name = "mailvaultd_fetch_sections_read_total"
+
+    def body(msg):
+        return msg[msg.index(b"\r\n\r\n") + 4:]
+
+    part1 = text
+    _, _, s0 = scrape(args.metrics)
+    untagged, tagged = a.command("FETCH 1:3 (BODY.PEEK[TEXT]<0.512> BODY.PEEK[]<0.2048> "
+                                 "BODY.PEEK[1]<0.256>)")
+    _, _, s1 = scrape(args.metrics)
+    got = {int(t.split()[1]): lits for t, lits in untagged if b" FETCH " in t}
+    want = {1: [body(single)[:512], single[:2048], body(single)[:256]],
+            2: [body(multi)[:512], multi[:2048], part1[:256]],
+            3: [body(short), short, body(short)]}
+    R.report("previews: a long message of one part from its first bytes, the exact bytes; a "
+             "multipart's part and a short message as before",
+             b" OK" in tagged and got == want and delta(s0, s1, name, read="prefix") == 1,
+             "%r %r %r" % (tagged, {k: [len(x) for x in v] for k, v in got.items()},
+                           delta(s0, s1, name, read="prefix")))
+    untagged, tagged = a.command("FETCH 1:2 (ENVELOPE BODY.PEEK[TEXT]<4000.96>)")
+    _, _, s2 = scrape(args.metrics)
+    got = [(t, lits) for t, lits in untagged if b" FETCH " in t]
+    R.report("previews: up to the first 4 KiB of the body, with ENVELOPE, from the first bytes",
+             b" OK" in tagged and [lits for _, lits in got] == [[body(single)[4000:4096]],
+                                                                 [body(multi)[4000:4096]]]
+             and b'"long one"' in got[0][0] and b'"long two"' in got[1][0]
+             and delta(s1, s2, name, read="prefix") == 2,
+             "%r %r" % (tagged, got))
+    untagged, tagged = a.command("FETCH 1 (BODY.PEEK[TEXT]<4000.97> BODY.PEEK[1]<9000.10>)")
+    _, _, s3 = scrape(args.metrics)
+    got = [lits for t, lits in untagged if b" FETCH " in t]
+    R.report("previews: a piece past the first 4 KiB read as before, the exact bytes",
+             b" OK" in tagged and got == [[body(single)[4000:4097], body(single)[9000:9010]]]
+             and delta(s2, s3, name, read="prefix") == 0,
+             "%r %r" % (tagged, got))
+    a.command("LOGOUT")
+    a.close()
+
+
 def check_headers_window(args):
     """A FETCH that needs only headers (a client's message list) reads them a window at a
     time by the view's body keys (imap_fetch_headers.c), byte for byte what a read by UID
@@ -753,6 +812,7 @@ def main():
         check_structure_skeleton(args)
         check_sections_skeleton(args)
         check_sections_from_header(args)
+        check_previews_prefix(args)
         check_headers_window(args)
         check_fts_backlog(args)
         check_http(args.metrics)

@@ -1012,6 +1012,105 @@ static void test_headers_keyed(void)
     mv_store_close(&s);
 }
 
+/* mv_message_prefix_keyed: the message's first bytes, at least want of them, exactly; a long
+ * text body unpacked only as far as its lead frame (header + 4 KiB: THE LEAD FRAME in
+ * store_blob.c); a body with a part stored apart refused; a stale key MV_ENOTFOUND. */
+static void *fh_place(void *arg, size_t size)
+{
+    void **slot = arg;
+    *slot = malloc(size != 0 ? size : 1);
+    return *slot;
+}
+
+static int fh_prefix_holds(
+    mv_store *s, const struct mv_message_key *key, const char *msg, size_t len, size_t want)
+{
+    void *got = NULL;
+    size_t n = 0;
+    int rc = mv_message_prefix_keyed(s, "INBOX", key, want, fh_place, &got, &n);
+    size_t least = want == 0 ? 1 : want;
+    least = least < len ? least : len;
+    int ok = rc == MV_OK && n >= least && n <= len && (n == 0 || memcmp(got, msg, n) == 0);
+    if (!ok) {
+        fprintf(stderr, "  prefix of %zu (want %zu): rc %d, %zu bytes\n", len, want, rc, n);
+    }
+    free(got);
+    return ok;
+}
+
+static void test_prefix_keyed(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(fh_open("prefix", &s), MV_OK);
+    size_t short_len = 0, long_len = 0;
+    char *short_msg = fh_text_message("\r\n", 8, &short_len);
+    char *long_msg = fh_text_message("\r\n", 400, &long_len);
+    static const char bare[] = "Subject: a header and nothing else\r\n";
+    size_t noise_len = 12000;
+    char *noise = malloc(noise_len); /* stored as is: zstd saves nothing on it */
+    static const char noise_head[] = "Subject: noise\r\n\r\n";
+    size_t nh = sizeof noise_head - 1;
+    CHECK(noise != NULL && RAND_bytes((unsigned char *)noise + nh, (int)(noise_len - nh)) == 1);
+    memcpy(noise, noise_head, nh);
+    const char *msgs[] = {short_msg, long_msg, bare, noise};
+    size_t lens[] = {short_len, long_len, strlen(bare), noise_len};
+    for (size_t m = 0; m < 4; m++) {
+        (void)fh_roundtrip(s, msgs[m], lens[m]);
+    }
+    struct mv_message_key keys[8];
+    uint32_t uids[8];
+    CHECK_EQ_INT(fh_keys(s, keys, uids, 8, "INBOX"), 4);
+    for (size_t m = 0; m < 4; m++) {
+        size_t h = fh_expected_header(msgs[m], lens[m]);
+        size_t wants[] = {0,        1,        h,           h + 1,   h + 100,
+                          h + 4096, h + 4097, lens[m] - 1, lens[m], lens[m] + 5};
+        for (size_t w = 0; w < sizeof wants / sizeof wants[0]; w++) {
+            CHECK(fh_prefix_holds(s, &keys[m], msgs[m], lens[m], wants[w]));
+        }
+    }
+    /* the long body: a preview unpacks the header and the lead, not the rest */
+    size_t h = fh_expected_header(long_msg, long_len);
+    void *got = NULL;
+    size_t n = 0;
+    CHECK(long_len > h + 3 * 4096);
+    CHECK_EQ_INT(mv_message_prefix_keyed(s, "INBOX", &keys[1], h + 512, fh_place, &got, &n), MV_OK);
+    free(got);
+    CHECK_EQ_INT(n, h + 4096);
+    /* a part stored apart: the skeleton's business */
+    size_t big = 200000, cap = big + 1024, at = 0;
+    char *att = malloc(cap);
+    CHECK(att != NULL);
+    at += (size_t)snprintf(att, cap,
+                           "Subject: attached\r\nContent-Type: multipart/mixed; boundary=b\r\n"
+                           "\r\n--b\r\nContent-Type: text/plain\r\n\r\nsee\r\n--b\r\n"
+                           "Content-Type: application/octet-stream\r\n"
+                           "Content-Transfer-Encoding: base64\r\n\r\n");
+    for (size_t i = 0; i < big; i++) {
+        att[at++] = (i + 1) % 77 == 0 ? '\n' : (i + 1) % 77 == 76 ? '\r' : 'Q';
+    }
+    at += (size_t)snprintf(att + at, cap - at, "\r\n--b--\r\n");
+    (void)fh_roundtrip(s, att, at);
+    CHECK_EQ_INT(fh_keys(s, keys, uids, 8, "INBOX"), 5);
+    CHECK_EQ_INT(mv_message_prefix_keyed(s, "INBOX", &keys[4], 10, fh_place, &got, &n),
+                 MV_EUNSUPPORTED);
+    /* stale keys (the mailbox changed since), no body key, NULL arguments */
+    struct mv_message_key stale = keys[1];
+    stale.modseq--;
+    CHECK_EQ_INT(mv_message_prefix_keyed(s, "INBOX", &stale, 10, fh_place, &got, &n), MV_ENOTFOUND);
+    struct mv_message_key keyless = keys[1];
+    keyless.body_key = 0;
+    CHECK_EQ_INT(mv_message_prefix_keyed(s, "INBOX", &keyless, 10, fh_place, &got, &n),
+                 MV_EUNSUPPORTED);
+    CHECK_EQ_INT(mv_message_prefix_keyed(s, NULL, &keys[1], 10, fh_place, &got, &n), MV_EINVAL);
+    CHECK_EQ_INT(mv_message_prefix_keyed(NULL, "INBOX", &keys[1], 10, fh_place, &got, &n),
+                 MV_EINVAL);
+    free(att);
+    free(noise);
+    free(long_msg);
+    free(short_msg);
+    mv_store_close(&s);
+}
+
 int main(void)
 {
     fh_first_tune = mv_server_tune();
@@ -1025,6 +1124,7 @@ int main(void)
     TEST(test_twin_reads_while_writer_holds);
     TEST(test_empty_header_block);
     TEST(test_skeleton_fast_level);
+    TEST(test_prefix_keyed);
     TEST(test_server_tune);
     TEST(test_server_tune_keeps_btree_pages);
     return th_summary();

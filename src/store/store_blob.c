@@ -60,7 +60,7 @@
  * frame is mostly the building of its Huffman and FSE tables, a fixed ~3.5 us a frame here.
  * Per frame of the 10k bench corpus' first bytes, level 3 against -1 in one run: 1 KB 3.7 /
  * 0.5 us, 3 KB 6.0 / 2.3, 8 KB 11.8 / 5.3; 58 KB 217 / 61 in another (a loaded machine).
- * Every whole-message read unpacks a skeleton's one or two frames and each compressed
+ * Every whole-message read unpacks a skeleton's one to three frames and each compressed
  * attachment, a header listing the header's frame (issue 13: zstd was ~21% of mailvaultd's
  * CPU for a FETCH of 50 random whole messages). The price: compressed bytes ~1.4x those of
  * level 3 (the bench corpus' store +3.7%: its 10,000 skeletons 15.5 -> 22.1 MB, 3,440 text
@@ -72,6 +72,10 @@
 #define STORE_BLOB_ZSTD         1
 #define STORE_FTS_PENDING_BYTES (8u << 20) /* deferred full-text bytes held at most */
 #define STORE_FTS_PENDING_ROWS  1024       /* deferred full-text rows held at most */
+
+/* A body's first bytes after its header as a frame of their own when the rest is over twice
+ * this (THE LEAD FRAME, store_blob_pack_with): what a client's preview reads. */
+#define STORE_BLOB_LEAD 4096u
 
 /* Compressed only if that saves at least 1/DIV of the bytes (see the top of the file). */
 #define STORE_BLOB_SAVE_DIV_SKELETON   10
@@ -153,7 +157,13 @@ size_t store_header_end(const uint8_t *raw, size_t len)
 
 /* Compresses src[0, n) as one zstd frame, or as two when 0 < head < n: src[0, head) then
  * src[head, n), so the first head bytes can later be read and unpacked alone (a header fetch
- * touches only the pages of the first frame). Compressed only when that saves at least
+ * touches only the pages of the first frame). THE LEAD FRAME: when more than twice
+ * STORE_BLOB_LEAD bytes follow the header, its first STORE_BLOB_LEAD are a frame of their own
+ * (src[head, head + lead), then the rest), so that a preview (a client's BODY[TEXT]<0.512>,
+ * BODY[1]<0.256>) unpacks the header and those alone (store_body_prefix_keyed): a frame is
+ * unpacked whole, and unpacking whole bodies was a third of a FETCH of 500 previews (issue
+ * 13). Any reader takes any number of frames (store_blob_frames_size); the lead costs the
+ * rest the lead's bytes as context, ~1% of a text body. Compressed only when that saves at least
  * n / save_div bytes overall: the output buffer is n - n / save_div, so zstd itself reports
  * "destination too small" when it does not. *head_stored_out (if not NULL) gets the stored
  * length of the first unit: the first frame's, or head itself when stored as is. With the
@@ -188,10 +198,16 @@ static int store_blob_pack_with(ZSTD_CCtx *cctx,
     }
     size_t first = ZSTD_compressCCtx(cctx, buf, cap, src, head, STORE_BLOB_ZSTD_LEVEL);
     size_t got = first;
-    if (!ZSTD_isError(first) && head < n) {
-        size_t second = ZSTD_compressCCtx(cctx, buf + first, cap - first, src + head, n - head,
-                                          STORE_BLOB_ZSTD_LEVEL);
-        got = ZSTD_isError(second) ? second : first + second;
+    size_t lead = n - head > 2 * STORE_BLOB_LEAD ? STORE_BLOB_LEAD : 0;
+    if (!ZSTD_isError(got) && lead > 0) {
+        size_t second =
+            ZSTD_compressCCtx(cctx, buf + got, cap - got, src + head, lead, STORE_BLOB_ZSTD_LEVEL);
+        got = ZSTD_isError(second) ? second : got + second;
+    }
+    if (!ZSTD_isError(got) && head + lead < n) {
+        size_t rest = ZSTD_compressCCtx(cctx, buf + got, cap - got, src + head + lead,
+                                        n - head - lead, STORE_BLOB_ZSTD_LEVEL);
+        got = ZSTD_isError(rest) ? rest : got + rest;
     }
     if (ZSTD_isError(got)) {
         crypt_free_wiped(buf);
@@ -273,8 +289,8 @@ void store_blob_prepacked_free(struct store_blob_prepacked *p)
 }
 
 /* The content size of the zstd frames in src, one after the other (a body's skeleton may be
- * two: header, rest). ZSTD_CONTENTSIZE_ERROR if src is not a whole number of frames that
- * record their size. zstd's own ZSTD_findDecompressedSize() does this but is outside its
+ * two or three: header, lead, rest). ZSTD_CONTENTSIZE_ERROR if src is not a whole number of frames
+ * that record their size. zstd's own ZSTD_findDecompressedSize() does this but is outside its
  * stable API (ZSTD_STATIC_LINKING_ONLY), so it is walked here with the stable calls. */
 static unsigned long long store_blob_frames_size(const void *src, size_t src_len)
 {
@@ -318,7 +334,7 @@ static int store_blob_unpack(mv_store *s,
         return store_fail(s, MV_ECORRUPT, "%s %lld: unknown compression %d or empty frame", what,
                           (long long)id, compression);
     }
-    /* A body's skeleton may be two frames (header, rest): count them all. */
+    /* A body's skeleton may be several frames (header, lead, rest): count them all. */
     unsigned long long frames = store_blob_frames_size(src, src_len);
     if (frames == ZSTD_CONTENTSIZE_ERROR || frames == ZSTD_CONTENTSIZE_UNKNOWN ||
         frames != (unsigned long long)dst_len) {
@@ -1470,6 +1486,164 @@ int store_body_skeleton_keyed(mv_store *s,
         *len_out = skeleton_len;
     } else {
         *cut_count = 0;
+    }
+    return rc;
+}
+
+/* Grows *data to hold the stored bytes [0, to) of blob, reading those past *have. */
+static int
+store_blob_read_more(mv_store *s, sqlite3_blob *blob, uint8_t **data, size_t *have, size_t to)
+{
+    uint8_t *grown = crypt_realloc_wiped(*data, to);
+    if (grown == NULL) {
+        return store_fail(s, MV_ENOMEM, "out of memory reading a message body");
+    }
+    *data = grown;
+    if (to > *have &&
+        sqlite3_blob_read(blob, grown + *have, (int)(to - *have), (int)*have) != SQLITE_OK) {
+        return store_fail_sqlite(s, "reading a message body");
+    }
+    *have = to;
+    return MV_OK;
+}
+
+/* The stored bytes a prefix of take bytes needs (THE LEAD FRAME): the first frames until they
+ * unpack to take bytes or more, read through the snapshot's BLOB handle (as
+ * store_body_skeleton_read) and no further, so the pages of the rest are neither read nor
+ * decrypted. *data (malloc'd) holds *frames_in stored bytes that unpack to *unpack. Proves
+ * there is no part stored apart without reading the rest: the next frame's header gives its
+ * size, and the frames must then unpack to the message's size (a skeleton is never longer;
+ * with a cut part, or a layout it does not know, it is shorter: MV_EUNSUPPORTED, read the
+ * skeleton). */
+static int store_body_prefix_read(mv_store *s,
+                                  int64_t body_id,
+                                  int compression,
+                                  size_t size,
+                                  size_t take,
+                                  uint8_t **data,
+                                  size_t *frames_in,
+                                  size_t *unpack)
+{
+    sqlite3_blob *blob = s->header_blob;
+    size_t have = 0, stored = 0, at = 0, got = 0;
+    int rc = MV_OK;
+    s->header_blob = NULL;
+    *data = NULL;
+    mv_db_read_near_hint(s->db, STORE_BLOB_NEAR_PAGES); /* with the row's leaf */
+    if ((blob != NULL ? sqlite3_blob_reopen(blob, body_id)
+                      : sqlite3_blob_open(s->db, "main", "bodies_data", "data", body_id, 0,
+                                          &blob)) != SQLITE_OK) {
+        rc = sqlite3_errcode(s->db) == SQLITE_ERROR
+                 ? MV_ENOTFOUND
+                 : store_fail_sqlite(s, "reading a message body");
+    } else {
+        stored = (size_t)sqlite3_blob_bytes(blob);
+    }
+    if (rc == MV_OK && compression == STORE_BLOB_NONE) {
+        rc = stored != size ? store_fail(s, MV_EUNSUPPORTED,
+                                         "parts stored apart: read the "
+                                         "skeleton")
+                            : store_blob_read_more(s, blob, data, &have, take);
+        at = got = have;
+    }
+    /* zstd: a first read of what the header and the lead take at most, then more as needed */
+    size_t first = take / 2 + 2 * STORE_BLOB_LEAD;
+    if (rc == MV_OK && compression != STORE_BLOB_NONE) {
+        mv_db_read_ahead_hint(s->db, (int64_t)(first < stored ? first : stored));
+        rc = store_blob_read_more(s, blob, data, &have, first < stored ? first : stored);
+    }
+    /* The frames that unpack to take bytes are read and walked (frames_in of them, unpack
+     * bytes); after them the walk goes on over the frames already read, and the first one
+     * the read did not take in whole must be the last: its header's size and the rest's
+     * add up to the message. */
+    size_t need_in = stored, need_out = 0;
+    while (rc == MV_OK && compression != STORE_BLOB_NONE && at < stored) {
+        size_t frame = ZSTD_findFrameCompressedSize(*data + at, have - at);
+        unsigned long long content = ZSTD_getFrameContentSize(*data + at, have - at);
+        if (ZSTD_isError(frame) && got < take && have < stored) { /* cut short: read on */
+            size_t more = have + (have < stored - have ? have : stored - have);
+            rc = store_blob_read_more(s, blob, data, &have, more);
+            continue;
+        }
+        if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
+            content > size - got || (ZSTD_isError(frame) && got < take)) {
+            rc = store_fail(s, MV_EUNSUPPORTED, "body %lld: frames not read here",
+                            (long long)body_id);
+        } else if (ZSTD_isError(frame)) { /* past the read: the last frame, or not ours */
+            got += (size_t)content;
+            break;
+        } else {
+            at += frame;
+            got += (size_t)content;
+            if (need_out < take) {
+                need_in = at;
+                need_out = got;
+            }
+        }
+    }
+    if (rc == MV_OK && compression != STORE_BLOB_NONE) {
+        rc = got == size ? MV_OK : store_fail(s, MV_EUNSUPPORTED, "parts stored apart");
+        at = need_in;
+        got = need_out;
+    }
+    mv_db_read_ahead_hint(s->db, 0);
+    if (blob != NULL && (rc == MV_OK || rc == MV_EUNSUPPORTED) && s->read_snapshot) {
+        s->header_blob = blob; /* for the snapshot's next read (closed at its end) */
+    } else {
+        sqlite3_blob_close(blob); /* a no-op on NULL; after a failed reopen too */
+    }
+    if (rc != MV_OK) {
+        crypt_free_wiped(*data);
+        *data = NULL;
+        return rc;
+    }
+    *frames_in = at;
+    *unpack = got;
+    return MV_OK;
+}
+
+int store_body_prefix_keyed(mv_store *s,
+                            int64_t body_id,
+                            int compression,
+                            size_t size,
+                            size_t want,
+                            void *(*place)(void *arg, size_t size),
+                            void *place_arg,
+                            size_t *len_out)
+{
+    *len_out = 0;
+    if (size > STORE_BLOB_SIZE_MAX) {
+        return store_fail(s, MV_ECORRUPT, "body %lld: a size of %zu bytes", (long long)body_id,
+                          size);
+    }
+    if (compression != STORE_BLOB_NONE && compression != STORE_BLOB_ZSTD) {
+        return store_fail(s, MV_ECORRUPT, "body %lld: unknown compression %d", (long long)body_id,
+                          compression);
+    }
+    size_t take = want < size ? want : size, frames_in = 0, unpack = 0;
+    take = take == 0 && size > 0 ? 1 : take; /* the first frame at least */
+    uint8_t *data = NULL, *out = NULL;
+    int rc =
+        store_body_prefix_read(s, body_id, compression, size, take, &data, &frames_in, &unpack);
+    if (rc == MV_OK && (out = place(place_arg, unpack)) == NULL) {
+        rc = store_fail(s, MV_ENOMEM, "out of memory reading %zu bytes of a message", unpack);
+    }
+    if (rc == MV_OK && compression == STORE_BLOB_NONE) {
+        memcpy(out, data, unpack);
+    } else if (rc == MV_OK && unpack > 0) {
+        ZSTD_DCtx *dctx = store_blob_dctx(s);
+        size_t got = dctx != NULL ? ZSTD_decompressDCtx(dctx, out, unpack, data, frames_in) : 0;
+        if (dctx == NULL) {
+            rc = store_fail(s, MV_ENOMEM, "out of memory for a zstd context");
+        } else if (ZSTD_isError(got) || got != unpack) {
+            rc = store_fail(s, MV_ECORRUPT, "body %lld: zstd frame does not decompress: %s",
+                            (long long)body_id,
+                            ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
+        }
+    }
+    crypt_free_wiped(data);
+    if (rc == MV_OK) {
+        *len_out = unpack;
     }
     return rc;
 }

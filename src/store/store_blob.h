@@ -45,7 +45,7 @@ int store_body_put(mv_store *s,
  * no part. ready: made (data NULL: stored as is, compression STORE_BLOB_NONE). */
 struct store_blob_prepacked {
     int ready;
-    uint8_t *data; /* malloc'd: the zstd frames (header, rest), or NULL */
+    uint8_t *data; /* malloc'd: the zstd frames (header, lead, rest), or NULL */
     size_t size;   /* of data */
     size_t len;    /* of the message */
     size_t head;   /* store_header_end() of the message: the first frame's source */
@@ -194,6 +194,20 @@ int store_body_skeleton_keyed(mv_store *s,
                               struct mv_message_cut *cuts,
                               size_t cuts_max,
                               size_t *cut_count);
+
+/* The first bytes of body_id's message (size bytes, no part stored apart), at least want of
+ * them (all, if the message is shorter), unpacked frame by frame no further than that (THE
+ * LEAD FRAME, store_blob.c) into place(place_arg, n); *len_out = n. MV_EUNSUPPORTED when parts
+ * are stored apart (read the skeleton), MV_ENOTFOUND (no row), MV_ECORRUPT, MV_ENOMEM or an
+ * SQLite error; place is called only on the way to MV_OK. */
+int store_body_prefix_keyed(mv_store *s,
+                            int64_t body_id,
+                            int compression,
+                            size_t size,
+                            size_t want,
+                            void *(*place)(void *arg, size_t size),
+                            void *place_arg,
+                            size_t *len_out);
 
 /* The lines (LF bytes) and marks of a part's bytes as struct mv_message_cut counts them:
  * lines that begin with "--" or begin with neither SP nor HTAB and hold a ':'. */

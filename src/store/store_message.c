@@ -913,6 +913,38 @@ int mv_message_skeleton_keyed(mv_store *s,
     return rc;
 }
 
+int mv_message_prefix_keyed(mv_store *s,
+                            const char *mailbox,
+                            const struct mv_message_key *key,
+                            size_t want,
+                            void *(*place)(void *arg, size_t size),
+                            void *place_arg,
+                            size_t *len_out)
+{
+    int64_t body_id = 0;
+    int compression = 0;
+    if (s == NULL || mailbox == NULL || place == NULL || len_out == NULL) {
+        return s != NULL ? store_fail(s, MV_EINVAL, "mv_message_prefix_keyed: NULL argument")
+                         : MV_EINVAL;
+    }
+    *len_out = 0;
+    /* Without authenticated pages a read checks the SHA-256 of every byte (fetch_keyed_into). */
+    if (key == NULL || !s->pages_authenticated || key->size > SIZE_MAX ||
+        !store_body_key_parts(key->body_key, &body_id, &compression)) {
+        return store_fail(s, MV_EUNSUPPORTED, "no prefix read here: read the whole message");
+    }
+    int began = 0;
+    int rc = store_message_key_holds(s, mailbox, key, &began);
+    if (rc == 1) {
+        rc = store_body_prefix_keyed(s, body_id, compression, (size_t)key->size, want, place,
+                                     place_arg, len_out);
+    } else if (rc == 0) {
+        rc = MV_ENOTFOUND;
+    }
+    store_message_read_end(s, began);
+    return rc;
+}
+
 int mv_message_fetch_header(
     mv_store *s, const char *mailbox, uint32_t uid, void **raw_out, size_t *len_out)
 {
