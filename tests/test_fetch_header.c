@@ -1101,6 +1101,22 @@ static void test_prefix_keyed(void)
     keyless.body_key = 0;
     CHECK_EQ_INT(mv_message_prefix_keyed(s, "INBOX", &keyless, 10, fh_place, &got, &n),
                  MV_EUNSUPPORTED);
+    /* Inside a read snapshot a key found to hold is not checked again (store.h), but only for
+     * that snapshot and that key: a stale one is still refused, and after another handle's
+     * change the next snapshot refuses the old key. */
+    mv_store *t = NULL;
+    CHECK_EQ_INT(mv_store_open_twin(s, &t), MV_OK);
+    CHECK_EQ_INT(mv_store_read_begin(t), MV_OK);
+    CHECK(fh_prefix_holds(t, &keys[1], long_msg, long_len, 100));
+    CHECK_EQ_INT(mv_message_prefix_keyed(t, "INBOX", &stale, 10, fh_place, &got, &n), MV_ENOTFOUND);
+    CHECK(fh_roundtrip(s, short_msg, short_len) != 0); /* the mailbox changes meanwhile */
+    CHECK(fh_prefix_holds(t, &keys[1], long_msg, long_len, 100)); /* as the snapshot sees it */
+    mv_store_read_end(t);
+    CHECK_EQ_INT(mv_store_read_begin(t), MV_OK);
+    CHECK_EQ_INT(mv_message_prefix_keyed(t, "INBOX", &keys[1], 10, fh_place, &got, &n),
+                 MV_ENOTFOUND);
+    mv_store_read_end(t);
+    mv_store_close(&t);
     CHECK_EQ_INT(mv_message_prefix_keyed(s, NULL, &keys[1], 10, fh_place, &got, &n), MV_EINVAL);
     CHECK_EQ_INT(mv_message_prefix_keyed(NULL, "INBOX", &keys[1], 10, fh_place, &got, &n),
                  MV_EINVAL);

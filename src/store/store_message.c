@@ -842,7 +842,20 @@ int store_message_key_holds(mv_store *s,
     if (rc == MV_OK) {
         rc = store_mailbox_id(s, mailbox, &mailbox_id);
     }
-    return rc == MV_OK ? store_mailbox_unchanged(s, mailbox_id, key->uidvalidity, key->modseq) : rc;
+    if (rc != MV_OK) {
+        return rc;
+    }
+    if (s->read_snapshot && s->snapshot_key_mailbox == mailbox_id &&
+        s->snapshot_key_uidvalidity == key->uidvalidity && s->snapshot_key_modseq == key->modseq) {
+        return 1; /* found to hold in this snapshot already (store.h) */
+    }
+    rc = store_mailbox_unchanged(s, mailbox_id, key->uidvalidity, key->modseq);
+    if (rc == 1 && s->read_snapshot) {
+        s->snapshot_key_mailbox = mailbox_id;
+        s->snapshot_key_uidvalidity = key->uidvalidity;
+        s->snapshot_key_modseq = key->modseq;
+    }
+    return rc;
 }
 
 int mv_message_fetch_keyed_into(mv_store *s,

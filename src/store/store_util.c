@@ -238,6 +238,7 @@ int mv_store_read_begin(mv_store *s)
     if (rc == MV_OK) {
         s->read_snapshot = 1;
         s->snapshot_mailbox_id = 0;
+        s->snapshot_key_mailbox = 0;
     }
     return rc;
 }
