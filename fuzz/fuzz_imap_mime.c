@@ -25,6 +25,8 @@
  *     fillers are (imap_mime_stand_in_gaps) locates every section as one reading through them.
  *   - A Content-Type value the walk takes for a leaf without GMime (imap_mime_plain_leaf) is
  *     neither a multipart nor a message to GMime.
+ *   - A walk over the input's first bytes (A WALK OVER A PREFIX, imap_mime.h), at prefix
+ *     lengths through it: every answer it says holds is the message's.
  *   - When the header makes the message one part (imap_mime_single_part), every section the
  *     header settles (imap_mime_header_settles) is located in the header's bytes where it is
  *     in the message: what FETCH answers from the header alone.
@@ -104,7 +106,7 @@ static void fuzz_stand_in(const uint8_t *data,
         return;
     }
     imap_mime_stand_in_gaps(cuts, n, gap);
-    struct imap_mime_gaps gaps = {.gap = gap, .count = n};
+    struct imap_mime_reading gaps = {.gap = gap, .count = n};
     for (size_t i = 0; i < sizeof fuzz_path_counts / sizeof fuzz_path_counts[0]; i++) {
         for (int what = IMAP_MIME_CONTENT; what <= IMAP_MIME_MESSAGE_TEXT; what++) {
             struct imap_mime_span s = {0, 0}, r = {0, 0};
@@ -157,6 +159,55 @@ static void fuzz_plain_leaf(const uint8_t *data, size_t size)
     }
     if (ct != NULL) {
         g_object_unref(ct);
+    }
+}
+
+/* A WALK OVER A PREFIX: at prefix lengths through the input, every answer the walk over the
+ * prefix says holds (imap_mime_reading_holds) is the message's: the same part or none, the
+ * same range; with a partial, the part in the message is as long as the partial needs. */
+static void fuzz_prefix_walk(const uint8_t *data, size_t size)
+{
+    const char *msg = (const char *)data;
+    size_t lens[] = {size / 4, size / 2, size - size / 4, size - 1};
+    static const uint64_t partial[][2] = {{0, 1}, {0, 16}, {3, 200}};
+    for (size_t c = 0; c < sizeof lens / sizeof lens[0]; c++) {
+        size_t n = lens[c];
+        if (n == 0 || n >= size) {
+            continue;
+        }
+        for (size_t i = 0; i < sizeof fuzz_path_counts / sizeof fuzz_path_counts[0]; i++) {
+            for (int what = IMAP_MIME_CONTENT; what <= IMAP_MIME_MESSAGE_TEXT; what++) {
+                struct imap_mime_reading r;
+                struct imap_mime_span p = {0, 0}, w = {0, 0};
+                imap_mime_reading_prefix(&r, msg, n);
+                int in_prefix =
+                    imap_mime_section_flat(msg, n, 0, &r, fuzz_paths[i], fuzz_path_counts[i],
+                                           (enum imap_mime_what)what, &p);
+                int in_msg = imap_mime_section(msg, size, fuzz_paths[i], fuzz_path_counts[i],
+                                               (enum imap_mime_what)what, &w);
+                if (imap_mime_reading_holds(&r, in_prefix, &p, 0, 0, 0) &&
+                    (in_prefix != in_msg ||
+                     (in_msg == 0 && (p.offset != w.offset || p.length != w.length)))) {
+                    abort();
+                }
+                for (size_t k = 0; k < sizeof partial / sizeof partial[0]; k++) {
+                    uint64_t start = partial[k][0], length = partial[k][1];
+                    if (!imap_mime_reading_holds(&r, in_prefix, &p, 1, start, length)) {
+                        continue;
+                    }
+                    /* the partial's literal: as long, from the same place, inside the prefix */
+                    uint64_t lit_p = start < p.length ? p.length - start : 0;
+                    uint64_t lit_w = start < w.length ? w.length - start : 0;
+                    lit_p = lit_p < length ? lit_p : length;
+                    lit_w = lit_w < length ? lit_w : length;
+                    if (in_prefix != in_msg ||
+                        (in_msg == 0 && (p.offset != w.offset || lit_p != lit_w ||
+                                         p.offset + start + lit_p > n))) {
+                        abort();
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -305,6 +356,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_skeleton(data, size, t);
     fuzz_plain_leaf(data, size);
     fuzz_from_header(data, size);
+    fuzz_prefix_walk(data, size);
     imap_mime_close(&t);
     imap_mime_close(&e);
     imap_mime_close(&m);

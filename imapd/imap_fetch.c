@@ -141,7 +141,7 @@ static int imap_section_locate(const struct imap_fetch_section *sec,
                                const char *raw,
                                size_t len,
                                int flat,
-                               const struct imap_mime_gaps *gaps,
+                               struct imap_mime_reading *gaps,
                                const struct imap_located *known,
                                struct imap_mime_span *span)
 {
@@ -158,7 +158,7 @@ static void imap_part_section_out(struct buf *out,
                                   const struct imap_fetch_section *sec,
                                   const char *raw,
                                   size_t len,
-                                  const struct imap_mime_gaps *gaps,
+                                  struct imap_mime_reading *gaps,
                                   const struct imap_located *known)
 {
     struct imap_mime_span span;
@@ -182,7 +182,7 @@ static void imap_section_out(struct buf *out,
                              const char *raw,
                              size_t len,
                              size_t hlen,
-                             const struct imap_mime_gaps *gaps,
+                             struct imap_mime_reading *gaps,
                              const struct imap_located *known)
 {
     BUF_LIT(out, "BODY[");
@@ -220,7 +220,7 @@ static void imap_section_range(const struct imap_fetch_section *sec,
                                size_t len,
                                size_t hlen,
                                int flat,
-                               const struct imap_mime_gaps *gaps,
+                               struct imap_mime_reading *gaps,
                                struct imap_located *located,
                                size_t *from,
                                size_t *to)
@@ -363,7 +363,7 @@ struct imap_sparse {
     struct mv_message_cut cuts[IMAP_FETCH_SKELETON_CUTS];
     size_t count;
     struct imap_mime_gap gap[IMAP_FETCH_SKELETON_CUTS]; /* the fillers, for the walks */
-    struct imap_mime_gaps gaps;
+    struct imap_mime_reading gaps;
 };
 
 /* Frees what imap_fetch_one() read of a message: a stand-in less its fillers' wipe. */
@@ -423,7 +423,7 @@ static int imap_fetch_sparse_copy(struct imap_ctx *x,
     int flat = usable && imap_mime_stand_in_flat(skeleton, skeleton_len, key.size);
     mv_free(skeleton);
     imap_mime_stand_in_gaps(sp->cuts, count, sp->gap);
-    sp->gaps = (struct imap_mime_gaps){.gap = sp->gap, .count = count};
+    sp->gaps = (struct imap_mime_reading){.gap = sp->gap, .count = count};
     size_t hlen = usable ? imap_header_len(whole, (size_t)key.size) : 0;
     for (size_t k = 0; usable && k < f->section_count; k++) {
         size_t from, to;
@@ -507,78 +507,69 @@ static int imap_fetch_single_header(struct imap_ctx *x,
 }
 
 /* PREVIEWS FROM THE FIRST BYTES (issue 13). A client's preview (BODY.PEEK[TEXT]<0.512>,
- * BODY.PEEK[]<0.2048>, BODY.PEEK[1]<0.256> of a message of one part) needs the header and the
- * next few hundred bytes, at offsets the header alone tells; the store keeps a long body's
- * first 4 KiB as a unit of their own (mv_message_prefix_keyed), so such a FETCH unpacks that
- * much instead of the whole body (unpacking whole bodies was a third of a FETCH of 500
- * previews). imap_fetch_prefix_sections() says which FETCHes qualify; the header comes
- * from the header window (read ahead for them), and where it is not there, or the message
- * is not of one part when a part section needs it, the message is read as before. */
+ * BODY.PEEK[]<0.2048>, BODY.PEEK[1]<0.256>) or a part's MIME header needs the header and the
+ * next few KiB; the store keeps a long body's first 4 KiB as a unit of their own
+ * (mv_message_prefix_keyed), so such a FETCH unpacks that much instead of the whole body
+ * (unpacking whole bodies was a third of a FETCH of 500 previews). The header comes from the
+ * header window (read ahead for such FETCHes); partials of the message or its text lie at
+ * offsets it tells; part sections are located by a walk over the first bytes alone, which
+ * says whether its answer is the message's (imap_mime.h, A WALK OVER A PREFIX). Where the
+ * header is not in the window, an answer is not sure from the first bytes, the message is
+ * short or has parts stored apart, it is read as before. */
 
 /* The body's first bytes the store keeps as a unit of their own when more than twice as
  * many follow the header (THE LEAD FRAME, src/store/store_blob.c). */
 #define IMAP_FETCH_LEAD 4096u
 
 /* 1 if f (beside items a header serves: ENVELOPE, RFC822.HEADER) asks only for what a
- * message's first bytes answer at offsets its header tells: a partial of the message or of
- * its text, header sections, and part sections of a message of one part (what its header
- * settles, or a partial of part 1's content; *parts then 1); at most IMAP_FETCH_LOCATED
- * sections, each located before it is answered. */
-static int imap_fetch_prefix_sections(const struct imap_fetch *f, unsigned items, int *parts)
+ * message's first bytes may answer: partials of the message or of its text, header sections,
+ * part sections; at most IMAP_FETCH_LOCATED sections, each located before it is answered. */
+static int imap_fetch_prefix_sections(const struct imap_fetch *f, unsigned items)
 {
-    *parts = 0;
     if ((items & IMAP_FETCH_WHOLE_ITEMS) != 0 || f->section_count == 0 ||
         f->section_count > IMAP_FETCH_LOCATED) {
         return 0;
     }
     for (size_t k = 0; k < f->section_count; k++) {
         const struct imap_fetch_section *sec = &f->sections[k];
-        if (sec->part_count > 0) {
-            *parts = 1;
-            if (!sec->partial &&
-                !imap_mime_header_settles(sec->part, sec->part_count, imap_section_what(sec))) {
-                return 0; /* part 1's whole content: the whole body */
-            }
-        } else if (!sec->partial &&
-                   (sec->kind == IMAP_SECTION_ALL || sec->kind == IMAP_SECTION_TEXT)) {
+        if (sec->part_count == 0 && !sec->partial &&
+            (sec->kind == IMAP_SECTION_ALL || sec->kind == IMAP_SECTION_TEXT)) {
             return 0;
         }
     }
     return 1;
 }
 
-/* How many of a message's first bytes (its header hlen bytes) f's sections answer from. */
+/* How many of a message's first bytes (its header hlen bytes) f's sections answer from: the
+ * header and every partial of the message or its text; with part sections, the lead too. */
 static uint64_t imap_fetch_prefix_want(const struct imap_fetch *f, size_t hlen)
 {
-    uint64_t want = hlen; /* the header at least: ENVELOPE, header sections */
+    uint64_t want = hlen;
     for (size_t k = 0; k < f->section_count; k++) {
         const struct imap_fetch_section *sec = &f->sections[k];
-        int settled = sec->part_count > 0 &&
-                      imap_mime_header_settles(sec->part, sec->part_count, imap_section_what(sec));
-        uint64_t at = sec->kind == IMAP_SECTION_ALL && sec->part_count == 0 ? 0 : hlen;
-        if (sec->partial && !settled &&
-            (sec->part_count > 0 || sec->kind == IMAP_SECTION_ALL ||
-             sec->kind == IMAP_SECTION_TEXT)) {
-            uint64_t end = sec->start > UINT64_MAX - at ? UINT64_MAX : at + sec->start;
+        uint64_t end = (uint64_t)hlen + IMAP_FETCH_LEAD; /* where a part is looked for */
+        if (sec->part_count == 0 && sec->partial &&
+            (sec->kind == IMAP_SECTION_ALL || sec->kind == IMAP_SECTION_TEXT)) {
+            uint64_t at = sec->kind == IMAP_SECTION_ALL ? 0 : hlen;
+            end = sec->start > UINT64_MAX - at ? UINT64_MAX : at + sec->start;
             end = sec->length > UINT64_MAX - end ? UINT64_MAX : end + sec->length;
-            want = end > want ? end : want;
+        } else if (sec->part_count == 0) {
+            end = hlen;
         }
+        want = end > want ? end : want;
     }
     return want;
 }
 
-/* Message i's first bytes for a FETCH imap_fetch_prefix_sections() allows (parts: it has part
- * sections), with its header from the window at place: 1 with *raw (mv_free; the first bytes
- * only, though *len is the message's size: every range f's sections answer from lies in
- * them, and each part section is in located already), *hlen; 0 with nothing held (the
- * header not in the window, a message not of one part where parts need it, a preview that
- * is most of the message, a body with parts stored apart). */
+/* Message i's first bytes for a FETCH imap_fetch_prefix_sections() allows, with its header
+ * from the window at place: 1 with *raw (mv_free; the first bytes only, though *len is the
+ * message's size: every range f's sections answer from lies in them, and each part section
+ * is in located already), *hlen; 0 with nothing held. */
 static int imap_fetch_prefix(struct imap_ctx *x,
                              const struct imap_fetch *f,
                              const struct imap_header_window *headers,
                              size_t place,
                              size_t i,
-                             int parts,
                              struct imap_located located[IMAP_FETCH_LOCATED],
                              void **raw,
                              size_t *len,
@@ -588,13 +579,21 @@ static int imap_fetch_prefix(struct imap_ctx *x,
     size_t header_len = 0;
     struct mv_message_key key;
     if (!imap_header_window_get(headers, place, &header, &header_len) ||
-        (parts && !imap_mime_single_part(header, header_len)) ||
-        !imap_view_key(&x->s->view, i, &key)) {
+        !imap_view_key(&x->s->view, i, &key) || key.size > SIZE_MAX) {
         return 0;
     }
+    int single = imap_mime_single_part(header, header_len);
+    for (size_t k = 0; k < f->section_count; k++) {
+        const struct imap_fetch_section *sec = &f->sections[k];
+        if (sec->part_count > 0 &&
+            ((single && !sec->partial &&
+              !imap_mime_header_settles(sec->part, sec->part_count, imap_section_what(sec))) ||
+             (!single && key.size > 2 * (uint64_t)IMAP_MIME_STRUCTURE_MAX))) {
+            return 0; /* a one-part body whole, or a walk that may be flat */
+        }
+    }
     uint64_t want = imap_fetch_prefix_want(f, header_len);
-    if (key.size > SIZE_MAX || key.size - header_len <= 2 * IMAP_FETCH_LEAD ||
-        want > header_len + IMAP_FETCH_LEAD) {
+    if (key.size - header_len <= 2 * IMAP_FETCH_LEAD || want > header_len + IMAP_FETCH_LEAD) {
         return 0; /* no lead frame, or beyond it: the skeleton's one read is as cheap */
     }
     void *got = NULL;
@@ -610,12 +609,19 @@ static int imap_fetch_prefix(struct imap_ctx *x,
         if (sec->part_count == 0) {
             continue;
         }
-        enum imap_mime_what what = imap_section_what(sec);
-        located[k].rc = 0; /* part 1's content: the body */
-        located[k].span = (struct imap_mime_span){header_len, (size_t)key.size - header_len};
-        if (imap_mime_header_settles(sec->part, sec->part_count, what)) {
-            located[k].rc = imap_mime_section(header, header_len, sec->part, sec->part_count, what,
-                                              &located[k].span);
+        struct imap_mime_reading r = {.prefix = 0};
+        if (n < key.size) {
+            imap_mime_reading_prefix(&r, got, n);
+        }
+        located[k].rc = imap_mime_section_flat(got, n, 0, &r, sec->part, sec->part_count,
+                                               imap_section_what(sec), &located[k].span);
+        if (!imap_mime_reading_holds(&r, located[k].rc, &located[k].span, sec->partial, sec->start,
+                                     sec->length)) {
+            for (size_t j = 0; j <= k; j++) {
+                located[j].rc = 1; /* not for the message read now */
+            }
+            mv_free(got);
+            return 0;
         }
     }
     *raw = got;
@@ -914,16 +920,14 @@ static int imap_fetch_one(struct imap_ctx *x,
         borrowed = header_only && imap_header_window_get(headers, place, &window_raw, &len);
         raw = (void *)window_raw;
         int single = 0; /* raw is the header of a message of one part, read here */
-        int parts = 0;
         if (header_only) {
             metrics_headers_read(borrowed);
         } else if (imap_fetch_header_parts(f, needs) &&
                    imap_fetch_single_header(x, headers, place, m->uid, &raw, &len, &borrowed)) {
             single = header_only = 1; /* its sections settled by the header */
             metrics_sections_from_header();
-        } else if (imap_fetch_prefix_sections(f, needs, &parts) &&
-                   imap_fetch_prefix(x, f, headers, place, i, parts, located, &raw, &len,
-                                     &prefix_hlen)) {
+        } else if (imap_fetch_prefix_sections(f, needs) &&
+                   imap_fetch_prefix(x, f, headers, place, i, located, &raw, &len, &prefix_hlen)) {
             metrics_sections_prefix();
         }
         int rc = borrowed || single || prefix_hlen > 0 ? MV_OK
@@ -1363,10 +1367,9 @@ static void imap_fetch_prefetch(struct imap_ctx *x, struct imap_fetch_state *st,
 static void imap_fetch_headers_ahead(struct imap_ctx *x, struct imap_fetch_state *st)
 {
     const struct imap_fetch *f = st->f;
-    int parts = 0;
     if (st->next < st->headers.to ||
         (!imap_fetch_header_only(f, f->items) && !imap_fetch_header_parts(f, f->items) &&
-         !imap_fetch_prefix_sections(f, f->items, &parts)) ||
+         !imap_fetch_prefix_sections(f, f->items)) ||
         ((f->items & (IMAP_FETCH_ENVELOPE | IMAP_FETCH_RFC822_HEADER)) == 0 &&
          f->section_count == 0)) {
         return;

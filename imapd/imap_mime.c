@@ -1129,34 +1129,58 @@ imap_mime_delimiter(const char *raw, size_t at, size_t end, const char *boundary
     return 1;
 }
 
-/* The next part of the multipart parent after *at (a line start in its content): skips to the
- * next delimiter line (past the preamble the first time); the part runs to the line break
- * before the following delimiter (the break belongs to the delimiter, RFC 2046 5.1.1) or,
- * when the close delimiter is missing, to parent->end. 0, or -1 after the last part. */
-/* The end of the line at `at` (imap_mime_line_end), but a stand-in's filler (gaps: NULL for a
- * message) is one line that is not read: its first byte is 'x', its end is known. */
+/* The end of the line at `at` (imap_mime_line_end), but a stand-in's filler (r's gaps) is one
+ * line that is not read: its first byte is 'x', its end is known. */
 static size_t
-imap_mime_line_end_gaps(const char *raw, size_t at, size_t end, const struct imap_mime_gaps *gaps)
+imap_mime_line_end_r(const char *raw, size_t at, size_t end, const struct imap_mime_reading *r)
 {
-    if (gaps != NULL && gaps->count > 0 && raw[at] == 'x') {
-        size_t lo = 0, hi = gaps->count; /* the first gap starting at or after at */
+    if (r != NULL && r->count > 0 && raw[at] == 'x') {
+        size_t lo = 0, hi = r->count; /* the first gap starting at or after at */
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
-            if (gaps->gap[mid].start < at) {
+            if (r->gap[mid].start < at) {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        if (lo < gaps->count && gaps->gap[lo].start == at && gaps->gap[lo].end <= end) {
-            return gaps->gap[lo].end;
+        if (lo < r->count && r->gap[lo].start == at && r->gap[lo].end <= end) {
+            return r->gap[lo].end;
         }
     }
     return imap_mime_line_end(raw, at, end);
 }
 
+/* 1 if the line at `at` of a prefix (r->prefix > 0) may go on past it: it starts at or after
+ * the prefix's last LF (A WALK OVER A PREFIX, imap_mime.h). */
+static int imap_mime_open_line(const struct imap_mime_reading *r, size_t at)
+{
+    return r != NULL && r->prefix > 0 && at >= r->tail;
+}
+
+/* imap_mime_body_start() in r's reading. Of an entity open to a prefix's end, a header may
+ * end past it, and an empty line found at the prefix's last line break may be the one in
+ * front of a delimiter there, which belongs to the delimiter: the header's end is sure only
+ * before that (else uncertain). */
+static size_t
+imap_mime_body_start_r(const char *raw, size_t begin, size_t end, struct imap_mime_reading *r)
+{
+    size_t body = imap_mime_body_start(raw, begin, end);
+    if (r != NULL && r->prefix > 0 && end == r->prefix && body + 2 > r->tail) {
+        r->uncertain = 1;
+    }
+    return body;
+}
+
+/* The next part of the multipart parent after *at (a line start in its content): skips to the
+ * next delimiter line (past the preamble the first time); the part runs to the line break
+ * before the following delimiter (the break belongs to the delimiter, RFC 2046 5.1.1) or,
+ * when the close delimiter is missing, to parent->end. 0, or -1 after the last part. In a
+ * prefix (r), looking for the part's start on a line that may go on past it, or running out of
+ * lines at its end, makes the reading uncertain; looking for its end there leaves the part
+ * open, to the prefix's end. */
 static int imap_mime_next_part(const char *raw,
-                               const struct imap_mime_gaps *gaps,
+                               struct imap_mime_reading *r,
                                const struct imap_mime_entity *parent,
                                const char *boundary,
                                int digest,
@@ -1166,15 +1190,26 @@ static int imap_mime_next_part(const char *raw,
     size_t pos = *at, next = *at;
     int close = 0, found = 0;
     for (; pos < parent->end && !found; pos = found ? pos : next) {
-        next = imap_mime_line_end_gaps(raw, pos, parent->end, gaps);
+        if (imap_mime_open_line(r, pos)) {
+            r->uncertain = 1;
+            return -1;
+        }
+        next = imap_mime_line_end_r(raw, pos, parent->end, r);
         found = imap_mime_delimiter(raw, pos, next, boundary, &close);
+    }
+    if (!found && r != NULL && r->prefix > 0 && parent->end == r->prefix) {
+        r->uncertain = 1; /* more lines may follow the prefix */
     }
     if (!found || close) {
         return -1;
     }
     size_t start = next;
     for (pos = start; pos < parent->end; pos = next) {
-        next = imap_mime_line_end_gaps(raw, pos, parent->end, gaps);
+        if (imap_mime_open_line(r, pos)) {
+            pos = parent->end; /* open: the part goes on at least to the line before */
+            break;
+        }
+        next = imap_mime_line_end_r(raw, pos, parent->end, r);
         if (imap_mime_delimiter(raw, pos, next, boundary, &close)) {
             break;
         }
@@ -1185,7 +1220,7 @@ static int imap_mime_next_part(const char *raw,
         stop -= stop > start && raw[stop - 1] == '\r';
     }
     part->begin = start;
-    part->body = imap_mime_body_start(raw, start, stop);
+    part->body = imap_mime_body_start_r(raw, start, stop, r);
     part->end = stop;
     part->message = 0;
     part->digest_child = digest;
@@ -1195,7 +1230,7 @@ static int imap_mime_next_part(const char *raw,
 
 /* Part number (1-based) of the multipart e: e becomes that part. */
 static int imap_mime_child(const char *raw,
-                           const struct imap_mime_gaps *gaps,
+                           struct imap_mime_reading *r,
                            struct imap_mime_entity *e,
                            const char *boundary,
                            uint32_t number,
@@ -1204,7 +1239,7 @@ static int imap_mime_child(const char *raw,
     struct imap_mime_entity part = {0, 0, 0, 0, 0};
     size_t at = e->body;
     for (uint32_t i = 0; i < number; i++) {
-        if (imap_mime_next_part(raw, gaps, e, boundary, digest, &at, &part) != 0) {
+        if (imap_mime_next_part(raw, r, e, boundary, digest, &at, &part) != 0) {
             return -1;
         }
     }
@@ -1523,7 +1558,7 @@ int imap_mime_bodystructure(const struct imap_mime *m, struct buf *out, int exte
 /* One part number from e (RFC 3501 6.4.5): into a multipart's parts; a message/rfc822 part
  * steps into its message first; a single part has only part 1, itself. */
 static int imap_mime_step(const char *raw,
-                          const struct imap_mime_gaps *gaps,
+                          struct imap_mime_reading *r,
                           struct imap_mime_entity *e,
                           uint32_t number,
                           int flat)
@@ -1535,7 +1570,7 @@ static int imap_mime_step(const char *raw,
     enum imap_mime_kind kind = flat ? IMAP_MIME_LEAF : imap_mime_entity_kind(raw, e, &boundary);
     if (!e->message && kind == IMAP_MIME_MESSAGE) {
         e->begin = e->body;
-        e->body = imap_mime_body_start(raw, e->begin, e->end);
+        e->body = imap_mime_body_start_r(raw, e->begin, e->end, r);
         e->message = 1;
         e->digest_child = 0;
         kind = imap_mime_entity_kind(raw, e, &boundary);
@@ -1543,7 +1578,7 @@ static int imap_mime_step(const char *raw,
     int rc = 0;
     if (kind == IMAP_MIME_MULTIPART || kind == IMAP_MIME_DIGEST) {
         rc = boundary != NULL && boundary[0] != '\0'
-                 ? imap_mime_child(raw, gaps, e, boundary, number, kind == IMAP_MIME_DIGEST)
+                 ? imap_mime_child(raw, r, e, boundary, number, kind == IMAP_MIME_DIGEST)
                  : -1; /* GMime: no parts */
     } else if (number == 1) {
         e->message = 0; /* the same bytes, now as the part */
@@ -1576,6 +1611,36 @@ int imap_mime_header_settles(const uint32_t *part, size_t count, enum imap_mime_
     return 0; /* the body itself */
 }
 
+void imap_mime_reading_prefix(struct imap_mime_reading *r, const char *raw, size_t n)
+{
+    const char *lf = n > 0 ? memrchr(raw, '\n', n) : NULL;
+    *r = (struct imap_mime_reading){.gap = NULL, .count = 0, .prefix = n, .uncertain = 0};
+    r->tail = lf != NULL ? (size_t)(lf - raw) + 1 : 0;
+}
+
+int imap_mime_reading_holds(const struct imap_mime_reading *r,
+                            int rc,
+                            const struct imap_mime_span *span,
+                            int partial,
+                            uint64_t start,
+                            uint64_t length)
+{
+    if (r->prefix == 0) {
+        return 1; /* the whole message */
+    }
+    if (r->uncertain) {
+        return 0;
+    }
+    if (rc != 0 || span->offset + span->length < r->prefix) {
+        return 1; /* no such part, or a range ended before the prefix's end */
+    }
+    /* open to the prefix's end: the part runs at least to the line break before the first
+     * line that may go on past it, which may be a delimiter's */
+    uint64_t sure = r->tail >= 2 ? r->tail - 2 : 0;
+    return partial && span->offset <= sure && start <= sure - span->offset &&
+           length <= sure - span->offset - start;
+}
+
 int imap_mime_flat(const char *raw, size_t len)
 {
     return imap_mime_over_structure(raw, len, 0);
@@ -1601,18 +1666,18 @@ int imap_mime_section(const char *raw,
 int imap_mime_section_flat(const char *raw,
                            size_t len,
                            int flat,
-                           const struct imap_mime_gaps *gaps,
+                           struct imap_mime_reading *r,
                            const uint32_t *part,
                            size_t count,
                            enum imap_mime_what what,
                            struct imap_mime_span *span)
 {
-    struct imap_mime_entity e = {0, imap_mime_body_start(raw, 0, len), len, 1, 0};
+    struct imap_mime_entity e = {0, imap_mime_body_start_r(raw, 0, len, r), len, 1, 0};
     if (count == 0 || count > IMAP_MIME_DEPTH_MAX) {
         return -1;
     }
     for (size_t i = 0; i < count; i++) {
-        if (imap_mime_step(raw, gaps, &e, part[i], flat) != 0) {
+        if (imap_mime_step(raw, r, &e, part[i], flat) != 0) {
             return -1;
         }
         flat = 0; /* the fallback describes the top message only */
@@ -1628,7 +1693,7 @@ int imap_mime_section_flat(const char *raw,
         if (kind != IMAP_MIME_MESSAGE) {
             return -1; /* HEADER and TEXT name parts of a message/rfc822 part */
         }
-        size_t inner = imap_mime_body_start(raw, e.body, e.end);
+        size_t inner = imap_mime_body_start_r(raw, e.body, e.end, r);
         from = what == IMAP_MIME_MESSAGE_HEADER ? e.body : inner;
         to = what == IMAP_MIME_MESSAGE_HEADER ? inner : e.end;
     }

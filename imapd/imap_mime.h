@@ -18,9 +18,17 @@ struct imap_mime_gap {
     size_t start;
     size_t end;
 };
-struct imap_mime_gaps {
+/* How imap_mime_section_flat() reads raw when it is not simply a message (NULL: it is):
+ * - a stand-in (imap_mime_stand_in): its gaps, count of them, stepped over unread;
+ * - a message's first prefix bytes only (imap_mime_reading_prefix): tail is where the last
+ *   line that may go on past them starts, and uncertain is set when the walk needed a byte
+ *   past them to be sure (A WALK OVER A PREFIX, below). */
+struct imap_mime_reading {
     const struct imap_mime_gap *gap;
     size_t count;
+    size_t prefix; /* 0: the whole message */
+    size_t tail;
+    int uncertain;
 };
 
 /* Lines that could open a MIME part or a header field ("--...", "name:") beyond which a
@@ -144,6 +152,29 @@ int imap_mime_section(const char *raw,
                       size_t count,
                       enum imap_mime_what what,
                       struct imap_mime_span *span);
+/* A WALK OVER A PREFIX. A preview of a multipart's part (BODY[1]<0.256>) needs the message's
+ * first few KiB, where the part usually starts, but a walk over them alone must know what it
+ * would have found in the message: imap_mime_section_flat() over n first bytes (len n, flat
+ * 0: only a message of at most twice IMAP_MIME_STRUCTURE_MAX bytes is never flat) with a
+ * reading set by imap_mime_reading_prefix() reads only lines that end before the last LF of
+ * the prefix; a line at or past it may go on in the message. Looking for a part's start or a
+ * header's end there, or running out of lines at the prefix's end, sets uncertain; looking
+ * for a part's end there leaves the part open to the prefix's end. imap_mime_reading_holds()
+ * then says whether the answer is the message's: a part not there, or a range that ended
+ * before the prefix's end, when nothing was uncertain; an open one only for a partial that
+ * ends before the line break in front of the first line that may go on (which could be a
+ * delimiter's). Else read the message. tests/test_imap_mime.c and the fuzz target compare
+ * every answer held with the message's, at every prefix length. */
+/* Sets r for a walk over raw's first n bytes (a prefix of the message: n below its size). */
+void imap_mime_reading_prefix(struct imap_mime_reading *r, const char *raw, size_t n);
+/* 1 if the walk's answer (rc, span) in reading r is the message's, for a section asked for
+ * with or without a partial <start.length> of a part's content (A WALK OVER A PREFIX). */
+int imap_mime_reading_holds(const struct imap_mime_reading *r,
+                            int rc,
+                            const struct imap_mime_span *span,
+                            int partial,
+                            uint64_t start,
+                            uint64_t length);
 /* SECTIONS FROM THE HEADER. A message whose top Content-Type is neither a multipart nor a
  * message (or that has none) is one part to imap_mime_section(): every part number but 1
  * names nothing, part 1 (1.1, ...) is the message itself, its MIME header is the message's
@@ -168,7 +199,7 @@ int imap_mime_flat(const char *raw, size_t len);
 int imap_mime_section_flat(const char *raw,
                            size_t len,
                            int flat,
-                           const struct imap_mime_gaps *gaps,
+                           struct imap_mime_reading *r,
                            const uint32_t *part,
                            size_t count,
                            enum imap_mime_what what,

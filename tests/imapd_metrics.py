@@ -577,23 +577,27 @@ def check_sections_from_header(args):
 
 
 def check_previews_prefix(args):
-    """A preview of a long message (BODY.PEEK[TEXT]<0.512>, BODY.PEEK[]<0.2048>, BODY.PEEK[1]<...>
-    of a message of one part, within the header and the body's first 4 KiB) unpacks only the
-    message's first bytes (imap_fetch.c, PREVIEWS FROM THE FIRST BYTES; the store's lead
-    frame): the exact bytes, and ENVELOPE beside it; a part section of a multipart, a piece
-    past the first 4 KiB and a short message are read as before, the same bytes. Before,
-    every preview unpacked the whole body."""
+    """A preview of a long message (BODY.PEEK[TEXT]<0.512>, BODY.PEEK[]<0.2048>,
+    BODY.PEEK[1]<0.256> of a message of one part or of a multipart whose part 1 starts within
+    the body's first 4 KiB) unpacks only the message's first bytes (imap_fetch.c, PREVIEWS
+    FROM THE FIRST BYTES; the store's lead frame; imap_mime.h, A WALK OVER A PREFIX): the
+    exact bytes, ENVELOPE beside it; a part the first bytes cannot settle (one that starts
+    past them, a MIME header after a long part), a piece past the first 4 KiB and a short
+    message are read as before, the same bytes. Before, every preview unpacked the whole
+    body."""
     user, password = args.user.split(":", 1)
     a = imapd_common.imap_login(args.imap, user, password, 30)
     a.command("CREATE previews")
     text = b"".join(b"line %05d of a long text, as a preview would show it.\r\n" % k
                     for k in range(400))
     single = b"Subject: long one\r\nContent-Type: text/plain\r\n\r\n" + text
-    multi = (b"Subject: long two\r\nContent-Type: multipart/alternative; boundary=b\r\n\r\n"
-             b"--b\r\nContent-Type: text/plain\r\n\r\n" + text + b"\r\n--b\r\n"
-             b"Content-Type: text/html\r\n\r\n<p>" + text + b"</p>\r\n--b--\r\n")
+    alt = (b"--b\r\nContent-Type: text/plain\r\n\r\n" + text + b"\r\n--b\r\n"
+           b"Content-Type: text/html\r\n\r\n<p>" + text + b"</p>\r\n--b--\r\n")
+    head = b"Content-Type: multipart/alternative; boundary=b\r\n\r\n"
+    multi = b"Subject: long two\r\n" + head + alt
+    far = b"Subject: far\r\n" + head + b"a preamble line\r\n" * 400 + alt
     short = b"Subject: short\r\n\r\nhello there\r\n"
-    for msg in (single, multi, short):
+    for msg in (single, multi, short, far):
         a.command("APPEND previews", msg)
     a.command("EXAMINE previews")
     name = "mailvaultd_fetch_sections_read_total"
@@ -601,18 +605,21 @@ def check_previews_prefix(args):
     def body(msg):
         return msg[msg.index(b"\r\n\r\n") + 4:]
 
-    part1 = text
+    def fetched(untagged):
+        return {int(t.split()[1]): lits for t, lits in untagged if b" FETCH " in t}
+
     _, _, s0 = scrape(args.metrics)
-    untagged, tagged = a.command("FETCH 1:3 (BODY.PEEK[TEXT]<0.512> BODY.PEEK[]<0.2048> "
+    untagged, tagged = a.command("FETCH 1:4 (BODY.PEEK[TEXT]<0.512> BODY.PEEK[]<0.2048> "
                                  "BODY.PEEK[1]<0.256>)")
     _, _, s1 = scrape(args.metrics)
-    got = {int(t.split()[1]): lits for t, lits in untagged if b" FETCH " in t}
+    got = fetched(untagged)
     want = {1: [body(single)[:512], single[:2048], body(single)[:256]],
-            2: [body(multi)[:512], multi[:2048], part1[:256]],
-            3: [body(short), short, body(short)]}
-    R.report("previews: a long message of one part from its first bytes, the exact bytes; a "
-             "multipart's part and a short message as before",
-             b" OK" in tagged and got == want and delta(s0, s1, name, read="prefix") == 1,
+            2: [body(multi)[:512], multi[:2048], text[:256]],
+            3: [body(short), short, body(short)],
+            4: [body(far)[:512], far[:2048], text[:256]]}
+    R.report("previews: long messages of one part and multiparts whose part 1 starts early from "
+             "their first bytes, the exact bytes; a part past them and a short message as before",
+             b" OK" in tagged and got == want and delta(s0, s1, name, read="prefix") == 2,
              "%r %r %r" % (tagged, {k: [len(x) for x in v] for k, v in got.items()},
                            delta(s0, s1, name, read="prefix")))
     untagged, tagged = a.command("FETCH 1:2 (ENVELOPE BODY.PEEK[TEXT]<4000.96>)")
@@ -624,12 +631,21 @@ def check_previews_prefix(args):
              and b'"long one"' in got[0][0] and b'"long two"' in got[1][0]
              and delta(s1, s2, name, read="prefix") == 2,
              "%r %r" % (tagged, got))
-    untagged, tagged = a.command("FETCH 1 (BODY.PEEK[TEXT]<4000.97> BODY.PEEK[1]<9000.10>)")
+    untagged, tagged = a.command("FETCH 1:2 (BODY.PEEK[TEXT]<4000.97> BODY.PEEK[1]<9000.10>)")
     _, _, s3 = scrape(args.metrics)
-    got = [lits for t, lits in untagged if b" FETCH " in t]
+    got = fetched(untagged)
     R.report("previews: a piece past the first 4 KiB read as before, the exact bytes",
-             b" OK" in tagged and got == [[body(single)[4000:4097], body(single)[9000:9010]]]
+             b" OK" in tagged and got == {1: [body(single)[4000:4097], body(single)[9000:9010]],
+                                          2: [body(multi)[4000:4097], text[9000:9010]]}
              and delta(s2, s3, name, read="prefix") == 0,
+             "%r %r" % (tagged, got))
+    untagged, tagged = a.command("FETCH 2 (BODY.PEEK[1.MIME] BODY.PEEK[2.MIME])")
+    _, _, s4 = scrape(args.metrics)
+    got = fetched(untagged)
+    R.report("previews: a MIME header after a long part read as before, the exact bytes",
+             b" OK" in tagged and got == {2: [b"Content-Type: text/plain\r\n\r\n",
+                                              b"Content-Type: text/html\r\n\r\n"]}
+             and delta(s3, s4, name, read="prefix") == 0,
              "%r %r" % (tagged, got))
     a.command("LOGOUT")
     a.close()

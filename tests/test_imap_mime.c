@@ -346,7 +346,7 @@ static void tm_stand_in_case(size_t fields, int expect_flat)
     imap_mime_stand_in_gaps(&cut, 1, &gap);
     CHECK(gap.start == position && gap.end == position + cut_size);
     CHECK(whole[gap.start] == 'x' && whole[gap.end - 2] == 'x' && whole[gap.end - 1] == '\n');
-    struct imap_mime_gaps gaps = {.gap = &gap, .count = 1};
+    struct imap_mime_reading gaps = {.gap = &gap, .count = 1};
     for (uint32_t p = 1; p <= 3; p++) {
         for (int what = IMAP_MIME_CONTENT; what <= IMAP_MIME_HEADER; what++) {
             struct imap_mime_span s = {0, 0}, r = {0, 0}, u = {0, 0};
@@ -436,6 +436,83 @@ static void test_sections_from_header(void)
     CHECK(imap_mime_header_settles(two, 2, IMAP_MIME_CONTENT));
     CHECK(imap_mime_header_settles(one, 1, IMAP_MIME_HEADER));
     CHECK(imap_mime_header_settles(one, 1, IMAP_MIME_MESSAGE_TEXT));
+}
+
+/* A WALK OVER A PREFIX (imap_mime.h): over every prefix of messages with nested parts, a
+ * missing close delimiter, a digest, a delimiter in the last line, each section's answer the
+ * walk says holds is the message's, and a preview of part 1 of a long multipart holds once
+ * the prefix reaches past it. */
+static int tm_prefix_agrees(const char *msg)
+{
+    static const uint32_t paths[][3] = {{1, 0, 0}, {2, 0, 0}, {1, 1, 0}, {2, 1, 0}, {2, 1, 1}};
+    static const size_t counts[] = {1, 1, 2, 2, 3};
+    size_t size = strlen(msg);
+    for (size_t n = 1; n < size; n++) {
+        for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+            for (int what = IMAP_MIME_CONTENT; what <= IMAP_MIME_MESSAGE_TEXT; what++) {
+                struct imap_mime_reading r;
+                struct imap_mime_span p = {0, 0}, w = {0, 0};
+                imap_mime_reading_prefix(&r, msg, n);
+                int a = imap_mime_section_flat(msg, n, 0, &r, paths[i], counts[i],
+                                               (enum imap_mime_what)what, &p);
+                int b = imap_mime_section(msg, size, paths[i], counts[i], (enum imap_mime_what)what,
+                                          &w);
+                int whole = imap_mime_reading_holds(&r, a, &p, 0, 0, 0);
+                int first = imap_mime_reading_holds(&r, a, &p, 1, 0, 4);
+                if ((whole &&
+                     (a != b || (b == 0 && (p.offset != w.offset || p.length != w.length)))) ||
+                    (first && (a != b || (b == 0 && (p.offset != w.offset ||
+                                                     (w.length < 4 && w.length != p.length)))))) {
+                    fprintf(stderr,
+                            "  prefix %zu of %zu, path %zu what %d: %d [%zu+%zu] / %d "
+                            "[%zu+%zu]\n",
+                            n, size, i, what, a, p.offset, p.length, b, w.offset, w.length);
+                    return 0;
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+static void test_prefix_walk(void)
+{
+    static const char *msgs[] = {
+        "Content-Type: multipart/mixed; boundary=b\n\n--b\nContent-Type: text/plain\n\none\n"
+        "--b\nContent-Type: message/rfc822\n\nSubject: in\nContent-Type: multipart/x; "
+        "boundary=c\n\n--c\n\ninner\n--c--\n--b--\n",
+        "Content-Type: multipart/mixed; boundary=b\n\npreamble\n--b\n\nno close\n--bb\n",
+        "Content-Type: multipart/digest; boundary=d\n\n--d\n\nSubject: x\n\nbody\n--d--\n",
+        "Content-Type: multipart/alternative; boundary=b\n\n--b\nContent-Type: text/plain\n\n"
+        "--b-not-a-delimiter\n\n--b\nContent-Type: text/html\n\n<p>\n--b--",
+    };
+    for (size_t m = 0; m < sizeof msgs / sizeof msgs[0]; m++) {
+        CHECK(tm_prefix_agrees(msgs[m]));
+        char *crlf = tm_crlf(msgs[m]);
+        int ok = tm_prefix_agrees(crlf);
+        free(crlf);
+        CHECK(ok);
+    }
+    CHECK(tm_prefix_agrees(tm_nested));
+    /* a preview of part 1 of a long multipart, from a prefix that holds it */
+    char msg[4096];
+    size_t at = (size_t)snprintf(msg, sizeof msg,
+                                 "Content-Type: multipart/alternative; boundary=b\r\n\r\n"
+                                 "--b\r\nContent-Type: text/plain\r\n\r\n");
+    size_t part = at;
+    for (int i = 0; i < 30; i++) {
+        at += (size_t)snprintf(msg + at, sizeof msg - at, "line %02d of the text part\r\n", i);
+    }
+    at += (size_t)snprintf(msg + at, sizeof msg - at, "\r\n--b\r\n\r\n<p>html</p>\r\n--b--\r\n");
+    static const uint32_t one = 1;
+    struct imap_mime_reading r;
+    struct imap_mime_span p = {0, 0};
+    imap_mime_reading_prefix(&r, msg, part + 300);
+    CHECK_EQ_INT(imap_mime_section_flat(msg, part + 300, 0, &r, &one, 1, IMAP_MIME_CONTENT, &p), 0);
+    CHECK(p.offset == part && imap_mime_reading_holds(&r, 0, &p, 1, 0, 256));
+    CHECK(!imap_mime_reading_holds(&r, 0, &p, 0, 0, 0)); /* the whole part: past the prefix */
+    CHECK(!imap_mime_reading_holds(&r, 0, &p, 1, 0, 300));
+    CHECK(at < sizeof msg);
 }
 
 static void test_too_much_structure(void)
@@ -1149,6 +1226,7 @@ int main(void)
     TEST(test_plain_leaf_shortcut);
     TEST(test_stand_in_flat_from_skeleton);
     TEST(test_sections_from_header);
+    TEST(test_prefix_walk);
     TEST(test_utf8_strings);
     TEST(test_imap_string_quoting);
     TEST(test_buf_numbers_and_dates);
