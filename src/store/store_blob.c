@@ -1395,6 +1395,25 @@ static int store_body_cuts(mv_store *s,
     return rc;
 }
 
+/* The snapshot's kept BLOB handle (or a new one: s->header_blob is taken) moved to body_id's
+ * skeleton, with the VFS told to read the row's leaf with the pages near it: MV_OK,
+ * MV_ENOTFOUND (no row) or an SQLite error; *blob is to be kept or closed by the caller
+ * either way (a failed reopen leaves it spent). */
+static int store_body_blob(mv_store *s, int64_t body_id, sqlite3_blob **blob)
+{
+    *blob = s->header_blob;
+    s->header_blob = NULL;
+    mv_db_read_near_hint(s->db, STORE_BLOB_NEAR_PAGES); /* with the row's leaf */
+    if ((*blob != NULL ? sqlite3_blob_reopen(*blob, body_id)
+                       : sqlite3_blob_open(s->db, "main", "bodies_data", "data", body_id, 0,
+                                           blob)) != SQLITE_OK) {
+        return sqlite3_errcode(s->db) == SQLITE_ERROR
+                   ? MV_ENOTFOUND
+                   : store_fail_sqlite(s, "reading a message body");
+    }
+    return MV_OK;
+}
+
 /* Reads the stored skeleton of body_id into *data (malloc'd, *data_len bytes) through the
  * snapshot's kept BLOB handle (s->header_blob, as the header reads): one B-tree descent, where
  * a statement needs a second one first for the length that tells the VFS how long a chain to
@@ -1402,19 +1421,11 @@ static int store_body_cuts(mv_store *s,
  * row), MV_ENOMEM or an SQLite error. */
 static int store_body_skeleton_read(mv_store *s, int64_t body_id, uint8_t **data, size_t *data_len)
 {
-    sqlite3_blob *blob = s->header_blob;
-    int rc = MV_OK;
-    s->header_blob = NULL;
+    sqlite3_blob *blob = NULL;
     *data = NULL;
     *data_len = 0;
-    mv_db_read_near_hint(s->db, STORE_BLOB_NEAR_PAGES); /* with the row's leaf */
-    if ((blob != NULL ? sqlite3_blob_reopen(blob, body_id)
-                      : sqlite3_blob_open(s->db, "main", "bodies_data", "data", body_id, 0,
-                                          &blob)) != SQLITE_OK) {
-        rc = sqlite3_errcode(s->db) == SQLITE_ERROR
-                 ? MV_ENOTFOUND
-                 : store_fail_sqlite(s, "reading a message body");
-    } else {
+    int rc = store_body_blob(s, body_id, &blob);
+    if (rc == MV_OK) {
         int stored = sqlite3_blob_bytes(blob);
         mv_db_read_ahead_hint(s->db, stored); /* the handle has the row: next, its chain */
         *data = malloc(stored > 0 ? (size_t)stored : 1);
@@ -1524,19 +1535,11 @@ static int store_body_prefix_read(mv_store *s,
                                   size_t *frames_in,
                                   size_t *unpack)
 {
-    sqlite3_blob *blob = s->header_blob;
+    sqlite3_blob *blob = NULL;
     size_t have = 0, stored = 0, at = 0, got = 0;
-    int rc = MV_OK;
-    s->header_blob = NULL;
     *data = NULL;
-    mv_db_read_near_hint(s->db, STORE_BLOB_NEAR_PAGES); /* with the row's leaf */
-    if ((blob != NULL ? sqlite3_blob_reopen(blob, body_id)
-                      : sqlite3_blob_open(s->db, "main", "bodies_data", "data", body_id, 0,
-                                          &blob)) != SQLITE_OK) {
-        rc = sqlite3_errcode(s->db) == SQLITE_ERROR
-                 ? MV_ENOTFOUND
-                 : store_fail_sqlite(s, "reading a message body");
-    } else {
+    int rc = store_body_blob(s, body_id, &blob);
+    if (rc == MV_OK) {
         stored = (size_t)sqlite3_blob_bytes(blob);
     }
     if (rc == MV_OK && compression == STORE_BLOB_NONE) {
