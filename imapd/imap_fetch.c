@@ -896,7 +896,8 @@ static int imap_fetch_one(struct imap_ctx *x,
     }
     struct imap_sparse sparse; /* raw is a stand-in when its count is > 0 */
     sparse.count = 0;
-    size_t prefix_hlen = 0; /* > 0: raw holds the message's first bytes only (PREVIEWS ...) */
+    int prefix = 0; /* raw holds the message's first bytes only (PREVIEWS ...), prefix_hlen */
+    size_t prefix_hlen = 0;
     if ((items & IMAP_FETCH_BODYSTRUCTURE) != 0) {
         found |=
             imap_fetch_structure_cached(x, stored, place, i, IMAP_FETCH_BODYSTRUCTURE, &cached[1]);
@@ -928,9 +929,10 @@ static int imap_fetch_one(struct imap_ctx *x,
             metrics_sections_from_header();
         } else if (imap_fetch_prefix_sections(f, needs) &&
                    imap_fetch_prefix(x, f, headers, place, i, located, &raw, &len, &prefix_hlen)) {
+            prefix = 1;
             metrics_sections_prefix();
         }
-        int rc = borrowed || single || prefix_hlen > 0 ? MV_OK
+        int rc = borrowed || single || prefix ? MV_OK
                  : header_only ? mv_message_fetch_header(imap_db(x->s), x->s->view.mailbox, m->uid,
                                                          &raw, &len)
                  : imap_fetch_sparse_copy(x, f, needs, i, located, &sparse, &raw, &len)
@@ -941,8 +943,8 @@ static int imap_fetch_one(struct imap_ctx *x,
              * stays until after imap_mime_close()); BODYSTRUCTURE or BODY alone parses the
              * top part without the message's address fields */
             int structure = (needs & (IMAP_FETCH_BODYSTRUCTURE | IMAP_FETCH_BODY)) != 0;
-            rc = prefix_hlen > 0 ? imap_mime_open_envelope(raw, prefix_hlen, &mime) /* bytes held */
-                 : !structure    ? imap_mime_open_envelope(raw, len, &mime)
+            rc = prefix       ? imap_mime_open_envelope(raw, prefix_hlen, &mime) /* bytes held */
+                 : !structure ? imap_mime_open_envelope(raw, len, &mime)
                  : (needs & IMAP_FETCH_ENVELOPE) == 0 ? imap_mime_open_structure(raw, len, &mime)
                                                       : imap_mime_open(raw, len, &mime);
             if (rc == MV_OK) {
@@ -1005,10 +1007,10 @@ static int imap_fetch_one(struct imap_ctx *x,
     /* Where the header ends: found once, and not looked for in a header-only read, whose
      * bytes the store has already checked to be exactly the header (a header listing
      * scanned each header three times: 7% of its instructions). */
-    size_t hlen = raw == NULL       ? 0
-                  : prefix_hlen > 0 ? prefix_hlen /* raw holds the first bytes alone */
-                  : header_only     ? len
-                                    : imap_header_len(raw, len);
+    size_t hlen = raw == NULL   ? 0
+                  : prefix      ? prefix_hlen /* raw holds the first bytes alone */
+                  : header_only ? len
+                                : imap_header_len(raw, len);
     if ((items & IMAP_FETCH_RFC822_HEADER) != 0) {
         buf_str(out, " RFC822.HEADER ");
         imap_literal(out, raw, hlen, NULL);

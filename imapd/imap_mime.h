@@ -168,7 +168,8 @@ int imap_mime_section(const char *raw,
 /* Sets r for a walk over raw's first n bytes (a prefix of the message: n below its size). */
 void imap_mime_reading_prefix(struct imap_mime_reading *r, const char *raw, size_t n);
 /* 1 if the walk's answer (rc, span) in reading r is the message's, for a section asked for
- * with or without a partial <start.length> of a part's content (A WALK OVER A PREFIX). */
+ * with or without a partial <start.length> (A WALK OVER A PREFIX); always 1 for a reading of
+ * the whole message (prefix 0). */
 int imap_mime_reading_holds(const struct imap_mime_reading *r,
                             int rc,
                             const struct imap_mime_span *span,
@@ -194,8 +195,9 @@ int imap_mime_header_settles(const uint32_t *part, size_t count, enum imap_mime_
 int imap_mime_flat(const char *raw, size_t len);
 /* imap_mime_section() with flat given (imap_mime_flat() of raw, or imap_mime_stand_in_flat()
  * of the skeleton a stand-in is made of), so that a caller locating several sections, or one
- * in a stand-in, does not scan the message for it each time; and for a stand-in its gaps
- * (else NULL), whose fillers the walk steps over unread as the lines they are. */
+ * in a stand-in, does not scan the message for it each time; r (NULL: raw is the message) a
+ * stand-in's gaps, whose fillers the walk steps over unread as the lines they are, or a
+ * prefix's reading (A WALK OVER A PREFIX), whose uncertain it may set. */
 int imap_mime_section_flat(const char *raw,
                            size_t len,
                            int flat,

@@ -1563,7 +1563,8 @@ static int store_body_prefix_read(mv_store *s,
     while (rc == MV_OK && compression != STORE_BLOB_NONE && at < stored) {
         size_t frame = ZSTD_findFrameCompressedSize(*data + at, have - at);
         unsigned long long content = ZSTD_getFrameContentSize(*data + at, have - at);
-        if (ZSTD_isError(frame) && got < take && have < stored) { /* cut short: read on */
+        if (ZSTD_isError(frame) && have < stored &&
+            (got < take || content == ZSTD_CONTENTSIZE_ERROR)) { /* cut short: read on */
             size_t more = have + (have < stored - have ? have : stored - have);
             rc = store_blob_read_more(s, blob, data, &have, more);
             continue;
