@@ -1050,8 +1050,15 @@ static void test_prefix_keyed(void)
     char *noise = malloc(noise_len); /* stored as is: zstd saves nothing on it */
     static const char noise_head[] = "Subject: noise\r\n\r\n";
     size_t nh = sizeof noise_head - 1;
-    CHECK(noise != NULL && RAND_bytes((unsigned char *)noise + nh, (int)(noise_len - nh)) == 1);
+    CHECK(noise != NULL);
     memcpy(noise, noise_head, nh);
+    uint64_t x = 0x9e3779b97f4a7c15u; /* xorshift64: the same bytes every run */
+    for (size_t i = nh; i < noise_len; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        noise[i] = (char)(x >> 56);
+    }
     const char *msgs[] = {short_msg, long_msg, bare, noise};
     size_t lens[] = {short_len, long_len, strlen(bare), noise_len};
     for (size_t m = 0; m < 4; m++) {
