@@ -8,13 +8,17 @@
  *                                           the store); else the store's error
  *   imap_sent_dates_next(dates, &at, uid, &day)   the message's sent day: 0, or -1 (none)
  *   imap_sent_dates_done(s);                after MV_OK: the lock let go
- *   imap_sent_dates_free(&os->sent_dates)   when the store closes (worker.c), under the lock
+ *   imap_sent_dates_save(os->sent_dates, store)   when the store closes (worker.c): the
+ *                                           copy kept in the store (SAVED), under the lock
+ *   imap_sent_dates_free(&os->sent_dates)   then, under the lock
  */
 #ifndef MV_IMAPD_IMAP_SEARCH_SENT_H
 #define MV_IMAPD_IMAP_SEARCH_SENT_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "mailvault.h"
 
 struct imap_session;
 struct imap_sent_dates;
@@ -24,6 +28,11 @@ struct imap_sent_dates;
  * either, SENT* keys ask the store every time. */
 #define IMAP_SENT_DATES_MAX    262144
 #define IMAP_SENT_DATES_BUDGET (64u << 20)
+/* A close saves the copy when it has at least this many messages read from the store since
+ * it was saved; a saved copy with more than a quarter and this many messages beyond the view
+ * is read afresh (imap_search_sent.c, SAVED). */
+#define IMAP_SENT_MEMO_SAVE_NEW 256u
+#define IMAP_SENT_MEMO_SLACK    1024u
 
 /* The sent days of every message of s's view in s's open store (made, or brought up to
  * date: read again for another mailbox or UIDVALIDITY, else only the UIDs above those it
@@ -40,6 +49,9 @@ int imap_sent_dates_next(const struct imap_sent_dates *d,
                          size_t *cursor,
                          uint32_t uid,
                          int32_t *day);
+/* Keeps d in its store (a mailbox memo) if it read enough since it was saved (SAVED); a
+ * failure is logged, nothing else. d may be NULL. */
+void imap_sent_dates_save(struct imap_sent_dates *d, mv_store *store);
 void imap_sent_dates_free(struct imap_sent_dates **d);
 
 #endif

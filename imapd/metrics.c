@@ -116,6 +116,7 @@ static atomic_uint_fast64_t metrics_structure[6];
 static atomic_uint_fast64_t metrics_sections[4]; /* skeleton, whole, header, prefix */
 /* headers of header-only FETCHes: [0] from the window read ahead, [1] by UID */
 static atomic_uint_fast64_t metrics_headers[2];
+static atomic_uint_fast64_t metrics_sent_days[3]; /* saved, store, saves */
 
 /* Jobs waiting in each worker's queue (metrics_init). */
 static atomic_int_fast64_t *metrics_queues;
@@ -208,6 +209,16 @@ void metrics_sections_from_header(void)
 void metrics_sections_prefix(void)
 {
     atomic_fetch_add_explicit(&metrics_sections[3], 1, memory_order_relaxed);
+}
+
+void metrics_sent_days_read(int from_saved, uint64_t n)
+{
+    atomic_fetch_add_explicit(&metrics_sent_days[from_saved ? 0 : 1], n, memory_order_relaxed);
+}
+
+void metrics_sent_days_saved(void)
+{
+    atomic_fetch_add_explicit(&metrics_sent_days[2], 1, memory_order_relaxed);
 }
 
 void metrics_headers_read(int from_window)
@@ -506,6 +517,19 @@ static void metrics_render_work(struct buf *b)
                "mailvaultd_fetch_headers_read_total{read=\"uid\"} %llu\n",
                (unsigned long long)metrics_read(&metrics_headers[0]),
                (unsigned long long)metrics_read(&metrics_headers[1]));
+    metrics_family(b, "mailvaultd_sent_days_read_total", "counter",
+                   "Messages' sent days read for SEARCH SENTBEFORE/SENTON/SENTSINCE: from the "
+                   "copy a store keeps of them (a mailbox memo, written at the store's close), "
+                   "or from the messages' rows.");
+    buf_printf(b,
+               "mailvaultd_sent_days_read_total{from=\"saved\"} %llu\n"
+               "mailvaultd_sent_days_read_total{from=\"store\"} %llu\n",
+               (unsigned long long)metrics_read(&metrics_sent_days[0]),
+               (unsigned long long)metrics_read(&metrics_sent_days[1]));
+    metrics_family(b, "mailvaultd_sent_days_saved_total", "counter",
+                   "Copies of a mailbox's sent days written to its store.");
+    buf_printf(b, "mailvaultd_sent_days_saved_total %llu\n",
+               (unsigned long long)metrics_read(&metrics_sent_days[2]));
     metrics_family(b, "mailvaultd_structure_cache_bytes", "gauge",
                    "Bytes the open stores' caches of BODYSTRUCTURE and BODY answers hold "
                    "together, at most structure_cache_kib.");

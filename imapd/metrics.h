@@ -85,6 +85,10 @@ void metrics_sections_prefix(void);
 /* A header-only FETCH's header of one message: from the window read ahead by body keys
  * (imap_fetch_headers.h), or read by UID. */
 void metrics_headers_read(int from_window);
+/* n messages' sent days read for SEARCH SENT*: from the store's saved copy (a mailbox memo),
+ * or from the messages' rows (imap_search_sent.c); a copy saved at a store's close. */
+void metrics_sent_days_read(int from_saved, uint64_t n);
+void metrics_sent_days_saved(void);
 /* Before the workers start: room for their queue lengths. 0 or -1. */
 int metrics_init(int workers);
 /* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */

@@ -566,7 +566,8 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     }
     imap_structure_cache_clear(s->structure_cache); /* the next user's stores are others */
     pthread_mutex_lock(&s->sent_lock);
-    imap_sent_dates_free(&s->sent_dates); /* likewise */
+    imap_sent_dates_save(s->sent_dates, s->store); /* kept for the next open */
+    imap_sent_dates_free(&s->sent_dates);
     pthread_mutex_unlock(&s->sent_lock);
     mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */
     mv_store *store = s->store;

@@ -600,6 +600,38 @@ MV_API MV_MUST_CHECK int mv_mailbox_view_read(mv_store *store,
                                               size_t *len,
                                               int (*piece)(void *arg, const void *bytes, size_t n),
                                               void *arg);
+/* MAILBOX MEMOS: byte strings an application derives from a mailbox's messages and keeps
+ * across runs, so that it need not read every message again to make them (mailvaultd keeps
+ * the sent days of a mailbox's messages so, for SEARCH SENT*). A mailbox has
+ * MV_MAILBOX_MEMO_SLOTS slots of one memo each, named by the mailbox's UIDVALIDITY (the store
+ * gives each once, so it names one mailbox for the store's life, through renames; a mailbox
+ * deleted and made again under its name has a new one and none of the old memos). Deleting
+ * the mailbox deletes them. The store never reads a memo's bytes and does not keep them up to
+ * date: a memo says what the application derived when it wrote it, and the application tags
+ * and checks its bytes itself (a version in the first bytes; what it covers). A memo is at
+ * most MV_MAILBOX_MEMO_MAX bytes and at most MV_MAILBOX_MEMO_FLOOR +
+ * MV_MAILBOX_MEMO_PER_MESSAGE bytes for each message the mailbox has when it is written
+ * (quotas count messages: what commands make the server keep stays within that).
+ * Inside the encrypted file like everything else. */
+#define MV_MAILBOX_MEMO_SLOTS       4u
+#define MV_MAILBOX_MEMO_MAX         (16u << 20) /* bytes of one mailbox memo */
+#define MV_MAILBOX_MEMO_FLOOR       4096u       /* bytes a memo may have whatever the count */
+#define MV_MAILBOX_MEMO_PER_MESSAGE 16u         /* and more bytes for each message */
+/* Keeps data[0..len) in slot of the mailbox whose UIDVALIDITY is uidvalidity, replacing what
+ * the slot had, in one write transaction. Returns MV_OK, MV_ENOTFOUND (no mailbox has that
+ * UIDVALIDITY), MV_EINVAL (NULL store, data NULL with len > 0, slot out of range, read-only
+ * store), MV_ELIMIT (over either bound above: nothing kept, the memo before stays), MV_EBUSY,
+ * MV_EIO, MV_ENOSPC, MV_ENOMEM. */
+MV_API MV_MUST_CHECK int mv_mailbox_memo_put(
+    mv_store *store, uint32_t uidvalidity, uint32_t slot, const void *data, size_t len);
+/* The memo in slot of the mailbox whose UIDVALIDITY is uidvalidity: MV_OK with *data
+ * malloc'd (free with mv_free; never NULL on MV_OK) and *len (0 for an empty memo), read
+ * from one snapshot (inside mv_store_read_begin(), that transaction's) through a BLOB handle
+ * straight into *data; MV_ENOTFOUND when there is none (none kept, or no such mailbox);
+ * MV_EINVAL (NULL argument, slot out of range), MV_ECORRUPT (a stored row that is no memo:
+ * over MV_MAILBOX_MEMO_MAX, or not bytes), MV_ENOMEM, MV_EBUSY, MV_EIO. */
+MV_API MV_MUST_CHECK int
+mv_mailbox_memo_get(mv_store *store, uint32_t uidvalidity, uint32_t slot, void **data, size_t *len);
 /* Fills *info for one mailbox, every field (strings owned by the store, valid until the
  * next call on it). Returns MV_OK, MV_ENOTFOUND, MV_ENOMEM, MV_EBUSY or MV_EIO. */
 MV_API MV_MUST_CHECK int

@@ -30,7 +30,7 @@ done >"$tmp/in.mbox"
 run "$mv" import "$user" "$tmp/in.mbox" --password-file "$tmp/pw.$user"
 check "import $n messages" ok
 run "$mv" sql --password-file "$tmp/pw.$user" --kdf-iter "$MAILVAULT_KDF_ITER" \
-    "$root/example.org/alice.db" "ALTER TABLE attachments DROP COLUMN marks; ALTER TABLE attachments DROP COLUMN lines; DROP TRIGGER body_memos_gone; DROP TABLE body_memos; DROP INDEX mailboxes_uidvalidity; DROP TABLE mailbox_keywords; UPDATE bodies SET refcount = (SELECT r.refcount FROM body_refs r WHERE r.id = bodies.id); DROP TABLE body_refs; CREATE INDEX bodies_unreferenced ON bodies(id) WHERE refcount = 0; ALTER TABLE bodies DROP COLUMN head; DROP INDEX messages_uid_body; CREATE VIRTUAL TABLE fts_v8 USING fts5(header, body, tokenize='trigram'); INSERT INTO fts_v8(rowid, header, body) SELECT rowid, header, body FROM fts; DROP TABLE fts; ALTER TABLE fts_v8 RENAME TO fts; PRAGMA user_version = 8"
+    "$root/example.org/alice.db" "DROP TRIGGER mailbox_memos_gone; DROP TABLE mailbox_memos; ALTER TABLE attachments DROP COLUMN marks; ALTER TABLE attachments DROP COLUMN lines; DROP TRIGGER body_memos_gone; DROP TABLE body_memos; DROP INDEX mailboxes_uidvalidity; DROP TABLE mailbox_keywords; UPDATE bodies SET refcount = (SELECT r.refcount FROM body_refs r WHERE r.id = bodies.id); DROP TABLE body_refs; CREATE INDEX bodies_unreferenced ON bodies(id) WHERE refcount = 0; ALTER TABLE bodies DROP COLUMN head; DROP INDEX messages_uid_body; CREATE VIRTUAL TABLE fts_v8 USING fts5(header, body, tokenize='trigram'); INSERT INTO fts_v8(rowid, header, body) SELECT rowid, header, body FROM fts; DROP TABLE fts; ALTER TABLE fts_v8 RENAME TO fts; PRAGMA user_version = 8"
 check "the store made version 8" ok
 
 start_server_checked "$tmp/server.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
@@ -43,7 +43,7 @@ stop_server_checked "$tmp/server.log"
 
 run "$mv" info "$user" --password-file "$tmp/pw.$user" --json
 check "info: no full-text rows left to move" bash -c \
-    "[ $rc -eq 0 ] && $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d[\"fts_rows_left\"] != 0 or d[\"schema_version\"] != 15)' '$out'"
+    "[ $rc -eq 0 ] && $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d[\"fts_rows_left\"] != 0 or d[\"schema_version\"] != 16)' '$out'"
 run "$mv" check "$user" --password-file "$tmp/pw.$user"
 check "check: the migrated store is sound" ok
 finish

@@ -81,6 +81,8 @@ FAMILIES = {
     "mailvaultd_structure_made": "counter",
     "mailvaultd_fetch_sections_read": "counter",
     "mailvaultd_fetch_headers_read": "counter",
+    "mailvaultd_sent_days_read": "counter",
+    "mailvaultd_sent_days_saved": "counter",
     "mailvaultd_worker_queue_length": "gauge",
     "mailvaultd_queue_depth": "gauge",
     "mailvaultd_start_time_seconds": "gauge",
@@ -799,6 +801,107 @@ def check_structure_stored(args):
         c.command("LOGOUT")
         c.close()
 
+# Messages whose Date headers the SENT* keys read as written: a zone that puts the date on
+# another day in UTC either way, none, one that does not parse.
+SENT_DATES = [b"Mon, 03 Feb 2020 23:30:00 -0800", b"Tue, 04 Feb 2020 00:30:00 +1400",
+              b"Wed, 05 Feb 2020 12:00:00 +0000", None, b"garbage",
+              b"Sun, 01 Mar 2015 10:00:00 +0000", b"Thu, 06 Feb 2020 08:00:00 -0500"]
+SENT_SEARCHES = ["UID SEARCH SENTON 4-Feb-2020", "UID SEARCH SENTSINCE 4-Feb-2020",
+                 "UID SEARCH SENTBEFORE 4-Feb-2020", "UID SEARCH SENTON 1-Mar-2015",
+                 "UID SEARCH OR SENTON 3-Feb-2020 SENTON 6-Feb-2020"]
+
+
+def sent_message(k, date):
+    head = b"Date: " + date + b"\r\n" if date is not None else b""
+    return head + b"From: a@example.org\r\nSubject: sent %d\r\n\r\nbody %d\r\n" % (k, k)
+
+
+def sent_answers(c):
+    """{search: its UIDs}, and whether every search was OK."""
+    got, ok = {}, True
+    for q in SENT_SEARCHES:
+        untagged, tagged = c.command(q)
+        ok = ok and b" OK" in tagged
+        got[q] = sorted(int(x) for t, _ in untagged if t.startswith(b"* SEARCH")
+                        for x in t.split()[2:])
+    return got, ok
+
+
+def check_sent_days(args):
+    """SEARCH SENT* read each message's sent day from the store once (the store's copy in
+    memory: imapd/imap_search_sent.c), the days as written in the Date header; the answers
+    go to a file for the run after a restart (check_sent_days_saved)."""
+    user, password = args.user.split(":", 1)
+    a = imapd_common.imap_login(args.imap, user, password, 30)
+    a.command("CREATE sentdays")
+    for k, date in enumerate(SENT_DATES):
+        a.command("APPEND sentdays", sent_message(k + 1, date))
+    a.command("EXAMINE sentdays")
+    name = "mailvaultd_sent_days_read_total"
+    _, _, s0 = scrape(args.metrics)
+    got, ok = sent_answers(a)
+    _, _, s1 = scrape(args.metrics)
+    n = len(SENT_DATES)
+    R.report("sent days: SENT* as the Date header writes the date, each message's day read "
+             "from the store once",
+             ok and got[SENT_SEARCHES[0]] == [2] and got[SENT_SEARCHES[1]] == [2, 3, 7]
+             and got[SENT_SEARCHES[2]] == [1, 6] and got[SENT_SEARCHES[3]] == [6]
+             and got[SENT_SEARCHES[4]] == [1, 7]
+             and delta(s0, s1, name, **{"from": "store"}) == n
+             and delta(s0, s1, name, **{"from": "saved"}) == 0,
+             "%r %r" % (got, delta(s0, s1, name, **{"from": "store"})))
+    if args.answers:
+        with open(args.answers + ".sent", "w", encoding="utf-8") as f:
+            json.dump(got, f)
+    a.command("LOGOUT")
+    a.close()
+
+
+def check_sent_days_saved(args):
+    """After a restart the sent days come from the copy the server before saved in the store
+    at its close (a mailbox memo: imap_search_sent.c, SAVED), none from the messages' rows;
+    the same answers; a message delivered since is read from the store, that one alone. With
+    the saved copy damaged (--stale-tags: its first byte changed), every day is read from the
+    store again and the answers stay the same."""
+    with open(args.answers + ".sent", encoding="utf-8") as f:
+        before = json.load(f)
+    user, password = args.user.split(":", 1)
+    a = imapd_common.imap_login(args.imap, user, password, 30)
+    a.command("EXAMINE sentdays")
+    name = "mailvaultd_sent_days_read_total"
+    n = len(SENT_DATES)
+    _, _, s0 = scrape(args.metrics)
+    got, ok = sent_answers(a)
+    _, _, s1 = scrape(args.metrics)
+    saved = delta(s0, s1, name, **{"from": "saved"})
+    store = delta(s0, s1, name, **{"from": "store"})
+    if args.stale_tags:
+        R.report("sent days: a saved copy that does not decode is passed over, every day read "
+                 "from the store, the same answers",
+                 ok and got == before and saved == 0 and store == n + 1,
+                 "%r %r saved %r store %r" % (got, before, saved, store))
+    else:
+        R.report("sent days: after a restart every day from the saved copy, none from the "
+                 "messages' rows, the same answers",
+                 ok and got == before and saved == n and store == 0,
+                 "%r %r saved %r store %r" % (got, before, saved, store))
+        a.command("SELECT sentdays")
+        a.command("APPEND sentdays", sent_message(n + 1, b"Tue, 4 Feb 2020 18:00:00 +0100"))
+        a.command("NOOP")
+        untagged, tagged = a.command("UID SEARCH SENTON 4-Feb-2020")
+        _, _, s2 = scrape(args.metrics)
+        found = [t for t, _ in untagged if t.startswith(b"* SEARCH")]
+        R.report("sent days: a message delivered since is read from the store, alone",
+                 b" OK" in tagged and found == [b"* SEARCH 2 %d" % (n + 1)]
+                 and delta(s1, s2, name, **{"from": "store"}) == 1,
+                 "%r %r" % (found, delta(s1, s2, name, **{"from": "store"})))
+        before[SENT_SEARCHES[0]] = [2, n + 1]
+        before[SENT_SEARCHES[1]] = [2, 3, 7, n + 1]
+        with open(args.answers + ".sent", "w", encoding="utf-8") as f:
+            json.dump(before, f)
+    a.command("LOGOUT")
+    a.close()
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -817,6 +920,7 @@ def main():
     if args.restarted:
         try:
             check_structure_stored(args)
+            check_sent_days_saved(args)
         except Exception as e:  # a crash is a failure, not a silent pass
             R.report("no exception", False, repr(e))
         R.summary()
@@ -831,6 +935,7 @@ def main():
         check_previews_prefix(args)
         check_headers_window(args)
         check_fts_backlog(args)
+        check_sent_days(args)
         check_http(args.metrics)
     except Exception as e:  # a crash is a failure, not a silent pass
         R.report("no exception", False, repr(e))

@@ -43,7 +43,7 @@ def main():
 
     c = imapd_common.imap_login(a.imap, user, password, 60)
     R.report("the login's open logs the migration",
-             log_has(a.log, "store migrate %s: schema version 8 -> 15" % user))
+             log_has(a.log, "store migrate %s: schema version 8 -> 16" % user))
     R.report("the full-text move is left for after the login",
              log_has(a.log, "store migrate %s: full-text index: %d rows to move" % (user, n)))
     _, tagged = c.command("SELECT INBOX")

@@ -89,35 +89,39 @@ int tu_contains(const uint8_t *hay, size_t hay_len, const void *needle, size_t n
 /* The schema version a store has after its open: the tests that check where a migration
  * ends want it. Kept apart from store.h's STORE_SCHEMA_VERSION on purpose, so that a new
  * schema version is a change the tests are told of, in one place. */
-#define TU_SCHEMA_VERSION 15
+#define TU_SCHEMA_VERSION 16
 
-/* Turns a store of schema version 15 back into version 14's shape (attachments without
+/* Turns a store of schema version 16 back into version 15's shape (no mailbox_memos). */
+#define TU_DOWNGRADE_TO_V15 "DROP TRIGGER mailbox_memos_gone; DROP TABLE mailbox_memos; "
+
+/* Turns a store of schema version 16 back into version 14's shape (attachments without
  * their line counts). */
 #define TU_DOWNGRADE_TO_V14                                                                        \
+    TU_DOWNGRADE_TO_V15                                                                            \
     "ALTER TABLE attachments DROP COLUMN marks; ALTER TABLE attachments DROP COLUMN lines; "
 
-/* Turns a store of schema version 15 back into version 13's shape (no body_memos). */
+/* Turns a store of schema version 16 back into version 13's shape (no body_memos). */
 #define TU_DOWNGRADE_TO_V13                                                                        \
     TU_DOWNGRADE_TO_V14                                                                            \
     "DROP TRIGGER body_memos_gone; DROP TABLE body_memos; DROP INDEX mailboxes_uidvalidity; "
 
-/* Turns a store of schema version 15 back into version 12's shape (no mailbox_keywords). */
+/* Turns a store of schema version 16 back into version 12's shape (no mailbox_keywords). */
 #define TU_DOWNGRADE_TO_V12 TU_DOWNGRADE_TO_V13 "DROP TABLE mailbox_keywords; "
 
-/* Turns a store of schema version 15 back into version 11's shape (the reference counts in
+/* Turns a store of schema version 16 back into version 11's shape (the reference counts in
  * bodies.refcount, no body_refs). */
 #define TU_DOWNGRADE_TO_V11                                                                        \
     TU_DOWNGRADE_TO_V12                                                                            \
     "UPDATE bodies SET refcount = (SELECT r.refcount FROM body_refs r WHERE r.id = bodies.id); "   \
     "DROP TABLE body_refs; CREATE INDEX bodies_unreferenced ON bodies(id) WHERE refcount = 0; "
 
-/* Turns a store of schema version 15 back into version 10's shape (no bodies.head). */
+/* Turns a store of schema version 16 back into version 10's shape (no bodies.head). */
 #define TU_DOWNGRADE_TO_V10 TU_DOWNGRADE_TO_V11 "ALTER TABLE bodies DROP COLUMN head; "
 
-/* Turns a store of schema version 15 back into version 9's shape (no messages_uid_body). */
+/* Turns a store of schema version 16 back into version 9's shape (no messages_uid_body). */
 #define TU_DOWNGRADE_TO_V9 TU_DOWNGRADE_TO_V10 "DROP INDEX messages_uid_body; "
 
-/* Turns a store of schema version 15 back into version 8's shape (a full-text index with
+/* Turns a store of schema version 16 back into version 8's shape (a full-text index with
  * positions, detail=full), as a store made by an older mailvault has it. */
 #define TU_DOWNGRADE_TO_V8                                                                         \
     TU_DOWNGRADE_TO_V9                                                                             \
@@ -125,10 +129,10 @@ int tu_contains(const uint8_t *hay, size_t hay_len, const void *needle, size_t n
     "INSERT INTO fts_v8(rowid, header, body) SELECT rowid, header, body FROM fts; "                \
     "DROP TABLE fts; ALTER TABLE fts_v8 RENAME TO fts; "
 
-/* Turns a store of schema version 15 back into version 7's shape (no saved views either). */
+/* Turns a store of schema version 16 back into version 7's shape (no saved views either). */
 #define TU_DOWNGRADE_TO_V7 TU_DOWNGRADE_TO_V8 "DROP TABLE mailbox_views; "
 
-/* Turns a store of schema version 15 back into version 6's shape (the header text in wide
+/* Turns a store of schema version 16 back into version 6's shape (the header text in wide
  * messages rows, with version 6's indexes and triggers), as a store made by an older
  * mailvault has it; the tests that migrate older versions start from it. */
 #define TU_DOWNGRADE_TO_V6                                                                         \

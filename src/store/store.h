@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STORE_SCHEMA_VERSION 15
+#define STORE_SCHEMA_VERSION 16
 #define STORE_STMT_CACHE     128 /* prepared statements kept per store (about 60 in use) */
 /* Leaf parts at least this large are stored apart (attachments, deduplicated); smaller ones
  * stay in the skeleton. 128 KiB is Dovecot's default mail_attachment_min_size. At 8 KiB, a

@@ -98,6 +98,11 @@
  *     stored apart was ~half of the first such FETCH. Rows stored before stay NULL (counting
  *     them would read every attachment at the migration) until the same bytes are stored
  *     again; their messages are read whole, as before.
+ *   - version 16: mailbox_memos, byte strings an application derives from a mailbox's
+ *     messages and keeps across runs (mv_mailbox_memo_put: mailvaultd's copy of the sent days
+ *     for SEARCH SENT*, which otherwise read two rows of every message after each start);
+ *     row id mailbox id * 4 + slot, tagged with the mailbox's UIDVALIDITY, deleted with the
+ *     mailbox by a trigger (store_mailbox_memo.c).
  */
 #include "store/store.h"
 #include "store/store_blob.h"
@@ -476,6 +481,17 @@ static const char *const store_schema_v15[] = {
     "ALTER TABLE attachments ADD COLUMN marks INTEGER",
 };
 
+/* Version 16: see the top of the file. A new table: no row of another is read or written. */
+static const char *const store_schema_v16[] = {
+    "CREATE TABLE mailbox_memos("
+    " id INTEGER PRIMARY KEY," /* mailboxes.id * 4 + slot (MV_MAILBOX_MEMO_SLOTS) */
+    " uidvalidity INTEGER NOT NULL,"
+    " data BLOB NOT NULL"
+    ")",
+    "CREATE TRIGGER mailbox_memos_gone AFTER DELETE ON mailboxes BEGIN"
+    " DELETE FROM mailbox_memos WHERE id >= old.id * 4 AND id < old.id * 4 + 4; END",
+};
+
 /* store.h: what the reads name. messages_body (version 1) and messages_deleted (version 6)
  * as version 7 made them again with the narrow messages table; changes_modseq as version 1
  * made it. */
@@ -529,6 +545,7 @@ static const struct store_schema_step store_schema_steps[] = {
     STORE_SCHEMA_STEP(store_schema_v13, 13, NULL),
     STORE_SCHEMA_STEP(store_schema_v14, 14, NULL),
     STORE_SCHEMA_STEP(store_schema_v15, 15, NULL),
+    STORE_SCHEMA_STEP(store_schema_v16, 16, NULL),
 };
 
 #define STORE_SCHEMA_STEP_COUNT (sizeof store_schema_steps / sizeof store_schema_steps[0])
