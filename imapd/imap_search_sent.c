@@ -153,6 +153,8 @@ void imap_sent_dates_save(struct imap_sent_dates *d, mv_store *store)
     if (rc == MV_OK) {
         d->saved_count = d->count;
         metrics_sent_days_saved();
+    } else if (rc == MV_ELIMIT) { /* mostly expunged messages: read afresh at the next open */
+        log_info("sent days of %s: not saved: %s", d->mailbox, mv_store_errmsg(store));
     } else if (rc != MV_ENOTFOUND) { /* ENOTFOUND: the mailbox is gone, or made again */
         log_warning("sent days of %s: not saved: %s: %s", d->mailbox, mv_strerror(rc),
                     rc == MV_EINVAL && data == NULL ? "not in UID order (a bug)"
