@@ -52,7 +52,7 @@ static void cli_repair_print(const struct mv_repair_report *r)
         {"missing full-text rows made again from the message", r->fts_rows_added},
         {"header copies made again from the message", r->header_copies_rebuilt},
         {"keywords defined in the mailbox whose message carries them", r->keywords_defined},
-        {"memos of removed bodies deleted", r->memos_removed},
+        {"memos of removed bodies or mailboxes deleted", r->memos_removed},
         {"attachments' line counts counted again", r->part_counts_fixed},
     };
     if (r->bodies_unreadable > 0) { /* not repaired: the check names them */

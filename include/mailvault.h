@@ -1932,7 +1932,8 @@ struct mv_repair_report {
     uint32_t keywords_defined;      /* keywords messages carried that their mailbox did not
                                        define (schema version 13): defined */
     uint32_t memos_removed;         /* memos (schema version 14) of bodies that no longer
-                                       exist: deleted */
+                                       exist, and mailbox memos (version 16) of mailboxes that
+                                       no longer exist or have another UIDVALIDITY: deleted */
     uint32_t part_counts_fixed;     /* attachments whose recorded line counts (schema version
                                        15) were not their bytes': counted again */
 };

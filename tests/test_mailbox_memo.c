@@ -106,6 +106,28 @@ static void test_gone_with_the_mailbox(void)
     CHECK(mb_absent(s, again, 1));
     CHECK_EQ_INT(mv_mailbox_memo_put(s, old, 1, "late", 4), MV_ENOTFOUND); /* a late writer */
     CHECK_EQ_INT(tu_int(mv_store_db(s), "SELECT count(*) FROM mailbox_memos"), 0);
+    /* memos left over by damage (the trigger lost; a row of another UIDVALIDITY): check names
+     * them, repair deletes them, the mailbox's own memo stays */
+    CHECK_EQ_INT(mv_mailbox_memo_put(s, again, 1, "kept", 4), MV_OK);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "DROP TRIGGER mailbox_memos_gone; INSERT INTO "
+                                         "mailbox_memos(id, uidvalidity, data) VALUES "
+                                         "(999 * 4 + 1, 7, x'01')"),
+                 SQLITE_OK);
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "UPDATE mailbox_memos SET id = id + 1 WHERE id % 4 = 1 "
+                                         "AND id / 4 != 999"),
+                 SQLITE_OK); /* "kept" into slot 2: still its mailbox's */
+    CHECK_EQ_INT(tu_exec(mv_store_db(s), "INSERT INTO mailbox_memos(id, uidvalidity, data) "
+                                         "SELECT id * 4 + 3, uidvalidity + 1, x'02' FROM "
+                                         "mailboxes WHERE name = 'Box'"),
+                 SQLITE_OK);
+    struct mv_check_report cr;
+    CHECK_EQ_INT(mv_store_check(s, NULL, NULL, &cr), MV_ECORRUPT);
+    CHECK_EQ_INT(cr.problems, 2);
+    struct mv_repair_report rr;
+    CHECK_EQ_INT(mv_store_repair(s, &rr), MV_OK);
+    CHECK_EQ_INT(rr.memos_removed, 2);
+    CHECK_EQ_INT(mv_store_check(s, NULL, NULL, &cr), MV_OK);
+    CHECK(mb_is(s, again, 2, "kept", 4));
     mv_store_close(&s);
 }
 

@@ -456,6 +456,11 @@ static const struct {
      * the next body given its id */
     {"memos", "SELECT 'memo ' || (id % 4) || ' of body ' || (id / 4) || ' belongs to no body' "
               "FROM body_memos WHERE id / 4 NOT IN (SELECT id FROM bodies)"},
+    /* mailbox memos go with their mailbox (a trigger, schema version 16) and are written for
+     * its UIDVALIDITY: one whose mailbox is gone, or has another, is no one's */
+    {"memos", "SELECT 'memo ' || (d.id % 4) || ' of mailbox ' || (d.id / 4) || ' belongs to no "
+              "mailbox' FROM mailbox_memos d WHERE NOT EXISTS (SELECT 1 FROM mailboxes x WHERE "
+              "x.id = d.id / 4 AND x.uidvalidity = d.uidvalidity)"},
     {"headers", "SELECT 'body ' || id || ' (used by ' || refcount || ' messages) has no "
                 "header fields row' FROM body_refs WHERE refcount > 0 "
                 "AND id NOT IN (SELECT body_id FROM body_headers)"},

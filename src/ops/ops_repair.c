@@ -94,6 +94,10 @@ static const struct ops_repair_step ops_repair_steps[] = {
     /* memos of bodies that are gone (schema version 14): derived, so simply dropped */
     {"DELETE FROM body_memos WHERE id / 4 NOT IN (SELECT id FROM bodies)",
      offsetof(struct mv_repair_report, memos_removed)},
+    /* mailbox memos whose mailbox is gone or has another UIDVALIDITY (schema version 16) */
+    {"DELETE FROM mailbox_memos WHERE NOT EXISTS (SELECT 1 FROM mailboxes x WHERE x.id = "
+     "mailbox_memos.id / 4 AND x.uidvalidity = mailbox_memos.uidvalidity)",
+     offsetof(struct mv_repair_report, memos_removed)},
 };
 
 /* Header copies (bodies.head, schema version 11) that are not their skeleton's first bytes
