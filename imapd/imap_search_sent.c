@@ -146,6 +146,7 @@ void imap_sent_dates_save(struct imap_sent_dates *d, mv_store *store)
     unsigned char *data = NULL;
     size_t len = 0;
     int rc = imap_sent_memo_encode(d->uids, d->days, d->count, d->last_uid, &data, &len);
+    int encoded = rc == MV_OK;
     if (rc == MV_OK) {
         rc = mv_mailbox_memo_put(store, d->uidvalidity, IMAP_SENT_MEMO_SLOT, data, len);
     }
@@ -157,8 +158,8 @@ void imap_sent_dates_save(struct imap_sent_dates *d, mv_store *store)
         log_info("sent days of %s: not saved: %s", d->mailbox, mv_store_errmsg(store));
     } else if (rc != MV_ENOTFOUND) { /* ENOTFOUND: the mailbox is gone, or made again */
         log_warning("sent days of %s: not saved: %s: %s", d->mailbox, mv_strerror(rc),
-                    rc == MV_EINVAL && data == NULL ? "not in UID order (a bug)"
-                                                    : mv_store_errmsg(store));
+                    !encoded && rc == MV_EINVAL ? "not in UID order (a bug)"
+                                                : mv_store_errmsg(store));
     }
 }
 
