@@ -11,9 +11,9 @@
  *   - the day code is 0 for a message without a usable Date header, else the zigzag of the
  *     day's difference from the last dated message before it (the first: from day 0), plus 1:
  *     mail listed in UID order was mostly sent in order, so most entries take two bytes.
- *   - varints are LEB128 (7 bits a byte, low first), at most 10 bytes.
- *   Hand-written: a few dozen lines for a form no library of the brief has (zstd would halve
- *   it again, but 2 bytes a message is ~200 KB at 100,000: a few dozen pages).
+ *   - varints and zigzag as a saved view's (varint.h).
+ *   Not compressed: 2 bytes a message is ~200 KB at 100,000, a few dozen pages (zstd would
+ *   halve it).
  */
 #ifndef MV_IMAPD_IMAP_SENT_MEMO_H
 #define MV_IMAPD_IMAP_SENT_MEMO_H

@@ -48,6 +48,7 @@
 #include "imap_session.h"
 #include "log.h"
 #include "mailvault.h"
+#include "varint.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -102,54 +103,6 @@ static int imap_view_names_room(const struct imap_kw ***names, size_t *cap, size
         *cap = grown_cap;
     }
     return 0;
-}
-
-/* ---- varints ---- */
-
-static unsigned char *imap_view_put(unsigned char *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (unsigned char)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (unsigned char)v;
-    return p;
-}
-
-static uint64_t imap_view_zigzag(uint64_t d)
-{
-    return (d << 1) ^ (uint64_t) - (int64_t)(d >> 63);
-}
-
-static uint64_t imap_view_unzigzag(uint64_t z)
-{
-    return (z >> 1) ^ (uint64_t) - (int64_t)(z & 1);
-}
-
-/* imap_view_get of a value of more than one byte. */
-static int imap_view_get_long(const unsigned char **p, const unsigned char *end, uint64_t *v)
-{
-    uint64_t out = 0;
-    for (unsigned shift = 0; *p < end && shift < 64; shift += 7) {
-        unsigned char b = *(*p)++;
-        out |= (uint64_t)(b & 0x7f) << shift;
-        if ((b & 0x80) == 0) {
-            *v = out;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* 0 and *v set, or -1 (truncated, or more than 64 bits). Inline for the one-byte values that
- * most fields of most messages are. */
-static inline int imap_view_get(const unsigned char **p, const unsigned char *end, uint64_t *v)
-{
-    if (*p < end && **p < 0x80) {
-        *v = *(*p)++;
-        return 0;
-    }
-    return imap_view_get_long(p, end, v);
 }
 
 /* ---- the encoder ---- */
@@ -224,16 +177,16 @@ static unsigned char *imap_view_put_columns(unsigned char *q,
                 x = m[k].flags;
                 break;
             case 2:
-                x = imap_view_zigzag(m[k].modseq - b->modseq);
+                x = imap_varint_zigzag(m[k].modseq - b->modseq);
                 break;
             case 3:
                 x = m[k].size;
                 break;
             case 4:
-                x = imap_view_zigzag((uint64_t)m[k].internal_date - (uint64_t)b->internal_date);
+                x = imap_varint_zigzag((uint64_t)m[k].internal_date - (uint64_t)b->internal_date);
                 break;
             case 5:
-                x = imap_view_zigzag((uint64_t)m[k].body_key - (uint64_t)b->body_key);
+                x = imap_varint_zigzag((uint64_t)m[k].body_key - (uint64_t)b->body_key);
                 break;
             default:
                 if (imap_kw_count(m[k].keywords) == 0) {
@@ -246,7 +199,7 @@ static unsigned char *imap_view_put_columns(unsigned char *q,
                     x += 2;
                 }
             }
-            q = imap_view_put(q, x);
+            q = imap_varint_put(q, x);
         }
     }
     return q;
@@ -265,7 +218,7 @@ static int imap_view_get_columns(const unsigned char *p,
         uint64_t acc = 0; /* the running UID, modseq, date or key */
         for (size_t k = 0; k < n; k++) {
             uint64_t x;
-            if (imap_view_get(&p, end, &x) != 0) {
+            if (imap_varint_get(&p, end, &x) != 0) {
                 return -1;
             }
             switch (col) {
@@ -282,7 +235,7 @@ static int imap_view_get_columns(const unsigned char *p,
                 m[k].flags = (unsigned)x;
                 break;
             case 2:
-                if ((acc += imap_view_unzigzag(x)) > INT64_MAX) {
+                if ((acc += imap_varint_unzigzag(x)) > INT64_MAX) {
                     return -1;
                 }
                 m[k].modseq = acc;
@@ -294,11 +247,11 @@ static int imap_view_get_columns(const unsigned char *p,
                 m[k].size = (uint32_t)x;
                 break;
             case 4:
-                acc += imap_view_unzigzag(x);
+                acc += imap_varint_unzigzag(x);
                 m[k].internal_date = (int64_t)acc;
                 break;
             case 5:
-                if ((acc += imap_view_unzigzag(x)) > UINT32_MAX) {
+                if ((acc += imap_varint_unzigzag(x)) > UINT32_MAX) {
                     return -1;
                 }
                 m[k].body_key = (uint32_t)acc;
@@ -550,18 +503,18 @@ int imap_view_encode(const struct imap_view *v,
     if (rc == MV_OK) {
         unsigned char *q = head;
         memcpy(q, imap_view_magic, sizeof imap_view_magic);
-        q = imap_view_put(q + sizeof imap_view_magic, v->count);
-        q = imap_view_put(q, first_unseen);
-        q = imap_view_put(q, l.count);
+        q = imap_varint_put(q + sizeof imap_view_magic, v->count);
+        q = imap_varint_put(q, first_unseen);
+        q = imap_varint_put(q, l.count);
         for (size_t i = 0; i < l.count; i++) {
-            q = imap_view_put(q, imap_kw_text_len(l.names[i]));
+            q = imap_varint_put(q, imap_kw_text_len(l.names[i]));
             q = (unsigned char *)imap_kw_text_put(l.names[i], (char *)q);
         }
-        q = imap_view_put(q, parts);
+        q = imap_varint_put(q, parts);
         for (size_t p = 0; p < parts; p++) {
-            q = imap_view_put(q, t.counts[p]);
-            q = imap_view_put(q, t.firsts[p]);
-            q = imap_view_put(q, t.lens[p]);
+            q = imap_varint_put(q, t.counts[p]);
+            q = imap_varint_put(q, t.firsts[p]);
+            q = imap_varint_put(q, t.lens[p]);
         }
         memcpy(q, body, body_len);
         *out = head;
@@ -628,7 +581,7 @@ static int imap_view_decode_v2(struct imap_view_decoder *d, const unsigned char 
     struct imap_view *v = d->v;
     const unsigned char *end = d->src->bytes + d->src->len;
     uint64_t count;
-    if (imap_view_get(&p, end, &count) != 0 || count > (size_t)(end - p) / 7) {
+    if (imap_varint_get(&p, end, &count) != 0 || count > (size_t)(end - p) / 7) {
         return MV_ECORRUPT; /* each message takes >= 7 bytes */
     }
     int rc = imap_view_reserve(v, (size_t)count);
@@ -637,13 +590,14 @@ static int imap_view_decode_v2(struct imap_view_decoder *d, const unsigned char 
     for (uint64_t i = 0; rc == MV_OK && i < count; i++) {
         uint64_t du, flags, modseq, size, dd, dk, tag;
         struct imap_msg m = prev;
-        if (imap_view_get(&p, end, &du) != 0 || du == 0 || prev.uid + du > UINT32_MAX ||
-            imap_view_get(&p, end, &flags) != 0 || flags > 0xff ||
-            imap_view_get(&p, end, &modseq) != 0 || modseq > INT64_MAX ||
-            imap_view_get(&p, end, &size) != 0 || size > UINT32_MAX ||
-            imap_view_get(&p, end, &dd) != 0 || imap_view_get(&p, end, &dk) != 0 ||
-            prev.body_key + imap_view_unzigzag(dk) > UINT32_MAX ||
-            imap_view_get(&p, end, &tag) != 0 || (tag == 1 && imap_kw_count(prev.keywords) == 0) ||
+        if (imap_varint_get(&p, end, &du) != 0 || du == 0 || prev.uid + du > UINT32_MAX ||
+            imap_varint_get(&p, end, &flags) != 0 || flags > 0xff ||
+            imap_varint_get(&p, end, &modseq) != 0 || modseq > INT64_MAX ||
+            imap_varint_get(&p, end, &size) != 0 || size > UINT32_MAX ||
+            imap_varint_get(&p, end, &dd) != 0 || imap_varint_get(&p, end, &dk) != 0 ||
+            prev.body_key + imap_varint_unzigzag(dk) > UINT32_MAX ||
+            imap_varint_get(&p, end, &tag) != 0 ||
+            (tag == 1 && imap_kw_count(prev.keywords) == 0) ||
             (tag >= 2 && (tag - 2 == 0 || tag - 2 > (uint64_t)(end - p) ||
                           memchr(p, '\0', (size_t)(tag - 2)) != NULL))) {
             rc = MV_ECORRUPT;
@@ -653,8 +607,8 @@ static int imap_view_decode_v2(struct imap_view_decoder *d, const unsigned char 
         m.flags = (unsigned)flags;
         m.modseq = modseq;
         m.size = (uint32_t)size;
-        m.internal_date = (int64_t)((uint64_t)prev.internal_date + imap_view_unzigzag(dd));
-        m.body_key = (uint32_t)(prev.body_key + imap_view_unzigzag(dk));
+        m.internal_date = (int64_t)((uint64_t)prev.internal_date + imap_varint_unzigzag(dd));
+        m.body_key = (uint32_t)(prev.body_key + imap_varint_unzigzag(dk));
         if (tag == 0) {
             m.keywords = IMAP_KW_NONE;
         } else if (tag == 1) {
@@ -719,14 +673,14 @@ static int imap_view_index(struct imap_view_decoder *d)
     }
     if (d->src->len < sizeof imap_view_magic ||
         memcmp(p, imap_view_magic, sizeof imap_view_magic) != 0 ||
-        (p += sizeof imap_view_magic, imap_view_get(&p, end, &count)) != 0 ||
-        imap_view_get(&p, end, &unseen) != 0 || unseen > UINT32_MAX ||
-        imap_view_get(&p, end, &lists) != 0 || lists > (size_t)(end - p)) {
+        (p += sizeof imap_view_magic, imap_varint_get(&p, end, &count)) != 0 ||
+        imap_varint_get(&p, end, &unseen) != 0 || unseen > UINT32_MAX ||
+        imap_varint_get(&p, end, &lists) != 0 || lists > (size_t)(end - p)) {
         return MV_ECORRUPT;
     }
     for (uint64_t i = 0; i < lists; i++) {
         uint64_t n;
-        if (imap_view_get(&p, end, &n) != 0 || n > (size_t)(end - p)) {
+        if (imap_varint_get(&p, end, &n) != 0 || n > (size_t)(end - p)) {
             return MV_ECORRUPT;
         }
         int rc = imap_view_index_list(d, p, (size_t)n);
@@ -735,7 +689,7 @@ static int imap_view_index(struct imap_view_decoder *d)
         }
         p += n;
     }
-    if (imap_view_get(&p, end, &chunks) != 0 || chunks > (size_t)(end - p) / 3) {
+    if (imap_varint_get(&p, end, &chunks) != 0 || chunks > (size_t)(end - p) / 3) {
         return MV_ECORRUPT; /* each chunk's entry takes >= 3 bytes */
     }
     /* The table, then the chunks' bytes: where they start is known after the table. */
@@ -743,9 +697,9 @@ static int imap_view_index(struct imap_view_decoder *d)
     uint64_t total = 0, bytes_total = 0, last_first = 0;
     for (uint64_t i = 0; i < chunks; i++) {
         uint64_t n, first, b;
-        if (imap_view_get(&p, end, &n) != 0 || n == 0 || n > IMAP_CHUNK_MSGS ||
-            imap_view_get(&p, end, &first) != 0 || first <= last_first || first > UINT32_MAX ||
-            imap_view_get(&p, end, &b) != 0 || b == 0 || b > (size_t)(end - p)) {
+        if (imap_varint_get(&p, end, &n) != 0 || n == 0 || n > IMAP_CHUNK_MSGS ||
+            imap_varint_get(&p, end, &first) != 0 || first <= last_first || first > UINT32_MAX ||
+            imap_varint_get(&p, end, &b) != 0 || b == 0 || b > (size_t)(end - p)) {
             return MV_ECORRUPT; /* the chunks' UIDs ascend */
         }
         total += n;
@@ -758,9 +712,9 @@ static int imap_view_index(struct imap_view_decoder *d)
     size_t offset = (size_t)(p - bytes);
     for (uint64_t i = 0; i < chunks; i++) {
         uint64_t n = 0, first = 0, b = 0;
-        (void)imap_view_get(&table, end, &n); /* read above */
-        (void)imap_view_get(&table, end, &first);
-        (void)imap_view_get(&table, end, &b);
+        (void)imap_varint_get(&table, end, &n); /* read above */
+        (void)imap_varint_get(&table, end, &first);
+        (void)imap_varint_get(&table, end, &b);
         struct imap_chunk_at where = {
             .src = d->src, .offset = offset, .len = (size_t)b, .first_uid = (uint32_t)first};
         int rc = imap_view_add_pending(v, (size_t)n, &where);
