@@ -42,6 +42,7 @@
  */
 #include "buf.h"
 #include "imap_search_fields.h"
+#include "imap_search_msgid.h"
 #include "imap_search_sent.h"
 #include "imap_session.h"
 #include "mailvault.h"
@@ -240,6 +241,71 @@ static int imap_search_pass_one(void *arg, uint32_t uid, const void *raw, size_t
     return rc;
 }
 
+/* Whether the store's copy of Message-ID fields answers every one of n HEADER keys of these
+ * fields (imap_search_msgid.c). */
+static int imap_search_fields_kept(char *const *fields, size_t n)
+{
+    for (size_t j = 0; j < n; j++) {
+        if (!imap_msgids_field(fields[j])) {
+            return 0;
+        }
+    }
+    return n > 0;
+}
+
+/* Whether key k is a HEADER key the copy of Message-ID fields answers. */
+static int imap_search_key_kept(const struct imap_search_key *k)
+{
+    char name[IMAP_SEARCH_STRING_MAX];
+    return k->op == IMAP_SK_HEADER && imap_search_copy(k->str, k->str_len, name) == 0 &&
+           imap_msgids_field(name);
+}
+
+/* The pass below over the store's copy of the view's Message-ID fields instead of their
+ * headers (imap_search_msgid.c, EXACT: the same matcher over the same fields); a message whose
+ * fields are not kept has its header read. MV_EUNSUPPORTED when there is no copy: the caller
+ * reads the headers. */
+static int imap_search_headers_kept(struct imap_search_run *r, struct imap_search_pass *p)
+{
+    const struct imap_msgids *ids = NULL;
+    int rc = imap_msgids_for(r->x->s, &ids);
+    if (rc != MV_OK) {
+        return rc;
+    }
+    const struct imap_view *v = p->view;
+    struct imap_msgids_cursor at = {0};
+    for (size_t i = 0; rc == MV_OK && i < v->count; i++) {
+        uint32_t uid = imap_view_msg(v, i)->uid;
+        const char *fields = NULL;
+        size_t len = 0;
+        void *raw = NULL;
+        int has = imap_msgids_next(ids, &at, uid, &fields, &len);
+        if (has < 0 || (imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) != 0) {
+            continue; /* not in the store (or damaged), or expunged: no match, as in the pass */
+        }
+        if (has > 0) {
+            rc = mv_message_fetch_header(imap_db(r->x->s), v->mailbox, uid, &raw, &len);
+            if (rc == MV_ENOTFOUND || rc == MV_ECORRUPT) {
+                rc = MV_OK; /* gone since, or damaged: no match, as in the pass */
+                continue;
+            }
+            fields = raw;
+        }
+        if (rc == MV_OK) {
+            memset(p->found, 0, p->n);
+            rc = imap_fields_matcher_run(p->m, fields, len, p->found);
+        }
+        mv_free(raw);
+        for (size_t j = 0; rc == MV_OK && j < p->n; j++) {
+            if (p->found[j]) {
+                imap_search_bit_set(p->sets[j], i);
+            }
+        }
+    }
+    imap_msgids_done(r->x->s);
+    return rc;
+}
+
 /* HEADER field value (and BCC): n keys (fields[j], values[j]) in one pass over the mailbox's
  * headers in UID order (mv_message_headers_each: one statement, not a lookup a message),
  * every key tested in one walk over each header's fields (imap_search_fields.c); key j's
@@ -256,7 +322,14 @@ static int imap_search_headers_pass(struct imap_search_run *r,
     int rc = p.found != NULL ? imap_fields_matcher_new((const char *const *)fields,
                                                        (const char *const *)values, n, &p.m)
                              : MV_ENOMEM;
+    int kept = imap_search_fields_kept(fields, n);
     if (rc == MV_OK && v->count > 0) {
+        rc = kept ? imap_search_headers_kept(r, &p) : MV_EUNSUPPORTED;
+    }
+    if (rc == MV_EUNSUPPORTED) {
+        if (kept) { /* not asked for up front (imap_search_rows_read): the copy was to answer */
+            imap_view_prefetch_headers(imap_db(r->x->s), v, MV_PREFETCH_HEADER_COPY);
+        }
         rc = mv_message_headers_each(imap_db(r->x->s), v->mailbox, imap_view_msg(v, 0)->uid,
                                      imap_view_msg(v, v->count - 1)->uid, imap_search_pass_one, &p);
     }
@@ -676,7 +749,11 @@ static unsigned imap_search_rows_read(const struct imap_search *prog)
     unsigned what = 0;
     for (size_t k = 0; k < prog->count; k++) {
         enum imap_search_op op = prog->keys[k].op;
-        what |= op == IMAP_SK_HEADER || op == IMAP_SK_BCC ? MV_PREFETCH_HEADER_COPY : 0u;
+        /* a HEADER Message-ID key reads the store's copy (imap_search_msgid.c: made from the
+         * headers, which it asks for itself, at most once a mailbox) */
+        int copied = imap_search_key_kept(&prog->keys[k]);
+        what |=
+            (op == IMAP_SK_HEADER && !copied) || op == IMAP_SK_BCC ? MV_PREFETCH_HEADER_COPY : 0u;
         what |= imap_search_field(op) != 0 ? MV_PREFETCH_FIELDS : 0u;
     }
     return what;

@@ -465,26 +465,51 @@ fm_field_find(const struct imap_fields_matcher *m, const char *name, size_t len)
     return NULL;
 }
 
+/* The header field at text[at] (at < len): *end past its last line (continuation lines
+ * included), *name the bytes before its colon (*name == *end - at: no colon). 0 when at is
+ * where the fields end (an empty line). One walk for imap_fields_matcher_run and
+ * imap_fields_matcher_pick, so a picked field reads exactly as it did in its header. */
+static int fm_field_at(const char *text, size_t len, size_t at, size_t *end, size_t *name)
+{
+    if (at >= len || text[at] == '\r' || text[at] == '\n') {
+        return 0;
+    }
+    size_t e = at;
+    do { /* the field: its line and every continuation line */
+        const char *nl = memchr(text + e, '\n', len - e);
+        e = nl != NULL ? (size_t)(nl - text) + 1 : len;
+    } while (e < len && (text[e] == ' ' || text[e] == '\t'));
+    size_t n = 0;
+    while (at + n < e && text[at + n] != ':') {
+        n++;
+    }
+    *end = e;
+    *name = n;
+    return 1;
+}
+
+/* The tests of m for the field [at, at + name) (name bytes up to its colon), or NULL. */
+static const struct fm_field *fm_field_of(
+    const struct imap_fields_matcher *m, const char *text, size_t at, size_t name, size_t end)
+{
+    if (at + name >= end) {
+        return NULL; /* no colon: no field name */
+    }
+    size_t trimmed = name;
+    while (trimmed > 0 && (text[at + trimmed - 1] == ' ' || text[at + trimmed - 1] == '\t')) {
+        trimmed--;
+    }
+    return fm_field_find(m, text + at, trimmed);
+}
+
 int imap_fields_matcher_run(struct imap_fields_matcher *m,
                             const char *text,
                             size_t len,
                             unsigned char *found)
 {
-    for (size_t at = 0; at < len && text[at] != '\r' && text[at] != '\n';) {
-        size_t end = at;
-        do { /* the field: its line and every continuation line */
-            const char *nl = memchr(text + end, '\n', len - end);
-            end = nl != NULL ? (size_t)(nl - text) + 1 : len;
-        } while (end < len && (text[end] == ' ' || text[end] == '\t'));
-        size_t name = 0;
-        while (at + name < end && text[at + name] != ':') {
-            name++;
-        }
-        size_t trimmed = name;
-        while (trimmed > 0 && (text[at + trimmed - 1] == ' ' || text[at + trimmed - 1] == '\t')) {
-            trimmed--;
-        }
-        const struct fm_field *f = at + name < end ? fm_field_find(m, text + at, trimmed) : NULL;
+    size_t end = 0, name = 0;
+    for (size_t at = 0; fm_field_at(text, len, at, &end, &name); at = end) {
+        const struct fm_field *f = fm_field_of(m, text, at, name, end);
         if (f != NULL) {
             for (size_t k = 0; k < f->empty_count; k++) {
                 found[f->empty[k]] = 1;
@@ -502,7 +527,24 @@ int imap_fields_matcher_run(struct imap_fields_matcher *m,
             fm_field_match(m, f, value, strlen(value), found);
             g_free(owned);
         }
-        at = end;
+    }
+    return MV_OK;
+}
+
+int imap_fields_matcher_pick(const struct imap_fields_matcher *m,
+                             const char *text,
+                             size_t len,
+                             int (*put)(void *arg, const char *bytes, size_t n),
+                             void *arg)
+{
+    size_t end = 0, name = 0;
+    for (size_t at = 0; fm_field_at(text, len, at, &end, &name); at = end) {
+        if (fm_field_of(m, text, at, name, end) != NULL) {
+            int rc = put(arg, text + at, end - at);
+            if (rc != MV_OK) {
+                return rc;
+            }
+        }
     }
     return MV_OK;
 }

@@ -37,6 +37,18 @@ int imap_fields_matcher_run(struct imap_fields_matcher *m,
                             const char *header,
                             size_t len,
                             unsigned char *found);
+/* The fields of the header (len bytes, up to its first empty line) that m has tests for,
+ * each whole (name, colon, value, every line break, continuation lines included) and in the
+ * header's order: put(arg, bytes, n) for each, until put returns other than MV_OK (that code
+ * returned). A matcher's run over the picked fields one after another marks exactly what it
+ * marks over the whole header, for any tests of those field names: the fields are found by
+ * the run's own walk, and each begins a line no continuation line begins (SEARCH keeps a
+ * mailbox's Message-ID fields so, imap_search_msgid.c). MV_OK or put's code. */
+int imap_fields_matcher_pick(const struct imap_fields_matcher *m,
+                             const char *header,
+                             size_t len,
+                             int (*put)(void *arg, const char *bytes, size_t n),
+                             void *arg);
 void imap_fields_matcher_free(struct imap_fields_matcher *m);
 
 /* text with its case folded by Unicode's full case folding (g_utf8_casefold of its valid

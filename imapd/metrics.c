@@ -117,6 +117,7 @@ static atomic_uint_fast64_t metrics_sections[4]; /* skeleton, whole, header, pre
 /* headers of header-only FETCHes: [0] from the window read ahead, [1] by UID */
 static atomic_uint_fast64_t metrics_headers[2];
 static atomic_uint_fast64_t metrics_sent_days[3]; /* saved, store, saves */
+static atomic_uint_fast64_t metrics_msgids[3];    /* saved, store, saves */
 
 /* Jobs waiting in each worker's queue (metrics_init). */
 static atomic_int_fast64_t *metrics_queues;
@@ -219,6 +220,16 @@ void metrics_sent_days_read(int from_saved, uint64_t n)
 void metrics_sent_days_saved(void)
 {
     atomic_fetch_add_explicit(&metrics_sent_days[2], 1, memory_order_relaxed);
+}
+
+void metrics_msgids_read(int from_saved, uint64_t n)
+{
+    atomic_fetch_add_explicit(&metrics_msgids[from_saved ? 0 : 1], n, memory_order_relaxed);
+}
+
+void metrics_msgids_saved(void)
+{
+    atomic_fetch_add_explicit(&metrics_msgids[2], 1, memory_order_relaxed);
 }
 
 void metrics_headers_read(int from_window)
@@ -530,6 +541,19 @@ static void metrics_render_work(struct buf *b)
                    "Copies of a mailbox's sent days written to its store.");
     buf_printf(b, "mailvaultd_sent_days_saved_total %llu\n",
                (unsigned long long)metrics_read(&metrics_sent_days[2]));
+    metrics_family(b, "mailvaultd_message_ids_read_total", "counter",
+                   "Messages' Message-ID fields read for SEARCH HEADER Message-ID: from the copy "
+                   "a store keeps of them (a mailbox memo, written at the store's close), or "
+                   "from the messages' headers.");
+    buf_printf(b,
+               "mailvaultd_message_ids_read_total{from=\"saved\"} %llu\n"
+               "mailvaultd_message_ids_read_total{from=\"store\"} %llu\n",
+               (unsigned long long)metrics_read(&metrics_msgids[0]),
+               (unsigned long long)metrics_read(&metrics_msgids[1]));
+    metrics_family(b, "mailvaultd_message_ids_saved_total", "counter",
+                   "Copies of a mailbox's Message-ID fields saved in its store.");
+    buf_printf(b, "mailvaultd_message_ids_saved_total %llu\n",
+               (unsigned long long)metrics_read(&metrics_msgids[2]));
     metrics_family(b, "mailvaultd_structure_cache_bytes", "gauge",
                    "Bytes the open stores' caches of BODYSTRUCTURE and BODY answers hold "
                    "together, at most structure_cache_kib.");

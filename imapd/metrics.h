@@ -89,6 +89,10 @@ void metrics_headers_read(int from_window);
  * or from the messages' rows (imap_search_sent.c); a copy saved at a store's close. */
 void metrics_sent_days_read(int from_saved, uint64_t n);
 void metrics_sent_days_saved(void);
+/* Messages whose Message-ID fields a copy read from its saved form (from_saved 1) or from
+ * their headers; and each copy saved (imap_search_msgid.c). */
+void metrics_msgids_read(int from_saved, uint64_t n);
+void metrics_msgids_saved(void);
 /* Before the workers start: room for their queue lengths. 0 or -1. */
 int metrics_init(int workers);
 /* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */

@@ -218,6 +218,7 @@
 #include "buf.h"
 #include "config.h"
 #include "conn.h"
+#include "imap_search_msgid.h"
 #include "imap_search_sent.h"
 #include "imap_structure_save.h"
 #include "log.h"
@@ -569,6 +570,10 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     imap_sent_dates_save(s->sent_dates, s->store); /* kept for the next open */
     imap_sent_dates_free(&s->sent_dates);
     pthread_mutex_unlock(&s->sent_lock);
+    pthread_mutex_lock(&s->msgid_lock);
+    imap_msgids_save(s->msgids, s->store); /* kept for the next open */
+    imap_msgids_free(&s->msgids);
+    pthread_mutex_unlock(&s->msgid_lock);
     mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */
     mv_store *store = s->store;
     mv_store_close(&store);
@@ -2298,6 +2303,7 @@ int worker_start(const struct config *cfg, int count, int eventfd)
         for (int k = 0; k < w->stores_max; k++) {
             pthread_mutex_init(&w->stores[k].view_lock, NULL);
             pthread_mutex_init(&w->stores[k].sent_lock, NULL);
+            pthread_mutex_init(&w->stores[k].msgid_lock, NULL);
             w->stores[k].structure_cache = imap_structure_cache_new();
         }
         int writers = cfg->writers_per_worker >= 1 ? cfg->writers_per_worker : 1;
@@ -2369,6 +2375,8 @@ void worker_stop_all(void)
             imap_structure_cache_free(&workers[i].stores[k].structure_cache);
             imap_sent_dates_free(&workers[i].stores[k].sent_dates);
             pthread_mutex_destroy(&workers[i].stores[k].sent_lock);
+            imap_msgids_free(&workers[i].stores[k].msgids);
+            pthread_mutex_destroy(&workers[i].stores[k].msgid_lock);
         }
         free(workers[i].stores);
         free(workers[i].turns.owed);

@@ -158,6 +158,11 @@ struct open_store {
      * closes. */
     struct imap_sent_dates *sent_dates;
     pthread_mutex_t sent_lock;
+    /* The Message-ID fields of one mailbox's messages, read at a SEARCH HEADER Message-ID
+     * key and kept for the next (imap_search_msgid.c); NULL: none. As sent_dates, under
+     * msgid_lock. */
+    struct imap_msgids *msgids;
+    pthread_mutex_t msgid_lock;
     /* The second handle (mv_store_open_twin) for jobs of JOB_LANE_READ, used only on the
      * worker's reader thread; NULL if it could not be opened (reads then stay on the
      * writer). Set when the store opens, closed with it (no session holds it then, so no

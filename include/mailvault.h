@@ -602,7 +602,8 @@ MV_API MV_MUST_CHECK int mv_mailbox_view_read(mv_store *store,
                                               void *arg);
 /* MAILBOX MEMOS: byte strings an application derives from a mailbox's messages and keeps
  * across runs, so that it need not read every message again to make them (mailvaultd keeps
- * the sent days of a mailbox's messages so, for SEARCH SENT*). A mailbox has
+ * the sent days of a mailbox's messages so, for SEARCH SENT*, and their Message-ID fields,
+ * for SEARCH HEADER Message-ID). A mailbox has
  * MV_MAILBOX_MEMO_SLOTS slots of one memo each, named by the mailbox's UIDVALIDITY (the store
  * gives each once, so it names one mailbox for the store's life, through renames; a mailbox
  * deleted and made again under its name has a new one and none of the old memos). Deleting
@@ -616,7 +617,7 @@ MV_API MV_MUST_CHECK int mv_mailbox_view_read(mv_store *store,
 #define MV_MAILBOX_MEMO_SLOTS       4u
 #define MV_MAILBOX_MEMO_MAX         (16u << 20) /* bytes of one mailbox memo */
 #define MV_MAILBOX_MEMO_FLOOR       4096u       /* bytes a memo may have whatever the count */
-#define MV_MAILBOX_MEMO_PER_MESSAGE 16u         /* and more bytes for each message */
+#define MV_MAILBOX_MEMO_PER_MESSAGE 128u        /* and more bytes for each message */
 /* Keeps data[0..len) in slot of the mailbox whose UIDVALIDITY is uidvalidity, replacing what
  * the slot had, in one write transaction. Returns MV_OK, MV_ENOTFOUND (no mailbox has that
  * UIDVALIDITY), MV_EINVAL (NULL store, data NULL with len > 0, slot out of range, read-only

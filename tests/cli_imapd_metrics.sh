@@ -66,10 +66,10 @@ stop_server_checked "$tmp/again.log"
 run "$mv" sql --password-file "$tmp/pw.alice@example.org" --kdf-iter "$MAILVAULT_KDF_ITER" \
     "$root/example.org/alice.db" "UPDATE body_memos SET data = X'00' || substr(data, 2)"
 check "the stored answers' tags changed" ok
-# ... and the saved sent days damaged: a bit of the first byte flipped
+# ... and the saved sent days and Message-ID fields damaged: a bit of the first byte flipped
 run "$mv" sql --password-file "$tmp/pw.alice@example.org" --kdf-iter "$MAILVAULT_KDF_ITER" \
     "$root/example.org/alice.db" "UPDATE mailbox_memos SET data = CAST(char((unicode(substr(data, 1, 1)) | 1) - (unicode(substr(data, 1, 1)) & 1)) AS BLOB) || substr(data, 2)"
-check "the saved sent days changed" ok
+check "the saved sent days and Message-ID fields changed" ok
 start_server_checked "$tmp/stale.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
     --lmtp-port=0 --workers=2 --auth-fail-delay-ms=0 --metrics-listen=127.0.0.1:0
 run_client 120 "$PY" tests/imapd_metrics.py --metrics "$(port metrics)" --imap "$(port imap)" \

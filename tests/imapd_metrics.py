@@ -903,6 +903,107 @@ def check_sent_days_saved(args):
     a.close()
 
 
+# Message-ID fields at the edges of what the copy keeps (imapd/imap_search_msgid.c): plain,
+# folded, two of them, none, a name in other case with a blank before the colon, an encoded
+# word, and one longer than the copy keeps (read from its header at every search).
+MSGID_FIELDS = [b"Message-ID: <m1@example.org>\r\n",
+                b"Message-ID:\r\n <folded.m2@example.org>\r\n",
+                b"Message-ID: <first.m3@example.org>\r\nMessage-ID: <second.m3@example.org>\r\n",
+                b"",
+                b"message-id : <M5@Example.ORG>\r\n",
+                b"Message-ID: =?UTF-8?Q?=3Cencoded.m6@example.org=3E?=\r\n",
+                b"Message-ID: <long-" + b"x" * 1100 + b".m7@example.org>\r\n"]
+MSGID_SEARCHES = ["UID SEARCH HEADER Message-ID <m1@example.org>",
+                  "UID SEARCH HEADER Message-ID folded",
+                  "UID SEARCH HEADER MESSAGE-ID \"\"",
+                  "UID SEARCH OR HEADER Message-ID second.m3 HEADER message-id m5@example",
+                  "UID SEARCH HEADER Message-ID <encoded.m6@",
+                  "UID SEARCH HEADER Message-ID long-xxx",
+                  "UID SEARCH NOT HEADER Message-ID .m"]
+MSGID_WANT = [[1], [2], [1, 2, 3, 5, 6, 7], [3, 5], [6], [7], [1, 4, 5]]
+
+
+def msgid_message(k, field):
+    return field + b"From: a@example.org\r\nSubject: msgid %d\r\n\r\nbody %d\r\n" % (k, k)
+
+
+def msgid_answers(c):
+    """[the UIDs of each MSGID_SEARCHES], and whether every search was OK."""
+    got, ok = [], True
+    for q in MSGID_SEARCHES:
+        untagged, tagged = c.command(q)
+        ok = ok and b" OK" in tagged
+        got.append(sorted(int(x) for t, _ in untagged if t.startswith(b"* SEARCH")
+                          for x in t.split()[2:]))
+    return got, ok
+
+
+def check_msgids(args):
+    """SEARCH HEADER Message-ID read each message's Message-ID fields from its header once (the
+    store's copy: imapd/imap_search_msgid.c), the answers those of the headers; saved for the
+    run after a restart (check_msgids_saved)."""
+    user, password = args.user.split(":", 1)
+    a = imapd_common.imap_login(args.imap, user, password, 30)
+    a.command("CREATE msgids")
+    for k, field in enumerate(MSGID_FIELDS):
+        a.command("APPEND msgids", msgid_message(k + 1, field))
+    a.command("EXAMINE msgids")
+    name = "mailvaultd_message_ids_read_total"
+    _, _, s0 = scrape(args.metrics)
+    got, ok = msgid_answers(a)
+    again, ok2 = msgid_answers(a)
+    _, _, s1 = scrape(args.metrics)
+    R.report("Message-IDs: HEADER Message-ID answered as the headers say, each message's "
+             "fields read once",
+             ok and ok2 and got == MSGID_WANT and again == got
+             and delta(s0, s1, name, **{"from": "store"}) == len(MSGID_FIELDS)
+             and delta(s0, s1, name, **{"from": "saved"}) == 0,
+             "%r %r" % (got, delta(s0, s1, name, **{"from": "store"})))
+    a.command("LOGOUT")
+    a.close()
+
+
+def check_msgids_saved(args):
+    """After a restart the Message-ID fields come from the copy the server before saved at its
+    close (a mailbox memo), none from the headers, the same answers (the long field read from
+    its header, as before); a message delivered since is read alone. With the saved copy
+    damaged (--stale-tags), every message's fields are read again, the same answers."""
+    user, password = args.user.split(":", 1)
+    a = imapd_common.imap_login(args.imap, user, password, 30)
+    a.command("EXAMINE msgids")
+    name = "mailvaultd_message_ids_read_total"
+    n = len(MSGID_FIELDS)
+    _, _, s0 = scrape(args.metrics)
+    got, ok = msgid_answers(a)
+    _, _, s1 = scrape(args.metrics)
+    saved = delta(s0, s1, name, **{"from": "saved"})
+    store = delta(s0, s1, name, **{"from": "store"})
+    if args.stale_tags:
+        want = [w + [n + 1] if q == MSGID_SEARCHES[2] else w  # the late one has a field
+                for q, w in zip(MSGID_SEARCHES, MSGID_WANT)]
+        R.report("Message-IDs: a saved copy that does not decode is passed over, every "
+                 "message's fields read again, the same answers",
+                 ok and got == want and saved == 0 and store == n + 1,
+                 "%r saved %r store %r" % (got, saved, store))
+    else:
+        R.report("Message-IDs: after a restart every message's fields from the saved copy, "
+                 "none from the headers, the same answers",
+                 ok and got == MSGID_WANT and saved == n and store == 0,
+                 "%r saved %r store %r" % (got, saved, store))
+        a.command("SELECT msgids")
+        a.command("APPEND msgids", msgid_message(n + 1, b"Message-ID: <late.m8@example.org>\r\n"))
+        a.command("NOOP")
+        untagged, tagged = a.command("UID SEARCH HEADER Message-ID <late.m8@")
+        _, _, s2 = scrape(args.metrics)
+        found = [t for t, _ in untagged if t.startswith(b"* SEARCH")]
+        R.report("Message-IDs: a message delivered since is read from its header, alone",
+                 b" OK" in tagged and found == [b"* SEARCH %d" % (n + 1)]
+                 and delta(s1, s2, name, **{"from": "store"}) == 1,
+                 "%r %r" % (found, delta(s1, s2, name, **{"from": "store"})))
+    a.command("LOGOUT")
+    a.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--metrics", type=int, required=True)
@@ -921,6 +1022,7 @@ def main():
         try:
             check_structure_stored(args)
             check_sent_days_saved(args)
+            check_msgids_saved(args)
         except Exception as e:  # a crash is a failure, not a silent pass
             R.report("no exception", False, repr(e))
         R.summary()
@@ -936,6 +1038,7 @@ def main():
         check_headers_window(args)
         check_fts_backlog(args)
         check_sent_days(args)
+        check_msgids(args)
         check_http(args.metrics)
     except Exception as e:  # a crash is a failure, not a silent pass
         R.report("no exception", False, repr(e))

@@ -367,6 +367,124 @@ static void test_five_thousand_ids(void)
     free(values);
 }
 
+/* ---- picked fields (imap_fields_matcher_pick: the store's copy of Message-ID fields) ---- */
+
+static int sf_pick_put(void *arg, const char *bytes, size_t n)
+{
+    g_string_append_len(arg, bytes, (gssize)n);
+    return MV_OK;
+}
+
+/* The fields named name of a header, one after another, as a picker takes them, into
+ * *picked (made here, freed by the caller). */
+static void sf_pick(const char *name, const char *header, size_t len, GString **picked)
+{
+    const char *any = "";
+    struct imap_fields_matcher *picker = NULL;
+    *picked = g_string_new(NULL);
+    int made = imap_fields_matcher_new(&name, &any, 1, &picker);
+    int rc =
+        made == MV_OK ? imap_fields_matcher_pick(picker, header, len, sf_pick_put, *picked) : made;
+    imap_fields_matcher_free(picker);
+    CHECK_EQ_INT(rc, MV_OK);
+}
+
+/* Keys (name, values[k]) run over the picked fields of the header answer as the rule does
+ * over the whole header; answers that differ are added to *wrong, matches to *hits. */
+static void sf_picked_same(const char *name,
+                           const char *header,
+                           size_t len,
+                           char *const *values,
+                           size_t n,
+                           size_t *wrong,
+                           size_t *hits)
+{
+    GString *picked = NULL;
+    sf_pick(name, header, len, &picked);
+    const char **names = calloc(n, sizeof *names);
+    unsigned char *found = NULL;
+    for (size_t k = 0; names != NULL && k < n; k++) {
+        names[k] = name;
+    }
+    if (names != NULL) {
+        sf_run(names, (const char *const *)values, n, picked->str, picked->len, &found);
+    }
+    *wrong += found == NULL;
+    for (size_t k = 0; found != NULL && k < n; k++) {
+        int want = sf_rule(header, len, name, values[k]);
+        *hits += want != 0;
+        if (found[k] != want && (*wrong)++ < 5) {
+            fprintf(stderr, "  picked %s \"%s\": got %d, want %d; picked\n%s\nof\n%.*s\n", name,
+                    values[k], found[k], want, picked->str, (int)len, header);
+        }
+    }
+    free(found);
+    free(names);
+    g_string_free(picked, TRUE);
+}
+
+/* The picked Message-ID fields answer every Message-ID key as the whole header does: headers
+ * written out at the walk's edges (folded, twice, a blank or tab before the colon, names
+ * that only begin or end alike, a line without a colon, a header opening with a continuation
+ * line, a last field without a line break, a NUL, a lone CR, LF-only lines, an encoded word,
+ * an empty line before it), then generated headers; other fields are never taken. */
+static void test_picked_fields(void)
+{
+    static const struct {
+        const char *text;
+        size_t len; /* 0: strlen */
+    } headers[] = {
+        {"Message-ID: <a@b>\r\n\r\nMessage-ID: <body@x>\r\n", 0},
+        {"Subject: s\r\nMessage-ID:\r\n <folded@x>\r\nTo: t\r\n\r\n", 0},
+        {"Message-ID: <one@x>\r\nSubject: hi\r\nmessage-id : <two@x>\r\n\r\n", 0},
+        {"X-Message-ID: <xa@x>\r\nMessage-IDs: <xb@x>\r\nResent-Message-ID: <xc@x>\r\n\r\n", 0},
+        {"Message-ID <nocolon@x>\r\nMessage-ID: <c@x>\r\n\r\n", 0},
+        {" Message-ID: <lead@x>\r\nMessage-ID: <d@x>\r\n\r\n", 0},
+        {"Subject: s\r\nMessage-ID: <e@x>", 0},
+        {"Message-ID: <f\0g@x>\r\nTo: <f g@x>\r\n\r\n", 36},
+        {"Message-ID: =?UTF-8?Q?=3Cq@x=3E?=\r\n\r\n", 0},
+        {"Message-ID: <h@x>\n\t<i@x>\nTo: y\n\nbody\n", 0},
+        {"\r\nMessage-ID: <none@x>\r\n", 0},
+        {"Message-ID\t: <j@x>\r\nMESSAGE-ID:<J2@X>\r\n\r\n", 0},
+        {"Message-ID: <k@x>\rX: y\r\n\r\n", 0},
+        {"To: a\r\n\tMessage-ID: <cont@x>\r\n\r\n", 0},
+    };
+    char *values[] = {"",     "<a@b>", "A@B",   "body",    "folded", "one",  "two",
+                      "xa",   "xb",    "xc",    "nocolon", "c@x",    "lead", "d@x",
+                      "e@x>", "f g",   "<q@x>", "h@x> <i", "none",   "j@x",  "j2@x",
+                      "k@x>", "x: y",  "cont",  "\r",      "s"};
+    size_t n = sizeof values / sizeof values[0], wrong = 0, hits = 0;
+    for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
+        size_t len = headers[i].len != 0 ? headers[i].len : strlen(headers[i].text);
+        sf_picked_same("Message-ID", headers[i].text, len, values, n, &wrong, &hits);
+        GString *picked = NULL;
+        sf_pick("Message-ID", headers[i].text, len, &picked);
+        /* only fields of the name: never another's, never the body */
+        CHECK(strstr(picked->str, "body") == NULL && strstr(picked->str, "X-") == NULL &&
+              strstr(picked->str, "IDs") == NULL && strstr(picked->str, "Resent") == NULL &&
+              strstr(picked->str, "To:") == NULL && strstr(picked->str, "none") == NULL);
+        g_string_free(picked, TRUE);
+    }
+    CHECK_EQ_INT(wrong, 0);
+    CHECK(hits >= 15);
+    /* generated headers over every name, their keys pieces of the header's own text */
+    char *gen[40];
+    size_t gen_n = sizeof gen / sizeof gen[0];
+    char *ignored[40];
+    for (size_t r = 0; r < 300; r++) {
+        GString *h = sf_header(r % 2 ? 30 : 120);
+        sf_keys(h, gen_n, 0, ignored, gen);
+        const char *name = sf_names[r % (sizeof sf_names / sizeof sf_names[0])];
+        sf_picked_same(name, h->str, h->len, gen, gen_n, &wrong, &hits);
+        for (size_t k = 0; k < gen_n; k++) {
+            g_free(ignored[k]);
+            g_free(gen[k]);
+        }
+        g_string_free(h, TRUE);
+    }
+    CHECK_EQ_INT(wrong, 0);
+}
+
 int main(void)
 {
     g_mime_init();
@@ -375,6 +493,7 @@ int main(void)
     TEST(test_few_keys_long_values);
     TEST(test_mixed);
     TEST(test_five_thousand_ids);
+    TEST(test_picked_fields);
     g_mime_shutdown();
     return th_summary();
 }
