@@ -14,7 +14,9 @@
  *     read from the store when asked); else the message's Message-ID fields, code - 1 bytes
  *     (0 for a message without one), as the header has them (line breaks and all).
  *   Compressed: Message-ID lines repeat their name and their senders' domains, so the form is
- *   about half of the ~60-100 bytes a message they take.
+ *   well under half of the ~60-100 bytes a message they take (test_imap_msgid_memo: random
+ *   16-digit IDs at four domains; the bench corpus' IDs, a counter apart, take 66 KB at
+ *   100,000 messages).
  */
 #ifndef MV_IMAPD_IMAP_MSGID_MEMO_H
 #define MV_IMAPD_IMAP_MSGID_MEMO_H

@@ -224,7 +224,7 @@ static void imap_msgids_cut(struct imap_msgids *c, size_t count)
     c->count = count;
 }
 
-/* d (new, empty) filled from its store's saved copy, if there is one that decodes and does
+/* c (new, empty) filled from its store's saved copy, if there is one that decodes and does
  * not hold many more messages than the view has. Anything else leaves it empty. */
 static void imap_msgids_load(mv_store *store, struct imap_msgids *c, size_t view_count)
 {
