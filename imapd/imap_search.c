@@ -12,7 +12,9 @@
  *     RFC 5322 2.2.3, so a folded value matches whole, then its RFC 2047 encoded words
  *     decoded to UTF-8, as FROM/TO/CC/SUBJECT compare the decoded fields: "HEADER Subject
  *     Grüße" finds "=?UTF-8?Q?Gr=C3=BC=C3=9Fe?=", and the encoded form itself matches
- *     nothing, as in Dovecot 2.3).
+ *     nothing, as in Dovecot 2.3); HEADER keys that all name Message-ID over the open store's
+ *     copy of those fields instead (imap_search_msgid.c: the same matcher over the same
+ *     fields, taken from the headers once and saved at the store's close).
  *   - FROM/TO/CC/SUBJECT keys, when there are two or more, are answered before the
  *     evaluation, up to 64 in one pass over the mailbox (mv_search_headers), and HEADER/BCC
  *     keys likewise all in one pass reading each header once (mv_message_headers_each), every
