@@ -197,7 +197,9 @@ static int imap_msgids_fill_one(void *arg, uint32_t uid, const void *raw, size_t
     }
     size_t n = c->used - f->start;
     if (rc == IMAP_MSGIDS_LONG) {
-        explicit_bzero(c->bytes + f->start, n);
+        if (n > 0) { /* fields before the one too long (none: bytes may be NULL yet) */
+            explicit_bzero(c->bytes + f->start, n);
+        }
         c->used = f->start;
         n = IMAP_MSGID_NOT_KEPT;
         rc = MV_OK;

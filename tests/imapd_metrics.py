@@ -903,16 +903,17 @@ def check_sent_days_saved(args):
     a.close()
 
 
-# Message-ID fields at the edges of what the copy keeps (imapd/imap_search_msgid.c): plain,
-# folded, two of them, none, a name in other case with a blank before the colon, an encoded
-# word, and one longer than the copy keeps (read from its header at every search).
-MSGID_FIELDS = [b"Message-ID: <m1@example.org>\r\n",
+# Message-ID fields at the edges of what the copy keeps (imapd/imap_search_msgid.c): first one
+# longer than the copy keeps (read from its header at every search; the copy has no bytes
+# yet), then plain, folded, two of them, none, a name in other case with a blank before the
+# colon, an encoded word.
+MSGID_FIELDS = [b"Message-ID: <long-" + b"x" * 1100 + b".m7@example.org>\r\n",
+                b"Message-ID: <m1@example.org>\r\n",
                 b"Message-ID:\r\n <folded.m2@example.org>\r\n",
                 b"Message-ID: <first.m3@example.org>\r\nMessage-ID: <second.m3@example.org>\r\n",
                 b"",
                 b"message-id : <M5@Example.ORG>\r\n",
-                b"Message-ID: =?UTF-8?Q?=3Cencoded.m6@example.org=3E?=\r\n",
-                b"Message-ID: <long-" + b"x" * 1100 + b".m7@example.org>\r\n"]
+                b"Message-ID: =?UTF-8?Q?=3Cencoded.m6@example.org=3E?=\r\n"]
 MSGID_SEARCHES = ["UID SEARCH HEADER Message-ID <m1@example.org>",
                   "UID SEARCH HEADER Message-ID folded",
                   "UID SEARCH HEADER MESSAGE-ID \"\"",
@@ -920,7 +921,7 @@ MSGID_SEARCHES = ["UID SEARCH HEADER Message-ID <m1@example.org>",
                   "UID SEARCH HEADER Message-ID <encoded.m6@",
                   "UID SEARCH HEADER Message-ID long-xxx",
                   "UID SEARCH NOT HEADER Message-ID .m"]
-MSGID_WANT = [[1], [2], [1, 2, 3, 5, 6, 7], [3, 5], [6], [7], [1, 4, 5]]
+MSGID_WANT = [[2], [3], [1, 2, 3, 4, 6, 7], [4, 6], [7], [1], [2, 5, 6]]
 
 
 def msgid_message(k, field):
