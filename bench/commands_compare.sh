@@ -6,7 +6,8 @@
 # HEADER: one pass for every key") and FETCH of pieces of messages (previews, a part's MIME
 # header, the text part; bench/fetch_pieces.py; "Body sections from the skeleton"), and a
 # client's message list (the header fields of every message and of the last 200, ENVELOPE,
-# the header; "A message list's headers a window at a time").
+# the header; "A message list's headers a window at a time"), and a webmail's UID SORT of
+# the whole mailbox by each criterion (bench/sort_compare.py; "SORT").
 #
 # USAGE
 #   [MAILVAULTD_OLD=PATH] bench/commands_compare.sh [--messages N] [--rounds R] [--cases LIST]
@@ -107,4 +108,7 @@ echo "== fetch_pieces: $range, $rounds rounds ($(date -u +%H:%M) UTC, load $(cut
 "${nice[@]}" python3 bench/fetch_pieces.py "${args[@]}" --user "$user" \
     --password-file "$tmp/password" --rounds "$rounds" --range "$range" --messages "$messages" ||
     status=1
+echo "== sort_compare: $messages messages, $rounds rounds ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
+"${nice[@]}" python3 bench/sort_compare.py "${args[@]}" --user "$user" \
+    --password-file "$tmp/password" --rounds "$rounds" || status=1
 exit "$status"

@@ -82,6 +82,11 @@ static const struct config_key config_keys[] = {
        16 << 20,
        "KiB of FETCH BODYSTRUCTURE / BODY answers kept for open stores, all together "
        "(default 32768; 0 off)"),
+    CI(sort_keys_kib,
+       0,
+       16 << 20,
+       "KiB of SORT keys kept for open stores' last sorted mailboxes, all together "
+       "(default 65536; 0 off: each SORT reads its keys)"),
     {"line_max", CK_SIZE, offsetof(struct config, line_max), sizeof(size_t), 1024, 1 << 24,
      "longest command line in bytes (default 1048576)"},
     {"literal_max", CK_SIZE, offsetof(struct config, literal_max), sizeof(uint64_t), 1024,
@@ -186,6 +191,7 @@ void config_defaults(struct config *c)
     /* ~146 bytes an answer of the bench's corpus with its bookkeeping: 32 MiB keeps ~230,000
      * messages' structure, a 100,000-message INBOX's with room for other open stores' */
     c->structure_cache_kib = 32768;
+    c->sort_keys_kib = 65536;
     /* a search result's UIDs as a set (roundcube's "move all" of 20,000 scattered messages
      * is ~130 KB): Dovecot's 64 KiB refuses it; past 64 KiB a line draws on
      * literal_total_max (CONFIG_LINE_FREE) */

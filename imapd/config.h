@@ -32,6 +32,7 @@ struct config {
     int stores_per_worker;
     int store_idle_s;
     int structure_cache_kib; /* imap_structure_cache.c: the process's budget; 0 off */
+    int sort_keys_kib;       /* imap_sort_kept.c: the process's budget; 0 off */
     size_t line_max;
     uint64_t literal_max; /* APPEND literals; other literals: CONFIG_SMALL_LITERAL_MAX */
     int connections_max;

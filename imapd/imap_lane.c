@@ -104,6 +104,9 @@
 #define IMAP_LANE_SEARCH_TEXT   250 /* + each BODY, TEXT key (SEARCH BODY/TEXT) */
 /* + each BODY, TEXT key, per body of the store's full-text backlog (SEARCH BODY/TEXT) */
 #define IMAP_LANE_SEARCH_BACKLOG 1100
+/* + SORT: each message's keys from the kept header fields, and the sort (0.7-1.6 us a
+ * message at 10,000 for DATE, SUBJECT or FROM) */
+#define IMAP_LANE_SORT 15
 
 /* The numbers of 1..hi in [first, last] (0 if none). */
 static uint64_t imap_lane_span(uint64_t first, uint64_t last, uint64_t hi)
@@ -286,10 +289,11 @@ imap_lane_search_keys(const struct imap_command *cmd, uint32_t i, int depth, uin
  * again, ~110 us, as long as its full-text row is not built). */
 static uint64_t imap_lane_search_cost(const struct imap_session *s,
                                       const struct imap_command *cmd,
+                                      uint32_t keys,
                                       uint64_t messages)
 {
     uint64_t text_keys = 0;
-    uint64_t per = IMAP_LANE_SEARCH_META + imap_lane_search_keys(cmd, cmd->first, 0, &text_keys);
+    uint64_t per = IMAP_LANE_SEARCH_META + imap_lane_search_keys(cmd, keys, 0, &text_keys);
     uint64_t backlog = s->store != NULL ? s->store->fts_backlog : 0;
     return messages * per + text_keys * backlog * IMAP_LANE_SEARCH_BACKLOG;
 }
@@ -302,7 +306,7 @@ enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_
     uint64_t star = cmd->uid && s->view.uidnext > 0 ? s->view.uidnext - 1 : messages;
     uint64_t cost = 0;
     int reads = strcmp(name, "NOOP") == 0 || strcmp(name, "CHECK") == 0 ||
-                strcmp(name, "SEARCH") == 0 ||
+                strcmp(name, "SEARCH") == 0 || strcmp(name, "SORT") == 0 ||
                 (strcmp(name, "FETCH") == 0 && imap_lane_fetch_reads_only(s, cmd));
     if (strcmp(name, "FETCH") == 0 || strcmp(name, "STORE") == 0 || strcmp(name, "COPY") == 0 ||
         strcmp(name, "MOVE") == 0) {
@@ -313,7 +317,13 @@ enum job_lane imap_command_lane(const struct imap_session *s, const struct imap_
                                                     : IMAP_LANE_COPY;
         cost = count * per;
     } else if (strcmp(name, "SEARCH") == 0) {
-        cost = imap_lane_search_cost(s, cmd, messages);
+        cost = imap_lane_search_cost(s, cmd, cmd->first, messages);
+    } else if (strcmp(name, "SORT") == 0) { /* SORT (criteria) charset keys */
+        const struct imap_node *keys = imap_arg(cmd, 2);
+        cost =
+            messages * IMAP_LANE_SORT +
+            (keys != NULL ? imap_lane_search_cost(s, cmd, (uint32_t)(keys - cmd->nodes), messages)
+                          : 0);
     } else if (strcmp(name, "APPEND") == 0 || strcmp(name, "EXPUNGE") == 0 ||
                strcmp(name, "CLOSE") == 0 || strcmp(name, "DELETE") == 0 ||
                strcmp(name, "RENAME") == 0) {

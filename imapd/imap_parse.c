@@ -422,8 +422,9 @@ int imap_parse_command(
     /* A search program is as many nodes as the client's filter has terms: any a line of
      * 64 KiB can hold (Dovecot's whole line limit) is taken. Other commands keep the smaller
      * bound (their nodes become arrays per section or pattern that no client needs big). */
-    ps.nodes_max =
-        strcmp(cmd->name, "SEARCH") == 0 ? IMAP_PARSE_SEARCH_NODES_MAX : IMAP_PARSE_NODES_MAX;
+    ps.nodes_max = strcmp(cmd->name, "SEARCH") == 0 || strcmp(cmd->name, "SORT") == 0
+                       ? IMAP_PARSE_SEARCH_NODES_MAX
+                       : IMAP_PARSE_NODES_MAX;
     if (rc == IMAP_PARSE_OK && ps.at < len && bytes[ps.at] == ' ') {
         ps.at++;
         rc = imap_parse_values(&ps, &cmd->first, 0);

@@ -42,6 +42,7 @@
  *   BODY/TEXT strings of one or two characters fold ASCII letters only (no trigram: LIKE).
  *   RECENT, NEW and OLD read the session's \Recent (imap_recent.c).
  */
+#include "imap_search.h"
 #include "buf.h"
 #include "imap_search_fields.h"
 #include "imap_search_msgid.h"
@@ -781,10 +782,55 @@ static int imap_search_run_all(struct imap_search_run *r, imap_search_word *out)
     return rc;
 }
 
+int imap_search_matches(struct imap_ctx *x, const struct imap_search *prog, uint64_t **found)
+{
+    struct imap_search_run r = {.x = x, .prog = prog, .words = (x->s->view.count + 63) / 64};
+    *found = imap_search_set_new(&r);
+    int rc = *found != NULL ? imap_search_run_all(&r, *found) : MV_ENOMEM;
+    for (size_t l = 0; l <= IMAP_SEARCH_DEPTH_MAX; l++) {
+        free(r.scratch[l]);
+    }
+    for (size_t k = 0; r.batched != NULL && k < prog->count; k++) {
+        free(r.batched[k]);
+    }
+    free(r.batched);
+    if (rc != MV_OK) {
+        free(*found);
+        *found = NULL;
+    }
+    return rc;
+}
+
+int imap_search_matched(const uint64_t *found, const struct imap_view *v, size_t i)
+{
+    return imap_search_bit(found, i) && (imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0;
+}
+
+int imap_search_parse_program(struct imap_ctx *x,
+                              const struct imap_node *node,
+                              struct imap_search *prog)
+{
+    char err[256];
+    if (imap_parse_search(x->cmd, node, prog, err, sizeof err) != 0) {
+        imap_tagged(x, strncmp(err, "[BADCHARSET", 11) == 0 ? "NO" : "BAD", "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+int imap_search_has_modseq(const struct imap_search *prog)
+{
+    for (size_t k = 0; k < prog->count; k++) {
+        if (prog->keys[k].op == IMAP_SK_MODSEQ) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 void imap_cmd_search(struct imap_ctx *x)
 {
     struct imap_view *v = &x->s->view;
-    char err[256];
     struct imap_search *prog = malloc(sizeof *prog);
     if (prog == NULL) {
         imap_tagged(x, "NO", "[SERVERBUG] out of memory");
@@ -797,27 +843,19 @@ void imap_cmd_search(struct imap_ctx *x)
         free(prog);
         return;
     }
-    if (imap_parse_search(x->cmd, imap_arg(x->cmd, 0), prog, err, sizeof err) != 0) {
-        if (strncmp(err, "[BADCHARSET", 11) == 0) {
-            imap_tagged(x, "NO", "%s", err);
-        } else {
-            imap_tagged(x, "BAD", "%s", err);
-        }
+    if (imap_search_parse_program(x, imap_arg(x->cmd, 0), prog) != 0) {
         free(prog);
         return;
     }
-    struct imap_search_run r = {.x = x, .prog = prog, .words = (v->count + 63) / 64};
-    imap_search_word *found = imap_search_set_new(&r);
-    int rc = found != NULL ? imap_search_run_all(&r, found) : MV_ENOMEM;
+    imap_search_word *found = NULL;
+    int rc = imap_search_matches(x, prog, &found);
     if (rc == MV_OK) {
-        int with_modseq = 0; /* RFC 7162: a MODSEQ key adds the highest modseq found */
+        /* RFC 7162: a MODSEQ key adds the highest modseq found */
+        int with_modseq = imap_search_has_modseq(prog);
         uint64_t highest = 0;
-        for (size_t k = 0; k < prog->count; k++) {
-            with_modseq |= prog->keys[k].op == IMAP_SK_MODSEQ;
-        }
         buf_str(x->out, "* SEARCH");
         for (size_t i = 0; i < v->count; i++) {
-            if (imap_search_bit(found, i) && (imap_view_marks(v, i) & IMAP_MARK_EXPUNGED) == 0) {
+            if (imap_search_matched(found, v, i)) {
                 const struct imap_msg *m = imap_view_msg(v, i);
                 /* not buf_printf: a vsnprintf a hit was most of a UID SEARCH ALL's CPU */
                 buf_add(x->out, " ", 1);
@@ -831,13 +869,6 @@ void imap_cmd_search(struct imap_ctx *x)
         }
         buf_str(x->out, "\r\n");
     }
-    for (size_t l = 0; l <= IMAP_SEARCH_DEPTH_MAX; l++) {
-        free(r.scratch[l]);
-    }
-    for (size_t k = 0; r.batched != NULL && k < prog->count; k++) {
-        free(r.batched[k]);
-    }
-    free(r.batched);
     free(found);
     imap_search_free(prog);
     free(prog);

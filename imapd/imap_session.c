@@ -260,6 +260,7 @@ static const struct imap_dispatch imap_commands[] = {
     {"STORE", IMAP_SELECTED, 1, imap_cmd_store, NULL},
     {"COPY", IMAP_SELECTED, 1, imap_cmd_copy, NULL},
     {"SEARCH", IMAP_SELECTED, 1, imap_cmd_search, NULL},
+    {"SORT", IMAP_SELECTED, 1, imap_cmd_sort, "SORT SORT=DISPLAY"},
     {"GETQUOTA", IMAP_AUTH, 0, imap_cmd_getquota, "QUOTA QUOTA=RES-STORAGE QUOTA=RES-MESSAGE"},
     {"GETQUOTAROOT", IMAP_AUTH, 0, imap_cmd_getquotaroot, NULL},
     {"SETQUOTA", IMAP_AUTH, 0, imap_cmd_setquota, NULL},

@@ -308,6 +308,7 @@ void imap_fetch_continue(struct imap_ctx *x);
 void imap_fetch_state_free(struct imap_fetch_state **st);
 /* ---- imap_search.c ---- */
 void imap_cmd_search(struct imap_ctx *x);
+void imap_cmd_sort(struct imap_ctx *x); /* imap_sort.c */
 
 /* ---- imap_msgs.c: a view's messages (chunks shared until written, see struct imap_chunk) ---- */
 /* The part (index into v->parts) holding message i (< v->count): the chunks are full but

@@ -77,7 +77,7 @@ static const char *const metrics_imap_names[] = {
     "CLOSE",        "EXPUNGE",      "MOVE",        "IDLE",      "NAMESPACE", "ID",
     "ENABLE",       "UNSELECT",     "FETCH",       "STORE",     "COPY",      "SEARCH",
     "GETQUOTA",     "GETQUOTAROOT", "SETQUOTA",    "UID FETCH", "UID STORE", "UID COPY",
-    "UID MOVE",     "UID SEARCH",   "UID EXPUNGE", "other",
+    "UID MOVE",     "UID SEARCH",   "UID EXPUNGE", "SORT",      "UID SORT",  "other",
 };
 #define METRICS_IMAP_COUNT (sizeof metrics_imap_names / sizeof metrics_imap_names[0])
 #define METRICS_IMAP_OTHER ((int)METRICS_IMAP_COUNT - 1)

@@ -220,6 +220,7 @@
 #include "conn.h"
 #include "imap_search_msgid.h"
 #include "imap_search_sent.h"
+#include "imap_sort_kept.h"
 #include "imap_structure_save.h"
 #include "log.h"
 #include "mailvault.h"
@@ -574,6 +575,9 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     imap_msgids_save(s->msgids, s->store); /* kept for the next open */
     imap_msgids_free(&s->msgids);
     pthread_mutex_unlock(&s->msgid_lock);
+    pthread_mutex_lock(&s->sort_lock);
+    imap_sort_kept_free(&s->sort_kept);
+    pthread_mutex_unlock(&s->sort_lock);
     mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */
     mv_store *store = s->store;
     mv_store_close(&store);
@@ -2304,6 +2308,7 @@ int worker_start(const struct config *cfg, int count, int eventfd)
             pthread_mutex_init(&w->stores[k].view_lock, NULL);
             pthread_mutex_init(&w->stores[k].sent_lock, NULL);
             pthread_mutex_init(&w->stores[k].msgid_lock, NULL);
+            pthread_mutex_init(&w->stores[k].sort_lock, NULL);
             w->stores[k].structure_cache = imap_structure_cache_new();
         }
         int writers = cfg->writers_per_worker >= 1 ? cfg->writers_per_worker : 1;
@@ -2377,6 +2382,8 @@ void worker_stop_all(void)
             pthread_mutex_destroy(&workers[i].stores[k].sent_lock);
             imap_msgids_free(&workers[i].stores[k].msgids);
             pthread_mutex_destroy(&workers[i].stores[k].msgid_lock);
+            imap_sort_kept_free(&workers[i].stores[k].sort_kept);
+            pthread_mutex_destroy(&workers[i].stores[k].sort_lock);
         }
         free(workers[i].stores);
         free(workers[i].turns.owed);

@@ -163,6 +163,10 @@ struct open_store {
      * msgid_lock. */
     struct imap_msgids *msgids;
     pthread_mutex_t msgid_lock;
+    /* SORT's keys of one mailbox, made at a SORT and kept for the next
+     * (imap_sort_kept.c); NULL: none. Under sort_lock, freed when the store closes. */
+    struct imap_sort_kept *sort_kept;
+    pthread_mutex_t sort_lock;
     /* The second handle (mv_store_open_twin) for jobs of JOB_LANE_READ, used only on the
      * worker's reader thread; NULL if it could not be opened (reads then stay on the
      * writer). Set when the store opens, closed with it (no session holds it then, so no

@@ -923,6 +923,31 @@ MV_API MV_MUST_CHECK int mv_message_sent_each(mv_store *store,
                                               int (*each)(void *arg, uint32_t uid, int64_t sent),
                                               void *arg);
 
+/* A message's header fields as the store keeps them (mv_message_fields_each): what an IMAP
+ * server's SORT (RFC 5256) orders by. The strings are valid during the call only. */
+struct mv_message_fields {
+    uint32_t uid;
+    int64_t sent_utc;    /* the Date header's date and time in UTC (its zone applied), seconds
+                            since the epoch; MV_SENT_NONE without a usable Date header */
+    const char *subject; /* decoded (RFC 2047, charset -> UTF-8) and unfolded; "" if none */
+    const char *from;    /* the decoded address list as display text: "Name <a@b>, c@d" */
+    const char *to;      /* (quoted as RFC 5322 wants where a name needs it); "" if none */
+    const char *cc;
+};
+/* Each message of mailbox with a UID from first_uid to last_uid (inclusive), in UID order:
+ * each(arg, fields), one statement over the range. A message whose field row is missing (a
+ * damaged store) comes with empty strings and MV_SENT_NONE. each returns 0 to go on; anything
+ * else stops the walk and is returned. Inside a read snapshot (mv_store_read_begin) the walk
+ * sees it, else it takes one of its own. MV_OK, MV_ENOTFOUND (no such mailbox), MV_EIO,
+ * MV_ENOMEM, MV_EINVAL (no function). */
+MV_API MV_MUST_CHECK int mv_message_fields_each(mv_store *store,
+                                                const char *mailbox,
+                                                uint32_t first_uid,
+                                                uint32_t last_uid,
+                                                int (*each)(void *arg,
+                                                            const struct mv_message_fields *fields),
+                                                void *arg);
+
 /* mv_message_fetch_header() of the messages keys name (n keys of one listing, as for
  * mv_message_fetch_keyed_into: the same UIDVALIDITY and modseq; at most MV_MEMO_BATCH_MAX),
  * read by their body keys: got(arg, index, raw, len) for each key whose header could be read

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # cli_bench_commands_smoke.sh -- smoke test of bench/commands_compare.sh, bench/search_keys.py
-# (SEARCH with many keys at once) and bench/fetch_pieces.py (FETCH of pieces of messages),
+# (SEARCH with many keys at once), bench/fetch_pieces.py (FETCH of pieces of messages) and
+# bench/sort_compare.py (UID SORT by each criterion),
 # issue 13, against mailvaultd only (the Dovecot comparison never runs in CI): a corpus of
 # 200 messages, the ASan server (build/asan/mailvaultd, else the release build), one round of
 # every case plus an OR of 5,000 Message-IDs (20,000 nodes, over the 8,192 every other
-# command keeps), the pieces of messages 1:200, a client's message list. Checks the script's exit status (1 when a
+# command keeps), the pieces of messages 1:200, a client's message list, its SORTs. Checks the script's exit status (1 when a
 # command is not OK), the tables' rows, and that the server log holds no sanitizer report.
 # No timing assertions.
 #
@@ -46,6 +47,12 @@ if [ "$listing" -eq 4 ]; then
     pass "the message list table has a timed row for each of its 4 FETCHes"
 else
     fail "the message list table has a timed row for each of its 4 FETCHes ($listing): $(cat "$out")"
+fi
+sorts=$(grep -c '^| [A-Z ]* | [0-9.]* / [0-9.]* | yes |$' "$out")
+if [ "$sorts" -eq 10 ]; then
+    pass "the SORT table has a timed row for each of its 10 criteria"
+else
+    fail "the SORT table has a timed row for each of its 10 criteria ($sorts): $(cat "$out")"
 fi
 if grep -q '^| msgid | 5000 | ' "$out"; then
     pass "an OR of 5,000 HEADER Message-ID keys is answered"

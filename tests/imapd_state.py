@@ -433,7 +433,7 @@ def test_capability(args):
     caps = next(l for l in lines if l.startswith(b"* CAPABILITY")).split()[2:]
     expect = (b"IMAP4rev1 LITERAL+ SASL-IR CONDSTORE QRESYNC CREATE-SPECIAL-USE LIST-EXTENDED "
               b"LIST-STATUS SPECIAL-USE UIDPLUS MOVE IDLE NAMESPACE ID ENABLE UTF8=ACCEPT UNSELECT "
-              b"QUOTA QUOTA=RES-STORAGE QUOTA=RES-MESSAGE").split()
+              b"SORT SORT=DISPLAY QUOTA QUOTA=RES-STORAGE QUOTA=RES-MESSAGE").split()
     check("CAPABILITY: every extension once, derived from the command table",
           sorted(caps) == sorted(expect) and len(set(caps)) == len(caps), caps)
     a.close()

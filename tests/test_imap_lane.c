@@ -171,6 +171,11 @@ static void test_measured_costs(void)
     CHECK_EQ_INT(il_lane("a UID SEARCH FROM anna", 4762, 4763), JOB_LANE_LONG);
     CHECK_EQ_INT(il_lane("a SEARCH OR UNSEEN (NOT (SUBJECT x))", 10000, 10001), JOB_LANE_LONG);
     CHECK_EQ_INT(il_lane("a SEARCH CHARSET UTF-8 text x", 10000, 10001), JOB_LANE_LONG);
+    /* SORT: its program's cost and 1.5 us a message for the keys and the sort */
+    CHECK_EQ_INT(il_lane("a UID SORT (DATE) UTF-8 ALL", 6250, 6251), JOB_LANE_READ);
+    CHECK_EQ_INT(il_lane("a UID SORT (DATE) UTF-8 ALL", 6251, 6252), JOB_LANE_LONG);
+    CHECK_EQ_INT(il_lane("a SORT (SUBJECT) UTF-8 FROM anna", 3000, 3001), JOB_LANE_LONG);
+    CHECK_EQ_INT(il_lane("a SORT (SUBJECT) UTF-8", 6000, 6001), JOB_LANE_READ);
 }
 
 /* SEARCH BODY/TEXT since schema 9 (imap_lane.c SEARCH BODY/TEXT): each candidate of the

@@ -1668,6 +1668,60 @@ static void test_sent_each(void)
     mv_store_close(&s);
 }
 
+/* What mv_message_fields_each reported: each call's fields joined into one line. */
+struct ts_fields_seen {
+    char lines[4][256];
+    size_t count;
+};
+
+static int ts_fields_each(void *arg, const struct mv_message_fields *f)
+{
+    struct ts_fields_seen *seen = arg;
+    if (seen->count < 4) {
+        snprintf(seen->lines[seen->count], sizeof seen->lines[0], "%u|%lld|%s|%s|%s|%s",
+                 (unsigned)f->uid, (long long)f->sent_utc, f->subject, f->from, f->to, f->cc);
+    }
+    return ++seen->count == 9 ? MV_ELIMIT : 0;
+}
+
+/* mv_message_fields_each: each message's Date in UTC (its zone applied, MV_SENT_NONE without
+ * a usable one), the decoded Subject, the address lists as display text, in UID order. */
+static void test_fields_each(void)
+{
+    mv_store *s = NULL;
+    CHECK_EQ_INT(ts_open("fields_each", &s), MV_OK);
+    static const char *const msgs[] = {
+        "Date: Sun, 25 Mar 2007 00:00:00 +0200\r\nSubject: =?UTF-8?Q?Gr=C3=BC=C3=9Fe?=\r\n"
+        "From: \"Smith, Carol\" <carol@example.org>\r\nTo: a@example.org, B <b@example.org>"
+        "\r\nCc: team: x@example.org;\r\n\r\nx\r\n",
+        "Subject: folded\r\n  line\r\n\r\nx\r\n",
+        "Date: not a date\r\nFrom: =?ISO-8859-1?Q?Ren=E9?= <rene@example.org>\r\n\r\nx\r\n",
+    };
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_EQ_INT(ts_append(s, "INBOX", msgs[i], strlen(msgs[i]), 0, NULL, 1000, NULL), MV_OK);
+    }
+    struct ts_fields_seen all = {0};
+    CHECK_EQ_INT(mv_message_fields_each(s, "INBOX", 1, UINT32_MAX, ts_fields_each, &all), MV_OK);
+    CHECK_EQ_INT(all.count, 3);
+    /* 2007-03-24 22:00 UTC */
+    CHECK(strcmp(all.lines[0], "1|1174773600|Gr\xc3\xbc\xc3\x9f"
+                               "e|\"Smith, Carol\" "
+                               "<carol@example.org>|a@example.org, B <b@example.org>|"
+                               "team: x@example.org;") == 0);
+    /* unfolded as RFC 5322 2.2.3 says: the line break goes, the blanks stay */
+    CHECK(strcmp(all.lines[1], "2|-9223372036854775808|folded  line|||") == 0);
+    CHECK(strcmp(all.lines[2], "3|-9223372036854775808||Ren\xc3\xa9 <rene@example.org>||") == 0);
+    struct ts_fields_seen part = {0};
+    CHECK_EQ_INT(mv_message_fields_each(s, "INBOX", 2, 2, ts_fields_each, &part), MV_OK);
+    CHECK(part.count == 1 && strncmp(part.lines[0], "2|", 2) == 0);
+    struct ts_fields_seen none = {0};
+    CHECK_EQ_INT(mv_message_fields_each(s, "INBOX", 4, 3, ts_fields_each, &none), MV_OK);
+    CHECK_EQ_INT(none.count, 0);
+    CHECK_EQ_INT(mv_message_fields_each(s, "Nope", 1, 9, ts_fields_each, &none), MV_ENOTFOUND);
+    CHECK_EQ_INT(mv_message_fields_each(s, "INBOX", 1, 9, NULL, &none), MV_EINVAL);
+    mv_store_close(&s);
+}
+
 static void test_search(void)
 {
     mv_store *s = NULL;
@@ -2919,6 +2973,7 @@ int main(void)
     TEST(test_search);
     TEST(test_search_headers);
     TEST(test_sent_each);
+    TEST(test_fields_each);
     TEST(test_search_flags_limits);
     TEST(test_search_substring);
     TEST(test_search_no_positions);

@@ -757,6 +757,65 @@ int mv_message_sent_each(mv_store *s,
     return rc;
 }
 
+/* A text column, or "" for a NULL one (a message without its body_headers row). */
+static const char *store_column_text(sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    return t != NULL ? (const char *)t : "";
+}
+
+int mv_message_fields_each(mv_store *s,
+                           const char *mailbox,
+                           uint32_t first_uid,
+                           uint32_t last_uid,
+                           int (*each)(void *arg, const struct mv_message_fields *fields),
+                           void *arg)
+{
+    int64_t mailbox_id = 0;
+    int began = 0;
+    int rc =
+        store_walk_begin(s, mailbox, each != NULL, "mv_message_fields_each", &mailbox_id, &began);
+    if (rc == MV_EINVAL && s == NULL) {
+        return rc;
+    }
+    sqlite3_stmt *st = NULL;
+    /* Not a cached statement: each() may read the store. The fields are the body's header
+     * row's, which a damaged store may lack (LEFT JOIN: empty fields, no date). */
+    if (rc == MV_OK && first_uid <= last_uid &&
+        sqlite3_prepare_v2(s->db,
+                           "SELECT m.uid, h.sent_date, h.subject, h.from_addr, h.to_addr, "
+                           "h.cc_addr FROM messages m INDEXED BY messages_uid_body LEFT JOIN "
+                           "body_headers h ON h.body_id = m.body_id WHERE m.mailbox_id = ?1 "
+                           "AND m.uid BETWEEN ?2 AND ?3 ORDER BY m.uid",
+                           -1, &st, NULL) != SQLITE_OK) {
+        rc = store_fail_sqlite(s, "reading the messages' header fields");
+    }
+    if (st != NULL) {
+        sqlite3_bind_int64(st, 1, mailbox_id);
+        sqlite3_bind_int64(st, 2, first_uid);
+        sqlite3_bind_int64(st, 3, last_uid);
+        int step = SQLITE_DONE;
+        while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+            int64_t date = sqlite3_column_int64(st, 1);
+            struct mv_message_fields f = {
+                .uid = (uint32_t)sqlite3_column_int64(st, 0),
+                .sent_utc = date == 0 ? MV_SENT_NONE : date,
+                .subject = store_column_text(st, 2),
+                .from = store_column_text(st, 3),
+                .to = store_column_text(st, 4),
+                .cc = store_column_text(st, 5),
+            };
+            rc = each(arg, &f);
+        }
+        if (rc == MV_OK && step != SQLITE_DONE) {
+            rc = store_fail_sqlite(s, "reading the messages' header fields");
+        }
+        sqlite3_finalize(st);
+    }
+    store_message_read_end(s, began);
+    return rc;
+}
+
 int mv_message_headers_each(mv_store *s,
                             const char *mailbox,
                             uint32_t first_uid,

@@ -1,0 +1,45 @@
+/*
+ * imap_sort_kept.h -- SORT's keys of one mailbox kept by the open store for the next SORT of
+ * any session of the user (issue 13).
+ *
+ * USAGE
+ *   rc = imap_sort_kept_for(s, kinds, &kept);   MV_OK: kept has every message of the view
+ *                                               up to its last UID for each criterion in
+ *                                               kinds, and the store's sort_lock is held
+ *   for messages in UID order:
+ *       e = imap_sort_kept_find(kept, &cursor, uid)     its entry, or SIZE_MAX (none)
+ *       imap_sort_kept_key(kept, by, e) / imap_sort_kept_sent(kept, e)
+ *   imap_sort_kept_done(s);                     the lock let go; kept no longer used
+ *   imap_sort_kept_free(&os->sort_kept)         when the store closes, under the lock
+ *   MV_EUNSUPPORTED from _for: nothing kept (a mailbox over IMAP_SORT_KEPT_MAX messages, or
+ *   the process's budget, sort_keys_kib, spent or 0): make the keys for this SORT alone.
+ */
+#ifndef MAILVAULT_IMAP_SORT_KEPT_H
+#define MAILVAULT_IMAP_SORT_KEPT_H
+
+#include "imap_sort_key.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define IMAP_SORT_KEPT_MAX 262144u
+/* A kept string key's bytes, its NUL included. */
+#define IMAP_SORT_KEPT_KEY_MAX 1024u
+
+struct imap_session;
+struct imap_sort_kept;
+
+/* kinds: bit (1u << by) for each criterion whose keys come from the store (DATE and the
+ * string ones). */
+int imap_sort_kept_for(struct imap_session *s, unsigned kinds, const struct imap_sort_kept **out);
+void imap_sort_kept_done(struct imap_session *s);
+size_t imap_sort_kept_find(const struct imap_sort_kept *k, size_t *cursor, uint32_t uid);
+/* The entry's key of string criterion by (kept: in kinds), in the arena imap_sort_kept_arena
+ * gives at the offset this returns. */
+const char *imap_sort_kept_arena(const struct imap_sort_kept *k, enum imap_sort_by by);
+size_t imap_sort_kept_key(const struct imap_sort_kept *k, enum imap_sort_by by, size_t entry);
+/* The entry's Date in UTC, or MV_SENT_NONE. */
+int64_t imap_sort_kept_sent(const struct imap_sort_kept *k, size_t entry);
+void imap_sort_kept_free(struct imap_sort_kept **k);
+
+#endif
