@@ -38,7 +38,7 @@
 static _Atomic size_t imap_sort_kept_bytes;
 
 struct imap_sort_kept_keys {
-    size_t *at; /* per entry, its key's offset in bytes */
+    uint32_t *at; /* per entry, its key's offset in bytes (an arena stays under 4 GiB) */
     char *bytes;
     size_t used, cap;
 };
@@ -53,6 +53,7 @@ struct imap_sort_kept {
     size_t count, cap;
     struct imap_sort_kept_keys keys[IMAP_SORT_BY_COUNT]; /* the string criteria in kinds */
     size_t charged;                                      /* of imap_sort_kept_bytes */
+    int refused; /* over the budget: no entries, and these kinds are not tried again */
 };
 
 /* What the copy's arrays take. */
@@ -60,9 +61,30 @@ static size_t imap_sort_kept_size(const struct imap_sort_kept *k)
 {
     size_t n = k->cap * (sizeof *k->uids + ((k->kinds >> IMAP_SORT_DATE) & 1u ? 8u : 0u));
     for (int by = 0; by < IMAP_SORT_BY_COUNT; by++) {
-        n += k->keys[by].cap + (k->keys[by].at != NULL ? k->cap * sizeof(size_t) : 0);
+        n += k->keys[by].cap + (k->keys[by].at != NULL ? k->cap * sizeof(uint32_t) : 0);
     }
     return n;
+}
+
+/* Empties the copy: no entries, nothing charged. */
+static void imap_sort_kept_empty(struct imap_sort_kept *k)
+{
+    atomic_fetch_sub(&imap_sort_kept_bytes, k->charged);
+    k->charged = 0;
+    for (int by = 0; by < IMAP_SORT_BY_COUNT; by++) {
+        if (k->keys[by].bytes != NULL) {
+            explicit_bzero(k->keys[by].bytes, k->keys[by].used); /* subjects and addresses */
+        }
+        free(k->keys[by].bytes);
+        free(k->keys[by].at);
+        k->keys[by] = (struct imap_sort_kept_keys){0};
+    }
+    free(k->uids);
+    free(k->sent);
+    k->uids = NULL;
+    k->sent = NULL;
+    k->count = k->cap = 0;
+    k->last_uid = 0;
 }
 
 void imap_sort_kept_free(struct imap_sort_kept **kp)
@@ -71,16 +93,7 @@ void imap_sort_kept_free(struct imap_sort_kept **kp)
     if (k == NULL) {
         return;
     }
-    atomic_fetch_sub(&imap_sort_kept_bytes, k->charged);
-    for (int by = 0; by < IMAP_SORT_BY_COUNT; by++) {
-        if (k->keys[by].bytes != NULL) {
-            explicit_bzero(k->keys[by].bytes, k->keys[by].used); /* subjects and addresses */
-        }
-        free(k->keys[by].bytes);
-        free(k->keys[by].at);
-    }
-    free(k->uids);
-    free(k->sent);
+    imap_sort_kept_empty(k);
     free(k->mailbox);
     free(k);
     *kp = NULL;
@@ -107,7 +120,7 @@ static int imap_sort_kept_grow(struct imap_sort_kept *k)
     }
     for (int by = 0; by < IMAP_SORT_BY_COUNT; by++) {
         if (((k->kinds >> by) & 1u) && imap_sort_is_string((enum imap_sort_by)by)) {
-            size_t *at = realloc(k->keys[by].at, cap * sizeof *at);
+            uint32_t *at = realloc(k->keys[by].at, cap * sizeof *at);
             if (at == NULL) {
                 return MV_ENOMEM;
             }
@@ -130,6 +143,9 @@ static int imap_sort_kept_add(void *arg, const struct mv_message_fields *f)
         if (!((k->kinds >> by) & 1u) || !imap_sort_is_string((enum imap_sort_by)by)) {
             continue;
         }
+        if (s->used > UINT32_MAX - IMAP_SORT_KEPT_KEY_MAX) {
+            return MV_EUNSUPPORTED; /* past what an offset holds (and any budget) */
+        }
         if (s->cap - s->used < IMAP_SORT_KEPT_KEY_MAX) {
             size_t cap = s->cap > 0 ? s->cap * 2 : 65536;
             char *bytes = malloc(cap); /* not realloc: the old bytes are wiped first */
@@ -144,7 +160,7 @@ static int imap_sort_kept_add(void *arg, const struct mv_message_fields *f)
             s->bytes = bytes;
             s->cap = cap;
         }
-        s->at[k->count] = s->used;
+        s->at[k->count] = (uint32_t)s->used;
         s->used +=
             imap_sort_key_of((enum imap_sort_by)by, f, s->bytes + s->used, IMAP_SORT_KEPT_KEY_MAX) +
             1;
@@ -196,8 +212,14 @@ int imap_sort_kept_for(struct imap_session *s, unsigned kinds, const struct imap
     }
     pthread_mutex_lock(&os->sort_lock);
     struct imap_sort_kept *k = os->sort_kept;
-    if (k != NULL && (strcmp(k->mailbox, v->mailbox) != 0 || k->uidvalidity != v->uidvalidity ||
-                      (kinds & ~k->kinds) != 0 || k->count > v->count + v->count / 4 + 1024)) {
+    if (k != NULL && k->refused && strcmp(k->mailbox, v->mailbox) == 0 &&
+        k->uidvalidity == v->uidvalidity && (kinds & ~k->kinds) == 0) {
+        pthread_mutex_unlock(&os->sort_lock); /* tried and over the budget: not again */
+        return MV_EUNSUPPORTED;
+    }
+    if (k != NULL &&
+        (k->refused || strcmp(k->mailbox, v->mailbox) != 0 || k->uidvalidity != v->uidvalidity ||
+         (kinds & ~k->kinds) != 0 || k->count > v->count + v->count / 4 + 1024)) {
         kinds |= strcmp(k->mailbox, v->mailbox) == 0 && k->uidvalidity == v->uidvalidity
                      ? k->kinds
                      : 0u;                   /* the same mailbox: what it kept, and more */
@@ -216,8 +238,11 @@ int imap_sort_kept_for(struct imap_session *s, unsigned kinds, const struct imap
         rc = rc == MV_OK ? imap_sort_kept_charge(k) : rc;
         if (rc == MV_OK) {
             k->last_uid = last;
+        } else if (rc == MV_EUNSUPPORTED) {
+            imap_sort_kept_empty(k); /* too much: none kept, nor tried again for these kinds */
+            k->refused = 1;
         } else {
-            imap_sort_kept_free(&os->sort_kept); /* a failed read or too much: none kept */
+            imap_sort_kept_free(&os->sort_kept); /* a failed read: none kept */
         }
     }
     if (rc != MV_OK) {

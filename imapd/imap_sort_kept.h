@@ -12,7 +12,9 @@
  *   imap_sort_kept_done(s);                     the lock let go; kept no longer used
  *   imap_sort_kept_free(&os->sort_kept)         when the store closes, under the lock
  *   MV_EUNSUPPORTED from _for: nothing kept (a mailbox over IMAP_SORT_KEPT_MAX messages, or
- *   the process's budget, sort_keys_kib, spent or 0): make the keys for this SORT alone.
+ *   the process's budget, sort_keys_kib, spent or 0): make the keys for this SORT alone. A
+ *   copy refused by the budget is not tried again for the same mailbox and criteria until
+ *   another mailbox or criterion is sorted or the store is opened again.
  */
 #ifndef MAILVAULT_IMAP_SORT_KEPT_H
 #define MAILVAULT_IMAP_SORT_KEPT_H

@@ -5,7 +5,7 @@
 # read), runs tests/imapd_sort.py, which puts the same messages in both and compares every
 # answer with its own reading of the RFC and with Dovecot's, then stops both and checks that
 # mailvaultd exited 0 with no sanitizer report; then the same with no SORT keys kept
-# (--sort-keys-kib=0).
+# (--sort-keys-kib=1).
 #
 # USAGE
 #   make build/asan/mailvaultd build/asan/mailvault && bash tests/cli_imapd_sort.sh
@@ -64,9 +64,10 @@ run_client 120 "$PY" tests/imapd_sort.py --imap "$(port imap)" \
     --user "carol@example.org:carol@example.org secret" "${dovecot_args[@]}"
 stop_server_checked "$tmp/server.log"
 
-# Again with no keys kept (sort_keys_kib 0): every SORT reads its keys from the store.
+# Again with a budget no copy fits in (sort_keys_kib 1 KiB): the first SORT of a mailbox and
+# criteria tries to keep its keys and gives up, every SORT reads its keys from the store.
 start_server_checked "$tmp/server2.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
-    --lmtp-port=-1 --workers=2 --sort-keys-kib=0
+    --lmtp-port=-1 --workers=2 --sort-keys-kib=1
 run_client 120 "$PY" tests/imapd_sort.py --imap "$(port imap)" --mailbox Unkept \
     --user "carol@example.org:carol@example.org secret" "${dovecot_args[@]}"
 stop_server_checked "$tmp/server2.log"
