@@ -60,6 +60,7 @@ struct imap_sort_strings {
     size_t len, cap;
     size_t *at;
     const char **key;
+    uint32_t *rank; /* from the kept copy: the keys' ranks instead (key unused) */
 };
 
 struct imap_sort_criterion {
@@ -208,6 +209,7 @@ static int imap_sort_order(const struct imap_sort *so, uint32_t a, uint32_t b)
         int r = c->by == IMAP_SORT_ARRIVAL ? imap_sort_cmp3(ma->internal_date, mb->internal_date)
                 : c->by == IMAP_SORT_SIZE  ? imap_sort_cmp3(ma->size, mb->size)
                 : c->by == IMAP_SORT_DATE  ? imap_sort_cmp3(so->date[a], so->date[b])
+                : c->keys.rank != NULL     ? imap_sort_cmp3(c->keys.rank[a], c->keys.rank[b])
                                            : strcmp(c->keys.key[a], c->keys.key[b]);
         if (r != 0) {
             return c->reverse ? -r : r;
@@ -230,7 +232,9 @@ static uint64_t imap_sort_lead(const struct imap_sort *so, uint32_t pos)
 {
     const struct imap_sort_criterion *c = &so->crit[0];
     uint64_t key = 0;
-    if (imap_sort_is_string(c->by)) {
+    if (c->keys.rank != NULL) {
+        key = c->keys.rank[pos];
+    } else if (imap_sort_is_string(c->by)) {
         const unsigned char *s = (const unsigned char *)c->keys.key[pos];
         for (size_t i = 0; i < 8; i++) {
             key = key << 8 | s[i];
@@ -274,9 +278,8 @@ static void imap_sort_from_kept(struct imap_sort *so, const struct imap_sort_kep
         for (size_t k = 0; k < so->count; k++) {
             struct imap_sort_criterion *c = &so->crit[k];
             if (imap_sort_is_string(c->by)) {
-                c->keys.key[p] = e != SIZE_MAX ? imap_sort_kept_arena(kept, c->by) +
-                                                     imap_sort_kept_key(kept, c->by, e)
-                                               : "";
+                /* no entry: "", whose rank is 0 */
+                c->keys.rank[p] = e != SIZE_MAX ? imap_sort_kept_rank_of(kept, c->by, e) : 0;
             }
         }
     }
@@ -320,6 +323,14 @@ static int imap_sort_keys(struct imap_ctx *x, struct imap_sort *so)
     }
     const struct imap_sort_kept *kept = NULL;
     int rc = imap_sort_kept_for(x->s, kinds, &kept);
+    for (size_t k = 0; rc == MV_OK && k < so->count; k++) {
+        struct imap_sort_strings *s = &so->crit[k].keys;
+        if (imap_sort_is_string(so->crit[k].by) &&
+            (s->rank = malloc(so->n * sizeof *s->rank)) == NULL) {
+            imap_sort_kept_done(x->s);
+            return MV_ENOMEM;
+        }
+    }
     if (rc == MV_OK) {
         so->kept = 1;
         imap_sort_from_kept(so, kept);
@@ -356,6 +367,7 @@ static void imap_sort_free(struct imap_sort *so)
         free(s->bytes);
         free(s->at);
         free(s->key);
+        free(s->rank);
     }
     free(so->date);
     free(so->index);

@@ -12,6 +12,12 @@
  *   later ones read only the messages that came since (UIDs above the last known), and a
  *   SORT is then its sort.
  *
+ * RANKS
+ *   Each string criterion's keys are also ranked once (their places in the keys' order,
+ *   equal keys the same place), so a SORT compares numbers: a SORT SUBJECT's strcmp() calls
+ *   through the keys were a third of it. Entries added since make the ranks again at the
+ *   next SORT that asks.
+ *
  * KEPT
  *   One mailbox a store (the last sorted), every message up to last_uid in UID order, for
  *   each criterion asked for so far: a SORT that asks for one more reads the mailbox's
@@ -38,7 +44,10 @@
 static _Atomic size_t imap_sort_kept_bytes;
 
 struct imap_sort_kept_keys {
-    uint32_t *at; /* per entry, its key's offset in bytes (an arena stays under 4 GiB) */
+    uint32_t *at;   /* per entry, its key's offset in bytes (an arena stays under 4 GiB) */
+    uint32_t *rank; /* per entry, 1 + its key's place among the entries' keys (equal keys:
+                       the same), 0 for "": NULL until a SORT asks, and again once entries
+                       are added */
     char *bytes;
     size_t used, cap;
 };
@@ -61,7 +70,8 @@ static size_t imap_sort_kept_size(const struct imap_sort_kept *k)
 {
     size_t n = k->cap * (sizeof *k->uids + ((k->kinds >> IMAP_SORT_DATE) & 1u ? 8u : 0u));
     for (int by = 0; by < IMAP_SORT_BY_COUNT; by++) {
-        n += k->keys[by].cap + (k->keys[by].at != NULL ? k->cap * sizeof(uint32_t) : 0);
+        n += k->keys[by].cap + (k->keys[by].at != NULL ? k->cap * sizeof(uint32_t) : 0) +
+             (k->keys[by].rank != NULL ? k->count * sizeof(uint32_t) : 0);
     }
     return n;
 }
@@ -77,6 +87,7 @@ static void imap_sort_kept_empty(struct imap_sort_kept *k)
         }
         free(k->keys[by].bytes);
         free(k->keys[by].at);
+        free(k->keys[by].rank);
         k->keys[by] = (struct imap_sort_kept_keys){0};
     }
     free(k->uids);
@@ -202,10 +213,51 @@ static struct imap_sort_kept *imap_sort_kept_new(const struct imap_view *v, unsi
     return k;
 }
 
+/* qsort_r's order of entries by one kind's keys (then by entry, for a stable order). */
+static int imap_sort_kept_by_key(const void *pa, const void *pb, void *arg)
+{
+    const struct imap_sort_kept_keys *s = arg;
+    uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
+    int r = strcmp(s->bytes + s->at[a], s->bytes + s->at[b]);
+    return r != 0 ? r : a < b ? -1 : a > b;
+}
+
+/* The ranks of string kind by's keys (RANKS): MV_OK, MV_ENOMEM, or MV_EUNSUPPORTED (over the
+ * budget). */
+static int imap_sort_kept_rank(struct imap_sort_kept *k, int by)
+{
+    struct imap_sort_kept_keys *s = &k->keys[by];
+    if (s->rank != NULL || k->count == 0) {
+        return MV_OK;
+    }
+    uint32_t *order = malloc(k->count * sizeof *order);
+    s->rank = malloc(k->count * sizeof *s->rank);
+    if (order == NULL || s->rank == NULL) {
+        free(order);
+        free(s->rank);
+        s->rank = NULL;
+        return MV_ENOMEM;
+    }
+    for (size_t e = 0; e < k->count; e++) {
+        order[e] = (uint32_t)e;
+    }
+    qsort_r(order, k->count, sizeof *order, imap_sort_kept_by_key, s);
+    uint32_t place = 0;
+    for (size_t i = 0; i < k->count; i++) {
+        if (i > 0 && strcmp(s->bytes + s->at[order[i]], s->bytes + s->at[order[i - 1]]) != 0) {
+            place = (uint32_t)i;
+        }
+        s->rank[order[i]] = s->bytes[s->at[order[i]]] == '\0' ? 0 : place + 1; /* 0: "" */
+    }
+    free(order);
+    return imap_sort_kept_charge(k);
+}
+
 int imap_sort_kept_for(struct imap_session *s, unsigned kinds, const struct imap_sort_kept **out)
 {
     const struct imap_view *v = &s->view;
     struct open_store *os = s->store;
+    unsigned asked = kinds; /* ranked below: not the other kinds kept */
     *out = NULL;
     if (os == NULL || v->count > IMAP_SORT_KEPT_MAX || g_config.sort_keys_kib == 0) {
         return MV_EUNSUPPORTED;
@@ -236,6 +288,10 @@ int imap_sort_kept_for(struct imap_session *s, unsigned kinds, const struct imap
         rc = mv_message_fields_each(imap_db(s), v->mailbox, k->last_uid + 1, last,
                                     imap_sort_kept_add, k);
         rc = rc == MV_OK ? imap_sort_kept_charge(k) : rc;
+        for (int by = 0; by < IMAP_SORT_BY_COUNT; by++) {
+            free(k->keys[by].rank); /* new entries: ranked again when asked */
+            k->keys[by].rank = NULL;
+        }
         if (rc == MV_OK) {
             k->last_uid = last;
         } else if (rc == MV_EUNSUPPORTED) {
@@ -244,6 +300,15 @@ int imap_sort_kept_for(struct imap_session *s, unsigned kinds, const struct imap
         } else {
             imap_sort_kept_free(&os->sort_kept); /* a failed read: none kept */
         }
+    }
+    for (int by = 0; rc == MV_OK && by < IMAP_SORT_BY_COUNT; by++) {
+        if (((asked >> by) & 1u) && imap_sort_is_string((enum imap_sort_by)by)) {
+            rc = imap_sort_kept_rank(k, by);
+        }
+    }
+    if (rc == MV_EUNSUPPORTED) {
+        imap_sort_kept_empty(k); /* the ranks were too much: none kept, nor tried again */
+        k->refused = 1;
     }
     if (rc != MV_OK) {
         pthread_mutex_unlock(&os->sort_lock);
@@ -268,14 +333,9 @@ size_t imap_sort_kept_find(const struct imap_sort_kept *k, size_t *cursor, uint3
     return at < k->count && k->uids[at] == uid ? at : SIZE_MAX;
 }
 
-const char *imap_sort_kept_arena(const struct imap_sort_kept *k, enum imap_sort_by by)
+uint32_t imap_sort_kept_rank_of(const struct imap_sort_kept *k, enum imap_sort_by by, size_t entry)
 {
-    return k->keys[by].bytes;
-}
-
-size_t imap_sort_kept_key(const struct imap_sort_kept *k, enum imap_sort_by by, size_t entry)
-{
-    return k->keys[by].at[entry];
+    return k->keys[by].rank[entry];
 }
 
 int64_t imap_sort_kept_sent(const struct imap_sort_kept *k, size_t entry)

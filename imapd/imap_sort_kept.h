@@ -8,7 +8,7 @@
  *                                               kinds, and the store's sort_lock is held
  *   for messages in UID order:
  *       e = imap_sort_kept_find(kept, &cursor, uid)     its entry, or SIZE_MAX (none)
- *       imap_sort_kept_key(kept, by, e) / imap_sort_kept_sent(kept, e)
+ *       imap_sort_kept_rank_of(kept, by, e) / imap_sort_kept_sent(kept, e)
  *   imap_sort_kept_done(s);                     the lock let go; kept no longer used
  *   imap_sort_kept_free(&os->sort_kept)         when the store closes, under the lock
  *   MV_EUNSUPPORTED from _for: nothing kept (a mailbox over IMAP_SORT_KEPT_MAX messages, or
@@ -36,10 +36,9 @@ struct imap_sort_kept;
 int imap_sort_kept_for(struct imap_session *s, unsigned kinds, const struct imap_sort_kept **out);
 void imap_sort_kept_done(struct imap_session *s);
 size_t imap_sort_kept_find(const struct imap_sort_kept *k, size_t *cursor, uint32_t uid);
-/* The entry's key of string criterion by (kept: in kinds), in the arena imap_sort_kept_arena
- * gives at the offset this returns. */
-const char *imap_sort_kept_arena(const struct imap_sort_kept *k, enum imap_sort_by by);
-size_t imap_sort_kept_key(const struct imap_sort_kept *k, enum imap_sort_by by, size_t entry);
+/* The entry's rank by string criterion by (kept: in kinds): 0 for an empty key, else 1 + its
+ * key's place among the copy's keys in i;ascii-casemap order; equal keys the same rank. */
+uint32_t imap_sort_kept_rank_of(const struct imap_sort_kept *k, enum imap_sort_by by, size_t entry);
 /* The entry's Date in UTC, or MV_SENT_NONE. */
 int64_t imap_sort_kept_sent(const struct imap_sort_kept *k, size_t entry);
 void imap_sort_kept_free(struct imap_sort_kept **k);
