@@ -11,9 +11,13 @@
  *     FETCH 1:* of every Date, From or Subject).
  *   - ARRIVAL and SIZE come from the view. DATE (the Date header in UTC, else the internal
  *     date, RFC 5256 2.2), SUBJECT (the base subject, 2.1), FROM, TO, CC and the DISPLAY
- *     forms come from the header fields the store keeps (mv_message_fields_each: one walk
- *     over the matched UIDs' range, no message read or parsed), turned into keys by
- *     imap_sort_key.c in i;ascii-casemap form, each kept in one arena per criterion.
+ *     forms come from the header fields the store keeps (mv_message_fields_each: one walk,
+ *     no message read or parsed), turned into keys by imap_sort_key.c in i;ascii-casemap
+ *     form. The open store keeps them, ranked, for the next SORT of the mailbox
+ *     (imap_sort_kept.c); when it cannot (its bounds), this SORT makes its own over the
+ *     matched UIDs' range, one arena per criterion.
+ *   - What is sorted is a 16-byte item a message, its first criterion's key as a number
+ *     (imap_sort_lead); the rest are compared only when those are equal.
  *   - Messages equal under every criterion keep the mailbox's order (RFC 5256 3: the
  *     sequence number decides), REVERSE included, which reverses its own criterion only.
  *   - A MODSEQ key in the program adds "(MODSEQ n)", the highest modseq of the answer
@@ -53,14 +57,14 @@ static const char *const imap_sort_names[] = {
     [IMAP_SORT_DISPLAYTO] = "DISPLAYTO",
 };
 
-/* A string criterion's keys: key[p] of the p-th matched message, in this SORT's arena
- * (bytes, at[p] while it is made) or in the store's kept copy (imap_sort_kept.c). */
+/* A string criterion's keys for the p-th matched message: rank[p] from the store's kept copy
+ * (imap_sort_kept.c), or key[p] in this SORT's own arena (bytes; at[p] while it is made). */
 struct imap_sort_strings {
     char *bytes;
     size_t len, cap;
     size_t *at;
     const char **key;
-    uint32_t *rank; /* from the kept copy: the keys' ranks instead (key unused) */
+    uint32_t *rank; /* from the kept copy (then at, key and bytes are not used) */
 };
 
 struct imap_sort_criterion {
@@ -79,7 +83,6 @@ struct imap_sort {
     size_t key_cap; /* a string key's bytes, its NUL included */
     size_t fill;    /* the walk's next matched message */
     int failed;     /* out of memory in the walk */
-    int kept;       /* the keys are the store's kept copy's: its lock is held */
 };
 
 /* The criteria list at node into so: 0, or -1 with err set. */
@@ -134,9 +137,14 @@ static int imap_sort_add_keys(struct imap_sort *so, const struct mv_message_fiel
         struct imap_sort_strings *s = &c->keys;
         if (s->cap - s->len < so->key_cap) {
             size_t cap = s->cap * 2 > s->cap + so->key_cap ? s->cap * 2 : s->cap + so->key_cap;
-            char *bytes = realloc(s->bytes, cap);
+            char *bytes = malloc(cap); /* not realloc: the old bytes are wiped first */
             if (bytes == NULL) {
                 return MV_ENOMEM;
+            }
+            if (s->bytes != NULL) {
+                memcpy(bytes, s->bytes, s->len);
+                explicit_bzero(s->bytes, s->len);
+                free(s->bytes);
             }
             s->bytes = bytes;
             s->cap = cap;
@@ -309,18 +317,6 @@ static int imap_sort_keys(struct imap_ctx *x, struct imap_sort *so)
     if (dates && (so->date = malloc(so->n * sizeof *so->date)) == NULL) {
         return MV_ENOMEM;
     }
-    for (size_t k = 0; k < so->count; k++) {
-        if (imap_sort_is_string(so->crit[k].by) &&
-            (so->crit[k].keys.at = malloc(so->n * sizeof(size_t))) == NULL) {
-            return MV_ENOMEM;
-        }
-    }
-    for (size_t k = 0; k < so->count; k++) {
-        if (imap_sort_is_string(so->crit[k].by) &&
-            (so->crit[k].keys.key = malloc(so->n * sizeof(char *))) == NULL) {
-            return MV_ENOMEM;
-        }
-    }
     const struct imap_sort_kept *kept = NULL;
     int rc = imap_sort_kept_for(x->s, kinds, &kept);
     for (size_t k = 0; rc == MV_OK && k < so->count; k++) {
@@ -332,12 +328,20 @@ static int imap_sort_keys(struct imap_ctx *x, struct imap_sort *so)
         }
     }
     if (rc == MV_OK) {
-        so->kept = 1;
-        imap_sort_from_kept(so, kept);
+        imap_sort_from_kept(so, kept); /* ranks copied: the copy is let go before the sort */
+        imap_sort_kept_done(x->s);
         return MV_OK;
     }
     if (rc != MV_EUNSUPPORTED) {
         return rc;
+    }
+    for (size_t k = 0; k < so->count; k++) { /* the keys made here, for this SORT alone */
+        struct imap_sort_strings *s = &so->crit[k].keys;
+        if (imap_sort_is_string(so->crit[k].by) &&
+            ((s->at = malloc(so->n * sizeof *s->at)) == NULL ||
+             (s->key = malloc(so->n * sizeof *s->key)) == NULL)) {
+            return MV_ENOMEM;
+        }
     }
     const struct imap_view *v = so->view;
     uint32_t first = imap_view_msg(v, so->index[0])->uid;
@@ -456,9 +460,6 @@ void imap_cmd_sort(struct imap_ctx *x)
     }
     if (rc == MV_OK) {
         rc = imap_sort_answer(x, &so, imap_search_has_modseq(prog));
-    }
-    if (so.kept) {
-        imap_sort_kept_done(x->s); /* the keys were the kept copy's: sorted and answered */
     }
     free(found);
     imap_sort_free(&so);

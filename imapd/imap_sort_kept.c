@@ -26,9 +26,11 @@
  *
  * LIMITS
  *   IMAP_SORT_KEPT_MAX messages a mailbox, sort_keys_kib for the process (mailvaultd.conf; a
- *   copy that would pass it is dropped: that SORT and the next make their keys alone), a
- *   key IMAP_SORT_KEPT_KEY_MAX bytes. Not saved when the store closes: the first SORT after
- *   an open reads the fields.
+ *   copy that would pass it is dropped, and not made again for the same mailbox and
+ *   criteria: those SORTs make their keys alone), a key IMAP_SORT_KEPT_KEY_MAX bytes. Not
+ *   saved when the store closes: the first SORT after an open reads the fields. A SORT
+ *   holds the copy (sort_lock) while it reads it and copies its ranks out, not while it
+ *   sorts.
  */
 #include "imap_sort_kept.h"
 #include "config.h"
