@@ -818,6 +818,24 @@ int imap_search_parse_program(struct imap_ctx *x,
     return 0;
 }
 
+void imap_search_answer_add(struct imap_ctx *x, size_t i, uint64_t *highest)
+{
+    const struct imap_msg *m = imap_view_msg(&x->s->view, i);
+    /* not buf_printf: a vsnprintf a hit was most of a UID SEARCH ALL's CPU */
+    buf_add(x->out, " ", 1);
+    buf_u64(x->out, x->cmd->uid ? m->uid : (uint64_t)i + 1);
+    *highest = m->modseq > *highest ? m->modseq : *highest;
+}
+
+void imap_search_answer_end(struct imap_ctx *x, int with_modseq, uint64_t highest)
+{
+    if (with_modseq && highest > 0) {
+        buf_printf(x->out, " (MODSEQ %llu)", (unsigned long long)highest);
+        x->s->condstore = 1;
+    }
+    buf_str(x->out, "\r\n");
+}
+
 int imap_search_has_modseq(const struct imap_search *prog)
 {
     for (size_t k = 0; k < prog->count; k++) {
@@ -856,18 +874,10 @@ void imap_cmd_search(struct imap_ctx *x)
         buf_str(x->out, "* SEARCH");
         for (size_t i = 0; i < v->count; i++) {
             if (imap_search_matched(found, v, i)) {
-                const struct imap_msg *m = imap_view_msg(v, i);
-                /* not buf_printf: a vsnprintf a hit was most of a UID SEARCH ALL's CPU */
-                buf_add(x->out, " ", 1);
-                buf_u64(x->out, x->cmd->uid ? m->uid : (uint64_t)i + 1);
-                highest = m->modseq > highest ? m->modseq : highest;
+                imap_search_answer_add(x, i, &highest);
             }
         }
-        if (with_modseq && highest > 0) {
-            buf_printf(x->out, " (MODSEQ %llu)", (unsigned long long)highest);
-            x->s->condstore = 1;
-        }
-        buf_str(x->out, "\r\n");
+        imap_search_answer_end(x, with_modseq, highest);
     }
     free(found);
     imap_search_free(prog);

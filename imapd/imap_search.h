@@ -25,6 +25,11 @@ int imap_search_parse_program(struct imap_ctx *x,
 int imap_search_matches(struct imap_ctx *x, const struct imap_search *prog, uint64_t **found);
 /* 1 if view message i is in found and not expunged under the session. */
 int imap_search_matched(const uint64_t *found, const struct imap_view *v, size_t i);
+/* The answer's numbers, after its "* SEARCH" or "* SORT": " " and view message i's UID (a
+ * UID command) or sequence number, *highest the highest modseq so far; then its end:
+ * " (MODSEQ n)" when the program had a MODSEQ key (RFC 7162), and CRLF. */
+void imap_search_answer_add(struct imap_ctx *x, size_t i, uint64_t *highest);
+void imap_search_answer_end(struct imap_ctx *x, int with_modseq, uint64_t highest);
 /* 1 if prog has a MODSEQ key (RFC 7162: the answer then ends with "(MODSEQ n)"). */
 int imap_search_has_modseq(const struct imap_search *prog);
 

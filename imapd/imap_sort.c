@@ -135,19 +135,8 @@ static int imap_sort_add_keys(struct imap_sort *so, const struct mv_message_fiel
             continue;
         }
         struct imap_sort_strings *s = &c->keys;
-        if (s->cap - s->len < so->key_cap) {
-            size_t cap = s->cap * 2 > s->cap + so->key_cap ? s->cap * 2 : s->cap + so->key_cap;
-            char *bytes = malloc(cap); /* not realloc: the old bytes are wiped first */
-            if (bytes == NULL) {
-                return MV_ENOMEM;
-            }
-            if (s->bytes != NULL) {
-                memcpy(bytes, s->bytes, s->len);
-                explicit_bzero(s->bytes, s->len);
-                free(s->bytes);
-            }
-            s->bytes = bytes;
-            s->cap = cap;
+        if (imap_sort_arena_room(&s->bytes, s->len, &s->cap, so->key_cap) != MV_OK) {
+            return MV_ENOMEM;
         }
         char *out = s->bytes + s->len;
         size_t n = 0;
@@ -395,17 +384,9 @@ static int imap_sort_answer(struct imap_ctx *x, struct imap_sort *so, int with_m
     uint64_t highest = 0;
     buf_str(x->out, "* SORT");
     for (size_t p = 0; p < so->n; p++) {
-        uint32_t i = so->index[order[p].pos];
-        const struct imap_msg *m = imap_view_msg(so->view, i);
-        buf_add(x->out, " ", 1);
-        buf_u64(x->out, x->cmd->uid ? m->uid : (uint64_t)i + 1);
-        highest = m->modseq > highest ? m->modseq : highest;
+        imap_search_answer_add(x, so->index[order[p].pos], &highest);
     }
-    if (with_modseq && highest > 0) {
-        buf_printf(x->out, " (MODSEQ %llu)", (unsigned long long)highest);
-        x->s->condstore = 1;
-    }
-    buf_str(x->out, "\r\n");
+    imap_search_answer_end(x, with_modseq, highest);
     free(order);
     return MV_OK;
 }

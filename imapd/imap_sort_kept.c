@@ -159,19 +159,8 @@ static int imap_sort_kept_add(void *arg, const struct mv_message_fields *f)
         if (s->used > UINT32_MAX - IMAP_SORT_KEPT_KEY_MAX) {
             return MV_EUNSUPPORTED; /* past what an offset holds (and any budget) */
         }
-        if (s->cap - s->used < IMAP_SORT_KEPT_KEY_MAX) {
-            size_t cap = s->cap > 0 ? s->cap * 2 : 65536;
-            char *bytes = malloc(cap); /* not realloc: the old bytes are wiped first */
-            if (bytes == NULL) {
-                return MV_ENOMEM;
-            }
-            if (s->bytes != NULL) {
-                memcpy(bytes, s->bytes, s->used);
-                explicit_bzero(s->bytes, s->used);
-                free(s->bytes);
-            }
-            s->bytes = bytes;
-            s->cap = cap;
+        if (imap_sort_arena_room(&s->bytes, s->used, &s->cap, IMAP_SORT_KEPT_KEY_MAX) != MV_OK) {
+            return MV_ENOMEM;
         }
         s->at[k->count] = (uint32_t)s->used;
         s->used +=

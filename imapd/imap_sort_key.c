@@ -265,3 +265,24 @@ imap_sort_key_of(enum imap_sort_by by, const struct mv_message_fields *f, char *
                                  : IMAP_SORT_MAILBOX,
                              out, cap);
 }
+
+int imap_sort_arena_room(char **bytes, size_t used, size_t *cap, size_t need)
+{
+    if (*cap - used >= need) {
+        return MV_OK;
+    }
+    size_t grown = *cap > 0 ? *cap * 2 : 65536;
+    grown = grown - used >= need ? grown : used + need;
+    char *more = malloc(grown); /* not realloc: the old bytes are wiped first */
+    if (more == NULL) {
+        return MV_ENOMEM;
+    }
+    if (*bytes != NULL) {
+        memcpy(more, *bytes, used);
+        explicit_bzero(*bytes, used);
+        free(*bytes);
+    }
+    *bytes = more;
+    *cap = grown;
+    return MV_OK;
+}

@@ -45,6 +45,10 @@ enum imap_sort_address_part {
 
 size_t imap_sort_subject(const char *subject, char *out, size_t cap);
 size_t imap_sort_address(const char *list, enum imap_sort_address_part how, char *out, size_t cap);
+/* Room for need more bytes in an arena of keys (*bytes, used of *cap; NULL and 0 at first),
+ * which grows by doubling (64 KiB at least), its old block wiped before it is freed (keys are
+ * mail's subjects and addresses): MV_OK or MV_ENOMEM (the arena as it was). */
+int imap_sort_arena_room(char **bytes, size_t used, size_t *cap, size_t need);
 /* The key of string criterion by for a message's kept fields: one of the two above. */
 size_t
 imap_sort_key_of(enum imap_sort_by by, const struct mv_message_fields *f, char *out, size_t cap);

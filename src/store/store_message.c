@@ -690,7 +690,7 @@ done:
     return rc;
 }
 
-/* The start of a walk over a mailbox's messages (mv_message_sent_each,
+/* The start of a walk over a mailbox's messages (store_walk_rows,
  * mv_message_headers_each): the store and the function there, a read snapshot (*began when
  * it is the walk's own: store_message_read_end after, whatever the result) and the mailbox's
  * id. MV_OK, MV_EINVAL, MV_ENOTFOUND, or the store's error. */
@@ -712,31 +712,30 @@ static int store_walk_begin(mv_store *s,
     return rc == MV_OK ? store_mailbox_id(s, mailbox, mailbox_id) : rc;
 }
 
-int mv_message_sent_each(mv_store *s,
-                         const char *mailbox,
-                         uint32_t first_uid,
-                         uint32_t last_uid,
-                         int (*each)(void *arg, uint32_t uid, int64_t sent),
-                         void *arg)
+/* A walk over a mailbox's messages by one statement (sql: ?1 the mailbox's id, ?2 and ?3 the
+ * UIDs' range, in UID order): row(arg, st) for each row, until it returns nonzero, which the
+ * walk returns. Not a cached statement: the caller's function may read the store. what names
+ * the walk in an error. */
+static int store_walk_rows(mv_store *s,
+                           const char *mailbox,
+                           uint32_t first_uid,
+                           uint32_t last_uid,
+                           const char *name,
+                           const char *sql,
+                           const char *what,
+                           int (*row)(void *arg, sqlite3_stmt *st),
+                           void *arg)
 {
     int64_t mailbox_id = 0;
     int began = 0;
-    int rc =
-        store_walk_begin(s, mailbox, each != NULL, "mv_message_sent_each", &mailbox_id, &began);
+    int rc = store_walk_begin(s, mailbox, arg != NULL, name, &mailbox_id, &began);
     if (rc == MV_EINVAL && s == NULL) {
         return rc;
     }
     sqlite3_stmt *st = NULL;
-    /* Not a cached statement: each() may read the store. The zone is the body's (bodies),
-     * the date the header row's (body_headers, which a damaged store may lack: no date). */
     if (rc == MV_OK && first_uid <= last_uid &&
-        sqlite3_prepare_v2(s->db,
-                           "SELECT m.uid, h.sent_date, b.sent_zone FROM messages m INDEXED BY "
-                           "messages_uid_body JOIN bodies b ON b.id = m.body_id LEFT JOIN "
-                           "body_headers h ON h.body_id = m.body_id WHERE m.mailbox_id = ?1 "
-                           "AND m.uid BETWEEN ?2 AND ?3 ORDER BY m.uid",
-                           -1, &st, NULL) != SQLITE_OK) {
-        rc = store_fail_sqlite(s, "reading the messages' dates");
+        sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        rc = store_fail_sqlite(s, what);
     }
     if (st != NULL) {
         sqlite3_bind_int64(st, 1, mailbox_id);
@@ -744,17 +743,47 @@ int mv_message_sent_each(mv_store *s,
         sqlite3_bind_int64(st, 3, last_uid);
         int step = SQLITE_DONE;
         while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-            int64_t date = sqlite3_column_int64(st, 1);
-            rc = each(arg, (uint32_t)sqlite3_column_int64(st, 0),
-                      date == 0 ? MV_SENT_NONE : date + sqlite3_column_int64(st, 2));
+            rc = row(arg, st);
         }
         if (rc == MV_OK && step != SQLITE_DONE) {
-            rc = store_fail_sqlite(s, "reading the messages' dates");
+            rc = store_fail_sqlite(s, what);
         }
         sqlite3_finalize(st);
     }
     store_message_read_end(s, began);
     return rc;
+}
+
+/* mv_message_sent_each's caller's function, for store_walk_rows (NULL: none given). */
+struct store_sent_walk {
+    int (*each)(void *arg, uint32_t uid, int64_t sent);
+    void *arg;
+};
+
+static int store_sent_row(void *arg, sqlite3_stmt *st)
+{
+    const struct store_sent_walk *w = arg;
+    int64_t date = sqlite3_column_int64(st, 1);
+    return w->each(w->arg, (uint32_t)sqlite3_column_int64(st, 0),
+                   date == 0 ? MV_SENT_NONE : date + sqlite3_column_int64(st, 2));
+}
+
+int mv_message_sent_each(mv_store *s,
+                         const char *mailbox,
+                         uint32_t first_uid,
+                         uint32_t last_uid,
+                         int (*each)(void *arg, uint32_t uid, int64_t sent),
+                         void *arg)
+{
+    struct store_sent_walk w = {each, arg};
+    /* The zone is the body's (bodies), the date the header row's (body_headers, which a
+     * damaged store may lack: no date). */
+    return store_walk_rows(s, mailbox, first_uid, last_uid, "mv_message_sent_each",
+                           "SELECT m.uid, h.sent_date, b.sent_zone FROM messages m INDEXED BY "
+                           "messages_uid_body JOIN bodies b ON b.id = m.body_id LEFT JOIN "
+                           "body_headers h ON h.body_id = m.body_id WHERE m.mailbox_id = ?1 "
+                           "AND m.uid BETWEEN ?2 AND ?3 ORDER BY m.uid",
+                           "reading the messages' dates", store_sent_row, each != NULL ? &w : NULL);
 }
 
 /* A text column, or "" for a NULL one (a message without its body_headers row). */
@@ -764,6 +793,27 @@ static const char *store_column_text(sqlite3_stmt *st, int col)
     return t != NULL ? (const char *)t : "";
 }
 
+/* mv_message_fields_each's caller's function, for store_walk_rows. */
+struct store_fields_walk {
+    int (*each)(void *arg, const struct mv_message_fields *fields);
+    void *arg;
+};
+
+static int store_fields_row(void *arg, sqlite3_stmt *st)
+{
+    const struct store_fields_walk *w = arg;
+    int64_t date = sqlite3_column_int64(st, 1);
+    struct mv_message_fields f = {
+        .uid = (uint32_t)sqlite3_column_int64(st, 0),
+        .sent_utc = date == 0 ? MV_SENT_NONE : date,
+        .subject = store_column_text(st, 2),
+        .from = store_column_text(st, 3),
+        .to = store_column_text(st, 4),
+        .cc = store_column_text(st, 5),
+    };
+    return w->each(w->arg, &f);
+}
+
 int mv_message_fields_each(mv_store *s,
                            const char *mailbox,
                            uint32_t first_uid,
@@ -771,49 +821,16 @@ int mv_message_fields_each(mv_store *s,
                            int (*each)(void *arg, const struct mv_message_fields *fields),
                            void *arg)
 {
-    int64_t mailbox_id = 0;
-    int began = 0;
-    int rc =
-        store_walk_begin(s, mailbox, each != NULL, "mv_message_fields_each", &mailbox_id, &began);
-    if (rc == MV_EINVAL && s == NULL) {
-        return rc;
-    }
-    sqlite3_stmt *st = NULL;
-    /* Not a cached statement: each() may read the store. The fields are the body's header
-     * row's, which a damaged store may lack (LEFT JOIN: empty fields, no date). */
-    if (rc == MV_OK && first_uid <= last_uid &&
-        sqlite3_prepare_v2(s->db,
+    struct store_fields_walk w = {each, arg};
+    /* The fields are the body's header row's, which a damaged store may lack (LEFT JOIN:
+     * empty fields, no date). */
+    return store_walk_rows(s, mailbox, first_uid, last_uid, "mv_message_fields_each",
                            "SELECT m.uid, h.sent_date, h.subject, h.from_addr, h.to_addr, "
                            "h.cc_addr FROM messages m INDEXED BY messages_uid_body LEFT JOIN "
                            "body_headers h ON h.body_id = m.body_id WHERE m.mailbox_id = ?1 "
                            "AND m.uid BETWEEN ?2 AND ?3 ORDER BY m.uid",
-                           -1, &st, NULL) != SQLITE_OK) {
-        rc = store_fail_sqlite(s, "reading the messages' header fields");
-    }
-    if (st != NULL) {
-        sqlite3_bind_int64(st, 1, mailbox_id);
-        sqlite3_bind_int64(st, 2, first_uid);
-        sqlite3_bind_int64(st, 3, last_uid);
-        int step = SQLITE_DONE;
-        while (rc == MV_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-            int64_t date = sqlite3_column_int64(st, 1);
-            struct mv_message_fields f = {
-                .uid = (uint32_t)sqlite3_column_int64(st, 0),
-                .sent_utc = date == 0 ? MV_SENT_NONE : date,
-                .subject = store_column_text(st, 2),
-                .from = store_column_text(st, 3),
-                .to = store_column_text(st, 4),
-                .cc = store_column_text(st, 5),
-            };
-            rc = each(arg, &f);
-        }
-        if (rc == MV_OK && step != SQLITE_DONE) {
-            rc = store_fail_sqlite(s, "reading the messages' header fields");
-        }
-        sqlite3_finalize(st);
-    }
-    store_message_read_end(s, began);
-    return rc;
+                           "reading the messages' header fields", store_fields_row,
+                           each != NULL ? &w : NULL);
 }
 
 int mv_message_headers_each(mv_store *s,
