@@ -213,8 +213,11 @@ $(BUILD)/asan/tests/test_wipe: $(filter-out %/main.o,$(IMAPD_SRC:%.c=$(BUILD)/as
 $(BUILD)/asan/tests/test_imap_mime $(BUILD)/asan/tests/test_imap_mime_skeleton $(BUILD)/asan/fuzz/fuzz_imap_mime: $(BUILD)/asan/imapd/imap_mime.o $(BUILD)/asan/imapd/buf.o \
 	$(BUILD)/asan/imapd/imap_mime_stand_in.o
 $(BUILD)/asan/tests/test_imap_sent_memo $(BUILD)/asan/fuzz/fuzz_sent_memo: $(BUILD)/asan/imapd/imap_sent_memo.o
-$(BUILD)/asan/tests/test_imap_msgid_memo $(BUILD)/asan/fuzz/fuzz_msgid_memo: $(BUILD)/asan/imapd/imap_msgid_memo.o
+$(BUILD)/asan/tests/test_imap_msgid_memo $(BUILD)/asan/fuzz/fuzz_msgid_memo: $(BUILD)/asan/imapd/imap_msgid_memo.o \
+	$(BUILD)/asan/imapd/imap_zframe.o
 $(BUILD)/asan/tests/test_imap_sort_key $(BUILD)/asan/fuzz/fuzz_sort_key: $(BUILD)/asan/imapd/imap_sort_key.o
+$(BUILD)/asan/tests/test_imap_sort_memo $(BUILD)/asan/fuzz/fuzz_sort_memo: $(BUILD)/asan/imapd/imap_sort_memo.o \
+	$(BUILD)/asan/imapd/imap_sort_rank.o $(BUILD)/asan/imapd/imap_zframe.o $(BUILD)/asan/imapd/imap_sort_key.o
 
 # The archive goes last: server objects a test adds (above) call into the library too.
 $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/%.o $(BUILD)/asan/tests/harness.o $(BUILD)/asan/tests/testutil.o $(BUILD)/asan/libmailvault.a
@@ -289,7 +292,9 @@ fuzz-%: fuzz/fuzz_%.c
 		$(if $(filter imap_parse,$*),imapd/imap_parse.c imapd/imap_search_shape.c) \
 		$(if $(filter imap_mime,$*),imapd/imap_mime.c imapd/imap_mime_stand_in.c imapd/buf.c) \
 		$(if $(filter sent_memo,$*),imapd/imap_sent_memo.c) \
-		$(if $(filter msgid_memo,$*),imapd/imap_msgid_memo.c) \
+		$(if $(filter msgid_memo,$*),imapd/imap_msgid_memo.c imapd/imap_zframe.c) \
+		$(if $(filter sort_memo,$*),imapd/imap_sort_memo.c imapd/imap_sort_rank.c imapd/imap_zframe.c \
+			imapd/imap_sort_key.c) \
 		$(if $(filter sort_key,$*),imapd/imap_sort_key.c) $(LIBS)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

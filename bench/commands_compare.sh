@@ -7,7 +7,8 @@
 # header, the text part; bench/fetch_pieces.py; "Body sections from the skeleton"), and a
 # client's message list (the header fields of every message and of the last 200, ENVELOPE,
 # the header; "A message list's headers a window at a time"), and a webmail's UID SORT of
-# the whole mailbox by each criterion (bench/sort_compare.py; "SORT").
+# the whole mailbox by each criterion (bench/sort_compare.py; "SORT"), again after every
+# server is restarted (the first SORTs from what the servers saved).
 #
 # USAGE
 #   [MAILVAULTD_OLD=PATH] bench/commands_compare.sh [--messages N] [--rounds R] [--cases LIST]
@@ -69,18 +70,34 @@ if [ -n "${MAILVAULTD_OLD:-}" ]; then
     bin[old]=$MAILVAULTD_OLD
     maker[old]=$(bench_cli_beside "$MAILVAULTD_OLD" "$mv")
 fi
-args=()
+declare -A server_pid
+# start_mailvaultds: every mailvaultd on its store, their ports in args (again after a stop).
+start_mailvaultds() {
+    for n in "${names[@]}"; do
+        rm -f "$tmp/$n.ports"
+        "${nice[@]}" "${bin[$n]}" --listen=127.0.0.1 --imap-port=0 --lmtp-port=-1 \
+            --root="$tmp/root-$n" --ports-file="$tmp/$n.ports" >>"$tmp/$n.log" 2>&1 &
+        server_pid[$n]=$!
+        pids+=("$!")
+        for _ in $(seq 1 100); do [ -s "$tmp/$n.ports" ] && break; sleep 0.1; done
+        port[$n]=$(sed -n 's/^imap=//p' "$tmp/$n.ports")
+        [ -n "${port[$n]}" ] || { echo "commands_compare: $n did not start" >&2; exit 1; }
+        args+=(--server "$n=127.0.0.1:${port[$n]}")
+    done
+}
+start_dovecot() {
+    "${nice[@]}" dovecot -F -c "$dc/dovecot.conf" >>"$dc/stderr.log" 2>&1 &
+    server_pid[dovecot]=$!
+    pids+=("$!")
+    wait_port "${port[dovecot]}" "$!"
+    args+=(--server "dovecot=127.0.0.1:${port[dovecot]}")
+}
 for n in "${names[@]}"; do
     echo "== mailvault: import $messages messages for $n (${maker[$n]})"
     bench_import "${maker[$n]}" "$tmp/root-$n" "$user" "$corpus/Maildir"
-    "${nice[@]}" "${bin[$n]}" --listen=127.0.0.1 --imap-port=0 --lmtp-port=-1 \
-        --root="$tmp/root-$n" --ports-file="$tmp/$n.ports" >>"$tmp/$n.log" 2>&1 &
-    pids+=("$!")
-    for _ in $(seq 1 100); do [ -s "$tmp/$n.ports" ] && break; sleep 0.1; done
-    port[$n]=$(sed -n 's/^imap=//p' "$tmp/$n.ports")
-    [ -n "${port[$n]}" ] || { echo "commands_compare: $n did not start" >&2; exit 1; }
-    args+=(--server "$n=127.0.0.1:${port[$n]}")
 done
+args=()
+start_mailvaultds
 have_dovecot=0
 [ "$with_dovecot" -eq 0 ] || dovecot_install commands_compare
 if [ "$have_dovecot" -eq 1 ]; then
@@ -88,10 +105,7 @@ if [ "$have_dovecot" -eq 1 ]; then
     port[dovecot]=$(free_port)
     dovecot_config "$dc" "${port[dovecot]}" -1 "$tmp/password" "$user"
     dovecot_maildir_copy "$corpus/Maildir" "$dc/mail/$user"
-    "${nice[@]}" dovecot -F -c "$dc/dovecot.conf" >"$dc/stderr.log" 2>&1 &
-    pids+=("$!")
-    wait_port "${port[dovecot]}" "$!"
-    args+=(--server "dovecot=127.0.0.1:${port[dovecot]}")
+    start_dovecot
 elif [ "$with_dovecot" -eq 1 ]; then
     echo "commands_compare: no Dovecot (${dovecot_note:-not installed}): mailvaultd alone"
 fi
@@ -109,6 +123,15 @@ echo "== fetch_pieces: $range, $rounds rounds ($(date -u +%H:%M) UTC, load $(cut
     --password-file "$tmp/password" --rounds "$rounds" --range "$range" --messages "$messages" ||
     status=1
 echo "== sort_compare: $messages messages, $rounds rounds ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
+"${nice[@]}" python3 bench/sort_compare.py "${args[@]}" --user "$user" \
+    --password-file "$tmp/password" --rounds "$rounds" || status=1
+# The first SORTs after a restart: mailvaultd reads the keys its store saved at the close (a
+# mailbox memo), Dovecot the sort ids in its index.
+for n in "${!server_pid[@]}"; do stop_pid "${server_pid[$n]}"; done
+args=()
+start_mailvaultds
+[ "$have_dovecot" -eq 0 ] || start_dovecot
+echo "== sort_compare after a restart of every server: $messages messages, $rounds rounds ($(date -u +%H:%M) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
 "${nice[@]}" python3 bench/sort_compare.py "${args[@]}" --user "$user" \
     --password-file "$tmp/password" --rounds "$rounds" || status=1
 exit "$status"

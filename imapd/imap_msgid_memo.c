@@ -5,12 +5,12 @@
  */
 #include "imap_msgid_memo.h"
 
+#include "imap_zframe.h"
 #include "mailvault.h"
 #include "varint.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <zstd.h>
 
 #define MSGID_MEMO_TAG     "MVMI\x01"
 #define MSGID_MEMO_TAG_LEN 5
@@ -85,32 +85,14 @@ int imap_msgid_memo_encode(const uint32_t *uids,
     if (rc != MV_OK) {
         return rc;
     }
-    size_t head = MSGID_MEMO_TAG_LEN + 3 * IMAP_VARINT_MAX;
-    size_t cap = head + ZSTD_compressBound(plain_len);
-    unsigned char *p = malloc(cap);
-    ZSTD_CCtx *z = p != NULL ? ZSTD_createCCtx() : NULL;
-    size_t framed = 0;
-    if (z != NULL) {
-        memcpy(p, MSGID_MEMO_TAG, MSGID_MEMO_TAG_LEN);
-        unsigned char *q = imap_varint_put(p + MSGID_MEMO_TAG_LEN, last_uid);
-        q = imap_varint_put(q, count);
-        q = imap_varint_put(q, plain_len);
-        head = (size_t)(q - p);
-        framed =
-            ZSTD_isError(ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel, MSGID_MEMO_LEVEL)) ||
-                    ZSTD_isError(ZSTD_CCtx_setParameter(z, ZSTD_c_checksumFlag, 1))
-                ? (size_t)-1
-                : ZSTD_compress2(z, q, cap - head, plain, plain_len);
-    }
-    ZSTD_freeCCtx(z);
+    unsigned char head[MSGID_MEMO_TAG_LEN + 3 * IMAP_VARINT_MAX];
+    memcpy(head, MSGID_MEMO_TAG, MSGID_MEMO_TAG_LEN);
+    unsigned char *q = imap_varint_put(head + MSGID_MEMO_TAG_LEN, last_uid);
+    q = imap_varint_put(q, count);
+    q = imap_varint_put(q, plain_len);
+    rc = imap_zframe_pack(head, (size_t)(q - head), plain, plain_len, MSGID_MEMO_LEVEL, out, len);
     msgid_memo_wipe_free(plain, plain_len);
-    if (z == NULL || ZSTD_isError(framed)) {
-        msgid_memo_wipe_free(p, cap); /* a failed compression: only memory runs out here */
-        return MV_ENOMEM;
-    }
-    *out = p;
-    *len = head + framed;
-    return MV_OK;
+    return rc;
 }
 
 /* The frame's entries (plain, n bytes) to add, every byte accounted for. */
@@ -161,21 +143,12 @@ int imap_msgid_memo_decode(const unsigned char *p,
         plain_len / 2 < count) { /* two bytes at least an entry */
         return MV_ECORRUPT;
     }
-    size_t framed = (size_t)(end - at);
-    /* one frame, exactly the rest, saying the size it was written with */
-    if (ZSTD_findFrameCompressedSize(at, framed) != framed ||
-        ZSTD_getFrameContentSize(at, framed) != plain_len) {
-        return MV_ECORRUPT;
+    unsigned char *plain = NULL;
+    int rc = imap_zframe_unpack(at, (size_t)(end - at), plain_len, &plain);
+    if (rc != MV_OK) {
+        return rc;
     }
-    unsigned char *plain = malloc(plain_len > 0 ? (size_t)plain_len : 1);
-    if (plain == NULL) {
-        return MV_ENOMEM;
-    }
-    /* the checksum checked: a damaged frame does not decode to other entries */
-    size_t got = ZSTD_decompress(plain, (size_t)plain_len, at, framed);
-    int rc = ZSTD_isError(got) || got != plain_len
-                 ? MV_ECORRUPT
-                 : msgid_memo_entries(plain, plain + plain_len, count, last, add, arg);
+    rc = msgid_memo_entries(plain, plain + plain_len, count, last, add, arg);
     msgid_memo_wipe_free(plain, (size_t)plain_len);
     if (rc == MV_OK) {
         *last_uid = (uint32_t)last;

@@ -232,14 +232,7 @@ static uint64_t imap_sort_lead(const struct imap_sort *so, uint32_t pos)
     if (c->keys.rank != NULL) {
         key = c->keys.rank[pos];
     } else if (imap_sort_is_string(c->by)) {
-        const unsigned char *s = (const unsigned char *)c->keys.key[pos];
-        for (size_t i = 0; i < 8; i++) {
-            key = key << 8 | s[i];
-            if (s[i] == '\0') {
-                key <<= 8 * (7 - i);
-                break;
-            }
-        }
+        key = imap_sort_key_lead(c->keys.key[pos]);
     } else {
         const struct imap_msg *m = imap_view_msg(so->view, so->index[pos]);
         int64_t v = c->by == IMAP_SORT_ARRIVAL ? m->internal_date

@@ -206,6 +206,23 @@ sort_address_parsed(const char *list, enum imap_sort_address_part how, char *out
     return got;
 }
 
+/* Whether c makes a first address one for GMime's parse: a quote, a comment, a quoted pair or
+ * a group (a switch, not strchr(): this runs for every byte of 100,000 addresses). */
+static int sort_special(char c)
+{
+    switch (c) {
+    case '"':
+    case '(':
+    case ')':
+    case '\\':
+    case ':':
+    case ';':
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 size_t imap_sort_address(const char *list, enum imap_sort_address_part how, char *out, size_t cap)
 {
     if (cap == 0) {
@@ -213,7 +230,7 @@ size_t imap_sort_address(const char *list, enum imap_sort_address_part how, char
     }
     size_t end = 0;
     while (list[end] != '\0' && list[end] != ',') {
-        if (strchr("\"()\\:;", list[end]) != NULL) {
+        if (sort_special(list[end])) {
             return sort_address_parsed(list, how, out, cap);
         }
         end++;
@@ -264,6 +281,16 @@ imap_sort_key_of(enum imap_sort_by by, const struct mv_message_fields *f, char *
                                  ? IMAP_SORT_DISPLAY
                                  : IMAP_SORT_MAILBOX,
                              out, cap);
+}
+
+uint64_t imap_sort_key_lead(const char *key)
+{
+    uint64_t v = 0;
+    int i = 0;
+    for (; i < 8 && key[i] != '\0'; i++) {
+        v = v << 8 | (unsigned char)key[i];
+    }
+    return i == 0 ? 0 : i < 8 ? v << (8 * (8 - i)) : v; /* (a shift by 64 is undefined) */
 }
 
 int imap_sort_arena_room(char **bytes, size_t used, size_t *cap, size_t need)

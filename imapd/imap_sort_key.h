@@ -20,6 +20,7 @@
 #include "mailvault.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* SORT's criteria (RFC 5256, and RFC 5957's DISPLAY forms). */
 enum imap_sort_by {
@@ -49,6 +50,9 @@ size_t imap_sort_address(const char *list, enum imap_sort_address_part how, char
  * which grows by doubling (64 KiB at least), its old block wiped before it is freed (keys are
  * mail's subjects and addresses): MV_OK or MV_ENOMEM (the arena as it was). */
 int imap_sort_arena_room(char **bytes, size_t used, size_t *cap, size_t need);
+/* A key's first 8 bytes as one big-endian number (0 past its NUL), so that numbers compare as
+ * the keys' first 8 bytes do under strcmp(): sorts compare these, strcmp() only on ties. */
+uint64_t imap_sort_key_lead(const char *key);
 /* The key of string criterion by for a message's kept fields: one of the two above. */
 size_t
 imap_sort_key_of(enum imap_sort_by by, const struct mv_message_fields *f, char *out, size_t cap);

@@ -118,6 +118,7 @@ static atomic_uint_fast64_t metrics_sections[4]; /* skeleton, whole, header, pre
 static atomic_uint_fast64_t metrics_headers[2];
 static atomic_uint_fast64_t metrics_sent_days[3]; /* saved, store, saves */
 static atomic_uint_fast64_t metrics_msgids[3];    /* saved, store, saves */
+static atomic_uint_fast64_t metrics_sort_keys[3]; /* saved, store, saves */
 
 /* Jobs waiting in each worker's queue (metrics_init). */
 static atomic_int_fast64_t *metrics_queues;
@@ -230,6 +231,16 @@ void metrics_msgids_read(int from_saved, uint64_t n)
 void metrics_msgids_saved(void)
 {
     atomic_fetch_add_explicit(&metrics_msgids[2], 1, memory_order_relaxed);
+}
+
+void metrics_sort_keys_read(int from_saved, uint64_t n)
+{
+    atomic_fetch_add_explicit(&metrics_sort_keys[from_saved ? 0 : 1], n, memory_order_relaxed);
+}
+
+void metrics_sort_keys_saved(void)
+{
+    atomic_fetch_add_explicit(&metrics_sort_keys[2], 1, memory_order_relaxed);
 }
 
 void metrics_headers_read(int from_window)
@@ -554,6 +565,18 @@ static void metrics_render_work(struct buf *b)
                    "Copies of a mailbox's Message-ID fields saved in its store.");
     buf_printf(b, "mailvaultd_message_ids_saved_total %llu\n",
                (unsigned long long)metrics_read(&metrics_msgids[2]));
+    metrics_family(b, "mailvaultd_sort_keys_read_total", "counter",
+                   "Messages' SORT keys read: from the copy a store keeps of them (a mailbox "
+                   "memo, written at the store's close), or from the messages' header fields.");
+    buf_printf(b,
+               "mailvaultd_sort_keys_read_total{from=\"saved\"} %llu\n"
+               "mailvaultd_sort_keys_read_total{from=\"store\"} %llu\n",
+               (unsigned long long)metrics_read(&metrics_sort_keys[0]),
+               (unsigned long long)metrics_read(&metrics_sort_keys[1]));
+    metrics_family(b, "mailvaultd_sort_keys_saved_total", "counter",
+                   "Copies of a mailbox's SORT keys saved in its store.");
+    buf_printf(b, "mailvaultd_sort_keys_saved_total %llu\n",
+               (unsigned long long)metrics_read(&metrics_sort_keys[2]));
     metrics_family(b, "mailvaultd_structure_cache_bytes", "gauge",
                    "Bytes the open stores' caches of BODYSTRUCTURE and BODY answers hold "
                    "together, at most structure_cache_kib.");

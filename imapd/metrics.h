@@ -93,6 +93,10 @@ void metrics_sent_days_saved(void);
  * their headers; and each copy saved (imap_search_msgid.c). */
 void metrics_msgids_read(int from_saved, uint64_t n);
 void metrics_msgids_saved(void);
+/* Messages whose SORT keys a store's kept copy read from its saved form (from_saved 1) or
+ * from their header fields; and each copy saved (imap_sort_kept.c). */
+void metrics_sort_keys_read(int from_saved, uint64_t n);
+void metrics_sort_keys_saved(void);
 /* Before the workers start: room for their queue lengths. 0 or -1. */
 int metrics_init(int workers);
 /* Loop thread: listens on metrics_listen ("" : off). 0, or -1 with the reason in err. */

@@ -576,6 +576,7 @@ static void worker_store_close(struct worker *w, struct open_store *s)
     imap_msgids_free(&s->msgids);
     pthread_mutex_unlock(&s->msgid_lock);
     pthread_mutex_lock(&s->sort_lock);
+    imap_sort_kept_save(s->sort_kept, s->store); /* kept for the next open */
     imap_sort_kept_free(&s->sort_kept);
     pthread_mutex_unlock(&s->sort_lock);
     mv_store_close(&s->reader); /* no read job of it is in flight: refs is 0 (READERS) */

@@ -64,6 +64,14 @@ run_client 120 "$PY" tests/imapd_sort.py --imap "$(port imap)" \
     --user "carol@example.org:carol@example.org secret" "${dovecot_args[@]}"
 stop_server_checked "$tmp/server.log"
 
+# The keys the store kept were saved at its close (a mailbox memo): after a restart they are
+# read back, not made again from the messages (tests/imapd_sort.py test_saved).
+start_server_checked "$tmp/server-saved.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \
+    --lmtp-port=-1 --workers=2 --metrics-listen=127.0.0.1:0
+run_client 120 "$PY" tests/imapd_sort.py --imap "$(port imap)" --saved --metrics "$(port metrics)" \
+    --user "carol@example.org:carol@example.org secret"
+stop_server_checked "$tmp/server-saved.log"
+
 # Again with a budget no copy fits in (sort_keys_kib 1 KiB): the first SORT of a mailbox and
 # criteria tries to keep its keys and gives up, every SORT reads its keys from the store.
 start_server_checked "$tmp/server2.log" --root="$root" --listen=127.0.0.1 --imap-port=0 \

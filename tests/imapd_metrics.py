@@ -83,6 +83,8 @@ FAMILIES = {
     "mailvaultd_fetch_headers_read": "counter",
     "mailvaultd_sent_days_read": "counter",
     "mailvaultd_sent_days_saved": "counter",
+    "mailvaultd_sort_keys_read": "counter",
+    "mailvaultd_sort_keys_saved": "counter",
     "mailvaultd_worker_queue_length": "gauge",
     "mailvaultd_queue_depth": "gauge",
     "mailvaultd_start_time_seconds": "gauge",

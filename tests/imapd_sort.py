@@ -30,6 +30,7 @@ import email.utils
 import functools
 import random
 import re
+import socket
 
 import imapd_common
 
@@ -292,17 +293,87 @@ def agree(c, d, msgs, crits, when):
             check("%s: SORT (%s) answers as Dovecot does" % (when, crit), got == theirs)
 
 
+def changed(msgs):
+    """The mailbox test_changes leaves: 16 more from the same draw, 5 expunged."""
+    msgs = msgs + pool(80)[64:]
+    return [m for i, m in enumerate(msgs, 1) if i not in GONE]
+
+
+GONE = {3, 10, 11, 40, 70}  # sequence numbers, expunged on both servers
+CHANGE_CRITERIA = ["SUBJECT", "REVERSE DATE", "FROM", "DISPLAYTO", "DISPLAYTO SIZE", "CC"]
+
+
+def sort_keys_read(port):
+    """mailvaultd_sort_keys_read_total by where from (saved, store), from one scrape."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        body = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+    got = {}
+    for m in re.finditer(rb'^mailvaultd_sort_keys_read_total\{from="(\w+)"\} (\d+)', body,
+                         re.M):
+        got[m.group(1).decode()] = int(m.group(2))
+    return got.get("saved", 0), got.get("store", 0)
+
+
+def test_saved(args, msgs):
+    """After a restart: the keys the store kept at its close (a mailbox memo: the criteria
+    test_changes sorted by) are read back, none from the messages, the same answers; a
+    criterion not saved reads the messages' fields once; a message come since is read alone
+    and ranked among the others."""
+    msgs = changed(msgs)
+    user, password = args.user.split(":", 1)
+    c = imapd_common.imap_login(args.imap, user, password)
+    c.command("SELECT " + args.mailbox)
+    saved0, store0 = sort_keys_read(args.metrics)
+    for crit in CHANGE_CRITERIA:
+        got, _ = numbers(c.command("SORT (%s) UTF-8 ALL" % crit)[0])
+        want = expected(msgs, crit)
+        check("after a restart: SORT (%s) answers as RFC 5256 reads" % crit, got == want,
+              "got %s, want %s" % (got, want))
+    saved1, store1 = sort_keys_read(args.metrics)
+    check("after a restart: the keys from the saved copy, none from the messages",
+          saved1 - saved0 >= len(msgs) and store1 == store0,
+          "saved %d, store %d" % (saved1 - saved0, store1 - store0))
+    got, _ = numbers(c.command("SORT (TO) UTF-8 ALL")[0])
+    check("after a restart: SORT (TO), a criterion not saved, as RFC 5256 reads",
+          got == expected(msgs, "TO"))
+    saved2, store2 = sort_keys_read(args.metrics)
+    check("a criterion not saved: the messages' fields read once", saved2 == saved1
+          and len(msgs) <= store2 - store1 <= len(msgs) + len(GONE),
+          "saved %d, store %d" % (saved2 - saved1, store2 - store1))
+    late = pool(81)[80:]
+    append(c, args.mailbox, late)
+    c.command("NOOP")
+    msgs = msgs + late
+    for crit in CHANGE_CRITERIA + ["TO"]:
+        got, _ = numbers(c.command("SORT (%s) UTF-8 ALL" % crit)[0])
+        check("a message come since: SORT (%s) as RFC 5256 reads" % crit,
+              got == expected(msgs, crit), "got %s" % got)
+    saved3, store3 = sort_keys_read(args.metrics)
+    check("a message come since is read alone", saved3 == saved2 and store3 - store2 == 1,
+          "saved %d, store %d" % (saved3 - saved2, store3 - store2))
+    got, _ = numbers(c.command("SORT (DISPLAYFROM SUBJECT) UTF-8 ALL")[0])
+    check("then another criterion not saved, as RFC 5256 reads",
+          got == expected(msgs, "DISPLAYFROM SUBJECT"))
+    c.command("LOGOUT")
+
+
 def test_changes(args, c, d, msgs):
     """The keys a store keeps for the next SORT (imap_sort_kept.c) follow the mailbox: new
     messages, expunged ones, another mailbox sorted in between, another session."""
-    crits = ["SUBJECT", "REVERSE DATE", "FROM", "DISPLAYTO", "DISPLAYTO SIZE", "CC"]
-    more = pool(80)[64:]  # 16 more from the same draw
+    crits = CHANGE_CRITERIA
+    more = pool(80)[64:]  # 16 more from the same draw (changed())
     for conn in [c] + ([d] if d is not None else []):
         append(conn, args.mailbox, more)
         conn.command("NOOP")
     msgs = msgs + more
     agree(c, d, msgs, crits, "16 messages later")
-    gone = {3, 10, 11, 40, 70}  # sequence numbers, expunged on both servers
+    gone = GONE
     for conn in [c] + ([d] if d is not None else []):
         conn.command("STORE %s +FLAGS.SILENT (\\Deleted)" % ",".join(str(n) for n in gone))
         conn.command("EXPUNGE")
@@ -329,10 +400,16 @@ def main():
     ap.add_argument("--dovecot", type=int)
     ap.add_argument("--dovecot-user")
     ap.add_argument("--mailbox", default="SortBox")
+    ap.add_argument("--saved", action="store_true",
+                    help="a run after a restart (test_saved); needs --metrics")
+    ap.add_argument("--metrics", type=int)
     args = ap.parse_args()
     msgs = pool()
     check("the pool repeats itself (a fixed seed)", pool() == msgs)
-    test_sort(args, msgs)
+    if args.saved:
+        test_saved(args, msgs)
+    else:
+        test_sort(args, msgs)
     results.summary()
 
 
