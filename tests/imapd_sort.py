@@ -315,6 +315,9 @@ def test_saved(args, msgs):
     criterion not saved reads the messages' fields once; a message come since is read alone
     and ranked among the others."""
     msgs = changed(msgs)
+    late = pool(81)[80:]
+    if args.damaged:
+        msgs = msgs + late  # the run before added it
     user, password = args.user.split(":", 1)
     c = imapd_common.imap_login(args.imap, user, password)
     c.command("SELECT " + args.mailbox)
@@ -325,6 +328,15 @@ def test_saved(args, msgs):
         check("after a restart: SORT (%s) answers as RFC 5256 reads" % crit, got == want,
               "got %s, want %s" % (got, want))
     saved1, store1 = sort_keys_read(args.metrics)
+    if args.damaged:
+        # each kept criterion's first SORT reads every message's fields once
+        kept = {w for crit in CHANGE_CRITERIA for w in crit.split()
+                if w not in ("REVERSE", "SIZE", "ARRIVAL")}
+        check("a saved copy that does not decode is passed over, every message's keys read",
+              saved1 == saved0 and store1 - store0 == len(kept) * len(msgs),
+              "saved %d, store %d" % (saved1 - saved0, store1 - store0))
+        c.command("LOGOUT")
+        return
     check("after a restart: the keys from the saved copy, none from the messages",
           saved1 - saved0 >= len(msgs) and store1 == store0,
           "saved %d, store %d" % (saved1 - saved0, store1 - store0))
@@ -335,7 +347,6 @@ def test_saved(args, msgs):
     check("a criterion not saved: the messages' fields read once", saved2 == saved1
           and len(msgs) <= store2 - store1 <= len(msgs) + len(GONE),
           "saved %d, store %d" % (saved2 - saved1, store2 - store1))
-    late = pool(81)[80:]
     append(c, args.mailbox, late)
     c.command("NOOP")
     msgs = msgs + late
@@ -391,6 +402,8 @@ def main():
     ap.add_argument("--mailbox", default="SortBox")
     ap.add_argument("--saved", action="store_true",
                     help="a run after a restart (test_saved); needs --metrics")
+    ap.add_argument("--damaged", action="store_true",
+                    help="with --saved: the saved copy damaged (passed over)")
     ap.add_argument("--metrics", type=int)
     args = ap.parse_args()
     msgs = pool()
