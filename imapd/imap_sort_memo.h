@@ -17,8 +17,8 @@
  *   - for each criterion in ranked (string ones in kinds), lowest first: count x varint
  *     rank (imap_sort_rank.h: at most count; 0 exactly for the empty keys).
  *   kinds and ranked: bit (1u << by) of enum imap_sort_by. Compressed: the keys repeat
- *   (senders, subjects of a thread); the bench corpus' six string criteria, the dates and
- *   the ranks of three take ~40 bytes a message.
+ *   (senders, subjects of a thread); the bench corpus' dates and five string criteria with
+ *   their ranks take 2.6 MB at 100,000 messages (26 bytes a message).
  */
 #ifndef MV_IMAPD_IMAP_SORT_MEMO_H
 #define MV_IMAPD_IMAP_SORT_MEMO_H
